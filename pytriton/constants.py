@@ -1,0 +1,8 @@
+"""Constants shared by the public API and the engine."""
+
+DEFAULT_HTTP_PORT = 8000
+DEFAULT_GRPC_PORT = 8001
+DEFAULT_METRICS_PORT = 8002
+DEFAULT_ADDRESS = "0.0.0.0"
+DEFAULT_EXIT_TIMEOUT_S = 30
+TRITON_CONTEXT_FIELD_NAME = "triton_context"

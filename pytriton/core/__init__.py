@@ -1,0 +1,1 @@
+"""The serving engine: model registry, scheduler, instances, cache and statistics."""

@@ -1,0 +1,53 @@
+"""The response cache: LRU within a byte budget, keyed by model, version and input bytes."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from typing import Dict, Optional
+
+import numpy as np
+
+from pytriton.core.request import InferenceResponse
+from pytriton.protocol.tensors import raw_from_array
+from pytriton.protocol.datatypes import datatype_of_dtype
+
+
+def cache_key(model: str, version: str, inputs: Dict[str, np.ndarray]) -> bytes:
+    """Hash of model name, version and every input (sorted by name): name, dtype, shape and bytes."""
+    digest = hashlib.blake2b(digest_size=32)
+    digest.update(f"{model}\0{version}\0".encode())
+    for name in sorted(inputs):
+        array = inputs[name]
+        datatype = datatype_of_dtype(array.dtype) or array.dtype.str
+        digest.update(f"{name}\0{datatype}\0{array.shape}\0".encode())
+        digest.update(raw_from_array(array, datatype))
+    return digest.digest()
+
+
+class ResponseCache:
+    """A least-recently-used cache of responses holding at most `capacity_bytes`."""
+
+    def __init__(self, capacity_bytes: int) -> None:
+        """Create an empty cache."""
+        self.capacity_bytes = capacity_bytes
+        self.used_bytes = 0
+        self._entries: "OrderedDict[bytes, InferenceResponse]" = OrderedDict()
+
+    def get(self, key: bytes) -> Optional[InferenceResponse]:
+        """The cached response for a key, marked as recently used."""
+        response = self._entries.get(key)
+        if response is not None:
+            self._entries.move_to_end(key)
+        return response
+
+    def put(self, key: bytes, response: InferenceResponse) -> None:
+        """Store a response, evicting the least recently used ones to stay within capacity."""
+        size = response.nbytes() + len(key)
+        if size > self.capacity_bytes or key in self._entries:
+            return
+        while self.used_bytes + size > self.capacity_bytes and self._entries:
+            _, evicted = self._entries.popitem(last=False)
+            self.used_bytes -= evicted.nbytes() + len(key)
+        self._entries[key] = response
+        self.used_bytes += size

@@ -1,0 +1,114 @@
+"""The engine: the model registry and the server's state, shared by every transport."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable, Dict, List, Optional
+
+from pytriton.core.cache import ResponseCache
+from pytriton.core.errors import InferenceError
+from pytriton.core.instances import Instance
+from pytriton.core.model import ModelState, ServedModel
+from pytriton.core.spec import ModelSpec
+
+LOGGER = logging.getLogger(__name__)
+
+
+class Engine:
+    """Owns every served model; all methods run on the engine's event loop unless noted."""
+
+    def __init__(
+        self,
+        *,
+        cache_capacity_bytes: Optional[int],
+        strict_readiness: bool,
+        on_unrecoverable: Callable[[str], None],
+    ) -> None:
+        """Create an engine with no models."""
+        self._models: Dict[str, Dict[int, ServedModel]] = {}
+        self._cache = ResponseCache(cache_capacity_bytes) if cache_capacity_bytes else None
+        self._strict_readiness = strict_readiness
+        self._on_unrecoverable = on_unrecoverable
+        self.live = True
+        self.accepting = True
+
+    @property
+    def has_cache(self) -> bool:
+        """Whether a response cache is configured."""
+        return self._cache is not None
+
+    def add_model(self, spec: ModelSpec, callables: List[Callable[..., object]]) -> ServedModel:
+        """Serve a new model version."""
+        versions = self._models.setdefault(spec.name, {})
+        if spec.version in versions:
+            raise ValueError(f"model '{spec.name}' version {spec.version} is already bound")
+        instances = [
+            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
+        ]
+        model = ServedModel(spec, instances, self._cache, self._on_unrecoverable)
+        versions[spec.version] = model
+        return model
+
+    def model(self, name: str, version: str = "") -> ServedModel:
+        """The model version a request names (latest when the version is empty), or NOT_FOUND."""
+        versions = self._models.get(name)
+        if not versions:
+            raise InferenceError.not_found(f"Request for unknown model: '{name}' is not found")
+        if not version:
+            return versions[max(versions)]
+        try:
+            model = versions.get(int(version))
+        except ValueError:
+            model = None
+        if model is None:
+            raise InferenceError.not_found(f"Request for unknown model: '{name}' version {version} is not found")
+        return model
+
+    def models(self) -> List[ServedModel]:
+        """Every model version, by name then version."""
+        return [self._models[name][v] for name in sorted(self._models) for v in sorted(self._models[name])]
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """Whether a model version exists and takes requests."""
+        try:
+            return self.model(name, version).ready
+        except InferenceError:
+            return False
+
+    @property
+    def ready(self) -> bool:
+        """Server readiness: accepting requests and, with strict readiness, every model ready."""
+        if not (self.live and self.accepting):
+            return False
+        return not self._strict_readiness or all(model.ready for model in self.models())
+
+    async def unload(self, name: str) -> None:
+        """Stop serving a model: refuse new requests, let queued ones finish, then mark it unavailable."""
+        for model in self._models_named(name):
+            model.state = ModelState.UNLOADING
+            await model.scheduler.drain(timeout_s=30.0)
+            model.state = ModelState.UNAVAILABLE
+
+    def load(self, name: str) -> None:
+        """Serve an unloaded model again."""
+        for model in self._models_named(name):
+            model.scheduler.resume()
+            model.state = ModelState.READY
+
+    def _models_named(self, name: str) -> List[ServedModel]:
+        """Every version of a bound model, or NOT_FOUND."""
+        versions = self._models.get(name)
+        if not versions:
+            raise InferenceError.not_found(f"failed to load '{name}', failed to poll from model repository")
+        return list(versions.values())
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Refuse new requests, let in-flight ones finish up to `timeout_s`, fail the rest."""
+        self.accepting = False
+        models = self.models()
+        if models:
+            await asyncio.gather(*(model.scheduler.drain(timeout_s) for model in models))
+        for model in models:
+            model.scheduler.close_instances()
+        self.live = False

@@ -1,0 +1,71 @@
+"""Errors of the request path, each with the status every transport maps it to."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.Enum):
+    """Error class of a failed request; each transport maps it once."""
+
+    INVALID_ARGUMENT = (400, "INVALID_ARGUMENT")
+    NOT_FOUND = (404, "NOT_FOUND")
+    UNAVAILABLE = (503, "UNAVAILABLE")
+    UNIMPLEMENTED = (501, "UNIMPLEMENTED")
+    INTERNAL = (500, "INTERNAL")
+    CANCELLED = (499, "CANCELLED")
+
+    @property
+    def http_status(self) -> int:
+        """The HTTP status code."""
+        return self.value[0]
+
+    @property
+    def grpc_code_name(self) -> str:
+        """The name of the grpc.StatusCode member."""
+        return self.value[1]
+
+
+class FailureReason(enum.Enum):
+    """Why a request failed, as Triton's nv_inference_request_failure reason label."""
+
+    REJECTED = "REJECTED"
+    CANCELED = "CANCELED"
+    BACKEND = "BACKEND"
+    OTHER = "OTHER"
+
+
+class InferenceError(Exception):
+    """A request failed; carries the status and Triton's message."""
+
+    def __init__(self, status: Status, message: str, reason: FailureReason = FailureReason.OTHER) -> None:
+        """Create an error with a status, a message and a failure reason."""
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+    @classmethod
+    def invalid(cls, message: str) -> InferenceError:
+        """A client error (400 / INVALID_ARGUMENT)."""
+        return cls(Status.INVALID_ARGUMENT, message)
+
+    @classmethod
+    def not_found(cls, message: str) -> InferenceError:
+        """An unknown model or version (404 / NOT_FOUND)."""
+        return cls(Status.NOT_FOUND, message)
+
+    @classmethod
+    def unavailable(cls, message: str) -> InferenceError:
+        """Queue full, timeout or shutting down (503 / UNAVAILABLE)."""
+        return cls(Status.UNAVAILABLE, message, FailureReason.REJECTED)
+
+    @classmethod
+    def unimplemented(cls, message: str) -> InferenceError:
+        """An unsupported operation (501 / UNIMPLEMENTED)."""
+        return cls(Status.UNIMPLEMENTED, message)
+
+    @classmethod
+    def internal(cls, message: str) -> InferenceError:
+        """The model failed (500 / INTERNAL)."""
+        return cls(Status.INTERNAL, message, FailureReason.BACKEND)

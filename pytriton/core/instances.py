@@ -1,0 +1,108 @@
+"""Model instances: one user callable each, called off the event loop in the right way for its kind."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import threading
+from typing import Any, AsyncIterator, Callable, List, Tuple
+
+from pytriton.core.worker import WorkerThread
+from pytriton.proxy.types import Request
+
+Step = Any  # what one call (or one generator step) returns: a list of response dicts
+
+
+class CallableKind(enum.Enum):
+    """How a callable produces its results."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+    SYNC_GENERATOR = "sync generator"
+    ASYNC_GENERATOR = "async generator"
+
+    @property
+    def streams(self) -> bool:
+        """Whether the callable yields several steps."""
+        return self in (CallableKind.SYNC_GENERATOR, CallableKind.ASYNC_GENERATOR)
+
+
+def callable_kind(fn: Callable[..., Any]) -> CallableKind:
+    """Classify a function, bound method, callable object or wrapt-decorated callable."""
+    target: Any = fn
+    if not inspect.isfunction(target) and not inspect.ismethod(target) and hasattr(target, "__call__"):
+        target = target.__call__
+    if inspect.isasyncgenfunction(target):
+        return CallableKind.ASYNC_GENERATOR
+    if inspect.iscoroutinefunction(target):
+        return CallableKind.ASYNC
+    if inspect.isgeneratorfunction(target):
+        return CallableKind.SYNC_GENERATOR
+    return CallableKind.SYNC
+
+
+class Instance:
+    """One instance of a model: its callable and, for sync kinds, the one thread that runs it."""
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        """Wrap a user callable; `name` names its thread."""
+        self.fn = fn
+        self.name = name
+        self.kind = callable_kind(fn)
+        self._worker = WorkerThread(name)
+
+    async def call(self, requests: List[Request]) -> Step:
+        """Run a non-streaming callable once and return its result."""
+        if self.kind is CallableKind.ASYNC:
+            return await self.fn(requests)
+        return await self._worker.submit(self.fn, requests)
+
+    async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
+        """Yield each step of any callable; a plain callable yields once. Setting `stop` ends a generator."""
+        if self.kind is CallableKind.ASYNC_GENERATOR:
+            generator = self.fn(requests)
+            try:
+                async for step in generator:
+                    yield step
+                    if stop.is_set():
+                        break
+            finally:
+                await generator.aclose()
+        elif self.kind is CallableKind.SYNC_GENERATOR:
+            async for step in self._sync_generator_steps(requests, stop):
+                yield step
+        else:
+            yield await self.call(requests)
+
+    async def _sync_generator_steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
+        """Iterate a sync generator in the instance thread, handing each step to the loop."""
+        loop = asyncio.get_running_loop()
+        queue: "asyncio.Queue[Tuple[str, Any]]" = asyncio.Queue()
+
+        def produce() -> None:
+            try:
+                generator = self.fn(requests)
+                try:
+                    for step in generator:
+                        loop.call_soon_threadsafe(queue.put_nowait, ("step", step))
+                        if stop.is_set():
+                            break
+                finally:
+                    generator.close()
+                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
+            except BaseException as error:  # noqa: BLE001 - handed to the loop and raised there
+                loop.call_soon_threadsafe(queue.put_nowait, ("error", error))
+
+        self._worker.submit(produce)
+        while True:
+            kind, value = await queue.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+
+    def close(self) -> None:
+        """Let the worker thread end after any call still running in it."""
+        self._worker.close()

@@ -1,0 +1,82 @@
+"""A served model version: spec, scheduler, statistics and response cache behind one facade."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from typing import AsyncIterator, List, Optional
+
+from pytriton.core.cache import ResponseCache, cache_key
+from pytriton.core.errors import InferenceError
+from pytriton.core.instances import Instance
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
+from pytriton.core.sinks import FutureSink, StreamSink
+from pytriton.core.spec import ModelSpec
+from pytriton.core.stats import ModelStats
+
+
+class ModelState(enum.Enum):
+    """Model states as the repository index reports them."""
+
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+class ServedModel:
+    """One model version being served; lives on the engine's event loop."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        instances: List[Instance],
+        cache: Optional[ResponseCache],
+        on_unrecoverable: UnrecoverableHandler,
+    ) -> None:
+        """Wire a model's scheduler, statistics and cache."""
+        self.spec = spec
+        self.stats = ModelStats()
+        self.state = ModelState.READY
+        self.cache = cache if spec.response_cache and not spec.decoupled else None
+        self.scheduler = Scheduler(spec, instances, self.stats, on_unrecoverable)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model takes requests."""
+        return self.state is ModelState.READY
+
+    def _check_ready(self) -> None:
+        """Refuse requests unless the model is ready."""
+        if self.state is not ModelState.READY:
+            raise InferenceError.unavailable(f"Request for unknown model: '{self.spec.name}' is not ready")
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Run one request and return its single response (cache first, when enabled)."""
+        self._check_ready()
+        key = None
+        if self.cache is not None:
+            lookup_start = time.monotonic_ns()
+            key = cache_key(self.spec.name, self.spec.version_str, request.inputs)
+            cached = self.cache.get(key)
+            lookup_ns = time.monotonic_ns() - lookup_start
+            if cached is not None:
+                self.stats.inference["cache_hit"].add(lookup_ns)
+                self.stats.record_success(lookup_ns, 0)
+                return cached
+        future: "asyncio.Future[InferenceResponse]" = asyncio.get_running_loop().create_future()
+        self.scheduler.submit(request, FutureSink(future))
+        response = await future
+        if key is not None and self.cache is not None:
+            insert_start = time.monotonic_ns()
+            self.cache.put(key, response)
+            self.stats.inference["cache_miss"].add(time.monotonic_ns() - insert_start)
+        return response
+
+    def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """Run one request and iterate over its responses (any model; decoupled ones may give 0..n)."""
+        self._check_ready()
+        sink = StreamSink()
+        self.scheduler.submit(request, sink)
+        return sink.responses()

@@ -1,0 +1,114 @@
+"""Turning what a callable returned into responses: PyTriton's checks, then output selection."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+
+from pytriton.core.errors import InferenceError
+from pytriton.core.request import InferenceResponse, OutputTensor
+from pytriton.core.spec import ModelSpec
+from pytriton.protocol.datatypes import datatype_of_config_dtype, datatype_of_dtype
+
+_ALLOWED_KINDS = "biufOSU"
+
+
+def check_results(spec: ModelSpec, results: Any, request_count: int) -> List[Any]:
+    """Check the shape of a callable's result: a list with one dict per request."""
+    if not isinstance(results, (list, tuple)):
+        raise InferenceError.internal(
+            f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "
+            f"Got outputs={_short(results)} instead."
+        )
+    if len(results) != request_count:
+        raise InferenceError.internal(
+            f"Number of outputs returned by `{spec.name}` inference callable ({len(results)}) does not match "
+            f"number of requests ({request_count}) received from Triton."
+        )
+    return list(results)
+
+
+def build_response(
+    spec: ModelSpec, result: Any, requested: Optional[Sequence[str]], final: bool = True
+) -> InferenceResponse:
+    """Check one response dict and select the outputs the request gets, in wire order."""
+    if not isinstance(result, dict):
+        raise InferenceError.internal(
+            f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "
+            f"Got response={_short(result)} instead."
+        )
+    for name, value in result.items():
+        _check_output_value(spec, name, value)
+        if spec.strict:
+            _check_output_against_config(spec, name, value)
+    names = requested if requested is not None else [tensor.name for tensor in spec.outputs]
+    outputs: List[OutputTensor] = []
+    for name in names:
+        value = result.get(name)
+        if value is None:
+            if requested is not None:
+                raise InferenceError.internal(f"output '{name}' requested but not returned by model '{spec.name}'")
+            continue
+        datatype = datatype_of_dtype(value.dtype)
+        assert datatype is not None  # _check_output_value rejected other kinds
+        if datatype == "FP32" and spec.output_by_name[name].datatype == "BF16":
+            datatype = "BF16"
+        outputs.append(OutputTensor(name, datatype, value))
+    return InferenceResponse(outputs, final)
+
+
+def _check_output_value(spec: ModelSpec, name: Any, value: Any) -> None:
+    """PyTriton's checks that apply in every mode."""
+    if not isinstance(name, str):
+        raise InferenceError.internal(f"Not all keys returned by `{spec.name}` model callable are string")
+    if not isinstance(value, np.ndarray):
+        raise InferenceError.internal(f"Not all values returned by `{spec.name}` model callable are numpy arrays")
+    kind = value.dtype.kind
+    if kind not in _ALLOWED_KINDS or datatype_of_dtype(value.dtype) is None:
+        raise InferenceError.internal(
+            f"Only bool, numeric, string, unicode and object arrays are supported by Triton "
+            f"(dtype.kind: {_ALLOWED_KINDS}). Returned `{name}` for model `{spec.name}` has `{kind}` dtype.kind."
+        )
+    if kind == "O" and value.size:
+        first = value.flat[0]
+        if isinstance(first, str):
+            raise InferenceError.internal(
+                f"Use string/byte-string instead of object for passing string in NumPy array from model `{spec.name}`."
+            )
+        if not isinstance(first, bytes):
+            raise InferenceError.internal(
+                f"Only bytes as objects dtype are supported by PyTriton. Returned `{name}` from `{spec.name}` has "
+                f"`{type(first)}` type."
+            )
+
+
+def _check_output_against_config(spec: ModelSpec, name: str, value: np.ndarray) -> None:
+    """PyTriton's strict-mode checks of dtype and shape against the declared output."""
+    tensor = spec.output_by_name.get(name)
+    if tensor is None:
+        raise InferenceError.internal(f"Returned output `{name}` is not defined in model config for model `{spec.name}`.")
+    expected_dtype = next(s.dtype for s in spec.output_specs if s.name == name)
+    returned = datatype_of_dtype(value.dtype)
+    if returned != datatype_of_config_dtype(expected_dtype) and not (tensor.datatype == "BF16" and returned == "FP32"):
+        raise InferenceError.internal(
+            f"Returned output `{name}` for model `{spec.name}` has invalid type. "
+            f"Returned: {value.dtype} ({value.dtype.kind}). Expected: {expected_dtype}."
+        )
+    dims = value.shape[1:] if spec.batching else value.shape
+    if len(dims) != len(tensor.dims):
+        raise InferenceError.internal(
+            f"Returned output `{name}` for model `{spec.name}` has invalid shapes. "
+            f"Returned: {dims}. Expected: {tensor.dims}."
+        )
+    if any(want != -1 and want != got for got, want in zip(dims, tensor.dims)):
+        raise InferenceError.internal(
+            f"Returned output `{name}` for model `{spec.name}` has invalid shapes at one or more positions. "
+            f"Returned: {dims}. Expected: {tensor.dims}."
+        )
+
+
+def _short(value: Any) -> str:
+    """A bounded repr for error messages."""
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."

@@ -1,0 +1,81 @@
+"""The engine's own request and response objects, independent of the transport."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+# Request parameters Triton consumes itself; they are not handed to the callable.
+RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
+)
+# The one `triton_` parameter clients may send.
+EMPTY_FINAL_RESPONSE_PARAMETER = "triton_enable_empty_final_response"
+
+
+class InferenceRequest:
+    """A decoded, validated request for one model."""
+
+    __slots__ = (
+        "id",
+        "inputs",
+        "parameters",
+        "requested_outputs",
+        "batch_size",
+        "priority",
+        "timeout_us",
+        "arrival_ns",
+        "shape_key",
+    )
+
+    def __init__(
+        self,
+        *,
+        request_id: str,
+        inputs: Dict[str, np.ndarray],
+        parameters: Dict[str, Any],
+        requested_outputs: Optional[Sequence[str]],
+        batch_size: int,
+        priority: int = 0,
+        timeout_us: int = 0,
+        arrival_ns: int = 0,
+    ) -> None:
+        """Create a request; `parameters` are what the callable sees."""
+        self.id = request_id
+        self.inputs = inputs
+        self.parameters = parameters
+        self.requested_outputs = requested_outputs
+        self.batch_size = batch_size
+        self.priority = priority
+        self.timeout_us = timeout_us
+        self.arrival_ns = arrival_ns
+        # Requests batch together only when their non-batch dims agree (Triton's rule).
+        self.shape_key = tuple((name, array.shape[1:], array.dtype) for name, array in inputs.items())
+
+
+class OutputTensor:
+    """One output ready for the wire: name, protocol datatype, array."""
+
+    __slots__ = ("name", "datatype", "array")
+
+    def __init__(self, name: str, datatype: str, array: np.ndarray) -> None:
+        """Create an output tensor."""
+        self.name = name
+        self.datatype = datatype
+        self.array = array
+
+
+class InferenceResponse:
+    """A response: its outputs in wire order and whether it is the final one of its request."""
+
+    __slots__ = ("outputs", "final")
+
+    def __init__(self, outputs: List[OutputTensor], final: bool = True) -> None:
+        """Create a response."""
+        self.outputs = outputs
+        self.final = final
+
+    def nbytes(self) -> int:
+        """Approximate size in bytes (for the response cache)."""
+        return sum(output.array.nbytes + len(output.name) for output in self.outputs)

@@ -1,0 +1,338 @@
+"""The per-model scheduler: Triton's dynamic batcher over priority queues, feeding free instances."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Deque, List, Optional, Set
+
+from pytriton.core.errors import FailureReason, InferenceError
+from pytriton.core.instances import Instance
+from pytriton.core.outputs import build_response, check_results
+from pytriton.core.queues import Entry, PriorityQueues
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.sinks import ResponseSink
+from pytriton.core.spec import ModelSpec
+from pytriton.core.stats import ModelStats
+from pytriton.exceptions import PyTritonUnrecoverableError
+from pytriton.proxy.types import Request
+
+LOGGER = logging.getLogger(__name__)
+
+UnrecoverableHandler = Callable[[str], None]
+
+
+class Scheduler:
+    """Queues a model's requests, forms batches by Triton's rules and runs them on free instances.
+
+    Everything here runs on the engine's event loop; only user callables leave it.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        instances: List[Instance],
+        stats: ModelStats,
+        on_unrecoverable: UnrecoverableHandler,
+    ) -> None:
+        """Create a scheduler for a model and its instances."""
+        self.spec = spec
+        self.stats = stats
+        self._instances = instances
+        self._free: Deque[Instance] = deque(instances)
+        self._queues = PriorityQueues(spec)
+        self._on_unrecoverable = on_unrecoverable
+        batcher = spec.batcher
+        self._delay_ns = (batcher.max_queue_delay_microseconds * 1000) if batcher else 0
+        preferred = (batcher.preferred_batch_size if batcher else None) or []
+        self._preferred = frozenset(size for size in preferred if 0 < size <= spec.max_batch_size)
+        self._ordered_release: Optional[Deque[_Release]] = (
+            deque() if batcher and batcher.preserve_ordering and len(instances) > 1 else None
+        )
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at_ns = 0
+        self._running: Set["asyncio.Task[None]"] = set()
+        self._accepting = True
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def pending(self) -> int:
+        """Requests waiting in the queue."""
+        return self._queues.size
+
+    def submit(self, request: InferenceRequest, sink: ResponseSink) -> None:
+        """Queue a request; raises UNAVAILABLE if the model is stopping or its queue is full."""
+        if not self._accepting:
+            raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
+        self._queues.push(request, sink)
+        self._idle.clear()
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """Start every batch that is due on a free instance; arm a timer for the next decision."""
+        now = time.monotonic_ns()
+        self._queues.expire(now)
+        wake_at: Optional[int] = None
+        while self._free and self._queues.size:
+            batch, wake_at = self._form_batch(now)
+            if not batch:
+                break
+            self._start(self._free.popleft(), batch)
+        deadline = self._queues.next_deadline_ns()
+        if deadline is not None and (wake_at is None or deadline < wake_at):
+            wake_at = deadline
+        self._arm_timer(wake_at, now)
+        self._update_idle()
+
+    def _form_batch(self, now: int) -> "tuple[List[Entry], Optional[int]]":
+        """The batch to run now, or none and the time to look again (Triton's dynamic batcher rules)."""
+        spec = self.spec
+        taken: List[Entry] = []
+        dead: List[Entry] = []
+        size = 0
+        preferred_cut = 0
+        full = False
+        shape_key: Any = None
+        for entry in self._queues:
+            if entry.sink.done():
+                dead.append(entry)
+                continue
+            if not spec.batching:
+                taken.append(entry)
+                full = True
+                break
+            rows = entry.request.batch_size
+            if taken and (size + rows > spec.max_batch_size or entry.request.shape_key != shape_key):
+                full = True
+                break
+            taken.append(entry)
+            shape_key = entry.request.shape_key
+            size += rows
+            if size in self._preferred:
+                preferred_cut = len(taken)
+            if size >= spec.max_batch_size:
+                full = True
+                break
+        if dead:
+            self._queues.take(dead)
+        if not taken:
+            return [], None
+        if not full:
+            if preferred_cut:
+                taken = taken[:preferred_cut]
+            else:
+                due = min(entry.enqueue_ns for entry in taken) + self._delay_ns
+                if now < due:
+                    return [], due
+        self._queues.take(taken)
+        return taken, None
+
+    def _arm_timer(self, wake_at_ns: Optional[int], now_ns: int) -> None:
+        """Make sure `_schedule` runs again at `wake_at_ns` (millisecond granularity, never early)."""
+        if wake_at_ns is None:
+            return
+        if self._timer is not None and not self._timer.cancelled() and self._timer_at_ns <= wake_at_ns:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        delay_s = math.ceil(max(wake_at_ns - now_ns, 0) / 1_000_000) / 1000
+        self._timer_at_ns = wake_at_ns
+        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """Timer callback."""
+        self._timer = None
+        self._schedule()
+
+    def _start(self, instance: Instance, batch: List[Entry]) -> None:
+        """Run a batch on an instance in its own task."""
+        task = asyncio.get_running_loop().create_task(self._run(instance, batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, instance: Instance, batch: List[Entry]) -> None:
+        """Call the instance with a batch and deliver the responses; the instance is freed at the end."""
+        start_ns = time.monotonic_ns()
+        for entry in batch:
+            entry.queue_ns = start_ns - entry.enqueue_ns
+        releases = [self._release_slot(entry) for entry in batch]
+        requests = [
+            Request(
+                data=entry.request.inputs,
+                parameters=entry.request.parameters,
+                requested_output_names=list(entry.request.requested_outputs or []) or None,
+            )
+            for entry in batch
+        ]
+        infer_start_ns = time.monotonic_ns()
+        try:
+            if self.spec.decoupled:
+                await self._run_streaming(instance, batch, requests, releases)
+                infer_end_ns = time.monotonic_ns()
+                output_end_ns = infer_end_ns
+            else:
+                results = await instance.call(requests)
+                infer_end_ns = time.monotonic_ns()
+                results = check_results(self.spec, results, len(batch))
+                responses = [
+                    build_response(self.spec, result, entry.request.requested_outputs)
+                    for entry, result in zip(batch, results)
+                ]
+                output_end_ns = time.monotonic_ns()
+                for entry, release, response in zip(batch, releases, responses):
+                    release.succeed(entry, response, self)
+        except BaseException as error:  # noqa: BLE001 - every failure of a callable fails only its batch
+            infer_end_ns = output_end_ns = time.monotonic_ns()
+            failure = self._as_inference_error(error)
+            for entry, release in zip(batch, releases):
+                release.fail(entry, failure, self)
+            if not isinstance(error, Exception):
+                raise
+        finally:
+            self.stats.record_execution(
+                sum(entry.request.batch_size for entry in batch) if self.spec.batching else 1,
+                infer_start_ns - start_ns,
+                infer_end_ns - infer_start_ns,
+                output_end_ns - infer_end_ns,
+            )
+            for entry in batch:
+                entry.request.inputs = {}
+            self._free.append(instance)
+            self._schedule()
+
+    async def _run_streaming(
+        self, instance: Instance, batch: List[Entry], requests: List[Request], releases: List["_Release"]
+    ) -> None:
+        """Run a decoupled model: each step the callable yields is one response per request."""
+        stop = threading.Event()
+        steps = instance.steps(requests, stop)
+        try:
+            async for step in steps:
+                results = check_results(self.spec, step, len(batch))
+                for entry, result in zip(batch, results):
+                    if result is not None and not entry.sink.done():
+                        entry.sink.deliver(build_response(self.spec, result, entry.request.requested_outputs, False))
+                if all(entry.sink.done() for entry in batch):
+                    stop.set()
+        finally:
+            await steps.aclose()  # type: ignore[attr-defined]
+        for entry, release in zip(batch, releases):
+            release.finish(entry, self)
+
+    def _as_inference_error(self, error: BaseException) -> InferenceError:
+        """Map what a callable raised to the error its requests get."""
+        if isinstance(error, InferenceError):
+            return error
+        if isinstance(error, asyncio.CancelledError):
+            return InferenceError.unavailable(f"model '{self.spec.name}' stopped before the request was served")
+        if isinstance(error, PyTritonUnrecoverableError):
+            self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")
+        LOGGER.error("model '%s' failed: %r", self.spec.name, error)
+        return InferenceError.internal(str(error) or type(error).__name__)
+
+    def _release_slot(self, entry: Entry) -> "_Release":
+        """How this entry's outcome is handed over: at once, or in request order."""
+        if self._ordered_release is None:
+            return _IMMEDIATE
+        release = _Release(ordered=True)
+        self._ordered_release.append(release)
+        return release
+
+    def flush_ordered(self) -> None:
+        """Hand over settled outcomes at the head of the ordered release queue."""
+        queue = self._ordered_release
+        assert queue is not None
+        while queue and queue[0].settle is not None:
+            queue.popleft().settle()  # type: ignore[misc]
+
+    def account(self, entry: Entry, ok: bool, reason: FailureReason = FailureReason.OTHER) -> None:
+        """Record a request's outcome in the statistics."""
+        total = time.monotonic_ns() - entry.enqueue_ns
+        if ok:
+            self.stats.record_success(total, entry.queue_ns)
+        else:
+            self.stats.record_failure(total, reason.value)
+
+    def _update_idle(self) -> None:
+        """Signal drain() when nothing is queued or running."""
+        if not self._queues.size and len(self._free) == len(self._instances):
+            self._idle.set()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop taking requests, let queued and running ones finish up to a timeout, then fail the rest."""
+        self._accepting = False
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        error = InferenceError.unavailable(f"model '{self.spec.name}' stopped before the request was served")
+        for entry in self._queues.drain():
+            entry.sink.fail(error)
+        for task in list(self._running):
+            task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def close_instances(self) -> None:
+        """Let the instances' worker threads end (after any call still running)."""
+        for instance in self._instances:
+            instance.close()
+
+    def resume(self) -> None:
+        """Take requests again after a drain (model reload)."""
+        self._accepting = True
+
+
+class _Release:
+    """Hands a request's outcome to its sink, optionally holding it until earlier requests are done."""
+
+    __slots__ = ("ordered", "settle")
+
+    def __init__(self, ordered: bool) -> None:
+        """Create a release; ordered releases wait for their turn."""
+        self.ordered = ordered
+        self.settle: Optional[Callable[[], None]] = None
+
+    def _hand_over(self, scheduler: Scheduler, action: Callable[[], None]) -> None:
+        """Run `action` now, or when every earlier request has been handed over."""
+        if not self.ordered:
+            action()
+            return
+        self.settle = action
+        scheduler.flush_ordered()
+
+    def succeed(self, entry: Entry, response: InferenceResponse, scheduler: Scheduler) -> None:
+        """Deliver a response."""
+
+        def action() -> None:
+            scheduler.account(entry, True)
+            entry.sink.deliver(response)
+            entry.sink.finish()
+
+        self._hand_over(scheduler, action)
+
+    def fail(self, entry: Entry, error: InferenceError, scheduler: Scheduler) -> None:
+        """Deliver an error."""
+
+        def action() -> None:
+            scheduler.account(entry, False, error.reason)
+            entry.sink.fail(error)
+
+        self._hand_over(scheduler, action)
+
+    def finish(self, entry: Entry, scheduler: Scheduler) -> None:
+        """End a stream."""
+
+        def action() -> None:
+            scheduler.account(entry, True)
+            entry.sink.finish()
+
+        self._hand_over(scheduler, action)
+
+
+_IMMEDIATE = _Release(ordered=False)

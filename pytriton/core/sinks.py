@@ -1,0 +1,112 @@
+"""Where a request's responses go: a future for one response, a queue for a stream."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator, Union
+
+from pytriton.core.errors import InferenceError
+from pytriton.core.request import InferenceResponse
+
+
+class ResponseSink:
+    """The receiving end of one request; the scheduler delivers into it on the event loop."""
+
+    def done(self) -> bool:
+        """Whether nobody waits for more responses (finished or cancelled)."""
+        raise NotImplementedError
+
+    def deliver(self, response: InferenceResponse) -> None:
+        """Hand over one response."""
+        raise NotImplementedError
+
+    def fail(self, error: InferenceError) -> None:
+        """End the request with an error."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """End the request after its last response."""
+        raise NotImplementedError
+
+
+class FutureSink(ResponseSink):
+    """A sink for exactly one response, awaited by the transport."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: "asyncio.Future[InferenceResponse]") -> None:
+        """Wrap a future created on the engine's loop."""
+        self.future = future
+
+    def done(self) -> bool:
+        """Whether the future is settled or cancelled."""
+        return self.future.done()
+
+    def deliver(self, response: InferenceResponse) -> None:
+        """Settle the future with the response."""
+        if not self.future.done():
+            self.future.set_result(response)
+
+    def fail(self, error: InferenceError) -> None:
+        """Settle the future with the error."""
+        if not self.future.done():
+            self.future.set_exception(error)
+
+    def finish(self) -> None:
+        """Nothing to do: the response settled the future."""
+        if not self.future.done():
+            self.future.set_exception(InferenceError.internal("model returned no response"))
+
+
+_END = object()
+StreamItem = Union[InferenceResponse, InferenceError, object]
+
+
+class StreamSink(ResponseSink):
+    """A sink for zero or more responses, consumed as an async iterator."""
+
+    def __init__(self) -> None:
+        """Create an empty stream."""
+        self._queue: "asyncio.Queue[StreamItem]" = asyncio.Queue()
+        self._closed = False
+        self._cancelled = False
+
+    def done(self) -> bool:
+        """Whether the stream ended or its consumer went away."""
+        return self._closed or self._cancelled
+
+    def cancel(self) -> None:
+        """The consumer went away: the producer stops at its next step."""
+        self._cancelled = True
+
+    def deliver(self, response: InferenceResponse) -> None:
+        """Queue one response."""
+        if not self.done():
+            self._queue.put_nowait(response)
+
+    def fail(self, error: InferenceError) -> None:
+        """Queue an error; it ends the stream."""
+        if not self.done():
+            self._closed = True
+            self._queue.put_nowait(error)
+
+    def finish(self) -> None:
+        """End the stream."""
+        if not self.done():
+            self._closed = True
+            self._queue.put_nowait(_END)
+
+    async def responses(self) -> AsyncIterator[InferenceResponse]:
+        """Yield responses until the end; an error is raised where it happened."""
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, InferenceError):
+                    raise item
+                assert isinstance(item, InferenceResponse)
+                yield item
+        finally:
+            self.cancel()
+

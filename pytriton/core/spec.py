@@ -1,0 +1,138 @@
+"""A bound model's static description and the request checks that follow from it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional, Sequence, Tuple
+
+from pytriton.core.errors import InferenceError
+from pytriton.model_config.common import DynamicBatcher, QueuePolicy
+from pytriton.model_config.triton_model_config import TensorSpec
+
+Shape = Tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorDef:
+    """A model tensor as the engine sees it: name, protocol datatype, dims without batch axis."""
+
+    name: str
+    datatype: str
+    dims: Shape
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Everything the engine needs to know about a bound model, resolved once at bind time."""
+
+    name: str
+    version: int
+    inputs: Tuple[TensorDef, ...]
+    outputs: Tuple[TensorDef, ...]
+    max_batch_size: int
+    batcher: Optional[DynamicBatcher]
+    decoupled: bool
+    response_cache: bool
+    instance_count: int
+    strict: bool
+    input_specs: Tuple[TensorSpec, ...] = ()
+    output_specs: Tuple[TensorSpec, ...] = ()
+    input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
+    output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Index tensors by name once."""
+        object.__setattr__(self, "input_by_name", {tensor.name: tensor for tensor in self.inputs})
+        object.__setattr__(self, "output_by_name", {tensor.name: tensor for tensor in self.outputs})
+
+    @property
+    def version_str(self) -> str:
+        """The version as the wire shows it."""
+        return str(self.version)
+
+    @property
+    def batching(self) -> bool:
+        """Whether the first dimension of each tensor is the batch."""
+        return self.max_batch_size > 0
+
+    def queue_policy(self, level: int) -> QueuePolicy:
+        """The queue policy of a priority level (the default policy where none is given)."""
+        batcher = self.batcher
+        if batcher is None:
+            return QueuePolicy()
+        if batcher.priority_queue_policy and level in batcher.priority_queue_policy:
+            return batcher.priority_queue_policy[level]
+        return batcher.default_queue_policy or QueuePolicy()
+
+    def check_input(self, name: str, datatype: str, shape: Sequence[int]) -> int:
+        """Check one input against the config; return its batch size (1 for non-batching models)."""
+        tensor = self.input_by_name.get(name)
+        if tensor is None:
+            raise InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
+        if datatype != tensor.datatype:
+            raise InferenceError.invalid(
+                f"inference input '{name}' data-type is '{datatype}', but model '{self.name}' expects "
+                f"'{tensor.datatype}'"
+            )
+        if any(not isinstance(dim, int) or isinstance(dim, bool) or dim < 0 for dim in shape):
+            raise InferenceError.invalid(f"invalid shape {list(shape)} for input '{name}': dims must be >= 0")
+        dims = shape
+        batch_size = 1
+        if self.batching:
+            if len(shape) == 0:
+                raise InferenceError.invalid(
+                    f"unexpected shape for input '{name}' for model '{self.name}'. Expected "
+                    f"{_show([-1, *tensor.dims])}, got {_show(shape)}"
+                )
+            batch_size = shape[0]
+            if batch_size > self.max_batch_size:
+                raise InferenceError.invalid(
+                    f"inference request batch-size must be <= {self.max_batch_size} for '{self.name}'"
+                )
+            dims = shape[1:]
+        if len(dims) != len(tensor.dims) or any(want != -1 and want != got for want, got in zip(tensor.dims, dims)):
+            expected = [-1, *tensor.dims] if self.batching else list(tensor.dims)
+            raise InferenceError.invalid(
+                f"unexpected shape for input '{name}' for model '{self.name}'. Expected {_show(expected)}, "
+                f"got {_show(shape)}"
+            )
+        return batch_size
+
+    def check_input_set(self, names: Sequence[str], batch_sizes: Sequence[int]) -> int:
+        """Check that required inputs are present and batch sizes agree; return the request batch size."""
+        required = [tensor.name for tensor in self.inputs if not tensor.optional]
+        present = set(names)
+        missing = [name for name in required if name not in present]
+        if missing:
+            raise InferenceError.invalid(
+                f"expected {len(required)} inputs but got {len(names)} inputs for model '{self.name}'. "
+                f"Got input(s) {_names(names)}, but missing required input(s) {_names(missing)}. "
+                "Please provide all required input(s)."
+            )
+        if len(present) != len(names):
+            raise InferenceError.invalid(f"duplicate input names in request for model '{self.name}'")
+        if not batch_sizes:
+            return 1
+        if self.batching and any(size != batch_sizes[0] for size in batch_sizes):
+            raise InferenceError.invalid(
+                f"inputs of request for model '{self.name}' have different batch sizes {list(batch_sizes)}"
+            )
+        return batch_sizes[0]
+
+    def check_requested_outputs(self, names: Sequence[str]) -> None:
+        """Check that every requested output exists."""
+        for name in names:
+            if name not in self.output_by_name:
+                raise InferenceError.invalid(f"unexpected inference output '{name}' for model '{self.name}'")
+
+
+def _show(shape: Sequence[int]) -> str:
+    """Shape as Triton prints it: [1,2,3]."""
+    return "[" + ",".join(str(dim) for dim in shape) + "]"
+
+
+def _names(names: Sequence[str]) -> str:
+    """Names as Triton prints them."""
+    return "[" + ", ".join(f"'{name}'" for name in names) + "]"
+

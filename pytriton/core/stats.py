@@ -1,0 +1,94 @@
+"""Per-model inference statistics, as Triton's statistics extension reports them."""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, List
+
+
+class Duration:
+    """A count and a total duration in nanoseconds."""
+
+    __slots__ = ("count", "ns")
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.count = 0
+        self.ns = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        """Record `count` events lasting `ns` in total."""
+        self.count += count
+        self.ns += ns
+
+    def as_dict(self) -> Dict[str, int]:
+        """The wire form."""
+        return {"count": self.count, "ns": self.ns}
+
+
+INFERENCE_STAT_NAMES = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+BATCH_STAT_NAMES = ("compute_input", "compute_infer", "compute_output")
+
+
+class ModelStats:
+    """Counters of one model version; updated on the event loop only."""
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.inference_count = 0
+        self.execution_count = 0
+        self.last_inference_ms = 0
+        self.inference: Dict[str, Duration] = {name: Duration() for name in INFERENCE_STAT_NAMES}
+        self.batches: Dict[int, Dict[str, Duration]] = {}
+        self.failures_by_reason: Dict[str, int] = {}
+        self.pending = 0
+
+    def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """Record one model call over a batch of `batch_size` rows."""
+        self.inference_count += batch_size
+        self.execution_count += 1
+        self.last_inference_ms = int(time.time() * 1000)
+        for stats in (self.inference, self.batches.setdefault(batch_size, _batch_durations())):
+            stats["compute_input"].add(input_ns)
+            stats["compute_infer"].add(infer_ns)
+            stats["compute_output"].add(output_ns)
+
+    def record_success(self, total_ns: int, queue_ns: int) -> None:
+        """Record a successful request."""
+        self.inference["success"].add(total_ns)
+        self.inference["queue"].add(queue_ns)
+
+    def record_failure(self, total_ns: int, reason: str) -> None:
+        """Record a failed request."""
+        self.inference["fail"].add(total_ns)
+        self.failures_by_reason[reason] = self.failures_by_reason.get(reason, 0) + 1
+
+    def as_dict(self, name: str, version: str) -> Dict[str, object]:
+        """The statistics extension's model_stats entry."""
+        batch_stats: List[Dict[str, object]] = [
+            {"batch_size": size, **{key: durations[key].as_dict() for key in BATCH_STAT_NAMES}}
+            for size, durations in sorted(self.batches.items())
+        ]
+        return {
+            "name": name,
+            "version": version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {key: duration.as_dict() for key, duration in self.inference.items()},
+            "batch_stats": batch_stats,
+        }
+
+
+def _batch_durations() -> Dict[str, Duration]:
+    """Fresh durations for one batch size."""
+    return {name: Duration() for name in BATCH_STAT_NAMES}

@@ -1,0 +1,26 @@
+"""User-facing model configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pytriton.model_config.common import DynamicBatcher
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Additional model configuration for serving a model.
+
+    Args:
+        batching: whether the model accepts a batch axis (max_batch_size > 0 on the wire).
+        max_batch_size: the largest batch the model is given.
+        batcher: dynamic batching configuration.
+        response_cache: whether responses are cached (needs TritonConfig.cache_config).
+        decoupled: whether the model streams zero, one or many responses per request.
+    """
+
+    batching: bool = True
+    max_batch_size: int = 4
+    batcher: DynamicBatcher = dataclasses.field(default_factory=DynamicBatcher)
+    response_cache: bool = False
+    decoupled: bool = False

@@ -1,0 +1,140 @@
+"""Turning Triton.bind arguments into the engine's ModelSpec and PyTriton's TritonModelConfig."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Callable, List, Sequence, Tuple, Union
+
+from pytriton.core.spec import ModelSpec, TensorDef
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
+from pytriton.model_config.common import DeviceKind
+from pytriton.model_config.model_config import ModelConfig
+from pytriton.model_config.tensor import Tensor
+from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
+from pytriton.protocol.datatypes import datatype_of_config_dtype
+
+_MODEL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_model_name(model_name: str) -> None:
+    """Model names may only contain alphanumerics, dots, underscores and dashes."""
+    if not model_name:
+        raise PyTritonValidationError("Model name cannot be empty")
+    if not _MODEL_NAME.match(model_name):
+        raise PyTritonValidationError(
+            "Model name can only contain alphanumeric characters, dots, underscores and dashes"
+        )
+
+
+def as_callables(infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]]]) -> List[Callable[..., Any]]:
+    """One callable per instance."""
+    callables = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
+    if not callables:
+        raise PyTritonBadParameterError("infer_func must be a callable or a non-empty list of callables")
+    for fn in callables:
+        if not callable(fn):
+            raise PyTritonBadParameterError(f"infer_func element {fn!r} is not callable")
+    return callables
+
+
+def _tensor_specs(tensors: Sequence[Tensor], prefix: str) -> Tuple[TensorSpec, ...]:
+    """Named tensor specs; unnamed tensors get PREFIX_1, PREFIX_2, ... by position."""
+    specs = []
+    for index, tensor in enumerate(tensors, start=1):
+        if not isinstance(tensor, Tensor):
+            raise PyTritonBadParameterError(f"{prefix.lower()}s must be pytriton.model_config.Tensor, got {tensor!r}")
+        name = tensor.name or f"{prefix}_{index}"
+        shape = tuple(int(dim) for dim in tensor.shape)
+        if any(dim < -1 or dim == 0 for dim in shape):
+            raise PyTritonModelConfigError(f"{prefix.lower()} '{name}' has invalid dims {shape}: use > 0 or -1")
+        specs.append(TensorSpec(name=name, shape=shape, dtype=tensor.dtype, optional=bool(tensor.optional)))
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise PyTritonModelConfigError(f"duplicate {prefix.lower()} names: {names}")
+    return tuple(specs)
+
+
+def _tensor_defs(specs: Sequence[TensorSpec]) -> Tuple[TensorDef, ...]:
+    """Engine tensor definitions with protocol datatypes."""
+    defs = []
+    for spec in specs:
+        try:
+            datatype = datatype_of_config_dtype(spec.dtype)
+        except ValueError as error:
+            raise PyTritonModelConfigError(f"tensor '{spec.name}': {error}") from None
+        defs.append(TensorDef(spec.name, datatype, spec.shape, bool(spec.optional)))
+    return tuple(defs)
+
+
+def build_model(
+    *,
+    model_name: str,
+    model_version: int,
+    inputs: Sequence[Tensor],
+    outputs: Sequence[Tensor],
+    config: ModelConfig,
+    instance_count: int,
+    strict: bool,
+) -> Tuple[ModelSpec, TritonModelConfig]:
+    """Check a binding and resolve it into the engine's spec and PyTriton's TritonModelConfig."""
+    validate_model_name(model_name)
+    if not isinstance(model_version, int) or model_version < 1:
+        raise PyTritonBadParameterError(f"model_version must be a positive integer, got {model_version!r}")
+    if config.batching and config.max_batch_size < 1:
+        raise PyTritonModelConfigError("max_batch_size must be >= 1 when batching is enabled")
+    if config.decoupled and config.response_cache:
+        raise PyTritonModelConfigError("Response cache is not supported for decoupled models")
+    batcher = copy.deepcopy(config.batcher) if config.batching else None
+    if batcher is not None:
+        _check_batcher(batcher, config.max_batch_size)
+    input_specs = _tensor_specs(inputs, "INPUT")
+    output_specs = _tensor_specs(outputs, "OUTPUT")
+    max_batch_size = config.max_batch_size if config.batching else 0
+    spec = ModelSpec(
+        name=model_name,
+        version=model_version,
+        inputs=_tensor_defs(input_specs),
+        outputs=_tensor_defs(output_specs),
+        max_batch_size=max_batch_size,
+        batcher=batcher,
+        decoupled=config.decoupled,
+        response_cache=config.response_cache,
+        instance_count=instance_count,
+        strict=strict,
+        input_specs=input_specs,
+        output_specs=output_specs,
+    )
+    triton_config = TritonModelConfig(
+        model_name=model_name,
+        model_version=model_version,
+        max_batch_size=max_batch_size,
+        batching=config.batching,
+        batcher=batcher,
+        instance_group={DeviceKind.KIND_CPU: instance_count},
+        decoupled=config.decoupled,
+        inputs=list(input_specs),
+        outputs=list(output_specs),
+        response_cache=ResponseCache(enable=True) if config.response_cache else None,
+    )
+    return spec, triton_config
+
+
+def _check_batcher(batcher: Any, max_batch_size: int) -> None:
+    """Reject batcher settings Triton would refuse to load."""
+    for size in batcher.preferred_batch_size or []:
+        if not 0 < size <= max_batch_size:
+            raise PyTritonModelConfigError(
+                f"preferred_batch_size {size} must be between 1 and max_batch_size ({max_batch_size})"
+            )
+    if batcher.max_queue_delay_microseconds < 0:
+        raise PyTritonModelConfigError("max_queue_delay_microseconds must be >= 0")
+    if batcher.priority_levels < 0:
+        raise PyTritonModelConfigError("priority_levels must be >= 0")
+    if batcher.priority_levels and not 1 <= batcher.default_priority_level <= batcher.priority_levels:
+        raise PyTritonModelConfigError(
+            f"default_priority_level must be between 1 and priority_levels ({batcher.priority_levels})"
+        )
+    for level in batcher.priority_queue_policy or {}:
+        if not 1 <= level <= batcher.priority_levels:
+            raise PyTritonModelConfigError(f"priority_queue_policy level {level} is outside 1..priority_levels")

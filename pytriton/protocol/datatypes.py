@@ -1,0 +1,85 @@
+"""Triton datatypes: names, numpy types, config enums, element sizes."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from pytriton.core.errors import InferenceError
+
+BYTES = "BYTES"
+BF16 = "BF16"
+
+# Protocol datatype -> numpy dtype used for arrays handed to the callable.
+# BF16 travels as the high 2 bytes of float32 and is handed over as float32 (as tritonclient does).
+_NUMPY_BY_DATATYPE: Dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    BF16: np.dtype(np.float32),
+    BYTES: np.dtype(np.object_),
+}
+
+# Wire element size in bytes of each fixed-size datatype.
+ELEMENT_SIZE: Dict[str, int] = {
+    name: (2 if name == BF16 else dtype.itemsize) for name, dtype in _NUMPY_BY_DATATYPE.items() if name != BYTES
+}
+
+_DATATYPE_BY_KIND_SIZE: Dict[tuple, str] = {  # type: ignore[type-arg]
+    (dtype.kind, dtype.itemsize): name for name, dtype in _NUMPY_BY_DATATYPE.items() if name not in (BYTES, BF16)
+}
+
+
+def numpy_dtype(datatype: str) -> np.dtype:
+    """The numpy dtype of arrays holding a protocol datatype."""
+    try:
+        return _NUMPY_BY_DATATYPE[datatype]
+    except KeyError:
+        raise InferenceError.invalid(f"invalid datatype '{datatype}'") from None
+
+
+def is_known_datatype(datatype: str) -> bool:
+    """Tell whether a datatype name is a protocol datatype."""
+    return datatype in _NUMPY_BY_DATATYPE
+
+
+def datatype_of_dtype(dtype: np.dtype) -> Optional[str]:
+    """The protocol datatype of a numpy dtype (bytes, str and object are BYTES); None if none fits."""
+    if dtype.kind in "OSU":
+        return BYTES
+    return _DATATYPE_BY_KIND_SIZE.get((dtype.kind, dtype.itemsize))
+
+
+def datatype_of_config_dtype(dtype: Any) -> str:
+    """The protocol datatype of a Tensor dtype given as numpy type, np.dtype, str, bytes or object."""
+    if dtype in (bytes, str, object, np.bytes_, np.str_, np.object_):
+        return BYTES
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"unsupported tensor dtype {dtype!r}") from None
+    datatype = datatype_of_dtype(resolved)
+    if datatype is None:
+        raise ValueError(f"unsupported tensor dtype {dtype!r}")
+    return datatype
+
+
+def config_enum(datatype: str) -> str:
+    """The model config enum name of a datatype (BYTES is TYPE_STRING)."""
+    return "TYPE_STRING" if datatype == BYTES else f"TYPE_{datatype}"
+
+
+def datatype_of_config_enum(enum_name: str) -> str:
+    """The protocol datatype of a model config enum name."""
+    name = enum_name[len("TYPE_") :]
+    return BYTES if name == "STRING" else name

@@ -1,0 +1,225 @@
+"""HTTP/REST infer messages: JSON with the binary tensor extension, both directions."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import orjson
+
+from pytriton.core.errors import InferenceError
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.spec import ModelSpec
+from pytriton.protocol.datatypes import ELEMENT_SIZE, is_known_datatype
+from pytriton.protocol.parameters import RequestOptions, split_parameters
+from pytriton.protocol.tensors import array_from_json, array_from_raw, element_count, json_from_array, raw_from_array
+
+Body = Union[bytes, bytearray]
+_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+class OutputFormat:
+    """Which outputs a request wants as binary data (the rest go as JSON)."""
+
+    __slots__ = ("binary_by_name", "binary_default")
+
+    def __init__(self, binary_by_name: Dict[str, bool], binary_default: bool) -> None:
+        """Create the format from per-output flags and the request-wide default."""
+        self.binary_by_name = binary_by_name
+        self.binary_default = binary_default
+
+    def is_binary(self, name: str) -> bool:
+        """Whether an output goes as binary data."""
+        return self.binary_by_name.get(name, self.binary_default)
+
+
+class DecodedRequest:
+    """An HTTP infer request decoded for the engine."""
+
+    __slots__ = ("request", "options", "output_format")
+
+    def __init__(self, request: InferenceRequest, options: RequestOptions, output_format: OutputFormat) -> None:
+        """Bundle the engine request with the transport-level options."""
+        self.request = request
+        self.options = options
+        self.output_format = output_format
+
+
+def decode_infer_request(
+    spec: ModelSpec,
+    body: Body,
+    header_length: Optional[int],
+    forwarded_headers: Optional[Mapping[str, str]] = None,
+) -> DecodedRequest:
+    """Decode an infer request body (JSON, optionally followed by binary tensors)."""
+    if header_length is None:
+        header_length = len(body)
+    elif header_length == 0:
+        return _decode_raw_body(spec, body, forwarded_headers)
+    elif header_length < 0 or header_length > len(body):
+        raise InferenceError.invalid(
+            f"Inference-Header-Content-Length {header_length} is out of range for a body of {len(body)} bytes"
+        )
+    document = parse_json_object(memoryview(body)[:header_length] if header_length < len(body) else body)
+    user_parameters, options = split_parameters(_mapping(document.get("parameters"), "parameters"), forwarded_headers)
+    raw_inputs = document.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise InferenceError.invalid("the request JSON must have an 'inputs' array")
+    inputs: Dict[str, np.ndarray] = {}
+    batch_sizes: List[int] = []
+    offset = header_length
+    view = memoryview(body)
+    for raw in raw_inputs:
+        name, datatype, shape, tensor_parameters = _tensor_header(raw)
+        batch_sizes.append(spec.check_input(name, datatype, shape))
+        binary_size = tensor_parameters.get("binary_data_size")
+        if binary_size is not None:
+            if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
+                raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
+            if offset + binary_size > len(body):
+                raise InferenceError.invalid(
+                    f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, "
+                    f"{len(body) - offset} left"
+                )
+            inputs[name] = array_from_raw(view[offset : offset + binary_size], datatype, shape, name)
+            offset += binary_size
+        elif "data" in raw:
+            inputs[name] = array_from_json(raw["data"], datatype, shape, name)
+        else:
+            raise InferenceError.invalid(f"input '{name}' has neither 'data' nor 'binary_data_size'")
+    if offset != len(body):
+        raise InferenceError.invalid(
+            f"unexpected {len(body) - offset} bytes of binary data after the last input of the request"
+        )
+    batch_size = spec.check_input_set(list(inputs), batch_sizes)
+    requested, output_format = _requested_outputs(spec, document.get("outputs"), options.binary_data_output)
+    request_id = document.get("id", "")
+    if not isinstance(request_id, str):
+        raise InferenceError.invalid("the request 'id' must be a string")
+    request = InferenceRequest(
+        request_id=request_id,
+        inputs=inputs,
+        parameters=user_parameters,
+        requested_outputs=requested,
+        batch_size=batch_size,
+        priority=options.priority,
+        timeout_us=options.timeout_us,
+    )
+    return DecodedRequest(request, options, output_format)
+
+
+def _decode_raw_body(spec: ModelSpec, body: Body, forwarded_headers: Optional[Mapping[str, str]]) -> DecodedRequest:
+    """`Inference-Header-Content-Length: 0`: the whole body is the model's single input."""
+    if len(spec.inputs) != 1:
+        raise InferenceError.invalid(
+            f"a request without an inference header needs a model with one input; '{spec.name}' has "
+            f"{len(spec.inputs)}"
+        )
+    tensor = spec.inputs[0]
+    if tensor.datatype not in ELEMENT_SIZE:
+        raise InferenceError.invalid(f"a request without an inference header cannot carry {tensor.datatype} data")
+    count, remainder = divmod(len(body), ELEMENT_SIZE[tensor.datatype])
+    dims = list(tensor.dims)
+    known = element_count([dim for dim in dims if dim != -1])
+    unknown = dims.count(-1)
+    if remainder or unknown > 1 or (known and count % known) or (not unknown and count != known):
+        raise InferenceError.invalid(
+            f"a body of {len(body)} bytes does not fit input '{tensor.name}' of model '{spec.name}'"
+        )
+    if unknown:
+        dims[dims.index(-1)] = count // known if known else 0
+    shape = [1, *dims] if spec.batching else dims
+    user_parameters, options = split_parameters(None, forwarded_headers)
+    spec.check_input(tensor.name, tensor.datatype, shape)
+    array = array_from_raw(memoryview(body), tensor.datatype, shape, tensor.name)
+    request = InferenceRequest(
+        request_id="", inputs={tensor.name: array}, parameters=user_parameters, requested_outputs=None, batch_size=1
+    )
+    return DecodedRequest(request, options, OutputFormat({}, True))
+
+
+def parse_json_object(data: Union[Body, memoryview]) -> Dict[str, Any]:
+    """Parse a JSON object, or raise a 400 with the parser's message."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        raise InferenceError.invalid(f"failed to parse the request JSON buffer: {error}") from None
+    if not isinstance(document, dict):
+        raise InferenceError.invalid("the request JSON must be an object")
+    return document
+
+
+def _mapping(value: Any, what: str) -> Dict[str, Any]:
+    """An optional JSON object field."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InferenceError.invalid(f"'{what}' must be a JSON object")
+    return value
+
+
+def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
+    """Name, datatype, shape and parameters of one input, type-checked."""
+    if not isinstance(raw, dict):
+        raise InferenceError.invalid("each element of 'inputs' must be a JSON object")
+    name = raw.get("name")
+    datatype = raw.get("datatype")
+    shape = raw.get("shape")
+    if not isinstance(name, str):
+        raise InferenceError.invalid("each input must have a string 'name'")
+    if not isinstance(datatype, str) or not is_known_datatype(datatype):
+        raise InferenceError.invalid(f"input '{name}' has an invalid 'datatype': {datatype!r}")
+    if not isinstance(shape, list) or not all(isinstance(dim, int) and not isinstance(dim, bool) for dim in shape):
+        raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
+    return name, datatype, shape, _mapping(raw.get("parameters"), f"parameters of input '{name}'")
+
+
+def _requested_outputs(
+    spec: ModelSpec, raw_outputs: Any, binary_default: bool
+) -> Tuple[Optional[List[str]], OutputFormat]:
+    """The requested output names (None = all) and their binary flags."""
+    if raw_outputs is None:
+        return None, OutputFormat({}, binary_default)
+    if not isinstance(raw_outputs, list):
+        raise InferenceError.invalid("'outputs' must be an array")
+    names: List[str] = []
+    binary: Dict[str, bool] = {}
+    for raw in raw_outputs:
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+            raise InferenceError.invalid("each element of 'outputs' must be an object with a string 'name'")
+        name = raw["name"]
+        parameters = _mapping(raw.get("parameters"), f"parameters of output '{name}'")
+        if parameters.get("classification"):
+            raise InferenceError.invalid(f"classification of output '{name}' is not supported")
+        binary[name] = parameters.get("binary_data", False) is True
+        names.append(name)
+    spec.check_requested_outputs(names)
+    return names, OutputFormat(binary, binary_default)
+
+
+def encode_infer_response(
+    spec: ModelSpec,
+    request_id: str,
+    response: InferenceResponse,
+    output_format: OutputFormat,
+    parameters: Optional[Dict[str, Any]] = None,
+) -> Tuple[bytes, Sequence[Any], int]:
+    """Encode a response: the JSON part, the binary parts after it, and the JSON part's length."""
+    outputs: List[Dict[str, Any]] = []
+    binary_parts: List[Any] = []
+    for output in response.outputs:
+        entry: Dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": output.array.shape}
+        if output_format.is_binary(output.name):
+            raw = raw_from_array(output.array, output.datatype)
+            entry["parameters"] = {"binary_data_size": len(raw) if not isinstance(raw, memoryview) else raw.nbytes}
+            binary_parts.append(raw)
+        else:
+            entry["data"] = json_from_array(output.array, output.datatype)
+        outputs.append(entry)
+    document: Dict[str, Any] = {"model_name": spec.name, "model_version": spec.version_str, "outputs": outputs}
+    if request_id:
+        document["id"] = request_id
+    if parameters:
+        document["parameters"] = parameters
+    header = orjson.dumps(document, option=_DUMP_OPTIONS)
+    return header, binary_parts, len(header)

@@ -1,0 +1,65 @@
+"""Request parameters: Triton's reserved keys, and what the callable sees."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from pytriton.core.errors import InferenceError
+from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, RESERVED_PARAMETERS
+
+
+class RequestOptions:
+    """What the reserved parameters of a request ask of the server."""
+
+    __slots__ = ("priority", "timeout_us", "binary_data_output", "empty_final_response")
+
+    def __init__(self) -> None:
+        """Defaults: no priority, no timeout, JSON outputs, no empty final response."""
+        self.priority = 0
+        self.timeout_us = 0
+        self.binary_data_output = False
+        self.empty_final_response = False
+
+
+def split_parameters(
+    parameters: Optional[Mapping[str, Any]], forwarded_headers: Optional[Mapping[str, str]] = None
+) -> Tuple[Dict[str, Any], RequestOptions]:
+    """Split request parameters into the callable's parameters and the server's options."""
+    options = RequestOptions()
+    user: Dict[str, Any] = {}
+    if parameters:
+        for key, value in parameters.items():
+            if not isinstance(value, (str, int, float, bool)):
+                raise InferenceError.invalid(f"parameter '{key}' must be a string, integer, double or boolean")
+            if key in RESERVED_PARAMETERS:
+                _apply_reserved(options, key, value)
+            elif key == EMPTY_FINAL_RESPONSE_PARAMETER:
+                options.empty_final_response = value is True
+            elif key.startswith("triton_"):
+                raise InferenceError.invalid(f"parameter keys starting with 'triton_' are reserved: '{key}'")
+            else:
+                user[key] = value
+    if forwarded_headers:
+        user.update(forwarded_headers)
+    return user, options
+
+
+def _apply_reserved(options: RequestOptions, key: str, value: Any) -> None:
+    """Read one reserved parameter."""
+    if key == "priority":
+        options.priority = _non_negative_int(key, value)
+    elif key == "timeout":
+        options.timeout_us = _non_negative_int(key, value)
+    elif key == "binary_data_output":
+        if not isinstance(value, bool):
+            raise InferenceError.invalid("parameter 'binary_data_output' must be a boolean")
+        options.binary_data_output = value
+    elif key.startswith("sequence_"):
+        raise InferenceError.invalid(f"parameter '{key}' is not supported: sequence batching is not available")
+
+
+def _non_negative_int(key: str, value: Any) -> int:
+    """A reserved integer parameter."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InferenceError.invalid(f"parameter '{key}' must be a non-negative integer")
+    return value

@@ -1,0 +1,165 @@
+"""Tensor contents on the wire: raw bytes (binary extension, gRPC raw) and JSON data, both ways."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, List, Sequence, Union
+
+import numpy as np
+
+from pytriton.core.errors import InferenceError
+from pytriton.protocol.datatypes import BF16, BYTES, ELEMENT_SIZE, numpy_dtype
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+_LENGTH = struct.Struct("<I")
+
+
+def element_count(shape: Sequence[int]) -> int:
+    """Number of elements of a shape."""
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def serialize_bytes_tensor(array: np.ndarray) -> bytes:
+    """Serialize a BYTES tensor: per element a 4-byte little-endian length, then the bytes."""
+    parts: List[bytes] = []
+    pack = _LENGTH.pack
+    for item in array.flat:
+        if isinstance(item, str):
+            item = item.encode("utf-8")
+        elif not isinstance(item, (bytes, bytearray)):
+            item = bytes(item) if isinstance(item, np.bytes_) else str(item).encode("utf-8")
+        parts.append(pack(len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(buffer: Buffer, name: str) -> np.ndarray:
+    """Deserialize a BYTES tensor into a flat object array of bytes (trailing NULs kept)."""
+    view = memoryview(buffer)
+    items: List[bytes] = []
+    offset = 0
+    end = len(view)
+    unpack = _LENGTH.unpack_from
+    while offset < end:
+        if offset + 4 > end:
+            raise InferenceError.invalid(f"unexpected end of BYTES data for input '{name}'")
+        (length,) = unpack(view, offset)
+        offset += 4
+        if offset + length > end:
+            raise InferenceError.invalid(f"unexpected end of BYTES data for input '{name}'")
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    array = np.empty(len(items), dtype=np.object_)
+    array[:] = items
+    return array
+
+
+def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
+    """Build an array from raw tensor bytes; fixed-size types are zero-copy views of the buffer."""
+    count = element_count(shape)
+    if datatype == BYTES:
+        flat = deserialize_bytes_tensor(buffer, name)
+        if flat.size != count:
+            raise InferenceError.invalid(
+                f"unexpected number of string elements {flat.size} for inference input '{name}', "
+                f"expecting {count}"
+            )
+        return flat.reshape(shape)
+    expected = count * ELEMENT_SIZE[datatype]
+    if len(buffer) != expected:
+        raise InferenceError.invalid(
+            f"unexpected total byte size {len(buffer)} for inference input '{name}', expecting {expected}"
+        )
+    if datatype == BF16:
+        halves = np.frombuffer(buffer, dtype="<u2", count=count).astype(np.uint32) << 16
+        return halves.view(np.float32).reshape(shape)
+    return np.frombuffer(buffer, dtype=numpy_dtype(datatype), count=count).reshape(shape)
+
+
+def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
+    """Raw wire bytes of an array (a zero-copy view when the array is contiguous little-endian)."""
+    if datatype == BYTES:
+        return serialize_bytes_tensor(array)
+    if datatype == BF16:
+        as_f32 = np.ascontiguousarray(array, dtype="<f4")
+        return (as_f32.view("<u4") >> 16).astype("<u2").tobytes()
+    wire = np.ascontiguousarray(array)
+    if wire.dtype.byteorder == ">":
+        wire = wire.astype(wire.dtype.newbyteorder("<"))
+    return memoryview(wire).cast("B")
+
+
+def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
+    """Build an array from JSON `data` (flat or nested, row-major)."""
+    if datatype in ("FP16", BF16):
+        raise InferenceError.invalid(f"datatype {datatype} of input '{name}' is not supported in JSON, use binary data")
+    if not isinstance(data, list):
+        data = [data]
+    count = element_count(shape)
+    try:
+        if datatype == BYTES:
+            flat = _flatten(data)
+            array = np.empty(len(flat), dtype=np.object_)
+            array[:] = [_to_bytes(item, name) for item in flat]
+        elif datatype == "BOOL":
+            flat = _flatten(data)
+            if not all(isinstance(item, bool) for item in flat):
+                raise InferenceError.invalid(f"unable to parse 'data' of input '{name}': expected JSON booleans")
+            array = np.array(flat, dtype=np.bool_)
+        else:
+            array = np.array(data, dtype=numpy_dtype(datatype))
+            if array.ndim != 1:
+                array = array.reshape(-1)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise InferenceError.invalid(f"unable to parse 'data' of input '{name}' as {datatype}: {error}") from None
+    if array.size != count:
+        raise InferenceError.invalid(
+            f"unexpected number of elements {array.size} in 'data' of input '{name}', shape {list(shape)} "
+            f"expects {count}"
+        )
+    return array.reshape(shape)
+
+
+def json_from_array(array: np.ndarray, datatype: str) -> Any:
+    """JSON-serializable flat data of an array (numpy arrays are left for orjson to encode)."""
+    if datatype == BYTES:
+        return [_to_text(item) for item in array.flat]
+    flat = np.ascontiguousarray(array).reshape(-1)
+    if flat.dtype.byteorder == ">":
+        flat = flat.astype(flat.dtype.newbyteorder("<"))
+    return flat
+
+
+def _flatten(data: List[Any]) -> List[Any]:
+    """Flatten nested JSON lists, row-major."""
+    if not any(isinstance(item, list) for item in data):
+        return data
+    flat: List[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            flat.append(item)
+        else:
+            stack.pop()
+    return flat
+
+
+def _to_bytes(item: Any, name: str) -> bytes:
+    """A JSON BYTES element as bytes."""
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    raise InferenceError.invalid(f"unable to parse 'data' of input '{name}': expected JSON strings for BYTES")
+
+
+def _to_text(item: Any) -> str:
+    """A BYTES element as JSON text."""
+    if isinstance(item, (bytes, np.bytes_)):
+        return bytes(item).decode("utf-8", errors="replace")
+    return str(item)

@@ -1,0 +1,1 @@
+"""Data types handed to inference callables."""

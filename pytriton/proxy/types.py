@@ -1,0 +1,77 @@
+"""Request and Response types seen by inference callables."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, ItemsView, Iterator, KeysView, List, Optional, Union, ValuesView
+
+import numpy as np
+
+Parameters = Dict[str, Union[str, int, bool, float]]
+
+
+class _TensorMapping:
+    """Mapping access over a `data` dict of named arrays."""
+
+    data: Dict[str, np.ndarray]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """Get a tensor by name."""
+        return self.data[name]
+
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        """Set a tensor by name."""
+        self.data[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        """Delete a tensor by name."""
+        del self.data[name]
+
+    def __contains__(self, name: object) -> bool:
+        """Tell whether a tensor of that name is present."""
+        return name in self.data
+
+    def __len__(self) -> int:
+        """Number of tensors."""
+        return len(self.data)
+
+    def __iter__(self) -> Iterator[str]:
+        """Iterate over tensor names."""
+        return iter(self.data)
+
+    def items(self) -> ItemsView[str, np.ndarray]:
+        """Names and tensors."""
+        return self.data.items()
+
+    def keys(self) -> KeysView[str]:
+        """Tensor names."""
+        return self.data.keys()
+
+    def values(self) -> ValuesView[np.ndarray]:
+        """Tensors."""
+        return self.data.values()
+
+    def get(self, name: str, default: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
+        """Get a tensor by name, or a default."""
+        return self.data.get(name, default)
+
+
+@dataclasses.dataclass
+class Request(_TensorMapping):
+    """One inference request: named input arrays plus parameters and forwarded headers."""
+
+    data: Dict[str, np.ndarray]
+    parameters: Optional[Parameters] = None
+    span: Optional[Any] = None
+    requested_output_names: Optional[List[str]] = None
+
+
+@dataclasses.dataclass
+class Response(_TensorMapping):
+    """One inference response: named output arrays."""
+
+    data: Dict[str, np.ndarray]
+
+
+Requests = List[Request]
+Responses = List[Response]

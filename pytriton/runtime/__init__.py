@@ -1,0 +1,1 @@
+"""Running the engine: the background event loop, server options and the transports' lifecycle."""

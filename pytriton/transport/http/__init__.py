@@ -1,0 +1,1 @@
+"""The HTTP/REST frontend."""

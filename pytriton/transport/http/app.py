@@ -1,0 +1,250 @@
+"""The HTTP/REST frontend: a plain ASGI app that translates KServe v2 requests to and from the engine."""
+
+from __future__ import annotations
+
+import logging
+import re
+import zlib
+from typing import Any, Dict, List, Optional, Union
+
+import orjson
+
+from pytriton.core.engine import Engine
+from pytriton.core.errors import InferenceError
+from pytriton.protocol import documents
+from pytriton.protocol.http_codec import decode_infer_request, encode_infer_response
+from pytriton.transport.http.responses import (
+    JSON_TYPE,
+    OCTET_TYPE,
+    Receive,
+    Scope,
+    Send,
+    header_map,
+    send_body,
+    send_empty,
+    send_error,
+    send_json,
+)
+
+LOGGER = logging.getLogger(__name__)
+
+_MODEL_ACTIONS = {"": "GET", "ready": "GET", "config": "GET", "stats": "GET", "infer": "POST"}
+
+
+class _HttpError(Exception):
+    """A transport-level failure with its HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        """Create an error with a status and a message."""
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class HttpFrontend:
+    """ASGI application serving Triton's HTTP API over an engine."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        server_version: str,
+        header_forward_pattern: Optional[str] = None,
+        max_body_bytes: int = 2**31 - 1,
+    ) -> None:
+        """Create the app; `header_forward_pattern` selects headers handed to callables as parameters."""
+        self._engine = engine
+        self._server_version = server_version
+        self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+        self._max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one HTTP request."""
+        if scope["type"] != "http":
+            return
+        try:
+            await self._dispatch(scope, receive, send)
+        except InferenceError as error:
+            await send_error(send, error.status.http_status, error.message)
+        except _HttpError as error:
+            await send_error(send, error.status, error.message)
+        except Exception as error:  # noqa: BLE001 - the server must answer, whatever broke
+            LOGGER.exception("unexpected error serving %s %s", scope["method"], scope["path"])
+            await send_error(send, 500, f"internal server error: {error}")
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Route a request by path and method."""
+        method: str = scope["method"]
+        parts: List[str] = scope["path"].rstrip("/").split("/")
+        if len(parts) < 2 or parts[0] != "" or parts[1] != "v2":
+            raise _HttpError(404, "Not Found")
+        if len(parts) >= 4 and parts[2] == "models" and parts[3] != "stats":
+            await self._model_route(scope, receive, send, method, parts[3], parts[4:])
+            return
+        route = "/".join(parts[2:])
+        engine = self._engine
+        if route == "":
+            _allow(method, "GET")
+            await send_json(send, 200, documents.server_metadata(self._server_version))
+        elif route == "health/live":
+            _allow(method, "GET")
+            await send_empty(send, 200 if engine.live else 400)
+        elif route == "health/ready":
+            _allow(method, "GET")
+            await send_empty(send, 200 if engine.ready else 400)
+        elif route == "models/stats":
+            _allow(method, "GET")
+            await send_json(send, 200, documents.model_statistics(engine.models()))
+        elif route == "repository/index":
+            _allow(method, "POST")
+            await _read_body(receive, self._max_body_bytes)
+            await send_json(send, 200, documents.repository_index(engine.models()))
+        elif len(parts) == 6 and parts[2:4] == ["repository", "models"] and parts[5] in ("load", "unload"):
+            _allow(method, "POST")
+            await _read_body(receive, self._max_body_bytes)
+            if parts[5] == "load":
+                engine.load(parts[4])
+            else:
+                await engine.unload(parts[4])
+            await send_empty(send, 200)
+        else:
+            raise _HttpError(404, "Not Found")
+
+    async def _model_route(
+        self, scope: Scope, receive: Receive, send: Send, method: str, name: str, rest: List[str]
+    ) -> None:
+        """Routes under /v2/models/{name}[/versions/{version}]."""
+        version = ""
+        if len(rest) >= 2 and rest[0] == "versions":
+            version, rest = rest[1], rest[2:]
+        if len(rest) > 1 or (rest and rest[0] not in _MODEL_ACTIONS):
+            raise _HttpError(404, "Not Found")
+        action = rest[0] if rest else ""
+        _allow(method, _MODEL_ACTIONS[action])
+        engine = self._engine
+        if action == "infer":
+            await self._infer(scope, receive, send, name, version)
+        elif action == "ready":
+            if engine.model_ready(name, version):
+                await send_empty(send, 200)
+            else:
+                await send_error(send, 400, "Model version not ready")
+        elif action == "config":
+            model = engine.model(name, version)
+            await send_json(send, 200, documents.model_config(model.spec, engine.has_cache))
+        elif action == "stats":
+            model = engine.model(name, version)
+            models = [model] if version else [m for m in engine.models() if m.spec.name == name]
+            await send_json(send, 200, documents.model_statistics(models))
+        else:
+            await send_json(send, 200, documents.model_metadata(engine.model(name, version).spec))
+
+    async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
+        """POST .../infer."""
+        model = self._engine.model(name, version)
+        if model.spec.decoupled:
+            raise InferenceError.invalid(
+                f"model '{name}' is decoupled and streams its responses: use the generate_stream endpoint or "
+                "gRPC ModelStreamInfer"
+            )
+        headers = header_map(scope)
+        body = await _read_body(receive, self._max_body_bytes)
+        encoding = headers.get("content-encoding")
+        if encoding:
+            body = _decompress(body, encoding, self._max_body_bytes)
+        header_length: Optional[int] = None
+        raw_length = headers.get("inference-header-content-length")
+        if raw_length is not None:
+            try:
+                header_length = int(raw_length)
+            except ValueError:
+                raise _HttpError(400, f"invalid Inference-Header-Content-Length: '{raw_length}'") from None
+            if isinstance(body, bytes):
+                body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
+        forwarded = self._forwarded_headers(headers)
+        decoded = decode_infer_request(model.spec, body, header_length, forwarded)
+        response = await model.infer(decoded.request)
+        json_part, binary_parts, json_length = encode_infer_response(
+            model.spec, decoded.request.id, response, decoded.output_format
+        )
+        if binary_parts:
+            out = b"".join([json_part, *binary_parts])
+            out_headers = [OCTET_TYPE, (b"inference-header-content-length", str(json_length).encode())]
+        else:
+            out = json_part
+            out_headers = [JSON_TYPE]
+        accept = headers.get("accept-encoding")
+        if accept:
+            out = _compress(out, accept, out_headers)
+        await send_body(send, 200, out, out_headers)
+
+    def _forwarded_headers(self, headers: Dict[str, str]) -> Optional[Dict[str, str]]:
+        """Headers matching http_header_forward_pattern, handed to the callable as parameters."""
+        if self._forward is None:
+            return None
+        pattern = self._forward
+        return {name: value for name, value in headers.items() if pattern.search(name)}
+
+
+def _allow(method: str, allowed: str) -> None:
+    """Refuse other methods with 405."""
+    if method != allowed:
+        raise _HttpError(405, "Method Not Allowed")
+
+
+async def _read_body(receive: Receive, limit: int) -> Union[bytes, bytearray]:
+    """Read the whole request body, refusing more than `limit` bytes."""
+    message = await receive()
+    body: Union[bytes, bytearray] = message.get("body", b"")
+    if not message.get("more_body", False):
+        if len(body) > limit:
+            raise _HttpError(413, f"request body larger than {limit} bytes")
+        return body
+    buffer = bytearray(body)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise InferenceError.invalid("client disconnected while sending the request")
+        buffer += message.get("body", b"")
+        if len(buffer) > limit:
+            raise _HttpError(413, f"request body larger than {limit} bytes")
+        if not message.get("more_body", False):
+            return buffer
+
+
+def _decompress(body: Union[bytes, bytearray], encoding: str, limit: int) -> bytearray:
+    """Undo a gzip or deflate (zlib) Content-Encoding, refusing more than `limit` bytes."""
+    encoding = encoding.strip().lower()
+    if encoding == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    elif encoding == "deflate":
+        wbits = zlib.MAX_WBITS
+    elif encoding == "identity":
+        return bytearray(body)
+    else:
+        raise _HttpError(415, f"unsupported Content-Encoding '{encoding}'")
+    decompressor = zlib.decompressobj(wbits)
+    try:
+        data = decompressor.decompress(body, limit + 1)
+    except zlib.error as error:
+        raise _HttpError(400, f"failed to decompress the request body: {error}") from None
+    if len(data) > limit or decompressor.unconsumed_tail:
+        raise _HttpError(413, f"decompressed request body larger than {limit} bytes")
+    return bytearray(data)
+
+
+def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
+    """Compress an infer response per Accept-Encoding (gzip or deflate), adding Content-Encoding."""
+    accepted = {token.split(";")[0].strip().lower() for token in accept_encoding.split(",")}
+    if "gzip" in accepted:
+        compressor = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+        headers.append((b"content-encoding", b"gzip"))
+    elif "deflate" in accepted:
+        compressor = zlib.compressobj(wbits=zlib.MAX_WBITS)
+        headers.append((b"content-encoding", b"deflate"))
+    else:
+        return body
+    return compressor.compress(body) + compressor.flush()
+
+
+__all__ = ["HttpFrontend", "orjson"]

@@ -1,0 +1,43 @@
+"""Sending HTTP responses over ASGI: JSON documents, errors, infer bodies."""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Sequence, Tuple
+
+import orjson
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Headers = List[Tuple[bytes, bytes]]
+
+JSON_TYPE = (b"content-type", b"application/json")
+OCTET_TYPE = (b"content-type", b"application/octet-stream")
+
+
+async def send_body(send: Send, status: int, body: bytes, headers: Sequence[Tuple[bytes, bytes]] = ()) -> None:
+    """Send a complete response."""
+    all_headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": all_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_json(send: Send, status: int, document: Any) -> None:
+    """Send a JSON document."""
+    await send_body(send, status, orjson.dumps(document), (JSON_TYPE,))
+
+
+async def send_error(send: Send, status: int, message: str) -> None:
+    """Send Triton's error body: {"error": message}."""
+    await send_json(send, status, {"error": message})
+
+
+async def send_empty(send: Send, status: int) -> None:
+    """Send a status with an empty body."""
+    await send_body(send, status, b"")
+
+
+def header_map(scope: Scope) -> Dict[str, str]:
+    """Request headers by lower-case name (the last value of a repeated header wins)."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}

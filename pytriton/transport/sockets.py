@@ -1,0 +1,25 @@
+"""Listening sockets bound by the server itself, so port 0 works and the real port is known."""
+
+from __future__ import annotations
+
+import socket
+
+
+def bind_socket(address: str, port: int) -> socket.socket:
+    """Bind and listen on address:port (IPv4 or IPv6); port 0 picks a free port."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address, port))
+        sock.listen(2048)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def bound_port(sock: socket.socket) -> int:
+    """The port a socket is bound to."""
+    return int(sock.getsockname()[1])

@@ -1,0 +1,46 @@
+"""Shared fixtures: real servers on ports the server picks itself."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from pytriton.triton import Triton, TritonConfig
+
+
+@contextlib.contextmanager
+def running_triton(bind: Callable[[Triton], None], **config: Any) -> Iterator[Triton]:
+    """Start a Triton on free ports (HTTP, and gRPC/metrics unless disabled), bind models, run, stop."""
+    options = {"http_port": 0, "grpc_port": 0, "metrics_port": 0}
+    options.update(config)
+    triton = Triton(config=TritonConfig(**options))
+    try:
+        bind(triton)
+        triton.run()
+        yield triton
+    finally:
+        triton.stop()
+
+
+def http_url(triton: Triton) -> str:
+    """host:port of a running server's HTTP endpoint (as tritonclient.http wants it)."""
+    return f"127.0.0.1:{triton.http_port}"
+
+
+def grpc_url(triton: Triton) -> str:
+    """host:port of a running server's gRPC endpoint (as tritonclient.grpc wants it)."""
+    return f"127.0.0.1:{triton.grpc_port}"
+
+
+@pytest.fixture
+def start_triton() -> Iterator[Callable[..., Triton]]:
+    """Start servers for a test; all are stopped at the end of the test."""
+    stack = contextlib.ExitStack()
+
+    def start(bind: Callable[[Triton], None], **config: Any) -> Triton:
+        return stack.enter_context(running_triton(bind, **config))
+
+    with stack:
+        yield start
