@@ -62,20 +62,37 @@ class ServerRuntime:
         options = self.options
         try:
             if options.http_enabled:
-                from pytriton.transport.http.app import HttpFrontend
-                from pytriton.transport.http.server import AsgiServer
+                self.http_port = await self._start_http()
+            if options.grpc_enabled:
+                from pytriton.transport.grpc.server import GrpcFrontend
 
-                sock = bind_socket(options.http_address, options.http_port)
-                self.http_port = bound_port(sock)
-                app = HttpFrontend(
-                    self.engine,
-                    server_version=__version__,
-                    header_forward_pattern=options.http_header_forward_pattern,
-                )
-                await self._start_frontend(AsgiServer(app, sock))
+                grpc_frontend = GrpcFrontend(self.engine, options, server_version=__version__)
+                await self._start_frontend(grpc_frontend)
+                self.grpc_port = grpc_frontend.port
+            if options.metrics_enabled:
+                from pytriton.transport.metrics import MetricsFrontend
+
+                metrics_frontend = MetricsFrontend(self.engine, options)
+                await self._start_frontend(metrics_frontend)
+                self.metrics_port = metrics_frontend.port
         except BaseException:
             await self._stop_frontends()
             raise
+
+    async def _start_http(self) -> int:
+        """Start the HTTP/REST frontend; return its port."""
+        from pytriton.transport.http.app import HttpFrontend
+        from pytriton.transport.http.server import AsgiServer
+
+        options = self.options
+        sock = bind_socket(options.http_address, options.http_port)
+        app = HttpFrontend(
+            self.engine,
+            server_version=__version__,
+            header_forward_pattern=options.http_header_forward_pattern,
+        )
+        await self._start_frontend(AsgiServer(app, sock))
+        return bound_port(sock)
 
     async def _start_frontend(self, frontend: Frontend) -> None:
         """Start a frontend and remember it for shutdown."""

@@ -1,0 +1,1 @@
+"""The gRPC frontend (inference.GRPCInferenceService on grpc.aio)."""
