@@ -9,7 +9,7 @@ import numpy as np
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
-from pytriton.protocol.datatypes import datatype_of_config_dtype, datatype_of_dtype
+from pytriton.protocol.datatypes import BF16_DTYPE, datatype_of_config_dtype, datatype_of_dtype
 
 _ALLOWED_KINDS = "biufOSU"
 
@@ -65,7 +65,7 @@ def _check_output_value(spec: ModelSpec, name: Any, value: Any) -> None:
     if not isinstance(value, np.ndarray):
         raise InferenceError.internal(f"Not all values returned by `{spec.name}` model callable are numpy arrays")
     kind = value.dtype.kind
-    if kind not in _ALLOWED_KINDS or datatype_of_dtype(value.dtype) is None:
+    if datatype_of_dtype(value.dtype) is None or (kind not in _ALLOWED_KINDS and value.dtype != BF16_DTYPE):
         raise InferenceError.internal(
             f"Only bool, numeric, string, unicode and object arrays are supported by Triton "
             f"(dtype.kind: {_ALLOWED_KINDS}). Returned `{name}` for model `{spec.name}` has `{kind}` dtype.kind."

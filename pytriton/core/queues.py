@@ -96,8 +96,9 @@ class PriorityQueues:
             heapq.heappop(self._deadlines)
         return self._deadlines[0][0] if self._deadlines else None
 
-    def expire(self, now_ns: int) -> None:
-        """Apply the timeout action to every entry whose timeout has expired."""
+    def expire(self, now_ns: int) -> List[Entry]:
+        """Apply the timeout action to entries whose timeout expired; return the rejected ones (dequeued)."""
+        rejected: List[Entry] = []
         while self._deadlines and self._deadlines[0][0] <= now_ns:
             _, _, entry = heapq.heappop(self._deadlines)
             if not entry.queued or entry.delayed:
@@ -110,7 +111,8 @@ class PriorityQueues:
             else:
                 entry.queued = False
                 self.size -= 1
-                entry.sink.fail(InferenceError.unavailable(TIMEOUT_MESSAGE))
+                rejected.append(entry)
+        return rejected
 
     def __iter__(self) -> Iterator[Entry]:
         """Waiting entries in service order: by level, ready before delayed, FIFO inside each."""

@@ -13,7 +13,7 @@ from typing import Any, Callable, Deque, List, Optional, Set
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.instances import Instance
 from pytriton.core.outputs import build_response, check_results
-from pytriton.core.queues import Entry, PriorityQueues
+from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
@@ -67,16 +67,22 @@ class Scheduler:
 
     def submit(self, request: InferenceRequest, sink: ResponseSink) -> None:
         """Queue a request; raises UNAVAILABLE if the model is stopping or its queue is full."""
-        if not self._accepting:
-            raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
-        self._queues.push(request, sink)
+        try:
+            if not self._accepting:
+                raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
+            self._queues.push(request, sink)
+        except InferenceError as error:
+            self.stats.record_failure(0, error.reason.value)
+            raise
         self._idle.clear()
         self._schedule()
 
     def _schedule(self) -> None:
         """Start every batch that is due on a free instance; arm a timer for the next decision."""
         now = time.monotonic_ns()
-        self._queues.expire(now)
+        for entry in self._queues.expire(now):
+            self.account(entry, False, FailureReason.REJECTED)
+            entry.sink.fail(InferenceError.unavailable(TIMEOUT_MESSAGE))
         wake_at: Optional[int] = None
         while self._free and self._queues.size:
             batch, wake_at = self._form_batch(now)

@@ -110,8 +110,6 @@ class ModelSpec:
                 f"Got input(s) {_names(names)}, but missing required input(s) {_names(missing)}. "
                 "Please provide all required input(s)."
             )
-        if len(present) != len(names):
-            raise InferenceError.invalid(f"duplicate input names in request for model '{self.name}'")
         if not batch_sizes:
             return 1
         if self.batching and any(size != batch_sizes[0] for size in batch_sizes):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+import ml_dtypes
 import numpy as np
 
 from pytriton.core.errors import InferenceError
@@ -11,8 +12,9 @@ from pytriton.core.errors import InferenceError
 BYTES = "BYTES"
 BF16 = "BF16"
 
-# Protocol datatype -> numpy dtype used for arrays handed to the callable.
-# BF16 travels as the high 2 bytes of float32 and is handed over as float32 (as tritonclient does).
+BF16_DTYPE = np.dtype(ml_dtypes.bfloat16)
+
+# Protocol datatype -> numpy dtype of the arrays handed to callables (BF16 as ml_dtypes.bfloat16, as tritonclient).
 _NUMPY_BY_DATATYPE: Dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
@@ -26,14 +28,12 @@ _NUMPY_BY_DATATYPE: Dict[str, np.dtype] = {
     "FP16": np.dtype(np.float16),
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
-    BF16: np.dtype(np.float32),
+    BF16: BF16_DTYPE,
     BYTES: np.dtype(np.object_),
 }
 
 # Wire element size in bytes of each fixed-size datatype.
-ELEMENT_SIZE: Dict[str, int] = {
-    name: (2 if name == BF16 else dtype.itemsize) for name, dtype in _NUMPY_BY_DATATYPE.items() if name != BYTES
-}
+ELEMENT_SIZE: Dict[str, int] = {name: dtype.itemsize for name, dtype in _NUMPY_BY_DATATYPE.items() if name != BYTES}
 
 _DATATYPE_BY_KIND_SIZE: Dict[tuple, str] = {  # type: ignore[type-arg]
     (dtype.kind, dtype.itemsize): name for name, dtype in _NUMPY_BY_DATATYPE.items() if name not in (BYTES, BF16)
@@ -57,6 +57,8 @@ def datatype_of_dtype(dtype: np.dtype) -> Optional[str]:
     """The protocol datatype of a numpy dtype (bytes, str and object are BYTES); None if none fits."""
     if dtype.kind in "OSU":
         return BYTES
+    if dtype == BF16_DTYPE:
+        return BF16
     return _DATATYPE_BY_KIND_SIZE.get((dtype.kind, dtype.itemsize))
 
 
@@ -64,6 +66,8 @@ def datatype_of_config_dtype(dtype: Any) -> str:
     """The protocol datatype of a Tensor dtype given as numpy type, np.dtype, str, bytes or object."""
     if dtype in (bytes, str, object, np.bytes_, np.str_, np.object_):
         return BYTES
+    if dtype == "bfloat16":
+        return BF16
     try:
         resolved = np.dtype(dtype)
     except TypeError:

@@ -71,6 +71,8 @@ def decode_infer_request(
     view = memoryview(body)
     for raw in raw_inputs:
         name, datatype, shape, tensor_parameters = _tensor_header(raw)
+        if name in inputs:
+            raise InferenceError.invalid(f"duplicate input '{name}' in request for model '{spec.name}'")
         batch_sizes.append(spec.check_input(name, datatype, shape))
         binary_size = tensor_parameters.get("binary_data_size")
         if binary_size is not None:

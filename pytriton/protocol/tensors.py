@@ -8,7 +8,7 @@ from typing import Any, List, Sequence, Union
 import numpy as np
 
 from pytriton.core.errors import InferenceError
-from pytriton.protocol.datatypes import BF16, BYTES, ELEMENT_SIZE, numpy_dtype
+from pytriton.protocol.datatypes import BF16, BF16_DTYPE, BYTES, ELEMENT_SIZE, numpy_dtype
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -74,9 +74,6 @@ def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: st
         raise InferenceError.invalid(
             f"unexpected total byte size {len(buffer)} for inference input '{name}', expecting {expected}"
         )
-    if datatype == BF16:
-        halves = np.frombuffer(buffer, dtype="<u2", count=count).astype(np.uint32) << 16
-        return halves.view(np.float32).reshape(shape)
     return np.frombuffer(buffer, dtype=numpy_dtype(datatype), count=count).reshape(shape)
 
 
@@ -84,13 +81,12 @@ def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
     """Raw wire bytes of an array (a zero-copy view when the array is contiguous little-endian)."""
     if datatype == BYTES:
         return serialize_bytes_tensor(array)
-    if datatype == BF16:
-        as_f32 = np.ascontiguousarray(array, dtype="<f4")
-        return (as_f32.view("<u4") >> 16).astype("<u2").tobytes()
+    if datatype == BF16 and array.dtype != BF16_DTYPE:
+        array = array.astype(BF16_DTYPE)
     wire = np.ascontiguousarray(array)
     if wire.dtype.byteorder == ">":
         wire = wire.astype(wire.dtype.newbyteorder("<"))
-    return memoryview(wire).cast("B")
+    return memoryview(wire.reshape(-1).view(np.uint8))
 
 
 def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
@@ -128,6 +124,8 @@ def json_from_array(array: np.ndarray, datatype: str) -> Any:
     """JSON-serializable flat data of an array (numpy arrays are left for orjson to encode)."""
     if datatype == BYTES:
         return [_to_text(item) for item in array.flat]
+    if datatype == BF16:
+        array = array.astype(np.float32)
     flat = np.ascontiguousarray(array).reshape(-1)
     if flat.dtype.byteorder == ">":
         flat = flat.astype(flat.dtype.newbyteorder("<"))

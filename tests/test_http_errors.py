@@ -1,0 +1,255 @@
+"""Malformed requests get Triton's 4xx answers, model faults fail only their request, and the server keeps serving."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.http_helpers import post_json, request
+
+GOOD = {"inputs": [{"name": "INPUT_1", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
+
+
+def _identity(requests):
+    return [{"OUTPUT_1": r["INPUT_1"]} for r in requests]
+
+
+def _raises(requests):
+    raise ValueError("the model broke")
+
+
+def _bad_outputs(requests):
+    kind = requests[0].parameters.get("kind")
+    value = requests[0]["INPUT_1"]
+    results = {
+        "not-a-list": {"OUTPUT_1": value},
+        "wrong-count": [],
+        "not-a-dict": ["x"],
+        "non-array": [{"OUTPUT_1": [1.0, 2.0]}],
+        "str-object": [{"OUTPUT_1": np.array(["text"], dtype=object)}],
+        "wrong-dtype": [{"OUTPUT_1": value.astype(np.int64)}],
+        "wrong-shape": [{"OUTPUT_1": value.reshape(1, 2, 1)}],
+        "unknown-name": [{"OUTPUT_1": value, "EXTRA": value}],
+        "complex": [{"OUTPUT_1": value.astype(np.complex64)}],
+    }
+    return results[kind]
+
+
+def _bind(triton: Triton) -> None:
+    tensor = Tensor(dtype=np.float32, shape=(-1,))
+    triton.bind("identity", _identity, inputs=[tensor], outputs=[tensor], config=ModelConfig(max_batch_size=2))
+    triton.bind("raises", _raises, inputs=[tensor], outputs=[tensor])
+    triton.bind("strict", _bad_outputs, inputs=[tensor], outputs=[tensor], strict=True)
+    triton.bind("lenient", _bad_outputs, inputs=[tensor], outputs=[tensor], strict=False)
+
+
+@pytest.fixture(scope="module")
+def server():
+    from tests.conftest import running_triton
+
+    with running_triton(_bind, allow_grpc=False, allow_metrics=False) as triton:
+        yield triton
+
+
+def _still_serving(server) -> None:
+    status, document = post_json(server.http_port, "/v2/models/identity/infer", GOOD)
+    assert status == 200 and document["outputs"][0]["data"] == [1, 2]
+
+
+BAD_BODIES = {
+    "not json": (b"{not json", 400, "failed to parse the request JSON"),
+    "json array": (b"[1, 2]", 400, "must be an object"),
+    "no inputs": (b"{}", 400, "'inputs'"),
+    "inputs not list": (b'{"inputs": {}}', 400, "'inputs'"),
+    "input not object": (b'{"inputs": [1]}', 400, "JSON object"),
+    "missing name": (b'{"inputs": [{"shape": [1], "datatype": "FP32", "data": [1]}]}', 400, "'name'"),
+    "unknown input": (
+        b'{"inputs": [{"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "unexpected inference input 'X' for model 'identity'",
+    ),
+    "wrong datatype": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "INT32", "data": [1]}]}',
+        400,
+        "inference input 'INPUT_1' data-type is 'INT32', but model 'identity' expects 'FP32'",
+    ),
+    "unknown datatype": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP128", "data": [1]}]}',
+        400,
+        "invalid 'datatype'",
+    ),
+    "wrong rank": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}',
+        400,
+        "unexpected shape for input 'INPUT_1' for model 'identity'. Expected [-1,-1], got [2]",
+    ),
+    "batch too large": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [3, 1], "datatype": "FP32", "data": [1, 2, 3]}]}',
+        400,
+        "inference request batch-size must be <= 2 for 'identity'",
+    ),
+    "negative dim": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, -1], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "dims must be >= 0",
+    ),
+    "shape not ints": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": ["1"], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "'shape' array of integers",
+    ),
+    "too few elements": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 3], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "unexpected number of elements",
+    ),
+    "huge shape": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 100000000000000], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "unexpected number of elements",
+    ),
+    "ragged data": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 2], "datatype": "FP32", "data": [[1], [2, 3]]}]}',
+        400,
+        "unable to parse 'data'",
+    ),
+    "string data": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [{"a": 1}]}]}',
+        400,
+        "unable to parse 'data'",
+    ),
+    "missing data": (b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32"}]}', 400, "neither"),
+    "missing input": (b'{"inputs": []}', 400, "expected 1 inputs but got 0 inputs for model 'identity'"),
+    "duplicate input": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]},'
+        b'{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "duplicate",
+    ),
+    "id not string": (b'{"id": 5, "inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}', 400, "'id'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BODIES))
+def test_malformed_json_bodies(server, case):
+    body, status, message = BAD_BODIES[case]
+    got_status, headers, raw = request(server.http_port, "POST", "/v2/models/identity/infer", body)
+    assert got_status == status
+    assert headers["content-type"] == "application/json"
+    assert message in json.loads(raw)["error"]
+    _still_serving(server)
+
+
+@pytest.mark.parametrize(
+    ("header", "body", "message"),
+    [
+        ("abc", b"{}", "invalid Inference-Header-Content-Length"),
+        ("-1", b"{}", "out of range"),
+        ("1000", b"{}", "out of range"),
+        ("2", b'{}\x00\x00\x00\x00', "'inputs'"),
+    ],
+)
+def test_bad_inference_header_length(server, header, body, message):
+    status, _, raw = request(
+        server.http_port, "POST", "/v2/models/identity/infer", body, {"Inference-Header-Content-Length": header}
+    )
+    assert status == 400 and message in json.loads(raw)["error"]
+    _still_serving(server)
+
+
+def _binary_body(sizes, payload: bytes):
+    document = {
+        "inputs": [
+            {"name": "INPUT_1", "shape": [1, 2], "datatype": "FP32", "parameters": {"binary_data_size": size}}
+            for size in sizes
+        ]
+    }
+    header = json.dumps(document).encode()
+    return header + payload, {"Inference-Header-Content-Length": str(len(header))}
+
+
+@pytest.mark.parametrize(
+    ("sizes", "payload", "message"),
+    [
+        ([8], b"\x00" * 4, "unexpected end of binary data"),
+        ([8], b"\x00" * 12, "after the last input"),
+        ([4], b"\x00" * 4, "unexpected total byte size 4"),
+        ([-1], b"", "non-negative"),
+    ],
+)
+def test_bad_binary_sections(server, sizes, payload, message):
+    body, headers = _binary_body(sizes, payload)
+    status, _, raw = request(server.http_port, "POST", "/v2/models/identity/infer", body, headers)
+    assert status == 400 and message in json.loads(raw)["error"]
+    _still_serving(server)
+
+
+def test_bad_bytes_encoding_in_binary(server):
+    def bind(triton: Triton) -> None:
+        triton.bind("text", _identity, inputs=[Tensor(dtype=bytes, shape=(-1,))], outputs=[Tensor(dtype=bytes, shape=(-1,))])
+
+    from tests.conftest import running_triton
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        document = {"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": 6}}]}
+        header = json.dumps(document).encode()
+        status, _, raw = request(
+            triton.http_port,
+            "POST",
+            "/v2/models/text/infer",
+            header + b"\xff\x00\x00\x00ab",
+            {"Inference-Header-Content-Length": str(len(header))},
+        )
+        assert status == 400 and "unexpected end of BYTES data" in json.loads(raw)["error"]
+
+
+def test_model_exception_is_500_with_message(server):
+    status, document = post_json(server.http_port, "/v2/models/raises/infer", GOOD)
+    assert status == 500 and "the model broke" in document["error"]
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    inputs = [httpclient.InferInput("INPUT_1", [1, 2], "FP32")]
+    inputs[0].set_data_from_numpy(np.ones((1, 2), np.float32))
+    with pytest.raises(httpclient.InferenceServerException, match="the model broke"):
+        client.infer("raises", inputs)
+    _still_serving(server)
+
+
+FAULTS_BOTH_MODES = {
+    "not-a-list": "must be list of response dicts",
+    "wrong-count": "does not match number of requests (1)",
+    "not-a-dict": "must be list of response dicts",
+    "non-array": "are numpy arrays",
+    "str-object": "Use string/byte-string instead of object",
+    "complex": "dtype.kind",
+}
+FAULTS_STRICT_ONLY = {
+    "wrong-dtype": "has invalid type",
+    "wrong-shape": "has invalid shapes",
+    "unknown-name": "is not defined in model config",
+}
+
+
+def _infer_kind(server, model: str, kind: str):
+    body = dict(GOOD, parameters={"kind": kind})
+    return post_json(server.http_port, f"/v2/models/{model}/infer", body)
+
+
+@pytest.mark.parametrize("kind", sorted(FAULTS_BOTH_MODES))
+@pytest.mark.parametrize("model", ["strict", "lenient"])
+def test_wrong_outputs_fail_in_both_modes(server, model, kind):
+    status, document = _infer_kind(server, model, kind)
+    assert status == 500 and FAULTS_BOTH_MODES[kind] in document["error"]
+    _still_serving(server)
+
+
+@pytest.mark.parametrize("kind", sorted(FAULTS_STRICT_ONLY))
+def test_wrong_outputs_fail_only_in_strict_mode(server, kind):
+    status, document = _infer_kind(server, "strict", kind)
+    assert status == 500 and FAULTS_STRICT_ONLY[kind] in document["error"]
+    status, document = _infer_kind(server, "lenient", kind)
+    assert status == 200 and [o["name"] for o in document["outputs"]] == ["OUTPUT_1"]
