@@ -1,0 +1,254 @@
+"""Triton's lifecycle: run/stop, serve() with signals, unrecoverable errors, config resolution."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytriton.exceptions import (
+    PyTritonBadParameterError,
+    PyTritonInvalidOperationError,
+    PyTritonModelConfigError,
+    PyTritonValidationError,
+)
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+from tests.http_helpers import post_json, request
+
+SERVER = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    from pytriton.exceptions import PyTritonUnrecoverableError
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    def infer(requests):
+        value = float(requests[0]["x"].ravel()[0])
+        if value < 0:
+            raise PyTritonUnrecoverableError("cannot go on")
+        time.sleep(value)
+        return [{"y": r["x"]} for r in requests]
+
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False, exit_timeout_secs=10))
+    triton.bind("m", infer, inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+                outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))], config=ModelConfig(max_batch_size=1))
+    triton.run()
+    print(triton.http_port, flush=True)
+    triton.serve()
+    print("serve returned", flush=True)
+    """
+)
+
+
+def _start_server(tmp_path: Path) -> "tuple[subprocess.Popen, int]":
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    process = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).parent.parent)
+    )
+    port = int(process.stdout.readline())
+    return process, port
+
+
+def _body(value: float):
+    return {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [value]}]}
+
+
+def test_sigterm_finishes_in_flight_requests_then_exits(tmp_path):
+    process, port = _start_server(tmp_path)
+    try:
+        results = []
+        worker = threading.Thread(target=lambda: results.append(post_json(port, "/v2/models/m/infer", _body(0.5))))
+        worker.start()
+        time.sleep(0.2)  # the request is inside the model now
+        process.send_signal(signal.SIGTERM)
+        worker.join(10)
+        assert results and results[0][0] == 200
+        assert process.wait(10) == 0
+        assert process.stdout.read().strip() == "serve returned"
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+
+
+def test_unrecoverable_error_stops_serve(tmp_path):
+    process, port = _start_server(tmp_path)
+    try:
+        status, document = post_json(port, "/v2/models/m/infer", _body(-1))
+        assert status == 500 and "cannot go on" in document["error"]
+        assert process.wait(15) == 0
+        assert process.stdout.read().strip() == "serve returned"
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+
+
+def _identity(requests):
+    return [{"OUTPUT_1": r["INPUT_1"]} for r in requests]
+
+
+def _bind_identity(triton: Triton, name: str = "identity") -> None:
+    triton.bind(name, _identity, inputs=[Tensor(dtype=np.float32, shape=(-1,))], outputs=[Tensor(dtype=np.float32, shape=(-1,))])
+
+
+def test_bind_after_run_and_several_models():
+    with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+        _bind_identity(triton, "first")
+        triton.run()
+        assert triton.is_alive()
+        _bind_identity(triton, "second")
+        for name in ("first", "second"):
+            status, document = post_json(
+                triton.http_port,
+                f"/v2/models/{name}/infer",
+                {"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [3]}]},
+            )
+            assert status == 200 and document["outputs"][0]["data"] == [3]
+    assert not triton.is_alive()
+
+
+def test_stop_closes_the_port_and_is_idempotent():
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    _bind_identity(triton)
+    triton.run()
+    port = triton.http_port
+    assert request(port, "GET", "/v2/health/ready")[0] == 200
+    triton.stop()
+    triton.stop()
+    with pytest.raises(OSError):
+        request(port, "GET", "/v2/health/ready")
+    with pytest.raises(PyTritonInvalidOperationError):
+        triton.run()
+
+
+def test_model_name_validation_and_duplicates():
+    with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+        for bad in ("", "has space", "slash/name"):
+            with pytest.raises(PyTritonValidationError):
+                _bind_identity(triton, bad)
+        _bind_identity(triton, "ok.name-1_x")
+        with pytest.raises(PyTritonInvalidOperationError):
+            _bind_identity(triton, "ok.name-1_x")
+
+
+def test_bind_rejects_bad_configs():
+    with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+        tensor = [Tensor(dtype=np.float32, shape=(-1,))]
+        with pytest.raises(PyTritonModelConfigError):
+            triton.bind("a", _identity, tensor, tensor, config=ModelConfig(decoupled=True, response_cache=True))
+        with pytest.raises(PyTritonModelConfigError):
+            triton.bind("b", _identity, [Tensor(dtype=np.complex64, shape=(1,))], tensor)
+        with pytest.raises(PyTritonBadParameterError):
+            triton.bind("c", [], tensor, tensor)
+        with pytest.raises(PyTritonModelConfigError):
+            triton.bind("d", _identity, [Tensor(name="x", dtype=np.float32, shape=(1,))] * 2, tensor)
+
+
+def test_default_tensor_names_and_dtype_forms():
+    with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+        triton.bind(
+            "forms",
+            lambda requests: [{"OUTPUT_1": r["INPUT_1"], "OUTPUT_2": r["INPUT_2"]} for r in requests],
+            inputs=[Tensor(dtype=np.float32().dtype, shape=(-1,)), Tensor(dtype="int16", shape=(-1,))],
+            outputs=[Tensor(dtype=np.dtype("float32"), shape=(-1,)), Tensor(dtype=np.int16, shape=(-1,))],
+        )
+        triton.run()
+        from tests.http_helpers import get_json
+
+        _, metadata = get_json(triton.http_port, "/v2/models/forms")
+    assert [(t["name"], t["datatype"]) for t in metadata["inputs"]] == [("INPUT_1", "FP32"), ("INPUT_2", "INT16")]
+    assert [(t["name"], t["datatype"]) for t in metadata["outputs"]] == [("OUTPUT_1", "FP32"), ("OUTPUT_2", "INT16")]
+
+
+def test_config_from_env_casts_and_warns(monkeypatch, caplog):
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_GRPC_PORT", "45436")
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_LOG_VERBOSE", "4")
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_ALLOW_METRICS", "false")
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_CACHE_CONFIG_0", "local,size=100")
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_NO_SUCH_OPTION", "1")
+    config = TritonConfig.from_env()
+    assert config.grpc_port == 45436 and config.log_verbose == 4 and config.allow_metrics is False
+    assert config.cache_config == ["local,size=100"]
+    assert "Ignoring no_such_option=1" in caplog.text
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_ALLOW_HTTP", "maybe")
+    with pytest.raises(PyTritonValidationError):
+        TritonConfig.from_env()
+
+
+def test_config_precedence_explicit_over_env_over_defaults(monkeypatch):
+    from pytriton.triton_config import resolve_config
+
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_HTTP_PORT", "9100")
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_GRPC_PORT", "9101")
+    resolved = resolve_config(TritonConfig(http_port=9200))
+    assert resolved.http_port == 9200 and resolved.grpc_port == 9101 and resolved.metrics_port is None
+    assert TritonConfig(http_port=1).to_dict()["http_port"] == 1
+
+
+def test_http_and_grpc_cannot_both_be_disabled():
+    with pytest.raises(PyTritonValidationError, match="has to be allowed"):
+        TritonConfig(allow_http=False, allow_grpc=False)
+
+
+def test_options_without_effect_warn_and_unimplemented_ones_fail(caplog):
+    Triton(config=TritonConfig(http_thread_count=4, http_port=0)).stop()
+    assert "http_thread_count has no effect" in caplog.text
+    with pytest.raises(PyTritonValidationError, match="sagemaker"):
+        Triton(config=TritonConfig(allow_sagemaker=True))
+
+
+def test_serve_in_a_thread_returns_on_stop():
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    _bind_identity(triton)
+    thread = threading.Thread(target=triton.serve, kwargs={"monitoring_period_sec": 0.05})
+    thread.start()
+    deadline = time.monotonic() + 10
+    while triton.http_port is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert request(triton.http_port, "GET", "/v2/health/live")[0] == 200
+    triton._runtime.stopped.set()
+    thread.join(10)
+    assert not thread.is_alive() and not triton.is_alive()
+
+
+def test_no_thread_keeps_the_process_alive(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import threading, numpy as np
+            from pytriton.model_config import Tensor
+            from pytriton.triton import Triton, TritonConfig
+            never = threading.Event()
+            def hang(requests):
+                never.wait()
+            triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False, exit_timeout_secs=1))
+            triton.bind("m", hang, inputs=[Tensor(dtype=np.float32, shape=(1,))], outputs=[Tensor(dtype=np.float32, shape=(1,))])
+            triton.run()
+            import http.client, json
+            c = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=0.5)
+            try:
+                c.request("POST", "/v2/models/m/infer", json.dumps({"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}))
+                c.getresponse()
+            except Exception:
+                pass
+            triton.stop()
+            print("stopped")
+            """
+        )
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent))
+    finished = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30, env=env)
+    assert finished.returncode == 0 and finished.stdout.strip() == "stopped"

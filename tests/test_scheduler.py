@@ -1,0 +1,306 @@
+"""Triton's scheduling semantics: dynamic batching, priorities, queue policies, instances, cache, faults."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+import pytest
+
+from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
+from pytriton.triton import Triton
+from tests.conftest import running_triton
+from tests.http_helpers import get_json, post_json
+
+TENSOR = Tensor(name="x", dtype=np.float32, shape=(-1,))
+OUT = Tensor(name="y", dtype=np.float32, shape=(-1,))
+
+
+class Recorder:
+    """A callable that records each call's batch and can be held until released."""
+
+    def __init__(self, delay_s: float = 0.0, hold_first: bool = False) -> None:
+        self.calls: List[List[float]] = []
+        self.rows: List[int] = []
+        self.delay_s = delay_s
+        self.started = threading.Event()
+        self.release = threading.Event()
+        if not hold_first:
+            self.release.set()
+        self.lock = threading.Lock()
+
+    def __call__(self, requests):
+        with self.lock:
+            self.calls.append([float(r["x"].ravel()[0]) for r in requests])
+            self.rows.append(sum(r["x"].shape[0] for r in requests))
+        self.started.set()
+        self.release.wait(30)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return [{"y": r["x"]} for r in requests]
+
+
+def _body(value: float, rows: int = 1, parameters: Dict[str, Any] = None) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"inputs": [{"name": "x", "shape": [rows, 1], "datatype": "FP32", "data": [value] * rows}]}
+    if parameters:
+        body["parameters"] = parameters
+    return body
+
+
+def _serve(model: Callable, config: ModelConfig, **triton_config: Any):
+    def bind(triton: Triton) -> None:
+        triton.bind("m", model, inputs=[TENSOR], outputs=[OUT], config=config)
+
+    return running_triton(bind, allow_grpc=False, allow_metrics=False, **triton_config)
+
+
+def _wait_pending(triton: Triton, count: int) -> None:
+    """Wait until `count` requests wait in the model's queue (test-only view of the engine)."""
+    scheduler = triton._runtime.engine.model("m").scheduler
+    deadline = time.monotonic() + 10
+    while scheduler.pending < count:
+        assert time.monotonic() < deadline, f"only {scheduler.pending} of {count} requests queued"
+        time.sleep(0.002)
+
+
+def _send_all(port: int, bodies: List[Dict[str, Any]]) -> List[concurrent.futures.Future]:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(len(bodies), 1))
+    futures = [pool.submit(post_json, port, "/v2/models/m/infer", body) for body in bodies]
+    pool.shutdown(wait=False)
+    return futures
+
+
+def test_concurrent_requests_form_batches_never_above_max():
+    model = Recorder(hold_first=True)
+    with _serve(model, ModelConfig(max_batch_size=8)) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        rest = _send_all(triton.http_port, [_body(i, rows=3) for i in range(1, 7)])
+        _wait_pending(triton, 6)
+        model.release.set()
+        assert all(f.result()[0] == 200 for f in first + rest)
+    assert max(model.rows) <= 8
+    assert max(len(call) for call in model.calls) == 2  # 3 + 3 rows fit, a third request would exceed 8
+    assert sorted(v for call in model.calls for v in call) == list(range(7))
+
+
+def test_requests_join_in_arrival_order():
+    model = Recorder(hold_first=True)
+    with _serve(model, ModelConfig(max_batch_size=4)) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        for i in range(1, 9):
+            _send_all(triton.http_port, [_body(i)])
+            _wait_pending(triton, i)
+        model.release.set()
+        first[0].result()
+    assert model.calls[1:] == [[1, 2, 3, 4], [5, 6, 7, 8]]
+
+
+def test_preferred_batch_size_fires_without_waiting_for_the_delay():
+    model = Recorder()
+    config = ModelConfig(
+        max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=5_000_000, preferred_batch_size=[2])
+    )
+    with _serve(model, config) as triton:
+        started = time.monotonic()
+        futures = _send_all(triton.http_port, [_body(1), _body(2)])
+        assert all(f.result()[0] == 200 for f in futures)
+        elapsed = time.monotonic() - started
+    assert sorted(model.calls[0]) == [1, 2] and len(model.calls) == 1
+    assert elapsed < 2.5
+
+
+def test_lone_request_waits_for_max_queue_delay():
+    model = Recorder()
+    config = ModelConfig(max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=300_000))
+    with _serve(model, config) as triton:
+        started = time.monotonic()
+        status, _ = post_json(triton.http_port, "/v2/models/m/infer", _body(1))
+        elapsed = time.monotonic() - started
+    assert status == 200
+    assert 0.28 <= elapsed < 2.0
+
+
+def test_priority_levels_serve_highest_first():
+    model = Recorder(hold_first=True)
+    config = ModelConfig(
+        max_batch_size=1, batcher=DynamicBatcher(priority_levels=3, default_priority_level=3)
+    )
+    with _serve(model, config) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        order = [(10, 3), (11, 0), (20, 2), (30, 1), (21, 2), (31, 1)]
+        for count, (value, priority) in enumerate(order, start=1):
+            _send_all(triton.http_port, [_body(value, parameters={"priority": priority})])
+            _wait_pending(triton, count)
+        model.release.set()
+        first[0].result()
+        _wait_pending(triton, 0)
+        deadline = time.monotonic() + 10
+        while len(model.calls) < 7 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert [call[0] for call in model.calls] == [0, 30, 31, 20, 21, 10, 11]
+
+
+def test_queue_full_is_rejected_with_503():
+    model = Recorder(hold_first=True)
+    config = ModelConfig(max_batch_size=1, batcher=DynamicBatcher(default_queue_policy=QueuePolicy(max_queue_size=2)))
+    with _serve(model, config) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        queued = _send_all(triton.http_port, [_body(1), _body(2)])
+        _wait_pending(triton, 2)
+        status, document = post_json(triton.http_port, "/v2/models/m/infer", _body(3))
+        assert status == 503 and document["error"] == "Exceeds maximum queue size"
+        model.release.set()
+        assert [f.result()[0] for f in first + queued] == [200, 200, 200]
+
+
+def test_queue_timeout_rejects_while_the_instance_is_busy():
+    model = Recorder(hold_first=True)
+    policy = QueuePolicy(default_timeout_microseconds=100_000, timeout_action=TimeoutAction.REJECT)
+    config = ModelConfig(max_batch_size=1, batcher=DynamicBatcher(default_queue_policy=policy))
+    with _serve(model, config) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        started = time.monotonic()
+        status, document = post_json(triton.http_port, "/v2/models/m/infer", _body(1))
+        elapsed = time.monotonic() - started
+        model.release.set()
+        assert first[0].result()[0] == 200
+    assert status == 503 and document["error"] == "Request timeout expired"
+    assert 0.09 <= elapsed < 2.0
+    assert model.calls == [[0]]
+
+
+def test_timeout_override_only_shortens_the_default():
+    model = Recorder(hold_first=True)
+    policy = QueuePolicy(default_timeout_microseconds=10_000_000, allow_timeout_override=True)
+    config = ModelConfig(max_batch_size=1, batcher=DynamicBatcher(default_queue_policy=policy))
+    with _serve(model, config) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        started = time.monotonic()
+        status, document = post_json(triton.http_port, "/v2/models/m/infer", _body(1, parameters={"timeout": 50_000}))
+        assert time.monotonic() - started < 2.0
+        model.release.set()
+        first[0].result()
+    assert status == 503 and document["error"] == "Request timeout expired"
+
+
+def test_delay_action_runs_late_instead_of_failing():
+    model = Recorder(hold_first=True)
+    policy = QueuePolicy(default_timeout_microseconds=50_000, timeout_action=TimeoutAction.DELAY)
+    config = ModelConfig(
+        max_batch_size=1,
+        batcher=DynamicBatcher(
+            priority_levels=2, default_priority_level=2, priority_queue_policy={2: policy}
+        ),
+    )
+    with _serve(model, config) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        late = _send_all(triton.http_port, [_body(1)])
+        _wait_pending(triton, 1)
+        time.sleep(0.15)  # let the level-2 request's 50 ms timeout expire: it becomes delayed
+        fresh = _send_all(triton.http_port, [_body(2)])
+        _wait_pending(triton, 2)
+        model.release.set()
+        assert [f.result()[0] for f in first + late + fresh] == [200, 200, 200]
+    assert [call[0] for call in model.calls] == [0, 2, 1]
+
+
+def test_two_instances_run_in_parallel():
+    intervals: List[tuple] = []
+    lock = threading.Lock()
+    both_started = threading.Barrier(2, timeout=10)
+
+    def instance(requests):
+        start = time.monotonic()
+        both_started.wait()
+        with lock:
+            intervals.append((start, time.monotonic()))
+        return [{"y": r["x"]} for r in requests]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("m", [instance, instance], inputs=[TENSOR], outputs=[OUT], config=ModelConfig(max_batch_size=1))
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        futures = _send_all(triton.http_port, [_body(1), _body(2)])
+        assert [f.result()[0] for f in futures] == [200, 200]
+    assert len(intervals) == 2  # the barrier only opens when both instances run at the same time
+
+
+def test_async_instances_overlap():
+    import asyncio
+
+    active = {"now": 0, "max": 0}
+
+    async def instance(requests):
+        active["now"] += 1
+        active["max"] = max(active["max"], active["now"])
+        await asyncio.sleep(0.2)
+        active["now"] -= 1
+        return [{"y": r["x"]} for r in requests]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("m", [instance, instance], inputs=[TENSOR], outputs=[OUT], config=ModelConfig(max_batch_size=1))
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        futures = _send_all(triton.http_port, [_body(1), _body(2)])
+        assert [f.result()[0] for f in futures] == [200, 200]
+    assert active["max"] == 2
+
+
+def test_response_cache_hit_skips_the_model():
+    model = Recorder()
+    with _serve(model, ModelConfig(max_batch_size=4, response_cache=True), cache_config=["local,size=1048576"]) as triton:
+        first = post_json(triton.http_port, "/v2/models/m/infer", _body(7))
+        second = post_json(triton.http_port, "/v2/models/m/infer", _body(7))
+        other = post_json(triton.http_port, "/v2/models/m/infer", _body(8))
+        _, stats = get_json(triton.http_port, "/v2/models/m/stats")
+        _, config = get_json(triton.http_port, "/v2/models/m/config")
+    assert first == second and first[0] == 200 and other[0] == 200
+    assert model.calls == [[7], [8]]
+    inference = stats["model_stats"][0]["inference_stats"]
+    assert inference["cache_hit"]["count"] == 1 and inference["cache_miss"]["count"] == 2
+    assert inference["success"]["count"] == 3
+    assert stats["model_stats"][0]["execution_count"] == 2
+    assert config["response_cache"] == {"enable": True}
+
+
+def test_exception_fails_only_its_batch():
+    def model(requests):
+        if any(float(r["x"].ravel()[0]) == 13 for r in requests):
+            raise RuntimeError("unlucky batch")
+        return [{"y": r["x"]} for r in requests]
+
+    with _serve(model, ModelConfig(max_batch_size=1)) as triton:
+        futures = _send_all(triton.http_port, [_body(v) for v in (1, 13, 2, 3)])
+        results = [f.result() for f in futures]
+    assert [status for status, _ in results] == [200, 500, 200, 200]
+    assert "unlucky batch" in results[1][1]["error"]
+
+
+def test_stop_answers_every_in_flight_request():
+    model = Recorder(delay_s=0.3)
+    triton_cm = _serve(model, ModelConfig(max_batch_size=2))
+    triton = triton_cm.__enter__()
+    futures = _send_all(triton.http_port, [_body(i) for i in range(5)])
+    assert model.started.wait(10)
+    triton_cm.__exit__(None, None, None)
+    assert [f.result()[0] for f in futures] == [200] * 5
+
+
+def test_requests_after_stop_are_refused():
+    model = Recorder()
+    with _serve(model, ModelConfig(max_batch_size=2)) as triton:
+        engine = triton._runtime.engine
+        port = triton.http_port
+    assert not engine.accepting
+    with pytest.raises(OSError):
+        post_json(port, "/v2/models/m/infer", _body(1))
