@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import zlib
@@ -12,6 +13,7 @@ import orjson
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.protocol import documents
+from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import decode_infer_request, encode_infer_response
 from pytriton.transport.http.responses import (
     JSON_TYPE,
@@ -28,7 +30,16 @@ from pytriton.transport.http.responses import (
 
 LOGGER = logging.getLogger(__name__)
 
-_MODEL_ACTIONS = {"": "GET", "ready": "GET", "config": "GET", "stats": "GET", "infer": "POST"}
+_MODEL_ACTIONS = {
+    "": "GET",
+    "ready": "GET",
+    "config": "GET",
+    "stats": "GET",
+    "infer": "POST",
+    "generate": "POST",
+    "generate_stream": "POST",
+}
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
 
 class _HttpError(Exception):
@@ -68,7 +79,7 @@ class HttpFrontend:
             await send_error(send, error.status.http_status, error.message)
         except _HttpError as error:
             await send_error(send, error.status, error.message)
-        except Exception as error:  # noqa: BLE001 - the server must answer, whatever broke
+        except Exception as error:
             LOGGER.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             await send_error(send, 500, f"internal server error: {error}")
 
@@ -124,6 +135,10 @@ class HttpFrontend:
         engine = self._engine
         if action == "infer":
             await self._infer(scope, receive, send, name, version)
+        elif action == "generate":
+            await self._generate(scope, receive, send, name, version)
+        elif action == "generate_stream":
+            await self._generate_stream(scope, receive, send, name, version)
         elif action == "ready":
             if engine.model_ready(name, version):
                 await send_empty(send, 200)
@@ -178,12 +193,70 @@ class HttpFrontend:
             out = _compress(out, accept, out_headers)
         await send_body(send, 200, out, out_headers)
 
+    async def _generate(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
+        """POST .../generate: one flat JSON response."""
+        model = self._engine.model(name, version)
+        body = await _read_body(receive, self._max_body_bytes)
+        request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
+        if model.spec.decoupled:
+            responses = [response async for response in model.stream(request) if response.outputs]
+            if len(responses) != 1:
+                raise InferenceError.invalid(
+                    f"model '{name}' gave {len(responses)} responses: use generate_stream for decoupled models"
+                )
+            response = responses[0]
+        else:
+            response = await model.infer(request)
+        await send_json(send, 200, encode_generate_response(model.spec, request.id, response))
+
+    async def _generate_stream(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
+        """POST .../generate_stream: one server-sent event per response; the client leaving stops the model."""
+        model = self._engine.model(name, version)
+        body = await _read_body(receive, self._max_body_bytes)
+        request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
+        responses = model.stream(request)
+        handler = asyncio.current_task()
+        assert handler is not None
+        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, handler))
+        started = False
+        try:
+            async for response in responses:
+                if not response.outputs and not response.final:
+                    continue
+                if not started:
+                    await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+                    started = True
+                event = orjson.dumps(encode_generate_response(model.spec, request.id, response))
+                await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
+        except InferenceError as error:
+            if not started:
+                raise
+            event = orjson.dumps({"error": error.message})
+            await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
+        except asyncio.CancelledError:
+            return  # the client went away; closing `responses` stopped the model's work for it
+        finally:
+            watcher.cancel()
+            await responses.aclose()  # type: ignore[attr-defined]
+        if not started:
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        await send({"type": "http.response.body", "body": b""})
+
     def _forwarded_headers(self, headers: Dict[str, str]) -> Optional[Dict[str, str]]:
         """Headers matching http_header_forward_pattern, handed to the callable as parameters."""
         if self._forward is None:
             return None
         pattern = self._forward
         return {name: value for name, value in headers.items() if pattern.search(name)}
+
+
+async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
+    """Cancel a streaming handler when its client disconnects."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            handler.cancel()
+            return
 
 
 def _allow(method: str, allowed: str) -> None:
@@ -246,5 +319,3 @@ def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
         return body
     return compressor.compress(body) + compressor.flush()
 
-
-__all__ = ["HttpFrontend", "orjson"]

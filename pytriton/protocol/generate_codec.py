@@ -1,0 +1,83 @@
+"""The generate extension: flat JSON in (fields named after inputs), flat JSON out (one field per output)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from pytriton.core.errors import InferenceError
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.spec import ModelSpec, TensorDef
+from pytriton.protocol.datatypes import BYTES
+from pytriton.protocol.http_codec import Body, parse_json_object
+from pytriton.protocol.parameters import RequestOptions, split_parameters
+from pytriton.protocol.tensors import array_from_json
+
+
+def decode_generate_request(
+    spec: ModelSpec, body: Body, forwarded_headers: Optional[Mapping[str, str]] = None
+) -> tuple[InferenceRequest, RequestOptions]:
+    """Decode a generate request: each field named like an input is that input, the rest are parameters."""
+    document = parse_json_object(body)
+    request_id = document.pop("id", "")
+    if not isinstance(request_id, str):
+        raise InferenceError.invalid("the request 'id' must be a string")
+    parameters = document.pop("parameters", None) or {}
+    if not isinstance(parameters, dict):
+        raise InferenceError.invalid("'parameters' must be a JSON object")
+    inputs: Dict[str, np.ndarray] = {}
+    for tensor in spec.inputs:
+        if tensor.name in document:
+            inputs[tensor.name] = _input_array(spec, tensor, document.pop(tensor.name))
+        elif not tensor.optional:
+            raise InferenceError.invalid(f"generate request for model '{spec.name}' is missing input '{tensor.name}'")
+    extra = {key: value for key, value in document.items() if isinstance(value, (str, int, float, bool))}
+    if len(extra) != len(document):
+        unknown = sorted(set(document) - set(extra))
+        raise InferenceError.invalid(f"generate request fields {unknown} are neither inputs nor scalar parameters")
+    user_parameters, options = split_parameters({**extra, **parameters}, forwarded_headers)
+    request = InferenceRequest(
+        request_id=request_id,
+        inputs=inputs,
+        parameters=user_parameters,
+        requested_outputs=None,
+        batch_size=1,
+        priority=options.priority,
+        timeout_us=options.timeout_us,
+    )
+    return request, options
+
+
+def _input_array(spec: ModelSpec, tensor: TensorDef, value: Any) -> np.ndarray:
+    """A generate field as an input tensor: its elements fill the tensor's dims (batch of 1 for batching models)."""
+    flat = value if isinstance(value, list) else [value]
+    dims = list(tensor.dims)
+    if dims.count(-1) > 1:
+        raise InferenceError.invalid(f"input '{tensor.name}' has more than one variable dim: send it with /infer")
+    known = 1
+    for dim in dims:
+        known *= dim if dim != -1 else 1
+    if -1 in dims:
+        dims[dims.index(-1)] = len(flat) // known if known else 0
+    shape = [1, *dims] if spec.batching else dims
+    spec.check_input(tensor.name, tensor.datatype, shape)
+    return array_from_json(flat, tensor.datatype, shape, tensor.name)
+
+
+def encode_generate_response(spec: ModelSpec, request_id: str, response: InferenceResponse) -> Dict[str, Any]:
+    """A generate response: model name and version, then each output as a scalar or a flat list."""
+    document: Dict[str, Any] = {"model_name": spec.name, "model_version": spec.version_str}
+    if request_id:
+        document["id"] = request_id
+    for output in response.outputs:
+        values: List[Any] = [_plain(item, output.datatype) for item in output.array.reshape(-1).tolist()]
+        document[output.name] = values[0] if len(values) == 1 else values
+    return document
+
+
+def _plain(item: Any, datatype: str) -> Any:
+    """A tensor element as a JSON value (BYTES as text)."""
+    if datatype == BYTES and isinstance(item, bytes):
+        return item.decode("utf-8", errors="replace")
+    return item
