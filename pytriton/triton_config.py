@@ -103,7 +103,7 @@ class TritonConfig:
                     ", ".join(names),
                 )
                 continue
-            known[name] = _cast(name, hints[name], value)
+            known[name] = cast_config_value(name, hints[name], value)
         return cls(**known)
 
     @classmethod
@@ -135,7 +135,7 @@ def _is_list(hint: Any) -> bool:
     return any(getattr(arg, "__origin__", None) is list for arg in typing.get_args(hint))
 
 
-def _cast(name: str, hint: Any, value: Any) -> Any:
+def cast_config_value(name: str, hint: Any, value: Any) -> Any:
     """Cast a value (often a string from the environment) to a field's type."""
     if value is None:
         return None

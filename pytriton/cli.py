@@ -1,0 +1,136 @@
+"""The `pytriton` command: serve models from a Python file or module, show the environment, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.metadata
+import importlib.util
+import logging
+import platform
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from pytriton import __version__
+from pytriton.runtime.options import ServerOptions
+from pytriton.triton import Triton
+from pytriton.triton_config import TritonConfig, cast_config_value, resolve_config
+
+_PACKAGES = ("numpy", "orjson", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf", "tritonclient", "wrapt")
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    """One --option per TritonConfig field (lists may be repeated), with the field's description."""
+    hints = typing.get_type_hints(TritonConfig)
+    for field in dataclasses.fields(TritonConfig):
+        hint = hints[field.name]
+        is_list = any(getattr(arg, "__origin__", None) is list for arg in typing.get_args(hint))
+        type_name = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+        parser.add_argument(
+            "--" + field.name.replace("_", "-"),
+            dest=field.name,
+            action="append" if is_list else "store",
+            metavar=getattr(type_name, "__name__", "VALUES").upper(),
+            help=f"TritonConfig.{field.name}" + (" (repeatable)" if is_list else ""),
+        )
+
+
+def _config_from_args(args: argparse.Namespace) -> TritonConfig:
+    """A TritonConfig from the options given on the command line (the rest come from the environment)."""
+    hints = typing.get_type_hints(TritonConfig)
+    given: Dict[str, Any] = {}
+    for field in dataclasses.fields(TritonConfig):
+        value = getattr(args, field.name, None)
+        if value is not None:
+            given[field.name] = value if isinstance(value, list) else cast_config_value(field.name, hints[field.name], value)
+    return TritonConfig(**given)
+
+
+def _load_target(target: str) -> Callable[[Triton], Any]:
+    """Import `module:attr` or `path/to/file.py:attr`; default attr is `bind`."""
+    location, _, attr = target.partition(":")
+    attr = attr or "bind"
+    if location.endswith(".py") or Path(location).is_file():
+        path = Path(location).resolve()
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"cannot load {location}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(location)
+    binder = getattr(module, attr, None)
+    if not callable(binder):
+        raise SystemExit(f"{target}: '{attr}' is not a callable taking the Triton server")
+    return binder  # type: ignore[no-any-return]
+
+
+def _serve(binder: Callable[[Triton], Any], config: TritonConfig) -> None:
+    """Bind models with `binder` and serve until SIGINT/SIGTERM."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    with Triton(config=config) as triton:
+        binder(triton)
+        triton.run()
+        print("pytriton serving on " + ", ".join(triton.urls()), flush=True)
+        triton.serve()
+
+
+def _check(config: TritonConfig) -> None:
+    """Print versions and what each port would serve."""
+    print(f"pytriton {__version__} on Python {platform.python_version()} ({platform.platform()})")
+    for package in _PACKAGES:
+        try:
+            version = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            version = "not installed"
+        print(f"  {package:<13} {version}")
+    options = ServerOptions.from_config(resolve_config(config))
+    rows = [
+        ("HTTP/REST", options.http_enabled, options.http_address, options.http_port),
+        ("gRPC", options.grpc_enabled, options.grpc_address, options.grpc_port),
+        ("metrics", options.metrics_enabled, options.metrics_address, options.metrics_port),
+    ]
+    for name, enabled, address, port in rows:
+        print(f"  {name:<10} {f'{address}:{port}' if enabled else 'disabled'}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `pytriton` command."""
+    parser = argparse.ArgumentParser(prog="pytriton", description="Serve Python models over the Triton protocols.")
+    parser.add_argument("--version", action="version", version=f"pytriton {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="serve the models a Python function binds",
+        description="Import TARGET (module:function or file.py:function; default function `bind`), call it with the "
+        "Triton server so it binds models, then serve until SIGINT/SIGTERM. Every TritonConfig field is an option.",
+    )
+    serve.add_argument("target", help="module:function or path/to/file.py:function taking the Triton server")
+    _add_config_options(serve)
+    demo = commands.add_parser("demo", help="serve the demo model add_sub", description="Serve the add_sub demo model.")
+    _add_config_options(demo)
+    check = commands.add_parser("check", help="print versions and what each port serves")
+    _add_config_options(check)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Entry point of the `pytriton` command."""
+    args = build_parser().parse_args(argv)
+    config = _config_from_args(args)
+    if args.command == "serve":
+        _serve(_load_target(args.target), config)
+    elif args.command == "demo":
+        from pytriton.demo import bind
+
+        _serve(bind, config)
+    else:
+        _check(config)
+
+
+__all__: List[str] = ["build_parser", "main"]
