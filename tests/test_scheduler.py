@@ -287,12 +287,19 @@ def test_exception_fails_only_its_batch():
 
 
 def test_stop_answers_every_in_flight_request():
-    model = Recorder(delay_s=0.3)
-    triton_cm = _serve(model, ModelConfig(max_batch_size=2))
+    model = Recorder(hold_first=True, delay_s=0.05)
+    triton_cm = _serve(model, ModelConfig(max_batch_size=1))
     triton = triton_cm.__enter__()
     futures = _send_all(triton.http_port, [_body(i) for i in range(5)])
     assert model.started.wait(10)
-    triton_cm.__exit__(None, None, None)
+    _wait_pending(triton, 4)
+    stopper = threading.Thread(target=triton_cm.__exit__, args=(None, None, None))
+    stopper.start()
+    deadline = time.monotonic() + 10
+    while triton._runtime.engine.accepting and time.monotonic() < deadline:
+        time.sleep(0.005)
+    model.release.set()
+    stopper.join(30)
     assert [f.result()[0] for f in futures] == [200] * 5
 
 
