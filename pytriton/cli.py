@@ -45,7 +45,9 @@ def _config_from_args(args: argparse.Namespace) -> TritonConfig:
     for field in dataclasses.fields(TritonConfig):
         value = getattr(args, field.name, None)
         if value is not None:
-            given[field.name] = value if isinstance(value, list) else cast_config_value(field.name, hints[field.name], value)
+            given[field.name] = (
+                value if isinstance(value, list) else cast_config_value(field.name, hints[field.name], value)
+            )
     return TritonConfig(**given)
 
 

@@ -12,7 +12,7 @@ from pytriton.triton import Triton
 
 
 @batch
-def add_sub(INPUT0: np.ndarray, INPUT1: np.ndarray) -> Dict[str, np.ndarray]:  # noqa: N803 - tensor names
+def add_sub(INPUT0: np.ndarray, INPUT1: np.ndarray) -> Dict[str, np.ndarray]:
     """Element-wise sum and difference of a batch of vectors."""
     return {"OUTPUT0": INPUT0 + INPUT1, "OUTPUT1": INPUT0 - INPUT1}
 
@@ -22,7 +22,13 @@ def bind(triton: Triton) -> None:
     triton.bind(
         model_name="add_sub",
         infer_func=add_sub,
-        inputs=[Tensor(name="INPUT0", dtype=np.float32, shape=(-1,)), Tensor(name="INPUT1", dtype=np.float32, shape=(-1,))],
-        outputs=[Tensor(name="OUTPUT0", dtype=np.float32, shape=(-1,)), Tensor(name="OUTPUT1", dtype=np.float32, shape=(-1,))],
+        inputs=[
+            Tensor(name="INPUT0", dtype=np.float32, shape=(-1,)),
+            Tensor(name="INPUT1", dtype=np.float32, shape=(-1,)),
+        ],
+        outputs=[
+            Tensor(name="OUTPUT0", dtype=np.float32, shape=(-1,)),
+            Tensor(name="OUTPUT1", dtype=np.float32, shape=(-1,)),
+        ],
         config=ModelConfig(max_batch_size=64),
     )

@@ -29,7 +29,9 @@ def validate_model_name(model_name: str) -> None:
 
 def as_callables(infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]]]) -> List[Callable[..., Any]]:
     """One callable per instance."""
-    callables = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
+    callables: List[Callable[..., Any]] = (
+        list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]  # type: ignore[list-item]
+    )
     if not callables:
         raise PyTritonBadParameterError("infer_func must be a callable or a non-empty list of callables")
     for fn in callables:

@@ -160,7 +160,7 @@ class Triton:
 
 def _attach_context(fn: Callable[..., Any], context: TritonContext) -> None:
     """Let decorators find the model config, as PyTriton does: on the callable or its bound object."""
-    target = getattr(fn, "__self__", fn)
+    target: Any = getattr(fn, "__self__", fn)
     try:
         target.__triton_context__ = context
     except (AttributeError, TypeError):

@@ -50,8 +50,19 @@ def test_serve_a_model_file(tmp_path):
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     process = subprocess.Popen(
-        [sys.executable, "-m", "pytriton", "serve", f"{model_file}:bind", "--http-port", "0", "--allow-grpc", "false",
-         "--allow-metrics", "false"],
+        [
+            sys.executable,
+            "-m",
+            "pytriton",
+            "serve",
+            f"{model_file}:bind",
+            "--http-port",
+            "0",
+            "--allow-grpc",
+            "false",
+            "--allow-metrics",
+            "false",
+        ],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -61,7 +72,9 @@ def test_serve_a_model_file(tmp_path):
         assert line.startswith("pytriton serving on http://")
         port = int(line.strip().rsplit(":", 1)[1])
         status, document = post_json(
-            port, "/v2/models/double/infer", {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
+            port,
+            "/v2/models/double/infer",
+            {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]},
         )
         assert status == 200 and document["outputs"][0]["data"] == [2, 4]
         process.send_signal(signal.SIGINT)

@@ -44,7 +44,9 @@ def _bind_models(triton: Triton) -> None:
                 priority_levels=2,
                 default_priority_level=2,
                 default_queue_policy=QueuePolicy(max_queue_size=10),
-                priority_queue_policy={1: QueuePolicy(timeout_action=TimeoutAction.DELAY, default_timeout_microseconds=5)},
+                priority_queue_policy={
+                    1: QueuePolicy(timeout_action=TimeoutAction.DELAY, default_timeout_microseconds=5)
+                },
             ),
         ),
     )
@@ -161,7 +163,14 @@ def test_statistics_endpoints(server):
     assert entry["name"] == "identity" and entry["version"] == "1"
     assert entry["inference_count"] >= 2 and entry["execution_count"] >= 1
     assert set(entry["inference_stats"]) == {
-        "success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss"
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
     }
     assert entry["inference_stats"]["success"]["count"] >= 1
     assert entry["batch_stats"][0]["batch_size"] == 2

@@ -131,7 +131,11 @@ BAD_BODIES = {
         400,
         "duplicate",
     ),
-    "id not string": (b'{"id": 5, "inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}', 400, "'id'"),
+    "id not string": (
+        b'{"id": 5, "inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "'id'",
+    ),
 }
 
 
@@ -151,7 +155,7 @@ def test_malformed_json_bodies(server, case):
         ("abc", b"{}", "invalid Inference-Header-Content-Length"),
         ("-1", b"{}", "out of range"),
         ("1000", b"{}", "out of range"),
-        ("2", b'{}\x00\x00\x00\x00', "'inputs'"),
+        ("2", b"{}\x00\x00\x00\x00", "'inputs'"),
     ],
 )
 def test_bad_inference_header_length(server, header, body, message):
@@ -191,12 +195,16 @@ def test_bad_binary_sections(server, sizes, payload, message):
 
 def test_bad_bytes_encoding_in_binary(server):
     def bind(triton: Triton) -> None:
-        triton.bind("text", _identity, inputs=[Tensor(dtype=bytes, shape=(-1,))], outputs=[Tensor(dtype=bytes, shape=(-1,))])
+        triton.bind(
+            "text", _identity, inputs=[Tensor(dtype=bytes, shape=(-1,))], outputs=[Tensor(dtype=bytes, shape=(-1,))]
+        )
 
     from tests.conftest import running_triton
 
     with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
-        document = {"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": 6}}]}
+        document = {
+            "inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": 6}}]
+        }
         header = json.dumps(document).encode()
         status, _, raw = request(
             triton.http_port,

@@ -81,7 +81,7 @@ def _events(response: http.client.HTTPResponse):
             yield json.loads(event[len(b"data: ") :])
 
 
-def _stream(port: int, model: str, document) -> "tuple[http.client.HTTPConnection, http.client.HTTPResponse]":
+def _stream(port: int, model: str, document) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     connection.request("POST", f"/v2/models/{model}/generate_stream", json.dumps(document))
     return connection, connection.getresponse()

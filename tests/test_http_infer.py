@@ -250,9 +250,7 @@ def test_bad_compression_is_a_client_error(server):
         server.http_port, "POST", "/v2/models/echo_FP32/infer", b"not gzip", {"Content-Encoding": "gzip"}
     )
     assert status == 400 and b"decompress" in body
-    status, _, body = request(
-        server.http_port, "POST", "/v2/models/echo_FP32/infer", b"{}", {"Content-Encoding": "br"}
-    )
+    status, _, body = request(server.http_port, "POST", "/v2/models/echo_FP32/infer", b"{}", {"Content-Encoding": "br"})
     assert status == 415 and b"error" in body
 
 

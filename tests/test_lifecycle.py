@@ -50,7 +50,7 @@ SERVER = textwrap.dedent(
 )
 
 
-def _start_server(tmp_path: Path) -> "tuple[subprocess.Popen, int]":
+def _start_server(tmp_path: Path) -> tuple[subprocess.Popen, int]:
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     process = subprocess.Popen(
@@ -100,7 +100,9 @@ def _identity(requests):
 
 
 def _bind_identity(triton: Triton, name: str = "identity") -> None:
-    triton.bind(name, _identity, inputs=[Tensor(dtype=np.float32, shape=(-1,))], outputs=[Tensor(dtype=np.float32, shape=(-1,))])
+    triton.bind(
+        name, _identity, inputs=[Tensor(dtype=np.float32, shape=(-1,))], outputs=[Tensor(dtype=np.float32, shape=(-1,))]
+    )
 
 
 def test_bind_after_run_and_several_models():
@@ -234,13 +236,16 @@ def test_no_thread_keeps_the_process_alive(tmp_path):
             never = threading.Event()
             def hang(requests):
                 never.wait()
-            triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False, exit_timeout_secs=1))
-            triton.bind("m", hang, inputs=[Tensor(dtype=np.float32, shape=(1,))], outputs=[Tensor(dtype=np.float32, shape=(1,))])
+            config = TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False, exit_timeout_secs=1)
+            triton = Triton(config=config)
+            tensor = [Tensor(dtype=np.float32, shape=(1,))]
+            triton.bind("m", hang, inputs=tensor, outputs=tensor)
             triton.run()
             import http.client, json
             c = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=0.5)
             try:
-                c.request("POST", "/v2/models/m/infer", json.dumps({"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}))
+                one = {"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}
+                c.request("POST", "/v2/models/m/infer", json.dumps({"inputs": [one]}))
                 c.getresponse()
             except Exception:
                 pass

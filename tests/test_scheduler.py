@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import pytest
@@ -43,7 +43,7 @@ class Recorder:
         return [{"y": r["x"]} for r in requests]
 
 
-def _body(value: float, rows: int = 1, parameters: Dict[str, Any] = None) -> Dict[str, Any]:
+def _body(value: float, rows: int = 1, parameters: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     body: Dict[str, Any] = {"inputs": [{"name": "x", "shape": [rows, 1], "datatype": "FP32", "data": [value] * rows}]}
     if parameters:
         body["parameters"] = parameters
@@ -127,9 +127,7 @@ def test_lone_request_waits_for_max_queue_delay():
 
 def test_priority_levels_serve_highest_first():
     model = Recorder(hold_first=True)
-    config = ModelConfig(
-        max_batch_size=1, batcher=DynamicBatcher(priority_levels=3, default_priority_level=3)
-    )
+    config = ModelConfig(max_batch_size=1, batcher=DynamicBatcher(priority_levels=3, default_priority_level=3))
     with _serve(model, config) as triton:
         first = _send_all(triton.http_port, [_body(0)])
         assert model.started.wait(10)
@@ -197,9 +195,7 @@ def test_delay_action_runs_late_instead_of_failing():
     policy = QueuePolicy(default_timeout_microseconds=50_000, timeout_action=TimeoutAction.DELAY)
     config = ModelConfig(
         max_batch_size=1,
-        batcher=DynamicBatcher(
-            priority_levels=2, default_priority_level=2, priority_queue_policy={2: policy}
-        ),
+        batcher=DynamicBatcher(priority_levels=2, default_priority_level=2, priority_queue_policy={2: policy}),
     )
     with _serve(model, config) as triton:
         first = _send_all(triton.http_port, [_body(0)])
@@ -258,7 +254,9 @@ def test_async_instances_overlap():
 
 def test_response_cache_hit_skips_the_model():
     model = Recorder()
-    with _serve(model, ModelConfig(max_batch_size=4, response_cache=True), cache_config=["local,size=1048576"]) as triton:
+    with _serve(
+        model, ModelConfig(max_batch_size=4, response_cache=True), cache_config=["local,size=1048576"]
+    ) as triton:
         first = post_json(triton.http_port, "/v2/models/m/infer", _body(7))
         second = post_json(triton.http_port, "/v2/models/m/infer", _body(7))
         other = post_json(triton.http_port, "/v2/models/m/infer", _body(8))

@@ -9,8 +9,8 @@ from typing import Dict, Optional
 import numpy as np
 
 from pytriton.core.request import InferenceResponse
-from pytriton.protocol.tensors import raw_from_array
 from pytriton.protocol.datatypes import datatype_of_dtype
+from pytriton.protocol.tensors import raw_from_array
 
 
 def cache_key(model: str, version: str, inputs: Dict[str, np.ndarray]) -> bytes:
@@ -32,7 +32,7 @@ class ResponseCache:
         """Create an empty cache."""
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
-        self._entries: "OrderedDict[bytes, InferenceResponse]" = OrderedDict()
+        self._entries: OrderedDict[bytes, InferenceResponse] = OrderedDict()
 
     def get(self, key: bytes) -> Optional[InferenceResponse]:
         """The cached response for a key, marked as recently used."""

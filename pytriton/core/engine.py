@@ -43,9 +43,7 @@ class Engine:
         versions = self._models.setdefault(spec.name, {})
         if spec.version in versions:
             raise ValueError(f"model '{spec.name}' version {spec.version} is already bound")
-        instances = [
-            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
-        ]
+        instances = [Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)]
         model = ServedModel(spec, instances, self._cache, self._on_unrecoverable)
         versions[spec.version] = model
         return model

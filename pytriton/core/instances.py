@@ -31,7 +31,7 @@ class CallableKind(enum.Enum):
 def callable_kind(fn: Callable[..., Any]) -> CallableKind:
     """Classify a function, bound method, callable object or wrapt-decorated callable."""
     target: Any = fn
-    if not inspect.isfunction(target) and not inspect.ismethod(target) and hasattr(target, "__call__"):
+    if not inspect.isfunction(target) and not inspect.ismethod(target) and callable(target):
         target = target.__call__
     if inspect.isasyncgenfunction(target):
         return CallableKind.ASYNC_GENERATOR
@@ -78,7 +78,7 @@ class Instance:
     async def _sync_generator_steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Iterate a sync generator in the instance thread, handing each step to the loop."""
         loop = asyncio.get_running_loop()
-        queue: "asyncio.Queue[Tuple[str, Any]]" = asyncio.Queue()
+        queue: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
 
         def produce() -> None:
             try:

@@ -65,7 +65,7 @@ class ServedModel:
                 self.stats.inference["cache_hit"].add(lookup_ns)
                 self.stats.record_success(lookup_ns, 0)
                 return cached
-        future: "asyncio.Future[InferenceResponse]" = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
         self.scheduler.submit(request, FutureSink(future))
         response = await future
         if key is not None and self.cache is not None:

@@ -87,7 +87,9 @@ def _check_output_against_config(spec: ModelSpec, name: str, value: np.ndarray) 
     """PyTriton's strict-mode checks of dtype and shape against the declared output."""
     tensor = spec.output_by_name.get(name)
     if tensor is None:
-        raise InferenceError.internal(f"Returned output `{name}` is not defined in model config for model `{spec.name}`.")
+        raise InferenceError.internal(
+            f"Returned output `{name}` is not defined in model config for model `{spec.name}`."
+        )
     expected_dtype = next(s.dtype for s in spec.output_specs if s.name == name)
     returned = datatype_of_dtype(value.dtype)
     if returned != datatype_of_config_dtype(expected_dtype) and not (tensor.datatype == "BF16" and returned == "FP32"):

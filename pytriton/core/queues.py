@@ -21,7 +21,7 @@ TIMEOUT_MESSAGE = "Request timeout expired"
 class Entry:
     """A queued request with its sink and its place in time."""
 
-    __slots__ = ("request", "sink", "enqueue_ns", "deadline_ns", "level", "delayed", "queued", "queue_ns")
+    __slots__ = ("deadline_ns", "delayed", "enqueue_ns", "level", "queue_ns", "queued", "request", "sink")
 
     def __init__(self, request: InferenceRequest, sink: ResponseSink, level: int, deadline_ns: int) -> None:
         """Create an entry queued now."""
@@ -38,7 +38,7 @@ class Entry:
 class _Level:
     """One priority level: its policy, its queue and its queue of delayed (timed-out) entries."""
 
-    __slots__ = ("policy", "ready", "delayed")
+    __slots__ = ("delayed", "policy", "ready")
 
     def __init__(self, policy: QueuePolicy) -> None:
         """Create empty queues under a policy."""

@@ -18,15 +18,15 @@ class InferenceRequest:
     """A decoded, validated request for one model."""
 
     __slots__ = (
+        "arrival_ns",
+        "batch_size",
         "id",
         "inputs",
         "parameters",
-        "requested_outputs",
-        "batch_size",
         "priority",
-        "timeout_us",
-        "arrival_ns",
+        "requested_outputs",
         "shape_key",
+        "timeout_us",
     )
 
     def __init__(
@@ -57,7 +57,7 @@ class InferenceRequest:
 class OutputTensor:
     """One output ready for the wire: name, protocol datatype, array."""
 
-    __slots__ = ("name", "datatype", "array")
+    __slots__ = ("array", "datatype", "name")
 
     def __init__(self, name: str, datatype: str, array: np.ndarray) -> None:
         """Create an output tensor."""
@@ -69,7 +69,7 @@ class OutputTensor:
 class InferenceResponse:
     """A response: its outputs in wire order and whether it is the final one of its request."""
 
-    __slots__ = ("outputs", "final")
+    __slots__ = ("final", "outputs")
 
     def __init__(self, outputs: List[OutputTensor], final: bool = True) -> None:
         """Create a response."""

@@ -55,7 +55,7 @@ class Scheduler:
         )
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at_ns = 0
-        self._running: Set["asyncio.Task[None]"] = set()
+        self._running: Set[asyncio.Task[None]] = set()
         self._accepting = True
         self._idle = asyncio.Event()
         self._idle.set()
@@ -95,7 +95,7 @@ class Scheduler:
         self._arm_timer(wake_at, now)
         self._update_idle()
 
-    def _form_batch(self, now: int) -> "tuple[List[Entry], Optional[int]]":
+    def _form_batch(self, now: int) -> tuple[List[Entry], Optional[int]]:
         """The batch to run now, or none and the time to look again (Triton's dynamic batcher rules)."""
         spec = self.spec
         taken: List[Entry] = []
@@ -192,7 +192,7 @@ class Scheduler:
                 output_end_ns = time.monotonic_ns()
                 for entry, release, response in zip(batch, releases, responses):
                     release.succeed(entry, response, self)
-        except BaseException as error:  # noqa: BLE001 - every failure of a callable fails only its batch
+        except BaseException as error:
             infer_end_ns = output_end_ns = time.monotonic_ns()
             failure = self._as_inference_error(error)
             for entry, release in zip(batch, releases):
@@ -212,7 +212,7 @@ class Scheduler:
             self._schedule()
 
     async def _run_streaming(
-        self, instance: Instance, batch: List[Entry], requests: List[Request], releases: List["_Release"]
+        self, instance: Instance, batch: List[Entry], requests: List[Request], releases: List[_Release]
     ) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
         stop = threading.Event()
@@ -241,7 +241,7 @@ class Scheduler:
         LOGGER.error("model '%s' failed: %r", self.spec.name, error)
         return InferenceError.internal(str(error) or type(error).__name__)
 
-    def _release_slot(self, entry: Entry) -> "_Release":
+    def _release_slot(self, entry: Entry) -> _Release:
         """How this entry's outcome is handed over: at once, or in request order."""
         if self._ordered_release is None:
             return _IMMEDIATE

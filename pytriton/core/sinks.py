@@ -34,7 +34,7 @@ class FutureSink(ResponseSink):
 
     __slots__ = ("future",)
 
-    def __init__(self, future: "asyncio.Future[InferenceResponse]") -> None:
+    def __init__(self, future: asyncio.Future[InferenceResponse]) -> None:
         """Wrap a future created on the engine's loop."""
         self.future = future
 
@@ -67,7 +67,7 @@ class StreamSink(ResponseSink):
 
     def __init__(self) -> None:
         """Create an empty stream."""
-        self._queue: "asyncio.Queue[StreamItem]" = asyncio.Queue()
+        self._queue: asyncio.Queue[StreamItem] = asyncio.Queue()
         self._closed = False
         self._cancelled = False
 
@@ -109,4 +109,3 @@ class StreamSink(ResponseSink):
                 yield item
         finally:
             self.cancel()
-

@@ -133,4 +133,3 @@ def _show(shape: Sequence[int]) -> str:
 def _names(names: Sequence[str]) -> str:
     """Names as Triton prints them."""
     return "[" + ", ".join(f"'{name}'" for name in names) + "]"
-

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Tuple
 _Job = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...]]
 
 
-def _settle(future: "asyncio.Future[Any]", result: Any, error: Optional[BaseException]) -> None:
+def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
     """Settle a future unless its waiter already gave up."""
     if future.done():
         return
@@ -26,13 +26,13 @@ class WorkerThread:
     def __init__(self, name: str) -> None:
         """Create the worker; its thread starts with the first job."""
         self.name = name
-        self._jobs: "queue.SimpleQueue[Optional[_Job]]" = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Optional[_Job]] = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> "asyncio.Future[Any]":
+    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """Run `fn(*args)` in the thread; the returned future settles on the calling loop."""
         loop = asyncio.get_running_loop()
-        future: "asyncio.Future[Any]" = loop.create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
             self._thread.start()
@@ -60,4 +60,3 @@ class WorkerThread:
     def close(self) -> None:
         """Stop the thread after the job it is running, if any."""
         self._jobs.put(None)
-

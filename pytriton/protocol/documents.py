@@ -40,12 +40,8 @@ def model_metadata(spec: ModelSpec) -> Dict[str, Any]:
         "name": spec.name,
         "versions": [spec.version_str],
         "platform": "python",
-        "inputs": [
-            {"name": t.name, "datatype": t.datatype, "shape": _wire_shape(spec, t)} for t in spec.inputs
-        ],
-        "outputs": [
-            {"name": t.name, "datatype": t.datatype, "shape": _wire_shape(spec, t)} for t in spec.outputs
-        ],
+        "inputs": [{"name": t.name, "datatype": t.datatype, "shape": _wire_shape(spec, t)} for t in spec.inputs],
+        "outputs": [{"name": t.name, "datatype": t.datatype, "shape": _wire_shape(spec, t)} for t in spec.outputs],
     }
 
 
@@ -71,7 +67,12 @@ def _tensor_config(tensor: TensorDef, is_input: bool) -> Dict[str, Any]:
     }
     if is_input:
         config.update(
-            {"format": "FORMAT_NONE", "allow_ragged_batch": False, "optional": tensor.optional, "is_non_linear_format_io": False}
+            {
+                "format": "FORMAT_NONE",
+                "allow_ragged_batch": False,
+                "optional": tensor.optional,
+                "is_non_linear_format_io": False,
+            }
         )
     else:
         config.update({"is_non_linear_format_io": False})
@@ -91,9 +92,13 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
         "output": [_tensor_config(tensor, False) for tensor in spec.outputs],
         "batch_input": [],
         "batch_output": [],
-        "optimization": {"priority": "PRIORITY_DEFAULT", "input_pinned_memory": {"enable": True},
-                         "output_pinned_memory": {"enable": True}, "gather_kernel_buffer_threshold": 0,
-                         "eager_batching": False},
+        "optimization": {
+            "priority": "PRIORITY_DEFAULT",
+            "input_pinned_memory": {"enable": True},
+            "output_pinned_memory": {"enable": True},
+            "gather_kernel_buffer_threshold": 0,
+            "eager_batching": False,
+        },
         "instance_group": [
             {
                 "name": spec.name,

@@ -36,7 +36,7 @@ class OutputFormat:
 class DecodedRequest:
     """An HTTP infer request decoded for the engine."""
 
-    __slots__ = ("request", "options", "output_format")
+    __slots__ = ("options", "output_format", "request")
 
     def __init__(self, request: InferenceRequest, options: RequestOptions, output_format: OutputFormat) -> None:
         """Bundle the engine request with the transport-level options."""
@@ -114,8 +114,7 @@ def _decode_raw_body(spec: ModelSpec, body: Body, forwarded_headers: Optional[Ma
     """`Inference-Header-Content-Length: 0`: the whole body is the model's single input."""
     if len(spec.inputs) != 1:
         raise InferenceError.invalid(
-            f"a request without an inference header needs a model with one input; '{spec.name}' has "
-            f"{len(spec.inputs)}"
+            f"a request without an inference header needs a model with one input; '{spec.name}' has {len(spec.inputs)}"
         )
     tensor = spec.inputs[0]
     if tensor.datatype not in ELEMENT_SIZE:

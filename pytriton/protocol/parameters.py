@@ -11,7 +11,7 @@ from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, RESERVED_PARAM
 class RequestOptions:
     """What the reserved parameters of a request ask of the server."""
 
-    __slots__ = ("priority", "timeout_us", "binary_data_output", "empty_final_response")
+    __slots__ = ("binary_data_output", "empty_final_response", "priority", "timeout_us")
 
     def __init__(self) -> None:
         """Defaults: no priority, no timeout, JSON outputs, no empty final response."""

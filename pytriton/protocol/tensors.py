@@ -65,8 +65,7 @@ def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: st
         flat = deserialize_bytes_tensor(buffer, name)
         if flat.size != count:
             raise InferenceError.invalid(
-                f"unexpected number of string elements {flat.size} for inference input '{name}', "
-                f"expecting {count}"
+                f"unexpected number of string elements {flat.size} for inference input '{name}', expecting {count}"
             )
         return flat.reshape(shape)
     expected = count * ELEMENT_SIZE[datatype]
@@ -86,7 +85,7 @@ def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
     wire = np.ascontiguousarray(array)
     if wire.dtype.byteorder == ">":
         wire = wire.astype(wire.dtype.newbyteorder("<"))
-    return memoryview(wire.reshape(-1).view(np.uint8))
+    return memoryview(wire.reshape(-1).view(np.uint8).data)
 
 
 def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:

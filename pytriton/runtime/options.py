@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Dict, List, Optional
+import pathlib
+from typing import Dict, List, Optional, Tuple
 
 from pytriton import constants
 from pytriton.exceptions import PyTritonValidationError
@@ -31,15 +32,58 @@ _NOT_IMPLEMENTED: Dict[str, str] = {
     "grpc_restricted_protocol": "protocol restriction is not implemented yet",
     "allow_sagemaker": "the SageMaker frontend is not implemented yet",
     "allow_vertex_ai": "the Vertex AI frontend is not implemented yet",
-    "grpc_use_ssl": "gRPC TLS is not implemented yet",
-    "grpc_use_ssl_mutual": "gRPC TLS is not implemented yet",
 }
 # Options that are accepted but not applied yet: a warning each.
 _NOT_APPLIED: Dict[str, str] = {
     "trace_config": "tracing is not implemented yet",
-    "metrics_config": "metrics settings are not implemented yet",
-    "metrics_interval_ms": "metrics are computed when scraped",
 }
+# Triton's default summary quantiles, as (quantile, allowed error) pairs.
+DEFAULT_SUMMARY_QUANTILES: Tuple[Tuple[float, float], ...] = (
+    (0.5, 0.05),
+    (0.9, 0.01),
+    (0.95, 0.001),
+    (0.99, 0.001),
+    (0.999, 0.001),
+)
+DEFAULT_METRICS_INTERVAL_MS = 2000
+_METRICS_FLAGS = ("counter_latencies", "histogram_latencies", "summary_latencies")
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsSettings:
+    """What the metrics endpoint reports: allow_cpu_metrics, metrics_interval_ms and metrics_config."""
+
+    cpu_metrics: bool = True
+    interval_ms: int = DEFAULT_METRICS_INTERVAL_MS
+    counter_latencies: bool = True
+    histogram_latencies: bool = False
+    summary_latencies: bool = False
+    summary_quantiles: Tuple[Tuple[float, float], ...] = DEFAULT_SUMMARY_QUANTILES
+
+
+GRPC_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
+
+
+@dataclasses.dataclass(frozen=True)
+class GrpcTls:
+    """TLS for the gRPC endpoint: server certificate and key, and the CA that signs client certificates."""
+
+    server_cert: pathlib.Path
+    server_key: pathlib.Path
+    root_cert: Optional[pathlib.Path]
+    mutual: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class GrpcKeepalive:
+    """gRPC keepalive and HTTP/2 ping settings (milliseconds); defaults are Triton's."""
+
+    time_ms: int = 7_200_000
+    timeout_ms: int = 20_000
+    permit_without_calls: bool = False
+    max_pings_without_data: int = 2
+    min_recv_ping_interval_without_data_ms: int = 300_000
+    max_ping_strikes: int = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +101,14 @@ class ServerOptions:
     metrics_enabled: bool
     metrics_address: str
     metrics_port: int
+    metrics_settings: MetricsSettings
     exit_timeout_s: float
     strict_readiness: bool
     cache_capacity_bytes: Optional[int]
     log_verbose: int
+    grpc_tls: Optional[GrpcTls] = None
+    grpc_keepalive: GrpcKeepalive = dataclasses.field(default_factory=GrpcKeepalive)
+    grpc_compression_level: str = "none"
 
     @classmethod
     def from_config(cls, config: TritonConfig) -> ServerOptions:
@@ -79,12 +127,16 @@ class ServerOptions:
             metrics_enabled=config.allow_metrics is not False,
             metrics_address=config.metrics_address or http_address,
             metrics_port=_port(config.metrics_port, constants.DEFAULT_METRICS_PORT),
+            metrics_settings=_metrics_settings(config),
             exit_timeout_s=float(
                 config.exit_timeout_secs if config.exit_timeout_secs is not None else constants.DEFAULT_EXIT_TIMEOUT_S
             ),
             strict_readiness=bool(config.strict_readiness),
             cache_capacity_bytes=_cache_capacity(config.cache_config),
             log_verbose=config.log_verbose or 0,
+            grpc_tls=_grpc_tls(config),
+            grpc_keepalive=_grpc_keepalive(config),
+            grpc_compression_level=_grpc_compression_level(config.grpc_infer_response_compression_level),
         )
 
 
@@ -94,6 +146,61 @@ def _port(value: Optional[int], default: int) -> int:
     if not 0 <= port <= 65535:
         raise PyTritonValidationError(f"invalid port {port}")
     return port
+
+
+def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:
+    """TLS settings when grpc_use_ssl or grpc_use_ssl_mutual is set (mutual implies TLS)."""
+    mutual = bool(config.grpc_use_ssl_mutual)
+    if not (config.grpc_use_ssl or mutual):
+        return None
+    if config.grpc_server_cert is None or config.grpc_server_key is None:
+        raise PyTritonValidationError("gRPC TLS needs grpc_server_cert and grpc_server_key")
+    if mutual and config.grpc_root_cert is None:
+        raise PyTritonValidationError("gRPC mutual TLS needs grpc_root_cert to verify client certificates")
+    root_cert = pathlib.Path(config.grpc_root_cert) if config.grpc_root_cert is not None else None
+    return GrpcTls(pathlib.Path(config.grpc_server_cert), pathlib.Path(config.grpc_server_key), root_cert, mutual)
+
+
+def _grpc_keepalive(config: TritonConfig) -> GrpcKeepalive:
+    """Keepalive settings: each given option over Triton's default."""
+    defaults = GrpcKeepalive()
+
+    def given(name: str, value: Optional[int], default: int) -> int:
+        if value is None:
+            return default
+        if value < 0:
+            raise PyTritonValidationError(f"TritonConfig.{name} must be >= 0, got {value}")
+        return value
+
+    permit = config.grpc_keepalive_permit_without_calls
+    return GrpcKeepalive(
+        time_ms=given("grpc_keepalive_time", config.grpc_keepalive_time, defaults.time_ms),
+        timeout_ms=given("grpc_keepalive_timeout", config.grpc_keepalive_timeout, defaults.timeout_ms),
+        permit_without_calls=defaults.permit_without_calls if permit is None else permit,
+        max_pings_without_data=given(
+            "grpc_http2_max_pings_without_data",
+            config.grpc_http2_max_pings_without_data,
+            defaults.max_pings_without_data,
+        ),
+        min_recv_ping_interval_without_data_ms=given(
+            "grpc_http2_min_recv_ping_interval_without_data",
+            config.grpc_http2_min_recv_ping_interval_without_data,
+            defaults.min_recv_ping_interval_without_data_ms,
+        ),
+        max_ping_strikes=given(
+            "grpc_http2_max_ping_strikes", config.grpc_http2_max_ping_strikes, defaults.max_ping_strikes
+        ),
+    )
+
+
+def _grpc_compression_level(level: Optional[str]) -> str:
+    """grpc_infer_response_compression_level: none, low, medium or high."""
+    resolved = (level or "none").strip().lower()
+    if resolved not in GRPC_COMPRESSION_LEVELS:
+        raise PyTritonValidationError(
+            f"grpc_infer_response_compression_level must be one of {', '.join(GRPC_COMPRESSION_LEVELS)}, got {level!r}"
+        )
+    return resolved
 
 
 def _cache_capacity(cache_config: Optional[List[str]]) -> Optional[int]:
@@ -113,6 +220,69 @@ def _cache_capacity(cache_config: Optional[List[str]]) -> Optional[int]:
         except ValueError:
             raise PyTritonValidationError(f"cache_config '{entry}': size must be an integer") from None
     return capacity
+
+
+def _metrics_settings(config: TritonConfig) -> MetricsSettings:
+    """allow_cpu_metrics, metrics_interval_ms and metrics_config entries like `summary_latencies=true`."""
+    interval_ms = DEFAULT_METRICS_INTERVAL_MS if config.metrics_interval_ms is None else config.metrics_interval_ms
+    if interval_ms <= 0:
+        raise PyTritonValidationError(f"metrics_interval_ms must be positive, got {interval_ms}")
+    flags: Dict[str, bool] = {}
+    quantiles = DEFAULT_SUMMARY_QUANTILES
+    for key, value in _metrics_config_items(config.metrics_config or []):
+        if key in _METRICS_FLAGS:
+            flags[key] = _flag(key, value)
+        elif key == "summary_quantiles":
+            quantiles = _quantiles(value)
+        else:
+            LOGGER.warning("TritonConfig.metrics_config setting '%s' has no effect: it is not known here", key)
+    return MetricsSettings(
+        cpu_metrics=config.allow_cpu_metrics is not False,
+        interval_ms=interval_ms,
+        summary_quantiles=quantiles,
+        **flags,
+    )
+
+
+def _metrics_config_items(entries: List[str]) -> List[Tuple[str, str]]:
+    """`key=value` pairs; an entry without `=` continues the previous value (a list split at its commas)."""
+    items: List[Tuple[str, str]] = []
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if sep:
+            items.append((key.strip(), value.strip()))
+        elif items:
+            items[-1] = (items[-1][0], f"{items[-1][1]},{entry.strip()}")
+        else:
+            raise PyTritonValidationError(f"metrics_config '{entry}': expected <setting>=<value>")
+    return items
+
+
+def _flag(key: str, value: str) -> bool:
+    """A metrics_config boolean (true/false)."""
+    text = value.strip().strip('"').lower()
+    if text in ("true", "1"):
+        return True
+    if text in ("false", "0"):
+        return False
+    raise PyTritonValidationError(f"metrics_config {key}={value}: expected true or false")
+
+
+def _quantiles(value: str) -> Tuple[Tuple[float, float], ...]:
+    """summary_quantiles `<quantile>:<error>` pairs, separated by commas or spaces."""
+    pairs: List[Tuple[float, float]] = []
+    for pair in value.strip().strip('"').replace(",", " ").split():
+        quantile, sep, error = pair.partition(":")
+        try:
+            parsed = (float(quantile), float(error))
+        except ValueError:
+            parsed = (-1.0, -1.0)
+        if not sep or not 0.0 <= parsed[0] <= 1.0 or not 0.0 <= parsed[1] <= 1.0:
+            raise PyTritonValidationError(f"metrics_config summary_quantiles '{pair}': expected <quantile>:<error>")
+        pairs.append(parsed)
+    if not pairs:
+        raise PyTritonValidationError("metrics_config summary_quantiles: no <quantile>:<error> pairs given")
+    return tuple(pairs)
 
 
 def _report_unsupported(config: TritonConfig) -> None:

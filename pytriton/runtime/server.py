@@ -105,7 +105,7 @@ class ServerRuntime:
             frontend = self._frontends.pop()
             try:
                 await frontend.stop()
-            except Exception:  # noqa: BLE001 - keep stopping the others
+            except Exception:
                 LOGGER.exception("error while stopping a frontend")
 
     def stop(self) -> None:

@@ -318,4 +318,3 @@ def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
     else:
         return body
     return compressor.compress(body) + compressor.flush()
-

@@ -35,7 +35,7 @@ class AsgiServer:
         )
         self._server = uvicorn.Server(config)
         self._socket = sock
-        self._task: Optional["asyncio.Task[None]"] = None
+        self._task: Optional[asyncio.Task[None]] = None
 
     async def start(self) -> None:
         """Start serving; returns once the socket accepts connections."""
