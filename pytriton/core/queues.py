@@ -21,7 +21,18 @@ TIMEOUT_MESSAGE = "Request timeout expired"
 class Entry:
     """A queued request with its sink and its place in time."""
 
-    __slots__ = ("deadline_ns", "delayed", "enqueue_ns", "level", "queue_ns", "queued", "request", "sink")
+    __slots__ = (
+        "compute_ns",
+        "deadline_ns",
+        "delayed",
+        "enqueue_ns",
+        "level",
+        "queue_ns",
+        "queued",
+        "request",
+        "responded",
+        "sink",
+    )
 
     def __init__(self, request: InferenceRequest, sink: ResponseSink, level: int, deadline_ns: int) -> None:
         """Create an entry queued now."""
@@ -33,6 +44,8 @@ class Entry:
         self.delayed = False
         self.queued = True
         self.queue_ns = 0
+        self.compute_ns: Tuple[int, int, int] = (0, 0, 0)
+        self.responded = False
 
 
 class _Level:

@@ -190,7 +190,9 @@ class Scheduler:
                     for entry, result in zip(batch, results)
                 ]
                 output_end_ns = time.monotonic_ns()
+                compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
                 for entry, release, response in zip(batch, releases, responses):
+                    entry.compute_ns = compute
                     release.succeed(entry, response, self)
         except BaseException as error:
             infer_end_ns = output_end_ns = time.monotonic_ns()
@@ -223,6 +225,9 @@ class Scheduler:
                 for entry, result in zip(batch, results):
                     if result is not None and not entry.sink.done():
                         entry.sink.deliver(build_response(self.spec, result, entry.request.requested_outputs, False))
+                        if not entry.responded:
+                            entry.responded = True
+                            self.stats.record_first_response(time.monotonic_ns() - entry.enqueue_ns)
                 if all(entry.sink.done() for entry in batch):
                     stop.set()
         finally:
@@ -260,7 +265,7 @@ class Scheduler:
         """Record a request's outcome in the statistics."""
         total = time.monotonic_ns() - entry.enqueue_ns
         if ok:
-            self.stats.record_success(total, entry.queue_ns)
+            self.stats.record_success(total, entry.queue_ns, entry.compute_ns)
         else:
             self.stats.record_failure(total, reason.value)
 

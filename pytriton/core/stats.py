@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional, Protocol, Tuple
 
 
 class Duration:
@@ -39,6 +39,22 @@ INFERENCE_STAT_NAMES = (
 BATCH_STAT_NAMES = ("compute_input", "compute_infer", "compute_output")
 
 
+class StatsObserver(Protocol):
+    """Sees each latency as the statistics record it (metrics histograms and summaries)."""
+
+    def request_succeeded(self, total_ns: int, queue_ns: int) -> None:
+        """A request succeeded after `total_ns`, of which `queue_ns` waiting."""
+
+    def model_executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """The model ran once over `batch_size` rows."""
+
+    def first_response_sent(self, ns: int) -> None:
+        """A decoupled request sent its first response `ns` after it arrived."""
+
+
+ComputeTimes = Tuple[int, int, int]
+
+
 class ModelStats:
     """Counters of one model version; updated on the event loop only."""
 
@@ -50,22 +66,38 @@ class ModelStats:
         self.inference: Dict[str, Duration] = {name: Duration() for name in INFERENCE_STAT_NAMES}
         self.batches: Dict[int, Dict[str, Duration]] = {}
         self.failures_by_reason: Dict[str, int] = {}
-        self.pending = 0
+        self.observers: List[StatsObserver] = []
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """Record one model call over a batch of `batch_size` rows."""
+        """Record one model call over a batch of `batch_size` rows (batch_stats are per execution)."""
         self.inference_count += batch_size
         self.execution_count += 1
         self.last_inference_ms = int(time.time() * 1000)
-        for stats in (self.inference, self.batches.setdefault(batch_size, _batch_durations())):
-            stats["compute_input"].add(input_ns)
-            stats["compute_infer"].add(infer_ns)
-            stats["compute_output"].add(output_ns)
+        stats = self.batches.get(batch_size)
+        if stats is None:
+            stats = self.batches[batch_size] = _batch_durations()
+        stats["compute_input"].add(input_ns)
+        stats["compute_infer"].add(infer_ns)
+        stats["compute_output"].add(output_ns)
+        for observer in self.observers:
+            observer.model_executed(batch_size, input_ns, infer_ns, output_ns)
 
-    def record_success(self, total_ns: int, queue_ns: int) -> None:
-        """Record a successful request."""
-        self.inference["success"].add(total_ns)
-        self.inference["queue"].add(queue_ns)
+    def record_success(self, total_ns: int, queue_ns: int, compute: Optional[ComputeTimes] = None) -> None:
+        """Record a successful request; inference_stats count compute per successful request, as Triton."""
+        inference = self.inference
+        inference["success"].add(total_ns)
+        inference["queue"].add(queue_ns)
+        if compute is not None:
+            inference["compute_input"].add(compute[0])
+            inference["compute_infer"].add(compute[1])
+            inference["compute_output"].add(compute[2])
+        for observer in self.observers:
+            observer.request_succeeded(total_ns, queue_ns)
+
+    def record_first_response(self, ns: int) -> None:
+        """A decoupled request sent its first response (metrics only)."""
+        for observer in self.observers:
+            observer.first_response_sent(ns)
 
     def record_failure(self, total_ns: int, reason: str) -> None:
         """Record a failed request."""

@@ -1,0 +1,182 @@
+"""Reads the engine's counters into metric families, with Triton's names, labels and units."""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pytriton.core.engine import Engine
+from pytriton.core.errors import FailureReason
+from pytriton.core.model import ServedModel
+from pytriton.core.stats import ModelStats
+from pytriton.runtime.options import MetricsSettings
+from pytriton.transport.metrics.exposition import Family, Labels
+from pytriton.transport.metrics.host import HostMonitor
+from pytriton.transport.metrics.latency import ModelLatencies, SummaryFamily, add_histogram
+
+_COUNTS: Sequence[Tuple[str, str, Callable[[ModelStats], int]]] = (
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        lambda stats: stats.inference["success"].count,
+    ),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+        lambda stats: stats.inference_count,
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+        lambda stats: stats.execution_count,
+    ),
+)
+# (family, statistics duration, help): cumulative durations in microseconds.
+_DURATIONS = (
+    (
+        "nv_inference_request_duration_us",
+        "success",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "queue",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "compute_input",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "compute_infer",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "compute_output",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+    ),
+)
+# (family, statistics duration, count or microseconds, help): models with the response cache only.
+_CACHE = (
+    ("nv_cache_num_hits_per_model", "cache_hit", False, "Number of cache hits per model"),
+    ("nv_cache_num_misses_per_model", "cache_miss", False, "Number of cache misses per model"),
+    ("nv_cache_hit_duration_per_model", "cache_hit", True, "Total cache hit duration per model, in microseconds"),
+    (
+        "nv_cache_miss_duration_per_model",
+        "cache_miss",
+        True,
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+    ),
+)
+# (family, ModelLatencies stage, help)
+_SUMMARIES = (
+    (
+        "nv_inference_request_summary_us",
+        "request",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_queue_summary_us",
+        "queue",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_compute_input_summary_us",
+        "compute_input",
+        "Summary of compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_infer_summary_us",
+        "compute_infer",
+        "Summary of compute inference duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_output_summary_us",
+        "compute_output",
+        "Summary of compute output duration in microseconds (does not include cached requests)",
+    ),
+)
+FAILURE_REASONS = tuple(reason.value for reason in FailureReason)
+_FAILURE_HELP = "Number of failed inference requests, all batch sizes"
+
+
+def collect(
+    engine: Engine,
+    settings: MetricsSettings,
+    latencies: Mapping[ServedModel, ModelLatencies],
+    host: Optional[HostMonitor],
+) -> List[Family]:
+    """Every family, read now; runs on the event loop and only copies numbers (quantiles come later)."""
+    families: Dict[str, Family] = {}
+
+    def family(name: str, kind: str, help_text: str) -> Family:
+        found = families.get(name)
+        if found is None:
+            found = families[name] = Family(name, kind, help_text)
+        return found
+
+    for model in engine.models():
+        labels: Labels = (("model", model.spec.name), ("version", model.spec.version_str))
+        stats = model.stats
+        for name, help_text, read in _COUNTS:
+            family(name, "counter", help_text).add(labels, read(stats))
+        failures = family("nv_inference_request_failure", "counter", _FAILURE_HELP)
+        for reason in (*FAILURE_REASONS, *sorted(set(stats.failures_by_reason) - set(FAILURE_REASONS))):
+            failures.add((*labels, ("reason", reason)), stats.failures_by_reason.get(reason, 0))
+        family(
+            "nv_inference_pending_request_count",
+            "gauge",
+            "Instantaneous number of pending requests awaiting execution per-model.",
+        ).add(labels, model.scheduler.pending)
+        if settings.counter_latencies:
+            for name, key, help_text in _DURATIONS:
+                family(name, "counter", help_text).add(labels, stats.inference[key].ns // 1000)
+            if model.cache is not None:
+                for name, key, is_duration, help_text in _CACHE:
+                    duration = stats.inference[key]
+                    family(name, "counter", help_text).add(
+                        labels, duration.ns // 1000 if is_duration else duration.count
+                    )
+        observed = latencies.get(model)
+        if observed is not None:
+            _add_latencies(families, labels, observed, settings)
+    ordered = list(families.values())
+    if host is not None:
+        ordered.extend(_host_families(host))
+    return ordered
+
+
+def _add_latencies(
+    families: Dict[str, Family], labels: Labels, observed: ModelLatencies, settings: MetricsSettings
+) -> None:
+    """A model's summaries and first-response histogram."""
+    quantiles = [quantile for quantile, _ in settings.summary_quantiles]
+    for name, stage, help_text in _SUMMARIES:
+        summary = observed.summaries.get(stage)
+        if summary is None:
+            continue
+        found = families.get(name)
+        if not isinstance(found, SummaryFamily):
+            found = families[name] = SummaryFamily(name, help_text, quantiles)
+        found.add_summary(labels, summary.snapshot())
+    if observed.first_response_ms is not None:
+        name = "nv_inference_first_response_histogram_ms"
+        histogram = families.get(name)
+        if histogram is None:
+            histogram = families[name] = Family(
+                name, "histogram", "Duration from request to first response in milliseconds"
+            )
+        add_histogram(histogram, labels, observed.first_response_ms.snapshot())
+
+
+def _host_families(host: HostMonitor) -> List[Family]:
+    """nv_cpu_utilization and the host's memory, as last polled."""
+    utilization = Family("nv_cpu_utilization", "gauge", "CPU utilization rate [0.0 - 1.0]")
+    utilization.add((), host.utilization)
+    total = Family("nv_cpu_memory_total_bytes", "gauge", "CPU total memory (RAM), in bytes")
+    total.add((), host.memory_total_bytes)
+    used = Family("nv_cpu_memory_used_bytes", "gauge", "CPU used memory (RAM), in bytes")
+    used.add((), host.memory_used_bytes)
+    return [utilization, total, used]

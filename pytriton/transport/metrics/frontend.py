@@ -1,0 +1,130 @@
+"""The metrics frontend: GET /metrics on its own port, served by uvicorn on the engine's loop."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from typing import Dict, List, Optional, Tuple
+
+from pytriton.core.engine import Engine
+from pytriton.core.model import ServedModel
+from pytriton.core.stats import StatsObserver
+from pytriton.runtime.options import MetricsSettings, ServerOptions
+from pytriton.transport.http.responses import Receive, Scope, Send, send_body
+from pytriton.transport.http.server import AsgiServer
+from pytriton.transport.metrics.collector import collect
+from pytriton.transport.metrics.exposition import CONTENT_TYPE, render
+from pytriton.transport.metrics.host import HostMonitor
+from pytriton.transport.metrics.latency import ModelLatencies
+from pytriton.transport.sockets import bind_socket, bound_port
+
+LOGGER = logging.getLogger(__name__)
+
+_TEXT = (b"content-type", CONTENT_TYPE.encode())
+_PLAIN = (b"content-type", b"text/plain; charset=utf-8")
+
+
+class MetricsFrontend:
+    """Prometheus metrics of one server: counters read at scrape time, CPU polled every interval."""
+
+    def __init__(self, engine: Engine, options: ServerOptions) -> None:
+        """Prepare the endpoint; nothing is bound until `start`."""
+        self._engine = engine
+        self._settings: MetricsSettings = options.metrics_settings
+        self._address = options.metrics_address
+        self._requested_port = options.metrics_port
+        self.port: Optional[int] = None
+        self._server: Optional[AsgiServer] = None
+        self._host: Optional[HostMonitor] = None
+        self._poller: Optional[asyncio.Task[None]] = None
+        self._latencies: Dict[ServedModel, ModelLatencies] = {}
+        self._observed: List[Tuple[List[StatsObserver], ModelLatencies]] = []
+        self._renderer: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+    async def start(self) -> None:
+        """Bind the port, start observing models and polling CPU metrics, and serve."""
+        sock = bind_socket(self._address, self._requested_port)
+        self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pytriton-metrics")
+        self._observe_new_models()
+        if self._settings.cpu_metrics:
+            host = HostMonitor()
+            if host.start():
+                self._host = host
+                self._poller = asyncio.get_running_loop().create_task(self._poll_host(host))
+        self._server = AsgiServer(self._serve, sock)
+        try:
+            await self._server.start()
+        except BaseException:
+            self._server = None
+            sock.close()
+            await self.stop()
+            raise
+        self.port = bound_port(sock)
+
+    async def stop(self) -> None:
+        """Stop serving and polling; stop observing the models."""
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+        for observers, latencies in self._observed:
+            observers.remove(latencies)
+        self._observed.clear()
+        if self._renderer is not None:
+            self._renderer.shutdown(wait=False)
+            self._renderer = None
+
+    async def scrape(self) -> bytes:
+        """The exposition text: numbers are copied on the loop, formatted (and quantiles sorted) off it."""
+        self._observe_new_models()
+        families = collect(self._engine, self._settings, self._latencies, self._host)
+        return await asyncio.get_running_loop().run_in_executor(self._renderer, render, families)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app: GET or HEAD /metrics; 404 elsewhere."""
+        if scope["type"] != "http":
+            return
+        if scope["path"] != "/metrics":
+            await send_body(send, 404, b"Not Found", (_PLAIN,))
+            return
+        method = scope["method"]
+        if method not in ("GET", "HEAD"):
+            await send_body(send, 405, b"Method Not Allowed", (_PLAIN, (b"allow", b"GET, HEAD")))
+            return
+        try:
+            body = await self.scrape()
+        except Exception:  # a failed scrape must still be answered
+            LOGGER.exception("metrics scrape failed")
+            await send_body(send, 500, b"metrics scrape failed", (_PLAIN,))
+            return
+        headers = [_TEXT, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+
+    async def _poll_host(self, host: HostMonitor) -> None:
+        """Refresh CPU utilisation and memory every metrics_interval_ms."""
+        interval_s = self._settings.interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            host.poll()
+
+    def _observe_new_models(self) -> None:
+        """Give each model not seen yet its histogram and summaries (when metrics_config asks for them)."""
+        settings = self._settings
+        if not (settings.summary_latencies or settings.histogram_latencies):
+            return
+        for model in self._engine.models():
+            if model in self._latencies:
+                continue
+            observers = model.stats.observers
+            latencies = ModelLatencies(
+                summaries=settings.summary_latencies,
+                first_response_histogram=settings.histogram_latencies and model.spec.decoupled,
+            )
+            self._latencies[model] = latencies
+            if latencies.summaries or latencies.first_response_ms is not None:
+                observers.append(latencies)
+                self._observed.append((observers, latencies))
