@@ -309,3 +309,37 @@ def test_requests_after_stop_are_refused():
     assert not engine.accepting
     with pytest.raises(OSError):
         post_json(port, "/v2/models/m/infer", _body(1))
+
+
+@pytest.mark.parametrize("preserve", [True, False])
+def test_preserve_ordering_holds_later_responses(preserve):
+    slow_started = threading.Event()
+    finished: List[float] = []
+
+    def instance(requests):
+        value = float(requests[0]["x"].ravel()[0])
+        if value == 0:
+            slow_started.set()
+            time.sleep(0.3)
+        return [{"y": r["x"]} for r in requests]
+
+    def bind(triton: Triton) -> None:
+        batcher = DynamicBatcher(preserve_ordering=preserve)
+        config = ModelConfig(max_batch_size=1, batcher=batcher)
+        triton.bind("m", [instance, instance], inputs=[TENSOR], outputs=[OUT], config=config)
+
+    def timed(port: int, body: Dict[str, Any]) -> float:
+        assert post_json(port, "/v2/models/m/infer", body)[0] == 200
+        return time.monotonic()
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+        slow = pool.submit(timed, triton.http_port, _body(0))
+        assert slow_started.wait(10)
+        fast = pool.submit(timed, triton.http_port, _body(1))
+        finished = [slow.result(), fast.result()]
+        pool.shutdown()
+    if preserve:
+        assert finished[1] >= finished[0] - 0.05
+    else:
+        assert finished[1] < finished[0] - 0.1

@@ -67,14 +67,19 @@ class Scheduler:
 
     def submit(self, request: InferenceRequest, sink: ResponseSink) -> None:
         """Queue a request; raises UNAVAILABLE if the model is stopping or its queue is full."""
+        if not self._accepting:
+            self.stats.record_failure(0, FailureReason.REJECTED.value)
+            raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
+        self._idle.clear()
+        if self._free and not self._queues.size and not self._delay_ns:
+            # Nothing waits and no delay is configured: Triton's batcher would run this request alone, now.
+            self._start(self._free.popleft(), [Entry(request, sink, self._queues.level_of(request.priority), 0)])
+            return
         try:
-            if not self._accepting:
-                raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
             self._queues.push(request, sink)
         except InferenceError as error:
             self.stats.record_failure(0, error.reason.value)
             raise
-        self._idle.clear()
         self._schedule()
 
     def _schedule(self) -> None:
@@ -166,7 +171,9 @@ class Scheduler:
         start_ns = time.monotonic_ns()
         for entry in batch:
             entry.queue_ns = start_ns - entry.enqueue_ns
-        releases = [self._release_slot(entry) for entry in batch]
+        releases = (
+            [self._release_slot() for _ in batch] if self._ordered_release is not None else [_IMMEDIATE] * len(batch)
+        )
         requests = [
             Request(
                 data=entry.request.inputs,
@@ -246,10 +253,9 @@ class Scheduler:
         LOGGER.error("model '%s' failed: %r", self.spec.name, error)
         return InferenceError.internal(str(error) or type(error).__name__)
 
-    def _release_slot(self, entry: Entry) -> _Release:
-        """How this entry's outcome is handed over: at once, or in request order."""
-        if self._ordered_release is None:
-            return _IMMEDIATE
+    def _release_slot(self) -> _Release:
+        """A place in the ordered release queue (preserve_ordering with several instances)."""
+        assert self._ordered_release is not None
         release = _Release(ordered=True)
         self._ordered_release.append(release)
         return release
