@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional, Sequence, Tuple
+from typing import FrozenSet, Mapping, Optional, Sequence, Tuple
 
 from pytriton.core.errors import InferenceError
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
@@ -40,11 +40,13 @@ class ModelSpec:
     output_specs: Tuple[TensorSpec, ...] = ()
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
+    required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Index tensors by name once."""
         object.__setattr__(self, "input_by_name", {tensor.name: tensor for tensor in self.inputs})
         object.__setattr__(self, "output_by_name", {tensor.name: tensor for tensor in self.outputs})
+        object.__setattr__(self, "required_inputs", frozenset(t.name for t in self.inputs if not t.optional))
 
     @property
     def version_str(self) -> str:
@@ -75,7 +77,7 @@ class ModelSpec:
                 f"inference input '{name}' data-type is '{datatype}', but model '{self.name}' expects "
                 f"'{tensor.datatype}'"
             )
-        if any(not isinstance(dim, int) or isinstance(dim, bool) or dim < 0 for dim in shape):
+        if shape and min(shape) < 0:
             raise InferenceError.invalid(f"invalid shape {list(shape)} for input '{name}': dims must be >= 0")
         dims = shape
         batch_size = 1
@@ -91,7 +93,10 @@ class ModelSpec:
                     f"inference request batch-size must be <= {self.max_batch_size} for '{self.name}'"
                 )
             dims = shape[1:]
-        if len(dims) != len(tensor.dims) or any(want != -1 and want != got for want, got in zip(tensor.dims, dims)):
+        wanted = tensor.dims
+        if len(dims) != len(wanted) or (
+            tuple(dims) != wanted and any(want != -1 and want != got for want, got in zip(wanted, dims))
+        ):
             expected = [-1, *tensor.dims] if self.batching else list(tensor.dims)
             raise InferenceError.invalid(
                 f"unexpected shape for input '{name}' for model '{self.name}'. Expected {_show(expected)}, "
@@ -101,10 +106,9 @@ class ModelSpec:
 
     def check_input_set(self, names: Sequence[str], batch_sizes: Sequence[int]) -> int:
         """Check that required inputs are present and batch sizes agree; return the request batch size."""
-        required = [tensor.name for tensor in self.inputs if not tensor.optional]
-        present = set(names)
-        missing = [name for name in required if name not in present]
-        if missing:
+        required = self.required_inputs
+        if len(names) < len(required) or not required.issubset(names):
+            missing = [tensor.name for tensor in self.inputs if tensor.name in required and tensor.name not in names]
             raise InferenceError.invalid(
                 f"expected {len(required)} inputs but got {len(names)} inputs for model '{self.name}'. "
                 f"Got input(s) {_names(names)}, but missing required input(s) {_names(missing)}. "

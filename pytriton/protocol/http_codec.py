@@ -170,7 +170,7 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
         raise InferenceError.invalid("each input must have a string 'name'")
     if not isinstance(datatype, str) or not is_known_datatype(datatype):
         raise InferenceError.invalid(f"input '{name}' has an invalid 'datatype': {datatype!r}")
-    if not isinstance(shape, list) or not all(isinstance(dim, int) and not isinstance(dim, bool) for dim in shape):
+    if not isinstance(shape, list) or not all(type(dim) is int for dim in shape):
         raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
     return name, datatype, shape, _mapping(raw.get("parameters"), f"parameters of input '{name}'")
 
