@@ -31,9 +31,10 @@ from typing import Any, Dict, List
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     sys.path.pop(0)
 
-import numpy as np  # noqa: E402
-from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor  # noqa: E402
-from pytriton.triton import Triton, TritonConfig  # noqa: E402
+import numpy as np
+
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
 
 BATCH_COST_S = 0.002
 

@@ -1,0 +1,1 @@
+"""Benchmark harness: run with `python -m bench` (see bench/README.md)."""

@@ -1,0 +1,234 @@
+"""Medians, paired ratios, the printed table, the JSON summary and the sweep plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import statistics
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from bench.runner import Bench
+
+# (key, label): the metrics shown, in order, when a workload has them
+METRICS: List[Tuple[str, str]] = [
+    ("rps", "req/s"),
+    ("p50_ms", "p50 ms"),
+    ("p99_ms", "p99 ms"),
+    ("mib_s", "MiB/s"),
+    ("avg_batch", "avg batch (model)"),
+    ("avg_batch_stats", "avg batch (/stats)"),
+    ("identity_c64_rps", "identity@64 req/s"),
+    ("vs_identity", "req/s / identity@64"),
+    ("errors", "errors"),
+]
+STARTUP_METRICS = [("startup_s", "startup s"), ("rss_mib", "RSS MiB"), ("pss_mib", "PSS MiB")]
+REFERENCE = "ours"
+
+
+def median(values: Sequence[float]) -> Optional[float]:
+    """The median of the finite values, None when there is none."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(finite) if finite else None
+
+
+def paired_ratio(ours: Sequence[Dict[str, float]], theirs: Sequence[Dict[str, float]], key: str) -> Optional[float]:
+    """Median over rounds of ours/theirs, pairing run i with run i (they ran back to back)."""
+    ratios = [
+        a[key] / b[key]
+        for a, b in zip(ours, theirs)
+        if key in a and key in b and b[key] and math.isfinite(a[key]) and math.isfinite(b[key])
+    ]
+    return median(ratios)
+
+
+def summarize(bench: Bench, meta: Dict[str, Any]) -> Dict[str, Any]:
+    """The JSON-ready summary of a bench session."""
+    names = [t.name for t in bench.o.targets]
+    workloads: Dict[str, Any] = {}
+    for workload, cells in bench.cells.items():
+        entry: Dict[str, Any] = {"targets": {}, "ratios": {}}
+        for name, cell in cells.items():
+            keys = sorted({k for run in cell.rounds for k in run})
+            medians = {k: median([run[k] for run in cell.rounds if k in run]) for k in keys}
+            entry["targets"][name] = {"status": cell.status, "median": medians, "rounds": cell.rounds}
+        ours = cells.get(REFERENCE)
+        for name in names:
+            if name == REFERENCE or ours is None or name not in cells:
+                continue
+            keys = [k for k, _ in METRICS if k != "errors"]
+            ratios = {k: paired_ratio(ours.rounds, cells[name].rounds, k) for k in keys}
+            entry["ratios"][f"{REFERENCE}/{name}"] = {k: v for k, v in ratios.items() if v is not None}
+        workloads[workload] = entry
+    startup: Dict[str, Any] = {}
+    for name, data in bench.startup.items():
+        rounds = data["rounds"]
+        medians = {k: median([r[k] for r in rounds if k in r]) for k, _ in STARTUP_METRICS}
+        startup[name] = {"status": data["status"], "median": medians, "rounds": rounds}
+        if name in bench.rss_after_load:
+            startup[name]["after_load"] = bench.rss_after_load[name]
+    startup_ratios: Dict[str, Any] = {}
+    if REFERENCE in startup:
+        for name in startup:
+            if name != REFERENCE:
+                mine, theirs = startup[REFERENCE]["rounds"], startup[name]["rounds"]
+                ratios = {k: paired_ratio(mine, theirs, k) for k, _ in STARTUP_METRICS}
+                after = _div(
+                    startup[REFERENCE].get("after_load", {}).get("rss_mib"),
+                    startup[name].get("after_load", {}).get("rss_mib"),
+                )
+                startup_ratios[f"{REFERENCE}/{name}"] = {**ratios, "rss_mib_after_load": after}
+    return {
+        "meta": meta,
+        "targets": {t.name: {"label": t.label, "argv": t.argv_prefix, "env": t.env} for t in bench.o.targets},
+        "workloads": workloads,
+        "startup": startup,
+        "startup_ratios": startup_ratios,
+        "grpc_available": bench.grpc,
+        "sweep": bench.sweep,
+    }
+
+
+def _fmt(value: Optional[float], key: str = "") -> str:
+    """A table cell."""
+    if value is None:
+        return "-"
+    if key in ("rps", "identity_c64_rps", "mib_s", "rss_mib", "pss_mib", "errors"):
+        return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
+
+
+def table(summary: Dict[str, Any]) -> str:
+    """The printed report: medians per target and the median paired ratio ours/other."""
+    names = list(summary["targets"])
+    others = [n for n in names if n != REFERENCE] if REFERENCE in names else []
+    header = ["workload", "metric", *names, *[f"{REFERENCE}/{o}" for o in others]]
+    rows: List[List[str]] = []
+    notes: List[str] = []
+    for workload, entry in summary["workloads"].items():
+        targets = entry["targets"]
+        for name in names:
+            status = targets.get(name, {}).get("status", "-")
+            if status != "ok":
+                notes.append(f"{workload} / {name}: {status}")
+        first = True
+        for key, label in METRICS:
+            values = [targets.get(n, {}).get("median", {}).get(key) for n in names]
+            if all(v is None for v in values) or (key == "errors" and not any(values)):
+                continue
+            ratios = [entry["ratios"].get(f"{REFERENCE}/{o}", {}).get(key) for o in others]
+            cells = [_fmt(v, key) if v is not None else _short(targets, n) for v, n in zip(values, names)]
+            rows.append([workload if first else "", label, *cells, *[_ratio(r) for r in ratios]])
+            first = False
+        if first:  # nothing measured at all
+            rows.append([workload, "-", *[_short(targets, n) for n in names], *["-" for _ in others]])
+    startup = summary["startup"]
+    first = True
+    for key, label in STARTUP_METRICS:
+        values = [startup.get(n, {}).get("median", {}).get(key) for n in names]
+        if all(v is None for v in values):
+            continue
+        ratios = [_ratio(summary["startup_ratios"].get(f"{REFERENCE}/{o}", {}).get(key)) for o in others]
+        rows.append(["startup" if first else "", label, *[_fmt(v, key) for v in values], *ratios])
+        first = False
+    after = [startup.get(n, {}).get("after_load", {}).get("rss_mib") for n in names]
+    if any(v is not None for v in after):
+        ratios = [
+            _ratio(summary["startup_ratios"].get(f"{REFERENCE}/{o}", {}).get("rss_mib_after_load")) for o in others
+        ]
+        rows.append(["after load", "RSS MiB", *[_fmt(v, "rss_mib") for v in after], *ratios])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+    if notes:
+        lines += ["", "not measured:", *[f"  {note}" for note in notes]]
+    return "\n".join(lines)
+
+
+def _short(targets: Dict[str, Any], name: str) -> str:
+    """A short status for a table cell."""
+    status = targets.get(name, {}).get("status", "-")
+    if status == "ok":
+        return "-"
+    return {"n/a": "n/a", "not available": "not avail."}.get(status, status.split(":")[0])
+
+
+def _ratio(value: Optional[float]) -> str:
+    """A ratio cell."""
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _div(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    """a/b, None when either is missing or b is 0."""
+    return a / b if a is not None and b else None
+
+
+def sweep_table(sweep: Dict[str, List[Dict[str, float]]]) -> str:
+    """Req/s and p99 per connection count, one column pair per target."""
+    names = [name for name, points in sweep.items() if points]
+    conns = sorted({int(p["connections"]) for name in names for p in sweep[name]})
+    header = ["sweep conns", *[f"{n} req/s" for n in names], *[f"{n} p99 ms" for n in names]]
+    rows = []
+    for c in conns:
+        points = {n: next((p for p in sweep[n] if int(p["connections"]) == c), {}) for n in names}
+        rows.append(
+            [
+                str(c),
+                *[_fmt(points[n].get("rps"), "rps") for n in names],
+                *[_fmt(points[n].get("p99_ms")) for n in names],
+            ]
+        )
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(summary: Dict[str, Any], path: pathlib.Path) -> None:
+    """Write the summary (and a copy as latest.json beside it)."""
+    text = json.dumps(summary, indent=2, sort_keys=False, default=str)
+    path.write_text(text)
+    (path.parent / "latest.json").write_text(text)
+
+
+def plot_sweep(sweep: Dict[str, List[Dict[str, float]]], labels: Dict[str, str], path: pathlib.Path) -> Optional[str]:
+    """Throughput and p99 against connections, one line per target; a reason when no plot was made."""
+    if not any(sweep.values()):
+        return "no sweep data"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: `.venv/bin/pip install matplotlib` to get the sweep plot"
+    fig, (ax_rps, ax_p99) = plt.subplots(1, 2, figsize=(12, 4.5))
+    ticks: List[float] = []
+    for name, points in sweep.items():
+        if not points:
+            continue
+        conns = [p["connections"] for p in points]
+        label = f"{name} ({labels.get(name, '')})" if labels.get(name) else name
+        ticks = sorted(set(ticks) | set(conns))
+        ax_rps.plot(conns, [p["rps"] for p in points], marker="o", label=label)
+        ax_p99.plot(conns, [p.get("p99_ms", float("nan")) for p in points], marker="o", label=label)
+    for ax, title, ylabel in (
+        (ax_rps, "Throughput, identity FP32 [1,16], HTTP binary", "requests / s"),
+        (ax_p99, "p99 latency", "ms"),
+    ):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [f"{t:.0f}" for t in ticks])
+        ax.set_xlabel("connections (wrk)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    ax_p99.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None

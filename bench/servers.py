@@ -1,0 +1,272 @@
+"""Bench targets: how to start each server, wait for readiness, measure it, and stop it."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Dict, List, Optional
+
+BENCH_DIR = pathlib.Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+MODEL_SERVER = BENCH_DIR / "model_server.py"
+ASGI_ECHO = BENCH_DIR / "asgi_echo.py"
+NVIDIA_RUN = pathlib.Path(os.environ.get("BENCH_NVIDIA_RUN", "/tmp/nvidia-pytriton/run"))
+ACCESS_TOKEN = "bench-token"  # NVIDIA's PyTriton guards /stats with a token; ours ignores the header
+MODELS = ("identity", "batching")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One server implementation to measure."""
+
+    name: str  # "ours", "nvidia", "baseline", "asgi"
+    argv_prefix: List[str]  # interpreter command (the script and ports are appended)
+    script: pathlib.Path
+    env: Dict[str, str]
+    grpc: bool  # whether it is expected to serve gRPC at all
+    models: bool  # whether it serves the bench models (the ASGI echo serves only the identity echo)
+    label: str = ""
+
+
+def ours_target() -> Target:
+    """This project's pytriton, run by the interpreter running the bench."""
+    return Target("ours", [sys.executable], MODEL_SERVER, {}, grpc=True, models=True, label="this checkout")
+
+
+def nvidia_target() -> Optional[Target]:
+    """NVIDIA's PyTriton, when its environment wrapper is installed."""
+    if not os.access(NVIDIA_RUN, os.X_OK):
+        return None
+    return Target("nvidia", [str(NVIDIA_RUN), "python"], MODEL_SERVER, {}, grpc=True, models=True, label="NVIDIA 0.7")
+
+
+def asgi_target() -> Target:
+    """The bare uvicorn+httptools+uvloop echo: the HTTP ceiling."""
+    return Target("asgi", [sys.executable], ASGI_ECHO, {}, grpc=False, models=False, label="bare ASGI echo")
+
+
+def baseline_target(ref: str, workdir: pathlib.Path) -> Target:
+    """This project's code at git ref `ref`, exported read-only with `git archive` into `workdir`."""
+    dest = workdir / "baseline"
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "archive", "--format=tar", ref, "pytriton"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    rev = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", ref], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    env = {"PYTHONPATH": str(dest)}
+    return Target("baseline", [sys.executable], MODEL_SERVER, env, grpc=True, models=True, label=f"{ref} ({rev})")
+
+
+def free_ports(count: int) -> List[int]:
+    """`count` consecutive free loopback ports in 30000-45000, far from Triton's 8000-8002."""
+    for _ in range(200):
+        base = random.randrange(30000, 45000 - count)
+        ports = list(range(base, base + count))
+        if all(_port_free(port) for port in ports):
+            return ports
+    raise RuntimeError("no free ports found")
+
+
+def _port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def http_get(url: str, timeout: float = 2.0) -> Optional[int]:
+    """The HTTP status of GET url, or None when nothing answers."""
+    request = urllib.request.Request(url, headers={"triton-access-token": ACCESS_TOKEN})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            response.read()
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except (OSError, ValueError):
+        return None
+
+
+def port_answers(port: int, timeout: float = 1.0) -> bool:
+    """Whether a TCP connect to 127.0.0.1:port succeeds."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class ServerProcess:
+    """A running server, started in its own process group (pinned with taskset when asked)."""
+
+    def __init__(self, target: Target, cpus: Optional[str], log_dir: pathlib.Path) -> None:
+        self.target = target
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.log_path = log_dir / f"{target.name}-{self.http_port}.log"
+        argv = [*target.argv_prefix, str(target.script)]
+        argv += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+        argv += ["--metrics-port", str(self.metrics_port)]
+        if cpus and shutil.which("taskset"):
+            argv = ["taskset", "-c", cpus, *argv]
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(target.env)
+        env["BENCH_ACCESS_TOKEN"] = ACCESS_TOKEN
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._log = open(self.log_path, "wb")
+        self.started_at = time.perf_counter()
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=tempfile.gettempdir(),  # never the repo root: NVIDIA's interpreter must not import our package
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.startup_s: Optional[float] = None
+
+    @property
+    def base_url(self) -> str:
+        """http://127.0.0.1:PORT."""
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def wait_ready(self, timeout: float) -> float:
+        """Poll /v2/health/ready (and each model's ready) until 200; return seconds since process start."""
+        urls = [f"{self.base_url}/v2/health/ready"]
+        if self.target.models:
+            urls += [f"{self.base_url}/v2/models/{model}/ready" for model in MODELS]
+        deadline = self.started_at + timeout
+        pending = list(urls)
+        while time.perf_counter() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.target.name} exited with {self.proc.returncode}: {self.log_tail()}")
+            while pending and http_get(pending[0], timeout=0.5) == 200:
+                pending.pop(0)
+            if not pending:
+                self.startup_s = time.perf_counter() - self.started_at
+                return self.startup_s
+            time.sleep(0.02)
+        raise TimeoutError(f"{self.target.name} not ready after {timeout:.0f}s: {self.log_tail()}")
+
+    def grpc_available(self) -> bool:
+        """Whether the gRPC port answers a tritonclient liveness call."""
+        if not self.target.grpc or not port_answers(self.grpc_port):
+            return False
+        try:
+            import tritonclient.grpc as grpcclient
+
+            client = grpcclient.InferenceServerClient(f"127.0.0.1:{self.grpc_port}")
+            try:
+                return bool(client.is_server_live(client_timeout=3.0))
+            finally:
+                client.close()
+        except Exception:  # noqa: BLE001 - any failure means "not available"
+            return False
+
+    def rss(self) -> Dict[str, float]:
+        """RSS (and PSS, where readable) of the process tree, in MiB."""
+        return tree_memory(self.proc.pid)
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The end of the server's log."""
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the process group, then SIGKILL it and any descendant that left the group."""
+        if self.proc.poll() is None:
+            pids = descendants(self.proc.pid)
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+            _signal_group(self.proc.pid, signal.SIGKILL)  # stragglers of the group
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self._log.close()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    """Signal a process group, ignoring a group already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass
+
+
+def descendants(root: int) -> List[int]:
+    """Pids of every live descendant of `root` (from /proc)."""
+    children: Dict[int, List[int]] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def tree_memory(root: int) -> Dict[str, float]:
+    """Summed RSS and PSS (MiB) of `root` and its descendants: psutil when installed, else /proc."""
+    pids = [root, *descendants(root)]
+    rss = pss = 0.0
+    try:
+        import psutil  # type: ignore[import-not-found]
+    except ImportError:
+        psutil = None
+    for pid in pids:
+        if psutil is not None:
+            try:
+                rss += psutil.Process(pid).memory_info().rss / 2**20
+            except psutil.Error:
+                continue
+        else:
+            rss += _proc_kib(pid, "status", "VmRSS:") / 1024
+        pss += _proc_kib(pid, "smaps_rollup", "Pss:") / 1024
+    return {"rss_mib": round(rss, 1), "pss_mib": round(pss, 1), "processes": len(pids)}
+
+
+def _proc_kib(pid: int, name: str, key: str) -> float:
+    """A 'Key:  N kB' field of /proc/PID/NAME, 0 when unreadable."""
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/{name}").read_text().splitlines():
+            if line.startswith(key):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return 0.0
