@@ -1,0 +1,241 @@
+"""gRPC infer messages (tritonclient's service_pb2) to and from engine requests and responses."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2
+
+from pytriton.core.errors import InferenceError
+from pytriton.core.model import ServedModel
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.spec import ModelSpec
+from pytriton.protocol import documents
+from pytriton.protocol.datatypes import BYTES, is_known_datatype, numpy_dtype
+from pytriton.protocol.parameters import RequestOptions, split_parameters
+from pytriton.protocol.tensors import Buffer, array_from_raw, element_count, raw_from_array
+
+Message = Any  # generated protobuf messages carry no static types
+FINAL_RESPONSE_PARAMETER = "triton_final_response"
+
+# Datatype -> the InferTensorContents field that carries it (FP16 and BF16 have none).
+_CONTENTS_FIELD: Dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    BYTES: "bytes_contents",
+}
+_SHARED_MEMORY_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
+
+
+class DecodedRequest:
+    """A gRPC infer request decoded for the engine."""
+
+    __slots__ = ("options", "request")
+
+    def __init__(self, request: InferenceRequest, options: RequestOptions) -> None:
+        """Bundle the engine request with what its reserved parameters ask of the server."""
+        self.request = request
+        self.options = options
+
+
+def decode_infer_request(
+    spec: ModelSpec,
+    message: Message,
+    raw_contents: Optional[Sequence[Buffer]] = None,
+    forwarded_headers: Optional[Mapping[str, str]] = None,
+) -> DecodedRequest:
+    """Decode a ModelInferRequest; `raw_contents` overrides its raw_input_contents (already split off)."""
+    raw = list(message.raw_input_contents) if raw_contents is None else raw_contents
+    tensors = message.inputs
+    if raw and len(raw) != len(tensors):
+        raise InferenceError.invalid(
+            f"expected {len(tensors)} raw input contents (one per input) but got {len(raw)} for model '{spec.name}'"
+        )
+    parameters = message.parameters
+    user_parameters, options = split_parameters(
+        parameters_from_message(parameters) if parameters else None, forwarded_headers
+    )
+    inputs: Dict[str, np.ndarray] = {}
+    names: List[str] = []
+    batch_sizes: List[int] = []
+    for index, tensor in enumerate(tensors):
+        name: str = tensor.name
+        datatype: str = tensor.datatype
+        shape = list(tensor.shape)
+        if not is_known_datatype(datatype):
+            raise InferenceError.invalid(f"input '{name}' has an invalid datatype '{datatype}'")
+        batch_sizes.append(spec.check_input(name, datatype, shape))
+        if name in inputs:
+            raise InferenceError.invalid(f"input '{name}' appears more than once in the request for '{spec.name}'")
+        if tensor.parameters:
+            _refuse_shared_memory(tensor.parameters, f"input '{name}'")
+        has_contents = tensor.HasField("contents")
+        if raw:
+            if has_contents:
+                raise InferenceError.invalid(
+                    f"contents field must not be specified when using raw_input_contents for '{name}' for model "
+                    f"'{spec.name}'"
+                )
+            inputs[name] = array_from_raw(raw[index], datatype, shape, name)
+        elif has_contents:
+            inputs[name] = array_from_contents(tensor.contents, datatype, shape, name)
+        else:
+            raise InferenceError.invalid(f"input '{name}' has neither contents nor raw_input_contents")
+        names.append(name)
+    batch_size = spec.check_input_set(names, batch_sizes)
+    request = InferenceRequest(
+        request_id=message.id,
+        inputs=inputs,
+        parameters=user_parameters,
+        requested_outputs=_requested_outputs(spec, message.outputs),
+        batch_size=batch_size,
+        priority=options.priority,
+        timeout_us=options.timeout_us,
+    )
+    return DecodedRequest(request, options)
+
+
+def parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:
+    """A protobuf map<string, InferParameter> as plain Python values."""
+    values: Dict[str, Any] = {}
+    for key, parameter in parameters.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        if choice is None:
+            raise InferenceError.invalid(f"parameter '{key}' has no value")
+        values[key] = getattr(parameter, choice)
+    return values
+
+
+def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
+    """Build an array from the typed `contents` of an input."""
+    field = _CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise InferenceError.invalid(
+            f"input '{name}' of datatype {datatype} cannot be sent in typed contents, use raw_input_contents"
+        )
+    values = getattr(contents, field)
+    count = element_count(shape)
+    if len(values) != count:
+        raise InferenceError.invalid(
+            f"unexpected number of elements {len(values)} in contents of input '{name}', shape {list(shape)} "
+            f"expects {count}"
+        )
+    if datatype == BYTES:
+        array = np.empty(count, dtype=np.object_)
+        array[:] = list(values)
+    else:
+        try:
+            array = np.array(list(values), dtype=numpy_dtype(datatype))
+        except (OverflowError, ValueError) as error:
+            raise InferenceError.invalid(f"contents of input '{name}' do not fit {datatype}: {error}") from None
+    return array.reshape(shape)
+
+
+def _requested_outputs(spec: ModelSpec, outputs: Sequence[Message]) -> Optional[List[str]]:
+    """The requested output names (None = all)."""
+    if not outputs:
+        return None
+    names: List[str] = []
+    for output in outputs:
+        parameters = output.parameters
+        if "classification" in parameters:
+            raise InferenceError.invalid(f"classification of output '{output.name}' is not supported")
+        _refuse_shared_memory(parameters, f"output '{output.name}'")
+        names.append(output.name)
+    spec.check_requested_outputs(names)
+    return names
+
+
+def _refuse_shared_memory(parameters: Mapping[str, Message], what: str) -> None:
+    """Shared-memory tensors are not supported: say so instead of ignoring the parameters."""
+    for key in _SHARED_MEMORY_PARAMETERS:
+        if key in parameters:
+            raise InferenceError.invalid(f"{what} uses shared memory, which this server does not support")
+
+
+class EncodedResponse:
+    """A ModelInferResponse without raw_output_contents, plus those contents as buffers not yet copied."""
+
+    __slots__ = ("message", "raw_outputs")
+
+    def __init__(self, message: Message, raw_outputs: List[Buffer]) -> None:
+        """Pair the response header message with its raw output buffers (one per output, in order)."""
+        self.message = message
+        self.raw_outputs = raw_outputs
+
+    def to_message(self) -> Message:
+        """The complete ModelInferResponse (copies the outputs; the server serializes without it)."""
+        message = service_pb2.ModelInferResponse()
+        message.CopyFrom(self.message)
+        message.raw_output_contents.extend(bytes(raw) for raw in self.raw_outputs)
+        return message
+
+
+def encode_infer_response(
+    spec: ModelSpec, request_id: str, response: InferenceResponse, final: Optional[bool] = None
+) -> EncodedResponse:
+    """A response with raw outputs; `final` sets the triton_final_response parameter (streams)."""
+    message = service_pb2.ModelInferResponse(model_name=spec.name, model_version=spec.version_str, id=request_id)
+    add_output = message.outputs.add
+    raw_outputs: List[Buffer] = []
+    for output in response.outputs:
+        add_output(name=output.name, datatype=output.datatype, shape=output.array.shape)
+        raw_outputs.append(raw_from_array(output.array, output.datatype))
+    if final is not None:
+        message.parameters[FINAL_RESPONSE_PARAMETER].bool_param = final
+    return EncodedResponse(message, raw_outputs)
+
+
+def empty_final_response(spec: ModelSpec, request_id: str) -> EncodedResponse:
+    """The response without outputs that closes a stream request (triton_enable_empty_final_response)."""
+    message = service_pb2.ModelInferResponse(model_name=spec.name, model_version=spec.version_str, id=request_id)
+    message.parameters[FINAL_RESPONSE_PARAMETER].bool_param = True
+    return EncodedResponse(message, [])
+
+
+def stream_error(model_name: str, model_version: str, request_id: str, error_message: str) -> Message:
+    """A ModelStreamInferResponse carrying an error, naming the request it belongs to."""
+    infer_response = service_pb2.ModelInferResponse(model_name=model_name, model_version=model_version, id=request_id)
+    return service_pb2.ModelStreamInferResponse(error_message=error_message, infer_response=infer_response)
+
+
+def server_metadata(version: str) -> Message:
+    """ServerMetadataResponse."""
+    return json_format.ParseDict(documents.server_metadata(version), service_pb2.ServerMetadataResponse())
+
+
+def model_metadata(spec: ModelSpec) -> Message:
+    """ModelMetadataResponse."""
+    return json_format.ParseDict(documents.model_metadata(spec), service_pb2.ModelMetadataResponse())
+
+
+def model_config(spec: ModelSpec, cache_available: bool) -> Message:
+    """ModelConfigResponse holding the model config the HTTP /config endpoint shows."""
+    config = json_format.ParseDict(
+        documents.model_config(spec, cache_available), model_config_pb2.ModelConfig(), ignore_unknown_fields=True
+    )
+    return service_pb2.ModelConfigResponse(config=config)
+
+
+def model_statistics(models: List[ServedModel]) -> Message:
+    """ModelStatisticsResponse."""
+    return json_format.ParseDict(
+        documents.model_statistics(models), service_pb2.ModelStatisticsResponse(), ignore_unknown_fields=True
+    )
+
+
+def repository_index(models: List[ServedModel], ready_only: bool) -> Message:
+    """RepositoryIndexResponse (only ready models when asked)."""
+    entries = documents.repository_index([model for model in models if model.ready or not ready_only])
+    return json_format.ParseDict({"models": entries}, service_pb2.RepositoryIndexResponse())

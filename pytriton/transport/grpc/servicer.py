@@ -1,0 +1,130 @@
+"""The inference.GRPCInferenceService servicer: translate the message, call the engine, translate the reply."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, AsyncIterator, Dict, Optional
+
+from tritonclient.grpc import service_pb2
+
+from pytriton.core.engine import Engine
+from pytriton.core.errors import InferenceError
+from pytriton.protocol import grpc_codec
+from pytriton.protocol.grpc_codec import EncodedResponse, Message
+from pytriton.transport.grpc.errors import unary, unimplemented
+from pytriton.transport.grpc.streaming import StreamSession
+from pytriton.transport.grpc.wire import InferRequestFrame
+
+
+class InferenceServicer:
+    """Serves every RPC of GRPCInferenceService over an engine (shared memory, logging and trace: UNIMPLEMENTED)."""
+
+    def __init__(self, engine: Engine, *, server_version: str, header_forward_pattern: Optional[str] = None) -> None:
+        """Create the servicer; metadata keys matching `header_forward_pattern` reach callables as parameters."""
+        self._engine = engine
+        self._server_version = server_version
+        self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+
+    def _forwarded_headers(self, context: Any) -> Optional[Dict[str, str]]:
+        """Text metadata whose key matches grpc_header_forward_pattern."""
+        pattern = self._forward
+        if pattern is None:
+            return None
+        return {
+            key: value
+            for key, value in (context.invocation_metadata() or ())
+            if isinstance(value, str) and pattern.search(key)
+        }
+
+    @unary
+    async def ServerLive(self, request: Message, context: Any) -> Message:
+        """Whether the server is live."""
+        return service_pb2.ServerLiveResponse(live=self._engine.live)
+
+    @unary
+    async def ServerReady(self, request: Message, context: Any) -> Message:
+        """Whether the server is ready."""
+        return service_pb2.ServerReadyResponse(ready=self._engine.ready)
+
+    @unary
+    async def ModelReady(self, request: Message, context: Any) -> Message:
+        """Whether a model version is ready (false for an unknown model)."""
+        return service_pb2.ModelReadyResponse(ready=self._engine.model_ready(request.name, request.version))
+
+    @unary
+    async def ServerMetadata(self, request: Message, context: Any) -> Message:
+        """Server name, version and extensions."""
+        return grpc_codec.server_metadata(self._server_version)
+
+    @unary
+    async def ModelMetadata(self, request: Message, context: Any) -> Message:
+        """A model's inputs and outputs."""
+        return grpc_codec.model_metadata(self._engine.model(request.name, request.version).spec)
+
+    @unary
+    async def ModelConfig(self, request: Message, context: Any) -> Message:
+        """A model's configuration."""
+        model = self._engine.model(request.name, request.version)
+        return grpc_codec.model_config(model.spec, self._engine.has_cache)
+
+    @unary
+    async def ModelStatistics(self, request: Message, context: Any) -> Message:
+        """Statistics of every model, of every version of one model, or of one version."""
+        engine = self._engine
+        if not request.name:
+            models = engine.models()
+        elif request.version:
+            models = [engine.model(request.name, request.version)]
+        else:
+            engine.model(request.name)  # NOT_FOUND for an unknown model
+            models = [model for model in engine.models() if model.spec.name == request.name]
+        return grpc_codec.model_statistics(models)
+
+    @unary
+    async def RepositoryIndex(self, request: Message, context: Any) -> Message:
+        """Every model version and its state."""
+        return grpc_codec.repository_index(self._engine.models(), request.ready)
+
+    @unary
+    async def RepositoryModelLoad(self, request: Message, context: Any) -> Message:
+        """Serve an unloaded model again (config or file overrides are not supported)."""
+        if request.parameters:
+            raise InferenceError.unimplemented(
+                f"loading model '{request.model_name}' with a config or files is not supported: models are bound "
+                "in-process"
+            )
+        self._engine.load(request.model_name)
+        return service_pb2.RepositoryModelLoadResponse()
+
+    @unary
+    async def RepositoryModelUnload(self, request: Message, context: Any) -> Message:
+        """Stop serving a model after its queued requests."""
+        await self._engine.unload(request.model_name)
+        return service_pb2.RepositoryModelUnloadResponse()
+
+    @unary
+    async def ModelInfer(self, frame: InferRequestFrame, context: Any) -> EncodedResponse:
+        """Run one inference request (not for decoupled models)."""
+        request = frame.message
+        model = self._engine.model(request.model_name, request.model_version)
+        spec = model.spec
+        if spec.decoupled:
+            raise InferenceError.unimplemented(
+                f"model '{spec.name}' is decoupled and may send any number of responses: use ModelStreamInfer"
+            )
+        decoded = grpc_codec.decode_infer_request(spec, request, frame.raw_inputs, self._forwarded_headers(context))
+        response = await model.infer(decoded.request)
+        return grpc_codec.encode_infer_response(spec, decoded.request.id, response)
+
+    async def ModelStreamInfer(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:
+        """Run the requests of a stream concurrently and stream back their responses."""
+        await StreamSession(self._engine, self._forwarded_headers(context)).serve(requests, context)
+
+    SystemSharedMemoryStatus = unimplemented("system shared memory")
+    SystemSharedMemoryRegister = unimplemented("system shared memory")
+    SystemSharedMemoryUnregister = unimplemented("system shared memory")
+    CudaSharedMemoryStatus = unimplemented("CUDA shared memory")
+    CudaSharedMemoryRegister = unimplemented("CUDA shared memory")
+    CudaSharedMemoryUnregister = unimplemented("CUDA shared memory")
+    TraceSetting = unimplemented("trace settings")
+    LogSettings = unimplemented("log settings")

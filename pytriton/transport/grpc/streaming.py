@@ -1,0 +1,97 @@
+"""ModelStreamInfer: each request of a stream runs concurrently; one writer sends the responses."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator, Mapping, Optional, Set
+
+from pytriton.core.engine import Engine
+from pytriton.protocol import grpc_codec
+from pytriton.transport.grpc.errors import status_of
+from pytriton.transport.grpc.wire import InferRequestFrame
+
+_END = object()
+
+
+class StreamSession:
+    """One ModelStreamInfer call; responses of one request keep their order, requests interleave."""
+
+    def __init__(self, engine: Engine, forwarded_headers: Optional[Mapping[str, str]]) -> None:
+        """Create a session for a stream whose metadata forwarded `forwarded_headers`."""
+        self._engine = engine
+        self._forwarded = forwarded_headers
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._tasks: Set[asyncio.Task[None]] = set()
+        self._reading = True
+
+    async def serve(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:
+        """Read requests, start each one, write responses until the client is done and every request ended."""
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(requests, loop))
+        try:
+            while True:
+                item = await self._outbox.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                await context.write(item)
+        finally:
+            reader.cancel()
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(reader, *self._tasks, return_exceptions=True)
+
+    async def _read(self, requests: AsyncIterator[InferRequestFrame], loop: asyncio.AbstractEventLoop) -> None:
+        """Start a task per request until the client half-closes the stream."""
+        try:
+            async for frame in requests:
+                task = loop.create_task(self._serve_one(frame))
+                self._tasks.add(task)
+                task.add_done_callback(self._request_done)
+        except Exception as error:  # noqa: BLE001 - a broken request stream ends the call with its error
+            self._outbox.put_nowait(error)
+            return
+        self._reading = False
+        self._end_if_idle()
+
+    def _request_done(self, task: asyncio.Task[None]) -> None:
+        """Forget a finished request."""
+        self._tasks.discard(task)
+        self._end_if_idle()
+
+    def _end_if_idle(self) -> None:
+        """End the call once the client stopped sending and every request has been answered."""
+        if not self._reading and not self._tasks:
+            self._outbox.put_nowait(_END)
+
+    async def _serve_one(self, frame: InferRequestFrame) -> None:
+        """Run one request and queue its responses (or its error) for the writer."""
+        put = self._outbox.put_nowait
+        message = frame.message
+        model_name, model_version, request_id = message.model_name, message.model_version, message.id
+        try:
+            model = self._engine.model(model_name, model_version)
+            spec = model.spec
+            decoded = grpc_codec.decode_infer_request(spec, message, frame.raw_inputs, self._forwarded)
+            del frame, message  # the inputs live in the engine request now; do not hold the wire message too
+            responses = model.stream(decoded.request)
+            final_sent = False
+            try:
+                async for response in responses:
+                    final_sent = response.final
+                    put(grpc_codec.encode_infer_response(spec, request_id, response, final=response.final))
+            finally:
+                await _aclose(responses)
+            if decoded.options.empty_final_response and not final_sent:
+                put(grpc_codec.empty_final_response(spec, request_id))
+        except Exception as error:  # noqa: BLE001 - an error is a stream message; the stream stays open
+            _, text = status_of(error)
+            put(grpc_codec.stream_error(model_name, model_version, request_id, text))
+
+
+async def _aclose(iterator: AsyncIterator[Any]) -> None:
+    """Close an async generator so its producer stops (a no-op for other iterators)."""
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        await aclose()

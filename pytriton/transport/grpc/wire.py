@@ -1,0 +1,136 @@
+"""Request and response (de)serializers handed to grpc: large tensors are never copied into protobuf objects.
+
+A ModelInferRequest's raw_input_contents become memoryviews of the received bytes, and a response's raw
+outputs are joined straight from the output arrays into the sent bytes, so a tensor is copied once each way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2
+
+from pytriton.protocol.grpc_codec import EncodedResponse, Message
+from pytriton.protocol.tensors import Buffer
+
+_LENGTH_DELIMITED = 2
+# Messages shorter than this are parsed by protobuf alone: scanning them in Python costs more than it saves.
+SCAN_THRESHOLD_BYTES = 64 * 1024
+
+
+def _field_number(message_type: Any, field: str) -> int:
+    """The field number of a message field, read from the stubs' descriptors."""
+    return int(message_type.DESCRIPTOR.fields_by_name[field].number)
+
+
+def _encode_varint(value: int) -> bytes:
+    """A protobuf base-128 varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _key(message_type: Any, field: str) -> int:
+    """The wire key (field number and length-delimited wire type) of a bytes or message field."""
+    return (_field_number(message_type, field) << 3) | _LENGTH_DELIMITED
+
+
+_RAW_INPUT_KEY = _key(service_pb2.ModelInferRequest, "raw_input_contents")
+_RAW_OUTPUT_KEY = _encode_varint(_key(service_pb2.ModelInferResponse, "raw_output_contents"))
+_STREAM_INFER_RESPONSE_KEY = _encode_varint(_key(service_pb2.ModelStreamInferResponse, "infer_response"))
+
+
+class InferRequestFrame:
+    """A received ModelInferRequest; `raw_inputs` holds its raw_input_contents when they were split off."""
+
+    __slots__ = ("message", "raw_inputs")
+
+    def __init__(self, message: Message, raw_inputs: Optional[List[memoryview]]) -> None:
+        """Pair the message with the raw input views taken out of it (None: they are still in it)."""
+        self.message = message
+        self.raw_inputs = raw_inputs
+
+
+def _read_varint(data: bytes, offset: int) -> Tuple[int, int]:
+    """Decode a varint at `offset`; return it and the offset after it."""
+    result = 0
+    shift = 0
+    while True:
+        byte = data[offset]
+        offset += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, offset
+        shift += 7
+
+
+def _field_end(data: bytes, key: int, offset: int) -> Tuple[int, int]:
+    """Where a field's value starts and ends, given its key and the offset after the key."""
+    wire_type = key & 7
+    if wire_type == _LENGTH_DELIMITED:
+        length, start = _read_varint(data, offset)
+        return start, start + length
+    if wire_type == 0:
+        return offset, _read_varint(data, offset)[1]
+    if wire_type == 1:
+        return offset, offset + 8
+    if wire_type == 5:
+        return offset, offset + 4
+    raise DecodeError(f"unsupported protobuf wire type {wire_type}")
+
+
+def parse_infer_request(data: bytes) -> InferRequestFrame:
+    """Deserialize a ModelInferRequest; large raw inputs stay in `data` as memoryviews."""
+    if len(data) < SCAN_THRESHOLD_BYTES:
+        return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None)
+    view = memoryview(data)
+    raw_inputs: List[memoryview] = []
+    others: List[memoryview] = []
+    offset, end = 0, len(data)
+    try:
+        while offset < end:
+            field_start = offset
+            key, offset = _read_varint(data, offset)
+            value_start, offset = _field_end(data, key, offset)
+            if offset > end:
+                raise DecodeError("truncated message")
+            if key == _RAW_INPUT_KEY:
+                raw_inputs.append(view[value_start:offset])
+            else:
+                others.append(view[field_start:offset])
+    except IndexError:
+        raise DecodeError("truncated message") from None
+    if not raw_inputs:
+        return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None)
+    return InferRequestFrame(service_pb2.ModelInferRequest.FromString(b"".join(others)), raw_inputs)
+
+
+def _response_parts(response: EncodedResponse) -> Tuple[List[Buffer], int]:
+    """The serialized pieces of a ModelInferResponse and their total length."""
+    head: bytes = response.message.SerializeToString()
+    parts: List[Buffer] = [head]
+    size = len(head)
+    for raw in response.raw_outputs:
+        length = raw.nbytes if isinstance(raw, memoryview) else len(raw)
+        prefix = _RAW_OUTPUT_KEY + _encode_varint(length)
+        parts += (prefix, raw)
+        size += len(prefix) + length
+    return parts, size
+
+
+def serialize_infer_response(response: EncodedResponse) -> bytes:
+    """Serialize a ModelInferResponse, copying each output once."""
+    parts, _ = _response_parts(response)
+    return b"".join(parts)
+
+
+def serialize_stream_response(item: Any) -> bytes:
+    """Serialize a ModelStreamInferResponse: a response (EncodedResponse) or an error message."""
+    if not isinstance(item, EncodedResponse):
+        return item.SerializeToString()  # type: ignore[no-any-return]
+    parts, size = _response_parts(item)
+    return b"".join([_STREAM_INFER_RESPONSE_KEY, _encode_varint(size), *parts])

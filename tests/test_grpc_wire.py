@@ -1,0 +1,167 @@
+"""gRPC messages tritonclient never sends: typed contents, malformed requests, raw stub calls."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.conftest import grpc_url, running_triton
+
+# datatype -> (Tensor dtype, InferTensorContents field, values)
+TYPED: Dict[str, Any] = {
+    "BOOL": (np.bool_, "bool_contents", [True, False]),
+    "INT8": (np.int8, "int_contents", [-128, 127]),
+    "INT16": (np.int16, "int_contents", [-32768, 32767]),
+    "INT32": (np.int32, "int_contents", [-(2**31), 2**31 - 1]),
+    "INT64": (np.int64, "int64_contents", [-(2**63), 2**63 - 1]),
+    "UINT8": (np.uint8, "uint_contents", [0, 255]),
+    "UINT16": (np.uint16, "uint_contents", [0, 65535]),
+    "UINT32": (np.uint32, "uint_contents", [0, 2**32 - 1]),
+    "UINT64": (np.uint64, "uint64_contents", [0, 2**64 - 1]),
+    "FP32": (np.float32, "fp32_contents", [-1.5, 2.25]),
+    "FP64": (np.float64, "fp64_contents", [-1.0e300, 0.1]),
+    "BYTES": (bytes, "bytes_contents", [b"x\x00", b"\x00\x00"]),
+}
+UNTYPED = {"FP16": np.float16, "BF16": "bfloat16"}
+
+
+def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUT": request["IN"]} for request in requests]
+
+
+def bind_models(triton: Triton) -> None:
+    for datatype, dtype in [*((name, spec[0]) for name, spec in TYPED.items()), *UNTYPED.items()]:
+        triton.bind(
+            f"identity_{datatype}",
+            _identity,
+            inputs=[Tensor(name="IN", dtype=dtype, shape=(-1,))],
+            outputs=[Tensor(name="OUT", dtype=dtype, shape=(-1,))],
+            config=ModelConfig(batching=False),
+        )
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[Any]:
+    with running_triton(bind_models) as triton, grpc.insecure_channel(grpc_url(triton)) as channel:
+        yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+def _request(datatype: str, count: int = 2) -> Any:
+    request = service_pb2.ModelInferRequest(model_name=f"identity_{datatype}", id="typed")
+    request.inputs.add(name="IN", datatype=datatype, shape=[count])
+    return request
+
+
+def _output(response: Any, datatype: str) -> List[Any]:
+    raw = response.raw_output_contents[0]
+    if datatype == "BYTES":
+        items, offset = [], 0
+        while offset < len(raw):
+            size = int.from_bytes(raw[offset : offset + 4], "little")
+            items.append(raw[offset + 4 : offset + 4 + size])
+            offset += 4 + size
+        return items
+    return np.frombuffer(raw, dtype=TYPED[datatype][0]).tolist()
+
+
+def _invalid(stub: Any, request: Any) -> str:
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.ModelInfer(request)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    return str(raised.value.details())
+
+
+@pytest.mark.parametrize("datatype", list(TYPED))
+def test_typed_contents_are_answered_with_raw_outputs(stub: Any, datatype: str) -> None:
+    _, field, values = TYPED[datatype]
+    request = _request(datatype)
+    getattr(request.inputs[0].contents, field).extend(values)
+    response = stub.ModelInfer(request)
+    assert response.id == "typed"
+    assert [(output.name, output.datatype, list(output.shape)) for output in response.outputs] == [
+        ("OUT", datatype, [2])
+    ]
+    assert not response.outputs[0].HasField("contents")
+    assert _output(response, datatype) == values
+
+
+@pytest.mark.parametrize("datatype", list(UNTYPED))
+def test_typed_contents_cannot_carry_fp16_or_bf16(stub: Any, datatype: str) -> None:
+    request = _request(datatype)
+    request.inputs[0].contents.fp32_contents.extend([1.0, 2.0])
+    assert "use raw_input_contents" in _invalid(stub, request)
+
+
+def test_raw_and_typed_contents_together_are_refused(stub: Any) -> None:
+    request = _request("INT32")
+    request.inputs[0].contents.int_contents.extend([1, 2])
+    request.raw_input_contents.append(np.array([1, 2], np.int32).tobytes())
+    assert "contents field must not be specified when using raw_input_contents" in _invalid(stub, request)
+
+
+def test_typed_contents_of_the_wrong_size_are_refused(stub: Any) -> None:
+    request = _request("INT32", count=3)
+    request.inputs[0].contents.int_contents.extend([1, 2])
+    assert "unexpected number of elements 2" in _invalid(stub, request)
+
+
+def test_typed_contents_out_of_range_are_refused(stub: Any) -> None:
+    request = _request("INT8")
+    request.inputs[0].contents.int_contents.extend([1, 300])
+    assert "do not fit INT8" in _invalid(stub, request)
+
+
+def test_raw_contents_of_the_wrong_size_are_refused(stub: Any) -> None:
+    request = _request("INT32")
+    request.raw_input_contents.append(b"\x00" * 7)
+    assert "unexpected total byte size 7" in _invalid(stub, request)
+
+
+def test_raw_contents_count_must_match_inputs(stub: Any) -> None:
+    request = _request("INT32")
+    request.raw_input_contents.extend([b"\x00" * 8, b"\x00" * 8])
+    assert "expected 1 raw input contents" in _invalid(stub, request)
+
+
+def test_input_without_data_is_refused(stub: Any) -> None:
+    assert "neither contents nor raw_input_contents" in _invalid(stub, _request("INT32"))
+
+
+def test_unknown_datatype_is_refused(stub: Any) -> None:
+    request = _request("INT32")
+    request.inputs[0].datatype = "COMPLEX64"
+    request.raw_input_contents.append(b"\x00" * 8)
+    assert "invalid datatype 'COMPLEX64'" in _invalid(stub, request)
+
+
+def test_reserved_parameter_prefix_is_refused(stub: Any) -> None:
+    request = _request("INT32")
+    request.raw_input_contents.append(b"\x00" * 8)
+    request.parameters["triton_secret"].bool_param = True
+    assert "reserved" in _invalid(stub, request)
+
+
+def test_shared_memory_inputs_are_refused(stub: Any) -> None:
+    request = _request("INT32")
+    request.inputs[0].parameters["shared_memory_region"].string_param = "region"
+    assert "shared memory" in _invalid(stub, request)
+
+
+def test_duplicate_inputs_are_refused(stub: Any) -> None:
+    request = _request("INT32")
+    request.inputs.add(name="IN", datatype="INT32", shape=[2])
+    request.raw_input_contents.extend([b"\x00" * 8, b"\x00" * 8])
+    assert "appears more than once" in _invalid(stub, request)
+
+
+def test_raw_stub_health_and_index(stub: Any) -> None:
+    assert stub.ServerLive(service_pb2.ServerLiveRequest()).live is True
+    assert stub.ModelReady(service_pb2.ModelReadyRequest(name="identity_INT8")).ready is True
+    index = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True))
+    assert len(index.models) == len(TYPED) + len(UNTYPED)
