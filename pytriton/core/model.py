@@ -66,7 +66,9 @@ class ServedModel:
                 self.stats.record_success(lookup_ns, 0)
                 return cached
         future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        self.scheduler.submit(request, FutureSink(future))
+        run_now = self.scheduler.submit_inline(request, FutureSink(future))
+        if run_now is not None:
+            await run_now
         response = await future
         if key is not None and self.cache is not None:
             insert_start = time.monotonic_ns()

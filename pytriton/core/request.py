@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -35,7 +35,7 @@ class InferenceRequest:
         request_id: str,
         inputs: Dict[str, np.ndarray],
         parameters: Dict[str, Any],
-        requested_outputs: Optional[Sequence[str]],
+        requested_outputs: Optional[List[str]],
         batch_size: int,
         priority: int = 0,
         timeout_us: int = 0,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, List, Optional, Set
+from typing import Any, Callable, Coroutine, Deque, List, Optional, Set
 
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.instances import Instance
@@ -50,7 +51,7 @@ class Scheduler:
         self._delay_ns = (batcher.max_queue_delay_microseconds * 1000) if batcher else 0
         preferred = (batcher.preferred_batch_size if batcher else None) or []
         self._preferred = frozenset(size for size in preferred if 0 < size <= spec.max_batch_size)
-        self._ordered_release: Optional[Deque[_Release]] = (
+        self._ordered: Optional[Deque[List[Optional[Callable[[], None]]]]] = (
             deque() if batcher and batcher.preserve_ordering and len(instances) > 1 else None
         )
         self._timer: Optional[asyncio.TimerHandle] = None
@@ -67,27 +68,36 @@ class Scheduler:
 
     def submit(self, request: InferenceRequest, sink: ResponseSink) -> None:
         """Queue a request; raises UNAVAILABLE if the model is stopping or its queue is full."""
+        run_now = self.submit_inline(request, sink)
+        if run_now is not None:
+            self._track(asyncio.get_running_loop().create_task(run_now))
+
+    def submit_inline(self, request: InferenceRequest, sink: ResponseSink) -> Optional[Coroutine[Any, Any, None]]:
+        """Queue a request, or return the coroutine that runs it at once for the caller to await.
+
+        A request that finds a free instance, an empty queue and no batching delay runs alone and
+        at once (as Triton's batcher would run it); awaiting it in the caller's task saves a task.
+        """
         if not self._accepting:
             self.stats.record_failure(0, FailureReason.REJECTED.value)
             raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
         self._idle.clear()
         if self._free and not self._queues.size and not self._delay_ns:
-            # Nothing waits and no delay is configured: Triton's batcher would run this request alone, now.
-            self._start(self._free.popleft(), [Entry(request, sink, self._queues.level_of(request.priority), 0)])
-            return
+            entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
+            return self._run(self._free.popleft(), [entry])
         try:
             self._queues.push(request, sink)
         except InferenceError as error:
             self.stats.record_failure(0, error.reason.value)
             raise
         self._schedule()
+        return None
 
     def _schedule(self) -> None:
         """Start every batch that is due on a free instance; arm a timer for the next decision."""
         now = time.monotonic_ns()
         for entry in self._queues.expire(now):
-            self.account(entry, False, FailureReason.REJECTED)
-            entry.sink.fail(InferenceError.unavailable(TIMEOUT_MESSAGE))
+            self._fail(entry, InferenceError.unavailable(TIMEOUT_MESSAGE))
         wake_at: Optional[int] = None
         while self._free and self._queues.size:
             batch, wake_at = self._form_batch(now)
@@ -162,7 +172,10 @@ class Scheduler:
 
     def _start(self, instance: Instance, batch: List[Entry]) -> None:
         """Run a batch on an instance in its own task."""
-        task = asyncio.get_running_loop().create_task(self._run(instance, batch))
+        self._track(asyncio.get_running_loop().create_task(self._run(instance, batch)))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        """Keep a batch task until it ends (drain() cancels what is left)."""
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
@@ -171,23 +184,23 @@ class Scheduler:
         start_ns = time.monotonic_ns()
         for entry in batch:
             entry.queue_ns = start_ns - entry.enqueue_ns
-        releases = (
-            [self._release_slot() for _ in batch] if self._ordered_release is not None else [_IMMEDIATE] * len(batch)
-        )
+        slots = [self._ordered_slot() for _ in batch] if self._ordered is not None else None
         requests = [
             Request(
                 data=entry.request.inputs,
                 parameters=entry.request.parameters,
-                requested_output_names=list(entry.request.requested_outputs or []) or None,
+                requested_output_names=entry.request.requested_outputs,
             )
             for entry in batch
         ]
         infer_start_ns = time.monotonic_ns()
+        infer_end_ns = output_end_ns = 0
         try:
             if self.spec.decoupled:
-                await self._run_streaming(instance, batch, requests, releases)
-                infer_end_ns = time.monotonic_ns()
-                output_end_ns = infer_end_ns
+                await self._run_streaming(instance, batch, requests)
+                infer_end_ns = output_end_ns = time.monotonic_ns()
+                for index, entry in enumerate(batch):
+                    self._hand_over(slots, index, self._end_stream, entry)
             else:
                 results = await instance.call(requests)
                 infer_end_ns = time.monotonic_ns()
@@ -198,14 +211,14 @@ class Scheduler:
                 ]
                 output_end_ns = time.monotonic_ns()
                 compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
-                for entry, release, response in zip(batch, releases, responses):
+                for index, (entry, response) in enumerate(zip(batch, responses)):
                     entry.compute_ns = compute
-                    release.succeed(entry, response, self)
+                    self._hand_over(slots, index, self._respond, entry, response)
         except BaseException as error:
             infer_end_ns = output_end_ns = time.monotonic_ns()
             failure = self._as_inference_error(error)
-            for entry, release in zip(batch, releases):
-                release.fail(entry, failure, self)
+            for index, entry in enumerate(batch):
+                self._hand_over(slots, index, self._fail, entry, failure)
             if not isinstance(error, Exception):
                 raise
         finally:
@@ -220,9 +233,7 @@ class Scheduler:
             self._free.append(instance)
             self._schedule()
 
-    async def _run_streaming(
-        self, instance: Instance, batch: List[Entry], requests: List[Request], releases: List[_Release]
-    ) -> None:
+    async def _run_streaming(self, instance: Instance, batch: List[Entry], requests: List[Request]) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
         stop = threading.Event()
         steps = instance.steps(requests, stop)
@@ -239,8 +250,6 @@ class Scheduler:
                     stop.set()
         finally:
             await steps.aclose()  # type: ignore[attr-defined]
-        for entry, release in zip(batch, releases):
-            release.finish(entry, self)
 
     def _as_inference_error(self, error: BaseException) -> InferenceError:
         """Map what a callable raised to the error its requests get."""
@@ -253,27 +262,45 @@ class Scheduler:
         LOGGER.error("model '%s' failed: %r", self.spec.name, error)
         return InferenceError.internal(str(error) or type(error).__name__)
 
-    def _release_slot(self) -> _Release:
+    def _ordered_slot(self) -> List[Optional[Callable[[], None]]]:
         """A place in the ordered release queue (preserve_ordering with several instances)."""
-        assert self._ordered_release is not None
-        release = _Release(ordered=True)
-        self._ordered_release.append(release)
-        return release
+        assert self._ordered is not None
+        slot: List[Optional[Callable[[], None]]] = [None]
+        self._ordered.append(slot)
+        return slot
 
-    def flush_ordered(self) -> None:
-        """Hand over settled outcomes at the head of the ordered release queue."""
-        queue = self._ordered_release
+    def _hand_over(
+        self,
+        slots: Optional[List[List[Optional[Callable[[], None]]]]],
+        index: int,
+        action: Callable[..., None],
+        *args: Any,
+    ) -> None:
+        """Run an outcome's action now, or, with preserve_ordering, once every earlier request's has run."""
+        if slots is None:
+            action(*args)
+            return
+        slots[index][0] = functools.partial(action, *args)
+        queue = self._ordered
         assert queue is not None
-        while queue and queue[0].settle is not None:
-            queue.popleft().settle()  # type: ignore[misc]
+        while queue and queue[0][0] is not None:
+            queue.popleft()[0]()  # type: ignore[misc]
 
-    def account(self, entry: Entry, ok: bool, reason: FailureReason = FailureReason.OTHER) -> None:
-        """Record a request's outcome in the statistics."""
-        total = time.monotonic_ns() - entry.enqueue_ns
-        if ok:
-            self.stats.record_success(total, entry.queue_ns, entry.compute_ns)
-        else:
-            self.stats.record_failure(total, reason.value)
+    def _respond(self, entry: Entry, response: InferenceResponse) -> None:
+        """Deliver a request's response."""
+        self.stats.record_success(time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns)
+        entry.sink.deliver(response)
+        entry.sink.finish()
+
+    def _end_stream(self, entry: Entry) -> None:
+        """End a request's stream after its last response."""
+        self.stats.record_success(time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns)
+        entry.sink.finish()
+
+    def _fail(self, entry: Entry, error: InferenceError) -> None:
+        """Fail a request."""
+        self.stats.record_failure(time.monotonic_ns() - entry.enqueue_ns, error.reason.value)
+        entry.sink.fail(error)
 
     def _update_idle(self) -> None:
         """Signal drain() when nothing is queued or running."""
@@ -303,53 +330,3 @@ class Scheduler:
     def resume(self) -> None:
         """Take requests again after a drain (model reload)."""
         self._accepting = True
-
-
-class _Release:
-    """Hands a request's outcome to its sink, optionally holding it until earlier requests are done."""
-
-    __slots__ = ("ordered", "settle")
-
-    def __init__(self, ordered: bool) -> None:
-        """Create a release; ordered releases wait for their turn."""
-        self.ordered = ordered
-        self.settle: Optional[Callable[[], None]] = None
-
-    def _hand_over(self, scheduler: Scheduler, action: Callable[[], None]) -> None:
-        """Run `action` now, or when every earlier request has been handed over."""
-        if not self.ordered:
-            action()
-            return
-        self.settle = action
-        scheduler.flush_ordered()
-
-    def succeed(self, entry: Entry, response: InferenceResponse, scheduler: Scheduler) -> None:
-        """Deliver a response."""
-
-        def action() -> None:
-            scheduler.account(entry, True)
-            entry.sink.deliver(response)
-            entry.sink.finish()
-
-        self._hand_over(scheduler, action)
-
-    def fail(self, entry: Entry, error: InferenceError, scheduler: Scheduler) -> None:
-        """Deliver an error."""
-
-        def action() -> None:
-            scheduler.account(entry, False, error.reason)
-            entry.sink.fail(error)
-
-        self._hand_over(scheduler, action)
-
-    def finish(self, entry: Entry, scheduler: Scheduler) -> None:
-        """End a stream."""
-
-        def action() -> None:
-            scheduler.account(entry, True)
-            entry.sink.finish()
-
-        self._hand_over(scheduler, action)
-
-
-_IMMEDIATE = _Release(ordered=False)
