@@ -30,6 +30,7 @@ class AsgiServer:
             log_config=None,
             server_header=False,
             date_header=False,
+            proxy_headers=False,
             timeout_keep_alive=int(keep_alive_s),
             timeout_graceful_shutdown=1,
         )
