@@ -66,6 +66,11 @@ class InferenceError(Exception):
         return cls(Status.UNIMPLEMENTED, message)
 
     @classmethod
+    def cancelled(cls, message: str) -> InferenceError:
+        """The client went away or cancelled the request."""
+        return cls(Status.CANCELLED, message, FailureReason.CANCELED)
+
+    @classmethod
     def internal(cls, message: str) -> InferenceError:
         """The model failed (500 / INTERNAL)."""
         return cls(Status.INTERNAL, message, FailureReason.BACKEND)

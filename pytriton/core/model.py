@@ -68,7 +68,12 @@ class ServedModel:
         future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
         run_now = self.scheduler.submit_inline(request, FutureSink(future))
         if run_now is not None:
-            await run_now
+            try:
+                await run_now
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled():
+                    future.exception()  # the caller went away: nobody will read the error
+                raise
         response = await future
         if key is not None and self.cache is not None:
             insert_start = time.monotonic_ns()

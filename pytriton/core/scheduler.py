@@ -256,6 +256,8 @@ class Scheduler:
         if isinstance(error, InferenceError):
             return error
         if isinstance(error, asyncio.CancelledError):
+            if self._accepting:
+                return InferenceError.cancelled(f"request to model '{self.spec.name}' was cancelled")
             return InferenceError.unavailable(f"model '{self.spec.name}' stopped before the request was served")
         if isinstance(error, PyTritonUnrecoverableError):
             self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")

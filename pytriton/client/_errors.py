@@ -1,0 +1,50 @@
+"""Translation of tritonclient, gRPC and network errors into pytriton client errors."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Tuple, Type
+
+import grpc
+from tritonclient.utils import InferenceServerException
+
+from pytriton.client.exceptions import (
+    PyTritonClientError,
+    PyTritonClientInferenceServerError,
+    PyTritonClientQueueFullError,
+    PyTritonClientTimeoutError,
+)
+
+# What an inference call may raise that `client_error` translates (aiohttp errors are added by the asyncio client).
+TRANSLATED_ERRORS: Tuple[Type[BaseException], ...] = (
+    InferenceServerException,
+    grpc.RpcError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+_QUEUE_FULL_MESSAGE = "maximum queue size"
+
+
+def client_error(error: BaseException, timeout_s: float) -> PyTritonClientError:
+    """The pytriton client error for an error raised while running an inference request."""
+    if isinstance(error, PyTritonClientError):
+        return error
+    if isinstance(error, (socket.timeout, asyncio.TimeoutError, TimeoutError)):
+        return PyTritonClientTimeoutError(f"Timeout occurred during inference request. Timeout: {timeout_s} s")
+    if isinstance(error, InferenceServerException):
+        status, message = str(error.status() or ""), str(error.message() or "")
+    elif isinstance(error, grpc.RpcError):
+        status, message = str(getattr(error, "code", lambda: "")()), str(getattr(error, "details", lambda: "")())
+    else:  # a connection that could not be made or broke, as NVIDIA's client reports it
+        return PyTritonClientTimeoutError(
+            f"Timeout occurred during inference request. Timeout: {timeout_s} s. Message: {error}"
+        )
+    if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
+        return PyTritonClientTimeoutError(
+            f"Timeout occurred during inference request. Timeout: {timeout_s} s. Message: {message}"
+        )
+    if _QUEUE_FULL_MESSAGE in message.lower():
+        return PyTritonClientQueueFullError(f"The server refused the request: {message}")
+    return PyTritonClientInferenceServerError(f"Error occurred during inference request. Message: {message}")

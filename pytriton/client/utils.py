@@ -1,0 +1,44 @@
+"""Helpers for the clients: url parsing, tritonclient client creation, readiness, model config and state."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import tritonclient.grpc
+import tritonclient.http
+
+from pytriton.client._readiness import get_model_config, get_model_state, wait_for_model_ready, wait_for_server_ready
+from pytriton.client._state import LATEST_MODEL_VERSION, ModelState
+from pytriton.client._url import TritonUrl
+
+__all__ = [
+    "LATEST_MODEL_VERSION",
+    "ModelState",
+    "TritonUrl",
+    "create_client_from_url",
+    "get_model_config",
+    "get_model_state",
+    "wait_for_model_ready",
+    "wait_for_server_ready",
+]
+
+
+def create_client_from_url(url: str, network_timeout_s: Optional[float] = None) -> Any:
+    """A blocking tritonclient client (tritonclient.http or tritonclient.grpc) for `url`.
+
+    Args:
+        url: server url; no scheme means http, no port the scheme's default (8000 for http, 8001 for grpc).
+        network_timeout_s: connection and network timeout of HTTP clients (gRPC ones take timeouts per call).
+
+    Raises:
+        PyTritonClientInvalidUrlError: if the url is invalid.
+    """
+    triton_url = TritonUrl.from_url(url)
+    if triton_url.scheme == "grpc":
+        return tritonclient.grpc.InferenceServerClient(triton_url.without_scheme)
+    kwargs = (
+        {}
+        if network_timeout_s is None
+        else {"connection_timeout": network_timeout_s, "network_timeout": network_timeout_s}
+    )
+    return tritonclient.http.InferenceServerClient(triton_url.without_scheme, **kwargs)

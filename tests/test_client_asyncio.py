@@ -1,0 +1,138 @@
+"""AsyncioModelClient against a real server of this project, over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Coroutine, List, TypeVar
+
+import numpy as np
+import pytest
+
+from pytriton.client import AsyncioModelClient
+from pytriton.client.exceptions import (
+    PyTritonClientClosedError,
+    PyTritonClientInferenceServerError,
+    PyTritonClientModelDoesntSupportBatchingError,
+    PyTritonClientQueueFullError,
+    PyTritonClientTimeoutError,
+    PyTritonClientValueError,
+)
+from tests.test_client_support import WAIT_S, Gate, floats
+
+pytest_plugins = ["tests.test_client_support"]
+
+T = TypeVar("T")
+
+
+def run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(asyncio.wait_for(coroutine, WAIT_S))
+
+
+def test_infer_sample_and_batch(client_url: str) -> None:
+    async def scenario() -> None:
+        async with AsyncioModelClient(client_url, "add_sub") as client:
+            sample = await client.infer_sample(floats(1, 2), floats(1, 1))
+            batch = await client.infer_batch(a=np.ones((2, 2), np.float32), b=np.ones((2, 2), np.float32))
+            concurrent = await asyncio.gather(*(client.infer_sample(floats(i), floats(i)) for i in range(8)))
+        np.testing.assert_array_equal(sample["sum"], floats(2, 3))
+        np.testing.assert_array_equal(batch["diff"], np.zeros((2, 2), np.float32))
+        assert [result["sum"].tolist() for result in concurrent] == [[2.0 * i] for i in range(8)]
+
+    run(scenario())
+
+
+def test_bytes_parameters_and_headers(client_url: str) -> None:
+    async def scenario() -> None:
+        async with AsyncioModelClient(client_url, "shout") as client:
+            shouted = await client.infer_sample(text=np.array([b"x"], dtype=object))
+        async with AsyncioModelClient(client_url, "params") as client:
+            result = await client.infer_sample(
+                floats(1), parameters={"n": 3, "on": False}, headers={"x-test-a": "b", "skipped": "c"}
+            )
+        assert shouted["text"].tolist() == [b"X!"]
+        assert json.loads(result["params"][0]) == {"n": 3, "on": False, "x-test-a": "b"}
+
+    run(scenario())
+
+
+def test_model_config_and_batching(client_url: str) -> None:
+    async def scenario() -> None:
+        async with AsyncioModelClient(client_url, "double", lazy_init=False) as client:
+            config = await client.model_config
+            assert config.max_batch_size == 0
+            np.testing.assert_array_equal((await client.infer_sample(x=floats(2)))["y"], floats(4))
+            with pytest.raises(PyTritonClientModelDoesntSupportBatchingError):
+                await client.infer_batch(x=floats(2))
+            await client.wait_for_model(WAIT_S)
+
+    run(scenario())
+
+
+def test_timeouts(client_url: str, slow_gate: Gate) -> None:
+    async def scenario() -> None:
+        async with AsyncioModelClient(client_url, "slow", inference_timeout_s=0.3) as client:
+            with pytest.raises(PyTritonClientTimeoutError):
+                await client.infer_sample(x=floats(1))
+            slow_gate.release()
+            assert (await client.infer_sample(x=floats(2)))["y"].tolist() == [2]
+        async with AsyncioModelClient(client_url, "missing", init_timeout_s=0.3) as client:
+            with pytest.raises(PyTritonClientTimeoutError):
+                await client.infer_sample(x=floats(1))
+        with pytest.raises(PyTritonClientTimeoutError):
+            async with AsyncioModelClient(client_url, "missing", lazy_init=False, init_timeout_s=0.2):
+                pass
+
+    run(scenario())
+
+
+def test_model_error(client_url: str) -> None:
+    async def scenario() -> None:
+        async with AsyncioModelClient(client_url, "fail") as client:
+            with pytest.raises(PyTritonClientInferenceServerError, match="the model says no"):
+                await client.infer_sample(x=floats(1))
+        async with AsyncioModelClient(client_url, "stream") as client:
+            with pytest.raises(PyTritonClientInferenceServerError, match="AsyncioDecoupledModelClient"):
+                await client.infer_sample(x=floats(1))
+
+    run(scenario())
+
+
+def test_queue_full(client_url: str, queue_gate: Gate) -> None:
+    async def scenario() -> List[BaseException]:
+        async with AsyncioModelClient(client_url, "queue") as client:
+            first = asyncio.ensure_future(client.infer_sample(x=floats(0)))
+            assert await asyncio.get_running_loop().run_in_executor(None, queue_gate.entered.wait, WAIT_S)
+            others = [asyncio.ensure_future(client.infer_sample(x=floats(i))) for i in range(1, 5)]
+            refused: List[BaseException] = []
+            for finished in asyncio.as_completed(others):
+                with pytest.raises(PyTritonClientQueueFullError) as error:
+                    await finished
+                refused.append(error.value)
+                if len(refused) == 3:
+                    break
+            queue_gate.release()
+            assert (await first)["y"].tolist() == [0]
+            outcomes = await asyncio.gather(*others, return_exceptions=True)
+        return [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+
+    errors = run(scenario())
+    assert len(errors) == 3
+    assert all(isinstance(error, PyTritonClientQueueFullError) for error in errors)
+
+
+def test_use_after_close_and_argument_errors(client_url: str) -> None:
+    async def scenario() -> None:
+        client = AsyncioModelClient(client_url, "add_sub")
+        with pytest.raises(PyTritonClientValueError):
+            await client.infer_sample(floats(1), b=floats(1))
+        with pytest.raises(PyTritonClientValueError):
+            await client.infer_sample(floats(1), [1.0])  # type: ignore[arg-type]
+        await client.infer_sample(floats(1), floats(1))
+        await client.close()
+        with pytest.raises(PyTritonClientClosedError):
+            await client.infer_sample(floats(1), floats(1))
+        with pytest.raises(PyTritonClientClosedError):
+            await client.wait_for_model(1.0)
+
+    run(scenario())

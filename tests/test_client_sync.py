@@ -1,0 +1,193 @@
+"""ModelClient against a real server of this project, over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+import pytest
+
+from pytriton.client import ModelClient
+from pytriton.client.exceptions import (
+    PyTritonClientClosedError,
+    PyTritonClientError,
+    PyTritonClientInferenceServerError,
+    PyTritonClientModelDoesntSupportBatchingError,
+    PyTritonClientQueueFullError,
+    PyTritonClientTimeoutError,
+    PyTritonClientValueError,
+)
+from tests.test_client_support import WAIT_S, ClientServer, Gate, floats
+
+pytest_plugins = ["tests.test_client_support"]
+
+
+def test_infer_sample_adds_and_strips_the_batch_axis(client_url: str) -> None:
+    with ModelClient(client_url, "add_sub") as client:
+        positional = client.infer_sample(floats(1, 2, 3), floats(1, 1, 1))
+        named = client.infer_sample(b=floats(1, 1, 1), a=floats(1, 2, 3))
+    for result in (positional, named):
+        np.testing.assert_array_equal(result["sum"], floats(2, 3, 4))
+        np.testing.assert_array_equal(result["diff"], floats(0, 1, 2))
+        assert result["sum"].shape == (3,)
+
+
+def test_infer_batch_keeps_the_batch_axis(client_url: str) -> None:
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with ModelClient(client_url, "add_sub") as client:
+        result = client.infer_batch(a=a, b=np.ones_like(a))
+    np.testing.assert_array_equal(result["sum"], a + 1)
+    np.testing.assert_array_equal(result["diff"], a - 1)
+
+
+def test_bytes_and_object_arrays(client_url: str) -> None:
+    with ModelClient(client_url, "shout") as client:
+        from_objects = client.infer_sample(text=np.array([b"hi", b"there"], dtype=object))
+        from_bytes = client.infer_batch(text=np.array([[b"a"], [b"bc"]], dtype=np.bytes_))
+    assert from_objects["text"].tolist() == [b"HI!", b"THERE!"]
+    assert from_bytes["text"].tolist() == [[b"A!"], [b"BC!"]]
+
+
+def test_parameters_and_matching_headers_reach_the_model(client_url: str) -> None:
+    parameters: Dict[str, object] = {"text": "value", "number": 7, "flag": True}
+    headers: Dict[str, object] = {"x-test-header": "forwarded", "other-header": "not forwarded"}
+    with ModelClient(client_url, "params") as client:
+        result = client.infer_sample(floats(1), parameters=parameters, headers=headers)  # type: ignore[arg-type]
+    received = json.loads(result["params"][0])
+    assert received == {"text": "value", "number": 7, "flag": True, "x-test-header": "forwarded"}
+
+
+def test_model_without_batching(client_url: str) -> None:
+    with ModelClient(client_url, "double") as client:
+        assert not client.is_batching_supported
+        result = client.infer_sample(x=floats(1, 2))
+        np.testing.assert_array_equal(result["y"], floats(2, 4))
+        with pytest.raises(PyTritonClientModelDoesntSupportBatchingError):
+            client.infer_batch(x=floats(1, 2))
+
+
+def test_model_config(client_url: str) -> None:
+    with ModelClient(client_url, "add_sub", lazy_init=False) as client:
+        config = client.model_config
+        assert client.is_batching_supported
+    assert config.max_batch_size == 8
+    assert not config.decoupled
+    assert config.inputs is not None and config.outputs is not None
+    assert [(spec.name, spec.shape, spec.dtype) for spec in config.inputs] == [
+        ("a", (-1,), np.float32),
+        ("b", (-1,), np.float32),
+    ]
+    assert [spec.name for spec in config.outputs] == ["sum", "diff"]
+    with ModelClient(client_url, "stream") as client:
+        assert client.model_config.decoupled
+
+
+def test_wait_for_server_and_model(client_url: str) -> None:
+    with ModelClient(client_url, "add_sub") as client:
+        client.wait_for_server(WAIT_S)
+        client.wait_for_model(WAIT_S)
+
+
+def test_inference_timeout_then_the_client_recovers(client_url: str, slow_gate: Gate) -> None:
+    with ModelClient(client_url, "slow", inference_timeout_s=0.3) as client:
+        with pytest.raises(PyTritonClientTimeoutError):
+            client.infer_sample(x=floats(1))
+        slow_gate.release()
+        np.testing.assert_array_equal(client.infer_sample(x=floats(5))["y"], floats(5))
+
+
+def test_unknown_model_times_out(client_url: str) -> None:
+    with ModelClient(client_url, "missing", init_timeout_s=0.3) as client:
+        with pytest.raises(PyTritonClientTimeoutError, match="missing"):
+            client.infer_sample(x=floats(1))
+        with pytest.raises(PyTritonClientTimeoutError):
+            client.wait_for_model(0.2)
+    with pytest.raises(PyTritonClientTimeoutError):
+        ModelClient(client_url, "missing", lazy_init=False, init_timeout_s=0.2)
+
+
+def test_model_error_keeps_the_message(client_url: str) -> None:
+    with ModelClient(client_url, "fail") as client:
+        with pytest.raises(PyTritonClientInferenceServerError, match="the model says no"):
+            client.infer_sample(x=floats(1))
+
+
+def test_queue_full(client_url: str, queue_gate: Gate) -> None:
+    def infer(value: float) -> Dict[str, np.ndarray]:
+        with ModelClient(client_url, "queue") as client:
+            return client.infer_sample(x=floats(value))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+        first = pool.submit(infer, 0)
+        assert queue_gate.entered.wait(WAIT_S)
+        others = [pool.submit(infer, value) for value in range(1, 5)]
+        outcomes = _first_failures(others, count=3)
+        queue_gate.release()
+        assert first.result(WAIT_S)["y"].tolist() == [0]
+        errors = [future.exception(WAIT_S) for future in others]
+    assert all(isinstance(error, PyTritonClientQueueFullError) for error in outcomes)
+    assert sum(isinstance(error, PyTritonClientQueueFullError) for error in errors) == 3
+    assert sum(error is None for error in errors) == 1
+
+
+def _first_failures(futures: Sequence[concurrent.futures.Future[Any]], count: int) -> List[BaseException]:
+    """The errors of the first `count` futures to finish (the refused ones, while the model is held)."""
+    finished = []
+    for future in concurrent.futures.as_completed(futures, timeout=WAIT_S):
+        error = future.exception()
+        assert error is not None, "a request finished while the model was held"
+        finished.append(error)
+        if len(finished) == count:
+            return finished
+    raise AssertionError("not enough requests were refused")
+
+
+def test_use_after_close(client_url: str) -> None:
+    client = ModelClient(client_url, "add_sub")
+    client.close()
+    client.close()
+    with pytest.raises(PyTritonClientClosedError):
+        client.infer_sample(floats(1), floats(1))
+    with pytest.raises(PyTritonClientClosedError):
+        _ = client.model_config
+    with pytest.raises(PyTritonClientClosedError):
+        client.wait_for_model(1.0)
+    with ModelClient(client_url, "add_sub") as used:
+        used.infer_sample(floats(1), floats(1))
+    with pytest.raises(PyTritonClientClosedError):
+        used.infer_batch(floats(1)[None], floats(1)[None])
+
+
+def test_argument_errors(client_url: str) -> None:
+    with ModelClient(client_url, "add_sub") as client:
+        with pytest.raises(PyTritonClientValueError):
+            client.infer_sample(floats(1), b=floats(1))
+        with pytest.raises(PyTritonClientValueError):
+            client.infer_sample()
+        with pytest.raises(PyTritonClientValueError):
+            client.infer_sample(floats(1), floats(1), parameters={"bad": 1.5})  # type: ignore[dict-item]
+        with pytest.raises(PyTritonClientValueError):
+            client.infer_sample(floats(1), floats(1), headers={"bad": None})  # type: ignore[dict-item]
+        with pytest.raises(PyTritonClientValueError, match="Unicode"):
+            client.infer_sample(np.array(["a"]), np.array(["b"]))
+        with pytest.raises(PyTritonClientValueError):
+            client.infer_sample(floats(1), floats(1), floats(1))
+
+
+def test_decoupled_model_is_refused(client_url: str) -> None:
+    with ModelClient(client_url, "stream") as client:
+        with pytest.raises(PyTritonClientInferenceServerError, match="DecoupledModelClient"):
+            client.infer_sample(x=floats(1))
+
+
+def test_url_without_scheme_means_http(client_server: ClientServer) -> None:
+    with ModelClient(f"127.0.0.1:{client_server.triton.http_port}", "double") as client:
+        np.testing.assert_array_equal(client.infer_sample(x=floats(3))["y"], floats(6))
+
+
+def test_errors_are_client_errors(client_url: str) -> None:
+    with ModelClient(client_url, "fail") as client:
+        with pytest.raises(PyTritonClientError):
+            client.infer_sample(x=floats(1))
