@@ -123,8 +123,6 @@ class ClientServer:
 
     def url(self, protocol: str) -> str:
         if protocol == "grpc":
-            if self.triton.grpc_port is None:
-                pytest.skip("this server's gRPC frontend is not served yet (triton.grpc_port is None)")
             return f"grpc://127.0.0.1:{self.triton.grpc_port}"
         return f"http://127.0.0.1:{self.triton.http_port}"
 
