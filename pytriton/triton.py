@@ -8,7 +8,7 @@ import logging
 import pathlib
 import signal
 import threading
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
 
 from pytriton.decorators import TritonContext
 from pytriton.exceptions import PyTritonInvalidOperationError
@@ -130,10 +130,10 @@ class Triton:
         """Whether the server runs and no model failed unrecoverably."""
         return self._runtime.running and self._runtime.failure is None and not self._stopped
 
-    def urls(self) -> list:  # type: ignore[type-arg]
+    def urls(self) -> List[str]:
         """The URLs the server listens on (http://..., grpc://..., metrics)."""
         runtime = self._runtime
-        found = []
+        found: List[str] = []
         if runtime.http_port is not None:
             found.append(f"http://{self._options.http_address}:{runtime.http_port}")
         if runtime.grpc_port is not None:
