@@ -15,7 +15,7 @@ from pytriton.core.spec import ModelSpec
 from pytriton.protocol import documents
 from pytriton.protocol.datatypes import BYTES, is_known_datatype, numpy_dtype
 from pytriton.protocol.parameters import RequestOptions, split_parameters
-from pytriton.protocol.tensors import Buffer, array_from_raw, element_count, raw_from_array
+from pytriton.protocol.tensors import Buffer, array_from_raw, element_count, numeric_array, raw_from_array
 
 Message = Any  # generated protobuf messages carry no static types
 FINAL_RESPONSE_PARAMETER = "triton_final_response"
@@ -136,7 +136,7 @@ def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], 
         array[:] = list(values)
     else:
         try:
-            array = np.array(list(values), dtype=numpy_dtype(datatype))
+            array = numeric_array(list(values), numpy_dtype(datatype))
         except (OverflowError, ValueError) as error:
             raise InferenceError.invalid(f"contents of input '{name}' do not fit {datatype}: {error}") from None
     return array.reshape(shape)

@@ -106,7 +106,7 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
                 raise InferenceError.invalid(f"unable to parse 'data' of input '{name}': expected JSON booleans")
             array = np.array(flat, dtype=np.bool_)
         else:
-            array = np.array(data, dtype=numpy_dtype(datatype))
+            array = numeric_array(data, numpy_dtype(datatype))
             if array.ndim != 1:
                 array = array.reshape(-1)
     except (ValueError, TypeError, OverflowError) as error:
@@ -117,6 +117,28 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
             f"expects {count}"
         )
     return array.reshape(shape)
+
+
+def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
+    """An array of numbers in `dtype`; integers out of its range raise OverflowError on numpy 1 and 2 alike."""
+    if dtype.kind not in "iu":
+        return np.array(values, dtype=dtype)
+    array = np.array(values)
+    if not array.size:
+        return array.astype(dtype)
+    if array.dtype.kind not in "iub" and dtype == np.uint64:
+        array = np.array(values, dtype=np.object_).reshape(-1)  # numpy 1 turns ints above int64 into floats
+        if not all(type(value) is int for value in array):
+            raise ValueError("expected integers")
+        if min(array) < 0 or max(array) > np.iinfo(np.uint64).max:
+            raise OverflowError("values outside the range of uint64")
+        return np.array(values, dtype=np.uint64)
+    if array.dtype.kind not in "iub":
+        raise ValueError(f"expected integers, got {array.dtype.name} values")
+    info = np.iinfo(dtype)
+    if array.min() < info.min or array.max() > info.max:
+        raise OverflowError(f"values outside the range of {dtype.name}")
+    return array.astype(dtype)
 
 
 def json_from_array(array: np.ndarray, datatype: str) -> Any:
