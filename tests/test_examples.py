@@ -1,0 +1,160 @@
+"""Run every example: its server as a subprocess on free ports, then its client against it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+READY = re.compile(r"^READY http=(\d+) grpc=(\d+|None)$")
+START_TIMEOUT_S = 30
+CLIENT_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 30
+
+HTTP = "http://127.0.0.1:{http}"
+GRPC = "grpc://127.0.0.1:{grpc}"
+BOTH = [["--url", HTTP], ["--url", GRPC]]
+
+NO_TORCH = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="PyTorch is not installed: the torch_mlp example serves a torch.nn.Module (pip install torch)",
+)
+
+# example folder -> the argument lists of each client run
+CASES = [
+    pytest.param("identity", BOTH, id="identity"),
+    pytest.param("add_sub", BOTH, id="add_sub"),
+    pytest.param("add_sub_optional", BOTH, id="add_sub_optional"),
+    pytest.param("multiple_models", BOTH, id="multiple_models"),
+    pytest.param("parameters_headers", BOTH, id="parameters_headers"),
+    pytest.param("streaming", [["--url", GRPC, "--http-url", HTTP]], id="streaming"),
+    pytest.param("multi_instance", BOTH, id="multi_instance"),
+    pytest.param("async_model", BOTH, id="async_model"),
+    pytest.param("torch_mlp", BOTH, id="torch_mlp", marks=NO_TORCH),
+]
+
+
+def _env() -> Dict[str, str]:
+    """The environment of an example: free ports for every endpoint, unbuffered output."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTRITON_TRITON_CONFIG_")}
+    env.update(
+        PYTRITON_TRITON_CONFIG_HTTP_PORT="0",
+        PYTRITON_TRITON_CONFIG_GRPC_PORT="0",
+        PYTRITON_TRITON_CONFIG_METRICS_PORT="0",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+class ExampleServer:
+    """An example's server.py in a subprocess; its output is collected line by line by a reader thread."""
+
+    def __init__(self, folder: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "server.py"],
+            cwd=folder,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.log: List[str] = []
+        self._lines: queue.Queue[Optional[str]] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.log.append(line)
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def wait_ready(self) -> Dict[str, Optional[int]]:
+        """Wait for the READY line; return the ports it reports."""
+        while True:
+            try:
+                line = self._lines.get(timeout=START_TIMEOUT_S)
+            except queue.Empty:
+                pytest.fail(f"no READY line within {START_TIMEOUT_S} s:\n{self.output()}")
+            if line is None:
+                pytest.fail(f"server exited with {self.process.wait()} before READY:\n{self.output()}")
+            match = READY.match(line)
+            if match:
+                grpc = match.group(2)
+                return {"http": int(match.group(1)), "grpc": None if grpc == "None" else int(grpc)}
+
+    def stop(self) -> int:
+        """Stop with SIGINT (as Ctrl+C does) and return the exit code; kill if it does not stop."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+        try:
+            code = self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            pytest.fail(f"server did not stop within {STOP_TIMEOUT_S} s of SIGINT:\n{self.output()}")
+        self._reader.join(timeout=5)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        return code
+
+    def output(self) -> str:
+        return "".join(self.log)
+
+
+def _run(folder: Path, script: str, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, script, *args],
+        cwd=folder,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+    )
+
+
+@pytest.mark.parametrize(("name", "client_runs"), CASES)
+def test_example(name: str, client_runs: List[List[str]]) -> None:
+    folder = EXAMPLES / name
+    server = ExampleServer(folder)
+    try:
+        ports = server.wait_ready()
+        assert ports["grpc"] is not None, f"{name}: the server reports no gRPC port"
+        for template in client_runs:
+            args = [arg.format(**ports) for arg in template]
+            result = _run(folder, "client.py", args)
+            assert result.returncode == 0, (
+                f"{name} client {args} exited with {result.returncode}\n--- client stdout\n{result.stdout}"
+                f"--- client stderr\n{result.stderr}--- server\n{server.output()}"
+            )
+            assert result.stdout.rstrip().endswith("OK"), result.stdout
+    finally:
+        code = server.stop()
+    assert code == 0, f"{name} server exited with {code}:\n{server.output()}"
+    assert "Traceback" not in server.output(), server.output()
+
+
+def test_background_mode_notebook() -> None:
+    result = _run(EXAMPLES / "background_mode", "notebook.py", [])
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert "product: [[2.5, 5.0, 7.5]]" in result.stdout
+    assert "stopped; alive: False" in result.stdout
+
+
+def test_every_example_is_tested() -> None:
+    tested = {param.values[0] for param in CASES} | {"background_mode"}
+    folders = {path.name for path in EXAMPLES.iterdir() if path.is_dir() and not path.name.startswith((".", "_"))}
+    assert folders == tested
+    for folder in folders:
+        assert (EXAMPLES / folder / "README.md").is_file(), f"{folder} has no README.md"
