@@ -1,0 +1,359 @@
+"""Log and trace settings of one server, read and changed through the logging and trace extensions."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from pytriton.core.errors import InferenceError, Status
+from pytriton.exceptions import PyTritonValidationError
+
+LOGGER = logging.getLogger("pytriton")
+
+TRACE_MODES = ("triton", "opentelemetry")
+TRACE_LEVELS = ("TIMESTAMPS", "TENSORS")
+LOG_FORMATS = ("default", "ISO8601")
+# OpenTelemetry batch span processor settings and Triton's defaults for them.
+BSP_DEFAULTS = {"bsp_max_queue_size": 2048, "bsp_schedule_delay": 5000, "bsp_max_export_batch_size": 512}
+_LEVEL_WORDS = {"false": (), "off": (), "true": ("TIMESTAMPS",), "on": ("TIMESTAMPS",), "min": ("TIMESTAMPS",)}
+_LEVEL_WORDS.update({"max": ("TIMESTAMPS",), "timestamps": ("TIMESTAMPS",), "tensors": ("TENSORS",)})
+_LOG_BOOLS = ("log_info", "log_warning", "log_error")
+# "default" is the format logging_setup gives the log file; ISO8601 puts a UTC timestamp first.
+_DEFAULT_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_ISO8601_LOG_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceConfig:
+    """trace_config resolved: global settings, the mode and the mode's own settings."""
+
+    level: Tuple[str, ...] = ()
+    rate: int = 1000
+    count: int = -1
+    mode: str = "triton"
+    file: str = ""
+    log_frequency: int = 0
+    mode_settings: Tuple[Tuple[str, str], ...] = ()
+
+    def setting(self, name: str, default: str = "") -> str:
+        """The last value of one of the mode's settings (e.g. opentelemetry `url`)."""
+        values = [value for key, value in self.mode_settings if key == name]
+        return values[-1] if values else default
+
+
+def parse_trace_config(entries: Optional[Sequence[str]]) -> TraceConfig:
+    """Triton's `--trace-config` entries: `<setting>=<value>` (global) or `<mode>,<setting>=<value>`."""
+    level: Tuple[str, ...] = ()
+    explicit_off = False
+    values: Dict[str, Any] = {}
+    per_mode: Dict[str, List[Tuple[str, str]]] = {mode: [] for mode in TRACE_MODES}
+    for entry in _joined_entries(entries or []):
+        mode, comma, rest = entry.partition(",")
+        if not comma:
+            mode, rest = "", entry
+        setting, equals, value = rest.partition("=")
+        setting, value = setting.strip(), value.strip()
+        if not equals or not setting or not value or (comma and not mode.strip()):
+            raise PyTritonValidationError(
+                f"trace_config '{entry}': expected <setting>=<value> or <mode>,<setting>=<value>"
+            )
+        if mode:
+            per_mode[_trace_mode(mode)].append((setting, value))
+        elif setting == "level":
+            parsed = _LEVEL_WORDS.get(value.lower())
+            if parsed is None:
+                raise PyTritonValidationError(f"trace_config: invalid value for trace level option: {value}")
+            explicit_off |= not parsed
+            level = tuple(name for name in TRACE_LEVELS if name in level or name in parsed)
+        elif setting in ("rate", "count"):
+            values[setting] = _config_int(setting, value)
+        elif setting == "mode":
+            values["mode"] = _trace_mode(value)
+        else:
+            LOGGER.warning("TritonConfig.trace_config setting '%s' has no effect: it is not known here", setting)
+    mode = values.get("mode", "triton")
+    triton_settings = dict(per_mode["triton"])
+    mode_settings = [item for item in per_mode[mode] if item[0] not in ("file", "log-frequency")]
+    if mode == "opentelemetry":
+        given = {key for key, _ in mode_settings}
+        mode_settings += [(key, str(value)) for key, value in BSP_DEFAULTS.items() if key not in given]
+    return TraceConfig(
+        level=() if explicit_off else level,
+        rate=values.get("rate", 1000),
+        count=values.get("count", -1),
+        mode=mode,
+        file=triton_settings.get("file", ""),
+        log_frequency=_config_int("log-frequency", triton_settings.get("log-frequency", "0")),
+        mode_settings=tuple(mode_settings),
+    )
+
+
+def _joined_entries(entries: Sequence[str]) -> List[str]:
+    """Rejoin `<mode>` and `<setting>=<value>` when a list was split at its commas (environment variables)."""
+    joined: List[str] = []
+    for entry in entries:
+        if joined and "=" not in joined[-1]:
+            joined[-1] = f"{joined[-1]},{entry}"
+        else:
+            joined.append(entry)
+    return joined
+
+
+def _trace_mode(text: str) -> str:
+    """A trace mode name, validated."""
+    mode = text.strip().lower()
+    if mode not in TRACE_MODES:
+        raise PyTritonValidationError(
+            f'trace_config: invalid value for trace mode option: {text}. Available options are "triton" and '
+            '"opentelemetry"'
+        )
+    return mode
+
+
+def _config_int(name: str, value: str) -> int:
+    """An integer trace_config value."""
+    try:
+        return int(value)
+    except ValueError:
+        raise PyTritonValidationError(f"trace_config {name}: invalid option value, got {value}") from None
+
+
+@dataclasses.dataclass
+class TraceSetting:
+    """Trace settings of the server, or a model's overrides of them (None: use the server's)."""
+
+    level: Optional[Tuple[str, ...]] = None
+    rate: Optional[int] = None
+    count: Optional[int] = None
+    log_frequency: Optional[int] = None
+
+
+_TRACE_FIELDS = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count", "log_frequency": "log_frequency"}
+
+
+class TraceSettings:
+    """Trace settings of one server: the global ones, per-model overrides, and request sampling.
+
+    Everything runs on the engine's event loop. `listeners` are called after every change.
+    """
+
+    def __init__(self, config: TraceConfig) -> None:
+        """Start from the resolved trace_config."""
+        self.config = config
+        self.server = TraceSetting(config.level, config.rate, config.count, config.log_frequency)
+        self.models: Dict[str, TraceSetting] = {}
+        self.listeners: List[Callable[[], None]] = []
+        self._sampled: Dict[str, int] = {}
+
+    def _owner(self, model: str, field: str) -> Tuple[str, TraceSetting]:
+        """The setting a field comes from for a model: its override, else the server's."""
+        override = self.models.get(model)
+        if model and override is not None and getattr(override, field) is not None:
+            return model, override
+        return "", self.server
+
+    def effective(self, model: str = "") -> TraceSetting:
+        """A model's settings with the server's filling what it does not override."""
+        return TraceSetting(**{field: getattr(self._owner(model, field)[1], field) for field in _TRACE_FIELDS.values()})
+
+    def enabled(self, model: str) -> bool:
+        """Whether requests of a model may be traced at all."""
+        setting = self.effective(model)
+        return bool(setting.level) and setting.count != 0 and (setting.rate or 0) > 0
+
+    def sample(self, model: str) -> bool:
+        """Whether to trace this request of a model: one in `trace_rate`, while `trace_count` lasts."""
+        rate_owner, rate_setting = self._owner(model, "rate")
+        seen = self._sampled.get(rate_owner, 0)
+        self._sampled[rate_owner] = seen + 1
+        if not rate_setting.rate or seen % rate_setting.rate:
+            return False
+        _, count_setting = self._owner(model, "count")
+        if count_setting.count == 0:
+            return False
+        if count_setting.count is not None and count_setting.count > 0:
+            count_setting.count -= 1
+        return True
+
+    def document(self, model: str = "") -> Dict[str, Any]:
+        """The trace settings document (HTTP form: trace_level a list, the rest strings)."""
+        setting = self.effective(model)
+        config = self.config
+        document: Dict[str, Any] = {
+            "trace_level": list(setting.level or ()) or ["OFF"],
+            "trace_rate": str(setting.rate),
+            "trace_count": str(setting.count),
+        }
+        if config.mode == "triton":
+            document["log_frequency"] = str(setting.log_frequency)
+            document["trace_file"] = config.file
+        document["trace_mode"] = config.mode
+        for key, value in config.mode_settings:
+            document[key] = value
+        return document
+
+    def update(self, changes: Mapping[str, Optional[Sequence[str]]], model: str = "") -> None:
+        """Apply changes (each a list of strings; None or [] clears a model override back to the server's)."""
+        if "trace_file" in changes:
+            raise InferenceError.unimplemented("trace file location can not be updated through network protocol")
+        new: Dict[str, Any] = {}
+        cleared: List[str] = []
+        for key, field in _TRACE_FIELDS.items():
+            if key not in changes:
+                continue
+            value = changes[key]
+            if not value:
+                cleared.append(field)
+            elif key == "trace_level":
+                new[field] = _trace_level(value)
+            else:
+                new[field] = _setting_int(key, value)
+        target = self.models.setdefault(model, TraceSetting()) if model else self.server
+        for field in cleared:
+            setattr(target, field, None if model else getattr(TraceSetting(*self._defaults()), field))
+        for field, value in new.items():
+            setattr(target, field, value)
+        self._sampled.pop(model, None)
+        for listener in list(self.listeners):
+            listener()
+
+    def _defaults(self) -> Tuple[Tuple[str, ...], int, int, int]:
+        """The startup values a cleared server setting returns to."""
+        config = self.config
+        return config.level, config.rate, config.count, config.log_frequency
+
+
+def _trace_level(values: Sequence[str]) -> Tuple[str, ...]:
+    """trace_level values: ["OFF"] or any of TIMESTAMPS and TENSORS."""
+    if "OFF" in values:
+        if len(values) != 1:
+            raise InferenceError.invalid("Expect only one trace level 'OFF' is specified")
+        return ()
+    unknown = [value for value in values if value not in TRACE_LEVELS]
+    if unknown:
+        raise InferenceError.invalid(f"unknown trace level '{unknown[0]}': expected OFF, TIMESTAMPS or TENSORS")
+    return tuple(name for name in TRACE_LEVELS if name in values)
+
+
+def _setting_int(key: str, values: Sequence[str]) -> int:
+    """One integer trace setting (trace_count must be >= -1; the others >= 0)."""
+    if len(values) != 1:
+        raise InferenceError.invalid(f"expect only 1 value for '{key}'")
+    try:
+        value = int(values[0])
+    except ValueError:
+        raise InferenceError.invalid(f"Unable to parse '{key}', got: {values[0]}") from None
+    minimum = -1 if key == "trace_count" else 0
+    if value < minimum:
+        raise InferenceError.invalid(f"Unable to parse '{key}'. Expecting value >= {minimum}, got: {values[0]}")
+    return value
+
+
+class LogSettings:
+    """Log settings of one server, applied to the `pytriton` logger when changed."""
+
+    def __init__(self, verbose_level: int, log_file: Optional[str], logger: Optional[logging.Logger] = None) -> None:
+        """Start from log_verbose and log_file; info, warning and error logging are on."""
+        self.verbose_level = verbose_level
+        self.log_file = log_file or ""
+        self.enabled = {name: True for name in _LOG_BOOLS}
+        self.format = "default"
+        self._logger = logger or LOGGER
+        self._filter = _SeverityFilter(self)
+
+    def document(self) -> Dict[str, Any]:
+        """The log settings document."""
+        return {
+            "log_file": self.log_file,
+            **self.enabled,
+            "log_verbose_level": self.verbose_level,
+            "log_format": self.format,
+        }
+
+    def update(self, changes: Mapping[str, Any]) -> None:
+        """Apply changes (a None value leaves a setting as it is); all are checked before any is applied."""
+        given = {key: value for key, value in changes.items() if value is not None}
+        if "log_file" in given:
+            raise InferenceError.unimplemented("log file location can not be updated through network protocol")
+        for key in _LOG_BOOLS:
+            if key in given and not isinstance(given[key], bool):
+                raise InferenceError.invalid(f"expect boolean for '{key}'")
+        verbose = given.get("log_verbose_level")
+        if verbose is not None and (isinstance(verbose, bool) or not isinstance(verbose, int) or verbose < 0):
+            raise InferenceError.invalid("expect int32 for 'log_verbose_level'")
+        log_format = given.get("log_format")
+        if log_format is not None and not isinstance(log_format, str):
+            raise InferenceError.invalid("expect string for 'log_format'")
+        if log_format is not None and log_format not in LOG_FORMATS:
+            raise InferenceError(Status.UNAVAILABLE, f"invalid argument for --log_format, got: {log_format}")
+        for key in _LOG_BOOLS:
+            self.enabled[key] = given.get(key, self.enabled[key])
+        if verbose is not None:
+            if verbose and not self.verbose_level:
+                self._logger.warning("log_verbose_level=%d: verbose logging slows inference down", verbose)
+            self.verbose_level = verbose
+        if log_format is not None:
+            self.format = log_format
+        if given:
+            self._apply()
+
+    def _apply(self) -> None:
+        """Set the logger's level, severity filter and handler formats from the settings."""
+        logger = self._logger
+        logger.setLevel(self._lowest_level())
+        if self._filter not in logger.filters:
+            logger.addFilter(self._filter)
+        formatter = _formatter(self.format)
+        for handler in logger.handlers:
+            handler.setFormatter(formatter)
+
+    def _lowest_level(self) -> int:
+        """The lowest severity still logged (above CRITICAL when everything is off)."""
+        if self.verbose_level > 0:
+            return logging.DEBUG
+        for key, level in (("log_info", logging.INFO), ("log_warning", logging.WARNING), ("log_error", logging.ERROR)):
+            if self.enabled[key]:
+                return level
+        return logging.CRITICAL + 1
+
+    def allows(self, levelno: int) -> bool:
+        """Whether a record of this severity is logged under the settings."""
+        if levelno < logging.INFO:
+            return self.verbose_level > 0
+        if levelno < logging.WARNING:
+            return self.enabled["log_info"]
+        if levelno < logging.ERROR:
+            return self.enabled["log_warning"]
+        return self.enabled["log_error"]
+
+
+class _SeverityFilter(logging.Filter):
+    """Drops records whose severity is switched off (e.g. warnings off while info stays on)."""
+
+    def __init__(self, settings: LogSettings) -> None:
+        super().__init__()
+        self._settings = settings
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether to keep a record."""
+        return self._settings.allows(record.levelno)
+
+
+def _formatter(log_format: str) -> logging.Formatter:
+    """The formatter for a log_format: "default" or ISO8601 (UTC timestamps)."""
+    if log_format == "ISO8601":
+        formatter = logging.Formatter(_ISO8601_LOG_FORMAT, datefmt="%Y-%m-%dT%H:%M:%SZ")
+        formatter.converter = time.gmtime
+        return formatter
+    return logging.Formatter(_DEFAULT_LOG_FORMAT)
+
+
+class ServerSettings:
+    """The settings a running server changes at runtime: logging and tracing."""
+
+    def __init__(self, *, log_verbose: int, log_file: Optional[str], trace: TraceConfig) -> None:
+        """Create the settings of one server."""
+        self.log = LogSettings(log_verbose, log_file)
+        self.trace = TraceSettings(trace)

@@ -1,0 +1,170 @@
+"""OpenTelemetry tracing (trace_config mode=opentelemetry): request, queue and compute spans per sampled request.
+
+Spans are built from the timings the statistics already record (`ModelStats.observers`). A model is observed
+only while its trace settings are on, so a model that is not traced pays nothing per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import logging
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from pytriton.core.model import ServedModel
+from pytriton.runtime.settings import TraceSettings
+
+LOGGER = logging.getLogger("pytriton")
+
+DEFAULT_OTLP_URL = "http://localhost:4318/v1/traces"
+DEFAULT_SERVICE_NAME = "triton-inference-server"
+_OTLP_EXPORTER_MODULE = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+
+def sdk_available() -> bool:
+    """Whether the OpenTelemetry SDK is installed (the `otel` extra)."""
+    return _installed("opentelemetry.sdk")
+
+
+def _installed(module: str) -> bool:
+    """Whether a module can be imported (its parent packages included)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+class Tracing:
+    """Tracing of one server: an OpenTelemetry tracer provider and the observers on traced models."""
+
+    def __init__(self, settings: TraceSettings, models: Callable[[], List[ServedModel]]) -> None:
+        """Create the tracer provider when trace mode is opentelemetry; nothing is observed until `refresh`."""
+        self._settings = settings
+        self._models = models
+        self._observers: Dict[ServedModel, _ModelTracer] = {}
+        self._provider: Any = None
+        self._tracer: Any = None
+        config = settings.config
+        if config.mode == "opentelemetry":
+            self._provider = _tracer_provider(settings)
+            self._tracer = self._provider.get_tracer("pytriton")
+        elif config.level:
+            LOGGER.warning(
+                "trace mode 'triton' writes no trace file in this server; use trace_config mode=opentelemetry "
+                "to export spans"
+            )
+        settings.listeners.append(self.refresh)
+
+    def add_span_processor(self, processor: Any) -> None:
+        """Send spans to another OpenTelemetry span processor as well (e.g. an in-memory exporter's)."""
+        if self._provider is None:
+            raise RuntimeError("tracing is not in opentelemetry mode (trace_config mode=opentelemetry)")
+        self._provider.add_span_processor(processor)
+
+    def refresh(self) -> None:
+        """Observe the models whose trace settings are on and stop observing the others (on the loop)."""
+        if self._tracer is None:
+            return
+        settings = self._settings
+        for model in self._models():
+            traced = settings.enabled(model.spec.name)
+            observer = self._observers.get(model)
+            if traced and observer is None:
+                observer = _ModelTracer(model, self._tracer, settings, self._on_exhausted)
+                self._observers[model] = observer
+                model.stats.observers.append(observer)
+            elif not traced and observer is not None:
+                del self._observers[model]
+                model.stats.observers.remove(observer)
+
+    def shutdown(self) -> None:
+        """Stop observing, flush and close the exporters."""
+        for model, observer in self._observers.items():
+            model.stats.observers.remove(observer)
+        self._observers.clear()
+        provider, self._provider, self._tracer = self._provider, None, None
+        if provider is not None:
+            provider.shutdown()
+
+    def _on_exhausted(self) -> None:
+        """trace_count ran out: detach the observers after the current statistics update."""
+        asyncio.get_running_loop().call_soon(self.refresh)
+
+
+class _ModelTracer:
+    """A statistics observer turning a model's sampled successful requests into spans."""
+
+    def __init__(
+        self, model: ServedModel, tracer: Any, settings: TraceSettings, on_exhausted: Callable[[], None]
+    ) -> None:
+        from opentelemetry.trace import set_span_in_context
+
+        self._name = model.spec.name
+        self._in_context = set_span_in_context
+        self._attributes = {"triton.model_name": model.spec.name, "triton.model_version": model.spec.version_str}
+        self._tracer = tracer
+        self._settings = settings
+        self._on_exhausted = on_exhausted
+
+    def request_succeeded(self, total_ns: int, queue_ns: int) -> None:
+        """Export a request span with its queue and compute children (when the request is sampled)."""
+        settings = self._settings
+        if not settings.sample(self._name):
+            return
+        if not settings.enabled(self._name):
+            self._on_exhausted()
+        end_ns = time.time_ns()
+        start_ns = end_ns - total_ns
+        queue_end_ns = start_ns + queue_ns
+        tracer = self._tracer
+        root = tracer.start_span("request", start_time=start_ns, attributes=self._attributes)
+        context = self._in_context(root)
+        tracer.start_span("queue", context=context, start_time=start_ns).end(end_time=queue_end_ns)
+        tracer.start_span("compute", context=context, start_time=queue_end_ns).end(end_time=end_ns)
+        root.end(end_time=end_ns)
+
+    def model_executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """Executions are not traced separately."""
+
+    def first_response_sent(self, ns: int) -> None:
+        """First responses are not traced separately."""
+
+
+def _tracer_provider(settings: TraceSettings) -> Any:
+    """An SDK tracer provider with Triton's resource and, when installed, an OTLP/HTTP exporter to `url`."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    config = settings.config
+    attributes: Dict[str, str] = {"service.name": DEFAULT_SERVICE_NAME}
+    for key, value in config.mode_settings:
+        if key == "resource":
+            name, _, attribute = value.partition("=")
+            attributes[name.strip()] = attribute.strip()
+    provider = TracerProvider(resource=Resource.create(attributes))
+    exporter = _otlp_exporter(config.setting("url", DEFAULT_OTLP_URL))
+    if exporter is not None:
+        processor = BatchSpanProcessor(
+            exporter,
+            max_queue_size=int(config.setting("bsp_max_queue_size")),
+            schedule_delay_millis=float(config.setting("bsp_schedule_delay")),
+            max_export_batch_size=int(config.setting("bsp_max_export_batch_size")),
+        )
+        provider.add_span_processor(processor)
+    return provider
+
+
+def _otlp_exporter(url: str) -> Optional[Any]:
+    """The OTLP/HTTP span exporter for `url`, or None (with a warning) when it is not installed."""
+    if not _installed(_OTLP_EXPORTER_MODULE):
+        LOGGER.warning(
+            "trace_config mode=opentelemetry: opentelemetry-exporter-otlp-proto-http is not installed, so spans "
+            "are not exported to %s",
+            url,
+        )
+        return None
+    module = importlib.import_module(_OTLP_EXPORTER_MODULE)
+    return module.OTLPSpanExporter(endpoint=url if "://" in url else f"http://{url}")

@@ -1,0 +1,171 @@
+"""http_restricted_api and grpc_restricted_protocol: restricted APIs refuse calls without their header."""
+
+from __future__ import annotations
+
+import functools
+import json
+import queue
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.exceptions import PyTritonValidationError
+from pytriton.model_config import Tensor
+from pytriton.transport.access import Category, Restriction, http_category, parse_rules
+from pytriton.triton import Triton
+from tests.conftest import grpc_url, http_url
+from tests.http_helpers import request
+
+RULES = "model-repository,model-config:admin-key=admin-secret;inference:infer-key=infer-secret"
+INFER_BODY = json.dumps({"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]})
+
+
+def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUT": request.data["IN"]} for request in requests]
+
+
+def _bind(triton: Triton) -> None:
+    triton.bind(
+        "identity",
+        _identity,
+        inputs=[Tensor(name="IN", dtype=np.float32, shape=(-1,))],
+        outputs=[Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
+    )
+
+
+def test_rules_parse_groups_and_prefix_keys() -> None:
+    rules = parse_rules(RULES, option="grpc_restricted_protocol", header_prefix="triton-grpc-protocol-")
+    assert rules.rules == {
+        Category.MODEL_REPOSITORY: Restriction("triton-grpc-protocol-admin-key", "admin-secret"),
+        Category.MODEL_CONFIG: Restriction("triton-grpc-protocol-admin-key", "admin-secret"),
+        Category.INFERENCE: Restriction("triton-grpc-protocol-infer-key", "infer-secret"),
+    }
+    assert not parse_rules(None, option="http_restricted_api")
+    assert parse_rules("trace:k=a=b", option="x").rules[Category.TRACE] == Restriction("k", "a=b")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bogus:k=v", "unknown restricted api 'bogus'"),
+        ("health:k=v;health,metadata:k2=v2", "restricted api 'health' can not be specified in multiple config groups"),
+        ("health", "format is '<apis>:<key>=<value>'"),
+        ("health:k", "format is '<apis>:<key>=<value>'"),
+        ("health:=v", "format is '<apis>:<key>=<value>'"),
+    ],
+)
+def test_bad_rules_are_refused(text: str, message: str) -> None:
+    with pytest.raises(PyTritonValidationError, match=message):
+        parse_rules(text, option="http_restricted_api")
+
+
+@pytest.mark.parametrize(
+    ("path", "category"),
+    [
+        ("/v2", Category.METADATA),
+        ("/v2/health/ready", Category.HEALTH),
+        ("/v2/models/m", Category.METADATA),
+        ("/v2/models/m/versions/1/ready", Category.HEALTH),
+        ("/v2/models/m/config", Category.MODEL_CONFIG),
+        ("/v2/models/m/versions/1/infer", Category.INFERENCE),
+        ("/v2/models/m/generate_stream", Category.INFERENCE),
+        ("/v2/models/stats", Category.STATISTICS),
+        ("/v2/models/m/stats", Category.STATISTICS),
+        ("/v2/models/m/trace/setting", Category.TRACE),
+        ("/v2/trace/setting", Category.TRACE),
+        ("/v2/logging", Category.LOGGING),
+        ("/v2/repository/index", Category.MODEL_REPOSITORY),
+        ("/v2/repository/models/m/load", Category.MODEL_REPOSITORY),
+        ("/v2/systemsharedmemory/status", Category.SHARED_MEMORY),
+        ("/metrics", None),
+        ("/v2/nope", None),
+    ],
+)
+def test_http_paths_map_to_categories(path: str, category: Any) -> None:
+    assert http_category(path) is category
+
+
+def test_http_restricted_api_needs_the_header(start_triton: Callable[..., Triton]) -> None:
+    triton = start_triton(_bind, http_restricted_api=RULES, allow_grpc=False, allow_metrics=False)
+    port = triton.http_port
+    status, _, body = request(port, "POST", "/v2/repository/index")
+    assert status == 403
+    assert json.loads(body) == {"error": "This API is restricted, expecting header 'admin-key'"}
+    assert request(port, "POST", "/v2/repository/index", headers={"admin-key": "wrong"})[0] == 403
+    assert request(port, "POST", "/v2/repository/index", headers={"Admin-Key": "admin-secret"})[0] == 200
+    assert request(port, "GET", "/v2/models/identity/config")[0] == 403
+    assert request(port, "GET", "/v2/models/identity/config", headers={"admin-key": "admin-secret"})[0] == 200
+    status, _, body = request(port, "POST", "/v2/models/identity/infer", INFER_BODY)
+    assert status == 403 and b"expecting header 'infer-key'" in body
+    assert request(port, "POST", "/v2/models/identity/infer", INFER_BODY, {"infer-key": "infer-secret"})[0] == 200
+    # Unrestricted categories and unknown paths are untouched.
+    assert request(port, "GET", "/v2/health/ready")[0] == 200
+    assert request(port, "GET", "/v2/models/identity")[0] == 200
+    assert request(port, "GET", "/v2/nope")[0] == 404
+
+
+def test_http_client_passes_with_headers(start_triton: Callable[..., Triton]) -> None:
+    triton = start_triton(_bind, http_restricted_api=RULES, allow_grpc=False, allow_metrics=False)
+    client = httpclient.InferenceServerClient(http_url(triton))
+    with pytest.raises(InferenceServerException, match="expecting header 'admin-key'"):
+        client.get_model_repository_index()
+    index = client.get_model_repository_index(headers={"admin-key": "admin-secret"})
+    assert [entry["name"] for entry in index] == ["identity"]
+    inputs = [httpclient.InferInput("IN", [1, 2], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([[1, 2]], np.float32))
+    result = client.infer("identity", inputs, headers={"infer-key": "infer-secret"})
+    assert result.as_numpy("OUT").tolist() == [[1, 2]]
+    client.close()
+
+
+def test_grpc_restricted_protocol_needs_the_metadata(start_triton: Callable[..., Triton]) -> None:
+    triton = start_triton(_bind, grpc_restricted_protocol=RULES, allow_metrics=False)
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    with pytest.raises(InferenceServerException) as raised:
+        client.get_model_repository_index()
+    assert raised.value.status() == "StatusCode.UNAVAILABLE"
+    assert raised.value.message() == "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'"
+    admin = {"triton-grpc-protocol-admin-key": "admin-secret"}
+    assert [model.name for model in client.get_model_repository_index(headers=admin).models] == ["identity"]
+    assert client.get_model_config("identity", headers=admin).config.name == "identity"
+    inputs = [grpcclient.InferInput("IN", [1, 2], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([[1, 2]], np.float32))
+    with pytest.raises(InferenceServerException, match="triton-grpc-protocol-infer-key"):
+        client.infer("identity", inputs)
+    result = client.infer("identity", inputs, headers={"triton-grpc-protocol-infer-key": "infer-secret"})
+    assert result.as_numpy("OUT").tolist() == [[1, 2]]
+    # The HTTP header form does not open a gRPC restriction; unrestricted RPCs need nothing.
+    with pytest.raises(InferenceServerException, match="restricted"):
+        client.infer("identity", inputs, headers={"infer-key": "infer-secret"})
+    assert client.is_server_ready() and client.get_model_metadata("identity").name == "identity"
+    client.close()
+
+
+def _put_outcome(results: queue.Queue[Any], result: Any, error: Any) -> None:
+    results.put(error or result)
+
+
+def test_grpc_restricted_stream(start_triton: Callable[..., Triton]) -> None:
+    triton = start_triton(_bind, grpc_restricted_protocol="inference:infer-key=s", allow_metrics=False)
+    inputs = [grpcclient.InferInput("IN", [1, 2], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([[1, 2]], np.float32))
+    for headers, expect_error in ((None, True), ({"triton-grpc-protocol-infer-key": "s"}, False)):
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        results: queue.Queue[Any] = queue.Queue()
+        client.start_stream(functools.partial(_put_outcome, results), headers=headers)
+        try:
+            client.async_stream_infer("identity", inputs)
+        except InferenceServerException:  # the refused stream may already be closed; its error is in the callback
+            assert expect_error
+        outcome = results.get(timeout=10)
+        client.stop_stream()
+        client.close()
+        if expect_error:
+            assert isinstance(outcome, InferenceServerException)
+            assert "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'" in str(outcome)
+        else:
+            assert outcome.as_numpy("OUT").tolist() == [[1, 2]]

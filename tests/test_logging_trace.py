@@ -1,0 +1,244 @@
+"""Logging and trace extensions: settings read and changed over HTTP and gRPC; OpenTelemetry spans."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from typing import Any, Callable, Dict, Iterator, List
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.exceptions import PyTritonValidationError
+from pytriton.model_config import Tensor
+from pytriton.runtime.settings import TraceConfig, TraceSettings, parse_trace_config
+from pytriton.triton import Triton
+from tests.conftest import grpc_url, http_url
+from tests.http_helpers import get_json, post_json, request
+
+INFER = {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
+OTEL_SDK = importlib.util.find_spec("opentelemetry") is not None and importlib.util.find_spec("opentelemetry.sdk")
+needs_otel = pytest.mark.skipif(not OTEL_SDK, reason="opentelemetry-sdk is not installed (pip install pytriton[otel])")
+
+
+def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUT": request.data["IN"]} for request in requests]
+
+
+def _bind(triton: Triton) -> None:
+    for name in ("identity", "other"):
+        triton.bind(
+            name,
+            _identity,
+            inputs=[Tensor(name="IN", dtype=np.float32, shape=(-1,))],
+            outputs=[Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
+        )
+
+
+@pytest.fixture
+def pytriton_logger() -> Iterator[logging.Logger]:
+    """The `pytriton` logger, restored after the test (log settings change it for the process)."""
+    logger = logging.getLogger("pytriton")
+    level, filters = logger.level, list(logger.filters)
+    yield logger
+    logger.setLevel(level)
+    logger.filters[:] = filters
+
+
+def test_logging_endpoint_reads_and_changes_settings(
+    start_triton: Callable[..., Triton], pytriton_logger: logging.Logger, caplog: pytest.LogCaptureFixture
+) -> None:
+    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+    port = triton.http_port
+    status, document = get_json(port, "/v2/logging")
+    assert status == 200
+    assert document == {
+        "log_file": "",
+        "log_info": True,
+        "log_warning": True,
+        "log_error": True,
+        "log_verbose_level": 0,
+        "log_format": "default",
+    }
+    status, document = post_json(
+        port, "/v2/logging", {"log_info": False, "log_warning": False, "log_format": "ISO8601"}
+    )
+    assert status == 200 and document["log_info"] is False and document["log_format"] == "ISO8601"
+    assert pytriton_logger.level == logging.ERROR
+    assert not pytriton_logger.isEnabledFor(logging.WARNING)
+    with caplog.at_level(logging.WARNING, logger="pytriton"):
+        status, document = post_json(port, "/v2/logging", {"log_verbose_level": 2, "log_warning": True})
+        assert pytriton_logger.level == logging.DEBUG
+    assert status == 200 and document["log_verbose_level"] == 2
+    assert "verbose logging slows inference down" in caplog.text
+    # Info stays off while debug and warnings are on.
+    record = logging.LogRecord("pytriton", logging.INFO, __file__, 1, "quiet", None, None)
+    assert not pytriton_logger.filter(record)
+    assert get_json(port, "/v2/logging")[1]["log_info"] is False
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "message"),
+    [
+        ({"log_file": "other.log"}, 501, "log file location can not be updated through network protocol"),
+        ({"log_format": "fancy"}, 503, "invalid argument for --log_format, got: fancy"),
+        ({"log_info": "yes"}, 400, "expect boolean for 'log_info'"),
+        ({"log_verbose_level": -1}, 400, "expect int32 for 'log_verbose_level'"),
+    ],
+)
+def test_logging_endpoint_refuses_bad_changes(
+    start_triton: Callable[..., Triton], pytriton_logger: logging.Logger, change: Any, status: int, message: str
+) -> None:
+    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+    assert post_json(triton.http_port, "/v2/logging", change) == (status, {"error": message})
+    assert get_json(triton.http_port, "/v2/logging")[1]["log_info"] is True
+
+
+def test_log_settings_over_clients(start_triton: Callable[..., Triton], pytriton_logger: logging.Logger) -> None:
+    triton = start_triton(_bind, allow_metrics=False)
+    http = httpclient.InferenceServerClient(http_url(triton))
+    grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+    assert http.get_log_settings()["log_error"] is True
+    assert http.update_log_settings({"log_error": False})["log_error"] is False
+    settings = grpc.get_log_settings(as_json=True)["settings"]
+    assert settings["log_error"] == {"bool_param": False}
+    assert settings["log_format"] == {"string_param": "default"}
+    updated = grpc.update_log_settings({"log_verbose_level": 1, "log_error": True}, as_json=True)["settings"]
+    assert updated["log_verbose_level"] == {"uint32_param": 1} and updated["log_error"] == {"bool_param": True}
+    assert http.get_log_settings()["log_verbose_level"] == 1
+    http.close()
+    grpc.close()
+
+
+def test_trace_config_is_parsed_as_triton_does() -> None:
+    config = parse_trace_config(
+        [
+            "mode=opentelemetry",
+            "rate=1",
+            "level=TIMESTAMPS",
+            "count=5",
+            "opentelemetry,resource=team=a",
+            "triton,file=x",
+        ]
+    )
+    assert (config.mode, config.rate, config.count, config.level) == ("opentelemetry", 1, 5, ("TIMESTAMPS",))
+    assert config.setting("resource") == "team=a" and config.setting("bsp_schedule_delay") == "5000"
+    assert config.file == "x"
+    # Lists from environment variables arrive split at their commas.
+    split = parse_trace_config(["mode=opentelemetry", "opentelemetry", "url=localhost:4318/v1/traces"])
+    assert split.setting("url") == "localhost:4318/v1/traces"
+    assert parse_trace_config(["level=TIMESTAMPS", "level=OFF"]).level == ()
+    assert parse_trace_config(None) == TraceConfig()
+    for bad in (["mode=zipkin"], ["level=loud"], ["rate"], ["rate=x"], [",rate=1"]):
+        with pytest.raises(PyTritonValidationError):
+            parse_trace_config(bad)
+
+
+def test_trace_sampling_follows_rate_and_count() -> None:
+    settings = TraceSettings(TraceConfig(level=("TIMESTAMPS",), rate=2, count=2))
+    assert [settings.sample("m") for _ in range(6)] == [True, False, True, False, False, False]
+    assert not settings.enabled("m")
+    settings.update({"trace_count": ["-1"], "trace_rate": ["1"]}, "m")
+    assert settings.enabled("m") and settings.sample("m") and settings.sample("m")
+    assert not settings.enabled("other")
+
+
+def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
+    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+    port = triton.http_port
+    assert get_json(port, "/v2/trace/setting") == (
+        200,
+        {
+            "trace_level": ["OFF"],
+            "trace_rate": "1000",
+            "trace_count": "-1",
+            "log_frequency": "0",
+            "trace_file": "",
+            "trace_mode": "triton",
+        },
+    )
+    status, document = post_json(port, "/v2/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_rate": "10"})
+    assert status == 200 and document["trace_level"] == ["TIMESTAMPS"] and document["trace_rate"] == "10"
+    status, document = post_json(port, "/v2/models/identity/trace/setting", {"trace_rate": 3, "trace_count": "7"})
+    assert status == 200 and (document["trace_rate"], document["trace_count"]) == ("3", "7")
+    assert document["trace_level"] == ["TIMESTAMPS"]
+    assert get_json(port, "/v2/models/other/trace/setting")[1]["trace_rate"] == "10"
+    status, document = post_json(port, "/v2/models/identity/trace/setting", {"trace_rate": None})
+    assert document["trace_rate"] == "10" and document["trace_count"] == "7"
+    status, document = post_json(port, "/v2/trace/setting", {"trace_rate": None, "trace_level": ["OFF"]})
+    assert (document["trace_rate"], document["trace_level"]) == ("1000", ["OFF"])
+    assert post_json(port, "/v2/models/nope/trace/setting", {}) == (
+        400,
+        {"error": "Request for unknown model : nope"},
+    )
+    assert post_json(port, "/v2/trace/setting", {"trace_file": "x"})[0] == 501
+    assert post_json(port, "/v2/trace/setting", {"trace_level": ["OFF", "TIMESTAMPS"]})[0] == 400
+    assert post_json(port, "/v2/trace/setting", {"trace_count": "-2"})[0] == 400
+    assert request(port, "PUT", "/v2/trace/setting")[0] == 405
+
+
+def test_trace_settings_over_clients(start_triton: Callable[..., Triton]) -> None:
+    triton = start_triton(_bind, allow_metrics=False, trace_config=["rate=5"])
+    http = httpclient.InferenceServerClient(http_url(triton))
+    grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+    assert http.get_trace_settings()["trace_rate"] == "5"
+    settings = grpc.get_trace_settings(as_json=True)["settings"]
+    assert settings["trace_rate"] == {"value": ["5"]} and settings["trace_level"] == {"value": ["OFF"]}
+    updated = grpc.update_trace_settings("identity", {"trace_level": ["TIMESTAMPS"], "trace_count": "2"}, as_json=True)
+    assert updated["settings"]["trace_level"] == {"value": ["TIMESTAMPS"]}
+    assert updated["settings"]["trace_count"] == {"value": ["2"]}
+    cleared = grpc.update_trace_settings("identity", {"trace_count": None}, as_json=True)["settings"]
+    assert cleared["trace_count"] == {"value": ["-1"]}
+    assert http.get_trace_settings(model_name="identity")["trace_level"] == ["TIMESTAMPS"]
+    with pytest.raises(InferenceServerException, match="Request for unknown model : nope"):
+        grpc.get_trace_settings(model_name="nope")
+    http.close()
+    grpc.close()
+
+
+@needs_otel
+def test_opentelemetry_exports_request_queue_and_compute_spans(start_triton: Callable[..., Triton]) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    triton = start_triton(
+        _bind,
+        allow_grpc=False,
+        allow_metrics=False,
+        trace_config=["mode=opentelemetry", "rate=1", "level=TIMESTAMPS", "opentelemetry,resource=team=serving"],
+    )
+    exporter = InMemorySpanExporter()
+    triton._runtime.tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    port = triton.http_port
+    for _ in range(2):
+        assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    spans = exporter.get_finished_spans()
+    assert sorted(span.name for span in spans) == ["compute", "compute", "queue", "queue", "request", "request"]
+    roots = [span for span in spans if span.name == "request"]
+    assert roots[0].attributes["triton.model_name"] == "identity"
+    assert roots[0].resource.attributes["team"] == "serving"
+    for child in (span for span in spans if span.name != "request"):
+        parent = next(root for root in roots if root.context.span_id == child.parent.span_id)
+        assert parent.start_time <= child.start_time <= child.end_time <= parent.end_time
+    # Switching the level off detaches the observers: nothing per request is left to pay.
+    status, document = post_json(port, "/v2/trace/setting", {"trace_level": ["OFF"]})
+    assert status == 200 and document["trace_mode"] == "opentelemetry"
+    assert all(not model.stats.observers for model in triton._runtime.engine.models())
+    exporter.clear()
+    assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert exporter.get_finished_spans() == ()
+    # A model's own settings: one trace for `identity` only, then its count runs out.
+    post_json(port, "/v2/models/identity/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_count": "1"})
+    for name in ("identity", "identity", "other"):
+        assert post_json(port, f"/v2/models/{name}/infer", INFER)[0] == 200
+    assert sorted(span.name for span in exporter.get_finished_spans()) == ["compute", "queue", "request"]
+    assert json.loads(request(port, "GET", "/v2/models/identity/trace/setting")[2])["trace_count"] == "0"
+
+
+def test_tracing_off_observes_nothing(start_triton: Callable[..., Triton]) -> None:
+    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+    assert all(not model.stats.observers for model in triton._runtime.engine.models())
