@@ -15,6 +15,7 @@ from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.models import as_callables, build_model, validate_model_name
+from pytriton.runtime.limits import ServerLimits
 from pytriton.runtime.logging_setup import configure_logging
 from pytriton.runtime.options import ServerOptions
 from pytriton.runtime.server import ServerRuntime
@@ -37,16 +38,22 @@ class Triton:
     """
 
     def __init__(
-        self, *, config: Optional[TritonConfig] = None, workspace: Union[str, pathlib.Path, None] = None
+        self,
+        *,
+        config: Optional[TritonConfig] = None,
+        workspace: Union[str, pathlib.Path, None] = None,
+        limits: Optional[ServerLimits] = None,
     ) -> None:
         """Create a server; options come from `config`, then PYTRITON_TRITON_CONFIG_* variables, then defaults.
 
         Args:
             config: server options.
             workspace: accepted for compatibility; this engine writes no model store, so nothing is created.
+            limits: request size, timeout and connection limits; without it, PYTRITON_LIMIT_* variables over
+                safe defaults (see `pytriton.runtime.limits`).
         """
         self._config = resolve_config(config)
-        self._options = ServerOptions.from_config(self._config)
+        self._options = ServerOptions.from_config(self._config, limits)
         configure_logging(self._config.log_verbose, self._config.log_file)
         self._workspace = workspace
         self._runtime = ServerRuntime(self._options)

@@ -346,8 +346,12 @@ def test_load_with_config_override_is_unimplemented(call: Call) -> None:
             "shared memory",
         ),
         (lambda client: client.get_cuda_shared_memory_status(), "UNIMPLEMENTED", "shared memory"),
-        (lambda client: client.get_log_settings(), "UNIMPLEMENTED", "log settings"),
-        (lambda client: client.get_trace_settings(), "UNIMPLEMENTED", "trace settings"),
+        (lambda client: client.update_log_settings({"log_file": "x.log"}), "UNIMPLEMENTED", "log file location"),
+        (
+            lambda client: client.update_trace_settings(settings={"trace_file": "x.json"}),
+            "UNIMPLEMENTED",
+            "trace file location",
+        ),
     ],
     ids=[
         "metadata-unknown",

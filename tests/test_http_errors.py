@@ -111,7 +111,7 @@ BAD_BODIES = {
     "huge shape": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 100000000000000], "datatype": "FP32", "data": [1]}]}',
         400,
-        "unexpected number of elements",
+        "elements (or dimension) a tensor may have on this server",
     ),
     "ragged data": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 2], "datatype": "FP32", "data": [[1], [2, 3]]}]}',

@@ -204,11 +204,11 @@ def test_http_and_grpc_cannot_both_be_disabled():
         TritonConfig(allow_http=False, allow_grpc=False)
 
 
-def test_options_without_effect_warn_and_unimplemented_ones_fail(caplog):
+def test_options_without_effect_warn_and_invalid_ones_fail(caplog):
     Triton(config=TritonConfig(http_thread_count=4, http_port=0)).stop()
     assert "http_thread_count has no effect" in caplog.text
-    with pytest.raises(PyTritonValidationError, match="sagemaker"):
-        Triton(config=TritonConfig(allow_sagemaker=True))
+    with pytest.raises(PyTritonValidationError, match="unknown restricted api 'nope'"):
+        Triton(config=TritonConfig(http_restricted_api="nope:key=value"))
 
 
 def test_serve_in_a_thread_returns_on_stop():

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 from typing import Callable, Dict, List, Optional
 
 from pytriton.core.cache import ResponseCache
@@ -24,12 +26,19 @@ class Engine:
         cache_capacity_bytes: Optional[int],
         strict_readiness: bool,
         on_unrecoverable: Callable[[str], None],
+        max_tensor_elements: int = 0,
+        max_response_bytes: int = 0,
+        hung_call_warning_s: float = 0.0,
     ) -> None:
-        """Create an engine with no models."""
+        """Create an engine with no models; the limits apply to every model (0: none)."""
         self._models: Dict[str, Dict[int, ServedModel]] = {}
         self._cache = ResponseCache(cache_capacity_bytes) if cache_capacity_bytes else None
         self._strict_readiness = strict_readiness
         self._on_unrecoverable = on_unrecoverable
+        self._max_tensor_elements = max_tensor_elements
+        self._max_response_bytes = max_response_bytes
+        self._hung_call_ns = int(hung_call_warning_s * 1e9)
+        self._watchdog: Optional[asyncio.TimerHandle] = None
         self.live = True
         self.accepting = True
 
@@ -44,9 +53,34 @@ class Engine:
         if spec.version in versions:
             raise ValueError(f"model '{spec.name}' version {spec.version} is already bound")
         instances = [Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)]
+        spec = dataclasses.replace(
+            spec, max_tensor_elements=self._max_tensor_elements, max_response_bytes=self._max_response_bytes
+        )
         model = ServedModel(spec, instances, self._cache, self._on_unrecoverable)
         versions[spec.version] = model
+        if self._hung_call_ns and self._watchdog is None:
+            self._watch_calls()
         return model
+
+    def _watch_calls(self) -> None:
+        """Log, once per call, an instance whose call has run longer than hung_call_warning_s; check again later."""
+        now = time.monotonic_ns()
+        for model in self.models():
+            for index, instance in enumerate(model.scheduler.instances):
+                started = instance.call_started_ns
+                if started and started != instance.reported_call_ns and now - started >= self._hung_call_ns:
+                    instance.reported_call_ns = started
+                    LOGGER.warning(
+                        "model '%s' version %d: instance %d (thread %s) has been running one call for %.1f s; "
+                        "requests for it wait until the call returns",
+                        model.spec.name,
+                        model.spec.version,
+                        index,
+                        instance.name,
+                        (now - started) / 1e9,
+                    )
+        period_s = min(self._hung_call_ns / 2e9, 1.0)
+        self._watchdog = asyncio.get_running_loop().call_later(period_s, self._watch_calls)
 
     def model(self, name: str, version: str = "") -> ServedModel:
         """The model version a request names (latest when the version is empty), or NOT_FOUND."""
@@ -109,4 +143,6 @@ class Engine:
             await asyncio.gather(*(model.scheduler.drain(timeout_s) for model in models))
         for model in models:
             model.scheduler.close_instances()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         self.live = False

@@ -51,6 +51,12 @@ class Instance:
         self.name = name
         self.kind = callable_kind(fn)
         self._worker = WorkerThread(name)
+        self.call_started_ns = 0  # when the call it is running started (0: idle); set by the scheduler
+        self.reported_call_ns = 0  # the call a hang warning was logged for
+
+    def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
+        """Call `callback(*args)` once the instance thread finished every call, also those nobody waits for now."""
+        self._worker.when_idle(callback, *args)
 
     async def call(self, requests: List[Request]) -> Step:
         """Run a non-streaming callable once and return its result."""

@@ -44,6 +44,7 @@ def build_response(
             _check_output_against_config(spec, name, value)
     names = requested if requested is not None else [tensor.name for tensor in spec.outputs]
     outputs: List[OutputTensor] = []
+    size = 0
     for name in names:
         value = result.get(name)
         if value is None:
@@ -55,7 +56,22 @@ def build_response(
         if datatype == "FP32" and spec.output_by_name[name].datatype == "BF16":
             datatype = "BF16"
         outputs.append(OutputTensor(name, datatype, value))
+        size += _bytes_of_object_array(value) if value.dtype.kind == "O" else value.nbytes
+    if spec.max_response_bytes and size > spec.max_response_bytes:
+        listed = ", ".join(f"'{output.name}'" for output in outputs)
+        raise InferenceError.internal(
+            f"the outputs {listed} returned by model '{spec.name}' take {size} bytes, more than the "
+            f"{spec.max_response_bytes} bytes a response may carry on this server"
+        )
     return InferenceResponse(outputs, final)
+
+
+def _bytes_of_object_array(array: np.ndarray) -> int:
+    """Wire size of a BYTES output: a 4-byte length and the bytes of each element."""
+    try:
+        return 4 * array.size + sum(map(len, array.flat))
+    except TypeError:  # elements without a length are serialized as text: count them roughly
+        return int(array.nbytes)
 
 
 def _check_output_value(spec: ModelSpec, name: Any, value: Any) -> None:

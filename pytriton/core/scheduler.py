@@ -9,7 +9,7 @@ import math
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Coroutine, Deque, List, Optional, Set
+from typing import Any, Callable, Coroutine, Deque, List, Optional, Set, Union
 
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.instances import Instance
@@ -62,6 +62,11 @@ class Scheduler:
         self._idle.set()
 
     @property
+    def instances(self) -> List[Instance]:
+        """The model's instances."""
+        return self._instances
+
+    @property
     def pending(self) -> int:
         """Requests waiting in the queue."""
         return self._queues.size
@@ -92,6 +97,19 @@ class Scheduler:
             raise
         self._schedule()
         return None
+
+    def withdraw(self, sink: ResponseSink) -> None:
+        """A request's client went away: if it still waits in the queue, free its slot and inputs now.
+
+        Looked up rather than remembered, so that a request costs nothing extra unless its client leaves.
+        """
+        for entry in self._queues:
+            if entry.sink is sink:
+                self._queues.take([entry])
+                entry.request.inputs = {}
+                self.stats.record_failure(time.monotonic_ns() - entry.enqueue_ns, FailureReason.CANCELED.value)
+                self._update_idle()
+                return
 
     def _schedule(self) -> None:
         """Start every batch that is due on a free instance; arm a timer for the next decision."""
@@ -182,6 +200,7 @@ class Scheduler:
     async def _run(self, instance: Instance, batch: List[Entry]) -> None:
         """Call the instance with a batch and deliver the responses; the instance is freed at the end."""
         start_ns = time.monotonic_ns()
+        instance.call_started_ns = start_ns
         for entry in batch:
             entry.queue_ns = start_ns - entry.enqueue_ns
         slots = [self._ordered_slot() for _ in batch] if self._ordered is not None else None
@@ -205,15 +224,15 @@ class Scheduler:
                 results = await instance.call(requests)
                 infer_end_ns = time.monotonic_ns()
                 results = check_results(self.spec, results, len(batch))
-                responses = [
-                    build_response(self.spec, result, entry.request.requested_outputs)
-                    for entry, result in zip(batch, results)
-                ]
+                outcomes = [self._outcome(result, entry) for entry, result in zip(batch, results)]
                 output_end_ns = time.monotonic_ns()
                 compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
-                for index, (entry, response) in enumerate(zip(batch, responses)):
+                for index, (entry, outcome) in enumerate(zip(batch, outcomes)):
+                    if isinstance(outcome, InferenceError):
+                        self._hand_over(slots, index, self._fail, entry, outcome)
+                        continue
                     entry.compute_ns = compute
-                    self._hand_over(slots, index, self._respond, entry, response)
+                    self._hand_over(slots, index, self._respond, entry, outcome)
         except BaseException as error:
             infer_end_ns = output_end_ns = time.monotonic_ns()
             failure = self._as_inference_error(error)
@@ -230,8 +249,22 @@ class Scheduler:
             )
             for entry in batch:
                 entry.request.inputs = {}
-            self._free.append(instance)
-            self._schedule()
+            # A call the loop stopped waiting for (client gone, shutdown) may still run in the instance
+            # thread: the instance takes new work only once that call has returned.
+            instance.when_idle(self._release, instance)
+
+    def _release(self, instance: Instance) -> None:
+        """An instance finished its call: give it the next batch."""
+        instance.call_started_ns = 0
+        self._free.append(instance)
+        self._schedule()
+
+    def _outcome(self, result: Any, entry: Entry) -> Union[InferenceResponse, InferenceError]:
+        """One request's response, or the error that fails only this request (wrong or oversized outputs)."""
+        try:
+            return build_response(self.spec, result, entry.request.requested_outputs)
+        except InferenceError as error:
+            return error
 
     async def _run_streaming(self, instance: Instance, batch: List[Entry], requests: List[Request]) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
@@ -249,6 +282,7 @@ class Scheduler:
                 if all(entry.sink.done() for entry in batch):
                     stop.set()
         finally:
+            stop.set()  # a generator still running in the instance thread stops at its next step
             await steps.aclose()  # type: ignore[attr-defined]
 
     def _as_inference_error(self, error: BaseException) -> InferenceError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Union
+from typing import AsyncIterator, Callable, Optional, Union
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceResponse
@@ -65,11 +65,12 @@ StreamItem = Union[InferenceResponse, InferenceError, object]
 class StreamSink(ResponseSink):
     """A sink for zero or more responses, consumed as an async iterator."""
 
-    def __init__(self) -> None:
-        """Create an empty stream."""
+    def __init__(self, on_cancel: Optional[Callable[[ResponseSink], None]] = None) -> None:
+        """Create an empty stream; `on_cancel(sink)` runs when the consumer leaves before the end."""
         self._queue: asyncio.Queue[StreamItem] = asyncio.Queue()
         self._closed = False
         self._cancelled = False
+        self._on_cancel = on_cancel
 
     def done(self) -> bool:
         """Whether the stream ended or its consumer went away."""
@@ -77,6 +78,8 @@ class StreamSink(ResponseSink):
 
     def cancel(self) -> None:
         """The consumer went away: the producer stops at its next step."""
+        if not self.done() and self._on_cancel is not None:
+            self._on_cancel(self)
         self._cancelled = True
 
     def deliver(self, response: InferenceResponse) -> None:

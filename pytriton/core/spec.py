@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import FrozenSet, Mapping, Optional, Sequence, Tuple
 
 from pytriton.core.errors import InferenceError
@@ -38,6 +39,9 @@ class ModelSpec:
     strict: bool
     input_specs: Tuple[TensorSpec, ...] = ()
     output_specs: Tuple[TensorSpec, ...] = ()
+    # Server limits the engine applies to the model's requests (0: none).
+    max_tensor_elements: int = 0
+    max_response_bytes: int = 0
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)
@@ -79,6 +83,14 @@ class ModelSpec:
             )
         if shape and min(shape) < 0:
             raise InferenceError.invalid(f"invalid shape {list(shape)} for input '{name}': dims must be >= 0")
+        limit = self.max_tensor_elements
+        if limit:
+            count = math.prod(shape)
+            if count > limit or (not count and shape and max(shape) > limit):
+                raise InferenceError.invalid(
+                    f"input '{name}' for model '{self.name}' has shape {_show(shape)}: more than the "
+                    f"{limit} elements (or dimension) a tensor may have on this server"
+                )
         dims = shape
         batch_size = 1
         if self.batching:

@@ -5,19 +5,9 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 _Job = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...]]
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
-    """Settle a future unless its waiter already gave up."""
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
 
 
 class WorkerThread:
@@ -28,6 +18,15 @@ class WorkerThread:
         self.name = name
         self._jobs: queue.SimpleQueue[Optional[_Job]] = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
+        self._unfinished = 0  # jobs submitted and not finished yet (read and written on the loop only)
+        self._on_idle: List[Tuple[Callable[..., None], Tuple[Any, ...]]] = []
+
+    def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
+        """Call `callback(*args)` on the loop once every submitted job has finished (at once when none is left)."""
+        if self._unfinished:
+            self._on_idle.append((callback, args))
+        else:
+            callback(*args)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """Run `fn(*args)` in the thread; the returned future settles on the calling loop."""
@@ -36,6 +35,7 @@ class WorkerThread:
         if self._thread is None:
             self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
             self._thread.start()
+        self._unfinished += 1
         self._jobs.put((loop, future, fn, args))
         return future
 
@@ -53,9 +53,22 @@ class WorkerThread:
             except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
                 error = raised
             try:
-                loop.call_soon_threadsafe(_settle, future, result, error)
+                loop.call_soon_threadsafe(self._finished, future, result, error)
             except RuntimeError:  # the loop closed while the job ran: nobody is waiting
                 pass
+
+    def _finished(self, future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
+        """On the loop: settle a job's future unless its waiter gave up; run the idle callbacks after the last job."""
+        self._unfinished -= 1
+        if not future.done():
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+        if not self._unfinished and self._on_idle:
+            callbacks, self._on_idle = self._on_idle, []
+            for callback, args in callbacks:
+                callback(*args)
 
     def close(self) -> None:
         """Stop the thread after the job it is running, if any."""

@@ -120,7 +120,13 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
 
 
 def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
-    """An array of numbers in `dtype`; integers out of its range raise OverflowError on numpy 1 and 2 alike."""
+    """An array of numbers in `dtype`; values out of its range raise OverflowError on numpy 1 and 2 alike."""
+    if dtype.kind == "f":
+        with np.errstate(over="raise"):  # a float beyond the dtype's range is an error, not a warning and inf
+            try:
+                return np.array(values, dtype=dtype)
+            except FloatingPointError:
+                raise OverflowError(f"values outside the range of {dtype.name}") from None
     if dtype.kind not in "iu":
         return np.array(values, dtype=dtype)
     array = np.array(values)

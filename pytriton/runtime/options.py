@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import pathlib
 from typing import Dict, List, Optional, Tuple
 
 from pytriton import constants
 from pytriton.exceptions import PyTritonValidationError
+from pytriton.runtime.limits import ServerLimits, resolve_limits
+from pytriton.runtime.settings import TraceConfig, parse_trace_config
+from pytriton.runtime.tracing import sdk_available
+from pytriton.transport.access import GRPC_HEADER_PREFIX, AccessRules, parse_rules
 from pytriton.triton_config import TritonConfig
 
 LOGGER = logging.getLogger("pytriton")
@@ -22,21 +27,18 @@ _NO_EFFECT: Dict[str, str] = {
     "allow_gpu_metrics": "this engine reports no GPU metrics",
     "cache_directory": "the response cache is built in; no cache shared libraries are loaded",
     "buffer_manager_thread_count": "tensors are not copied through a buffer manager",
-    "sagemaker_safe_port_range": "the SageMaker frontend is not available in this engine",
-    "sagemaker_thread_count": "the SageMaker frontend is not available in this engine",
-    "vertex_ai_thread_count": "the Vertex AI frontend is not available in this engine",
+    "sagemaker_safe_port_range": "the other endpoints listen on the ports they are given",
+    "sagemaker_thread_count": "the SageMaker frontend is served by the event loop",
+    "vertex_ai_thread_count": "the Vertex AI frontend is served by the event loop",
 }
 # Options this engine does not implement (yet): setting them is an error, not a silent no-op.
-_NOT_IMPLEMENTED: Dict[str, str] = {
-    "http_restricted_api": "API restriction is not implemented yet",
-    "grpc_restricted_protocol": "protocol restriction is not implemented yet",
-    "allow_sagemaker": "the SageMaker frontend is not implemented yet",
-    "allow_vertex_ai": "the Vertex AI frontend is not implemented yet",
-}
+_NOT_IMPLEMENTED: Dict[str, str] = {}
 # Options that are accepted but not applied yet: a warning each.
-_NOT_APPLIED: Dict[str, str] = {
-    "trace_config": "tracing is not implemented yet",
-}
+_NOT_APPLIED: Dict[str, str] = {}
+DEFAULT_SAGEMAKER_PORT = 8080
+DEFAULT_VERTEX_AI_PORT = 8080
+SAGEMAKER_PING_MODES = ("ready", "live")
+SAGEMAKER_INFERENCE_TYPES = ("infer", "generate", "generate_stream")
 # Triton's default summary quantiles, as (quantile, allowed error) pairs.
 DEFAULT_SUMMARY_QUANTILES: Tuple[Tuple[float, float], ...] = (
     (0.5, 0.05),
@@ -87,6 +89,26 @@ class GrpcKeepalive:
 
 
 @dataclasses.dataclass(frozen=True)
+class SageMakerOptions:
+    """The SageMaker frontend (GET /ping, POST /invocations) and Triton's SAGEMAKER_TRITON_* variables."""
+
+    port: int = DEFAULT_SAGEMAKER_PORT
+    model: Optional[str] = None
+    ping_mode: str = "ready"
+    inference_type: str = "infer"
+
+
+@dataclasses.dataclass(frozen=True)
+class VertexAiOptions:
+    """The Vertex AI frontend: its port, default model and the AIP_PREDICT_ROUTE / AIP_HEALTH_ROUTE routes."""
+
+    port: int = DEFAULT_VERTEX_AI_PORT
+    default_model: Optional[str] = None
+    predict_route: str = "/predict"
+    health_route: str = "/health"
+
+
+@dataclasses.dataclass(frozen=True)
 class ServerOptions:
     """What the runtime needs from TritonConfig, with defaults applied."""
 
@@ -109,10 +131,17 @@ class ServerOptions:
     grpc_tls: Optional[GrpcTls] = None
     grpc_keepalive: GrpcKeepalive = dataclasses.field(default_factory=GrpcKeepalive)
     grpc_compression_level: str = "none"
+    log_file: Optional[str] = None
+    trace: TraceConfig = dataclasses.field(default_factory=TraceConfig)
+    http_access: AccessRules = dataclasses.field(default_factory=AccessRules)
+    grpc_access: AccessRules = dataclasses.field(default_factory=AccessRules)
+    sagemaker: Optional[SageMakerOptions] = None
+    vertex_ai: Optional[VertexAiOptions] = None
+    limits: ServerLimits = dataclasses.field(default_factory=ServerLimits)
 
     @classmethod
-    def from_config(cls, config: TritonConfig) -> ServerOptions:
-        """Resolve a TritonConfig, warning about options that have no effect here."""
+    def from_config(cls, config: TritonConfig, limits: Optional[ServerLimits] = None) -> ServerOptions:
+        """Resolve a TritonConfig (warning about options without effect here) and the server limits."""
         _report_unsupported(config)
         http_address = config.http_address or constants.DEFAULT_ADDRESS
         return cls(
@@ -137,6 +166,18 @@ class ServerOptions:
             grpc_tls=_grpc_tls(config),
             grpc_keepalive=_grpc_keepalive(config),
             grpc_compression_level=_grpc_compression_level(config.grpc_infer_response_compression_level),
+            log_file=str(config.log_file) if config.log_file else None,
+            trace=_trace(config.trace_config),
+            http_access=parse_rules(config.http_restricted_api, option="http_restricted_api"),
+            grpc_access=parse_rules(
+                config.grpc_restricted_protocol,
+                option="grpc_restricted_protocol",
+                header_prefix=GRPC_HEADER_PREFIX,
+                kind="protocol",
+            ),
+            sagemaker=_sagemaker(config),
+            vertex_ai=_vertex_ai(config),
+            limits=resolve_limits(limits),
         )
 
 
@@ -146,6 +187,58 @@ def _port(value: Optional[int], default: int) -> int:
     if not 0 <= port <= 65535:
         raise PyTritonValidationError(f"invalid port {port}")
     return port
+
+
+def _trace(entries: Optional[List[str]]) -> TraceConfig:
+    """trace_config resolved; opentelemetry mode needs the OpenTelemetry SDK."""
+    trace = parse_trace_config(entries)
+    if trace.mode == "opentelemetry" and not sdk_available():
+        raise PyTritonValidationError(
+            "trace_config mode=opentelemetry needs the OpenTelemetry SDK: pip install 'pytriton[otel]'"
+        )
+    return trace
+
+
+def _sagemaker(config: TritonConfig) -> Optional[SageMakerOptions]:
+    """The SageMaker frontend when allow_sagemaker is set; SAGEMAKER_TRITON_* variables as Triton reads them."""
+    if not config.allow_sagemaker:
+        return None
+    ping_mode = os.environ.get("SAGEMAKER_TRITON_PING_MODE", "ready")
+    inference_type = os.environ.get("SAGEMAKER_TRITON_INFERENCE_TYPE", "infer")
+    if ping_mode not in SAGEMAKER_PING_MODES:
+        raise PyTritonValidationError(f"SAGEMAKER_TRITON_PING_MODE must be ready or live, got '{ping_mode}'")
+    if inference_type not in SAGEMAKER_INFERENCE_TYPES:
+        raise PyTritonValidationError(
+            f"SAGEMAKER_TRITON_INFERENCE_TYPE must be one of {', '.join(SAGEMAKER_INFERENCE_TYPES)}, "
+            f"got '{inference_type}'"
+        )
+    return SageMakerOptions(
+        port=_port(config.sagemaker_port, DEFAULT_SAGEMAKER_PORT),
+        model=os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME") or None,
+        ping_mode=ping_mode,
+        inference_type=inference_type,
+    )
+
+
+def _vertex_ai(config: TritonConfig) -> Optional[VertexAiOptions]:
+    """The Vertex AI frontend: allow_vertex_ai, by default on when AIP_MODE=PREDICTION (as in Triton)."""
+    allowed = config.allow_vertex_ai
+    if allowed is None:
+        allowed = os.environ.get("AIP_MODE") == "PREDICTION"
+    if not allowed:
+        return None
+    default_port = os.environ.get("AIP_HTTP_PORT")
+    try:
+        port_default = int(default_port) if default_port else DEFAULT_VERTEX_AI_PORT
+    except ValueError:
+        raise PyTritonValidationError(f"AIP_HTTP_PORT must be a port number, got '{default_port}'") from None
+    defaults = VertexAiOptions()
+    return VertexAiOptions(
+        port=_port(config.vertex_ai_port, port_default),
+        default_model=config.vertex_ai_default_model or None,
+        predict_route=os.environ.get("AIP_PREDICT_ROUTE") or defaults.predict_route,
+        health_route=os.environ.get("AIP_HEALTH_ROUTE") or defaults.health_route,
+    )
 
 
 def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:

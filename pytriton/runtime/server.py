@@ -11,6 +11,8 @@ from pytriton.core.engine import Engine
 from pytriton.core.spec import ModelSpec
 from pytriton.runtime.loop_thread import LoopThread
 from pytriton.runtime.options import ServerOptions
+from pytriton.runtime.settings import ServerSettings
+from pytriton.runtime.tracing import Tracing
 from pytriton.transport.sockets import bind_socket, bound_port
 
 LOGGER = logging.getLogger("pytriton")
@@ -40,17 +42,29 @@ class ServerRuntime:
                 cache_capacity_bytes=options.cache_capacity_bytes,
                 strict_readiness=options.strict_readiness,
                 on_unrecoverable=self._on_unrecoverable,
+                max_tensor_elements=options.limits.max_tensor_elements,
+                max_response_bytes=options.limits.max_response_bytes,
+                hung_call_warning_s=options.limits.hung_call_warning_s,
             )
         )
+        self.settings = ServerSettings(log_verbose=options.log_verbose, log_file=options.log_file, trace=options.trace)
+        self.tracing = Tracing(self.settings.trace, self.engine.models)
         self._frontends: List[Frontend] = []
         self.http_port: Optional[int] = None
         self.grpc_port: Optional[int] = None
         self.metrics_port: Optional[int] = None
+        self.sagemaker_port: Optional[int] = None
+        self.vertex_ai_port: Optional[int] = None
         self.running = False
 
     def add_model(self, spec: ModelSpec, callables: List[Callable[..., Any]]) -> None:
         """Serve a model (before or after start)."""
-        self._loop.call(self.engine.add_model, spec, callables)
+        self._loop.call(self._add_model, spec, callables)
+
+    def _add_model(self, spec: ModelSpec, callables: List[Callable[..., Any]]) -> None:
+        """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
+        self.engine.add_model(spec, callables)
+        self.tracing.refresh()
 
     def start(self) -> None:
         """Open the ports and start the frontends."""
@@ -66,7 +80,7 @@ class ServerRuntime:
             if options.grpc_enabled:
                 from pytriton.transport.grpc.server import GrpcFrontend
 
-                grpc_frontend = GrpcFrontend(self.engine, options, server_version=__version__)
+                grpc_frontend = GrpcFrontend(self.engine, options, server_version=__version__, settings=self.settings)
                 await self._start_frontend(grpc_frontend)
                 self.grpc_port = grpc_frontend.port
             if options.metrics_enabled:
@@ -75,6 +89,11 @@ class ServerRuntime:
                 metrics_frontend = MetricsFrontend(self.engine, options)
                 await self._start_frontend(metrics_frontend)
                 self.metrics_port = metrics_frontend.port
+            if options.sagemaker is not None:
+                self.sagemaker_port = await self._start_sagemaker()
+            if options.vertex_ai is not None:
+                self.vertex_ai_port = await self._start_vertex_ai()
+            self.tracing.refresh()
         except BaseException:
             await self._stop_frontends()
             raise
@@ -82,16 +101,55 @@ class ServerRuntime:
     async def _start_http(self) -> int:
         """Start the HTTP/REST frontend; return its port."""
         from pytriton.transport.http.app import HttpFrontend
-        from pytriton.transport.http.server import AsgiServer
 
         options = self.options
-        sock = bind_socket(options.http_address, options.http_port)
         app = HttpFrontend(
             self.engine,
             server_version=__version__,
             header_forward_pattern=options.http_header_forward_pattern,
+            max_body_bytes=options.limits.max_body_bytes,
+            access=options.http_access,
+            settings=self.settings,
         )
-        await self._start_frontend(AsgiServer(app, sock))
+        return await self._serve_asgi(app, options.http_address, options.http_port)
+
+    async def _start_sagemaker(self) -> int:
+        """Start the SageMaker frontend (/ping, /invocations); return its port."""
+        from pytriton.transport.cloud import SageMakerFrontend
+        from pytriton.transport.http.app import HttpFrontend
+
+        options = self.options
+        assert options.sagemaker is not None
+        api = HttpFrontend(
+            self.engine,
+            server_version=__version__,
+            max_body_bytes=options.limits.max_body_bytes,
+            access=options.http_access,
+        )
+        app = SageMakerFrontend(self.engine, options.sagemaker, api)
+        return await self._serve_asgi(app, options.http_address, options.sagemaker.port)
+
+    async def _start_vertex_ai(self) -> int:
+        """Start the Vertex AI frontend (AIP_HEALTH_ROUTE, AIP_PREDICT_ROUTE); return its port."""
+        from pytriton.transport.cloud import VertexAiFrontend
+        from pytriton.transport.http.app import HttpFrontend
+
+        options = self.options
+        assert options.vertex_ai is not None
+        api = HttpFrontend(self.engine, server_version=__version__, max_body_bytes=options.limits.max_body_bytes)
+        app = VertexAiFrontend(self.engine, options.vertex_ai, api)
+        return await self._serve_asgi(app, options.http_address, options.vertex_ai.port)
+
+    async def _serve_asgi(self, app: Any, address: str, port: int) -> int:
+        """Serve an ASGI app with uvicorn on a socket bound here (port 0: a free port); return the port."""
+        from pytriton.transport.http.server import AsgiServer
+
+        sock = bind_socket(address, port)
+        try:
+            await self._start_frontend(AsgiServer(app, sock, limits=self.options.limits))
+        except BaseException:
+            sock.close()
+            raise
         return bound_port(sock)
 
     async def _start_frontend(self, frontend: Frontend) -> None:
@@ -115,6 +173,7 @@ class ServerRuntime:
                 self._loop.run(self._stop())
             finally:
                 self._loop.stop()
+        self.tracing.shutdown()
         self.running = False
         self.stopped.set()
 

@@ -25,11 +25,13 @@ def status_of(error: Exception) -> Tuple[grpc.StatusCode, str]:
 
 
 def unary(method: Handler[S]) -> Handler[S]:
-    """Decorate a unary RPC method: an exception becomes the RPC's status."""
+    """Decorate a unary RPC method: an exception (or a request that failed to parse) becomes the RPC's status."""
 
     @functools.wraps(method)
     async def wrapper(self: S, request: Any, context: Any) -> Any:
         try:
+            if isinstance(request, InferenceError):  # the deserializer could not parse the message
+                raise request
             return await method(self, request, context)
         except Exception as error:  # noqa: BLE001 - every failure must reach the client as a status
             code, message = status_of(error)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Tuple
+import functools
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import grpc
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
+from pytriton.core.errors import InferenceError
+from pytriton.transport.access import AccessRules
 from pytriton.transport.grpc.wire import parse_infer_request, serialize_infer_response, serialize_stream_response
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -18,14 +22,20 @@ _ZERO_COPY: Dict[str, Tuple[Callable[[bytes], Any], Callable[[Any], bytes]]] = {
 }
 
 
-def method_handlers(servicer: Any) -> Dict[str, Any]:
-    """A grpc method handler for every RPC of the service, calling the servicer method of the same name."""
+def method_handlers(servicer: Any, access: Optional[AccessRules] = None) -> Dict[str, Any]:
+    """A grpc method handler for every RPC of the service, calling the servicer method of the same name.
+
+    Methods whose category `access` restricts first check the call's metadata (grpc_restricted_protocol).
+    """
     handlers: Dict[str, Any] = {}
     for method in SERVICE.methods:
         request_type = getattr(service_pb2, method.input_type.name)
         response_type = getattr(service_pb2, method.output_type.name)
         deserialize, serialize = _ZERO_COPY.get(method.name, (request_type.FromString, response_type.SerializeToString))
+        deserialize = _tolerant(deserialize)
         behaviour = getattr(servicer, method.name)
+        if access is not None and access.restricts_grpc(method.name):
+            behaviour = _guarded(behaviour, method.name, access)
         if method.client_streaming and method.server_streaming:
             make = grpc.stream_stream_rpc_method_handler
         elif not (method.client_streaming or method.server_streaming):
@@ -36,9 +46,34 @@ def method_handlers(servicer: Any) -> Dict[str, Any]:
     return handlers
 
 
-def add_service(servicer: Any, server: Any) -> None:
-    """Register the service on a grpc.aio server."""
-    handlers = method_handlers(servicer)
+def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """A request deserializer that hands a message protobuf cannot parse to the method as an INVALID_ARGUMENT."""
+
+    @functools.wraps(deserialize)
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError as error:
+            return InferenceError.invalid(f"failed to parse the request message: {error}")
+
+    return parse
+
+
+def _guarded(behaviour: Callable[[Any, Any], Any], name: str, access: AccessRules) -> Callable[[Any, Any], Any]:
+    """Answer UNAVAILABLE, as Triton does, unless the call carries the restricted category's metadata."""
+
+    async def guarded(request: Any, context: Any) -> Any:
+        denial = access.grpc_denial(name, context.invocation_metadata() or ())
+        if denial is not None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, denial)
+        return await behaviour(request, context)
+
+    return guarded
+
+
+def add_service(servicer: Any, server: Any, access: Optional[AccessRules] = None) -> None:
+    """Register the service on a grpc.aio server; `access` restricts API categories to callers with a header."""
+    handlers = method_handlers(servicer, access)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
     register = getattr(server, "add_registered_method_handlers", None)  # grpcio >= 1.63: faster dispatch
     if register is not None:

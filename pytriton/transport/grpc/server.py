@@ -9,6 +9,7 @@ import grpc
 
 from pytriton.core.engine import Engine
 from pytriton.runtime.options import ServerOptions
+from pytriton.runtime.settings import ServerSettings
 from pytriton.transport.grpc.handlers import add_service
 from pytriton.transport.grpc.servicer import InferenceServicer
 from pytriton.transport.grpc.settings import bind_address, channel_options, server_credentials
@@ -22,9 +23,17 @@ STOP_GRACE_S = 1.0
 class GrpcFrontend:
     """Serves Triton's gRPC API; `port` is the bound port once started."""
 
-    def __init__(self, engine: Engine, options: ServerOptions, *, server_version: str) -> None:
-        """Prepare the frontend; nothing is bound until `start`."""
+    def __init__(
+        self,
+        engine: Engine,
+        options: ServerOptions,
+        *,
+        server_version: str,
+        settings: Optional[ServerSettings] = None,
+    ) -> None:
+        """Prepare the frontend; nothing is bound until `start`; `settings` serves LogSettings and TraceSetting."""
         self._engine = engine
+        self._settings = settings
         self._options = options
         self._server_version = server_version
         self._server: Optional[Any] = None
@@ -33,13 +42,16 @@ class GrpcFrontend:
     async def start(self) -> None:
         """Create the server on the running loop, bind the port, start serving."""
         options = self._options
-        server = grpc.aio.server(options=channel_options(options))
+        server = grpc.aio.server(
+            options=channel_options(options), maximum_concurrent_rpcs=options.limits.grpc_max_concurrent_rpcs
+        )
         servicer = InferenceServicer(
             self._engine,
             server_version=self._server_version,
             header_forward_pattern=options.grpc_header_forward_pattern,
+            settings=self._settings,
         )
-        add_service(servicer, server)
+        add_service(servicer, server, options.grpc_access)
         address = bind_address(options.grpc_address, options.grpc_port)
         try:
             if options.grpc_tls is not None:

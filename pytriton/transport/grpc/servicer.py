@@ -9,21 +9,33 @@ from tritonclient.grpc import service_pb2
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
-from pytriton.protocol import grpc_codec
+from pytriton.protocol import grpc_codec, settings_codec
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
+from pytriton.runtime.settings import ServerSettings
 from pytriton.transport.grpc.errors import unary, unimplemented
 from pytriton.transport.grpc.streaming import StreamSession
 from pytriton.transport.grpc.wire import InferRequestFrame
 
 
 class InferenceServicer:
-    """Serves every RPC of GRPCInferenceService over an engine (shared memory, logging and trace: UNIMPLEMENTED)."""
+    """Serves every RPC of GRPCInferenceService over an engine (shared memory: UNIMPLEMENTED)."""
 
-    def __init__(self, engine: Engine, *, server_version: str, header_forward_pattern: Optional[str] = None) -> None:
-        """Create the servicer; metadata keys matching `header_forward_pattern` reach callables as parameters."""
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        server_version: str,
+        header_forward_pattern: Optional[str] = None,
+        settings: Optional[ServerSettings] = None,
+    ) -> None:
+        """Create the servicer; metadata keys matching `header_forward_pattern` reach callables as parameters.
+
+        Without `settings`, LogSettings and TraceSetting answer UNIMPLEMENTED.
+        """
         self._engine = engine
         self._server_version = server_version
         self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+        self._settings = settings
 
     def _forwarded_headers(self, context: Any) -> Optional[Dict[str, str]]:
         """Text metadata whose key matches grpc_header_forward_pattern."""
@@ -120,11 +132,35 @@ class InferenceServicer:
         """Run the requests of a stream concurrently and stream back their responses."""
         await StreamSession(self._engine, self._forwarded_headers(context)).serve(requests, context)
 
+    @unary
+    async def LogSettings(self, request: Message, context: Any) -> Message:
+        """Read, and change when settings are given, the log settings."""
+        settings = self._runtime_settings("log settings")
+        if "log_file" in request.settings:
+            raise InferenceError.unimplemented("log file location can not be updated through network protocol")
+        settings.log.update(settings_codec.log_changes(request))
+        return settings_codec.log_response(settings.log.document())
+
+    @unary
+    async def TraceSetting(self, request: Message, context: Any) -> Message:
+        """Read, and change when settings are given, the server's or a model's trace settings."""
+        settings = self._runtime_settings("trace settings")
+        model = request.model_name
+        if model and not self._engine.model_ready(model):
+            raise InferenceError.invalid(f"Request for unknown model : {model}")
+        if request.settings:
+            settings.trace.update(settings_codec.trace_changes(request), model)
+        return settings_codec.trace_response(settings.trace.document(model))
+
+    def _runtime_settings(self, what: str) -> ServerSettings:
+        """The server's settings, or UNIMPLEMENTED when this servicer has none."""
+        if self._settings is None:
+            raise InferenceError.unimplemented(f"{what} is not supported by this server")
+        return self._settings
+
     SystemSharedMemoryStatus = unimplemented("system shared memory")
     SystemSharedMemoryRegister = unimplemented("system shared memory")
     SystemSharedMemoryUnregister = unimplemented("system shared memory")
     CudaSharedMemoryStatus = unimplemented("CUDA shared memory")
     CudaSharedMemoryRegister = unimplemented("CUDA shared memory")
     CudaSharedMemoryUnregister = unimplemented("CUDA shared memory")
-    TraceSetting = unimplemented("trace settings")
-    LogSettings = unimplemented("log settings")

@@ -10,7 +10,6 @@ import grpc
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.runtime.options import GrpcTls, ServerOptions
 
-MAX_MESSAGE_BYTES = 2_147_483_647
 # grpc_infer_response_compression_level -> grpc_compression_level (none, low, medium, high).
 _COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}
 
@@ -19,8 +18,8 @@ def channel_options(options: ServerOptions) -> List[Tuple[str, Any]]:
     """Channel arguments of the server: message limits, keepalive, compression, exclusive port."""
     keepalive = options.grpc_keepalive
     arguments: List[Tuple[str, Any]] = [
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", options.limits.grpc_max_message_bytes),
+        ("grpc.max_receive_message_length", options.limits.grpc_max_message_bytes),
         ("grpc.keepalive_time_ms", keepalive.time_ms),
         ("grpc.keepalive_timeout_ms", keepalive.timeout_ms),
         ("grpc.keepalive_permit_without_calls", int(keepalive.permit_without_calls)),

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any, AsyncIterator, Mapping, Optional, Set
 
 from pytriton.core.engine import Engine
+from pytriton.core.errors import InferenceError
 from pytriton.protocol import grpc_codec
 from pytriton.transport.grpc.errors import status_of
 from pytriton.transport.grpc.wire import InferRequestFrame
@@ -46,6 +47,9 @@ class StreamSession:
         """Start a task per request until the client half-closes the stream."""
         try:
             async for frame in requests:
+                if isinstance(frame, InferenceError):  # a message that failed to parse: the stream stays open
+                    self._outbox.put_nowait(grpc_codec.stream_error("", "", "", frame.message))
+                    continue
                 task = loop.create_task(self._serve_one(frame))
                 self._tasks.add(task)
                 task.add_done_callback(self._request_done)

@@ -14,7 +14,9 @@ from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.protocol import documents
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
-from pytriton.protocol.http_codec import decode_infer_request, encode_infer_response
+from pytriton.protocol.http_codec import decode_infer_request, encode_infer_response, parse_json_object
+from pytriton.runtime.settings import ServerSettings
+from pytriton.transport.access import AccessRules
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
@@ -62,12 +64,20 @@ class HttpFrontend:
         server_version: str,
         header_forward_pattern: Optional[str] = None,
         max_body_bytes: int = 2**31 - 1,
+        access: Optional[AccessRules] = None,
+        settings: Optional[ServerSettings] = None,
     ) -> None:
-        """Create the app; `header_forward_pattern` selects headers handed to callables as parameters."""
+        """Create the app; `header_forward_pattern` selects headers handed to callables as parameters.
+
+        `access` restricts API categories to requests carrying a header (http_restricted_api); `settings`
+        serves the logging and trace extensions (without it those routes are not found).
+        """
         self._engine = engine
         self._server_version = server_version
         self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
         self._max_body_bytes = max_body_bytes
+        self._access = access or None
+        self._settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request."""
@@ -86,6 +96,10 @@ class HttpFrontend:
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Route a request by path and method."""
         method: str = scope["method"]
+        if self._access is not None:
+            denial = self._access.http_denial(scope["path"], header_map(scope))
+            if denial is not None:
+                raise _HttpError(403, denial)
         parts: List[str] = scope["path"].rstrip("/").split("/")
         if len(parts) < 2 or parts[0] != "" or parts[1] != "v2":
             raise _HttpError(404, "Not Found")
@@ -118,6 +132,8 @@ class HttpFrontend:
             else:
                 await engine.unload(parts[4])
             await send_empty(send, 200)
+        elif route in ("logging", "trace/setting") and self._settings is not None:
+            await self._settings_route(receive, send, method, route, "")
         else:
             raise _HttpError(404, "Not Found")
 
@@ -128,6 +144,9 @@ class HttpFrontend:
         version = ""
         if len(rest) >= 2 and rest[0] == "versions":
             version, rest = rest[1], rest[2:]
+        if rest == ["trace", "setting"] and self._settings is not None:
+            await self._settings_route(receive, send, method, "trace/setting", name)
+            return
         if len(rest) > 1 or (rest and rest[0] not in _MODEL_ACTIONS):
             raise _HttpError(404, "Not Found")
         action = rest[0] if rest else ""
@@ -178,7 +197,7 @@ class HttpFrontend:
                 body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
         forwarded = self._forwarded_headers(headers)
         decoded = decode_infer_request(model.spec, body, header_length, forwarded)
-        response = await model.infer(decoded.request)
+        response = await model.infer(decoded.request, gone=lambda: _until_disconnect(receive))
         json_part, binary_parts, json_length = encode_infer_response(
             model.spec, decoded.request.id, response, decoded.output_format
         )
@@ -242,12 +261,36 @@ class HttpFrontend:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         await send({"type": "http.response.body", "body": b""})
 
+    async def _settings_route(self, receive: Receive, send: Send, method: str, route: str, model: str) -> None:
+        """GET or POST /v2/logging, /v2/trace/setting and /v2/models/{name}/trace/setting."""
+        if method not in ("GET", "POST"):
+            raise _HttpError(405, "Method Not Allowed")
+        settings = self._settings
+        assert settings is not None
+        if model and not self._engine.model_ready(model):
+            raise InferenceError.invalid(f"Request for unknown model : {model}")
+        body = await _read_body(receive, self._max_body_bytes) if method == "POST" else b""
+        changes = parse_json_object(body) if body.strip() else {}
+        if route == "logging":
+            settings.log.update(changes)
+            await send_json(send, 200, settings.log.document())
+            return
+        if changes:
+            settings.trace.update({key: _setting_values(value) for key, value in changes.items()}, model)
+        await send_json(send, 200, settings.trace.document(model))
+
     def _forwarded_headers(self, headers: Dict[str, str]) -> Optional[Dict[str, str]]:
         """Headers matching http_header_forward_pattern, handed to the callable as parameters."""
         if self._forward is None:
             return None
         pattern = self._forward
         return {name: value for name, value in headers.items() if pattern.search(name)}
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    """Return once the client has disconnected (the request body has been read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
@@ -257,6 +300,13 @@ async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) ->
         if message["type"] == "http.disconnect":
             handler.cancel()
             return
+
+
+def _setting_values(value: Any) -> Optional[List[str]]:
+    """A trace setting from JSON: null clears it, a list or a single value sets it."""
+    if value is None:
+        return None
+    return [str(item) for item in value] if isinstance(value, list) else [str(value)]
 
 
 def _allow(method: str, allowed: str) -> None:
