@@ -102,6 +102,12 @@ class Triton:
             instance_count=len(callables),
             strict=strict,
         )
+        if spec.response_cache and self._options.cache_capacity_bytes is None:
+            LOGGER.warning(
+                "model '%s' asks for the response cache, but no cache is configured: set "
+                "TritonConfig(cache_config=['local,size=<bytes>']) to enable it",
+                model_name,
+            )
         try:
             self._runtime.add_model(spec, callables)
         except ValueError as error:

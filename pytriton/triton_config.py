@@ -141,7 +141,8 @@ def cast_config_value(name: str, hint: Any, value: Any) -> Any:
         return None
     target = next(arg for arg in typing.get_args(hint) if arg is not type(None))
     if getattr(target, "__origin__", None) is list:
-        return value.split(",") if isinstance(value, str) else list(value)
+        # one string is one entry: entries such as `local,size=1048576` contain commas themselves
+        return [value] if isinstance(value, str) else list(value)
     if target is bool:
         if isinstance(value, bool):
             return value

@@ -257,3 +257,28 @@ def test_no_thread_keeps_the_process_alive(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent))
     finished = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30, env=env)
     assert finished.returncode == 0 and finished.stdout.strip() == "stopped"
+
+
+def test_server_id_names_the_server_and_readiness_is_strict_by_default():
+    from tests.http_helpers import get_json
+
+    with Triton(config=TritonConfig(id="my-server", http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+        _bind_identity(triton)
+        triton.run()
+        assert get_json(triton.http_port, "/v2")[1]["name"] == "my-server"
+        assert request(triton.http_port, "POST", "/v2/repository/models/identity/unload")[0] == 200
+        assert request(triton.http_port, "GET", "/v2/health/ready")[0] == 400
+        assert request(triton.http_port, "POST", "/v2/repository/models/identity/load")[0] == 200
+        assert request(triton.http_port, "GET", "/v2/health/ready")[0] == 200
+
+
+def test_list_option_from_one_environment_variable_is_one_entry(monkeypatch):
+    monkeypatch.setenv("PYTRITON_TRITON_CONFIG_CACHE_CONFIG", "local,size=1048576")
+    assert TritonConfig.from_env().cache_config == ["local,size=1048576"]
+
+
+def test_response_cache_without_cache_config_warns(caplog):
+    with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+        tensor = [Tensor(dtype=np.float32, shape=(-1,))]
+        triton.bind("cached", _identity, tensor, tensor, config=ModelConfig(response_cache=True))
+    assert "no cache is configured" in caplog.text

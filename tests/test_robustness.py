@@ -371,6 +371,30 @@ def test_grpc_message_size_and_concurrent_rpc_limits():
         assert gate.calls == 2
 
 
+def test_grpc_keepalive_enforcement_answers_a_client_pinging_too_often():
+    gate = Gate()
+
+    def bind(triton: Triton) -> None:
+        triton.bind("gate", gate, inputs=FP32, outputs=FP32)
+
+    # Triton's defaults (TritonConfig grpc_http2_*): pings without data at most every 300 s, 2 strikes.
+    pinging = [
+        ("grpc.keepalive_time_ms", 10),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_time_between_pings_ms", 10),
+    ]
+    with serving(bind, allow_http=False) as triton:
+        with grpc.insecure_channel(f"127.0.0.1:{triton.grpc_port}", options=pinging) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as raised:
+                stub.ModelInfer(grpc_request("gate", [1.0]), timeout=WAIT_S)
+        gate.release.set()
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE and "Too many pings" in raised.value.details()
+        with grpc_stub(triton) as stub:  # a well-behaved client is served
+            assert stub.ModelInfer(grpc_request("gate", [2.0]), timeout=WAIT_S).outputs[0].name == "OUTPUT_1"
+
+
 # ---------------------------------------------------------------- faults in the callable
 
 

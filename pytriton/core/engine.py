@@ -29,6 +29,7 @@ class Engine:
         max_tensor_elements: int = 0,
         max_response_bytes: int = 0,
         hung_call_warning_s: float = 0.0,
+        server_name: str = "triton",
     ) -> None:
         """Create an engine with no models; the limits apply to every model (0: none)."""
         self._models: Dict[str, Dict[int, ServedModel]] = {}
@@ -39,6 +40,7 @@ class Engine:
         self._max_response_bytes = max_response_bytes
         self._hung_call_ns = int(hung_call_warning_s * 1e9)
         self._watchdog: Optional[asyncio.TimerHandle] = None
+        self.server_name = server_name
         self.live = True
         self.accepting = True
 

@@ -9,7 +9,6 @@ from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.model_config.common import QueuePolicy
 from pytriton.protocol.datatypes import config_enum
 
-SERVER_NAME = "triton"
 EXTENSIONS = [
     "classification_disabled",
     "binary_tensor_data",
@@ -24,9 +23,9 @@ EXTENSIONS = [
 ]
 
 
-def server_metadata(version: str) -> Dict[str, Any]:
-    """GET /v2."""
-    return {"name": SERVER_NAME, "version": version, "extensions": EXTENSIONS}
+def server_metadata(name: str, version: str) -> Dict[str, Any]:
+    """GET /v2: the server id (TritonConfig.id, "triton" by default), version and extensions."""
+    return {"name": name, "version": version, "extensions": EXTENSIONS}
 
 
 def _wire_shape(spec: ModelSpec, tensor: TensorDef) -> List[int]:

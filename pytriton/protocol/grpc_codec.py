@@ -210,9 +210,9 @@ def stream_error(model_name: str, model_version: str, request_id: str, error_mes
     return service_pb2.ModelStreamInferResponse(error_message=error_message, infer_response=infer_response)
 
 
-def server_metadata(version: str) -> Message:
+def server_metadata(name: str, version: str) -> Message:
     """ServerMetadataResponse."""
-    return json_format.ParseDict(documents.server_metadata(version), service_pb2.ServerMetadataResponse())
+    return json_format.ParseDict(documents.server_metadata(name, version), service_pb2.ServerMetadataResponse())
 
 
 def model_metadata(spec: ModelSpec) -> Message:

@@ -9,6 +9,7 @@ import pathlib
 from typing import Dict, List, Optional, Tuple
 
 from pytriton import constants
+from pytriton.constants import DEFAULT_SERVER_NAME
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.runtime.limits import ServerLimits, resolve_limits
 from pytriton.runtime.settings import TraceConfig, parse_trace_config
@@ -128,6 +129,7 @@ class ServerOptions:
     strict_readiness: bool
     cache_capacity_bytes: Optional[int]
     log_verbose: int
+    server_id: str
     grpc_tls: Optional[GrpcTls] = None
     grpc_keepalive: GrpcKeepalive = dataclasses.field(default_factory=GrpcKeepalive)
     grpc_compression_level: str = "none"
@@ -160,9 +162,10 @@ class ServerOptions:
             exit_timeout_s=float(
                 config.exit_timeout_secs if config.exit_timeout_secs is not None else constants.DEFAULT_EXIT_TIMEOUT_S
             ),
-            strict_readiness=bool(config.strict_readiness),
+            strict_readiness=config.strict_readiness is not False,  # tritonserver's default is true
             cache_capacity_bytes=_cache_capacity(config.cache_config),
             log_verbose=config.log_verbose or 0,
+            server_id=config.id or DEFAULT_SERVER_NAME,
             grpc_tls=_grpc_tls(config),
             grpc_keepalive=_grpc_keepalive(config),
             grpc_compression_level=_grpc_compression_level(config.grpc_infer_response_compression_level),

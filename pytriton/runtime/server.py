@@ -41,6 +41,7 @@ class ServerRuntime:
             lambda: Engine(
                 cache_capacity_bytes=options.cache_capacity_bytes,
                 strict_readiness=options.strict_readiness,
+                server_name=options.server_id,
                 on_unrecoverable=self._on_unrecoverable,
                 max_tensor_elements=options.limits.max_tensor_elements,
                 max_response_bytes=options.limits.max_response_bytes,

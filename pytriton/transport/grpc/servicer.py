@@ -66,7 +66,7 @@ class InferenceServicer:
     @unary
     async def ServerMetadata(self, request: Message, context: Any) -> Message:
         """Server name, version and extensions."""
-        return grpc_codec.server_metadata(self._server_version)
+        return grpc_codec.server_metadata(self._engine.server_name, self._server_version)
 
     @unary
     async def ModelMetadata(self, request: Message, context: Any) -> Message:

@@ -110,7 +110,7 @@ class HttpFrontend:
         engine = self._engine
         if route == "":
             _allow(method, "GET")
-            await send_json(send, 200, documents.server_metadata(self._server_version))
+            await send_json(send, 200, documents.server_metadata(self._engine.server_name, self._server_version))
         elif route == "health/live":
             _allow(method, "GET")
             await send_empty(send, 200 if engine.live else 400)
