@@ -26,7 +26,7 @@ from tests.http_helpers import post_json, request
 
 SERVER = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, threading, time
     import numpy as np
     from pytriton.exceptions import PyTritonUnrecoverableError
     from pytriton.model_config import ModelConfig, Tensor
@@ -43,7 +43,13 @@ SERVER = textwrap.dedent(
     triton.bind("m", infer, inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
                 outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))], config=ModelConfig(max_batch_size=1))
     triton.run()
-    print(triton.http_port, flush=True)
+
+    def announce():  # only once serve() handles SIGTERM, so the test's signal cannot come too early
+        while signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            time.sleep(0.01)
+        print(triton.http_port, flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
     triton.serve()
     print("serve returned", flush=True)
     """

@@ -745,7 +745,7 @@ def test_stop_finishes_every_accepted_request_and_refuses_new_ones():
 
 SIGINT_SERVER = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, threading, time
     import numpy as np
     from pytriton.model_config import Tensor
     from pytriton.triton import Triton, TritonConfig
@@ -759,7 +759,13 @@ SIGINT_SERVER = textwrap.dedent(
     tensor = [Tensor(dtype=np.float32, shape=(-1,))]
     triton.bind("m", infer, inputs=tensor, outputs=tensor)
     triton.run()
-    print(triton.grpc_port, flush=True)
+
+    def announce():  # the port, once serve() handles SIGINT (a signal before that would kill the process)
+        while signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            time.sleep(0.01)
+        print(triton.grpc_port, flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
     triton.serve(monitoring_period_sec=0.05)
     print("serve returned", flush=True)
     """
