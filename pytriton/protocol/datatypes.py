@@ -81,9 +81,3 @@ def datatype_of_config_dtype(dtype: Any) -> str:
 def config_enum(datatype: str) -> str:
     """The model config enum name of a datatype (BYTES is TYPE_STRING)."""
     return "TYPE_STRING" if datatype == BYTES else f"TYPE_{datatype}"
-
-
-def datatype_of_config_enum(enum_name: str) -> str:
-    """The protocol datatype of a model config enum name."""
-    name = enum_name[len("TYPE_") :]
-    return BYTES if name == "STRING" else name
