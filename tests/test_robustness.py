@@ -298,6 +298,51 @@ def test_idle_connections_are_closed(limited):
         assert closed_by_server(sock)
 
 
+@pytest.mark.parametrize("value", ["close", "Close", "keep-alive, CLOSE"])
+def test_connection_close_in_any_spelling_closes_after_the_response(limited, value):
+    # llhttp ignores what follows such a request: a connection kept open would leave the next one unanswered.
+    body = json.dumps(infer_body([1.0])).encode()
+    head = b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nConnection: %s\r\nContent-Length: %d\r\n\r\n"
+    with raw_http(limited.http_port) as sock:
+        sock.sendall(head % (value.encode(), len(body)) + body)
+        status, headers, _ = read_response(sock)
+        assert status == 200 and headers["connection"] == "close"
+        assert closed_by_server(sock)
+
+
+def test_upgrade_headers_are_ignored_and_the_connection_serves_on():
+    # curl --http2 on http:// asks for h2c with every request; the server stays on HTTP/1.1, body included.
+    body = json.dumps(infer_body([1.0, 2.0])).encode()
+    upgrade = b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
+    post = b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n"
+
+    def bind(triton: Triton) -> None:
+        triton.bind("identity", _identity, FP32, FP32, config=ModelConfig(max_batch_size=8))
+
+    with serving(bind) as triton:
+        with raw_http(triton.http_port) as sock:
+            for extra in (upgrade, b"Connection: upgrade\r\nUPGRADE: websocket\r\n", b""):
+                sock.sendall(post % (extra, len(body)) + body)
+                status, headers, answer = read_response(sock)
+                assert status == 200 and json.loads(answer)["outputs"][0]["data"] == [1.0, 2.0]
+                assert "connection" not in headers
+            sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n" + upgrade + b"\r\n")
+            assert read_response(sock)[0] == 200
+        with raw_http(triton.http_port) as sock:  # an Upgrade header split across reads reaches llhttp
+            sock.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgr")
+            time.sleep(0.05)
+            sock.sendall(b"ade: h2c\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            status, headers, answer = read_response(sock)
+            assert status == 400 and "Upgrade" in json.loads(answer)["error"]
+            assert headers["connection"] == "close" and closed_by_server(sock)
+        with raw_http(triton.http_port) as sock:  # ... where a bodiless request is still served, then closed
+            sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgr")
+            time.sleep(0.05)
+            sock.sendall(b"ade: h2c\r\n\r\n")
+            status, headers, _ = read_response(sock)
+            assert status == 200 and headers["connection"] == "close" and closed_by_server(sock)
+
+
 def test_too_many_tensor_elements_is_400_before_the_model_runs(limited):
     for shape, data in (([1, 1001], [0.0]), ([0, 10**12], [])):
         body = {"inputs": [{"name": "INPUT_1", "shape": shape, "datatype": "FP32", "data": data}]}

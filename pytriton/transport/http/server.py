@@ -13,6 +13,7 @@ import http
 import importlib.util
 import logging
 import math
+import re
 import socket
 from typing import Any, ClassVar, Optional, cast
 
@@ -131,6 +132,8 @@ def _guarded_protocol(limits: ServerLimits) -> type:
                     if self._head_bytes + (len(data) if end < 0 else end + 4) > limit:
                         self._refuse(431, f"request line and headers larger than {limit} bytes")
                         return
+                if b"pgrade" in data or b"PGRADE" in data:
+                    data = _without_upgrade_header(data)
             cycle = self.cycle
             super().data_received(data)
             if self.cycle is not cycle or phase == _BODY:  # a head was completed, or a body goes on
@@ -141,6 +144,34 @@ def _guarded_protocol(limits: ServerLimits) -> type:
                     self._phase = _APP
             elif self._phase == _HEAD:
                 self._head_bytes += len(data)
+
+        def on_headers_complete(self) -> None:
+            parser = self.parser
+            if not parser.should_upgrade():
+                super().on_headers_complete()
+                if not parser.should_keep_alive():  # uvicorn < 0.40 (Python 3.9) misses "Connection: Close"
+                    self._close_after_response()  # llhttp drops what follows: an open connection would hang
+                return
+            # An Upgrade header data_received could not remove: llhttp hands everything after the head to the
+            # new protocol, so the body is lost and the connection cannot carry more HTTP/1.1. Serve a bodiless
+            # request, refuse one with a body, and close the connection after the response.
+            app = self.app
+            if any(name in (b"content-length", b"transfer-encoding") and value != b"0" for name, value in self.headers):
+                self.app = _UPGRADE_WITH_BODY
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
+            self._close_after_response()
+
+        def _close_after_response(self) -> None:
+            """Close the connection after the current response, saying so in its headers."""
+            self.cycle.keep_alive = False
+            if _CONNECTION_CLOSE not in self.headers:  # the request's headers: uvicorn < 0.40 answers in kind
+                self.headers.append(_CONNECTION_CLOSE)
+
+        def _unsupported_upgrade_warning(self) -> None:
+            """Stay quiet: on_headers_complete has dealt with the Upgrade request (uvicorn would warn here)."""
 
         def _enter(self, phase: int, timeout_s: float) -> None:
             """Wait for the client in `phase` for at most `timeout_s` (0: no limit)."""
@@ -218,3 +249,23 @@ def _refusal(status: int, message: str) -> Any:
         await send({"type": "http.response.body", "body": body})
 
     return refuse
+
+
+_CONNECTION_CLOSE = (b"connection", b"close")
+_UPGRADE_LINE = re.compile(rb"\r\nupgrade[ \t]*:[^\r\n]*(?=\r\n)", re.IGNORECASE)
+
+
+def _without_upgrade_header(data: bytes) -> bytes:
+    """A chunk starting a request head, without its Upgrade header (`curl --http2` sends one: h2c).
+
+    The server does not switch protocols and RFC 9110 lets it ignore the header; removing it keeps
+    llhttp parsing the body and the next requests as HTTP/1.1.
+    """
+    end = data.find(b"\r\n\r\n")
+    head_end = len(data) if end < 0 else end + 2
+    return _UPGRADE_LINE.sub(b"", data[:head_end]) + data[head_end:]
+
+
+_UPGRADE_WITH_BODY = _refusal(
+    400, "an HTTP/1.1 Upgrade request cannot carry a body on this server: send it without the Upgrade header"
+)
