@@ -39,23 +39,22 @@ def build_response(
             f"Got response={_short(result)} instead."
         )
     for name, value in result.items():
-        _check_output_value(spec, name, value)
+        datatype = _check_output_value(spec, name, value)
         if spec.strict:
-            _check_output_against_config(spec, name, value)
-    names = requested if requested is not None else [tensor.name for tensor in spec.outputs]
+            _check_output_against_config(spec, name, value, datatype)
     outputs: List[OutputTensor] = []
     size = 0
-    for name in names:
+    for name in spec.output_names if requested is None else requested:
         value = result.get(name)
         if value is None:
             if requested is not None:
                 raise InferenceError.internal(f"output '{name}' requested but not returned by model '{spec.name}'")
             continue
-        datatype = datatype_of_dtype(value.dtype)
-        assert datatype is not None  # _check_output_value rejected other kinds
-        if datatype == "FP32" and spec.output_by_name[name].datatype == "BF16":
-            datatype = "BF16"
-        outputs.append(OutputTensor(name, datatype, value))
+        wire_type = datatype_of_dtype(value.dtype)
+        assert wire_type is not None  # the check above rejected other dtypes
+        if wire_type == "FP32" and spec.output_by_name[name].datatype == "BF16":
+            wire_type = "BF16"
+        outputs.append(OutputTensor(name, wire_type, value))
         size += _bytes_of_object_array(value) if value.dtype.kind == "O" else value.nbytes
     if spec.max_response_bytes and size > spec.max_response_bytes:
         listed = ", ".join(f"'{output.name}'" for output in outputs)
@@ -74,14 +73,16 @@ def _bytes_of_object_array(array: np.ndarray) -> int:
         return int(array.nbytes)
 
 
-def _check_output_value(spec: ModelSpec, name: Any, value: Any) -> None:
-    """PyTriton's checks that apply in every mode."""
+def _check_output_value(spec: ModelSpec, name: Any, value: Any) -> str:
+    """PyTriton's checks that apply in every mode; returns the output's protocol datatype."""
     if not isinstance(name, str):
         raise InferenceError.internal(f"Not all keys returned by `{spec.name}` model callable are string")
     if not isinstance(value, np.ndarray):
         raise InferenceError.internal(f"Not all values returned by `{spec.name}` model callable are numpy arrays")
-    kind = value.dtype.kind
-    if datatype_of_dtype(value.dtype) is None or (kind not in _ALLOWED_KINDS and value.dtype != BF16_DTYPE):
+    dtype = value.dtype
+    datatype = datatype_of_dtype(dtype)
+    kind = dtype.kind
+    if datatype is None or (kind not in _ALLOWED_KINDS and dtype != BF16_DTYPE):
         raise InferenceError.internal(
             f"Only bool, numeric, string, unicode and object arrays are supported by Triton "
             f"(dtype.kind: {_ALLOWED_KINDS}). Returned `{name}` for model `{spec.name}` has `{kind}` dtype.kind."
@@ -97,9 +98,10 @@ def _check_output_value(spec: ModelSpec, name: Any, value: Any) -> None:
                 f"Only bytes as objects dtype are supported by PyTriton. Returned `{name}` from `{spec.name}` has "
                 f"`{type(first)}` type."
             )
+    return datatype
 
 
-def _check_output_against_config(spec: ModelSpec, name: str, value: np.ndarray) -> None:
+def _check_output_against_config(spec: ModelSpec, name: str, value: np.ndarray, returned: str) -> None:
     """PyTriton's strict-mode checks of dtype and shape against the declared output."""
     tensor = spec.output_by_name.get(name)
     if tensor is None:
@@ -107,7 +109,6 @@ def _check_output_against_config(spec: ModelSpec, name: str, value: np.ndarray) 
             f"Returned output `{name}` is not defined in model config for model `{spec.name}`."
         )
     expected_dtype = next(s.dtype for s in spec.output_specs if s.name == name)
-    returned = datatype_of_dtype(value.dtype)
     if returned != datatype_of_config_dtype(expected_dtype) and not (tensor.datatype == "BF16" and returned == "FP32"):
         raise InferenceError.internal(
             f"Returned output `{name}` for model `{spec.name}` has invalid type. "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -10,6 +10,7 @@ import numpy as np
 RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
 )
+ShapeKey = Tuple[Tuple[str, Tuple[int, ...], np.dtype], ...]
 # The one `triton_` parameter clients may send.
 EMPTY_FINAL_RESPONSE_PARAMETER = "triton_enable_empty_final_response"
 
@@ -18,6 +19,7 @@ class InferenceRequest:
     """A decoded, validated request for one model."""
 
     __slots__ = (
+        "_shape_key",
         "arrival_ns",
         "batch_size",
         "id",
@@ -25,7 +27,6 @@ class InferenceRequest:
         "parameters",
         "priority",
         "requested_outputs",
-        "shape_key",
         "timeout_us",
     )
 
@@ -50,8 +51,15 @@ class InferenceRequest:
         self.priority = priority
         self.timeout_us = timeout_us
         self.arrival_ns = arrival_ns
-        # Requests batch together only when their non-batch dims agree (Triton's rule).
-        self.shape_key = tuple((name, array.shape[1:], array.dtype) for name, array in inputs.items())
+        self._shape_key: Optional[ShapeKey] = None
+
+    @property
+    def shape_key(self) -> ShapeKey:
+        """Requests batch together only when their non-batch dims agree (Triton's rule); computed when first asked."""
+        key = self._shape_key
+        if key is None:
+            key = self._shape_key = tuple((name, array.shape[1:], array.dtype) for name, array in self.inputs.items())
+        return key
 
 
 class OutputTensor:

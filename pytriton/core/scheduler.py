@@ -146,11 +146,12 @@ class Scheduler:
                 full = True
                 break
             rows = entry.request.batch_size
-            if taken and (size + rows > spec.max_batch_size or entry.request.shape_key != shape_key):
+            key = entry.request.shape_key
+            if taken and (size + rows > spec.max_batch_size or key != shape_key):
                 full = True
                 break
             taken.append(entry)
-            shape_key = entry.request.shape_key
+            shape_key = key
             size += rows
             if size in self._preferred:
                 preferred_cut = len(taken)

@@ -45,12 +45,14 @@ class ModelSpec:
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)
+    output_names: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Index tensors by name once."""
         object.__setattr__(self, "input_by_name", {tensor.name: tensor for tensor in self.inputs})
         object.__setattr__(self, "output_by_name", {tensor.name: tensor for tensor in self.outputs})
         object.__setattr__(self, "required_inputs", frozenset(t.name for t in self.inputs if not t.optional))
+        object.__setattr__(self, "output_names", tuple(tensor.name for tensor in self.outputs))
 
     @property
     def version_str(self) -> str:

@@ -55,11 +55,25 @@ def is_known_datatype(datatype: str) -> bool:
 
 def datatype_of_dtype(dtype: np.dtype) -> Optional[str]:
     """The protocol datatype of a numpy dtype (bytes, str and object are BYTES); None if none fits."""
+    try:
+        return _DATATYPE_BY_DTYPE[dtype]  # one dict lookup on the request path; dtype == dtype is slower
+    except KeyError:
+        pass
+    except TypeError:  # a dtype numpy cannot hash (structured with unhashable metadata): no datatype
+        return None
     if dtype.kind in "OSU":
-        return BYTES
-    if dtype == BF16_DTYPE:
-        return BF16
-    return _DATATYPE_BY_KIND_SIZE.get((dtype.kind, dtype.itemsize))
+        datatype: Optional[str] = BYTES
+    elif dtype == BF16_DTYPE:
+        datatype = BF16
+    else:
+        datatype = _DATATYPE_BY_KIND_SIZE.get((dtype.kind, dtype.itemsize))
+    if len(_DATATYPE_BY_DTYPE) < _DTYPE_CACHE_SIZE:
+        _DATATYPE_BY_DTYPE[dtype] = datatype
+    return datatype
+
+
+_DTYPE_CACHE_SIZE = 256  # dtypes seen so far (sizes of str/bytes dtypes vary, so there can be many)
+_DATATYPE_BY_DTYPE: Dict[np.dtype, Optional[str]] = {}
 
 
 def datatype_of_config_dtype(dtype: Any) -> str:
