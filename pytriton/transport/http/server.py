@@ -107,6 +107,7 @@ def _guarded_protocol(limits: ServerLimits) -> type:
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)  # type: ignore[arg-type]
+            self.transport = cast(asyncio.Transport, _CoalescingTransport(self.transport, self.loop))
             if len(self.connections) > self.guard.max_connections:  # every request here gets a 503
                 self.app = _refusal(503, f"the server serves at most {self.guard.max_connections} connections at once")
             self._enter(_IDLE, self.guard.keep_alive_timeout_s)
@@ -236,6 +237,58 @@ def _guarded_protocol(limits: ServerLimits) -> type:
 
 
 _ERROR_HEADERS = "content-type: application/json\r\nconnection: close\r\ncontent-length: "
+_JOIN_BELOW = 64 * 1024  # held bytes and the next write go out joined below this size, as a writev above it
+
+
+class _CoalescingTransport:
+    """A transport that sends a response's head and body in one system call instead of two.
+
+    uvicorn writes the head at `http.response.start` and the body at `http.response.body`, with no
+    loop iteration between them for a complete response. A write is held until the next one, or
+    until the loop's next turn (a streaming response's head), so a small response costs one send.
+    """
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        """Wrap the connection's transport."""
+        self._transport = transport
+        self._loop = loop
+        self._held: Optional[bytes] = None
+
+    def write(self, data: bytes) -> None:
+        """Hold `data` until the next write or the loop's next turn; send it with what is held."""
+        held = self._held
+        if held is None:
+            self._held = data
+            self._loop.call_soon(self.flush)
+            return
+        self._held = None
+        if len(held) + len(data) < _JOIN_BELOW:
+            self._transport.write(held + data)
+        else:
+            self._transport.writelines((held, data))
+
+    def flush(self) -> None:
+        """Send what is held, if anything."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def write_eof(self) -> None:
+        """Send what is held, then half-close."""
+        self.flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        """Send what is held, then close."""
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else is the wrapped transport's."""
+        return getattr(self._transport, name)
 
 
 def _refusal(status: int, message: str) -> Any:
