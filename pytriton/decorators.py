@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import inspect
 import itertools
 import operator
@@ -15,7 +14,6 @@ from typing import (
     Hashable,
     Iterator,
     List,
-    MutableMapping,
     NamedTuple,
     Optional,
     Sequence,
@@ -27,6 +25,7 @@ import numpy as np
 import wrapt
 
 from pytriton.constants import TRITON_CONTEXT_FIELD_NAME
+from pytriton.context import ModelConfigDict, TritonContext
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonValidationError
 from pytriton.model_config.triton_model_config import TritonModelConfig
 from pytriton.protocol.tensors import serialize_bytes_tensor
@@ -93,51 +92,6 @@ def get_inference_request_batch_size(inference_request: InferenceRequest) -> int
     """Get the batch size of a request: the first axis of its first input."""
     first_input = next(iter(inference_request.values()))
     return int(first_input.shape[0])
-
-
-class ModelConfigDict(MutableMapping):  # type: ignore[type-arg]
-    """Model configs of inference callables, keyed by the callable."""
-
-    def __init__(self) -> None:
-        """Create an empty mapping."""
-        self._data: Dict[str, TritonModelConfig] = {}
-        self._keys: List[Callable[..., Any]] = []
-
-    def __getitem__(self, infer_callable: Callable[..., Any]) -> TritonModelConfig:
-        """Get the model config of an inference callable."""
-        return self._data[self._get_model_config_key(infer_callable)]
-
-    def __setitem__(self, infer_callable: Callable[..., Any], item: TritonModelConfig) -> None:
-        """Set the model config of an inference callable."""
-        self._keys.append(infer_callable)
-        self._data[self._get_model_config_key(infer_callable)] = item
-
-    def __delitem__(self, infer_callable: Callable[..., Any]) -> None:
-        """Delete the model config of an inference callable."""
-        del self._data[self._get_model_config_key(infer_callable)]
-
-    def __len__(self) -> int:
-        """Number of model configs."""
-        return len(self._data)
-
-    def __iter__(self) -> Iterator[Callable[..., Any]]:
-        """Iterate over inference callables."""
-        return iter(self._keys)
-
-    @staticmethod
-    def _get_model_config_key(infer_callable: Callable[..., Any]) -> str:
-        """The key of a callable: a bound `__call__` is keyed by its object."""
-        key: Any = infer_callable
-        if inspect.ismethod(key) and key.__name__ == "__call__":
-            key = key.__self__
-        return str(key)
-
-
-@dataclasses.dataclass
-class TritonContext:
-    """Triton context definition class."""
-
-    model_configs: ModelConfigDict = dataclasses.field(default_factory=ModelConfigDict)
 
 
 def get_triton_context(wrapped: Any, instance: Any) -> TritonContext:

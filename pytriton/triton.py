@@ -10,7 +10,7 @@ import signal
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
 
-from pytriton.decorators import TritonContext
+from pytriton.context import TritonContext
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
