@@ -258,7 +258,10 @@ class Scheduler:
         """An instance finished its call: give it the next batch."""
         instance.call_started_ns = 0
         self._free.append(instance)
-        self._schedule()
+        if self._queues.size:
+            self._schedule()
+        else:
+            self._update_idle()
 
     def _outcome(self, result: Any, entry: Entry) -> Union[InferenceResponse, InferenceError]:
         """One request's response, or the error that fails only this request (wrong or oversized outputs)."""

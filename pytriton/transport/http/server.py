@@ -265,7 +265,7 @@ class _CoalescingTransport:
             return
         self._held = None
         if len(held) + len(data) < _JOIN_BELOW:
-            self._transport.write(held + data)
+            self._transport.write(b"".join((held, data)))
         else:
             self._transport.writelines((held, data))
 
