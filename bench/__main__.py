@@ -47,7 +47,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument(
         "--targets",
         default="ours,nvidia,asgi",
-        help="comma list from ours, nvidia, asgi (bare ASGI ceiling); baseline is added by --baseline-ref",
+        help="comma list from ours, nvidia, asgi (bare ASGI ceiling on uvicorn), asgi-pt (the same echo on "
+        "this project's HTTP server); baseline is added by --baseline-ref",
     )
     parser.add_argument("--baseline-ref", help="also measure this project at this git ref (exported with git archive)")
     parser.add_argument("--rounds", type=int, help="rounds per workload, targets alternating (default 3; quick 1)")
@@ -89,11 +90,15 @@ def build_targets(args: argparse.Namespace, workdir: pathlib.Path) -> List[serve
                 targets.append(target)
         elif name == "asgi":
             targets.append(servers.asgi_target())
+        elif name == "asgi-pt":
+            targets.append(servers.asgi_pytriton_target())
         else:
-            raise SystemExit(f"unknown target {name!r} (ours, nvidia, asgi; baseline comes with --baseline-ref)")
+            raise SystemExit(
+                f"unknown target {name!r} (ours, nvidia, asgi, asgi-pt; baseline comes with --baseline-ref)"
+            )
     if args.baseline_ref:
         targets.append(servers.baseline_target(args.baseline_ref, workdir))
-    rank = {"ours": 0, "nvidia": 1, "baseline": 2, "asgi": 3}
+    rank = {"ours": 0, "nvidia": 1, "baseline": 2, "asgi": 3, "asgi-pt": 4}
     targets.sort(key=lambda t: rank.get(t.name, 9))
     return targets
 

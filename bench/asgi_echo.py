@@ -1,17 +1,23 @@
-"""Bare-ASGI KServe echo: the HTTP ceiling (uvicorn + httptools + uvloop, orjson, no pytriton).
+"""Bare-ASGI KServe echo: the HTTP ceiling (uvicorn + httptools + uvloop, orjson, no pytriton engine).
 
 It answers POST /v2/models/<m>/infer by echoing every input as the output of the same position
 (OUTPUT_1 for INPUT_1), in JSON or in the binary extension (Inference-Header-Content-Length), doing
 the same orjson decode/encode of the KServe JSON body a real server does but no tensor conversion,
 batching or model call. GET /v2/health/ready and /v2/models/<m>/ready answer 200.
 
-    .venv/bin/python bench/asgi_echo.py --http-port 31000
+    .venv/bin/python bench/asgi_echo.py --http-port 31000                     # on uvicorn: the ceiling
+    .venv/bin/python bench/asgi_echo.py --http-port 31000 --server pytriton   # on pytriton's HTTP server
+
+The second form serves the same app on this project's own ASGI server, which shows what the HTTP
+layer alone costs there.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import signal
 import sys
 from typing import Any, Callable, Dict, List, Tuple, Union
 
@@ -19,7 +25,6 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
     sys.path.pop(0)
 
 import orjson
-import uvicorn
 
 HEADER = b"inference-header-content-length"
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -113,7 +118,17 @@ def main() -> None:
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("BENCH_HTTP_PORT", "0")))
     parser.add_argument("--grpc-port", type=int, default=0, help="ignored")
     parser.add_argument("--metrics-port", type=int, default=0, help="ignored")
+    parser.add_argument(
+        "--server", choices=("uvicorn", "pytriton"), default=os.environ.get("BENCH_ASGI_SERVER", "uvicorn")
+    )
     args = parser.parse_args()
+    if args.server == "pytriton":
+        import uvloop
+
+        uvloop.run(_serve_on_pytriton(args.http_port))
+        return
+    import uvicorn
+
     uvicorn.run(
         app,
         host="127.0.0.1",
@@ -127,6 +142,21 @@ def main() -> None:
         access_log=False,
         log_level="warning",
     )
+
+
+async def _serve_on_pytriton(port: int) -> None:
+    """Serve the app on pytriton's own HTTP server until SIGTERM/SIGINT."""
+    from pytriton.transport.http.server import AsgiServer
+    from pytriton.transport.sockets import bind_socket
+
+    server = AsgiServer(app, bind_socket("127.0.0.1", port))
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await server.stop()
 
 
 if __name__ == "__main__":

@@ -67,6 +67,12 @@ def asgi_target() -> Target:
     return Target("asgi", [sys.executable], ASGI_ECHO, {}, grpc=False, models=False, label="bare ASGI echo")
 
 
+def asgi_pytriton_target() -> Target:
+    """The same echo app on this project's HTTP server: what the HTTP layer alone costs here."""
+    env = {"BENCH_ASGI_SERVER": "pytriton"}
+    return Target("asgi-pt", [sys.executable], ASGI_ECHO, env, grpc=False, models=False, label="echo on our server")
+
+
 def baseline_target(ref: str, workdir: pathlib.Path) -> Target:
     """This project's code at git ref `ref`, exported read-only with `git archive` into `workdir`."""
     dest = workdir / "baseline"

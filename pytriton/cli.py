@@ -19,7 +19,7 @@ from pytriton.runtime.options import ServerOptions
 from pytriton.triton import Triton
 from pytriton.triton_config import TritonConfig, cast_config_value, resolve_config
 
-_PACKAGES = ("numpy", "orjson", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf", "tritonclient", "wrapt")
+_PACKAGES = ("numpy", "orjson", "httptools", "uvloop", "grpcio", "protobuf", "tritonclient", "wrapt")
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +74,6 @@ def _load_target(target: str) -> Callable[[Triton], Any]:
 def _serve(binder: Callable[[Triton], Any], config: TritonConfig) -> None:
     """Bind models with `binder` and serve until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("uvicorn").setLevel(logging.WARNING)
     with Triton(config=config) as triton:
         binder(triton)
         triton.run()

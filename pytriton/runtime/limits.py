@@ -23,12 +23,8 @@ Where each limit is enforced, and how a refusal looks:
 gRPC keepalive enforcement (ping strikes, minimum ping interval) is set by TritonConfig's
 `grpc_http2_*` options, as in Triton.
 
-What uvicorn offers and what is used: `timeout_keep_alive` applies keep_alive_timeout_s between
-requests; `h11_max_incomplete_event_size` applies max_header_bytes when httptools is missing (h11
-parser). httptools has no header-size setting and uvicorn no header or body timeout, so the HTTP
-frontend's connection guard (`pytriton/transport/http/server.py`) enforces those on the httptools
-protocol. uvicorn's `limit_concurrency` is not used: it counts requests in progress along with
-connections and answers in plain text; the guard caps connections and answers JSON.
+The HTTP limits are enforced by the HTTP server's connections (`pytriton/transport/http/connection.py`),
+which answer every refusal with a JSON error body.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The metrics frontend: GET /metrics on its own port, served by uvicorn on the engine's loop."""
+"""The metrics frontend: GET /metrics on its own port, served by the HTTP server on the engine's loop."""
 
 from __future__ import annotations
 

@@ -1,0 +1,473 @@
+"""One HTTP/1.1 connection: httptools parses the requests, each becomes a RequestCycle run by the ASGI app.
+
+Requests on a connection are answered in order (a pipelined request waits for the response before
+it). The connection also enforces what ServerLimits asks of each connection: a cap on the request
+line and headers (431), timeouts for the headers and for a stalled body (408), an idle timeout before
+and between requests, and a cap on connections (503). One timer per connection follows a deadline
+that moves with each phase (idle, request head, body), so a request costs a clock read and a few
+comparisons, not a timer of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import math
+import re
+from collections import deque
+from typing import Any, Awaitable, Callable, Deque, List, Optional, Set, Tuple
+from urllib.parse import unquote
+
+import httptools
+import orjson
+
+from pytriton.runtime.limits import ServerLimits
+from pytriton.transport.http.cycle import Message, RequestCycle
+
+LOGGER = logging.getLogger(__name__)
+
+App = Callable[[Any, Any, Any], Awaitable[None]]  # an ASGI 3 app: (scope, receive, send)
+
+_IDLE, _HEAD, _BODY, _APP = range(4)  # what the connection waits for from its client (_APP: nothing)
+_LINGER_S = 2.0
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+_METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
+_ERROR_HEADERS = "content-type: application/json\r\nconnection: close\r\ncontent-length: "
+
+
+class ServerState:
+    """What the connections of one server share: the app, the limits and the set of open connections."""
+
+    def __init__(self, app: App, limits: ServerLimits) -> None:
+        """State for a server of `app` under `limits`."""
+        self.app = app
+        self.limits = limits
+        self.connections: Set[HttpConnection] = set()
+        self.all_closed = asyncio.Event()
+        self.all_closed.set()
+
+
+class HttpConnection(asyncio.Protocol):
+    """An HTTP/1.1 connection serving an ASGI app."""
+
+    def __init__(self, state: ServerState, loop: asyncio.AbstractEventLoop) -> None:
+        """A connection of the server whose shared state is `state`."""
+        self._state = state
+        self._limits = state.limits
+        self._loop = loop
+        self._transport: Optional[asyncio.Transport] = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._address: Tuple[Optional[Tuple[str, int]], Optional[Tuple[str, int]]] = (None, None)
+        self._url = b""
+        self._headers: List[Tuple[bytes, bytes]] = []
+        self._wire = _IDLE  # what is arriving: _HEAD (a request head), _BODY (its body) or _IDLE (nothing)
+        self._receiving: Optional[RequestCycle] = None  # the request whose body is arriving
+        self._active: Optional[RequestCycle] = None  # the request being answered
+        self._pipeline: Deque[RequestCycle] = deque()  # requests waiting for the active one's response
+        self._to_start: Optional[RequestCycle] = None
+        self._task: Optional[asyncio.Task[None]] = None  # the app of the latest request (they run one at a time)
+        self._over_cap = False
+        self._closing = False
+        self._refused = False
+        self._reading_paused = False
+        self._body_full = False  # the app has not taken the body held for it yet
+        self._write_paused = False
+        self._drain: Optional[asyncio.Future[None]] = None
+        self._phase = _APP
+        self._deadline = 0.0
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at = 0.0
+        self._head_bytes = 0  # bytes of the unfinished request head received so far
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Register the connection and wait for its first request."""
+        self._transport = transport  # type: ignore[assignment]
+        state = self._state
+        state.connections.add(self)
+        state.all_closed.clear()
+        self._address = (_address(transport.get_extra_info("sockname")), _address(transport.get_extra_info("peername")))
+        self._over_cap = len(state.connections) > self._limits.max_connections
+        self._enter(_IDLE, self._limits.keep_alive_timeout_s)
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        """Tell every request of the connection that its client left."""
+        state = self._state
+        state.connections.discard(self)
+        if not state.connections:
+            state.all_closed.set()
+        self._phase = _APP
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for cycle in (self._active, self._receiving, *self._pipeline):
+            if cycle is not None:
+                cycle.lose_connection()
+        self._pipeline.clear()
+        self._wake_drain()
+
+    def data_received(self, data: bytes) -> None:
+        """Parse what arrived; start the app for a request whose head is complete."""
+        if self._refused:
+            return
+        phase = self._phase
+        if phase != _BODY:  # this chunk starts or continues a request head
+            if phase != _HEAD:
+                self._head_bytes = 0
+                self._enter(_HEAD, self._limits.header_timeout_s)
+            limit = self._limits.max_header_bytes
+            if self._head_bytes + len(data) > limit:
+                end = data.find(b"\r\n\r\n")
+                if self._head_bytes + (len(data) if end < 0 else end + 4) > limit:
+                    self._refuse(431, f"request line and headers larger than {limit} bytes")
+                    return
+            if b"pgrade" in data or b"PGRADE" in data:
+                data = _without_upgrade_header(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # on_headers_complete has dealt with it: the connection closes after the response
+        except httptools.HttpParserError as error:
+            self._refuse(400, f"invalid HTTP request: {error}")
+            return
+        cycle, self._to_start = self._to_start, None
+        if cycle is not None:
+            self._start(cycle)
+        wire = self._wire
+        if wire == _BODY:
+            self._phase = _BODY
+            self._deadline = self._loop.time() + (self._limits.body_timeout_s or math.inf)
+        elif wire == _HEAD:
+            if self._phase != _HEAD:  # the chunk ended a body and started the next head
+                self._head_bytes = 0
+                self._enter(_HEAD, self._limits.header_timeout_s)
+            self._head_bytes += len(data)
+        elif self._active is not None:
+            self._phase = _APP
+        elif self._phase != _IDLE:
+            self._enter(_IDLE, self._limits.keep_alive_timeout_s)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full: streaming responses wait in drain()."""
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        """The transport's buffer drained."""
+        self._write_paused = False
+        self._wake_drain()
+
+    # -- httptools callbacks ----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        """A request starts."""
+        self._wire = _HEAD
+        self._url = b""
+        self._headers = []
+
+    def on_url(self, url: bytes) -> None:
+        """A part of the request target."""
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """One header (names are lower-cased for the ASGI scope)."""
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        """The head is complete: make its cycle; it runs now or after the responses before it."""
+        parser = self._parser
+        headers = self._headers
+        keep_alive = parser.should_keep_alive() and not self._closing
+        scope = self._scope(parser, headers)
+        cycle = RequestCycle(
+            self, scope, keep_alive=keep_alive, expect_continue=(b"expect", b"100-continue") in headers
+        )
+        self._receiving = cycle
+        self._wire = _BODY
+        if self._over_cap:
+            cycle.keep_alive = False
+            cycle.refusal = _refusal(
+                503, f"the server serves at most {self._limits.max_connections} connections at once"
+            )
+        elif parser.should_upgrade():
+            # An Upgrade header data_received could not remove: llhttp hands everything after the head to the
+            # new protocol, so the body is lost and the connection cannot carry more HTTP/1.1. Serve a bodiless
+            # request, refuse one with a body, and close the connection after the response.
+            cycle.keep_alive = False
+            if any(name in (b"content-length", b"transfer-encoding") and value != b"0" for name, value in headers):
+                cycle.refusal = _UPGRADE_WITH_BODY
+        if self._active is None:
+            self._active = self._to_start = cycle
+        else:
+            self._pipeline.append(cycle)  # one waiting request is enough: the rest is read after its response
+            self._sync_reading()
+
+    def on_body(self, body: bytes) -> None:
+        """A part of the request body."""
+        cycle = self._receiving
+        if cycle is not None and cycle.feed_body(body):
+            self._body_full = True
+            self._sync_reading()
+
+    def on_message_complete(self) -> None:
+        """The request has arrived whole."""
+        cycle, self._receiving = self._receiving, None
+        self._wire = _IDLE
+        if cycle is not None:
+            cycle.end_body()
+
+    # -- the cycles' side -------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        """Send bytes unless the connection is closing."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def write_joined(self, head: bytes, body: Any) -> None:
+        """Send a response head and a body part in one system call."""
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if len(body) < 65536:
+            transport.write(b"".join((head, body)))
+        else:
+            transport.writelines((head, body))
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is full."""
+        while self._write_paused and self._transport is not None and not self._transport.is_closing():
+            waiter = self._drain
+            if waiter is None:
+                waiter = self._drain = self._loop.create_future()
+            await waiter
+
+    def resume_body(self) -> None:
+        """The app took the body held for it: read more."""
+        self._body_full = False
+        self._sync_reading()
+
+    def response_done(self, cycle: RequestCycle) -> None:
+        """A response is complete: close, or answer the next request (or wait for one)."""
+        if cycle is not self._active:
+            return
+        self._active = None
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if not cycle.keep_alive:
+            transport.close()
+            return
+        if self._pipeline:
+            cycle = self._active = self._pipeline.popleft()
+            self._start(cycle)
+        if self._receiving is not None and self._receiving.response_complete:
+            self._body_full = False  # what is left of an answered request's body is dropped as it comes
+        self._sync_reading()
+        if self._wire == _IDLE and self._active is None:
+            self._enter(_IDLE, self._limits.keep_alive_timeout_s)
+
+    # -- server's side ----------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Close now when idle, else after the response under way."""
+        self._closing = True
+        self._pipeline.clear()
+        if self._active is None:
+            if self._transport is not None:
+                self._transport.close()
+        else:
+            self._active.keep_alive = False
+
+    def abort(self) -> None:
+        """Stop the app still running for this connection and close it."""
+        if self._task is not None:
+            self._task.cancel()
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- running the app --------------------------------------------------------------------
+
+    def _start(self, cycle: RequestCycle) -> None:
+        """Run the app for a request in a task of its own."""
+        self._task = self._loop.create_task(self._run(cycle))
+
+    async def _run(self, cycle: RequestCycle) -> None:
+        """Call the app; answer 500 if it fails before responding, close the connection if it fails during."""
+        scope = cycle.scope
+        app = cycle.refusal or self._state.app
+        try:
+            await app(scope, cycle.receive, cycle.send)
+        except asyncio.CancelledError:
+            self._give_up(cycle, "the server stopped before the response was complete")
+            raise
+        except Exception as error:
+            LOGGER.exception("unexpected error serving %s %s", scope["method"], scope["path"])
+            self._give_up(cycle, f"internal server error: {error}")
+        else:
+            if not cycle.response_complete:
+                self._give_up(cycle, "the application returned without completing its response")
+
+    def _give_up(self, cycle: RequestCycle, message: str) -> None:
+        """End a response the app could not complete: a 500 if none started, else close the connection."""
+        if cycle.response_complete:
+            return
+        cycle.response_complete = True
+        if cycle.response_started or cycle.disconnected:
+            if self._transport is not None:
+                self._transport.close()
+            return
+        self.write(_error_response(500, message))
+        cycle.keep_alive = False
+        self.response_done(cycle)
+
+    def _scope(self, parser: httptools.HttpRequestParser, headers: List[Tuple[bytes, bytes]]) -> Message:
+        """The ASGI HTTP scope of the request whose head just arrived."""
+        url = self._url
+        raw_path, _, query = url.partition(b"?")
+        if not raw_path.startswith(b"/"):  # absolute form (a proxy's request)
+            parsed = httptools.parse_url(url)
+            raw_path, query = parsed.path or b"/", parsed.query or b""
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = unquote(path)
+        method = parser.get_method()
+        return {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": parser.get_http_version(),
+            "server": self._address[0],
+            "client": self._address[1],
+            "scheme": "http",
+            "method": _METHODS.get(method) or method.decode("latin-1"),
+            "root_path": "",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": query,
+            "headers": headers,
+        }
+
+    # -- limits -----------------------------------------------------------------------------
+
+    def _sync_reading(self) -> None:
+        """Read from the client unless a request waits for its turn or the app has not taken its body yet."""
+        pause = bool(self._pipeline) or self._body_full
+        transport = self._transport
+        if pause != self._reading_paused and transport is not None and not self._refused:
+            self._reading_paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
+                transport.resume_reading()
+
+    def _wake_drain(self) -> None:
+        """Wake a response waiting in drain()."""
+        waiter, self._drain = self._drain, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _enter(self, phase: int, timeout_s: float) -> None:
+        """Wait for the client in `phase` for at most `timeout_s` (0: no limit)."""
+        self._phase = phase
+        self._deadline = self._loop.time() + timeout_s if timeout_s else math.inf
+        if timeout_s and (self._timer is None or self._deadline < self._timer_at):
+            self._arm()
+
+    def _arm(self) -> None:
+        """(Re)arm the timer for the current deadline."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = self._deadline
+        self._timer = self._loop.call_at(self._deadline, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        """The timer fired: act if the current phase's deadline passed, else follow the deadline."""
+        self._timer = None
+        phase = self._phase
+        if phase == _APP or self._refused or self._transport is None:
+            return
+        now = self._loop.time()
+        if phase == _BODY and self._reading_paused:  # the server stopped reading: not the client's fault
+            self._deadline = now + (self._limits.body_timeout_s or math.inf)
+        if now < self._deadline:
+            if self._deadline != math.inf:
+                self._arm()
+            return
+        if phase == _IDLE:
+            self._transport.close()
+        elif phase == _HEAD:
+            self._refuse(408, f"request line and headers not received within {self._limits.header_timeout_s} s")
+        else:
+            self._refuse(408, f"request body stalled for more than {self._limits.body_timeout_s} s")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer `status` with a JSON error when no response is under way, then close the connection."""
+        phase, self._phase = self._phase, _APP
+        self._refused = True
+        transport = self._transport
+        assert transport is not None
+        LOGGER.debug("closing HTTP connection from %s: %d %s", self._address[1], status, message)
+        active = self._active
+        if active is not None and not active.response_complete and (active.response_started or phase != _BODY):
+            transport.close()  # a response is under way: no room for another one
+            return
+        transport.write(_error_response(status, message))
+        for cycle in (active, self._receiving, *self._pipeline):
+            if cycle is not None:
+                cycle.lose_connection()  # the app waiting for this body gets a disconnect; its answer is dropped
+        # Lingering close: read and drop what the client still sends for a moment, so that closing
+        # with unread data does not reset the connection before the client has read the answer.
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._reading_paused = False
+        transport.resume_reading()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(_LINGER_S, transport.close)
+
+
+def _address(address: Any) -> Optional[Tuple[str, int]]:
+    """(host, port) of a socket address, None when there is none (a Unix socket)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        return str(address[0]), int(address[1])
+    return None
+
+
+def _error_response(status: int, message: str) -> bytes:
+    """A complete JSON error response that closes the connection."""
+    body = orjson.dumps({"error": message})
+    head = f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n{_ERROR_HEADERS}{len(body)}\r\n\r\n"
+    return head.encode("latin-1") + body
+
+
+def _refusal(status: int, message: str) -> App:
+    """An ASGI app answering every request with `status` and a JSON error, closing the connection."""
+    body = orjson.dumps({"error": message})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers.append((b"connection", b"close"))
+
+    async def refuse(scope: Message, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return refuse
+
+
+_UPGRADE_LINE = re.compile(rb"\r\nupgrade[ \t]*:[^\r\n]*(?=\r\n)", re.IGNORECASE)
+
+
+def _without_upgrade_header(data: bytes) -> bytes:
+    """A chunk starting a request head, without its Upgrade header (`curl --http2` sends one: h2c).
+
+    The server does not switch protocols and RFC 9110 lets it ignore the header; removing it keeps
+    llhttp parsing the body and the next requests as HTTP/1.1.
+    """
+    end = data.find(b"\r\n\r\n")
+    head_end = len(data) if end < 0 else end + 2
+    return _UPGRADE_LINE.sub(b"", data[:head_end]) + data[head_end:]
+
+
+_UPGRADE_WITH_BODY = _refusal(
+    400, "an HTTP/1.1 Upgrade request cannot carry a body on this server: send it without the Upgrade header"
+)

@@ -1,0 +1,207 @@
+"""One HTTP/1.1 request and its response, as the ASGI app sees them: `receive()` and `send()`."""
+
+from __future__ import annotations
+
+import asyncio
+import http
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+
+if TYPE_CHECKING:
+    from pytriton.transport.http.connection import HttpConnection
+
+Message = Dict[str, Any]
+
+_STATUS_LINES: Dict[int, bytes] = {
+    status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("latin-1") for status in http.HTTPStatus
+}
+_CHUNKED = b"transfer-encoding: chunked\r\n"
+_CLOSE = b"connection: close\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
+# Body bytes the server holds for an app that has not read them yet; reading from the client pauses above it.
+BODY_HIGH_WATER = 4 * 1024 * 1024
+
+
+class RequestCycle:
+    """A request's body on its way in and its response on its way out.
+
+    The connection feeds the body and reports the client leaving; the app pulls the body with
+    `receive()` and answers with `send()`. A response's head is held until its first body part so
+    that a complete response leaves in one write.
+    """
+
+    __slots__ = (
+        "_body",
+        "_buffered",
+        "_chunked",
+        "_connection",
+        "_head",
+        "_head_only",
+        "_request_delivered",
+        "_waiter",
+        "body_complete",
+        "disconnected",
+        "expect_continue",
+        "keep_alive",
+        "refusal",
+        "response_complete",
+        "response_started",
+        "scope",
+    )
+
+    def __init__(self, connection: HttpConnection, scope: Message, *, keep_alive: bool, expect_continue: bool) -> None:
+        """A cycle for a request whose head has arrived."""
+        self._connection = connection
+        self.scope = scope
+        self.keep_alive = keep_alive
+        self.expect_continue = expect_continue
+        self.body_complete = False
+        self.disconnected = False
+        self.response_started = False
+        self.response_complete = False
+        self.refusal: Optional[Any] = None  # an ASGI app answering this request instead of the server's
+        self._body: List[bytes] = []
+        self._buffered = 0
+        self._request_delivered = False
+        self._waiter: Optional[asyncio.Future[None]] = None
+        self._head: Optional[bytes] = None
+        self._chunked = False
+        self._head_only = scope["method"] == "HEAD"
+
+    # -- the connection's side --------------------------------------------------------------
+
+    def feed_body(self, data: bytes) -> bool:
+        """Hold a part of the body for the app; True when the connection should stop reading for now."""
+        if self.response_complete:  # answered already: what is left of the body is read and dropped
+            return False
+        self._body.append(data)
+        self._buffered += len(data)
+        if self._buffered >= BODY_HIGH_WATER:
+            self._wake()
+            return True
+        return False
+
+    def end_body(self) -> None:
+        """The whole body has arrived."""
+        self.body_complete = True
+        self._wake()
+
+    def lose_connection(self) -> None:
+        """The client went away (or the connection was closed): receive() says so, send() drops what comes."""
+        self.disconnected = True
+        self._wake()
+
+    # -- the app's side ---------------------------------------------------------------------
+
+    async def receive(self) -> Message:
+        """The next part of the body; once it has all been received, wait until the client leaves."""
+        if not self._request_delivered:
+            while not (self._body or self.body_complete or self.disconnected):
+                if self.expect_continue:
+                    self.expect_continue = False
+                    self._connection.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                await self._wait()
+            if self._body or not self.disconnected:
+                more_body = not self.body_complete
+                self._request_delivered = not more_body
+                return {"type": "http.request", "body": self._take_body(), "more_body": more_body}
+        while not (self.disconnected or self.response_complete):
+            await self._wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        """Send the response head (`http.response.start`) or a part of its body (`http.response.body`)."""
+        kind = message["type"]
+        if kind == "http.response.body":
+            if not self.response_started or self.response_complete:
+                raise RuntimeError("http.response.body sent before http.response.start or after the last part")
+            more_body = message.get("more_body", False)
+            if not more_body:
+                self.response_complete = True
+            if self.disconnected:
+                return
+            body = b"" if self._head_only else message.get("body", b"")
+            if self._chunked:
+                body = _chunk(body, last=not more_body)
+            head, self._head = self._head, None
+            connection = self._connection
+            if head is None:
+                connection.write(body)
+            else:
+                connection.write_joined(head, body)
+            if more_body:
+                await connection.drain()
+            else:
+                self._wake()
+                connection.response_done(self)
+        elif kind == "http.response.start":
+            if self.response_started:
+                raise RuntimeError("http.response.start sent twice")
+            self.response_started = True
+            self._head = self._build_head(message["status"], message.get("headers", ()))
+            if self._chunked:  # a streaming response: the client sees the head even before the first part
+                asyncio.get_running_loop().call_soon(self._flush_head)
+        else:
+            raise RuntimeError(f"unexpected ASGI message type {kind!r} for an HTTP response")
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _build_head(self, status: int, headers: Any) -> bytes:
+        """The status line and headers; chunked framing when the app gives no content-length."""
+        lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode("latin-1")]
+        has_length = False
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered == b"content-length":
+                has_length = True
+            elif lowered == b"connection" and value.lower() == b"close":
+                self.keep_alive = False
+                continue
+            lines.append(b"%s: %s\r\n" % (name, value))
+        if not has_length and status >= 200 and status not in (204, 304) and not self._head_only:
+            if self.scope["http_version"] == "1.1":
+                self._chunked = True
+                lines.append(_CHUNKED)
+            else:  # HTTP/1.0 has no chunks: the end of the connection ends the body
+                self.keep_alive = False
+        if not self.keep_alive:
+            lines.append(_CLOSE)
+        lines.append(b"\r\n")
+        return b"".join(lines)
+
+    def _flush_head(self) -> None:
+        """Send a streaming response's head if its first part has not taken it along yet."""
+        head, self._head = self._head, None
+        if head is not None and not self.disconnected:
+            self._connection.write(head)
+
+    def _take_body(self) -> Union[bytes, bytearray]:
+        """The body parts held so far, as one buffer (a bytearray when they had to be joined)."""
+        parts = self._body
+        if not parts:
+            return b""
+        body: Union[bytes, bytearray] = parts[0] if len(parts) == 1 else bytearray().join(parts)
+        self._body = []
+        if self._buffered >= BODY_HIGH_WATER:
+            self._connection.resume_body()
+        self._buffered = 0
+        return body
+
+    async def _wait(self) -> None:
+        """Wait for the connection's next event for this cycle."""
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _wake(self) -> None:
+        """Wake receive() if it waits."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def _chunk(data: Union[bytes, bytearray, memoryview], *, last: bool) -> bytes:
+    """Chunked transfer-coding of one body part (and the last chunk after it when `last`)."""
+    framed = b"%x\r\n%s\r\n" % (len(data), bytes(data)) if data else b""
+    return framed + _LAST_CHUNK if last else framed

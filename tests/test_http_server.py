@@ -1,0 +1,360 @@
+"""The HTTP/1.1 server itself, with small ASGI apps over raw sockets: framing, keep-alive, flow control, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+from pytriton.runtime.limits import ServerLimits
+from pytriton.runtime.loop_thread import LoopThread
+from pytriton.transport.http.cycle import BODY_HIGH_WATER
+from pytriton.transport.http.server import AsgiServer
+from pytriton.transport.sockets import bind_socket, bound_port
+
+WAIT_S = 10.0
+App = Callable[[Dict[str, Any], Any, Any], Any]
+
+
+class Served:
+    """An AsgiServer on its own loop thread, with what the app saw."""
+
+    def __init__(self, app: App, limits: Optional[ServerLimits] = None) -> None:
+        self.loop = LoopThread("test-http-server")
+        sock = bind_socket("127.0.0.1", 0)
+        self.port = bound_port(sock)
+        self.server = AsgiServer(app, sock, limits=limits)
+        self.loop.run(self.server.start())
+
+    def stop(self) -> None:
+        self.loop.run(self.server.stop(), timeout=WAIT_S)
+        self.loop.stop()
+
+
+@contextlib.contextmanager
+def serving(app: App, limits: Optional[ServerLimits] = None) -> Iterator[Served]:
+    served = Served(app, limits)
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+
+
+class Reader:
+    """Reads HTTP/1.1 responses (content-length, chunked or close-delimited) off one socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(65536)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            if not self._fill():
+                raise EOFError("connection closed")
+        line, _, self.buffer = self.buffer.partition(b"\r\n")
+        return line
+
+    def _exactly(self, size: int) -> bytes:
+        while len(self.buffer) < size:
+            if not self._fill():
+                raise EOFError("connection closed")
+        data, self.buffer = self.buffer[:size], self.buffer[size:]
+        return data
+
+    def response(self) -> Tuple[int, Dict[str, str], bytes]:
+        status = int(self._line().split()[1])
+        headers: Dict[str, str] = {}
+        while True:
+            line = self._line()
+            if not line:
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if "content-length" in headers:
+            return status, headers, self._exactly(int(headers["content-length"]))
+        if headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                size = int(self._line(), 16)
+                chunk = self._exactly(size + 2)[:size]
+                if not size:
+                    return status, headers, body
+                body += chunk
+        while self._fill():  # the end of the connection ends the body
+            pass
+        body, self.buffer = self.buffer, b""
+        return status, headers, body
+
+    def closed(self) -> bool:
+        try:
+            return not self.buffer and self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def raw(method: str, path: str, body: bytes = b"", headers: Tuple[str, ...] = (), version: str = "1.1") -> bytes:
+    lines = [f"{method} {path} HTTP/{version}", "Host: test", *headers]
+    if body or method == "POST":
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+async def read_all(receive: Any) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        assert message["type"] == "http.request"
+        body += message["body"]
+        if not message["more_body"]:
+            return bytes(body)
+
+
+async def respond(send: Any, status: int, body: bytes, headers: Optional[List[Tuple[bytes, bytes]]] = None) -> None:
+    all_headers = [*(headers or []), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": all_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def echo(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers with what it saw: method, path, query, headers, body length and the body itself."""
+    body = await read_all(receive)
+    seen = {
+        "method": scope["method"],
+        "path": scope["path"],
+        "raw_path": scope["raw_path"].decode(),
+        "query": scope["query_string"].decode(),
+        "version": scope["http_version"],
+        "headers": [[name.decode(), value.decode()] for name, value in scope["headers"]],
+        "length": len(body),
+        "client": list(scope["client"]),
+    }
+    await respond(send, 200, json.dumps(seen).encode() + b"\n" + body, [(b"content-type", b"application/json")])
+
+
+@pytest.fixture()
+def echo_server() -> Iterator[Served]:
+    with serving(echo) as served:
+        yield served
+
+
+def answer(body: bytes) -> Dict[str, Any]:
+    return json.loads(body.split(b"\n", 1)[0])
+
+
+def test_scope_carries_the_request(echo_server: Served) -> None:
+    with connect(echo_server.port) as sock:
+        sock.sendall(raw("POST", "/v2/models/a%20b/infer?x=1&y=2", b"hello", ("X-Custom: Value",)))
+        status, headers, body = Reader(sock).response()
+    assert status == 200 and headers["content-type"] == "application/json"
+    seen = answer(body)
+    assert seen["method"] == "POST" and seen["path"] == "/v2/models/a b/infer"
+    assert seen["raw_path"] == "/v2/models/a%20b/infer" and seen["query"] == "x=1&y=2"
+    assert ["x-custom", "Value"] in seen["headers"] and seen["version"] == "1.1"
+    assert seen["length"] == 5 and body.endswith(b"\nhello") and seen["client"][0] == "127.0.0.1"
+
+
+def test_keep_alive_and_pipelined_requests_are_answered_in_order(echo_server: Served) -> None:
+    with connect(echo_server.port) as sock:
+        reader = Reader(sock)
+        for index in range(3):
+            sock.sendall(raw("POST", f"/one/{index}", b"x" * index))
+            assert answer(reader.response()[2])["path"] == f"/one/{index}"
+        sock.sendall(b"".join(raw("POST", f"/pipelined/{index}", b"y" * index) for index in range(5)))
+        paths = [answer(reader.response()[2])["path"] for _ in range(5)]
+    assert paths == [f"/pipelined/{index}" for index in range(5)]
+
+
+def test_connection_close_and_http_1_0_close_after_the_response(echo_server: Served) -> None:
+    for request in (raw("GET", "/", headers=("Connection: close",)), raw("GET", "/", version="1.0")):
+        with connect(echo_server.port) as sock:
+            sock.sendall(request)
+            reader = Reader(sock)
+            status, headers, _ = reader.response()
+            assert status == 200 and headers["connection"] == "close"
+            assert reader.closed()
+
+
+def test_chunked_request_body(echo_server: Served) -> None:
+    head = b"POST /chunked HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with connect(echo_server.port) as sock:
+        sock.sendall(head + b"5\r\nhello\r\n")
+        time.sleep(0.05)
+        sock.sendall(b"6\r\n world\r\n0\r\n\r\n")
+        _, _, body = Reader(sock).response()
+    assert answer(body)["length"] == 11 and body.endswith(b"\nhello world")
+
+
+def test_expect_100_continue(echo_server: Served) -> None:
+    with connect(echo_server.port) as sock:
+        sock.sendall(b"POST /expect HTTP/1.1\r\nHost: test\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        reader = Reader(sock)
+        assert reader._line() == b"HTTP/1.1 100 Continue" and reader._line() == b""
+        sock.sendall(b"data")
+        status, _, body = reader.response()
+    assert status == 200 and body.endswith(b"\ndata")
+
+
+def test_a_large_body_arrives_whole_in_parts_the_server_paces(echo_server: Served) -> None:
+    size = 3 * BODY_HIGH_WATER + 12345
+    payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    with connect(echo_server.port) as sock:
+        sock.sendall(raw("POST", "/large", payload))
+        _, _, body = Reader(sock).response()
+    assert answer(body)["length"] == size and body.endswith(b"\n" + payload)
+
+
+def test_streaming_response_is_chunked_on_1_1_and_close_delimited_on_1_0() -> None:
+    async def stream(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        for part in (b"one ", b"two ", b"three"):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.body", "body": b""})
+
+    with serving(stream) as served:
+        with connect(served.port) as sock:
+            reader = Reader(sock)
+            for _ in range(2):  # the connection is reused after a chunked response
+                sock.sendall(raw("GET", "/stream"))
+                status, headers, body = reader.response()
+                assert status == 200 and headers["transfer-encoding"] == "chunked" and body == b"one two three"
+        with connect(served.port) as sock:
+            sock.sendall(raw("GET", "/stream", version="1.0"))
+            status, headers, body = Reader(sock).response()
+            assert "transfer-encoding" not in headers and headers["connection"] == "close" and body == b"one two three"
+
+
+def test_head_requests_get_headers_without_body(echo_server: Served) -> None:
+    with connect(echo_server.port) as sock:
+        sock.sendall(raw("HEAD", "/head") + raw("GET", "/after"))
+        reader = Reader(sock)
+        head = [reader._line() for _ in range(4)]  # a HEAD response has a head only, whatever its content-length
+        assert head[0].startswith(b"HTTP/1.1 200") and any(line.startswith(b"content-length: ") for line in head)
+        while head[-1]:
+            head.append(reader._line())
+        assert answer(reader.response()[2])["path"] == "/after"  # nothing of a body came between the two
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"NOT HTTP AT ALL\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", b"\x00\x01\x02\r\n\r\n"],
+)
+def test_malformed_requests_get_a_json_400_and_the_connection_closes(echo_server: Served, request_bytes: bytes) -> None:
+    with connect(echo_server.port) as sock:
+        sock.sendall(request_bytes)
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert status == 400 and headers["connection"] == "close"
+        assert json.loads(body)["error"].startswith("invalid HTTP request")
+        assert reader.closed()
+
+
+def test_app_failures_become_500_or_a_closed_connection() -> None:
+    async def faulty(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope["path"]
+        if path == "/raise":
+            raise RuntimeError("boom")
+        if path == "/silent":
+            return
+        if path == "/midway":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
+            raise RuntimeError("boom after the head")
+        await respond(send, 200, b"fine")
+
+    with serving(faulty) as served:
+        for path, message in (("/raise", "internal server error: boom"), ("/silent", "without completing")):
+            with connect(served.port) as sock:
+                sock.sendall(raw("GET", path))
+                reader = Reader(sock)
+                status, _, body = reader.response()
+                assert status == 500 and message in json.loads(body)["error"]
+                assert reader.closed()
+        with connect(served.port) as sock:
+            sock.sendall(raw("GET", "/midway"))
+            assert Reader(sock).closed()  # the head waited for the body: the client sees no partial response
+        with connect(served.port) as sock:  # and the server serves on
+            sock.sendall(raw("GET", "/fine"))
+            assert Reader(sock).response()[2] == b"fine"
+
+
+def test_receive_reports_a_client_that_left() -> None:
+    seen: List[str] = []
+    done = threading.Event()
+
+    async def waits(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await read_all(receive)
+        seen.append((await receive())["type"])  # blocks until the client is gone
+        done.set()
+
+    with serving(waits) as served:
+        with connect(served.port) as sock:
+            sock.sendall(raw("POST", "/wait", b"body"))
+            time.sleep(0.1)
+        assert done.wait(WAIT_S)
+    assert seen == ["http.disconnect"]
+
+
+def test_a_large_streamed_response_reaches_a_slow_reader_whole() -> None:
+    part = b"p" * (1024 * 1024)
+    parts = 24
+
+    async def big(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(parts):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    with serving(big) as served:
+        with connect(served.port) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            sock.sendall(raw("GET", "/big"))
+            time.sleep(0.3)  # the server fills its buffers and must wait for this reader
+            _, headers, body = Reader(sock).response()
+    assert headers["transfer-encoding"] == "chunked" and len(body) == parts * len(part)
+
+
+def test_stop_finishes_the_response_under_way_and_closes_idle_connections() -> None:
+    entered = threading.Event()
+
+    async def slow(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await read_all(receive)
+        if scope["path"] == "/slow":
+            entered.set()
+            await asyncio.sleep(0.3)
+        await respond(send, 200, b"done")
+
+    served = Served(slow)
+    idle, busy = connect(served.port), connect(served.port)
+    try:
+        idle.sendall(raw("GET", "/quick"))
+        idle_reader = Reader(idle)
+        assert idle_reader.response()[2] == b"done"
+        busy.sendall(raw("GET", "/slow"))
+        assert entered.wait(WAIT_S)
+        stopper = threading.Thread(target=served.stop)
+        stopper.start()
+        busy_reader = Reader(busy)
+        status, headers, body = busy_reader.response()
+        assert status == 200 and body == b"done" and headers["connection"] == "close"
+        assert busy_reader.closed() and idle_reader.closed()
+        stopper.join(WAIT_S)
+        with pytest.raises(OSError):
+            connect(served.port).close()
+    finally:
+        idle.close()
+        busy.close()
