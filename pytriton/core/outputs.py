@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -38,20 +38,20 @@ def build_response(
             f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "
             f"Got response={_short(result)} instead."
         )
+    datatypes: Dict[str, str] = {}
     for name, value in result.items():
-        datatype = _check_output_value(spec, name, value)
+        datatype = datatypes[name] = _check_output_value(spec, name, value)
         if spec.strict:
             _check_output_against_config(spec, name, value, datatype)
     outputs: List[OutputTensor] = []
     size = 0
     for name in spec.output_names if requested is None else requested:
-        value = result.get(name)
-        if value is None:
+        wire_type = datatypes.get(name)
+        if wire_type is None:
             if requested is not None:
                 raise InferenceError.internal(f"output '{name}' requested but not returned by model '{spec.name}'")
             continue
-        wire_type = datatype_of_dtype(value.dtype)
-        assert wire_type is not None  # the check above rejected other dtypes
+        value = result[name]
         if wire_type == "FP32" and spec.output_by_name[name].datatype == "BF16":
             wire_type = "BF16"
         outputs.append(OutputTensor(name, wire_type, value))
@@ -81,6 +81,8 @@ def _check_output_value(spec: ModelSpec, name: Any, value: Any) -> str:
         raise InferenceError.internal(f"Not all values returned by `{spec.name}` model callable are numpy arrays")
     dtype = value.dtype
     datatype = datatype_of_dtype(dtype)
+    if datatype is not None and datatype != "BYTES":  # every numeric datatype passes the kind check below
+        return datatype
     kind = dtype.kind
     if datatype is None or (kind not in _ALLOWED_KINDS and dtype != BF16_DTYPE):
         raise InferenceError.internal(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import time
 from collections import deque
-from typing import Deque, Iterator, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Deque, Iterator, List, Optional, Tuple
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceRequest
@@ -26,12 +27,14 @@ class Entry:
         "deadline_ns",
         "delayed",
         "enqueue_ns",
+        "gone",
         "level",
         "queue_ns",
         "queued",
         "request",
         "responded",
         "sink",
+        "watcher",
     )
 
     def __init__(self, request: InferenceRequest, sink: ResponseSink, level: int, deadline_ns: int) -> None:
@@ -46,6 +49,8 @@ class Entry:
         self.queue_ns = 0
         self.compute_ns: Tuple[int, int, int] = (0, 0, 0)
         self.responded = False
+        self.gone: Optional[Callable[[], Awaitable[Any]]] = None  # returns once the client has disconnected
+        self.watcher: Optional[asyncio.Future[Any]] = None  # awaits `gone()` while the request waits in the queue
 
 
 class _Level:

@@ -9,7 +9,7 @@ import math
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Coroutine, Deque, List, Optional, Set, Union
+from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set
 
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.instances import Instance
@@ -18,13 +18,19 @@ from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
-from pytriton.core.stats import ModelStats
+from pytriton.core.stats import ComputeTimes, ModelStats
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.proxy.types import Request
 
 LOGGER = logging.getLogger(__name__)
 
 UnrecoverableHandler = Callable[[str], None]
+# Returns once a request's client has disconnected.
+Disconnect = Callable[[], Awaitable[Any]]
+# A request queued at least this long starts watching for its client's disconnect.
+WATCH_AFTER_S = 0.1
+_WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
+_CLIENT_GONE = "the client disconnected before its response was ready"
 
 
 class Scheduler:
@@ -56,6 +62,7 @@ class Scheduler:
         )
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at_ns = 0
+        self._watch_timer: Optional[asyncio.TimerHandle] = None
         self._running: Set[asyncio.Task[None]] = set()
         self._accepting = True
         self._idle = asyncio.Event()
@@ -77,11 +84,15 @@ class Scheduler:
         if run_now is not None:
             self._track(asyncio.get_running_loop().create_task(run_now))
 
-    def submit_inline(self, request: InferenceRequest, sink: ResponseSink) -> Optional[Coroutine[Any, Any, None]]:
+    def submit_inline(
+        self, request: InferenceRequest, sink: ResponseSink, gone: Optional[Disconnect] = None
+    ) -> Optional[Coroutine[Any, Any, None]]:
         """Queue a request, or return the coroutine that runs it at once for the caller to await.
 
         A request that finds a free instance, an empty queue and no batching delay runs alone and
         at once (as Triton's batcher would run it); awaiting it in the caller's task saves a task.
+        A queued request whose client leaves (`gone()` returns) gives up its place: its client is
+        watched once it has waited WATCH_AFTER_S, so a request answered sooner costs no watcher.
         """
         if not self._accepting:
             self.stats.record_failure(0, FailureReason.REJECTED.value)
@@ -91,11 +102,16 @@ class Scheduler:
             entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
             return self._run(self._free.popleft(), [entry])
         try:
-            self._queues.push(request, sink)
+            entry = self._queues.push(request, sink)
         except InferenceError as error:
             self.stats.record_failure(0, error.reason.value)
             raise
-        self._schedule()
+        if gone is not None:
+            entry.gone = gone
+            if self._watch_timer is None:
+                self._watch_timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._watch_clients)
+        if self._free or entry.deadline_ns:  # else nothing can start before an instance frees (_release schedules)
+            self._schedule()
         return None
 
     def withdraw(self, sink: ResponseSink) -> None:
@@ -105,11 +121,39 @@ class Scheduler:
         """
         for entry in self._queues:
             if entry.sink is sink:
-                self._queues.take([entry])
-                entry.request.inputs = {}
-                self.stats.record_failure(time.monotonic_ns() - entry.enqueue_ns, FailureReason.CANCELED.value)
-                self._update_idle()
+                self._leave_queue(entry)
                 return
+
+    def _leave_queue(self, entry: Entry) -> None:
+        """Take out a queued request whose client went away (CANCELED), freeing its place and inputs."""
+        self._queues.take([entry])
+        entry.request.inputs = {}
+        self.stats.record_failure(time.monotonic_ns() - entry.enqueue_ns, FailureReason.CANCELED.value)
+        self._update_idle()
+
+    def _watch_clients(self) -> None:
+        """Start watching the clients of requests queued for WATCH_AFTER_S; look again later while any wait."""
+        self._watch_timer = None
+        if not self._queues.size:
+            return
+        due_ns = time.monotonic_ns() - _WATCH_AFTER_NS
+        for entry in self._queues:
+            if entry.gone is not None and entry.watcher is None and entry.enqueue_ns <= due_ns:
+                watcher = entry.watcher = asyncio.ensure_future(entry.gone())
+                watcher.add_done_callback(functools.partial(self._client_left, entry))
+        self._watch_timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._watch_clients)
+
+    def _client_left(self, entry: Entry, watcher: asyncio.Future[Any]) -> None:
+        """A watched client disconnected (or its watcher failed, which counts the same): cancel its queued request.
+
+        A request that has left the queue runs to its end; its response has nowhere to go and is dropped.
+        """
+        if watcher.cancelled():
+            return
+        watcher.exception()  # read, so that a failed watcher is not reported as never retrieved
+        if entry.queued:
+            self._leave_queue(entry)
+            entry.sink.fail(InferenceError.cancelled(_CLIENT_GONE))
 
     def _schedule(self) -> None:
         """Start every batch that is due on a free instance; arm a timer for the next decision."""
@@ -202,21 +246,21 @@ class Scheduler:
         """Call the instance with a batch and deliver the responses; the instance is freed at the end."""
         start_ns = time.monotonic_ns()
         instance.call_started_ns = start_ns
+        requests = []
         for entry in batch:
             entry.queue_ns = start_ns - entry.enqueue_ns
-        slots = [self._ordered_slot() for _ in batch] if self._ordered is not None else None
-        requests = [
-            Request(
-                data=entry.request.inputs,
-                parameters=entry.request.parameters,
-                requested_output_names=entry.request.requested_outputs,
+            request = entry.request
+            requests.append(
+                Request(
+                    data=request.inputs, parameters=request.parameters, requested_output_names=request.requested_outputs
+                )
             )
-            for entry in batch
-        ]
+        slots = [self._ordered_slot() for _ in batch] if self._ordered is not None else None
+        spec = self.spec
         infer_start_ns = time.monotonic_ns()
         infer_end_ns = output_end_ns = 0
         try:
-            if self.spec.decoupled:
+            if spec.decoupled:
                 await self._run_streaming(instance, batch, requests)
                 infer_end_ns = output_end_ns = time.monotonic_ns()
                 for index, entry in enumerate(batch):
@@ -224,16 +268,23 @@ class Scheduler:
             else:
                 results = await instance.call(requests)
                 infer_end_ns = time.monotonic_ns()
-                results = check_results(self.spec, results, len(batch))
-                outcomes = [self._outcome(result, entry) for entry, result in zip(batch, results)]
+                outcomes: List[Any] = []
+                for entry, result in zip(batch, check_results(spec, results, len(batch))):
+                    try:
+                        outcomes.append(build_response(spec, result, entry.request.requested_outputs))
+                    except InferenceError as error:  # wrong or oversized outputs fail only this request
+                        outcomes.append(error)
                 output_end_ns = time.monotonic_ns()
                 compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
-                for index, (entry, outcome) in enumerate(zip(batch, outcomes)):
-                    if isinstance(outcome, InferenceError):
-                        self._hand_over(slots, index, self._fail, entry, outcome)
-                        continue
-                    entry.compute_ns = compute
-                    self._hand_over(slots, index, self._respond, entry, outcome)
+                if slots is None:
+                    self._deliver(batch, outcomes, compute)
+                else:
+                    for index, (entry, outcome) in enumerate(zip(batch, outcomes)):
+                        if isinstance(outcome, InferenceError):
+                            self._hand_over(slots, index, self._fail, entry, outcome)
+                        else:
+                            entry.compute_ns = compute
+                            self._hand_over(slots, index, self._respond, entry, outcome)
         except BaseException as error:
             infer_end_ns = output_end_ns = time.monotonic_ns()
             failure = self._as_inference_error(error)
@@ -243,7 +294,7 @@ class Scheduler:
                 raise
         finally:
             self.stats.record_execution(
-                sum(entry.request.batch_size for entry in batch) if self.spec.batching else 1,
+                sum(entry.request.batch_size for entry in batch) if spec.batching else 1,
                 infer_start_ns - start_ns,
                 infer_end_ns - infer_start_ns,
                 output_end_ns - infer_end_ns,
@@ -263,12 +314,21 @@ class Scheduler:
         else:
             self._update_idle()
 
-    def _outcome(self, result: Any, entry: Entry) -> Union[InferenceResponse, InferenceError]:
-        """One request's response, or the error that fails only this request (wrong or oversized outputs)."""
-        try:
-            return build_response(self.spec, result, entry.request.requested_outputs)
-        except InferenceError as error:
-            return error
+    def _deliver(self, batch: List[Entry], outcomes: List[Any], compute: ComputeTimes) -> None:
+        """Hand each request of a batch its response or its error, and count them."""
+        now = time.monotonic_ns()
+        totals: List[int] = []
+        queues: List[int] = []
+        for entry, outcome in zip(batch, outcomes):
+            if isinstance(outcome, InferenceError):
+                self._fail(entry, outcome)
+                continue
+            totals.append(now - entry.enqueue_ns)
+            queues.append(entry.queue_ns)
+            entry.sink.deliver(outcome)
+            entry.sink.finish()
+        if totals:
+            self.stats.record_successes(totals, queues, compute)
 
     async def _run_streaming(self, instance: Instance, batch: List[Entry], requests: List[Request]) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
@@ -361,6 +421,9 @@ class Scheduler:
             task.cancel()
         if self._timer is not None:
             self._timer.cancel()
+        if self._watch_timer is not None:
+            self._watch_timer.cancel()
+            self._watch_timer = None
 
     def close_instances(self) -> None:
         """Let the instances' worker threads end (after any call still running)."""

@@ -46,6 +46,8 @@ class ModelSpec:
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)
     output_names: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    # Whether the first dimension of each tensor is the batch.
+    batching: bool = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Index tensors by name once."""
@@ -53,16 +55,12 @@ class ModelSpec:
         object.__setattr__(self, "output_by_name", {tensor.name: tensor for tensor in self.outputs})
         object.__setattr__(self, "required_inputs", frozenset(t.name for t in self.inputs if not t.optional))
         object.__setattr__(self, "output_names", tuple(tensor.name for tensor in self.outputs))
+        object.__setattr__(self, "batching", self.max_batch_size > 0)
 
     @property
     def version_str(self) -> str:
         """The version as the wire shows it."""
         return str(self.version)
-
-    @property
-    def batching(self) -> bool:
-        """Whether the first dimension of each tensor is the batch."""
-        return self.max_batch_size > 0
 
     def queue_policy(self, level: int) -> QueuePolicy:
         """The queue policy of a priority level (the default policy where none is given)."""
@@ -76,6 +74,37 @@ class ModelSpec:
     def check_input(self, name: str, datatype: str, shape: Sequence[int]) -> int:
         """Check one input against the config; return its batch size (1 for non-batching models)."""
         tensor = self.input_by_name.get(name)
+        if tensor is not None and datatype == tensor.datatype:
+            batch_size = self._fits(tensor, shape)
+            if batch_size >= 0:
+                return batch_size
+        return self._check_input(tensor, name, datatype, shape)
+
+    def _fits(self, tensor: TensorDef, shape: Sequence[int]) -> int:
+        """The batch size of a well-formed shape for `tensor` (every check passes), -1 for any other shape."""
+        wanted = tensor.dims
+        if self.batching:
+            if len(shape) != len(wanted) + 1:
+                return -1
+            batch_size = count = shape[0]
+            if not 0 <= batch_size <= self.max_batch_size:
+                return -1
+            dims = shape[1:]
+        else:
+            if len(shape) != len(wanted):
+                return -1
+            batch_size, count, dims = 1, 1, shape
+        for want, got in zip(wanted, dims):
+            if got < 0 or (want != got and want != -1):
+                return -1
+            count *= got
+        limit = self.max_tensor_elements
+        if limit and (count > limit or (not count and shape and max(shape) > limit)):
+            return -1
+        return batch_size
+
+    def _check_input(self, tensor: Optional[TensorDef], name: str, datatype: str, shape: Sequence[int]) -> int:
+        """check_input's full checks, in Triton's order, each with its message."""
         if tensor is None:
             raise InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
         if datatype != tensor.datatype:
@@ -121,7 +150,7 @@ class ModelSpec:
     def check_input_set(self, names: Sequence[str], batch_sizes: Sequence[int]) -> int:
         """Check that required inputs are present and batch sizes agree; return the request batch size."""
         required = self.required_inputs
-        if len(names) < len(required) or not required.issubset(names):
+        if len(names) != len(self.inputs) and (len(names) < len(required) or not required.issubset(names)):
             missing = [tensor.name for tensor in self.inputs if tensor.name in required and tensor.name not in names]
             raise InferenceError.invalid(
                 f"expected {len(required)} inputs but got {len(names)} inputs for model '{self.name}'. "
@@ -130,7 +159,7 @@ class ModelSpec:
             )
         if not batch_sizes:
             return 1
-        if self.batching and any(size != batch_sizes[0] for size in batch_sizes):
+        if self.batching and len(batch_sizes) > 1 and batch_sizes.count(batch_sizes[0]) != len(batch_sizes):
             raise InferenceError.invalid(
                 f"inputs of request for model '{self.name}' have different batch sizes {list(batch_sizes)}"
             )

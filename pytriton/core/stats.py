@@ -94,6 +94,19 @@ class ModelStats:
         for observer in self.observers:
             observer.request_succeeded(total_ns, queue_ns)
 
+    def record_successes(self, totals_ns: List[int], queues_ns: List[int], compute: ComputeTimes) -> None:
+        """Record the successful requests of one batch at once (they share the batch's compute times)."""
+        count = len(totals_ns)
+        inference = self.inference
+        inference["success"].add(sum(totals_ns), count)
+        inference["queue"].add(sum(queues_ns), count)
+        inference["compute_input"].add(compute[0] * count, count)
+        inference["compute_infer"].add(compute[1] * count, count)
+        inference["compute_output"].add(compute[2] * count, count)
+        for observer in self.observers:
+            for total_ns, queue_ns in zip(totals_ns, queues_ns):
+                observer.request_succeeded(total_ns, queue_ns)
+
     def record_first_response(self, ns: int) -> None:
         """A decoupled request sent its first response (metrics only)."""
         for observer in self.observers:

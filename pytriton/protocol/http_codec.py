@@ -52,23 +52,24 @@ def decode_infer_request(
     forwarded_headers: Optional[Mapping[str, str]] = None,
 ) -> DecodedRequest:
     """Decode an infer request body (JSON, optionally followed by binary tensors)."""
+    size = len(body)
     if header_length is None:
-        header_length = len(body)
+        header_length = size
     elif header_length == 0:
         return _decode_raw_body(spec, body, forwarded_headers)
-    elif header_length < 0 or header_length > len(body):
+    elif header_length < 0 or header_length > size:
         raise InferenceError.invalid(
-            f"Inference-Header-Content-Length {header_length} is out of range for a body of {len(body)} bytes"
+            f"Inference-Header-Content-Length {header_length} is out of range for a body of {size} bytes"
         )
-    document = parse_json_object(memoryview(body)[:header_length] if header_length < len(body) else body)
+    document = parse_json_object(body if header_length == size else memoryview(body)[:header_length])
     user_parameters, options = split_parameters(_mapping(document.get("parameters"), "parameters"), forwarded_headers)
     raw_inputs = document.get("inputs")
-    if not isinstance(raw_inputs, list):
+    if type(raw_inputs) is not list:
         raise InferenceError.invalid("the request JSON must have an 'inputs' array")
     inputs: Dict[str, np.ndarray] = {}
     batch_sizes: List[int] = []
     offset = header_length
-    view = memoryview(body)
+    view = memoryview(body) if header_length < size else None
     for raw in raw_inputs:
         name, datatype, shape, tensor_parameters = _tensor_header(raw)
         if name in inputs:
@@ -78,10 +79,10 @@ def decode_infer_request(
         if binary_size is not None:
             if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
                 raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
-            if offset + binary_size > len(body):
+            if view is None or offset + binary_size > size:
                 raise InferenceError.invalid(
                     f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, "
-                    f"{len(body) - offset} left"
+                    f"{size - offset} left"
                 )
             inputs[name] = array_from_raw(view[offset : offset + binary_size], datatype, shape, name)
             offset += binary_size
@@ -89,9 +90,9 @@ def decode_infer_request(
             inputs[name] = array_from_json(raw["data"], datatype, shape, name)
         else:
             raise InferenceError.invalid(f"input '{name}' has neither 'data' nor 'binary_data_size'")
-    if offset != len(body):
+    if offset != size:
         raise InferenceError.invalid(
-            f"unexpected {len(body) - offset} bytes of binary data after the last input of the request"
+            f"unexpected {size - offset} bytes of binary data after the last input of the request"
         )
     batch_size = spec.check_input_set(list(inputs), batch_sizes)
     requested, output_format = _requested_outputs(spec, document.get("outputs"), options.binary_data_output)
@@ -150,29 +151,33 @@ def parse_json_object(data: Union[Body, memoryview]) -> Dict[str, Any]:
     return document
 
 
-def _mapping(value: Any, what: str) -> Dict[str, Any]:
-    """An optional JSON object field."""
+def _mapping(value: Any, what: str, name: str = "") -> Dict[str, Any]:
+    """An optional JSON object field: `what` (of the tensor `name`, when given) must be an object."""
     if value is None:
         return {}
-    if not isinstance(value, dict):
-        raise InferenceError.invalid(f"'{what}' must be a JSON object")
+    if type(value) is not dict:
+        field = f"{what} '{name}'" if name else what
+        raise InferenceError.invalid(f"'{field}' must be a JSON object")
     return value
 
 
 def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
     """Name, datatype, shape and parameters of one input, type-checked."""
-    if not isinstance(raw, dict):
+    if type(raw) is not dict:
         raise InferenceError.invalid("each element of 'inputs' must be a JSON object")
     name = raw.get("name")
     datatype = raw.get("datatype")
     shape = raw.get("shape")
-    if not isinstance(name, str):
+    if type(name) is not str:
         raise InferenceError.invalid("each input must have a string 'name'")
-    if not isinstance(datatype, str) or not is_known_datatype(datatype):
+    if type(datatype) is not str or not is_known_datatype(datatype):
         raise InferenceError.invalid(f"input '{name}' has an invalid 'datatype': {datatype!r}")
-    if not isinstance(shape, list) or not all(type(dim) is int for dim in shape):
+    if type(shape) is not list:
         raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
-    return name, datatype, shape, _mapping(raw.get("parameters"), f"parameters of input '{name}'")
+    for dim in shape:
+        if type(dim) is not int:
+            raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
+    return name, datatype, shape, _mapping(raw.get("parameters"), "parameters of input", name)
 
 
 def _requested_outputs(
@@ -186,13 +191,17 @@ def _requested_outputs(
     names: List[str] = []
     binary: Dict[str, bool] = {}
     for raw in raw_outputs:
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        name = raw.get("name") if type(raw) is dict else None
+        if type(name) is not str:
             raise InferenceError.invalid("each element of 'outputs' must be an object with a string 'name'")
-        name = raw["name"]
-        parameters = _mapping(raw.get("parameters"), f"parameters of output '{name}'")
-        if parameters.get("classification"):
-            raise InferenceError.invalid(f"classification of output '{name}' is not supported")
-        binary[name] = parameters.get("binary_data", False) is True
+        parameters = raw.get("parameters")
+        if parameters is None:
+            binary[name] = False
+        else:
+            parameters = _mapping(parameters, "parameters of output", name)
+            if parameters.get("classification"):
+                raise InferenceError.invalid(f"classification of output '{name}' is not supported")
+            binary[name] = parameters.get("binary_data", False) is True
         names.append(name)
     spec.check_requested_outputs(names)
     return names, OutputFormat(binary, binary_default)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any, List, Sequence, Union
 
@@ -17,10 +18,7 @@ _LENGTH = struct.Struct("<I")
 
 def element_count(shape: Sequence[int]) -> int:
     """Number of elements of a shape."""
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
+    return math.prod(shape)
 
 
 def serialize_bytes_tensor(array: np.ndarray) -> bytes:
@@ -90,13 +88,13 @@ def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
 
 def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
     """Build an array from JSON `data` (flat or nested, row-major)."""
-    if datatype in ("FP16", BF16):
-        raise InferenceError.invalid(f"datatype {datatype} of input '{name}' is not supported in JSON, use binary data")
-    if not isinstance(data, list):
+    if type(data) is not list:
         data = [data]
-    count = element_count(shape)
     try:
-        if datatype == BYTES:
+        dtype = _JSON_NUMERIC.get(datatype)
+        if dtype is not None:  # any nesting: numpy flattens it row-major along with the reshape below
+            array = numeric_array(data, dtype)
+        elif datatype == BYTES:
             flat = _flatten(data)
             array = np.empty(len(flat), dtype=np.object_)
             array[:] = [_to_bytes(item, name) for item in flat]
@@ -106,11 +104,12 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
                 raise InferenceError.invalid(f"unable to parse 'data' of input '{name}': expected JSON booleans")
             array = np.array(flat, dtype=np.bool_)
         else:
-            array = numeric_array(data, numpy_dtype(datatype))
-            if array.ndim != 1:
-                array = array.reshape(-1)
+            raise InferenceError.invalid(
+                f"datatype {datatype} of input '{name}' is not supported in JSON, use binary data"
+            )
     except (ValueError, TypeError, OverflowError) as error:
         raise InferenceError.invalid(f"unable to parse 'data' of input '{name}' as {datatype}: {error}") from None
+    count = element_count(shape)
     if array.size != count:
         raise InferenceError.invalid(
             f"unexpected number of elements {array.size} in 'data' of input '{name}', shape {list(shape)} "
@@ -119,9 +118,18 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
     return array.reshape(shape)
 
 
+# Datatypes JSON carries as numbers (FP16 and BF16 travel as binary data only).
+_JSON_NUMERIC = {
+    datatype: numpy_dtype(datatype)
+    for datatype in ("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64")
+}
+
+
 def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
     """An array of numbers in `dtype`; values out of its range raise OverflowError on numpy 1 and 2 alike."""
     if dtype.kind == "f":
+        if dtype.itemsize == 8:  # every Python float fits a float64
+            return np.array(values, dtype=dtype)
         with np.errstate(over="raise"):  # a float beyond the dtype's range is an error, not a warning and inf
             try:
                 return np.array(values, dtype=dtype)
@@ -153,7 +161,7 @@ def json_from_array(array: np.ndarray, datatype: str) -> Any:
         return [_to_text(item) for item in array.flat]
     if datatype == BF16:
         array = array.astype(np.float32)
-    flat = np.ascontiguousarray(array).reshape(-1)
+    flat = array.ravel()  # a view when the array is C-contiguous, else a C-ordered copy
     if flat.dtype.byteorder == ">":
         flat = flat.astype(flat.dtype.newbyteorder("<"))
     return flat

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 import zlib
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Awaitable, Dict, List, Optional, Union
 
 import orjson
 
@@ -24,7 +24,6 @@ from pytriton.transport.http.responses import (
     Scope,
     Send,
     header_map,
-    send_body,
     send_empty,
     send_error,
     send_json,
@@ -84,7 +83,7 @@ class HttpFrontend:
         if scope["type"] != "http":
             return
         try:
-            await self._dispatch(scope, receive, send)
+            await self._route(scope, receive, send)
         except InferenceError as error:
             await send_error(send, error.status.http_status, error.message)
         except _HttpError as error:
@@ -93,8 +92,8 @@ class HttpFrontend:
             LOGGER.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             await send_error(send, 500, f"internal server error: {error}")
 
-    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Route a request by path and method."""
+    def _route(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The handler of a request, by path and method (routing itself awaits nothing)."""
         method: str = scope["method"]
         if self._access is not None:
             denial = self._access.http_denial(scope["path"], header_map(scope))
@@ -104,113 +103,124 @@ class HttpFrontend:
         if len(parts) < 2 or parts[0] != "" or parts[1] != "v2":
             raise _HttpError(404, "Not Found")
         if len(parts) >= 4 and parts[2] == "models" and parts[3] != "stats":
-            await self._model_route(scope, receive, send, method, parts[3], parts[4:])
-            return
+            return self._model_route(scope, receive, send, method, parts[3], parts[4:])
         route = "/".join(parts[2:])
         engine = self._engine
         if route == "":
             _allow(method, "GET")
-            await send_json(send, 200, documents.server_metadata(self._engine.server_name, self._server_version))
-        elif route == "health/live":
+            return send_json(send, 200, documents.server_metadata(self._engine.server_name, self._server_version))
+        if route == "health/live":
             _allow(method, "GET")
-            await send_empty(send, 200 if engine.live else 400)
-        elif route == "health/ready":
+            return send_empty(send, 200 if engine.live else 400)
+        if route == "health/ready":
             _allow(method, "GET")
-            await send_empty(send, 200 if engine.ready else 400)
-        elif route == "models/stats":
+            return send_empty(send, 200 if engine.ready else 400)
+        if route == "models/stats":
             _allow(method, "GET")
-            await send_json(send, 200, documents.model_statistics(engine.models()))
-        elif route == "repository/index":
+            return send_json(send, 200, documents.model_statistics(engine.models()))
+        if route == "repository/index":
             _allow(method, "POST")
-            await _read_body(receive, self._max_body_bytes)
-            await send_json(send, 200, documents.repository_index(engine.models()))
-        elif len(parts) == 6 and parts[2:4] == ["repository", "models"] and parts[5] in ("load", "unload"):
+            return self._repository_index(receive, send)
+        if len(parts) == 6 and parts[2:4] == ["repository", "models"] and parts[5] in ("load", "unload"):
             _allow(method, "POST")
-            await _read_body(receive, self._max_body_bytes)
-            if parts[5] == "load":
-                engine.load(parts[4])
-            else:
-                await engine.unload(parts[4])
-            await send_empty(send, 200)
-        elif route in ("logging", "trace/setting") and self._settings is not None:
-            await self._settings_route(receive, send, method, route, "")
-        else:
-            raise _HttpError(404, "Not Found")
+            return self._repository_load(receive, send, parts[4], parts[5] == "load")
+        if route in ("logging", "trace/setting") and self._settings is not None:
+            return self._settings_route(receive, send, method, route, "")
+        raise _HttpError(404, "Not Found")
 
-    async def _model_route(
+    def _model_route(
         self, scope: Scope, receive: Receive, send: Send, method: str, name: str, rest: List[str]
-    ) -> None:
-        """Routes under /v2/models/{name}[/versions/{version}]."""
+    ) -> Awaitable[None]:
+        """The handler of a route under /v2/models/{name}[/versions/{version}]."""
         version = ""
         if len(rest) >= 2 and rest[0] == "versions":
             version, rest = rest[1], rest[2:]
         if rest == ["trace", "setting"] and self._settings is not None:
-            await self._settings_route(receive, send, method, "trace/setting", name)
-            return
+            return self._settings_route(receive, send, method, "trace/setting", name)
         if len(rest) > 1 or (rest and rest[0] not in _MODEL_ACTIONS):
             raise _HttpError(404, "Not Found")
         action = rest[0] if rest else ""
         _allow(method, _MODEL_ACTIONS[action])
         engine = self._engine
         if action == "infer":
-            await self._infer(scope, receive, send, name, version)
-        elif action == "generate":
-            await self._generate(scope, receive, send, name, version)
-        elif action == "generate_stream":
-            await self._generate_stream(scope, receive, send, name, version)
-        elif action == "ready":
+            return self._infer(scope, receive, send, name, version)
+        if action == "generate":
+            return self._generate(scope, receive, send, name, version)
+        if action == "generate_stream":
+            return self._generate_stream(scope, receive, send, name, version)
+        if action == "ready":
             if engine.model_ready(name, version):
-                await send_empty(send, 200)
-            else:
-                await send_error(send, 400, "Model version not ready")
-        elif action == "config":
+                return send_empty(send, 200)
+            return send_error(send, 400, "Model version not ready")
+        if action == "config":
             model = engine.model(name, version)
-            await send_json(send, 200, documents.model_config(model.spec, engine.has_cache))
-        elif action == "stats":
+            return send_json(send, 200, documents.model_config(model.spec, engine.has_cache))
+        if action == "stats":
             model = engine.model(name, version)
             models = [model] if version else [m for m in engine.models() if m.spec.name == name]
-            await send_json(send, 200, documents.model_statistics(models))
+            return send_json(send, 200, documents.model_statistics(models))
+        return send_json(send, 200, documents.model_metadata(engine.model(name, version).spec))
+
+    async def _repository_index(self, receive: Receive, send: Send) -> None:
+        """POST /v2/repository/index."""
+        await _read_body(receive, self._max_body_bytes)
+        await send_json(send, 200, documents.repository_index(self._engine.models()))
+
+    async def _repository_load(self, receive: Receive, send: Send, name: str, load: bool) -> None:
+        """POST /v2/repository/models/{name}/load or unload."""
+        await _read_body(receive, self._max_body_bytes)
+        if load:
+            self._engine.load(name)
         else:
-            await send_json(send, 200, documents.model_metadata(engine.model(name, version).spec))
+            await self._engine.unload(name)
+        await send_empty(send, 200)
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
         """POST .../infer."""
         model = self._engine.model(name, version)
-        if model.spec.decoupled:
+        spec = model.spec
+        if spec.decoupled:
             raise InferenceError.invalid(
                 f"model '{name}' is decoupled and streams its responses: use the generate_stream endpoint or "
                 "gRPC ModelStreamInfer"
             )
-        headers = header_map(scope)
+        encoding = accept = raw_length = None
+        for header, value in scope["headers"]:  # the three headers read here, without a dict of all of them
+            if header == b"inference-header-content-length":
+                raw_length = value
+            elif header == b"content-encoding":
+                encoding = value
+            elif header == b"accept-encoding":
+                accept = value
         body = await _read_body(receive, self._max_body_bytes)
-        encoding = headers.get("content-encoding")
         if encoding:
-            body = _decompress(body, encoding, self._max_body_bytes)
+            body = _decompress(body, encoding.decode("latin-1"), self._max_body_bytes)
         header_length: Optional[int] = None
-        raw_length = headers.get("inference-header-content-length")
         if raw_length is not None:
             try:
                 header_length = int(raw_length)
             except ValueError:
-                raise _HttpError(400, f"invalid Inference-Header-Content-Length: '{raw_length}'") from None
+                text = raw_length.decode("latin-1")
+                raise _HttpError(400, f"invalid Inference-Header-Content-Length: '{text}'") from None
             if isinstance(body, bytes):
                 body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
-        forwarded = self._forwarded_headers(headers)
-        decoded = decode_infer_request(model.spec, body, header_length, forwarded)
+        forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
+        decoded = decode_infer_request(spec, body, header_length, forwarded)
         response = await model.infer(decoded.request, gone=lambda: _until_disconnect(receive))
         json_part, binary_parts, json_length = encode_infer_response(
-            model.spec, decoded.request.id, response, decoded.output_format
+            spec, decoded.request.id, response, decoded.output_format
         )
         if binary_parts:
             out = b"".join([json_part, *binary_parts])
-            out_headers = [OCTET_TYPE, (b"inference-header-content-length", str(json_length).encode())]
+            out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
         else:
             out = json_part
             out_headers = [JSON_TYPE]
-        accept = headers.get("accept-encoding")
         if accept:
-            out = _compress(out, accept, out_headers)
-        await send_body(send, 200, out, out_headers)
+            out = _compress(out, accept.decode("latin-1"), out_headers)
+        out_headers.append((b"content-length", b"%d" % len(out)))
+        await send({"type": "http.response.start", "status": 200, "headers": out_headers})
+        await send({"type": "http.response.body", "body": out})
 
     async def _generate(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
         """POST .../generate: one flat JSON response."""
@@ -281,9 +291,9 @@ class HttpFrontend:
 
     def _forwarded_headers(self, headers: Dict[str, str]) -> Optional[Dict[str, str]]:
         """Headers matching http_header_forward_pattern, handed to the callable as parameters."""
-        if self._forward is None:
-            return None
         pattern = self._forward
+        if pattern is None:
+            return None
         return {name: value for name, value in headers.items() if pattern.search(name)}
 
 
