@@ -6,7 +6,7 @@ import asyncio
 import enum
 import inspect
 import threading
-from typing import Any, AsyncIterator, Callable, List, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Tuple
 
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request
@@ -58,11 +58,14 @@ class Instance:
         """Call `callback(*args)` once the instance thread finished every call, also those nobody waits for now."""
         self._worker.when_idle(callback, *args)
 
-    async def call(self, requests: List[Request]) -> Step:
-        """Run a non-streaming callable once and return its result."""
+    def start(self, requests: List[Request], hand_over: bool = False) -> Awaitable[Step]:
+        """Start a non-streaming call now; await the result (`hand_over`: see WorkerThread.submit).
+
+        A sync callable starts in the instance thread before this returns; an async one runs when awaited.
+        """
         if self.kind is CallableKind.ASYNC:
-            return await self.fn(requests)
-        return await self._worker.submit(self.fn, requests)
+            return self.fn(requests)  # type: ignore[no-any-return]
+        return self._worker.submit(self.fn, requests, hand_over=hand_over)
 
     async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Yield each step of any callable; a plain callable yields once. Setting `stop` ends a generator."""
@@ -79,7 +82,7 @@ class Instance:
             async for step in self._sync_generator_steps(requests, stop):
                 yield step
         else:
-            yield await self.call(requests)
+            yield await self.start(requests)
 
     async def _sync_generator_steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Iterate a sync generator in the instance thread, handing each step to the loop."""

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import threading
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set
+from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
 
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.instances import Instance
@@ -31,6 +30,9 @@ Disconnect = Callable[[], Awaitable[Any]]
 WATCH_AFTER_S = 0.1
 _WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
 _CLIENT_GONE = "the client disconnected before its response was ready"
+# uvloop's timers count whole milliseconds (a delay is rounded to the nearest one): a timer may fire up to
+# half a millisecond early. Rounding up instead would make every batch wait up to a millisecond too long.
+_TIMER_SLACK_NS = 500_000
 
 
 class Scheduler:
@@ -100,7 +102,7 @@ class Scheduler:
         self._idle.clear()
         if self._free and not self._queues.size and not self._delay_ns:
             entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
-            return self._run(self._free.popleft(), [entry])
+            return self._launch(self._free.popleft(), [entry])
         try:
             entry = self._queues.push(request, sink)
         except InferenceError as error:
@@ -155,14 +157,14 @@ class Scheduler:
             self._leave_queue(entry)
             entry.sink.fail(InferenceError.cancelled(_CLIENT_GONE))
 
-    def _schedule(self) -> None:
-        """Start every batch that is due on a free instance; arm a timer for the next decision."""
+    def _schedule(self, slack_ns: int = 0) -> None:
+        """Start every batch that is due (within `slack_ns`) on a free instance; arm a timer for the next decision."""
         now = time.monotonic_ns()
         for entry in self._queues.expire(now):
             self._fail(entry, InferenceError.unavailable(TIMEOUT_MESSAGE))
         wake_at: Optional[int] = None
         while self._free and self._queues.size:
-            batch, wake_at = self._form_batch(now)
+            batch, wake_at = self._form_batch(now + slack_ns)
             if not batch:
                 break
             self._start(self._free.popleft(), batch)
@@ -217,33 +219,36 @@ class Scheduler:
         return taken, None
 
     def _arm_timer(self, wake_at_ns: Optional[int], now_ns: int) -> None:
-        """Make sure `_schedule` runs again at `wake_at_ns` (millisecond granularity, never early)."""
+        """Make sure `_schedule` runs again at `wake_at_ns`."""
         if wake_at_ns is None:
             return
         if self._timer is not None and not self._timer.cancelled() and self._timer_at_ns <= wake_at_ns:
             return
         if self._timer is not None:
             self._timer.cancel()
-        delay_s = math.ceil(max(wake_at_ns - now_ns, 0) / 1_000_000) / 1000
         self._timer_at_ns = wake_at_ns
-        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+        self._timer = asyncio.get_running_loop().call_later(max(wake_at_ns - now_ns, 0) / 1e9, self._on_timer)
 
     def _on_timer(self) -> None:
-        """Timer callback."""
+        """Timer callback: what is due within the timer's resolution is due."""
         self._timer = None
-        self._schedule()
+        self._schedule(_TIMER_SLACK_NS)
 
     def _start(self, instance: Instance, batch: List[Entry]) -> None:
-        """Run a batch on an instance in its own task."""
-        self._track(asyncio.get_running_loop().create_task(self._run(instance, batch)))
+        """Start a batch on an instance now; a task of its own waits for it and delivers the responses."""
+        self._track(asyncio.get_running_loop().create_task(self._launch(instance, batch, hand_over=True)))
 
     def _track(self, task: asyncio.Task[None]) -> None:
         """Keep a batch task until it ends (drain() cancels what is left)."""
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _run(self, instance: Instance, batch: List[Entry]) -> None:
-        """Call the instance with a batch and deliver the responses; the instance is freed at the end."""
+    def _launch(self, instance: Instance, batch: List[Entry], hand_over: bool = False) -> Coroutine[Any, Any, None]:
+        """Start a batch on an instance now; the returned coroutine waits for it and delivers the responses.
+
+        A batch from the queue is handed over to the instance thread (the loop has more work waiting); a
+        request that found the instance idle is not (the loop has none).
+        """
         start_ns = time.monotonic_ns()
         instance.call_started_ns = start_ns
         requests = []
@@ -256,18 +261,39 @@ class Scheduler:
                 )
             )
         slots = [self._ordered_slot() for _ in batch] if self._ordered is not None else None
-        spec = self.spec
         infer_start_ns = time.monotonic_ns()
+        call = None if self.spec.decoupled else instance.start(requests, hand_over)
+        return self._run(instance, batch, requests, slots, call, (start_ns, infer_start_ns))
+
+    async def _run(
+        self,
+        instance: Instance,
+        batch: List[Entry],
+        requests: List[Request],
+        slots: Optional[List[List[Optional[Callable[[], None]]]]],
+        call: Optional[Awaitable[Any]],
+        started_ns: Tuple[int, int],
+    ) -> None:
+        """Wait for a batch's call (`call`, started already; None: a decoupled model's, started here) and respond.
+
+        The instance is freed as soon as its call returns, before its outputs are checked and the responses
+        go out: the next batch then starts first and the model works while the loop finishes this one.
+        """
+        spec = self.spec
+        start_ns, infer_start_ns = started_ns  # when the batch left the queue, when its call started
         infer_end_ns = output_end_ns = 0
+        released = False
         try:
-            if spec.decoupled:
+            if call is None:
                 await self._run_streaming(instance, batch, requests)
                 infer_end_ns = output_end_ns = time.monotonic_ns()
                 for index, entry in enumerate(batch):
                     self._hand_over(slots, index, self._end_stream, entry)
             else:
-                results = await instance.call(requests)
+                results = await call
                 infer_end_ns = time.monotonic_ns()
+                instance.when_idle(self._release, instance)
+                released = True
                 outcomes: List[Any] = []
                 for entry, result in zip(batch, check_results(spec, results, len(batch))):
                     try:
@@ -301,9 +327,10 @@ class Scheduler:
             )
             for entry in batch:
                 entry.request.inputs = {}
-            # A call the loop stopped waiting for (client gone, shutdown) may still run in the instance
-            # thread: the instance takes new work only once that call has returned.
-            instance.when_idle(self._release, instance)
+            if not released:
+                # A call the loop stopped waiting for (client gone, shutdown) may still run in the instance
+                # thread: the instance takes new work only once that call has returned.
+                instance.when_idle(self._release, instance)
 
     def _release(self, instance: Instance) -> None:
         """An instance finished its call: give it the next batch."""

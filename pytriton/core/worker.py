@@ -8,6 +8,8 @@ import threading
 from typing import Any, Callable, List, Optional, Tuple
 
 _Job = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...]]
+# How long submit(hand_over=True) waits for the thread to take its job.
+HAND_OVER_S = 0.001
 
 
 class WorkerThread:
@@ -17,6 +19,7 @@ class WorkerThread:
         """Create the worker; its thread starts with the first job."""
         self.name = name
         self._jobs: queue.SimpleQueue[Optional[_Job]] = queue.SimpleQueue()
+        self._taken: queue.SimpleQueue[None] = queue.SimpleQueue()  # one item per job the thread has taken
         self._thread: Optional[threading.Thread] = None
         self._unfinished = 0  # jobs submitted and not finished yet (read and written on the loop only)
         self._on_idle: List[Tuple[Callable[..., None], Tuple[Any, ...]]] = []
@@ -28,8 +31,13 @@ class WorkerThread:
         else:
             callback(*args)
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        """Run `fn(*args)` in the thread; the returned future settles on the calling loop."""
+    def submit(self, fn: Callable[..., Any], *args: Any, hand_over: bool = False) -> asyncio.Future[Any]:
+        """Run `fn(*args)` in the thread; the returned future settles on the calling loop.
+
+        With `hand_over`, wait (at most HAND_OVER_S) until the thread has taken the job. A loop with
+        more work waiting (responses to send, requests to read) keeps the GIL for as long as the
+        interpreter's switch interval (5 ms): without the hand-over the job waits that long to start.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if self._thread is None:
@@ -37,6 +45,11 @@ class WorkerThread:
             self._thread.start()
         self._unfinished += 1
         self._jobs.put((loop, future, fn, args))
+        if hand_over:
+            try:
+                self._taken.get(timeout=HAND_OVER_S)
+            except queue.Empty:
+                pass  # it will take the job later; its note of it is read by the next hand-over
         return future
 
     def _work(self) -> None:
@@ -46,6 +59,7 @@ class WorkerThread:
             if job is None:
                 return
             loop, future, fn, args = job
+            self._taken.put(None)
             result: Any = None
             error: Optional[BaseException] = None
             try:
