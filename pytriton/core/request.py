@@ -10,7 +10,7 @@ import numpy as np
 RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
 )
-ShapeKey = Tuple[Tuple[str, Tuple[int, ...], np.dtype], ...]
+ShapeKey = Tuple[Tuple[str, Tuple[int, ...]], ...]
 # The one `triton_` parameter clients may send.
 EMPTY_FINAL_RESPONSE_PARAMETER = "triton_enable_empty_final_response"
 
@@ -55,10 +55,13 @@ class InferenceRequest:
 
     @property
     def shape_key(self) -> ShapeKey:
-        """Requests batch together only when their non-batch dims agree (Triton's rule); computed when first asked."""
+        """Requests batch together only when their non-batch dims agree (Triton's rule); computed when first asked.
+
+        Names and shapes only: an input's dtype follows from its datatype, which the model fixes.
+        """
         key = self._shape_key
         if key is None:
-            key = self._shape_key = tuple((name, array.shape[1:], array.dtype) for name, array in self.inputs.items())
+            key = self._shape_key = tuple([(name, array.shape[1:]) for name, array in self.inputs.items()])
         return key
 
 

@@ -48,6 +48,8 @@ class ModelSpec:
     output_names: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # Whether the first dimension of each tensor is the batch.
     batching: bool = dataclasses.field(init=False, repr=False, compare=False)
+    # The version as the wire shows it.
+    version_str: str = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Index tensors by name once."""
@@ -56,11 +58,7 @@ class ModelSpec:
         object.__setattr__(self, "required_inputs", frozenset(t.name for t in self.inputs if not t.optional))
         object.__setattr__(self, "output_names", tuple(tensor.name for tensor in self.outputs))
         object.__setattr__(self, "batching", self.max_batch_size > 0)
-
-    @property
-    def version_str(self) -> str:
-        """The version as the wire shows it."""
-        return str(self.version)
+        object.__setattr__(self, "version_str", str(self.version))
 
     def queue_policy(self, level: int) -> QueuePolicy:
         """The queue policy of a priority level (the default policy where none is given)."""

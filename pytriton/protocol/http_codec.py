@@ -28,10 +28,6 @@ class OutputFormat:
         self.binary_by_name = binary_by_name
         self.binary_default = binary_default
 
-    def is_binary(self, name: str) -> bool:
-        """Whether an output goes as binary data."""
-        return self.binary_by_name.get(name, self.binary_default)
-
 
 class DecodedRequest:
     """An HTTP infer request decoded for the engine."""
@@ -217,9 +213,10 @@ def encode_infer_response(
     """Encode a response: the JSON part, the binary parts after it, and the JSON part's length."""
     outputs: List[Dict[str, Any]] = []
     binary_parts: List[Any] = []
+    binary_by_name, binary_default = output_format.binary_by_name, output_format.binary_default
     for output in response.outputs:
         entry: Dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": output.array.shape}
-        if output_format.is_binary(output.name):
+        if binary_by_name.get(output.name, binary_default):
             raw = raw_from_array(output.array, output.datatype)
             entry["parameters"] = {"binary_data_size": len(raw) if not isinstance(raw, memoryview) else raw.nbytes}
             binary_parts.append(raw)

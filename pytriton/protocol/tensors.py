@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, List, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -130,6 +130,10 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
     if dtype.kind == "f":
         if dtype.itemsize == 8:  # every Python float fits a float64
             return np.array(values, dtype=dtype)
+        if dtype == _FLOAT32 and type(values) is list and len(values) <= _PACK_LIMIT:
+            packed = _packed_float32(values)
+            if packed is not None:
+                return packed
         with np.errstate(over="raise"):  # a float beyond the dtype's range is an error, not a warning and inf
             try:
                 return np.array(values, dtype=dtype)
@@ -153,6 +157,26 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
     if array.min() < info.min or array.max() > info.max:
         raise OverflowError(f"values outside the range of {dtype.name}")
     return array.astype(dtype)
+
+
+_FLOAT32 = np.dtype(np.float32)
+_PACK_LIMIT = 1 << 16  # values packed in one struct call (they become its arguments)
+
+
+def _packed_float32(values: List[Any]) -> Optional[np.ndarray]:
+    """A flat list of numbers as float32, or None when it is not one (nested lists, strings, ...).
+
+    struct refuses out-of-range values itself, which costs far less than numpy's conversion under
+    np.errstate (what everything else goes through).
+    """
+    buffer = bytearray(4 * len(values))
+    try:
+        struct.pack_into(f"={len(values)}f", buffer, 0, *values)
+    except struct.error:
+        return None
+    except OverflowError:
+        raise OverflowError("values outside the range of float32") from None
+    return np.frombuffer(buffer, dtype=_FLOAT32)
 
 
 def json_from_array(array: np.ndarray, datatype: str) -> Any:

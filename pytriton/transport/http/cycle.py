@@ -146,14 +146,16 @@ class RequestCycle:
     # -- helpers ----------------------------------------------------------------------------
 
     def _build_head(self, status: int, headers: Any) -> bytes:
-        """The status line and headers; chunked framing when the app gives no content-length."""
+        """The status line and headers; chunked framing when the app gives no content-length.
+
+        Header names are taken as lower-case, as ASGI asks of apps (this server's apps all are).
+        """
         lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode("latin-1")]
         has_length = False
         for name, value in headers:
-            lowered = name.lower()
-            if lowered == b"content-length":
+            if name == b"content-length":
                 has_length = True
-            elif lowered == b"connection" and value.lower() == b"close":
+            elif name == b"connection" and value.lower() == b"close":
                 self.keep_alive = False
                 continue
             lines.append(b"%s: %s\r\n" % (name, value))
