@@ -44,8 +44,20 @@ class ServerState:
         self.app = app
         self.limits = limits
         self.connections: Set[HttpConnection] = set()
-        self.all_closed = asyncio.Event()
-        self.all_closed.set()
+        self._all_closed: Optional[asyncio.Future[None]] = None  # made on the loop by wait_closed()
+
+    def forget(self, connection: HttpConnection) -> None:
+        """A connection closed."""
+        self.connections.discard(connection)
+        waiter = self._all_closed
+        if not self.connections and waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_closed(self) -> None:
+        """Return once every connection has closed."""
+        if self.connections:
+            self._all_closed = asyncio.get_running_loop().create_future()
+            await self._all_closed
 
 
 class HttpConnection(asyncio.Protocol):
@@ -89,17 +101,13 @@ class HttpConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         state = self._state
         state.connections.add(self)
-        state.all_closed.clear()
         self._address = (_address(transport.get_extra_info("sockname")), _address(transport.get_extra_info("peername")))
         self._over_cap = len(state.connections) > self._limits.max_connections
         self._enter(_IDLE, self._limits.keep_alive_timeout_s)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         """Tell every request of the connection that its client left."""
-        state = self._state
-        state.connections.discard(self)
-        if not state.connections:
-            state.all_closed.set()
+        self._state.forget(self)
         self._phase = _APP
         if self._timer is not None:
             self._timer.cancel()

@@ -46,7 +46,7 @@ class AsgiServer:
         for connection in list(state.connections):
             connection.shutdown()
         try:
-            await asyncio.wait_for(state.all_closed.wait(), STOP_GRACE_S)
+            await asyncio.wait_for(state.wait_closed(), STOP_GRACE_S)
         except asyncio.TimeoutError:
             for connection in list(state.connections):
                 connection.abort()
