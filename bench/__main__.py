@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import os
 import pathlib
 import platform
@@ -89,7 +90,10 @@ def build_targets(args: argparse.Namespace, workdir: pathlib.Path) -> List[serve
             else:
                 targets.append(target)
         elif name == "asgi":
-            targets.append(servers.asgi_target())
+            if importlib.util.find_spec("uvicorn") is None:
+                log("NOTE: uvicorn is not installed (pip install -e \".[bench]\"): skipping the 'asgi' ceiling")
+            else:
+                targets.append(servers.asgi_target())
         elif name == "asgi-pt":
             targets.append(servers.asgi_pytriton_target())
         else:
