@@ -67,8 +67,7 @@ class Scheduler:
         self._watch_timer: Optional[asyncio.TimerHandle] = None
         self._running: Set[asyncio.Task[None]] = set()
         self._accepting = True
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._drained: Optional[asyncio.Future[None]] = None  # drain() waits on it until nothing is left
 
     @property
     def instances(self) -> List[Instance]:
@@ -99,7 +98,6 @@ class Scheduler:
         if not self._accepting:
             self.stats.record_failure(0, FailureReason.REJECTED.value)
             raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
-        self._idle.clear()
         if self._free and not self._queues.size and not self._delay_ns:
             entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
             return self._launch(self._free.popleft(), [entry])
@@ -429,18 +427,26 @@ class Scheduler:
         self.stats.record_failure(time.monotonic_ns() - entry.enqueue_ns, error.reason.value)
         entry.sink.fail(error)
 
+    @property
+    def _idle(self) -> bool:
+        """Whether nothing is queued or running."""
+        return not self._queues.size and len(self._free) == len(self._instances)
+
     def _update_idle(self) -> None:
-        """Signal drain() when nothing is queued or running."""
-        if not self._queues.size and len(self._free) == len(self._instances):
-            self._idle.set()
+        """Wake drain() once nothing is queued or running."""
+        drained = self._drained
+        if drained is not None and not drained.done() and self._idle:
+            drained.set_result(None)
 
     async def drain(self, timeout_s: float) -> None:
         """Stop taking requests, let queued and running ones finish up to a timeout, then fail the rest."""
         self._accepting = False
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
-        except asyncio.TimeoutError:
-            pass
+        if not self._idle:
+            self._drained = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._drained, timeout=timeout_s)
+            except asyncio.TimeoutError:
+                pass
         error = InferenceError.unavailable(f"model '{self.spec.name}' stopped before the request was served")
         for entry in self._queues.drain():
             entry.sink.fail(error)
