@@ -67,23 +67,29 @@ def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: st
             )
         return flat.reshape(shape)
     expected = count * ELEMENT_SIZE[datatype]
-    if len(buffer) != expected:
+    size = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
+    if size != expected:
         raise InferenceError.invalid(
-            f"unexpected total byte size {len(buffer)} for inference input '{name}', expecting {expected}"
+            f"unexpected total byte size {size} for inference input '{name}', expecting {expected}"
         )
-    return np.frombuffer(buffer, dtype=numpy_dtype(datatype), count=count).reshape(shape)
+    return np.ndarray(shape, numpy_dtype(datatype), buffer)  # a view, in one call (frombuffer + reshape: two)
 
 
 def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
     """Raw wire bytes of an array (a zero-copy view when the array is contiguous little-endian)."""
     if datatype == BYTES:
         return serialize_bytes_tensor(array)
-    if datatype == BF16 and array.dtype != BF16_DTYPE:
-        array = array.astype(BF16_DTYPE)
-    wire = np.ascontiguousarray(array)
-    if wire.dtype.byteorder == ">":
-        wire = wire.astype(wire.dtype.newbyteorder("<"))
-    return memoryview(wire.reshape(-1).view(np.uint8).data)
+    if datatype == BF16:
+        if array.dtype != BF16_DTYPE:
+            array = array.astype(BF16_DTYPE)
+        return np.ascontiguousarray(array).view(np.uint8).reshape(-1).data  # no buffer format for bfloat16
+    if not array.size:
+        return memoryview(b"")  # a view with a zero in its shape cannot be cast
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return array.data.cast("B")
 
 
 def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
