@@ -11,10 +11,11 @@ from pytriton.core.cache import ResponseCache, cache_key
 from pytriton.core.errors import InferenceError
 from pytriton.core.instances import Instance
 from pytriton.core.request import InferenceRequest, InferenceResponse
-from pytriton.core.scheduler import Disconnect, Scheduler, UnrecoverableHandler
+from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import FutureSink, StreamSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ModelStats
+from pytriton.core.watch import Disconnect
 
 
 class ModelState(enum.Enum):

@@ -10,6 +10,7 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
 
+from pytriton.core.batcher import BatchRules
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.instances import Instance
 from pytriton.core.outputs import build_response, check_results
@@ -18,17 +19,13 @@ from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
+from pytriton.core.watch import Disconnect, QueueWatch
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.proxy.types import Request
 
 LOGGER = logging.getLogger(__name__)
 
 UnrecoverableHandler = Callable[[str], None]
-# Returns once a request's client has disconnected.
-Disconnect = Callable[[], Awaitable[Any]]
-# A request queued at least this long starts watching for its client's disconnect.
-WATCH_AFTER_S = 0.1
-_WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
 _CLIENT_GONE = "the client disconnected before its response was ready"
 # uvloop's timers count whole milliseconds (a delay is rounded to the nearest one): a timer may fire up to
 # half a millisecond early. Rounding up instead would make every batch wait up to a millisecond too long.
@@ -55,16 +52,14 @@ class Scheduler:
         self._free: Deque[Instance] = deque(instances)
         self._queues = PriorityQueues(spec)
         self._on_unrecoverable = on_unrecoverable
+        self._rules = BatchRules(spec)
         batcher = spec.batcher
-        self._delay_ns = (batcher.max_queue_delay_microseconds * 1000) if batcher else 0
-        preferred = (batcher.preferred_batch_size if batcher else None) or []
-        self._preferred = frozenset(size for size in preferred if 0 < size <= spec.max_batch_size)
         self._ordered: Optional[Deque[List[Optional[Callable[[], None]]]]] = (
             deque() if batcher and batcher.preserve_ordering and len(instances) > 1 else None
         )
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at_ns = 0
-        self._watch_timer: Optional[asyncio.TimerHandle] = None
+        self._watch = QueueWatch(self._queues, self._client_left)
         self._running: Set[asyncio.Task[None]] = set()
         self._accepting = True
         self._drained: Optional[asyncio.Future[None]] = None  # drain() waits on it until nothing is left
@@ -92,13 +87,12 @@ class Scheduler:
 
         A request that finds a free instance, an empty queue and no batching delay runs alone and
         at once (as Triton's batcher would run it); awaiting it in the caller's task saves a task.
-        A queued request whose client leaves (`gone()` returns) gives up its place: its client is
-        watched once it has waited WATCH_AFTER_S, so a request answered sooner costs no watcher.
+        A queued request whose client leaves (`gone()` returns) gives up its place (see QueueWatch).
         """
         if not self._accepting:
             self.stats.record_failure(0, FailureReason.REJECTED.value)
             raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
-        if self._free and not self._queues.size and not self._delay_ns:
+        if self._free and not self._queues.size and not self._rules.delay_ns:
             entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
             return self._launch(self._free.popleft(), [entry])
         try:
@@ -107,9 +101,7 @@ class Scheduler:
             self.stats.record_failure(0, error.reason.value)
             raise
         if gone is not None:
-            entry.gone = gone
-            if self._watch_timer is None:
-                self._watch_timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._watch_clients)
+            self._watch.watch(entry, gone)
         if self._free or entry.deadline_ns:  # else nothing can start before an instance frees (_release schedules)
             self._schedule()
         return None
@@ -131,29 +123,10 @@ class Scheduler:
         self.stats.record_failure(time.monotonic_ns() - entry.enqueue_ns, FailureReason.CANCELED.value)
         self._update_idle()
 
-    def _watch_clients(self) -> None:
-        """Start watching the clients of requests queued for WATCH_AFTER_S; look again later while any wait."""
-        self._watch_timer = None
-        if not self._queues.size:
-            return
-        due_ns = time.monotonic_ns() - _WATCH_AFTER_NS
-        for entry in self._queues:
-            if entry.gone is not None and entry.watcher is None and entry.enqueue_ns <= due_ns:
-                watcher = entry.watcher = asyncio.ensure_future(entry.gone())
-                watcher.add_done_callback(functools.partial(self._client_left, entry))
-        self._watch_timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._watch_clients)
-
-    def _client_left(self, entry: Entry, watcher: asyncio.Future[Any]) -> None:
-        """A watched client disconnected (or its watcher failed, which counts the same): cancel its queued request.
-
-        A request that has left the queue runs to its end; its response has nowhere to go and is dropped.
-        """
-        if watcher.cancelled():
-            return
-        watcher.exception()  # read, so that a failed watcher is not reported as never retrieved
-        if entry.queued:
-            self._leave_queue(entry)
-            entry.sink.fail(InferenceError.cancelled(_CLIENT_GONE))
+    def _client_left(self, entry: Entry) -> None:
+        """A queued request's client disconnected: the request leaves the queue, CANCELLED."""
+        self._leave_queue(entry)
+        entry.sink.fail(InferenceError.cancelled(_CLIENT_GONE))
 
     def _schedule(self, slack_ns: int = 0) -> None:
         """Start every batch that is due (within `slack_ns`) on a free instance; arm a timer for the next decision."""
@@ -162,7 +135,7 @@ class Scheduler:
             self._fail(entry, InferenceError.unavailable(TIMEOUT_MESSAGE))
         wake_at: Optional[int] = None
         while self._free and self._queues.size:
-            batch, wake_at = self._form_batch(now + slack_ns)
+            batch, wake_at = self._rules.take_batch(self._queues, now + slack_ns)
             if not batch:
                 break
             self._start(self._free.popleft(), batch)
@@ -171,50 +144,6 @@ class Scheduler:
             wake_at = deadline
         self._arm_timer(wake_at, now)
         self._update_idle()
-
-    def _form_batch(self, now: int) -> tuple[List[Entry], Optional[int]]:
-        """The batch to run now, or none and the time to look again (Triton's dynamic batcher rules)."""
-        spec = self.spec
-        taken: List[Entry] = []
-        dead: List[Entry] = []
-        size = 0
-        preferred_cut = 0
-        full = False
-        shape_key: Any = None
-        for entry in self._queues:
-            if entry.sink.done():
-                dead.append(entry)
-                continue
-            if not spec.batching:
-                taken.append(entry)
-                full = True
-                break
-            rows = entry.request.batch_size
-            key = entry.request.shape_key
-            if taken and (size + rows > spec.max_batch_size or key != shape_key):
-                full = True
-                break
-            taken.append(entry)
-            shape_key = key
-            size += rows
-            if size in self._preferred:
-                preferred_cut = len(taken)
-            if size >= spec.max_batch_size:
-                full = True
-                break
-        if dead:
-            self._queues.take(dead)
-        if not taken:
-            return [], None
-        if not full:
-            if preferred_cut:
-                taken = taken[:preferred_cut]
-            else:
-                due = min(entry.enqueue_ns for entry in taken) + self._delay_ns
-                if now < due:
-                    return [], due
-        self._queues.take(taken)
-        return taken, None
 
     def _arm_timer(self, wake_at_ns: Optional[int], now_ns: int) -> None:
         """Make sure `_schedule` runs again at `wake_at_ns`."""
@@ -454,9 +383,7 @@ class Scheduler:
             task.cancel()
         if self._timer is not None:
             self._timer.cancel()
-        if self._watch_timer is not None:
-            self._watch_timer.cancel()
-            self._watch_timer = None
+        self._watch.stop()
 
     def close_instances(self) -> None:
         """Let the instances' worker threads end (after any call still running)."""

@@ -11,53 +11,22 @@ comparisons, not a timer of its own.
 from __future__ import annotations
 
 import asyncio
-import http
 import logging
-import math
-import re
 from collections import deque
-from typing import Any, Awaitable, Callable, Deque, List, Optional, Set, Tuple
-from urllib.parse import unquote
+from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 
 import httptools
-import orjson
 
-from pytriton.runtime.limits import ServerLimits
-from pytriton.transport.http.cycle import Message, RequestCycle
+from pytriton.transport.http.cycle import RequestCycle, http_scope, socket_address
+from pytriton.transport.http.deadline import APP, BODY, HEAD, IDLE, PhaseDeadline
+from pytriton.transport.http.refusals import UPGRADE_WITH_BODY, error_response, refusal, without_upgrade_header
+
+if TYPE_CHECKING:
+    from pytriton.transport.http.server import ServerState
 
 LOGGER = logging.getLogger(__name__)
 
-App = Callable[[Any, Any, Any], Awaitable[None]]  # an ASGI 3 app: (scope, receive, send)
-
-_IDLE, _HEAD, _BODY, _APP = range(4)  # what the connection waits for from its client (_APP: nothing)
 _LINGER_S = 2.0
-_ASGI = {"version": "3.0", "spec_version": "2.3"}
-_METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
-_ERROR_HEADERS = "content-type: application/json\r\nconnection: close\r\ncontent-length: "
-
-
-class ServerState:
-    """What the connections of one server share: the app, the limits and the set of open connections."""
-
-    def __init__(self, app: App, limits: ServerLimits) -> None:
-        """State for a server of `app` under `limits`."""
-        self.app = app
-        self.limits = limits
-        self.connections: Set[HttpConnection] = set()
-        self._all_closed: Optional[asyncio.Future[None]] = None  # made on the loop by wait_closed()
-
-    def forget(self, connection: HttpConnection) -> None:
-        """A connection closed."""
-        self.connections.discard(connection)
-        waiter = self._all_closed
-        if not self.connections and waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait_closed(self) -> None:
-        """Return once every connection has closed."""
-        if self.connections:
-            self._all_closed = asyncio.get_running_loop().create_future()
-            await self._all_closed
 
 
 class HttpConnection(asyncio.Protocol):
@@ -73,7 +42,7 @@ class HttpConnection(asyncio.Protocol):
         self._address: Tuple[Optional[Tuple[str, int]], Optional[Tuple[str, int]]] = (None, None)
         self._url = b""
         self._headers: List[Tuple[bytes, bytes]] = []
-        self._wire = _IDLE  # what is arriving: _HEAD (a request head), _BODY (its body) or _IDLE (nothing)
+        self._wire = IDLE  # what is arriving: HEAD (a request head), BODY (its body) or IDLE (nothing)
         self._receiving: Optional[RequestCycle] = None  # the request whose body is arriving
         self._active: Optional[RequestCycle] = None  # the request being answered
         self._pipeline: Deque[RequestCycle] = deque()  # requests waiting for the active one's response
@@ -88,10 +57,7 @@ class HttpConnection(asyncio.Protocol):
         self._body_full = False  # the app has not taken the body held for it yet
         self._write_paused = False
         self._drain: Optional[asyncio.Future[None]] = None
-        self._phase = _APP
-        self._deadline = 0.0
-        self._timer: Optional[asyncio.TimerHandle] = None
-        self._timer_at = 0.0
+        self._clock = PhaseDeadline(loop, self._on_deadline)
         self._head_bytes = 0  # bytes of the unfinished request head received so far
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -101,17 +67,17 @@ class HttpConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         state = self._state
         state.connections.add(self)
-        self._address = (_address(transport.get_extra_info("sockname")), _address(transport.get_extra_info("peername")))
+        self._address = (
+            socket_address(transport.get_extra_info("sockname")),
+            socket_address(transport.get_extra_info("peername")),
+        )
         self._over_cap = len(state.connections) > self._limits.max_connections
-        self._enter(_IDLE, self._limits.keep_alive_timeout_s)
+        self._clock.enter(IDLE, self._limits.keep_alive_timeout_s)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         """Tell every request of the connection that its client left."""
         self._state.forget(self)
-        self._phase = _APP
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._clock.cancel()
         for cycle in (self._active, self._receiving, *self._pipeline):
             if cycle is not None:
                 cycle.lose_connection()
@@ -123,11 +89,11 @@ class HttpConnection(asyncio.Protocol):
         """Parse what arrived; start the app for a request whose head is complete."""
         if self._refused:
             return
-        phase = self._phase
-        if phase != _BODY:  # this chunk starts or continues a request head
-            if phase != _HEAD:
+        clock = self._clock
+        if clock.phase != BODY:  # this chunk starts or continues a request head
+            if clock.phase != HEAD:
                 self._head_bytes = 0
-                self._enter(_HEAD, self._limits.header_timeout_s)
+                clock.enter(HEAD, self._limits.header_timeout_s)
             limit = self._limits.max_header_bytes
             if self._head_bytes + len(data) > limit:
                 end = data.find(b"\r\n\r\n")
@@ -135,7 +101,7 @@ class HttpConnection(asyncio.Protocol):
                     self._refuse(431, f"request line and headers larger than {limit} bytes")
                     return
             if b"pgrade" in data or b"PGRADE" in data:
-                data = _without_upgrade_header(data)
+                data = without_upgrade_header(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -147,18 +113,17 @@ class HttpConnection(asyncio.Protocol):
         if cycle is not None:
             self._start(cycle)
         wire = self._wire
-        if wire == _BODY:
-            self._phase = _BODY
-            self._deadline = self._loop.time() + (self._limits.body_timeout_s or math.inf)
-        elif wire == _HEAD:
-            if self._phase != _HEAD:  # the chunk ended a body and started the next head
+        if wire == BODY:
+            clock.enter(BODY, self._limits.body_timeout_s)
+        elif wire == HEAD:
+            if clock.phase != HEAD:  # the chunk ended a body and started the next head
                 self._head_bytes = 0
-                self._enter(_HEAD, self._limits.header_timeout_s)
+                clock.enter(HEAD, self._limits.header_timeout_s)
             self._head_bytes += len(data)
         elif self._active is not None:
-            self._phase = _APP
-        elif self._phase != _IDLE:
-            self._enter(_IDLE, self._limits.keep_alive_timeout_s)
+            clock.phase = APP
+        elif clock.phase != IDLE:
+            clock.enter(IDLE, self._limits.keep_alive_timeout_s)
 
     def pause_writing(self) -> None:
         """The transport's buffer is full: streaming responses wait in drain()."""
@@ -173,7 +138,7 @@ class HttpConnection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         """A request starts."""
-        self._wire = _HEAD
+        self._wire = HEAD
         self._url = b""
         self._headers = []
 
@@ -190,15 +155,15 @@ class HttpConnection(asyncio.Protocol):
         parser = self._parser
         headers = self._headers
         keep_alive = parser.should_keep_alive() and not self._closing
-        scope = self._scope(parser, headers)
+        scope = http_scope(parser, self._url, headers, self._address)
         cycle = RequestCycle(
             self, scope, keep_alive=keep_alive, expect_continue=(b"expect", b"100-continue") in headers
         )
         self._receiving = cycle
-        self._wire = _BODY
+        self._wire = BODY
         if self._over_cap:
             cycle.keep_alive = False
-            cycle.refusal = _refusal(
+            cycle.refusal = refusal(
                 503, f"the server serves at most {self._limits.max_connections} connections at once"
             )
         elif parser.should_upgrade():
@@ -207,7 +172,7 @@ class HttpConnection(asyncio.Protocol):
             # request, refuse one with a body, and close the connection after the response.
             cycle.keep_alive = False
             if any(name in (b"content-length", b"transfer-encoding") and value != b"0" for name, value in headers):
-                cycle.refusal = _UPGRADE_WITH_BODY
+                cycle.refusal = UPGRADE_WITH_BODY
         if self._active is None:
             self._active = self._to_start = cycle
         else:
@@ -224,7 +189,7 @@ class HttpConnection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         """The request has arrived whole."""
         cycle, self._receiving = self._receiving, None
-        self._wire = _IDLE
+        self._wire = IDLE
         if cycle is not None:
             cycle.end_body()
 
@@ -276,8 +241,8 @@ class HttpConnection(asyncio.Protocol):
         if self._receiving is not None and self._receiving.response_complete:
             self._body_full = False  # what is left of an answered request's body is dropped as it comes
         self._sync_reading()
-        if self._wire == _IDLE and self._active is None:
-            self._enter(_IDLE, self._limits.keep_alive_timeout_s)
+        if self._wire == IDLE and self._active is None:
+            self._clock.enter(IDLE, self._limits.keep_alive_timeout_s)
 
     # -- server's side ----------------------------------------------------------------------
 
@@ -356,35 +321,9 @@ class HttpConnection(asyncio.Protocol):
             if self._transport is not None:
                 self._transport.close()
             return
-        self.write(_error_response(500, message))
+        self.write(error_response(500, message))
         cycle.keep_alive = False
         self.response_done(cycle)
-
-    def _scope(self, parser: httptools.HttpRequestParser, headers: List[Tuple[bytes, bytes]]) -> Message:
-        """The ASGI HTTP scope of the request whose head just arrived."""
-        url = self._url
-        raw_path, _, query = url.partition(b"?")
-        if not raw_path.startswith(b"/"):  # absolute form (a proxy's request)
-            parsed = httptools.parse_url(url)
-            raw_path, query = parsed.path or b"/", parsed.query or b""
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = unquote(path)
-        method = parser.get_method()
-        return {
-            "type": "http",
-            "asgi": _ASGI,
-            "http_version": parser.get_http_version(),
-            "server": self._address[0],
-            "client": self._address[1],
-            "scheme": "http",
-            "method": _METHODS.get(method) or method.decode("latin-1"),
-            "root_path": "",
-            "path": path,
-            "raw_path": raw_path,
-            "query_string": query,
-            "headers": headers,
-        }
 
     # -- limits -----------------------------------------------------------------------------
 
@@ -405,52 +344,32 @@ class HttpConnection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _enter(self, phase: int, timeout_s: float) -> None:
-        """Wait for the client in `phase` for at most `timeout_s` (0: no limit)."""
-        self._phase = phase
-        self._deadline = self._loop.time() + timeout_s if timeout_s else math.inf
-        if timeout_s and (self._timer is None or self._deadline < self._timer_at):
-            self._arm()
-
-    def _arm(self) -> None:
-        """(Re)arm the timer for the current deadline."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = self._deadline
-        self._timer = self._loop.call_at(self._deadline, self._on_deadline)
-
-    def _on_deadline(self) -> None:
-        """The timer fired: act if the current phase's deadline passed, else follow the deadline."""
-        self._timer = None
-        phase = self._phase
-        if phase == _APP or self._refused or self._transport is None:
+    def _on_deadline(self, phase: int) -> None:
+        """The client kept the connection waiting too long in `phase`."""
+        if self._refused or self._transport is None:
             return
-        now = self._loop.time()
-        if phase == _BODY and self._reading_paused:  # the server stopped reading: not the client's fault
-            self._deadline = now + (self._limits.body_timeout_s or math.inf)
-        if now < self._deadline:
-            if self._deadline != math.inf:
-                self._arm()
-            return
-        if phase == _IDLE:
+        if phase == IDLE:
             self._transport.close()
-        elif phase == _HEAD:
+        elif phase == HEAD:
             self._refuse(408, f"request line and headers not received within {self._limits.header_timeout_s} s")
+        elif self._reading_paused:  # the server stopped reading the body: not the client's fault
+            self._clock.enter(BODY, self._limits.body_timeout_s)
         else:
             self._refuse(408, f"request body stalled for more than {self._limits.body_timeout_s} s")
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` with a JSON error when no response is under way, then close the connection."""
-        phase, self._phase = self._phase, _APP
+        phase = self._clock.phase
+        self._clock.cancel()
         self._refused = True
         transport = self._transport
         assert transport is not None
         LOGGER.debug("closing HTTP connection from %s: %d %s", self._address[1], status, message)
         active = self._active
-        if active is not None and not active.response_complete and (active.response_started or phase != _BODY):
+        if active is not None and not active.response_complete and (active.response_started or phase != BODY):
             transport.close()  # a response is under way: no room for another one
             return
-        transport.write(_error_response(status, message))
+        transport.write(error_response(status, message))
         for cycle in (active, self._receiving, *self._pipeline):
             if cycle is not None:
                 cycle.lose_connection()  # the app waiting for this body gets a disconnect; its answer is dropped
@@ -460,52 +379,4 @@ class HttpConnection(asyncio.Protocol):
             transport.write_eof()
         self._reading_paused = False
         transport.resume_reading()
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_later(_LINGER_S, transport.close)
-
-
-def _address(address: Any) -> Optional[Tuple[str, int]]:
-    """(host, port) of a socket address, None when there is none (a Unix socket)."""
-    if isinstance(address, tuple) and len(address) >= 2:
-        return str(address[0]), int(address[1])
-    return None
-
-
-def _error_response(status: int, message: str) -> bytes:
-    """A complete JSON error response that closes the connection."""
-    body = orjson.dumps({"error": message})
-    head = f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n{_ERROR_HEADERS}{len(body)}\r\n\r\n"
-    return head.encode("latin-1") + body
-
-
-def _refusal(status: int, message: str) -> App:
-    """An ASGI app answering every request with `status` and a JSON error, closing the connection."""
-    body = orjson.dumps({"error": message})
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers.append((b"connection", b"close"))
-
-    async def refuse(scope: Message, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    return refuse
-
-
-_UPGRADE_LINE = re.compile(rb"\r\nupgrade[ \t]*:[^\r\n]*(?=\r\n)", re.IGNORECASE)
-
-
-def _without_upgrade_header(data: bytes) -> bytes:
-    """A chunk starting a request head, without its Upgrade header (`curl --http2` sends one: h2c).
-
-    The server does not switch protocols and RFC 9110 lets it ignore the header; removing it keeps
-    llhttp parsing the body and the next requests as HTTP/1.1.
-    """
-    end = data.find(b"\r\n\r\n")
-    head_end = len(data) if end < 0 else end + 2
-    return _UPGRADE_LINE.sub(b"", data[:head_end]) + data[head_end:]
-
-
-_UPGRADE_WITH_BODY = _refusal(
-    400, "an HTTP/1.1 Upgrade request cannot carry a body on this server: send it without the Upgrade header"
-)
+        self._loop.call_later(_LINGER_S, transport.close)

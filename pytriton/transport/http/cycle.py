@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import http
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
+from urllib.parse import unquote
+
+import httptools
 
 if TYPE_CHECKING:
     from pytriton.transport.http.connection import HttpConnection
 
 Message = Dict[str, Any]
+App = Callable[[Any, Any, Any], Awaitable[None]]  # an ASGI 3 app: (scope, receive, send)
 
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+_METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _STATUS_LINES: Dict[int, bytes] = {
     status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("latin-1") for status in http.HTTPStatus
 }
@@ -201,6 +207,39 @@ class RequestCycle:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+def http_scope(parser: Any, url: bytes, headers: List[Tuple[bytes, bytes]], address: Tuple[Any, Any]) -> Message:
+    """The ASGI HTTP scope of a request whose head `parser` has just read; `address` is (server, client)."""
+    raw_path, _, query = url.partition(b"?")
+    if not raw_path.startswith(b"/"):  # absolute form (a proxy's request)
+        parsed = httptools.parse_url(url)
+        raw_path, query = parsed.path or b"/", parsed.query or b""
+    path = raw_path.decode("latin-1")
+    if "%" in path:
+        path = unquote(path)
+    method = parser.get_method()
+    return {
+        "type": "http",
+        "asgi": _ASGI,
+        "http_version": parser.get_http_version(),
+        "server": address[0],
+        "client": address[1],
+        "scheme": "http",
+        "method": _METHODS.get(method) or method.decode("latin-1"),
+        "root_path": "",
+        "path": path,
+        "raw_path": raw_path,
+        "query_string": query,
+        "headers": headers,
+    }
+
+
+def socket_address(address: Any) -> Optional[Tuple[str, int]]:
+    """(host, port) of a socket address for a scope, None when there is none (a Unix socket)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        return str(address[0]), int(address[1])
+    return None
 
 
 def _chunk(data: Union[bytes, bytearray, memoryview], *, last: bool) -> bytes:

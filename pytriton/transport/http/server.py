@@ -12,13 +12,38 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Optional
+from typing import Optional, Set
 
 from pytriton.runtime.limits import ServerLimits
-from pytriton.transport.http.connection import App, HttpConnection, ServerState
+from pytriton.transport.http.connection import HttpConnection
+from pytriton.transport.http.cycle import App
 
 # In-flight responses get this long to finish when the server stops (the engine has drained by then).
 STOP_GRACE_S = 1.0
+
+
+class ServerState:
+    """What the connections of one server share: the app, the limits and the set of open connections."""
+
+    def __init__(self, app: App, limits: ServerLimits) -> None:
+        """State for a server of `app` under `limits`."""
+        self.app = app
+        self.limits = limits
+        self.connections: Set[HttpConnection] = set()
+        self._all_closed: Optional[asyncio.Future[None]] = None  # made on the loop by wait_closed()
+
+    def forget(self, connection: HttpConnection) -> None:
+        """A connection closed."""
+        self.connections.discard(connection)
+        waiter = self._all_closed
+        if not self.connections and waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait_closed(self) -> None:
+        """Return once every connection has closed."""
+        if self.connections:
+            self._all_closed = asyncio.get_running_loop().create_future()
+            await self._all_closed
 
 
 class AsgiServer:

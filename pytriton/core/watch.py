@@ -1,0 +1,63 @@
+"""Watching the clients of queued requests: a client that leaves takes its request out of the queue."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from typing import Any, Awaitable, Callable, Optional
+
+from pytriton.core.queues import Entry, PriorityQueues
+
+# Returns once a request's client has disconnected.
+Disconnect = Callable[[], Awaitable[Any]]
+# A request queued at least this long starts watching for its client's disconnect.
+WATCH_AFTER_S = 0.1
+_WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
+
+
+class QueueWatch:
+    """Watches the clients of one model's queued requests once they have waited WATCH_AFTER_S.
+
+    A sweep every WATCH_AFTER_S while requests wait starts a watcher (`gone()` in a task) for each
+    request queued that long, so a request answered sooner costs no watcher. A request that has left
+    the queue runs to its end: when its client leaves, its response has nowhere to go and is dropped.
+    """
+
+    def __init__(self, queues: PriorityQueues, client_left: Callable[[Entry], None]) -> None:
+        """Watch requests in `queues`; `client_left(entry)` runs for a queued request whose client left."""
+        self._queues = queues
+        self._client_left = client_left
+        self._timer: Optional[asyncio.TimerHandle] = None
+
+    def watch(self, entry: Entry, gone: Disconnect) -> None:
+        """Watch a request just queued, should it wait WATCH_AFTER_S."""
+        entry.gone = gone
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
+
+    def stop(self) -> None:
+        """Start no more watchers."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _sweep(self) -> None:
+        """Start the watchers that are due; look again later while requests wait."""
+        self._timer = None
+        if not self._queues.size:
+            return
+        due_ns = time.monotonic_ns() - _WATCH_AFTER_NS
+        for entry in self._queues:
+            if entry.gone is not None and entry.watcher is None and entry.enqueue_ns <= due_ns:
+                watcher = entry.watcher = asyncio.ensure_future(entry.gone())
+                watcher.add_done_callback(functools.partial(self._gone, entry))
+        self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
+
+    def _gone(self, entry: Entry, watcher: asyncio.Future[Any]) -> None:
+        """A watcher ended: its client disconnected (a watcher that failed counts the same)."""
+        if watcher.cancelled():
+            return
+        watcher.exception()  # read, so that a failed watcher is not reported as never retrieved
+        if entry.queued:
+            self._client_left(entry)
