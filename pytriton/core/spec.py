@@ -146,7 +146,12 @@ class ModelSpec:
         return batch_size
 
     def check_input_set(self, names: Sequence[str], batch_sizes: Sequence[int]) -> int:
-        """Check that required inputs are present and batch sizes agree; return the request batch size."""
+        """Check that required inputs are present and batch sizes agree; return the request batch size.
+
+        `names` are distinct and each checked by check_input already.
+        """
+        if len(batch_sizes) == 1 and len(self.inputs) == 1:  # the one input, present
+            return batch_sizes[0]
         required = self.required_inputs
         if len(names) != len(self.inputs) and (len(names) < len(required) or not required.issubset(names)):
             missing = [tensor.name for tensor in self.inputs if tensor.name in required and tensor.name not in names]

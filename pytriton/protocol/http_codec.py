@@ -11,7 +11,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol.datatypes import ELEMENT_SIZE, is_known_datatype
-from pytriton.protocol.parameters import RequestOptions, split_parameters
+from pytriton.protocol.parameters import split_parameters
 from pytriton.protocol.tensors import array_from_json, array_from_raw, element_count, json_from_array, raw_from_array
 
 Body = Union[bytes, bytearray]
@@ -29,25 +29,13 @@ class OutputFormat:
         self.binary_default = binary_default
 
 
-class DecodedRequest:
-    """An HTTP infer request decoded for the engine."""
-
-    __slots__ = ("options", "output_format", "request")
-
-    def __init__(self, request: InferenceRequest, options: RequestOptions, output_format: OutputFormat) -> None:
-        """Bundle the engine request with the transport-level options."""
-        self.request = request
-        self.options = options
-        self.output_format = output_format
-
-
 def decode_infer_request(
     spec: ModelSpec,
     body: Body,
     header_length: Optional[int],
     forwarded_headers: Optional[Mapping[str, str]] = None,
-) -> DecodedRequest:
-    """Decode an infer request body (JSON, optionally followed by binary tensors)."""
+) -> Tuple[InferenceRequest, OutputFormat]:
+    """Decode an infer request body (JSON, optionally followed by binary tensors); also say which outputs go binary."""
     size = len(body)
     if header_length is None:
         header_length = size
@@ -104,10 +92,12 @@ def decode_infer_request(
         priority=options.priority,
         timeout_us=options.timeout_us,
     )
-    return DecodedRequest(request, options, output_format)
+    return request, output_format
 
 
-def _decode_raw_body(spec: ModelSpec, body: Body, forwarded_headers: Optional[Mapping[str, str]]) -> DecodedRequest:
+def _decode_raw_body(
+    spec: ModelSpec, body: Body, forwarded_headers: Optional[Mapping[str, str]]
+) -> Tuple[InferenceRequest, OutputFormat]:
     """`Inference-Header-Content-Length: 0`: the whole body is the model's single input."""
     if len(spec.inputs) != 1:
         raise InferenceError.invalid(
@@ -127,13 +117,13 @@ def _decode_raw_body(spec: ModelSpec, body: Body, forwarded_headers: Optional[Ma
     if unknown:
         dims[dims.index(-1)] = count // known if known else 0
     shape = [1, *dims] if spec.batching else dims
-    user_parameters, options = split_parameters(None, forwarded_headers)
+    user_parameters, _ = split_parameters(None, forwarded_headers)
     spec.check_input(tensor.name, tensor.datatype, shape)
     array = array_from_raw(memoryview(body), tensor.datatype, shape, tensor.name)
     request = InferenceRequest(
         request_id="", inputs={tensor.name: array}, parameters=user_parameters, requested_outputs=None, batch_size=1
     )
-    return DecodedRequest(request, options, OutputFormat({}, True))
+    return request, OutputFormat({}, True)
 
 
 def parse_json_object(data: Union[Body, memoryview]) -> Dict[str, Any]:
@@ -185,20 +175,20 @@ def _requested_outputs(
     if not isinstance(raw_outputs, list):
         raise InferenceError.invalid("'outputs' must be an array")
     names: List[str] = []
-    binary: Dict[str, bool] = {}
+    binary: Dict[str, bool] = {}  # an output named without parameters goes as JSON
     for raw in raw_outputs:
         name = raw.get("name") if type(raw) is dict else None
         if type(name) is not str:
             raise InferenceError.invalid("each element of 'outputs' must be an object with a string 'name'")
+        names.append(name)
         parameters = raw.get("parameters")
         if parameters is None:
             binary[name] = False
-        else:
-            parameters = _mapping(parameters, "parameters of output", name)
-            if parameters.get("classification"):
-                raise InferenceError.invalid(f"classification of output '{name}' is not supported")
-            binary[name] = parameters.get("binary_data", False) is True
-        names.append(name)
+            continue
+        parameters = _mapping(parameters, "parameters of output", name)
+        if parameters.get("classification"):
+            raise InferenceError.invalid(f"classification of output '{name}' is not supported")
+        binary[name] = parameters.get("binary_data", False) is True
     spec.check_requested_outputs(names)
     return names, OutputFormat(binary, binary_default)
 

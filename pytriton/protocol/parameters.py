@@ -24,7 +24,12 @@ class RequestOptions:
 def split_parameters(
     parameters: Optional[Mapping[str, Any]], forwarded_headers: Optional[Mapping[str, str]] = None
 ) -> Tuple[Dict[str, Any], RequestOptions]:
-    """Split request parameters into the callable's parameters and the server's options."""
+    """Split request parameters into the callable's parameters and the server's options.
+
+    The options are read, never changed, once returned: a request without parameters shares one.
+    """
+    if not parameters and not forwarded_headers:
+        return {}, _NO_OPTIONS
     options = RequestOptions()
     user: Dict[str, Any] = {}
     if parameters:
@@ -42,6 +47,9 @@ def split_parameters(
     if forwarded_headers:
         user.update(forwarded_headers)
     return user, options
+
+
+_NO_OPTIONS = RequestOptions()
 
 
 def _apply_reserved(options: RequestOptions, key: str, value: Any) -> None:

@@ -205,11 +205,9 @@ class HttpFrontend:
             if isinstance(body, bytes):
                 body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
         forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
-        decoded = decode_infer_request(spec, body, header_length, forwarded)
-        response = await model.infer(decoded.request, gone=lambda: _until_disconnect(receive))
-        json_part, binary_parts, json_length = encode_infer_response(
-            spec, decoded.request.id, response, decoded.output_format
-        )
+        request, output_format = decode_infer_request(spec, body, header_length, forwarded)
+        response = await model.infer(request, gone=lambda: _until_disconnect(receive))
+        json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format)
         if binary_parts:
             out = b"".join([json_part, *binary_parts])
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
