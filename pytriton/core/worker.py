@@ -7,7 +7,8 @@ import queue
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
-_Job = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...]]
+# (loop, future, fn, args, whether the submitter waits to hear that the thread took the job)
+_Job = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...], bool]
 # How long submit(hand_over=True) waits for the thread to take its job.
 HAND_OVER_S = 0.001
 
@@ -19,7 +20,7 @@ class WorkerThread:
         """Create the worker; its thread starts with the first job."""
         self.name = name
         self._jobs: queue.SimpleQueue[Optional[_Job]] = queue.SimpleQueue()
-        self._taken: queue.SimpleQueue[None] = queue.SimpleQueue()  # one item per job the thread has taken
+        self._taken: queue.SimpleQueue[None] = queue.SimpleQueue()  # one item per handed-over job taken
         self._thread: Optional[threading.Thread] = None
         self._unfinished = 0  # jobs submitted and not finished yet (read and written on the loop only)
         self._on_idle: List[Tuple[Callable[..., None], Tuple[Any, ...]]] = []
@@ -44,7 +45,7 @@ class WorkerThread:
             self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
             self._thread.start()
         self._unfinished += 1
-        self._jobs.put((loop, future, fn, args))
+        self._jobs.put((loop, future, fn, args, hand_over))
         if hand_over:
             try:
                 self._taken.get(timeout=HAND_OVER_S)
@@ -58,8 +59,9 @@ class WorkerThread:
             job = self._jobs.get()
             if job is None:
                 return
-            loop, future, fn, args = job
-            self._taken.put(None)
+            loop, future, fn, args, handed_over = job
+            if handed_over:
+                self._taken.put(None)
             result: Any = None
             error: Optional[BaseException] = None
             try:

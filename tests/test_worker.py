@@ -1,0 +1,65 @@
+"""The instance thread: jobs run off the loop, their results come back to it, hand-overs leave nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import List
+
+import pytest
+
+from pytriton.core.worker import WorkerThread
+
+
+def run(coroutine: object) -> object:
+    return asyncio.run(coroutine)  # type: ignore[arg-type]
+
+
+def test_jobs_run_in_the_thread_and_settle_on_the_loop() -> None:
+    async def main() -> List[object]:
+        worker = WorkerThread("test-worker")
+        loop_thread = threading.get_ident()
+        try:
+            plain = worker.submit(threading.get_ident)
+            handed = worker.submit(lambda value: value * 2, 21, hand_over=True)
+            return [await plain, await handed, loop_thread]
+        finally:
+            worker.close()
+
+    thread_ident, doubled, loop_thread = run(main())  # type: ignore[misc]
+    assert doubled == 42 and thread_ident != loop_thread
+
+
+def test_a_handed_over_job_has_been_taken_when_submit_returns() -> None:
+    async def main() -> None:
+        worker = WorkerThread("test-worker")
+        release = threading.Event()
+        try:
+            first = worker.submit(release.wait, 5.0)  # warms the thread up
+            release.set()
+            await first
+            release.clear()
+            held = worker.submit(release.wait, 5.0, hand_over=True)
+            assert worker._jobs.empty(), "the thread has not taken the job yet"
+            release.set()
+            assert await held is True
+        finally:
+            worker.close()
+
+    run(main())
+
+
+@pytest.mark.parametrize("hand_over", [False, True])
+def test_many_jobs_leave_no_notes_behind(hand_over: bool) -> None:
+    """Every job the thread takes leaves a note only when its submitter waits for it (a leak otherwise)."""
+
+    async def main() -> int:
+        worker = WorkerThread("test-worker")
+        try:
+            for value in range(500):
+                assert await worker.submit(abs, -value, hand_over=hand_over) == value
+            return worker._taken.qsize()
+        finally:
+            worker.close()
+
+    assert run(main()) <= 1  # one late note at most, from a hand-over that timed out
