@@ -405,33 +405,20 @@ def test_grpc_message_size_and_concurrent_rpc_limits():
             stub.ModelInfer(grpc_request("gate", [0.0] * 20_000), timeout=WAIT_S)
         assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "larger than max" in raised.value.details()
-        first = _call_in_progress(stub, [1.0], gate.entered.is_set, "the first call runs")
-        second = _call_in_progress(stub, [2.0], lambda: pending(triton, "gate") == 1, "the second call is queued")
-        with pytest.raises(grpc.RpcError) as raised:
-            stub.ModelInfer(grpc_request("gate", [3.0]), timeout=WAIT_S)
-        assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "Concurrent RPC limit exceeded" in raised.value.details()
+        first = stub.ModelInfer.future(grpc_request("gate", [1.0]), timeout=WAIT_S)
+        wait_until(gate.entered.is_set, "the first call runs")
+        second = stub.ModelInfer.future(grpc_request("gate", [2.0]), timeout=WAIT_S)
+        wait_until(lambda: pending(triton, "gate") == 1, "the second call is queued")
+        for refused in ([3.0], [4.0], [5.0]):  # a refusal must not free a place for the next call
+            with pytest.raises(grpc.RpcError) as raised:
+                stub.ModelInfer(grpc_request("gate", refused), timeout=WAIT_S)
+            assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "Concurrent RPC limit exceeded" in raised.value.details()
         gate.release.set()
         assert [f.result().outputs[0].name for f in (first, second)] == ["OUTPUT_1", "OUTPUT_1"]
-        assert gate.calls == 2
-
-
-def _call_in_progress(stub: Any, values: List[float], started: Callable[[], bool], what: str) -> Any:
-    """Start a gate call and wait until `started()` says the server has it.
-
-    grpc.aio counts a call until its handler task has ended, a moment after its client got the answer:
-    a call made right after another one finished may still be refused as over the limit; it is then
-    made again.
-    """
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        call = stub.ModelInfer.future(grpc_request("gate", values), timeout=WAIT_S)
-        wait_until(lambda call=call: call.done() or started(), what)
-        if not call.done():
-            return call
-        assert call.exception().code() == grpc.StatusCode.RESOURCE_EXHAUSTED, call.exception()
-        assert time.monotonic() < deadline, f"the server kept refusing the call: {what}"
-        time.sleep(0.01)
+        futures = [stub.ModelInfer.future(grpc_request("gate", [6.0]), timeout=WAIT_S) for _ in range(2)]
+        assert [f.result().outputs[0].name for f in futures] == ["OUTPUT_1", "OUTPUT_1"]  # both places are free
+        assert gate.calls == 4
 
 
 def test_grpc_keepalive_enforcement_answers_a_client_pinging_too_often():

@@ -15,7 +15,7 @@ Where each limit is enforced, and how a refusal looks:
 | keep_alive_timeout_s | HTTP connection: idle time before the first request and between requests | connection closed |
 | max_connections | HTTP connection: a request on a connection over the cap | 503, connection closed |
 | grpc_max_message_bytes | gRPC channel (received and sent messages) | RESOURCE_EXHAUSTED |
-| grpc_max_concurrent_rpcs | gRPC server: RPCs in progress at once | RESOURCE_EXHAUSTED |
+| grpc_max_concurrent_rpcs | gRPC service, before a call runs: RPCs in progress at once | RESOURCE_EXHAUSTED |
 | max_tensor_elements | both codecs, from the declared shape, before any tensor is built | 400 / INVALID_ARGUMENT |
 | max_response_bytes | engine, per request, when its outputs come back from the callable | 500 / INTERNAL |
 | hung_call_warning_s | engine: a callable running longer is logged once per call (not a refusal) | warning |

@@ -22,10 +22,27 @@ _ZERO_COPY: Dict[str, Tuple[Callable[[bytes], Any], Callable[[Any], bytes]]] = {
 }
 
 
-def method_handlers(servicer: Any, access: Optional[AccessRules] = None) -> Dict[str, Any]:
+class CallLimit:
+    """The RPCs in progress on one server, against the most it takes at once (grpc_max_concurrent_rpcs).
+
+    Counted here rather than by grpc.aio's maximum_concurrent_rpcs: in older grpcio every refused call
+    lowers that count, so after a refusal it admits calls over the limit (grpc/grpc#41531; seen with
+    grpcio 1.67, the newest tritonclient allows on Python 3.9).
+    """
+
+    def __init__(self, maximum: int) -> None:
+        """No call in progress; at most `maximum` at once."""
+        self.maximum = maximum
+        self.active = 0
+
+
+def method_handlers(
+    servicer: Any, access: Optional[AccessRules] = None, limit: Optional[CallLimit] = None
+) -> Dict[str, Any]:
     """A grpc method handler for every RPC of the service, calling the servicer method of the same name.
 
-    Methods whose category `access` restricts first check the call's metadata (grpc_restricted_protocol).
+    Methods whose category `access` restricts first check the call's metadata (grpc_restricted_protocol);
+    with a `limit`, a call beyond it is refused with RESOURCE_EXHAUSTED before anything else.
     """
     handlers: Dict[str, Any] = {}
     for method in SERVICE.methods:
@@ -36,6 +53,8 @@ def method_handlers(servicer: Any, access: Optional[AccessRules] = None) -> Dict
         behaviour = getattr(servicer, method.name)
         if access is not None and access.restricts_grpc(method.name):
             behaviour = _guarded(behaviour, method.name, access)
+        if limit is not None:
+            behaviour = _limited(behaviour, limit)
         if method.client_streaming and method.server_streaming:
             make = grpc.stream_stream_rpc_method_handler
         elif not (method.client_streaming or method.server_streaming):
@@ -71,9 +90,29 @@ def _guarded(behaviour: Callable[[Any, Any], Any], name: str, access: AccessRule
     return guarded
 
 
-def add_service(servicer: Any, server: Any, access: Optional[AccessRules] = None) -> None:
-    """Register the service on a grpc.aio server; `access` restricts API categories to callers with a header."""
-    handlers = method_handlers(servicer, access)
+def _limited(behaviour: Callable[[Any, Any], Any], limit: CallLimit) -> Callable[[Any, Any], Any]:
+    """Answer RESOURCE_EXHAUSTED, as grpc.aio does, while `limit.maximum` calls are in progress."""
+
+    async def limited(request: Any, context: Any) -> Any:
+        if limit.active >= limit.maximum:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")
+        limit.active += 1
+        try:
+            return await behaviour(request, context)
+        finally:
+            limit.active -= 1
+
+    return limited
+
+
+def add_service(
+    servicer: Any, server: Any, access: Optional[AccessRules] = None, limit: Optional[CallLimit] = None
+) -> None:
+    """Register the service on a grpc.aio server; `access` restricts API categories to callers with a header.
+
+    `limit` caps the calls in progress at once (all run on the server's loop, so a plain count is safe).
+    """
+    handlers = method_handlers(servicer, access, limit)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
     register = getattr(server, "add_registered_method_handlers", None)  # grpcio >= 1.63: faster dispatch
     if register is not None:

@@ -10,7 +10,7 @@ import grpc
 from pytriton.core.engine import Engine
 from pytriton.runtime.options import ServerOptions
 from pytriton.runtime.settings import ServerSettings
-from pytriton.transport.grpc.handlers import add_service
+from pytriton.transport.grpc.handlers import CallLimit, add_service
 from pytriton.transport.grpc.servicer import InferenceServicer
 from pytriton.transport.grpc.settings import bind_address, channel_options, server_credentials
 
@@ -42,16 +42,14 @@ class GrpcFrontend:
     async def start(self) -> None:
         """Create the server on the running loop, bind the port, start serving."""
         options = self._options
-        server = grpc.aio.server(
-            options=channel_options(options), maximum_concurrent_rpcs=options.limits.grpc_max_concurrent_rpcs
-        )
+        server = grpc.aio.server(options=channel_options(options))
         servicer = InferenceServicer(
             self._engine,
             server_version=self._server_version,
             header_forward_pattern=options.grpc_header_forward_pattern,
             settings=self._settings,
         )
-        add_service(servicer, server, options.grpc_access)
+        add_service(servicer, server, options.grpc_access, CallLimit(options.limits.grpc_max_concurrent_rpcs))
         address = bind_address(options.grpc_address, options.grpc_port)
         try:
             if options.grpc_tls is not None:
