@@ -300,3 +300,44 @@ def test_ipv6_loopback(start_triton: Callable[..., Triton]) -> None:
     triton = start_triton(bind_zeros, grpc_address="::1")
     with grpcclient.InferenceServerClient(f"[::1]:{triton.grpc_port}") as client:
         assert client.is_server_live() is True
+
+
+# --- two servers in one process ----------------------------------------------------------------------------------
+
+
+def _bind_echo(triton: Triton) -> None:
+    triton.bind(
+        "echo",
+        lambda requests: [{"OUT": request["IN"]} for request in requests],
+        inputs=[Tensor(name="IN", dtype=np.float32, shape=(1,))],
+        outputs=[Tensor(name="OUT", dtype=np.float32, shape=(1,))],
+        config=ModelConfig(batching=False),
+    )
+
+
+def test_two_servers_in_one_process_log_no_errors(
+    start_triton: Callable[..., Triton], caplog: pytest.LogCaptureFixture
+) -> None:
+    # grpc.aio wakes every loop that serves gRPC in the process for each event; in older grpcio the
+    # loops that find nothing to read log a BlockingIOError as an error (newer grpcio ignores it).
+    servers = [start_triton(_bind_echo), start_triton(_bind_echo)]
+    failures: List[BaseException] = []
+
+    def load(triton: Triton) -> None:
+        try:
+            with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+                infer_input = grpcclient.InferInput("IN", [1], "FP32")
+                for value in range(300):
+                    infer_input.set_data_from_numpy(np.array([value], dtype=np.float32))
+                    assert client.infer("echo", [infer_input]).as_numpy("OUT")[0] == value
+        except BaseException as error:  # noqa: BLE001 - reported by the test thread
+            failures.append(error)
+
+    with caplog.at_level("ERROR"):
+        threads = [threading.Thread(target=load, args=(triton,)) for triton in servers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert not failures
+    assert [record.getMessage() for record in caplog.records if record.levelname == "ERROR"] == []
