@@ -19,6 +19,7 @@ from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
+from pytriton.core.waiters import wake
 from pytriton.core.watch import Disconnect, QueueWatch
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.proxy.types import Request
@@ -363,9 +364,8 @@ class Scheduler:
 
     def _update_idle(self) -> None:
         """Wake drain() once nothing is queued or running."""
-        drained = self._drained
-        if drained is not None and not drained.done() and self._idle:
-            drained.set_result(None)
+        if self._drained is not None and self._idle:  # only while drain() waits
+            wake(self._drained)
 
     async def drain(self, timeout_s: float) -> None:
         """Stop taking requests, let queued and running ones finish up to a timeout, then fail the rest."""

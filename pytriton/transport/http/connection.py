@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 
 import httptools
 
+from pytriton.core.waiters import wake
 from pytriton.transport.http.cycle import RequestCycle, http_scope, socket_address
 from pytriton.transport.http.deadline import APP, BODY, HEAD, IDLE, PhaseDeadline
 from pytriton.transport.http.refusals import UPGRADE_WITH_BODY, error_response, refusal, without_upgrade_header
@@ -276,8 +277,7 @@ class HttpConnection(asyncio.Protocol):
     def _wake_task(self) -> None:
         """Wake the connection's task if it waits for a request."""
         idle, self._idle = self._idle, None
-        if idle is not None and not idle.done():
-            idle.set_result(None)
+        wake(idle)
 
     async def _serve(self) -> None:
         """Answer the connection's requests in turn until it closes.
@@ -341,8 +341,7 @@ class HttpConnection(asyncio.Protocol):
     def _wake_drain(self) -> None:
         """Wake a response waiting in drain()."""
         waiter, self._drain = self._drain, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        wake(waiter)
 
     def _on_deadline(self, phase: int) -> None:
         """The client kept the connection waiting too long in `phase`."""

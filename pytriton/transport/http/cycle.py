@@ -9,6 +9,8 @@ from urllib.parse import unquote
 
 import httptools
 
+from pytriton.core.waiters import wake
+
 if TYPE_CHECKING:
     from pytriton.transport.http.connection import HttpConnection
 
@@ -204,9 +206,7 @@ class RequestCycle:
 
     def _wake(self) -> None:
         """Wake receive() if it waits."""
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        wake(self._waiter)
 
 
 def http_scope(parser: Any, url: bytes, headers: List[Tuple[bytes, bytes]], address: Tuple[Any, Any]) -> Message:

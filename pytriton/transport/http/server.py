@@ -14,6 +14,7 @@ import asyncio
 import socket
 from typing import Optional, Set
 
+from pytriton.core.waiters import wake
 from pytriton.runtime.limits import ServerLimits
 from pytriton.transport.http.connection import HttpConnection
 from pytriton.transport.http.cycle import App
@@ -35,9 +36,8 @@ class ServerState:
     def forget(self, connection: HttpConnection) -> None:
         """A connection closed."""
         self.connections.discard(connection)
-        waiter = self._all_closed
-        if not self.connections and waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if not self.connections:
+            wake(self._all_closed)
 
     async def wait_closed(self) -> None:
         """Return once every connection has closed."""
