@@ -40,7 +40,7 @@ def test_a_handed_over_job_has_been_taken_when_submit_returns() -> None:
             await first
             release.clear()
             held = worker.submit(release.wait, 5.0, hand_over=True)
-            assert worker._jobs.empty(), "the thread has not taken the job yet"
+            assert not worker._jobs, "the thread has not taken the job yet"
             release.set()
             assert await held is True
         finally:

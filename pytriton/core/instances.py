@@ -8,6 +8,7 @@ import inspect
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Tuple
 
+from pytriton.core.doorbell import inbox_of
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request
 
@@ -86,7 +87,7 @@ class Instance:
 
     async def _sync_generator_steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Iterate a sync generator in the instance thread, handing each step to the loop."""
-        loop = asyncio.get_running_loop()
+        inbox = inbox_of(asyncio.get_running_loop())
         queue: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
 
         def produce() -> None:
@@ -94,14 +95,14 @@ class Instance:
                 generator = self.fn(requests)
                 try:
                     for step in generator:
-                        loop.call_soon_threadsafe(queue.put_nowait, ("step", step))
+                        inbox.post(queue.put_nowait, ("step", step))
                         if stop.is_set():
                             break
                 finally:
                     generator.close()
-                loop.call_soon_threadsafe(queue.put_nowait, ("end", None))
+                inbox.post(queue.put_nowait, ("end", None))
             except BaseException as error:  # noqa: BLE001 - handed to the loop and raised there
-                loop.call_soon_threadsafe(queue.put_nowait, ("error", error))
+                inbox.post(queue.put_nowait, ("error", error))
 
         self._worker.submit(produce)
         while True:

@@ -5,21 +5,28 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from typing import Any, Callable, List, Optional, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, List, Optional, Tuple
 
-# (loop, future, fn, args, whether the submitter waits to hear that the thread took the job)
-_Job = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...], bool]
+from pytriton.core.doorbell import Doorbell, LoopInbox, inbox_of
+
+# (the submitting loop's inbox, future, fn, args, whether the submitter waits to hear that the thread took the job)
+_Job = Tuple[LoopInbox, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...], bool]
 # How long submit(hand_over=True) waits for the thread to take its job.
 HAND_OVER_S = 0.001
 
 
 class WorkerThread:
-    """One daemon thread with a job queue; a hung callable never keeps the process alive."""
+    """One daemon thread with a job queue; a hung callable never keeps the process alive.
+
+    Jobs and results travel through deques, each direction woken by a Doorbell (see core/doorbell.py).
+    """
 
     def __init__(self, name: str) -> None:
         """Create the worker; its thread starts with the first job."""
         self.name = name
-        self._jobs: queue.SimpleQueue[Optional[_Job]] = queue.SimpleQueue()
+        self._jobs: Deque[Optional[_Job]] = deque()
+        self._doorbell = Doorbell(blocking=True)
         self._taken: queue.SimpleQueue[None] = queue.SimpleQueue()  # one item per handed-over job taken
         self._thread: Optional[threading.Thread] = None
         self._unfinished = 0  # jobs submitted and not finished yet (read and written on the loop only)
@@ -45,7 +52,8 @@ class WorkerThread:
             self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
             self._thread.start()
         self._unfinished += 1
-        self._jobs.put((loop, future, fn, args, hand_over))
+        self._jobs.append((inbox_of(loop), future, fn, args, hand_over))
+        self._doorbell.ring()
         if hand_over:
             try:
                 self._taken.get(timeout=HAND_OVER_S)
@@ -55,11 +63,14 @@ class WorkerThread:
 
     def _work(self) -> None:
         """Run jobs until told to stop."""
+        jobs = self._jobs
         while True:
-            job = self._jobs.get()
+            while not jobs:
+                self._doorbell.take()
+            job = jobs.popleft()
             if job is None:
                 return
-            loop, future, fn, args, handed_over = job
+            inbox, future, fn, args, handed_over = job
             if handed_over:
                 self._taken.put(None)
             result: Any = None
@@ -69,7 +80,7 @@ class WorkerThread:
             except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
                 error = raised
             try:
-                loop.call_soon_threadsafe(self._finished, future, result, error)
+                inbox.post(self._finished, future, result, error)
             except RuntimeError:  # the loop closed while the job ran: nobody is waiting
                 pass
 
@@ -88,4 +99,5 @@ class WorkerThread:
 
     def close(self) -> None:
         """Stop the thread after the job it is running, if any."""
-        self._jobs.put(None)
+        self._jobs.append(None)
+        self._doorbell.ring()
