@@ -149,9 +149,10 @@ def _requested_outputs(spec: ModelSpec, outputs: Sequence[Message]) -> Optional[
     names: List[str] = []
     for output in outputs:
         parameters = output.parameters
-        if "classification" in parameters:
-            raise InferenceError.invalid(f"classification of output '{output.name}' is not supported")
-        _refuse_shared_memory(parameters, f"output '{output.name}'")
+        if parameters:
+            if "classification" in parameters:
+                raise InferenceError.invalid(f"classification of output '{output.name}' is not supported")
+            _refuse_shared_memory(parameters, f"output '{output.name}'")
         names.append(output.name)
     spec.check_requested_outputs(names)
     return names
