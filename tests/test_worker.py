@@ -63,3 +63,19 @@ def test_many_jobs_leave_no_notes_behind(hand_over: bool) -> None:
             worker.close()
 
     assert run(main()) <= 1  # one late note at most, from a hand-over that timed out
+
+
+def test_a_worker_opens_its_pipe_only_with_its_first_job() -> None:
+    """An instance whose callable is async never uses its thread: it must not hold a pipe for it."""
+    idle = WorkerThread("test-worker")
+    assert idle._doorbell is None
+    idle.close()  # nothing to stop, nothing raised
+
+    async def main() -> object:
+        worker = WorkerThread("test-worker")
+        try:
+            return await worker.submit(abs, -3), worker._doorbell is not None
+        finally:
+            worker.close()
+
+    assert run(main()) == (3, True)

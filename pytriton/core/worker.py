@@ -23,12 +23,11 @@ class WorkerThread:
     """
 
     def __init__(self, name: str) -> None:
-        """Create the worker; its thread starts with the first job."""
+        """Create the worker; its thread (and the thread's doorbell, a pipe) start with the first job."""
         self.name = name
         self._jobs: Deque[Optional[_Job]] = deque()
-        self._doorbell = Doorbell(blocking=True)
+        self._doorbell: Optional[Doorbell] = None
         self._taken: queue.SimpleQueue[None] = queue.SimpleQueue()  # one item per handed-over job taken
-        self._thread: Optional[threading.Thread] = None
         self._unfinished = 0  # jobs submitted and not finished yet (read and written on the loop only)
         self._on_idle: List[Tuple[Callable[..., None], Tuple[Any, ...]]] = []
 
@@ -48,12 +47,13 @@ class WorkerThread:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name=self.name, daemon=True)
-            self._thread.start()
+        doorbell = self._doorbell
+        if doorbell is None:
+            doorbell = self._doorbell = Doorbell(blocking=True)
+            threading.Thread(target=self._work, args=(doorbell,), name=self.name, daemon=True).start()
         self._unfinished += 1
         self._jobs.append((inbox_of(loop), future, fn, args, hand_over))
-        self._doorbell.ring()
+        doorbell.ring()
         if hand_over:
             try:
                 self._taken.get(timeout=HAND_OVER_S)
@@ -61,12 +61,12 @@ class WorkerThread:
                 pass  # it will take the job later; its note of it is read by the next hand-over
         return future
 
-    def _work(self) -> None:
+    def _work(self, doorbell: Doorbell) -> None:
         """Run jobs until told to stop."""
         jobs = self._jobs
         while True:
             while not jobs:
-                self._doorbell.take()
+                doorbell.take()
             job = jobs.popleft()
             if job is None:
                 return
@@ -100,4 +100,5 @@ class WorkerThread:
     def close(self) -> None:
         """Stop the thread after the job it is running, if any."""
         self._jobs.append(None)
-        self._doorbell.ring()
+        if self._doorbell is not None:
+            self._doorbell.ring()
