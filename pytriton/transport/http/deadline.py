@@ -31,10 +31,6 @@ class PhaseDeadline:
     def enter(self, phase: int, timeout_s: float) -> None:
         """Wait for the client in `phase` for at most `timeout_s` (0: no limit)."""
         self.phase = phase
-        self.extend(timeout_s)
-
-    def extend(self, timeout_s: float) -> None:
-        """Give the current phase `timeout_s` (0: no limit) from now."""
         self._deadline = self._loop.time() + timeout_s if timeout_s else math.inf
         if timeout_s and (self._timer is None or self._deadline < self._timer_at):
             self._arm()
