@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, List, Tuple
 
 import numpy as np
 import pytest
@@ -100,10 +100,17 @@ def test_group_wire_type_is_a_decode_error() -> None:
         wire.parse_infer_request(b"\x0b" + b"\x00" * wire.SCAN_THRESHOLD_BYTES)
 
 
+def _joined(parts: Tuple[List[Any], int]) -> bytes:
+    pieces, size = parts
+    data = b"".join(pieces)
+    assert len(data) == size
+    return data
+
+
 def test_serialized_response_is_the_protobuf_message() -> None:
     encoded = grpc_codec.encode_infer_response(SPEC, "req", _response())
     assert isinstance(encoded.raw_outputs[0], memoryview)  # the output array itself, not a copy
-    parsed = service_pb2.ModelInferResponse.FromString(wire.serialize_infer_response(encoded))
+    parsed = service_pb2.ModelInferResponse.FromString(_joined(wire.infer_response_parts(encoded)))
     assert parsed == encoded.to_message()
     assert (parsed.model_name, parsed.model_version, parsed.id) == ("m", "3", "req")
     assert [(o.name, o.datatype, list(o.shape)) for o in parsed.outputs] == [("X", "FP32", [BIG]), ("Y", "BYTES", [2])]
@@ -114,23 +121,23 @@ def test_serialized_response_is_the_protobuf_message() -> None:
 
 def test_serialized_stream_responses() -> None:
     encoded = grpc_codec.encode_infer_response(SPEC, "req", _response(), final=False)
-    parsed = service_pb2.ModelStreamInferResponse.FromString(wire.serialize_stream_response(encoded))
+    parsed = service_pb2.ModelStreamInferResponse.FromString(_joined(wire.stream_response_parts(encoded)))
     assert parsed.error_message == ""
     assert parsed.infer_response == encoded.to_message()
     assert parsed.infer_response.parameters["triton_final_response"].bool_param is False
     final = service_pb2.ModelStreamInferResponse.FromString(
-        wire.serialize_stream_response(grpc_codec.empty_final_response(SPEC, "req"))
+        _joined(wire.stream_response_parts(grpc_codec.empty_final_response(SPEC, "req")))
     )
     assert final.infer_response.parameters["triton_final_response"].bool_param is True
     assert len(final.infer_response.outputs) == 0
     error = grpc_codec.stream_error("m", "3", "req", "it broke")
-    assert service_pb2.ModelStreamInferResponse.FromString(wire.serialize_stream_response(error)) == error
+    assert service_pb2.ModelStreamInferResponse.FromString(_joined(wire.stream_response_parts(error))) == error
 
 
 def test_zero_size_output_is_an_empty_raw_content() -> None:
     empty = InferenceResponse([OutputTensor("X", "FP32", np.zeros(0, np.float32))])
     encoded = grpc_codec.encode_infer_response(SPEC, "", empty)
-    parsed = service_pb2.ModelInferResponse.FromString(wire.serialize_infer_response(encoded))
+    parsed = service_pb2.ModelInferResponse.FromString(_joined(wire.infer_response_parts(encoded)))
     assert list(parsed.raw_output_contents) == [b""]
     assert list(parsed.outputs[0].shape) == [0]
 
@@ -160,8 +167,11 @@ def test_parameter_without_value_is_refused() -> None:
 
 def test_every_rpc_of_the_service_has_a_handler() -> None:
     servicer = InferenceServicer(engine=None, server_version="0")  # type: ignore[arg-type]
-    table = handlers.method_handlers(servicer)
-    assert set(table) == {method.name for method in handlers.SERVICE.methods}
+    table = handlers.method_table(servicer)
+    prefix = "/inference.GRPCInferenceService/"
+    assert set(table) == {f"{prefix}{method.name}".encode() for method in handlers.SERVICE.methods}
     assert len(table) == 20
-    assert table["ModelStreamInfer"].request_streaming and table["ModelStreamInfer"].response_streaming
-    assert inspect.unwrap(table["ModelInfer"].request_deserializer) is wire.parse_infer_request
+    assert [method.name for method in table.values() if method.streaming] == ["ModelStreamInfer"]
+    infer = table[f"{prefix}ModelInfer".encode()]
+    assert inspect.unwrap(infer.deserialize) is wire.parse_infer_request
+    assert infer.serialize is wire.infer_response_parts

@@ -16,8 +16,8 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.runtime.options import ServerOptions
-from pytriton.transport.grpc.settings import bind_address, channel_options
+from pytriton.runtime.options import GrpcKeepalive, ServerOptions
+from pytriton.transport.grpc.settings import bind_address
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import grpc_url
 
@@ -230,7 +230,7 @@ def test_response_compression_level(start_triton: Callable[..., Triton], level: 
 # --- keepalive, ports, addresses -------------------------------------------------------------------------------
 
 
-def test_keepalive_options_become_channel_arguments() -> None:
+def test_keepalive_options_reach_the_server() -> None:
     config = TritonConfig(
         grpc_keepalive_time=1000,
         grpc_keepalive_timeout=500,
@@ -239,25 +239,20 @@ def test_keepalive_options_become_channel_arguments() -> None:
         grpc_http2_min_recv_ping_interval_without_data=100,
         grpc_http2_max_ping_strikes=5,
     )
-    arguments = dict(channel_options(ServerOptions.from_config(config)))
-    assert arguments["grpc.keepalive_time_ms"] == 1000
-    assert arguments["grpc.keepalive_timeout_ms"] == 500
-    assert arguments["grpc.keepalive_permit_without_calls"] == 1
-    assert arguments["grpc.http2.max_pings_without_data"] == 0
-    assert arguments["grpc.http2.min_ping_interval_without_data_ms"] == 100
-    assert arguments["grpc.http2.max_ping_strikes"] == 5
-    assert arguments["grpc.max_send_message_length"] == arguments["grpc.max_receive_message_length"] == 2**31 - 1
-    assert "grpc.default_compression_level" not in arguments
+    options = ServerOptions.from_config(config)
+    assert options.grpc_keepalive == GrpcKeepalive(1000, 500, True, 0, 100, 5)
+    assert options.grpc_compression_level == "none"
 
 
 def test_triton_keepalive_defaults() -> None:
-    arguments = dict(channel_options(ServerOptions.from_config(TritonConfig())))
-    assert arguments["grpc.keepalive_time_ms"] == 7_200_000
-    assert arguments["grpc.keepalive_timeout_ms"] == 20_000
-    assert arguments["grpc.keepalive_permit_without_calls"] == 0
-    assert arguments["grpc.http2.max_pings_without_data"] == 2
-    assert arguments["grpc.http2.min_ping_interval_without_data_ms"] == 300_000
-    assert arguments["grpc.http2.max_ping_strikes"] == 2
+    assert ServerOptions.from_config(TritonConfig()).grpc_keepalive == GrpcKeepalive(
+        time_ms=7_200_000,
+        timeout_ms=20_000,
+        permit_without_calls=False,
+        max_pings_without_data=2,
+        min_recv_ping_interval_without_data_ms=300_000,
+        max_ping_strikes=2,
+    )
 
 
 def test_server_with_keepalive_options_serves(start_triton: Callable[..., Triton]) -> None:

@@ -1,7 +1,7 @@
-"""Request and response (de)serializers handed to grpc: large tensors are never copied into protobuf objects.
+"""Request parsers and response serializers of the gRPC server: large tensors are never copied into protobuf.
 
 A ModelInferRequest's raw_input_contents become memoryviews of the received bytes, and a response's raw
-outputs are joined straight from the output arrays into the sent bytes, so a tensor is copied once each way.
+outputs go out as pieces next to the serialized message head, so a tensor is written straight from its array.
 """
 
 from __future__ import annotations
@@ -109,8 +109,14 @@ def parse_infer_request(data: bytes) -> InferRequestFrame:
     return InferRequestFrame(service_pb2.ModelInferRequest.FromString(b"".join(others)), raw_inputs)
 
 
-def _response_parts(response: EncodedResponse) -> Tuple[List[Buffer], int]:
-    """The serialized pieces of a ModelInferResponse and their total length."""
+def message_parts(message: Message) -> Tuple[List[Buffer], int]:
+    """A protobuf message serialized, as the pieces and size the gRPC server sends."""
+    data: bytes = message.SerializeToString()
+    return [data], len(data)
+
+
+def infer_response_parts(response: EncodedResponse) -> Tuple[List[Buffer], int]:
+    """The serialized pieces of a ModelInferResponse and their total length; outputs are not copied."""
     head: bytes = response.message.SerializeToString()
     parts: List[Buffer] = [head]
     size = len(head)
@@ -122,15 +128,10 @@ def _response_parts(response: EncodedResponse) -> Tuple[List[Buffer], int]:
     return parts, size
 
 
-def serialize_infer_response(response: EncodedResponse) -> bytes:
-    """Serialize a ModelInferResponse, copying each output once."""
-    parts, _ = _response_parts(response)
-    return b"".join(parts)
-
-
-def serialize_stream_response(item: Any) -> bytes:
-    """Serialize a ModelStreamInferResponse: a response (EncodedResponse) or an error message."""
+def stream_response_parts(item: Any) -> Tuple[List[Buffer], int]:
+    """A ModelStreamInferResponse's pieces: a response (EncodedResponse) or an error message."""
     if not isinstance(item, EncodedResponse):
-        return item.SerializeToString()  # type: ignore[no-any-return]
-    parts, size = _response_parts(item)
-    return b"".join([_STREAM_INFER_RESPONSE_KEY, _encode_varint(size), *parts])
+        return message_parts(item)
+    parts, size = infer_response_parts(item)
+    prefix = _STREAM_INFER_RESPONSE_KEY + _encode_varint(size)
+    return [prefix, *parts], len(prefix) + size

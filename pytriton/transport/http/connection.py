@@ -77,7 +77,7 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         """Tell every request of the connection that its client left."""
-        self._state.forget(self)
+        self._state.connections.forget(self)
         self._clock.cancel()
         for cycle in (self._active, self._receiving, *self._pipeline):
             if cycle is not None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Optional, Set
+from typing import Optional
 
-from pytriton.core.waiters import wake
 from pytriton.runtime.limits import ServerLimits
+from pytriton.transport.connections import OpenConnections
 from pytriton.transport.http.connection import HttpConnection
 from pytriton.transport.http.cycle import App
 
@@ -30,20 +30,7 @@ class ServerState:
         """State for a server of `app` under `limits`."""
         self.app = app
         self.limits = limits
-        self.connections: Set[HttpConnection] = set()
-        self._all_closed: Optional[asyncio.Future[None]] = None  # made on the loop by wait_closed()
-
-    def forget(self, connection: HttpConnection) -> None:
-        """A connection closed."""
-        self.connections.discard(connection)
-        if not self.connections:
-            wake(self._all_closed)
-
-    async def wait_closed(self) -> None:
-        """Return once every connection has closed."""
-        if self.connections:
-            self._all_closed = asyncio.get_running_loop().create_future()
-            await self._all_closed
+        self.connections: OpenConnections[HttpConnection] = OpenConnections()
 
 
 class AsgiServer:
@@ -67,13 +54,5 @@ class AsgiServer:
         if server is None:
             return
         server.close()
-        state = self._state
-        for connection in list(state.connections):
-            connection.shutdown()
-        try:
-            await asyncio.wait_for(state.wait_closed(), STOP_GRACE_S)
-        except asyncio.TimeoutError:
-            for connection in list(state.connections):
-                connection.abort()
-            await asyncio.sleep(0)  # let the cancelled apps and the closed transports finish
+        await self._state.connections.close_all(STOP_GRACE_S)
         self._socket.close()

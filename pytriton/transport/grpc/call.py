@@ -1,0 +1,262 @@
+"""One gRPC call on an HTTP/2 stream: its request messages, its handler, and the servicer context it gets."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any, AsyncIterator, Deque, List, NoReturn, Optional, Tuple, Union
+
+import grpc
+
+from pytriton.transport.grpc.headers import Header
+from pytriton.transport.grpc.messages import MessageError, MessageReader
+
+if TYPE_CHECKING:
+    from pytriton.transport.grpc.connection import GrpcConnection
+    from pytriton.transport.grpc.handlers import Method
+
+LOGGER = logging.getLogger(__name__)
+
+# Headers the transport consumes; the rest is the call's metadata.
+_TRANSPORT_HEADERS = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"))
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+Metadata = Tuple[Tuple[str, Union[str, bytes]], ...]
+
+
+class RpcAbort(Exception):
+    """Raised by `GrpcCall.abort`: the call ends with this status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        """End the call with `code` and `details`."""
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+def parse_timeout(value: bytes) -> Optional[float]:
+    """Seconds of a grpc-timeout header ("100m", "5S"...), None when malformed."""
+    unit = _TIMEOUT_UNITS.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not digits.isdigit() or len(digits) > 8:
+        return None
+    return int(digits) * unit
+
+
+class GrpcCall:
+    """A call: gives the handler its requests and the context grpc.aio's servicers expect, sends what it answers."""
+
+    __slots__ = (
+        "_headers",
+        "_inbox",
+        "_inbox_error",
+        "_metadata",
+        "_reader",
+        "_waiter",
+        "connection",
+        "deadline",
+        "encoding",
+        "ended",
+        "method",
+        "outbox",
+        "remote_closed",
+        "send_window",
+        "started",
+        "stream_id",
+        "task",
+        "unreplenished",
+        "writable",
+    )
+
+    def __init__(
+        self,
+        connection: GrpcConnection,
+        stream_id: int,
+        method: Method,
+        headers: List[Header],
+        reader: MessageReader,
+        send_window: int,
+    ) -> None:
+        """A call on stream `stream_id` of `method`, with the request's headers."""
+        self.connection = connection
+        self.stream_id = stream_id
+        self.method = method
+        self._headers = headers
+        self._reader = reader
+        self._metadata: Optional[Metadata] = None
+        self._inbox: Deque[bytes] = deque()  # request messages not yet taken by a streaming handler
+        self._inbox_error: Optional[MessageError] = None
+        self._waiter: Optional[asyncio.Future[None]] = None
+        self.send_window = send_window
+        self.unreplenished = 0  # bytes received on the stream since its window was last raised
+        self.outbox: Deque[Any] = deque()  # DATA and trailers waiting for flow-control window
+        self.writable: Optional[asyncio.Future[None]] = None  # a streaming handler waits on it for the outbox
+        self.encoding: Optional[str] = None  # the responses' compression
+        self.deadline: Optional[asyncio.TimerHandle] = None
+        self.task: Optional[asyncio.Task[None]] = None
+        self.started = False  # response headers sent
+        self.remote_closed = False  # the client half-closed (END_STREAM) or reset the stream
+        self.ended = False  # the status is sent (or the stream reset): nothing more goes out
+
+    # -- what the connection feeds in ---------------------------------------------------------
+
+    def receive(self, data: bytes) -> None:
+        """DATA of the stream: reassemble messages; a unary call keeps its one message, a streaming one queues it."""
+        try:
+            messages = self._reader.feed(data)
+        except MessageError as error:
+            self.fail_requests(error)
+            return
+        if messages:
+            self._inbox.extend(messages)
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
+
+    def close_remote(self) -> None:
+        """The client sent its last message (END_STREAM)."""
+        self.remote_closed = True
+        if self._reader.partial:
+            self.fail_requests(MessageError(grpc.StatusCode.INTERNAL, "the stream ended inside a message"))
+            return
+        if self.method.streaming:
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
+        elif not self.ended:
+            self._start(self._run_unary())
+
+    def fail_requests(self, error: MessageError) -> None:
+        """A request message could not be taken: end a unary call now, make a streaming handler's iterator raise."""
+        if self.method.streaming and self.task is not None:
+            self._inbox_error = error
+            if self._waiter is not None and not self._waiter.done():
+                self._waiter.set_result(None)
+        else:
+            self.connection.end_call(self, error.code, error.details)
+
+    def start_streaming(self) -> None:
+        """Run a streaming handler from the start of the call."""
+        self._start(self._run_streaming())
+
+    def _start(self, run: Any) -> None:
+        """Run the handler coroutine `run` as the call's task."""
+        self.task = self.connection.loop.create_task(run)
+
+    def cancel(self) -> None:
+        """The call is over for the client (reset, deadline, connection lost): stop its handler."""
+        self.ended = True
+        self.remote_closed = True
+        if self.deadline is not None:
+            self.deadline.cancel()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        if self.writable is not None and not self.writable.done():
+            self.writable.set_result(None)
+
+    def expire(self) -> None:
+        """The client's deadline passed."""
+        self.deadline = None
+        self.connection.end_call(self, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    # -- running the handler --------------------------------------------------------------------
+
+    async def _run_unary(self) -> None:
+        """Take the one request message, run the handler, send its response and the status."""
+        method = self.method
+        if len(self._inbox) != 1:
+            self.connection.end_call(
+                self, grpc.StatusCode.INTERNAL, f"expected one request message, got {len(self._inbox)}"
+            )
+            return
+        try:
+            response = await method.behaviour(method.deserialize(self._inbox.pop()), self)
+            parts, size = method.serialize(response)
+            self.connection.send_unary_response(self, parts, size)
+        except asyncio.CancelledError:
+            raise
+        except (RpcAbort, MessageError) as error:
+            self.connection.end_call(self, error.code, error.details)
+        except Exception as error:  # noqa: BLE001 - every failure must reach the client as a status
+            self._unexpected(error)
+
+    async def _run_streaming(self) -> None:
+        """Run a streaming handler over the request iterator; its writes are the responses."""
+        try:
+            await self.method.behaviour(self._requests(), self)
+            self.connection.end_call(self, grpc.StatusCode.OK, "")
+        except asyncio.CancelledError:
+            raise
+        except (RpcAbort, MessageError) as error:
+            self.connection.end_call(self, error.code, error.details)
+        except Exception as error:  # noqa: BLE001 - every failure must reach the client as a status
+            self._unexpected(error)
+
+    def _unexpected(self, error: Exception) -> None:
+        """A handler raised what no servicer wrapper mapped: UNKNOWN, as grpc.aio answers."""
+        LOGGER.error("unexpected error in gRPC method %s: %r", self.method.name, error, exc_info=error)
+        self.connection.end_call(self, grpc.StatusCode.UNKNOWN, f"Unexpected {type(error).__name__}: {error}")
+
+    async def _requests(self) -> AsyncIterator[Any]:
+        """The request messages of a streaming call, parsed, until the client half-closes."""
+        inbox = self._inbox
+        deserialize = self.method.deserialize
+        while True:
+            while inbox:
+                yield deserialize(inbox.popleft())
+            if self._inbox_error is not None:
+                raise self._inbox_error
+            if self.remote_closed:
+                return
+            self._waiter = self.connection.loop.create_future()
+            await self._waiter
+
+    # -- the servicer context -------------------------------------------------------------------
+
+    def invocation_metadata(self) -> Metadata:
+        """The call's metadata: its headers less HTTP/2's and gRPC's own; `-bin` values decoded."""
+        if self._metadata is None:
+            items: List[Tuple[str, Union[str, bytes]]] = []
+            for name, value in self._headers:
+                if name[:1] == b":" or name in _TRANSPORT_HEADERS:
+                    continue
+                key = name.decode("latin-1")
+                if key.endswith("-bin"):
+                    items.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+                else:
+                    items.append((key, value.decode("latin-1")))
+            self._metadata = tuple(items)
+        return self._metadata
+
+    def header(self, name: bytes) -> Optional[bytes]:
+        """The value of a request header (the last one of that name), None when absent."""
+        found = None
+        for key, value in self._headers:
+            if key == name:
+                found = value
+        return found
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
+        """End the call with a status (raises, like grpc.aio's)."""
+        raise RpcAbort(code, details)
+
+    async def write(self, message: Any) -> None:
+        """Send one response of a streaming call; waits while flow control holds earlier ones back."""
+        if self.ended:
+            raise asyncio.CancelledError()
+        parts, size = self.method.serialize(message)
+        connection = self.connection
+        connection.send_message(self, parts, size)
+        if self.outbox or connection.write_paused:
+            self.writable = connection.loop.create_future()
+            await self.writable
+            self.writable = None
+
+    def time_remaining(self) -> Optional[float]:
+        """Seconds until the client's deadline, None without one."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline.when() - self.connection.loop.time())
+
+    def peer(self) -> str:
+        """The client's address as grpc names it (ipv4:host:port)."""
+        return self.connection.peer
