@@ -8,8 +8,8 @@ import sys
 from typing import Any, Callable, Iterator
 
 # Python 3.9's subprocess forks without vfork, so grpcio's fork handlers run in the child, and while
-# this process has gRPC threads busy they can hang the child before it execs (grpc/grpc#37259).
-# The tests start many subprocesses beside live gRPC servers and clients; on 3.10+ vfork skips the
+# this process has grpcio's threads busy (its clients) they can hang the child before it execs
+# (grpc/grpc#37259). The tests start many subprocesses beside live gRPC clients; on 3.10+ vfork skips the
 # handlers. Set before grpc is first imported: grpcio reads it once.
 if sys.version_info < (3, 10):
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Awaitable, Callable, Dict, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -24,7 +24,6 @@ class LoopThread:
     def __init__(self, name: str = "pytriton-loop") -> None:
         """Start the loop thread and wait until the loop runs."""
         self.loop = new_event_loop()
-        self.loop.set_exception_handler(_report_exception)
         started = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
         self._thread.start()
@@ -77,18 +76,6 @@ class LoopThread:
     def alive(self) -> bool:
         """Whether the loop thread runs."""
         return self._thread.is_alive()
-
-
-def _report_exception(loop: asyncio.AbstractEventLoop, context: Dict[str, Any]) -> None:
-    """Log an exception no task caught, except grpc.aio's empty wake-up of a loop in older grpcio.
-
-    grpc.aio wakes every loop that serves gRPC in the process for each completion; the one that reads
-    the wake-up byte handles the completions of all loops, and in older grpcio the others log a
-    BlockingIOError for the byte they did not get (newer grpcio ignores it too).
-    """
-    if isinstance(context.get("exception"), BlockingIOError) and "PollerCompletionQueue" in repr(context.get("handle")):
-        return
-    loop.default_exception_handler(context)
 
 
 async def _as_coroutine(awaitable: Awaitable[T]) -> T:

@@ -1,0 +1,97 @@
+"""HPACK header blocks: the remembering decoder agrees with hpack's on every block, whatever the table does."""
+
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import hpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytriton.transport.grpc.headers import HeaderBlockDecoder, encode_block
+
+Header = Tuple[bytes, bytes]
+
+GRPC_CALL: List[Header] = [
+    (b":method", b"POST"),
+    (b":scheme", b"http"),
+    (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
+    (b":authority", b"127.0.0.1:8001"),
+    (b"te", b"trailers"),
+    (b"content-type", b"application/grpc"),
+    (b"user-agent", b"grpc-python/1.85"),
+]
+
+names = st.sampled_from([b"x-a", b"x-b", b"grpc-timeout", b"authorization", b"x-" + b"long" * 30])
+values = st.binary(min_size=0, max_size=40).map(lambda value: value.replace(b"\r", b"").replace(b"\n", b""))
+extra_fields = st.lists(st.tuples(names, values), max_size=4)
+
+
+def _blocks(encoder: hpack.Encoder, calls: List[List[Header]], table_sizes: List[int]) -> List[bytes]:
+    blocks = []
+    for index, extra in enumerate(calls):
+        if index < len(table_sizes):
+            encoder.header_table_size = table_sizes[index]  # emits a dynamic table size update in the next block
+        blocks.append(encoder.encode(GRPC_CALL + extra, huffman=index % 2 == 0))
+    return blocks
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    calls=st.lists(extra_fields, min_size=1, max_size=30),
+    table_sizes=st.lists(st.sampled_from([0, 64, 256, 4096]), max_size=5),
+    repeats=st.integers(min_value=1, max_value=3),
+)
+def test_remembered_blocks_decode_as_hpack_does(
+    calls: List[List[Header]], table_sizes: List[int], repeats: int
+) -> None:
+    # Each call is sent `repeats` times in a row: the repeats are the blocks the decoder remembers.
+    sent = [call for call in calls for _ in range(repeats)]
+    blocks = _blocks(hpack.Encoder(), sent, table_sizes)
+    ours, reference = HeaderBlockDecoder(65536), hpack.Decoder(max_header_list_size=65536)
+    for block in blocks:
+        assert ours.decode(block) == list(reference.decode(block, raw=True))
+
+
+def test_a_repeated_block_is_remembered_and_still_right_after_the_table_changes() -> None:
+    encoder = hpack.Encoder()
+    decoder = HeaderBlockDecoder(65536)
+    first = encoder.encode(GRPC_CALL)
+    second = encoder.encode(GRPC_CALL)  # every field indexed now
+    assert len(second) < 16 and second != first
+    assert decoder.decode(first) == GRPC_CALL
+    assert decoder.decode(second) is decoder.decode(second)  # remembered: the same list
+    # A new field is added to the table: old indices shift, so the remembered block must go.
+    changed = encoder.encode([*GRPC_CALL, (b"x-new", b"1")])
+    assert decoder.decode(changed)[-1] == (b"x-new", b"1")
+    again = encoder.encode(GRPC_CALL)
+    assert decoder.decode(again) == GRPC_CALL
+
+
+def test_oversized_header_list_is_refused() -> None:
+    block = hpack.Encoder().encode([*GRPC_CALL, (b"x-big", b"v" * 2000)])
+    with pytest.raises(hpack.HPACKError):
+        HeaderBlockDecoder(1024).decode(block)
+
+
+@pytest.mark.parametrize("size", [0, 1, 126, 127, 128, 300, 70000])
+def test_encoded_literals_decode_with_hpack(size: int) -> None:
+    fields = [(b"grpc-status", b"13"), (b"grpc-message", b"m" * size), (b"n" * (size % 200 + 1), b"v")]
+    assert list(hpack.Decoder(max_header_list_size=1 << 20).decode(encode_block(fields), raw=True)) == fields
+
+
+def test_an_entry_replaced_in_a_full_table_forgets_the_remembered_blocks() -> None:
+    # A 64-byte table holds one entry: adding one evicts the other, so the table's length stays 1.
+    encoder = hpack.Encoder()
+    encoder.header_table_size = 64
+    decoder = HeaderBlockDecoder(65536)
+    first_a, repeat_a = encoder.encode([(b"x-a", b"1")]), encoder.encode([(b"x-a", b"1")])
+    first_b, repeat_b = encoder.encode([(b"x-a", b"2")]), encoder.encode([(b"x-a", b"2")])
+    assert repeat_a == repeat_b  # "dynamic entry 62": the same bytes, another header
+    assert [decoder.decode(block) for block in (first_a, repeat_a, first_b, repeat_b)] == [
+        [(b"x-a", b"1")],
+        [(b"x-a", b"1")],
+        [(b"x-a", b"2")],
+        [(b"x-a", b"2")],
+    ]
