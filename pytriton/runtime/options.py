@@ -24,7 +24,7 @@ _NO_EFFECT: Dict[str, str] = {
     "model_repository": "models are bound in-process; no model repository directory is used",
     "exit_on_error": "bound models are validated at bind time, so the server never starts with a broken model",
     "http_thread_count": "HTTP is served by one asyncio event loop; callables run in their own instance threads",
-    "grpc_infer_allocation_pool_size": "gRPC messages are allocated by grpcio",
+    "grpc_infer_allocation_pool_size": "gRPC messages are Python bytes objects; there is no allocation pool",
     "allow_gpu_metrics": "this engine reports no GPU metrics",
     "cache_directory": "the response cache is built in; no cache shared libraries are loaded",
     "buffer_manager_thread_count": "tensors are not copied through a buffer manager",

@@ -665,6 +665,7 @@ class GrpcConnection(asyncio.Protocol):
         if self._goaway_sent and not self._calls and self._transport is not None and not self._closed:
             self._flush()
             self._transport.close()
+            self._closed = True
 
     def _fail(self, code: int, message: str) -> None:
         """A connection error: GOAWAY with its code, then close."""
