@@ -455,7 +455,8 @@ class GrpcConnection(asyncio.Protocol):
         """A unary call's response and its OK status, in one write when flow control allows."""
         if call.ended:
             return
-        pieces, total = frame_message(parts, size, call.encoding, self._state.max_message_bytes)
+        message = frame_message(parts, size, call.encoding, self._state.max_message_bytes)
+        total = len(message)
         stream_id = call.stream_id
         if total <= self._peer_max_frame and total <= self._send_window and total <= call.send_window:
             self._send_window -= total
@@ -463,24 +464,26 @@ class GrpcConnection(asyncio.Protocol):
             if call.deadline is not None:
                 call.deadline.cancel()
             self._reset_ping_clock()
-            head = _RESPONSE_HEADS[call.encoding]
-            write = self._write
-            write(h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, head) + h2.frame_header(total, h2.DATA, 0, stream_id))
-            for piece in pieces:
-                write(piece)
-            write(h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, stream_id, _OK_TRAILERS))
+            self._write(
+                b"".join(
+                    (
+                        h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, _RESPONSE_HEADS[call.encoding]),
+                        h2.frame_header(total, h2.DATA, 0, stream_id),
+                        message,
+                        h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, stream_id, _OK_TRAILERS),
+                    )
+                )
+            )
             self._calls.pop(stream_id, None)
             self._shutdown_if_done()
             return
-        self._send_pieces(call, pieces, total)
+        self._send_message(call, message)
         self.end_call(call, grpc.StatusCode.OK, "")
 
     def send_message(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
         """One response message of a streaming call."""
-        if call.ended:
-            return
-        pieces, total = frame_message(parts, size, call.encoding, self._state.max_message_bytes)
-        self._send_pieces(call, pieces, total)
+        if not call.ended:
+            self._send_message(call, frame_message(parts, size, call.encoding, self._state.max_message_bytes))
 
     def end_call(self, call: GrpcCall, code: grpc.StatusCode, details: str) -> None:
         """Send a call's status (after its queued DATA); reset the stream if the client is still sending."""
@@ -536,13 +539,14 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- DATA under flow control ----------------------------------------------------------------
 
-    def _send_pieces(self, call: GrpcCall, pieces: Sequence[Buffer], total: int) -> None:
+    def _send_message(self, call: GrpcCall, message: bytes) -> None:
         """Send a framed message on a call (its headers first), or queue what the windows hold back."""
         stream_id = call.stream_id
         if not call.started:
             call.started = True
             self._write(h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, _RESPONSE_HEADS[call.encoding]))
         self._reset_ping_clock()
+        total = len(message)
         if (
             not call.outbox
             and total <= self._peer_max_frame
@@ -552,15 +556,9 @@ class GrpcConnection(asyncio.Protocol):
             self._send_window -= total
             call.send_window -= total
             self._write(h2.frame_header(total, h2.DATA, 0, stream_id))
-            for piece in pieces:
-                self._write(piece)
+            self._write(message)
             return
-        for piece in pieces:
-            view = memoryview(piece)
-            if view.ndim != 1 or view.format != "B":
-                view = view.cast("B")
-            if view.nbytes:
-                call.outbox.append(view)
+        call.outbox.append(memoryview(message))
         self._pump(call)
 
     def _pump(self, call: GrpcCall) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import grpc
 
@@ -122,10 +122,12 @@ def response_encoding(level: int, accepted: Optional[bytes]) -> Optional[str]:
     return usable[0] if level == 1 else usable[len(usable) // 2] if level == 2 else usable[-1]
 
 
-def frame_message(
-    parts: Sequence[Buffer], size: int, encoding: Optional[str], limit: int
-) -> Tuple[Sequence[Buffer], int]:
-    """A message with its 5-byte prefix, compressed with `encoding` (None: as it is), and its total size."""
+def frame_message(parts: Sequence[Buffer], size: int, encoding: Optional[str], limit: int) -> bytes:
+    """A message with its 5-byte prefix, compressed with `encoding` (None: as it is), in one buffer.
+
+    Joining is the one copy of the outputs on the way out, made now: the transport may send later
+    (flow control, a slow client), when the callable may have reused its output arrays.
+    """
     if encoding is not None:
         deflater = zlib.compressobj(wbits=_WBITS[encoding])
         body = b"".join([deflater.compress(part) for part in parts] + [deflater.flush()])
@@ -134,4 +136,4 @@ def frame_message(
         flag = 0
     if size > limit:
         raise MessageError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Sent message larger than max ({size} vs. {limit})")
-    return (_PREFIX.pack(flag, size), *parts), size + PREFIX_SIZE
+    return b"".join((_PREFIX.pack(flag, size), *parts))
