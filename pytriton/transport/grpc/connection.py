@@ -40,6 +40,8 @@ CONNECTION_WINDOW = 16 * 2**20
 HANDSHAKE_TIMEOUT_S = 20.0
 # Writes above this size go out with writev rather than joined into one buffer.
 _JOIN_LIMIT_BYTES = 64 * 1024
+# How long a connection that failed keeps reading (and dropping) after its GOAWAY.
+_LINGER_S = 2.0
 # grpc's interval for pings received while no call is in progress, unless permit_without_calls.
 _IDLE_PING_INTERVAL_S = 7200.0
 
@@ -169,6 +171,8 @@ class GrpcConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         """Read every whole frame that arrived; keep the start of a partial one."""
+        if self._closed:
+            return  # after a connection error: read and dropped until the linger ends
         if self._pending:
             data = self._pending + data
             self._pending = b""
@@ -666,14 +670,25 @@ class GrpcConnection(asyncio.Protocol):
             self._closed = True
 
     def _fail(self, code: int, message: str) -> None:
-        """A connection error: GOAWAY with its code, then close."""
+        """A connection error: GOAWAY with its code, then close once the client has had time to read it.
+
+        Closing with the client's bytes still unread would answer them with a TCP reset, which can
+        overtake the GOAWAY; so the write side shuts down and what still arrives is read and dropped
+        for a moment (as grpc and nghttp2 do).
+        """
         LOGGER.debug("gRPC connection from %s: %s", self.peer, message)
         self._goaway_sent = True
         self._write(h2.goaway(self._last_stream_id, code, message.encode()))
         self._flush()
-        if self._transport is not None:
-            self._transport.close()
         self._closed = True
+        transport = self._transport
+        if transport is None:
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._timers["linger"] = self.loop.call_later(_LINGER_S, transport.close)
+        else:
+            transport.close()
 
     def abort(self) -> None:
         """Close at once: no preface in time, no answer to a keepalive ping, or the end of the stop grace."""
