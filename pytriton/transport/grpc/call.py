@@ -6,7 +6,7 @@ import asyncio
 import base64
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, AsyncIterator, Deque, List, NoReturn, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, NoReturn, Optional, Tuple, Union
 
 import grpc
 
@@ -123,7 +123,7 @@ class GrpcCall:
             if self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(None)
         elif not self.ended:
-            self._start(self._run_unary())
+            self._start(self._unary())
 
     def fail_requests(self, error: MessageError) -> None:
         """A request message could not be taken: end a unary call now, make a streaming handler's iterator raise."""
@@ -136,11 +136,11 @@ class GrpcCall:
 
     def start_streaming(self) -> None:
         """Run a streaming handler from the start of the call."""
-        self._start(self._run_streaming())
+        self._start(self._streaming())
 
-    def _start(self, run: Any) -> None:
-        """Run the handler coroutine `run` as the call's task."""
-        self.task = self.connection.loop.create_task(run)
+    def _start(self, handler: Coroutine[Any, Any, None]) -> None:
+        """Run a handler coroutine as the call's task."""
+        self.task = self.connection.loop.create_task(handler)
 
     def cancel(self) -> None:
         """The call is over for the client (reset, deadline, connection lost): stop its handler."""
@@ -160,35 +160,31 @@ class GrpcCall:
 
     # -- running the handler --------------------------------------------------------------------
 
-    async def _run_unary(self) -> None:
+    async def _unary(self) -> None:
         """Take the one request message, run the handler, send its response and the status."""
         method = self.method
-        if len(self._inbox) != 1:
-            self.connection.end_call(
-                self, grpc.StatusCode.INTERNAL, f"expected one request message, got {len(self._inbox)}"
-            )
-            return
         try:
+            if len(self._inbox) != 1:
+                raise MessageError(grpc.StatusCode.INTERNAL, f"expected one request message, got {len(self._inbox)}")
             response = await method.behaviour(method.deserialize(self._inbox.pop()), self)
             parts, size = method.serialize(response)
             self.connection.send_unary_response(self, parts, size)
-        except asyncio.CancelledError:
-            raise
-        except (RpcAbort, MessageError) as error:
-            self.connection.end_call(self, error.code, error.details)
         except Exception as error:  # noqa: BLE001 - every failure must reach the client as a status
-            self._unexpected(error)
+            self._failed(error)
 
-    async def _run_streaming(self) -> None:
+    async def _streaming(self) -> None:
         """Run a streaming handler over the request iterator; its writes are the responses."""
         try:
             await self.method.behaviour(self._requests(), self)
             self.connection.end_call(self, grpc.StatusCode.OK, "")
-        except asyncio.CancelledError:
-            raise
-        except (RpcAbort, MessageError) as error:
-            self.connection.end_call(self, error.code, error.details)
         except Exception as error:  # noqa: BLE001 - every failure must reach the client as a status
+            self._failed(error)
+
+    def _failed(self, error: Exception) -> None:
+        """End the call with the status of what its handler raised (cancellation is not an Exception)."""
+        if isinstance(error, (RpcAbort, MessageError)):
+            self.connection.end_call(self, error.code, error.details)
+        else:
             self._unexpected(error)
 
     def _unexpected(self, error: Exception) -> None:
