@@ -95,3 +95,12 @@ def test_an_entry_replaced_in_a_full_table_forgets_the_remembered_blocks() -> No
         [(b"x-a", b"2")],
         [(b"x-a", b"2")],
     ]
+
+
+def test_only_small_blocks_are_remembered() -> None:
+    decoder = HeaderBlockDecoder(65536)
+    small = encode_block([(b"x-small", b"v" * 100)])  # literals without indexing: the table never changes
+    large = encode_block([(b"x-large", b"v" * 3000)])
+    assert decoder.decode(small) is decoder.decode(small)
+    first, second = decoder.decode(large), decoder.decode(large)
+    assert first == second == [(b"x-large", b"v" * 3000)] and first is not second

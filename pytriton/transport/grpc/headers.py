@@ -18,8 +18,10 @@ import hpack
 
 Header = Tuple[bytes, bytes]
 
-# The most blocks remembered per connection (blocks with a changing field, like grpc-timeout, never repeat).
+# The most blocks remembered per connection (blocks with a changing field, like grpc-timeout, never repeat),
+# and the largest one remembered: a repeated gRPC block is a few dozen bytes of table references.
 _REMEMBERED_BLOCKS = 64
+_REMEMBERED_BLOCK_BYTES = 1024
 
 
 class HeaderBlockDecoder:
@@ -48,9 +50,10 @@ class HeaderBlockDecoder:
             len(entries) == before[0] and (entries[0] if entries else None) is before[1] and table.maxsize == before[2]
         )
         if unchanged:
-            if len(self._known) >= _REMEMBERED_BLOCKS:
-                self._known.clear()
-            self._known[block] = headers
+            if len(block) <= _REMEMBERED_BLOCK_BYTES:
+                if len(self._known) >= _REMEMBERED_BLOCKS:
+                    self._known.clear()
+                self._known[block] = headers
         else:
             self._known.clear()
         return headers
