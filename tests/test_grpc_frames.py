@@ -307,6 +307,20 @@ def test_protocol_errors_close_only_their_connection(triton: Triton, frames: Lis
         healthy.close()
 
 
+def test_a_header_block_over_the_limit_in_many_continuations_is_refused(triton: Triton) -> None:
+    client = RawH2(triton.grpc_port)  # type: ignore[arg-type]
+    try:
+        client.send(HEADERS, 0, 1, client.block())
+        tiny = RawH2.frame(CONTINUATION, 0, 1, b"\x82")  # one byte each: the header limit is 64 KiB
+        started = time.monotonic()
+        client.sock.sendall(tiny * 70_000)
+        goaway = client.read_until(GOAWAY)[-1]
+        assert struct.unpack(">I", goaway[3][4:8])[0] == 0xB  # ENHANCE_YOUR_CALM
+        assert time.monotonic() - started < WAIT_S
+    finally:
+        client.close()
+
+
 def test_not_http2_is_closed(triton: Triton) -> None:
     client = RawH2(triton.grpc_port, preface=b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")  # type: ignore[arg-type]
     try:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, No
 
 import grpc
 
+from pytriton.core.waiters import wake
 from pytriton.transport.grpc.headers import Header
 from pytriton.transport.grpc.messages import MessageError, MessageReader
 
@@ -110,8 +111,7 @@ class GrpcCall:
             return
         if messages:
             self._inbox.extend(messages)
-            if self._waiter is not None and not self._waiter.done():
-                self._waiter.set_result(None)
+            wake(self._waiter)
 
     def close_remote(self) -> None:
         """The client sent its last message (END_STREAM)."""
@@ -120,8 +120,7 @@ class GrpcCall:
             self.fail_requests(MessageError(grpc.StatusCode.INTERNAL, "the stream ended inside a message"))
             return
         if self.method.streaming:
-            if self._waiter is not None and not self._waiter.done():
-                self._waiter.set_result(None)
+            wake(self._waiter)
         elif not self.ended:
             self._start(self._unary())
 
@@ -129,8 +128,7 @@ class GrpcCall:
         """A request message could not be taken: end a unary call now, make a streaming handler's iterator raise."""
         if self.method.streaming and self.task is not None:
             self._inbox_error = error
-            if self._waiter is not None and not self._waiter.done():
-                self._waiter.set_result(None)
+            wake(self._waiter)
         else:
             self.connection.end_call(self, error.code, error.details)
 
@@ -150,8 +148,7 @@ class GrpcCall:
             self.deadline.cancel()
         if self.task is not None and not self.task.done():
             self.task.cancel()
-        if self.writable is not None and not self.writable.done():
-            self.writable.set_result(None)
+        wake(self.writable)
 
     def expire(self) -> None:
         """The client's deadline passed."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 import grpc
 import hpack
 
+from pytriton.core.waiters import wake
 from pytriton.protocol.tensors import Buffer
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.call import GrpcCall, parse_timeout
@@ -99,6 +100,7 @@ class GrpcConnection(asyncio.Protocol):
         self._pending = b""  # the start of a frame whose end has not arrived
         self._preface_seen = False
         self._continuation: Optional[Tuple[int, int, List[bytes]]] = None  # HEADERS awaiting CONTINUATION
+        self._continuation_bytes = 0
         self._calls: Dict[int, GrpcCall] = {}
         self._blocked: Dict[int, GrpcCall] = {}  # calls with DATA waiting for window
         self._last_stream_id = 0
@@ -167,7 +169,7 @@ class GrpcConnection(asyncio.Protocol):
             self._transport.resume_reading()
         for call in list(self._calls.values()):
             if not call.outbox:
-                self._wake_writer(call)
+                wake(call.writable)
 
     def data_received(self, data: bytes) -> None:
         """Read every whole frame that arrived; keep the start of a partial one."""
@@ -250,6 +252,7 @@ class GrpcConnection(asyncio.Protocol):
         block = h2.strip_padding(payload, flags) if flags & (h2.PADDED | h2.PRIORITY_FLAG) else payload
         if not flags & h2.END_HEADERS:
             self._continuation = (stream_id, flags, [block])
+            self._continuation_bytes = len(block)
             return
         self._on_header_block(stream_id, flags, block)
 
@@ -259,7 +262,8 @@ class GrpcConnection(asyncio.Protocol):
         if started is None or started[0] != stream_id:
             raise h2.Http2Error(h2.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
         started[2].append(payload)
-        if sum(map(len, started[2])) > self._state.max_header_list_bytes:
+        self._continuation_bytes += len(payload)
+        if self._continuation_bytes > self._state.max_header_list_bytes:
             raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, "header block too large")
         if flags & h2.END_HEADERS:
             self._continuation = None
@@ -515,7 +519,7 @@ class GrpcConnection(asyncio.Protocol):
             call.remote_closed = True
         self._calls.pop(call.stream_id, None)
         self._blocked.pop(call.stream_id, None)
-        self._wake_writer(call)
+        wake(call.writable)
         self._shutdown_if_done()
 
     def _answer_http(self, stream_id: int, status: bytes, ended: bool) -> None:
@@ -591,14 +595,7 @@ class GrpcConnection(asyncio.Protocol):
             self._write(chunk)
         self._blocked.pop(stream_id, None)
         if not self.write_paused:
-            self._wake_writer(call)
-
-    @staticmethod
-    def _wake_writer(call: GrpcCall) -> None:
-        """Let a streaming handler waiting in `write` go on."""
-        writable = call.writable
-        if writable is not None and not writable.done():
-            writable.set_result(None)
+            wake(call.writable)
 
     # -- writing --------------------------------------------------------------------------------
 
