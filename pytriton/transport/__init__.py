@@ -1,1 +1,1 @@
-"""Transports: HTTP (ASGI on an httptools server) and gRPC (grpc.aio), thin translators to and from the engine."""
+"""Transports: HTTP (ASGI on an httptools server) and gRPC (an HTTP/2 server), thin translators to the engine."""
