@@ -220,14 +220,6 @@ class GrpcCall:
             self._metadata = tuple(items)
         return self._metadata
 
-    def header(self, name: bytes) -> Optional[bytes]:
-        """The value of a request header (the last one of that name), None when absent."""
-        found = None
-        for key, value in self._headers:
-            if key == name:
-                found = value
-        return found
-
     async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn:
         """End the call with a status (raises, like grpc.aio's)."""
         raise RpcAbort(code, details)
@@ -243,13 +235,3 @@ class GrpcCall:
             self.writable = connection.loop.create_future()
             await self.writable
             self.writable = None
-
-    def time_remaining(self) -> Optional[float]:
-        """Seconds until the client's deadline, None without one."""
-        if self.deadline is None:
-            return None
-        return max(0.0, self.deadline.when() - self.connection.loop.time())
-
-    def peer(self) -> str:
-        """The client's address as grpc names it (ipv4:host:port)."""
-        return self.connection.peer
