@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from pytriton import __version__
-from pytriton.runtime.options import ServerOptions
+from pytriton.runtime.options import resolve_options
 from pytriton.triton import Triton
 from pytriton.triton_config import TritonConfig, cast_config_value, resolve_config
 
@@ -90,7 +90,7 @@ def _check(config: TritonConfig) -> None:
         except importlib.metadata.PackageNotFoundError:
             version = "not installed"
         print(f"  {package:<13} {version}")
-    options = ServerOptions.from_config(resolve_config(config))
+    options = resolve_options(resolve_config(config))
     rows = [
         ("HTTP/REST", options.http_enabled, options.http_address, options.http_port),
         ("gRPC", options.grpc_enabled, options.grpc_address, options.grpc_port),

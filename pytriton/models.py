@@ -6,13 +6,13 @@ import copy
 import re
 from typing import Any, Callable, List, Sequence, Tuple, Union
 
+from pytriton.core.datatypes import datatype_of_config_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
 from pytriton.model_config.common import DeviceKind
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
-from pytriton.protocol.datatypes import datatype_of_config_dtype
 
 _MODEL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 

@@ -15,9 +15,9 @@ from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.models import as_callables, build_model, validate_model_name
-from pytriton.runtime.limits import ServerLimits
+from pytriton.options.limits import ServerLimits
 from pytriton.runtime.logging_setup import configure_logging
-from pytriton.runtime.options import ServerOptions
+from pytriton.runtime.options import resolve_options
 from pytriton.runtime.server import ServerRuntime
 from pytriton.triton_config import TritonConfig, resolve_config
 
@@ -53,7 +53,7 @@ class Triton:
                 safe defaults (see `pytriton.runtime.limits`).
         """
         self._config = resolve_config(config)
-        self._options = ServerOptions.from_config(self._config, limits)
+        self._options = resolve_options(self._config, limits)
         configure_logging(self._config.log_verbose, self._config.log_file)
         self._workspace = workspace
         self._runtime = ServerRuntime(self._options)

@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import Tensor
-from pytriton.transport.access import Category, Restriction, http_category, parse_rules
+from pytriton.options.access import Category, Restriction, http_category, parse_rules
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url
 from tests.http_helpers import request

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytriton.model_config import Tensor
-from pytriton.runtime.options import ServerOptions
+from pytriton.runtime.options import resolve_options
 from pytriton.transport.cloud.sagemaker import BINARY_MIME as SAGEMAKER_MIME
 from pytriton.transport.cloud.vertex import BINARY_MIME as VERTEX_MIME
 from pytriton.triton import Triton, TritonConfig
@@ -146,12 +146,12 @@ def test_vertex_ai_routes(start_triton: Callable[..., Triton], no_cloud_env: Any
 
 
 def test_vertex_ai_options_follow_aip_variables(no_cloud_env: Any) -> None:
-    assert ServerOptions.from_config(TritonConfig()).vertex_ai is None
+    assert resolve_options(TritonConfig()).vertex_ai is None
     no_cloud_env.setenv("AIP_MODE", "PREDICTION")
     no_cloud_env.setenv("AIP_HTTP_PORT", "8181")
-    vertex = ServerOptions.from_config(TritonConfig()).vertex_ai
+    vertex = resolve_options(TritonConfig()).vertex_ai
     assert vertex is not None and vertex.port == 8181
     assert (vertex.predict_route, vertex.health_route) == ("/predict", "/health")
-    assert ServerOptions.from_config(TritonConfig(allow_vertex_ai=False)).vertex_ai is None
-    sagemaker = ServerOptions.from_config(TritonConfig(allow_sagemaker=True)).sagemaker
+    assert resolve_options(TritonConfig(allow_vertex_ai=False)).vertex_ai is None
+    sagemaker = resolve_options(TritonConfig(allow_sagemaker=True)).sagemaker
     assert sagemaker is not None and sagemaker.port == 8080 and sagemaker.inference_type == "infer"

@@ -22,7 +22,7 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.runtime.limits import ServerLimits
+from pytriton.options.limits import ServerLimits
 from pytriton.triton import Triton, TritonConfig
 
 # Generous: the tests must hold on a loaded 2-core machine. None of them waits this long when it passes.

@@ -16,7 +16,8 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.runtime.options import GrpcKeepalive, ServerOptions
+from pytriton.options.server import GrpcKeepalive
+from pytriton.runtime.options import resolve_options
 from pytriton.transport.grpc.settings import bind_address
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import grpc_url
@@ -131,7 +132,7 @@ def test_mutual_tls(start_triton: Callable[..., Triton], certificates: pathlib.P
 )
 def test_invalid_grpc_options_are_refused(config: Dict[str, Any], message: str) -> None:
     with pytest.raises(PyTritonValidationError, match=message):
-        ServerOptions.from_config(TritonConfig(**config))
+        resolve_options(TritonConfig(**config))
 
 
 def test_unreadable_certificate_fails_the_start(tmp_path: pathlib.Path) -> None:
@@ -239,13 +240,13 @@ def test_keepalive_options_reach_the_server() -> None:
         grpc_http2_min_recv_ping_interval_without_data=100,
         grpc_http2_max_ping_strikes=5,
     )
-    options = ServerOptions.from_config(config)
+    options = resolve_options(config)
     assert options.grpc_keepalive == GrpcKeepalive(1000, 500, True, 0, 100, 5)
     assert options.grpc_compression_level == "none"
 
 
 def test_triton_keepalive_defaults() -> None:
-    assert ServerOptions.from_config(TritonConfig()).grpc_keepalive == GrpcKeepalive(
+    assert resolve_options(TritonConfig()).grpc_keepalive == GrpcKeepalive(
         time_ms=7_200_000,
         timeout_ms=20_000,
         permit_without_calls=False,

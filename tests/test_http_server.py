@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from pytriton.runtime.limits import ServerLimits
+from pytriton.options.limits import ServerLimits
 from pytriton.runtime.loop_thread import LoopThread
 from pytriton.transport.http.cycle import BODY_HIGH_WATER
 from pytriton.transport.http.server import AsgiServer

@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import Tensor
-from pytriton.runtime.settings import TraceConfig, TraceSettings, parse_trace_config
+from pytriton.options.log_trace import TraceConfig, TraceSettings, parse_trace_config
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url
 from tests.http_helpers import get_json, post_json, request

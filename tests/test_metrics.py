@@ -18,7 +18,8 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
-from pytriton.runtime.options import DEFAULT_SUMMARY_QUANTILES, ServerOptions
+from pytriton.options.server import DEFAULT_SUMMARY_QUANTILES
+from pytriton.runtime.options import resolve_options
 from pytriton.transport.metrics.exposition import Family, render
 from pytriton.transport.metrics.host import HostMonitor
 from pytriton.transport.metrics.latency import Histogram, ModelLatencies, SlidingSummary
@@ -358,7 +359,7 @@ def test_first_response_histogram_counts_streams(start_triton: Callable[..., Tri
 
 
 def test_metrics_settings_from_config() -> None:
-    settings = ServerOptions.from_config(TritonConfig()).metrics_settings
+    settings = resolve_options(TritonConfig()).metrics_settings
     assert (settings.cpu_metrics, settings.interval_ms, settings.counter_latencies) == (True, 2000, True)
     assert (settings.histogram_latencies, settings.summary_latencies) == (False, False)
     assert settings.summary_quantiles == DEFAULT_SUMMARY_QUANTILES
@@ -367,7 +368,7 @@ def test_metrics_settings_from_config() -> None:
         metrics_interval_ms=500,
         metrics_config=["summary_latencies=true", "histogram_latencies=true", "summary_quantiles=0.5:0.05", "0.9:0.01"],
     )
-    settings = ServerOptions.from_config(config).metrics_settings
+    settings = resolve_options(config).metrics_settings
     assert (settings.cpu_metrics, settings.interval_ms) == (False, 500)
     assert (settings.histogram_latencies, settings.summary_latencies) == (True, True)
     assert settings.summary_quantiles == ((0.5, 0.05), (0.9, 0.01))
@@ -385,7 +386,7 @@ def test_metrics_settings_from_config() -> None:
 )
 def test_invalid_metrics_settings_are_refused(config: Dict[str, Any]) -> None:
     with pytest.raises(PyTritonValidationError):
-        ServerOptions.from_config(TritonConfig(**config))
+        resolve_options(TritonConfig(**config))
 
 
 def test_histogram_buckets_are_cumulative_upper_bounds() -> None:

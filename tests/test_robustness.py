@@ -28,7 +28,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
-from pytriton.runtime.limits import DEFAULT_MAX_BODY_BYTES, ServerLimits
+from pytriton.options.limits import DEFAULT_MAX_BODY_BYTES, ServerLimits
 from pytriton.triton import Triton, TritonConfig
 from tests.http_helpers import post_json, request
 

@@ -8,9 +8,9 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from pytriton.core.datatypes import datatype_of_dtype
+from pytriton.core.raw_tensors import raw_from_array
 from pytriton.core.request import InferenceResponse
-from pytriton.protocol.datatypes import datatype_of_dtype
-from pytriton.protocol.tensors import raw_from_array
 
 
 def cache_key(model: str, version: str, inputs: Dict[str, np.ndarray]) -> bytes:

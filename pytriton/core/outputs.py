@@ -6,10 +6,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from pytriton.core.datatypes import BF16_DTYPE, datatype_of_config_dtype, datatype_of_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
-from pytriton.protocol.datatypes import BF16_DTYPE, datatype_of_config_dtype, datatype_of_dtype
 
 _ALLOWED_KINDS = "biufOSU"
 

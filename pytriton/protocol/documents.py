@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from pytriton.core.datatypes import config_enum
 from pytriton.core.model import ServedModel
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.model_config.common import QueuePolicy
-from pytriton.protocol.datatypes import config_enum
 
 EXTENSIONS = [
     "classification_disabled",

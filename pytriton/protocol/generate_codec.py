@@ -6,10 +6,10 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from pytriton.core.datatypes import BYTES
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec, TensorDef
-from pytriton.protocol.datatypes import BYTES
 from pytriton.protocol.http_codec import Body, parse_json_object
 from pytriton.protocol.parameters import RequestOptions, split_parameters
 from pytriton.protocol.tensors import array_from_json

@@ -8,14 +8,15 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
+from pytriton.core.datatypes import BYTES, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.model import ServedModel
+from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol import documents
-from pytriton.protocol.datatypes import BYTES, is_known_datatype, numpy_dtype
 from pytriton.protocol.parameters import RequestOptions, split_parameters
-from pytriton.protocol.tensors import Buffer, array_from_raw, element_count, numeric_array, raw_from_array
+from pytriton.protocol.tensors import numeric_array
 
 Message = Any  # generated protobuf messages carry no static types
 FINAL_RESPONSE_PARAMETER = "triton_final_response"

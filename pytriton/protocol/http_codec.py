@@ -7,12 +7,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 import orjson
 
+from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype
 from pytriton.core.errors import InferenceError
+from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
-from pytriton.protocol.datatypes import ELEMENT_SIZE, is_known_datatype
 from pytriton.protocol.parameters import split_parameters
-from pytriton.protocol.tensors import array_from_json, array_from_raw, element_count, json_from_array, raw_from_array
+from pytriton.protocol.tensors import array_from_json, json_from_array
 
 Body = Union[bytes, bytearray]
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY

@@ -1,8 +1,7 @@
-"""Resolved server options: TritonConfig read once, with a warning for each option that has no effect."""
+"""TritonConfig read once into ServerOptions, with a warning for each option that has no effect."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import pathlib
@@ -11,10 +10,25 @@ from typing import Dict, List, Optional, Tuple
 from pytriton import constants
 from pytriton.constants import DEFAULT_SERVER_NAME
 from pytriton.exceptions import PyTritonValidationError
-from pytriton.runtime.limits import ServerLimits, resolve_limits
-from pytriton.runtime.settings import TraceConfig, parse_trace_config
+from pytriton.options.access import GRPC_HEADER_PREFIX, parse_rules
+from pytriton.options.limits import ServerLimits, resolve_limits
+from pytriton.options.log_trace import TraceConfig, parse_trace_config
+from pytriton.options.server import (
+    DEFAULT_METRICS_INTERVAL_MS,
+    DEFAULT_SAGEMAKER_PORT,
+    DEFAULT_SUMMARY_QUANTILES,
+    DEFAULT_VERTEX_AI_PORT,
+    GRPC_COMPRESSION_LEVELS,
+    SAGEMAKER_INFERENCE_TYPES,
+    SAGEMAKER_PING_MODES,
+    GrpcKeepalive,
+    GrpcTls,
+    MetricsSettings,
+    SageMakerOptions,
+    ServerOptions,
+    VertexAiOptions,
+)
 from pytriton.runtime.tracing import sdk_available
-from pytriton.transport.access import GRPC_HEADER_PREFIX, AccessRules, parse_rules
 from pytriton.triton_config import TritonConfig
 
 LOGGER = logging.getLogger("pytriton")
@@ -36,152 +50,49 @@ _NO_EFFECT: Dict[str, str] = {
 _NOT_IMPLEMENTED: Dict[str, str] = {}
 # Options that are accepted but not applied yet: a warning each.
 _NOT_APPLIED: Dict[str, str] = {}
-DEFAULT_SAGEMAKER_PORT = 8080
-DEFAULT_VERTEX_AI_PORT = 8080
-SAGEMAKER_PING_MODES = ("ready", "live")
-SAGEMAKER_INFERENCE_TYPES = ("infer", "generate", "generate_stream")
-# Triton's default summary quantiles, as (quantile, allowed error) pairs.
-DEFAULT_SUMMARY_QUANTILES: Tuple[Tuple[float, float], ...] = (
-    (0.5, 0.05),
-    (0.9, 0.01),
-    (0.95, 0.001),
-    (0.99, 0.001),
-    (0.999, 0.001),
-)
-DEFAULT_METRICS_INTERVAL_MS = 2000
 _METRICS_FLAGS = ("counter_latencies", "histogram_latencies", "summary_latencies")
 
 
-@dataclasses.dataclass(frozen=True)
-class MetricsSettings:
-    """What the metrics endpoint reports: allow_cpu_metrics, metrics_interval_ms and metrics_config."""
-
-    cpu_metrics: bool = True
-    interval_ms: int = DEFAULT_METRICS_INTERVAL_MS
-    counter_latencies: bool = True
-    histogram_latencies: bool = False
-    summary_latencies: bool = False
-    summary_quantiles: Tuple[Tuple[float, float], ...] = DEFAULT_SUMMARY_QUANTILES
-
-
-GRPC_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
-
-
-@dataclasses.dataclass(frozen=True)
-class GrpcTls:
-    """TLS for the gRPC endpoint: server certificate and key, and the CA that signs client certificates."""
-
-    server_cert: pathlib.Path
-    server_key: pathlib.Path
-    root_cert: Optional[pathlib.Path]
-    mutual: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class GrpcKeepalive:
-    """gRPC keepalive and HTTP/2 ping settings (milliseconds); defaults are Triton's."""
-
-    time_ms: int = 7_200_000
-    timeout_ms: int = 20_000
-    permit_without_calls: bool = False
-    max_pings_without_data: int = 2
-    min_recv_ping_interval_without_data_ms: int = 300_000
-    max_ping_strikes: int = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class SageMakerOptions:
-    """The SageMaker frontend (GET /ping, POST /invocations) and Triton's SAGEMAKER_TRITON_* variables."""
-
-    port: int = DEFAULT_SAGEMAKER_PORT
-    model: Optional[str] = None
-    ping_mode: str = "ready"
-    inference_type: str = "infer"
-
-
-@dataclasses.dataclass(frozen=True)
-class VertexAiOptions:
-    """The Vertex AI frontend: its port, default model and the AIP_PREDICT_ROUTE / AIP_HEALTH_ROUTE routes."""
-
-    port: int = DEFAULT_VERTEX_AI_PORT
-    default_model: Optional[str] = None
-    predict_route: str = "/predict"
-    health_route: str = "/health"
-
-
-@dataclasses.dataclass(frozen=True)
-class ServerOptions:
-    """What the runtime needs from TritonConfig, with defaults applied."""
-
-    http_enabled: bool
-    http_address: str
-    http_port: int
-    http_header_forward_pattern: Optional[str]
-    grpc_enabled: bool
-    grpc_address: str
-    grpc_port: int
-    grpc_header_forward_pattern: Optional[str]
-    metrics_enabled: bool
-    metrics_address: str
-    metrics_port: int
-    metrics_settings: MetricsSettings
-    exit_timeout_s: float
-    strict_readiness: bool
-    cache_capacity_bytes: Optional[int]
-    log_verbose: int
-    server_id: str
-    grpc_tls: Optional[GrpcTls] = None
-    grpc_keepalive: GrpcKeepalive = dataclasses.field(default_factory=GrpcKeepalive)
-    grpc_compression_level: str = "none"
-    log_file: Optional[str] = None
-    trace: TraceConfig = dataclasses.field(default_factory=TraceConfig)
-    http_access: AccessRules = dataclasses.field(default_factory=AccessRules)
-    grpc_access: AccessRules = dataclasses.field(default_factory=AccessRules)
-    sagemaker: Optional[SageMakerOptions] = None
-    vertex_ai: Optional[VertexAiOptions] = None
-    limits: ServerLimits = dataclasses.field(default_factory=ServerLimits)
-
-    @classmethod
-    def from_config(cls, config: TritonConfig, limits: Optional[ServerLimits] = None) -> ServerOptions:
-        """Resolve a TritonConfig (warning about options without effect here) and the server limits."""
-        _report_unsupported(config)
-        http_address = config.http_address or constants.DEFAULT_ADDRESS
-        return cls(
-            http_enabled=config.allow_http is not False,
-            http_address=http_address,
-            http_port=_port(config.http_port, constants.DEFAULT_HTTP_PORT),
-            http_header_forward_pattern=config.http_header_forward_pattern,
-            grpc_enabled=config.allow_grpc is not False,
-            grpc_address=config.grpc_address or constants.DEFAULT_ADDRESS,
-            grpc_port=_port(config.grpc_port, constants.DEFAULT_GRPC_PORT),
-            grpc_header_forward_pattern=config.grpc_header_forward_pattern,
-            metrics_enabled=config.allow_metrics is not False,
-            metrics_address=config.metrics_address or http_address,
-            metrics_port=_port(config.metrics_port, constants.DEFAULT_METRICS_PORT),
-            metrics_settings=_metrics_settings(config),
-            exit_timeout_s=float(
-                config.exit_timeout_secs if config.exit_timeout_secs is not None else constants.DEFAULT_EXIT_TIMEOUT_S
-            ),
-            strict_readiness=config.strict_readiness is not False,  # tritonserver's default is true
-            cache_capacity_bytes=_cache_capacity(config.cache_config),
-            log_verbose=config.log_verbose or 0,
-            server_id=config.id or DEFAULT_SERVER_NAME,
-            grpc_tls=_grpc_tls(config),
-            grpc_keepalive=_grpc_keepalive(config),
-            grpc_compression_level=_grpc_compression_level(config.grpc_infer_response_compression_level),
-            log_file=str(config.log_file) if config.log_file else None,
-            trace=_trace(config.trace_config),
-            http_access=parse_rules(config.http_restricted_api, option="http_restricted_api"),
-            grpc_access=parse_rules(
-                config.grpc_restricted_protocol,
-                option="grpc_restricted_protocol",
-                header_prefix=GRPC_HEADER_PREFIX,
-                kind="protocol",
-            ),
-            sagemaker=_sagemaker(config),
-            vertex_ai=_vertex_ai(config),
-            limits=resolve_limits(limits),
-        )
+def resolve_options(config: TritonConfig, limits: Optional[ServerLimits] = None) -> ServerOptions:
+    """Resolve a TritonConfig (warning about options without effect here) and the server limits."""
+    _report_unsupported(config)
+    http_address = config.http_address or constants.DEFAULT_ADDRESS
+    return ServerOptions(
+        http_enabled=config.allow_http is not False,
+        http_address=http_address,
+        http_port=_port(config.http_port, constants.DEFAULT_HTTP_PORT),
+        http_header_forward_pattern=config.http_header_forward_pattern,
+        grpc_enabled=config.allow_grpc is not False,
+        grpc_address=config.grpc_address or constants.DEFAULT_ADDRESS,
+        grpc_port=_port(config.grpc_port, constants.DEFAULT_GRPC_PORT),
+        grpc_header_forward_pattern=config.grpc_header_forward_pattern,
+        metrics_enabled=config.allow_metrics is not False,
+        metrics_address=config.metrics_address or http_address,
+        metrics_port=_port(config.metrics_port, constants.DEFAULT_METRICS_PORT),
+        metrics_settings=_metrics_settings(config),
+        exit_timeout_s=float(
+            config.exit_timeout_secs if config.exit_timeout_secs is not None else constants.DEFAULT_EXIT_TIMEOUT_S
+        ),
+        strict_readiness=config.strict_readiness is not False,  # tritonserver's default is true
+        cache_capacity_bytes=_cache_capacity(config.cache_config),
+        log_verbose=config.log_verbose or 0,
+        server_id=config.id or DEFAULT_SERVER_NAME,
+        grpc_tls=_grpc_tls(config),
+        grpc_keepalive=_grpc_keepalive(config),
+        grpc_compression_level=_grpc_compression_level(config.grpc_infer_response_compression_level),
+        log_file=str(config.log_file) if config.log_file else None,
+        trace=_trace(config.trace_config),
+        http_access=parse_rules(config.http_restricted_api, option="http_restricted_api"),
+        grpc_access=parse_rules(
+            config.grpc_restricted_protocol,
+            option="grpc_restricted_protocol",
+            header_prefix=GRPC_HEADER_PREFIX,
+            kind="protocol",
+        ),
+        sagemaker=_sagemaker(config),
+        vertex_ai=_vertex_ai(config),
+        limits=resolve_limits(limits),
+    )
 
 
 def _port(value: Optional[int], default: int) -> int:

@@ -10,9 +10,9 @@ from typing import Any, Callable, List, Optional, Protocol
 from pytriton import __version__
 from pytriton.core.engine import Engine
 from pytriton.core.spec import ModelSpec
+from pytriton.options.log_trace import ServerSettings
+from pytriton.options.server import ServerOptions
 from pytriton.runtime.loop_thread import LoopThread
-from pytriton.runtime.options import ServerOptions
-from pytriton.runtime.settings import ServerSettings
 from pytriton.runtime.tracing import Tracing
 from pytriton.transport.sockets import bind_socket, bound_port
 

@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from pytriton.core.model import ServedModel
-from pytriton.runtime.settings import TraceSettings
+from pytriton.options.log_trace import TraceSettings
 
 LOGGER = logging.getLogger("pytriton")
 

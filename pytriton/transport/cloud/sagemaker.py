@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
-from pytriton.runtime.options import SageMakerOptions
+from pytriton.options.server import SageMakerOptions
 from pytriton.transport.cloud.forwarding import App, forward, single_model
 from pytriton.transport.http.responses import Receive, Scope, Send, send_empty, send_error
 

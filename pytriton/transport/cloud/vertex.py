@@ -6,7 +6,7 @@ from typing import Dict
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
-from pytriton.runtime.options import VertexAiOptions
+from pytriton.options.server import VertexAiOptions
 from pytriton.transport.cloud.forwarding import App, forward, single_model
 from pytriton.transport.http.responses import Receive, Scope, Send, header_map, send_empty, send_error
 

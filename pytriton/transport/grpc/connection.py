@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 import grpc
 import hpack
 
+from pytriton.core.raw_tensors import Buffer
 from pytriton.core.waiters import wake
-from pytriton.protocol.tensors import Buffer
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.call import GrpcCall, parse_timeout
 from pytriton.transport.grpc.headers import STATUS_200, Header, HeaderBlockDecoder, encode_block

@@ -10,8 +10,8 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError
-from pytriton.protocol.tensors import Buffer
-from pytriton.transport.access import AccessRules
+from pytriton.core.raw_tensors import Buffer
+from pytriton.options.access import AccessRules
 from pytriton.transport.grpc.wire import infer_response_parts, message_parts, parse_infer_request, stream_response_parts
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]

@@ -8,7 +8,7 @@ from typing import List, Optional, Sequence
 
 import grpc
 
-from pytriton.protocol.tensors import Buffer
+from pytriton.core.raw_tensors import Buffer
 
 _PREFIX = struct.Struct(">BI")
 PREFIX_SIZE = 5

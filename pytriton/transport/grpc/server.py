@@ -15,8 +15,8 @@ import logging
 from typing import Dict, Optional
 
 from pytriton.core.engine import Engine
-from pytriton.runtime.options import GrpcKeepalive, ServerOptions
-from pytriton.runtime.settings import ServerSettings
+from pytriton.options.log_trace import ServerSettings
+from pytriton.options.server import GrpcKeepalive, ServerOptions
 from pytriton.transport.connections import OpenConnections
 from pytriton.transport.grpc.connection import GrpcConnection
 from pytriton.transport.grpc.handlers import CallLimit, Method, method_table

@@ -9,9 +9,9 @@ from tritonclient.grpc import service_pb2
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
+from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import grpc_codec, settings_codec
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
-from pytriton.runtime.settings import ServerSettings
 from pytriton.transport.grpc.errors import unary, unimplemented
 from pytriton.transport.grpc.streaming import StreamSession
 from pytriton.transport.grpc.wire import InferRequestFrame

@@ -6,7 +6,7 @@ import pathlib
 import ssl
 
 from pytriton.exceptions import PyTritonValidationError
-from pytriton.runtime.options import GrpcTls
+from pytriton.options.server import GrpcTls
 
 # grpc_infer_response_compression_level -> grpc's compression level (none, low, medium, high).
 COMPRESSION_LEVELS = {"none": 0, "low": 1, "medium": 2, "high": 3}

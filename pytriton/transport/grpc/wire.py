@@ -11,8 +11,8 @@ from typing import Any, List, Optional, Tuple
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
+from pytriton.core.raw_tensors import Buffer
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
-from pytriton.protocol.tensors import Buffer
 
 _LENGTH_DELIMITED = 2
 # Messages shorter than this are parsed by protobuf alone: scanning them in Python costs more than it saves.

@@ -12,11 +12,11 @@ import orjson
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
+from pytriton.options.access import AccessRules
+from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import documents
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import decode_infer_request, encode_infer_response, parse_json_object
-from pytriton.runtime.settings import ServerSettings
-from pytriton.transport.access import AccessRules
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,

@@ -14,7 +14,7 @@ import asyncio
 import socket
 from typing import Optional
 
-from pytriton.runtime.limits import ServerLimits
+from pytriton.options.limits import ServerLimits
 from pytriton.transport.connections import OpenConnections
 from pytriton.transport.http.connection import HttpConnection
 from pytriton.transport.http.cycle import App

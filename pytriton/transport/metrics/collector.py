@@ -8,7 +8,7 @@ from pytriton.core.engine import Engine
 from pytriton.core.errors import FailureReason
 from pytriton.core.model import ServedModel
 from pytriton.core.stats import ModelStats
-from pytriton.runtime.options import MetricsSettings
+from pytriton.options.server import MetricsSettings
 from pytriton.transport.metrics.exposition import Family, Labels
 from pytriton.transport.metrics.host import HostMonitor
 from pytriton.transport.metrics.latency import ModelLatencies, SummaryFamily, add_histogram

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 from pytriton.core.engine import Engine
 from pytriton.core.model import ServedModel
 from pytriton.core.stats import StatsObserver
-from pytriton.runtime.options import MetricsSettings, ServerOptions
+from pytriton.options.server import MetricsSettings, ServerOptions
 from pytriton.transport.http.responses import Receive, Scope, Send, send_body
 from pytriton.transport.http.server import AsgiServer
 from pytriton.transport.metrics.collector import collect

@@ -1,0 +1,96 @@
+"""Raw tensor bytes, both ways: Triton's binary extension and gRPC raw contents, and what the engine stores.
+
+Fixed-size datatypes are views where they can be; BYTES tensors are 4-byte little-endian lengths, each
+followed by its bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import List, Sequence, Union
+
+import numpy as np
+
+from pytriton.core.datatypes import BF16, BF16_DTYPE, BYTES, ELEMENT_SIZE, numpy_dtype
+from pytriton.core.errors import InferenceError
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+_LENGTH = struct.Struct("<I")
+
+
+def element_count(shape: Sequence[int]) -> int:
+    """Number of elements of a shape."""
+    return math.prod(shape)
+
+
+def serialize_bytes_tensor(array: np.ndarray) -> bytes:
+    """Serialize a BYTES tensor: per element a 4-byte little-endian length, then the bytes."""
+    parts: List[bytes] = []
+    pack = _LENGTH.pack
+    for item in array.flat:
+        if isinstance(item, str):
+            item = item.encode("utf-8")
+        elif not isinstance(item, (bytes, bytearray)):
+            item = bytes(item) if isinstance(item, np.bytes_) else str(item).encode("utf-8")
+        parts.append(pack(len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(buffer: Buffer, name: str) -> np.ndarray:
+    """Deserialize a BYTES tensor into a flat object array of bytes (trailing NULs kept)."""
+    view = memoryview(buffer)
+    items: List[bytes] = []
+    offset = 0
+    end = len(view)
+    unpack = _LENGTH.unpack_from
+    while offset < end:
+        if offset + 4 > end:
+            raise InferenceError.invalid(f"unexpected end of BYTES data for input '{name}'")
+        (length,) = unpack(view, offset)
+        offset += 4
+        if offset + length > end:
+            raise InferenceError.invalid(f"unexpected end of BYTES data for input '{name}'")
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    array = np.empty(len(items), dtype=np.object_)
+    array[:] = items
+    return array
+
+
+def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
+    """Build an array from raw tensor bytes; fixed-size types are zero-copy views of the buffer."""
+    count = element_count(shape)
+    if datatype == BYTES:
+        flat = deserialize_bytes_tensor(buffer, name)
+        if flat.size != count:
+            raise InferenceError.invalid(
+                f"unexpected number of string elements {flat.size} for inference input '{name}', expecting {count}"
+            )
+        return flat.reshape(shape)
+    expected = count * ELEMENT_SIZE[datatype]
+    size = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
+    if size != expected:
+        raise InferenceError.invalid(
+            f"unexpected total byte size {size} for inference input '{name}', expecting {expected}"
+        )
+    return np.ndarray(shape, numpy_dtype(datatype), buffer)  # a view, in one call (frombuffer + reshape: two)
+
+
+def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
+    """Raw wire bytes of an array (a zero-copy view when the array is contiguous little-endian)."""
+    if datatype == BYTES:
+        return serialize_bytes_tensor(array)
+    if datatype == BF16:
+        if array.dtype != BF16_DTYPE:
+            array = array.astype(BF16_DTYPE)
+        return np.ascontiguousarray(array).view(np.uint8).reshape(-1).data  # no buffer format for bfloat16
+    if not array.size:
+        return memoryview(b"")  # a view with a zero in its shape cannot be cast
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return array.data.cast("B")

@@ -1,0 +1,111 @@
+"""Server limits: request sizes, timeouts and connection caps, with safe defaults.
+
+They are kept apart from TritonConfig, which holds NVIDIA's options only. Pass them as
+`Triton(limits=ServerLimits(...))`; without that argument every field comes from its
+`PYTRITON_LIMIT_<NAME>` environment variable when set, else from its default.
+
+Where each limit is enforced, and how a refusal looks:
+
+| limit | where | refusal |
+|---|---|---|
+| max_body_bytes | HTTP app, while reading (and decompressing) a body | 413 |
+| max_header_bytes | HTTP connection, while the request line and headers arrive | 431, connection closed |
+| header_timeout_s | HTTP connection: request line and headers must arrive within it | 408, connection closed |
+| body_timeout_s | HTTP connection: longest pause between two parts of a body | 408, connection closed |
+| keep_alive_timeout_s | HTTP connection: idle time before the first request and between requests | connection closed |
+| max_connections | HTTP connection: a request on a connection over the cap | 503, connection closed |
+| grpc_max_message_bytes | gRPC channel (received and sent messages) | RESOURCE_EXHAUSTED |
+| grpc_max_concurrent_rpcs | gRPC service, before a call runs: RPCs in progress at once | RESOURCE_EXHAUSTED |
+| max_tensor_elements | both codecs, from the declared shape, before any tensor is built | 400 / INVALID_ARGUMENT |
+| max_response_bytes | engine, per request, when its outputs come back from the callable | 500 / INTERNAL |
+| hung_call_warning_s | engine: a callable running longer is logged once per call (not a refusal) | warning |
+
+gRPC keepalive enforcement (ping strikes, minimum ping interval) is set by TritonConfig's
+`grpc_http2_*` options, as in Triton.
+
+The HTTP limits are enforced by the HTTP server's connections (`pytriton/transport/http/connection.py`),
+which answer every refusal with a JSON error body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Dict, Mapping, Optional
+
+from pytriton.exceptions import PyTritonValidationError
+
+ENV_PREFIX = "PYTRITON_LIMIT_"
+# Triton's --http-max-input-size default.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+# grpcio's largest message (Triton sets this on its server too).
+GRPC_MAX_MESSAGE_BYTES = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerLimits:
+    """Limits that protect the server from oversized, slow or too many requests; 0 disables a timeout.
+
+    Args:
+        max_body_bytes: largest HTTP request body, after decompression (413 above it).
+        max_header_bytes: largest HTTP request line plus headers (431 above it).
+        header_timeout_s: seconds for an HTTP request's line and headers to arrive (408 after it).
+        body_timeout_s: longest pause, in seconds, while an HTTP request body arrives (408 after it).
+        keep_alive_timeout_s: seconds an HTTP connection may stay idle, before its first request or between two.
+        max_connections: HTTP connections served at once; a request on one more gets 503.
+        grpc_max_message_bytes: largest gRPC message received or sent (RESOURCE_EXHAUSTED above it).
+        grpc_max_concurrent_rpcs: gRPC calls in progress at once (RESOURCE_EXHAUSTED above it).
+        max_tensor_elements: most elements a request may declare for one input, and the largest dimension.
+        max_response_bytes: largest total of one response's output tensors (the request fails above it).
+        hung_call_warning_s: log a warning naming the model and instance when one call runs longer.
+    """
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_header_bytes: int = 64 * 1024
+    header_timeout_s: float = 30.0
+    body_timeout_s: float = 30.0
+    keep_alive_timeout_s: float = 5.0
+    max_connections: int = 4096
+    grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES
+    grpc_max_concurrent_rpcs: int = 4096
+    max_tensor_elements: int = 1 << 28
+    max_response_bytes: int = GRPC_MAX_MESSAGE_BYTES
+    hung_call_warning_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        """Refuse values that would disable a protection by accident."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise PyTritonValidationError(f"ServerLimits.{field.name} must be a number, got {value!r}")
+            if field.name.endswith("_s"):
+                if value < 0:
+                    raise PyTritonValidationError(f"ServerLimits.{field.name} must be >= 0, got {value}")
+            elif not isinstance(value, int) or value <= 0:
+                raise PyTritonValidationError(f"ServerLimits.{field.name} must be a positive integer, got {value!r}")
+        if self.grpc_max_message_bytes > GRPC_MAX_MESSAGE_BYTES:
+            raise PyTritonValidationError(
+                f"ServerLimits.grpc_max_message_bytes must be <= {GRPC_MAX_MESSAGE_BYTES}, got "
+                f"{self.grpc_max_message_bytes}"
+            )
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> ServerLimits:
+        """Limits from PYTRITON_LIMIT_<NAME> variables (e.g. PYTRITON_LIMIT_MAX_BODY_BYTES=1048576), else defaults."""
+        environ = os.environ if environ is None else environ
+        values: Dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            raw = environ.get(ENV_PREFIX + field.name.upper())
+            if raw is None or not raw.strip():
+                continue
+            try:
+                values[field.name] = float(raw) if field.name.endswith("_s") else int(raw)
+            except ValueError:
+                kind = "a number" if field.name.endswith("_s") else "an integer"
+                raise PyTritonValidationError(f"{ENV_PREFIX}{field.name.upper()} must be {kind}, got {raw!r}") from None
+        return cls(**values)
+
+
+def resolve_limits(explicit: Optional[ServerLimits]) -> ServerLimits:
+    """The limits to run with: the ones given, else the environment's over the defaults."""
+    return explicit if explicit is not None else ServerLimits.from_env()
