@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from typing import Any, Callable, Dict, Iterator, List, MutableMapping
 
 from pytriton.model_config.triton_model_config import TritonModelConfig
+
+LOGGER = logging.getLogger(__name__)
 
 
 class ModelConfigDict(MutableMapping):  # type: ignore[type-arg]
@@ -56,3 +59,12 @@ class TritonContext:
     """Triton context definition class."""
 
     model_configs: ModelConfigDict = dataclasses.field(default_factory=ModelConfigDict)
+
+
+def attach_context(fn: Callable[..., Any], context: TritonContext) -> None:
+    """Let decorators find the model config, as PyTriton does: on the callable or its bound object."""
+    target: Any = getattr(fn, "__self__", fn)
+    try:
+        target.__triton_context__ = context
+    except (AttributeError, TypeError):
+        LOGGER.debug("cannot attach __triton_context__ to %r; context decorators will not work on it", fn)

@@ -10,8 +10,9 @@ import signal
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
 
-from pytriton.context import TritonContext
+from pytriton.context import TritonContext, attach_context
 from pytriton.exceptions import PyTritonInvalidOperationError
+from pytriton.instances import ProcessInstances
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.models import as_callables, build_model, validate_model_name
@@ -71,7 +72,7 @@ class Triton:
     def bind(
         self,
         model_name: str,
-        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]]],
+        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]], ProcessInstances],
         inputs: Sequence[Tensor],
         outputs: Sequence[Tensor],
         model_version: int = 1,
@@ -82,7 +83,8 @@ class Triton:
 
         Args:
             model_name: name of the model; alphanumerics, dots, underscores and dashes.
-            infer_func: inference callable, or a list of callables for a multi-instance model.
+            infer_func: inference callable, or a list of callables for a multi-instance model (threads of this
+                process), or `pytriton.instances.ProcessInstances(...)` for instances in processes of their own.
             inputs: model inputs.
             outputs: model outputs.
             model_version: version of the model.
@@ -92,14 +94,19 @@ class Triton:
         if self._stopped:
             raise PyTritonInvalidOperationError("Cannot bind a model to a stopped Triton server")
         validate_model_name(model_name)
-        callables = as_callables(infer_func)
+        processes: Optional[ProcessInstances] = None
+        callables: List[Callable[..., Any]] = []
+        if isinstance(infer_func, ProcessInstances):
+            processes = infer_func
+        else:
+            callables = as_callables(infer_func)
         spec, triton_model_config = build_model(
             model_name=model_name,
             model_version=model_version,
             inputs=inputs,
             outputs=outputs,
             config=config or ModelConfig(),
-            instance_count=len(callables),
+            instance_count=processes.count if processes is not None else len(callables),
             strict=strict,
         )
         if spec.response_cache and self._options.cache_capacity_bytes is None:
@@ -109,12 +116,15 @@ class Triton:
                 model_name,
             )
         try:
-            self._runtime.add_model(spec, callables)
+            if processes is not None:
+                self._runtime.add_process_model(spec, processes.plan(model_name, copy.deepcopy(triton_model_config)))
+            else:
+                self._runtime.add_model(spec, callables)
         except ValueError as error:
             raise PyTritonInvalidOperationError(str(error)) from None
         for fn in callables:
             self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
-            _attach_context(fn, self.triton_context)
+            attach_context(fn, self.triton_context)
 
     def run(self) -> None:
         """Start serving in the background and return once every port accepts connections."""
@@ -169,15 +179,6 @@ class Triton:
     def metrics_port(self) -> Optional[int]:
         """The port metrics are served on (useful with metrics_port=0), once running."""
         return self._runtime.metrics_port
-
-
-def _attach_context(fn: Callable[..., Any], context: TritonContext) -> None:
-    """Let decorators find the model config, as PyTriton does: on the callable or its bound object."""
-    target: Any = getattr(fn, "__self__", fn)
-    try:
-        target.__triton_context__ = context
-    except (AttributeError, TypeError):
-        LOGGER.debug("cannot attach __triton_context__ to %r; context decorators will not work on it", fn)
 
 
 @contextlib.contextmanager

@@ -130,6 +130,6 @@ def test_a_sync_generator_streams_its_steps_in_order_through_the_inbox() -> None
         try:
             return [step async for step in instance.steps([], threading.Event())]
         finally:
-            instance.close()
+            await instance.close()
 
     assert asyncio.run(main()) == [[{"index": index}] for index in range(50)]

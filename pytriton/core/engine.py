@@ -10,7 +10,7 @@ from typing import Callable, Dict, List, Optional
 
 from pytriton.core.cache import ResponseCache
 from pytriton.core.errors import InferenceError
-from pytriton.core.instances import Instance
+from pytriton.core.instances import ModelInstance
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.spec import ModelSpec
 
@@ -49,12 +49,15 @@ class Engine:
         """Whether a response cache is configured."""
         return self._cache is not None
 
-    def add_model(self, spec: ModelSpec, callables: List[Callable[..., object]]) -> ServedModel:
-        """Serve a new model version."""
-        versions = self._models.setdefault(spec.name, {})
-        if spec.version in versions:
+    def check_new(self, spec: ModelSpec) -> None:
+        """Raise ValueError if the model version is bound already."""
+        if spec.version in self._models.get(spec.name, {}):
             raise ValueError(f"model '{spec.name}' version {spec.version} is already bound")
-        instances = [Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)]
+
+    def add_model(self, spec: ModelSpec, instances: List[ModelInstance]) -> ServedModel:
+        """Serve a new model version on its instances (threads, or processes that are up already)."""
+        self.check_new(spec)
+        versions = self._models.setdefault(spec.name, {})
         spec = dataclasses.replace(
             spec, max_tensor_elements=self._max_tensor_elements, max_response_bytes=self._max_response_bytes
         )
@@ -73,12 +76,12 @@ class Engine:
                 if started and started != instance.reported_call_ns and now - started >= self._hung_call_ns:
                     instance.reported_call_ns = started
                     LOGGER.warning(
-                        "model '%s' version %d: instance %d (thread %s) has been running one call for %.1f s; "
+                        "model '%s' version %d: instance %d (%s) has been running one call for %.1f s; "
                         "requests for it wait until the call returns",
                         model.spec.name,
                         model.spec.version,
                         index,
-                        instance.name,
+                        instance.label,
                         (now - started) / 1e9,
                     )
         period_s = min(self._hung_call_ns / 2e9, 1.0)
@@ -124,6 +127,21 @@ class Engine:
             await model.scheduler.drain(timeout_s=30.0)
             model.state = ModelState.UNAVAILABLE
 
+    async def remove(self, name: str, version: int, timeout_s: float) -> None:
+        """Stop serving a model version for good: drain it (up to `timeout_s`), stop its instances, forget it."""
+        versions = self._models.get(name, {})
+        model = versions.get(version)
+        if model is None:
+            return
+        model.state = ModelState.UNLOADING
+        await model.scheduler.drain(timeout_s)
+        model.state = ModelState.UNAVAILABLE
+        await model.scheduler.close_instances()
+        if versions.get(version) is model:
+            del versions[version]
+            if not versions:
+                del self._models[name]
+
     def load(self, name: str) -> None:
         """Serve an unloaded model again."""
         for model in self._models_named(name):
@@ -143,8 +161,7 @@ class Engine:
         models = self.models()
         if models:
             await asyncio.gather(*(model.scheduler.drain(timeout_s) for model in models))
-        for model in models:
-            model.scheduler.close_instances()
+        await asyncio.gather(*(model.scheduler.close_instances() for model in models))
         if self._watchdog is not None:
             self._watchdog.cancel()
         self.live = False

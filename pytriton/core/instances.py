@@ -6,7 +6,7 @@ import asyncio
 import enum
 import inspect
 import threading
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Protocol, Tuple
 
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.worker import WorkerThread
@@ -43,6 +43,34 @@ def callable_kind(fn: Callable[..., Any]) -> CallableKind:
     return CallableKind.SYNC
 
 
+class ModelInstance(Protocol):
+    """What the scheduler needs of an instance, whether a thread of this process (Instance) or another process."""
+
+    name: str
+    call_started_ns: int  # when the call it runs started (0: idle); set by the scheduler
+    reported_call_ns: int  # the call a hang warning was logged for
+
+    @property
+    def alive(self) -> bool:
+        """Whether it can take work (a process instance is not while its process restarts)."""
+
+    @property
+    def label(self) -> str:
+        """How logs name it: its thread or its process."""
+
+    def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
+        """Call `callback(*args)` once every call it was given has finished and it can take work."""
+
+    def start(self, requests: List[Request], hand_over: bool = False) -> Awaitable[Step]:
+        """Start a non-streaming call; await its result."""
+
+    def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
+        """Each step of any callable; setting `stop` ends a generator after its current step."""
+
+    async def close(self) -> None:
+        """Stop taking work; end whatever runs it (a thread after its call, a process at once if busy)."""
+
+
 class Instance:
     """One instance of a model: its callable and, for sync kinds, the one thread that runs it."""
 
@@ -54,6 +82,16 @@ class Instance:
         self._worker = WorkerThread(name)
         self.call_started_ns = 0  # when the call it is running started (0: idle); set by the scheduler
         self.reported_call_ns = 0  # the call a hang warning was logged for
+
+    @property
+    def alive(self) -> bool:
+        """A thread instance can always take work."""
+        return True
+
+    @property
+    def label(self) -> str:
+        """How logs name it."""
+        return f"thread {self.name}"
 
     def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
         """Call `callback(*args)` once the instance thread finished every call, also those nobody waits for now."""
@@ -113,6 +151,6 @@ class Instance:
                 raise value
             yield value
 
-    def close(self) -> None:
-        """Let the worker thread end after any call still running in it."""
+    async def close(self) -> None:
+        """Let the worker thread end after any call still running in it (a daemon: it never holds the exit)."""
         self._worker.close()

@@ -9,7 +9,7 @@ from typing import AsyncIterator, List, Optional
 
 from pytriton.core.cache import ResponseCache, cache_key
 from pytriton.core.errors import InferenceError
-from pytriton.core.instances import Instance
+from pytriton.core.instances import ModelInstance
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import FutureSink, StreamSink
@@ -32,7 +32,7 @@ class ServedModel:
     def __init__(
         self,
         spec: ModelSpec,
-        instances: List[Instance],
+        instances: List[ModelInstance],
         cache: Optional[ResponseCache],
         on_unrecoverable: UnrecoverableHandler,
     ) -> None:
@@ -45,8 +45,8 @@ class ServedModel:
 
     @property
     def ready(self) -> bool:
-        """Whether the model takes requests."""
-        return self.state is ModelState.READY
+        """Whether the model takes requests: loaded, and some instance up (processes may be restarting)."""
+        return self.state is ModelState.READY and self.scheduler.has_live_instance
 
     def _check_ready(self) -> None:
         """Refuse requests unless the model is ready."""

@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, S
 
 from pytriton.core.batcher import BatchRules
 from pytriton.core.errors import FailureReason, InferenceError
-from pytriton.core.instances import Instance
+from pytriton.core.instances import ModelInstance
 from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
@@ -42,7 +42,7 @@ class Scheduler:
     def __init__(
         self,
         spec: ModelSpec,
-        instances: List[Instance],
+        instances: List[ModelInstance],
         stats: ModelStats,
         on_unrecoverable: UnrecoverableHandler,
     ) -> None:
@@ -50,7 +50,7 @@ class Scheduler:
         self.spec = spec
         self.stats = stats
         self._instances = instances
-        self._free: Deque[Instance] = deque(instances)
+        self._free: Deque[ModelInstance] = deque(instances)
         self._queues = PriorityQueues(spec)
         self._on_unrecoverable = on_unrecoverable
         self._rules = BatchRules(spec)
@@ -66,7 +66,7 @@ class Scheduler:
         self._drained: Optional[asyncio.Future[None]] = None  # drain() waits on it until nothing is left
 
     @property
-    def instances(self) -> List[Instance]:
+    def instances(self) -> List[ModelInstance]:
         """The model's instances."""
         return self._instances
 
@@ -162,7 +162,7 @@ class Scheduler:
         self._timer = None
         self._schedule(_TIMER_SLACK_NS)
 
-    def _start(self, instance: Instance, batch: List[Entry]) -> None:
+    def _start(self, instance: ModelInstance, batch: List[Entry]) -> None:
         """Start a batch on an instance now; a task of its own waits for it and delivers the responses."""
         self._track(asyncio.get_running_loop().create_task(self._launch(instance, batch, hand_over=True)))
 
@@ -171,7 +171,9 @@ class Scheduler:
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    def _launch(self, instance: Instance, batch: List[Entry], hand_over: bool = False) -> Coroutine[Any, Any, None]:
+    def _launch(
+        self, instance: ModelInstance, batch: List[Entry], hand_over: bool = False
+    ) -> Coroutine[Any, Any, None]:
         """Start a batch on an instance now; the returned coroutine waits for it and delivers the responses.
 
         A batch from the queue is handed over to the instance thread (the loop has more work waiting); a
@@ -195,7 +197,7 @@ class Scheduler:
 
     async def _run(
         self,
-        instance: Instance,
+        instance: ModelInstance,
         batch: List[Entry],
         requests: List[Request],
         slots: Optional[List[List[Optional[Callable[[], None]]]]],
@@ -260,7 +262,7 @@ class Scheduler:
                 # thread: the instance takes new work only once that call has returned.
                 instance.when_idle(self._release, instance)
 
-    def _release(self, instance: Instance) -> None:
+    def _release(self, instance: ModelInstance) -> None:
         """An instance finished its call: give it the next batch."""
         instance.call_started_ns = 0
         self._free.append(instance)
@@ -285,7 +287,7 @@ class Scheduler:
         if totals:
             self.stats.record_successes(totals, queues, compute)
 
-    async def _run_streaming(self, instance: Instance, batch: List[Entry], requests: List[Request]) -> None:
+    async def _run_streaming(self, instance: ModelInstance, batch: List[Entry], requests: List[Request]) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
         stop = threading.Event()
         steps = instance.steps(requests, stop)
@@ -359,8 +361,17 @@ class Scheduler:
 
     @property
     def _idle(self) -> bool:
-        """Whether nothing is queued or running."""
-        return not self._queues.size and len(self._free) == len(self._instances)
+        """Whether nothing is queued or running (an instance whose process is down runs nothing)."""
+        if self._queues.size:
+            return False
+        return len(self._free) == len(self._instances) or all(
+            instance in self._free or not instance.alive for instance in self._instances
+        )
+
+    @property
+    def has_live_instance(self) -> bool:
+        """Whether some instance can take work (a model whose every process is down is not ready)."""
+        return any(instance.alive for instance in self._instances)
 
     def _update_idle(self) -> None:
         """Wake drain() once nothing is queued or running."""
@@ -385,10 +396,9 @@ class Scheduler:
             self._timer.cancel()
         self._watch.stop()
 
-    def close_instances(self) -> None:
-        """Let the instances' worker threads end (after any call still running)."""
-        for instance in self._instances:
-            instance.close()
+    async def close_instances(self) -> None:
+        """Stop the instances: threads end after their call, processes at once if a call still runs."""
+        await asyncio.gather(*(instance.close() for instance in self._instances))
 
     def resume(self) -> None:
         """Take requests again after a drain (model reload)."""

@@ -9,7 +9,10 @@ from typing import Any, Callable, List, Optional, Protocol
 
 from pytriton import __version__
 from pytriton.core.engine import Engine
+from pytriton.core.instance_spawn import ProcessPlan, StartError
+from pytriton.core.instances import Instance, ModelInstance
 from pytriton.core.spec import ModelSpec
+from pytriton.exceptions import PyTritonRuntimeError
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import ServerOptions
 from pytriton.runtime.loop_thread import LoopThread
@@ -63,9 +66,32 @@ class ServerRuntime:
         """Serve a model (before or after start)."""
         self._loop.call(self._add_model, spec, callables)
 
+    def add_process_model(self, spec: ModelSpec, plan: ProcessPlan) -> None:
+        """Serve a model whose instances run in processes of their own; returns once every one is up.
+
+        Raises:
+            PyTritonRuntimeError: an instance did not start (the message has its traceback).
+        """
+        self._loop.run(self._add_process_model(spec, plan))
+
+    async def _add_process_model(self, spec: ModelSpec, plan: ProcessPlan) -> None:
+        """Start the instance processes, then add the model (on the loop)."""
+        from pytriton.core.process_instance import start_instances
+
+        self.engine.check_new(spec)
+        try:
+            instances: List[ModelInstance] = list(await start_instances(plan))
+        except StartError as error:
+            raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}") from None
+        self.engine.add_model(spec, instances)
+        self.tracing.refresh()
+
     def _add_model(self, spec: ModelSpec, callables: List[Callable[..., Any]]) -> None:
         """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
-        self.engine.add_model(spec, callables)
+        instances: List[ModelInstance] = [
+            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
+        ]
+        self.engine.add_model(spec, instances)
         self.tracing.refresh()
 
     def start(self) -> None:

@@ -1,0 +1,316 @@
+"""Messages between the server and an instance process over a Unix stream socket.
+
+A message is a fixed header, a pickled head (what to do, tensor descriptors, parameters: small, plain
+tuples, which pickle ten times faster than classes), a body of raw bytes (tensors sent inline when shared
+memory cannot hold them) and, rarely, file descriptors (shared-memory segments) passed with SCM_RIGHTS.
+Every read is a `recvmsg` with room for descriptors, and each header says how many are its own, so
+descriptors and messages stay paired however the bytes arrive. A small message arrives in one system
+call; a large body is read straight into its own buffer.
+
+`BlockingChannel` serves the instance process (one thread, blocking calls); `LoopChannel` serves the
+server's event loop (a reader callback, writes queued while the socket is full).
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import pickle
+import socket
+import struct
+from collections import deque
+from typing import Any, Callable, Deque, List, NamedTuple, Optional, Sequence, Tuple
+
+from pytriton.core.raw_tensors import Buffer
+
+# head length, body length, number of descriptors
+_HEADER = struct.Struct("<IQI")
+MAX_FDS = 4
+_FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+_READ_BYTES = 256 * 1024
+_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+class Message(NamedTuple):
+    """One message received; its descriptors belong to whoever takes the message."""
+
+    head: Any
+    body: memoryview
+    fds: List[int]
+
+
+class ChannelClosed(ConnectionError):
+    """The other side closed the channel (or died)."""
+
+
+def encode(head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = ()) -> List[Buffer]:
+    """The buffers of one message, to send in order (descriptors go with the first)."""
+    if len(fds) > MAX_FDS:
+        raise ValueError(f"at most {MAX_FDS} descriptors go with one message")
+    pickled = pickle.dumps(head, _PICKLE_PROTOCOL)
+    body_size = sum(memoryview(part).nbytes for part in body)
+    return [_HEADER.pack(len(pickled), body_size, len(fds)), pickled, *body]
+
+
+def _descriptors(ancillary: List[Tuple[int, int, bytes]]) -> List[int]:
+    """The descriptors an SCM_RIGHTS control message carried."""
+    fds: List[int] = []
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            received = array.array("i")
+            received.frombytes(data[: len(data) - len(data) % received.itemsize])
+            fds.extend(received)
+    return fds
+
+
+def _rights(fds: Sequence[int]) -> List[Tuple[int, int, bytes]]:
+    """The control message that passes descriptors."""
+    return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
+
+
+class _Reader:
+    """Cuts the bytes that arrive into messages; a large body is read into its own buffer directly."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._fds: Deque[int] = deque()
+        self._big: Optional[Tuple[Any, int, bytearray, int]] = None  # head, fd count, body, bytes of it read
+
+    @property
+    def idle(self) -> bool:
+        """Whether no message is partly read."""
+        return not self._buffer and self._big is None
+
+    def big_body(self) -> Optional[memoryview]:
+        """Where the next bytes go when a large body is being read, else None (read into the buffer)."""
+        if self._big is None:
+            return None
+        _, _, body, got = self._big
+        return memoryview(body)[got:]
+
+    def got_body_bytes(self, count: int) -> None:
+        """`count` bytes were read into big_body()."""
+        assert self._big is not None
+        head, nfds, body, got = self._big
+        self._big = (head, nfds, body, got + count)
+
+    def feed(self, data: bytes, ancillary: List[Tuple[int, int, bytes]]) -> None:
+        """Bytes (and descriptors) read from the socket."""
+        self._buffer += data
+        self._fds.extend(_descriptors(ancillary))
+
+    def messages(self) -> List[Message]:
+        """Every message now whole."""
+        found: List[Message] = []
+        if self._big is not None:
+            head, nfds, body, got = self._big
+            if got < len(body):
+                return found
+            self._big = None
+            found.append(Message(head, memoryview(body), self._take_fds(nfds)))
+        buffer = self._buffer
+        start = 0
+        while len(buffer) - start >= _HEADER.size:
+            head_size, body_size, nfds = _HEADER.unpack_from(buffer, start)
+            head_end = start + _HEADER.size + head_size
+            if len(buffer) < head_end:
+                break
+            head = pickle.loads(buffer[start + _HEADER.size : head_end])
+            end = head_end + body_size
+            if len(buffer) < end:
+                body = bytearray(body_size)
+                have = len(buffer) - head_end
+                body[:have] = buffer[head_end:]
+                self._big = (head, nfds, body, have)
+                start = len(buffer)
+                break
+            found.append(Message(head, memoryview(buffer[head_end:end]), self._take_fds(nfds)))  # a copy: owned
+            start = end
+        if start:
+            del buffer[:start]
+        return found
+
+    def _take_fds(self, count: int) -> List[int]:
+        """The descriptors of the message being cut out."""
+        return [self._fds.popleft() for _ in range(min(count, len(self._fds)))]
+
+
+class BlockingChannel:
+    """A channel for a thread that may block: the instance process's side."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        """Use a connected Unix stream socket (blocking)."""
+        sock.setblocking(True)
+        self.sock = sock
+        self._reader = _Reader()
+        self._ready: Deque[Message] = deque()
+
+    def send(self, head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = ()) -> None:
+        """Send one message whole."""
+        self.send_encoded(encode(head, body, fds), fds)
+
+    def send_encoded(self, message: List[Buffer], fds: Sequence[int] = ()) -> None:
+        """Send a message `encode` made (with the descriptors it was made for)."""
+        buffers = [memoryview(part).cast("B") for part in message]
+        ancillary = _rights(fds)
+        while buffers:
+            sent = self.sock.sendmsg(buffers, ancillary)
+            ancillary = []
+            while buffers and sent >= buffers[0].nbytes:
+                sent -= buffers.pop(0).nbytes
+            if buffers and sent:
+                buffers[0] = buffers[0][sent:]
+
+    def receive(self) -> Message:
+        """Wait for the next message; ChannelClosed when the other side is gone."""
+        while not self._ready:
+            self._fill(blocking=True)
+        return self._ready.popleft()
+
+    def readable(self) -> bool:
+        """Whether a message (or the end of the channel) waits, without blocking."""
+        if not self._ready:
+            self._fill(blocking=False)
+        return bool(self._ready)
+
+    def _fill(self, blocking: bool) -> None:
+        """Read what the socket has (waiting for something when `blocking`)."""
+        flags = 0 if blocking else socket.MSG_DONTWAIT
+        try:
+            target = self._reader.big_body()
+            if target is not None:
+                count = self.sock.recv_into(target, 0, flags)
+                if not count:
+                    raise ChannelClosed("the other side closed the channel")
+                self._reader.got_body_bytes(count)
+            else:
+                data, ancillary, _, _ = self.sock.recvmsg(_READ_BYTES, _FD_SPACE, flags)
+                if not data:
+                    raise ChannelClosed("the other side closed the channel")
+                self._reader.feed(data, ancillary)
+        except BlockingIOError:
+            return
+        self._ready.extend(self._reader.messages())
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close()
+
+
+class LoopChannel:
+    """A channel on the event loop: each message whole goes to `on_message`, the end to `on_closed`.
+
+    Reads happen in a reader callback; a write that the socket cannot take at once is queued and
+    finished by a writer callback, in order.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        on_message: Callable[[Message], None],
+        on_closed: Callable[[], None],
+    ) -> None:
+        """Start reading from a connected Unix stream socket."""
+        sock.setblocking(False)
+        self.sock = sock
+        self._fileno = sock.fileno()
+        self._loop = loop
+        self._on_message = on_message
+        self._on_closed = on_closed
+        self._reader = _Reader()
+        self._pending: Deque[Tuple[memoryview, List[Tuple[int, int, bytes]]]] = deque()
+        self.closed = False
+        loop.add_reader(self._fileno, self._read)
+
+    def handle(self, on_message: Callable[[Message], None], on_closed: Callable[[], None]) -> None:
+        """Hand the messages that come from now on, and the end, to other callbacks."""
+        self._on_message = on_message
+        self._on_closed = on_closed
+
+    def send(self, head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = ()) -> None:
+        """Send one message, now if the socket takes it, else as soon as it can."""
+        if self.closed:
+            raise ChannelClosed("the channel is closed")
+        buffers = [memoryview(part).cast("B") for part in encode(head, body, fds)]
+        ancillary = _rights(fds)
+        if not self._pending:
+            try:
+                sent = self.sock.sendmsg(buffers, ancillary)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._close()
+                raise ChannelClosed("the other side closed the channel") from None
+            else:
+                ancillary = []
+            while buffers and sent >= buffers[0].nbytes:
+                sent -= buffers.pop(0).nbytes
+            if not buffers:
+                return
+            buffers[0] = buffers[0][sent:]
+            self._loop.add_writer(self._fileno, self._write)
+        for index, buffer in enumerate(buffers):
+            self._pending.append((buffer, ancillary if index == 0 else []))
+
+    def _write(self) -> None:
+        """Writer callback: send what is queued, in order."""
+        pending = self._pending
+        while pending:
+            buffer, ancillary = pending[0]
+            try:
+                sent = self.sock.sendmsg([buffer], ancillary)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._close()
+                return
+            if sent < buffer.nbytes:
+                pending[0] = (buffer[sent:], [])
+                return
+            pending.popleft()
+        self._loop.remove_writer(self._fileno)
+
+    def _read(self) -> None:
+        """Reader callback: read what has arrived, handing over each whole message."""
+        reader = self._reader
+        try:
+            while not self.closed:
+                target = reader.big_body()
+                if target is not None:
+                    count = self.sock.recv_into(target)
+                    if not count:
+                        break
+                    reader.got_body_bytes(count)
+                else:
+                    data, ancillary, _, _ = self.sock.recvmsg(_READ_BYTES, _FD_SPACE)
+                    if not data:
+                        break
+                    reader.feed(data, ancillary)
+                for message in reader.messages():
+                    self._on_message(message)
+                if reader.idle:
+                    return  # nothing partial: skip the read that would only say EAGAIN (the loop calls again)
+            else:
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self._close()
+
+    def _close(self) -> None:
+        """The other side is gone: stop watching the socket and say so once."""
+        if self.closed:
+            return
+        self.closed = True
+        self._loop.remove_reader(self._fileno)
+        if self._pending:
+            self._loop.remove_writer(self._fileno)
+            self._pending.clear()
+        self.sock.close()
+        self._on_closed()
+
+    def close(self) -> None:
+        """Close from this side (on_closed is called too)."""
+        self._close()

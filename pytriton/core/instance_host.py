@@ -1,0 +1,222 @@
+"""The far side of a process instance: runs the callable for each job the server sends, one at a time.
+
+A spawned instance process runs `main` (`python -m pytriton.core.instance_host FD PARENT_PID`); a
+`RemoteTriton` process serves its own callables with `InstanceHost` over its attach connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import socket
+import sys
+import traceback
+from typing import Any, Callable, Iterator, List, Optional
+
+from pytriton.core.instance_channel import BlockingChannel, ChannelClosed, Message, encode
+from pytriton.core.instance_protocol import (
+    END,
+    EXIT,
+    FAILURE,
+    JOB,
+    READY,
+    RESULT,
+    START_FAILED,
+    STOP,
+    ArenaReader,
+    ArenaWriter,
+    Init,
+    error_info,
+    pack_result,
+)
+from pytriton.core.instances import CallableKind, callable_kind
+from pytriton.proxy.types import Request
+
+
+class Unsendable:
+    """Stands in for a result that cannot leave the process (a generator, a lock...): the server's checks see it."""
+
+    def __init__(self, value: Any) -> None:
+        """Remember how the value looked."""
+        self._repr = repr(value)
+
+    def __repr__(self) -> str:
+        return self._repr
+
+
+class InstanceHost:
+    """Serves jobs from one channel with one callable until the server says Exit or goes away."""
+
+    def __init__(self, channel: BlockingChannel, fn: Callable[..., Any], arena_budget: int) -> None:
+        """Serve `fn` over `channel`; outputs use an arena of at most `arena_budget` bytes."""
+        self.channel = channel
+        self.fn = fn
+        self.kind = callable_kind(fn)
+        self._inputs = ArenaReader()
+        self._outputs = ArenaWriter(arena_budget)
+        self._steps = ArenaWriter(0)  # a step may still be read when the next is written: body only
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._exiting = False
+
+    def serve(self) -> None:
+        """Answer jobs until Exit (after the job in progress) or the end of the channel."""
+        try:
+            while not self._exiting:
+                message = self.channel.receive()
+                tag = message.head[0]
+                if tag == JOB:
+                    self._run(message)
+                elif tag == EXIT:
+                    return
+                # a STOP for a job that has ended already needs nothing
+        except ChannelClosed:
+            return
+        finally:
+            self._inputs.close()
+            self._outputs.close()
+            if self._loop is not None:
+                self._loop.close()
+
+    def _run(self, message: Message) -> None:
+        """Run one job and send its result(s) or its error."""
+        _, job_id, streaming, batch, arena = message.head
+        if arena:
+            self._inputs.adopt(arena, message.fds)
+        inputs = self._inputs.unpack([request[0] for request in batch], message.body, copy=False)
+        requests = [
+            Request(data=data, parameters=parameters, requested_output_names=names)
+            for data, (_, parameters, names) in zip(inputs, batch)
+        ]
+        try:
+            if streaming:
+                for step in self._steps_of(requests, job_id):
+                    self._send_result(job_id, step, final=False)
+                self.channel.send((END, job_id))
+            else:
+                self._send_result(job_id, self._call(requests), final=True)
+        except ChannelClosed:
+            raise
+        except BaseException as error:  # noqa: BLE001 - sent to the server, as a thread instance reports it
+            self.channel.send((FAILURE, job_id, error_info(error)))
+
+    def _call(self, requests: List[Request]) -> Any:
+        """Call a plain (sync or async) callable."""
+        if self.kind is CallableKind.ASYNC:
+            return self._event_loop().run_until_complete(self.fn(requests))
+        return self.fn(requests)
+
+    def _steps_of(self, requests: List[Request], job_id: int) -> Iterator[Any]:
+        """Each step of any callable (a plain one yields once); stops after a step when the server says Stop."""
+        if self.kind is CallableKind.SYNC_GENERATOR:
+            generator = self.fn(requests)
+            try:
+                for step in generator:
+                    yield step
+                    if self._stopped(job_id):
+                        return
+            finally:
+                generator.close()
+        elif self.kind is CallableKind.ASYNC_GENERATOR:
+            loop = self._event_loop()
+            agen = self.fn(requests)
+            try:
+                while True:
+                    try:
+                        step = loop.run_until_complete(agen.__anext__())
+                    except StopAsyncIteration:
+                        return
+                    yield step
+                    if self._stopped(job_id):
+                        return
+            finally:
+                loop.run_until_complete(agen.aclose())
+        else:
+            yield self._call(requests)
+
+    def _stopped(self, job_id: int) -> bool:
+        """Whether the server asked to stop this job (or to exit) since its last step."""
+        while self.channel.readable():
+            head = self.channel.receive().head
+            if head[0] == EXIT:
+                self._exiting = True
+                return True
+            if head[0] == STOP and head[1] == job_id:
+                return True
+        return False
+
+    def _send_result(self, job_id: int, value: Any, final: bool) -> None:
+        """Send what a call (or a step) returned, tensors through the arena (a step's through the body)."""
+        writer = self._outputs if final else self._steps
+        packed, body, arena = pack_result(writer, value)
+        fds = [writer.segment.fileno()] if arena and writer.segment is not None else []
+        try:
+            message = encode((RESULT, job_id, packed, arena, final), body, fds)
+        except Exception:  # noqa: BLE001 - it cannot be pickled (a generator...): the server's checks say so
+            message = encode((RESULT, job_id, (None, Unsendable(value)), arena, final), (), fds)
+        self.channel.send_encoded(message, fds)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop async callables run on, made at their first call."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Be killed when the server process dies, however it dies (Linux); exit now if it is gone already."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def load_callable(init: Init, payload: memoryview) -> Callable[..., Any]:
+    """The callable an Init message describes, loaded here; the model config attached for the decorators."""
+    import cloudpickle
+
+    from pytriton.context import TritonContext, attach_context
+
+    sys.path[:] = init.sys_path
+    loaded = cloudpickle.loads(payload)
+    fn: Callable[..., Any] = loaded() if init.factory else loaded
+    if not callable(fn):
+        raise TypeError(f"the instance factory returned {fn!r}, which is not callable")
+    context = TritonContext()
+    context.model_configs[fn] = init.model_config
+    attach_context(fn, context)
+    return fn
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of a spawned instance process: FD (its end of the channel) and the server's pid."""
+    fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:])[:2])
+    _die_with_parent(parent_pid)
+    # The server stops its instances itself (after draining); a Ctrl-C in the terminal reaches the whole
+    # process group, and must not kill a call that the server would let finish.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    channel = BlockingChannel(socket.socket(fileno=fd))
+    try:
+        message = channel.receive()
+    except ChannelClosed:
+        return 1
+    init: Init = message.head[1]
+    try:
+        fn = load_callable(init, message.body)
+    except BaseException:  # noqa: BLE001 - the server reports it, with this traceback
+        channel.send((START_FAILED, traceback.format_exc()))
+        return 1
+    host = InstanceHost(channel, fn, init.arena_budget)
+    channel.send((READY, host.kind.value, os.getpid()))
+    host.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

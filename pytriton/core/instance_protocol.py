@@ -1,0 +1,306 @@
+"""What the server and an instance process say to each other, and how tensors and errors travel.
+
+Messages are tuples whose first item is a tag (below). Those of every batch (JOB, RESULT, END) are plain
+tuples of builtins: pickling a NamedTuple or a class costs ten times more (6.5 us against 0.5 us to pickle
+a job's head here), about a tenth of what a process hop may cost. Rare ones carry a NamedTuple.
+
+Tensors of fixed-size dtypes go through the sender's arena, a shared-memory segment it owns and reuses
+for every message (one job is in flight per instance, so the whole arena is free for each message). It
+grows to fit the largest message, up to a budget; whatever does not fit (over the budget, or when no
+shared memory can be had, e.g. a cgroup out of memory) travels in the message body instead: slower,
+never failing. A new arena's descriptor goes with the message that first uses it. Object (BYTES) arrays
+and any other values are pickled in the head.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import traceback
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Type
+
+import numpy as np
+
+from pytriton.core.errors import FailureReason, InferenceError, Status
+from pytriton.core.raw_tensors import Buffer
+from pytriton.core.shared_memory import SharedMemoryUnavailable, SharedSegment
+from pytriton.exceptions import PyTritonError
+
+# Server to instance: (INIT, Init) (the body holds the pickled callable), (JOB, job id, streaming, requests,
+# new arena size), (STOP, job id), (EXIT,).
+INIT, JOB, STOP, EXIT = 1, 2, 3, 4
+# Instance to server: (READY, kind, pid), (START_FAILED, traceback), (RESULT, job id, outputs, new arena size,
+# final), (FAILURE, job id, ErrorInfo), (END, job id).
+READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
+
+_ALIGN = 64
+_MIN_ARENA_BYTES = 1 << 20
+_IN_ARENA, _IN_BODY = 0, 1
+
+# A request of a job: (inputs, parameters, requested output names); inputs and outputs travel as packed dicts.
+JobRequest = Tuple[Any, Optional[Dict[str, Any]], Optional[List[str]]]
+
+
+class Init(NamedTuple):
+    """What an instance process runs and how."""
+
+    model_name: str
+    instance_index: int
+    factory: bool
+    sys_path: List[str]
+    model_config: Any
+    arena_budget: int
+
+
+class ErrorInfo(NamedTuple):
+    """An exception of the instance process, sendable whatever its class."""
+
+    type_name: str
+    module: str
+    message: str
+    traceback: str
+    pickled: Optional[bytes]
+
+
+# -- tensors ------------------------------------------------------------------------------------
+#
+# A packed dict is (refs, others, order): refs maps names to (where, offset, nbytes, dtype, shape) for
+# fixed-size arrays, others holds every other value as it is, order lists the keys when others is not
+# empty (so that the dict comes back in its order). Any other item is packed as (item,).
+
+_DTYPES: Dict[Any, np.dtype] = {}
+_CODES: Dict[np.dtype, Any] = {}
+
+
+def _dtype_code(dtype: np.dtype) -> Any:
+    """A builtin dtype as its string (cheap to pickle), any other (bfloat16) as itself."""
+    code = _CODES.get(dtype)
+    if code is None:
+        code = _CODES[dtype] = dtype.str if dtype.isbuiltin else dtype
+    return code
+
+
+def _dtype_of(code: Any) -> np.dtype:
+    """The dtype a code stands for."""
+    dtype = _DTYPES.get(code) if isinstance(code, str) else code
+    if dtype is None:
+        dtype = _DTYPES[code] = np.dtype(code)
+    return dtype
+
+
+def _is_fixed_array(value: Any) -> bool:
+    """Whether a value travels as raw bytes (a numpy array of a fixed-size dtype)."""
+    return type(value) is np.ndarray and not value.dtype.hasobject
+
+
+class ArenaWriter:
+    """The sending side's arena: one segment, reused for every message, grown on demand up to a budget."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        """An arena that will never hold more than `budget_bytes` (0: every tensor goes in the body)."""
+        self.budget_bytes = budget_bytes
+        self.segment: Optional[SharedSegment] = None
+
+    def pack(self, dicts: Sequence[Any]) -> Tuple[List[Any], List[Buffer], int]:
+        """Pack a message's dicts of arrays: (packed items, body parts, size of a new arena or 0).
+
+        Items that are not dicts (a callable may return anything) are kept as they are, to be pickled.
+        """
+        needed = 0
+        for item in dicts:
+            if type(item) is dict:
+                needed += sum(_aligned(value.nbytes) for value in item.values() if _is_fixed_array(value))
+        new_arena = self._reserve(needed) if needed else 0
+        segment = self.segment
+        arena_free = segment.size if segment is not None else 0
+        arena = segment.view() if segment is not None else None
+        arena_offset = body_offset = 0
+        body: List[Buffer] = []
+        packed: List[Any] = []
+        for item in dicts:
+            if type(item) is not dict:
+                packed.append((item,))
+                continue
+            refs: Dict[Any, Any] = {}
+            others: Dict[Any, Any] = {}
+            for name, value in item.items():
+                if not _is_fixed_array(value):
+                    others[name] = value
+                    continue
+                nbytes = value.nbytes
+                if arena is not None and arena_offset + nbytes <= arena_free:
+                    np.copyto(np.ndarray(value.shape, value.dtype, arena, arena_offset), value)
+                    refs[name] = (_IN_ARENA, arena_offset, nbytes, _dtype_code(value.dtype), value.shape)
+                    arena_offset += _aligned(nbytes)
+                else:
+                    body.append(_raw_bytes(value))
+                    refs[name] = (_IN_BODY, body_offset, nbytes, _dtype_code(value.dtype), value.shape)
+                    body_offset += nbytes
+            packed.append((refs, others, tuple(item) if others else None))
+        return packed, body, new_arena
+
+    def _reserve(self, needed: int) -> int:
+        """Make the arena hold `needed` bytes if the budget and the system allow; the new size, or 0."""
+        if self.segment is not None and self.segment.size >= needed:
+            return 0
+        if needed > self.budget_bytes:
+            return 0
+        size = min(max(_MIN_ARENA_BYTES, 1 << (needed - 1).bit_length()), self.budget_bytes)
+        try:
+            segment = SharedSegment.create(size)
+        except SharedMemoryUnavailable:
+            return 0  # the body carries this message; the next one tries again
+        if self.segment is not None:
+            self.segment.close()
+        self.segment = segment
+        return size
+
+    def close(self) -> None:
+        """Release the arena."""
+        if self.segment is not None:
+            self.segment.close()
+            self.segment = None
+
+
+class ArenaReader:
+    """The receiving side's view of the sender's arena, replaced when the sender grows it."""
+
+    def __init__(self) -> None:
+        """No arena until the first one arrives."""
+        self.segment: Optional[SharedSegment] = None
+
+    def adopt(self, size: int, fds: Sequence[int]) -> None:
+        """Map a new arena of the sender (its descriptor came with the message)."""
+        if not size or len(fds) != 1:
+            for fd in fds:  # not expected: nothing says what they are
+                os.close(fd)
+            if size:
+                raise ValueError(f"a new arena comes with one descriptor, got {len(fds)}")
+            return
+        if self.segment is not None:
+            self.segment.close()
+        self.segment = SharedSegment.attach(fds[0], size)
+
+    def unpack(self, packed: Sequence[Any], body: memoryview, copy: bool) -> List[Any]:
+        """Rebuild packed dicts: arrays as views of the arena (copies with `copy`) or of the body."""
+        rebuilt: List[Any] = []
+        for item in packed:
+            if len(item) == 1:
+                rebuilt.append(item[0])
+                continue
+            refs, others, order = item
+            arrays = {name: self._array(ref, body, copy) for name, ref in refs.items()}
+            if order is not None:
+                arrays.update(others)
+                arrays = {name: arrays[name] for name in order}
+            rebuilt.append(arrays)
+        return rebuilt
+
+    def _array(self, ref: Tuple[int, int, int, Any, Tuple[int, ...]], body: memoryview, copy: bool) -> np.ndarray:
+        """The array a ref describes."""
+        where, offset, nbytes, code, shape = ref
+        if where == _IN_ARENA:
+            if self.segment is None:
+                raise ValueError("a tensor in an arena that never arrived")
+            array = np.ndarray(shape, _dtype_of(code), self.segment.view(), offset)  # numpy checks the bounds
+            return array.copy() if copy else array
+        return np.ndarray(shape, _dtype_of(code), body[offset : offset + nbytes])
+
+    def close(self) -> None:
+        """Unmap the arena (arrays still viewing it keep it mapped)."""
+        if self.segment is not None:
+            self.segment.close()
+            self.segment = None
+
+
+def pack_result(writer: ArenaWriter, value: Any) -> Tuple[Any, List[Buffer], int]:
+    """Pack what a callable returned: a list or tuple of dicts of arrays as such, anything else as it is."""
+    if isinstance(value, (list, tuple)):
+        packed, body, arena = writer.pack(value)
+        return (type(value) is tuple, packed), body, arena
+    return (None, value), [], 0
+
+
+def unpack_result(reader: ArenaReader, packed: Any, body: memoryview) -> Any:
+    """What pack_result packed, tensors copied out of the arena (the instance reuses it for its next call)."""
+    as_tuple, items = packed
+    if as_tuple is None:
+        return items
+    rebuilt = reader.unpack(items, body, copy=True)
+    return tuple(rebuilt) if as_tuple else rebuilt
+
+
+def _aligned(size: int) -> int:
+    """`size` rounded up to the arena's alignment."""
+    return (size + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _raw_bytes(array: np.ndarray) -> Buffer:
+    """The bytes of a fixed-size array, in C order (a view when it is contiguous)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+class RemoteError(Exception):
+    """An exception raised in an instance process; its class is named like the original's.
+
+    Attributes:
+        remote_traceback: the traceback formatted in the process that raised it.
+    """
+
+    remote_traceback = ""
+
+
+_REMOTE_CLASSES: Dict[Tuple[str, str], Type[RemoteError]] = {}
+
+
+def error_info(error: BaseException) -> ErrorInfo:
+    """Describe an exception so that the server can raise its like."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    pickled: Optional[bytes] = None
+    if isinstance(error, InferenceError):
+        pickled = pickle.dumps(("inference", error.status.name, error.message, error.reason.name))
+    elif isinstance(error, PyTritonError):
+        pickled = pickle.dumps(("pytriton", type(error).__module__, type(error).__qualname__, error.message))
+    return ErrorInfo(type(error).__name__, type(error).__module__, str(error), text, pickled)
+
+
+def rebuild_error(info: ErrorInfo) -> BaseException:
+    """The exception an ErrorInfo describes: pytriton's own classes as themselves, others as RemoteError."""
+    error: BaseException
+    if info.pickled is not None:
+        kind, *fields = pickle.loads(info.pickled)
+        if kind == "inference":
+            status, message, reason = fields
+            error = InferenceError(Status[status], message, FailureReason[reason])
+        else:
+            module, qualname, message = fields
+            cls = _pytriton_class(module, qualname)
+            error = cls(message) if cls is not None else _remote_class(info)(info.message)
+    else:
+        error = _remote_class(info)(info.message)
+    setattr(error, "remote_traceback", info.traceback)  # noqa: B010 - any class may carry it
+    return error
+
+
+def _pytriton_class(module: str, qualname: str) -> Optional[Type[PyTritonError]]:
+    """A PyTritonError subclass of pytriton's own modules, by name."""
+    if not module.startswith("pytriton."):
+        return None
+    try:
+        cls = getattr(importlib.import_module(module), qualname)
+    except (ImportError, AttributeError):
+        return None
+    return cls if isinstance(cls, type) and issubclass(cls, PyTritonError) else None
+
+
+def _remote_class(info: ErrorInfo) -> Type[RemoteError]:
+    """A RemoteError subclass named like the original exception class."""
+    key = (info.module, info.type_name)
+    cls = _REMOTE_CLASSES.get(key)
+    if cls is None:
+        cls = _REMOTE_CLASSES[key] = type(info.type_name, (RemoteError,), {"__module__": info.module})
+    return cls

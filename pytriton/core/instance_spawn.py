@@ -1,0 +1,183 @@
+"""Starting an instance process: what it runs (the callable, pickled in the server), its environment, its handshake.
+
+The process is a fresh interpreter (`python -m pytriton.core.instance_host`), never a fork of the server:
+a fork would inherit the server's threads mid-flight and any CUDA context (which CUDA forbids using
+across fork), and a spawn through multiprocessing would run the user's script again in the child.
+The callable travels pickled by cloudpickle, which sends functions of `__main__` and closures by value
+(with the model objects they use) and importable ones by reference; a `factory` is called in the
+child instead, for models that must load their weights there (one GPU per instance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, List, Mapping, Tuple
+
+import cloudpickle
+
+from pytriton.core.instance_channel import LoopChannel, Message
+from pytriton.core.instance_protocol import INIT, START_FAILED, Init
+
+INSTANCE_INDEX_VARIABLE = "PYTRITON_INSTANCE_INDEX"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessPlan:
+    """How to start each process instance of one model."""
+
+    model_name: str
+    payloads: Tuple[bytes, ...]  # per instance: the pickled callable, or factory
+    factory: bool
+    count: int
+    environments: Tuple[Mapping[str, str], ...]  # one per instance
+    arena_budget: int
+    start_timeout_s: float
+    model_config: Any = None  # TritonModelConfig, for the decorators that read it
+
+
+class StartError(RuntimeError):
+    """An instance process did not come up; the message holds its traceback or exit status."""
+
+
+def dump_callable(obj: Any) -> bytes:
+    """Pickle a callable or factory for an instance process (raises what pickling raised)."""
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=5).dump(obj)
+    return buffer.getvalue()
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+    """cloudpickle, plus wrapt's decorator wrappers (@batch and friends), which pickle by their proxy otherwise."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        """Reduce a wrapt FunctionWrapper to the wrapper and the function it wraps; a bound one to getattr."""
+        kind = type(obj)
+        if kind.__module__.startswith(("wrapt", "_wrappers")):
+            module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+            if module in sys.modules and name and _attribute(sys.modules[module], name) is obj:
+                return _attribute, (importlib.import_module(module), name)  # importable: by reference
+            if kind.__name__ == "FunctionWrapper":
+                return _rewrap, (obj.__wrapped__, obj._self_wrapper, obj._self_enabled)
+            if kind.__name__ == "BoundFunctionWrapper" and obj._self_instance is not None:
+                return getattr, (obj._self_instance, obj.__name__)
+        return super().reducer_override(obj)
+
+
+def _attribute(owner: Any, dotted: str) -> Any:
+    """`owner.a.b` for "a.b" (None when missing)."""
+    for part in dotted.split("."):
+        owner = getattr(owner, part, None)
+    return owner
+
+
+def _rewrap(wrapped: Any, wrapper: Any, enabled: Any) -> Any:
+    """Apply a wrapt wrapper again, in the instance process."""
+    import wrapt
+
+    return wrapt.FunctionWrapper(wrapped, wrapper, enabled)
+
+
+# A started instance process: the process, its channel, and its READY message (tag, callable kind, pid).
+Started = Tuple["subprocess.Popen[bytes]", LoopChannel, Tuple[int, str, int]]
+
+
+async def spawn(plan: ProcessPlan, index: int) -> Started:
+    """Start instance `index` and wait until its callable is loaded (StartError if it is not)."""
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    environment = {**os.environ, **plan.environments[index], INSTANCE_INDEX_VARIABLE: str(index)}
+    command = [sys.executable, "-m", "pytriton.core.instance_host", str(theirs.fileno()), str(os.getpid())]
+    try:
+        process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=environment)
+    finally:
+        theirs.close()
+    answer: asyncio.Future[Message] = loop.create_future()
+
+    def on_message(message: Message) -> None:
+        if not answer.done():
+            answer.set_result(message)
+
+    def on_closed() -> None:
+        if not answer.done():
+            answer.set_exception(StartError(_exit_of(process, "before it was ready")))
+
+    channel = LoopChannel(ours, loop, on_message, on_closed)
+    try:
+        init = Init(plan.model_name, index, plan.factory, list(sys.path), plan.model_config, plan.arena_budget)
+        channel.send((INIT, init), [plan.payloads[index]])
+        message = await asyncio.wait_for(answer, plan.start_timeout_s)
+    except BaseException as error:
+        channel.close()
+        await stop_process(process, kill=True)
+        if isinstance(error, asyncio.TimeoutError):
+            raise StartError(f"it was not ready within {plan.start_timeout_s:g} s") from None
+        raise
+    head = message.head
+    if head[0] == START_FAILED:
+        channel.close()
+        await stop_process(process, kill=False)
+        raise StartError(f"loading its callable failed:\n{head[1].rstrip()}")
+    return process, channel, head
+
+
+def _exit_of(process: subprocess.Popen, when: str) -> str:  # type: ignore[type-arg]
+    """How a process ended, in words (or that it has yet to end)."""
+    code = process.poll()
+    if code is None:
+        return f"it closed its channel {when}"
+    return f"it {exit_status(code)} {when}"
+
+
+def exit_status(code: int) -> str:
+    """A return code in words: 'exited with status 1', 'was killed by signal SIGKILL'."""
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"was killed by signal {name}"
+    return f"exited with status {code}"
+
+
+async def stop_process(process: subprocess.Popen, kill: bool, grace_s: float = 2.0) -> int:  # type: ignore[type-arg]
+    """Wait for a process to end (SIGKILL now with `kill`, else after `grace_s`); its return code."""
+    if kill and process.poll() is None:
+        process.kill()
+    deadline = time.monotonic() + grace_s
+    delay = 0.001
+    while process.poll() is None:
+        if time.monotonic() >= deadline:
+            process.kill()
+            deadline = float("inf")
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return process.returncode
+
+
+def environments(env: Any, count: int) -> Tuple[Mapping[str, str], ...]:
+    """One environment per instance from None, a mapping (the same for all), a sequence or a function of the index."""
+    if env is None:
+        found: List[Mapping[str, str]] = [{} for _ in range(count)]
+    elif isinstance(env, Mapping):
+        found = [dict(env) for _ in range(count)]
+    elif callable(env):
+        found = [dict(env(index)) for index in range(count)]
+    else:
+        found = [dict(item) for item in env]
+        if len(found) != count:
+            raise ValueError(f"env lists {len(found)} environments for {count} instances")
+    for environment in found:
+        for key, value in environment.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ValueError(f"environment variables are strings, got {key!r}={value!r}")
+    return tuple(found)

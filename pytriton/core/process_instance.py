@@ -1,0 +1,371 @@
+"""A model instance whose callable runs in another process: spawned (and restarted) here, or attached by RemoteTriton.
+
+To the scheduler it is an instance like a thread one (`start`, `steps`, `when_idle`); behind it, each
+batch is one Job message and its outputs one Result, tensors through the two processes' arenas.
+If the process dies (a segfault, `os._exit`, the OOM killer), only the batch it held fails, with an
+error that names the instance, and a spawned instance is started again; while it is down the
+scheduler does not give it work, and the model stays ready as long as another instance is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import subprocess
+import threading
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Tuple
+
+from pytriton.core.instance_channel import ChannelClosed, LoopChannel, Message
+from pytriton.core.instance_protocol import (
+    END,
+    EXIT,
+    FAILURE,
+    JOB,
+    RESULT,
+    STOP,
+    ArenaReader,
+    ArenaWriter,
+    rebuild_error,
+    unpack_result,
+)
+from pytriton.core.instance_spawn import ProcessPlan, Started, StartError, exit_status, spawn, stop_process
+from pytriton.core.instances import CallableKind, Step
+from pytriton.proxy.types import Request
+
+LOGGER = logging.getLogger(__name__)
+
+# A process that dies sooner than this after it started counts towards the restart backoff.
+_STABLE_S = 10.0
+_FIRST_BACKOFF_S = 0.1
+_MAX_BACKOFF_S = 10.0
+
+Process = Optional["subprocess.Popen[bytes]"]
+# A process serving an instance: the process (None: RemoteTriton's), its channel, its READY message.
+Link = Tuple[Process, LoopChannel, Tuple[int, str, int]]
+Restart = Callable[[], Awaitable[Started]]
+
+
+class InstanceDied(RuntimeError):
+    """The process of an instance ended while it held a batch."""
+
+
+class InstanceState(enum.Enum):
+    """Where a process instance is in its life."""
+
+    UP = "up"  # its process serves jobs
+    RESTARTING = "restarting"  # its process died; a new one is being started
+    GONE = "gone"  # its process died and none will replace it (RemoteTriton)
+    CLOSED = "closed"  # the server stopped it
+
+
+class _Link:
+    """One process serving the instance: its channel and the two arenas between it and the server."""
+
+    def __init__(self, process: Process, channel: LoopChannel, ready: Tuple[int, str, int], arena_budget: int) -> None:
+        self.process = process
+        self.channel = channel
+        _, kind, self.pid = ready
+        self.kind = CallableKind(kind)
+        self.started = time.monotonic()
+        self.inputs = ArenaWriter(arena_budget)
+        self.outputs = ArenaReader()
+
+    def close(self) -> None:
+        """Close the channel and release both arenas."""
+        self.channel.close()
+        self.inputs.close()
+        self.outputs.close()
+
+
+class _Job:
+    """The batch an instance holds: a future for a plain call, a queue of steps for a streaming one."""
+
+    def __init__(self, job_id: int, future: Optional[asyncio.Future[Step]], steps: Optional[asyncio.Queue[Any]]):
+        self.job_id = job_id
+        self.future = future
+        self.steps = steps
+
+    def fail(self, error: BaseException) -> None:
+        """End the job with an error."""
+        if self.future is not None:
+            if not self.future.done():
+                self.future.set_exception(error)
+        elif self.steps is not None:
+            self.steps.put_nowait(("error", error))
+
+
+class ProcessInstance:
+    """One instance of a model served by another process; everything here runs on the engine's loop."""
+
+    def __init__(
+        self,
+        model_name: str,
+        index: int,
+        link: Link,
+        arena_budget: int,
+        restart: Optional[Restart] = None,
+        on_gone: Optional[Callable[[ProcessInstance], None]] = None,
+    ) -> None:
+        """Serve through a process that is ready; `restart` starts a replacement (none: it stays gone)."""
+        self.model_name = model_name
+        self.index = index
+        self.name = f"{model_name}-{index}"
+        self.call_started_ns = 0  # set by the scheduler
+        self.reported_call_ns = 0
+        self._arena_budget = arena_budget
+        self._restart = restart
+        self._on_gone = on_gone
+        self._job: Optional[_Job] = None
+        self._next_job_id = 0
+        self._on_idle: List[Tuple[Callable[..., None], Tuple[Any, ...]]] = []
+        self._restarting: Optional[asyncio.Task[None]] = None
+        self.state = InstanceState.UP
+        self._link = self._adopt(link)
+
+    @property
+    def kind(self) -> CallableKind:
+        """The kind of the callable in the process."""
+        return self._link.kind
+
+    @property
+    def alive(self) -> bool:
+        """Whether a process serves this instance now."""
+        return self.state is InstanceState.UP
+
+    @property
+    def label(self) -> str:
+        """How logs name the instance."""
+        return f"process {self._link.pid}"
+
+    def _adopt(self, link: Link) -> _Link:
+        """Serve through a new process."""
+        process, channel, ready = link
+        adopted = _Link(process, channel, ready, self._arena_budget)
+        channel.handle(lambda message: self._on_message(adopted, message), lambda: self._on_closed(adopted))
+        if channel.closed:  # it died between its Ready and now
+            asyncio.get_running_loop().call_soon(self._on_closed, adopted)
+        return adopted
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def start(self, requests: List[Request], hand_over: bool = False) -> Awaitable[Step]:
+        """Send a batch to the process; await its outputs (copied out of the process's arena)."""
+        future: asyncio.Future[Step] = asyncio.get_running_loop().create_future()
+        self._send_job(requests, _Job(self._new_job_id(), future, None), streaming=False)
+        return future
+
+    async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
+        """Yield each step of the callable's results (a plain callable yields once); `stop` ends it early."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        job = _Job(self._new_job_id(), None, queue)
+        self._send_job(requests, job, streaming=True)
+        ended = stop_sent = False
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "end":
+                    ended = True
+                    return
+                if kind == "error":
+                    ended = True
+                    raise value
+                yield value
+                if stop.is_set() and not stop_sent:
+                    stop_sent = self._send_stop(job)
+        finally:
+            if not ended and not stop_sent:
+                self._send_stop(job)
+
+    def _new_job_id(self) -> int:
+        self._next_job_id += 1
+        return self._next_job_id
+
+    def _send_job(self, requests: List[Request], job: _Job, streaming: bool) -> None:
+        """Pack a batch's inputs into the arena and send it; a dead process fails the job at once."""
+        link = self._link
+        if self.state is not InstanceState.UP:
+            job.fail(self._died_error(link, "is not running"))
+            return
+        self._job = job
+        packed, body, arena = link.inputs.pack([request.data for request in requests])
+        batch = [(data, request.parameters, request.requested_output_names) for data, request in zip(packed, requests)]
+        fds = [link.inputs.segment.fileno()] if arena and link.inputs.segment is not None else []
+        try:
+            link.channel.send((JOB, job.job_id, streaming, batch, arena), body, fds)
+        except ChannelClosed:
+            pass  # _on_closed fails the job
+
+    def _send_stop(self, job: _Job) -> bool:
+        """Ask the process to stop a streaming job after its current step."""
+        if self._job is job and self.state is InstanceState.UP:
+            try:
+                self._link.channel.send((STOP, job.job_id))
+            except ChannelClosed:
+                pass
+        return True
+
+    def _on_message(self, link: _Link, message: Message) -> None:
+        """A result, a step, an error or the end of a job."""
+        head = message.head
+        tag = head[0]
+        job = self._job
+        if job is None or head[1] != job.job_id:
+            return
+        if tag == RESULT:
+            _, _, packed, arena, final = head
+            if arena:
+                link.outputs.adopt(arena, message.fds)
+            value = unpack_result(link.outputs, packed, message.body)
+            if final:
+                self._finish_job()
+                if job.future is not None and not job.future.done():
+                    job.future.set_result(value)
+            elif job.steps is not None:
+                job.steps.put_nowait(("step", value))
+        elif tag == FAILURE:
+            self._finish_job()
+            job.fail(rebuild_error(head[2]))
+        elif tag == END:
+            self._finish_job()
+            if job.steps is not None:
+                job.steps.put_nowait(("end", None))
+
+    def _finish_job(self) -> None:
+        """The process is free: run the idle callbacks."""
+        self._job = None
+        if self.state is InstanceState.UP and self._on_idle:
+            callbacks, self._on_idle = self._on_idle, []
+            for callback, args in callbacks:
+                callback(*args)
+
+    def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
+        """Call `callback(*args)` once no job is in progress and a process serves the instance."""
+        if self._job is None and self.state is InstanceState.UP:
+            callback(*args)
+        else:
+            self._on_idle.append((callback, args))
+
+    # -- death and restart ----------------------------------------------------------------------
+
+    def _on_closed(self, link: _Link) -> None:
+        """The process's channel closed: unless the server closed it, the process died."""
+        if link is not self._link or self.state is not InstanceState.UP:
+            return
+        self.state = InstanceState.RESTARTING if self._restart is not None else InstanceState.GONE
+        self._restarting = asyncio.get_running_loop().create_task(self._after_death(link))
+
+    async def _after_death(self, link: _Link) -> None:
+        """Fail the batch it held with its exit status, then start a new process (or report it gone)."""
+        code = await stop_process(link.process, kill=False, grace_s=1.0) if link.process is not None else None
+        link.close()
+        how = exit_status(code) if code is not None else "closed its connection"
+        job, self._job = self._job, None
+        held = "; the requests of its batch failed" if job is not None else ""
+        if job is not None:
+            job.fail(self._died_error(link, how))
+        if self._restart is None:
+            LOGGER.error("model '%s' instance %d (pid %d) %s%s", self.model_name, self.index, link.pid, how, held)
+            if self._on_gone is not None:
+                self._on_gone(self)
+            return
+        LOGGER.error(
+            "model '%s' instance %d (pid %d) %s%s; starting it again", self.model_name, self.index, link.pid, how, held
+        )
+        delay = _FIRST_BACKOFF_S if time.monotonic() - link.started < _STABLE_S else 0.0
+        while self.state is InstanceState.RESTARTING:
+            if delay:
+                await asyncio.sleep(delay)
+            started = time.monotonic()
+            try:
+                new_link = await self._restart()
+            except StartError as error:
+                delay = min(max(delay * 2, _FIRST_BACKOFF_S), _MAX_BACKOFF_S)
+                LOGGER.error(
+                    "model '%s' instance %d did not start again (%s); next try in %.1f s",
+                    self.model_name,
+                    self.index,
+                    error,
+                    delay,
+                )
+                continue
+            if self.state is not InstanceState.RESTARTING:  # stopped meanwhile
+                await _discard(new_link)
+                return
+            self._link = self._adopt(new_link)
+            self.state = InstanceState.UP
+            LOGGER.info(
+                "model '%s' instance %d is serving again (pid %d, started in %.2f s)",
+                self.model_name,
+                self.index,
+                self._link.pid,
+                time.monotonic() - started,
+            )
+            self._finish_job()
+            return
+
+    def _died_error(self, link: _Link, how: str) -> InstanceDied:
+        """The error a batch gets when the instance's process ends under it."""
+        return InstanceDied(f"model '{self.model_name}' instance {self.index} (pid {link.pid}) {how}")
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop the process: at once if it still runs a call (the drain is over), else once it has exited."""
+        previous, self.state = self.state, InstanceState.CLOSED
+        if self._restarting is not None and not self._restarting.done():
+            self._restarting.cancel()
+        link = self._link
+        if previous is InstanceState.UP:
+            busy = self._job is not None
+            if not busy:
+                try:
+                    link.channel.send((EXIT,))
+                except ChannelClosed:
+                    pass
+            if link.process is not None:
+                await stop_process(link.process, kill=busy)
+        link.close()
+        job, self._job = self._job, None
+        if job is not None:
+            job.fail(self._died_error(link, "was stopped with the server"))
+
+
+async def _discard(link: Link) -> None:
+    """Stop a process that came up after its instance was closed."""
+    process, channel, _ = link
+    channel.close()
+    if process is not None:
+        await stop_process(process, kill=True)
+
+
+async def start_instances(plan: ProcessPlan) -> List[ProcessInstance]:
+    """Start every process instance of a model at once; all are up, or StartError names the one that failed."""
+    LOGGER.info("model '%s': starting %d instance processes", plan.model_name, plan.count)
+    began = time.monotonic()
+
+    async def start(index: int) -> ProcessInstance:
+        try:
+            link = await spawn(plan, index)
+        except StartError as error:
+            raise StartError(f"instance {index} did not start: {error}") from None
+        LOGGER.info(
+            "model '%s': instance %d is up (pid %d) after %.2f s",
+            plan.model_name,
+            index,
+            link[2][2],
+            time.monotonic() - began,
+        )
+        return ProcessInstance(plan.model_name, index, link, plan.arena_budget, restart=lambda: spawn(plan, index))
+
+    results = await asyncio.gather(*(start(index) for index in range(plan.count)), return_exceptions=True)
+    started = [result for result in results if isinstance(result, ProcessInstance)]
+    failed = [result for result in results if isinstance(result, BaseException)]
+    if failed:
+        await asyncio.gather(*(instance.close() for instance in started))
+        raise failed[0]
+    LOGGER.info(
+        "model '%s': %d instance processes ready in %.2f s", plan.model_name, plan.count, time.monotonic() - began
+    )
+    return started

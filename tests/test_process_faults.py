@@ -1,0 +1,345 @@
+"""Process instances when things go wrong: a process killed mid-batch, hung, short of shared memory, a server killed."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any, Dict, List, Set
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from pytriton.exceptions import PyTritonUnrecoverableError
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+from tests.conftest import http_url, running_triton
+
+IO = {
+    "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+    "outputs": [Tensor(name="pid", dtype=np.int64, shape=(1,)), Tensor(name="y", dtype=np.float32, shape=(-1,))],
+}
+UNBATCHED = ModelConfig(batching=False)
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def fragile(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Echoes; a negative input kills the process with SIGKILL, one over 1000 exits it with status 3."""
+    for request in requests:
+        x = request["x"]
+        if (x < 0).any():
+            os.kill(os.getpid(), signal.SIGKILL)
+        if (x > 1000).any():
+            os._exit(3)
+        if x.size and x.flat[0] > 0 and x.flat[0] < 100:
+            time.sleep(float(x.flat[0]) / 1000)  # 1..99: milliseconds of work
+    return [{"pid": np.array([os.getpid()], dtype=np.int64), "y": request["x"]} for request in requests]
+
+
+def slow_start_factory() -> Any:
+    """Loads slowly when the flag file the test names exists (a restart the test wants to catch)."""
+    flag = os.environ.get("SLOW_START_FLAG")
+    if flag and os.path.exists(flag):
+        time.sleep(1.5)
+    return fragile
+
+
+def sleeps(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    time.sleep(float(requests[0]["x"].flat[0]))
+    return [{"pid": np.array([os.getpid()], dtype=np.int64), "y": request["x"]} for request in requests]
+
+
+def unrecoverable(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    raise PyTritonUnrecoverableError("the device is gone")
+
+
+def _client(triton: Triton) -> httpclient.InferenceServerClient:
+    return httpclient.InferenceServerClient(http_url(triton), network_timeout=60)
+
+
+def _infer(client: httpclient.InferenceServerClient, model: str, x: np.ndarray) -> Dict[str, np.ndarray]:
+    tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    result = client.infer(model, [tensor])
+    return {"pid": result.as_numpy("pid"), "y": result.as_numpy("y")}
+
+
+def _instance_pids() -> Set[int]:
+    """Processes of this test process that are instance processes."""
+    found = set()
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytriton.core.instance_host" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+def _memfds_held() -> List[str]:
+    """Shared-memory segments this process holds a descriptor of."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/memfd:pytriton"):
+            held.append(target)
+    return held
+
+
+def test_a_process_killed_mid_batch_fails_only_its_batch_and_comes_back(tmp_path: pathlib.Path) -> None:
+    def bind(triton: Triton) -> None:
+        triton.bind("fragile", ProcessInstances(fragile, count=2), **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton:
+        failures: List[str] = []
+        served = [0]
+        pids: Set[int] = set()
+        stop = threading.Event()
+
+        def load() -> None:
+            with _client(triton) as client:
+                while not stop.is_set():
+                    try:
+                        pids.add(int(_infer(client, "fragile", np.array([2.0], np.float32))["pid"][0]))
+                        served[0] += 1
+                    except Exception as error:  # noqa: BLE001 - counted: the test expects none
+                        failures.append(repr(error))
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        before = _instance_pids()
+        with _client(triton) as client, pytest.raises(httpclient.InferenceServerException) as killed:
+            _infer(client, "fragile", np.array([-1.0], np.float32))
+        with _client(triton) as client, pytest.raises(httpclient.InferenceServerException) as exited:
+            _infer(client, "fragile", np.array([5000.0], np.float32))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (len(_instance_pids()) == 2 and _instance_pids() != before):
+            time.sleep(0.05)
+        time.sleep(0.5)  # load keeps running on the instances that came back
+        stop.set()
+        for thread in threads:
+            thread.join()
+        with _client(triton) as client:
+            assert client.is_model_ready("fragile")
+            after = {int(_infer(client, "fragile", np.array([1.0], np.float32))["pid"][0]) for _ in range(20)}
+    assert failures == []
+    assert served[0] > 50
+    assert "model 'fragile' instance" in str(killed.value) and "SIGKILL" in str(killed.value)
+    assert "exited with status 3" in str(exited.value)
+    assert len(_instance_pids()) == 0  # stopped with the server
+    assert after - before, "no request was served by a restarted instance"
+
+
+def test_the_model_is_not_ready_while_its_only_process_restarts(tmp_path: pathlib.Path) -> None:
+    flag = tmp_path / "slow"
+
+    def bind(triton: Triton) -> None:
+        instances = ProcessInstances(factory=slow_start_factory, env={"SLOW_START_FLAG": str(flag)})
+        triton.bind("single", instances, **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton, _client(triton) as client:
+        assert client.is_model_ready("single")
+        flag.touch()
+        with pytest.raises(httpclient.InferenceServerException):
+            _infer(client, "single", np.array([-1.0], np.float32))
+        assert not client.is_model_ready("single")
+        started = time.monotonic()
+        # queued meanwhile, served by the new process
+        assert _infer(client, "single", np.array([0.0], np.float32))["y"].tolist() == [0.0]
+        assert time.monotonic() - started > 0.5
+        assert client.is_model_ready("single")
+
+
+def _named_segments() -> Set[str]:
+    """POSIX segments this process could have left (where memfd is missing they are named after its pid)."""
+    return {name for name in os.listdir("/dev/shm") if str(os.getpid()) in name}
+
+
+def test_stop_leaves_no_process_and_no_shared_memory() -> None:
+    before = _named_segments()
+
+    def bind(triton: Triton) -> None:
+        triton.bind("fragile", ProcessInstances(fragile, count=3), **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton, _client(triton) as client:
+        x = np.ones(1 << 18, dtype=np.float32)  # 1 MiB: through the arenas
+        assert np.array_equal(_infer(client, "fragile", x)["y"], x)
+        assert len(_instance_pids()) == 3
+        assert _memfds_held()
+    assert _instance_pids() == set()
+    assert _memfds_held() == []
+    assert _named_segments() == before
+
+
+def test_a_hung_instance_cannot_hold_stop_past_the_exit_timeout() -> None:
+    triton = Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0, exit_timeout_secs=1))
+    try:
+        triton.bind("sleeps", ProcessInstances(sleeps), **IO, config=UNBATCHED)
+        triton.run()
+        result: List[Any] = []
+
+        def call() -> None:
+            with _client(triton) as client:
+                try:
+                    _infer(client, "sleeps", np.array([120.0], np.float32))
+                except Exception as error:  # noqa: BLE001 - the stop fails it; the test reads it
+                    result.append(error)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        time.sleep(1.0)
+        assert len(_instance_pids()) == 1
+    finally:
+        started = time.monotonic()
+        triton.stop()
+    assert time.monotonic() - started < 6
+    caller.join(timeout=30)
+    assert result and isinstance(result[0], httpclient.InferenceServerException)
+    assert _instance_pids() == set()
+
+
+@pytest.mark.parametrize("budget", [0, 4096])
+def test_a_tiny_shared_memory_budget_still_serves(budget: int) -> None:
+    def bind(triton: Triton) -> None:
+        triton.bind("fragile", ProcessInstances(fragile, shm_budget_bytes=budget), **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton, _client(triton) as client:
+        for size in (1, 1000, 1 << 20):
+            x = np.random.default_rng(size).random(size, dtype=np.float32) - 0.5 + 1.0
+            assert np.array_equal(_infer(client, "fragile", x + 200)["y"], x + 200)
+
+
+def test_an_unrecoverable_error_in_a_process_stops_the_server() -> None:
+    def bind(triton: Triton) -> None:
+        triton.bind("gone", ProcessInstances(unrecoverable), **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton, _client(triton) as client:
+        with pytest.raises(httpclient.InferenceServerException, match="the device is gone"):
+            _infer(client, "gone", np.array([1.0], np.float32))
+        deadline = time.monotonic() + 10
+        while triton.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not triton.is_alive()
+
+
+SERVER_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from pytriton.instances import ProcessInstances
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    def identity(requests):
+        return [{"y": request["x"]} for request in requests]
+
+    if __name__ == "__main__":
+        with Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0)) as triton:
+            triton.bind(
+                "identity",
+                ProcessInstances(identity, count=2),
+                inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))],
+                config=ModelConfig(batching=False),
+            )
+            triton.run()
+            print(triton.http_port, flush=True)
+            triton.serve()
+    """
+)
+
+
+def _start_script_server(tmp_path: pathlib.Path, prefix: List[str]) -> subprocess.Popen[str]:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([*prefix, sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+
+
+def _children_of(pid: int) -> Set[int]:
+    found = set()
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.add(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (pathlib.Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigkill_of_the_server_takes_its_instance_processes_with_it(tmp_path: pathlib.Path) -> None:
+    server = _start_script_server(tmp_path, [])
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        with httpclient.InferenceServerClient(f"127.0.0.1:{port}") as client:
+            tensor = httpclient.InferInput("x", [2], "FP32")
+            tensor.set_data_from_numpy(np.ones(2, np.float32))
+            assert client.infer("identity", [tensor]).as_numpy("y").tolist() == [1.0, 1.0]
+        children = _children_of(server.pid)
+        assert len(children) == 2
+        server.kill()
+        server.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(child) for child in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(child) for child in children)
+    finally:
+        server.kill()
+        server.wait()
+        assert server.stdout is not None
+        server.stdout.close()
+
+
+def test_a_64_kib_dev_shm_does_not_stop_large_tensors(tmp_path: pathlib.Path) -> None:
+    """As in a Docker container with a small /dev/shm: instance arenas are memfds, which it does not bound."""
+    unshare = shutil.which("unshare")
+    assert unshare, "this test needs util-linux's unshare (apt-get install util-linux) and root"
+    assert os.geteuid() == 0, "this test mounts a small /dev/shm in a mount namespace of its own: run it as root"
+    mount_then_run = 'mount -t tmpfs -o size=64k tmpfs /dev/shm && exec "$0" "$@"'
+    server = _start_script_server(
+        tmp_path, [unshare, "--mount", "--propagation", "private", "sh", "-c", mount_then_run]
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line, "the server in its mount namespace did not start"
+        with httpclient.InferenceServerClient(f"127.0.0.1:{int(line)}", network_timeout=60) as client:
+            x = np.random.default_rng(1).random(4 << 20, dtype=np.float32)  # 16 MiB, 256 times /dev/shm
+            tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            assert np.array_equal(client.infer("identity", [tensor]).as_numpy("y"), x)
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        assert server.stdout is not None
+        server.stdout.close()

@@ -1,0 +1,400 @@
+"""Process instances: callables in processes of their own, served as thread instances are, and their faults."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import signal
+import threading
+import time
+from typing import Any, AsyncIterator, Dict, Iterator, List
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from pytriton.decorators import batch, fill_optionals, first_value, get_model_config, group_by_values
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonUnrecoverableError
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.conftest import grpc_url, http_url, running_triton
+
+FP32_IO = {
+    "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+    "outputs": [Tensor(name="y", dtype=np.float32, shape=(-1,))],
+}
+PID_IO = {
+    "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+    "outputs": [Tensor(name="pid", dtype=np.int64, shape=(1,)), Tensor(name="y", dtype=np.float32, shape=(-1,))],
+}
+
+
+@batch
+def double(x: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"y": x * 2}
+
+
+@batch
+def with_pid(x: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"pid": np.full((len(x), 1), os.getpid(), dtype=np.int64), "y": x}
+
+
+@batch
+def slow_with_pid(x: np.ndarray) -> Dict[str, np.ndarray]:
+    time.sleep(float(x.flat[0]))
+    return {"pid": np.full((len(x), 1), os.getpid(), dtype=np.int64), "y": x}
+
+
+def busy_interval(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Hold the GIL for the time the input asks, and say when this process did it."""
+    seconds = float(requests[0]["x"].flat[0])
+    start = time.time()
+    while time.time() - start < seconds:
+        pass
+    interval = np.array([start, time.time()], dtype=np.float64)
+    return [{"interval": interval, "pid": np.array([os.getpid()], dtype=np.int64)} for _ in requests]
+
+
+def crash_on_negative(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    for request in requests:
+        if (request["x"] < 0).any():
+            os.kill(os.getpid(), signal.SIGKILL)
+        if (request["x"] > 1000).any():
+            os._exit(3)
+    return [{"pid": np.array([os.getpid()], dtype=np.int64), "y": request["x"]} for request in requests]
+
+
+def raises(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    raise ValueError("the model refused this batch")
+
+
+def unrecoverable(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    raise PyTritonUnrecoverableError("the GPU is gone")
+
+
+def echo_parameters(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    out = []
+    for request in requests:
+        described = sorted(f"{key}={value}" for key, value in (request.parameters or {}).items())
+        out.append({"params": np.array([";".join(described).encode()], dtype=np.object_), "y": request["x"]})
+    return out
+
+
+def echo_bytes(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"out": np.array([item[::-1] for item in request["text"].flat], dtype=np.object_)} for request in requests]
+
+
+async def async_double(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    await asyncio.sleep(0.001)
+    return [{"y": request["x"] * 2} for request in requests]
+
+
+def countdown(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    for step in range(3):
+        yield [{"y": request["x"] + step} for request in requests]
+
+
+async def async_countdown(requests: List[Any]) -> AsyncIterator[List[Dict[str, np.ndarray]]]:
+    for step in range(3):
+        await asyncio.sleep(0)
+        yield [{"y": request["x"] + step} for request in requests]
+
+
+def environment(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    text = f"{os.environ.get('PYTRITON_INSTANCE_INDEX')}:{os.environ.get('DEVICE')}:{os.getpid()}"
+    return [{"env": np.array([text.encode()], dtype=np.object_)} for _ in requests]
+
+
+class Scaler:
+    """A class holding a 'model' (its weight), bound by method."""
+
+    def __init__(self, weight: float) -> None:
+        self.weight = np.float32(weight)
+
+    @batch
+    def infer(self, x: np.ndarray) -> Dict[str, np.ndarray]:
+        return {"y": x * self.weight}
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        return [{"y": request["x"] * self.weight} for request in requests]
+
+
+def make_environment_model() -> Any:
+    """A factory: runs in the instance process, as a model that loads its weights there would."""
+    loaded_in = os.getpid()
+
+    def infer(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        text = f"{os.environ['PYTRITON_INSTANCE_INDEX']}:{os.environ.get('DEVICE')}:{loaded_in}"
+        return [{"env": np.array([text.encode()], dtype=np.object_)} for _ in requests]
+
+    return infer
+
+
+def failing_factory() -> Any:
+    raise RuntimeError("weights not found at /models/missing.pt")
+
+
+@batch
+@group_by_values("mode")
+@first_value("mode")
+def grouped(x: np.ndarray, mode: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"y": x * (2 if mode == b"double" else 1)}
+
+
+@fill_optionals(offset=np.array([100.0], dtype=np.float32))
+@batch
+def optional_offset(x: np.ndarray, offset: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"y": x + offset}
+
+
+@batch
+def reports_config(x: np.ndarray) -> Dict[str, np.ndarray]:
+    config = get_model_config(reports_config, None)
+    return {"y": np.full_like(x, config.max_batch_size)}
+
+
+def _infer(triton: Triton, model: str, inputs: Dict[str, np.ndarray], **kwargs: Any) -> Dict[str, np.ndarray]:
+    with httpclient.InferenceServerClient(http_url(triton)) as client:
+        tensors = []
+        for name, value in inputs.items():
+            datatype = "BYTES" if value.dtype == np.object_ else httpclient.np_to_triton_dtype(value.dtype)
+            tensor = httpclient.InferInput(name, list(value.shape), datatype)
+            tensor.set_data_from_numpy(value)
+            tensors.append(tensor)
+        result = client.infer(model, tensors, **kwargs)
+        response = result.get_response()
+        return {output["name"]: result.as_numpy(output["name"]) for output in response["outputs"]}
+
+
+def _bind_basic(triton: Triton) -> None:
+    batching = ModelConfig(max_batch_size=8)
+    triton.bind("double", ProcessInstances(double, count=2), **FP32_IO, config=batching)
+    triton.bind("scaler_method", ProcessInstances(Scaler(3.0).infer), **FP32_IO, config=batching)
+    triton.bind("scaler_object", ProcessInstances(Scaler(5.0)), **FP32_IO, config=ModelConfig(batching=False))
+    weight = np.float32(7)
+
+    def closure(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        return [{"y": request["x"] * weight} for request in requests]
+
+    triton.bind("closure", ProcessInstances(closure), **FP32_IO, config=ModelConfig(batching=False))
+    triton.bind("async_double", ProcessInstances(async_double), **FP32_IO, config=ModelConfig(batching=False))
+    triton.bind(
+        "grouped",
+        ProcessInstances(grouped),
+        inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,)), Tensor(name="mode", dtype=bytes, shape=(1,))],
+        outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))],
+        config=batching,
+    )
+    triton.bind(
+        "optional_offset",
+        ProcessInstances(optional_offset),
+        inputs=[
+            Tensor(name="x", dtype=np.float32, shape=(-1,)),
+            Tensor(name="offset", dtype=np.float32, shape=(1,), optional=True),
+        ],
+        outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))],
+        config=batching,
+    )
+    triton.bind("reports_config", ProcessInstances(reports_config), **FP32_IO, config=ModelConfig(max_batch_size=5))
+    triton.bind(
+        "parameters",
+        ProcessInstances(echo_parameters),
+        inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+        outputs=[Tensor(name="params", dtype=bytes, shape=(1,)), Tensor(name="y", dtype=np.float32, shape=(-1,))],
+        config=ModelConfig(batching=False),
+    )
+    triton.bind(
+        "bytes",
+        ProcessInstances(echo_bytes),
+        inputs=[Tensor(name="text", dtype=bytes, shape=(-1,))],
+        outputs=[Tensor(name="out", dtype=bytes, shape=(-1,))],
+        config=ModelConfig(batching=False),
+    )
+    triton.bind("raises", ProcessInstances(raises), **FP32_IO, config=ModelConfig(batching=False))
+    decoupled = ModelConfig(batching=False, decoupled=True)
+    triton.bind("countdown", ProcessInstances(countdown), **FP32_IO, config=decoupled)
+    triton.bind("async_countdown", ProcessInstances(async_countdown), **FP32_IO, config=decoupled)
+
+
+@pytest.fixture(scope="module")
+def basic() -> Iterator[Triton]:
+    with running_triton(_bind_basic, http_header_forward_pattern="x-forward-.*") as triton:
+        yield triton
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("double", [2.0, 4.0]),
+        ("scaler_method", [3.0, 6.0]),
+        ("scaler_object", [5.0, 10.0]),
+        ("closure", [7.0, 14.0]),
+        ("async_double", [2.0, 4.0]),
+        ("reports_config", [5.0, 5.0]),
+    ],
+)
+def test_each_kind_of_callable_is_served(basic: Triton, model: str, expected: List[float]) -> None:
+    shape = (1, 2) if model in ("double", "scaler_method", "reports_config") else (2,)
+    outputs = _infer(basic, model, {"x": np.array([1.0, 2.0], dtype=np.float32).reshape(shape)})
+    assert outputs["y"].reshape(-1).tolist() == expected
+
+
+def test_grpc_and_http_reach_the_same_process_instances(basic: Triton) -> None:
+    with grpcclient.InferenceServerClient(grpc_url(basic)) as client:
+        tensor = grpcclient.InferInput("x", [3, 2], "FP32")
+        tensor.set_data_from_numpy(np.arange(6, dtype=np.float32).reshape(3, 2))
+        result = client.infer("double", [tensor])
+    assert result.as_numpy("y").tolist() == [[0, 2], [4, 6], [8, 10]]
+
+
+def test_decorators_that_read_the_model_config_work_in_the_process(basic: Triton) -> None:
+    x = np.ones((1, 2), dtype=np.float32)
+    doubled = _infer(basic, "grouped", {"x": x, "mode": np.array([[b"double"]], dtype=np.object_)})
+    assert doubled["y"].tolist() == [[2.0, 2.0]]
+    assert _infer(basic, "optional_offset", {"x": x})["y"].tolist() == [[101.0, 101.0]]
+
+
+def test_parameters_and_forwarded_headers_reach_the_process(basic: Triton) -> None:
+    outputs = _infer(
+        basic,
+        "parameters",
+        {"x": np.ones(2, dtype=np.float32)},
+        parameters={"temperature": 0.5, "mode": "fast"},
+        headers={"x-forward-tenant": "acme"},
+    )
+    assert outputs["params"].tolist() == [b"mode=fast;temperature=0.5;x-forward-tenant=acme"]
+
+
+def test_bytes_tensors_travel_both_ways(basic: Triton) -> None:
+    text = np.array([b"abc", b"", b"\x00\xffz"], dtype=np.object_)
+    assert _infer(basic, "bytes", {"text": text})["out"].tolist() == [b"cba", b"", b"z\xff\x00"]
+
+
+def test_large_tensors_go_through_shared_memory_intact(basic: Triton) -> None:
+    x = np.random.default_rng(0).random((1, 1 << 20), dtype=np.float32)  # 4 MiB
+    assert np.array_equal(_infer(basic, "double", {"x": x})["y"], x * 2)
+
+
+def test_an_exception_in_the_process_fails_the_request_with_its_type_and_message(basic: Triton) -> None:
+    with pytest.raises(httpclient.InferenceServerException) as raised:
+        _infer(basic, "raises", {"x": np.ones(1, dtype=np.float32)})
+    assert "the model refused this batch" in str(raised.value)
+    assert _infer(basic, "double", {"x": np.ones((1, 1), dtype=np.float32)})["y"].tolist() == [[2.0]]
+
+
+@pytest.mark.parametrize("model", ["countdown", "async_countdown"])
+def test_generators_stream_from_the_process(basic: Triton, model: str) -> None:
+    responses: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(grpc_url(basic)) as client:
+        client.start_stream(callback=lambda result, error: responses.put((result, error)))
+        tensor = grpcclient.InferInput("x", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([10.0], dtype=np.float32))
+        client.async_stream_infer(model, [tensor], enable_empty_final_response=True)
+        values = []
+        while True:
+            result, error = responses.get(timeout=30)
+            assert error is None
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+            values.append(result.as_numpy("y").tolist())
+        client.stop_stream()
+    assert values == [[10.0], [11.0], [12.0]]
+
+
+def test_two_process_instances_run_python_at_the_same_time() -> None:
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "busy",
+            ProcessInstances(busy_interval, count=2),
+            inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+            outputs=[
+                Tensor(name="interval", dtype=np.float64, shape=(2,)),
+                Tensor(name="pid", dtype=np.int64, shape=(1,)),
+            ],
+            config=ModelConfig(batching=False),
+        )
+
+    with running_triton(bind) as triton:
+        results: List[Dict[str, np.ndarray]] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(_infer(triton, "busy", {"x": np.array([0.4], np.float32)})))
+            for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    (start_a, end_a), (start_b, end_b) = (result["interval"].tolist() for result in results)
+    assert {int(result["pid"][0]) for result in results} != {os.getpid()}
+    assert len({int(result["pid"][0]) for result in results}) == 2
+    assert max(start_a, start_b) < min(end_a, end_b), "the two calls did not overlap: they shared one GIL"
+
+
+def test_each_instance_gets_its_environment_and_a_factory_runs_in_the_process() -> None:
+    def bind(triton: Triton) -> None:
+        env_io = {"inputs": [Tensor(name="x", dtype=np.float32, shape=(1,))]}
+        env_io["outputs"] = [Tensor(name="env", dtype=bytes, shape=(1,))]
+        plain = ModelConfig(batching=False)
+        devices = ProcessInstances(environment, count=2, env=lambda index: {"DEVICE": f"cuda:{index}"})
+        triton.bind("by_function", devices, **env_io, config=plain)
+        factory = ProcessInstances(factory=make_environment_model, count=2, env=[{"DEVICE": "a"}, {"DEVICE": "b"}])
+        triton.bind("by_factory", factory, **env_io, config=plain)
+
+    with running_triton(bind) as triton:
+        seen: Dict[str, set] = {"by_function": set(), "by_factory": set()}  # type: ignore[type-arg]
+        for model in seen:
+            deadline = time.monotonic() + 30
+            while len(seen[model]) < 2 and time.monotonic() < deadline:
+                threads = [
+                    threading.Thread(
+                        target=lambda model=model: seen[model].add(
+                            _infer(triton, model, {"x": np.zeros(1, np.float32)})["env"][0].decode()
+                        )
+                    )
+                    for _ in range(4)
+                ]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+    index_device = {model: {value.rsplit(":", 1)[0] for value in values} for model, values in seen.items()}
+    assert index_device == {"by_function": {"0:cuda:0", "1:cuda:1"}, "by_factory": {"0:a", "1:b"}}
+    assert all(int(value.rsplit(":", 1)[1]) != os.getpid() for value in seen["by_factory"])
+
+
+def test_a_callable_that_cannot_travel_is_refused_at_bind_with_what_to_do() -> None:
+    lock = threading.Lock()
+
+    def holds_a_lock(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        with lock:
+            return [{"y": request["x"]} for request in requests]
+
+    with Triton() as triton, pytest.raises(PyTritonBadParameterError, match="factory"):
+        triton.bind("lock", ProcessInstances(holds_a_lock), **FP32_IO)
+
+
+def test_a_factory_that_raises_fails_the_bind_with_its_traceback() -> None:
+    with Triton() as triton, pytest.raises(PyTritonRuntimeError) as raised:
+        triton.bind("broken", ProcessInstances(factory=failing_factory, count=2), **FP32_IO)
+    message = str(raised.value)
+    assert "model 'broken' did not start" in message
+    assert "weights not found at /models/missing.pt" in message
+    assert "failing_factory" in message  # the traceback from the instance process
+
+
+def test_bad_process_instances_arguments_are_refused() -> None:
+    with pytest.raises(PyTritonBadParameterError):
+        ProcessInstances()
+    with pytest.raises(PyTritonBadParameterError):
+        ProcessInstances(double, factory=make_environment_model)
+    with pytest.raises(PyTritonBadParameterError):
+        ProcessInstances(double, count=0)
+    with pytest.raises(PyTritonBadParameterError):
+        ProcessInstances([double, double], count=3)
+    with pytest.raises(PyTritonBadParameterError):
+        ProcessInstances(double, count=2, env=[{"A": "1"}])
+    with pytest.raises(PyTritonBadParameterError):
+        ProcessInstances(double, env={"A": 1})  # type: ignore[dict-item]
