@@ -1,0 +1,277 @@
+"""Where RemoteTriton attaches: a local socket through which another process binds models into this server.
+
+The socket is a Unix socket, never a network one. On Linux it lives in the abstract namespace
+(`\\0pytriton-<uid>-<port>`, one per HTTP and gRPC port): no file is left behind, whatever kills the
+server. Elsewhere it is a file in a directory only its owner may enter (`$TMPDIR/pytriton-<uid>`).
+Both ends check who the other is (SO_PEERCRED): the server accepts only processes of its own user
+(or root), and RemoteTriton talks only to a server of its own user (or root), so another user can
+neither bind nor replace a model, nor pose as the server to receive a model's tensors. A token, when
+RemoteTriton gives one, must match the server's model-repository token.
+
+A RemoteTriton binding is one control connection (ATTACH_BIND: the model, then BOUND or BIND_FAILED)
+and one connection per instance (ATTACH_INSTANCE), over which the server sends jobs exactly as to a
+process instance it spawned (`core/process_instance.py`). When the control connection closes (the
+RemoteTriton stopped, or its process died) the server unloads the model and keeps its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import socket
+import struct
+import sys
+import tempfile
+from typing import Any, Dict, List, Optional, Tuple
+
+from pytriton import __version__
+from pytriton.core.engine import Engine
+from pytriton.core.instance_channel import LoopChannel, Message
+from pytriton.core.instance_protocol import READY
+from pytriton.core.process_instance import ProcessInstance
+from pytriton.core.spec import ModelSpec
+
+LOGGER = logging.getLogger("pytriton")
+
+# Control connection: (ATTACH_BIND, AttachBind) -> (BOUND,) or (BIND_FAILED, message).
+# Instance connection: (ATTACH_INSTANCE, bind id, instance index, callable kind, pid), then jobs.
+ATTACH_BIND, ATTACH_INSTANCE, BOUND, BIND_FAILED = 21, 22, 23, 24
+_ABSTRACT = sys.platform.startswith("linux")
+_PEERCRED = struct.Struct("3i")
+# How long a binding may take to open its instance connections.
+_ATTACH_TIMEOUT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class AttachBind:
+    """A model that a RemoteTriton binds, resolved on its side, with the number of its instances."""
+
+    version: str
+    spec: ModelSpec
+    instance_count: int
+    token: Optional[str]
+    arena_budget: int
+
+
+def attach_address(port: int) -> str:
+    """The socket address of the server whose HTTP or gRPC port is `port` (for this user)."""
+    if _ABSTRACT:
+        return f"\0pytriton-{os.getuid()}-{port}"
+    return os.path.join(_private_directory(), f"{port}.sock")
+
+
+def _private_directory() -> str:
+    """A directory only this user may enter, created if missing; refused if anyone else owns or can enter it."""
+    path = os.path.join(tempfile.gettempdir(), f"pytriton-{os.getuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    status = os.lstat(path)
+    if status.st_uid != os.getuid() or status.st_mode & 0o077:
+        raise PermissionError(f"{path} must belong to this user and be closed to others (chmod 700)")
+    return path
+
+
+def peer_is_trusted(sock: socket.socket) -> bool:
+    """Whether the process at the other end runs as this user or as root."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True  # macOS: the socket's directory admits this user only
+    _, uid, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    return uid in (os.getuid(), 0)
+
+
+class _Binding:
+    """A model being bound (or bound) through one control connection."""
+
+    def __init__(self, bind_id: int, request: AttachBind, control: LoopChannel) -> None:
+        self.bind_id = bind_id
+        self.request = request
+        self.control = control
+        self.instances: Dict[int, ProcessInstance] = {}
+        self.complete: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.bound = False
+
+
+class AttachServer:
+    """Accepts RemoteTriton connections on the server's loop and binds their models into the engine."""
+
+    def __init__(self, engine: Engine, model_token: Optional[str], unload_timeout_s: float) -> None:
+        """Serve `engine`; `model_token`: the model-repository token, if that API is restricted."""
+        self._engine = engine
+        self._model_token = model_token
+        self._unload_timeout_s = unload_timeout_s
+        self._servers: List[asyncio.AbstractServer] = []
+        self._paths: List[str] = []
+        self._bindings: Dict[int, _Binding] = {}
+        self._next_id = 0
+        self._tasks: "set[asyncio.Task[None]]" = set()
+
+    async def start(self, ports: List[int]) -> None:
+        """Listen on the attach address of each port; a taken address is logged, not fatal."""
+        loop = asyncio.get_running_loop()
+        for port in dict.fromkeys(ports):
+            address = attach_address(port)
+            try:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                if not _ABSTRACT and os.path.exists(address):
+                    _remove_stale(address)
+                sock.bind(address)
+                sock.listen(64)
+                sock.setblocking(False)
+            except OSError as error:
+                sock.close()
+                LOGGER.warning("RemoteTriton cannot attach through port %d: %s", port, error)
+                continue
+            if not _ABSTRACT:
+                self._paths.append(address)
+            self._servers.append(await loop.create_unix_server(lambda: _Accepted(self), sock=sock))
+
+    async def stop(self) -> None:
+        """Stop listening and drop every connection (the engine has stopped the models already)."""
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        for path in self._paths:
+            _remove_stale(path)
+        for binding in list(self._bindings.values()):
+            binding.control.close()
+        for task in list(self._tasks):
+            task.cancel()
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def accepted(self, sock: socket.socket) -> None:
+        """A new connection: refuse strangers, then read its first message."""
+        if not peer_is_trusted(sock):
+            LOGGER.warning("RemoteTriton: refused a connection from a process of another user")
+            sock.close()
+            return
+        loop = asyncio.get_running_loop()
+        channel: LoopChannel
+
+        def first(message: Message) -> None:
+            self._first_message(channel, message)
+
+        channel = LoopChannel(sock, loop, first, lambda: None)
+
+    def _first_message(self, channel: LoopChannel, message: Message) -> None:
+        """Dispatch a connection by what it says first."""
+        for fd in message.fds:
+            os.close(fd)
+        head = message.head
+        if head[0] == ATTACH_BIND and isinstance(head[1], AttachBind):
+            self._track(self._bind(channel, head[1]))
+        elif head[0] == ATTACH_INSTANCE:
+            self._attach_instance(channel, head)
+        else:
+            channel.close()
+
+    def _track(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _bind(self, control: LoopChannel, request: AttachBind) -> None:
+        """Bind a model once its instances have attached; unload it when the control connection closes."""
+        failure = self._refusal(request)
+        if failure is not None:
+            _send(control, (BIND_FAILED, failure))
+            control.close()
+            return
+        self._next_id += 1
+        binding = _Binding(self._next_id, request, control)
+        self._bindings[binding.bind_id] = binding
+        closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        control.handle(lambda _: None, lambda: closed.done() or closed.set_result(None))
+        _send(control, (BOUND, binding.bind_id, "attach"))
+        try:
+            await asyncio.wait_for(asyncio.shield(binding.complete), _ATTACH_TIMEOUT_S)
+            self._engine.add_model(request.spec, [binding.instances[i] for i in range(request.instance_count)])
+        except (asyncio.TimeoutError, ValueError) as error:
+            message = str(error) or "its instances did not attach in time"
+            _send(control, (BIND_FAILED, message))
+            await self._drop(binding)
+            return
+        binding.bound = True
+        spec = request.spec
+        LOGGER.info(
+            "RemoteTriton bound model '%s' version %d (%d instances)", spec.name, spec.version, request.instance_count
+        )
+        _send(control, (BOUND, binding.bind_id, "ready"))
+        await closed
+        LOGGER.info("RemoteTriton closed: unloading model '%s' version %d", spec.name, spec.version)
+        await self._engine.remove(spec.name, spec.version, self._unload_timeout_s)
+        await self._drop(binding)
+
+    def _refusal(self, request: AttachBind) -> Optional[str]:
+        """Why a binding is refused, or None."""
+        if request.version != __version__:
+            return f"the server runs pytriton {__version__}, the RemoteTriton pytriton {request.version}"
+        if request.token is not None and self._model_token is not None and request.token != self._model_token:
+            return "the access token does not match the server's"
+        try:
+            self._engine.check_new(request.spec)
+        except ValueError as error:
+            return str(error)
+        if any(b.request.spec.name == request.spec.name for b in self._bindings.values()):
+            return f"model '{request.spec.name}' is being bound already"
+        return None
+
+    def _attach_instance(self, channel: LoopChannel, head: Tuple[Any, ...]) -> None:
+        """An instance connection of a binding: it serves jobs from now on."""
+        _, bind_id, index, kind, pid = head
+        binding = self._bindings.get(bind_id)
+        if binding is None or binding.bound or not 0 <= index < binding.request.instance_count:
+            channel.close()
+            return
+        instance = ProcessInstance(
+            binding.request.spec.name,
+            index,
+            (None, channel, (READY, kind, pid)),
+            binding.request.arena_budget,
+            on_gone=lambda _: self._instance_gone(binding),
+        )
+        binding.instances[index] = instance
+        if len(binding.instances) == binding.request.instance_count and not binding.complete.done():
+            binding.complete.set_result(None)
+
+    def _instance_gone(self, binding: _Binding) -> None:
+        """An instance connection closed under a live binding: with none left, the RemoteTriton is gone."""
+        if all(not instance.alive for instance in binding.instances.values()):
+            binding.control.close()
+
+    async def _drop(self, binding: _Binding) -> None:
+        """Forget a binding: close its connections."""
+        self._bindings.pop(binding.bind_id, None)
+        await asyncio.gather(*(instance.close() for instance in binding.instances.values()))
+        binding.control.close()
+
+
+class _Accepted(asyncio.Protocol):
+    """Hands each accepted socket over to the AttachServer, which reads it with a LoopChannel."""
+
+    def __init__(self, server: AttachServer) -> None:
+        self._server = server
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        duplicate = socket.socket(fileno=os.dup(sock.fileno()))
+        transport.abort()
+        self._server.accepted(duplicate)
+
+
+def _send(channel: LoopChannel, head: Any) -> None:
+    """Send on a control connection that may have closed already."""
+    if not channel.closed:
+        try:
+            channel.send(head)
+        except ConnectionError:
+            pass
+
+
+def _remove_stale(path: str) -> None:
+    """Remove a socket file nobody listens on any more."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
