@@ -62,6 +62,9 @@ def _load_target(target: str) -> Callable[[Triton], Any]:
             raise SystemExit(f"cannot load {location}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = module
+        # As `python file.py` does: its folder is importable, also by instance processes, which import the
+        # file's functions by name (they get this process's sys.path).
+        sys.path.insert(0, str(path.parent))
         spec.loader.exec_module(module)
     else:
         module = importlib.import_module(location)

@@ -26,7 +26,16 @@ LOGGER = logging.getLogger("pytriton")
 
 MONITORING_PERIOD_SEC = 5.0
 
-__all__ = ["Triton", "TritonConfig"]
+__all__ = ["RemoteTriton", "Triton", "TritonConfig"]  # noqa: F822 - RemoteTriton comes from __getattr__
+
+
+def __getattr__(name: str) -> Any:
+    """RemoteTriton, imported when first asked for (it pulls in the client package)."""
+    if name == "RemoteTriton":
+        from pytriton.remote_triton import RemoteTriton
+
+        return RemoteTriton
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Triton:

@@ -40,6 +40,7 @@ CASES = [
     pytest.param("streaming", [["--url", GRPC, "--http-url", HTTP]], id="streaming"),
     pytest.param("multi_instance", BOTH, id="multi_instance"),
     pytest.param("async_model", BOTH, id="async_model"),
+    pytest.param("process_instances", BOTH, id="process_instances"),
     pytest.param("torch_mlp", BOTH, id="torch_mlp", marks=NO_TORCH),
 ]
 
@@ -152,8 +153,41 @@ def test_background_mode_notebook() -> None:
     assert "stopped; alive: False" in result.stdout
 
 
+def test_remote_triton_binds_a_model_into_a_running_server_and_leaves_with_it() -> None:
+    folder = EXAMPLES / "remote_triton"
+    server = ExampleServer(folder)
+    remote: Optional[subprocess.Popen[str]] = None
+    try:
+        ports = server.wait_ready()
+        url = HTTP.format(**ports)
+        remote = subprocess.Popen(
+            [sys.executable, "remote.py", "--url", url], cwd=folder, env=_env(), stdout=subprocess.PIPE, text=True
+        )
+        assert remote.stdout is not None
+        assert remote.stdout.readline().strip() == "BOUND"
+        for client_url in (url, GRPC.format(**ports)):
+            result = _run(folder, "client.py", ["--url", client_url])
+            assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n--- server\n{server.output()}"
+        remote.send_signal(signal.SIGINT)
+        assert remote.wait(timeout=STOP_TIMEOUT_S) == 0
+        import tritonclient.http as httpclient
+
+        with httpclient.InferenceServerClient(url.removeprefix("http://")) as client:
+            assert not client.is_model_ready("AddSub")
+            assert client.is_model_ready("Identity")
+    finally:
+        if remote is not None:
+            remote.kill()
+            remote.wait()
+            assert remote.stdout is not None
+            remote.stdout.close()
+        code = server.stop()
+    assert code == 0, server.output()
+    assert "Traceback" not in server.output(), server.output()
+
+
 def test_every_example_is_tested() -> None:
-    tested = {param.values[0] for param in CASES} | {"background_mode"}
+    tested = {param.values[0] for param in CASES} | {"background_mode", "remote_triton"}
     folders = {path.name for path in EXAMPLES.iterdir() if path.is_dir() and not path.name.startswith((".", "_"))}
     assert folders == tested
     for folder in folders:

@@ -398,3 +398,54 @@ def test_bad_process_instances_arguments_are_refused() -> None:
         ProcessInstances(double, count=2, env=[{"A": "1"}])
     with pytest.raises(PyTritonBadParameterError):
         ProcessInstances(double, env={"A": 1})  # type: ignore[dict-item]
+
+
+def forever(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    while True:
+        yield [{"y": request["x"]} for request in requests]
+        time.sleep(0.01)
+
+
+def test_a_cancelled_stream_stops_the_generator_in_the_process() -> None:
+    def bind(triton: Triton) -> None:
+        decoupled = ModelConfig(batching=False, decoupled=True)
+        triton.bind("forever", ProcessInstances(forever), **FP32_IO, config=decoupled)
+        triton.bind("countdown", ProcessInstances(countdown), **FP32_IO, config=decoupled)
+
+    with running_triton(bind) as triton:
+        for _ in range(2):  # the second stream is served only if the first one's generator stopped
+            responses: queue.Queue[Any] = queue.Queue()
+            with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+                client.start_stream(callback=lambda result, error, into=responses: into.put((result, error)))
+                tensor = grpcclient.InferInput("x", [1], "FP32")
+                tensor.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+                client.async_stream_infer("forever", [tensor])
+                for _ in range(3):
+                    result, error = responses.get(timeout=30)
+                    assert error is None and result.as_numpy("y").tolist() == [1.0]
+                client.stop_stream(cancel_requests=True)
+
+
+def test_statistics_count_process_instance_calls(basic: Triton) -> None:
+    with httpclient.InferenceServerClient(http_url(basic)) as client:
+        before = client.get_inference_statistics("async_double")["model_stats"][0]
+        for _ in range(3):
+            _infer(basic, "async_double", {"x": np.ones(2, dtype=np.float32)})
+        after = client.get_inference_statistics("async_double")["model_stats"][0]
+    assert after["inference_count"] - before["inference_count"] == 3
+    assert after["execution_count"] - before["execution_count"] == 3
+    assert int(after["inference_stats"]["compute_infer"]["ns"]) > int(before["inference_stats"]["compute_infer"]["ns"])
+
+
+def test_starting_instances_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    def bind(triton: Triton) -> None:
+        triton.bind("logged", ProcessInstances(double, count=2), **FP32_IO, config=ModelConfig(max_batch_size=2))
+
+    with caplog.at_level("INFO", logger="pytriton"), running_triton(bind):
+        pass
+    messages = [record.getMessage() for record in caplog.records]
+    assert "model 'logged': starting 2 instance processes" in messages
+    assert (
+        sum(message.startswith("model 'logged': instance ") and " is up (pid " in message for message in messages) == 2
+    )
+    assert any(message.startswith("model 'logged': 2 instance processes ready in ") for message in messages)

@@ -74,6 +74,7 @@ class InstanceHost:
         except ChannelClosed:
             return
         finally:
+            self.channel.close()
             self._inputs.close()
             self._outputs.close()
             if self._loop is not None:
@@ -186,7 +187,8 @@ def load_callable(init: Init, payload: memoryview) -> Callable[..., Any]:
     loaded = cloudpickle.loads(payload)
     fn: Callable[..., Any] = loaded() if init.factory else loaded
     if not callable(fn):
-        raise TypeError(f"the instance factory returned {fn!r}, which is not callable")
+        made = "the instance factory returned" if init.factory else "the server sent"
+        raise TypeError(f"{made} {fn!r}, which is not callable")
     context = TritonContext()
     context.model_configs[fn] = init.model_config
     attach_context(fn, context)

@@ -62,7 +62,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         kind = type(obj)
         if kind.__module__.startswith(("wrapt", "_wrappers")):
             module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-            if module in sys.modules and name and _attribute(sys.modules[module], name) is obj:
+            importable = module in sys.modules and module != "__main__"  # __main__ is another module over there
+            if importable and name and _attribute(sys.modules[module], name) is obj:
                 return _attribute, (importlib.import_module(module), name)  # importable: by reference
             if kind.__name__ == "FunctionWrapper":
                 return _rewrap, (obj.__wrapped__, obj._self_wrapper, obj._self_enabled)

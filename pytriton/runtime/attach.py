@@ -1,7 +1,7 @@
 """Where RemoteTriton attaches: a local socket through which another process binds models into this server.
 
 The socket is a Unix socket, never a network one. On Linux it lives in the abstract namespace
-(`\\0pytriton-<uid>-<port>`, one per HTTP and gRPC port): no file is left behind, whatever kills the
+(`pytriton-<uid>-<port>` after a NUL byte, one per HTTP and gRPC port): no file is left behind, whatever kills the
 server. Elsewhere it is a file in a directory only its owner may enter (`$TMPDIR/pytriton-<uid>`).
 Both ends check who the other is (SO_PEERCRED): the server accepts only processes of its own user
 (or root), and RemoteTriton talks only to a server of its own user (or root), so another user can
@@ -32,12 +32,14 @@ from pytriton.core.instance_channel import LoopChannel, Message
 from pytriton.core.instance_protocol import READY
 from pytriton.core.process_instance import ProcessInstance
 from pytriton.core.spec import ModelSpec
+from pytriton.core.waiters import wake
 
 LOGGER = logging.getLogger("pytriton")
 
-# Control connection: (ATTACH_BIND, AttachBind) -> (BOUND,) or (BIND_FAILED, message).
-# Instance connection: (ATTACH_INSTANCE, bind id, instance index, callable kind, pid), then jobs.
-ATTACH_BIND, ATTACH_INSTANCE, BOUND, BIND_FAILED = 21, 22, 23, 24
+# Control connection: (ATTACH_BIND, AttachBind) -> (ACCEPTED, bind id), the instances attach, then (BOUND,);
+# (BIND_FAILED, message) at any step. Instance connection: (ATTACH_INSTANCE, bind id, instance index,
+# callable kind, pid), then jobs.
+ATTACH_BIND, ATTACH_INSTANCE, ACCEPTED, BOUND, BIND_FAILED = 21, 22, 23, 24, 25
 _ABSTRACT = sys.platform.startswith("linux")
 _PEERCRED = struct.Struct("3i")
 # How long a binding may take to open its instance connections.
@@ -100,20 +102,20 @@ class AttachServer:
         self._engine = engine
         self._model_token = model_token
         self._unload_timeout_s = unload_timeout_s
-        self._servers: List[asyncio.AbstractServer] = []
+        self._listeners: List[socket.socket] = []
         self._paths: List[str] = []
         self._bindings: Dict[int, _Binding] = {}
         self._next_id = 0
-        self._tasks: "set[asyncio.Task[None]]" = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self, ports: List[int]) -> None:
-        """Listen on the attach address of each port; a taken address is logged, not fatal."""
+    def start(self, ports: List[int]) -> None:
+        """Listen on the attach address of each port (on the loop); a taken address is logged, not fatal."""
         loop = asyncio.get_running_loop()
         for port in dict.fromkeys(ports):
-            address = attach_address(port)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                if not _ABSTRACT and os.path.exists(address):
+                address = attach_address(port)
+                if not _ABSTRACT:
                     _remove_stale(address)
                 sock.bind(address)
                 sock.listen(64)
@@ -124,13 +126,16 @@ class AttachServer:
                 continue
             if not _ABSTRACT:
                 self._paths.append(address)
-            self._servers.append(await loop.create_unix_server(lambda: _Accepted(self), sock=sock))
+            self._listeners.append(sock)
+            loop.add_reader(sock.fileno(), self._accept, sock)
 
     async def stop(self) -> None:
         """Stop listening and drop every connection (the engine has stopped the models already)."""
-        for server in self._servers:
-            server.close()
-        self._servers.clear()
+        loop = asyncio.get_running_loop()
+        for listener in self._listeners:
+            loop.remove_reader(listener.fileno())
+            listener.close()
+        self._listeners.clear()
         for path in self._paths:
             _remove_stale(path)
         for binding in list(self._bindings.values()):
@@ -140,7 +145,19 @@ class AttachServer:
 
     # -- connections ----------------------------------------------------------------------------
 
-    def accepted(self, sock: socket.socket) -> None:
+    def _accept(self, listener: socket.socket) -> None:
+        """Reader callback of a listening socket: take every pending connection."""
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:
+                LOGGER.warning("RemoteTriton: accept failed: %s", error)
+                return
+            self._accepted(sock)
+
+    def _accepted(self, sock: socket.socket) -> None:
         """A new connection: refuse strangers, then read its first message."""
         if not peer_is_trusted(sock):
             LOGGER.warning("RemoteTriton: refused a connection from a process of another user")
@@ -182,8 +199,8 @@ class AttachServer:
         binding = _Binding(self._next_id, request, control)
         self._bindings[binding.bind_id] = binding
         closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        control.handle(lambda _: None, lambda: closed.done() or closed.set_result(None))
-        _send(control, (BOUND, binding.bind_id, "attach"))
+        control.handle(lambda _: None, lambda: wake(closed))
+        _send(control, (ACCEPTED, binding.bind_id))
         try:
             await asyncio.wait_for(asyncio.shield(binding.complete), _ATTACH_TIMEOUT_S)
             self._engine.add_model(request.spec, [binding.instances[i] for i in range(request.instance_count)])
@@ -197,7 +214,7 @@ class AttachServer:
         LOGGER.info(
             "RemoteTriton bound model '%s' version %d (%d instances)", spec.name, spec.version, request.instance_count
         )
-        _send(control, (BOUND, binding.bind_id, "ready"))
+        _send(control, (BOUND,))
         await closed
         LOGGER.info("RemoteTriton closed: unloading model '%s' version %d", spec.name, spec.version)
         await self._engine.remove(spec.name, spec.version, self._unload_timeout_s)
@@ -247,19 +264,6 @@ class AttachServer:
         binding.control.close()
 
 
-class _Accepted(asyncio.Protocol):
-    """Hands each accepted socket over to the AttachServer, which reads it with a LoopChannel."""
-
-    def __init__(self, server: AttachServer) -> None:
-        self._server = server
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        sock = transport.get_extra_info("socket")
-        duplicate = socket.socket(fileno=os.dup(sock.fileno()))
-        transport.abort()
-        self._server.accepted(duplicate)
-
-
 def _send(channel: LoopChannel, head: Any) -> None:
     """Send on a control connection that may have closed already."""
     if not channel.closed:
@@ -270,8 +274,16 @@ def _send(channel: LoopChannel, head: Any) -> None:
 
 
 def _remove_stale(path: str) -> None:
-    """Remove a socket file nobody listens on any more."""
+    """Remove a socket file that nobody listens on any more (left by a server that was killed)."""
+    if not os.path.exists(path):
+        return
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        os.unlink(path)
+        probe.connect(path)
     except OSError:
-        pass
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    finally:
+        probe.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from typing import Any, Callable, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
 
 from pytriton import __version__
 from pytriton.core.engine import Engine
@@ -18,6 +18,9 @@ from pytriton.options.server import ServerOptions
 from pytriton.runtime.loop_thread import LoopThread
 from pytriton.runtime.tracing import Tracing
 from pytriton.transport.sockets import bind_socket, bound_port
+
+if TYPE_CHECKING:
+    from pytriton.runtime.attach import AttachServer
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -60,6 +63,7 @@ class ServerRuntime:
         self.metrics_port: Optional[int] = None
         self.sagemaker_port: Optional[int] = None
         self.vertex_ai_port: Optional[int] = None
+        self._attach: Optional[AttachServer] = None
         self.running = False
 
     def add_model(self, spec: ModelSpec, callables: List[Callable[..., Any]]) -> None:
@@ -125,10 +129,20 @@ class ServerRuntime:
                 self.sagemaker_port = await self._start_sagemaker()
             if options.vertex_ai is not None:
                 self.vertex_ai_port = await self._start_vertex_ai()
+            self._start_attach()
             self.tracing.refresh()
         except BaseException:
             await self._stop_frontends()
             raise
+
+    def _start_attach(self) -> None:
+        """Let RemoteTriton processes of this user bind models through the HTTP and gRPC ports' local sockets."""
+        from pytriton.options.access import Category
+        from pytriton.runtime.attach import AttachServer
+
+        rule = self.options.http_access.rules.get(Category.MODEL_REPOSITORY)
+        self._attach = AttachServer(self.engine, rule.value if rule else None, self.options.exit_timeout_s)
+        self._attach.start([port for port in (self.http_port, self.grpc_port) if port is not None])
 
     async def _start_http(self) -> int:
         """Start the HTTP/REST frontend; return its port."""
@@ -212,8 +226,10 @@ class ServerRuntime:
         self.stopped.set()
 
     async def _stop(self) -> None:
-        """Drain the engine, then stop the frontends."""
+        """Drain the engine (RemoteTriton's models too), then stop the attach socket and the frontends."""
         await self.engine.shutdown(self.options.exit_timeout_s)
+        if self._attach is not None:
+            await self._attach.stop()
         await self._stop_frontends()
 
     def _on_unrecoverable(self, reason: str) -> None:

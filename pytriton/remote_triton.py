@@ -1,0 +1,278 @@
+"""RemoteTriton: bind models from this process into a pytriton server running in another process on this host.
+
+As in nvidia-pytriton 0.7, the models are served by the running server (started by `Triton().serve()` or
+`pytriton serve`) while their callables run here, and they are unloaded when the RemoteTriton closes;
+the server keeps its own models. The callables are served exactly as process instances are: each
+instance answers the server's jobs over a local socket of its own, tensors through shared memory
+(see `pytriton.runtime.attach` for who may attach, and how that is checked).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import copy
+import logging
+import os
+import pathlib
+import socket
+import threading
+import time
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+from pytriton import __version__
+from pytriton.client._url import TritonUrl
+from pytriton.context import TritonContext, attach_context
+from pytriton.core.instance_channel import BlockingChannel, ChannelClosed
+from pytriton.core.instance_host import InstanceHost
+from pytriton.core.spec import ModelSpec
+from pytriton.exceptions import PyTritonInvalidOperationError
+from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES
+from pytriton.model_config.model_config import ModelConfig
+from pytriton.model_config.tensor import Tensor
+from pytriton.models import as_callables, build_model, validate_model_name
+from pytriton.runtime.attach import (
+    ACCEPTED,
+    ATTACH_BIND,
+    ATTACH_INSTANCE,
+    BOUND,
+    AttachBind,
+    attach_address,
+    peer_is_trusted,
+)
+
+LOGGER = logging.getLogger("pytriton")
+
+MONITORING_PERIOD_S = 5.0
+# How long connect() waits for a server that is starting (nvidia-pytriton's DEFAULT_TRITON_STARTUP_TIMEOUT_S).
+_STARTUP_TIMEOUT_S = 120.0
+# How long one step of a binding (the server's answer) may take.
+_ANSWER_TIMEOUT_S = 60.0
+# How long stop() waits for the server to drain a model and release its instances.
+_RELEASE_TIMEOUT_S = 120.0
+
+
+class _RemoteModel:
+    """A model this RemoteTriton binds: its spec, its callables, and once bound its connections."""
+
+    def __init__(self, spec: ModelSpec, callables: List[Callable[..., Any]]) -> None:
+        self.spec = spec
+        self.callables = callables
+        self.control: Optional[BlockingChannel] = None
+        self.hosts: List[threading.Thread] = []
+        self.watcher: Optional[threading.Thread] = None
+        self.gone = threading.Event()  # the server closed the binding (it stopped, or unloaded the model)
+
+
+class RemoteTriton:
+    """Binds models into a running pytriton server on this host; they are unloaded when it closes.
+
+    Examples:
+        with RemoteTriton(url="localhost") as triton:
+            triton.bind(model_name="AddSub", infer_func=fn, inputs=[...], outputs=[...])
+            triton.serve()
+    """
+
+    def __init__(
+        self,
+        url: str,
+        workspace: Union[str, pathlib.Path, None] = None,
+        access_token: Optional[str] = None,
+    ) -> None:
+        """Attach to the server at `url` (http or grpc, default ports 8000 and 8001).
+
+        Args:
+            url: the server's HTTP or gRPC url; it must be on this host (attachment is local).
+            workspace: accepted for compatibility; nothing is written to it (no socket files are needed).
+            access_token: the server's access token; when given it must match the server's.
+        """
+        self._url = TritonUrl.from_url(url)
+        self._workspace = workspace
+        self._access_token = access_token
+        self._models: List[_RemoteModel] = []
+        self._lock = threading.RLock()
+        self._connected = False
+        self._stopped = False
+        self.triton_context = TritonContext()
+        atexit.register(self.stop)
+
+    def __enter__(self) -> RemoteTriton:
+        """Connect to the server (binding happens as models are bound)."""
+        self.connect()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        """Unload the models from the server and stop serving them."""
+        self.stop()
+
+    def bind(
+        self,
+        model_name: str,
+        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]]],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int = 1,
+        config: Optional[ModelConfig] = None,
+        strict: bool = False,
+        trace_config: Optional[List[str]] = None,
+    ) -> None:
+        """Bind a model into the server (at once when connected, else at connect()); same arguments as Triton.bind.
+
+        Raises:
+            PyTritonInvalidOperationError: the server refused the model (e.g. its name is taken).
+        """
+        if self._stopped:
+            raise PyTritonInvalidOperationError("Cannot bind a model with a stopped RemoteTriton")
+        if trace_config:
+            LOGGER.warning("RemoteTriton: trace_config applies to the server's own models only; it is ignored")
+        validate_model_name(model_name)
+        callables = as_callables(infer_func)
+        spec, triton_model_config = build_model(
+            model_name=model_name,
+            model_version=model_version,
+            inputs=inputs,
+            outputs=outputs,
+            config=config or ModelConfig(),
+            instance_count=len(callables),
+            strict=strict,
+        )
+        for fn in callables:
+            self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
+            attach_context(fn, self.triton_context)
+        model = _RemoteModel(spec, callables)
+        with self._lock:
+            self._models.append(model)
+            if self._connected:
+                self._attach(model)
+
+    def connect(self) -> None:
+        """Bind every model bound so far into the server, waiting for the server if it is starting."""
+        with self._lock:
+            if self._stopped:
+                raise PyTritonInvalidOperationError("Cannot connect a stopped RemoteTriton")
+            if self._connected:
+                return
+            for model in self._models:
+                if model.control is None:
+                    self._attach(model)
+            self._connected = True
+
+    def serve(self, monitoring_period_s: float = MONITORING_PERIOD_S) -> None:
+        """Serve the models until SIGINT/SIGTERM, or until the server goes away; then stop."""
+        from pytriton.triton import _stop_on_signals  # here: pytriton.triton re-exports this module
+
+        self.connect()
+        stopping = threading.Event()
+        try:
+            with _stop_on_signals(stopping):
+                while not stopping.wait(monitoring_period_s) and self.is_alive():
+                    pass
+        except KeyboardInterrupt:
+            LOGGER.info("SIGINT received, exiting.")
+        self.stop()
+
+    def stop(self) -> bool:
+        """Unload the models from the server (it lets their requests finish) and stop serving them."""
+        with self._lock:
+            if self._stopped:
+                return False
+            self._stopped = True
+            self._connected = False
+            atexit.unregister(self.stop)
+        for model in self._models:
+            if model.control is not None:
+                model.control.sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + _RELEASE_TIMEOUT_S
+        for model in self._models:
+            for thread in model.hosts:
+                thread.join(max(deadline - time.monotonic(), 0))
+            if model.control is not None:
+                model.control.close()
+        return True
+
+    def is_alive(self) -> bool:
+        """Whether the server still serves every model bound here."""
+        with self._lock:
+            return self._connected and all(not model.gone.is_set() for model in self._models)
+
+    def is_connected(self) -> bool:
+        """Whether connect() has bound the models."""
+        with self._lock:
+            return self._connected
+
+    # -- binding --------------------------------------------------------------------------------
+
+    def _attach(self, model: _RemoteModel) -> None:
+        """Bind one model: the control connection, one connection per instance, then the server's BOUND."""
+        control = BlockingChannel(self._connect_to_server(wait=True))
+        control.sock.settimeout(_ANSWER_TIMEOUT_S)
+        request = AttachBind(
+            __version__, model.spec, len(model.callables), self._access_token, DEFAULT_SHM_BUDGET_BYTES
+        )
+        try:
+            control.send((ATTACH_BIND, request))
+            bind_id = self._answer(control, ACCEPTED, model)[1]
+            for index, fn in enumerate(model.callables):
+                channel = BlockingChannel(self._connect_to_server(wait=False))
+                host = InstanceHost(channel, fn, DEFAULT_SHM_BUDGET_BYTES)
+                channel.send((ATTACH_INSTANCE, bind_id, index, host.kind.value, os.getpid()))
+                thread = threading.Thread(
+                    target=host.serve, name=f"pytriton-remote-{model.spec.name}-{index}", daemon=True
+                )
+                thread.start()
+                model.hosts.append(thread)
+            self._answer(control, BOUND, model)
+        except BaseException:
+            control.close()
+            raise
+        control.sock.settimeout(None)
+        model.control = control
+        model.watcher = threading.Thread(target=self._watch, args=(model,), daemon=True)
+        model.watcher.start()
+        LOGGER.info("model '%s' bound into the server at %s", model.spec.name, self._url.with_scheme)
+
+    def _answer(self, control: BlockingChannel, expected: int, model: _RemoteModel) -> Any:
+        """The server's next answer on a control connection, or its refusal raised."""
+        try:
+            head = control.receive().head
+        except (ChannelClosed, OSError) as error:
+            message = f"the server closed the binding of '{model.spec.name}': {error}"
+            raise PyTritonInvalidOperationError(message) from None
+        if head[0] != expected:
+            reason = head[1] if len(head) > 1 else "an unexpected answer"
+            raise PyTritonInvalidOperationError(f"the server refused model '{model.spec.name}': {reason}")
+        return head
+
+    def _watch(self, model: _RemoteModel) -> None:
+        """Wait for the end of a binding (the server stopped or dropped it)."""
+        assert model.control is not None
+        with contextlib.suppress(ChannelClosed, OSError):
+            while True:
+                model.control.receive()
+        model.gone.set()
+
+    def _connect_to_server(self, wait: bool) -> socket.socket:
+        """A connection to the server's attach socket, once it checks out as this user's (or root's)."""
+        address = attach_address(self._url.port)
+        deadline = time.monotonic() + (_STARTUP_TIMEOUT_S if wait else 0)
+        delay = 0.05
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(address)
+                break
+            except OSError as error:
+                sock.close()
+                if time.monotonic() >= deadline:
+                    raise PyTritonInvalidOperationError(
+                        f"no pytriton server to attach to at {self._url.with_scheme} on this host ({error}); "
+                        "RemoteTriton attaches to a server of this user on this machine"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        if not peer_is_trusted(sock):
+            sock.close()
+            raise PyTritonInvalidOperationError(
+                f"the process listening for {self._url.with_scheme} belongs to another user; not attaching"
+            )
+        return sock

@@ -1,0 +1,355 @@
+"""RemoteTriton: models bound into a running server from another process, served there, unloaded when it goes."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any, Dict, Iterator, List
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from pytriton.exceptions import PyTritonInvalidOperationError
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.remote_triton import RemoteTriton
+from pytriton.runtime.attach import attach_address
+from pytriton.triton import Triton
+from tests.conftest import grpc_url, http_url, running_triton
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+IO = {
+    "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+    "outputs": [Tensor(name="y", dtype=np.float32, shape=(-1,))],
+}
+
+REMOTE_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import RemoteTriton
+
+    def triple(requests):
+        return [{"y": request["x"] * 3, "pid": np.array([os.getpid()], dtype=np.int64)} for request in requests]
+
+    with RemoteTriton(url=sys.argv[1]) as triton:
+        triton.bind(
+            "triple",
+            triple,
+            inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+            outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,)), Tensor(name="pid", dtype=np.int64, shape=(1,))],
+            config=ModelConfig(batching=False),
+        )
+        print("BOUND", flush=True)
+        triton.serve()
+    """
+)
+
+
+UNBATCHED = ModelConfig(batching=False)
+
+
+def echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"y": request["x"]} for request in requests]
+
+
+def doubled(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"y": request["x"] * 2} for request in requests]
+
+
+def plus_one(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"y": request["x"] + 1} for request in requests]
+
+
+def _own_model(triton: Triton) -> None:
+    triton.bind("own", echo, **IO, config=UNBATCHED)
+
+
+@pytest.fixture
+def server() -> Iterator[Triton]:
+    with running_triton(_own_model) as triton:
+        yield triton
+
+
+def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
+    with httpclient.InferenceServerClient(url) as client:
+        tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        return client.infer(model, [tensor]).as_numpy("y")  # type: ignore[no-any-return]
+
+
+def _start_remote(tmp_path: pathlib.Path, url: str) -> subprocess.Popen[str]:
+    script = tmp_path / "remote.py"
+    script.write_text(REMOTE_SCRIPT)
+    remote = subprocess.Popen(
+        [sys.executable, str(script), url],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert remote.stdout is not None
+    assert remote.stdout.readline().strip() == "BOUND"
+    return remote
+
+
+def _finish(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def _wait_until(condition, timeout_s: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_model_bound_remotely_is_served_over_both_protocols(server: Triton) -> None:
+    with RemoteTriton(url=f"http://127.0.0.1:{server.http_port}") as remote:
+        remote.bind(
+            "double", lambda requests: [{"y": r["x"] * 2} for r in requests], **IO, config=ModelConfig(batching=False)
+        )
+        assert remote.is_connected() and remote.is_alive()
+        assert _infer(http_url(server), "double", np.array([1.0, 2.0], np.float32)).tolist() == [2.0, 4.0]
+        with grpcclient.InferenceServerClient(grpc_url(server)) as client:
+            tensor = grpcclient.InferInput("x", [1], "FP32")
+            tensor.set_data_from_numpy(np.array([5.0], np.float32))
+            assert client.infer("double", [tensor]).as_numpy("y").tolist() == [10.0]
+    with httpclient.InferenceServerClient(http_url(server)) as client:
+        assert not client.is_model_ready("double")
+        assert client.is_model_ready("own")
+
+
+def test_grpc_url_attaches_too_and_binding_before_connect_waits_for_it(server: Triton) -> None:
+    remote = RemoteTriton(url=f"grpc://localhost:{server.grpc_port}")
+    remote.bind(
+        "later", lambda requests: [{"y": r["x"] + 1} for r in requests], **IO, config=ModelConfig(batching=False)
+    )
+    assert not remote.is_connected()
+    remote.connect()
+    try:
+        assert _infer(http_url(server), "later", np.array([1.0], np.float32)).tolist() == [2.0]
+    finally:
+        assert remote.stop() is True
+    assert remote.stop() is False
+
+
+def test_a_killed_remote_process_takes_its_model_and_leaves_the_server(server: Triton, tmp_path: pathlib.Path) -> None:
+    remote = _start_remote(tmp_path, f"127.0.0.1:{server.http_port}")
+    try:
+        assert _infer(http_url(server), "triple", np.array([2.0], np.float32)).tolist() == [6.0]
+        remote.kill()
+        remote.wait()
+        with httpclient.InferenceServerClient(http_url(server)) as client:
+            assert _wait_until(lambda: not client.is_model_ready("triple"))
+            assert client.is_model_ready("own")
+        assert _infer(http_url(server), "own", np.array([1.0], np.float32)).tolist() == [1.0]
+    finally:
+        _finish(remote)
+    again = _start_remote(tmp_path, f"127.0.0.1:{server.http_port}")  # the name is free again
+    try:
+        assert _infer(http_url(server), "triple", np.array([1.0], np.float32)).tolist() == [3.0]
+    finally:
+        again.send_signal(signal.SIGINT)
+        assert again.wait(timeout=30) == 0
+        _finish(again)
+
+
+def test_a_name_the_server_serves_is_refused(server: Triton) -> None:
+    with RemoteTriton(url=f"localhost:{server.http_port}") as remote:
+        with pytest.raises(PyTritonInvalidOperationError, match="already bound"):
+            remote.bind("own", lambda requests: requests, **IO)
+    assert _infer(http_url(server), "own", np.array([1.0], np.float32)).tolist() == [1.0]
+
+
+def test_a_wrong_access_token_is_refused(server: Triton) -> None:
+    def bind(triton: Triton) -> None:
+        _own_model(triton)
+
+    with running_triton(bind, http_restricted_api="model-repository:triton-access-token=s3cret") as guarded:
+        url = f"localhost:{guarded.http_port}"
+        with RemoteTriton(url=url, access_token="wrong") as remote:
+            with pytest.raises(PyTritonInvalidOperationError, match="token"):
+                remote.bind("m", lambda requests: requests, **IO)
+        with RemoteTriton(url=url, access_token="s3cret") as remote:
+            remote.bind(
+                "m", lambda requests: [{"y": r["x"]} for r in requests], **IO, config=ModelConfig(batching=False)
+            )
+            assert _infer(http_url(guarded), "m", np.array([4.0], np.float32)).tolist() == [4.0]
+
+
+def test_no_server_to_attach_to_is_a_clear_error() -> None:
+    remote = RemoteTriton(url="localhost:1")
+    remote.bind("m", lambda requests: requests, **IO)
+    import pytriton.remote_triton as module
+
+    original = module._STARTUP_TIMEOUT_S
+    module._STARTUP_TIMEOUT_S = 0.2
+    try:
+        with pytest.raises(PyTritonInvalidOperationError, match="no pytriton server to attach to"):
+            remote.connect()
+    finally:
+        module._STARTUP_TIMEOUT_S = original
+        remote.stop()
+
+
+def test_the_remote_serve_returns_when_the_server_stops(tmp_path: pathlib.Path) -> None:
+    triton = Triton(
+        config=__import__("pytriton.triton", fromlist=["TritonConfig"]).TritonConfig(
+            http_port=0, grpc_port=0, metrics_port=0
+        )
+    )
+    triton.run()
+    remote = RemoteTriton(url=f"localhost:{triton.http_port}")
+    remote.bind("m", lambda requests: [{"y": r["x"]} for r in requests], **IO, config=ModelConfig(batching=False))
+    served = threading.Thread(target=remote.serve, kwargs={"monitoring_period_s": 0.1})
+    served.start()
+    try:
+        assert _wait_until(remote.is_connected)
+    finally:
+        triton.stop()
+    served.join(timeout=30)
+    assert not served.is_alive()
+    assert not remote.is_alive()
+
+
+def test_a_process_of_another_user_cannot_attach(server: Triton) -> None:
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    assert system_python, "this test runs /usr/bin/python3 as user nobody: apt-get install python3"
+    assert os.geteuid() == 0, "this test switches to user nobody: run it as root"
+    probe = textwrap.dedent(
+        f"""
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect({attach_address(server.http_port)!r})
+        print("closed" if s.recv(1) == b"" else "open")
+        """
+    )
+    as_nobody = subprocess.run(
+        [system_python, "-c", probe], user=65534, group=65534, capture_output=True, text=True, timeout=30
+    )
+    assert as_nobody.stdout.strip() == "closed", as_nobody.stderr
+
+
+NVIDIA_STYLE_EXAMPLE = textwrap.dedent(
+    """
+    import numpy as np
+
+    from pytriton.decorators import batch
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import RemoteTriton, TritonConfig
+
+    triton_config = TritonConfig(
+        cache_config=[f"local,size={1024 * 1024}"],  # 1MB
+    )
+
+    @batch
+    def _add_sub(**inputs):
+        a_batch, b_batch = inputs.values()
+        add_batch = a_batch + b_batch
+        sub_batch = a_batch - b_batch
+        return {"add": add_batch, "sub": sub_batch}
+
+    with RemoteTriton(url='localhost') as triton:
+        triton.bind(
+            model_name="AddSub",
+            infer_func=_add_sub,
+            inputs=[Tensor(shape=(1,), dtype=np.float32), Tensor(shape=(1,), dtype=np.float32)],
+            outputs=[Tensor(shape=(1,), dtype=np.float32), Tensor(shape=(1,), dtype=np.float32)],
+            config=ModelConfig(max_batch_size=8, response_cache=True)
+        )
+        triton.serve()
+    """
+)
+
+DRIVER = textwrap.dedent(
+    """
+    import signal, subprocess, sys, time
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    server = subprocess.Popen([sys.executable, "-m", "pytriton", "serve", sys.argv[1] + ":bind"])
+    client = httpclient.InferenceServerClient("localhost:8000")
+    for _ in range(600):
+        try:
+            if client.is_server_ready():
+                break
+        except Exception:
+            pass
+        time.sleep(0.05)
+    example = subprocess.Popen([sys.executable, sys.argv[2]])
+    for _ in range(600):
+        if client.is_model_ready("AddSub"):
+            break
+        time.sleep(0.05)
+    inputs = []
+    for name, value in (("INPUT_1", 5.0), ("INPUT_2", 3.0)):
+        tensor = httpclient.InferInput(name, [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
+        inputs.append(tensor)
+    client.infer("AddSub", inputs)
+    example.send_signal(signal.SIGINT)
+    example_code = example.wait(timeout=60)
+    for _ in range(200):
+        if not client.is_model_ready("AddSub"):
+            break
+        time.sleep(0.05)
+    unloaded = not client.is_model_ready("AddSub")
+    own = client.is_model_ready("own")
+    server.send_signal(signal.SIGINT)
+    server_code = server.wait(timeout=60)
+    print(f"example={example_code} unloaded={unloaded} own={own} server={server_code}")
+    """
+)
+
+BIND_FILE = textwrap.dedent(
+    """
+    import numpy as np
+    from pytriton.model_config import ModelConfig, Tensor
+
+    def bind(triton):
+        triton.bind(
+            "own",
+            lambda requests: [{"y": r["x"]} for r in requests],
+            inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+            outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(batching=False),
+        )
+    """
+)
+
+
+def test_nvidia_pytritons_remote_example_runs_unchanged_against_pytriton_serve(tmp_path: pathlib.Path) -> None:
+    """The documented example attaches to localhost:8000: it runs in a network namespace where 8000 is free."""
+    unshare, ip = shutil.which("unshare"), shutil.which("ip")
+    assert unshare and ip, "this test needs unshare (util-linux) and ip (iproute2): apt-get install util-linux iproute2"
+    assert os.geteuid() == 0, "this test makes a network namespace (unshare --net): run it as root"
+    (tmp_path / "models.py").write_text(BIND_FILE)
+    (tmp_path / "example.py").write_text(NVIDIA_STYLE_EXAMPLE)
+    (tmp_path / "driver.py").write_text(DRIVER)
+    command = f"{ip} link set lo up && exec {sys.executable} driver.py models.py example.py"
+    result = subprocess.run(
+        [unshare, "--net", "sh", "-c", command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    lines: List[str] = result.stdout.strip().splitlines()
+    assert lines and lines[-1] == "example=0 unloaded=True own=True server=0", result.stdout + result.stderr
