@@ -61,7 +61,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         """Reduce a wrapt FunctionWrapper to the wrapper and the function it wraps; a bound one to getattr."""
         kind = type(obj)
         if kind.__module__.startswith(("wrapt", "_wrappers")):
-            module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+            module, name = getattr(obj, "__module__", ""), getattr(obj, "__qualname__", "")
             importable = module in sys.modules and module != "__main__"  # __main__ is another module over there
             if importable and name and _attribute(sys.modules[module], name) is obj:
                 return _attribute, (importlib.import_module(module), name)  # importable: by reference
