@@ -26,6 +26,7 @@ import wrapt
 
 from pytriton.constants import TRITON_CONTEXT_FIELD_NAME
 from pytriton.context import ModelConfigDict, TritonContext
+from pytriton.core.host_arrays import host_arrays
 from pytriton.core.raw_tensors import serialize_bytes_tensor
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonValidationError
 from pytriton.model_config.triton_model_config import TritonModelConfig
@@ -159,7 +160,7 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...], kwa
     outputs = wrapped(*args[1:], **call_kwargs)
 
     def _split(result: Any) -> List[Dict[str, Any]]:
-        converted = convert_output(result, wrapped, instance)
+        converted = host_arrays(convert_output(result, wrapped, instance))  # one host copy, then views
         batch_sizes = [get_inference_request_batch_size(request) for request in requests]
         total = sum(batch_sizes)
         wrong = {name: tensor.shape for name, tensor in converted.items() if tensor.shape[0] != total}
@@ -242,7 +243,7 @@ def group_by_values(
         results: List[Any] = []
         for indices, sub_request in _groups(request, batch_size):
             indices_list.append(indices)
-            results.append(wrapped(*args, **sub_request, **special))
+            results.append(host_arrays(wrapped(*args, **sub_request, **special)))
 
         if pad_fn is not None:
             results = list(pad_fn(tuple(results)))

@@ -8,6 +8,7 @@ import numpy as np
 
 from pytriton.core.datatypes import BF16_DTYPE, datatype_of_config_dtype, datatype_of_dtype
 from pytriton.core.errors import InferenceError
+from pytriton.core.host_arrays import host_arrays
 from pytriton.core.request import InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
 
@@ -32,12 +33,16 @@ def check_results(spec: ModelSpec, results: Any, request_count: int) -> List[Any
 def build_response(
     spec: ModelSpec, result: Any, requested: Optional[Sequence[str]], final: bool = True
 ) -> InferenceResponse:
-    """Check one response dict and select the outputs the request gets, in wire order."""
+    """Check one response dict and select the outputs the request gets, in wire order.
+
+    Framework arrays (torch, cupy, jax) become numpy arrays first, so the checks and the codecs see numpy only.
+    """
     if not isinstance(result, dict):
         raise InferenceError.internal(
             f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "
             f"Got response={_short(result)} instead."
         )
+    result = host_arrays(result)
     datatypes: Dict[str, str] = {}
     for name, value in result.items():
         datatype = datatypes[name] = _check_output_value(spec, name, value)
