@@ -30,9 +30,10 @@ DEFAULT_METRICS_INTERVAL_MS = 2000
 
 @dataclasses.dataclass(frozen=True)
 class MetricsSettings:
-    """What the metrics endpoint reports: allow_cpu_metrics, metrics_interval_ms and metrics_config."""
+    """What the metrics endpoint reports: allow_cpu_metrics, allow_gpu_metrics, metrics_interval_ms, metrics_config."""
 
     cpu_metrics: bool = True
+    gpu_metrics: bool = True
     interval_ms: int = DEFAULT_METRICS_INTERVAL_MS
     counter_latencies: bool = True
     histogram_latencies: bool = False

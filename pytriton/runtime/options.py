@@ -39,7 +39,6 @@ _NO_EFFECT: Dict[str, str] = {
     "exit_on_error": "bound models are validated at bind time, so the server never starts with a broken model",
     "http_thread_count": "HTTP is served by one asyncio event loop; callables run in their own instance threads",
     "grpc_infer_allocation_pool_size": "gRPC messages are Python bytes objects; there is no allocation pool",
-    "allow_gpu_metrics": "this engine reports no GPU metrics",
     "cache_directory": "the response cache is built in; no cache shared libraries are loaded",
     "buffer_manager_thread_count": "tensors are not copied through a buffer manager",
     "sagemaker_safe_port_range": "the other endpoints listen on the ports they are given",
@@ -230,7 +229,7 @@ def _cache_capacity(cache_config: Optional[List[str]]) -> Optional[int]:
 
 
 def _metrics_settings(config: TritonConfig) -> MetricsSettings:
-    """allow_cpu_metrics, metrics_interval_ms and metrics_config entries like `summary_latencies=true`."""
+    """allow_cpu/gpu_metrics, metrics_interval_ms and metrics_config entries like `summary_latencies=true`."""
     interval_ms = DEFAULT_METRICS_INTERVAL_MS if config.metrics_interval_ms is None else config.metrics_interval_ms
     if interval_ms <= 0:
         raise PyTritonValidationError(f"metrics_interval_ms must be positive, got {interval_ms}")
@@ -245,6 +244,7 @@ def _metrics_settings(config: TritonConfig) -> MetricsSettings:
             LOGGER.warning("TritonConfig.metrics_config setting '%s' has no effect: it is not known here", key)
     return MetricsSettings(
         cpu_metrics=config.allow_cpu_metrics is not False,
+        gpu_metrics=config.allow_gpu_metrics is not False,
         interval_ms=interval_ms,
         summary_quantiles=quantiles,
         **flags,

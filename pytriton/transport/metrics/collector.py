@@ -10,6 +10,7 @@ from pytriton.core.model import ServedModel
 from pytriton.core.stats import ModelStats
 from pytriton.options.server import MetricsSettings
 from pytriton.transport.metrics.exposition import Family, Labels
+from pytriton.transport.metrics.gpu import GpuMonitor
 from pytriton.transport.metrics.host import HostMonitor
 from pytriton.transport.metrics.latency import ModelLatencies, SummaryFamily, add_histogram
 
@@ -107,6 +108,7 @@ def collect(
     settings: MetricsSettings,
     latencies: Mapping[ServedModel, ModelLatencies],
     host: Optional[HostMonitor],
+    gpu: Optional[GpuMonitor] = None,
 ) -> List[Family]:
     """Every family, read now; runs on the event loop and only copies numbers (quantiles come later)."""
     families: Dict[str, Family] = {}
@@ -143,6 +145,8 @@ def collect(
         if observed is not None:
             _add_latencies(families, labels, observed, settings)
     ordered = list(families.values())
+    if gpu is not None:
+        ordered.extend(gpu.families())
     if host is not None:
         ordered.extend(_host_families(host))
     return ordered

@@ -15,6 +15,7 @@ from pytriton.transport.http.responses import Receive, Scope, Send, send_body
 from pytriton.transport.http.server import AsgiServer
 from pytriton.transport.metrics.collector import collect
 from pytriton.transport.metrics.exposition import CONTENT_TYPE, render
+from pytriton.transport.metrics.gpu import GpuMonitor
 from pytriton.transport.metrics.host import HostMonitor
 from pytriton.transport.metrics.latency import ModelLatencies
 from pytriton.transport.sockets import bind_socket, bound_port
@@ -26,7 +27,7 @@ _PLAIN = (b"content-type", b"text/plain; charset=utf-8")
 
 
 class MetricsFrontend:
-    """Prometheus metrics of one server: counters read at scrape time, CPU polled every interval."""
+    """Prometheus metrics of one server: counters read at scrape time, CPU and GPUs polled every interval."""
 
     def __init__(self, engine: Engine, options: ServerOptions) -> None:
         """Prepare the endpoint; nothing is bound until `start`."""
@@ -37,21 +38,28 @@ class MetricsFrontend:
         self.port: Optional[int] = None
         self._server: Optional[AsgiServer] = None
         self._host: Optional[HostMonitor] = None
+        self._gpu: Optional[GpuMonitor] = None
         self._poller: Optional[asyncio.Task[None]] = None
         self._latencies: Dict[ServedModel, ModelLatencies] = {}
         self._observed: List[Tuple[List[StatsObserver], ModelLatencies]] = []
         self._renderer: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     async def start(self) -> None:
-        """Bind the port, start observing models and polling CPU metrics, and serve."""
+        """Bind the port, start observing models and polling CPU and GPU metrics, and serve."""
         sock = bind_socket(self._address, self._requested_port)
+        loop = asyncio.get_running_loop()
         self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pytriton-metrics")
         self._observe_new_models()
         if self._settings.cpu_metrics:
             host = HostMonitor()
             if host.start():
                 self._host = host
-                self._poller = asyncio.get_running_loop().create_task(self._poll_host(host))
+        if self._settings.gpu_metrics:
+            gpu = GpuMonitor()
+            if await loop.run_in_executor(self._renderer, gpu.start):
+                self._gpu = gpu
+        if self._host is not None or self._gpu is not None:
+            self._poller = loop.create_task(self._poll())
         self._server = AsgiServer(self._serve, sock)
         try:
             await self._server.start()
@@ -74,13 +82,16 @@ class MetricsFrontend:
             observers.remove(latencies)
         self._observed.clear()
         if self._renderer is not None:
+            if self._gpu is not None:
+                self._renderer.submit(self._gpu.stop)  # after a poll still running in that thread
+                self._gpu = None
             self._renderer.shutdown(wait=False)
             self._renderer = None
 
     async def scrape(self) -> bytes:
         """The exposition text: numbers are copied on the loop, formatted (and quantiles sorted) off it."""
         self._observe_new_models()
-        families = collect(self._engine, self._settings, self._latencies, self._host)
+        families = collect(self._engine, self._settings, self._latencies, self._host, self._gpu)
         return await asyncio.get_running_loop().run_in_executor(self._renderer, render, families)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,12 +115,16 @@ class MetricsFrontend:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
 
-    async def _poll_host(self, host: HostMonitor) -> None:
-        """Refresh CPU utilisation and memory every metrics_interval_ms."""
+    async def _poll(self) -> None:
+        """Refresh CPU and GPU readings every metrics_interval_ms (NVML's blocking calls off the loop)."""
         interval_s = self._settings.interval_ms / 1000
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval_s)
-            host.poll()
+            if self._host is not None:
+                self._host.poll()
+            if self._gpu is not None:
+                await loop.run_in_executor(self._renderer, self._gpu.poll)
 
     def _observe_new_models(self) -> None:
         """Give each model not seen yet its histogram and summaries (when metrics_config asks for them)."""
