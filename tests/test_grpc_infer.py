@@ -345,7 +345,7 @@ def test_load_with_config_override_is_unimplemented(call: Call) -> None:
             "UNIMPLEMENTED",
             "shared memory",
         ),
-        (lambda client: client.get_cuda_shared_memory_status(), "UNIMPLEMENTED", "shared memory"),
+        (lambda client: client.get_cuda_shared_memory_status("r"), "NOT_FOUND", "cuda shared memory region: 'r'"),
         (lambda client: client.update_log_settings({"log_file": "x.log"}), "UNIMPLEMENTED", "log file location"),
         (
             lambda client: client.update_trace_settings(settings={"trace_file": "x.json"}),

@@ -9,6 +9,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from pytriton.core.cache import ResponseCache
+from pytriton.core.cuda_memory import CudaSharedMemory
 from pytriton.core.errors import InferenceError
 from pytriton.core.instances import ModelInstance
 from pytriton.core.model import ModelState, ServedModel
@@ -41,6 +42,7 @@ class Engine:
         self._hung_call_ns = int(hung_call_warning_s * 1e9)
         self._watchdog: Optional[asyncio.TimerHandle] = None
         self.server_name = server_name
+        self.cuda_memory = CudaSharedMemory()
         self.live = True
         self.accepting = True
 
@@ -164,4 +166,6 @@ class Engine:
         await asyncio.gather(*(model.scheduler.close_instances() for model in models))
         if self._watchdog is not None:
             self._watchdog.cancel()
+        if self.cuda_memory.status():  # unmap what clients registered (CUDA calls: off the loop)
+            await asyncio.get_running_loop().run_in_executor(None, self.cuda_memory.unregister)
         self.live = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any, AsyncIterator, Dict, Optional
 
@@ -10,7 +11,7 @@ from tritonclient.grpc import service_pb2
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.options.log_trace import ServerSettings
-from pytriton.protocol import grpc_codec, settings_codec
+from pytriton.protocol import cuda_memory_codec, grpc_codec, settings_codec
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
 from pytriton.transport.grpc.errors import unary, unimplemented
 from pytriton.transport.grpc.streaming import StreamSession
@@ -18,7 +19,7 @@ from pytriton.transport.grpc.wire import InferRequestFrame
 
 
 class InferenceServicer:
-    """Serves every RPC of GRPCInferenceService over an engine (shared memory: UNIMPLEMENTED)."""
+    """Serves every RPC of GRPCInferenceService over an engine (system shared memory: UNIMPLEMENTED)."""
 
     def __init__(
         self,
@@ -161,6 +162,22 @@ class InferenceServicer:
     SystemSharedMemoryStatus = unimplemented("system shared memory")
     SystemSharedMemoryRegister = unimplemented("system shared memory")
     SystemSharedMemoryUnregister = unimplemented("system shared memory")
-    CudaSharedMemoryStatus = unimplemented("CUDA shared memory")
-    CudaSharedMemoryRegister = unimplemented("CUDA shared memory")
-    CudaSharedMemoryUnregister = unimplemented("CUDA shared memory")
+
+    @unary
+    async def CudaSharedMemoryStatus(self, request: Message, context: Any) -> Message:
+        """Every registered CUDA shared-memory region, or the one named."""
+        return cuda_memory_codec.status_message(self._engine.cuda_memory.status(request.name))
+
+    @unary
+    async def CudaSharedMemoryRegister(self, request: Message, context: Any) -> Message:
+        """Register a client's device allocation by its CUDA IPC handle (INVALID_ARGUMENT without CUDA)."""
+        register = self._engine.cuda_memory.register
+        args = (request.name, request.raw_handle, request.device_id, request.byte_size)
+        await asyncio.get_running_loop().run_in_executor(None, register, *args)
+        return service_pb2.CudaSharedMemoryRegisterResponse()
+
+    @unary
+    async def CudaSharedMemoryUnregister(self, request: Message, context: Any) -> Message:
+        """Unregister a CUDA shared-memory region, or all of them."""
+        await asyncio.get_running_loop().run_in_executor(None, self._engine.cuda_memory.unregister, request.name)
+        return service_pb2.CudaSharedMemoryUnregisterResponse()

@@ -17,6 +17,7 @@ from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import documents
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import decode_infer_request, encode_infer_response, parse_json_object
+from pytriton.transport.http import cuda_memory
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
@@ -126,6 +127,9 @@ class HttpFrontend:
             return self._repository_load(receive, send, parts[4], parts[5] == "load")
         if route in ("logging", "trace/setting") and self._settings is not None:
             return self._settings_route(receive, send, method, route, "")
+        if parts[2] == "cudasharedmemory" and (matched := cuda_memory.match(parts[3:])) is not None:
+            _allow(method, cuda_memory.method_of(matched[0]))
+            return self._cuda_shared_memory(receive, send, *matched)
         raise _HttpError(404, "Not Found")
 
     def _model_route(
@@ -174,6 +178,12 @@ class HttpFrontend:
         else:
             await self._engine.unload(name)
         await send_empty(send, 200)
+
+    async def _cuda_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
+        """/v2/cudasharedmemory/[region/{name}/]{status,register,unregister} (transport/http/cuda_memory.py)."""
+        body = await _read_body(receive, self._max_body_bytes)
+        document = await cuda_memory.answer(self._engine.cuda_memory, action, region, body)
+        await (send_empty(send, 200) if document is None else send_json(send, 200, document))
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
         """POST .../infer."""

@@ -1,0 +1,38 @@
+"""HTTP routes of Triton's CUDA shared-memory extension, under /v2/cudasharedmemory."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, List, Optional, Tuple, Union
+
+from pytriton.core.cuda_memory import CudaSharedMemory
+from pytriton.protocol.cuda_memory_codec import register_request, status_document
+
+_ACTIONS = ("status", "register", "unregister")
+
+
+def match(rest: List[str]) -> Optional[Tuple[str, str]]:
+    """(action, region name) of the path after /v2/cudasharedmemory; None for a path Triton does not serve."""
+    if len(rest) == 1 and rest[0] in ("status", "unregister"):
+        return rest[0], ""
+    if len(rest) == 3 and rest[0] == "region" and rest[1] and rest[2] in _ACTIONS:
+        return rest[2], rest[1]
+    return None
+
+
+def method_of(action: str) -> str:
+    """The one method an action takes: GET for status, POST otherwise."""
+    return "GET" if action == "status" else "POST"
+
+
+async def answer(regions: CudaSharedMemory, action: str, name: str, body: Union[bytes, bytearray]) -> Optional[Any]:
+    """Carry out an action; the status document, or None for an empty 200. CUDA calls run off the loop."""
+    if action == "status":
+        return status_document(regions.status(name))
+    loop = asyncio.get_running_loop()
+    if action == "register":
+        raw_handle, device_id, byte_size = register_request(body)
+        await loop.run_in_executor(None, regions.register, name, raw_handle, device_id, byte_size)
+    else:
+        await loop.run_in_executor(None, regions.unregister, name)
+    return None
