@@ -55,7 +55,11 @@ class DeviceArray:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         self.copies += 1
+        COPIED_IN.append(threading.current_thread().name)
         return self._array.copy()
+
+
+COPIED_IN: List[str] = []
 
 
 def test_a_cpu_tensor_is_shared_not_copied() -> None:
@@ -133,6 +137,10 @@ def _grouped(x: np.ndarray) -> Dict[str, Any]:
     return {"y": torch.tensor(x) * 2}
 
 
+def _on_device(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, Any]]:
+    return [{"y": DeviceArray(request["x"] * 3)} for request in requests]
+
+
 def _wrong_dtype(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, Any]]:
     return [{"y": torch.tensor(request["x"]).to(torch.int32)} for request in requests]
 
@@ -152,6 +160,7 @@ def _bind(triton: Triton) -> None:
     triton.bind("raw", _raw, [X], [Y], config=ModelConfig(max_batch_size=16))
     triton.bind("stream", _stream, [X], [Y], config=ModelConfig(batching=False, decoupled=True))
     triton.bind("grouped", _grouped, [X], [Y], config=ModelConfig(max_batch_size=16))
+    triton.bind("on_device", _on_device, [X], [Y], config=ModelConfig(max_batch_size=16))
     triton.bind("wrong_dtype", _wrong_dtype, [X], [Y], config=ModelConfig(max_batch_size=16), strict=True)
     triton.bind("not_an_array", _not_an_array, [X], [Y], config=ModelConfig(max_batch_size=16))
 
@@ -222,6 +231,13 @@ def test_streamed_tensors_are_served(server: Triton) -> None:
         assert done.wait(30)
         client.stop_stream()
     assert received == [[1.0, 2.0], [2.0, 3.0], [3.0, 4.0]]
+
+
+def test_device_outputs_are_copied_in_the_instance_thread_not_on_the_loop(server: Triton) -> None:
+    COPIED_IN.clear()
+    result = _http_infer(server, "on_device", np.ones((1, 2), dtype=np.float32))
+    assert result.as_numpy("y").tolist() == [[3.0, 3.0]]
+    assert COPIED_IN == ["pytriton-on_device-1-0"]
 
 
 def test_strict_checks_judge_the_converted_tensor(server: Triton) -> None:

@@ -9,7 +9,7 @@ returned unchanged, for the output checks to refuse as they always did.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -49,6 +49,30 @@ def host_arrays(outputs: Dict[Any, Any]) -> Dict[Any, Any]:
                 converted = dict(outputs)  # the callable's own dict is never changed
             converted[name] = array
     return outputs if converted is None else converted
+
+
+def host_step(step: Any) -> Any:
+    """A callable's result (response dicts) with framework arrays as numpy; the same object when it holds none.
+
+    Instance threads call it, so that a device-to-host copy (and the wait for the device it implies) happens there
+    and never on the event loop.
+    """
+    if not isinstance(step, (list, tuple)):
+        return step
+    converted: Optional[List[Any]] = None
+    for index, response in enumerate(step):
+        if isinstance(response, dict):
+            response_on_host = host_arrays(response)
+            if response_on_host is not response:
+                if converted is None:
+                    converted = list(step)
+                converted[index] = response_on_host
+    return step if converted is None else converted
+
+
+def call_on_host(fn: Callable[[Any], Any], requests: Any) -> Any:
+    """Call a callable and bring its framework arrays to host memory, in the calling (instance) thread."""
+    return host_step(fn(requests))
 
 
 def _on_host(value: Any) -> bool:

@@ -9,6 +9,7 @@ import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Protocol, Tuple
 
 from pytriton.core.doorbell import inbox_of
+from pytriton.core.host_arrays import call_on_host, host_step
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request
 
@@ -104,7 +105,7 @@ class Instance:
         """
         if self.kind is CallableKind.ASYNC:
             return self.fn(requests)  # type: ignore[no-any-return]
-        return self._worker.submit(self.fn, requests, hand_over=hand_over)
+        return self._worker.submit(call_on_host, self.fn, requests, hand_over=hand_over)
 
     async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Yield each step of any callable; a plain callable yields once. Setting `stop` ends a generator."""
@@ -133,7 +134,7 @@ class Instance:
                 generator = self.fn(requests)
                 try:
                     for step in generator:
-                        inbox.post(queue.put_nowait, ("step", step))
+                        inbox.post(queue.put_nowait, ("step", host_step(step)))
                         if stop.is_set():
                             break
                 finally:
