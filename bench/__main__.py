@@ -4,6 +4,7 @@
     .venv/bin/python -m bench --quick         # < 2 minutes
     .venv/bin/python -m bench --workloads http,startup --targets ours,nvidia --rounds 5
     .venv/bin/python -m bench --baseline-ref HEAD~3
+    .venv/bin/python -m bench gpu --help      # the GPU bench (bench/gpu/)
 
 See bench/README.md for the workloads and how to read the output.
 """
@@ -143,7 +144,12 @@ def metadata(args: argparse.Namespace, targets: List[servers.Target]) -> Dict[st
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Run the bench, print the table, write the JSON summary and the sweep plot."""
+    """Run the bench, print the table, write the JSON summary and the sweep plot (`gpu`: the GPU bench)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gpu"]:
+        from bench.gpu.__main__ import main as gpu_main
+
+        return gpu_main(argv[1:])
     args = parse_args(argv)
     if args.list:
         for workload in WORKLOADS:

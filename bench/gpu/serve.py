@@ -1,0 +1,76 @@
+"""The GPU bench's server: one model with Triton's dynamic batcher; prints `READY {ports}` and serves until stopped.
+
+python -m bench.gpu.serve --model resnet50 --size full --device cuda --max-batch 64 --queue-delay-us 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Dict
+
+import numpy as np
+
+from bench.gpu.models import batch_callable, build
+from pytriton.decorators import batch
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+
+
+def _security_kwargs() -> Dict[str, Any]:
+    """Fix the access token (statistics are restricted by default, as in NVIDIA's PyTriton) to BENCH_ACCESS_TOKEN."""
+    token = os.environ.get("BENCH_ACCESS_TOKEN")
+    try:
+        from pytriton.triton import TritonSecurityConfig  # type: ignore[attr-defined]
+    except ImportError:
+        return {}
+    return {"security_config": TritonSecurityConfig(access_token=token)} if token else {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--size", default="full", choices=("full", "tiny"))
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--half", action="store_true", help="FP16 weights and activations")
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--queue-delay-us", type=int, default=1000)
+    parser.add_argument("--instances", type=int, default=2, help="instances (threads), each on its own CUDA stream")
+    args = parser.parse_args()
+    spec = build(args.model, args.size)
+    run = batch_callable(spec, args.device, args.half)
+    run(spec.sample(args.max_batch))  # warm up (cuDNN picks its algorithms) before the server is ready
+
+    @batch
+    def infer(INPUT: np.ndarray) -> Dict[str, Any]:
+        return {"OUTPUT": run(INPUT)}  # a device tensor: the server copies it to the host once
+
+    config = TritonConfig(
+        http_address="127.0.0.1",
+        grpc_address="127.0.0.1",
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        metrics_interval_ms=250,
+    )
+    with Triton(config=config, **_security_kwargs()) as triton:
+        triton.bind(
+            model_name=spec.name,
+            infer_func=[infer] * args.instances,
+            inputs=[Tensor(name="INPUT", dtype=spec.input_dtype, shape=spec.input_shape)],
+            outputs=[Tensor(name="OUTPUT", dtype=np.float32, shape=spec.output_shape)],
+            config=ModelConfig(
+                max_batch_size=args.max_batch,
+                batcher=DynamicBatcher(max_queue_delay_microseconds=args.queue_delay_us),
+            ),
+        )
+        triton.run()
+        ports = {"http": triton.http_port, "grpc": triton.grpc_port, "metrics": triton.metrics_port}
+        print("READY " + json.dumps(ports), flush=True)
+        sys.stdin.read()  # serve until the bench closes our stdin
+
+
+if __name__ == "__main__":
+    main()
