@@ -7,26 +7,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any, Dict
 
 import numpy as np
 
 from bench.gpu.models import batch_callable, build
+from bench.model_server import _security_kwargs
 from pytriton.decorators import batch
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
-
-
-def _security_kwargs() -> Dict[str, Any]:
-    """Fix the access token (statistics are restricted by default, as in NVIDIA's PyTriton) to BENCH_ACCESS_TOKEN."""
-    token = os.environ.get("BENCH_ACCESS_TOKEN")
-    try:
-        from pytriton.triton import TritonSecurityConfig  # type: ignore[attr-defined]
-    except ImportError:
-        return {}
-    return {"security_config": TritonSecurityConfig(access_token=token)} if token else {}
 
 
 def main() -> None:
