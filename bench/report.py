@@ -220,15 +220,28 @@ def plot_sweep(sweep: Dict[str, List[Dict[str, float]]], labels: Dict[str, str],
         (ax_rps, "Throughput, identity FP32 [1,16], HTTP binary", "requests / s"),
         (ax_p99, "p99 latency", "ms"),
     ):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [f"{t:.0f}" for t in ticks])
-        ax.set_xlabel("connections (wrk)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        log2_axes(ax, ticks, "connections (wrk)", ylabel, title)
     ax_p99.set_yscale("log")
+    save_figure(fig, path)
+    return None
+
+
+def log2_axes(ax: Any, ticks: Sequence[float], xlabel: str, ylabel: str, title: str) -> None:
+    """A log2 x axis ticked at the measured points, with labels, a grid and the legend."""
+    ax.set_xscale("log", base=2)
+    if ticks:
+        ax.set_xticks(ticks, [f"{t:.0f}" for t in ticks])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+
+
+def save_figure(fig: Any, path: pathlib.Path) -> None:
+    """Lay a figure out, write it as PNG and free it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return None

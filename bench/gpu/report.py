@@ -6,6 +6,8 @@ import math
 import pathlib
 from typing import Any, Dict, List, Optional
 
+from bench.report import log2_axes, save_figure
+
 
 def _num(value: Optional[float], digits: int = 1) -> str:
     """A figure, or '-' when there is none."""
@@ -92,16 +94,7 @@ def plot(summaries: List[Dict[str, Any]], title: str, path: pathlib.Path) -> Opt
             ax_p99.plot(in_flight, [point["p99_ms"] for point in points], marker="o", label=f"served, {protocol}")
         ax_rps.axhline(summary["limit"], linestyle="--", color="gray", label="direct calls (limit)")
         for ax, what, unit in ((ax_rps, "throughput", "samples / s"), (ax_p99, "p99 latency", "ms")):
-            ax.set_xscale("log", base=2)
-            if ticks:
-                ax.set_xticks(ticks, [str(tick) for tick in ticks])
-            ax.set_xlabel("requests in flight (one sample each)")
-            ax.set_ylabel(unit)
-            ax.set_title(f"{summary['model']}: {what}, {title}")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend()
+            log2_axes(ax, ticks, "requests in flight (one sample each)", unit, f"{summary['model']}: {what}, {title}")
         ax_p99.set_yscale("log")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
     return None
