@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.core.datatypes import BF16_DTYPE
 from pytriton.core.host_arrays import host_array, host_arrays
 from pytriton.decorators import batch, group_by_values
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url
@@ -52,6 +53,9 @@ class DeviceArray:
 
     def __dlpack_device__(self) -> Any:
         return (2, 0)  # kDLCUDA, device 0
+
+    def __reduce__(self) -> Any:
+        raise TypeError("device memory does not travel between processes")
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         self.copies += 1
@@ -158,6 +162,8 @@ def _bind(triton: Triton) -> None:
     outputs = [Y, Tensor(name="half", dtype="bfloat16", shape=(-1,)), Tensor(name="count", dtype=np.int64, shape=(1,))]
     triton.bind("scale", _scale, [X], outputs, config=batching, strict=True)
     triton.bind("raw", _raw, [X], [Y], config=ModelConfig(max_batch_size=16))
+    triton.bind("in_process", ProcessInstances(_raw), [X], [Y], config=ModelConfig(max_batch_size=16))
+    triton.bind("on_device_process", ProcessInstances(_on_device), [X], [Y], config=ModelConfig(max_batch_size=16))
     triton.bind("stream", _stream, [X], [Y], config=ModelConfig(batching=False, decoupled=True))
     triton.bind("grouped", _grouped, [X], [Y], config=ModelConfig(max_batch_size=16))
     triton.bind("on_device", _on_device, [X], [Y], config=ModelConfig(max_batch_size=16))
@@ -211,6 +217,7 @@ def test_tensors_are_served_over_grpc_without_decorators(server: Triton) -> None
         request.set_data_from_numpy(x)
         assert client.infer("raw", [request]).as_numpy("y").tolist() == [[1.0, 3.0]]
         assert client.infer("grouped", [request]).as_numpy("y").tolist() == [[1.0, 3.0]]
+        assert client.infer("in_process", [request]).as_numpy("y").tolist() == [[1.0, 3.0]]  # numpy across
 
 
 def test_streamed_tensors_are_served(server: Triton) -> None:
@@ -238,6 +245,11 @@ def test_device_outputs_are_copied_in_the_instance_thread_not_on_the_loop(server
     result = _http_infer(server, "on_device", np.ones((1, 2), dtype=np.float32))
     assert result.as_numpy("y").tolist() == [[3.0, 3.0]]
     assert COPIED_IN == ["pytriton-on_device-1-0"]
+
+
+def test_process_instances_copy_device_outputs_in_their_own_process(server: Triton) -> None:
+    result = _http_infer(server, "on_device_process", np.ones((1, 2), dtype=np.float32))
+    assert result.as_numpy("y").tolist() == [[3.0, 3.0]]  # the array itself cannot be pickled
 
 
 def test_strict_checks_judge_the_converted_tensor(server: Triton) -> None:

@@ -15,6 +15,7 @@ import sys
 import traceback
 from typing import Any, Callable, Iterator, List, Optional
 
+from pytriton.core.host_arrays import host_step
 from pytriton.core.instance_channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.core.instance_protocol import (
     END,
@@ -150,7 +151,7 @@ class InstanceHost:
     def _send_result(self, job_id: int, value: Any, final: bool) -> None:
         """Send what a call (or a step) returned, tensors through the arena (a step's through the body)."""
         writer = self._outputs if final else self._steps
-        packed, body, arena = pack_result(writer, value)
+        packed, body, arena = pack_result(writer, host_step(value))  # framework arrays travel as numpy
         fds = [writer.segment.fileno()] if arena and writer.segment is not None else []
         try:
             message = encode((RESULT, job_id, packed, arena, final), body, fds)
