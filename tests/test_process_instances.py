@@ -449,3 +449,18 @@ def test_starting_instances_is_logged(caplog: pytest.LogCaptureFixture) -> None:
         sum(message.startswith("model 'logged': instance ") and " is up (pid " in message for message in messages) == 2
     )
     assert any(message.startswith("model 'logged': 2 instance processes ready in ") for message in messages)
+
+
+def generator_on_a_plain_model(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    yield [{"y": request["x"]} for request in requests]
+
+
+def test_a_result_that_cannot_leave_the_process_fails_its_request_at_once() -> None:
+    def bind(triton: Triton) -> None:
+        triton.bind("gen", ProcessInstances(generator_on_a_plain_model), **FP32_IO, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        started = time.monotonic()
+        with pytest.raises(httpclient.InferenceServerException, match="generator"):
+            _infer(triton, "gen", {"x": np.ones(1, dtype=np.float32)})
+        assert time.monotonic() - started < 10

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import logging
 import pickle
 import socket
 import struct
@@ -29,6 +30,7 @@ MAX_FDS = 4
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 _READ_BYTES = 256 * 1024
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
+LOGGER = logging.getLogger(__name__)
 
 
 class Message(NamedTuple):
@@ -297,6 +299,8 @@ class LoopChannel:
             return
         except OSError:
             pass
+        except Exception:  # a message that cannot be read: the channel is of no further use
+            LOGGER.exception("unreadable message on an instance channel; closing it")
         self._close()
 
     def _close(self) -> None:

@@ -222,4 +222,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the module's own copy, not __main__'s: classes sent to the server (Unsendable) must be found there by name.
+    from pytriton.core.instance_host import main as module_main
+
+    sys.exit(module_main())
