@@ -5,6 +5,7 @@
     .venv/bin/python -m bench --workloads http,startup --targets ours,nvidia --rounds 5
     .venv/bin/python -m bench --baseline-ref HEAD~3
     .venv/bin/python -m bench gpu --help      # the GPU bench (bench/gpu/)
+    .venv/bin/python -m bench instances       # process instances against thread instances
 
 See bench/README.md for the workloads and how to read the output.
 """
@@ -150,6 +151,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from bench.gpu.__main__ import main as gpu_main
 
         return gpu_main(argv[1:])
+    if argv[:1] == ["instances"]:
+        from bench.instances import main as instances_main
+
+        return instances_main(argv[1:])
     args = parse_args(argv)
     if args.list:
         for workload in WORKLOADS:
