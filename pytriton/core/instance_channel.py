@@ -76,6 +76,8 @@ class _Reader:
     def __init__(self) -> None:
         self._buffer = bytearray()
         self._fds: Deque[int] = deque()
+        # recvmsg(n) allocates n bytes for every call (a 256 KiB malloc is an mmap: ~25 us); this is reused.
+        self.receive_buffer = memoryview(bytearray(_READ_BYTES))
         self._big: Optional[Tuple[Any, int, bytearray, int]] = None  # head, fd count, body, bytes of it read
 
     @property
@@ -96,10 +98,15 @@ class _Reader:
         head, nfds, body, got = self._big
         self._big = (head, nfds, body, got + count)
 
-    def feed(self, data: bytes, ancillary: List[Tuple[int, int, bytes]]) -> None:
-        """Bytes (and descriptors) read from the socket."""
-        self._buffer += data
-        self._fds.extend(_descriptors(ancillary))
+    def receive(self, sock: socket.socket, flags: int = 0) -> bool:
+        """Read what the socket has into the buffer (with its descriptors); False at the end of the stream."""
+        count, ancillary, _, _ = sock.recvmsg_into([self.receive_buffer], _FD_SPACE, flags)
+        if ancillary:
+            self._fds.extend(_descriptors(ancillary))
+        if not count:
+            return False
+        self._buffer += self.receive_buffer[:count]
+        return True
 
     def messages(self) -> List[Message]:
         """Every message now whole."""
@@ -185,11 +192,8 @@ class BlockingChannel:
                 if not count:
                     raise ChannelClosed("the other side closed the channel")
                 self._reader.got_body_bytes(count)
-            else:
-                data, ancillary, _, _ = self.sock.recvmsg(_READ_BYTES, _FD_SPACE, flags)
-                if not data:
-                    raise ChannelClosed("the other side closed the channel")
-                self._reader.feed(data, ancillary)
+            elif not self._reader.receive(self.sock, flags):
+                raise ChannelClosed("the other side closed the channel")
         except BlockingIOError:
             return
         self._ready.extend(self._reader.messages())
@@ -284,11 +288,8 @@ class LoopChannel:
                     if not count:
                         break
                     reader.got_body_bytes(count)
-                else:
-                    data, ancillary, _, _ = self.sock.recvmsg(_READ_BYTES, _FD_SPACE)
-                    if not data:
-                        break
-                    reader.feed(data, ancillary)
+                elif not reader.receive(self.sock):
+                    break
                 for message in reader.messages():
                     self._on_message(message)
                 if reader.idle:
