@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from pytriton import __version__
+from pytriton.options.limits import ServerLimits
 from pytriton.runtime.options import resolve_options
 from pytriton.triton import Triton
 from pytriton.triton_config import TritonConfig, cast_config_value, resolve_config
@@ -51,12 +52,52 @@ def _config_from_args(args: argparse.Namespace) -> TritonConfig:
     return TritonConfig(**given)
 
 
+def _add_lame_duck_option(parser: argparse.ArgumentParser) -> None:
+    """--lame-duck-s: ServerLimits.lame_duck_s for this run (default: PYTRITON_LIMIT_LAME_DUCK_S, else 0)."""
+    parser.add_argument(
+        "--lame-duck-s",
+        dest="lame_duck_s",
+        type=float,
+        metavar="SECONDS",
+        help="on SIGTERM, stay unready but keep serving this long before draining, so that load balancers "
+        "take the replica out first (ServerLimits.lame_duck_s; env PYTRITON_LIMIT_LAME_DUCK_S)",
+    )
+
+
+def _limits_from_args(args: argparse.Namespace) -> ServerLimits:
+    """The limits from PYTRITON_LIMIT_* variables, with the command line's --lame-duck-s over them."""
+    limits = ServerLimits.from_env()
+    if getattr(args, "lame_duck_s", None) is None:
+        return limits
+    return dataclasses.replace(limits, lame_duck_s=args.lame_duck_s)
+
+
+def _model_file(directory: Path) -> Path:
+    """The Python file a model directory (e.g. KServe's /mnt/models) holds: its model.py, or its only .py file."""
+    preferred = directory / "model.py"
+    if preferred.is_file():
+        return preferred
+    found = sorted(path for path in directory.glob("*.py") if path.is_file())
+    if len(found) != 1:
+        names = ", ".join(path.name for path in found) or "none"
+        raise SystemExit(f"{directory}: expected model.py or exactly one .py file with bind(triton), found {names}")
+    return found[0]
+
+
 def _load_target(target: str) -> Callable[[Triton], Any]:
-    """Import `module:attr` or `path/to/file.py:attr`; default attr is `bind`."""
+    """Import `module:attr`, `path/to/file.py:attr` or `path/to/directory:attr`; default attr is `bind`.
+
+    A directory (a mounted model directory) stands for its model.py, or its only .py file; the file's
+    directory goes on sys.path so that it can import modules beside it.
+    """
     location, _, attr = target.partition(":")
     attr = attr or "bind"
+    if Path(location).is_dir():
+        location = str(_model_file(Path(location)))
     if location.endswith(".py") or Path(location).is_file():
         path = Path(location).resolve()
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(path.stem, path)
         if spec is None or spec.loader is None:
             raise SystemExit(f"cannot load {location}")
@@ -74,10 +115,10 @@ def _load_target(target: str) -> Callable[[Triton], Any]:
     return binder  # type: ignore[no-any-return]
 
 
-def _serve(binder: Callable[[Triton], Any], config: TritonConfig) -> None:
+def _serve(binder: Callable[[Triton], Any], config: TritonConfig, limits: ServerLimits) -> None:
     """Bind models with `binder` and serve until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with Triton(config=config) as triton:
+    with Triton(config=config, limits=limits) as triton:
         binder(triton)
         triton.run()
         print("pytriton serving on " + ", ".join(triton.urls()), flush=True)
@@ -111,13 +152,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="serve the models a Python function binds",
-        description="Import TARGET (module:function or file.py:function; default function `bind`), call it with the "
+        description="Import TARGET (module:function, file.py:function or a model directory holding model.py; default "
+        "function `bind`), call it with the "
         "Triton server so it binds models, then serve until SIGINT/SIGTERM. Every TritonConfig field is an option.",
     )
-    serve.add_argument("target", help="module:function or path/to/file.py:function taking the Triton server")
+    serve.add_argument(
+        "target",
+        help="module:function, path/to/file.py:function or a model directory (its model.py) whose function "
+        "takes the Triton server",
+    )
     _add_config_options(serve)
+    _add_lame_duck_option(serve)
     demo = commands.add_parser("demo", help="serve the demo model add_sub", description="Serve the add_sub demo model.")
     _add_config_options(demo)
+    _add_lame_duck_option(demo)
     check = commands.add_parser("check", help="print versions and what each port serves")
     _add_config_options(check)
     return parser
@@ -128,11 +176,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     config = _config_from_args(args)
     if args.command == "serve":
-        _serve(_load_target(args.target), config)
+        _serve(_load_target(args.target), config, _limits_from_args(args))
     elif args.command == "demo":
         from pytriton.demo import bind
 
-        _serve(bind, config)
+        _serve(bind, config, _limits_from_args(args))
     else:
         _check(config)
 

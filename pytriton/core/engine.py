@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import logging
 import time
 from typing import Callable, Dict, List, Optional
@@ -16,6 +17,15 @@ from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.spec import ModelSpec
 
 LOGGER = logging.getLogger(__name__)
+
+
+class Phase(enum.Enum):
+    """Where the server is in its life; readiness is true in SERVING only."""
+
+    SERVING = "serving"
+    LEAVING = "leaving"  # stopping: unready so that balancers look elsewhere, but still serving (lame duck)
+    DRAINING = "draining"  # refusing new requests, finishing those in progress
+    STOPPED = "stopped"
 
 
 class Engine:
@@ -44,7 +54,7 @@ class Engine:
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
         self.live = True
-        self.accepting = True
+        self.phase = Phase.SERVING
 
     @property
     def has_cache(self) -> bool:
@@ -116,9 +126,14 @@ class Engine:
             return False
 
     @property
+    def accepting(self) -> bool:
+        """Whether new requests are taken (while serving and in the lame duck before a drain)."""
+        return self.phase in (Phase.SERVING, Phase.LEAVING)
+
+    @property
     def ready(self) -> bool:
         """Server readiness: accepting requests and, with strict readiness, every model ready."""
-        if not (self.live and self.accepting):
+        if not self.live or self.phase is not Phase.SERVING:
             return False
         return not self._strict_readiness or all(model.ready for model in self.models())
 
@@ -159,7 +174,7 @@ class Engine:
 
     async def shutdown(self, timeout_s: float) -> None:
         """Refuse new requests, let in-flight ones finish up to `timeout_s`, fail the rest."""
-        self.accepting = False
+        self.phase = Phase.DRAINING
         models = self.models()
         if models:
             await asyncio.gather(*(model.scheduler.drain(timeout_s) for model in models))
@@ -168,4 +183,5 @@ class Engine:
             self._watchdog.cancel()
         if self.cuda_memory.status():  # unmap what clients registered (CUDA calls: off the loop)
             await asyncio.get_running_loop().run_in_executor(None, self.cuda_memory.unregister)
+        self.phase = Phase.STOPPED
         self.live = False

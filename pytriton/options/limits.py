@@ -19,6 +19,7 @@ Where each limit is enforced, and how a refusal looks:
 | max_tensor_elements | both codecs, from the declared shape, before any tensor is built | 400 / INVALID_ARGUMENT |
 | max_response_bytes | engine, per request, when its outputs come back from the callable | 500 / INTERNAL |
 | hung_call_warning_s | engine: a callable running longer is logged once per call (not a refusal) | warning |
+| lame_duck_s | stop: readiness is false but requests are still served this long before the drain | (none) |
 
 gRPC keepalive enforcement (ping strikes, minimum ping interval) is set by TritonConfig's
 `grpc_http2_*` options, as in Triton.
@@ -58,6 +59,10 @@ class ServerLimits:
         max_tensor_elements: most elements a request may declare for one input, and the largest dimension.
         max_response_bytes: largest total of one response's output tensors (the request fails above it).
         hung_call_warning_s: log a warning naming the model and instance when one call runs longer.
+        lame_duck_s: on stop (SIGTERM), seconds during which readiness is false but requests are still served,
+            HTTP/1.1 responses say `Connection: close` and gRPC clients get a graceful GOAWAY, so that a load
+            balancer's health checks take the replica out before it refuses anything; set it above the
+            balancer's detection time (a readiness probe's period times its failure threshold). 0: drain at once.
     """
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -71,6 +76,7 @@ class ServerLimits:
     max_tensor_elements: int = 1 << 28
     max_response_bytes: int = GRPC_MAX_MESSAGE_BYTES
     hung_call_warning_s: float = 60.0
+    lame_duck_s: float = 0.0
 
     def __post_init__(self) -> None:
         """Refuse values that would disable a protection by accident."""

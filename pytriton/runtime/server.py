@@ -15,6 +15,7 @@ from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonRuntimeError
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import ServerOptions
+from pytriton.runtime.lame_duck import lame_duck
 from pytriton.runtime.loop_thread import LoopThread
 from pytriton.runtime.tracing import Tracing
 from pytriton.transport.sockets import bind_socket, bound_port
@@ -33,6 +34,9 @@ class Frontend(Protocol):
 
     async def stop(self) -> None:
         """Stop serving."""
+
+    async def leave(self) -> None:
+        """Keep serving, but ask clients to reconnect elsewhere (the lame duck before a stop)."""
 
 
 class ServerRuntime:
@@ -226,7 +230,8 @@ class ServerRuntime:
         self.stopped.set()
 
     async def _stop(self) -> None:
-        """Drain the engine (RemoteTriton's models too), then stop the attach socket and the frontends."""
+        """Lame duck (limits.lame_duck_s), drain the engine (RemoteTriton's models too), stop attach and frontends."""
+        await lame_duck(self.engine, self._frontends, self.options.limits.lame_duck_s)
         await self.engine.shutdown(self.options.exit_timeout_s)
         if self._attach is not None:
             await self._attach.stop()

@@ -45,6 +45,9 @@ _JOIN_LIMIT_BYTES = 64 * 1024
 _LINGER_S = 2.0
 # grpc's interval for pings received while no call is in progress, unless permit_without_calls.
 _IDLE_PING_INTERVAL_S = 7200.0
+# The PING that follows a graceful GOAWAY, and how long its acknowledgement may take before the final GOAWAY.
+_GOAWAY_PING = b"goaway\x00\x00"
+_GOAWAY_PING_TIMEOUT_S = 1.0
 
 _OK_TRAILERS = encode_block([(b"grpc-status", b"0")])
 
@@ -114,6 +117,7 @@ class GrpcConnection(asyncio.Protocol):
         self._reading = False
         self.write_paused = False
         self._goaway_sent = False
+        self._final_goaway: Optional[asyncio.Future[None]] = None  # leave() waits on it
         self._closed = False
         self._timers: Dict[str, asyncio.TimerHandle] = {}
         self._pings_without_data = 0
@@ -147,6 +151,7 @@ class GrpcConnection(asyncio.Protocol):
     def connection_lost(self, exc: Optional[Exception]) -> None:
         """Cancel every call still in progress."""
         self._closed = True
+        wake(self._final_goaway)
         self._state.connections.forget(self)
         for timer in self._timers.values():
             timer.cancel()
@@ -411,6 +416,9 @@ class GrpcConnection(asyncio.Protocol):
         if stream_id != 0 or len(payload) != 8:
             raise h2.Http2Error(h2.PROTOCOL_ERROR, "malformed PING")
         if flags & h2.ACK:
+            if payload == _GOAWAY_PING:
+                self.shutdown()
+                return
             timer = self._timers.pop("ping", None)
             if timer is not None:
                 timer.cancel()
@@ -647,11 +655,32 @@ class GrpcConnection(asyncio.Protocol):
 
     # -- closing --------------------------------------------------------------------------------
 
+    async def leave(self) -> None:
+        """Ask the client to start its next calls on a new connection while this one still serves (RFC 9113 6.8).
+
+        A GOAWAY naming the highest stream id stops the client from opening streams here without refusing any;
+        the client acknowledges the PING after every stream it sent before it read the GOAWAY, so the final
+        GOAWAY, sent on that acknowledgement (or after a second without one), names the true last stream and
+        refuses none of them. Returns once the final GOAWAY is out.
+        """
+        if self._final_goaway is None:
+            self._final_goaway = self.loop.create_future()
+            if self._goaway_sent or self._closed:
+                wake(self._final_goaway)
+            else:
+                self._write(h2.goaway(h2.MAX_STREAM_ID, h2.NO_ERROR) + h2.frame(h2.PING, 0, 0, _GOAWAY_PING))
+                self._timers["goaway"] = self.loop.call_later(_GOAWAY_PING_TIMEOUT_S, self.shutdown)
+        await self._final_goaway
+
     def shutdown(self) -> None:
         """Refuse new calls (GOAWAY), finish those in progress, then close."""
+        timer = self._timers.pop("goaway", None)
+        if timer is not None:
+            timer.cancel()
         if not self._goaway_sent and not self._closed:
             self._goaway_sent = True
             self._write(h2.goaway(self._last_stream_id, h2.NO_ERROR))
+        wake(self._final_goaway)
         self._shutdown_if_done()
 
     def _shutdown_when_idle(self) -> None:

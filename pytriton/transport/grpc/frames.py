@@ -43,6 +43,7 @@ DEFAULT_WINDOW = 65_535
 DEFAULT_MAX_FRAME = 16_384
 MAX_FRAME_LIMIT = 2**24 - 1
 MAX_WINDOW = 2**31 - 1
+MAX_STREAM_ID = 2**31 - 1
 
 # The 9-byte frame header: a 24-bit length (split in 16 + 8 bits), type, flags, stream id.
 FRAME_HEADER = struct.Struct(">HBBBI")

@@ -104,6 +104,11 @@ class GrpcFrontend:
         self._state = state
         self.port = bound_port(sock)
 
+    async def leave(self) -> None:
+        """Send every open connection a graceful GOAWAY (calls go on); return once their final GOAWAYs are out."""
+        if self._state is not None:
+            await asyncio.gather(*(connection.leave() for connection in self._state.connections))
+
     async def stop(self) -> None:
         """Stop accepting calls (GOAWAY); cancel those still running after a short grace period."""
         server, self._server = self._server, None

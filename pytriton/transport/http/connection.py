@@ -155,7 +155,7 @@ class HttpConnection(asyncio.Protocol):
         """The head is complete: make its cycle; it runs now or after the responses before it."""
         parser = self._parser
         headers = self._headers
-        keep_alive = parser.should_keep_alive() and not self._closing
+        keep_alive = parser.should_keep_alive() and not (self._closing or self._state.leaving)
         scope = http_scope(parser, self._url, headers, self._address)
         cycle = RequestCycle(
             self, scope, keep_alive=keep_alive, expect_continue=(b"expect", b"100-continue") in headers

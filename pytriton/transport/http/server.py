@@ -31,6 +31,7 @@ class ServerState:
         self.app = app
         self.limits = limits
         self.connections: OpenConnections[HttpConnection] = OpenConnections()
+        self.leaving = False  # the server stops soon: responses say `Connection: close`
 
 
 class AsgiServer:
@@ -47,6 +48,10 @@ class AsgiServer:
         loop = asyncio.get_running_loop()
         state = self._state
         self._server = await loop.create_server(lambda: HttpConnection(state, loop), sock=self._socket)
+
+    async def leave(self) -> None:
+        """Keep serving, but close each connection after its next response so that clients reconnect elsewhere."""
+        self._state.leaving = True
 
     async def stop(self) -> None:
         """Stop accepting, let responses under way finish (up to STOP_GRACE_S), then close every connection."""

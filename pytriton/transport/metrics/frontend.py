@@ -88,6 +88,9 @@ class MetricsFrontend:
             self._renderer.shutdown(wait=False)
             self._renderer = None
 
+    async def leave(self) -> None:
+        """Scrapes go on as usual while the server is a lame duck."""
+
     async def scrape(self) -> bytes:
         """The exposition text: numbers are copied on the loop, formatted (and quantiles sorted) off it."""
         self._observe_new_models()
