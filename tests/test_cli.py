@@ -83,3 +83,30 @@ def test_serve_a_model_file(tmp_path):
         process.kill()
         process.wait()
         process.stdout.close()
+
+
+def test_a_model_directory_stands_for_its_model_py(tmp_path):
+    from pytriton.cli import _load_target
+
+    (tmp_path / "helper.py").write_text("FACTOR = 3\n")
+    (tmp_path / "model.py").write_text("from helper import FACTOR\n\ndef bind(triton):\n    return FACTOR\n")
+    assert _load_target(str(tmp_path))(None) == 3  # model.py, importing a module beside it
+
+
+def test_a_model_directory_without_one_bind_file_is_refused(tmp_path):
+    from pytriton.cli import _load_target
+
+    (tmp_path / "a.py").write_text("def bind(triton): pass\n")
+    (tmp_path / "b.py").write_text("def bind(triton): pass\n")
+    with pytest.raises(SystemExit, match="expected model.py or exactly one .py file"):
+        _load_target(str(tmp_path))
+    (tmp_path / "b.py").unlink()
+    assert callable(_load_target(f"{tmp_path}:bind"))
+
+
+def test_lame_duck_option_over_the_environment(monkeypatch):
+    from pytriton.cli import _limits_from_args
+
+    monkeypatch.setenv("PYTRITON_LIMIT_LAME_DUCK_S", "4")
+    assert _limits_from_args(build_parser().parse_args(["serve", "m.py"])).lame_duck_s == 4
+    assert _limits_from_args(build_parser().parse_args(["serve", "m.py", "--lame-duck-s", "9"])).lame_duck_s == 9
