@@ -98,7 +98,7 @@ def test_a_model_directory_without_one_bind_file_is_refused(tmp_path):
 
     (tmp_path / "a.py").write_text("def bind(triton): pass\n")
     (tmp_path / "b.py").write_text("def bind(triton): pass\n")
-    with pytest.raises(SystemExit, match="expected model.py or exactly one .py file"):
+    with pytest.raises(SystemExit, match=r"expected model\.py or exactly one \.py file"):
         _load_target(str(tmp_path))
     (tmp_path / "b.py").unlink()
     assert callable(_load_target(f"{tmp_path}:bind"))
