@@ -34,7 +34,7 @@ def _pytest(session: nox.Session) -> None:
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The whole test suite with the newest dependencies."""
-    session.install(".[test]")
+    session.install(".[test,ray]" if session.python != "3.9" else ".[test]")  # Ray supports Python >= 3.10
     _pytest(session)
 
 

@@ -84,7 +84,7 @@ def _model_file(directory: Path) -> Path:
     return found[0]
 
 
-def _load_target(target: str) -> Callable[[Triton], Any]:
+def load_target(target: str) -> Callable[[Triton], Any]:
     """Import `module:attr`, `path/to/file.py:attr` or `path/to/directory:attr`; default attr is `bind`.
 
     A directory (a mounted model directory) stands for its model.py, or its only .py file; the file's
@@ -176,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     config = _config_from_args(args)
     if args.command == "serve":
-        _serve(_load_target(args.target), config, _limits_from_args(args))
+        _serve(load_target(args.target), config, _limits_from_args(args))
     elif args.command == "demo":
         from pytriton.demo import bind
 
@@ -185,4 +185,4 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         _check(config)
 
 
-__all__: List[str] = ["build_parser", "main"]
+__all__: List[str] = ["build_parser", "load_target", "main"]

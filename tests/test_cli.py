@@ -86,22 +86,22 @@ def test_serve_a_model_file(tmp_path):
 
 
 def test_a_model_directory_stands_for_its_model_py(tmp_path):
-    from pytriton.cli import _load_target
+    from pytriton.cli import load_target
 
     (tmp_path / "helper.py").write_text("FACTOR = 3\n")
     (tmp_path / "model.py").write_text("from helper import FACTOR\n\ndef bind(triton):\n    return FACTOR\n")
-    assert _load_target(str(tmp_path))(None) == 3  # model.py, importing a module beside it
+    assert load_target(str(tmp_path))(None) == 3  # model.py, importing a module beside it
 
 
 def test_a_model_directory_without_one_bind_file_is_refused(tmp_path):
-    from pytriton.cli import _load_target
+    from pytriton.cli import load_target
 
     (tmp_path / "a.py").write_text("def bind(triton): pass\n")
     (tmp_path / "b.py").write_text("def bind(triton): pass\n")
     with pytest.raises(SystemExit, match=r"expected model\.py or exactly one \.py file"):
-        _load_target(str(tmp_path))
+        load_target(str(tmp_path))
     (tmp_path / "b.py").unlink()
-    assert callable(_load_target(f"{tmp_path}:bind"))
+    assert callable(load_target(f"{tmp_path}:bind"))
 
 
 def test_lame_duck_option_over_the_environment(monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import threading
@@ -150,10 +151,14 @@ class ServerRuntime:
 
     async def _start_http(self) -> int:
         """Start the HTTP/REST frontend; return its port."""
+        return await self._serve_asgi(self.http_app(), self.options.http_address, self.options.http_port)
+
+    def http_app(self) -> Any:
+        """The HTTP/REST API (KServe v2) as an ASGI app over the engine; it must be called on `loop`."""
         from pytriton.transport.http.app import HttpFrontend
 
         options = self.options
-        app = HttpFrontend(
+        return HttpFrontend(
             self.engine,
             server_version=__version__,
             header_forward_pattern=options.http_header_forward_pattern,
@@ -161,7 +166,11 @@ class ServerRuntime:
             access=options.http_access,
             settings=self.settings,
         )
-        return await self._serve_asgi(app, options.http_address, options.http_port)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the engine and its frontends run on."""
+        return self._loop.loop
 
     async def _start_sagemaker(self) -> int:
         """Start the SageMaker frontend (/ping, /invocations); return its port."""
