@@ -11,7 +11,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import time
 from typing import Dict, Iterator, List
@@ -30,6 +29,7 @@ from pytriton.client.exceptions import (
     PyTritonClientInferenceServerError,
     PyTritonClientTimeoutError,
 )
+from tests.fleet import free_ports
 
 NVIDIA_RUN = os.environ.get("PYTRITON_NVIDIA_RUN", "/tmp/nvidia-pytriton/run")
 STARTUP_S = 120.0
@@ -109,18 +109,6 @@ with Triton(config=config) as triton:
 """
 
 
-def _free_ports(count: int) -> List[int]:
-    """Ports free right now; NVIDIA's server binds its own ports, so they cannot be chosen by the server."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 class NvidiaServer:
     def __init__(self, http_port: int, grpc_port: int) -> None:
         self.urls = {"http": f"http://127.0.0.1:{http_port}", "grpc": f"grpc://127.0.0.1:{grpc_port}"}
@@ -147,7 +135,7 @@ def nvidia(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NvidiaServer]:
     workdir = tmp_path_factory.mktemp("nvidia_server")
     (workdir / "server.py").write_text(SERVER_SCRIPT)
     log = workdir / "server.log"
-    http_port, grpc_port, metrics_port = _free_ports(3)
+    http_port, grpc_port, metrics_port = free_ports(3)
     with log.open("wb") as output:
         process = subprocess.Popen(
             [NVIDIA_RUN, "python", "server.py", str(http_port), str(grpc_port), str(metrics_port)],
