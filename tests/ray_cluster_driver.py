@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import sys
 import threading
 import time
@@ -121,6 +122,9 @@ def main(workdir: str, proxy_port: int, direct_port: int, measure_s: float) -> N
     from pytriton.ray_serve import triton_app
     from pytriton.triton import Triton, TritonConfig
 
+    # One proxy (on the head node) serves the test; Ray's proxy otherwise prefers the replicas on its own node
+    # while they keep up, and the replica on the other node would see traffic only under overload.
+    os.environ["RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING"] = "0"
     model_file = Path(workdir) / "model.py"
     model_file.write_text(MODEL)
     results: Dict[str, Any] = {}
