@@ -63,6 +63,7 @@ class Replica:
         target: str,
         http_port: int,
         grpc_port: int,
+        log_dir: Path,
         options: Sequence[str] = (),
         env: Optional[Mapping[str, str]] = None,
     ) -> None:
@@ -73,7 +74,7 @@ class Replica:
         self.grpc_port = grpc_port
         self.options = list(options)
         self.process: Optional[subprocess.Popen[bytes]] = None
-        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"pytriton-{name}-{os.getpid()}.log"
+        self.log = Path(log_dir) / f"{name}.log"
 
     def start(self) -> None:
         command = [
@@ -95,9 +96,16 @@ class Replica:
             *self.options,
         ]
         env = dict(os.environ, PYTHONPATH=str(ROOT), **self.env)
+        self._log_start = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        wait_until(lambda: self._alive_or_fail() and http_ready(self.http_port), 30, f"{self.name} to be ready")
+        # "serving on" is printed just before the server handles SIGTERM; readiness comes a moment earlier.
+        wait_until(
+            lambda: self._alive_or_fail() and b"pytriton serving on" in self.log.read_bytes()[self._log_start :],
+            30,
+            f"{self.name} to serve",
+        )
+        assert http_ready(self.http_port)
 
     def _alive_or_fail(self) -> bool:
         assert self.process is not None

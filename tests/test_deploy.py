@@ -234,9 +234,19 @@ def _serve(args: List[str], env: Dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "pytriton", "serve", *args],
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+
+
+def _wait_serving(process: subprocess.Popen[bytes], port: int) -> None:
+    """Until `pytriton serve` says it serves: it prints that just before it handles SIGTERM (ready comes earlier)."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(b"pytriton serving on"):
+            assert http_ready(port)
+            return
+    pytest.fail(f"pytriton serve exited with {process.wait()} before serving")
 
 
 def _stop(process: subprocess.Popen[bytes]) -> Tuple[int, str]:
@@ -263,7 +273,7 @@ def test_serving_runtime_command_serves_the_example_model_directory() -> None:
     env = {**_env(container), "PYTRITON_LIMIT_LAME_DUCK_S": "0.2"}
     process = _serve(args, env)
     try:
-        wait_until(lambda: process.poll() is None and http_ready(http), 30, "the runtime to be ready")
+        _wait_serving(process, http)
         status, document = post_json(http, "/v2/models/rms_norm/infer", RMS_NORM)
         assert status == 200 and document["outputs"][0]["data"] == pytest.approx(RMS_NORMED, rel=1e-5)
     finally:
@@ -330,7 +340,7 @@ def test_dockerfile_command_serves_and_its_healthcheck_passes() -> None:
     process = _serve(command[2:], env)
     healthcheck = [sys.executable, *stage["HEALTHCHECK"][1:]]
     try:
-        wait_until(lambda: process.poll() is None and http_ready(http), 30, "the image's command to be ready")
+        _wait_serving(process, http)
         check = subprocess.run(healthcheck, env={**os.environ, **env}, capture_output=True, text=True, timeout=30)
         assert check.returncode == 0, check.stderr
     finally:

@@ -182,6 +182,7 @@ def test_rolling_restart_under_load_fails_no_request(tmp_path: Path) -> None:
             str(tmp_path),  # a model directory: `pytriton serve` loads its model.py
             http_port=ports[2 * index],
             grpc_port=ports[2 * index + 1],
+            log_dir=tmp_path,
             options=["--lame-duck-s", str(LAME_DUCK_S), "--exit-timeout-secs", "10"],
             # Longer than HAProxy keeps an idle server connection, so that HAProxy never reuses one the replica closes.
             env={"PYTRITON_LIMIT_KEEP_ALIVE_TIMEOUT_S": "120"},
