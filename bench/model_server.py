@@ -83,12 +83,10 @@ def _port(value: int, env: str) -> int:
 
 
 def _security_kwargs() -> Dict[str, Any]:
-    """NVIDIA's PyTriton guards the statistics endpoint with a random token: fix it to BENCH_ACCESS_TOKEN."""
+    """Both servers guard the statistics endpoint with a random token: fix it to BENCH_ACCESS_TOKEN."""
     token = os.environ.get("BENCH_ACCESS_TOKEN")
-    try:
-        from pytriton.triton import TritonSecurityConfig  # type: ignore[attr-defined]
-    except ImportError:
-        return {}
+    from pytriton.triton import TritonSecurityConfig
+
     return {"security_config": TritonSecurityConfig(access_token=token)} if token else {}
 
 

@@ -23,7 +23,7 @@ REPO_ROOT = BENCH_DIR.parent
 MODEL_SERVER = BENCH_DIR / "model_server.py"
 ASGI_ECHO = BENCH_DIR / "asgi_echo.py"
 NVIDIA_RUN = pathlib.Path(os.environ.get("BENCH_NVIDIA_RUN", "/tmp/nvidia-pytriton/run"))
-ACCESS_TOKEN = "bench-token"  # NVIDIA's PyTriton guards /stats with a token; ours ignores the header
+ACCESS_TOKEN = "bench-token"  # both servers guard /stats with an access token, as nvidia-pytriton 0.7 does
 MODELS = ("identity", "batching")
 
 

@@ -2,31 +2,59 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import pathlib
-import signal
-import threading
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
-from pytriton.context import TritonContext, attach_context
+from pytriton.context import attach_context
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
+from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePolicy, VertextAILifecyclePolicy
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
-from pytriton.models import as_callables, build_model, validate_model_name
+from pytriton.models import as_callables, build_model
 from pytriton.options.limits import ServerLimits
+from pytriton.options.model_trace import model_trace_setting
 from pytriton.runtime.logging_setup import configure_logging
 from pytriton.runtime.options import resolve_options
 from pytriton.runtime.server import ServerRuntime
+from pytriton.security import (
+    DEFAULT_PROTECTED_ENDPOINTS,
+    TRITON_ACCESS_HEADER,
+    VALID_TRITON_ENDPOINTS,
+    TritonSecurityConfig,
+)
+from pytriton.triton_base import MONITORING_PERIOD_S, MONITORING_PERIOD_SEC, ServerState, TritonBase
 from pytriton.triton_config import TritonConfig, resolve_config
 
 LOGGER = logging.getLogger("pytriton")
 
-MONITORING_PERIOD_SEC = 5.0
+# The model endpoints, as nvidia-pytriton names them.
+MODEL_URL = "/v2/models/{model_name}"
+MODEL_READY_URL = f"{MODEL_URL}/ready/"
+MODEL_CONFIG_URL = f"{MODEL_URL}/config/"
+MODEL_INFER_URL = f"{MODEL_URL}/infer/"
 
-__all__ = ["RemoteTriton", "Triton", "TritonConfig"]  # noqa: F822 - RemoteTriton comes from __getattr__
+__all__ = [  # noqa: F822 - RemoteTriton comes from __getattr__
+    "DEFAULT_PROTECTED_ENDPOINTS",
+    "MODEL_CONFIG_URL",
+    "MODEL_INFER_URL",
+    "MODEL_READY_URL",
+    "MODEL_URL",
+    "MONITORING_PERIOD_S",
+    "MONITORING_PERIOD_SEC",
+    "TRITON_ACCESS_HEADER",
+    "VALID_TRITON_ENDPOINTS",
+    "DefaultTritonLifecyclePolicy",
+    "RemoteTriton",
+    "Triton",
+    "TritonBase",
+    "TritonConfig",
+    "TritonLifecyclePolicy",
+    "TritonSecurityConfig",
+    "VertextAILifecyclePolicy",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -38,7 +66,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class Triton:
+class Triton(TritonBase):
     """A Triton-protocol server for Python models, running in this process.
 
     Examples:
@@ -52,6 +80,8 @@ class Triton:
         *,
         config: Optional[TritonConfig] = None,
         workspace: Union[str, pathlib.Path, None] = None,
+        triton_lifecycle_policy: Optional[TritonLifecyclePolicy] = None,
+        security_config: Optional[TritonSecurityConfig] = None,
         limits: Optional[ServerLimits] = None,
     ) -> None:
         """Create a server; options come from `config`, then PYTRITON_TRITON_CONFIG_* variables, then defaults.
@@ -59,108 +89,66 @@ class Triton:
         Args:
             config: server options.
             workspace: accepted for compatibility; this engine writes no model store, so nothing is created.
+            triton_lifecycle_policy: when the server starts: on `__enter__` by default, at `run()`/`serve()`
+                with `launch_triton_on_startup=False` (the default with allow_vertex_ai).
+            security_config: the APIs restricted to an access token, and the token; by default a generated
+                token guards shared-memory, model-repository, statistics, trace and logging.
             limits: request size, timeout and connection limits; without it, PYTRITON_LIMIT_* variables over
                 safe defaults (see `pytriton.runtime.limits`).
         """
         self._config = resolve_config(config)
-        self._options = resolve_options(self._config, limits)
+        self._security_config = security_config or TritonSecurityConfig()
+        token = self._security_config.access_token
+        self._options = resolve_options(
+            self._config,
+            limits,
+            access_token=token,
+            token_endpoints=self._security_config.restricted_endpoints or (),
+        )
         configure_logging(self._config.log_verbose, self._config.log_file)
-        self._workspace = workspace
+        if triton_lifecycle_policy is None:
+            vertex_ai = config is not None and bool(config.allow_vertex_ai)
+            triton_lifecycle_policy = VertextAILifecyclePolicy if vertex_ai else DefaultTritonLifecyclePolicy
+        options = self._options
+        scheme, address, port = ("http", options.http_address, options.http_port)
+        if not options.http_enabled:
+            scheme, address, port = ("grpc", options.grpc_address, options.grpc_port)
+        super().__init__(
+            url=f"{scheme}://{address}:{port}",
+            workspace=workspace,
+            triton_lifecycle_policy=triton_lifecycle_policy,
+            access_token=token,
+        )
         self._runtime = ServerRuntime(self._options)
-        self._stopped = False
-        self.triton_context = TritonContext()
+        self._finished = self._runtime.stopped  # the runtime sets it when a model fails unrecoverably
 
     def __enter__(self) -> Triton:
-        """Enter the context."""
+        """Start serving on entering the context, unless the lifecycle policy waits for run()/serve()."""
+        if self._triton_lifecycle_policy.launch_triton_on_startup:
+            self._run_server()
+        super().__enter__()
         return self
-
-    def __exit__(self, *_: Any) -> None:
-        """Stop the server when leaving the context."""
-        self.stop()
-
-    def bind(
-        self,
-        model_name: str,
-        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]], ProcessInstances],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        model_version: int = 1,
-        config: Optional[ModelConfig] = None,
-        strict: bool = False,
-    ) -> None:
-        """Serve an inference callable (or a list of them: one per instance) as a model.
-
-        Args:
-            model_name: name of the model; alphanumerics, dots, underscores and dashes.
-            infer_func: inference callable, or a list of callables for a multi-instance model (threads of this
-                process), or `pytriton.instances.ProcessInstances(...)` for instances in processes of their own.
-            inputs: model inputs.
-            outputs: model outputs.
-            model_version: version of the model.
-            config: model configuration (batching, batcher, cache, decoupled).
-            strict: check the callable's outputs against the declared dtypes and shapes.
-        """
-        if self._stopped:
-            raise PyTritonInvalidOperationError("Cannot bind a model to a stopped Triton server")
-        validate_model_name(model_name)
-        processes: Optional[ProcessInstances] = None
-        callables: List[Callable[..., Any]] = []
-        if isinstance(infer_func, ProcessInstances):
-            processes = infer_func
-        else:
-            callables = as_callables(infer_func)
-        spec, triton_model_config = build_model(
-            model_name=model_name,
-            model_version=model_version,
-            inputs=inputs,
-            outputs=outputs,
-            config=config or ModelConfig(),
-            instance_count=processes.count if processes is not None else len(callables),
-            strict=strict,
-        )
-        if spec.response_cache and self._options.cache_capacity_bytes is None:
-            LOGGER.warning(
-                "model '%s' asks for the response cache, but no cache is configured: set "
-                "TritonConfig(cache_config=['local,size=<bytes>']) to enable it",
-                model_name,
-            )
-        try:
-            if processes is not None:
-                self._runtime.add_process_model(spec, processes.plan(model_name, copy.deepcopy(triton_model_config)))
-            else:
-                self._runtime.add_model(spec, callables)
-        except ValueError as error:
-            raise PyTritonInvalidOperationError(str(error)) from None
-        for fn in callables:
-            self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
-            attach_context(fn, self.triton_context)
 
     def run(self) -> None:
         """Start serving in the background and return once every port accepts connections."""
-        if self._stopped:
-            raise PyTritonInvalidOperationError("Cannot run a stopped Triton server")
-        if not self._runtime.running:
-            self._runtime.start()
-            LOGGER.info("serving on %s", ", ".join(self.urls()))
+        self._run_server()
+        self.connect()
 
-    def serve(self, monitoring_period_sec: float = MONITORING_PERIOD_SEC) -> None:
-        """Serve until SIGINT/SIGTERM, stop(), or an unrecoverable model error; then stop cleanly."""
-        self.run()
-        with _stop_on_signals(self._runtime.stopped):
-            while not self._runtime.stopped.wait(monitoring_period_sec):
-                pass
-        self.stop()
+    def serve(
+        self, monitoring_period_s: float = MONITORING_PERIOD_S, *, monitoring_period_sec: Optional[float] = None
+    ) -> None:
+        """Serve until SIGINT/SIGTERM, stop(), or an unrecoverable model error; then stop cleanly.
 
-    def stop(self) -> None:
-        """Stop serving: refuse new requests, finish in-flight ones (up to exit_timeout_secs), close ports."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._runtime.stop()
+        Args:
+            monitoring_period_s: how often to check that the server is still alive, in seconds.
+            monitoring_period_sec: the same, under the name the PyTriton 0.5 documents use.
+        """
+        self._run_server()
+        super().serve(monitoring_period_s, monitoring_period_sec=monitoring_period_sec)
 
-    def is_alive(self) -> bool:
-        """Whether the server runs and no model failed unrecoverably."""
-        return self._runtime.running and self._runtime.failure is None and not self._stopped
+    def get_access_token(self) -> Optional[str]:
+        """The token the restricted APIs expect (None when nothing is restricted)."""
+        return self._security_config.access_token
 
     def urls(self) -> List[str]:
         """The URLs the server listens on (http://..., grpc://..., metrics)."""
@@ -189,24 +177,72 @@ class Triton:
         """The port metrics are served on (useful with metrics_port=0), once running."""
         return self._runtime.metrics_port
 
+    def _run_server(self) -> None:
+        """Open the ports and serve, unless already serving."""
+        if self._state is ServerState.STOPPED:
+            raise PyTritonInvalidOperationError("Cannot run a stopped Triton server")
+        if not self._runtime.running:
+            self._runtime.start()
+            self._started()
+            LOGGER.info("serving on %s", ", ".join(self.urls()))
 
-@contextlib.contextmanager
-def _stop_on_signals(stopped: threading.Event) -> Iterator[None]:
-    """In the main thread, make SIGINT and SIGTERM set `stopped` instead of killing the process."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.getsignal(sig) for sig in signals}
+    def _wait_for_server(self) -> None:
+        """The engine is ready as soon as it runs; a server that was never started cannot become ready."""
+        if not self._runtime.running:
+            raise TimeoutError("Triton Inference Server is not running: start it with run() or serve()")
 
-    def handler(signum: int, _frame: Any) -> None:
-        LOGGER.info("received signal %d, stopping", signum)
-        stopped.set()
+    def _bind_model(
+        self,
+        *,
+        model_name: str,
+        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]], ProcessInstances],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int,
+        config: ModelConfig,
+        strict: bool,
+        trace_config: Optional[List[str]],
+    ) -> None:
+        """Add a model to the engine and let decorators find its config."""
+        processes: Optional[ProcessInstances] = None
+        callables: List[Callable[..., Any]] = []
+        if isinstance(infer_func, ProcessInstances):
+            processes = infer_func
+        else:
+            callables = as_callables(infer_func)
+        spec, triton_model_config = build_model(
+            model_name=model_name,
+            model_version=model_version,
+            inputs=inputs,
+            outputs=outputs,
+            config=config,
+            instance_count=processes.count if processes is not None else len(callables),
+            strict=strict,
+        )
+        if spec.response_cache and self._options.cache_capacity_bytes is None:
+            LOGGER.warning(
+                "model '%s' asks for the response cache, but no cache is configured: set "
+                "TritonConfig(cache_config=['local,size=<bytes>']) to enable it",
+                model_name,
+            )
+        trace = model_trace_setting(model_name, trace_config, self._options.trace)
+        try:
+            if processes is not None:
+                plan = processes.plan(model_name, copy.deepcopy(triton_model_config))
+                self._runtime.add_process_model(spec, plan, trace)
+            else:
+                self._runtime.add_model(spec, callables, trace)
+        except ValueError as error:
+            raise PyTritonInvalidOperationError(str(error)) from None
+        for fn in callables:
+            self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
+            attach_context(fn, self.triton_context)
 
-    for sig in signals:
-        signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    def _is_alive_impl(self) -> bool:
+        """Whether the engine runs and no model failed unrecoverably."""
+        return self._runtime.running and self._runtime.failure is None
+
+    def _stop_server(self) -> None:
+        """Drain the engine and close the ports (also ends the loop thread of a server never started)."""
+        self._runtime.stop()
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 # Python 3.9's subprocess forks without vfork, so grpcio's fork handlers run in the child, and while
 # this process has grpcio's threads busy (its clients) they can hang the child before it execs
@@ -16,15 +16,27 @@ if sys.version_info < (3, 10):
 
 import pytest
 
-from pytriton.triton import Triton, TritonConfig
+from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
+
+# The access token of the test servers: the restricted APIs (model repository, statistics, trace, logging,
+# shared memory) stay restricted as on a default server, and tests that call them pass these headers.
+ACCESS_TOKEN = "pytriton-tests-access-token"
+HTTP_AUTH = {"triton-access-token": ACCESS_TOKEN}
+GRPC_AUTH = {"triton-grpc-protocol-triton-access-token": ACCESS_TOKEN}
 
 
 @contextlib.contextmanager
-def running_triton(bind: Callable[[Triton], None], **config: Any) -> Iterator[Triton]:
-    """Start a Triton on free ports (HTTP, and gRPC/metrics unless disabled), bind models, run, stop."""
+def running_triton(
+    bind: Callable[[Triton], None], security_config: Optional[TritonSecurityConfig] = None, **config: Any
+) -> Iterator[Triton]:
+    """Start a Triton on free ports (HTTP, and gRPC/metrics unless disabled), bind models, run, stop.
+
+    The server's restricted APIs take ACCESS_TOKEN unless `security_config` says otherwise.
+    """
     options = {"http_port": 0, "grpc_port": 0, "metrics_port": 0}
     options.update(config)
-    triton = Triton(config=TritonConfig(**options))
+    security = security_config or TritonSecurityConfig(access_token=ACCESS_TOKEN)
+    triton = Triton(config=TritonConfig(**options), security_config=security)
     try:
         bind(triton)
         triton.run()
@@ -48,8 +60,10 @@ def start_triton() -> Iterator[Callable[..., Triton]]:
     """Start servers for a test; all are stopped at the end of the test."""
     stack = contextlib.ExitStack()
 
-    def start(bind: Callable[[Triton], None], **config: Any) -> Triton:
-        return stack.enter_context(running_triton(bind, **config))
+    def start(
+        bind: Callable[[Triton], None], security_config: Optional[TritonSecurityConfig] = None, **config: Any
+    ) -> Triton:
+        return stack.enter_context(running_triton(bind, security_config, **config))
 
     with stack:
         yield start

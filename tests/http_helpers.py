@@ -31,7 +31,7 @@ def post_json(port: int, path: str, document: Any, headers: Optional[Dict[str, s
     return status, json.loads(body) if body else None
 
 
-def get_json(port: int, path: str) -> Tuple[int, Any]:
+def get_json(port: int, path: str, headers: Optional[Dict[str, str]] = None) -> Tuple[int, Any]:
     """GET a path; return status and decoded JSON (None when empty)."""
-    status, _, body = request(port, "GET", path)
+    status, _, body = request(port, "GET", path, headers=headers)
     return status, json.loads(body) if body else None

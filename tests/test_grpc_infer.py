@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
-from tests.conftest import grpc_url, http_url, running_triton
+from tests.conftest import GRPC_AUTH, grpc_url, http_url, running_triton
 
 
 def _bf16_array(values: List[List[float]]) -> np.ndarray:
@@ -244,20 +244,20 @@ def test_priority_and_timeout_are_not_handed_to_the_callable(call: Call) -> None
 def test_statistics(call: Call) -> None:
     inputs = _inputs(grpcclient, {"IN": np.zeros((1, 1), np.float32)}, {"IN": "FP32"})
     call(lambda client: client.infer("parameters", inputs))
-    stats = call(lambda client: client.get_inference_statistics("parameters", as_json=True))
+    stats = call(lambda client: client.get_inference_statistics("parameters", headers=GRPC_AUTH, as_json=True))
     (entry,) = stats["model_stats"]
     assert entry["name"] == "parameters"
     assert entry["version"] == "1"
     assert int(entry["inference_stats"]["success"]["count"]) >= 1
     assert int(entry["execution_count"]) >= 1
-    everything = call(lambda client: client.get_inference_statistics(as_json=True))
+    everything = call(lambda client: client.get_inference_statistics(headers=GRPC_AUTH, as_json=True))
     assert {"echo_all", "parameters", "fail", "decoupled"} <= {item["name"] for item in everything["model_stats"]}
-    versioned = call(lambda client: client.get_inference_statistics("parameters", "1", as_json=True))
+    versioned = call(lambda client: client.get_inference_statistics("parameters", "1", headers=GRPC_AUTH, as_json=True))
     assert [item["version"] for item in versioned["model_stats"]] == ["1"]
 
 
 def test_repository_index(call: Call) -> None:
-    index = call(lambda client: client.get_model_repository_index(as_json=True))
+    index = call(lambda client: client.get_model_repository_index(headers=GRPC_AUTH, as_json=True))
     entries = {entry["name"]: entry for entry in index["models"]}
     assert entries["echo_all"] == {"name": "echo_all", "version": "1", "state": "READY"}
     assert set(entries) == {"echo_all", "parameters", "fail", "decoupled"}
@@ -265,35 +265,35 @@ def test_repository_index(call: Call) -> None:
 
 def test_unload_then_load(call: Call, triton: Triton) -> None:
     inputs = _inputs(grpcclient, {"IN": np.zeros((1, 1), np.float32)}, {"IN": "FP32"})
-    call(lambda client: client.unload_model("parameters"))
+    call(lambda client: client.unload_model("parameters", headers=GRPC_AUTH))
     try:
         assert call(lambda client: client.is_model_ready("parameters")) is False
         with pytest.raises(InferenceServerException) as raised:
             call(lambda client: client.infer("parameters", inputs))
         assert _status(raised.value) == "StatusCode.UNAVAILABLE"
-        index = call(lambda client: client.get_model_repository_index(as_json=True))
+        index = call(lambda client: client.get_model_repository_index(headers=GRPC_AUTH, as_json=True))
         assert {entry["name"]: entry["state"] for entry in index["models"]}["parameters"] == "UNAVAILABLE"
         with grpc.insecure_channel(grpc_url(triton)) as channel:
             ready_only = service_pb2_grpc.GRPCInferenceServiceStub(channel).RepositoryIndex(
-                service_pb2.RepositoryIndexRequest(ready=True)
+                service_pb2.RepositoryIndexRequest(ready=True), metadata=tuple(GRPC_AUTH.items())
             )
         assert "parameters" not in {entry.name for entry in ready_only.models}
         assert "echo_all" in {entry.name for entry in ready_only.models}
     finally:
-        call(lambda client: client.load_model("parameters"))
+        call(lambda client: client.load_model("parameters", headers=GRPC_AUTH))
     assert call(lambda client: client.is_model_ready("parameters")) is True
     assert call(lambda client: client.infer("parameters", inputs)).as_numpy("PARAMS").shape == (1, 1)
 
 
 def test_load_unknown_model_is_not_found(call: Call) -> None:
     with pytest.raises(InferenceServerException) as raised:
-        call(lambda client: client.load_model("no_such_model"))
+        call(lambda client: client.load_model("no_such_model", headers=GRPC_AUTH))
     assert _status(raised.value) == "StatusCode.NOT_FOUND"
 
 
 def test_load_with_config_override_is_unimplemented(call: Call) -> None:
     with pytest.raises(InferenceServerException) as raised:
-        call(lambda client: client.load_model("parameters", config='{"max_batch_size": 2}'))
+        call(lambda client: client.load_model("parameters", config='{"max_batch_size": 2}', headers=GRPC_AUTH))
     assert _status(raised.value) == "StatusCode.UNIMPLEMENTED"
 
 
@@ -303,7 +303,11 @@ def test_load_with_config_override_is_unimplemented(call: Call) -> None:
         (lambda client: client.get_model_metadata("no_such_model"), "NOT_FOUND", "unknown model"),
         (lambda client: client.get_model_config("no_such_model"), "NOT_FOUND", "unknown model"),
         (lambda client: client.get_model_metadata("echo_all", "7"), "NOT_FOUND", "version 7"),
-        (lambda client: client.get_inference_statistics("no_such_model"), "NOT_FOUND", "unknown model"),
+        (
+            lambda client: client.get_inference_statistics("no_such_model", headers=GRPC_AUTH),
+            "NOT_FOUND",
+            "unknown model",
+        ),
         (
             lambda client: client.infer("no_such_model", _all_types_inputs()),
             "NOT_FOUND",
@@ -341,14 +345,22 @@ def test_load_with_config_override_is_unimplemented(call: Call) -> None:
             "unexpected inference output 'NOPE'",
         ),
         (
-            lambda client: client.get_system_shared_memory_status(),
+            lambda client: client.get_system_shared_memory_status(headers=GRPC_AUTH),
             "UNIMPLEMENTED",
             "shared memory",
         ),
-        (lambda client: client.get_cuda_shared_memory_status("r"), "NOT_FOUND", "cuda shared memory region: 'r'"),
-        (lambda client: client.update_log_settings({"log_file": "x.log"}), "UNIMPLEMENTED", "log file location"),
         (
-            lambda client: client.update_trace_settings(settings={"trace_file": "x.json"}),
+            lambda client: client.get_cuda_shared_memory_status("r", headers=GRPC_AUTH),
+            "NOT_FOUND",
+            "cuda shared memory region: 'r'",
+        ),
+        (
+            lambda client: client.update_log_settings({"log_file": "x.log"}, headers=GRPC_AUTH),
+            "UNIMPLEMENTED",
+            "log file location",
+        ),
+        (
+            lambda client: client.update_trace_settings(settings={"trace_file": "x.json"}, headers=GRPC_AUTH),
             "UNIMPLEMENTED",
             "trace file location",
         ),

@@ -11,7 +11,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
-from tests.conftest import grpc_url, running_triton
+from tests.conftest import GRPC_AUTH, grpc_url, running_triton
 
 # datatype -> (Tensor dtype, InferTensorContents field, values)
 TYPED: Dict[str, Any] = {
@@ -163,5 +163,5 @@ def test_duplicate_inputs_are_refused(stub: Any) -> None:
 def test_raw_stub_health_and_index(stub: Any) -> None:
     assert stub.ServerLive(service_pb2.ServerLiveRequest()).live is True
     assert stub.ModelReady(service_pb2.ModelReadyRequest(name="identity_INT8")).ready is True
-    index = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True))
+    index = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True), metadata=tuple(GRPC_AUTH.items()))
     assert len(index.models) == len(TYPED) + len(UNTYPED)

@@ -8,6 +8,7 @@ import tritonclient.http as httpclient
 
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton
+from tests.conftest import HTTP_AUTH
 from tests.http_helpers import get_json, post_json, request
 
 
@@ -136,20 +137,22 @@ def test_unknown_route_and_wrong_method(server):
 
 def test_repository_index_unload_load(server):
     client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
-    index = {entry["name"]: entry for entry in client.get_model_repository_index()}
+    index = {entry["name"]: entry for entry in client.get_model_repository_index(headers=HTTP_AUTH)}
     assert index["identity"]["state"] == "READY" and index["versioned"]["version"] == "2"
-    client.unload_model("text")
+    client.unload_model("text", headers=HTTP_AUTH)
     assert not client.is_model_ready("text")
-    assert {e["name"]: e["state"] for e in client.get_model_repository_index()}["text"] == "UNAVAILABLE"
+    assert {e["name"]: e["state"] for e in client.get_model_repository_index(headers=HTTP_AUTH)}[
+        "text"
+    ] == "UNAVAILABLE"
     inputs = [httpclient.InferInput("in", [1], "BYTES")]
     inputs[0].set_data_from_numpy(np.array([b"x"], dtype=object))
     with pytest.raises(httpclient.InferenceServerException):
         client.infer("text", inputs)
-    client.load_model("text")
+    client.load_model("text", headers=HTTP_AUTH)
     assert client.is_model_ready("text")
     assert client.infer("text", inputs).as_numpy("out").tolist() == [b"x"]
     with pytest.raises(httpclient.InferenceServerException):
-        client.load_model("never-bound")
+        client.load_model("never-bound", headers=HTTP_AUTH)
 
 
 def test_statistics_endpoints(server):
@@ -157,7 +160,7 @@ def test_statistics_endpoints(server):
     inputs = [httpclient.InferInput("INPUT_1", [2, 3], "FP32")]
     inputs[0].set_data_from_numpy(np.zeros((2, 3), np.float32))
     client.infer("identity", inputs)
-    stats = client.get_inference_statistics("identity")["model_stats"]
+    stats = client.get_inference_statistics("identity", headers=HTTP_AUTH)["model_stats"]
     assert len(stats) == 1
     entry = stats[0]
     assert entry["name"] == "identity" and entry["version"] == "1"
@@ -174,5 +177,5 @@ def test_statistics_endpoints(server):
     }
     assert entry["inference_stats"]["success"]["count"] >= 1
     assert entry["batch_stats"][0]["batch_size"] == 2
-    everything = client.get_inference_statistics()["model_stats"]
+    everything = client.get_inference_statistics(headers=HTTP_AUTH)["model_stats"]
     assert {e["name"] for e in everything} == {"identity", "text", "versioned"}

@@ -21,7 +21,7 @@ from pytriton.exceptions import (
     PyTritonValidationError,
 )
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.triton import Triton, TritonConfig
+from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy
 from tests.http_helpers import post_json, request
 
 SERVER = textwrap.dedent(
@@ -30,7 +30,7 @@ SERVER = textwrap.dedent(
     import numpy as np
     from pytriton.exceptions import PyTritonUnrecoverableError
     from pytriton.model_config import ModelConfig, Tensor
-    from pytriton.triton import Triton, TritonConfig
+    from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy
 
     def infer(requests):
         value = float(requests[0]["x"].ravel()[0])
@@ -217,6 +217,62 @@ def test_options_without_effect_warn_and_invalid_ones_fail(caplog):
         Triton(config=TritonConfig(http_restricted_api="nope:key=value"))
 
 
+def test_entering_the_context_starts_the_server_as_0_7_does():
+    """nvidia-pytriton 0.7 launches tritonserver in __enter__ (it printed its startup log before any bind)."""
+    with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+        assert triton.is_connected() and triton.is_alive()
+        assert request(triton.http_port, "GET", "/v2/health/ready")[0] == 200
+        _bind_identity(triton)  # models bound while serving are served at once
+        assert request(triton.http_port, "GET", "/v2/models/identity/ready")[0] == 200
+        triton.run()  # already serving: nothing changes
+        triton.connect()
+    assert not triton.is_connected() and not triton.is_alive()
+
+
+def test_launch_on_startup_false_waits_for_run():
+    policy = TritonLifecyclePolicy(launch_triton_on_startup=False)
+    config = TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)
+    with Triton(config=config, triton_lifecycle_policy=policy) as triton:
+        assert triton.http_port is None and not triton.is_connected() and not triton.is_alive()
+        with pytest.raises(TimeoutError, match="not running"):
+            triton.connect()
+        _bind_identity(triton)
+        triton.run()
+        assert triton.is_connected() and request(triton.http_port, "GET", "/v2/models/identity/ready")[0] == 200
+    assert triton.stop() is False  # __exit__ stopped it already
+
+
+def test_vertex_ai_servers_wait_for_run_by_default(monkeypatch):
+    monkeypatch.delenv("AIP_MODE", raising=False)
+    config = TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False, allow_vertex_ai=True, vertex_ai_port=0)
+    with Triton(config=config) as triton:
+        assert triton.http_port is None and not triton.is_connected()
+
+
+def test_stop_says_whether_it_stopped_a_running_server():
+    never_started = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    assert never_started.stop() is False
+    with pytest.raises(PyTritonInvalidOperationError):
+        never_started.connect()
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    triton.run()
+    assert triton.stop() is True and triton.stop() is False
+
+
+@pytest.mark.parametrize("period", [{"monitoring_period_s": 0.05}, {"monitoring_period_sec": 0.05}, {}])
+def test_serve_takes_0_7s_and_the_seeds_period_names(period):
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    thread = threading.Thread(target=triton.serve, kwargs=period)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not triton.is_connected() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert triton.is_connected()
+    assert triton.stop() is True
+    thread.join(10)
+    assert not thread.is_alive()
+
+
 def test_serve_in_a_thread_returns_on_stop():
     triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
     _bind_identity(triton)
@@ -238,7 +294,7 @@ def test_no_thread_keeps_the_process_alive(tmp_path):
             """
             import threading, numpy as np
             from pytriton.model_config import Tensor
-            from pytriton.triton import Triton, TritonConfig
+            from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy
             never = threading.Event()
             def hang(requests):
                 never.wait()
@@ -272,9 +328,10 @@ def test_server_id_names_the_server_and_readiness_is_strict_by_default():
         _bind_identity(triton)
         triton.run()
         assert get_json(triton.http_port, "/v2")[1]["name"] == "my-server"
-        assert request(triton.http_port, "POST", "/v2/repository/models/identity/unload")[0] == 200
+        token = {"triton-access-token": triton.get_access_token() or ""}
+        assert request(triton.http_port, "POST", "/v2/repository/models/identity/unload", headers=token)[0] == 200
         assert request(triton.http_port, "GET", "/v2/health/ready")[0] == 400
-        assert request(triton.http_port, "POST", "/v2/repository/models/identity/load")[0] == 200
+        assert request(triton.http_port, "POST", "/v2/repository/models/identity/load", headers=token)[0] == 200
         assert request(triton.http_port, "GET", "/v2/health/ready")[0] == 200
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -16,13 +17,22 @@ from tritonclient.utils import InferenceServerException
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import Tensor
 from pytriton.options.log_trace import TraceConfig, TraceSettings, parse_trace_config
-from pytriton.triton import Triton
+from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import grpc_url, http_url
 from tests.http_helpers import get_json, post_json, request
 
 INFER = {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
 OTEL_SDK = importlib.util.find_spec("opentelemetry") is not None and importlib.util.find_spec("opentelemetry.sdk")
 needs_otel = pytest.mark.skipif(not OTEL_SDK, reason="opentelemetry-sdk is not installed (pip install pytriton[otel])")
+
+
+@pytest.fixture
+def start_triton(start_triton: Callable[..., Triton]) -> Callable[..., Triton]:
+    """Servers that restrict nothing: this module tests the logging and trace APIs themselves.
+
+    Their restriction behind the access token is tested with the others' in test_access_control.
+    """
+    return functools.partial(start_triton, security_config=TritonSecurityConfig(restricted_endpoints=[]))
 
 
 def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:

@@ -24,7 +24,7 @@ from pytriton.transport.metrics.exposition import Family, render
 from pytriton.transport.metrics.host import HostMonitor
 from pytriton.transport.metrics.latency import Histogram, ModelLatencies, SlidingSummary
 from pytriton.triton import Triton, TritonConfig
-from tests.conftest import grpc_url, http_url
+from tests.conftest import HTTP_AUTH, grpc_url, http_url
 from tests.http_helpers import get_json, request
 
 Families = Dict[str, Metric]
@@ -83,7 +83,7 @@ def sample(families: Families, name: str, suffix: str = "", **labels: str) -> fl
 def model_stats(triton: Triton, model: str) -> Dict[str, Any]:
     """The statistics extension's entry for version 1 of a model, over HTTP."""
     assert triton.http_port is not None
-    status, document = get_json(triton.http_port, f"/v2/models/{model}/versions/1/stats")
+    status, document = get_json(triton.http_port, f"/v2/models/{model}/versions/1/stats", HTTP_AUTH)
     assert status == 200
     (entry,) = document["model_stats"]
     return entry  # type: ignore[no-any-return]

@@ -12,7 +12,7 @@ import pytest
 
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton
-from tests.conftest import running_triton
+from tests.conftest import HTTP_AUTH, running_triton
 from tests.http_helpers import get_json, post_json
 
 TENSOR = Tensor(name="x", dtype=np.float32, shape=(-1,))
@@ -260,7 +260,7 @@ def test_response_cache_hit_skips_the_model():
         first = post_json(triton.http_port, "/v2/models/m/infer", _body(7))
         second = post_json(triton.http_port, "/v2/models/m/infer", _body(7))
         other = post_json(triton.http_port, "/v2/models/m/infer", _body(8))
-        _, stats = get_json(triton.http_port, "/v2/models/m/stats")
+        _, stats = get_json(triton.http_port, "/v2/models/m/stats", HTTP_AUTH)
         _, config = get_json(triton.http_port, "/v2/models/m/config")
     assert first == second and first[0] == 200 and other[0] == 200
     assert model.calls == [[7], [8]]

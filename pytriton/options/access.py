@@ -7,6 +7,9 @@ from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence
 
 from pytriton.exceptions import PyTritonValidationError
 
+# The header (HTTP) and metadata key (gRPC, after GRPC_HEADER_PREFIX) an access token travels in, as in
+# nvidia-pytriton 0.7.
+ACCESS_TOKEN_HEADER = "triton-access-token"
 HTTP_DENIED = "This API is restricted, expecting header '{}'"
 GRPC_DENIED = "This protocol is restricted, expecting header '{}'"
 # A gRPC restriction's key is looked up in the call metadata under this prefix (Triton's rule).
@@ -95,6 +98,10 @@ class AccessRules:
         """Whether anything is restricted."""
         return bool(self.rules)
 
+    def over(self, defaults: AccessRules) -> AccessRules:
+        """These rules, and `defaults` for the categories these do not name."""
+        return AccessRules({**defaults.rules, **self.rules})
+
     def http_denial(self, path: str, headers: Mapping[str, str]) -> Optional[str]:
         """The error message for an HTTP request lacking its category's header, or None when it may pass."""
         category = http_category(path)
@@ -135,6 +142,17 @@ def http_category(path: str) -> Optional[Category]:
     if route in _HTTP_ROUTES:
         return _HTTP_ROUTES[route]
     return _HTTP_PREFIXES.get(rest[0])
+
+
+def token_rules(categories: Iterable[str], token: Optional[str], *, header_prefix: str = "") -> AccessRules:
+    """Rules that restrict `categories` (Triton's names) to calls carrying `token` in ACCESS_TOKEN_HEADER.
+
+    No token restricts nothing (an empty list of categories generates none, as in nvidia-pytriton 0.7).
+    """
+    if not token:
+        return AccessRules()
+    restriction = Restriction(header_prefix + ACCESS_TOKEN_HEADER, token)
+    return AccessRules({Category(name): restriction for name in categories})
 
 
 def parse_rules(text: Optional[str], *, option: str, header_prefix: str = "", kind: str = "api") -> AccessRules:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from pytriton import constants
 from pytriton.constants import DEFAULT_SERVER_NAME
 from pytriton.exceptions import PyTritonValidationError
-from pytriton.options.access import GRPC_HEADER_PREFIX, parse_rules
+from pytriton.options.access import GRPC_HEADER_PREFIX, AccessRules, parse_rules, token_rules
 from pytriton.options.limits import ServerLimits, resolve_limits
 from pytriton.options.log_trace import TraceConfig, parse_trace_config
 from pytriton.options.server import (
@@ -52,8 +52,18 @@ _NOT_APPLIED: Dict[str, str] = {}
 _METRICS_FLAGS = ("counter_latencies", "histogram_latencies", "summary_latencies")
 
 
-def resolve_options(config: TritonConfig, limits: Optional[ServerLimits] = None) -> ServerOptions:
-    """Resolve a TritonConfig (warning about options without effect here) and the server limits."""
+def resolve_options(
+    config: TritonConfig,
+    limits: Optional[ServerLimits] = None,
+    *,
+    access_token: Optional[str] = None,
+    token_endpoints: Sequence[str] = (),
+) -> ServerOptions:
+    """Resolve a TritonConfig (warning about options without effect here) and the server limits.
+
+    `access_token` restricts `token_endpoints` on HTTP and gRPC (TritonSecurityConfig); the restrictions
+    http_restricted_api and grpc_restricted_protocol give apply first, to the APIs they name.
+    """
     _report_unsupported(config)
     http_address = config.http_address or constants.DEFAULT_ADDRESS
     return ServerOptions(
@@ -81,17 +91,28 @@ def resolve_options(config: TritonConfig, limits: Optional[ServerLimits] = None)
         grpc_compression_level=_grpc_compression_level(config.grpc_infer_response_compression_level),
         log_file=str(config.log_file) if config.log_file else None,
         trace=_trace(config.trace_config),
-        http_access=parse_rules(config.http_restricted_api, option="http_restricted_api"),
-        grpc_access=parse_rules(
-            config.grpc_restricted_protocol,
-            option="grpc_restricted_protocol",
-            header_prefix=GRPC_HEADER_PREFIX,
-            kind="protocol",
-        ),
+        http_access=_http_access(config, token_rules(token_endpoints, access_token)),
+        grpc_access=_grpc_access(config, token_rules(token_endpoints, access_token, header_prefix=GRPC_HEADER_PREFIX)),
         sagemaker=_sagemaker(config),
         vertex_ai=_vertex_ai(config),
         limits=resolve_limits(limits),
     )
+
+
+def _http_access(config: TritonConfig, token: AccessRules) -> AccessRules:
+    """http_restricted_api over the access token's restrictions."""
+    return parse_rules(config.http_restricted_api, option="http_restricted_api").over(token)
+
+
+def _grpc_access(config: TritonConfig, token: AccessRules) -> AccessRules:
+    """grpc_restricted_protocol over the access token's restrictions."""
+    explicit = parse_rules(
+        config.grpc_restricted_protocol,
+        option="grpc_restricted_protocol",
+        header_prefix=GRPC_HEADER_PREFIX,
+        kind="protocol",
+    )
+    return explicit.over(token)
 
 
 def _port(value: Optional[int], default: int) -> int:

@@ -14,7 +14,7 @@ from pytriton.core.instance_spawn import ProcessPlan, StartError
 from pytriton.core.instances import Instance, ModelInstance
 from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonRuntimeError
-from pytriton.options.log_trace import ServerSettings
+from pytriton.options.log_trace import ServerSettings, TraceSetting
 from pytriton.options.server import ServerOptions
 from pytriton.runtime.lame_duck import lame_duck
 from pytriton.runtime.loop_thread import LoopThread
@@ -71,19 +71,26 @@ class ServerRuntime:
         self._attach: Optional[AttachServer] = None
         self.running = False
 
-    def add_model(self, spec: ModelSpec, callables: List[Callable[..., Any]]) -> None:
-        """Serve a model (before or after start)."""
-        self._loop.call(self._add_model, spec, callables)
+    def add_model(
+        self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting] = None
+    ) -> None:
+        """Serve a model (before or after start), with `trace` overriding the server's trace settings for it."""
+        instances: List[ModelInstance] = [
+            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
+        ]
+        self._loop.call(self._add_model, spec, instances, trace)
+        self._refreeze()
 
-    def add_process_model(self, spec: ModelSpec, plan: ProcessPlan) -> None:
+    def add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting] = None) -> None:
         """Serve a model whose instances run in processes of their own; returns once every one is up.
 
         Raises:
             PyTritonRuntimeError: an instance did not start (the message has its traceback).
         """
-        self._loop.run(self._add_process_model(spec, plan))
+        self._loop.run(self._add_process_model(spec, plan, trace))
+        self._refreeze()
 
-    async def _add_process_model(self, spec: ModelSpec, plan: ProcessPlan) -> None:
+    async def _add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting]) -> None:
         """Start the instance processes, then add the model (on the loop)."""
         from pytriton.core.process_instance import start_instances
 
@@ -92,16 +99,19 @@ class ServerRuntime:
             instances: List[ModelInstance] = list(await start_instances(plan))
         except StartError as error:
             raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}") from None
+        self._add_model(spec, instances, trace)
+
+    def _add_model(self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting]) -> None:
+        """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
         self.engine.add_model(spec, instances)
+        if trace is not None:
+            self.settings.trace.models[spec.name] = trace
         self.tracing.refresh()
 
-    def _add_model(self, spec: ModelSpec, callables: List[Callable[..., Any]]) -> None:
-        """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
-        instances: List[ModelInstance] = [
-            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
-        ]
-        self.engine.add_model(spec, instances)
-        self.tracing.refresh()
+    def _refreeze(self) -> None:
+        """A model bound while serving lives as long as the server: out of the collector's reach, as at start."""
+        if self.running:
+            gc.freeze()
 
     def start(self) -> None:
         """Open the ports and start the frontends."""

@@ -1,0 +1,229 @@
+"""TritonBase: what a Triton in this process and a RemoteTriton share: binding, connecting, serving, stopping.
+
+The lifecycle is one state machine (`ServerState`): a Triton is IDLE until its server starts (on `__enter__`,
+`run()` or `serve()`, after its TritonLifecyclePolicy), SERVING once it does, CONNECTED once `connect()`
+found it ready, and STOPPED for good after `stop()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import pathlib
+import signal
+import threading
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+
+from pytriton.context import TritonContext
+from pytriton.exceptions import PyTritonInvalidOperationError
+from pytriton.instances import ProcessInstances
+from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePolicy
+from pytriton.model_config.model_config import ModelConfig
+from pytriton.model_config.tensor import Tensor
+from pytriton.models import validate_model_name
+
+LOGGER = logging.getLogger("pytriton")
+
+MONITORING_PERIOD_S = 10.0
+# The seeds' name for serve()'s period and their default.
+MONITORING_PERIOD_SEC = 5.0
+
+
+class ServerState(enum.Enum):
+    """Where a Triton is in its lifecycle; it only moves forward."""
+
+    IDLE = "idle"
+    SERVING = "serving"
+    CONNECTED = "connected"
+    STOPPED = "stopped"
+
+
+class TritonBase:
+    """Binding models and the lifecycle of a Triton server; subclasses say how to start, check and stop it."""
+
+    def __init__(
+        self,
+        url: str,
+        workspace: Union[str, pathlib.Path, None] = None,
+        triton_lifecycle_policy: TritonLifecyclePolicy = DefaultTritonLifecyclePolicy,
+        access_token: Optional[str] = None,
+    ) -> None:
+        """Keep the settings of a server at `url`; nothing starts yet.
+
+        Args:
+            url: the server's URL (`<scheme>://<host>:<port>`).
+            workspace: accepted for compatibility; nothing is written to it.
+            triton_lifecycle_policy: when the server starts (on `__enter__` by default).
+            access_token: the token the server's restricted APIs expect, if any.
+        """
+        self._url = url
+        self._workspace = workspace
+        self._triton_lifecycle_policy = triton_lifecycle_policy
+        self._access_token = access_token
+        self._state = ServerState.IDLE
+        self._state_lock = threading.RLock()
+        # Set when serving ends (stop(), a signal, an unrecoverable model error): wakes serve().
+        self._finished = threading.Event()
+        self.triton_context = TritonContext()
+
+    def bind(
+        self,
+        model_name: str,
+        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]], ProcessInstances],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int = 1,
+        config: Optional[ModelConfig] = None,
+        strict: bool = False,
+        trace_config: Optional[List[str]] = None,
+    ) -> None:
+        """Serve an inference callable (or a list of them: one per instance) as a model, before or while serving.
+
+        Args:
+            model_name: name of the model; alphanumerics, dots, underscores and dashes.
+            infer_func: inference callable, or a list of callables for a multi-instance model (threads of this
+                process), or `pytriton.instances.ProcessInstances(...)` for instances in processes of their own.
+            inputs: model inputs.
+            outputs: model outputs.
+            model_version: version of the model.
+            config: model configuration (batching, batcher, cache, decoupled, warm-up).
+            strict: check the callable's outputs against the declared dtypes and shapes.
+            trace_config: the model's trace settings (TritonConfig.trace_config's format); None: the server's.
+
+        Raises:
+            PyTritonInvalidOperationError: the server was stopped.
+        """
+        if self._state is ServerState.STOPPED:
+            raise PyTritonInvalidOperationError("Cannot bind a model to a stopped Triton server")
+        validate_model_name(model_name)
+        self._bind_model(
+            model_name=model_name,
+            infer_func=infer_func,
+            inputs=inputs,
+            outputs=outputs,
+            model_version=model_version,
+            config=config or ModelConfig(),
+            strict=strict,
+            trace_config=trace_config,
+        )
+
+    def connect(self) -> None:
+        """Wait until the server is ready to serve the bound models.
+
+        Raises:
+            TimeoutError: the server is not running (or does not become ready).
+            PyTritonInvalidOperationError: the server was stopped.
+        """
+        with self._state_lock:
+            if self._state is ServerState.CONNECTED:
+                return
+            if self._state is ServerState.STOPPED:
+                raise PyTritonInvalidOperationError("Cannot connect to a stopped Triton server")
+            self._wait_for_server()
+            self._state = ServerState.CONNECTED
+
+    def serve(
+        self, monitoring_period_s: float = MONITORING_PERIOD_S, *, monitoring_period_sec: Optional[float] = None
+    ) -> None:
+        """Serve until SIGINT/SIGTERM, `stop()`, or an unrecoverable model error; then stop cleanly.
+
+        Args:
+            monitoring_period_s: how often to check that the server is still alive, in seconds.
+            monitoring_period_sec: the same, under the name the PyTriton 0.5 documents use.
+        """
+        period = monitoring_period_s if monitoring_period_sec is None else monitoring_period_sec
+        self.connect()
+        with _stop_on_signals(self._finished):
+            while self.is_alive() and not self._finished.wait(period):
+                pass
+        self.stop()
+
+    def stop(self) -> bool:
+        """Stop serving: refuse new requests, finish in-flight ones (up to exit_timeout_secs), close ports.
+
+        Returns:
+            Whether a running server was stopped (False when it was not running or already stopped).
+        """
+        with self._state_lock:
+            if self._state is ServerState.STOPPED:
+                return False
+            was_serving = self._state is not ServerState.IDLE
+            self._state = ServerState.STOPPED
+        try:
+            self._stop_server()
+        finally:
+            self._finished.set()
+        return was_serving
+
+    def is_alive(self) -> bool:
+        """Whether the server runs and no model failed unrecoverably."""
+        return self._state in (ServerState.SERVING, ServerState.CONNECTED) and self._is_alive_impl()
+
+    def is_connected(self) -> bool:
+        """Whether `connect()` found the server ready (and it has not been stopped since)."""
+        return self._state is ServerState.CONNECTED
+
+    def __enter__(self) -> TritonBase:
+        """Connect when the lifecycle policy launches the server on startup."""
+        if self._triton_lifecycle_policy.launch_triton_on_startup:
+            self.connect()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        """Stop the server when leaving the context."""
+        self.stop()
+
+    def _started(self) -> None:
+        """Record that the server now runs (subclasses call it once their server started)."""
+        with self._state_lock:
+            if self._state is ServerState.IDLE:
+                self._state = ServerState.SERVING
+
+    def _bind_model(
+        self,
+        *,
+        model_name: str,
+        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]], ProcessInstances],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int,
+        config: ModelConfig,
+        strict: bool,
+        trace_config: Optional[List[str]],
+    ) -> None:
+        """Serve a checked binding (`bind`'s arguments, with a config)."""
+        raise NotImplementedError
+
+    def _wait_for_server(self) -> None:
+        """Return once the server is ready; raise TimeoutError if it is not running or does not get ready."""
+        raise NotImplementedError
+
+    def _is_alive_impl(self) -> bool:
+        """Whether the server still serves (called only while SERVING or CONNECTED)."""
+        return True
+
+    def _stop_server(self) -> None:
+        """Stop the server and release what it holds (also when it never started)."""
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stopped: threading.Event) -> Iterator[None]:
+    """In the main thread, make SIGINT and SIGTERM set `stopped` instead of killing the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+
+    def handler(signum: int, _frame: Any) -> None:
+        LOGGER.info("received signal %d, stopping", signum)
+        stopped.set()
+
+    for sig in signals:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
