@@ -305,8 +305,8 @@ def test_load_with_config_override_is_unimplemented(call: Call) -> None:
         (lambda client: client.get_model_metadata("echo_all", "7"), "NOT_FOUND", "version 7"),
         (
             lambda client: client.get_inference_statistics("no_such_model", headers=GRPC_AUTH),
-            "NOT_FOUND",
-            "unknown model",
+            "INVALID_ARGUMENT",
+            "requested model 'no_such_model' is not available",
         ),
         (
             lambda client: client.infer("no_such_model", _all_types_inputs()),
@@ -323,7 +323,7 @@ def test_load_with_config_override_is_unimplemented(call: Call) -> None:
                 "decoupled", _inputs(grpcclient, {"IN": np.ones(1, np.float32)}, {"IN": "FP32"})
             ),
             "UNIMPLEMENTED",
-            "use ModelStreamInfer",
+            "ModelInfer RPC doesn't support models with decoupled transaction policy",
         ),
         (
             lambda client: client.infer("fail", _inputs(grpcclient, {"IN": np.ones(2, np.float32)}, {"IN": "FP32"})),

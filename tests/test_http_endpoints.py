@@ -90,14 +90,14 @@ def test_model_config_document(server):
     client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
     config = client.get_model_config("versioned")
     assert config["name"] == "versioned" and config["backend"] == "python" and config["max_batch_size"] == 16
-    assert config["input"][0]["data_type"] == "TYPE_INT32" and config["input"][0]["dims"] == ["2", "3"]
+    assert config["input"][0]["data_type"] == "TYPE_INT32" and config["input"][0]["dims"] == [2, 3]
     batching = config["dynamic_batching"]
     assert batching["preferred_batch_size"] == [4, 8]
-    assert batching["max_queue_delay_microseconds"] == "100"
-    assert batching["priority_levels"] == "2" and batching["default_priority_level"] == "2"
+    assert batching["max_queue_delay_microseconds"] == 100
+    assert batching["priority_levels"] == 2 and batching["default_priority_level"] == 2
     assert batching["default_queue_policy"]["max_queue_size"] == 10
     assert batching["priority_queue_policy"]["1"]["timeout_action"] == "DELAY"
-    assert config["model_transaction_policy"] == {"decoupled": False}
+    assert "model_transaction_policy" not in config  # Triton prints it for decoupled models only
     assert config["instance_group"][0]["count"] == 1 and config["instance_group"][0]["kind"] == "KIND_CPU"
     text = client.get_model_config("text")
     assert text["max_batch_size"] == 0 and "dynamic_batching" not in text

@@ -114,6 +114,24 @@ class Engine:
             raise InferenceError.not_found(f"Request for unknown model: '{name}' version {version} is not found")
         return model
 
+    def statistics_of(self, name: str = "", version: str = "") -> List[ServedModel]:
+        """The model versions a statistics request names: all, every version of one model, or one version.
+
+        Raises:
+            InferenceError: INVALID_ARGUMENT, with Triton's message, for an unknown model or version.
+        """
+        if not name:
+            return self.models()
+        versions = self._models.get(name)
+        if not versions:
+            raise InferenceError.invalid(f"requested model '{name}' is not available")
+        if not version:
+            return [versions[number] for number in sorted(versions)]
+        model = versions.get(int(version)) if version.isdigit() else None
+        if model is None:
+            raise InferenceError.invalid(f"requested model version is not available for model '{name}'")
+        return [model]
+
     def models(self) -> List[ServedModel]:
         """Every model version, by name then version."""
         return [self._models[name][v] for name in sorted(self._models) for v in sorted(self._models[name])]

@@ -69,7 +69,7 @@ class ServedModel:
             lookup_ns = time.monotonic_ns() - lookup_start
             if cached is not None:
                 self.stats.inference["cache_hit"].add(lookup_ns)
-                self.stats.record_success(lookup_ns, 0)
+                self.stats.record_success(lookup_ns, 0, batch_size=0)  # Triton counts no inference for a cache hit
                 return cached
         future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
         sink = FutureSink(future)

@@ -11,6 +11,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.host_arrays import host_arrays
 from pytriton.core.request import InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
+from pytriton.proxy.types import Request, Response
 
 _ALLOWED_KINDS = "biufOSU"
 
@@ -36,7 +37,10 @@ def build_response(
     """Check one response dict and select the outputs the request gets, in wire order.
 
     Framework arrays (torch, cupy, jax) become numpy arrays first, so the checks and the codecs see numpy only.
+    A Request or Response object (what `lambda requests: requests` returns) counts as its mapping of arrays.
     """
+    if isinstance(result, (Request, Response)):
+        result = result.data
     if not isinstance(result, dict):
         raise InferenceError.internal(
             f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "

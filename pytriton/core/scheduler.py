@@ -185,11 +185,10 @@ class Scheduler:
         for entry in batch:
             entry.queue_ns = start_ns - entry.enqueue_ns
             request = entry.request
-            requests.append(
-                Request(
-                    data=request.inputs, parameters=request.parameters, requested_output_names=request.requested_outputs
-                )
-            )
+            requested = request.requested_outputs
+            # A request that names no outputs gets them all, and the callable is told so (as in PyTriton 0.7).
+            names = list(self.spec.output_names) if requested is None else requested
+            requests.append(Request(data=request.inputs, parameters=request.parameters, requested_output_names=names))
         slots = [self._ordered_slot() for _ in batch] if self._ordered is not None else None
         infer_start_ns = time.monotonic_ns()
         call = None if self.spec.decoupled else instance.start(requests, hand_over)
@@ -276,16 +275,18 @@ class Scheduler:
         now = time.monotonic_ns()
         totals: List[int] = []
         queues: List[int] = []
+        inferences = 0
         for entry, outcome in zip(batch, outcomes):
             if isinstance(outcome, InferenceError):
                 self._fail(entry, outcome)
                 continue
             totals.append(now - entry.enqueue_ns)
             queues.append(entry.queue_ns)
+            inferences += entry.request.batch_size
             entry.sink.deliver(outcome)
             entry.sink.finish()
         if totals:
-            self.stats.record_successes(totals, queues, compute)
+            self.stats.record_successes(totals, queues, compute, inferences)
 
     async def _run_streaming(self, instance: ModelInstance, batch: List[Entry], requests: List[Request]) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
@@ -317,7 +318,10 @@ class Scheduler:
         if isinstance(error, PyTritonUnrecoverableError):
             self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")
         LOGGER.error("model '%s' failed: %r", self.spec.name, error)
-        return InferenceError.internal(str(error) or type(error).__name__)
+        # The type's name, as Triton's message shows it ("ValueError: ..."); an exception from another process
+        # arrives as a class of the same name.
+        message = str(error)
+        return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)
 
     def _ordered_slot(self) -> List[Optional[Callable[[], None]]]:
         """A place in the ordered release queue (preserve_ordering with several instances)."""
@@ -345,13 +349,17 @@ class Scheduler:
 
     def _respond(self, entry: Entry, response: InferenceResponse) -> None:
         """Deliver a request's response."""
-        self.stats.record_success(time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns)
+        self.stats.record_success(
+            time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns, entry.request.batch_size
+        )
         entry.sink.deliver(response)
         entry.sink.finish()
 
     def _end_stream(self, entry: Entry) -> None:
         """End a request's stream after its last response."""
-        self.stats.record_success(time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns)
+        self.stats.record_success(
+            time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns, entry.request.batch_size
+        )
         entry.sink.finish()
 
     def _fail(self, entry: Entry, error: InferenceError) -> None:

@@ -69,8 +69,7 @@ class ModelStats:
         self.observers: List[StatsObserver] = []
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """Record one model call over a batch of `batch_size` rows (batch_stats are per execution)."""
-        self.inference_count += batch_size
+        """Record one model call over a batch of `batch_size` rows (batch_stats are per execution, failed or not)."""
         self.execution_count += 1
         self.last_inference_ms = int(time.time() * 1000)
         stats = self.batches.get(batch_size)
@@ -82,8 +81,14 @@ class ModelStats:
         for observer in self.observers:
             observer.model_executed(batch_size, input_ns, infer_ns, output_ns)
 
-    def record_success(self, total_ns: int, queue_ns: int, compute: Optional[ComputeTimes] = None) -> None:
-        """Record a successful request; inference_stats count compute per successful request, as Triton."""
+    def record_success(
+        self, total_ns: int, queue_ns: int, compute: Optional[ComputeTimes] = None, batch_size: int = 1
+    ) -> None:
+        """Record a successful request of `batch_size` inferences; compute is counted per successful request.
+
+        As in Triton, inference_count counts the inferences of successful requests only.
+        """
+        self.inference_count += batch_size
         inference = self.inference
         inference["success"].add(total_ns)
         inference["queue"].add(queue_ns)
@@ -94,9 +99,12 @@ class ModelStats:
         for observer in self.observers:
             observer.request_succeeded(total_ns, queue_ns)
 
-    def record_successes(self, totals_ns: List[int], queues_ns: List[int], compute: ComputeTimes) -> None:
-        """Record the successful requests of one batch at once (they share the batch's compute times)."""
+    def record_successes(
+        self, totals_ns: List[int], queues_ns: List[int], compute: ComputeTimes, inferences: int
+    ) -> None:
+        """Record the successful requests of one batch at once (`inferences` in all; they share compute times)."""
         count = len(totals_ns)
+        self.inference_count += inferences
         inference = self.inference
         inference["success"].add(sum(totals_ns), count)
         inference["queue"].add(sum(queues_ns), count)
@@ -130,7 +138,9 @@ class ModelStats:
             "inference_count": self.inference_count,
             "execution_count": self.execution_count,
             "inference_stats": {key: duration.as_dict() for key, duration in self.inference.items()},
+            "response_stats": {},
             "batch_stats": batch_stats,
+            "memory_usage": [],
         }
 
 

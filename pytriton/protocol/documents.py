@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from pytriton.core.datatypes import config_enum
 from pytriton.core.model import ServedModel
@@ -44,42 +44,67 @@ def model_metadata(spec: ModelSpec) -> Dict[str, Any]:
     }
 
 
-def _queue_policy(policy: Optional[QueuePolicy]) -> Dict[str, Any]:
+def _queue_policy(policy: QueuePolicy) -> Dict[str, Any]:
     """A ModelQueuePolicy message."""
-    policy = policy or QueuePolicy()
     return {
         "timeout_action": policy.timeout_action.value,
-        "default_timeout_microseconds": str(policy.default_timeout_microseconds),
+        "default_timeout_microseconds": policy.default_timeout_microseconds,
         "allow_timeout_override": policy.allow_timeout_override,
         "max_queue_size": policy.max_queue_size,
     }
 
 
-def _tensor_config(tensor: TensorDef, is_input: bool) -> Dict[str, Any]:
-    """A ModelInput / ModelOutput message with every primitive printed."""
-    config: Dict[str, Any] = {
+def _input_config(tensor: TensorDef) -> Dict[str, Any]:
+    """A ModelInput message with every field Triton prints."""
+    return {
         "name": tensor.name,
         "data_type": config_enum(tensor.datatype),
-        "dims": [str(dim) for dim in tensor.dims],
+        "format": "FORMAT_NONE",
+        "dims": list(tensor.dims),
+        "is_shape_tensor": False,
+        "allow_ragged_batch": False,
+        "optional": tensor.optional,
+        "is_non_linear_format_io": False,
+    }
+
+
+def _output_config(tensor: TensorDef) -> Dict[str, Any]:
+    """A ModelOutput message with every field Triton prints."""
+    return {
+        "name": tensor.name,
+        "data_type": config_enum(tensor.datatype),
+        "dims": list(tensor.dims),
         "label_filename": "",
         "is_shape_tensor": False,
+        "is_non_linear_format_io": False,
     }
-    if is_input:
-        config.update(
-            {
-                "format": "FORMAT_NONE",
-                "allow_ragged_batch": False,
-                "optional": tensor.optional,
-                "is_non_linear_format_io": False,
-            }
-        )
-    else:
-        config.update({"is_non_linear_format_io": False})
-    return config
+
+
+def _dynamic_batching(spec: ModelSpec) -> Dict[str, Any]:
+    """A ModelDynamicBatching message (a default queue policy only when one is set, as Triton prints it)."""
+    batcher = spec.batcher
+    assert batcher is not None
+    document: Dict[str, Any] = {
+        "preferred_batch_size": list(batcher.preferred_batch_size or [spec.max_batch_size]),
+        "max_queue_delay_microseconds": batcher.max_queue_delay_microseconds,
+        "preserve_ordering": batcher.preserve_ordering,
+        "priority_levels": batcher.priority_levels,
+        "default_priority_level": batcher.default_priority_level,
+    }
+    if batcher.default_queue_policy is not None:
+        document["default_queue_policy"] = _queue_policy(batcher.default_queue_policy)
+    document["priority_queue_policy"] = {
+        str(level): _queue_policy(policy) for level, policy in (batcher.priority_queue_policy or {}).items()
+    }
+    return document
 
 
 def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
-    """GET .../config: Triton's model_config.proto as JSON (int64 fields as strings, as protobuf prints them)."""
+    """GET .../config: Triton's model_config.proto as its HTTP endpoint prints it (every field, int64 as numbers).
+
+    Optional messages appear only when set: dynamic batching for batching models, the transaction policy
+    for decoupled ones, the response cache when enabled.
+    """
     config: Dict[str, Any] = {
         "name": spec.name,
         "platform": "",
@@ -87,8 +112,8 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
         "runtime": "",
         "version_policy": {"latest": {"num_versions": 1}},
         "max_batch_size": spec.max_batch_size,
-        "input": [_tensor_config(tensor, True) for tensor in spec.inputs],
-        "output": [_tensor_config(tensor, False) for tensor in spec.outputs],
+        "input": [_input_config(tensor) for tensor in spec.inputs],
+        "output": [_output_config(tensor) for tensor in spec.outputs],
         "batch_input": [],
         "batch_output": [],
         "optimization": {
@@ -98,40 +123,34 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
             "gather_kernel_buffer_threshold": 0,
             "eager_batching": False,
         },
-        "instance_group": [
-            {
-                "name": spec.name,
-                "kind": "KIND_CPU",
-                "count": spec.instance_count,
-                "gpus": [],
-                "secondary_devices": [],
-                "profile": [],
-                "passive": False,
-                "host_policy": "",
-            }
-        ],
-        "default_model_filename": "",
-        "cc_model_filenames": {},
-        "metric_tags": {},
-        "parameters": {},
-        "model_warmup": [],
-        "model_transaction_policy": {"decoupled": spec.decoupled},
-        "response_cache": {"enable": spec.response_cache and cache_available},
     }
-    batcher = spec.batcher
-    if spec.batching and batcher is not None:
-        preferred = batcher.preferred_batch_size or [spec.max_batch_size]
-        config["dynamic_batching"] = {
-            "preferred_batch_size": list(preferred),
-            "max_queue_delay_microseconds": str(batcher.max_queue_delay_microseconds),
-            "preserve_ordering": batcher.preserve_ordering,
-            "priority_levels": str(batcher.priority_levels),
-            "default_priority_level": str(batcher.default_priority_level),
-            "default_queue_policy": _queue_policy(batcher.default_queue_policy),
-            "priority_queue_policy": {
-                str(level): _queue_policy(policy) for level, policy in (batcher.priority_queue_policy or {}).items()
-            },
+    if spec.batching and spec.batcher is not None:
+        config["dynamic_batching"] = _dynamic_batching(spec)
+    config.update(
+        {
+            "instance_group": [
+                {
+                    "name": f"{spec.name}_0",
+                    "kind": "KIND_CPU",
+                    "count": spec.instance_count,
+                    "gpus": [],
+                    "secondary_devices": [],
+                    "profile": [],
+                    "passive": False,
+                    "host_policy": "",
+                }
+            ],
+            "default_model_filename": "model.py",
+            "cc_model_filenames": {},
+            "metric_tags": {},
+            "parameters": {},
+            "model_warmup": [],  # warm-up runs before the model is ready; Triton shows none, as for PyTriton's
         }
+    )
+    if spec.decoupled:
+        config["model_transaction_policy"] = {"decoupled": True}
+    if spec.response_cache and cache_available:
+        config["response_cache"] = {"enable": True}
     return config
 
 

@@ -83,15 +83,7 @@ class InferenceServicer:
     @unary
     async def ModelStatistics(self, request: Message, context: Any) -> Message:
         """Statistics of every model, of every version of one model, or of one version."""
-        engine = self._engine
-        if not request.name:
-            models = engine.models()
-        elif request.version:
-            models = [engine.model(request.name, request.version)]
-        else:
-            engine.model(request.name)  # NOT_FOUND for an unknown model
-            models = [model for model in engine.models() if model.spec.name == request.name]
-        return grpc_codec.model_statistics(models)
+        return grpc_codec.model_statistics(self._engine.statistics_of(request.name, request.version))
 
     @unary
     async def RepositoryIndex(self, request: Message, context: Any) -> Message:
@@ -123,7 +115,7 @@ class InferenceServicer:
         spec = model.spec
         if spec.decoupled:
             raise InferenceError.unimplemented(
-                f"model '{spec.name}' is decoupled and may send any number of responses: use ModelStreamInfer"
+                "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
         decoded = grpc_codec.decode_infer_request(spec, request, frame.raw_inputs, self._forwarded_headers(context))
         response = await model.infer(decoded.request)

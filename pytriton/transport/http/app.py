@@ -160,9 +160,7 @@ class HttpFrontend:
             model = engine.model(name, version)
             return send_json(send, 200, documents.model_config(model.spec, engine.has_cache))
         if action == "stats":
-            model = engine.model(name, version)
-            models = [model] if version else [m for m in engine.models() if m.spec.name == name]
-            return send_json(send, 200, documents.model_statistics(models))
+            return send_json(send, 200, documents.model_statistics(engine.statistics_of(name, version)))
         return send_json(send, 200, documents.model_metadata(engine.model(name, version).spec))
 
     async def _repository_index(self, receive: Receive, send: Send) -> None:
@@ -190,9 +188,8 @@ class HttpFrontend:
         model = self._engine.model(name, version)
         spec = model.spec
         if spec.decoupled:
-            raise InferenceError.invalid(
-                f"model '{name}' is decoupled and streams its responses: use the generate_stream endpoint or "
-                "gRPC ModelStreamInfer"
+            raise InferenceError.unimplemented(
+                "HTTP end point doesn't support models with decoupled transaction policy"
             )
         encoding = accept = raw_length = None
         for header, value in scope["headers"]:  # the three headers read here, without a dict of all of them

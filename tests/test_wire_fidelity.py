@@ -1,0 +1,333 @@
+"""Answers that must be Triton's, each checked with a real client against what nvidia-pytriton 0.7.0 answered.
+
+Every expectation here was measured on this machine against nvidia-pytriton 0.7.0 (its tritonserver 2.51)
+serving the same models; the comments quote its answers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterator, List
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
+from pytriton.triton import Triton
+from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.http_helpers import request
+
+CALLS: List[Dict[str, Any]] = []  # what the `add` callable saw
+
+
+def _add(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    for item in requests:
+        CALLS.append({"names": item.requested_output_names, "inputs": list(item.keys())})
+    if (requests[0].parameters or {}).get("fail"):
+        raise ValueError("the model says no")
+    return [{"sum": item["a"] + item["b"], "diff": item["a"] - item["b"]} for item in requests]
+
+
+def _stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    yield [{"y": item["x"]} for item in requests]
+
+
+def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"y": item["x"]} for item in requests]
+
+
+def _bind(triton: Triton) -> None:
+    vector = [Tensor(name=name, dtype=np.float32, shape=(-1,)) for name in ("a", "b", "sum", "diff")]
+    batcher = DynamicBatcher(max_queue_delay_microseconds=20000, preferred_batch_size=[2, 4])
+    triton.bind(
+        "add", _add, inputs=vector[:2], outputs=vector[2:], config=ModelConfig(max_batch_size=8, batcher=batcher)
+    )
+    x, y = (Tensor(name=name, dtype=np.float32, shape=(-1, 3)) for name in ("x", "y"))
+    triton.bind("stream", _stream, inputs=[x], outputs=[y], config=ModelConfig(max_batch_size=4, decoupled=True))
+    triton.bind("nobatch", _identity, inputs=[x], outputs=[y], config=ModelConfig(batching=False))
+    policy = DynamicBatcher(
+        max_queue_delay_microseconds=100,
+        priority_levels=3,
+        default_priority_level=2,
+        default_queue_policy=QueuePolicy(
+            timeout_action=TimeoutAction.DELAY,
+            default_timeout_microseconds=5000,
+            allow_timeout_override=True,
+            max_queue_size=7,
+        ),
+        priority_queue_policy={1: QueuePolicy(max_queue_size=2)},
+    )
+    text = [Tensor(name="x", dtype=bytes, shape=(1,), optional=True), Tensor(name="y", dtype=bytes, shape=(1,))]
+    triton.bind(
+        "policy",
+        [_identity, _identity],
+        inputs=text[:1],
+        outputs=text[1:],
+        config=ModelConfig(max_batch_size=16, response_cache=True, batcher=policy),
+    )
+
+
+@pytest.fixture(scope="module")
+def triton() -> Iterator[Triton]:
+    with running_triton(_bind, cache_config=["local,size=1048576"]) as server:
+        yield server
+
+
+def _floats(*values: float) -> np.ndarray:
+    return np.array([values], dtype=np.float32)
+
+
+def _http_infer(triton: Triton, outputs: Any = None, parameters: Any = None) -> Any:
+    client = httpclient.InferenceServerClient(http_url(triton))
+    inputs = [httpclient.InferInput(name, [1, 2], "FP32") for name in ("a", "b")]
+    for infer_input in inputs:
+        infer_input.set_data_from_numpy(_floats(1, 2))
+    try:
+        return client.infer("add", inputs, outputs=outputs, parameters=parameters)
+    finally:
+        client.close()
+
+
+# GET /v2/models/<m>/config, as nvidia-pytriton 0.7.0 printed it for the same models ("parameters" held its
+# workspace path, which this server has none of).
+_OPTIMIZATION = {
+    "priority": "PRIORITY_DEFAULT",
+    "input_pinned_memory": {"enable": True},
+    "output_pinned_memory": {"enable": True},
+    "gather_kernel_buffer_threshold": 0,
+    "eager_batching": False,
+}
+
+
+def _config(name: str, max_batch_size: int, tensors: List[Dict[str, Any]], count: int = 1) -> Dict[str, Any]:
+    inputs, outputs = tensors
+    return {
+        "name": name,
+        "platform": "",
+        "backend": "python",
+        "runtime": "",
+        "version_policy": {"latest": {"num_versions": 1}},
+        "max_batch_size": max_batch_size,
+        "input": [
+            {
+                "name": inputs["name"],
+                "data_type": inputs["type"],
+                "format": "FORMAT_NONE",
+                "dims": inputs["dims"],
+                "is_shape_tensor": False,
+                "allow_ragged_batch": False,
+                "optional": inputs.get("optional", False),
+                "is_non_linear_format_io": False,
+            }
+        ],
+        "output": [
+            {
+                "name": outputs["name"],
+                "data_type": outputs["type"],
+                "dims": outputs["dims"],
+                "label_filename": "",
+                "is_shape_tensor": False,
+                "is_non_linear_format_io": False,
+            }
+        ],
+        "batch_input": [],
+        "batch_output": [],
+        "optimization": _OPTIMIZATION,
+        "instance_group": [
+            {
+                "name": f"{name}_0",
+                "kind": "KIND_CPU",
+                "count": count,
+                "gpus": [],
+                "secondary_devices": [],
+                "profile": [],
+                "passive": False,
+                "host_policy": "",
+            }
+        ],
+        "default_model_filename": "model.py",
+        "cc_model_filenames": {},
+        "metric_tags": {},
+        "parameters": {},
+        "model_warmup": [],
+    }
+
+
+def _ordered(document: Dict[str, Any], before: str, key: str, value: Any) -> Dict[str, Any]:
+    """`document` with `key` inserted before `before` (Triton prints dynamic_batching before instance_group)."""
+    result: Dict[str, Any] = {}
+    for name, item in document.items():
+        if name == before:
+            result[key] = value
+        result[name] = item
+    return result
+
+
+def test_model_config_prints_every_field_with_numbers(triton: Triton) -> None:
+    floats = {"type": "TYPE_FP32", "dims": [-1, 3]}
+    strings = {"type": "TYPE_STRING", "dims": [1]}
+    nobatch = _config("nobatch", 0, [{"name": "x", **floats}, {"name": "y", **floats}])
+    stream = _ordered(
+        _config("stream", 4, [{"name": "x", **floats}, {"name": "y", **floats}]),
+        "instance_group",
+        "dynamic_batching",
+        {
+            "preferred_batch_size": [4],
+            "max_queue_delay_microseconds": 0,
+            "preserve_ordering": False,
+            "priority_levels": 0,
+            "default_priority_level": 0,
+            "priority_queue_policy": {},
+        },
+    )
+    stream["model_transaction_policy"] = {"decoupled": True}
+    policy = _ordered(
+        _config("policy", 16, [{"name": "x", "optional": True, **strings}, {"name": "y", **strings}], count=2),
+        "instance_group",
+        "dynamic_batching",
+        {
+            "preferred_batch_size": [16],
+            "max_queue_delay_microseconds": 100,
+            "preserve_ordering": False,
+            "priority_levels": 3,
+            "default_priority_level": 2,
+            "default_queue_policy": {
+                "timeout_action": "DELAY",
+                "default_timeout_microseconds": 5000,
+                "allow_timeout_override": True,
+                "max_queue_size": 7,
+            },
+            "priority_queue_policy": {
+                "1": {
+                    "timeout_action": "REJECT",
+                    "default_timeout_microseconds": 0,
+                    "allow_timeout_override": False,
+                    "max_queue_size": 2,
+                }
+            },
+        },
+    )
+    policy["response_cache"] = {"enable": True}
+    for name, expected in (("nobatch", nobatch), ("stream", stream), ("policy", policy)):
+        status, _, body = request(triton.http_port, "GET", f"/v2/models/{name}/config")
+        assert status == 200
+        assert json.loads(body) == expected, name
+        assert list(json.loads(body)) == list(expected), name  # Triton's order of fields, too
+    add = httpclient.InferenceServerClient(http_url(triton)).get_model_config("add")
+    assert add["input"][0]["dims"] == [-1]  # 0.7: "dims":[-1], not ["-1"]
+    assert add["dynamic_batching"]["max_queue_delay_microseconds"] == 20000  # 0.7: a JSON number
+    assert add["dynamic_batching"]["preferred_batch_size"] == [2, 4]
+
+
+def test_grpc_model_config_is_the_same_message(triton: Triton) -> None:
+    # 0.7 over gRPC (as_json): "dims": ["1"], "max_queue_delay_microseconds": "100" (protobuf's JSON for int64),
+    # "instance_group": [{"name": "policy_0", "count": 2, "kind": "KIND_CPU"}], "default_model_filename": "model.py"
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    config = client.get_model_config("policy", as_json=True)["config"]
+    client.close()
+    assert config["input"] == [{"name": "x", "data_type": "TYPE_STRING", "dims": ["1"], "optional": True}]
+    assert config["instance_group"] == [{"name": "policy_0", "count": 2, "kind": "KIND_CPU"}]
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == "100"
+    assert config["dynamic_batching"]["priority_queue_policy"] == {"1": {"max_queue_size": 2}}
+    assert config["default_model_filename"] == "model.py" and config["response_cache"] == {"enable": True}
+
+
+def test_inference_count_counts_successful_inferences_only(triton: Triton) -> None:
+    # 0.7 after two good requests and one the callable failed: "inference_count":2, "execution_count":3,
+    # success count 2, fail count 1; nv_inference_count 2, nv_inference_exec_count 3.
+    client = httpclient.InferenceServerClient(http_url(triton))
+    before = client.get_inference_statistics("add", headers=HTTP_AUTH)["model_stats"][0]
+    _http_infer(triton)
+    _http_infer(triton)
+    with pytest.raises(InferenceServerException):
+        _http_infer(triton, parameters={"fail": True})
+    after = client.get_inference_statistics("add", headers=HTTP_AUTH)["model_stats"][0]
+    client.close()
+    assert after["inference_count"] - before["inference_count"] == 2
+    assert after["execution_count"] - before["execution_count"] == 3
+    assert after["inference_stats"]["fail"]["count"] - before["inference_stats"]["fail"]["count"] == 1
+    assert after["response_stats"] == {} and after["memory_usage"] == []  # 0.7 prints both, empty
+    metrics = request(triton.metrics_port or 0, "GET", "/metrics")[2].decode()
+    sample = next(line for line in metrics.splitlines() if line.startswith('nv_inference_count{model="add"'))
+    assert float(sample.rsplit(" ", 1)[1]) == after["inference_count"]
+
+
+def test_statistics_of_an_unknown_model(triton: Triton) -> None:
+    # 0.7: 400 {"error":"requested model 'nope' is not available"}, and for an unknown version
+    # 400 {"error":"requested model version is not available for model 'add'"}; gRPC: INVALID_ARGUMENT, same text.
+    status, _, body = request(triton.http_port, "GET", "/v2/models/nope/stats", headers=HTTP_AUTH)
+    assert (status, json.loads(body)) == (400, {"error": "requested model 'nope' is not available"})
+    status, _, body = request(triton.http_port, "GET", "/v2/models/add/versions/7/stats", headers=HTTP_AUTH)
+    assert (status, json.loads(body)) == (400, {"error": "requested model version is not available for model 'add'"})
+    client = httpclient.InferenceServerClient(http_url(triton))
+    with pytest.raises(InferenceServerException, match="requested model 'nope' is not available"):
+        client.get_inference_statistics("nope", headers=HTTP_AUTH)
+    client.close()
+    grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+    for args, message in (
+        (("nope",), "requested model 'nope' is not available"),
+        (("add", "7"), "requested model version is not available for model 'add'"),
+    ):
+        with pytest.raises(InferenceServerException) as raised:
+            grpc.get_inference_statistics(*args, headers=GRPC_AUTH)
+        assert (raised.value.status(), raised.value.message()) == ("StatusCode.INVALID_ARGUMENT", message)
+    grpc.close()
+
+
+def test_infer_on_a_decoupled_model(triton: Triton) -> None:
+    # 0.7 HTTP: 501 {"error":"HTTP end point doesn't support models with decoupled transaction policy"};
+    # gRPC ModelInfer: UNIMPLEMENTED "ModelInfer RPC doesn't support models with decoupled transaction policy".
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]})
+    status, _, answer = request(triton.http_port, "POST", "/v2/models/stream/infer", body)
+    assert (status, json.loads(answer)) == (
+        501,
+        {"error": "HTTP end point doesn't support models with decoupled transaction policy"},
+    )
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    inputs = [grpcclient.InferInput("x", [1, 3], "FP32")]
+    inputs[0].set_data_from_numpy(np.ones((1, 3), np.float32))
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("stream", inputs)
+    client.close()
+    assert (raised.value.status(), raised.value.message()) == (
+        "StatusCode.UNIMPLEMENTED",
+        "ModelInfer RPC doesn't support models with decoupled transaction policy",
+    )
+
+
+def test_callable_exception_names_its_type(triton: Triton) -> None:
+    # 0.7 answered 500 with the callable's traceback ending "ValueError: the model says no"; gRPC: INTERNAL.
+    with pytest.raises(InferenceServerException) as raised:
+        _http_infer(triton, parameters={"fail": True})
+    assert raised.value.status() == "500" and raised.value.message() == "ValueError: the model says no"
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    inputs = [grpcclient.InferInput(name, [1, 2], "FP32") for name in ("a", "b")]
+    for infer_input in inputs:
+        infer_input.set_data_from_numpy(_floats(1, 2))
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("add", inputs, parameters={"fail": True})
+    client.close()
+    assert (raised.value.status(), raised.value.message()) == ("StatusCode.INTERNAL", "ValueError: the model says no")
+
+
+def test_requested_output_names_list_every_output_when_none_is_named(triton: Triton) -> None:
+    # 0.7's callable saw requested_output_names ['sum', 'diff'] for a request naming no outputs, ['diff'] for
+    # one naming only diff.
+    CALLS.clear()
+    _http_infer(triton)
+    result = _http_infer(triton, outputs=[httpclient.InferRequestedOutput("diff")])
+    assert [output["name"] for output in result.get_response()["outputs"]] == ["diff"]
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    inputs = [grpcclient.InferInput(name, [1, 2], "FP32") for name in ("a", "b")]
+    for infer_input in inputs:
+        infer_input.set_data_from_numpy(_floats(1, 2))
+    client.infer("add", inputs)
+    client.close()
+    assert CALLS == [
+        {"names": ["sum", "diff"], "inputs": ["a", "b"]},
+        {"names": ["diff"], "inputs": ["a", "b"]},
+        {"names": ["sum", "diff"], "inputs": ["a", "b"]},
+    ]
