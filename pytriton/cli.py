@@ -121,8 +121,11 @@ def _serve(binder: Callable[[Triton], Any], config: TritonConfig, limits: Server
     with Triton(config=config, limits=limits) as triton:
         binder(triton)
         triton.run()
-        print("pytriton serving on " + ", ".join(triton.urls()), flush=True)
-        triton.serve()
+        try:
+            print("pytriton serving on " + ", ".join(triton.urls()), flush=True)
+            triton.serve()
+        except KeyboardInterrupt:  # SIGINT before serve() took the signal over: leaving the block stops cleanly
+            logging.getLogger("pytriton").info("received SIGINT, stopping")
 
 
 def _check(config: TritonConfig) -> None:

@@ -245,4 +245,3 @@ class Triton(TritonBase):
     def _stop_server(self) -> None:
         """Drain the engine and close the ports (also ends the loop thread of a server never started)."""
         self._runtime.stop()
-

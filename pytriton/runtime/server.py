@@ -75,10 +75,7 @@ class ServerRuntime:
         self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting] = None
     ) -> None:
         """Serve a model (before or after start), with `trace` overriding the server's trace settings for it."""
-        instances: List[ModelInstance] = [
-            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
-        ]
-        self._loop.call(self._add_model, spec, instances, trace)
+        self._loop.call(self._add_thread_model, spec, callables, trace)
         self._refreeze()
 
     def add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting] = None) -> None:
@@ -99,6 +96,15 @@ class ServerRuntime:
             instances: List[ModelInstance] = list(await start_instances(plan))
         except StartError as error:
             raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}") from None
+        self._add_model(spec, instances, trace)
+
+    def _add_thread_model(
+        self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting]
+    ) -> None:
+        """Add a model whose instances are threads of this process (on the loop)."""
+        instances: List[ModelInstance] = [
+            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
+        ]
         self._add_model(spec, instances, trace)
 
     def _add_model(self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting]) -> None:
