@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import copy
+import logging
 import re
-from typing import Any, Callable, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
 
 from pytriton.core.datatypes import datatype_of_config_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
-from pytriton.model_config.common import DeviceKind
+from pytriton.model_config.common import DeviceKind, ModelWarmup, generate_warmup_requests
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
 
+LOGGER = logging.getLogger("pytriton")
 _MODEL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -92,6 +96,7 @@ def build_model(
         _check_batcher(batcher, config.max_batch_size)
     input_specs = _tensor_specs(inputs, "INPUT")
     output_specs = _tensor_specs(outputs, "OUTPUT")
+    warmup = _warmup_requests(model_name, config.model_warmup, input_specs, output_specs)
     max_batch_size = config.max_batch_size if config.batching else 0
     spec = ModelSpec(
         name=model_name,
@@ -106,6 +111,7 @@ def build_model(
         strict=strict,
         input_specs=input_specs,
         output_specs=output_specs,
+        warmup=warmup,
     )
     triton_config = TritonModelConfig(
         model_name=model_name,
@@ -118,8 +124,28 @@ def build_model(
         inputs=list(input_specs),
         outputs=list(output_specs),
         response_cache=ResponseCache(enable=True) if config.response_cache else None,
+        model_warmup=copy.deepcopy(config.model_warmup),
     )
     return spec, triton_config
+
+
+def _warmup_requests(
+    model_name: str,
+    model_warmup: Optional[List[ModelWarmup]],
+    input_specs: Sequence[TensorSpec],
+    output_specs: Sequence[TensorSpec],
+) -> Tuple[Dict[str, np.ndarray], ...]:
+    """The warm-up requests' inputs, generated now (a file that cannot be read fails the binding)."""
+    if not model_warmup:
+        return ()
+    known = {spec.name for spec in input_specs}
+    for warmup in model_warmup:
+        unknown = sorted(set(warmup.inputs) - known)
+        if unknown:
+            LOGGER.warning(
+                "warm-up '%s' of model '%s' gives inputs the model does not have: %s", warmup.name, model_name, unknown
+            )
+    return tuple(generate_warmup_requests(model_warmup, list(input_specs), list(output_specs)))
 
 
 def _check_batcher(batcher: Any, max_batch_size: int) -> None:

@@ -187,9 +187,10 @@ class Triton(TritonBase):
             LOGGER.info("serving on %s", ", ".join(self.urls()))
 
     def _wait_for_server(self) -> None:
-        """The engine is ready as soon as it runs; a server that was never started cannot become ready."""
+        """Wait for the models' warm-ups; a server that was never started cannot become ready."""
         if not self._runtime.running:
             raise TimeoutError("Triton Inference Server is not running: start it with run() or serve()")
+        self._runtime.wait_warmed_up()
 
     def _bind_model(
         self,
@@ -226,6 +227,9 @@ class Triton(TritonBase):
                 model_name,
             )
         trace = model_trace_setting(model_name, trace_config, self._options.trace)
+        for fn in callables:  # before the model is added: its warm-up may call decorators that read it
+            self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
+            attach_context(fn, self.triton_context)
         try:
             if processes is not None:
                 plan = processes.plan(model_name, copy.deepcopy(triton_model_config))
@@ -234,9 +238,8 @@ class Triton(TritonBase):
                 self._runtime.add_model(spec, callables, trace)
         except ValueError as error:
             raise PyTritonInvalidOperationError(str(error)) from None
-        for fn in callables:
-            self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
-            attach_context(fn, self.triton_context)
+        if self.is_connected():
+            self._runtime.wait_warmed_up()  # as in PyTriton 0.7, a model bound while serving is ready on return
 
     def _is_alive_impl(self) -> bool:
         """Whether the engine runs and no model failed unrecoverably."""

@@ -7,7 +7,7 @@ import dataclasses
 import enum
 import logging
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 from pytriton.core.cache import ResponseCache
 from pytriton.core.cuda_memory import CudaSharedMemory
@@ -15,6 +15,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.instances import ModelInstance
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.spec import ModelSpec
+from pytriton.core.warmup import warm_up
 
 LOGGER = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class Engine:
         self._max_response_bytes = max_response_bytes
         self._hung_call_ns = int(hung_call_warning_s * 1e9)
         self._watchdog: Optional[asyncio.TimerHandle] = None
+        self._warmups: Set[asyncio.Task[None]] = set()
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
         self.live = True
@@ -75,9 +77,19 @@ class Engine:
         )
         model = ServedModel(spec, instances, self._cache, self._on_unrecoverable)
         versions[spec.version] = model
+        if spec.warmup:
+            model.state = ModelState.LOADING
+            task = asyncio.get_running_loop().create_task(warm_up(model))
+            self._warmups.add(task)
+            task.add_done_callback(self._warmups.discard)
         if self._hung_call_ns and self._watchdog is None:
             self._watch_calls()
         return model
+
+    async def warmed_up(self) -> None:
+        """Return once every model's warm-up has finished."""
+        while self._warmups:
+            await asyncio.wait(set(self._warmups))
 
     def _watch_calls(self) -> None:
         """Log, once per call, an instance whose call has run longer than hung_call_warning_s; check again later."""
@@ -193,6 +205,8 @@ class Engine:
     async def shutdown(self, timeout_s: float) -> None:
         """Refuse new requests, let in-flight ones finish up to `timeout_s`, fail the rest."""
         self.phase = Phase.DRAINING
+        for task in list(self._warmups):
+            task.cancel()
         models = self.models()
         if models:
             await asyncio.gather(*(model.scheduler.drain(timeout_s) for model in models))

@@ -21,6 +21,7 @@ from pytriton.core.watch import Disconnect
 class ModelState(enum.Enum):
     """Model states as the repository index reports them."""
 
+    LOADING = "LOADING"  # warming up
     READY = "READY"
     UNLOADING = "UNLOADING"
     UNAVAILABLE = "UNAVAILABLE"

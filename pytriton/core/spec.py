@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import FrozenSet, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
 
 from pytriton.core.errors import InferenceError
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
@@ -39,6 +41,8 @@ class ModelSpec:
     strict: bool
     input_specs: Tuple[TensorSpec, ...] = ()
     output_specs: Tuple[TensorSpec, ...] = ()
+    # The inputs of each warm-up request, run on every instance before the model is ready.
+    warmup: Tuple[Dict[str, np.ndarray], ...] = dataclasses.field(default=(), repr=False, compare=False)
     # Server limits the engine applies to the model's requests (0: none).
     max_tensor_elements: int = 0
     max_response_bytes: int = 0

@@ -1,7 +1,23 @@
-"""Model configuration: tensors, batching, queue policies."""
+"""Model configuration: tensors, batching, queue policies, warm-up."""
 
-from pytriton.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy, TimeoutAction
+from pytriton.model_config.common import (
+    DeviceKind,
+    DynamicBatcher,
+    ModelWarmup,
+    QueuePolicy,
+    TimeoutAction,
+    WarmupInput,
+)
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 
-__all__ = ["DeviceKind", "DynamicBatcher", "ModelConfig", "QueuePolicy", "Tensor", "TimeoutAction"]
+__all__ = [
+    "DeviceKind",
+    "DynamicBatcher",
+    "ModelConfig",
+    "ModelWarmup",
+    "QueuePolicy",
+    "Tensor",
+    "TimeoutAction",
+    "WarmupInput",
+]

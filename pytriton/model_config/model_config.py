@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import List, Optional
 
-from pytriton.model_config.common import DynamicBatcher
+from pytriton.model_config.common import DynamicBatcher, ModelWarmup
 
 
 @dataclasses.dataclass
@@ -17,6 +18,7 @@ class ModelConfig:
         batcher: dynamic batching configuration.
         response_cache: whether responses are cached (needs TritonConfig.cache_config).
         decoupled: whether the model streams zero, one or many responses per request.
+        model_warmup: requests each instance runs before the model reports ready (a failure is logged only).
     """
 
     batching: bool = True
@@ -24,3 +26,4 @@ class ModelConfig:
     batcher: DynamicBatcher = dataclasses.field(default_factory=DynamicBatcher)
     response_cache: bool = False
     decoupled: bool = False
+    model_warmup: Optional[List[ModelWarmup]] = None

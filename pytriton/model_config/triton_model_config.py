@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
-from pytriton.model_config.common import DeviceKind, DynamicBatcher
+from pytriton.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup
 
 
 @dataclasses.dataclass
@@ -40,6 +40,7 @@ class TritonModelConfig:
     inputs: Optional[Sequence[TensorSpec]] = None
     outputs: Optional[Sequence[TensorSpec]] = None
     response_cache: Optional[ResponseCache] = None
+    model_warmup: Optional[List[ModelWarmup]] = None
 
     @property
     def backend(self) -> str:

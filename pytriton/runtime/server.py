@@ -114,6 +114,10 @@ class ServerRuntime:
             self.settings.trace.models[spec.name] = trace
         self.tracing.refresh()
 
+    def wait_warmed_up(self) -> None:
+        """Return once every model bound so far has run its warm-up requests (ModelConfig.model_warmup)."""
+        self._loop.run(self.engine.warmed_up())
+
     def _refreeze(self) -> None:
         """A model bound while serving lives as long as the server: out of the collector's reach, as at start."""
         if self.running:
