@@ -3,75 +3,124 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, Optional, Tuple
+import logging
+from types import ModuleType
+from typing import Any, Dict, Optional, Tuple, Type, cast
 
+import aiohttp
 import numpy as np
+import tritonclient.grpc.aio
+import tritonclient.http.aio
 
-from pytriton.client._asyncio_base import ASYNCIO_TRANSLATED_ERRORS, AsyncioModelClientBase
-from pytriton.client._errors import client_error
-from pytriton.client._request import (
-    Parameters,
-    batch_inputs,
-    check_call,
-    header_values,
-    infer_inputs,
-    name_inputs,
-    requested_outputs,
-    result_arrays,
-    unbatch_outputs,
-)
-from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.client._base import BaseModelClient
+from pytriton.client._errors import TRANSLATED_ERRORS, client_error
+from pytriton.client._request import InferCall, Parameters, result_arrays, unbatch_outputs
+from pytriton.client.asyncio_utils import asyncio_get_model_config, asyncio_wait_for_model_ready
+from pytriton.model_config.triton_model_config import TritonModelConfig
+
+_LOGGER = logging.getLogger(__name__)
+# What an asyncio inference call may raise that `client_error` translates.
+ASYNCIO_TRANSLATED_ERRORS: Tuple[Type[BaseException], ...] = (*TRANSLATED_ERRORS, aiohttp.ClientError)
 
 
-class AsyncioModelClient(AsyncioModelClientBase):
-    """Asyncio client for a model served over HTTP or gRPC.
+class AsyncioModelClient(BaseModelClient):
+    """Asyncio client for a model served over HTTP or gRPC; tritonclient's clients are made at first use.
 
     Examples:
         async with AsyncioModelClient("localhost", "MyModel") as client:
             result_dict = await client.infer_sample(input1_sample, input2_sample)
     """
 
-    def __init__(
-        self,
-        url: str,
-        model_name: str,
-        model_version: Optional[str] = None,
-        *,
-        lazy_init: bool = True,
-        init_timeout_s: Optional[float] = None,
-        inference_timeout_s: Optional[float] = None,
-    ) -> None:
-        """Create a client for `model_name` on the server at `url`; connections open at first use.
+    _other_kind = "AsyncioDecoupledModelClient"
 
-        Args:
-            url: server url, e.g. `grpc://localhost:8001`; no scheme means http, no port the scheme's default
-                (8000 for http, 8001 for grpc).
-            model_name: name of the model.
-            model_version: version of the model; None means the latest.
-            lazy_init: wait for the model and read its config at the first request instead of in `__aenter__`.
-            init_timeout_s: how long to wait for the server and the model to be ready (default 300 s).
-            inference_timeout_s: how long one inference may take (default 60 s).
-
-        Raises:
-            PyTritonClientInvalidUrlError: if the url is invalid.
-        """
-        super().__init__(
-            url,
-            model_name,
-            model_version,
-            lazy_init=lazy_init,
-            init_timeout_s=init_timeout_s,
-            inference_timeout_s=inference_timeout_s,
-        )
+    def _open(self) -> None:
+        """Nothing yet: tritonclient's asyncio clients are created inside the event loop, at first use."""
+        self._general_client: Any = None
         self._infer_client: Any = None
+        self._config_lock: Optional[asyncio.Lock] = None
+
+    def get_lib(self) -> ModuleType:
+        """tritonclient.grpc.aio or tritonclient.http.aio, after the url's scheme."""
+        return cast(ModuleType, tritonclient.grpc.aio if self._is_grpc else tritonclient.http.aio)
+
+    def _client_kwargs(self, scheme: str, network_timeout_s: Optional[float]) -> Dict[str, Any]:
+        """tritonclient.http.aio takes one timeout (connection and request) at construction."""
+        if scheme != "http" or network_timeout_s is None:
+            return {}
+        return {"conn_timeout": network_timeout_s}
+
+    async def __aenter__(self) -> AsyncioModelClient:
+        """Use the client as an async context manager; without lazy_init, wait for the model and its config."""
+        if not self._lazy_init:
+            try:
+                await self._ready_config()
+            except BaseException:
+                await self.close()
+                raise
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        """Close the client when leaving the context."""
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connections to the server; the client cannot be used afterwards."""
+        if self._closed:
+            return
+        _LOGGER.debug("Closing %s", type(self).__name__)
+        self._closed = True
+        await self._close_connections()
 
     async def _close_connections(self) -> None:
-        """Close both tritonclient clients."""
+        """Close the tritonclient clients created so far."""
         try:
-            await super()._close_connections()
+            if self._general_client is not None:
+                await self._general_client.close()
         finally:
             if self._infer_client is not None:
                 await self._infer_client.close()
+
+    def _general(self) -> Any:
+        """The client for health and config requests, created at first use."""
+        self._check_open()
+        if self._general_client is None:
+            self._general_client = self.create_client_from_url(self._url, network_timeout_s=self._network_timeout_s)
+        return self._general_client
+
+    async def wait_for_model(self, timeout_s: float) -> None:
+        """Wait for the server and the model to be ready.
+
+        Raises:
+            PyTritonClientTimeoutError: if they are not ready within `timeout_s`.
+            PyTritonClientClosedError: if the client is closed.
+        """
+        await asyncio_wait_for_model_ready(
+            self._general(), self._model_name, self._model_version, timeout_s=timeout_s, headers=self._headers
+        )
+
+    @property
+    async def model_config(self) -> TritonModelConfig:
+        """The model's config, read once (after waiting up to init_timeout_s for the server and the model).
+
+        Raises:
+            PyTritonClientTimeoutError: if the server or the model is not ready in time.
+            PyTritonClientModelUnavailableError: if the config cannot be obtained.
+            PyTritonClientClosedError: if the client is closed before the config was read.
+        """
+        if self._model_config is None:
+            if self._config_lock is None:
+                self._config_lock = asyncio.Lock()
+            async with self._config_lock:
+                if self._model_config is None:
+                    self._model_config = await asyncio_get_model_config(
+                        self._general(),
+                        self._model_name,
+                        self._model_version,
+                        timeout_s=self._init_timeout_s,
+                        headers=self._headers,
+                    )
+                    self._model_ready = True
+        return self._model_config
 
     async def infer_sample(
         self,
@@ -80,27 +129,8 @@ class AsyncioModelClient(AsyncioModelClientBase):
         headers: Optional[Parameters] = None,
         **named_inputs: np.ndarray,
     ) -> Dict[str, np.ndarray]:
-        """Run inference on one sample (a batch axis is added and removed for batching models).
-
-        Args:
-            *inputs: inputs in the model's input order.
-            parameters: request parameters handed to the model.
-            headers: request headers (HTTP headers or gRPC metadata).
-            **named_inputs: inputs by name (not together with positional ones).
-
-        Returns:
-            The outputs by name.
-
-        Raises:
-            PyTritonClientValueError: if the inputs, parameters or headers are invalid.
-            PyTritonClientTimeoutError: if the model is not ready within init_timeout_s
-                or the inference takes longer than inference_timeout_s.
-            PyTritonClientModelUnavailableError: if the model config cannot be obtained.
-            PyTritonClientInferenceServerError: if the model or the server fails the request.
-            PyTritonClientQueueFullError: if the model's queue is full.
-            PyTritonClientClosedError: if the client is closed.
-        """
-        return await self._infer(inputs, named_inputs, parameters, headers, sample=True)
+        """Run inference on one sample; the arguments, result and errors are ModelClient.infer_sample's."""
+        return await self._infer(InferCall(inputs, named_inputs, parameters, headers, sample=True))
 
     async def infer_batch(
         self,
@@ -109,67 +139,27 @@ class AsyncioModelClient(AsyncioModelClientBase):
         headers: Optional[Parameters] = None,
         **named_inputs: np.ndarray,
     ) -> Dict[str, np.ndarray]:
-        """Run inference on a batch (the first axis of every input).
+        """Run inference on a batch; the arguments, result and errors are ModelClient.infer_batch's."""
+        return await self._infer(InferCall(inputs, named_inputs, parameters, headers, sample=False))
 
-        Args:
-            *inputs: inputs in the model's input order.
-            parameters: request parameters handed to the model.
-            headers: request headers (HTTP headers or gRPC metadata).
-            **named_inputs: inputs by name (not together with positional ones).
+    async def _ready_config(self) -> TritonModelConfig:
+        """The model config once the model is ready (read, or waited for once when it was handed over)."""
+        config = await self.model_config
+        if not self._model_ready:
+            await self.wait_for_model(self._init_timeout_s)
+            self._model_ready = True
+        return config
 
-        Returns:
-            The outputs by name.
-
-        Raises:
-            PyTritonClientModelDoesntSupportBatchingError: if the model does not batch.
-            PyTritonClientValueError: if the inputs, parameters or headers are invalid.
-            PyTritonClientTimeoutError: if the model is not ready within init_timeout_s
-                or the inference takes longer than inference_timeout_s.
-            PyTritonClientModelUnavailableError: if the model config cannot be obtained.
-            PyTritonClientInferenceServerError: if the model or the server fails the request.
-            PyTritonClientQueueFullError: if the model's queue is full.
-            PyTritonClientClosedError: if the client is closed.
-        """
-        return await self._infer(inputs, named_inputs, parameters, headers, sample=False)
-
-    def _inference_client(self) -> Any:
-        """The client for inference requests, created at first use."""
-        self._check_open()
+    async def _infer(self, call: InferCall) -> Dict[str, np.ndarray]:
+        """Send one request and return its outputs."""
+        self._check_call(call)
+        config = await self._ready_config()
+        arrays = self._request_arrays(config, call)
         if self._infer_client is None:
             self._infer_client = self.create_client_from_url(self._url, network_timeout_s=self._inference_timeout_s)
-        return self._infer_client
-
-    async def _infer(
-        self,
-        inputs: Tuple[Any, ...],
-        named_inputs: Dict[str, Any],
-        parameters: Optional[Parameters],
-        headers: Optional[Parameters],
-        sample: bool,
-    ) -> Dict[str, np.ndarray]:
-        """Send one request and return its outputs."""
-        check_call(inputs, named_inputs, parameters, headers)
-        self._check_open()
-        config = await self.model_config
-        if config.decoupled:
-            raise PyTritonClientInferenceServerError(
-                "Model config is decoupled. Use AsyncioDecoupledModelClient instead."
-            )
-        arrays = batch_inputs(config, name_inputs(config, inputs, named_inputs), sample)
-        lib = self.get_lib()
-        timeout_kwargs = {"client_timeout": self._inference_timeout_s} if self._is_grpc else {}
-        request = self._inference_client().infer(
-            model_name=self._model_name,
-            model_version=self._model_version or "",
-            inputs=infer_inputs(lib, arrays),
-            outputs=requested_outputs(lib, config),
-            request_id=self._next_request_id(),
-            parameters=parameters,
-            headers=header_values(headers, lowercase=self._is_grpc),
-            **timeout_kwargs,
-        )
+        request = self._infer_client.infer(**self._infer_arguments(config, arrays, call))
         try:
             result = await asyncio.wait_for(request, self._inference_timeout_s)
         except ASYNCIO_TRANSLATED_ERRORS as error:
             raise client_error(error, self._inference_timeout_s) from error
-        return unbatch_outputs(config, result_arrays(result), sample)
+        return unbatch_outputs(config, result_arrays(result), call.sample)

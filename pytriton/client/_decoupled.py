@@ -4,29 +4,23 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Dict, Generator, Optional, Tuple, Union
+from typing import Any, Dict, Generator, Optional, Union
 
 import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2_grpc
 
 from pytriton.client._errors import client_error
-from pytriton.client._request import Arrays, Parameters, batch_inputs, check_call, name_inputs, unbatch_outputs
+from pytriton.client._request import Arrays, InferCall, Parameters, unbatch_outputs
 from pytriton.client._stream import CHANNEL_OPTIONS, stream_metadata, stream_outputs, stream_request
-from pytriton.client._sync_base import SyncModelClientBase
-from pytriton.client._url import TritonUrl
-from pytriton.client.exceptions import (
-    PyTritonClientClosedError,
-    PyTritonClientInferenceServerError,
-    PyTritonClientTimeoutError,
-    PyTritonClientValueError,
-)
+from pytriton.client._sync import ModelClient
+from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientTimeoutError
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 _Reply = Union[Any, grpc.RpcError, None]  # a ModelStreamInferResponse, the error that ended the call, or the end
 
 
-class DecoupledModelClient(SyncModelClientBase):
+class DecoupledModelClient(ModelClient):
     """Synchronous client for a decoupled model over gRPC: each call yields the responses as they come.
 
     Examples:
@@ -35,44 +29,15 @@ class DecoupledModelClient(SyncModelClientBase):
                 print(result_dict)
     """
 
-    def __init__(
-        self,
-        url: str,
-        model_name: str,
-        model_version: Optional[str] = None,
-        *,
-        lazy_init: bool = True,
-        init_timeout_s: Optional[float] = None,
-        inference_timeout_s: Optional[float] = None,
-    ) -> None:
-        """Create a client for the decoupled model `model_name` on the gRPC server at `url`.
+    _decoupled = True
+    _other_kind = "ModelClient"
 
-        Args:
-            url: server url with the grpc scheme, e.g. `grpc://localhost:8001` (default port 8001).
-            model_name: name of the model.
-            model_version: version of the model; None means the latest.
-            lazy_init: wait for the model and read its config at the first request instead of now.
-            init_timeout_s: how long to wait for the server and the model to be ready (default 300 s).
-            inference_timeout_s: how long to wait for each response (default 60 s).
-
-        Raises:
-            PyTritonClientValueError: if the url's scheme is not grpc.
-            PyTritonClientInvalidUrlError: if the url is invalid.
-            PyTritonClientTimeoutError: if lazy_init is False and the model is not ready within init_timeout_s.
-        """
-        if TritonUrl.from_url(url).scheme != "grpc":
-            raise PyTritonClientValueError("DecoupledModelClient is only supported for grpc protocol")
-        super().__init__(
-            url,
-            model_name,
-            model_version,
-            lazy_init=lazy_init,
-            init_timeout_s=init_timeout_s,
-            inference_timeout_s=inference_timeout_s,
-        )
+    def _open(self) -> None:
+        """A gRPC channel for the streams, beside the client for health and config requests."""
+        self._require_grpc()
+        super()._open()
         self._channel = grpc.insecure_channel(self._triton_url.without_scheme, options=CHANNEL_OPTIONS)
         self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
-        self._initialize()
 
     def _close_connections(self) -> None:
         """Close the health/config client and the streaming channel (ending streams in progress)."""
@@ -81,92 +46,52 @@ class DecoupledModelClient(SyncModelClientBase):
         finally:
             self._channel.close()
 
-    def infer_sample(
+    def infer_sample(  # type: ignore[override]
         self,
         *inputs: np.ndarray,
         parameters: Optional[Parameters] = None,
         headers: Optional[Parameters] = None,
         **named_inputs: np.ndarray,
     ) -> Generator[Dict[str, np.ndarray], None, None]:
-        """Send one sample now; iterate over the model's responses (batch axis removed for batching models).
+        """Send one sample now; a generator of the model's responses (batch axis removed for batching models).
 
-        Args:
-            *inputs: inputs in the model's input order.
-            parameters: request parameters handed to the model.
-            headers: request headers, sent as gRPC metadata.
-            **named_inputs: inputs by name (not together with positional ones).
-
-        Returns:
-            A generator of the responses' outputs by name (closing it cancels the stream); it raises
-            PyTritonClientTimeoutError when a response takes longer than inference_timeout_s and
-            PyTritonClientInferenceServerError when the model fails.
-
-        Raises:
-            PyTritonClientValueError: if the inputs, parameters or headers are invalid.
-            PyTritonClientTimeoutError: if the model is not ready within init_timeout_s.
-            PyTritonClientInferenceServerError: if the model is not decoupled.
-            PyTritonClientClosedError: if the client is closed.
+        The arguments are ModelClient.infer_sample's. Closing the generator cancels the stream; iterating it
+        raises PyTritonClientTimeoutError when a response takes longer than inference_timeout_s and
+        PyTritonClientInferenceServerError when the model fails.
         """
-        return self._stream(inputs, named_inputs, parameters, headers, sample=True)
+        return self._stream(InferCall(inputs, named_inputs, parameters, headers, sample=True))
 
-    def infer_batch(
+    def infer_batch(  # type: ignore[override]
         self,
         *inputs: np.ndarray,
         parameters: Optional[Parameters] = None,
         headers: Optional[Parameters] = None,
         **named_inputs: np.ndarray,
     ) -> Generator[Dict[str, np.ndarray], None, None]:
-        """Send one batch now; iterate over the model's responses.
+        """Send one batch now; a generator of the model's responses (see `infer_sample`)."""
+        return self._stream(InferCall(inputs, named_inputs, parameters, headers, sample=False))
 
-        Args:
-            *inputs: inputs in the model's input order.
-            parameters: request parameters handed to the model.
-            headers: request headers, sent as gRPC metadata.
-            **named_inputs: inputs by name (not together with positional ones).
-
-        Returns:
-            A generator of the responses' outputs by name (closing it cancels the stream); it raises
-            PyTritonClientTimeoutError when a response takes longer than inference_timeout_s and
-            PyTritonClientInferenceServerError when the model fails.
-
-        Raises:
-            PyTritonClientModelDoesntSupportBatchingError: if the model does not batch.
-            PyTritonClientValueError: if the inputs, parameters or headers are invalid.
-            PyTritonClientTimeoutError: if the model is not ready within init_timeout_s.
-            PyTritonClientInferenceServerError: if the model is not decoupled.
-            PyTritonClientClosedError: if the client is closed.
-        """
-        return self._stream(inputs, named_inputs, parameters, headers, sample=False)
-
-    def _stream(
-        self,
-        inputs: Tuple[Any, ...],
-        named_inputs: Dict[str, Any],
-        parameters: Optional[Parameters],
-        headers: Optional[Parameters],
-        sample: bool,
-    ) -> Generator[Arrays, None, None]:
+    def _stream(self, call: InferCall) -> Generator[Arrays, None, None]:
         """Start the call and a thread reading its replies; return the iterator over the responses."""
-        check_call(inputs, named_inputs, parameters, headers)
-        self._check_open()
-        config = self.model_config
-        if not config.decoupled:
-            raise PyTritonClientInferenceServerError("Model config is coupled. Use ModelClient instead.")
-        arrays = batch_inputs(config, name_inputs(config, inputs, named_inputs), sample)
+        self._check_call(call)
+        config = self._ready_config()
+        arrays = self._request_arrays(config, call)
         request = stream_request(
-            self._model_name, self._model_version, self._next_request_id(), arrays, config, parameters
+            self._model_name, self._model_version, self._next_request_id(), arrays, config, call.parameters
         )
-        call = self._stub.ModelStreamInfer(iter([request]), metadata=stream_metadata(headers))
+        stream = self._stub.ModelStreamInfer(
+            iter([request]), metadata=stream_metadata(self._call_headers(call.headers))
+        )
         replies: queue.SimpleQueue[_Reply] = queue.SimpleQueue()
         reader = threading.Thread(
-            target=_read_replies, args=(call, replies), name="pytriton-client-stream", daemon=True
+            target=_read_replies, args=(stream, replies), name="pytriton-client-stream", daemon=True
         )
         reader.start()
-        return self._responses(call, reader, replies, config, sample)
+        return self._responses(stream, reader, replies, config, call.sample)
 
     def _responses(
         self,
-        call: Any,
+        stream: Any,
         reader: threading.Thread,
         replies: queue.SimpleQueue[_Reply],
         config: TritonModelConfig,
@@ -192,7 +117,7 @@ class DecoupledModelClient(SyncModelClientBase):
                     return
                 yield unbatch_outputs(config, outputs, sample)
         finally:
-            call.cancel()
+            stream.cancel()
             reader.join()
 
 

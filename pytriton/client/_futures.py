@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 from concurrent.futures import Future
@@ -14,7 +13,7 @@ import numpy as np
 from pytriton.client._request import Parameters
 from pytriton.client._sync import ModelClient
 from pytriton.client._url import TritonUrl
-from pytriton.client.exceptions import PyTritonClientClosedError
+from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientQueueFullError
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 _LOGGER = logging.getLogger(__name__)
@@ -37,9 +36,12 @@ class FuturesModelClient:
         model_name: str,
         model_version: Optional[str] = None,
         *,
-        max_workers: Optional[int] = None,
+        max_workers: Optional[int] = 128,
+        max_queue_size: Optional[int] = 128,
+        non_blocking: bool = False,
         init_timeout_s: Optional[float] = None,
         inference_timeout_s: Optional[float] = None,
+        access_token: Optional[str] = None,
     ) -> None:
         """Create a client for `model_name` on the server at `url`; threads start as calls come.
 
@@ -47,24 +49,32 @@ class FuturesModelClient:
             url: server url, e.g. `grpc://localhost:8001`; no scheme means http, no port the scheme's default.
             model_name: name of the model.
             model_version: version of the model; None means the latest.
-            max_workers: most threads running calls at once; None means min(32, os.cpu_count() + 4).
+            max_workers: most threads running calls at once (None: no limit).
+            max_queue_size: most calls waiting for a thread (None: no limit).
+            non_blocking: when the queue is full, raise PyTritonClientQueueFullError at once instead of waiting
+                (up to inference_timeout_s, when given) for room.
             init_timeout_s: how long to wait for the server and the model to be ready (default 300 s).
             inference_timeout_s: how long one inference may take (default 60 s).
+            access_token: the server's access token, sent with every call.
 
         Raises:
-            ValueError: if max_workers is not positive.
+            ValueError: if max_workers or max_queue_size is not positive.
             PyTritonClientInvalidUrlError: if the url is invalid.
         """
         if max_workers is not None and max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
+        if max_queue_size is not None and max_queue_size <= 0:
+            raise ValueError("max_queue_size must be greater than 0")
         self._triton_url = TritonUrl.from_url(url)
         self._url = url
         self._model_name = model_name
         self._model_version = model_version
         self._init_timeout_s = init_timeout_s
         self._inference_timeout_s = inference_timeout_s
-        self._max_workers = max_workers or min(32, (os.cpu_count() or 1) + 4)
-        self._tasks: queue.SimpleQueue[Optional[_Task]] = queue.SimpleQueue()
+        self._access_token = access_token
+        self._max_workers = max_workers
+        self._non_blocking = non_blocking
+        self._tasks: queue.Queue[Optional[_Task]] = queue.Queue(max_queue_size or 0)
         self._idle = threading.Semaphore(0)
         self._threads: List[threading.Thread] = []
         self._lock = threading.Lock()
@@ -74,7 +84,7 @@ class FuturesModelClient:
         """Use the client as a context manager."""
         return self
 
-    def __exit__(self, *_: object) -> None:
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
         """Close the client, waiting for its calls, when leaving the context."""
         self.close()
 
@@ -122,6 +132,8 @@ class FuturesModelClient:
 
         Raises:
             PyTritonClientClosedError: if the client is closed.
+            PyTritonClientQueueFullError: if the queue is full (non_blocking, or no room within
+                inference_timeout_s).
         """
         return self._submit(
             lambda client: client.infer_sample(*inputs, parameters=parameters, headers=headers, **named_inputs)
@@ -134,11 +146,7 @@ class FuturesModelClient:
         headers: Optional[Parameters] = None,
         **named_inputs: np.ndarray,
     ) -> Future[Dict[str, np.ndarray]]:
-        """A future of `ModelClient.infer_batch` with these arguments.
-
-        Raises:
-            PyTritonClientClosedError: if the client is closed.
-        """
+        """A future of `ModelClient.infer_batch` with these arguments; raises as `infer_sample`."""
         return self._submit(
             lambda client: client.infer_batch(*inputs, parameters=parameters, headers=headers, **named_inputs)
         )
@@ -149,12 +157,21 @@ class FuturesModelClient:
         with self._lock:
             if self._closed:
                 raise PyTritonClientClosedError("FuturesModelClient is closed")
-            self._tasks.put((future, call))
-            if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:
-                thread = threading.Thread(target=self._work, name="pytriton-futures-client", daemon=True)
-                self._threads.append(thread)
-                thread.start()
+            self._start_thread_unless_one_is_idle()
+        try:
+            self._tasks.put((future, call), block=not self._non_blocking, timeout=self._inference_timeout_s)
+        except queue.Full:
+            raise PyTritonClientQueueFullError("Queue is full") from None
         return future
+
+    def _start_thread_unless_one_is_idle(self) -> None:
+        """Start a thread for the next call unless one is idle or max_workers run already (under the lock)."""
+        if not self._idle.acquire(blocking=False) and (
+            self._max_workers is None or len(self._threads) < self._max_workers
+        ):
+            thread = threading.Thread(target=self._work, name="pytriton-futures-client", daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     def _work(self) -> None:
         """Run queued calls with this thread's own ModelClient until told to stop."""
@@ -187,6 +204,7 @@ class FuturesModelClient:
             self._model_version,
             init_timeout_s=self._init_timeout_s,
             inference_timeout_s=self._inference_timeout_s,
+            access_token=self._access_token,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import ModuleType
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -13,6 +14,17 @@ from pytriton.model_config.triton_model_config import TritonModelConfig
 
 Parameters = Dict[str, Union[str, int, bool]]
 Arrays = Dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class InferCall:
+    """The arguments of one `infer_sample` (sample=True) or `infer_batch` call."""
+
+    inputs: Tuple[Any, ...]
+    named_inputs: Mapping[str, Any]
+    parameters: Optional[Parameters]
+    headers: Optional[Parameters]
+    sample: bool
 
 
 def check_call(
@@ -130,7 +142,7 @@ def result_arrays(result: Any) -> Arrays:
     return {name: result.as_numpy(name) for name in names}
 
 
-def header_values(headers: Optional[Parameters], lowercase: bool) -> Optional[Dict[str, str]]:
+def header_values(headers: Optional[Mapping[str, object]], lowercase: bool) -> Optional[Dict[str, str]]:
     """Headers as strings; gRPC metadata keys must be lowercase."""
     if not headers:
         return None

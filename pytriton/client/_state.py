@@ -17,18 +17,25 @@ class ModelState(enum.Enum):
     READY = "READY"
 
 
-def index_entries(index: Any) -> Iterable[Tuple[str, str, str]]:
-    """(name, version, state) of each entry of a repository index (HTTP: a list of dicts; gRPC: a message)."""
-    if isinstance(index, list):
-        return [(entry.get("name", ""), entry.get("version", ""), entry.get("state", "")) for entry in index]
-    return [(entry.name, entry.version, entry.state) for entry in index.models]
+def parse_http_response(models: Iterable[Mapping[str, Any]]) -> Dict[Tuple[str, str], ModelState]:
+    """(name, version) -> state of an HTTP repository index (entries without a version are left out)."""
+    return _states((entry.get("name", ""), entry.get("version", ""), entry.get("state", "")) for entry in models)
+
+
+def parse_grpc_response(models: Iterable[Any]) -> Dict[Tuple[str, str], ModelState]:
+    """(name, version) -> state of a gRPC RepositoryIndexResponse's `models` (without a version: left out)."""
+    return _states((entry.name, entry.version, entry.state) for entry in models)
+
+
+def _states(entries: Iterable[Tuple[str, str, str]]) -> Dict[Tuple[str, str], ModelState]:
+    """(name, version) -> state of index entries that have a version."""
+    return {(name, version): _parse_state(state) for name, version, state in entries if version}
 
 
 def model_state(index: Any, model_name: str, model_version: Optional[str]) -> ModelState:
     """The state of a model version (the numerically greatest when `model_version` is None) in an index."""
-    states: Dict[str, ModelState] = {
-        version: _parse_state(state) for name, version, state in index_entries(index) if name == model_name and version
-    }
+    everything = parse_http_response(index) if isinstance(index, list) else parse_grpc_response(index.models)
+    states = {version: state for (name, version), state in everything.items() if name == model_name}
     if model_version is not None:
         return states.get(model_version, ModelState.UNAVAILABLE)
     if not states:

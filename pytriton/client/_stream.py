@@ -7,7 +7,7 @@ tritonclient's generated stub.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2
@@ -82,7 +82,7 @@ def stream_outputs(reply: Any, timeout_s: float) -> Optional[Arrays]:
     return {output.name: result.as_numpy(output.name) for output in response.outputs}
 
 
-def stream_metadata(headers: Optional[Parameters]) -> Optional[Tuple[Tuple[str, str], ...]]:
+def stream_metadata(headers: Optional[Mapping[str, object]]) -> Optional[Tuple[Tuple[str, str], ...]]:
     """Headers as gRPC metadata: lowercase keys, string values."""
     if not headers:
         return None

@@ -2,77 +2,145 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+import logging
+from types import ModuleType
+from typing import Any, Dict, Optional, cast
 
 import numpy as np
+import tritonclient.grpc
+import tritonclient.http
 
+from pytriton.client._base import BaseModelClient
 from pytriton.client._errors import TRANSLATED_ERRORS, client_error
-from pytriton.client._request import (
-    Parameters,
-    batch_inputs,
-    check_call,
-    header_values,
-    infer_inputs,
-    name_inputs,
-    requested_outputs,
-    result_arrays,
-    unbatch_outputs,
-)
-from pytriton.client._sync_base import SyncModelClientBase
-from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.client._readiness import get_model_config, wait_for_model_ready, wait_for_server_ready
+from pytriton.client._request import InferCall, Parameters, result_arrays, unbatch_outputs
+from pytriton.model_config.triton_model_config import TritonModelConfig
+
+_LOGGER = logging.getLogger(__name__)
 
 
-class ModelClient(SyncModelClientBase):
+class ModelClient(BaseModelClient):
     """Synchronous client for a model served over HTTP or gRPC.
 
     Examples:
         with ModelClient("localhost", "MyModel") as client:
             result_dict = client.infer_sample(input1_sample, input2_sample)
+
+        A client for another thread, without reading the config again:
+            other = ModelClient.from_existing_client(client)
     """
 
-    def __init__(
-        self,
-        url: str,
-        model_name: str,
-        model_version: Optional[str] = None,
-        *,
-        lazy_init: bool = True,
-        init_timeout_s: Optional[float] = None,
-        inference_timeout_s: Optional[float] = None,
-    ) -> None:
-        """Create a client for `model_name` on the server at `url`.
+    def _open(self) -> None:
+        """The client for health, config and repository requests; the inference one comes at first use."""
+        self._general_client = self.create_client_from_url(self._url, network_timeout_s=self._network_timeout_s)
+        self._infer_client: Any = None
 
-        Args:
-            url: server url, e.g. `grpc://localhost:8001`; no scheme means http, no port the scheme's default
-                (8000 for http, 8001 for grpc).
-            model_name: name of the model.
-            model_version: version of the model; None means the latest.
-            lazy_init: wait for the model and read its config at the first request instead of now.
-            init_timeout_s: how long to wait for the server and the model to be ready (default 300 s).
-            inference_timeout_s: how long one inference may take (default 60 s).
+    def _initialize(self) -> None:
+        """Without lazy_init, wait for the model and read its config now; close the client if that fails."""
+        if self._lazy_init:
+            return
+        try:
+            self._ready_config()
+        except BaseException:
+            self.close()
+            raise
 
-        Raises:
-            PyTritonClientInvalidUrlError: if the url is invalid.
-            PyTritonClientTimeoutError: if lazy_init is False and the model is not ready within init_timeout_s.
-            PyTritonClientModelUnavailableError: if lazy_init is False and the model config cannot be obtained.
-        """
-        super().__init__(
-            url,
-            model_name,
-            model_version,
-            lazy_init=lazy_init,
-            init_timeout_s=init_timeout_s,
-            inference_timeout_s=inference_timeout_s,
-        )
-        self._infer_client = self.create_client_from_url(url, network_timeout_s=self._inference_timeout_s)
-        self._initialize()
+    def get_lib(self) -> ModuleType:
+        """tritonclient.grpc or tritonclient.http, after the url's scheme."""
+        return cast(ModuleType, tritonclient.grpc if self._is_grpc else tritonclient.http)
+
+    def _client_kwargs(self, scheme: str, network_timeout_s: Optional[float]) -> Dict[str, Any]:
+        """tritonclient.http takes its connection and network timeouts at construction."""
+        if scheme != "http" or network_timeout_s is None:
+            return {}
+        return {"connection_timeout": network_timeout_s, "network_timeout": network_timeout_s}
+
+    def __enter__(self) -> ModelClient:
+        """Use the client as a context manager."""
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Close the client when leaving the context."""
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections to the server; the client cannot be used afterwards."""
+        if self._closed:
+            return
+        _LOGGER.debug("Closing %s", type(self).__name__)
+        self._closed = True
+        self._close_connections()
 
     def _close_connections(self) -> None:
-        """Close both tritonclient clients."""
+        """Close this client's tritonclient clients and channels."""
         try:
-            super()._close_connections()
+            self._general_client.close()
         finally:
-            self._infer_client.close()
+            if self._infer_client is not None:
+                self._infer_client.close()
+
+    def wait_for_model(self, timeout_s: float) -> None:
+        """Wait for the server and the model to be ready.
+
+        Raises:
+            PyTritonClientTimeoutError: if they are not ready within `timeout_s`.
+            PyTritonClientClosedError: if the client is closed.
+        """
+        self._check_open()
+        wait_for_model_ready(
+            self._general_client, self._model_name, self._model_version, timeout_s=timeout_s, headers=self._headers
+        )
+
+    def wait_for_server(self, timeout_s: float) -> None:
+        """Wait for the server to be ready.
+
+        Raises:
+            PyTritonClientTimeoutError: if it is not ready within `timeout_s`.
+            PyTritonClientClosedError: if the client is closed.
+        """
+        self._check_open()
+        wait_for_server_ready(self._general_client, timeout_s=timeout_s, headers=self._headers)
+
+    @property
+    def model_config(self) -> TritonModelConfig:
+        """The model's config, read once (after waiting up to init_timeout_s for the server and the model).
+
+        Raises:
+            PyTritonClientTimeoutError: if the server or the model is not ready in time.
+            PyTritonClientModelUnavailableError: if the config cannot be obtained.
+            PyTritonClientClosedError: if the client is closed before the config was read.
+        """
+        if self._model_config is None:
+            self._check_open()
+            self._model_config = get_model_config(
+                self._general_client,
+                self._model_name,
+                self._model_version,
+                timeout_s=self._init_timeout_s,
+                headers=self._headers,
+            )
+            self._model_ready = True
+        return self._model_config
+
+    @property
+    def is_batching_supported(self) -> bool:
+        """Whether the model batches (max_batch_size > 0); reads the model config first if needed."""
+        return self.model_config.max_batch_size > 0
+
+    def load_model(self, config: Optional[str] = None, files: Optional[Dict[str, bytes]] = None) -> None:
+        """Ask the server to load the model (restricted: the client needs the server's access token).
+
+        Args:
+            config: a JSON model config to load the model with (refused by this project's server).
+            files: "file:<path>" -> content of files of the model directory (with `config`).
+        """
+        self._check_open()
+        self._general_client.load_model(self._model_name, config=config, files=files, headers=self._headers)
+
+    def unload_model(self) -> None:
+        """Ask the server to unload the model (restricted: the client needs the server's access token)."""
+        self._check_open()
+        self._general_client.unload_model(self._model_name, headers=self._headers)
 
     def infer_sample(
         self,
@@ -101,7 +169,7 @@ class ModelClient(SyncModelClientBase):
             PyTritonClientQueueFullError: if the model's queue is full.
             PyTritonClientClosedError: if the client is closed.
         """
-        return self._infer(inputs, named_inputs, parameters, headers, sample=True)
+        return self._infer(InferCall(inputs, named_inputs, parameters, headers, sample=True))
 
     def infer_batch(
         self,
@@ -112,55 +180,28 @@ class ModelClient(SyncModelClientBase):
     ) -> Dict[str, np.ndarray]:
         """Run inference on a batch (the first axis of every input).
 
-        Args:
-            *inputs: inputs in the model's input order.
-            parameters: request parameters handed to the model.
-            headers: request headers (HTTP headers or gRPC metadata).
-            **named_inputs: inputs by name (not together with positional ones).
-
-        Returns:
-            The outputs by name.
-
-        Raises:
-            PyTritonClientModelDoesntSupportBatchingError: if the model does not batch.
-            PyTritonClientValueError: if the inputs, parameters or headers are invalid.
-            PyTritonClientTimeoutError: if the model is not ready within init_timeout_s
-                or the inference takes longer than inference_timeout_s.
-            PyTritonClientModelUnavailableError: if the model config cannot be obtained.
-            PyTritonClientInferenceServerError: if the model or the server fails the request.
-            PyTritonClientQueueFullError: if the model's queue is full.
-            PyTritonClientClosedError: if the client is closed.
+        Args and errors are those of `infer_sample`; besides, PyTritonClientModelDoesntSupportBatchingError
+        is raised if the model does not batch.
         """
-        return self._infer(inputs, named_inputs, parameters, headers, sample=False)
+        return self._infer(InferCall(inputs, named_inputs, parameters, headers, sample=False))
 
-    def _infer(
-        self,
-        inputs: Tuple[Any, ...],
-        named_inputs: Dict[str, Any],
-        parameters: Optional[Parameters],
-        headers: Optional[Parameters],
-        sample: bool,
-    ) -> Dict[str, np.ndarray]:
-        """Send one request and return its outputs."""
-        check_call(inputs, named_inputs, parameters, headers)
-        self._check_open()
+    def _ready_config(self) -> TritonModelConfig:
+        """The model config once the model is ready (read, or waited for once when it was handed over)."""
         config = self.model_config
-        if config.decoupled:
-            raise PyTritonClientInferenceServerError("Model config is decoupled. Use DecoupledModelClient instead.")
-        arrays = batch_inputs(config, name_inputs(config, inputs, named_inputs), sample)
-        lib = self.get_lib()
-        timeout_kwargs = {"client_timeout": self._inference_timeout_s} if self._is_grpc else {}
+        if not self._model_ready:
+            self.wait_for_model(self._init_timeout_s)
+            self._model_ready = True
+        return config
+
+    def _infer(self, call: InferCall) -> Dict[str, np.ndarray]:
+        """Send one request and return its outputs."""
+        self._check_call(call)
+        config = self._ready_config()
+        arrays = self._request_arrays(config, call)
+        if self._infer_client is None:
+            self._infer_client = self.create_client_from_url(self._url, network_timeout_s=self._inference_timeout_s)
         try:
-            result = self._infer_client.infer(
-                model_name=self._model_name,
-                model_version=self._model_version or "",
-                inputs=infer_inputs(lib, arrays),
-                outputs=requested_outputs(lib, config),
-                request_id=self._next_request_id(),
-                parameters=parameters,
-                headers=header_values(headers, lowercase=self._is_grpc),
-                **timeout_kwargs,
-            )
+            result = self._infer_client.infer(**self._infer_arguments(config, arrays, call))
         except TRANSLATED_ERRORS as error:
             raise client_error(error, self._inference_timeout_s) from error
-        return unbatch_outputs(config, result_arrays(result), sample)
+        return unbatch_outputs(config, result_arrays(result), call.sample)

@@ -8,7 +8,7 @@ import tritonclient.grpc
 import tritonclient.http
 
 from pytriton.client._readiness import get_model_config, get_model_state, wait_for_model_ready, wait_for_server_ready
-from pytriton.client._state import LATEST_MODEL_VERSION, ModelState
+from pytriton.client._state import LATEST_MODEL_VERSION, ModelState, parse_grpc_response, parse_http_response
 from pytriton.client._url import TritonUrl
 
 __all__ = [
@@ -18,6 +18,8 @@ __all__ = [
     "create_client_from_url",
     "get_model_config",
     "get_model_state",
+    "parse_grpc_response",
+    "parse_http_response",
     "wait_for_model_ready",
     "wait_for_server_ready",
 ]
