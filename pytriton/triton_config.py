@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import logging
 import os
 import pathlib
 import re
 import typing
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Type, TypeVar
 
 from pytriton.exceptions import PyTritonValidationError
 
 LOGGER = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 ENV_PREFIX = "PYTRITON_TRITON_CONFIG_"
 _LIST_ITEM = re.compile(r"^(.+?)_(\d+)$")
@@ -20,6 +23,27 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+def _keyword_only(cls: Type[_T]) -> Type[_T]:
+    """Make a dataclass's __init__ refuse positional arguments, as nvidia-pytriton's kwonly_dataclass does.
+
+    (`dataclass(kw_only=True)` needs Python 3.10.)
+    """
+    init = cls.__init__
+    signature = inspect.signature(init)
+    parameters = [p if p.name == "self" else p.replace(kind=p.KEYWORD_ONLY) for p in signature.parameters.values()]
+
+    @functools.wraps(init)
+    def keyword_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        if args:
+            raise TypeError(f"{cls.__name__} initialization can't be used with positional arguments")
+        init(self, **kwargs)
+
+    keyword_init.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    cls.__init__ = keyword_init  # type: ignore[method-assign]
+    return cls
+
+
+@_keyword_only
 @dataclasses.dataclass
 class TritonConfig:
     """Server configuration; every field is optional and None means the server's default.

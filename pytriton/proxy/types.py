@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, ItemsView, Iterator, KeysView, List, Optional, Union, ValuesView
+from typing import Any, ClassVar, ContextManager, Dict, ItemsView, Iterator, KeysView, List, Optional, Union, ValuesView
 
 import numpy as np
+
+from pytriton.proxy.telemetry import traced_span
 
 Parameters = Dict[str, Union[str, int, bool, float]]
 
@@ -58,12 +60,27 @@ class _TensorMapping:
 
 @dataclasses.dataclass
 class Request(_TensorMapping):
-    """One inference request: named input arrays plus parameters and forwarded headers."""
+    """One inference request: named input arrays plus parameters and forwarded headers.
+
+    `span` is the request's OpenTelemetry span when the server traces it (trace_config mode=opentelemetry);
+    `requested_output_names` lists the outputs the client asked for (every output when it named none).
+    """
 
     data: Dict[str, np.ndarray]
     parameters: Optional[Parameters] = None
     span: Optional[Any] = None
     requested_output_names: Optional[List[str]] = None
+    # The tracer that made `span`, for the child spans of `traced_span` (not a field: set by the server).
+    tracer: ClassVar[Optional[Any]] = None
+
+    def traced_span(self, span_name: str) -> ContextManager[None]:
+        """A child span of the request's span around a block; nothing happens when the request is not traced.
+
+        Examples:
+            with request.traced_span("preprocess"):
+                ...
+        """
+        return traced_span(self, span_name)
 
 
 @dataclasses.dataclass
@@ -75,3 +92,6 @@ class Response(_TensorMapping):
 
 Requests = List[Request]
 Responses = List[Response]
+ResponsesOrError = Union[Responses, Exception]
+ResponsesNoneOrError = Union[Responses, None, Exception]
+Scope = Dict[str, Any]
