@@ -159,7 +159,7 @@ class RemoteTriton:
 
     def serve(self, monitoring_period_s: float = MONITORING_PERIOD_S) -> None:
         """Serve the models until SIGINT/SIGTERM, or until the server goes away; then stop."""
-        from pytriton.triton import _stop_on_signals  # here: pytriton.triton re-exports this module
+        from pytriton.triton_base import _stop_on_signals
 
         self.connect()
         stopping = threading.Event()

@@ -20,7 +20,7 @@ from pytriton.core.cuda_memory import CudaSharedMemory
 from pytriton.core.cuda_runtime import CudaError, CudaRuntime
 from pytriton.core.errors import InferenceError
 from pytriton.triton import Triton
-from tests.conftest import grpc_url
+from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url
 from tests.http_helpers import request
 from tests.test_metrics import _bind_echo
 
@@ -172,7 +172,7 @@ def with_driver(monkeypatch: pytest.MonkeyPatch, driver: HostMemoryDriver) -> It
 def _http(server: Triton, method: str, path: str, body: Optional[Any] = None) -> Tuple[int, Any]:
     assert server.http_port is not None
     data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    status, _headers, answer = request(server.http_port, method, path, data if method == "POST" else None)
+    status, _headers, answer = request(server.http_port, method, path, data if method == "POST" else None, HTTP_AUTH)
     return status, json.loads(answer) if answer else None
 
 
@@ -230,15 +230,17 @@ def test_http_without_cuda_answers_as_triton(
 
 def test_grpc_without_cuda_answers_as_triton(server: Triton) -> None:
     with grpcclient.InferenceServerClient(grpc_url(server)) as client:
-        assert client.get_cuda_shared_memory_status(as_json=True) == {}
+        assert client.get_cuda_shared_memory_status(as_json=True, headers=GRPC_AUTH) == {}
         with pytest.raises(InferenceServerException, match="Unable to find cuda shared memory region: 'r'") as found:
-            client.get_cuda_shared_memory_status("r")
+            client.get_cuda_shared_memory_status("r", headers=GRPC_AUTH)
         assert found.value.status() == "StatusCode.NOT_FOUND"
         with pytest.raises(InferenceServerException, match="'r', GPUs not supported") as refused:
-            client.register_cuda_shared_memory("r", B64, 0, 16)  # tritonclient takes the handle base64-encoded
+            client.register_cuda_shared_memory(
+                "r", B64, 0, 16, headers=GRPC_AUTH
+            )  # tritonclient takes the handle base64-encoded
         assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
-        client.unregister_cuda_shared_memory("r")
-        client.unregister_cuda_shared_memory()
+        client.unregister_cuda_shared_memory("r", headers=GRPC_AUTH)
+        client.unregister_cuda_shared_memory(headers=GRPC_AUTH)
 
 
 def test_http_register_status_unregister(server: Triton, with_driver: HostMemoryDriver) -> None:
@@ -258,14 +260,14 @@ def test_http_register_status_unregister(server: Triton, with_driver: HostMemory
 def test_grpc_register_status_unregister(server: Triton, with_driver: HostMemoryDriver) -> None:
     with_driver.allocate(HANDLE, 128)
     with grpcclient.InferenceServerClient(grpc_url(server)) as client:
-        client.register_cuda_shared_memory("out", B64, 0, 64)
-        status = client.get_cuda_shared_memory_status(as_json=True)
+        client.register_cuda_shared_memory("out", B64, 0, 64, headers=GRPC_AUTH)
+        status = client.get_cuda_shared_memory_status(as_json=True, headers=GRPC_AUTH)
         assert status == {"regions": {"out": {"name": "out", "byte_size": "64"}}}  # proto3 JSON drops device_id 0
         with pytest.raises(InferenceServerException, match="already in manager") as conflict:
-            client.register_cuda_shared_memory("out", B64, 0, 64)
+            client.register_cuda_shared_memory("out", B64, 0, 64, headers=GRPC_AUTH)
         assert conflict.value.status() == "StatusCode.ALREADY_EXISTS"
-        client.unregister_cuda_shared_memory()
-        assert client.get_cuda_shared_memory_status(as_json=True) == {}
+        client.unregister_cuda_shared_memory(headers=GRPC_AUTH)
+        assert client.get_cuda_shared_memory_status(as_json=True, headers=GRPC_AUTH) == {}
 
 
 def test_regions_are_unmapped_when_the_server_stops(

@@ -20,7 +20,7 @@ from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError,
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
-from tests.conftest import grpc_url, http_url, running_triton
+from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
 
 FP32_IO = {
     "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
@@ -428,10 +428,10 @@ def test_a_cancelled_stream_stops_the_generator_in_the_process() -> None:
 
 def test_statistics_count_process_instance_calls(basic: Triton) -> None:
     with httpclient.InferenceServerClient(http_url(basic)) as client:
-        before = client.get_inference_statistics("async_double")["model_stats"][0]
+        before = client.get_inference_statistics("async_double", headers=HTTP_AUTH)["model_stats"][0]
         for _ in range(3):
             _infer(basic, "async_double", {"x": np.ones(2, dtype=np.float32)})
-        after = client.get_inference_statistics("async_double")["model_stats"][0]
+        after = client.get_inference_statistics("async_double", headers=HTTP_AUTH)["model_stats"][0]
     assert after["inference_count"] - before["inference_count"] == 3
     assert after["execution_count"] - before["execution_count"] == 3
     assert int(after["inference_stats"]["compute_infer"]["ns"]) > int(before["inference_stats"]["compute_infer"]["ns"])
