@@ -345,9 +345,9 @@ def test_load_with_config_override_is_unimplemented(call: Call) -> None:
             "unexpected inference output 'NOPE'",
         ),
         (
-            lambda client: client.get_system_shared_memory_status(headers=GRPC_AUTH),
-            "UNIMPLEMENTED",
-            "shared memory",
+            lambda client: client.get_system_shared_memory_status("r", headers=GRPC_AUTH),
+            "NOT_FOUND",
+            "Unable to find system shared memory region: 'r'",
         ),
         (
             lambda client: client.get_cuda_shared_memory_status("r", headers=GRPC_AUTH),

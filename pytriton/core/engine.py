@@ -15,6 +15,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.instances import ModelInstance
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.spec import ModelSpec
+from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.core.warmup import warm_up
 
 LOGGER = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class Engine:
         self._warmups: Set[asyncio.Task[None]] = set()
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
+        self.system_memory = SystemSharedMemory()
         self.live = True
         self.phase = Phase.SERVING
 
@@ -213,6 +215,7 @@ class Engine:
         await asyncio.gather(*(model.scheduler.close_instances() for model in models))
         if self._watchdog is not None:
             self._watchdog.cancel()
+        self.system_memory.unregister()  # unmap what clients registered
         if self.cuda_memory.status():  # unmap what clients registered (CUDA calls: off the loop)
             await asyncio.get_running_loop().run_in_executor(None, self.cuda_memory.unregister)
         self.phase = Phase.STOPPED

@@ -10,7 +10,7 @@ class Status(enum.Enum):
 
     INVALID_ARGUMENT = (400, "INVALID_ARGUMENT")
     NOT_FOUND = (404, "NOT_FOUND")
-    ALREADY_EXISTS = (409, "ALREADY_EXISTS")
+    ALREADY_EXISTS = (400, "ALREADY_EXISTS")  # Triton answers HTTP 400 (measured with nvidia-pytriton 0.7)
     UNAVAILABLE = (503, "UNAVAILABLE")
     UNIMPLEMENTED = (501, "UNIMPLEMENTED")
     INTERNAL = (500, "INTERNAL")

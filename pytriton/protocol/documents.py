@@ -18,6 +18,7 @@ EXTENSIONS = [
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
+    "system_shared_memory",
     "generate",
     "logging",
 ]

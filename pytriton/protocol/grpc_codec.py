@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from google.protobuf import json_format
@@ -14,8 +14,10 @@ from pytriton.core.model import ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
+from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.protocol import documents
 from pytriton.protocol.parameters import RequestOptions, split_parameters
+from pytriton.protocol.system_memory_codec import TensorRegion, read_input, tensor_region, write_output
 from pytriton.protocol.tensors import numeric_array
 
 Message = Any  # generated protobuf messages carry no static types
@@ -36,18 +38,20 @@ _CONTENTS_FIELD: Dict[str, str] = {
     "FP64": "fp64_contents",
     BYTES: "bytes_contents",
 }
-_SHARED_MEMORY_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
 
 
 class DecodedRequest:
     """A gRPC infer request decoded for the engine."""
 
-    __slots__ = ("options", "request")
+    __slots__ = ("options", "regions", "request")
 
-    def __init__(self, request: InferenceRequest, options: RequestOptions) -> None:
-        """Bundle the engine request with what its reserved parameters ask of the server."""
+    def __init__(
+        self, request: InferenceRequest, options: RequestOptions, regions: Optional[Dict[str, TensorRegion]] = None
+    ) -> None:
+        """Bundle the engine request with what its reserved parameters ask and the regions of its outputs."""
         self.request = request
         self.options = options
+        self.regions = regions
 
 
 def decode_infer_request(
@@ -55,13 +59,20 @@ def decode_infer_request(
     message: Message,
     raw_contents: Optional[Sequence[Buffer]] = None,
     forwarded_headers: Optional[Mapping[str, str]] = None,
+    memory: Optional[SystemSharedMemory] = None,
 ) -> DecodedRequest:
-    """Decode a ModelInferRequest; `raw_contents` overrides its raw_input_contents (already split off)."""
+    """Decode a ModelInferRequest; `raw_contents` overrides its raw_input_contents (already split off).
+
+    Inputs in shared memory (which have no raw contents) are read from the regions of `memory`.
+    """
     raw = list(message.raw_input_contents) if raw_contents is None else raw_contents
     tensors = message.inputs
-    if raw and len(raw) != len(tensors):
+    regions = [_region(tensor.parameters, f"input '{tensor.name}'") for tensor in tensors]
+    expected = regions.count(None)
+    if raw and len(raw) != expected:
         raise InferenceError.invalid(
-            f"expected {len(tensors)} raw input contents (one per input) but got {len(raw)} for model '{spec.name}'"
+            f"expected {expected} raw input contents (one per input not in shared memory) but got {len(raw)} for "
+            f"model '{spec.name}'"
         )
     parameters = message.parameters
     user_parameters, options = split_parameters(
@@ -70,7 +81,8 @@ def decode_infer_request(
     inputs: Dict[str, np.ndarray] = {}
     names: List[str] = []
     batch_sizes: List[int] = []
-    for index, tensor in enumerate(tensors):
+    raw_index = 0
+    for tensor, region in zip(tensors, regions):
         name: str = tensor.name
         datatype: str = tensor.datatype
         shape = list(tensor.shape)
@@ -79,32 +91,36 @@ def decode_infer_request(
         batch_sizes.append(spec.check_input(name, datatype, shape))
         if name in inputs:
             raise InferenceError.invalid(f"input '{name}' appears more than once in the request for '{spec.name}'")
-        if tensor.parameters:
-            _refuse_shared_memory(tensor.parameters, f"input '{name}'")
         has_contents = tensor.HasField("contents")
-        if raw:
+        if region is not None:
+            if has_contents:
+                raise InferenceError.invalid(f"input '{name}' has contents and is in shared memory as well")
+            inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
+        elif raw:
             if has_contents:
                 raise InferenceError.invalid(
                     f"contents field must not be specified when using raw_input_contents for '{name}' for model "
                     f"'{spec.name}'"
                 )
-            inputs[name] = array_from_raw(raw[index], datatype, shape, name)
+            inputs[name] = array_from_raw(raw[raw_index], datatype, shape, name)
+            raw_index += 1
         elif has_contents:
             inputs[name] = array_from_contents(tensor.contents, datatype, shape, name)
         else:
             raise InferenceError.invalid(f"input '{name}' has neither contents nor raw_input_contents")
         names.append(name)
     batch_size = spec.check_input_set(names, batch_sizes)
+    requested, output_regions = _requested_outputs(spec, message.outputs, memory)
     request = InferenceRequest(
         request_id=message.id,
         inputs=inputs,
         parameters=user_parameters,
-        requested_outputs=_requested_outputs(spec, message.outputs),
+        requested_outputs=requested,
         batch_size=batch_size,
         priority=options.priority,
         timeout_us=options.timeout_us,
     )
-    return DecodedRequest(request, options)
+    return DecodedRequest(request, options, output_regions)
 
 
 def parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:
@@ -143,27 +159,38 @@ def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], 
     return array.reshape(shape)
 
 
-def _requested_outputs(spec: ModelSpec, outputs: Sequence[Message]) -> Optional[List[str]]:
-    """The requested output names (None = all)."""
+def _requested_outputs(
+    spec: ModelSpec, outputs: Sequence[Message], memory: Optional[SystemSharedMemory]
+) -> Tuple[Optional[List[str]], Optional[Dict[str, TensorRegion]]]:
+    """The requested output names (None = all) and the regions of those to write into shared memory."""
     if not outputs:
-        return None
+        return None, None
     names: List[str] = []
+    regions: Dict[str, TensorRegion] = {}
     for output in outputs:
         parameters = output.parameters
         if parameters:
             if "classification" in parameters:
                 raise InferenceError.invalid(f"classification of output '{output.name}' is not supported")
-            _refuse_shared_memory(parameters, f"output '{output.name}'")
+            region = _region(parameters, f"output '{output.name}'")
+            if region is not None:
+                _memory(memory).check(region.region, region.offset, region.byte_size)
+                regions[output.name] = region
         names.append(output.name)
     spec.check_requested_outputs(names)
-    return names
+    return names, regions or None
 
 
-def _refuse_shared_memory(parameters: Mapping[str, Message], what: str) -> None:
-    """Shared-memory tensors are not supported: say so instead of ignoring the parameters."""
-    for key in _SHARED_MEMORY_PARAMETERS:
-        if key in parameters:
-            raise InferenceError.invalid(f"{what} uses shared memory, which this server does not support")
+def _region(parameters: Mapping[str, Message], what: str) -> Optional[TensorRegion]:
+    """The shared-memory region a tensor's parameters name, if any."""
+    return tensor_region(parameters_from_message(parameters), what) if parameters else None
+
+
+def _memory(memory: Optional[SystemSharedMemory]) -> SystemSharedMemory:
+    """The regions shared-memory tensors are in (always given by the servicer)."""
+    if memory is None:
+        raise InferenceError.invalid("this call does not take tensors in shared memory")
+    return memory
 
 
 class EncodedResponse:
@@ -185,15 +212,29 @@ class EncodedResponse:
 
 
 def encode_infer_response(
-    spec: ModelSpec, request_id: str, response: InferenceResponse, final: Optional[bool] = None
+    spec: ModelSpec,
+    request_id: str,
+    response: InferenceResponse,
+    final: Optional[bool] = None,
+    decoded: Optional[DecodedRequest] = None,
+    memory: Optional[SystemSharedMemory] = None,
 ) -> EncodedResponse:
-    """A response with raw outputs; `final` sets the triton_final_response parameter (streams)."""
+    """A response with raw outputs; `final` sets the triton_final_response parameter (streams).
+
+    Outputs `decoded` placed in shared memory are written into their regions of `memory` and have empty contents.
+    """
     message = service_pb2.ModelInferResponse(model_name=spec.name, model_version=spec.version_str, id=request_id)
     add_output = message.outputs.add
     raw_outputs: List[Buffer] = []
+    regions = (decoded.regions if decoded is not None else None) or {}
     for output in response.outputs:
         add_output(name=output.name, datatype=output.datatype, shape=output.array.shape)
-        raw_outputs.append(raw_from_array(output.array, output.datatype))
+        region = regions.get(output.name)
+        if region is not None:
+            write_output(_memory(memory), region, output)
+            raw_outputs.append(b"")
+        else:
+            raw_outputs.append(raw_from_array(output.array, output.datatype))
     if final is not None:
         message.parameters[FINAL_RESPONSE_PARAMETER].bool_param = final
     return EncodedResponse(message, raw_outputs)

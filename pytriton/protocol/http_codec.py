@@ -12,7 +12,9 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
+from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.protocol.parameters import split_parameters
+from pytriton.protocol.system_memory_codec import TensorRegion, read_input, tensor_region, write_output
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
 Body = Union[bytes, bytearray]
@@ -20,14 +22,17 @@ _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 class OutputFormat:
-    """Which outputs a request wants as binary data (the rest go as JSON)."""
+    """Which outputs a request wants as binary data (the rest go as JSON), and which in shared memory."""
 
-    __slots__ = ("binary_by_name", "binary_default")
+    __slots__ = ("binary_by_name", "binary_default", "regions")
 
-    def __init__(self, binary_by_name: Dict[str, bool], binary_default: bool) -> None:
-        """Create the format from per-output flags and the request-wide default."""
+    def __init__(
+        self, binary_by_name: Dict[str, bool], binary_default: bool, regions: Optional[Dict[str, TensorRegion]] = None
+    ) -> None:
+        """Create the format from per-output flags, the request-wide default and the outputs' regions."""
         self.binary_by_name = binary_by_name
         self.binary_default = binary_default
+        self.regions = regions
 
 
 def decode_infer_request(
@@ -35,8 +40,12 @@ def decode_infer_request(
     body: Body,
     header_length: Optional[int],
     forwarded_headers: Optional[Mapping[str, str]] = None,
+    memory: Optional[SystemSharedMemory] = None,
 ) -> Tuple[InferenceRequest, OutputFormat]:
-    """Decode an infer request body (JSON, optionally followed by binary tensors); also say which outputs go binary."""
+    """Decode an infer request body (JSON, optionally followed by binary tensors); also say which outputs go binary.
+
+    Tensors in shared memory are read from, or checked against, the regions of `memory`.
+    """
     size = len(body)
     if header_length is None:
         header_length = size
@@ -61,7 +70,11 @@ def decode_infer_request(
             raise InferenceError.invalid(f"duplicate input '{name}' in request for model '{spec.name}'")
         batch_sizes.append(spec.check_input(name, datatype, shape))
         binary_size = tensor_parameters.get("binary_data_size")
-        if binary_size is not None:
+        region = tensor_region(tensor_parameters, f"input '{name}'") if tensor_parameters else None
+        if region is not None:
+            _only_shared_memory(raw, binary_size)
+            inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
+        elif binary_size is not None:
             if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
                 raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
             if view is None or offset + binary_size > size:
@@ -80,7 +93,7 @@ def decode_infer_request(
             f"unexpected {size - offset} bytes of binary data after the last input of the request"
         )
     batch_size = spec.check_input_set(list(inputs), batch_sizes)
-    requested, output_format = _requested_outputs(spec, document.get("outputs"), options.binary_data_output)
+    requested, output_format = _requested_outputs(spec, document.get("outputs"), options.binary_data_output, memory)
     request_id = document.get("id", "")
     if not isinstance(request_id, str):
         raise InferenceError.invalid("the request 'id' must be a string")
@@ -167,16 +180,37 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
     return name, datatype, shape, _mapping(raw.get("parameters"), "parameters of input", name)
 
 
+def _only_shared_memory(raw: Dict[str, Any], binary_size: Any) -> None:
+    """Refuse an input that gives its data in shared memory and in the request as well (Triton's message)."""
+    given = [
+        name for name, present in (("data", "data" in raw), ("binary_data_size", binary_size is not None)) if present
+    ]
+    if given:
+        listed = " ".join(f"'{name}'" for name in [*given, "shared_memory_region"])
+        raise InferenceError.invalid(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+            f"'shared_memory_region' in 'parameters'. But set {listed}"
+        )
+
+
+def _memory(memory: Optional[SystemSharedMemory]) -> SystemSharedMemory:
+    """The regions a request's shared-memory tensors are in; endpoints without them refuse such tensors."""
+    if memory is None:
+        raise InferenceError.invalid("this endpoint does not take tensors in shared memory")
+    return memory
+
+
 def _requested_outputs(
-    spec: ModelSpec, raw_outputs: Any, binary_default: bool
+    spec: ModelSpec, raw_outputs: Any, binary_default: bool, memory: Optional[SystemSharedMemory]
 ) -> Tuple[Optional[List[str]], OutputFormat]:
-    """The requested output names (None = all) and their binary flags."""
+    """The requested output names (None = all), their binary flags and the regions of those in shared memory."""
     if raw_outputs is None:
         return None, OutputFormat({}, binary_default)
     if not isinstance(raw_outputs, list):
         raise InferenceError.invalid("'outputs' must be an array")
     names: List[str] = []
     binary: Dict[str, bool] = {}  # an output named without parameters goes as JSON
+    regions: Dict[str, TensorRegion] = {}
     for raw in raw_outputs:
         name = raw.get("name") if type(raw) is dict else None
         if type(name) is not str:
@@ -190,8 +224,12 @@ def _requested_outputs(
         if parameters.get("classification"):
             raise InferenceError.invalid(f"classification of output '{name}' is not supported")
         binary[name] = parameters.get("binary_data", False) is True
+        region = tensor_region(parameters, f"output '{name}'")
+        if region is not None:
+            _memory(memory).check(region.region, region.offset, region.byte_size)
+            regions[name] = region
     spec.check_requested_outputs(names)
-    return names, OutputFormat(binary, binary_default)
+    return names, OutputFormat(binary, binary_default, regions or None)
 
 
 def encode_infer_response(
@@ -199,15 +237,23 @@ def encode_infer_response(
     request_id: str,
     response: InferenceResponse,
     output_format: OutputFormat,
+    memory: Optional[SystemSharedMemory] = None,
     parameters: Optional[Dict[str, Any]] = None,
 ) -> Tuple[bytes, Sequence[Any], int]:
-    """Encode a response: the JSON part, the binary parts after it, and the JSON part's length."""
+    """Encode a response: the JSON part, the binary parts after it, and the JSON part's length.
+
+    Outputs the request placed in shared memory are written into their regions of `memory` and carry no data.
+    """
     outputs: List[Dict[str, Any]] = []
     binary_parts: List[Any] = []
     binary_by_name, binary_default = output_format.binary_by_name, output_format.binary_default
+    regions = output_format.regions or {}
     for output in response.outputs:
         entry: Dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": output.array.shape}
-        if binary_by_name.get(output.name, binary_default):
+        region = regions.get(output.name)
+        if region is not None:
+            write_output(_memory(memory), region, output)
+        elif binary_by_name.get(output.name, binary_default):
             raw = raw_from_array(output.array, output.datatype)
             entry["parameters"] = {"binary_data_size": len(raw) if not isinstance(raw, memoryview) else raw.nbytes}
             binary_parts.append(raw)

@@ -38,13 +38,3 @@ def unary(method: Handler[S]) -> Handler[S]:
         await context.abort(code, message)
 
     return wrapper
-
-
-def unimplemented(what: str) -> Handler[Any]:
-    """An RPC method that answers UNIMPLEMENTED."""
-
-    async def method(self: Any, request: Any, context: Any) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{what} is not supported by this server")
-
-    method.__doc__ = f"UNIMPLEMENTED: {what}."
-    return method

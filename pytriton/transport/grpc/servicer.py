@@ -11,15 +11,15 @@ from tritonclient.grpc import service_pb2
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.options.log_trace import ServerSettings
-from pytriton.protocol import cuda_memory_codec, grpc_codec, settings_codec
+from pytriton.protocol import cuda_memory_codec, grpc_codec, settings_codec, system_memory_codec
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
-from pytriton.transport.grpc.errors import unary, unimplemented
+from pytriton.transport.grpc.errors import unary
 from pytriton.transport.grpc.streaming import StreamSession
 from pytriton.transport.grpc.wire import InferRequestFrame
 
 
 class InferenceServicer:
-    """Serves every RPC of GRPCInferenceService over an engine (system shared memory: UNIMPLEMENTED)."""
+    """Serves every RPC of GRPCInferenceService over an engine."""
 
     def __init__(
         self,
@@ -117,9 +117,11 @@ class InferenceServicer:
             raise InferenceError.unimplemented(
                 "ModelInfer RPC doesn't support models with decoupled transaction policy"
             )
-        decoded = grpc_codec.decode_infer_request(spec, request, frame.raw_inputs, self._forwarded_headers(context))
+        memory = self._engine.system_memory
+        forwarded = self._forwarded_headers(context)
+        decoded = grpc_codec.decode_infer_request(spec, request, frame.raw_inputs, forwarded, memory)
         response = await model.infer(decoded.request)
-        return grpc_codec.encode_infer_response(spec, decoded.request.id, response)
+        return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
 
     async def ModelStreamInfer(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:
         """Run the requests of a stream concurrently and stream back their responses."""
@@ -151,9 +153,22 @@ class InferenceServicer:
             raise InferenceError.unimplemented(f"{what} is not supported by this server")
         return self._settings
 
-    SystemSharedMemoryStatus = unimplemented("system shared memory")
-    SystemSharedMemoryRegister = unimplemented("system shared memory")
-    SystemSharedMemoryUnregister = unimplemented("system shared memory")
+    @unary
+    async def SystemSharedMemoryStatus(self, request: Message, context: Any) -> Message:
+        """Every registered system shared-memory region, or the one named."""
+        return system_memory_codec.status_message(self._engine.system_memory.status(request.name))
+
+    @unary
+    async def SystemSharedMemoryRegister(self, request: Message, context: Any) -> Message:
+        """Register part of a client's POSIX shared-memory segment, by key."""
+        self._engine.system_memory.register(request.name, request.key, request.offset, request.byte_size)
+        return service_pb2.SystemSharedMemoryRegisterResponse()
+
+    @unary
+    async def SystemSharedMemoryUnregister(self, request: Message, context: Any) -> Message:
+        """Unregister a system shared-memory region, or all of them."""
+        self._engine.system_memory.unregister(request.name)
+        return service_pb2.SystemSharedMemoryUnregisterResponse()
 
     @unary
     async def CudaSharedMemoryStatus(self, request: Message, context: Any) -> Message:

@@ -77,14 +77,15 @@ class StreamSession:
         try:
             model = self._engine.model(model_name, model_version)
             spec = model.spec
-            decoded = grpc_codec.decode_infer_request(spec, message, frame.raw_inputs, self._forwarded)
+            memory = self._engine.system_memory
+            decoded = grpc_codec.decode_infer_request(spec, message, frame.raw_inputs, self._forwarded, memory)
             del frame, message  # the inputs live in the engine request now; do not hold the wire message too
             responses = model.stream(decoded.request)
             final_sent = False
             try:
                 async for response in responses:
                     final_sent = response.final
-                    put(grpc_codec.encode_infer_response(spec, request_id, response, final=response.final))
+                    put(grpc_codec.encode_infer_response(spec, request_id, response, response.final, decoded, memory))
             finally:
                 await _aclose(responses)
             if decoded.options.empty_final_response and not final_sent:

@@ -17,7 +17,7 @@ from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import documents
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import decode_infer_request, encode_infer_response, parse_json_object
-from pytriton.transport.http import cuda_memory
+from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
@@ -130,6 +130,9 @@ class HttpFrontend:
         if parts[2] == "cudasharedmemory" and (matched := cuda_memory.match(parts[3:])) is not None:
             _allow(method, cuda_memory.method_of(matched[0]))
             return self._cuda_shared_memory(receive, send, *matched)
+        if parts[2] == "systemsharedmemory" and (matched := system_memory.match(parts[3:])) is not None:
+            _allow(method, system_memory.method_of(matched[0]))
+            return self._system_shared_memory(receive, send, *matched)
         raise _HttpError(404, "Not Found")
 
     def _model_route(
@@ -183,6 +186,12 @@ class HttpFrontend:
         document = await cuda_memory.answer(self._engine.cuda_memory, action, region, body)
         await (send_empty(send, 200) if document is None else send_json(send, 200, document))
 
+    async def _system_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
+        """/v2/systemsharedmemory/[region/{name}/]{status,register,unregister} (transport/http/system_memory.py)."""
+        body = await _read_body(receive, self._max_body_bytes)
+        document = system_memory.answer(self._engine.system_memory, action, region, body)
+        await (send_empty(send, 200) if document is None else send_json(send, 200, document))
+
     async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
         """POST .../infer."""
         model = self._engine.model(name, version)
@@ -212,9 +221,10 @@ class HttpFrontend:
             if isinstance(body, bytes):
                 body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
         forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
-        request, output_format = decode_infer_request(spec, body, header_length, forwarded)
+        memory = self._engine.system_memory
+        request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
         response = await model.infer(request, gone=lambda: _until_disconnect(receive))
-        json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format)
+        json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
         if binary_parts:
             out = b"".join([json_part, *binary_parts])
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]

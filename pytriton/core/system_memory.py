@@ -1,0 +1,110 @@
+"""Triton's system shared-memory regions: POSIX segments of other processes on this host, registered by key.
+
+A client (tritonclient.utils.shared_memory) creates a segment, registers part of it under a name, and then
+names the region, an offset and a size instead of sending tensor bytes: inputs are read from it, outputs
+written into it. Every access is checked against the region and, since a segment shrunk under a mapping
+turns an access into SIGBUS, against the segment's file (`SharedSegment.check_size`). Inputs are copied out,
+so the client cannot change a request while the model runs. Messages and statuses are Triton's, except that
+a registration Triton refuses with INTERNAL (a key that cannot be opened, a range outside the segment) is a
+client's mistake here: INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from pytriton.core.errors import InferenceError, Status
+from pytriton.core.raw_tensors import Buffer
+from pytriton.core.shared_memory import SharedMemoryUnavailable, SharedSegment
+
+# Each region holds a file descriptor and a mapping: a bound keeps clients from exhausting the process's descriptors.
+MAX_REGIONS = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class SystemRegion:
+    """One registered region: `byte_size` bytes from `offset` of the POSIX segment `key`."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+
+
+class SystemSharedMemory:
+    """The system shared-memory regions registered with one server (used on the event loop)."""
+
+    def __init__(self) -> None:
+        """No regions."""
+        self._regions: Dict[str, Tuple[SystemRegion, SharedSegment]] = {}
+
+    def status(self, name: str = "") -> List[SystemRegion]:
+        """Every region, or the one named (NOT_FOUND when it is not registered)."""
+        if not name:
+            return [region for region, _ in self._regions.values()]
+        found = self._regions.get(name)
+        if found is None:
+            raise InferenceError.not_found(f"Unable to find system shared memory region: '{name}'")
+        return [found[0]]
+
+    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Map `byte_size` bytes from `offset` of the segment `key` and register them as `name`."""
+        if not name:
+            raise InferenceError.invalid("'region name' is necessary to register system shared memory region")
+        if name in self._regions:
+            raise InferenceError(Status.ALREADY_EXISTS, f"shared memory region '{name}' already in manager")
+        if len(self._regions) >= MAX_REGIONS:
+            raise InferenceError.invalid(
+                f"failed to register shared memory region '{name}': {MAX_REGIONS} regions are registered already"
+            )
+        if not key or "/" in key[1:] or "\0" in key:
+            raise InferenceError.invalid(f"Unable to open shared memory region: '{key}'")
+        try:
+            segment = SharedSegment.open_named(key, offset, byte_size)
+        except SharedMemoryUnavailable as error:
+            if error.errno is not None:  # the segment could not be opened at all
+                raise InferenceError.invalid(f"Unable to open shared memory region: '{key}'") from None
+            raise InferenceError.invalid(f"Invalid shared memory region: '{key}'") from None
+        self._regions[name] = (SystemRegion(name, key, offset, byte_size), segment)
+
+    def unregister(self, name: str = "") -> None:
+        """Unregister and unmap one region, or all of them; an unknown name is not an error (as in Triton)."""
+        names = [name] if name else list(self._regions)
+        for key in names:
+            found = self._regions.pop(key, None)
+            if found is not None:
+                found[1].close()
+
+    def read(self, name: str, offset: int, byte_size: int) -> np.ndarray:
+        """A copy of `byte_size` bytes of a region from `offset` (a uint8 array)."""
+        segment = self._segment(name, offset, byte_size)
+        return np.frombuffer(bytearray(segment.view(offset, byte_size)), dtype=np.uint8)
+
+    def write(self, name: str, offset: int, data: Buffer) -> None:
+        """Copy `data` into a region from `offset`."""
+        source = memoryview(data).cast("B")
+        segment = self._segment(name, offset, source.nbytes)
+        segment.view(offset, source.nbytes)[:] = source
+
+    def check(self, name: str, offset: int, byte_size: int) -> None:
+        """Raise Triton's error unless `byte_size` bytes from `offset` lie inside the registered region `name`."""
+        self._segment(name, offset, byte_size)
+
+    def _segment(self, name: str, offset: int, byte_size: int) -> SharedSegment:
+        """The mapped segment of a region that holds the range, its file still whole."""
+        found = self._regions.get(name)
+        if found is None:
+            raise InferenceError.not_found(f"Unable to find shared memory region: '{name}'")
+        region, segment = found
+        if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
+            raise InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
+        try:
+            segment.check_size()
+        except SharedMemoryUnavailable:
+            raise InferenceError.invalid(
+                f"shared memory region '{name}' is smaller than when it was registered: unregister it"
+            ) from None
+        return segment

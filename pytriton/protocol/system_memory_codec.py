@@ -1,0 +1,102 @@
+"""Triton's system shared-memory extension in messages: registration, status, and tensors held in regions.
+
+Both transports use it: a tensor whose parameters name `shared_memory_region` (with `shared_memory_byte_size`
+and an optional `shared_memory_offset`) is read from, or written into, a region of `SystemSharedMemory`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+from pytriton.core.datatypes import ELEMENT_SIZE
+from pytriton.core.errors import InferenceError
+from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
+from pytriton.core.request import OutputTensor
+from pytriton.core.system_memory import SystemRegion, SystemSharedMemory
+
+REGION, OFFSET, BYTE_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
+
+
+class TensorRegion:
+    """Where a tensor lies in shared memory: a region, an offset in it and a size."""
+
+    __slots__ = ("byte_size", "offset", "region")
+
+    def __init__(self, region: str, offset: int, byte_size: int) -> None:
+        """Point at `byte_size` bytes from `offset` of the region named `region`."""
+        self.region = region
+        self.offset = offset
+        self.byte_size = byte_size
+
+
+def status_document(regions: Sequence[SystemRegion]) -> List[Dict[str, Any]]:
+    """GET .../status: one object per region."""
+    return [{"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size} for r in regions]
+
+
+def status_message(regions: Sequence[SystemRegion]) -> Any:
+    """SystemSharedMemoryStatus's response: regions by name."""
+    response = service_pb2.SystemSharedMemoryStatusResponse()
+    for region in regions:
+        status = response.regions[region.name]
+        status.name, status.key, status.offset, status.byte_size = (
+            region.name,
+            region.key,
+            region.offset,
+            region.byte_size,
+        )
+    return response
+
+
+def tensor_region(parameters: Optional[Mapping[str, Any]], what: str) -> Optional[TensorRegion]:
+    """The region a tensor's parameters (plain values) name, or None when it is not in shared memory."""
+    if not parameters or REGION not in parameters:
+        return None
+    region = parameters[REGION]
+    if not isinstance(region, str) or not region:
+        raise InferenceError.invalid(f"'{REGION}' of {what} must be a region name")
+    byte_size = parameters.get(BYTE_SIZE)
+    if byte_size is None:  # Triton's answer when the size is missing
+        raise InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{region}'")
+    return TensorRegion(region, unsigned(OFFSET, parameters.get(OFFSET, 0)), unsigned(BYTE_SIZE, byte_size))
+
+
+def read_input(
+    memory: SystemSharedMemory, where: TensorRegion, datatype: str, shape: Sequence[int], name: str, model: str
+) -> np.ndarray:
+    """An input's array, copied out of its region (its size must be the tensor's, as Triton checks)."""
+    data = memory.read(where.region, where.offset, where.byte_size)
+    expected = _fixed_byte_size(datatype, shape)
+    if expected is not None and expected != where.byte_size:
+        raise InferenceError.invalid(
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, "
+            f"got {where.byte_size}"
+        )
+    return array_from_raw(data.data, datatype, shape, name)
+
+
+def write_output(memory: SystemSharedMemory, where: TensorRegion, output: OutputTensor) -> None:
+    """Write an output's raw bytes into its region (which must hold them)."""
+    raw = memoryview(raw_from_array(output.array, output.datatype)).cast("B")
+    if raw.nbytes > where.byte_size:
+        raise InferenceError.invalid(
+            f"shared memory size specified with the request for output '{output.name}' ({where.byte_size} bytes) "
+            f"should be at least {raw.nbytes} bytes to hold the results"
+        )
+    memory.write(where.region, where.offset, raw)
+
+
+def _fixed_byte_size(datatype: str, shape: Sequence[int]) -> Optional[int]:
+    """The byte size of a tensor of a fixed-size datatype (None for BYTES, whose size its data tells)."""
+    size = ELEMENT_SIZE.get(datatype)
+    return None if size is None else size * element_count(shape)
+
+
+def unsigned(field: str, value: Any) -> int:
+    """A non-negative integer parameter or field."""
+    if type(value) is not int or value < 0:
+        raise InferenceError.invalid(f"Unable to parse '{field}': expected an unsigned integer, got {value!r}")
+    return value

@@ -1,0 +1,386 @@
+"""Triton's system shared-memory extension, with tritonclient.utils.shared_memory as Triton users pass tensors.
+
+What nvidia-pytriton 0.7.0 (tritonserver 2.51) answered on this machine, and where this server differs:
+- status: `[]`, then `[{"name":"in0","key":"/i20_in0","offset":0,"byte_size":64}, ...]`; an unknown region:
+  404 / NOT_FOUND "Unable to find system shared memory region: 'nope'"; unregistering an unknown one: 200 / OK.
+- registering a name twice: 400 / ALREADY_EXISTS "shared memory region 'in0' already in manager"; no
+  byte_size: 400 "Shared memory register request has no 'byte_size' field".
+- registering a key that does not exist: 500 / INTERNAL "Unable to open shared memory region: '/does_not_exist'";
+  a range past the segment (offset or size): 500 / INTERNAL "Invalid shared memory region: '/i20_in0'".
+  Here both are the client's mistake: 400 / INVALID_ARGUMENT, same messages.
+- infer naming an unknown region: 404 "Unable to find shared memory region: 'zz'"; an offset or size past the
+  region: 400 "Invalid offset + byte size for shared memory region: 'in0'"; a size that is not the tensor's:
+  400 "input byte size mismatch for input 'a' for model 'add'. Expected 16, got 12"; data and a region both:
+  400 "Input must set only one of the following fields: ... But set 'data' 'shared_memory_region'".
+- an output region too small: 500 "shared memory size specified with the request for output 'sum' (8 bytes)
+  should be at least 16 bytes to hold the results" (400 here: the client's mistake); a negative offset: 500
+  "Unable to parse 'shared_memory_offset': ..." (400 here).
+- an output written to shared memory is answered without data (HTTP: name, datatype, shape; gRPC: an empty
+  raw_output_contents entry).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from typing import Any, Dict, Iterator, List, Tuple
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tritonclient.utils import InferenceServerException, serialize_byte_tensor
+
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.http_helpers import request
+
+CLIENTS = {"http": httpclient, "grpc": grpcclient}
+AUTH = {"http": HTTP_AUTH, "grpc": GRPC_AUTH}
+
+
+def _add(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [
+        {"sum": item["a"] + item["b"], "upper": np.char.upper(item["t"].astype(bytes)).astype(np.object_)}
+        for item in requests
+    ]
+
+
+def _bind(triton: Triton) -> None:
+    vector = (-1,)
+    triton.bind(
+        "add",
+        _add,
+        inputs=[
+            Tensor(name="a", dtype=np.float32, shape=vector),
+            Tensor(name="b", dtype=np.float32, shape=vector),
+            Tensor(name="t", dtype=bytes, shape=vector),
+        ],
+        outputs=[Tensor(name="sum", dtype=np.float32, shape=vector), Tensor(name="upper", dtype=bytes, shape=vector)],
+        config=ModelConfig(max_batch_size=4),
+    )
+
+
+@pytest.fixture(scope="module")
+def triton() -> Iterator[Triton]:
+    with running_triton(_bind, allow_metrics=False) as server:
+        yield server
+
+
+class Segment:
+    """A POSIX shared-memory segment made with tritonclient's helpers, destroyed at the end."""
+
+    def __init__(self, size: int) -> None:
+        self.key = f"/pytriton-test-{secrets.token_hex(6)}"
+        self.handle = shm.create_shared_memory_region(self.key[1:], self.key, size)
+
+    def write(self, arrays: List[np.ndarray], offset: int = 0) -> None:
+        shm.set_shared_memory_region(self.handle, arrays, offset=offset)
+
+    def read(self, datatype: Any, shape: List[int], offset: int = 0) -> np.ndarray:
+        return shm.get_contents_as_numpy(self.handle, datatype, shape, offset=offset)
+
+    def destroy(self) -> None:
+        shm.destroy_shared_memory_region(self.handle)
+
+
+@pytest.fixture
+def segments() -> Iterator[Tuple[Segment, Segment]]:
+    made = Segment(256), Segment(256)
+    yield made
+    for segment in made:
+        segment.destroy()
+
+
+@pytest.fixture(params=["http", "grpc"])
+def client(request: pytest.FixtureRequest, triton: Triton) -> Iterator[Any]:
+    protocol = request.param
+    url = http_url(triton) if protocol == "http" else grpc_url(triton)
+    connection = CLIENTS[protocol].InferenceServerClient(url)
+    connection.protocol = protocol
+    yield connection
+    connection.unregister_system_shared_memory(headers=AUTH[protocol])
+    connection.close()
+
+
+def _auth(client: Any) -> Dict[str, str]:
+    return AUTH[client.protocol]
+
+
+def _lib(client: Any) -> Any:
+    return CLIENTS[client.protocol]
+
+
+def test_fp32_and_bytes_round_trip_through_shared_memory(client: Any, segments: Tuple[Segment, Segment]) -> None:
+    source, target = segments
+    a = np.arange(4, dtype=np.float32).reshape(1, 4)
+    text = np.array([[b"ab", b"cde"]], dtype=np.object_)
+    serialized = serialize_byte_tensor(text)
+    text_size = len(serialized.item())
+    source.write([a])
+    source.write([serialized], offset=64)
+    auth, lib = _auth(client), _lib(client)
+    client.register_system_shared_memory("in", source.key, 256, headers=auth)
+    client.register_system_shared_memory("out", target.key, 128, offset=64, headers=auth)
+    inputs = [
+        lib.InferInput("a", [1, 4], "FP32"),
+        lib.InferInput("b", [1, 4], "FP32"),
+        lib.InferInput("t", [1, 2], "BYTES"),
+    ]
+    inputs[0].set_shared_memory("in", 16)
+    inputs[1].set_shared_memory("in", 16)
+    inputs[2].set_shared_memory("in", text_size, offset=64)
+    outputs = [lib.InferRequestedOutput("sum"), lib.InferRequestedOutput("upper")]
+    outputs[0].set_shared_memory("out", 16)
+    outputs[1].set_shared_memory("out", 64, offset=32)
+    result = client.infer("add", inputs, outputs=outputs)
+    np.testing.assert_array_equal(target.read(np.float32, [1, 4], offset=64), a + a)
+    assert target.read(np.object_, [1, 2], offset=96).tolist() == [[b"AB", b"CDE"]]
+    response = result.get_response()
+    if client.protocol == "http":
+        assert response["outputs"] == [
+            {"name": "sum", "datatype": "FP32", "shape": [1, 4]},
+            {"name": "upper", "datatype": "BYTES", "shape": [1, 2]},
+        ]
+    else:
+        assert [output.name for output in response.outputs] == ["sum", "upper"]
+        assert list(response.raw_output_contents) == [b"", b""]
+    # Inputs from shared memory, outputs in the response (and the other way round).
+    result = client.infer("add", inputs)
+    np.testing.assert_array_equal(result.as_numpy("sum"), a + a)
+    assert result.as_numpy("upper").tolist() == [[b"AB", b"CDE"]]
+
+
+def test_register_status_unregister(client: Any, segments: Tuple[Segment, Segment]) -> None:
+    source, target = segments
+    auth = _auth(client)
+    client.register_system_shared_memory("in", source.key, 64, headers=auth)
+    client.register_system_shared_memory("out", target.key, 32, offset=8, headers=auth)
+    status = client.get_system_shared_memory_status(
+        headers=auth, **({"as_json": True} if client.protocol == "grpc" else {})
+    )
+    if client.protocol == "http":
+        assert status == [
+            {"name": "in", "key": source.key, "offset": 0, "byte_size": 64},
+            {"name": "out", "key": target.key, "offset": 8, "byte_size": 32},
+        ]
+    else:  # protobuf's JSON: int64 as strings, zero fields left out
+        assert status == {
+            "regions": {
+                "in": {"name": "in", "key": source.key, "byte_size": "64"},
+                "out": {"name": "out", "key": target.key, "offset": "8", "byte_size": "32"},
+            }
+        }
+    with pytest.raises(InferenceServerException, match="shared memory region 'in' already in manager") as raised:
+        client.register_system_shared_memory("in", source.key, 64, headers=auth)
+    assert raised.value.status() == ("400" if client.protocol == "http" else "StatusCode.ALREADY_EXISTS")
+    client.unregister_system_shared_memory("in", headers=auth)
+    client.unregister_system_shared_memory("in", headers=auth)  # an unknown name is not an error
+    with pytest.raises(InferenceServerException, match="Unable to find system shared memory region: 'in'") as raised:
+        client.get_system_shared_memory_status("in", headers=auth)
+    assert raised.value.status() == ("404" if client.protocol == "http" else "StatusCode.NOT_FOUND")
+    client.unregister_system_shared_memory(headers=auth)
+    empty = client.get_system_shared_memory_status(headers=auth)
+    assert (empty if client.protocol == "http" else list(empty.regions)) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "offset", "byte_size", "message"),
+    [
+        ("/pytriton-does-not-exist", 0, 64, "Unable to open shared memory region: '/pytriton-does-not-exist'"),
+        ("/a/b", 0, 64, "Unable to open shared memory region: '/a/b'"),
+        (None, 0, 1 << 20, "Invalid shared memory region: '{key}'"),  # larger than the segment
+        (None, 512, 8, "Invalid shared memory region: '{key}'"),  # an offset past the segment
+        (None, 0, 0, "Invalid shared memory region: '{key}'"),
+    ],
+)
+def test_bad_registrations_are_refused(
+    client: Any, segments: Tuple[Segment, Segment], key: Any, offset: int, byte_size: int, message: str
+) -> None:
+    key = key or segments[0].key
+    with pytest.raises(InferenceServerException) as raised:
+        client.register_system_shared_memory("r", key, byte_size, offset=offset, headers=_auth(client))
+    assert raised.value.message() == message.format(key=key)
+    assert raised.value.status() == ("400" if client.protocol == "http" else "StatusCode.INVALID_ARGUMENT")
+
+
+def _http_infer(triton: Triton, inputs: List[Dict[str, Any]], outputs: Any = None) -> Tuple[int, Any]:
+    body: Dict[str, Any] = {"inputs": inputs}
+    if outputs is not None:
+        body["outputs"] = outputs
+    status, _, answer = request(triton.http_port or 0, "POST", "/v2/models/add/infer", json.dumps(body))
+    return status, json.loads(answer)
+
+
+def _shm(region: str, byte_size: Any = 16, offset: Any = None) -> Dict[str, Any]:
+    parameters = {"shared_memory_region": region, "shared_memory_byte_size": byte_size}
+    if offset is not None:
+        parameters["shared_memory_offset"] = offset
+    return parameters
+
+
+def _request_inputs(**overrides: Any) -> List[Dict[str, Any]]:
+    a = {"name": "a", "shape": [1, 4], "datatype": "FP32", "parameters": _shm("in")}
+    b = {"name": "b", "shape": [1, 4], "datatype": "FP32", "parameters": _shm("in", offset=16)}
+    t = {"name": "t", "shape": [1, 1], "datatype": "BYTES", "data": ["x"]}
+    a.update(overrides)
+    return [a, b, t]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "outputs", "status", "message"),
+    [
+        (_request_inputs(parameters=_shm("zz")), None, 404, "Unable to find shared memory region: 'zz'"),
+        (
+            _request_inputs(parameters=_shm("in", offset=60)),
+            None,
+            400,
+            "Invalid offset + byte size for shared memory region: 'in'",
+        ),
+        (
+            _request_inputs(parameters=_shm("in", byte_size=80)),
+            None,
+            400,
+            "Invalid offset + byte size for shared memory region: 'in'",
+        ),
+        (
+            _request_inputs(parameters=_shm("in", byte_size=12)),
+            None,
+            400,
+            "input byte size mismatch for input 'a' for model 'add'. Expected 16, got 12",
+        ),
+        (
+            _request_inputs(parameters={"shared_memory_region": "in"}),
+            None,
+            400,
+            "Invalid offset + byte size for shared memory region: 'in'",
+        ),
+        (
+            _request_inputs(parameters=_shm("in", offset=-4)),
+            None,
+            400,
+            "Unable to parse 'shared_memory_offset': expected an unsigned integer, got -4",
+        ),
+        (
+            _request_inputs(data=[1, 2, 3, 4]),
+            None,
+            400,
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+            "'shared_memory_region' in 'parameters'. But set 'data' 'shared_memory_region'",
+        ),
+        (
+            _request_inputs(),
+            [{"name": "sum", "parameters": _shm("zz")}],
+            404,
+            "Unable to find shared memory region: 'zz'",
+        ),
+        (
+            _request_inputs(),
+            [{"name": "sum", "parameters": _shm("out", byte_size=8)}],
+            400,
+            "shared memory size specified with the request for output 'sum' (8 bytes) should be at least 16 bytes "
+            "to hold the results",
+        ),
+        (
+            _request_inputs(),
+            [{"name": "sum", "parameters": _shm("out", byte_size=16, offset=60)}],
+            400,
+            "Invalid offset + byte size for shared memory region: 'out'",
+        ),
+    ],
+)
+def test_bad_tensor_regions_are_refused(
+    triton: Triton, segments: Tuple[Segment, Segment], inputs: Any, outputs: Any, status: int, message: str
+) -> None:
+    source, target = segments
+    source.write([np.ones(8, dtype=np.float32)])
+    client = httpclient.InferenceServerClient(http_url(triton))
+    try:
+        client.register_system_shared_memory("in", source.key, 64, headers=HTTP_AUTH)
+        client.register_system_shared_memory("out", target.key, 64, headers=HTTP_AUTH)
+        assert _http_infer(triton, inputs, outputs) == (status, {"error": message})
+        assert _http_infer(triton, _request_inputs())[0] == 200  # the server and the regions are fine
+    finally:
+        client.unregister_system_shared_memory(headers=HTTP_AUTH)
+        client.close()
+
+
+def test_grpc_refuses_bad_regions_too(triton: Triton, segments: Tuple[Segment, Segment]) -> None:
+    source, _ = segments
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    try:
+        client.register_system_shared_memory("in", source.key, 64, headers=GRPC_AUTH)
+        a = grpcclient.InferInput("a", [1, 4], "FP32")
+        a.set_shared_memory("in", 16, offset=56)
+        b = grpcclient.InferInput("b", [1, 4], "FP32")
+        b.set_shared_memory("in", 16)
+        t = grpcclient.InferInput("t", [1, 1], "BYTES")
+        t.set_data_from_numpy(np.array([[b"x"]], dtype=np.object_))
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("add", [a, b, t])
+        assert raised.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert raised.value.message() == "Invalid offset + byte size for shared memory region: 'in'"
+        a.set_shared_memory("gone", 16)
+        with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'gone'") as raised:
+            client.infer("add", [a, b, t])
+        assert raised.value.status() == "StatusCode.NOT_FOUND"
+    finally:
+        client.unregister_system_shared_memory(headers=GRPC_AUTH)
+        client.close()
+
+
+def test_a_segment_shrunk_after_registration_fails_the_request_not_the_server(
+    triton: Triton, segments: Tuple[Segment, Segment]
+) -> None:
+    source, _ = segments
+    client = httpclient.InferenceServerClient(http_url(triton))
+    try:
+        client.register_system_shared_memory("in", source.key, 64, headers=HTTP_AUTH)
+        fd = os.open(f"/dev/shm{source.key}", os.O_RDWR)
+        try:
+            os.ftruncate(fd, 8)  # would be SIGBUS for a server that touched the mapping past the file's end
+        finally:
+            os.close(fd)
+        status, document = _http_infer(triton, _request_inputs())
+        assert status == 400 and "smaller than when it was registered" in document["error"]
+        assert request(triton.http_port or 0, "GET", "/v2/health/live")[0] == 200
+    finally:
+        client.unregister_system_shared_memory(headers=HTTP_AUTH)
+        client.close()
+
+
+def _holds(key: str) -> int:
+    """How many mappings and descriptors of the POSIX segment `key` this process has (Linux's /proc)."""
+    path = f"/dev/shm{key}"
+    with open("/proc/self/maps") as maps:
+        mappings = sum(line.rstrip().endswith(path) for line in maps)
+    descriptors = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            descriptors += os.readlink(f"/proc/self/fd/{fd}") == path
+        except OSError:
+            pass  # closed meanwhile
+    return mappings + descriptors
+
+
+def test_regions_are_released_on_unregister_and_at_stop(segments: Tuple[Segment, Segment]) -> None:
+    source, target = segments
+    clients_own = _holds(source.key), _holds(target.key)  # tritonclient's helpers map them in this process too
+    with running_triton(_bind, allow_grpc=False, allow_metrics=False) as server:
+        client = httpclient.InferenceServerClient(http_url(server))
+        client.register_system_shared_memory("in", source.key, 64, headers=HTTP_AUTH)
+        client.register_system_shared_memory("out", target.key, 64, headers=HTTP_AUTH)
+        assert _holds(source.key) > clients_own[0] and _holds(target.key) > clients_own[1]
+        client.unregister_system_shared_memory("in", headers=HTTP_AUTH)
+        assert _holds(source.key) == clients_own[0] and _holds(target.key) > clients_own[1]
+        client.close()
+    assert _holds(target.key) == clients_own[1]  # stop() unmapped what was still registered
+
+
+def test_system_shared_memory_is_an_extension_of_the_server(triton: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(triton))
+    assert "system_shared_memory" in client.get_server_metadata()["extensions"]
+    client.close()
