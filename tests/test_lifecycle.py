@@ -345,3 +345,9 @@ def test_response_cache_without_cache_config_warns(caplog):
         tensor = [Tensor(dtype=np.float32, shape=(-1,))]
         triton.bind("cached", _identity, tensor, tensor, config=ModelConfig(response_cache=True))
     assert "no cache is configured" in caplog.text
+
+
+def test_triton_config_takes_keywords_only_as_0_7s_does():
+    with pytest.raises(TypeError, match="TritonConfig initialization can't be used with positional arguments"):
+        TritonConfig(None)  # type: ignore[misc]
+    assert TritonConfig(http_port=5).http_port == 5

@@ -36,7 +36,10 @@ def start_triton(start_triton: Callable[..., Triton]) -> Callable[..., Triton]:
 
 
 def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    return [{"OUT": request.data["IN"]} for request in requests]
+    for item in requests:
+        with item.traced_span("in-callable"):  # a child of the request's span when traced, else nothing
+            pass
+    return [{"OUT": item.data["IN"]} for item in requests]
 
 
 def _bind(triton: Triton) -> None:
@@ -227,17 +230,20 @@ def test_opentelemetry_exports_request_queue_and_compute_spans(start_triton: Cal
     for _ in range(2):
         assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
     spans = exporter.get_finished_spans()
-    assert sorted(span.name for span in spans) == ["compute", "compute", "queue", "queue", "request", "request"]
+    names = ["compute", "compute", "in-callable", "in-callable", "queue", "queue", "request", "request"]
+    assert sorted(span.name for span in spans) == names
+    computes = {span.context.span_id for span in spans if span.name == "compute"}
+    assert all(span.parent.span_id in computes for span in spans if span.name == "in-callable")
     roots = [span for span in spans if span.name == "request"]
     assert roots[0].attributes["triton.model_name"] == "identity"
     assert roots[0].resource.attributes["team"] == "serving"
-    for child in (span for span in spans if span.name != "request"):
+    for child in (span for span in spans if span.name in ("queue", "compute")):
         parent = next(root for root in roots if root.context.span_id == child.parent.span_id)
         assert parent.start_time <= child.start_time <= child.end_time <= parent.end_time
-    # Switching the level off detaches the observers: nothing per request is left to pay.
+    # Switching the level off detaches the span sources: nothing per request is left to pay.
     status, document = post_json(port, "/v2/trace/setting", {"trace_level": ["OFF"]})
     assert status == 200 and document["trace_mode"] == "opentelemetry"
-    assert all(not model.stats.observers for model in triton._runtime.engine.models())
+    assert all(model.scheduler.spans is None for model in triton._runtime.engine.models())
     exporter.clear()
     assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
     assert exporter.get_finished_spans() == ()
@@ -245,10 +251,54 @@ def test_opentelemetry_exports_request_queue_and_compute_spans(start_triton: Cal
     post_json(port, "/v2/models/identity/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_count": "1"})
     for name in ("identity", "identity", "other"):
         assert post_json(port, f"/v2/models/{name}/infer", INFER)[0] == 200
-    assert sorted(span.name for span in exporter.get_finished_spans()) == ["compute", "queue", "request"]
+    assert sorted(span.name for span in exporter.get_finished_spans()) == ["compute", "in-callable", "queue", "request"]
     assert json.loads(request(port, "GET", "/v2/models/identity/trace/setting")[2])["trace_count"] == "0"
 
 
 def test_tracing_off_observes_nothing(start_triton: Callable[..., Triton]) -> None:
     triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
-    assert all(not model.stats.observers for model in triton._runtime.engine.models())
+    assert all(model.scheduler.spans is None for model in triton._runtime.engine.models())
+
+
+@needs_otel
+def test_a_failed_request_has_error_spans(start_triton: Callable[..., Triton]) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    def fail(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        with requests[0].traced_span("before-failing"):
+            raise ValueError("no")
+
+    def bind(triton: Triton) -> None:
+        tensors = {"inputs": [Tensor(name="IN", dtype=np.float32, shape=(-1,))]}
+        triton.bind("fail", fail, outputs=[Tensor(name="OUT", dtype=np.float32, shape=(-1,))], **tensors)
+
+    triton = start_triton(
+        bind, allow_grpc=False, allow_metrics=False, trace_config=["mode=opentelemetry", "rate=1", "level=TIMESTAMPS"]
+    )
+    exporter = InMemorySpanExporter()
+    triton._runtime.tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    assert post_json(triton.http_port, "/v2/models/fail/infer", INFER)[0] == 500
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert set(spans) == {"request", "queue", "compute", "before-failing"}
+    assert spans["compute"].status.status_code is StatusCode.ERROR
+    assert spans["request"].status.description == "ValueError: no"
+
+
+def test_bind_trace_config_sets_the_models_own_trace_settings(start_triton: Callable[..., Triton]) -> None:
+    def bind(triton: Triton) -> None:
+        io = {
+            "inputs": [Tensor(name="IN", dtype=np.float32, shape=(-1,))],
+            "outputs": [Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
+        }
+        triton.bind("identity", _identity, **io, trace_config=["rate=1", "level=TIMESTAMPS", "count=3"])
+        triton.bind("other", _identity, **io)
+        with pytest.raises(PyTritonValidationError, match="trace mode and its settings are the server's here"):
+            triton.bind("otel", _identity, **io, trace_config=["mode=opentelemetry"])
+
+    triton = start_triton(bind, allow_grpc=False, allow_metrics=False, trace_config=["rate=5"])
+    model = get_json(triton.http_port, "/v2/models/identity/trace/setting")[1]
+    assert (model["trace_rate"], model["trace_level"], model["trace_count"]) == ("1", ["TIMESTAMPS"], "3")
+    other = get_json(triton.http_port, "/v2/models/other/trace/setting")[1]
+    assert (other["trace_rate"], other["trace_level"]) == ("5", ["OFF"])

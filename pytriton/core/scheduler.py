@@ -16,6 +16,7 @@ from pytriton.core.instances import ModelInstance
 from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
@@ -64,6 +65,7 @@ class Scheduler:
         self._running: Set[asyncio.Task[None]] = set()
         self._accepting = True
         self._drained: Optional[asyncio.Future[None]] = None  # drain() waits on it until nothing is left
+        self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
 
     @property
     def instances(self) -> List[ModelInstance]:
@@ -188,7 +190,12 @@ class Scheduler:
             requested = request.requested_outputs
             # A request that names no outputs gets them all, and the callable is told so (as in PyTriton 0.7).
             names = list(self.spec.output_names) if requested is None else requested
-            requests.append(Request(data=request.inputs, parameters=request.parameters, requested_output_names=names))
+            call_request = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
+            traced = self.spans.start(entry.enqueue_ns) if self.spans is not None else None
+            if traced is not None:
+                call_request = traced_request(call_request, traced)
+                entry.sink = TracedSink(entry.sink, traced)
+            requests.append(call_request)
         slots = [self._ordered_slot() for _ in batch] if self._ordered is not None else None
         infer_start_ns = time.monotonic_ns()
         call = None if self.spec.decoupled else instance.start(requests, hand_over)

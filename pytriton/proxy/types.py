@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, ContextManager, Dict, ItemsView, Iterator, KeysView, List, Optional, Union, ValuesView
+from typing import Any, ContextManager, Dict, ItemsView, Iterator, KeysView, List, Optional, Union, ValuesView
 
 import numpy as np
 
@@ -70,8 +70,6 @@ class Request(_TensorMapping):
     parameters: Optional[Parameters] = None
     span: Optional[Any] = None
     requested_output_names: Optional[List[str]] = None
-    # The tracer that made `span`, for the child spans of `traced_span` (not a field: set by the server).
-    tracer: ClassVar[Optional[Any]] = None
 
     def traced_span(self, span_name: str) -> ContextManager[None]:
         """A child span of the request's span around a block; nothing happens when the request is not traced.

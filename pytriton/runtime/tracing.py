@@ -1,7 +1,9 @@
 """OpenTelemetry tracing (trace_config mode=opentelemetry): request, queue and compute spans per sampled request.
 
-Spans are built from the timings the statistics already record (`ModelStats.observers`). A model is observed
-only while its trace settings are on, so a model that is not traced pays nothing per request.
+A model's scheduler gets a span source only while the model's trace settings are on, so a model that is not
+traced pays nothing per request. A sampled request gets its spans when it leaves the queue: "request" from its
+arrival, "queue" up to now, and "compute", open while the callable runs; the callable's Request carries that
+span (`request.span`, `request.traced_span(name)` for child spans). They end when the request ends.
 """
 
 from __future__ import annotations
@@ -37,13 +39,13 @@ def _installed(module: str) -> bool:
 
 
 class Tracing:
-    """Tracing of one server: an OpenTelemetry tracer provider and the observers on traced models."""
+    """Tracing of one server: an OpenTelemetry tracer provider and the span sources of traced models."""
 
     def __init__(self, settings: TraceSettings, models: Callable[[], List[ServedModel]]) -> None:
         """Create the tracer provider when trace mode is opentelemetry; nothing is observed until `refresh`."""
         self._settings = settings
         self._models = models
-        self._observers: Dict[ServedModel, _ModelTracer] = {}
+        self._sources: Dict[ServedModel, _ModelTracer] = {}
         self._provider: Any = None
         self._tracer: Any = None
         config = settings.config
@@ -64,37 +66,36 @@ class Tracing:
         self._provider.add_span_processor(processor)
 
     def refresh(self) -> None:
-        """Observe the models whose trace settings are on and stop observing the others (on the loop)."""
+        """Trace the models whose trace settings are on and stop tracing the others (on the loop)."""
         if self._tracer is None:
             return
         settings = self._settings
         for model in self._models():
             traced = settings.enabled(model.spec.name)
-            observer = self._observers.get(model)
-            if traced and observer is None:
-                observer = _ModelTracer(model, self._tracer, settings, self._on_exhausted)
-                self._observers[model] = observer
-                model.stats.observers.append(observer)
-            elif not traced and observer is not None:
-                del self._observers[model]
-                model.stats.observers.remove(observer)
+            source = self._sources.get(model)
+            if traced and source is None:
+                source = self._sources[model] = _ModelTracer(model, self._tracer, settings, self._on_exhausted)
+                model.scheduler.spans = source
+            elif not traced and source is not None:
+                del self._sources[model]
+                model.scheduler.spans = None
 
     def shutdown(self) -> None:
-        """Stop observing, flush and close the exporters."""
-        for model, observer in self._observers.items():
-            model.stats.observers.remove(observer)
-        self._observers.clear()
+        """Stop tracing, flush and close the exporters."""
+        for model in self._sources:
+            model.scheduler.spans = None
+        self._sources.clear()
         provider, self._provider, self._tracer = self._provider, None, None
         if provider is not None:
             provider.shutdown()
 
     def _on_exhausted(self) -> None:
-        """trace_count ran out: detach the observers after the current statistics update."""
+        """trace_count ran out: stop tracing once the current request has its spans."""
         asyncio.get_running_loop().call_soon(self.refresh)
 
 
 class _ModelTracer:
-    """A statistics observer turning a model's sampled successful requests into spans."""
+    """A model's span source: samples its requests by the trace settings and opens their spans."""
 
     def __init__(
         self, model: ServedModel, tracer: Any, settings: TraceSettings, on_exhausted: Callable[[], None]
@@ -108,28 +109,43 @@ class _ModelTracer:
         self._settings = settings
         self._on_exhausted = on_exhausted
 
-    def request_succeeded(self, total_ns: int, queue_ns: int) -> None:
-        """Export a request span with its queue and compute children (when the request is sampled)."""
+    def start(self, enqueue_ns: int) -> Optional[_TracedCall]:
+        """The spans of a request that leaves the queue now, when it is sampled."""
         settings = self._settings
         if not settings.sample(self._name):
-            return
+            return None
         if not settings.enabled(self._name):
             self._on_exhausted()
-        end_ns = time.time_ns()
-        start_ns = end_ns - total_ns
-        queue_end_ns = start_ns + queue_ns
+        now_ns = time.time_ns()
+        arrival_ns = now_ns - (time.monotonic_ns() - enqueue_ns)
         tracer = self._tracer
-        root = tracer.start_span("request", start_time=start_ns, attributes=self._attributes)
+        root = tracer.start_span("request", start_time=arrival_ns, attributes=self._attributes)
         context = self._in_context(root)
-        tracer.start_span("queue", context=context, start_time=start_ns).end(end_time=queue_end_ns)
-        tracer.start_span("compute", context=context, start_time=queue_end_ns).end(end_time=end_ns)
-        root.end(end_time=end_ns)
+        tracer.start_span("queue", context=context, start_time=arrival_ns).end(end_time=now_ns)
+        compute = tracer.start_span("compute", context=context, start_time=now_ns)
+        return _TracedCall(root, compute, tracer)
 
-    def model_executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """Executions are not traced separately."""
 
-    def first_response_sent(self, ns: int) -> None:
-        """First responses are not traced separately."""
+class _TracedCall:
+    """The open spans of one traced request."""
+
+    __slots__ = ("root", "span", "tracer")
+
+    def __init__(self, root: Any, span: Any, tracer: Any) -> None:
+        self.root = root
+        self.span = span
+        self.tracer = tracer
+
+    def finish(self, error: Optional[str]) -> None:
+        """End the compute and request spans (ERROR status with the message when the request failed)."""
+        if error is not None:
+            from opentelemetry.trace import Status, StatusCode
+
+            for span in (self.span, self.root):
+                span.set_status(Status(StatusCode.ERROR, error))
+        end_ns = time.time_ns()
+        self.span.end(end_time=end_ns)
+        self.root.end(end_time=end_ns)
 
 
 def _tracer_provider(settings: TraceSettings) -> Any:
