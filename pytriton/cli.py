@@ -8,6 +8,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import logging
+import os
 import platform
 import sys
 import typing
@@ -17,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from pytriton import __version__
 from pytriton.options.limits import ServerLimits
 from pytriton.runtime.options import resolve_options
-from pytriton.triton import Triton
+from pytriton.triton import Triton, TritonSecurityConfig
 from pytriton.triton_config import TritonConfig, cast_config_value, resolve_config
 
 _PACKAGES = ("numpy", "orjson", "httptools", "uvloop", "grpcio", "protobuf", "tritonclient", "wrapt")
@@ -72,6 +73,28 @@ def _limits_from_args(args: argparse.Namespace) -> ServerLimits:
     return dataclasses.replace(limits, lame_duck_s=args.lame_duck_s)
 
 
+def _add_security_options(parser: argparse.ArgumentParser) -> None:
+    """--access-token and --restricted-endpoints: the server's TritonSecurityConfig."""
+    parser.add_argument(
+        "--access-token",
+        default=os.environ.get("PYTRITON_ACCESS_TOKEN"),
+        help="the token the restricted APIs expect (default: $PYTRITON_ACCESS_TOKEN, else a generated one)",
+    )
+    parser.add_argument(
+        "--restricted-endpoints",
+        metavar="APIS",
+        help="comma-separated APIs that need the token (default: shared-memory,model-repository,statistics,"
+        "trace,logging; empty: none)",
+    )
+
+
+def _security_from_args(args: argparse.Namespace) -> TritonSecurityConfig:
+    """The TritonSecurityConfig the command line asks for."""
+    endpoints = args.restricted_endpoints
+    names = None if endpoints is None else [name.strip() for name in endpoints.split(",") if name.strip()]
+    return TritonSecurityConfig(access_token=args.access_token, restricted_endpoints=names)
+
+
 def _model_file(directory: Path) -> Path:
     """The Python file a model directory (e.g. KServe's /mnt/models) holds: its model.py, or its only .py file."""
     preferred = directory / "model.py"
@@ -115,10 +138,12 @@ def load_target(target: str) -> Callable[[Triton], Any]:
     return binder  # type: ignore[no-any-return]
 
 
-def _serve(binder: Callable[[Triton], Any], config: TritonConfig, limits: ServerLimits) -> None:
+def _serve(
+    binder: Callable[[Triton], Any], config: TritonConfig, limits: ServerLimits, security: TritonSecurityConfig
+) -> None:
     """Bind models with `binder` and serve until SIGINT/SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with Triton(config=config, limits=limits) as triton:
+    with Triton(config=config, limits=limits, security_config=security) as triton:
         binder(triton)
         triton.run()
         try:
@@ -166,9 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config_options(serve)
     _add_lame_duck_option(serve)
+    _add_security_options(serve)
     demo = commands.add_parser("demo", help="serve the demo model add_sub", description="Serve the add_sub demo model.")
     _add_config_options(demo)
     _add_lame_duck_option(demo)
+    _add_security_options(demo)
     check = commands.add_parser("check", help="print versions and what each port serves")
     _add_config_options(check)
     return parser
@@ -179,11 +206,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     config = _config_from_args(args)
     if args.command == "serve":
-        _serve(load_target(args.target), config, _limits_from_args(args))
+        _serve(load_target(args.target), config, _limits_from_args(args), _security_from_args(args))
     elif args.command == "demo":
         from pytriton.demo import bind
 
-        _serve(bind, config, _limits_from_args(args))
+        _serve(bind, config, _limits_from_args(args), _security_from_args(args))
     else:
         _check(config)
 

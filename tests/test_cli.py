@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytriton.cli import build_parser, main
-from tests.http_helpers import post_json
+from tests.http_helpers import post_json, request
 
 ROOT = Path(__file__).parent.parent
 
@@ -110,3 +110,21 @@ def test_lame_duck_option_over_the_environment(monkeypatch):
     monkeypatch.setenv("PYTRITON_LIMIT_LAME_DUCK_S", "4")
     assert _limits_from_args(build_parser().parse_args(["serve", "m.py"])).lame_duck_s == 4
     assert _limits_from_args(build_parser().parse_args(["serve", "m.py", "--lame-duck-s", "9"])).lame_duck_s == 9
+
+
+def test_serve_takes_the_access_token_and_the_restricted_endpoints(tmp_path):
+    model_file = tmp_path / "models.py"
+    model_file.write_text("def bind(triton):\n    pass\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTRITON_ACCESS_TOKEN="from-env")
+    command = [sys.executable, "-m", "pytriton", "serve", f"{model_file}:bind", "--http-port", "0"]
+    command += ["--allow-grpc", "false", "--allow-metrics", "false", "--restricted-endpoints", "statistics"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(process.stdout.readline().strip().rsplit(":", 1)[1])
+        assert request(port, "GET", "/v2/models/stats")[0] == 403
+        assert request(port, "GET", "/v2/models/stats", headers={"triton-access-token": "from-env"})[0] == 200
+        assert request(port, "POST", "/v2/repository/index")[0] == 200  # not restricted here
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(10)
+        process.stdout.close()
