@@ -13,6 +13,7 @@ from pytriton.runtime.options import resolve_options
 from pytriton.transport.cloud.sagemaker import BINARY_MIME as SAGEMAKER_MIME
 from pytriton.transport.cloud.vertex import BINARY_MIME as VERTEX_MIME
 from pytriton.triton import Triton, TritonConfig
+from tests.conftest import HTTP_AUTH
 from tests.http_helpers import request
 
 INFER = {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
@@ -143,6 +144,12 @@ def test_vertex_ai_routes(start_triton: Callable[..., Triton], no_cloud_env: Any
     assert status == 200
     assert request(port, "GET", "/v1/models/m:predict", headers=redirect)[0] == 405
     assert request(port, "GET", "/elsewhere")[0] == 400
+    # A redirect reaches a restricted API only with the server's access token, as on the HTTP port.
+    unload = {"X-Vertex-Ai-Triton-Redirect": "v2/repository/models/identity/unload"}
+    status, document = _post(port, "/v1/models/m:predict", {}, unload)
+    assert (status, document) == (403, {"error": "This API is restricted, expecting header 'triton-access-token'"})
+    status, _ = _post(port, "/v1/models/m:predict", {}, {**unload, **HTTP_AUTH})
+    assert status == 200 and request(triton.http_port, "GET", "/v2/models/identity/ready")[0] == 400
 
 
 def test_vertex_ai_options_follow_aip_variables(no_cloud_env: Any) -> None:

@@ -215,7 +215,12 @@ class ServerRuntime:
 
         options = self.options
         assert options.vertex_ai is not None
-        api = HttpFrontend(self.engine, server_version=__version__, max_body_bytes=options.limits.max_body_bytes)
+        api = HttpFrontend(
+            self.engine,
+            server_version=__version__,
+            max_body_bytes=options.limits.max_body_bytes,
+            access=options.http_access,  # a redirected route is restricted as on the HTTP port
+        )
         app = VertexAiFrontend(self.engine, options.vertex_ai, api)
         return await self._serve_asgi(app, options.http_address, options.vertex_ai.port)
 
