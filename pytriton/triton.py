@@ -5,14 +5,12 @@ from __future__ import annotations
 import copy
 import logging
 import pathlib
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Union
 
 from pytriton.context import attach_context
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
 from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePolicy, VertextAILifecyclePolicy
-from pytriton.model_config.model_config import ModelConfig
-from pytriton.model_config.tensor import Tensor
 from pytriton.models import as_callables, build_model
 from pytriton.options.limits import ServerLimits
 from pytriton.options.model_trace import model_trace_setting
@@ -25,7 +23,7 @@ from pytriton.security import (
     VALID_TRITON_ENDPOINTS,
     TritonSecurityConfig,
 )
-from pytriton.triton_base import MONITORING_PERIOD_S, MONITORING_PERIOD_SEC, ServerState, TritonBase
+from pytriton.triton_base import MONITORING_PERIOD_S, MONITORING_PERIOD_SEC, Binding, ServerState, TritonBase
 from pytriton.triton_config import TritonConfig, resolve_config
 
 LOGGER = logging.getLogger("pytriton")
@@ -122,29 +120,10 @@ class Triton(TritonBase):
         self._runtime = ServerRuntime(self._options)
         self._finished = self._runtime.stopped  # the runtime sets it when a model fails unrecoverably
 
-    def __enter__(self) -> Triton:
-        """Start serving on entering the context, unless the lifecycle policy waits for run()/serve()."""
-        if self._triton_lifecycle_policy.launch_triton_on_startup:
-            self._run_server()
-        super().__enter__()
-        return self
-
     def run(self) -> None:
         """Start serving in the background and return once every port accepts connections."""
-        self._run_server()
+        self._launch()
         self.connect()
-
-    def serve(
-        self, monitoring_period_s: float = MONITORING_PERIOD_S, *, monitoring_period_sec: Optional[float] = None
-    ) -> None:
-        """Serve until SIGINT/SIGTERM, stop(), or an unrecoverable model error; then stop cleanly.
-
-        Args:
-            monitoring_period_s: how often to check that the server is still alive, in seconds.
-            monitoring_period_sec: the same, under the name the PyTriton 0.5 documents use.
-        """
-        self._run_server()
-        super().serve(monitoring_period_s, monitoring_period_sec=monitoring_period_sec)
 
     def get_access_token(self) -> Optional[str]:
         """The token the restricted APIs expect (None when nothing is restricted)."""
@@ -177,7 +156,7 @@ class Triton(TritonBase):
         """The port metrics are served on (useful with metrics_port=0), once running."""
         return self._runtime.metrics_port
 
-    def _run_server(self) -> None:
+    def _launch(self) -> None:
         """Open the ports and serve, unless already serving."""
         if self._state is ServerState.STOPPED:
             raise PyTritonInvalidOperationError("Cannot run a stopped Triton server")
@@ -192,33 +171,23 @@ class Triton(TritonBase):
             raise TimeoutError("Triton Inference Server is not running: start it with run() or serve()")
         self._runtime.wait_warmed_up()
 
-    def _bind_model(
-        self,
-        *,
-        model_name: str,
-        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]], ProcessInstances],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        model_version: int,
-        config: ModelConfig,
-        strict: bool,
-        trace_config: Optional[List[str]],
-    ) -> None:
+    def _bind_model(self, binding: Binding) -> None:
         """Add a model to the engine and let decorators find its config."""
+        model_name = binding.model_name
         processes: Optional[ProcessInstances] = None
         callables: List[Callable[..., Any]] = []
-        if isinstance(infer_func, ProcessInstances):
-            processes = infer_func
+        if isinstance(binding.infer_func, ProcessInstances):
+            processes = binding.infer_func
         else:
-            callables = as_callables(infer_func)
+            callables = as_callables(binding.infer_func)
         spec, triton_model_config = build_model(
             model_name=model_name,
-            model_version=model_version,
-            inputs=inputs,
-            outputs=outputs,
-            config=config,
+            model_version=binding.model_version,
+            inputs=binding.inputs,
+            outputs=binding.outputs,
+            config=binding.config,
             instance_count=processes.count if processes is not None else len(callables),
-            strict=strict,
+            strict=binding.strict,
         )
         if spec.response_cache and self._options.cache_capacity_bytes is None:
             LOGGER.warning(
@@ -226,7 +195,7 @@ class Triton(TritonBase):
                 "TritonConfig(cache_config=['local,size=<bytes>']) to enable it",
                 model_name,
             )
-        trace = model_trace_setting(model_name, trace_config, self._options.trace)
+        trace = model_trace_setting(model_name, binding.trace_config, self._options.trace)
         for fn in callables:  # before the model is added: its warm-up may call decorators that read it
             self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
             attach_context(fn, self.triton_context)

@@ -13,7 +13,7 @@ import logging
 import pathlib
 import signal
 import threading
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
 from pytriton.context import TritonContext
 from pytriton.exceptions import PyTritonInvalidOperationError
@@ -24,6 +24,7 @@ from pytriton.model_config.tensor import Tensor
 from pytriton.models import validate_model_name
 
 LOGGER = logging.getLogger("pytriton")
+_Triton = TypeVar("_Triton", bound="TritonBase")
 
 MONITORING_PERIOD_S = 10.0
 # The seeds' name for serve()'s period and their default.
@@ -37,6 +38,19 @@ class ServerState(enum.Enum):
     SERVING = "serving"
     CONNECTED = "connected"
     STOPPED = "stopped"
+
+
+class Binding(NamedTuple):
+    """The arguments of one `bind` call, checked, with a config."""
+
+    model_name: str
+    infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]], ProcessInstances]
+    inputs: Sequence[Tensor]
+    outputs: Sequence[Tensor]
+    model_version: int
+    config: ModelConfig
+    strict: bool
+    trace_config: Optional[List[str]]
 
 
 class TritonBase:
@@ -97,16 +111,8 @@ class TritonBase:
         if self._state is ServerState.STOPPED:
             raise PyTritonInvalidOperationError("Cannot bind a model to a stopped Triton server")
         validate_model_name(model_name)
-        self._bind_model(
-            model_name=model_name,
-            infer_func=infer_func,
-            inputs=inputs,
-            outputs=outputs,
-            model_version=model_version,
-            config=config or ModelConfig(),
-            strict=strict,
-            trace_config=trace_config,
-        )
+        config = config or ModelConfig()
+        self._bind_model(Binding(model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config))
 
     def connect(self) -> None:
         """Wait until the server is ready to serve the bound models.
@@ -133,6 +139,7 @@ class TritonBase:
             monitoring_period_sec: the same, under the name the PyTriton 0.5 documents use.
         """
         period = monitoring_period_s if monitoring_period_sec is None else monitoring_period_sec
+        self._launch()
         self.connect()
         with _stop_on_signals(self._finished):
             while self.is_alive() and not self._finished.wait(period):
@@ -164,9 +171,10 @@ class TritonBase:
         """Whether `connect()` found the server ready (and it has not been stopped since)."""
         return self._state is ServerState.CONNECTED
 
-    def __enter__(self) -> TritonBase:
-        """Connect when the lifecycle policy launches the server on startup."""
+    def __enter__(self: _Triton) -> _Triton:
+        """Start and connect when the lifecycle policy launches the server on startup (the default)."""
         if self._triton_lifecycle_policy.launch_triton_on_startup:
+            self._launch()
             self.connect()
         return self
 
@@ -180,19 +188,11 @@ class TritonBase:
             if self._state is ServerState.IDLE:
                 self._state = ServerState.SERVING
 
-    def _bind_model(
-        self,
-        *,
-        model_name: str,
-        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]], ProcessInstances],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        model_version: int,
-        config: ModelConfig,
-        strict: bool,
-        trace_config: Optional[List[str]],
-    ) -> None:
-        """Serve a checked binding (`bind`'s arguments, with a config)."""
+    def _launch(self) -> None:
+        """Start the server unless it runs (a server this object does not run: nothing to do)."""
+
+    def _bind_model(self, binding: Binding) -> None:
+        """Serve a checked binding."""
         raise NotImplementedError
 
     def _wait_for_server(self) -> None:
