@@ -18,19 +18,18 @@ import pathlib
 import socket
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Union
 
 from pytriton import __version__
 from pytriton.client._url import TritonUrl
-from pytriton.context import TritonContext, attach_context
+from pytriton.context import attach_context
 from pytriton.core.instance_channel import BlockingChannel, ChannelClosed
 from pytriton.core.instance_host import InstanceHost
 from pytriton.core.spec import ModelSpec
-from pytriton.exceptions import PyTritonInvalidOperationError
-from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES
-from pytriton.model_config.model_config import ModelConfig
-from pytriton.model_config.tensor import Tensor
-from pytriton.models import as_callables, build_model, validate_model_name
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
+from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES, ProcessInstances
+from pytriton.lifecycle import TritonLifecyclePolicy
+from pytriton.models import as_callables, build_model
 from pytriton.runtime.attach import (
     ACCEPTED,
     ATTACH_BIND,
@@ -40,10 +39,10 @@ from pytriton.runtime.attach import (
     attach_address,
     peer_is_trusted,
 )
+from pytriton.triton_base import Binding, TritonBase
 
 LOGGER = logging.getLogger("pytriton")
 
-MONITORING_PERIOD_S = 5.0
 # How long connect() waits for a server that is starting (nvidia-pytriton's DEFAULT_TRITON_STARTUP_TIMEOUT_S).
 _STARTUP_TIMEOUT_S = 120.0
 # How long one step of a binding (the server's answer) may take.
@@ -64,7 +63,7 @@ class _RemoteModel:
         self.gone = threading.Event()  # the server closed the binding (it stopped, or unloaded the model)
 
 
-class RemoteTriton:
+class RemoteTriton(TritonBase):
     """Binds models into a running pytriton server on this host; they are unloaded when it closes.
 
     Examples:
@@ -86,119 +85,69 @@ class RemoteTriton:
             workspace: accepted for compatibility; nothing is written to it (no socket files are needed).
             access_token: the server's access token; when given it must match the server's.
         """
-        self._url = TritonUrl.from_url(url)
-        self._workspace = workspace
-        self._access_token = access_token
+        self._triton_url = TritonUrl.from_url(url)
+        super().__init__(
+            url=self._triton_url.with_scheme,
+            workspace=workspace,
+            triton_lifecycle_policy=TritonLifecyclePolicy(launch_triton_on_startup=True, local_model_store=False),
+            access_token=access_token,
+        )
         self._models: List[_RemoteModel] = []
-        self._lock = threading.RLock()
-        self._connected = False
-        self._stopped = False
-        self.triton_context = TritonContext()
+        self._started()  # the server is somebody else's: there is nothing to start
         atexit.register(self.stop)
 
-    def __enter__(self) -> RemoteTriton:
-        """Connect to the server (binding happens as models are bound)."""
-        self.connect()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        """Unload the models from the server and stop serving them."""
-        self.stop()
-
-    def bind(
-        self,
-        model_name: str,
-        infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]]],
-        inputs: Sequence[Tensor],
-        outputs: Sequence[Tensor],
-        model_version: int = 1,
-        config: Optional[ModelConfig] = None,
-        strict: bool = False,
-        trace_config: Optional[List[str]] = None,
-    ) -> None:
-        """Bind a model into the server (at once when connected, else at connect()); same arguments as Triton.bind.
+    def _bind_model(self, binding: Binding) -> None:
+        """Bind a model (at once when connected, else at connect()).
 
         Raises:
             PyTritonInvalidOperationError: the server refused the model (e.g. its name is taken).
         """
-        if self._stopped:
-            raise PyTritonInvalidOperationError("Cannot bind a model with a stopped RemoteTriton")
-        if trace_config:
+        if isinstance(binding.infer_func, ProcessInstances):
+            raise PyTritonBadParameterError("RemoteTriton runs its callables in this process: pass the callable")
+        if binding.trace_config:
             LOGGER.warning("RemoteTriton: trace_config applies to the server's own models only; it is ignored")
-        validate_model_name(model_name)
-        callables = as_callables(infer_func)
+        callables = as_callables(binding.infer_func)
         spec, triton_model_config = build_model(
-            model_name=model_name,
-            model_version=model_version,
-            inputs=inputs,
-            outputs=outputs,
-            config=config or ModelConfig(),
+            model_name=binding.model_name,
+            model_version=binding.model_version,
+            inputs=binding.inputs,
+            outputs=binding.outputs,
+            config=binding.config,
             instance_count=len(callables),
-            strict=strict,
+            strict=binding.strict,
         )
         for fn in callables:
             self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
             attach_context(fn, self.triton_context)
         model = _RemoteModel(spec, callables)
-        with self._lock:
+        with self._state_lock:
             self._models.append(model)
-            if self._connected:
+            if self.is_connected():
                 self._attach(model)
 
-    def connect(self) -> None:
+    def _wait_for_server(self) -> None:
         """Bind every model bound so far into the server, waiting for the server if it is starting."""
-        with self._lock:
-            if self._stopped:
-                raise PyTritonInvalidOperationError("Cannot connect a stopped RemoteTriton")
-            if self._connected:
-                return
-            for model in self._models:
-                if model.control is None:
-                    self._attach(model)
-            self._connected = True
+        for model in self._models:
+            if model.control is None:
+                self._attach(model)
 
-    def serve(self, monitoring_period_s: float = MONITORING_PERIOD_S) -> None:
-        """Serve the models until SIGINT/SIGTERM, or until the server goes away; then stop."""
-        from pytriton.triton_base import _stop_on_signals
+    def _is_alive_impl(self) -> bool:
+        """Whether the server still serves every model bound here."""
+        return all(not model.gone.is_set() for model in self._models)
 
-        self.connect()
-        stopping = threading.Event()
-        try:
-            with _stop_on_signals(stopping):
-                while not stopping.wait(monitoring_period_s) and self.is_alive():
-                    pass
-        except KeyboardInterrupt:
-            LOGGER.info("SIGINT received, exiting.")
-        self.stop()
-
-    def stop(self) -> bool:
+    def _stop_server(self) -> None:
         """Unload the models from the server (it lets their requests finish) and stop serving them."""
-        with self._lock:
-            if self._stopped:
-                return False
-            self._stopped = True
-            self._connected = False
-            atexit.unregister(self.stop)
+        atexit.unregister(self.stop)
         for model in self._models:
             if model.control is not None:
-                model.control.sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    model.control.sock.shutdown(socket.SHUT_RDWR)
         deadline = time.monotonic() + _RELEASE_TIMEOUT_S
         for model in self._models:
             for thread in model.hosts:
                 thread.join(max(deadline - time.monotonic(), 0))
             if model.control is not None:
                 model.control.close()
-        return True
-
-    def is_alive(self) -> bool:
-        """Whether the server still serves every model bound here."""
-        with self._lock:
-            return self._connected and all(not model.gone.is_set() for model in self._models)
-
-    def is_connected(self) -> bool:
-        """Whether connect() has bound the models."""
-        with self._lock:
-            return self._connected
 
     # -- binding --------------------------------------------------------------------------------
 
@@ -229,7 +178,7 @@ class RemoteTriton:
         model.control = control
         model.watcher = threading.Thread(target=self._watch, args=(model,), daemon=True)
         model.watcher.start()
-        LOGGER.info("model '%s' bound into the server at %s", model.spec.name, self._url.with_scheme)
+        LOGGER.info("model '%s' bound into the server at %s", model.spec.name, self._triton_url.with_scheme)
 
     def _answer(self, control: BlockingChannel, expected: int, model: _RemoteModel) -> Any:
         """The server's next answer on a control connection, or its refusal raised."""
@@ -253,7 +202,7 @@ class RemoteTriton:
 
     def _connect_to_server(self, wait: bool) -> socket.socket:
         """A connection to the server's attach socket, once it checks out as this user's (or root's)."""
-        address = attach_address(self._url.port)
+        address = attach_address(self._triton_url.port)
         deadline = time.monotonic() + (_STARTUP_TIMEOUT_S if wait else 0)
         delay = 0.05
         while True:
@@ -265,7 +214,7 @@ class RemoteTriton:
                 sock.close()
                 if time.monotonic() >= deadline:
                     raise PyTritonInvalidOperationError(
-                        f"no pytriton server to attach to at {self._url.with_scheme} on this host ({error}); "
+                        f"no pytriton server to attach to at {self._triton_url.with_scheme} on this host ({error}); "
                         "RemoteTriton attaches to a server of this user on this machine"
                     ) from None
                 time.sleep(delay)
@@ -273,6 +222,6 @@ class RemoteTriton:
         if not peer_is_trusted(sock):
             sock.close()
             raise PyTritonInvalidOperationError(
-                f"the process listening for {self._url.with_scheme} belongs to another user; not attaching"
+                f"the process listening for {self._triton_url.with_scheme} belongs to another user; not attaching"
             )
         return sock

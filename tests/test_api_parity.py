@@ -30,7 +30,6 @@ _CLIENT_TOKEN = "every client takes `access_token` (0.7: ModelClient only), for 
 
 # "module:Name" or "module:Name.member" -> why it differs from nvidia-pytriton 0.7.0.
 ALLOWED: Dict[str, str] = {
-    "pytriton.triton:RemoteTriton": "being built (issue 18)",
     "pytriton.triton:TRITONSERVER_DIST_DIR": _TRITONSERVER,
     "pytriton.triton:INITIAL_BACKEND_SHM_SIZE": _TRITONSERVER,
     "pytriton.triton:GROWTH_BACKEND_SHM_SIZE": _TRITONSERVER,
@@ -39,6 +38,7 @@ ALLOWED: Dict[str, str] = {
     "connection limits of this server); 0.7's `workspace` may not be a pytriton.utils.workspace.Workspace",
     "pytriton.triton:Triton.serve": _SEEDS_PERIOD,
     "pytriton.triton:TritonBase.serve": _SEEDS_PERIOD,
+    "pytriton.triton:RemoteTriton.serve": _SEEDS_PERIOD,
     "pytriton.triton:TritonConfig.__init__": "0.7 wraps the dataclass in a function taking (*args, **kwargs) that "
     "refuses positional arguments; here __init__ names its fields, keyword-only, with the same effect",
     "pytriton.client:AsyncioModelClient.__init__": _CLIENT_TOKEN,
