@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 import httptools
 
 from pytriton.core.waiters import wake
+from pytriton.transport.deadline import APP, PhaseDeadline
 from pytriton.transport.http.cycle import RequestCycle, http_scope, socket_address
-from pytriton.transport.http.deadline import APP, BODY, HEAD, IDLE, PhaseDeadline
 from pytriton.transport.http.refusals import UPGRADE_WITH_BODY, error_response, refusal, without_upgrade_header
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 LOGGER = logging.getLogger(__name__)
 
 _LINGER_S = 2.0
+IDLE, HEAD, BODY = 1, 2, 3  # what the connection waits for: the next request, a request head, its body
 
 
 class HttpConnection(asyncio.Protocol):

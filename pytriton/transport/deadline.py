@@ -1,4 +1,4 @@
-"""What an HTTP connection waits for from its client, and until when: one timer follows the deadline."""
+"""What a connection waits for from its client, and until when: one timer follows the deadline (both servers)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import math
 from typing import Callable, Optional
 
-IDLE, HEAD, BODY, APP = range(4)  # waiting for a request, its head, its body; APP: for nothing (the app answers)
+APP = 0  # waiting for nothing from the client (the server is answering): no deadline; other phases are the server's
 
 
 class PhaseDeadline:
@@ -14,7 +14,8 @@ class PhaseDeadline:
 
     A connection moves through the phases on every request, so the deadline moves without touching
     the timer: the timer is re-armed only when it would fire too late, and when it fires early it
-    follows the deadline. `expired(phase)` is called once the deadline of `phase` has passed.
+    follows the deadline. `expired(phase)` is called once the deadline of `phase` has passed. Phases
+    are small integers each server names for itself (what it waits for); APP (0) waits for nothing.
     """
 
     __slots__ = ("_deadline", "_expired", "_loop", "_timer", "_timer_at", "phase")
