@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import socket
 
+# Connections the kernel completes and queues until the server accepts them. asyncio's create_server
+# listens again with its own default (100) unless given this: pass it there too.
+BACKLOG = 2048
+
 
 def bind_socket(address: str, port: int) -> socket.socket:
     """Bind and listen on address:port (IPv4 or IPv6); port 0 picks a free port."""
@@ -12,7 +16,7 @@ def bind_socket(address: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((address, port))
-        sock.listen(2048)
+        sock.listen(BACKLOG)
         sock.setblocking(False)
     except OSError:
         sock.close()

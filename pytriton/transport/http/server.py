@@ -18,6 +18,7 @@ from pytriton.options.limits import ServerLimits
 from pytriton.transport.connections import OpenConnections
 from pytriton.transport.http.connection import HttpConnection
 from pytriton.transport.http.cycle import App
+from pytriton.transport.sockets import BACKLOG
 
 # In-flight responses get this long to finish when the server stops (the engine has drained by then).
 STOP_GRACE_S = 1.0
@@ -47,7 +48,7 @@ class AsgiServer:
         """Start accepting connections."""
         loop = asyncio.get_running_loop()
         state = self._state
-        self._server = await loop.create_server(lambda: HttpConnection(state, loop), sock=self._socket)
+        self._server = await loop.create_server(lambda: HttpConnection(state, loop), sock=self._socket, backlog=BACKLOG)
 
     async def leave(self) -> None:
         """Keep serving, but close each connection after its next response so that clients reconnect elsewhere."""
