@@ -37,7 +37,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR = 0x0, 0x1, 0x3, 0x6
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED, FRAME_SIZE_ERROR = 0x0, 0x1, 0x3, 0x5, 0x6
 REFUSED_STREAM, CANCEL, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x7, 0x8, 0x9, 0xB
 SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x4, 0x5
 DEFAULT_MAX_FRAME = 16_384
@@ -816,7 +816,7 @@ PROTOCOL_ERRORS = {
     "settings on a stream": (pack_frame(SETTINGS, 0, 1), PROTOCOL_ERROR),
     "max frame size below 16384": (pack_frame(SETTINGS, 0, 0, settings_payload({5: 1000})), PROTOCOL_ERROR),
     "window over 2^31-1": (pack_frame(SETTINGS, 0, 0, settings_payload({4: 2**31})), FLOW_CONTROL_ERROR),
-    "ping of 7 bytes": (pack_frame(PING, 0, 0, b"1234567"), PROTOCOL_ERROR),
+    "ping of 7 bytes": (pack_frame(PING, 0, 0, b"1234567"), FRAME_SIZE_ERROR),
     "connection window_update of 0": (pack_frame(WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), PROTOCOL_ERROR),
     # 1-byte CONTINUATIONs past the 64 KiB header limit: refused as they come, in linear time
     "header block over the limit in tiny continuations": (
@@ -877,10 +877,12 @@ def test_rst_stream_before_the_request_ends(server, connect):
     client.send_headers(1, request_headers())
     client.send_data(1, grpc_message(infer_request([1.0]))[:8], end_stream=False)
     client.rst_stream(1, CANCEL)
-    client.send_data(1, b"late data", end_stream=True)  # on a closed stream: ignored
+    client.send_data(1, b"late data", end_stream=True)  # after its own reset: RFC 9113 5.1, a stream error
     response = client.infer([4.0])
     assert response.grpc_status == "0" and response.output() == [4.0]
-    assert not [frame for frame in client.log if frame.stream == 1]
+    assert [(frame.kind, frame.payload) for frame in client.log if frame.stream == 1] == [
+        (RST_STREAM, struct.pack(">I", STREAM_CLOSED))
+    ]
 
 
 # ---------------------------------------------------------------- 9. deadlines

@@ -16,13 +16,25 @@ Where each limit is enforced, and how a refusal looks:
 | max_connections | HTTP connection: a request on a connection over the cap | 503, connection closed |
 | grpc_max_message_bytes | gRPC channel (received and sent messages) | RESOURCE_EXHAUSTED |
 | grpc_max_concurrent_rpcs | gRPC service, before a call runs: RPCs in progress at once | RESOURCE_EXHAUSTED |
+| grpc_max_concurrent_streams | gRPC connection: calls open at once (SETTINGS_MAX_CONCURRENT_STREAMS) | REFUSED_STREAM |
+| grpc_max_stream_requests | ModelStreamInfer: requests of one stream in progress at once | the stream waits |
+| grpc_max_connections | gRPC connection: a call on a connection over the cap | UNAVAILABLE, then GOAWAY |
+| grpc_idle_timeout_s | gRPC connection: time without a call in progress | GOAWAY, connection closed |
+| grpc_handshake_timeout_s | gRPC connection: TLS handshake, then the HTTP/2 preface and SETTINGS | connection closed |
 | max_tensor_elements | both codecs, from the declared shape, before any tensor is built | 400 / INVALID_ARGUMENT |
 | max_response_bytes | engine, per request, when its outputs come back from the callable | 500 / INTERNAL |
 | hung_call_warning_s | engine: a callable running longer is logged once per call (not a refusal) | warning |
 | lame_duck_s | stop: readiness is false but requests are still served this long before the drain | (none) |
 
+A ModelStreamInfer stream at grpc_max_stream_requests is not refused: the server reads no further
+request of it until one ends, and HTTP/2 flow control holds the client meanwhile.
+
 gRPC keepalive enforcement (ping strikes, minimum ping interval) is set by TritonConfig's
-`grpc_http2_*` options, as in Triton.
+`grpc_http2_*` options, as in Triton. Beyond these limits the gRPC server always enforces its HTTP/2
+rules: inbound flow-control windows of 4 MiB a stream and 16 MiB a connection, reopened as calls read
+(FLOW_CONTROL_ERROR for a client that sends past them), header blocks within max_header_bytes and a
+few CONTINUATION frames, and flood counters (RST_STREAM, PING, SETTINGS, frames carrying nothing)
+that end a connection with GOAWAY ENHANCE_YOUR_CALM (`pytriton/transport/grpc/floods.py`).
 
 The HTTP limits are enforced by the HTTP server's connections (`pytriton/transport/http/connection.py`),
 which answer every refusal with a JSON error body.
@@ -56,6 +68,14 @@ class ServerLimits:
         max_connections: HTTP connections served at once; a request on one more gets 503.
         grpc_max_message_bytes: largest gRPC message received or sent (RESOURCE_EXHAUSTED above it).
         grpc_max_concurrent_rpcs: gRPC calls in progress at once (RESOURCE_EXHAUSTED above it).
+        grpc_max_concurrent_streams: calls open at once on one gRPC connection, advertised to clients
+            (SETTINGS_MAX_CONCURRENT_STREAMS); a stream beyond it is refused (REFUSED_STREAM).
+        grpc_max_stream_requests: requests of one ModelStreamInfer stream in progress at once; the server
+            reads the next one when one ends.
+        grpc_max_connections: gRPC connections served at once; a call on one more gets UNAVAILABLE.
+        grpc_idle_timeout_s: seconds a gRPC connection may stay without a call before the server closes it.
+        grpc_handshake_timeout_s: seconds for a gRPC connection's TLS handshake, then its HTTP/2 preface and
+            SETTINGS, to arrive.
         max_tensor_elements: most elements a request may declare for one input, and the largest dimension.
         max_response_bytes: largest total of one response's output tensors (the request fails above it).
         hung_call_warning_s: log a warning naming the model and instance when one call runs longer.
@@ -73,6 +93,11 @@ class ServerLimits:
     max_connections: int = 4096
     grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES
     grpc_max_concurrent_rpcs: int = 4096
+    grpc_max_concurrent_streams: int = 100
+    grpc_max_stream_requests: int = 128
+    grpc_max_connections: int = 4096
+    grpc_idle_timeout_s: float = 300.0
+    grpc_handshake_timeout_s: float = 10.0
     max_tensor_elements: int = 1 << 28
     max_response_bytes: int = GRPC_MAX_MESSAGE_BYTES
     hung_call_warning_s: float = 60.0
@@ -89,6 +114,10 @@ class ServerLimits:
                     raise PyTritonValidationError(f"ServerLimits.{field.name} must be >= 0, got {value}")
             elif not isinstance(value, int) or value <= 0:
                 raise PyTritonValidationError(f"ServerLimits.{field.name} must be a positive integer, got {value!r}")
+        if self.grpc_max_concurrent_streams > GRPC_MAX_MESSAGE_BYTES:
+            raise PyTritonValidationError(
+                f"ServerLimits.grpc_max_concurrent_streams must be <= 2^31-1, got {self.grpc_max_concurrent_streams}"
+            )
         if self.grpc_max_message_bytes > GRPC_MAX_MESSAGE_BYTES:
             raise PyTritonValidationError(
                 f"ServerLimits.grpc_max_message_bytes must be <= {GRPC_MAX_MESSAGE_BYTES}, got "

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, No
 import grpc
 
 from pytriton.core.waiters import wake
+from pytriton.transport.grpc.flow import STREAM_WINDOW
 from pytriton.transport.grpc.headers import Header
 from pytriton.transport.grpc.messages import MessageError, MessageReader
+from pytriton.transport.grpc.streams import HALF_CLOSED_LOCAL, OPEN
 
 if TYPE_CHECKING:
-    from pytriton.transport.grpc.connection import GrpcConnection
     from pytriton.transport.grpc.handlers import Method
+    from pytriton.transport.grpc.session import Http2Session
 
 LOGGER = logging.getLogger(__name__)
 
@@ -46,7 +48,12 @@ def parse_timeout(value: bytes) -> Optional[float]:
 
 
 class GrpcCall:
-    """A call: gives the handler its requests and the context grpc.aio's servicers expect, sends what it answers."""
+    """A call on one HTTP/2 stream: gives the handler its requests and the context grpc.aio's servicers expect.
+
+    A unary call's handler starts as soon as its request message is whole, and DATA after it is dropped
+    unread, as grpc's C-core (Triton's server) does. A streaming call's handler starts with the call
+    and pulls its requests; what waits in its inbox holds the stream's flow-control window.
+    """
 
     __slots__ = (
         "_headers",
@@ -55,24 +62,25 @@ class GrpcCall:
         "_metadata",
         "_reader",
         "_waiter",
-        "connection",
         "deadline",
         "encoding",
         "ended",
+        "held",
         "method",
         "outbox",
-        "remote_closed",
+        "recv_window",
         "send_window",
+        "session",
         "started",
+        "state",
         "stream_id",
         "task",
-        "unreplenished",
         "writable",
     )
 
     def __init__(
         self,
-        connection: GrpcConnection,
+        session: Http2Session,
         stream_id: int,
         method: Method,
         headers: List[Header],
@@ -80,7 +88,7 @@ class GrpcCall:
         send_window: int,
     ) -> None:
         """A call on stream `stream_id` of `method`, with the request's headers."""
-        self.connection = connection
+        self.session = session
         self.stream_id = stream_id
         self.method = method
         self._headers = headers
@@ -89,40 +97,62 @@ class GrpcCall:
         self._inbox: Deque[bytes] = deque()  # request messages not yet taken by a streaming handler
         self._inbox_error: Optional[MessageError] = None
         self._waiter: Optional[asyncio.Future[None]] = None
+        self.state = OPEN  # of the HTTP/2 stream (streams.py), moved by the session
+        self.recv_window = STREAM_WINDOW  # what the client may still send on the stream
+        self.held = 0  # bytes received that the handler has not consumed (counted in the windows)
         self.send_window = send_window
-        self.unreplenished = 0  # bytes received on the stream since its window was last raised
         self.outbox: Deque[Any] = deque()  # DATA and trailers waiting for flow-control window
         self.writable: Optional[asyncio.Future[None]] = None  # a streaming handler waits on it for the outbox
         self.encoding: Optional[str] = None  # the responses' compression
         self.deadline: Optional[asyncio.TimerHandle] = None
         self.task: Optional[asyncio.Task[None]] = None
         self.started = False  # response headers sent
-        self.remote_closed = False  # the client half-closed (END_STREAM) or reset the stream
-        self.ended = False  # the status is sent (or the stream reset): nothing more goes out
+        self.ended = False  # the status is decided (sent or queued) or the stream reset: nothing more goes out
 
-    # -- what the connection feeds in ---------------------------------------------------------
+    # -- what the session feeds in ---------------------------------------------------------
 
-    def receive(self, data: bytes) -> None:
-        """DATA of the stream: reassemble messages; a unary call keeps its one message, a streaming one queues it."""
+    @property
+    def remote_open(self) -> bool:
+        """Whether the client may still send on the stream."""
+        return self.state == OPEN or self.state == HALF_CLOSED_LOCAL
+
+    def receive(self, data: bytes, length: int) -> None:
+        """DATA of the stream (`length` with its padding): messages for the handler, consumed as it reads them.
+
+        Bytes of a message under way are consumed at once (the handler waits for it); whole messages a
+        streaming handler has not taken hold the window until it takes them; a unary call drops what
+        follows its message.
+        """
+        session = self.session
+        if self.ended or (self.task is not None and not self.method.streaming):
+            session.inflow.dropped(length)
+            return
+        self.held += length
         try:
-            messages = self._reader.feed(data)
+            messages = self._reader.feed(data) if data else None
         except MessageError as error:
             self.fail_requests(error)
             return
-        if messages:
+        if not self.method.streaming:
+            session.consumed(self)
+            if messages:
+                self._start(self._unary(messages[0]))
+        elif messages:
             self._inbox.extend(messages)
             wake(self._waiter)
+        elif not self._inbox:
+            session.consumed(self)
 
     def close_remote(self) -> None:
         """The client sent its last message (END_STREAM)."""
-        self.remote_closed = True
+        if self.ended or (self.task is not None and not self.method.streaming):
+            return  # a unary call that has its message (or an ended call): nothing more is read
         if self._reader.partial:
             self.fail_requests(MessageError(grpc.StatusCode.INTERNAL, "the stream ended inside a message"))
-            return
-        if self.method.streaming:
+        elif self.method.streaming:
             wake(self._waiter)
-        elif not self.ended:
-            self._start(self._unary())
+        else:
+            self.session.end_call(self, grpc.StatusCode.INTERNAL, "expected one request message, got 0")
 
     def fail_requests(self, error: MessageError) -> None:
         """A request message could not be taken: end a unary call now, make a streaming handler's iterator raise."""
@@ -130,7 +160,7 @@ class GrpcCall:
             self._inbox_error = error
             wake(self._waiter)
         else:
-            self.connection.end_call(self, error.code, error.details)
+            self.session.end_call(self, error.code, error.details)
 
     def start_streaming(self) -> None:
         """Run a streaming handler from the start of the call."""
@@ -138,12 +168,11 @@ class GrpcCall:
 
     def _start(self, handler: Coroutine[Any, Any, None]) -> None:
         """Run a handler coroutine as the call's task."""
-        self.task = self.connection.loop.create_task(handler)
+        self.task = self.session.loop.create_task(handler)
 
     def cancel(self) -> None:
         """The call is over for the client (reset, deadline, connection lost): stop its handler."""
         self.ended = True
-        self.remote_closed = True
         if self.deadline is not None:
             self.deadline.cancel()
         if self.task is not None and not self.task.done():
@@ -153,19 +182,17 @@ class GrpcCall:
     def expire(self) -> None:
         """The client's deadline passed."""
         self.deadline = None
-        self.connection.end_call(self, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        self.session.end_call(self, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
     # -- running the handler --------------------------------------------------------------------
 
-    async def _unary(self) -> None:
-        """Take the one request message, run the handler, send its response and the status."""
+    async def _unary(self, request: bytes) -> None:
+        """Run the handler on the request message, send its response and the status."""
         method = self.method
         try:
-            if len(self._inbox) != 1:
-                raise MessageError(grpc.StatusCode.INTERNAL, f"expected one request message, got {len(self._inbox)}")
-            response = await method.behaviour(method.deserialize(self._inbox.pop()), self)
+            response = await method.behaviour(method.deserialize(request), self)
             parts, size = method.serialize(response)
-            self.connection.send_unary_response(self, parts, size)
+            self.session.send_unary_response(self, parts, size)
         except Exception as error:  # noqa: BLE001 - every failure must reach the client as a status
             self._failed(error)
 
@@ -173,21 +200,21 @@ class GrpcCall:
         """Run a streaming handler over the request iterator; its writes are the responses."""
         try:
             await self.method.behaviour(self._requests(), self)
-            self.connection.end_call(self, grpc.StatusCode.OK, "")
+            self.session.end_call(self, grpc.StatusCode.OK, "")
         except Exception as error:  # noqa: BLE001 - every failure must reach the client as a status
             self._failed(error)
 
     def _failed(self, error: Exception) -> None:
         """End the call with the status of what its handler raised (cancellation is not an Exception)."""
         if isinstance(error, (RpcAbort, MessageError)):
-            self.connection.end_call(self, error.code, error.details)
+            self.session.end_call(self, error.code, error.details)
         else:
             self._unexpected(error)
 
     def _unexpected(self, error: Exception) -> None:
         """A handler raised what no servicer wrapper mapped: UNKNOWN, as grpc.aio answers."""
         LOGGER.error("unexpected error in gRPC method %s: %r", self.method.name, error, exc_info=error)
-        self.connection.end_call(self, grpc.StatusCode.UNKNOWN, f"Unexpected {type(error).__name__}: {error}")
+        self.session.end_call(self, grpc.StatusCode.UNKNOWN, f"Unexpected {type(error).__name__}: {error}")
 
     async def _requests(self) -> AsyncIterator[Any]:
         """The request messages of a streaming call, parsed, until the client half-closes."""
@@ -195,12 +222,15 @@ class GrpcCall:
         deserialize = self.method.deserialize
         while True:
             while inbox:
-                yield deserialize(inbox.popleft())
+                message = inbox.popleft()
+                if not inbox and self.held:
+                    self.session.consumed(self)  # the inbox is empty: the client may send more
+                yield deserialize(message)
             if self._inbox_error is not None:
                 raise self._inbox_error
-            if self.remote_closed:
+            if not self.remote_open:
                 return
-            self._waiter = self.connection.loop.create_future()
+            self._waiter = self.session.loop.create_future()
             await self._waiter
 
     # -- the servicer context -------------------------------------------------------------------
@@ -229,9 +259,9 @@ class GrpcCall:
         if self.ended:
             raise asyncio.CancelledError()
         parts, size = self.method.serialize(message)
-        connection = self.connection
-        connection.send_message(self, parts, size)
-        if self.outbox or connection.write_paused:
-            self.writable = connection.loop.create_future()
+        session = self.session
+        session.send_message(self, parts, size)
+        if self.outbox or session.write_paused:
+            self.writable = session.loop.create_future()
             await self.writable
             self.writable = None

@@ -1,4 +1,4 @@
-"""HTTP/2 framing (RFC 9113) as the gRPC server uses it: frame types, flags, error codes and settings."""
+"""HTTP/2 framing (RFC 9113) as the gRPC server uses it: frame types, flags, error codes, settings, frame bytes."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import struct
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-# Frame types (PRIORITY, 0x2, is read and ignored).
+# Frame types.
 DATA = 0x0
 HEADERS = 0x1
+PRIORITY = 0x2
 RST_STREAM = 0x3
 SETTINGS = 0x4
 PUSH_PROMISE = 0x5
@@ -35,6 +36,8 @@ COMPRESSION_ERROR = 0x9
 ENHANCE_YOUR_CALM = 0xB
 
 # Settings.
+SETTINGS_ENABLE_PUSH = 0x2
+SETTINGS_MAX_CONCURRENT_STREAMS = 0x3
 SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 SETTINGS_MAX_FRAME_SIZE = 0x5
 SETTINGS_MAX_HEADER_LIST_SIZE = 0x6
@@ -59,6 +62,16 @@ class Http2Error(Exception):
     def __init__(self, code: int, message: str) -> None:
         """An error of code `code`; `message` goes out as the GOAWAY's debug data."""
         super().__init__(message)
+        self.code = code
+
+
+class StreamError(Exception):
+    """A stream error: the stream is reset with `code`, the connection goes on."""
+
+    def __init__(self, stream_id: int, code: int) -> None:
+        """An error resetting stream `stream_id` with `code`."""
+        super().__init__(f"stream {stream_id}: error {code}")
+        self.stream_id = stream_id
         self.code = code
 
 
@@ -104,15 +117,24 @@ def read_settings(payload: bytes) -> list[tuple[int, int]]:
     return [_SETTING.unpack_from(payload, offset) for offset in range(0, len(payload), 6)]
 
 
-def strip_padding(payload: bytes, flags: int) -> bytes:
-    """A DATA or HEADERS payload without its padding (and a HEADERS' priority fields)."""
+def strip_padding(payload: bytes, flags: int, stream_id: int) -> bytes:
+    """A DATA or HEADERS payload without its padding (and a HEADERS' priority fields).
+
+    Raises:
+        Http2Error: FRAME_SIZE_ERROR when the payload is too short for its pad length or priority fields,
+            PROTOCOL_ERROR when the padding is longer than the payload or a stream depends on itself.
+    """
     start, end = 0, len(payload)
     if flags & PADDED:
         if not payload:
-            raise Http2Error(PROTOCOL_ERROR, "padded frame without a pad length")
+            raise Http2Error(FRAME_SIZE_ERROR, "padded frame without a pad length")
         end -= payload[0]
         start = 1
     if flags & PRIORITY_FLAG:
+        if len(payload) < start + 5:
+            raise Http2Error(FRAME_SIZE_ERROR, "HEADERS too short for its priority fields")
+        if read_uint32(payload[start : start + 4]) == stream_id:
+            raise Http2Error(PROTOCOL_ERROR, f"stream {stream_id} depends on itself")
         start += 5
     if end < start:
         raise Http2Error(PROTOCOL_ERROR, "padding longer than the frame")

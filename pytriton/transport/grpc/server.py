@@ -5,7 +5,9 @@ Why not grpc.aio: on one core a grpc.aio server answering a fixed, pre-serialize
 loop), below NVIDIA's PyTriton serving a real model. The same echo on this module's framing answers
 about 23,000 calls/s with one in flight and 128,000 with 32 (bench figures in docs/performance.md).
 The server keeps to what gRPC clients need of HTTP/2: h2c or TLS with ALPN h2, flow control both
-ways, HPACK, deadlines, message compression, keepalive pings and their enforcement, GOAWAY on stop.
+ways, HPACK, deadlines, message compression, keepalive pings and their enforcement, GOAWAY on stop,
+and the limits that keep one client from taking the server down (ServerLimits' grpc_* fields, the
+flood counters of floods.py).
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import logging
 from typing import Dict, Optional
 
 from pytriton.core.engine import Engine
+from pytriton.options.limits import ServerLimits
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import GrpcKeepalive, ServerOptions
 from pytriton.transport.connections import OpenConnections
+from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.connection import GrpcConnection
 from pytriton.transport.grpc.handlers import CallLimit, Method, method_table
 from pytriton.transport.grpc.servicer import InferenceServicer
 from pytriton.transport.grpc.settings import COMPRESSION_LEVELS, bind_address, tls_context
-from pytriton.transport.sockets import bind_socket, bound_port
+from pytriton.transport.sockets import BACKLOG, bind_socket, bound_port
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -36,16 +40,21 @@ class GrpcServerState:
     def __init__(
         self,
         methods: Dict[bytes, Method],
+        limits: ServerLimits,
         *,
-        max_message_bytes: int,
-        max_header_list_bytes: int,
         keepalive: GrpcKeepalive,
         compression_level: int,
     ) -> None:
-        """State for a server of `methods` (by HTTP/2 path)."""
+        """State for a server of `methods` (by HTTP/2 path) under `limits`."""
         self.methods = methods
-        self.max_message_bytes = max_message_bytes
-        self.max_header_list_bytes = max_header_list_bytes
+        self.max_message_bytes = limits.grpc_max_message_bytes
+        self.max_header_list_bytes = limits.max_header_bytes
+        # A header block fits in this many CONTINUATION frames of the 16 KiB this server allows, and then some.
+        self.max_continuations = 8 + limits.max_header_bytes // h2.DEFAULT_MAX_FRAME
+        self.max_concurrent_streams = limits.grpc_max_concurrent_streams
+        self.max_connections = limits.grpc_max_connections
+        self.idle_timeout_s = limits.grpc_idle_timeout_s
+        self.handshake_timeout_s = limits.grpc_handshake_timeout_s
         self.keepalive = keepalive
         self.compression_level = compression_level
         self.connections: OpenConnections[GrpcConnection] = OpenConnections()
@@ -79,6 +88,7 @@ class GrpcFrontend:
             server_version=self._server_version,
             header_forward_pattern=options.grpc_header_forward_pattern,
             settings=self._settings,
+            max_stream_requests=options.limits.grpc_max_stream_requests,
         )
         limits = options.limits
         methods = method_table(servicer, options.grpc_access, CallLimit(limits.grpc_max_concurrent_rpcs))
@@ -90,14 +100,20 @@ class GrpcFrontend:
             raise OSError(f"gRPC cannot listen on {address}: {error.strerror or error}") from None
         state = GrpcServerState(
             methods,
-            max_message_bytes=limits.grpc_max_message_bytes,
-            max_header_list_bytes=limits.max_header_bytes,
+            limits,
             keepalive=options.grpc_keepalive,
             compression_level=COMPRESSION_LEVELS[options.grpc_compression_level],
         )
         loop = asyncio.get_running_loop()
+        handshake_s = limits.grpc_handshake_timeout_s if ssl is not None and limits.grpc_handshake_timeout_s else None
         try:
-            self._server = await loop.create_server(lambda: GrpcConnection(state, loop), sock=sock, ssl=ssl)
+            self._server = await loop.create_server(
+                lambda: GrpcConnection(state, loop),
+                sock=sock,
+                ssl=ssl,
+                backlog=BACKLOG,
+                ssl_handshake_timeout=handshake_s,
+            )
         except BaseException:
             sock.close()
             raise

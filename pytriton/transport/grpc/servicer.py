@@ -14,7 +14,7 @@ from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import cuda_memory_codec, grpc_codec, settings_codec, system_memory_codec
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
 from pytriton.transport.grpc.errors import unary
-from pytriton.transport.grpc.streaming import StreamSession
+from pytriton.transport.grpc.streaming import DEFAULT_STREAM_REQUESTS, StreamSession
 from pytriton.transport.grpc.wire import InferRequestFrame
 
 
@@ -28,12 +28,15 @@ class InferenceServicer:
         server_version: str,
         header_forward_pattern: Optional[str] = None,
         settings: Optional[ServerSettings] = None,
+        max_stream_requests: int = DEFAULT_STREAM_REQUESTS,
     ) -> None:
         """Create the servicer; metadata keys matching `header_forward_pattern` reach callables as parameters.
 
-        Without `settings`, LogSettings and TraceSetting answer UNIMPLEMENTED.
+        Without `settings`, LogSettings and TraceSetting answer UNIMPLEMENTED. A ModelStreamInfer stream has
+        at most `max_stream_requests` requests in progress at once.
         """
         self._engine = engine
+        self._max_stream_requests = max_stream_requests
         self._server_version = server_version
         self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
         self._settings = settings
@@ -125,7 +128,8 @@ class InferenceServicer:
 
     async def ModelStreamInfer(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:
         """Run the requests of a stream concurrently and stream back their responses."""
-        await StreamSession(self._engine, self._forwarded_headers(context)).serve(requests, context)
+        session = StreamSession(self._engine, self._forwarded_headers(context), self._max_stream_requests)
+        await session.serve(requests, context)
 
     @unary
     async def LogSettings(self, request: Message, context: Any) -> Message:

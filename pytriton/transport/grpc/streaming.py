@@ -1,4 +1,8 @@
-"""ModelStreamInfer: each request of a stream runs concurrently; one writer sends the responses."""
+"""ModelStreamInfer: the requests of a stream run concurrently, up to a bound; one writer sends the responses.
+
+At the bound the session reads no further request until one ends: the unread requests wait in the
+call (holding its HTTP/2 window), so a client cannot start more work on one stream than the bound.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +11,32 @@ from typing import Any, AsyncIterator, Mapping, Optional, Set
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
+from pytriton.core.waiters import wake
 from pytriton.protocol import grpc_codec
 from pytriton.transport.grpc.errors import status_of
 from pytriton.transport.grpc.wire import InferRequestFrame
 
 _END = object()
+# Requests of one stream in progress at once, unless the server's limits say otherwise.
+DEFAULT_STREAM_REQUESTS = 128
 
 
 class StreamSession:
     """One ModelStreamInfer call; responses of one request keep their order, requests interleave."""
 
-    def __init__(self, engine: Engine, forwarded_headers: Optional[Mapping[str, str]]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        forwarded_headers: Optional[Mapping[str, str]],
+        max_requests: int = DEFAULT_STREAM_REQUESTS,
+    ) -> None:
         """Create a session for a stream whose metadata forwarded `forwarded_headers`."""
         self._engine = engine
         self._forwarded = forwarded_headers
+        self._max_requests = max_requests
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
         self._tasks: Set[asyncio.Task[None]] = set()
+        self._slot: Optional[asyncio.Future[None]] = None  # the reader waits on it while at the bound
         self._reading = True
 
     async def serve(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:
@@ -53,6 +67,10 @@ class StreamSession:
                 task = loop.create_task(self._serve_one(frame))
                 self._tasks.add(task)
                 task.add_done_callback(self._request_done)
+                del frame
+                while len(self._tasks) >= self._max_requests:
+                    self._slot = loop.create_future()
+                    await self._slot
         except Exception as error:  # noqa: BLE001 - a broken request stream ends the call with its error
             self._outbox.put_nowait(error)
             return
@@ -60,8 +78,9 @@ class StreamSession:
         self._end_if_idle()
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
-        """Forget a finished request."""
+        """Forget a finished request; the reader may take the next one."""
         self._tasks.discard(task)
+        wake(self._slot)
         self._end_if_idle()
 
     def _end_if_idle(self) -> None:

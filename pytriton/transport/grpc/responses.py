@@ -1,0 +1,198 @@
+"""What the server sends on a call: response headers, messages under flow control, and the status.
+
+A unary response leaves as HEADERS, DATA and trailers in one write when the windows allow. What the
+windows hold back waits in the call's outbox (DATA, then the trailers) until the client opens them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Sequence
+
+import grpc
+
+from pytriton.core.raw_tensors import Buffer
+from pytriton.core.waiters import wake
+from pytriton.transport.grpc import frames as h2
+from pytriton.transport.grpc.call import GrpcCall
+from pytriton.transport.grpc.flow import SendWindows
+from pytriton.transport.grpc.headers import STATUS_200, Header, encode_block
+from pytriton.transport.grpc.messages import ACCEPT_ENCODING, frame_message
+
+_OK_TRAILERS = encode_block([(b"grpc-status", b"0")])
+
+
+def _response_head(encoding: Optional[str]) -> bytes:
+    """The response headers of a call whose responses use `encoding`."""
+    fields = [(b"content-type", b"application/grpc"), (b"grpc-accept-encoding", ACCEPT_ENCODING)]
+    if encoding is not None:
+        fields.append((b"grpc-encoding", encoding.encode()))
+    return STATUS_200 + encode_block(fields)
+
+
+_RESPONSE_HEADS = {encoding: _response_head(encoding) for encoding in (None, "gzip", "deflate")}
+_TRAILERS_ONLY_HEAD = STATUS_200 + encode_block([(b"content-type", b"application/grpc")])
+
+
+def _percent_encoded(text: str) -> bytes:
+    """grpc-message's encoding: printable ASCII but '%' as is, every other UTF-8 byte as %XX."""
+    return b"".join(
+        bytes((byte,)) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte for byte in text.encode()
+    )
+
+
+def _status_block(code: grpc.StatusCode, details: str) -> bytes:
+    """Trailer fields carrying a status."""
+    if code is grpc.StatusCode.OK and not details:
+        return _OK_TRAILERS
+    fields: List[Header] = [(b"grpc-status", str(code.value[0]).encode())]
+    if details:
+        fields.append((b"grpc-message", _percent_encoded(details)))
+    return encode_block(fields)
+
+
+class _Trailers:
+    """The status of a call whose last DATA still waits for flow-control window."""
+
+    __slots__ = ("block",)
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+
+
+class ResponseSender:
+    """Frames the responses of one connection's calls and sends them as the client's windows allow."""
+
+    __slots__ = ("_data_sent", "_ended", "_max_message_bytes", "_write", "blocked", "paused", "windows")
+
+    def __init__(
+        self,
+        write: Callable[[Buffer], None],
+        *,
+        data_sent: Callable[[], None],
+        ended: Callable[[GrpcCall], None],
+        max_message_bytes: int,
+    ) -> None:
+        """Send through `write`; `data_sent()` after headers or data, `ended(call)` once its END_STREAM is out."""
+        self._write = write
+        self._data_sent = data_sent
+        self._ended = ended
+        self._max_message_bytes = max_message_bytes
+        self.windows = SendWindows()
+        self.blocked: Dict[int, GrpcCall] = {}  # calls with DATA waiting for window
+        self.paused = False  # the transport's buffer is full: streaming handlers wait before writing more
+
+    def unary(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
+        """A unary call's response and its OK status, in one write when flow control allows."""
+        if call.ended:
+            return
+        message = frame_message(parts, size, call.encoding, self._max_message_bytes)
+        total = len(message)
+        windows = self.windows
+        if total <= windows.max_frame and total <= windows.window and total <= call.send_window:
+            windows.window -= total
+            call.ended = call.started = True
+            if call.deadline is not None:
+                call.deadline.cancel()
+            self._data_sent()
+            stream_id = call.stream_id
+            self._write(
+                b"".join(
+                    (
+                        h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, _RESPONSE_HEADS[call.encoding]),
+                        h2.frame_header(total, h2.DATA, 0, stream_id),
+                        message,
+                        h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, stream_id, _OK_TRAILERS),
+                    )
+                )
+            )
+            self._ended(call)
+            return
+        self._send(call, message)
+        self.end(call, grpc.StatusCode.OK, "")
+
+    def message(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
+        """One response message of a streaming call."""
+        if not call.ended:
+            self._send(call, frame_message(parts, size, call.encoding, self._max_message_bytes))
+
+    def end(self, call: GrpcCall, code: grpc.StatusCode, details: str) -> bool:
+        """Send a call's status, after its queued DATA; False when the call had already ended."""
+        if call.ended:
+            return False
+        call.ended = True
+        if call.deadline is not None:
+            call.deadline.cancel()
+        if not call.started:
+            self._trailers(call.stream_id, _TRAILERS_ONLY_HEAD + _status_block(code, details))
+            self._ended(call)
+        elif call.outbox:
+            call.outbox.append(_Trailers(_status_block(code, details)))
+        else:
+            self._trailers(call.stream_id, _status_block(code, details))
+            self._ended(call)
+        return True
+
+    def answer_http(self, stream_id: int, status: bytes) -> None:
+        """Answer a request that is not a gRPC call with a bare HTTP status."""
+        self._write(
+            h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, stream_id, encode_block([(b":status", status)]))
+        )
+
+    def answer_status(self, stream_id: int, code: grpc.StatusCode, details: str) -> None:
+        """End a call that never started with a status: one HEADERS frame ending the stream."""
+        self._trailers(stream_id, _TRAILERS_ONLY_HEAD + _status_block(code, details))
+
+    def _trailers(self, stream_id: int, block: bytes) -> None:
+        """The HEADERS frame that ends a stream."""
+        self._data_sent()
+        self._write(h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, stream_id, block))
+
+    def _send(self, call: GrpcCall, message: bytes) -> None:
+        """Send a framed message on a call (its headers first), or queue what the windows hold back."""
+        stream_id = call.stream_id
+        if not call.started:
+            call.started = True
+            self._write(h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, _RESPONSE_HEADS[call.encoding]))
+        self._data_sent()
+        total = len(message)
+        windows = self.windows
+        if not call.outbox and total <= windows.room(call):
+            windows.spend(call, total)
+            self._write(h2.frame_header(total, h2.DATA, 0, stream_id))
+            self._write(message)
+            return
+        call.outbox.append(memoryview(message))
+        self.pump(call)
+
+    def pump(self, call: GrpcCall) -> None:
+        """Send as much of a call's queued DATA (and then its status) as the windows allow."""
+        outbox = call.outbox
+        stream_id = call.stream_id
+        windows = self.windows
+        while outbox:
+            item = outbox[0]
+            if isinstance(item, _Trailers):
+                outbox.popleft()
+                self._trailers(stream_id, item.block)
+                self._ended(call)
+                return
+            room = windows.room(call)
+            if room <= 0:
+                self.blocked[stream_id] = call
+                return
+            chunk = item[:room]
+            if len(chunk) == len(item):
+                outbox.popleft()
+            else:
+                outbox[0] = item[room:]
+            windows.spend(call, len(chunk))
+            self._write(h2.frame_header(len(chunk), h2.DATA, 0, stream_id))
+            self._write(chunk)
+        self.blocked.pop(stream_id, None)
+        if not self.paused:
+            wake(call.writable)
+
+    def pump_blocked(self) -> None:
+        """The connection window or the client's settings changed: send what waited."""
+        for call in list(self.blocked.values()):
+            self.pump(call)

@@ -1,0 +1,434 @@
+"""The HTTP/2 side of one gRPC connection: what each of the client's frames does, and what the calls send.
+
+The parts live apart: `framing.py` cuts frames and header blocks, `streams.py` holds the stream states
+and what a frame does in each, `flow.py` the windows both ways, `responses.py` what goes out on a
+call, `keepalive.py` the pings, `floods.py` the flood counters. The session ties them to the calls;
+its connection (`connection.py`) ties it to the transport.
+
+A session must receive its client's preface and SETTINGS within grpc_handshake_timeout_s, says GOAWAY
+after grpc_idle_timeout_s without a call, takes at most grpc_max_concurrent_streams calls at once
+(REFUSED_STREAM beyond), and answers UNAVAILABLE on a connection one over grpc_max_connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
+
+import grpc
+
+from pytriton.core.raw_tensors import Buffer
+from pytriton.core.waiters import wake
+from pytriton.transport.deadline import APP, PhaseDeadline
+from pytriton.transport.grpc import frames as h2
+from pytriton.transport.grpc import streams as st
+from pytriton.transport.grpc.call import GrpcCall, parse_timeout
+from pytriton.transport.grpc.floods import FloodGauges
+from pytriton.transport.grpc.flow import STREAM_WINDOW, ReceiveWindows
+from pytriton.transport.grpc.framing import FrameReader
+from pytriton.transport.grpc.headers import Header, HeaderBlockDecoder
+from pytriton.transport.grpc.keepalive import Keepalive
+from pytriton.transport.grpc.messages import MessageError, MessageReader, request_encoding, response_encoding
+from pytriton.transport.grpc.responses import ResponseSender
+
+if TYPE_CHECKING:
+    from pytriton.transport.grpc.server import GrpcServerState
+
+LOGGER = logging.getLogger(__name__)
+
+# What the session waits for from its client (APP: nothing, calls are in progress).
+HANDSHAKE, IDLE = 1, 2
+# The PING that follows a graceful GOAWAY, and how long its acknowledgement may take before the final GOAWAY.
+_GOAWAY_PING = b"goaway\x00\x00"
+_GOAWAY_PING_TIMEOUT_S = 1.0
+
+
+class Http2Session:
+    """The streams and calls of one connection (framing.FrameHandler: the reader hands it every frame)."""
+
+    def __init__(
+        self,
+        state: GrpcServerState,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        write: Callable[[Buffer], None],
+        close: Callable[[], None],
+        abort: Callable[[], None],
+    ) -> None:
+        """A session sending through `write`; `close()` ends the connection gracefully, `abort()` at once."""
+        self._state = state
+        self.loop = loop
+        self._write = write
+        self._close = close
+        self.reader = FrameReader(self, state.max_header_list_bytes, state.max_continuations)
+        self._decoder = HeaderBlockDecoder(state.max_header_list_bytes)
+        self._streams: st.StreamTable[GrpcCall] = st.StreamTable()
+        self.calls = self._streams.live
+        self._keepalive = Keepalive(state.keepalive, loop, send=write, busy=self._busy, abort=abort)
+        self.inflow = ReceiveWindows(write)
+        self.sender = ResponseSender(
+            write,
+            data_sent=self._keepalive.data_sent,
+            ended=self._sent_end_stream,
+            max_message_bytes=state.max_message_bytes,
+        )
+        self._floods = FloodGauges()
+        self._clock = PhaseDeadline(loop, self._on_deadline)
+        self._abort = abort
+        self.over_cap = False  # one connection more than grpc_max_connections: calls get UNAVAILABLE
+        self.last_accepted = 0  # the last stream whose request was taken (GOAWAY's last stream id)
+        self.going_away = False  # GOAWAY sent or received: no new call
+        self.closed = False
+        self._final_goaway: Optional[asyncio.Future[None]] = None  # leave() waits on it
+        self._goaway_ping_timer: Optional[asyncio.TimerHandle] = None
+
+    def start(self) -> None:
+        """Send this server's settings and open the connection window; the client's preface must follow."""
+        state = self._state
+        settings = {
+            h2.SETTINGS_MAX_CONCURRENT_STREAMS: state.max_concurrent_streams,
+            h2.SETTINGS_INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            h2.SETTINGS_MAX_HEADER_LIST_SIZE: state.max_header_list_bytes,
+        }
+        self._write(h2.settings_frame(settings) + ReceiveWindows.opening())
+        self._clock.enter(HANDSHAKE, state.handshake_timeout_s)
+        self._keepalive.start()
+
+    def stop(self) -> None:
+        """Nothing more is read or sent but what is queued: timers stop (the connection is closing)."""
+        self.closed = True
+        self.reader.stopped = True
+        self._clock.cancel()
+        self._keepalive.stop()
+        if self._goaway_ping_timer is not None:
+            self._goaway_ping_timer.cancel()
+        wake(self._final_goaway)
+
+    def cancel_calls(self) -> None:
+        """The connection is lost: every call still in progress ends."""
+        for call in self.calls.values():
+            call.cancel()
+        self.calls.clear()
+        self.sender.blocked.clear()
+
+    def writable_again(self) -> None:
+        """The transport's buffer drained: streaming handlers may write again."""
+        self.sender.paused = False
+        for call in list(self.calls.values()):
+            if not call.outbox:
+                wake(call.writable)
+
+    @property
+    def write_paused(self) -> bool:
+        """Whether streaming handlers must wait before writing more."""
+        return self.sender.paused
+
+    # -- frames (framing.FrameHandler) ------------------------------------------------------------
+
+    def on_data(self, stream_id: int, flags: int, payload: bytes) -> None:
+        """Request bytes of a call (they count against the connection window whatever their stream)."""
+        length = len(payload)
+        if flags & h2.PADDED:
+            payload = h2.strip_padding(payload, h2.PADDED, stream_id)
+        elif not length and not flags & h2.END_STREAM:
+            self.glitch()
+        self.inflow.take(length)
+        call = self.calls.get(stream_id)
+        action = st.RECEIVED[call.state if call is not None else self._streams.state_of(stream_id)][h2.DATA]
+        if action != st.ACCEPT or call is None:
+            self.inflow.dropped(length)
+            self._refuse(action, stream_id, "DATA")
+            return
+        try:
+            self.inflow.take_stream(call, length)
+        except h2.StreamError:
+            self.inflow.dropped(length)
+            raise
+        call.receive(payload, length)
+        if flags & h2.END_STREAM:
+            self._end_of_request(call)
+
+    def on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
+        """A whole header block: a new call, a client's trailers ending its stream, or one to drop."""
+        headers = self._decoder.decode(block)  # even when dropped: the block may change the HPACK table
+        call = self.calls.get(stream_id)
+        state = call.state if call is not None else self._streams.state_of(stream_id)
+        action = st.RECEIVED[state][h2.HEADERS]
+        if action == st.DROP:
+            self.glitch()
+        elif action != st.ACCEPT:
+            self._refuse(action, stream_id, "HEADERS")
+        elif call is not None:  # trailers: they must end the stream (RFC 9113 section 8.1)
+            if not flags & h2.END_STREAM:
+                raise h2.StreamError(stream_id, h2.PROTOCOL_ERROR)
+            self._end_of_request(call)
+        elif stream_id % 2 == 0:
+            raise h2.Http2Error(h2.PROTOCOL_ERROR, f"client stream {stream_id} has an even number")
+        else:
+            self._open(stream_id, headers, bool(flags & h2.END_STREAM))
+
+    def on_rst_stream(self, stream_id: int) -> None:
+        """The client cancelled a call; resets count against the rapid-reset limit (CVE-2023-44487)."""
+        call = self.calls.get(stream_id)
+        action = st.RECEIVED[call.state if call is not None else self._streams.state_of(stream_id)][h2.RST_STREAM]
+        if action == st.PROTOCOL_ERROR:
+            self._refuse(action, stream_id, "RST_STREAM")
+        self._floods.resets.check(self.loop.time())
+        if call is not None:
+            self._streams.move(call, st.RECV_RESET)
+            call.cancel()
+            self._forget(call)
+
+    def on_window_update(self, stream_id: int, increment: int) -> None:
+        """More room to send, on the connection or on one stream."""
+        sender = self.sender
+        if stream_id == 0:
+            sender.windows.raise_connection(increment)
+            sender.pump_blocked()
+            return
+        call = self.calls.get(stream_id)
+        action = st.RECEIVED[call.state if call is not None else self._streams.state_of(stream_id)][h2.WINDOW_UPDATE]
+        if action != st.ACCEPT or call is None:
+            self._refuse(action, stream_id, "WINDOW_UPDATE")  # dropped on a closed stream: in flight, legitimately
+            return
+        sender.windows.raise_stream(call, increment)
+        if call.outbox:
+            sender.pump(call)
+
+    def on_settings(self, flags: int, settings: List[Tuple[int, int]]) -> None:
+        """The client's settings (acknowledged); the first ones complete its preface."""
+        self._floods.settings.check(self.loop.time())
+        if flags & h2.ACK:
+            return
+        windows = self.sender.windows
+        for key, value in settings:
+            if key == h2.SETTINGS_INITIAL_WINDOW_SIZE:
+                windows.settings(value, None, self.calls.values())
+            elif key == h2.SETTINGS_MAX_FRAME_SIZE:
+                windows.settings(None, value, ())
+            elif key == h2.SETTINGS_ENABLE_PUSH and value > 1:
+                raise h2.Http2Error(h2.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
+        self._write(h2.frame(h2.SETTINGS, h2.ACK, 0))
+        if self._clock.phase == HANDSHAKE:
+            self._clock.enter(IDLE, self._state.idle_timeout_s)
+        self.sender.pump_blocked()
+
+    def on_ping(self, flags: int, payload: bytes) -> None:
+        """Answer a ping; too many of them end the connection (grpc's ping strikes, then the flood counter)."""
+        now = self.loop.time()
+        self._floods.pings.check(now)
+        if flags & h2.ACK:
+            if payload == _GOAWAY_PING:  # every stream the client opened before our GOAWAY has arrived
+                self.shutdown()
+            else:
+                self._keepalive.ack_received()
+            return
+        if not self._keepalive.ping_received(now):
+            for call in list(self.calls.values()):  # as grpc does: the calls learn why
+                self.end_call(call, grpc.StatusCode.UNAVAILABLE, "Too many pings")
+            raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, "too_many_pings")
+        self._write(h2.frame(h2.PING, h2.ACK, 0, payload))
+
+    def on_goaway(self) -> None:
+        """The client is leaving: take no new call, close once those in progress are done."""
+        self.going_away = True
+        self._close_if_done()
+
+    def on_stream_error(self, error: h2.StreamError) -> None:
+        """Reset a stream whose frame was a stream error; the connection goes on."""
+        self._reset(error.stream_id, error.code)
+        call = self.calls.get(error.stream_id)
+        if call is not None:
+            self._streams.move(call, st.SEND_RESET)
+            call.cancel()
+            self._forget(call)
+
+    def glitch(self) -> None:
+        """A frame that carries nothing: counted, so that a flood of them ends the connection."""
+        self._floods.glitches.check(self.loop.time())
+
+    def _refuse(self, action: int, stream_id: int, kind: str) -> None:
+        """What a frame the stream's state does not accept does: dropped, a stream error or a connection error."""
+        if action == st.DROP:
+            return
+        if action == st.RESET:
+            raise h2.StreamError(stream_id, h2.STREAM_CLOSED)
+        if action == st.CLOSED_ERROR:
+            raise h2.Http2Error(h2.STREAM_CLOSED, f"{kind} on closed stream {stream_id}")
+        raise h2.Http2Error(h2.PROTOCOL_ERROR, f"{kind} on idle stream {stream_id}")
+
+    # -- streams ------------------------------------------------------------------------------------
+
+    def _open(self, stream_id: int, headers: List[Header], ended: bool) -> None:
+        """A request's headers: start its call, answer it at once, or refuse the stream."""
+        state = self._state
+        if self.going_away or len(self.calls) >= state.max_concurrent_streams:
+            self._streams.skip(stream_id, st.RESET_BY_SERVER)
+            self._reset(stream_id, h2.REFUSED_STREAM)
+            return
+        self.last_accepted = stream_id
+        path = http_method = content_type = timeout = encoding = accepted = None
+        for name, value in headers:
+            if name == b":path":
+                path = value
+            elif name == b":method":
+                http_method = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"grpc-timeout":
+                timeout = value
+            elif name == b"grpc-encoding":
+                encoding = value
+            elif name == b"grpc-accept-encoding":
+                accepted = value
+        sender = self.sender
+        method = state.methods.get(path) if path is not None else None
+        try:
+            if http_method != b"POST":
+                sender.answer_http(stream_id, b"405")
+            elif content_type is None or not content_type.startswith(b"application/grpc"):
+                sender.answer_http(stream_id, b"415")
+            elif self.over_cap:
+                details = f"the server serves at most {state.max_connections} gRPC connections at once"
+                sender.answer_status(stream_id, grpc.StatusCode.UNAVAILABLE, details)
+            elif method is None:
+                sender.answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            else:
+                reader = MessageReader(request_encoding(encoding), state.max_message_bytes)
+                call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
+                self._start(call, timeout, accepted)
+                if ended:
+                    self._end_of_request(call)
+                return
+        except MessageError as error:
+            sender.answer_status(stream_id, error.code, error.details)
+        # answered at once: the stream closes (reset when the client has not ended it)
+        if ended:
+            self._streams.skip(stream_id, st.ENDED)
+        else:
+            self._streams.skip(stream_id, st.RESET_BY_SERVER)
+            self._write(h2.rst_stream(stream_id, h2.NO_ERROR))
+        if self.over_cap:
+            self.shutdown()
+
+    def _start(self, call: GrpcCall, timeout: Optional[bytes], accepted: Optional[bytes]) -> None:
+        """Open a call's stream; a streaming handler starts now, a unary one when its message is whole."""
+        if not self.calls:
+            self._clock.phase = APP  # a call is in progress: the connection is not idle
+        self._streams.open(call)
+        compression = self._state.compression_level
+        if compression:
+            call.encoding = response_encoding(compression, accepted)
+        if timeout is not None:
+            seconds = parse_timeout(timeout)
+            if seconds is not None:
+                call.deadline = self.loop.call_later(seconds, call.expire)
+        if call.method.streaming:
+            call.start_streaming()
+
+    def _end_of_request(self, call: GrpcCall) -> None:
+        """The client ended its side of a call (END_STREAM)."""
+        if call.state not in st.LIVE:
+            return  # reading the frame ended the call (a refused message): its stream is closed already
+        self._streams.move(call, st.RECV_END_STREAM)
+        call.close_remote()
+
+    def _sent_end_stream(self, call: GrpcCall) -> None:
+        """A call's END_STREAM went out; reset the stream if the client is still sending (as grpc does)."""
+        if call.state == st.OPEN:
+            self._streams.move(call, st.SEND_END_STREAM)
+            self._write(h2.rst_stream(call.stream_id, h2.NO_ERROR))
+            self._streams.move(call, st.SEND_RESET)
+        else:
+            self._streams.move(call, st.SEND_END_STREAM)
+        self._forget(call)
+
+    def _forget(self, call: GrpcCall) -> None:
+        """A call's stream closed: nothing more goes out or comes in for it."""
+        self.sender.blocked.pop(call.stream_id, None)
+        if call.held:
+            self.inflow.dropped(call.held)
+            call.held = 0
+        wake(call.writable)
+        if not self.calls and not self.closed:
+            self._clock.enter(IDLE, self._state.idle_timeout_s)
+            self._close_if_done()
+
+    def _reset(self, stream_id: int, code: int) -> None:
+        """Reset a stream for an error (counted: a client must not make the server reset streams at will)."""
+        self._write(h2.rst_stream(stream_id, code))
+        self.glitch()
+
+    def _busy(self) -> bool:
+        """Whether calls are in progress."""
+        return bool(self.calls)
+
+    # -- what calls ask of their session ----------------------------------------------------------
+
+    def send_unary_response(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
+        """A unary call's response and its OK status, in one write when flow control allows."""
+        self.sender.unary(call, parts, size)
+
+    def send_message(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
+        """One response message of a streaming call."""
+        self.sender.message(call, parts, size)
+
+    def end_call(self, call: GrpcCall, code: grpc.StatusCode, details: str) -> None:
+        """Send a call's status (after its queued DATA); stop its handler if it is still running."""
+        if self.sender.end(call, code, details):
+            task = call.task
+            if task is not None and not task.done() and task is not asyncio.current_task():
+                task.cancel()  # the deadline passed, or a request message was refused, while the handler ran
+
+    def consumed(self, call: GrpcCall) -> None:
+        """A call consumed the request bytes it held: the client may send as much again."""
+        self.inflow.consumed(call, call.remote_open)
+
+    # -- going away -------------------------------------------------------------------------------
+
+    def _on_deadline(self, phase: int) -> None:
+        """No preface in time (close at once), or idle for too long (GOAWAY, then close)."""
+        if phase == HANDSHAKE:
+            LOGGER.debug("gRPC connection: no HTTP/2 preface in time")
+            self._abort()
+        else:
+            self.shutdown()
+
+    async def leave(self) -> None:
+        """Ask the client to start its next calls on a new connection while this one still serves (RFC 9113 6.8).
+
+        A GOAWAY naming the highest stream id stops the client from opening streams here without refusing any;
+        the client acknowledges the PING after every stream it sent before it read the GOAWAY, so the final
+        GOAWAY, sent on that acknowledgement (or after a second without one), names the true last stream and
+        refuses none of them. Returns once the final GOAWAY is out.
+        """
+        if self._final_goaway is None:
+            self._final_goaway = self.loop.create_future()
+            if self.going_away or self.closed:
+                wake(self._final_goaway)
+            else:
+                self._write(h2.goaway(h2.MAX_STREAM_ID, h2.NO_ERROR) + h2.frame(h2.PING, 0, 0, _GOAWAY_PING))
+                self._goaway_ping_timer = self.loop.call_later(_GOAWAY_PING_TIMEOUT_S, self.shutdown)
+        await self._final_goaway
+
+    def shutdown(self) -> None:
+        """Refuse new calls (GOAWAY), finish those in progress, then close."""
+        if self._goaway_ping_timer is not None:
+            self._goaway_ping_timer.cancel()
+            self._goaway_ping_timer = None
+        if not self.going_away and not self.closed:
+            self.going_away = True
+            self._write(h2.goaway(self.last_accepted, h2.NO_ERROR))
+        wake(self._final_goaway)
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        """Close a connection that said (or heard) GOAWAY once no call is left."""
+        if self.going_away and not self.calls and not self.closed:
+            self._close()
+
+    def goaway(self, code: int, message: str) -> None:
+        """Say GOAWAY for a connection error (the connection then closes)."""
+        self.going_away = True
+        self._write(h2.goaway(self.last_accepted, code, message.encode()))
