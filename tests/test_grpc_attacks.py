@@ -1,0 +1,516 @@
+"""One client attacking the gRPC server's HTTP/2, attack by attack, against a server in a process of its own.
+
+Each attack is bounded and runs over loopback, in two parts: a first part the server accepts, then a
+tritonclient call (it must be served while the attacker's connection is open), then the rest of the
+attack, which the server must cut off with the code RFC 9113 (or nghttp2, where the RFC leaves the
+choice) gives. After it another tritonclient call must be served, and the server's RSS must not have
+grown by more than RSS_GROWTH_MIB: the attacks would take it far past that if the server kept what
+they send.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import select
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.h2_wire import (
+    CANCEL,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    GOAWAY,
+    HEADERS,
+    NO_ERROR,
+    PING,
+    READ_S,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    STREAM_CLOSED,
+    WINDOW_UPDATE,
+    Frame,
+    H2Client,
+    goaway_fields,
+    grpc_message,
+    infer_request,
+    pack_frame,
+    request_headers,
+)
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+RSS_GROWTH_MIB = 24
+# Long enough for a flood to be read through on a loaded machine.
+FLOOD_S = 60.0
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+class ServedProcess:
+    """tests/served_process.py running with some ServerLimits; its ports, RSS, and a well-behaved client."""
+
+    def __init__(self, limits: Dict[str, Any]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.served_process", json.dumps(limits)],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], 120)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith("READY"):
+            self.stop()
+            raise RuntimeError(f"the served process did not start: {line!r}")
+        self.grpc_port, self.http_port = (int(part) for part in line.split()[1:])
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def rss_mib(self) -> float:
+        for line in pathlib.Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
+
+    def infer(self, values: Sequence[float], model: str = "identity") -> np.ndarray:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{self.grpc_port}")
+        try:
+            tensor = grpcclient.InferInput("INPUT_1", [1, len(values)], "FP32")
+            tensor.set_data_from_numpy(np.asarray([values], np.float32))
+            result = client.infer(model, [tensor], client_timeout=2 * READ_S)
+            return result.as_numpy("OUTPUT_1")  # type: ignore[no-any-return]
+        finally:
+            client.close()
+
+    def assert_served(self) -> None:
+        """A tritonclient call on a connection of its own is answered."""
+        assert self.infer([3.0, 4.0]).tolist() == [[3.0, 4.0]]
+
+    def slow_rows(self) -> int:
+        """The rows the `slow` model has computed so far."""
+        return int(self.infer([0.0], model="rows")[0][0])
+
+    def h2(self, **kwargs: Any) -> H2Client:
+        """A raw HTTP/2 connection whose handshake is done."""
+        client = H2Client(self.grpc_port, **kwargs)
+        client.handshake()
+        return client
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[ServedProcess]:
+    server = ServedProcess({})
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def clients() -> Iterator[List[H2Client]]:
+    """Raw connections a test opens (append them), closed at its end."""
+    opened: List[H2Client] = []
+    yield opened
+    for client in opened:
+        client.close()
+
+
+class Flood:
+    """Sends chunks of bytes from a thread while the test reads (the server may close: that ends it quietly).
+
+    It sends on a duplicate of the socket, whose timeout is its own.
+    """
+
+    def __init__(self, sock: socket.socket, chunks: Iterable[bytes]) -> None:
+        self._sock = sock.dup()
+        self._sock.settimeout(FLOOD_S)
+        self._chunks = chunks
+        self._thread = threading.Thread(target=self._send, daemon=True)
+        self._thread.start()
+
+    def _send(self) -> None:
+        try:
+            for chunk in self._chunks:
+                self._sock.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            self._sock.close()
+
+    def join(self) -> None:
+        self._thread.join(FLOOD_S)
+        assert not self._thread.is_alive(), "the flood is still being sent"
+
+
+def goaway_of(frames: List[Frame]) -> Tuple[int, int, bytes]:
+    goaways = [goaway_fields(frame) for frame in frames if frame.kind == GOAWAY]
+    assert len(goaways) == 1, frames[-10:]
+    return goaways[0]
+
+
+def resets_of(frames: List[Frame]) -> Dict[int, int]:
+    return {frame.stream: struct.unpack(">I", frame.payload)[0] for frame in frames if frame.kind == RST_STREAM}
+
+
+def repeated(frame: bytes, count: int, per_chunk: int = 1000) -> Iterator[bytes]:
+    while count > 0:
+        yield frame * min(count, per_chunk)
+        count -= per_chunk
+
+
+def header_blocks(client: H2Client, headers: List[Tuple[str, str]]) -> Tuple[bytes, bytes]:
+    """The first block of `headers` (it fills the HPACK table) and the one that repeats after it (all indexed)."""
+    return client.encoder.encode(headers), client.encoder.encode(headers)
+
+
+# ---------------------------------------------------------------- thousands of half-open streams
+
+
+def test_half_open_streams_beyond_the_advertised_limit_are_refused(served, clients):
+    client = served.h2()
+    clients.append(client)
+    assert client.server_settings[SETTINGS_MAX_CONCURRENT_STREAMS] == 100
+    before = served.rss_mib()
+    first, again = header_blocks(client, request_headers())
+    opens = [pack_frame(HEADERS, END_HEADERS, 1, first)]
+    opens += [pack_frame(HEADERS, END_HEADERS, stream, again) for stream in range(3, 40_001, 2)]
+    client.sock.sendall(b"".join(opens[:100]))  # the limit: 100 calls waiting for their message
+    served.assert_served()
+    flood = Flood(client.sock, (b"".join(opens[start : start + 1000]) for start in range(100, len(opens), 1000)))
+    frames = client.wait_closed(FLOOD_S)
+    flood.join()
+    resets = resets_of(frames)
+    assert not [stream for stream in resets if stream <= 199], "a stream within the limit was reset"
+    assert resets[201] == REFUSED_STREAM and set(resets.values()) == {REFUSED_STREAM}
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
+    served.assert_served()
+    assert served.rss_mib() - before < RSS_GROWTH_MIB
+
+
+# ---------------------------------------------------------------- data nobody reads on a unary call
+
+
+def test_data_flood_on_a_unary_call_is_never_buffered_and_its_stream_is_reset(served, clients):
+    client = served.h2()
+    clients.append(client)
+    before = served.rss_mib()
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers())
+    client.send_data(stream, grpc_message(infer_request([1.0], model="slow")), end_stream=False)
+    zeros = pack_frame(DATA, 0, stream, b"\0" * 16_384)
+    client.sock.sendall(zeros * 64)  # 1 MiB of messages after the request's: dropped unread (grpc's C-core too)
+    served.assert_served()
+    flood = Flood(client.sock, repeated(zeros, 63 * 64, per_chunk=64))  # 63 MiB more, past the 4 MiB window
+    reset = client.wait_for(lambda frame: frame.stream == stream, FLOOD_S)
+    assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == FLOW_CONTROL_ERROR
+    flood.join()
+    assert client.infer([5.0]).output() == [5.0]  # a stream error: the connection serves on
+    served.assert_served()
+    assert served.rss_mib() - before < RSS_GROWTH_MIB
+
+
+# ---------------------------------------------------------------- rapid reset (CVE-2023-44487)
+
+
+def test_rapid_reset_gets_goaway_and_the_reset_requests_never_run(served, clients):
+    client = served.h2()
+    clients.append(client)
+    before, rows_before = served.rss_mib(), served.slow_rows()
+    first, again = header_blocks(client, request_headers())
+    message = grpc_message(infer_request([1.0], model="slow"))
+    cancel = struct.pack(">I", CANCEL)
+
+    def resets(streams: Iterable[int]) -> bytes:
+        return b"".join(
+            pack_frame(HEADERS, END_HEADERS, stream, first if stream == 1 else again)
+            + pack_frame(DATA, END_STREAM, stream, message)
+            + pack_frame(RST_STREAM, 0, stream, cancel)
+            for stream in streams
+        )
+
+    client.sock.sendall(resets(range(1, 1001, 2)))  # 500 opened and reset: within nghttp2's burst of 1000
+    served.assert_served()
+    flood = Flood(client.sock, (resets(range(start, start + 1000, 2)) for start in range(1001, 10_001, 1000)))
+    frames = client.wait_closed(FLOOD_S)
+    flood.join()
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many stream resets")
+    served.assert_served()
+    # The first request may have found the model idle and run at once; the others left its queue when reset.
+    assert served.slow_rows() - rows_before <= 2
+    assert served.rss_mib() - before < RSS_GROWTH_MIB
+
+
+# ---------------------------------------------------------------- CONTINUATION flood
+
+
+def test_300000_empty_continuations_end_the_connection_after_a_few(served, clients):
+    client = served.h2()
+    clients.append(client)
+    before = served.rss_mib()
+    client.sock.sendall(
+        pack_frame(HEADERS, 0, 1, client.encoder.encode(request_headers())) + pack_frame(CONTINUATION, 0, 1) * 5
+    )
+    served.assert_served()
+    flood = Flood(client.sock, repeated(pack_frame(CONTINUATION, 0, 1), 300_000, per_chunk=10_000))
+    frames = client.wait_closed(FLOOD_S)
+    flood.join()
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many CONTINUATION frames in a header block")
+    served.assert_served()
+    assert served.rss_mib() - before < RSS_GROWTH_MIB
+
+
+# ---------------------------------------------------------------- HEADERS on a stream the client ended
+
+
+def test_headers_again_on_an_ended_stream_reset_it_and_never_run_a_handler_again(served, clients):
+    client = served.h2()
+    clients.append(client)
+    before, rows_before = served.rss_mib(), served.slow_rows()
+    first, again = header_blocks(client, request_headers())
+    client.sock.sendall(
+        pack_frame(HEADERS, END_HEADERS, 1, first)
+        + pack_frame(DATA, END_STREAM, 1, grpc_message(infer_request([1.0], model="slow")))
+        + pack_frame(HEADERS, END_HEADERS | END_STREAM, 1, again)  # the call is running: half-closed (remote)
+    )
+    reset = client.wait_for(lambda frame: frame.stream == 1)
+    assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == STREAM_CLOSED  # RFC 9113 5.1
+    served.assert_served()
+    flood = Flood(client.sock, repeated(pack_frame(HEADERS, END_HEADERS | END_STREAM, 1, again), 12_000))
+    frames = client.wait_closed(FLOOD_S)
+    flood.join()
+    assert 1 not in resets_of(frames)  # after its reset, the stream's frames are dropped (and counted)
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
+    served.assert_served()
+    assert served.slow_rows() - rows_before <= 1  # the handler ran once at most (the reset cancelled it)
+    assert served.rss_mib() - before < RSS_GROWTH_MIB
+
+
+# ---------------------------------------------------------------- floods of frames that cost the server
+
+
+FLOODS = {
+    "PING": (pack_frame(PING, 0, 0, b"pingpong"), b"too many PING frames"),
+    "SETTINGS": (pack_frame(SETTINGS, 0, 0), b"too many SETTINGS frames"),
+    "empty DATA": (pack_frame(DATA, 0, 1), b"too many frames that carry nothing"),
+    "unknown frame type": (pack_frame(0x21, 0, 1, b"x"), b"too many frames that carry nothing"),
+    "PRIORITY": (pack_frame(0x2, 0, 3, struct.pack(">IB", 0, 15)), b"too many frames that carry nothing"),
+}
+
+
+@pytest.mark.parametrize("kind", list(FLOODS))
+def test_floods_of_frames_that_cost_the_server_get_enhance_your_calm(served, clients, kind):
+    frame, debug = FLOODS[kind]
+    client = served.h2()
+    clients.append(client)
+    before = served.rss_mib()
+    client.send_headers(1, request_headers())  # a call waiting for its message: empty DATA goes to it
+    client.sock.sendall(frame * 100)
+    served.assert_served()
+    flood = Flood(client.sock, repeated(frame, 30_000))
+    frames = client.wait_closed(FLOOD_S)
+    flood.join()
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, debug)
+    served.assert_served()
+    assert served.rss_mib() - before < RSS_GROWTH_MIB
+
+
+# ---------------------------------------------------------------- a burst of connections (listen backlog)
+
+
+def _tcp_retransmits(sock: socket.socket) -> int:
+    """tcpi_total_retrans of a socket's TCP_INFO (SYN retransmissions included)."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return int(struct.unpack_from("I", info, 100)[0])
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_burst_of_connections_is_accepted_without_syn_retransmits(served, protocol):
+    port = served.grpc_port if protocol == "grpc" else served.http_port
+    sockets: List[socket.socket] = []
+    try:
+        for _ in range(1500):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            sockets.append(sock)
+            if sock.connect_ex(("127.0.0.1", port)) not in (0, 115):  # 115: EINPROGRESS
+                raise AssertionError("connect failed")
+        poll = select.poll()
+        for sock in sockets:
+            poll.register(sock, select.POLLOUT)
+        pending, deadline = len(sockets), time.monotonic() + 30
+        while pending and time.monotonic() < deadline:
+            for fd, _ in poll.poll(100):
+                poll.unregister(fd)
+                pending -= 1
+        assert not pending, f"{pending} connections not established"
+        retransmitted = [sock for sock in sockets if _tcp_retransmits(sock)]
+        # A listen backlog of 100 (asyncio's default) drops SYNs in such a burst: they come back a second later.
+        assert len(retransmitted) == 0, f"{len(retransmitted)} of {len(sockets)} connections needed a SYN retransmit"
+    finally:
+        for sock in sockets:
+            sock.close()
+    served.assert_served()
+
+
+# ---------------------------------------------------------------- connection cap, idle connections, no preface
+
+
+@pytest.fixture(scope="module")
+def capped() -> Iterator[ServedProcess]:
+    server = ServedProcess({"grpc_max_connections": 8, "grpc_idle_timeout_s": 2.0, "grpc_handshake_timeout_s": 1.0})
+    yield server
+    server.stop()
+
+
+def test_connections_over_the_cap_get_unavailable_until_idle_ones_are_closed(capped, clients):
+    before = capped.rss_mib()
+    for _ in range(8):
+        clients.append(capped.h2())  # the cap: 8 connections without a call
+    with pytest.raises(InferenceServerException) as refused:
+        capped.infer([1.0])
+    assert "StatusCode.UNAVAILABLE" in str(refused.value.status())
+    assert "the server serves at most 8 gRPC connections at once" in refused.value.message()
+    for client in clients:  # idle for grpc_idle_timeout_s: GOAWAY, then closed
+        frames = client.wait_closed(READ_S)
+        assert goaway_of(frames) == (0, NO_ERROR, b"")
+    capped.assert_served()
+    assert capped.rss_mib() - before < RSS_GROWTH_MIB
+
+
+@pytest.mark.parametrize("sent", [b"", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"], ids=["nothing", "the magic alone"])
+def test_connections_without_preface_and_settings_are_closed(capped, sent):
+    silent = []
+    for _ in range(20):  # more than the cap
+        sock = socket.create_connection(("127.0.0.1", capped.grpc_port), timeout=READ_S)
+        sock.sendall(sent)
+        silent.append(sock)
+    started = time.monotonic()
+    try:
+        for sock in silent:
+            while sock.recv(65536):  # this server's SETTINGS, then the close
+                pass
+    except ConnectionResetError:
+        pass
+    finally:
+        for sock in silent:
+            sock.close()
+    assert time.monotonic() - started < READ_S
+    capped.assert_served()
+
+
+def test_a_connection_with_a_call_in_progress_is_not_idle(capped, clients):
+    client = capped.h2()
+    clients.append(client)
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers(path=STREAM_INFER))  # a stream open for longer than 2 s idle
+    client.assert_quiet(0, 3.0)
+    assert not [frame for frame in client.log if frame.kind == GOAWAY]
+    client.send_data(stream, grpc_message(infer_request([2.0])))
+    response = client.response(stream)
+    assert response.grpc_status == "0" and len(response.messages()) == 1
+    frames = client.wait_closed(READ_S)  # idle after its call: GOAWAY naming it
+    assert goaway_of(frames)[:2] == (stream, NO_ERROR)
+
+
+# ---------------------------------------------------------------- ModelStreamInfer: in-flight bound, windows
+
+
+@pytest.fixture(scope="module")
+def stream_limited() -> Iterator[ServedProcess]:
+    server = ServedProcess({"grpc_max_stream_requests": 2})
+    yield server
+    server.stop()
+
+
+def test_a_stream_runs_at_most_its_bound_of_requests_at_once(stream_limited):
+    responses: List[Any] = []
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{stream_limited.grpc_port}")
+    try:
+        client.start_stream(callback=lambda result, error: responses.append(error or result))
+        for index in range(12):
+            tensor = grpcclient.InferInput("INPUT_1", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.array([[float(index)]], np.float32))
+            client.async_stream_infer("slow", [tensor], request_id=str(index))
+        deadline = time.monotonic() + 30
+        while len(responses) < 12 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client.stop_stream()
+    finally:
+        client.close()
+    assert sorted(float(result.as_numpy("OUTPUT_1")[0][0]) for result in responses) == [float(i) for i in range(12)]
+    largest_batch = int(stream_limited.infer([0.0], model="rows")[0][1])
+    assert largest_batch <= 2  # without the bound, 12 queued requests make batches of 8
+
+
+def _stream_messages(count: int, size: int) -> bytes:
+    values = [1.0] * (size // 4)
+    return grpc_message(infer_request(values, model="slow")) * count
+
+
+def test_unread_stream_messages_hold_the_window_until_the_handler_reads_them(stream_limited, clients):
+    big = 2**30
+    client = stream_limited.h2(settings={SETTINGS_INITIAL_WINDOW_SIZE: big})
+    clients.append(client)
+    client.window_update(0, big)
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers(path=STREAM_INFER))
+    client.send_data(stream, _stream_messages(12, 256 * 1024), end_stream=False)  # 3 MiB; 2 run, 10 wait
+    with pytest.raises(socket.timeout):  # unread: no WINDOW_UPDATE gives the stream room back yet
+        client.wait_for(lambda frame: frame.kind == WINDOW_UPDATE and frame.stream == stream, 0.3)
+    update = client.wait_for(lambda frame: frame.kind == WINDOW_UPDATE and frame.stream == stream, 30)
+    assert struct.unpack(">I", update.payload)[0] >= 2 * 2**20  # read by the handler: half a window back
+    client.send_data(stream, b"", end_stream=True)
+    responses = 0
+    while True:
+        frame = client.wait_for(lambda frame: frame.stream == stream and frame.kind in (DATA, HEADERS), 30)
+        if frame.kind == HEADERS and frame.has(END_STREAM):
+            break
+        responses += frame.kind == DATA
+    assert responses >= 12
+
+
+def test_a_client_sending_past_the_connection_window_gets_flow_control_error(clients):
+    server = ServedProcess({"grpc_max_stream_requests": 1})
+    try:
+        client = server.h2()
+        clients.append(client)
+        message = _stream_messages(1, 60 * 1024)
+        chunks = []
+        for stream in range(1, 11, 2):  # 5 streams x 3.5 MiB: each within its 4 MiB, 17.5 MiB over the 16 MiB
+            chunks.append(
+                pack_frame(HEADERS, END_HEADERS, stream, client.encoder.encode(request_headers(path=STREAM_INFER)))
+            )
+            data = message * 60
+            chunks += [pack_frame(DATA, 0, stream, data[at : at + 16_384]) for at in range(0, len(data), 16_384)]
+        flood = Flood(client.sock, chunks)
+        frames = client.wait_closed(FLOOD_S)
+        flood.join()
+        assert goaway_of(frames)[1] == FLOW_CONTROL_ERROR
+        assert not resets_of(frames)  # no stream went past its own window
+        server.assert_served()
+    finally:
+        server.stop()
