@@ -243,6 +243,8 @@ class Http2Session:
             self._streams.move(call, st.SEND_RESET)
             call.cancel()
             self._forget(call)
+        else:  # closed already (by the client): what still arrives is dropped now
+            self._streams.remember(error.stream_id, st.RESET_BY_SERVER)
 
     def glitch(self) -> None:
         """A frame that carries nothing: counted, so that a flood of them ends the connection."""
