@@ -274,10 +274,18 @@ def test_app_failures_become_500_or_a_closed_connection() -> None:
         if path == "/midway":
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
             raise RuntimeError("boom after the head")
+        if path == "/partway":
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
+            await send({"type": "http.response.body", "body": b"12345", "more_body": True})
+            raise RuntimeError("boom in the body")
         await respond(send, 200, b"fine")
 
     with serving(faulty) as served:
-        for path, message in (("/raise", "internal server error: boom"), ("/silent", "without completing")):
+        for path, message in (
+            ("/raise", "internal server error: boom"),
+            ("/silent", "without completing"),
+            ("/midway", "boom after the head"),  # the head waited for the body: nothing went out, a 500 can
+        ):
             with connect(served.port) as sock:
                 sock.sendall(raw("GET", path))
                 reader = Reader(sock)
@@ -285,8 +293,10 @@ def test_app_failures_become_500_or_a_closed_connection() -> None:
                 assert status == 500 and message in json.loads(body)["error"]
                 assert reader.closed()
         with connect(served.port) as sock:
-            sock.sendall(raw("GET", "/midway"))
-            assert Reader(sock).closed()  # the head waited for the body: the client sees no partial response
+            sock.sendall(raw("GET", "/partway"))
+            reader = Reader(sock)
+            with pytest.raises(EOFError):  # part of the response went out: the connection closes short of it
+                reader.response()
         with connect(served.port) as sock:  # and the server serves on
             sock.sendall(raw("GET", "/fine"))
             assert Reader(sock).response()[2] == b"fine"
@@ -358,3 +368,98 @@ def test_stop_finishes_the_response_under_way_and_closes_idle_connections() -> N
     finally:
         idle.close()
         busy.close()
+
+
+# ---------------------------------------------------------------- responses that would corrupt the stream
+
+
+async def bad_responses(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers what the path asks for, however wrong: headers a client must never see, lying lengths."""
+    await read_all(receive)
+    start = {"type": "http.response.start", "status": 200}
+    path = scope["path"]
+    if path == "/value-with-crlf":
+        start["headers"] = [(b"x-note", b"a\r\nx-injected: yes"), (b"content-length", b"2")]
+    elif path == "/value-with-nul":
+        start["headers"] = [(b"x-note", b"a\x00b"), (b"content-length", b"2")]
+    elif path == "/name-with-space":
+        start["headers"] = [(b"x note", b"a"), (b"content-length", b"2")]
+    elif path == "/name-with-colon":
+        start["headers"] = [(b"x-note:", b"a"), (b"content-length", b"2")]
+    elif path == "/length-not-a-number":
+        start["headers"] = [(b"content-length", b"2, 2")]
+    elif path in ("/shorter", "/longer"):
+        start["headers"] = [(b"content-length", b"5")]
+    elif path == "/longer-in-parts":
+        start["headers"] = [(b"content-length", b"5")]
+        await send(start)
+        await send({"type": "http.response.body", "body": b"123", "more_body": True})
+        await send({"type": "http.response.body", "body": b"4567"})
+        return
+    else:
+        start["headers"] = [(b"x-fine", b"tab\tand obs-text \xe9"), (b"content-length", b"2")]
+    await send(start)
+    body = {"/shorter": b"123", "/longer": b"1234567"}.get(path, b"ok")
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/value-with-crlf", "invalid response header value"),
+        ("/value-with-nul", "invalid response header value"),
+        ("/name-with-space", "invalid response header name"),
+        ("/name-with-colon", "invalid response header name"),
+        ("/length-not-a-number", "invalid response content-length"),
+        ("/shorter", "response body ended 2 bytes short of its content-length"),
+        ("/longer", "response body longer than its content-length (by 2 bytes)"),
+    ],
+)
+def test_a_response_that_would_corrupt_the_stream_becomes_a_500(path: str, message: str) -> None:
+    with serving(bad_responses) as served, connect(served.port) as sock:
+        sock.sendall(raw("GET", path) + raw("GET", "/fine"))  # pipelined: the next answer must stay readable
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert status == 500 and message in json.loads(body)["error"]
+        assert "x-injected" not in headers and "x-note" not in headers
+        assert reader.closed()
+
+
+def test_a_body_longer_than_its_length_in_parts_closes_the_connection_at_the_length() -> None:
+    with serving(bad_responses) as served, connect(served.port) as sock:
+        sock.sendall(raw("GET", "/longer-in-parts") + raw("GET", "/fine"))
+        reader = Reader(sock)
+        with pytest.raises(EOFError):  # 3 of the 5 bytes, then the close: never bytes the next response owns
+            reader.response()
+        assert reader.buffer == b"123"
+
+
+def test_valid_header_values_with_tabs_and_obs_text_are_sent() -> None:
+    with serving(bad_responses) as served, connect(served.port) as sock:
+        sock.sendall(raw("GET", "/fine"))
+        status, headers, body = Reader(sock).response()
+        assert status == 200 and body == b"ok" and headers["x-fine"] == "tab\tand obs-text \xe9"
+
+
+# ---------------------------------------------------------------- a declared body over the limit
+
+
+def test_a_declared_content_length_over_the_limit_is_413_at_once() -> None:
+    ran = threading.Event()
+
+    async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        ran.set()
+        await respond(send, 200, await read_all(receive))
+
+    limits = ServerLimits(max_body_bytes=1000, body_timeout_s=30.0)
+    with serving(app, limits) as served, connect(served.port) as sock:
+        started = time.monotonic()
+        sock.sendall(b"POST /big HTTP/1.1\r\nHost: test\r\nContent-Length: 1000000000\r\n\r\n" + b"x" * 5000)
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert status == 413 and json.loads(body) == {"error": "request body larger than 1000 bytes"}
+        assert headers["connection"] == "close"
+        assert time.monotonic() - started < WAIT_S / 2  # not after the 30 s body deadline
+        sock.sendall(b"x" * 100_000)  # the rest of the body is read and dropped while the server lingers
+        assert reader.closed()
+    assert not ran.is_set()

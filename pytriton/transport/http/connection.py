@@ -61,6 +61,7 @@ class HttpConnection(asyncio.Protocol):
         self._drain: Optional[asyncio.Future[None]] = None
         self._clock = PhaseDeadline(loop, self._on_deadline)
         self._head_bytes = 0  # bytes of the unfinished request head received so far
+        self._declared_length = 0  # the content-length of the request whose head is arriving
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -143,6 +144,7 @@ class HttpConnection(asyncio.Protocol):
         self._wire = HEAD
         self._url = b""
         self._headers = []
+        self._declared_length = 0
 
     def on_url(self, url: bytes) -> None:
         """A part of the request target."""
@@ -150,7 +152,10 @@ class HttpConnection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One header (names are lower-cased for the ASGI scope)."""
-        self._headers.append((name.lower(), value))
+        name = name.lower()
+        if name == b"content-length":
+            self._declared_length = int(value) if value.isdigit() else 0  # llhttp refuses a bad one itself
+        self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         """The head is complete: make its cycle; it runs now or after the responses before it."""
@@ -168,6 +173,9 @@ class HttpConnection(asyncio.Protocol):
             cycle.refusal = refusal(
                 503, f"the server serves at most {self._limits.max_connections} connections at once"
             )
+        elif self._declared_length > self._limits.max_body_bytes:  # refused now, not once the body has come
+            cycle.keep_alive = False
+            cycle.refusal = refusal(413, f"request body larger than {self._limits.max_body_bytes} bytes")
         elif parser.should_upgrade():
             # An Upgrade header data_received could not remove: llhttp hands everything after the head to the
             # new protocol, so the body is lost and the connection cannot carry more HTTP/1.1. Serve a bodiless
@@ -235,7 +243,12 @@ class HttpConnection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         if not cycle.keep_alive:
-            transport.close()
+            if self._receiving is cycle:  # its body is still on its way: let the client read the answer first
+                self._refused = True
+                self._clock.cancel()
+                self._linger_close(transport)
+            else:
+                transport.close()
             return
         if self._pipeline:
             cycle = self._active = self._pipeline.popleft()
@@ -318,7 +331,7 @@ class HttpConnection(asyncio.Protocol):
         if cycle.response_complete:
             return
         cycle.response_complete = True
-        if cycle.response_started or cycle.disconnected:
+        if cycle.head_sent or cycle.disconnected:
             if self._transport is not None:
                 self._transport.close()
             return
@@ -373,8 +386,13 @@ class HttpConnection(asyncio.Protocol):
         for cycle in (active, self._receiving, *self._pipeline):
             if cycle is not None:
                 cycle.lose_connection()  # the app waiting for this body gets a disconnect; its answer is dropped
-        # Lingering close: read and drop what the client still sends for a moment, so that closing
-        # with unread data does not reset the connection before the client has read the answer.
+        self._linger_close(transport)
+
+    def _linger_close(self, transport: asyncio.Transport) -> None:
+        """Read and drop what the client still sends for a moment, then close.
+
+        Closing with unread data would reset the connection before the client has read the answer.
+        """
         if transport.can_write_eof():
             transport.write_eof()
         self._reading_paused = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import http
+import re
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
@@ -27,6 +28,13 @@ _CLOSE = b"connection: close\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 # Body bytes the server holds for an app that has not read them yet; reading from the client pauses above it.
 BODY_HIGH_WATER = 4 * 1024 * 1024
+# Response header names must be tokens and values must not break the head (RFC 9110 5.1, 5.5): a CR or LF
+# from an app would let a value inject headers or a whole response. Names the apps send skip the pattern.
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FORBIDDEN_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_KNOWN_NAMES = frozenset(
+    (b"content-type", b"content-encoding", b"inference-header-content-length", b"date", b"server", b"vary")
+)
 
 
 class RequestCycle:
@@ -44,11 +52,13 @@ class RequestCycle:
         "_connection",
         "_head",
         "_head_only",
+        "_length_left",
         "_request_delivered",
         "_waiter",
         "body_complete",
         "disconnected",
         "expect_continue",
+        "head_sent",
         "keep_alive",
         "refusal",
         "response_complete",
@@ -72,6 +82,8 @@ class RequestCycle:
         self._request_delivered = False
         self._waiter: Optional[asyncio.Future[None]] = None
         self._head: Optional[bytes] = None
+        self.head_sent = False  # something of the response is on its way: an error can no longer become a 500
+        self._length_left: Optional[int] = None  # body bytes the response's content-length still announces
         self._chunked = False
         self._head_only = scope["method"] == "HEAD"
 
@@ -117,21 +129,29 @@ class RequestCycle:
         return {"type": "http.disconnect"}
 
     async def send(self, message: Message) -> None:
-        """Send the response head (`http.response.start`) or a part of its body (`http.response.body`)."""
+        """Send the response head (`http.response.start`) or a part of its body (`http.response.body`).
+
+        Raises:
+            RuntimeError: messages out of order, an invalid header, or a body longer or shorter than the
+                content-length the head announced (nothing of the offending part is sent).
+        """
         kind = message["type"]
         if kind == "http.response.body":
             if not self.response_started or self.response_complete:
                 raise RuntimeError("http.response.body sent before http.response.start or after the last part")
             more_body = message.get("more_body", False)
+            body = b"" if self._head_only else message.get("body", b"")
+            if self._length_left is not None:
+                self._count_body(len(body), more_body)
             if not more_body:
                 self.response_complete = True
             if self.disconnected:
                 return
-            body = b"" if self._head_only else message.get("body", b"")
             if self._chunked:
                 body = _chunk(body, last=not more_body)
             head, self._head = self._head, None
             connection = self._connection
+            self.head_sent = True
             if head is None:
                 connection.write(body)
             else:
@@ -144,30 +164,52 @@ class RequestCycle:
         elif kind == "http.response.start":
             if self.response_started:
                 raise RuntimeError("http.response.start sent twice")
-            self.response_started = True
             self._head = self._build_head(message["status"], message.get("headers", ()))
+            self.response_started = True
             if self._chunked:  # a streaming response: the client sees the head even before the first part
                 asyncio.get_running_loop().call_soon(self._flush_head)
         else:
             raise RuntimeError(f"unexpected ASGI message type {kind!r} for an HTTP response")
+
+    def _count_body(self, size: int, more_body: bool) -> None:
+        """Hold a body part against the content-length; refuse one that would make the framing lie."""
+        left = (self._length_left or 0) - size
+        if left < 0:
+            raise RuntimeError(f"response body longer than its content-length (by {-left} bytes)")
+        if left and not more_body:
+            raise RuntimeError(f"response body ended {left} bytes short of its content-length")
+        self._length_left = left
 
     # -- helpers ----------------------------------------------------------------------------
 
     def _build_head(self, status: int, headers: Any) -> bytes:
         """The status line and headers; chunked framing when the app gives no content-length.
 
-        Header names are taken as lower-case, as ASGI asks of apps (this server's apps all are).
+        Header names are taken as lower-case, as ASGI asks of apps (this server's apps all are); a name
+        that is not a token, a value with a control character, or a content-length that is not a number
+        is refused.
         """
         lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode("latin-1")]
-        has_length = False
+        length: Optional[int] = None
         for name, value in headers:
             if name == b"content-length":
-                has_length = True
-            elif name == b"connection" and value.lower() == b"close":
-                self.keep_alive = False
-                continue
+                if not value.isdigit() or (length is not None and int(value) != length):
+                    raise RuntimeError(f"invalid response content-length {value!r}")
+                length = int(value)
+            else:
+                if name not in _KNOWN_NAMES and not _TOKEN.fullmatch(name):
+                    raise RuntimeError(f"invalid response header name {name!r}")
+                if _FORBIDDEN_IN_VALUE.search(value):
+                    raise RuntimeError(f"invalid response header value {value!r} for {name!r}")
+                if name == b"connection" and value.lower() == b"close":
+                    self.keep_alive = False
+                    continue
             lines.append(b"%s: %s\r\n" % (name, value))
-        if not has_length and status >= 200 and status not in (204, 304) and not self._head_only:
+        bodiless = status < 200 or status in (204, 304) or self._head_only
+        if length is not None:
+            if not bodiless:
+                self._length_left = length
+        elif not bodiless:
             if self.scope["http_version"] == "1.1":
                 self._chunked = True
                 lines.append(_CHUNKED)
@@ -181,7 +223,8 @@ class RequestCycle:
     def _flush_head(self) -> None:
         """Send a streaming response's head if its first part has not taken it along yet."""
         head, self._head = self._head, None
-        if head is not None and not self.disconnected:
+        if head is not None and not self.disconnected and not self.response_complete:
+            self.head_sent = True
             self._connection.write(head)
 
     def _take_body(self) -> Union[bytes, bytearray]:
