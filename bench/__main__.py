@@ -51,7 +51,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         "--targets",
         default="ours,nvidia,asgi",
         help="comma list from ours, nvidia, asgi (bare ASGI ceiling on uvicorn), asgi-pt (the same echo on "
-        "this project's HTTP server); baseline is added by --baseline-ref",
+        "this project's HTTP server), grpc-aio, grpc-h2, grpclib, grpc-pt (a bare gRPC echo on grpc.aio, h2, "
+        "grpclib and this project's HTTP/2 server); baseline is added by --baseline-ref",
     )
     parser.add_argument("--baseline-ref", help="also measure this project at this git ref (exported with git archive)")
     parser.add_argument("--rounds", type=int, help="rounds per workload, targets alternating (default 3; quick 1)")
@@ -98,13 +99,21 @@ def build_targets(args: argparse.Namespace, workdir: pathlib.Path) -> List[serve
                 targets.append(servers.asgi_target())
         elif name == "asgi-pt":
             targets.append(servers.asgi_pytriton_target())
+        elif name in servers.GRPC_ECHOES:
+            module = servers.GRPC_ECHOES[name][1]
+            if importlib.util.find_spec(module) is None:
+                log(f'NOTE: {module} is not installed (pip install -e ".[bench]"): skipping the {name!r} echo')
+            else:
+                targets.append(servers.grpc_echo_target(name))
         else:
             raise SystemExit(
-                f"unknown target {name!r} (ours, nvidia, asgi, asgi-pt; baseline comes with --baseline-ref)"
+                f"unknown target {name!r} (ours, nvidia, asgi, asgi-pt, {', '.join(servers.GRPC_ECHOES)};"
+                " baseline comes with --baseline-ref)"
             )
     if args.baseline_ref:
         targets.append(servers.baseline_target(args.baseline_ref, workdir))
     rank = {"ours": 0, "nvidia": 1, "baseline": 2, "asgi": 3, "asgi-pt": 4}
+    rank.update({name: 5 + index for index, name in enumerate(servers.GRPC_ECHOES)})
     targets.sort(key=lambda t: rank.get(t.name, 9))
     return targets
 

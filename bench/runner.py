@@ -168,7 +168,7 @@ class Bench:
             return f"skipped: {tool} not installed"
         if workload.batching and not target.models:
             return "n/a"
-        if workload.grpc and not target.grpc:
+        if (workload.grpc and not target.grpc) or (not workload.grpc and not target.http):
             return "n/a"
         if workload.grpc and not self.grpc.get(target.name):
             return "not available"
@@ -189,7 +189,7 @@ class Bench:
         for index, conns in enumerate(self.o.sweep_conns):
             for target in self._order(index):
                 server = self.servers.get(target.name)
-                if server is None:
+                if server is None or not target.http:
                     continue
                 if target.name not in self.sweep:
                     problem = verify_http(server.base_url, SWEEP_WORKLOAD.payload)

@@ -22,6 +22,7 @@ BENCH_DIR = pathlib.Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 MODEL_SERVER = BENCH_DIR / "model_server.py"
 ASGI_ECHO = BENCH_DIR / "asgi_echo.py"
+GRPC_ECHO = BENCH_DIR / "grpc_echo.py"
 NVIDIA_RUN = pathlib.Path(os.environ.get("BENCH_NVIDIA_RUN", "/tmp/nvidia-pytriton/run"))
 ACCESS_TOKEN = "bench-token"  # both servers guard /stats with an access token, as nvidia-pytriton 0.7 does
 MODELS = ("identity", "batching")
@@ -38,6 +39,7 @@ class Target:
     grpc: bool  # whether it is expected to serve gRPC at all
     models: bool  # whether it serves the bench models (the ASGI echo serves only the identity echo)
     label: str = ""
+    http: bool = True  # whether it serves the HTTP workloads (the gRPC echoes answer only the readiness check)
 
 
 def byte_compile(package: pathlib.Path) -> None:
@@ -71,6 +73,22 @@ def asgi_pytriton_target() -> Target:
     """The same echo app on this project's HTTP server: what the HTTP layer alone costs here."""
     env = {"BENCH_ASGI_SERVER": "pytriton"}
     return Target("asgi-pt", [sys.executable], ASGI_ECHO, env, grpc=False, models=False, label="echo on our server")
+
+
+# gRPC echo targets: name -> (grpc_echo.py --server, the module it needs, label).
+GRPC_ECHOES = {
+    "grpc-aio": ("aio", "grpc", "echo on grpc.aio"),
+    "grpc-h2": ("h2", "h2", "echo on h2"),
+    "grpclib": ("grpclib", "grpclib", "echo on grpclib"),
+    "grpc-pt": ("pytriton", "pytriton", "echo on our HTTP/2 server"),
+}
+
+
+def grpc_echo_target(name: str) -> Target:
+    """A bare gRPC ModelInfer echo on one gRPC stack (bench/grpc_echo.py): what that stack alone costs."""
+    stack, _, label = GRPC_ECHOES[name]
+    env = {"BENCH_GRPC_SERVER": stack}
+    return Target(name, [sys.executable], GRPC_ECHO, env, grpc=True, models=False, label=label, http=False)
 
 
 def baseline_target(ref: str, workdir: pathlib.Path) -> Target:
