@@ -123,25 +123,32 @@ class GrpcCall:
         streaming handler has not taken hold the window until it takes them; a unary call drops what
         follows its message.
         """
-        session = self.session
+        inflow = self.session.inflow
         if self.ended or (self.task is not None and not self.method.streaming):
-            session.inflow.dropped(length)
+            inflow.dropped(length)
             return
-        self.held += length
         try:
             messages = self._reader.feed(data) if data else None
         except MessageError as error:
+            inflow.dropped(length)
             self.fail_requests(error)
             return
         if not self.method.streaming:
-            session.consumed(self)
+            inflow.consumed(self, length, self.state == OPEN)
             if messages:
                 self._start(self._unary(messages[0]))
-        elif messages:
+            return
+        self.held += length
+        if messages:
             self._inbox.extend(messages)
             wake(self._waiter)
         elif not self._inbox:
-            session.consumed(self)
+            self._consume_held()
+
+    def _consume_held(self) -> None:
+        """The handler took (or waits for) everything whole: the bytes held come back to the client."""
+        held, self.held = self.held, 0
+        self.session.inflow.consumed(self, held, self.remote_open)
 
     def close_remote(self) -> None:
         """The client sent its last message (END_STREAM)."""
@@ -224,7 +231,7 @@ class GrpcCall:
             while inbox:
                 message = inbox.popleft()
                 if not inbox and self.held:
-                    self.session.consumed(self)  # the inbox is empty: the client may send more
+                    self._consume_held()  # the inbox is empty: the client may send more
                 yield deserialize(message)
             if self._inbox_error is not None:
                 raise self._inbox_error

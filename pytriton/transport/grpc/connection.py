@@ -111,7 +111,7 @@ class GrpcConnection(asyncio.Protocol):
         size, self._out_bytes = self._out_bytes, 0
         self._flush_pending = False
         transport = self._transport
-        if not out or transport is None or transport.is_closing():
+        if not out or transport is None or self.session.closed:
             return
         if size > _JOIN_LIMIT_BYTES and len(out) > 1:
             transport.writelines(out)

@@ -14,7 +14,7 @@ SETTINGS_INITIAL_WINDOW_SIZE opens them; a window pushed over 2^31-1 is the clie
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Optional, Protocol
 
 from pytriton.transport.grpc import frames as h2
 
@@ -48,29 +48,32 @@ class ReceiveWindows:
         """The WINDOW_UPDATE raising the connection window from its default to CONNECTION_WINDOW."""
         return h2.window_update(0, CONNECTION_WINDOW - h2.DEFAULT_WINDOW)
 
-    def take(self, length: int) -> None:
-        """DATA of `length` bytes (padding included) arrived; raises FLOW_CONTROL_ERROR over the window."""
+    def take(self, stream: Optional[FlowStream], length: int) -> None:
+        """DATA of `length` bytes (padding included) arrived, on a live stream or not.
+
+        Raises:
+            Http2Error: FLOW_CONTROL_ERROR over the connection's window.
+            StreamError: FLOW_CONTROL_ERROR over the stream's window (the connection's room comes back).
+        """
         if length > self.window:
             raise h2.Http2Error(h2.FLOW_CONTROL_ERROR, f"DATA of {length} bytes over the connection window")
         self.window -= length
+        if stream is not None:
+            if length > stream.recv_window:
+                self.dropped(length)
+                raise h2.StreamError(stream.stream_id, h2.FLOW_CONTROL_ERROR)
+            stream.recv_window -= length
 
-    def take_stream(self, stream: FlowStream, length: int) -> None:
-        """DATA arrived on a live stream (its call then holds or drops it); a stream error over its window."""
-        if length > stream.recv_window:
-            raise h2.StreamError(stream.stream_id, h2.FLOW_CONTROL_ERROR)
-        stream.recv_window -= length
+    def consumed(self, stream: FlowStream, amount: int, still_open: bool) -> None:
+        """A call consumed `amount` bytes of its stream: give the room back (the stream's while the client may send).
 
-    def consumed(self, stream: FlowStream, still_open: bool) -> None:
-        """A call consumed what it held: give the room back (the stream's only while the client may still send).
-
-        The stream's room is what it neither may still send nor holds: consumed since its last WINDOW_UPDATE.
+        A stream's room is what it neither may still send nor holds unread: consumed since its last WINDOW_UPDATE.
         """
-        amount, stream.held = stream.held, 0
         self.dropped(amount)
         if still_open:
-            room = STREAM_WINDOW - stream.recv_window
+            room = STREAM_WINDOW - stream.recv_window - stream.held
             if room >= STREAM_WINDOW // 2:
-                stream.recv_window = STREAM_WINDOW
+                stream.recv_window += room
                 self._write(h2.window_update(stream.stream_id, room))
 
     def dropped(self, length: int) -> None:

@@ -194,5 +194,6 @@ class ResponseSender:
 
     def pump_blocked(self) -> None:
         """The connection window or the client's settings changed: send what waited."""
-        for call in list(self.blocked.values()):
-            self.pump(call)
+        if self.blocked:
+            for call in list(self.blocked.values()):
+                self.pump(call)

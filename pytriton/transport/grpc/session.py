@@ -133,18 +133,14 @@ class Http2Session:
             payload = h2.strip_padding(payload, h2.PADDED, stream_id)
         elif not length and not flags & h2.END_STREAM:
             self.glitch()
-        self.inflow.take(length)
         call = self.calls.get(stream_id)
         action = st.RECEIVED[call.state if call is not None else self._streams.state_of(stream_id)][h2.DATA]
         if action != st.ACCEPT or call is None:
+            self.inflow.take(None, length)
             self.inflow.dropped(length)
             self._refuse(action, stream_id, "DATA")
             return
-        try:
-            self.inflow.take_stream(call, length)
-        except h2.StreamError:
-            self.inflow.dropped(length)
-            raise
+        self.inflow.take(call, length)
         call.receive(payload, length)
         if flags & h2.END_STREAM:
             self._end_of_request(call)
@@ -331,7 +327,7 @@ class Http2Session:
 
     def _end_of_request(self, call: GrpcCall) -> None:
         """The client ended its side of a call (END_STREAM)."""
-        if call.state not in st.LIVE:
+        if call.state > st.HALF_CLOSED_LOCAL:
             return  # reading the frame ended the call (a refused message): its stream is closed already
         self._streams.move(call, st.RECV_END_STREAM)
         call.close_remote()
@@ -348,11 +344,14 @@ class Http2Session:
 
     def _forget(self, call: GrpcCall) -> None:
         """A call's stream closed: nothing more goes out or comes in for it."""
-        self.sender.blocked.pop(call.stream_id, None)
+        if call.outbox:  # reset with DATA still waiting for window
+            call.outbox.clear()
+            self.sender.blocked.pop(call.stream_id, None)
         if call.held:
             self.inflow.dropped(call.held)
             call.held = 0
-        wake(call.writable)
+        if call.writable is not None:
+            wake(call.writable)
         if not self.calls and not self.closed:
             self._clock.enter(IDLE, self._state.idle_timeout_s)
             self._close_if_done()
@@ -382,10 +381,6 @@ class Http2Session:
             task = call.task
             if task is not None and not task.done() and task is not asyncio.current_task():
                 task.cancel()  # the deadline passed, or a request message was refused, while the handler ran
-
-    def consumed(self, call: GrpcCall) -> None:
-        """A call consumed the request bytes it held: the client may send as much again."""
-        self.inflow.consumed(call, call.remote_open)
 
     # -- going away -------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import Dict, Generic, Protocol, Sequence, TypeVar
 
 from pytriton.transport.grpc import frames as h2
 
-# States. OPEN to HALF_CLOSED_LOCAL are live: a call serves the stream.
+# States. OPEN to HALF_CLOSED_LOCAL are live (a call serves the stream), those after them closed.
 IDLE, OPEN, HALF_CLOSED_REMOTE, HALF_CLOSED_LOCAL, RESET_BY_SERVER, RESET_BY_CLIENT, ENDED, FORGOTTEN = range(8)
 STATE_NAMES = (
     "idle",
@@ -81,7 +81,6 @@ _NEXT = {
     **{(state, SEND_RESET): RESET_BY_SERVER for state in (OPEN, HALF_CLOSED_REMOTE, HALF_CLOSED_LOCAL)},
 }
 NEXT = tuple(tuple(_NEXT.get((state, event), -1) for event in range(4)) for state in range(len(STATE_NAMES)))
-LIVE = frozenset((OPEN, HALF_CLOSED_REMOTE, HALF_CLOSED_LOCAL))
 
 # How many closed streams a connection remembers (with how they closed) for the frames still arriving.
 REMEMBERED_CLOSED = 128
@@ -130,7 +129,7 @@ class StreamTable(Generic[S]):
         if state < 0:
             raise AssertionError(f"stream {stream.stream_id}: no transition from {STATE_NAMES[stream.state]}")
         stream.state = state
-        if state not in LIVE:
+        if state > HALF_CLOSED_LOCAL:  # closed
             del self.live[stream.stream_id]
             self.remember(stream.stream_id, state)
         return state
