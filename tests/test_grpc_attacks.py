@@ -10,6 +10,7 @@ they send.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import select
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -166,6 +167,25 @@ class Flood:
         assert not self._thread.is_alive(), "the flood is still being sent"
 
 
+@contextlib.contextmanager
+def attacker(served: ServedProcess, clients: List[H2Client], **kwargs: Any) -> Iterator[H2Client]:
+    """An attacker's connection; after the attack a well-behaved call is served and the RSS grew little."""
+    client = served.h2(**kwargs)
+    clients.append(client)
+    before = served.rss_mib()
+    yield client
+    served.assert_served()
+    assert served.rss_mib() - before < RSS_GROWTH_MIB
+
+
+def flood_until_closed(client: H2Client, chunks: Iterable[bytes]) -> List[Frame]:
+    """Send `chunks` while reading what the server answers until it closes the connection."""
+    flood = Flood(client.sock, chunks)
+    frames = client.wait_closed(FLOOD_S)
+    flood.join()
+    return frames
+
+
 def goaway_of(frames: List[Frame]) -> Tuple[int, int, bytes]:
     goaways = [goaway_fields(frame) for frame in frames if frame.kind == GOAWAY]
     assert len(goaways) == 1, frames[-10:]
@@ -191,55 +211,57 @@ def header_blocks(client: H2Client, headers: List[Tuple[str, str]]) -> Tuple[byt
 
 
 def test_half_open_streams_beyond_the_advertised_limit_are_refused(served, clients):
-    client = served.h2()
-    clients.append(client)
-    assert client.server_settings[SETTINGS_MAX_CONCURRENT_STREAMS] == 100
-    before = served.rss_mib()
-    first, again = header_blocks(client, request_headers())
-    opens = [pack_frame(HEADERS, END_HEADERS, 1, first)]
-    opens += [pack_frame(HEADERS, END_HEADERS, stream, again) for stream in range(3, 40_001, 2)]
-    client.sock.sendall(b"".join(opens[:100]))  # the limit: 100 calls waiting for their message
-    served.assert_served()
-    flood = Flood(client.sock, (b"".join(opens[start : start + 1000]) for start in range(100, len(opens), 1000)))
-    frames = client.wait_closed(FLOOD_S)
-    flood.join()
+    with attacker(served, clients) as client:
+        assert client.server_settings[SETTINGS_MAX_CONCURRENT_STREAMS] == 100
+        first, again = header_blocks(client, request_headers())
+        opens = [pack_frame(HEADERS, END_HEADERS, 1, first)]
+        opens += [pack_frame(HEADERS, END_HEADERS, stream, again) for stream in range(3, 40_001, 2)]
+        client.sock.sendall(b"".join(opens[:100]))  # the limit: 100 calls waiting for their message
+        served.assert_served()
+        frames = flood_until_closed(client, (b"".join(opens[at : at + 1000]) for at in range(100, len(opens), 1000)))
     resets = resets_of(frames)
     assert not [stream for stream in resets if stream <= 199], "a stream within the limit was reset"
     assert resets[201] == REFUSED_STREAM and set(resets.values()) == {REFUSED_STREAM}
     assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
-    served.assert_served()
-    assert served.rss_mib() - before < RSS_GROWTH_MIB
 
 
 # ---------------------------------------------------------------- data nobody reads on a unary call
 
 
 def test_data_flood_on_a_unary_call_is_never_buffered_and_its_stream_is_reset(served, clients):
-    client = served.h2()
-    clients.append(client)
-    before = served.rss_mib()
-    stream = client.new_stream()
-    client.send_headers(stream, request_headers())
-    client.send_data(stream, grpc_message(infer_request([1.0], model="slow")), end_stream=False)
-    zeros = pack_frame(DATA, 0, stream, b"\0" * 16_384)
-    client.sock.sendall(zeros * 64)  # 1 MiB of messages after the request's: dropped unread (grpc's C-core too)
-    served.assert_served()
-    flood = Flood(client.sock, repeated(zeros, 63 * 64, per_chunk=64))  # 63 MiB more, past the 4 MiB window
-    reset = client.wait_for(lambda frame: frame.stream == stream, FLOOD_S)
-    assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == FLOW_CONTROL_ERROR
-    flood.join()
-    assert client.infer([5.0]).output() == [5.0]  # a stream error: the connection serves on
-    served.assert_served()
-    assert served.rss_mib() - before < RSS_GROWTH_MIB
+    with attacker(served, clients) as client:
+        stream = client.new_stream()
+        client.send_headers(stream, request_headers())
+        client.send_data(stream, grpc_message(infer_request([1.0], model="slow")), end_stream=False)
+        zeros = pack_frame(DATA, 0, stream, b"\0" * 16_384)
+        client.sock.sendall(zeros * 64)  # 1 MiB of messages after the request's: dropped unread (grpc's C-core too)
+        served.assert_served()
+        flood = Flood(client.sock, repeated(zeros, 63 * 64, per_chunk=64))  # 63 MiB more, past the 4 MiB window
+        reset = client.wait_for(lambda frame: frame.stream == stream, FLOOD_S)
+        assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == FLOW_CONTROL_ERROR
+        flood.join()
+        assert client.infer([5.0]).output() == [5.0]  # a stream error: the connection serves on
 
 
 # ---------------------------------------------------------------- rapid reset (CVE-2023-44487)
 
 
 def test_rapid_reset_gets_goaway_and_the_reset_requests_never_run(served, clients):
-    client = served.h2()
-    clients.append(client)
-    before, rows_before = served.rss_mib(), served.slow_rows()
+    rows_before = served.slow_rows()
+    with attacker(served, clients) as client:
+        resets = _opened_and_reset(client)
+        client.sock.sendall(resets(range(1, 1001, 2)))  # 500 calls opened and reset: within nghttp2's burst of 1000
+        served.assert_served()
+        frames = flood_until_closed(
+            client, (resets(range(start, start + 1000, 2)) for start in range(1001, 10_001, 1000))
+        )
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many stream resets")
+    # The first request may have found the model idle and run at once; the others left its queue when reset.
+    assert served.slow_rows() - rows_before <= 2
+
+
+def _opened_and_reset(client: H2Client) -> Callable[[Iterable[int]], bytes]:
+    """HEADERS, DATA and RST_STREAM (CANCEL) of a call to the slow model, on each of the streams given."""
     first, again = header_blocks(client, request_headers())
     message = grpc_message(infer_request([1.0], model="slow"))
     cancel = struct.pack(">I", CANCEL)
@@ -252,61 +274,41 @@ def test_rapid_reset_gets_goaway_and_the_reset_requests_never_run(served, client
             for stream in streams
         )
 
-    client.sock.sendall(resets(range(1, 1001, 2)))  # 500 opened and reset: within nghttp2's burst of 1000
-    served.assert_served()
-    flood = Flood(client.sock, (resets(range(start, start + 1000, 2)) for start in range(1001, 10_001, 1000)))
-    frames = client.wait_closed(FLOOD_S)
-    flood.join()
-    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many stream resets")
-    served.assert_served()
-    # The first request may have found the model idle and run at once; the others left its queue when reset.
-    assert served.slow_rows() - rows_before <= 2
-    assert served.rss_mib() - before < RSS_GROWTH_MIB
+    return resets
 
 
 # ---------------------------------------------------------------- CONTINUATION flood
 
 
 def test_300000_empty_continuations_end_the_connection_after_a_few(served, clients):
-    client = served.h2()
-    clients.append(client)
-    before = served.rss_mib()
-    client.sock.sendall(
-        pack_frame(HEADERS, 0, 1, client.encoder.encode(request_headers())) + pack_frame(CONTINUATION, 0, 1) * 5
-    )
-    served.assert_served()
-    flood = Flood(client.sock, repeated(pack_frame(CONTINUATION, 0, 1), 300_000, per_chunk=10_000))
-    frames = client.wait_closed(FLOOD_S)
-    flood.join()
+    with attacker(served, clients) as client:
+        client.sock.sendall(
+            pack_frame(HEADERS, 0, 1, client.encoder.encode(request_headers())) + pack_frame(CONTINUATION, 0, 1) * 5
+        )
+        served.assert_served()
+        frames = flood_until_closed(client, repeated(pack_frame(CONTINUATION, 0, 1), 300_000, per_chunk=10_000))
     assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many CONTINUATION frames in a header block")
-    served.assert_served()
-    assert served.rss_mib() - before < RSS_GROWTH_MIB
 
 
 # ---------------------------------------------------------------- HEADERS on a stream the client ended
 
 
 def test_headers_again_on_an_ended_stream_reset_it_and_never_run_a_handler_again(served, clients):
-    client = served.h2()
-    clients.append(client)
-    before, rows_before = served.rss_mib(), served.slow_rows()
-    first, again = header_blocks(client, request_headers())
-    client.sock.sendall(
-        pack_frame(HEADERS, END_HEADERS, 1, first)
-        + pack_frame(DATA, END_STREAM, 1, grpc_message(infer_request([1.0], model="slow")))
-        + pack_frame(HEADERS, END_HEADERS | END_STREAM, 1, again)  # the call is running: half-closed (remote)
-    )
-    reset = client.wait_for(lambda frame: frame.stream == 1)
-    assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == STREAM_CLOSED  # RFC 9113 5.1
-    served.assert_served()
-    flood = Flood(client.sock, repeated(pack_frame(HEADERS, END_HEADERS | END_STREAM, 1, again), 12_000))
-    frames = client.wait_closed(FLOOD_S)
-    flood.join()
+    rows_before = served.slow_rows()
+    with attacker(served, clients) as client:
+        first, again = header_blocks(client, request_headers())
+        client.sock.sendall(
+            pack_frame(HEADERS, END_HEADERS, 1, first)
+            + pack_frame(DATA, END_STREAM, 1, grpc_message(infer_request([1.0], model="slow")))
+            + pack_frame(HEADERS, END_HEADERS | END_STREAM, 1, again)  # the call is running: half-closed (remote)
+        )
+        reset = client.wait_for(lambda frame: frame.stream == 1)
+        assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == STREAM_CLOSED  # RFC 9113 5.1
+        served.assert_served()
+        frames = flood_until_closed(client, repeated(pack_frame(HEADERS, END_HEADERS | END_STREAM, 1, again), 12_000))
     assert 1 not in resets_of(frames)  # after its reset, the stream's frames are dropped (and counted)
     assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
-    served.assert_served()
     assert served.slow_rows() - rows_before <= 1  # the handler ran once at most (the reset cancelled it)
-    assert served.rss_mib() - before < RSS_GROWTH_MIB
 
 
 # ---------------------------------------------------------------- floods of frames that cost the server
@@ -324,18 +326,12 @@ FLOODS = {
 @pytest.mark.parametrize("kind", list(FLOODS))
 def test_floods_of_frames_that_cost_the_server_get_enhance_your_calm(served, clients, kind):
     frame, debug = FLOODS[kind]
-    client = served.h2()
-    clients.append(client)
-    before = served.rss_mib()
-    client.send_headers(1, request_headers())  # a call waiting for its message: empty DATA goes to it
-    client.sock.sendall(frame * 100)
-    served.assert_served()
-    flood = Flood(client.sock, repeated(frame, 30_000))
-    frames = client.wait_closed(FLOOD_S)
-    flood.join()
+    with attacker(served, clients) as client:
+        client.send_headers(1, request_headers())  # a call waiting for its message: empty DATA goes to it
+        client.sock.sendall(frame * 100)
+        served.assert_served()
+        frames = flood_until_closed(client, repeated(frame, 30_000))
     assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, debug)
-    served.assert_served()
-    assert served.rss_mib() - before < RSS_GROWTH_MIB
 
 
 # ---------------------------------------------------------------- a burst of connections (listen backlog)
@@ -506,9 +502,7 @@ def test_a_client_sending_past_the_connection_window_gets_flow_control_error(cli
             )
             data = message * 60
             chunks += [pack_frame(DATA, 0, stream, data[at : at + 16_384]) for at in range(0, len(data), 16_384)]
-        flood = Flood(client.sock, chunks)
-        frames = client.wait_closed(FLOOD_S)
-        flood.join()
+        frames = flood_until_closed(client, chunks)
         assert goaway_of(frames)[1] == FLOW_CONTROL_ERROR
         assert not resets_of(frames)  # no stream went past its own window
         server.assert_served()
