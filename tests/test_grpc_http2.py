@@ -39,6 +39,7 @@ from tests.h2_wire import (
     HEADERS,
     NO_ERROR,
     PING,
+    PREFACE,
     PROTOCOL_ERROR,
     PUSH_PROMISE,
     READ_S,
@@ -46,6 +47,7 @@ from tests.h2_wire import (
     RST_STREAM,
     SETTINGS,
     SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
     SETTINGS_MAX_FRAME_SIZE,
     STREAM_CLOSED,
     WINDOW_UPDATE,
@@ -533,6 +535,7 @@ def test_protocol_error_gets_goaway_then_close_and_the_server_serves_on(server, 
         b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",  # HTTP/1.1
         b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n",  # almost the preface
         b"hello",  # shorter than the preface
+        PREFACE + pack_frame(PING, 0, 0, b"12345678"),  # the magic, then a frame other than SETTINGS
     ],
 )
 def test_garbage_instead_of_the_preface_is_closed(server, connect, preface):
@@ -725,3 +728,101 @@ def test_stop_closes_a_connection_whose_call_outlasts_the_grace(connect):
         assert not stopper.is_alive()
     finally:
         triton.stop()
+
+
+# ---------------------------------------------------------------- 13. stream states and limits
+
+
+@pytest.fixture(scope="module")
+def two_streams() -> Iterator[Triton]:
+    triton = serve(limits=ServerLimits(grpc_max_concurrent_streams=2))
+    yield triton
+    triton.stop()
+
+
+def test_the_stream_limit_is_advertised_and_a_stream_beyond_it_refused(two_streams, connect):
+    client = connect(two_streams)
+    client.handshake()
+    assert client.server_settings[SETTINGS_MAX_CONCURRENT_STREAMS] == 2
+    client.send_headers(1, request_headers())  # two calls waiting for their message
+    client.send_headers(3, request_headers())
+    client.send_headers(5, request_headers())
+    refused = client.wait_for(lambda frame: frame.stream == 5)
+    assert refused.kind == RST_STREAM and struct.unpack(">I", refused.payload)[0] == REFUSED_STREAM
+    client.send_data(1, grpc_message(infer_request([1.0])))
+    assert client.response(1).output() == [1.0]
+    assert client.infer([2.0]).output() == [2.0]  # stream 1 is done: room for a new one
+
+
+def test_a_second_message_on_a_unary_call_is_dropped_as_grpc_does(server, connect):
+    client = connect(server)
+    first, second = grpc_message(infer_request([1.0])), grpc_message(infer_request([2.0]))
+    client.send_headers(1, request_headers())
+    client.send_data(1, first + second)  # grpc's C-core (Triton's server) answers the first, reads no more
+    assert client.response(1).output() == [1.0]
+    client.send_headers(3, request_headers())
+    client.send_data(3, first + second[:7], end_stream=False)  # more coming: the handler starts anyway
+    response = client.response(3)
+    assert response.output() == [1.0] and response.frames[-1].kind == HEADERS
+    reset = client.wait_for(lambda frame: frame.stream == 3)  # the client had not ended its side
+    assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == NO_ERROR
+    client.send_data(3, second[7:] + second)  # in flight after the reset: dropped
+    assert client.infer([3.0]).output() == [3.0]
+
+
+def _held_call(client: H2Client) -> int:
+    """A call of the gate model, running (half-closed on the client's side)."""
+    return client.start_call(infer_request([1.0], model="gate"))
+
+
+def _open_call(client: H2Client) -> int:
+    """A call of the gate model whose handler runs while the client's side stays open."""
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers())
+    client.send_data(stream, grpc_message(infer_request([1.0], model="gate")), end_stream=False)
+    return stream
+
+
+STREAM_ERRORS = {
+    # name: (a call, the frame that breaks the rules on its stream, the RST_STREAM code)
+    "DATA after END_STREAM": (_held_call, lambda client, stream: pack_frame(DATA, 0, stream, b"late"), STREAM_CLOSED),
+    "HEADERS after END_STREAM": (
+        _held_call,
+        lambda client, stream: pack_frame(
+            HEADERS, END_HEADERS | END_STREAM, stream, client.encoder.encode([("x-trailer", "1")])
+        ),
+        STREAM_CLOSED,
+    ),
+    "trailers without END_STREAM": (
+        _open_call,
+        lambda client, stream: pack_frame(HEADERS, END_HEADERS, stream, client.encoder.encode([("x-trailer", "1")])),
+        PROTOCOL_ERROR,
+    ),
+    "WINDOW_UPDATE of 0": (
+        _held_call,
+        lambda client, stream: pack_frame(WINDOW_UPDATE, 0, stream, bytes(4)),
+        PROTOCOL_ERROR,
+    ),
+    "a send window over 2^31-1": (
+        _held_call,
+        lambda client, stream: pack_frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", 2**31 - 1)),
+        FLOW_CONTROL_ERROR,
+    ),
+    "DATA past the stream's 4 MiB window": (
+        _open_call,
+        lambda client, stream: pack_frame(DATA, 0, stream, bytes(16_384)) * 257,
+        FLOW_CONTROL_ERROR,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STREAM_ERRORS))
+def test_a_stream_error_resets_its_stream_and_the_connection_serves_on(server, connect, gate, case):
+    start, breaking, code = STREAM_ERRORS[case]
+    client = connect(server)
+    stream = start(client)
+    assert gate.entered.wait(READ_S)
+    client.sock.sendall(breaking(client, stream))
+    reset = client.wait_for(lambda frame: frame.stream == stream and frame.kind == RST_STREAM)
+    assert struct.unpack(">I", reset.payload)[0] == code
+    assert client.infer([4.0]).output() == [4.0]

@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from typing import Any, Callable, Dict, List
 
 import numpy as np
@@ -116,6 +117,22 @@ def test_mutual_tls(start_triton: Callable[..., Triton], certificates: pathlib.P
         assert _infer(client)[-1] == 2.0
     no_cert = _refused(lambda: _tls_client(triton.grpc_port, certificates, with_client_cert=False))
     assert no_cert == "StatusCode.UNAVAILABLE"
+
+
+def test_a_tls_client_that_never_handshakes_is_closed(
+    start_triton: Callable[..., Triton], certificates: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTRITON_LIMIT_GRPC_HANDSHAKE_TIMEOUT_S", "0.5")
+    triton = start_triton(bind_zeros, grpc_address="127.0.0.1", **_tls_config(certificates, mutual=False))
+    with socket.create_connection(("127.0.0.1", triton.grpc_port), timeout=10) as silent:
+        started = time.monotonic()
+        try:
+            assert silent.recv(1) == b""  # closed without a byte of TLS
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - started < 5
+    with _tls_client(triton.grpc_port, certificates, with_client_cert=False) as client:
+        assert client.is_server_live() is True
 
 
 @pytest.mark.parametrize(

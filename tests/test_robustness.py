@@ -186,6 +186,24 @@ def test_limits_defaults_env_and_validation(monkeypatch):
         ServerLimits(grpc_max_message_bytes=2**31)
 
 
+def test_grpc_connection_limits_defaults_env_and_validation():
+    defaults = ServerLimits()
+    assert (defaults.grpc_max_concurrent_streams, defaults.grpc_max_stream_requests) == (100, 128)
+    assert (defaults.grpc_max_connections, defaults.grpc_idle_timeout_s, defaults.grpc_handshake_timeout_s) == (
+        4096,
+        300.0,
+        10.0,
+    )
+    from_env = ServerLimits.from_env(
+        {"PYTRITON_LIMIT_GRPC_MAX_CONCURRENT_STREAMS": "8", "PYTRITON_LIMIT_GRPC_IDLE_TIMEOUT_S": "0"}
+    )
+    assert from_env.grpc_max_concurrent_streams == 8 and from_env.grpc_idle_timeout_s == 0.0  # 0: no timeout
+    with pytest.raises(PyTritonValidationError, match="grpc_max_stream_requests must be a positive integer"):
+        ServerLimits(grpc_max_stream_requests=0)
+    with pytest.raises(PyTritonValidationError, match="grpc_max_concurrent_streams must be <= 2"):
+        ServerLimits(grpc_max_concurrent_streams=2**31)
+
+
 def test_limits_come_from_the_environment_unless_given(monkeypatch):
     monkeypatch.setenv("PYTRITON_LIMIT_MAX_BODY_BYTES", "300")
 
