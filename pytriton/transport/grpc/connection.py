@@ -145,7 +145,7 @@ class GrpcConnection(asyncio.Protocol):
     def _fail(self, code: int, message: str) -> None:
         """A connection error: GOAWAY with its code, then close once the client has had time to read it."""
         LOGGER.debug("gRPC connection from %s: %s", self.peer, message)
-        self.session.goaway(code, message)
+        self.session.goaway.error(code, message)
         self._flush()
         self.session.stop()
         self._linger_close()

@@ -2,8 +2,8 @@
 
 The parts live apart: `framing.py` cuts frames and header blocks, `streams.py` holds the stream states
 and what a frame does in each, `flow.py` the windows both ways, `responses.py` what goes out on a
-call, `keepalive.py` the pings, `floods.py` the flood counters. The session ties them to the calls;
-its connection (`connection.py`) ties it to the transport.
+call, `keepalive.py` the pings, `floods.py` the flood counters, `goaway.py` the GOAWAYs. The session
+ties them to the calls; its connection (`connection.py`) ties it to the transport.
 
 A session must receive its client's preface and SETTINGS within grpc_handshake_timeout_s, says GOAWAY
 after grpc_idle_timeout_s without a call, takes at most grpc_max_concurrent_streams calls at once
@@ -27,6 +27,7 @@ from pytriton.transport.grpc.call import GrpcCall, parse_timeout
 from pytriton.transport.grpc.floods import FloodGauges
 from pytriton.transport.grpc.flow import STREAM_WINDOW, ReceiveWindows
 from pytriton.transport.grpc.framing import FrameReader
+from pytriton.transport.grpc.goaway import GOAWAY_PING, Goaway
 from pytriton.transport.grpc.headers import Header, HeaderBlockDecoder
 from pytriton.transport.grpc.keepalive import Keepalive
 from pytriton.transport.grpc.messages import MessageError, MessageReader, request_encoding, response_encoding
@@ -39,9 +40,6 @@ LOGGER = logging.getLogger(__name__)
 
 # What the session waits for from its client (APP: nothing, calls are in progress).
 HANDSHAKE, IDLE = 1, 2
-# The PING that follows a graceful GOAWAY, and how long its acknowledgement may take before the final GOAWAY.
-_GOAWAY_PING = b"goaway\x00\x00"
-_GOAWAY_PING_TIMEOUT_S = 1.0
 
 
 class Http2Session:
@@ -77,11 +75,8 @@ class Http2Session:
         self._clock = PhaseDeadline(loop, self._on_deadline)
         self._abort = abort
         self.over_cap = False  # one connection more than grpc_max_connections: calls get UNAVAILABLE
-        self.last_accepted = 0  # the last stream whose request was taken (GOAWAY's last stream id)
-        self.going_away = False  # GOAWAY sent or received: no new call
+        self.goaway = Goaway(loop, write)
         self.closed = False
-        self._final_goaway: Optional[asyncio.Future[None]] = None  # leave() waits on it
-        self._goaway_ping_timer: Optional[asyncio.TimerHandle] = None
 
     def start(self) -> None:
         """Send this server's settings and open the connection window; the client's preface must follow."""
@@ -101,9 +96,7 @@ class Http2Session:
         self.reader.stopped = True
         self._clock.cancel()
         self._keepalive.stop()
-        if self._goaway_ping_timer is not None:
-            self._goaway_ping_timer.cancel()
-        wake(self._final_goaway)
+        self.goaway.done()
 
     def cancel_calls(self) -> None:
         """The connection is lost: every call still in progress ends."""
@@ -215,7 +208,7 @@ class Http2Session:
         now = self.loop.time()
         self._floods.pings.check(now)
         if flags & h2.ACK:
-            if payload == _GOAWAY_PING:  # every stream the client opened before our GOAWAY has arrived
+            if payload == GOAWAY_PING:  # every stream the client opened before our GOAWAY has arrived
                 self.shutdown()
             else:
                 self._keepalive.ack_received()
@@ -228,7 +221,7 @@ class Http2Session:
 
     def on_goaway(self) -> None:
         """The client is leaving: take no new call, close once those in progress are done."""
-        self.going_away = True
+        self.goaway.said = True
         self._close_if_done()
 
     def on_stream_error(self, error: h2.StreamError) -> None:
@@ -261,11 +254,11 @@ class Http2Session:
     def _open(self, stream_id: int, headers: List[Header], ended: bool) -> None:
         """A request's headers: start its call, answer it at once, or refuse the stream."""
         state = self._state
-        if self.going_away or len(self.calls) >= state.max_concurrent_streams:
+        if self.goaway.said or len(self.calls) >= state.max_concurrent_streams:
             self._streams.skip(stream_id, st.RESET_BY_SERVER)
             self._reset(stream_id, h2.REFUSED_STREAM)
             return
-        self.last_accepted = stream_id
+        self.goaway.last_accepted = stream_id
         path = http_method = content_type = timeout = encoding = accepted = None
         for name, value in headers:
             if name == b":path":
@@ -393,39 +386,16 @@ class Http2Session:
             self.shutdown()
 
     async def leave(self) -> None:
-        """Ask the client to start its next calls on a new connection while this one still serves (RFC 9113 6.8).
-
-        A GOAWAY naming the highest stream id stops the client from opening streams here without refusing any;
-        the client acknowledges the PING after every stream it sent before it read the GOAWAY, so the final
-        GOAWAY, sent on that acknowledgement (or after a second without one), names the true last stream and
-        refuses none of them. Returns once the final GOAWAY is out.
-        """
-        if self._final_goaway is None:
-            self._final_goaway = self.loop.create_future()
-            if self.going_away or self.closed:
-                wake(self._final_goaway)
-            else:
-                self._write(h2.goaway(h2.MAX_STREAM_ID, h2.NO_ERROR) + h2.frame(h2.PING, 0, 0, _GOAWAY_PING))
-                self._goaway_ping_timer = self.loop.call_later(_GOAWAY_PING_TIMEOUT_S, self.shutdown)
-        await self._final_goaway
+        """A graceful GOAWAY (goaway.py): the client opens its next calls elsewhere; returns once the final is out."""
+        await self.goaway.leave(self.shutdown, self.closed)
 
     def shutdown(self) -> None:
         """Refuse new calls (GOAWAY), finish those in progress, then close."""
-        if self._goaway_ping_timer is not None:
-            self._goaway_ping_timer.cancel()
-            self._goaway_ping_timer = None
-        if not self.going_away and not self.closed:
-            self.going_away = True
-            self._write(h2.goaway(self.last_accepted, h2.NO_ERROR))
-        wake(self._final_goaway)
+        if not self.closed:
+            self.goaway.now()
         self._close_if_done()
 
     def _close_if_done(self) -> None:
         """Close a connection that said (or heard) GOAWAY once no call is left."""
-        if self.going_away and not self.calls and not self.closed:
+        if self.goaway.said and not self.calls and not self.closed:
             self._close()
-
-    def goaway(self, code: int, message: str) -> None:
-        """Say GOAWAY for a connection error (the connection then closes)."""
-        self.going_away = True
-        self._write(h2.goaway(self.last_accepted, code, message.encode()))
