@@ -754,16 +754,19 @@ def test_the_stream_limit_is_advertised_and_a_stream_beyond_it_refused(two_strea
     assert client.infer([2.0]).output() == [2.0]  # stream 1 is done: room for a new one
 
 
-def test_a_second_message_on_a_unary_call_is_dropped_as_grpc_does(server, connect):
+def test_a_second_message_on_a_unary_call_ends_it_with_unimplemented(server, connect, gate):
     client = connect(server)
     first, second = grpc_message(infer_request([1.0])), grpc_message(infer_request([2.0]))
     client.send_headers(1, request_headers())
-    client.send_data(1, first + second)  # grpc's C-core (Triton's server) answers the first, reads no more
-    assert client.response(1).output() == [1.0]
+    client.send_data(1, first + second)  # two messages at once: the handler never starts
+    response = client.response(1)
+    assert response.grpc_status == "12" and "more than one request message" in response.trailers["grpc-message"]
     client.send_headers(3, request_headers())
-    client.send_data(3, first + second[:7], end_stream=False)  # more coming: the handler starts anyway
+    client.send_data(3, grpc_message(infer_request([1.0], model="gate")), end_stream=False)  # the handler starts
+    assert gate.entered.wait(READ_S)
+    client.send_data(3, second[:7], end_stream=False)  # then a second message begins
     response = client.response(3)
-    assert response.output() == [1.0] and response.frames[-1].kind == HEADERS
+    assert response.grpc_status == "12"
     reset = client.wait_for(lambda frame: frame.stream == 3)  # the client had not ended its side
     assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == NO_ERROR
     client.send_data(3, second[7:] + second)  # in flight after the reset: dropped
@@ -781,6 +784,20 @@ def _open_call(client: H2Client) -> int:
     client.send_headers(stream, request_headers())
     client.send_data(stream, grpc_message(infer_request([1.0], model="gate")), end_stream=False)
     return stream
+
+
+def _open_stream(client: H2Client) -> int:
+    """A ModelStreamInfer call whose first request waits in the gate model."""
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers(path="/inference.GRPCInferenceService/ModelStreamInfer"))
+    client.send_data(stream, grpc_message(infer_request([1.0], model="gate")), end_stream=False)
+    return stream
+
+
+def _past_the_window(client: H2Client, stream: int) -> bytes:
+    """16 KiB requests, more than the stream's bound of 128 running ones plus its 4 MiB window of unread ones."""
+    message = grpc_message(infer_request([1.0] * 4000, model="gate"))
+    return b"".join(pack_frame(DATA, 0, stream, message) for _ in range(128 + 270))
 
 
 STREAM_ERRORS = {
@@ -808,11 +825,7 @@ STREAM_ERRORS = {
         lambda client, stream: pack_frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", 2**31 - 1)),
         FLOW_CONTROL_ERROR,
     ),
-    "DATA past the stream's 4 MiB window": (
-        _open_call,
-        lambda client, stream: pack_frame(DATA, 0, stream, bytes(16_384)) * 257,
-        FLOW_CONTROL_ERROR,
-    ),
+    "DATA past the stream's 4 MiB window": (_open_stream, _past_the_window, FLOW_CONTROL_ERROR),
 }
 
 

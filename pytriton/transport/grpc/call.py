@@ -50,8 +50,8 @@ def parse_timeout(value: bytes) -> Optional[float]:
 class GrpcCall:
     """A call on one HTTP/2 stream: gives the handler its requests and the context grpc.aio's servicers expect.
 
-    A unary call's handler starts as soon as its request message is whole, and DATA after it is dropped
-    unread, as grpc's C-core (Triton's server) does. A streaming call's handler starts with the call
+    A unary call's handler starts as soon as its request message is whole; a second message ends the call
+    with UNIMPLEMENTED (gRPC's status for a cardinality violation). A streaming call's handler starts with the call
     and pulls its requests; what waits in its inbox holds the stream's flow-control window.
     """
 
@@ -120,12 +120,16 @@ class GrpcCall:
         """DATA of the stream (`length` with its padding): messages for the handler, consumed as it reads them.
 
         Bytes of a message under way are consumed at once (the handler waits for it); whole messages a
-        streaming handler has not taken hold the window until it takes them; a unary call drops what
-        follows its message.
+        streaming handler has not taken hold the window until it takes them; a unary call refuses a second one.
         """
         inflow = self.session.inflow
-        if self.ended or (self.task is not None and not self.method.streaming):
+        if self.ended:
             inflow.dropped(length)
+            return
+        if self.task is not None and not self.method.streaming:
+            inflow.dropped(length)
+            if data:
+                self._too_many_requests()
             return
         try:
             messages = self._reader.feed(data) if data else None
@@ -136,7 +140,10 @@ class GrpcCall:
         if not self.method.streaming:
             inflow.consumed(self, length, self.state == OPEN)
             if messages:
-                self._start(self._unary(messages[0]))
+                if len(messages) > 1 or self._reader.partial:
+                    self._too_many_requests()
+                else:
+                    self._start(self._unary(messages[0]))
             return
         self.held += length
         if messages:
@@ -144,6 +151,14 @@ class GrpcCall:
             wake(self._waiter)
         elif not self._inbox:
             self._consume_held()
+
+    def _too_many_requests(self) -> None:
+        """A unary call got (the start of) a second request message: a cardinality violation, as gRPC names it.
+
+        gRPC's status codes give UNIMPLEMENTED for it; grpc's C-core answers the first message and drops the
+        rest unread, which lets a client stream data nobody reads on a call that looks unary.
+        """
+        self.session.end_call(self, grpc.StatusCode.UNIMPLEMENTED, "a unary call got more than one request message")
 
     def _consume_held(self) -> None:
         """The handler took (or waits for) everything whole: the bytes held come back to the client."""
