@@ -124,6 +124,7 @@ class Triton(TritonBase):
         """Start serving in the background and return once every port accepts connections."""
         self._launch()
         self.connect()
+        self._serving()
 
     def get_access_token(self) -> Optional[str]:
         """The token the restricted APIs expect (None when nothing is restricted)."""
@@ -131,15 +132,7 @@ class Triton(TritonBase):
 
     def urls(self) -> List[str]:
         """The URLs the server listens on (http://..., grpc://..., metrics)."""
-        runtime = self._runtime
-        found: List[str] = []
-        if runtime.http_port is not None:
-            found.append(f"http://{self._options.http_address}:{runtime.http_port}")
-        if runtime.grpc_port is not None:
-            found.append(f"grpc://{self._options.grpc_address}:{runtime.grpc_port}")
-        if runtime.metrics_port is not None:
-            found.append(f"http://{self._options.metrics_address}:{runtime.metrics_port}/metrics")
-        return found
+        return self._runtime.urls()
 
     @property
     def http_port(self) -> Optional[int]:
@@ -163,7 +156,14 @@ class Triton(TritonBase):
         if not self._runtime.running:
             self._runtime.start()
             self._started()
-            LOGGER.info("serving on %s", ", ".join(self.urls()))
+
+    def _serving(self) -> None:
+        """serve() or run() was called: log the startup line (once), with the models bound by now."""
+        self._runtime.announce()
+
+    def _hurry(self) -> None:
+        """A second signal: the stop under way answers what is still open now."""
+        self._runtime.hurry()
 
     def _wait_for_server(self) -> None:
         """Wait for the models' warm-ups; a server that was never started cannot become ready."""

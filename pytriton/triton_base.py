@@ -7,13 +7,10 @@ found it ready, and STOPPED for good after `stop()`.
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import logging
 import pathlib
-import signal
 import threading
-from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
 from pytriton.context import TritonContext
 from pytriton.exceptions import PyTritonInvalidOperationError
@@ -22,8 +19,8 @@ from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePoli
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.models import validate_model_name
+from pytriton.runtime.signals import stop_on_signals, wait_in_main_thread
 
-LOGGER = logging.getLogger("pytriton")
 _Triton = TypeVar("_Triton", bound="TritonBase")
 
 MONITORING_PERIOD_S = 10.0
@@ -139,12 +136,13 @@ class TritonBase:
             monitoring_period_sec: the same, under the name the PyTriton 0.5 documents use.
         """
         period = monitoring_period_s if monitoring_period_sec is None else monitoring_period_sec
-        self._launch()
-        self.connect()
-        with _stop_on_signals(self._finished):
-            while self.is_alive() and not self._finished.wait(period):
+        with stop_on_signals(self._finished, self._hurry):  # from before the ports open, until the stop ends
+            self._launch()
+            self.connect()
+            self._serving()
+            while self.is_alive() and not wait_in_main_thread(self._finished, period):
                 pass
-        self.stop()
+            self.stop()
 
     def stop(self) -> bool:
         """Stop serving: refuse new requests, finish in-flight ones (up to exit_timeout_secs), close ports.
@@ -191,6 +189,12 @@ class TritonBase:
     def _launch(self) -> None:
         """Start the server unless it runs (a server this object does not run: nothing to do)."""
 
+    def _serving(self) -> None:
+        """serve() or run() was called and the server is ready: a subclass may say so (its startup line)."""
+
+    def _hurry(self) -> None:
+        """A second SIGINT/SIGTERM while stopping: a subclass may stop at once instead of draining."""
+
     def _bind_model(self, binding: Binding) -> None:
         """Serve a checked binding."""
         raise NotImplementedError
@@ -205,25 +209,3 @@ class TritonBase:
 
     def _stop_server(self) -> None:
         """Stop the server and release what it holds (also when it never started)."""
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stopped: threading.Event) -> Iterator[None]:
-    """In the main thread, make SIGINT and SIGTERM set `stopped` instead of killing the process."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.getsignal(sig) for sig in signals}
-
-    def handler(signum: int, _frame: Any) -> None:
-        LOGGER.info("received signal %d, stopping", signum)
-        stopped.set()
-
-    for sig in signals:
-        signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

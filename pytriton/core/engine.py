@@ -7,7 +7,7 @@ import dataclasses
 import enum
 import logging
 import time
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from pytriton.core.cache import ResponseCache
 from pytriton.core.cuda_memory import CudaSharedMemory
@@ -173,7 +173,7 @@ class Engine:
         """Stop serving a model: refuse new requests, let queued ones finish, then mark it unavailable."""
         for model in self._models_named(name):
             model.state = ModelState.UNLOADING
-            await model.scheduler.drain(timeout_s=30.0)
+            await _drain(model, timeout_s=30.0)
             model.state = ModelState.UNAVAILABLE
 
     async def remove(self, name: str, version: int, timeout_s: float) -> None:
@@ -183,7 +183,7 @@ class Engine:
         if model is None:
             return
         model.state = ModelState.UNLOADING
-        await model.scheduler.drain(timeout_s)
+        await _drain(model, timeout_s)
         model.state = ModelState.UNAVAILABLE
         await model.scheduler.close_instances()
         if versions.get(version) is model:
@@ -204,15 +204,34 @@ class Engine:
             raise InferenceError.not_found(f"failed to load '{name}', failed to poll from model repository")
         return list(versions.values())
 
-    async def shutdown(self, timeout_s: float) -> None:
-        """Refuse new requests, let in-flight ones finish up to `timeout_s`, fail the rest."""
+    # The engine's part of the server's stop, in order (runtime/stopping.py runs them): refuse, until_idle
+    # (up to a deadline), cut_off, close.
+
+    def refuse(self) -> None:
+        """Refuse new requests from now on (readiness false, UNAVAILABLE); queued and running ones go on."""
         self.phase = Phase.DRAINING
         for task in list(self._warmups):
             task.cancel()
-        models = self.models()
-        if models:
-            await asyncio.gather(*(model.scheduler.drain(timeout_s) for model in models))
-        await asyncio.gather(*(model.scheduler.close_instances() for model in models))
+        for model in self.models():
+            model.scheduler.refuse()
+
+    def open_requests(self) -> Tuple[int, int]:
+        """The requests of every model waiting in a queue, and those whose batch is running."""
+        counts = [model.scheduler.open_requests for model in self.models()]
+        return sum(queued for queued, _ in counts), sum(running for _, running in counts)
+
+    async def until_idle(self) -> None:
+        """Return once no model has a request queued or running."""
+        for model in self.models():
+            await model.scheduler.until_idle()
+
+    def cut_off(self) -> int:
+        """Answer every request still queued or running with UNAVAILABLE now; return how many there were."""
+        return sum(model.scheduler.cut_off() for model in self.models())
+
+    async def close(self) -> None:
+        """Stop the instances (threads after their calls) and unmap shared memory; the engine is dead."""
+        await asyncio.gather(*(model.scheduler.close_instances() for model in self.models()))
         if self._watchdog is not None:
             self._watchdog.cancel()
         self.system_memory.unregister()  # unmap what clients registered
@@ -220,3 +239,13 @@ class Engine:
             await asyncio.get_running_loop().run_in_executor(None, self.cuda_memory.unregister)
         self.phase = Phase.STOPPED
         self.live = False
+
+
+async def _drain(model: ServedModel, timeout_s: float) -> None:
+    """Refuse a model's new requests, let queued and running ones finish up to `timeout_s`, fail the rest."""
+    model.scheduler.refuse()
+    try:
+        await asyncio.wait_for(model.scheduler.until_idle(), timeout=timeout_s)
+    except asyncio.TimeoutError:
+        pass
+    model.scheduler.cut_off()

@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, S
 
 from pytriton.core.batcher import BatchRules
 from pytriton.core.errors import FailureReason, InferenceError
+from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import ModelInstance
 from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
@@ -63,8 +64,9 @@ class Scheduler:
         self._timer_at_ns = 0
         self._watch = QueueWatch(self._queues, self._client_left)
         self._running: Set[asyncio.Task[None]] = set()
+        self._in_flight = InFlight()
         self._accepting = True
-        self._drained: Optional[asyncio.Future[None]] = None  # drain() waits on it until nothing is left
+        self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
         self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
 
     @property
@@ -169,7 +171,7 @@ class Scheduler:
         self._track(asyncio.get_running_loop().create_task(self._launch(instance, batch, hand_over=True)))
 
     def _track(self, task: asyncio.Task[None]) -> None:
-        """Keep a batch task until it ends (drain() cancels what is left)."""
+        """Keep a reference to a batch task until it ends."""
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
@@ -219,7 +221,10 @@ class Scheduler:
         start_ns, infer_start_ns = started_ns  # when the batch left the queue, when its call started
         infer_end_ns = output_end_ns = 0
         released = False
+        task = self._in_flight.enter(len(batch))
         try:
+            if self._in_flight.cut:  # a batch that left the queue just before the cut-off: answer it now
+                raise self._stopped()
             if call is None:
                 await self._run_streaming(instance, batch, requests)
                 infer_end_ns = output_end_ns = time.monotonic_ns()
@@ -252,9 +257,10 @@ class Scheduler:
             failure = self._as_inference_error(error)
             for index, entry in enumerate(batch):
                 self._hand_over(slots, index, self._fail, entry, failure)
-            if not isinstance(error, Exception):
+            if not isinstance(error, Exception) and not self._in_flight.answered(error, task):
                 raise
         finally:
+            self._in_flight.leave(task)
             self.stats.record_execution(
                 sum(entry.request.batch_size for entry in batch) if spec.batching else 1,
                 infer_start_ns - start_ns,
@@ -321,7 +327,7 @@ class Scheduler:
         if isinstance(error, asyncio.CancelledError):
             if self._accepting:
                 return InferenceError.cancelled(f"request to model '{self.spec.name}' was cancelled")
-            return InferenceError.unavailable(f"model '{self.spec.name}' stopped before the request was served")
+            return self._stopped()
         if isinstance(error, PyTritonUnrecoverableError):
             self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")
         LOGGER.error("model '%s' failed: %r", self.spec.name, error)
@@ -329,6 +335,10 @@ class Scheduler:
         # arrives as a class of the same name.
         message = str(error)
         return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)
+
+    def _stopped(self) -> InferenceError:
+        """The error of a request the server's stop left unserved."""
+        return InferenceError.unavailable(f"model '{self.spec.name}' stopped before the request was served")
 
     def _ordered_slot(self) -> List[Optional[Callable[[], None]]]:
         """A place in the ordered release queue (preserve_ordering with several instances)."""
@@ -389,32 +399,46 @@ class Scheduler:
         return any(instance.alive for instance in self._instances)
 
     def _update_idle(self) -> None:
-        """Wake drain() once nothing is queued or running."""
-        if self._drained is not None and self._idle:  # only while drain() waits
+        """Wake until_idle() once nothing is queued or running."""
+        if self._drained is not None and self._idle:  # only while until_idle() waits
             wake(self._drained)
 
-    async def drain(self, timeout_s: float) -> None:
-        """Stop taking requests, let queued and running ones finish up to a timeout, then fail the rest."""
+    @property
+    def open_requests(self) -> Tuple[int, int]:
+        """The requests waiting in the queue and those whose batch is running."""
+        return self._queues.size, self._in_flight.requests
+
+    def refuse(self) -> None:
+        """Take no new request (UNAVAILABLE); those queued and running go on."""
         self._accepting = False
+
+    async def until_idle(self) -> None:
+        """Return once nothing is queued or running."""
         if not self._idle:
-            self._drained = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(self._drained, timeout=timeout_s)
-            except asyncio.TimeoutError:
-                pass
-        error = InferenceError.unavailable(f"model '{self.spec.name}' stopped before the request was served")
-        for entry in self._queues.drain():
-            entry.sink.fail(error)
-        for task in list(self._running):
-            task.cancel()
+            if self._drained is None or self._drained.done():
+                self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._drained)  # a waiter that gives up leaves the future to the others
+
+    def cut_off(self) -> int:
+        """Answer every request still queued or running with UNAVAILABLE now; return how many there were.
+
+        A running call goes on in its instance thread, but nobody waits for it: its result is dropped.
+        """
+        self._accepting = False
+        queued = self._queues.drain()
+        for entry in queued:
+            self._fail(entry, self._stopped())
+        running = self._in_flight.cut_off()
         if self._timer is not None:
             self._timer.cancel()
         self._watch.stop()
+        return len(queued) + running
 
     async def close_instances(self) -> None:
         """Stop the instances: threads end after their call, processes at once if a call still runs."""
         await asyncio.gather(*(instance.close() for instance in self._instances))
 
     def resume(self) -> None:
-        """Take requests again after a drain (model reload)."""
+        """Take requests again after a cut-off (model reload)."""
         self._accepting = True
+        self._in_flight.reset()

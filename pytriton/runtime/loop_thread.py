@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
+import time
 from typing import Any, Awaitable, Callable, Optional, TypeVar
+
+from pytriton.runtime.signals import SIGNAL_POLL_S
 
 T = TypeVar("T")
 
@@ -50,8 +54,23 @@ class LoopThread:
         loop.close()
 
     def run(self, awaitable: Awaitable[T], timeout: Optional[float] = None) -> T:
-        """Run a coroutine on the loop and wait for its result from another thread."""
-        return asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self.loop).result(timeout)
+        """Run a coroutine on the loop and wait for its result from another thread.
+
+        The main thread waits in steps of SIGNAL_POLL_S: a signal the kernel hands to another thread
+        (the loop's, an instance's) runs its Python handler only once the main thread runs again, and a
+        second Ctrl+C during a long stop must not wait for the stop to end.
+        """
+        future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self.loop)
+        if threading.current_thread() is not threading.main_thread():
+            return future.result(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = SIGNAL_POLL_S if deadline is None else min(SIGNAL_POLL_S, max(deadline - time.monotonic(), 0.0))
+            try:
+                return future.result(step)
+            except concurrent.futures.TimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Call a plain function on the loop thread and return its result."""

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
 
 from pytriton import __version__
@@ -16,8 +17,10 @@ from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonRuntimeError
 from pytriton.options.log_trace import ServerSettings, TraceSetting
 from pytriton.options.server import ServerOptions
-from pytriton.runtime.lame_duck import lame_duck
+from pytriton.runtime.logging_setup import use_default_logging
 from pytriton.runtime.loop_thread import LoopThread
+from pytriton.runtime.startup_line import model_line, startup_line
+from pytriton.runtime.stopping import StopSequence
 from pytriton.runtime.tracing import Tracing
 from pytriton.transport.sockets import bind_socket, bound_port
 
@@ -60,6 +63,7 @@ class ServerRuntime:
                 hung_call_warning_s=options.limits.hung_call_warning_s,
             )
         )
+        self._hurried: asyncio.Event = self._loop.call(asyncio.Event)  # set by hurry(): the stop goes at once
         self.settings = ServerSettings(log_verbose=options.log_verbose, log_file=options.log_file, trace=options.trace)
         self.tracing = Tracing(self.settings.trace, self.engine.models)
         self._frontends: List[Frontend] = []
@@ -70,6 +74,17 @@ class ServerRuntime:
         self.vertex_ai_port: Optional[int] = None
         self._attach: Optional[AttachServer] = None
         self.running = False
+        self._announced = False  # whether the startup line was logged; models bound later get a line each
+
+    def announce(self) -> None:
+        """Log the startup line (once): where the server listens and the models it serves (serve()/run() call it).
+
+        With nvidia-pytriton's lifecycle the ports open on `__enter__`, before any model is bound; the line
+        waits for serve() or run(), when the models are there.
+        """
+        if self.running and not self._announced:
+            self._announced = True
+            LOGGER.info("%s", startup_line(self.urls(), self.engine.models()))
 
     def add_model(
         self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting] = None
@@ -109,10 +124,12 @@ class ServerRuntime:
 
     def _add_model(self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting]) -> None:
         """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
-        self.engine.add_model(spec, instances)
+        model = self.engine.add_model(spec, instances)
         if trace is not None:
             self.settings.trace.models[spec.name] = trace
         self.tracing.refresh()
+        if self._announced:
+            LOGGER.info("serving %s", model_line(model))
 
     def wait_warmed_up(self) -> None:
         """Return once every model bound so far has run its warm-up requests (ModelConfig.model_warmup)."""
@@ -125,6 +142,7 @@ class ServerRuntime:
 
     def start(self) -> None:
         """Open the ports and start the frontends."""
+        use_default_logging()
         self._loop.run(self._start())
         self.running = True
         # Every object alive now (modules, models, the engine) lives as long as the server: keep the
@@ -252,6 +270,7 @@ class ServerRuntime:
 
     def stop(self) -> None:
         """Graceful stop: refuse new requests, finish in-flight ones (exit_timeout_secs), close ports."""
+        started = time.monotonic()
         if self._loop.alive:
             try:
                 self._loop.run(self._stop())
@@ -260,16 +279,44 @@ class ServerRuntime:
         self.tracing.shutdown()
         if self.running:
             gc.unfreeze()  # what the server held can be collected now
+            LOGGER.info("stopped (%.1f s)", time.monotonic() - started)
         self.running = False
         self.stopped.set()
 
     async def _stop(self) -> None:
-        """Lame duck (limits.lame_duck_s), drain the engine (RemoteTriton's models too), stop attach and frontends."""
-        await lame_duck(self.engine, self._frontends, self.options.limits.lame_duck_s)
-        await self.engine.shutdown(self.options.exit_timeout_s)
+        """Lame duck, refuse, drain, cut off what is left, close (see runtime/stopping.py)."""
+        options = self.options
+        await StopSequence(
+            self.engine,
+            frontends=self._frontends,
+            close_ports=self._close_ports,
+            lame_duck_s=options.limits.lame_duck_s,
+            exit_timeout_s=options.exit_timeout_s,
+            hurried=self._hurried,
+        ).run()
+
+    async def _close_ports(self) -> None:
+        """Stop the attach socket (RemoteTriton's models) and the frontends."""
         if self._attach is not None:
             await self._attach.stop()
         await self._stop_frontends()
+
+    def hurry(self) -> None:
+        """Make a stop under way (or the next one) end its drain at once; from any thread."""
+        if self._loop.alive:
+            self._loop.call_soon(self._hurried.set)
+
+    def urls(self) -> List[str]:
+        """The URLs the server listens on (http://..., grpc://..., metrics), once running."""
+        options = self.options
+        found: List[str] = []
+        if self.http_port is not None:
+            found.append(f"http://{options.http_address}:{self.http_port}")
+        if self.grpc_port is not None:
+            found.append(f"grpc://{options.grpc_address}:{self.grpc_port}")
+        if self.metrics_port is not None:
+            found.append(f"http://{options.metrics_address}:{self.metrics_port}/metrics")
+        return found
 
     def _on_unrecoverable(self, reason: str) -> None:
         """A callable raised PyTritonUnrecoverableError: the server must stop (serve() returns)."""

@@ -1,0 +1,23 @@
+"""The one log line that tells an operator the server is up: where it listens and what it serves."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from pytriton import __version__
+from pytriton.core.model import ServedModel
+
+
+def startup_line(urls: Sequence[str], models: Sequence[ServedModel]) -> str:
+    """'pytriton 0.1.0 serving add_sub v1 (1 instance) on http://0.0.0.0:8000, grpc://0.0.0.0:8001 (pid 42)'."""
+    served = ", ".join(model_line(model) for model in models) or "no models yet"
+    return f"pytriton {__version__} serving {served} on {', '.join(urls)} (pid {os.getpid()})"
+
+
+def model_line(model: ServedModel) -> str:
+    """'add_sub v1 (2 instances)', with 'decoupled' for a streaming model."""
+    spec = model.spec
+    count = spec.instance_count
+    kind = ", decoupled" if spec.decoupled else ""
+    return f"{spec.name} v{spec.version} ({count} instance{'' if count == 1 else 's'}{kind})"

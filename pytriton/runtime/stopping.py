@@ -1,0 +1,123 @@
+"""The server's stop, as a sequence of named phases run in order on the engine's loop.
+
+0. lame duck: for `ServerLimits.lame_duck_s`, readiness is false while requests are still served, so
+   that load balancers take the replica out first (runtime/lame_duck.py).
+1. refuse: readiness turns false; new requests get 503 / UNAVAILABLE.
+2. drain: queued and running requests finish, up to `exit_timeout_secs`; how many are left and
+   how long they still have is logged every PROGRESS_PERIOD_S. A hurry (a second SIGINT/SIGTERM
+   under `serve()`) ends the lame duck and the drain at once.
+3. cut off: every request still open is answered with UNAVAILABLE on its own transport (HTTP 503,
+   a gRPC status); a call still running goes on in its instance thread and its result is dropped.
+4. close: the frontends stop (answers under way get a moment to leave) and the instances' threads
+   end after their calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable, Sequence
+
+from pytriton.core.engine import Engine
+from pytriton.runtime.lame_duck import Leaving, lame_duck
+
+LOGGER = logging.getLogger("pytriton")
+
+PROGRESS_PERIOD_S = 5.0
+
+
+class StopSequence:
+    """One stop of a server: `run()` goes through the phases; `hurried` cuts the lame duck and the drain short."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        frontends: Sequence[Leaving],
+        close_ports: Callable[[], Awaitable[None]],
+        lame_duck_s: float,
+        exit_timeout_s: float,
+        hurried: asyncio.Event,
+    ) -> None:
+        """Stop `engine` and then the ports (`close_ports`), after a lame duck, draining up to `exit_timeout_s`."""
+        self._engine = engine
+        self._frontends = frontends
+        self._close_ports = close_ports
+        self._lame_duck_s = lame_duck_s
+        self._exit_timeout_s = exit_timeout_s
+        self._hurried = hurried
+        self._reason = ""  # why the drain ended with requests still open
+
+    async def run(self) -> None:
+        """Lame duck, refuse, drain, cut off and close, in this order."""
+        for phase in (self.lame_duck, self.refuse, self.drain, self.cut_off, self.close):
+            await phase()
+
+    async def lame_duck(self) -> None:
+        """Unready but serving for lame_duck_s (nothing when 0), unless a hurry comes first."""
+        leaving = asyncio.ensure_future(lame_duck(self._engine, self._frontends, self._lame_duck_s))
+        hurried = asyncio.ensure_future(self._hurried.wait())
+        try:
+            await asyncio.wait({leaving, hurried}, return_when=asyncio.FIRST_COMPLETED)
+            if leaving.done():
+                leaving.result()
+        finally:
+            leaving.cancel()
+            hurried.cancel()
+
+    async def refuse(self) -> None:
+        """Unready; new requests are refused from now on."""
+        self._engine.refuse()
+
+    async def drain(self) -> None:
+        """Let queued and running requests finish until the deadline or a hurry, logging what is left."""
+        if not sum(self._engine.open_requests()):
+            return
+        deadline = time.monotonic() + self._exit_timeout_s
+        LOGGER.info(
+            "stopping: waiting up to %g s (exit_timeout_secs) for %s",
+            self._exit_timeout_s,
+            self._describe_open_requests(),
+        )
+        idle = asyncio.ensure_future(self._engine.until_idle())
+        hurried = asyncio.ensure_future(self._hurried.wait())
+        try:
+            while True:
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    self._reason = f"exit_timeout_secs ({self._exit_timeout_s:g} s) is over"
+                    return
+                await asyncio.wait(
+                    {idle, hurried}, timeout=min(PROGRESS_PERIOD_S, left_s), return_when=asyncio.FIRST_COMPLETED
+                )
+                if idle.done():
+                    LOGGER.info("stopping: every request finished")
+                    return
+                if hurried.done():
+                    self._reason = "stopping at once"
+                    return
+                left_s = deadline - time.monotonic()
+                if left_s >= 1:
+                    LOGGER.info("stopping: %s still open, cut off in %.0f s", self._describe_open_requests(), left_s)
+        finally:
+            idle.cancel()
+            hurried.cancel()
+
+    async def cut_off(self) -> None:
+        """Answer every request still open with an error."""
+        open_requests = self._describe_open_requests()
+        count = self._engine.cut_off()
+        if count:
+            LOGGER.warning("%s: %s answered with an error (UNAVAILABLE)", self._reason, open_requests)
+
+    async def close(self) -> None:
+        """Close the ports and stop the instances."""
+        await self._close_ports()
+        await self._engine.close()
+
+    def _describe_open_requests(self) -> str:
+        """'3 requests (2 running, 1 queued)'."""
+        queued, running = self._engine.open_requests()
+        total = queued + running
+        return f"{total} request{'' if total == 1 else 's'} ({running} running, {queued} queued)"

@@ -1,0 +1,112 @@
+"""Where the server's log goes (runtime/logging_setup.py): stderr when the application set nothing up, the
+application's own setup when it did, log_file and log_verbose; each record once. Servers run as scripts."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from tests.server_process import ServerProcess, free_port_env
+
+# argv[1]: when the application configures logging ("none", "before", "after" creating the server);
+# argv[2]: the root level it chooses. Other TritonConfig options come from the environment.
+SERVER = """
+    import logging, signal, sys, threading, time
+    import numpy as np
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton
+
+    when, level = sys.argv[1], getattr(logging, sys.argv[2])
+    if when == "before":
+        logging.basicConfig(level=level, format="APP %(levelname)s %(name)s: %(message)s")
+    triton = Triton()
+    if when == "after":
+        logging.basicConfig(level=level, format="APP %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pytriton.app").debug("a debug record")
+    tensor = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    triton.bind("m", lambda requests: requests, inputs=tensor, outputs=tensor,
+                config=ModelConfig(max_batch_size=4, response_cache=True))  # no cache configured: a warning
+
+    def announce():  # once serve() handles SIGTERM: a signal before that would kill the process
+        while signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            time.sleep(0.01)
+        print("READY", flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
+    triton.serve()
+"""
+CACHE_WARNING = "model 'm' asks for the response cache, but no cache is configured"
+
+
+def _serve(tmp_path: Path, when: str, level: str = "INFO", **env: str) -> List[str]:
+    """Start the server, stop it with SIGTERM; its output lines."""
+    environment = {f"PYTRITON_TRITON_CONFIG_{name.upper()}": value for name, value in env.items()}
+
+    with ServerProcess.script(tmp_path, SERVER, when, level, env=free_port_env(**environment)) as server:
+        server.wait_for("^READY$")
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+    return server.lines
+
+
+def _count(lines: List[str], text: str) -> int:
+    return sum(text in line for line in lines)
+
+
+def test_without_a_setup_info_goes_to_stderr_in_the_default_format(tmp_path: Path) -> None:
+    lines = _serve(tmp_path, "none")
+    assert _count(lines, " serving m v1 (1 instance) on ") == 1
+    assert any(
+        re.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING pytriton: " + CACHE_WARNING, line) for line in lines
+    )
+    assert any(re.match(r"^\S+ \S+ INFO pytriton: received SIGTERM: stopping gracefully", line) for line in lines)
+    assert _count(lines, "a debug record") == 0
+    assert not [line for line in lines if line.startswith("APP")]
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_the_application_setup_is_used_and_nothing_is_logged_twice(tmp_path: Path, when: str) -> None:
+    lines = _serve(tmp_path, when)
+    assert [line for line in lines if " serving m v1 " in line] == [
+        next(line for line in lines if line.startswith("APP INFO pytriton: pytriton ") and "serving m v1" in line)
+    ]
+    assert _count(lines, CACHE_WARNING) == 1
+
+
+def test_the_application_level_is_respected(tmp_path: Path) -> None:
+    lines = _serve(tmp_path, "before", "WARNING")
+    assert _count(lines, " serving m v1 ") == 0  # INFO: the application chose WARNING
+    assert f"APP WARNING pytriton: {CACHE_WARNING}" in "\n".join(lines)
+
+
+def test_log_file_gets_the_log_instead_of_stderr(tmp_path: Path) -> None:
+    log_file = tmp_path / "server.log"
+    lines = _serve(tmp_path, "none", log_file=str(log_file))
+    assert not [line for line in lines if "pytriton" in line], lines
+    written = log_file.read_text()
+    assert _count(written.splitlines(), " INFO pytriton: pytriton ") == 1 and "serving m v1" in written
+    assert CACHE_WARNING in written and "received SIGTERM" in written and "stopped (" in written
+
+
+def test_log_verbose_logs_debug_records(tmp_path: Path) -> None:
+    lines = _serve(tmp_path, "none", log_verbose="1")
+    assert _count(lines, "WARNING pytriton: log_verbose=1: verbose logging slows inference down") == 1
+    assert _count(lines, "DEBUG pytriton.app: a debug record") == 1
+
+
+def test_log_format_applies_to_the_stderr_log(tmp_path: Path) -> None:
+    source = SERVER.replace(
+        "    triton.serve()\n",
+        "    triton.run()\n"
+        '    triton._runtime.settings.log.update({"log_format": "ISO8601"})  # as POST /v2/logging does\n'
+        "    triton.serve()\n",
+    )
+    with ServerProcess.script(tmp_path, source, "none", "INFO") as server:
+        server.wait_for("^READY$")
+        server.signal(signal.SIGTERM)
+        server.wait_for(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I pytriton: received SIGTERM: stopping gracefully")
+        assert server.wait() == 0

@@ -1,0 +1,253 @@
+"""The stop sequence (runtime/stopping.py) as an operator sees it: a server in a subprocess, real signals and
+clients, its log and its exit status. What is still open at exit_timeout_secs (or at a second signal) is
+answered with an error on its own transport, and the drain's progress is logged."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import threading
+import time
+import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.client import DecoupledModelClient
+from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.conftest import running_triton
+from tests.http_helpers import post_json
+from tests.server_process import WAIT_S, ServerProcess, free_port_env
+
+# One instance and batches of one: a request behind a running one waits in the queue. The model prints the
+# value it got, and sleeps that many seconds.
+SERVER = """
+    import sys, time
+    import numpy as np
+    import pytriton.runtime.stopping
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    pytriton.runtime.stopping.PROGRESS_PERIOD_S = float(sys.argv[2])
+
+    def sleep(requests):
+        seconds = float(requests[0]["x"].ravel()[0])
+        print("in model", seconds, flush=True)
+        time.sleep(seconds)
+        return [{"y": r["x"]} for r in requests]
+
+    with Triton(config=TritonConfig(exit_timeout_secs=int(sys.argv[1]))) as triton:
+        triton.bind("sleep", sleep, inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+                    outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))], config=ModelConfig(max_batch_size=1))
+        triton.serve()
+    print("serve returned", flush=True)
+"""
+STOPPED = "model 'sleep' stopped before the request was served"
+
+
+def _start(tmp_path: Path, exit_timeout_s: int, progress_period_s: float = 5.0) -> Tuple[ServerProcess, Dict[str, int]]:
+    server = ServerProcess.script(tmp_path, SERVER, str(exit_timeout_s), str(progress_period_s))
+    return server, server.wait_started()
+
+
+def _http(port: int, seconds: float) -> Tuple[int, Any]:
+    body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [seconds]}]}
+    return post_json(port, "/v2/models/sleep/infer", body)
+
+
+def _grpc(port: int, seconds: float) -> Any:
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{port}") as client:
+        tensor = grpcclient.InferInput("x", [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.array([[seconds]], dtype=np.float32))
+        try:
+            return client.infer("sleep", [tensor]).as_numpy("y").tolist()
+        except InferenceServerException as error:
+            return error
+
+
+def _pending(metrics_port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=WAIT_S) as response:
+        text = response.read().decode()
+    match = re.search(r'^nv_inference_pending_request_count\{model="sleep",version="1"\} (\d+)', text, re.M)
+    assert match, text
+    return int(match.group(1))
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+def test_exit_timeout_answers_what_is_still_open_on_its_own_transport(tmp_path: Path) -> None:
+    server, ports = _start(tmp_path, exit_timeout_s=2)
+    with server, ThreadPoolExecutor(4) as pool:
+        running = pool.submit(_http, ports["http"], 600)
+        server.wait_for("in model 600")
+        queued: List[Future[Any]] = [pool.submit(_http, ports["http"], 0), pool.submit(_grpc, ports["grpc"], 0)]
+        _wait_until(lambda: _pending(ports["metrics"]) == 2, "two requests wait in the queue")
+        server.signal(signal.SIGINT)
+        server.wait_for(r"INFO pytriton: received SIGINT: stopping gracefully \(send SIGINT or SIGTERM again")
+        server.wait_for(r"stopping: waiting up to 2 s \(exit_timeout_secs\) for 3 requests \(1 running, 2 queued\)$")
+        server.wait_for(
+            r"WARNING pytriton: exit_timeout_secs \(2 s\) is over: 3 requests \(1 running, 2 queued\) answered "
+            r"with an error \(UNAVAILABLE\)$"
+        )
+        for call in (running, queued[0]):
+            assert call.result(WAIT_S) == (503, {"error": STOPPED})  # a JSON answer, not a dropped connection
+        error = queued[1].result(WAIT_S)
+        assert isinstance(error, InferenceServerException)
+        assert error.status() == "StatusCode.UNAVAILABLE" and STOPPED in error.message()
+        server.wait_for(r"INFO pytriton: stopped \(\d+\.\d s\)$")
+        server.wait_for("^serve returned$")
+        assert server.wait() == 0  # the model's call is still sleeping: its thread does not hold the exit
+
+
+def _stop_at_once(server: ServerProcess, sig: signal.Signals, running: Future[Any]) -> None:
+    """Send a second signal; the request still running is answered with an error at once."""
+    server.signal(sig)
+    server.wait_for(rf"WARNING pytriton: received {sig.name} while stopping: stopping at once$")
+    server.wait_for(r"stopping at once: 1 request \(1 running, 0 queued\) answered with an error \(UNAVAILABLE\)$")
+    assert running.result(WAIT_S) == (503, {"error": STOPPED})
+    assert server.wait() == 0
+
+
+def test_a_second_signal_stops_at_once(tmp_path: Path) -> None:
+    server, ports = _start(tmp_path, exit_timeout_s=600)
+    with server, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(_http, ports["http"], 600)
+        server.wait_for("in model 600")
+        server.signal(signal.SIGTERM)
+        server.wait_for(r"stopping: waiting up to 600 s \(exit_timeout_secs\) for 1 request \(1 running, 0 queued\)$")
+        _stop_at_once(server, signal.SIGINT, running)
+
+
+def test_a_second_signal_ends_the_lame_duck_too(tmp_path: Path) -> None:
+    env = free_port_env(PYTRITON_LIMIT_LAME_DUCK_S="600")
+    with ServerProcess.script(tmp_path, SERVER, "600", "5", env=env) as server, ThreadPoolExecutor(1) as pool:
+        ports = server.wait_started()
+        server.signal(signal.SIGTERM)
+        server.wait_for(r"INFO pytriton: stopping: unready, still serving for 600.0 s \(lame duck\) before draining$")
+        assert _http(ports["http"], 0)[0] == 200  # the lame duck still serves
+        running = pool.submit(_http, ports["http"], 600)
+        server.wait_for("in model 600")
+        _stop_at_once(server, signal.SIGTERM, running)
+
+
+def test_the_drain_logs_what_is_left_until_every_request_finished(tmp_path: Path) -> None:
+    server, ports = _start(tmp_path, exit_timeout_s=600, progress_period_s=0.2)
+    with server, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(_http, ports["http"], 1.5)
+        server.wait_for("in model 1.5")
+        server.signal(signal.SIGTERM)
+        server.wait_for(r"INFO pytriton: received SIGTERM: stopping gracefully")
+        server.wait_for(r"INFO pytriton: stopping: 1 request \(1 running, 0 queued\) still open, cut off in 59\d s$")
+        server.wait_for(r"INFO pytriton: stopping: every request finished$")
+        assert running.result(WAIT_S) == (
+            200,
+            {
+                "model_name": "sleep",
+                "model_version": "1",
+                "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 1], "data": [1.5]}],
+            },
+        )
+        assert server.wait() == 0
+    assert "answered with an error" not in server.output()
+
+
+# In this process: Triton.stop() (no signal) cuts off every kind of call, and the transports answer.
+
+
+async def _async_hang(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    await asyncio.sleep(600)
+    return [{"y": request["x"]} for request in requests]
+
+
+def _sync_hang(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    time.sleep(600)
+    return [{"y": request["x"]} for request in requests]
+
+
+@pytest.mark.parametrize("model", [_sync_hang, _async_hang], ids=["sync", "async"])
+def test_stop_answers_a_hung_call_over_http_and_grpc(model: Callable[..., Any]) -> None:
+    def bind(triton: Triton) -> None:
+        tensor = Tensor(name="x", dtype=np.float32, shape=(1,))
+        triton.bind(
+            "sleep",
+            model,
+            inputs=[tensor],
+            outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))],
+            config=ModelConfig(max_batch_size=4),
+        )
+
+    with running_triton(bind, exit_timeout_secs=1, allow_metrics=False) as triton, ThreadPoolExecutor(2) as pool:
+        http_call = pool.submit(_http, triton.http_port, 600)
+        grpc_call = pool.submit(_grpc, triton.grpc_port, 600)
+        engine = triton._runtime.engine
+        _wait_until(lambda: sum(triton._runtime._loop.call(engine.open_requests)) == 2, "both requests are open")
+        stopper = threading.Thread(target=triton.stop)
+        stopper.start()
+        assert http_call.result(WAIT_S) == (503, {"error": STOPPED})
+        error = grpc_call.result(WAIT_S)
+        assert isinstance(error, InferenceServerException) and error.status() == "StatusCode.UNAVAILABLE"
+        stopper.join(WAIT_S)
+        assert not stopper.is_alive()
+
+
+def _stream_then_hang(requests: List[Any]) -> Any:
+    yield [{"y": request["x"]} for request in requests]
+    time.sleep(600)
+
+
+def test_stop_ends_a_hung_stream_with_an_error_over_sse_and_grpc() -> None:
+    def bind(triton: Triton) -> None:
+        tensor = [Tensor(name="x", dtype=np.float32, shape=(1,))]
+        triton.bind(
+            "stream",
+            [_stream_then_hang, _stream_then_hang],
+            inputs=tensor,
+            outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))],
+            config=ModelConfig(batching=False, decoupled=True),
+        )
+
+    def sse(port: int) -> List[bytes]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v2/models/stream/generate_stream", data=b'{"x": [1]}'
+        )
+        with urllib.request.urlopen(request, timeout=WAIT_S) as response:
+            return [line.rstrip() for line in response if line.startswith(b"data: ")]
+
+    def grpc_stream(port: int) -> List[Any]:
+        with DecoupledModelClient(f"grpc://127.0.0.1:{port}", "stream") as client:
+            results: List[Any] = []
+            try:
+                for result in client.infer_sample(x=np.array([2], dtype=np.float32)):
+                    results.append(result["y"].tolist())
+            except PyTritonClientInferenceServerError as error:
+                results.append(str(error))
+            return results
+
+    with running_triton(bind, exit_timeout_secs=1, allow_metrics=False) as triton, ThreadPoolExecutor(2) as pool:
+        http_events = pool.submit(sse, triton.http_port)
+        grpc_results = pool.submit(grpc_stream, triton.grpc_port)
+        engine = triton._runtime.engine
+        _wait_until(lambda: triton._runtime._loop.call(engine.open_requests) == (0, 2), "both streams run")
+        stopper = threading.Thread(target=triton.stop)
+        stopper.start()
+        assert http_events.result(WAIT_S) == [
+            b'data: {"model_name":"stream","model_version":"1","y":1.0}',
+            b'data: {"error":"model \'stream\' stopped before the request was served"}',
+        ]
+        first, error = grpc_results.result(WAIT_S)
+        assert first == [2.0] and "stopped before the request was served" in error
+        stopper.join(WAIT_S)
+        assert not stopper.is_alive()
