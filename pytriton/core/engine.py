@@ -77,6 +77,13 @@ class Engine:
         spec = dataclasses.replace(
             spec, max_tensor_elements=self._max_tensor_elements, max_response_bytes=self._max_response_bytes
         )
+        if not spec.decoupled and any(instance.kind.streams for instance in instances):
+            LOGGER.warning(
+                "model '%s' version %d: the inference callable is a generator but the model is not decoupled, so "
+                "every request will fail; bind it with ModelConfig(decoupled=True) to stream its responses",
+                spec.name,
+                spec.version,
+            )
         model = ServedModel(spec, instances, self._cache, self._on_unrecoverable)
         versions[spec.version] = model
         if spec.warmup:
@@ -230,8 +237,10 @@ class Engine:
         return sum(model.scheduler.cut_off() for model in self.models())
 
     async def close(self) -> None:
-        """Stop the instances (threads after their calls) and unmap shared memory; the engine is dead."""
+        """Stop the instances (threads after their calls), unmap shared memory, log the failures held back."""
         await asyncio.gather(*(model.scheduler.close_instances() for model in self.models()))
+        for model in self.models():
+            model.scheduler.failures.flush()
         if self._watchdog is not None:
             self._watchdog.cancel()
         self.system_memory.unregister()  # unmap what clients registered

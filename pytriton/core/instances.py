@@ -52,6 +52,10 @@ class ModelInstance(Protocol):
     reported_call_ns: int  # the call a hang warning was logged for
 
     @property
+    def kind(self) -> CallableKind:
+        """How its callable produces results (a generator streams them)."""
+
+    @property
     def alive(self) -> bool:
         """Whether it can take work (a process instance is not while its process restarts)."""
 

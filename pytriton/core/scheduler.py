@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import threading
 import time
 from collections import deque
@@ -12,6 +11,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, S
 
 from pytriton.core.batcher import BatchRules
 from pytriton.core.errors import FailureReason, InferenceError
+from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import ModelInstance
 from pytriton.core.outputs import build_response, check_results
@@ -25,8 +25,6 @@ from pytriton.core.waiters import wake
 from pytriton.core.watch import Disconnect, QueueWatch
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.proxy.types import Request
-
-LOGGER = logging.getLogger(__name__)
 
 UnrecoverableHandler = Callable[[str], None]
 _CLIENT_GONE = "the client disconnected before its response was ready"
@@ -68,6 +66,7 @@ class Scheduler:
         self._accepting = True
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
         self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
+        self.failures = FailureLog(f"'{spec.name}' version {spec.version}")
 
     @property
     def instances(self) -> List[ModelInstance]:
@@ -236,11 +235,15 @@ class Scheduler:
                 instance.when_idle(self._release, instance)
                 released = True
                 outcomes: List[Any] = []
+                refused: List[InferenceError] = []
                 for entry, result in zip(batch, check_results(spec, results, len(batch))):
                     try:
                         outcomes.append(build_response(spec, result, entry.request.requested_outputs))
                     except InferenceError as error:  # wrong or oversized outputs fail only this request
                         outcomes.append(error)
+                        refused.append(error)
+                if refused:
+                    self.failures.outputs_refused(refused[0], len(refused))
                 output_end_ns = time.monotonic_ns()
                 compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
                 if slots is None:
@@ -254,7 +257,7 @@ class Scheduler:
                             self._hand_over(slots, index, self._respond, entry, outcome)
         except BaseException as error:
             infer_end_ns = output_end_ns = time.monotonic_ns()
-            failure = self._as_inference_error(error)
+            failure = self._as_inference_error(error, len(batch))
             for index, entry in enumerate(batch):
                 self._hand_over(slots, index, self._fail, entry, failure)
             if not isinstance(error, Exception) and not self._in_flight.answered(error, task):
@@ -320,17 +323,18 @@ class Scheduler:
             stop.set()  # a generator still running in the instance thread stops at its next step
             await steps.aclose()  # type: ignore[attr-defined]
 
-    def _as_inference_error(self, error: BaseException) -> InferenceError:
-        """Map what a callable raised to the error its requests get."""
+    def _as_inference_error(self, error: BaseException, requests: int) -> InferenceError:
+        """Map what a batch of `requests` raised to the error its requests get, and log the model's faults."""
         if isinstance(error, InferenceError):
+            self.failures.outputs_refused(error, requests)
             return error
         if isinstance(error, asyncio.CancelledError):
             if self._accepting:
                 return InferenceError.cancelled(f"request to model '{self.spec.name}' was cancelled")
             return self._stopped()
+        self.failures.callable_raised(error, requests)
         if isinstance(error, PyTritonUnrecoverableError):
             self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")
-        LOGGER.error("model '%s' failed: %r", self.spec.name, error)
         # The type's name, as Triton's message shows it ("ValueError: ..."); an exception from another process
         # arrives as a class of the same name.
         message = str(error)

@@ -1,0 +1,201 @@
+"""Every request-failing fault of a model is logged once at the server, with its cause, and a failing model
+cannot flood the log (core/failure_log.py): a server in a subprocess, a real client, its log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+from pathlib import Path
+from typing import Any, List, Optional
+
+import pytest
+
+from pytriton.core.errors import InferenceError
+from pytriton.core.failure_log import FailureLog
+from pytriton.exceptions import PyTritonUnrecoverableError
+from tests.http_helpers import post_json
+from tests.server_process import ServerProcess
+
+SERVER = """
+    import numpy as np
+    from pytriton.instances import ProcessInstances
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton
+
+    def parse(text):
+        raise ValueError(f"cannot parse {text!r}")
+
+    def raises(requests):
+        return [{"y": parse(r["x"].tolist())} for r in requests]
+
+    def no_batch(requests):  # forgot @batch: one dict for the whole list
+        return {"y": requests[0]["x"]}
+
+    def wrong_dtype(requests):
+        return [{"y": r["x"].astype(np.int32)} for r in requests]
+
+    def forgets_z(requests):
+        return [{"y": r["x"]} for r in requests]
+
+    def generator(requests):
+        yield [{"y": r["x"]} for r in requests]
+
+    def lookup(requests):  # runs in an instance process of its own
+        return [{"y": {}["weights"]} for r in requests]
+
+    x = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    y = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
+    with Triton() as triton:
+        triton.bind("remote", ProcessInstances(lookup), inputs=x, outputs=y, config=ModelConfig(max_batch_size=4))
+        for name, fn in [("raises", raises), ("no_batch", no_batch), ("generator", generator)]:
+            triton.bind(name, fn, inputs=x, outputs=y, config=ModelConfig(max_batch_size=4))
+        triton.bind("wrong_dtype", wrong_dtype, inputs=x, outputs=y, config=ModelConfig(max_batch_size=4), strict=True)
+        triton.bind("forgets_z", forgets_z, inputs=x, outputs=y + [Tensor(name="z", dtype=np.float32, shape=(-1,))],
+                    config=ModelConfig(max_batch_size=4))
+        triton.serve()
+"""
+
+
+def _infer(port: int, model: str, outputs: Optional[List[str]] = None) -> Any:
+    body: Any = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
+    if outputs:
+        body["outputs"] = [{"name": name} for name in outputs]
+    status, document = post_json(port, f"/v2/models/{model}/infer", body)
+    assert status == 500, document
+    return document["error"]
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    server = ServerProcess.script(tmp_path_factory.mktemp("faulty"), SERVER)
+    with server:
+        ports = server.wait_started()
+        yield server, ports["http"]
+
+
+def test_a_callable_exception_is_logged_with_its_traceback(faulty: Any) -> None:
+    server, port = faulty
+    assert _infer(port, "raises") == "ValueError: cannot parse [[1.0, 2.0]]"
+    server.wait_for(
+        r"^\S+ \S+ ERROR pytriton.model: model 'raises' version 1: the inference callable raised "
+        r"ValueError: cannot parse \[\[1.0, 2.0\]\] \(1 request failed\)$"
+    )
+    server.wait_for(r"^Traceback \(most recent call last\):$")
+    server.wait_for(r'server.py", line \d+, in raises$')
+    server.wait_for(r'server.py", line \d+, in parse$')
+    server.wait_for(r"^ValueError: cannot parse \[\[1.0, 2.0\]\]$")
+
+
+def test_an_exception_from_an_instance_process_is_logged_with_that_process_traceback(faulty: Any) -> None:
+    server, port = faulty
+    start = len(server.lines)
+    assert "weights" in _infer(port, "remote")
+    server.wait_for(
+        r"ERROR pytriton.model: model 'remote' version 1: the inference callable raised KeyError: 'weights'"
+    )
+    server.wait_for(r"^Traceback \(most recent call last\):$")
+    server.wait_for(r'instance_host.py", line \d+, in _call$')  # a frame of the instance's process
+    server.wait_for(r'^  File "<dynamic-code>", line \d+, in lookup$')
+    server.wait_for(r"^KeyError: 'weights'$")
+    record = "\n".join(server.lines[start:])
+    assert "KeyError" in record and "scheduler.py" not in record  # not where the server raised it again
+
+
+@pytest.mark.parametrize(
+    ("model", "outputs", "cause"),
+    [
+        ("no_batch", None, r"Outputs returned by `no_batch` model callable must be list of response dicts"),
+        ("wrong_dtype", None, r"Returned output `y` for model `wrong_dtype` has invalid type"),
+        ("forgets_z", ["z"], r"output 'z' requested but not returned by model 'forgets_z'"),
+        ("generator", None, r"Outputs returned by `generator` model callable must be list of response dicts"),
+    ],
+)
+def test_refused_outputs_are_logged_with_the_check_that_failed(
+    faulty: Any, model: str, outputs: Optional[List[str]], cause: str
+) -> None:
+    server, port = faulty
+    assert re.search(cause, _infer(port, model, outputs))
+    server.wait_for(
+        rf"ERROR pytriton.model: model '{model}' version 1: the inference callable's outputs were refused "
+        rf"\(1 request failed\): {cause}"
+    )
+
+
+def test_a_generator_on_a_model_that_is_not_decoupled_is_reported_when_bound(faulty: Any) -> None:
+    server, _ = faulty
+    assert re.search(
+        r"WARNING pytriton.core.engine: model 'generator' version 1: the inference callable is a generator but the "
+        r"model is not decoupled, so every request will fail; bind it with ModelConfig\(decoupled=True\)",
+        server.output(),
+    )
+
+
+def test_a_client_error_is_not_logged_as_the_model_s_fault(faulty: Any) -> None:
+    server, port = faulty
+    status, _ = post_json(port, "/v2/models/raises/infer", {"inputs": [{"name": "nope", "shape": [1], "data": [1]}]})
+    assert status == 400
+    assert _infer(port, "raises")  # a marker: the next line logged is this failure
+    server.wait_for(r"model 'raises' version 1: the inference callable raised")
+    assert "nope" not in server.output()
+
+
+def test_a_failing_model_cannot_flood_the_log(tmp_path: Path) -> None:
+    with ServerProcess.script(tmp_path, SERVER) as server:
+        port = server.wait_started()["http"]
+        for _ in range(25):
+            _infer(port, "raises")
+        server.signal(signal.SIGTERM)
+        server.wait_for(
+            r"ERROR pytriton.model: model 'raises' version 1: \.\.\. and 15 more failures not logged "
+            r"\(at most 10 every 60 s are\); the last: ValueError: cannot parse \[\[1.0, 2.0\]\]$"
+        )
+        assert server.wait() == 0
+    assert len(re.findall(r"model 'raises' version 1: the inference callable raised", server.output())) == 10
+    assert server.output().count("Traceback (most recent call last):") == 10
+
+
+# The log itself, in this process.
+
+
+def _records(caplog: pytest.LogCaptureFixture) -> List[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "pytriton.model"]
+
+
+def test_held_back_failures_are_counted_when_the_interval_ends(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, "pytriton.model")
+
+    async def fail_often() -> None:
+        log = FailureLog("'m' version 1", burst=2, interval_s=0.3)
+        for index in range(5):
+            log.outputs_refused(InferenceError.internal(f"bad output {index}"), 3)
+        await asyncio.sleep(0.6)  # the interval ends: its summary is logged
+        log.outputs_refused(InferenceError.internal("bad output 5"), 1)  # a new interval: logged at once
+        log.flush()  # nothing held back since
+
+    asyncio.run(fail_often())
+    assert _records(caplog) == [
+        "model 'm' version 1: the inference callable's outputs were refused (3 requests failed): bad output 0",
+        "model 'm' version 1: the inference callable's outputs were refused (3 requests failed): bad output 1",
+        "model 'm' version 1: ... and 3 more failures not logged (at most 2 every 0.3 s are); the last: bad output 4",
+        "model 'm' version 1: the inference callable's outputs were refused (1 request failed): bad output 5",
+    ]
+
+
+def test_an_unrecoverable_error_is_always_logged_and_stops_are_not_faults(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, "pytriton.model")
+
+    async def fail() -> None:
+        log = FailureLog("'m' version 1", burst=1)
+        log.callable_raised(ValueError("first"), 1)
+        log.outputs_refused(InferenceError.unavailable("model 'm' stopped before the request was served"), 1)
+        log.callable_raised(PyTritonUnrecoverableError("device lost"), 2)
+        log.flush()
+
+    asyncio.run(fail())
+    assert _records(caplog) == [
+        "model 'm' version 1: the inference callable raised ValueError: first (1 request failed)",
+        "model 'm' version 1: the inference callable raised PyTritonUnrecoverableError: device lost "
+        "(2 requests failed)",
+    ]
