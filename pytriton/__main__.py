@@ -1,5 +1,7 @@
 """`python -m pytriton` runs the `pytriton` command."""
 
+import sys
+
 from pytriton.cli import main
 
-main()
+sys.exit(main())

@@ -1,9 +1,15 @@
-"""The `pytriton` command: serve models from a Python file or module, show the environment, run the demo."""
+"""The `pytriton` command: serve models from a Python file or module, show the environment, run the demo.
+
+Exit status: 0 after a stop by SIGINT/SIGTERM, 1 when a model stopped the server (PyTritonUnrecoverableError)
+or `check` found a port taken, 2 when the server cannot start (a bad option, a port in use, a broken bind
+function...: one line on stderr names the option or port and the cause, as argparse does).
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -13,15 +19,33 @@ import platform
 import sys
 import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, List, NoReturn, Optional, Sequence
 
 from pytriton import __version__
+from pytriton.exceptions import PyTritonError
 from pytriton.options.limits import ServerLimits
 from pytriton.runtime.options import resolve_options
+from pytriton.transport.sockets import bind_socket
 from pytriton.triton import Triton, TritonSecurityConfig
 from pytriton.triton_config import TritonConfig, cast_config_value, resolve_config
 
+LOGGER = logging.getLogger("pytriton")
 _PACKAGES = ("numpy", "orjson", "httptools", "uvloop", "grpcio", "protobuf", "tritonclient", "wrapt")
+EXIT_STOPPED = 0
+EXIT_FAILED = 1  # a model stopped the server, or `check` found a port taken
+EXIT_CANNOT_START = 2
+
+
+class StartupError(Exception):
+    """The server cannot start; the message names the option, port or file and the cause."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line: the full usage lists some fifty options."""
+
+    def error(self, message: str) -> NoReturn:
+        """Exit with status 2 after one line naming the option and what is wrong with it."""
+        self.exit(EXIT_CANNOT_START, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -35,42 +59,10 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
             "--" + field.name.replace("_", "-"),
             dest=field.name,
             action="append" if is_list else "store",
+            type=str if is_list else functools.partial(_option_value, field.name, hint),
             metavar=getattr(type_name, "__name__", "VALUES").upper(),
             help=f"TritonConfig.{field.name}" + (" (repeatable)" if is_list else ""),
         )
-
-
-def _config_from_args(args: argparse.Namespace) -> TritonConfig:
-    """A TritonConfig from the options given on the command line (the rest come from the environment)."""
-    hints = typing.get_type_hints(TritonConfig)
-    given: Dict[str, Any] = {}
-    for field in dataclasses.fields(TritonConfig):
-        value = getattr(args, field.name, None)
-        if value is not None:
-            given[field.name] = (
-                value if isinstance(value, list) else cast_config_value(field.name, hints[field.name], value)
-            )
-    return TritonConfig(**given)
-
-
-def _add_lame_duck_option(parser: argparse.ArgumentParser) -> None:
-    """--lame-duck-s: ServerLimits.lame_duck_s for this run (default: PYTRITON_LIMIT_LAME_DUCK_S, else 0)."""
-    parser.add_argument(
-        "--lame-duck-s",
-        dest="lame_duck_s",
-        type=float,
-        metavar="SECONDS",
-        help="on SIGTERM, stay unready but keep serving this long before draining, so that load balancers "
-        "take the replica out first (ServerLimits.lame_duck_s; env PYTRITON_LIMIT_LAME_DUCK_S)",
-    )
-
-
-def _limits_from_args(args: argparse.Namespace) -> ServerLimits:
-    """The limits from PYTRITON_LIMIT_* variables, with the command line's --lame-duck-s over them."""
-    limits = ServerLimits.from_env()
-    if getattr(args, "lame_duck_s", None) is None:
-        return limits
-    return dataclasses.replace(limits, lame_duck_s=args.lame_duck_s)
 
 
 def _add_security_options(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +84,52 @@ def _security_from_args(args: argparse.Namespace) -> TritonSecurityConfig:
     """The TritonSecurityConfig the command line asks for."""
     endpoints = args.restricted_endpoints
     names = None if endpoints is None else [name.strip() for name in endpoints.split(",") if name.strip()]
-    return TritonSecurityConfig(access_token=args.access_token, restricted_endpoints=names)
+    try:
+        return TritonSecurityConfig(access_token=args.access_token, restricted_endpoints=names)
+    except PyTritonError as error:
+        raise StartupError(str(error)) from None
+
+
+def _option_value(name: str, hint: Any, text: str) -> Any:
+    """An option's value as its TritonConfig field's type; argparse reports a bad one with the option's name."""
+    try:
+        return cast_config_value(name, hint, text)
+    except PyTritonError:
+        expected = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+        words = {int: "an integer", bool: "true or false"}
+        raise argparse.ArgumentTypeError(f"expected {words.get(expected, expected.__name__)}, got {text!r}") from None
+
+
+def _config_from_args(args: argparse.Namespace) -> TritonConfig:
+    """A TritonConfig from the options given on the command line (the rest come from the environment)."""
+    given = {field.name: getattr(args, field.name, None) for field in dataclasses.fields(TritonConfig)}
+    try:
+        return resolve_config(TritonConfig(**{name: value for name, value in given.items() if value is not None}))
+    except PyTritonError as error:
+        raise StartupError(str(error)) from None
+
+
+def _add_lame_duck_option(parser: argparse.ArgumentParser) -> None:
+    """--lame-duck-s: ServerLimits.lame_duck_s for this run (default: PYTRITON_LIMIT_LAME_DUCK_S, else 0)."""
+    parser.add_argument(
+        "--lame-duck-s",
+        dest="lame_duck_s",
+        type=float,
+        metavar="SECONDS",
+        help="on SIGTERM, stay unready but keep serving this long before draining, so that load balancers "
+        "take the replica out first (ServerLimits.lame_duck_s; env PYTRITON_LIMIT_LAME_DUCK_S)",
+    )
+
+
+def _limits_from_args(args: argparse.Namespace) -> ServerLimits:
+    """The limits from PYTRITON_LIMIT_* variables, with the command line's --lame-duck-s over them."""
+    try:
+        limits = ServerLimits.from_env()
+    except PyTritonError as error:
+        raise StartupError(str(error)) from None
+    if getattr(args, "lame_duck_s", None) is None:
+        return limits
+    return dataclasses.replace(limits, lame_duck_s=args.lame_duck_s)
 
 
 def _model_file(directory: Path) -> Path:
@@ -103,7 +140,7 @@ def _model_file(directory: Path) -> Path:
     found = sorted(path for path in directory.glob("*.py") if path.is_file())
     if len(found) != 1:
         names = ", ".join(path.name for path in found) or "none"
-        raise SystemExit(f"{directory}: expected model.py or exactly one .py file with bind(triton), found {names}")
+        raise StartupError(f"{directory}: expected model.py or exactly one .py file with bind(triton), found {names}")
     return found[0]
 
 
@@ -112,6 +149,9 @@ def load_target(target: str) -> Callable[[Triton], Any]:
 
     A directory (a mounted model directory) stands for its model.py, or its only .py file; the file's
     directory goes on sys.path so that it can import modules beside it.
+
+    Raises:
+        StartupError: no such file, module or function (a module's own import errors propagate).
     """
     location, _, attr = target.partition(":")
     attr = attr or "bind"
@@ -119,42 +159,64 @@ def load_target(target: str) -> Callable[[Triton], Any]:
         location = str(_model_file(Path(location)))
     if location.endswith(".py") or Path(location).is_file():
         path = Path(location).resolve()
+        if not path.is_file():
+            raise StartupError(f"{location}: no such file")
         if str(path.parent) not in sys.path:
+            # As `python file.py` does: its folder is importable, also by instance processes, which import the
+            # file's functions by name (they get this process's sys.path).
             sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(path.stem, path)
         if spec is None or spec.loader is None:
-            raise SystemExit(f"cannot load {location}")
+            raise StartupError(f"cannot load {location}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = module
-        # As `python file.py` does: its folder is importable, also by instance processes, which import the
-        # file's functions by name (they get this process's sys.path).
-        sys.path.insert(0, str(path.parent))
         spec.loader.exec_module(module)
     else:
-        module = importlib.import_module(location)
+        try:
+            module = importlib.import_module(location)
+        except ModuleNotFoundError as error:
+            if error.name is None or not (location == error.name or location.startswith(error.name + ".")):
+                raise  # the module was found; something it imports is missing: its traceback says what
+            raise StartupError(f"{target}: no module named '{error.name}' (nor a file {location})") from None
     binder = getattr(module, attr, None)
     if not callable(binder):
-        raise SystemExit(f"{target}: '{attr}' is not a callable taking the Triton server")
+        raise StartupError(f"{target}: '{attr}' is not a callable taking the Triton server")
     return binder  # type: ignore[no-any-return]
 
 
 def _serve(
     binder: Callable[[Triton], Any], config: TritonConfig, limits: ServerLimits, security: TritonSecurityConfig
-) -> None:
-    """Bind models with `binder` and serve until SIGINT/SIGTERM."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with Triton(config=config, limits=limits, security_config=security) as triton:
-        binder(triton)
-        triton.run()
+) -> int:
+    """Bind models with `binder` and serve until SIGINT/SIGTERM; the exit status."""
+    try:
+        triton = Triton(config=config, limits=limits, security_config=security)
+    except PyTritonError as error:
+        raise StartupError(str(error)) from None
+    try:
         try:
-            print("pytriton serving on " + ", ".join(triton.urls()), flush=True)
-            triton.serve()
-        except KeyboardInterrupt:  # SIGINT before serve() took the signal over: leaving the block stops cleanly
-            logging.getLogger("pytriton").info("received SIGINT, stopping")
+            binder(triton)  # before the ports open: they open in serve(), with the models bound
+        except PyTritonError as error:
+            raise StartupError(str(error)) from None
+        try:
+            triton.serve()  # SIGINT/SIGTERM stop the server from before its ports open
+        except (PyTritonError, OSError) as error:
+            raise StartupError(_reason(error)) from None
+    except KeyboardInterrupt:  # SIGINT while the models were being bound: nothing is served yet
+        LOGGER.info("received SIGINT while binding the models, stopping")
+    finally:
+        triton.stop()
+    return EXIT_FAILED if triton.failure else EXIT_STOPPED
 
 
-def _check(config: TritonConfig) -> None:
-    """Print versions and what each port would serve."""
+def _reason(error: Exception) -> str:
+    """An error's message without an errno prefix: "HTTP cannot listen on 0.0.0.0:8000: Address already in use"."""
+    if isinstance(error, OSError) and error.strerror and error.filename is None:
+        return error.strerror
+    return str(error)
+
+
+def _check(config: TritonConfig) -> int:
+    """Print versions and what each port would serve, and whether it is free; the exit status."""
     print(f"pytriton {__version__} on Python {platform.python_version()} ({platform.platform()})")
     for package in _PACKAGES:
         try:
@@ -162,19 +224,37 @@ def _check(config: TritonConfig) -> None:
         except importlib.metadata.PackageNotFoundError:
             version = "not installed"
         print(f"  {package:<13} {version}")
-    options = resolve_options(resolve_config(config))
+    try:
+        options = resolve_options(config)
+    except PyTritonError as error:
+        raise StartupError(str(error)) from None
     rows = [
         ("HTTP/REST", options.http_enabled, options.http_address, options.http_port),
         ("gRPC", options.grpc_enabled, options.grpc_address, options.grpc_port),
         ("metrics", options.metrics_enabled, options.metrics_address, options.metrics_port),
     ]
+    taken = 0
     for name, enabled, address, port in rows:
-        print(f"  {name:<10} {f'{address}:{port}' if enabled else 'disabled'}")
+        state = _port_state(address, port) if enabled else ""
+        taken += state.startswith("not free")
+        print(f"  {name:<10} {f'{address}:{port}  {state}' if enabled else 'disabled'}")
+    return EXIT_FAILED if taken else EXIT_STOPPED
+
+
+def _port_state(address: str, port: int) -> str:
+    """'free', 'any free port' or 'not free: <why>': whether the server could listen on address:port now."""
+    if port == 0:
+        return "any free port"
+    try:
+        bind_socket(address, port).close()
+    except OSError as error:
+        return f"not free: {error.strerror or error}"
+    return "free"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `pytriton` command."""
-    parser = argparse.ArgumentParser(prog="pytriton", description="Serve Python models over the Triton protocols.")
+    parser = _Parser(prog="pytriton", description="Serve Python models over the Triton protocols.")
     parser.add_argument("--version", action="version", version=f"pytriton {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
@@ -196,23 +276,38 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_options(demo)
     _add_lame_duck_option(demo)
     _add_security_options(demo)
-    check = commands.add_parser("check", help="print versions and what each port serves")
+    check = commands.add_parser("check", help="print versions and what each port serves, and whether it is free")
     _add_config_options(check)
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    """Entry point of the `pytriton` command."""
-    args = build_parser().parse_args(argv)
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the `pytriton` command; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        try:
+            status = _command(args)
+        except StartupError as error:
+            print(f"pytriton {args.command}: error: {error}", file=sys.stderr)
+            return EXIT_CANNOT_START
+        sys.stdout.flush()  # here, where a reader gone away (`pytriton check | head`) can be handled
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to write at exit
+        return EXIT_FAILED
+    return status
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Run the command `args` name; its exit status."""
     config = _config_from_args(args)
     if args.command == "serve":
-        _serve(load_target(args.target), config, _limits_from_args(args), _security_from_args(args))
-    elif args.command == "demo":
+        return _serve(load_target(args.target), config, _limits_from_args(args), _security_from_args(args))
+    if args.command == "demo":
         from pytriton.demo import bind
 
-        _serve(bind, config, _limits_from_args(args), _security_from_args(args))
-    else:
-        _check(config)
+        return _serve(bind, config, _limits_from_args(args), _security_from_args(args))
+    return _check(config)
 
 
-__all__: List[str] = ["build_parser", "load_target", "main"]
+__all__: List[str] = ["StartupError", "build_parser", "load_target", "main"]

@@ -130,6 +130,14 @@ class Triton(TritonBase):
         """The token the restricted APIs expect (None when nothing is restricted)."""
         return self._security_config.access_token
 
+    @property
+    def failure(self) -> Optional[str]:
+        """Why the server stopped on its own (a model raised PyTritonUnrecoverableError); None otherwise.
+
+        After `serve()` returns, `sys.exit(1 if triton.failure else 0)` lets an orchestrator restart the process.
+        """
+        return self._runtime.failure
+
     def urls(self) -> List[str]:
         """The URLs the server listens on (http://..., grpc://..., metrics)."""
         return self._runtime.urls()

@@ -20,6 +20,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import pytest
 
+from tests.server_process import STARTUP
+
 ROOT = Path(__file__).parent.parent
 INSTALL_HINT = "haproxy is not installed: run `apt-get install -y haproxy` (as .ci/run and the README do)"
 
@@ -99,9 +101,12 @@ class Replica:
         self._log_start = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-        # "serving on" is printed just before the server handles SIGTERM; readiness comes a moment earlier.
+        # The startup line is logged once the server handles SIGTERM; readiness comes a moment earlier.
         wait_until(
-            lambda: self._alive_or_fail() and b"pytriton serving on" in self.log.read_bytes()[self._log_start :],
+            lambda: (
+                self._alive_or_fail()
+                and STARTUP.search(self.log.read_bytes()[self._log_start :].decode(errors="replace")) is not None
+            ),
             30,
             f"{self.name} to serve",
         )

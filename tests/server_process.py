@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 WAIT_S = 30.0
 # The startup line: "pytriton <version> serving <models> on <urls> (pid <pid>)".
-STARTUP = re.compile(r"pytriton \S+ serving (?P<models>.*) on (?P<urls>\S.*) \(pid (?P<pid>\d+)\)$")
+STARTUP = re.compile(r"pytriton \S+ serving (?P<models>.*) on (?P<urls>\S.*) \(pid (?P<pid>\d+)\)$", re.M)
 
 
 def free_port_env(**extra: str) -> Dict[str, str]:

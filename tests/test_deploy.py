@@ -27,6 +27,7 @@ from pytriton.triton import Triton, TritonConfig
 from tests import kserve_schema
 from tests.fleet import ROOT, free_ports, http_ready, wait_until
 from tests.http_helpers import post_json
+from tests.server_process import STARTUP
 from tests.test_metrics import infer, labels, sample, scrape
 
 K8S = ROOT / "deploy" / "kubernetes"
@@ -235,15 +236,15 @@ def _serve(args: List[str], env: Dict[str, str]) -> subprocess.Popen[bytes]:
         [sys.executable, "-m", "pytriton", "serve", *args],
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
 
 
 def _wait_serving(process: subprocess.Popen[bytes], port: int) -> None:
-    """Until `pytriton serve` says it serves: it prints that just before it handles SIGTERM (ready comes earlier)."""
+    """Until `pytriton serve` logs its startup line: it handles SIGTERM by then (ready comes a moment earlier)."""
     assert process.stdout is not None
     for line in process.stdout:
-        if line.startswith(b"pytriton serving on"):
+        if STARTUP.search(line.decode(errors="replace").rstrip("\n")):
             assert http_ready(port)
             return
     pytest.fail(f"pytriton serve exited with {process.wait()} before serving")
@@ -252,7 +253,7 @@ def _wait_serving(process: subprocess.Popen[bytes], port: int) -> None:
 def _stop(process: subprocess.Popen[bytes]) -> Tuple[int, str]:
     process.send_signal(signal.SIGTERM)
     try:
-        _, log = process.communicate(timeout=30)
+        log, _ = process.communicate(timeout=30)
     finally:
         process.kill()
     return process.wait(), log.decode(errors="replace")

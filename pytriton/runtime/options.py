@@ -69,15 +69,15 @@ def resolve_options(
     return ServerOptions(
         http_enabled=config.allow_http is not False,
         http_address=http_address,
-        http_port=_port(config.http_port, constants.DEFAULT_HTTP_PORT),
+        http_port=_port("http_port", config.http_port, constants.DEFAULT_HTTP_PORT),
         http_header_forward_pattern=config.http_header_forward_pattern,
         grpc_enabled=config.allow_grpc is not False,
         grpc_address=config.grpc_address or constants.DEFAULT_ADDRESS,
-        grpc_port=_port(config.grpc_port, constants.DEFAULT_GRPC_PORT),
+        grpc_port=_port("grpc_port", config.grpc_port, constants.DEFAULT_GRPC_PORT),
         grpc_header_forward_pattern=config.grpc_header_forward_pattern,
         metrics_enabled=config.allow_metrics is not False,
         metrics_address=config.metrics_address or http_address,
-        metrics_port=_port(config.metrics_port, constants.DEFAULT_METRICS_PORT),
+        metrics_port=_port("metrics_port", config.metrics_port, constants.DEFAULT_METRICS_PORT),
         metrics_settings=_metrics_settings(config),
         exit_timeout_s=float(
             config.exit_timeout_secs if config.exit_timeout_secs is not None else constants.DEFAULT_EXIT_TIMEOUT_S
@@ -115,11 +115,11 @@ def _grpc_access(config: TritonConfig, token: AccessRules) -> AccessRules:
     return explicit.over(token)
 
 
-def _port(value: Optional[int], default: int) -> int:
+def _port(name: str, value: Optional[int], default: int) -> int:
     """A port number; 0 asks the system for a free one."""
     port = default if value is None else value
     if not 0 <= port <= 65535:
-        raise PyTritonValidationError(f"invalid port {port}")
+        raise PyTritonValidationError(f"TritonConfig.{name}: {port} is not a port (0 to 65535; 0 picks a free one)")
     return port
 
 
@@ -147,7 +147,7 @@ def _sagemaker(config: TritonConfig) -> Optional[SageMakerOptions]:
             f"got '{inference_type}'"
         )
     return SageMakerOptions(
-        port=_port(config.sagemaker_port, DEFAULT_SAGEMAKER_PORT),
+        port=_port("sagemaker_port", config.sagemaker_port, DEFAULT_SAGEMAKER_PORT),
         model=os.environ.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME") or None,
         ping_mode=ping_mode,
         inference_type=inference_type,
@@ -168,7 +168,7 @@ def _vertex_ai(config: TritonConfig) -> Optional[VertexAiOptions]:
         raise PyTritonValidationError(f"AIP_HTTP_PORT must be a port number, got '{default_port}'") from None
     defaults = VertexAiOptions()
     return VertexAiOptions(
-        port=_port(config.vertex_ai_port, port_default),
+        port=_port("vertex_ai_port", config.vertex_ai_port, port_default),
         default_model=config.vertex_ai_default_model or None,
         predict_route=os.environ.get("AIP_PREDICT_ROUTE") or defaults.predict_route,
         health_route=os.environ.get("AIP_HEALTH_ROUTE") or defaults.health_route,
@@ -181,7 +181,9 @@ def _grpc_tls(config: TritonConfig) -> Optional[GrpcTls]:
     if not (config.grpc_use_ssl or mutual):
         return None
     if config.grpc_server_cert is None or config.grpc_server_key is None:
-        raise PyTritonValidationError("gRPC TLS needs grpc_server_cert and grpc_server_key")
+        raise PyTritonValidationError(
+            "gRPC TLS (grpc_use_ssl) needs grpc_server_cert and grpc_server_key: the server's PEM certificate and key"
+        )
     if mutual and config.grpc_root_cert is None:
         raise PyTritonValidationError("gRPC mutual TLS needs grpc_root_cert to verify client certificates")
     root_cert = pathlib.Path(config.grpc_root_cert) if config.grpc_root_cert is not None else None

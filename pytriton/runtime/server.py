@@ -224,7 +224,7 @@ class ServerRuntime:
             access=options.http_access,
         )
         app = SageMakerFrontend(self.engine, options.sagemaker, api)
-        return await self._serve_asgi(app, options.http_address, options.sagemaker.port)
+        return await self._serve_asgi(app, options.http_address, options.sagemaker.port, "SageMaker")
 
     async def _start_vertex_ai(self) -> int:
         """Start the Vertex AI frontend (AIP_HEALTH_ROUTE, AIP_PREDICT_ROUTE); return its port."""
@@ -240,13 +240,16 @@ class ServerRuntime:
             access=options.http_access,  # a redirected route is restricted as on the HTTP port
         )
         app = VertexAiFrontend(self.engine, options.vertex_ai, api)
-        return await self._serve_asgi(app, options.http_address, options.vertex_ai.port)
+        return await self._serve_asgi(app, options.http_address, options.vertex_ai.port, "Vertex AI")
 
-    async def _serve_asgi(self, app: Any, address: str, port: int) -> int:
+    async def _serve_asgi(self, app: Any, address: str, port: int, name: str = "HTTP") -> int:
         """Serve an ASGI app on a socket bound here (port 0: a free port); return the port."""
         from pytriton.transport.http.server import AsgiServer
 
-        sock = bind_socket(address, port)
+        try:
+            sock = bind_socket(address, port)
+        except OSError as error:
+            raise OSError(error.errno, f"{name} cannot listen on {address}:{port}: {error.strerror}") from None
         try:
             await self._start_frontend(AsgiServer(app, sock, limits=self.options.limits))
         except BaseException:
