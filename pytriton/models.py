@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from pytriton.core.datatypes import datatype_of_config_dtype
+from pytriton.core.datatypes import datatype_of_config_dtype, is_known_datatype, numpy_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
 from pytriton.model_config.common import DeviceKind, ModelWarmup, generate_warmup_requests
@@ -44,16 +44,21 @@ def as_callables(infer_func: Union[Callable[..., Any], Sequence[Callable[..., An
     return callables
 
 
-def _tensor_specs(tensors: Sequence[Tensor], prefix: str) -> Tuple[TensorSpec, ...]:
+_SHAPES = "a tuple of dims, each an int >= 1 or -1 for any size (without the batch axis), e.g. (-1,) or (3, 224, 224)"
+_DTYPES = (
+    "a numpy type or dtype (np.float32, np.dtype('int64'), 'float32'), bytes or object for BYTES (strings and "
+    "binary data), or 'bfloat16'"
+)
+
+
+def _tensor_specs(model: str, tensors: Sequence[Tensor], prefix: str) -> Tuple[TensorSpec, ...]:
     """Named tensor specs; unnamed tensors get PREFIX_1, PREFIX_2, ... by position."""
     specs = []
     for index, tensor in enumerate(tensors, start=1):
         if not isinstance(tensor, Tensor):
             raise PyTritonBadParameterError(f"{prefix.lower()}s must be pytriton.model_config.Tensor, got {tensor!r}")
         name = tensor.name or f"{prefix}_{index}"
-        shape = tuple(int(dim) for dim in tensor.shape)
-        if any(dim < -1 or dim == 0 for dim in shape):
-            raise PyTritonModelConfigError(f"{prefix.lower()} '{name}' has invalid dims {shape}: use > 0 or -1")
+        shape = _dims(f"model '{model}': {prefix.lower()} '{name}'", tensor.shape)
         specs.append(TensorSpec(name=name, shape=shape, dtype=tensor.dtype, optional=bool(tensor.optional)))
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
@@ -61,16 +66,46 @@ def _tensor_specs(tensors: Sequence[Tensor], prefix: str) -> Tuple[TensorSpec, .
     return tuple(specs)
 
 
-def _tensor_defs(specs: Sequence[TensorSpec]) -> Tuple[TensorDef, ...]:
+def _dims(tensor: str, shape: Any) -> Tuple[int, ...]:
+    """A Tensor's shape as ints >= 1 or -1; an error says what is accepted (`tensor` names it: "input 'x'")."""
+    if not isinstance(shape, (tuple, list)):
+        raise PyTritonModelConfigError(f"{tensor} has shape={shape!r}; expected {_SHAPES}")
+    dims = []
+    for dim in shape:
+        try:
+            value = int(dim)
+        except (TypeError, ValueError):
+            value = 0
+        if isinstance(dim, bool) or value != dim or not (value == -1 or value >= 1):
+            hint = " (-1, not None, marks a dim of any size)" if dim is None else ""
+            raise PyTritonModelConfigError(f"{tensor} has shape={tuple(shape)!r}{hint}; expected {_SHAPES}")
+        dims.append(value)
+    return tuple(dims)
+
+
+def _tensor_defs(model: str, specs: Sequence[TensorSpec], prefix: str) -> Tuple[TensorDef, ...]:
     """Engine tensor definitions with protocol datatypes."""
     defs = []
     for spec in specs:
         try:
             datatype = datatype_of_config_dtype(spec.dtype)
-        except ValueError as error:
-            raise PyTritonModelConfigError(f"tensor '{spec.name}': {error}") from None
+        except ValueError:
+            raise PyTritonModelConfigError(
+                f"model '{model}': {prefix.lower()} '{spec.name}' has dtype={spec.dtype!r}; expected {_DTYPES}"
+                + _dtype_hint(spec.dtype)
+            ) from None
         defs.append(TensorDef(spec.name, datatype, spec.shape, bool(spec.optional)))
     return tuple(defs)
+
+
+def _dtype_hint(dtype: Any) -> str:
+    """For a Triton datatype name ('FP32', 'TYPE_FP32'), the numpy type to use instead."""
+    name = str(dtype).upper()
+    name = {"TYPE_STRING": "BYTES", "STRING": "BYTES"}.get(name, name[5:] if name.startswith("TYPE_") else name)
+    if not isinstance(dtype, str) or not is_known_datatype(name):
+        return ""
+    numpy_name = "bytes" if name == "BYTES" else "'bfloat16'" if name == "BF16" else f"np.{numpy_dtype(name).name}"
+    return f" ('{dtype}' is Triton's name of {numpy_name}: use that)"
 
 
 def build_model(
@@ -94,15 +129,15 @@ def build_model(
     batcher = copy.deepcopy(config.batcher) if config.batching else None
     if batcher is not None:
         _check_batcher(batcher, config.max_batch_size)
-    input_specs = _tensor_specs(inputs, "INPUT")
-    output_specs = _tensor_specs(outputs, "OUTPUT")
+    input_specs = _tensor_specs(model_name, inputs, "INPUT")
+    output_specs = _tensor_specs(model_name, outputs, "OUTPUT")
     warmup = _warmup_requests(model_name, config.model_warmup, input_specs, output_specs)
     max_batch_size = config.max_batch_size if config.batching else 0
     spec = ModelSpec(
         name=model_name,
         version=model_version,
-        inputs=_tensor_defs(input_specs),
-        outputs=_tensor_defs(output_specs),
+        inputs=_tensor_defs(model_name, input_specs, "INPUT"),
+        outputs=_tensor_defs(model_name, output_specs, "OUTPUT"),
         max_batch_size=max_batch_size,
         batcher=batcher,
         decoupled=config.decoupled,

@@ -158,6 +158,7 @@ def test_a_bad_environment_variable_is_one_line_and_exit_2() -> None:
         ("missing.py", "missing.py: no such file"),
         ("no_such_module:bind", "no_such_module:bind: no module named 'no_such_module'"),
         ("{models}:nothing", ":nothing: 'nothing' is not a callable taking the Triton server"),
+        ("{models}:bad_shape", "model 'broken': input 'x' has shape=(None,) (-1, not None, marks a dim of any size)"),
     ],
 )
 def test_a_target_that_cannot_be_served_is_one_line_and_exit_2(models: Path, target: str, message: str) -> None:
