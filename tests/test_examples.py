@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import pytest
+
+from tests.server_process import ServerProcess
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 READY = re.compile(r"^READY http=(\d+) grpc=(\d+|None)$")
@@ -37,7 +37,7 @@ CASES = [
     pytest.param("add_sub_optional", BOTH, id="add_sub_optional"),
     pytest.param("multiple_models", BOTH, id="multiple_models"),
     pytest.param("parameters_headers", BOTH, id="parameters_headers"),
-    pytest.param("streaming", [["--url", GRPC, "--http-url", HTTP]], id="streaming"),
+    pytest.param("streaming", BOTH, id="streaming"),
     pytest.param("multi_instance", BOTH, id="multi_instance"),
     pytest.param("async_model", BOTH, id="async_model"),
     pytest.param("process_instances", BOTH, id="process_instances"),
@@ -57,61 +57,23 @@ def _env() -> Dict[str, str]:
     return env
 
 
-class ExampleServer:
-    """An example's server.py in a subprocess; its output is collected line by line by a reader thread."""
+def _start(folder: Path) -> ServerProcess:
+    """An example's server.py in a subprocess, on free ports."""
+    return ServerProcess([sys.executable, "server.py"], env=_env(), cwd=folder)
 
-    def __init__(self, folder: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "server.py"],
-            cwd=folder,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.log: List[str] = []
-        self._lines: queue.Queue[Optional[str]] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.log.append(line)
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
+def _wait_ready(server: ServerProcess) -> Dict[str, Optional[int]]:
+    """Wait for the READY line; return the ports it reports."""
+    match = server.wait_for(READY.pattern, timeout=START_TIMEOUT_S)
+    grpc = match.group(2)
+    return {"http": int(match.group(1)), "grpc": None if grpc == "None" else int(grpc)}
 
-    def wait_ready(self) -> Dict[str, Optional[int]]:
-        """Wait for the READY line; return the ports it reports."""
-        while True:
-            try:
-                line = self._lines.get(timeout=START_TIMEOUT_S)
-            except queue.Empty:
-                pytest.fail(f"no READY line within {START_TIMEOUT_S} s:\n{self.output()}")
-            if line is None:
-                pytest.fail(f"server exited with {self.process.wait()} before READY:\n{self.output()}")
-            match = READY.match(line)
-            if match:
-                grpc = match.group(2)
-                return {"http": int(match.group(1)), "grpc": None if grpc == "None" else int(grpc)}
 
-    def stop(self) -> int:
-        """Stop with SIGINT (as Ctrl+C does) and return the exit code; kill if it does not stop."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-        try:
-            code = self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            pytest.fail(f"server did not stop within {STOP_TIMEOUT_S} s of SIGINT:\n{self.output()}")
-        self._reader.join(timeout=5)
-        assert self.process.stdout is not None
-        self.process.stdout.close()
-        return code
-
-    def output(self) -> str:
-        return "".join(self.log)
+def _stop(server: ServerProcess) -> int:
+    """Stop with SIGINT (as Ctrl+C does) and return the exit code."""
+    if server.process.poll() is None:
+        server.signal(signal.SIGINT)
+    return server.wait(STOP_TIMEOUT_S)
 
 
 def _run(folder: Path, script: str, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -128,9 +90,9 @@ def _run(folder: Path, script: str, args: Sequence[str]) -> subprocess.Completed
 @pytest.mark.parametrize(("name", "client_runs"), CASES)
 def test_example(name: str, client_runs: List[List[str]]) -> None:
     folder = EXAMPLES / name
-    server = ExampleServer(folder)
+    server = _start(folder)
     try:
-        ports = server.wait_ready()
+        ports = _wait_ready(server)
         assert ports["grpc"] is not None, f"{name}: the server reports no gRPC port"
         for template in client_runs:
             args = [arg.format(**ports) for arg in template]
@@ -141,7 +103,8 @@ def test_example(name: str, client_runs: List[List[str]]) -> None:
             )
             assert result.stdout.rstrip().endswith("OK"), result.stdout
     finally:
-        code = server.stop()
+        code = _stop(server)
+        server.kill()
     assert code == 0, f"{name} server exited with {code}:\n{server.output()}"
     assert "Traceback" not in server.output(), server.output()
 
@@ -155,10 +118,10 @@ def test_background_mode_notebook() -> None:
 
 def test_remote_triton_binds_a_model_into_a_running_server_and_leaves_with_it() -> None:
     folder = EXAMPLES / "remote_triton"
-    server = ExampleServer(folder)
+    server = _start(folder)
     remote: Optional[subprocess.Popen[str]] = None
     try:
-        ports = server.wait_ready()
+        ports = _wait_ready(server)
         url = HTTP.format(**ports)
         remote = subprocess.Popen(
             [sys.executable, "remote.py", "--url", url], cwd=folder, env=_env(), stdout=subprocess.PIPE, text=True
@@ -181,7 +144,8 @@ def test_remote_triton_binds_a_model_into_a_running_server_and_leaves_with_it() 
             remote.wait()
             assert remote.stdout is not None
             remote.stdout.close()
-        code = server.stop()
+        code = _stop(server)
+        server.kill()
     assert code == 0, server.output()
     assert "Traceback" not in server.output(), server.output()
 

@@ -1,4 +1,4 @@
-"""Read the WordStream model's responses as they come: over gRPC, then over HTTP (server-sent events)."""
+"""Read the WordStream model's responses as they come, over gRPC or over HTTP (server-sent events)."""
 
 import argparse
 import json
@@ -43,14 +43,18 @@ def stream_http(url):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--url", default="grpc://localhost:8001", help="gRPC url of the server")
-    parser.add_argument("--http-url", default="http://localhost:8000", help="HTTP url of the server")
+    parser.add_argument(
+        "--url",
+        default="grpc://localhost:8001",
+        help="grpc://host:port (ModelStreamInfer) or http://host:port (generate_stream, server-sent events)",
+    )
     args = parser.parse_args()
 
+    protocol, stream = ("HTTP", stream_http) if args.url.startswith("http") else ("gRPC", stream_grpc)
+    words = stream(args.url)
     expected = TEXT.split()
-    for protocol, words in (("gRPC", stream_grpc(args.url)), ("HTTP", stream_http(args.http_url))):
-        if words != expected:
-            raise SystemExit(f"{protocol}: expected {expected}, got {words}")
+    if words != expected:
+        raise SystemExit(f"{protocol}: expected {expected}, got {words}")
     print("OK")
 
 
