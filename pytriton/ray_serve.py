@@ -1,4 +1,4 @@
-"""Ray Serve: the models a `bind(triton)` function binds, as a Ray Serve application (`pip install pytriton[ray]`).
+"""Ray Serve: the models a `bind(triton)` function binds, as a Ray Serve application (the `ray` extra).
 
 Each replica is a Ray actor running this project's engine with the models `bind` binds (Triton's
 dynamic batching, instances, cache) and no ports of its own: Ray Serve's proxy hands it HTTP requests,

@@ -23,7 +23,7 @@ from tests.http_helpers import get_json, post_json, request
 
 INFER = {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
 OTEL_SDK = importlib.util.find_spec("opentelemetry") is not None and importlib.util.find_spec("opentelemetry.sdk")
-needs_otel = pytest.mark.skipif(not OTEL_SDK, reason="opentelemetry-sdk is not installed (pip install pytriton[otel])")
+needs_otel = pytest.mark.skipif(not OTEL_SDK, reason="opentelemetry-sdk is not installed (pip install '.[otel]')")
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ class CudaRuntime:
         try:
             from cuda.bindings import driver, runtime  # an optional extra: pytriton[gpu]
         except ImportError:
-            LOGGER.debug("CUDA shared memory is not served: cuda-python is not installed (pip install pytriton[gpu])")
+            LOGGER.debug("CUDA shared memory is not served: cuda-python is not installed (the gpu extra)")
             return None
         try:
             error, count = runtime.cudaGetDeviceCount()

@@ -128,7 +128,8 @@ def _trace(entries: Optional[List[str]]) -> TraceConfig:
     trace = parse_trace_config(entries)
     if trace.mode == "opentelemetry" and not sdk_available():
         raise PyTritonValidationError(
-            "trace_config mode=opentelemetry needs the OpenTelemetry SDK: pip install 'pytriton[otel]'"
+            "trace_config mode=opentelemetry needs the OpenTelemetry SDK: the otel extra "
+            "(pip install '.[otel]' in pytriton's checkout)"
         )
     return trace
 

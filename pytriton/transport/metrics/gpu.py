@@ -44,7 +44,7 @@ class GpuMonitor:
             try:
                 import pynvml  # an optional extra: pytriton[gpu]
             except ImportError:
-                LOGGER.debug("GPU metrics are not reported: nvidia-ml-py is not installed (pip install pytriton[gpu])")
+                LOGGER.debug("GPU metrics are not reported: nvidia-ml-py is not installed (the gpu extra)")
                 return False
             self._nvml = pynvml
         nvml = self._nvml
