@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 import time
 from collections import deque
@@ -14,6 +13,7 @@ from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import ModelInstance
+from pytriton.core.ordering import ReleaseOrder, Slot
 from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
@@ -55,9 +55,7 @@ class Scheduler:
         self._on_unrecoverable = on_unrecoverable
         self._rules = BatchRules(spec)
         batcher = spec.batcher
-        self._ordered: Optional[Deque[List[Optional[Callable[[], None]]]]] = (
-            deque() if batcher and batcher.preserve_ordering and len(instances) > 1 else None
-        )
+        self._order = ReleaseOrder() if batcher and batcher.preserve_ordering and len(instances) > 1 else None
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at_ns = 0
         self._watch = QueueWatch(self._queues, self._client_left)
@@ -197,7 +195,7 @@ class Scheduler:
                 call_request = traced_request(call_request, traced)
                 entry.sink = TracedSink(entry.sink, traced)
             requests.append(call_request)
-        slots = [self._ordered_slot() for _ in batch] if self._ordered is not None else None
+        slots = self._order.reserve(len(batch)) if self._order is not None else None
         infer_start_ns = time.monotonic_ns()
         call = None if self.spec.decoupled else instance.start(requests, hand_over)
         return self._run(instance, batch, requests, slots, call, (start_ns, infer_start_ns))
@@ -207,7 +205,7 @@ class Scheduler:
         instance: ModelInstance,
         batch: List[Entry],
         requests: List[Request],
-        slots: Optional[List[List[Optional[Callable[[], None]]]]],
+        slots: Optional[List[Slot]],
         call: Optional[Awaitable[Any]],
         started_ns: Tuple[int, int],
     ) -> None:
@@ -344,29 +342,12 @@ class Scheduler:
         """The error of a request the server's stop left unserved."""
         return InferenceError.unavailable(f"model '{self.spec.name}' stopped before the request was served")
 
-    def _ordered_slot(self) -> List[Optional[Callable[[], None]]]:
-        """A place in the ordered release queue (preserve_ordering with several instances)."""
-        assert self._ordered is not None
-        slot: List[Optional[Callable[[], None]]] = [None]
-        self._ordered.append(slot)
-        return slot
-
-    def _hand_over(
-        self,
-        slots: Optional[List[List[Optional[Callable[[], None]]]]],
-        index: int,
-        action: Callable[..., None],
-        *args: Any,
-    ) -> None:
+    def _hand_over(self, slots: Optional[List[Slot]], index: int, action: Callable[..., None], *args: Any) -> None:
         """Run an outcome's action now, or, with preserve_ordering, once every earlier request's has run."""
-        if slots is None:
+        if slots is None or self._order is None:
             action(*args)
-            return
-        slots[index][0] = functools.partial(action, *args)
-        queue = self._ordered
-        assert queue is not None
-        while queue and queue[0][0] is not None:
-            queue.popleft()[0]()  # type: ignore[misc]
+        else:
+            self._order.settle(slots[index], action, *args)
 
     def _respond(self, entry: Entry, response: InferenceResponse) -> None:
         """Deliver a request's response."""
