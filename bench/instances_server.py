@@ -42,6 +42,13 @@ def hold_the_gil(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return identity(requests)
 
 
+def unpinned_identity() -> Callable[..., Any]:
+    """Factory run in each instance process: identity, on every CPU."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    return identity
+
+
 def unpinned_hold_the_gil() -> Callable[..., Any]:
     """Factory run in each instance process: use every CPU, whatever the server was pinned to."""
     if hasattr(os, "sched_setaffinity"):
@@ -71,6 +78,7 @@ def main() -> None:
         batched = ModelConfig(max_batch_size=64)
         triton.bind("identity_thread", identity, **io, config=batched)
         triton.bind("identity_proc", ProcessInstances(identity), **io, config=batched)
+        triton.bind("identity_proc_free", ProcessInstances(factory=unpinned_identity), **io, config=batched)
         io_2d = {
             "inputs": [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1, -1))],
             "outputs": [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1, -1))],

@@ -50,8 +50,10 @@ def encode(head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = ()) -> L
     if len(fds) > MAX_FDS:
         raise ValueError(f"at most {MAX_FDS} descriptors go with one message")
     pickled = pickle.dumps(head, _PICKLE_PROTOCOL)
+    if not body:
+        return [_HEADER.pack(len(pickled), 0, len(fds)) + pickled]  # one buffer: one cheap send
     body_size = sum(memoryview(part).nbytes for part in body)
-    return [_HEADER.pack(len(pickled), body_size, len(fds)), pickled, *body]
+    return [_HEADER.pack(len(pickled), body_size, len(fds)) + pickled, *body]
 
 
 def _descriptors(ancillary: List[Tuple[int, int, bytes]]) -> List[int]:
@@ -78,6 +80,7 @@ class _Reader:
         self._fds: Deque[int] = deque()
         # recvmsg(n) allocates n bytes for every call (a 256 KiB malloc is an mmap: ~25 us); this is reused.
         self.receive_buffer = memoryview(bytearray(_READ_BYTES))
+        self._whole_messages: List[Message] = []
         self._big: Optional[Tuple[Any, int, bytearray, int]] = None  # head, fd count, body, bytes of it read
 
     @property
@@ -105,12 +108,31 @@ class _Reader:
             self._fds.extend(_descriptors(ancillary))
         if not count:
             return False
+        if not self._buffer and self._big is None and self._whole(count):
+            return True
         self._buffer += self.receive_buffer[:count]
+        return True
+
+    def _whole(self, count: int) -> bool:
+        """The usual case, one small message read whole: cut it out of the receive buffer without copying it first."""
+        view = self.receive_buffer
+        if count < _HEADER.size:
+            return False
+        head_size, body_size, nfds = _HEADER.unpack_from(view)
+        head_end = _HEADER.size + head_size
+        if head_end + body_size != count:
+            return False
+        head = pickle.loads(view[_HEADER.size : head_end])
+        body = memoryview(bytearray(view[head_end:count]) if body_size else b"")
+        self._whole_messages.append(Message(head, body, self._take_fds(nfds)))
         return True
 
     def messages(self) -> List[Message]:
         """Every message now whole."""
-        found: List[Message] = []
+        found: List[Message] = self._whole_messages
+        if found:
+            self._whole_messages = []
+            return found
         if self._big is not None:
             head, nfds, body, got = self._big
             if got < len(body):
@@ -160,6 +182,9 @@ class BlockingChannel:
 
     def send_encoded(self, message: List[Buffer], fds: Sequence[int] = ()) -> None:
         """Send a message `encode` made (with the descriptors it was made for)."""
+        if len(message) == 1 and not fds:
+            self.sock.sendall(message[0])
+            return
         buffers = [memoryview(part).cast("B") for part in message]
         ancillary = _rights(fds)
         while buffers:
@@ -238,7 +263,21 @@ class LoopChannel:
         """Send one message, now if the socket takes it, else as soon as it can."""
         if self.closed:
             raise ChannelClosed("the channel is closed")
-        buffers = [memoryview(part).cast("B") for part in encode(head, body, fds)]
+        message = encode(head, body, fds)
+        if len(message) == 1 and not fds and not self._pending:
+            try:
+                sent = self.sock.send(message[0])
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._close()
+                raise ChannelClosed("the other side closed the channel") from None
+            if sent == len(message[0]):
+                return
+            self._loop.add_writer(self._fileno, self._write)
+            self._pending.append((memoryview(message[0])[sent:], []))
+            return
+        buffers = [memoryview(part).cast("B") for part in message]
         ancillary = _rights(fds)
         if not self._pending:
             try:

@@ -101,20 +101,29 @@ class ArenaWriter:
         """An arena that will never hold more than `budget_bytes` (0: every tensor goes in the body)."""
         self.budget_bytes = budget_bytes
         self.segment: Optional[SharedSegment] = None
+        self._view: Optional[memoryview] = None
 
     def pack(self, dicts: Sequence[Any]) -> Tuple[List[Any], List[Buffer], int]:
         """Pack a message's dicts of arrays: (packed items, body parts, size of a new arena or 0).
 
         Items that are not dicts (a callable may return anything) are kept as they are, to be pickled.
         """
-        needed = 0
+        placed = self._place(dicts, overflow=False)
+        if placed is not None:
+            return placed[0], placed[1], 0
+        needed = 0  # the arena is too small for this message: grow it, within the budget, and place again
         for item in dicts:
             if type(item) is dict:
                 needed += sum(_aligned(value.nbytes) for value in item.values() if _is_fixed_array(value))
-        new_arena = self._reserve(needed) if needed else 0
-        segment = self.segment
-        arena_free = segment.size if segment is not None else 0
-        arena = segment.view() if segment is not None else None
+        new_arena = self._reserve(needed)
+        placed = self._place(dicts, overflow=True)
+        assert placed is not None
+        return placed[0], placed[1], new_arena
+
+    def _place(self, dicts: Sequence[Any], overflow: bool) -> Optional[Tuple[List[Any], List[Buffer]]]:
+        """Copy the arrays into the arena; what does not fit goes in the body (`overflow`) or gives up (None)."""
+        arena = self._view
+        arena_free = len(arena) if arena is not None else 0
         arena_offset = body_offset = 0
         body: List[Buffer] = []
         packed: List[Any] = []
@@ -125,20 +134,22 @@ class ArenaWriter:
             refs: Dict[Any, Any] = {}
             others: Dict[Any, Any] = {}
             for name, value in item.items():
-                if not _is_fixed_array(value):
+                if type(value) is not np.ndarray or value.dtype.hasobject:
                     others[name] = value
                     continue
                 nbytes = value.nbytes
                 if arena is not None and arena_offset + nbytes <= arena_free:
                     np.copyto(np.ndarray(value.shape, value.dtype, arena, arena_offset), value)
                     refs[name] = (_IN_ARENA, arena_offset, nbytes, _dtype_code(value.dtype), value.shape)
-                    arena_offset += _aligned(nbytes)
+                    arena_offset += (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+                elif not overflow:
+                    return None
                 else:
                     body.append(_raw_bytes(value))
                     refs[name] = (_IN_BODY, body_offset, nbytes, _dtype_code(value.dtype), value.shape)
                     body_offset += nbytes
             packed.append((refs, others, tuple(item) if others else None))
-        return packed, body, new_arena
+        return packed, body
 
     def _reserve(self, needed: int) -> int:
         """Make the arena hold `needed` bytes if the budget and the system allow; the new size, or 0."""
@@ -151,14 +162,15 @@ class ArenaWriter:
             segment = SharedSegment.create(size)
         except SharedMemoryUnavailable:
             return 0  # the body carries this message; the next one tries again
-        if self.segment is not None:
-            self.segment.close()
+        self.close()
         self.segment = segment
+        self._view = segment.view()
         return size
 
     def close(self) -> None:
         """Release the arena."""
         if self.segment is not None:
+            self._view = None
             self.segment.close()
             self.segment = None
 
@@ -169,6 +181,7 @@ class ArenaReader:
     def __init__(self) -> None:
         """No arena until the first one arrives."""
         self.segment: Optional[SharedSegment] = None
+        self._view: Optional[memoryview] = None
 
     def adopt(self, size: int, fds: Sequence[int]) -> None:
         """Map a new arena of the sender (its descriptor came with the message)."""
@@ -178,9 +191,9 @@ class ArenaReader:
             if size:
                 raise ValueError(f"a new arena comes with one descriptor, got {len(fds)}")
             return
-        if self.segment is not None:
-            self.segment.close()
+        self.close()
         self.segment = SharedSegment.attach(fds[0], size)
+        self._view = self.segment.view()
 
     def unpack(self, packed: Sequence[Any], body: memoryview, copy: bool) -> List[Any]:
         """Rebuild packed dicts: arrays as views of the arena (copies with `copy`) or of the body."""
@@ -201,15 +214,16 @@ class ArenaReader:
         """The array a ref describes."""
         where, offset, nbytes, code, shape = ref
         if where == _IN_ARENA:
-            if self.segment is None:
+            if self._view is None:
                 raise ValueError("a tensor in an arena that never arrived")
-            array = np.ndarray(shape, _dtype_of(code), self.segment.view(), offset)  # numpy checks the bounds
+            array = np.ndarray(shape, _dtype_of(code), self._view, offset)  # numpy checks the bounds
             return array.copy() if copy else array
         return np.ndarray(shape, _dtype_of(code), body[offset : offset + nbytes])
 
     def close(self) -> None:
         """Unmap the arena (arrays still viewing it keep it mapped)."""
         if self.segment is not None:
+            self._view = None
             self.segment.close()
             self.segment = None
 
