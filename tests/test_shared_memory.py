@@ -109,3 +109,19 @@ def test_a_region_shrunk_under_its_mapping_is_noticed(named_region: str) -> None
             os.close(fd)
         with pytest.raises(SharedMemoryUnavailable, match="smaller"):
             region.check_size()
+
+
+def test_an_array_over_a_closed_segment_keeps_its_memory() -> None:
+    """numpy keeps the mmap object, not the buffer export, so closing must never unmap under an array."""
+    segment = SharedSegment.create(1 << 20)
+    whole = np.ndarray((1 << 20,), np.uint8, segment.view())
+    part = whole[:16].view(np.float32)
+    part[:] = 7
+    del whole
+    segment.close()
+    replacement = SharedSegment.create(1 << 20)  # would take the freed addresses if they had been unmapped
+    np.ndarray((1 << 20,), np.uint8, replacement.view())[:] = 0
+    assert part.tolist() == [7.0] * 4
+    replacement.close()
+    with pytest.raises(ValueError, match="closed"):
+        segment.view()

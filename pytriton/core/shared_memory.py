@@ -144,6 +144,8 @@ class SharedSegment:
         Raises:
             ValueError: the range is not inside the segment.
         """
+        if self._map is None:
+            raise ValueError("the shared-memory segment is closed")
         if size is None:
             size = self.size - offset
         if offset < 0 or size < 0 or offset + size > self.size:
@@ -151,17 +153,17 @@ class SharedSegment:
         return self._view[offset : offset + size]
 
     def close(self) -> None:
-        """Close the descriptor; unmap now, or when the last view handed out is released."""
+        """Close the descriptor and let go of the mapping: it is unmapped when nothing views it any more.
+
+        Never unmapped here: a numpy array made from a view keeps a reference to the mmap object but not
+        the buffer export that would make `mmap.close()` refuse, so closing it would leave such an array
+        pointing at unmapped (or, once reused, other) memory.
+        """
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        if self._map is not None:
-            try:
-                self._view.release()
-                self._map.close()
-            except BufferError:
-                pass  # views are still alive: the mapping goes with the last of them
-            self._map = None
+        self._map = None
+        self._view = memoryview(b"")
 
     def __enter__(self) -> SharedSegment:
         return self
