@@ -33,6 +33,7 @@ from pytriton.core.instance_protocol import (
     pack_result,
 )
 from pytriton.core.instances import CallableKind, callable_kind
+from pytriton.core.result_arena import ResultArena
 from pytriton.proxy.types import Request
 
 
@@ -56,7 +57,7 @@ class InstanceHost:
         self.fn = fn
         self.kind = callable_kind(fn)
         self._inputs = ArenaReader()
-        self._outputs = ArenaWriter(arena_budget)
+        self._outputs = ResultArena(arena_budget)
         self._steps = ArenaWriter(0)  # a step may still be read when the next is written: body only
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._exiting = False
@@ -83,7 +84,9 @@ class InstanceHost:
 
     def _run(self, message: Message) -> None:
         """Run one job and send its result(s) or its error."""
-        _, job_id, streaming, batch, arena = message.head
+        _, job_id, streaming, batch, arena, given_back = message.head
+        if given_back:
+            self._outputs.give_back(given_back)
         if arena:
             self._inputs.adopt(arena, message.fds)
         inputs = self._inputs.unpack([request[0] for request in batch], message.body, copy=False)
@@ -150,8 +153,13 @@ class InstanceHost:
 
     def _send_result(self, job_id: int, value: Any, final: bool) -> None:
         """Send what a call (or a step) returned, tensors through the arena (a step's through the body)."""
-        writer = self._outputs if final else self._steps
-        packed, body, arena = pack_result(writer, host_step(value))  # framework arrays travel as numpy
+        value = host_step(value)  # framework arrays travel as numpy
+        if final:  # leased to the server until it is done with it
+            writer: ArenaWriter = self._outputs
+            packed, body, arena = self._outputs.pack_result(value, job_id)
+        else:
+            writer = self._steps
+            packed, body, arena = pack_result(writer, value)
         fds = [writer.segment.fileno()] if arena and writer.segment is not None else []
         try:
             message = encode((RESULT, job_id, packed, arena, final), body, fds)

@@ -28,7 +28,7 @@ from pytriton.core.shared_memory import SharedMemoryUnavailable, SharedSegment
 from pytriton.exceptions import PyTritonError
 
 # Server to instance: (INIT, Init) (the body holds the pickled callable), (JOB, job id, streaming, requests,
-# new arena size), (STOP, job id), (EXIT,).
+# new arena size, jobs whose results the server no longer reads), (STOP, job id), (EXIT,).
 INIT, JOB, STOP, EXIT = 1, 2, 3, 4
 # Instance to server: (READY, kind, pid), (START_FAILED, traceback), (RESULT, job id, outputs, new arena size,
 # final), (FAILURE, job id, ErrorInfo), (END, job id).
@@ -111,20 +111,18 @@ class ArenaWriter:
         placed = self._place(dicts, overflow=False)
         if placed is not None:
             return placed[0], placed[1], 0
-        needed = 0  # the arena is too small for this message: grow it, within the budget, and place again
-        for item in dicts:
-            if type(item) is dict:
-                needed += sum(_aligned(value.nbytes) for value in item.values() if _is_fixed_array(value))
-        new_arena = self._reserve(needed)
+        new_arena = self._reserve(arena_bytes(dicts))  # too small for this message: grow, within the budget
         placed = self._place(dicts, overflow=True)
         assert placed is not None
         return placed[0], placed[1], new_arena
 
-    def _place(self, dicts: Sequence[Any], overflow: bool) -> Optional[Tuple[List[Any], List[Buffer]]]:
-        """Copy the arrays into the arena; what does not fit goes in the body (`overflow`) or gives up (None)."""
+    def _place(
+        self, dicts: Sequence[Any], overflow: bool, start: int = 0, end: Optional[int] = None
+    ) -> Optional[Tuple[List[Any], List[Buffer]]]:
+        """Copy the arrays into the arena's [start, end); what does not fit: in the body (`overflow`), or None."""
         arena = self._view
-        arena_free = len(arena) if arena is not None else 0
-        arena_offset = body_offset = 0
+        arena_free = (len(arena) if end is None else end) if arena is not None else 0
+        arena_offset, body_offset = start, 0
         body: List[Buffer] = []
         packed: List[Any] = []
         for item in dicts:
@@ -151,13 +149,13 @@ class ArenaWriter:
             packed.append((refs, others, tuple(item) if others else None))
         return packed, body
 
-    def _reserve(self, needed: int) -> int:
-        """Make the arena hold `needed` bytes if the budget and the system allow; the new size, or 0."""
-        if self.segment is not None and self.segment.size >= needed:
+    def _reserve(self, wanted: int) -> int:
+        """Make the arena hold `wanted` bytes, or as many as the budget allows; the new size, or 0 (unchanged)."""
+        size = min(max(_MIN_ARENA_BYTES, 1 << (wanted - 1).bit_length()), self.budget_bytes)
+        if self.segment is not None and self.segment.size >= size:
             return 0
-        if needed > self.budget_bytes:
+        if size <= 0:
             return 0
-        size = min(max(_MIN_ARENA_BYTES, 1 << (needed - 1).bit_length()), self.budget_bytes)
         try:
             segment = SharedSegment.create(size)
         except SharedMemoryUnavailable:
@@ -195,25 +193,39 @@ class ArenaReader:
         self.segment = SharedSegment.attach(fds[0], size)
         self._view = self.segment.view()
 
-    def unpack(self, packed: Sequence[Any], body: memoryview, copy: bool) -> List[Any]:
-        """Rebuild packed dicts: arrays as views of the arena (copies with `copy`) or of the body."""
+    @property
+    def view(self) -> Optional[memoryview]:
+        """The whole arena, once one arrived."""
+        return self._view
+
+    def unpack(
+        self, packed: Sequence[Any], body: memoryview, copy: bool, arena: Optional[np.ndarray] = None
+    ) -> List[Any]:
+        """Rebuild packed dicts: arrays as views of the arena (copies with `copy`) or of the body.
+
+        With `arena` (a uint8 array over the whole arena) the arena's arrays are views of it instead.
+        """
         rebuilt: List[Any] = []
         for item in packed:
             if len(item) == 1:
                 rebuilt.append(item[0])
                 continue
             refs, others, order = item
-            arrays = {name: self._array(ref, body, copy) for name, ref in refs.items()}
+            arrays = {name: self._array(ref, body, copy, arena) for name, ref in refs.items()}
             if order is not None:
                 arrays.update(others)
                 arrays = {name: arrays[name] for name in order}
             rebuilt.append(arrays)
         return rebuilt
 
-    def _array(self, ref: Tuple[int, int, int, Any, Tuple[int, ...]], body: memoryview, copy: bool) -> np.ndarray:
+    def _array(
+        self, ref: Tuple[int, int, int, Any, Tuple[int, ...]], body: memoryview, copy: bool, arena: Optional[np.ndarray]
+    ) -> np.ndarray:
         """The array a ref describes."""
         where, offset, nbytes, code, shape = ref
         if where == _IN_ARENA:
+            if arena is not None:
+                return arena[offset : offset + nbytes].view(_dtype_of(code)).reshape(shape)
             if self._view is None:
                 raise ValueError("a tensor in an arena that never arrived")
             array = np.ndarray(shape, _dtype_of(code), self._view, offset)  # numpy checks the bounds
@@ -228,21 +240,42 @@ class ArenaReader:
             self.segment = None
 
 
+def result_items(value: Any) -> Optional[Tuple[bool, Sequence[Any]]]:
+    """A callable's result as (whether a tuple, its items) when it is a list or tuple, else None."""
+    if isinstance(value, (list, tuple)):
+        return type(value) is tuple, value
+    return None
+
+
+def result_value(as_tuple: Optional[bool], items: List[Any]) -> Any:
+    """The list or tuple a result was."""
+    return tuple(items) if as_tuple else items
+
+
 def pack_result(writer: ArenaWriter, value: Any) -> Tuple[Any, List[Buffer], int]:
     """Pack what a callable returned: a list or tuple of dicts of arrays as such, anything else as it is."""
-    if isinstance(value, (list, tuple)):
-        packed, body, arena = writer.pack(value)
-        return (type(value) is tuple, packed), body, arena
-    return (None, value), [], 0
+    items = result_items(value)
+    if items is None:
+        return (None, value), [], 0
+    packed, body, arena = writer.pack(items[1])
+    return (items[0], packed), body, arena
 
 
 def unpack_result(reader: ArenaReader, packed: Any, body: memoryview) -> Any:
-    """What pack_result packed, tensors copied out of the arena (the instance reuses it for its next call)."""
+    """What pack_result packed, tensors copied out of the arena (the sender reuses it for its next message)."""
     as_tuple, items = packed
     if as_tuple is None:
         return items
-    rebuilt = reader.unpack(items, body, copy=True)
-    return tuple(rebuilt) if as_tuple else rebuilt
+    return result_value(as_tuple, reader.unpack(items, body, copy=True))
+
+
+def arena_bytes(dicts: Sequence[Any]) -> int:
+    """What a message's arrays take in an arena."""
+    needed = 0
+    for item in dicts:
+        if type(item) is dict:
+            needed += sum(_aligned(value.nbytes) for value in item.values() if _is_fixed_array(value))
+    return needed
 
 
 def _aligned(size: int) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import subprocess
 import threading
@@ -32,6 +33,7 @@ from pytriton.core.instance_protocol import (
 )
 from pytriton.core.instance_spawn import ProcessPlan, Started, StartError, exit_status, spawn, stop_process
 from pytriton.core.instances import CallableKind, Step
+from pytriton.core.result_arena import lease_result
 from pytriton.proxy.types import Request
 
 LOGGER = logging.getLogger(__name__)
@@ -71,6 +73,11 @@ class _Link:
         self.started = time.monotonic()
         self.inputs = ArenaWriter(arena_budget)
         self.outputs = ArenaReader()
+        self.done_with: List[int] = []  # jobs whose results the server no longer reads, to say in the next JOB
+
+    def release(self, job_id: int) -> None:
+        """The server no longer reads a job's result (a finalizer calls it, whenever the last array goes)."""
+        self.done_with.append(job_id)
 
     def close(self) -> None:
         """Close the channel and release both arenas."""
@@ -192,8 +199,9 @@ class ProcessInstance:
         packed, body, arena = link.inputs.pack([request.data for request in requests])
         batch = [(data, request.parameters, request.requested_output_names) for data, request in zip(packed, requests)]
         fds = [link.inputs.segment.fileno()] if arena and link.inputs.segment is not None else []
+        done_with, link.done_with = link.done_with, []
         try:
-            link.channel.send((JOB, job.job_id, streaming, batch, arena), body, fds)
+            link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with), body, fds)
         except ChannelClosed:
             pass  # _on_closed fails the job
 
@@ -217,7 +225,10 @@ class ProcessInstance:
             _, _, packed, arena, final = head
             if arena:
                 link.outputs.adopt(arena, message.fds)
-            value = unpack_result(link.outputs, packed, message.body)
+            if final:
+                value = lease_result(link.outputs, packed, message.body, functools.partial(link.release, job.job_id))
+            else:
+                value = unpack_result(link.outputs, packed, message.body)
             if final:
                 self._finish_job()
                 if job.future is not None and not job.future.done():

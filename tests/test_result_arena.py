@@ -1,0 +1,85 @@
+"""The instance process's result ring: regions leased to the server, given back in order, never overwritten early."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+
+from pytriton.core.instance_protocol import ArenaReader
+from pytriton.core.result_arena import ResultArena, lease_result
+
+MIB = 1 << 20
+
+
+def _result(value: float, size: int = MIB) -> List[Dict[str, np.ndarray]]:
+    return [{"y": np.full(size // 4, value, dtype=np.float32)}]
+
+
+def _region(arena: ResultArena, packed: Any) -> int:
+    refs = packed[1][0][0]
+    where, offset, *_ = refs["y"]
+    assert where == 0, "expected the result in the arena"
+    return int(offset)
+
+
+def test_regions_take_turns_while_the_server_gives_each_back_one_job_late() -> None:
+    arena = ResultArena(256 * MIB)
+    offsets = []
+    for job in range(1, 9):
+        if job >= 3:
+            arena.give_back([job - 2])
+        packed, body, _ = arena.pack_result(_result(job), job)
+        assert body == []
+        offsets.append(_region(arena, packed))
+    assert sorted(set(offsets)) == [0, MIB]  # two regions, the low ones, in turn
+
+
+def test_a_region_the_server_still_reads_is_never_written() -> None:
+    arena = ResultArena(256 * MIB)
+    reader = ArenaReader()
+    held = []
+    for job in range(1, 7):  # nothing is given back: each result needs a region of its own
+        packed, body, new = arena.pack_result(_result(job), job)
+        if new:
+            reader.adopt(new, [__import__("os").dup(arena.segment.fileno())])  # type: ignore[union-attr]
+        held.append(lease_result(reader, packed, memoryview(b"".join(bytes(part) for part in body)), lambda: None))
+    for job, result in enumerate(held, start=1):
+        assert np.all(result[0]["y"] == job)
+
+
+def test_results_give_back_their_region_when_the_last_array_goes() -> None:
+    arena = ResultArena(256 * MIB)
+    reader = ArenaReader()
+    released: List[int] = []
+    packed, _, new = arena.pack_result(_result(1.0), 1)
+    reader.adopt(new, [__import__("os").dup(arena.segment.fileno())])  # type: ignore[union-attr]
+    result = lease_result(reader, packed, memoryview(b""), lambda: released.append(1))
+    y = result[0]["y"][10:20]  # a view of a view keeps the lease
+    del result
+    gc.collect()
+    assert released == []
+    assert np.all(y == 1.0)
+    del y
+    gc.collect()
+    assert released == [1]
+
+
+def test_a_result_that_finds_no_room_travels_in_the_body() -> None:
+    arena = ResultArena(2 * MIB)  # the budget holds two results at most
+    for job in range(1, 3):
+        _, body, _ = arena.pack_result(_result(job), job)
+        assert body == []
+    packed, body, _ = arena.pack_result(_result(3), 3)
+    assert len(body) == 1 and packed[1][0][0]["y"][0] == 1  # in the body
+    arena.give_back([1])
+    _, body, _ = arena.pack_result(_result(4), 4)
+    assert body == []
+
+
+@pytest.mark.parametrize("value", [None, "text", {"y": 1}])
+def test_what_is_not_a_list_of_arrays_is_sent_as_it_is(value: Any) -> None:
+    packed, body, new = ResultArena(MIB).pack_result(value, 1)
+    assert packed == (None, value) and body == [] and new == 0
