@@ -464,3 +464,18 @@ def test_a_result_that_cannot_leave_the_process_fails_its_request_at_once() -> N
         with pytest.raises(httpclient.InferenceServerException, match="generator"):
             _infer(triton, "gen", {"x": np.ones(1, dtype=np.float32)})
         assert time.monotonic() - started < 10
+
+
+def test_results_the_server_keeps_are_never_overwritten_by_later_ones() -> None:
+    """The response cache holds results: their regions of the process's arena stay leased, whatever follows."""
+
+    def bind(triton: Triton) -> None:
+        cached = ModelConfig(max_batch_size=4, response_cache=True)
+        triton.bind("cached", ProcessInstances(double, shm_budget_bytes=8 << 20), **FP32_IO, config=cached)
+
+    with running_triton(bind, cache_config=["local,size=67108864"]) as triton:
+        inputs = [np.full((1, 1 << 18), float(index), dtype=np.float32) for index in range(24)]  # 1 MiB each
+        for x in inputs:
+            assert np.array_equal(_infer(triton, "cached", {"x": x})["y"], x * 2)
+        for x in inputs:  # cache hits, served from the results first received
+            assert np.array_equal(_infer(triton, "cached", {"x": x})["y"], x * 2)
