@@ -31,6 +31,8 @@ from pytriton.core.raw_tensors import Buffer
 _IN_ARENA = 0
 # How many results of the usual size a new arena should hold while the server still reads earlier ones.
 _RESULTS_IN_FLIGHT = 4
+# Results this small are copied out at once and their region given back.
+_COPY_BYTES = 64 * 1024
 
 
 class ResultArena(ArenaWriter):
@@ -97,22 +99,24 @@ class ResultArena(ArenaWriter):
 def lease_result(reader: ArenaReader, packed: Any, body: memoryview, release: Callable[[], None]) -> Any:
     """A result whose arena arrays are views leased from the process; `release` is called once they are all gone.
 
-    `release` is called at once when the result has no array in the arena.
+    A small result is copied out instead, and `release` called at once.
     """
     as_tuple, items = packed
     if as_tuple is None:
         release()
         return items
     view = reader.view
-    if view is None or not _in_arena(items):
+    leased = _arena_bytes(items)
+    if view is None or leased <= _COPY_BYTES:  # a copy of a few KiB costs less than a finalizer
+        rebuilt = reader.unpack(items, body, copy=True)
         release()
-        return result_value(as_tuple, reader.unpack(items, body, copy=False))
+        return result_value(as_tuple, rebuilt)
     lease = np.ndarray((len(view),), np.uint8, view)  # every array of the result is a view of this one
     weakref.finalize(lease, release)
     rebuilt = reader.unpack(items, body, copy=False, arena=lease)
     return result_value(as_tuple, rebuilt)
 
 
-def _in_arena(items: List[Any]) -> bool:
-    """Whether some array of a packed result is in the arena."""
-    return any(len(item) == 3 and any(ref[0] == _IN_ARENA for ref in item[0].values()) for item in items)
+def _arena_bytes(items: List[Any]) -> int:
+    """The bytes of a packed result's arrays in the arena."""
+    return sum(ref[2] for item in items if len(item) == 3 for ref in item[0].values() if ref[0] == _IN_ARENA)
