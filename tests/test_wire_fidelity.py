@@ -286,6 +286,16 @@ def test_infer_on_a_decoupled_model(triton: Triton) -> None:
         501,
         {"error": "HTTP end point doesn't support models with decoupled transaction policy"},
     )
+    http = httpclient.InferenceServerClient(http_url(triton))
+    http_inputs = [httpclient.InferInput("x", [1, 3], "FP32")]
+    http_inputs[0].set_data_from_numpy(np.ones((1, 3), np.float32))
+    with pytest.raises(InferenceServerException) as raised:
+        http.infer("stream", http_inputs)  # tritonclient.http sends the binary extension, unlike the JSON above
+    http.close()
+    assert (raised.value.status(), raised.value.message()) == (
+        "501",
+        "HTTP end point doesn't support models with decoupled transaction policy",
+    )
     client = grpcclient.InferenceServerClient(grpc_url(triton))
     inputs = [grpcclient.InferInput("x", [1, 3], "FP32")]
     inputs[0].set_data_from_numpy(np.ones((1, 3), np.float32))
