@@ -1,15 +1,24 @@
-"""AsyncioModelClient against a real server of this project, over HTTP and gRPC."""
+"""AsyncioModelClient and pytriton.client.asyncio_utils against a real server of this project, over HTTP and gRPC."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Coroutine, List, TypeVar
+from typing import Any, Coroutine, Iterator, List, TypeVar
 
 import numpy as np
 import pytest
+import tritonclient.grpc.aio
+import tritonclient.http.aio
 
 from pytriton.client import AsyncioModelClient
+from pytriton.client.asyncio_utils import (
+    asyncio_get_model_config,
+    asyncio_get_model_state,
+    asyncio_wait_for_model_ready,
+    asyncio_wait_for_model_status_loaded,
+    asyncio_wait_for_server_ready,
+)
 from pytriton.client.exceptions import (
     PyTritonClientClosedError,
     PyTritonClientInferenceServerError,
@@ -18,7 +27,12 @@ from pytriton.client.exceptions import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
-from tests.test_client_support import WAIT_S, Gate, floats
+from pytriton.client.utils import ModelState, TritonUrl
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton, TritonSecurityConfig
+from tests.conftest import running_triton
+from tests.fleet import free_ports
+from tests.test_client_support import PROTOCOLS, WAIT_S, Gate, floats
 
 pytest_plugins = ["tests.test_client_support"]
 
@@ -134,5 +148,69 @@ def test_use_after_close_and_argument_errors(client_url: str) -> None:
             await client.infer_sample(floats(1), floats(1))
         with pytest.raises(PyTritonClientClosedError):
             await client.wait_for_model(1.0)
+
+    run(scenario())
+
+
+def _aio_client(url: str) -> Any:
+    """tritonclient's asyncio client for a url with a scheme (created inside the running loop)."""
+    triton_url = TritonUrl.from_url(url)
+    lib: Any = tritonclient.grpc.aio if triton_url.scheme == "grpc" else tritonclient.http.aio
+    return lib.InferenceServerClient(triton_url.without_scheme)
+
+
+@pytest.fixture(scope="module")
+def open_server() -> Iterator[Triton]:
+    """A server that restricts nothing, so that the repository index answers without a token (as 0.7 asks)."""
+
+    def bind(triton: Triton) -> None:
+        tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+        triton.bind(
+            "echo", lambda requests: requests, inputs=tensors, outputs=tensors, config=ModelConfig(max_batch_size=4)
+        )
+
+    with running_triton(bind, TritonSecurityConfig(restricted_endpoints=[])) as triton:
+        yield triton
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_asyncio_utils_called_as_nvidia_pytriton_0_7_calls_them(open_server: Triton, protocol: str) -> None:
+    port = open_server.grpc_port if protocol == "grpc" else open_server.http_port
+
+    async def scenario() -> None:
+        client = _aio_client(f"{protocol}://127.0.0.1:{port}")
+        try:
+            await asyncio_wait_for_server_ready(client, 0.05)  # the second argument is the pause between probes
+            await asyncio_wait_for_model_status_loaded(client, "echo", 0.05)
+            await asyncio_wait_for_model_ready(client, "echo")
+            config = await asyncio_get_model_config(client, "echo", "1")
+            assert (config.model_name, config.max_batch_size, config.decoupled) == ("echo", 4, False)
+            assert await asyncio_get_model_state(client, "echo") is ModelState.READY
+            assert await asyncio_get_model_state(client, "echo", "2") is ModelState.UNAVAILABLE
+            with pytest.raises(PyTritonClientTimeoutError):
+                await asyncio_wait_for_model_ready(client, "missing", timeout_s=0.3)
+            with pytest.raises(PyTritonClientTimeoutError):
+                await asyncio_get_model_config(client, "missing", timeout_s=0.3)
+            with pytest.raises(asyncio.TimeoutError):  # no deadline of its own: the caller bounds it, as in 0.7
+                await asyncio.wait_for(asyncio_wait_for_model_status_loaded(client, "missing", 0.05), 0.3)
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_asyncio_server_wait_outlasts_a_server_that_is_not_there(protocol: str) -> None:
+    (port,) = free_ports(1)
+
+    async def scenario() -> None:
+        client = _aio_client(f"{protocol}://127.0.0.1:{port}")
+        try:
+            with pytest.raises(asyncio.TimeoutError):  # refused connections are "not ready yet", never an error
+                await asyncio.wait_for(asyncio_wait_for_server_ready(client, 0.05), 0.5)
+            with pytest.raises(PyTritonClientTimeoutError):
+                await asyncio_wait_for_model_ready(client, "echo", timeout_s=0.3)
+        finally:
+            await client.close()
 
     run(scenario())

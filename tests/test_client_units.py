@@ -1,4 +1,4 @@
-"""Client pieces that need no server: urls, exceptions, config parsing, stream messages, exports."""
+"""Client pieces that need no server: urls, exceptions, config parsing, readiness plans, stream messages, exports."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from pytriton.client import AsyncioModelClient, FuturesModelClient, ModelClient
 from pytriton.client import exceptions as errors
 from pytriton.client._config import parse_model_config
 from pytriton.client._errors import client_error
+from pytriton.client._polling import Deadline, Pause, Probe, readiness_plan
+from pytriton.client._state import ModelRef
 from pytriton.client._stream import stream_outputs, stream_request
 from pytriton.client.client import DEFAULT_INFERENCE_TIMEOUT_S
 from pytriton.client.utils import ModelState, TritonUrl, create_client_from_url, get_model_state
@@ -114,6 +116,26 @@ def test_grpc_style_config_with_defaults_left_out() -> None:
     assert config.outputs[1].shape == (2, 3) and config.outputs[1].optional
     assert config.batcher is not None and config.batcher.default_queue_policy is not None
     assert config.batcher.default_queue_policy.max_queue_size == 2
+
+
+def test_readiness_plan_probes_the_server_then_the_model_until_the_deadline() -> None:
+    model = ModelRef("m")
+    plan = readiness_plan(Deadline(60.0), model)
+    assert plan.send(None) == Probe()
+    assert plan.send(False) == Pause(0.05)
+    assert plan.send(None) == Probe()
+    assert plan.send(False) == Pause(0.1)  # pauses double, up to 1 s
+    assert plan.send(None) == Probe()
+    assert plan.send(True) == Probe(model)
+    with pytest.raises(StopIteration):
+        plan.send(True)
+    expired = readiness_plan(Deadline(0.0), model, server=False)
+    assert expired.send(None) == Probe(model)  # a deadline of zero still allows one probe
+    with pytest.raises(errors.PyTritonClientTimeoutError, match="model m/<latest> to be ready timed out after 0 s"):
+        expired.send(False)
+    forever = readiness_plan(Deadline(None, pause_s=0.25))
+    assert forever.send(None) == Probe()
+    assert [forever.send(False), forever.send(None), forever.send(False)] == [Pause(0.25), Probe(), Pause(0.25)]
 
 
 def test_stream_request_asks_for_an_empty_final_response() -> None:

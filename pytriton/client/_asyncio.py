@@ -12,10 +12,10 @@ import numpy as np
 import tritonclient.grpc.aio
 import tritonclient.http.aio
 
+from pytriton.client._asyncio_readiness import fetch_model_config, wait_for_model
 from pytriton.client._base import BaseModelClient
 from pytriton.client._errors import TRANSLATED_ERRORS, client_error
 from pytriton.client._request import InferCall, Parameters, result_arrays, unbatch_outputs
-from pytriton.client.asyncio_utils import asyncio_get_model_config, asyncio_wait_for_model_ready
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 _LOGGER = logging.getLogger(__name__)
@@ -94,9 +94,7 @@ class AsyncioModelClient(BaseModelClient):
             PyTritonClientTimeoutError: if they are not ready within `timeout_s`.
             PyTritonClientClosedError: if the client is closed.
         """
-        await asyncio_wait_for_model_ready(
-            self._general(), self._model_name, self._model_version, timeout_s=timeout_s, headers=self._headers
-        )
+        await wait_for_model(self._general(), self._model_ref, timeout_s)
 
     @property
     async def model_config(self) -> TritonModelConfig:
@@ -112,12 +110,8 @@ class AsyncioModelClient(BaseModelClient):
                 self._config_lock = asyncio.Lock()
             async with self._config_lock:
                 if self._model_config is None:
-                    self._model_config = await asyncio_get_model_config(
-                        self._general(),
-                        self._model_name,
-                        self._model_version,
-                        timeout_s=self._init_timeout_s,
-                        headers=self._headers,
+                    self._model_config = await fetch_model_config(
+                        self._general(), self._model_ref, self._init_timeout_s
                     )
                     self._model_ready = True
         return self._model_config

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from types import ModuleType
@@ -18,6 +19,7 @@ from pytriton.client._request import (
     name_inputs,
     requested_outputs,
 )
+from pytriton.client._state import ModelRef
 from pytriton.client._url import TritonUrl
 from pytriton.client.auth import create_auth_headers, extract_access_token_from_headers
 from pytriton.client.exceptions import (
@@ -33,6 +35,30 @@ _Client = TypeVar("_Client", bound="BaseModelClient")
 DEFAULT_INFERENCE_TIMEOUT_S = 60.0
 DEFAULT_INIT_TIMEOUT_S = 300.0
 DEFAULT_NETWORK_TIMEOUT_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientSettings:
+    """What a model client is created with, to create another one alike (from_existing_client, futures threads)."""
+
+    url: str
+    model_name: str
+    model_version: Optional[str]
+    init_timeout_s: Optional[float]
+    inference_timeout_s: Optional[float]
+    access_token: Optional[str]
+
+    def create(self, cls: Type[_Client], **options: Any) -> _Client:
+        """A `cls` client with these settings and `options` (`model_config`, `ensure_model_is_ready`, ...)."""
+        return cls(
+            self.url,
+            self.model_name,
+            self.model_version,
+            init_timeout_s=self.init_timeout_s,
+            inference_timeout_s=self.inference_timeout_s,
+            access_token=self.access_token,
+            **options,
+        )
 
 
 class BaseModelClient:
@@ -100,16 +126,15 @@ class BaseModelClient:
 
         The new client does not read the config or wait for the model again.
         """
-        return cls(
+        settings = ClientSettings(
             existing_client._url,
             existing_client._model_name,
             existing_client._model_version,
-            init_timeout_s=existing_client._init_timeout_s,
-            inference_timeout_s=existing_client._inference_timeout_s,
-            model_config=existing_client._model_config,
-            ensure_model_is_ready=False,
-            access_token=extract_access_token_from_headers(existing_client._headers),
+            existing_client._init_timeout_s,
+            existing_client._inference_timeout_s,
+            extract_access_token_from_headers(existing_client._headers),
         )
+        return settings.create(cls, model_config=existing_client._model_config, ensure_model_is_ready=False)
 
     def get_lib(self) -> ModuleType:
         """The tritonclient module this client uses for its url's scheme."""
@@ -135,6 +160,11 @@ class BaseModelClient:
     def _client_kwargs(self, scheme: str, network_timeout_s: Optional[float]) -> Dict[str, Any]:
         """Constructor arguments carrying the network timeout (tritonclient's gRPC clients take it per call)."""
         return {}
+
+    @property
+    def _model_ref(self) -> ModelRef:
+        """The model and the access token's headers, for the readiness and config helpers."""
+        return ModelRef(self._model_name, self._model_version, self._headers)
 
     def _next_request_id(self) -> str:
         """A fresh request id."""

@@ -12,6 +12,11 @@ from pytriton.model_config.common import DeviceKind, DynamicBatcher, QueuePolicy
 from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
 
 
+def config_from_reply(reply: Any, is_grpc: bool) -> TritonModelConfig:
+    """The model config of a `get_model_config` reply (gRPC's JSON wraps it in {"config": ...})."""
+    return parse_model_config(reply["config"] if is_grpc else reply)
+
+
 def parse_model_config(config: Mapping[str, Any]) -> TritonModelConfig:
     """Build a TritonModelConfig from a config document; absent fields take protobuf defaults (gRPC omits them)."""
     max_batch_size = int(config.get("max_batch_size", 0))

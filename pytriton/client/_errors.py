@@ -12,6 +12,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.client.exceptions import (
     PyTritonClientError,
     PyTritonClientInferenceServerError,
+    PyTritonClientModelUnavailableError,
     PyTritonClientQueueFullError,
     PyTritonClientTimeoutError,
 )
@@ -48,3 +49,11 @@ def client_error(error: BaseException, timeout_s: float) -> PyTritonClientError:
     if _QUEUE_FULL_MESSAGE in message.lower():
         return PyTritonClientQueueFullError(f"The server refused the request: {message}")
     return PyTritonClientInferenceServerError(f"Error occurred during inference request. Message: {message}")
+
+
+def unavailable_error(error: BaseException, model_name: str, timeout_s: float) -> PyTritonClientError:
+    """The error for a failed config read: a timeout stays a timeout, anything else means the model is unavailable."""
+    translated = client_error(error, timeout_s)
+    if isinstance(translated, PyTritonClientTimeoutError):
+        return translated
+    return PyTritonClientModelUnavailableError(f"Could not obtain the config of model {model_name}: {error}")

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import numpy as np
 
+from pytriton.client._base import ClientSettings
 from pytriton.client._request import Parameters
 from pytriton.client._sync import ModelClient
 from pytriton.client._url import TritonUrl
@@ -66,12 +67,10 @@ class FuturesModelClient:
         if max_queue_size is not None and max_queue_size <= 0:
             raise ValueError("max_queue_size must be greater than 0")
         self._triton_url = TritonUrl.from_url(url)
-        self._url = url
-        self._model_name = model_name
-        self._model_version = model_version
-        self._init_timeout_s = init_timeout_s
+        self._settings = ClientSettings(
+            url, model_name, model_version, init_timeout_s, inference_timeout_s, access_token
+        )
         self._inference_timeout_s = inference_timeout_s
-        self._access_token = access_token
         self._max_workers = max_workers
         self._non_blocking = non_blocking
         self._tasks: queue.Queue[Optional[_Task]] = queue.Queue(max_queue_size or 0)
@@ -198,14 +197,7 @@ class FuturesModelClient:
 
     def _new_client(self) -> ModelClient:
         """A ModelClient for this thread."""
-        return ModelClient(
-            self._url,
-            self._model_name,
-            self._model_version,
-            init_timeout_s=self._init_timeout_s,
-            inference_timeout_s=self._inference_timeout_s,
-            access_token=self._access_token,
-        )
+        return self._settings.create(ModelClient)
 
 
 def _destroy_gevent_hub() -> None:

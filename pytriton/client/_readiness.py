@@ -1,19 +1,28 @@
-"""Blocking readiness checks and model config retrieval over a tritonclient (http or grpc) client."""
+"""Blocking readiness checks and model config retrieval over a tritonclient (http or grpc) client.
+
+The loop's logic (`_polling.readiness_plan`) is shared with the asyncio helpers; this module runs its probes.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 import grpc
 import tritonclient.grpc
 from tritonclient.utils import InferenceServerException
 
-from pytriton.client._config import parse_model_config
-from pytriton.client._errors import client_error
-from pytriton.client._polling import DEFAULT_MODEL_READY_TIMEOUT_S, DEFAULT_SERVER_READY_TIMEOUT_S, Deadline
-from pytriton.client._state import LATEST_MODEL_VERSION, ModelState, config_document, model_state
-from pytriton.client.exceptions import PyTritonClientModelUnavailableError, PyTritonClientTimeoutError
+from pytriton.client._config import config_from_reply
+from pytriton.client._errors import unavailable_error
+from pytriton.client._polling import (
+    DEFAULT_MODEL_READY_TIMEOUT_S,
+    DEFAULT_SERVER_READY_TIMEOUT_S,
+    Deadline,
+    Pause,
+    Probe,
+    readiness_plan,
+)
+from pytriton.client._state import ModelRef, ModelState, model_state
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 _PROBE_ERRORS = (InferenceServerException, grpc.RpcError, OSError)
@@ -26,23 +35,39 @@ def _timeout_kwargs(client: Any, deadline: Deadline) -> Dict[str, float]:
     return {}
 
 
-def _wait_until(probe: Callable[[Deadline], bool], deadline: Deadline, what: str) -> None:
-    """Probe until it succeeds, pausing between probes; a probe that raises counts as a failure."""
-    while True:
-        try:
-            if probe(deadline):
-                return
-        except _PROBE_ERRORS:
-            pass
-        if deadline.expired():
-            raise PyTritonClientTimeoutError(f"Waiting for {what} timed out after {deadline.timeout_s:g} s.")
-        time.sleep(deadline.next_pause())
-
-
-def _server_ready(client: Any, deadline: Deadline, headers: Optional[Dict[str, str]]) -> bool:
-    """One probe of server liveness and readiness."""
+def _probe(client: Any, probe: Probe, headers: Optional[Dict[str, str]], deadline: Deadline) -> bool:
+    """Run one probe; one that raises has failed."""
     kwargs = _timeout_kwargs(client, deadline)
-    return bool(client.is_server_live(headers=headers, **kwargs) and client.is_server_ready(headers=headers, **kwargs))
+    try:
+        if probe.model is not None:
+            return bool(client.is_model_ready(**probe.model.ready_request(), **kwargs))
+        return bool(
+            client.is_server_live(headers=headers, **kwargs) and client.is_server_ready(headers=headers, **kwargs)
+        )
+    except _PROBE_ERRORS:
+        return False
+
+
+def wait_ready(
+    client: Any, deadline: Deadline, headers: Optional[Dict[str, str]], model: Optional[ModelRef] = None
+) -> None:
+    """Wait, with blocking calls and sleeps, for the server and (given one) the model (`readiness_plan`).
+
+    Raises:
+        PyTritonClientTimeoutError: if they are not ready before the deadline.
+    """
+    plan = readiness_plan(deadline, model)
+    answer: Optional[bool] = None
+    try:
+        while True:
+            step = plan.send(answer)
+            if isinstance(step, Pause):
+                time.sleep(step.seconds)
+                answer = None
+            else:
+                answer = _probe(client, step, headers, deadline)
+    except StopIteration:
+        return
 
 
 def wait_for_server_ready(
@@ -53,8 +78,7 @@ def wait_for_server_ready(
     Raises:
         PyTritonClientTimeoutError: if the server is not ready in time.
     """
-    deadline = Deadline(DEFAULT_SERVER_READY_TIMEOUT_S if timeout_s is None else timeout_s)
-    _wait_until(lambda d: _server_ready(client, d, headers), deadline, "server to be ready")
+    wait_ready(client, Deadline(DEFAULT_SERVER_READY_TIMEOUT_S if timeout_s is None else timeout_s), headers)
 
 
 def wait_for_model_ready(
@@ -69,22 +93,14 @@ def wait_for_model_ready(
     Raises:
         PyTritonClientTimeoutError: if the server or the model is not ready in time (default timeout 300 s).
     """
-    deadline = Deadline(DEFAULT_MODEL_READY_TIMEOUT_S if timeout_s is None else timeout_s)
-    _wait_for_model(client, model_name, model_version, deadline, headers)
+    wait_for_model(client, ModelRef(model_name, model_version, headers), timeout_s)
 
 
-def _wait_for_model(
-    client: Any, model_name: str, model_version: Optional[str], deadline: Deadline, headers: Optional[Dict[str, str]]
-) -> None:
-    """Wait for the server, then for the model, within one deadline."""
-    _wait_until(lambda d: _server_ready(client, d, headers), deadline, "server to be ready")
-
-    def model_ready(d: Deadline) -> bool:
-        kwargs = _timeout_kwargs(client, d)
-        return bool(client.is_model_ready(model_name, model_version or "", headers=headers, **kwargs))
-
-    what = f"model {model_name}/{model_version or LATEST_MODEL_VERSION} to be ready"
-    _wait_until(model_ready, deadline, what)
+def wait_for_model(client: Any, model: ModelRef, timeout_s: Optional[float]) -> None:
+    """`wait_for_model_ready` for a ModelRef (what the clients call)."""
+    wait_ready(
+        client, Deadline(DEFAULT_MODEL_READY_TIMEOUT_S if timeout_s is None else timeout_s), model.headers, model
+    )
 
 
 def get_model_config(
@@ -100,27 +116,20 @@ def get_model_config(
         PyTritonClientTimeoutError: if the server or the model is not ready in time.
         PyTritonClientModelUnavailableError: if the config cannot be obtained from a ready server.
     """
-    deadline = Deadline(DEFAULT_MODEL_READY_TIMEOUT_S if timeout_s is None else timeout_s)
-    _wait_for_model(client, model_name, model_version, deadline, headers)
+    return fetch_model_config(client, ModelRef(model_name, model_version, headers), timeout_s)
+
+
+def fetch_model_config(client: Any, model: ModelRef, timeout_s: Optional[float]) -> TritonModelConfig:
+    """`get_model_config` for a ModelRef (what the clients call)."""
+    timeout_s = DEFAULT_MODEL_READY_TIMEOUT_S if timeout_s is None else timeout_s
+    deadline = Deadline(timeout_s)
+    wait_ready(client, deadline, model.headers, model)
     is_grpc = isinstance(client, tritonclient.grpc.InferenceServerClient)
     try:
-        if is_grpc:
-            reply = client.get_model_config(
-                model_name, model_version or "", headers=headers, as_json=True, **_timeout_kwargs(client, deadline)
-            )
-        else:
-            reply = client.get_model_config(model_name, model_version or "", headers=headers)
+        reply = client.get_model_config(**model.config_request(is_grpc), **_timeout_kwargs(client, deadline))
     except _PROBE_ERRORS as error:
-        raise unavailable_error(error, model_name, deadline.timeout_s) from error
-    return parse_model_config(config_document(reply, is_grpc))
-
-
-def unavailable_error(error: BaseException, model_name: str, timeout_s: float) -> Exception:
-    """A timeout stays a timeout; any other failure to read the config means the model is unavailable."""
-    translated = client_error(error, timeout_s)
-    if isinstance(translated, PyTritonClientTimeoutError):
-        return translated
-    return PyTritonClientModelUnavailableError(f"Could not obtain the config of model {model_name}: {error}")
+        raise unavailable_error(error, model.name, timeout_s) from error
+    return config_from_reply(reply, is_grpc)
 
 
 def get_model_state(

@@ -1,7 +1,8 @@
-"""Model states from the repository index, and the config document from a get_model_config reply."""
+"""Model states from the repository index, and the model a readiness or config call is about."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
@@ -53,7 +54,22 @@ def _parse_state(state: str) -> ModelState:
         return ModelState.UNAVAILABLE
 
 
-def config_document(reply: Any, is_grpc: bool) -> Mapping[str, Any]:
-    """The model config inside a get_model_config reply (gRPC wraps it in {"config": ...})."""
-    document: Mapping[str, Any] = reply["config"] if is_grpc else reply
-    return document
+@dataclasses.dataclass(frozen=True)
+class ModelRef:
+    """A model version on a server, and the headers (access token) its readiness and config calls carry."""
+
+    name: str
+    version: Optional[str] = None
+    headers: Optional[Dict[str, str]] = None
+
+    def describe(self) -> str:
+        """The model as timeout messages name it."""
+        return f"model {self.name}/{self.version or LATEST_MODEL_VERSION}"
+
+    def ready_request(self) -> Dict[str, Any]:
+        """Keyword arguments of tritonclient's `is_model_ready` ("" is the latest version)."""
+        return {"model_name": self.name, "model_version": self.version or "", "headers": self.headers}
+
+    def config_request(self, is_grpc: bool) -> Dict[str, Any]:
+        """Keyword arguments of tritonclient's `get_model_config` (gRPC asked for JSON, as HTTP answers)."""
+        return {**self.ready_request(), **({"as_json": True} if is_grpc else {})}

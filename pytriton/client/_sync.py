@@ -12,7 +12,7 @@ import tritonclient.http
 
 from pytriton.client._base import BaseModelClient
 from pytriton.client._errors import TRANSLATED_ERRORS, client_error
-from pytriton.client._readiness import get_model_config, wait_for_model_ready, wait_for_server_ready
+from pytriton.client._readiness import fetch_model_config, wait_for_model, wait_for_server_ready
 from pytriton.client._request import InferCall, Parameters, result_arrays, unbatch_outputs
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
@@ -87,9 +87,7 @@ class ModelClient(BaseModelClient):
             PyTritonClientClosedError: if the client is closed.
         """
         self._check_open()
-        wait_for_model_ready(
-            self._general_client, self._model_name, self._model_version, timeout_s=timeout_s, headers=self._headers
-        )
+        wait_for_model(self._general_client, self._model_ref, timeout_s)
 
     def wait_for_server(self, timeout_s: float) -> None:
         """Wait for the server to be ready.
@@ -112,13 +110,7 @@ class ModelClient(BaseModelClient):
         """
         if self._model_config is None:
             self._check_open()
-            self._model_config = get_model_config(
-                self._general_client,
-                self._model_name,
-                self._model_version,
-                timeout_s=self._init_timeout_s,
-                headers=self._headers,
-            )
+            self._model_config = fetch_model_config(self._general_client, self._model_ref, self._init_timeout_s)
             self._model_ready = True
         return self._model_config
 

@@ -1,132 +1,85 @@
-"""Asyncio readiness checks and model config retrieval over tritonclient.http.aio or tritonclient.grpc.aio."""
+"""nvidia-pytriton 0.7's asyncio helpers: readiness waits, model config and state over a tritonclient aio client.
+
+Names, parameters and defaults are 0.7's. The two waits that take `sleep_time_s` have no deadline of their own:
+they probe every `sleep_time_s` until ready, and their caller bounds them (`asyncio.wait_for`), as in 0.7. The
+others wait at most `timeout_s`, probing after 50 ms, then at doubling intervals up to 1 s (0.7 sleeps a tenth
+of the timeout). A probe that fails to connect counts as "not ready" in every wait.
+"""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Awaitable, Callable, Dict, Optional, TypeVar
+from typing import Optional, Union
 
-import aiohttp
-import grpc
 import tritonclient.grpc.aio
-from tritonclient.utils import InferenceServerException
+import tritonclient.http.aio
 
-from pytriton.client._config import parse_model_config
-from pytriton.client._polling import DEFAULT_MODEL_READY_TIMEOUT_S, DEFAULT_SERVER_READY_TIMEOUT_S, Deadline
-from pytriton.client._readiness import unavailable_error
-from pytriton.client._state import LATEST_MODEL_VERSION, ModelState, config_document, model_state
-from pytriton.client.exceptions import PyTritonClientTimeoutError
+from pytriton.client import _asyncio_readiness
+from pytriton.client._polling import Deadline
+from pytriton.client._state import ModelRef, ModelState, model_state
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 __all__ = [
+    "aio_clients",
     "asyncio_get_model_config",
     "asyncio_get_model_state",
     "asyncio_wait_for_model_ready",
+    "asyncio_wait_for_model_status_loaded",
     "asyncio_wait_for_server_ready",
 ]
 
-_PROBE_ERRORS = (InferenceServerException, grpc.RpcError, OSError, aiohttp.ClientError, asyncio.TimeoutError)
-_T = TypeVar("_T")
+aio_clients = Union[tritonclient.grpc.aio.InferenceServerClient, tritonclient.http.aio.InferenceServerClient]
+
+_DEFAULT_WAIT_FOR_MODEL_TIMEOUT_S = 60.0
 
 
-async def _within(awaitable: Awaitable[_T], deadline: Deadline, what: str) -> _T:
-    """Await with the deadline's time left, turning its expiry into PyTritonClientTimeoutError."""
-    try:
-        return await asyncio.wait_for(awaitable, deadline.remaining())
-    except asyncio.TimeoutError:
-        raise PyTritonClientTimeoutError(f"Waiting for {what} timed out after {deadline.timeout_s:g} s.") from None
+async def asyncio_get_model_state(
+    client: aio_clients, model_name: str, model_version: Optional[str] = None
+) -> ModelState:
+    """The state of a model version (its latest when `model_version` is None), UNAVAILABLE when not found.
 
-
-async def _poll(probe: Callable[[], Awaitable[bool]], deadline: Deadline, what: str) -> None:
-    """Probe until it succeeds, pausing between probes; a probe that raises counts as a failure."""
-    while True:
-        try:
-            if await probe():
-                return
-        except _PROBE_ERRORS:
-            pass
-        if deadline.expired():
-            raise PyTritonClientTimeoutError(f"Waiting for {what} timed out after {deadline.timeout_s:g} s.")
-        await asyncio.sleep(deadline.next_pause())
-
-
-async def _server_ready(client: Any, headers: Optional[Dict[str, str]]) -> bool:
-    """One probe of server liveness and readiness."""
-    return bool(await client.is_server_live(headers=headers) and await client.is_server_ready(headers=headers))
-
-
-async def asyncio_wait_for_server_ready(
-    client: Any, timeout_s: Optional[float] = None, headers: Optional[Dict[str, str]] = None
-) -> None:
-    """Wait until the server is live and ready (default timeout 60 s).
-
-    Raises:
-        PyTritonClientTimeoutError: if the server is not ready in time.
+    The repository index it reads is restricted by default: against a server with an access token, use
+    `pytriton.client.utils.get_model_state`, which sends headers.
     """
-    deadline = Deadline(DEFAULT_SERVER_READY_TIMEOUT_S if timeout_s is None else timeout_s)
-    what = "server to be ready"
-    await _within(_poll(lambda: _server_ready(client, headers), deadline, what), deadline, what)
-
-
-async def _wait_for_model(
-    client: Any, model_name: str, model_version: Optional[str], deadline: Deadline, headers: Optional[Dict[str, str]]
-) -> None:
-    """Wait for the server, then for the model, within one deadline."""
-
-    async def model_ready() -> bool:
-        return bool(await client.is_model_ready(model_name, model_version or "", headers=headers))
-
-    await _poll(lambda: _server_ready(client, headers), deadline, "server to be ready")
-    await _poll(model_ready, deadline, f"model {model_name}/{model_version or LATEST_MODEL_VERSION} to be ready")
-
-
-async def asyncio_wait_for_model_ready(
-    client: Any,
-    model_name: str,
-    model_version: Optional[str] = None,
-    timeout_s: Optional[float] = None,
-    headers: Optional[Dict[str, str]] = None,
-) -> None:
-    """Wait until the server and the model (its latest version when `model_version` is None) are ready.
-
-    Raises:
-        PyTritonClientTimeoutError: if the server or the model is not ready in time (default timeout 300 s).
-    """
-    deadline = Deadline(DEFAULT_MODEL_READY_TIMEOUT_S if timeout_s is None else timeout_s)
-    what = f"model {model_name}/{model_version or LATEST_MODEL_VERSION} to be ready"
-    await _within(_wait_for_model(client, model_name, model_version, deadline, headers), deadline, what)
+    return model_state(await client.get_model_repository_index(), model_name, model_version)
 
 
 async def asyncio_get_model_config(
-    client: Any,
+    client: aio_clients,
     model_name: str,
     model_version: Optional[str] = None,
-    timeout_s: Optional[float] = None,
-    headers: Optional[Dict[str, str]] = None,
+    timeout_s: float = _DEFAULT_WAIT_FOR_MODEL_TIMEOUT_S,
 ) -> TritonModelConfig:
-    """Wait for the model to be ready (default timeout 300 s), then fetch and parse its config.
+    """Wait up to `timeout_s` for the server and the model, then fetch and parse the model's config.
 
     Raises:
         PyTritonClientTimeoutError: if the server or the model is not ready in time.
         PyTritonClientModelUnavailableError: if the config cannot be obtained from a ready server.
     """
-    deadline = Deadline(DEFAULT_MODEL_READY_TIMEOUT_S if timeout_s is None else timeout_s)
-    is_grpc = isinstance(client, tritonclient.grpc.aio.InferenceServerClient)
-
-    async def ready_then_fetch() -> Any:
-        await _wait_for_model(client, model_name, model_version, deadline, headers)
-        if is_grpc:
-            return await client.get_model_config(model_name, model_version or "", headers=headers, as_json=True)
-        return await client.get_model_config(model_name, model_version or "", headers=headers)
-
-    try:
-        reply = await _within(ready_then_fetch(), deadline, f"config of model {model_name}")
-    except _PROBE_ERRORS as error:
-        raise unavailable_error(error, model_name, deadline.timeout_s) from error
-    return parse_model_config(config_document(reply, is_grpc))
+    return await _asyncio_readiness.fetch_model_config(client, ModelRef(model_name, model_version), timeout_s)
 
 
-async def asyncio_get_model_state(
-    client: Any, model_name: str, model_version: Optional[str] = None, headers: Optional[Dict[str, str]] = None
-) -> ModelState:
-    """The state of a model version (its latest when `model_version` is None), UNAVAILABLE when not found."""
-    return model_state(await client.get_model_repository_index(headers=headers), model_name, model_version)
+async def asyncio_wait_for_server_ready(asyncio_client: aio_clients, sleep_time_s: float) -> None:
+    """Probe the server's liveness and readiness every `sleep_time_s` seconds until both hold; no deadline."""
+    await _asyncio_readiness.wait_ready(asyncio_client, Deadline(None, pause_s=sleep_time_s), None)
+
+
+async def asyncio_wait_for_model_status_loaded(
+    asyncio_client: aio_clients, model_name: str, sleep_time_s: float, model_version: Optional[str] = None
+) -> None:
+    """Probe the model's readiness (not the server's) every `sleep_time_s` seconds until it is ready; no deadline."""
+    model = ModelRef(model_name, model_version)
+    await _asyncio_readiness.wait_ready(asyncio_client, Deadline(None, pause_s=sleep_time_s), None, model, server=False)
+
+
+async def asyncio_wait_for_model_ready(
+    asyncio_client: aio_clients,
+    model_name: str,
+    model_version: Optional[str] = None,
+    timeout_s: float = _DEFAULT_WAIT_FOR_MODEL_TIMEOUT_S,
+) -> None:
+    """Wait up to `timeout_s` for the server, then the model (its latest version when `model_version` is None).
+
+    Raises:
+        PyTritonClientTimeoutError: if the server or the model is not ready in time.
+    """
+    await _asyncio_readiness.wait_for_model(asyncio_client, ModelRef(model_name, model_version), timeout_s)
