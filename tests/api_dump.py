@@ -20,24 +20,36 @@ import re
 import sys
 import types
 import typing
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
-# The modules a user of nvidia-pytriton 0.7 imports from.
-MODULES = [
-    "pytriton.triton",
-    "pytriton.model_config",
-    "pytriton.model_config.common",
-    "pytriton.model_config.model_config",
-    "pytriton.model_config.tensor",
-    "pytriton.model_config.triton_model_config",
-    "pytriton.decorators",
-    "pytriton.proxy.types",
-    "pytriton.client",
-    "pytriton.client.auth",
-    "pytriton.client.exceptions",
-    "pytriton.client.utils",
-    "pytriton.exceptions",
-]
+# The modules a user of nvidia-pytriton 0.7 imports from, each with the names compared (None: every public one).
+# Left out, as 0.7's plumbing rather than its user API: the `pytriton` package itself (its names are its
+# submodules and importlib.metadata's), pytriton.check (the environment check command), pytriton.models,
+# pytriton.server, pytriton.utils and pytriton.tritonserver (running tritonserver and its model store),
+# pytriton.model_config.generator and .parser (tritonserver's config files), and the proxy between
+# tritonserver's Python backend and the callables (pytriton.proxy.communication, data, inference, model,
+# validators, and all of pytriton.proxy.telemetry but `traced_span`: the rest builds the proxy's tracer from
+# trace_config and carries spans across that process boundary, which does not exist here).
+MODULES: Dict[str, Optional[Tuple[str, ...]]] = {
+    "pytriton.triton": None,
+    "pytriton.model_config": None,
+    "pytriton.model_config.common": None,
+    "pytriton.model_config.model_config": None,
+    "pytriton.model_config.tensor": None,
+    "pytriton.model_config.triton_model_config": None,
+    "pytriton.decorators": None,
+    "pytriton.constants": None,
+    "pytriton.proxy.types": None,
+    "pytriton.proxy.telemetry": ("traced_span",),
+    "pytriton.client": None,
+    "pytriton.client.asyncio_utils": None,
+    "pytriton.client.auth": None,
+    "pytriton.client.client": None,
+    "pytriton.client.exceptions": None,
+    "pytriton.client.utils": None,
+    "pytriton.client.warnings": None,
+    "pytriton.exceptions": None,
+}
 # Protocol methods that are part of a class's API although their names start with an underscore.
 DUNDERS = (
     "__init__",
@@ -179,9 +191,10 @@ def describe(value: Any) -> Dict[str, Any]:
 def dump() -> Dict[str, Any]:
     """Every module's public names and what each is."""
     api: Dict[str, Any] = {}
-    for module_name in MODULES:
+    for module_name, compared in MODULES.items():
         module = importlib.import_module(module_name)
-        api[module_name] = {name: describe(getattr(module, name)) for name in public_names(module)}
+        names = public_names(module) if compared is None else compared
+        api[module_name] = {name: describe(getattr(module, name)) for name in names}
     return api
 
 

@@ -41,10 +41,16 @@ ALLOWED: Dict[str, str] = {
     "pytriton.triton:RemoteTriton.serve": _SEEDS_PERIOD,
     "pytriton.triton:TritonConfig.__init__": "0.7 wraps the dataclass in a function taking (*args, **kwargs) that "
     "refuses positional arguments; here __init__ names its fields, keyword-only, with the same effect",
-    "pytriton.client:AsyncioModelClient.__init__": _CLIENT_TOKEN,
-    "pytriton.client:AsyncioDecoupledModelClient.__init__": _CLIENT_TOKEN,
-    "pytriton.client:DecoupledModelClient.__init__": _CLIENT_TOKEN,
-    "pytriton.client:FuturesModelClient.__init__": _CLIENT_TOKEN,
+    **{
+        f"{module}:{client}.__init__": _CLIENT_TOKEN
+        for module in ("pytriton.client", "pytriton.client.client")  # the second is where 0.7 defines them
+        for client in (
+            "AsyncioModelClient",
+            "AsyncioDecoupledModelClient",
+            "DecoupledModelClient",
+            "FuturesModelClient",
+        )
+    },
     "pytriton.proxy.types:Request.__getitem__": "Request and Response share one mapping base (PyTriton repeats it); "
     "the key parameter is `name`, never passed by keyword",
     "pytriton.proxy.types:Request.__setitem__": "the shared mapping base names its parameters `name` and `value`",
