@@ -14,7 +14,8 @@ import pytest
 
 from pytriton.options.limits import ServerLimits
 from pytriton.runtime.loop_thread import LoopThread
-from pytriton.transport.http.cycle import BODY_HIGH_WATER
+from pytriton.transport.http.body import PRESIZED_BODY_BYTES
+from pytriton.transport.http.cycle import BODY_HIGH_WATER, BODY_PARTS
 from pytriton.transport.http.server import AsgiServer
 from pytriton.transport.sockets import bind_socket, bound_port
 
@@ -463,3 +464,127 @@ def test_a_declared_content_length_over_the_limit_is_413_at_once() -> None:
         sock.sendall(b"x" * 100_000)  # the rest of the body is read and dropped while the server lingers
         assert reader.closed()
     assert not ran.is_set()
+
+
+# ---------------------------------------------------------------- bodies read past the parser (transport/http/body.py)
+
+PRESIZED = PRESIZED_BODY_BYTES * 3 + 7
+
+
+def _payload(size: int) -> bytes:
+    return bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+@pytest.mark.parametrize("split", ["whole", "head then body", "head with part of the body", "byte pieces"])
+def test_a_presized_body_arrives_whole_however_it_is_split(echo_server: Served, split: str) -> None:
+    payload = _payload(PRESIZED)
+    request = raw("POST", "/presized", payload)
+    head_size = request.index(b"\r\n\r\n") + 4
+    if split == "whole":
+        pieces = [request]
+    elif split == "head then body":
+        pieces = [request[:head_size], request[head_size:]]
+    elif split == "head with part of the body":
+        pieces = [request[: head_size + 1000], request[head_size + 1000 :]]
+    else:  # the head, odd small pieces of the body, then the rest
+        body = request[head_size:]
+        pieces = [request[:head_size], *(body[i : i + 1] for i in range(5)), body[5:70001], body[70001:]]
+    with connect(echo_server.port) as sock:
+        for piece in pieces:
+            sock.sendall(piece)
+            time.sleep(0.01)
+        _, _, body = Reader(sock).response()
+    assert answer(body)["length"] == PRESIZED and body.endswith(b"\n" + payload)
+
+
+def test_a_request_pipelined_behind_a_presized_body_is_parsed_afresh(echo_server: Served) -> None:
+    payload = _payload(PRESIZED)
+    with connect(echo_server.port) as sock:
+        sock.sendall(raw("POST", "/first", payload) + raw("POST", "/second", b"small") + raw("GET", "/third"))
+        reader = Reader(sock)
+        answers = [reader.response()[2] for _ in range(3)]
+    assert [answer(body)["path"] for body in answers] == ["/first", "/second", "/third"]
+    assert answers[0].endswith(b"\n" + payload) and answers[1].endswith(b"\nsmall")
+
+
+def test_a_presized_body_after_100_continue(echo_server: Served) -> None:
+    payload = _payload(PRESIZED)
+    head = f"POST /expect HTTP/1.1\r\nHost: test\r\nContent-Length: {PRESIZED}\r\nExpect: 100-continue\r\n\r\n"
+    with connect(echo_server.port) as sock:
+        sock.sendall(head.encode())
+        reader = Reader(sock)
+        assert reader._line() == b"HTTP/1.1 100 Continue" and reader._line() == b""
+        sock.sendall(payload)
+        status, _, body = reader.response()
+    assert status == 200 and body.endswith(b"\n" + payload)
+
+
+def test_a_presized_body_is_writable_for_the_app() -> None:
+    async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        message = await receive()
+        body = message["body"]
+        body[0:2] = b"OK"  # binary inputs become writable views of the body, as numpy arrays
+        await respond(send, 200, bytes(body[:2]) + str(len(body)).encode())
+
+    with serving(app) as served, connect(served.port) as sock:
+        sock.sendall(raw("POST", "/write", _payload(PRESIZED)))
+        assert Reader(sock).response()[2] == b"OK" + str(PRESIZED).encode()
+
+
+def test_a_request_answered_before_its_presized_body_keeps_its_connection() -> None:
+    async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["path"] == "/early":
+            await respond(send, 404, b"no such model")  # answered without reading the body
+        else:
+            await respond(send, 200, await read_all(receive))
+
+    with serving(app) as served, connect(served.port) as sock:
+        reader = Reader(sock)
+        sock.sendall(raw("POST", "/early", _payload(PRESIZED)))
+        assert reader.response()[:1] == (404,)
+        sock.sendall(raw("POST", "/late", b"after"))  # the dropped body did not swallow this request
+        assert reader.response()[2] == b"after"
+
+
+def test_a_declared_body_costs_only_the_bytes_that_arrive() -> None:
+    got: List[str] = []
+
+    async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        got.append((await receive())["type"])
+
+    served_before = _rss_kib()
+    with serving(app, ServerLimits(max_body_bytes=2**31)) as served:
+        with connect(served.port) as sock:  # 1 GiB declared, 256 KiB sent, then the client leaves
+            sock.sendall(b"POST /huge HTTP/1.1\r\nHost: test\r\nContent-Length: 1073741824\r\n\r\n" + b"x" * 262144)
+            time.sleep(0.3)
+            grown_mib = (_rss_kib() - served_before) / 1024
+        deadline = time.monotonic() + WAIT_S
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with connect(served.port) as sock:  # and the server serves on
+            sock.sendall(raw("POST", "/fine"))
+            assert Reader(sock).response()[0] is not None
+    assert grown_mib < 64, f"the server's memory grew by {grown_mib:.0f} MiB for 256 KiB of body"
+    assert got[0] == "http.disconnect"
+
+
+def test_body_parts_follow_the_body_in_one_response() -> None:
+    parts = [b"b" * 70000, memoryview(bytearray(b"c" * 100)), memoryview(b"d" * 5)]
+
+    async def app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        assert BODY_PARTS in scope["extensions"]
+        await read_all(receive)
+        size = 1 + sum(memoryview(part).nbytes for part in parts)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % size)]})
+        await send({"type": "http.response.body", "body": b"a", BODY_PARTS: parts})
+
+    with serving(app) as served, connect(served.port) as sock:
+        reader = Reader(sock)
+        for _ in range(2):  # and the connection goes on
+            sock.sendall(raw("GET", "/parts"))
+            assert reader.response()[2] == b"a" + b"b" * 70000 + b"c" * 100 + b"d" * 5

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import List, Sequence, Union
+from typing import Any, List, Sequence, Union
 
 import numpy as np
 
@@ -94,3 +94,21 @@ def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
     return array.data.cast("B")
+
+
+def backed_by(buffer: Any, owner: Any) -> bool:
+    """Whether `buffer`'s memory is `owner`'s: its chain of views (memoryview.obj, ndarray.base) ends there.
+
+    A response may go out as views, without a copy, only when no one can write into its memory
+    meanwhile: memory a request brought (an identity model's output is a view of its input) is that
+    request's alone, where an array a callable returned may be one it fills again on its next call.
+    """
+    while True:
+        if buffer is owner:
+            return True
+        if isinstance(buffer, memoryview):
+            buffer = buffer.obj
+        elif isinstance(buffer, np.ndarray) and buffer.base is not None:
+            buffer = buffer.base
+        else:
+            return False

@@ -13,7 +13,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.protocol.http_codec import parse_json_object
 
 
-def register_request(body: Union[bytes, bytearray]) -> Tuple[bytes, int, int]:
+def register_request(body: Union[bytes, bytearray, memoryview]) -> Tuple[bytes, int, int]:
     """(raw handle, device id, byte size) of a POST .../register body: `{"raw_handle": {"b64": ...}, ...}`."""
     document = parse_json_object(body)
     raw_handle = document.get("raw_handle")

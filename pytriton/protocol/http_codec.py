@@ -17,7 +17,7 @@ from pytriton.protocol.parameters import split_parameters
 from pytriton.protocol.system_memory_codec import TensorRegion, read_input, tensor_region, write_output
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
-Body = Union[bytes, bytearray]
+Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -140,7 +140,7 @@ def _decode_raw_body(
     return request, OutputFormat({}, True)
 
 
-def parse_json_object(data: Union[Body, memoryview]) -> Dict[str, Any]:
+def parse_json_object(data: Body) -> Dict[str, Any]:
     """Parse a JSON object, or raise a 400 with the parser's message."""
     try:
         document = orjson.loads(data)

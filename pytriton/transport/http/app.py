@@ -6,18 +6,20 @@ import asyncio
 import logging
 import re
 import zlib
-from typing import Any, Awaitable, Dict, List, Optional, Union
+from typing import Any, Awaitable, Dict, List, Optional, Sequence
 
 import orjson
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
+from pytriton.core.raw_tensors import backed_by
 from pytriton.options.access import AccessRules
 from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import documents
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
-from pytriton.protocol.http_codec import decode_infer_request, encode_infer_response, parse_json_object
+from pytriton.protocol.http_codec import Body, decode_infer_request, encode_infer_response, parse_json_object
 from pytriton.transport.http import cuda_memory, system_memory
+from pytriton.transport.http.cycle import BODY_PARTS
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
@@ -226,8 +228,14 @@ class HttpFrontend:
         response = await model.infer(request, gone=lambda: _until_disconnect(receive))
         json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
         if binary_parts:
-            out = b"".join([json_part, *binary_parts])
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
+            if not accept and BODY_PARTS in scope.get("extensions", ()) and _request_owned(binary_parts, body):
+                size = json_length + sum(memoryview(part).nbytes for part in binary_parts)
+                out_headers.append((b"content-length", b"%d" % size))
+                await send({"type": "http.response.start", "status": 200, "headers": out_headers})
+                await send({"type": "http.response.body", "body": json_part, BODY_PARTS: binary_parts})
+                return
+            out = b"".join([json_part, *binary_parts])
         else:
             out = json_part
             out_headers = [JSON_TYPE]
@@ -294,7 +302,7 @@ class HttpFrontend:
         assert settings is not None
         if model and not self._engine.model_ready(model):
             raise InferenceError.invalid(f"Request for unknown model : {model}")
-        body = await _read_body(receive, self._max_body_bytes) if method == "POST" else b""
+        body = bytes(await _read_body(receive, self._max_body_bytes)) if method == "POST" else b""
         changes = parse_json_object(body) if body.strip() else {}
         if route == "logging":
             settings.log.update(changes)
@@ -327,6 +335,16 @@ async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) ->
             return
 
 
+def _request_owned(parts: Sequence[Any], body: Body) -> bool:
+    """Whether every output lies in the request's own body, which nothing else writes: sent as views, not joined.
+
+    Other outputs are copied into one buffer first: a callable may fill the array it returned again
+    on its next call while a slow client still reads this response.
+    """
+    owner = body.obj if isinstance(body, memoryview) else body
+    return all(backed_by(part, owner) for part in parts)
+
+
 def _setting_values(value: Any) -> Optional[List[str]]:
     """A trace setting from JSON: null clears it, a list or a single value sets it."""
     if value is None:
@@ -340,10 +358,10 @@ def _allow(method: str, allowed: str) -> None:
         raise _HttpError(405, "Method Not Allowed")
 
 
-async def _read_body(receive: Receive, limit: int) -> Union[bytes, bytearray]:
+async def _read_body(receive: Receive, limit: int) -> Body:
     """Read the whole request body, refusing more than `limit` bytes."""
     message = await receive()
-    body: Union[bytes, bytearray] = message.get("body", b"")
+    body: Body = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
             raise _HttpError(413, f"request body larger than {limit} bytes")
@@ -360,7 +378,7 @@ async def _read_body(receive: Receive, limit: int) -> Union[bytes, bytearray]:
             return buffer
 
 
-def _decompress(body: Union[bytes, bytearray], encoding: str, limit: int) -> bytearray:
+def _decompress(body: Body, encoding: str, limit: int) -> bytearray:
     """Undo a gzip or deflate (zlib) Content-Encoding, refusing more than `limit` bytes."""
     encoding = encoding.strip().lower()
     if encoding == "gzip":

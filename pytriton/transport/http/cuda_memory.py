@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple
 
 from pytriton.core.cuda_memory import CudaSharedMemory
 from pytriton.protocol.cuda_memory_codec import register_request, status_document
+from pytriton.protocol.http_codec import Body
 
 _ACTIONS = ("status", "register", "unregister")
 
@@ -25,7 +26,7 @@ def method_of(action: str) -> str:
     return "GET" if action == "status" else "POST"
 
 
-async def answer(regions: CudaSharedMemory, action: str, name: str, body: Union[bytes, bytearray]) -> Optional[Any]:
+async def answer(regions: CudaSharedMemory, action: str, name: str, body: Body) -> Optional[Any]:
     """Carry out an action; the status document, or None for an empty 200. CUDA calls run off the loop."""
     if action == "status":
         return status_document(regions.status(name))

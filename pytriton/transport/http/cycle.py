@@ -11,6 +11,7 @@ from urllib.parse import unquote
 import httptools
 
 from pytriton.core.waiters import wake
+from pytriton.transport.http.body import PresizedBody
 
 if TYPE_CHECKING:
     from pytriton.transport.http.connection import HttpConnection
@@ -19,6 +20,10 @@ Message = Dict[str, Any]
 App = Callable[[Any, Any, Any], Awaitable[None]]  # an ASGI 3 app: (scope, receive, send)
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
+# An ASGI extension of this server: an `http.response.body` message may carry, under this key, buffers
+# that follow its body in the same write (writev), so that large outputs leave without being joined.
+BODY_PARTS = "pytriton.body_parts"
+_EXTENSIONS: Dict[str, Dict[str, Any]] = {BODY_PARTS: {}}
 _METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _STATUS_LINES: Dict[int, bytes] = {
     status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("latin-1") for status in http.HTTPStatus
@@ -53,6 +58,7 @@ class RequestCycle:
         "_head",
         "_head_only",
         "_length_left",
+        "_presized",
         "_request_delivered",
         "_waiter",
         "body_complete",
@@ -78,6 +84,7 @@ class RequestCycle:
         self.response_complete = False
         self.refusal: Optional[Any] = None  # an ASGI app answering this request instead of the server's
         self._body: List[bytes] = []
+        self._presized: Optional[PresizedBody] = None  # a body read into its final buffer (transport/http/body.py)
         self._buffered = 0
         self._request_delivered = False
         self._waiter: Optional[asyncio.Future[None]] = None
@@ -89,9 +96,18 @@ class RequestCycle:
 
     # -- the connection's side --------------------------------------------------------------
 
+    def presize(self, length: int) -> PresizedBody:
+        """Receive the body into one buffer of its declared `length`, which the connection fills."""
+        presized = self._presized = PresizedBody(length)
+        return presized
+
     def feed_body(self, data: bytes) -> bool:
         """Hold a part of the body for the app; True when the connection should stop reading for now."""
         if self.response_complete:  # answered already: what is left of the body is read and dropped
+            return False
+        presized = self._presized
+        if presized is not None:
+            presized.add(data)
             return False
         self._body.append(data)
         self._buffered += len(data)
@@ -115,7 +131,7 @@ class RequestCycle:
     async def receive(self) -> Message:
         """The next part of the body; once it has all been received, wait until the client leaves."""
         if not self._request_delivered:
-            while not (self._body or self.body_complete or self.disconnected):
+            while not (self._body or self.body_complete or self.disconnected):  # a presized body comes whole
                 if self.expect_continue:
                     self.expect_continue = False
                     self._connection.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -141,8 +157,12 @@ class RequestCycle:
                 raise RuntimeError("http.response.body sent before http.response.start or after the last part")
             more_body = message.get("more_body", False)
             body = b"" if self._head_only else message.get("body", b"")
+            parts = None if self._head_only else message.get(BODY_PARTS)
+            if parts is not None and self._chunked:
+                body, parts = b"".join((body, *parts)), None  # chunk framing needs the part whole
             if self._length_left is not None:
-                self._count_body(len(body), more_body)
+                size = len(body) if parts is None else len(body) + sum(memoryview(part).nbytes for part in parts)
+                self._count_body(size, more_body)
             if not more_body:
                 self.response_complete = True
             if self.disconnected:
@@ -152,7 +172,9 @@ class RequestCycle:
             head, self._head = self._head, None
             connection = self._connection
             self.head_sent = True
-            if head is None:
+            if parts is not None:
+                connection.write_parts([body, *parts] if head is None else [head, body, *parts])
+            elif head is None:
                 connection.write(body)
             else:
                 connection.write_joined(head, body)
@@ -227,8 +249,12 @@ class RequestCycle:
             self.head_sent = True
             self._connection.write(head)
 
-    def _take_body(self) -> Union[bytes, bytearray]:
+    def _take_body(self) -> Union[bytes, bytearray, memoryview]:
         """The body parts held so far, as one buffer (a bytearray when they had to be joined)."""
+        presized = self._presized
+        if presized is not None:
+            self._presized = None
+            return presized.take()
         parts = self._body
         if not parts:
             return b""
@@ -275,6 +301,7 @@ def http_scope(parser: Any, url: bytes, headers: List[Tuple[bytes, bytes]], addr
         "raw_path": raw_path,
         "query_string": query,
         "headers": headers,
+        "extensions": _EXTENSIONS,
     }
 
 

@@ -20,6 +20,8 @@ from pytriton.transport.http.connection import HttpConnection
 from pytriton.transport.http.cycle import App
 from pytriton.transport.sockets import BACKLOG
 
+# What one read takes at most, as uvloop's own read buffer.
+READ_BUFFER_BYTES = 256 * 1024
 # In-flight responses get this long to finish when the server stops (the engine has drained by then).
 STOP_GRACE_S = 1.0
 
@@ -33,6 +35,10 @@ class ServerState:
         self.limits = limits
         self.connections: OpenConnections[HttpConnection] = OpenConnections()
         self.leaving = False  # the server stops soon: responses say `Connection: close`
+        # Every connection reads into this one buffer: what arrives is parsed (and copied out by the parser)
+        # before the next read, so one is enough, and a connection costs no buffer of its own.
+        self.read_buffer = bytearray(READ_BUFFER_BYTES)
+        self.read_view = memoryview(self.read_buffer)
 
 
 class AsgiServer:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Tuple
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.system_memory import SystemSharedMemory
-from pytriton.protocol.http_codec import parse_json_object
+from pytriton.protocol.http_codec import Body, parse_json_object
 from pytriton.protocol.system_memory_codec import status_document, unsigned
 from pytriton.transport.http.cuda_memory import match, method_of
 
 __all__ = ["answer", "match", "method_of"]  # the paths are the CUDA extension's: one matcher for both
 
 
-def answer(regions: SystemSharedMemory, action: str, name: str, body: Union[bytes, bytearray]) -> Optional[Any]:
+def answer(regions: SystemSharedMemory, action: str, name: str, body: Body) -> Optional[Any]:
     """Carry out an action; the status document, or None for an empty 200."""
     if action == "status":
         return status_document(regions.status(name))
@@ -24,7 +24,7 @@ def answer(regions: SystemSharedMemory, action: str, name: str, body: Union[byte
     return None
 
 
-def _register_request(body: Union[bytes, bytearray]) -> Tuple[str, int, int]:
+def _register_request(body: Body) -> Tuple[str, int, int]:
     """(key, offset, byte size) of a POST .../register body: `{"key": ..., "offset": ..., "byte_size": ...}`."""
     document = parse_json_object(body)
     key = document.get("key")

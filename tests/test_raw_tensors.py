@@ -1,0 +1,25 @@
+"""Which outputs may leave as views: memory the request brought, followed through views of views."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pytriton.core.raw_tensors import array_from_raw, backed_by, raw_from_array
+
+
+def test_an_input_view_and_what_is_made_of_it_are_backed_by_the_body() -> None:
+    body = bytearray(np.arange(8, dtype=np.float32).tobytes())
+    array = array_from_raw(memoryview(body), "FP32", [2, 4], "INPUT")
+    assert backed_by(raw_from_array(array, "FP32"), body)
+    assert backed_by(raw_from_array(array[1:], "FP32"), body)
+    assert backed_by(raw_from_array(array.reshape(4, 2).T.T, "FP32"), body)
+
+
+def test_new_arrays_and_copies_are_not_backed_by_the_body() -> None:
+    body = bytearray(np.arange(8, dtype=np.float32).tobytes())
+    array = array_from_raw(memoryview(body), "FP32", [2, 4], "INPUT")
+    assert not backed_by(raw_from_array(array * 2, "FP32"), body)
+    assert not backed_by(raw_from_array(array.T, "FP32"), body)  # not contiguous: copied
+    assert not backed_by(raw_from_array(array.astype(np.float64), "FP64"), body)
+    assert not backed_by(raw_from_array(np.zeros(3, np.float32), "FP32"), body)
+    assert not backed_by(raw_from_array(array, "FP32"), bytearray(body))
