@@ -138,6 +138,48 @@ EXPECTED_TYPES = {
 }
 
 
+# PromQL's range functions and the metric type each is for (Prometheus' docs): a counter's reset (a replica
+# restarting) is handled by rate/irate/increase/resets only; delta/idelta/deriv/predict_linear read gauges.
+RANGE_FUNCTIONS = {
+    "rate": "counter",
+    "irate": "counter",
+    "increase": "counter",
+    "resets": "counter",
+    "delta": "gauge",
+    "idelta": "gauge",
+    "deriv": "gauge",
+    "predict_linear": "gauge",
+}
+_METRIC = re.compile(r"\b(?:([a-z_]+)\s*\(\s*)?(nv_[a-z_]+)")
+
+
+def misapplied(query: str, types: Dict[str, str]) -> List[str]:
+    """What in a PromQL query reads a metric against its type: a range function for the other type, or a counter
+    read without rate()/increase() (its raw value is a total since the replica started)."""
+    problems = []
+    for function, metric in _METRIC.findall(query):
+        wanted = RANGE_FUNCTIONS.get(function)
+        if wanted is not None and types[metric] != wanted:
+            problems.append(f"{function}({metric}): {metric} is a {types[metric]}, {function} is for {wanted}s")
+        elif wanted is None and types[metric] == "counter":
+            problems.append(f"{metric} is a counter, read without rate() or increase()")
+    return problems
+
+
+def test_the_promql_check_catches_a_function_on_the_wrong_metric_type() -> None:
+    assert misapplied('sum(delta(nv_inference_queue_duration_us{a="b"}[1m]))', EXPECTED_TYPES) == [
+        "delta(nv_inference_queue_duration_us): nv_inference_queue_duration_us is a counter, delta is for gauges"
+    ]
+    assert misapplied("rate(nv_inference_pending_request_count[1m])", EXPECTED_TYPES) != []
+    assert misapplied("sum(nv_inference_request_success) by (pod)", EXPECTED_TYPES) != []
+    assert (
+        misapplied(
+            "sum(increase(nv_inference_request_success[1m])) / sum(nv_inference_pending_request_count)", EXPECTED_TYPES
+        )
+        == []
+    )
+
+
 def test_the_adapter_rules_read_metrics_the_server_exports_with_triton_meaning() -> None:
     queried = set()
     for rule in _adapter_rules():
@@ -167,6 +209,10 @@ def test_the_adapter_rules_read_metrics_the_server_exports_with_triton_meaning()
         for name, kind in EXPECTED_TYPES.items():
             assert families[name].type == kind, name
             assert sample(families, name, **labels("rms_norm")) == 0  # per model, labelled model and version
+        # Each rule reads each series as its type in the server's /metrics (# TYPE lines) allows.
+        exported = {name: family.type for name, family in families.items()}
+        for rule in _adapter_rules():
+            assert misapplied(rule["metricsQuery"], exported) == [], rule["metricsQuery"]
         # Pending: requests waiting in the queue, not the one executing.
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             calls = [pool.submit(infer, triton, "held", np.ones((1, 1), np.float32)) for _ in range(3)]
