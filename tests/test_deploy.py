@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -251,8 +252,10 @@ def test_kserve_validation_catches_mistakes() -> None:
     runtime = one(KSERVE / "servingruntime.yaml", "ServingRuntime")
     runtime["spec"]["containers"][0]["argz"] = ["x"]
     runtime["spec"]["protocolVersions"] = [2]
+    runtime["spec"]["containers"][0]["readinessProbe"]["httpGet"]["paht"] = "/"
     errors = kserve_schema.validate(runtime, "V1alpha1ServingRuntime")
     assert any("argz: unknown field" in error for error in errors), errors
+    assert any("httpGet.paht: unknown field" in error for error in errors), errors
     assert any("protocolVersions[0]: expected str" in error for error in errors), errors
     service = one(KSERVE / "inferenceservice.yaml", "InferenceService")
     del service["spec"]["predictor"]["model"]["modelFormat"]
@@ -273,8 +276,14 @@ def test_serving_runtime_speaks_kserve_v2_on_the_ports_kserve_expects() -> None:
     assert model["modelFormat"]["name"] in {entry["name"] for entry in spec["supportedModelFormats"]}
     assert model["protocolVersion"] in spec["protocolVersions"]
     env = _env(container)
+    lame_duck_s = float(env["PYTRITON_LIMIT_LAME_DUCK_S"])
     grace = service["spec"]["predictor"]["terminationGracePeriodSeconds"]
-    assert grace > float(env["PYTRITON_LIMIT_LAME_DUCK_S"]) + float(env["PYTRITON_TRITON_CONFIG_EXIT_TIMEOUT_SECS"])
+    assert grace > lame_duck_s + float(env["PYTRITON_TRITON_CONFIG_EXIT_TIMEOUT_SECS"])
+    # HTTP probes on the serving port, so that the lame duck's unready is seen.
+    readiness, liveness = container["readinessProbe"], container["livenessProbe"]
+    assert readiness["httpGet"] == {"path": "/v2/health/ready", "port": 8080}
+    assert liveness["httpGet"] == {"path": "/v2/health/live", "port": 8080}
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] < lame_duck_s
 
 
 def _serve(args: List[str], env: Dict[str, str]) -> subprocess.Popen[bytes]:
@@ -323,6 +332,10 @@ def test_serving_runtime_command_serves_the_example_model_directory() -> None:
         _wait_serving(process, http)
         status, document = post_json(http, "/v2/models/rms_norm/infer", RMS_NORM)
         assert status == 200 and document["outputs"][0]["data"] == pytest.approx(RMS_NORMED, rel=1e-5)
+        for probe in ("readinessProbe", "livenessProbe"):  # what the kubelet would GET, on the HTTP port
+            path = container[probe]["httpGet"]["path"]
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}{path}", timeout=5) as response:
+                assert response.status == 200, probe
     finally:
         code, log = _stop(process)
     assert code == 0, log
