@@ -15,12 +15,18 @@ import time
 import zlib
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
+import h2.config
+import h2.connection
+import h2.events
 import hpack
 import numpy as np
 import pytest
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
+from pytriton.transport.grpc import frames
+from pytriton.transport.grpc.headers import encode_block
+from pytriton.transport.grpc.responses import MAX_GRPC_MESSAGE_BYTES
 from pytriton.triton import Triton, TritonConfig
 from tests.h2_wire import (
     ACK,
@@ -309,6 +315,32 @@ def test_get_is_405(server, connect):
     assert len(response.frames) == 1 and response.frames[0].has(END_STREAM)
     assert response.headers[":status"] == "405"
     assert client.infer([2.0]).output() == [2.0]
+
+
+def test_a_status_message_too_long_for_clients_is_cut_and_fits_one_frame(server, connect):
+    client = connect(server)
+    response = client.response(client.start_call(infer_request([1.0], model="m" * 20_000)))
+    assert response.trailers_only and response.grpc_status == "5"  # NOT_FOUND
+    assert all(len(frame.payload) <= DEFAULT_MAX_FRAME for frame in client.log)
+    message = response.headers["grpc-message"]
+    assert len(message) == MAX_GRPC_MESSAGE_BYTES and message.endswith("m...")  # a client's 8 KiB trailers hold it
+    assert client.infer([2.0]).output() == [2.0]
+
+
+def test_a_header_block_larger_than_the_clients_frames_goes_out_in_continuations():
+    """No status comes near 16 KiB (grpc-message is cut at 4 KiB); a block that did is split, as h2 reads it."""
+    fields = [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "13"), ("x", "v" * 40_000)]
+    block = encode_block([(name.encode(), value.encode()) for name, value in fields])
+    wire = frames.header_frames(END_STREAM, 1, block, DEFAULT_MAX_FRAME)
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="ascii"))
+    client.initiate_connection()
+    client.send_headers(1, request_headers(), end_stream=True)
+    events = client.receive_data(frames.settings_frame({}) + wire)
+    [received] = [event for event in events if isinstance(event, h2.events.ResponseReceived)]
+    assert received.headers == fields and received.stream_ended is not None
+    sizes = [int.from_bytes(wire[at : at + 3], "big") for at in range(0, len(wire), 9 + DEFAULT_MAX_FRAME)]
+    assert [wire[at + 3] for at in range(0, len(wire), 9 + DEFAULT_MAX_FRAME)] == [HEADERS, CONTINUATION, CONTINUATION]
+    assert sizes == [DEFAULT_MAX_FRAME, DEFAULT_MAX_FRAME, len(block) - 2 * DEFAULT_MAX_FRAME]
 
 
 # ---------------------------------------------------------------- 4. flow control of responses

@@ -353,3 +353,17 @@ def test_two_servers_in_one_process_log_no_errors(
             thread.join(60)
     assert not failures
     assert [record.getMessage() for record in caplog.records if record.levelname == "ERROR"] == []
+
+
+def test_a_status_message_too_long_for_grpc_clients_is_cut(start_triton: Callable[..., Triton]) -> None:
+    """grpc's clients refuse trailers over 16 KiB ("metadata size exceeds hard limit"); the status gets through."""
+    triton = start_triton(bind_zeros)
+    infer_input = grpcclient.InferInput("IN", [1], "FP32")
+    infer_input.set_data_from_numpy(np.array([2.0], dtype=np.float32))
+    with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer("m" * 20_000, [infer_input])
+    assert refused.value.status() == "StatusCode.NOT_FOUND"
+    message = refused.value.message()
+    assert message.startswith("Request for unknown model: 'mmm") and message.endswith("mmm...")
+    assert len(message) == 4096

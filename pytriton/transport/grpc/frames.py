@@ -85,6 +85,20 @@ def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     return frame_header(len(payload), kind, flags, stream_id) + payload
 
 
+def header_frames(flags: int, stream_id: int, block: bytes, max_frame: int) -> bytes:
+    """A header block in a HEADERS frame with `flags`, and CONTINUATIONs for what a frame of `max_frame` cannot carry.
+
+    A frame larger than the peer's SETTINGS_MAX_FRAME_SIZE is its FRAME_SIZE_ERROR (RFC 9113 section 4.2).
+    """
+    if len(block) <= max_frame:
+        return frame(HEADERS, flags | END_HEADERS, stream_id, block)
+    frames = [frame(HEADERS, flags, stream_id, block[:max_frame])]
+    for start in range(max_frame, len(block), max_frame):
+        end = start + max_frame
+        frames.append(frame(CONTINUATION, END_HEADERS if end >= len(block) else 0, stream_id, block[start:end]))
+    return b"".join(frames)
+
+
 def settings_frame(settings: dict[int, int]) -> bytes:
     """A SETTINGS frame carrying `settings`."""
     return frame(SETTINGS, 0, 0, b"".join(_SETTING.pack(key, value) for key, value in settings.items()))

@@ -33,11 +33,33 @@ _RESPONSE_HEADS = {encoding: _response_head(encoding) for encoding in (None, "gz
 _TRAILERS_ONLY_HEAD = STATUS_200 + encode_block([(b"content-type", b"application/grpc")])
 
 
-def _percent_encoded(text: str) -> bytes:
-    """grpc-message's encoding: printable ASCII but '%' as is, every other UTF-8 byte as %XX."""
-    return b"".join(
-        bytes((byte,)) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte for byte in text.encode()
-    )
+# The longest grpc-message this server sends, percent-encoded. grpc's C-core server sends a message of any
+# length, but gRPC clients limit the trailers they take (PROTOCOL-HTTP2.md suggests 8 KiB; C-core's clients
+# refuse over 8 KiB at random and over 16 KiB always, grpc-java over 8 KiB): past that the caller sees
+# RESOURCE_EXHAUSTED "metadata size exceeds hard limit" instead of the status. Envoy cuts its messages to fit
+# 8 KiB likewise. A longer message is cut at a character and ends with "...".
+MAX_GRPC_MESSAGE_BYTES = 4096
+_CUT_MARK = b"..."
+
+
+def _grpc_message(details: str) -> bytes:
+    """grpc-message's value: printable ASCII but '%' as is, every other UTF-8 byte as %XX; cut to the cap."""
+    raw = details.encode()
+    pieces = [
+        bytes((byte,)) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte
+        for byte in raw[:MAX_GRPC_MESSAGE_BYTES]  # each byte takes one to three: no more can fit
+    ]
+    if len(raw) <= MAX_GRPC_MESSAGE_BYTES and sum(map(len, pieces)) <= MAX_GRPC_MESSAGE_BYTES:
+        return b"".join(pieces)
+    budget, size, kept = MAX_GRPC_MESSAGE_BYTES - len(_CUT_MARK), 0, 0
+    for piece in pieces:
+        size += len(piece)
+        if size > budget:
+            break
+        kept += 1
+    while kept and raw[kept] & 0xC0 == 0x80:  # the first byte left out continues a character: leave all of it out
+        kept -= 1
+    return b"".join(pieces[:kept]) + _CUT_MARK
 
 
 def _status_block(code: grpc.StatusCode, details: str) -> bytes:
@@ -46,7 +68,7 @@ def _status_block(code: grpc.StatusCode, details: str) -> bytes:
         return _OK_TRAILERS
     fields: List[Header] = [(b"grpc-status", str(code.value[0]).encode())]
     if details:
-        fields.append((b"grpc-message", _percent_encoded(details)))
+        fields.append((b"grpc-message", _grpc_message(details)))
     return encode_block(fields)
 
 
@@ -143,9 +165,9 @@ class ResponseSender:
         self._trailers(stream_id, _TRAILERS_ONLY_HEAD + _status_block(code, details))
 
     def _trailers(self, stream_id: int, block: bytes) -> None:
-        """The HEADERS frame that ends a stream."""
+        """The HEADERS frame that ends a stream (and CONTINUATIONs, should the block outgrow the client's frames)."""
         self._data_sent()
-        self._write(h2.frame(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, stream_id, block))
+        self._write(h2.header_frames(h2.END_STREAM, stream_id, block, self.windows.max_frame))
 
     def _send(self, call: GrpcCall, message: bytes) -> None:
         """Send a framed message on a call (its headers first), or queue what the windows hold back."""
