@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, No
 
 import grpc
 
+from pytriton.core.raw_tensors import Buffer
 from pytriton.core.waiters import wake
 from pytriton.transport.grpc.flow import STREAM_WINDOW
 from pytriton.transport.grpc.headers import Header
@@ -94,7 +95,7 @@ class GrpcCall:
         self._headers = headers
         self._reader = reader
         self._metadata: Optional[Metadata] = None
-        self._inbox: Deque[bytes] = deque()  # request messages not yet taken by a streaming handler
+        self._inbox: Deque[Buffer] = deque()  # request messages not yet taken by a streaming handler
         self._inbox_error: Optional[MessageError] = None
         self._waiter: Optional[asyncio.Future[None]] = None
         self.state = OPEN  # of the HTTP/2 stream (streams.py), moved by the session
@@ -116,7 +117,7 @@ class GrpcCall:
         """Whether the client may still send on the stream."""
         return self.state == OPEN or self.state == HALF_CLOSED_LOCAL
 
-    def receive(self, data: bytes, length: int) -> None:
+    def receive(self, data: Buffer, length: int) -> None:
         """DATA of the stream (`length` with its padding): messages for the handler, consumed as it reads them.
 
         Bytes of a message under way are consumed at once (the handler waits for it); whole messages a
@@ -208,7 +209,7 @@ class GrpcCall:
 
     # -- running the handler --------------------------------------------------------------------
 
-    async def _unary(self, request: bytes) -> None:
+    async def _unary(self, request: Buffer) -> None:
         """Run the handler on the request message, send its response and the status."""
         method = self.method
         try:

@@ -22,8 +22,8 @@ from pytriton.transport.grpc import frames as h2
 class FrameHandler(Protocol):
     """What the reader hands the frames to (the session), once checked."""
 
-    def on_data(self, stream_id: int, flags: int, payload: bytes) -> None:
-        """A DATA frame on a stream; `payload` still has its padding."""
+    def on_data(self, stream_id: int, flags: int, payload: memoryview) -> None:
+        """A DATA frame on a stream; `payload` (a view of the read) still has its padding."""
 
     def on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         """A whole header block on a stream; `flags` are its HEADERS frame's."""
@@ -84,17 +84,39 @@ class FrameReader:
     def feed(self, data: bytes) -> None:
         """Handle every whole frame of what arrived; keep the start of a partial one.
 
+        A frame begun in an earlier read is completed with just the bytes it misses, not by joining
+        the whole read to it: with large messages every read ends inside a frame, and joining copied
+        each byte once more. DATA payloads are views of the read; the message reader copies them once.
+
         Raises:
             Http2Error: a connection error (the handler may raise it too).
         """
-        if self._pending:
-            data = self._pending + data
+        pending = self._pending
+        if pending:
             self._pending = b""
-        position, size = 0, len(data)
+            if self._preface_due or len(pending) < h2.FRAME_HEADER_SIZE:
+                data = pending + data  # at most a preface or a frame header: a few bytes
+            else:
+                missing = h2.FRAME_HEADER_SIZE + ((pending[0] << 16) | (pending[1] << 8) | pending[2]) - len(pending)
+                if missing > len(data):
+                    self._pending = pending + data  # still not whole: at most one frame is held
+                    return
+                self._frames(pending + data[:missing], 0)
+                if missing == len(data) or self.stopped:
+                    return
+                self._frames(data, missing)
+                return
+        position = 0
         if self._preface_due:
             position = self._preface(data)
             if position < 0:
                 return
+        self._frames(data, position)
+
+    def _frames(self, data: bytes, position: int) -> None:
+        """Handle the whole frames of `data` from `position` on; keep the start of a partial one."""
+        size = len(data)
+        view = memoryview(data)
         handler = self._handler
         unpack = h2.FRAME_HEADER.unpack_from
         while size - position >= h2.FRAME_HEADER_SIZE and not self.stopped:
@@ -105,20 +127,20 @@ class FrameReader:
             end = position + h2.FRAME_HEADER_SIZE + length
             if end > size:
                 break
-            payload = data[position + h2.FRAME_HEADER_SIZE : end]
+            start = position + h2.FRAME_HEADER_SIZE
             position = end
             stream_id &= 0x7FFFFFFF
             try:
                 if self._block_stream:
-                    self._continuation(kind, flags, stream_id, payload)
+                    self._continuation(kind, flags, stream_id, data[start:end])
                 elif kind == h2.DATA:
                     if not stream_id:
                         raise h2.Http2Error(h2.PROTOCOL_ERROR, "DATA on stream 0")
-                    handler.on_data(stream_id, flags, payload)
+                    handler.on_data(stream_id, flags, view[start:end])
                 elif kind == h2.HEADERS:
-                    self._headers(stream_id, flags, payload)
+                    self._headers(stream_id, flags, data[start:end])
                 else:
-                    self._control(kind, flags, stream_id, payload)
+                    self._control(kind, flags, stream_id, data[start:end])
             except h2.StreamError as error:
                 handler.on_stream_error(error)
         if position < size:

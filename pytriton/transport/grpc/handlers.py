@@ -20,7 +20,7 @@ Parts = Tuple[List[Buffer], int]
 Behaviour = Callable[[Any, Any], Awaitable[Any]]
 
 # (request parser, response serializer) where the generated ones would copy tensors into protobuf.
-_ZERO_COPY: Dict[str, Tuple[Callable[[bytes], Any], Callable[[Any], Parts]]] = {
+_ZERO_COPY: Dict[str, Tuple[Callable[[Buffer], Any], Callable[[Any], Parts]]] = {
     "ModelInfer": (parse_infer_request, infer_response_parts),
     "ModelStreamInfer": (parse_infer_request, stream_response_parts),
 }
@@ -35,7 +35,7 @@ class Method:
         self,
         name: str,
         streaming: bool,
-        deserialize: Callable[[bytes], Any],
+        deserialize: Callable[[Buffer], Any],
         serialize: Callable[[Any], Parts],
         behaviour: Behaviour,
     ) -> None:
@@ -80,11 +80,11 @@ def method_table(
     return table
 
 
-def _tolerant(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+def _tolerant(deserialize: Callable[[Buffer], Any]) -> Callable[[Buffer], Any]:
     """A request parser that hands a message protobuf cannot parse to the method as an INVALID_ARGUMENT."""
 
     @functools.wraps(deserialize)
-    def parse(data: bytes) -> Any:
+    def parse(data: Buffer) -> Any:
         try:
             return deserialize(data)
         except DecodeError as error:

@@ -7,11 +7,14 @@ import zlib
 from typing import List, Optional, Sequence
 
 import grpc
+import numpy as np
 
 from pytriton.core.raw_tensors import Buffer
 
 _PREFIX = struct.Struct(">BI")
 PREFIX_SIZE = 5
+# Messages at least this large stay in the buffer they were assembled in (protobuf parses smaller ones alone).
+SCATTER_BYTES = 64 * 1024
 
 # grpc-encoding -> zlib wbits ("deflate" is zlib-wrapped, as grpc sends it).
 _WBITS = {"gzip": 31, "deflate": 15}
@@ -32,41 +35,65 @@ class MessageError(Exception):
 
 
 class MessageReader:
-    """Cuts the DATA of one call into messages, no larger than `limit` bytes each once decompressed."""
+    """Cuts the DATA of one call into messages, no larger than `limit` bytes each once decompressed.
 
-    __slots__ = ("_buffer", "_encoding", "_limit")
+    A message spread over several DATA frames is copied, once, into a buffer of the size its prefix
+    declares (numpy's uninitialised memory: pages are touched only as bytes arrive, so a declared size
+    costs nothing until it is sent). Messages of SCATTER_BYTES or more stay in that buffer, writable, and
+    their tensors are views of it; smaller ones become bytes.
+    """
+
+    __slots__ = ("_encoding", "_filled", "_flag", "_limit", "_message", "_prefix")
 
     def __init__(self, encoding: Optional[str], limit: int) -> None:
         """A reader for messages sent with grpc-encoding `encoding` (None: not compressed)."""
         self._encoding = encoding
         self._limit = limit
-        self._buffer = bytearray()
+        self._prefix = b""  # the start of a length prefix split between DATA frames
+        self._message: Optional[memoryview] = None  # the buffer of the message under way
+        self._filled = 0
+        self._flag = 0
 
     @property
     def partial(self) -> bool:
         """Whether part of a message is still missing."""
-        return bool(self._buffer)
+        return self._message is not None or bool(self._prefix)
 
-    def feed(self, data: bytes) -> List[bytes]:
+    def feed(self, data: Buffer) -> List[Buffer]:
         """The messages completed by `data`."""
-        buffer = self._buffer
-        if not buffer and len(data) >= PREFIX_SIZE:  # the usual case: one whole message in one DATA frame
+        size = len(data)
+        if self._message is None and not self._prefix and size >= PREFIX_SIZE:
             flag, length = _PREFIX.unpack_from(data)
-            if length == len(data) - PREFIX_SIZE:
-                return [self._message(flag, length, data[PREFIX_SIZE:])]
-        buffer += data
-        messages: List[bytes] = []
-        while len(buffer) >= PREFIX_SIZE:
-            flag, length = _PREFIX.unpack_from(buffer)
-            self._check_size(length)
-            end = PREFIX_SIZE + length
-            if len(buffer) < end:
-                break
-            messages.append(self._message(flag, length, bytes(buffer[PREFIX_SIZE:end])))
-            del buffer[:end]
-        if len(buffer) >= PREFIX_SIZE:
-            self._check_size(_PREFIX.unpack_from(buffer)[1])
-        return messages
+            if length == size - PREFIX_SIZE:  # the usual case: one whole message in one DATA frame
+                return [self._whole(flag, length, bytes(data[PREFIX_SIZE:]))]
+        messages: List[Buffer] = []
+        position = 0
+        while True:
+            message = self._message
+            if message is None:
+                if position >= size:
+                    return messages
+                taken = PREFIX_SIZE - len(self._prefix)
+                prefix = self._prefix + bytes(data[position : position + taken])
+                position += taken
+                if len(prefix) < PREFIX_SIZE:
+                    self._prefix = prefix
+                    return messages
+                self._prefix = b""
+                flag, length = _PREFIX.unpack_from(prefix)
+                self._check_size(length)
+                self._flag, self._filled = flag, 0
+                message = self._message = np.empty(length, np.uint8).data
+            filled = self._filled
+            count = min(size - position, len(message) - filled)
+            message[filled : filled + count] = data[position : position + count]
+            position += count
+            self._filled = filled = filled + count
+            if filled < len(message):
+                return messages
+            self._message = None
+            body: Buffer = message if filled >= SCATTER_BYTES else message.tobytes()
+            messages.append(self._whole(self._flag, filled, body))
 
     def _check_size(self, length: int) -> None:
         """Refuse a message larger than the limit as soon as its prefix says so."""
@@ -75,7 +102,7 @@ class MessageReader:
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max ({length} vs. {self._limit})"
             )
 
-    def _message(self, flag: int, length: int, payload: bytes) -> bytes:
+    def _whole(self, flag: int, length: int, payload: Buffer) -> Buffer:
         """A message's bytes, decompressed when its flag says it is compressed."""
         if not flag:
             self._check_size(length)

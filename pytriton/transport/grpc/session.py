@@ -6,8 +6,9 @@ call, `keepalive.py` the pings, `floods.py` the flood counters, `goaway.py` the 
 ties them to the calls; its connection (`connection.py`) ties it to the transport.
 
 A session must receive its client's preface and SETTINGS within grpc_handshake_timeout_s, says GOAWAY
-after grpc_idle_timeout_s without a call, takes at most grpc_max_concurrent_streams calls at once
-(REFUSED_STREAM beyond), and answers UNAVAILABLE on a connection one over grpc_max_connections.
+after grpc_idle_timeout_s without a call, and takes at most grpc_max_concurrent_streams calls at once
+(REFUSED_STREAM beyond). A connection one over grpc_max_connections answers the calls that came with its
+client's SETTINGS with UNAVAILABLE, then says GOAWAY (its debug data says why: grpc's clients show it).
 """
 
 from __future__ import annotations
@@ -119,11 +120,11 @@ class Http2Session:
 
     # -- frames (framing.FrameHandler) ------------------------------------------------------------
 
-    def on_data(self, stream_id: int, flags: int, payload: bytes) -> None:
+    def on_data(self, stream_id: int, flags: int, payload: memoryview) -> None:
         """Request bytes of a call (they count against the connection window whatever their stream)."""
         length = len(payload)
         if flags & h2.PADDED:
-            payload = h2.strip_padding(payload, h2.PADDED, stream_id)
+            payload = memoryview(h2.strip_padding(payload.tobytes(), h2.PADDED, stream_id))  # rare: copied
         elif not length and not flags & h2.END_STREAM:
             self.glitch()
         call = self.calls.get(stream_id)
@@ -201,6 +202,8 @@ class Http2Session:
         self._write(h2.frame(h2.SETTINGS, h2.ACK, 0))
         if self._clock.phase == HANDSHAKE:
             self._clock.enter(IDLE, self._state.idle_timeout_s)
+            if self.over_cap:  # once this read's calls are answered (UNAVAILABLE): an idle one must not hold on
+                self.loop.call_soon(self._leave_over_cap)
         self.sender.pump_blocked()
 
     def on_ping(self, flags: int, payload: bytes) -> None:
@@ -281,8 +284,7 @@ class Http2Session:
             elif content_type is None or not content_type.startswith(b"application/grpc"):
                 sender.answer_http(stream_id, b"415")
             elif self.over_cap:
-                details = f"the server serves at most {state.max_connections} gRPC connections at once"
-                sender.answer_status(stream_id, grpc.StatusCode.UNAVAILABLE, details)
+                sender.answer_status(stream_id, grpc.StatusCode.UNAVAILABLE, self._over_cap_details())
             elif method is None:
                 sender.answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             else:
@@ -301,7 +303,7 @@ class Http2Session:
             self._streams.skip(stream_id, st.RESET_BY_SERVER)
             self._write(h2.rst_stream(stream_id, h2.NO_ERROR))
         if self.over_cap:
-            self.shutdown()
+            self._leave_over_cap()
 
     def _start(self, call: GrpcCall, timeout: Optional[bytes], accepted: Optional[bytes]) -> None:
         """Open a call's stream; a streaming handler starts now, a unary one when its message is whole."""
@@ -388,6 +390,16 @@ class Http2Session:
     async def leave(self) -> None:
         """A graceful GOAWAY (goaway.py): the client opens its next calls elsewhere; returns once the final is out."""
         await self.goaway.leave(self.shutdown, self.closed)
+
+    def _over_cap_details(self) -> str:
+        """Why a connection over grpc_max_connections is refused."""
+        return f"the server serves at most {self._state.max_connections} gRPC connections at once"
+
+    def _leave_over_cap(self) -> None:
+        """GOAWAY for a connection over grpc_max_connections, saying why; it closes once its calls are answered."""
+        if not self.closed:
+            self.goaway.now(self._over_cap_details().encode())
+        self._close_if_done()
 
     def shutdown(self) -> None:
         """Refuse new calls (GOAWAY), finish those in progress, then close."""

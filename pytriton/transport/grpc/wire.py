@@ -55,7 +55,7 @@ class InferRequestFrame:
         self.raw_inputs = raw_inputs
 
 
-def _read_varint(data: bytes, offset: int) -> Tuple[int, int]:
+def _read_varint(data: Buffer, offset: int) -> Tuple[int, int]:
     """Decode a varint at `offset`; return it and the offset after it."""
     result = 0
     shift = 0
@@ -68,7 +68,7 @@ def _read_varint(data: bytes, offset: int) -> Tuple[int, int]:
         shift += 7
 
 
-def _field_end(data: bytes, key: int, offset: int) -> Tuple[int, int]:
+def _field_end(data: Buffer, key: int, offset: int) -> Tuple[int, int]:
     """Where a field's value starts and ends, given its key and the offset after the key."""
     wire_type = key & 7
     if wire_type == _LENGTH_DELIMITED:
@@ -83,7 +83,7 @@ def _field_end(data: bytes, key: int, offset: int) -> Tuple[int, int]:
     raise DecodeError(f"unsupported protobuf wire type {wire_type}")
 
 
-def parse_infer_request(data: bytes) -> InferRequestFrame:
+def parse_infer_request(data: Buffer) -> InferRequestFrame:
     """Deserialize a ModelInferRequest; large raw inputs stay in `data` as memoryviews."""
     if len(data) < SCAN_THRESHOLD_BYTES:
         return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None)
