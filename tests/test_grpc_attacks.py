@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
 
+import hpack
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -39,6 +40,7 @@ from tests.h2_wire import (
     HEADERS,
     NO_ERROR,
     PING,
+    PREFACE,
     READ_S,
     REFUSED_STREAM,
     RST_STREAM,
@@ -397,6 +399,41 @@ def test_connections_over_the_cap_get_unavailable_until_idle_ones_are_closed(cap
         assert goaway_of(frames) == (0, NO_ERROR, b"")
     capped.assert_served()
     assert capped.rss_mib() - before < RSS_GROWTH_MIB
+
+
+@pytest.fixture(scope="module")
+def two_connections() -> Iterator[ServedProcess]:
+    server = ServedProcess({"grpc_max_connections": 2})  # idle connections are held for the default 300 s
+    yield server
+    server.stop()
+
+
+def test_idle_connections_over_the_cap_get_goaway_after_their_settings(two_connections, clients):
+    for _ in range(6):
+        clients.append(two_connections.h2())
+    for client in clients[2:]:
+        assert goaway_of(client.wait_closed(READ_S)) == (
+            0,
+            NO_ERROR,
+            b"the server serves at most 2 gRPC connections at once",
+        )
+    for client in clients[:2]:  # within the cap: held, idle as they are
+        client.assert_quiet(0)
+        assert not client.eof and not [frame for frame in client.log if frame.kind == GOAWAY]
+    assert clients[0].infer([1.0]).output() == [1.0]
+
+
+def test_a_call_sent_with_the_preface_over_the_cap_gets_unavailable_then_goaway(two_connections, clients):
+    for _ in range(2):
+        clients.append(two_connections.h2())
+    call = pack_frame(HEADERS, END_HEADERS, 1, hpack.Encoder().encode(request_headers()))
+    call += pack_frame(DATA, END_STREAM, 1, grpc_message(infer_request([1.0])))
+    client = H2Client(two_connections.grpc_port, preface=PREFACE + pack_frame(SETTINGS, 0, 0) + call)
+    clients.append(client)
+    response = client.response(1)
+    assert response.trailers_only and response.grpc_status == "14"  # UNAVAILABLE
+    assert response.headers["grpc-message"] == "the server serves at most 2 gRPC connections at once"
+    assert goaway_of(client.wait_closed(READ_S))[:2] == (1, NO_ERROR)
 
 
 @pytest.mark.parametrize("sent", [b"", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"], ids=["nothing", "the magic alone"])

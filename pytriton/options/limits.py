@@ -18,7 +18,7 @@ Where each limit is enforced, and how a refusal looks:
 | grpc_max_concurrent_rpcs | gRPC service, before a call runs: RPCs in progress at once | RESOURCE_EXHAUSTED |
 | grpc_max_concurrent_streams | gRPC connection: calls open at once (SETTINGS_MAX_CONCURRENT_STREAMS) | REFUSED_STREAM |
 | grpc_max_stream_requests | ModelStreamInfer: requests of one stream in progress at once | the stream waits |
-| grpc_max_connections | gRPC connection: a call on a connection over the cap | UNAVAILABLE, then GOAWAY |
+| grpc_max_connections | gRPC connection over the cap, once its SETTINGS arrive | UNAVAILABLE, then GOAWAY |
 | grpc_idle_timeout_s | gRPC connection: time without a call in progress | GOAWAY, connection closed |
 | grpc_handshake_timeout_s | gRPC connection: TLS handshake, then the HTTP/2 preface and SETTINGS | connection closed |
 | max_tensor_elements | both codecs, from the declared shape, before any tensor is built | 400 / INVALID_ARGUMENT |
@@ -72,7 +72,8 @@ class ServerLimits:
             (SETTINGS_MAX_CONCURRENT_STREAMS); a stream beyond it is refused (REFUSED_STREAM).
         grpc_max_stream_requests: requests of one ModelStreamInfer stream in progress at once; the server
             reads the next one when one ends.
-        grpc_max_connections: gRPC connections served at once; a call on one more gets UNAVAILABLE.
+        grpc_max_connections: gRPC connections served at once; one more gets GOAWAY after its client's SETTINGS
+            (calls sent with them get UNAVAILABLE).
         grpc_idle_timeout_s: seconds a gRPC connection may stay without a call before the server closes it.
         grpc_handshake_timeout_s: seconds for a gRPC connection's TLS handshake, then its HTTP/2 preface and
             SETTINGS, to arrive.

@@ -48,11 +48,11 @@ class Goaway:
                 self._ping_timer = self._loop.call_later(_GOAWAY_PING_TIMEOUT_S, final)
         await self._final
 
-    def now(self) -> None:
-        """The final GOAWAY (NO_ERROR): no new call from here on."""
+    def now(self, debug: bytes = b"") -> None:
+        """The final GOAWAY (NO_ERROR, with `debug` data): no new call from here on."""
         if not self.said:
             self.said = True
-            self._write(h2.goaway(self.last_accepted, h2.NO_ERROR))
+            self._write(h2.goaway(self.last_accepted, h2.NO_ERROR, debug))
         self.done()
 
     def error(self, code: int, message: str) -> None:
