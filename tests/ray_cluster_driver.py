@@ -1,6 +1,7 @@
 """Runs inside a network namespace with only loopback (see test_ray_serve.py): a two-node Ray cluster serving
 this project's models through Ray Serve, loaded until it scales from 1 to 2 replicas and back, then the
-throughput through Ray's proxy against the same model served directly. Prints one JSON line of results.
+throughput through Ray's proxy against the same model served directly by a `pytriton serve` process (as
+tests/fleet.py's Replica starts it, after the Ray cluster is gone). Prints one JSON line of results.
 
 Ray's processes advertise the machine's non-loopback address when there is one; in a namespace with only
 loopback they use 127.0.0.1, so every byte of this run stays on loopback.
@@ -31,7 +32,9 @@ from pytriton.model_config import ModelConfig, Tensor
 def slow(x):
     time.sleep(0.02)  # requests pile up in a replica: Ray sees them as ongoing and scales out
     node = ray.get_runtime_context().get_node_id()
-    return {"y": x * 2, "node": np.array([[node.encode()]] * len(x), dtype=object)}
+    rows = len(x)  # the rows of the batch this request was in: the replica's dynamic batcher at work
+    nodes = np.array([[node.encode()]] * rows, dtype=object)
+    return {"y": x * 2, "node": nodes, "rows": np.full((rows, 1), rows, np.int32)}
 
 
 @batch
@@ -43,7 +46,8 @@ def bind(triton):
     x = Tensor(name="x", dtype=np.float32, shape=(-1,))
     y = Tensor(name="y", dtype=np.float32, shape=(-1,))
     node = Tensor(name="node", dtype=bytes, shape=(1,))
-    triton.bind("slow", slow, inputs=[x], outputs=[y, node], config=ModelConfig(max_batch_size=8))
+    rows = Tensor(name="rows", dtype=np.int32, shape=(1,))
+    triton.bind("slow", slow, inputs=[x], outputs=[y, node, rows], config=ModelConfig(max_batch_size=8))
     triton.bind("echo", echo, inputs=[x], outputs=[y], config=ModelConfig(max_batch_size=64))
 """
 
@@ -120,7 +124,7 @@ def main(workdir: str, proxy_port: int, direct_port: int, measure_s: float) -> N
     from ray.cluster_utils import Cluster
 
     from pytriton.ray_serve import triton_app
-    from pytriton.triton import Triton, TritonConfig
+    from tests.fleet import Replica, free_ports
 
     # One proxy (on the head node) serves the test; Ray's proxy otherwise prefers the replicas on its own node
     # while they keep up, and the replica on the other node would see traffic only under overload.
@@ -153,12 +157,14 @@ def main(workdir: str, proxy_port: int, direct_port: int, measure_s: float) -> N
         log(f"deployed with {results['replicas_at_start']} replica")
 
         nodes: Counter[str] = Counter()
+        batch_rows: Counter[int] = Counter()
         lock = threading.Lock()
 
         def seen(document: Dict[str, Any]) -> None:
-            node = next(output for output in document["outputs"] if output["name"] == "node")["data"][0]
+            outputs = {output["name"]: output["data"][0] for output in document["outputs"]}
             with lock:
-                nodes[node] += 1
+                nodes[outputs["node"]] += 1
+                batch_rows[int(outputs["rows"])] += 1
 
         def loaded_enough() -> bool:
             with lock:
@@ -169,7 +175,9 @@ def main(workdir: str, proxy_port: int, direct_port: int, measure_s: float) -> N
         results["load_counts"] = load(proxy_port, "slow", 12, loaded_enough, seen)
         results["replicas_under_load"] = replicas()
         results["answers_by_node"] = dict(nodes)
+        results["answers_by_batch_rows"] = {str(rows): count for rows, count in sorted(batch_rows.items())}
         log(f"under load: {results['replicas_under_load']} replicas, answers by node {dict(nodes)}")
+        log(f"answers by the rows of their batch: {results['answers_by_batch_rows']}")
         results["scale_down_s"] = wait(lambda: replicas() == 1, 60, "scaling back to 1 replica")
         results["replicas_after_load"] = replicas()
         log(f"back to {results['replicas_after_load']} replica in {results['scale_down_s']:.1f} s")
@@ -181,12 +189,15 @@ def main(workdir: str, proxy_port: int, direct_port: int, measure_s: float) -> N
         ray.shutdown()
         cluster.shutdown()
     if measure_s > 0:
-        from pytriton.cli import load_target
-
-        with Triton(config=TritonConfig(http_address="127.0.0.1", http_port=direct_port, allow_grpc=False)) as triton:
-            load_target(str(model_file))(triton)
-            triton.run()
+        # The same model served directly: `pytriton serve` in a process of its own (as the replica runs in a Ray
+        # worker process of its own), so that the load threads here share no GIL with the server.
+        (grpc_port,) = free_ports(1)
+        direct = Replica("direct", str(model_file), direct_port, grpc_port, Path(workdir), ["--allow-grpc", "false"])
+        direct.start()
+        try:
             results["direct_req_s"] = throughput(direct_port, measure_s, 8)
+        finally:
+            results["direct_exit"] = direct.terminate()
     print(json.dumps(results), flush=True)
 
 

@@ -56,4 +56,8 @@ def test_ray_serve_spreads_over_two_nodes_and_scales_out_and_back(tmp_path: Path
     by_node = results["answers_by_node"]
     assert len(by_node) == 2 and min(by_node.values()) >= 20, by_node  # replicas on both nodes answered
     assert results["replicas_after_load"] == 1
+    # Batching inside a replica: the replicas' dynamic batcher put concurrent requests into one batch.
+    by_rows = {int(rows): count for rows, count in results["answers_by_batch_rows"].items()}
+    assert max(by_rows) > 1, by_rows
     assert results["ray_proxy_req_s"] > 0 and results["direct_req_s"] > 0
+    assert results["direct_exit"] == 0
