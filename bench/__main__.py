@@ -170,6 +170,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{workload.name:<16} [{','.join(workload.groups)}] {workload.description}")
         print(f"{'startup':<16} [startup] process start to ready (fresh start per round), RSS of the process tree")
         print(f"{'sweep':<16} [sweep] identity binary over HTTP at {args.sweep_conns} connections; PNG plot")
+        print(f"{'memory':<16} [memory] peak RSS over idle for one 1, 8 and 32 MiB request (HTTP, gRPC), fresh servers")
         return 0
     chosen = select(args.workloads)
     skipped = set(select(args.skip)) if args.skip else set()

@@ -16,6 +16,7 @@ METRICS: List[Tuple[str, str]] = [
     ("p50_ms", "p50 ms"),
     ("p99_ms", "p99 ms"),
     ("mib_s", "MiB/s"),
+    ("cpu_us_req", "server CPU us/req"),
     ("avg_batch", "avg batch (model)"),
     ("avg_batch_stats", "avg batch (/stats)"),
     ("identity_c64_rps", "identity@64 req/s"),
@@ -86,6 +87,7 @@ def summarize(bench: Bench, meta: Dict[str, Any]) -> Dict[str, Any]:
         "startup_ratios": startup_ratios,
         "grpc_available": bench.grpc,
         "sweep": bench.sweep,
+        "memory": bench.memory,
     }
 
 
@@ -139,6 +141,16 @@ def table(summary: Dict[str, Any]) -> str:
             _ratio(summary["startup_ratios"].get(f"{REFERENCE}/{o}", {}).get("rss_mib_after_load")) for o in others
         ]
         rows.append(["after load", "RSS MiB", *[_fmt(v, "rss_mib") for v in after], *ratios])
+    memory = summary.get("memory") or {}
+    first = True
+    for row in sorted({row for rows_of in memory.values() for row in rows_of}, key=_memory_order):
+        peaks = [memory.get(n, {}).get(row, {}).get("x_tensor") for n in names]
+        mine = memory.get(REFERENCE, {}).get(row, {}).get("x_tensor")
+        ratios = [_ratio(_div(mine, memory.get(o, {}).get(row, {}).get("x_tensor"))) for o in others]
+        label = f"{row} peak"
+        cells = ["-" if v is None else f"{v:.2f}x" for v in peaks]
+        rows.append(["memory (x tensor)" if first else "", label, *cells, *ratios])
+        first = False
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]
     lines.append("  ".join("-" * w for w in widths))
@@ -147,6 +159,12 @@ def table(summary: Dict[str, Any]) -> str:
     if notes:
         lines += ["", "not measured:", *[f"  {note}" for note in notes]]
     return "\n".join(lines)
+
+
+def _memory_order(row: str) -> Tuple[int, str]:
+    """'http 8 MiB' before 'http 32 MiB': by size, then protocol."""
+    protocol, size, _ = row.split()
+    return int(size), protocol
 
 
 def _short(targets: Dict[str, Any], name: str) -> str:

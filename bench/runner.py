@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any, Dict, List, Optional
 
-from bench import loadgen
+from bench import loadgen, memory
 from bench.payloads import verify_grpc, verify_http
 from bench.servers import ServerProcess, Target
 from bench.workloads import IDENTITY_C64, WORKLOADS, Workload, by_name, measure, runner_for
@@ -57,6 +57,7 @@ class Bench:
         self.startup: Dict[str, Dict[str, Any]] = {}
         self.rss_after_load: Dict[str, Dict[str, float]] = {}
         self.sweep: Dict[str, List[Dict[str, float]]] = {}
+        self.memory: Dict[str, Dict[str, Dict[str, float]]] = {}  # target -> "http 32 MiB" -> peak over idle
         self.grpc: Dict[str, bool] = {}
         self.missing = loadgen.missing_tools()
 
@@ -71,6 +72,8 @@ class Bench:
             self._load_rounds()
             if "sweep" in self.o.workloads:
                 self._sweep()
+            if "memory" in self.o.workloads:
+                self._memory()
             for name, server in self.servers.items():
                 self.rss_after_load[name] = server.rss()
         finally:
@@ -206,6 +209,31 @@ class Bench:
                 self.sweep[target.name].append({"connections": float(conns), **result})
                 log(f"[sweep c{conns:<3}] {target.name:<8} {_brief(result)}")
 
+    # -- memory --------------------------------------------------------------------------------
+
+    def _memory(self) -> None:
+        """Peak RSS over idle while serving one 1, 8 and 32 MiB request, each on a fresh server (bench/memory.py)."""
+        for mib in memory.SIZES_MIB:
+            for protocol in memory.PROTOCOLS:
+                for target in self._order(mib):
+                    if (protocol == "grpc" and not target.grpc) or (protocol == "http" and not target.http):
+                        continue
+                    if target.name not in self.servers or not target.models:
+                        continue  # it failed to start, or it is an echo without the identity model
+                    row = f"{protocol} {mib} MiB"
+                    try:
+                        result = memory.peak_over_idle(
+                            target, protocol, mib, self.o.server_cpus, self.o.log_dir, self.o.startup_timeout
+                        )
+                    except Exception as error:  # noqa: BLE001 - reported, the other rows still run
+                        log(f"[memory {row}] {target.name}: {str(error)[:200]}")
+                        continue
+                    self.memory.setdefault(target.name, {})[row] = result
+                    log(
+                        f"[memory {row:<12}] {target.name:<8} peak over idle {result['peak_over_idle_mib']:6.1f} MiB"
+                        f"  ({result['x_tensor']:.2f}x the tensor)"
+                    )
+
 
 def _brief(result: Dict[str, float]) -> str:
     """A one-line summary of a run."""
@@ -214,6 +242,8 @@ def _brief(result: Dict[str, float]) -> str:
         text += f"  p50 {result['p50_ms']:7.2f} ms  p99 {result['p99_ms']:7.2f} ms"
     if "mib_s" in result:
         text += f"  {result['mib_s']:7.1f} MiB/s"
+    if "cpu_us_req" in result:
+        text += f"  server CPU {result['cpu_us_req']:6.0f} us/req"
     if "avg_batch" in result:
         text += f"  avg batch {result['avg_batch']:.1f}"
     if "vs_identity" in result:

@@ -222,6 +222,10 @@ class ServerProcess:
         """RSS (and PSS, where readable) of the process tree, in MiB."""
         return tree_memory(self.proc.pid)
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user and system) the process tree has used so far."""
+        return sum(_cpu_seconds(pid) for pid in [self.proc.pid, *descendants(self.proc.pid)])
+
     def log_tail(self, lines: int = 15) -> str:
         """The end of the server's log."""
         try:
@@ -295,6 +299,15 @@ def tree_memory(root: int) -> Dict[str, float]:
             rss += _proc_kib(pid, "status", "VmRSS:") / 1024
         pss += _proc_kib(pid, "smaps_rollup", "Pss:") / 1024
     return {"rss_mib": round(rss, 1), "pss_mib": round(pss, 1), "processes": len(pids)}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (fields 14 and 15 of /proc/PID/stat), 0 when it is gone."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _proc_kib(pid: int, name: str, key: str) -> float:

@@ -72,7 +72,7 @@ WORKLOADS: List[Workload] = [
         description="2 ms/call model, 64 conns, vs identity at 64",
     ),
 ]
-EXTRA_GROUPS = ("startup", "sweep")
+EXTRA_GROUPS = ("startup", "sweep", "memory")
 IDENTITY_C64 = Workload("http_bin_c64", _identity("binary"), 64, description="identity binary, 64 conns")
 
 
@@ -102,6 +102,7 @@ def measure(
 ) -> Dict[str, float]:
     """Run `workload` once against `server` (optionally at another concurrency) and return its metrics."""
     conns = connections or workload.connections
+    cpu_before = server.cpu_seconds()
     if workload.grpc:
         body = grpc_frame(grpc_message(workload.payload))
         headers = [("content-type", "application/grpc"), ("te", "trailers")]
@@ -113,6 +114,9 @@ def measure(
         result = loadgen.run_wrk(url, body, headers, conns, duration, cpus)
     if workload.large:
         result["mib_s"] = result["rps"] * workload.payload.tensor_bytes / MIB
+        requests = result["rps"] * duration
+        if requests:  # the whole tree's CPU over the run, per round trip (both directions of the tensor)
+            result["cpu_us_req"] = (server.cpu_seconds() - cpu_before) * 1e6 / requests
     return result
 
 
