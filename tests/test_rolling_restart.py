@@ -7,7 +7,8 @@ connection is pinned to one replica and only the replica's own GOAWAY moves it (
 server's HTTP/2 shutdown exactly as a gRPC client sees it); and in HTTP mode with h2 to the replicas, as a
 gRPC-aware proxy balances calls one by one (HAProxy is then the replicas' HTTP/2 client). While clients
 send requests without pause, each replica in turn gets SIGTERM, exits, and is started again on the same
-ports; every request must succeed.
+ports, and serves again through each of the three backends before the next one stops; every request must
+succeed.
 
 A replica runs with a lame duck (`--lame-duck-s`) longer than HAProxy takes to see it unready
 (`inter` times `fall`), which is what makes this hold; without it, requests sent during that window fail
@@ -171,6 +172,29 @@ def grpc_client(port: int, stop: threading.Event, tally: Tally) -> None:
         client.close()
 
 
+def grpc_probes_until_served(proxy: HAProxy, name: str, port: int) -> List[grpcclient.InferenceServerClient]:
+    """Open gRPC connections through the TCP-mode balancer, each answering one call, until one went to replica
+    `name` (its sessions in `grpc_replicas` grew); they stay open, so leastconn sends the next one elsewhere."""
+    key = f"grpc_replicas/{name}"
+    before = int(proxy.servers()[key]["stot"])
+    inputs = [grpcclient.InferInput("x", [1, 2], "FP32")]
+    inputs[0].set_data_from_numpy(np.array([[1, 2]], np.float32))
+    probes: List[grpcclient.InferenceServerClient] = []
+    for _ in range(2 * REPLICAS + 2 * CLIENTS_PER_PROTOCOL):
+        # A subchannel pool of its own: channels to one address otherwise share gRPC's global pool, and with it
+        # the connection the load's clients already have.
+        probe = grpcclient.InferenceServerClient(
+            f"127.0.0.1:{port}", channel_args=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        probes.append(probe)
+        assert probe.infer("double", inputs, client_timeout=10).as_numpy("y").tolist() == [[2.0, 4.0]]
+        if int(proxy.servers()[key]["stot"]) > before:
+            return probes
+    for probe in probes:
+        probe.close()
+    pytest.fail(f"no gRPC connection through the TCP-mode balancer went to {name} after its restart")
+
+
 @pytest.mark.timeout(240)
 def test_rolling_restart_under_load_fails_no_request(tmp_path: Path) -> None:
     model = tmp_path / "model.py"
@@ -207,6 +231,7 @@ def test_rolling_restart_under_load_fails_no_request(tmp_path: Path) -> None:
     )
     stop = threading.Event()
     tallies = {"http": Tally(), "grpc": Tally(), "grpc-h2": Tally()}
+    probes: List[grpcclient.InferenceServerClient] = []
     threads: List[threading.Thread] = []
     haproxy = None
     try:
@@ -247,20 +272,28 @@ def test_rolling_restart_under_load_fails_no_request(tmp_path: Path) -> None:
                 20,
                 f"HAProxy to see {replica.name} UP again",
             )
-            sessions = int(proxy.servers()[f"http_replicas/{replica.name}"]["stot"])
-            wait_until(
-                lambda name=replica.name, before=sessions: (
-                    int(proxy.servers()[f"http_replicas/{name}"]["stot"]) > before + 20
-                ),
-                20,
-                f"{replica.name} to serve again",
-            )
+            # Served again through each backend. In HTTP mode (HTTP/1.1, and gRPC with h2 to the replicas) every
+            # request is a session of the server it went to, and the load's requests reach the restarted replica.
+            for backend in ("http_replicas", "grpc_h2_replicas"):
+                sessions = int(proxy.servers()[f"{backend}/{replica.name}"]["stot"])
+                wait_until(
+                    lambda key=f"{backend}/{replica.name}", before=sessions: (
+                        int(proxy.servers()[key]["stot"]) > before + 20
+                    ),
+                    20,
+                    f"{replica.name} to serve again through {backend}",
+                )
+            # In TCP mode a session is a connection, and the load's connections stay where they are: new ones go
+            # to the replica with the fewest (leastconn), the restarted one, within a few.
+            probes.extend(grpc_probes_until_served(proxy, replica.name, balancer_grpc))
             served_after_restart[replica.name] = True
         time.sleep(0.5)
     finally:
         stop.set()
         for thread in threads:
             thread.join(20)
+        for probe in probes:
+            probe.close()
         if haproxy is not None:
             haproxy.stop()
         for replica in replicas:
