@@ -8,6 +8,7 @@ and the connection closing.
 from __future__ import annotations
 
 import gzip
+import logging
 import socket
 import struct
 import threading
@@ -577,6 +578,75 @@ def test_garbage_instead_of_the_preface_is_closed(server, connect, preface):
     goaways = [goaway_fields(frame) for frame in frames if frame.kind == GOAWAY]
     assert all(code == PROTOCOL_ERROR for _, code, _ in goaways)
     assert_served(server, connect)
+
+
+CUTOFF_LOGGER = "pytriton.transport.grpc.cutoffs"
+
+
+def _cutoffs(caplog: pytest.LogCaptureFixture) -> List[str]:
+    """The cut-off warnings logged so far."""
+    return [record.getMessage() for record in caplog.records if record.name == CUTOFF_LOGGER]
+
+
+def _peer(sock: socket.socket) -> str:
+    return f"ipv4:127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture
+def own_server(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[..., Triton]]:
+    """Servers of the test's own (the cut-off log's burst is a server's), stopped at its end; warnings captured."""
+    caplog.set_level(logging.WARNING, CUTOFF_LOGGER)
+    started: List[Triton] = []
+
+    def start(limits: Optional[ServerLimits] = None) -> Triton:
+        started.append(serve(limits=limits))
+        return started[-1]
+
+    yield start
+    for triton in started:
+        triton.stop()
+
+
+def test_each_cut_off_is_logged_once_at_warning_with_the_peer_and_why(own_server, connect, caplog):
+    triton = own_server()
+    calm = connect(triton)
+    calm.handshake()
+    for index in range(6):  # grpc's ping strikes: the third ping without data is one too many
+        calm.ping(b"ping-%03d" % index)
+    assert goaway_fields(calm.wait_goaway())[1] == ENHANCE_YOUR_CALM
+    broken = connect(triton, preface=PREFACE + pack_frame(SETTINGS, 0, 0) + pack_frame(PING, 0, 0, b"1234567"))
+    broken.wait_closed()
+    capped = own_server(ServerLimits(grpc_max_connections=1, grpc_handshake_timeout_s=0.5))
+    connect(capped).handshake()  # the cap
+    over = connect(capped)
+    over.wait_closed()
+    with socket.create_connection(("127.0.0.1", capped.grpc_port), timeout=READ_S) as silent:
+        while silent.recv(65536):  # the server's SETTINGS, then the close
+            pass
+        silent_peer = _peer(silent)
+    assert _cutoffs(caplog) == [
+        f"gRPC connection from {_peer(calm.sock)} cut off: too_many_pings (GOAWAY ENHANCE_YOUR_CALM)",
+        f"gRPC connection from {_peer(broken.sock)} cut off: PING payload is not 8 bytes (GOAWAY FRAME_SIZE_ERROR)",
+        f"gRPC connection from {_peer(over.sock)} cut off: the server serves at most 1 gRPC connections at once"
+        " (grpc_max_connections; GOAWAY NO_ERROR)",
+        f"gRPC connection from {silent_peer} cut off: no HTTP/2 preface and SETTINGS within 0.5 s",
+    ]
+
+
+def test_cut_offs_past_ten_a_minute_are_counted_in_one_line(own_server, connect, caplog):
+    triton = own_server()
+    clients = [connect(triton, preface=b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") for _ in range(15)]
+    for client in clients:
+        client.wait_closed()
+    reason = "not an HTTP/2 connection preface (GOAWAY PROTOCOL_ERROR)"
+    assert _cutoffs(caplog) == [
+        f"gRPC connection from {_peer(client.sock)} cut off: {reason}" for client in clients[:10]
+    ]
+    triton.stop()  # the summary is due a minute after the first line, or at the stop
+    assert _cutoffs(caplog)[10:] == [
+        "... and 5 more gRPC connections cut off (at most 10 every 60 s are logged); the last:"
+        f" gRPC connection from {_peer(clients[-1].sock)} cut off: {reason}"
+    ]
 
 
 # ---------------------------------------------------------------- 8. RST_STREAM

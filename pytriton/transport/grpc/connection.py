@@ -8,7 +8,6 @@ and drops what still arrives for a moment before it closes.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING, List, Optional
 
 import hpack
@@ -19,8 +18,6 @@ from pytriton.transport.grpc.session import Http2Session
 
 if TYPE_CHECKING:
     from pytriton.transport.grpc.server import GrpcServerState
-
-LOGGER = logging.getLogger(__name__)
 
 # Writes above this size go out with writev rather than joined into one buffer.
 _JOIN_LIMIT_BYTES = 64 * 1024
@@ -37,7 +34,10 @@ class GrpcConnection(asyncio.Protocol):
         self.loop = loop
         self._transport: Optional[asyncio.Transport] = None
         self.peer = "unknown"
-        self.session = Http2Session(state, loop, write=self._write, close=self._close, abort=self.abort)
+        self._cut_off_logged = False
+        self.session = Http2Session(
+            state, loop, write=self._write, close=self._close, abort=self.abort, cut_off=self._cut_off
+        )
         self._out: List[Buffer] = []
         self._out_bytes = 0
         self._flush_pending = False
@@ -144,11 +144,17 @@ class GrpcConnection(asyncio.Protocol):
 
     def _fail(self, code: int, message: str) -> None:
         """A connection error: GOAWAY with its code, then close once the client has had time to read it."""
-        LOGGER.debug("gRPC connection from %s: %s", self.peer, message)
+        self._cut_off(f"{message} (GOAWAY {h2.error_name(code)})")
         self.session.goaway.error(code, message)
         self._flush()
         self.session.stop()
         self._linger_close()
+
+    def _cut_off(self, reason: str) -> None:
+        """The connection ends for what its client did: a warning naming the peer, once (rate-limited per server)."""
+        if not self._cut_off_logged:
+            self._cut_off_logged = True
+            self._state.cutoffs.cut_off(self.peer, reason)
 
     def _linger_close(self) -> None:
         """Shut the write side down, read and drop what still arrives for a moment, then close.

@@ -34,6 +34,16 @@ FRAME_SIZE_ERROR = 0x6
 REFUSED_STREAM = 0x7
 COMPRESSION_ERROR = 0x9
 ENHANCE_YOUR_CALM = 0xB
+_ERROR_NAMES = {
+    NO_ERROR: "NO_ERROR",
+    PROTOCOL_ERROR: "PROTOCOL_ERROR",
+    FLOW_CONTROL_ERROR: "FLOW_CONTROL_ERROR",
+    STREAM_CLOSED: "STREAM_CLOSED",
+    FRAME_SIZE_ERROR: "FRAME_SIZE_ERROR",
+    REFUSED_STREAM: "REFUSED_STREAM",
+    COMPRESSION_ERROR: "COMPRESSION_ERROR",
+    ENHANCE_YOUR_CALM: "ENHANCE_YOUR_CALM",
+}
 
 # Settings.
 SETTINGS_ENABLE_PUSH = 0x2
@@ -73,6 +83,11 @@ class StreamError(Exception):
         super().__init__(f"stream {stream_id}: error {code}")
         self.stream_id = stream_id
         self.code = code
+
+
+def error_name(code: int) -> str:
+    """An error code as RFC 9113 names it (hexadecimal when this module has no name for it)."""
+    return _ERROR_NAMES.get(code, f"0x{code:x}")
 
 
 def frame_header(length: int, kind: int, flags: int, stream_id: int) -> bytes:

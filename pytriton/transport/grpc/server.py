@@ -23,6 +23,7 @@ from pytriton.options.server import GrpcKeepalive, ServerOptions
 from pytriton.transport.connections import OpenConnections
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.connection import GrpcConnection
+from pytriton.transport.grpc.cutoffs import CutoffLog
 from pytriton.transport.grpc.handlers import CallLimit, Method, method_table
 from pytriton.transport.grpc.servicer import InferenceServicer
 from pytriton.transport.grpc.settings import COMPRESSION_LEVELS, bind_address, tls_context
@@ -58,6 +59,7 @@ class GrpcServerState:
         self.keepalive = keepalive
         self.compression_level = compression_level
         self.connections: OpenConnections[GrpcConnection] = OpenConnections()
+        self.cutoffs = CutoffLog()  # connections ended for what their clients did, logged at WARNING
 
 
 class GrpcFrontend:
@@ -132,3 +134,4 @@ class GrpcFrontend:
             return
         server.close()
         await self._state.connections.close_all(STOP_GRACE_S)
+        self._state.cutoffs.flush()

@@ -14,7 +14,6 @@ client's SETTINGS with UNAVAILABLE, then says GOAWAY (its debug data says why: g
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
 import grpc
@@ -37,8 +36,6 @@ from pytriton.transport.grpc.responses import ResponseSender
 if TYPE_CHECKING:
     from pytriton.transport.grpc.server import GrpcServerState
 
-LOGGER = logging.getLogger(__name__)
-
 # What the session waits for from its client (APP: nothing, calls are in progress).
 HANDSHAKE, IDLE = 1, 2
 
@@ -54,9 +51,14 @@ class Http2Session:
         write: Callable[[Buffer], None],
         close: Callable[[], None],
         abort: Callable[[], None],
+        cut_off: Callable[[str], None],
     ) -> None:
-        """A session sending through `write`; `close()` ends the connection gracefully, `abort()` at once."""
+        """A session sending through `write`; `close()` ends the connection gracefully, `abort()` at once.
+
+        `cut_off(reason)` reports a connection ended for what its client did (logged once, cutoffs.py).
+        """
         self._state = state
+        self._cut_off = cut_off
         self.loop = loop
         self._write = write
         self._close = close
@@ -382,7 +384,7 @@ class Http2Session:
     def _on_deadline(self, phase: int) -> None:
         """No preface in time (close at once), or idle for too long (GOAWAY, then close)."""
         if phase == HANDSHAKE:
-            LOGGER.debug("gRPC connection: no HTTP/2 preface in time")
+            self._cut_off(f"no HTTP/2 preface and SETTINGS within {self._state.handshake_timeout_s:g} s")
             self._abort()
         else:
             self.shutdown()
@@ -397,8 +399,10 @@ class Http2Session:
 
     def _leave_over_cap(self) -> None:
         """GOAWAY for a connection over grpc_max_connections, saying why; it closes once its calls are answered."""
-        if not self.closed:
-            self.goaway.now(self._over_cap_details().encode())
+        if not self.closed and not self.goaway.said:
+            details = self._over_cap_details()
+            self.goaway.now(details.encode())
+            self._cut_off(f"{details} (grpc_max_connections; GOAWAY NO_ERROR)")
         self._close_if_done()
 
     def shutdown(self) -> None:
