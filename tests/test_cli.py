@@ -99,6 +99,16 @@ def test_serve_logs_one_startup_line_with_the_models_then_stops_on_sigint(models
     assert len([line for line in server.lines if " serving " in line]) == 1, server.output()
 
 
+def test_demo_logs_one_startup_line_with_its_model() -> None:
+    with ServerProcess.cli("demo", "--allow-metrics", "false") as server:
+        line = server.wait_for(r"INFO pytriton: pytriton \S+ serving (.*) on (.*) \(pid \d+\)$")
+        assert line.group(1) == "add_sub v1 (1 instance)"
+        assert line.group(2).startswith("http://0.0.0.0:") and ", grpc://0.0.0.0:" in line.group(2)
+        server.signal(signal.SIGINT)
+        assert server.wait() == 0
+    assert len([line for line in server.lines if " serving " in line]) == 1, server.output()
+
+
 def test_serve_exits_1_after_an_unrecoverable_model_error(models: Path) -> None:
     with ServerProcess.cli("serve", f"{models}:bind") as server:
         port = server.wait_started()["http"]
