@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pytriton.core.raw_tensors import array_from_raw, backed_by, raw_from_array
+from pytriton.core.raw_tensors import array_from_raw, backed_by, raw_from_array, unchanging
 
 
 def test_an_input_view_and_what_is_made_of_it_are_backed_by_the_body() -> None:
@@ -23,3 +23,11 @@ def test_new_arrays_and_copies_are_not_backed_by_the_body() -> None:
     assert not backed_by(raw_from_array(array.astype(np.float64), "FP64"), body)
     assert not backed_by(raw_from_array(np.zeros(3, np.float32), "FP32"), body)
     assert not backed_by(raw_from_array(array, "FP32"), bytearray(body))
+
+
+def test_bytes_never_change_and_other_memory_may() -> None:
+    body = bytearray(16)
+    view = raw_from_array(array_from_raw(memoryview(body), "FP32", [4], "INPUT"), "FP32")
+    assert unchanging([b"head", view, b"prefix"], body)
+    assert not unchanging([b"head", view, memoryview(bytearray(4))], body)
+    assert not unchanging([b"head"], None)

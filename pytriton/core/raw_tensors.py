@@ -96,6 +96,11 @@ def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
     return array.data.cast("B")
 
 
+def unchanging(parts: Sequence[Any], owner: Any) -> bool:
+    """Whether every part is immutable (bytes) or lies in `owner`'s memory (see backed_by)."""
+    return owner is not None and all(type(part) is bytes or backed_by(part, owner) for part in parts)
+
+
 def backed_by(buffer: Any, owner: Any) -> bool:
     """Whether `buffer`'s memory is `owner`'s: its chain of views (memoryview.obj, ndarray.base) ends there.
 

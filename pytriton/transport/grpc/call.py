@@ -70,6 +70,7 @@ class GrpcCall:
         "method",
         "outbox",
         "recv_window",
+        "request_memory",
         "send_window",
         "session",
         "started",
@@ -103,6 +104,7 @@ class GrpcCall:
         self.held = 0  # bytes received that the handler has not consumed (counted in the windows)
         self.send_window = send_window
         self.outbox: Deque[Any] = deque()  # DATA and trailers waiting for flow-control window
+        self.request_memory: Any = None  # what a unary request message lies in: outputs there go out uncopied
         self.writable: Optional[asyncio.Future[None]] = None  # a streaming handler waits on it for the outbox
         self.encoding: Optional[str] = None  # the responses' compression
         self.deadline: Optional[asyncio.TimerHandle] = None
@@ -212,6 +214,7 @@ class GrpcCall:
     async def _unary(self, request: Buffer) -> None:
         """Run the handler on the request message, send its response and the status."""
         method = self.method
+        self.request_memory = request.obj if isinstance(request, memoryview) else request
         try:
             response = await method.behaviour(method.deserialize(request), self)
             parts, size = method.serialize(response)

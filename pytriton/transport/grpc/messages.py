@@ -164,3 +164,10 @@ def frame_message(parts: Sequence[Buffer], size: int, encoding: Optional[str], l
     if size > limit:
         raise MessageError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Sent message larger than max ({size} vs. {limit})")
     return b"".join((_PREFIX.pack(flag, size), *parts))
+
+
+def message_pieces(parts: Sequence[Buffer], size: int, limit: int) -> List[Buffer]:
+    """An uncompressed message as its 5-byte prefix and the parts themselves, not joined (nothing is copied)."""
+    if size > limit:
+        raise MessageError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Sent message larger than max ({size} vs. {limit})")
+    return [_PREFIX.pack(0, size), *parts]

@@ -6,17 +6,17 @@ windows hold back waits in the call's outbox (DATA, then the trailers) until the
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import grpc
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.raw_tensors import Buffer, unchanging
 from pytriton.core.waiters import wake
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.call import GrpcCall
 from pytriton.transport.grpc.flow import SendWindows
 from pytriton.transport.grpc.headers import STATUS_200, Header, encode_block
-from pytriton.transport.grpc.messages import ACCEPT_ENCODING, frame_message
+from pytriton.transport.grpc.messages import ACCEPT_ENCODING, SCATTER_BYTES, frame_message, message_pieces
 
 _OK_TRAILERS = encode_block([(b"grpc-status", b"0")])
 
@@ -60,6 +60,15 @@ def _grpc_message(details: str) -> bytes:
     while kept and raw[kept] & 0xC0 == 0x80:  # the first byte left out continues a character: leave all of it out
         kept -= 1
     return b"".join(pieces[:kept]) + _CUT_MARK
+
+
+def _in(parts: Sequence[Buffer], memory: Any) -> bool:
+    """Whether every part is bytes or lies in `memory` (the request's message), which nothing else writes into.
+
+    Such parts may wait for the client's window as views; other outputs are copied when the message is
+    framed, since a callable may fill the array it returned again while a slow client still reads.
+    """
+    return unchanging(parts, memory)
 
 
 def _status_block(code: grpc.StatusCode, details: str) -> bytes:
@@ -106,6 +115,10 @@ class ResponseSender:
     def unary(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
         """A unary call's response and its OK status, in one write when flow control allows."""
         if call.ended:
+            return
+        if size >= SCATTER_BYTES and call.encoding is None and _in(parts, call.request_memory):
+            self._send_pieces(call, message_pieces(parts, size, self._max_message_bytes))
+            self.end(call, grpc.StatusCode.OK, "")
             return
         message = frame_message(parts, size, call.encoding, self._max_message_bytes)
         total = len(message)
@@ -184,6 +197,15 @@ class ResponseSender:
             self._write(message)
             return
         call.outbox.append(memoryview(message))
+        self.pump(call)
+
+    def _send_pieces(self, call: GrpcCall, pieces: List[Buffer]) -> None:
+        """Send a message given as pieces, as views of them (never joined): DATA frames as the windows allow."""
+        if not call.started:
+            call.started = True
+            self._write(h2.frame(h2.HEADERS, h2.END_HEADERS, call.stream_id, _RESPONSE_HEADS[call.encoding]))
+        self._data_sent()
+        call.outbox.extend(memoryview(piece).cast("B") for piece in pieces)
         self.pump(call)
 
     def pump(self, call: GrpcCall) -> None:

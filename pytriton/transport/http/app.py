@@ -12,7 +12,7 @@ import orjson
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
-from pytriton.core.raw_tensors import backed_by
+from pytriton.core.raw_tensors import unchanging
 from pytriton.options.access import AccessRules
 from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import documents
@@ -341,8 +341,7 @@ def _request_owned(parts: Sequence[Any], body: Body) -> bool:
     Other outputs are copied into one buffer first: a callable may fill the array it returned again
     on its next call while a slow client still reads this response.
     """
-    owner = body.obj if isinstance(body, memoryview) else body
-    return all(backed_by(part, owner) for part in parts)
+    return unchanging(parts, body.obj if isinstance(body, memoryview) else body)
 
 
 def _setting_values(value: Any) -> Optional[List[str]]:
