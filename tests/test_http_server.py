@@ -389,6 +389,13 @@ async def bad_responses(scope: Dict[str, Any], receive: Any, send: Any) -> None:
         start["headers"] = [(b"x-note:", b"a"), (b"content-length", b"2")]
     elif path == "/length-not-a-number":
         start["headers"] = [(b"content-length", b"2, 2")]
+    elif path == "/transfer-encoding":
+        start["headers"] = [(b"transfer-encoding", b"chunked"), (b"content-length", b"2")]
+    elif path == "/capitals-disagree":
+        start["headers"] = [(b"Content-Length", b"2"), (b"content-length", b"3")]
+    elif path == "/status-9999":
+        start["status"] = 9999
+        start["headers"] = [(b"content-length", b"2")]
     elif path in ("/shorter", "/longer"):
         start["headers"] = [(b"content-length", b"5")]
     elif path == "/longer-in-parts":
@@ -412,6 +419,9 @@ async def bad_responses(scope: Dict[str, Any], receive: Any, send: Any) -> None:
         ("/name-with-space", "invalid response header name"),
         ("/name-with-colon", "invalid response header name"),
         ("/length-not-a-number", "invalid response content-length"),
+        ("/transfer-encoding", "may not set transfer-encoding"),
+        ("/capitals-disagree", "invalid response content-length"),
+        ("/status-9999", "invalid response status"),
         ("/shorter", "response body ended 2 bytes short of its content-length"),
         ("/longer", "response body longer than its content-length (by 2 bytes)"),
     ],
@@ -588,3 +598,12 @@ def test_body_parts_follow_the_body_in_one_response() -> None:
         for _ in range(2):  # and the connection goes on
             sock.sendall(raw("GET", "/parts"))
             assert reader.response()[2] == b"a" + b"b" * 70000 + b"c" * 100 + b"d" * 5
+
+
+def test_a_malformed_chunked_body_in_the_heads_segment_gets_a_400(echo_server: Served) -> None:
+    with connect(echo_server.port) as sock:
+        sock.sendall(b"POST /chunked HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert status == 400 and "invalid HTTP request" in json.loads(body)["error"]
+        assert headers["connection"] == "close"

@@ -432,15 +432,20 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` with a JSON error when no response is under way, then close the connection."""
-        phase = self._clock.phase
         self._clock.cancel()
         self._refused = True
         transport = self._transport
         assert transport is not None
         LOGGER.debug("closing HTTP connection from %s: %d %s", self._address[1], status, message)
         active = self._active
-        if active is not None and not active.response_complete and (active.response_started or phase != BODY):
-            transport.close()  # a response is under way: no room for another one
+        if (
+            active is not None
+            and not active.response_complete
+            and (active.response_started or self._receiving is not active)
+        ):
+            # The client is owed the active request's response first (or has part of it already): an answer
+            # about another request, or a second one to this request, would be taken for it. Only close.
+            transport.close()
             return
         transport.write(error_response(status, message))
         for cycle in (active, self._receiving, *self._pipeline):

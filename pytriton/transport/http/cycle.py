@@ -207,20 +207,27 @@ class RequestCycle:
     def _build_head(self, status: int, headers: Any) -> bytes:
         """The status line and headers; chunked framing when the app gives no content-length.
 
-        Header names are taken as lower-case, as ASGI asks of apps (this server's apps all are); a name
-        that is not a token, a value with a control character, or a content-length that is not a number
-        is refused.
+        Header names should come lower-case, as ASGI asks of apps (this server's apps all do). Refused: a
+        status that is not three digits, a name that is not a token, a value with a control character,
+        a content-length that is not a number, and a transfer-encoding (the server frames bodies itself).
         """
+        if type(status) is not int or not 100 <= status <= 999:
+            raise RuntimeError(f"invalid response status {status!r}")
         lines = [_STATUS_LINES.get(status) or f"HTTP/1.1 {status} \r\n".encode("latin-1")]
         length: Optional[int] = None
         for name, value in headers:
+            if name not in _KNOWN_NAMES and name != b"content-length":
+                if not _TOKEN.fullmatch(name):
+                    raise RuntimeError(f"invalid response header name {name!r}")
+                lowered = name.lower()
+                if lowered == b"transfer-encoding":
+                    raise RuntimeError("an app's response may not set transfer-encoding: the server frames the body")
+                name = lowered  # a Content-Length in capitals is still the content-length
             if name == b"content-length":
                 if not value.isdigit() or (length is not None and int(value) != length):
                     raise RuntimeError(f"invalid response content-length {value!r}")
                 length = int(value)
             else:
-                if name not in _KNOWN_NAMES and not _TOKEN.fullmatch(name):
-                    raise RuntimeError(f"invalid response header name {name!r}")
                 if _FORBIDDEN_IN_VALUE.search(value):
                     raise RuntimeError(f"invalid response header value {value!r} for {name!r}")
                 if name == b"connection" and value.lower() == b"close":
