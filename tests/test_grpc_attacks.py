@@ -28,6 +28,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from pytriton.exceptions import PyTritonValidationError
+from pytriton.options.limits import ServerLimits
 from tests.h2_wire import (
     CANCEL,
     CONTINUATION,
@@ -245,6 +247,67 @@ def test_data_flood_on_a_unary_call_ends_the_call_and_is_never_buffered(served, 
         flood = Flood(client.sock, repeated(zeros, 63 * 64, per_chunk=64))  # 63 MiB more on the ended stream
         flood.join()
         assert client.infer([5.0]).output() == [5.0]  # dropped unread: the connection serves on
+
+
+# ---------------------------------------------------------------- messages that never end, on many streams
+
+
+@pytest.fixture(scope="module")
+def buffer_bound() -> Iterator[ServedProcess]:
+    server = ServedProcess({"grpc_max_buffered_bytes": 2**20})
+    yield server
+    server.stop()
+
+
+def test_the_buffered_bytes_bound_is_256_mib_unless_set():
+    assert ServerLimits().grpc_max_buffered_bytes == 256 * 2**20
+    limits = ServerLimits.from_env({"PYTRITON_LIMIT_GRPC_MAX_BUFFERED_BYTES": "1048576"})
+    assert limits.grpc_max_buffered_bytes == 2**20
+    with pytest.raises(PyTritonValidationError, match="grpc_max_buffered_bytes must be a positive integer"):
+        ServerLimits(grpc_max_buffered_bytes=0)
+
+
+def _window_update(client: H2Client, stream: int) -> int:
+    frame = client.wait_for(lambda frame: frame.kind == WINDOW_UPDATE and frame.stream == stream)
+    return int(struct.unpack(">I", frame.payload)[0])
+
+
+def test_messages_arriving_past_the_connection_bound_wait_for_the_oldest_one(buffer_bound, clients):
+    mib = 2**20
+    message = grpc_message(infer_request([0.0] * (6 * mib // 4), model="absent"))  # 6 MiB, NOT_FOUND once whole
+    with attacker(buffer_bound, clients) as client:
+        first, second = client.new_stream(), client.new_stream()
+        client.send_headers(first, request_headers())
+        client.send_data(first, message[:mib], end_stream=False)  # within the 1 MiB bound
+        client.send_headers(second, request_headers())
+        client.send_data(second, message[: 3 * mib], end_stream=False)  # past it: the second's window waits
+        client.send_data(first, message[mib : 4 * mib], end_stream=False)  # the oldest's window comes back
+        assert _window_update(client, first) >= 2 * mib
+        client.assert_quiet(second)
+        served = buffer_bound.infer([1.0])  # a call on a connection of its own is served meanwhile
+        assert served.tolist() == [[1.0]]
+        client.send_data(first, message[4 * mib :])  # whole: the second is the oldest now
+        assert client.response(first).grpc_status == "5"
+        assert _window_update(client, second) == 3 * mib
+        client.send_data(second, message[3 * mib :])
+        assert client.response(second).grpc_status == "5"
+
+
+def test_a_stream_past_the_bound_that_sends_past_its_window_is_reset(buffer_bound, clients):
+    mib = 2**20
+    message = grpc_message(infer_request([0.0] * (8 * mib // 4), model="absent"))
+    with attacker(buffer_bound, clients) as client:
+        streams = [client.new_stream() for _ in range(4)]  # 4 messages declaring 8 MiB each
+        for stream in streams:
+            client.send_headers(stream, request_headers())
+            client.send_data(stream, message[: 4 * mib], end_stream=False)  # each stream's whole window
+        assert _window_update(client, streams[0]) >= 2 * mib  # the oldest goes on
+        for stream in streams[1:]:
+            client.assert_quiet(stream, 0.1)
+        client.send_data(streams[1], message[4 * mib : 5 * mib], end_stream=False)
+        reset = client.wait_for(lambda frame: frame.stream == streams[1])
+        assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == FLOW_CONTROL_ERROR
+        assert client.infer([5.0]).output() == [5.0]  # the connection serves on
 
 
 # ---------------------------------------------------------------- rapid reset (CVE-2023-44487)

@@ -19,6 +19,7 @@ Where each limit is enforced, and how a refusal looks:
 | grpc_max_concurrent_streams | gRPC connection: calls open at once (SETTINGS_MAX_CONCURRENT_STREAMS) | REFUSED_STREAM |
 | grpc_max_stream_requests | ModelStreamInfer: requests of one stream in progress at once | the stream waits |
 | grpc_max_connections | gRPC connection over the cap, once its SETTINGS arrive | UNAVAILABLE, then GOAWAY |
+| grpc_max_buffered_bytes | gRPC connection: bytes of request messages still arriving | all but the oldest wait |
 | grpc_idle_timeout_s | gRPC connection: time without a call in progress | GOAWAY, connection closed |
 | grpc_handshake_timeout_s | gRPC connection: TLS handshake, then the HTTP/2 preface and SETTINGS | connection closed |
 | max_tensor_elements | both codecs, from the declared shape, before any tensor is built | 400 / INVALID_ARGUMENT |
@@ -74,6 +75,9 @@ class ServerLimits:
             reads the next one when one ends.
         grpc_max_connections: gRPC connections served at once; one more gets GOAWAY after its client's SETTINGS
             (calls sent with them get UNAVAILABLE).
+        grpc_max_buffered_bytes: bytes of request messages still arriving (sent in part) that one gRPC connection
+            buffers; past it, only the oldest such message's flow-control window reopens, and the others' clients wait
+            until it is whole. Nothing is refused: a single message may be larger (up to grpc_max_message_bytes).
         grpc_idle_timeout_s: seconds a gRPC connection may stay without a call before the server closes it.
         grpc_handshake_timeout_s: seconds for a gRPC connection's TLS handshake, then its HTTP/2 preface and
             SETTINGS, to arrive.
@@ -97,6 +101,7 @@ class ServerLimits:
     grpc_max_concurrent_streams: int = 100
     grpc_max_stream_requests: int = 128
     grpc_max_connections: int = 4096
+    grpc_max_buffered_bytes: int = 256 * 2**20
     grpc_idle_timeout_s: float = 300.0
     grpc_handshake_timeout_s: float = 10.0
     max_tensor_elements: int = 1 << 28

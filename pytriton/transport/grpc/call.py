@@ -69,10 +69,12 @@ class GrpcCall:
         "held",
         "method",
         "outbox",
+        "partial",
         "recv_window",
         "request_memory",
         "send_window",
         "session",
+        "stalled",
         "started",
         "state",
         "stream_id",
@@ -102,6 +104,8 @@ class GrpcCall:
         self.state = OPEN  # of the HTTP/2 stream (streams.py), moved by the session
         self.recv_window = STREAM_WINDOW  # what the client may still send on the stream
         self.held = 0  # bytes received that the handler has not consumed (counted in the windows)
+        self.partial = 0  # bytes of a message still arriving, buffered (the connection bounds them: session.py)
+        self.stalled = 0  # bytes consumed whose stream window waits for the connection to buffer less (flow.py)
         self.send_window = send_window
         self.outbox: Deque[Any] = deque()  # DATA and trailers waiting for flow-control window
         self.request_memory: Any = None  # what a unary request message lies in: outputs there go out uncopied
@@ -122,7 +126,8 @@ class GrpcCall:
     def receive(self, data: Buffer, length: int) -> None:
         """DATA of the stream (`length` with its padding): messages for the handler, consumed as it reads them.
 
-        Bytes of a message under way are consumed at once (the handler waits for it); whole messages a
+        Bytes of a message under way are consumed at once (the handler waits for it), but past the
+        connection's bound on such bytes only the oldest message's window comes back; whole messages a
         streaming handler has not taken hold the window until it takes them; a unary call refuses a second one.
         """
         inflow = self.session.inflow
@@ -140,8 +145,14 @@ class GrpcCall:
             inflow.dropped(length)
             self.fail_requests(error)
             return
+        stalled = False
+        if self.partial or (data and not messages):  # a message in pieces (the usual one comes whole)
+            stalled = self._buffering(len(data), bool(messages))
         if not self.method.streaming:
-            inflow.consumed(self, length, self.state == OPEN)
+            if stalled:
+                inflow.stall(self, length)
+            else:
+                inflow.consumed(self, length, self.state == OPEN)
             if messages:
                 if len(messages) > 1 or self._reader.partial:
                     self._too_many_requests()
@@ -153,7 +164,26 @@ class GrpcCall:
             self._inbox.extend(messages)
             wake(self._waiter)
         elif not self._inbox:
-            self._consume_held()
+            if stalled:
+                held, self.held = self.held, 0
+                inflow.stall(self, held)
+            else:
+                self._consume_held()
+
+    def _buffering(self, size: int, completed: bool) -> bool:
+        """Count the bytes of a message still arriving after `size` more; whether their stream's room must wait.
+
+        After a message completes, the start of the next one is counted as the whole DATA (at most a frame more).
+        """
+        before = self.partial
+        if not self._reader.partial:
+            after = 0
+        elif completed:
+            after = size
+        else:
+            after = before + size
+        self.partial = after
+        return self.session.buffering(self, before, after)
 
     def _too_many_requests(self) -> None:
         """A unary call got (the start of) a second request message: a cardinality violation, as gRPC names it.

@@ -5,8 +5,12 @@ in all at first. DATA takes from both windows as it arrives; the server gives th
 calls consume what arrived (`consumed`), not as it arrives: bytes of the message a handler waits for
 are consumed at once, a whole message waiting in a streaming call's inbox only when the handler takes
 it. So a client cannot make the server hold more than a window of data nobody reads. Room is given
-back in WINDOW_UPDATEs of half a window or more. DATA over a stream's window resets the stream
-(FLOW_CONTROL_ERROR), over the connection's window it ends the connection (as nghttp2 does).
+back in WINDOW_UPDATEs of half a window or more. Bytes of messages still arriving are consumed at once
+while the connection buffers at most grpc_max_buffered_bytes of them; past it, only the oldest such
+message's stream gets its room back, the others' wait (`stall`) until the connection buffers less
+(`release`); their connection room comes back at once, so that the oldest message can complete. DATA
+over a stream's window resets the stream (FLOW_CONTROL_ERROR), over the connection's window it ends the
+connection (as nghttp2 does).
 
 Outbound, the server sends what the client's windows allow (`room`), and WINDOW_UPDATE or a new
 SETTINGS_INITIAL_WINDOW_SIZE opens them; a window pushed over 2^31-1 is the client's error.
@@ -29,6 +33,7 @@ class FlowStream(Protocol):
     stream_id: int
     recv_window: int  # what the client may still send on it
     held: int  # bytes received on it that its call has not consumed yet
+    stalled: int  # bytes its call consumed whose stream room waits for the connection to buffer less
     send_window: int  # what the server may still send on it
 
 
@@ -67,14 +72,26 @@ class ReceiveWindows:
     def consumed(self, stream: FlowStream, amount: int, still_open: bool) -> None:
         """A call consumed `amount` bytes of its stream: give the room back (the stream's while the client may send).
 
-        A stream's room is what it neither may still send nor holds unread: consumed since its last WINDOW_UPDATE.
+        A stream's room is what it neither may still send, nor holds unread, nor has stalled: consumed since
+        its last WINDOW_UPDATE.
         """
         self.dropped(amount)
         if still_open:
-            room = STREAM_WINDOW - stream.recv_window - stream.held
+            room = STREAM_WINDOW - stream.recv_window - stream.held - stream.stalled
             if room >= STREAM_WINDOW // 2:
                 stream.recv_window += room
                 self._write(h2.window_update(stream.stream_id, room))
+
+    def stall(self, stream: FlowStream, amount: int) -> None:
+        """`amount` bytes of a message still arriving, consumed past the connection's bound: the stream's room waits."""
+        stream.stalled += amount
+        self.dropped(amount)
+
+    def release(self, stream: FlowStream, still_open: bool) -> None:
+        """The connection buffers less: a stalled stream gets its room back (while the client may send on it)."""
+        stream.stalled = 0
+        if still_open:
+            self.consumed(stream, 0, True)
 
     def dropped(self, length: int) -> None:
         """Bytes nobody will read (a closed stream, a unary call's extra DATA): the connection's room comes back."""

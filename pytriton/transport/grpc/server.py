@@ -54,6 +54,7 @@ class GrpcServerState:
         self.max_continuations = 8 + limits.max_header_bytes // h2.DEFAULT_MAX_FRAME
         self.max_concurrent_streams = limits.grpc_max_concurrent_streams
         self.max_connections = limits.grpc_max_connections
+        self.max_buffered_bytes = limits.grpc_max_buffered_bytes
         self.idle_timeout_s = limits.grpc_idle_timeout_s
         self.handshake_timeout_s = limits.grpc_handshake_timeout_s
         self.keepalive = keepalive

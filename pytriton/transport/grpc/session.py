@@ -7,14 +7,16 @@ ties them to the calls; its connection (`connection.py`) ties it to the transpor
 
 A session must receive its client's preface and SETTINGS within grpc_handshake_timeout_s, says GOAWAY
 after grpc_idle_timeout_s without a call, and takes at most grpc_max_concurrent_streams calls at once
-(REFUSED_STREAM beyond). A connection one over grpc_max_connections answers the calls that came with its
-client's SETTINGS with UNAVAILABLE, then says GOAWAY (its debug data says why: grpc's clients show it).
+(REFUSED_STREAM beyond). Its calls buffer at most grpc_max_buffered_bytes of messages still arriving
+before all but the oldest such message wait (flow.py). A connection one over grpc_max_connections
+answers the calls that came with its client's SETTINGS with UNAVAILABLE, then says GOAWAY (its debug
+data says why: grpc's clients show it).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
@@ -66,6 +68,8 @@ class Http2Session:
         self._decoder = HeaderBlockDecoder(state.max_header_list_bytes)
         self._streams: st.StreamTable[GrpcCall] = st.StreamTable()
         self.calls = self._streams.live
+        self._partials: Dict[int, GrpcCall] = {}  # calls with a message still arriving, oldest first
+        self._partial_bytes = 0  # what they buffer of them
         self._keepalive = Keepalive(state.keepalive, loop, send=write, busy=self._busy, abort=abort)
         self.inflow = ReceiveWindows(write)
         self.sender = ResponseSender(
@@ -347,11 +351,43 @@ class Http2Session:
         if call.held:
             self.inflow.dropped(call.held)
             call.held = 0
+        if call.partial:
+            before, call.partial = call.partial, 0
+            self.buffering(call, before, 0)
         if call.writable is not None:
             wake(call.writable)
         if not self.calls and not self.closed:
             self._clock.enter(IDLE, self._state.idle_timeout_s)
             self._close_if_done()
+
+    def buffering(self, call: GrpcCall, before: int, after: int) -> bool:
+        """A call buffers `after` bytes of a message still arriving (`before` until now); whether its room must wait.
+
+        Past grpc_max_buffered_bytes on the connection, only the oldest such call gets its room back (its message
+        can complete, and then the next oldest goes on); the others' clients wait for window.
+        """
+        self._partial_bytes += after - before
+        partials = self._partials
+        if not after:
+            partials.pop(call.stream_id, None)
+            if call.stalled:
+                self.inflow.release(call, call.remote_open)
+            self._release_stalled()
+            return False
+        if not before:
+            partials[call.stream_id] = call
+        elif after < before:
+            self._release_stalled()
+        return self._partial_bytes > self._state.max_buffered_bytes and next(iter(partials)) != call.stream_id
+
+    def _release_stalled(self) -> None:
+        """The connection buffers less: stalled streams get their room back (the oldest alone while over the bound)."""
+        over = self._partial_bytes > self._state.max_buffered_bytes
+        for call in self._partials.values():
+            if call.stalled:
+                self.inflow.release(call, call.remote_open)
+            if over:
+                return
 
     def _reset(self, stream_id: int, code: int) -> None:
         """Reset a stream for an error (counted: a client must not make the server reset streams at will)."""
