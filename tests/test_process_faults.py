@@ -215,6 +215,140 @@ def test_a_hung_instance_cannot_hold_stop_past_the_exit_timeout() -> None:
     assert _instance_pids() == set()
 
 
+FD_STARVED_SERVER = textwrap.dedent(
+    """
+    import os, resource
+    import numpy as np
+    from pytriton.instances import ProcessInstances
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    held = []
+
+    def total(requests):
+        return [{"total": np.array([request["x"].sum()], dtype=np.float64)} for request in requests]
+
+    def starve(requests):
+        try:
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        return [{"total": np.array([len(held)], dtype=np.float64)} for _ in requests]
+
+    def feed(requests):
+        while held:
+            os.close(held.pop())
+        return [{"total": np.array([0.0])} for _ in requests]
+
+    if __name__ == "__main__":
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        io = {
+            "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+            "outputs": [Tensor(name="total", dtype=np.float64, shape=(1,))],
+            "config": ModelConfig(batching=False),
+        }
+        with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+            triton.bind("total", ProcessInstances(total), **io)
+            triton.bind("starve", starve, **io)  # thread instances: they run in the server's process
+            triton.bind("feed", feed, **io)
+            triton.run()
+            print(triton.http_port, flush=True)
+            triton.serve()
+    """
+)
+
+
+def test_a_server_out_of_descriptors_sends_the_batch_over_the_socket(tmp_path: pathlib.Path) -> None:
+    """memfd_create fails with EMFILE when the arena grows: the batch travels in the message, the instance serves on."""
+    script = tmp_path / "server.py"
+    script.write_text(FD_STARVED_SERVER)
+    server = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        # One connection throughout: while the server has no descriptor left it could not accept another.
+        with httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=30) as client:
+
+            def total(model: str, x: np.ndarray) -> float:
+                tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+                tensor.set_data_from_numpy(x)
+                return float(client.infer(model, [tensor]).as_numpy("total")[0])
+
+            assert total("total", np.ones(4, np.float32)) == 4.0  # the instance's first arena: 1 MiB
+            total("feed", np.zeros(1, np.float32))  # a thread instance's first call opens a descriptor: not later
+            assert total("starve", np.zeros(1, np.float32)) > 0  # every descriptor the server may have is taken
+            big = np.ones(1 << 20, np.float32)  # 4 MiB: the arena would grow, and no memfd can be made
+            assert total("total", big) == float(1 << 20)
+            assert total("total", big) == float(1 << 20)  # the instance was not left busy
+            total("feed", np.zeros(1, np.float32))
+            assert total("total", big * 2) == float(2 << 20)
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        assert server.stdout is not None
+        server.stdout.close()
+
+
+def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packing a batch raises (here by a patch: after the shared-memory fallback nothing real makes it fail)."""
+    from pytriton.core import instance_protocol
+
+    pack = instance_protocol.ArenaWriter.pack
+
+    def pack_or_fail(self: instance_protocol.ArenaWriter, dicts: Any) -> Any:
+        if any(isinstance(item, dict) and item["x"].size and item["x"].flat[0] == 777 for item in dicts):
+            raise MemoryError("no memory for this batch")
+        return pack(self, dicts)
+
+    monkeypatch.setattr(instance_protocol.ArenaWriter, "pack", pack_or_fail)
+
+    def bind(triton: Triton) -> None:
+        triton.bind("fragile", ProcessInstances(fragile), **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton, _client(triton) as client:
+        for _ in range(2):
+            with pytest.raises(httpclient.InferenceServerException) as failed:
+                _infer(client, "fragile", np.array([777.0], np.float32))
+            assert "model 'fragile' instance 0 could not take the batch: no memory for this batch" in str(failed.value)
+            assert _infer(client, "fragile", np.array([5.0], np.float32))["y"].tolist() == [5.0]
+        assert client.is_model_ready("fragile")
+
+
+def counts_calls(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Echoes, with "pid" holding how many batches this process has run (a global of the process)."""
+    global _calls
+    _calls += 1
+    return [{"pid": np.array([_calls], dtype=np.int64), "y": request["x"]} for request in requests]
+
+
+_calls = 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pytriton/core/instance_channel.py: _Reader.messages() aliases `found` to self._whole_messages, so a "
+    "message read in pieces (a body too big for the arena) is handed over twice: the process runs the batch twice, "
+    "and with a new arena's descriptor in it dies of EBADF; the fix: `found = []` after the early return",
+)
+def test_batches_bigger_than_the_arena_run_once_each() -> None:
+    def bind(triton: Triton) -> None:
+        triton.bind("counts", ProcessInstances(counts_calls, shm_budget_bytes=1 << 20), **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton, _client(triton) as client:
+        for call in range(1, 4):
+            x = np.full(1 << 20, call, np.float32)  # 4 MiB: over the 1 MiB budget, through the socket
+            result = _infer(client, "counts", x)
+            assert np.array_equal(result["y"], x)
+            assert result["pid"].tolist() == [call]
+
+
 @pytest.mark.parametrize("budget", [0, 4096])
 def test_a_tiny_shared_memory_budget_still_serves(budget: int) -> None:
     def bind(triton: Triton) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from typing import Iterator
 
 import numpy as np
@@ -70,6 +71,34 @@ def test_no_name_is_left_behind() -> None:
 def test_more_than_the_machine_has_is_refused_not_fatal() -> None:
     with pytest.raises(SharedMemoryUnavailable):
         SharedSegment.create(1 << 50)
+
+
+def test_a_process_out_of_descriptors_gets_shared_memory_unavailable() -> None:
+    """EMFILE from memfd_create (or shm_open) is SharedMemoryUnavailable, which callers fall back on."""
+    code = textwrap.dedent(
+        """
+        import errno, os, resource
+        from pytriton.core.shared_memory import SharedMemoryUnavailable, SharedSegment
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        held = []
+        try:
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError as error:
+            assert error.errno == errno.EMFILE
+        try:
+            SharedSegment.create(4096)
+        except SharedMemoryUnavailable as error:
+            print("unavailable", errno.errorcode.get(error.errno))
+        os.close(held.pop())
+        os.close(held.pop())  # one for the memfd, one for mmap's own duplicate
+        with SharedSegment.create(4096):
+            print("created once a descriptor is free")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.splitlines() == ["unavailable EMFILE", "created once a descriptor is free"], result.stderr
 
 
 def test_views_are_bounds_checked() -> None:

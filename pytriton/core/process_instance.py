@@ -13,6 +13,7 @@ import asyncio
 import enum
 import functools
 import logging
+import os
 import subprocess
 import threading
 import time
@@ -51,6 +52,10 @@ Restart = Callable[[], Awaitable[Started]]
 
 class InstanceDied(RuntimeError):
     """The process of an instance ended while it held a batch."""
+
+
+class BatchNotSent(RuntimeError):
+    """A batch could not be handed to the process of an instance (it fails alone; the instance serves on)."""
 
 
 class InstanceState(enum.Enum):
@@ -190,20 +195,32 @@ class ProcessInstance:
         return self._next_job_id
 
     def _send_job(self, requests: List[Request], job: _Job, streaming: bool) -> None:
-        """Pack a batch's inputs into the arena and send it; a dead process fails the job at once."""
+        """Pack a batch's inputs into the arena and send it; a dead process fails the job at once.
+
+        A batch that cannot be packed or sent (say, an input that does not pickle) fails alone, and
+        the instance is free for the next one.
+        """
         link = self._link
         if self.state is not InstanceState.UP:
             job.fail(self._died_error(link, "is not running"))
             return
         self._job = job
-        packed, body, arena = link.inputs.pack([request.data for request in requests])
-        batch = [(data, request.parameters, request.requested_output_names) for data, request in zip(packed, requests)]
-        fds = [link.inputs.segment.fileno()] if arena and link.inputs.segment is not None else []
-        done_with, link.done_with = link.done_with, []
+        done_with: List[int] = []
         try:
+            packed, body, arena = link.inputs.pack([request.data for request in requests])
+            batch = [
+                (data, request.parameters, request.requested_output_names) for data, request in zip(packed, requests)
+            ]
+            fds = [link.inputs.segment.fileno()] if arena and link.inputs.segment is not None else []
+            done_with, link.done_with = link.done_with, []
             link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with), body, fds)
         except ChannelClosed:
             pass  # _on_closed fails the job
+        except Exception as error:  # noqa: BLE001 - the batch fails alone; the instance must not stay busy with it
+            link.done_with[:0] = done_with  # said with the next job instead
+            link.inputs.close()  # the process may not have the arena this batch was packed in: the next job sends one
+            self._finish_job()
+            job.fail(BatchNotSent(f"model '{self.model_name}' instance {self.index} could not take the batch: {error}"))
 
     def _send_stop(self, job: _Job) -> bool:
         """Ask the process to stop a streaming job after its current step."""
@@ -220,6 +237,15 @@ class ProcessInstance:
         tag = head[0]
         job = self._job
         if job is None or head[1] != job.job_id:
+            if tag == RESULT:  # of no job held: its arena is still the process's from now on, its region free
+                _, job_id, _, arena, final = head
+                if arena:
+                    link.outputs.adopt(arena, message.fds)
+                if final:
+                    link.release(job_id)
+            else:
+                for fd in message.fds:
+                    os.close(fd)
             return
         if tag == RESULT:
             _, _, packed, arena, final = head

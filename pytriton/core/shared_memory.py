@@ -86,7 +86,12 @@ class SharedSegment:
         if available is not None and size > available // 2:
             # Reserving memfd pages past what the system has calls the OOM killer rather than failing.
             raise SharedMemoryUnavailable(f"{size} bytes of shared memory is over half of the {available} available")
-        fd = _anonymous_file()
+        try:
+            fd = _anonymous_file()
+        except SharedMemoryUnavailable:
+            raise
+        except OSError as error:  # EMFILE, ENOMEM, a seccomp filter, no /dev/shm: never a plain OSError
+            raise SharedMemoryUnavailable(error.errno, f"cannot create shared memory: {error.strerror}") from None
         try:
             os.ftruncate(fd, size)
             if hasattr(os, "posix_fallocate"):
