@@ -7,11 +7,13 @@ A spawned instance process runs `main` (`python -m pytriton.core.instance_host F
 from __future__ import annotations
 
 import asyncio
+import atexit
 import ctypes
 import os
 import signal
 import socket
 import sys
+import threading
 import traceback
 from typing import Any, Callable, Iterator, List, Optional
 
@@ -226,7 +228,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     host = InstanceHost(channel, fn, init.arena_budget)
     channel.send((READY, host.kind.value, os.getpid()))
     host.serve()
+    _exit_past_threads(f"model '{init.model_name}' instance {init.instance_index}")
     return 0
+
+
+def _exit_past_threads(name: str) -> None:
+    """End the process now if threads the model started would hold its exit (atexit handlers still run).
+
+    The server asked it to exit (or is gone): a model's non-daemon thread must not keep an idle instance,
+    and with it the server's stop, waiting until the server kills it. As for a thread instance, whose
+    model's threads never hold the server's stop.
+    """
+    others = [
+        thread.name
+        for thread in threading.enumerate()
+        if not thread.daemon and thread is not threading.current_thread()
+    ]
+    if not others:
+        return
+    sys.stderr.write(f"pytriton: {name} exits without waiting for threads of its model: {', '.join(others)}\n")
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, List, Mapping, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 import cloudpickle
 
@@ -150,16 +150,34 @@ def exit_status(code: int) -> str:
     return f"exited with status {code}"
 
 
-async def stop_process(process: subprocess.Popen, kill: bool, grace_s: float = 2.0) -> int:  # type: ignore[type-arg]
-    """Wait for a process to end (SIGKILL now with `kill`, else after `grace_s`); its return code."""
+# How long a process told to exit gets before it is killed, unless the stop's deadline comes sooner.
+EXIT_GRACE_S = 2.0
+# The least it gets even past the deadline: an idle process told to exit is not killed mid-step of its exit.
+LEAST_GRACE_S = 0.1
+
+
+async def stop_process(
+    process: subprocess.Popen,  # type: ignore[type-arg]
+    kill: bool,
+    grace_s: float = EXIT_GRACE_S,
+    deadline: Optional[float] = None,
+) -> int:
+    """Wait for a process to end; its return code.
+
+    With `kill` it gets SIGKILL now, else once `grace_s` is over, or at `deadline` (time.monotonic())
+    when that comes sooner, though never sooner than LEAST_GRACE_S from now.
+    """
     if kill and process.poll() is None:
         process.kill()
-    deadline = time.monotonic() + grace_s
+    now = time.monotonic()
+    end = now + grace_s
+    if deadline is not None:
+        end = min(end, max(deadline, now + min(LEAST_GRACE_S, grace_s)))
     delay = 0.001
     while process.poll() is None:
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= end:
             process.kill()
-            deadline = float("inf")
+            end = float("inf")
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.05)
     return process.returncode

@@ -348,8 +348,12 @@ class ProcessInstance:
 
     # -- stopping -------------------------------------------------------------------------------
 
-    async def close(self) -> None:
-        """Stop the process: at once if it still runs a call (the drain is over), else once it has exited."""
+    async def close(self, deadline: Optional[float] = None) -> None:
+        """Stop the process: at once if it still runs a call (the drain is over), else once it has exited.
+
+        An idle process is told to exit and killed if it has not after EXIT_GRACE_S, or at `deadline`
+        (time.monotonic(): the end of the server's stop) when that comes sooner.
+        """
         previous, self.state = self.state, InstanceState.CLOSED
         if self._restarting is not None and not self._restarting.done():
             self._restarting.cancel()
@@ -362,7 +366,7 @@ class ProcessInstance:
                 except ChannelClosed:
                     pass
             if link.process is not None:
-                await stop_process(link.process, kill=busy)
+                await stop_process(link.process, kill=busy, deadline=deadline)
         link.close()
         job, self._job = self._job, None
         if job is not None:
