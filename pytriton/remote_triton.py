@@ -35,9 +35,13 @@ from pytriton.runtime.attach import (
     ATTACH_BIND,
     ATTACH_INSTANCE,
     BOUND,
+    TOKEN_AT,
+    TOKEN_WHERE,
     AttachBind,
     attach_address,
     peer_is_trusted,
+    peer_pid,
+    read_peer_token,
 )
 from pytriton.triton_base import Binding, TritonBase
 
@@ -49,6 +53,20 @@ _STARTUP_TIMEOUT_S = 120.0
 _ANSWER_TIMEOUT_S = 60.0
 # How long stop() waits for the server to drain a model and release its instances.
 _RELEASE_TIMEOUT_S = 120.0
+
+
+_workspace_warned = threading.Event()
+
+
+def _warn_workspace_once() -> None:
+    """Say once per process that RemoteTriton's `workspace` is not used."""
+    if not _workspace_warned.is_set():
+        _workspace_warned.set()
+        LOGGER.warning(
+            "RemoteTriton: workspace is not used; the server is reached through a local socket of its network "
+            "namespace, not through files (containers attach when they share the server's network namespace, "
+            "e.g. one Kubernetes pod, and are given access_token unless they may read the server's /proc entry)"
+        )
 
 
 class _RemoteModel:
@@ -82,9 +100,14 @@ class RemoteTriton(TritonBase):
 
         Args:
             url: the server's HTTP or gRPC url; it must be on this host (attachment is local).
-            workspace: accepted for compatibility; nothing is written to it (no socket files are needed).
-            access_token: the server's access token; when given it must match the server's.
+            workspace: accepted for compatibility and not used (a warning says so once): nvidia-pytriton's
+                cross-container mode shared socket files through it; here the server is reached through
+                an abstract socket of its network namespace, which needs no shared folder.
+            access_token: the server's access token (for its model-repository API); without one, the token
+                is read from the server when this process may (its user, same host and PID namespace, Linux).
         """
+        if workspace is not None:
+            _warn_workspace_once()
         self._triton_url = TritonUrl.from_url(url)
         super().__init__(
             url=self._triton_url.with_scheme,
@@ -155,9 +178,8 @@ class RemoteTriton(TritonBase):
         """Bind one model: the control connection, one connection per instance, then the server's BOUND."""
         control = BlockingChannel(self._connect_to_server(wait=True))
         control.sock.settimeout(_ANSWER_TIMEOUT_S)
-        request = AttachBind(
-            __version__, model.spec, len(model.callables), self._access_token, DEFAULT_SHM_BUDGET_BYTES
-        )
+        token = self._access_token if self._access_token is not None else self._server_token()
+        request = AttachBind(__version__, model.spec, len(model.callables), token, DEFAULT_SHM_BUDGET_BYTES)
         try:
             control.send((ATTACH_BIND, request))
             bind_id = self._answer(control, ACCEPTED, model)[1]
@@ -179,6 +201,22 @@ class RemoteTriton(TritonBase):
         model.watcher = threading.Thread(target=self._watch, args=(model,), daemon=True)
         model.watcher.start()
         LOGGER.info("model '%s' bound into the server at %s", model.spec.name, self._triton_url.with_scheme)
+
+    def _server_token(self) -> Optional[str]:
+        """The server's model-repository token, read from the server itself where the kernel lets this process."""
+        channel = BlockingChannel(self._connect_to_server(wait=False))
+        try:
+            channel.sock.settimeout(_ANSWER_TIMEOUT_S)
+            channel.send((TOKEN_WHERE,))
+            head = channel.receive().head
+            pid = peer_pid(channel.sock)
+        except (ChannelClosed, OSError):
+            return None  # a server of another version: its refusal of the binding says why
+        finally:
+            channel.close()
+        if head[0] != TOKEN_AT or not isinstance(head[1], int):
+            return None
+        return read_peer_token(pid, head[1])
 
     def _answer(self, control: BlockingChannel, expected: int, model: _RemoteModel) -> Any:
         """The server's next answer on a control connection, or its refusal raised."""

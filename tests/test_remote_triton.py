@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import shutil
@@ -18,12 +19,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from pytriton import remote_triton
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.attach import attach_address
-from pytriton.triton import Triton
-from tests.conftest import grpc_url, http_url, running_triton
+from pytriton.triton import Triton, TritonSecurityConfig
+from tests.conftest import ACCESS_TOKEN, grpc_url, http_url, running_triton
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IO = {
@@ -191,6 +193,90 @@ def test_a_wrong_access_token_is_refused(server: Triton) -> None:
                 "m", lambda requests: [{"y": r["x"]} for r in requests], **IO, config=ModelConfig(batching=False)
             )
             assert _infer(http_url(guarded), "m", np.array([4.0], np.float32)).tolist() == [4.0]
+
+
+OTHER_NAMESPACE_REMOTE = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from pytriton.exceptions import PyTritonInvalidOperationError
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import RemoteTriton
+
+    token = sys.argv[2] if len(sys.argv) > 2 else None
+    with RemoteTriton(url=sys.argv[1], access_token=token) as triton:
+        try:
+            triton.bind(
+                "neighbour",
+                lambda requests: [{"y": request["x"]} for request in requests],
+                inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))],
+                config=ModelConfig(batching=False),
+            )
+            print("BOUND", flush=True)
+        except PyTritonInvalidOperationError as error:
+            print("REFUSED", error, flush=True)
+    """
+)
+
+
+def _bind_from_another_pid_namespace(url: str, *token: str) -> str:
+    """What a RemoteTriton says that shares the server's network namespace and user but not its PID namespace.
+
+    As a sidecar container of the server's Kubernetes pod: it reaches the abstract socket, passes the
+    credentials check (same uid), and cannot read the server's /proc entry.
+    """
+    unshare = shutil.which("unshare")
+    assert unshare, "this test needs util-linux's unshare: apt-get install util-linux"
+    assert os.geteuid() == 0, "this test makes a PID namespace (unshare --pid): run it as root"
+    result = subprocess.run(
+        [unshare, "--pid", "--fork", "--mount-proc", sys.executable, "-c", OTHER_NAMESPACE_REMOTE, url, *token],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    return result.stdout.strip() or result.stderr
+
+
+def test_a_remote_that_cannot_read_the_servers_token_must_be_given_it(server: Triton) -> None:
+    url = f"localhost:{server.http_port}"
+    refused = _bind_from_another_pid_namespace(url)
+    assert refused.startswith("REFUSED"), refused
+    assert "restricts its model repository to an access token" in refused
+    assert "RemoteTriton(access_token=...)" in refused
+    assert _bind_from_another_pid_namespace(url, "not-the-token").endswith(
+        "the access token does not match the server's"
+    )
+    assert _bind_from_another_pid_namespace(url, ACCESS_TOKEN) == "BOUND"
+
+
+def test_a_server_whose_model_repository_is_open_takes_bindings_without_a_token() -> None:
+    with running_triton(_own_model, TritonSecurityConfig(restricted_endpoints=[])) as open_server:
+        assert _bind_from_another_pid_namespace(f"localhost:{open_server.http_port}") == "BOUND"
+
+
+def test_the_token_is_read_from_the_server_by_a_process_of_its_user(server: Triton, tmp_path: pathlib.Path) -> None:
+    """No access_token in the remote process: it finds the server's (a default server makes one)."""
+    remote = _start_remote(tmp_path, f"127.0.0.1:{server.http_port}")
+    try:
+        assert _infer(http_url(server), "triple", np.array([1.0], np.float32)).tolist() == [3.0]
+    finally:
+        _finish(remote)
+
+
+def test_workspace_is_accepted_and_said_once_to_be_unused(
+    server: Triton, tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    remote_triton._workspace_warned.clear()
+    with caplog.at_level(logging.WARNING, logger="pytriton"):
+        for _ in range(2):
+            with RemoteTriton(url=f"localhost:{server.http_port}", workspace=tmp_path) as remote:
+                remote.bind("ws", echo, **IO, config=UNBATCHED)
+                assert _infer(http_url(server), "ws", np.array([1.0], np.float32)).tolist() == [1.0]
+    said = [record.getMessage() for record in caplog.records if "workspace is not used" in record.getMessage()]
+    assert len(said) == 1, said
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_no_server_to_attach_to_is_a_clear_error() -> None:

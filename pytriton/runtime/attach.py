@@ -2,11 +2,20 @@
 
 The socket is a Unix socket, never a network one. On Linux it lives in the abstract namespace
 (`pytriton-<uid>-<port>` after a NUL byte, one per HTTP and gRPC port): no file is left behind, whatever kills the
-server. Elsewhere it is a file in a directory only its owner may enter (`$TMPDIR/pytriton-<uid>`).
-Both ends check who the other is (SO_PEERCRED): the server accepts only processes of its own user
-(or root), and RemoteTriton talks only to a server of its own user (or root), so another user can
-neither bind nor replace a model, nor pose as the server to receive a model's tensors. A token, when
-RemoteTriton gives one, must match the server's model-repository token.
+server, and every process in the server's network namespace can reach it (in a Kubernetes pod, every container of
+the pod; with `--network=host`, every container of the host). Elsewhere it is a file in a directory only its owner
+may enter (`$TMPDIR/pytriton-<uid>`).
+
+Who may bind, twice checked:
+- credentials: both ends check who the other is (SO_PEERCRED). The server accepts only processes of its own
+  user (or root), and RemoteTriton talks only to a server of its own user (or root), so another user can
+  neither bind nor replace a model, nor pose as the server to receive a model's tensors.
+- the token: when the server restricts its model-repository API (the default), a binding must carry that
+  API's token. A RemoteTriton given no `access_token` reads it from the server itself (Linux): the server
+  keeps it in a memfd, and the RemoteTriton opens `/proc/<server pid>/fd/<n>` (TOKEN_WHERE says n; the pid
+  is the socket's peer). The kernel lets only processes that could read the server's memory do that:
+  its user, in a PID namespace that sees the server. A process that merely shares its network namespace
+  (another container of the pod, running as the same uid or as root) must be given the token.
 
 A RemoteTriton binding is one control connection (ATTACH_BIND: the model, then BOUND or BIND_FAILED)
 and one connection per instance (ATTACH_INSTANCE), over which the server sends jobs exactly as to a
@@ -18,13 +27,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import logging
 import os
 import socket
+import stat
 import struct
 import sys
 import tempfile
 from typing import Any, Dict, List, Optional, Tuple
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX
+    fcntl = None  # type: ignore[assignment]
 
 from pytriton import __version__
 from pytriton.core.engine import Engine
@@ -38,12 +54,15 @@ LOGGER = logging.getLogger("pytriton")
 
 # Control connection: (ATTACH_BIND, AttachBind) -> (ACCEPTED, bind id), the instances attach, then (BOUND,);
 # (BIND_FAILED, message) at any step. Instance connection: (ATTACH_INSTANCE, bind id, instance index,
-# callable kind, pid), then jobs.
-ATTACH_BIND, ATTACH_INSTANCE, ACCEPTED, BOUND, BIND_FAILED = 21, 22, 23, 24, 25
+# callable kind, pid), then jobs. Token connection: (TOKEN_WHERE,) -> (TOKEN_AT, the server's descriptor
+# of its token's memfd, or None when no token is needed or none can be read).
+ATTACH_BIND, ATTACH_INSTANCE, ACCEPTED, BOUND, BIND_FAILED, TOKEN_WHERE, TOKEN_AT = 21, 22, 23, 24, 25, 26, 27
 _ABSTRACT = sys.platform.startswith("linux")
 _PEERCRED = struct.Struct("3i")
 # How long a binding may take to open its instance connections.
 _ATTACH_TIMEOUT_S = 30.0
+# The longest token kept in a memfd (tokens are short; a longer one is given to RemoteTriton explicitly).
+_MAX_TOKEN_BYTES = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +101,52 @@ def peer_is_trusted(sock: socket.socket) -> bool:
     return uid in (os.getuid(), 0)
 
 
+def peer_pid(sock: socket.socket) -> int:
+    """The pid of the process at the other end as this process's PID namespace sees it (0: unseen, or unknown)."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return 0
+    pid, _, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    return int(pid)
+
+
+def read_peer_token(pid: int, fd: int) -> Optional[str]:
+    """The token in descriptor `fd` of process `pid`, or None if this process may not read it (or it is not one)."""
+    if pid <= 0 or fd < 0:
+        return None
+    try:
+        token_fd = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # not this user's, or a PID namespace that does not see the server
+    try:
+        status = os.fstat(token_fd)
+        if not stat.S_ISREG(status.st_mode) or not 0 < status.st_size <= _MAX_TOKEN_BYTES:
+            return None
+        return os.pread(token_fd, status.st_size, 0).decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(token_fd)
+
+
+def _token_memfd(token: str) -> Optional[int]:
+    """A memfd holding `token`, sealed, for RemoteTriton processes that may read this process's descriptors."""
+    if not _ABSTRACT or not hasattr(os, "memfd_create") or len(token.encode()) > _MAX_TOKEN_BYTES:
+        return None
+    try:
+        fd = os.memfd_create("pytriton-access-token", os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
+    except OSError as error:
+        LOGGER.warning("RemoteTriton: cannot keep the access token for processes of this user (%s)", error)
+        return None
+    try:
+        os.write(fd, token.encode())
+        seals = sum(getattr(fcntl, name, 0) for name in ("F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE", "F_SEAL_SEAL"))
+        if seals and hasattr(fcntl, "F_ADD_SEALS"):
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    except OSError:
+        pass  # unsealed is still private to the server
+    return fd
+
+
 class _Binding:
     """A model being bound (or bound) through one control connection."""
 
@@ -107,10 +172,13 @@ class AttachServer:
         self._bindings: Dict[int, _Binding] = {}
         self._next_id = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._token_fd: Optional[int] = None
 
     def start(self, ports: List[int]) -> None:
         """Listen on the attach address of each port (on the loop); a taken address is logged, not fatal."""
         loop = asyncio.get_running_loop()
+        if self._model_token is not None:
+            self._token_fd = _token_memfd(self._model_token)
         for port in dict.fromkeys(ports):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
@@ -142,6 +210,9 @@ class AttachServer:
             binding.control.close()
         for task in list(self._tasks):
             task.cancel()
+        if self._token_fd is not None:
+            os.close(self._token_fd)
+            self._token_fd = None
 
     # -- connections ----------------------------------------------------------------------------
 
@@ -180,6 +251,8 @@ class AttachServer:
             self._track(self._bind(channel, head[1]))
         elif head[0] == ATTACH_INSTANCE:
             self._attach_instance(channel, head)
+        elif head[0] == TOKEN_WHERE:
+            _send(channel, (TOKEN_AT, self._token_fd))  # the client closes the connection
         else:
             channel.close()
 
@@ -224,8 +297,16 @@ class AttachServer:
         """Why a binding is refused, or None."""
         if request.version != __version__:
             return f"the server runs pytriton {__version__}, the RemoteTriton pytriton {request.version}"
-        if request.token is not None and self._model_token is not None and request.token != self._model_token:
-            return "the access token does not match the server's"
+        if self._model_token is not None:
+            if request.token is None:
+                return (
+                    "the server restricts its model repository to an access token and this RemoteTriton has none: "
+                    "pass RemoteTriton(access_token=...) with the server's token (Triton.get_access_token(), "
+                    "pytriton serve --access-token); only a process that may read the server's /proc/<pid>/fd "
+                    "(its user, in its PID namespace) finds it without"
+                )
+            if not hmac.compare_digest(request.token.encode(), self._model_token.encode()):
+                return "the access token does not match the server's"
         try:
             self._engine.check_new(request.spec)
         except ValueError as error:
