@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import subprocess
@@ -440,3 +441,76 @@ def test_nvidia_pytritons_remote_example_runs_unchanged_against_pytriton_serve(t
     )
     lines: List[str] = result.stdout.strip().splitlines()
     assert lines and lines[-1] == "example=0 unloaded=True own=True server=0", result.stdout + result.stderr
+
+
+UPSTREAM_EXAMPLE = pathlib.Path(__file__).parent / "data" / "simple_python_remote_mode"
+
+UPSTREAM_DRIVER = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    import tritonclient.http as httpclient
+
+    folder = sys.argv[1]
+    client = httpclient.InferenceServerClient("localhost:8000")
+
+    def start(name):
+        return subprocess.Popen([sys.executable, os.path.join(folder, name)])
+
+    def ready(model):
+        try:
+            return client.is_model_ready(model)
+        except Exception:
+            return False
+
+    def wait_until(condition):
+        deadline = time.monotonic() + 60
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return condition()
+
+    server = start("server_starting_triton.py")
+    assert wait_until(lambda: ready("AddSub")), "the server did not serve AddSub"
+    remotes = [start("server_remote_mul.py"), start("server_remote_power.py")]
+    bound = wait_until(lambda: ready("Mul") and ready("Power") or any(r.poll() is not None for r in remotes))
+    client_py = os.path.join(folder, "client.py")
+    ran = subprocess.run([sys.executable, client_py], capture_output=True, text=True, timeout=60)
+    sys.stdout.write(ran.stderr)
+    time.sleep(0.5)  # the remotes' serve() has installed its SIGINT handler by now
+    for remote in remotes:
+        remote.send_signal(signal.SIGINT)
+    codes = [remote.wait(timeout=60) for remote in remotes]
+    unloaded = wait_until(lambda: not ready("Mul") and not ready("Power"))
+    own = ready("AddSub")
+    server.send_signal(signal.SIGINT)
+    code = server.wait(60)
+    print(f"bound={bound} client={ran.returncode} remotes={codes} unloaded={unloaded} own={own} server={code}")
+    """
+)
+
+
+@pytest.mark.parametrize("token", ["TRITON_ACCESS_TOKEN set", "TRITON_ACCESS_TOKEN unset"])
+def test_nvidia_pytritons_simple_python_remote_mode_example_runs_unchanged(token: str) -> None:
+    """Its scripts (tests/data/simple_python_remote_mode) hardcode localhost:8000: they run in a network namespace.
+
+    `unshare --net` gives them a loopback of their own, on which 8000-8002 are free whatever runs beside.
+
+    Upstream runs it with TRITON_ACCESS_TOKEN set (the server and both remotes pass it); unset, the server
+    makes a token and each RemoteTriton reads it from the server (same user, same PID namespace).
+    """
+    unshare, ip = shutil.which("unshare"), shutil.which("ip")
+    assert unshare and ip, "this test needs unshare (util-linux) and ip (iproute2): apt-get install util-linux iproute2"
+    assert os.geteuid() == 0, "this test makes a network namespace (unshare --net): run it as root"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("TRITON_ACCESS_TOKEN", None)
+    if token.endswith(" set"):
+        env["TRITON_ACCESS_TOKEN"] = "test-access-token-12345"
+    command = f"{ip} link set lo up && exec {sys.executable} -c {shlex.quote(UPSTREAM_DRIVER)} {UPSTREAM_EXAMPLE}"
+    result = subprocess.run(
+        [unshare, "--net", "sh", "-c", command], capture_output=True, text=True, timeout=110, env=env
+    )
+    output = result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    expected = "bound=True client=0 remotes=[0, 0] unloaded=True own=True server=0"
+    assert lines and lines[-1] == expected, output
+    for line in ("add: [[3.0], [5.0]]", "sub: [[-1.0], [-1.0]]", "mul: [[2.0], [6.0]]", "power: [[1.0], [8.0]]"):
+        assert line in result.stdout, output
