@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import pathlib
 import shutil
@@ -19,7 +21,7 @@ import tritonclient.http as httpclient
 
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import http_url, running_triton
 
@@ -147,6 +149,85 @@ def test_a_process_killed_mid_batch_fails_only_its_batch_and_comes_back(tmp_path
     assert "exited with status 3" in str(exited.value)
     assert len(_instance_pids()) == 0  # stopped with the server
     assert after - before, "no request was served by a restarted instance"
+
+
+def trapped(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Echoes after 5 ms; the first batch of several requests once the test arms the trap waits to be killed.
+
+    That batch claims the trap (renames $TRAP_DIR/armed, atomic among the processes) and writes its
+    pid and request ids to $TRAP_DIR/batch.json before it sleeps.
+    """
+    folder = pathlib.Path(os.environ["TRAP_DIR"])
+    if len(requests) > 1:
+        try:
+            (folder / "armed").rename(folder / "sprung")
+        except OSError:
+            pass
+        else:
+            ids = [int(request["x"].flat[0]) for request in requests]
+            (folder / "batch.tmp").write_text(json.dumps({"pid": os.getpid(), "ids": ids}))
+            (folder / "batch.tmp").rename(folder / "batch.json")
+            time.sleep(60)
+    time.sleep(0.005)
+    return [{"pid": np.array([[os.getpid()]], dtype=np.int64), "y": request["x"]} for request in requests]
+
+
+def test_sigkill_of_a_process_holding_a_dynamic_batch_fails_exactly_that_batch(tmp_path: pathlib.Path) -> None:
+    batching = ModelConfig(max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=5000))
+
+    def bind(triton: Triton) -> None:
+        instances = ProcessInstances(trapped, count=2, env={"TRAP_DIR": str(tmp_path)})
+        triton.bind("batched", instances, **IO, config=batching)
+
+    with running_triton(bind) as triton:
+        served: Dict[int, int] = {}  # request id -> pid of the process that answered
+        failed: Dict[int, str] = {}
+        ids = itertools.count(1)
+        stop = threading.Event()
+
+        def load() -> None:
+            with _client(triton) as client:
+                while not stop.is_set():
+                    request_id = next(ids)
+                    try:
+                        result = _infer(client, "batched", np.array([[request_id]], np.float32))
+                        served[request_id] = int(result["pid"].flat[0])
+                    except httpclient.InferenceServerException as error:
+                        failed[request_id] = str(error)
+
+        threads = [threading.Thread(target=load) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(0.3)
+            before = _instance_pids()
+            (tmp_path / "armed").touch()
+            batch_file = tmp_path / "batch.json"
+            deadline = time.monotonic() + 20
+            while not batch_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.002)
+            trap = json.loads(batch_file.read_text())
+            os.kill(trap["pid"], signal.SIGKILL)  # from outside, as the OOM killer or an operator would
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (len(_instance_pids()) != 2 or trap["pid"] in _instance_pids()):
+                time.sleep(0.05)
+            after = _instance_pids()
+            time.sleep(1.0)  # the load goes on, on both instances
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        with _client(triton) as client:
+            assert client.is_model_ready("batched")
+    assert len(trap["ids"]) > 1
+    assert set(failed) == set(trap["ids"]), failed
+    for message in failed.values():
+        assert "model 'batched' instance" in message, message
+        assert f"(pid {trap['pid']}) was killed by signal SIGKILL" in message, message
+    assert len(served) > 100
+    assert trap["pid"] in before and trap["pid"] not in after and len(after) == 2
+    (restarted,) = after - before
+    assert restarted in served.values(), "the instance that came back served nothing"
 
 
 def test_the_model_is_not_ready_while_its_only_process_restarts(tmp_path: pathlib.Path) -> None:
@@ -277,7 +358,7 @@ FD_STARVED_SERVER = textwrap.dedent(
     import os, resource
     import numpy as np
     from pytriton.instances import ProcessInstances
-    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
     held = []
@@ -435,7 +516,7 @@ SERVER_SCRIPT = textwrap.dedent(
     import os, sys
     import numpy as np
     from pytriton.instances import ProcessInstances
-    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
     def identity(requests):

@@ -21,6 +21,7 @@ from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.test_metrics import labels, sample, scrape
 
 FP32_IO = {
     "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
@@ -435,6 +436,45 @@ def test_statistics_count_process_instance_calls(basic: Triton) -> None:
     assert after["inference_count"] - before["inference_count"] == 3
     assert after["execution_count"] - before["execution_count"] == 3
     assert int(after["inference_stats"]["compute_infer"]["ns"]) > int(before["inference_stats"]["compute_infer"]["ns"])
+
+
+def doubled_unless_negative(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    if any((request["x"] < 0).any() for request in requests):
+        raise ValueError("negative input")
+    return [{"y": request["x"] * 2} for request in requests]
+
+
+def test_metrics_count_process_instances_as_threads() -> None:
+    """The same requests to a model on threads and on processes give the same counters (nv_inference_count...)."""
+
+    def bind(triton: Triton) -> None:
+        batching = ModelConfig(max_batch_size=8)
+        triton.bind("on_threads", doubled_unless_negative, **FP32_IO, config=batching)
+        triton.bind("on_processes", ProcessInstances(doubled_unless_negative, count=2), **FP32_IO, config=batching)
+
+    with running_triton(bind) as triton:
+        for model in ("on_threads", "on_processes"):
+            for rows in (1, 2, 3):  # one at a time: three executions of 6 inferences, then one that fails
+                _infer(triton, model, {"x": np.ones((rows, 2), dtype=np.float32)})
+            with pytest.raises(httpclient.InferenceServerException, match="negative input"):
+                _infer(triton, model, {"x": -np.ones((1, 2), dtype=np.float32)})
+        families = scrape(triton)
+    for model in ("on_threads", "on_processes"):
+        assert sample(families, "nv_inference_count", **labels(model)) == 6
+        assert sample(families, "nv_inference_exec_count", **labels(model)) == 4  # the failed one ran too
+        assert sample(families, "nv_inference_request_success", **labels(model)) == 3
+        assert sample(families, "nv_inference_request_failure", **labels(model), reason="BACKEND") == 1
+        assert sample(families, "nv_inference_compute_infer_duration_us", **labels(model)) > 0
+    per_model = [
+        {
+            (series.name, tuple(sorted((k, v) for k, v in series.labels.items() if k != "model")), series.value)
+            for family in families.values()
+            for series in family.samples
+            if series.labels.get("model") == model and "duration" not in series.name and "summary" not in series.name
+        }
+        for model in ("on_threads", "on_processes")
+    ]
+    assert per_model[0] == per_model[1]  # the same series, counting the same, for both
 
 
 def test_starting_instances_is_logged(caplog: pytest.LogCaptureFixture) -> None:
