@@ -469,12 +469,6 @@ def counts_calls(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
 _calls = 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pytriton/core/instance_channel.py: _Reader.messages() aliases `found` to self._whole_messages, so a "
-    "message read in pieces (a body too big for the arena) is handed over twice: the process runs the batch twice, "
-    "and with a new arena's descriptor in it dies of EBADF; the fix: `found = []` after the early return",
-)
 def test_batches_bigger_than_the_arena_run_once_each() -> None:
     def bind(triton: Triton) -> None:
         triton.bind("counts", ProcessInstances(counts_calls, shm_budget_bytes=1 << 20), **IO, config=UNBATCHED)

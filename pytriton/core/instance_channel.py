@@ -129,10 +129,11 @@ class _Reader:
 
     def messages(self) -> List[Message]:
         """Every message now whole."""
-        found: List[Message] = self._whole_messages
-        if found:
+        whole = self._whole_messages
+        if whole:
             self._whole_messages = []
-            return found
+            return whole
+        found: List[Message] = []  # never the list above: a message read in pieces would be handed over twice
         if self._big is not None:
             head, nfds, body, got = self._big
             if got < len(body):
