@@ -43,6 +43,8 @@ _MODEL_ACTIONS = {
     "generate": "POST",
     "generate_stream": "POST",
 }
+# Responses at least this large leave as views of their outputs (writev); smaller ones cost less joined.
+_SCATTER_BYTES = 64 * 1024
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
 
@@ -229,8 +231,13 @@ class HttpFrontend:
         json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
-            if not accept and BODY_PARTS in scope.get("extensions", ()) and _request_owned(binary_parts, body):
-                size = json_length + sum(memoryview(part).nbytes for part in binary_parts)
+            size = json_length + sum(map(len, binary_parts))  # byte-format views: len is the size
+            if (
+                size >= _SCATTER_BYTES
+                and not accept
+                and BODY_PARTS in scope.get("extensions", ())
+                and _request_owned(binary_parts, body)
+            ):
                 out_headers.append((b"content-length", b"%d" % size))
                 await send({"type": "http.response.start", "status": 200, "headers": out_headers})
                 await send({"type": "http.response.body", "body": json_part, BODY_PARTS: binary_parts})
