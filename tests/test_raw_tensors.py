@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pytriton.core.raw_tensors import array_from_raw, backed_by, raw_from_array, unchanging
+from pytriton.core.raw_tensors import array_from_raw, backed_by, mark_leased, raw_from_array, unchanging
 
 
 def test_an_input_view_and_what_is_made_of_it_are_backed_by_the_body() -> None:
@@ -31,3 +31,13 @@ def test_bytes_never_change_and_other_memory_may() -> None:
     assert unchanging([b"head", view, b"prefix"], body)
     assert not unchanging([b"head", view, memoryview(bytearray(4))], body)
     assert not unchanging([b"head"], None)
+
+
+def test_a_leased_region_is_unchanging_while_it_lives() -> None:
+    lease = np.zeros(64, np.uint8)
+    output = raw_from_array(lease[16:32].view(np.float32), "FP32")
+    assert not unchanging([output], object())
+    mark_leased(lease)
+    assert unchanging([output], object())
+    del output, lease  # the entry goes with the array: a new object at the same id is not leased
+    assert not unchanging([raw_from_array(np.zeros(4, np.float32), "FP32")], object())

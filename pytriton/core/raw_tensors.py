@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, List, Sequence, Union
+import weakref
+from typing import Any, Dict, List, Sequence, Union
 
 import numpy as np
 
@@ -96,8 +97,19 @@ def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
     return array.data.cast("B")
 
 
+# Arrays over memory nobody writes into while they live (a process instance's result region, leased to the
+# server until its last view is gone: core/result_arena.py), by id; an entry leaves when its array dies.
+_LEASED: Dict[int, Any] = {}
+
+
+def mark_leased(array: np.ndarray) -> None:
+    """Count `array`'s memory as unchanging for as long as it lives (see unchanging)."""
+    key = id(array)
+    _LEASED[key] = weakref.ref(array, lambda _: _LEASED.pop(key, None))
+
+
 def unchanging(parts: Sequence[Any], owner: Any) -> bool:
-    """Whether every part is immutable (bytes) or lies in `owner`'s memory (see backed_by)."""
+    """Whether every part is immutable (bytes), lies in `owner`'s memory (see backed_by) or in a leased region."""
     return owner is not None and all(type(part) is bytes or backed_by(part, owner) for part in parts)
 
 
@@ -109,7 +121,7 @@ def backed_by(buffer: Any, owner: Any) -> bool:
     request's alone, where an array a callable returned may be one it fills again on its next call.
     """
     while True:
-        if buffer is owner:
+        if buffer is owner or id(buffer) in _LEASED:
             return True
         if isinstance(buffer, memoryview):
             buffer = buffer.obj

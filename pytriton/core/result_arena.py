@@ -26,7 +26,7 @@ from pytriton.core.instance_protocol import (
     result_items,
     result_value,
 )
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.raw_tensors import Buffer, mark_leased
 
 _IN_ARENA = 0
 # How many results of the usual size a new arena should hold while the server still reads earlier ones.
@@ -113,6 +113,7 @@ def lease_result(reader: ArenaReader, packed: Any, body: memoryview, release: Ca
         return result_value(as_tuple, rebuilt)
     lease = np.ndarray((len(view),), np.uint8, view)  # every array of the result is a view of this one
     weakref.finalize(lease, release)
+    mark_leased(lease)  # the responses may send its views as they are: the process writes there only after release
     rebuilt = reader.unpack(items, body, copy=False, arena=lease)
     return result_value(as_tuple, rebuilt)
 
