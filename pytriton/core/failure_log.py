@@ -8,18 +8,15 @@ and when the interval ends, one line counts those it held back.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 from pytriton.core.errors import InferenceError, Status
+from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
 from pytriton.exceptions import PyTritonUnrecoverableError
 
 LOGGER = logging.getLogger("pytriton.model")
-
-BURST = 10  # failures logged per model and interval
-INTERVAL_S = 60.0
 
 
 class FailureLog:
@@ -35,14 +32,7 @@ class FailureLog:
     ) -> None:
         """Log the failures of `model` (a name such as "'m' version 1"), `burst` per `interval_s` at most."""
         self._model = model
-        self._burst = burst
-        self._interval_s = interval_s
-        self._clock = clock
-        self._window_start = -interval_s
-        self._logged = 0
-        self._held_back = 0
-        self._last_held_back = ""
-        self._summary: Optional[asyncio.TimerHandle] = None
+        self._budget = LogBudget(self._held_back, burst=burst, interval_s=interval_s, clock=clock)
 
     def callable_raised(self, error: BaseException, requests: int) -> None:
         """The callable raised `error`, failing `requests` requests: log it with its traceback at ERROR.
@@ -52,7 +42,7 @@ class FailureLog:
         """
         unrecoverable = isinstance(error, PyTritonUnrecoverableError)
         summary = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        if not unrecoverable and not self._admit(summary):
+        if not unrecoverable and not self._budget.admit(summary):
             return
         remote = getattr(error, "remote_traceback", None)
         from_elsewhere = isinstance(remote, str) and bool(remote)
@@ -71,7 +61,7 @@ class FailureLog:
         Only the model's faults (INTERNAL) are logged; a request stopped by the server's stop or by its
         client is not a fault.
         """
-        if error.status is not Status.INTERNAL or not self._admit(error.message):
+        if error.status is not Status.INTERNAL or not self._budget.admit(error.message):
             return
         LOGGER.error(
             "model %s: the inference callable's outputs were refused (%s failed): %s",
@@ -82,40 +72,18 @@ class FailureLog:
 
     def flush(self) -> None:
         """Log the count of failures held back so far (the server stops)."""
-        if self._summary is not None:
-            self._summary.cancel()
-        self._summarize()
+        self._budget.flush()
 
-    def _admit(self, summary: str) -> bool:
-        """Whether a failure may be logged now; one that may not is counted for the interval's summary."""
-        now = self._clock()
-        if now - self._window_start >= self._interval_s:
-            self._window_start = now
-            self._logged = 0
-        if self._logged < self._burst:
-            self._logged += 1
-            return True
-        self._held_back += 1
-        self._last_held_back = summary
-        if self._summary is None:
-            delay_s = max(self._window_start + self._interval_s - now, 0.0)
-            self._summary = asyncio.get_running_loop().call_later(delay_s, self._summarize)
-        return False
-
-    def _summarize(self) -> None:
+    def _held_back(self, count: int, last: str) -> None:
         """Log how many failures were held back since the last summary, and the last one's cause."""
-        self._summary = None
-        if not self._held_back:
-            return
         LOGGER.error(
             "model %s: ... and %d more failures not logged (at most %d every %g s are); the last: %s",
             self._model,
-            self._held_back,
-            self._burst,
-            self._interval_s,
-            self._last_held_back,
+            count,
+            self._budget.burst,
+            self._budget.interval_s,
+            last,
         )
-        self._held_back = 0
 
 
 def _requests(count: int) -> str:

@@ -10,15 +10,13 @@ held back.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from typing import Callable, Optional
+from typing import Callable
+
+from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
 
 LOGGER = logging.getLogger(__name__)
-
-BURST = 10  # connections logged per interval
-INTERVAL_S = 60.0
 
 
 class CutoffLog:
@@ -28,48 +26,24 @@ class CutoffLog:
         self, *, burst: int = BURST, interval_s: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic
     ) -> None:
         """Log at most `burst` cut-offs per `interval_s`."""
-        self._burst = burst
-        self._interval_s = interval_s
-        self._clock = clock
-        self._window_start = -interval_s
-        self._logged = 0
-        self._held_back = 0
-        self._last_held_back = ""
-        self._summary: Optional[asyncio.TimerHandle] = None
+        self._budget = LogBudget(self._held_back, burst=burst, interval_s=interval_s, clock=clock)
 
     def cut_off(self, peer: str, reason: str) -> None:
         """The connection from `peer` was cut off for `reason`: log it now, or count it for the interval's summary."""
         line = f"gRPC connection from {peer} cut off: {reason}"
-        now = self._clock()
-        if now - self._window_start >= self._interval_s:
-            self._window_start = now
-            self._logged = 0
-        if self._logged < self._burst:
-            self._logged += 1
+        if self._budget.admit(line):
             LOGGER.warning("%s", line)
-            return
-        self._held_back += 1
-        self._last_held_back = line
-        if self._summary is None:
-            delay_s = max(self._window_start + self._interval_s - now, 0.0)
-            self._summary = asyncio.get_running_loop().call_later(delay_s, self._summarize)
 
     def flush(self) -> None:
         """Log the count of cut-offs held back so far (the server stops)."""
-        if self._summary is not None:
-            self._summary.cancel()
-        self._summarize()
+        self._budget.flush()
 
-    def _summarize(self) -> None:
+    def _held_back(self, count: int, last: str) -> None:
         """Log how many cut-offs were held back since the last summary, and the last one."""
-        self._summary = None
-        if not self._held_back:
-            return
         LOGGER.warning(
             "... and %d more gRPC connections cut off (at most %d every %g s are logged); the last: %s",
-            self._held_back,
-            self._burst,
-            self._interval_s,
-            self._last_held_back,
+            count,
+            self._budget.burst,
+            self._budget.interval_s,
+            last,
         )
-        self._held_back = 0
