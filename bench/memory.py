@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from bench.servers import ServerProcess, Target, descendants
+from bench.servers import ServerProcess, Target, descendants, proc_kib
 
 SIZES_MIB = (1, 8, 32)
 PROTOCOLS = ("http", "grpc")
@@ -24,16 +24,6 @@ PROTOCOLS = ("http", "grpc")
 
 def _tree(pid: int) -> List[int]:
     return [pid, *descendants(pid)]
-
-
-def _status_kib(pid: int, key: str) -> int:
-    try:
-        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(key):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def _reset_peaks(pids: List[int]) -> None:
@@ -78,11 +68,11 @@ def peak_over_idle(
         _infer(server, protocol, np.ones((1, 16), np.float32))
         time.sleep(0.2)
         pids = _tree(server.proc.pid)
-        idle_kib = sum(_status_kib(pid, "VmRSS:") for pid in pids)
+        idle_kib = sum(proc_kib(pid, "status", "VmRSS:") for pid in pids)
         _reset_peaks(pids)
         array = ((np.arange(mib * 2**18, dtype=np.float32) % 1024) * 0.25).reshape(1, -1)
         _infer(server, protocol, array)
-        peak_kib = sum(_status_kib(pid, "VmHWM:") for pid in pids)
+        peak_kib = sum(proc_kib(pid, "status", "VmHWM:") for pid in pids)
     finally:
         server.stop()
     grown = max(peak_kib - idle_kib, 0) / 1024

@@ -296,8 +296,8 @@ def tree_memory(root: int) -> Dict[str, float]:
             except psutil.Error:
                 continue
         else:
-            rss += _proc_kib(pid, "status", "VmRSS:") / 1024
-        pss += _proc_kib(pid, "smaps_rollup", "Pss:") / 1024
+            rss += proc_kib(pid, "status", "VmRSS:") / 1024
+        pss += proc_kib(pid, "smaps_rollup", "Pss:") / 1024
     return {"rss_mib": round(rss, 1), "pss_mib": round(pss, 1), "processes": len(pids)}
 
 
@@ -310,7 +310,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _proc_kib(pid: int, name: str, key: str) -> float:
+def proc_kib(pid: int, name: str, key: str) -> float:
     """A 'Key:  N kB' field of /proc/PID/NAME, 0 when unreadable."""
     try:
         for line in pathlib.Path(f"/proc/{pid}/{name}").read_text().splitlines():
