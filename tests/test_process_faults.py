@@ -424,14 +424,7 @@ def test_a_server_out_of_descriptors_sends_the_batch_over_the_socket(tmp_path: p
             total("feed", np.zeros(1, np.float32))
             assert total("total", big * 2) == float(2 << 20)
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        assert server.stdout is not None
-        server.stdout.close()
+        _stop_script_server(server)
 
 
 def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -532,6 +525,18 @@ SERVER_SCRIPT = textwrap.dedent(
 )
 
 
+def _stop_script_server(server: subprocess.Popen[str]) -> None:
+    """SIGINT, then SIGKILL after 30 s; its output pipe closed."""
+    server.send_signal(signal.SIGINT)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+    assert server.stdout is not None
+    server.stdout.close()
+
+
 def _start_script_server(tmp_path: pathlib.Path, prefix: List[str]) -> subprocess.Popen[str]:
     script = tmp_path / "server.py"
     script.write_text(SERVER_SCRIPT)
@@ -601,11 +606,4 @@ def test_a_64_kib_dev_shm_does_not_stop_large_tensors(tmp_path: pathlib.Path) ->
             tensor.set_data_from_numpy(x)
             assert np.array_equal(client.infer("identity", [tensor]).as_numpy("y"), x)
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        assert server.stdout is not None
-        server.stdout.close()
+        _stop_script_server(server)
