@@ -6,7 +6,7 @@ windows hold back waits in the call's outbox (DATA, then the trailers) until the
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import grpc
 
@@ -62,15 +62,6 @@ def _grpc_message(details: str) -> bytes:
     return b"".join(pieces[:kept]) + _CUT_MARK
 
 
-def _in(parts: Sequence[Buffer], memory: Any) -> bool:
-    """Whether every part is bytes or lies in `memory` (the request's message), which nothing else writes into.
-
-    Such parts may wait for the client's window as views; other outputs are copied when the message is
-    framed, since a callable may fill the array it returned again while a slow client still reads.
-    """
-    return unchanging(parts, memory)
-
-
 def _status_block(code: grpc.StatusCode, details: str) -> bytes:
     """Trailer fields carrying a status."""
     if code is grpc.StatusCode.OK and not details:
@@ -116,7 +107,9 @@ class ResponseSender:
         """A unary call's response and its OK status, in one write when flow control allows."""
         if call.ended:
             return
-        if size >= SCATTER_BYTES and call.encoding is None and _in(parts, call.request_memory):
+        # Outputs in the request's own message (or a leased result region) wait for the windows as views; others
+        # are copied when framed, since a callable may fill an array it returned again while a slow client reads.
+        if size >= SCATTER_BYTES and call.encoding is None and unchanging(parts, call.request_memory):
             self._send_pieces(call, message_pieces(parts, size, self._max_message_bytes))
             self.end(call, grpc.StatusCode.OK, "")
             return

@@ -103,18 +103,16 @@ class HttpConnection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         """Where the transport reads to: the free room of a presized body, else the server's read buffer."""
         direct = self._direct
-        if direct is None:
-            return self._read_view
-        if not self._refused:
-            receiving = self._receiving
-            if receiving is not None and receiving.response_complete:
-                direct.drop()  # answered before its body came: the rest is read and dropped
-            room = direct.room()
-            if room is not None:
-                return room
-            view = self._read_view
-            return view[: direct.left] if direct.left < len(view) else view  # never past the body's end
-        return self._read_view
+        view = self._read_view
+        if direct is None or self._refused:
+            return view
+        receiving = self._receiving
+        if receiving is not None and receiving.response_complete:
+            direct.drop()  # answered before its body came: the rest is read and dropped
+        room = direct.room()
+        if room is not None:
+            return room
+        return view[: direct.left] if direct.left < len(view) else view  # never past the body's end
 
     def buffer_updated(self, nbytes: int) -> None:
         """`nbytes` arrived where get_buffer said."""
