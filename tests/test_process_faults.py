@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from pytriton.core.instance_spawn import LEAST_GRACE_S
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -331,7 +332,7 @@ def hangs_at_exit_factory() -> Any:
 
 
 def test_an_idle_process_that_will_not_exit_is_killed_at_the_stop_deadline() -> None:
-    """The grace an idle process gets to exit ends at the deadline the stop gives (never past 2 s)."""
+    """An idle process that will not exit is killed at the stop's deadline (within 2 s, after 0.5 s at least)."""
     import asyncio
 
     from pytriton.core.process_instance import start_instances
@@ -345,12 +346,67 @@ def test_an_idle_process_that_will_not_exit_is_killed_at_the_stop_deadline() -> 
         await instance.close(deadline=started + deadline_in_s)
         return time.monotonic() - started, pid
 
-    took, pid = asyncio.run(start_then_close(0.3))
-    assert 0.25 < took < 0.3 + STOP_MARGIN_S
+    took, pid = asyncio.run(start_then_close(1.0))
+    assert 0.95 < took < 1.0 + STOP_MARGIN_S
+    assert not _alive(pid)
+    took, pid = asyncio.run(start_then_close(-1.0))  # the deadline is over: LEAST_GRACE_S still
+    assert LEAST_GRACE_S - 0.05 < took < LEAST_GRACE_S + STOP_MARGIN_S
     assert not _alive(pid)
     took, pid = asyncio.run(start_then_close(60.0))
     assert 1.9 < took < 2 + STOP_MARGIN_S  # no deadline sooner: EXIT_GRACE_S
     assert not _alive(pid)
+
+
+def exits_gracefully_factory() -> Any:
+    """A model whose process leaves its pid in $EXITED_DIR when it exits by itself (atexit; a SIGKILL skips it)."""
+    import atexit
+
+    atexit.register((pathlib.Path(os.environ["EXITED_DIR"]) / str(os.getpid())).touch)
+    return fragile
+
+
+@pytest.mark.parametrize("in_flight", [False, True], ids=["idle", "a-hung-call-drains-until-the-deadline"])
+def test_stop_gives_a_process_that_will_not_exit_only_what_is_left_of_the_exit_timeout(
+    in_flight: bool, tmp_path: pathlib.Path
+) -> None:
+    """The stop's one deadline (exit_timeout_secs) bounds the drain and the processes' exit; a healthy one exits."""
+    triton = Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0, exit_timeout_secs=1))
+    failed: List[Exception] = []
+
+    def call() -> None:
+        with _client(triton) as client:
+            try:
+                _infer(client, "sleeps", np.array([120.0], np.float32))
+            except Exception as error:  # noqa: BLE001 - the stop fails it; the test reads it
+                failed.append(error)
+
+    caller = threading.Thread(target=call)
+    try:
+        triton.bind("hangs_at_exit", ProcessInstances(factory=hangs_at_exit_factory), **IO, config=UNBATCHED)
+        healthy = ProcessInstances(factory=exits_gracefully_factory, env={"EXITED_DIR": str(tmp_path)})
+        triton.bind("healthy", healthy, **IO, config=UNBATCHED)
+        triton.bind("sleeps", ProcessInstances(sleeps), **IO, config=UNBATCHED)
+        triton.run()
+        with _client(triton) as client:
+            hung_pid = int(_infer(client, "hangs_at_exit", np.array([1.0], np.float32))["pid"][0])
+            healthy_pid = int(_infer(client, "healthy", np.array([1.0], np.float32))["pid"][0])
+        if in_flight:
+            caller.start()
+            time.sleep(0.5)
+        assert len(_instance_pids()) == 3
+    finally:
+        started = time.monotonic()
+        triton.stop()
+    took = time.monotonic() - started
+    if in_flight:
+        caller.join(timeout=30)
+        assert failed and isinstance(failed[0], httpclient.InferenceServerException)
+    # Past the deadline a process told to exit still gets LEAST_GRACE_S, so that a healthy one exits.
+    limit = 1 + (LEAST_GRACE_S if in_flight else 0) + STOP_MARGIN_S
+    assert took < limit, f"stop took {took:.2f} s with exit_timeout_secs=1"
+    assert not _alive(hung_pid)
+    assert _instance_pids() == set()
+    assert os.listdir(tmp_path) == [str(healthy_pid)]  # killed, it would have left nothing
 
 
 FD_STARVED_SERVER = textwrap.dedent(

@@ -236,9 +236,13 @@ class Engine:
         """Answer every request still queued or running with UNAVAILABLE now; return how many there were."""
         return sum(model.scheduler.cut_off() for model in self.models())
 
-    async def close(self) -> None:
-        """Stop the instances (threads after their calls), unmap shared memory, log the failures held back."""
-        await asyncio.gather(*(model.scheduler.close_instances() for model in self.models()))
+    async def close(self, deadline: Optional[float] = None) -> None:
+        """Stop the instances (threads after their calls), unmap shared memory, log the failures held back.
+
+        `deadline` (time.monotonic(): the end of the server's stop) is when instance processes that were
+        told to exit and have not are killed, if that comes before their usual grace is over.
+        """
+        await asyncio.gather(*(model.scheduler.close_instances(deadline) for model in self.models()))
         for model in self.models():
             model.scheduler.failures.flush()
         if self._watchdog is not None:

@@ -6,7 +6,7 @@ import asyncio
 import enum
 import inspect
 import threading
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Protocol, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import call_on_host, host_step
@@ -72,8 +72,11 @@ class ModelInstance(Protocol):
     def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Each step of any callable; setting `stop` ends a generator after its current step."""
 
-    async def close(self) -> None:
-        """Stop taking work; end whatever runs it (a thread after its call, a process at once if busy)."""
+    async def close(self, deadline: Optional[float] = None) -> None:
+        """Stop taking work; end whatever runs it (a thread after its call, a process at once if busy).
+
+        `deadline` (time.monotonic()) is when a process told to exit is killed if it has not; a thread ignores it.
+        """
 
 
 class Instance:
@@ -156,6 +159,6 @@ class Instance:
                 raise value
             yield value
 
-    async def close(self) -> None:
+    async def close(self, deadline: Optional[float] = None) -> None:
         """Let the worker thread end after any call still running in it (a daemon: it never holds the exit)."""
         self._worker.close()

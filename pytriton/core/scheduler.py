@@ -419,9 +419,12 @@ class Scheduler:
         self._watch.stop()
         return len(queued) + running
 
-    async def close_instances(self) -> None:
-        """Stop the instances: threads end after their call, processes at once if a call still runs."""
-        await asyncio.gather(*(instance.close() for instance in self._instances))
+    async def close_instances(self, deadline: Optional[float] = None) -> None:
+        """Stop the instances: threads end after their call, processes at once if a call still runs.
+
+        An idle process is told to exit and killed if it has not by `deadline` (time.monotonic()).
+        """
+        await asyncio.gather(*(instance.close(deadline) for instance in self._instances))
 
     def resume(self) -> None:
         """Take requests again after a cut-off (model reload)."""

@@ -3,13 +3,15 @@
 0. lame duck: for `ServerLimits.lame_duck_s`, readiness is false while requests are still served, so
    that load balancers take the replica out first (runtime/lame_duck.py).
 1. refuse: readiness turns false; new requests get 503 / UNAVAILABLE.
-2. drain: queued and running requests finish, up to `exit_timeout_secs`; how many are left and
-   how long they still have is logged every PROGRESS_PERIOD_S. A hurry (a second SIGINT/SIGTERM
-   under `serve()`) ends the lame duck and the drain at once.
+2. drain: queued and running requests finish, up to the stop's deadline (`exit_timeout_secs` after
+   the refusal); how many are left and how long they still have is logged every PROGRESS_PERIOD_S.
+   A hurry (a second SIGINT/SIGTERM under `serve()`) ends the lame duck and the drain at once.
 3. cut off: every request still open is answered with UNAVAILABLE on its own transport (HTTP 503,
    a gRPC status); a call still running goes on in its instance thread and its result is dropped.
 4. close: the frontends stop (answers under way get a moment to leave) and the instances' threads
-   end after their calls.
+   end after their calls; an instance process told to exit that has not by the same deadline is
+   killed (LEAST_GRACE_S after it was told at the earliest: core/instance_spawn.stop_process), so a
+   process whose exit hangs holds no stop past it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Optional, Sequence
 
 from pytriton.core.engine import Engine
 from pytriton.runtime.lame_duck import Leaving, lame_duck
@@ -48,6 +50,7 @@ class StopSequence:
         self._exit_timeout_s = exit_timeout_s
         self._hurried = hurried
         self._reason = ""  # why the drain ended with requests still open
+        self._deadline: Optional[float] = None  # time.monotonic(): exit_timeout_s after the refusal
 
     async def run(self) -> None:
         """Lame duck, refuse, drain, cut off and close, in this order."""
@@ -67,14 +70,15 @@ class StopSequence:
             hurried.cancel()
 
     async def refuse(self) -> None:
-        """Unready; new requests are refused from now on."""
+        """Unready; new requests are refused from now on, and the stop's deadline is set."""
+        self._deadline = time.monotonic() + self._exit_timeout_s
         self._engine.refuse()
 
     async def drain(self) -> None:
         """Let queued and running requests finish until the deadline or a hurry, logging what is left."""
         if not sum(self._engine.open_requests()):
             return
-        deadline = time.monotonic() + self._exit_timeout_s
+        deadline = self._deadline if self._deadline is not None else time.monotonic() + self._exit_timeout_s
         LOGGER.info(
             "stopping: waiting up to %g s (exit_timeout_secs) for %s",
             self._exit_timeout_s,
@@ -112,9 +116,9 @@ class StopSequence:
             LOGGER.warning("%s: %s answered with an error (UNAVAILABLE)", self._reason, open_requests)
 
     async def close(self) -> None:
-        """Close the ports and stop the instances."""
+        """Close the ports and stop the instances (a process that will not exit is killed at the deadline)."""
         await self._close_ports()
-        await self._engine.close()
+        await self._engine.close(deadline=self._deadline)
 
     def _describe_open_requests(self) -> str:
         """'3 requests (2 running, 1 queued)'."""
