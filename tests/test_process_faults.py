@@ -446,6 +446,7 @@ FD_STARVED_SERVER = textwrap.dedent(
             triton.bind("total", ProcessInstances(total), **io)
             triton.bind("starve", starve, **io)  # thread instances: they run in the server's process
             triton.bind("feed", feed, **io)
+            triton.bind("fresh", total, **io)  # a thread instance first called once no descriptor is left
             triton.run()
             print(triton.http_port, flush=True)
             triton.serve()
@@ -453,32 +454,119 @@ FD_STARVED_SERVER = textwrap.dedent(
 )
 
 
-def test_a_server_out_of_descriptors_sends_the_batch_over_the_socket(tmp_path: pathlib.Path) -> None:
-    """memfd_create fails with EMFILE when the arena grows: the batch travels in the message, the instance serves on."""
+def _start_fd_starved_server(tmp_path: pathlib.Path, script_text: str) -> Tuple[subprocess.Popen[str], int]:
+    """Start a script server under RLIMIT_NOFILE 256; it prints lines, then its HTTP port."""
     script = tmp_path / "server.py"
-    script.write_text(FD_STARVED_SERVER)
+    script.write_text(script_text)
     server = subprocess.Popen(
         [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
     )
+    assert server.stdout is not None
+    lines = []
+    for line in server.stdout:
+        if line.strip().isdigit():
+            return server, int(line)
+        lines.append(line)
+    _stop_script_server(server)
+    raise AssertionError(f"the server did not start: {lines}")
+
+
+def _total(client: httpclient.InferenceServerClient, model: str, x: np.ndarray) -> float:
+    tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    return float(client.infer(model, [tensor]).as_numpy("total")[0])
+
+
+def test_a_server_out_of_descriptors_sends_the_batch_over_the_socket(tmp_path: pathlib.Path) -> None:
+    """memfd_create fails with EMFILE when the arena grows: the batch travels in the message, the instance serves on."""
+    server, port = _start_fd_starved_server(tmp_path, FD_STARVED_SERVER)
     try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
         # One connection throughout: while the server has no descriptor left it could not accept another.
         with httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=30) as client:
 
             def total(model: str, x: np.ndarray) -> float:
-                tensor = httpclient.InferInput("x", list(x.shape), "FP32")
-                tensor.set_data_from_numpy(x)
-                return float(client.infer(model, [tensor]).as_numpy("total")[0])
+                return _total(client, model, x)
 
             assert total("total", np.ones(4, np.float32)) == 4.0  # the instance's first arena: 1 MiB
-            total("feed", np.zeros(1, np.float32))  # a thread instance's first call opens a descriptor: not later
             assert total("starve", np.zeros(1, np.float32)) > 0  # every descriptor the server may have is taken
             big = np.ones(1 << 20, np.float32)  # 4 MiB: the arena would grow, and no memfd can be made
             assert total("total", big) == float(1 << 20)
             assert total("total", big) == float(1 << 20)  # the instance was not left busy
             total("feed", np.zeros(1, np.float32))
             assert total("total", big * 2) == float(2 << 20)
+    finally:
+        _stop_script_server(server)
+
+
+def test_a_thread_instance_first_called_out_of_descriptors_serves(tmp_path: pathlib.Path) -> None:
+    """Its pipe (and the loop's) opened when it was bound, its first call needs no descriptor (it got HTTP 500, and
+    the instance never took another request)."""
+    server, port = _start_fd_starved_server(tmp_path, FD_STARVED_SERVER)
+    try:
+        with httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=30) as client:
+            assert _total(client, "starve", np.zeros(1, np.float32)) > 0  # every descriptor is taken from now on
+            assert _total(client, "fresh", np.ones(3, np.float32)) == 3.0
+            assert _total(client, "fresh", np.ones(5, np.float32)) == 5.0
+            _total(client, "feed", np.zeros(1, np.float32))
+            assert _total(client, "fresh", np.ones(7, np.float32)) == 7.0
+    finally:
+        _stop_script_server(server)
+
+
+FD_STARVED_BIND = textwrap.dedent(
+    """
+    import os, resource
+    import numpy as np
+    from pytriton.exceptions import PyTritonRuntimeError
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    def total(requests):
+        return [{"total": np.array([request["x"].sum()], dtype=np.float64)} for request in requests]
+
+    if __name__ == "__main__":
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        io = {
+            "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+            "outputs": [Tensor(name="total", dtype=np.float64, shape=(1,))],
+            "config": ModelConfig(batching=False),
+        }
+        with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+            triton.bind("warm", total, **io)  # what binding imports is imported: no module is read while starved
+            held = []
+            try:
+                while True:
+                    held.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                pass
+            try:
+                triton.bind("total", total, **io)
+            except PyTritonRuntimeError as error:
+                print("refused:", error, flush=True)
+            while held:
+                os.close(held.pop())
+            triton.bind("total", total, **io)
+            triton.run()
+            print(triton.http_port, flush=True)
+            triton.serve()
+    """
+)
+
+
+def test_a_thread_model_bound_out_of_descriptors_is_refused_at_bind(tmp_path: pathlib.Path) -> None:
+    """The bind fails, saying why; nothing of it stays bound, and a bind once descriptors are free serves."""
+    script = tmp_path / "server.py"
+    script.write_text(FD_STARVED_BIND)
+    server = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    try:
+        assert server.stdout is not None
+        refused = server.stdout.readline()
+        assert refused.startswith("refused: model 'total' did not start:"), refused
+        assert "out of file descriptors" in refused and "Too many open files" in refused
+        with httpclient.InferenceServerClient(f"127.0.0.1:{int(server.stdout.readline())}") as client:
+            assert _total(client, "total", np.ones(3, np.float32)) == 3.0
     finally:
         _stop_script_server(server)
 

@@ -79,3 +79,14 @@ def test_a_worker_opens_its_pipe_only_with_its_first_job() -> None:
             worker.close()
 
     assert run(main()) == (3, True)
+
+
+def test_a_thread_instance_opens_its_pipe_when_made_and_an_async_one_never() -> None:
+    """A sync callable's pipe is opened with its instance (out of descriptors, binding fails, not a request)."""
+    from pytriton.core.instances import Instance
+
+    async def coroutine(requests: object) -> object:
+        return requests
+
+    assert Instance(abs, "sync")._worker._doorbell is not None
+    assert Instance(coroutine, "async")._worker._doorbell is None

@@ -29,6 +29,11 @@ class CallableKind(enum.Enum):
         """Whether the callable yields several steps."""
         return self in (CallableKind.SYNC_GENERATOR, CallableKind.ASYNC_GENERATOR)
 
+    @property
+    def uses_thread(self) -> bool:
+        """Whether it runs in the instance's thread (sync kinds) rather than on the loop."""
+        return self in (CallableKind.SYNC, CallableKind.SYNC_GENERATOR)
+
 
 def callable_kind(fn: Callable[..., Any]) -> CallableKind:
     """Classify a function, bound method, callable object or wrapt-decorated callable."""
@@ -88,6 +93,8 @@ class Instance:
         self.name = name
         self.kind = callable_kind(fn)
         self._worker = WorkerThread(name)
+        if self.kind.uses_thread:
+            self._worker.open()  # now: out of file descriptors, binding fails and not the first request
         self.call_started_ns = 0  # when the call it is running started (0: idle); set by the scheduler
         self.reported_call_ns = 0  # the call a hang warning was logged for
 

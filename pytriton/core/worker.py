@@ -23,13 +23,24 @@ class WorkerThread:
     """
 
     def __init__(self, name: str) -> None:
-        """Create the worker; its thread (and the thread's doorbell, a pipe) start with the first job."""
+        """Create the worker; its thread and (unless `open` came first) its pipe start with the first job."""
         self.name = name
         self._jobs: Deque[Optional[_Job]] = deque()
         self._doorbell: Optional[Doorbell] = None
+        self._started = False
         self._taken: queue.SimpleQueue[None] = queue.SimpleQueue()  # one item per handed-over job taken
         self._unfinished = 0  # jobs submitted and not finished yet (read and written on the loop only)
         self._on_idle: List[Tuple[Callable[..., None], Tuple[Any, ...]]] = []
+
+    def open(self) -> Doorbell:
+        """Open the thread's doorbell now rather than with the first job; return it.
+
+        A job then needs no file descriptor: a process out of them (EMFILE) fails here, when the model
+        is bound, and not its first request.
+        """
+        if self._doorbell is None:
+            self._doorbell = Doorbell(blocking=True)
+        return self._doorbell
 
     def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
         """Call `callback(*args)` on the loop once every submitted job has finished (at once when none is left)."""
@@ -46,13 +57,14 @@ class WorkerThread:
         interpreter's switch interval (5 ms): without the hand-over the job waits that long to start.
         """
         loop = asyncio.get_running_loop()
+        inbox = inbox_of(loop)
         future: asyncio.Future[Any] = loop.create_future()
-        doorbell = self._doorbell
-        if doorbell is None:
-            doorbell = self._doorbell = Doorbell(blocking=True)
+        doorbell = self.open()
+        if not self._started:
             threading.Thread(target=self._work, args=(doorbell,), name=self.name, daemon=True).start()
+            self._started = True
         self._unfinished += 1
-        self._jobs.append((inbox_of(loop), future, fn, args, hand_over))
+        self._jobs.append((inbox, future, fn, args, hand_over))
         doorbell.ring()
         if hand_over:
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import threading
@@ -10,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
 
 from pytriton import __version__
+from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Engine
 from pytriton.core.instance_spawn import ProcessPlan, StartError
 from pytriton.core.instances import Instance, ModelInstance
@@ -116,11 +118,28 @@ class ServerRuntime:
     def _add_thread_model(
         self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting]
     ) -> None:
-        """Add a model whose instances are threads of this process (on the loop)."""
-        instances: List[ModelInstance] = [
-            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
-        ]
-        self._add_model(spec, instances, trace)
+        """Add a model whose instances are threads of this process (on the loop).
+
+        What their calls need from the system (a pipe for each sync instance, one for the loop) is
+        opened now, so that a server out of file descriptors refuses the model here rather than failing
+        its requests.
+
+        Raises:
+            PyTritonRuntimeError: a pipe could not be opened.
+        """
+        self.engine.check_new(spec)
+        try:
+            instances = [
+                Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
+            ]
+            if any(instance.kind.uses_thread for instance in instances):
+                inbox_of(asyncio.get_running_loop())  # where their results come back
+        except OSError as error:
+            hint = ""
+            if error.errno in (errno.EMFILE, errno.ENFILE):
+                hint = " (the server is out of file descriptors: each thread instance needs 2; raise `ulimit -n`)"
+            raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}{hint}") from None
+        self._add_model(spec, list(instances), trace)
 
     def _add_model(self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting]) -> None:
         """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
