@@ -4,15 +4,16 @@ Through the parser, each byte of a body was copied three times before the app sa
 bytes, into httptools' bytes, then joined); a 1 MiB request spent about a fifth of the server's CPU in
 those copies and in the page faults of their fresh buffers. A body whose Content-Length is large enough
 skips them: the connection hands this buffer's free room to the transport (asyncio.BufferedProtocol), so
-the only copy is the kernel's. The memory is numpy's uninitialised allocation: pages are touched as bytes
-arrive, so a client declaring a large body costs the server only what it actually sends.
+the only copy is the kernel's. The memory is uninitialised, reused once nothing refers to it
+(receive_buffers.py); a fresh one's pages are touched as bytes arrive, so a client declaring a large body
+costs the server only what it actually sends.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
+from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
 # Bodies of at least this many bytes are read past the parser; smaller ones cost less through it.
 PRESIZED_BODY_BYTES = 64 * 1024
@@ -27,7 +28,7 @@ class PresizedBody:
         """A buffer for `length` bytes, none of them arrived yet."""
         self.length = length
         self.filled = 0
-        self._view: Optional[memoryview] = np.empty(length, np.uint8).data
+        self._view: Optional[memoryview] = RECEIVE_BUFFERS.take(length)
 
     @property
     def left(self) -> int:
