@@ -141,7 +141,13 @@ async def _never_answers(requests: Any, context: Any) -> None:
 
 async def _receive(connection: GrpcConnection, data: bytes) -> None:
     """Hand `data` to the connection on its loop, as the transport does, and let the handlers it starts run."""
-    connection.data_received(data)
+    view = memoryview(data)
+    while view:  # as the transport does: into the buffer the connection gives, as much as fits
+        buffer = connection.get_buffer(len(view))
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        connection.buffer_updated(size)
+        view = view[size:]
     await asyncio.sleep(0)
 
 

@@ -26,6 +26,7 @@ import pytest
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
 from pytriton.transport.grpc import frames
+from pytriton.transport.grpc.framing import MAX_FRAME
 from pytriton.transport.grpc.headers import encode_block
 from pytriton.transport.grpc.responses import MAX_GRPC_MESSAGE_BYTES
 from pytriton.triton import Triton, TritonConfig
@@ -420,6 +421,25 @@ def test_data_frames_respect_the_client_max_frame_size(server, connect, max_fram
     assert response.grpc_status == "0" and response.output() == values
 
 
+@pytest.mark.parametrize(("frame_size", "pad"), [(MAX_FRAME, None), (MAX_FRAME, 255), (300_000, None), (100_000, 7)])
+def test_large_data_frames_up_to_the_advertised_max_frame_size(server, connect, frame_size, pad):
+    """A 768 KiB message in frames of up to the 4 MiB this server allows (grpc's clients send such): read in place."""
+    client = connect(server, settings={SETTINGS_INITIAL_WINDOW_SIZE: 2**24})
+    client.window_update(0, 2**24)  # room for the response
+    client.handshake()
+    assert client.server_settings[SETTINGS_MAX_FRAME_SIZE] == MAX_FRAME
+    values = np.arange(3 * 2**16, dtype=np.float32)
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers())
+    client.send_data(
+        stream, grpc_message(infer_request(values)), size=frame_size - (0 if pad is None else pad + 1), pad=pad
+    )
+    response = client.response(stream)
+    assert response.grpc_status == "0"
+    assert np.array_equal(np.frombuffer(response.infer_response().raw_output_contents[0], np.float32), values)
+    assert_served(server, connect)
+
+
 # ---------------------------------------------------------------- 5. pings
 
 
@@ -521,9 +541,22 @@ def _request_block() -> bytes:
     return hpack.Encoder().encode(request_headers())
 
 
+def _length(size: int) -> bytes:
+    """A frame header's 24-bit length."""
+    return size.to_bytes(3, "big")
+
+
 PROTOCOL_ERRORS = {
     "frame over max frame size": (pack_frame(PING, 0, 0, b"x" * (DEFAULT_MAX_FRAME + 1)), FRAME_SIZE_ERROR),
-    "data frame over max frame size": (pack_frame(DATA, 0, 1, b"x" * (DEFAULT_MAX_FRAME + 1)), FRAME_SIZE_ERROR),
+    # refused from their headers: the payloads are never sent
+    "data frame over max frame size": (
+        pack_frame(DATA, 0, 1)[:9].replace(b"\0\0\0", _length(MAX_FRAME + 1), 1),
+        FRAME_SIZE_ERROR,
+    ),
+    "headers frame over the header limit": (
+        pack_frame(HEADERS, END_HEADERS, 1)[:9].replace(b"\0\0\0", _length(70_000), 1),
+        ENHANCE_YOUR_CALM,
+    ),
     "data on an idle stream": (pack_frame(DATA, END_STREAM, 1, grpc_message(b"")), PROTOCOL_ERROR),
     "headers on an even stream": (lambda: pack_frame(HEADERS, END_HEADERS, 2, _request_block()), PROTOCOL_ERROR),
     "headers on stream 0": (lambda: pack_frame(HEADERS, END_HEADERS, 0, _request_block()), PROTOCOL_ERROR),

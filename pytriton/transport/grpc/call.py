@@ -6,7 +6,7 @@ import asyncio
 import base64
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, NoReturn, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, NoReturn, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -123,31 +123,53 @@ class GrpcCall:
         """Whether the client may still send on the stream."""
         return self.state == OPEN or self.state == HALF_CLOSED_LOCAL
 
-    def receive(self, data: Buffer, length: int) -> None:
-        """DATA of the stream (`length` with its padding): messages for the handler, consumed as it reads them.
+    def receive(self, pieces: Sequence[Buffer], length: int) -> None:
+        """DATA of the stream in pieces (`length` with padding): messages for the handler, consumed as it reads them.
 
         Bytes of a message under way are consumed at once (the handler waits for it), but past the
         connection's bound on such bytes only the oldest message's window comes back; whole messages a
         streaming handler has not taken hold the window until it takes them; a unary call refuses a second one.
         """
         inflow = self.session.inflow
+        size = len(pieces[0]) if len(pieces) == 1 else sum(map(len, pieces))
         if self.ended:
             inflow.dropped(length)
             return
         if self.task is not None and not self.method.streaming:
             inflow.dropped(length)
-            if data:
+            if size:
                 self._too_many_requests()
             return
         try:
-            messages = self._reader.feed(data) if data else None
+            messages = self._reader.feed_pieces(pieces) if size else None
         except MessageError as error:
             inflow.dropped(length)
             self.fail_requests(error)
             return
+        self._received(size, messages, length)
+
+    def room(self, limit: int) -> Optional[memoryview]:
+        """Where up to `limit` bytes of the message under way may be read in place (None: nowhere, read as usual)."""
+        if self.ended or (self.task is not None and not self.method.streaming):
+            return None
+        return self._reader.room(limit)
+
+    def receive_in_place(self, length: int) -> None:
+        """`length` bytes of DATA were read into the room `room` gave (no padding: they are all message bytes)."""
+        try:
+            messages = self._reader.filled(length)
+        except MessageError as error:
+            self.session.inflow.dropped(length)
+            self.fail_requests(error)
+            return
+        self._received(length, messages, length)
+
+    def _received(self, size: int, messages: Optional[List[Buffer]], length: int) -> None:
+        """After `size` bytes of messages arrived in DATA of `length` bytes: the messages they completed go on."""
+        inflow = self.session.inflow
         stalled = False
-        if self.partial or (data and not messages):  # a message in pieces (the usual one comes whole)
-            stalled = self._buffering(len(data), bool(messages))
+        if self.partial or (size and not messages):  # a message in pieces (the usual one comes whole)
+            stalled = self._buffering(size, bool(messages))
         if not self.method.streaming:
             if stalled:
                 inflow.stall(self, length)

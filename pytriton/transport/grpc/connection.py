@@ -1,5 +1,9 @@
 """One HTTP/2 connection of the gRPC server: the transport under an HTTP/2 session (`session.py`).
 
+Reads go into one buffer the server's connections share (what arrives is handled, and copied out where
+it is kept, before the next read), or, while a large DATA frame fills a message, straight into that
+message's buffer (framing.py): the loop makes no bytes object of its own for what it reads.
+
 Writes made while the loop runs one callback go out together at its end (one system call for every
 response a batch completed). A connection error is answered with GOAWAY, then the connection reads
 and drops what still arrives for a moment before it closes.
@@ -25,7 +29,7 @@ _JOIN_LIMIT_BYTES = 64 * 1024
 _LINGER_S = 2.0
 
 
-class GrpcConnection(asyncio.Protocol):
+class GrpcConnection(asyncio.BufferedProtocol):
     """An HTTP/2 connection serving gRPC calls on the engine's loop."""
 
     def __init__(self, state: GrpcServerState, loop: asyncio.AbstractEventLoop) -> None:
@@ -36,12 +40,19 @@ class GrpcConnection(asyncio.Protocol):
         self.peer = "unknown"
         self._cut_off_logged = False
         self.session = Http2Session(
-            state, loop, write=self._write, close=self._close, abort=self.abort, cut_off=self._cut_off
+            state,
+            loop,
+            write=self._write,
+            write_all=self._write_all,
+            close=self._close,
+            abort=self.abort,
+            cut_off=self._cut_off,
         )
         self._out: List[Buffer] = []
         self._out_bytes = 0
         self._flush_pending = False
         self._reading = False
+        self._in_place = False  # the last read went into a message's buffer (get_buffer), not the shared one
         self._linger: Optional[asyncio.TimerHandle] = None
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -78,13 +89,22 @@ class GrpcConnection(asyncio.Protocol):
             self._transport.resume_reading()
         self.session.writable_again()
 
-    def data_received(self, data: bytes) -> None:
-        """Hand every whole frame that arrived to the session."""
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next read goes: the buffer of the message a large DATA frame fills, or the shared read buffer."""
+        room = self.session.reader.room()
+        self._in_place = room is not None
+        return room if room is not None else self._state.read_view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """Hand every whole frame that arrived (and what arrived of DATA) to the session."""
         if self.session.closed:
             return  # after a connection error: read and dropped until the linger ends
         self._reading = True
         try:
-            self.session.reader.feed(data)
+            if self._in_place:
+                self.session.reader.filled(nbytes)
+            else:
+                self.session.reader.feed(self._state.read_view[:nbytes])
         except h2.Http2Error as error:
             self._fail(error.code, str(error))
         except hpack.HPACKError as error:
@@ -100,6 +120,15 @@ class GrpcConnection(asyncio.Protocol):
         """Queue bytes for the end of this loop callback."""
         self._out.append(data)
         self._out_bytes += len(data)
+        if not self._flush_pending:
+            self._flush_pending = True
+            if not self._reading:
+                self.loop.call_soon(self._flush)
+
+    def _write_all(self, pieces: List[Buffer], size: int) -> None:
+        """Queue `size` bytes in pieces for the end of this loop callback."""
+        self._out += pieces
+        self._out_bytes += size
         if not self._flush_pending:
             self._flush_pending = True
             if not self._reading:

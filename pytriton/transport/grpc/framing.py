@@ -1,29 +1,59 @@
 """The client's side of an HTTP/2 connection cut into frames: the preface, frame rules and whole header blocks.
 
 What can be checked from a frame alone is checked here (RFC 9113 sections 3.4, 4 and 6): the client
-preface is the magic then a SETTINGS frame; no frame is over the 16 KiB this server allows; each type
-is on stream 0 or on a stream as it must be, with the payload size its type requires; a header block
-(HEADERS, then CONTINUATION frames on the same stream with nothing in between) arrives whole, its
-padding and priority fields removed, within `max_block_bytes` and at most `max_continuations`
-CONTINUATION frames (ENHANCE_YOUR_CALM beyond either: 300,000 empty CONTINUATIONs must not cost the
-server more than a handful); PRIORITY frames are checked and dropped in every stream state;
-PUSH_PROMISE from a client is a connection error; frames of unknown types are dropped. The rest goes
-to the handler, one call per frame, for what the stream or connection state decides; a stream error
-it raises resets that stream only, and the frames after it are read on.
+preface is the magic then a SETTINGS frame; no frame is over the MAX_FRAME bytes this server allows
+(control frames over 16 KiB and header frames over the header block bound are refused from their
+header); each type is on stream 0 or on a stream as it must be, with the payload size its type
+requires; a header block (HEADERS, then CONTINUATION frames on the same stream with nothing in between)
+arrives whole, its padding and priority fields removed, within `max_block_bytes` and at most
+`max_continuations` CONTINUATION frames (ENHANCE_YOUR_CALM beyond either: 300,000 empty CONTINUATIONs
+must not cost the server more than a handful); PRIORITY frames are checked and dropped in every stream
+state; PUSH_PROMISE from a client is a connection error; frames of unknown types are skipped unread.
+The rest goes to the handler, one call per frame, for what the stream or connection state decides; a
+stream error it raises resets that stream only, and the frames after it are read on.
+
+DATA is not held until its frame is whole: its payload goes to the handler as it arrives, in pieces
+(padding removed, each piece counted with the frame bytes it took for flow control), so a 4 MiB frame
+costs no frame buffer, and while the rest of a frame belongs to a message under way the reader offers
+that message's own buffer for the next read (`room`, `filled`): the kernel copies those bytes straight
+where the message is assembled.
 """
 
 from __future__ import annotations
 
-from typing import List, Protocol, Tuple
+from typing import List, Optional, Protocol, Sequence, Tuple
 
+from pytriton.core.raw_tensors import Buffer
 from pytriton.transport.grpc import frames as h2
+
+# The largest frame this server accepts (SETTINGS_MAX_FRAME_SIZE), as grpc's C-core advertises: its clients
+# then send a large message in a few frames rather than one per 16 KiB.
+MAX_FRAME = 4 * 2**20
+# Frames other than DATA and header frames carry a few bytes: larger ones are refused from their header.
+_MAX_CONTROL_FRAME = h2.DEFAULT_MAX_FRAME
+# A HEADERS frame's padding (pad length and up to 255 bytes) and priority fields, over its block fragment.
+_HEADER_FRAME_EXTRA = 1 + 255 + 5
+# The rest of a DATA frame is read straight into its message's buffer when at least this much of it is left
+# (below it, one more system call costs more than copying the bytes out of the shared read buffer).
+DIRECT_READ_BYTES = 64 * 1024
 
 
 class FrameHandler(Protocol):
     """What the reader hands the frames to (the session), once checked."""
 
-    def on_data(self, stream_id: int, flags: int, payload: memoryview) -> None:
-        """A DATA frame on a stream; `payload` (a view of the read) still has its padding."""
+    def on_data(self, stream_id: int, pieces: Sequence[Buffer], length: int, end_stream: bool) -> None:
+        """Consecutive DATA payload of a stream, in pieces (`length`: the frame bytes they took, padding included).
+
+        `end_stream` with the last piece of a frame with END_STREAM; an empty frame is one empty piece. The pieces
+        are part of a frame, or whole frames that followed each other in one read. They are views of the read
+        buffer: what is kept of them must be copied.
+        """
+
+    def data_room(self, stream_id: int, limit: int) -> Optional[memoryview]:
+        """Where up to `limit` bytes of the stream's DATA may be read in place (its message's buffer), or None."""
+
+    def on_data_in_place(self, stream_id: int, length: int, end_stream: bool) -> None:
+        """`length` bytes of the stream's DATA were read into the room `data_room` gave."""
 
     def on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         """A whole header block on a stream; `flags` are its HEADERS frame's."""
@@ -59,11 +89,18 @@ class FrameReader:
         "_block_flags",
         "_block_frames",
         "_block_stream",
+        "_data_end",
+        "_data_left",
+        "_data_stream",
         "_handler",
         "_max_block_bytes",
         "_max_continuations",
+        "_pad_due",
+        "_pad_left",
         "_pending",
+        "_pending_size",
         "_preface_due",
+        "_skip_left",
         "stopped",
     )
 
@@ -72,8 +109,17 @@ class FrameReader:
         self._handler = handler
         self._max_block_bytes = max_block_bytes
         self._max_continuations = max_continuations
-        self._pending = b""  # the start of a frame whose end has not arrived
         self._preface_due = True
+        # The start of a frame header, or of a frame other than DATA, whose end has not arrived.
+        self._pending = bytearray()
+        self._pending_size = 0  # the whole frame's size once its header is in `_pending` (0: header incomplete)
+        # The DATA frame whose payload is arriving (stream 0: none).
+        self._data_stream = 0
+        self._data_end = False  # it has END_STREAM
+        self._data_left = 0  # its payload bytes still to come, padding included
+        self._pad_due = False  # it is PADDED and its pad length has not arrived
+        self._pad_left = 0  # its padding bytes (at its end)
+        self._skip_left = 0  # bytes still to come of a frame of an unknown type, skipped
         self._block: list[bytes] = []  # the pieces of a header block awaiting CONTINUATION
         self._block_stream = 0  # its stream (0: no block is open)
         self._block_flags = 0
@@ -81,84 +127,260 @@ class FrameReader:
         self._block_frames = 0
         self.stopped = False  # set by the handler when the connection stops reading
 
-    def feed(self, data: bytes) -> None:
-        """Handle every whole frame of what arrived; keep the start of a partial one.
+    # -- reading ------------------------------------------------------------------------------------
 
-        A frame begun in an earlier read is completed with just the bytes it misses, not by joining
-        the whole read to it: with large messages every read ends inside a frame, and joining copied
-        each byte once more. DATA payloads are views of the read; the message reader copies them once.
+    def feed(self, data: Buffer) -> None:
+        """Handle what arrived: whole frames at once, DATA as it comes, the start of any other frame kept.
+
+        `data` may be a view of a buffer the next read overwrites: what is kept of it is copied.
 
         Raises:
             Http2Error: a connection error (the handler may raise it too).
         """
-        pending = self._pending
-        if pending:
-            self._pending = b""
-            if self._preface_due or len(pending) < h2.FRAME_HEADER_SIZE:
-                data = pending + data  # at most a preface or a frame header: a few bytes
-            else:
-                missing = h2.FRAME_HEADER_SIZE + ((pending[0] << 16) | (pending[1] << 8) | pending[2]) - len(pending)
-                if missing > len(data):
-                    self._pending = pending + data  # still not whole: at most one frame is held
-                    return
-                self._frames(pending + data[:missing], 0)
-                if missing == len(data) or self.stopped:
-                    return
-                self._frames(data, missing)
-                return
-        position = 0
-        if self._preface_due:
-            position = self._preface(data)
-            if position < 0:
-                return
-        self._frames(data, position)
-
-    def _frames(self, data: bytes, position: int) -> None:
-        """Handle the whole frames of `data` from `position` on; keep the start of a partial one."""
-        size = len(data)
         view = memoryview(data)
-        handler = self._handler
-        unpack = h2.FRAME_HEADER.unpack_from
-        while size - position >= h2.FRAME_HEADER_SIZE and not self.stopped:
-            high, low, kind, flags, stream_id = unpack(data, position)
-            length = (high << 8) | low
-            if length > h2.DEFAULT_MAX_FRAME:
-                raise h2.Http2Error(h2.FRAME_SIZE_ERROR, f"frame of {length} bytes is over SETTINGS_MAX_FRAME_SIZE")
-            end = position + h2.FRAME_HEADER_SIZE + length
-            if end > size:
-                break
-            start = position + h2.FRAME_HEADER_SIZE
-            position = end
-            stream_id &= 0x7FFFFFFF
-            try:
-                if self._block_stream:
-                    self._continuation(kind, flags, stream_id, data[start:end])
-                elif kind == h2.DATA:
-                    if not stream_id:
-                        raise h2.Http2Error(h2.PROTOCOL_ERROR, "DATA on stream 0")
-                    handler.on_data(stream_id, flags, view[start:end])
-                elif kind == h2.HEADERS:
-                    self._headers(stream_id, flags, data[start:end])
-                else:
-                    self._control(kind, flags, stream_id, data[start:end])
-            except h2.StreamError as error:
-                handler.on_stream_error(error)
-        if position < size:
-            self._pending = data[position:]
+        size = len(view)
+        position = self._preface(view) if self._preface_due else 0
+        while position < size and not self.stopped:
+            if self._data_stream:
+                position = self._data(view, position)
+            elif self._skip_left:
+                skipped = min(self._skip_left, size - position)
+                self._skip_left -= skipped
+                position += skipped
+            elif self._pending:
+                position = self._complete(view, position)
+            else:
+                position = self._frames(view, position)
 
-    def _preface(self, data: bytes) -> int:
-        """Check the client preface (the magic, then a SETTINGS frame); where frames start, -1 if more is needed."""
+    def room(self) -> Optional[memoryview]:
+        """Where the next bytes may be read in place: the buffer of the message the rest of a DATA frame belongs to.
+
+        None unless at least DIRECT_READ_BYTES of the frame's content are still to come and the handler has a
+        place for them; the room given ends within the content (the padding is read as usual).
+        """
+        content = self._data_left - self._pad_left
+        if not self._data_stream or self._pad_due or content < DIRECT_READ_BYTES or self.stopped:
+            return None
+        room = self._handler.data_room(self._data_stream, content)
+        return room if room is not None and len(room) >= DIRECT_READ_BYTES else None
+
+    def filled(self, length: int) -> None:
+        """`length` bytes were read into the room `room()` gave."""
+        stream_id = self._data_stream
+        self._data_left -= length
+        done = not self._data_left
+        if done:
+            self._data_stream = 0
+        try:
+            self._handler.on_data_in_place(stream_id, length, done and self._data_end)
+        except h2.StreamError as error:
+            self._handler.on_stream_error(error)
+
+    def _preface(self, view: memoryview) -> int:
+        """Check the client preface (the magic, then a SETTINGS frame's header); where reading goes on.
+
+        The SETTINGS frame's header is left pending, to be read as any other.
+        """
+        pending = self._pending
+        taken = min(_PREFACE_AND_HEADER - len(pending), len(view))
+        pending += view[:taken]
         magic = len(h2.PREFACE)
-        if not (data[:magic] == h2.PREFACE if len(data) >= magic else h2.PREFACE.startswith(data)):
+        if not (pending[:magic] == h2.PREFACE if len(pending) >= magic else h2.PREFACE.startswith(pending)):
             raise h2.Http2Error(h2.PROTOCOL_ERROR, "not an HTTP/2 connection preface")
-        if len(data) < magic + h2.FRAME_HEADER_SIZE:
-            self._pending = data
-            return -1
-        _, _, kind, flags, _ = h2.FRAME_HEADER.unpack_from(data, magic)
-        if kind != h2.SETTINGS or flags & h2.ACK:
-            raise h2.Http2Error(h2.PROTOCOL_ERROR, "the connection preface must end with a SETTINGS frame")
-        self._preface_due = False
-        return magic
+        if len(pending) == _PREFACE_AND_HEADER:
+            _, _, kind, flags, _ = h2.FRAME_HEADER.unpack_from(pending, magic)
+            if kind != h2.SETTINGS or flags & h2.ACK:
+                raise h2.Http2Error(h2.PROTOCOL_ERROR, "the connection preface must end with a SETTINGS frame")
+            del pending[:magic]
+            self._preface_due = False
+        return taken
+
+    # -- frames -------------------------------------------------------------------------------------
+
+    def _frames(self, view: memoryview, position: int) -> int:
+        """Handle the frames of `view` from `position` on while they are whole; where reading stopped.
+
+        The start of a frame that is not whole is kept (DATA excepted: its payload is handed over as it comes).
+        """
+        size = len(view)
+        unpack = h2.FRAME_HEADER.unpack_from
+        while size - position >= h2.FRAME_HEADER_SIZE:
+            high, low, kind, flags, stream_id = unpack(view, position)
+            length = (high << 8) | low
+            stream_id &= 0x7FFFFFFF
+            start = position + h2.FRAME_HEADER_SIZE
+            end = start + length
+            if kind == h2.DATA and not self._block_stream:
+                self._begin_data(length, flags, stream_id)
+                if flags & (h2.PADDED | h2.END_STREAM) or end > size or not length:
+                    return self._data(view, start)
+                return self._data_frames(view, start, end, stream_id)
+            self._check(length, kind, stream_id)
+            if kind not in _KNOWN:
+                self._handler.glitch()  # an unknown frame type: skipped, as RFC 9113 asks
+                self._skip_left = max(end - size, 0)
+                position = min(end, size)
+            elif end <= size:
+                position = end
+                self._dispatch(kind, flags, stream_id, bytes(view[start:end]))
+                if self.stopped:
+                    return size
+            else:
+                self._pending_size = h2.FRAME_HEADER_SIZE + length
+                break
+        self._pending += view[position:]
+        return size
+
+    def _complete(self, view: memoryview, position: int) -> int:
+        """Complete the frame (or frame header) begun in an earlier read with just the bytes it misses."""
+        pending = self._pending
+        if not self._pending_size:
+            taken = min(h2.FRAME_HEADER_SIZE - len(pending), len(view) - position)
+            pending += view[position : position + taken]
+            position += taken
+            if len(pending) < h2.FRAME_HEADER_SIZE:
+                return position
+            high, low, kind, flags, stream_id = h2.FRAME_HEADER.unpack_from(pending)
+            length = (high << 8) | low
+            stream_id &= 0x7FFFFFFF
+            if kind == h2.DATA and not self._block_stream:
+                pending.clear()
+                self._begin_data(length, flags, stream_id)
+                return self._data(view, position)
+            self._check(length, kind, stream_id)
+            if kind not in _KNOWN:
+                pending.clear()
+                self._handler.glitch()
+                self._skip_left = length
+                return position
+            self._pending_size = h2.FRAME_HEADER_SIZE + length
+        taken = min(self._pending_size - len(pending), len(view) - position)
+        pending += view[position : position + taken]
+        position += taken
+        if len(pending) == self._pending_size:
+            _, _, kind, flags, stream_id = h2.FRAME_HEADER.unpack_from(pending)
+            payload = bytes(pending[h2.FRAME_HEADER_SIZE :])
+            pending.clear()
+            self._pending_size = 0
+            self._dispatch(kind, flags, stream_id & 0x7FFFFFFF, payload)
+        return position
+
+    def _check(self, length: int, kind: int, stream_id: int) -> None:
+        """A frame other than DATA, from its header: within its size, and not interrupting a header block."""
+        if length > MAX_FRAME:
+            raise h2.Http2Error(h2.FRAME_SIZE_ERROR, f"frame of {length} bytes is over SETTINGS_MAX_FRAME_SIZE")
+        if self._block_stream and (kind != h2.CONTINUATION or stream_id != self._block_stream):
+            raise h2.Http2Error(h2.PROTOCOL_ERROR, "a header block was interrupted")
+        if kind == h2.HEADERS or kind == h2.CONTINUATION:
+            if length > self._max_block_bytes + _HEADER_FRAME_EXTRA:
+                raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, "header block too large")
+        elif length > _MAX_CONTROL_FRAME and kind in _KNOWN:
+            raise h2.Http2Error(h2.FRAME_SIZE_ERROR, f"{_NAMES[kind]} frame of {length} bytes")
+
+    def _dispatch(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        """A whole frame other than DATA; a stream error it raises resets its stream only."""
+        try:
+            if self._block_stream:
+                self._continuation(flags, stream_id, payload)
+            elif kind == h2.HEADERS:
+                self._headers(stream_id, flags, payload)
+            else:
+                self._control(kind, flags, stream_id, payload)
+        except h2.StreamError as error:
+            self._handler.on_stream_error(error)
+
+    # -- DATA ---------------------------------------------------------------------------------------
+
+    def _begin_data(self, length: int, flags: int, stream_id: int) -> None:
+        """A DATA frame's header, checked; its payload is handed over as it arrives."""
+        if length > MAX_FRAME:
+            raise h2.Http2Error(h2.FRAME_SIZE_ERROR, f"frame of {length} bytes is over SETTINGS_MAX_FRAME_SIZE")
+        if not stream_id:
+            raise h2.Http2Error(h2.PROTOCOL_ERROR, "DATA on stream 0")
+        padded = bool(flags & h2.PADDED)
+        if padded and not length:
+            raise h2.Http2Error(h2.FRAME_SIZE_ERROR, "padded frame without a pad length")
+        if not length and not flags & h2.END_STREAM:
+            self._handler.glitch()
+        self._data_stream = stream_id
+        self._data_end = bool(flags & h2.END_STREAM)
+        self._data_left = length
+        self._pad_due = padded
+        self._pad_left = 0
+
+    def _data_frames(self, view: memoryview, start: int, end: int, stream_id: int) -> int:
+        """A whole DATA frame, and the whole ones that follow it on its stream in `view`, handed over together.
+
+        Clients cut a large message into frames of 16 KiB (h2load, nghttp2): handing a read's worth of them
+        over at once costs the session and the call one pass instead of sixteen. Padded or empty frames, and
+        the frames after END_STREAM, go their usual way.
+        """
+        size = len(view)
+        pieces = [view[start:end]]
+        counted = end - start
+        position = end
+        unpack = h2.FRAME_HEADER.unpack_from
+        end_stream = False
+        while size - position >= h2.FRAME_HEADER_SIZE:
+            high, low, kind, flags, next_stream = unpack(view, position)
+            length = (high << 8) | low
+            start = position + h2.FRAME_HEADER_SIZE
+            end = start + length
+            if kind != h2.DATA or next_stream & 0x7FFFFFFF != stream_id or flags & h2.PADDED:
+                break
+            if not length or length > MAX_FRAME or end > size:
+                break
+            pieces.append(view[start:end])
+            counted += length
+            position = end
+            if flags & h2.END_STREAM:
+                end_stream = True
+                break
+        self._data_stream = 0
+        self._data_left = 0
+        try:
+            self._handler.on_data(stream_id, pieces, counted, end_stream)
+        except h2.StreamError as error:
+            self._handler.on_stream_error(error)
+        return position
+
+    def _data(self, view: memoryview, position: int) -> int:
+        """Hand over what `view` holds of the DATA frame under way, from `position`; where its bytes end."""
+        size = len(view)
+        start = position
+        left = self._data_left
+        if self._pad_due:
+            if position == size:
+                return position
+            pad = view[position]
+            if pad >= left:
+                raise h2.Http2Error(h2.PROTOCOL_ERROR, "padding longer than the frame")
+            position += 1
+            left -= 1
+            self._pad_due = False
+            self._pad_left = pad
+        content = min(left - self._pad_left, size - position)
+        payload = view[position : position + content]
+        position += content
+        left -= content
+        if left <= self._pad_left:  # the content is all here: what arrived of the padding is skipped
+            skipped = min(left, size - position)
+            position += skipped
+            left -= skipped
+            self._pad_left = left
+        self._data_left = left
+        stream_id = self._data_stream
+        if not left:
+            self._data_stream = 0
+        elif position == start:
+            return position  # nothing of the frame arrived yet
+        try:
+            self._handler.on_data(stream_id, (payload,), position - start, not left and self._data_end)
+        except h2.StreamError as error:
+            self._handler.on_stream_error(error)
+        return position
+
+    # -- header blocks and control frames -------------------------------------------------------------
 
     def _headers(self, stream_id: int, flags: int, payload: bytes) -> None:
         """A HEADERS frame: a whole header block, or the start of one."""
@@ -174,10 +396,8 @@ class FrameReader:
         self._block_bytes = len(block)
         self._block_frames = 0
 
-    def _continuation(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        """A frame while a header block is open: it must be the block's next CONTINUATION."""
-        if kind != h2.CONTINUATION or stream_id != self._block_stream:
-            raise h2.Http2Error(h2.PROTOCOL_ERROR, "a header block was interrupted")
+    def _continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
+        """The next CONTINUATION of the open header block (`_check` saw it is one, on the block's stream)."""
         self._block_frames += 1
         if self._block_frames > self._max_continuations:
             raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, "too many CONTINUATION frames in a header block")
@@ -232,8 +452,6 @@ class FrameReader:
                 raise h2.Http2Error(h2.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
             else:
                 raise h2.Http2Error(h2.PROTOCOL_ERROR, "a client cannot push")
-        else:
-            handler.glitch()  # an unknown frame type: ignored, as RFC 9113 asks
 
 
 _CONNECTION_FRAMES = {h2.PING: "PING", h2.SETTINGS: "SETTINGS", h2.GOAWAY: "GOAWAY"}
@@ -243,3 +461,6 @@ _STREAM_FRAMES = {
     h2.CONTINUATION: "CONTINUATION",
     h2.PUSH_PROMISE: "PUSH_PROMISE",
 }
+_NAMES = {h2.HEADERS: "HEADERS", h2.WINDOW_UPDATE: "WINDOW_UPDATE", **_CONNECTION_FRAMES, **_STREAM_FRAMES}
+_KNOWN = frozenset(_NAMES)  # the frame types other than DATA (the others are skipped)
+_PREFACE_AND_HEADER = len(h2.PREFACE) + h2.FRAME_HEADER_SIZE

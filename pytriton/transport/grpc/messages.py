@@ -7,9 +7,9 @@ import zlib
 from typing import List, Optional, Sequence
 
 import grpc
-import numpy as np
 
 from pytriton.core.raw_tensors import Buffer
+from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
 _PREFIX = struct.Struct(">BI")
 PREFIX_SIZE = 5
@@ -38,9 +38,10 @@ class MessageReader:
     """Cuts the DATA of one call into messages, no larger than `limit` bytes each once decompressed.
 
     A message spread over several DATA frames is copied, once, into a buffer of the size its prefix
-    declares (numpy's uninitialised memory: pages are touched only as bytes arrive, so a declared size
-    costs nothing until it is sent). Messages of SCATTER_BYTES or more stay in that buffer, writable, and
-    their tensors are views of it; smaller ones become bytes.
+    declares (receive_buffers.py: uninitialised, reused once unreferenced; a declared size costs nothing
+    until it is sent), or read straight into it (`room`, `filled`). Messages of
+    SCATTER_BYTES or more stay in that buffer, writable, and their tensors are views of it; smaller ones
+    become bytes.
     """
 
     __slots__ = ("_encoding", "_filled", "_flag", "_limit", "_message", "_prefix")
@@ -83,7 +84,7 @@ class MessageReader:
                 flag, length = _PREFIX.unpack_from(prefix)
                 self._check_size(length)
                 self._flag, self._filled = flag, 0
-                message = self._message = np.empty(length, np.uint8).data
+                message = self._message = RECEIVE_BUFFERS.take(length)
             filled = self._filled
             count = min(size - position, len(message) - filled)
             message[filled : filled + count] = data[position : position + count]
@@ -94,6 +95,39 @@ class MessageReader:
             self._message = None
             body: Buffer = message if filled >= SCATTER_BYTES else message.tobytes()
             messages.append(self._whole(self._flag, filled, body))
+
+    def feed_pieces(self, pieces: Sequence[Buffer]) -> List[Buffer]:
+        """The messages completed by `pieces` (consecutive DATA payloads of the call)."""
+        if len(pieces) == 1:
+            return self.feed(pieces[0])
+        messages: List[Buffer] = []
+        for piece in pieces:
+            message = self._message
+            filled = self._filled
+            if message is not None and len(message) - filled > len(piece):  # inside the message under way
+                self._filled = filled + len(piece)
+                message[filled : self._filled] = piece
+            else:
+                messages += self.feed(piece)
+        return messages
+
+    def room(self, limit: int) -> Optional[memoryview]:
+        """Where up to `limit` more bytes of the message under way go (None: none is under way)."""
+        message = self._message
+        if message is None:
+            return None
+        filled = self._filled
+        return message[filled : min(len(message), filled + limit)]
+
+    def filled(self, length: int) -> List[Buffer]:
+        """`length` bytes were written into the room `room` gave: the message, once it is whole."""
+        message = self._message
+        assert message is not None, "bytes read in place with no message under way"
+        self._filled += length
+        if self._filled < len(message):
+            return []
+        self._message = None
+        return [self._whole(self._flag, self._filled, message)]
 
     def _check_size(self, length: int) -> None:
         """Refuse a message larger than the limit as soon as its prefix says so."""

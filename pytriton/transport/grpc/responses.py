@@ -84,18 +84,20 @@ class _Trailers:
 class ResponseSender:
     """Frames the responses of one connection's calls and sends them as the client's windows allow."""
 
-    __slots__ = ("_data_sent", "_ended", "_max_message_bytes", "_write", "blocked", "paused", "windows")
+    __slots__ = ("_data_sent", "_ended", "_max_message_bytes", "_write", "_write_all", "blocked", "paused", "windows")
 
     def __init__(
         self,
         write: Callable[[Buffer], None],
+        write_all: Callable[[List[Buffer], int], None],
         *,
         data_sent: Callable[[], None],
         ended: Callable[[GrpcCall], None],
         max_message_bytes: int,
     ) -> None:
-        """Send through `write`; `data_sent()` after headers or data, `ended(call)` once its END_STREAM is out."""
+        """Send with `write` or `write_all(pieces, size)`; `data_sent()` after sending, `ended(call)` at END_STREAM."""
         self._write = write
+        self._write_all = write_all
         self._data_sent = data_sent
         self._ended = ended
         self._max_message_bytes = max_message_bytes
@@ -202,30 +204,57 @@ class ResponseSender:
         self.pump(call)
 
     def pump(self, call: GrpcCall) -> None:
-        """Send as much of a call's queued DATA (and then its status) as the windows allow."""
+        """Send as much of a call's queued DATA (and then its status) as the windows allow.
+
+        The queued pieces fill frames of the client's largest size (a message's prefix and head share its first
+        frame with the start of its tensors), and every frame goes to the transport in one write.
+        """
         outbox = call.outbox
-        stream_id = call.stream_id
         windows = self.windows
-        while outbox:
-            item = outbox[0]
-            if isinstance(item, _Trailers):
-                outbox.popleft()
-                self._trailers(stream_id, item.block)
-                self._ended(call)
-                return
-            room = windows.room(call)
-            if room <= 0:
-                self.blocked[stream_id] = call
-                return
-            chunk = item[:room]
-            if len(chunk) == len(item):
-                outbox.popleft()
+        window = min(windows.window, call.send_window)
+        largest = windows.max_frame
+        out: List[Buffer] = []
+        sent = frames = 0
+        full_header = b""
+        while outbox and window > 0 and not isinstance(outbox[0], _Trailers):
+            size = min(largest, window)
+            header_at = len(out)
+            out.append(b"")
+            filled = 0
+            while filled < size and outbox:
+                item = outbox[0]
+                if isinstance(item, _Trailers):
+                    break
+                taken = size - filled
+                if len(item) <= taken:
+                    outbox.popleft()
+                    out.append(item)
+                    filled += len(item)
+                else:
+                    out.append(item[:taken])
+                    outbox[0] = item[taken:]
+                    filled = size
+            if filled == largest:
+                full_header = full_header or h2.frame_header(largest, h2.DATA, 0, call.stream_id)
+                out[header_at] = full_header
             else:
-                outbox[0] = item[room:]
-            windows.spend(call, len(chunk))
-            self._write(h2.frame_header(len(chunk), h2.DATA, 0, stream_id))
-            self._write(chunk)
-        self.blocked.pop(stream_id, None)
+                out[header_at] = h2.frame_header(filled, h2.DATA, 0, call.stream_id)
+            window -= filled
+            sent += filled
+            frames += 1
+        if out:
+            windows.spend(call, sent)
+            self._write_all(out, sent + frames * h2.FRAME_HEADER_SIZE)
+        if outbox and isinstance(outbox[0], _Trailers):
+            trailers = outbox.popleft()
+            assert isinstance(trailers, _Trailers)
+            self._trailers(call.stream_id, trailers.block)
+            self._ended(call)
+            return
+        if outbox:
+            self.blocked[call.stream_id] = call
+            return
+        self.blocked.pop(call.stream_id, None)
         if not self.paused:
             wake(call.writable)
 

@@ -33,6 +33,8 @@ LOGGER = logging.getLogger("pytriton")
 
 # In-flight calls get this long to finish when the server stops (the engine has drained by then).
 STOP_GRACE_S = 1.0
+# The connections' shared read buffer: a read takes at most this much (as the HTTP server's).
+READ_BUFFER_BYTES = 256 * 1024
 
 
 class GrpcServerState:
@@ -61,6 +63,8 @@ class GrpcServerState:
         self.compression_level = compression_level
         self.connections: OpenConnections[GrpcConnection] = OpenConnections()
         self.cutoffs = CutoffLog()  # connections ended for what their clients did, logged at WARNING
+        # Every connection reads into this one buffer (connection.py): a connection costs no buffer of its own.
+        self.read_view = memoryview(bytearray(READ_BUFFER_BYTES))
 
 
 class GrpcFrontend:

@@ -28,7 +28,7 @@ from pytriton.transport.grpc import streams as st
 from pytriton.transport.grpc.call import GrpcCall, parse_timeout
 from pytriton.transport.grpc.floods import FloodGauges
 from pytriton.transport.grpc.flow import STREAM_WINDOW, ReceiveWindows
-from pytriton.transport.grpc.framing import FrameReader
+from pytriton.transport.grpc.framing import MAX_FRAME, FrameReader
 from pytriton.transport.grpc.goaway import GOAWAY_PING, Goaway
 from pytriton.transport.grpc.headers import Header, HeaderBlockDecoder
 from pytriton.transport.grpc.keepalive import Keepalive
@@ -51,11 +51,12 @@ class Http2Session:
         loop: asyncio.AbstractEventLoop,
         *,
         write: Callable[[Buffer], None],
+        write_all: Callable[[List[Buffer], int], None],
         close: Callable[[], None],
         abort: Callable[[], None],
         cut_off: Callable[[str], None],
     ) -> None:
-        """A session sending through `write`; `close()` ends the connection gracefully, `abort()` at once.
+        """A session sending through `write` or `write_all(pieces, size)`; `close()` ends gracefully, `abort()` at once.
 
         `cut_off(reason)` reports a connection ended for what its client did (logged once, cutoffs.py).
         """
@@ -74,6 +75,7 @@ class Http2Session:
         self.inflow = ReceiveWindows(write)
         self.sender = ResponseSender(
             write,
+            write_all,
             data_sent=self._keepalive.data_sent,
             ended=self._sent_end_stream,
             max_message_bytes=state.max_message_bytes,
@@ -92,6 +94,7 @@ class Http2Session:
             h2.SETTINGS_MAX_CONCURRENT_STREAMS: state.max_concurrent_streams,
             h2.SETTINGS_INITIAL_WINDOW_SIZE: STREAM_WINDOW,
             h2.SETTINGS_MAX_HEADER_LIST_SIZE: state.max_header_list_bytes,
+            h2.SETTINGS_MAX_FRAME_SIZE: MAX_FRAME,
         }
         self._write(h2.settings_frame(settings) + ReceiveWindows.opening())
         self._clock.enter(HANDSHAKE, state.handshake_timeout_s)
@@ -126,24 +129,42 @@ class Http2Session:
 
     # -- frames (framing.FrameHandler) ------------------------------------------------------------
 
-    def on_data(self, stream_id: int, flags: int, payload: memoryview) -> None:
+    def on_data(self, stream_id: int, pieces: Sequence[Buffer], length: int, end_stream: bool) -> None:
         """Request bytes of a call (they count against the connection window whatever their stream)."""
-        length = len(payload)
-        if flags & h2.PADDED:
-            payload = memoryview(h2.strip_padding(payload.tobytes(), h2.PADDED, stream_id))  # rare: copied
-        elif not length and not flags & h2.END_STREAM:
-            self.glitch()
+        call = self._data_call(stream_id, length)
+        if call is not None:
+            call.receive(pieces, length)
+            if end_stream:
+                self._end_of_request(call)
+
+    def data_room(self, stream_id: int, limit: int) -> Optional[memoryview]:
+        """Where up to `limit` bytes of a call's DATA may be read in place: its message's buffer, once one is begun."""
+        call = self.calls.get(stream_id)
+        return call.room(limit) if call is not None and st.RECEIVED[call.state][h2.DATA] == st.ACCEPT else None
+
+    def on_data_in_place(self, stream_id: int, length: int, end_stream: bool) -> None:
+        """Request bytes read into the room `data_room` gave."""
+        call = self._data_call(stream_id, length)
+        if call is not None:
+            call.receive_in_place(length)
+            if end_stream:
+                self._end_of_request(call)
+
+    def _data_call(self, stream_id: int, length: int) -> Optional[GrpcCall]:
+        """The call that DATA of `length` bytes is for, once counted; None when its stream's state drops it.
+
+        Raises:
+            StreamError, Http2Error: what the stream's state makes of DATA (or the windows of its size).
+        """
         call = self.calls.get(stream_id)
         action = st.RECEIVED[call.state if call is not None else self._streams.state_of(stream_id)][h2.DATA]
         if action != st.ACCEPT or call is None:
             self.inflow.take(None, length)
             self.inflow.dropped(length)
             self._refuse(action, stream_id, "DATA")
-            return
+            return None
         self.inflow.take(call, length)
-        call.receive(payload, length)
-        if flags & h2.END_STREAM:
-            self._end_of_request(call)
+        return call
 
     def on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         """A whole header block: a new call, a client's trailers ending its stream, or one to drop."""
