@@ -74,6 +74,7 @@ from tests.h2_wire import (
     SETTINGS_MAX_FRAME_SIZE,
     STREAM_CLOSED,
     WINDOW_UPDATE,
+    grpc_message,
     pack_frame,
 )
 
@@ -139,12 +140,19 @@ async def _never_answers(requests: Any, context: Any) -> None:
     await asyncio.get_running_loop().create_future()
 
 
-async def _receive(connection: GrpcConnection, data: bytes) -> None:
-    """Hand `data` to the connection on its loop, as the transport does, and let the handlers it starts run."""
+async def _receive(connection: GrpcConnection, data: bytes, reads: Optional[List[int]] = None) -> None:
+    """Hand `data` to the connection on its loop, as the transport does, and let the handlers it starts run.
+
+    `reads`: the most each read takes, in turn (cycled), as a slow or unlucky network cuts a stream.
+    """
     view = memoryview(data)
+    turn = 0
     while view:  # as the transport does: into the buffer the connection gives, as much as fits
         buffer = connection.get_buffer(len(view))
         size = min(len(buffer), len(view))
+        if reads:
+            size = min(size, reads[turn % len(reads)])
+            turn += 1
         buffer[:size] = view[:size]
         connection.buffer_updated(size)
         view = view[size:]
@@ -176,17 +184,17 @@ def _outcome(written: bytes) -> Outcome:
     return error, resets
 
 
-def ours(data: bytes) -> Outcome:
-    """What this server's connection does with `data`."""
+def ours(data: bytes, reads: Optional[List[int]] = None, behaviour: Any = _never_answers) -> Outcome:
+    """What this server's connection does with `data` (arriving in reads of at most `reads` bytes, cycled)."""
     loop = asyncio.new_event_loop()
     try:
-        method = Method("Stream", True, bytes, lambda message: ([message], len(message)), _never_answers)
+        method = Method("Stream", True, bytes, lambda message: ([message], len(message)), behaviour)
         keepalive = GrpcKeepalive(max_ping_strikes=0)  # grpc's ping policy is not HTTP/2's: h2 has none
         state = GrpcServerState({PATH.encode(): method}, ServerLimits(), keepalive=keepalive, compression_level=0)
         connection = GrpcConnection(state, loop)
         transport = RecordingTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
-        loop.run_until_complete(_receive(connection, data))
+        loop.run_until_complete(_receive(connection, data, reads))
         connection.connection_lost(None)
         return _outcome(bytes(transport.written))
     finally:
@@ -371,6 +379,40 @@ def test_this_server_and_h2_agree_on_random_frame_sequences(frames):
     assert error_class(our_error) == error_class(their_error), (our_error, their_error)
     if our_error is None:  # the same streams reset, first with the same code (h2 resets again what it reset)
         assert _first_codes(our_resets) == _first_codes(their_resets)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(client_frames(), st.lists(st.integers(1, 40), min_size=1, max_size=5))
+def test_how_reads_cut_the_frames_changes_nothing(frames, reads):
+    """A frame header, a padded DATA payload or a header block cut anywhere between reads: the same outcome."""
+    data = OPENING + b"".join(frames)
+    assert ours(data, reads) == ours(data)
+
+
+def test_large_frames_and_unknown_ones_cut_between_reads():
+    """DATA frames up to the advertised 4 MiB (read in place), a large frame of an unknown type (skipped), padding."""
+    message = grpc_message(b"\x01" * 300_000)
+    data = (
+        OPENING
+        + _request(1)
+        + pack_frame(0xFA, 0, 1, b"\xee" * 200_000)  # unknown type: skipped as it arrives
+        + pack_frame(DATA, PADDED, 1, bytes([9]) + message[:150_000] + bytes(9))
+        + pack_frame(DATA, END_STREAM, 1, message[150_000:])
+        + _request(3)
+        + pack_frame(DATA, 0, 3, b"")  # empty, no END_STREAM: a glitch, not an error
+        + pack_frame(DATA, END_STREAM, 3, grpc_message(b"x"))
+    )
+    received: List[bytes] = []
+
+    async def record(requests: Any, context: Any) -> None:
+        async for request in requests:
+            received.append(bytes(request))
+        await asyncio.get_running_loop().create_future()
+
+    for reads in (None, [70_000], [1], [9, 4096, 100_000], [65_536 + 13]):
+        received.clear()
+        assert ours(data, reads, record) == (None, []), reads
+        assert received == [message[5:], b"x"], reads
 
 
 # ---------------------------------------------------------------- deliberate differences
