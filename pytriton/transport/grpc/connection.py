@@ -91,9 +91,12 @@ class GrpcConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         """Where the next read goes: the buffer of the message a large DATA frame fills, or the shared read buffer."""
-        room = self.session.reader.room()
+        reader = self.session.reader
+        room = reader.room()
         self._in_place = room is not None
-        return room if room is not None else self._state.read_view
+        if room is not None:
+            return room
+        return self._state.header_view if reader.header_next() else self._state.read_view
 
     def buffer_updated(self, nbytes: int) -> None:
         """Hand every whole frame that arrived (and what arrived of DATA) to the session."""

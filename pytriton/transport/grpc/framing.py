@@ -93,6 +93,7 @@ class FrameReader:
         "_data_left",
         "_data_stream",
         "_handler",
+        "_large_stream",
         "_max_block_bytes",
         "_max_continuations",
         "_pad_due",
@@ -120,6 +121,7 @@ class FrameReader:
         self._pad_due = False  # it is PADDED and its pad length has not arrived
         self._pad_left = 0  # its padding bytes (at its end)
         self._skip_left = 0  # bytes still to come of a frame of an unknown type, skipped
+        self._large_stream = 0  # the stream of the last frame read, when it was a large DATA frame (else 0)
         self._block: list[bytes] = []  # the pieces of a header block awaiting CONTINUATION
         self._block_stream = 0  # its stream (0: no block is open)
         self._block_flags = 0
@@ -163,6 +165,19 @@ class FrameReader:
             return None
         room = self._handler.data_room(self._data_stream, content)
         return room if room is not None and len(room) >= DIRECT_READ_BYTES else None
+
+    def header_next(self) -> bool:
+        """Whether the next read should take a frame header alone (then the frame's payload can be read in place).
+
+        So it should after a large DATA frame whose message still has a large part to come: grpc's clients send
+        a large message in frames of 128 KiB and more, and a read of the shared buffer's size would take most of
+        the next one before its header is known. One more system call a frame saves copying the rest of it.
+        """
+        stream_id = self._large_stream
+        if not stream_id or self._data_stream or self._pending or self._skip_left or self.stopped:
+            return False
+        room = self._handler.data_room(stream_id, DIRECT_READ_BYTES)
+        return room is not None and len(room) >= DIRECT_READ_BYTES
 
     def filled(self, length: int) -> None:
         """`length` bytes were read into the room `room()` gave."""
@@ -267,6 +282,7 @@ class FrameReader:
 
     def _check(self, length: int, kind: int, stream_id: int) -> None:
         """A frame other than DATA, from its header: within its size, and not interrupting a header block."""
+        self._large_stream = 0
         if length > MAX_FRAME:
             raise h2.Http2Error(h2.FRAME_SIZE_ERROR, f"frame of {length} bytes is over SETTINGS_MAX_FRAME_SIZE")
         if self._block_stream and (kind != h2.CONTINUATION or stream_id != self._block_stream):
@@ -303,6 +319,7 @@ class FrameReader:
         if not length and not flags & h2.END_STREAM:
             self._handler.glitch()
         self._data_stream = stream_id
+        self._large_stream = stream_id if length >= DIRECT_READ_BYTES else 0
         self._data_end = bool(flags & h2.END_STREAM)
         self._data_left = length
         self._pad_due = padded

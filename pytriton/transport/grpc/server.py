@@ -65,6 +65,7 @@ class GrpcServerState:
         self.cutoffs = CutoffLog()  # connections ended for what their clients did, logged at WARNING
         # Every connection reads into this one buffer (connection.py): a connection costs no buffer of its own.
         self.read_view = memoryview(bytearray(READ_BUFFER_BYTES))
+        self.header_view = self.read_view[: h2.FRAME_HEADER_SIZE]  # a read of one frame header (framing.py)
 
 
 class GrpcFrontend:
