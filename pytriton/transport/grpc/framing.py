@@ -226,11 +226,23 @@ class FrameReader:
             start = position + h2.FRAME_HEADER_SIZE
             end = start + length
             if kind == h2.DATA and not self._block_stream:
-                self._begin_data(length, flags, stream_id)
-                if flags & (h2.PADDED | h2.END_STREAM) or end > size or not length:
+                if end > size or flags & h2.PADDED or not length or not stream_id or length > MAX_FRAME:
+                    self._begin_data(length, flags, stream_id)
                     return self._data(view, start)
-                return self._data_frames(view, start, end, stream_id)
-            self._check(length, kind, stream_id)
+                if not flags & h2.END_STREAM:
+                    return self._data_frames(view, start, end, stream_id)
+                self._large_stream = 0  # the usual request: one whole DATA frame ending the stream
+                position = end
+                try:
+                    self._handler.on_data(stream_id, (view[start:end],), length, True)
+                except h2.StreamError as error:
+                    self._handler.on_stream_error(error)
+                if self.stopped:
+                    return size
+                continue
+            self._large_stream = 0
+            if length > _MAX_CONTROL_FRAME or self._block_stream:
+                self._check(length, kind, stream_id)
             if kind not in _KNOWN:
                 self._handler.glitch()  # an unknown frame type: skipped, as RFC 9113 asks
                 self._skip_left = max(end - size, 0)
@@ -326,7 +338,7 @@ class FrameReader:
         self._pad_left = 0
 
     def _data_frames(self, view: memoryview, start: int, end: int, stream_id: int) -> int:
-        """A whole DATA frame, and the whole ones that follow it on its stream in `view`, handed over together.
+        """A whole DATA frame (checked, no END_STREAM), and the whole ones after it on its stream, handed over together.
 
         Clients cut a large message into frames of 16 KiB (h2load, nghttp2): handing a read's worth of them
         over at once costs the session and the call one pass instead of sixteen. Padded or empty frames, and
@@ -353,8 +365,7 @@ class FrameReader:
             if flags & h2.END_STREAM:
                 end_stream = True
                 break
-        self._data_stream = 0
-        self._data_left = 0
+        self._large_stream = stream_id if len(pieces[-1]) >= DIRECT_READ_BYTES else 0
         try:
             self._handler.on_data(stream_id, pieces, counted, end_stream)
         except h2.StreamError as error:
