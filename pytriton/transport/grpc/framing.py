@@ -14,9 +14,10 @@ stream error it raises resets that stream only, and the frames after it are read
 
 DATA is not held until its frame is whole: its payload goes to the handler as it arrives, in pieces
 (padding removed, each piece counted with the frame bytes it took for flow control), so a 4 MiB frame
-costs no frame buffer, and while the rest of a frame belongs to a message under way the reader offers
-that message's own buffer for the next read (`room`, `filled`): the kernel copies those bytes straight
-where the message is assembled.
+costs no frame buffer; the whole DATA frames of one stream that arrive in one read go over in one call.
+While the rest of a frame belongs to a message under way, the reader offers that message's own buffer
+for the next read (`room`, `filled`), and after a large frame it asks for the next frame's header alone
+(`header_next`): the kernel copies the payload of large frames straight where the message is assembled.
 """
 
 from __future__ import annotations
