@@ -1,4 +1,4 @@
-"""The instance process's result ring: regions leased to the server, given back in order, never overwritten early."""
+"""The instance process's result arena: regions lent to the server, given back in any order, never overwritten early."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 
+from pytriton.core.arena_regions import Regions
 from pytriton.core.instance_protocol import ArenaReader
 from pytriton.core.result_arena import ResultArena, lease_result
 
@@ -35,6 +36,38 @@ def test_regions_take_turns_while_the_server_gives_each_back_one_job_late() -> N
         assert body == []
         offsets.append(_region(arena, packed))
     assert sorted(set(offsets)) == [0, MIB]  # two regions, the low ones, in turn
+
+
+def test_regions_given_back_late_and_out_of_order_leave_the_arena_as_it_is() -> None:
+    """Responses finish in any order and are said one job late: the room after the regions still lent is found.
+
+    A ring that had wrapped to its start (the region there was free) saw no room after the region it wrapped
+    past, so it grew a new arena, up to the budget, and then sent results through the socket.
+    """
+    arena = ResultArena(256 * MIB)
+    held: List[int] = []
+    sizes = [MIB, 3 * MIB, MIB, MIB, 2 * MIB, MIB]  # the first is the largest: the arena holds four of it
+    first_arena = 0
+    for job in range(1, 300):
+        _, body, new = arena.pack_result(_result(job, sizes[job % len(sizes)]), job)
+        first_arena = first_arena or new
+        assert body == [] and (new == 0 or job == 1), f"job {job}: the result went through the socket or the arena grew"
+        held.append(job)
+        if job % 5 == 0:  # the server still holds three results now and then; the others come back out of order
+            continue
+        while len(held) > (1 if job % 2 else 2):
+            arena.give_back([held.pop(1 if len(held) > 2 else 0)])
+    assert arena.segment is not None and arena.segment.size == first_arena == 16 * MIB
+
+
+def test_the_lowest_free_region_is_taken() -> None:
+    regions = Regions(10)
+    assert [regions.take(key, 3) for key in (1, 2, 3)] == [0, 3, 6]
+    assert regions.take(4, 3) is None
+    assert regions.give_back(2) and not regions.give_back(2)
+    assert regions.take(5, 4) is None and regions.take(6, 2) == 3
+    regions.give_back(1)
+    assert regions.take(7, 3) == 0 and regions.take(8, 1) == 5 and regions.take(9, 1) == 9
 
 
 def test_a_region_the_server_still_reads_is_never_written() -> None:

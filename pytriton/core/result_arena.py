@@ -1,12 +1,13 @@
-"""Results that leave an instance process without a copy in the server: the instance's arena as a ring of leases.
+"""Results that leave an instance process without a copy in the server: regions of the instance's arena, leased.
 
 The inputs' arena can be reused for every job (the process is done with a job's inputs when it answers).
 Results are another matter: the server reads a result's arrays until its responses are encoded, which can
 be after the process has started, and answered, its next job. So each result's region of the process's
 arena is leased to the server: the server's arrays are views of it, and when the last of them is gone
 (a finalizer on the one array they all view) the server names the job in its next JOB message and the
-process may write there again. Regions are taken and given back in order, as a ring; a result that finds
-no room (the server still holds earlier ones, e.g. in its response cache) travels in the message body.
+process may write there again. Regions come back in any order and are taken first fit (core/arena_regions.py);
+a result that finds no room (the server still holds earlier ones, e.g. in its response cache) grows the arena
+within the budget, or travels in the message body.
 
 Copying a 1 MiB result out of the arena in the server cost a copy and fresh pages for every response.
 """
@@ -14,11 +15,11 @@ Copying a 1 MiB result out of the arena in the server cost a copy and fresh page
 from __future__ import annotations
 
 import weakref
-from collections import deque
-from typing import Any, Callable, Deque, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Iterable, List, Tuple
 
 import numpy as np
 
+from pytriton.core.arena_regions import Regions
 from pytriton.core.instance_protocol import (
     ArenaReader,
     ArenaWriter,
@@ -36,64 +37,41 @@ _COPY_BYTES = 64 * 1024
 
 
 class ResultArena(ArenaWriter):
-    """The instance process's side: regions of its arena leased to the server, one per job, given back in order."""
+    """The instance process's side: regions of its arena lent to the server, one per job, given back in any order."""
 
     def __init__(self, budget_bytes: int) -> None:
-        """A ring of at most `budget_bytes`."""
+        """An arena of at most `budget_bytes`."""
         super().__init__(budget_bytes)
-        self._leased: Deque[Tuple[int, int, int]] = deque()  # (job id, start, end), oldest first
-        self._leased_jobs: Set[int] = set()
-        self._returned: Set[int] = set()
+        self._regions = Regions(0)
 
     def pack_result(self, value: Any, job_id: int) -> Tuple[Any, List[Buffer], int]:
-        """Pack a call's result (as `instance_protocol.pack_result`), its arrays in a region leased for `job_id`."""
+        """Pack a call's result (as `instance_protocol.pack_result`), its arrays in a region lent for `job_id`."""
         items = result_items(value)
         if items is None:
             return (None, value), [], 0
         as_tuple, dicts = items
         needed = arena_bytes(dicts)
         new_arena = 0
-        start = self._free_run(needed) if needed else None
+        start = self._regions.take(job_id, needed) if needed else None
         if start is None and needed:
             # Room for a few results: the server gives a region back only once its responses are out, which is
             # often after the next job has come. A new segment; the server keeps its mapping of the old one.
             current = self.segment.size if self.segment is not None else 0
             new_arena = self._reserve(max(_RESULTS_IN_FLIGHT * needed, 2 * current))
             if new_arena:
-                self._leased.clear()
-                self._leased_jobs.clear()
-                self._returned.clear()
-                start = self._free_run(needed)  # None when the budget kept the new arena smaller than the result
+                self._regions = Regions(new_arena)
+                start = self._regions.take(job_id, needed)  # None when the budget kept the arena smaller than this
         if start is None:
             placed = self._place(dicts, overflow=True, start=0, end=0)  # no room now: the body carries it
         else:
             placed = self._place(dicts, overflow=True, start=start, end=start + needed)
-            self._leased.append((job_id, start, start + needed))
-            self._leased_jobs.add(job_id)
         assert placed is not None
         return (as_tuple, placed[0]), placed[1], new_arena
 
     def give_back(self, job_ids: Iterable[int]) -> None:
-        """The server is done with these jobs' results: free their regions, oldest first."""
-        self._returned.update(job for job in job_ids if job in self._leased_jobs)
-        while self._leased and self._leased[0][0] in self._returned:
-            job, _, _ = self._leased.popleft()
-            self._returned.discard(job)
-            self._leased_jobs.discard(job)
-
-    def _free_run(self, needed: int) -> Optional[int]:
-        """Where `needed` contiguous bytes are free in the ring, or None."""
-        if self.segment is None:
-            return None
-        size = self.segment.size
-        if not self._leased:
-            return 0 if needed <= size else None
-        tail, head = self._leased[0][1], self._leased[-1][2]
-        if tail < head:  # the leases do not wrap: room before them at the start (low addresses stay in the
-            if tail >= needed:  # caches: results take turns over a few regions), or after them
-                return 0
-            return head if size - head >= needed else None
-        return head if tail - head >= needed else None  # they wrap: room only between head and tail
+        """The server is done with these jobs' results: their regions are free (unless an arena replaced theirs)."""
+        for job in job_ids:
+            self._regions.give_back(job)
 
 
 def lease_result(reader: ArenaReader, packed: Any, body: memoryview, release: Callable[[], None]) -> Any:
