@@ -573,16 +573,16 @@ def test_a_thread_model_bound_out_of_descriptors_is_refused_at_bind(tmp_path: pa
 
 def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """Packing a batch raises (here by a patch: after the shared-memory fallback nothing real makes it fail)."""
-    from pytriton.core import instance_protocol
+    from pytriton.core import input_arena
 
-    pack = instance_protocol.ArenaWriter.pack
+    pack = input_arena.InputArena.pack
 
-    def pack_or_fail(self: instance_protocol.ArenaWriter, dicts: Any) -> Any:
+    def pack_or_fail(self: input_arena.InputArena, dicts: Any, job_id: int = 0) -> Any:
         if any(isinstance(item, dict) and item["x"].size and item["x"].flat[0] == 777 for item in dicts):
             raise MemoryError("no memory for this batch")
-        return pack(self, dicts)
+        return pack(self, dicts, job_id)
 
-    monkeypatch.setattr(instance_protocol.ArenaWriter, "pack", pack_or_fail)
+    monkeypatch.setattr(input_arena.InputArena, "pack", pack_or_fail)
 
     def bind(triton: Triton) -> None:
         triton.bind("fragile", ProcessInstances(fragile), **IO, config=UNBATCHED)

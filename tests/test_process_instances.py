@@ -519,3 +519,79 @@ def test_results_the_server_keeps_are_never_overwritten_by_later_ones() -> None:
             assert np.array_equal(_infer(triton, "cached", {"x": x})["y"], x * 2)
         for x in inputs:  # cache hits, served from the results first received
             assert np.array_equal(_infer(triton, "cached", {"x": x})["y"], x * 2)
+
+
+_KEPT: List[np.ndarray] = []
+
+
+def keeps_its_inputs(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Keeps every input it is given (a global of the process); answers with the first element of each, oldest first."""
+    _KEPT.extend(request["x"] for request in requests)
+    seen = np.array([kept.flat[0] for kept in _KEPT], dtype=np.float32)
+    return [{"y": seen} for _ in requests]
+
+
+def test_inputs_a_model_keeps_never_change_under_it() -> None:
+    """Later batches never go where a model's kept inputs lie (the arena was reused for every batch: they changed)."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind("keeper", ProcessInstances(keeps_its_inputs), **FP32_IO, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        for value in range(1, 9):
+            size = 16 if value % 2 else 1 << 18  # small inputs (copied out) and 1 MiB ones (viewed in the arena)
+            seen = _infer(triton, "keeper", {"x": np.full(size, float(value), dtype=np.float32)})["y"]
+            assert seen.tolist() == list(range(1, value + 1))
+
+
+def identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"y": request["x"]} for request in requests]
+
+
+def all_but_first(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"y": request["x"][..., 1:]} for request in requests]
+
+
+def test_outputs_that_are_the_inputs_come_back_intact_under_load() -> None:
+    """An identity's outputs (and slices of the inputs) are not copied in the process: the server's arena holds them
+    until their responses are out, while the batches of other clients come and go."""
+
+    def bind(triton: Triton) -> None:
+        batching = ModelConfig(max_batch_size=8)
+        triton.bind("identity", ProcessInstances(identity), **FP32_IO, config=batching)
+        triton.bind("all_but_first", ProcessInstances(all_but_first), **FP32_IO, config=batching)
+
+    def client(triton: Triton, index: int, problems: queue.Queue[str]) -> None:
+        rng = np.random.default_rng(index)
+        use_grpc = index % 2 == 1
+        http = httpclient.InferenceServerClient(http_url(triton))
+        grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+        try:
+            for request in range(10):
+                model = "identity" if request % 2 else "all_but_first"
+                x = rng.random((1, 1 << 18), dtype=np.float32)  # 1 MiB
+                if use_grpc:
+                    tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
+                    tensor.set_data_from_numpy(x)
+                    y = grpc.infer(model, [tensor]).as_numpy("y")
+                else:
+                    tensor = httpclient.InferInput("x", list(x.shape), "FP32")
+                    tensor.set_data_from_numpy(x)
+                    y = http.infer(model, [tensor]).as_numpy("y")
+                expected = x if model == "identity" else x[..., 1:]
+                if not np.array_equal(y, expected):
+                    problems.put(f"client {index} request {request} ({model}): the output differs")
+        except Exception as error:  # noqa: BLE001 - reported by the test
+            problems.put(f"client {index}: {error!r}")
+        finally:
+            http.close()
+            grpc.close()
+
+    with running_triton(bind) as triton:
+        problems: queue.Queue[str] = queue.Queue()
+        threads = [threading.Thread(target=client, args=(triton, index, problems)) for index in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert problems.empty(), problems.get()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import gc
+import os
 from typing import Any, Dict, List
 
 import numpy as np
 import pytest
 
-from pytriton.core.arena_regions import Regions
+from pytriton.core.arena_regions import COPY_BYTES, Regions
 from pytriton.core.instance_protocol import ArenaReader
 from pytriton.core.result_arena import ResultArena, lease_result
 
@@ -31,11 +32,11 @@ def test_regions_take_turns_while_the_server_gives_each_back_one_job_late() -> N
     offsets = []
     for job in range(1, 9):
         if job >= 3:
-            arena.give_back([job - 2])
+            arena.give_back(job - 2)
         packed, body, _ = arena.pack_result(_result(job), job)
         assert body == []
         offsets.append(_region(arena, packed))
-    assert sorted(set(offsets)) == [0, MIB]  # two regions, the low ones, in turn
+    assert sorted(set(offsets)) == [COPY_BYTES, COPY_BYTES + MIB]  # two regions, the low ones, in turn
 
 
 def test_regions_given_back_late_and_out_of_order_leave_the_arena_as_it_is() -> None:
@@ -56,7 +57,7 @@ def test_regions_given_back_late_and_out_of_order_leave_the_arena_as_it_is() -> 
         if job % 5 == 0:  # the server still holds three results now and then; the others come back out of order
             continue
         while len(held) > (1 if job % 2 else 2):
-            arena.give_back([held.pop(1 if len(held) > 2 else 0)])
+            arena.give_back(held.pop(1 if len(held) > 2 else 0))
     assert arena.segment is not None and arena.segment.size == first_arena == 16 * MIB
 
 
@@ -77,7 +78,7 @@ def test_a_region_the_server_still_reads_is_never_written() -> None:
     for job in range(1, 7):  # nothing is given back: each result needs a region of its own
         packed, body, new = arena.pack_result(_result(job), job)
         if new:
-            reader.adopt(new, [__import__("os").dup(arena.segment.fileno())])  # type: ignore[union-attr]
+            reader.adopt(new, [os.dup(arena.segment.fileno())])  # type: ignore[union-attr]
         held.append(lease_result(reader, packed, memoryview(b"".join(bytes(part) for part in body)), lambda: None))
     for job, result in enumerate(held, start=1):
         assert np.all(result[0]["y"] == job)
@@ -88,7 +89,7 @@ def test_results_give_back_their_region_when_the_last_array_goes() -> None:
     reader = ArenaReader()
     released: List[int] = []
     packed, _, new = arena.pack_result(_result(1.0), 1)
-    reader.adopt(new, [__import__("os").dup(arena.segment.fileno())])  # type: ignore[union-attr]
+    reader.adopt(new, [os.dup(arena.segment.fileno())])  # type: ignore[union-attr]
     result = lease_result(reader, packed, memoryview(b""), lambda: released.append(1))
     y = result[0]["y"][10:20]  # a view of a view keeps the lease
     del result
@@ -101,15 +102,33 @@ def test_results_give_back_their_region_when_the_last_array_goes() -> None:
 
 
 def test_a_result_that_finds_no_room_travels_in_the_body() -> None:
-    arena = ResultArena(2 * MIB)  # the budget holds two results at most
-    for job in range(1, 3):
+    arena = ResultArena(4 * MIB)  # the budget holds three results at most (after the start kept for small ones)
+    for job in range(1, 4):
         _, body, _ = arena.pack_result(_result(job), job)
         assert body == []
-    packed, body, _ = arena.pack_result(_result(3), 3)
+    packed, body, _ = arena.pack_result(_result(4), 4)
     assert len(body) == 1 and packed[1][0][0]["y"][0] == 1  # in the body
-    arena.give_back([1])
-    _, body, _ = arena.pack_result(_result(4), 4)
+    arena.give_back(1)
+    _, body, _ = arena.pack_result(_result(5), 5)
     assert body == []
+
+
+def test_small_results_are_copied_out_and_lent_to_no_one() -> None:
+    """What takes at most COPY_BYTES goes at the arena's start; the server copies it out and gives nothing back."""
+    arena = ResultArena(256 * MIB)
+    reader = ArenaReader()
+    released: List[int] = []
+    big, _, new = arena.pack_result(_result(-1.0), 100)  # lent, and never given back here
+    reader.adopt(new, [os.dup(arena.segment.fileno())])  # type: ignore[union-attr]
+    kept = lease_result(reader, big, memoryview(b""), lambda: released.append(100))
+    for job in range(1, 50):
+        packed, body, new = arena.pack_result(_result(job, COPY_BYTES), job)
+        assert body == [] and new == 0 and _region(arena, packed) == 0
+        result = lease_result(reader, packed, memoryview(b""), lambda job=job: released.append(job))
+        assert np.all(result[0]["y"] == job) and result[0]["y"].flags.owndata  # a copy
+    del result
+    gc.collect()
+    assert released == [] and np.all(kept[0]["y"] == -1.0)
 
 
 @pytest.mark.parametrize("value", [None, "text", {"y": 1}])

@@ -1,17 +1,31 @@
-"""Regions of an arena lent out until given back: first fit, low addresses first.
+"""Regions of a process instance's arena lent to the other side until given back: first fit, low addresses first.
 
-An instance process lends regions of its arena to the server, one per result (core/result_arena.py): the
-server still sends a result's responses when the next batch has run. Regions come back in any order
-(responses finish in any order), so this is a first fit over the few regions out, not a ring: a ring that
-wrapped to its start while room was left after its oldest region saw no room there, grew its arena to the
-budget (each time a fresh segment, its pages reserved and faulted again) and then sent results through the
-socket.
+Both sides of the process hop lend regions of their arena, one per job: the server lends a batch's inputs
+to the process (core/input_arena.py: a model may keep them), the process lends a result to the server
+(core/result_arena.py: the responses are still being sent when the next batch runs). Regions come back in
+any order (responses finish in any order), so this is a first fit over the few regions out, not a ring: a
+ring that wrapped to its start while room was left after its oldest region saw no room there, grew its arena
+to the budget (each time a fresh segment, its pages reserved and faulted again) and then sent results
+through the socket.
+
+What fits in the first COPY_BYTES of the arena is not lent: it goes there, where no region is ever lent, and
+the receiver copies it out at once (a copy of a few KiB costs less than watching for the last view), before
+the sender's next message. It needs no bookkeeping on either side.
 """
 
 from __future__ import annotations
 
 import bisect
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from pytriton.core.instance_protocol import IN_ARENA, ArenaWriter, arena_bytes
+from pytriton.core.raw_tensors import Buffer
+
+# What takes at most this in the arena is copied out by the receiver, never lent.
+COPY_BYTES = 64 * 1024
+# How many messages of the usual size a new arena should hold while the receiver still views earlier ones.
+_LENT_AT_ONCE = 4
+_COPIED = -1  # the key of the start of the arena, kept for what is copied out
 
 
 class Regions:
@@ -58,3 +72,78 @@ class Regions:
             index += 1
         del self._starts[index], self._ends[index], self._keys[index]
         return True
+
+
+class LendingArena(ArenaWriter):
+    """A sender's arena: each message's arrays in a region lent for its job, or copied out from the arena's start."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        """An arena of at most `budget_bytes` (0: everything travels in the message body)."""
+        super().__init__(budget_bytes)
+        self._regions = Regions(0)
+
+    def lend(
+        self, dicts: Sequence[Any], job_id: int, in_inputs: Optional[Dict[int, int]] = None
+    ) -> Tuple[List[Any], List[Buffer], int, bool]:
+        """Pack a message's arrays: (packed items, body parts, new arena size or 0, whether a region was lent).
+
+        Arrays named in `in_inputs` (by id, with their offset) lie in the job's inputs: named, not copied.
+        What finds no room (the receiver still views earlier regions and the budget is reached) goes in the body.
+        """
+        segment = self.segment
+        if segment is not None:  # the usual small batch: into the start, no bookkeeping (and no sizing pass)
+            placed = self._place(dicts, overflow=False, start=0, end=min(COPY_BYTES, segment.size), in_inputs=in_inputs)
+            if placed is not None:
+                return placed[0], placed[1], 0, False
+        needed = arena_bytes(dicts, in_inputs)
+        new_arena = 0
+        if needed <= COPY_BYTES:  # no arena yet, or one smaller than this
+            new_arena = self._grow(needed) if needed else 0
+            end = min(COPY_BYTES, self.segment.size) if self.segment is not None else 0
+            placed = self._place(dicts, overflow=True, start=0, end=end, in_inputs=in_inputs)
+            assert placed is not None
+            return placed[0], placed[1], new_arena, False
+        start = self._regions.take(job_id, needed)
+        if start is None:
+            new_arena = self._grow(max(_LENT_AT_ONCE * needed, 2 * self._regions.size))
+            if new_arena:
+                start = self._regions.take(job_id, needed)  # None when the budget kept the arena smaller than this
+        if start is None:
+            placed = self._place(dicts, overflow=True, start=0, end=0, in_inputs=in_inputs)  # no room: in the body
+        else:
+            placed = self._place(dicts, overflow=True, start=start, end=start + needed, in_inputs=in_inputs)
+        assert placed is not None
+        return placed[0], placed[1], new_arena, start is not None
+
+    def give_back(self, job_id: int) -> None:
+        """The receiver no longer views the region lent to `job_id` (nothing when an arena since replaced held it)."""
+        self._regions.give_back(job_id)
+
+    def _grow(self, wanted: int) -> int:
+        """A new arena of at least `wanted` bytes within the budget (its size), or 0.
+
+        The receiver keeps the old one mapped while it views it, and nothing here is written there again.
+        """
+        size = self._reserve(wanted)
+        if size:
+            self._regions = Regions(size)
+            self._regions.take(_COPIED, min(COPY_BYTES, size))
+        return size
+
+    def close(self) -> None:
+        """Release the arena; what still views it keeps it mapped."""
+        super().close()
+        self._regions = Regions(0)
+
+
+def copied_out(packed: Sequence[Any]) -> bool:
+    """Whether the receiver copies a message's arrays out at once: they lie in the arena's first COPY_BYTES.
+
+    Lent regions never start there, so the first array in the arena says where all of them are.
+    """
+    for item in packed:
+        if len(item) == 3:
+            for ref in item[0].values():
+                if ref[0] == IN_ARENA:
+                    return bool(ref[1] < COPY_BYTES)
+    return True

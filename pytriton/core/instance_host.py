@@ -15,9 +15,12 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
+
+import numpy as np
 
 from pytriton.core.host_arrays import host_step
+from pytriton.core.input_arena import InputViews, outputs_in_inputs
 from pytriton.core.instance_channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.core.instance_protocol import (
     END,
@@ -28,13 +31,13 @@ from pytriton.core.instance_protocol import (
     RESULT,
     START_FAILED,
     STOP,
-    ArenaReader,
     ArenaWriter,
     Init,
     error_info,
     pack_result,
 )
 from pytriton.core.instances import CallableKind, callable_kind
+from pytriton.core.raw_tensors import Buffer
 from pytriton.core.result_arena import ResultArena
 from pytriton.proxy.types import Request
 
@@ -58,7 +61,7 @@ class InstanceHost:
         self.channel = channel
         self.fn = fn
         self.kind = callable_kind(fn)
-        self._inputs = ArenaReader()
+        self._inputs = InputViews()
         self._outputs = ResultArena(arena_budget)
         self._steps = ArenaWriter(0)  # a step may still be read when the next is written: body only
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -85,28 +88,65 @@ class InstanceHost:
                 self._loop.close()
 
     def _run(self, message: Message) -> None:
-        """Run one job and send its result(s) or its error."""
+        """Run one job and send its result(s) or its error.
+
+        The answer goes once the job's requests are gone here, so that it can say the job's inputs are free
+        (unless the model kept them): the server may then write the next batch where they were.
+        """
         _, job_id, streaming, batch, arena, given_back = message.head
-        if given_back:
-            self._outputs.give_back(given_back)
+        for done in given_back:
+            self._outputs.give_back(done)
         if arena:
-            self._inputs.adopt(arena, message.fds)
-        inputs = self._inputs.unpack([request[0] for request in batch], message.body, copy=False)
+            self._inputs.reader.adopt(arena, message.fds)
+        failure = None
+        try:
+            if streaming:
+                self._stream(job_id, batch, message.body)
+            else:
+                packed, body, new_arena, value = self._answer(job_id, batch, message.body)
+        except ChannelClosed:
+            raise
+        except BaseException as error:  # noqa: BLE001 - sent to the server, as a thread instance reports it
+            failure = error_info(error)
+        if failure is not None:
+            self.channel.send((FAILURE, job_id, failure, self._inputs.take_released()))
+        elif streaming:
+            self.channel.send((END, job_id, self._inputs.take_released()))
+        else:
+            self._send_result(job_id, packed, body, new_arena, self._outputs, True, value)
+
+    def _requests(self, job_id: int, batch: List[Any], body: memoryview) -> Tuple[List[Request], Optional[np.ndarray]]:
+        """The requests of a job (inputs: views of the server's arena or of the message body), and what they view.
+
+        What they view is the array over the job's input region (None: its inputs were copied, or are in the body).
+        """
+        inputs, lease = self._inputs.unpack(job_id, [request[0] for request in batch], body)
         requests = [
             Request(data=data, parameters=parameters, requested_output_names=names)
             for data, (_, parameters, names) in zip(inputs, batch)
         ]
-        try:
-            if streaming:
-                for step in self._steps_of(requests, job_id):
-                    self._send_result(job_id, step, final=False)
-                self.channel.send((END, job_id))
-            else:
-                self._send_result(job_id, self._call(requests), final=True)
-        except ChannelClosed:
-            raise
-        except BaseException as error:  # noqa: BLE001 - sent to the server, as a thread instance reports it
-            self.channel.send((FAILURE, job_id, error_info(error)))
+        return requests, lease
+
+    def _answer(self, job_id: int, batch: List[Any], body: memoryview) -> Tuple[Any, List[Buffer], int, Any]:
+        """Call a plain callable: its result packed in a region leased to the server, and the result itself.
+
+        The result itself is returned only when packing kept something that may not pickle (it then stands in for
+        it); nothing else here outlives the call, so the job's inputs are free on return unless the model kept them.
+        """
+        requests, lease = self._requests(job_id, batch, body)
+        value = host_step(self._call(requests))  # framework arrays travel as numpy
+        del requests
+        in_inputs = outputs_in_inputs(value, lease) if lease is not None else None
+        packed, parts, new_arena = self._outputs.pack_result(value, job_id, in_inputs)
+        plain = packed[0] is not None and all(len(item) == 3 and item[2] is None for item in packed[1])
+        return packed, parts, new_arena, None if plain else value
+
+    def _stream(self, job_id: int, batch: List[Any], body: memoryview) -> None:
+        """Send each step of any callable (a plain one makes one step) as it comes, through the message body."""
+        for step in self._steps_of(self._requests(job_id, batch, body)[0], job_id):
+            step = host_step(step)
+            packed, parts, new_arena = pack_result(self._steps, step)
+            self._send_result(job_id, packed, parts, new_arena, self._steps, False, step)
 
     def _call(self, requests: List[Request]) -> Any:
         """Call a plain (sync or async) callable."""
@@ -153,20 +193,17 @@ class InstanceHost:
                 return True
         return False
 
-    def _send_result(self, job_id: int, value: Any, final: bool) -> None:
-        """Send what a call (or a step) returned, tensors through the arena (a step's through the body)."""
-        value = host_step(value)  # framework arrays travel as numpy
-        if final:  # leased to the server until it is done with it
-            writer: ArenaWriter = self._outputs
-            packed, body, arena = self._outputs.pack_result(value, job_id)
-        else:
-            writer = self._steps
-            packed, body, arena = pack_result(writer, value)
-        fds = [writer.segment.fileno()] if arena and writer.segment is not None else []
+    def _send_result(
+        self, job_id: int, packed: Any, body: List[Buffer], new_arena: int, writer: ArenaWriter, final: bool, value: Any
+    ) -> None:
+        """Send a packed result (or step) with the jobs whose inputs are free; `value` stands in if it cannot travel."""
+        fds = [writer.segment.fileno()] if new_arena and writer.segment is not None else []
+        released = self._inputs.take_released()
         try:
-            message = encode((RESULT, job_id, packed, arena, final), body, fds)
+            message = encode((RESULT, job_id, packed, new_arena, final, released), body, fds)
         except Exception:  # noqa: BLE001 - it cannot be pickled (a generator...): the server's checks say so
-            message = encode((RESULT, job_id, (None, Unsendable(value)), arena, final), (), fds)
+            unsendable = (None, Unsendable(value))
+            message = encode((RESULT, job_id, unsendable, new_arena, final, released), (), fds)
         self.channel.send_encoded(message, fds)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:

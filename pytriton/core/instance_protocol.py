@@ -4,12 +4,14 @@ Messages are tuples whose first item is a tag (below). Those of every batch (JOB
 tuples of builtins: pickling a NamedTuple or a class costs ten times more (6.5 us against 0.5 us to pickle
 a job's head here), about a tenth of what a process hop may cost. Rare ones carry a NamedTuple.
 
-Tensors of fixed-size dtypes go through the sender's arena, a shared-memory segment it owns and reuses
-for every message (one job is in flight per instance, so the whole arena is free for each message). It
-grows to fit the largest message, up to a budget; whatever does not fit (over the budget, or when no
-shared memory can be had, e.g. a cgroup out of memory) travels in the message body instead: slower,
-never failing. A new arena's descriptor goes with the message that first uses it. Object (BYTES) arrays
-and any other values are pickled in the head.
+Tensors of fixed-size dtypes go through the sender's arena, a shared-memory segment it owns and reuses.
+Each message takes a region of it, lent to the receiver until the receiver says it no longer views it
+(core/input_arena.py for a job's inputs, core/result_arena.py for its results). The arena grows to fit,
+up to a budget; whatever does not fit (over the budget, or when no shared memory can be had, e.g. a
+cgroup out of memory) travels in the message body instead: slower, never failing. A new arena's
+descriptor goes with the message that first uses it. Object (BYTES) arrays and any other values are
+pickled in the head. An output that lies in its job's input region (an identity's, a slice of an input)
+is not copied: the result names where it lies in the server's own arena.
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ from pytriton.exceptions import PyTritonError
 # new arena size, jobs whose results the server no longer reads), (STOP, job id), (EXIT,).
 INIT, JOB, STOP, EXIT = 1, 2, 3, 4
 # Instance to server: (READY, kind, pid), (START_FAILED, traceback), (RESULT, job id, outputs, new arena size,
-# final), (FAILURE, job id, ErrorInfo), (END, job id).
+# final, released), (FAILURE, job id, ErrorInfo, released), (END, job id, released); `released` names the jobs
+# whose inputs the process no longer views (usually the job answered: none when a model keeps its inputs).
 READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
 
 _ALIGN = 64
 _MIN_ARENA_BYTES = 1 << 20
-_IN_ARENA, _IN_BODY = 0, 1
+# Where a packed array lies: the sender's arena, the message body, or the job's input region (in the arena of
+# the server, which receives the result).
+IN_ARENA, IN_BODY, IN_INPUTS = 0, 1, 2
 
 # A request of a job: (inputs, parameters, requested output names); inputs and outputs travel as packed dicts.
 JobRequest = Tuple[Any, Optional[Dict[str, Any]], Optional[List[str]]]
@@ -117,9 +122,17 @@ class ArenaWriter:
         return placed[0], placed[1], new_arena
 
     def _place(
-        self, dicts: Sequence[Any], overflow: bool, start: int = 0, end: Optional[int] = None
+        self,
+        dicts: Sequence[Any],
+        overflow: bool,
+        start: int = 0,
+        end: Optional[int] = None,
+        in_inputs: Optional[Dict[int, int]] = None,
     ) -> Optional[Tuple[List[Any], List[Buffer]]]:
-        """Copy the arrays into the arena's [start, end); what does not fit: in the body (`overflow`), or None."""
+        """Copy the arrays into the arena's [start, end); what does not fit: in the body (`overflow`), or None.
+
+        Arrays named in `in_inputs` (by id, with their offset) lie in the job's input region: not copied.
+        """
         arena = self._view
         arena_free = (len(arena) if end is None else end) if arena is not None else 0
         arena_offset, body_offset = start, 0
@@ -136,15 +149,17 @@ class ArenaWriter:
                     others[name] = value
                     continue
                 nbytes = value.nbytes
-                if arena is not None and arena_offset + nbytes <= arena_free:
+                if in_inputs and id(value) in in_inputs:
+                    refs[name] = (IN_INPUTS, in_inputs[id(value)], nbytes, _dtype_code(value.dtype), value.shape)
+                elif arena is not None and arena_offset + nbytes <= arena_free:
                     np.copyto(np.ndarray(value.shape, value.dtype, arena, arena_offset), value)
-                    refs[name] = (_IN_ARENA, arena_offset, nbytes, _dtype_code(value.dtype), value.shape)
+                    refs[name] = (IN_ARENA, arena_offset, nbytes, _dtype_code(value.dtype), value.shape)
                     arena_offset += (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
                 elif not overflow:
                     return None
                 else:
                     body.append(_raw_bytes(value))
-                    refs[name] = (_IN_BODY, body_offset, nbytes, _dtype_code(value.dtype), value.shape)
+                    refs[name] = (IN_BODY, body_offset, nbytes, _dtype_code(value.dtype), value.shape)
                     body_offset += nbytes
             packed.append((refs, others, tuple(item) if others else None))
         return packed, body
@@ -199,11 +214,17 @@ class ArenaReader:
         return self._view
 
     def unpack(
-        self, packed: Sequence[Any], body: memoryview, copy: bool, arena: Optional[np.ndarray] = None
+        self,
+        packed: Sequence[Any],
+        body: memoryview,
+        copy: bool,
+        arena: Optional[np.ndarray] = None,
+        inputs: Optional[np.ndarray] = None,
     ) -> List[Any]:
         """Rebuild packed dicts: arrays as views of the arena (copies with `copy`) or of the body.
 
-        With `arena` (a uint8 array over the whole arena) the arena's arrays are views of it instead.
+        With `arena` (a uint8 array over the whole arena) the arena's arrays are views of it instead; arrays
+        in the job's input region are views of `inputs` (a uint8 array over the receiver's own arena).
         """
         rebuilt: List[Any] = []
         for item in packed:
@@ -211,7 +232,7 @@ class ArenaReader:
                 rebuilt.append(item[0])
                 continue
             refs, others, order = item
-            arrays = {name: self._array(ref, body, copy, arena) for name, ref in refs.items()}
+            arrays = {name: self._array(ref, body, copy, arena, inputs) for name, ref in refs.items()}
             if order is not None:
                 arrays.update(others)
                 arrays = {name: arrays[name] for name in order}
@@ -219,11 +240,20 @@ class ArenaReader:
         return rebuilt
 
     def _array(
-        self, ref: Tuple[int, int, int, Any, Tuple[int, ...]], body: memoryview, copy: bool, arena: Optional[np.ndarray]
+        self,
+        ref: Tuple[int, int, int, Any, Tuple[int, ...]],
+        body: memoryview,
+        copy: bool,
+        arena: Optional[np.ndarray],
+        inputs: Optional[np.ndarray],
     ) -> np.ndarray:
         """The array a ref describes."""
         where, offset, nbytes, code, shape = ref
-        if where == _IN_ARENA:
+        if where == IN_INPUTS:
+            if inputs is None or offset < 0 or offset + nbytes > len(inputs):
+                raise ValueError("a tensor in an input region that is not there")
+            return inputs[offset : offset + nbytes].view(_dtype_of(code)).reshape(shape)
+        if where == IN_ARENA:
             if arena is not None:
                 return arena[offset : offset + nbytes].view(_dtype_of(code)).reshape(shape)
             if self._view is None:
@@ -269,12 +299,16 @@ def unpack_result(reader: ArenaReader, packed: Any, body: memoryview) -> Any:
     return result_value(as_tuple, reader.unpack(items, body, copy=True))
 
 
-def arena_bytes(dicts: Sequence[Any]) -> int:
-    """What a message's arrays take in an arena."""
+def arena_bytes(dicts: Sequence[Any], skip: Optional[Dict[int, int]] = None) -> int:
+    """What a message's arrays take in an arena (those in `skip`, by id, take none)."""
     needed = 0
     for item in dicts:
         if type(item) is dict:
-            needed += sum(_aligned(value.nbytes) for value in item.values() if _is_fixed_array(value))
+            needed += sum(
+                _aligned(value.nbytes)
+                for value in item.values()
+                if _is_fixed_array(value) and not (skip and id(value) in skip)
+            )
     return needed
 
 

@@ -17,8 +17,10 @@ import os
 import subprocess
 import threading
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Tuple
+from collections import deque
+from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optional, Tuple
 
+from pytriton.core.input_arena import InputArena
 from pytriton.core.instance_channel import ChannelClosed, LoopChannel, Message
 from pytriton.core.instance_protocol import (
     END,
@@ -28,7 +30,6 @@ from pytriton.core.instance_protocol import (
     RESULT,
     STOP,
     ArenaReader,
-    ArenaWriter,
     rebuild_error,
     unpack_result,
 )
@@ -76,13 +77,22 @@ class _Link:
         _, kind, self.pid = ready
         self.kind = CallableKind(kind)
         self.started = time.monotonic()
-        self.inputs = ArenaWriter(arena_budget)
+        self.inputs = InputArena(arena_budget)
         self.outputs = ArenaReader()
-        self.done_with: List[int] = []  # jobs whose results the server no longer reads, to say in the next JOB
+        # Jobs whose results the server no longer reads, to say in the next JOB (finalizers append, in any thread).
+        self.done_with: Deque[int] = deque()
 
     def release(self, job_id: int) -> None:
         """The server no longer reads a job's result (a finalizer calls it, whenever the last array goes)."""
         self.done_with.append(job_id)
+
+    def take_done_with(self) -> List[int]:
+        """The jobs released since the last call."""
+        done_with = self.done_with
+        taken = []
+        while done_with:
+            taken.append(done_with.popleft())
+        return taken
 
     def close(self) -> None:
         """Close the channel and release both arenas."""
@@ -207,17 +217,17 @@ class ProcessInstance:
         self._job = job
         done_with: List[int] = []
         try:
-            packed, body, arena = link.inputs.pack([request.data for request in requests])
+            packed, body, arena = link.inputs.pack([request.data for request in requests], job.job_id)
             batch = [
                 (data, request.parameters, request.requested_output_names) for data, request in zip(packed, requests)
             ]
             fds = [link.inputs.segment.fileno()] if arena and link.inputs.segment is not None else []
-            done_with, link.done_with = link.done_with, []
+            done_with = link.take_done_with()
             link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with), body, fds)
         except ChannelClosed:
             pass  # _on_closed fails the job
         except Exception as error:  # noqa: BLE001 - the batch fails alone; the instance must not stay busy with it
-            link.done_with[:0] = done_with  # said with the next job instead
+            link.done_with.extendleft(reversed(done_with))  # said with the next job instead
             link.inputs.close()  # the process may not have the arena this batch was packed in: the next job sends one
             self._finish_job()
             job.fail(BatchNotSent(f"model '{self.model_name}' instance {self.index} could not take the batch: {error}"))
@@ -238,7 +248,7 @@ class ProcessInstance:
         job = self._job
         if job is None or head[1] != job.job_id:
             if tag == RESULT:  # of no job held: its arena is still the process's from now on, its region free
-                _, job_id, _, arena, final = head
+                _, job_id, _, arena, final, _ = head
                 if arena:
                     link.outputs.adopt(arena, message.fds)
                 if final:
@@ -246,15 +256,21 @@ class ProcessInstance:
             else:
                 for fd in message.fds:
                     os.close(fd)
+            if tag in (RESULT, FAILURE, END):
+                link.inputs.released(head[-1])
             return
         if tag == RESULT:
-            _, _, packed, arena, final = head
+            _, _, packed, arena, final, released = head
             if arena:
                 link.outputs.adopt(arena, message.fds)
-            if final:
-                value = lease_result(link.outputs, packed, message.body, functools.partial(link.release, job.job_id))
+            if final:  # outputs in the job's inputs hold its region before the process's release is counted
+                inputs = functools.partial(link.inputs.lease, job.job_id)
+                release = functools.partial(link.release, job.job_id)
+                value = lease_result(link.outputs, packed, message.body, release, inputs)
             else:
                 value = unpack_result(link.outputs, packed, message.body)
+            if released:
+                link.inputs.released(released)
             if final:
                 self._finish_job()
                 if job.future is not None and not job.future.done():
@@ -262,9 +278,11 @@ class ProcessInstance:
             elif job.steps is not None:
                 job.steps.put_nowait(("step", value))
         elif tag == FAILURE:
+            link.inputs.released(head[3])
             self._finish_job()
             job.fail(rebuild_error(head[2]))
         elif tag == END:
+            link.inputs.released(head[2])
             self._finish_job()
             if job.steps is not None:
                 job.steps.put_nowait(("end", None))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import struct
 import weakref
-from typing import Any, Dict, List, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -102,10 +102,20 @@ def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
 _LEASED: Dict[int, Any] = {}
 
 
-def mark_leased(array: np.ndarray) -> None:
-    """Count `array`'s memory as unchanging for as long as it lives (see unchanging)."""
+def mark_leased(array: np.ndarray, on_gone: Optional[Callable[[], None]] = None) -> None:
+    """Count `array`'s memory as unchanging for as long as it lives (see unchanging); then call `on_gone`.
+
+    `on_gone` runs in whichever thread lets go of the array last (a weak reference's callback: much cheaper
+    than weakref.finalize, which a lease per response made a cost of the hop).
+    """
     key = id(array)
-    _LEASED[key] = weakref.ref(array, lambda _: _LEASED.pop(key, None))
+
+    def gone(_: Any) -> None:
+        _LEASED.pop(key, None)
+        if on_gone is not None:
+            on_gone()
+
+    _LEASED[key] = weakref.ref(array, gone)
 
 
 def unchanging(parts: Sequence[Any], owner: Any) -> bool:
