@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import pytest
+import tritonclient.http as httpclient
 
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton
 from tests.conftest import HTTP_AUTH, running_triton
 from tests.http_helpers import get_json, post_json
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
 TENSOR = Tensor(name="x", dtype=np.float32, shape=(-1,))
 OUT = Tensor(name="y", dtype=np.float32, shape=(-1,))
 
@@ -343,3 +351,83 @@ def test_preserve_ordering_holds_later_responses(preserve):
         assert finished[1] >= finished[0] - 0.05
     else:
         assert finished[1] < finished[0] - 0.1
+
+
+THREAD_START_FAILS_ONCE = textwrap.dedent(
+    """
+    import threading
+    import numpy as np
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    def total(requests):
+        return [{"total": np.array([request["x"].sum()], dtype=np.float64)} for request in requests]
+
+    if __name__ == "__main__":
+        start = threading.Thread.start
+        failed = set()
+
+        def start_or_fail(self):
+            # The first start of each instance thread fails, as when the process is at its limit of threads.
+            model = self.name.rsplit("-", 2)[0]
+            if model.startswith("pytriton-") and model not in failed:
+                failed.add(model)
+                raise RuntimeError("can't start new thread")
+            return start(self)
+
+        threading.Thread.start = start_or_fail
+        io = {
+            "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+            "outputs": [Tensor(name="total", dtype=np.float64, shape=(1,))],
+        }
+        queued = ModelConfig(max_batch_size=4, batcher=DynamicBatcher(max_queue_delay_microseconds=1000))
+        with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+            triton.bind("inline", total, **io, config=ModelConfig(batching=False))  # runs in the handler's task
+            triton.bind("queued", total, **io, config=queued)  # goes through the queue and a task of its own
+            triton.run()
+            print(triton.http_port, flush=True)
+            triton.serve()
+    """
+)
+
+
+@pytest.mark.parametrize("model", ["inline", "queued"])
+def test_an_instance_whose_thread_cannot_start_fails_that_batch_and_serves_the_next(
+    tmp_path: pathlib.Path, model: str
+) -> None:
+    """`RuntimeError: can't start new thread` at a batch's start fails that batch, naming the model and instance.
+
+    It left the instance off the free list for good: the model never answered again.
+    """
+    script = tmp_path / "server.py"
+    script.write_text(THREAD_START_FAILS_ONCE)
+    server = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        with httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=20) as client:
+
+            def total(value: float) -> float:
+                tensor = httpclient.InferInput("x", [1, 3] if model == "queued" else [3], "FP32")
+                tensor.set_data_from_numpy(np.full((1, 3) if model == "queued" else 3, value, np.float32))
+                return float(client.infer(model, [tensor]).as_numpy("total")[0])
+
+            with pytest.raises(httpclient.InferenceServerException) as failed:
+                total(1.0)
+            message = str(failed.value)
+            assert f"model '{model}' instance thread pytriton-{model}-1-0 could not start the batch" in message
+            assert "RuntimeError: can't start new thread" in message
+            assert total(2.0) == 6.0  # the instance is free again, and its thread starts now
+            assert total(3.0) == 9.0
+            assert client.is_model_ready(model)
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        assert server.stdout is not None
+        server.stdout.close()

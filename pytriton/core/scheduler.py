@@ -33,6 +33,10 @@ _CLIENT_GONE = "the client disconnected before its response was ready"
 _TIMER_SLACK_NS = 500_000
 
 
+class BatchNotStarted(RuntimeError):
+    """An instance could not start a batch's call (its thread could not start): the batch fails alone."""
+
+
 class Scheduler:
     """Queues a model's requests, forms batches by Triton's rules and runs them on free instances.
 
@@ -197,8 +201,27 @@ class Scheduler:
             requests.append(call_request)
         slots = self._order.reserve(len(batch)) if self._order is not None else None
         infer_start_ns = time.monotonic_ns()
-        call = None if self.spec.decoupled else instance.start(requests, hand_over)
+        call = None if self.spec.decoupled else self._call(instance, requests, hand_over)
         return self._run(instance, batch, requests, slots, call, (start_ns, infer_start_ns))
+
+    def _call(self, instance: ModelInstance, requests: List[Request], hand_over: bool) -> Awaitable[Any]:
+        """Start a batch's call; one that cannot start (its thread cannot: "can't start new thread") fails alone.
+
+        It fails the batch through `_run`, which gives the instance back: a thread instance starts its thread
+        again with its next batch. Raised here, it left the instance off the free list for good (and a queued
+        batch unanswered), so that the model never answered again.
+        """
+        try:
+            return instance.start(requests, hand_over)
+        except Exception as error:  # noqa: BLE001 - the batch fails alone; the instance must not stay busy with it
+            refused = BatchNotStarted(
+                f"model '{self.spec.name}' instance {instance.label} could not start the batch: "
+                f"{type(error).__name__}: {error}"
+            )
+            refused.__cause__ = error
+            failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            failed.set_exception(refused)
+            return failed
 
     async def _run(
         self,
