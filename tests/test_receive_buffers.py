@@ -1,4 +1,4 @@
-"""Receive buffers: reused only once nothing refers to them, bounded; a model that keeps its inputs keeps them intact."""
+"""Receive buffers: reused only once nothing refers to them, bounded; inputs a model keeps stay intact."""
 
 from __future__ import annotations
 
