@@ -101,14 +101,17 @@ class MessageReader:
         if len(pieces) == 1:
             return self.feed(pieces[0])
         messages: List[Buffer] = []
+        message, filled = self._message, self._filled
         for piece in pieces:
-            message = self._message
-            filled = self._filled
-            if message is not None and len(message) - filled > len(piece):  # inside the message under way
-                self._filled = filled + len(piece)
-                message[filled : self._filled] = piece
-            else:
-                messages += self.feed(piece)
+            size = len(piece)
+            if message is not None and len(message) - filled > size:  # inside the message under way
+                message[filled : filled + size] = piece
+                filled += size
+                continue
+            self._filled = filled
+            messages += self.feed(piece)
+            message, filled = self._message, self._filled
+        self._filled = filled
         return messages
 
     def room(self, limit: int) -> Optional[memoryview]:
