@@ -33,8 +33,9 @@ LOGGER = logging.getLogger("pytriton")
 
 # In-flight calls get this long to finish when the server stops (the engine has drained by then).
 STOP_GRACE_S = 1.0
-# The connections' shared read buffer: a read takes at most this much (as the HTTP server's).
-READ_BUFFER_BYTES = 256 * 1024
+# The connections' shared read buffer: a read takes at most this much. A client streaming a large message in
+# 16 KiB frames (h2load, nghttp2) fills reads of 1 MiB: fewer reads made 1 MiB requests ~3 % cheaper than 256 KiB.
+READ_BUFFER_BYTES = 1024 * 1024
 
 
 class GrpcServerState:
