@@ -123,15 +123,16 @@ class GrpcCall:
         """Whether the client may still send on the stream."""
         return self.state == OPEN or self.state == HALF_CLOSED_LOCAL
 
-    def receive(self, pieces: Sequence[Buffer], length: int) -> None:
+    def receive(self, pieces: Sequence[Buffer], length: int, in_place: bool = False) -> None:
         """DATA of the stream in pieces (`length` with padding): messages for the handler, consumed as it reads them.
 
+        `in_place`: no pieces, the `length` bytes were read into the room `room` gave (they are all message bytes).
         Bytes of a message under way are consumed at once (the handler waits for it), but past the
         connection's bound on such bytes only the oldest message's window comes back; whole messages a
         streaming handler has not taken hold the window until it takes them; a unary call refuses a second one.
         """
         inflow = self.session.inflow
-        size = len(pieces[0]) if len(pieces) == 1 else sum(map(len, pieces))
+        size = length if in_place else len(pieces[0]) if len(pieces) == 1 else sum(map(len, pieces))
         if self.ended:
             inflow.dropped(length)
             return
@@ -140,33 +141,18 @@ class GrpcCall:
             if size:
                 self._too_many_requests()
             return
+        reader = self._reader
         try:
-            messages = self._reader.feed_pieces(pieces) if size else None
+            if in_place:
+                messages: Optional[List[Buffer]] = reader.filled(length)
+            elif not size:
+                messages = None
+            else:
+                messages = reader.feed(pieces[0]) if len(pieces) == 1 else reader.feed_pieces(pieces)
         except MessageError as error:
             inflow.dropped(length)
             self.fail_requests(error)
             return
-        self._received(size, messages, length)
-
-    def room(self, limit: int) -> Optional[memoryview]:
-        """Where up to `limit` bytes of the message under way may be read in place (None: nowhere, read as usual)."""
-        if self.ended or (self.task is not None and not self.method.streaming):
-            return None
-        return self._reader.room(limit)
-
-    def receive_in_place(self, length: int) -> None:
-        """`length` bytes of DATA were read into the room `room` gave (no padding: they are all message bytes)."""
-        try:
-            messages = self._reader.filled(length)
-        except MessageError as error:
-            self.session.inflow.dropped(length)
-            self.fail_requests(error)
-            return
-        self._received(length, messages, length)
-
-    def _received(self, size: int, messages: Optional[List[Buffer]], length: int) -> None:
-        """After `size` bytes of messages arrived in DATA of `length` bytes: the messages they completed go on."""
-        inflow = self.session.inflow
         stalled = False
         if self.partial or (size and not messages):  # a message in pieces (the usual one comes whole)
             stalled = self._buffering(size, bool(messages))
@@ -176,7 +162,7 @@ class GrpcCall:
             else:
                 inflow.consumed(self, length, self.state == OPEN)
             if messages:
-                if len(messages) > 1 or self._reader.partial:
+                if len(messages) > 1 or reader.partial:
                     self._too_many_requests()
                 else:
                     self._start(self._unary(messages[0]))
@@ -191,6 +177,12 @@ class GrpcCall:
                 inflow.stall(self, held)
             else:
                 self._consume_held()
+
+    def room(self, limit: int) -> Optional[memoryview]:
+        """Where up to `limit` bytes of the message under way may be read in place (None: nowhere, read as usual)."""
+        if self.ended or (self.task is not None and not self.method.streaming):
+            return None
+        return self._reader.room(limit)
 
     def _buffering(self, size: int, completed: bool) -> bool:
         """Count the bytes of a message still arriving after `size` more; whether their stream's room must wait.

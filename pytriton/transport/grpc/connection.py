@@ -53,6 +53,8 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._flush_pending = False
         self._reading = False
         self._in_place = False  # the last read went into a message's buffer (get_buffer), not the shared one
+        self._reader = self.session.reader
+        self._read_view = state.read_view
         self._linger: Optional[asyncio.TimerHandle] = None
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -91,12 +93,15 @@ class GrpcConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         """Where the next read goes: the buffer of the message a large DATA frame fills, or the shared read buffer."""
-        reader = self.session.reader
-        room = reader.room()
-        self._in_place = room is not None
-        if room is not None:
-            return room
-        return self._state.header_view if reader.header_next() else self._state.read_view
+        target = self._reader.next_read()
+        if target is None:
+            self._in_place = False
+            return self._read_view
+        if isinstance(target, int):  # a frame header alone
+            self._in_place = False
+            return self._read_view[:target]
+        self._in_place = True
+        return target
 
     def buffer_updated(self, nbytes: int) -> None:
         """Hand every whole frame that arrived (and what arrived of DATA) to the session."""
@@ -105,9 +110,9 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._reading = True
         try:
             if self._in_place:
-                self.session.reader.filled(nbytes)
+                self._reader.filled(nbytes)
             else:
-                self.session.reader.feed(self._state.read_view[:nbytes])
+                self._reader.feed(self._read_view[:nbytes])
         except h2.Http2Error as error:
             self._fail(error.code, str(error))
         except hpack.HPACKError as error:

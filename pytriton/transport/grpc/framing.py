@@ -16,8 +16,8 @@ DATA is not held until its frame is whole: its payload goes to the handler as it
 (padding removed, each piece counted with the frame bytes it took for flow control), so a 4 MiB frame
 costs no frame buffer; the whole DATA frames of one stream that arrive in one read go over in one call.
 While the rest of a frame belongs to a message under way, the reader offers that message's own buffer
-for the next read (`room`, `filled`), and after a large frame it asks for the next frame's header alone
-(`header_next`): the kernel copies the payload of large frames straight where the message is assembled.
+for the next read, and after a large frame it asks for the next frame's header alone (`next_read`,
+`filled`): the kernel copies the payload of large frames straight where the message is assembled.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ _HEADER_FRAME_EXTRA = 1 + 255 + 5
 # The rest of a DATA frame is read straight into its message's buffer when at least this much of it is left
 # (below it, one more system call costs more than copying the bytes out of the shared read buffer).
 DIRECT_READ_BYTES = 64 * 1024
+# `next_read`: read one frame header alone.
+HEADER_ONLY = h2.FRAME_HEADER_SIZE
 
 
 class FrameHandler(Protocol):
@@ -140,7 +142,7 @@ class FrameReader:
         Raises:
             Http2Error: a connection error (the handler may raise it too).
         """
-        view = memoryview(data)
+        view = data if type(data) is memoryview else memoryview(data)
         size = len(view)
         position = self._preface(view) if self._preface_due else 0
         while position < size and not self.stopped:
@@ -155,33 +157,32 @@ class FrameReader:
             else:
                 position = self._frames(view, position)
 
-    def room(self) -> Optional[memoryview]:
-        """Where the next bytes may be read in place: the buffer of the message the rest of a DATA frame belongs to.
+    def next_read(self) -> Optional[int | memoryview]:
+        """Where the next read should go, when not into the shared read buffer as usual (None).
 
-        None unless at least DIRECT_READ_BYTES of the frame's content are still to come and the handler has a
-        place for them; the room given ends within the content (the padding is read as usual).
+        - The buffer of the message that the rest of a DATA frame belongs to (`room`), when at least
+          DIRECT_READ_BYTES of the frame's content are still to come: read in place, then `filled`. The room
+          ends within the content (the padding is read as usual).
+        - HEADER_ONLY, after a large DATA frame whose message still has a large part to come: a read of a
+          frame header alone, then the frame's payload can be read in place. grpc's clients send a large
+          message in frames of 128 KiB and more, and a read of the shared buffer's size would take most of the
+          next one before its header is known: one more system call a frame saves copying the rest of it.
         """
-        content = self._data_left - self._pad_left
-        if not self._data_stream or self._pad_due or content < DIRECT_READ_BYTES or self.stopped:
+        if (not self._data_stream and not self._large_stream) or self.stopped:
+            return None  # the usual case, small requests: nothing more to ask
+        if self._data_stream:
+            content = self._data_left - self._pad_left
+            if self._pad_due or content < DIRECT_READ_BYTES:
+                return None
+            room = self._handler.data_room(self._data_stream, content)
+            return room if room is not None and len(room) >= DIRECT_READ_BYTES else None
+        if self._pending or self._skip_left:
             return None
-        room = self._handler.data_room(self._data_stream, content)
-        return room if room is not None and len(room) >= DIRECT_READ_BYTES else None
-
-    def header_next(self) -> bool:
-        """Whether the next read should take a frame header alone (then the frame's payload can be read in place).
-
-        So it should after a large DATA frame whose message still has a large part to come: grpc's clients send
-        a large message in frames of 128 KiB and more, and a read of the shared buffer's size would take most of
-        the next one before its header is known. One more system call a frame saves copying the rest of it.
-        """
-        stream_id = self._large_stream
-        if not stream_id or self._data_stream or self._pending or self._skip_left or self.stopped:
-            return False
-        room = self._handler.data_room(stream_id, DIRECT_READ_BYTES)
-        return room is not None and len(room) >= DIRECT_READ_BYTES
+        room = self._handler.data_room(self._large_stream, DIRECT_READ_BYTES)
+        return HEADER_ONLY if room is not None and len(room) >= DIRECT_READ_BYTES else None
 
     def filled(self, length: int) -> None:
-        """`length` bytes were read into the room `room()` gave."""
+        """`length` bytes were read into the room `next_read` gave."""
         stream_id = self._data_stream
         self._data_left -= length
         done = not self._data_left

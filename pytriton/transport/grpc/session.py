@@ -131,11 +131,14 @@ class Http2Session:
 
     def on_data(self, stream_id: int, pieces: Sequence[Buffer], length: int, end_stream: bool) -> None:
         """Request bytes of a call (they count against the connection window whatever their stream)."""
-        call = self._data_call(stream_id, length)
-        if call is not None:
-            call.receive(pieces, length)
-            if end_stream:
-                self._end_of_request(call)
+        call = self.calls.get(stream_id)
+        if call is None or st.RECEIVED[call.state][h2.DATA] != st.ACCEPT:
+            self._unwanted_data(call, stream_id, length)
+            return
+        self.inflow.take(call, length)
+        call.receive(pieces, length)
+        if end_stream:
+            self._end_of_request(call)
 
     def data_room(self, stream_id: int, limit: int) -> Optional[memoryview]:
         """Where up to `limit` bytes of a call's DATA may be read in place: its message's buffer, once one is begun."""
@@ -144,27 +147,25 @@ class Http2Session:
 
     def on_data_in_place(self, stream_id: int, length: int, end_stream: bool) -> None:
         """Request bytes read into the room `data_room` gave."""
-        call = self._data_call(stream_id, length)
-        if call is not None:
-            call.receive_in_place(length)
-            if end_stream:
-                self._end_of_request(call)
+        call = self.calls.get(stream_id)
+        if call is None or st.RECEIVED[call.state][h2.DATA] != st.ACCEPT:
+            self._unwanted_data(call, stream_id, length)
+            return
+        self.inflow.take(call, length)
+        call.receive((), length, in_place=True)
+        if end_stream:
+            self._end_of_request(call)
 
-    def _data_call(self, stream_id: int, length: int) -> Optional[GrpcCall]:
-        """The call that DATA of `length` bytes is for, once counted; None when its stream's state drops it.
+    def _unwanted_data(self, call: Optional[GrpcCall], stream_id: int, length: int) -> None:
+        """DATA its stream's state does not take: counted against the connection window, then dropped or refused.
 
         Raises:
-            StreamError, Http2Error: what the stream's state makes of DATA (or the windows of its size).
+            StreamError, Http2Error: what the stream's state makes of DATA (or the connection window of its size).
         """
-        call = self.calls.get(stream_id)
         action = st.RECEIVED[call.state if call is not None else self._streams.state_of(stream_id)][h2.DATA]
-        if action != st.ACCEPT or call is None:
-            self.inflow.take(None, length)
-            self.inflow.dropped(length)
-            self._refuse(action, stream_id, "DATA")
-            return None
-        self.inflow.take(call, length)
-        return call
+        self.inflow.take(None, length)
+        self.inflow.dropped(length)
+        self._refuse(action, stream_id, "DATA")
 
     def on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         """A whole header block: a new call, a client's trailers ending its stream, or one to drop."""
