@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -26,28 +26,45 @@ def cache_key(model: str, version: str, inputs: Dict[str, np.ndarray]) -> bytes:
 
 
 class ResponseCache:
-    """A least-recently-used cache of responses holding at most `capacity_bytes`."""
+    """A least-recently-used cache of responses holding at most `capacity_bytes`.
+
+    Each entry remembers its model, so that a model removed (a RemoteTriton closed) takes its responses
+    with it: one bound later under the same name must not be answered with them. The responses may view
+    an instance process's shared memory; the server's stop drops them all (`clear`).
+    """
 
     def __init__(self, capacity_bytes: int) -> None:
         """Create an empty cache."""
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
-        self._entries: OrderedDict[bytes, InferenceResponse] = OrderedDict()
+        self._entries: OrderedDict[bytes, Tuple[str, InferenceResponse]] = OrderedDict()
 
     def get(self, key: bytes) -> Optional[InferenceResponse]:
         """The cached response for a key, marked as recently used."""
-        response = self._entries.get(key)
-        if response is not None:
-            self._entries.move_to_end(key)
-        return response
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry[1]
 
-    def put(self, key: bytes, response: InferenceResponse) -> None:
-        """Store a response, evicting the least recently used ones to stay within capacity."""
+    def put(self, key: bytes, response: InferenceResponse, model: str) -> None:
+        """Store a response of `model`, evicting the least recently used ones to stay within capacity."""
         size = response.nbytes() + len(key)
         if size > self.capacity_bytes or key in self._entries:
             return
         while self.used_bytes + size > self.capacity_bytes and self._entries:
-            _, evicted = self._entries.popitem(last=False)
-            self.used_bytes -= evicted.nbytes() + len(key)
-        self._entries[key] = response
+            evicted_key, (_, evicted) = self._entries.popitem(last=False)
+            self.used_bytes -= evicted.nbytes() + len(evicted_key)
+        self._entries[key] = (model, response)
         self.used_bytes += size
+
+    def forget(self, model: str) -> None:
+        """Drop every response of `model`."""
+        for key in [key for key, (owner, _) in self._entries.items() if owner == model]:
+            _, response = self._entries.pop(key)
+            self.used_bytes -= response.nbytes() + len(key)
+
+    def clear(self) -> None:
+        """Drop every response."""
+        self._entries.clear()
+        self.used_bytes = 0

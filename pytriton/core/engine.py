@@ -197,6 +197,8 @@ class Engine:
             del versions[version]
             if not versions:
                 del self._models[name]
+        if self._cache is not None:
+            self._cache.forget(name)  # a model bound later under this name must not get its answers
 
     def load(self, name: str) -> None:
         """Serve an unloaded model again."""
@@ -247,6 +249,8 @@ class Engine:
             model.scheduler.failures.flush()
         if self._watchdog is not None:
             self._watchdog.cancel()
+        if self._cache is not None:
+            self._cache.clear()  # its responses may view instance processes' shared memory: let it go
         self.system_memory.unregister()  # unmap what clients registered
         if self.cuda_memory.status():  # unmap what clients registered (CUDA calls: off the loop)
             await asyncio.get_running_loop().run_in_executor(None, self.cuda_memory.unregister)

@@ -89,7 +89,7 @@ class ServedModel:
             raise
         if key is not None and self.cache is not None:
             insert_start = time.monotonic_ns()
-            self.cache.put(key, response)
+            self.cache.put(key, response, self.spec.name)
             self.stats.inference["cache_miss"].add(time.monotonic_ns() - insert_start)
         return response
 
