@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
 # Python 3.9's subprocess forks without vfork, so grpcio's fork handlers run in the child, and while
 # this process has grpcio's threads busy (its clients) they can hang the child before it execs
@@ -67,3 +67,16 @@ def start_triton() -> Iterator[Callable[..., Triton]]:
 
     with stack:
         yield start
+
+
+def memfds_held() -> List[str]:
+    """The process instances' shared-memory segments this (test) process holds a descriptor of."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/memfd:pytriton"):
+            held.append(target)
+    return held

@@ -24,7 +24,7 @@ from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
-from tests.conftest import http_url, running_triton
+from tests.conftest import http_url, memfds_held, running_triton
 
 IO = {
     "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
@@ -91,19 +91,6 @@ def _instance_pids() -> Set[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytriton.core.instance_host" in cmdline:
             found.add(int(entry.name))
     return found
-
-
-def _memfds_held() -> List[str]:
-    """Shared-memory segments this process holds a descriptor of."""
-    held = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("/memfd:pytriton"):
-            held.append(target)
-    return held
 
 
 def test_a_process_killed_mid_batch_fails_only_its_batch_and_comes_back(tmp_path: pathlib.Path) -> None:
@@ -266,9 +253,9 @@ def test_stop_leaves_no_process_and_no_shared_memory() -> None:
         x = np.ones(1 << 18, dtype=np.float32)  # 1 MiB: through the arenas
         assert np.array_equal(_infer(client, "fragile", x)["y"], x)
         assert len(_instance_pids()) == 3
-        assert _memfds_held()
+        assert memfds_held()
     assert _instance_pids() == set()
-    assert _memfds_held() == []
+    assert memfds_held() == []
     assert _named_segments() == before
 
 

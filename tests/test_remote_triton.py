@@ -137,6 +137,18 @@ def test_a_model_bound_remotely_is_served_over_both_protocols(server: Triton) ->
         assert client.is_model_ready("own")
 
 
+def test_a_model_bound_again_under_a_closed_ones_name_never_gets_its_cached_answers() -> None:
+    """The response cache is keyed by model name and version: a removed model's entries must go with it."""
+    with running_triton(_own_model, cache_config=["local,size=1048576"]) as server:
+        x = np.array([1.0, 2.0], np.float32)
+        cached = ModelConfig(batching=False, response_cache=True)
+        for callable_, expected in ((doubled, [2.0, 4.0]), (plus_one, [2.0, 3.0])):
+            with RemoteTriton(url=f"localhost:{server.http_port}") as remote:
+                remote.bind("cached", callable_, **IO, config=cached)
+                assert _infer(http_url(server), "cached", x).tolist() == expected
+                assert _infer(http_url(server), "cached", x).tolist() == expected  # a cache hit
+
+
 def test_grpc_url_attaches_too_and_binding_before_connect_waits_for_it(server: Triton) -> None:
     remote = RemoteTriton(url=f"grpc://localhost:{server.grpc_port}")
     remote.bind(
