@@ -131,3 +131,23 @@ class ServerProcess:
 
     def __exit__(self, *_: object) -> None:
         self.kill()
+
+
+def start_script(directory: Path, text: str, prefix: Sequence[str] = ()) -> subprocess.Popen[str]:
+    """Run `text` as a Python script (pytriton importable, stdout piped), behind `prefix` (e.g. unshare)."""
+    script = directory / "server.py"
+    script.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([*prefix, sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+
+
+def stop_script(server: subprocess.Popen[str]) -> None:
+    """SIGINT, then SIGKILL after 30 s; its output pipe closed."""
+    server.send_signal(signal.SIGINT)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+    assert server.stdout is not None
+    server.stdout.close()

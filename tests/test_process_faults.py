@@ -9,7 +9,6 @@ import pathlib
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -25,6 +24,7 @@ from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import http_url, memfds_held, running_triton
+from tests.server_process import start_script, stop_script
 
 IO = {
     "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
@@ -443,18 +443,14 @@ FD_STARVED_SERVER = textwrap.dedent(
 
 def _start_fd_starved_server(tmp_path: pathlib.Path, script_text: str) -> Tuple[subprocess.Popen[str], int]:
     """Start a script server under RLIMIT_NOFILE 256; it prints lines, then its HTTP port."""
-    script = tmp_path / "server.py"
-    script.write_text(script_text)
-    server = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    server = start_script(tmp_path, script_text)
     assert server.stdout is not None
     lines = []
     for line in server.stdout:
         if line.strip().isdigit():
             return server, int(line)
         lines.append(line)
-    _stop_script_server(server)
+    stop_script(server)
     raise AssertionError(f"the server did not start: {lines}")
 
 
@@ -482,7 +478,7 @@ def test_a_server_out_of_descriptors_sends_the_batch_over_the_socket(tmp_path: p
             total("feed", np.zeros(1, np.float32))
             assert total("total", big * 2) == float(2 << 20)
     finally:
-        _stop_script_server(server)
+        stop_script(server)
 
 
 def test_a_thread_instance_first_called_out_of_descriptors_serves(tmp_path: pathlib.Path) -> None:
@@ -497,7 +493,7 @@ def test_a_thread_instance_first_called_out_of_descriptors_serves(tmp_path: path
             _total(client, "feed", np.zeros(1, np.float32))
             assert _total(client, "fresh", np.ones(7, np.float32)) == 7.0
     finally:
-        _stop_script_server(server)
+        stop_script(server)
 
 
 FD_STARVED_BIND = textwrap.dedent(
@@ -542,11 +538,7 @@ FD_STARVED_BIND = textwrap.dedent(
 
 def test_a_thread_model_bound_out_of_descriptors_is_refused_at_bind(tmp_path: pathlib.Path) -> None:
     """The bind fails, saying why; nothing of it stays bound, and a bind once descriptors are free serves."""
-    script = tmp_path / "server.py"
-    script.write_text(FD_STARVED_BIND)
-    server = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    server = start_script(tmp_path, FD_STARVED_BIND)
     try:
         assert server.stdout is not None
         refused = server.stdout.readline()
@@ -555,7 +547,7 @@ def test_a_thread_model_bound_out_of_descriptors_is_refused_at_bind(tmp_path: pa
         with httpclient.InferenceServerClient(f"127.0.0.1:{int(server.stdout.readline())}") as client:
             assert _total(client, "total", np.ones(3, np.float32)) == 3.0
     finally:
-        _stop_script_server(server)
+        stop_script(server)
 
 
 def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -656,25 +648,6 @@ SERVER_SCRIPT = textwrap.dedent(
 )
 
 
-def _stop_script_server(server: subprocess.Popen[str]) -> None:
-    """SIGINT, then SIGKILL after 30 s; its output pipe closed."""
-    server.send_signal(signal.SIGINT)
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
-    assert server.stdout is not None
-    server.stdout.close()
-
-
-def _start_script_server(tmp_path: pathlib.Path, prefix: List[str]) -> subprocess.Popen[str]:
-    script = tmp_path / "server.py"
-    script.write_text(SERVER_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([*prefix, sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
-
-
 def _children_of(pid: int) -> Set[int]:
     found = set()
     for entry in pathlib.Path("/proc").iterdir():
@@ -695,7 +668,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_sigkill_of_the_server_takes_its_instance_processes_with_it(tmp_path: pathlib.Path) -> None:
-    server = _start_script_server(tmp_path, [])
+    server = start_script(tmp_path, SERVER_SCRIPT)
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
@@ -724,8 +697,8 @@ def test_a_64_kib_dev_shm_does_not_stop_large_tensors(tmp_path: pathlib.Path) ->
     assert unshare, "this test needs util-linux's unshare (apt-get install util-linux) and root"
     assert os.geteuid() == 0, "this test mounts a small /dev/shm in a mount namespace of its own: run it as root"
     mount_then_run = 'mount -t tmpfs -o size=64k tmpfs /dev/shm && exec "$0" "$@"'
-    server = _start_script_server(
-        tmp_path, [unshare, "--mount", "--propagation", "private", "sh", "-c", mount_then_run]
+    server = start_script(
+        tmp_path, SERVER_SCRIPT, [unshare, "--mount", "--propagation", "private", "sh", "-c", mount_then_run]
     )
     try:
         assert server.stdout is not None
@@ -737,4 +710,4 @@ def test_a_64_kib_dev_shm_does_not_stop_large_tensors(tmp_path: pathlib.Path) ->
             tensor.set_data_from_numpy(x)
             assert np.array_equal(client.infer("identity", [tensor]).as_numpy("y"), x)
     finally:
-        _stop_script_server(server)
+        stop_script(server)

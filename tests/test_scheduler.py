@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import pathlib
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -21,6 +17,7 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tens
 from pytriton.triton import Triton
 from tests.conftest import HTTP_AUTH, running_triton
 from tests.http_helpers import get_json, post_json
+from tests.server_process import start_script, stop_script
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TENSOR = Tensor(name="x", dtype=np.float32, shape=(-1,))
@@ -399,11 +396,7 @@ def test_an_instance_whose_thread_cannot_start_fails_that_batch_and_serves_the_n
 
     It left the instance off the free list for good: the model never answered again.
     """
-    script = tmp_path / "server.py"
-    script.write_text(THREAD_START_FAILS_ONCE)
-    server = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
-    )
+    server = start_script(tmp_path, THREAD_START_FAILS_ONCE)
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
@@ -423,11 +416,4 @@ def test_an_instance_whose_thread_cannot_start_fails_that_batch_and_serves_the_n
             assert total(3.0) == 9.0
             assert client.is_model_ready(model)
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        assert server.stdout is not None
-        server.stdout.close()
+        stop_script(server)
