@@ -259,21 +259,26 @@ def test_stop_leaves_no_process_and_no_shared_memory() -> None:
     assert _named_segments() == before
 
 
+def _call_that_sleeps(triton: Triton) -> Tuple[threading.Thread, List[Exception]]:
+    """A thread (not started) calling model "sleeps" for 120 s, and the list its failure goes to (the stop fails it)."""
+    failed: List[Exception] = []
+
+    def call() -> None:
+        with _client(triton) as client:
+            try:
+                _infer(client, "sleeps", np.array([120.0], np.float32))
+            except Exception as error:  # noqa: BLE001 - the stop fails it; the test reads it
+                failed.append(error)
+
+    return threading.Thread(target=call), failed
+
+
 def test_a_hung_instance_cannot_hold_stop_past_the_exit_timeout() -> None:
     triton = Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0, exit_timeout_secs=1))
     try:
         triton.bind("sleeps", ProcessInstances(sleeps), **IO, config=UNBATCHED)
         triton.run()
-        result: List[Any] = []
-
-        def call() -> None:
-            with _client(triton) as client:
-                try:
-                    _infer(client, "sleeps", np.array([120.0], np.float32))
-                except Exception as error:  # noqa: BLE001 - the stop fails it; the test reads it
-                    result.append(error)
-
-        caller = threading.Thread(target=call)
+        caller, result = _call_that_sleeps(triton)
         caller.start()
         time.sleep(1.0)
         assert len(_instance_pids()) == 1
@@ -358,16 +363,7 @@ def test_stop_gives_a_process_that_will_not_exit_only_what_is_left_of_the_exit_t
 ) -> None:
     """The stop's one deadline (exit_timeout_secs) bounds the drain and the processes' exit; a healthy one exits."""
     triton = Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0, exit_timeout_secs=1))
-    failed: List[Exception] = []
-
-    def call() -> None:
-        with _client(triton) as client:
-            try:
-                _infer(client, "sleeps", np.array([120.0], np.float32))
-            except Exception as error:  # noqa: BLE001 - the stop fails it; the test reads it
-                failed.append(error)
-
-    caller = threading.Thread(target=call)
+    caller, failed = _call_that_sleeps(triton)
     try:
         triton.bind("hangs_at_exit", ProcessInstances(factory=hangs_at_exit_factory), **IO, config=UNBATCHED)
         healthy = ProcessInstances(factory=exits_gracefully_factory, env={"EXITED_DIR": str(tmp_path)})
