@@ -160,7 +160,7 @@ class FrameReader:
     def next_read(self) -> Optional[int | memoryview]:
         """Where the next read should go, when not into the shared read buffer as usual (None).
 
-        - The buffer of the message that the rest of a DATA frame belongs to (`room`), when at least
+        - The buffer of the message that the rest of a DATA frame belongs to (a memoryview), when at least
           DIRECT_READ_BYTES of the frame's content are still to come: read in place, then `filled`. The room
           ends within the content (the padding is read as usual).
         - HEADER_ONLY, after a large DATA frame whose message still has a large part to come: a read of a

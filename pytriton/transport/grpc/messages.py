@@ -97,9 +97,7 @@ class MessageReader:
             messages.append(self._whole(self._flag, filled, body))
 
     def feed_pieces(self, pieces: Sequence[Buffer]) -> List[Buffer]:
-        """The messages completed by `pieces` (consecutive DATA payloads of the call)."""
-        if len(pieces) == 1:
-            return self.feed(pieces[0])
+        """The messages completed by `pieces` (consecutive DATA payloads of the call; one alone goes to `feed`)."""
         messages: List[Buffer] = []
         message, filled = self._message, self._filled
         for piece in pieces:
