@@ -22,6 +22,7 @@ import h2.events
 import hpack
 import numpy as np
 import pytest
+from tritonclient.grpc import service_pb2
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
@@ -229,6 +230,20 @@ def test_request_in_seven_byte_data_frames_with_its_prefix_split(server, connect
     client.send_data(1, message[3:], size=7)  # then 7-byte frames, the last ending the stream
     response = client.response(1)
     assert response.grpc_status == "0" and response.output() == values
+
+
+def test_a_stream_ended_inside_a_run_of_small_data_frames_ends_the_streaming_call(server, connect):
+    # Two requests in 7-byte frames sent in one write: the server reads the frames as a run, and the
+    # END_STREAM of the run's last frame must end the request stream, or the call never finishes.
+    client = connect(server)
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers(path="/inference.GRPCInferenceService/ModelStreamInfer"))
+    messages = grpc_message(infer_request([1.0, 2.0])) + grpc_message(infer_request([3.0]))
+    client.send_data(stream, messages, size=7)
+    response = client.response(stream)
+    assert response.grpc_status == "0"
+    outputs = [service_pb2.ModelStreamInferResponse.FromString(body).infer_response for _, body in response.messages()]
+    assert [np.frombuffer(out.raw_output_contents[0], np.float32).tolist() for out in outputs] == [[1.0, 2.0], [3.0]]
 
 
 def test_request_ended_by_an_empty_data_frame(server, connect):

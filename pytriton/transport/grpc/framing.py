@@ -14,7 +14,7 @@ stream error it raises resets that stream only, and the frames after it are read
 
 DATA is not held until its frame is whole: its payload goes to the handler as it arrives, in pieces
 (padding removed, each piece counted with the frame bytes it took for flow control), so a 4 MiB frame
-costs no frame buffer; the whole DATA frames of one stream that arrive in one read go over in one call.
+costs no frame buffer; the DATA frames of one stream that follow each other in one read go over in one call.
 While the rest of a frame belongs to a message under way, the reader offers that message's own buffer
 for the next read, and after a large frame it asks for the next frame's header alone (`next_read`,
 `filled`): the kernel copies the payload of large frames straight where the message is assembled.
@@ -37,6 +37,7 @@ _HEADER_FRAME_EXTRA = 1 + 255 + 5
 # The rest of a DATA frame is read straight into its message's buffer when at least this much of it is left
 # (below it, one more system call costs more than copying the bytes out of the shared read buffer).
 DIRECT_READ_BYTES = 64 * 1024
+_END_OR_PADDED = h2.END_STREAM | h2.PADDED
 # `next_read`: read one frame header alone.
 HEADER_ONLY = h2.FRAME_HEADER_SIZE
 
@@ -47,9 +48,9 @@ class FrameHandler(Protocol):
     def on_data(self, stream_id: int, pieces: Sequence[Buffer], length: int, end_stream: bool) -> None:
         """Consecutive DATA payload of a stream, in pieces (`length`: the frame bytes they took, padding included).
 
-        `end_stream` with the last piece of a frame with END_STREAM; an empty frame is one empty piece. The pieces
-        are part of a frame, or whole frames that followed each other in one read. They are views of the read
-        buffer: what is kept of them must be copied.
+        `end_stream` with the last piece of a frame with END_STREAM; an empty frame is one empty piece. The
+        pieces are the payloads of frames that followed each other in one read, the first and the last possibly
+        cut off by the reads' ends. They are views of the read buffer: what is kept of them must be copied.
         """
 
     def data_room(self, stream_id: int, limit: int) -> Optional[memoryview]:
@@ -228,11 +229,10 @@ class FrameReader:
             start = position + h2.FRAME_HEADER_SIZE
             end = start + length
             if kind == h2.DATA and not self._block_stream:
-                if end > size or flags & h2.PADDED or not length or not stream_id or length > MAX_FRAME:
-                    self._begin_data(length, flags, stream_id)
+                usual = (flags & _END_OR_PADDED) == h2.END_STREAM and length and stream_id and length <= MAX_FRAME
+                if end > size or not usual:
+                    self._begin_data(length, flags, stream_id)  # not the usual request (one whole unpadded frame)
                     return self._data(view, start)
-                if not flags & h2.END_STREAM:
-                    return self._data_frames(view, start, end, stream_id)
                 self._large_stream = 0  # the usual request: one whole DATA frame ending the stream
                 position = end
                 try:
@@ -339,43 +339,15 @@ class FrameReader:
         self._pad_due = padded
         self._pad_left = 0
 
-    def _data_frames(self, view: memoryview, start: int, end: int, stream_id: int) -> int:
-        """A whole DATA frame (checked, no END_STREAM), and the whole ones after it on its stream, handed over together.
-
-        Clients cut a large message into frames of 16 KiB (h2load, nghttp2): handing a read's worth of them
-        over at once costs the session and the call one pass instead of sixteen. Padded or empty frames, and
-        the frames after END_STREAM, go their usual way.
-        """
-        size = len(view)
-        pieces = [view[start:end]]
-        counted = end - start
-        position = end
-        unpack = h2.FRAME_HEADER.unpack_from
-        end_stream = False
-        while size - position >= h2.FRAME_HEADER_SIZE:
-            high, low, kind, flags, next_stream = unpack(view, position)
-            length = (high << 8) | low
-            start = position + h2.FRAME_HEADER_SIZE
-            end = start + length
-            if kind != h2.DATA or next_stream & 0x7FFFFFFF != stream_id or flags & h2.PADDED:
-                break
-            if not length or length > MAX_FRAME or end > size:
-                break
-            pieces.append(view[start:end])
-            counted += length
-            position = end
-            if flags & h2.END_STREAM:
-                end_stream = True
-                break
-        self._large_stream = stream_id if len(pieces[-1]) >= DIRECT_READ_BYTES else 0
-        try:
-            self._handler.on_data(stream_id, pieces, counted, end_stream)
-        except h2.StreamError as error:
-            self._handler.on_stream_error(error)
-        return position
-
     def _data(self, view: memoryview, position: int) -> int:
-        """Hand over what `view` holds of the DATA frame under way, from `position`; where its bytes end."""
+        """Hand over what `view` holds of the DATA frame under way, and of the DATA frames after it on its stream.
+
+        From `position`, where its bytes (or those of its padding) go on; returns where they end. Clients cut a
+        large message into frames of 16 KiB (h2load, nghttp2): the frames of one stream that follow each other
+        in a read, the last one possibly cut off by the read's end, go over in one call, which costs the
+        session and the call one pass instead of sixteen. A padded, empty or oversized frame, one of another
+        stream or type, and anything after END_STREAM are left to the usual way.
+        """
         size = len(view)
         start = position
         left = self._data_left
@@ -390,7 +362,7 @@ class FrameReader:
             self._pad_due = False
             self._pad_left = pad
         content = min(left - self._pad_left, size - position)
-        payload = view[position : position + content]
+        pieces = [view[position : position + content]]
         position += content
         left -= content
         if left <= self._pad_left:  # the content is all here: what arrived of the padding is skipped
@@ -398,14 +370,37 @@ class FrameReader:
             position += skipped
             left -= skipped
             self._pad_left = left
-        self._data_left = left
         stream_id = self._data_stream
+        headers = 0  # of the frames run on into
+        if not left and not self._data_end:
+            unpack = h2.FRAME_HEADER.unpack_from
+            while size - position >= h2.FRAME_HEADER_SIZE:
+                high, low, kind, flags, next_stream = unpack(view, position)
+                length = (high << 8) | low
+                if kind != h2.DATA or next_stream & 0x7FFFFFFF != stream_id or flags & h2.PADDED:
+                    break
+                if not length or length > MAX_FRAME:
+                    break
+                position += h2.FRAME_HEADER_SIZE
+                headers += 1
+                content = min(length, size - position)
+                pieces.append(view[position : position + content])
+                position += content
+                left = length - content
+                self._large_stream = stream_id if length >= DIRECT_READ_BYTES else 0
+                if flags & h2.END_STREAM:
+                    self._data_end = True
+                    break
+                if left:
+                    break
+        self._data_left = left
         if not left:
             self._data_stream = 0
         elif position == start:
             return position  # nothing of the frame arrived yet
         try:
-            self._handler.on_data(stream_id, (payload,), position - start, not left and self._data_end)
+            length = position - start - headers * h2.FRAME_HEADER_SIZE
+            self._handler.on_data(stream_id, pieces, length, not left and self._data_end)
         except h2.StreamError as error:
             self._handler.on_stream_error(error)
         return position
