@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 
 import pytest
 
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import BatchNotRun, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.exceptions import PyTritonUnrecoverableError
 from tests.http_helpers import post_json
@@ -199,3 +199,22 @@ def test_an_unrecoverable_error_is_always_logged_and_stops_are_not_faults(caplog
         "model 'm' version 1: the inference callable raised PyTritonUnrecoverableError: device lost "
         "(2 requests failed)",
     ]
+
+
+def test_a_batch_not_run_is_logged_as_such_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, "pytriton.model")
+
+    async def fail() -> None:
+        log = FailureLog("'m' version 1", burst=1)
+        for _ in range(2):
+            log.batch_not_run(BatchNotRun("model 'm' instance 0 could not take the batch: MemoryError"), 3)
+        log.flush()
+
+    asyncio.run(fail())
+    assert _records(caplog) == [
+        "model 'm' version 1: a batch was not run (3 requests failed): "
+        "model 'm' instance 0 could not take the batch: MemoryError",
+        "model 'm' version 1: ... and 1 more failures not logged (at most 1 every 60 s are); the last: "
+        "model 'm' instance 0 could not take the batch: MemoryError",
+    ]
+    assert all(record.exc_info is None for record in caplog.records)

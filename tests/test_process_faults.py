@@ -546,7 +546,9 @@ def test_a_thread_model_bound_out_of_descriptors_is_refused_at_bind(tmp_path: pa
         stop_script(server)
 
 
-def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """Packing a batch raises (here by a patch: after the shared-memory fallback nothing real makes it fail)."""
     from pytriton.core import input_arena
 
@@ -569,6 +571,9 @@ def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(monk
             assert "model 'fragile' instance 0 could not take the batch: no memory for this batch" in str(failed.value)
             assert _infer(client, "fragile", np.array([5.0], np.float32))["y"].tolist() == [5.0]
         assert client.is_model_ready("fragile")
+    logged = [record.getMessage() for record in caplog.records if record.name == "pytriton.model"]
+    assert logged and all("a batch was not run (1 request failed)" in line for line in logged), logged
+    assert all("inference callable raised" not in line for line in logged)  # it never ran
 
 
 def counts_calls(requests: List[Any]) -> List[Dict[str, np.ndarray]]:

@@ -36,6 +36,13 @@ class FailureReason(enum.Enum):
     OTHER = "OTHER"
 
 
+class BatchNotRun(RuntimeError):
+    """An instance could not take a batch, so its callable never ran with it: the batch fails alone.
+
+    Logged as the server's fault, not as something the callable raised.
+    """
+
+
 class InferenceError(Exception):
     """A request failed; carries the status and Triton's message."""
 

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Callable
 
-from pytriton.core.errors import InferenceError, Status
+from pytriton.core.errors import BatchNotRun, InferenceError, Status
 from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
 from pytriton.exceptions import PyTritonUnrecoverableError
 
@@ -54,6 +54,16 @@ class FailureLog:
             "\n" + str(remote).rstrip("\n") if from_elsewhere else "",
             exc_info=None if from_elsewhere else error,
         )
+
+    def batch_not_run(self, error: BatchNotRun, requests: int) -> None:
+        """An instance could not take a batch of `requests` requests (the callable never ran): log why, no traceback.
+
+        The message names the instance and the cause (e.g. "can't start new thread"); where it was raised says
+        nothing more.
+        """
+        if not self._budget.admit(str(error)):
+            return
+        LOGGER.error("model %s: a batch was not run (%s failed): %s", self._model, _requests(requests), error)
 
     def outputs_refused(self, error: InferenceError, requests: int) -> None:
         """What the callable returned failed PyTriton's output checks for `requests` requests: log why.

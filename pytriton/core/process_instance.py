@@ -20,6 +20,7 @@ import time
 from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optional, Tuple
 
+from pytriton.core.errors import BatchNotRun
 from pytriton.core.input_arena import InputArena
 from pytriton.core.instance_channel import ChannelClosed, LoopChannel, Message
 from pytriton.core.instance_protocol import (
@@ -55,7 +56,7 @@ class InstanceDied(RuntimeError):
     """The process of an instance ended while it held a batch."""
 
 
-class BatchNotSent(RuntimeError):
+class BatchNotSent(BatchNotRun):
     """A batch could not be handed to the process of an instance (it fails alone; the instance serves on)."""
 
 

@@ -9,7 +9,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
 
 from pytriton.core.batcher import BatchRules
-from pytriton.core.errors import FailureReason, InferenceError
+from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import ModelInstance
@@ -33,7 +33,7 @@ _CLIENT_GONE = "the client disconnected before its response was ready"
 _TIMER_SLACK_NS = 500_000
 
 
-class BatchNotStarted(RuntimeError):
+class BatchNotStarted(BatchNotRun):
     """An instance could not start a batch's call (its thread could not start): the batch fails alone."""
 
 
@@ -353,7 +353,10 @@ class Scheduler:
             if self._accepting:
                 return InferenceError.cancelled(f"request to model '{self.spec.name}' was cancelled")
             return self._stopped()
-        self.failures.callable_raised(error, requests)
+        if isinstance(error, BatchNotRun):
+            self.failures.batch_not_run(error, requests)
+        else:
+            self.failures.callable_raised(error, requests)
         if isinstance(error, PyTritonUnrecoverableError):
             self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")
         # The type's name, as Triton's message shows it ("ValueError: ..."); an exception from another process
