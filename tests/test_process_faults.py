@@ -349,6 +349,38 @@ def test_an_idle_process_that_will_not_exit_is_killed_at_the_stop_deadline() -> 
     assert not _alive(pid)
 
 
+def test_a_hurried_stop_gives_a_process_that_will_not_exit_only_the_least_grace() -> None:
+    """A second signal (hurry) while the drain waits: the idle process that hangs at exit is killed after LEAST_GRACE_S.
+
+    Before, it had EXIT_GRACE_S (2 s) whatever the hurry.
+    """
+    triton = Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0, exit_timeout_secs=600))
+    caller, failed = _call_that_sleeps(triton)
+    stopper = threading.Thread(target=triton.stop)
+    try:
+        triton.bind("hangs_at_exit", ProcessInstances(factory=hangs_at_exit_factory), **IO, config=UNBATCHED)
+        triton.bind("sleeps", ProcessInstances(sleeps), **IO, config=UNBATCHED)
+        triton.run()
+        with _client(triton) as client:
+            hung_pid = int(_infer(client, "hangs_at_exit", np.array([1.0], np.float32))["pid"][0])
+        caller.start()
+        time.sleep(0.5)
+        stopper.start()  # the drain waits for the call (exit_timeout_secs 600)
+        time.sleep(0.5)
+        assert stopper.is_alive()
+    finally:
+        started = time.monotonic()
+        triton._hurry()
+        stopper.join(timeout=30)
+    took = time.monotonic() - started
+    assert not stopper.is_alive()
+    assert took < LEAST_GRACE_S + STOP_MARGIN_S, f"a hurried stop took {took:.2f} s"
+    caller.join(timeout=30)
+    assert failed and isinstance(failed[0], httpclient.InferenceServerException)
+    assert not _alive(hung_pid)
+    assert _instance_pids() == set()
+
+
 def exits_gracefully_factory() -> Any:
     """A model whose process leaves its pid in $EXITED_DIR when it exits by itself (atexit; a SIGKILL skips it)."""
     import atexit

@@ -5,7 +5,8 @@
 1. refuse: readiness turns false; new requests get 503 / UNAVAILABLE.
 2. drain: queued and running requests finish, up to the stop's deadline (`exit_timeout_secs` after
    the refusal); how many are left and how long they still have is logged every PROGRESS_PERIOD_S.
-   A hurry (a second SIGINT/SIGTERM under `serve()`) ends the lame duck and the drain at once.
+   A hurry (a second SIGINT/SIGTERM under `serve()`) ends the lame duck and the drain at once, and
+   leaves the processes of phase 4 LEAST_GRACE_S to exit.
 3. cut off: every request still open is answered with UNAVAILABLE on its own transport (HTTP 503,
    a gRPC status); a call still running goes on in its instance thread and its result is dropped.
 4. close: the frontends stop (answers under way get a moment to leave) and the instances' threads
@@ -116,9 +117,12 @@ class StopSequence:
             LOGGER.warning("%s: %s answered with an error (UNAVAILABLE)", self._reason, open_requests)
 
     async def close(self) -> None:
-        """Close the ports and stop the instances (a process that will not exit is killed at the deadline)."""
+        """Close the ports and stop the instances (a process that will not exit is killed at the deadline).
+
+        After a hurry the deadline is now: a process told to exit gets LEAST_GRACE_S only.
+        """
         await self._close_ports()
-        await self._engine.close(deadline=self._deadline)
+        await self._engine.close(deadline=time.monotonic() if self._hurried.is_set() else self._deadline)
 
     def _describe_open_requests(self) -> str:
         """'3 requests (2 running, 1 queued)'."""
