@@ -371,35 +371,38 @@ class FrameReader:
             left -= skipped
             self._pad_left = left
         stream_id = self._data_stream
-        headers = 0  # of the frames run on into
         if not left and not self._data_end:
             unpack = h2.FRAME_HEADER.unpack_from
             while size - position >= h2.FRAME_HEADER_SIZE:
                 high, low, kind, flags, next_stream = unpack(view, position)
-                length = (high << 8) | low
                 if kind != h2.DATA or next_stream & 0x7FFFFFFF != stream_id or flags & h2.PADDED:
                     break
+                length = (high << 8) | low
                 if not length or length > MAX_FRAME:
                     break
                 position += h2.FRAME_HEADER_SIZE
-                headers += 1
-                content = min(length, size - position)
-                pieces.append(view[position : position + content])
-                position += content
-                left = length - content
-                self._large_stream = stream_id if length >= DIRECT_READ_BYTES else 0
+                end = position + length
+                if end > size:  # cut off by the read's end
+                    pieces.append(view[position:size])
+                    left = end - size
+                    position = size
+                else:
+                    pieces.append(view[position:end])
+                    position = end
                 if flags & h2.END_STREAM:
                     self._data_end = True
                     break
                 if left:
                     break
+            if len(pieces) > 1:
+                self._large_stream = stream_id if length >= DIRECT_READ_BYTES else 0
         self._data_left = left
         if not left:
             self._data_stream = 0
         elif position == start:
             return position  # nothing of the frame arrived yet
         try:
-            length = position - start - headers * h2.FRAME_HEADER_SIZE
+            length = position - start - (len(pieces) - 1) * h2.FRAME_HEADER_SIZE  # the headers run into
             self._handler.on_data(stream_id, pieces, length, not left and self._data_end)
         except h2.StreamError as error:
             self._handler.on_stream_error(error)
