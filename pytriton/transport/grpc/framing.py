@@ -402,8 +402,8 @@ class FrameReader:
         elif position == start:
             return position  # nothing of the frame arrived yet
         try:
-            length = position - start - (len(pieces) - 1) * h2.FRAME_HEADER_SIZE  # the headers run into
-            self._handler.on_data(stream_id, pieces, length, not left and self._data_end)
+            counted = position - start - (len(pieces) - 1) * h2.FRAME_HEADER_SIZE  # less the headers run into
+            self._handler.on_data(stream_id, pieces, counted, not left and self._data_end)
         except h2.StreamError as error:
             self._handler.on_stream_error(error)
         return position
