@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import List
+import weakref
+from typing import Callable, List
 
 import pytest
 
@@ -63,6 +64,54 @@ def test_many_jobs_leave_no_notes_behind(hand_over: bool) -> None:
             worker.close()
 
     assert run(main()) <= 1  # one late note at most, from a hand-over that timed out
+
+
+class _Tracked:
+    """An object whose lifetime a test watches through a weak reference."""
+
+
+def _returns_another(_: object) -> object:
+    return _Tracked()
+
+
+class _Failed(ValueError):
+    """An error a weak reference can watch (built-in exceptions take none)."""
+
+
+def _raises(_: object) -> object:
+    raise _Failed("the callable failed")
+
+
+@pytest.mark.parametrize("call", [_returns_another, _raises], ids=["returned", "raised"])
+def test_an_idle_worker_holds_nothing_of_its_last_job(call: Callable[[object], object]) -> None:
+    """Once a job's future settled and its submitter let go, neither its arguments nor its result stay alive.
+
+    The thread used to keep both in its locals until its next job: a batch's inputs (views of a request
+    buffer, which then could not be reused) and outputs, and at exit a torch tensor among them was freed by
+    the thread while the interpreter finalized, which aborted the process ("terminate called without an
+    active exception").
+    """
+
+    async def main() -> List[weakref.ref[_Tracked]]:
+        worker = WorkerThread("test-worker")
+        try:
+            argument = _Tracked()
+            try:
+                result: object = await worker.submit(call, argument)
+            except _Failed as error:
+                result = error
+            refs = [weakref.ref(argument), weakref.ref(result)]
+            del argument, result
+            for _ in range(100):  # the thread lets go once it is back waiting for a job
+                if all(ref() is None for ref in refs):
+                    break
+                await asyncio.sleep(0.01)
+            return refs
+        finally:
+            worker.close()
+
+    refs = run(main())
+    assert [ref() for ref in refs] == [None, None]  # type: ignore[union-attr]
 
 
 def test_a_worker_opens_its_pipe_only_with_its_first_job() -> None:

@@ -74,27 +74,39 @@ class WorkerThread:
         return future
 
     def _work(self, doorbell: Doorbell) -> None:
-        """Run jobs until told to stop."""
+        """Run jobs until told to stop; nothing of a finished job stays referenced here while it waits.
+
+        A batch's inputs held while idle would keep their request buffer from being reused, and its outputs
+        their memory. And a torch tensor among them was freed by this thread when it ended at exit, while the
+        interpreter finalized: freeing a tensor releases the GIL, a daemon thread that asks for it back then
+        is ended by `pthread_exit`, whose unwinding through torch's C++ aborted the process.
+        """
         jobs = self._jobs
         while True:
             while not jobs:
                 doorbell.take()
-            job = jobs.popleft()
-            if job is None:
+            if not self._run(jobs.popleft()):
                 return
-            inbox, future, fn, args, handed_over = job
-            if handed_over:
-                self._taken.put(None)
-            result: Any = None
-            error: Optional[BaseException] = None
-            try:
-                result = fn(*args)
-            except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
-                error = raised
-            try:
-                inbox.post(self._finished, future, result, error)
-            except RuntimeError:  # the loop closed while the job ran: nobody is waiting
-                pass
+
+    def _run(self, job: Optional[_Job]) -> bool:
+        """Run one job and post its outcome to its loop; False for the stop mark (None)."""
+        if job is None:
+            return False
+        inbox, future, fn, args, handed_over = job
+        if handed_over:
+            self._taken.put(None)
+        result: Any = None
+        error: Optional[BaseException] = None
+        try:
+            result = fn(*args)
+        except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
+            error = raised
+        try:
+            inbox.post(self._finished, future, result, error)
+        except RuntimeError:  # the loop closed while the job ran: nobody is waiting
+            pass
+        del job, inbox, future, fn, args, result, error  # a raised error's traceback keeps this frame: not the job
+        return True
 
     def _finished(self, future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
         """On the loop: settle a job's future unless its waiter gave up; run the idle callbacks after the last job."""
