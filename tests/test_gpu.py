@@ -114,6 +114,7 @@ def server_process(torch: Any) -> Iterator[List[int]]:
     yield ports
     process.stdin.close()
     assert process.wait(timeout=60) == 0
+    process.stdout.close()  # unclosed, it is a ResourceWarning, which the suite's filterwarnings makes an error
 
 
 def test_cuda_shared_memory_with_tritonclient_helpers(server_process: List[int]) -> None:
@@ -179,3 +180,4 @@ def test_registered_device_memory_is_read_and_written(torch: Any) -> None:
         owner.stdin.write("done\n")
         owner.stdin.close()
         owner.wait(timeout=60)
+        owner.stdout.close()
