@@ -46,6 +46,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--queue-delay-us", type=int, default=1000)
     parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument(
+        "--process-instances", action="store_true", help="instances in processes of their own (each its own GIL)"
+    )
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per point")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measured window")
     parser.add_argument("--load-processes", type=int, default=0, help="load generator processes (0: from the CPUs)")
@@ -73,7 +76,7 @@ class Server:
     def __init__(self, args: argparse.Namespace, model: str) -> None:
         command = [sys.executable, "-m", "bench.gpu.serve", *_model_args(args, model)]
         command += ["--max-batch", str(args.max_batch), "--queue-delay-us", str(args.queue_delay_us)]
-        command += ["--instances", str(args.instances)]
+        command += ["--instances", str(args.instances), *(["--process-instances"] if args.process_instances else [])]
         env = dict(os.environ, BENCH_ACCESS_TOKEN=TOKEN)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         assert self.process.stdout is not None

@@ -6,15 +6,17 @@ python -m bench.gpu.serve --model resnet50 --size full --device cuda --max-batch
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 import numpy as np
 
 from bench.gpu.models import batch_callable, build
 from bench.model_server import _security_kwargs
 from pytriton.decorators import batch
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
@@ -28,14 +30,15 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--queue-delay-us", type=int, default=1000)
     parser.add_argument("--instances", type=int, default=2, help="instances (threads), each on its own CUDA stream")
+    parser.add_argument(
+        "--process-instances", action="store_true", help="instances in processes of their own (each its own GIL)"
+    )
     args = parser.parse_args()
     spec = build(args.model, args.size)
-    run = batch_callable(spec, args.device, args.half)
-    run(spec.sample(args.max_batch))  # warm up (cuDNN picks its algorithms) before the server is ready
-
-    @batch
-    def infer(INPUT: np.ndarray) -> Dict[str, Any]:
-        return {"OUTPUT": run(INPUT)}  # a device tensor: the server copies it to the host once
+    make = functools.partial(_infer_callable, args.model, args.size, args.device, args.half, args.max_batch)
+    infer_func: Any = ProcessInstances(factory=make, count=args.instances) if args.process_instances else None
+    if infer_func is None:
+        infer_func = [make()] * args.instances
 
     config = TritonConfig(
         http_address="127.0.0.1",
@@ -48,7 +51,7 @@ def main() -> None:
     with Triton(config=config, **_security_kwargs()) as triton:
         triton.bind(
             model_name=spec.name,
-            infer_func=[infer] * args.instances,
+            infer_func=infer_func,
             inputs=[Tensor(name="INPUT", dtype=spec.input_dtype, shape=spec.input_shape)],
             outputs=[Tensor(name="OUTPUT", dtype=np.float32, shape=spec.output_shape)],
             config=ModelConfig(
@@ -60,6 +63,22 @@ def main() -> None:
         ports = {"http": triton.http_port, "grpc": triton.grpc_port, "metrics": triton.metrics_port}
         print("READY " + json.dumps(ports), flush=True)
         sys.stdin.read()  # serve until the bench closes our stdin
+
+
+def _infer_callable(model: str, size: str, device: str, half: bool, max_batch: int) -> Callable[..., Any]:
+    """The model on the device, warmed up (cuDNN picks its algorithms), as the server's `@batch` callable.
+
+    Run in the server, or in each instance process (`--process-instances`), which then builds its own model.
+    """
+    spec = build(model, size)
+    run = batch_callable(spec, device, half)
+    run(spec.sample(max_batch))
+
+    @batch
+    def infer(INPUT: np.ndarray) -> Dict[str, Any]:
+        return {"OUTPUT": run(INPUT)}  # a device tensor: copied to the host once (by the server or the process)
+
+    return infer
 
 
 if __name__ == "__main__":
