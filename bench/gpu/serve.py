@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict
 
 import numpy as np
 
-from bench.gpu.models import batch_callable, build
+from bench.gpu.models import ModelSpec, batch_callable, build
 from bench.model_server import _security_kwargs
 from pytriton.decorators import batch
 from pytriton.instances import ProcessInstances
@@ -35,10 +35,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     spec = build(args.model, args.size)
-    make = functools.partial(_infer_callable, args.model, args.size, args.device, args.half, args.max_batch)
-    infer_func: Any = ProcessInstances(factory=make, count=args.instances) if args.process_instances else None
-    if infer_func is None:
-        infer_func = [make()] * args.instances
+    if args.process_instances:
+        make = functools.partial(_built_infer_callable, args.model, args.size, args.device, args.half, args.max_batch)
+        infer_func: Any = ProcessInstances(factory=make, count=args.instances)
+    else:
+        infer_func = [_infer_callable(spec, args.device, args.half, args.max_batch)] * args.instances
 
     config = TritonConfig(
         http_address="127.0.0.1",
@@ -65,12 +66,13 @@ def main() -> None:
         sys.stdin.read()  # serve until the bench closes our stdin
 
 
-def _infer_callable(model: str, size: str, device: str, half: bool, max_batch: int) -> Callable[..., Any]:
-    """The model on the device, warmed up (cuDNN picks its algorithms), as the server's `@batch` callable.
+def _built_infer_callable(model: str, size: str, device: str, half: bool, max_batch: int) -> Callable[..., Any]:
+    """An instance process's factory (`--process-instances`): it builds its own model."""
+    return _infer_callable(build(model, size), device, half, max_batch)
 
-    Run in the server, or in each instance process (`--process-instances`), which then builds its own model.
-    """
-    spec = build(model, size)
+
+def _infer_callable(spec: ModelSpec, device: str, half: bool, max_batch: int) -> Callable[..., Any]:
+    """The model on the device, warmed up (cuDNN picks its algorithms), as the server's `@batch` callable."""
     run = batch_callable(spec, device, half)
     run(spec.sample(max_batch))
 
