@@ -291,6 +291,35 @@ def test_interleaved_streams_are_reassembled_apart(server, connect):
     assert client.response(1).output() == [1.0] * 20
 
 
+def test_interleaved_data_frames_in_one_write_go_to_their_streams_and_late_data_is_refused(server, connect):
+    # As h2load and nghttp2 send concurrent calls: their DATA frames taking turns, read together. The server hands
+    # them over a stream at a time; a frame after its stream's END_STREAM must still be refused as on its own.
+    client = connect(server)
+    values = {1: [1.0] * 3000, 3: [3.0] * 700, 5: [5.0] * 5000}
+    turns: Dict[int, List[bytes]] = {}  # each stream's DATA frames, of 1,000 bytes
+    for stream, stream_values in values.items():
+        client.send_headers(stream, request_headers())
+        message = grpc_message(infer_request(stream_values))
+        last = len(message) - 1000
+        turns[stream] = [
+            pack_frame(DATA, END_STREAM if start >= last else 0, stream, message[start : start + 1000])
+            for start in range(0, len(message), 1000)
+        ]
+    for stream in (1, 3):
+        turns[stream].append(pack_frame(DATA, 0, stream, b"late"))
+    frames = [
+        turns[stream][turn]
+        for turn in range(max(map(len, turns.values())))
+        for stream in turns
+        if turn < len(turns[stream])
+    ]
+    client.sock.sendall(b"".join(frames))
+    assert client.response(5).output() == [5.0] * 5000
+    for stream in (1, 3):
+        reset = client.wait_for(lambda frame, stream=stream: frame.stream == stream and frame.kind == RST_STREAM)
+        assert struct.unpack(">I", reset.payload)[0] == STREAM_CLOSED
+
+
 # ---------------------------------------------------------------- 3. requests that start no call
 
 

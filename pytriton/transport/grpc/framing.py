@@ -14,7 +14,7 @@ stream error it raises resets that stream only, and the frames after it are read
 
 DATA is not held until its frame is whole: its payload goes to the handler as it arrives, in pieces
 (padding removed, each piece counted with the frame bytes it took for flow control), so a 4 MiB frame
-costs no frame buffer; the DATA frames of one stream that follow each other in one read go over in one call.
+costs no frame buffer; the DATA frames that follow each other in one read go over in one call a stream.
 While the rest of a frame belongs to a message under way, the reader offers that message's own buffer
 for the next read, and after a large frame it asks for the next frame's header alone (`next_read`,
 `filled`): the kernel copies the payload of large frames straight where the message is assembled.
@@ -22,7 +22,7 @@ for the next read, and after a large frame it asks for the next frame's header a
 
 from __future__ import annotations
 
-from typing import List, Optional, Protocol, Sequence, Tuple
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
 from pytriton.core.raw_tensors import Buffer
 from pytriton.transport.grpc import frames as h2
@@ -49,8 +49,9 @@ class FrameHandler(Protocol):
         """Consecutive DATA payload of a stream, in pieces (`length`: the frame bytes they took, padding included).
 
         `end_stream` with the last piece of a frame with END_STREAM; an empty frame is one empty piece. The
-        pieces are the payloads of frames that followed each other in one read, the first and the last possibly
-        cut off by the reads' ends. They are views of the read buffer: what is kept of them must be copied.
+        pieces are the payloads of the stream's frames in a run of DATA frames read together (other streams'
+        frames may lie between them), the first and the last possibly cut off by the reads' ends. They are
+        views of the read buffer: what is kept of them must be copied.
         """
 
     def data_room(self, stream_id: int, limit: int) -> Optional[memoryview]:
@@ -82,6 +83,18 @@ class FrameHandler(Protocol):
 
     def glitch(self) -> None:
         """A frame that carries nothing arrived (counted against floods)."""
+
+
+class _Run:
+    """What a run of DATA frames brought one stream: its payload pieces, the frame bytes they took, END_STREAM."""
+
+    __slots__ = ("counted", "ended", "pieces")
+
+    def __init__(self, first: Optional[memoryview], counted: int, ended: bool) -> None:
+        """A stream's run, from the piece of the frame under way (None: its first frame is in the run)."""
+        self.pieces: List[Buffer] = [] if first is None else [first]
+        self.counted = counted
+        self.ended = ended
 
 
 class FrameReader:
@@ -340,13 +353,12 @@ class FrameReader:
         self._pad_left = 0
 
     def _data(self, view: memoryview, position: int) -> int:
-        """Hand over what `view` holds of the DATA frame under way, and of the DATA frames after it on its stream.
+        """Hand over what `view` holds of the DATA frame under way, and of the DATA frames after it.
 
         From `position`, where its bytes (or those of its padding) go on; returns where they end. Clients cut a
-        large message into frames of 16 KiB (h2load, nghttp2): the frames of one stream that follow each other
-        in a read, the last one possibly cut off by the read's end, go over in one call, which costs the
-        session and the call one pass instead of sixteen. A padded, empty or oversized frame, one of another
-        stream or type, and anything after END_STREAM are left to the usual way.
+        large message into frames of 16 KiB (h2load, nghttp2) and interleave the frames of the calls they send
+        at once: the DATA frames that follow the one under way in a read (see `_run`) go over with it, one call
+        a stream, which costs the session and the calls one pass a stream instead of one a frame.
         """
         size = len(view)
         start = position
@@ -362,7 +374,7 @@ class FrameReader:
             self._pad_due = False
             self._pad_left = pad
         content = min(left - self._pad_left, size - position)
-        pieces = [view[position : position + content]]
+        piece = view[position : position + content]
         position += content
         left -= content
         if left <= self._pad_left:  # the content is all here: what arrived of the padding is skipped
@@ -371,42 +383,74 @@ class FrameReader:
             left -= skipped
             self._pad_left = left
         stream_id = self._data_stream
-        if not left and not self._data_end:
-            unpack = h2.FRAME_HEADER.unpack_from
-            while size - position >= h2.FRAME_HEADER_SIZE:
-                high, low, kind, flags, next_stream = unpack(view, position)
-                if kind != h2.DATA or next_stream & 0x7FFFFFFF != stream_id or flags & h2.PADDED:
-                    break
-                length = (high << 8) | low
-                if not length or length > MAX_FRAME:
-                    break
-                position += h2.FRAME_HEADER_SIZE
-                end = position + length
-                if end > size:  # cut off by the read's end
-                    pieces.append(view[position:size])
-                    left = end - size
-                    position = size
-                else:
-                    pieces.append(view[position:end])
-                    position = end
-                if flags & h2.END_STREAM:
-                    self._data_end = True
-                    break
-                if left:
-                    break
-            if len(pieces) > 1:
-                self._large_stream = stream_id if length >= DIRECT_READ_BYTES else 0
         self._data_left = left
-        if not left:
-            self._data_stream = 0
-        elif position == start:
-            return position  # nothing of the frame arrived yet
+        if left:
+            if position == start:
+                return position  # nothing of the frame arrived yet
+            self._hand_over(stream_id, (piece,), position - start, False)
+            return position
+        self._data_stream = 0
+        if size - position < h2.FRAME_HEADER_SIZE:
+            self._hand_over(stream_id, (piece,), position - start, self._data_end)
+            return position
+        runs: Dict[int, _Run] = {stream_id: _Run(piece, position - start, self._data_end)}
+        position = self._run(view, position, runs)
+        for run_stream, run in runs.items():
+            if self.stopped:
+                break
+            self._hand_over(run_stream, run.pieces, run.counted, run.ended)
+        return position
+
+    def _run(self, view: memoryview, position: int, runs: Dict[int, _Run]) -> int:
+        """Gather into `runs` the DATA frames from `position` on, whatever their streams; where they end.
+
+        The run stops at the read's end (the last frame possibly cut off: it is then the frame under way), and
+        before any other frame, a padded, empty or oversized DATA frame, or one after its stream's END_STREAM:
+        those are left to the usual way, which refuses what must be refused. Handed over a stream at a time,
+        each stream's bytes keep their order and the connection's window counts the same bytes: only the order
+        between streams changes, which HTTP/2 does not fix.
+        """
+        size = len(view)
+        unpack = h2.FRAME_HEADER.unpack_from
+        last_stream = length = 0
+        while size - position >= h2.FRAME_HEADER_SIZE:
+            high, low, kind, flags, stream_id = unpack(view, position)
+            length = (high << 8) | low
+            stream_id &= 0x7FFFFFFF
+            if kind != h2.DATA or flags & h2.PADDED or not length or length > MAX_FRAME or not stream_id:
+                break
+            run = runs.get(stream_id)
+            if run is None:
+                run = runs[stream_id] = _Run(None, 0, False)
+            elif run.ended:
+                break
+            position += h2.FRAME_HEADER_SIZE
+            end = position + length
+            last_stream = stream_id
+            if end > size:  # cut off by the read's end: the frame under way
+                run.pieces.append(view[position:size])
+                run.counted += size - position
+                self._data_stream = stream_id
+                self._data_left = end - size
+                self._data_end = bool(flags & h2.END_STREAM)
+                self._pad_left = 0
+                position = size
+                break
+            run.pieces.append(view[position:end])
+            run.counted += length
+            position = end
+            if flags & h2.END_STREAM:
+                run.ended = True
+        if last_stream:
+            self._large_stream = last_stream if length >= DIRECT_READ_BYTES else 0
+        return position
+
+    def _hand_over(self, stream_id: int, pieces: Sequence[Buffer], counted: int, end_stream: bool) -> None:
+        """DATA of a stream to the handler; a stream error it raises resets that stream only."""
         try:
-            counted = position - start - (len(pieces) - 1) * h2.FRAME_HEADER_SIZE  # less the headers run into
-            self._handler.on_data(stream_id, pieces, counted, not left and self._data_end)
+            self._handler.on_data(stream_id, pieces, counted, end_stream)
         except h2.StreamError as error:
             self._handler.on_stream_error(error)
-        return position
 
     # -- header blocks and control frames -------------------------------------------------------------
 
