@@ -412,7 +412,7 @@ class FrameReader:
         """
         size = len(view)
         unpack = h2.FRAME_HEADER.unpack_from
-        last_stream = length = 0
+        last_stream = last_length = 0
         while size - position >= h2.FRAME_HEADER_SIZE:
             high, low, kind, flags, stream_id = unpack(view, position)
             length = (high << 8) | low
@@ -426,7 +426,7 @@ class FrameReader:
                 break
             position += h2.FRAME_HEADER_SIZE
             end = position + length
-            last_stream = stream_id
+            last_stream, last_length = stream_id, length
             if end > size:  # cut off by the read's end: the frame under way
                 run.pieces.append(view[position:size])
                 run.counted += size - position
@@ -442,7 +442,7 @@ class FrameReader:
             if flags & h2.END_STREAM:
                 run.ended = True
         if last_stream:
-            self._large_stream = last_stream if length >= DIRECT_READ_BYTES else 0
+            self._large_stream = last_stream if last_length >= DIRECT_READ_BYTES else 0
         return position
 
     def _hand_over(self, stream_id: int, pieces: Sequence[Buffer], counted: int, end_stream: bool) -> None:
