@@ -261,3 +261,5 @@ def test_wrong_outputs_fail_only_in_strict_mode(server, kind):
     assert status == 500 and FAULTS_STRICT_ONLY[kind] in document["error"]
     status, document = _infer_kind(server, "lenient", kind)
     assert status == 200 and [o["name"] for o in document["outputs"]] == ["OUTPUT_1"]
+    if kind == "wrong-dtype":  # cast to the declared datatype, as NVIDIA's proxy does (astype)
+        assert document["outputs"][0]["datatype"] == "FP32" and document["outputs"][0]["data"] == [1.0, 2.0]

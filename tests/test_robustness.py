@@ -524,7 +524,10 @@ def test_wrong_dtype_fails_in_strict_mode_only_over_grpc(faulty):
         with pytest.raises(grpc.RpcError) as raised:
             _grpc_fault(stub, "strict", "wrong-dtype")
         assert raised.value.code() == grpc.StatusCode.INTERNAL and "has invalid type" in raised.value.details()
-        assert _grpc_fault(stub, "lenient", "wrong-dtype").outputs[0].datatype == "INT64"
+        # Without strict, the output goes out as its declared datatype, cast as NVIDIA's proxy casts it (astype).
+        response = _grpc_fault(stub, "lenient", "wrong-dtype")
+        assert response.outputs[0].datatype == "FP32"
+        assert np.frombuffer(response.raw_output_contents[0], np.float32).tolist() == [1.0, 2.0]
 
 
 def test_missing_requested_output_over_http(faulty):

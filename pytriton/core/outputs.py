@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from pytriton.core.datatypes import BF16_DTYPE, datatype_of_config_dtype, datatype_of_dtype
+from pytriton.core.datatypes import BF16, BF16_DTYPE, BYTES, datatype_of_config_dtype, datatype_of_dtype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.host_arrays import host_arrays
 from pytriton.core.request import InferenceResponse, OutputTensor
@@ -48,10 +48,19 @@ def build_response(
         )
     result = host_arrays(result)
     datatypes: Dict[str, str] = {}
+    cast: Optional[Dict[str, np.ndarray]] = None
     for name, value in result.items():
         datatype = datatypes[name] = _check_output_value(spec, name, value)
         if spec.strict:
             _check_output_against_config(spec, name, value, datatype)
+        else:
+            declared = spec.output_by_name.get(name)
+            if declared is not None and datatype != declared.datatype and _casts(datatype, declared.datatype):
+                cast = cast if cast is not None else {}
+                cast[name] = value.astype(numpy_dtype(declared.datatype))
+                datatypes[name] = declared.datatype
+    if cast is not None:
+        result = {**result, **cast}
     outputs: List[OutputTensor] = []
     size = 0
     for name in spec.output_names if requested is None else requested:
@@ -72,6 +81,15 @@ def build_response(
             f"{spec.max_response_bytes} bytes a response may carry on this server"
         )
     return InferenceResponse(outputs, final)
+
+
+def _casts(returned: str, declared: str) -> bool:
+    """Whether an output returned as `returned` goes out as its declared datatype, cast as NVIDIA's PyTriton casts.
+
+    Its proxy sends every output `astype` the declared dtype; numbers and booleans here. BYTES either way, and
+    FP32 values of a BF16 output (sent as BF16 below), go out as they are.
+    """
+    return returned != BYTES and declared != BYTES and declared != BF16
 
 
 def _bytes_of_object_array(array: np.ndarray) -> int:
