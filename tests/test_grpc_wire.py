@@ -108,7 +108,9 @@ def test_raw_and_typed_contents_together_are_refused(stub: Any) -> None:
 def test_typed_contents_of_the_wrong_size_are_refused(stub: Any) -> None:
     request = _request("INT32", count=3)
     request.inputs[0].contents.int_contents.extend([1, 2])
-    assert "unexpected number of elements 2" in _invalid(stub, request)
+    assert _invalid(stub, request) == (
+        "[request id: typed] input byte size mismatch for input 'IN' for model 'identity_INT32'. Expected 12, got 8"
+    )
 
 
 def test_typed_contents_out_of_range_are_refused(stub: Any) -> None:
@@ -120,7 +122,9 @@ def test_typed_contents_out_of_range_are_refused(stub: Any) -> None:
 def test_raw_contents_of_the_wrong_size_are_refused(stub: Any) -> None:
     request = _request("INT32")
     request.raw_input_contents.append(b"\x00" * 7)
-    assert "unexpected total byte size 7" in _invalid(stub, request)
+    assert _invalid(stub, request) == (
+        "[request id: typed] input byte size mismatch for input 'IN' for model 'identity_INT32'. Expected 8, got 7"
+    )
 
 
 def test_raw_contents_count_must_match_inputs(stub: Any) -> None:
@@ -157,7 +161,7 @@ def test_duplicate_inputs_are_refused(stub: Any) -> None:
     request = _request("INT32")
     request.inputs.add(name="IN", datatype="INT32", shape=[2])
     request.raw_input_contents.extend([b"\x00" * 8, b"\x00" * 8])
-    assert "appears more than once" in _invalid(stub, request)
+    assert _invalid(stub, request) == "[request id: typed] input 'IN' already exists in request"
 
 
 def test_raw_stub_health_and_index(stub: Any) -> None:

@@ -123,13 +123,33 @@ BAD_BODIES = {
         400,
         "unable to parse 'data'",
     ),
-    "missing data": (b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32"}]}', 400, "neither"),
+    "missing data": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32"}]}',
+        400,
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+        "'shared_memory_region' in 'parameters'. But no field is set",
+    ),
     "missing input": (b'{"inputs": []}', 400, "expected 1 inputs but got 0 inputs for model 'identity'"),
     "duplicate input": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]},'
         b'{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}',
         400,
-        "duplicate",
+        "[request id: <id_unknown>] input 'INPUT_1' already exists in request",
+    ),
+    "request id named": (
+        b'{"id": "abc-1", "inputs": [{"name": "INPUT_1", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}',
+        400,
+        "[request id: abc-1] unexpected shape for input 'INPUT_1' for model 'identity'. Expected [-1,-1], got [2]. "
+        "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to "
+        "each input shape. If you want to specify the full shape including the batch dim in your input dims config, "
+        "try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.",
+    ),
+    "data and binary data": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1],'
+        b' "parameters": {"binary_data_size": 4}}]}',
+        400,
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+        "'shared_memory_region' in 'parameters'. But set 'data' 'binary_data_size'",
     ),
     "id not string": (
         b'{"id": 5, "inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}',
@@ -182,7 +202,7 @@ def _binary_body(sizes, payload: bytes):
     [
         ([8], b"\x00" * 4, "unexpected end of binary data"),
         ([8], b"\x00" * 12, "after the last input"),
-        ([4], b"\x00" * 4, "unexpected total byte size 4"),
+        ([4], b"\x00" * 4, "input byte size mismatch for input 'INPUT_1' for model 'identity'. Expected 8, got 4"),
         ([-1], b"", "non-negative"),
     ],
 )

@@ -10,7 +10,8 @@ What nvidia-pytriton 0.7.0 (tritonserver 2.51) answered on this machine, and whe
   Here both are the client's mistake: 400 / INVALID_ARGUMENT, same messages.
 - infer naming an unknown region: 404 "Unable to find shared memory region: 'zz'"; an offset or size past the
   region: 400 "Invalid offset + byte size for shared memory region: 'in0'"; a size that is not the tensor's:
-  400 "input byte size mismatch for input 'a' for model 'add'. Expected 16, got 12"; data and a region both:
+  400 "[request id: <id_unknown>] input byte size mismatch for input 'a' for model 'add'. Expected 16, got 12"
+  (Triton's core names the request); data and a region both:
   400 "Input must set only one of the following fields: ... But set 'data' 'shared_memory_region'".
 - an output region too small: 500 "shared memory size specified with the request for output 'sum' (8 bytes)
   should be at least 16 bytes to hold the results" (400 here: the client's mistake); a negative offset: 500
@@ -250,7 +251,7 @@ def _request_inputs(**overrides: Any) -> List[Dict[str, Any]]:
             _request_inputs(parameters=_shm("in", byte_size=12)),
             None,
             400,
-            "input byte size mismatch for input 'a' for model 'add'. Expected 16, got 12",
+            "[request id: <id_unknown>] input byte size mismatch for input 'a' for model 'add'. Expected 16, got 12",
         ),
         (
             _request_inputs(parameters={"shared_memory_region": "in"}),

@@ -52,11 +52,27 @@ class InferenceError(Exception):
         self.status = status
         self.message = message
         self.reason = reason
+        self.of_request = False  # Triton's core names the request in this message (`for_request`)
 
     @classmethod
     def invalid(cls, message: str) -> InferenceError:
         """A client error (400 / INVALID_ARGUMENT)."""
         return cls(Status.INVALID_ARGUMENT, message)
+
+    @classmethod
+    def invalid_input(cls, message: str) -> InferenceError:
+        """A request's inputs do not fit the model (400 / INVALID_ARGUMENT), as Triton's core checks them.
+
+        The codec that knows the request's id prefixes the message as Triton does (`for_request`).
+        """
+        error = cls(Status.INVALID_ARGUMENT, message)
+        error.of_request = True
+        return error
+
+    def for_request(self, request_id: str) -> InferenceError:
+        """This error, its message prefixed with the request's id as Triton's core writes it."""
+        error = InferenceError(self.status, f"[request id: {request_id or '<id_unknown>'}] {self.message}", self.reason)
+        return error
 
     @classmethod
     def not_found(cls, message: str) -> InferenceError:

@@ -61,21 +61,22 @@ def deserialize_bytes_tensor(buffer: Buffer, name: str) -> np.ndarray:
     return array
 
 
-def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
-    """Build an array from raw tensor bytes; fixed-size types are zero-copy views of the buffer."""
+def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
+    """Build an array from raw tensor bytes of input `name` of `model`; fixed-size types are zero-copy views."""
     count = element_count(shape)
     if datatype == BYTES:
         flat = deserialize_bytes_tensor(buffer, name)
         if flat.size != count:
-            raise InferenceError.invalid(
-                f"unexpected number of string elements {flat.size} for inference input '{name}', expecting {count}"
+            raise InferenceError.invalid_input(
+                f"unexpected number of string elements {flat.size} for inference input '{name}' for model "
+                f"'{model}', expecting {count}"
             )
         return flat.reshape(shape)
     expected = count * ELEMENT_SIZE[datatype]
     size = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
     if size != expected:
-        raise InferenceError.invalid(
-            f"unexpected total byte size {size} for inference input '{name}', expecting {expected}"
+        raise InferenceError.invalid_input(
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, got {size}"
         )
     return np.ndarray(shape, numpy_dtype(datatype), buffer)  # a view, in one call (frombuffer + reshape: two)
 

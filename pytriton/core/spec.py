@@ -15,6 +15,14 @@ from pytriton.model_config.triton_model_config import TensorSpec
 Shape = Tuple[int, ...]
 
 
+# What Triton adds to a shape error of a model with batching (and, without, the ". " it ends with alone).
+_BATCH_DIMENSION_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to "
+    "each input shape. If you want to specify the full shape including the batch dim in your input dims config, "
+    "try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size."
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class TensorDef:
     """A model tensor as the engine sees it: name, protocol datatype, dims without batch axis."""
@@ -108,19 +116,19 @@ class ModelSpec:
     def _check_input(self, tensor: Optional[TensorDef], name: str, datatype: str, shape: Sequence[int]) -> int:
         """check_input's full checks, in Triton's order, each with its message."""
         if tensor is None:
-            raise InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
+            raise InferenceError.invalid_input(f"unexpected inference input '{name}' for model '{self.name}'")
         if datatype != tensor.datatype:
-            raise InferenceError.invalid(
+            raise InferenceError.invalid_input(
                 f"inference input '{name}' data-type is '{datatype}', but model '{self.name}' expects "
                 f"'{tensor.datatype}'"
             )
         if shape and min(shape) < 0:
-            raise InferenceError.invalid(f"invalid shape {list(shape)} for input '{name}': dims must be >= 0")
+            raise InferenceError.invalid_input(f"invalid shape {list(shape)} for input '{name}': dims must be >= 0")
         limit = self.max_tensor_elements
         if limit:
             count = math.prod(shape)
             if count > limit or (not count and shape and max(shape) > limit):
-                raise InferenceError.invalid(
+                raise InferenceError.invalid_input(
                     f"input '{name}' for model '{self.name}' has shape {_show(shape)}: more than the "
                     f"{limit} elements (or dimension) a tensor may have on this server"
                 )
@@ -128,13 +136,13 @@ class ModelSpec:
         batch_size = 1
         if self.batching:
             if len(shape) == 0:
-                raise InferenceError.invalid(
+                raise InferenceError.invalid_input(
                     f"unexpected shape for input '{name}' for model '{self.name}'. Expected "
-                    f"{_show([-1, *tensor.dims])}, got {_show(shape)}"
+                    f"{_show([-1, *tensor.dims])}, got {_show(shape)}. {_BATCH_DIMENSION_NOTE}"
                 )
             batch_size = shape[0]
             if batch_size > self.max_batch_size:
-                raise InferenceError.invalid(
+                raise InferenceError.invalid_input(
                     f"inference request batch-size must be <= {self.max_batch_size} for '{self.name}'"
                 )
             dims = shape[1:]
@@ -143,9 +151,10 @@ class ModelSpec:
             tuple(dims) != wanted and any(want != -1 and want != got for want, got in zip(wanted, dims))
         ):
             expected = [-1, *tensor.dims] if self.batching else list(tensor.dims)
-            raise InferenceError.invalid(
+            note = _BATCH_DIMENSION_NOTE if self.batching else ""
+            raise InferenceError.invalid_input(
                 f"unexpected shape for input '{name}' for model '{self.name}'. Expected {_show(expected)}, "
-                f"got {_show(shape)}"
+                f"got {_show(shape)}. {note}"
             )
         return batch_size
 
@@ -159,7 +168,7 @@ class ModelSpec:
         required = self.required_inputs
         if len(names) != len(self.inputs) and (len(names) < len(required) or not required.issubset(names)):
             missing = [tensor.name for tensor in self.inputs if tensor.name in required and tensor.name not in names]
-            raise InferenceError.invalid(
+            raise InferenceError.invalid_input(
                 f"expected {len(required)} inputs but got {len(names)} inputs for model '{self.name}'. "
                 f"Got input(s) {_names(names)}, but missing required input(s) {_names(missing)}. "
                 "Please provide all required input(s)."
@@ -167,7 +176,7 @@ class ModelSpec:
         if not batch_sizes:
             return 1
         if self.batching and len(batch_sizes) > 1 and batch_sizes.count(batch_sizes[0]) != len(batch_sizes):
-            raise InferenceError.invalid(
+            raise InferenceError.invalid_input(
                 f"inputs of request for model '{self.name}' have different batch sizes {list(batch_sizes)}"
             )
         return batch_sizes[0]

@@ -8,7 +8,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from pytriton.core.datatypes import BYTES, is_known_datatype, numpy_dtype
+from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.model import ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
@@ -82,34 +82,39 @@ def decode_infer_request(
     names: List[str] = []
     batch_sizes: List[int] = []
     raw_index = 0
-    for tensor, region in zip(tensors, regions):
-        name: str = tensor.name
-        datatype: str = tensor.datatype
-        shape = list(tensor.shape)
-        if not is_known_datatype(datatype):
-            raise InferenceError.invalid(f"input '{name}' has an invalid datatype '{datatype}'")
-        batch_sizes.append(spec.check_input(name, datatype, shape))
-        if name in inputs:
-            raise InferenceError.invalid(f"input '{name}' appears more than once in the request for '{spec.name}'")
-        has_contents = tensor.HasField("contents")
-        if region is not None:
-            if has_contents:
-                raise InferenceError.invalid(f"input '{name}' has contents and is in shared memory as well")
-            inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
-        elif raw:
-            if has_contents:
-                raise InferenceError.invalid(
-                    f"contents field must not be specified when using raw_input_contents for '{name}' for model "
-                    f"'{spec.name}'"
-                )
-            inputs[name] = array_from_raw(raw[raw_index], datatype, shape, name)
-            raw_index += 1
-        elif has_contents:
-            inputs[name] = array_from_contents(tensor.contents, datatype, shape, name)
-        else:
-            raise InferenceError.invalid(f"input '{name}' has neither contents nor raw_input_contents")
-        names.append(name)
-    batch_size = spec.check_input_set(names, batch_sizes)
+    try:
+        for tensor, region in zip(tensors, regions):
+            name: str = tensor.name
+            datatype: str = tensor.datatype
+            shape = list(tensor.shape)
+            if not is_known_datatype(datatype):
+                raise InferenceError.invalid(f"input '{name}' has an invalid datatype '{datatype}'")
+            batch_sizes.append(spec.check_input(name, datatype, shape))
+            if name in inputs:
+                raise InferenceError.invalid_input(f"input '{name}' already exists in request")
+            has_contents = tensor.HasField("contents")
+            if region is not None:
+                if has_contents:
+                    raise InferenceError.invalid(f"input '{name}' has contents and is in shared memory as well")
+                inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
+            elif raw:
+                if has_contents:
+                    raise InferenceError.invalid(
+                        f"contents field must not be specified when using raw_input_contents for '{name}' for model "
+                        f"'{spec.name}'"
+                    )
+                inputs[name] = array_from_raw(raw[raw_index], datatype, shape, name, spec.name)
+                raw_index += 1
+            elif has_contents:
+                inputs[name] = array_from_contents(tensor.contents, datatype, shape, name, spec.name)
+            else:
+                raise InferenceError.invalid(f"input '{name}' has neither contents nor raw_input_contents")
+            names.append(name)
+        batch_size = spec.check_input_set(names, batch_sizes)
+    except InferenceError as error:
+        if error.of_request:  # Triton's core names the request
+            raise error.for_request(message.id) from None
+        raise
     requested, output_regions = _requested_outputs(spec, message.outputs, memory)
     request = InferenceRequest(
         request_id=message.id,
@@ -134,8 +139,8 @@ def parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]
     return values
 
 
-def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
-    """Build an array from the typed `contents` of an input."""
+def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
+    """Build an array from the typed `contents` of input `name` of `model`."""
     field = _CONTENTS_FIELD.get(datatype)
     if field is None:
         raise InferenceError.invalid(
@@ -143,10 +148,15 @@ def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], 
         )
     values = getattr(contents, field)
     count = element_count(shape)
-    if len(values) != count:
-        raise InferenceError.invalid(
-            f"unexpected number of elements {len(values)} in contents of input '{name}', shape {list(shape)} "
-            f"expects {count}"
+    if len(values) != count:  # Triton's messages: in elements for BYTES, in bytes for the others
+        if datatype == BYTES:
+            raise InferenceError.invalid_input(
+                f"expected {count} string elements for inference input '{name}' for model '{model}', got {len(values)}"
+            )
+        size = ELEMENT_SIZE[datatype]
+        raise InferenceError.invalid_input(
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {count * size}, "
+            f"got {len(values) * size}"
         )
     if datatype == BYTES:
         array = np.empty(count, dtype=np.object_)

@@ -64,37 +64,44 @@ def decode_infer_request(
     batch_sizes: List[int] = []
     offset = header_length
     view = memoryview(body) if header_length < size else None
-    for raw in raw_inputs:
-        name, datatype, shape, tensor_parameters = _tensor_header(raw)
-        if name in inputs:
-            raise InferenceError.invalid(f"duplicate input '{name}' in request for model '{spec.name}'")
-        batch_sizes.append(spec.check_input(name, datatype, shape))
-        binary_size = tensor_parameters.get("binary_data_size")
-        region = tensor_region(tensor_parameters, f"input '{name}'") if tensor_parameters else None
-        if region is not None:
-            _only_shared_memory(raw, binary_size)
-            inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
-        elif binary_size is not None:
-            if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
-                raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
-            if view is None or offset + binary_size > size:
-                raise InferenceError.invalid(
-                    f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, "
-                    f"{size - offset} left"
-                )
-            inputs[name] = array_from_raw(view[offset : offset + binary_size], datatype, shape, name)
-            offset += binary_size
-        elif "data" in raw:
-            inputs[name] = array_from_json(raw["data"], datatype, shape, name)
-        else:
-            raise InferenceError.invalid(f"input '{name}' has neither 'data' nor 'binary_data_size'")
-    if offset != size:
-        raise InferenceError.invalid(
-            f"unexpected {size - offset} bytes of binary data after the last input of the request"
-        )
-    batch_size = spec.check_input_set(list(inputs), batch_sizes)
-    requested, output_format = _requested_outputs(spec, document.get("outputs"), options.binary_data_output, memory)
     request_id = document.get("id", "")
+    try:
+        for raw in raw_inputs:
+            name, datatype, shape, tensor_parameters = _tensor_header(raw)
+            if name in inputs:
+                raise InferenceError.invalid_input(f"input '{name}' already exists in request")
+            batch_sizes.append(spec.check_input(name, datatype, shape))
+            binary_size = tensor_parameters.get("binary_data_size")
+            region = tensor_region(tensor_parameters, f"input '{name}'") if tensor_parameters else None
+            if region is not None:
+                _only_shared_memory(raw, binary_size)
+                inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
+            elif binary_size is not None:
+                if "data" in raw:
+                    _one_source_only(["data", "binary_data_size"])
+                if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
+                    raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
+                if view is None or offset + binary_size > size:
+                    raise InferenceError.invalid(
+                        f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, "
+                        f"{size - offset} left"
+                    )
+                inputs[name] = array_from_raw(view[offset : offset + binary_size], datatype, shape, name, spec.name)
+                offset += binary_size
+            elif "data" in raw:
+                inputs[name] = array_from_json(raw["data"], datatype, shape, name)
+            else:
+                _one_source_only([])
+        if offset != size:
+            raise InferenceError.invalid(
+                f"unexpected {size - offset} bytes of binary data after the last input of the request"
+            )
+        batch_size = spec.check_input_set(list(inputs), batch_sizes)
+    except InferenceError as error:
+        if error.of_request:  # Triton's core names the request
+            raise error.for_request(request_id if isinstance(request_id, str) else "") from None
+        raise
+    requested, output_format = _requested_outputs(spec, document.get("outputs"), options.binary_data_output, memory)
     if not isinstance(request_id, str):
         raise InferenceError.invalid("the request 'id' must be a string")
     request = InferenceRequest(
@@ -133,7 +140,7 @@ def _decode_raw_body(
     shape = [1, *dims] if spec.batching else dims
     user_parameters, _ = split_parameters(None, forwarded_headers)
     spec.check_input(tensor.name, tensor.datatype, shape)
-    array = array_from_raw(memoryview(body), tensor.datatype, shape, tensor.name)
+    array = array_from_raw(memoryview(body), tensor.datatype, shape, tensor.name, spec.name)
     request = InferenceRequest(
         request_id="", inputs={tensor.name: array}, parameters=user_parameters, requested_outputs=None, batch_size=1
     )
@@ -186,11 +193,16 @@ def _only_shared_memory(raw: Dict[str, Any], binary_size: Any) -> None:
         name for name, present in (("data", "data" in raw), ("binary_data_size", binary_size is not None)) if present
     ]
     if given:
-        listed = " ".join(f"'{name}'" for name in [*given, "shared_memory_region"])
-        raise InferenceError.invalid(
-            "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
-            f"'shared_memory_region' in 'parameters'. But set {listed}"
-        )
+        _one_source_only([*given, "shared_memory_region"])
+
+
+def _one_source_only(given: List[str]) -> None:
+    """Refuse an input whose data comes from none, or more than one, of its possible sources (Triton's message)."""
+    listed = " ".join(f"'{name}'" for name in given) if given else "no field is set"
+    raise InferenceError.invalid(
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+        f"'shared_memory_region' in 'parameters'. But {'set ' if given else ''}{listed}"
+    )
 
 
 def _memory(memory: Optional[SystemSharedMemory]) -> SystemSharedMemory:

@@ -71,11 +71,11 @@ def read_input(
     data = memory.read(where.region, where.offset, where.byte_size)
     expected = _fixed_byte_size(datatype, shape)
     if expected is not None and expected != where.byte_size:
-        raise InferenceError.invalid(
+        raise InferenceError.invalid_input(
             f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, "
             f"got {where.byte_size}"
         )
-    return array_from_raw(data.data, datatype, shape, name)
+    return array_from_raw(data.data, datatype, shape, name, model)
 
 
 def write_output(memory: SystemSharedMemory, where: TensorRegion, output: OutputTensor) -> None:
