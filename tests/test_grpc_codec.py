@@ -100,6 +100,37 @@ def test_group_wire_type_is_a_decode_error() -> None:
         wire.parse_infer_request(b"\x0b" + b"\x00" * wire.SCAN_THRESHOLD_BYTES)
 
 
+def test_field_number_zero_and_overlong_varints_are_decode_errors_at_once() -> None:
+    # Zeros read as two-byte fields numbered 0: a view each made a 16 MiB message take 1.6 GiB before protobuf
+    # refused it.
+    with pytest.raises(DecodeError, match="field number 0"):
+        wire.parse_infer_request(bytes(16 * 2**20))
+    with pytest.raises(DecodeError, match="varint"):
+        wire.parse_infer_request(b"\x80" * wire.SCAN_THRESHOLD_BYTES)
+
+
+def test_fields_between_raw_inputs_go_to_protobuf_as_one_slice() -> None:
+    request = _request(BIG)
+    request.ClearField("id")
+    data = request.SerializeToString() + b"\x1a\x00" * 100_000  # 100,000 empty ids (field 3) after the inputs
+    frame = wire.parse_infer_request(data)
+    assert frame.raw_inputs is None  # more fields than a scan is worth: protobuf parses the whole message
+    assert frame.message.id == "" and len(frame.message.raw_input_contents) == 2
+    few = request.SerializeToString() + b"\x1a\x01x" * 1000
+    frame = wire.parse_infer_request(few)
+    assert frame.raw_inputs is not None and len(frame.raw_inputs) == 2 and frame.message.id == "x"
+
+
+def test_raw_contents_past_the_inputs_are_ignored_and_missing_ones_refused() -> None:
+    request = _request(4)
+    request.raw_input_contents.extend([b"extra"] * 1000)  # as Triton: ignored
+    decoded = grpc_codec.decode_infer_request(SPEC, request)
+    assert decoded.request.inputs["A"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    del request.raw_input_contents[1:]
+    with pytest.raises(InferenceError, match="unable to find data for input tensor 'B' for model 'm' in request."):
+        grpc_codec.decode_infer_request(SPEC, request)
+
+
 def _joined(parts: Tuple[List[Any], int]) -> bytes:
     pieces, size = parts
     data = b"".join(pieces)

@@ -65,15 +65,12 @@ def decode_infer_request(
 
     Inputs in shared memory (which have no raw contents) are read from the regions of `memory`.
     """
-    raw = list(message.raw_input_contents) if raw_contents is None else raw_contents
     tensors = message.inputs
     regions = [_region(tensor.parameters, f"input '{tensor.name}'") for tensor in tensors]
     expected = regions.count(None)
-    if raw and len(raw) != expected:
-        raise InferenceError.invalid(
-            f"expected {expected} raw input contents (one per input not in shared memory) but got {len(raw)} for "
-            f"model '{spec.name}'"
-        )
+    contents = message.raw_input_contents if raw_contents is None else raw_contents
+    # As Triton: raw contents past the inputs' are ignored (and not even listed), missing ones refused below.
+    raw = [contents[index] for index in range(min(len(contents), expected))]
     parameters = message.parameters
     user_parameters, options = split_parameters(
         parameters_from_message(parameters) if parameters else None, forwarded_headers
@@ -103,12 +100,14 @@ def decode_infer_request(
                         f"contents field must not be specified when using raw_input_contents for '{name}' for model "
                         f"'{spec.name}'"
                     )
+                if raw_index == len(raw):
+                    raise InferenceError.invalid(_no_data(name, spec.name))
                 inputs[name] = array_from_raw(raw[raw_index], datatype, shape, name, spec.name)
                 raw_index += 1
             elif has_contents:
                 inputs[name] = array_from_contents(tensor.contents, datatype, shape, name, spec.name)
             else:
-                raise InferenceError.invalid(f"input '{name}' has neither contents nor raw_input_contents")
+                raise InferenceError.invalid(_no_data(name, spec.name))
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
     except InferenceError as error:
@@ -137,6 +136,11 @@ def parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]
             raise InferenceError.invalid(f"parameter '{key}' has no value")
         values[key] = getattr(parameter, choice)
     return values
+
+
+def _no_data(name: str, model: str) -> str:
+    """Triton's message for an input that has no data in the request."""
+    return f"unable to find data for input tensor '{name}' for model '{model}' in request."
 
 
 def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:

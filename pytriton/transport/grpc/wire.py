@@ -17,6 +17,9 @@ from pytriton.protocol.grpc_codec import EncodedResponse, Message
 _LENGTH_DELIMITED = 2
 # Messages shorter than this are parsed by protobuf alone: scanning them in Python costs more than it saves.
 SCAN_THRESHOLD_BYTES = 64 * 1024
+# A message of more fields than this is left to protobuf (C) whole: scanning it field by field in Python would
+# hold the event loop for seconds (a few MiB of two-byte fields, millions of them), for no tensor to keep.
+MAX_SCANNED_FIELDS = 4096
 
 
 def _field_number(message_type: Any, field: str) -> int:
@@ -59,13 +62,14 @@ def _read_varint(data: Buffer, offset: int) -> Tuple[int, int]:
     """Decode a varint at `offset`; return it and the offset after it."""
     result = 0
     shift = 0
-    while True:
+    while shift < 64:
         byte = data[offset]
         offset += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
             return result, offset
         shift += 7
+    raise DecodeError("varint longer than 10 bytes")
 
 
 def _field_end(data: Buffer, key: int, offset: int) -> Tuple[int, int]:
@@ -84,28 +88,43 @@ def _field_end(data: Buffer, key: int, offset: int) -> Tuple[int, int]:
 
 
 def parse_infer_request(data: Buffer) -> InferRequestFrame:
-    """Deserialize a ModelInferRequest; large raw inputs stay in `data` as memoryviews."""
+    """Deserialize a ModelInferRequest; large raw inputs stay in `data` as memoryviews.
+
+    The other fields go to protobuf as runs (one slice for the fields between two raw inputs), so a message costs
+    a few objects whatever its fields. A field numbered 0 is no protobuf: refused at once, as protobuf would.
+    """
     if len(data) < SCAN_THRESHOLD_BYTES:
         return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None)
     view = memoryview(data)
     raw_inputs: List[memoryview] = []
     others: List[memoryview] = []
     offset, end = 0, len(data)
+    run_start = 0  # where the fields since the last raw input begin
     try:
-        while offset < end:
+        for _ in range(MAX_SCANNED_FIELDS):
+            if offset >= end:
+                break
             field_start = offset
             key, offset = _read_varint(data, offset)
+            if key < 8:
+                raise DecodeError("invalid field number 0")
             value_start, offset = _field_end(data, key, offset)
             if offset > end:
                 raise DecodeError("truncated message")
             if key == _RAW_INPUT_KEY:
+                if run_start < field_start:
+                    others.append(view[run_start:field_start])
                 raw_inputs.append(view[value_start:offset])
-            else:
-                others.append(view[field_start:offset])
+                run_start = offset
+        else:
+            if offset < end:
+                return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None)
     except IndexError:
         raise DecodeError("truncated message") from None
     if not raw_inputs:
         return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None)
+    if run_start < end:
+        others.append(view[run_start:end])
     return InferRequestFrame(service_pb2.ModelInferRequest.FromString(b"".join(others)), raw_inputs)
 
 
