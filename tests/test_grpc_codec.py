@@ -127,7 +127,7 @@ def test_raw_contents_past_the_inputs_are_ignored_and_missing_ones_refused() -> 
     decoded = grpc_codec.decode_infer_request(SPEC, request)
     assert decoded.request.inputs["A"].tolist() == [0.0, 1.0, 2.0, 3.0]
     del request.raw_input_contents[1:]
-    with pytest.raises(InferenceError, match="unable to find data for input tensor 'B' for model 'm' in request."):
+    with pytest.raises(InferenceError, match=r"unable to find data for input tensor 'B' for model 'm' in request\."):
         grpc_codec.decode_infer_request(SPEC, request)
 
 

@@ -7,6 +7,7 @@ and the connection closing.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import logging
 import socket
@@ -26,10 +27,12 @@ from tritonclient.grpc import service_pb2
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
+from pytriton.transport import receive_buffers
 from pytriton.transport.grpc import frames
 from pytriton.transport.grpc.framing import MAX_FRAME
 from pytriton.transport.grpc.headers import encode_block
 from pytriton.transport.grpc.responses import MAX_GRPC_MESSAGE_BYTES
+from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 from pytriton.triton import Triton, TritonConfig
 from tests.h2_wire import (
     ACK,
@@ -791,6 +794,39 @@ def test_message_over_the_limit_is_refused_from_its_prefix(server, connect, pref
     reset = client.wait_for(lambda frame: frame.stream == 1)  # the client had not ended its side
     assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == NO_ERROR
     assert client.infer([5.0]).output() == [5.0]
+
+
+def _buffers_in_use() -> int:
+    return sum(
+        receive_buffers._references(RECEIVE_BUFFERS._arrays, index) != receive_buffers._FREE
+        for index in range(len(RECEIVE_BUFFERS._arrays))
+    )
+
+
+@pytest.mark.parametrize("how", ["connection lost", "stream reset"])
+def test_a_message_cut_off_by_its_client_lets_go_of_its_buffer_at_once(server, connect, how):
+    # The session, its calls and their readers refer to each other: a buffer left in a reader waited for the
+    # cycle collector, and clients that open streams, send most of a message and leave pinned gigabytes.
+    gc.disable()
+    try:
+        before = _buffers_in_use()
+        client = connect(server)
+        client.send_headers(1, request_headers())
+        client.send_data(1, struct.pack(">BI", 0, MESSAGE_LIMIT // 2) + b"\0" * (MESSAGE_LIMIT // 4), end_stream=False)
+        deadline = time.monotonic() + READ_S
+        while _buffers_in_use() == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _buffers_in_use() == before + 1  # the message's buffer, partly filled
+        if how == "connection lost":
+            client.close()
+        else:
+            client.rst_stream(1, CANCEL)
+        deadline = time.monotonic() + READ_S
+        while _buffers_in_use() > before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _buffers_in_use() == before
+    finally:
+        gc.enable()
 
 
 # ---------------------------------------------------------------- 11. compression

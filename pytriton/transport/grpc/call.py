@@ -240,8 +240,9 @@ class GrpcCall:
         self.task = self.session.loop.create_task(handler)
 
     def cancel(self) -> None:
-        """The call is over for the client (reset, deadline, connection lost): stop its handler."""
+        """The call is over for the client (reset, deadline, lost connection): stop its handler, drop its partial."""
         self.ended = True
+        self._reader.drop()
         if self.deadline is not None:
             self.deadline.cancel()
         if self.task is not None and not self.task.done():

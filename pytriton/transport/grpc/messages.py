@@ -60,6 +60,11 @@ class MessageReader:
         """Whether part of a message is still missing."""
         return self._message is not None or bool(self._prefix)
 
+    def drop(self) -> None:
+        """Let go of the message under way: its call is over, and its buffer must not wait for the cycle collector."""
+        self._message = None
+        self._prefix = b""
+
     def feed(self, data: Buffer) -> List[Buffer]:
         """The messages completed by `data`."""
         size = len(data)

@@ -114,6 +114,8 @@ class Http2Session:
             call.cancel()
         self.calls.clear()
         self.sender.blocked.clear()
+        self._partials.clear()
+        self._partial_bytes = 0
 
     def writable_again(self) -> None:
         """The transport's buffer drained: streaming handlers may write again."""
