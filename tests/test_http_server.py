@@ -210,6 +210,74 @@ def test_expect_100_continue(echo_server: Served) -> None:
     assert status == 200 and body.endswith(b"\ndata")
 
 
+def test_a_final_answer_before_an_expected_body_closes_the_connection() -> None:
+    # The client may send the body or not (RFC 9110 10.1.1): what follows cannot be told apart from a next
+    # request, which a kept connection swallowed as body.
+    async def refuse(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await respond(send, 404, b"no such model")
+
+    with serving(refuse) as served, connect(served.port) as sock:
+        sock.sendall(b"POST /nope HTTP/1.1\r\nHost: test\r\nContent-Length: 192\r\nExpect: 100-continue\r\n\r\n")
+        reader = Reader(sock)
+        status, headers, _ = reader.response()
+        assert status == 404 and headers["connection"] == "close"
+        assert reader.closed()
+
+
+def test_a_burst_of_pipelined_requests_longer_than_the_head_limit_is_answered_whole(echo_server: Served) -> None:
+    # Reads end inside a head: only that head's bytes count against max_header_bytes (64 KiB), not the whole
+    # requests read with it (the 1,500th request or so got a 431 and the connection closed).
+    count = 5000
+    with connect(echo_server.port) as sock:
+        sock.sendall(raw("GET", "/burst") * count)
+        reader = Reader(sock)
+        statuses = [reader.response()[0] for _ in range(count)]
+    assert statuses == [200] * count
+
+
+def test_requests_before_a_malformed_one_are_answered_before_its_400() -> None:
+    async def slow_echo(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await read_all(receive)
+        await asyncio.sleep(0.05)  # still answering the first when the bad bytes are parsed
+        await respond(send, 200, scope["path"].encode())
+
+    with serving(slow_echo) as served, connect(served.port) as sock:
+        sock.sendall(
+            raw("GET", "/one") + raw("POST", "/two", b"2") + raw("GET", "/three") + b"GARBAGE\x01 / HTTP/1.1\r\n\r\n"
+        )
+        reader = Reader(sock)
+        answers = [reader.response() for _ in range(4)]
+        assert [(status, body) for status, _, body in answers[:3]] == [(200, b"/one"), (200, b"/two"), (200, b"/three")]
+        status, headers, body = answers[3]
+        assert (
+            status == 400 and headers["connection"] == "close" and "invalid HTTP request" in json.loads(body)["error"]
+        )
+        assert reader.closed()
+
+
+def test_a_client_that_reads_no_responses_gets_no_more_of_them_and_is_closed() -> None:
+    started: List[str] = []
+
+    async def large(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        started.append(scope["path"])
+        await read_all(receive)
+        await respond(send, 200, bytes(8 * 2**20))
+
+    with serving(large, ServerLimits(send_timeout_s=0.5)) as served, connect(served.port) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"".join(raw("GET", f"/{index}") for index in range(8)))
+        connections = served.server._state.connections
+        deadline = time.monotonic() + WAIT_S
+        while not len(connections) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        while len(connections) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        closed = not len(connections)
+        # The next pipelined request waits while the send buffer is full: 8 MiB responses nobody reads no longer
+        # pile up (one of them more than the buffer holds), and the connection is closed once none of it is read.
+        assert closed and len(started) <= 2
+
+
 def test_a_large_body_arrives_whole_in_parts_the_server_paces(echo_server: Served) -> None:
     size = 3 * BODY_HIGH_WATER + 12345
     payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)

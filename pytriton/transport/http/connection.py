@@ -62,12 +62,17 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._over_cap = False
         self._closing = False
         self._refused = False
+        self._refusal_due: Optional[bytes] = None  # the error response sent once the responses owed are out
         self._reading_paused = False
         self._body_full = False  # the app has not taken the body held for it yet
         self._write_paused = False
+        self._send_watch: Optional[asyncio.TimerHandle] = None  # checks that a full send buffer still drains
+        self._unsent = 0  # the send buffer's size at the last check
         self._drain: Optional[asyncio.Future[None]] = None
         self._clock = PhaseDeadline(loop, self._on_deadline)
         self._head_bytes = 0  # bytes of the unfinished request head received so far
+        self._head_began = False  # a request head began in the chunk being parsed
+        self._head_lines = 0  # bytes of the target and the whole header lines of the head being parsed
         self._declared_length = 0  # the content-length of the request whose head is arriving
         self._chunked_body = False  # the request whose head is arriving has a transfer-encoding
         self._read_buffer = state.read_buffer
@@ -93,6 +98,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         """Tell every request of the connection that its client left."""
         self._state.connections.forget(self)
         self._clock.cancel()
+        if self._send_watch is not None:
+            self._send_watch.cancel()
         for cycle in (self._active, self._receiving, *self._pipeline):
             if cycle is not None:
                 cycle.lose_connection()
@@ -151,11 +158,15 @@ class HttpConnection(asyncio.BufferedProtocol):
                     return
             if buffer.find(b"pgrade", 0, head_size) >= 0 or buffer.find(b"PGRADE", 0, head_size) >= 0:
                 data = without_upgrade_header(bytes(data))
+        self._head_began = False
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             pass  # on_headers_complete has dealt with it: the connection closes after the response
         except httptools.HttpParserError as error:
+            cycle, self._to_start = self._to_start, None
+            if cycle is not None and cycle is not self._receiving:  # read whole before the bad bytes: answered
+                self._start(cycle)
             self._refuse(400, f"invalid HTTP request: {error}")
             return
         presized, self._presized = self._presized, None
@@ -175,28 +186,57 @@ class HttpConnection(asyncio.BufferedProtocol):
             clock.enter(BODY, self._limits.body_timeout_s)
         elif wire == HEAD:
             if clock.phase != HEAD:  # the chunk ended a body and started the next head
-                self._head_bytes = 0
                 clock.enter(HEAD, self._limits.header_timeout_s)
-            self._head_bytes += nbytes
+            if self._head_began:  # what of the chunk is the head: not the requests before it (pipelined)
+                self._head_began = False
+                partial_line = nbytes - (self._read_buffer.rfind(b"\n", 0, nbytes) + 1)
+                self._head_bytes = self._head_lines + partial_line
+            else:
+                self._head_bytes += nbytes
         elif self._active is not None:
             clock.phase = APP
         elif clock.phase != IDLE:
             clock.enter(IDLE, self._limits.keep_alive_timeout_s)
 
     def pause_writing(self) -> None:
-        """The transport's buffer is full: streaming responses wait in drain()."""
+        """The transport's buffer is full: streaming responses wait in drain(), pipelined requests for their turn."""
         self._write_paused = True
+        timeout = self._limits.send_timeout_s
+        if timeout and self._send_watch is None and self._transport is not None:
+            self._unsent = self._transport.get_write_buffer_size()
+            self._send_watch = self._loop.call_later(timeout, self._check_sending)
 
     def resume_writing(self) -> None:
-        """The transport's buffer drained."""
+        """The transport's buffer drained: the next pipelined request may start."""
         self._write_paused = False
+        if self._send_watch is not None:
+            self._send_watch.cancel()
+            self._send_watch = None
         self._wake_drain()
+        if self._active is None and self._pipeline and self._transport is not None and not self._transport.is_closing():
+            self._next_in_pipeline()
+
+    def _check_sending(self) -> None:
+        """send_timeout_s after the buffer filled (or after the last check): close if the client read nothing since."""
+        self._send_watch = None
+        transport = self._transport
+        if not self._write_paused or transport is None or transport.is_closing():
+            return
+        unsent = transport.get_write_buffer_size()
+        if unsent >= self._unsent:
+            LOGGER.debug("closing HTTP connection from %s: it read none of its responses in time", self._address[1])
+            transport.abort()
+            return
+        self._unsent = unsent  # a slow reader, but a reader
+        self._send_watch = self._loop.call_later(self._limits.send_timeout_s, self._check_sending)
 
     # -- httptools callbacks ----------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         """A request starts."""
         self._wire = HEAD
+        self._head_began = True
+        self._head_lines = 0
         self._url = b""
         self._headers = []
         self._declared_length = 0
@@ -205,9 +245,11 @@ class HttpConnection(asyncio.BufferedProtocol):
     def on_url(self, url: bytes) -> None:
         """A part of the request target."""
         self._url += url
+        self._head_lines += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         """One header (names are lower-cased for the ASGI scope)."""
+        self._head_lines += len(name) + len(value) + 4  # ": " and CRLF
         name = name.lower()
         if name == b"content-length":
             self._declared_length = int(value) if value.isdigit() else 0  # llhttp refuses a bad one itself
@@ -317,8 +359,27 @@ class HttpConnection(asyncio.BufferedProtocol):
                 transport.close()
             return
         if self._pipeline:
-            cycle = self._active = self._pipeline.popleft()
-            self._start(cycle)
+            if self._write_paused:
+                return  # the client has not read the responses before it: it waits (resume_writing)
+            self._next_in_pipeline()
+            return
+        self._after_responses(transport)
+
+    def _next_in_pipeline(self) -> None:
+        """Answer the next pipelined request."""
+        cycle = self._active = self._pipeline.popleft()
+        self._start(cycle)
+        transport = self._transport
+        if transport is not None:
+            self._after_responses(transport)
+
+    def _after_responses(self, transport: asyncio.Transport) -> None:
+        """What follows a response: the refusal owed after the last one, or reading on."""
+        if self._active is None and not self._pipeline and self._refusal_due is not None:
+            transport.write(self._refusal_due)  # the last response owed before a refused request is out
+            self._refusal_due = None
+            self._linger_close(transport)
+            return
         if self._receiving is not None and self._receiving.response_complete:
             self._body_full = False  # what is left of an answered request's body is dropped as it comes
         self._sync_reading()
@@ -437,26 +498,32 @@ class HttpConnection(asyncio.BufferedProtocol):
             self._refuse(408, f"request body stalled for more than {self._limits.body_timeout_s} s")
 
     def _refuse(self, status: int, message: str) -> None:
-        """Answer `status` with a JSON error when no response is under way, then close the connection."""
+        """Answer `status` with a JSON error, then close the connection.
+
+        Requests read whole before the bad bytes are answered first, in order, as RFC 9112 asks (nothing more
+        is read meanwhile); a request whose body the bad bytes cut off gets no answer of its own.
+        """
         self._clock.cancel()
         self._refused = True
         transport = self._transport
         assert transport is not None
         LOGGER.debug("closing HTTP connection from %s: %d %s", self._address[1], status, message)
-        active = self._active
-        if (
-            active is not None
-            and not active.response_complete
-            and (active.response_started or self._receiving is not active)
-        ):
-            # The client is owed the active request's response first (or has part of it already): an answer
-            # about another request, or a second one to this request, would be taken for it. Only close.
-            transport.close()
+        active, receiving = self._active, self._receiving
+        if receiving is not None and receiving is not active:
+            self._pipeline.remove(receiving)  # its body will not come: only the requests before it are owed
+            receiving.lose_connection()
+        if active is not None and not active.response_complete and (active.response_started or receiving is not active):
+            # The client is owed the active request's response first (or has part of it already), and those of
+            # the requests after it: the error follows them (response_done).
+            self._refusal_due = error_response(status, message)
+            self._reading_paused = True
+            transport.pause_reading()
             return
         transport.write(error_response(status, message))
-        for cycle in (active, self._receiving, *self._pipeline):
+        for cycle in (active, *self._pipeline):
             if cycle is not None:
                 cycle.lose_connection()  # the app waiting for this body gets a disconnect; its answer is dropped
+        self._pipeline.clear()
         self._linger_close(transport)
 
     def _linger_close(self, transport: asyncio.Transport) -> None:

@@ -244,6 +244,10 @@ class RequestCycle:
                 lines.append(_CHUNKED)
             else:  # HTTP/1.0 has no chunks: the end of the connection ends the body
                 self.keep_alive = False
+        if self.expect_continue and not self.body_complete and status >= 200:
+            # Answered before the client was told to send its body: it may send it or not (RFC 9110 10.1.1), so
+            # the bytes that follow cannot be told apart from a next request. Close, as Go's net/http does.
+            self.keep_alive = False
         if not self.keep_alive:
             lines.append(_CLOSE)
         lines.append(b"\r\n")
