@@ -280,6 +280,9 @@ class Http2Session:
             raise h2.StreamError(stream_id, h2.STREAM_CLOSED)
         if action == st.CLOSED_ERROR:
             raise h2.Http2Error(h2.STREAM_CLOSED, f"{kind} on closed stream {stream_id}")
+        last_id = self._streams.last_id
+        if stream_id <= last_id:
+            raise h2.Http2Error(h2.PROTOCOL_ERROR, f"{kind} on stream {stream_id}, below stream {last_id} opened")
         raise h2.Http2Error(h2.PROTOCOL_ERROR, f"{kind} on idle stream {stream_id}")
 
     # -- streams ------------------------------------------------------------------------------------

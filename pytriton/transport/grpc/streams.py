@@ -10,7 +10,9 @@ closed, because the frames that may still arrive differ (5.1, "closed"):
 - both sides ended it (END_STREAM each way): more DATA or HEADERS is a connection error
   STREAM_CLOSED (on a half-closed (remote) stream, before the server ended it, a stream error);
 - it closed too long ago to be remembered (or was skipped: opening stream 7 closes an idle 5): frames
-  are dropped, as nghttp2 does, since the server cannot keep every stream it ever saw.
+  are dropped, as nghttp2 does, since the server cannot keep every stream it ever saw; but HEADERS there
+  is a connection error PROTOCOL_ERROR (5.1.1: a new stream's id must be above every one opened before,
+  and a client that opens 3 and then 1 would otherwise wait on stream 1 for ever), as h2 does.
 
 PRIORITY is read and dropped in every state (the server does not prioritize). CONTINUATION belongs
 to the header block it continues, which counts as one HEADERS.
@@ -53,7 +55,7 @@ _RECEIVED_ROWS = {
     RESET_BY_SERVER: (DROP, DROP, DROP, DROP, DROP),
     RESET_BY_CLIENT: (RESET, RESET, DROP, DROP, DROP),
     ENDED: (CLOSED_ERROR, CLOSED_ERROR, DROP, DROP, DROP),
-    FORGOTTEN: (DROP, DROP, DROP, DROP, DROP),
+    FORGOTTEN: (DROP, PROTOCOL_ERROR, DROP, DROP, DROP),
 }
 
 
