@@ -22,8 +22,9 @@ How the comparison is set up, and why:
 - The generator stays away from the deliberate differences, each of which is a test of its own
   below (DELIBERATE): ACK SETTINGS with a payload, a stray CONTINUATION on a closed stream,
   RST_STREAM on an idle stream, WINDOW_UPDATE of 0 on a stream, HEADERS on a forgotten stream id (a
-  skipped one is compared below: the two agree), trailers without END_STREAM, a padded HEADERS that is all padding, a new initial
-  window that a closed stream's window would not hold, more streams than advertised. Where a
+  skipped one is compared below: the two agree), trailers without END_STREAM, a padded HEADERS that
+  is all padding, a new initial window that a closed stream's window would not hold, more streams
+  than advertised. Where a
   stream was reset, each stream's first reset code is compared (h2 resets again a stream it reset,
   where RFC 9113 5.1 asks to drop the frames). A client's GOAWAY ends a sequence (this server then
   closes once idle, h2 refuses what follows), and frame types h2 parses as extensions (ALTSVC 0xa,

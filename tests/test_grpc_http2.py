@@ -796,6 +796,27 @@ def test_message_over_the_limit_is_refused_from_its_prefix(server, connect, pref
     assert client.infer([5.0]).output() == [5.0]
 
 
+def test_a_connection_of_tiny_frames_does_not_hold_up_the_others(server, connect):
+    # A message in 1-byte DATA frames: ~0.7 us of Python a frame, and libuv reads up to 32 x 256 KiB for one
+    # connection in a turn of the loop, so the other connections waited about half a second a turn.
+    other = connect(server)
+    other.handshake()
+    flooder = connect(server)
+    flooder.send_headers(1, request_headers())
+    size = MESSAGE_LIMIT - 5
+    flood = pack_frame(DATA, 0, 1, struct.pack(">BI", 0, size)) + pack_frame(DATA, 0, 1, b"\0") * size
+    sending = threading.Thread(target=flooder.sock.sendall, args=(flood,), daemon=True)
+    sending.start()
+    time.sleep(0.1)
+    slowest = 0.0
+    for index in range(3):
+        started = time.monotonic()
+        assert other.infer([float(index)]).output() == [float(index)]
+        slowest = max(slowest, time.monotonic() - started)
+    sending.join(READ_S)
+    assert slowest < 0.25, f"a call waited {slowest:.3f} s behind the flood"
+
+
 def _buffers_in_use() -> int:
     return sum(
         receive_buffers._references(RECEIVE_BUFFERS._arrays, index) != receive_buffers._FREE

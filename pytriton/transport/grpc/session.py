@@ -167,6 +167,8 @@ class Http2Session:
         action = st.RECEIVED[call.state if call is not None else self._streams.state_of(stream_id)][h2.DATA]
         self.inflow.take(None, length)
         self.inflow.dropped(length)
+        if action == st.DROP:
+            self.glitch()  # in flight when the stream closed, or sent to a closed stream: counted, not refused
         self._refuse(action, stream_id, "DATA")
 
     def on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
