@@ -171,3 +171,22 @@ def test_raw_stub_health_and_index(stub: Any) -> None:
     assert stub.ModelReady(service_pb2.ModelReadyRequest(name="identity_INT8")).ready is True
     index = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True), metadata=tuple(GRPC_AUTH.items()))
     assert len(index.models) == len(TYPED) + len(UNTYPED)
+
+
+def test_a_version_that_is_no_number_is_invalid_as_in_triton(stub: Any) -> None:
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.ModelMetadata(service_pb2.ModelMetadataRequest(name="identity_INT32", version="x"))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details() == (
+        "failed to get model version from specified version string 'x' (details: stol), version should be an "
+        "integral value > 0"
+    )
+
+
+def test_an_output_requested_twice_comes_once(stub: Any) -> None:
+    request = _request("INT32")
+    request.raw_input_contents.append(np.array([1, 2], np.int32).tobytes())
+    request.outputs.add(name="OUT")
+    request.outputs.add(name="OUT")
+    response = stub.ModelInfer(request)
+    assert [output.name for output in response.outputs] == ["OUT"] and _output(response, "INT32") == [1, 2]

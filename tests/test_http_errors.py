@@ -283,3 +283,30 @@ def test_wrong_outputs_fail_only_in_strict_mode(server, kind):
     assert status == 200 and [o["name"] for o in document["outputs"]] == ["OUTPUT_1"]
     if kind == "wrong-dtype":  # cast to the declared datatype, as NVIDIA's proxy does (astype)
         assert document["outputs"][0]["datatype"] == "FP32" and document["outputs"][0]["data"] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    "path", ["/v2/", "/v2/models/identity/", "/v2/models/identity/versions/x", "/v2/models/identity/versions/1/"]
+)
+def test_paths_triton_does_not_route_are_404(server, path):
+    # Triton's routes are regular expressions with no trailing slash and a version of digits.
+    status, _, body = request(server.http_port, "GET", path)
+    assert status == 404 and json.loads(body) == {"error": "Not Found"}
+    assert request(server.http_port, "GET", path.rstrip("/").replace("versions/x", "versions/1"))[0] == 200
+
+
+def test_an_output_requested_twice_comes_once_and_the_id_comes_first(server):
+    body = dict(GOOD, id="req-7", outputs=[{"name": "OUTPUT_1"}, {"name": "OUTPUT_1"}])
+    status, _, raw = request(server.http_port, "POST", "/v2/models/identity/infer", json.dumps(body))
+    assert status == 200 and raw.startswith(b'{"id":"req-7","model_name":"identity","model_version":"1","outputs":[')
+    assert [output["name"] for output in json.loads(raw)["outputs"]] == ["OUTPUT_1"]  # as Triton answers
+
+
+def test_an_empty_binary_input_needs_no_binary_section(server):
+    document = {
+        "inputs": [{"name": "INPUT_1", "shape": [1, 0], "datatype": "FP32", "parameters": {"binary_data_size": 0}}]
+    }
+    body = json.dumps(document).encode()
+    headers = {"Inference-Header-Content-Length": str(len(body))}
+    status, _, raw = request(server.http_port, "POST", "/v2/models/identity/infer", body, headers)
+    assert status == 200 and json.loads(raw)["outputs"][0]["shape"] == [1, 0]

@@ -129,8 +129,11 @@ class Engine:
             return versions[max(versions)]
         try:
             model = versions.get(int(version))
-        except ValueError:
-            model = None
+        except ValueError:  # Triton's words (its HTTP routes only take digits: a 404 there)
+            raise InferenceError.invalid(
+                f"failed to get model version from specified version string '{version}' (details: stol), version "
+                "should be an integral value > 0"
+            ) from None
         if model is None:
             raise InferenceError.not_found(f"Request for unknown model: '{name}' version {version} is not found")
         return model

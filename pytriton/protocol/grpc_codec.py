@@ -190,7 +190,8 @@ def _requested_outputs(
             if region is not None:
                 _memory(memory).check(region.region, region.offset, region.byte_size)
                 regions[output.name] = region
-        names.append(output.name)
+        if output.name not in names:  # named again: one output, as Triton answers
+            names.append(output.name)
     spec.check_requested_outputs(names)
     return names, regions or None
 

@@ -81,12 +81,13 @@ def decode_infer_request(
                     _one_source_only(["data", "binary_data_size"])
                 if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
                     raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
-                if view is None or offset + binary_size > size:
+                if offset + binary_size > size:
                     raise InferenceError.invalid(
                         f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, "
                         f"{size - offset} left"
                     )
-                inputs[name] = array_from_raw(view[offset : offset + binary_size], datatype, shape, name, spec.name)
+                data = view[offset : offset + binary_size] if view is not None else memoryview(b"")  # an empty one
+                inputs[name] = array_from_raw(data, datatype, shape, name, spec.name)
                 offset += binary_size
             elif "data" in raw:
                 inputs[name] = array_from_json(raw["data"], datatype, shape, name)
@@ -227,6 +228,8 @@ def _requested_outputs(
         name = raw.get("name") if type(raw) is dict else None
         if type(name) is not str:
             raise InferenceError.invalid("each element of 'outputs' must be an object with a string 'name'")
+        if name in binary:  # named again: one output, as Triton answers (the last naming's parameters)
+            names.remove(name)
         names.append(name)
         parameters = raw.get("parameters")
         if parameters is None:
@@ -272,9 +275,10 @@ def encode_infer_response(
         else:
             entry["data"] = json_from_array(output.array, output.datatype)
         outputs.append(entry)
-    document: Dict[str, Any] = {"model_name": spec.name, "model_version": spec.version_str, "outputs": outputs}
-    if request_id:
-        document["id"] = request_id
+    document: Dict[str, Any] = {"id": request_id} if request_id else {}  # first, as Triton writes it
+    document["model_name"] = spec.name
+    document["model_version"] = spec.version_str
+    document["outputs"] = outputs
     if parameters:
         document["parameters"] = parameters
     header = orjson.dumps(document, option=_DUMP_OPTIONS)

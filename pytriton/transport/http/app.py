@@ -104,8 +104,9 @@ class HttpFrontend:
             denial = self._access.http_denial(scope["path"], header_map(scope))
             if denial is not None:
                 raise _HttpError(403, denial)
-        parts: List[str] = scope["path"].rstrip("/").split("/")
-        if len(parts) < 2 or parts[0] != "" or parts[1] != "v2":
+        path: str = scope["path"]
+        parts: List[str] = path.split("/")
+        if len(parts) < 2 or parts[0] != "" or parts[1] != "v2" or path.endswith("/"):  # as Triton's routes
             raise _HttpError(404, "Not Found")
         if len(parts) >= 4 and parts[2] == "models" and parts[3] != "stats":
             return self._model_route(scope, receive, send, method, parts[3], parts[4:])
@@ -146,6 +147,8 @@ class HttpFrontend:
         version = ""
         if len(rest) >= 2 and rest[0] == "versions":
             version, rest = rest[1], rest[2:]
+            if not (version.isascii() and version.isdigit()):  # Triton's routes take a version of digits only
+                raise _HttpError(404, "Not Found")
         if rest == ["trace", "setting"] and self._settings is not None:
             return self._settings_route(receive, send, method, "trace/setting", name)
         if len(rest) > 1 or (rest and rest[0] not in _MODEL_ACTIONS):
