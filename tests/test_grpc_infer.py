@@ -406,3 +406,27 @@ def test_large_tensor_over_default_message_limit(call: Call) -> None:
     outputs = [grpcclient.InferRequestedOutput("OUT_FP32")]
     result = call(lambda client: client.infer("echo_all", inputs, outputs=outputs))
     np.testing.assert_array_equal(result.as_numpy("OUT_FP32"), big)
+
+
+def test_classification_answers_the_top_classes_of_each_batch_row(call: Call) -> None:
+    # tritonclient's class_count: Triton's classification extension, "value:index" strings, best first.
+    outputs = [
+        grpcclient.InferRequestedOutput("OUT_FP32", class_count=2),
+        grpcclient.InferRequestedOutput("OUT_INT8", class_count=5),  # more than there are: all of them
+        grpcclient.InferRequestedOutput("OUT_FP64"),
+    ]
+    result = call(lambda client: client.infer("echo_all", _all_types_inputs(), outputs=outputs))
+    top = result.as_numpy("OUT_FP32")
+    assert top.shape == (1, 2) and top[0, 1] == b"0.500000:1"
+    assert top[0, 0] == f"{float(np.float32(3.0e38)):f}:2".encode()
+    assert result.as_numpy("OUT_INT8").tolist() == [[b"127:2", b"0:1", b"-128:0"]]
+    np.testing.assert_array_equal(result.as_numpy("OUT_FP64"), DATATYPES["FP64"][1])
+
+
+@pytest.mark.parametrize("name", ["BOOL", "BYTES"])
+def test_classification_of_an_output_without_order_is_invalid(call: Call, name: str) -> None:
+    outputs = [grpcclient.InferRequestedOutput(f"OUT_{name}", class_count=1)]
+    with pytest.raises(InferenceServerException) as raised:
+        call(lambda client: client.infer("echo_all", _all_types_inputs(), outputs=outputs))
+    assert _status(raised.value) == "StatusCode.INVALID_ARGUMENT"
+    assert f"class result not available for output 'OUT_{name}'" in raised.value.message()

@@ -190,3 +190,13 @@ def test_an_output_requested_twice_comes_once(stub: Any) -> None:
     request.outputs.add(name="OUT")
     response = stub.ModelInfer(request)
     assert [output.name for output in response.outputs] == ["OUT"] and _output(response, "INT32") == [1, 2]
+
+
+def test_classification_of_a_model_without_batching_covers_the_whole_tensor(stub: Any) -> None:
+    request = _request("INT32", count=4)
+    request.raw_input_contents.append(np.array([5, -1, 9, 5], np.int32).tobytes())
+    output = request.outputs.add(name="OUT")
+    output.parameters["classification"].int64_param = 3
+    response = stub.ModelInfer(request)
+    assert response.outputs[0].datatype == "BYTES" and list(response.outputs[0].shape) == [3]
+    assert _output(response, "BYTES") == [b"9:2", b"5:0", b"5:3"]  # ties by position

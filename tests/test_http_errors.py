@@ -310,3 +310,21 @@ def test_an_empty_binary_input_needs_no_binary_section(server):
     headers = {"Inference-Header-Content-Length": str(len(body))}
     status, _, raw = request(server.http_port, "POST", "/v2/models/identity/infer", body, headers)
     assert status == 200 and json.loads(raw)["outputs"][0]["shape"] == [1, 0]
+
+
+def test_classification_over_http_as_nvidia_pytriton_answers_it(server):
+    # Answered side by side by nvidia-pytriton 0.7: ["3.000000:1", "2.000000:2"], shape [1, 2].
+    body = {
+        "inputs": [{"name": "INPUT_1", "shape": [1, 3], "datatype": "FP32", "data": [1, 3, 2]}],
+        "outputs": [{"name": "OUTPUT_1", "parameters": {"classification": 2}}],
+    }
+    status, document = post_json(server.http_port, "/v2/models/identity/infer", body)
+    assert status == 200
+    assert document["outputs"] == [
+        {"name": "OUTPUT_1", "datatype": "BYTES", "shape": [1, 2], "data": ["3.000000:1", "2.000000:2"]}
+    ]
+    body["outputs"][0]["parameters"]["classification"] = 0  # none asked: the output as it is
+    assert post_json(server.http_port, "/v2/models/identity/infer", body)[1]["outputs"][0]["data"] == [1.0, 3.0, 2.0]
+    body["outputs"][0]["parameters"]["classification"] = "x"
+    status, document = post_json(server.http_port, "/v2/models/identity/infer", body)
+    assert status == 400 and "'classification' of output 'OUTPUT_1' must be a non-negative integer" in document["error"]

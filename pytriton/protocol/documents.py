@@ -10,7 +10,7 @@ from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.model_config.common import QueuePolicy
 
 EXTENSIONS = [
-    "classification_disabled",
+    "classification",
     "binary_tensor_data",
     "parameters",
     "statistics",

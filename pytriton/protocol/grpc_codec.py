@@ -8,6 +8,7 @@ import numpy as np
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
+from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.model import ServedModel
@@ -43,15 +44,20 @@ _CONTENTS_FIELD: Dict[str, str] = {
 class DecodedRequest:
     """A gRPC infer request decoded for the engine."""
 
-    __slots__ = ("options", "regions", "request")
+    __slots__ = ("classes", "options", "regions", "request")
 
     def __init__(
-        self, request: InferenceRequest, options: RequestOptions, regions: Optional[Dict[str, TensorRegion]] = None
+        self,
+        request: InferenceRequest,
+        options: RequestOptions,
+        regions: Optional[Dict[str, TensorRegion]] = None,
+        classes: Optional[Dict[str, int]] = None,
     ) -> None:
-        """Bundle the engine request with what its reserved parameters ask and the regions of its outputs."""
+        """Bundle the engine request with its reserved parameters' options, its outputs' regions and class counts."""
         self.request = request
         self.options = options
         self.regions = regions
+        self.classes = classes
 
 
 def decode_infer_request(
@@ -114,7 +120,7 @@ def decode_infer_request(
         if error.of_request:  # Triton's core names the request
             raise error.for_request(message.id) from None
         raise
-    requested, output_regions = _requested_outputs(spec, message.outputs, memory)
+    requested, output_regions, classes = _requested_outputs(spec, message.outputs, memory)
     request = InferenceRequest(
         request_id=message.id,
         inputs=inputs,
@@ -124,7 +130,7 @@ def decode_infer_request(
         priority=options.priority,
         timeout_us=options.timeout_us,
     )
-    return DecodedRequest(request, options, output_regions)
+    return DecodedRequest(request, options, output_regions, classes)
 
 
 def parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:
@@ -175,17 +181,27 @@ def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], 
 
 def _requested_outputs(
     spec: ModelSpec, outputs: Sequence[Message], memory: Optional[SystemSharedMemory]
-) -> Tuple[Optional[List[str]], Optional[Dict[str, TensorRegion]]]:
-    """The requested output names (None = all) and the regions of those to write into shared memory."""
+) -> Tuple[Optional[List[str]], Optional[Dict[str, TensorRegion]], Optional[Dict[str, int]]]:
+    """The requested output names (None = all), the regions of those to write into shared memory, class counts."""
     if not outputs:
-        return None, None
+        return None, None, None
     names: List[str] = []
     regions: Dict[str, TensorRegion] = {}
+    classes: Dict[str, int] = {}
     for output in outputs:
         parameters = output.parameters
         if parameters:
             if "classification" in parameters:
-                raise InferenceError.invalid(f"classification of output '{output.name}' is not supported")
+                count = parameters["classification"]
+                if count.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param") or (
+                    count.int64_param < 0
+                ):
+                    raise InferenceError.invalid(
+                        f"'classification' of output '{output.name}' must be a non-negative integer"
+                    )
+                value = count.int64_param or count.uint64_param
+                if value:
+                    classes[output.name] = value
             region = _region(parameters, f"output '{output.name}'")
             if region is not None:
                 _memory(memory).check(region.region, region.offset, region.byte_size)
@@ -193,7 +209,7 @@ def _requested_outputs(
         if output.name not in names:  # named again: one output, as Triton answers
             names.append(output.name)
     spec.check_requested_outputs(names)
-    return names, regions or None
+    return names, regions or None, classes or None
 
 
 def _region(parameters: Mapping[str, Message], what: str) -> Optional[TensorRegion]:
@@ -242,7 +258,10 @@ def encode_infer_response(
     add_output = message.outputs.add
     raw_outputs: List[Buffer] = []
     regions = (decoded.regions if decoded is not None else None) or {}
+    classes = decoded.classes if decoded is not None else None
     for output in response.outputs:
+        if classes is not None and output.name in classes:
+            output = top_classes(output, classes[output.name], spec.batching, spec.name)
         add_output(name=output.name, datatype=output.datatype, shape=output.array.shape)
         region = regions.get(output.name)
         if region is not None:

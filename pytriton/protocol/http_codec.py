@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 import orjson
 
+from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
@@ -22,17 +23,22 @@ _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 class OutputFormat:
-    """Which outputs a request wants as binary data (the rest go as JSON), and which in shared memory."""
+    """Which outputs a request wants as binary data (the rest go as JSON), in shared memory, or as top classes."""
 
-    __slots__ = ("binary_by_name", "binary_default", "regions")
+    __slots__ = ("binary_by_name", "binary_default", "classes", "regions")
 
     def __init__(
-        self, binary_by_name: Dict[str, bool], binary_default: bool, regions: Optional[Dict[str, TensorRegion]] = None
+        self,
+        binary_by_name: Dict[str, bool],
+        binary_default: bool,
+        regions: Optional[Dict[str, TensorRegion]] = None,
+        classes: Optional[Dict[str, int]] = None,
     ) -> None:
-        """Create the format from per-output flags, the request-wide default and the outputs' regions."""
+        """Create the format from per-output flags, the request-wide default, the outputs' regions and class counts."""
         self.binary_by_name = binary_by_name
         self.binary_default = binary_default
         self.regions = regions
+        self.classes = classes
 
 
 def decode_infer_request(
@@ -224,6 +230,7 @@ def _requested_outputs(
     names: List[str] = []
     binary: Dict[str, bool] = {}  # an output named without parameters goes as JSON
     regions: Dict[str, TensorRegion] = {}
+    classes: Dict[str, int] = {}
     for raw in raw_outputs:
         name = raw.get("name") if type(raw) is dict else None
         if type(name) is not str:
@@ -236,15 +243,19 @@ def _requested_outputs(
             binary[name] = False
             continue
         parameters = _mapping(parameters, "parameters of output", name)
-        if parameters.get("classification"):
-            raise InferenceError.invalid(f"classification of output '{name}' is not supported")
+        count = parameters.get("classification")
+        if count is not None:
+            if type(count) is not int or count < 0:
+                raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
+            if count:
+                classes[name] = count
         binary[name] = parameters.get("binary_data", False) is True
         region = tensor_region(parameters, f"output '{name}'")
         if region is not None:
             _memory(memory).check(region.region, region.offset, region.byte_size)
             regions[name] = region
     spec.check_requested_outputs(names)
-    return names, OutputFormat(binary, binary_default, regions or None)
+    return names, OutputFormat(binary, binary_default, regions or None, classes or None)
 
 
 def encode_infer_response(
@@ -263,7 +274,10 @@ def encode_infer_response(
     binary_parts: List[Any] = []
     binary_by_name, binary_default = output_format.binary_by_name, output_format.binary_default
     regions = output_format.regions or {}
+    classes = output_format.classes
     for output in response.outputs:
+        if classes is not None and output.name in classes:
+            output = top_classes(output, classes[output.name], spec.batching, spec.name)
         entry: Dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": output.array.shape}
         region = regions.get(output.name)
         if region is not None:

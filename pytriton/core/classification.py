@@ -1,0 +1,41 @@
+"""Triton's classification extension: an output asked for as its top classes, "value:index" strings, best first.
+
+A request names it per output (HTTP `parameters.classification`, gRPC `classification` of
+InferRequestedOutputTensor, which tritonclient's `class_count` sets): the output then goes out as BYTES,
+`count` strings of its highest values and their positions in each batch row (shape [batch, count]), or in
+the whole tensor for a model without batching (shape [count]). Values are written as C++'s std::to_string
+writes them (floats with six decimals, integers whole), as Triton does; PyTriton's models carry no labels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pytriton.core.errors import InferenceError
+from pytriton.core.request import OutputTensor
+
+_NUMERIC_KINDS = "iuf"
+
+
+def top_classes(output: OutputTensor, count: int, batched: bool, model: str) -> OutputTensor:
+    """The output as its `count` top classes (fewer when it has fewer values)."""
+    array = output.array
+    if array.dtype.kind not in _NUMERIC_KINDS:
+        raise InferenceError.invalid(
+            f"class result not available for output '{output.name}' of model '{model}': its datatype "
+            f"{output.datatype} has no order"
+        )
+    rows = array.reshape(array.shape[0] if batched and array.ndim else 1, -1)
+    taken = min(count, rows.shape[1])
+    as_float = array.dtype.kind == "f"
+    classes = np.empty((rows.shape[0], taken), dtype=np.object_)
+    last = rows.shape[1] - 1
+    for index, row in enumerate(rows):
+        # Highest first, ties by position; sorting the reversed row ascending needs no negation (no overflow).
+        best = (last - np.argsort(row[::-1], kind="stable"))[::-1][:taken]
+        values = row[best].tolist()
+        classes[index] = [
+            (f"{value:f}:{position}" if as_float else f"{value}:{position}").encode()
+            for value, position in zip(values, best.tolist())
+        ]
+    return OutputTensor(output.name, "BYTES", classes if batched else classes.reshape(taken))
