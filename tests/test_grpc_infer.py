@@ -241,6 +241,15 @@ def test_priority_and_timeout_are_not_handed_to_the_callable(call: Call) -> None
     assert json.loads(result.as_numpy("PARAMS")[0, 0]) == {}
 
 
+def test_sequence_parameters_are_taken_and_ignored_as_triton_does_without_sequence_batching(call: Call) -> None:
+    # nvidia-pytriton 0.7 answers them (its models have no sequence batching); they used to be refused here.
+    inputs = _inputs(grpcclient, {"IN": np.zeros((1, 1), np.float32)}, {"IN": "FP32"})
+    result = call(
+        lambda client: client.infer("parameters", inputs, sequence_id=7, sequence_start=True, sequence_end=True)
+    )
+    assert json.loads(result.as_numpy("PARAMS")[0, 0]) == {}
+
+
 def test_statistics(call: Call) -> None:
     inputs = _inputs(grpcclient, {"IN": np.zeros((1, 1), np.float32)}, {"IN": "FP32"})
     call(lambda client: client.infer("parameters", inputs))

@@ -328,3 +328,11 @@ def test_classification_over_http_as_nvidia_pytriton_answers_it(server):
     body["outputs"][0]["parameters"]["classification"] = "x"
     status, document = post_json(server.http_port, "/v2/models/identity/infer", body)
     assert status == 400 and "'classification' of output 'OUTPUT_1' must be a non-negative integer" in document["error"]
+
+
+def test_sequence_parameters_are_taken_and_ignored_and_checked(server):
+    body = dict(GOOD, parameters={"sequence_id": "s-1", "sequence_start": True, "sequence_end": False})
+    assert post_json(server.http_port, "/v2/models/identity/infer", body)[0] == 200
+    body["parameters"]["sequence_start"] = 1
+    status, document = post_json(server.http_port, "/v2/models/identity/infer", body)
+    assert status == 400 and document["error"] == "parameter 'sequence_start' must be a boolean"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, RESERVED_PARAMETERS
+
+LOGGER = logging.getLogger(__name__)
 
 
 class RequestOptions:
@@ -63,7 +66,25 @@ def _apply_reserved(options: RequestOptions, key: str, value: Any) -> None:
             raise InferenceError.invalid("parameter 'binary_data_output' must be a boolean")
         options.binary_data_output = value
     elif key.startswith("sequence_"):
-        raise InferenceError.invalid(f"parameter '{key}' is not supported: sequence batching is not available")
+        if key == "sequence_id" and (isinstance(value, bool) or not isinstance(value, (int, str))):
+            raise InferenceError.invalid("parameter 'sequence_id' must be an integer or a string")
+        if key != "sequence_id" and not isinstance(value, bool):
+            raise InferenceError.invalid(f"parameter '{key}' must be a boolean")
+        _warn_sequence_ignored()
+
+
+def _warn_sequence_ignored() -> None:
+    """PyTriton's models have no sequence batching: Triton takes and ignores a sequence's parameters; say so once."""
+    global _SEQUENCE_WARNED
+    if not _SEQUENCE_WARNED:
+        _SEQUENCE_WARNED = True
+        LOGGER.warning(
+            "requests carry sequence parameters (sequence_id, sequence_start, sequence_end): they are ignored, "
+            "as Triton ignores them for a model without sequence batching (PyTriton binds none)"
+        )
+
+
+_SEQUENCE_WARNED = False
 
 
 def _non_negative_int(key: str, value: Any) -> int:
