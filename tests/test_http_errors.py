@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import json
 
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.transport.http import app
 from pytriton.triton import Triton
 from tests.http_helpers import post_json, request
 
@@ -336,3 +339,26 @@ def test_sequence_parameters_are_taken_and_ignored_and_checked(server):
     body["parameters"]["sequence_start"] = 1
     status, document = post_json(server.http_port, "/v2/models/identity/infer", body)
     assert status == 400 and document["error"] == "parameter 'sequence_start' must be a boolean"
+
+
+def test_a_compressed_body_is_inflated_a_step_at_a_time_letting_the_loop_serve_others():
+    # One 33 KB request inflating to 64 MiB held every other connection for half a second.
+    body = gzip.compress(bytes(3 * app.INFLATE_STEP_BYTES + 5))
+    turns = 0
+
+    async def other_client() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def main() -> bytearray:
+        other = asyncio.ensure_future(other_client())
+        await asyncio.sleep(0)
+        before = turns
+        inflated = await app._decompress(body, "gzip", 2**30)
+        other.cancel()
+        assert turns - before >= 3  # the loop ran between the steps
+        return inflated
+
+    assert asyncio.run(main()) == bytes(3 * app.INFLATE_STEP_BYTES + 5)
