@@ -161,7 +161,7 @@ def test_serialized_stream_responses() -> None:
     )
     assert final.infer_response.parameters["triton_final_response"].bool_param is True
     assert len(final.infer_response.outputs) == 0
-    error = grpc_codec.stream_error("m", "3", "req", "it broke")
+    error = grpc_codec.stream_error("req", "it broke", SPEC)
     assert service_pb2.ModelStreamInferResponse.FromString(_joined(wire.stream_response_parts(error))) == error
 
 

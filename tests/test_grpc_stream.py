@@ -293,4 +293,18 @@ def test_stream_error_names_its_request(triton: Triton) -> None:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         (response,) = list(stub.ModelStreamInfer(iter([request]), timeout=TIMEOUT_S))
     assert "unexpected shape for input 'IN'" in response.error_message
-    assert (response.infer_response.id, response.infer_response.model_name) == ("bad-one", "partials")
+    # As Triton's (side by side with nvidia-pytriton 0.7): a request that never reached its model has its id alone.
+    assert response.infer_response == service_pb2.ModelInferResponse(id="bad-one")
+
+
+def test_stream_error_of_the_model_names_the_model_and_ends_the_request(triton: Triton) -> None:
+    request = service_pb2.ModelInferRequest(model_name="mid_error", id="fails-late")
+    request.inputs.add(name="IN", datatype="FP32", shape=[1])
+    request.raw_input_contents.append(b"\x00" * 4)
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        first, error = list(stub.ModelStreamInfer(iter([request]), timeout=TIMEOUT_S))
+    assert not first.error_message and "broke after the first response" in error.error_message
+    answer = error.infer_response
+    assert (answer.id, answer.model_name, answer.model_version) == ("fails-late", "mid_error", "1")
+    assert answer.parameters["triton_final_response"].bool_param is True

@@ -281,9 +281,16 @@ def empty_final_response(spec: ModelSpec, request_id: str) -> EncodedResponse:
     return EncodedResponse(message, [])
 
 
-def stream_error(model_name: str, model_version: str, request_id: str, error_message: str) -> Message:
-    """A ModelStreamInferResponse carrying an error, naming the request it belongs to."""
-    infer_response = service_pb2.ModelInferResponse(model_name=model_name, model_version=model_version, id=request_id)
+def stream_error(request_id: str, error_message: str, spec: Optional[ModelSpec] = None) -> Message:
+    """A ModelStreamInferResponse carrying an error, as Triton's: the request's id, and the model's.
+
+    The model's name and version, and the final-response flag, only when it failed in the model (`spec`).
+    """
+    infer_response = service_pb2.ModelInferResponse(id=request_id)
+    if spec is not None:
+        infer_response.model_name = spec.name
+        infer_response.model_version = spec.version_str
+        infer_response.parameters[FINAL_RESPONSE_PARAMETER].bool_param = True
     return service_pb2.ModelStreamInferResponse(error_message=error_message, infer_response=infer_response)
 
 

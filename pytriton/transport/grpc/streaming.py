@@ -10,7 +10,8 @@ import asyncio
 from typing import Any, AsyncIterator, Mapping, Optional, Set
 
 from pytriton.core.engine import Engine
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import FailureReason, InferenceError
+from pytriton.core.spec import ModelSpec
 from pytriton.core.waiters import wake
 from pytriton.protocol import grpc_codec
 from pytriton.transport.grpc.errors import status_of
@@ -62,7 +63,7 @@ class StreamSession:
         try:
             async for frame in requests:
                 if isinstance(frame, InferenceError):  # a message that failed to parse: the stream stays open
-                    self._outbox.put_nowait(grpc_codec.stream_error("", "", "", frame.message))
+                    self._outbox.put_nowait(grpc_codec.stream_error("", frame.message))
                     continue
                 task = loop.create_task(self._serve_one(frame))
                 self._tasks.add(task)
@@ -92,14 +93,16 @@ class StreamSession:
         """Run one request and queue its responses (or its error) for the writer."""
         put = self._outbox.put_nowait
         message = frame.message
-        model_name, model_version, request_id = message.model_name, message.model_version, message.id
+        request_id = message.id
+        reached: Optional[ModelSpec] = None  # the model, once the request is in its hands
         try:
-            model = self._engine.model(model_name, model_version)
+            model = self._engine.model(message.model_name, message.model_version)
             spec = model.spec
             memory = self._engine.system_memory
             decoded = grpc_codec.decode_infer_request(spec, message, frame.raw_inputs, self._forwarded, memory)
             del frame, message  # the inputs live in the engine request now; do not hold the wire message too
             responses = model.stream(decoded.request)
+            reached = spec
             final_sent = False
             try:
                 async for response in responses:
@@ -111,7 +114,8 @@ class StreamSession:
                 put(grpc_codec.empty_final_response(spec, request_id))
         except Exception as error:  # noqa: BLE001 - an error is a stream message; the stream stays open
             _, text = status_of(error)
-            put(grpc_codec.stream_error(model_name, model_version, request_id, text))
+            failed_in_model = isinstance(error, InferenceError) and error.reason is FailureReason.BACKEND
+            put(grpc_codec.stream_error(request_id, text, reached if failed_in_model else None))
 
 
 async def _aclose(iterator: AsyncIterator[Any]) -> None:
