@@ -95,9 +95,12 @@ def test_truncated_large_request_is_a_decode_error(cut: int) -> None:
         wire.parse_infer_request(data[:-cut])
 
 
-def test_group_wire_type_is_a_decode_error() -> None:
+def test_a_group_is_answered_as_protobuf_answers_it_whatever_the_size() -> None:
+    for data in (_request(4).SerializeToString(), _request(BIG).SerializeToString()):
+        grouped = data + b"\xfb\x07\x08\x01\xfc\x07"  # unknown field 127 as a group holding a varint
+        assert wire.parse_infer_request(grouped).message == service_pb2.ModelInferRequest.FromString(grouped)
     with pytest.raises(DecodeError):
-        wire.parse_infer_request(b"\x0b" + b"\x00" * wire.SCAN_THRESHOLD_BYTES)
+        wire.parse_infer_request(b"\x0b" + b"\x00" * wire.SCAN_THRESHOLD_BYTES)  # a group never ended
 
 
 def test_field_number_zero_and_overlong_varints_are_decode_errors_at_once() -> None:

@@ -235,6 +235,37 @@ def test_a_burst_of_pipelined_requests_longer_than_the_head_limit_is_answered_wh
     assert statuses == [200] * count
 
 
+def test_a_head_within_the_limit_is_served_however_its_reads_cut_it(echo_server: Served) -> None:
+    # A read ending inside the request target counted the target twice: a 40 KB head got a 431.
+    head = raw("GET", "/" + "a" * 40_000)
+    for cut in (20_000, 35_000, 40_010):
+        with connect(echo_server.port) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(head[:cut])
+            time.sleep(0.05)
+            sock.sendall(head[cut:])
+            assert Reader(sock).response()[0] == 200, cut
+
+
+def test_a_head_over_the_limit_is_431_even_behind_another_request_in_the_same_read(echo_server: Served) -> None:
+    with connect(echo_server.port) as sock:
+        sock.sendall(raw("GET", "/first") + raw("GET", "/" + "a" * 70_000))
+        reader = Reader(sock)
+        assert reader.response()[0] == 200
+        status, headers, _ = reader.response()
+        assert status == 431 and headers["connection"] == "close"
+
+
+def test_expect_100_continue_in_any_letter_case(echo_server: Served) -> None:
+    with connect(echo_server.port) as sock:
+        sock.sendall(b"POST /expect HTTP/1.1\r\nHost: test\r\nContent-Length: 4\r\nExpect: 100-Continue\r\n\r\n")
+        reader = Reader(sock)
+        assert reader._line() == b"HTTP/1.1 100 Continue" and reader._line() == b""
+        sock.sendall(b"data")
+        status, _, body = reader.response()
+    assert status == 200 and body.endswith(b"\ndata")
+
+
 def test_requests_before_a_malformed_one_are_answered_before_its_400() -> None:
     async def slow_echo(scope: Dict[str, Any], receive: Any, send: Any) -> None:
         await read_all(receive)

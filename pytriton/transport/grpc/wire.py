@@ -15,6 +15,7 @@ from pytriton.core.raw_tensors import Buffer
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
 
 _LENGTH_DELIMITED = 2
+_GROUP_WIRE_TYPES = (3, 4)  # start group, end group
 # Messages shorter than this are parsed by protobuf alone: scanning them in Python costs more than it saves.
 SCAN_THRESHOLD_BYTES = 64 * 1024
 # A message of more fields than this is left to protobuf (C) whole: scanning it field by field in Python would
@@ -108,6 +109,8 @@ def parse_infer_request(data: Buffer) -> InferRequestFrame:
             key, offset = _read_varint(data, offset)
             if key < 8:
                 raise DecodeError("invalid field number 0")
+            if key & 7 in _GROUP_WIRE_TYPES:  # a group (no proto3 field is one): protobuf knows how to skip it
+                return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None)
             value_start, offset = _field_end(data, key, offset)
             if offset > end:
                 raise DecodeError("truncated message")

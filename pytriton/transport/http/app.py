@@ -404,21 +404,43 @@ async def _decompress(body: Body, encoding: str, limit: int) -> bytearray:
         return bytearray(body)
     else:
         raise _HttpError(415, f"unsupported Content-Encoding '{encoding}'")
-    decompressor = zlib.decompressobj(wbits)
     inflated = bytearray()
     pending: Body = body
+    members = 0
+    while True:  # gzip allows several members one after the other (RFC 1952 2.2): each inflates in turn
+        decompressor = zlib.decompressobj(wbits)
+        pending = await _inflate_stream(decompressor, pending, inflated, limit, encoding)
+        if not pending or encoding != "gzip":
+            break
+        members += 1
+        if not members % 1024:  # a body of many tiny members must not hold the loop either
+            await asyncio.sleep(0)
+    if pending:
+        raise _HttpError(400, f"failed to decompress the request body: bytes after the end of the {encoding} stream")
+    return inflated
+
+
+async def _inflate_stream(decompressor: Any, pending: Body, inflated: bytearray, limit: int, encoding: str) -> Body:
+    """Inflate one compressed stream of `pending` onto `inflated`, a step at a time; what follows the stream."""
     try:
         while True:
             inflated += decompressor.decompress(pending, min(INFLATE_STEP_BYTES, limit + 1 - len(inflated)))
+            if len(inflated) > limit:
+                raise _HttpError(413, f"decompressed request body larger than {limit} bytes")
             pending = decompressor.unconsumed_tail
-            if not pending or len(inflated) > limit:
+            if decompressor.eof or not pending:
                 break
             await asyncio.sleep(0)
+        if not decompressor.eof:
+            inflated += decompressor.flush()  # what zlib still held once the input was all taken
+            if len(inflated) > limit:
+                raise _HttpError(413, f"decompressed request body larger than {limit} bytes")
     except zlib.error as error:
         raise _HttpError(400, f"failed to decompress the request body: {error}") from None
-    if len(inflated) > limit or pending:
-        raise _HttpError(413, f"decompressed request body larger than {limit} bytes")
-    return inflated
+    if not decompressor.eof:
+        raise _HttpError(400, f"failed to decompress the request body: the {encoding} stream is truncated")
+    rest: Body = decompressor.unused_data
+    return rest
 
 
 def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:

@@ -73,6 +73,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._head_bytes = 0  # bytes of the unfinished request head received so far
         self._head_began = False  # a request head began in the chunk being parsed
         self._head_lines = 0  # bytes of the target and the whole header lines of the head being parsed
+        self._head_fields = False  # the head being parsed has had a header line (its request line is whole)
+        self._expect_continue = False  # the head being parsed has Expect: 100-continue (any letter case)
         self._declared_length = 0  # the content-length of the request whose head is arriving
         self._chunked_body = False  # the request whose head is arriving has a transfer-encoding
         self._read_buffer = state.read_buffer
@@ -189,7 +191,9 @@ class HttpConnection(asyncio.BufferedProtocol):
                 clock.enter(HEAD, self._limits.header_timeout_s)
             if self._head_began:  # what of the chunk is the head: not the requests before it (pipelined)
                 self._head_began = False
-                partial_line = nbytes - (self._read_buffer.rfind(b"\n", 0, nbytes) + 1)
+                # The line the chunk ends inside, once it is a header line (a request line's target is in
+                # _head_lines already); a header line whole but not handed over yet is counted with the next.
+                partial_line = nbytes - (self._read_buffer.rfind(b"\n", 0, nbytes) + 1) if self._head_fields else 0
                 self._head_bytes = self._head_lines + partial_line
             else:
                 self._head_bytes += nbytes
@@ -237,6 +241,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._wire = HEAD
         self._head_began = True
         self._head_lines = 0
+        self._head_fields = False
+        self._expect_continue = False
         self._url = b""
         self._headers = []
         self._declared_length = 0
@@ -250,11 +256,14 @@ class HttpConnection(asyncio.BufferedProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         """One header (names are lower-cased for the ASGI scope)."""
         self._head_lines += len(name) + len(value) + 4  # ": " and CRLF
+        self._head_fields = True
         name = name.lower()
         if name == b"content-length":
             self._declared_length = int(value) if value.isdigit() else 0  # llhttp refuses a bad one itself
         elif name == b"transfer-encoding":
             self._chunked_body = True
+        elif name == b"expect":
+            self._expect_continue = value.lower() == b"100-continue"  # RFC 9110: case-insensitive
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -263,9 +272,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         headers = self._headers
         keep_alive = parser.should_keep_alive() and not (self._closing or self._state.leaving)
         scope = http_scope(parser, self._url, headers, self._address)
-        cycle = RequestCycle(
-            self, scope, keep_alive=keep_alive, expect_continue=(b"expect", b"100-continue") in headers
-        )
+        cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=self._expect_continue)
         self._receiving = cycle
         self._wire = BODY
         if self._over_cap:
@@ -273,6 +280,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             cycle.refusal = refusal(
                 503, f"the server serves at most {self._limits.max_connections} connections at once"
             )
+        elif self._head_lines > self._limits.max_header_bytes:  # a whole head in a read after others: not seen
+            cycle.keep_alive = False
+            cycle.refusal = refusal(431, f"request line and headers larger than {self._limits.max_header_bytes} bytes")
         elif self._declared_length > self._limits.max_body_bytes:  # refused now, not once the body has come
             cycle.keep_alive = False
             cycle.refusal = refusal(413, f"request body larger than {self._limits.max_body_bytes} bytes")
