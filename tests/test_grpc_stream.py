@@ -285,25 +285,25 @@ def test_aio_client_streams_partials_for_many_requests(triton: Triton) -> None:
     assert seen == {f"aio-{index}": [(index, False), (index + 1, False), (index + 2, False)] for index in range(5)}
 
 
-def test_stream_error_names_its_request(triton: Triton) -> None:
-    request = service_pb2.ModelInferRequest(model_name="partials", id="bad-one")
-    request.inputs.add(name="IN", datatype="FP32", shape=[2])
-    request.raw_input_contents.append(b"\x00" * 8)
+def _one_request_streamed(triton: Triton, model: str, request_id: str, values: int) -> List[Any]:
+    """The answers to a ModelStreamInfer call of one FP32 request of zeros."""
+    request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    request.inputs.add(name="IN", datatype="FP32", shape=[values])
+    request.raw_input_contents.append(b"\x00" * 4 * values)
     with grpc.insecure_channel(grpc_url(triton)) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        (response,) = list(stub.ModelStreamInfer(iter([request]), timeout=TIMEOUT_S))
+        return list(stub.ModelStreamInfer(iter([request]), timeout=TIMEOUT_S))
+
+
+def test_stream_error_names_its_request(triton: Triton) -> None:
+    (response,) = _one_request_streamed(triton, "partials", "bad-one", 2)
     assert "unexpected shape for input 'IN'" in response.error_message
     # As Triton's (side by side with nvidia-pytriton 0.7): a request that never reached its model has its id alone.
     assert response.infer_response == service_pb2.ModelInferResponse(id="bad-one")
 
 
 def test_stream_error_of_the_model_names_the_model_and_ends_the_request(triton: Triton) -> None:
-    request = service_pb2.ModelInferRequest(model_name="mid_error", id="fails-late")
-    request.inputs.add(name="IN", datatype="FP32", shape=[1])
-    request.raw_input_contents.append(b"\x00" * 4)
-    with grpc.insecure_channel(grpc_url(triton)) as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        first, error = list(stub.ModelStreamInfer(iter([request]), timeout=TIMEOUT_S))
+    first, error = _one_request_streamed(triton, "mid_error", "fails-late", 1)
     assert not first.error_message and "broke after the first response" in error.error_message
     answer = error.infer_response
     assert (answer.id, answer.model_name, answer.model_version) == ("fails-late", "mid_error", "1")
