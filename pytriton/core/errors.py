@@ -71,8 +71,7 @@ class InferenceError(Exception):
 
     def for_request(self, request_id: str) -> InferenceError:
         """This error, its message prefixed with the request's id as Triton's core writes it."""
-        error = InferenceError(self.status, f"[request id: {request_id or '<id_unknown>'}] {self.message}", self.reason)
-        return error
+        return InferenceError(self.status, f"[request id: {request_id or '<id_unknown>'}] {self.message}", self.reason)
 
     @classmethod
     def not_found(cls, message: str) -> InferenceError:

@@ -156,7 +156,7 @@ class HttpConnection(asyncio.BufferedProtocol):
                 if end >= 0:
                     head_size = end + 4
                 if self._head_bytes + head_size > limit:
-                    self._refuse(431, f"request line and headers larger than {limit} bytes")
+                    self._refuse(431, _head_too_large(limit))
                     return
             if buffer.find(b"pgrade", 0, head_size) >= 0 or buffer.find(b"PGRADE", 0, head_size) >= 0:
                 data = without_upgrade_header(bytes(data))
@@ -282,7 +282,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             )
         elif self._head_lines > self._limits.max_header_bytes:  # a whole head in a read after others: not seen
             cycle.keep_alive = False
-            cycle.refusal = refusal(431, f"request line and headers larger than {self._limits.max_header_bytes} bytes")
+            cycle.refusal = refusal(431, _head_too_large(self._limits.max_header_bytes))
         elif self._declared_length > self._limits.max_body_bytes:  # refused now, not once the body has come
             cycle.keep_alive = False
             cycle.refusal = refusal(413, f"request body larger than {self._limits.max_body_bytes} bytes")
@@ -546,3 +546,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._reading_paused = False
         transport.resume_reading()
         self._loop.call_later(_LINGER_S, transport.close)
+
+
+def _head_too_large(limit: int) -> str:
+    """The 431's message, for a head refused before it ends or once it is whole."""
+    return f"request line and headers larger than {limit} bytes"
