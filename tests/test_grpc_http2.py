@@ -7,6 +7,7 @@ and the connection closing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import gzip
@@ -28,10 +29,11 @@ from tritonclient.grpc import service_pb2
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
-from pytriton.transport import receive_buffers
+from pytriton.transport import inflate, receive_buffers
 from pytriton.transport.grpc import frames
 from pytriton.transport.grpc.framing import MAX_FRAME
 from pytriton.transport.grpc.headers import encode_block
+from pytriton.transport.grpc.messages import Compressed, MessageReader
 from pytriton.transport.grpc.responses import MAX_GRPC_MESSAGE_BYTES
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 from pytriton.triton import Triton, TritonConfig
@@ -874,6 +876,70 @@ def test_compressed_request_is_served(server, connect, encoding, compress):
     response = client.response(1)
     assert response.grpc_status == "0" and response.output() == values
     assert "grpc-encoding" not in response.headers  # responses are not compressed by default
+
+
+@pytest.mark.parametrize(
+    ("message", "status", "text"),
+    [
+        (
+            gzip.compress(bytes(MESSAGE_LIMIT + 1)),
+            "8",
+            f"Received message larger than max (> {MESSAGE_LIMIT} decompressed)",
+        ),
+        (gzip.compress(infer_request([1.0]), mtime=0)[:-8], "13", "truncated gzip message"),
+        (b"\x1f\x8b not gzip", "13", "cannot decompress a gzip message"),
+    ],
+    ids=["over the limit", "truncated", "not gzip"],
+)
+def test_a_compressed_message_that_cannot_be_inflated_ends_its_call(server, connect, message, status, text):
+    client = connect(server)
+    client.send_headers(1, request_headers(grpc_encoding="gzip"))
+    client.send_data(1, grpc_message(message, flag=1))
+    response = client.response(1)
+    assert response.grpc_status == status and text in response.trailers["grpc-message"]
+    assert client.infer([1.0]).output() == [1.0]
+
+
+def test_compressed_stream_requests_are_inflated(server, connect):
+    client = connect(server)
+    stream = client.new_stream()
+    client.send_headers(
+        stream, request_headers(path="/inference.GRPCInferenceService/ModelStreamInfer", grpc_encoding="gzip")
+    )
+    messages = grpc_message(gzip.compress(infer_request([1.0, 2.0])), flag=1) + grpc_message(infer_request([3.0]))
+    client.send_data(stream, messages)
+    response = client.response(stream)
+    assert response.grpc_status == "0"
+    outputs = [service_pb2.ModelStreamInferResponse.FromString(body).infer_response for _, body in response.messages()]
+    assert [np.frombuffer(out.raw_output_contents[0], np.float32).tolist() for out in outputs] == [[1.0, 2.0], [3.0]]
+
+
+def test_a_compressed_message_is_inflated_by_its_call_a_step_at_a_time():
+    # Inflated where it arrived, in the frame reader, one message of a few KiB inflating to the message limit
+    # (2 GiB by default) held every call of the server until zlib was done.
+    size = 3 * inflate.STEP_BYTES + 5
+    reader = MessageReader("gzip", 2**30)
+    (message,) = reader.feed(grpc_message(gzip.compress(bytes(size)), flag=1))
+    assert isinstance(message, Compressed)  # the reader leaves it to the call
+    turns = 0
+
+    async def other_call() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    async def main() -> Any:
+        other = asyncio.ensure_future(other_call())
+        await asyncio.sleep(0)
+        before = turns
+        inflated = await message.inflated()
+        other.cancel()
+        assert turns - before >= 3  # the loop ran between the steps
+        return inflated
+
+    inflated = asyncio.run(main())
+    assert isinstance(inflated, memoryview) and inflated == bytes(size)
 
 
 def test_unsupported_request_encoding_is_unimplemented(server, connect):

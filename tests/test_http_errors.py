@@ -12,6 +12,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.transport import inflate
 from pytriton.transport.http import app
 from pytriton.triton import Triton
 from tests.http_helpers import post_json, request
@@ -344,7 +345,7 @@ def test_sequence_parameters_are_taken_and_ignored_and_checked(server):
 
 def test_a_compressed_body_is_inflated_a_step_at_a_time_letting_the_loop_serve_others():
     # One 33 KB request inflating to 64 MiB held every other connection for half a second.
-    body = gzip.compress(bytes(3 * app.INFLATE_STEP_BYTES + 5))
+    body = gzip.compress(bytes(3 * inflate.STEP_BYTES + 5))
     turns = 0
 
     async def other_client() -> None:
@@ -362,7 +363,7 @@ def test_a_compressed_body_is_inflated_a_step_at_a_time_letting_the_loop_serve_o
         assert turns - before >= 3  # the loop ran between the steps
         return inflated
 
-    assert asyncio.run(main()) == bytes(3 * app.INFLATE_STEP_BYTES + 5)
+    assert asyncio.run(main()) == bytes(3 * inflate.STEP_BYTES + 5)
 
 
 _GOOD_BYTES = json.dumps(GOOD).encode()
@@ -387,8 +388,8 @@ def test_a_compressed_body_with_bytes_after_its_end_is_refused_and_ends():
     # Past its first step, the rest of such a body came back as unconsumed input for ever: the request spun a
     # core and grew without end.
     for encoding, body in (
-        ("deflate", zlib.compress(bytes(2 * app.INFLATE_STEP_BYTES)) + b"x"),
-        ("gzip", gzip.compress(bytes(2 * app.INFLATE_STEP_BYTES)) + b"x"),  # read as a next member, cut short
+        ("deflate", zlib.compress(bytes(2 * inflate.STEP_BYTES)) + b"x"),
+        ("gzip", gzip.compress(bytes(2 * inflate.STEP_BYTES)) + b"x"),  # read as a next member, cut short
     ):
         with pytest.raises(app._HttpError, match=r"bytes after the end of the deflate stream|stream is truncated"):
             asyncio.run(asyncio.wait_for(app._decompress(body, encoding, 2**30), 10))

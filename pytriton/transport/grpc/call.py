@@ -14,7 +14,7 @@ from pytriton.core.raw_tensors import Buffer
 from pytriton.core.waiters import wake
 from pytriton.transport.grpc.flow import STREAM_WINDOW
 from pytriton.transport.grpc.headers import Header
-from pytriton.transport.grpc.messages import MessageError, MessageReader
+from pytriton.transport.grpc.messages import Compressed, Message, MessageError, MessageReader
 from pytriton.transport.grpc.streams import HALF_CLOSED_LOCAL, OPEN
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class GrpcCall:
         self._headers = headers
         self._reader = reader
         self._metadata: Optional[Metadata] = None
-        self._inbox: Deque[Buffer] = deque()  # request messages not yet taken by a streaming handler
+        self._inbox: Deque[Message] = deque()  # request messages not yet taken by a streaming handler
         self._inbox_error: Optional[MessageError] = None
         self._waiter: Optional[asyncio.Future[None]] = None
         self.state = OPEN  # of the HTTP/2 stream (streams.py), moved by the session
@@ -144,7 +144,7 @@ class GrpcCall:
         reader = self._reader
         try:
             if in_place:
-                messages: Optional[List[Buffer]] = reader.filled(length)
+                messages: Optional[List[Message]] = reader.filled(length)
             elif not size:
                 messages = None
             else:
@@ -256,11 +256,13 @@ class GrpcCall:
 
     # -- running the handler --------------------------------------------------------------------
 
-    async def _unary(self, request: Buffer) -> None:
-        """Run the handler on the request message, send its response and the status."""
+    async def _unary(self, request: Message) -> None:
+        """Run the handler on the request message (inflated first when compressed), send its response and the status."""
         method = self.method
-        self.request_memory = request.obj if isinstance(request, memoryview) else request
         try:
+            if isinstance(request, Compressed):
+                request = await request.inflated()
+            self.request_memory = request.obj if isinstance(request, memoryview) else request
             response = await method.behaviour(method.deserialize(request), self)
             parts, size = method.serialize(response)
             self.session.send_unary_response(self, parts, size)
@@ -296,6 +298,8 @@ class GrpcCall:
                 message = inbox.popleft()
                 if not inbox and self.held:
                     self._consume_held()  # the inbox is empty: the client may send more
+                if isinstance(message, Compressed):
+                    message = await message.inflated()
                 yield deserialize(message)
             if self._inbox_error is not None:
                 raise self._inbox_error

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Union
 
 import grpc
 
 from pytriton.core.raw_tensors import Buffer
+from pytriton.transport.inflate import Failure, InflateError, inflate
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
 _PREFIX = struct.Struct(">BI")
@@ -65,14 +66,14 @@ class MessageReader:
         self._message = None
         self._prefix = b""
 
-    def feed(self, data: Buffer) -> List[Buffer]:
+    def feed(self, data: Buffer) -> List[Message]:
         """The messages completed by `data`."""
         size = len(data)
         if self._message is None and not self._prefix and size >= PREFIX_SIZE:
             flag, length = _PREFIX.unpack_from(data)
             if length == size - PREFIX_SIZE:  # the usual case: one whole message in one DATA frame
                 return [self._whole(flag, length, bytes(data[PREFIX_SIZE:]))]
-        messages: List[Buffer] = []
+        messages: List[Message] = []
         position = 0
         while True:
             message = self._message
@@ -101,9 +102,9 @@ class MessageReader:
             body: Buffer = message if filled >= SCATTER_BYTES else message.tobytes()
             messages.append(self._whole(self._flag, filled, body))
 
-    def feed_pieces(self, pieces: Sequence[Buffer]) -> List[Buffer]:
+    def feed_pieces(self, pieces: Sequence[Buffer]) -> List[Message]:
         """The messages completed by `pieces` (consecutive DATA payloads of the call; one alone goes to `feed`)."""
-        messages: List[Buffer] = []
+        messages: List[Message] = []
         message, filled = self._message, self._filled
         for piece in pieces:
             size = len(piece)
@@ -125,7 +126,7 @@ class MessageReader:
         filled = self._filled
         return message[filled : min(len(message), filled + limit)]
 
-    def filled(self, length: int) -> List[Buffer]:
+    def filled(self, length: int) -> List[Message]:
         """`length` bytes were written into the room `room` gave: the message, once it is whole."""
         message = self._message
         assert message is not None, "bytes read in place with no message under way"
@@ -142,8 +143,8 @@ class MessageReader:
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max ({length} vs. {self._limit})"
             )
 
-    def _whole(self, flag: int, length: int, payload: Buffer) -> Buffer:
-        """A message's bytes, decompressed when its flag says it is compressed."""
+    def _whole(self, flag: int, length: int, payload: Buffer) -> Message:
+        """A message's bytes, or a `Compressed` one (inflated by its call's task) when its flag says so."""
         if not flag:
             self._check_size(length)
             return payload
@@ -152,20 +153,51 @@ class MessageReader:
         if self._encoding is None:
             raise MessageError(grpc.StatusCode.INTERNAL, "compressed message without a grpc-encoding")
         self._check_size(length)
-        inflater = zlib.decompressobj(_WBITS[self._encoding])
+        return Compressed(payload, self._encoding, self._limit)
+
+
+class Compressed:
+    """A whole message still compressed: its call inflates it (`inflated`), a step at a time, off the frame reader.
+
+    Inflated where it arrives, a small message that inflates to the limit (2 GiB by default) would hold
+    the loop, and every other call of the server, for as long as zlib takes.
+    """
+
+    __slots__ = ("_encoding", "_limit", "_payload")
+
+    def __init__(self, payload: Buffer, encoding: str, limit: int) -> None:
+        """A message of `payload` compressed with `encoding`, no larger than `limit` once inflated."""
+        self._payload = payload
+        self._encoding = encoding
+        self._limit = limit
+
+    async def inflated(self) -> Buffer:
+        """The message's bytes (a view of them when they are SCATTER_BYTES or more, as for those not compressed).
+
+        Raises:
+            MessageError: INTERNAL when the bytes are not a stream of the encoding or it is truncated,
+                RESOURCE_EXHAUSTED when the message inflates past the limit.
+        """
         try:
-            message = inflater.decompress(payload, self._limit + 1)
-        except zlib.error as error:
+            message, _ = await inflate(self._payload, _WBITS[self._encoding], self._limit, name=self._encoding)
+        except InflateError as error:
+            if error.failure is Failure.TOO_LARGE:
+                raise MessageError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Received message larger than max (> {self._limit} decompressed)",
+                ) from None
+            if error.failure is Failure.TRUNCATED:
+                raise MessageError(grpc.StatusCode.INTERNAL, f"truncated {self._encoding} message") from None
             raise MessageError(
-                grpc.StatusCode.INTERNAL, f"cannot decompress a {self._encoding} message: {error}"
+                grpc.StatusCode.INTERNAL, f"cannot decompress a {self._encoding} message: {error.detail}"
             ) from None
-        if len(message) > self._limit:
-            raise MessageError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, f"Received message larger than max (> {self._limit} decompressed)"
-            )
-        if not inflater.eof:
-            raise MessageError(grpc.StatusCode.INTERNAL, f"truncated {self._encoding} message")
-        return message
+        finally:
+            self._payload = b""  # the compressed bytes (possibly a receive buffer) are not needed any more
+        return memoryview(message) if len(message) >= SCATTER_BYTES else bytes(message)
+
+
+# A whole request message as the reader hands it to its call.
+Message = Union[Buffer, Compressed]
 
 
 def request_encoding(value: Optional[bytes]) -> Optional[str]:

@@ -31,10 +31,9 @@ from pytriton.transport.http.responses import (
     send_error,
     send_json,
 )
+from pytriton.transport.inflate import Failure, InflateError, inflate
 
 LOGGER = logging.getLogger(__name__)
-# How much of a compressed request body is inflated before the loop serves the other clients again.
-INFLATE_STEP_BYTES = 4 * 2**20
 
 _MODEL_ACTIONS = {
     "": "GET",
@@ -390,11 +389,7 @@ async def _read_body(receive: Receive, limit: int) -> Body:
 
 
 async def _decompress(body: Body, encoding: str, limit: int) -> bytearray:
-    """Undo a gzip or deflate (zlib) Content-Encoding, refusing more than `limit` bytes.
-
-    It inflates INFLATE_STEP_BYTES at a time and lets the loop serve the other clients in between: a 33 KB
-    request inflating to 64 MiB held every other connection for half a second.
-    """
+    """Undo a gzip or deflate (zlib) Content-Encoding, a step at a time (transport/inflate.py), up to `limit` bytes."""
     encoding = encoding.strip().lower()
     if encoding == "gzip":
         wbits = 16 + zlib.MAX_WBITS
@@ -404,43 +399,15 @@ async def _decompress(body: Body, encoding: str, limit: int) -> bytearray:
         return bytearray(body)
     else:
         raise _HttpError(415, f"unsupported Content-Encoding '{encoding}'")
-    inflated = bytearray()
-    pending: Body = body
-    members = 0
-    while True:  # gzip allows several members one after the other (RFC 1952 2.2): each inflates in turn
-        decompressor = zlib.decompressobj(wbits)
-        pending = await _inflate_stream(decompressor, pending, inflated, limit, encoding)
-        if not pending or encoding != "gzip":
-            break
-        members += 1
-        if not members % 1024:  # a body of many tiny members must not hold the loop either
-            await asyncio.sleep(0)
-    if pending:
+    try:
+        inflated, end = await inflate(body, wbits, limit, members=encoding == "gzip", name=encoding)
+    except InflateError as error:
+        if error.failure is Failure.TOO_LARGE:
+            raise _HttpError(413, f"decompressed request body larger than {limit} bytes") from None
+        raise _HttpError(400, f"failed to decompress the request body: {error.detail}") from None
+    if end < len(body):
         raise _HttpError(400, f"failed to decompress the request body: bytes after the end of the {encoding} stream")
     return inflated
-
-
-async def _inflate_stream(decompressor: Any, pending: Body, inflated: bytearray, limit: int, encoding: str) -> Body:
-    """Inflate one compressed stream of `pending` onto `inflated`, a step at a time; what follows the stream."""
-    try:
-        while True:
-            inflated += decompressor.decompress(pending, min(INFLATE_STEP_BYTES, limit + 1 - len(inflated)))
-            if len(inflated) > limit:
-                raise _HttpError(413, f"decompressed request body larger than {limit} bytes")
-            pending = decompressor.unconsumed_tail
-            if decompressor.eof or not pending:
-                break
-            await asyncio.sleep(0)
-        if not decompressor.eof:
-            inflated += decompressor.flush()  # what zlib still held once the input was all taken
-            if len(inflated) > limit:
-                raise _HttpError(413, f"decompressed request body larger than {limit} bytes")
-    except zlib.error as error:
-        raise _HttpError(400, f"failed to decompress the request body: {error}") from None
-    if not decompressor.eof:
-        raise _HttpError(400, f"failed to decompress the request body: the {encoding} stream is truncated")
-    rest: Body = decompressor.unused_data
-    return rest
 
 
 def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
