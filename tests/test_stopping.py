@@ -22,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.client import DecoupledModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.runtime import server as server_module
 from pytriton.triton import Triton
 from tests.conftest import running_triton
 from tests.http_helpers import post_json
@@ -251,3 +252,29 @@ def test_stop_ends_a_hung_stream_with_an_error_over_sse_and_grpc() -> None:
         assert first == [2.0] and "stopped before the request was served" in error
         stopper.join(WAIT_S)
         assert not stopper.is_alive()
+
+
+def test_a_stop_that_overruns_is_given_up_and_logs_where_it_waits(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A stop waiting on something that never ends (a frontend that will not close, here) must not keep the
+    # process from exiting: past its lame duck, exit_timeout_secs and OVERRUN_S it is given up, and the log says
+    # where it waited.
+    def bind(triton: Triton) -> None:
+        tensor = Tensor(name="x", dtype=np.float32, shape=(1,))
+        triton.bind("echo", lambda x: {"x": x}, inputs=[tensor], outputs=[tensor])
+
+    monkeypatch.setattr(server_module, "OVERRUN_S", 0.5)
+    with running_triton(bind, exit_timeout_secs=1, allow_metrics=False, allow_grpc=False) as triton:
+        close_ports = triton._runtime._close_ports
+
+        async def never_closes() -> None:
+            await close_ports()
+            await asyncio.Event().wait()
+
+        monkeypatch.setattr(triton._runtime, "_close_ports", never_closes)
+        started = time.monotonic()
+        triton.stop()
+        assert time.monotonic() - started < WAIT_S
+    assert "stopping: not done 2 s after it began; closing anyway" in caplog.text
+    assert "in never_closes" in caplog.text  # the stuck task's await chain

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import gc
 import logging
@@ -22,7 +23,7 @@ from pytriton.options.server import ServerOptions
 from pytriton.runtime.logging_setup import use_default_logging
 from pytriton.runtime.loop_thread import LoopThread
 from pytriton.runtime.startup_line import model_line, startup_line
-from pytriton.runtime.stopping import StopSequence
+from pytriton.runtime.stopping import OVERRUN_S, StopSequence, where_stuck
 from pytriton.runtime.tracing import Tracing
 from pytriton.transport.sockets import bind_socket, bound_port
 
@@ -294,8 +295,15 @@ class ServerRuntime:
         """Graceful stop: refuse new requests, finish in-flight ones (exit_timeout_secs), close ports."""
         started = time.monotonic()
         if self._loop.alive:
+            budget_s = self.options.limits.lame_duck_s + self.options.exit_timeout_s + OVERRUN_S
             try:
-                self._loop.run(self._stop())
+                self._loop.run(self._stop(), timeout=budget_s)
+            except concurrent.futures.TimeoutError:
+                LOGGER.error(
+                    "stopping: not done %.0f s after it began; closing anyway. Where it waits:\n%s",
+                    budget_s,
+                    where_stuck(self._loop.loop),
+                )
             finally:
                 self._loop.stop()
         self.tracing.shutdown()

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
 import time
-from typing import Awaitable, Callable, Optional, Sequence
+import traceback
+from typing import Any, Awaitable, Callable, List, Optional, Sequence
 
 from pytriton.core.engine import Engine
 from pytriton.runtime.lame_duck import Leaving, lame_duck
@@ -28,6 +31,9 @@ from pytriton.runtime.lame_duck import Leaving, lame_duck
 LOGGER = logging.getLogger("pytriton")
 
 PROGRESS_PERIOD_S = 5.0
+# How long a stop may run past its lame duck and exit_timeout_secs (the frontends' grace, instance processes
+# killed at the deadline) before the caller gives up waiting on it and logs where it is stuck.
+OVERRUN_S = 10.0
 
 
 class StopSequence:
@@ -129,3 +135,33 @@ class StopSequence:
         queued, running = self._engine.open_requests()
         total = queued + running
         return f"{total} request{'' if total == 1 else 's'} ({running} running, {queued} queued)"
+
+
+def where_stuck(loop: asyncio.AbstractEventLoop) -> str:
+    """The stacks of every thread and of the loop's pending tasks, for the log of a stop that overran.
+
+    Read from another thread while the loop may still run: good enough to show where a stop waits.
+    """
+    lines: List[str] = []
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    for ident, frame in sys._current_frames().items():
+        lines.append(f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}")
+    try:
+        tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    except RuntimeError:  # the set changed while it was read
+        tasks = []
+    for task in tasks:
+        lines.append(f"task {task.get_name()}, awaiting:\n{_awaits(task.get_coro())}")
+    return "\n".join(lines)
+
+
+def _awaits(coroutine: Any) -> str:
+    """Where a suspended coroutine waits: the chain of coroutines it awaits, outermost first."""
+    lines: List[str] = []
+    while coroutine is not None and getattr(coroutine, "cr_frame", None) is not None:
+        frame = coroutine.cr_frame
+        lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        coroutine = coroutine.cr_await
+    if coroutine is not None:
+        lines.append(f"  {coroutine!r}")
+    return "\n".join(lines)
