@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,10 +17,12 @@ from pytriton.client import exceptions as errors
 from pytriton.client._config import parse_model_config
 from pytriton.client._errors import client_error
 from pytriton.client._polling import Deadline, Pause, Probe, readiness_plan
+from pytriton.client._request import name_inputs
 from pytriton.client._state import ModelRef
 from pytriton.client._stream import stream_outputs, stream_request
 from pytriton.client.client import DEFAULT_INFERENCE_TIMEOUT_S
 from pytriton.client.utils import ModelState, TritonUrl, create_client_from_url, get_model_state
+from pytriton.model_config.parser import ModelConfigParser
 
 
 @pytest.mark.parametrize(
@@ -113,9 +116,54 @@ def test_grpc_style_config_with_defaults_left_out() -> None:
     assert config.inputs is not None and config.outputs is not None
     assert (config.inputs[0].dtype, config.inputs[0].shape) == (np.bytes_, (-1,))
     assert [spec.dtype for spec in config.outputs] == [np.bool_, np.float16]
+    assert config.outputs[0].dtype is np.dtype("bool")  # an np.dtype, as nvidia-pytriton's parser gives it
     assert config.outputs[1].shape == (2, 3) and config.outputs[1].optional
     assert config.batcher is not None and config.batcher.default_queue_policy is not None
     assert config.batcher.default_queue_policy.max_queue_size == 2
+
+
+def test_model_config_parser_reads_a_dict_and_a_config_pbtxt(tmp_path: Path) -> None:
+    config_path = tmp_path / "config.pbtxt"
+    config_path.write_text(
+        'name: "m"\nmax_batch_size: 8\n'
+        'input { name: "a" data_type: TYPE_FP32 dims: [ -1 ] }\n'
+        'output { name: "b" data_type: TYPE_BOOL dims: [ 1 ] }\n'
+        "dynamic_batching { max_queue_delay_microseconds: 100 }\n"
+    )
+    from_file = ModelConfigParser.from_file(config_path=config_path)
+    assert (from_file.model_name, from_file.max_batch_size, from_file.batching) == ("m", 8, True)
+    assert from_file.batcher is not None and from_file.batcher.max_queue_delay_microseconds == 100
+    assert from_file.inputs is not None and from_file.outputs is not None
+    assert (from_file.inputs[0].dtype, from_file.inputs[0].shape) == (np.float32, (-1,))
+    assert from_file.outputs[0].dtype == np.dtype("bool")
+    from_dict = ModelConfigParser.from_dict(
+        {"name": "n", "input": [{"name": "x", "data_type": "TYPE_INT8", "dims": [2]}]}
+    )
+    assert from_dict.model_name == "n" and from_dict.inputs is not None and from_dict.inputs[0].dtype == np.int8
+
+
+def test_inputs_are_named_and_checked_as_nvidia_pytriton_does(caplog: pytest.LogCaptureFixture) -> None:
+    config = parse_model_config({"name": "m", "input": [{"name": "a", "data_type": "TYPE_FP32", "dims": [1]}]})
+    one = np.zeros(1, np.float32)
+    assert list(name_inputs(config, (one, one), {})) == ["a"]  # the extra one is dropped, as NVIDIA drops it
+    assert "model m has 1 inputs, but 2 were given" in caplog.text
+    for text in (np.array(["x"]), np.array(["x"], dtype=object)):
+        with pytest.raises(RuntimeError) as raised:  # NVIDIA's type for it
+            name_inputs(config, (text,), {})
+        assert isinstance(raised.value, errors.PyTritonClientValueError)
+
+
+def test_importing_the_client_package_gives_its_submodules_as_nvidia_pytriton_does() -> None:
+    script = (
+        "import pytriton.client\n"
+        "assert pytriton.client.exceptions.PyTritonClientTimeoutError\n"
+        "assert pytriton.client.utils.DEFAULT_HTTP_PORT == 8000 and pytriton.client.utils.DEFAULT_GRPC_PORT == 8001\n"
+        "assert pytriton.client.utils.ModelConfigParser and pytriton.client.utils.InferenceServerException\n"
+        "assert pytriton.client.asyncio_utils and pytriton.client.warnings.NotSupportedTimeoutWarning\n"
+        "from pytriton.client.client import PyTritonClientTimeoutError, TritonUrl, wait_for_model_ready\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
 
 
 def test_readiness_plan_probes_the_server_then_the_model_until_the_deadline() -> None:

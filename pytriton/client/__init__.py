@@ -32,8 +32,14 @@ _MODULES = {
 }
 
 
+# Submodules nvidia-pytriton's `import pytriton.client` makes attributes (it imports them all at once).
+_SUBMODULES = ("asyncio_utils", "auth", "client", "exceptions", "utils", "warnings")
+
+
 def __getattr__(name: str) -> Any:
-    """Import a client class when it is first used."""
+    """Import a client class, or a submodule, when it is first used."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     if name not in _MODULES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(_MODULES[name]), name)

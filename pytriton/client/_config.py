@@ -51,14 +51,14 @@ def _parse_tensor(tensor: Mapping[str, Any]) -> TensorSpec:
 
 
 def _numpy_type(data_type: str) -> Any:
-    """TYPE_FP32 -> np.float32; TYPE_STRING -> np.bytes_; TYPE_BOOL -> np.bool_."""
+    """TYPE_FP32 -> np.float32; TYPE_STRING -> np.bytes_; TYPE_BOOL -> np.dtype("bool")."""
     name = data_type[len("TYPE_") :] if data_type.startswith("TYPE_") else data_type
     if name == "STRING":
         return np.bytes_
     dtype = triton_to_np_dtype(name)
     if dtype is None:
         raise PyTritonClientInferenceServerError(f"Unsupported data type {data_type!r} in the model config")
-    return np.bool_ if dtype is bool else dtype
+    return np.dtype("bool") if dtype is bool else dtype  # as nvidia-pytriton's parser gives it
 
 
 def _parse_batcher(batcher: Mapping[str, Any]) -> DynamicBatcher:

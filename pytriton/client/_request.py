@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from types import ModuleType
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -11,6 +12,8 @@ from tritonclient.utils import np_to_triton_dtype
 
 from pytriton.client.exceptions import PyTritonClientModelDoesntSupportBatchingError, PyTritonClientValueError
 from pytriton.model_config.triton_model_config import TritonModelConfig
+
+LOGGER = logging.getLogger("pytriton.client")
 
 Parameters = Dict[str, Union[str, int, bool]]
 Arrays = Dict[str, np.ndarray]
@@ -55,18 +58,28 @@ def check_call(
                 raise PyTritonClientValueError("Parameter/header value must be a string, integer or boolean")
 
 
+class UnsupportedArrayError(PyTritonClientValueError, RuntimeError):
+    """An array the protocol cannot carry as it is (unicode text): nvidia-pytriton raises RuntimeError for it."""
+
+
 def name_inputs(config: TritonModelConfig, inputs: Tuple[Any, ...], named_inputs: Mapping[str, Any]) -> Arrays:
     """Inputs by name (positional ones follow the config's order), each checked to be a supported array.
 
+    Positional inputs past the model's are dropped, with a warning, as nvidia-pytriton drops them.
+
     Raises:
-        PyTritonClientValueError: if there are more positional inputs than model inputs,
-            or an input is not a numpy array of a supported type.
+        PyTritonClientValueError: if an input is not a numpy array of a supported type (a unicode or
+            non-bytes object array is also a RuntimeError, which nvidia-pytriton raises for it).
     """
     if inputs:
         names = [spec.name for spec in config.inputs or []]
-        if len(inputs) > len(names):
-            raise PyTritonClientValueError(
-                f"Model {config.model_name} has {len(names)} inputs, but {len(inputs)} were given"
+        if len(inputs) > len(names):  # nvidia-pytriton drops the extra ones without a word: dropped, and said
+            LOGGER.warning(
+                "model %s has %d inputs, but %d were given: the last %d are not sent",
+                config.model_name,
+                len(names),
+                len(inputs),
+                len(inputs) - len(names),
             )
         named = dict(zip(names, inputs))
     else:
@@ -81,13 +94,13 @@ def _check_array(name: str, array: Any) -> None:
     if not isinstance(array, np.ndarray):
         raise PyTritonClientValueError(f"Input {name} is not a numpy array. Got {type(array)} instead.")
     if array.dtype.type == np.str_:
-        raise PyTritonClientValueError(
+        raise UnsupportedArrayError(
             f"Unicode inputs are not supported. Encode numpy array for {name!r} input "
             "(ex. with np.char.encode(array, 'utf-8'))."
         )
     if array.dtype == np.object_ and array.size and not isinstance(array.reshape(-1)[0], bytes):
         element = type(array.reshape(-1)[0])
-        raise PyTritonClientValueError(
+        raise UnsupportedArrayError(
             f"Numpy array for {name!r} input with dtype=object should contain encoded strings "
             f"(e.g. into utf-8). Element type: {element}"
         )

@@ -14,6 +14,19 @@ from pytriton.client._decoupled import DecoupledModelClient
 from pytriton.client._futures import FuturesModelClient
 from pytriton.client._sync import ModelClient
 
+# What nvidia-pytriton's client module imports, and code written for it may import from there.
+from pytriton.client.exceptions import (
+    PyTritonClientClosedError,
+    PyTritonClientInferenceServerError,
+    PyTritonClientModelDoesntSupportBatchingError,
+    PyTritonClientQueueFullError,
+    PyTritonClientTimeoutError,
+    PyTritonClientValueError,
+)
+from pytriton.client.utils import TritonUrl, get_model_config, wait_for_model_ready, wait_for_server_ready
+from pytriton.client.warnings import NotSupportedTimeoutWarning
+from pytriton.model_config.triton_model_config import TritonModelConfig
+
 __all__ = [
     "DEFAULT_INFERENCE_TIMEOUT_S",
     "AsyncioDecoupledModelClient",
@@ -22,4 +35,16 @@ __all__ = [
     "DecoupledModelClient",
     "FuturesModelClient",
     "ModelClient",
+    "NotSupportedTimeoutWarning",
+    "PyTritonClientClosedError",
+    "PyTritonClientInferenceServerError",
+    "PyTritonClientModelDoesntSupportBatchingError",
+    "PyTritonClientQueueFullError",
+    "PyTritonClientTimeoutError",
+    "PyTritonClientValueError",
+    "TritonModelConfig",
+    "TritonUrl",
+    "get_model_config",
+    "wait_for_model_ready",
+    "wait_for_server_ready",
 ]

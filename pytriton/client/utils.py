@@ -6,14 +6,34 @@ from typing import Any, Optional
 
 import tritonclient.grpc
 import tritonclient.http
+from grpc import RpcError
+from tritonclient.utils import InferenceServerException
 
+from pytriton.client._polling import DEFAULT_MODEL_READY_TIMEOUT_S, DEFAULT_SERVER_READY_TIMEOUT_S
 from pytriton.client._readiness import get_model_config, get_model_state, wait_for_model_ready, wait_for_server_ready
 from pytriton.client._state import LATEST_MODEL_VERSION, ModelState, parse_grpc_response, parse_http_response
 from pytriton.client._url import TritonUrl
+from pytriton.client.exceptions import PyTritonClientInvalidUrlError, PyTritonClientTimeoutError
+from pytriton.client.warnings import NotSupportedTimeoutWarning
+from pytriton.constants import DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT
+from pytriton.model_config.parser import ModelConfigParser
+
+# nvidia-pytriton's names for the default timeouts, which its client modules import from here.
+_DEFAULT_NETWORK_TIMEOUT_S = 60.0
+_DEFAULT_WAIT_FOR_SERVER_READY_TIMEOUT_S = DEFAULT_SERVER_READY_TIMEOUT_S
+_DEFAULT_WAIT_FOR_MODEL_TIMEOUT_S = DEFAULT_MODEL_READY_TIMEOUT_S
 
 __all__ = [
+    "DEFAULT_GRPC_PORT",
+    "DEFAULT_HTTP_PORT",
     "LATEST_MODEL_VERSION",
+    "InferenceServerException",
+    "ModelConfigParser",
     "ModelState",
+    "NotSupportedTimeoutWarning",
+    "PyTritonClientInvalidUrlError",
+    "PyTritonClientTimeoutError",
+    "RpcError",
     "TritonUrl",
     "create_client_from_url",
     "get_model_config",
