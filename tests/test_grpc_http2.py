@@ -29,12 +29,15 @@ from tritonclient.grpc import service_pb2
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
+from pytriton.options.server import GrpcKeepalive
 from pytriton.transport import inflate, receive_buffers
 from pytriton.transport.grpc import frames
+from pytriton.transport.grpc.connection import LEAST_READ_BYTES, GrpcConnection
 from pytriton.transport.grpc.framing import MAX_FRAME
 from pytriton.transport.grpc.headers import encode_block
 from pytriton.transport.grpc.messages import Compressed, MessageReader
 from pytriton.transport.grpc.responses import MAX_GRPC_MESSAGE_BYTES
+from pytriton.transport.grpc.server import GrpcServerState
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 from pytriton.triton import Triton, TritonConfig
 from tests.h2_wire import (
@@ -76,6 +79,7 @@ from tests.h2_wire import (
     request_headers,
     settings_payload,
 )
+from tests.test_grpc_h2_differential import RecordingTransport
 
 # How long the gate model holds a call unless released (far longer than any test's expectations).
 GATE_HOLD_S = 20.0
@@ -823,6 +827,34 @@ def test_a_connection_of_tiny_frames_does_not_hold_up_the_others(server, connect
     assert slowest < 0.5, f"a call waited {slowest:.3f} s behind the flood"
     flooder.close()
     sending.join(READ_S)
+
+
+def test_the_reads_after_one_whose_frames_took_long_are_smaller_until_reads_are_cheap_again():
+    # The turn budget is checked between reads, and one 256 KiB read of 13-byte frames is ~20 ms of Python: the
+    # reads after such a read take less, so that the other connections wait about a budget, not a read.
+    loop = asyncio.new_event_loop()
+    try:
+        state = GrpcServerState({}, ServerLimits(), keepalive=GrpcKeepalive(), compression_level=0)
+        connection = GrpcConnection(state, loop)
+        connection.connection_made(RecordingTransport())  # type: ignore[arg-type]
+
+        def read(data: bytes) -> None:
+            buffer = connection.get_buffer(-1)
+            assert len(buffer) >= len(data)
+            buffer[: len(data)] = data
+            connection.buffer_updated(len(data))
+
+        full = len(connection.get_buffer(-1))
+        read(PREFACE + pack_frame(SETTINGS, 0, 0))
+        tiny = pack_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1))
+        read(tiny * (full // len(tiny)))
+        assert LEAST_READ_BYTES <= len(connection.get_buffer(-1)) <= full // 4
+        for _ in range(8):
+            read(tiny)
+        assert len(connection.get_buffer(-1)) == full
+        assert not connection.session.closed
+    finally:
+        loop.close()
 
 
 def _buffers_in_use() -> Set[int]:

@@ -31,9 +31,15 @@ _LINGER_S = 2.0
 # Loop time one connection may take in reads that follow each other before it lets the others go first. A
 # client of tiny frames (a few bytes of DATA or WINDOW_UPDATE each, ~0.7 us of Python a frame) otherwise held
 # the loop for as long as libuv read for it in one turn: up to 32 reads of 256 KiB, about 0.4 s.
-TURN_BUDGET_S = 0.005
+TURN_BUDGET_S = 0.002
 # Reads closer than this to the previous one's end are the same turn's (libuv reads on while the buffer fills).
 _SAME_TURN_S = 0.0002
+# The turn budget is checked between reads, and one 256 KiB read of 13-byte frames is ~20 ms of Python: a read
+# whose handling took longer than READ_COST_S makes the next ones smaller in proportion (LEAST_READ_BYTES at
+# least), so that the others wait about a budget, not a whole read's worth. Large messages never come near it:
+# a 256 KiB read of their DATA is ~0.1 ms.
+READ_COST_S = 0.0005
+LEAST_READ_BYTES = 16 * 1024
 
 
 class GrpcConnection(asyncio.BufferedProtocol):
@@ -66,6 +72,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._last_read = 0.0  # when the handling of this connection's last read ended (perf_counter)
         self._busy = 0.0  # the loop time its reads took since they began following each other
         self._yielding = False  # it stopped reading for the rest of the turn
+        self._read_limit: Optional[int] = None  # the most a read of the shared buffer takes (None: all of it)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -106,7 +113,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         target = self._reader.next_read()
         if target is None:
             self._in_place = False
-            return self._read_view
+            return self._read_view if self._read_limit is None else self._read_view[: self._read_limit]
         if isinstance(target, int):  # a frame header alone
             self._in_place = False
             return self._read_view[:target]
@@ -132,6 +139,11 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._fail(h2.COMPRESSION_ERROR, f"invalid header block: {error}")
         finally:
             self._reading = False
+        handled = perf_counter() - started
+        if handled > READ_COST_S:
+            self._read_limit = max(int(nbytes * READ_COST_S / handled), LEAST_READ_BYTES)
+        elif self._read_limit is not None:
+            self._read_limit = None if self._read_limit * 2 >= len(self._read_view) else self._read_limit * 2
         if self._out:
             self._flush()
         self._last_read = ended = perf_counter()
