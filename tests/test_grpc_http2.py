@@ -920,8 +920,10 @@ def test_compressed_request_is_served(server, connect, encoding, compress):
         ),
         (gzip.compress(infer_request([1.0]), mtime=0)[:-8], "13", "truncated gzip message"),
         (b"\x1f\x8b not gzip", "13", "cannot decompress a gzip message"),
+        (gzip.compress(infer_request([1.0]), mtime=0) + b"JUNK", "13", "bytes after the end of its stream"),
+        (gzip.compress(infer_request([1.0]), mtime=0) * 2, "13", "bytes after the end of its stream"),
     ],
-    ids=["over the limit", "truncated", "not gzip"],
+    ids=["over the limit", "truncated", "not gzip", "junk after", "two members"],
 )
 def test_a_compressed_message_that_cannot_be_inflated_ends_its_call(server, connect, message, status, text):
     client = connect(server)

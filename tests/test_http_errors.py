@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import tracemalloc
 import zlib
 
 import numpy as np
@@ -393,3 +394,27 @@ def test_a_compressed_body_with_bytes_after_its_end_is_refused_and_ends():
     ):
         with pytest.raises(app._HttpError, match=r"bytes after the end of the deflate stream|stream is truncated"):
             asyncio.run(asyncio.wait_for(app._decompress(body, encoding, 2**30), 10))
+
+
+def test_a_gzip_body_of_more_members_than_max_members_is_refused_at_once():
+    # Millions of empty members (20 bytes each) cost 18 us each, 60 s of CPU for one 60 MiB body.
+    member = gzip.compress(b"", mtime=0)
+    inflated = asyncio.run(app._decompress(member * inflate.MAX_MEMBERS, "gzip", 2**30))
+    assert inflated == b""
+    with pytest.raises(app._HttpError, match=f"more than {inflate.MAX_MEMBERS} gzip members"):
+        asyncio.run(app._decompress(member * (inflate.MAX_MEMBERS + 1), "gzip", 2**30))
+
+
+def test_an_inflation_that_fails_lets_go_of_what_it_inflated_while_its_error_lives():
+    # The error's traceback holds the inflating frames; in a cancelled gRPC call it sat in a reference cycle,
+    # and a bomb's gigabytes waited for the cycle collector.
+    body = gzip.compress(bytes(64 * 2**20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(inflate.InflateError) as raised:
+            asyncio.run(inflate.inflate(body, 31, 32 * 2**20))
+        current, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert raised.value.failure is inflate.Failure.TOO_LARGE and raised.traceback
+    assert current < 4 * 2**20, f"{current} bytes still held"

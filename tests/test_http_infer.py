@@ -245,6 +245,19 @@ def test_request_and_response_compression(server, algorithm):
     assert json.loads(unpacked)["outputs"][0]["data"] == [1, 2]
 
 
+@pytest.mark.parametrize("coding", ["x-gzip", "gzip, identity", "identity,GZIP"])
+def test_content_encoding_is_read_as_a_list_of_codings(server, coding):
+    body = json.dumps({"inputs": [{"name": "in", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}).encode()
+    status, _, raw = request(
+        server.http_port, "POST", "/v2/models/echo_FP32/infer", gzip.compress(body), {"Content-Encoding": coding}
+    )
+    assert status == 200 and json.loads(raw)["outputs"][0]["data"] == [1, 2]
+    status, _, raw = request(
+        server.http_port, "POST", "/v2/models/echo_FP32/infer", body, {"Content-Encoding": "gzip, deflate"}
+    )
+    assert status == 415 and b"one coding at most" in raw
+
+
 def test_bad_compression_is_a_client_error(server):
     status, _, body = request(
         server.http_port, "POST", "/v2/models/echo_FP32/infer", b"not gzip", {"Content-Encoding": "gzip"}

@@ -20,8 +20,15 @@ from pytriton.core.raw_tensors import Buffer
 
 STEP_BYTES = 4 * 2**20
 INPUT_STEP_BYTES = 2**20
-# A body of many tiny gzip members lets the loop run after this many members.
-_MEMBERS_PER_TURN = 1024
+# A stream's first slice of input; each next one is twice as large, up to INPUT_STEP_BYTES. zlib copies what
+# is left of a slice after a stream's end (`unused_data`): a first slice of 1 MiB made each of a body's tiny
+# gzip members cost 18 us.
+FIRST_INPUT_BYTES = 16 * 1024
+# gzip members one body may have (RFC 1952 allows any number; writers that use several make a few, or one per
+# 64 KiB block): past it the body is refused, so that millions of empty members cannot cost seconds of CPU.
+MAX_MEMBERS = 4096
+# A body of many gzip members lets the loop run after this many members.
+_MEMBERS_PER_TURN = 256
 
 
 class Failure(enum.Enum):
@@ -57,13 +64,21 @@ async def inflate(
     """
     view = memoryview(data).cast("B")
     inflated = bytearray()
-    end = await _inflate_stream(view, 0, wbits, inflated, limit, name)
-    streams = 1
-    while members and end < len(view):
-        if not streams % _MEMBERS_PER_TURN:
-            await asyncio.sleep(0)
-        end = await _inflate_stream(view, end, wbits, inflated, limit, name)
-        streams += 1
+    try:
+        end = await _inflate_stream(view, 0, wbits, inflated, limit, name)
+        streams = 1
+        while members and end < len(view):
+            if streams == MAX_MEMBERS:
+                raise InflateError(Failure.CORRUPT, f"more than {MAX_MEMBERS} {name} members")
+            if not streams % _MEMBERS_PER_TURN:
+                await asyncio.sleep(0)
+            end = await _inflate_stream(view, end, wbits, inflated, limit, name)
+            streams += 1
+    except BaseException:
+        # The error's traceback holds this frame, and a cancelled call's task, its error and the call make a
+        # cycle: what was inflated would wait for the cycle collector (GBs of a bomb, seen).
+        inflated.clear()
+        raise
     return inflated, end
 
 
@@ -71,6 +86,7 @@ async def _inflate_stream(view: memoryview, start: int, wbits: int, inflated: by
     """Inflate the stream that begins at `view[start]` onto `inflated`; where it ends."""
     decompressor = zlib.decompressobj(wbits)
     position = start
+    step = FIRST_INPUT_BYTES
     try:
         while not decompressor.eof:
             if position == len(view):  # all of the input was taken: what zlib still holds, then it must be over
@@ -81,8 +97,9 @@ async def _inflate_stream(view: memoryview, start: int, wbits: int, inflated: by
                 break
             if position > start:
                 await asyncio.sleep(0)
-            pending: Buffer = view[position : position + INPUT_STEP_BYTES]
+            pending: Buffer = view[position : position + step]
             position += len(pending)
+            step = min(step * 2, INPUT_STEP_BYTES)
             while True:
                 inflated += decompressor.decompress(pending, min(STEP_BYTES, limit + 1 - len(inflated)))
                 _check_size(inflated, limit)

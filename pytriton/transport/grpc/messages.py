@@ -179,7 +179,9 @@ class Compressed:
                 RESOURCE_EXHAUSTED when the message inflates past the limit.
         """
         try:
-            message, _ = await inflate(self._payload, _WBITS[self._encoding], self._limit, name=self._encoding)
+            message, end = await inflate(self._payload, _WBITS[self._encoding], self._limit, name=self._encoding)
+            if end < len(self._payload):  # grpc's C-core refuses it too ("not all input consumed")
+                raise InflateError(Failure.CORRUPT, "bytes after the end of its stream")
         except InflateError as error:
             if error.failure is Failure.TOO_LARGE:
                 raise MessageError(

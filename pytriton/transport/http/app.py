@@ -389,14 +389,21 @@ async def _read_body(receive: Receive, limit: int) -> Body:
 
 
 async def _decompress(body: Body, encoding: str, limit: int) -> bytearray:
-    """Undo a gzip or deflate (zlib) Content-Encoding, a step at a time (transport/inflate.py), up to `limit` bytes."""
-    encoding = encoding.strip().lower()
+    """Undo a gzip or deflate (zlib) Content-Encoding, a step at a time (transport/inflate.py), up to `limit` bytes.
+
+    The header is a list of codings (RFC 9110 8.4): `identity` ones change nothing, `x-gzip` is gzip, and one
+    coding at most is undone.
+    """
+    codings = [coding for coding in encoding.lower().replace(" ", "").split(",") if coding not in ("", "identity")]
+    if not codings:
+        return bytearray(body)
+    if len(codings) > 1:
+        raise _HttpError(415, f"unsupported Content-Encoding '{encoding}': one coding at most is undone")
+    encoding = "gzip" if codings[0] == "x-gzip" else codings[0]
     if encoding == "gzip":
         wbits = 16 + zlib.MAX_WBITS
     elif encoding == "deflate":
         wbits = zlib.MAX_WBITS
-    elif encoding == "identity":
-        return bytearray(body)
     else:
         raise _HttpError(415, f"unsupported Content-Encoding '{encoding}'")
     try:
