@@ -401,6 +401,18 @@ def test_floods_of_frames_that_cost_the_server_get_enhance_your_calm(served, cli
     assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, debug)
 
 
+def test_a_flood_of_one_byte_data_frames_on_an_open_call_gets_enhance_your_calm(served, clients):
+    # Each frame is a byte of a message that stays under way: legal one by one, but 20 M of them took a core of
+    # the server for as long as the client went on, and were never cut off.
+    frame = pack_frame(DATA, 0, 1, b"\0")
+    with attacker(served, clients) as client:
+        client.send_headers(1, request_headers(path="/inference.GRPCInferenceService/ModelStreamInfer"))
+        client.sock.sendall(pack_frame(DATA, 0, 1, struct.pack(">BI", 0, 2**20)) + frame * 100)
+        served.assert_served()
+        frames = flood_until_closed(client, repeated(frame, 30_000))
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
+
+
 # ---------------------------------------------------------------- a burst of connections (listen backlog)
 
 

@@ -38,6 +38,9 @@ _HEADER_FRAME_EXTRA = 1 + 255 + 5
 # (below it, one more system call costs more than copying the bytes out of the shared read buffer).
 DIRECT_READ_BYTES = 64 * 1024
 _END_OR_PADDED = h2.END_STREAM | h2.PADDED
+# DATA shorter than a gRPC message's prefix that does not end its stream carries next to nothing: counted as a
+# glitch (floods.py), as an empty one is. A flood of 1-byte frames took a core and was never cut off.
+TINY_DATA_BYTES = 5
 # `next_read`: read one frame header alone.
 HEADER_ONLY = h2.FRAME_HEADER_SIZE
 
@@ -343,7 +346,7 @@ class FrameReader:
         padded = bool(flags & h2.PADDED)
         if padded and not length:
             raise h2.Http2Error(h2.FRAME_SIZE_ERROR, "padded frame without a pad length")
-        if not length and not flags & h2.END_STREAM:
+        if length < TINY_DATA_BYTES and not flags & h2.END_STREAM:
             self._handler.glitch()
         self._data_stream = stream_id
         self._large_stream = stream_id if length >= DIRECT_READ_BYTES else 0
@@ -405,10 +408,10 @@ class FrameReader:
         """Gather into `runs` the DATA frames from `position` on, whatever their streams; where they end.
 
         The run stops at the read's end (the last frame possibly cut off: it is then the frame under way), and
-        before any other frame, a padded, empty or oversized DATA frame, or one after its stream's END_STREAM:
-        those are left to the usual way, which refuses what must be refused. Handed over a stream at a time,
-        each stream's bytes keep their order and the connection's window counts the same bytes: only the order
-        between streams changes, which HTTP/2 does not fix.
+        before any other frame, a padded, tiny (TINY_DATA_BYTES) or oversized DATA frame, or one after its
+        stream's END_STREAM: those are left to the usual way, which refuses (or counts) what it must. Handed
+        over a stream at a time, each stream's bytes keep their order and the connection's window counts the
+        same bytes: only the order between streams changes, which HTTP/2 does not fix.
         """
         size = len(view)
         unpack = h2.FRAME_HEADER.unpack_from
@@ -417,7 +420,7 @@ class FrameReader:
             high, low, kind, flags, stream_id = unpack(view, position)
             length = (high << 8) | low
             stream_id &= 0x7FFFFFFF
-            if kind != h2.DATA or flags & h2.PADDED or not length or length > MAX_FRAME or not stream_id:
+            if kind != h2.DATA or flags & h2.PADDED or length < TINY_DATA_BYTES or length > MAX_FRAME or not stream_id:
                 break
             run = runs.get(stream_id)
             if run is None:
