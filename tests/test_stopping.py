@@ -5,8 +5,10 @@ answered with an error on its own transport, and the drain's progress is logged.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
+import socket
 import threading
 import time
 import urllib.request
@@ -268,8 +270,8 @@ def test_a_stop_that_overruns_is_given_up_and_logs_where_it_waits(
     with running_triton(bind, exit_timeout_secs=1, allow_metrics=False, allow_grpc=False) as triton:
         close_ports = triton._runtime._close_ports
 
-        async def never_closes() -> None:
-            await close_ports()
+        async def never_closes(grace_s: float) -> None:
+            await close_ports(grace_s)
             await asyncio.Event().wait()
 
         monkeypatch.setattr(triton._runtime, "_close_ports", never_closes)
@@ -278,3 +280,62 @@ def test_a_stop_that_overruns_is_given_up_and_logs_where_it_waits(
         assert time.monotonic() - started < WAIT_S
     assert "stopping: not done 2 s after it began; closing anyway" in caplog.text
     assert "in never_closes" in caplog.text  # the stuck task's await chain
+
+
+IDENTITY_SERVER = """
+    import numpy as np
+    from pytriton.decorators import batch
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    @batch
+    def identity(x):
+        return {"y": x}
+
+    with Triton(config=TritonConfig(exit_timeout_secs=20)) as triton:
+        triton.bind("identity", identity, inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                    outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))], config=ModelConfig(max_batch_size=1))
+        triton.serve()
+"""
+
+
+def test_a_response_still_leaving_at_the_stop_gets_the_rest_of_exit_timeout_secs(tmp_path: Path) -> None:
+    # A client that began reading its 64 MiB response 3 s after the SIGINT got 4 MB of it, then a closed
+    # connection: the ports closed with a grace of 1 s, whatever exit_timeout_secs said.
+    with ServerProcess.script(tmp_path, IDENTITY_SERVER) as server:
+        port = server.wait_started()["http"]
+        tensor = bytes(4 * 15 * 2**20)
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "x",
+                        "datatype": "FP32",
+                        "shape": [1, len(tensor) // 4],
+                        "parameters": {"binary_data_size": len(tensor)},
+                    }
+                ],
+                "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+            }
+        ).encode()
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(
+            b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: %d\r\n"
+            b"Content-Length: %d\r\n\r\n" % (len(header), len(header) + len(tensor))
+        )
+        sock.sendall(header + tensor)
+        time.sleep(2)  # the response is ready, and mostly waiting in the server
+        server.signal(signal.SIGINT)
+        time.sleep(3)  # past the old 1 s grace, reading nothing
+        sock.settimeout(WAIT_S)
+        response = bytearray()
+        while True:
+            chunk = sock.recv(2**20)
+            if not chunk:
+                break
+            response += chunk
+        head, _, body = bytes(response).partition(b"\r\n\r\n")
+        length = int(re.search(rb"\ncontent-length: (\d+)", head.lower()).group(1))  # type: ignore[union-attr]
+        sock.close()
+        assert server.wait() == 0
+    assert len(body) == length

@@ -23,7 +23,7 @@ from pytriton.options.server import ServerOptions
 from pytriton.runtime.logging_setup import use_default_logging
 from pytriton.runtime.loop_thread import LoopThread
 from pytriton.runtime.startup_line import model_line, startup_line
-from pytriton.runtime.stopping import OVERRUN_S, StopSequence, where_stuck
+from pytriton.runtime.stopping import LEAST_SENDING_GRACE_S, OVERRUN_S, StopSequence, where_stuck
 from pytriton.runtime.tracing import Tracing
 from pytriton.transport.sockets import bind_socket, bound_port
 
@@ -39,8 +39,8 @@ class Frontend(Protocol):
     async def start(self) -> None:
         """Start serving."""
 
-    async def stop(self) -> None:
-        """Stop serving."""
+    async def stop(self, grace_s: float) -> None:
+        """Stop serving; what is still being answered gets up to `grace_s`."""
 
     async def leave(self) -> None:
         """Keep serving, but ask clients to reconnect elsewhere (the lame duck before a stop)."""
@@ -282,12 +282,13 @@ class ServerRuntime:
         await frontend.start()
         self._frontends.append(frontend)
 
-    async def _stop_frontends(self) -> None:
-        """Stop every started frontend, last started first."""
+    async def _stop_frontends(self, grace_s: float = LEAST_SENDING_GRACE_S) -> None:
+        """Stop every started frontend, last started first (answers under way get up to `grace_s` in all)."""
+        deadline = time.monotonic() + grace_s
         while self._frontends:
             frontend = self._frontends.pop()
             try:
-                await frontend.stop()
+                await frontend.stop(max(deadline - time.monotonic(), 0.0))
             except Exception:
                 LOGGER.exception("error while stopping a frontend")
 
@@ -325,11 +326,11 @@ class ServerRuntime:
             hurried=self._hurried,
         ).run()
 
-    async def _close_ports(self) -> None:
-        """Stop the attach socket (RemoteTriton's models) and the frontends."""
+    async def _close_ports(self, grace_s: float) -> None:
+        """Stop the attach socket (RemoteTriton's models) and the frontends (answers under way get `grace_s`)."""
         if self._attach is not None:
             await self._attach.stop()
-        await self._stop_frontends()
+        await self._stop_frontends(grace_s)
 
     def hurry(self) -> None:
         """Make a stop under way (or the next one) end its drain at once; from any thread."""

@@ -134,11 +134,11 @@ class GrpcFrontend:
         if self._state is not None:
             await asyncio.gather(*(connection.leave() for connection in self._state.connections))
 
-    async def stop(self) -> None:
-        """Stop accepting calls (GOAWAY); cancel those still running after a short grace period."""
+    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop accepting calls (GOAWAY); cancel those still running (or sending) after `grace_s`."""
         server, self._server = self._server, None
         if server is None or self._state is None:
             return
         server.close()
-        await self._state.connections.close_all(STOP_GRACE_S)
+        await self._state.connections.close_all(grace_s)
         self._state.cutoffs.flush()

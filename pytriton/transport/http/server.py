@@ -60,11 +60,11 @@ class AsgiServer:
         """Keep serving, but close each connection after its next response so that clients reconnect elsewhere."""
         self._state.leaving = True
 
-    async def stop(self) -> None:
-        """Stop accepting, let responses under way finish (up to STOP_GRACE_S), then close every connection."""
+    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop accepting, let responses under way finish (up to `grace_s`), then close every connection."""
         server, self._server = self._server, None
         if server is None:
             return
         server.close()
-        await self._state.connections.close_all(STOP_GRACE_S)
+        await self._state.connections.close_all(grace_s)
         self._socket.close()

@@ -12,7 +12,7 @@ from pytriton.core.model import ServedModel
 from pytriton.core.stats import StatsObserver
 from pytriton.options.server import MetricsSettings, ServerOptions
 from pytriton.transport.http.responses import Receive, Scope, Send, send_body
-from pytriton.transport.http.server import AsgiServer
+from pytriton.transport.http.server import STOP_GRACE_S, AsgiServer
 from pytriton.transport.metrics.collector import collect
 from pytriton.transport.metrics.exposition import CONTENT_TYPE, render
 from pytriton.transport.metrics.gpu import GpuMonitor
@@ -70,13 +70,13 @@ class MetricsFrontend:
             raise
         self.port = bound_port(sock)
 
-    async def stop(self) -> None:
-        """Stop serving and polling; stop observing the models."""
+    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop serving and polling (scrapes under way get up to `grace_s`); stop observing the models."""
         if self._poller is not None:
             self._poller.cancel()
             self._poller = None
         if self._server is not None:
-            await self._server.stop()
+            await self._server.stop(grace_s)
             self._server = None
         for observers, latencies in self._observed:
             observers.remove(latencies)
