@@ -406,6 +406,19 @@ def test_missing_input_is_invalid_argument(call: Call) -> None:
     assert "missing required input(s) ['IN_BOOL']" in raised.value.message()
 
 
+def test_an_input_too_many_is_counted_before_it_is_looked_up(call: Call) -> None:
+    # Triton 2.51 checks the number of inputs first, and prints an empty list of the missing as "]".
+    inputs = _all_types_inputs()
+    extra = grpcclient.InferInput("EXTRA", [1], "FP32")
+    extra.set_data_from_numpy(np.zeros(1, np.float32))
+    with pytest.raises(InferenceServerException) as raised:
+        call(lambda client: client.infer("echo_all", [*inputs, extra]))
+    assert _status(raised.value) == "StatusCode.INVALID_ARGUMENT"
+    message = raised.value.message()
+    assert f"expected {len(inputs)} inputs but got {len(inputs) + 1} inputs for model 'echo_all'" in message
+    assert "Got input(s) ['EXTRA','" in message and "but missing required input(s) ]." in message
+
+
 def test_large_tensor_over_default_message_limit(call: Call) -> None:
     # 12 MiB each way, over grpcio's 4 MiB default; tritonclient's channels allow 2 GiB, the server must too.
     big = np.arange(3 * 2**20, dtype=np.float32).reshape(1, -1)

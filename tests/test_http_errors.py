@@ -79,6 +79,13 @@ BAD_BODIES = {
         400,
         "unexpected inference input 'X' for model 'identity'",
     ),
+    "an input too many": (  # the count is checked first, in Triton 2.51's words (its "]" included)
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]},'
+        b' {"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "expected 1 inputs but got 2 inputs for model 'identity'. Got input(s) ['X','INPUT_1'], but missing "
+        "required input(s) ]. Please provide all required input(s).",
+    ),
     "wrong datatype": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "INT32", "data": [1]}]}',
         400,

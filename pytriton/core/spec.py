@@ -167,12 +167,7 @@ class ModelSpec:
             return batch_sizes[0]
         required = self.required_inputs
         if len(names) != len(self.inputs) and (len(names) < len(required) or not required.issubset(names)):
-            missing = [tensor.name for tensor in self.inputs if tensor.name in required and tensor.name not in names]
-            raise InferenceError.invalid_input(
-                f"expected {len(required)} inputs but got {len(names)} inputs for model '{self.name}'. "
-                f"Got input(s) {_names(names)}, but missing required input(s) {_names(missing)}. "
-                "Please provide all required input(s)."
-            )
+            raise self._count_error(names)
         if not batch_sizes:
             return 1
         if self.batching and len(batch_sizes) > 1 and batch_sizes.count(batch_sizes[0]) != len(batch_sizes):
@@ -180,6 +175,36 @@ class ModelSpec:
                 f"inputs of request for model '{self.name}' have different batch sizes {list(batch_sizes)}"
             )
         return batch_sizes[0]
+
+    def input_count_fits(self, count: int) -> bool:
+        """Whether a request of `count` inputs passes Triton's first check (see check_input_count)."""
+        return len(self.required_inputs) <= count <= len(self.inputs)
+
+    def check_input_count(self, names: Sequence[Optional[str]]) -> None:
+        """Triton's first check of a request's inputs, before each input's own.
+
+        No more than the model has, and at least as many as it requires. Skipped when a name is missing or
+        repeated: reading the inputs refuses those, as Triton does while it adds them.
+        """
+        if self.input_count_fits(len(names)) or None in names or len(set(names)) != len(names):
+            return
+        raise self._count_error([name for name in names if name is not None])
+
+    def _count_error(self, names: Sequence[str]) -> InferenceError:
+        """Triton 2.51's words for a request without the inputs the model requires, or with more than it has."""
+        required = self.required_inputs
+        missing = [tensor.name for tensor in self.inputs if tensor.name in required and tensor.name not in names]
+        expected = (
+            f"expected {len(self.inputs)} inputs"
+            if len(required) == len(self.inputs)
+            else f"expected number of inputs between {len(required)} and {len(self.inputs)}"
+        )
+        # The request's inputs in the order Triton's unordered_map gives them (libstdc++: the last first).
+        return InferenceError.invalid_input(
+            f"{expected} but got {len(names)} inputs for model '{self.name}'. "
+            f"Got input(s) {_names(names[::-1]) if names else '[]'}, but missing required input(s) "
+            f"{_names(missing)}. Please provide all required input(s)."
+        )
 
     def check_requested_outputs(self, names: Sequence[str]) -> None:
         """Check that every requested output exists."""
@@ -194,5 +219,5 @@ def _show(shape: Sequence[int]) -> str:
 
 
 def _names(names: Sequence[str]) -> str:
-    """Names as Triton prints them."""
-    return "[" + ", ".join(f"'{name}'" for name in names) + "]"
+    """Names as Triton 2.51 prints them: ['a','b'], and none as "]" (it drops the last character of "[" + "'a',")."""
+    return "[" + ",".join(f"'{name}'" for name in names) + "]" if names else "]"

@@ -86,6 +86,8 @@ def decode_infer_request(
     batch_sizes: List[int] = []
     raw_index = 0
     try:
+        if not spec.input_count_fits(len(tensors)):
+            spec.check_input_count([tensor.name for tensor in tensors])
         for tensor, region in zip(tensors, regions):
             name: str = tensor.name
             datatype: str = tensor.datatype

@@ -72,6 +72,8 @@ def decode_infer_request(
     view = memoryview(body) if header_length < size else None
     request_id = document.get("id", "")
     try:
+        if not spec.input_count_fits(len(raw_inputs)):
+            spec.check_input_count([_name_of(raw) for raw in raw_inputs])
         for raw in raw_inputs:
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
             if name in inputs:
@@ -173,6 +175,12 @@ def _mapping(value: Any, what: str, name: str = "") -> Dict[str, Any]:
         field = f"{what} '{name}'" if name else what
         raise InferenceError.invalid(f"'{field}' must be a JSON object")
     return value
+
+
+def _name_of(raw: Any) -> Optional[str]:
+    """An input's name, when it has one."""
+    name = raw.get("name") if type(raw) is dict else None
+    return name if type(name) is str else None
 
 
 def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
