@@ -79,6 +79,7 @@ from tests.h2_wire import (
     request_headers,
     settings_payload,
 )
+from tests.loop_turns import run_counting_turns
 from tests.test_grpc_h2_differential import RecordingTransport
 
 # How long the gate model holds a call unless released (far longer than any test's expectations).
@@ -955,24 +956,8 @@ def test_a_compressed_message_is_inflated_by_its_call_a_step_at_a_time():
     reader = MessageReader("gzip", 2**30)
     (message,) = reader.feed(grpc_message(gzip.compress(bytes(size)), flag=1))
     assert isinstance(message, Compressed)  # the reader leaves it to the call
-    turns = 0
-
-    async def other_call() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    async def main() -> Any:
-        other = asyncio.ensure_future(other_call())
-        await asyncio.sleep(0)
-        before = turns
-        inflated = await message.inflated()
-        other.cancel()
-        assert turns - before >= 3  # the loop ran between the steps
-        return inflated
-
-    inflated = asyncio.run(main())
+    inflated, turns = run_counting_turns(message.inflated)
+    assert turns >= 3  # the loop ran between the steps
     assert isinstance(inflated, memoryview) and inflated == bytes(size)
 
 
