@@ -258,6 +258,26 @@ def test_batch_concatenates_and_splits() -> None:
         _assert_dicts_equal(result, {"sum": request["a"] + request["b"], "a10": request["a"] * 10})
 
 
+def test_batch_passes_a_lone_writable_request_uncopied_and_copies_a_read_only_one() -> None:
+    # np.concatenate of one array copied it: a second 1 GiB for a 1 GiB tensor, and seconds holding the GIL.
+    seen: List[np.ndarray] = []
+
+    @batch
+    def fn(x: np.ndarray) -> Dict[str, np.ndarray]:
+        seen.append(x)
+        x += 1  # a callable may write into its inputs
+        return {"y": x}
+
+    own = np.zeros((1, 4), np.float32)
+    (result,) = fn([{"x": own}])
+    assert seen[-1] is own and np.shares_memory(result["y"], own)
+    np.testing.assert_array_equal(result["y"], np.ones((1, 4)))
+    read_only = np.frombuffer(bytes(16), np.float32).reshape(1, 4)
+    (result,) = fn([{"x": read_only}])
+    assert not np.shares_memory(seen[-1], read_only) and not read_only.any()
+    np.testing.assert_array_equal(result["y"], np.ones((1, 4)))
+
+
 def test_batch_accepts_plain_dicts_and_passes_extra_kwargs() -> None:
     @batch
     def fn(**inputs: Any) -> Dict[str, np.ndarray]:
