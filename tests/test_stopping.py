@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import re
 import signal
 import socket
@@ -299,9 +300,11 @@ IDENTITY_SERVER = """
 """
 
 
-def test_a_response_still_leaving_at_the_stop_gets_the_rest_of_exit_timeout_secs(tmp_path: Path) -> None:
-    # A client that began reading its 64 MiB response 3 s after the SIGINT got 4 MB of it, then a closed
-    # connection: the ports closed with a grace of 1 s, whatever exit_timeout_secs said.
+@pytest.mark.parametrize("hurried", [False, True], ids=["one signal", "a second signal"])
+def test_a_response_still_leaving_at_the_stop_gets_the_rest_of_exit_timeout_secs(tmp_path: Path, hurried: bool) -> None:
+    # A client that began reading its 60 MiB response 3 s after the SIGINT got 4 MB of it, then a closed
+    # connection: the ports closed with a grace of 1 s, whatever exit_timeout_secs said. A second signal still
+    # stops at once.
     with ServerProcess.script(tmp_path, IDENTITY_SERVER) as server:
         port = server.wait_started()["http"]
         tensor = bytes(4 * 15 * 2**20)
@@ -326,6 +329,12 @@ def test_a_response_still_leaving_at_the_stop_gets_the_rest_of_exit_timeout_secs
         sock.sendall(header + tensor)
         time.sleep(2)  # the response is ready, and mostly waiting in the server
         server.signal(signal.SIGINT)
+        if hurried:
+            time.sleep(0.5)
+            server.signal(signal.SIGINT)
+            started = time.monotonic()
+            assert server.wait() == 0
+            assert time.monotonic() - started < 5  # exit_timeout_secs is 20
         time.sleep(3)  # past the old 1 s grace, reading nothing
         sock.settimeout(WAIT_S)
         response = bytearray()
@@ -338,4 +347,31 @@ def test_a_response_still_leaving_at_the_stop_gets_the_rest_of_exit_timeout_secs
         length = int(re.search(rb"\ncontent-length: (\d+)", head.lower()).group(1))  # type: ignore[union-attr]
         sock.close()
         assert server.wait() == 0
-    assert len(body) == length
+    assert len(body) < length if hurried else len(body) == length
+
+
+def test_a_stream_or_request_left_open_by_its_client_does_not_hold_the_stop() -> None:
+    # Given the rest of exit_timeout_secs to leave, a connection that was only waiting for its client (an open
+    # tritonclient stream, a request body never finished) held every stop for the whole 30 s.
+    def bind(triton: Triton) -> None:
+        tensor = Tensor(name="x", dtype=np.float32, shape=(1,))
+        triton.bind("echo", lambda requests: [{"x": r["x"]} for r in requests], inputs=[tensor], outputs=[tensor])
+
+    with running_triton(bind, allow_metrics=False) as triton:
+        answers: queue.Queue[Any] = queue.Queue()
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        inputs = [grpcclient.InferInput("x", [1, 1], "FP32")]
+        inputs[0].set_data_from_numpy(np.ones((1, 1), np.float32))
+        client.async_stream_infer("echo", inputs)
+        _, error = answers.get(timeout=WAIT_S)
+        assert error is None
+        unfinished = socket.create_connection(("127.0.0.1", triton.http_port))
+        unfinished.sendall(b"POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        started = time.monotonic()
+        triton.stop()
+        took = time.monotonic() - started
+        unfinished.close()
+        client.stop_stream()
+        client.close()
+    assert took < 10, f"the stop took {took:.1f} s"  # exit_timeout_secs is 30

@@ -23,7 +23,7 @@ from pytriton.options.server import ServerOptions
 from pytriton.runtime.logging_setup import use_default_logging
 from pytriton.runtime.loop_thread import LoopThread
 from pytriton.runtime.startup_line import model_line, startup_line
-from pytriton.runtime.stopping import LEAST_SENDING_GRACE_S, OVERRUN_S, StopSequence, where_stuck
+from pytriton.runtime.stopping import OVERRUN_S, StopSequence, where_stuck
 from pytriton.runtime.tracing import Tracing
 from pytriton.transport.sockets import bind_socket, bound_port
 
@@ -39,8 +39,11 @@ class Frontend(Protocol):
     async def start(self) -> None:
         """Start serving."""
 
-    async def stop(self, grace_s: float) -> None:
-        """Stop serving; what is still being answered gets up to `grace_s`."""
+    async def stop(self, sending_s: float) -> None:
+        """Stop serving; answers still leaving after a short grace get up to `sending_s`."""
+
+    def hurry(self) -> None:
+        """Stop waiting for answers still leaving (a second signal)."""
 
     async def leave(self) -> None:
         """Keep serving, but ask clients to reconnect elsewhere (the lame duck before a stop)."""
@@ -282,15 +285,15 @@ class ServerRuntime:
         await frontend.start()
         self._frontends.append(frontend)
 
-    async def _stop_frontends(self, grace_s: float = LEAST_SENDING_GRACE_S) -> None:
-        """Stop every started frontend, last started first (answers under way get up to `grace_s` in all)."""
-        deadline = time.monotonic() + grace_s
-        while self._frontends:
-            frontend = self._frontends.pop()
+    async def _stop_frontends(self, sending_s: float = 0.0) -> None:
+        """Stop every started frontend, last started first (answers still leaving get up to `sending_s` in all)."""
+        deadline = time.monotonic() + sending_s
+        for frontend in reversed(self._frontends):  # kept in the list while they stop, for hurry() to reach
             try:
                 await frontend.stop(max(deadline - time.monotonic(), 0.0))
             except Exception:
                 LOGGER.exception("error while stopping a frontend")
+        self._frontends.clear()
 
     def stop(self) -> None:
         """Graceful stop: refuse new requests, finish in-flight ones (exit_timeout_secs), close ports."""
@@ -326,16 +329,22 @@ class ServerRuntime:
             hurried=self._hurried,
         ).run()
 
-    async def _close_ports(self, grace_s: float) -> None:
-        """Stop the attach socket (RemoteTriton's models) and the frontends (answers under way get `grace_s`)."""
+    async def _close_ports(self, sending_s: float) -> None:
+        """Stop the attach socket (RemoteTriton's models) and the frontends (answers still leaving get `sending_s`)."""
         if self._attach is not None:
             await self._attach.stop()
-        await self._stop_frontends(grace_s)
+        await self._stop_frontends(sending_s)
 
     def hurry(self) -> None:
         """Make a stop under way (or the next one) end its drain at once; from any thread."""
         if self._loop.alive:
-            self._loop.call_soon(self._hurried.set)
+            self._loop.call_soon(self._hurry_now)
+
+    def _hurry_now(self) -> None:
+        """On the loop: end the drain, and the wait for answers still leaving, at once."""
+        self._hurried.set()
+        for frontend in self._frontends:
+            frontend.hurry()
 
     def urls(self) -> List[str]:
         """The URLs the server listens on (http://..., grpc://..., metrics), once running."""

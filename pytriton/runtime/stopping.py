@@ -9,11 +9,11 @@
    leaves the processes of phase 4 LEAST_GRACE_S to exit.
 3. cut off: every request still open is answered with UNAVAILABLE on its own transport (HTTP 503,
    a gRPC status); a call still running goes on in its instance thread and its result is dropped.
-4. close: the frontends stop (answers under way get the rest of the deadline to leave,
-   LEAST_SENDING_GRACE_S at least) and the instances' threads end after their calls; an instance
-   process told to exit that has not by the same deadline is killed (LEAST_GRACE_S after it was
-   told at the earliest: core/instance_spawn.stop_process), so a process whose exit hangs holds no
-   stop past it.
+4. close: the frontends stop (answers under way get a second; those still leaving then, such as a
+   large response a slow client reads, the rest of the deadline unless hurried; connections that only
+   wait for their client close) and the instances' threads end after their calls; an instance process
+   told to exit that has not by the same deadline is killed (LEAST_GRACE_S after it was told at the
+   earliest: core/instance_spawn.stop_process), so a process whose exit hangs holds no stop past it.
 """
 
 from __future__ import annotations
@@ -32,9 +32,6 @@ from pytriton.runtime.lame_duck import Leaving, lame_duck
 LOGGER = logging.getLogger("pytriton")
 
 PROGRESS_PERIOD_S = 5.0
-# What the answers still leaving (cut-off errors, responses a slow client reads) get at least once the ports close;
-# before a hurry they get the rest of exit_timeout_secs.
-LEAST_SENDING_GRACE_S = 1.0
 # How long a stop may run past its lame duck and exit_timeout_secs (the frontends' grace, instance processes
 # killed at the deadline) before the caller gives up waiting on it and logs where it is stuck.
 OVERRUN_S = 10.0
@@ -132,7 +129,7 @@ class StopSequence:
         After a hurry the deadline is now: a process told to exit gets LEAST_GRACE_S only.
         """
         deadline = time.monotonic() if self._hurried.is_set() or self._deadline is None else self._deadline
-        await self._close_ports(max(deadline - time.monotonic(), LEAST_SENDING_GRACE_S))
+        await self._close_ports(max(deadline - time.monotonic(), 0.0))
         await self._engine.close(deadline=time.monotonic() if self._hurried.is_set() else self._deadline)
 
     def _describe_open_requests(self) -> str:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Generic, Iterator, Optional, Protocol, Set, TypeVar
 
 from pytriton.core.waiters import wake
 
+# How often a stop looks again at the connections still sending an answer, once the others are closed.
+_SENDING_POLL_S = 0.1
+
 
 class Closable(Protocol):
     """A connection as a server stops it."""
+
+    @property
+    def sending(self) -> bool:
+        """Whether an answer is still leaving (bytes queued for the client, or waiting for its window)."""
 
     def shutdown(self) -> None:
         """Finish what is in progress, take nothing new, then close."""
@@ -28,6 +36,7 @@ class OpenConnections(Generic[C]):
         """No connection yet."""
         self._open: Set[C] = set()
         self._all_closed: Optional[asyncio.Future[None]] = None  # made on the loop by close_all()
+        self._hurried = False
 
     def __len__(self) -> int:
         return len(self._open)
@@ -45,15 +54,36 @@ class OpenConnections(Generic[C]):
         if not self._open:
             wake(self._all_closed)
 
-    async def close_all(self, grace_s: float) -> None:
-        """Shut every connection down; abort those still open after `grace_s` seconds."""
+    def hurry(self) -> None:
+        """Stop waiting for answers still leaving past `grace_s` (a second signal): close_all ends at the grace."""
+        self._hurried = True
+        wake(self._all_closed)
+
+    async def close_all(self, grace_s: float, sending_s: float = 0.0) -> None:
+        """Shut every connection down; abort those still open after `grace_s` seconds.
+
+        A connection still sending an answer then (a large response a slow client reads) is left until
+        `sending_s` from now, unless `hurry` comes first; one that only waits for its client (an idle stream, a
+        request never finished) is not.
+        """
         for connection in self:
             connection.shutdown()
-        if self._open:
-            self._all_closed = asyncio.get_running_loop().create_future()
-            try:
-                await asyncio.wait_for(self._all_closed, grace_s)
-            except asyncio.TimeoutError:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        grace_end, sending_end = started + grace_s, started + max(sending_s, grace_s)
+        while self._open:
+            now = time.monotonic()
+            if now < grace_end:
+                wait_s = grace_end - now
+            elif self._hurried or now >= sending_end:
+                break
+            else:
                 for connection in self:
-                    connection.abort()
-                await asyncio.sleep(0)  # let the cancelled handlers and the closed transports finish
+                    if not connection.sending:
+                        connection.abort()
+                wait_s = min(_SENDING_POLL_S, sending_end - now)
+            self._all_closed = loop.create_future()
+            await asyncio.wait({self._all_closed}, timeout=wait_s)
+        for connection in self:
+            connection.abort()
+        await asyncio.sleep(0)  # let the cancelled handlers and the closed transports finish

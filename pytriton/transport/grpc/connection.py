@@ -200,6 +200,13 @@ class GrpcConnection(asyncio.BufferedProtocol):
 
     # -- closing (transport.connections.Closable) -------------------------------------------------
 
+    @property
+    def sending(self) -> bool:
+        """Whether answers are still leaving: bytes the client has not read, or DATA waiting for its window."""
+        if self._transport is not None and self._transport.get_write_buffer_size() > 0:
+            return True
+        return any(call.outbox for call in self.session.calls.values())
+
     def shutdown(self) -> None:
         """Refuse new calls (GOAWAY), finish those in progress, then close."""
         self.session.shutdown()

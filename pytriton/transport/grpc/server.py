@@ -129,16 +129,21 @@ class GrpcFrontend:
         self._state = state
         self.port = bound_port(sock)
 
+    def hurry(self) -> None:
+        """Stop waiting for answers still leaving once the grace is over (a second signal)."""
+        if self._state is not None:
+            self._state.connections.hurry()
+
     async def leave(self) -> None:
         """Send every open connection a graceful GOAWAY (calls go on); return once their final GOAWAYs are out."""
         if self._state is not None:
             await asyncio.gather(*(connection.leave() for connection in self._state.connections))
 
-    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
-        """Stop accepting calls (GOAWAY); cancel those still running (or sending) after `grace_s`."""
+    async def stop(self, sending_s: float = 0.0) -> None:
+        """Stop accepting calls (GOAWAY); cancel those still running after STOP_GRACE_S (`sending_s` if sending)."""
         server, self._server = self._server, None
         if server is None or self._state is None:
             return
         server.close()
-        await self._state.connections.close_all(grace_s)
+        await self._state.connections.close_all(STOP_GRACE_S, sending_s)
         self._state.cutoffs.flush()

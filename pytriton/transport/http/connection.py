@@ -398,6 +398,11 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     # -- server's side ----------------------------------------------------------------------
 
+    @property
+    def sending(self) -> bool:
+        """Whether response bytes wait for the client to read them."""
+        return self._transport is not None and self._transport.get_write_buffer_size() > 0
+
     def shutdown(self) -> None:
         """Close now when idle, else after the response under way."""
         self._closing = True

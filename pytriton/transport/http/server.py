@@ -56,15 +56,22 @@ class AsgiServer:
         state = self._state
         self._server = await loop.create_server(lambda: HttpConnection(state, loop), sock=self._socket, backlog=BACKLOG)
 
+    def hurry(self) -> None:
+        """Stop waiting for responses still leaving once the grace is over (a second signal)."""
+        self._state.connections.hurry()
+
     async def leave(self) -> None:
         """Keep serving, but close each connection after its next response so that clients reconnect elsewhere."""
         self._state.leaving = True
 
-    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
-        """Stop accepting, let responses under way finish (up to `grace_s`), then close every connection."""
+    async def stop(self, sending_s: float = 0.0) -> None:
+        """Stop accepting, let responses under way finish (STOP_GRACE_S; `sending_s` for those still leaving).
+
+        Then every connection closes.
+        """
         server, self._server = self._server, None
         if server is None:
             return
         server.close()
-        await self._state.connections.close_all(grace_s)
+        await self._state.connections.close_all(STOP_GRACE_S, sending_s)
         self._socket.close()

@@ -12,7 +12,7 @@ from pytriton.core.model import ServedModel
 from pytriton.core.stats import StatsObserver
 from pytriton.options.server import MetricsSettings, ServerOptions
 from pytriton.transport.http.responses import Receive, Scope, Send, send_body
-from pytriton.transport.http.server import STOP_GRACE_S, AsgiServer
+from pytriton.transport.http.server import AsgiServer
 from pytriton.transport.metrics.collector import collect
 from pytriton.transport.metrics.exposition import CONTENT_TYPE, render
 from pytriton.transport.metrics.gpu import GpuMonitor
@@ -70,13 +70,13 @@ class MetricsFrontend:
             raise
         self.port = bound_port(sock)
 
-    async def stop(self, grace_s: float = STOP_GRACE_S) -> None:
-        """Stop serving and polling (scrapes under way get up to `grace_s`); stop observing the models."""
+    async def stop(self, sending_s: float = 0.0) -> None:
+        """Stop serving and polling (scrapes still leaving get up to `sending_s`); stop observing the models."""
         if self._poller is not None:
             self._poller.cancel()
             self._poller = None
         if self._server is not None:
-            await self._server.stop(grace_s)
+            await self._server.stop(sending_s)
             self._server = None
         for observers, latencies in self._observed:
             observers.remove(latencies)
@@ -87,6 +87,11 @@ class MetricsFrontend:
                 self._gpu = None
             self._renderer.shutdown(wait=False)
             self._renderer = None
+
+    def hurry(self) -> None:
+        """Stop waiting for scrapes still leaving (a second signal)."""
+        if self._server is not None:
+            self._server.hurry()
 
     async def leave(self) -> None:
         """Scrapes go on as usual while the server is a lame duck."""
