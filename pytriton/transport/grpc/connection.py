@@ -34,10 +34,10 @@ _LINGER_S = 2.0
 TURN_BUDGET_S = 0.002
 # Reads closer than this to the previous one's end are the same turn's (libuv reads on while the buffer fills).
 _SAME_TURN_S = 0.0002
-# The turn budget is checked between reads, and one 256 KiB read of 13-byte frames is ~20 ms of Python: a read
-# whose handling took longer than READ_COST_S makes the next ones smaller in proportion (LEAST_READ_BYTES at
-# least), so that the others wait about a budget, not a whole read's worth. Large messages never come near it:
-# a 256 KiB read of their DATA is ~0.1 ms.
+# The turn budget is checked between reads, and one 256 KiB read of 13-byte frames is ~20 ms of Python: reads
+# are sized so that one costs about READ_COST_S to handle (LEAST_READ_BYTES at least), from what a byte of the
+# connection has cost, so that the others wait about a budget, not a whole read's worth. Large messages never
+# come near it: a 256 KiB read of their DATA is ~0.1 ms.
 READ_COST_S = 0.0005
 LEAST_READ_BYTES = 16 * 1024
 
@@ -73,6 +73,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._busy = 0.0  # the loop time its reads took since they began following each other
         self._yielding = False  # it stopped reading for the rest of the turn
         self._read_limit: Optional[int] = None  # the most a read of the shared buffer takes (None: all of it)
+        self._byte_cost = 0.0  # seconds a byte of this connection's reads costs to handle (see _size_reads)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -139,11 +140,8 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._fail(h2.COMPRESSION_ERROR, f"invalid header block: {error}")
         finally:
             self._reading = False
-        handled = perf_counter() - started
-        if handled > READ_COST_S:
-            self._read_limit = max(int(nbytes * READ_COST_S / handled), LEAST_READ_BYTES)
-        elif self._read_limit is not None:
-            self._read_limit = None if self._read_limit * 2 >= len(self._read_view) else self._read_limit * 2
+        if nbytes:
+            self._size_reads(nbytes, perf_counter() - started)
         if self._out:
             self._flush()
         self._last_read = ended = perf_counter()
@@ -157,6 +155,17 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._yielding = True
             self._transport.pause_reading()
             self.loop.call_soon(self._next_turn)
+
+    def _size_reads(self, nbytes: int, handled_s: float) -> None:
+        """Size the next reads of the shared buffer by what a byte of this connection costs to handle.
+
+        The cost rises at once and falls by a quarter a read: a client that mixes cheap large frames in with
+        its floods of tiny ones (to win back whole reads after a few cheap ones) keeps paying for the tiny ones.
+        """
+        cost = handled_s / nbytes
+        self._byte_cost = cost if cost > self._byte_cost else self._byte_cost * 0.75 + cost * 0.25
+        limit = READ_COST_S / self._byte_cost if self._byte_cost else len(self._read_view)
+        self._read_limit = None if limit >= len(self._read_view) else max(int(limit), LEAST_READ_BYTES)
 
     def _next_turn(self) -> None:
         """The other connections had their turn: read again (unless the client's reading holds this one back)."""
