@@ -40,6 +40,8 @@ _SAME_TURN_S = 0.0002
 # come near it: a 256 KiB read of their DATA is ~0.1 ms.
 READ_COST_S = 0.0005
 LEAST_READ_BYTES = 16 * 1024
+# Reads handled faster than this leave the sizing alone while reads are whole (the usual case costs nothing).
+_CHEAP_READ_S = READ_COST_S / 4
 
 
 class GrpcConnection(asyncio.BufferedProtocol):
@@ -140,8 +142,9 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._fail(h2.COMPRESSION_ERROR, f"invalid header block: {error}")
         finally:
             self._reading = False
-        if nbytes:
-            self._size_reads(nbytes, perf_counter() - started)
+        handled = perf_counter() - started
+        if handled > _CHEAP_READ_S or self._byte_cost:
+            self._size_reads(nbytes, handled)
         if self._out:
             self._flush()
         self._last_read = ended = perf_counter()
@@ -162,10 +165,14 @@ class GrpcConnection(asyncio.BufferedProtocol):
         The cost rises at once and falls by a quarter a read: a client that mixes cheap large frames in with
         its floods of tiny ones (to win back whole reads after a few cheap ones) keeps paying for the tiny ones.
         """
-        cost = handled_s / nbytes
+        cost = handled_s / max(nbytes, 1)
         self._byte_cost = cost if cost > self._byte_cost else self._byte_cost * 0.75 + cost * 0.25
         limit = READ_COST_S / self._byte_cost if self._byte_cost else len(self._read_view)
-        self._read_limit = None if limit >= len(self._read_view) else max(int(limit), LEAST_READ_BYTES)
+        if limit >= len(self._read_view):
+            self._read_limit = None
+            self._byte_cost = 0.0  # whole reads again: nothing to follow until a read costs (_CHEAP_READ_S)
+        else:
+            self._read_limit = max(int(limit), LEAST_READ_BYTES)
 
     def _next_turn(self) -> None:
         """The other connections had their turn: read again (unless the client's reading holds this one back)."""
