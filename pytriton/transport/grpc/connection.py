@@ -142,9 +142,10 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._fail(h2.COMPRESSION_ERROR, f"invalid header block: {error}")
         finally:
             self._reading = False
-        handled = perf_counter() - started
-        if handled > _CHEAP_READ_S or self._byte_cost:
-            self._size_reads(nbytes, handled)
+        if nbytes >= LEAST_READ_BYTES:  # a read that small is below any limit: its cost sizes nothing
+            handled = perf_counter() - started
+            if handled > _CHEAP_READ_S or self._byte_cost:
+                self._size_reads(nbytes, handled)
         if self._out:
             self._flush()
         self._last_read = ended = perf_counter()
