@@ -166,9 +166,9 @@ class GrpcConnection(asyncio.BufferedProtocol):
         The cost rises at once and falls by a quarter a read: a client that mixes cheap large frames in with
         its floods of tiny ones (to win back whole reads after a few cheap ones) keeps paying for the tiny ones.
         """
-        cost = handled_s / max(nbytes, 1)
+        cost = handled_s / nbytes  # called for reads of LEAST_READ_BYTES or more, with a cost above 0
         self._byte_cost = cost if cost > self._byte_cost else self._byte_cost * 0.75 + cost * 0.25
-        limit = READ_COST_S / self._byte_cost if self._byte_cost else len(self._read_view)
+        limit = READ_COST_S / self._byte_cost
         if limit >= len(self._read_view):
             self._read_limit = None
             self._byte_cost = 0.0  # whole reads again: nothing to follow until a read costs (_CHEAP_READ_S)
