@@ -612,6 +612,21 @@ def test_a_request_pipelined_behind_a_presized_body_is_parsed_afresh(echo_server
     assert answers[0].endswith(b"\n" + payload) and answers[1].endswith(b"\nsmall")
 
 
+def test_a_small_request_cut_short_behind_a_presized_body_in_one_read(echo_server: Served) -> None:
+    # The presized body ends inside the read and the next request's body does not: that request is the
+    # parser's, not a presized body's (a finished one's buffer must not take its bytes).
+    payload = _payload(PRESIZED_BODY_BYTES + 7)  # small enough to arrive in one read with what follows
+    second = raw("POST", "/second", b"small body")
+    with connect(echo_server.port) as sock:
+        sock.sendall(raw("POST", "/first", payload) + second[:-4])
+        time.sleep(0.05)
+        sock.sendall(second[-4:])
+        reader = Reader(sock)
+        answers = [reader.response()[2] for _ in range(2)]
+    assert [answer(body)["path"] for body in answers] == ["/first", "/second"]
+    assert answers[0].endswith(b"\n" + payload) and answers[1].endswith(b"\nsmall body")
+
+
 def test_a_presized_body_after_100_continue(echo_server: Served) -> None:
     payload = _payload(PRESIZED)
     head = f"POST /expect HTTP/1.1\r\nHost: test\r\nContent-Length: {PRESIZED}\r\nExpect: 100-continue\r\n\r\n"

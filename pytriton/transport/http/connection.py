@@ -247,6 +247,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._headers = []
         self._declared_length = 0
         self._chunked_body = False
+        self._presized = None  # an earlier request's, whole already (a read may end its body and start this one)
 
     def on_url(self, url: bytes) -> None:
         """A part of the request target."""
