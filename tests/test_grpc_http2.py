@@ -30,7 +30,7 @@ from tritonclient.grpc import service_pb2
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
 from pytriton.options.server import GrpcKeepalive
-from pytriton.transport import inflate, receive_buffers
+from pytriton.transport import inflate
 from pytriton.transport.grpc import frames
 from pytriton.transport.grpc.connection import LEAST_READ_BYTES, GrpcConnection
 from pytriton.transport.grpc.framing import MAX_FRAME
@@ -865,12 +865,7 @@ def test_reads_are_sized_by_what_a_byte_of_the_connection_costs():
 
 
 def _buffers_in_use() -> Set[int]:
-    arrays = RECEIVE_BUFFERS._arrays
-    return {
-        id(arrays[index])
-        for index in range(len(arrays))
-        if receive_buffers._references(arrays, index) != receive_buffers._FREE
-    }
+    return RECEIVE_BUFFERS.in_use()
 
 
 @pytest.mark.parametrize("how", ["connection lost", "stream reset"])

@@ -11,7 +11,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.transport.receive_buffers import MAX_BYTES, MIN_BYTES, ReceiveBuffers
+from pytriton.transport import receive_buffers
+from pytriton.transport.receive_buffers import MAX_BYTES, MIN_BYTES, PROBES, ReceiveBuffers
 from pytriton.triton import Triton
 from tests.conftest import running_triton
 
@@ -68,6 +69,23 @@ def test_what_is_kept_is_bounded_and_free_buffers_make_room() -> None:
     larger = buffers.take(3 * MIB)  # no free buffer fits: free ones let go, oldest first, to keep it
     assert buffers.kept_bytes <= 4 * MIB and len(larger) == 3 * MIB
     assert _address(buffers.take(3 * MIB)) != _address(larger)  # in use: another one
+
+
+def test_buffers_in_use_are_looked_at_a_few_at_a_time_and_then_passed_over(monkeypatch: Any) -> None:
+    # A take looks at PROBES buffers at most: with many in use it makes a new one rather than scanning them
+    # all (a scan that fails every time once all are busy), and the busy ones it looked at wait at the back.
+    buffers = ReceiveBuffers()
+    held = [buffers.take(MIB) for _ in range(20)]
+    looked = []
+    counted = receive_buffers._first_references
+    monkeypatch.setattr(receive_buffers, "_first_references", lambda bucket: looked.append(1) or counted(bucket))
+    held.append(buffers.take(MIB))
+    assert len(looked) == PROBES and buffers.kept_bytes == 21 * MIB
+    addresses = {_address(view) for view in held}
+    del held[::2]  # every other one free again
+    again = [buffers.take(MIB) for _ in range(10)]
+    assert sum(_address(view) not in addresses for view in again) <= 1
+    assert buffers.kept_bytes <= 22 * MIB and len(buffers.in_use()) == len(held) + len(again)
 
 
 def test_sizes_out_of_range_get_buffers_of_their_own() -> None:
