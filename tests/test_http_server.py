@@ -627,6 +627,21 @@ def test_a_small_request_cut_short_behind_a_presized_body_in_one_read(echo_serve
     assert answers[0].endswith(b"\n" + payload) and answers[1].endswith(b"\nsmall body")
 
 
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_a_head_whose_end_is_cut_across_reads_keeps_a_body_holding_blank_lines(echo_server: Served, cut: int) -> None:
+    # The second read is searched for the first blank line, which is inside the body: the parser must still
+    # be the one to end the head, and the body must arrive whole and in order.
+    payload = (b"\r\n\r\n" + _payload(5000)) * (PRESIZED // 5004) + b"\r\n\r\n"
+    request = raw("POST", "/blank-lines", payload)
+    head_end = request.index(b"\r\n\r\n") + 4
+    with connect(echo_server.port) as sock:
+        sock.sendall(request[: head_end - cut])
+        time.sleep(0.05)
+        sock.sendall(request[head_end - cut :])
+        _, _, body = Reader(sock).response()
+    assert answer(body)["length"] == len(payload) and body.endswith(b"\n" + payload)
+
+
 def test_a_presized_body_after_100_continue(echo_server: Served) -> None:
     payload = _payload(PRESIZED)
     head = f"POST /expect HTTP/1.1\r\nHost: test\r\nContent-Length: {PRESIZED}\r\nExpect: 100-continue\r\n\r\n"

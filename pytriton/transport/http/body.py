@@ -11,7 +11,7 @@ costs the server only what it actually sends.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
@@ -45,8 +45,8 @@ class PresizedBody:
         view = self._view
         return None if view is None else view[self.filled :]
 
-    def add(self, data: bytes) -> None:
-        """Copy a part of the body that came through the parser (the part that shared a read with the head)."""
+    def add(self, data: Union[bytes, memoryview]) -> None:
+        """Copy a part of the body that shared a read with the head."""
         view = self._view
         end = self.filled + len(data)
         if view is not None:

@@ -140,6 +140,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         if self._refused:
             return
         data: Any = self._read_view[:nbytes]
+        split = nbytes  # where a long read's first head ends: the parser sees the bytes after it only if it must
         clock = self._clock
         if clock.phase != BODY:  # this chunk starts or continues a request head
             if clock.phase != HEAD:
@@ -160,9 +161,16 @@ class HttpConnection(asyncio.BufferedProtocol):
                     return
             if buffer.find(b"pgrade", 0, head_size) >= 0 or buffer.find(b"PGRADE", 0, head_size) >= 0:
                 data = without_upgrade_header(bytes(data))
+            else:
+                split = head_size
         self._head_began = False
         try:
-            self._parser.feed_data(data)
+            if split < nbytes:
+                self._parser.feed_data(data[:split])
+                if not self._took_body_start(data[split:]):
+                    self._parser.feed_data(data[split:])
+            else:
+                self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             pass  # on_headers_complete has dealt with it: the connection closes after the response
         except httptools.HttpParserError as error:
@@ -179,6 +187,22 @@ class HttpConnection(asyncio.BufferedProtocol):
         if cycle is not None:
             self._start(cycle)
         self._follow_wire(len(data))
+
+    def _took_body_start(self, rest: memoryview) -> bool:
+        """Copy `rest`, the bytes after a head in its read, into that head's presized body if all are its own.
+
+        Whether it did. Through the parser they were copied twice (into httptools' bytes, then into the body): with requests of
+        150 KiB, which arrive with their head in one read, that was a tenth of the server's CPU.
+        """
+        presized = self._presized
+        if presized is None or self._wire != BODY or len(rest) > presized.left:
+            return False  # no presized body, or a pipelined request follows it: the parser sorts them out
+        presized.add(rest)
+        if presized.complete:
+            self._presized = None
+            self._parser = httptools.HttpRequestParser(self)  # the old one waits for body bytes it will never see
+            self.on_message_complete()
+        return True
 
     def _follow_wire(self, nbytes: int) -> None:
         """Move the connection's deadline to what the client is expected to send next."""
