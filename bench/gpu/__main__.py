@@ -19,14 +19,16 @@ import platform
 import secrets
 import subprocess
 import sys
+import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from bench.gpu import load, report
 from bench.gpu.models import build
 from bench.gpu.sampler import GpuSampler
+from bench.gpu.usage import Usage, summary_line
 from bench.payloads import model_stats
 
 RESULTS_DIR = pathlib.Path(__file__).resolve().parents[1] / "results"
@@ -52,6 +54,12 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per point")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measured window")
     parser.add_argument("--load-processes", type=int, default=0, help="load generator processes (0: from the CPUs)")
+    parser.add_argument("--direct-batches", default="", help="batch sizes of the direct calls (default: 1, 2 ... max)")
+    parser.add_argument(
+        "--py-spy",
+        type=pathlib.Path,
+        help="record the server's GIL holders with py-spy in each window, into this folder",
+    )
     parser.add_argument("--results-dir", type=pathlib.Path, default=RESULTS_DIR)
     return parser.parse_args(argv)
 
@@ -62,7 +70,8 @@ def _model_args(args: argparse.Namespace, model: str) -> List[str]:
 
 def direct_calls(args: argparse.Namespace, model: str) -> List[Dict[str, Any]]:
     """The direct-call rows, from a process of their own (the GPU is the server's alone afterwards)."""
-    batches = ",".join(str(2**power) for power in range(args.max_batch.bit_length()) if 2**power <= args.max_batch)
+    powers = (2**power for power in range(args.max_batch.bit_length()) if 2**power <= args.max_batch)
+    batches = args.direct_batches or ",".join(str(size) for size in powers)
     command = [sys.executable, "-m", "bench.gpu.direct", *_model_args(args, model), "--batches", batches]
     command += ["--duration", str(args.duration)]
     print(f"direct calls of {model} at batch sizes {batches}", flush=True)
@@ -112,24 +121,47 @@ def served(args: argparse.Namespace, model: str, server: Server) -> Dict[str, Li
     sample = build(model, args.size).sample(1)
     base_url = f"http://127.0.0.1:{server.ports['http']}"
     sampler = GpuSampler()
+    usage = Usage(server.process.pid, base_url, model, TOKEN)
     points: Dict[str, List[Dict[str, Any]]] = {}
     for protocol in args.protocols.split(","):
         for in_flight in (int(value) for value in args.in_flight.split(",")):
             before = model_stats(base_url, model, TOKEN)
             start_at = time.time() + 2.0
-            sampler.start(start_at + args.warmup, start_at + args.warmup + args.duration)
-            point = load.run(
+            window = (start_at + args.warmup, start_at + args.warmup + args.duration)
+            sampler.start(*window)
+            usage.window(*window)
+            profiler = None
+            if args.py_spy:
+                profile = args.py_spy / f"{model}-{protocol}-{in_flight}.txt"
+                profiler = threading.Thread(target=_py_spy, args=(server.process.pid, window, profile), daemon=True)
+                profiler.start()
+            point: Dict[str, Any] = load.run(
                 load.Load(protocol, server.ports[protocol], model, sample, in_flight, args.warmup, args.duration),
                 start_at,
                 args.load_processes,
             )
             point["gpu_utilization"] = sampler.stop()
+            point["usage"] = usage.delta()
+            if profiler is not None:
+                profiler.join()
             after = model_stats(base_url, model, TOKEN)
             if before and after and after[1] > before[1]:
                 point["avg_batch"] = (after[0] - before[0]) / (after[1] - before[1])
             print(f"  {protocol} {in_flight:>4} in flight: {point['rps']:,.1f} req/s, p50 {point['p50_ms']:.2f} ms")
+            print(summary_line(point["usage"]) + f"; load {point['load_cpu']:.2f} cores", flush=True)
             points.setdefault(protocol, []).append(point)
     return points
+
+
+def _py_spy(pid: int, window: Tuple[float, float], path: pathlib.Path) -> None:
+    """py-spy's collapsed stacks of the threads holding the GIL in `pid` over the wall-clock `window`."""
+    time.sleep(max(window[0] - time.time(), 0.0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    seconds = str(max(1, int(window[1] - window[0])))
+    beside = pathlib.Path(sys.executable).with_name("py-spy")  # a venv's, when the venv is not activated
+    executable = str(beside) if beside.exists() else "py-spy"
+    command = [executable, "record", "--pid", str(pid), "--gil", "--rate", "250", "--duration", seconds]
+    subprocess.run([*command, "--format", "raw", "--nonblocking", "-o", str(path)], capture_output=True, check=False)
 
 
 def gpu_name(device: str) -> str:

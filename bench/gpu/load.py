@@ -123,12 +123,13 @@ async def _drive(load: Load, slots: int, start_at: float) -> Tuple[List[float], 
 
 
 def _worker(load: Load, slots: int, start_at: float, results: Any) -> None:
-    """A load process: its share of the requests in flight; puts (latencies, errors) on `results`."""
-    results.put(asyncio.run(_drive(load, slots, start_at)))
+    """A load process: its share of the requests in flight; puts (latencies, errors, CPU seconds) on `results`."""
+    latencies, errors = asyncio.run(_drive(load, slots, start_at))
+    results.put((latencies, errors, time.process_time()))
 
 
 def run(load: Load, start_at: float, processes: int = 0) -> Dict[str, float]:
-    """Measure one point: rps, p50/p99/mean latency in ms, requests, errors.
+    """Measure one point: rps, p50/p99/mean latency in ms, requests, errors, the load processes' cores.
 
     Every process starts sending at the wall-clock time `start_at` (leave ~2 s for their interpreters to start);
     the window measured is `warmup_s` later and `duration_s` long.
@@ -143,8 +144,9 @@ def run(load: Load, start_at: float, processes: int = 0) -> Dict[str, float]:
     collected = [results.get(timeout=60 + load.warmup_s + load.duration_s) for _ in workers]
     for worker in workers:
         worker.join()
-    latencies = np.sort(np.concatenate([np.asarray(lat, dtype=np.float64) for lat, _ in collected])) * 1000
+    latencies = np.sort(np.concatenate([np.asarray(lat, dtype=np.float64) for lat, _, _ in collected])) * 1000
     count = int(latencies.size)
+    busy_s = max(time.time() - start_at, load.warmup_s + load.duration_s)
     return {
         "in_flight": load.in_flight,
         "rps": count / load.duration_s,
@@ -152,5 +154,6 @@ def run(load: Load, start_at: float, processes: int = 0) -> Dict[str, float]:
         "p99_ms": float(np.percentile(latencies, 99)) if count else float("nan"),
         "mean_ms": float(latencies.mean()) if count else float("nan"),
         "requests": count,
-        "errors": sum(errors for _, errors in collected),
+        "errors": sum(errors for _, errors, _ in collected),
+        "load_cpu": round(sum(cpu for _, _, cpu in collected) / busy_s, 3),  # cores, the interpreters' start included
     }

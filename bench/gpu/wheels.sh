@@ -9,12 +9,14 @@ grep -qxF '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >>"$exclude"
 rm -rf .whl && mkdir .whl
 # pytriton's dependencies that the machine's image does not hold (it has torch, numpy, grpcio, uvloop, wrapt,
 # ml-dtypes, prometheus-client, nvidia-ml-py, cuda-bindings, matplotlib, psutil, pytest), tritonclient with its
-# HTTP client's dependencies, and the grpcio/protobuf pair tritonclient's gRPC stubs were built against.
+# HTTP client's dependencies, the grpcio/protobuf pair tritonclient's gRPC stubs were built against, and py-spy
+# (the bench's --py-spy).
 WHEELS=(
   orjson==3.13.0 httptools==0.9.0 hpack==4.2.0
   tritonclient==2.73.0 python-rapidjson==1.25 geventhttpclient==2.6.1 gevent==26.9.0
   zope.event==6.2 zope.interface==8.7 greenlet==3.3.2 brotli==1.2.1
   grpcio==1.85.3 protobuf==6.33.6
+  py-spy==0.4.3
 )
 platforms=()
 for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64 \
