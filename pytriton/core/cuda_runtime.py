@@ -73,10 +73,16 @@ class CudaRuntime:
         self._call("cudaMemcpy", target.ctypes.data, address, target.nbytes, kind)
 
     def copy_to_device(self, address: int, device_id: int, source: np.ndarray) -> None:
-        """Copy a contiguous host array into device memory."""
+        """Copy a contiguous host array into device memory, done when this returns.
+
+        cudaMemcpy from pageable memory may return once the bytes are staged, before they reach the device: the
+        process that owns the region (which reads it as soon as the response says so) saw the old bytes on an
+        H200. The default stream is waited for.
+        """
         self._call("cudaSetDevice", device_id)
         kind = self._runtime.cudaMemcpyKind.cudaMemcpyHostToDevice
         self._call("cudaMemcpy", address, source.ctypes.data, source.nbytes, kind)
+        self._call("cudaStreamSynchronize", 0)
 
     def _call(self, name: str, *args: Any) -> Any:
         """Call a runtime function; its result after the error code, or CudaError."""
