@@ -236,6 +236,30 @@ def test_two_instances_run_in_parallel():
     assert len(intervals) == 2  # the barrier only opens when both instances run at the same time
 
 
+@pytest.mark.parametrize("delay_us", [0, 100])
+def test_one_request_at_a_time_runs_on_the_instance_that_ran_the_last(delay_us: int):
+    # The instance freed last is the warm one (its caches, its CUDA stream or context): taking turns between
+    # instances made a lone GPU request ~2.6 ms slower (docs/performance.md, "On a GPU").
+    ran: List[str] = []
+
+    def instance(name: str) -> Callable[..., Any]:
+        def infer(requests):
+            ran.append(name)
+            return [{"y": r["x"]} for r in requests]
+
+        return infer
+
+    config = ModelConfig(max_batch_size=4, batcher=DynamicBatcher(max_queue_delay_microseconds=delay_us))
+
+    def bind(triton: Triton) -> None:
+        triton.bind("m", [instance("a"), instance("b"), instance("c")], inputs=[TENSOR], outputs=[OUT], config=config)
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        for value in range(6):
+            assert post_json(triton.http_port, "/v2/models/m/infer", _body(value))[0] == 200
+    assert len(ran) == 6 and len(set(ran)) == 1
+
+
 def test_async_instances_overlap():
     import asyncio
 

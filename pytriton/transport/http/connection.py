@@ -191,8 +191,9 @@ class HttpConnection(asyncio.BufferedProtocol):
     def _took_body_start(self, rest: memoryview) -> bool:
         """Copy `rest`, the bytes after a head in its read, into that head's presized body if all are its own.
 
-        Whether it did. Through the parser they were copied twice (into httptools' bytes, then into the body): with requests of
-        150 KiB, which arrive with their head in one read, that was a tenth of the server's CPU.
+        Whether it did. Through the parser they were copied twice (into httptools' bytes, then into the
+        body): with requests of 150 KiB, which arrive with their head in one read, that was a tenth of the
+        server's CPU.
         """
         presized = self._presized
         if presized is None or self._wire != BODY or len(rest) > presized.left:
