@@ -642,6 +642,21 @@ def test_a_head_whose_end_is_cut_across_reads_keeps_a_body_holding_blank_lines(e
     assert answer(body)["length"] == len(payload) and body.endswith(b"\n" + payload)
 
 
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_a_head_cut_inside_its_blank_line_before_a_long_body_is_not_too_large(echo_server: Served, cut: int) -> None:
+    # The read after the cut holds the head's last bytes and more body than the head limit, with no blank line
+    # in it: the head ended at the read's start, it is not a head larger than the limit (a 431 before).
+    payload = b"a" * 100_000
+    request = raw("POST", "/cut-blank-line", payload)
+    head_end = request.index(b"\r\n\r\n") + 4
+    with connect(echo_server.port) as sock:
+        sock.sendall(request[: head_end - cut])
+        time.sleep(0.05)
+        sock.sendall(request[head_end - cut :])
+        status, _, body = Reader(sock).response()
+    assert status == 200 and answer(body)["length"] == len(payload) and body.endswith(b"\n" + payload)
+
+
 def test_a_presized_body_after_100_continue(echo_server: Served) -> None:
     payload = _payload(PRESIZED)
     head = f"POST /expect HTTP/1.1\r\nHost: test\r\nContent-Length: {PRESIZED}\r\nExpect: 100-continue\r\n\r\n"

@@ -71,6 +71,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._drain: Optional[asyncio.Future[None]] = None
         self._clock = PhaseDeadline(loop, self._on_deadline)
         self._head_bytes = 0  # bytes of the unfinished request head received so far
+        self._head_tail = b""  # its last bytes (up to 3) while the head is unfinished at the end of a read
         self._head_began = False  # a request head began in the chunk being parsed
         self._head_lines = 0  # bytes of the target and the whole header lines of the head being parsed
         self._head_fields = False  # the head being parsed has had a header line (its request line is whole)
@@ -153,9 +154,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             head_size = nbytes
             limit = self._limits.max_header_bytes
             if nbytes > _SHORT_READ_BYTES or self._head_bytes + nbytes > limit:
-                end = buffer.find(b"\r\n\r\n", 0, nbytes)
+                end = self._head_end(nbytes)
                 if end >= 0:
-                    head_size = end + 4
+                    head_size = end
                 if self._head_bytes + head_size > limit:
                     self._refuse(431, _head_too_large(limit))
                     return
@@ -187,6 +188,19 @@ class HttpConnection(asyncio.BufferedProtocol):
         if cycle is not None:
             self._start(cycle)
         self._follow_wire(len(data))
+        # The end of a head that the next read may finish: its blank line can be cut anywhere.
+        self._head_tail = (self._head_tail + bytes(data[-3:]))[-3:] if self._wire == HEAD else b""
+
+    def _head_end(self, nbytes: int) -> int:
+        """Where the first blank line of the read ends (-1: none), one begun in the read before included."""
+        buffer = self._read_buffer
+        tail = self._head_tail
+        if tail:
+            index = (tail + buffer[: min(3, nbytes)]).find(b"\r\n\r\n")
+            if index >= 0:
+                return index + 4 - len(tail)
+        end = buffer.find(b"\r\n\r\n", 0, nbytes)
+        return end + 4 if end >= 0 else -1
 
     def _took_body_start(self, rest: memoryview) -> bool:
         """Copy `rest`, the bytes after a head in its read, into that head's presized body if all are its own.
