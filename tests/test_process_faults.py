@@ -183,7 +183,9 @@ def test_sigkill_of_a_process_holding_a_dynamic_batch_fails_exactly_that_batch(t
                     except httpclient.InferenceServerException as error:
                         failed[request_id] = str(error)
 
-        threads = [threading.Thread(target=load) for _ in range(8)]
+        # More requests in flight than a batch holds: the load needs both instances (a free one is taken
+        # last-freed first, so a load one instance can carry would never reach the one that came back).
+        threads = [threading.Thread(target=load) for _ in range(16)]
         for thread in threads:
             thread.start()
         try:
