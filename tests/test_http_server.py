@@ -657,6 +657,24 @@ def test_a_head_cut_inside_its_blank_line_before_a_long_body_is_not_too_large(ec
     assert status == 200 and answer(body)["length"] == len(payload) and body.endswith(b"\n" + payload)
 
 
+def test_a_head_refused_behind_a_large_answer_is_followed_by_an_orderly_close(echo_server: Served) -> None:
+    # The 431 closes the connection; what the client pipelined behind it is still unread then. Closed at once,
+    # the kernel reset the connection, and the client could lose the 431 and the end of the earlier answer.
+    payload = b"a" * 5 * 65536
+    first = b"POST /a HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+    first += (
+        b"".join(b"10000\r\n" + payload[i : i + 65536] + b"\r\n" for i in range(0, len(payload), 65536)) + b"0\r\n\r\n"
+    )
+    too_large = b"GET /big HTTP/1.1\r\nHost: t\r\nX-Pad: " + b"p" * 70000 + b"\r\n\r\n"
+    with connect(echo_server.port) as sock:
+        sock.sendall(first + too_large + raw("POST", "/after", b"z" * 400_000))
+        reader = Reader(sock)
+        status, _, body = reader.response()
+        assert status == 200 and body.endswith(b"\n" + payload)
+        assert reader.response()[0] == 431
+        assert sock.recv(1) == b""  # an end of stream, not a reset
+
+
 def test_a_presized_body_after_100_continue(echo_server: Served) -> None:
     payload = _payload(PRESIZED)
     head = f"POST /expect HTTP/1.1\r\nHost: test\r\nContent-Length: {PRESIZED}\r\nExpect: 100-continue\r\n\r\n"

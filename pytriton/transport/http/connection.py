@@ -401,7 +401,9 @@ class HttpConnection(asyncio.BufferedProtocol):
         if transport is None or transport.is_closing():
             return
         if not cycle.keep_alive:
-            if self._receiving is cycle:  # its body is still on its way: let the client read the answer first
+            # Its body still on its way, or a request refused from its head (the client may have sent more behind
+            # it): closing with bytes unread would reset the connection before the client reads the answers.
+            if self._receiving is cycle or cycle.refusal is not None:
                 self._refused = True
                 self._clock.cancel()
                 self._linger_close(transport)
