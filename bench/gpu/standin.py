@@ -62,10 +62,11 @@ def serve(instances: int) -> None:
         sys.stdin.read()
 
 
-def _thread_seconds(pid: int) -> float:
-    from bench.gpu.usage import _thread_seconds as seconds
+def _process_seconds(pid: int) -> float:
+    """CPU seconds of all of `pid`'s threads."""
+    from bench.gpu.usage import thread_seconds
 
-    return sum(seconds(pid).values())
+    return sum(thread_seconds(pid).values())
 
 
 def measure(args: argparse.Namespace) -> Dict[str, float]:
@@ -85,9 +86,9 @@ def measure(args: argparse.Namespace) -> Dict[str, float]:
 
     def window() -> None:  # the loop process's CPU seconds at the window's start and end
         time.sleep(max(start_at + args.warmup - time.time(), 0.0))
-        began, cpu = time.perf_counter(), _thread_seconds(server.pid)
+        began, cpu = time.perf_counter(), _process_seconds(server.pid)
         time.sleep(args.duration)
-        loop.append((_thread_seconds(server.pid) - cpu) / (time.perf_counter() - began))
+        loop.append((_process_seconds(server.pid) - cpu) / (time.perf_counter() - began))
 
     reader = threading.Thread(target=window)
     reader.start()

@@ -20,7 +20,7 @@ from bench.servers import _cpu_seconds, descendants
 STAT_PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
-def _thread_seconds(pid: int) -> Dict[int, float]:
+def thread_seconds(pid: int) -> Dict[int, float]:
     """CPU seconds of each thread of `pid` (utime + stime of /proc/PID/task/TID/stat)."""
     ticks = os.sysconf("SC_CLK_TCK")
     seconds: Dict[int, float] = {}
@@ -69,7 +69,7 @@ class Usage:
         children = descendants(self.pid)
         return {
             "at": time.perf_counter(),
-            "threads": _thread_seconds(self.pid),
+            "threads": thread_seconds(self.pid),
             "children": {child: _cpu_seconds(child) for child in children},
             "stats": _inference_stats(self.base_url, self.model, self.token),
         }
