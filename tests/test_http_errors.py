@@ -137,6 +137,17 @@ BAD_BODIES = {
         400,
         "unable to parse 'data'",
     ),
+    # Triton refuses JSON values that are not numbers in numeric data; numpy would take null as NaN, "2" as 2.0
+    "null in numbers": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 3], "datatype": "FP32", "data": [1, null, 2]}]}',
+        400,
+        "unable to parse 'data' of input 'INPUT_1' as FP32: expected JSON numbers",
+    ),
+    "string number": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 2], "datatype": "FP32", "data": [[1], ["2"]]}]}',
+        400,
+        "unable to parse 'data' of input 'INPUT_1' as FP32: expected JSON numbers, got strings",
+    ),
     "missing data": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32"}]}',
         400,

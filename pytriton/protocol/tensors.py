@@ -54,15 +54,20 @@ _JSON_NUMERIC = {
 def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
     """An array of numbers in `dtype`; values out of its range raise OverflowError on numpy 1 and 2 alike."""
     if dtype.kind == "f":
-        if dtype.itemsize == 8:  # every Python float fits a float64
-            return np.array(values, dtype=dtype)
         if dtype == _FLOAT32 and type(values) is list and len(values) <= _PACK_LIMIT:
             packed = _packed_float32(values)
             if packed is not None:
                 return packed
+        array = np.array(values)  # what JSON holds first: numpy would turn null into NaN and "2" into 2.0
+        if array.size and array.dtype.kind not in "iuf":
+            if array.dtype.kind != "O" or not all(type(value) in (int, float) for value in array.flat):
+                raise ValueError(f"expected JSON numbers, got {_json_kind(array)}")
+            array = np.array(array.tolist(), dtype=np.float64)  # integers past int64 next to negative ones
+        if dtype.itemsize == 8:  # every Python float fits a float64
+            return array.astype(dtype)
         with np.errstate(over="raise"):  # a float beyond the dtype's range is an error, not a warning and inf
             try:
-                return np.array(values, dtype=dtype)
+                return array.astype(dtype)
             except FloatingPointError:
                 raise OverflowError(f"values outside the range of {dtype.name}") from None
     if dtype.kind not in "iu":
@@ -70,6 +75,8 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
     array = np.array(values)
     if not array.size:
         return array.astype(dtype)
+    if array.dtype.kind == "b":
+        raise ValueError("expected JSON numbers, got booleans")
     if array.dtype.kind not in "iub" and dtype == np.uint64:
         array = np.array(values, dtype=np.object_).reshape(-1)  # numpy 1 turns ints above int64 into floats
         if not all(type(value) is int for value in array):
@@ -83,6 +90,11 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
     if array.min() < info.min or array.max() > info.max:
         raise OverflowError(f"values outside the range of {dtype.name}")
     return array.astype(dtype)
+
+
+def _json_kind(array: np.ndarray) -> str:
+    """What a numpy array built from JSON values holds, in JSON's words."""
+    return {"b": "booleans", "U": "strings", "O": "nulls or mixed values"}.get(array.dtype.kind, array.dtype.name)
 
 
 _FLOAT32 = np.dtype(np.float32)
