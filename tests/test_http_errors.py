@@ -320,6 +320,31 @@ def test_paths_triton_does_not_route_are_404(server, path):
     assert request(server.http_port, "GET", path.rstrip("/").replace("versions/x", "versions/1"))[0] == 200
 
 
+@pytest.mark.parametrize(
+    "path, status",
+    [
+        ("/v2/models/identity%2Fready", 404),  # one segment: the metadata of a model "identity/ready"
+        ("/v2%2Fhealth%2Fready", 404),
+        ("/v2/health%2Fready", 404),
+        ("/v2/models/identity%2F", 404),
+        ("/v2/models/ident%69ty/ready", 200),  # tritonclient percent-encodes model names
+        ("/v2/models/identity/versions/%31/ready", 200),
+    ],
+)
+def test_an_encoded_slash_stays_inside_its_path_segment(server, path, status):
+    # The ASGI path is decoded whole: routed on it, "identity%2Fready" was the ready endpoint of "identity".
+    assert request(server.http_port, "GET", path)[0] == status
+
+
+def test_an_encoded_slash_does_not_reach_another_route_with_a_body(server):
+    document = {"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
+    # The metadata route of a model "identity/infer", which takes GET only (Triton: 405 too).
+    assert post_json(server.http_port, "/v2/models/identity%2Finfer", document)[0] == 405
+    status, answer = request(server.http_port, "GET", "/v2/models/identity%2Finfer")[0::2]
+    assert status == 404 and "identity/infer" in json.loads(answer)["error"]
+    assert post_json(server.http_port, "/v2/models/ident%69ty/infer", document)[0] == 200
+
+
 def test_an_output_requested_twice_comes_once_and_the_id_comes_first(server):
     body = dict(GOOD, id="req-7", outputs=[{"name": "OUTPUT_1"}, {"name": "OUTPUT_1"}])
     status, _, raw = request(server.http_port, "POST", "/v2/models/identity/infer", json.dumps(body))

@@ -355,6 +355,31 @@ def test_malformed_requests_get_a_json_400_and_the_connection_closes(echo_server
         assert reader.closed()
 
 
+def test_host_headers_of_different_values_are_a_400_that_closes(echo_server: Served) -> None:
+    # RFC 9112 section 3.2, and Triton's answer: a proxy in front could route on one and this server see the other.
+    with connect(echo_server.port) as sock:
+        reader = Reader(sock)
+        sock.sendall(raw("GET", "/first"))
+        assert reader.response()[0] == 200
+        sock.sendall(b"GET /second HTTP/1.1\r\nHost: a\r\nX-Other: 1\r\nhost: b\r\n\r\nGET /third HTTP/1.1\r\n\r\n")
+        status, headers, body = reader.response()
+        assert status == 400 and headers["connection"] == "close"
+        assert json.loads(body) == {"error": "the request has Host headers of different values"}
+        assert reader.closed()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"GET /same HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", b"GET /none HTTP/1.1\r\n\r\n", b"GET /old HTTP/1.0\r\n\r\n"],
+)
+def test_a_repeated_host_of_one_value_or_none_at_all_is_served_as_triton_serves_it(
+    echo_server: Served, head: bytes
+) -> None:
+    with connect(echo_server.port) as sock:
+        sock.sendall(head)
+        assert Reader(sock).response()[0] == 200
+
+
 def test_app_failures_become_500_or_a_closed_connection() -> None:
     async def faulty(scope: Dict[str, Any], receive: Any, send: Any) -> None:
         path = scope["path"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Awaitable, Callable, List, Optional, Tuple
+from urllib.parse import quote
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
@@ -46,7 +47,7 @@ async def forward(
                 return
             headers.append((_HEADER_LENGTH, size.encode()))
         send = _binary_mime_sender(send, binary_mime)
-    forwarded = dict(scope, path=path, raw_path=path.encode(), query_string=b"", headers=headers)
+    forwarded = dict(scope, path=path, raw_path=quote(path).encode("ascii"), query_string=b"", headers=headers)
     if method is not None:
         forwarded["method"] = method
     await app(forwarded, receive, send)

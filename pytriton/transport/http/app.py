@@ -7,6 +7,7 @@ import logging
 import re
 import zlib
 from typing import Any, Awaitable, Dict, List, Optional, Sequence
+from urllib.parse import unquote
 
 import orjson
 
@@ -105,12 +106,13 @@ class HttpFrontend:
             denial = self._access.http_denial(scope["path"], header_map(scope))
             if denial is not None:
                 raise _HttpError(403, denial)
-        path: str = scope["path"]
-        parts: List[str] = path.split("/")
-        if len(parts) < 2 or parts[0] != "" or parts[1] != "v2" or path.endswith("/"):  # as Triton's routes
+        parts = path_segments(scope)
+        if len(parts) < 2 or parts[0] != "" or parts[1] != "v2" or parts[-1] == "":  # as Triton's routes
             raise _HttpError(404, "Not Found")
         if len(parts) >= 4 and parts[2] == "models" and parts[3] != "stats":
             return self._model_route(scope, receive, send, method, parts[3], parts[4:])
+        if any("/" in part for part in parts):  # an encoded slash: its segment matches no fixed route
+            raise _HttpError(404, "Not Found")
         route = "/".join(parts[2:])
         engine = self._engine
         if route == "":
@@ -360,6 +362,19 @@ def _setting_values(value: Any) -> Optional[List[str]]:
     if value is None:
         return None
     return [str(item) for item in value] if isinstance(value, list) else [str(value)]
+
+
+def path_segments(scope: Scope) -> List[str]:
+    """The request path's segments, each percent-decoded on its own.
+
+    The scope's path is decoded whole (ASGI), so an encoded slash in it ("identity%2Finfer") would split a
+    segment in two and route the request elsewhere. Triton does not decode paths at all; tritonclient
+    percent-encodes model names, so segments are decoded, one at a time.
+    """
+    raw_path: Optional[bytes] = scope.get("raw_path")
+    if raw_path is None or b"%" not in raw_path:
+        return str(scope["path"]).split("/")
+    return [unquote(segment) for segment in raw_path.decode("latin-1").split("/")]
 
 
 def _allow(method: str, allowed: str) -> None:

@@ -25,7 +25,13 @@ from pytriton.core.waiters import wake
 from pytriton.transport.deadline import APP, PhaseDeadline
 from pytriton.transport.http.body import PRESIZED_BODY_BYTES, PresizedBody
 from pytriton.transport.http.cycle import RequestCycle, http_scope, socket_address
-from pytriton.transport.http.refusals import UPGRADE_WITH_BODY, error_response, refusal, without_upgrade_header
+from pytriton.transport.http.refusals import (
+    CONFLICTING_HOSTS,
+    UPGRADE_WITH_BODY,
+    error_response,
+    refusal,
+    without_upgrade_header,
+)
 
 if TYPE_CHECKING:
     from pytriton.transport.http.server import ServerState
@@ -78,6 +84,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._expect_continue = False  # the head being parsed has Expect: 100-continue (any letter case)
         self._declared_length = 0  # the content-length of the request whose head is arriving
         self._chunked_body = False  # the request whose head is arriving has a transfer-encoding
+        self._host: Optional[bytes] = None  # its first Host header's value
+        self._hosts_differ = False  # it has Host headers of different values
         self._read_buffer = state.read_buffer
         self._read_view = state.read_view
         self._presized: Optional[PresizedBody] = None  # a body on_headers_complete chose to read past the parser
@@ -286,6 +294,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._headers = []
         self._declared_length = 0
         self._chunked_body = False
+        self._host = None
+        self._hosts_differ = False
         self._presized = None  # an earlier request's, whole already (a read may end its body and start this one)
 
     def on_url(self, url: bytes) -> None:
@@ -302,6 +312,11 @@ class HttpConnection(asyncio.BufferedProtocol):
             self._declared_length = int(value) if value.isdigit() else 0  # llhttp refuses a bad one itself
         elif name == b"transfer-encoding":
             self._chunked_body = True
+        elif name == b"host":
+            if self._host is None:
+                self._host = value
+            elif value != self._host:
+                self._hosts_differ = True
         elif name == b"expect":
             self._expect_continue = value.lower() == b"100-continue"  # RFC 9110: case-insensitive
         self._headers.append((name, value))
@@ -326,6 +341,10 @@ class HttpConnection(asyncio.BufferedProtocol):
         elif self._declared_length > self._limits.max_body_bytes:  # refused now, not once the body has come
             cycle.keep_alive = False
             cycle.refusal = refusal(413, f"request body larger than {self._limits.max_body_bytes} bytes")
+        elif self._hosts_differ:
+            # RFC 9112 section 3.2; Triton answers 400 too. A proxy and this server could each take another one.
+            cycle.keep_alive = False
+            cycle.refusal = CONFLICTING_HOSTS
         elif parser.should_upgrade():
             # An Upgrade header data_received could not remove: llhttp hands everything after the head to the
             # new protocol, so the body is lost and the connection cannot carry more HTTP/1.1. Serve a bodiless

@@ -37,6 +37,8 @@ UPGRADE_WITH_BODY = refusal(
     400, "an HTTP/1.1 Upgrade request cannot carry a body on this server: send it without the Upgrade header"
 )
 
+CONFLICTING_HOSTS = refusal(400, "the request has Host headers of different values")
+
 _UPGRADE_LINE = re.compile(rb"\r\nupgrade[ \t]*:[^\r\n]*(?=\r\n)", re.IGNORECASE)
 
 
