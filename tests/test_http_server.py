@@ -370,7 +370,7 @@ def test_host_headers_of_different_values_are_a_400_that_closes(echo_server: Ser
 
 @pytest.mark.parametrize(
     "head",
-    [b"GET /same HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", b"GET /none HTTP/1.1\r\n\r\n", b"GET /old HTTP/1.0\r\n\r\n"],
+    [b"GET /same HTTP/1.1\r\nHost: a\r\nHost: A\r\n\r\n", b"GET /none HTTP/1.1\r\n\r\n", b"GET /old HTTP/1.0\r\n\r\n"],
 )
 def test_a_repeated_host_of_one_value_or_none_at_all_is_served_as_triton_serves_it(
     echo_server: Served, head: bytes

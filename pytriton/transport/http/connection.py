@@ -315,7 +315,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         elif name == b"host":
             if self._host is None:
                 self._host = value
-            elif value != self._host:
+            elif value.lower() != self._host.lower():  # host names are case-insensitive
                 self._hosts_differ = True
         elif name == b"expect":
             self._expect_continue = value.lower() == b"100-continue"  # RFC 9110: case-insensitive
