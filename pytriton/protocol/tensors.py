@@ -64,10 +64,10 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
                 raise ValueError(f"expected JSON numbers, got {_json_kind(array)}")
             array = np.array(array.tolist(), dtype=np.float64)  # integers past int64 next to negative ones
         if dtype.itemsize == 8:  # every Python float fits a float64
-            return array.astype(dtype)
+            return array.astype(dtype, copy=False)  # numpy made float64 already: no second copy
         with np.errstate(over="raise"):  # a float beyond the dtype's range is an error, not a warning and inf
             try:
-                return array.astype(dtype)
+                return array.astype(dtype, copy=False)
             except FloatingPointError:
                 raise OverflowError(f"values outside the range of {dtype.name}") from None
     if dtype.kind not in "iu":
