@@ -19,6 +19,7 @@ from pytriton.triton import Triton
 from tests.http_helpers import post_json, request
 from tests.loop_turns import run_counting_turns
 
+UNBOUNDED = inflate.InflationBudget(2**40)
 GOOD = {"inputs": [{"name": "INPUT_1", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
 
 
@@ -391,7 +392,7 @@ def test_sequence_parameters_are_taken_and_ignored_and_checked(server):
 def test_a_compressed_body_is_inflated_a_step_at_a_time_letting_the_loop_serve_others():
     # One 33 KB request inflating to 64 MiB held every other connection for half a second.
     body = gzip.compress(bytes(3 * inflate.STEP_BYTES + 5))
-    inflated, turns = run_counting_turns(lambda: app._decompress(body, "gzip", 2**30))
+    inflated, turns = run_counting_turns(lambda: app._decompress(body, "gzip", 2**30, UNBOUNDED))
     assert turns >= 3  # the loop ran between the steps
     assert inflated == bytes(3 * inflate.STEP_BYTES + 5)
 
@@ -422,16 +423,16 @@ def test_a_compressed_body_with_bytes_after_its_end_is_refused_and_ends():
         ("gzip", gzip.compress(bytes(2 * inflate.STEP_BYTES)) + b"x"),  # read as a next member, cut short
     ):
         with pytest.raises(app._HttpError, match=r"bytes after the end of the deflate stream|stream is truncated"):
-            asyncio.run(asyncio.wait_for(app._decompress(body, encoding, 2**30), 10))
+            asyncio.run(asyncio.wait_for(app._decompress(body, encoding, 2**30, UNBOUNDED), 10))
 
 
 def test_a_gzip_body_of_more_members_than_max_members_is_refused_at_once():
     # Millions of empty members (20 bytes each) cost 18 us each, 60 s of CPU for one 60 MiB body.
     member = gzip.compress(b"", mtime=0)
-    inflated = asyncio.run(app._decompress(member * inflate.MAX_MEMBERS, "gzip", 2**30))
+    inflated = asyncio.run(app._decompress(member * inflate.MAX_MEMBERS, "gzip", 2**30, UNBOUNDED))
     assert inflated == b""
     with pytest.raises(app._HttpError, match=f"more than {inflate.MAX_MEMBERS} gzip members"):
-        asyncio.run(app._decompress(member * (inflate.MAX_MEMBERS + 1), "gzip", 2**30))
+        asyncio.run(app._decompress(member * (inflate.MAX_MEMBERS + 1), "gzip", 2**30, UNBOUNDED))
 
 
 def test_an_inflation_that_fails_lets_go_of_what_it_inflated_while_its_error_lives():

@@ -9,6 +9,7 @@ Where each limit is enforced, and how a refusal looks:
 | limit | where | refusal |
 |---|---|---|
 | max_body_bytes | HTTP app, while reading (and decompressing) a body | 413 |
+| max_inflated_bytes | both transports: decompressed requests alive at once, together | 503 / RESOURCE_EXHAUSTED |
 | max_header_bytes | HTTP connection, while the request line and headers arrive | 431, connection closed |
 | header_timeout_s | HTTP connection: request line and headers must arrive within it | 408, connection closed |
 | body_timeout_s | HTTP connection: longest pause between two parts of a body | 408, connection closed |
@@ -55,6 +56,8 @@ ENV_PREFIX = "PYTRITON_LIMIT_"
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # grpcio's largest message (Triton sets this on its server too).
 GRPC_MAX_MESSAGE_BYTES = 2**31 - 1
+# One message of the largest size still inflates when it is alone.
+DEFAULT_MAX_INFLATED_BYTES = GRPC_MAX_MESSAGE_BYTES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,11 @@ class ServerLimits:
 
     Args:
         max_body_bytes: largest HTTP request body, after decompression (413 above it).
+        max_inflated_bytes: what the decompressed requests (HTTP Content-Encoding, gRPC grpc-encoding) alive at
+            once may hold together, server-wide, from the first inflated byte until the request's last view of
+            them is gone; one that would pass it is refused (HTTP 503, gRPC RESOURCE_EXHAUSTED). Each request is
+            bounded by its own limit, but a client sends a compressed request for a thousandth of what it costs
+            the server.
         max_header_bytes: largest HTTP request line plus headers (431 above it).
         header_timeout_s: seconds for an HTTP request's line and headers to arrive (408 after it).
         body_timeout_s: longest pause, in seconds, while an HTTP request body arrives (408 after it).
@@ -95,6 +103,7 @@ class ServerLimits:
     """
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 30.0
     body_timeout_s: float = 30.0

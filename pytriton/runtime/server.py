@@ -25,6 +25,7 @@ from pytriton.runtime.loop_thread import LoopThread
 from pytriton.runtime.startup_line import model_line, startup_line
 from pytriton.runtime.stopping import OVERRUN_S, StopSequence, where_stuck
 from pytriton.runtime.tracing import Tracing
+from pytriton.transport.inflate import InflationBudget
 from pytriton.transport.sockets import bind_socket, bound_port
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class ServerRuntime:
         )
         self._hurried: asyncio.Event = self._loop.call(asyncio.Event)  # set by hurry(): the stop goes at once
         self.settings = ServerSettings(log_verbose=options.log_verbose, log_file=options.log_file, trace=options.trace)
+        # What decompressed requests hold at once, over all of the server's frontends.
+        self.inflation_budget = InflationBudget(options.limits.max_inflated_bytes)
         self.tracing = Tracing(self.settings.trace, self.engine.models)
         self._frontends: List[Frontend] = []
         self.http_port: Optional[int] = None
@@ -182,7 +185,13 @@ class ServerRuntime:
             if options.grpc_enabled:
                 from pytriton.transport.grpc.server import GrpcFrontend
 
-                grpc_frontend = GrpcFrontend(self.engine, options, server_version=__version__, settings=self.settings)
+                grpc_frontend = GrpcFrontend(
+                    self.engine,
+                    options,
+                    server_version=__version__,
+                    settings=self.settings,
+                    inflation_budget=self.inflation_budget,
+                )
                 await self._start_frontend(grpc_frontend)
                 self.grpc_port = grpc_frontend.port
             if options.metrics_enabled:
@@ -224,6 +233,7 @@ class ServerRuntime:
             server_version=__version__,
             header_forward_pattern=options.http_header_forward_pattern,
             max_body_bytes=options.limits.max_body_bytes,
+            inflation_budget=self.inflation_budget,
             access=options.http_access,
             settings=self.settings,
         )
@@ -244,6 +254,7 @@ class ServerRuntime:
             self.engine,
             server_version=__version__,
             max_body_bytes=options.limits.max_body_bytes,
+            inflation_budget=self.inflation_budget,
             access=options.http_access,
         )
         app = SageMakerFrontend(self.engine, options.sagemaker, api)
@@ -260,6 +271,7 @@ class ServerRuntime:
             self.engine,
             server_version=__version__,
             max_body_bytes=options.limits.max_body_bytes,
+            inflation_budget=self.inflation_budget,
             access=options.http_access,  # a redirected route is restricted as on the HTTP port
         )
         app = VertexAiFrontend(self.engine, options.vertex_ai, api)

@@ -7,14 +7,23 @@ gives at most STEP_BYTES of output per step, and the loop runs between steps: th
 (a few ms) at a time. Taking the input in slices also keeps zlib from copying the rest of a large input
 as its `unconsumed_tail` after every step. Both transports use it: HTTP's Content-Encoding and gRPC's
 grpc-encoding.
+
+What inflated requests hold is also bounded server-wide (`InflationBudget`): each request is bounded by its
+own limit, but a client sends a bomb for a thousandth of what it costs the server, and one connection of 100
+streams of 2 MiB gzip messages that inflate to 2 GiB each could ask for 200 GiB (4 calls of 256 MiB: the server's
+RSS rose by 1 GiB for 1 MiB received).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import threading
+import weakref
 import zlib
-from typing import Tuple
+from typing import Optional, Tuple
+
+import numpy as np
 
 from pytriton.core.raw_tensors import Buffer
 
@@ -37,6 +46,7 @@ class Failure(enum.Enum):
     CORRUPT = "corrupt"  # not a stream of the format (zlib's error says where)
     TRUNCATED = "truncated"  # the input ends inside the stream
     TOO_LARGE = "too large"  # the stream inflates past the limit
+    OVER_BUDGET = "over budget"  # what inflated requests hold at once would pass the server's budget
 
 
 class InflateError(Exception):
@@ -49,40 +59,111 @@ class InflateError(Exception):
         self.detail = detail
 
 
+class InflationBudget:
+    """Bytes that inflated requests may hold at once, all of a server's connections together.
+
+    A request's share is taken as zlib produces its bytes and given back when the last view of them is gone
+    (the request's tensors, outputs sent as views of them, an input a model kept), from whichever thread drops
+    it: hence the lock.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        """A budget of `capacity` bytes."""
+        self.capacity = capacity
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bool:
+        """Take `size` more bytes if they fit; whether they did."""
+        with self._lock:
+            if self.held + size > self.capacity:
+                return False
+            self.held += size
+            return True
+
+    def give_back(self, size: int) -> None:
+        """Return `size` bytes taken earlier."""
+        with self._lock:
+            self.held -= size
+
+
+class _Share:
+    """What one inflated request holds of a budget; given back once, when its bytes go or inflating fails."""
+
+    __slots__ = ("_budget", "_taken")
+
+    def __init__(self, budget: InflationBudget) -> None:
+        self._budget = budget
+        self._taken = 0
+
+    def grow(self, size: int) -> None:
+        """The request holds `size` bytes now."""
+        more = size - self._taken
+        if more > 0:
+            if not self._budget.take(more):
+                raise InflateError(
+                    Failure.OVER_BUDGET,
+                    f"decompressed requests in progress would hold more than {self._budget.capacity} bytes",
+                )
+            self._taken = size
+
+    def give_back(self) -> None:
+        taken, self._taken = self._taken, 0
+        if taken:
+            self._budget.give_back(taken)
+
+
 async def inflate(
-    data: Buffer, wbits: int, limit: int, *, members: bool = False, name: str = "compressed"
-) -> Tuple[bytearray, int]:
+    data: Buffer,
+    wbits: int,
+    limit: int,
+    *,
+    members: bool = False,
+    name: str = "compressed",
+    budget: Optional[InflationBudget] = None,
+) -> Tuple[Buffer, int]:
     """`data` inflated with zlib's `wbits`, refused past `limit` bytes; and where its compressed stream ended.
 
     With `members`, the streams that follow the first one are inflated onto it in turn, as gzip allows
     (RFC 1952 2.2): the end is then where the input ends, or where a stream that is not one begins (an error).
-    Without, what follows the first stream is left to the caller (the end says where).
+    Without, what follows the first stream is left to the caller (the end says where). The bytes come as a
+    bytearray, or with a `budget` as a writable memoryview that holds their size of it until it and every view
+    made of it are gone (the memoryview's exporter is an array watched for its end: a bytearray cannot be).
 
     Raises:
         InflateError: the bytes are not a compressed stream, it is truncated (the error says "the `name` stream
-            is truncated"), or it inflates past `limit`.
+            is truncated"), it inflates past `limit`, or past what is left of `budget`.
     """
     view = memoryview(data).cast("B")
     inflated = bytearray()
+    share = _Share(budget) if budget is not None else None
     try:
-        end = await _inflate_stream(view, 0, wbits, inflated, limit, name)
+        end = await _inflate_stream(view, 0, wbits, inflated, limit, name, share)
         streams = 1
         while members and end < len(view):
             if streams == MAX_MEMBERS:
                 raise InflateError(Failure.CORRUPT, f"more than {MAX_MEMBERS} {name} members")
             if not streams % _MEMBERS_PER_TURN:
                 await asyncio.sleep(0)
-            end = await _inflate_stream(view, end, wbits, inflated, limit, name)
+            end = await _inflate_stream(view, end, wbits, inflated, limit, name, share)
             streams += 1
     except BaseException:
         # The error's traceback holds this frame, and a cancelled call's task, its error and the call make a
         # cycle: what was inflated would wait for the cycle collector (GBs of a bomb, seen).
         inflated.clear()
+        if share is not None:
+            share.give_back()
         raise
-    return inflated, end
+    if share is None:
+        return inflated, end
+    watched = np.frombuffer(inflated, np.uint8)
+    weakref.finalize(watched, share.give_back)
+    return memoryview(watched), end  # type: ignore[arg-type]  # ndarray exports its buffer; numpy stubs say not
 
 
-async def _inflate_stream(view: memoryview, start: int, wbits: int, inflated: bytearray, limit: int, name: str) -> int:
+async def _inflate_stream(
+    view: memoryview, start: int, wbits: int, inflated: bytearray, limit: int, name: str, share: Optional[_Share]
+) -> int:
     """Inflate the stream that begins at `view[start]` onto `inflated`; where it ends."""
     decompressor = zlib.decompressobj(wbits)
     position = start
@@ -92,6 +173,8 @@ async def _inflate_stream(view: memoryview, start: int, wbits: int, inflated: by
             if position == len(view):  # all of the input was taken: what zlib still holds, then it must be over
                 inflated += decompressor.flush()
                 _check_size(inflated, limit)
+                if share is not None:
+                    share.grow(len(inflated))
                 if not decompressor.eof:
                     raise InflateError(Failure.TRUNCATED, f"the {name} stream is truncated")
                 break
@@ -103,6 +186,8 @@ async def _inflate_stream(view: memoryview, start: int, wbits: int, inflated: by
             while True:
                 inflated += decompressor.decompress(pending, min(STEP_BYTES, limit + 1 - len(inflated)))
                 _check_size(inflated, limit)
+                if share is not None:
+                    share.grow(len(inflated))
                 # At the stream's end what follows it is in unused_data (and, past a max_length, in
                 # unconsumed_tail too, where feeding it again would only append it to unused_data for ever).
                 pending = decompressor.unconsumed_tail

@@ -9,7 +9,7 @@ from typing import List, Optional, Sequence, Union
 import grpc
 
 from pytriton.core.raw_tensors import Buffer
-from pytriton.transport.inflate import Failure, InflateError, inflate
+from pytriton.transport.inflate import Failure, InflateError, InflationBudget, inflate
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
 _PREFIX = struct.Struct(">BI")
@@ -45,12 +45,16 @@ class MessageReader:
     become bytes.
     """
 
-    __slots__ = ("_encoding", "_filled", "_flag", "_limit", "_message", "_prefix")
+    __slots__ = ("_budget", "_encoding", "_filled", "_flag", "_limit", "_message", "_prefix")
 
-    def __init__(self, encoding: Optional[str], limit: int) -> None:
-        """A reader for messages sent with grpc-encoding `encoding` (None: not compressed)."""
+    def __init__(self, encoding: Optional[str], limit: int, budget: Optional[InflationBudget] = None) -> None:
+        """A reader for messages sent with grpc-encoding `encoding` (None: not compressed).
+
+        Compressed messages, once inflated, hold their size of `budget` (the server's) while they live.
+        """
         self._encoding = encoding
         self._limit = limit
+        self._budget = budget
         self._prefix = b""  # the start of a length prefix split between DATA frames
         self._message: Optional[memoryview] = None  # the buffer of the message under way
         self._filled = 0
@@ -153,7 +157,7 @@ class MessageReader:
         if self._encoding is None:
             raise MessageError(grpc.StatusCode.INTERNAL, "compressed message without a grpc-encoding")
         self._check_size(length)
-        return Compressed(payload, self._encoding, self._limit)
+        return Compressed(payload, self._encoding, self._limit, self._budget)
 
 
 class Compressed:
@@ -163,23 +167,30 @@ class Compressed:
     the loop, and every other call of the server, for as long as zlib takes.
     """
 
-    __slots__ = ("_encoding", "_limit", "_payload")
+    __slots__ = ("_budget", "_encoding", "_limit", "_payload")
 
-    def __init__(self, payload: Buffer, encoding: str, limit: int) -> None:
-        """A message of `payload` compressed with `encoding`, no larger than `limit` once inflated."""
+    def __init__(self, payload: Buffer, encoding: str, limit: int, budget: Optional[InflationBudget] = None) -> None:
+        """A message of `payload` compressed with `encoding`, no larger than `limit` once inflated.
+
+        Inflated, it holds its size of `budget` (the server's) while it lives.
+        """
         self._payload = payload
         self._encoding = encoding
         self._limit = limit
+        self._budget = budget
 
     async def inflated(self) -> Buffer:
         """The message's bytes (a view of them when they are SCATTER_BYTES or more, as for those not compressed).
 
         Raises:
             MessageError: INTERNAL when the bytes are not a stream of the encoding or it is truncated,
-                RESOURCE_EXHAUSTED when the message inflates past the limit.
+                RESOURCE_EXHAUSTED when the message inflates past the limit or the server's budget.
         """
+        encoding = self._encoding
         try:
-            message, end = await inflate(self._payload, _WBITS[self._encoding], self._limit, name=self._encoding)
+            message, end = await inflate(
+                self._payload, _WBITS[encoding], self._limit, name=encoding, budget=self._budget
+            )
             if end < len(self._payload):  # grpc's C-core refuses it too ("not all input consumed")
                 raise InflateError(Failure.CORRUPT, "bytes after the end of its stream")
         except InflateError as error:
@@ -188,6 +199,8 @@ class Compressed:
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"Received message larger than max (> {self._limit} decompressed)",
                 ) from None
+            if error.failure is Failure.OVER_BUDGET:
+                raise MessageError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{error.detail}: try again later") from None
             if error.failure is Failure.TRUNCATED:
                 raise MessageError(grpc.StatusCode.INTERNAL, f"truncated {self._encoding} message") from None
             raise MessageError(

@@ -27,6 +27,7 @@ from pytriton.transport.grpc.cutoffs import CutoffLog
 from pytriton.transport.grpc.handlers import CallLimit, Method, method_table
 from pytriton.transport.grpc.servicer import InferenceServicer
 from pytriton.transport.grpc.settings import COMPRESSION_LEVELS, bind_address, tls_context
+from pytriton.transport.inflate import InflationBudget
 from pytriton.transport.sockets import BACKLOG, bind_socket, bound_port
 
 LOGGER = logging.getLogger("pytriton")
@@ -49,8 +50,13 @@ class GrpcServerState:
         *,
         keepalive: GrpcKeepalive,
         compression_level: int,
+        inflation_budget: Optional[InflationBudget] = None,
     ) -> None:
-        """State for a server of `methods` (by HTTP/2 path) under `limits`."""
+        """State for a server of `methods` (by HTTP/2 path) under `limits`.
+
+        `inflation_budget` bounds what inflated request messages hold at once: the server's, shared with its
+        other frontends (by default one of the server's own, of limits.max_inflated_bytes).
+        """
         self.methods = methods
         self.max_message_bytes = limits.grpc_max_message_bytes
         self.max_header_list_bytes = limits.max_header_bytes
@@ -63,6 +69,7 @@ class GrpcServerState:
         self.handshake_timeout_s = limits.grpc_handshake_timeout_s
         self.keepalive = keepalive
         self.compression_level = compression_level
+        self.inflation_budget = inflation_budget or InflationBudget(limits.max_inflated_bytes)
         self.connections: OpenConnections[GrpcConnection] = OpenConnections()
         self.cutoffs = CutoffLog()  # connections ended for what their clients did, logged at WARNING
         # Every connection reads into this one buffer (connection.py): a connection costs no buffer of its own.
@@ -79,9 +86,14 @@ class GrpcFrontend:
         *,
         server_version: str,
         settings: Optional[ServerSettings] = None,
+        inflation_budget: Optional[InflationBudget] = None,
     ) -> None:
-        """Prepare the frontend; nothing is bound until `start`; `settings` serves LogSettings and TraceSetting."""
+        """Prepare the frontend; nothing is bound until `start`; `settings` serves LogSettings and TraceSetting.
+
+        `inflation_budget`: the server's bound on what inflated requests hold (GrpcServerState).
+        """
         self._engine = engine
+        self._inflation_budget = inflation_budget
         self._settings = settings
         self._options = options
         self._server_version = server_version
@@ -112,6 +124,7 @@ class GrpcFrontend:
             limits,
             keepalive=options.grpc_keepalive,
             compression_level=COMPRESSION_LEVELS[options.grpc_compression_level],
+            inflation_budget=self._inflation_budget,
         )
         loop = asyncio.get_running_loop()
         handshake_s = limits.grpc_handshake_timeout_s if ssl is not None and limits.grpc_handshake_timeout_s else None

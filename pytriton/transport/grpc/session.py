@@ -323,7 +323,7 @@ class Http2Session:
             elif method is None:
                 sender.answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             else:
-                reader = MessageReader(request_encoding(encoding), state.max_message_bytes)
+                reader = MessageReader(request_encoding(encoding), state.max_message_bytes, state.inflation_budget)
                 call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
                 self._start(call, timeout, accepted)
                 if ended:

@@ -15,6 +15,7 @@ from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import unchanging
 from pytriton.options.access import AccessRules
+from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import documents
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
@@ -32,7 +33,7 @@ from pytriton.transport.http.responses import (
     send_error,
     send_json,
 )
-from pytriton.transport.inflate import Failure, InflateError, inflate
+from pytriton.transport.inflate import Failure, InflateError, InflationBudget, inflate
 
 LOGGER = logging.getLogger(__name__)
 
@@ -72,16 +73,20 @@ class HttpFrontend:
         max_body_bytes: int = 2**31 - 1,
         access: Optional[AccessRules] = None,
         settings: Optional[ServerSettings] = None,
+        inflation_budget: Optional[InflationBudget] = None,
     ) -> None:
         """Create the app; `header_forward_pattern` selects headers handed to callables as parameters.
 
         `access` restricts API categories to requests carrying a header (http_restricted_api); `settings`
-        serves the logging and trace extensions (without it those routes are not found).
+        serves the logging and trace extensions (without it those routes are not found); `inflation_budget`
+        bounds what decompressed bodies hold at once (the server's, shared with its other frontends; by
+        default the app's own, of ServerLimits' default).
         """
         self._engine = engine
         self._server_version = server_version
         self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
         self._max_body_bytes = max_body_bytes
+        self._inflation_budget = inflation_budget or InflationBudget(DEFAULT_MAX_INFLATED_BYTES)
         self._access = access or None
         self._settings = settings
 
@@ -220,7 +225,7 @@ class HttpFrontend:
                 accept = value
         body = await _read_body(receive, self._max_body_bytes)
         if encoding:
-            body = await _decompress(body, encoding.decode("latin-1"), self._max_body_bytes)
+            body = await _decompress(body, encoding.decode("latin-1"), self._max_body_bytes, self._inflation_budget)
         header_length: Optional[int] = None
         if raw_length is not None:
             try:
@@ -403,11 +408,11 @@ async def _read_body(receive: Receive, limit: int) -> Body:
             return buffer
 
 
-async def _decompress(body: Body, encoding: str, limit: int) -> bytearray:
+async def _decompress(body: Body, encoding: str, limit: int, budget: InflationBudget) -> Body:
     """Undo a gzip or deflate (zlib) Content-Encoding, a step at a time (transport/inflate.py), up to `limit` bytes.
 
     The header is a list of codings (RFC 9110 8.4): `identity` ones change nothing, `x-gzip` is gzip, and one
-    coding at most is undone.
+    coding at most is undone. The inflated body holds its size of `budget` while it lives (503 past it).
     """
     codings = [coding for coding in encoding.lower().replace(" ", "").split(",") if coding not in ("", "identity")]
     if not codings:
@@ -422,10 +427,12 @@ async def _decompress(body: Body, encoding: str, limit: int) -> bytearray:
     else:
         raise _HttpError(415, f"unsupported Content-Encoding '{encoding}'")
     try:
-        inflated, end = await inflate(body, wbits, limit, members=encoding == "gzip", name=encoding)
+        inflated, end = await inflate(body, wbits, limit, members=encoding == "gzip", name=encoding, budget=budget)
     except InflateError as error:
         if error.failure is Failure.TOO_LARGE:
             raise _HttpError(413, f"decompressed request body larger than {limit} bytes") from None
+        if error.failure is Failure.OVER_BUDGET:
+            raise _HttpError(503, f"{error.detail}: try again later") from None
         raise _HttpError(400, f"failed to decompress the request body: {error.detail}") from None
     if end < len(body):
         raise _HttpError(400, f"failed to decompress the request body: bytes after the end of the {encoding} stream")
