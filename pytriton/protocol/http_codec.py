@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import orjson
 
 from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype
@@ -14,12 +13,12 @@ from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_ar
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
+from pytriton.protocol import json_text
 from pytriton.protocol.parameters import split_parameters
 from pytriton.protocol.system_memory_codec import TensorRegion, read_input, tensor_region, write_output
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
-_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 class OutputFormat:
@@ -159,8 +158,8 @@ def _decode_raw_body(
 def parse_json_object(data: Body) -> Dict[str, Any]:
     """Parse a JSON object, or raise a 400 with the parser's message."""
     try:
-        document = orjson.loads(data)
-    except orjson.JSONDecodeError as error:
+        document = json_text.loads(data)
+    except json_text.JsonError as error:
         raise InferenceError.invalid(f"failed to parse the request JSON buffer: {error}") from None
     if not isinstance(document, dict):
         raise InferenceError.invalid("the request JSON must be an object")
@@ -303,5 +302,5 @@ def encode_infer_response(
     document["outputs"] = outputs
     if parameters:
         document["parameters"] = parameters
-    header = orjson.dumps(document, option=_DUMP_OPTIONS)
+    header = json_text.dumps(document)
     return header, binary_parts, len(header)

@@ -52,7 +52,13 @@ _JSON_NUMERIC = {
 
 
 def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
-    """An array of numbers in `dtype`; values out of its range raise OverflowError on numpy 1 and 2 alike."""
+    """An array of numbers in `dtype`; values out of its range raise OverflowError on numpy 1 and 2 alike.
+
+    JSON booleans are not numbers (Triton refuses them), though Python's are ints and numpy turns [1, true] into
+    [1, 1].
+    """
+    if type(values) is list and _holds_bool(values):
+        raise ValueError("expected JSON numbers, got booleans")
     if dtype.kind == "f":
         if dtype == _FLOAT32 and type(values) is list and len(values) <= _PACK_LIMIT:
             packed = _packed_float32(values)
@@ -90,6 +96,14 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
     if array.min() < info.min or array.max() > info.max:
         raise OverflowError(f"values outside the range of {dtype.name}")
     return array.astype(dtype)
+
+
+def _holds_bool(values: List[Any]) -> bool:
+    """Whether a JSON list, nested or not, holds a boolean (one pass over the types of each list, in C)."""
+    kinds = set(map(type, values))
+    if bool in kinds:
+        return True
+    return list in kinds and any(_holds_bool(item) for item in values if type(item) is list)
 
 
 def _json_kind(array: np.ndarray) -> str:

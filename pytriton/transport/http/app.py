@@ -17,7 +17,7 @@ from pytriton.core.raw_tensors import unchanging
 from pytriton.options.access import AccessRules
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings
-from pytriton.protocol import documents
+from pytriton.protocol import documents, json_text
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import Body, decode_infer_request, encode_infer_response, parse_json_object
 from pytriton.transport.http import cuda_memory, system_memory
@@ -296,7 +296,7 @@ class HttpFrontend:
                 if not started:
                     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
                     started = True
-                event = orjson.dumps(encode_generate_response(model.spec, request.id, response))
+                event = json_text.dumps(encode_generate_response(model.spec, request.id, response))
                 await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
         except InferenceError as error:
             if not started:

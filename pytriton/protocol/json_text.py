@@ -1,0 +1,74 @@
+"""JSON as Triton reads and writes it: orjson, with NaN and the infinities spelled out.
+
+Triton parses request JSON with rapidjson's kParseNanAndInfFlag and writes responses with
+kWriteNanAndInfFlag: `NaN`, `Infinity` and `-Infinity` (in requests also `-NaN`, `Inf` and `-Inf`) stand
+for those floats, and tritonclient's HTTP client sends them for the non-finite values of a JSON tensor.
+orjson knows neither: it refuses such tokens and writes those floats as `null`. So a document orjson refuses
+that holds such a token is parsed again by python-rapidjson (tritonclient's HTTP client depends on it), and
+a document whose floats are not all finite is written by it. Both are rare; the usual documents cost one
+search of the written bytes for `null`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import numpy as np
+import orjson
+import rapidjson
+
+Text = Union[bytes, bytearray, memoryview]
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+# What every non-finite token Triton reads begins with (after its sign).
+_NON_FINITE_STARTS = (b"NaN", b"Inf")
+
+
+class JsonError(ValueError):
+    """Text that is not a JSON document; the message is orjson's (where and why)."""
+
+
+def loads(data: Text) -> Any:
+    """The document `data` holds, NaN and infinities included.
+
+    Raises:
+        JsonError: it is not JSON (with or without those tokens).
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        refusal = str(error)
+    text = bytes(data) if isinstance(data, memoryview) else data  # python-rapidjson takes no memoryview
+    if any(start in text for start in _NON_FINITE_STARTS):
+        try:
+            return rapidjson.loads(text, number_mode=rapidjson.NM_NAN)
+        except ValueError:  # rapidjson's JSONDecodeError and UnicodeDecodeError are ValueErrors
+            pass
+    raise JsonError(refusal)
+
+
+def dumps(document: Any) -> bytes:
+    """`document` as JSON text (numpy arrays and scalars as their values); NaN and infinities spelled out."""
+    text = orjson.dumps(document, option=_OPTIONS)
+    if b"null" in text and _has_non_finite(document):
+        return rapidjson.dumps(document, number_mode=rapidjson.NM_NAN, ensure_ascii=False, default=_plain).encode()
+    return text
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a float in `value` (a document of dicts, lists, numpy arrays and scalars) is NaN or infinite."""
+    if isinstance(value, dict):
+        return any(_has_non_finite(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(item) for item in value)
+    if isinstance(value, (float, np.floating)):
+        return not np.isfinite(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return not bool(np.isfinite(value).all())
+    return False
+
+
+def _plain(value: Any) -> Any:
+    """What rapidjson cannot write itself: numpy arrays as lists, numpy scalars as Python numbers."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
