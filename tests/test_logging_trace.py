@@ -198,6 +198,9 @@ def test_trace_settings_over_clients(start_triton: Callable[..., Triton]) -> Non
     triton = start_triton(_bind, allow_metrics=False, trace_config=["rate=5"])
     http = httpclient.InferenceServerClient(http_url(triton))
     grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+    # Triton lists the extension whose endpoints these are, over both protocols.
+    assert "trace" in http.get_server_metadata()["extensions"]
+    assert "trace" in grpc.get_server_metadata(as_json=True)["extensions"]
     assert http.get_trace_settings()["trace_rate"] == "5"
     settings = grpc.get_trace_settings(as_json=True)["settings"]
     assert settings["trace_rate"] == {"value": ["5"]} and settings["trace_level"] == {"value": ["OFF"]}

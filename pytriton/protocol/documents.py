@@ -20,6 +20,7 @@ EXTENSIONS = [
     "schedule_policy",
     "system_shared_memory",
     "generate",
+    "trace",
     "logging",
 ]
 
