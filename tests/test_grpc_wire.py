@@ -113,6 +113,20 @@ def test_typed_contents_of_the_wrong_size_are_refused(stub: Any) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("datatype", "field", "named"), [("FP32", "int_contents", "INT32"), ("INT8", "fp64_contents", "FP64")]
+)
+def test_typed_contents_in_another_datatypes_field_are_refused_in_tritons_words(
+    stub: Any, datatype: str, field: str, named: str
+) -> None:
+    request = _request(datatype)
+    getattr(request.inputs[0].contents, field).extend([1, 2])
+    assert _invalid(stub, request) == (  # as nvidia-pytriton 0.7 answers (it was a byte size mismatch here)
+        f"unexpected explicit tensor data for input tensor 'IN' for model 'identity_{datatype}' of type '{named}', "
+        f"expected datatype '{datatype}'"
+    )
+
+
 def test_typed_contents_out_of_range_are_refused(stub: Any) -> None:
     request = _request("INT8")
     request.inputs[0].contents.int_contents.extend([1, 300])

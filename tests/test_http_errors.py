@@ -239,7 +239,45 @@ def test_bad_binary_sections(server, sizes, payload, message):
     _still_serving(server)
 
 
-def test_bad_bytes_encoding_in_binary(server):
+def test_an_unknown_input_is_named_without_the_request_id_as_triton_does(server):
+    body = {"id": "7", "inputs": [{"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}
+    status, document = post_json(server.http_port, "/v2/models/identity/infer", body)
+    assert (status, document["error"]) == (400, "unexpected inference input 'X' for model 'identity'")
+
+
+_INDICATOR = (
+    "[request id: <id_unknown>] incomplete string length indicator for inference input 'INPUT_1' for model 'text', "
+    "expecting 4 bytes but only {} bytes available. Please make sure the string length indicator is in one buffer."
+)
+
+
+@pytest.mark.parametrize(
+    ("count", "payload", "message"),
+    [
+        (
+            1,
+            b"\xff\x00\x00\x00ab",
+            "incomplete string data for inference input 'INPUT_1', expecting string of length 255 but only 2 bytes "
+            "available",
+        ),
+        (1, b"\x0a\x00", _INDICATOR.format(2)),
+        (1, b"\x01\x00\x00\x00a\x01", _INDICATOR.format(1)),
+        (
+            2,
+            b"\x01\x00\x00\x00a",
+            "[request id: <id_unknown>] expected 2 string elements for inference input 'INPUT_1' for model 'text', "
+            "got 1",
+        ),
+        (
+            1,
+            b"\x01\x00\x00\x00a\x01\x00\x00\x00b",
+            "[request id: <id_unknown>] unexpected number of string elements 2 for inference input 'INPUT_1' for model "
+            "'text', expecting 1",
+        ),
+    ],
+    ids=["string cut short", "length cut short", "length cut short after the last", "too few", "too many"],
+)
+def test_bad_bytes_encoding_in_binary_gets_tritons_messages(count, payload, message):
     def bind(triton: Triton) -> None:
         triton.bind(
             "text", _identity, inputs=[Tensor(dtype=bytes, shape=(-1,))], outputs=[Tensor(dtype=bytes, shape=(-1,))]
@@ -248,18 +286,17 @@ def test_bad_bytes_encoding_in_binary(server):
     from tests.conftest import running_triton
 
     with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
-        document = {
-            "inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "BYTES", "parameters": {"binary_data_size": 6}}]
-        }
+        tensor = {"name": "INPUT_1", "shape": [1, count], "datatype": "BYTES"}
+        document = {"inputs": [{**tensor, "parameters": {"binary_data_size": len(payload)}}]}
         header = json.dumps(document).encode()
         status, _, raw = request(
             triton.http_port,
             "POST",
             "/v2/models/text/infer",
-            header + b"\xff\x00\x00\x00ab",
+            header + payload,
             {"Inference-Header-Content-Length": str(len(header))},
         )
-        assert status == 400 and "unexpected end of BYTES data" in json.loads(raw)["error"]
+        assert (status, json.loads(raw)["error"]) == (400, message)  # as nvidia-pytriton 0.7 answers
 
 
 def test_model_exception_is_500_with_message(server):

@@ -40,8 +40,11 @@ def serialize_bytes_tensor(array: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes_tensor(buffer: Buffer, name: str) -> np.ndarray:
-    """Deserialize a BYTES tensor into a flat object array of bytes (trailing NULs kept)."""
+def deserialize_bytes_tensor(buffer: Buffer, name: str, model: str = "") -> np.ndarray:
+    """Deserialize a BYTES tensor of input `name` of `model` into a flat object array of bytes (trailing NULs kept).
+
+    Triton's messages: the whole buffer is read, whatever count the shape asks for (the caller checks it).
+    """
     view = memoryview(buffer)
     items: List[bytes] = []
     offset = 0
@@ -49,11 +52,18 @@ def deserialize_bytes_tensor(buffer: Buffer, name: str) -> np.ndarray:
     unpack = _LENGTH.unpack_from
     while offset < end:
         if offset + 4 > end:
-            raise InferenceError.invalid(f"unexpected end of BYTES data for input '{name}'")
+            raise InferenceError.invalid_input(
+                f"incomplete string length indicator for inference input '{name}' for model '{model}', expecting "
+                f"4 bytes but only {end - offset} bytes available. Please make sure the string length indicator "
+                "is in one buffer."
+            )
         (length,) = unpack(view, offset)
         offset += 4
         if offset + length > end:
-            raise InferenceError.invalid(f"unexpected end of BYTES data for input '{name}'")
+            raise InferenceError.invalid(
+                f"incomplete string data for inference input '{name}', expecting string of length {length} but "
+                f"only {end - offset} bytes available"
+            )
         items.append(bytes(view[offset : offset + length]))
         offset += length
     array = np.empty(len(items), dtype=np.object_)
@@ -65,7 +75,11 @@ def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: st
     """Build an array from raw tensor bytes of input `name` of `model`; fixed-size types are zero-copy views."""
     count = element_count(shape)
     if datatype == BYTES:
-        flat = deserialize_bytes_tensor(buffer, name)
+        flat = deserialize_bytes_tensor(buffer, name, model)
+        if flat.size < count:
+            raise InferenceError.invalid_input(
+                f"expected {count} string elements for inference input '{name}' for model '{model}', got {flat.size}"
+            )
         if flat.size != count:
             raise InferenceError.invalid_input(
                 f"unexpected number of string elements {flat.size} for inference input '{name}' for model "

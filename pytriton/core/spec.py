@@ -116,7 +116,8 @@ class ModelSpec:
     def _check_input(self, tensor: Optional[TensorDef], name: str, datatype: str, shape: Sequence[int]) -> int:
         """check_input's full checks, in Triton's order, each with its message."""
         if tensor is None:
-            raise InferenceError.invalid_input(f"unexpected inference input '{name}' for model '{self.name}'")
+            # Triton's one message of these without the request's id.
+            raise InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
         if datatype != tensor.datatype:
             raise InferenceError.invalid_input(
                 f"inference input '{name}' data-type is '{datatype}', but model '{self.name}' expects "

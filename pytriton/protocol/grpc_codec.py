@@ -39,6 +39,17 @@ _CONTENTS_FIELD: Dict[str, str] = {
     "FP64": "fp64_contents",
     BYTES: "bytes_contents",
 }
+# The datatype Triton names for values found in a contents field (int_contents holds INT8 and INT16 too).
+_CONTENTS_TYPE = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
 
 
 class DecodedRequest:
@@ -158,6 +169,12 @@ def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], 
         raise InferenceError.invalid(
             f"input '{name}' of datatype {datatype} cannot be sent in typed contents, use raw_input_contents"
         )
+    for other, _ in contents.ListFields():  # the fields that hold values
+        if other.name != field:
+            raise InferenceError.invalid(
+                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
+                f"'{_CONTENTS_TYPE[other.name]}', expected datatype '{datatype}'"
+            )
     values = getattr(contents, field)
     count = element_count(shape)
     if len(values) != count:  # Triton's messages: in elements for BYTES, in bytes for the others

@@ -57,7 +57,7 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
     JSON booleans are not numbers (Triton refuses them), though Python's are ints and numpy turns [1, true] into
     [1, 1].
     """
-    if type(values) is list and _holds_bool(values):
+    if dtype.kind in "fiu" and type(values) is list and _holds_bool(values):
         raise ValueError("expected JSON numbers, got booleans")
     if dtype.kind == "f":
         if dtype == _FLOAT32 and type(values) is list and len(values) <= _PACK_LIMIT:
