@@ -164,7 +164,49 @@ def test_reserved_parameter_prefix_is_refused(stub: Any) -> None:
     request = _request("INT32")
     request.raw_input_contents.append(b"\x00" * 8)
     request.parameters["triton_secret"].bool_param = True
-    assert "reserved" in _invalid(stub, request)
+    assert _invalid(stub, request) == (
+        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting "
+        "with 'triton_' are allowed: triton_enable_empty_final_response"
+    )
+
+
+_TYPE_REFUSALS = {
+    "sequence_id": "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
+    "sequence_start": "invalid value type for 'sequence_start' parameter, expected bool_param.",
+    "sequence_end": "invalid value type for 'sequence_end' parameter, expected bool_param.",
+    "priority": "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
+    "timeout": "invalid value type for 'timeout' parameter, expected int64_param.",
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "kind", "value", "refusal"),
+    [
+        ("sequence_id", "bool_param", True, _TYPE_REFUSALS["sequence_id"]),
+        ("sequence_id", "uint64_param", 7, _TYPE_REFUSALS["sequence_id"]),
+        ("sequence_start", "int64_param", 1, _TYPE_REFUSALS["sequence_start"]),
+        ("sequence_end", "string_param", "x", _TYPE_REFUSALS["sequence_end"]),
+        ("priority", "string_param", "x", _TYPE_REFUSALS["priority"]),
+        ("priority", "double_param", 1.0, _TYPE_REFUSALS["priority"]),
+        ("priority", "int64_param", -1, "invalid value for 'priority', expected value >= 0."),
+        ("timeout", "uint64_param", 5_000_000, _TYPE_REFUSALS["timeout"]),
+        ("timeout", "string_param", "x", _TYPE_REFUSALS["timeout"]),
+        ("priority", "uint64_param", 3, None),
+        ("timeout", "int64_param", -5, None),  # taken as unsigned by Triton: no timeout to speak of
+        ("sequence_id", "string_param", "abc", None),
+        ("binary_data_output", "int64_param", 1, None),  # an HTTP parameter: nothing reserved over gRPC
+    ],
+)
+def test_reserved_parameters_of_the_wrong_kind_are_refused_in_tritons_words(
+    stub: Any, key: str, kind: str, value: Any, refusal: Any
+) -> None:
+    request = _request("INT32")
+    request.raw_input_contents.append(np.array([5, 6], np.int32).tobytes())
+    setattr(request.parameters[key], kind, value)
+    if refusal is None:
+        assert _output(stub.ModelInfer(request), "INT32") == [5, 6]
+    else:
+        assert _invalid(stub, request) == refusal  # as nvidia-pytriton 0.7 answers
 
 
 def test_shared_memory_inputs_are_refused(stub: Any) -> None:

@@ -239,6 +239,15 @@ def test_bad_binary_sections(server, sizes, payload, message):
     _still_serving(server)
 
 
+def test_a_triton_parameter_key_is_refused_in_tritons_words(server):
+    body = {**GOOD, "parameters": {"triton_x": 1}}
+    status, document = post_json(server.http_port, "/v2/models/identity/infer", body)
+    assert (status, document["error"]) == (
+        400,
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+    )
+
+
 def test_an_unknown_input_is_named_without_the_request_id_as_triton_does(server):
     body = {"id": "7", "inputs": [{"name": "X", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}
     status, document = post_json(server.http_port, "/v2/models/identity/infer", body)

@@ -17,7 +17,7 @@ from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.protocol import documents
-from pytriton.protocol.parameters import RequestOptions, split_parameters
+from pytriton.protocol.parameters import GRPC_RULES, RequestOptions, split_parameters
 from pytriton.protocol.system_memory_codec import TensorRegion, read_input, tensor_region, write_output
 from pytriton.protocol.tensors import numeric_array
 
@@ -90,7 +90,7 @@ def decode_infer_request(
     raw = [contents[index] for index in range(min(len(contents), expected))]
     parameters = message.parameters
     user_parameters, options = split_parameters(
-        parameters_from_message(parameters) if parameters else None, forwarded_headers
+        request_parameters_from_message(parameters) if parameters else None, forwarded_headers, GRPC_RULES
     )
     inputs: Dict[str, np.ndarray] = {}
     names: List[str] = []
@@ -144,6 +144,36 @@ def decode_infer_request(
         timeout_us=options.timeout_us,
     )
     return DecodedRequest(request, options, output_regions, classes)
+
+
+def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:
+    """A request's parameters as plain Python values, the reserved ones checked first as Triton's gRPC frontend does.
+
+    Triton reads a negative int64 `timeout` as unsigned: a timeout too far off to matter, so it is left out.
+    """
+    for key, kinds in _RESERVED_KINDS.items():
+        parameter = parameters.get(key)
+        if parameter is None:
+            continue
+        choice = parameter.WhichOneof("parameter_choice")
+        if choice not in kinds:
+            raise InferenceError.invalid(f"invalid value type for '{key}' parameter, expected {' or '.join(kinds)}.")
+        if key == "priority" and parameter.int64_param < 0:
+            raise InferenceError.invalid("invalid value for 'priority', expected value >= 0.")
+    values = parameters_from_message(parameters)
+    if values.get("timeout", 0) < 0:
+        del values["timeout"]
+    return values
+
+
+# The kinds of value Triton's gRPC frontend takes for its reserved parameters.
+_RESERVED_KINDS = {
+    "sequence_id": ("int64_param", "string_param"),
+    "sequence_start": ("bool_param",),
+    "sequence_end": ("bool_param",),
+    "priority": ("int64_param", "uint64_param"),
+    "timeout": ("int64_param",),
+}
 
 
 def parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:

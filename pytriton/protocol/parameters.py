@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, RESERVED_PARAMETERS
@@ -24,10 +25,32 @@ class RequestOptions:
         self.empty_final_response = False
 
 
+@dataclasses.dataclass(frozen=True)
+class ParameterRules:
+    """What one transport's Triton frontend reserves of a request's parameters, and its words for a `triton_` key."""
+
+    reserved: FrozenSet[str]
+    triton_prefix_refusal: str
+
+
+HTTP_RULES = ParameterRules(
+    RESERVED_PARAMETERS,
+    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+)
+# binary_data_output means nothing to gRPC: Triton's gRPC frontend hands it to the model as any other parameter.
+GRPC_RULES = ParameterRules(
+    RESERVED_PARAMETERS - {"binary_data_output"},
+    "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with "
+    f"'triton_' are allowed: {EMPTY_FINAL_RESPONSE_PARAMETER}",
+)
+
+
 def split_parameters(
-    parameters: Optional[Mapping[str, Any]], forwarded_headers: Optional[Mapping[str, str]] = None
+    parameters: Optional[Mapping[str, Any]],
+    forwarded_headers: Optional[Mapping[str, str]] = None,
+    rules: ParameterRules = HTTP_RULES,
 ) -> Tuple[Dict[str, Any], RequestOptions]:
-    """Split request parameters into the callable's parameters and the server's options.
+    """Split request parameters into the callable's parameters and the server's options, by a transport's `rules`.
 
     The options are read, never changed, once returned: a request without parameters shares one.
     """
@@ -39,12 +62,12 @@ def split_parameters(
         for key, value in parameters.items():
             if not isinstance(value, (str, int, float, bool)):
                 raise InferenceError.invalid(f"parameter '{key}' must be a string, integer, double or boolean")
-            if key in RESERVED_PARAMETERS:
+            if key in rules.reserved:
                 _apply_reserved(options, key, value)
             elif key == EMPTY_FINAL_RESPONSE_PARAMETER:
                 options.empty_final_response = value is True
             elif key.startswith("triton_"):
-                raise InferenceError.invalid(f"parameter keys starting with 'triton_' are reserved: '{key}'")
+                raise InferenceError.invalid(rules.triton_prefix_refusal)
             else:
                 user[key] = value
     if forwarded_headers:
