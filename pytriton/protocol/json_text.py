@@ -49,7 +49,12 @@ def loads(data: Text) -> Any:
 def dumps(document: Any) -> bytes:
     """`document` as JSON text (numpy arrays and scalars as their values); NaN and infinities spelled out."""
     text = orjson.dumps(document, option=_OPTIONS)
-    if b"null" in text and _has_non_finite(document):
+    return text if text.find(b"null") < 0 else spelled_out(document, text)
+
+
+def spelled_out(document: Any, text: bytes) -> bytes:
+    """`text`, orjson's writing of `document` with a `null` in it, again with non-finite floats spelled out if any."""
+    if _has_non_finite(document):
         return rapidjson.dumps(document, number_mode=rapidjson.NM_NAN, ensure_ascii=False, default=_plain).encode()
     return text
 
