@@ -380,6 +380,26 @@ def test_a_repeated_host_of_one_value_or_none_at_all_is_served_as_triton_serves_
         assert Reader(sock).response()[0] == 200
 
 
+@pytest.mark.parametrize("codings", [b"gzip, chunked", b"deflate\r\nTransfer-Encoding: chunked"])
+def test_a_transfer_coding_other_than_chunked_is_a_501_that_closes(echo_server: Served, codings: bytes) -> None:
+    # RFC 9112 section 6.1: llhttp undoes the chunked coding only; the body reached the app still gzipped.
+    with connect(echo_server.port) as sock:
+        reader = Reader(sock)
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: " + codings + b"\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+        status, headers, body = reader.response()
+        assert (status, headers["connection"]) == (501, "close")
+        assert json.loads(body) == {"error": "transfer codings other than chunked are not supported"}
+        assert reader.closed()
+
+
+@pytest.mark.parametrize("codings", [b"chunked", b"CHUNKED"])
+def test_chunked_alone_is_served(echo_server: Served, codings: bytes) -> None:
+    with connect(echo_server.port) as sock:
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: " + codings + b"\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+        status, _, body = Reader(sock).response()
+        assert status == 200 and answer(body)["length"] == 2
+
+
 def test_app_failures_become_500_or_a_closed_connection() -> None:
     async def faulty(scope: Dict[str, Any], receive: Any, send: Any) -> None:
         path = scope["path"]

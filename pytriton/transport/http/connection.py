@@ -27,6 +27,7 @@ from pytriton.transport.http.body import PRESIZED_BODY_BYTES, PresizedBody
 from pytriton.transport.http.cycle import RequestCycle, http_scope, socket_address
 from pytriton.transport.http.refusals import (
     CONFLICTING_HOSTS,
+    UNKNOWN_TRANSFER_CODING,
     UPGRADE_WITH_BODY,
     error_response,
     refusal,
@@ -84,6 +85,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._expect_continue = False  # the head being parsed has Expect: 100-continue (any letter case)
         self._declared_length = 0  # the content-length of the request whose head is arriving
         self._chunked_body = False  # the request whose head is arriving has a transfer-encoding
+        self._other_codings = False  # ... naming a coding other than chunked
         self._host: Optional[bytes] = None  # its first Host header's value
         self._hosts_differ = False  # it has Host headers of different values
         self._read_buffer = state.read_buffer
@@ -294,6 +296,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._headers = []
         self._declared_length = 0
         self._chunked_body = False
+        self._other_codings = False
         self._host = None
         self._hosts_differ = False
         self._presized = None  # an earlier request's, whole already (a read may end its body and start this one)
@@ -312,6 +315,8 @@ class HttpConnection(asyncio.BufferedProtocol):
             self._declared_length = int(value) if value.isdigit() else 0  # llhttp refuses a bad one itself
         elif name == b"transfer-encoding":
             self._chunked_body = True
+            codings = (coding.split(b";", 1)[0].strip().lower() for coding in value.split(b","))
+            self._other_codings = self._other_codings or any(coding != b"chunked" for coding in codings)
         elif name == b"host":
             if self._host is None:
                 self._host = value
@@ -345,6 +350,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             # RFC 9112 section 3.2; Triton answers 400 too. A proxy and this server could each take another one.
             cycle.keep_alive = False
             cycle.refusal = CONFLICTING_HOSTS
+        elif self._other_codings:
+            cycle.keep_alive = False
+            cycle.refusal = UNKNOWN_TRANSFER_CODING
         elif parser.should_upgrade():
             # An Upgrade header data_received could not remove: llhttp hands everything after the head to the
             # new protocol, so the body is lost and the connection cannot carry more HTTP/1.1. Serve a bodiless

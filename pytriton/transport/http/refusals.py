@@ -39,6 +39,10 @@ UPGRADE_WITH_BODY = refusal(
 
 CONFLICTING_HOSTS = refusal(400, "the request has Host headers of different values")
 
+# RFC 9112 section 6.1. llhttp undoes chunked, and refuses a request whose codings do not end with it; one it
+# takes ("gzip, chunked") would reach the app with the other codings still applied.
+UNKNOWN_TRANSFER_CODING = refusal(501, "transfer codings other than chunked are not supported")
+
 _UPGRADE_LINE = re.compile(rb"\r\nupgrade[ \t]*:[^\r\n]*(?=\r\n)", re.IGNORECASE)
 
 
