@@ -246,36 +246,33 @@ class ServerRuntime:
     async def _start_sagemaker(self) -> int:
         """Start the SageMaker frontend (/ping, /invocations); return its port."""
         from pytriton.transport.cloud import SageMakerFrontend
-        from pytriton.transport.http.app import HttpFrontend
 
         options = self.options
         assert options.sagemaker is not None
-        api = HttpFrontend(
+        app = SageMakerFrontend(self.engine, options.sagemaker, self._cloud_api())
+        return await self._serve_asgi(app, options.http_address, options.sagemaker.port, "SageMaker")
+
+    async def _start_vertex_ai(self) -> int:
+        """Start the Vertex AI frontend (AIP_HEALTH_ROUTE, AIP_PREDICT_ROUTE); return its port."""
+        from pytriton.transport.cloud import VertexAiFrontend
+
+        options = self.options
+        assert options.vertex_ai is not None
+        app = VertexAiFrontend(self.engine, options.vertex_ai, self._cloud_api())
+        return await self._serve_asgi(app, options.http_address, options.vertex_ai.port, "Vertex AI")
+
+    def _cloud_api(self) -> Any:
+        """The HTTP API a cloud frontend's routes lead to: restricted as on the HTTP port, without its settings."""
+        from pytriton.transport.http.app import HttpFrontend
+
+        options = self.options
+        return HttpFrontend(
             self.engine,
             server_version=__version__,
             max_body_bytes=options.limits.max_body_bytes,
             inflation_budget=self.inflation_budget,
             access=options.http_access,
         )
-        app = SageMakerFrontend(self.engine, options.sagemaker, api)
-        return await self._serve_asgi(app, options.http_address, options.sagemaker.port, "SageMaker")
-
-    async def _start_vertex_ai(self) -> int:
-        """Start the Vertex AI frontend (AIP_HEALTH_ROUTE, AIP_PREDICT_ROUTE); return its port."""
-        from pytriton.transport.cloud import VertexAiFrontend
-        from pytriton.transport.http.app import HttpFrontend
-
-        options = self.options
-        assert options.vertex_ai is not None
-        api = HttpFrontend(
-            self.engine,
-            server_version=__version__,
-            max_body_bytes=options.limits.max_body_bytes,
-            inflation_budget=self.inflation_budget,
-            access=options.http_access,  # a redirected route is restricted as on the HTTP port
-        )
-        app = VertexAiFrontend(self.engine, options.vertex_ai, api)
-        return await self._serve_asgi(app, options.http_address, options.vertex_ai.port, "Vertex AI")
 
     async def _serve_asgi(self, app: Any, address: str, port: int, name: str = "HTTP") -> int:
         """Serve an ASGI app on a socket bound here (port 0: a free port); return the port."""
