@@ -239,6 +239,16 @@ def test_bad_binary_sections(server, sizes, payload, message):
     _still_serving(server)
 
 
+@pytest.mark.parametrize("depth", [70, 1000])
+def test_json_data_nested_deeper_than_any_tensor_is_400(server, depth):
+    # The check for booleans among numbers once walked nested lists by recursion: 900 deep was a 500.
+    data = "[" * depth + "1" + "]" * depth
+    body = '{"inputs":[{"name":"INPUT_1","shape":[1,1],"datatype":"FP32","data":' + data + "}]}"
+    status, _, answer = request(server.http_port, "POST", "/v2/models/identity/infer", body.encode())
+    assert status == 400 and "unable to parse 'data' of input 'INPUT_1' as FP32" in json.loads(answer)["error"]
+    _still_serving(server)
+
+
 def test_a_triton_parameter_key_is_refused_in_tritons_words(server):
     body = {**GOOD, "parameters": {"triton_x": 1}}
     status, document = post_json(server.http_port, "/v2/models/identity/infer", body)

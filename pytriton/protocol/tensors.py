@@ -99,11 +99,19 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
 
 
 def _holds_bool(values: List[Any]) -> bool:
-    """Whether a JSON list, nested or not, holds a boolean (one pass over the types of each list, in C)."""
-    kinds = set(map(type, values))
-    if bool in kinds:
-        return True
-    return list in kinds and any(_holds_bool(item) for item in values if type(item) is list)
+    """Whether a JSON list, nested or not, holds a boolean (one pass over the types of each list, in C).
+
+    Nested lists are walked with a stack, not recursion: JSON may nest a thousand deep.
+    """
+    pending = [values]
+    while pending:
+        items = pending.pop()
+        kinds = set(map(type, items))
+        if bool in kinds:
+            return True
+        if list in kinds:
+            pending.extend(item for item in items if type(item) is list)
+    return False
 
 
 def _json_kind(array: np.ndarray) -> str:
