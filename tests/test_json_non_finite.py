@@ -97,8 +97,8 @@ def test_a_nan_parameter_is_taken(server):
 
 @pytest.mark.parametrize(
     "data",
-    [b"[nan]", b"[NaN,]", b"[Infinityx]", b"[NaN", b'[1,"\\ud800"] NaN'],
-    ids=["lowercase", "trailing comma", "longer word", "unterminated", "lone surrogate"],
+    [b"[nan]", b"[NaN,]", b"[Infinityx]", b"[NaN", b'[1,"\\ud800"] NaN', b"[" * 1100 + b"NaN" + b"]" * 1100],
+    ids=["lowercase", "trailing comma", "longer word", "unterminated", "lone surrogate", "nested too deep"],
 )
 def test_what_is_not_json_even_with_those_tokens_is_400_with_the_parsers_message(server, data):
     body = b'{"inputs":[{"name":"IN","shape":[1,1],"datatype":"FP32","data":' + data + b"}]}"

@@ -41,7 +41,7 @@ def loads(data: Text) -> Any:
     if any(start in text for start in _NON_FINITE_STARTS):
         try:
             return rapidjson.loads(text, number_mode=rapidjson.NM_NAN)
-        except ValueError:  # rapidjson's JSONDecodeError and UnicodeDecodeError are ValueErrors
+        except (ValueError, RecursionError):  # its parse errors; RecursionError: nested past its depth limit
             pass
     raise JsonError(refusal)
 
