@@ -12,6 +12,7 @@ import asyncio
 import gc
 import gzip
 import json
+import logging
 import threading
 import time
 from typing import Any, Dict, Iterator, List, Tuple
@@ -175,16 +176,22 @@ def test_grpc_a_compressed_call_past_the_budget_is_resource_exhausted_and_the_bu
         client.close()
 
 
-def test_http_a_compressed_body_past_the_budget_is_503_and_the_budget_comes_back(served):
+def test_http_a_compressed_body_past_the_budget_is_503_and_the_budget_comes_back(served, caplog):
     triton, gate = served
     answers: List[Any] = []
     held = threading.Thread(target=lambda: answers.append(_http_gzip_infer(triton, "gate")))
     held.start()
     try:
         assert gate.entered.wait(HOLD_S)
-        status, _, body = _http_gzip_infer(triton, "first")
+        with caplog.at_level(logging.WARNING, logger="pytriton.transport.inflate"):
+            status, _, body = _http_gzip_infer(triton, "first")
         assert status == 503, body
         assert "decompressed requests in progress would hold more than" in json.loads(body)["error"]
+        # The operator hears of it too: only the client did otherwise.
+        assert any(
+            f"the {BUDGET} bytes ServerLimits.max_inflated_bytes allows" in record.getMessage()
+            for record in caplog.records
+        ), caplog.text
     finally:
         gate.release.set()
         held.join(HOLD_S)

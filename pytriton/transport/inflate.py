@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import threading
 import weakref
 import zlib
@@ -25,7 +26,10 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from pytriton.core.log_budget import LogBudget
 from pytriton.core.raw_tensors import Buffer
+
+LOGGER = logging.getLogger(__name__)
 
 STEP_BYTES = 4 * 2**20
 INPUT_STEP_BYTES = 2**20
@@ -64,7 +68,8 @@ class InflationBudget:
 
     A request's share is taken as zlib produces its bytes and given back when the last view of them is gone
     (the request's tensors, outputs sent as views of them, an input a model kept), from whichever thread drops
-    it: hence the lock.
+    it: hence the lock. A refusal is logged for the operator (a few a minute, then a count), since only its
+    client hears of it otherwise.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -72,6 +77,7 @@ class InflationBudget:
         self.capacity = capacity
         self.held = 0
         self._lock = threading.Lock()
+        self._log = LogBudget(self._held_back)
 
     def take(self, size: int) -> bool:
         """Take `size` more bytes if they fit; whether they did."""
@@ -85,6 +91,18 @@ class InflationBudget:
         """Return `size` bytes taken earlier."""
         with self._lock:
             self.held -= size
+
+    def refused(self) -> None:
+        """A request was refused for want of room (on the event loop): tell the operator, within the log's budget."""
+        line = (
+            f"a compressed request was refused: decompressed requests in progress hold {self.held} of the "
+            f"{self.capacity} bytes ServerLimits.max_inflated_bytes allows"
+        )
+        if self._log.admit(line):
+            LOGGER.warning("%s", line)
+
+    def _held_back(self, count: int, last: str) -> None:
+        LOGGER.warning("... and %d more compressed requests refused for the same reason; the last: %s", count, last)
 
 
 class _Share:
@@ -101,6 +119,7 @@ class _Share:
         more = size - self._taken
         if more > 0:
             if not self._budget.take(more):
+                self._budget.refused()
                 raise InflateError(
                     Failure.OVER_BUDGET,
                     f"decompressed requests in progress would hold more than {self._budget.capacity} bytes",
