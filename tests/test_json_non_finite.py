@@ -89,6 +89,12 @@ def test_non_finite_binary_inputs_come_back_spelled_out_in_json(server, datatype
     assert b'"data":[NaN,Infinity,-Infinity,0.5]' in answer, answer  # orjson alone wrote null for all three
 
 
+@pytest.mark.parametrize("route", ["generate", "generate_stream"])
+def test_the_generate_extension_reads_and_writes_them_too(server, route):
+    status, _, answer = request(server.http_port, "POST", f"/v2/models/m_fp32/{route}", b'{"IN": [NaN, -Infinity]}')
+    assert status == 200 and b'"OUT":[NaN,-Infinity]' in answer, answer
+
+
 def test_a_nan_parameter_is_taken(server):
     body = b'{"inputs":[{"name":"IN","shape":[1,1],"datatype":"FP32","data":[2]}],"parameters":{"x":NaN}}'
     status, answer = _post(server, "m_fp32", body)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Sequence, Tuple
 
-import orjson
+from pytriton.protocol import json_text
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -24,8 +24,8 @@ async def send_body(send: Send, status: int, body: bytes, headers: Sequence[Tupl
 
 
 async def send_json(send: Send, status: int, document: Any) -> None:
-    """Send a JSON document."""
-    await send_body(send, status, orjson.dumps(document), (JSON_TYPE,))
+    """Send a JSON document (NaN and infinities spelled out, as Triton writes them)."""
+    await send_body(send, status, json_text.dumps(document), (JSON_TYPE,))
 
 
 async def send_error(send: Send, status: int, message: str) -> None:
