@@ -91,6 +91,8 @@ def test_generate_non_decoupled(server):
     status, document = post_json(server.http_port, "/v2/models/upper/generate", {"text_input": "hello", "id": "7"})
     assert status == 200
     assert document == {"model_name": "upper", "model_version": "1", "id": "7", "text_output": "HELLO"}
+    # In the order Triton writes them: its keys sorted (checked against nvidia-pytriton 0.7).
+    assert list(document) == ["id", "model_name", "model_version", "text_output"]
 
 
 def test_generate_stream_of_a_plain_model_is_one_event(server):

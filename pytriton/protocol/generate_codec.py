@@ -66,14 +66,18 @@ def _input_array(spec: ModelSpec, tensor: TensorDef, value: Any) -> np.ndarray:
 
 
 def encode_generate_response(spec: ModelSpec, request_id: str, response: InferenceResponse) -> Dict[str, Any]:
-    """A generate response: model name and version, then each output as a scalar or a flat list."""
+    """A generate response: model name and version, the id, each output as a scalar or a flat list.
+
+    Its keys are sorted, as Triton writes them (checked against nvidia-pytriton 0.7: "Zed", "a_out", "id",
+    "model_name", "model_version", "text_output").
+    """
     document: Dict[str, Any] = {"model_name": spec.name, "model_version": spec.version_str}
     if request_id:
         document["id"] = request_id
     for output in response.outputs:
         values: List[Any] = [_plain(item, output.datatype) for item in output.array.reshape(-1).tolist()]
         document[output.name] = values[0] if len(values) == 1 else values
-    return document
+    return dict(sorted(document.items()))
 
 
 def _plain(item: Any, datatype: str) -> Any:
