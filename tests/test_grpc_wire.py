@@ -239,6 +239,41 @@ def test_a_version_that_is_no_number_is_invalid_as_in_triton(stub: Any) -> None:
     )
 
 
+_NO_NUMBER = (
+    "failed to get model version from specified version string 'x' (details: stol), version should be an "
+    "integral value > 0"
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "message", "refusal"),
+    [
+        ("ModelReady", service_pb2.ModelReadyRequest(name="identity_INT32", version="x"), _NO_NUMBER),
+        ("ModelReady", service_pb2.ModelReadyRequest(name="nope", version="x"), _NO_NUMBER),  # the version first
+        ("ModelMetadata", service_pb2.ModelMetadataRequest(name="nope", version="x"), _NO_NUMBER),
+        (
+            "ModelReady",
+            service_pb2.ModelReadyRequest(name="identity_INT32", version="-1"),
+            "invalid model version specified '-1' , version should be an integral value > 0",
+        ),
+    ],
+    ids=["ready", "ready of an unknown model", "metadata of an unknown model", "negative"],
+)
+def test_a_version_is_parsed_before_the_model_is_looked_up_as_in_triton(
+    stub: Any, method: str, message: Any, refusal: str
+) -> None:
+    # ModelReady answered ready: false for these (nvidia-pytriton 0.7: INVALID_ARGUMENT).
+    with pytest.raises(grpc.RpcError) as raised:
+        getattr(stub, method)(message)
+    assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
+
+
+def test_an_unknown_model_or_version_is_not_ready(stub: Any) -> None:
+    assert not stub.ModelReady(service_pb2.ModelReadyRequest(name="nope")).ready
+    assert not stub.ModelReady(service_pb2.ModelReadyRequest(name="identity_INT32", version="7")).ready
+    assert stub.ModelReady(service_pb2.ModelReadyRequest(name="identity_INT32", version="1")).ready
+
+
 def test_an_output_requested_twice_comes_once(stub: Any) -> None:
     request = _request("INT32")
     request.raw_input_contents.append(np.array([1, 2], np.int32).tobytes())

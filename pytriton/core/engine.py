@@ -11,7 +11,7 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from pytriton.core.cache import ResponseCache
 from pytriton.core.cuda_memory import CudaSharedMemory
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, Status
 from pytriton.core.instances import ModelInstance
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.spec import ModelSpec
@@ -122,18 +122,13 @@ class Engine:
 
     def model(self, name: str, version: str = "") -> ServedModel:
         """The model version a request names (latest when the version is empty), or NOT_FOUND."""
+        number = _version_number(version) if version else None  # Triton parses it before it looks for the model
         versions = self._models.get(name)
         if not versions:
             raise InferenceError.not_found(f"Request for unknown model: '{name}' is not found")
-        if not version:
+        if number is None:
             return versions[max(versions)]
-        try:
-            model = versions.get(int(version))
-        except ValueError:  # Triton's words (its HTTP routes only take digits: a 404 there)
-            raise InferenceError.invalid(
-                f"failed to get model version from specified version string '{version}' (details: stol), version "
-                "should be an integral value > 0"
-            ) from None
+        model = versions.get(number)
         if model is None:
             raise InferenceError.not_found(f"Request for unknown model: '{name}' version {version} is not found")
         return model
@@ -161,10 +156,16 @@ class Engine:
         return [self._models[name][v] for name in sorted(self._models) for v in sorted(self._models[name])]
 
     def model_ready(self, name: str, version: str = "") -> bool:
-        """Whether a model version exists and takes requests."""
+        """Whether a model version exists and takes requests.
+
+        Raises:
+            InferenceError: INVALID_ARGUMENT for a version that is no number, whatever the model, as Triton answers.
+        """
         try:
             return self.model(name, version).ready
-        except InferenceError:
+        except InferenceError as error:
+            if error.status is not Status.NOT_FOUND:
+                raise
             return False
 
     @property
@@ -269,3 +270,22 @@ async def _drain(model: ServedModel, timeout_s: float) -> None:
     except asyncio.TimeoutError:
         pass
     model.scheduler.cut_off()
+
+
+def _version_number(version: str) -> int:
+    """A requested model version as a number, or INVALID_ARGUMENT in Triton's words.
+
+    Triton's HTTP routes only take digits (anything else is a 404 there); its gRPC services parse the string.
+    """
+    try:
+        number = int(version)
+    except ValueError:
+        raise InferenceError.invalid(
+            f"failed to get model version from specified version string '{version}' (details: stol), version "
+            "should be an integral value > 0"
+        ) from None
+    if number < 0:
+        raise InferenceError.invalid(
+            f"invalid model version specified '{version}' , version should be an integral value > 0"
+        )
+    return number
