@@ -737,6 +737,32 @@ def test_cut_offs_past_ten_a_minute_are_counted_in_one_line(own_server, connect,
     ]
 
 
+def test_a_client_that_reads_none_of_its_responses_is_cut_off(caplog, connect):
+    # Small requests for large answers, never read: they stayed in the server's memory for as long as the client
+    # liked (hours: grpc's keepalive). The send buffer must drain a little every send_timeout_s, as over HTTP/1.1.
+    caplog.set_level(logging.WARNING, CUTOFF_LOGGER)
+    options = {"http_port": 0, "grpc_port": 0, "allow_http": False, "allow_metrics": False}
+    triton = Triton(config=TritonConfig(**options), limits=ServerLimits(send_timeout_s=0.5))
+    try:
+        large = [{"OUTPUT_1": np.zeros((1, 2**20), np.float32)}]
+        triton.bind("large", lambda requests: large * len(requests), inputs=FP32, outputs=FP32, config=ModelConfig())
+        triton.bind("identity", _identity, inputs=FP32, outputs=FP32, config=ModelConfig(max_batch_size=8))
+        triton.run()
+        client = connect(triton, settings={SETTINGS_INITIAL_WINDOW_SIZE: 2**31 - 1})
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.window_update(0, 2**31 - 1 - DEFAULT_WINDOW)
+        for _ in range(16):
+            client.start_call(infer_request([1.0], model="large"))
+        peer = _peer(client.sock)
+        deadline = time.monotonic() + 10 * READ_S
+        while not _cutoffs(caplog) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cutoffs(caplog) == [f"gRPC connection from {peer} cut off: it read none of its responses for 0.5 s"]
+        assert_served(triton, connect)
+    finally:
+        triton.stop()
+
+
 # ---------------------------------------------------------------- 8. RST_STREAM
 
 

@@ -20,6 +20,7 @@ import hpack
 from pytriton.core.raw_tensors import Buffer
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.session import Http2Session
+from pytriton.transport.send_watch import SendWatch
 
 if TYPE_CHECKING:
     from pytriton.transport.grpc.server import GrpcServerState
@@ -76,6 +77,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._yielding = False  # it stopped reading for the rest of the turn
         self._read_limit: Optional[int] = None  # the most a read of the shared buffer takes (None: all of it)
         self._byte_cost = 0.0  # seconds a byte of this connection's reads costs to handle (see _size_reads)
+        self._send_watch = SendWatch(loop, state.send_timeout_s, self._read_nothing)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -95,6 +97,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         """Cancel every call still in progress."""
         self.session.stop()
         self._state.connections.forget(self)
+        self._send_watch.resumed()
         if self._linger is not None:
             self._linger.cancel()
         self.session.cancel_calls()
@@ -104,9 +107,11 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self.session.sender.paused = True
         if self._transport is not None:
             self._transport.pause_reading()
+            self._send_watch.paused(self._transport)
 
     def resume_writing(self) -> None:
         """The client caught up: read again, and let streaming handlers write again."""
+        self._send_watch.resumed()
         if self._transport is not None and not self.session.closed and not self._yielding:
             self._transport.resume_reading()
         self.session.writable_again()
@@ -253,6 +258,11 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._flush()
         self.session.stop()
         self._linger_close()
+
+    def _read_nothing(self) -> None:
+        """The client read none of a full send buffer for send_timeout_s (send_watch.py): let it go."""
+        self._cut_off(f"it read none of its responses for {self._state.send_timeout_s:g} s")
+        self.abort()
 
     def _cut_off(self, reason: str) -> None:
         """The connection ends for what its client did: a warning naming the peer, once (rate-limited per server)."""

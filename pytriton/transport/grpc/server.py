@@ -67,6 +67,7 @@ class GrpcServerState:
         self.max_buffered_bytes = limits.grpc_max_buffered_bytes
         self.idle_timeout_s = limits.grpc_idle_timeout_s
         self.handshake_timeout_s = limits.grpc_handshake_timeout_s
+        self.send_timeout_s = limits.send_timeout_s
         self.keepalive = keepalive
         self.compression_level = compression_level
         self.inflation_budget = inflation_budget or InflationBudget(limits.max_inflated_bytes)

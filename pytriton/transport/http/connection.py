@@ -33,6 +33,7 @@ from pytriton.transport.http.refusals import (
     refusal,
     without_upgrade_header,
 )
+from pytriton.transport.send_watch import SendWatch
 
 if TYPE_CHECKING:
     from pytriton.transport.http.server import ServerState
@@ -73,8 +74,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._body_full = False  # the app has not taken the body held for it yet
         self._write_paused = False
-        self._send_watch: Optional[asyncio.TimerHandle] = None  # checks that a full send buffer still drains
-        self._unsent = 0  # the send buffer's size at the last check
+        self._send_watch = SendWatch(self._loop, self._limits.send_timeout_s, self._read_nothing)
         self._drain: Optional[asyncio.Future[None]] = None
         self._clock = PhaseDeadline(loop, self._on_deadline)
         self._head_bytes = 0  # bytes of the unfinished request head received so far
@@ -111,8 +111,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         """Tell every request of the connection that its client left."""
         self._state.connections.forget(self)
         self._clock.cancel()
-        if self._send_watch is not None:
-            self._send_watch.cancel()
+        self._send_watch.resumed()
         for cycle in (self._active, self._receiving, *self._pipeline):
             if cycle is not None:
                 cycle.lose_connection()
@@ -254,34 +253,22 @@ class HttpConnection(asyncio.BufferedProtocol):
     def pause_writing(self) -> None:
         """The transport's buffer is full: streaming responses wait in drain(), pipelined requests for their turn."""
         self._write_paused = True
-        timeout = self._limits.send_timeout_s
-        if timeout and self._send_watch is None and self._transport is not None:
-            self._unsent = self._transport.get_write_buffer_size()
-            self._send_watch = self._loop.call_later(timeout, self._check_sending)
+        if self._transport is not None:
+            self._send_watch.paused(self._transport)
 
     def resume_writing(self) -> None:
         """The transport's buffer drained: the next pipelined request may start."""
         self._write_paused = False
-        if self._send_watch is not None:
-            self._send_watch.cancel()
-            self._send_watch = None
+        self._send_watch.resumed()
         self._wake_drain()
         if self._active is None and self._pipeline and self._transport is not None and not self._transport.is_closing():
             self._next_in_pipeline()
 
-    def _check_sending(self) -> None:
-        """send_timeout_s after the buffer filled (or after the last check): close if the client read nothing since."""
-        self._send_watch = None
-        transport = self._transport
-        if not self._write_paused or transport is None or transport.is_closing():
-            return
-        unsent = transport.get_write_buffer_size()
-        if unsent >= self._unsent:
-            LOGGER.debug("closing HTTP connection from %s: it read none of its responses in time", self._address[1])
-            transport.abort()
-            return
-        self._unsent = unsent  # a slow reader, but a reader
-        self._send_watch = self._loop.call_later(self._limits.send_timeout_s, self._check_sending)
+    def _read_nothing(self) -> None:
+        """The client read none of a full send buffer for send_timeout_s (send_watch.py): let it go."""
+        LOGGER.debug("closing HTTP connection from %s: it read none of its responses in time", self._address[1])
+        if self._transport is not None:
+            self._transport.abort()
 
     # -- httptools callbacks ----------------------------------------------------------------
 
