@@ -31,8 +31,8 @@ class SendWatch:
             self._unsent = transport.get_write_buffer_size()
             self._timer = self._loop.call_later(self._timeout_s, self._look)
 
-    def resumed(self) -> None:
-        """The buffer drained (`resume_writing`), or the connection is gone: stop watching."""
+    def stop(self) -> None:
+        """Stop watching: the buffer drained (`resume_writing`), or the connection is gone."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

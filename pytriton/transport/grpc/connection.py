@@ -97,7 +97,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         """Cancel every call still in progress."""
         self.session.stop()
         self._state.connections.forget(self)
-        self._send_watch.resumed()
+        self._send_watch.stop()
         if self._linger is not None:
             self._linger.cancel()
         self.session.cancel_calls()
@@ -111,7 +111,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         """The client caught up: read again, and let streaming handlers write again."""
-        self._send_watch.resumed()
+        self._send_watch.stop()
         if self._transport is not None and not self.session.closed and not self._yielding:
             self._transport.resume_reading()
         self.session.writable_again()

@@ -111,7 +111,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         """Tell every request of the connection that its client left."""
         self._state.connections.forget(self)
         self._clock.cancel()
-        self._send_watch.resumed()
+        self._send_watch.stop()
         for cycle in (self._active, self._receiving, *self._pipeline):
             if cycle is not None:
                 cycle.lose_connection()
@@ -259,7 +259,7 @@ class HttpConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         """The transport's buffer drained: the next pipelined request may start."""
         self._write_paused = False
-        self._send_watch.resumed()
+        self._send_watch.stop()
         self._wake_drain()
         if self._active is None and self._pipeline and self._transport is not None and not self._transport.is_closing():
             self._next_in_pipeline()
