@@ -201,6 +201,23 @@ def test_http_a_compressed_body_past_the_budget_is_503_and_the_budget_comes_back
     assert status == 200 and json.loads(body)["outputs"][0]["data"] == [0.0]
 
 
+def test_a_request_larger_than_the_whole_budget_is_too_large_not_a_try_again(served):
+    # It could never inflate, however long its client waited: HTTP 413 and grpc's "larger than max", at the budget.
+    triton, _ = served
+    status, _, body = _http_gzip_infer(triton, "first", nbytes=2 * BUDGET)
+    assert (status, json.loads(body)["error"]) == (413, f"decompressed request body larger than {BUDGET} bytes")
+    client = H2Client(triton.grpc_port)
+    try:
+        refused = client.response(_grpc_gzip_call(client, "first", nbytes=2 * BUDGET))
+    finally:
+        client.close()
+    assert (refused.grpc_status, refused.trailers["grpc-message"]) == (
+        "8",
+        f"Received message larger than max (> {BUDGET} decompressed)",
+    )
+    _wait_all_given_back(triton)
+
+
 def test_one_budget_serves_both_transports(served):
     triton, gate = served
     answers: List[Any] = []

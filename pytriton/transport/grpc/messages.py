@@ -187,17 +187,17 @@ class Compressed:
                 RESOURCE_EXHAUSTED when the message inflates past the limit or the server's budget.
         """
         encoding = self._encoding
+        # A message larger than the whole budget could never inflate: refused as too large, not "try again".
+        limit = self._limit if self._budget is None else min(self._limit, self._budget.capacity)
         try:
-            message, end = await inflate(
-                self._payload, _WBITS[encoding], self._limit, name=encoding, budget=self._budget
-            )
+            message, end = await inflate(self._payload, _WBITS[encoding], limit, name=encoding, budget=self._budget)
             if end < len(self._payload):  # grpc's C-core refuses it too ("not all input consumed")
                 raise InflateError(Failure.CORRUPT, "bytes after the end of its stream")
         except InflateError as error:
             if error.failure is Failure.TOO_LARGE:
                 raise MessageError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"Received message larger than max (> {self._limit} decompressed)",
+                    f"Received message larger than max (> {limit} decompressed)",
                 ) from None
             if error.failure is Failure.OVER_BUDGET:
                 raise MessageError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{error.detail}: try again later") from None

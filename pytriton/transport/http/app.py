@@ -426,6 +426,7 @@ async def _decompress(body: Body, encoding: str, limit: int, budget: InflationBu
         wbits = zlib.MAX_WBITS
     else:
         raise _HttpError(415, f"unsupported Content-Encoding '{encoding}'")
+    limit = min(limit, budget.capacity)  # a body larger than the whole budget could never inflate: 413
     try:
         inflated, end = await inflate(body, wbits, limit, members=encoding == "gzip", name=encoding, budget=budget)
     except InflateError as error:
