@@ -81,8 +81,6 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
     array = np.array(values)
     if not array.size:
         return array.astype(dtype)
-    if array.dtype.kind == "b":
-        raise ValueError("expected JSON numbers, got booleans")
     if array.dtype.kind not in "iub" and dtype == np.uint64:
         array = np.array(values, dtype=np.object_).reshape(-1)  # numpy 1 turns ints above int64 into floats
         if not all(type(value) is int for value in array):
