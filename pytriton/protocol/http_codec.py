@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import orjson
 
 from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype
@@ -303,7 +302,5 @@ def encode_infer_response(
     document["outputs"] = outputs
     if parameters:
         document["parameters"] = parameters
-    header = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
-    if header.find(b"null") >= 0:  # json_text.dumps, inlined on the path every response takes
-        header = json_text.spelled_out(document, header)
+    header = json_text.dumps(document)
     return header, binary_parts, len(header)

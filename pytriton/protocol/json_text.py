@@ -51,10 +51,10 @@ def loads(data: Text) -> Any:
 def dumps(document: Any) -> bytes:
     """`document` as JSON text (numpy arrays and scalars as their values); NaN and infinities spelled out."""
     text = orjson.dumps(document, option=_OPTIONS)
-    return text if text.find(b"null") < 0 else spelled_out(document, text)
+    return text if text.find(b"null") < 0 else _spelled_out(document, text)
 
 
-def spelled_out(document: Any, text: bytes) -> bytes:
+def _spelled_out(document: Any, text: bytes) -> bytes:
     """`text`, orjson's writing of `document` with a `null` in it, again with non-finite floats spelled out if any."""
     if _has_non_finite(document):
         import rapidjson
