@@ -36,6 +36,7 @@ from pytriton.transport.grpc.connection import LEAST_READ_BYTES, GrpcConnection
 from pytriton.transport.grpc.framing import MAX_FRAME
 from pytriton.transport.grpc.headers import encode_block
 from pytriton.transport.grpc.messages import Compressed, MessageReader
+from pytriton.transport.grpc.read_gate import HELD_S
 from pytriton.transport.grpc.responses import MAX_GRPC_MESSAGE_BYTES
 from pytriton.transport.grpc.server import GrpcServerState
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
@@ -758,6 +759,62 @@ def test_a_client_that_reads_none_of_its_responses_is_cut_off(caplog, connect):
         while not _cutoffs(caplog) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _cutoffs(caplog) == [f"gRPC connection from {peer} cut off: it read none of its responses for 0.5 s"]
+        assert_served(triton, connect)
+    finally:
+        triton.stop()
+
+
+def test_a_client_that_writes_all_its_calls_before_it_reads_any_answer_is_answered(connect):
+    # The server stops reading a connection while its client is behind on reading the answers. A blocking client
+    # that writes all its calls (within the server's windows: 4 MiB a stream, 16 MiB in all) before it reads
+    # waits on the server as the server waits on it: before the escape, four such calls stalled it for good.
+    triton = serve(limits=ServerLimits(grpc_max_message_bytes=2**22))
+    try:
+        client = connect(triton, settings={SETTINGS_INITIAL_WINDOW_SIZE: 2**31 - 1})
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        client.window_update(0, 2**31 - 1 - DEFAULT_WINDOW)
+        values = np.arange(975_000, dtype=np.float32)  # 3.9 MB a call
+        request = service_pb2.ModelInferRequest(model_name="identity", id="large")
+        request.inputs.add(name="INPUT_1", datatype="FP32", shape=[1, values.size])
+        request.raw_input_contents.append(values.tobytes())
+        message = request.SerializeToString()
+        streams = [client.start_call(message) for _ in range(4)]  # sendall: socket.timeout after READ_S if stalled
+        for stream in streams:
+            response = client.response(stream)
+            assert response.grpc_status == "0"
+            assert response.infer_response().raw_output_contents[0] == values.tobytes()
+    finally:
+        triton.stop()
+
+
+def test_answers_wait_in_their_calls_while_a_client_that_reads_none_is_read_on(connect):
+    # After the hold (read_gate.HELD_S) the server reads on: the answers of what it reads must wait in their calls,
+    # which the stream limit bounds, and not pile up in the send buffer (a client that reads nothing and asks for
+    # large answers would otherwise leave them there for as long as send_timeout_s, up to READ_ON_BYTES).
+    ran = []
+    large = {"OUTPUT_1": np.zeros((1, 2**12), np.float32)}  # 16 KiB: READ_ON_BYTES would let 64 out
+
+    def count(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        ran.append(len(requests))
+        return [large] * len(requests)
+
+    options = {"http_port": 0, "grpc_port": 0, "allow_http": False, "allow_metrics": False}
+    triton = Triton(config=TritonConfig(**options), limits=ServerLimits(grpc_max_concurrent_streams=8))
+    try:
+        triton.bind("large", count, inputs=FP32, outputs=FP32, config=ModelConfig())
+        triton.bind("identity", _identity, inputs=FP32, outputs=FP32, config=ModelConfig())
+        triton.run()
+        client = connect(triton, settings={SETTINGS_INITIAL_WINDOW_SIZE: 2**31 - 1})
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.window_update(0, 2**31 - 1 - DEFAULT_WINDOW)
+        for _ in range(12):  # eight at a time, over twelve holds: calls are refused unless earlier ones ended
+            for _ in range(8):
+                client.start_call(infer_request([1.0], model="large"))
+            time.sleep(2 * HELD_S)
+        # Those whose answers went out before the client fell behind (a read's worth), then the eight streams.
+        assert 8 <= sum(ran) <= 24
+        client.close()
         assert_served(triton, connect)
     finally:
         triton.stop()

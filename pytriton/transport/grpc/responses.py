@@ -1,7 +1,9 @@
 """What the server sends on a call: response headers, messages under flow control, and the status.
 
 A unary response leaves as HEADERS, DATA and trailers in one write when the windows allow. What the
-windows hold back waits in the call's outbox (DATA, then the trailers) until the client opens them.
+windows hold back waits in the call's outbox (DATA, then the trailers) until the client opens them; so does
+every call's DATA while the connection reads on for a client behind on its answers (`holding`, read_gate.py),
+so that what it keeps for a client that does not read stays bounded by the calls it may open at once.
 """
 
 from __future__ import annotations
@@ -84,7 +86,17 @@ class _Trailers:
 class ResponseSender:
     """Frames the responses of one connection's calls and sends them as the client's windows allow."""
 
-    __slots__ = ("_data_sent", "_ended", "_max_message_bytes", "_write", "_write_all", "blocked", "paused", "windows")
+    __slots__ = (
+        "_data_sent",
+        "_ended",
+        "_max_message_bytes",
+        "_write",
+        "_write_all",
+        "blocked",
+        "holding",
+        "paused",
+        "windows",
+    )
 
     def __init__(
         self,
@@ -102,8 +114,9 @@ class ResponseSender:
         self._ended = ended
         self._max_message_bytes = max_message_bytes
         self.windows = SendWindows()
-        self.blocked: Dict[int, GrpcCall] = {}  # calls with DATA waiting for window
+        self.blocked: Dict[int, GrpcCall] = {}  # calls with DATA waiting for window, or for `holding` to end
         self.paused = False  # the transport's buffer is full: streaming handlers wait before writing more
+        self.holding = False  # the connection reads on while the buffer is full: DATA waits
 
     def unary(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
         """A unary call's response and its OK status, in one write when flow control allows."""
@@ -118,7 +131,7 @@ class ResponseSender:
         message = frame_message(parts, size, call.encoding, self._max_message_bytes)
         total = len(message)
         windows = self.windows
-        if total <= windows.max_frame and total <= windows.window and total <= call.send_window:
+        if total <= windows.max_frame and total <= windows.window and total <= call.send_window and not self.holding:
             windows.window -= total
             call.ended = call.started = True
             if call.deadline is not None:
@@ -186,7 +199,7 @@ class ResponseSender:
         self._data_sent()
         total = len(message)
         windows = self.windows
-        if not call.outbox and total <= windows.room(call):
+        if not call.outbox and not self.holding and total <= windows.room(call):
             windows.spend(call, total)
             self._write(h2.frame_header(total, h2.DATA, 0, stream_id))
             self._write(message)
@@ -204,14 +217,14 @@ class ResponseSender:
         self.pump(call)
 
     def pump(self, call: GrpcCall) -> None:
-        """Send as much of a call's queued DATA (and then its status) as the windows allow.
+        """Send as much of a call's queued DATA (and then its status) as the windows allow (none while holding).
 
         The queued pieces fill frames of the client's largest size (a message's prefix and head share its first
         frame with the start of its tensors), and every frame goes to the transport in one write.
         """
         outbox = call.outbox
         windows = self.windows
-        window = min(windows.window, call.send_window)
+        window = 0 if self.holding else min(windows.window, call.send_window)
         largest = windows.max_frame
         out: List[Buffer] = []
         sent = frames = 0

@@ -118,8 +118,12 @@ class Http2Session:
         self._partial_bytes = 0
 
     def writable_again(self) -> None:
-        """The transport's buffer drained: streaming handlers may write again."""
-        self.sender.paused = False
+        """The transport's buffer drained: DATA held back goes out, streaming handlers may write again."""
+        sender = self.sender
+        sender.paused = False
+        if sender.holding:
+            sender.holding = False
+            sender.pump_blocked()
         for call in list(self.calls.values()):
             if not call.outbox:
                 wake(call.writable)
