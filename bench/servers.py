@@ -109,10 +109,24 @@ def baseline_target(ref: str, workdir: pathlib.Path) -> Target:
     return Target("baseline", [sys.executable], MODEL_SERVER, env, grpc=True, models=True, label=f"{ref} ({rev})")
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to clients (Linux's ip_local_port_range; 32768 elsewhere)."""
+    try:
+        return int(pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(count: int) -> List[int]:
-    """`count` consecutive free loopback ports in 30000-45000, far from Triton's 8000-8002."""
+    """`count` consecutive free loopback ports from 20000 up to the client ports, far from Triton's 8000-8002.
+
+    Not among the ports the kernel gives clients: a client polling a port nobody listens on yet can be given
+    that very port and connect to itself (TCP's simultaneous open), then read its own request back as the
+    answer; a memory row once failed so.
+    """
+    top = max(_ephemeral_low(), 20000 + 1000)
     for _ in range(200):
-        base = random.randrange(30000, 45000 - count)
+        base = random.randrange(20000, top - count)
         ports = list(range(base, base + count))
         if all(_port_free(port) for port in ports):
             return ports
