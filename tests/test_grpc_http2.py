@@ -32,7 +32,7 @@ from pytriton.options.limits import ServerLimits
 from pytriton.options.server import GrpcKeepalive
 from pytriton.transport import inflate
 from pytriton.transport.grpc import frames
-from pytriton.transport.grpc.connection import LEAST_READ_BYTES, GrpcConnection
+from pytriton.transport.grpc.connection import LEAST_READ_BYTES, UNSENT_LOW_WATER_BYTES, GrpcConnection
 from pytriton.transport.grpc.framing import MAX_FRAME
 from pytriton.transport.grpc.headers import encode_block
 from pytriton.transport.grpc.messages import Compressed, MessageReader
@@ -818,6 +818,37 @@ def test_answers_wait_in_their_calls_while_a_client_that_reads_none_is_read_on(c
         assert_served(triton, connect)
     finally:
         triton.stop()
+
+
+def _unsent_low_water(triton: Triton, client: H2Client) -> int:
+    """TCP_NOTSENT_LOWAT of the server's end of `client`'s connection."""
+    port = client.sock.getsockname()[1]
+    for found in gc.get_objects():
+        if isinstance(found, GrpcConnection) and found.peer == f"ipv4:127.0.0.1:{port}":
+            sock = found._transport.get_extra_info("socket")  # type: ignore[union-attr]
+            assert sock.getsockname()[1] == triton.grpc_port
+            return int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT))
+    raise AssertionError(f"no connection from port {port}")
+
+
+def test_answers_wait_unsent_in_the_process_only_for_clients_of_small_frames(server, connect):
+    # UNSENT_LOW_WATER_BYTES makes the directions take turns, which pays for clients of 16 KiB DATA frames (nghttp2,
+    # Go's and Java's gRPC, Envoy) and costs those of large frames read in place (grpc's C-core: tritonclient).
+    request = service_pb2.ModelInferRequest(model_name="identity", id="large")
+    values = np.arange(2**17, dtype=np.float32)  # 512 KiB
+    request.inputs.add(name="INPUT_1", datatype="FP32", shape=[1, values.size])
+    request.raw_input_contents.append(values.tobytes())
+    message = grpc_message(request.SerializeToString())
+    for frame_size, low_water in ((DEFAULT_MAX_FRAME, UNSENT_LOW_WATER_BYTES), (256 * 1024, 0)):
+        client = connect(server, settings={SETTINGS_INITIAL_WINDOW_SIZE: 2**31 - 1})
+        client.window_update(0, 2**31 - 1 - DEFAULT_WINDOW)
+        client.handshake()  # frames over 16 KiB wait for the server's SETTINGS
+        stream = client.new_stream()
+        client.send_headers(stream, request_headers())
+        client.send_data(stream, message, size=frame_size)
+        response = client.response(stream)
+        assert response.grpc_status == "0" and response.infer_response().raw_output_contents[0] == values.tobytes()
+        assert _unsent_low_water(server, client) == low_water
 
 
 # ---------------------------------------------------------------- 8. RST_STREAM

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import socket
 from time import perf_counter
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import hpack
 
@@ -32,10 +32,11 @@ if TYPE_CHECKING:
 _JOIN_LIMIT_BYTES = 64 * 1024
 # What the kernel takes of a connection's answers beyond what it can send at once (TCP_NOTSENT_LOWAT). Left to
 # itself it takes megabytes, and the transport pauses writing (so the connection stops reading: read_gate.py)
-# only once the client is megabytes behind; with this, as soon as it is behind. Measured on loopback, 1 MiB
-# calls four at a time: 10 % less server CPU a call (docs/performance.md, "the eighth look"); HTTP/2 servers
-# set it for their own scheduling too (nginx's http2 guidance: 16 KiB). On a fast link the loop then refills
-# the socket every 64 KiB: every 52 us at 10 Gbit/s.
+# only once the client is megabytes behind; with this, as soon as it is behind, and the two directions take
+# turns. For a client of 16 KiB DATA frames (nghttp2, Go's and Java's gRPC, Envoy), 1 MiB calls four at a time
+# on loopback: 7-18 % less server CPU a call. The loop then refills the socket every 64 KiB, which costs a
+# client of large frames (grpc's C-core, so tritonclient) more than the turns give it back (+7 %): its first
+# DATA read in place takes the bound off (docs/performance.md, "the eighth look").
 UNSENT_LOW_WATER_BYTES = 64 * 1024
 # How long a connection that failed keeps reading (and dropping) after its GOAWAY.
 _LINGER_S = 2.0
@@ -79,6 +80,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._flush_pending = False
         self._reading = False
         self._in_place = False  # the last read went into a message's buffer (get_buffer), not the shared one
+        self._low_water: Optional[Any] = None  # the socket while UNSENT_LOW_WATER_BYTES holds on it
         self._reader = self.session.reader
         self._read_view = state.read_view
         self._linger: Optional[asyncio.TimerHandle] = None
@@ -99,6 +101,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError, AttributeError):  # Linux and macOS have it (each its own number)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_LOW_WATER_BYTES)
+                self._low_water = sock
         state = self._state
         state.connections.add(self)
         self.session.over_cap = len(state.connections) > state.max_connections
@@ -157,6 +160,8 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._reading = True
         try:
             if self._in_place:
+                if self._low_water is not None:
+                    self._unsent_unbounded(self._low_water)
                 self._reader.filled(nbytes)
             else:
                 self._reader.feed(self._read_view[:nbytes])
@@ -177,6 +182,12 @@ class GrpcConnection(asyncio.BufferedProtocol):
         if self._busy > TURN_BUDGET_S and not self._gate.yielding:
             self._gate.turn_over()
             self.loop.call_soon(self._next_turn)
+
+    def _unsent_unbounded(self, sock: Any) -> None:
+        """A client of large DATA frames (read in place): the kernel may take all of its answers again."""
+        self._low_water = None
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, 0)  # 0: the system's (no bound)
 
     def _size_reads(self, nbytes: int, handled_s: float) -> None:
         """Size the next reads of the shared buffer by what a byte of this connection costs to handle.
