@@ -130,7 +130,7 @@ class StopSequence:
         """
         deadline = time.monotonic() if self._hurried.is_set() or self._deadline is None else self._deadline
         await self._close_ports(max(deadline - time.monotonic(), 0.0))
-        await self._engine.close(deadline=time.monotonic() if self._hurried.is_set() else self._deadline)
+        await self._engine.close(deadline=deadline)
 
     def _describe_open_requests(self) -> str:
         """'3 requests (2 running, 1 queued)'."""
