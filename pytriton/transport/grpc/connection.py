@@ -30,14 +30,19 @@ if TYPE_CHECKING:
 
 # Writes above this size go out with writev rather than joined into one buffer.
 _JOIN_LIMIT_BYTES = 64 * 1024
-# What the kernel takes of a connection's answers beyond what it can send at once (TCP_NOTSENT_LOWAT). Left to
-# itself it takes megabytes, and the transport pauses writing (so the connection stops reading: read_gate.py)
-# only once the client is megabytes behind; with this, as soon as it is behind, and the two directions take
-# turns. For a client of 16 KiB DATA frames (nghttp2, Go's and Java's gRPC, Envoy), 1 MiB calls four at a time
-# on loopback: 7-18 % less server CPU a call. The loop then refills the socket every 64 KiB, which costs a
-# client of large frames (grpc's C-core, so tritonclient) more than the turns give it back (+7 %): its first
-# DATA read in place takes the bound off (docs/performance.md, "the eighth look").
+# What the kernel takes of a connection's answers beyond what it can send at once (TCP_NOTSENT_LOWAT), for a
+# client that sends large messages in small DATA frames. Left to itself the kernel takes megabytes, and the
+# transport pauses writing (so the connection stops reading: read_gate.py) only once the client is megabytes
+# behind; with this, as soon as it is behind, and the two directions take turns. For 16 KiB frames (nghttp2,
+# Go's and Java's gRPC, Envoy), 1 MiB calls four at a time on loopback: 7-18 % less server CPU a call. The loop
+# then refills the socket every 64 KiB, which costs more than the turns give back to a client of large frames
+# (grpc's C-core, so tritonclient: +7 %) or of small requests for large answers (+11 %): those keep the
+# kernel's usual buffering (docs/performance.md, "the eighth look").
 UNSENT_LOW_WATER_BYTES = 64 * 1024
+# The bound is set once this much came in reads of _LARGE_READ_BYTES or more with no DATA frame large enough to
+# be read in place (framing.DIRECT_READ_BYTES); never, once one was.
+SMALL_FRAMES_EVIDENCE_BYTES = 2 * 2**20
+_LARGE_READ_BYTES = 64 * 1024
 # How long a connection that failed keeps reading (and dropping) after its GOAWAY.
 _LINGER_S = 2.0
 # Loop time one connection may take in reads that follow each other before it lets the others go first. A
@@ -80,7 +85,8 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._flush_pending = False
         self._reading = False
         self._in_place = False  # the last read went into a message's buffer (get_buffer), not the shared one
-        self._low_water: Optional[Any] = None  # the socket while UNSENT_LOW_WATER_BYTES holds on it
+        self._socket: Optional[Any] = None  # a TCP connection's socket, until its client's frames are weighed
+        self._large_reads = 0  # bytes read in reads of _LARGE_READ_BYTES or more, while the frames are weighed
         self._reader = self.session.reader
         self._read_view = state.read_view
         self._linger: Optional[asyncio.TimerHandle] = None
@@ -99,9 +105,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._gate.attach(self._transport)  # type: ignore[arg-type]
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            with contextlib.suppress(OSError, AttributeError):  # Linux and macOS have it (each its own number)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_LOW_WATER_BYTES)
-                self._low_water = sock
+            self._socket = sock
         state = self._state
         state.connections.add(self)
         self.session.over_cap = len(state.connections) > state.max_connections
@@ -144,6 +148,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         if target is None:
             self._in_place = False
             return self._read_view if self._read_limit is None else self._read_view[: self._read_limit]
+        self._socket = None  # a client of DATA frames large enough to read in place: its answers are never bound
         if isinstance(target, int):  # a frame header alone
             self._in_place = False
             return self._read_view[:target]
@@ -160,8 +165,6 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._reading = True
         try:
             if self._in_place:
-                if self._low_water is not None:
-                    self._unsent_unbounded(self._low_water)
                 self._reader.filled(nbytes)
             else:
                 self._reader.feed(self._read_view[:nbytes])
@@ -171,6 +174,8 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._fail(h2.COMPRESSION_ERROR, f"invalid header block: {error}")
         finally:
             self._reading = False
+        if nbytes >= _LARGE_READ_BYTES and self._socket is not None:
+            self._weigh_frames(nbytes)
         if nbytes >= LEAST_READ_BYTES:  # a read that small is below any limit: its cost sizes nothing
             handled = perf_counter() - started
             if handled > _CHEAP_READ_S or self._byte_cost:
@@ -183,11 +188,14 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._gate.turn_over()
             self.loop.call_soon(self._next_turn)
 
-    def _unsent_unbounded(self, sock: Any) -> None:
-        """A client of large DATA frames (read in place): the kernel may take all of its answers again."""
-        self._low_water = None
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, 0)  # 0: the system's (no bound)
+    def _weigh_frames(self, nbytes: int) -> None:
+        """Count a large read of small frames: past SMALL_FRAMES_EVIDENCE_BYTES, bound the unsent answers."""
+        self._large_reads += nbytes
+        if self._large_reads >= SMALL_FRAMES_EVIDENCE_BYTES:
+            sock, self._socket = self._socket, None
+            if sock is not None:
+                with contextlib.suppress(OSError, AttributeError):  # Linux and macOS have it (each its own number)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_LOW_WATER_BYTES)
 
     def _size_reads(self, nbytes: int, handled_s: float) -> None:
         """Size the next reads of the shared buffer by what a byte of this connection costs to handle.
