@@ -27,6 +27,7 @@ import wrapt
 from pytriton.constants import TRITON_CONTEXT_FIELD_NAME
 from pytriton.context import ModelConfigDict, TritonContext
 from pytriton.core.host_arrays import host_arrays
+from pytriton.core.outputs import not_an_array
 from pytriton.core.raw_tensors import serialize_bytes_tensor
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonValidationError
 from pytriton.model_config.triton_model_config import TritonModelConfig
@@ -145,7 +146,8 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...], kwa
     Every request must have the same set of inputs (put @group_by_keys above @batch when they may differ).
 
     Raises:
-        PyTritonValidationError: if the requests have different sets of inputs.
+        PyTritonValidationError: if the requests have different sets of inputs, or an output is no numpy array
+            (or one without a batch axis).
         ValueError: if an output's batch size differs from the sum of the requests' batch sizes.
     """
     requests = args[0]
@@ -161,6 +163,7 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...], kwa
 
     def _split(result: Any) -> List[Dict[str, Any]]:
         converted = host_arrays(convert_output(result, wrapped, instance))  # one host copy, then views
+        _check_batch_outputs(converted, wrapped, instance)
         batch_sizes = [get_inference_request_batch_size(request) for request in requests]
         total = sum(batch_sizes)
         wrong = {name: tensor.shape for name, tensor in converted.items() if tensor.shape[0] != total}
@@ -179,6 +182,29 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...], kwa
     if inspect.isgenerator(outputs):
         return (_split(step) for step in outputs)
     return _split(outputs)
+
+
+def _check_batch_outputs(outputs: Dict[str, Any], wrapped: Any, instance: Any) -> None:
+    """Refuse outputs @batch cannot split, with a message naming the output and the fix.
+
+    Without it a list came back as "AttributeError: 'list' object has no attribute 'shape'", raised from here.
+    """
+    for name, value in outputs.items():
+        if not isinstance(value, np.ndarray):
+            raise PyTritonValidationError(not_an_array(_model_name(wrapped, instance), name, value))
+        if value.ndim == 0:
+            raise PyTritonValidationError(
+                f"Output `{name}` returned by a @batch callable is a 0-dimensional array ({value!r}); "
+                "@batch outputs need the batch axis first: one row per sample of the batch"
+            )
+
+
+def _model_name(wrapped: Any, instance: Any) -> Optional[str]:
+    """The name of the model a callable is bound as, None when it is not bound (called outside a server)."""
+    try:
+        return get_model_config(wrapped, instance).model_name
+    except (PyTritonValidationError, KeyError):
+        return None
 
 
 def _batched(arrays: List[np.ndarray]) -> np.ndarray:

@@ -340,6 +340,50 @@ def test_batch_rejects_unsupported_output_type() -> None:
         fn(_three_requests())
 
 
+@pytest.mark.parametrize(
+    ("value", "what"),
+    [
+        ([[1], [2]], "a list ([[1], [2]])"),
+        ((1, 2), "a tuple ((1, 2))"),
+        (np.int64(3), f"a numpy.int64 ({np.int64(3)!r})"),
+    ],
+)
+def test_batch_names_an_output_that_is_no_numpy_array(value: Any, what: str) -> None:
+    @batch
+    def fn(**inputs: np.ndarray) -> Dict[str, Any]:
+        return {"ok": inputs["a"], "wrong": value}
+
+    # Not "AttributeError: 'list' object has no attribute 'shape'" from inside @batch.
+    message = (
+        "Not all values returned by the model callable are numpy arrays: output `wrong` is "
+        f"{what}; return it as a numpy array (np.asarray(...))"
+    )
+    with pytest.raises(PyTritonValidationError) as raised:
+        fn(_three_requests())
+    assert str(raised.value) == message
+
+
+def test_batch_names_the_model_of_an_output_that_is_no_numpy_array(bind: Callable[..., Any]) -> None:
+    @batch
+    def fn(**inputs: np.ndarray) -> Dict[str, Any]:
+        return {"out": inputs["a"].tolist()}
+
+    bind(fn)
+    model = get_model_config(fn, None).model_name
+    with pytest.raises(PyTritonValidationError, match=f"^Not all values returned by `{model}` model callable"):
+        fn([Request({"a": np.array([[1]])})])
+
+
+def test_batch_refuses_an_output_without_a_batch_axis() -> None:
+    @batch
+    def fn(**inputs: np.ndarray) -> Dict[str, Any]:
+        return {"total": np.array(inputs["a"].sum())}
+
+    # It was "IndexError: tuple index out of range".
+    with pytest.raises(PyTritonValidationError, match=r"^Output `total` .* is a 0-dimensional array \(array\(21\)\)"):
+        fn(_three_requests())
+
+
 def test_batch_generator_splits_each_step() -> None:
     @batch
     def fn(**inputs: np.ndarray) -> Iterator[Dict[str, np.ndarray]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import logging
 import tracemalloc
 import zlib
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.transport import inflate
 from pytriton.transport.http import app
@@ -333,7 +335,8 @@ FAULTS_BOTH_MODES = {
     "not-a-list": "must be list of response dicts",
     "wrong-count": "does not match number of requests (1)",
     "not-a-dict": "must be list of response dicts",
-    "non-array": "are numpy arrays",
+    # NVIDIA's words, then which output is wrong, what it is and the fix.
+    "non-array": "are numpy arrays: output `OUTPUT_1` is a list ([1.0, 2.0]); return it as a numpy array",
     "str-object": "Use string/byte-string instead of object",
     "complex": "dtype.kind",
 }
@@ -365,6 +368,51 @@ def test_wrong_outputs_fail_only_in_strict_mode(server, kind):
     assert status == 200 and [o["name"] for o in document["outputs"]] == ["OUTPUT_1"]
     if kind == "wrong-dtype":  # cast to the declared datatype, as NVIDIA's proxy does (astype)
         assert document["outputs"][0]["datatype"] == "FP32" and document["outputs"][0]["data"] == [1.0, 2.0]
+
+
+def test_an_undeclared_output_is_dropped_with_one_warning_per_model_and_name(start_triton, caplog):
+    # Without strict the output is left out, as NVIDIA's PyTriton leaves it out; the operator hears of it once.
+    caplog.set_level(logging.WARNING, logger="pytriton.model")
+
+    def extras(requests):
+        return [{"OUTPUT_1": r["INPUT_1"], "EXTRA": r["INPUT_1"], "OTHER": r["INPUT_1"]} for r in requests]
+
+    def bind(triton: Triton) -> None:
+        tensor = Tensor(dtype=np.float32, shape=(-1,))
+        for name in ("first", "second"):
+            triton.bind(name, extras, inputs=[tensor], outputs=[tensor], strict=False)
+
+    triton = start_triton(bind, allow_grpc=False, allow_metrics=False)
+    for model in ("first", "second", "first", "second", "first"):
+        status, document = post_json(triton.http_port, f"/v2/models/{model}/infer", GOOD)
+        assert status == 200 and [output["name"] for output in document["outputs"]] == ["OUTPUT_1"]
+    warnings = sorted(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert warnings == [
+        f"model '{model}' version 1: the inference callable returned output '{name}', which the model config does "
+        "not declare; it is left out of the responses (declare it in `outputs`, or bind with strict=True to refuse "
+        "it). Logged once for this output."
+        for model in ("first", "second")
+        for name in ("EXTRA", "OTHER")
+    ]
+
+
+def test_a_batch_callable_returning_a_list_gets_a_message_that_names_the_fix(start_triton):
+    @batch
+    def listy(INPUT_1):
+        return {"OUTPUT_1": INPUT_1.tolist()}
+
+    def bind(triton: Triton) -> None:
+        tensor = Tensor(dtype=np.float32, shape=(-1,))
+        triton.bind("listy", listy, inputs=[tensor], outputs=[tensor], config=ModelConfig(max_batch_size=2))
+
+    triton = start_triton(bind, allow_grpc=False, allow_metrics=False)
+    status, document = post_json(triton.http_port, "/v2/models/listy/infer", GOOD)
+    # It was "AttributeError: 'list' object has no attribute 'shape'", raised inside @batch.
+    assert (status, document["error"]) == (
+        500,
+        "PyTritonValidationError: Not all values returned by `listy` model callable are numpy arrays: output "
+        "`OUTPUT_1` is a list ([[1.0, 2.0]]); return it as a numpy array (np.asarray(...))",
+    )
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,15 @@
 The client gets the error message; the operator gets the cause: the traceback of what the callable
 raised (the other process's, when it ran in one), or the output check that refused what it returned.
 A model may fail every request it gets: each model logs at most `burst` failures per `interval_s`,
-and when the interval ends, one line counts those it held back.
+and when the interval ends, one line counts those it held back. An output the callable returns that the
+config does not declare fails nothing (without `strict` it is left out); it is logged once per output name.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from typing import Callable, Set
 
 from pytriton.core.errors import BatchNotRun, InferenceError, Status
 from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
@@ -33,6 +34,7 @@ class FailureLog:
         """Log the failures of `model` (a name such as "'m' version 1"), `burst` per `interval_s` at most."""
         self._model = model
         self._budget = LogBudget(self._held_back, burst=burst, interval_s=interval_s, clock=clock)
+        self._undeclared: Set[str] = set()
 
     def callable_raised(self, error: BaseException, requests: int) -> None:
         """The callable raised `error`, failing `requests` requests: log it with its traceback at ERROR.
@@ -78,6 +80,23 @@ class FailureLog:
             self._model,
             _requests(requests),
             error.message,
+        )
+
+    def undeclared_output(self, name: str) -> None:
+        """The callable returned output `name`, which the config does not declare: WARNING, the first time only.
+
+        It is left out of the responses (what NVIDIA's PyTriton does, silently); a client that expects it sees
+        nothing, so the operator is told once where it went, not on every request.
+        """
+        if name in self._undeclared:
+            return
+        self._undeclared.add(name)
+        LOGGER.warning(
+            "model %s: the inference callable returned output '%s', which the model config does not declare; "
+            "it is left out of the responses (declare it in `outputs`, or bind with strict=True to refuse it). "
+            "Logged once for this output.",
+            self._model,
+            name,
         )
 
     def flush(self) -> None:

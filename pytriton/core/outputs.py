@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -32,12 +32,18 @@ def check_results(spec: ModelSpec, results: Any, request_count: int) -> List[Any
 
 
 def build_response(
-    spec: ModelSpec, result: Any, requested: Optional[Sequence[str]], final: bool = True
+    spec: ModelSpec,
+    result: Any,
+    requested: Optional[Sequence[str]],
+    final: bool = True,
+    undeclared: Optional[Callable[[str], None]] = None,
 ) -> InferenceResponse:
     """Check one response dict and select the outputs the request gets, in wire order.
 
     Framework arrays (torch, cupy, jax) become numpy arrays first, so the checks and the codecs see numpy only.
     A Request or Response object (what `lambda requests: requests` returns) counts as its mapping of arrays.
+    Without `strict`, an output the config does not declare is left out of the response, as NVIDIA's PyTriton
+    leaves it out; `undeclared` is told its name (strict mode refuses it instead).
     """
     if isinstance(result, (Request, Response)):
         result = result.data
@@ -55,7 +61,10 @@ def build_response(
             _check_output_against_config(spec, name, value, datatype)
         else:
             declared = spec.output_by_name.get(name)
-            if declared is not None and datatype != declared.datatype and _casts(datatype, declared.datatype):
+            if declared is None:
+                if undeclared is not None:
+                    undeclared(name)
+            elif datatype != declared.datatype and _casts(datatype, declared.datatype):
                 cast = cast if cast is not None else {}
                 cast[name] = value.astype(numpy_dtype(declared.datatype))
                 datatypes[name] = declared.datatype
@@ -105,7 +114,7 @@ def _check_output_value(spec: ModelSpec, name: Any, value: Any) -> str:
     if not isinstance(name, str):
         raise InferenceError.internal(f"Not all keys returned by `{spec.name}` model callable are string")
     if not isinstance(value, np.ndarray):
-        raise InferenceError.internal(f"Not all values returned by `{spec.name}` model callable are numpy arrays")
+        raise InferenceError.internal(not_an_array(spec.name, name, value))
     dtype = value.dtype
     datatype = datatype_of_dtype(dtype)
     if datatype is not None and datatype != "BYTES":  # every numeric datatype passes the kind check below
@@ -156,7 +165,20 @@ def _check_output_against_config(spec: ModelSpec, name: str, value: np.ndarray, 
         )
 
 
-def _short(value: Any) -> str:
+def not_an_array(model: Optional[str], name: Any, value: Any) -> str:
+    """The message for an output value that is no numpy array: NVIDIA's words, then which output, what it is, the fix.
+
+    `model` is None where the model's name is not known (a decorated callable called outside a server).
+    """
+    kind = type(value)
+    type_name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return (
+        f"Not all values returned by {'the' if model is None else f'`{model}`'} model callable are numpy arrays: "
+        f"output `{name}` is a {type_name} ({_short(value, 60)}); return it as a numpy array (np.asarray(...))"
+    )
+
+
+def _short(value: Any, limit: int = 200) -> str:
     """A bounded repr for error messages."""
     text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "..."
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -259,9 +259,10 @@ class Scheduler:
                 released = True
                 outcomes: List[Any] = []
                 refused: List[InferenceError] = []
+                undeclared = self.failures.undeclared_output
                 for entry, result in zip(batch, check_results(spec, results, len(batch))):
                     try:
-                        outcomes.append(build_response(spec, result, entry.request.requested_outputs))
+                        outcomes.append(build_response(spec, result, entry.request.requested_outputs, True, undeclared))
                     except InferenceError as error:  # wrong or oversized outputs fail only this request
                         outcomes.append(error)
                         refused.append(error)
@@ -336,7 +337,10 @@ class Scheduler:
                 results = check_results(self.spec, step, len(batch))
                 for entry, result in zip(batch, results):
                     if result is not None and not entry.sink.done():
-                        entry.sink.deliver(build_response(self.spec, result, entry.request.requested_outputs, False))
+                        response = build_response(
+                            self.spec, result, entry.request.requested_outputs, False, self.failures.undeclared_output
+                        )
+                        entry.sink.deliver(response)
                         if not entry.responded:
                             entry.responded = True
                             self.stats.record_first_response(time.monotonic_ns() - entry.enqueue_ns)
