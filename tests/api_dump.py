@@ -102,15 +102,13 @@ def _function(obj: Any) -> Dict[str, Any]:
 
 def _member(cls: type, name: str) -> Dict[str, Any]:
     """One member of a class, looked up where it is defined."""
-    raw = next((vars(base)[name] for base in cls.__mro__ if name in vars(base)), None)
+    raw = vars(_definers(cls, name)[0])[name]
     if isinstance(raw, property):
         return {"kind": "property", "settable": raw.fset is not None}
     if isinstance(raw, classmethod):
         return {**_function(getattr(cls, name)), "binding": "classmethod"}
     if isinstance(raw, staticmethod):
         return {**_function(getattr(cls, name)), "binding": "staticmethod"}
-    if raw is None:
-        return {"kind": "attribute"}  # set by the metaclass or on instances
     if inspect.isfunction(raw) or inspect.ismethoddescriptor(raw) or (callable(raw) and not inspect.isclass(raw)):
         return {**_function(getattr(cls, name)), "binding": "method"}
     if isinstance(raw, enum.Enum):
@@ -124,9 +122,11 @@ def _class(cls: type) -> Dict[str, Any]:
     for name in dir(cls):
         if name.startswith("_") and name not in DUNDERS:
             continue
-        if name in DUNDERS and not any(name in vars(base) for base in cls.__mro__[:-1]):
-            continue  # object's own __init__ and friends
-        if name in DUNDERS and all(getattr(base, "__module__", "") == "builtins" for base in _definers(cls, name)):
+        if all(getattr(base, "__module__", "") == "builtins" for base in _definers(cls, name)):
+            # Only built-in types define it (object's __init__, BaseException's with_traceback and add_note), or
+            # no class of the MRO does (a metaclass's __dir__ lists it: EnumType's __len__): that is Python's
+            # API, not PyTriton's, and it differs between Python versions (add_note is 3.11+, 3.13 gives
+            # with_traceback a signature) while the dump of 0.7 comes from one.
             continue
         members[name] = _member(cls, name)
     found: Dict[str, Any] = {
