@@ -61,6 +61,13 @@ class TritonContext:
     model_configs: ModelConfigDict = dataclasses.field(default_factory=ModelConfigDict)
 
 
+def attach_model_config(fn: Callable[..., Any], model_config: TritonModelConfig) -> None:
+    """Attach a context holding `fn`'s model config to `fn` (in an instance process, for its decorators)."""
+    context = TritonContext()
+    context.model_configs[fn] = model_config
+    attach_context(fn, context)
+
+
 def attach_context(fn: Callable[..., Any], context: TritonContext) -> None:
     """Let decorators find the model config, as PyTriton does: on the callable or its bound object."""
     target: Any = getattr(fn, "__self__", fn)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from pytriton.core.instance_spawn import ProcessPlan, dump_callable, environments
+from pytriton.context import attach_model_config
+from pytriton.core.process_instances.spawn import ProcessPlan, dump_callable, environments
 from pytriton.exceptions import PyTritonBadParameterError
 
 # Shared memory each instance may use per direction (inputs, outputs); a larger batch travels over its socket.
@@ -111,6 +112,7 @@ class ProcessInstances:
             arena_budget=self.shm_budget_bytes,
             start_timeout_s=self.start_timeout_s,
             model_config=model_config,
+            prepare=attach_model_config,
         )
 
     def __repr__(self) -> str:

@@ -23,11 +23,11 @@ from typing import Any, Callable, List, Optional, Union
 from pytriton import __version__
 from pytriton.client._url import TritonUrl
 from pytriton.context import attach_context
-from pytriton.core.instance_channel import BlockingChannel, ChannelClosed
-from pytriton.core.instance_host import InstanceHost
+from pytriton.core.process_instances.host import InstanceHost
 from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES, ProcessInstances
+from pytriton.ipc.channel import BlockingChannel, ChannelClosed
 from pytriton.lifecycle import TritonLifecyclePolicy
 from pytriton.models import as_callables, build_model
 from pytriton.runtime.attach import (

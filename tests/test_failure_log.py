@@ -96,7 +96,7 @@ def test_an_exception_from_an_instance_process_is_logged_with_that_process_trace
         r"ERROR pytriton.model: model 'remote' version 1: the inference callable raised KeyError: 'weights'"
     )
     server.wait_for(r"^Traceback \(most recent call last\):$")
-    server.wait_for(r'instance_host.py", line \d+, in _call$')  # a frame of the instance's process
+    server.wait_for(r'host.py", line \d+, in _call$')  # a frame of the instance's process
     server.wait_for(r'^  File "<dynamic-code>", line \d+, in lookup$')
     server.wait_for(r"^KeyError: 'weights'$")
     record = "\n".join(server.lines[start:])

@@ -12,10 +12,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.arena_regions import COPY_BYTES
-from pytriton.core.input_arena import InputArena, InputViews, outputs_in_inputs
-from pytriton.core.instance_protocol import IN_ARENA, IN_INPUTS, ArenaReader
-from pytriton.core.result_arena import ResultArena, lease_result
+from pytriton.core.process_instances.input_arena import InputArena, InputViews, outputs_in_inputs
+from pytriton.core.process_instances.result_arena import ResultArena, lease_result
+from pytriton.ipc.regions import COPY_BYTES
+from pytriton.ipc.tensors import IN_ARENA, IN_INPUTS, ArenaReader
 
 MIB = 1 << 20
 

@@ -10,13 +10,18 @@ import pytriton
 
 PACKAGE = pathlib.Path(pytriton.__file__).parent
 # Lower rank = lower layer. A module may import its own layer and any lower one, never a higher one.
-RANKS = {"core": 0, "options": 1, "protocol": 1, "transport": 2, "runtime": 3}
+# Every other module of the package is the public API, above them all.
+RANKS = {"ipc": -1, "core": 0, "options": 1, "protocol": 1, "transport": 2, "runtime": 3, "api": 4}
+# Public modules of plain types that every layer builds on (what a callable gets, errors, configs): outside the layers.
+LEAVES = {"exceptions", "proxy", "model_config", "constants", "triton_config", "__init__"}
 
 
 def _layer(module: str) -> Optional[str]:
-    """The layer of a `pytriton.*` module name, None for the public API and leaves outside the layers."""
+    """The layer of a `pytriton.*` module name (`api` for the public API), None for leaves and other packages."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "pytriton" and parts[1] in RANKS else None
+    if parts[0] != "pytriton" or len(parts) == 1 or parts[1] in LEAVES:
+        return None
+    return parts[1] if parts[1] in RANKS else "api"
 
 
 def _imports(path: pathlib.Path) -> Iterator[Tuple[int, str]]:
@@ -48,3 +53,5 @@ def test_the_check_sees_an_upward_import(tmp_path: pathlib.Path) -> None:
     sample.write_text("from pytriton.runtime.server import ServerRuntime\nimport pytriton.transport.http\n")
     assert [module for _, module in _imports(sample)] == ["pytriton.runtime.server", "pytriton.transport.http"]
     assert RANKS[_layer("pytriton.runtime.server") or ""] > RANKS["core"]
+    assert _layer("pytriton.context") == "api" and _layer("pytriton.proxy.types") is None
+    assert RANKS[_layer("pytriton.core.engine") or ""] > RANKS[_layer("pytriton.ipc.channel") or ""]

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from pytriton.core.instance_spawn import LEAST_GRACE_S
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.instances import ProcessInstances
+from pytriton.ipc.spawn import LEAST_GRACE_S
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import http_url, memfds_held, running_triton
@@ -88,7 +88,7 @@ def _instance_pids() -> Set[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytriton.core.instance_host" in cmdline:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytriton.core.process_instances.host" in cmdline:
             found.add(int(entry.name))
     return found
 
@@ -331,7 +331,7 @@ def test_an_idle_process_that_will_not_exit_is_killed_at_the_stop_deadline() -> 
     """An idle process that will not exit is killed at the stop's deadline (within 2 s, after 0.5 s at least)."""
     import asyncio
 
-    from pytriton.core.process_instance import start_instances
+    from pytriton.core.process_instances.instance import start_instances
 
     plan = ProcessInstances(factory=hangs_at_exit_factory).plan("hangs_at_exit", None)
 

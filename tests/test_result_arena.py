@@ -9,9 +9,9 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 
-from pytriton.core.arena_regions import COPY_BYTES, Regions
-from pytriton.core.instance_protocol import ArenaReader
-from pytriton.core.result_arena import ResultArena, lease_result
+from pytriton.core.process_instances.result_arena import ResultArena, lease_result
+from pytriton.ipc.regions import COPY_BYTES, Regions
+from pytriton.ipc.tensors import ArenaReader
 
 MIB = 1 << 20
 

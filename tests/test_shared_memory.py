@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import shared_memory as client_shm
 
-from pytriton.core.shared_memory import SharedMemoryUnavailable, SharedSegment
+from pytriton.ipc.segments import SharedMemoryUnavailable, SharedSegment
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_a_process_out_of_descriptors_gets_shared_memory_unavailable() -> None:
     code = textwrap.dedent(
         """
         import errno, os, resource
-        from pytriton.core.shared_memory import SharedMemoryUnavailable, SharedSegment
+        from pytriton.ipc.segments import SharedMemoryUnavailable, SharedSegment
 
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         held = []

@@ -18,7 +18,7 @@ import numpy as np
 
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.raw_tensors import Buffer
-from pytriton.core.shared_memory import SharedMemoryUnavailable, SharedSegment
+from pytriton.ipc.segments import SharedMemoryUnavailable, SharedSegment
 
 # Each region holds a file descriptor and a mapping: a bound keeps clients from exhausting the process's descriptors.
 MAX_REGIONS = 512

@@ -22,7 +22,7 @@ import struct
 from collections import deque
 from typing import Any, Callable, Deque, List, NamedTuple, Optional, Sequence, Tuple
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.ipc.tensors import Buffer
 
 # head length, body length, number of descriptors
 _HEADER = struct.Struct("<IQI")

@@ -1,8 +1,8 @@
 """Regions of a process instance's arena lent to the other side until given back: first fit, low addresses first.
 
 Both sides of the process hop lend regions of their arena, one per job: the server lends a batch's inputs
-to the process (core/input_arena.py: a model may keep them), the process lends a result to the server
-(core/result_arena.py: the responses are still being sent when the next batch runs). Regions come back in
+to the process (core/process_instances/input_arena.py: a model may keep them), the process lends a result to the server
+(core/process_instances/result_arena.py: the responses are still being sent when the next batch runs). Regions come back in
 any order (responses finish in any order), so this is a first fit over the few regions out, not a ring: a
 ring that wrapped to its start while room was left after its oldest region saw no room there, grew its arena
 to the budget (each time a fresh segment, its pages reserved and faulted again) and then sent results
@@ -18,8 +18,7 @@ from __future__ import annotations
 import bisect
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pytriton.core.instance_protocol import IN_ARENA, ArenaWriter, arena_bytes
-from pytriton.core.raw_tensors import Buffer
+from pytriton.ipc.tensors import IN_ARENA, ArenaWriter, Buffer, arena_bytes
 
 # What takes at most this in the arena is copied out by the receiver, never lent.
 COPY_BYTES = 64 * 1024

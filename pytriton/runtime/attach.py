@@ -19,7 +19,7 @@ Who may bind, twice checked:
 
 A RemoteTriton binding is one control connection (ATTACH_BIND: the model, then BOUND or BIND_FAILED)
 and one connection per instance (ATTACH_INSTANCE), over which the server sends jobs exactly as to a
-process instance it spawned (`core/process_instance.py`). When the control connection closes (the
+process instance it spawned (`core/process_instances/instance.py`). When the control connection closes (the
 RemoteTriton stopped, or its process died) the server unloads the model and keeps its own.
 """
 
@@ -44,11 +44,11 @@ except ImportError:  # pragma: no cover - not on POSIX
 
 from pytriton import __version__
 from pytriton.core.engine import Engine
-from pytriton.core.instance_channel import LoopChannel, Message
-from pytriton.core.instance_protocol import READY
-from pytriton.core.process_instance import ProcessInstance
+from pytriton.core.process_instances.instance import ProcessInstance
+from pytriton.core.process_instances.protocol import READY
 from pytriton.core.spec import ModelSpec
 from pytriton.core.waiters import wake
+from pytriton.ipc.channel import LoopChannel, Message
 
 LOGGER = logging.getLogger("pytriton")
 

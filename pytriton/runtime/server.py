@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
 from pytriton import __version__
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Engine
-from pytriton.core.instance_spawn import ProcessPlan, StartError
 from pytriton.core.instances import Instance, ModelInstance
+from pytriton.core.process_instances.spawn import ProcessPlan, StartError
 from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonRuntimeError
 from pytriton.options.log_trace import ServerSettings, TraceSetting
@@ -113,7 +113,7 @@ class ServerRuntime:
 
     async def _add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting]) -> None:
         """Start the instance processes, then add the model (on the loop)."""
-        from pytriton.core.process_instance import start_instances
+        from pytriton.core.process_instances.instance import start_instances
 
         self.engine.check_new(spec)
         try:

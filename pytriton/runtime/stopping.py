@@ -13,7 +13,7 @@
    large response a slow client reads, the rest of the deadline unless hurried; connections that only
    wait for their client close) and the instances' threads end after their calls; an instance process
    told to exit that has not by the same deadline is killed (LEAST_GRACE_S after it was told at the
-   earliest: core/instance_spawn.stop_process), so a process whose exit hangs holds no stop past it.
+   earliest: ipc/spawn.stop_process), so a process whose exit hangs holds no stop past it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The far side of a process instance: runs the callable for each job the server sends, one at a time.
 
-A spawned instance process runs `main` (`python -m pytriton.core.instance_host FD PARENT_PID`); a
+A spawned instance process runs `main` (`python -m pytriton.core.process_instances.host FD PARENT_PID`); a
 `RemoteTriton` process serves its own callables with `InstanceHost` over its attach connection.
 """
 
@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import numpy as np
 
 from pytriton.core.host_arrays import host_step
-from pytriton.core.input_arena import InputViews, outputs_in_inputs
-from pytriton.core.instance_channel import BlockingChannel, ChannelClosed, Message, encode
-from pytriton.core.instance_protocol import (
+from pytriton.core.instances import CallableKind, callable_kind
+from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
+from pytriton.core.process_instances.protocol import (
     END,
     EXIT,
     FAILURE,
@@ -31,14 +31,13 @@ from pytriton.core.instance_protocol import (
     RESULT,
     START_FAILED,
     STOP,
-    ArenaWriter,
     Init,
     error_info,
     pack_result,
 )
-from pytriton.core.instances import CallableKind, callable_kind
-from pytriton.core.raw_tensors import Buffer
-from pytriton.core.result_arena import ResultArena
+from pytriton.core.process_instances.result_arena import ResultArena
+from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
+from pytriton.ipc.tensors import ArenaWriter, Buffer
 from pytriton.proxy.types import Request
 
 
@@ -226,10 +225,8 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def load_callable(init: Init, payload: memoryview) -> Callable[..., Any]:
-    """The callable an Init message describes, loaded here; the model config attached for the decorators."""
+    """The callable an Init message describes, loaded here, and prepared as the binding asked (`Init.prepare`)."""
     import cloudpickle
-
-    from pytriton.context import TritonContext, attach_context
 
     sys.path[:] = init.sys_path
     loaded = cloudpickle.loads(payload)
@@ -237,9 +234,8 @@ def load_callable(init: Init, payload: memoryview) -> Callable[..., Any]:
     if not callable(fn):
         made = "the instance factory returned" if init.factory else "the server sent"
         raise TypeError(f"{made} {fn!r}, which is not callable")
-    context = TritonContext()
-    context.model_configs[fn] = init.model_config
-    attach_context(fn, context)
+    if init.prepare is not None:
+        init.prepare(fn, init.model_config)
     return fn
 
 
@@ -295,6 +291,6 @@ def _exit_past_threads(name: str) -> None:
 
 if __name__ == "__main__":
     # Run the module's own copy, not __main__'s: classes sent to the server (Unsendable) must be found there by name.
-    from pytriton.core.instance_host import main as module_main
+    from pytriton.core.process_instances.host import main as module_main
 
     sys.exit(module_main())

@@ -11,7 +11,7 @@ An output that is one of those views (an identity model's, a slice of an input) 
 process's result region: the result names where it lies, and the server's output array is a view of its own
 arena, which keeps the region until the responses are out. The region of a job is free again once neither
 side views it. Inputs of at most COPY_BYTES are copied out by the process before the call and are lent to
-no one (core/arena_regions.py).
+no one (ipc/regions.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pytriton.core.arena_regions import COPY_BYTES, LendingArena, copied_out
-from pytriton.core.instance_protocol import ArenaReader
 from pytriton.core.raw_tensors import Buffer, mark_leased
+from pytriton.ipc.regions import COPY_BYTES, LendingArena, copied_out
+from pytriton.ipc.tensors import ArenaReader
 
 
 class InputArena(LendingArena):

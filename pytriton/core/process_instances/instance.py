@@ -21,22 +21,23 @@ from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optional, Tuple
 
 from pytriton.core.errors import BatchNotRun
-from pytriton.core.input_arena import InputArena
-from pytriton.core.instance_channel import ChannelClosed, LoopChannel, Message
-from pytriton.core.instance_protocol import (
+from pytriton.core.instances import CallableKind, Step
+from pytriton.core.process_instances.input_arena import InputArena
+from pytriton.core.process_instances.protocol import (
     END,
     EXIT,
     FAILURE,
     JOB,
     RESULT,
     STOP,
-    ArenaReader,
     rebuild_error,
     unpack_result,
 )
-from pytriton.core.instance_spawn import ProcessPlan, Started, StartError, exit_status, spawn, stop_process
-from pytriton.core.instances import CallableKind, Step
-from pytriton.core.result_arena import lease_result
+from pytriton.core.process_instances.result_arena import lease_result
+from pytriton.core.process_instances.spawn import ProcessPlan, Started, StartError, spawn
+from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
+from pytriton.ipc.spawn import exit_status, stop_process
+from pytriton.ipc.tensors import ArenaReader
 from pytriton.proxy.types import Request
 
 LOGGER = logging.getLogger(__name__)

@@ -4,10 +4,10 @@ The server reads a result's arrays until its responses are encoded, which can be
 started, and answered, its next job. So each result's region of the process's arena is lent to the server:
 the server's arrays are views of it, and when the last of them is gone (a weak reference's callback on the
 one array they all view) the server names the job in its next JOB message and the process may write there
-again. Regions come back in any order and are taken first fit (core/arena_regions.py); a result that finds
+again. Regions come back in any order and are taken first fit (ipc/regions.py); a result that finds
 no room (the server still holds earlier ones, e.g. in its response cache) grows the arena within the budget,
 or travels in the message body. A result of at most COPY_BYTES is copied out by the server at once and lent
-to no one; outputs that lie in the job's inputs are not in the result region at all (core/input_arena.py).
+to no one; outputs that lie in the job's inputs are not in the result region at all (core/process_instances/input_arena.py).
 
 Copying a 1 MiB result out of the arena in the server cost a copy and fresh pages for every response.
 """
@@ -18,9 +18,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.arena_regions import COPY_BYTES, LendingArena
-from pytriton.core.instance_protocol import IN_ARENA, IN_INPUTS, ArenaReader, result_items, result_value
+from pytriton.core.process_instances.protocol import result_items, result_value
 from pytriton.core.raw_tensors import Buffer, mark_leased
+from pytriton.ipc.regions import COPY_BYTES, LendingArena
+from pytriton.ipc.tensors import IN_ARENA, IN_INPUTS, ArenaReader
 
 
 class ResultArena(LendingArena):
@@ -29,7 +30,7 @@ class ResultArena(LendingArena):
     def pack_result(
         self, value: Any, job_id: int, in_inputs: Optional[Dict[int, int]] = None
     ) -> Tuple[Any, List[Buffer], int]:
-        """Pack a call's result (as `instance_protocol.pack_result`), its arrays in a region lent for `job_id`.
+        """Pack a call's result (as `protocol.pack_result`), its arrays in a region lent for `job_id`.
 
         Arrays named in `in_inputs` (by id, with their offset) lie in the job's inputs: named, not copied.
         """
@@ -49,9 +50,9 @@ def lease_result(
 ) -> Any:
     """A result whose arena arrays are views leased from the process; `release` is called once they are all gone.
 
-    A small result (core/arena_regions.copied_out) is copied out instead, and `release` is not called: the process
+    A small result (ipc/regions.copied_out) is copied out instead, and `release` is not called: the process
     lent no region for it. Arrays that lie in the job's inputs are views of what `inputs()` returns (the server's
-    lease of that region, core/input_arena.py).
+    lease of that region, core/process_instances/input_arena.py).
     """
     as_tuple, items = packed
     if as_tuple is None:
@@ -71,7 +72,7 @@ def lease_result(
 def _layout(items: List[Any]) -> Tuple[bool, bool]:
     """Whether a packed result's arrays in the arena are copied out, and whether any lies in the job's inputs.
 
-    Copied out: they lie in the arena's first COPY_BYTES (core/arena_regions.copied_out).
+    Copied out: they lie in the arena's first COPY_BYTES (ipc/regions.copied_out).
     """
     first = -1
     in_inputs = False

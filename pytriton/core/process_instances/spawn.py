@@ -1,6 +1,6 @@
 """Starting an instance process: what it runs (the callable, pickled in the server), its environment, its handshake.
 
-The process is a fresh interpreter (`python -m pytriton.core.instance_host`), never a fork of the server:
+The process is a fresh interpreter (`python -m pytriton.core.process_instances.host`), never a fork of the server:
 a fork would inherit the server's threads mid-flight and any CUDA context (which CUDA forbids using
 across fork), and a spawn through multiprocessing would run the user's script again in the child.
 The callable travels pickled by cloudpickle, which sends functions of `__main__` and closures by value
@@ -18,13 +18,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import cloudpickle
 
-from pytriton.core.instance_channel import LoopChannel, Message
-from pytriton.core.instance_protocol import INIT, START_FAILED, Init
+from pytriton.core.process_instances.protocol import INIT, START_FAILED, Init
+from pytriton.ipc.channel import LoopChannel, Message
+from pytriton.ipc.spawn import exit_of, stop_process
 
 INSTANCE_INDEX_VARIABLE = "PYTRITON_INSTANCE_INDEX"
 
@@ -41,6 +41,8 @@ class ProcessPlan:
     arena_budget: int
     start_timeout_s: float
     model_config: Any = None  # TritonModelConfig, for the decorators that read it
+    # Called in the process with the loaded callable and `model_config` (importable: it travels by reference).
+    prepare: Optional[Callable[[Any, Any], None]] = None
 
 
 class StartError(RuntimeError):
@@ -95,7 +97,7 @@ async def spawn(plan: ProcessPlan, index: int) -> Started:
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     environment = {**os.environ, **plan.environments[index], INSTANCE_INDEX_VARIABLE: str(index)}
-    command = [sys.executable, "-m", "pytriton.core.instance_host", str(theirs.fileno()), str(os.getpid())]
+    command = [sys.executable, "-m", "pytriton.core.process_instances.host", str(theirs.fileno()), str(os.getpid())]
     try:
         process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=environment)
     finally:
@@ -108,11 +110,13 @@ async def spawn(plan: ProcessPlan, index: int) -> Started:
 
     def on_closed() -> None:
         if not answer.done():
-            answer.set_exception(StartError(_exit_of(process, "before it was ready")))
+            answer.set_exception(StartError(exit_of(process, "before it was ready")))
 
     channel = LoopChannel(ours, loop, on_message, on_closed)
     try:
-        init = Init(plan.model_name, index, plan.factory, list(sys.path), plan.model_config, plan.arena_budget)
+        init = Init(
+            plan.model_name, index, plan.factory, list(sys.path), plan.model_config, plan.arena_budget, plan.prepare
+        )
         channel.send((INIT, init), [plan.payloads[index]])
         message = await asyncio.wait_for(answer, plan.start_timeout_s)
     except BaseException as error:
@@ -127,61 +131,6 @@ async def spawn(plan: ProcessPlan, index: int) -> Started:
         await stop_process(process, kill=False)
         raise StartError(f"loading its callable failed:\n{head[1].rstrip()}")
     return process, channel, head
-
-
-def _exit_of(process: subprocess.Popen, when: str) -> str:  # type: ignore[type-arg]
-    """How a process ended, in words (or that it has yet to end)."""
-    code = process.poll()
-    if code is None:
-        return f"it closed its channel {when}"
-    return f"it {exit_status(code)} {when}"
-
-
-def exit_status(code: int) -> str:
-    """A return code in words: 'exited with status 1', 'was killed by signal SIGKILL'."""
-    if code < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return f"was killed by signal {name}"
-    return f"exited with status {code}"
-
-
-# How long a process told to exit gets before it is killed, unless the stop's deadline comes sooner.
-EXIT_GRACE_S = 2.0
-# The least it gets even past the deadline: an idle process told to exit is not killed mid-step of its exit.
-# A healthy one exits in ~65 ms on an idle machine, ~0.3 s when three exit at once on two busy cores.
-LEAST_GRACE_S = 0.5
-
-
-async def stop_process(
-    process: subprocess.Popen,  # type: ignore[type-arg]
-    kill: bool,
-    grace_s: float = EXIT_GRACE_S,
-    deadline: Optional[float] = None,
-) -> int:
-    """Wait for a process to end; its return code.
-
-    With `kill` it gets SIGKILL now, else once `grace_s` is over, or at `deadline` (time.monotonic())
-    when that comes sooner, though never sooner than LEAST_GRACE_S from now.
-    """
-    if kill and process.poll() is None:
-        process.kill()
-    now = time.monotonic()
-    end = now + grace_s
-    if deadline is not None:
-        end = min(end, max(deadline, now + min(LEAST_GRACE_S, grace_s)))
-    delay = 0.001
-    while process.poll() is None:
-        if time.monotonic() >= end:
-            process.kill()
-            end = float("inf")
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.05)
-    return process.returncode
 
 
 def environments(env: Any, count: int) -> Tuple[Mapping[str, str], ...]:
