@@ -19,7 +19,7 @@ from pytriton.decorators import batch, fill_optionals, first_value, get_model_co
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonUnrecoverableError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.triton import Triton
+from pytriton.triton import Triton, TritonConfig
 from tests.conftest import HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
 from tests.test_metrics import labels, sample, scrape
 
@@ -366,6 +366,10 @@ def test_each_instance_gets_its_environment_and_a_factory_runs_in_the_process() 
     assert all(int(value.rsplit(":", 1)[1]) != os.getpid() for value in seen["by_factory"])
 
 
+# A server started by `with Triton(...)`, as users write it, but on ports it picks (8000-8002 may be taken).
+FREE_PORTS = TritonConfig(http_port=0, grpc_port=0, metrics_port=0)
+
+
 def test_a_callable_that_cannot_travel_is_refused_at_bind_with_what_to_do() -> None:
     lock = threading.Lock()
 
@@ -373,12 +377,12 @@ def test_a_callable_that_cannot_travel_is_refused_at_bind_with_what_to_do() -> N
         with lock:
             return [{"y": request["x"]} for request in requests]
 
-    with Triton() as triton, pytest.raises(PyTritonBadParameterError, match="factory"):
+    with Triton(config=FREE_PORTS) as triton, pytest.raises(PyTritonBadParameterError, match="factory"):
         triton.bind("lock", ProcessInstances(holds_a_lock), **FP32_IO)
 
 
 def test_a_factory_that_raises_fails_the_bind_with_its_traceback() -> None:
-    with Triton() as triton, pytest.raises(PyTritonRuntimeError) as raised:
+    with Triton(config=FREE_PORTS) as triton, pytest.raises(PyTritonRuntimeError) as raised:
         triton.bind("broken", ProcessInstances(factory=failing_factory, count=2), **FP32_IO)
     message = str(raised.value)
     assert "model 'broken' did not start" in message
