@@ -240,15 +240,11 @@ def test_the_adapter_rules_read_metrics_the_server_exports_with_triton_meaning()
     ids=["ServingRuntime", "InferenceService"],
 )
 def test_kserve_resource_matches_kserve_sdk_models(manifest: str, model: str) -> None:
-    if sys.version_info < (3, 10):
-        pytest.skip("the kserve SDK supports Python >= 3.10 only")
     document = documents(KSERVE / manifest)[0]
     assert kserve_schema.validate(document, model) == []
 
 
 def test_kserve_validation_catches_mistakes() -> None:
-    if sys.version_info < (3, 10):
-        pytest.skip("the kserve SDK supports Python >= 3.10 only")
     runtime = one(KSERVE / "servingruntime.yaml", "ServingRuntime")
     runtime["spec"]["containers"][0]["argz"] = ["x"]
     runtime["spec"]["protocolVersions"] = [2]
