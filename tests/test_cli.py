@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Iterator, List
+from typing import Dict, Iterator, List
 
 import pytest
 
 from pytriton.cli import StartupError, build_parser, load_target, main
+from pytriton.triton_config import TritonConfig
 from tests.http_helpers import post_json, request
 from tests.server_process import ROOT, WAIT_S, ServerProcess, free_port_env
 
@@ -54,12 +56,12 @@ def taken_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`pytriton ARGS` to its end: exit status, stdout, stderr."""
+def run_cli(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
+    """`pytriton ARGS` to its end, in `cwd`, with `env` added: exit status, stdout, stderr."""
     return subprocess.run(
         [sys.executable, "-m", "pytriton", *args],
-        env=free_port_env(),
-        cwd=str(ROOT),
+        env=free_port_env(**env),
+        cwd=str(cwd),
         capture_output=True,
         text=True,
         timeout=WAIT_S,
@@ -140,26 +142,82 @@ def test_a_port_in_use_is_one_line_naming_it_and_exit_2(models: Path, option: st
         (["--grpc-use-ssl", "true"], "gRPC TLS (grpc_use_ssl) needs grpc_server_cert and grpc_server_key"),
         (["--cache-config", "redis,size=10"], "cache_config 'redis,size=10': only the 'local' cache is available"),
         (["--allow-http", "false", "--allow-grpc", "false"], "The `http` or `grpc` endpoint has to be allowed."),
-        (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["--no-such-option"], "unrecognized arguments: --no-such-option (see pytriton demo --help)"),
     ],
 )
 def test_a_bad_option_is_one_line_naming_it_and_exit_2(args: List[str], message: str) -> None:
-    prefix = "pytriton: error: " if "unrecognized" in message else "pytriton demo: error: "
-    assert_one_line_error(run_cli("demo", *args), prefix, message)
+    assert_one_line_error(run_cli("demo", *args), "pytriton demo: error: ", message)
 
 
-def test_a_bad_environment_variable_is_one_line_and_exit_2() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "pytriton", "demo"],
-        env=free_port_env(PYTRITON_TRITON_CONFIG_GRPC_PORT="grpc"),
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-    )
-    assert (result.returncode, result.stderr) == (
-        2,
-        "pytriton demo: error: TritonConfig.grpc_port must be int, got 'grpc'\n",
-    )
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["serve", "models.py", "--htpp-port", "9000"],
+            "pytriton serve: error: unrecognized arguments: --htpp-port 9000 (did you mean --http-port?) "
+            "(see pytriton serve --help)",
+        ),
+        (
+            ["demo", "--allow-grcp=false", "--exit-timout-secs", "3"],
+            "pytriton demo: error: unrecognized arguments: --allow-grcp=false --exit-timout-secs 3 "
+            "(did you mean --allow-grpc or --exit-timeout-secs?) (see pytriton demo --help)",
+        ),
+        (  # check takes no access token: nothing near enough to suggest
+            ["check", "--acess-token", "x"],
+            "pytriton check: error: unrecognized arguments: --acess-token x (see pytriton check --help)",
+        ),
+    ],
+)
+def test_a_misspelt_option_gets_the_nearest_one_of_its_command(args: List[str], line: str) -> None:
+    result = run_cli(*args)
+    assert (result.returncode, result.stderr.splitlines()) == (2, [line])
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("PYTRITON_TRITON_CONFIG_GRPC_PORT", "grpc", "PYTRITON_TRITON_CONFIG_GRPC_PORT must be an integer, got 'grpc'"),
+        (
+            "PYTRITON_TRITON_CONFIG_ALLOW_GRPC",
+            "maybe",
+            "PYTRITON_TRITON_CONFIG_ALLOW_GRPC must be true or false, got 'maybe'",
+        ),
+    ],
+)
+def test_a_bad_environment_variable_is_one_line_naming_it_and_exit_2(name: str, value: str, message: str) -> None:
+    result = run_cli("demo", **{name: value})
+    assert (result.returncode, result.stderr) == (2, f"pytriton demo: error: {message}\n")
+
+
+def option_help(text: str) -> Dict[str, str]:
+    """Each option's entry in a --help text, on one line: '--http-port INT the HTTP port; ...'."""
+    entries: Dict[str, str] = {}
+    option = ""
+    for line in text.splitlines():
+        if line.startswith("  -"):
+            option = line.split()[0].rstrip(",")
+            entries[option] = line.strip()
+        elif option and line.startswith("    "):
+            entries[option] += " " + line.strip()
+        else:
+            option = ""
+    return {option: " ".join(entry.split()) for option, entry in entries.items()}
+
+
+def test_help_gives_each_option_its_meaning_and_default() -> None:
+    result = run_cli("serve", "--help", COLUMNS="400")  # one line per option
+    assert result.returncode == 0, result.stderr
+    help_lines = option_help(result.stdout)
+    assert help_lines["--http-port"] == "--http-port INT the HTTP port; 0 picks a free one (default: 8000)"
+    assert help_lines["--grpc-keepalive-time"].endswith("(default: 7200000)")
+    assert help_lines["--allow-grpc"].endswith("(default: true)")
+    assert help_lines["--metrics-address"].endswith("(default: http_address)")
+    assert "accepted, no effect here (HTTP is served by one asyncio event loop" in help_lines["--http-thread-count"]
+    assert help_lines["--cache-config"].endswith("; repeatable")
+    assert "TritonConfig." not in result.stdout
+    for field in dataclasses.fields(TritonConfig):  # every option's help is its field's own
+        option = "--" + field.name.replace("_", "-")
+        assert field.metadata["doc"] in help_lines[option], option
 
 
 @pytest.mark.parametrize(

@@ -316,6 +316,11 @@ def _quantiles(value: str) -> Tuple[Tuple[float, float], ...]:
     return tuple(pairs)
 
 
+def no_effect_reason(name: str) -> Optional[str]:
+    """Why TritonConfig option `name` has no effect here, or None when it has one (`pytriton serve --help`)."""
+    return _NO_EFFECT.get(name) or _NOT_APPLIED.get(name)
+
+
 def _report_unsupported(config: TritonConfig) -> None:
     """Warn about options without effect; refuse options that are not implemented."""
     for name, reason in _NOT_IMPLEMENTED.items():
