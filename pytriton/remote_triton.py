@@ -35,13 +35,10 @@ from pytriton.runtime.attach import (
     ATTACH_BIND,
     ATTACH_INSTANCE,
     BOUND,
-    TOKEN_AT,
-    TOKEN_WHERE,
     AttachBind,
+    ask_token,
     attach_address,
     peer_is_trusted,
-    peer_pid,
-    read_peer_token,
 )
 from pytriton.triton_base import Binding, TritonBase
 
@@ -204,19 +201,8 @@ class RemoteTriton(TritonBase):
 
     def _server_token(self) -> Optional[str]:
         """The server's model-repository token, read from the server itself where the kernel lets this process."""
-        channel = BlockingChannel(self._connect_to_server(wait=False))
-        try:
-            channel.sock.settimeout(_ANSWER_TIMEOUT_S)
-            channel.send((TOKEN_WHERE,))
-            head = channel.receive().head
-            pid = peer_pid(channel.sock)
-        except (ChannelClosed, OSError):
-            return None  # a server of another version: its refusal of the binding says why
-        finally:
-            channel.close()
-        if head[0] != TOKEN_AT or not isinstance(head[1], int):
-            return None
-        return read_peer_token(pid, head[1])
+        # None also from a server of another version: its refusal of the binding says why.
+        return ask_token(self._connect_to_server(wait=False), _ANSWER_TIMEOUT_S)
 
     def _answer(self, control: BlockingChannel, expected: int, model: _RemoteModel) -> Any:
         """The server's next answer on a control connection, or its refusal raised."""

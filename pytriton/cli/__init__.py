@@ -1,9 +1,9 @@
 """The `pytriton` command: serve models from a Python file or module, show the environment, run the demo.
 
-Exit status: 0 after a stop by SIGINT/SIGTERM, 1 when a model stopped the server (PyTritonUnrecoverableError)
-or `check` found a port taken, 2 when the server cannot start (a bad option, a port in use, a target that
-cannot be loaded or whose bind function raised...: one line on stderr names the option, port, or file and
-line, and the cause, as argparse does; the user's own frames follow when they say more than that line).
+Exit status: 0 after a stop by SIGINT/SIGTERM, 1 when a model stopped the server (PyTritonUnrecoverableError),
+`check` found a port taken or `token` found no token, 2 when the server cannot start (a bad option, a port in
+use, a target that cannot be loaded or whose bind function raised...: one line on stderr names the option,
+port, or file and line, and the cause, as argparse does; the user's own frames follow when they say more).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pytriton.cli.check import check
 from pytriton.cli.config_options import add_config_options, unrecognized
 from pytriton.cli.errors import StartupError
 from pytriton.cli.target import load_target
+from pytriton.cli.token import ServedTriton, print_token
 from pytriton.cli.user_error import describe_failure
 from pytriton.exceptions import PyTritonError
 from pytriton.options.limits import ServerLimits
@@ -28,7 +29,7 @@ from pytriton.triton_config import TritonConfig, resolve_config
 
 LOGGER = logging.getLogger("pytriton")
 EXIT_STOPPED = 0
-EXIT_FAILED = 1  # a model stopped the server, or `check` found a port taken
+EXIT_FAILED = 1  # a model stopped the server, `check` found a port taken, `token` found none
 EXIT_CANNOT_START = 2
 _DEMO_TARGET = "pytriton.demo:bind"
 
@@ -115,10 +116,11 @@ def _serve(
     config: TritonConfig,
     limits: ServerLimits,
     security: TritonSecurityConfig,
+    token_generated: bool,
 ) -> int:
     """Bind models with `binder` (what `target` names) and serve until SIGINT/SIGTERM; the exit status."""
     try:
-        triton = Triton(config=config, limits=limits, security_config=security)
+        triton = ServedTriton(config=config, limits=limits, security_config=security, token_generated=token_generated)
     except PyTritonError as error:
         raise StartupError(str(error)) from None
     try:
@@ -175,6 +177,18 @@ def build_parser() -> argparse.ArgumentParser:
         "asked what serves it (Triton's HTTP, gRPC or metrics protocol). Exit status 1 when a port is taken.",
     )
     add_config_options(check_command)
+    token = commands.add_parser(
+        "token",
+        help="print the access token of this user's pytriton server on this host",
+        description="Print the access token the restricted APIs of this user's pytriton server on this host "
+        "expect (header triton-access-token), as the server keeps it for its user: e.g. the one `pytriton serve` "
+        "generated, which it does not log. Exit status 1 when no such server shows one.",
+    )
+    token.add_argument(
+        "--port",
+        type=int,
+        help="the server's HTTP or gRPC port (default: the HTTP port PYTRITON_TRITON_CONFIG_HTTP_PORT sets, else 8000)",
+    )
     return parser
 
 
@@ -214,15 +228,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _command(args: argparse.Namespace) -> int:
     """Run the command `args` name; its exit status."""
+    if args.command == "token":
+        return print_token(args.port)
     config = _config_from_args(args)
+    if args.command == "check":
+        return check(config)
     if args.command == "serve":
-        binder = _load(args.target)
-        return _serve(args.target, binder, config, _limits_from_args(args), _security_from_args(args))
-    if args.command == "demo":
+        target, binder = args.target, _load(args.target)
+    else:
         from pytriton.demo import bind
 
-        return _serve(_DEMO_TARGET, bind, config, _limits_from_args(args), _security_from_args(args))
-    return check(config)
+        target, binder = _DEMO_TARGET, bind
+    generated = args.access_token is None  # then TritonSecurityConfig generates one
+    return _serve(target, binder, config, _limits_from_args(args), _security_from_args(args), generated)
 
 
 __all__: List[str] = ["StartupError", "build_parser", "load_target", "main"]

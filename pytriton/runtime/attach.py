@@ -11,8 +11,8 @@ Who may bind, twice checked:
   user (or root), and RemoteTriton talks only to a server of its own user (or root), so another user can
   neither bind nor replace a model, nor pose as the server to receive a model's tensors.
 - the token: when the server restricts its model-repository API (the default), a binding must carry that
-  API's token. A RemoteTriton given no `access_token` reads it from the server itself (Linux): the server
-  keeps it in a memfd, and the RemoteTriton opens `/proc/<server pid>/fd/<n>` (TOKEN_WHERE says n; the pid
+  API's token. A RemoteTriton given no `access_token` (and `pytriton token`) reads it from the server (Linux):
+  the server keeps it in a memfd, and the RemoteTriton opens `/proc/<server pid>/fd/<n>` (TOKEN_WHERE says n; the pid
   is the socket's peer). The kernel lets only processes that could read the server's memory do that:
   its user, in a PID namespace that sees the server. A process that merely shares its network namespace
   (another container of the pod, running as the same uid or as root) must be given the token.
@@ -48,7 +48,7 @@ from pytriton.core.process_instances.instance import ProcessInstance
 from pytriton.core.process_instances.protocol import READY
 from pytriton.core.spec import ModelSpec
 from pytriton.core.waiters import wake
-from pytriton.ipc.channel import LoopChannel, Message
+from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel, Message
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -107,6 +107,28 @@ def peer_pid(sock: socket.socket) -> int:
         return 0
     pid, _, _ = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
     return int(pid)
+
+
+def ask_token(sock: socket.socket, timeout_s: float) -> Optional[str]:
+    """The token of the server at the other end of `sock` (connected to its attach socket), which it closes.
+
+    None when the server keeps none (it restricts no model-repository API with a token), when this process may
+    not read it (another user, or a PID namespace that does not see the server), or when the server does not
+    answer (another version).
+    """
+    channel = BlockingChannel(sock)
+    try:
+        channel.sock.settimeout(timeout_s)
+        channel.send((TOKEN_WHERE,))
+        head = channel.receive().head
+        pid = peer_pid(channel.sock)
+    except (ChannelClosed, OSError):
+        return None
+    finally:
+        channel.close()
+    if head[0] != TOKEN_AT or not isinstance(head[1], int):
+        return None
+    return read_peer_token(pid, head[1])
 
 
 def read_peer_token(pid: int, fd: int) -> Optional[str]:
