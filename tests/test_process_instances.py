@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any, AsyncIterator, Dict, Iterator, List
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -88,6 +89,10 @@ def echo_bytes(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"out": np.array([item[::-1] for item in request["text"].flat], dtype=np.object_)} for request in requests]
 
 
+def negate(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"y": -request["x"]} for request in requests]
+
+
 async def async_double(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     await asyncio.sleep(0.001)
     return [{"y": request["x"] * 2} for request in requests]
@@ -162,6 +167,7 @@ def _infer(triton: Triton, model: str, inputs: Dict[str, np.ndarray], **kwargs: 
         tensors = []
         for name, value in inputs.items():
             datatype = "BYTES" if value.dtype == np.object_ else httpclient.np_to_triton_dtype(value.dtype)
+            datatype = "BF16" if value.dtype == ml_dtypes.bfloat16 else datatype
             tensor = httpclient.InferInput(name, list(value.shape), datatype)
             tensor.set_data_from_numpy(value)
             tensors.append(tensor)
@@ -215,6 +221,8 @@ def _bind_basic(triton: Triton) -> None:
         config=ModelConfig(batching=False),
     )
     triton.bind("raises", ProcessInstances(raises), **FP32_IO, config=ModelConfig(batching=False))
+    bf16 = [Tensor(name="x", dtype=ml_dtypes.bfloat16, shape=(-1,))], [Tensor(name="y", dtype="bfloat16", shape=(-1,))]
+    triton.bind("bf16", ProcessInstances(negate), inputs=bf16[0], outputs=bf16[1], config=ModelConfig(batching=False))
     decoupled = ModelConfig(batching=False, decoupled=True)
     triton.bind("countdown", ProcessInstances(countdown), **FP32_IO, config=decoupled)
     triton.bind("async_countdown", ProcessInstances(async_countdown), **FP32_IO, config=decoupled)
@@ -272,6 +280,12 @@ def test_parameters_and_forwarded_headers_reach_the_process(basic: Triton) -> No
 def test_bytes_tensors_travel_both_ways(basic: Triton) -> None:
     text = np.array([b"abc", b"", b"\x00\xffz"], dtype=np.object_)
     assert _infer(basic, "bytes", {"text": text})["out"].tolist() == [b"cba", b"", b"z\xff\x00"]
+
+
+def test_bf16_tensors_keep_their_dtype_in_the_process(basic: Triton) -> None:
+    """ml_dtypes' bfloat16 is a registered dtype (isbuiltin 2): it once crossed as raw bytes ('<V2') and was refused."""
+    x = np.array([1.0, -2.5, 3.140625], dtype=ml_dtypes.bfloat16)
+    assert _infer(basic, "bf16", {"x": x})["y"].astype(np.float32).tolist() == [-1.0, 2.5, -3.140625]
 
 
 def test_large_tensors_go_through_shared_memory_intact(basic: Triton) -> None:

@@ -32,15 +32,19 @@ _DTYPES: Dict[Any, np.dtype] = {}
 _CODES: Dict[np.dtype, Any] = {}
 
 
-def _dtype_code(dtype: np.dtype) -> Any:
-    """A builtin dtype as its string (cheap to pickle), any other (bfloat16) as itself."""
+def dtype_code(dtype: np.dtype) -> Any:
+    """A builtin dtype as its string (cheap to pickle), any other (bfloat16) as itself.
+
+    `isbuiltin` is 2 for a dtype registered by a library (ml_dtypes' bfloat16), whose string ('<V2') would come
+    back as raw bytes: only 1 means numpy's own.
+    """
     code = _CODES.get(dtype)
     if code is None:
-        code = _CODES[dtype] = dtype.str if dtype.isbuiltin else dtype
+        code = _CODES[dtype] = dtype.str if dtype.isbuiltin == 1 else dtype
     return code
 
 
-def _dtype_of(code: Any) -> np.dtype:
+def dtype_of(code: Any) -> np.dtype:
     """The dtype a code stands for."""
     dtype = _DTYPES.get(code) if isinstance(code, str) else code
     if dtype is None:
@@ -104,16 +108,16 @@ class ArenaWriter:
                     continue
                 nbytes = value.nbytes
                 if in_inputs and id(value) in in_inputs:
-                    refs[name] = (IN_INPUTS, in_inputs[id(value)], nbytes, _dtype_code(value.dtype), value.shape)
+                    refs[name] = (IN_INPUTS, in_inputs[id(value)], nbytes, dtype_code(value.dtype), value.shape)
                 elif arena is not None and arena_offset + nbytes <= arena_free:
                     np.copyto(np.ndarray(value.shape, value.dtype, arena, arena_offset), value)
-                    refs[name] = (IN_ARENA, arena_offset, nbytes, _dtype_code(value.dtype), value.shape)
+                    refs[name] = (IN_ARENA, arena_offset, nbytes, dtype_code(value.dtype), value.shape)
                     arena_offset += (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
                 elif not overflow:
                     return None
                 else:
                     body.append(_raw_bytes(value))
-                    refs[name] = (IN_BODY, body_offset, nbytes, _dtype_code(value.dtype), value.shape)
+                    refs[name] = (IN_BODY, body_offset, nbytes, dtype_code(value.dtype), value.shape)
                     body_offset += nbytes
             packed.append((refs, others, tuple(item) if others else None))
         return packed, body
@@ -206,15 +210,15 @@ class ArenaReader:
         if where == IN_INPUTS:
             if inputs is None or offset < 0 or offset + nbytes > len(inputs):
                 raise ValueError("a tensor in an input region that is not there")
-            return inputs[offset : offset + nbytes].view(_dtype_of(code)).reshape(shape)
+            return inputs[offset : offset + nbytes].view(dtype_of(code)).reshape(shape)
         if where == IN_ARENA:
             if arena is not None:
-                return arena[offset : offset + nbytes].view(_dtype_of(code)).reshape(shape)
+                return arena[offset : offset + nbytes].view(dtype_of(code)).reshape(shape)
             if self._view is None:
                 raise ValueError("a tensor in an arena that never arrived")
-            array = np.ndarray(shape, _dtype_of(code), self._view, offset)  # numpy checks the bounds
+            array = np.ndarray(shape, dtype_of(code), self._view, offset)  # numpy checks the bounds
             return array.copy() if copy else array
-        return np.ndarray(shape, _dtype_of(code), body[offset : offset + nbytes])
+        return np.ndarray(shape, dtype_of(code), body[offset : offset + nbytes])
 
     def close(self) -> None:
         """Unmap the arena (arrays still viewing it keep it mapped)."""
