@@ -20,6 +20,7 @@ from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonRuntimeError
 from pytriton.options.log_trace import ServerSettings, TraceSetting
 from pytriton.options.server import ServerOptions
+from pytriton.runtime.heap import thaw
 from pytriton.runtime.logging_setup import use_default_logging
 from pytriton.runtime.loop_thread import LoopThread
 from pytriton.runtime.startup_line import model_line, startup_line
@@ -321,7 +322,7 @@ class ServerRuntime:
                 self._loop.stop()
         self.tracing.shutdown()
         if self.running:
-            gc.unfreeze()  # what the server held can be collected now
+            thaw()  # what the server held can be collected now (frozen again at exit: heap.py)
             LOGGER.info("stopped (%.1f s)", time.monotonic() - started)
         self.running = False
         self.stopped.set()
