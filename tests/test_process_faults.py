@@ -589,7 +589,7 @@ def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Packing a batch raises (here by a patch: after the shared-memory fallback nothing real makes it fail)."""
-    from pytriton.core import input_arena
+    from pytriton.core.process_instances import input_arena
 
     pack = input_arena.InputArena.pack
 
