@@ -74,7 +74,8 @@ class ProcessInstances:
         if len(targets) == 1:
             targets = targets * count
         elif len(targets) != count:
-            raise PyTritonBadParameterError(f"ProcessInstances got {len(targets)} callables for {count} instances")
+            instances = f"{count} instance{'' if count == 1 else 's'}"
+            raise PyTritonBadParameterError(f"ProcessInstances got {len(targets)} callables for {instances}")
         for target in targets:
             if not callable(target):
                 raise PyTritonBadParameterError(f"ProcessInstances: {target!r} is not callable")

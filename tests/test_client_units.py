@@ -146,7 +146,7 @@ def test_inputs_are_named_and_checked_as_nvidia_pytriton_does(caplog: pytest.Log
     config = parse_model_config({"name": "m", "input": [{"name": "a", "data_type": "TYPE_FP32", "dims": [1]}]})
     one = np.zeros(1, np.float32)
     assert list(name_inputs(config, (one, one), {})) == ["a"]  # the extra one is dropped, as NVIDIA drops it
-    assert "model m has 1 inputs, but 2 were given" in caplog.text
+    assert "model m has 1 input, but 2 were given: the last one is not sent" in caplog.text
     for text in (np.array(["x"]), np.array(["x"], dtype=object)):
         with pytest.raises(RuntimeError) as raised:  # NVIDIA's type for it
             name_inputs(config, (text,), {})

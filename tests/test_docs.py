@@ -1,7 +1,9 @@
-"""The quick starts of the docs, run as a newcomer runs them: the server shows it is up, and serves."""
+"""The quick starts of the docs, run as a newcomer runs them (the server shows it is up, and serves), and what
+the docs say about the project checked against it."""
 
 from __future__ import annotations
 
+import ast
 import re
 import signal
 import subprocess
@@ -39,3 +41,57 @@ def test_the_readme_model_serves(tmp_path: Path) -> None:
         server.wait_for(r"INFO pytriton: pytriton \S+ serving add v1 \(1 instance\) on http://0\.0\.0\.0:\d+")
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
+
+
+# What the docs say about the project itself, checked against it.
+
+
+def _listed_examples(path: Path) -> List[str]:
+    """The examples a Markdown table names in its first column (`name` or [name](name))."""
+    return re.findall(r"^\| (?:`([a-z_]+)`|\[([a-z_]+)\]\([a-z_]+\)) \|", path.read_text(), re.M)
+
+
+def test_every_example_is_listed_in_the_docs_and_the_examples_readme() -> None:
+    directories = sorted(path.name for path in (ROOT / "examples").iterdir() if path.is_dir())
+    assert "process_instances" in directories and "remote_triton" in directories
+    for listing in (ROOT / "docs" / "examples.md", ROOT / "examples" / "README.md"):
+        listed = sorted("".join(names) for names in _listed_examples(listing))
+        assert listed == directories, listing
+
+
+def test_docs_that_say_no_shared_memory_is_used_name_the_processes_that_use_it() -> None:
+    # Process instances and RemoteTriton's models get their tensors through shared memory (binding_models.md,
+    # architecture.md); the deployment and migration guides once said that no process shares any.
+    paragraphs = [
+        (path.name, paragraph)
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for paragraph in re.split(r"\n\s*\n|\n- ", path.read_text())
+        if re.search(r"\bno shared\s+memory\s+(?!can\b)", paragraph)  # not "when no shared memory can be had"
+    ]
+    assert paragraphs, "the guides say where tensors stay in the server's process"
+    for name, paragraph in paragraphs:
+        assert "ProcessInstances" in paragraph and "RemoteTriton" in paragraph, (name, paragraph)
+
+
+NOUNS = "instances|requests|inputs|outputs|processes|models|connections|calls|streams|batches|failures|callables"
+# "%d <noun>s" in a log line reads "1 instances" when the count is 1. Counts that are never 1:
+NEVER_ONE = {"starting %d frontend processes"}  # frontends > 1 only
+
+
+def test_log_lines_say_1_instance_not_1_instances() -> None:
+    plural = re.compile(rf"%d (?:[a-z]+ )?(?:{NOUNS})\b")
+    found = []
+    for path in sorted((ROOT / "pytriton").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+                continue
+            text = node.args[0]
+            if node.func.attr in ("debug", "info", "warning", "error", "exception", "critical") and (
+                isinstance(text, ast.Constant) and isinstance(text.value, str)
+            ):
+                found += [
+                    f"{path.relative_to(ROOT)}:{node.lineno}: {text.value}"
+                    for match in plural.finditer(text.value)
+                    if not any(match.group(0) in line for line in NEVER_ONE)
+                ]
+    assert not found

@@ -214,7 +214,7 @@ def test_a_batch_not_run_is_logged_as_such_without_a_traceback(caplog: pytest.Lo
     assert _records(caplog) == [
         "model 'm' version 1: a batch was not run (3 requests failed): "
         "model 'm' instance 0 could not take the batch: MemoryError",
-        "model 'm' version 1: ... and 1 more failures not logged (at most 1 every 60 s are); the last: "
+        "model 'm' version 1: ... and 1 more failure not logged (at most 1 every 60 s are); the last: "
         "model 'm' instance 0 could not take the batch: MemoryError",
     ]
     assert all(record.exc_info is None for record in caplog.records)

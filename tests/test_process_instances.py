@@ -495,18 +495,20 @@ def test_metrics_count_process_instances_as_threads() -> None:
     assert per_model[0] == per_model[1]  # the same series, counting the same, for both
 
 
-def test_starting_instances_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(("count", "processes"), [(1, "1 instance process"), (2, "2 instance processes")])
+def test_starting_instances_is_logged(caplog: pytest.LogCaptureFixture, count: int, processes: str) -> None:
     def bind(triton: Triton) -> None:
-        triton.bind("logged", ProcessInstances(double, count=2), **FP32_IO, config=ModelConfig(max_batch_size=2))
+        triton.bind("logged", ProcessInstances(double, count=count), **FP32_IO, config=ModelConfig(max_batch_size=2))
 
     with caplog.at_level("INFO", logger="pytriton"), running_triton(bind):
         pass
     messages = [record.getMessage() for record in caplog.records]
-    assert "model 'logged': starting 2 instance processes" in messages
+    assert f"model 'logged': starting {processes}" in messages
     assert (
-        sum(message.startswith("model 'logged': instance ") and " is up (pid " in message for message in messages) == 2
+        sum(message.startswith("model 'logged': instance ") and " is up (pid " in message for message in messages)
+        == count
     )
-    assert any(message.startswith("model 'logged': 2 instance processes ready in ") for message in messages)
+    assert any(message.startswith(f"model 'logged': {processes} ready in ") for message in messages)
 
 
 def generator_on_a_plain_model(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:

@@ -74,12 +74,14 @@ def name_inputs(config: TritonModelConfig, inputs: Tuple[Any, ...], named_inputs
     if inputs:
         names = [spec.name for spec in config.inputs or []]
         if len(inputs) > len(names):  # nvidia-pytriton drops the extra ones without a word: dropped, and said
+            extra = len(inputs) - len(names)
             LOGGER.warning(
-                "model %s has %d inputs, but %d were given: the last %d are not sent",
+                "model %s has %d %s, but %d were given: the last %s",
                 config.model_name,
                 len(names),
+                "input" if len(names) == 1 else "inputs",
                 len(inputs),
-                len(inputs) - len(names),
+                "one is not sent" if extra == 1 else f"{extra} are not sent",
             )
         named = dict(zip(names, inputs))
     else:

@@ -106,9 +106,10 @@ class FailureLog:
     def _held_back(self, count: int, last: str) -> None:
         """Log how many failures were held back since the last summary, and the last one's cause."""
         LOGGER.error(
-            "model %s: ... and %d more failures not logged (at most %d every %g s are); the last: %s",
+            "model %s: ... and %d more %s not logged (at most %d every %g s are); the last: %s",
             self._model,
             count,
+            "failure" if count == 1 else "failures",
             self._budget.burst,
             self._budget.interval_s,
             last,

@@ -38,7 +38,10 @@ async def warm_up(model: ServedModel) -> None:
                 )
     if model.state is ModelState.LOADING:
         model.state = ModelState.READY
-    LOGGER.debug("model '%s' warmed up (%d requests on each instance)", spec.name, len(spec.warmup))
+    count = len(spec.warmup)
+    LOGGER.debug(
+        "model '%s' warmed up (%d %s on each instance)", spec.name, count, "request" if count == 1 else "requests"
+    )
 
 
 def _copy(inputs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:

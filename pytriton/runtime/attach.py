@@ -306,8 +306,13 @@ class AttachServer:
             return
         binding.bound = True
         spec = request.spec
+        count = request.instance_count
         LOGGER.info(
-            "RemoteTriton bound model '%s' version %d (%d instances)", spec.name, spec.version, request.instance_count
+            "RemoteTriton bound model '%s' version %d (%d %s)",
+            spec.name,
+            spec.version,
+            count,
+            "instance" if count == 1 else "instances",
         )
         _send(control, (BOUND,))
         await closed

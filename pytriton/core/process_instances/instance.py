@@ -403,7 +403,8 @@ async def _discard(link: Link) -> None:
 
 async def start_instances(plan: ProcessPlan) -> List[ProcessInstance]:
     """Start every process instance of a model at once; all are up, or StartError names the one that failed."""
-    LOGGER.info("model '%s': starting %d instance processes", plan.model_name, plan.count)
+    processes = f"{plan.count} instance process{'' if plan.count == 1 else 'es'}"
+    LOGGER.info("model '%s': starting %s", plan.model_name, processes)
     began = time.monotonic()
 
     async def start(index: int) -> ProcessInstance:
@@ -426,7 +427,5 @@ async def start_instances(plan: ProcessPlan) -> List[ProcessInstance]:
     if failed:
         await asyncio.gather(*(instance.close() for instance in started))
         raise failed[0]
-    LOGGER.info(
-        "model '%s': %d instance processes ready in %.2f s", plan.model_name, plan.count, time.monotonic() - began
-    )
+    LOGGER.info("model '%s': %s ready in %.2f s", plan.model_name, processes, time.monotonic() - began)
     return started

@@ -144,7 +144,7 @@ def environments(env: Any, count: int) -> Tuple[Mapping[str, str], ...]:
     else:
         found = [dict(item) for item in env]
         if len(found) != count:
-            raise ValueError(f"env lists {len(found)} environments for {count} instances")
+            raise ValueError(f"env lists {len(found)} environments for {count} instance{'' if count == 1 else 's'}")
     for environment in found:
         for key, value in environment.items():
             if not isinstance(key, str) or not isinstance(value, str):
