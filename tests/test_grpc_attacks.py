@@ -456,7 +456,9 @@ def test_a_burst_of_connections_is_accepted_without_syn_retransmits(served, prot
 
 @pytest.fixture(scope="module")
 def capped() -> Iterator[ServedProcess]:
-    server = ServedProcess({"grpc_max_connections": 8, "grpc_idle_timeout_s": 2.0, "grpc_handshake_timeout_s": 1.0})
+    # A connection waits for its first call as long as for its SETTINGS: 2 s, so that the 8 that fill the cap
+    # are still there when the test's call comes, on a loaded machine too.
+    server = ServedProcess({"grpc_max_connections": 8, "grpc_idle_timeout_s": 2.0, "grpc_handshake_timeout_s": 2.0})
     yield server
     server.stop()
 
@@ -544,6 +546,36 @@ def test_a_connection_with_a_call_in_progress_is_not_idle(capped, clients):
     assert response.grpc_status == "0" and len(response.messages()) == 1
     frames = client.wait_closed(READ_S)  # idle after its call: GOAWAY naming it
     assert goaway_of(frames)[:2] == (stream, NO_ERROR)
+
+
+@pytest.fixture(scope="module")
+def first_call_due() -> Iterator[ServedProcess]:
+    server = ServedProcess({"grpc_handshake_timeout_s": 1.0})  # the idle timeout between calls stays 300 s
+    yield server
+    server.stop()
+
+
+def test_connections_that_send_only_the_preface_get_goaway_after_the_handshake_timeout(first_call_due, clients):
+    # The preface and SETTINGS, then nothing: such connections were held for the idle timeout (300 s), where
+    # one that sent nothing is closed after the handshake timeout; now they wait for their first call that long.
+    for _ in range(50):
+        clients.append(first_call_due.h2())
+    for client in clients:
+        assert goaway_of(client.wait_closed(READ_S)) == (0, NO_ERROR, b"")
+    first_call_due.assert_served()
+
+
+def test_a_connection_with_a_call_keeps_the_idle_timeout(first_call_due, clients):
+    client = first_call_due.h2()
+    clients.append(client)
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers(path=STREAM_INFER))  # open past the 1 s for a first call
+    client.assert_quiet(0, 2.0)
+    client.send_data(stream, grpc_message(infer_request([2.0])), end_stream=True)
+    response = client.response(stream)
+    assert response.grpc_status == "0" and len(response.messages()) == 1
+    client.assert_quiet(0, 2.0)  # between calls: the idle timeout (300 s), not the first call's
+    assert not client.eof and not [frame for frame in client.log if frame.kind == GOAWAY]
 
 
 # ---------------------------------------------------------------- ModelStreamInfer: in-flight bound, windows

@@ -24,6 +24,7 @@ Where each limit is enforced, and how a refusal looks:
 | grpc_max_buffered_bytes | gRPC connection: bytes of request messages still arriving | all but the oldest wait |
 | grpc_idle_timeout_s | gRPC connection: time without a call in progress | GOAWAY, connection closed |
 | grpc_handshake_timeout_s | gRPC connection: TLS handshake, then the HTTP/2 preface and SETTINGS | connection closed |
+| grpc_handshake_timeout_s | gRPC connection: after its SETTINGS, its first call (at most so long) | GOAWAY, closed |
 | max_tensor_elements | both codecs, from the declared shape, before any tensor is built | 400 / INVALID_ARGUMENT |
 | max_response_bytes | engine, per request, when its outputs come back from the callable | 500 / INTERNAL |
 | hung_call_warning_s | engine: a callable running longer is logged once per call (not a refusal) | warning |
@@ -92,7 +93,8 @@ class ServerLimits:
             until it is whole. Nothing is refused: a single message may be larger (up to grpc_max_message_bytes).
         grpc_idle_timeout_s: seconds a gRPC connection may stay without a call before the server closes it.
         grpc_handshake_timeout_s: seconds for a gRPC connection's TLS handshake, then its HTTP/2 preface and
-            SETTINGS, to arrive.
+            SETTINGS, to arrive; then as long again for its first call (GOAWAY after it), or grpc_idle_timeout_s
+            if that is shorter. A connection that opens no call is held no longer for sending the preface.
         max_tensor_elements: most elements a request may declare for one input, and the largest dimension.
         max_response_bytes: largest total of one response's output tensors (the request fails above it).
         hung_call_warning_s: log a warning naming the model and instance when one call runs longer.

@@ -5,8 +5,9 @@ and what a frame does in each, `flow.py` the windows both ways, `responses.py` w
 call, `keepalive.py` the pings, `floods.py` the flood counters, `goaway.py` the GOAWAYs. The session
 ties them to the calls; its connection (`connection.py`) ties it to the transport.
 
-A session must receive its client's preface and SETTINGS within grpc_handshake_timeout_s, says GOAWAY
-after grpc_idle_timeout_s without a call, and takes at most grpc_max_concurrent_streams calls at once
+A session must receive its client's preface and SETTINGS within grpc_handshake_timeout_s, then its first
+call within as long again (or grpc_idle_timeout_s, if shorter), says GOAWAY after grpc_idle_timeout_s
+without a call, and takes at most grpc_max_concurrent_streams calls at once
 (REFUSED_STREAM beyond). Its calls buffer at most grpc_max_buffered_bytes of messages still arriving
 before all but the oldest such message wait (flow.py). A connection one over grpc_max_connections
 answers the calls that came with its client's SETTINGS with UNAVAILABLE, then says GOAWAY (its debug
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from pytriton.transport.grpc.server import GrpcServerState
 
 # What the session waits for from its client (APP: nothing, calls are in progress).
-HANDSHAKE, IDLE = 1, 2
+HANDSHAKE, FIRST_CALL, IDLE = 1, 2, 3
 
 
 class Http2Session:
@@ -237,7 +238,7 @@ class Http2Session:
                 raise h2.Http2Error(h2.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
         self._write(h2.frame(h2.SETTINGS, h2.ACK, 0))
         if self._clock.phase == HANDSHAKE:
-            self._clock.enter(IDLE, self._state.idle_timeout_s)
+            self._clock.enter(FIRST_CALL, self._first_call_timeout_s())
             if self.over_cap:  # once this read's calls are answered (UNAVAILABLE): an idle one must not hold on
                 self.loop.call_soon(self._leave_over_cap)
         self.sender.pump_blocked()
@@ -450,8 +451,23 @@ class Http2Session:
 
     # -- going away -------------------------------------------------------------------------------
 
+    def _first_call_timeout_s(self) -> float:
+        """How long a connection whose preface is done may wait before its first call (0: no limit).
+
+        The handshake timeout again, or the idle timeout if that is shorter. Under the idle timeout alone (300 s),
+        a client that sent the preface and SETTINGS and nothing more was held 30 times as long as one that sent
+        nothing; 1,000 such connections cost the client nothing to keep, and the cap of connections let no one
+        else in. grpc's C-core holds them for ever (its handshake deadline ends with the SETTINGS, and
+        max_connection_idle is infinite by default); h2o says GOAWAY to any HTTP/2 connection idle for 10 s
+        (http2-idle-timeout), nghttpx after 3 minutes without a stream (frontend-http2-idle-timeout). A
+        connection that has served calls keeps the idle timeout between them: clients keep their channels open.
+        """
+        state = self._state
+        limits = [timeout for timeout in (state.handshake_timeout_s, state.idle_timeout_s) if timeout]
+        return min(limits) if limits else 0.0
+
     def _on_deadline(self, phase: int) -> None:
-        """No preface in time (close at once), or idle for too long (GOAWAY, then close)."""
+        """No preface in time (close at once), or no call for too long (GOAWAY, then close)."""
         if phase == HANDSHAKE:
             self._cut_off(f"no HTTP/2 preface and SETTINGS within {self._state.handshake_timeout_s:g} s")
             self._abort()
