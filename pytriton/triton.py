@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import pathlib
 from typing import Any, Callable, List, Optional, Union
@@ -12,6 +13,7 @@ from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
 from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePolicy, VertextAILifecyclePolicy
 from pytriton.models import as_callables, build_model
+from pytriton.options.frontends import resolve_frontends
 from pytriton.options.limits import ServerLimits
 from pytriton.options.model_trace import model_trace_setting
 from pytriton.runtime.logging_setup import configure_logging
@@ -81,6 +83,7 @@ class Triton(TritonBase):
         triton_lifecycle_policy: Optional[TritonLifecyclePolicy] = None,
         security_config: Optional[TritonSecurityConfig] = None,
         limits: Optional[ServerLimits] = None,
+        frontends: Optional[int] = None,
     ) -> None:
         """Create a server; options come from `config`, then PYTRITON_TRITON_CONFIG_* variables, then defaults.
 
@@ -93,15 +96,20 @@ class Triton(TritonBase):
                 token guards shared-memory, model-repository, statistics, trace and logging.
             limits: request size, timeout and connection limits; without it, PYTRITON_LIMIT_* variables over
                 safe defaults (see `pytriton.runtime.limits`).
+            frontends: processes that serve the HTTP and gRPC ports, each on a core of its own, in front of
+                this process's models; without it PYTRITON_FRONTENDS, else 1: this process serves them itself.
         """
         self._config = resolve_config(config)
         self._security_config = security_config or TritonSecurityConfig()
         token = self._security_config.access_token
-        self._options = resolve_options(
-            self._config,
-            limits,
-            access_token=token,
-            token_endpoints=self._security_config.restricted_endpoints or (),
+        self._options = dataclasses.replace(
+            resolve_options(
+                self._config,
+                limits,
+                access_token=token,
+                token_endpoints=self._security_config.restricted_endpoints or (),
+            ),
+            frontends=resolve_frontends(frontends),
         )
         configure_logging(self._config.log_verbose, self._config.log_file)
         if triton_lifecycle_policy is None:

@@ -89,6 +89,19 @@ def _add_lame_duck_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_frontends_option(parser: argparse.ArgumentParser) -> None:
+    """--frontends: processes serving the HTTP and gRPC ports (default: PYTRITON_FRONTENDS, else 1)."""
+    parser.add_argument(
+        "--frontends",
+        dest="frontends",
+        type=int,
+        metavar="N",
+        help="processes that parse and answer the HTTP and gRPC requests, each on a core of its own, in front of "
+        "one set of models and batchers; 1 serves them on the models' own process (env PYTRITON_FRONTENDS; "
+        "default: 1)",
+    )
+
+
 def _limits_from_args(args: argparse.Namespace) -> ServerLimits:
     """The limits from PYTRITON_LIMIT_* variables, with the command line's --lame-duck-s over them."""
     try:
@@ -117,10 +130,17 @@ def _serve(
     limits: ServerLimits,
     security: TritonSecurityConfig,
     token_generated: bool,
+    frontends: Optional[int] = None,
 ) -> int:
     """Bind models with `binder` (what `target` names) and serve until SIGINT/SIGTERM; the exit status."""
     try:
-        triton = ServedTriton(config=config, limits=limits, security_config=security, token_generated=token_generated)
+        triton = ServedTriton(
+            config=config,
+            limits=limits,
+            security_config=security,
+            token_generated=token_generated,
+            frontends=frontends,
+        )
     except PyTritonError as error:
         raise StartupError(str(error)) from None
     try:
@@ -165,10 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_options(serve)
     _add_lame_duck_option(serve)
+    _add_frontends_option(serve)
     _add_security_options(serve)
     demo = commands.add_parser("demo", help="serve the demo model add_sub", description="Serve the add_sub demo model.")
     add_config_options(demo)
     _add_lame_duck_option(demo)
+    _add_frontends_option(demo)
     _add_security_options(demo)
     check_command = commands.add_parser(
         "check",
@@ -240,7 +262,8 @@ def _command(args: argparse.Namespace) -> int:
 
         target, binder = _DEMO_TARGET, bind
     generated = args.access_token is None  # then TritonSecurityConfig generates one
-    return _serve(target, binder, config, _limits_from_args(args), _security_from_args(args), generated)
+    limits, security = _limits_from_args(args), _security_from_args(args)
+    return _serve(target, binder, config, limits, security, generated, args.frontends)
 
 
 __all__: List[str] = ["StartupError", "build_parser", "load_target", "main"]

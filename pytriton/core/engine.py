@@ -7,7 +7,7 @@ import dataclasses
 import enum
 import logging
 import time
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 from pytriton.core.cache import ResponseCache
 from pytriton.core.cuda_memory import CudaSharedMemory
@@ -59,6 +59,8 @@ class Engine:
         self.system_memory = SystemSharedMemory()
         self.live = True
         self.phase = Phase.SERVING
+        # Called after a model version is added or removed (the frontend processes mirror the table).
+        self.models_changed: Optional[Callable[[], object]] = None
 
     @property
     def has_cache(self) -> bool:
@@ -93,6 +95,8 @@ class Engine:
             task.add_done_callback(self._warmups.discard)
         if self._hung_call_ns and self._watchdog is None:
             self._watch_calls()
+        if self.models_changed is not None:
+            self.models_changed()
         return model
 
     async def warmed_up(self) -> None:
@@ -122,16 +126,7 @@ class Engine:
 
     def model(self, name: str, version: str = "") -> ServedModel:
         """The model version a request names (latest when the version is empty), or NOT_FOUND."""
-        number = _version_number(version) if version else None  # Triton parses it before it looks for the model
-        versions = self._models.get(name)
-        if not versions:
-            raise InferenceError.not_found(f"Request for unknown model: '{name}' is not found")
-        if number is None:
-            return versions[max(versions)]
-        model = versions.get(number)
-        if model is None:
-            raise InferenceError.not_found(f"Request for unknown model: '{name}' version {version} is not found")
-        return model
+        return find_version(self._models, name, version)
 
     def statistics_of(self, name: str = "", version: str = "") -> List[ServedModel]:
         """The model versions a statistics request names: all, every version of one model, or one version.
@@ -203,6 +198,8 @@ class Engine:
                 del self._models[name]
         if self._cache is not None:
             self._cache.forget(name)  # a model bound later under this name must not get its answers
+        if self.models_changed is not None:
+            self.models_changed()
 
     def load(self, name: str) -> None:
         """Serve an unloaded model again."""
@@ -270,6 +267,27 @@ async def _drain(model: ServedModel, timeout_s: float) -> None:
     except asyncio.TimeoutError:
         pass
     model.scheduler.cut_off()
+
+
+M = TypeVar("M")
+
+
+def find_version(models: Dict[str, Dict[int, M]], name: str, version: str) -> M:
+    """The model version a request names in a table of versions by name (latest when `version` is empty).
+
+    Raises:
+        InferenceError: NOT_FOUND, or INVALID_ARGUMENT for a version that is no number, in Triton's words.
+    """
+    number = _version_number(version) if version else None  # Triton parses it before it looks for the model
+    versions = models.get(name)
+    if not versions:
+        raise InferenceError.not_found(f"Request for unknown model: '{name}' is not found")
+    if number is None:
+        return versions[max(versions)]
+    model = versions.get(number)
+    if model is None:
+        raise InferenceError.not_found(f"Request for unknown model: '{name}' version {version} is not found")
+    return model
 
 
 def _version_number(version: str) -> int:

@@ -12,7 +12,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.instances import ModelInstance
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
-from pytriton.core.sinks import FutureSink, StreamSink
+from pytriton.core.sinks import FutureSink, ResponseSink, StreamSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ModelStats
 from pytriton.core.watch import Disconnect
@@ -93,9 +93,63 @@ class ServedModel:
             self.stats.inference["cache_miss"].add(time.monotonic_ns() - insert_start)
         return response
 
+    def submit(self, request: InferenceRequest, sink: ResponseSink, streaming: bool) -> Optional[ResponseSink]:
+        """Queue a request whose responses go to `sink` (a frontend process's, on the hub); the cache answers first.
+
+        As `infer` (`streaming` False) or `stream` would run it, without a task of the caller's to await it.
+        Returns the sink queued (`sink`, or one that fills the cache on the way), which `scheduler.withdraw`
+        takes; None when the cache answered.
+        """
+        self._check_ready()
+        if self.cache is not None and not streaming:
+            lookup_start = time.monotonic_ns()
+            key = cache_key(self.spec.name, self.spec.version_str, request.inputs)
+            cached = self.cache.get(key)
+            lookup_ns = time.monotonic_ns() - lookup_start
+            if cached is not None:
+                self.stats.inference["cache_hit"].add(lookup_ns)
+                self.stats.record_success(lookup_ns, 0, batch_size=0)
+                sink.deliver(cached)
+                return None
+            sink = _CachingSink(sink, self, key)
+        self.scheduler.submit(request, sink)
+        return sink
+
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run one request and iterate over its responses (any model; decoupled ones may give 0..n)."""
         self._check_ready()
         sink = StreamSink(self.scheduler.withdraw)
         self.scheduler.submit(request, sink)
         return sink.responses()
+
+
+class _CachingSink(ResponseSink):
+    """Puts a request's response into the model's cache on its way to the sink that waits for it."""
+
+    __slots__ = ("_key", "_model", "_sink")
+
+    def __init__(self, sink: ResponseSink, model: ServedModel, key: bytes) -> None:
+        self._sink = sink
+        self._model = model
+        self._key = key
+
+    def done(self) -> bool:
+        """Whether the sink it feeds is done."""
+        return self._sink.done()
+
+    def deliver(self, response: InferenceResponse) -> None:
+        """Cache the response, then hand it over."""
+        model = self._model
+        if model.cache is not None:
+            insert_start = time.monotonic_ns()
+            model.cache.put(self._key, response, model.spec.name)
+            model.stats.inference["cache_miss"].add(time.monotonic_ns() - insert_start)
+        self._sink.deliver(response)
+
+    def fail(self, error: InferenceError) -> None:
+        """End the request with an error."""
+        self._sink.fail(error)
+
+    def finish(self) -> None:
+        """End the request."""
+        self._sink.finish()

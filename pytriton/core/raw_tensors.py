@@ -113,7 +113,8 @@ def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
 
 
 # Arrays over memory nobody writes into while they live (a process instance's result region, leased to the
-# server until its last view is gone: core/process_instances/result_arena.py), by id; an entry leaves when its array dies.
+# server until its last view is gone: core/process_instances/result_arena.py), by id; an entry leaves when its
+# array dies.
 _LEASED: Dict[int, Any] = {}
 
 

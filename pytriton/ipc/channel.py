@@ -16,6 +16,7 @@ from __future__ import annotations
 import array
 import asyncio
 import logging
+import os
 import pickle
 import socket
 import struct
@@ -251,7 +252,8 @@ class LoopChannel:
         self._on_message = on_message
         self._on_closed = on_closed
         self._reader = _Reader()
-        self._pending: Deque[Tuple[memoryview, List[Tuple[int, int, bytes]]]] = deque()
+        # What the socket has not taken yet: (bytes, descriptors to pass with them, descriptors to close once sent).
+        self._pending: Deque[Tuple[memoryview, List[Tuple[int, int, bytes]], Sequence[int]]] = deque()
         self.closed = False
         loop.add_reader(self._fileno, self._read)
 
@@ -260,9 +262,15 @@ class LoopChannel:
         self._on_message = on_message
         self._on_closed = on_closed
 
-    def send(self, head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = ()) -> None:
-        """Send one message, now if the socket takes it, else as soon as it can."""
+    def send(self, head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = (), give: bool = False) -> None:
+        """Send one message, now if the socket takes it, else as soon as it can.
+
+        With `give` the descriptors are the channel's: closed once sent, or when the channel closes (also when
+        this raises ChannelClosed); without it they must stay open until the message is out.
+        """
         if self.closed:
+            if give:
+                _close_all(fds)
             raise ChannelClosed("the channel is closed")
         message = encode(head, body, fds)
         if len(message) == 1 and not fds and not self._pending:
@@ -276,7 +284,7 @@ class LoopChannel:
             if sent == len(message[0]):
                 return
             self._loop.add_writer(self._fileno, self._write)
-            self._pending.append((memoryview(message[0])[sent:], []))
+            self._pending.append((memoryview(message[0])[sent:], [], ()))
             return
         buffers = [memoryview(part).cast("B") for part in message]
         ancillary = _rights(fds)
@@ -286,10 +294,15 @@ class LoopChannel:
             except BlockingIOError:
                 sent = 0
             except OSError:
+                if give:
+                    _close_all(fds)
                 self._close()
                 raise ChannelClosed("the other side closed the channel") from None
             else:
                 ancillary = []
+                if give:
+                    _close_all(fds)
+                    give = False
             while buffers and sent >= buffers[0].nbytes:
                 sent -= buffers.pop(0).nbytes
             if not buffers:
@@ -297,13 +310,14 @@ class LoopChannel:
             buffers[0] = buffers[0][sent:]
             self._loop.add_writer(self._fileno, self._write)
         for index, buffer in enumerate(buffers):
-            self._pending.append((buffer, ancillary if index == 0 else []))
+            first = index == 0
+            self._pending.append((buffer, ancillary if first else [], fds if first and give else ()))
 
     def _write(self) -> None:
         """Writer callback: send what is queued, in order."""
         pending = self._pending
         while pending:
-            buffer, ancillary = pending[0]
+            buffer, ancillary, given = pending[0]
             try:
                 sent = self.sock.sendmsg([buffer], ancillary)
             except BlockingIOError:
@@ -311,8 +325,9 @@ class LoopChannel:
             except OSError:
                 self._close()
                 return
+            _close_all(given)
             if sent < buffer.nbytes:
-                pending[0] = (buffer[sent:], [])
+                pending[0] = (buffer[sent:], [], ())
                 return
             pending.popleft()
         self._loop.remove_writer(self._fileno)
@@ -352,6 +367,8 @@ class LoopChannel:
         self._loop.remove_reader(self._fileno)
         if self._pending:
             self._loop.remove_writer(self._fileno)
+            for _, _, given in self._pending:
+                _close_all(given)
             self._pending.clear()
         self.sock.close()
         self._on_closed()
@@ -359,3 +376,9 @@ class LoopChannel:
     def close(self) -> None:
         """Close from this side (on_closed is called too)."""
         self._close()
+
+
+def _close_all(fds: Sequence[int]) -> None:
+    """Close descriptors a message was given, once it no longer needs them."""
+    for fd in fds:
+        os.close(fd)

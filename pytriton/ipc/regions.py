@@ -1,12 +1,12 @@
 """Regions of a process instance's arena lent to the other side until given back: first fit, low addresses first.
 
-Both sides of the process hop lend regions of their arena, one per job: the server lends a batch's inputs
-to the process (core/process_instances/input_arena.py: a model may keep them), the process lends a result to the server
-(core/process_instances/result_arena.py: the responses are still being sent when the next batch runs). Regions come back in
-any order (responses finish in any order), so this is a first fit over the few regions out, not a ring: a
-ring that wrapped to its start while room was left after its oldest region saw no room there, grew its arena
-to the budget (each time a fresh segment, its pages reserved and faulted again) and then sent results
-through the socket.
+Both sides of the process hop lend regions of their arena, one per job: the server lends a batch's inputs to
+the process (core/process_instances/input_arena.py: a model may keep them), the process lends a result to the
+server (core/process_instances/result_arena.py: the responses are still being sent when the next batch runs).
+Regions come back in any order (responses finish in any order), so this is a first fit over the few regions
+out, not a ring: a ring that wrapped to its start while room was left after its oldest region saw no room
+there, grew its arena to the budget (each time a fresh segment, its pages reserved and faulted again) and then
+sent results through the socket.
 
 What fits in the first COPY_BYTES of the arena is not lent: it goes there, where no region is ever lent, and
 the receiver copies it out at once (a copy of a few KiB costs less than watching for the last view), before

@@ -6,7 +6,11 @@ Both kinds of helper process use it: model instances (core/process_instances/) a
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import os
+import signal
 import subprocess
+import sys
 import time
 from typing import Optional
 
@@ -64,3 +68,15 @@ async def stop_process(
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.05)
     return process.returncode
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Be killed when the server process dies, however it dies (Linux); exit now if it is gone already."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(1)

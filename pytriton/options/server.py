@@ -117,3 +117,4 @@ class ServerOptions:
     sagemaker: Optional[SageMakerOptions] = None
     vertex_ai: Optional[VertexAiOptions] = None
     limits: ServerLimits = dataclasses.field(default_factory=ServerLimits)
+    frontends: int = 1  # processes serving HTTP and gRPC (options/frontends.py); 1: this process's loop

@@ -7,6 +7,7 @@ import concurrent.futures
 import errno
 import gc
 import logging
+import socket
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
@@ -31,6 +32,7 @@ from pytriton.transport.sockets import bind_socket, bound_port
 
 if TYPE_CHECKING:
     from pytriton.runtime.attach import AttachServer
+    from pytriton.runtime.frontends.pool import FrontendPool
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -83,6 +85,7 @@ class ServerRuntime:
         self.sagemaker_port: Optional[int] = None
         self.vertex_ai_port: Optional[int] = None
         self._attach: Optional[AttachServer] = None
+        self._pool: Optional[FrontendPool] = None  # the frontend processes, when options.frontends > 1
         self.running = False
         self._announced = False  # whether the startup line was logged; models bound later get a line each
 
@@ -94,13 +97,15 @@ class ServerRuntime:
         """
         if self.running and not self._announced:
             self._announced = True
-            LOGGER.info("%s", startup_line(self.urls(), self.engine.models()))
+            frontends = self.options.frontends if self._pool is not None else 1
+            LOGGER.info("%s", startup_line(self.urls(), self.engine.models(), frontends))
 
     def add_model(
         self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting] = None
     ) -> None:
         """Serve a model (before or after start), with `trace` overriding the server's trace settings for it."""
         self._loop.call(self._add_thread_model, spec, callables, trace)
+        self._sync_frontends()
         self._refreeze()
 
     def add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting] = None) -> None:
@@ -110,6 +115,7 @@ class ServerRuntime:
             PyTritonRuntimeError: an instance did not start (the message has its traceback).
         """
         self._loop.run(self._add_process_model(spec, plan, trace))
+        self._sync_frontends()
         self._refreeze()
 
     async def _add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting]) -> None:
@@ -158,6 +164,11 @@ class ServerRuntime:
         if self._announced:
             LOGGER.info("serving %s", model_line(model))
 
+    def _sync_frontends(self) -> None:
+        """Return once every frontend process knows the models bound so far (a client may use one at once)."""
+        if self._pool is not None:
+            self._loop.run(self._pool.sync())
+
     def wait_warmed_up(self) -> None:
         """Return once every model bound so far has run its warm-up requests (ModelConfig.model_warmup)."""
         self._loop.run(self.engine.warmed_up())
@@ -181,9 +192,11 @@ class ServerRuntime:
         """Start every enabled frontend on the loop."""
         options = self.options
         try:
-            if options.http_enabled:
+            if options.frontends > 1 and (options.http_enabled or options.grpc_enabled):
+                await self._start_frontend_processes()
+            if options.http_enabled and self._pool is None:
                 self.http_port = await self._start_http()
-            if options.grpc_enabled:
+            if options.grpc_enabled and self._pool is None:
                 from pytriton.transport.grpc.server import GrpcFrontend
 
                 grpc_frontend = GrpcFrontend(
@@ -210,6 +223,48 @@ class ServerRuntime:
         except BaseException:
             await self._stop_frontends()
             raise
+
+    async def _start_frontend_processes(self) -> None:
+        """Listen on the HTTP and gRPC ports here, and serve them from `options.frontends` processes."""
+        from pytriton.runtime.frontends.pool import FrontendPool
+        from pytriton.transport.grpc.server import listening_socket
+        from pytriton.transport.grpc.servicer import InferenceServicer
+
+        options = self.options
+        http_socket = grpc_socket = None
+        try:
+            if options.http_enabled:
+                http_socket = _listening_socket(options.http_address, options.http_port, "HTTP")
+            if options.grpc_enabled:
+                grpc_socket = listening_socket(options)
+            hub_servicer = InferenceServicer(
+                self.engine,
+                server_version=__version__,
+                header_forward_pattern=options.grpc_header_forward_pattern,
+                settings=self.settings,
+                max_stream_requests=options.limits.grpc_max_stream_requests,
+            )
+            pool = FrontendPool(
+                self.engine,
+                options,
+                options.frontends,
+                server_version=__version__,
+                http_socket=http_socket,
+                grpc_socket=grpc_socket,
+                hub_app=self.http_app(),
+                hub_servicer=hub_servicer,
+            )
+            self.http_port = bound_port(http_socket) if http_socket is not None else None
+            self.grpc_port = bound_port(grpc_socket) if grpc_socket is not None else None
+            await self._start_frontend(pool)
+        except BaseException:
+            for sock in (http_socket, grpc_socket):
+                if sock is not None:
+                    sock.close()
+            raise
+        self._pool = pool
+        loop = asyncio.get_running_loop()
+        self.engine.models_changed = lambda: loop.create_task(pool.sync())
 
     def _start_attach(self) -> None:
         """Let RemoteTriton processes of this user bind models through the HTTP and gRPC ports' local sockets."""
@@ -279,10 +334,7 @@ class ServerRuntime:
         """Serve an ASGI app on a socket bound here (port 0: a free port); return the port."""
         from pytriton.transport.http.server import AsgiServer
 
-        try:
-            sock = bind_socket(address, port)
-        except OSError as error:
-            raise OSError(error.errno, f"{name} cannot listen on {address}:{port}: {error.strerror}") from None
+        sock = _listening_socket(address, port, name)
         try:
             await self._start_frontend(AsgiServer(app, sock, limits=self.options.limits))
         except BaseException:
@@ -374,3 +426,11 @@ class ServerRuntime:
         self.failure = reason
         self.engine.live = False
         self.stopped.set()
+
+
+def _listening_socket(address: str, port: int, name: str) -> socket.socket:
+    """A socket bound and listening on address:port (OSError names the endpoint when it cannot be)."""
+    try:
+        return bind_socket(address, port)
+    except OSError as error:
+        raise OSError(error.errno, f"{name} cannot listen on {address}:{port}: {error.strerror}") from None

@@ -9,10 +9,14 @@ from pytriton import __version__
 from pytriton.core.model import ServedModel
 
 
-def startup_line(urls: Sequence[str], models: Sequence[ServedModel]) -> str:
-    """'pytriton 0.1.0 serving add_sub v1 (1 instance) on http://0.0.0.0:8000, grpc://0.0.0.0:8001 (pid 42)'."""
+def startup_line(urls: Sequence[str], models: Sequence[ServedModel], frontends: int = 1) -> str:
+    """'pytriton 0.1.0 serving add_sub v1 (1 instance) on http://0.0.0.0:8000, grpc://0.0.0.0:8001 (pid 42)'.
+
+    With frontend processes: '... (pid 42, 4 frontend processes)'.
+    """
     served = ", ".join(model_line(model) for model in models) or "no models yet"
-    return f"pytriton {__version__} serving {served} on {', '.join(urls)} (pid {os.getpid()})"
+    processes = f", {frontends} frontend processes" if frontends > 1 else ""
+    return f"pytriton {__version__} serving {served} on {', '.join(urls)} (pid {os.getpid()}{processes})"
 
 
 def model_line(model: ServedModel) -> str:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import socket
+import ssl as ssl_module
+from typing import Callable, Optional
+
+LOGGER = logging.getLogger(__name__)
 
 # Connections the kernel completes and queues until the server accepts them. asyncio's create_server
 # listens again with its own default (100) unless given this: pass it there too.
@@ -27,3 +33,21 @@ def bind_socket(address: str, port: int) -> socket.socket:
 def bound_port(sock: socket.socket) -> int:
     """The port a socket is bound to."""
     return int(sock.getsockname()[1])
+
+
+async def adopt_connection(
+    loop: asyncio.AbstractEventLoop,
+    sock: socket.socket,
+    factory: Callable[[], asyncio.BaseProtocol],
+    ssl: Optional[ssl_module.SSLContext] = None,
+    ssl_handshake_timeout: Optional[float] = None,
+) -> None:
+    """Serve a connection accepted elsewhere (the hub's) with a protocol from `factory`; closed if that fails.
+
+    With TLS this waits for the handshake, as a server's accept does.
+    """
+    try:
+        await loop.connect_accepted_socket(factory, sock, ssl=ssl, ssl_handshake_timeout=ssl_handshake_timeout)
+    except Exception as error:  # noqa: BLE001 - the client went away, or its handshake failed: its loss alone
+        LOGGER.debug("a connection handed over could not be served: %r", error)
+        sock.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import ctypes
 import os
 import signal
 import socket
@@ -37,6 +36,7 @@ from pytriton.core.process_instances.protocol import (
 )
 from pytriton.core.process_instances.result_arena import ResultArena
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
+from pytriton.ipc.spawn import die_with_parent
 from pytriton.ipc.tensors import ArenaWriter, Buffer
 from pytriton.proxy.types import Request
 
@@ -212,18 +212,6 @@ class InstanceHost:
         return self._loop
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Be killed when the server process dies, however it dies (Linux); exit now if it is gone already."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-
 def load_callable(init: Init, payload: memoryview) -> Callable[..., Any]:
     """The callable an Init message describes, loaded here, and prepared as the binding asked (`Init.prepare`)."""
     import cloudpickle
@@ -242,7 +230,7 @@ def load_callable(init: Init, payload: memoryview) -> Callable[..., Any]:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of a spawned instance process: FD (its end of the channel) and the server's pid."""
     fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:])[:2])
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
     # The server stops its instances itself (after draining); a Ctrl-C in the terminal reaches the whole
     # process group, and must not kill a call that the server would let finish.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

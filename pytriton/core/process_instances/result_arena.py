@@ -7,7 +7,7 @@ one array they all view) the server names the job in its next JOB message and th
 again. Regions come back in any order and are taken first fit (ipc/regions.py); a result that finds
 no room (the server still holds earlier ones, e.g. in its response cache) grows the arena within the budget,
 or travels in the message body. A result of at most COPY_BYTES is copied out by the server at once and lent
-to no one; outputs that lie in the job's inputs are not in the result region at all (core/process_instances/input_arena.py).
+to no one; outputs that lie in the job's inputs are not in the result region at all (input_arena.py).
 
 Copying a 1 MiB result out of the arena in the server cost a copy and fresh pages for every response.
 """

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Dict, Optional
+import socket
+import ssl as ssl_module
+from typing import Any, Callable, Dict, Optional, Set
 
-from pytriton.core.engine import Engine
+from pytriton.core.serving import ServingEngine
 from pytriton.options.limits import ServerLimits
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import GrpcKeepalive, ServerOptions
@@ -28,7 +30,7 @@ from pytriton.transport.grpc.handlers import CallLimit, Method, method_table
 from pytriton.transport.grpc.servicer import InferenceServicer
 from pytriton.transport.grpc.settings import COMPRESSION_LEVELS, bind_address, tls_context
 from pytriton.transport.inflate import InflationBudget
-from pytriton.transport.sockets import BACKLOG, bind_socket, bound_port
+from pytriton.transport.sockets import BACKLOG, adopt_connection, bind_socket, bound_port
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -82,17 +84,26 @@ class GrpcFrontend:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: ServingEngine,
         options: ServerOptions,
         *,
         server_version: str,
         settings: Optional[ServerSettings] = None,
         inflation_budget: Optional[InflationBudget] = None,
+        listen: bool = True,
+        servicer: Optional[Callable[[Any], Any]] = None,
     ) -> None:
         """Prepare the frontend; nothing is bound until `start`; `settings` serves LogSettings and TraceSetting.
 
-        `inflation_budget`: the server's bound on what inflated requests hold (GrpcServerState).
+        `inflation_budget`: the server's bound on what inflated requests hold (GrpcServerState). Without `listen`
+        it binds no port and serves the connections handed to `adopt` (a frontend process's: the hub accepts
+        them). `servicer` wraps the servicer (a frontend process's forwards what it does not answer itself).
         """
+        self._listen = listen
+        self._wrap_servicer = servicer
+        self._ssl: Optional[ssl_module.SSLContext] = None
+        self._handshake_s: Optional[float] = None
+        self._adopting: Set[asyncio.Task[Any]] = set()
         self._engine = engine
         self._inflation_budget = inflation_budget
         self._settings = settings
@@ -105,21 +116,18 @@ class GrpcFrontend:
     async def start(self) -> None:
         """Bind the port and start serving on the running loop."""
         options = self._options
-        servicer = InferenceServicer(
+        servicer: Any = InferenceServicer(
             self._engine,
             server_version=self._server_version,
             header_forward_pattern=options.grpc_header_forward_pattern,
             settings=self._settings,
             max_stream_requests=options.limits.grpc_max_stream_requests,
         )
+        if self._wrap_servicer is not None:
+            servicer = self._wrap_servicer(servicer)
         limits = options.limits
         methods = method_table(servicer, options.grpc_access, CallLimit(limits.grpc_max_concurrent_rpcs))
         ssl = tls_context(options.grpc_tls) if options.grpc_tls is not None else None
-        address = bind_address(options.grpc_address, options.grpc_port)
-        try:
-            sock = bind_socket(options.grpc_address, options.grpc_port)
-        except OSError as error:
-            raise OSError(f"gRPC cannot listen on {address}: {error.strerror or error}") from None
         state = GrpcServerState(
             methods,
             limits,
@@ -129,6 +137,11 @@ class GrpcFrontend:
         )
         loop = asyncio.get_running_loop()
         handshake_s = limits.grpc_handshake_timeout_s if ssl is not None and limits.grpc_handshake_timeout_s else None
+        self._ssl, self._handshake_s = ssl, handshake_s
+        if not self._listen:
+            self._state = state
+            return
+        sock = listening_socket(options)
         try:
             self._server = await loop.create_server(
                 lambda: GrpcConnection(state, loop),
@@ -143,6 +156,20 @@ class GrpcFrontend:
         self._state = state
         self.port = bound_port(sock)
 
+    def adopt(self, sock: socket.socket) -> None:
+        """Serve a connection accepted elsewhere (closed at once once the server stops)."""
+        state = self._state
+        if state is None:
+            sock.close()
+            return
+        loop = asyncio.get_running_loop()
+        connection = adopt_connection(
+            loop, sock, lambda: GrpcConnection(state, loop), ssl=self._ssl, ssl_handshake_timeout=self._handshake_s
+        )
+        task = loop.create_task(connection)
+        self._adopting.add(task)
+        task.add_done_callback(self._adopting.discard)
+
     def hurry(self) -> None:
         """Stop waiting for answers still leaving once the grace is over (a second signal)."""
         if self._state is not None:
@@ -156,8 +183,19 @@ class GrpcFrontend:
     async def stop(self, sending_s: float = 0.0) -> None:
         """Stop accepting calls (GOAWAY); cancel those still running after STOP_GRACE_S (`sending_s` if sending)."""
         server, self._server = self._server, None
-        if server is None or self._state is None:
+        state, self._state = self._state, None
+        if state is None:
             return
-        server.close()
-        await self._state.connections.close_all(STOP_GRACE_S, sending_s)
-        self._state.cutoffs.flush()
+        if server is not None:
+            server.close()
+        await state.connections.close_all(STOP_GRACE_S, sending_s)
+        state.cutoffs.flush()
+
+
+def listening_socket(options: ServerOptions) -> socket.socket:
+    """The gRPC port's socket, bound and listening (OSError names the address when it cannot be)."""
+    address = bind_address(options.grpc_address, options.grpc_port)
+    try:
+        return bind_socket(options.grpc_address, options.grpc_port)
+    except OSError as error:
+        raise OSError(f"gRPC cannot listen on {address}: {error.strerror or error}") from None

@@ -8,8 +8,8 @@ from typing import Any, AsyncIterator, Dict, Optional
 
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
+from pytriton.core.serving import ServingEngine
 from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import cuda_memory_codec, grpc_codec, settings_codec, system_memory_codec
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
@@ -23,7 +23,7 @@ class InferenceServicer:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: ServingEngine,
         *,
         server_version: str,
         header_forward_pattern: Optional[str] = None,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator, Mapping, Optional, Set
 
-from pytriton.core.engine import Engine
 from pytriton.core.errors import FailureReason, InferenceError
+from pytriton.core.serving import ServingEngine
 from pytriton.core.spec import ModelSpec
 from pytriton.core.waiters import wake
 from pytriton.protocol import grpc_codec
@@ -27,7 +27,7 @@ class StreamSession:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: ServingEngine,
         forwarded_headers: Optional[Mapping[str, str]],
         max_requests: int = DEFAULT_STREAM_REQUESTS,
     ) -> None:

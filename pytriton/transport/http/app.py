@@ -11,9 +11,9 @@ from urllib.parse import unquote
 
 import orjson
 
-from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import unchanging
+from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings
@@ -51,7 +51,7 @@ _SCATTER_BYTES = 64 * 1024
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
 
-class _HttpError(Exception):
+class HttpError(Exception):
     """A transport-level failure with its HTTP status."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -66,7 +66,7 @@ class HttpFrontend:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: ServingEngine,
         *,
         server_version: str,
         header_forward_pattern: Optional[str] = None,
@@ -98,7 +98,7 @@ class HttpFrontend:
             await self._route(scope, receive, send)
         except InferenceError as error:
             await send_error(send, error.status.http_status, error.message)
-        except _HttpError as error:
+        except HttpError as error:
             await send_error(send, error.status, error.message)
         except Exception as error:
             LOGGER.exception("unexpected error serving %s %s", scope["method"], scope["path"])
@@ -110,14 +110,14 @@ class HttpFrontend:
         if self._access is not None:
             denial = self._access.http_denial(scope["path"], header_map(scope))
             if denial is not None:
-                raise _HttpError(403, denial)
+                raise HttpError(403, denial)
         parts = path_segments(scope)
         if len(parts) < 2 or parts[0] != "" or parts[1] != "v2" or parts[-1] == "":  # as Triton's routes
-            raise _HttpError(404, "Not Found")
+            raise HttpError(404, "Not Found")
         if len(parts) >= 4 and parts[2] == "models" and parts[3] != "stats":
             return self._model_route(scope, receive, send, method, parts[3], parts[4:])
         if any("/" in part for part in parts):  # an encoded slash: its segment matches no fixed route
-            raise _HttpError(404, "Not Found")
+            raise HttpError(404, "Not Found")
         route = "/".join(parts[2:])
         engine = self._engine
         if route == "":
@@ -146,7 +146,7 @@ class HttpFrontend:
         if parts[2] == "systemsharedmemory" and (matched := system_memory.match(parts[3:])) is not None:
             _allow(method, system_memory.method_of(matched[0]))
             return self._system_shared_memory(receive, send, *matched)
-        raise _HttpError(404, "Not Found")
+        raise HttpError(404, "Not Found")
 
     def _model_route(
         self, scope: Scope, receive: Receive, send: Send, method: str, name: str, rest: List[str]
@@ -156,11 +156,11 @@ class HttpFrontend:
         if len(rest) >= 2 and rest[0] == "versions":
             version, rest = rest[1], rest[2:]
             if not (version.isascii() and version.isdigit()):  # Triton's routes take a version of digits only
-                raise _HttpError(404, "Not Found")
+                raise HttpError(404, "Not Found")
         if rest == ["trace", "setting"] and self._settings is not None:
             return self._settings_route(receive, send, method, "trace/setting", name)
         if len(rest) > 1 or (rest and rest[0] not in _MODEL_ACTIONS):
-            raise _HttpError(404, "Not Found")
+            raise HttpError(404, "Not Found")
         action = rest[0] if rest else ""
         _allow(method, _MODEL_ACTIONS[action])
         engine = self._engine
@@ -183,12 +183,12 @@ class HttpFrontend:
 
     async def _repository_index(self, receive: Receive, send: Send) -> None:
         """POST /v2/repository/index."""
-        await _read_body(receive, self._max_body_bytes)
+        await read_body(receive, self._max_body_bytes)
         await send_json(send, 200, documents.repository_index(self._engine.models()))
 
     async def _repository_load(self, receive: Receive, send: Send, name: str, load: bool) -> None:
         """POST /v2/repository/models/{name}/load or unload."""
-        await _read_body(receive, self._max_body_bytes)
+        await read_body(receive, self._max_body_bytes)
         if load:
             self._engine.load(name)
         else:
@@ -197,13 +197,13 @@ class HttpFrontend:
 
     async def _cuda_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
         """/v2/cudasharedmemory/[region/{name}/]{status,register,unregister} (transport/http/cuda_memory.py)."""
-        body = await _read_body(receive, self._max_body_bytes)
+        body = await read_body(receive, self._max_body_bytes)
         document = await cuda_memory.answer(self._engine.cuda_memory, action, region, body)
         await (send_empty(send, 200) if document is None else send_json(send, 200, document))
 
     async def _system_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
         """/v2/systemsharedmemory/[region/{name}/]{status,register,unregister} (transport/http/system_memory.py)."""
-        body = await _read_body(receive, self._max_body_bytes)
+        body = await read_body(receive, self._max_body_bytes)
         document = system_memory.answer(self._engine.system_memory, action, region, body)
         await (send_empty(send, 200) if document is None else send_json(send, 200, document))
 
@@ -223,7 +223,7 @@ class HttpFrontend:
                 encoding = value
             elif header == b"accept-encoding":
                 accept = value
-        body = await _read_body(receive, self._max_body_bytes)
+        body = await read_body(receive, self._max_body_bytes)
         if encoding:
             body = await _decompress(body, encoding.decode("latin-1"), self._max_body_bytes, self._inflation_budget)
         header_length: Optional[int] = None
@@ -232,7 +232,7 @@ class HttpFrontend:
                 header_length = int(raw_length)
             except ValueError:
                 text = raw_length.decode("latin-1")
-                raise _HttpError(400, f"invalid Inference-Header-Content-Length: '{text}'") from None
+                raise HttpError(400, f"invalid Inference-Header-Content-Length: '{text}'") from None
             if isinstance(body, bytes):
                 body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
         forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
@@ -266,7 +266,7 @@ class HttpFrontend:
     async def _generate(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
         """POST .../generate: one flat JSON response."""
         model = self._engine.model(name, version)
-        body = await _read_body(receive, self._max_body_bytes)
+        body = await read_body(receive, self._max_body_bytes)
         request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
         if model.spec.decoupled:
             responses = [response async for response in model.stream(request) if response.outputs]
@@ -282,7 +282,7 @@ class HttpFrontend:
     async def _generate_stream(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
         """POST .../generate_stream: one server-sent event per response; the client leaving stops the model."""
         model = self._engine.model(name, version)
-        body = await _read_body(receive, self._max_body_bytes)
+        body = await read_body(receive, self._max_body_bytes)
         request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
         responses = model.stream(request)
         handler = asyncio.current_task()
@@ -315,12 +315,12 @@ class HttpFrontend:
     async def _settings_route(self, receive: Receive, send: Send, method: str, route: str, model: str) -> None:
         """GET or POST /v2/logging, /v2/trace/setting and /v2/models/{name}/trace/setting."""
         if method not in ("GET", "POST"):
-            raise _HttpError(405, "Method Not Allowed")
+            raise HttpError(405, "Method Not Allowed")
         settings = self._settings
         assert settings is not None
         if model and not self._engine.model_ready(model):
             raise InferenceError.invalid(f"Request for unknown model : {model}")
-        body = bytes(await _read_body(receive, self._max_body_bytes)) if method == "POST" else b""
+        body = bytes(await read_body(receive, self._max_body_bytes)) if method == "POST" else b""
         changes = parse_json_object(body) if body.strip() else {}
         if route == "logging":
             settings.log.update(changes)
@@ -385,16 +385,16 @@ def path_segments(scope: Scope) -> List[str]:
 def _allow(method: str, allowed: str) -> None:
     """Refuse other methods with 405."""
     if method != allowed:
-        raise _HttpError(405, "Method Not Allowed")
+        raise HttpError(405, "Method Not Allowed")
 
 
-async def _read_body(receive: Receive, limit: int) -> Body:
+async def read_body(receive: Receive, limit: int) -> Body:
     """Read the whole request body, refusing more than `limit` bytes."""
     message = await receive()
     body: Body = message.get("body", b"")
     if not message.get("more_body", False):
         if len(body) > limit:
-            raise _HttpError(413, f"request body larger than {limit} bytes")
+            raise HttpError(413, f"request body larger than {limit} bytes")
         return body
     buffer = bytearray(body)
     while True:
@@ -403,7 +403,7 @@ async def _read_body(receive: Receive, limit: int) -> Body:
             raise InferenceError.invalid("client disconnected while sending the request")
         buffer += message.get("body", b"")
         if len(buffer) > limit:
-            raise _HttpError(413, f"request body larger than {limit} bytes")
+            raise HttpError(413, f"request body larger than {limit} bytes")
         if not message.get("more_body", False):
             return buffer
 
@@ -418,25 +418,25 @@ async def _decompress(body: Body, encoding: str, limit: int, budget: InflationBu
     if not codings:
         return bytearray(body)
     if len(codings) > 1:
-        raise _HttpError(415, f"unsupported Content-Encoding '{encoding}': one coding at most is undone")
+        raise HttpError(415, f"unsupported Content-Encoding '{encoding}': one coding at most is undone")
     encoding = "gzip" if codings[0] == "x-gzip" else codings[0]
     if encoding == "gzip":
         wbits = 16 + zlib.MAX_WBITS
     elif encoding == "deflate":
         wbits = zlib.MAX_WBITS
     else:
-        raise _HttpError(415, f"unsupported Content-Encoding '{encoding}'")
+        raise HttpError(415, f"unsupported Content-Encoding '{encoding}'")
     limit = min(limit, budget.capacity)  # a body larger than the whole budget could never inflate: 413
     try:
         inflated, end = await inflate(body, wbits, limit, members=encoding == "gzip", name=encoding, budget=budget)
     except InflateError as error:
         if error.failure is Failure.TOO_LARGE:
-            raise _HttpError(413, f"decompressed request body larger than {limit} bytes") from None
+            raise HttpError(413, f"decompressed request body larger than {limit} bytes") from None
         if error.failure is Failure.OVER_BUDGET:
-            raise _HttpError(503, f"{error.detail}: try again later") from None
-        raise _HttpError(400, f"failed to decompress the request body: {error.detail}") from None
+            raise HttpError(503, f"{error.detail}: try again later") from None
+        raise HttpError(400, f"failed to decompress the request body: {error.detail}") from None
     if end < len(body):
-        raise _HttpError(400, f"failed to decompress the request body: bytes after the end of the {encoding} stream")
+        raise HttpError(400, f"failed to decompress the request body: bytes after the end of the {encoding} stream")
     return inflated
 
 

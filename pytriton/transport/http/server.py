@@ -11,14 +11,15 @@ keep-alive and pipelining, `Expect: 100-continue`, and the connection limits of 
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
-from typing import Optional
+from typing import Any, Optional, Set
 
 from pytriton.options.limits import ServerLimits
 from pytriton.transport.connections import OpenConnections
 from pytriton.transport.http.connection import HttpConnection
 from pytriton.transport.http.cycle import App
-from pytriton.transport.sockets import BACKLOG
+from pytriton.transport.sockets import BACKLOG, adopt_connection
 
 # What one read takes at most, as uvloop's own read buffer.
 READ_BUFFER_BYTES = 256 * 1024
@@ -44,17 +45,35 @@ class ServerState:
 class AsgiServer:
     """Serves an ASGI app on a listening socket, started and stopped on the engine's loop."""
 
-    def __init__(self, app: App, sock: socket.socket, *, limits: Optional[ServerLimits] = None) -> None:
-        """Prepare a server for `app` on a bound, listening socket, enforcing `limits` (defaults when None)."""
+    def __init__(self, app: App, sock: Optional[socket.socket], *, limits: Optional[ServerLimits] = None) -> None:
+        """Prepare a server for `app` on a bound, listening socket, enforcing `limits` (defaults when None).
+
+        Without a socket it serves the connections handed to `adopt` (a frontend process's: the hub accepts them).
+        """
         self._state = ServerState(app, limits or ServerLimits())
         self._socket = sock
         self._server: Optional[asyncio.AbstractServer] = None
+        self._serving = False
+        self._adopting: Set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
         """Start accepting connections."""
         loop = asyncio.get_running_loop()
         state = self._state
-        self._server = await loop.create_server(lambda: HttpConnection(state, loop), sock=self._socket, backlog=BACKLOG)
+        if self._socket is not None:
+            factory = functools.partial(HttpConnection, state, loop)
+            self._server = await loop.create_server(factory, sock=self._socket, backlog=BACKLOG)
+        self._serving = True
+
+    def adopt(self, sock: socket.socket) -> None:
+        """Serve a connection accepted elsewhere (closed at once once the server stops)."""
+        if not self._serving:
+            sock.close()
+            return
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(adopt_connection(loop, sock, functools.partial(HttpConnection, self._state, loop)))
+        self._adopting.add(task)
+        task.add_done_callback(self._adopting.discard)
 
     def hurry(self) -> None:
         """Stop waiting for responses still leaving once the grace is over (a second signal)."""
@@ -69,9 +88,12 @@ class AsgiServer:
 
         Then every connection closes.
         """
-        server, self._server = self._server, None
-        if server is None:
+        if not self._serving:
             return
-        server.close()
+        self._serving = False
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
         await self._state.connections.close_all(STOP_GRACE_S, sending_s)
-        self._socket.close()
+        if self._socket is not None:
+            self._socket.close()

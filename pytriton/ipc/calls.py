@@ -1,0 +1,91 @@
+"""Calls between two processes over one channel, either way: an awaitable answer to each, by id.
+
+For what is not the request path: forwarded API requests, state one process mirrors into another, the
+lifecycle. Each call is a task on the side that answers it, so a call may itself wait (for the models to drain,
+for other processes to answer calls of their own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, Dict, Set
+
+from pytriton.ipc.outbox import Outbox
+
+LOGGER = logging.getLogger(__name__)
+
+# Tags of the two messages (negative: the protocols that share the channel use positive ones, BATCH is 0).
+CALL, REPLY = -1, -2
+
+Handler = Callable[..., Awaitable[Any]]
+
+
+class CallFailed(RuntimeError):
+    """The other side raised while answering a call (its exception's type and message), or went away."""
+
+
+class Calls:
+    """Makes calls to the other side and answers its calls with `handlers` (what: async function of the args)."""
+
+    def __init__(self, outbox: Outbox, handlers: Dict[str, Handler]) -> None:
+        """Send through `outbox`; answer calls by name with `handlers`."""
+        self._outbox = outbox
+        self._handlers = handlers
+        self._waiting: Dict[int, asyncio.Future[Any]] = {}
+        self._answering: Set[asyncio.Task[None]] = set()
+        self._next_id = 0
+        self.closed = False
+
+    def call(self, what: str, *args: Any) -> Awaitable[Any]:
+        """Ask the other side to run `what(*args)`; the future ends with its value, or CallFailed."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.closed:
+            future.set_exception(CallFailed(f"cannot call '{what}': the other process is gone"))
+            return future
+        self._next_id += 1
+        self._waiting[self._next_id] = future
+        self._outbox.post((CALL, self._next_id, what, args))
+        return future
+
+    def on_call(self, head: Any) -> None:
+        """A CALL message came: answer it in a task of its own."""
+        _, call_id, what, args = head
+        task = asyncio.get_running_loop().create_task(self._answer(call_id, what, args))
+        self._answering.add(task)
+        task.add_done_callback(self._answering.discard)
+
+    async def _answer(self, call_id: int, what: str, args: Any) -> None:
+        """Run a handler and send its value, or what it raised, back."""
+        try:
+            handler = self._handlers[what]
+            value = await handler(*args)
+        except Exception as error:
+            if not isinstance(error, KeyError):
+                LOGGER.debug("call '%s' failed", what, exc_info=True)
+            reply = (REPLY, call_id, False, f"{type(error).__name__}: {error}")
+        else:
+            reply = (REPLY, call_id, True, value)
+        if not self.closed:
+            self._outbox.post(reply)
+
+    def on_reply(self, head: Any) -> None:
+        """A REPLY message came: end the call it answers."""
+        _, call_id, ok, value = head
+        future = self._waiting.pop(call_id, None)
+        if future is None or future.done():
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(CallFailed(value))
+
+    def close(self) -> None:
+        """The other side is gone: calls waiting for it fail, and calls it made are not answered."""
+        self.closed = True
+        waiting, self._waiting = self._waiting, {}
+        for future in waiting.values():
+            if not future.done():
+                future.set_exception(CallFailed("the other process is gone"))
+        for task in list(self._answering):
+            task.cancel()

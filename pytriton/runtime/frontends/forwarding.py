@@ -1,0 +1,158 @@
+"""What a frontend process does not answer itself goes to the hub whole, and comes back whole.
+
+A frontend answers inference (HTTP infer, generate and generate_stream; gRPC ModelInfer and ModelStreamInfer)
+itself, the models' work done on the hub. Every other API request (health, metadata, statistics, the model
+repository, shared-memory registration, logging and trace settings) is run by the hub's own HTTP app or gRPC
+servicer, exactly as a server of one process runs it, so each answer is the hub's state, the same whichever
+frontend a client lands on. Such requests are few and small: one call to the hub each.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Tuple
+
+import grpc
+from tritonclient.grpc import service_pb2
+
+from pytriton.core.errors import InferenceError
+from pytriton.ipc.calls import Calls
+from pytriton.transport.grpc.call import Metadata, RpcAbort
+from pytriton.transport.grpc.errors import status_of
+from pytriton.transport.grpc.handlers import SERVICE
+from pytriton.transport.http.app import HttpError, path_segments, read_body
+from pytriton.transport.http.responses import Receive, Scope, Send, send_error
+
+# Served by the frontend itself: the model's work goes to the hub as a request (remote.py).
+_HTTP_ACTIONS = frozenset(("infer", "generate", "generate_stream"))
+GRPC_METHODS = frozenset(("ModelInfer", "ModelStreamInfer"))
+_SCOPE_KEYS = ("type", "asgi", "http_version", "server", "client", "scheme", "method", "root_path", "path")
+
+HttpAnswer = Tuple[int, List[Tuple[bytes, bytes]], bytes]
+
+
+class ForwardingApp:
+    """An ASGI app that serves inference with `app` and has the hub answer every other request."""
+
+    def __init__(self, app: Any, calls: Calls, max_body_bytes: int) -> None:
+        """Serve inference with `app`; forward the rest through `calls` (bodies of at most `max_body_bytes`)."""
+        self._app = app
+        self._calls = calls
+        self._max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one HTTP request, here or on the hub."""
+        if scope["type"] != "http":
+            return
+        parts = path_segments(scope)
+        if len(parts) >= 5 and parts[2] == "models" and parts[-1] in _HTTP_ACTIONS:
+            await self._app(scope, receive, send)
+            return
+        try:
+            body = bytes(await read_body(receive, self._max_body_bytes))
+        except InferenceError as error:
+            await send_error(send, error.status.http_status, error.message)
+            return
+        except HttpError as error:  # 413, as the hub's app would answer it
+            await send_error(send, error.status, error.message)
+            return
+        forwarded = {key: scope[key] for key in _SCOPE_KEYS if key in scope}
+        forwarded["raw_path"] = scope.get("raw_path")
+        forwarded["query_string"] = scope.get("query_string", b"")
+        forwarded["headers"] = list(scope["headers"])
+        try:
+            status, headers, answer = await self._calls.call("http", forwarded, body)
+        except Exception:  # noqa: BLE001 - the hub went away: the server is stopping
+            await send_error(send, 503, "the server is stopping")
+            return
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+
+async def run_http(app: Any, scope: Dict[str, Any], body: bytes) -> HttpAnswer:
+    """On the hub: serve a forwarded request with the hub's app; its status, headers and body."""
+    scope = dict(scope, extensions={})
+    delivered = False
+
+    async def receive() -> Dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    status = 500
+    headers: List[Tuple[bytes, bytes]] = []
+    parts: List[bytes] = []
+
+    async def send(message: Dict[str, Any]) -> None:
+        nonlocal status, headers
+        if message["type"] == "http.response.start":
+            status, headers = message["status"], list(message.get("headers", ()))
+        elif message["type"] == "http.response.body":
+            parts.append(bytes(message.get("body", b"")))
+
+    await app(scope, receive, send)
+    return status, headers, b"".join(parts)
+
+
+class ForwardingServicer:
+    """The gRPC servicer of a frontend: inference from `servicer`, every other RPC answered by the hub."""
+
+    def __init__(self, servicer: Any, calls: Calls) -> None:
+        """Serve inference with `servicer`; forward the rest through `calls`."""
+        for method in SERVICE.methods:
+            if method.name in GRPC_METHODS:
+                setattr(self, method.name, getattr(servicer, method.name))
+            else:
+                response_type = getattr(service_pb2, method.output_type.name)
+                setattr(self, method.name, _forwarder(calls, method.name, response_type.FromString))
+
+
+def _forwarder(calls: Calls, name: str, parse: Callable[[bytes], Any]) -> Callable[[Any, Any], Any]:
+    """A servicer method that has the hub answer RPC `name`."""
+
+    async def forward(request: Any, context: Any) -> Any:
+        if isinstance(request, InferenceError):  # the frontend could not parse the message
+            code, details = status_of(request)
+            await context.abort(code, details)
+        try:
+            answer = await calls.call("grpc", name, request.SerializeToString(), context.invocation_metadata())
+        except Exception:  # noqa: BLE001 - the hub went away: the server is stopping
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is stopping")
+        if answer[0] != "ok":
+            await context.abort(grpc.StatusCode[answer[1]], answer[2])
+        return parse(answer[1])
+
+    forward.__name__ = name
+    return forward
+
+
+class _ForwardedContext:
+    """The servicer context of a forwarded call: its metadata, and `abort`."""
+
+    def __init__(self, metadata: Metadata) -> None:
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> Metadata:
+        """The call's metadata, as the frontend read it."""
+        return self._metadata
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        """End the call with a status (raises)."""
+        raise RpcAbort(code, details)
+
+
+async def run_grpc(servicer: Any, name: str, request: bytes, metadata: Metadata) -> Tuple[Any, ...]:
+    """On the hub: answer a forwarded RPC with the hub's servicer: ("ok", response) or ("abort", code, details)."""
+    method = next((m for m in SERVICE.methods if m.name == name), None)
+    if method is None or name in GRPC_METHODS:
+        return ("abort", "UNIMPLEMENTED", f"unknown method {name}")
+    request_type = getattr(service_pb2, method.input_type.name)
+    try:
+        response = await getattr(servicer, name)(request_type.FromString(request), _ForwardedContext(metadata))
+    except RpcAbort as abort:
+        return ("abort", abort.code.name, abort.details)
+    except Exception as error:  # noqa: BLE001 - every failure reaches the client as a status
+        code, details = status_of(error)
+        return ("abort", code.name, details)
+    return ("ok", response.SerializeToString())

@@ -1,0 +1,327 @@
+"""The frontend processes of a server, from the hub: started, handed connections, kept in step, restarted, stopped.
+
+To the runtime the pool is one more frontend (start, leave, stop, hurry). Behind it, each process serves
+the HTTP and gRPC connections the hub accepts for it (acceptor.py), one after the other, and sends its
+requests here (hub.py). The state a frontend needs to check requests (the models' specs, the client
+shared-memory regions registered) is mirrored into every process whenever it changes, before the call that
+changed it is answered: a region registered through one frontend serves a request that lands on another.
+A frontend that dies fails only its own connections; it is logged and started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+
+from pytriton.core.engine import Engine
+from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
+from pytriton.ipc.spawn import exit_of, exit_status, stop_process
+from pytriton.options.server import ServerOptions
+from pytriton.runtime.frontends.acceptor import Acceptor
+from pytriton.runtime.frontends.forwarding import run_grpc, run_http
+from pytriton.runtime.frontends.hub import FrontendLink
+from pytriton.runtime.frontends.process import INIT, START_FAILED, Init, Region
+from pytriton.runtime.frontends.protocol import CONNECTION
+
+LOGGER = logging.getLogger("pytriton")
+
+START_TIMEOUT_S = 60.0
+# A frontend that dies sooner than this after it started waits before it is started again (then longer).
+_STABLE_S = 10.0
+_FIRST_BACKOFF_S = 0.1
+_MAX_BACKOFF_S = 10.0
+# Accepted connections held while no frontend is up (all restarting), then refused.
+_MAX_HELD = 1024
+
+Mirror = Tuple[Tuple[Tuple[str, int, int], ...], Tuple[Region, ...]]
+
+
+class StartError(RuntimeError):
+    """A frontend process did not come up; the message says how it ended."""
+
+
+class _State(enum.Enum):
+    STARTING = "starting"
+    UP = "up"
+    RESTARTING = "restarting"
+    STOPPED = "stopped"
+
+
+class _Frontend:
+    """One frontend process as the hub sees it."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.state = _State.STARTING
+        self.process: Optional[subprocess.Popen[bytes]] = None
+        self.link: Optional[FrontendLink] = None
+        self.started = 0.0
+        self.mirror: Optional[Mirror] = None  # what it was last told
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process is not None else 0
+
+
+class FrontendPool:
+    """N frontend processes serving the HTTP and gRPC ports that the hub listens on."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        options: ServerOptions,
+        count: int,
+        *,
+        server_version: str,
+        http_socket: Optional[socket.socket],
+        grpc_socket: Optional[socket.socket],
+        hub_app: Any,
+        hub_servicer: Any,
+    ) -> None:
+        """A pool of `count` processes for the listening sockets given (the hub bound them); nothing starts yet.
+
+        `hub_app` and `hub_servicer` answer what the frontends forward (forwarding.py).
+        """
+        self._engine = engine
+        self._options = options
+        self._server_version = server_version
+        self._sockets = {"http": http_socket, "grpc": grpc_socket}
+        self._hub_app = hub_app
+        self._hub_servicer = hub_servicer
+        self._frontends = [_Frontend(number) for number in range(count)]
+        self._acceptors: List[Acceptor] = []
+        self._turn = itertools.cycle(range(count))
+        self._held: List[Tuple[str, int]] = []  # connections accepted while no frontend was up
+        self._restarts: Dict[int, asyncio.Task[None]] = {}
+        self._sync_lock = asyncio.Lock()
+        self._stopping = False
+
+    # -- life -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start every process; accept connections once all are up (StartError names one that is not)."""
+        LOGGER.info("starting %d frontend processes", len(self._frontends))
+        results = await asyncio.gather(*(self._start(frontend) for frontend in self._frontends), return_exceptions=True)
+        failed = [result for result in results if isinstance(result, BaseException)]
+        if failed:
+            await self.stop(0.0)
+            raise failed[0]
+        for kind, sock in self._sockets.items():
+            if sock is not None:
+                acceptor = Acceptor(sock, lambda fd, kind=kind: self._hand_over(kind, fd))  # type: ignore[misc]
+                acceptor.start()
+                self._acceptors.append(acceptor)
+
+    async def _start(self, frontend: _Frontend) -> None:
+        """Start one frontend process and wait until it serves."""
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        command = [sys.executable, "-m", "pytriton.runtime.frontends.process", str(theirs.fileno()), str(os.getpid())]
+        try:
+            process = subprocess.Popen(command, pass_fds=[theirs.fileno()])
+        finally:
+            theirs.close()
+        answer: asyncio.Future[Message] = loop.create_future()
+
+        def on_message(message: Message) -> None:
+            if not answer.done():
+                answer.set_result(message)
+
+        def on_closed() -> None:
+            if not answer.done():
+                answer.set_exception(StartError(exit_of(process, "before it was ready")))
+
+        channel = LoopChannel(ours, loop, on_message, on_closed)
+        mirror = self._mirror()
+        init = Init(
+            frontend.number,
+            self._options,
+            self._server_version,
+            self._sockets["http"] is not None,
+            self._sockets["grpc"] is not None,
+            [spec for spec in self._specs()],
+            list(mirror[1]),
+        )
+        try:
+            channel.send((INIT, init))
+            message = await asyncio.wait_for(answer, START_TIMEOUT_S)
+            if message.head[0] == START_FAILED:
+                raise StartError(f"frontend {frontend.number} did not start: {message.head[1]}")
+        except BaseException as error:
+            channel.close()
+            await stop_process(process, kill=True)
+            if isinstance(error, asyncio.TimeoutError):
+                raise StartError(f"frontend {frontend.number} was not ready within {START_TIMEOUT_S:g} s") from None
+            raise
+        handlers: Dict[str, Callable[..., Awaitable[Any]]] = {"http": self._forward_http, "grpc": self._forward_grpc}
+        link = FrontendLink(self._engine, channel, loop, handlers)
+        channel.handle(link.on_message, lambda: self._on_closed(frontend, link))
+        frontend.process, frontend.link, frontend.started = process, link, time.monotonic()
+        frontend.mirror = mirror
+        frontend.state = _State.UP
+        LOGGER.debug("frontend %d is up (pid %d)", frontend.number, process.pid)
+        if channel.closed:
+            self._on_closed(frontend, link)
+            return
+        await self._tell(frontend)  # anything that changed while it started
+        self._hand_held()
+
+    async def leave(self) -> None:
+        """Keep serving, but ask every client to reconnect elsewhere (the lame duck before a stop)."""
+        await self._broadcast("leave")
+
+    def hurry(self) -> None:
+        """Stop waiting for answers still leaving (a second signal)."""
+        for frontend in self._up():
+            assert frontend.link is not None
+            frontend.link.calls.call("hurry")
+
+    async def stop(self, sending_s: float = 0.0) -> None:
+        """Accept nothing more; each frontend finishes what it sends (up to `sending_s`) and exits."""
+        self._stopping = True
+        for acceptor in self._acceptors:
+            acceptor.stop()
+        self._acceptors.clear()
+        for _, fd in self._held:
+            os.close(fd)
+        self._held.clear()
+        for task in self._restarts.values():
+            task.cancel()
+        deadline = time.monotonic() + sending_s + 2.0
+        await self._broadcast("stop", sending_s)
+        await asyncio.gather(*(self._ended(frontend, deadline) for frontend in self._frontends))
+
+    async def _ended(self, frontend: _Frontend, deadline: float) -> None:
+        """Wait for a stopped frontend to exit (killed at `deadline`), and let its channel go."""
+        frontend.state = _State.STOPPED
+        if frontend.process is not None:
+            await stop_process(frontend.process, kill=False, deadline=deadline)
+        if frontend.link is not None:
+            frontend.link.channel.close()
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def _hand_over(self, kind: str, fd: int) -> None:
+        """Give an accepted connection to the next frontend that is up (held while none is)."""
+        for _ in range(len(self._frontends)):
+            frontend = self._frontends[next(self._turn)]
+            if frontend.state is _State.UP and frontend.link is not None and not frontend.link.closed:
+                try:
+                    frontend.link.outbox.send_now((CONNECTION, kind), fds=[fd], give=True)
+                except ChannelClosed:
+                    return  # it died just now: so did this connection, as its others
+                return
+        if len(self._held) < _MAX_HELD:
+            self._held.append((kind, fd))
+        else:
+            os.close(fd)
+
+    def _hand_held(self) -> None:
+        """Hand over the connections accepted while no frontend was up."""
+        held, self._held = self._held, []
+        for kind, fd in held:
+            self._hand_over(kind, fd)
+
+    # -- death ----------------------------------------------------------------------------------
+
+    def _on_closed(self, frontend: _Frontend, link: FrontendLink) -> None:
+        """A frontend's channel closed: unless the pool is stopping, it died; start it again."""
+        link.close()
+        if self._stopping or frontend.state is not _State.UP or frontend.link is not link:
+            return
+        frontend.state = _State.RESTARTING
+        self._restarts[frontend.number] = asyncio.get_running_loop().create_task(self._restart(frontend))
+
+    async def _restart(self, frontend: _Frontend) -> None:
+        """Log how the frontend ended, then start it again (with a backoff when it keeps dying)."""
+        process = frontend.process
+        code = await stop_process(process, kill=False, grace_s=1.0) if process is not None else None
+        how = exit_status(code) if code is not None else "closed its channel"
+        LOGGER.error(
+            "frontend %d (pid %d) %s; its connections were closed; starting it again",
+            frontend.number,
+            frontend.pid,
+            how,
+        )
+        delay = _FIRST_BACKOFF_S if time.monotonic() - frontend.started < _STABLE_S else 0.0
+        try:
+            while not self._stopping:
+                if delay:
+                    await asyncio.sleep(delay)
+                try:
+                    await self._start(frontend)
+                except StartError as error:
+                    delay = min(max(delay * 2, _FIRST_BACKOFF_S), _MAX_BACKOFF_S)
+                    LOGGER.error(
+                        "frontend %d did not start again (%s); next try in %.1f s", frontend.number, error, delay
+                    )
+                    continue
+                LOGGER.info("frontend %d is serving again (pid %d)", frontend.number, frontend.pid)
+                return
+        finally:
+            self._restarts.pop(frontend.number, None)
+
+    # -- what the frontends ask the hub ---------------------------------------------------------
+
+    async def _forward_http(self, scope: Dict[str, Any], body: bytes) -> Any:
+        answer = await run_http(self._hub_app, scope, body)
+        await self.sync()
+        return answer
+
+    async def _forward_grpc(self, name: str, request: bytes, metadata: Any) -> Any:
+        answer = await run_grpc(self._hub_servicer, name, request, metadata)
+        await self.sync()
+        return answer
+
+    # -- mirrored state -------------------------------------------------------------------------
+
+    def _specs(self) -> List[Any]:
+        return [model.spec for model in self._engine.models()]
+
+    def _mirror(self) -> Mirror:
+        """What the frontends must know now: the model versions (by spec identity) and the regions."""
+        models = tuple((model.spec.name, model.spec.version, id(model.spec)) for model in self._engine.models())
+        regions = tuple(
+            (region.name, region.key, region.offset, region.byte_size) for region in self._engine.system_memory.status()
+        )
+        return models, regions
+
+    async def sync(self) -> None:
+        """Tell every frontend what changed since it was last told; return once all have it."""
+        async with self._sync_lock:
+            await asyncio.gather(*(self._tell(frontend) for frontend in self._up()))
+
+    async def _tell(self, frontend: _Frontend) -> None:
+        """Send one frontend the models and regions where they changed since it was last told."""
+        mirror = self._mirror()
+        told = frontend.mirror
+        link = frontend.link
+        if told == mirror or link is None:
+            return
+        try:
+            if told is None or told[0] != mirror[0]:
+                await link.calls.call("models", self._specs())
+            if told is None or told[1] != mirror[1]:
+                await link.calls.call("regions", list(mirror[1]))
+        except Exception:  # noqa: BLE001 - it died meanwhile: it is told everything when it starts again
+            return
+        frontend.mirror = mirror
+
+    async def _broadcast(self, what: str, *args: Any) -> None:
+        """Call `what(*args)` on every frontend that is up; return once all have answered (or died)."""
+        calls = []
+        for frontend in self._up():
+            assert frontend.link is not None
+            calls.append(frontend.link.calls.call(what, *args))
+        await asyncio.gather(*calls, return_exceptions=True)
+
+    def _up(self) -> List[_Frontend]:
+        return [frontend for frontend in self._frontends if frontend.state is _State.UP and frontend.link is not None]

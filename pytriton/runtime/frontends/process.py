@@ -1,0 +1,209 @@
+"""A frontend process: the HTTP and gRPC servers on a loop of their own, the models' work done by the hub.
+
+It runs `python -m pytriton.runtime.frontends.process FD PARENT_PID` (a fresh interpreter, never a fork of
+the hub: a fork would inherit its threads mid-flight and any CUDA context), with the listening sockets the
+hub bound passed down at the numbers its INIT message names. The hub drives its life: it answers the hub's
+calls to mirror state (models, shared-memory regions) and to leave, stop and hurry, and it ends when the
+hub's channel closes, at once: a frontend never outlives its hub (and the kernel kills it with its parent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+from pytriton.core.spec import ModelSpec
+from pytriton.ipc.calls import Handler
+from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel
+from pytriton.ipc.spawn import die_with_parent
+from pytriton.options.server import ServerOptions
+from pytriton.runtime.frontends.forwarding import ForwardingApp, ForwardingServicer
+from pytriton.runtime.frontends.remote import HubLink, RemoteEngine
+from pytriton.runtime.logging_setup import configure_logging
+from pytriton.runtime.loop_thread import new_event_loop
+from pytriton.transport.inflate import InflationBudget
+
+LOGGER = logging.getLogger("pytriton")
+
+# Hub to frontend, first: (INIT, Init); the frontend answers (READY, pid) or (START_FAILED, text).
+INIT, READY, START_FAILED = 101, 102, 103
+# A region the hub mirrors: (name, key, offset, byte size).
+Region = Tuple[str, str, int, int]
+
+
+class Init(NamedTuple):
+    """What a frontend process serves, and where."""
+
+    number: int
+    options: ServerOptions
+    server_version: str
+    http: bool  # whether it serves HTTP
+    grpc: bool  # whether it serves gRPC
+    models: List[ModelSpec]
+    regions: List[Region]
+
+
+class FrontendProcess:
+    """The servers of one frontend process, over an engine whose models run on the hub."""
+
+    def __init__(self, init: Init, channel: LoopChannel, loop: asyncio.AbstractEventLoop) -> None:
+        """Build the servers (nothing is served before `start`)."""
+        self._init = init
+        self._loop = loop
+        self.ended = loop.create_future()
+        handlers: Dict[str, Handler] = {
+            "models": self._models,
+            "regions": self._regions,
+            "leave": self._leave,
+            "stop": self._stop,
+            "hurry": self._hurry,
+        }
+        self.link = HubLink(channel, loop, handlers, on_connection=self._adopt, on_closed=self._end)
+        self.engine = RemoteEngine(self.link, init.options.server_id)
+        self.engine.set_models(init.models)
+        self._set_regions(init.regions)
+        self._servers: List[Any] = []
+        self._by_kind: Dict[str, Any] = {}
+
+    async def start(self) -> None:
+        """Serve on the sockets the hub passed down."""
+        from pytriton.transport.http.app import HttpFrontend
+        from pytriton.transport.http.server import AsgiServer
+
+        init, options = self._init, self._init.options
+        budget = InflationBudget(options.limits.max_inflated_bytes)
+        if init.http:
+            app = HttpFrontend(
+                self.engine,
+                server_version=init.server_version,
+                header_forward_pattern=options.http_header_forward_pattern,
+                max_body_bytes=options.limits.max_body_bytes,
+                inflation_budget=budget,
+                access=options.http_access,
+            )
+            forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)
+            server = AsgiServer(forwarding, None, limits=options.limits)
+            await server.start()
+            self._servers.append(server)
+            self._by_kind["http"] = server
+        if init.grpc:
+            from pytriton.transport.grpc.server import GrpcFrontend
+
+            calls = self.link.calls
+            grpc_server = GrpcFrontend(
+                self.engine,
+                options,
+                server_version=init.server_version,
+                inflation_budget=budget,
+                listen=False,
+                servicer=lambda servicer: ForwardingServicer(servicer, calls),
+            )
+            await grpc_server.start()
+            self._servers.append(grpc_server)
+            self._by_kind["grpc"] = grpc_server
+
+    def _adopt(self, kind: str, fd: int) -> None:
+        """Serve a connection the hub accepted (closed at once when this process no longer serves its kind)."""
+        sock = socket.socket(fileno=fd)
+        server = self._by_kind.get(kind)
+        if server is None:
+            sock.close()
+            return
+        sock.setblocking(False)
+        server.adopt(sock)
+
+    async def _models(self, specs: List[ModelSpec]) -> None:
+        self.engine.set_models(specs)
+
+    async def _regions(self, regions: List[Region]) -> None:
+        self._set_regions(regions)
+
+    def _set_regions(self, regions: List[Region]) -> None:
+        """Map the client regions the hub has registered (and only those): each frontend maps its own."""
+        memory = self.engine.system_memory
+        wanted = {region[0]: region for region in regions}
+        for mapped in memory.status():
+            if wanted.get(mapped.name) != (mapped.name, mapped.key, mapped.offset, mapped.byte_size):
+                memory.unregister(mapped.name)
+        present = {mapped.name for mapped in memory.status()}
+        for name, region in wanted.items():
+            if name not in present:
+                try:
+                    memory.register(*region)
+                except Exception as error:  # noqa: BLE001 - the hub mapped it; a request naming it will fail here
+                    LOGGER.warning(
+                        "frontend %d cannot map shared memory region '%s': %s", self._init.index, name, error
+                    )
+
+    async def _leave(self) -> None:
+        await asyncio.gather(*(server.leave() for server in self._servers))
+
+    async def _stop(self, sending_s: float) -> None:
+        for server in reversed(self._servers):
+            try:
+                await server.stop(sending_s)
+            except Exception:
+                LOGGER.exception("error while stopping a frontend")
+        self._servers.clear()
+        self._by_kind.clear()
+        self.engine.system_memory.unregister()
+        self._loop.call_soon(self._end)
+
+    def _end(self) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    async def _hurry(self) -> None:
+        for server in self._servers:
+            server.hurry()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point: FD (this process's end of the hub's channel) and the hub's pid."""
+    fd, parent_pid = (int(arg) for arg in (argv or sys.argv[1:])[:2])
+    die_with_parent(parent_pid)
+    # The hub stops its frontends itself (after its lame duck and drain): a Ctrl-C in the terminal reaches the
+    # whole process group, and must not close connections the hub still answers through them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    blocking = BlockingChannel(sock)
+    try:
+        message = blocking.receive()
+    except ChannelClosed:
+        return 1
+    init: Init = message.head[1]
+    configure_logging(init.options.log_verbose, init.options.log_file)  # type: ignore[arg-type]
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(_serve(init, sock, loop))
+    finally:
+        loop.close()
+
+
+async def _serve(init: Init, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> int:
+    """Start the servers, say so, and serve until told to stop or until the hub is gone."""
+    channel = LoopChannel(sock, loop, lambda _message: None, lambda: None)
+    frontend = FrontendProcess(init, channel, loop)
+    try:
+        await frontend.start()
+    except Exception as error:  # noqa: BLE001 - the hub reports it
+        channel.send((START_FAILED, f"{type(error).__name__}: {error}"))
+        return 1
+    channel.send((READY, os.getpid()))
+    await frontend.ended
+    frontend.link.outbox.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    # Run the module's own copy, not __main__'s: what travels pickled must be found there by name.
+    from pytriton.runtime.frontends.process import main as module_main
+
+    sys.exit(module_main())

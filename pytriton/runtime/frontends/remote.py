@@ -1,0 +1,293 @@
+"""The engine as a frontend process sees it: models mirrored from the hub, requests sent there to run.
+
+A frontend decodes and checks each request itself (it has every model's spec), then sends it to the hub
+(the process that holds the models) and awaits its answer: the hub's batcher takes requests from every
+frontend. What the transports ask beyond running requests is forwarded to the hub as whole API requests
+(forwarding.py), so this engine answers only what the request path needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from typing import Any, AsyncIterator, Callable, Dict, List, NoReturn, Optional, Tuple, Union
+
+from pytriton.core.cuda_memory import CudaSharedMemory
+from pytriton.core.engine import find_version
+from pytriton.core.errors import InferenceError
+from pytriton.core.model import ServedModel
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.spec import ModelSpec
+from pytriton.core.system_memory import SystemSharedMemory
+from pytriton.core.watch import WATCH_AFTER_S, Disconnect
+from pytriton.ipc.calls import CALL, REPLY, Calls, Handler
+from pytriton.ipc.channel import LoopChannel, Message
+from pytriton.ipc.outbox import Outbox, items
+from pytriton.runtime.frontends.protocol import (
+    CANCEL,
+    CONNECTION,
+    END,
+    FAILED,
+    RESPONSE,
+    error_of,
+    pack_request,
+    unpack_response,
+)
+
+_WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
+_END = object()
+_GONE = "the client disconnected before its response was ready"
+
+
+class _Stream:
+    """The responses of one streaming request as they come from the hub."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+
+
+Waiting = Union["asyncio.Future[InferenceResponse]", _Stream]
+
+
+class HubLink:
+    """A frontend's side of its channel to the hub: requests out, their answers back, calls either way."""
+
+    def __init__(
+        self,
+        channel: LoopChannel,
+        loop: asyncio.AbstractEventLoop,
+        handlers: Dict[str, Handler],
+        on_connection: Callable[[str, int], None],
+        on_closed: Callable[[], None],
+    ) -> None:
+        """Talk to the hub over `channel`; answer its calls with `handlers`.
+
+        `on_connection(kind, fd)` serves a connection the hub accepted; `on_closed()` runs once the hub is gone.
+        """
+        self._loop = loop
+        self._on_connection = on_connection
+        self._on_hub_gone = on_closed
+        self.outbox = Outbox(channel, loop)
+        self.calls = Calls(self.outbox, handlers)
+        self._waiting: Dict[int, Waiting] = {}
+        # Requests whose clients are watched once they wait WATCH_AFTER_S: key -> (gone, since ns, watcher).
+        self._watched: Dict[int, Tuple[Disconnect, int, Optional[asyncio.Future[Any]]]] = {}
+        self._sweep: Optional[asyncio.TimerHandle] = None
+        self._next_key = 0
+        self.closed = False
+        channel.handle(self._on_message, self._on_closed)
+
+    def send(self, spec: ModelSpec, request: InferenceRequest, waiting: Waiting, gone: Optional[Disconnect]) -> int:
+        """Send a request to the hub; its answers go to `waiting`. Its key."""
+        if self.closed:
+            raise InferenceError.unavailable("the server is stopping")
+        self._next_key += 1
+        key = self._next_key
+        head, body = pack_request(key, spec.name, spec.version_str, request, isinstance(waiting, _Stream))
+        self.outbox.post(head, body)
+        self._waiting[key] = waiting
+        if gone is not None:
+            self._watched[key] = (gone, time.monotonic_ns(), None)
+            if self._sweep is None:
+                self._sweep = self._loop.call_later(WATCH_AFTER_S, self._watch)
+        return key
+
+    def cancel(self, key: int) -> None:
+        """The request's caller went away: the hub takes it out of its queue, or drops its answers."""
+        if self._waiting.pop(key, None) is not None and not self.closed:
+            self.outbox.post((CANCEL, key))
+        self._unwatch(key)
+
+    def _on_message(self, message: Message) -> None:
+        """Answers and calls from the hub."""
+        if message.head[0] == CONNECTION:
+            self._on_connection(message.head[1], message.fds[0])
+            return
+        waiting = self._waiting
+        for head, body in items(message):
+            tag = head[0]
+            if tag == RESPONSE:
+                key = head[1]
+                target = waiting.get(key)
+                if target is None:
+                    continue
+                response = unpack_response(head, body)
+                if isinstance(target, _Stream):
+                    target.queue.put_nowait(response)
+                else:
+                    del waiting[key]
+                    self._unwatch(key)
+                    if not target.done():
+                        target.set_result(response)
+            elif tag == FAILED or tag == END:
+                target = waiting.pop(head[1], None)
+                if target is None:
+                    continue
+                self._unwatch(head[1])
+                item = error_of(head) if tag == FAILED else _END
+                if isinstance(target, _Stream):
+                    target.queue.put_nowait(item)
+                elif not target.done():
+                    target.set_exception(item if isinstance(item, InferenceError) else _no_response())
+            elif tag == CALL:
+                self.calls.on_call(head)
+            elif tag == REPLY:
+                self.calls.on_reply(head)
+
+    def _on_closed(self) -> None:
+        """The hub is gone: every request waiting for it fails."""
+        self.closed = True
+        self.calls.close()
+        waiting, self._waiting = self._waiting, {}
+        error = InferenceError.unavailable("the server is stopping")
+        for target in waiting.values():
+            if isinstance(target, _Stream):
+                target.queue.put_nowait(error)
+            elif not target.done():
+                target.set_exception(error)
+        for key in list(self._watched):
+            self._unwatch(key)
+        self._on_hub_gone()
+
+    def _watch(self) -> None:
+        """Start watching the clients of requests that have waited WATCH_AFTER_S; look again later while any wait."""
+        self._sweep = None
+        if not self._watched:
+            return
+        due_ns = time.monotonic_ns() - _WATCH_AFTER_NS
+        for key, (gone, since_ns, watcher) in list(self._watched.items()):
+            if watcher is None and since_ns <= due_ns:
+                watcher = asyncio.ensure_future(gone())
+                watcher.add_done_callback(functools.partial(self._gone, key))
+                self._watched[key] = (gone, since_ns, watcher)
+        self._sweep = self._loop.call_later(WATCH_AFTER_S, self._watch)
+
+    def _gone(self, key: int, watcher: asyncio.Future[Any]) -> None:
+        """A request's client disconnected: the hub takes it out of its queue (it answers CANCELLED) if it is there."""
+        if watcher.cancelled():
+            return
+        watcher.exception()  # read, so that a failed watcher is not reported as never retrieved
+        self._watched.pop(key, None)
+        if key in self._waiting and not self.closed:
+            self.outbox.post((CANCEL, key))
+
+    def _unwatch(self, key: int) -> None:
+        """Stop watching a request's client."""
+        watched = self._watched.pop(key, None)
+        if watched is not None and watched[2] is not None:
+            watched[2].cancel()
+
+
+def _no_response() -> InferenceError:
+    return InferenceError.internal("model returned no response")
+
+
+class RemoteModel:
+    """A model version served by the hub: this process checks its requests, the hub runs them."""
+
+    def __init__(self, spec: ModelSpec, link: HubLink) -> None:
+        """A model of `spec`, run through `link`."""
+        self.spec = spec
+        self._link = link
+
+    async def infer(self, request: InferenceRequest, gone: Optional[Disconnect] = None) -> InferenceResponse:
+        """Run one request on the hub; its single response (a queued request whose client leaves is CANCELLED)."""
+        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
+        key = self._link.send(self.spec, request, future, gone)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._link.cancel(key)
+            raise
+
+    def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """Run one request on the hub and iterate over its responses; leaving early stops it there."""
+        stream = _Stream()
+        key = self._link.send(self.spec, request, stream, None)
+        return self._responses(key, stream)
+
+    async def _responses(self, key: int, stream: _Stream) -> AsyncIterator[InferenceResponse]:
+        ended = False
+        try:
+            while True:
+                item = await stream.queue.get()
+                if item is _END:
+                    ended = True
+                    return
+                if isinstance(item, InferenceError):
+                    ended = True
+                    raise item
+                yield item
+        finally:
+            if not ended:
+                self._link.cancel(key)
+
+
+class RemoteEngine:
+    """The engine in a frontend process: the hub's models (mirrored) and the client regions it registered."""
+
+    def __init__(self, link: HubLink, server_name: str) -> None:
+        """No models until the hub says which it serves."""
+        self._link = link
+        self.server_name = server_name
+        self._models: Dict[str, Dict[int, RemoteModel]] = {}
+        self.system_memory = SystemSharedMemory()
+        self.cuda_memory = CudaSharedMemory()
+
+    def set_models(self, specs: List[ModelSpec]) -> None:
+        """Serve these model versions from now on (the hub's table, whole); unchanged ones keep their object."""
+        table: Dict[str, Dict[int, RemoteModel]] = {}
+        for spec in specs:
+            old = self._models.get(spec.name, {}).get(spec.version)
+            table.setdefault(spec.name, {})[spec.version] = (
+                old if old is not None and old.spec == spec else (RemoteModel(spec, self._link))
+            )
+        self._models = table
+
+    def model(self, name: str, version: str = "") -> RemoteModel:
+        """The model version a request names (latest when the version is empty), or NOT_FOUND as the hub says it."""
+        return find_version(self._models, name, version)
+
+    # What follows is the hub's to answer: the routes that need it are forwarded there (forwarding.py).
+
+    @property
+    def live(self) -> bool:
+        """Forwarded: never asked here."""
+        _forwarded()
+
+    @property
+    def ready(self) -> bool:
+        """Forwarded: never asked here."""
+        _forwarded()
+
+    @property
+    def has_cache(self) -> bool:
+        """Forwarded: never asked here."""
+        _forwarded()
+
+    def models(self) -> List[ServedModel]:
+        """Forwarded: never asked here."""
+        _forwarded()
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """Forwarded: never asked here."""
+        _forwarded()
+
+    def statistics_of(self, name: str = "", version: str = "") -> List[ServedModel]:
+        """Forwarded: never asked here."""
+        _forwarded()
+
+    def load(self, name: str) -> None:
+        """Forwarded: never asked here."""
+        _forwarded()
+
+    async def unload(self, name: str) -> None:
+        """Forwarded: never asked here."""
+        _forwarded()
+
+
+def _forwarded() -> NoReturn:
+    raise InferenceError.internal("a frontend process answered what the hub answers")

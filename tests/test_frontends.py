@@ -1,0 +1,432 @@
+"""Several frontend processes in front of one set of models: one server to its clients and its operator."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from prometheus_client.parser import text_string_to_metric_families
+
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.frontend_processes import frontend_pids, serving_pid
+
+FP32 = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
+OUT = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
+SLOW_S = 0.5
+
+
+class Pairs:
+    """Answers each request with the size of the batch it came in."""
+
+    def __init__(self) -> None:
+        self.batches: List[int] = []
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        self.batches.append(len(requests))
+        return [{"OUTPUT_1": np.full((1, 1), len(requests), np.float32)} for _ in requests]
+
+
+def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
+
+
+def _slow(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    time.sleep(SLOW_S)
+    return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
+
+
+def _countdown(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    start = int(requests[0]["INPUT_1"].flat[0])
+    for value in range(start, 0, -1):
+        yield [{"OUTPUT_1": np.array([value], np.float32)}]
+
+
+PAIRS = Pairs()
+
+
+def _bind(triton: Triton) -> None:
+    triton.bind("identity", _identity, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=64))
+    pairs = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
+    triton.bind("pairs", PAIRS, inputs=FP32, outputs=OUT, config=pairs)
+    triton.bind("slow", _slow, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))
+    triton.bind("countdown", _countdown, inputs=FP32, outputs=OUT, config=ModelConfig(batching=False, decoupled=True))
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Triton]:
+    with running_triton(_bind, frontends=2) as triton:
+        yield triton
+
+
+@contextlib.contextmanager
+def _connections_on_each_frontend(port: int, pids: List[int]) -> Iterator[Dict[int, http.client.HTTPConnection]]:
+    """One open HTTP connection served by each frontend (connections are handed out in turn), closed after."""
+    found: Dict[int, http.client.HTTPConnection] = {}
+    opened = []
+    try:
+        for _ in range(4 * len(pids)):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            opened.append(connection)
+            connection.connect()
+            found.setdefault(serving_pid(connection.sock, pids), connection)
+            if len(found) == len(pids):
+                break
+        assert len(found) == len(pids), f"connections reached {sorted(found)} of {pids}"
+        yield found
+    finally:
+        for connection in opened:
+            connection.close()
+
+
+def _infer_json(
+    connection: http.client.HTTPConnection, model: str, values: List[float], headers: Optional[Dict[str, str]] = None
+) -> Tuple[int, Any]:
+    body = {"inputs": [{"name": "INPUT_1", "shape": [1, len(values)], "datatype": "FP32", "data": values}]}
+    connection.request("POST", f"/v2/models/{model}/infer", json.dumps(body), headers or {})
+    response = connection.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_every_frontend_is_a_process_of_this_server(server: Triton) -> None:
+    pids = frontend_pids()
+    assert len(pids) == 2
+    expected = {
+        "model_name": "identity",
+        "model_version": "1",
+        "outputs": [{"name": "OUTPUT_1", "datatype": "FP32", "shape": [1, 2], "data": [1.0, 2.0]}],
+    }
+    with _connections_on_each_frontend(server.http_port, pids) as connections:
+        for connection in connections.values():
+            assert _infer_json(connection, "identity", [1.0, 2.0]) == (200, expected)
+
+
+def test_requests_that_came_in_on_different_frontends_form_one_batch(server: Triton) -> None:
+    answers: List[Tuple[int, Any]] = []
+    before = len(PAIRS.batches)
+    with _connections_on_each_frontend(server.http_port, frontend_pids()) as connections:
+        threads = [
+            threading.Thread(target=lambda c=connection: answers.append(_infer_json(c, "pairs", [1.0])))
+            for connection in connections.values()
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert [status for status, _ in answers] == [200, 200]
+    assert [document["outputs"][0]["data"] for _, document in answers] == [[2.0], [2.0]]
+    assert PAIRS.batches[before:] == [2]  # one call, with both requests: the batcher is the hub's
+
+
+def test_statistics_and_metrics_count_every_frontend_s_requests_once(server: Triton) -> None:
+    def success_count() -> int:
+        with httpclient.InferenceServerClient(http_url(server)) as client:
+            stats = client.get_inference_statistics("identity", headers=HTTP_AUTH)
+        return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
+
+    def metric() -> float:
+        connection = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name.removesuffix("_total")
+                if name == "nv_inference_request_success" and sample.labels.get("model") == "identity":
+                    return float(sample.value)
+        raise AssertionError("no nv_inference_request_success for identity")
+
+    stats_before, metric_before = success_count(), metric()
+    with _connections_on_each_frontend(server.http_port, frontend_pids()) as connections:
+        for connection in connections.values():
+            for _ in range(7):
+                assert _infer_json(connection, "identity", [3.0])[0] == 200
+    with grpcclient.InferenceServerClient(grpc_url(server)) as client:
+        data = grpcclient.InferInput("INPUT_1", [1, 1], "FP32")
+        data.set_data_from_numpy(np.ones((1, 1), np.float32))
+        for _ in range(5):
+            client.infer("identity", [data])
+    assert success_count() - stats_before == 2 * 7 + 5
+    assert metric() - metric_before == 2 * 7 + 5
+
+
+def test_a_region_registered_through_one_frontend_serves_a_request_on_another(server: Triton) -> None:
+    key = f"/pytriton-frontends-{os.getpid()}"
+    handle = shm.create_shared_memory_region("region", key, 64)
+    with contextlib.ExitStack() as stack:
+        first, second = stack.enter_context(_connections_on_each_frontend(server.http_port, frontend_pids())).values()
+        stack.callback(shm.destroy_shared_memory_region, handle)
+        shm.set_shared_memory_region(handle, [np.arange(4, dtype=np.float32)])
+        register = {"key": key, "offset": 0, "byte_size": 64}
+        first.request("POST", "/v2/systemsharedmemory/region/r/register", json.dumps(register), HTTP_AUTH)
+        assert first.getresponse().read() == b""
+        body = {
+            "inputs": [
+                {
+                    "name": "INPUT_1",
+                    "shape": [1, 4],
+                    "datatype": "FP32",
+                    "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 16},
+                }
+            ],
+            "outputs": [
+                {
+                    "name": "OUTPUT_1",
+                    "parameters": {
+                        "shared_memory_region": "r",
+                        "shared_memory_offset": 32,
+                        "shared_memory_byte_size": 16,
+                    },
+                }
+            ],
+        }
+        second.request("POST", "/v2/models/identity/infer", json.dumps(body))
+        response = second.getresponse()
+        assert response.status == 200, response.read()
+        response.read()
+        written = shm.get_contents_as_numpy(handle, np.float32, [12])
+        assert written[8:].tolist() == [0.0, 1.0, 2.0, 3.0]  # the output, 32 bytes into the region
+        second.request("POST", "/v2/systemsharedmemory/region/r/unregister", b"", HTTP_AUTH)
+        assert second.getresponse().status == 200
+        first.request("POST", "/v2/models/identity/infer", json.dumps(body))
+        response = first.getresponse()
+        assert response.status == 404
+        assert json.loads(response.read()) == {"error": "Unable to find shared memory region: 'r'"}
+
+
+def test_a_decoupled_stream_runs_through_each_frontend(server: Triton) -> None:
+    results: Dict[int, List[float]] = {}
+    # A channel of its own each (grpc shares connections between channels to one address): two connections.
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    clients = [grpcclient.InferenceServerClient(grpc_url(server), channel_args=own) for _ in range(2)]
+    try:
+        for index, client in enumerate(clients):
+            received: List[float] = []
+            done = threading.Event()
+
+            def callback(
+                result: Any, error: Any, into: List[float] = received, finished: threading.Event = done
+            ) -> None:
+                if error is not None:
+                    into.append(float("nan"))
+                    finished.set()
+                    return
+                response = result.get_response()
+                if (
+                    response.parameters.get("triton_final_response")
+                    and response.parameters["triton_final_response"].bool_param
+                ):
+                    finished.set()
+                    return
+                into.append(float(result.as_numpy("OUTPUT_1")[0]))
+
+            client.start_stream(callback=callback)
+            data = grpcclient.InferInput("INPUT_1", [1], "FP32")
+            data.set_data_from_numpy(np.array([3.0 + index], np.float32))
+            client.async_stream_infer("countdown", [data], enable_empty_final_response=True)
+            assert done.wait(30)
+            results[index] = received
+        grpc_port = server.grpc_port
+        served = {pid: _tcp_connections(pid, grpc_port) for pid in frontend_pids()}
+        assert all(count >= 1 for count in served.values()), served  # the two channels landed on both frontends
+    finally:
+        for client in clients:
+            client.stop_stream()
+            client.close()
+    assert results == {0: [3.0, 2.0, 1.0], 1: [4.0, 3.0, 2.0, 1.0]}
+
+
+def _tcp_connections(pid: int, port: int) -> int:
+    """How many established connections to `port` process `pid` serves."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01" and fields[9] in inodes:
+                    count += 1
+    return count
+
+
+def test_what_frontends_forward_is_answered_by_the_hub(server: Triton) -> None:
+    with _connections_on_each_frontend(server.http_port, frontend_pids()) as connections:
+        for connection in connections.values():
+            _ask_the_hub(connection)
+    with grpcclient.InferenceServerClient(grpc_url(server)) as client:
+        assert client.get_model_config("identity").config.max_batch_size == 64
+        assert client.is_server_ready() and client.is_model_ready("slow")
+        with pytest.raises(Exception, match=r"\[StatusCode.UNAVAILABLE\]"):
+            client.get_inference_statistics("identity")
+        stats = client.get_inference_statistics("identity", headers=GRPC_AUTH)
+        assert stats.model_stats[0].name == "identity"
+
+
+def _ask_the_hub(connection: http.client.HTTPConnection) -> None:
+    connection.request("GET", "/v2/models/identity/config")
+    response = connection.getresponse()
+    assert response.status == 200
+    assert json.loads(response.read())["max_batch_size"] == 64
+    connection.request("POST", "/v2/repository/index", b"{}")
+    response = connection.getresponse()
+    assert response.status == 403  # the access token guards it, on every frontend
+    response.read()
+    connection.request("POST", "/v2/repository/index", b"{}", HTTP_AUTH)
+    response = connection.getresponse()
+    assert sorted(entry["name"] for entry in json.loads(response.read())) == [
+        "countdown",
+        "identity",
+        "pairs",
+        "slow",
+    ]
+    connection.request("POST", "/v2/models/identity/infer", b"{not json")
+    response = connection.getresponse()
+    assert response.status == 400 and "error" in json.loads(response.read())
+
+
+def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, caplog: pytest.LogCaptureFixture) -> None:
+    pids = frontend_pids()
+    victim_connections: List[http.client.HTTPConnection] = []
+    other_connections: List[http.client.HTTPConnection] = []
+    victim = pids[0]
+    for _ in range(6):
+        connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+        connection.connect()
+        (victim_connections if serving_pid(connection.sock, pids) == victim else other_connections).append(connection)
+    assert victim_connections and other_connections
+    outcomes: Dict[int, Any] = {}
+
+    def ask(index: int, connection: http.client.HTTPConnection) -> None:
+        try:
+            outcomes[index] = _infer_json(connection, "slow", [float(index)])
+        except (OSError, http.client.HTTPException) as error:
+            outcomes[index] = error
+
+    everyone = victim_connections + other_connections
+    threads = [threading.Thread(target=ask, args=(index, connection)) for index, connection in enumerate(everyone)]
+    for thread in threads:
+        thread.start()
+    time.sleep(SLOW_S / 2)  # every request is in (the model takes SLOW_S)
+    os.kill(victim, signal.SIGKILL)
+    for thread in threads:
+        thread.join(60)
+    failed = sorted(index for index, outcome in outcomes.items() if isinstance(outcome, Exception))
+    assert failed == list(range(len(victim_connections)))
+    for index in range(len(victim_connections), len(everyone)):
+        status, document = outcomes[index]
+        assert status == 200 and document["outputs"][0]["data"] == [float(index)]
+    # The model stayed ready, the frontend is started again and logged, and new connections are served by both.
+    with httpclient.InferenceServerClient(http_url(server)) as client:
+        assert client.is_model_ready("slow")
+    deadline = time.monotonic() + 60
+    while not any("is serving again" in record.getMessage() for record in caplog.records):
+        assert time.monotonic() < deadline, "the frontend was not started again"
+        time.sleep(0.05)
+    assert victim not in frontend_pids() and len(frontend_pids()) == 2
+    with _connections_on_each_frontend(server.http_port, frontend_pids()) as connections:
+        for connection in connections.values():
+            assert _infer_json(connection, "identity", [5.0])[0] == 200
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(re.search(rf"frontend \d \(pid {victim}\) was killed by signal SIGKILL", m) for m in messages), messages
+    for connection in everyone:
+        connection.close()
+
+
+_MAIN = """
+import sys
+import numpy as np
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+from tests.test_frontends import _identity
+FP32 = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
+OUT = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
+with Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0), frontends=2) as triton:
+    triton.bind("identity", ProcessInstances(_identity), inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))
+    triton.run()
+    print("READY", triton.http_port, triton.grpc_port, triton.metrics_port, flush=True)
+    sys.stdin.read()
+"""
+
+
+def _descendants(pid: int) -> List[int]:
+    """Every process below `pid`."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    children.setdefault(int(stat.read().rsplit(b")", 1)[1].split()[1]), []).append(int(entry))
+            except OSError:
+                continue
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def test_sigkill_of_the_main_process_leaves_nothing_behind() -> None:
+    shm_before = set(os.listdir("/dev/shm"))
+    main = subprocess.Popen(
+        [sys.executable, "-c", _MAIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=os.getcwd()
+    )
+    try:
+        assert main.stdout is not None
+        line = main.stdout.readline().decode().split()
+        assert line[:1] == ["READY"], line
+        ports = [int(port) for port in line[1:]]
+        with httpclient.InferenceServerClient(f"127.0.0.1:{ports[0]}") as client:
+            data = httpclient.InferInput("INPUT_1", [1, 2], "FP32")
+            data.set_data_from_numpy(np.ones((1, 2), np.float32))
+            assert client.infer("identity", [data]).as_numpy("OUTPUT_1").tolist() == [[1.0, 1.0]]
+        helpers = _descendants(main.pid)
+        assert len(helpers) >= 3  # two frontends and an instance process
+        main.kill()
+        main.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in helpers):
+            assert time.monotonic() < deadline, [pid for pid in helpers if _alive(pid)]
+            time.sleep(0.05)
+    finally:
+        if main.poll() is None:
+            main.kill()
+            main.wait()
+    for port in ports:
+        with socket.socket() as probe:
+            probe.bind(("0.0.0.0", port))  # nothing listens on it any more
+    # Its segments are memfds, gone with the last process that held one; a named one would be left in /dev/shm.
+    ours = {f"pytriton-{pid}-" for pid in (main.pid, *helpers)}
+    assert [name for name in set(os.listdir("/dev/shm")) - shm_before if name[: name.rfind("-") + 1] in ours] == []
