@@ -33,20 +33,20 @@ def _pytest(session: nox.Session) -> None:
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """The whole test suite with the newest dependencies."""
-    if session.python == "3.9":  # Ray and KServe's SDK support Python >= 3.10: their tests say so and skip
-        session.install(".[test]")
+    """The whole test suite with the newest dependencies (torch from the registry: a CUDA build of several GB)."""
+    if session.python == "3.9":  # Ray supports Python >= 3.10: its test says so and skips
+        session.install(".[test,torch,gpu]")
     else:
-        session.install(".[test,ray]")
-        session.install("--no-deps", "kserve>=0.15,<1")  # its models only (tests/kserve_schema.py)
+        session.install(".[test,torch,gpu,ray]")
+    session.install("--no-deps", "kserve>=0.15,<1", "six")  # its models only (tests/kserve_schema.py)
     _pytest(session)
 
 
 @nox.session(python=NUMPY1_PYTHON)
 def tests_numpy1(session: nox.Session) -> None:
     """The whole test suite with NumPy 1.x."""
-    session.install(".[test,ray]", "numpy<2")
-    session.install("--no-deps", "kserve>=0.15,<1")
+    session.install(".[test,torch,gpu,ray]", "numpy<2")
+    session.install("--no-deps", "kserve>=0.15,<1", "six")
     session.run("python", "-c", "import numpy, sys; sys.exit(not numpy.__version__.startswith('1.'))")
     _pytest(session)
 
