@@ -14,6 +14,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.protocol import grpc_codec
+from pytriton.protocol.system_memory_codec import tensor_region
 from pytriton.transport.grpc import handlers, wire
 from pytriton.transport.grpc.servicer import InferenceServicer
 
@@ -197,6 +198,48 @@ def test_parameter_without_value_is_refused() -> None:
     request.parameters["key"].SetInParent()
     with pytest.raises(InferenceError, match="parameter 'key' has no value"):
         grpc_codec.parameters_from_message(request.parameters)
+
+
+_R, _S, _O = "shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {_R: ("string_param", "r"), _S: ("int64_param", 16)},
+        {_R: ("string_param", "r"), _S: ("uint64_param", 16), _O: ("int64_param", 32)},
+        {_R: ("string_param", "r"), _S: ("int64_param", 16), _O: ("uint64_param", 2**64 - 1)},
+        {_R: ("string_param", "r"), _S: ("int64_param", -1)},
+        {_R: ("string_param", "r"), _S: ("int64_param", 16), _O: ("int64_param", -8)},
+        {_R: ("string_param", "r"), _S: ("string_param", "16")},
+        {_R: ("string_param", "r"), _S: ("bool_param", True)},
+        {_R: ("string_param", ""), _S: ("int64_param", 16)},
+        {_R: ("int64_param", 3), _S: ("int64_param", 16)},
+        {_R: ("string_param", "r"), _S: ("int64_param", 16), "other": ("bool_param", True)},
+        {_R: ("string_param", "r"), _S: ("int64_param", 16), _O: None},
+        {_R: ("string_param", "r"), _S: None},
+        {_R: ("string_param", "r")},
+        {_S: ("int64_param", 16), _O: ("int64_param", 0)},
+    ],
+)
+def test_a_tensors_region_read_straight_from_its_parameters_is_what_the_plain_values_say(values: Any) -> None:
+    """The shortcut for what clients send (_plain_region) answers as the generic reading of the values does."""
+    tensor = service_pb2.ModelInferRequest.InferInputTensor(name="x")
+    for key, value in values.items():
+        if value is None:
+            tensor.parameters[key].SetInParent()  # a parameter without a value
+        else:
+            setattr(tensor.parameters[key], value[0], value[1])
+
+    def outcome(read: Any) -> Any:
+        try:
+            region = read()
+        except InferenceError as error:
+            return error.status, str(error)
+        return None if region is None else (region.region, region.offset, region.byte_size)
+
+    generic = outcome(lambda: tensor_region(grpc_codec.parameters_from_message(tensor.parameters), "input 'x'"))
+    assert outcome(lambda: grpc_codec._region(tensor.parameters, "input", tensor)) == generic
 
 
 def test_every_rpc_of_the_service_has_a_handler() -> None:

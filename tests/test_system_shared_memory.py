@@ -353,6 +353,34 @@ def test_a_segment_shrunk_after_registration_fails_the_request_not_the_server(
         client.close()
 
 
+def test_an_output_segment_shrunk_after_registration_is_written_not_faulted(
+    client: Any, segments: Tuple[Segment, Segment]
+) -> None:
+    """Outputs go in with pwrite, not through the mapping: the file grows back, where a store would be SIGBUS."""
+    source, target = segments
+    a = np.arange(4, dtype=np.float32).reshape(1, 4)
+    source.write([a])
+    auth, lib = _auth(client), _lib(client)
+    client.register_system_shared_memory("in", source.key, 64, headers=auth)
+    client.register_system_shared_memory("out", target.key, 64, headers=auth)
+    fd = os.open(f"/dev/shm{target.key}", os.O_RDWR)
+    try:
+        os.ftruncate(fd, 8)
+        inputs = [lib.InferInput("a", [1, 4], "FP32"), lib.InferInput("b", [1, 4], "FP32")]
+        inputs += [lib.InferInput("t", [1, 1], "BYTES")]
+        inputs[0].set_shared_memory("in", 16)
+        inputs[1].set_shared_memory("in", 16)
+        inputs[2].set_data_from_numpy(np.array([[b"x"]], dtype=np.object_))
+        output = lib.InferRequestedOutput("sum")
+        output.set_shared_memory("out", 16)
+        client.infer("add", inputs, outputs=[output])
+        assert os.fstat(fd).st_size == 16
+        np.testing.assert_array_equal(np.frombuffer(os.pread(fd, 16, 0), dtype=np.float32), (a + a).ravel())
+    finally:
+        os.close(fd)
+    assert client.is_server_live()
+
+
 def _holds(key: str) -> int:
     """How many mappings and descriptors of the POSIX segment `key` this process has (Linux's /proc)."""
     path = f"/dev/shm{key}"

@@ -2,9 +2,10 @@
 
 A client (tritonclient.utils.shared_memory) creates a segment, registers part of it under a name, and then
 names the region, an offset and a size instead of sending tensor bytes: inputs are read from it, outputs
-written into it. Every access is checked against the region and, since a segment shrunk under a mapping
-turns an access into SIGBUS, against the segment's file (`SharedSegment.check_size`). Inputs are copied out,
-so the client cannot change a request while the model runs. Messages and statuses are Triton's, except that
+written into it. Every access is checked against the region. Tensors move through the segment's file
+descriptor (pread, pwrite), not through its mapping: a segment the client shrank reads short, where touching
+the mapping past the file's end would be SIGBUS. Inputs are copied out, so the client cannot change a request
+while the model runs. Messages and statuses are Triton's, except that
 a registration Triton refuses with INTERNAL (a key that cannot be opened, a range outside the segment) is a
 client's mistake here: INVALID_ARGUMENT.
 """
@@ -12,7 +13,8 @@ client's mistake here: INVALID_ARGUMENT.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Tuple
+import os
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -20,6 +22,8 @@ from pytriton.core.errors import InferenceError, Status
 from pytriton.core.raw_tensors import Buffer
 from pytriton.ipc.segments import SharedMemoryUnavailable, SharedSegment
 
+# Linux moves at most this many bytes in one read or write call (MAX_RW_COUNT).
+MAX_CALL_BYTES = 0x7FFFF000
 # Each region holds a file descriptor and a mapping: a bound keeps clients from exhausting the process's descriptors.
 MAX_REGIONS = 512
 
@@ -78,33 +82,71 @@ class SystemSharedMemory:
             if found is not None:
                 found[1].close()
 
-    def read(self, name: str, offset: int, byte_size: int) -> np.ndarray:
-        """A copy of `byte_size` bytes of a region from `offset` (a uint8 array)."""
-        segment = self._segment(name, offset, byte_size)
-        return np.frombuffer(bytearray(segment.view(offset, byte_size)), dtype=np.uint8)
+    def read(self, name: str, offset: int, byte_size: int, into: Optional[np.ndarray] = None) -> np.ndarray:
+        """A copy of `byte_size` bytes of a region from `offset`, read with pread.
+
+        Into `into` (a C-contiguous array of that many bytes) when given, else into a new writable uint8 array.
+        """
+        region, segment = self._range(name, offset, byte_size)
+        data = np.empty(byte_size, dtype=np.uint8) if into is None else into
+        fd, position = segment.fileno(), region.offset + offset
+        try:
+            view = data.data
+            done = os.preadv(fd, [view], position) if byte_size else 0
+            if done != byte_size:  # Linux's cap on one call, or the file ends before the region does
+                view = view.cast("B")
+                while done < byte_size:
+                    count = os.preadv(fd, [view[done : done + MAX_CALL_BYTES]], position + done)
+                    if not count:
+                        raise _shrunk(name)
+                    done += count
+        except OSError as error:
+            raise _unreadable(name, error) from None
+        return data
 
     def write(self, name: str, offset: int, data: Buffer) -> None:
-        """Copy `data` into a region from `offset`."""
-        source = memoryview(data).cast("B")
-        segment = self._segment(name, offset, source.nbytes)
-        segment.view(offset, source.nbytes)[:] = source
+        """Copy `data` (C-contiguous) into a region from `offset` with pwrite.
+
+        A segment the client shrank since its registration grows back to hold the bytes written: no fault, and
+        no file check per write (an fstat costs more than the pwrite).
+        """
+        source = memoryview(data)
+        size = source.nbytes
+        region, segment = self._range(name, offset, size)
+        fd, position = segment.fileno(), region.offset + offset
+        try:
+            done = os.pwrite(fd, source, position) if size else 0
+            if done != size:  # Linux's cap on one call
+                source = source.cast("B")
+                while done < size:
+                    count = os.pwrite(fd, source[done : done + MAX_CALL_BYTES], position + done)
+                    if not count:
+                        raise _unreadable(name, OSError(f"no byte of {size - done} written"))
+                    done += count
+        except OSError as error:
+            raise _unreadable(name, error) from None
 
     def check(self, name: str, offset: int, byte_size: int) -> None:
         """Raise Triton's error unless `byte_size` bytes from `offset` lie inside the registered region `name`."""
-        self._segment(name, offset, byte_size)
+        self._range(name, offset, byte_size)
 
-    def _segment(self, name: str, offset: int, byte_size: int) -> SharedSegment:
-        """The mapped segment of a region that holds the range, its file still whole."""
+    def _range(self, name: str, offset: int, byte_size: int) -> Tuple[SystemRegion, SharedSegment]:
+        """The region `name` and its segment, when it holds `byte_size` bytes from `offset`."""
         found = self._regions.get(name)
         if found is None:
             raise InferenceError.not_found(f"Unable to find shared memory region: '{name}'")
-        region, segment = found
-        if offset < 0 or byte_size < 0 or offset + byte_size > region.byte_size:
+        if offset < 0 or byte_size < 0 or offset + byte_size > found[0].byte_size:
             raise InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
-        try:
-            segment.check_size()
-        except SharedMemoryUnavailable:
-            raise InferenceError.invalid(
-                f"shared memory region '{name}' is smaller than when it was registered: unregister it"
-            ) from None
-        return segment
+        return found
+
+
+def _shrunk(name: str) -> InferenceError:
+    """The error for a region whose segment's file no longer holds it."""
+    return InferenceError.invalid(
+        f"shared memory region '{name}' is smaller than when it was registered: unregister it"
+    )
+
+
+def _unreadable(name: str, error: OSError) -> InferenceError:
+    """The error for a region whose segment refused a read or a write."""
+    return InferenceError.invalid(f"shared memory region '{name}' cannot be accessed: {error.strerror or error}")

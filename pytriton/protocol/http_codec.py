@@ -15,7 +15,7 @@ from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.protocol import json_text
 from pytriton.protocol.parameters import split_parameters
-from pytriton.protocol.system_memory_codec import TensorRegion, read_input, tensor_region, write_output
+from pytriton.protocol.system_memory_codec import REGION, TensorRegion, read_input, tensor_region, write_output
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
@@ -79,7 +79,7 @@ def decode_infer_request(
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             batch_sizes.append(spec.check_input(name, datatype, shape))
             binary_size = tensor_parameters.get("binary_data_size")
-            region = tensor_region(tensor_parameters, f"input '{name}'") if tensor_parameters else None
+            region = tensor_region(tensor_parameters, f"input '{name}'") if REGION in tensor_parameters else None
             if region is not None:
                 _only_shared_memory(raw, binary_size)
                 inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
@@ -203,11 +203,12 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
 
 def _only_shared_memory(raw: Dict[str, Any], binary_size: Any) -> None:
     """Refuse an input that gives its data in shared memory and in the request as well (Triton's message)."""
+    if binary_size is None and "data" not in raw:
+        return
     given = [
         name for name, present in (("data", "data" in raw), ("binary_data_size", binary_size is not None)) if present
     ]
-    if given:
-        _one_source_only([*given, "shared_memory_region"])
+    _one_source_only([*given, "shared_memory_region"])
 
 
 def _one_source_only(given: List[str]) -> None:
@@ -257,7 +258,7 @@ def _requested_outputs(
             if count:
                 classes[name] = count
         binary[name] = parameters.get("binary_data", False) is True
-        region = tensor_region(parameters, f"output '{name}'")
+        region = tensor_region(parameters, f"output '{name}'") if REGION in parameters else None
         if region is not None:
             _memory(memory).check(region.region, region.offset, region.byte_size)
             regions[name] = region

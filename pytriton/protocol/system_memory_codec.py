@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.datatypes import ELEMENT_SIZE
+from pytriton.core.datatypes import ELEMENT_SIZE, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import OutputTensor
@@ -61,38 +61,42 @@ def tensor_region(parameters: Optional[Mapping[str, Any]], what: str) -> Optiona
     byte_size = parameters.get(BYTE_SIZE)
     if byte_size is None:  # Triton's answer when the size is missing
         raise InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{region}'")
-    return TensorRegion(region, unsigned(OFFSET, parameters.get(OFFSET, 0)), unsigned(BYTE_SIZE, byte_size))
+    offset = parameters.get(OFFSET, 0)
+    if type(offset) is not int or offset < 0:
+        unsigned(OFFSET, offset)
+    if type(byte_size) is not int or byte_size < 0:
+        unsigned(BYTE_SIZE, byte_size)
+    return TensorRegion(region, offset, byte_size)
 
 
 def read_input(
     memory: SystemSharedMemory, where: TensorRegion, datatype: str, shape: Sequence[int], name: str, model: str
 ) -> np.ndarray:
     """An input's array, copied out of its region (its size must be the tensor's, as Triton checks)."""
-    data = memory.read(where.region, where.offset, where.byte_size)
-    expected = _fixed_byte_size(datatype, shape)
-    if expected is not None and expected != where.byte_size:
+    size = ELEMENT_SIZE.get(datatype)
+    if size is None:  # BYTES: its data tells its size
+        data = memory.read(where.region, where.offset, where.byte_size)
+        return array_from_raw(data.data, datatype, shape, name, model)
+    expected = size * element_count(shape)
+    if expected != where.byte_size:
+        memory.check(where.region, where.offset, where.byte_size)  # an unknown region or range first, as Triton
         raise InferenceError.invalid_input(
             f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, "
             f"got {where.byte_size}"
         )
-    return array_from_raw(data.data, datatype, shape, name, model)
+    return memory.read(where.region, where.offset, where.byte_size, np.empty(shape, numpy_dtype(datatype)))
 
 
 def write_output(memory: SystemSharedMemory, where: TensorRegion, output: OutputTensor) -> None:
     """Write an output's raw bytes into its region (which must hold them)."""
-    raw = memoryview(raw_from_array(output.array, output.datatype)).cast("B")
-    if raw.nbytes > where.byte_size:
+    raw = raw_from_array(output.array, output.datatype)
+    size = raw.nbytes if isinstance(raw, memoryview) else len(raw)
+    if size > where.byte_size:
         raise InferenceError.invalid(
             f"shared memory size specified with the request for output '{output.name}' ({where.byte_size} bytes) "
-            f"should be at least {raw.nbytes} bytes to hold the results"
+            f"should be at least {size} bytes to hold the results"
         )
     memory.write(where.region, where.offset, raw)
-
-
-def _fixed_byte_size(datatype: str, shape: Sequence[int]) -> Optional[int]:
-    """The byte size of a tensor of a fixed-size datatype (None for BYTES, whose size its data tells)."""
-    size = ELEMENT_SIZE.get(datatype)
-    return None if size is None else size * element_count(shape)
 
 
 def unsigned(field: str, value: Any) -> int:
