@@ -25,7 +25,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from bench import report, servers
+from bench import perf_analyzer, report, servers
 from bench.runner import Bench, Options, log
 from bench.workloads import EXTRA_GROUPS, WORKLOADS, select
 
@@ -65,6 +65,17 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--no-pin", action="store_true", help="do not pin servers and load generators")
     parser.add_argument("--startup-timeout", type=float, default=120.0, help="seconds to wait for a server")
     parser.add_argument("--nvidia-run", help="NVIDIA PyTriton's env wrapper (default /tmp/nvidia-pytriton/run)")
+    parser.add_argument(
+        "--perf-analyzer",
+        help=f"Triton's perf_analyzer binary (default {perf_analyzer.DEFAULT_PATH}, else PATH; "
+        "bash bench/install_perf_analyzer.sh installs it)",
+    )
+    parser.add_argument(
+        "--frontends",
+        default="",
+        help="comma list of frontend process counts for the perf_analyzer rows (e.g. 1,2): ours runs with "
+        f"{servers.FRONTENDS_ENV}=1, and each N > 1 adds a target ours-fN started with {servers.FRONTENDS_ENV}=N",
+    )
     parser.add_argument("--results-dir", type=pathlib.Path, default=RESULTS_DIR, help="where JSON/PNG/logs go")
     parser.add_argument("--list", action="store_true", help="list the workloads and exit")
     args = parser.parse_args(argv)
@@ -74,6 +85,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (0 if quick else 1)
     args.sweep_conns = args.sweep_conns or (QUICK_SWEEP if quick else FULL_SWEEP)
     args.sweep_duration = args.sweep_duration or (1 if quick else 2)
+    try:
+        args.frontends = sorted({int(n) for n in args.frontends.split(",") if n.strip()})
+    except ValueError:
+        parser.error(f"--frontends takes a comma list of counts, got {args.frontends!r}")
+    if any(n < 1 for n in args.frontends):
+        parser.error("--frontends counts must be at least 1")
     return args
 
 
@@ -84,7 +101,7 @@ def build_targets(args: argparse.Namespace, workdir: pathlib.Path) -> List[serve
     targets: List[servers.Target] = []
     for name in [n.strip() for n in args.targets.split(",") if n.strip()]:
         if name == "ours":
-            targets.append(servers.ours_target())
+            targets.append(servers.ours_target(1 if args.frontends else None))
         elif name == "nvidia":
             target = servers.nvidia_target()
             if target is None:
@@ -146,6 +163,7 @@ def metadata(args: argparse.Namespace, targets: List[servers.Target]) -> Dict[st
         "warmup_s": args.warmup,
         "sweep_conns": args.sweep_conns,
         "sweep_duration_s": args.sweep_duration,
+        "frontends": args.frontends,
     }
     if any(t.name == "nvidia" for t in targets):
         script = "import importlib.metadata as m; print(m.version('nvidia-pytriton'))"
@@ -171,6 +189,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{'startup':<16} [startup] process start to ready (fresh start per round), RSS of the process tree")
         print(f"{'sweep':<16} [sweep] identity binary over HTTP at {args.sweep_conns} connections; PNG plot")
         print(f"{'memory':<16} [memory] peak RSS over idle for one 1, 8 and 32 MiB request (HTTP, gRPC), fresh servers")
+        for row in perf_analyzer.ROWS:
+            shm = ", system shared memory" if row.shared_memory else ""
+            print(f"{row.name:<16} [perf_analyzer] perf_analyzer -m simple, {row.protocol}, c{row.concurrency}{shm}")
         return 0
     chosen = select(args.workloads)
     skipped = set(select(args.skip)) if args.skip else set()
@@ -185,6 +206,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if not targets:
             raise SystemExit("no target to measure")
         pin = (os.cpu_count() or 1) >= 2 and not args.no_pin
+        analyzer = perf_analyzer.find(args.perf_analyzer)
+        if analyzer is None and perf_analyzer.GROUP in chosen:
+            log(f"NOTE: perf_analyzer rows {perf_analyzer.missing_note(args.perf_analyzer)}")
         options = Options(
             targets=targets,
             workloads=chosen,
@@ -197,6 +221,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             load_cpus=args.load_cpus if pin else None,
             startup_timeout=args.startup_timeout,
             log_dir=log_dir,
+            perf_analyzer=analyzer,
+            perf_analyzer_missing=perf_analyzer.missing_note(args.perf_analyzer),
+            frontends=args.frontends,
         )
         meta = metadata(args, targets)
         meta["loadavg_before"] = round(os.getloadavg()[0], 2)
@@ -222,11 +249,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     report.write_json(summary, json_path)
     print()
     print(report.table(summary))
+    shm = report.shm_table(summary)
+    if shm:
+        print()
+        print(shm)
     if bench.sweep:
         print()
         print(report.sweep_table(bench.sweep))
     print()
-    print(f"targets: {', '.join(f'{t.name} = {t.label}' for t in targets)}")
+    print(f"targets: {', '.join(f'{t.name} = {t.label}' for t in bench.all_targets())}")
     print(f"ratios are medians of per-round ours/other ratios; {args.rounds} round(s) of {args.duration}s")
     print(f"summary: {json_path}" + (f"; plot: {summary['sweep_plot']}" if summary.get("sweep_plot") else ""))
     load = f"1-min load average {meta['loadavg_before']} before, {meta['loadavg_after']} after"

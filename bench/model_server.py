@@ -14,6 +14,9 @@ Ports may also come from BENCH_HTTP_PORT / BENCH_GRPC_PORT / BENCH_METRICS_PORT.
   calls and rows and returns the running totals as the INT64 outputs ``CALLS`` and ``ROWS`` (one
   value per row) when a client asks for them, so the bench can derive the average batch size
   without trusting the server's statistics endpoint.
+* ``simple``: Triton's example model (docs/examples/model_repository/simple in triton-inference-server/server):
+  INT32 ``INPUT0`` and ``INPUT1`` [16] -> ``OUTPUT0`` = their sum, ``OUTPUT1`` = their difference,
+  max_batch_size 8. What ``perf_analyzer -m simple`` measures (the ``perf_analyzer`` workloads).
 
 The callables take the raw list of requests (no ``@batch``) so they run unchanged on both servers.
 """
@@ -42,6 +45,14 @@ BATCH_COST_S = 0.002
 def identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     """Return every request's input unchanged."""
     return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
+
+
+def simple(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Triton's `simple`: the sum and the difference of the two inputs."""
+    return [
+        {"OUTPUT0": request["INPUT0"] + request["INPUT1"], "OUTPUT1": request["INPUT0"] - request["INPUT1"]}
+        for request in requests
+    ]
 
 
 class BatchingModel:
@@ -83,10 +94,19 @@ def _port(value: int, env: str) -> int:
 
 
 def _security_kwargs() -> Dict[str, Any]:
-    """Both servers guard the statistics endpoint with a random token: fix it to BENCH_ACCESS_TOKEN."""
+    """Both servers guard the statistics endpoint with a random token: fix it to BENCH_ACCESS_TOKEN.
+
+    BENCH_RESTRICTED_ENDPOINTS (a comma list, possibly empty) replaces the APIs the token guards:
+    perf_analyzer reads the statistics and registers shared memory without a token over gRPC (its -H
+    headers go out over HTTP only), so the perf_analyzer workloads leave those two open.
+    """
     token = os.environ.get("BENCH_ACCESS_TOKEN")
+    restricted = os.environ.get("BENCH_RESTRICTED_ENDPOINTS")
     from pytriton.triton import TritonSecurityConfig
 
+    if restricted is not None:
+        endpoints = [name for name in restricted.split(",") if name]
+        return {"security_config": TritonSecurityConfig(access_token=token, restricted_endpoints=endpoints)}
     return {"security_config": TritonSecurityConfig(access_token=token)} if token else {}
 
 
@@ -125,6 +145,19 @@ def main() -> None:
                 Tensor(name="ROWS", dtype=np.int64, shape=(1,)),
             ],
             config=ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=1000)),
+        )
+        triton.bind(
+            model_name="simple",
+            infer_func=simple,
+            inputs=[
+                Tensor(name="INPUT0", dtype=np.int32, shape=(16,)),
+                Tensor(name="INPUT1", dtype=np.int32, shape=(16,)),
+            ],
+            outputs=[
+                Tensor(name="OUTPUT0", dtype=np.int32, shape=(16,)),
+                Tensor(name="OUTPUT1", dtype=np.int32, shape=(16,)),
+            ],
+            config=ModelConfig(max_batch_size=8),
         )
         triton.serve()
 

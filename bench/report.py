@@ -13,6 +13,7 @@ from bench.runner import Bench
 # (key, label): the metrics shown, in order, when a workload has them
 METRICS: List[Tuple[str, str]] = [
     ("rps", "req/s"),
+    ("infer_s", "infer/s"),
     ("p50_ms", "p50 ms"),
     ("p99_ms", "p99 ms"),
     ("mib_s", "MiB/s"),
@@ -45,7 +46,8 @@ def paired_ratio(ours: Sequence[Dict[str, float]], theirs: Sequence[Dict[str, fl
 
 def summarize(bench: Bench, meta: Dict[str, Any]) -> Dict[str, Any]:
     """The JSON-ready summary of a bench session."""
-    names = [t.name for t in bench.o.targets]
+    targets = bench.all_targets()
+    names = [t.name for t in targets]
     workloads: Dict[str, Any] = {}
     for workload, cells in bench.cells.items():
         entry: Dict[str, Any] = {"targets": {}, "ratios": {}}
@@ -81,21 +83,65 @@ def summarize(bench: Bench, meta: Dict[str, Any]) -> Dict[str, Any]:
                 startup_ratios[f"{REFERENCE}/{name}"] = {**ratios, "rss_mib_after_load": after}
     return {
         "meta": meta,
-        "targets": {t.name: {"label": t.label, "argv": t.argv_prefix, "env": t.env} for t in bench.o.targets},
+        "targets": {t.name: {"label": t.label, "argv": t.argv_prefix, "env": t.env} for t in targets},
         "workloads": workloads,
         "startup": startup,
         "startup_ratios": startup_ratios,
         "grpc_available": bench.grpc,
         "sweep": bench.sweep,
         "memory": bench.memory,
+        "perf_analyzer_shm": shm_over_bytes(bench.cells, names),
     }
+
+
+# perf_analyzer's rows with system shared memory, and the rows sending the bytes they are compared with
+SHM_PAIRS = {"http": ("pa_http_c8_shm", "pa_http_c8"), "grpc": ("pa_grpc_c8_shm", "pa_grpc_c8")}
+
+
+def shm_over_bytes(cells: Dict[str, Any], names: Sequence[str]) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """Per target and protocol, the shared-memory row over the bytes row at the same concurrency.
+
+    Medians of per-round ratios (the two rows of a round ran minutes apart at most), for infer/s (above 1:
+    shared memory is faster) and the server's CPU per inference (below 1: cheaper).
+    """
+    found: Dict[str, Dict[str, Dict[str, float]]] = {}
+    for name in names:
+        for protocol, (shm_row, bytes_row) in SHM_PAIRS.items():
+            shm_cell, bytes_cell = cells.get(shm_row, {}).get(name), cells.get(bytes_row, {}).get(name)
+            if shm_cell is None or bytes_cell is None:
+                continue
+            ratios = {key: paired_ratio(shm_cell.rounds, bytes_cell.rounds, key) for key in ("infer_s", "cpu_us_req")}
+            kept = {key: value for key, value in ratios.items() if value is not None}
+            if kept:
+                found.setdefault(name, {})[protocol] = kept
+    return found
+
+
+def shm_table(summary: Dict[str, Any]) -> str:
+    """The shared-memory / bytes ratios of the perf_analyzer rows, one line per target ('' when none)."""
+    found = summary.get("perf_analyzer_shm") or {}
+    if not found:
+        return ""
+    header = ["perf_analyzer c8: shm / bytes", "http infer/s", "http CPU/inf", "grpc infer/s", "grpc CPU/inf"]
+    rows = []
+    for name, protocols in found.items():
+        cells = [name]
+        for protocol in SHM_PAIRS:
+            for key in ("infer_s", "cpu_us_req"):
+                cells.append(_ratio(protocols.get(protocol, {}).get(key)))
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    return "\n".join(lines)
 
 
 def _fmt(value: Optional[float], key: str = "") -> str:
     """A table cell."""
     if value is None:
         return "-"
-    if key in ("rps", "identity_c64_rps", "mib_s", "rss_mib", "pss_mib", "errors"):
+    if key in ("rps", "infer_s", "identity_c64_rps", "mib_s", "rss_mib", "pss_mib", "errors"):
         return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
     if abs(value) >= 100:
         return f"{value:.0f}"

@@ -9,8 +9,9 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from bench import loadgen, memory
+from bench import perf_analyzer as pa
 from bench.payloads import verify_grpc, verify_http
-from bench.servers import ServerProcess, Target
+from bench.servers import ServerProcess, Target, ours_target
 from bench.workloads import IDENTITY_C64, WORKLOADS, Workload, by_name, measure, runner_for
 
 SWEEP_WORKLOAD = dataclasses.replace(IDENTITY_C64, name="sweep_http_bin")
@@ -31,6 +32,9 @@ class Options:
     load_cpus: Optional[str]
     startup_timeout: float
     log_dir: pathlib.Path
+    perf_analyzer: Optional[pathlib.Path] = None  # the binary; None: the perf_analyzer rows are skipped
+    perf_analyzer_missing: str = ""  # their status then
+    frontends: List[int] = dataclasses.field(default_factory=list)  # --frontends: ours-fN for the perf_analyzer rows
 
 
 @dataclasses.dataclass
@@ -60,6 +64,18 @@ class Bench:
         self.memory: Dict[str, Dict[str, Dict[str, float]]] = {}  # target -> "http 32 MiB" -> peak over idle
         self.grpc: Dict[str, bool] = {}
         self.missing = loadgen.missing_tools()
+        # ours with N frontend processes (--frontends, N > 1): servers of their own, for the perf_analyzer rows
+        self.variants: List[Target] = [ours_target(n) for n in options.frontends if n != 1]
+        self.pa_verified: Dict[str, Optional[str]] = {}
+
+    def all_targets(self) -> List[Target]:
+        """The targets, with the frontend variants of ours right after it."""
+        ordered: List[Target] = []
+        for target in self.o.targets:
+            ordered.append(target)
+            if target.name == "ours":
+                ordered += self.variants
+        return ordered
 
     def run(self) -> None:
         """Everything, stopping the servers whatever happens."""
@@ -70,6 +86,8 @@ class Bench:
                 log(f"NOTE: {hint}")
             self._start_all()
             self._load_rounds()
+            if pa.GROUP in self.o.workloads:
+                self._perf_analyzer()
             if "sweep" in self.o.workloads:
                 self._sweep()
             if "memory" in self.o.workloads:
@@ -183,6 +201,60 @@ class Bench:
             problem = verify_http(server.base_url, workload.payload, use_tritonclient=tritonclient)
         return f"verify failed: {problem}" if problem else "ok"
 
+    # -- perf_analyzer -------------------------------------------------------------------------
+
+    def _perf_analyzer(self) -> None:
+        """Triton's perf_analyzer against `simple`: every row every round, targets alternating."""
+        if self.variants and self.o.perf_analyzer is not None and "ours" in self.servers:
+            for variant in self.variants:
+                server = self._start(variant)
+                if server is not None:
+                    self.servers[variant.name] = server
+                    self.grpc[variant.name] = server.grpc_available()
+        targets = self.all_targets()
+        for round_index in range(self.o.rounds):
+            for row in pa.ROWS:
+                for target in targets if round_index % 2 == 0 else targets[::-1]:
+                    self._run_pa_cell(row, target, round_index)
+
+    def _run_pa_cell(self, row: pa.Row, target: Target, round_index: int) -> None:
+        """One measured perf_analyzer run of `row` on `target` (checked, and warmed up, the first time)."""
+        cell = self.cells.setdefault(row.name, {}).setdefault(target.name, Cell())
+        if round_index == 0:
+            cell.status = self._check_pa(row, target)
+            if cell.status != "ok":
+                log(f"[{row.name}] {target.name}: {cell.status}")
+        if cell.status != "ok" or self.o.perf_analyzer is None:
+            return
+        server = self.servers[target.name]
+        try:
+            if round_index == 0 and self.o.warmup > 0:
+                pa.run(self.o.perf_analyzer, server, row, self.o.warmup, self.o.load_cpus)
+            result = pa.run(self.o.perf_analyzer, server, row, self.o.duration, self.o.load_cpus)
+        except (RuntimeError, OSError) as error:
+            cell.status = f"error: {str(error)[:200]}"
+            log(f"[{row.name}] {target.name}: {cell.status}")
+            return
+        if server.proc.poll() is not None:
+            cell.status = f"server died (exit {server.proc.returncode})"
+        cell.rounds.append(result)
+        log(f"[r{round_index + 1}/{self.o.rounds}] {row.name:<14} {target.name:<8} {_brief(result)}")
+
+    def _check_pa(self, row: pa.Row, target: Target) -> str:
+        """'ok' when perf_analyzer can measure `row` on `target`; else why not."""
+        if self.o.perf_analyzer is None:
+            return self.o.perf_analyzer_missing
+        if not target.models:
+            return "n/a"
+        if target.name not in self.servers:
+            return self.startup.get(target.name, {}).get("status", "not started")
+        if row.protocol == "grpc" and not self.grpc.get(target.name):
+            return "not available"
+        if target.name not in self.pa_verified:
+            self.pa_verified[target.name] = pa.verify(self.servers[target.name])
+        problem = self.pa_verified[target.name]
+        return f"verify failed: {problem}" if problem else "ok"
+
     # -- sweep ---------------------------------------------------------------------------------
 
     def _sweep(self) -> None:
@@ -237,13 +309,13 @@ class Bench:
 
 def _brief(result: Dict[str, float]) -> str:
     """A one-line summary of a run."""
-    text = f"{result['rps']:9.0f} req/s"
+    text = f"{result['rps']:9.0f} req/s" if "rps" in result else f"{result['infer_s']:9.0f} infer/s"
     if "p50_ms" in result:
         text += f"  p50 {result['p50_ms']:7.2f} ms  p99 {result['p99_ms']:7.2f} ms"
     if "mib_s" in result:
         text += f"  {result['mib_s']:7.1f} MiB/s"
     if "cpu_us_req" in result:
-        text += f"  server CPU {result['cpu_us_req']:6.0f} us/req"
+        text += f"  server CPU {result['cpu_us_req']:6.1f} us/req"
     if "avg_batch" in result:
         text += f"  avg batch {result['avg_batch']:.1f}"
     if "vs_identity" in result:

@@ -24,8 +24,12 @@ MODEL_SERVER = BENCH_DIR / "model_server.py"
 ASGI_ECHO = BENCH_DIR / "asgi_echo.py"
 GRPC_ECHO = BENCH_DIR / "grpc_echo.py"
 NVIDIA_RUN = pathlib.Path(os.environ.get("BENCH_NVIDIA_RUN", "/tmp/nvidia-pytriton/run"))
-ACCESS_TOKEN = "bench-token"  # both servers guard /stats with an access token, as nvidia-pytriton 0.7 does
-MODELS = ("identity", "batching")
+ACCESS_TOKEN = "bench-token"  # both servers guard APIs with an access token, as nvidia-pytriton 0.7 does
+# The APIs that token guards on the bench's servers: not statistics and shared memory, which perf_analyzer
+# uses without one over gRPC (its -H headers go out over HTTP only).
+RESTRICTED_ENDPOINTS = "model-repository,trace,logging"
+FRONTENDS_ENV = "PYTRITON_FRONTENDS"  # how many frontend processes this project's server runs (see --frontends)
+MODELS = ("identity", "batching", "simple")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,10 +55,19 @@ def byte_compile(package: pathlib.Path) -> None:
     compileall.compile_dir(str(package), quiet=1)
 
 
-def ours_target() -> Target:
-    """This project's pytriton (byte-compiled), run by the interpreter running the bench."""
+def ours_target(frontends: Optional[int] = None) -> Target:
+    """This project's pytriton (byte-compiled), run by the interpreter running the bench.
+
+    With `frontends`, the server runs that many frontend processes (PYTRITON_FRONTENDS); more than one
+    makes a target of its own, `ours-fN`.
+    """
     byte_compile(REPO_ROOT / "pytriton")
-    return Target("ours", [sys.executable], MODEL_SERVER, {}, grpc=True, models=True, label="this checkout")
+    if frontends is None:
+        return Target("ours", [sys.executable], MODEL_SERVER, {}, grpc=True, models=True, label="this checkout")
+    name = "ours" if frontends == 1 else f"ours-f{frontends}"
+    env = {FRONTENDS_ENV: str(frontends)}
+    label = f"this checkout, {FRONTENDS_ENV}={frontends}"
+    return Target(name, [sys.executable], MODEL_SERVER, env, grpc=True, models=True, label=label)
 
 
 def nvidia_target() -> Optional[Target]:
@@ -180,6 +193,7 @@ class ServerProcess:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(target.env)
         env["BENCH_ACCESS_TOKEN"] = ACCESS_TOKEN
+        env["BENCH_RESTRICTED_ENDPOINTS"] = RESTRICTED_ENDPOINTS
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._log = open(self.log_path, "wb")
         self.started_at = time.perf_counter()

@@ -72,7 +72,7 @@ WORKLOADS: List[Workload] = [
         description="2 ms/call model, 64 conns, vs identity at 64",
     ),
 ]
-EXTRA_GROUPS = ("startup", "sweep", "memory")
+EXTRA_GROUPS = ("startup", "sweep", "memory", "perf_analyzer")
 IDENTITY_C64 = Workload("http_bin_c64", _identity("binary"), 64, description="identity binary, 64 conns")
 
 
