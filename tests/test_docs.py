@@ -75,7 +75,7 @@ def test_docs_that_say_no_shared_memory_is_used_name_the_processes_that_use_it()
 
 NOUNS = "instances|requests|inputs|outputs|processes|models|connections|calls|streams|batches|failures|callables"
 # "%d <noun>s" in a log line reads "1 instances" when the count is 1. Counts that are never 1:
-NEVER_ONE = {"starting %d frontend processes"}  # frontends > 1 only
+NEVER_ONE = {"%d frontend processes serve"}  # frontends > 1 only
 
 
 def test_log_lines_say_1_instance_not_1_instances() -> None:

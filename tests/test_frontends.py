@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import logging
 import os
 import re
 import signal
@@ -142,8 +143,11 @@ def test_statistics_and_metrics_count_every_frontend_s_requests_once(server: Tri
 
     def metric() -> float:
         connection = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
-        connection.request("GET", "/metrics")
-        text = connection.getresponse().read().decode()
+        try:
+            connection.request("GET", "/metrics")
+            text = connection.getresponse().read().decode()
+        finally:
+            connection.close()
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 name = sample.name.removesuffix("_total")
@@ -308,6 +312,7 @@ def _ask_the_hub(connection: http.client.HTTPConnection) -> None:
 
 
 def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pytriton")
     pids = frontend_pids()
     victim_connections: List[http.client.HTTPConnection] = []
     other_connections: List[http.client.HTTPConnection] = []
@@ -424,6 +429,9 @@ def test_sigkill_of_the_main_process_leaves_nothing_behind() -> None:
         if main.poll() is None:
             main.kill()
             main.wait()
+        for stream in (main.stdin, main.stdout):
+            if stream is not None:
+                stream.close()
     for port in ports:
         with socket.socket() as probe:
             probe.bind(("0.0.0.0", port))  # nothing listens on it any more

@@ -97,8 +97,7 @@ class ServerRuntime:
         """
         if self.running and not self._announced:
             self._announced = True
-            frontends = self.options.frontends if self._pool is not None else 1
-            LOGGER.info("%s", startup_line(self.urls(), self.engine.models(), frontends))
+            LOGGER.info("%s", startup_line(self.urls(), self.engine.models()))
 
     def add_model(
         self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting] = None
@@ -229,8 +228,11 @@ class ServerRuntime:
         from pytriton.runtime.frontends.pool import FrontendPool
         from pytriton.transport.grpc.server import listening_socket
         from pytriton.transport.grpc.servicer import InferenceServicer
+        from pytriton.transport.grpc.settings import tls_context
 
         options = self.options
+        if options.grpc_enabled and options.grpc_tls is not None:
+            tls_context(options.grpc_tls)  # each frontend loads it: an unreadable certificate fails the start here
         http_socket = grpc_socket = None
         try:
             if options.http_enabled:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Generic, Iterator, Optional, Protocol, Set, TypeVar
+from typing import Callable, Generic, Iterator, Optional, Protocol, Set, TypeVar
 
 from pytriton.core.waiters import wake
 
@@ -37,6 +37,8 @@ class OpenConnections(Generic[C]):
         self._open: Set[C] = set()
         self._all_closed: Optional[asyncio.Future[None]] = None  # made on the loop by close_all()
         self._hurried = False
+        # Called when a connection closes: a frontend process tells the hub, which counts every frontend's.
+        self.on_closed: Optional[Callable[[], None]] = None
 
     def __len__(self) -> int:
         return len(self._open)
@@ -50,7 +52,10 @@ class OpenConnections(Generic[C]):
 
     def forget(self, connection: C) -> None:
         """A connection closed."""
-        self._open.discard(connection)
+        if connection in self._open:
+            self._open.discard(connection)
+            if self.on_closed is not None:
+                self.on_closed()
         if not self._open:
             wake(self._all_closed)
 

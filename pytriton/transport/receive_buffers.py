@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from typing import Deque, Dict, Set
+from typing import Callable, Deque, Dict, Set
 
 import numpy as np
 
@@ -59,11 +59,15 @@ class ReceiveBuffers:
         self._buckets: Dict[int, Bucket] = {}
         self._kept = 0
         self._lock = threading.Lock()  # servers of several loops may share the buffers
+        # Makes each buffer: the heap, or, in a frontend process, shared memory the hub reads in place.
+        self.allocate: Callable[[int], np.ndarray] = _heap
 
     def take(self, size: int) -> memoryview:
         """A writable buffer of `size` bytes, its contents undefined."""
-        if not MIN_BYTES <= size <= self._max_bytes:
+        if size < MIN_BYTES:
             return np.empty(size, np.uint8).data
+        if size > self._max_bytes:
+            return self.allocate(size).data
         capacity = -(-size // _GRAIN) * _GRAIN
         with self._lock:
             buckets = self._buckets
@@ -77,7 +81,7 @@ class ReceiveBuffers:
                     bucket.rotate(-1)  # handed out now, or still in use: looked at last next time
                     if free:
                         return bucket[-1].data[:size]
-            array = np.empty(capacity, np.uint8)
+            array = self.allocate(capacity)
             if self._kept + capacity > self._kept_limit:
                 self._make_room(capacity)
             if self._kept + capacity <= self._kept_limit:
@@ -116,6 +120,11 @@ class ReceiveBuffers:
     def kept_bytes(self) -> int:
         """The capacity of the buffers kept, in use or free."""
         return self._kept
+
+
+def _heap(size: int) -> np.ndarray:
+    """A buffer of the process's own memory."""
+    return np.empty(size, np.uint8)
 
 
 # The process's buffers: the HTTP and gRPC servers take theirs here.

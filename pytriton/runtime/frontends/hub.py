@@ -3,12 +3,24 @@
 Everything here runs on the hub's loop. A request costs no task of its own: it goes to its model's scheduler
 with a sink (`RemoteSink`) that posts each answer to the frontend's outbox, which sends them a batch per loop
 turn.
+
+Large tensors cross without a copy here. Inputs the frontend read into its shared buffers are viewed in place
+(ipc/segment_index.py), and the frontend is told when nothing here views a request's inputs any more
+(RELEASED), so that it reuses the buffer only then: a model may keep an input. Outputs that lie in those
+buffers (an identity's) are named there; other large outputs are copied once into a region of this link's
+arena (ipc/regions.py), which the frontend views until its response is out (RETURNED).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, Optional
+import functools
+import itertools
+import weakref
+from collections import deque
+from typing import Any, Deque, Dict, Optional, Tuple
+
+import numpy as np
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
@@ -18,14 +30,28 @@ from pytriton.core.sinks import ResponseSink
 from pytriton.ipc.calls import CALL, REPLY, Calls, Handler
 from pytriton.ipc.channel import LoopChannel, Message
 from pytriton.ipc.outbox import Outbox, items
+from pytriton.ipc.regions import LendingArena
+from pytriton.ipc.segment_index import PeerSegments
+from pytriton.ipc.tensors import IN_ARENA
 from pytriton.runtime.frontends.protocol import (
+    ARENA,
+    ARENA_PLACE,
     CANCEL,
+    CLOSED,
     END,
+    FORGET,
     INFER,
+    RELEASED,
+    RETURNED,
+    SEGMENT,
+    SHARED_BYTES,
     failed,
     pack_response,
     unpack_request,
 )
+
+# The most of its arena a frontend's responses hold at once; past it, outputs are copied into the messages.
+ARENA_BUDGET_BYTES = 256 * 2**20
 
 _CLIENT_GONE = "the client disconnected before its response was ready"
 
@@ -51,7 +77,7 @@ class RemoteSink(ResponseSink):
         """Post a response (the last one of a plain request ends it)."""
         if self._done:
             return
-        head, body = pack_response(self.key, response)
+        head, body = self._link.pack_response(self.key, response)
         self._link.outbox.post(head, body)
         if not self.streaming:
             self._end()
@@ -98,9 +124,23 @@ class FrontendLink:
         self.calls = Calls(self.outbox, handlers)
         self.sinks: Dict[int, RemoteSink] = {}
         self.closed = False
+        self.open = {"http": 0, "grpc": 0}  # connections handed to the frontend that it has not said closed
+        self._loop = loop
+        self._segments = PeerSegments()
+        self._arena = LendingArena(ARENA_BUDGET_BYTES)
+        # Requests whose inputs are viewed in the frontend's buffers: key -> the regions viewed, their weak refs.
+        self._viewed: Dict[int, Dict[int, weakref.ref[np.ndarray]]] = {}
+        # Regions no longer viewed (weak references' callbacks append, on whichever thread let go last).
+        self._let_go: Deque[Tuple[int, int]] = deque()
+        self._releasing = False
+        self._loans = itertools.count(1)
 
     def on_message(self, message: Message) -> None:
         """Requests, cancels and calls from the frontend."""
+        if message.head[0] == SEGMENT:
+            _, segment_id, size = message.head
+            self._segments.adopt(segment_id, message.fds[0], size)
+            return
         for head, body in items(message):
             tag = head[0]
             if tag == INFER:
@@ -109,6 +149,13 @@ class FrontendLink:
                 sink = self.sinks.get(head[1])
                 if sink is not None:
                     sink.cancel()
+            elif tag == RETURNED:
+                for loan in head[1]:
+                    self._arena.give_back(loan)
+            elif tag == FORGET:
+                self._segments.forget(head[1])
+            elif tag == CLOSED:
+                self.open[head[1]] -= 1
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:
@@ -122,9 +169,74 @@ class FrontendLink:
         try:
             model = self._engine.model(name, version)
             sink.model = model
-            sink.queued = model.submit(unpack_request(head, body), sink, streaming)
+            try:
+                request = unpack_request(head, body, lambda *place: self._view_input(key, *place))
+            except ValueError as error:
+                raise InferenceError.invalid(str(error)) from None
+            sink.queued = model.submit(request, sink, streaming)
         except InferenceError as error:
             sink.fail(error)
+
+    def _view_input(self, key: int, where: int, offset: int, nbytes: int, dtype: np.dtype, shape: Any) -> np.ndarray:
+        """An input in the frontend's buffer, viewed where it lies until every view of it is gone."""
+        region = self._segments.region(where, offset, nbytes)
+        regions = self._viewed.setdefault(key, {})
+        regions[id(region)] = weakref.ref(region, functools.partial(self._gone, (key, id(region))))
+        return region.view(dtype).reshape(shape)
+
+    def _gone(self, token: Tuple[int, int], _: object) -> None:
+        """A region of a request's inputs is no longer viewed (any thread): say so on the loop."""
+        if self.closed:
+            return
+        self._let_go.append(token)
+        if not self._releasing:
+            self._releasing = True
+            try:
+                self._loop.call_soon_threadsafe(self._release)
+            except RuntimeError:  # the loop has closed: the frontend is gone with it
+                pass
+
+    def _release(self) -> None:
+        """Tell the frontend which requests' inputs nothing here views any more."""
+        self._releasing = False
+        self._loans = itertools.count(1)
+        released = []
+        while self._let_go:
+            key, region = self._let_go.popleft()
+            regions = self._viewed.get(key)
+            if regions is not None:
+                regions.pop(region, None)
+                if not regions:
+                    del self._viewed[key]
+                    released.append(key)
+        if released and not self.closed:
+            self.outbox.post((RELEASED, released))
+
+    def pack_response(self, key: int, response: InferenceResponse) -> Tuple[Any, Any]:
+        """A response's message: large outputs named where they lie, or lent a region of the arena."""
+        placed: Dict[int, Tuple[int, int]] = {}
+        lend = {}
+        loan = 0
+        for output in response.outputs:
+            array = output.array
+            if type(array) is np.ndarray and array.nbytes >= SHARED_BYTES and not array.dtype.hasobject:
+                found = self._segments.locate(array)
+                if found is not None:
+                    placed[id(array)] = found
+                else:
+                    lend[output.name] = array
+        if lend:
+            loan = next(self._loans)
+            packed, _, new_arena, lent = self._arena.lend([lend], loan)
+            if new_arena and self._arena.segment is not None:
+                self.outbox.send_now((ARENA, new_arena), fds=[self._arena.segment.fileno()])
+            if lent:
+                for name, ref in packed[0][0].items():
+                    if ref[0] == IN_ARENA:
+                        placed[id(lend[name])] = (ARENA_PLACE, ref[1])
+            else:
+                loan = 0  # no room: copied into the message
+        return pack_response(key, response, lambda array: placed.get(id(array)), loan)
 
     def close(self) -> None:
         """The frontend is gone: its requests leave the queues, and what runs for it is answered to no one."""
@@ -133,3 +245,5 @@ class FrontendLink:
         for sink in list(self.sinks.values()):
             sink.cancel()
         self.sinks.clear()
+        self._segments.close()  # unmapped once the requests that view them are gone
+        self._arena.close()

@@ -100,6 +100,7 @@ class FrontendPool:
         self._acceptors: List[Acceptor] = []
         self._turn = itertools.cycle(range(count))
         self._held: List[Tuple[str, int]] = []  # connections accepted while no frontend was up
+        self._caps = {"http": options.limits.max_connections, "grpc": options.limits.grpc_max_connections}
         self._restarts: Dict[int, asyncio.Task[None]] = {}
         self._sync_lock = asyncio.Lock()
         self._stopping = False
@@ -108,7 +109,7 @@ class FrontendPool:
 
     async def start(self) -> None:
         """Start every process; accept connections once all are up (StartError names one that is not)."""
-        LOGGER.info("starting %d frontend processes", len(self._frontends))
+        began = time.monotonic()
         results = await asyncio.gather(*(self._start(frontend) for frontend in self._frontends), return_exceptions=True)
         failed = [result for result in results if isinstance(result, BaseException)]
         if failed:
@@ -119,6 +120,13 @@ class FrontendPool:
                 acceptor = Acceptor(sock, lambda fd, kind=kind: self._hand_over(kind, fd))  # type: ignore[misc]
                 acceptor.start()
                 self._acceptors.append(acceptor)
+        pids = ", ".join(str(frontend.pid) for frontend in self._frontends)
+        LOGGER.info(
+            "%d frontend processes serve HTTP and gRPC (pids %s), up in %.2f s",
+            len(self._frontends),
+            pids,
+            time.monotonic() - began,
+        )
 
     async def _start(self, frontend: _Frontend) -> None:
         """Start one frontend process and wait until it serves."""
@@ -210,14 +218,21 @@ class FrontendPool:
     # -- connections ----------------------------------------------------------------------------
 
     def _hand_over(self, kind: str, fd: int) -> None:
-        """Give an accepted connection to the next frontend that is up (held while none is)."""
+        """Give an accepted connection to the next frontend that is up (held while none is).
+
+        The caps on connections (max_connections, grpc_max_connections) count every frontend's: the frontend
+        is told when a connection is one over, and answers it as a server of one process does.
+        """
         for _ in range(len(self._frontends)):
             frontend = self._frontends[next(self._turn)]
-            if frontend.state is _State.UP and frontend.link is not None and not frontend.link.closed:
+            link = frontend.link
+            if frontend.state is _State.UP and link is not None and not link.closed:
+                over_cap = sum(up.link.open[kind] for up in self._up() if up.link is not None) >= self._caps[kind]
                 try:
-                    frontend.link.outbox.send_now((CONNECTION, kind), fds=[fd], give=True)
+                    link.outbox.send_now((CONNECTION, kind, over_cap), fds=[fd], give=True)
                 except ChannelClosed:
                     return  # it died just now: so did this connection, as its others
+                link.open[kind] += 1
                 return
         if len(self._held) < _MAX_HELD:
             self._held.append((kind, fd))

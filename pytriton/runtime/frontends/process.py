@@ -10,6 +10,7 @@ hub's channel closes, at once: a frontend never outlives its hub (and the kernel
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -23,10 +24,12 @@ from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.options.server import ServerOptions
 from pytriton.runtime.frontends.forwarding import ForwardingApp, ForwardingServicer
+from pytriton.runtime.frontends.protocol import CLOSED
 from pytriton.runtime.frontends.remote import HubLink, RemoteEngine
 from pytriton.runtime.logging_setup import configure_logging
 from pytriton.runtime.loop_thread import new_event_loop
 from pytriton.transport.inflate import InflationBudget
+from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -77,6 +80,8 @@ class FrontendProcess:
 
         init, options = self._init, self._init.options
         budget = InflationBudget(options.limits.max_inflated_bytes)
+        # Large bodies and gRPC messages land in shared memory, which the hub reads in place.
+        RECEIVE_BUFFERS.allocate = self.link.buffers.allocate
         if init.http:
             app = HttpFrontend(
                 self.engine,
@@ -89,6 +94,7 @@ class FrontendProcess:
             forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)
             server = AsgiServer(forwarding, None, limits=options.limits)
             await server.start()
+            server.connections.on_closed = functools.partial(self._closed, "http")
             self._servers.append(server)
             self._by_kind["http"] = server
         if init.grpc:
@@ -104,18 +110,27 @@ class FrontendProcess:
                 servicer=lambda servicer: ForwardingServicer(servicer, calls),
             )
             await grpc_server.start()
+            connections = grpc_server.connections
+            assert connections is not None
+            connections.on_closed = functools.partial(self._closed, "grpc")
             self._servers.append(grpc_server)
             self._by_kind["grpc"] = grpc_server
 
-    def _adopt(self, kind: str, fd: int) -> None:
+    def _adopt(self, kind: str, fd: int, over_cap: bool) -> None:
         """Serve a connection the hub accepted (closed at once when this process no longer serves its kind)."""
         sock = socket.socket(fileno=fd)
         server = self._by_kind.get(kind)
         if server is None:
             sock.close()
+            self._closed(kind)
             return
         sock.setblocking(False)
-        server.adopt(sock)
+        server.adopt(sock, over_cap)
+
+    def _closed(self, kind: str) -> None:
+        """A connection closed: the hub counts every frontend's against the caps."""
+        if not self.link.closed:
+            self.link.outbox.post((CLOSED, kind))
 
     async def _models(self, specs: List[ModelSpec]) -> None:
         self.engine.set_models(specs)
@@ -199,6 +214,7 @@ async def _serve(init: Init, sock: socket.socket, loop: asyncio.AbstractEventLoo
     channel.send((READY, os.getpid()))
     await frontend.ended
     frontend.link.outbox.flush()
+    frontend.link.close()
     return 0
 
 

@@ -1,41 +1,60 @@
 """What a frontend process and the hub (the process that holds the models) say to each other.
 
 Every message is a tuple whose first item is a tag. Requests, responses and their ends are posted to an
-outbox (ipc/outbox.py) and travel in batches; calls (`CALL`/`REPLY`) carry everything else: forwarded API
+outbox (ipc/outbox.py) and travel in batches; calls (ipc/calls.py) carry everything else: forwarded API
 requests, the state the hub mirrors into its frontends, and the lifecycle.
 
 Frontend to hub:
     (INFER, key, model, version, request id, inputs, parameters, requested outputs, batch size, priority,
      timeout us, arrival ns, streaming)
     (CANCEL, key): the client left, or cancelled
+    (SEGMENT, id, size), alone, with the descriptor of a receive buffer the frontend made; (FORGET, id)
+    (RETURNED, loans): the frontend no longer views these regions of the hub's arena
+    (CLOSED, kind): a connection the hub handed over closed (the hub counts them against the caps)
 Hub to frontend:
-    (RESPONSE, key, outputs, datatypes, final), (FAILED, key, status, message, reason, of request), (END, key)
-    (CONNECTION, "http" or "grpc"), alone, with the descriptor of a connection the hub accepted
-Either way: calls (ipc/calls.py).
+    (RESPONSE, key, outputs, datatypes, final, loan), (FAILED, key, status, message, reason, of request),
+    (END, key); `loan` names the response's region of the hub's arena (0: none), for RETURNED
+    (ARENA, size), alone, with the descriptor of the hub's new arena for this frontend
+    (RELEASED, keys): the hub no longer views these requests' inputs in the frontend's buffers
+    (CONNECTION, "http" or "grpc", over the cap), alone, with the descriptor of a connection the hub accepted
 
-Tensors of fixed-size dtypes travel as raw bytes in the message body, their place given as (offset, nbytes);
-object (BYTES) arrays travel in the head, pickled with it.
+A tensor of a fixed-size dtype is (name, dtype, shape, offset, nbytes, where): its bytes are in the message
+body (where BODY), or stay where they are: in a frontend's buffer (where is the segment's id, from 1), or in
+the hub's arena (ARENA). Those of at least SHARED_BYTES that lie in shared memory are named, never copied;
+smaller ones cost less copied into the body. An object (BYTES) array is (name, None, array), pickled.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pytriton.core.errors import FailureReason, InferenceError, Status
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
+from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.tensors import Buffer, dtype_code, dtype_of
 
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
+SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
+BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
+SHARED_BYTES = COPY_BYTES + 1
+
+# Where a large array lies in shared memory: (where, offset), or None to copy it into the body.
+Place = Callable[[np.ndarray], Optional[Tuple[int, int]]]
+# The array a packed item names: (where, offset, nbytes, dtype, shape) -> array.
+Resolve = Callable[[int, int, int, np.dtype, Tuple[int, ...]], np.ndarray]
 
 
 def pack_request(
-    key: int, model: str, version: str, request: InferenceRequest, streaming: bool
-) -> Tuple[Any, List[Buffer]]:
-    """An INFER message and its body: the inputs' bytes as views (the request lives until its answer)."""
+    key: int, model: str, version: str, request: InferenceRequest, streaming: bool, place: Place
+) -> Tuple[Any, List[Buffer], bool]:
+    """An INFER message, its body, and whether any input stays in a frontend buffer (viewed until RELEASED).
+
+    The body holds the other inputs' bytes as views: the request lives until its answer.
+    """
     parts: List[Buffer] = []
-    inputs = _pack_arrays(request.inputs.items(), parts, copy=False)
+    inputs, shared = _pack_arrays(request.inputs.items(), parts, copy=False, place=place)
     head = (
         INFER,
         key,
@@ -51,13 +70,13 @@ def pack_request(
         request.arrival_ns,
         streaming,
     )
-    return head, parts
+    return head, parts, shared
 
 
-def unpack_request(head: Any, body: memoryview) -> InferenceRequest:
-    """The request an INFER message carries; its arrays view the message body."""
+def unpack_request(head: Any, body: memoryview, resolve: Resolve) -> InferenceRequest:
+    """The request an INFER message carries; its arrays view the message body or shared memory."""
     _, _, _, _, request_id, inputs, parameters, requested, batch_size, priority, timeout_us, arrival_ns, _ = head
-    arrays = {item[0]: _array(item, body) for item in inputs}
+    arrays = {item[0]: _array(item, body, resolve) for item in inputs}
     return InferenceRequest(
         request_id=request_id,
         inputs=arrays,
@@ -70,19 +89,21 @@ def unpack_request(head: Any, body: memoryview) -> InferenceRequest:
     )
 
 
-def pack_response(key: int, response: InferenceResponse) -> Tuple[Any, List[Buffer]]:
-    """A RESPONSE message and its body: the outputs' bytes copied now (a callable may write its arrays again)."""
+def pack_response(key: int, response: InferenceResponse, place: Place, loan: int) -> Tuple[Any, List[Buffer]]:
+    """A RESPONSE message and its body: outputs of the body copied now (a callable may write its arrays again)."""
     parts: List[Buffer] = []
-    outputs = _pack_arrays([(output.name, output.array) for output in response.outputs], parts, copy=True)
+    named = [(output.name, output.array) for output in response.outputs]
+    outputs, _ = _pack_arrays(named, parts, copy=True, place=place)
     datatypes = tuple(output.datatype for output in response.outputs)
-    return (RESPONSE, key, outputs, datatypes, response.final), parts
+    return (RESPONSE, key, outputs, datatypes, response.final, loan), parts
 
 
-def unpack_response(head: Any, body: memoryview) -> InferenceResponse:
-    """The response a RESPONSE message carries; its arrays view the message body."""
-    _, _, outputs, datatypes, final = head
+def unpack_response(head: Any, body: memoryview, resolve: Resolve) -> InferenceResponse:
+    """The response a RESPONSE message carries; its arrays view the message body or shared memory."""
+    _, _, outputs, datatypes, final, _ = head
     return InferenceResponse(
-        [OutputTensor(item[0], datatype, _array(item, body)) for item, datatype in zip(outputs, datatypes)], final
+        [OutputTensor(item[0], datatype, _array(item, body, resolve)) for item, datatype in zip(outputs, datatypes)],
+        final,
     )
 
 
@@ -99,29 +120,43 @@ def error_of(head: Any) -> InferenceError:
     return error
 
 
-def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool) -> Tuple[Any, ...]:
-    """Arrays as (name, dtype, shape, offset, nbytes) over `parts`, or (name, None, array) for object arrays."""
+def shared_places(items: Sequence[Any]) -> List[Tuple[int, int, int]]:
+    """(where, offset, nbytes) of each packed item that stays in shared memory."""
+    return [(item[5], item[3], item[4]) for item in items if item[1] is not None and item[5] != BODY]
+
+
+def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> Tuple[Tuple[Any, ...], bool]:
+    """Arrays as packed items over `parts`, and whether any stays in shared memory (see the module docstring)."""
     packed: List[Tuple[Any, ...]] = []
     offset = 0
+    shared = False
     for name, array in arrays:
         if type(array) is not np.ndarray or array.dtype.hasobject:
             packed.append((name, None, array))
             continue
         nbytes = array.nbytes
+        if nbytes >= SHARED_BYTES:
+            found = place(array)
+            if found is not None:
+                packed.append((name, dtype_code(array.dtype), array.shape, found[1], nbytes, found[0]))
+                shared = True
+                continue
         if copy:
             parts.append(array.tobytes())
         else:
             contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)
             parts.append(contiguous.reshape(-1).view(np.uint8).data)
-        packed.append((name, dtype_code(array.dtype), array.shape, offset, nbytes))
+        packed.append((name, dtype_code(array.dtype), array.shape, offset, nbytes, BODY))
         offset += nbytes
-    return tuple(packed)
+    return tuple(packed), shared
 
 
-def _array(item: Sequence[Any], body: memoryview) -> Any:
-    """One packed array: a view of the message body, or the object array itself."""
+def _array(item: Sequence[Any], body: memoryview, resolve: Resolve) -> Any:
+    """One packed array: a view of the message body or of shared memory, or the object array itself."""
     if item[1] is None:
         return item[2]
-    _, code, shape, offset, nbytes = item
+    _, code, shape, offset, nbytes, where = item
     dtype = dtype_of(code)
+    if where != BODY:
+        return resolve(where, offset, nbytes, dtype, shape)
     return np.frombuffer(body, dtype, nbytes // dtype.itemsize if dtype.itemsize else 0, offset).reshape(shape)

@@ -4,32 +4,50 @@ A frontend decodes and checks each request itself (it has every model's spec), t
 (the process that holds the models) and awaits its answer: the hub's batcher takes requests from every
 frontend. What the transports ask beyond running requests is forwarded to the hub as whole API requests
 (forwarding.py), so this engine answers only what the request path needs.
+
+Large bodies are read into shared buffers (`OwnSegments`, the receive buffers' allocator here), so that the
+hub views their tensors in place; a request's buffer is kept until the hub says it views it no more
+(RELEASED). Large outputs come back as views of the hub's arena (or of this process's own buffer, for an
+identity), which go out to the client without a copy and are returned to the hub once gone (RETURNED).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import time
-from typing import Any, AsyncIterator, Callable, Dict, List, NoReturn, Optional, Tuple, Union
+from collections import deque
+from typing import Any, AsyncIterator, Callable, Deque, Dict, List, NoReturn, Optional, Tuple, Union
+
+import numpy as np
 
 from pytriton.core.cuda_memory import CudaSharedMemory
 from pytriton.core.engine import find_version
 from pytriton.core.errors import InferenceError
 from pytriton.core.model import ServedModel
+from pytriton.core.raw_tensors import mark_leased
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.core.watch import WATCH_AFTER_S, Disconnect
 from pytriton.ipc.calls import CALL, REPLY, Calls, Handler
-from pytriton.ipc.channel import LoopChannel, Message
+from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.outbox import Outbox, items
+from pytriton.ipc.segment_index import OwnSegments
+from pytriton.ipc.tensors import ArenaReader
 from pytriton.runtime.frontends.protocol import (
+    ARENA,
+    ARENA_PLACE,
     CANCEL,
     CONNECTION,
     END,
     FAILED,
+    FORGET,
+    RELEASED,
     RESPONSE,
+    RETURNED,
+    SEGMENT,
     error_of,
     pack_request,
     unpack_response,
@@ -60,12 +78,13 @@ class HubLink:
         channel: LoopChannel,
         loop: asyncio.AbstractEventLoop,
         handlers: Dict[str, Handler],
-        on_connection: Callable[[str, int], None],
+        on_connection: Callable[[str, int, bool], None],
         on_closed: Callable[[], None],
     ) -> None:
         """Talk to the hub over `channel`; answer its calls with `handlers`.
 
-        `on_connection(kind, fd)` serves a connection the hub accepted; `on_closed()` runs once the hub is gone.
+        `on_connection(kind, fd, over the cap)` serves a connection the hub accepted; `on_closed()` runs once the
+        hub is gone.
         """
         self._loop = loop
         self._on_connection = on_connection
@@ -78,6 +97,12 @@ class HubLink:
         self._sweep: Optional[asyncio.TimerHandle] = None
         self._next_key = 0
         self.closed = False
+        # The receive buffers of this process (made shared when it starts serving) and the hub's arena.
+        self.buffers = OwnSegments(self._announce, self._forget)
+        self._arena = ArenaReader()
+        self._lent: Dict[int, Any] = {}  # key: the inputs of a request the hub views in our buffers
+        self._returned: Deque[int] = deque()  # loans of the hub's arena no longer viewed here
+        self._returning = False
         channel.handle(self._on_message, self._on_closed)
 
     def send(self, spec: ModelSpec, request: InferenceRequest, waiting: Waiting, gone: Optional[Disconnect]) -> int:
@@ -86,8 +111,11 @@ class HubLink:
             raise InferenceError.unavailable("the server is stopping")
         self._next_key += 1
         key = self._next_key
-        head, body = pack_request(key, spec.name, spec.version_str, request, isinstance(waiting, _Stream))
+        streaming = isinstance(waiting, _Stream)
+        head, body, shared = pack_request(key, spec.name, spec.version_str, request, streaming, self.buffers.locate)
         self.outbox.post(head, body)
+        if shared:
+            self._lent[key] = request.inputs
         self._waiting[key] = waiting
         if gone is not None:
             self._watched[key] = (gone, time.monotonic_ns(), None)
@@ -103,8 +131,12 @@ class HubLink:
 
     def _on_message(self, message: Message) -> None:
         """Answers and calls from the hub."""
-        if message.head[0] == CONNECTION:
-            self._on_connection(message.head[1], message.fds[0])
+        tag = message.head[0]
+        if tag == CONNECTION:
+            self._on_connection(message.head[1], message.fds[0], message.head[2])
+            return
+        if tag == ARENA:
+            self._arena.adopt(message.head[1], message.fds)
             return
         waiting = self._waiting
         for head, body in items(message):
@@ -113,8 +145,20 @@ class HubLink:
                 key = head[1]
                 target = waiting.get(key)
                 if target is None:
+                    if head[5]:
+                        self._returned.append(head[5])  # nobody waits for it: its region goes back at once
+                        self._return_soon()
                     continue
-                response = unpack_response(head, body)
+                try:
+                    response = unpack_response(head, body, self._resolver(head[5]) if head[5] else self._own)
+                except ValueError as error:  # names a buffer of ours that is gone: not expected
+                    waiting.pop(key, None)
+                    item: Any = InferenceError.internal(f"the server lost a response: {error}")
+                    if isinstance(target, _Stream):
+                        target.queue.put_nowait(item)
+                    elif not target.done():
+                        target.set_exception(item)
+                    continue
                 if isinstance(target, _Stream):
                     target.queue.put_nowait(response)
                 else:
@@ -132,15 +176,71 @@ class HubLink:
                     target.queue.put_nowait(item)
                 elif not target.done():
                     target.set_exception(item if isinstance(item, InferenceError) else _no_response())
+            elif tag == RELEASED:
+                for key in head[1]:
+                    self._lent.pop(key, None)
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:
                 self.calls.on_reply(head)
 
+    def _own(self, where: int, offset: int, nbytes: int, dtype: np.dtype, shape: Tuple[int, ...]) -> np.ndarray:
+        """An output that lies in a buffer of ours (an identity's output: a view of its input)."""
+        return self.buffers.region(where, offset, nbytes).view(dtype).reshape(shape)
+
+    def _resolver(self, loan: int) -> Callable[[int, int, int, np.dtype, Tuple[int, ...]], np.ndarray]:
+        """How a response's arrays in shared memory are viewed: the hub's arena under one lease, or our buffers."""
+        lease: List[np.ndarray] = []
+
+        def resolve(where: int, offset: int, nbytes: int, dtype: np.dtype, shape: Tuple[int, ...]) -> np.ndarray:
+            if where != ARENA_PLACE:
+                return self.buffers.region(where, offset, nbytes).view(dtype).reshape(shape)
+            if not lease:
+                view = self._arena.view
+                if view is None:
+                    raise ValueError("an output in an arena that never arrived")
+                lease.append(np.ndarray((len(view),), np.uint8, view))  # every output of the response views it
+                # The response may go out as views of it: the hub writes there again only once it is returned.
+                mark_leased(lease[0], functools.partial(self._return, loan))
+            return lease[0][offset : offset + nbytes].view(dtype).reshape(shape)
+
+        return resolve
+
+    def _return(self, loan: int) -> None:
+        """A response's views of the hub's arena are gone: return its region (a weak reference's callback)."""
+        self._returned.append(loan)
+        self._return_soon()
+
+    def _return_soon(self) -> None:
+        if not self._returning and not self.closed:
+            self._returning = True
+            self._loop.call_soon(self._send_returned)
+
+    def _send_returned(self) -> None:
+        self._returning = False
+        loans = list(self._returned)
+        self._returned.clear()
+        if loans and not self.closed:
+            self.outbox.post((RETURNED, loans))
+
+    def _announce(self, segment_id: int, fd: int, size: int) -> None:
+        """A receive buffer was made: the hub maps it before any request names it."""
+        if self.closed:
+            os.close(fd)
+            return
+        try:
+            self.outbox.send_now((SEGMENT, segment_id, size), fds=[fd], give=True)
+        except ChannelClosed:
+            pass  # the hub is gone: this process ends
+
+    def _forget(self, segment_id: int) -> None:
+        """A receive buffer is gone: the hub lets go of its mapping."""
+        if not self.closed:
+            self.outbox.post((FORGET, segment_id))
+
     def _on_closed(self) -> None:
         """The hub is gone: every request waiting for it fails."""
-        self.closed = True
-        self.calls.close()
+        self.close()
         waiting, self._waiting = self._waiting, {}
         error = InferenceError.unavailable("the server is stopping")
         for target in waiting.values():
@@ -151,6 +251,11 @@ class HubLink:
         for key in list(self._watched):
             self._unwatch(key)
         self._on_hub_gone()
+
+    def close(self) -> None:
+        """Send nothing more (this process ends): buffers let go of later are not the hub's concern."""
+        self.closed = True
+        self.calls.close()
 
     def _watch(self) -> None:
         """Start watching the clients of requests that have waited WATCH_AFTER_S; look again later while any wait."""

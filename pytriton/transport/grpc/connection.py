@@ -70,6 +70,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self.loop = loop
         self._transport: Optional[asyncio.Transport] = None
         self.peer = "unknown"
+        self.over_cap = False  # one over grpc_max_connections counted elsewhere (the hub, for a frontend process)
         self._cut_off_logged = False
         self.session = Http2Session(
             state,
@@ -108,7 +109,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._socket = sock
         state = self._state
         state.connections.add(self)
-        self.session.over_cap = len(state.connections) > state.max_connections
+        self.session.over_cap = self.over_cap or len(state.connections) > state.max_connections
         peername = transport.get_extra_info("peername")
         if isinstance(peername, tuple):
             host, port = peername[0], peername[1]

@@ -156,16 +156,28 @@ class GrpcFrontend:
         self._state = state
         self.port = bound_port(sock)
 
-    def adopt(self, sock: socket.socket) -> None:
-        """Serve a connection accepted elsewhere (closed at once once the server stops)."""
+    @property
+    def connections(self) -> Optional[OpenConnections[GrpcConnection]]:
+        """The connections open now (None before the start)."""
+        return self._state.connections if self._state is not None else None
+
+    def adopt(self, sock: socket.socket, over_cap: bool = False) -> None:
+        """Serve a connection accepted elsewhere (closed at once once the server stops).
+
+        `over_cap`: it is one over ServerLimits.grpc_max_connections, as counted where it was accepted.
+        """
         state = self._state
         if state is None:
             sock.close()
             return
         loop = asyncio.get_running_loop()
-        connection = adopt_connection(
-            loop, sock, lambda: GrpcConnection(state, loop), ssl=self._ssl, ssl_handshake_timeout=self._handshake_s
-        )
+
+        def made() -> GrpcConnection:
+            connection = GrpcConnection(state, loop)
+            connection.over_cap = over_cap
+            return connection
+
+        connection = adopt_connection(loop, sock, made, ssl=self._ssl, ssl_handshake_timeout=self._handshake_s)
         task = loop.create_task(connection)
         self._adopting.add(task)
         task.add_done_callback(self._adopting.discard)

@@ -68,6 +68,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._next: Optional[RequestCycle] = None  # the request the task answers next
         self._idle: Optional[asyncio.Future[None]] = None  # the task waits on it for the next request
         self._over_cap = False
+        self.over_cap = False  # one over max_connections counted elsewhere (the hub, for a frontend process)
         self._closing = False
         self._refused = False
         self._refusal_due: Optional[bytes] = None  # the error response sent once the responses owed are out
@@ -104,7 +105,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             socket_address(transport.get_extra_info("sockname")),
             socket_address(transport.get_extra_info("peername")),
         )
-        self._over_cap = len(state.connections) > self._limits.max_connections
+        self._over_cap = self.over_cap or len(state.connections) > self._limits.max_connections
         self._clock.enter(IDLE, self._limits.keep_alive_timeout_s)
 
     def connection_lost(self, exc: Optional[Exception]) -> None:

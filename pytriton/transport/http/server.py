@@ -65,13 +65,28 @@ class AsgiServer:
             self._server = await loop.create_server(factory, sock=self._socket, backlog=BACKLOG)
         self._serving = True
 
-    def adopt(self, sock: socket.socket) -> None:
-        """Serve a connection accepted elsewhere (closed at once once the server stops)."""
+    @property
+    def connections(self) -> OpenConnections[HttpConnection]:
+        """The connections open now."""
+        return self._state.connections
+
+    def adopt(self, sock: socket.socket, over_cap: bool = False) -> None:
+        """Serve a connection accepted elsewhere (closed at once once the server stops).
+
+        `over_cap`: it is one over ServerLimits.max_connections, as counted where it was accepted.
+        """
         if not self._serving:
             sock.close()
             return
         loop = asyncio.get_running_loop()
-        task = loop.create_task(adopt_connection(loop, sock, functools.partial(HttpConnection, self._state, loop)))
+        state = self._state
+
+        def connection() -> HttpConnection:
+            made = HttpConnection(state, loop)
+            made.over_cap = over_cap
+            return made
+
+        task = loop.create_task(adopt_connection(loop, sock, connection))
         self._adopting.add(task)
         task.add_done_callback(self._adopting.discard)
 
