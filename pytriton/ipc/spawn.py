@@ -46,16 +46,18 @@ LEAST_GRACE_S = 0.5
 async def stop_process(
     process: subprocess.Popen,  # type: ignore[type-arg]
     kill: bool,
-    grace_s: float = EXIT_GRACE_S,
+    grace_s: Optional[float] = None,
     deadline: Optional[float] = None,
 ) -> int:
     """Wait for a process to end; its return code.
 
-    With `kill` it gets SIGKILL now, else once `grace_s` is over, or at `deadline` (time.monotonic())
-    when that comes sooner, though never sooner than LEAST_GRACE_S from now.
+    With `kill` it gets SIGKILL now, else once `grace_s` (None: EXIT_GRACE_S, read now) is over, or at
+    `deadline` (time.monotonic()) when that comes sooner, though never sooner than LEAST_GRACE_S from now.
     """
     if kill and process.poll() is None:
         process.kill()
+    if grace_s is None:
+        grace_s = EXIT_GRACE_S
     now = time.monotonic()
     end = now + grace_s
     if deadline is not None:
