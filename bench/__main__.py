@@ -209,6 +209,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         analyzer = perf_analyzer.find(args.perf_analyzer)
         if analyzer is None and perf_analyzer.GROUP in chosen:
             log(f"NOTE: perf_analyzer rows {perf_analyzer.missing_note(args.perf_analyzer)}")
+            log("      it installs into /tmp/perf-analyzer, outside the venv (bench/README.md, perf_analyzer)")
         options = Options(
             targets=targets,
             workloads=chosen,

@@ -68,9 +68,9 @@ def find(path: Optional[str]) -> Optional[pathlib.Path]:
 
 
 def missing_note(path: Optional[str]) -> str:
-    """Why the perf_analyzer rows are skipped, and how to get them."""
-    where = path or str(DEFAULT_PATH)
-    return f"skipped: perf_analyzer not found at {where} ({INSTALL_HINT})"
+    """The status of the perf_analyzer rows when there is no perf_analyzer: what to run to get them."""
+    where = f" at {path}" if path else ""
+    return f"skipped: perf_analyzer not found{where} (bash bench/install_perf_analyzer.sh, or --perf-analyzer PATH)"
 
 
 def run(

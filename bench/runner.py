@@ -212,6 +212,12 @@ class Bench:
                     self.servers[variant.name] = server
                     self.grpc[variant.name] = server.grpc_available()
         targets = self.all_targets()
+        if self.o.perf_analyzer is None:  # noted once at the start
+            for row in pa.ROWS:
+                for target in targets:
+                    status = self.o.perf_analyzer_missing if target.models else "n/a"
+                    self.cells.setdefault(row.name, {})[target.name] = Cell(status=status)
+            return
         for round_index in range(self.o.rounds):
             for row in pa.ROWS:
                 for target in targets if round_index % 2 == 0 else targets[::-1]:
@@ -224,7 +230,7 @@ class Bench:
             cell.status = self._check_pa(row, target)
             if cell.status != "ok":
                 log(f"[{row.name}] {target.name}: {cell.status}")
-        if cell.status != "ok" or self.o.perf_analyzer is None:
+        if cell.status != "ok" or self.o.perf_analyzer is None:  # (None: the rows were marked skipped before)
             return
         server = self.servers[target.name]
         try:
@@ -242,8 +248,6 @@ class Bench:
 
     def _check_pa(self, row: pa.Row, target: Target) -> str:
         """'ok' when perf_analyzer can measure `row` on `target`; else why not."""
-        if self.o.perf_analyzer is None:
-            return self.o.perf_analyzer_missing
         if not target.models:
             return "n/a"
         if target.name not in self.servers:
