@@ -27,15 +27,28 @@ INSTALL_HINT = "haproxy is not installed: run `apt-get install -y haproxy` (as .
 
 
 def free_ports(count: int) -> List[int]:
-    """Ports free on 127.0.0.1 now (bound and released at once)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """Ports on 127.0.0.1 for a server started later to bind; the kernel hands them to nobody else for 60 s.
+
+    A port merely bound and released could be taken meanwhile by any bind to port 0 or outgoing connection
+    (another test's server, a client), and the server would then fail with 'Address already in use'. Each
+    of these was listened on, and one connection to it closed from the listening side: that end waits in
+    TIME_WAIT for 60 s, during which Linux gives the port to no bind to port 0 and no outgoing connection,
+    while a server that sets SO_REUSEADDR (pytriton, HAProxy, tritonserver) binds it at once.
+    """
+    return [_reserved_port() for _ in range(count)]
+
+
+def _reserved_port() -> int:
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port: int = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            accepted.close()  # first: the TIME_WAIT is the listening side's, on `port`
+            client.recv(1)  # the close reached the client before it closes in turn
+    return port
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05) -> None:
