@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from prometheus_client.parser import text_string_to_metric_families
 
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
@@ -48,6 +49,10 @@ def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
 
 
+def _double(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUTPUT_1": request["INPUT_1"] * 2} for request in requests]
+
+
 def _slow(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     time.sleep(SLOW_S)
     return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
@@ -62,12 +67,31 @@ def _countdown(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
 PAIRS = Pairs()
 
 
+class Keeper:
+    """Keeps every input it is given and answers the sum of their first values: a kept input that changed shows."""
+
+    def __init__(self) -> None:
+        self.kept: List[np.ndarray] = []
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        answers = []
+        for request in requests:
+            self.kept.append(request["INPUT_1"])
+            total = float(sum(array.flat[0] for array in self.kept))
+            answers.append({"OUTPUT_1": np.array([[total]], np.float32)})
+        return answers
+
+
 def _bind(triton: Triton) -> None:
     triton.bind("identity", _identity, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=64))
     pairs = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
     triton.bind("pairs", PAIRS, inputs=FP32, outputs=OUT, config=pairs)
     triton.bind("slow", _slow, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))
     triton.bind("countdown", _countdown, inputs=FP32, outputs=OUT, config=ModelConfig(batching=False, decoupled=True))
+    four = ModelConfig(max_batch_size=4)
+    triton.bind("keeper", Keeper(), inputs=FP32, outputs=OUT, config=four)
+    triton.bind("process_keeper", ProcessInstances(factory=Keeper), inputs=FP32, outputs=OUT, config=four)
+    triton.bind("process_double", ProcessInstances(_double), inputs=FP32, outputs=OUT, config=four)
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +157,40 @@ def test_requests_that_came_in_on_different_frontends_form_one_batch(server: Tri
     assert [status for status, _ in answers] == [200, 200]
     assert [document["outputs"][0]["data"] for _, document in answers] == [[2.0], [2.0]]
     assert PAIRS.batches[before:] == [2]  # one call, with both requests: the batcher is the hub's
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_large_tensors_cross_intact_both_ways(server: Triton, protocol: str) -> None:
+    """Inputs read into the frontends' shared buffers, outputs in them (identity) or in the hub's arena (double)."""
+    rng = np.random.default_rng(1)
+    client_module: Any = httpclient if protocol == "http" else grpcclient
+    url = http_url(server) if protocol == "http" else grpc_url(server)
+    with client_module.InferenceServerClient(url) as client:
+        for model, factor in (("identity", 1), ("process_double", 2)):
+            for size in (1 << 16, 1 << 18, 3 << 20):  # 256 KiB to 12 MiB
+                data = rng.random((1, size), dtype=np.float32)
+                tensor = client_module.InferInput("INPUT_1", [1, size], "FP32")
+                tensor.set_data_from_numpy(data)
+                answer = client.infer(model, [tensor]).as_numpy("OUTPUT_1")
+                assert np.array_equal(answer, data * factor), (model, size)
+
+
+@pytest.mark.parametrize("model", ["keeper", "process_keeper"])
+def test_an_input_a_model_keeps_never_changes_under_it(server: Triton, model: str) -> None:
+    """A frontend reuses a buffer only once nothing views its tensors: not the hub, not an instance process."""
+    with httpclient.InferenceServerClient(http_url(server), concurrency=4) as client:
+        expected = 0.0
+        for round_ in range(3):
+            calls = []
+            for index in range(8):
+                value = float(round_ * 8 + index + 1)
+                data = np.full((1, 1 << 16), value, np.float32)  # 256 KiB: in a shared buffer
+                tensor = httpclient.InferInput("INPUT_1", list(data.shape), "FP32")
+                tensor.set_data_from_numpy(data)
+                calls.append(client.async_infer(model, [tensor]))
+                expected += value
+            totals = [call.get_result().as_numpy("OUTPUT_1")[0, 0] for call in calls]
+            assert max(totals) == expected  # the last answer summed every kept input, none of them overwritten
 
 
 def test_statistics_and_metrics_count_every_frontend_s_requests_once(server: Triton) -> None:
@@ -300,12 +358,8 @@ def _ask_the_hub(connection: http.client.HTTPConnection) -> None:
     response.read()
     connection.request("POST", "/v2/repository/index", b"{}", HTTP_AUTH)
     response = connection.getresponse()
-    assert sorted(entry["name"] for entry in json.loads(response.read())) == [
-        "countdown",
-        "identity",
-        "pairs",
-        "slow",
-    ]
+    names = sorted(entry["name"] for entry in json.loads(response.read()))
+    assert names == ["countdown", "identity", "keeper", "pairs", "process_double", "process_keeper", "slow"]
     connection.request("POST", "/v2/models/identity/infer", b"{not json")
     response = connection.getresponse()
     assert response.status == 400 and "error" in json.loads(response.read())

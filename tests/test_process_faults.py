@@ -669,10 +669,10 @@ def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(
 
     pack = input_arena.InputArena.pack
 
-    def pack_or_fail(self: input_arena.InputArena, dicts: Any, job_id: int = 0) -> Any:
+    def pack_or_fail(self: input_arena.InputArena, dicts: Any, job_id: int = 0, in_shared: Any = None) -> Any:
         if any(isinstance(item, dict) and item["x"].size and item["x"].flat[0] == 777 for item in dicts):
             raise MemoryError("no memory for this batch")
-        return pack(self, dicts, job_id)
+        return pack(self, dicts, job_id, in_shared)
 
     monkeypatch.setattr(input_arena.InputArena, "pack", pack_or_fail)
 

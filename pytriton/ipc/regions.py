@@ -16,9 +16,10 @@ the sender's next message. It needs no bookkeeping on either side.
 from __future__ import annotations
 
 import bisect
+import functools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pytriton.ipc.tensors import IN_ARENA, ArenaWriter, Buffer, arena_bytes
+from pytriton.ipc.tensors import IN_ARENA, ArenaWriter, Buffer, SharedPlaces, arena_bytes
 
 # What takes at most this in the arena is copied out by the receiver, never lent.
 COPY_BYTES = 64 * 1024
@@ -82,24 +83,31 @@ class LendingArena(ArenaWriter):
         self._regions = Regions(0)
 
     def lend(
-        self, dicts: Sequence[Any], job_id: int, in_inputs: Optional[Dict[int, int]] = None
+        self,
+        dicts: Sequence[Any],
+        job_id: int,
+        in_inputs: Optional[Dict[int, int]] = None,
+        in_shared: Optional[SharedPlaces] = None,
     ) -> Tuple[List[Any], List[Buffer], int, bool]:
         """Pack a message's arrays: (packed items, body parts, new arena size or 0, whether a region was lent).
 
-        Arrays named in `in_inputs` (by id, with their offset) lie in the job's inputs: named, not copied.
-        What finds no room (the receiver still views earlier regions and the budget is reached) goes in the body.
+        Arrays named in `in_inputs` (by id, with their offset) lie in the job's inputs, and those in `in_shared` in
+        a segment both sides map: named, not copied. What finds no room (the receiver still views earlier regions
+        and the budget is reached) goes in the body.
         """
+        place = functools.partial(self._place, in_inputs=in_inputs, in_shared=in_shared)
         segment = self.segment
         if segment is not None:  # the usual small batch: into the start, no bookkeeping (and no sizing pass)
-            placed = self._place(dicts, overflow=False, start=0, end=min(COPY_BYTES, segment.size), in_inputs=in_inputs)
+            placed = place(dicts, overflow=False, start=0, end=min(COPY_BYTES, segment.size))
             if placed is not None:
                 return placed[0], placed[1], 0, False
-        needed = arena_bytes(dicts, in_inputs)
+        skip = {**in_inputs, **in_shared} if in_inputs and in_shared else in_inputs or in_shared
+        needed = arena_bytes(dicts, skip)
         new_arena = 0
         if needed <= COPY_BYTES:  # no arena yet, or one smaller than this
             new_arena = self._grow(needed) if needed else 0
             end = min(COPY_BYTES, self.segment.size) if self.segment is not None else 0
-            placed = self._place(dicts, overflow=True, start=0, end=end, in_inputs=in_inputs)
+            placed = place(dicts, overflow=True, start=0, end=end)
             assert placed is not None
             return placed[0], placed[1], new_arena, False
         start = self._regions.take(job_id, needed)
@@ -108,9 +116,9 @@ class LendingArena(ArenaWriter):
             if new_arena:
                 start = self._regions.take(job_id, needed)  # None when the budget kept the arena smaller than this
         if start is None:
-            placed = self._place(dicts, overflow=True, start=0, end=0, in_inputs=in_inputs)  # no room: in the body
+            placed = place(dicts, overflow=True, start=0, end=0)  # no room: in the body
         else:
-            placed = self._place(dicts, overflow=True, start=start, end=start + needed, in_inputs=in_inputs)
+            placed = place(dicts, overflow=True, start=start, end=start + needed)
         assert placed is not None
         return placed[0], placed[1], new_arena, start is not None
 

@@ -86,25 +86,38 @@ class OwnSegments:
         self._forget(segment_id)
 
 
-class PeerSegments:
-    """The segments a peer made and sent, mapped here by id."""
+class SharedSegments:
+    """The segments other processes made and sent, mapped here under ids of this process's own.
+
+    The hub maps every frontend's receive buffers here; it keeps each one's descriptor, to pass it on to the
+    instance processes that read a tensor of it in place, and tells those it passed it to when it is gone
+    (`watch`).
+    """
 
     def __init__(self) -> None:
         """None mapped yet."""
-        self._arrays: Dict[int, np.ndarray] = {}
+        self._ids = itertools.count(1)
+        # id: (the whole segment's bytes, its descriptor). A memoryview of the mapping, not an array: numpy makes the
+        # base of an array over a view of an array that array, and a region's views would not keep the region.
+        self._segments: Dict[int, Tuple[memoryview, int]] = {}
         self._starts: List[int] = []
         self._spans: Dict[int, Tuple[int, int]] = {}  # start: (end, id)
+        self._watchers: List[Callable[[int], None]] = []
 
-    def adopt(self, segment_id: int, fd: int, size: int) -> None:
-        """Map a segment the peer sent (the descriptor is closed here; the mapping stays while arrays view it)."""
-        segment = SharedSegment.attach(fd, size)
-        array = np.ndarray((size,), np.uint8, segment.view())
+    def __len__(self) -> int:
+        return len(self._segments)
+
+    def adopt(self, fd: int, size: int) -> int:
+        """Map a segment another process sent (its descriptor is kept here); its id."""
+        segment = SharedSegment.attach(os.dup(fd), size)
+        view = segment.view()
         segment.close()
-        self.forget(segment_id)
-        self._arrays[segment_id] = array
-        start = array.__array_interface__["data"][0]
+        segment_id = next(self._ids)
+        self._segments[segment_id] = (view, fd)
+        start = np.frombuffer(view, np.uint8, 0).__array_interface__["data"][0]
         bisect.insort(self._starts, start)
         self._spans[start] = (start + size, segment_id)
+        return segment_id
 
     def region(self, segment_id: int, offset: int, nbytes: int) -> np.ndarray:
         """A uint8 array over `nbytes` of a segment from `offset`, whose views keep it as their base.
@@ -112,15 +125,16 @@ class PeerSegments:
         Raises:
             ValueError: no such segment, or the range is not inside it.
         """
-        array = self._arrays.get(segment_id)
-        if array is None:
+        found = self._segments.get(segment_id)
+        if found is None:
             raise ValueError(f"a tensor in shared memory segment {segment_id}, which was never sent")
-        if offset < 0 or nbytes < 0 or offset + nbytes > len(array):
+        view = found[0]
+        if offset < 0 or nbytes < 0 or offset + nbytes > len(view):
             raise ValueError(f"a tensor outside shared memory segment {segment_id}")
-        return np.ndarray((nbytes,), np.uint8, array.data[offset : offset + nbytes])
+        return np.ndarray((nbytes,), np.uint8, view[offset : offset + nbytes])
 
     def locate(self, array: np.ndarray) -> Optional[Tuple[int, int]]:
-        """(segment id, offset) of a contiguous array that lies in one of the peer's segments, else None."""
+        """(segment id, offset) of a contiguous array that lies in one of the segments, else None."""
         address = array.__array_interface__["data"][0]
         index = bisect.bisect_right(self._starts, address) - 1
         if index < 0:
@@ -131,17 +145,34 @@ class PeerSegments:
             return None
         return segment_id, address - start
 
+    def descriptor(self, segment_id: int) -> Tuple[int, int]:
+        """(descriptor, size) of a segment, to send to another process (it stays this registry's)."""
+        view, fd = self._segments[segment_id]
+        return fd, len(view)
+
+    def watch(self, forgotten: Callable[[int], None]) -> None:
+        """Call `forgotten(id)` for each segment forgotten from now on."""
+        self._watchers.append(forgotten)
+
+    def unwatch(self, forgotten: Callable[[int], None]) -> None:
+        """Stop calling `forgotten`."""
+        if forgotten in self._watchers:
+            self._watchers.remove(forgotten)
+
     def forget(self, segment_id: int) -> None:
-        """The peer let go of a segment: unmapped once nothing here views it."""
-        array = self._arrays.pop(segment_id, None)
-        if array is None:
+        """Its maker let go of a segment: unmapped once nothing here views it; watchers are told."""
+        found = self._segments.pop(segment_id, None)
+        if found is None:
             return
-        start = array.__array_interface__["data"][0]
+        view, fd = found
+        os.close(fd)
+        start = np.frombuffer(view, np.uint8, 0).__array_interface__["data"][0]
         if self._spans.get(start, (0, -1))[1] == segment_id:
             del self._spans[start]
             self._starts.pop(bisect.bisect_left(self._starts, start))
+        for forgotten in list(self._watchers):
+            forgotten(segment_id)
 
-    def close(self) -> None:
-        """Forget every segment."""
-        for segment_id in list(self._arrays):
-            self.forget(segment_id)
+
+# The hub's: every frontend's buffers, which its links and its process instances share.
+SHARED_SEGMENTS = SharedSegments()

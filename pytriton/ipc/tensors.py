@@ -10,7 +10,7 @@ in the packed head, to be pickled with it.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -20,9 +20,12 @@ Buffer = Union[bytes, bytearray, memoryview]
 
 _ALIGN = 64
 _MIN_ARENA_BYTES = 1 << 20
-# Where a packed array lies: the sender's arena, the message body, or the job's input region (in the arena of
-# the server, which receives the result).
-IN_ARENA, IN_BODY, IN_INPUTS = 0, 1, 2
+# Where a packed array lies: the sender's arena, the message body, the job's input region (in the arena of
+# the server, which receives the result), or a segment both sides map by id (a frontend process's buffer: its
+# ref has the segment's id as a sixth item).
+IN_ARENA, IN_BODY, IN_INPUTS, IN_SHARED = 0, 1, 2, 3
+# Where an array that lies in a shared segment is: its id and offset, by the array's id.
+SharedPlaces = Dict[int, Tuple[int, int]]
 
 ## A packed dict is (refs, others, order): refs maps names to (where, offset, nbytes, dtype, shape) for
 # fixed-size arrays, others holds every other value as it is, order lists the keys when others is not
@@ -86,6 +89,7 @@ class ArenaWriter:
         start: int = 0,
         end: Optional[int] = None,
         in_inputs: Optional[Dict[int, int]] = None,
+        in_shared: Optional[SharedPlaces] = None,
     ) -> Optional[Tuple[List[Any], List[Buffer]]]:
         """Copy the arrays into the arena's [start, end); what does not fit: in the body (`overflow`), or None.
 
@@ -107,7 +111,10 @@ class ArenaWriter:
                     others[name] = value
                     continue
                 nbytes = value.nbytes
-                if in_inputs and id(value) in in_inputs:
+                if in_shared and id(value) in in_shared:
+                    segment, at = in_shared[id(value)]
+                    refs[name] = (IN_SHARED, at, nbytes, dtype_code(value.dtype), value.shape, segment)
+                elif in_inputs and id(value) in in_inputs:
                     refs[name] = (IN_INPUTS, in_inputs[id(value)], nbytes, dtype_code(value.dtype), value.shape)
                 elif arena is not None and arena_offset + nbytes <= arena_free:
                     np.copyto(np.ndarray(value.shape, value.dtype, arena, arena_offset), value)
@@ -178,11 +185,13 @@ class ArenaReader:
         copy: bool,
         arena: Optional[np.ndarray] = None,
         inputs: Optional[np.ndarray] = None,
+        shared: Optional[Callable[[int, int, int], np.ndarray]] = None,
     ) -> List[Any]:
         """Rebuild packed dicts: arrays as views of the arena (copies with `copy`) or of the body.
 
         With `arena` (a uint8 array over the whole arena) the arena's arrays are views of it instead; arrays
-        in the job's input region are views of `inputs` (a uint8 array over the receiver's own arena).
+        in the job's input region are views of `inputs` (a uint8 array over the receiver's own arena); arrays in
+        a shared segment are views of what `shared(segment id, offset, nbytes)` returns (uint8).
         """
         rebuilt: List[Any] = []
         for item in packed:
@@ -190,7 +199,7 @@ class ArenaReader:
                 rebuilt.append(item[0])
                 continue
             refs, others, order = item
-            arrays = {name: self._array(ref, body, copy, arena, inputs) for name, ref in refs.items()}
+            arrays = {name: self._array(ref, body, copy, arena, inputs, shared) for name, ref in refs.items()}
             if order is not None:
                 arrays.update(others)
                 arrays = {name: arrays[name] for name in order}
@@ -199,14 +208,19 @@ class ArenaReader:
 
     def _array(
         self,
-        ref: Tuple[int, int, int, Any, Tuple[int, ...]],
+        ref: Tuple[Any, ...],
         body: memoryview,
         copy: bool,
         arena: Optional[np.ndarray],
         inputs: Optional[np.ndarray],
+        shared: Optional[Callable[[int, int, int], np.ndarray]],
     ) -> np.ndarray:
         """The array a ref describes."""
-        where, offset, nbytes, code, shape = ref
+        where, offset, nbytes, code, shape = ref[:5]
+        if where == IN_SHARED:
+            if shared is None:
+                raise ValueError("a tensor in a shared segment where none is mapped")
+            return shared(ref[5], offset, nbytes).view(dtype_of(code)).reshape(shape)
         if where == IN_INPUTS:
             if inputs is None or offset < 0 or offset + nbytes > len(inputs):
                 raise ValueError("a tensor in an input region that is not there")
@@ -228,7 +242,7 @@ class ArenaReader:
             self.segment = None
 
 
-def arena_bytes(dicts: Sequence[Any], skip: Optional[Dict[int, int]] = None) -> int:
+def arena_bytes(dicts: Sequence[Any], skip: Optional[Mapping[int, Any]] = None) -> int:
     """What a message's arrays take in an arena (those in `skip`, by id, take none)."""
     needed = 0
     for item in dicts:

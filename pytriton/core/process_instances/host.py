@@ -25,9 +25,11 @@ from pytriton.core.process_instances.protocol import (
     END,
     EXIT,
     FAILURE,
+    FORGET,
     JOB,
     READY,
     RESULT,
+    SEGMENT,
     START_FAILED,
     STOP,
     Init,
@@ -76,7 +78,8 @@ class InstanceHost:
                     self._run(message)
                 elif tag == EXIT:
                     return
-                # a STOP for a job that has ended already needs nothing
+                else:
+                    self._control(message)  # a STOP for a job that has ended already needs nothing
         except ChannelClosed:
             return
         finally:
@@ -184,13 +187,23 @@ class InstanceHost:
     def _stopped(self, job_id: int) -> bool:
         """Whether the server asked to stop this job (or to exit) since its last step."""
         while self.channel.readable():
-            head = self.channel.receive().head
+            message = self.channel.receive()
+            head = message.head
             if head[0] == EXIT:
                 self._exiting = True
                 return True
             if head[0] == STOP and head[1] == job_id:
                 return True
+            self._control(message)
         return False
+
+    def _control(self, message: Message) -> None:
+        """The frontend buffers the server passes on (SEGMENT) and lets go of (FORGET)."""
+        head = message.head
+        if head[0] == SEGMENT:
+            self._inputs.adopt_segment(head[1], message.fds[0], head[2])
+        elif head[0] == FORGET:
+            self._inputs.forget_segment(head[1])
 
     def _send_result(
         self, job_id: int, packed: Any, body: List[Buffer], new_arena: int, writer: ArenaWriter, final: bool, value: Any

@@ -25,7 +25,8 @@ import numpy as np
 
 from pytriton.core.raw_tensors import Buffer, mark_leased
 from pytriton.ipc.regions import COPY_BYTES, LendingArena, copied_out
-from pytriton.ipc.tensors import ArenaReader
+from pytriton.ipc.segments import SharedSegment
+from pytriton.ipc.tensors import ArenaReader, SharedPlaces
 
 
 class InputArena(LendingArena):
@@ -35,16 +36,25 @@ class InputArena(LendingArena):
         """An arena of at most `budget_bytes` (0: every input travels in the message body)."""
         super().__init__(budget_bytes)
         self._holds: Dict[int, int] = {}  # job id: how many sides view its region (the process, the server)
+        self._shared: Dict[int, Any] = {}  # job id: its inputs in frontend buffers, held while the process views them
         self._arenas: Dict[int, memoryview] = {}  # job id: the whole arena its region is in
         # Jobs whose outputs the server no longer views: appended by weak reference callbacks, in any thread.
         self._let_go: Deque[int] = deque()
 
-    def pack(self, dicts: Sequence[Any], job_id: int = 0) -> Tuple[List[Any], List[Buffer], int]:
-        """Pack a batch's inputs into a region lent to `job_id`: (packed items, body parts, new arena size or 0)."""
+    def pack(
+        self, dicts: Sequence[Any], job_id: int = 0, in_shared: Optional[SharedPlaces] = None
+    ) -> Tuple[List[Any], List[Buffer], int]:
+        """Pack a batch's inputs into a region lent to `job_id`: (packed items, body parts, new arena size or 0).
+
+        Those in `in_shared` lie in a frontend process's buffer that the process maps too: named, not copied, and
+        held here until the process no longer views them.
+        """
         let_go = self._let_go
         while let_go:
             self._let_go_of(let_go.popleft())
-        packed, body, new_arena, lent = self.lend(dicts, job_id)
+        packed, body, new_arena, lent = self.lend(dicts, job_id, in_shared=in_shared)
+        if in_shared:
+            self._shared[job_id] = dicts
         if lent:
             assert self._view is not None
             self._holds[job_id] = 1
@@ -54,6 +64,7 @@ class InputArena(LendingArena):
     def released(self, job_ids: Sequence[int]) -> None:
         """The process no longer views these jobs' inputs."""
         for job_id in job_ids:
+            self._shared.pop(job_id, None)
             self._let_go_of(job_id)
 
     def lease(self, job_id: int) -> Optional[np.ndarray]:
@@ -85,30 +96,65 @@ class InputArena(LendingArena):
         super().close()
         self._holds.clear()
         self._arenas.clear()
+        self._shared.clear()
 
 
 class InputViews:
-    """The process's side: each job's inputs as views of the server's arena, and which jobs it no longer views."""
+    """The process's side: each job's inputs as views of the server's arena, and which jobs it no longer views.
+
+    Inputs a frontend process read into its buffers are views of those (segments the server passed on), not of the
+    arena: a job is free once every region it views, in the arena or in a buffer, is no longer viewed.
+    """
 
     def __init__(self) -> None:
         """No arena until the first job that uses one."""
         self.reader = ArenaReader()
-        self._released: Deque[int] = deque()  # appended by weak reference callbacks, whenever a job's last view goes
-        self._watched: Dict[int, Any] = {}
+        # Appended by weak reference callbacks, whenever a region's last view goes: (job id, the region's id).
+        self._released: Deque[Tuple[int, int]] = deque()
+        self._watched: Dict[Tuple[int, int], Any] = {}
+        self._viewed: Dict[int, int] = {}  # job id: its regions still viewed
+        # Frontend buffers the server passed on, by id: memoryviews of their mappings (an array over a view of an
+        # array would take that array as its base, and a region's views would not keep the region).
+        self._segments: Dict[int, memoryview] = {}
+
+    def adopt_segment(self, segment_id: int, fd: int, size: int) -> None:
+        """Map a frontend process's buffer that jobs name inputs in (the descriptor is closed here)."""
+        segment = SharedSegment.attach(fd, size)
+        self._segments[segment_id] = segment.view()
+        segment.close()
+
+    def forget_segment(self, segment_id: int) -> None:
+        """A buffer is gone: unmapped once no input views it."""
+        self._segments.pop(segment_id, None)
 
     def unpack(self, job_id: int, packed: Sequence[Any], body: memoryview) -> Tuple[List[Any], Optional[np.ndarray]]:
         """A job's input dicts, and the array they all view (None when they view no region: copied, or in the body).
 
         Inputs that take at most COPY_BYTES of the arena are copied out: the server writes there again.
         """
+        shared = functools.partial(self._shared, job_id) if self._segments else None
         if copied_out(packed):
-            return self.reader.unpack(packed, body, copy=True), None
+            return self.reader.unpack(packed, body, copy=True, shared=shared), None
         view = self.reader.view
         if view is None:
             raise ValueError("inputs in an arena that never arrived")
         lease = np.ndarray((len(view),), np.uint8, view)
-        self._watched[job_id] = weakref.ref(lease, functools.partial(_let_go, self._watched, self._released, job_id))
-        return self.reader.unpack(packed, body, copy=False, arena=lease), lease
+        self._watch(job_id, lease)
+        return self.reader.unpack(packed, body, copy=False, arena=lease, shared=shared), lease
+
+    def _shared(self, job_id: int, segment_id: int, offset: int, nbytes: int) -> np.ndarray:
+        """A job's input region in a frontend buffer, watched as the arena's region is."""
+        segment = self._segments.get(segment_id)
+        if segment is None or offset < 0 or offset + nbytes > len(segment):
+            raise ValueError(f"an input in shared memory segment {segment_id}, which is not mapped here")
+        region = np.ndarray((nbytes,), np.uint8, segment[offset : offset + nbytes])
+        self._watch(job_id, region)
+        return region
+
+    def _watch(self, job_id: int, region: np.ndarray) -> None:
+        key = (job_id, id(region))
+        self._viewed[job_id] = self._viewed.get(job_id, 0) + 1
+        self._watched[key] = weakref.ref(region, functools.partial(_let_go, self._watched, self._released, key))
 
     def take_released(self) -> Tuple[int, ...]:
         """The jobs whose inputs nothing here views any more, since the last call."""
@@ -116,19 +162,29 @@ class InputViews:
         if not released:
             return ()
         taken = []
+        viewed = self._viewed
         while released:
-            taken.append(released.popleft())
+            job_id = released.popleft()[0]
+            left = viewed[job_id] - 1
+            if left:
+                viewed[job_id] = left
+            else:
+                del viewed[job_id]
+                taken.append(job_id)
         return tuple(taken)
 
     def close(self) -> None:
-        """Unmap the arena (arrays still viewing it keep it mapped)."""
+        """Unmap the arena and the buffers (arrays still viewing them keep them mapped)."""
         self.reader.close()
+        self._segments.clear()
 
 
-def _let_go(watched: Dict[int, Any], released: Deque[int], job_id: int, _: Any) -> None:
-    """The last view of a job's inputs is gone (a weak reference's callback; it refers to no InputViews: no cycle)."""
-    watched.pop(job_id, None)
-    released.append(job_id)
+def _let_go(
+    watched: Dict[Tuple[int, int], Any], released: Deque[Tuple[int, int]], key: Tuple[int, int], _: Any
+) -> None:
+    """A region's last view is gone (a weak reference's callback; it refers to no InputViews: no cycle)."""
+    watched.pop(key, None)
+    released.append(key)
 
 
 def outputs_in_inputs(value: Any, lease: np.ndarray) -> Optional[Dict[int, int]]:

@@ -18,7 +18,9 @@ import subprocess
 import threading
 import time
 from collections import deque
-from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optional, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optional, Set, Tuple
+
+import numpy as np
 
 from pytriton.core.errors import BatchNotRun
 from pytriton.core.instances import CallableKind, Step
@@ -27,8 +29,10 @@ from pytriton.core.process_instances.protocol import (
     END,
     EXIT,
     FAILURE,
+    FORGET,
     JOB,
     RESULT,
+    SEGMENT,
     STOP,
     rebuild_error,
     unpack_result,
@@ -36,8 +40,10 @@ from pytriton.core.process_instances.protocol import (
 from pytriton.core.process_instances.result_arena import lease_result
 from pytriton.core.process_instances.spawn import ProcessPlan, Started, StartError, spawn
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
+from pytriton.ipc.regions import COPY_BYTES
+from pytriton.ipc.segment_index import SHARED_SEGMENTS
 from pytriton.ipc.spawn import exit_status, stop_process
-from pytriton.ipc.tensors import ArenaReader
+from pytriton.ipc.tensors import ArenaReader, SharedPlaces
 from pytriton.proxy.types import Request
 
 LOGGER = logging.getLogger(__name__)
@@ -83,6 +89,7 @@ class _Link:
         self.outputs = ArenaReader()
         # Jobs whose results the server no longer reads, to say in the next JOB (finalizers append, in any thread).
         self.done_with: Deque[int] = deque()
+        self.segments: Set[int] = set()  # the frontend buffers (SHARED_SEGMENTS' ids) the process maps
 
     def release(self, job_id: int) -> None:
         """The server no longer reads a job's result (a finalizer calls it, whenever the last array goes)."""
@@ -147,6 +154,7 @@ class ProcessInstance:
         self._restarting: Optional[asyncio.Task[None]] = None
         self.state = InstanceState.UP
         self._link = self._adopt(link)
+        SHARED_SEGMENTS.watch(self._forgotten)
 
     @property
     def kind(self) -> CallableKind:
@@ -219,7 +227,9 @@ class ProcessInstance:
         self._job = job
         done_with: List[int] = []
         try:
-            packed, body, arena = link.inputs.pack([request.data for request in requests], job.job_id)
+            dicts = [request.data for request in requests]
+            in_shared = self._shared_inputs(link, dicts) if SHARED_SEGMENTS else None
+            packed, body, arena = link.inputs.pack(dicts, job.job_id, in_shared)
             batch = [
                 (data, request.parameters, request.requested_output_names) for data, request in zip(packed, requests)
             ]
@@ -233,6 +243,35 @@ class ProcessInstance:
             link.inputs.close()  # the process may not have the arena this batch was packed in: the next job sends one
             self._finish_job()
             job.fail(BatchNotSent(f"model '{self.model_name}' instance {self.index} could not take the batch: {error}"))
+
+    def _shared_inputs(self, link: _Link, dicts: List[Any]) -> Optional[SharedPlaces]:
+        """Inputs that lie in a frontend's buffer, which the process reads in place (mapped first where it is not)."""
+        found: Optional[SharedPlaces] = None
+        for data in dicts:
+            for array in data.values():
+                if type(array) is np.ndarray and array.nbytes > COPY_BYTES:
+                    place = SHARED_SEGMENTS.locate(array)
+                    if place is None:
+                        continue
+                    if place[0] not in link.segments:
+                        fd, size = SHARED_SEGMENTS.descriptor(place[0])
+                        link.channel.send((SEGMENT, place[0], size), fds=[fd])
+                        link.segments.add(place[0])
+                    if found is None:
+                        found = {}
+                    found[id(array)] = place
+        return found
+
+    def _forgotten(self, segment_id: int) -> None:
+        """A frontend let go of a buffer: the process unmaps it once none of its inputs views it."""
+        link = self._link
+        if segment_id in link.segments:
+            link.segments.discard(segment_id)
+            if self.state is InstanceState.UP:
+                try:
+                    link.channel.send((FORGET, segment_id))
+                except ChannelClosed:
+                    pass
 
     def _send_stop(self, job: _Job) -> bool:
         """Ask the process to stop a streaming job after its current step."""
@@ -375,6 +414,7 @@ class ProcessInstance:
         (time.monotonic(): the end of the server's stop) when that comes sooner.
         """
         previous, self.state = self.state, InstanceState.CLOSED
+        SHARED_SEGMENTS.unwatch(self._forgotten)
         if self._restarting is not None and not self._restarting.done():
             self._restarting.cancel()
         link = self._link

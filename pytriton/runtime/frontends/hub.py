@@ -31,7 +31,7 @@ from pytriton.ipc.calls import CALL, REPLY, Calls, Handler
 from pytriton.ipc.channel import LoopChannel, Message
 from pytriton.ipc.outbox import Outbox, items
 from pytriton.ipc.regions import LendingArena
-from pytriton.ipc.segment_index import PeerSegments
+from pytriton.ipc.segment_index import SHARED_SEGMENTS
 from pytriton.ipc.tensors import IN_ARENA
 from pytriton.runtime.frontends.protocol import (
     ARENA,
@@ -126,7 +126,9 @@ class FrontendLink:
         self.closed = False
         self.open = {"http": 0, "grpc": 0}  # connections handed to the frontend that it has not said closed
         self._loop = loop
-        self._segments = PeerSegments()
+        # The frontend's buffers, mapped in the hub's registry (process instances read them too): its ids, ours.
+        self._segments: Dict[int, int] = {}
+        self._theirs: Dict[int, int] = {}  # ours: its
         self._arena = LendingArena(ARENA_BUDGET_BYTES)
         # Requests whose inputs are viewed in the frontend's buffers: key -> the regions viewed, their weak refs.
         self._viewed: Dict[int, Dict[int, weakref.ref[np.ndarray]]] = {}
@@ -139,7 +141,9 @@ class FrontendLink:
         """Requests, cancels and calls from the frontend."""
         if message.head[0] == SEGMENT:
             _, segment_id, size = message.head
-            self._segments.adopt(segment_id, message.fds[0], size)
+            ours = SHARED_SEGMENTS.adopt(message.fds[0], size)
+            self._segments[segment_id] = ours
+            self._theirs[ours] = segment_id
             return
         for head, body in items(message):
             tag = head[0]
@@ -153,7 +157,7 @@ class FrontendLink:
                 for loan in head[1]:
                     self._arena.give_back(loan)
             elif tag == FORGET:
-                self._segments.forget(head[1])
+                self._forget(head[1])
             elif tag == CLOSED:
                 self.open[head[1]] -= 1
             elif tag == CALL:
@@ -179,7 +183,10 @@ class FrontendLink:
 
     def _view_input(self, key: int, where: int, offset: int, nbytes: int, dtype: np.dtype, shape: Any) -> np.ndarray:
         """An input in the frontend's buffer, viewed where it lies until every view of it is gone."""
-        region = self._segments.region(where, offset, nbytes)
+        ours = self._segments.get(where)
+        if ours is None:
+            raise ValueError(f"a tensor in shared memory segment {where}, which was never sent")
+        region = SHARED_SEGMENTS.region(ours, offset, nbytes)
         regions = self._viewed.setdefault(key, {})
         regions[id(region)] = weakref.ref(region, functools.partial(self._gone, (key, id(region))))
         return region.view(dtype).reshape(shape)
@@ -212,6 +219,13 @@ class FrontendLink:
         if released and not self.closed:
             self.outbox.post((RELEASED, released))
 
+    def _forget(self, segment_id: int) -> None:
+        """The frontend let go of a buffer."""
+        ours = self._segments.pop(segment_id, None)
+        if ours is not None:
+            del self._theirs[ours]
+            SHARED_SEGMENTS.forget(ours)
+
     def pack_response(self, key: int, response: InferenceResponse) -> Tuple[Any, Any]:
         """A response's message: large outputs named where they lie, or lent a region of the arena."""
         placed: Dict[int, Tuple[int, int]] = {}
@@ -220,9 +234,10 @@ class FrontendLink:
         for output in response.outputs:
             array = output.array
             if type(array) is np.ndarray and array.nbytes >= SHARED_BYTES and not array.dtype.hasobject:
-                found = self._segments.locate(array)
-                if found is not None:
-                    placed[id(array)] = found
+                found = SHARED_SEGMENTS.locate(array)
+                theirs = self._theirs.get(found[0]) if found is not None else None
+                if found is not None and theirs is not None:  # in this frontend's buffer (not another's: cached)
+                    placed[id(array)] = (theirs, found[1])
                 else:
                     lend[output.name] = array
         if lend:
@@ -245,5 +260,6 @@ class FrontendLink:
         for sink in list(self.sinks.values()):
             sink.cancel()
         self.sinks.clear()
-        self._segments.close()  # unmapped once the requests that view them are gone
+        for segment_id in list(self._segments):
+            self._forget(segment_id)  # unmapped once the requests that view them are gone
         self._arena.close()
