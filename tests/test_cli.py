@@ -16,6 +16,7 @@ import pytest
 
 from pytriton.cli import StartupError, build_parser, load_target, main
 from pytriton.triton_config import TritonConfig
+from tests.fleet import free_ports
 from tests.http_helpers import post_json, request
 from tests.server_process import ROOT, WAIT_S, ServerProcess, free_port_env
 
@@ -234,8 +235,13 @@ def test_a_target_that_cannot_be_served_is_one_line_and_exit_2(models: Path, tar
 
 
 def test_check_prints_versions_and_whether_each_port_is_free(capsys: pytest.CaptureFixture[str]) -> None:
-    with taken_port() as port:
-        http = ["--http-address", "127.0.0.1", "--http-port", str(port), "--allow-grpc", "false"]
+    # Reserved: free again once the listener below closes, whatever else binds ports meanwhile.
+    (port,) = free_ports(1)
+    http = ["--http-address", "127.0.0.1", "--http-port", str(port), "--allow-grpc", "false"]
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
         assert main(["check", *http, "--metrics-port", "0"]) == 1
         text = capsys.readouterr().out
         assert "pytriton" in text and "numpy" in text
