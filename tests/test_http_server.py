@@ -481,7 +481,8 @@ def test_stop_finishes_the_response_under_way_and_closes_idle_connections() -> N
         await read_all(receive)
         if scope["path"] == "/slow":
             entered.set()
-            await asyncio.sleep(0.3)
+            while served.server._serving:  # answers once the stop has begun (its Connection: close is the stop's)
+                await asyncio.sleep(0.005)
         await respond(send, 200, b"done")
 
     served = Served(slow)
