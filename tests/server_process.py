@@ -133,6 +133,34 @@ class ServerProcess:
         self.kill()
 
 
+def handles_sigterm(pid: int) -> bool:
+    """Whether a process has a handler of its own for SIGTERM (Linux: SigCgt in /proc/PID/status).
+
+    Python catches only SIGINT by itself, as a KeyboardInterrupt; pytriton's serve() sets handlers for
+    SIGINT, then SIGTERM. Once SIGTERM has one, either signal stops the server gracefully; before, SIGINT
+    raises KeyboardInterrupt wherever the main thread is, and SIGTERM kills the process.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
+def wait_handles_signals(process: subprocess.Popen[str], timeout: float = WAIT_S) -> None:
+    """Wait until `process` is in serve() (see handles_sigterm): a signal sent from then on stops it gracefully."""
+    deadline = time.monotonic() + timeout
+    while not handles_sigterm(process.pid):
+        if process.poll() is not None:
+            pytest.fail(f"exited with {process.returncode} before it handled SIGTERM")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no handler for SIGTERM within {timeout} s: not in serve()")
+        time.sleep(0.01)
+
+
 def start_script(directory: Path, text: str, prefix: Sequence[str] = ()) -> subprocess.Popen[str]:
     """Run `text` as a Python script (pytriton importable, stdout piped), behind `prefix` (e.g. unshare)."""
     script = directory / "server.py"

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, wait_handles_signals
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 READY = re.compile(r"^READY http=(\d+) grpc=(\d+|None)$")
@@ -70,8 +70,9 @@ def _wait_ready(server: ServerProcess) -> Dict[str, Optional[int]]:
 
 
 def _stop(server: ServerProcess) -> int:
-    """Stop with SIGINT (as Ctrl+C does) and return the exit code."""
+    """Stop with SIGINT (as Ctrl+C does), once serve() handles it, and return the exit code."""
     if server.process.poll() is None:
+        wait_handles_signals(server.process)  # READY is printed before serve(): a SIGINT then is a KeyboardInterrupt
         server.signal(signal.SIGINT)
     return server.wait(STOP_TIMEOUT_S)
 
@@ -131,6 +132,7 @@ def test_remote_triton_binds_a_model_into_a_running_server_and_leaves_with_it() 
         for client_url in (url, GRPC.format(**ports)):
             result = _run(folder, "client.py", ["--url", client_url])
             assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n--- server\n{server.output()}"
+        wait_handles_signals(remote)  # BOUND is printed before serve()
         remote.send_signal(signal.SIGINT)
         assert remote.wait(timeout=STOP_TIMEOUT_S) == 0
         import tritonclient.http as httpclient

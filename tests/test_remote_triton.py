@@ -27,6 +27,7 @@ from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.attach import attach_address
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import ACCESS_TOKEN, grpc_url, http_url, running_triton
+from tests.server_process import wait_handles_signals
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IO = {
@@ -178,7 +179,7 @@ def test_a_killed_remote_process_takes_its_model_and_leaves_the_server(server: T
     again = _start_remote(tmp_path, f"127.0.0.1:{server.http_port}")  # the name is free again
     try:
         assert _infer(http_url(server), "triple", np.array([1.0], np.float32)).tolist() == [3.0]
-        time.sleep(0.5)  # BOUND is printed just before serve() takes SIGINT: a signal sooner is a KeyboardInterrupt
+        wait_handles_signals(again)  # BOUND is printed before serve(): a SIGINT sooner is a KeyboardInterrupt
     finally:
         again.send_signal(signal.SIGINT)
         assert again.wait(timeout=30) == 0
@@ -383,6 +384,10 @@ DRIVER = textwrap.dedent(
     import numpy as np
     import tritonclient.http as httpclient
 
+    def handles_sigterm(pid):  # as tests.server_process.handles_sigterm: serve() handles SIGINT and SIGTERM
+        with open(f"/proc/{pid}/status") as status:
+            return any(line.startswith("SigCgt:") and int(line.split()[1], 16) >> 14 & 1 for line in status)
+
     server = subprocess.Popen([sys.executable, "-m", "pytriton", "serve", sys.argv[1] + ":bind"])
     client = httpclient.InferenceServerClient("localhost:8000")
     for _ in range(600):
@@ -403,6 +408,10 @@ DRIVER = textwrap.dedent(
         tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
         inputs.append(tensor)
     client.infer("AddSub", inputs)
+    for _ in range(600):  # the model is ready before serve() handles SIGINT
+        if handles_sigterm(example.pid) or example.poll() is not None:
+            break
+        time.sleep(0.05)
     example.send_signal(signal.SIGINT)
     example_code = example.wait(timeout=60)
     for _ in range(200):
@@ -480,6 +489,10 @@ UPSTREAM_DRIVER = textwrap.dedent(
             time.sleep(0.05)
         return condition()
 
+    def handles_sigterm(process):  # as tests.server_process.handles_sigterm: in serve(), SIGINT stops it
+        with open(f"/proc/{process.pid}/status") as status:
+            return any(line.startswith("SigCgt:") and int(line.split()[1], 16) >> 14 & 1 for line in status)
+
     server = start("server_starting_triton.py")
     assert wait_until(lambda: ready("AddSub")), "the server did not serve AddSub"
     remotes = [start("server_remote_mul.py"), start("server_remote_power.py")]
@@ -487,12 +500,13 @@ UPSTREAM_DRIVER = textwrap.dedent(
     client_py = os.path.join(folder, "client.py")
     ran = subprocess.run([sys.executable, client_py], capture_output=True, text=True, timeout=60)
     sys.stdout.write(ran.stderr)
-    time.sleep(0.5)  # the remotes' serve() has installed its SIGINT handler by now
+    wait_until(lambda: all(handles_sigterm(remote) for remote in remotes))  # models are ready before serve()
     for remote in remotes:
         remote.send_signal(signal.SIGINT)
     codes = [remote.wait(timeout=60) for remote in remotes]
     unloaded = wait_until(lambda: not ready("Mul") and not ready("Power"))
     own = ready("AddSub")
+    wait_until(lambda: handles_sigterm(server))
     server.send_signal(signal.SIGINT)
     code = server.wait(60)
     print(f"bound={bound} client={ran.returncode} remotes={codes} unloaded={unloaded} own={own} server={code}")
