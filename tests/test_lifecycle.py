@@ -37,6 +37,7 @@ SERVER = textwrap.dedent(
         value = float(requests[0]["x"].ravel()[0])
         if value < 0:
             raise PyTritonUnrecoverableError("cannot go on")
+        open(sys.argv[1], "w").close()  # the test knows the request is inside the model
         time.sleep(value)
         return [{"y": r["x"]} for r in requests]
 
@@ -61,7 +62,10 @@ def _start_server(tmp_path: Path) -> tuple[subprocess.Popen, int]:
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     process = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=str(Path(__file__).parent.parent)
+        [sys.executable, str(script), str(tmp_path / "in_model")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).parent.parent),
     )
     port = int(process.stdout.readline())
     return process, port
@@ -77,7 +81,10 @@ def test_sigterm_finishes_in_flight_requests_then_exits(tmp_path):
         results = []
         worker = threading.Thread(target=lambda: results.append(post_json(port, "/v2/models/m/infer", _body(0.5))))
         worker.start()
-        time.sleep(0.2)  # the request is inside the model now
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "in_model").exists():
+            assert time.monotonic() < deadline, "the request did not reach the model"
+            time.sleep(0.01)
         process.send_signal(signal.SIGTERM)
         worker.join(10)
         assert results and results[0][0] == 200
