@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from typing import Any, Dict, List
+import time
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
@@ -51,10 +52,19 @@ async def _call(bridge: LoopBridge, method: str, path: str, body: bytes = b"") -
     return sent
 
 
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    """Wait, on the caller's loop, until `condition()` holds (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.005)
+
+
 def test_bridge_serves_the_engine_app_from_another_loop():
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
 
     def held(requests):
+        entered.set()
         gate.wait(10)
         return [{"OUTPUT_1": request["INPUT_1"] * 2} for request in requests]
 
@@ -65,24 +75,26 @@ def test_bridge_serves_the_engine_app_from_another_loop():
         bridge = LoopBridge(runtime.http_app(), runtime.loop)
         body = json.dumps({"inputs": [{"name": "INPUT_1", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]})
 
+        model = triton._runtime.engine.model("double")
+
         async def scenario() -> None:
             ready = await _call(bridge, "GET", "/v2/health/ready")
             assert ready[0]["status"] == 200
             # A caller that goes away while its request waits in the queue takes it out (CANCELLED).
             blocker = asyncio.ensure_future(_call(bridge, "POST", "/v2/models/double/infer", body.encode()))
-            await asyncio.sleep(0.2)
+            await _until(entered.is_set, "the first request is in the model")
             waiting = asyncio.ensure_future(_call(bridge, "POST", "/v2/models/double/infer", body.encode()))
-            await asyncio.sleep(0.2)
+            await _until(lambda: model.scheduler.pending == 1, "the second request waits in the queue")
             waiting.cancel()
-            await asyncio.sleep(0.2)
+            await _until(lambda: model.stats.failures_by_reason.get("CANCELED", 0) == 1, "it leaves the queue")
+            assert model.scheduler.pending == 0
             gate.set()
             answer = await blocker
             assert answer[0]["status"] == 200
             assert json.loads(answer[1]["body"])["outputs"][0]["data"] == [2, 4]
 
         asyncio.run(scenario())
-        stats = triton._runtime.engine.model("double").stats
-        assert stats.failures_by_reason.get("CANCELED", 0) == 1
+        assert model.stats.failures_by_reason.get("CANCELED", 0) == 1
     finally:
         gate.set()
         triton.stop()
