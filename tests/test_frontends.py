@@ -31,7 +31,9 @@ from tests.frontend_processes import frontend_pids, serving_pid
 
 FP32 = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
 OUT = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
-SLOW_S = 0.5
+# Calls of model "slow" end only once this is set: a test that clears it holds them.
+SLOW_RELEASED = threading.Event()
+SLOW_RELEASED.set()
 
 
 class Pairs:
@@ -54,7 +56,7 @@ def _double(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
 
 
 def _slow(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    time.sleep(SLOW_S)
+    SLOW_RELEASED.wait(60)
     return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
 
 
@@ -386,10 +388,20 @@ def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, ca
 
     everyone = victim_connections + other_connections
     threads = [threading.Thread(target=ask, args=(index, connection)) for index, connection in enumerate(everyone)]
-    for thread in threads:
-        thread.start()
-    time.sleep(SLOW_S / 2)  # every request is in (the model takes SLOW_S)
-    os.kill(victim, signal.SIGKILL)
+    scheduler = server._runtime.engine.model("slow").scheduler
+    SLOW_RELEASED.clear()  # no call ends before the kill
+    try:
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while sum(scheduler.open_requests) < len(everyone):  # every request is in, queued or running
+            assert time.monotonic() < deadline, f"{scheduler.open_requests} of {len(everyone)} requests in"
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGKILL)
+        for index in range(len(victim_connections)):  # their connections end with the frontend
+            threads[index].join(60)
+    finally:
+        SLOW_RELEASED.set()
     for thread in threads:
         thread.join(60)
     failed = sorted(index for index, outcome in outcomes.items() if isinstance(outcome, Exception))
