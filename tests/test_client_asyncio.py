@@ -32,7 +32,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import running_triton
 from tests.fleet import free_ports
-from tests.test_client_support import PROTOCOLS, WAIT_S, Gate, floats
+from tests.test_client_support import HELD_TIMEOUT_S, PROTOCOLS, WAIT_S, Gate, floats
 
 pytest_plugins = ["tests.test_client_support"]
 
@@ -85,7 +85,7 @@ def test_model_config_and_batching(client_url: str) -> None:
 
 def test_timeouts(client_url: str, slow_gate: Gate) -> None:
     async def scenario() -> None:
-        async with AsyncioModelClient(client_url, "slow", inference_timeout_s=0.3) as client:
+        async with AsyncioModelClient(client_url, "slow", inference_timeout_s=HELD_TIMEOUT_S) as client:
             with pytest.raises(PyTritonClientTimeoutError):
                 await client.infer_sample(x=floats(1))
             slow_gate.release()

@@ -17,7 +17,7 @@ from pytriton.client.exceptions import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
-from tests.test_client_support import WAIT_S, ClientServer, Gate, floats
+from tests.test_client_support import HELD_TIMEOUT_S, WAIT_S, ClientServer, Gate, floats
 
 pytest_plugins = ["tests.test_client_support"]
 
@@ -97,7 +97,7 @@ def test_parameters_and_headers_reach_the_model(grpc_url: str) -> None:
 
 
 def test_response_timeout(grpc_url: str, stream_gate: Gate) -> None:
-    with DecoupledModelClient(grpc_url, "stream_slow", inference_timeout_s=0.3) as client:
+    with DecoupledModelClient(grpc_url, "stream_slow", inference_timeout_s=HELD_TIMEOUT_S) as client:
         responses = client.infer_sample(x=floats(1))
         assert next(responses)["y"].tolist() == [1]
         with pytest.raises(PyTritonClientTimeoutError):
@@ -106,7 +106,7 @@ def test_response_timeout(grpc_url: str, stream_gate: Gate) -> None:
     stream_gate.arm()
 
     async def scenario() -> None:
-        async with AsyncioDecoupledModelClient(grpc_url, "stream_slow", inference_timeout_s=0.3) as client:
+        async with AsyncioDecoupledModelClient(grpc_url, "stream_slow", inference_timeout_s=HELD_TIMEOUT_S) as client:
             responses = client.infer_sample(x=floats(2))
             assert (await responses.__anext__())["y"].tolist() == [2]
             with pytest.raises(PyTritonClientTimeoutError):

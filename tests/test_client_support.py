@@ -20,6 +20,9 @@ from tests.conftest import running_triton
 HEADER_PATTERN = "x-test-.*"
 PROTOCOLS = ["http", "grpc"]
 WAIT_S = 30.0  # upper bound for events that should happen at once
+# The inference timeout of a client whose call a gate holds (it must time out) and whose other calls must not:
+# a free call answers well within it on a loaded machine (0.3 s did not always suffice for a new connection).
+HELD_TIMEOUT_S = 2.0
 
 Outputs = List[Dict[str, np.ndarray]]
 

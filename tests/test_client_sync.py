@@ -19,7 +19,7 @@ from pytriton.client.exceptions import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
-from tests.test_client_support import WAIT_S, ClientServer, Gate, floats
+from tests.test_client_support import HELD_TIMEOUT_S, WAIT_S, ClientServer, Gate, floats
 
 pytest_plugins = ["tests.test_client_support"]
 
@@ -91,7 +91,7 @@ def test_wait_for_server_and_model(client_url: str) -> None:
 
 
 def test_inference_timeout_then_the_client_recovers(client_url: str, slow_gate: Gate) -> None:
-    with ModelClient(client_url, "slow", inference_timeout_s=0.3) as client:
+    with ModelClient(client_url, "slow", inference_timeout_s=HELD_TIMEOUT_S) as client:
         with pytest.raises(PyTritonClientTimeoutError):
             client.infer_sample(x=floats(1))
         slow_gate.release()
