@@ -5,6 +5,7 @@
     .venv/bin/python -m bench --workloads http,startup --targets ours,nvidia --rounds 5
     .venv/bin/python -m bench --baseline-ref HEAD~3
     .venv/bin/python -m bench gpu --help      # the GPU bench (bench/gpu/)
+    .venv/bin/python -m bench frontends       # 1 and 2 frontend processes side by side (bench/frontends.py)
     .venv/bin/python -m bench instances       # process instances against thread instances
 
 See bench/README.md for the workloads and how to read the output.
@@ -174,6 +175,10 @@ def metadata(args: argparse.Namespace, targets: List[servers.Target]) -> Dict[st
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the bench, print the table, write the JSON summary and the sweep plot (`gpu`: the GPU bench)."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["frontends"]:
+        from bench.frontends import main as frontends_main
+
+        return frontends_main(argv[1:])
     if argv[:1] == ["gpu"]:
         from bench.gpu.__main__ import main as gpu_main
 

@@ -49,15 +49,16 @@ def run_wrk(
     connections: int,
     duration: float,
     cpus: Optional[str],
+    threads: int = 1,
 ) -> Dict[str, float]:
-    """POST `body` to `url` on `connections` keep-alive connections for `duration` seconds."""
+    """POST `body` to `url` on `connections` keep-alive connections for `duration` seconds (`threads` of wrk)."""
     with tempfile.NamedTemporaryFile(prefix="bench-body-", suffix=".bin") as body_file:
         body_file.write(body)
         body_file.flush()
         env = dict(os.environ)
         env["BENCH_BODY"] = body_file.name
         env["BENCH_HEADERS"] = "\n".join(f"{name}: {value}" for name, value in headers)
-        argv = ["wrk", "-t1", f"-c{connections}", f"-d{_secs(duration)}", "--timeout", "10s", "--latency"]
+        argv = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{_secs(duration)}", "--timeout", "10s", "--latency"]
         argv += ["-s", str(LUA_SCRIPT), url]
         proc = subprocess.run(
             _pinned(argv, cpus), env=env, capture_output=True, text=True, timeout=duration + 60, check=False
@@ -99,13 +100,14 @@ def run_h2load(
     streams: int,
     duration: float,
     cpus: Optional[str],
+    threads: int = 1,
 ) -> Dict[str, float]:
     """POST `body` over h2c: `connections` connections, `streams` concurrent streams each, `duration` secs."""
     with tempfile.TemporaryDirectory(prefix="bench-h2-") as tmp:
         body_path = pathlib.Path(tmp, "body.bin")
         body_path.write_bytes(body)
         log_path = pathlib.Path(tmp, "requests.log")
-        argv = ["h2load", "-t1", f"-c{connections}", f"-m{streams}", "-D", _secs(duration)[:-1]]
+        argv = ["h2load", f"-t{threads}", f"-c{connections}", f"-m{streams}", "-D", _secs(duration)[:-1]]
         argv += ["-d", str(body_path), "--log-file", str(log_path)]
         for name, value in headers:
             argv += ["-H", f"{name}: {value}"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import os
 import signal
@@ -212,6 +213,8 @@ async def _serve(init: Init, sock: socket.socket, loop: asyncio.AbstractEventLoo
         channel.send((START_FAILED, f"{type(error).__name__}: {error}"))
         return 1
     channel.send((READY, os.getpid()))
+    # What is alive now lives as long as the process: out of the collector's reach, as in the hub (runtime/server.py).
+    gc.freeze()
     await frontend.ended
     frontend.link.outbox.flush()
     frontend.link.close()

@@ -159,4 +159,4 @@ def _array(item: Sequence[Any], body: memoryview, resolve: Resolve) -> Any:
     dtype = dtype_of(code)
     if where != BODY:
         return resolve(where, offset, nbytes, dtype, shape)
-    return np.frombuffer(body, dtype, nbytes // dtype.itemsize if dtype.itemsize else 0, offset).reshape(shape)
+    return np.ndarray(shape, dtype, body, offset)  # numpy checks the bounds

@@ -1,0 +1,160 @@
+"""Frontend processes, side by side: small requests served with 1, 2 ... N frontends, and where the CPU went.
+
+    python -m bench frontends                              # 1 and 2 frontends, 3 rounds x 4 s, one wrk/h2load thread
+    python -m bench frontends --counts 1,2,4,8 --load-threads 4    # a machine with more cores
+
+Each round starts this checkout's server (bench/model_server.py: the identity model) once per frontend count, in
+alternating order, unpinned (the load generator shares the cores, as clients do), and runs every row on it. A row
+reports req/s, its ratio to 1 frontend taken within each round, p50, and the CPU per request of the process that
+holds the batcher (the hub: it handles every frontend's requests, so its cost per request is the server's
+ceiling) and of the frontend processes together, read from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional
+
+from bench import loadgen
+from bench.payloads import GRPC_PATH, Payload, grpc_frame, grpc_message, http_body
+from bench.servers import FRONTENDS_ENV, ServerProcess, _cpu_seconds, descendants, ours_target
+from bench.workloads import SMALL_SHAPE
+
+FRONTEND_MODULE = "pytriton.runtime.frontends.process"
+LOG_DIR = pathlib.Path(tempfile.mkdtemp(prefix="bench-frontends-"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One load: a protocol, a request and its concurrency."""
+
+    name: str
+    payload: Payload
+    connections: int
+    streams: int = 1
+
+
+ROWS = [
+    Row("http_bin_c32", Payload("identity", "binary", SMALL_SHAPE), 32),
+    Row("http_json_c32", Payload("identity", "json", SMALL_SHAPE), 32),
+    Row("grpc_c4x8", Payload("identity", "grpc", SMALL_SHAPE), 4, 8),
+    Row("grpc_m32", Payload("identity", "grpc", SMALL_SHAPE), 1, 32),  # one connection: one frontend serves it
+]
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench frontends", description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="1,2", help="frontend counts to compare (1: the server's own loop)")
+    parser.add_argument("--rows", default=",".join(row.name for row in ROWS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=4.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--load-threads", type=int, default=1, help="wrk/h2load threads")
+    parser.add_argument("--json", default="", help="write the results here")
+    return parser.parse_args(argv)
+
+
+def _cpu(server: ServerProcess) -> Dict[str, float]:
+    """CPU seconds so far of the hub and of its frontend processes together."""
+    frontends = 0.0
+    for pid in descendants(server.proc.pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if FRONTEND_MODULE.encode() in cmdline.read():
+                    frontends += _cpu_seconds(pid)
+        except OSError:
+            continue
+    return {"hub": _cpu_seconds(server.proc.pid), "frontends": frontends}
+
+
+def _load(row: Row, server: ServerProcess, seconds: float, threads: int) -> Callable[[], Dict[str, float]]:
+    """The call that runs `row`'s load against `server` for `seconds`."""
+    if row.payload.protocol == "grpc":
+        url = f"http://127.0.0.1:{server.grpc_port}{GRPC_PATH}"
+        frame = grpc_frame(grpc_message(row.payload))
+        headers = [("content-type", "application/grpc"), ("te", "trailers")]
+        return lambda: loadgen.run_h2load(url, frame, headers, row.connections, row.streams, seconds, None, threads)
+    url = f"{server.base_url}/v2/models/{row.payload.model}/infer"
+    body, extra = http_body(row.payload)
+    return lambda: loadgen.run_wrk(url, body, extra, row.connections, seconds, None, threads)
+
+
+def measure(row: Row, server: ServerProcess, args: argparse.Namespace) -> Dict[str, float]:
+    """One run of a row: throughput, latency and CPU per request of each part of the server."""
+    if args.warmup:
+        _load(row, server, args.warmup, args.load_threads)()
+    before = _cpu(server)
+    result = _load(row, server, args.duration, args.load_threads)()
+    after = _cpu(server)
+    requests = max(result["requests"], 1.0)
+    result["hub_us"] = (after["hub"] - before["hub"]) / requests * 1e6
+    result["frontends_us"] = (after["frontends"] - before["frontends"]) / requests * 1e6
+    return result
+
+
+def run(args: argparse.Namespace) -> Dict[str, Dict[int, List[Dict[str, float]]]]:
+    """Every row at every count, for every round (counts in turn, reversed every other round)."""
+    counts = [int(count) for count in args.counts.split(",")]
+    rows = [row for row in ROWS if row.name in args.rows.split(",")]
+    results: Dict[str, Dict[int, List[Dict[str, float]]]] = {row.name: {count: [] for count in counts} for row in rows}
+    for round_index in range(args.rounds):
+        order = counts if round_index % 2 == 0 else counts[::-1]
+        for count in order:
+            target = ours_target(count)
+            server = ServerProcess(target, None, LOG_DIR)
+            try:
+                server.wait_ready(120)
+                for row in rows:
+                    point = measure(row, server, args)
+                    results[row.name][count].append(point)
+                    print(
+                        f"round {round_index + 1} {row.name} frontends={count}: {point['rps']:,.0f} req/s, "
+                        f"hub {point['hub_us']:.1f} us, frontends {point['frontends_us']:.1f} us per request",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            finally:
+                server.stop()
+    return results
+
+
+def table(results: Dict[str, Dict[int, List[Dict[str, float]]]]) -> str:
+    """Medians per row and count; the ratio to 1 frontend is the median of the per-round ratios."""
+    lines = [
+        "| row | frontends | req/s | vs 1 | p50 ms | hub CPU us/req | frontends CPU us/req |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, by_count in results.items():
+        base = by_count.get(1, [])
+        for count, points in by_count.items():
+            if not points:
+                continue
+            ratios = [point["rps"] / one["rps"] for point, one in zip(points, base)] if base else []
+            lines.append(
+                f"| {name} | {count} | {statistics.median(p['rps'] for p in points):,.0f} "
+                f"| {statistics.median(ratios):.2f}x | {statistics.median(p.get('p50_ms', 0.0) for p in points):.2f} "
+                f"| {statistics.median(p['hub_us'] for p in points):.1f} "
+                f"| {statistics.median(p['frontends_us'] for p in points):.1f} |"
+                if ratios
+                else f"| {name} | {count} | {statistics.median(p['rps'] for p in points):,.0f} | - | - | - | - |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    print(f"{FRONTENDS_ENV} counts {args.counts}, {args.rounds} rounds x {args.duration:g} s", file=sys.stderr)
+    started = time.time()
+    results = run(args)
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"args": vars(args), "results": results, "seconds": time.time() - started}, out, indent=1)
+    return 0
