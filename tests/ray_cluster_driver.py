@@ -116,7 +116,7 @@ def throughput(port: int, seconds: float, clients: int) -> float:
     return counts["200"] / (time.monotonic() - started)
 
 
-def main(workdir: str, proxy_port: int, direct_port: int, measure_s: float) -> None:
+def main(workdir: str, measure_s: float) -> None:
     from pathlib import Path
 
     import ray
@@ -125,6 +125,9 @@ def main(workdir: str, proxy_port: int, direct_port: int, measure_s: float) -> N
 
     from pytriton.ray_serve import triton_app
     from tests.fleet import Replica, free_ports
+
+    # Reserved here, in the network namespace the cluster runs in, before Ray's processes bind ports of their own.
+    proxy_port, direct_port, grpc_port = free_ports(3)
 
     # One proxy (on the head node) serves the test; Ray's proxy otherwise prefers the replicas on its own node
     # while they keep up, and the replica on the other node would see traffic only under overload.
@@ -191,7 +194,6 @@ def main(workdir: str, proxy_port: int, direct_port: int, measure_s: float) -> N
     if measure_s > 0:
         # The same model served directly: `pytriton serve` in a process of its own (as the replica runs in a Ray
         # worker process of its own), so that the load threads here share no GIL with the server.
-        (grpc_port,) = free_ports(1)
         direct = Replica("direct", str(model_file), direct_port, grpc_port, Path(workdir), ["--allow-grpc", "false"])
         direct.start()
         try:
@@ -202,4 +204,4 @@ def main(workdir: str, proxy_port: int, direct_port: int, measure_s: float) -> N
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+    main(sys.argv[1], float(sys.argv[2]))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet import ROOT, free_ports
+from tests.fleet import ROOT
 
 DRIVER = Path(__file__).parent / "ray_cluster_driver.py"
 # Seconds of load for each throughput figure (through Ray's proxy, and direct); printed, never asserted.
@@ -39,8 +39,7 @@ def test_ray_serve_spreads_over_two_nodes_and_scales_out_and_back(tmp_path: Path
         pytest.skip("Ray supports Python >= 3.10 only")
     if importlib.util.find_spec("ray") is None or importlib.util.find_spec("ray.serve") is None:
         pytest.fail("Ray Serve is not installed: pip install -e '.[ray]' (as .ci/run does)")
-    proxy_port, direct_port = free_ports(2)
-    script = f"ip link set lo up && exec {sys.executable} {DRIVER} {tmp_path} {proxy_port} {direct_port} {MEASURE_S}"
+    script = f"ip link set lo up && exec {sys.executable} {DRIVER} {tmp_path} {MEASURE_S}"
     env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_USAGE_STATS_ENABLED="0")
     run = subprocess.run(
         [*_namespace_command(), "sh", "-c", script], capture_output=True, text=True, env=env, timeout=280
