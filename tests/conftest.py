@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import socket
 import sys
 from typing import Any, Callable, Iterator, List, Optional
 
@@ -23,6 +25,29 @@ from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 ACCESS_TOKEN = "pytriton-tests-access-token"
 HTTP_AUTH = {"triton-access-token": ACCESS_TOKEN}
 GRPC_AUTH = {"triton-grpc-protocol-triton-access-token": ACCESS_TOKEN}
+
+# Triton's default ports. A test that binds one passes or fails by what else runs on the machine (a pytriton
+# demo, a real Triton): in the test processes such a bind fails on every machine, saying why. Servers in
+# subprocesses get port 0 from tests/server_process.free_port_env.
+TRITON_DEFAULT_PORTS = (8000, 8001, 8002)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_triton_default_ports() -> Iterator[None]:
+    bind = socket.socket.bind
+
+    def guarded(sock: socket.socket, address: Any) -> None:
+        if isinstance(address, tuple) and len(address) >= 2 and address[1] in TRITON_DEFAULT_PORTS:
+            raise OSError(
+                errno.EADDRINUSE,
+                f"a test binds port {address[1]}, one of Triton's default ports, which another server on the "
+                "machine may hold: bind port 0 (tests/conftest.running_triton does)",
+            )
+        bind(sock, address)
+
+    socket.socket.bind = guarded  # type: ignore[method-assign]
+    yield
+    socket.socket.bind = bind  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""tests.fleet.free_ports: a port handed to a server started later is given by the kernel to nobody else meanwhile."""
+"""The ports tests use: none of Triton's defaults, and free_ports' stay free until the server that gets one binds it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from pytriton.triton import Triton, TritonConfig
 from tests.server_process import ROOT, WAIT_S
 
 # Run in a network namespace of its own, whose ephemeral range is 12 ports: every port the kernel would pick
@@ -70,3 +73,13 @@ def test_no_bind_to_port_0_and_no_connection_gets_a_reserved_port() -> None:
         "connect [] 9",
         "servers bind them",
     ], result.stdout + result.stderr
+
+
+def test_a_server_a_test_starts_on_a_default_port_fails_on_any_machine() -> None:
+    # Where nothing served on 8000 such a test passed; where a pytriton demo did, it failed.
+    triton = Triton(config=TritonConfig(allow_grpc=False, allow_metrics=False))
+    try:
+        with pytest.raises(OSError, match="port 8000, one of Triton's default ports"):
+            triton.run()
+    finally:
+        triton.stop()
