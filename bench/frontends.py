@@ -2,6 +2,7 @@
 
     python -m bench frontends                              # 1 and 2 frontends, 3 rounds x 4 s, one wrk/h2load thread
     python -m bench frontends --counts 1,2,4,8 --load-threads 4    # a machine with more cores
+    python -m bench frontends --rows pa_http,pa_grpc --pa-concurrency 128   # Triton's perf_analyzer, `simple` model
 
 Each round starts this checkout's server (bench/model_server.py: the identity model) once per frontend count, in
 alternating order, unpinned (the load generator shares the cores, as clients do), and runs every row on it. A row
@@ -14,17 +15,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import pathlib
 import statistics
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from bench import loadgen
-from bench.payloads import GRPC_PATH, Payload, grpc_frame, grpc_message, http_body
-from bench.servers import FRONTENDS_ENV, ServerProcess, _cpu_seconds, descendants, ours_target
+from bench import perf_analyzer as pa
+from bench.payloads import GRPC_PATH, Payload, grpc_frame, grpc_message, http_body, model_stats
+from bench.servers import ACCESS_TOKEN, FRONTENDS_ENV, ServerProcess, _cpu_seconds, descendants, ours_target
 from bench.workloads import SMALL_SHAPE
 
 FRONTEND_MODULE = "pytriton.runtime.frontends.process"
@@ -41,6 +44,8 @@ class Row:
     streams: int = 1
 
 
+# perf_analyzer's rows (bench/perf_analyzer.py): the `simple` model at --pa-concurrency requests in flight.
+PA_ROWS = ("pa_http", "pa_grpc")
 ROWS = [
     Row("http_bin_c32", Payload("identity", "binary", SMALL_SHAPE), 32),
     Row("http_json_c32", Payload("identity", "json", SMALL_SHAPE), 32),
@@ -52,7 +57,9 @@ ROWS = [
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench frontends", description=__doc__.splitlines()[0])
     parser.add_argument("--counts", default="1,2", help="frontend counts to compare (1: the server's own loop)")
-    parser.add_argument("--rows", default=",".join(row.name for row in ROWS))
+    parser.add_argument("--rows", default=",".join(row.name for row in ROWS), help=f"also {', '.join(PA_ROWS)}")
+    parser.add_argument("--perf-analyzer", default=None, help="perf_analyzer to run (bench/perf_analyzer.py)")
+    parser.add_argument("--pa-concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=4.0)
     parser.add_argument("--warmup", type=float, default=1.0)
@@ -86,6 +93,24 @@ def _load(row: Row, server: ServerProcess, seconds: float, threads: int) -> Call
     return lambda: loadgen.run_wrk(url, body, extra, row.connections, seconds, None, threads)
 
 
+def measure_pa(protocol: str, server: ServerProcess, args: argparse.Namespace) -> Dict[str, float]:
+    """One perf_analyzer run against `simple`: infer/s, latency, and CPU per inference of each part of the server."""
+    binary = pa.find(args.perf_analyzer)
+    if binary is None:
+        raise SystemExit(pa.missing_note(args.perf_analyzer))
+    before, stats_before = _cpu(server), model_stats(server.base_url, pa.MODEL, ACCESS_TOKEN)
+    result = pa.run(binary, server, pa.Row(protocol, args.pa_concurrency), args.duration, None)
+    after, stats_after = _cpu(server), model_stats(server.base_url, pa.MODEL, ACCESS_TOKEN)
+    count = max(stats_after[0] - stats_before[0], 1) if stats_before and stats_after else 1
+    return {
+        "rps": result["infer_s"],
+        "p50_ms": result["p50_ms"],
+        "p99_ms": result["p99_ms"],
+        "hub_us": (after["hub"] - before["hub"]) / count * 1e6,
+        "frontends_us": (after["frontends"] - before["frontends"]) / count * 1e6,
+    }
+
+
 def measure(row: Row, server: ServerProcess, args: argparse.Namespace) -> Dict[str, float]:
     """One run of a row: throughput, latency and CPU per request of each part of the server."""
     if args.warmup:
@@ -102,8 +127,12 @@ def measure(row: Row, server: ServerProcess, args: argparse.Namespace) -> Dict[s
 def run(args: argparse.Namespace) -> Dict[str, Dict[int, List[Dict[str, float]]]]:
     """Every row at every count, for every round (counts in turn, reversed every other round)."""
     counts = [int(count) for count in args.counts.split(",")]
-    rows = [row for row in ROWS if row.name in args.rows.split(",")]
-    results: Dict[str, Dict[int, List[Dict[str, float]]]] = {row.name: {count: [] for count in counts} for row in rows}
+    names = args.rows.split(",")
+    rows = [row for row in ROWS if row.name in names]
+    pa_rows = [name for name in PA_ROWS if name in names]
+    results: Dict[str, Dict[int, List[Dict[str, float]]]] = {
+        name: {count: [] for count in counts} for name in [*(row.name for row in rows), *pa_rows]
+    }
     for round_index in range(args.rounds):
         order = counts if round_index % 2 == 0 else counts[::-1]
         for count in order:
@@ -111,11 +140,15 @@ def run(args: argparse.Namespace) -> Dict[str, Dict[int, List[Dict[str, float]]]
             server = ServerProcess(target, None, LOG_DIR)
             try:
                 server.wait_ready(120)
-                for row in rows:
-                    point = measure(row, server, args)
-                    results[row.name][count].append(point)
+                runs: List[Tuple[str, Callable[[], Dict[str, float]]]] = [
+                    (row.name, functools.partial(measure, row, server, args)) for row in rows
+                ]
+                runs += [(name, functools.partial(measure_pa, name[3:], server, args)) for name in pa_rows]
+                for name, take in runs:
+                    point = take()
+                    results[name][count].append(point)
                     print(
-                        f"round {round_index + 1} {row.name} frontends={count}: {point['rps']:,.0f} req/s, "
+                        f"round {round_index + 1} {name} frontends={count}: {point['rps']:,.0f} req/s, "
                         f"hub {point['hub_us']:.1f} us, frontends {point['frontends_us']:.1f} us per request",
                         file=sys.stderr,
                         flush=True,

@@ -49,6 +49,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--queue-delay-us", type=int, default=1000)
     parser.add_argument("--instances", type=int, default=2)
     parser.add_argument(
+        "--frontends", default="1", help="frontend process counts, each served in turn (PYTRITON_FRONTENDS; 1: none)"
+    )
+    parser.add_argument(
         "--process-instances", action="store_true", help="instances in processes of their own (each its own GIL)"
     )
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per point")
@@ -82,11 +85,11 @@ def direct_calls(args: argparse.Namespace, model: str) -> List[Dict[str, Any]]:
 class Server:
     """The model server process: started with the bench's access token, stopped by closing its stdin."""
 
-    def __init__(self, args: argparse.Namespace, model: str) -> None:
+    def __init__(self, args: argparse.Namespace, model: str, frontends: int = 1) -> None:
         command = [sys.executable, "-m", "bench.gpu.serve", *_model_args(args, model)]
         command += ["--max-batch", str(args.max_batch), "--queue-delay-us", str(args.queue_delay_us)]
         command += ["--instances", str(args.instances), *(["--process-instances"] if args.process_instances else [])]
-        env = dict(os.environ, BENCH_ACCESS_TOKEN=TOKEN)
+        env = dict(os.environ, BENCH_ACCESS_TOKEN=TOKEN, PYTRITON_FRONTENDS=str(frontends))
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         assert self.process.stdout is not None
         for line in self.process.stdout:
@@ -181,13 +184,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     summaries = []
     for model in args.models.split(","):
         direct = direct_calls(args, model)
-        server = Server(args, model)
-        try:
-            rtt = round_trip_ms(server.ports["http"])
-            summaries.append(report.summarize(model, direct, served(args, model, server), rtt))
-        finally:
-            server.stop()
-        print(report.table(summaries[-1]), flush=True)
+        for frontends in (int(count) for count in args.frontends.split(",")):
+            label = model if frontends == 1 else f"{model}, {frontends} frontends"
+            print(f"{label}:", flush=True)
+            server = Server(args, model, frontends)
+            try:
+                rtt = round_trip_ms(server.ports["http"])
+                summaries.append(report.summarize(model, direct, served(args, model, server), rtt))
+                summaries[-1]["label"] = label
+                summaries[-1]["frontends"] = frontends
+            finally:
+                server.stop()
+            print(report.table(summaries[-1]), flush=True)
     meta = {"started": stamp, "device": device, "command": " ".join(["python -m bench gpu", *(argv or sys.argv[2:])])}
     meta.update({key: str(value) for key, value in vars(args).items()})
     summary_path = args.results_dir / f"gpu-{stamp}.json"

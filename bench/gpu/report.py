@@ -60,7 +60,9 @@ def table(summary: Dict[str, Any]) -> str:
             f"{_num(row['p99_ms'], 2):>9} {_pct(row['gpu_utilization']):>6}"
         )
     rtt = _num(summary["rtt_ms"], 3)
-    lines.append(f"== {summary['model']}: served, one sample per request (HTTP round trip {rtt} ms)")
+    lines.append(
+        f"== {summary.get('label', summary['model'])}: served, one sample per request (HTTP round trip {rtt} ms)"
+    )
     columns = ("in flight", 9), ("req/s", 10), ("of limit", 9), ("p50 ms", 9), ("p99 ms", 9), ("batch", 6), ("GPU", 6)
     lines.append(f"{'proto':>5} " + " ".join(f"{name:>{width}}" for name, width in columns) + f" {'errors':>6}")
     for protocol, points in summary["served"].items():
@@ -94,7 +96,13 @@ def plot(summaries: List[Dict[str, Any]], title: str, path: pathlib.Path) -> Opt
             ax_p99.plot(in_flight, [point["p99_ms"] for point in points], marker="o", label=f"served, {protocol}")
         ax_rps.axhline(summary["limit"], linestyle="--", color="gray", label="direct calls (limit)")
         for ax, what, unit in ((ax_rps, "throughput", "samples / s"), (ax_p99, "p99 latency", "ms")):
-            log2_axes(ax, ticks, "requests in flight (one sample each)", unit, f"{summary['model']}: {what}, {title}")
+            log2_axes(
+                ax,
+                ticks,
+                "requests in flight (one sample each)",
+                unit,
+                f"{summary.get('label', summary['model'])}: {what}, {title}",
+            )
         ax_p99.set_yscale("log")
     save_figure(fig, path)
     return None

@@ -67,10 +67,12 @@ class Usage:
 
     def _snapshot(self) -> Dict[str, Any]:
         children = descendants(self.pid)
+        frontends = [child for child in children if _is_frontend(child)]
         return {
             "at": time.perf_counter(),
             "threads": thread_seconds(self.pid),
-            "children": {child: _cpu_seconds(child) for child in children},
+            "children": {child: _cpu_seconds(child) for child in children if child not in frontends},
+            "frontends": {child: _cpu_seconds(child) for child in frontends},
             "stats": _inference_stats(self.base_url, self.model, self.token),
         }
 
@@ -87,6 +89,9 @@ class Usage:
             reverse=True,
         )
         children = [(seconds - begin["children"].get(pid, 0.0)) / elapsed for pid, seconds in end["children"].items()]
+        frontends = [
+            (seconds - begin["frontends"].get(pid, 0.0)) / elapsed for pid, seconds in end["frontends"].items()
+        ]
         per_request: Dict[str, float] = {}
         for phase in STAT_PHASES:
             before, after = begin["stats"].get(phase, {}), end["stats"].get(phase, {})
@@ -97,8 +102,17 @@ class Usage:
             "front_cpu": round(sum(threads), 3),
             "front_threads": [round(value, 3) for value in threads[:4]],
             "instances_cpu": [round(value, 3) for value in sorted(children, reverse=True)],
+            "frontends_cpu": [round(value, 3) for value in sorted(frontends, reverse=True)],
             "per_request_ms": {phase: round(value, 3) for phase, value in per_request.items()},
         }
+
+
+def _is_frontend(pid: int) -> bool:
+    """Whether process `pid` is a frontend process (pytriton/runtime/frontends/process.py)."""
+    try:
+        return b"pytriton.runtime.frontends.process" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def summary_line(usage: Dict[str, Any]) -> str:
@@ -107,4 +121,6 @@ def summary_line(usage: Dict[str, Any]) -> str:
     instances = "/".join(f"{value:.2f}" for value in usage["instances_cpu"]) or "-"
     phases = " ".join(f"{phase} {value:.2f}" for phase, value in usage["per_request_ms"].items())
     cores = f"loop process {usage['front_cpu']:.2f} cores (threads {threads}), instances {instances}"
+    if usage.get("frontends_cpu"):
+        cores += ", frontends " + "/".join(f"{value:.2f}" for value in usage["frontends_cpu"])
     return f"    server CPU: {cores}; ms/request: {phases}"
