@@ -287,6 +287,7 @@ def _named_segments() -> Set[str]:
 
 def test_stop_leaves_no_process_and_no_shared_memory() -> None:
     before = _named_segments()
+    held_before = memfds_held()
 
     def bind(triton: Triton) -> None:
         triton.bind("fragile", ProcessInstances(fragile, count=3), **IO, config=UNBATCHED)
@@ -295,9 +296,9 @@ def test_stop_leaves_no_process_and_no_shared_memory() -> None:
         x = np.ones(1 << 18, dtype=np.float32)  # 1 MiB: through the arenas
         assert np.array_equal(_infer(client, "fragile", x)["y"], x)
         assert len(_instance_pids()) == 3
-        assert memfds_held()
+        assert memfds_held() - held_before
     assert _instance_pids() == set()
-    assert memfds_held() == []
+    assert memfds_held() <= held_before
     assert _named_segments() == before
 
 

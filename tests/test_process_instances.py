@@ -535,14 +535,14 @@ def test_results_the_server_keeps_are_never_overwritten_by_later_ones() -> None:
         cached = ModelConfig(max_batch_size=4, response_cache=True)
         triton.bind("cached", ProcessInstances(double, shm_budget_bytes=8 << 20), **FP32_IO, config=cached)
 
-    held_before = len(memfds_held())  # the module's server has its own
+    held_before = memfds_held()  # the module's server has its own
     with running_triton(bind, cache_config=["local,size=67108864"]) as triton:
         inputs = [np.full((1, 1 << 18), float(index), dtype=np.float32) for index in range(24)]  # 1 MiB each
         for x in inputs:
             assert np.array_equal(_infer(triton, "cached", {"x": x})["y"], x * 2)
         for x in inputs:  # cache hits, served from the results first received
             assert np.array_equal(_infer(triton, "cached", {"x": x})["y"], x * 2)
-    assert len(memfds_held()) == held_before  # the stop let the cached results go, and the process's arena with them
+    assert memfds_held() <= held_before  # the stop let the cached results go, and the process's arena with them
 
 
 _KEPT: List[np.ndarray] = []
