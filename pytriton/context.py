@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from typing import Any, Callable, Dict, Iterator, List, MutableMapping
+import weakref
+from typing import Any, Callable, Dict, Iterator, List, MutableMapping, Optional
 
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
@@ -17,12 +18,17 @@ LOGGER = logging.getLogger(__name__)
 
 
 class ModelConfigDict(MutableMapping):  # type: ignore[type-arg]
-    """Model configs of inference callables, keyed by the callable."""
+    """Model configs of inference callables, keyed by the callable.
+
+    The callables themselves are held weakly where they can be: every callable bound to a server carries the
+    server's context, so a strong hold would let one that lives on (a module-level function) keep all the
+    others, and what they hold, alive after the server stopped.
+    """
 
     def __init__(self) -> None:
         """Create an empty mapping."""
         self._data: Dict[str, TritonModelConfig] = {}
-        self._keys: List[Callable[..., Any]] = []
+        self._keys: List[Callable[[], Optional[Callable[..., Any]]]] = []
 
     def __getitem__(self, infer_callable: Callable[..., Any]) -> TritonModelConfig:
         """Get the model config of an inference callable."""
@@ -30,7 +36,7 @@ class ModelConfigDict(MutableMapping):  # type: ignore[type-arg]
 
     def __setitem__(self, infer_callable: Callable[..., Any], item: TritonModelConfig) -> None:
         """Set the model config of an inference callable."""
-        self._keys.append(infer_callable)
+        self._keys.append(_reference(infer_callable))
         self._data[self._get_model_config_key(infer_callable)] = item
 
     def __delitem__(self, infer_callable: Callable[..., Any]) -> None:
@@ -42,8 +48,8 @@ class ModelConfigDict(MutableMapping):  # type: ignore[type-arg]
         return len(self._data)
 
     def __iter__(self) -> Iterator[Callable[..., Any]]:
-        """Iterate over inference callables."""
-        return iter(self._keys)
+        """Iterate over the inference callables (those still alive)."""
+        return iter([fn for fn in (reference() for reference in self._keys) if fn is not None])
 
     @staticmethod
     def _get_model_config_key(infer_callable: Callable[..., Any]) -> str:
@@ -52,6 +58,16 @@ class ModelConfigDict(MutableMapping):  # type: ignore[type-arg]
         if inspect.ismethod(key) and key.__name__ == "__call__":
             key = key.__self__
         return str(key)
+
+
+def _reference(infer_callable: Callable[..., Any]) -> Callable[[], Optional[Callable[..., Any]]]:
+    """A weak reference to a callable (to a bound method: to its object and function); strong if it takes none."""
+    try:
+        if inspect.ismethod(infer_callable):
+            return weakref.WeakMethod(infer_callable)
+        return weakref.ref(infer_callable)
+    except TypeError:
+        return lambda: infer_callable
 
 
 @dataclasses.dataclass

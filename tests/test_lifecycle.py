@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import textwrap
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -396,3 +398,32 @@ def test_triton_config_takes_keywords_only_as_0_7s_does():
     with pytest.raises(TypeError, match="TritonConfig initialization can't be used with positional arguments"):
         TritonConfig(None)  # type: ignore[misc]
     assert TritonConfig(http_port=5).http_port == 5
+
+
+class _Holder:
+    """A model object that holds something large (weights, inputs it keeps)."""
+
+    def __call__(self, requests):
+        return [{"y": r["x"]} for r in requests]
+
+
+def test_a_stopped_server_lets_its_models_go_though_one_of_them_is_a_module_function():
+    # Binding gives each callable the server's context (decorators read their model config from it), and the
+    # context held every callable bound to the server: a module-level function bound beside a model object kept
+    # the object, and what it held (its weights, the shared memory of inputs it kept), until the process ended.
+    holder = _Holder()
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    _bind_identity(triton)  # a module-level function: alive as long as the module
+    triton.bind(
+        "held",
+        holder,
+        inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+        outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))],
+    )
+    triton.run()
+    assert post_json(triton.http_port, "/v2/models/held/infer", _body(1.0))[0] == 200
+    triton.stop()
+    gone = weakref.ref(holder)
+    del holder, triton
+    gc.collect()
+    assert gone() is None
