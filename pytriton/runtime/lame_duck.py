@@ -24,6 +24,9 @@ LOGGER = logging.getLogger("pytriton")
 class Leaving(Protocol):
     """A frontend that can ask its clients to go elsewhere while it still serves them."""
 
+    async def steer(self) -> None:
+        """From now on, answers ask their clients to reconnect elsewhere; return once they do."""
+
     async def leave(self) -> None:
         """Keep serving, but ask the clients connected now to reconnect; return once they have been told."""
 
@@ -38,6 +41,9 @@ async def lame_duck(engine: Engine, frontends: Sequence[Leaving], delay_s: float
     """
     if delay_s <= 0 or not engine.live or engine.phase is not Phase.SERVING:
         return
+    # Before readiness turns false: a frontend process answers its clients itself, and the readiness it forwards
+    # to the hub must not say unready while its own answers still keep the connection.
+    await asyncio.gather(*(frontend.steer() for frontend in frontends))
     engine.phase = Phase.LEAVING
     LOGGER.info("stopping: unready, still serving for %.1f s (lame duck) before draining", delay_s)
     await asyncio.gather(*(frontend.leave() for frontend in frontends), asyncio.sleep(delay_s))

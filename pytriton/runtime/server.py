@@ -49,6 +49,9 @@ class Frontend(Protocol):
     def hurry(self) -> None:
         """Stop waiting for answers still leaving (a second signal)."""
 
+    async def steer(self) -> None:
+        """From now on, answers ask their clients to reconnect elsewhere (the lame duck's first step)."""
+
     async def leave(self) -> None:
         """Keep serving, but ask clients to reconnect elsewhere (the lame duck before a stop)."""
 
@@ -255,6 +258,7 @@ class ServerRuntime:
                 grpc_socket=grpc_socket,
                 hub_app=self.http_app(),
                 hub_servicer=hub_servicer,
+                settings=self.settings,
             )
             self.http_port = bound_port(http_socket) if http_socket is not None else None
             self.grpc_port = bound_port(grpc_socket) if grpc_socket is not None else None

@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from pytriton.core.engine import Engine
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.spawn import exit_of, exit_status, stop_process
+from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import ServerOptions
 from pytriton.runtime.frontends.acceptor import Acceptor
 from pytriton.runtime.frontends.forwarding import run_grpc, run_http
@@ -41,7 +42,8 @@ _MAX_BACKOFF_S = 10.0
 # Accepted connections held while no frontend is up (all restarting), then refused.
 _MAX_HELD = 1024
 
-Mirror = Tuple[Tuple[Tuple[str, int, int], ...], Tuple[Region, ...]]
+# What the frontends are told of the hub's state: model versions (by spec identity), regions, log settings.
+Mirror = Tuple[Tuple[Tuple[str, int, int], ...], Tuple[Region, ...], Tuple[Tuple[str, Any], ...]]
 
 
 class StartError(RuntimeError):
@@ -85,6 +87,7 @@ class FrontendPool:
         grpc_socket: Optional[socket.socket],
         hub_app: Any,
         hub_servicer: Any,
+        settings: ServerSettings,
     ) -> None:
         """A pool of `count` processes for the listening sockets given (the hub bound them); nothing starts yet.
 
@@ -96,6 +99,7 @@ class FrontendPool:
         self._sockets = {"http": http_socket, "grpc": grpc_socket}
         self._hub_app = hub_app
         self._hub_servicer = hub_servicer
+        self._settings = settings
         self._frontends = [_Frontend(number) for number in range(count)]
         self._acceptors: List[Acceptor] = []
         self._turn = itertools.cycle(range(count))
@@ -157,6 +161,7 @@ class FrontendPool:
             self._sockets["grpc"] is not None,
             [spec for spec in self._specs()],
             list(mirror[1]),
+            dict(mirror[2]),
         )
         try:
             channel.send((INIT, init))
@@ -181,6 +186,10 @@ class FrontendPool:
             return
         await self._tell(frontend)  # anything that changed while it started
         self._hand_held()
+
+    async def steer(self) -> None:
+        """Every frontend's answers ask their clients to reconnect from now on; return once all do."""
+        await self._broadcast("steer")
 
     async def leave(self) -> None:
         """Keep serving, but ask every client to reconnect elsewhere (the lame duck before a stop)."""
@@ -302,12 +311,13 @@ class FrontendPool:
         return [model.spec for model in self._engine.models()]
 
     def _mirror(self) -> Mirror:
-        """What the frontends must know now: the model versions (by spec identity) and the regions."""
+        """What the frontends must know now: the model versions (by spec identity), the regions, the log settings."""
         models = tuple((model.spec.name, model.spec.version, id(model.spec)) for model in self._engine.models())
         regions = tuple(
             (region.name, region.key, region.offset, region.byte_size) for region in self._engine.system_memory.status()
         )
-        return models, regions
+        log = tuple(sorted((key, value) for key, value in self._settings.log.document().items() if key != "log_file"))
+        return models, regions, log
 
     async def sync(self) -> None:
         """Tell every frontend what changed since it was last told; return once all have it."""
@@ -326,6 +336,8 @@ class FrontendPool:
                 await link.calls.call("models", self._specs())
             if told is None or told[1] != mirror[1]:
                 await link.calls.call("regions", list(mirror[1]))
+            if told is None or told[2] != mirror[2]:
+                await link.calls.call("logging", dict(mirror[2]))
         except Exception:  # noqa: BLE001 - it died meanwhile: it is told everything when it starts again
             return
         frontend.mirror = mirror

@@ -23,6 +23,7 @@ from pytriton.core.spec import ModelSpec
 from pytriton.ipc.calls import Handler
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel
 from pytriton.ipc.spawn import die_with_parent
+from pytriton.options.log_trace import LogSettings
 from pytriton.options.server import ServerOptions
 from pytriton.runtime.frontends.forwarding import ForwardingApp, ForwardingServicer
 from pytriton.runtime.frontends.protocol import CLOSED
@@ -50,6 +51,7 @@ class Init(NamedTuple):
     grpc: bool  # whether it serves gRPC
     models: List[ModelSpec]
     regions: List[Region]
+    log: Dict[str, Any]  # the hub's log settings (its /v2/logging document, less the file)
 
 
 class FrontendProcess:
@@ -63,6 +65,8 @@ class FrontendProcess:
         handlers: Dict[str, Handler] = {
             "models": self._models,
             "regions": self._regions,
+            "logging": self._logging,
+            "steer": self._steer,
             "leave": self._leave,
             "stop": self._stop,
             "hurry": self._hurry,
@@ -71,6 +75,8 @@ class FrontendProcess:
         self.engine = RemoteEngine(self.link, init.options.server_id)
         self.engine.set_models(init.models)
         self._set_regions(init.regions)
+        self._log = LogSettings(init.options.log_verbose, init.options.log_file)
+        self._log.update(init.log)
         self._servers: List[Any] = []
         self._by_kind: Dict[str, Any] = {}
 
@@ -133,6 +139,10 @@ class FrontendProcess:
         if not self.link.closed:
             self.link.outbox.post((CLOSED, kind))
 
+    async def _logging(self, settings: Dict[str, Any]) -> None:
+        """The hub's log settings changed (through /v2/logging or LogSettings): log as it does."""
+        self._log.update(settings)
+
     async def _models(self, specs: List[ModelSpec]) -> None:
         self.engine.set_models(specs)
 
@@ -155,6 +165,9 @@ class FrontendProcess:
                     LOGGER.warning(
                         "frontend %d cannot map shared memory region '%s': %s", self._init.index, name, error
                     )
+
+    async def _steer(self) -> None:
+        await asyncio.gather(*(server.steer() for server in self._servers))
 
     async def _leave(self) -> None:
         await asyncio.gather(*(server.leave() for server in self._servers))

@@ -187,6 +187,9 @@ class GrpcFrontend:
         if self._state is not None:
             self._state.connections.hurry()
 
+    async def steer(self) -> None:
+        """Nothing before `leave`: its graceful GOAWAY is the step, and it is sent at once."""
+
     async def leave(self) -> None:
         """Send every open connection a graceful GOAWAY (calls go on); return once their final GOAWAYs are out."""
         if self._state is not None:

@@ -94,6 +94,10 @@ class AsgiServer:
         """Stop waiting for responses still leaving once the grace is over (a second signal)."""
         self._state.connections.hurry()
 
+    async def steer(self) -> None:
+        """From now on, each connection closes after its next response (the lame duck's first step)."""
+        self._state.leaving = True
+
     async def leave(self) -> None:
         """Keep serving, but close each connection after its next response so that clients reconnect elsewhere."""
         self._state.leaving = True

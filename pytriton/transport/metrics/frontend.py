@@ -93,6 +93,9 @@ class MetricsFrontend:
         if self._server is not None:
             self._server.hurry()
 
+    async def steer(self) -> None:
+        """Scrapes go on as usual while the server is a lame duck."""
+
     async def leave(self) -> None:
         """Scrapes go on as usual while the server is a lame duck."""
 
