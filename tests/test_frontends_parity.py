@@ -26,6 +26,7 @@ MODULES = [
     "tests/test_access_control.py",
     "tests/test_http_endpoints.py",
     "tests/test_metrics.py",
+    "tests/test_remote_triton.py",
 ]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -35,7 +35,7 @@ import stat
 import struct
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 try:
     import fcntl
@@ -184,9 +184,19 @@ class _Binding:
 class AttachServer:
     """Accepts RemoteTriton connections on the server's loop and binds their models into the engine."""
 
-    def __init__(self, engine: Engine, model_token: Optional[str], unload_timeout_s: float) -> None:
-        """Serve `engine`; `model_token`: the model-repository token, if that API is restricted."""
+    def __init__(
+        self,
+        engine: Engine,
+        model_token: Optional[str],
+        unload_timeout_s: float,
+        synced: Optional[Callable[[], Awaitable[None]]] = None,
+    ) -> None:
+        """Serve `engine`; `model_token`: the model-repository token, if that API is restricted.
+
+        `synced()` returns once the frontend processes know the models (a binding is answered BOUND only then).
+        """
         self._engine = engine
+        self._synced = synced
         self._model_token = model_token
         self._unload_timeout_s = unload_timeout_s
         self._listeners: List[socket.socket] = []
@@ -299,6 +309,8 @@ class AttachServer:
         try:
             await asyncio.wait_for(asyncio.shield(binding.complete), _ATTACH_TIMEOUT_S)
             self._engine.add_model(request.spec, [binding.instances[i] for i in range(request.instance_count)])
+            if self._synced is not None:
+                await self._synced()  # a client may call the model on any frontend once RemoteTriton returns
         except (asyncio.TimeoutError, ValueError) as error:
             message = str(error) or "its instances did not attach in time"
             _send(control, (BIND_FAILED, message))

@@ -278,7 +278,8 @@ class ServerRuntime:
         from pytriton.runtime.attach import AttachServer
 
         rule = self.options.http_access.rules.get(Category.MODEL_REPOSITORY)
-        self._attach = AttachServer(self.engine, rule.value if rule else None, self.options.exit_timeout_s)
+        synced = self._pool.sync if self._pool is not None else None
+        self._attach = AttachServer(self.engine, rule.value if rule else None, self.options.exit_timeout_s, synced)
         self._attach.start([port for port in (self.http_port, self.grpc_port) if port is not None])
 
     async def _start_http(self) -> int:
