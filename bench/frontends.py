@@ -169,14 +169,13 @@ def table(results: Dict[str, Dict[int, List[Dict[str, float]]]]) -> str:
         for count, points in by_count.items():
             if not points:
                 continue
-            ratios = [point["rps"] / one["rps"] for point, one in zip(points, base)] if base else []
+            ratios = [point["rps"] / one["rps"] for point, one in zip(points, base)]
+            ratio = f"{statistics.median(ratios):.2f}x" if ratios else "-"
             lines.append(
-                f"| {name} | {count} | {statistics.median(p['rps'] for p in points):,.0f} "
-                f"| {statistics.median(ratios):.2f}x | {statistics.median(p.get('p50_ms', 0.0) for p in points):.2f} "
+                f"| {name} | {count} | {statistics.median(p['rps'] for p in points):,.0f} | {ratio} "
+                f"| {statistics.median(p.get('p50_ms', 0.0) for p in points):.2f} "
                 f"| {statistics.median(p['hub_us'] for p in points):.1f} "
                 f"| {statistics.median(p['frontends_us'] for p in points):.1f} |"
-                if ratios
-                else f"| {name} | {count} | {statistics.median(p['rps'] for p in points):,.0f} | - | - | - | - |"
             )
     return "\n".join(lines)
 

@@ -40,7 +40,7 @@ class Outbox:
         """
         size = 0
         for part in body:
-            size += memoryview(part).nbytes
+            size += len(part) if type(part) is bytes else memoryview(part).nbytes
             self._parts.append(part)
         self._heads.append((head, self._size, size))
         self._size += size

@@ -56,6 +56,11 @@ ARENA_BUDGET_BYTES = 256 * 2**20
 _CLIENT_GONE = "the client disconnected before its response was ready"
 
 
+def _nowhere(_: np.ndarray) -> None:
+    """No array lies in shared memory here."""
+    return None
+
+
 class RemoteSink(ResponseSink):
     """Where a frontend's request answers: its outbox, under the request's key."""
 
@@ -228,6 +233,11 @@ class FrontendLink:
 
     def pack_response(self, key: int, response: InferenceResponse) -> Tuple[Any, Any]:
         """A response's message: large outputs named where they lie, or lent a region of the arena."""
+        for output in response.outputs:
+            if output.array.nbytes >= SHARED_BYTES:
+                break
+        else:  # the usual small response: every output in the message
+            return pack_response(key, response, _nowhere, 0)
         placed: Dict[int, Tuple[int, int]] = {}
         lend = {}
         loan = 0
