@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from typing import AsyncIterator, List, Optional
+from typing import AsyncIterator, List, Optional, Tuple
 
 from pytriton.core.cache import ResponseCache, cache_key
 from pytriton.core.errors import InferenceError
@@ -64,13 +64,8 @@ class ServedModel:
             self._check_ready()
         key = None
         if self.cache is not None:
-            lookup_start = time.monotonic_ns()
-            key = cache_key(self.spec.name, self.spec.version_str, request.inputs)
-            cached = self.cache.get(key)
-            lookup_ns = time.monotonic_ns() - lookup_start
+            key, cached = self._look_up(request)
             if cached is not None:
-                self.stats.inference["cache_hit"].add(lookup_ns)
-                self.stats.record_success(lookup_ns, 0, batch_size=0)  # Triton counts no inference for a cache hit
                 return cached
         future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
         sink = FutureSink(future)
@@ -87,11 +82,28 @@ class ServedModel:
         except asyncio.CancelledError:
             self.scheduler.withdraw(sink)  # the caller left (gRPC cancel or deadline): leave the queue
             raise
-        if key is not None and self.cache is not None:
+        if key is not None:
+            self.remember(key, response)
+        return response
+
+    def _look_up(self, request: InferenceRequest) -> Tuple[bytes, Optional[InferenceResponse]]:
+        """The request's cache key, and its response when the cache has it (counted as a hit)."""
+        assert self.cache is not None
+        lookup_start = time.monotonic_ns()
+        key = cache_key(self.spec.name, self.spec.version_str, request.inputs)
+        cached = self.cache.get(key)
+        lookup_ns = time.monotonic_ns() - lookup_start
+        if cached is not None:
+            self.stats.inference["cache_hit"].add(lookup_ns)
+            self.stats.record_success(lookup_ns, 0, batch_size=0)  # Triton counts no inference for a cache hit
+        return key, cached
+
+    def remember(self, key: bytes, response: InferenceResponse) -> None:
+        """Put a response into the cache (counted as a miss's insertion)."""
+        if self.cache is not None:
             insert_start = time.monotonic_ns()
             self.cache.put(key, response, self.spec.name)
             self.stats.inference["cache_miss"].add(time.monotonic_ns() - insert_start)
-        return response
 
     def submit(self, request: InferenceRequest, sink: ResponseSink, streaming: bool) -> Optional[ResponseSink]:
         """Queue a request whose responses go to `sink` (a frontend process's, on the hub); the cache answers first.
@@ -102,13 +114,8 @@ class ServedModel:
         """
         self._check_ready()
         if self.cache is not None and not streaming:
-            lookup_start = time.monotonic_ns()
-            key = cache_key(self.spec.name, self.spec.version_str, request.inputs)
-            cached = self.cache.get(key)
-            lookup_ns = time.monotonic_ns() - lookup_start
+            key, cached = self._look_up(request)
             if cached is not None:
-                self.stats.inference["cache_hit"].add(lookup_ns)
-                self.stats.record_success(lookup_ns, 0, batch_size=0)
                 sink.deliver(cached)
                 return None
             sink = _CachingSink(sink, self, key)
@@ -139,11 +146,7 @@ class _CachingSink(ResponseSink):
 
     def deliver(self, response: InferenceResponse) -> None:
         """Cache the response, then hand it over."""
-        model = self._model
-        if model.cache is not None:
-            insert_start = time.monotonic_ns()
-            model.cache.put(self._key, response, model.spec.name)
-            model.stats.inference["cache_miss"].add(time.monotonic_ns() - insert_start)
+        self._model.remember(self._key, response)
         self._sink.deliver(response)
 
     def fail(self, error: InferenceError) -> None:

@@ -23,6 +23,36 @@ from pytriton.ipc.segments import SharedMemoryUnavailable, SharedSegment
 Announce = Callable[[int, int, int], None]
 
 
+class _Spans:
+    """Mappings by address: which one an array lies in (a sorted list of starts, bisected)."""
+
+    def __init__(self) -> None:
+        self._starts: List[int] = []
+        self._spans: Dict[int, Tuple[int, int]] = {}  # start: (end, id)
+
+    def add(self, start: int, size: int, segment_id: int) -> None:
+        bisect.insort(self._starts, start)
+        self._spans[start] = (start + size, segment_id)
+
+    def remove(self, start: int, segment_id: int) -> None:
+        """Forget a mapping (unless a newer one took its address meanwhile)."""
+        if self._spans.get(start, (0, -1))[1] == segment_id:
+            del self._spans[start]
+            self._starts.pop(bisect.bisect_left(self._starts, start))
+
+    def locate(self, array: np.ndarray) -> Optional[Tuple[int, int]]:
+        """(segment id, offset) of a contiguous array that lies in one of the mappings, else None."""
+        address = array.__array_interface__["data"][0]
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index < 0:
+            return None
+        start = self._starts[index]
+        end, segment_id = self._spans[start]
+        if address + array.nbytes > end or not array.flags.c_contiguous:
+            return None
+        return segment_id, address - start
+
+
 class OwnSegments:
     """Buffers that are shared segments, each with an id, found again by the address of any array over them."""
 
@@ -31,8 +61,7 @@ class OwnSegments:
         self._announce = announce
         self._forget = forget
         self._ids = itertools.count(1)
-        self._starts: List[int] = []  # sorted addresses of the mappings
-        self._spans: Dict[int, Tuple[int, int]] = {}  # start: (end, id)
+        self._spans = _Spans()
         self._buffers: Dict[int, weakref.ref[np.ndarray]] = {}
 
     def allocate(self, size: int) -> np.ndarray:
@@ -46,8 +75,7 @@ class OwnSegments:
         start = buffer.__array_interface__["data"][0]
         self._announce(segment_id, os.dup(segment.fileno()), size)
         segment.close()  # the buffer keeps the mapping; the peer has its own descriptor
-        bisect.insort(self._starts, start)
-        self._spans[start] = (start + size, segment_id)
+        self._spans.add(start, size, segment_id)
         self._buffers[segment_id] = weakref.ref(buffer)
         weakref.finalize(buffer, self._gone, start, segment_id)
         return buffer
@@ -66,23 +94,12 @@ class OwnSegments:
 
     def locate(self, array: np.ndarray) -> Optional[Tuple[int, int]]:
         """(segment id, offset) of a contiguous array that lies in one of the buffers, else None."""
-        address = array.__array_interface__["data"][0]
-        index = bisect.bisect_right(self._starts, address) - 1
-        if index < 0:
-            return None
-        start = self._starts[index]
-        end, segment_id = self._spans[start]
-        if address + array.nbytes > end or not array.flags.c_contiguous:
-            return None
-        return segment_id, address - start
+        return self._spans.locate(array)
 
     def _gone(self, start: int, segment_id: int) -> None:
         """A buffer is gone (a finalizer: on whichever thread let go of it last)."""
         self._buffers.pop(segment_id, None)
-        span = self._spans.get(start)
-        if span is not None and span[1] == segment_id:  # not a newer buffer mapped at the same address
-            del self._spans[start]
-            self._starts.pop(bisect.bisect_left(self._starts, start))
+        self._spans.remove(start, segment_id)
         self._forget(segment_id)
 
 
@@ -100,8 +117,7 @@ class SharedSegments:
         # id: (the whole segment's bytes, its descriptor). A memoryview of the mapping, not an array: numpy makes the
         # base of an array over a view of an array that array, and a region's views would not keep the region.
         self._segments: Dict[int, Tuple[memoryview, int]] = {}
-        self._starts: List[int] = []
-        self._spans: Dict[int, Tuple[int, int]] = {}  # start: (end, id)
+        self._spans = _Spans()
         self._watchers: List[Callable[[int], None]] = []
 
     def __len__(self) -> int:
@@ -114,9 +130,7 @@ class SharedSegments:
         segment.close()
         segment_id = next(self._ids)
         self._segments[segment_id] = (view, fd)
-        start = np.frombuffer(view, np.uint8, 0).__array_interface__["data"][0]
-        bisect.insort(self._starts, start)
-        self._spans[start] = (start + size, segment_id)
+        self._spans.add(np.frombuffer(view, np.uint8, 0).__array_interface__["data"][0], size, segment_id)
         return segment_id
 
     def region(self, segment_id: int, offset: int, nbytes: int) -> np.ndarray:
@@ -135,15 +149,7 @@ class SharedSegments:
 
     def locate(self, array: np.ndarray) -> Optional[Tuple[int, int]]:
         """(segment id, offset) of a contiguous array that lies in one of the segments, else None."""
-        address = array.__array_interface__["data"][0]
-        index = bisect.bisect_right(self._starts, address) - 1
-        if index < 0:
-            return None
-        start = self._starts[index]
-        end, segment_id = self._spans[start]
-        if address + array.nbytes > end or not array.flags.c_contiguous:
-            return None
-        return segment_id, address - start
+        return self._spans.locate(array)
 
     def descriptor(self, segment_id: int) -> Tuple[int, int]:
         """(descriptor, size) of a segment, to send to another process (it stays this registry's)."""
@@ -166,10 +172,7 @@ class SharedSegments:
             return
         view, fd = found
         os.close(fd)
-        start = np.frombuffer(view, np.uint8, 0).__array_interface__["data"][0]
-        if self._spans.get(start, (0, -1))[1] == segment_id:
-            del self._spans[start]
-            self._starts.pop(bisect.bisect_left(self._starts, start))
+        self._spans.remove(np.frombuffer(view, np.uint8, 0).__array_interface__["data"][0], segment_id)
         for forgotten in list(self._watchers):
             forgotten(segment_id)
 

@@ -1,6 +1,8 @@
-"""Processes the server starts and stops: how one ended, in words, and a stop that waits, then kills.
+"""Processes the server starts and stops: the start and its handshake, how one ended, a stop that waits, then kills.
 
-Both kinds of helper process use it: model instances (core/process_instances/) and frontends (runtime/).
+Both kinds of helper process use it: model instances (core/process_instances/) and frontends (runtime/). A
+helper is a fresh interpreter (`python -m MODULE FD PARENT_PID`), never a fork of the server: a fork would
+inherit the server's threads mid-flight and any CUDA context (which CUDA forbids using across fork).
 """
 
 from __future__ import annotations
@@ -9,10 +11,59 @@ import asyncio
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from typing import Optional
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+from pytriton.ipc.channel import LoopChannel, Message
+from pytriton.ipc.tensors import Buffer
+
+# A helper started: the process, its channel (the caller hands it over with `handle`), its first message.
+Started = Tuple["subprocess.Popen[bytes]", LoopChannel, Message]
+
+
+class HelperDidNotStart(RuntimeError):
+    """A helper process ended, or was silent too long, before its first message; the message says which."""
+
+
+async def start_helper(
+    module: str, first: Tuple[Any, Sequence[Buffer]], timeout_s: float, env: Optional[Mapping[str, str]] = None
+) -> Started:
+    """Start `python -m module FD PARENT_PID` over a socket pair, send it `first` (head, body), await its answer.
+
+    Raises:
+        HelperDidNotStart: it ended, or did not answer within `timeout_s` (it is killed then).
+    """
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    command = [sys.executable, "-m", module, str(theirs.fileno()), str(os.getpid())]
+    try:
+        process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=env)
+    finally:
+        theirs.close()
+    answer: asyncio.Future[Message] = loop.create_future()
+
+    def on_message(message: Message) -> None:
+        if not answer.done():
+            answer.set_result(message)
+
+    def on_closed() -> None:
+        if not answer.done():
+            answer.set_exception(HelperDidNotStart(exit_of(process, "before it was ready")))
+
+    channel = LoopChannel(ours, loop, on_message, on_closed)
+    try:
+        channel.send(first[0], first[1])
+        message = await asyncio.wait_for(answer, timeout_s)
+    except BaseException as error:
+        channel.close()
+        await stop_process(process, kill=True)
+        if isinstance(error, asyncio.TimeoutError):
+            raise HelperDidNotStart(f"it was not ready within {timeout_s:g} s") from None
+        raise
+    return process, channel, message
 
 
 def exit_of(process: subprocess.Popen, when: str) -> str:  # type: ignore[type-arg]

@@ -10,12 +10,10 @@ child instead, for models that must load their weights there (one GPU per instan
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib
 import io
 import os
-import socket
 import subprocess
 import sys
 from typing import Any, Callable, List, Mapping, Optional, Tuple
@@ -23,8 +21,8 @@ from typing import Any, Callable, List, Mapping, Optional, Tuple
 import cloudpickle
 
 from pytriton.core.process_instances.protocol import INIT, START_FAILED, Init
-from pytriton.ipc.channel import LoopChannel, Message
-from pytriton.ipc.spawn import exit_of, stop_process
+from pytriton.ipc.channel import LoopChannel
+from pytriton.ipc.spawn import HelperDidNotStart, start_helper, stop_process
 
 INSTANCE_INDEX_VARIABLE = "PYTRITON_INSTANCE_INDEX"
 
@@ -94,37 +92,19 @@ Started = Tuple["subprocess.Popen[bytes]", LoopChannel, Tuple[int, str, int]]
 
 async def spawn(plan: ProcessPlan, index: int) -> Started:
     """Start instance `index` and wait until its callable is loaded (StartError if it is not)."""
-    loop = asyncio.get_running_loop()
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     environment = {**os.environ, **plan.environments[index], INSTANCE_INDEX_VARIABLE: str(index)}
-    command = [sys.executable, "-m", "pytriton.core.process_instances.host", str(theirs.fileno()), str(os.getpid())]
+    init = Init(
+        plan.model_name, index, plan.factory, list(sys.path), plan.model_config, plan.arena_budget, plan.prepare
+    )
     try:
-        process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=environment)
-    finally:
-        theirs.close()
-    answer: asyncio.Future[Message] = loop.create_future()
-
-    def on_message(message: Message) -> None:
-        if not answer.done():
-            answer.set_result(message)
-
-    def on_closed() -> None:
-        if not answer.done():
-            answer.set_exception(StartError(exit_of(process, "before it was ready")))
-
-    channel = LoopChannel(ours, loop, on_message, on_closed)
-    try:
-        init = Init(
-            plan.model_name, index, plan.factory, list(sys.path), plan.model_config, plan.arena_budget, plan.prepare
+        process, channel, message = await start_helper(
+            "pytriton.core.process_instances.host",
+            ((INIT, init), [plan.payloads[index]]),
+            plan.start_timeout_s,
+            environment,
         )
-        channel.send((INIT, init), [plan.payloads[index]])
-        message = await asyncio.wait_for(answer, plan.start_timeout_s)
-    except BaseException as error:
-        channel.close()
-        await stop_process(process, kill=True)
-        if isinstance(error, asyncio.TimeoutError):
-            raise StartError(f"it was not ready within {plan.start_timeout_s:g} s") from None
-        raise
+    except HelperDidNotStart as error:
+        raise StartError(str(error)) from None
     head = message.head
     if head[0] == START_FAILED:
         channel.close()

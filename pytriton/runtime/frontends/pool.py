@@ -17,20 +17,18 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from pytriton.core.engine import Engine
-from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
-from pytriton.ipc.spawn import exit_of, exit_status, stop_process
+from pytriton.ipc.channel import ChannelClosed
+from pytriton.ipc.spawn import HelperDidNotStart, exit_status, start_helper, stop_process
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import ServerOptions
 from pytriton.runtime.frontends.acceptor import Acceptor
 from pytriton.runtime.frontends.forwarding import run_grpc, run_http
 from pytriton.runtime.frontends.hub import FrontendLink
-from pytriton.runtime.frontends.process import INIT, START_FAILED, Init, Region
-from pytriton.runtime.frontends.protocol import CONNECTION
+from pytriton.runtime.frontends.protocol import CONNECTION, INIT, START_FAILED, Init, Region
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -135,23 +133,6 @@ class FrontendPool:
     async def _start(self, frontend: _Frontend) -> None:
         """Start one frontend process and wait until it serves."""
         loop = asyncio.get_running_loop()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        command = [sys.executable, "-m", "pytriton.runtime.frontends.process", str(theirs.fileno()), str(os.getpid())]
-        try:
-            process = subprocess.Popen(command, pass_fds=[theirs.fileno()])
-        finally:
-            theirs.close()
-        answer: asyncio.Future[Message] = loop.create_future()
-
-        def on_message(message: Message) -> None:
-            if not answer.done():
-                answer.set_result(message)
-
-        def on_closed() -> None:
-            if not answer.done():
-                answer.set_exception(StartError(exit_of(process, "before it was ready")))
-
-        channel = LoopChannel(ours, loop, on_message, on_closed)
         mirror = self._mirror()
         init = Init(
             frontend.number,
@@ -164,16 +145,15 @@ class FrontendPool:
             dict(mirror[2]),
         )
         try:
-            channel.send((INIT, init))
-            message = await asyncio.wait_for(answer, START_TIMEOUT_S)
-            if message.head[0] == START_FAILED:
-                raise StartError(f"frontend {frontend.number} did not start: {message.head[1]}")
-        except BaseException as error:
+            process, channel, message = await start_helper(
+                "pytriton.runtime.frontends.process", ((INIT, init), ()), START_TIMEOUT_S
+            )
+        except HelperDidNotStart as error:
+            raise StartError(f"frontend {frontend.number} did not start: {error}") from None
+        if message.head[0] == START_FAILED:
             channel.close()
             await stop_process(process, kill=True)
-            if isinstance(error, asyncio.TimeoutError):
-                raise StartError(f"frontend {frontend.number} was not ready within {START_TIMEOUT_S:g} s") from None
-            raise
+            raise StartError(f"frontend {frontend.number} did not start: {message.head[1]}")
         handlers: Dict[str, Callable[..., Awaitable[Any]]] = {"http": self._forward_http, "grpc": self._forward_grpc}
         link = FrontendLink(self._engine, channel, loop, handlers)
         channel.handle(link.on_message, lambda: self._on_closed(frontend, link))

@@ -17,16 +17,15 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from pytriton.core.spec import ModelSpec
 from pytriton.ipc.calls import Handler
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.options.log_trace import LogSettings
-from pytriton.options.server import ServerOptions
 from pytriton.runtime.frontends.forwarding import ForwardingApp, ForwardingServicer
-from pytriton.runtime.frontends.protocol import CLOSED
+from pytriton.runtime.frontends.protocol import CLOSED, READY, START_FAILED, Init, Region
 from pytriton.runtime.frontends.remote import HubLink, RemoteEngine
 from pytriton.runtime.logging_setup import configure_logging
 from pytriton.runtime.loop_thread import new_event_loop
@@ -34,24 +33,6 @@ from pytriton.transport.inflate import InflationBudget
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
 LOGGER = logging.getLogger("pytriton")
-
-# Hub to frontend, first: (INIT, Init); the frontend answers (READY, pid) or (START_FAILED, text).
-INIT, READY, START_FAILED = 101, 102, 103
-# A region the hub mirrors: (name, key, offset, byte size).
-Region = Tuple[str, str, int, int]
-
-
-class Init(NamedTuple):
-    """What a frontend process serves, and where."""
-
-    number: int
-    options: ServerOptions
-    server_version: str
-    http: bool  # whether it serves HTTP
-    grpc: bool  # whether it serves gRPC
-    models: List[ModelSpec]
-    regions: List[Region]
-    log: Dict[str, Any]  # the hub's log settings (its /v2/logging document, less the file)
 
 
 class FrontendProcess:

@@ -4,6 +4,7 @@ Every message is a tuple whose first item is a tag. Requests, responses and thei
 outbox (ipc/outbox.py) and travel in batches; calls (ipc/calls.py) carry everything else: forwarded API
 requests, the state the hub mirrors into its frontends, and the lifecycle.
 
+First, hub to frontend: (INIT, Init); the frontend answers (READY, pid) or (START_FAILED, what failed).
 Frontend to hub:
     (INFER, key, model, version, request id, inputs, parameters, requested outputs, batch size, priority,
      timeout us, arrival ns, streaming)
@@ -26,19 +27,39 @@ smaller ones cost less copied into the body. An object (BYTES) array is (name, N
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pytriton.core.errors import FailureReason, InferenceError, Status
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
+from pytriton.core.spec import ModelSpec
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.tensors import Buffer, dtype_code, dtype_of
+from pytriton.options.server import ServerOptions
 
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
+INIT, READY, START_FAILED = 101, 102, 103
 BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
 SHARED_BYTES = COPY_BYTES + 1
+
+# A region the hub mirrors: (name, key, offset, byte size).
+Region = Tuple[str, str, int, int]
+
+
+class Init(NamedTuple):
+    """What a frontend process serves, and where."""
+
+    number: int
+    options: ServerOptions
+    server_version: str
+    http: bool  # whether it serves HTTP
+    grpc: bool  # whether it serves gRPC
+    models: List[ModelSpec]
+    regions: List[Region]
+    log: Dict[str, Any]  # the hub's log settings (its /v2/logging document, less the file)
+
 
 # Where a large array lies in shared memory: (where, offset), or None to copy it into the body.
 Place = Callable[[np.ndarray], Optional[Tuple[int, int]]]
