@@ -112,7 +112,8 @@ class ServedModel:
         Returns the sink queued (`sink`, or one that fills the cache on the way), which `scheduler.withdraw`
         takes; None when the cache answered.
         """
-        self._check_ready()
+        if self.state is not ModelState.READY:
+            self._check_ready()
         if self.cache is not None and not streaming:
             key, cached = self._look_up(request)
             if cached is not None:

@@ -179,7 +179,7 @@ class FrontendLink:
             model = self._engine.model(name, version)
             sink.model = model
             try:
-                request = unpack_request(head, body, lambda *place: self._view_input(key, *place))
+                request = unpack_request(head, body, functools.partial(self._view_input, key))
             except ValueError as error:
                 raise InferenceError.invalid(str(error)) from None
             sink.queued = model.submit(request, sink, streaming)
