@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Prot
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import call_on_host, host_step
 from pytriton.core.worker import WorkerThread
-from pytriton.proxy.types import Request
+from pytriton.proxy.types import Request, mark_cancelled
 
 Step = Any  # what one call (or one generator step) returns: a list of response dicts
 
@@ -77,6 +77,9 @@ class ModelInstance(Protocol):
     def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Each step of any callable; setting `stop` ends a generator after its current step."""
 
+    def cancel(self, request: Request) -> None:
+        """A request of the call it runs was cancelled: the callable's `request.is_cancelled()` says so."""
+
     async def close(self, deadline: Optional[float] = None) -> None:
         """Stop taking work; end whatever runs it (a thread after its call, a process at once if busy).
 
@@ -120,6 +123,10 @@ class Instance:
         if self.kind is CallableKind.ASYNC:
             return self.fn(requests)  # type: ignore[no-any-return]
         return self._worker.submit(call_on_host, self.fn, requests, hand_over=hand_over)
+
+    def cancel(self, request: Request) -> None:
+        """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
+        mark_cancelled(request)
 
     async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Yield each step of any callable; a plain callable yields once. Setting `stop` ends a generator."""

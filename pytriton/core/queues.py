@@ -14,6 +14,7 @@ from pytriton.core.request import InferenceRequest
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.model_config.common import QueuePolicy, TimeoutAction
+from pytriton.proxy.types import Request
 
 QUEUE_FULL_MESSAGE = "Exceeds maximum queue size"
 TIMEOUT_MESSAGE = "Request timeout expired"
@@ -23,6 +24,8 @@ class Entry:
     """A queued request with its sink and its place in time."""
 
     __slots__ = (
+        "call",
+        "cancelled",
         "compute_ns",
         "deadline_ns",
         "delayed",
@@ -50,7 +53,9 @@ class Entry:
         self.compute_ns: Tuple[int, int, int] = (0, 0, 0)
         self.responded = False
         self.gone: Optional[Callable[[], Awaitable[Any]]] = None  # returns once the client has disconnected
-        self.watcher: Optional[asyncio.Future[Any]] = None  # awaits `gone()` while the request waits in the queue
+        self.watcher: Optional[asyncio.Future[Any]] = None  # awaits `gone()` while the request waits or runs
+        self.call: Optional[Request] = None  # what the callable got, once the request left the queue
+        self.cancelled = False  # its client cancelled it while it ran
 
 
 class _Level:

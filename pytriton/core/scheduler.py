@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
@@ -18,6 +17,7 @@ from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
+from pytriton.core.running import RunningBatch, RunningBatches
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
@@ -64,7 +64,8 @@ class Scheduler:
         self._order = ReleaseOrder() if batcher and batcher.preserve_ordering and len(instances) > 1 else None
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at_ns = 0
-        self._watch = QueueWatch(self._queues, self._client_left)
+        self._batches = RunningBatches()
+        self._watch = QueueWatch(self._queues, self._batches.entries, self._client_left)
         self._running: Set[asyncio.Task[None]] = set()
         self._in_flight = InFlight()
         self._accepting = True
@@ -95,13 +96,17 @@ class Scheduler:
 
         A request that finds a free instance, an empty queue and no batching delay runs alone and
         at once (as Triton's batcher would run it); awaiting it in the caller's task saves a task.
-        A queued request whose client leaves (`gone()` returns) gives up its place (see QueueWatch).
+        A queued request whose client leaves (`gone()` returns) gives up its place; a running one is cancelled
+        (see QueueWatch).
         """
         if not self._accepting:
             self.stats.record_failure(0, FailureReason.REJECTED.value)
             raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
         if self._free and not self._queues.size and not self._rules.delay_ns:
             entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
+            entry.queued = False  # it never waits in the queue: its client leaving cancels it where it runs
+            if gone is not None:
+                self._watch.watch(entry, gone)
             return self._launch(self._free.pop(), [entry])
         try:
             entry = self._queues.push(request, sink)
@@ -115,7 +120,9 @@ class Scheduler:
         return None
 
     def withdraw(self, sink: ResponseSink) -> None:
-        """A request's client went away: if it still waits in the queue, free its slot and inputs now.
+        """A request's client went away: a queued one frees its slot and inputs now, a running one is cancelled.
+
+        A running request's callable sees `is_cancelled()` (a generator stops at its next step: core/running.py).
 
         Looked up rather than remembered, so that a request costs nothing extra unless its client leaves.
         """
@@ -123,6 +130,7 @@ class Scheduler:
             if entry.sink is sink:
                 self._leave_queue(entry)
                 return
+        self._batches.cancel(sink)
 
     def _leave_queue(self, entry: Entry) -> None:
         """Take out a queued request whose client went away (CANCELED), freeing its place and inputs."""
@@ -132,7 +140,10 @@ class Scheduler:
         self._update_idle()
 
     def _client_left(self, entry: Entry) -> None:
-        """A queued request's client disconnected: the request leaves the queue, CANCELLED."""
+        """A request's client disconnected: a queued one leaves the queue (CANCELLED), a running one is cancelled."""
+        if not entry.queued:
+            self._batches.cancel_entry(entry)
+            return
         self._leave_queue(entry)
         entry.sink.fail(InferenceError.cancelled(_CLIENT_GONE))
 
@@ -200,11 +211,14 @@ class Scheduler:
             if traced is not None:
                 call_request = traced_request(call_request, traced)
                 entry.sink = TracedSink(entry.sink, traced)
+            entry.call = call_request
             requests.append(call_request)
         slots = self._order.reserve(len(batch)) if self._order is not None else None
+        running = RunningBatch(batch, instance, self.spec.decoupled)
+        self._batches.add(running)
         infer_start_ns = time.monotonic_ns()
         call = None if self.spec.decoupled else self._call(instance, requests, hand_over)
-        return self._run(instance, batch, requests, slots, call, (start_ns, infer_start_ns))
+        return self._run(running, requests, slots, call, (start_ns, infer_start_ns))
 
     def _call(self, instance: ModelInstance, requests: List[Request], hand_over: bool) -> Awaitable[Any]:
         """Start a batch's call; one that cannot start (its thread cannot: "can't start new thread") fails alone.
@@ -227,8 +241,7 @@ class Scheduler:
 
     async def _run(
         self,
-        instance: ModelInstance,
-        batch: List[Entry],
+        running: RunningBatch,
         requests: List[Request],
         slots: Optional[List[Slot]],
         call: Optional[Awaitable[Any]],
@@ -240,6 +253,7 @@ class Scheduler:
         go out: the next batch then starts first and the model works while the loop finishes this one.
         """
         spec = self.spec
+        instance, batch = running.instance, running.entries
         start_ns, infer_start_ns = started_ns  # when the batch left the queue, when its call started
         infer_end_ns = output_end_ns = 0
         released = False
@@ -248,7 +262,7 @@ class Scheduler:
             if self._in_flight.cut:  # a batch that left the queue just before the cut-off: answer it now
                 raise self._stopped()
             if call is None:
-                await self._run_streaming(instance, batch, requests)
+                await self._run_streaming(running, requests)
                 infer_end_ns = output_end_ns = time.monotonic_ns()
                 for index, entry in enumerate(batch):
                     self._hand_over(slots, index, self._end_stream, entry)
@@ -281,12 +295,16 @@ class Scheduler:
                             self._hand_over(slots, index, self._respond, entry, outcome)
         except BaseException as error:
             infer_end_ns = output_end_ns = time.monotonic_ns()
+            if isinstance(error, asyncio.CancelledError) and self._accepting and not self._in_flight.cut:
+                for entry in batch:  # the handler that ran it at once was cancelled: its client cancelled
+                    running.cancel(entry)
             failure = self._as_inference_error(error, len(batch))
             for index, entry in enumerate(batch):
                 self._hand_over(slots, index, self._fail, entry, failure)
             if not isinstance(error, Exception) and not self._in_flight.answered(error, task):
                 raise
         finally:
+            self._batches.discard(running)
             self._in_flight.leave(task)
             self.stats.record_execution(
                 sum(entry.request.batch_size for entry in batch) if spec.batching else 1,
@@ -317,7 +335,7 @@ class Scheduler:
         queues: List[int] = []
         inferences = 0
         for entry, outcome in zip(batch, outcomes):
-            if isinstance(outcome, InferenceError):
+            if isinstance(outcome, InferenceError) or entry.cancelled:
                 self._fail(entry, outcome)
                 continue
             totals.append(now - entry.enqueue_ns)
@@ -328,10 +346,12 @@ class Scheduler:
         if totals:
             self.stats.record_successes(totals, queues, compute, inferences)
 
-    async def _run_streaming(self, instance: ModelInstance, batch: List[Entry], requests: List[Request]) -> None:
+    async def _run_streaming(self, running: RunningBatch, requests: List[Request]) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
-        stop = threading.Event()
-        steps = instance.steps(requests, stop)
+        batch = running.entries
+        stop = running.stop
+        assert stop is not None
+        steps = running.instance.steps(requests, stop)
         try:
             async for step in steps:
                 results = check_results(self.spec, step, len(batch))
@@ -370,6 +390,10 @@ class Scheduler:
         message = str(error)
         return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)
 
+    def _cancelled(self) -> InferenceError:
+        """The error of a request its client cancelled while it ran (nobody reads it: the client left)."""
+        return InferenceError.cancelled(f"request to model '{self.spec.name}' was cancelled")
+
     def _stopped(self) -> InferenceError:
         """The error of a request the server's stop left unserved."""
         return InferenceError.unavailable(f"model '{self.spec.name}' stopped before the request was served")
@@ -383,6 +407,9 @@ class Scheduler:
 
     def _respond(self, entry: Entry, response: InferenceResponse) -> None:
         """Deliver a request's response."""
+        if entry.cancelled:
+            self._fail(entry, self._cancelled())
+            return
         self.stats.record_success(
             time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns, entry.request.batch_size
         )
@@ -391,13 +418,18 @@ class Scheduler:
 
     def _end_stream(self, entry: Entry) -> None:
         """End a request's stream after its last response."""
+        if entry.cancelled:
+            self._fail(entry, self._cancelled())
+            return
         self.stats.record_success(
             time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns, entry.request.batch_size
         )
         entry.sink.finish()
 
-    def _fail(self, entry: Entry, error: InferenceError) -> None:
-        """Fail a request."""
+    def _fail(self, entry: Entry, error: Any) -> None:
+        """Fail a request (one its client cancelled counts as CANCELED, whatever its call gave)."""
+        if entry.cancelled and (not isinstance(error, InferenceError) or error.reason is not FailureReason.CANCELED):
+            error = self._cancelled()
         self.stats.record_failure(time.monotonic_ns() - entry.enqueue_ns, error.reason.value)
         entry.sink.fail(error)
 

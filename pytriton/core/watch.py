@@ -1,11 +1,11 @@
-"""Watching the clients of queued requests: a client that leaves takes its request out of the queue."""
+"""Watching the clients of waiting requests: one that leaves takes its request out of the queue, or cancels it."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import time
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Iterator, Optional
 
 from pytriton.core.queues import Entry, PriorityQueues
 
@@ -17,21 +17,24 @@ _WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
 
 
 class QueueWatch:
-    """Watches the clients of one model's queued requests once they have waited WATCH_AFTER_S.
+    """Watches the clients of one model's requests once they have waited WATCH_AFTER_S, queued or running.
 
-    A sweep every WATCH_AFTER_S while requests wait starts a watcher (`gone()` in a task) for each
-    request queued that long, so a request answered sooner costs no watcher. A request that has left
-    the queue runs to its end: when its client leaves, its response has nowhere to go and is dropped.
+    A sweep every WATCH_AFTER_S while requests wait or run starts a watcher (`gone()` in a task) for each
+    request waiting that long, so a request answered sooner costs no watcher. A request that runs when
+    its client leaves is cancelled: its callable sees `is_cancelled()`, its response is dropped.
     """
 
-    def __init__(self, queues: PriorityQueues, client_left: Callable[[Entry], None]) -> None:
-        """Watch requests in `queues`; `client_left(entry)` runs for a queued request whose client left."""
+    def __init__(
+        self, queues: PriorityQueues, running: Callable[[], Iterator[Entry]], client_left: Callable[[Entry], None]
+    ) -> None:
+        """Watch requests in `queues` and `running()`; `client_left(entry)` runs for one whose client left."""
         self._queues = queues
+        self._running = running
         self._client_left = client_left
         self._timer: Optional[asyncio.TimerHandle] = None
 
     def watch(self, entry: Entry, gone: Disconnect) -> None:
-        """Watch a request just queued, should it wait WATCH_AFTER_S."""
+        """Watch a request just queued or started, should it wait WATCH_AFTER_S."""
         entry.gone = gone
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
@@ -45,19 +48,20 @@ class QueueWatch:
     def _sweep(self) -> None:
         """Start the watchers that are due; look again later while requests wait."""
         self._timer = None
-        if not self._queues.size:
-            return
         due_ns = time.monotonic_ns() - _WATCH_AFTER_NS
-        for entry in self._queues:
-            if entry.gone is not None and entry.watcher is None and entry.enqueue_ns <= due_ns:
-                watcher = entry.watcher = asyncio.ensure_future(entry.gone())
-                watcher.add_done_callback(functools.partial(self._gone, entry))
-        self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
+        waiting = False
+        for entries in (self._queues, self._running()):
+            for entry in entries:
+                waiting = True
+                if entry.gone is not None and entry.watcher is None and entry.enqueue_ns <= due_ns:
+                    watcher = entry.watcher = asyncio.ensure_future(entry.gone())
+                    watcher.add_done_callback(functools.partial(self._gone, entry))
+        if waiting:
+            self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
 
     def _gone(self, entry: Entry, watcher: asyncio.Future[Any]) -> None:
         """A watcher ended: its client disconnected (a watcher that failed counts the same)."""
         if watcher.cancelled():
             return
         watcher.exception()  # read, so that a failed watcher is not reported as never retrieved
-        if entry.queued:
-            self._client_left(entry)
+        self._client_left(entry)

@@ -64,12 +64,22 @@ class Request(_TensorMapping):
 
     `span` is the request's OpenTelemetry span when the server traces it (trace_config mode=opentelemetry);
     `requested_output_names` lists the outputs the client asked for (every output when it named none).
+    `is_cancelled()` tells whether its client cancelled it or went away while it runs.
     """
 
     data: Dict[str, np.ndarray]
     parameters: Optional[Parameters] = None
     span: Optional[Any] = None
     requested_output_names: Optional[List[str]] = None
+    _cancelled = False  # not a dataclass field (no annotation): set by the engine's mark_cancelled
+
+    def is_cancelled(self) -> bool:
+        """Whether the request's client cancelled it (a gRPC cancel, a closed stream or connection) since it started.
+
+        As in Triton's Python backend, the call is not interrupted: a callable that checks may stop early and
+        return anything (or raise); its response goes nowhere and the request counts as cancelled.
+        """
+        return self._cancelled
 
     def traced_span(self, span_name: str) -> ContextManager[None]:
         """A child span of the request's span around a block; nothing happens when the request is not traced.
@@ -86,6 +96,11 @@ class Response(_TensorMapping):
     """One inference response: named output arrays."""
 
     data: Dict[str, np.ndarray]
+
+
+def mark_cancelled(request: Request) -> None:
+    """The engine's: the request's client cancelled it; `is_cancelled()` says so from now on."""
+    request._cancelled = True
 
 
 Requests = List[Request]

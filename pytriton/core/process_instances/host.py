@@ -22,6 +22,7 @@ from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
 from pytriton.core.process_instances.protocol import (
+    CANCEL,
     END,
     EXIT,
     FAILURE,
@@ -40,7 +41,7 @@ from pytriton.core.process_instances.result_arena import ResultArena
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.ipc.tensors import ArenaWriter, Buffer
-from pytriton.proxy.types import Request
+from pytriton.proxy.types import Request, mark_cancelled
 
 
 class Unsendable:
@@ -52,6 +53,18 @@ class Unsendable:
 
     def __repr__(self) -> str:
         return self._repr
+
+
+class _HostedRequest(Request):
+    """A Request in the instance process: `is_cancelled()` first reads the cancels the server sent meanwhile."""
+
+    host: InstanceHost
+
+    def is_cancelled(self) -> bool:
+        """Whether the request's client cancelled it (read from the server's messages when asked)."""
+        if not self._cancelled:
+            self.host.read_messages()
+        return self._cancelled
 
 
 class InstanceHost:
@@ -67,6 +80,11 @@ class InstanceHost:
         self._steps = ArenaWriter(0)  # a step may still be read when the next is written: body only
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._exiting = False
+        # The job whose call runs and its requests (a CANCEL names one by index), the job the server said STOP to.
+        self._job_id = 0
+        self._job_requests: List[Request] = []
+        self._stop_job = 0
+        self._reading = threading.Lock()  # a callable may ask is_cancelled() from threads of its own
 
     def serve(self) -> None:
         """Answer jobs until Exit (after the job in progress) or the end of the channel."""
@@ -123,10 +141,13 @@ class InstanceHost:
         What they view is the array over the job's input region (None: its inputs were copied, or are in the body).
         """
         inputs, lease = self._inputs.unpack(job_id, [request[0] for request in batch], body)
-        requests = [
-            Request(data=data, parameters=parameters, requested_output_names=names)
-            for data, (_, parameters, names) in zip(inputs, batch)
-        ]
+        requests: List[Request] = []
+        for data, (_, parameters, names) in zip(inputs, batch):
+            request = _HostedRequest(data=data, parameters=parameters, requested_output_names=names)
+            request.host = self
+            requests.append(request)
+        self._job_id = job_id
+        self._job_requests = requests
         return requests, lease
 
     def _answer(self, job_id: int, batch: List[Any], body: memoryview) -> Tuple[Any, List[Buffer], int, Any]:
@@ -136,7 +157,10 @@ class InstanceHost:
         it); nothing else here outlives the call, so the job's inputs are free on return unless the model kept them.
         """
         requests, lease = self._requests(job_id, batch, body)
-        value = host_step(self._call(requests))  # framework arrays travel as numpy
+        try:
+            value = host_step(self._call(requests))  # framework arrays travel as numpy
+        finally:
+            self._job_requests = []
         del requests
         in_inputs = outputs_in_inputs(value, lease) if lease is not None else None
         packed, parts, new_arena = self._outputs.pack_result(value, job_id, in_inputs)
@@ -145,10 +169,13 @@ class InstanceHost:
 
     def _stream(self, job_id: int, batch: List[Any], body: memoryview) -> None:
         """Send each step of any callable (a plain one makes one step) as it comes, through the message body."""
-        for step in self._steps_of(self._requests(job_id, batch, body)[0], job_id):
-            step = host_step(step)
-            packed, parts, new_arena = pack_result(self._steps, step)
-            self._send_result(job_id, packed, parts, new_arena, self._steps, False, step)
+        try:
+            for step in self._steps_of(self._requests(job_id, batch, body)[0], job_id):
+                step = host_step(step)
+                packed, parts, new_arena = pack_result(self._steps, step)
+                self._send_result(job_id, packed, parts, new_arena, self._steps, False, step)
+        finally:
+            self._job_requests = []
 
     def _call(self, requests: List[Request]) -> Any:
         """Call a plain (sync or async) callable."""
@@ -185,17 +212,28 @@ class InstanceHost:
             yield self._call(requests)
 
     def _stopped(self, job_id: int) -> bool:
-        """Whether the server asked to stop this job (or to exit) since its last step."""
-        while self.channel.readable():
-            message = self.channel.receive()
-            head = message.head
-            if head[0] == EXIT:
-                self._exiting = True
-                return True
-            if head[0] == STOP and head[1] == job_id:
-                return True
-            self._control(message)
-        return False
+        """Whether the server asked to stop this job (or to exit), or every request of it was cancelled."""
+        self.read_messages()
+        if self._exiting or self._stop_job == job_id:
+            return True
+        requests = self._job_requests
+        return bool(requests) and all(request._cancelled for request in requests)
+
+    def read_messages(self) -> None:
+        """Read what the server sent while a job runs (stops, cancels, buffers), without waiting for more."""
+        with self._reading:
+            while not self._exiting and self.channel.readable():
+                message = self.channel.receive()
+                head = message.head
+                if head[0] == EXIT:
+                    self._exiting = True
+                elif head[0] == STOP:
+                    self._stop_job = head[1]
+                elif head[0] == CANCEL:
+                    if head[1] == self._job_id and head[2] < len(self._job_requests):
+                        mark_cancelled(self._job_requests[head[2]])
+                else:
+                    self._control(message)
 
     def _control(self, message: Message) -> None:
         """The frontend buffers the server passes on (SEGMENT) and lets go of (FORGET)."""

@@ -26,6 +26,7 @@ from pytriton.core.errors import BatchNotRun
 from pytriton.core.instances import CallableKind, Step
 from pytriton.core.process_instances.input_arena import InputArena
 from pytriton.core.process_instances.protocol import (
+    CANCEL,
     END,
     EXIT,
     FAILURE,
@@ -44,7 +45,7 @@ from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
 from pytriton.ipc.spawn import exit_status, stop_process
 from pytriton.ipc.tensors import ArenaReader, SharedPlaces
-from pytriton.proxy.types import Request
+from pytriton.proxy.types import Request, mark_cancelled
 
 LOGGER = logging.getLogger(__name__)
 
@@ -113,10 +114,17 @@ class _Link:
 class _Job:
     """The batch an instance holds: a future for a plain call, a queue of steps for a streaming one."""
 
-    def __init__(self, job_id: int, future: Optional[asyncio.Future[Step]], steps: Optional[asyncio.Queue[Any]]):
+    def __init__(
+        self,
+        job_id: int,
+        future: Optional[asyncio.Future[Step]],
+        steps: Optional[asyncio.Queue[Any]],
+        requests: List[Request],
+    ):
         self.job_id = job_id
         self.future = future
         self.steps = steps
+        self.requests = requests  # what the scheduler knows them by: a cancel names one by its index here
 
     def fail(self, error: BaseException) -> None:
         """End the job with an error."""
@@ -185,13 +193,13 @@ class ProcessInstance:
     def start(self, requests: List[Request], hand_over: bool = False) -> Awaitable[Step]:
         """Send a batch to the process; await its outputs (copied out of the process's arena)."""
         future: asyncio.Future[Step] = asyncio.get_running_loop().create_future()
-        self._send_job(requests, _Job(self._new_job_id(), future, None), streaming=False)
+        self._send_job(requests, _Job(self._new_job_id(), future, None, requests), streaming=False)
         return future
 
     async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Yield each step of the callable's results (a plain callable yields once); `stop` ends it early."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        job = _Job(self._new_job_id(), None, queue)
+        job = _Job(self._new_job_id(), None, queue, requests)
         self._send_job(requests, job, streaming=True)
         ended = stop_sent = False
         try:
@@ -272,6 +280,23 @@ class ProcessInstance:
                     link.channel.send((FORGET, segment_id))
                 except ChannelClosed:
                     pass
+
+    def cancel(self, request: Request) -> None:
+        """A request of the running job was cancelled: its `is_cancelled()` in the process says so before long.
+
+        The process reads the cancel when the callable asks `is_cancelled()`, and between a generator's steps.
+        """
+        mark_cancelled(request)
+        job = self._job
+        if job is None or self.state is not InstanceState.UP:
+            return
+        for index, held in enumerate(job.requests):
+            if held is request:
+                try:
+                    self._link.channel.send((CANCEL, job.job_id, index))
+                except ChannelClosed:
+                    pass
+                return
 
     def _send_stop(self, job: _Job) -> bool:
         """Ask the process to stop a streaming job after its current step."""

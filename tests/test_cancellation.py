@@ -1,0 +1,322 @@
+"""A client's cancel reaches the request while it runs: `is_cancelled()`, a generator closed, counted as cancelled.
+
+Each case is served by thread instances and by process instances. The callables mark what they saw as files in a
+directory of the test's (they may run in another process): the test waits for a mark, never for a time.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.conftest import HTTP_AUTH, grpc_url, running_triton
+from tests.fleet import wait_until
+from tests.http_helpers import get_json, request
+
+WAIT_S = 30.0
+IO: Dict[str, Any] = {
+    "inputs": [Tensor(name="x", dtype=np.float32, shape=(1,))],
+    "outputs": [Tensor(name="y", dtype=np.float32, shape=(1,))],
+}
+
+
+def _mark(marks: str, name: str) -> None:
+    Path(marks, name).touch()
+
+
+def _wait_until_cancelled(request: Any) -> bool:
+    """What a callable that checks does: look at `is_cancelled()` now and then, for at most WAIT_S."""
+    deadline = time.monotonic() + WAIT_S
+    while not request.is_cancelled() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return bool(request.is_cancelled())
+
+
+class Watchful:
+    """A plain callable that runs until its request is cancelled, and marks whether it saw the cancel."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks = marks
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        _mark(self.marks, "entered")
+        _mark(self.marks, "cancelled" if _wait_until_cancelled(requests[0]) else "not-cancelled")
+        return [{"y": request["x"]} for request in requests]
+
+
+class WatchfulGenerator:
+    """A decoupled generator: a first step, then a second once its request is cancelled, which must close it."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks = marks
+
+    def __call__(self, requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        try:
+            yield [{"y": request["x"]} for request in requests]
+            _mark(self.marks, "cancelled" if _wait_until_cancelled(requests[0]) else "not-cancelled")
+            yield [{"y": request["x"] + 1} for request in requests]
+            _mark(self.marks, "continued")  # closed at that step, it never comes here
+            yield [{"y": request["x"] + 2} for request in requests]
+        finally:
+            _mark(self.marks, "closed")
+
+
+class WatchfulAsyncGenerator(WatchfulGenerator):
+    """The same as an async generator (run on the server's loop, or in the process's own)."""
+
+    async def __call__(self, requests: List[Any]) -> Any:  # type: ignore[override]
+        import asyncio
+
+        try:
+            yield [{"y": request["x"]} for request in requests]
+            deadline = time.monotonic() + WAIT_S
+            while not requests[0].is_cancelled() and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+            _mark(self.marks, "cancelled" if requests[0].is_cancelled() else "not-cancelled")
+            yield [{"y": request["x"] + 1} for request in requests]
+            _mark(self.marks, "continued")
+            yield [{"y": request["x"] + 2} for request in requests]
+        finally:
+            _mark(self.marks, "closed")
+
+
+def _marked(marks: Path, name: str) -> Callable[[], bool]:
+    return lambda: (marks / name).exists()
+
+
+def _bind(fn: Any, processes: bool, decoupled: bool) -> Callable[[Triton], None]:
+    def bind(triton: Triton) -> None:
+        served = ProcessInstances(fn) if processes else fn
+        triton.bind("watchful", served, **IO, config=ModelConfig(batching=False, decoupled=decoupled))
+
+    return bind
+
+
+def _assert_counted_as_cancelled(triton: Triton) -> None:
+    """Statistics: a failure, no success; metrics: nv_inference_request_failure with reason CANCELED."""
+
+    def failed() -> bool:
+        document = get_json(triton.http_port, "/v2/models/watchful/stats", HTTP_AUTH)[1]
+        return bool(document["model_stats"][0]["inference_stats"]["fail"]["count"] == 1)
+
+    wait_until(failed, WAIT_S, "the cancelled request counted as failed")
+    stats = get_json(triton.http_port, "/v2/models/watchful/stats", HTTP_AUTH)[1]["model_stats"][0]
+    assert stats["inference_stats"]["success"]["count"] == 0
+    assert stats["inference_count"] == 0
+    assert triton.metrics_port is not None
+    text = request(triton.metrics_port, "GET", "/metrics")[2].decode()
+    assert 'nv_inference_request_failure{model="watchful",version="1",reason="CANCELED"} 1' in text
+
+
+def _assert_generator_closed_at_next_step(marks: Path) -> None:
+    wait_until(_marked(marks, "closed"), WAIT_S, "the generator is closed")
+    assert (marks / "cancelled").exists(), "the generator saw is_cancelled()"
+    assert not (marks / "continued").exists(), "the generator went on past its next step"
+
+
+def _grpc_input(value: float) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("x", [1], "FP32")
+    tensor.set_data_from_numpy(np.array([value], dtype=np.float32))
+    return tensor
+
+
+def _raw_post(port: int, path: str, document: Any) -> socket.socket:
+    body = json.dumps(document).encode()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+    return sock
+
+
+PLACES = pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+
+
+@PLACES
+def test_grpc_async_infer_cancel_reaches_the_running_callable(tmp_path: Path, processes: bool) -> None:
+    with running_triton(_bind(Watchful(str(tmp_path)), processes, decoupled=False)) as triton:
+        answers: queue.Queue[Any] = queue.Queue()
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            call = client.async_infer(
+                "watchful", [_grpc_input(1.0)], callback=lambda result, error: answers.put((result, error))
+            )
+            wait_until(_marked(tmp_path, "entered"), WAIT_S, "the callable runs")
+            call.cancel()
+            result, error = answers.get(timeout=WAIT_S)
+            assert result is None and "CANCELLED" in str(error)
+            wait_until(_marked(tmp_path, "cancelled"), WAIT_S, "the callable sees is_cancelled()")
+        _assert_counted_as_cancelled(triton)
+        assert not (tmp_path / "not-cancelled").exists()
+
+
+@PLACES
+@pytest.mark.parametrize("generator", [WatchfulGenerator, WatchfulAsyncGenerator], ids=["sync", "async"])
+def test_grpc_stop_stream_cancel_closes_the_generator_at_its_next_step(
+    tmp_path: Path, processes: bool, generator: Any
+) -> None:
+    with running_triton(_bind(generator(str(tmp_path)), processes, decoupled=True)) as triton:
+        responses: queue.Queue[Any] = queue.Queue()
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            client.start_stream(callback=lambda result, error: responses.put((result, error)))
+            client.async_stream_infer("watchful", [_grpc_input(1.0)])
+            result, error = responses.get(timeout=WAIT_S)
+            assert error is None and result.as_numpy("y").tolist() == [1.0]
+            client.stop_stream(cancel_requests=True)
+        _assert_generator_closed_at_next_step(tmp_path)
+        _assert_counted_as_cancelled(triton)
+
+
+@PLACES
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_http_client_that_disconnects_cancels_the_running_request(
+    tmp_path: Path, processes: bool, frontends: Any
+) -> None:
+    bind = _bind(Watchful(str(tmp_path)), processes, decoupled=False)
+    with running_triton(bind, frontends=frontends) as triton:
+        document = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+        with _raw_post(triton.http_port, "/v2/models/watchful/infer", document):
+            wait_until(_marked(tmp_path, "entered"), WAIT_S, "the callable runs")
+        wait_until(_marked(tmp_path, "cancelled"), WAIT_S, "the callable sees is_cancelled()")
+        _assert_counted_as_cancelled(triton)
+
+
+@PLACES
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_closed_generate_stream_closes_the_generator_at_its_next_step(
+    tmp_path: Path, processes: bool, frontends: Any
+) -> None:
+    bind = _bind(WatchfulGenerator(str(tmp_path)), processes, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        with _raw_post(triton.http_port, "/v2/models/watchful/generate_stream", {"x": [1.0]}) as sock:
+            received = b""
+            while b"data: " not in received:
+                received += sock.recv(4096)
+            assert received.startswith(b"HTTP/1.1 200")
+        _assert_generator_closed_at_next_step(tmp_path)
+        _assert_counted_as_cancelled(triton)
+
+
+@PLACES
+def test_grpc_cancel_of_a_request_that_waited_in_the_queue_reaches_it_once_it_runs(
+    tmp_path: Path, processes: bool
+) -> None:
+    """A request that started from the queue (not at once in its handler) is cancelled where its batch runs."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    with running_triton(_bind(ByMarksDirectory(), processes, decoupled=False)) as triton:
+        answers: queue.Queue[Any] = queue.Queue()
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            a = client.async_infer(
+                "watchful",
+                [_grpc_input(1.0)],
+                callback=lambda result, error: answers.put((result, error)),
+                parameters=_in(first),
+            )
+            wait_until(_marked(first, "entered"), WAIT_S, "the first request runs")
+            b = client.async_infer(
+                "watchful",
+                [_grpc_input(2.0)],
+                callback=lambda result, error: answers.put((result, error)),
+                parameters=_in(second),
+            )
+            wait_until(lambda: _pending(triton) == 1, WAIT_S, "the second request waits in the queue")
+            a.cancel()
+            wait_until(_marked(first, "cancelled"), WAIT_S, "the first callable sees is_cancelled()")
+            wait_until(_marked(second, "entered"), WAIT_S, "the second request runs")
+            b.cancel()
+            wait_until(_marked(second, "cancelled"), WAIT_S, "the second callable sees is_cancelled()")
+            for _ in range(2):
+                assert "CANCELLED" in str(answers.get(timeout=WAIT_S)[1])
+        wait_until(lambda: _failures(triton) == 2, WAIT_S, "both requests counted as failed")
+
+
+def _in(marks: Path) -> Dict[str, str]:
+    return {"marks": str(marks)}
+
+
+def _pending(triton: Triton) -> int:
+    return int(triton._runtime.engine.model("watchful").scheduler.pending)
+
+
+def _failures(triton: Triton) -> int:
+    document = get_json(triton.http_port, "/v2/models/watchful/stats", HTTP_AUTH)[1]
+    return int(document["model_stats"][0]["inference_stats"]["fail"]["count"])
+
+
+class ByMarksDirectory:
+    """Watchful, marking in the directory its request's `marks` parameter names."""
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        return Watchful(str(requests[0].parameters["marks"]))(requests)
+
+
+def test_a_running_batch_tells_each_request_apart(tmp_path: Path) -> None:
+    """With batching, `is_cancelled()` is per request: the one cancelled says so, the other does not."""
+    seen: queue.Queue[List[bool]] = queue.Queue()
+    both_in = tmp_path / "both"
+
+    def pair(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        if len(requests) == 2:
+            _mark(str(tmp_path), "both")
+            _wait_until_cancelled(requests[0])
+            seen.put([request.is_cancelled() for request in requests])
+        return [{"y": request["x"]} for request in requests]
+
+    def bind(triton: Triton) -> None:
+        from pytriton.model_config import DynamicBatcher
+
+        batcher = DynamicBatcher(max_queue_delay_microseconds=WAIT_S * 1_000_000, preferred_batch_size=[2])
+        triton.bind("watchful", pair, **IO, config=ModelConfig(max_batch_size=2, batcher=batcher))
+
+    with running_triton(bind) as triton:
+        answers: queue.Queue[Any] = queue.Queue()
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            inputs = [grpcclient.InferInput("x", [1, 1], "FP32") for _ in range(2)]
+            for value, tensor in enumerate(inputs):
+                tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
+            first = client.async_infer(
+                "watchful", [inputs[0]], callback=lambda result, error: answers.put(("first", (result, error)))
+            )
+            client.async_infer(
+                "watchful", [inputs[1]], callback=lambda result, error: answers.put(("second", (result, error)))
+            )
+            wait_until(both_in.exists, WAIT_S, "the batch of two runs")
+            first.cancel()
+            assert seen.get(timeout=WAIT_S) == [True, False]
+            got = dict(answers.get(timeout=WAIT_S) for _ in range(2))
+        assert "CANCELLED" in str(got["first"][1])
+        assert got["second"][0].as_numpy("y").tolist() == [[1.0]]
+        stats = get_json(triton.http_port, "/v2/models/watchful/stats", HTTP_AUTH)[1]["model_stats"][0]
+        assert stats["inference_stats"]["success"]["count"] == 1
+        assert stats["inference_stats"]["fail"]["count"] == 1
+
+
+def test_no_cancel_leaves_is_cancelled_false() -> None:
+    """A request nobody cancels reads False to the end, on a process instance too."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind("quick", ProcessInstances(QuickCheck()), **IO, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            result = client.infer("quick", [_grpc_input(3.0)])
+        assert result.as_numpy("y").tolist() == [0.0]
+
+
+class QuickCheck:
+    """Answers 1.0 when its request reads as cancelled, else 0.0."""
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        return [{"y": np.array([float(request.is_cancelled())], dtype=np.float32)} for request in requests]
