@@ -15,6 +15,7 @@ from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigEr
 from pytriton.model_config.common import DeviceKind, ModelWarmup, generate_warmup_requests
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
+from pytriton.model_config.tensor_options import tensor_format, tensor_labels
 from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
 
 LOGGER = logging.getLogger("pytriton")
@@ -83,10 +84,12 @@ def _dims(tensor: str, shape: Any) -> Tuple[int, ...]:
     return tuple(dims)
 
 
-def _tensor_defs(model: str, specs: Sequence[TensorSpec], prefix: str) -> Tuple[TensorDef, ...]:
-    """Engine tensor definitions with protocol datatypes."""
+def _tensor_defs(
+    model: str, specs: Sequence[TensorSpec], prefix: str, tensors: Sequence[Tensor]
+) -> Tuple[TensorDef, ...]:
+    """Engine tensor definitions with protocol datatypes, an input's format and an output's labels."""
     defs = []
-    for spec in specs:
+    for spec, tensor in zip(specs, tensors):
         try:
             datatype = datatype_of_config_dtype(spec.dtype)
         except ValueError:
@@ -94,7 +97,12 @@ def _tensor_defs(model: str, specs: Sequence[TensorSpec], prefix: str) -> Tuple[
                 f"model '{model}': {prefix.lower()} '{spec.name}' has dtype={spec.dtype!r}; expected {_DTYPES}"
                 + _dtype_hint(spec.dtype)
             ) from None
-        defs.append(TensorDef(spec.name, datatype, spec.shape, bool(spec.optional)))
+        where = f"model '{model}': {prefix.lower()} '{spec.name}'"
+        image_format = tensor_format(where, tensor, spec.shape, is_input=prefix == "INPUT")
+        labels, label_filename = tensor_labels(where, tensor, is_output=prefix == "OUTPUT")
+        defs.append(
+            TensorDef(spec.name, datatype, spec.shape, bool(spec.optional), image_format, labels, label_filename)
+        )
     return tuple(defs)
 
 
@@ -136,8 +144,8 @@ def build_model(
     spec = ModelSpec(
         name=model_name,
         version=model_version,
-        inputs=_tensor_defs(model_name, input_specs, "INPUT"),
-        outputs=_tensor_defs(model_name, output_specs, "OUTPUT"),
+        inputs=_tensor_defs(model_name, input_specs, "INPUT", inputs),
+        outputs=_tensor_defs(model_name, output_specs, "OUTPUT", outputs),
         max_batch_size=max_batch_size,
         batcher=batcher,
         decoupled=config.decoupled,

@@ -53,6 +53,11 @@ ALLOWED: Dict[str, str] = {
             "FuturesModelClient",
         )
     },
+    **{
+        f"{module}:Tensor": "three more fields after 0.7's (format, labels, label_filename: Triton's input format "
+        "and classification labels); 0.7's fields and arguments are unchanged"
+        for module in ("pytriton.model_config", "pytriton.model_config.tensor")
+    },
     "pytriton.proxy.types:Request.__getitem__": "Request and Response share one mapping base (PyTriton repeats it); "
     "the key parameter is `name`, never passed by keyword",
     "pytriton.proxy.types:Request.__setitem__": "the shared mapping base names its parameters `name` and `value`",

@@ -56,7 +56,11 @@ class Watchful:
 
 
 class WatchfulGenerator:
-    """A decoupled generator: a first step, then a second once its request is cancelled, which must close it."""
+    """A decoupled generator: a first step, then a second once its request is cancelled, which must close it.
+
+    A cancel that comes before it resumed from its first step closes it there (its next step then): the test
+    cancels only once it has said it resumed.
+    """
 
     def __init__(self, marks: str) -> None:
         self.marks = marks
@@ -64,6 +68,7 @@ class WatchfulGenerator:
     def __call__(self, requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
         try:
             yield [{"y": request["x"]} for request in requests]
+            _mark(self.marks, "resumed")  # past its first step: the test cancels now
             _mark(self.marks, "cancelled" if _wait_until_cancelled(requests[0]) else "not-cancelled")
             yield [{"y": request["x"] + 1} for request in requests]
             _mark(self.marks, "continued")  # closed at that step, it never comes here
@@ -80,6 +85,7 @@ class WatchfulAsyncGenerator(WatchfulGenerator):
 
         try:
             yield [{"y": request["x"]} for request in requests]
+            _mark(self.marks, "resumed")
             deadline = time.monotonic() + WAIT_S
             while not requests[0].is_cancelled() and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
@@ -170,6 +176,7 @@ def test_grpc_stop_stream_cancel_closes_the_generator_at_its_next_step(
             client.async_stream_infer("watchful", [_grpc_input(1.0)])
             result, error = responses.get(timeout=WAIT_S)
             assert error is None and result.as_numpy("y").tolist() == [1.0]
+            wait_until(_marked(tmp_path, "resumed"), WAIT_S, "the generator is past its first step")
             client.stop_stream(cancel_requests=True)
         _assert_generator_closed_at_next_step(tmp_path)
         _assert_counted_as_cancelled(triton)
@@ -201,6 +208,7 @@ def test_closed_generate_stream_closes_the_generator_at_its_next_step(
             while b"data: " not in received:
                 received += sock.recv(4096)
             assert received.startswith(b"HTTP/1.1 200")
+            wait_until(_marked(tmp_path, "resumed"), WAIT_S, "the generator is past its first step")
         _assert_generator_closed_at_next_step(tmp_path)
         _assert_counted_as_cancelled(triton)
 
@@ -264,14 +272,14 @@ class ByMarksDirectory:
 
 def test_a_running_batch_tells_each_request_apart(tmp_path: Path) -> None:
     """With batching, `is_cancelled()` is per request: the one cancelled says so, the other does not."""
-    seen: queue.Queue[List[bool]] = queue.Queue()
+    seen: queue.Queue[Dict[float, bool]] = queue.Queue()
     both_in = tmp_path / "both"
 
     def pair(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-        if len(requests) == 2:
+        if len(requests) == 2:  # the client's calls may arrive in either order: told apart by their input
             _mark(str(tmp_path), "both")
-            _wait_until_cancelled(requests[0])
-            seen.put([request.is_cancelled() for request in requests])
+            _wait_until_cancelled(next(request for request in requests if request["x"][0, 0] == 0.0))
+            seen.put({float(request["x"][0, 0]): request.is_cancelled() for request in requests})
         return [{"y": request["x"]} for request in requests]
 
     def bind(triton: Triton) -> None:
@@ -294,7 +302,7 @@ def test_a_running_batch_tells_each_request_apart(tmp_path: Path) -> None:
             )
             wait_until(both_in.exists, WAIT_S, "the batch of two runs")
             first.cancel()
-            assert seen.get(timeout=WAIT_S) == [True, False]
+            assert seen.get(timeout=WAIT_S) == {0.0: True, 1.0: False}
             got = dict(answers.get(timeout=WAIT_S) for _ in range(2))
         assert "CANCELLED" in str(got["first"][1])
         assert got["second"][0].as_numpy("y").tolist() == [[1.0]]

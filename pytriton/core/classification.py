@@ -4,10 +4,14 @@ A request names it per output (HTTP `parameters.classification`, gRPC `classific
 InferRequestedOutputTensor, which tritonclient's `class_count` sets): the output then goes out as BYTES,
 `count` strings of its highest values and their positions in each batch row (shape [batch, count]), or in
 the whole tensor for a model without batching (shape [count]). Values are written as C++'s std::to_string
-writes them (floats with six decimals, integers whole), as Triton does; PyTriton's models carry no labels.
+writes them (floats with six decimals, integers whole), as Triton does. An output with labels (Tensor's
+`labels` or `label_filename`) gets "value:index:label", the label of that index; an index past the last label
+gets "value:index", as in Triton.
 """
 
 from __future__ import annotations
+
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -17,8 +21,10 @@ from pytriton.core.request import OutputTensor
 _NUMERIC_KINDS = "iuf"
 
 
-def top_classes(output: OutputTensor, count: int, batched: bool, model: str) -> OutputTensor:
-    """The output as its `count` top classes (fewer when it has fewer values)."""
+def top_classes(
+    output: OutputTensor, count: int, batched: bool, model: str, labels: Optional[Sequence[str]] = None
+) -> OutputTensor:
+    """The output as its `count` top classes (fewer when it has fewer values), labelled when `labels` are given."""
     array = output.array
     if array.dtype.kind not in _NUMERIC_KINDS:
         raise InferenceError.invalid(
@@ -34,8 +40,14 @@ def top_classes(output: OutputTensor, count: int, batched: bool, model: str) -> 
         # Highest first, ties by position; sorting the reversed row ascending needs no negation (no overflow).
         best = (last - np.argsort(row[::-1], kind="stable"))[::-1][:taken]
         values = row[best].tolist()
-        classes[index] = [
-            (f"{value:f}:{position}" if as_float else f"{value}:{position}").encode()
+        texts = [
+            f"{value:f}:{position}" if as_float else f"{value}:{position}"
             for value, position in zip(values, best.tolist())
         ]
+        if labels:
+            texts = [
+                f"{text}:{labels[position]}" if position < len(labels) else text
+                for text, position in zip(texts, best.tolist())
+            ]
+        classes[index] = [text.encode() for text in texts]
     return OutputTensor(output.name, "BYTES", classes if batched else classes.reshape(taken))

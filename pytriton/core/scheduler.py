@@ -314,6 +314,7 @@ class Scheduler:
             )
             for entry in batch:
                 entry.request.inputs = {}
+                entry.call = None  # its inputs: a request buffer is reused once nothing refers to it
             if not released:
                 # A call the loop stopped waiting for (client gone, shutdown) may still run in the instance
                 # thread: the instance takes new work only once that call has returned.

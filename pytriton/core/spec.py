@@ -25,12 +25,19 @@ _BATCH_DIMENSION_NOTE = (
 
 @dataclasses.dataclass(frozen=True)
 class TensorDef:
-    """A model tensor as the engine sees it: name, protocol datatype, dims without batch axis."""
+    """A model tensor as the engine sees it: name, protocol datatype, dims without batch axis.
+
+    An input may have an image `format` (FORMAT_NCHW, FORMAT_NHWC); an output its classification `labels` (by
+    class index) and the name of the file they came from (`label_filename`), as Triton's model config shows them.
+    """
 
     name: str
     datatype: str
     dims: Shape
     optional: bool = False
+    format: str = "FORMAT_NONE"
+    labels: Optional[Tuple[str, ...]] = None
+    label_filename: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

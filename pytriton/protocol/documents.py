@@ -61,7 +61,7 @@ def _input_config(tensor: TensorDef) -> Dict[str, Any]:
     return {
         "name": tensor.name,
         "data_type": config_enum(tensor.datatype),
-        "format": "FORMAT_NONE",
+        "format": tensor.format,
         "dims": list(tensor.dims),
         "is_shape_tensor": False,
         "allow_ragged_batch": False,
@@ -76,7 +76,7 @@ def _output_config(tensor: TensorDef) -> Dict[str, Any]:
         "name": tensor.name,
         "data_type": config_enum(tensor.datatype),
         "dims": list(tensor.dims),
-        "label_filename": "",
+        "label_filename": tensor.label_filename,
         "is_shape_tensor": False,
         "is_non_linear_format_io": False,
     }

@@ -346,7 +346,9 @@ def encode_infer_response(
     classes = decoded.classes if decoded is not None else None
     for output in response.outputs:
         if classes is not None and output.name in classes:
-            output = top_classes(output, classes[output.name], spec.batching, spec.name)
+            declared = spec.output_by_name.get(output.name)
+            labels = declared.labels if declared is not None else None
+            output = top_classes(output, classes[output.name], spec.batching, spec.name, labels)
         add_output(name=output.name, datatype=output.datatype, shape=output.array.shape)
         region = regions.get(output.name)
         if region is not None:

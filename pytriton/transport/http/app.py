@@ -276,7 +276,7 @@ class HttpFrontend:
                 )
             response = responses[0]
         else:
-            response = await model.infer(request)
+            response = await model.infer(request, gone=lambda: _until_disconnect(receive))
         await send_json(send, 200, encode_generate_response(model.spec, request.id, response))
 
     async def _generate_stream(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
