@@ -55,6 +55,24 @@ class Watchful:
         return [{"y": request["x"]} for request in requests]
 
 
+class WatchfulAsync(Watchful):
+    """The same as a coroutine, which the cancel must not interrupt (no CancelledError at its awaits)."""
+
+    async def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:  # type: ignore[override]
+        import asyncio
+
+        _mark(self.marks, "entered")
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while not requests[0].is_cancelled() and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+        except asyncio.CancelledError:
+            _mark(self.marks, "interrupted")
+            raise
+        _mark(self.marks, "cancelled" if requests[0].is_cancelled() else "not-cancelled")
+        return [{"y": request["x"]} for request in requests]
+
+
 class WatchfulGenerator:
     """A decoupled generator: a first step, then a second once its request is cancelled, which must close it.
 
@@ -148,8 +166,12 @@ PLACES = pytest.mark.parametrize("processes", [False, True], ids=["threads", "pr
 
 
 @PLACES
-def test_grpc_async_infer_cancel_reaches_the_running_callable(tmp_path: Path, processes: bool) -> None:
-    with running_triton(_bind(Watchful(str(tmp_path)), processes, decoupled=False)) as triton:
+@pytest.mark.parametrize("kind", [Watchful, WatchfulAsync], ids=["sync", "async"])
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_grpc_async_infer_cancel_reaches_the_running_callable(
+    tmp_path: Path, processes: bool, kind: Any, frontends: Any
+) -> None:
+    with running_triton(_bind(kind(str(tmp_path)), processes, decoupled=False), frontends=frontends) as triton:
         answers: queue.Queue[Any] = queue.Queue()
         with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
             call = client.async_infer(
@@ -162,6 +184,7 @@ def test_grpc_async_infer_cancel_reaches_the_running_callable(tmp_path: Path, pr
             wait_until(_marked(tmp_path, "cancelled"), WAIT_S, "the callable sees is_cancelled()")
         _assert_counted_as_cancelled(triton)
         assert not (tmp_path / "not-cancelled").exists()
+        assert not (tmp_path / "interrupted").exists(), "the cancel reached the coroutine as a CancelledError"
 
 
 @PLACES

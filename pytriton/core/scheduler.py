@@ -7,6 +7,7 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
 
+from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
 from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
@@ -66,7 +67,7 @@ class Scheduler:
         self._timer_at_ns = 0
         self._batches = RunningBatches()
         self._watch = QueueWatch(self._queues, self._batches.entries, self._client_left)
-        self._running: Set[asyncio.Task[None]] = set()
+        self._running: Set[asyncio.Task[Any]] = set()
         self._in_flight = InFlight()
         self._accepting = True
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
@@ -218,6 +219,8 @@ class Scheduler:
         self._batches.add(running)
         infer_start_ns = time.monotonic_ns()
         call = None if self.spec.decoupled else self._call(instance, requests, hand_over)
+        if not hand_over and asyncio.iscoroutine(call):
+            call = CancelShieldedCall(call)  # run at once in a task its client may cancel: not the callable
         return self._run(running, requests, slots, call, (start_ns, infer_start_ns))
 
     def _call(self, instance: ModelInstance, requests: List[Request], hand_over: bool) -> Awaitable[Any]:
@@ -317,8 +320,16 @@ class Scheduler:
                 entry.call = None  # its inputs: a request buffer is reused once nothing refers to it
             if not released:
                 # A call the loop stopped waiting for (client gone, shutdown) may still run in the instance
-                # thread: the instance takes new work only once that call has returned.
-                instance.when_idle(self._release, instance)
+                # thread, or an async one in a task of its own: the instance takes new work once it has returned.
+                rest = call.rest if isinstance(call, CancelShieldedCall) else None
+                if rest is None or rest.done():
+                    instance.when_idle(self._release, instance)
+                else:
+                    if self._in_flight.cut:
+                        rest.cancel()  # the server stops: the callable is cancelled, as a task of its own would be
+                    self._running.add(rest)
+                    rest.add_done_callback(self._running.discard)
+                    rest.add_done_callback(lambda _: self._release(instance))
 
     def _release(self, instance: ModelInstance) -> None:
         """An instance finished its call: give it the next batch."""
