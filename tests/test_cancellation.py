@@ -189,10 +189,12 @@ def test_grpc_async_infer_cancel_reaches_the_running_callable(
 
 @PLACES
 @pytest.mark.parametrize("generator", [WatchfulGenerator, WatchfulAsyncGenerator], ids=["sync", "async"])
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
 def test_grpc_stop_stream_cancel_closes_the_generator_at_its_next_step(
-    tmp_path: Path, processes: bool, generator: Any
+    tmp_path: Path, processes: bool, generator: Any, frontends: Any
 ) -> None:
-    with running_triton(_bind(generator(str(tmp_path)), processes, decoupled=True)) as triton:
+    bind = _bind(generator(str(tmp_path)), processes, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
         responses: queue.Queue[Any] = queue.Queue()
         with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
             client.start_stream(callback=lambda result, error: responses.put((result, error)))

@@ -35,6 +35,10 @@ def classify_one(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"scores": SCORES} for _ in requests]
 
 
+def classify_labelled(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"fc6_1": SCORES[:4]} for _ in requests]
+
+
 def _bind_classifiers(label_file: Path) -> Callable[[Triton], None]:
     def bind(triton: Triton) -> None:
         triton.bind(
@@ -43,6 +47,13 @@ def _bind_classifiers(label_file: Path) -> Callable[[Triton], None]:
             inputs=[Tensor(name="data_0", dtype=np.float32, shape=(3, 8, 8), format="FORMAT_NCHW")],
             outputs=[Tensor(name="fc6_1", dtype=np.float32, shape=(5,), label_filename=str(label_file))],
             config=ModelConfig(max_batch_size=4),
+        )
+        triton.bind(
+            "densenet_standin",
+            classify_labelled,
+            inputs=[Tensor(name="data_0", dtype=np.float32, shape=(3, 8, 8), format="FORMAT_NCHW")],
+            outputs=[Tensor(name="fc6_1", dtype=np.float32, shape=(4,), labels=LABELS)],
+            config=ModelConfig(batching=False),
         )
         triton.bind(
             "listed",
@@ -159,3 +170,63 @@ def test_bad_format_or_labels_fail_the_binding(tensors: Dict[str, Any], message:
         assert message in str(raised.value)
     finally:
         triton.stop()
+
+
+def _image_client_flow(metadata: Any, config: Any, infer: Callable[[np.ndarray, str, str], np.ndarray]) -> List[str]:
+    """What Triton's image_client.py does with a model, in substance: its checks, its layout, its printout."""
+    assert len(metadata.inputs) == 1 and len(metadata.outputs) == 1 and len(config.input) == 1
+    assert metadata.outputs[0].datatype == "FP32"
+    input_format = config.input[0].format
+    if isinstance(input_format, str):  # the HTTP config document names the enum
+        input_format = dict(mc.ModelInput.Format.items())[input_format]
+    assert input_format in (mc.ModelInput.FORMAT_NCHW, mc.ModelInput.FORMAT_NHWC)
+    batched = config.max_batch_size > 0
+    dims = list(metadata.inputs[0].shape)[1 if batched else 0 :]
+    h, w = (dims[0], dims[1]) if input_format == mc.ModelInput.FORMAT_NHWC else (dims[1], dims[2])
+    image = np.zeros((h, w, 3), dtype=np.float32)
+    if input_format == mc.ModelInput.FORMAT_NCHW:
+        image = np.transpose(image, (2, 0, 1))
+    classes = infer(image[np.newaxis] if batched else image, metadata.inputs[0].name, metadata.outputs[0].name)
+    lines = []
+    for row in classes:
+        for result in row if batched else [row]:
+            score, index, label = result.decode().split(":")  # the script prints all three parts
+            lines.append(f"{score} ({index}) = {label}")
+    return lines
+
+
+class _Attributes(dict):  # type: ignore[type-arg]
+    """A JSON document read by attribute, as image_client.py reads tritonclient.http's (with attrdict)."""
+
+    def __getattr__(self, name: str) -> Any:
+        value = self[name]
+        if isinstance(value, dict):
+            return _Attributes(value)
+        if isinstance(value, list):
+            return [_Attributes(item) if isinstance(item, dict) else item for item in value]
+        return value
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_does_what_tritons_image_client_does(triton: Triton, protocol: str) -> None:
+    module: Any = httpclient if protocol == "http" else grpcclient
+    url = http_url(triton) if protocol == "http" else grpc_url(triton)
+    with module.InferenceServerClient(url) as client:
+
+        def infer(data: np.ndarray, input_name: str, output_name: str) -> np.ndarray:
+            tensor = module.InferInput(input_name, list(data.shape), "FP32")
+            tensor.set_data_from_numpy(data)
+            wanted = [module.InferRequestedOutput(output_name, class_count=3)]
+            return client.infer("densenet_standin", [tensor], outputs=wanted).as_numpy(output_name)  # type: ignore[no-any-return]
+
+        metadata = client.get_model_metadata("densenet_standin")
+        config = client.get_model_config("densenet_standin")
+        if protocol == "http":
+            metadata, config = _Attributes(metadata), _Attributes(config)
+        else:
+            config = config.config
+        assert _image_client_flow(metadata, config, infer) == [
+            "0.700000 (1) = goldfish",
+            "0.150000 (3) = tiger shark",
+            "0.100000 (0) = tench",
+        ]
