@@ -16,6 +16,7 @@ from pytriton.model_config.common import DeviceKind, ModelWarmup, generate_warmu
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
+from pytriton.sequence_config import resolve_sequence_batcher
 
 LOGGER = logging.getLogger("pytriton")
 _MODEL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -126,7 +127,10 @@ def build_model(
         raise PyTritonModelConfigError("max_batch_size must be >= 1 when batching is enabled")
     if config.decoupled and config.response_cache:
         raise PyTritonModelConfigError("Response cache is not supported for decoupled models")
-    batcher = copy.deepcopy(config.batcher) if config.batching else None
+    sequence_batcher = None
+    if config.sequence_batcher is not None:
+        sequence_batcher = resolve_sequence_batcher(model_name, config, inputs)
+    batcher = copy.deepcopy(config.batcher) if config.batching and sequence_batcher is None else None
     if batcher is not None:
         _check_batcher(batcher, config.max_batch_size)
     input_specs = _tensor_specs(model_name, inputs, "INPUT")
@@ -147,6 +151,7 @@ def build_model(
         input_specs=input_specs,
         output_specs=output_specs,
         warmup=warmup,
+        sequence_batcher=sequence_batcher,
     )
     triton_config = TritonModelConfig(
         model_name=model_name,
@@ -160,6 +165,7 @@ def build_model(
         outputs=list(output_specs),
         response_cache=ResponseCache(enable=True) if config.response_cache else None,
         model_warmup=copy.deepcopy(config.model_warmup),
+        sequence_batcher=copy.deepcopy(sequence_batcher),
     )
     return spec, triton_config
 

@@ -28,6 +28,7 @@ INSTALL_HINT = (
 )
 _TRITONSERVER = "there is no tritonserver process or Python backend here (docs/migration.md)"
 _SEEDS_PERIOD = "serve() also takes the seeds' `monitoring_period_sec` (PyTriton 0.5's name), keyword-only"
+_SEQUENCES = "one more field, last and defaulted, for sequence batching (stateful models; 0.7 has none)"
 _CLIENT_TOKEN = "every client takes `access_token` (0.7: ModelClient only), for servers that restrict inference too"
 
 # "module:Name" or "module:Name.member" -> why it differs from nvidia-pytriton 0.7.0.
@@ -53,6 +54,11 @@ ALLOWED: Dict[str, str] = {
             "FuturesModelClient",
         )
     },
+    "pytriton.model_config:ModelConfig": _SEQUENCES,
+    "pytriton.model_config.model_config:ModelConfig": _SEQUENCES,
+    "pytriton.model_config.triton_model_config:TritonModelConfig": _SEQUENCES,
+    "pytriton.proxy.types:Request": "more fields, last and defaulted, for sequence batching: sequence_id, "
+    "sequence_start, sequence_end, sequence_state, sequence_serial",
     "pytriton.proxy.types:Request.__getitem__": "Request and Response share one mapping base (PyTriton repeats it); "
     "the key parameter is `name`, never passed by keyword",
     "pytriton.proxy.types:Request.__setitem__": "the shared mapping base names its parameters `name` and `value`",

@@ -10,6 +10,7 @@ import numpy as np
 
 from pytriton.core.errors import InferenceError
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
+from pytriton.model_config.sequence import SequenceBatcher
 from pytriton.model_config.triton_model_config import TensorSpec
 
 Shape = Tuple[int, ...]
@@ -54,6 +55,8 @@ class ModelSpec:
     # Server limits the engine applies to the model's requests (0: none).
     max_tensor_elements: int = 0
     max_response_bytes: int = 0
+    # Triton's sequence batcher (then `batcher` is None): requests belong to sequences, each holding one slot.
+    sequence_batcher: Optional[SequenceBatcher] = None
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)

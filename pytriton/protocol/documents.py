@@ -6,11 +6,14 @@ from typing import Any, Dict, List
 
 from pytriton.core.datatypes import config_enum
 from pytriton.core.model import ServedModel
+from pytriton.core.sequence_batcher import corrid_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.model_config.common import QueuePolicy
+from pytriton.model_config.sequence import SequenceBatcher, SequenceControlInput, SequenceControlKind
 
 EXTENSIONS = [
     "classification",
+    "sequence",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -101,10 +104,53 @@ def _dynamic_batching(spec: ModelSpec) -> Dict[str, Any]:
     return document
 
 
+def _sequence_batching(batcher: SequenceBatcher) -> Dict[str, Any]:
+    """A ModelSequenceBatching message as Triton prints it (its strategy only when one is set)."""
+    document: Dict[str, Any] = {}
+    if batcher.direct is not None:
+        document["direct"] = {
+            "max_queue_delay_microseconds": batcher.direct.max_queue_delay_microseconds,
+            "minimum_slot_utilization": batcher.direct.minimum_slot_utilization,
+        }
+    if batcher.oldest is not None:
+        document["oldest"] = {
+            "max_candidate_sequences": batcher.oldest.max_candidate_sequences,
+            "preferred_batch_size": list(batcher.oldest.preferred_batch_size or []),
+            "max_queue_delay_microseconds": batcher.oldest.max_queue_delay_microseconds,
+            "preserve_ordering": batcher.oldest.preserve_ordering,
+        }
+    document["max_sequence_idle_microseconds"] = batcher.max_sequence_idle_microseconds
+    document["control_input"] = [_control_input(control) for control in batcher.control_inputs]
+    document["state"] = []
+    document["iterative_sequence"] = False
+    return document
+
+
+def _control_input(control: SequenceControlInput) -> Dict[str, Any]:
+    """A ModelSequenceBatching.ControlInput message: the input's name and its one control."""
+    data_type = "TYPE_INVALID"
+    if control.kind is SequenceControlKind.CONTROL_SEQUENCE_CORRID:
+        dtype = corrid_dtype(control.data_type)
+        data_type = "TYPE_STRING" if dtype.kind == "O" else f"TYPE_{dtype.name.upper()}"
+    return {
+        "name": control.name,
+        "control": [
+            {
+                "kind": control.kind.value,
+                "int32_false_true": [int(value) for value in control.int32_false_true or []],
+                "fp32_false_true": [float(value) for value in control.fp32_false_true or []],
+                "bool_false_true": [bool(value) for value in control.bool_false_true or []],
+                "data_type": data_type,
+            }
+        ],
+    }
+
+
 def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
     """GET .../config: Triton's model_config.proto as its HTTP endpoint prints it (every field, int64 as numbers).
 
-    Optional messages appear only when set: dynamic batching for batching models, the transaction policy
+    Optional messages appear only when set: dynamic batching for batching models (sequence batching for
+    models with a sequence batcher), the transaction policy
     for decoupled ones, the response cache when enabled.
     """
     config: Dict[str, Any] = {
@@ -128,6 +174,8 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
     }
     if spec.batching and spec.batcher is not None:
         config["dynamic_batching"] = _dynamic_batching(spec)
+    if spec.sequence_batcher is not None:
+        config["sequence_batching"] = _sequence_batching(spec.sequence_batcher)
     config.update(
         {
             "instance_group": [

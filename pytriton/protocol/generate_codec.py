@@ -45,6 +45,7 @@ def decode_generate_request(
         batch_size=1,
         priority=options.priority,
         timeout_us=options.timeout_us,
+        sequence=options.sequence,
     )
     return request, options
 

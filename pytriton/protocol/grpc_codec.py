@@ -150,6 +150,7 @@ def decode_infer_request(
         batch_size=batch_size,
         priority=options.priority,
         timeout_us=options.timeout_us,
+        sequence=options.sequence,
     )
     return DecodedRequest(request, options, output_regions, classes)
 
@@ -157,7 +158,8 @@ def decode_infer_request(
 def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:
     """A request's parameters as plain Python values, the reserved ones checked first as Triton's gRPC frontend does.
 
-    Triton reads a negative int64 `timeout` as unsigned: a timeout too far off to matter, so it is left out.
+    Triton reads a negative int64 `timeout` as unsigned: a timeout too far off to matter, so it is left out; and a
+    negative `sequence_id` as the unsigned id of the same bits.
     """
     for key, kinds in _RESERVED_KINDS.items():
         parameter = parameters.get(key)
@@ -171,6 +173,9 @@ def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[s
     values = parameters_from_message(parameters)
     if values.get("timeout", 0) < 0:
         del values["timeout"]
+    sequence_id = values.get("sequence_id")
+    if isinstance(sequence_id, int) and sequence_id < 0:  # an int64 Triton reads as the uint64 it stands for
+        values["sequence_id"] = sequence_id + (1 << 64)
     return values
 
 

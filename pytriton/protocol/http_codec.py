@@ -120,6 +120,7 @@ def decode_infer_request(
         batch_size=batch_size,
         priority=options.priority,
         timeout_us=options.timeout_us,
+        sequence=options.sequence,
     )
     return request, output_format
 

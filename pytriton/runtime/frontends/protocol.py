@@ -7,7 +7,7 @@ requests, the state the hub mirrors into its frontends, and the lifecycle.
 First, hub to frontend: (INIT, Init); the frontend answers (READY, pid) or (START_FAILED, what failed).
 Frontend to hub:
     (INFER, key, model, version, request id, inputs, parameters, requested outputs, batch size, priority,
-     timeout us, arrival ns, streaming)
+     timeout us, arrival ns, streaming, sequence parameters (id, start, end) or None)
     (CANCEL, key): the client left, or cancelled
     (SEGMENT, id, size), alone, with the descriptor of a receive buffer the frontend made; (FORGET, id)
     (RETURNED, loans): the frontend no longer views these regions of the hub's arena
@@ -90,13 +90,16 @@ def pack_request(
         request.timeout_us,
         request.arrival_ns,
         streaming,
+        request.sequence,
     )
     return head, parts, shared
 
 
 def unpack_request(head: Any, body: memoryview, resolve: Resolve) -> InferenceRequest:
     """The request an INFER message carries; its arrays view the message body or shared memory."""
-    _, _, _, _, request_id, inputs, parameters, requested, batch_size, priority, timeout_us, arrival_ns, _ = head
+    _, _, _, _, request_id, inputs, parameters, requested, batch_size, priority, timeout_us, arrival_ns, _, sequence = (
+        head
+    )
     arrays = {item[0]: _array(item, body, resolve) for item in inputs}
     return InferenceRequest(
         request_id=request_id,
@@ -107,6 +110,7 @@ def unpack_request(head: Any, body: memoryview, resolve: Resolve) -> InferenceRe
         priority=priority,
         timeout_us=timeout_us,
         arrival_ns=arrival_ns,
+        sequence=sequence,
     )
 
 
