@@ -42,7 +42,7 @@ START = SequenceControlKind.CONTROL_SEQUENCE_START
 END = SequenceControlKind.CONTROL_SEQUENCE_END
 READY = SequenceControlKind.CONTROL_SEQUENCE_READY
 CORRID = SequenceControlKind.CONTROL_SEQUENCE_CORRID
-IO = {
+IO: Dict[str, Any] = {
     "inputs": [Tensor(name="INPUT", dtype=np.int32, shape=(1,))],
     "outputs": [Tensor(name="OUTPUT", dtype=np.int32, shape=(1,))],
 }
@@ -147,6 +147,17 @@ def _bind(triton: Triton, recorder: Recorder) -> None:
         control_inputs=[SequenceControlInput("CORRID", CORRID, data_type=np.uint64)],
     )
     triton.bind("corrid", _corrid_echo, **IO, config=ModelConfig(max_batch_size=2, sequence_batcher=numeric_corrid))
+    int32_corrid = SequenceBatcher(control_inputs=[SequenceControlInput("CORRID", CORRID, data_type=np.int32)])
+    triton.bind("corrid32", _corrid_echo, **IO, config=ModelConfig(max_batch_size=2, sequence_batcher=int32_corrid))
+    streaming = ModelConfig(max_batch_size=2, decoupled=True, sequence_batcher=SequenceBatcher())
+    triton.bind("streaming", stream_totals, **IO, config=streaming)
+
+
+def stream_totals(requests: List[Request]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """A decoupled model: the running total, then the total again times ten, per request."""
+    totals = accumulate(requests)
+    yield totals
+    yield [{"OUTPUT": response["OUTPUT"] * 10} for response in totals]
 
 
 def _corrid_echo(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
@@ -169,6 +180,7 @@ def frontends_server() -> Iterator[Triton]:
     def bind(triton: Triton) -> None:
         triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
         triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
+        triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
 
     with running_triton(bind, frontends=2) as triton:
         yield triton
@@ -368,12 +380,14 @@ ERRORS = [
 
 @pytest.mark.parametrize(("parameters", "rows", "message"), ERRORS)
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_errors_as_triton(server: Triton, protocol: str, parameters: Dict[str, Any], rows: int, message: str) -> None:
+def test_errors_as_triton(
+    any_server: Triton, protocol: str, parameters: Dict[str, Any], rows: int, message: str
+) -> None:
     if protocol == "http":
-        client: Any = httpclient.InferenceServerClient(http_url(server))
+        client: Any = httpclient.InferenceServerClient(http_url(any_server))
         module: Any = httpclient
     else:
-        client = grpcclient.InferenceServerClient(grpc_url(server))
+        client = grpcclient.InferenceServerClient(grpc_url(any_server))
         module = grpcclient
     with pytest.raises(InferenceServerException) as raised:
         client.infer("accumulate", [_input(module, 1, rows)], **parameters)
@@ -416,6 +430,23 @@ def test_control_inputs_as_configured(server: Triton) -> None:
     client = httpclient.InferenceServerClient(http_url(server))
     result = client.infer("corrid", [_input(httpclient, 1)], sequence_id=123456, sequence_start=True, sequence_end=True)
     assert result.as_numpy("OUTPUT").tolist() == [[123456]]
+
+
+def test_a_corrid_too_large_for_its_type_keeps_its_low_bits(server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(server))
+    result = client.infer("corrid32", [_input(httpclient, 1)], sequence_id=2**32 + 5, sequence_start=True)
+    assert result.as_numpy("OUTPUT").tolist() == [[5]]
+
+
+def test_a_decoupled_model_streams_per_sequence(server: Triton) -> None:
+    answers: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(grpc_url(server)) as client:
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        for index, value in enumerate([1, 2, 3]):
+            client.async_stream_infer("streaming", [_input(grpcclient, value)], sequence_id="s", **_flags(index, 3))
+        received = [answers.get(timeout=30) for _ in range(6)]
+        client.stop_stream()
+    assert [int(result.as_numpy("OUTPUT")[0][0]) for result in received] == [1, 10, 3, 30, 6, 60]
 
 
 def test_config_shows_the_sequence_batcher_as_triton(server: Triton) -> None:
@@ -565,7 +596,9 @@ def test_an_idle_sequence_ends_and_its_state_is_dropped(server: Triton) -> None:
         (
             ModelConfig(
                 sequence_batcher=SequenceBatcher(
-                    control_inputs=[SequenceControlInput("S", START, int32_false_true=[0, 1], bool_false_true=[0, 1])]
+                    control_inputs=[
+                        SequenceControlInput("S", START, int32_false_true=[0, 1], bool_false_true=[False, True])
+                    ]
                 )
             ),
             "more than one from",

@@ -555,6 +555,8 @@ class Scheduler:
         await asyncio.gather(*(instance.close(deadline) for instance in self._instances))
 
     def resume(self) -> None:
-        """Take requests again after a cut-off (model reload)."""
+        """Take requests again after a cut-off (model reload); the sequences of before are gone."""
         self._accepting = True
+        if self._sequences is not None:
+            self._sequences = SequenceSlots(self.spec, len(self._instances), self._forget, self._sequence_idle)
         self._in_flight.reset()

@@ -35,10 +35,11 @@ ForgetHandler = Callable[[int, int], None]
 class LiveSequence:
     """One run of a sequence, from its START until its slot is released."""
 
-    __slots__ = ("ended", "idle_timer", "instance", "key", "last_ns", "pending", "running", "serial", "slot")
+    __slots__ = ("ended", "idle_timer", "instance", "key", "last_ns", "owner", "pending", "running", "serial", "slot")
 
-    def __init__(self, key: SequenceKey, serial: int) -> None:
-        """A sequence that holds no slot yet."""
+    def __init__(self, owner: SequenceSlots, key: SequenceKey, serial: int) -> None:
+        """A sequence of `owner`'s that holds no slot yet."""
+        self.owner = owner
         self.key = key
         self.serial = serial
         self.instance = -1  # the index of the instance whose slot it holds (-1: waiting for a slot)
@@ -118,7 +119,7 @@ class SequenceSlots:
             )
         self.controls.check_id(sequence_id)
         if live is None:
-            live = LiveSequence(key, next(self._serials))
+            live = LiveSequence(self, key, next(self._serials))
             self._live[key] = live
             self._assign(live)
         elif start:
@@ -191,9 +192,9 @@ class SequenceSlots:
     def finished(self, entry: Entry) -> None:
         """A request of a sequence ran, failed or left the queue: its sequence may take its next one, or end."""
         live: Optional[LiveSequence] = entry.request.live_sequence
-        if live is None:
-            return
         entry.request.live_sequence = None
+        if live is None or live.owner is not self:  # a request of before a cut-off, whose slots are no more
+            return
         live.running = False
         live.pending -= 1
         if live.pending:
@@ -234,11 +235,14 @@ class SequenceSlots:
             self._free.append(place)
 
     def close(self) -> None:
-        """Stop the idle timers (the model stops)."""
+        """Stop the idle timers (the model stops): every sequence ends."""
         for live in list(self._live.values()):
             if live.idle_timer is not None:
                 live.idle_timer.cancel()
                 live.idle_timer = None
+            self._forget(live.instance, live.serial)
+        self._live.clear()
+        self._backlog.clear()
 
 
 class ControlTensors:
@@ -284,8 +288,11 @@ class ControlTensors:
             inputs[name] = np.full(shape, value, dtype=value.dtype)
         if self._corrid is not None:
             name, dtype = self._corrid
-            array = np.empty(shape, dtype=dtype)
-            array.fill(sequence_id.encode() if isinstance(sequence_id, str) else sequence_id)
+            if isinstance(sequence_id, str):
+                array = np.empty(shape, dtype=dtype)
+                array.fill(sequence_id.encode())
+            else:  # an id too large for a narrower type is cut to its low bits, as Triton's C++ cast does
+                array = np.full(shape, sequence_id, dtype=np.uint64).astype(dtype)
             inputs[name] = array
 
 
