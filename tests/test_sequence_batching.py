@@ -118,7 +118,7 @@ CONTROLS_OUTPUTS = [
 ]
 
 
-def _bind(triton: Triton, recorder: Recorder) -> None:
+def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None:
     triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
     triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
     triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
@@ -149,6 +149,9 @@ def _bind(triton: Triton, recorder: Recorder) -> None:
     triton.bind("corrid", _corrid_echo, **IO, config=ModelConfig(max_batch_size=2, sequence_batcher=numeric_corrid))
     int32_corrid = SequenceBatcher(control_inputs=[SequenceControlInput("CORRID", CORRID, data_type=np.int32)])
     triton.bind("corrid32", _corrid_echo, **IO, config=ModelConfig(max_batch_size=2, sequence_batcher=int32_corrid))
+    oldest = SequenceStrategyOldest(preferred_batch_size=[3], max_queue_delay_microseconds=60_000_000)
+    oldest_config = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher(oldest=oldest))
+    triton.bind("oldest", oldest_recorder, **IO, config=oldest_config)
     streaming = ModelConfig(max_batch_size=2, decoupled=True, sequence_batcher=SequenceBatcher())
     triton.bind("streaming", stream_totals, **IO, config=streaming)
 
@@ -170,8 +173,13 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture(scope="module")
-def server(recorder: Recorder) -> Iterator[Triton]:
-    with running_triton(partial(_bind, recorder=recorder)) as triton:
+def oldest_recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture(scope="module")
+def server(recorder: Recorder, oldest_recorder: Recorder) -> Iterator[Triton]:
+    with running_triton(partial(_bind, recorder=recorder, oldest_recorder=oldest_recorder)) as triton:
         yield triton
 
 
@@ -538,6 +546,18 @@ def test_batches_mix_sequences_one_request_each(server: Triton, recorder: Record
         _send(pool, server, "recorder", 1, 0, sequence_end=True).result(10)
     # The four sequences' next requests ran together, one each; their second requests the batch after.
     assert recorder.batches == [[1], [1, 2, 3, 4], [2, 3, 4], [1]]
+
+
+def test_the_oldest_strategy_waits_for_a_preferred_batch(server: Triton, oldest_recorder: Recorder) -> None:
+    # A minute's delay: the requests wait until three sequences have one ready (the preferred size).
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = []
+        for sequence_id in (11, 12, 13):
+            futures.append(_send(pool, server, "oldest", sequence_id, sequence_id, sequence_start=True))
+            if sequence_id < 13:
+                _wait_pending(server, "oldest", len(futures))
+        assert [future.result(10) for future in futures] == [11, 12, 13]
+    assert oldest_recorder.batches == [[11, 12, 13]]
 
 
 def test_a_sequence_without_a_free_slot_waits_for_one(server: Triton) -> None:
