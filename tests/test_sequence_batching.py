@@ -35,6 +35,7 @@ from pytriton.model_config import (
     Tensor,
 )
 from pytriton.proxy.types import Request
+from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url, running_triton
 
@@ -589,6 +590,23 @@ def test_an_idle_sequence_ends_and_its_state_is_dropped(server: Triton) -> None:
     assert len(states) == 0
     result = client.infer("idle", [_input(httpclient, 4)], sequence_id="idler", sequence_start=True, sequence_end=True)
     assert result.as_numpy("OUTPUT").tolist() == [[4]]
+
+
+def test_a_model_bound_with_remote_triton_keeps_its_state_in_its_process(server: Triton) -> None:
+    with RemoteTriton(url=f"127.0.0.1:{server.http_port}") as remote:
+        remote.bind("remote_accumulate", accumulate, **IO, config=ACCUMULATE)
+        client = httpclient.InferenceServerClient(http_url(server))
+        totals = [
+            int(
+                client.infer(
+                    "remote_accumulate", [_input(httpclient, value)], sequence_id="r", **_flags(index, 3)
+                ).as_numpy("OUTPUT")[0][0]
+            )
+            for index, value in enumerate([4, 5, 6])
+        ]
+        config = client.get_model_config("remote_accumulate")
+    assert totals == [4, 9, 15]
+    assert config["sequence_batching"]["max_sequence_idle_microseconds"] == 1000000
 
 
 # -- configuration --------------------------------------------------------------------------------------------
