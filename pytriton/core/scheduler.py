@@ -19,7 +19,7 @@ from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
-from pytriton.core.sequence_batcher import SequenceSlots
+from pytriton.core.sequence_batcher import LiveSequence, SequenceSlots
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
@@ -115,9 +115,11 @@ class Scheduler:
                 self._admit(request)
             elif not self._sequence_warned:
                 self._warn_sequence_ignored()
-        if self._free and not self._queues.size and not self._rules.delay_ns and self._sequences is None:
-            entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
-            return self._launch(self._free.pop(), [entry])
+        if self._free and not self._queues.size and not self._rules.delay_ns:
+            instance = self._free.pop() if self._sequences is None else self._free_instance_of(request)
+            if instance is not None:
+                entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
+                return self._launch(instance, [entry])
         try:
             entry = self._queues.push(request, sink)
         except InferenceError as error:
@@ -137,6 +139,19 @@ class Scheduler:
         except InferenceError as error:
             self.stats.record_failure(0, error.reason.value)
             raise
+
+    def _free_instance_of(self, request: InferenceRequest) -> Optional[ModelInstance]:
+        """The instance holding the slot of the request's sequence, taken off the free list, if it can run it now."""
+        assert self._sequences is not None
+        live: LiveSequence = request.live_sequence
+        if self._sequences.delay_ns or live.running or live.instance < 0:
+            return None
+        instance = self._instances[live.instance]
+        if instance not in self._free:
+            return None
+        self._free.remove(instance)
+        live.running = True
+        return instance
 
     def _warn_sequence_ignored(self) -> None:
         """Triton takes and ignores a sequence's parameters for a model without a sequence batcher; say so once."""
