@@ -490,6 +490,10 @@ def test_config_shows_the_sequence_batcher_as_triton(server: Triton) -> None:
         "preserve_ordering": False,
     }
     assert oldest["control_input"][0]["control"][0]["data_type"] == "TYPE_UINT64"
+    start = client.get_model_config("controls")["sequence_batching"]["control_input"][0]["control"][0]
+    assert start["fp32_false_true"] == [0, 1] and start["data_type"] == "TYPE_INVALID"  # Triton prints 0 and 1
+    direct = client.get_model_config("single_slot")["sequence_batching"]["direct"]
+    assert direct == {"max_queue_delay_microseconds": 0, "minimum_slot_utilization": 0}
     assert "sequence" in client.get_server_metadata()["extensions"]
     with grpcclient.InferenceServerClient(grpc_url(server)) as grpc:
         batching = grpc.get_model_config("simple_sequence", as_json=True)["config"]["sequence_batching"]

@@ -110,7 +110,7 @@ def _sequence_batching(batcher: SequenceBatcher) -> Dict[str, Any]:
     if batcher.direct is not None:
         document["direct"] = {
             "max_queue_delay_microseconds": batcher.direct.max_queue_delay_microseconds,
-            "minimum_slot_utilization": batcher.direct.minimum_slot_utilization,
+            "minimum_slot_utilization": _float(batcher.direct.minimum_slot_utilization),
         }
     if batcher.oldest is not None:
         document["oldest"] = {
@@ -126,6 +126,12 @@ def _sequence_batching(batcher: SequenceBatcher) -> Dict[str, Any]:
     return document
 
 
+def _float(value: float) -> float:
+    """A float field as Triton's JSON writer prints it: a whole number without its ".0"."""
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
 def _control_input(control: SequenceControlInput) -> Dict[str, Any]:
     """A ModelSequenceBatching.ControlInput message: the input's name and its one control."""
     data_type = "TYPE_INVALID"
@@ -138,7 +144,7 @@ def _control_input(control: SequenceControlInput) -> Dict[str, Any]:
             {
                 "kind": control.kind.value,
                 "int32_false_true": [int(value) for value in control.int32_false_true or []],
-                "fp32_false_true": [float(value) for value in control.fp32_false_true or []],
+                "fp32_false_true": [_float(value) for value in control.fp32_false_true or []],
                 "bool_false_true": [bool(value) for value in control.bool_false_true or []],
                 "data_type": data_type,
             }
