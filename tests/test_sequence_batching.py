@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 import uuid
+import weakref
 from functools import partial
 from typing import Any, Dict, Iterator, List, Tuple, Union
 
@@ -96,6 +97,26 @@ class Recorder:
         return accumulate(requests)
 
 
+class _Token:
+    """Something a sequence keeps in its state, whose life shows whether the state was dropped."""
+
+
+_TOKENS: List[Any] = []  # weak references to every token made in this process
+
+
+def idle_probe(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """A START keeps a token in its sequence's state; each request answers how many tokens are still alive."""
+    responses = []
+    for request in requests:
+        if request.sequence_start and request.sequence_state is not None:
+            token = _Token()
+            request.sequence_state["token"] = token
+            _TOKENS.append(weakref.ref(token))
+            del token
+        responses.append({"OUTPUT": np.array([[sum(ref() is not None for ref in _TOKENS)]], np.int32)})
+    return responses
+
+
 def controls(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
     """Echo the control inputs, as the backends get them."""
     return [
@@ -128,6 +149,8 @@ def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None
     triton.bind("single_slot", accumulate, **IO, config=single_slot)
     idle = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
     triton.bind("idle", accumulate, **IO, config=idle)
+    triton.bind("idle_probe", idle_probe, **IO, config=idle)
+    triton.bind("idle_probe_process", ProcessInstances(idle_probe), **IO, config=idle)
     string_controls = SequenceBatcher(
         control_inputs=[
             SequenceControlInput("S", START, fp32_false_true=[0.0, 1.0]),
@@ -594,6 +617,34 @@ def test_an_idle_sequence_ends_and_its_state_is_dropped(server: Triton) -> None:
     assert len(states) == 0
     result = client.infer("idle", [_input(httpclient, 4)], sequence_id="idler", sequence_start=True, sequence_end=True)
     assert result.as_numpy("OUTPUT").tolist() == [[4]]
+
+
+def _until_idle(client: Any, model: str, sequence_id: str) -> None:
+    """Wait until the model's sequence ended idle (it ends after 100 ms without a request: each try waits longer)."""
+    deadline = time.monotonic() + 10
+    while True:
+        time.sleep(0.3)
+        try:
+            client.infer(model, [_input(httpclient, 1)], sequence_id=sequence_id)
+        except InferenceServerException as error:
+            assert f"sequence {sequence_id} to model '{model}' must specify the START flag" in error.message()
+            return
+        assert time.monotonic() < deadline, "the sequence never went idle"
+
+
+@pytest.mark.parametrize("model", ["idle_probe", "idle_probe_process"])
+def test_an_idle_sequences_state_is_freed_where_the_callable_runs(server: Triton, model: str) -> None:
+    client = httpclient.InferenceServerClient(http_url(server))
+    before = int(
+        client.infer(model, [_input(httpclient, 0)], sequence_id="other", sequence_start=True).as_numpy("OUTPUT")[0][0]
+    )
+    client.infer(model, [_input(httpclient, 0)], sequence_id="other", sequence_end=True)  # its token is freed at END
+    alive = client.infer(model, [_input(httpclient, 0)], sequence_id="held", sequence_start=True)
+    assert int(alive.as_numpy("OUTPUT")[0][0]) == 1 and before == 1
+    _until_idle(client, model, "held")
+    # The next batch of the instance (a process instance hears of the idle sequence with it): one token, its own.
+    fresh = client.infer(model, [_input(httpclient, 0)], sequence_id="next", sequence_start=True, sequence_end=True)
+    assert int(fresh.as_numpy("OUTPUT")[0][0]) == 1
 
 
 def test_a_model_bound_with_remote_triton_keeps_its_state_in_its_process(server: Triton) -> None:
