@@ -23,6 +23,8 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from pytriton.client import ModelClient
+from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import (
@@ -662,6 +664,18 @@ def test_a_model_bound_with_remote_triton_keeps_its_state_in_its_process(server:
         config = client.get_model_config("remote_accumulate")
     assert totals == [4, 9, 15]
     assert config["sequence_batching"]["max_sequence_idle_microseconds"] == 1000000
+
+
+def test_model_client_sends_no_sequence_and_gets_tritons_error(server: Triton) -> None:
+    # PyTriton's ModelClient (as nvidia-pytriton's) has no sequence arguments, and tritonclient refuses them as
+    # parameters: a sequence model answers its requests with Triton's error.
+    with ModelClient(f"http://{http_url(server)}", "accumulate") as client:
+        with pytest.raises(
+            PyTritonClientInferenceServerError, match="must specify a non-zero or non-empty correlation"
+        ):
+            client.infer_sample(INPUT=np.array([1], np.int32))
+        with pytest.raises(PyTritonClientInferenceServerError, match='"sequence_id" is a reserved parameter'):
+            client.infer_sample(INPUT=np.array([1], np.int32), parameters={"sequence_id": 5})
 
 
 # -- configuration --------------------------------------------------------------------------------------------
