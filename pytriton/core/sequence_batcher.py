@@ -65,7 +65,6 @@ class SequenceSlots:
         config = spec.sequence_batcher
         assert config is not None
         self._spec = spec
-        self._config = config
         self._forget = forget
         self._on_idle = on_idle
         self.max_batch = max(1, spec.max_batch_size)
@@ -73,7 +72,6 @@ class SequenceSlots:
         oldest = config.oldest
         if oldest is not None and oldest.max_candidate_sequences > 0:
             per_instance = oldest.max_candidate_sequences
-        self.slots_per_instance = per_instance
         # Taken in turn from each instance, so that sequences spread over them.
         self._free: Deque[Tuple[int, int]] = deque(
             (instance, slot) for slot in range(per_instance) for instance in range(instance_count)
@@ -92,11 +90,6 @@ class SequenceSlots:
             wanted = math.ceil(utilization * per_instance) if utilization else per_instance
             self._ready_needed = min(self.max_batch, max(1, wanted))
         self.controls = ControlTensors(spec.name, config, spec.batching)
-
-    @property
-    def live(self) -> int:
-        """Sequences that hold a slot or wait for one."""
-        return len(self._live)
 
     def admit(self, request: InferenceRequest) -> LiveSequence:
         """Check a request as Triton's sequence batcher does and join it to its sequence (started now by a START)."""
