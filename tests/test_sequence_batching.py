@@ -378,6 +378,15 @@ def test_state_over_frontends_and_process_instances(frontends_server: Triton) ->
     assert outputs == [1, 3, 6]
 
 
+def test_a_negative_grpc_id_is_the_unsigned_id_of_its_bits(server: Triton) -> None:
+    # gRPC carries an integer id as int64: Triton reads -1 as 2**64 - 1, the id HTTP's JSON can send as it is.
+    with grpcclient.InferenceServerClient(grpc_url(server)) as grpc:
+        grpc.infer("accumulate", [_input(grpcclient, 2)], sequence_id=-1, sequence_start=True)
+    http = httpclient.InferenceServerClient(http_url(server))
+    result = http.infer("accumulate", [_input(httpclient, 3)], sequence_id=2**64 - 1, sequence_end=True)
+    assert result.as_numpy("OUTPUT").tolist() == [[5]]
+
+
 def test_start_on_a_live_sequence_starts_it_again(server: Triton) -> None:
     client = httpclient.InferenceServerClient(http_url(server))
 
