@@ -13,8 +13,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
 
 from pytriton import __version__
+from pytriton.core.binders import process_binder, thread_binder
 from pytriton.core.doorbell import inbox_of
-from pytriton.core.engine import Engine
+from pytriton.core.engine import Binder, Engine
 from pytriton.core.instances import Instance, ModelInstance
 from pytriton.core.process_instances.spawn import ProcessPlan, StartError
 from pytriton.core.spec import ModelSpec
@@ -129,7 +130,7 @@ class ServerRuntime:
             instances: List[ModelInstance] = list(await start_instances(plan))
         except StartError as error:
             raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}") from None
-        self._add_model(spec, instances, trace)
+        self._add_model(spec, instances, trace, process_binder(plan))
 
     def _add_thread_model(
         self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting]
@@ -155,11 +156,13 @@ class ServerRuntime:
             if error.errno in (errno.EMFILE, errno.ENFILE):
                 hint = " (the server is out of file descriptors: each thread instance needs 2; raise `ulimit -n`)"
             raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}{hint}") from None
-        self._add_model(spec, list(instances), trace)
+        self._add_model(spec, list(instances), trace, thread_binder(list(callables)))
 
-    def _add_model(self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting]) -> None:
+    def _add_model(
+        self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting], binder: Binder
+    ) -> None:
         """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
-        model = self.engine.add_model(spec, instances)
+        model = self.engine.add_model(spec, instances, binder)
         if trace is not None:
             self.settings.trace.models[spec.name] = trace
         self.tracing.refresh()
