@@ -76,6 +76,8 @@ class Engine:
         self.phase = Phase.SERVING
         # Called after a model version is added or removed (the frontend processes mirror the table).
         self.models_changed: Optional[Callable[[], object]] = None
+        # Called after a load bound a model version again (what follows the served models, such as tracing).
+        self.rebound: Optional[Callable[[], None]] = None
 
     @property
     def has_cache(self) -> bool:
@@ -169,12 +171,14 @@ class Engine:
     def statistics_of(self, name: str = "", version: str = "") -> List[ServedModel]:
         """The model versions a statistics request names: all, every version of one model, or one version.
 
+        Unloaded versions have none, as in Triton.
+
         Raises:
-            InferenceError: INVALID_ARGUMENT, with Triton's message, for an unknown model or version.
+            InferenceError: INVALID_ARGUMENT, with Triton's message, for an unknown or unloaded model or version.
         """
         if not name:
-            return self.models()
-        versions = self._models.get(name)
+            return [model for model in self.models() if _in_service(model)]
+        versions = {number: model for number, model in self._models.get(name, {}).items() if _in_service(model)}
         if not versions:
             raise InferenceError.invalid(f"requested model '{name}' is not available")
         if not version:
@@ -327,6 +331,8 @@ class Engine:
         if spec.warmup:
             await self.warmed_up()  # as Triton, the new binding serves once it is loaded
         versions[spec.version] = replacement
+        if self.rebound is not None:
+            self.rebound()
         LOGGER.info("model '%s' version %d bound again with its config override", spec.name, spec.version)
         if model.state in _OUT_OF_SERVICE:  # unloaded: nothing is left to finish
             task = asyncio.get_running_loop().create_task(model.scheduler.close_instances())

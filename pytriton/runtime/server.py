@@ -82,6 +82,7 @@ class ServerRuntime:
         # What decompressed requests hold at once, over all of the server's frontends.
         self.inflation_budget = InflationBudget(options.limits.max_inflated_bytes)
         self.tracing = Tracing(self.settings.trace, self.engine.models)
+        self.engine.rebound = self.tracing.refresh  # a model bound again by a load is traced as before
         self._frontends: List[Frontend] = []
         self.http_port: Optional[int] = None
         self.grpc_port: Optional[int] = None

@@ -137,7 +137,7 @@ class HttpFrontend:
             return send_empty(send, 200 if engine.ready else 400)
         if route == "models/stats":
             _allow(method, "GET")
-            return send_json(send, 200, documents.model_statistics(engine.models()))
+            return send_json(send, 200, documents.model_statistics(engine.statistics_of()))
         if route == "repository/index":
             _allow(method, "POST")
             return self._repository_index(receive, send)
@@ -198,7 +198,11 @@ class HttpFrontend:
         if load:
             parameters: Dict[str, Any] = {}
             if bytes(body).strip():
-                parameters = json_object_field(parse_json_object(body).get("parameters"), "parameters")
+                try:
+                    document = parse_json_object(body)
+                except InferenceError as error:  # Triton answers a load's unreadable body with 500
+                    raise InferenceError.internal(error.message) from None
+                parameters = json_object_field(document.get("parameters"), "parameters")
             change = config_override.spec_change(name, parameters, self._engine.has_cache)
             await self._engine.load(name, change)
         else:
