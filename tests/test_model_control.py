@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pytriton.decorators import batch
+from pytriton.decorators import batch, get_model_config
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton
@@ -453,3 +453,19 @@ def test_a_load_body_that_is_no_json_fails_as_in_triton(echo_server: Triton) -> 
     assert echo_server.http_port is not None
     status, _, answer = request(echo_server.http_port, "POST", "/v2/repository/models/echo/load", b"garbage", HTTP_AUTH)
     assert status == 500 and json.loads(answer)["error"].startswith("failed to parse the request JSON buffer")
+
+
+def test_the_model_config_decorators_read_follows_the_new_binding() -> None:
+    def echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        return [{"y": request_["x"]} for request_ in requests]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("m", echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        assert get_model_config(echo, None).max_batch_size == 8
+        override = {"max_batch_size": 16, "parameters": {"k": {"string_value": "v"}}}
+        assert _load(triton, "m", override) == (200, None)
+        config = get_model_config(echo, None)
+        assert config.max_batch_size == 16 and config.backend_parameters == {"k": "v"}
+        assert [spec.name for spec in config.inputs or []] == ["x"]

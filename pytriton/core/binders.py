@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Binder
@@ -17,8 +17,11 @@ from pytriton.core.instances import Instance, ModelInstance
 from pytriton.core.process_instances.spawn import ProcessPlan, StartError
 from pytriton.core.spec import ModelSpec
 
+# Called with the new spec once a model's instances are bound again (the decorators' model config follows it).
+OnBind = Callable[[ModelSpec], None]
 
-def thread_binder(callables: List[Callable[..., Any]]) -> Binder:
+
+def thread_binder(callables: List[Callable[..., Any]], on_bind: Optional[OnBind] = None) -> Binder:
     """Instances in threads of this process, one per callable bound: as many as were bound, or fewer."""
 
     async def bind(spec: ModelSpec) -> List[ModelInstance]:
@@ -31,16 +34,19 @@ def thread_binder(callables: List[Callable[..., Any]]) -> Binder:
         ]
         if any(instance.kind.uses_thread for instance in instances):
             inbox_of(asyncio.get_running_loop())  # where their results come back
+        if on_bind is not None:
+            on_bind(spec)
         return list(instances)
 
     return bind
 
 
-def process_binder(plan: ProcessPlan) -> Binder:
+def process_binder(plan: ProcessPlan, config_for: Optional[Callable[[ModelSpec], Any]] = None) -> Binder:
     """Instances in processes of their own, started from the plan the model was bound with.
 
     Fewer instances take the first ones' callables and environments; more need one callable for all and one
-    environment for all (an environment made per index cannot be made again here).
+    environment for all (an environment made per index cannot be made again here). `config_for(spec)` is the
+    model config the processes' decorators read.
     """
 
     async def bind(spec: ModelSpec) -> List[ModelInstance]:
@@ -57,6 +63,8 @@ def process_binder(plan: ProcessPlan) -> Binder:
             resized = dataclasses.replace(
                 plan, count=count, payloads=plan.payloads[:count], environments=plan.environments[:count]
             )
+        if config_for is not None:
+            resized = dataclasses.replace(resized, model_config=config_for(spec))
         try:
             return list(await start_instances(resized))
         except StartError as error:
