@@ -187,7 +187,10 @@ def _field_bytes(config: Message, name: str) -> bytes:
     partial = model_config_pb2.ModelConfig()
     field = config.DESCRIPTOR.fields_by_name[name]
     value = getattr(config, name)
-    if field.label == FieldDescriptor.LABEL_REPEATED:
+    repeated = getattr(field, "is_repeated", None)  # protobuf 6's; `label` is older (and deprecated)
+    if repeated is None:
+        repeated = field.label == FieldDescriptor.LABEL_REPEATED
+    if repeated:
         getattr(partial, name).MergeFrom(value)
     elif field.type == FieldDescriptor.TYPE_MESSAGE:
         if config.HasField(name):
