@@ -265,10 +265,11 @@ def test_no_request_is_lost_while_the_model_is_bound_again(frontends: Optional[i
         failures: List[str] = []
         served = [0] * 4
 
-        def stream(worker: int) -> None:
-            client = httpclient.InferenceServerClient(http_url(triton))
+        def stream(worker: int) -> None:  # even workers over HTTP, odd ones over gRPC
+            module: Any = httpclient if worker % 2 == 0 else grpcclient
+            client = module.InferenceServerClient(http_url(triton) if worker % 2 == 0 else grpc_url(triton))
             data = np.full((2, 3), worker, np.float32)
-            tensor = httpclient.InferInput("x", [2, 3], "FP32")
+            tensor = module.InferInput("x", [2, 3], "FP32")
             tensor.set_data_from_numpy(data)
             while not stop.is_set():
                 try:
@@ -469,3 +470,29 @@ def test_the_model_config_decorators_read_follows_the_new_binding() -> None:
         config = get_model_config(echo, None)
         assert config.max_batch_size == 16 and config.backend_parameters == {"k": "v"}
         assert [spec.name for spec in config.inputs or []] == ["x"]
+
+
+def countdown(requests: List[Any]) -> Any:
+    """A decoupled model: three responses per request."""
+    for step in range(3):
+        yield [{"y": request_["x"] * step} for request_ in requests]
+
+
+def test_a_decoupled_model_is_bound_again_and_streams_on_the_new_binding() -> None:
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8, decoupled=True)
+        triton.bind("steps", countdown, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
+
+    with running_triton(bind) as triton:
+        assert _load(triton, "steps", {"max_batch_size": 4, "instance_group": [{"count": 1}]}) == (200, None)
+        status, document = _load(triton, "steps", {"model_transaction_policy": {"decoupled": False}})
+        assert status == 400 and "'model_transaction_policy' cannot change" in document["error"]
+        answers: List[Any] = []
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        client.start_stream(callback=lambda result, error: answers.append(error or result.as_numpy("y")))
+        tensor = grpcclient.InferInput("x", [1, 2], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
+        client.async_stream_infer("steps", [tensor])
+        client.stop_stream()  # returns once the stream has ended
+        assert [answer.tolist() for answer in answers] == [[[0.0, 0.0]], [[1.0, 1.0]], [[2.0, 2.0]]]
+        assert _config(triton, "steps")["max_batch_size"] == 4
