@@ -294,7 +294,9 @@ def test_no_request_is_lost_while_the_model_is_bound_again(frontends: Optional[i
             before = sum(served)
             for _ in range(3):
                 for override in overrides:
-                    while sum(served) < before + 5:  # requests were served since the last load
+                    deadline = time.monotonic() + 60
+                    while sum(served) < before + 5 and not failures:  # requests were served since the last load
+                        assert time.monotonic() < deadline, "the model stopped answering"
                         time.sleep(0.001)
                     before = sum(served)
                     loads.append(_load(triton, "echo", override))
