@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -168,6 +169,18 @@ def build_model(
         sequence_batcher=copy.deepcopy(sequence_batcher),
     )
     return spec, triton_config
+
+
+def rebound_config(config: TritonModelConfig, spec: ModelSpec) -> TritonModelConfig:
+    """The TritonModelConfig decorators read, for a model bound again by a load with a config override."""
+    return dataclasses.replace(
+        copy.deepcopy(config),
+        max_batch_size=spec.max_batch_size,
+        batcher=copy.deepcopy(spec.batcher),
+        instance_group={DeviceKind.KIND_CPU: spec.instance_count},
+        backend_parameters=dict(spec.parameters),
+        response_cache=ResponseCache(enable=True) if spec.response_cache else None,
+    )
 
 
 def _warmup_requests(

@@ -9,10 +9,12 @@ import pathlib
 from typing import Any, Callable, List, Optional, Union
 
 from pytriton.context import attach_context
+from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
 from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePolicy, VertextAILifecyclePolicy
-from pytriton.models import as_callables, build_model
+from pytriton.model_config.triton_model_config import TritonModelConfig
+from pytriton.models import as_callables, build_model, rebound_config
 from pytriton.options.frontends import resolve_frontends
 from pytriton.options.limits import ServerLimits
 from pytriton.options.model_trace import model_trace_setting
@@ -215,12 +217,21 @@ class Triton(TritonBase):
         for fn in callables:  # before the model is added: its warm-up may call decorators that read it
             self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
             attach_context(fn, self.triton_context)
+        context = self.triton_context
+
+        def config_for(bound: ModelSpec) -> TritonModelConfig:
+            return rebound_config(triton_model_config, bound)
+
+        def on_bind(bound: ModelSpec) -> None:  # a load bound the model again: decorators read its new config
+            for fn in callables:
+                context.model_configs[fn] = config_for(bound)
+
         try:
             if processes is not None:
                 plan = processes.plan(model_name, copy.deepcopy(triton_model_config))
-                self._runtime.add_process_model(spec, plan, trace)
+                self._runtime.add_process_model(spec, plan, trace, config_for)
             else:
-                self._runtime.add_model(spec, callables, trace)
+                self._runtime.add_model(spec, callables, trace, on_bind)
         except ValueError as error:
             raise PyTritonInvalidOperationError(str(error)) from None
         if self.is_connected():

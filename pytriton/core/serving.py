@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import AsyncIterator, List, Optional, Protocol
 
 from pytriton.core.cuda_memory import CudaSharedMemory
-from pytriton.core.model import ServedModel
+from pytriton.core.engine import SpecChange
+from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
@@ -59,8 +60,11 @@ class ServingEngine(Protocol):
     def statistics_of(self, name: str = "", version: str = "") -> List[ServedModel]:
         """The model versions a statistics request names."""
 
-    def load(self, name: str) -> None:
-        """Serve an unloaded model again."""
+    def repository(self) -> List[RepositoryEntry]:
+        """The repository index."""
+
+    async def load(self, name: str, change: Optional[SpecChange] = None) -> None:
+        """Serve a model again, as bound or with a config override."""
 
     async def unload(self, name: str) -> None:
         """Stop serving a model."""

@@ -50,6 +50,8 @@ class ModelSpec:
     strict: bool
     input_specs: Tuple[TensorSpec, ...] = ()
     output_specs: Tuple[TensorSpec, ...] = ()
+    # The config's `parameters` (name, string value), as a load's config override sets them.
+    parameters: Tuple[Tuple[str, str], ...] = ()
     # The inputs of each warm-up request, run on every instance before the model is ready.
     warmup: Tuple[Dict[str, np.ndarray], ...] = dataclasses.field(default=(), repr=False, compare=False)
     # Server limits the engine applies to the model's requests (0: none).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from pytriton.core.datatypes import config_enum
-from pytriton.core.model import ServedModel
+from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.sequence_controls import corrid_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.model_config.common import QueuePolicy
@@ -199,7 +199,7 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
             "default_model_filename": "model.py",
             "cc_model_filenames": {},
             "metric_tags": {},
-            "parameters": {},
+            "parameters": {name: {"string_value": value} for name, value in spec.parameters},
             "model_warmup": [],  # warm-up runs before the model is ready; Triton shows none, as for PyTriton's
         }
     )
@@ -215,9 +215,12 @@ def model_statistics(models: List[ServedModel]) -> Dict[str, Any]:
     return {"model_stats": [model.stats.as_dict(model.spec.name, model.spec.version_str) for model in models]}
 
 
-def repository_index(models: List[ServedModel]) -> List[Dict[str, Any]]:
-    """POST /v2/repository/index."""
-    return [
-        {"name": model.spec.name, "version": model.spec.version_str, "state": model.state.value, "reason": ""}
-        for model in models
-    ]
+def repository_index(entries: List[RepositoryEntry]) -> List[Dict[str, Any]]:
+    """POST /v2/repository/index: each model version and its state; a reason only where there is one, as Triton."""
+    documents: List[Dict[str, Any]] = []
+    for entry in entries:
+        document = {"name": entry.name, "version": entry.version, "state": entry.state}
+        if entry.reason:
+            document["reason"] = entry.reason
+        documents.append(document)
+    return documents

@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
-from pytriton.core.model import ServedModel
+from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
@@ -409,7 +409,7 @@ def model_statistics(models: List[ServedModel]) -> Message:
     )
 
 
-def repository_index(models: List[ServedModel], ready_only: bool) -> Message:
+def repository_index(entries: List[RepositoryEntry], ready_only: bool) -> Message:
     """RepositoryIndexResponse (only ready models when asked)."""
-    entries = documents.repository_index([model for model in models if model.ready or not ready_only])
-    return json_format.ParseDict({"models": entries}, service_pb2.RepositoryIndexResponse())
+    shown = documents.repository_index([entry for entry in entries if entry.ready or not ready_only])
+    return json_format.ParseDict({"models": shown}, service_pb2.RepositoryIndexResponse())

@@ -13,8 +13,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
 
 from pytriton import __version__
+from pytriton.core.binders import OnBind, process_binder, thread_binder
 from pytriton.core.doorbell import inbox_of
-from pytriton.core.engine import Engine
+from pytriton.core.engine import Binder, Engine
 from pytriton.core.instances import Instance, ModelInstance
 from pytriton.core.process_instances.spawn import ProcessPlan, StartError
 from pytriton.core.spec import ModelSpec
@@ -81,6 +82,7 @@ class ServerRuntime:
         # What decompressed requests hold at once, over all of the server's frontends.
         self.inflation_budget = InflationBudget(options.limits.max_inflated_bytes)
         self.tracing = Tracing(self.settings.trace, self.engine.models)
+        self.engine.rebound = self.tracing.refresh  # a model bound again by a load is traced as before
         self._frontends: List[Frontend] = []
         self.http_port: Optional[int] = None
         self.grpc_port: Optional[int] = None
@@ -103,24 +105,45 @@ class ServerRuntime:
             LOGGER.info("%s", startup_line(self.urls(), self.engine.models()))
 
     def add_model(
-        self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting] = None
+        self,
+        spec: ModelSpec,
+        callables: List[Callable[..., Any]],
+        trace: Optional[TraceSetting] = None,
+        on_bind: Optional[OnBind] = None,
     ) -> None:
-        """Serve a model (before or after start), with `trace` overriding the server's trace settings for it."""
-        self._loop.call(self._add_thread_model, spec, callables, trace)
+        """Serve a model (before or after start), with `trace` overriding the server's trace settings for it.
+
+        `on_bind(spec)` is called when a load binds the model again with a config override.
+        """
+        self._loop.call(self._add_thread_model, spec, callables, trace, on_bind)
         self._sync_frontends()
         self._refreeze()
 
-    def add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting] = None) -> None:
+    def add_process_model(
+        self,
+        spec: ModelSpec,
+        plan: ProcessPlan,
+        trace: Optional[TraceSetting] = None,
+        config_for: Optional[Callable[[ModelSpec], Any]] = None,
+    ) -> None:
         """Serve a model whose instances run in processes of their own; returns once every one is up.
+
+        `config_for(spec)` is the model config a load with a config override gives the new processes.
 
         Raises:
             PyTritonRuntimeError: an instance did not start (the message has its traceback).
         """
-        self._loop.run(self._add_process_model(spec, plan, trace))
+        self._loop.run(self._add_process_model(spec, plan, trace, config_for))
         self._sync_frontends()
         self._refreeze()
 
-    async def _add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting]) -> None:
+    async def _add_process_model(
+        self,
+        spec: ModelSpec,
+        plan: ProcessPlan,
+        trace: Optional[TraceSetting],
+        config_for: Optional[Callable[[ModelSpec], Any]],
+    ) -> None:
         """Start the instance processes, then add the model (on the loop)."""
         from pytriton.core.process_instances.instance import start_instances
 
@@ -129,10 +152,14 @@ class ServerRuntime:
             instances: List[ModelInstance] = list(await start_instances(plan))
         except StartError as error:
             raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}") from None
-        self._add_model(spec, instances, trace)
+        self._add_model(spec, instances, trace, process_binder(plan, config_for))
 
     def _add_thread_model(
-        self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting]
+        self,
+        spec: ModelSpec,
+        callables: List[Callable[..., Any]],
+        trace: Optional[TraceSetting],
+        on_bind: Optional[OnBind],
     ) -> None:
         """Add a model whose instances are threads of this process (on the loop).
 
@@ -155,11 +182,13 @@ class ServerRuntime:
             if error.errno in (errno.EMFILE, errno.ENFILE):
                 hint = " (the server is out of file descriptors: each thread instance needs 2; raise `ulimit -n`)"
             raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}{hint}") from None
-        self._add_model(spec, list(instances), trace)
+        self._add_model(spec, list(instances), trace, thread_binder(list(callables), on_bind))
 
-    def _add_model(self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting]) -> None:
+    def _add_model(
+        self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting], binder: Binder
+    ) -> None:
         """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
-        model = self.engine.add_model(spec, instances)
+        model = self.engine.add_model(spec, instances, binder)
         if trace is not None:
             self.settings.trace.models[spec.name] = trace
         self.tracing.refresh()

@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from pytriton.core.spec import ModelSpec
 from pytriton.ipc.calls import Handler
@@ -54,7 +54,7 @@ class FrontendProcess:
         }
         self.link = HubLink(channel, loop, handlers, on_connection=self._adopt, on_closed=self._end)
         self.engine = RemoteEngine(self.link, init.options.server_id)
-        self.engine.set_models(init.models)
+        self.engine.set_models(init.models, init.unloaded)
         self._set_regions(init.regions)
         self._log = LogSettings(init.options.log_verbose, init.options.log_file)
         self._log.update(init.log)
@@ -124,8 +124,8 @@ class FrontendProcess:
         """The hub's log settings changed (through /v2/logging or LogSettings): log as it does."""
         self._log.update(settings)
 
-    async def _models(self, specs: List[ModelSpec]) -> None:
-        self.engine.set_models(specs)
+    async def _models(self, specs: List[ModelSpec], unloaded: List[Tuple[str, int]]) -> None:
+        self.engine.set_models(specs, unloaded)
 
     async def _regions(self, regions: List[Region]) -> None:
         self._set_regions(regions)

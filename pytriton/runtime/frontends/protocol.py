@@ -59,6 +59,7 @@ class Init(NamedTuple):
     models: List[ModelSpec]
     regions: List[Region]
     log: Dict[str, Any]  # the hub's log settings (its /v2/logging document, less the file)
+    unloaded: List[Tuple[str, int]]  # the model versions out of service (unloaded, or removed for good)
 
 
 # Where a large array lies in shared memory: (where, offset), or None to copy it into the body.
