@@ -110,6 +110,7 @@ class Triton(TritonBase):
                 token_endpoints=self._security_config.restricted_endpoints or (),
             ),
             frontends=resolve_frontends(frontends),
+            openai_api_key=self._security_config.openai_api_key,
         )
         configure_logging(self._config.log_verbose, self._config.log_file)
         if triton_lifecycle_policy is None:
@@ -204,6 +205,7 @@ class Triton(TritonBase):
             config=binding.config,
             instance_count=processes.count if processes is not None else len(callables),
             strict=binding.strict,
+            openai=binding.openai,
         )
         if spec.response_cache and self._options.cache_capacity_bytes is None:
             LOGGER.warning(

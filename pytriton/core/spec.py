@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -54,6 +54,8 @@ class ModelSpec:
     # Server limits the engine applies to the model's requests (0: none).
     max_tensor_elements: int = 0
     max_response_bytes: int = 0
+    # How the model answers the OpenAI API (options/openai.py: OpenAIChat, ...); None: it does not.
+    openai: Any = None
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)

@@ -118,3 +118,5 @@ class ServerOptions:
     vertex_ai: Optional[VertexAiOptions] = None
     limits: ServerLimits = dataclasses.field(default_factory=ServerLimits)
     frontends: int = 1  # processes serving HTTP and gRPC (options/frontends.py); 1: this process's loop
+    # The key OpenAI clients send as `Authorization: Bearer <key>` (TritonSecurityConfig); None: none asked.
+    openai_api_key: Optional[str] = None

@@ -289,6 +289,7 @@ class ServerRuntime:
     def http_app(self) -> Any:
         """The HTTP/REST API (KServe v2) as an ASGI app over the engine; it must be called on `loop`."""
         from pytriton.transport.http.app import HttpFrontend
+        from pytriton.transport.openai.app import OpenAIApp
 
         options = self.options
         return HttpFrontend(
@@ -299,6 +300,7 @@ class ServerRuntime:
             inflation_budget=self.inflation_budget,
             access=options.http_access,
             settings=self.settings,
+            openai=OpenAIApp(self.engine, api_key=options.openai_api_key, max_body_bytes=options.limits.max_body_bytes),
         )
 
     @property
