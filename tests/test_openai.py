@@ -6,7 +6,7 @@ import asyncio
 import base64
 import json
 import socket
-from typing import Iterator, List
+from typing import Iterator, List, Tuple
 
 import numpy as np
 import openai
@@ -17,6 +17,7 @@ from tests import openai_models
 from tests.conftest import ACCESS_TOKEN, running_triton
 from tests.http_helpers import get_json, post_json
 from tests.openai_models import DEFAULT_TOKENS, JINJA_TEMPLATE, default_prompt, tokens_for
+from tests.test_metrics import sample, scrape
 
 USER = [{"role": "user", "content": "Say something."}]
 
@@ -304,3 +305,32 @@ def test_a_client_leaving_mid_stream_stops_the_generator(triton: Triton) -> None
             received += sock.recv(65536)
         assert received.startswith(b"HTTP/1.1 200")
     assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
+
+
+def _token_metrics(triton: Triton, model: str) -> Tuple[float, float, float, float]:
+    """Output tokens, prompt tokens, first-token observations and between-token observations of a model."""
+    families = scrape(triton)
+    labels = {"model": model, "version": "1"}
+    return (
+        sample(families, "pytriton_openai_output_tokens", **labels),
+        sample(families, "pytriton_openai_prompt_tokens", **labels),
+        sample(families, "pytriton_openai_time_to_first_token_seconds", "_count", **labels),
+        sample(families, "pytriton_openai_time_between_tokens_seconds", "_count", **labels),
+    )
+
+
+def test_token_metrics_count_each_generation_once(triton: Triton, client: openai.OpenAI) -> None:
+    before = _token_metrics(triton, "toy-fn")
+    client.chat.completions.create(model="toy-fn", messages=USER, max_tokens=5)
+    list(client.chat.completions.create(model="toy-fn", messages=USER, max_tokens=3, stream=True))
+    after = _token_metrics(triton, "toy-fn")
+    prompt_tokens = len("Say something.".split())
+    assert [b - a for a, b in zip(before, after)] == [8, 2 * prompt_tokens, 2, 4 + 2]
+    families = scrape(triton)
+    assert (
+        sample(
+            families, "pytriton_openai_time_to_first_token_seconds", "_bucket", model="toy-fn", version="1", le="+Inf"
+        )
+        == after[2]
+    )
+    assert not [s for s in families["pytriton_openai_output_tokens"].samples if s.labels["model"] == "embed"]

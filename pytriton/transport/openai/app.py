@@ -261,7 +261,6 @@ class OpenAIApp:
                 await _send_event(send, answer.usage_chunk(token_usage))
             await send({"type": "http.response.body", "body": codec.SSE_DONE, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
-            _record(model, generations, prompt_tokens)
         except asyncio.CancelledError:
             LOGGER.info(
                 "client disconnected from stream %s of model '%s' after %d chunks: its generation is stopped",
@@ -275,6 +274,7 @@ class OpenAIApp:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            _record(model, generations, prompt_tokens)  # what was generated, also for a client that left
 
     async def _send_openers(self, send: Send, answer: _Answer, choices: int, echo: Optional[List[str]]) -> None:
         """What opens each choice: the assistant's role (chat), or the echoed prompt (completions)."""
@@ -380,12 +380,9 @@ def _embedding_of(response: Any, name: str) -> np.ndarray:
 
 def _record(model: ServingModel, generations: List[Generation], prompt_tokens: int) -> None:
     """Count a finished generation's tokens and their times in the model's metrics (on the main process)."""
-    record = getattr(model, "record_tokens", None)
-    if record is None:
-        return
     for generation in generations:
         if generation.first_token_ns is not None:
-            record(generation.first_token_ns, generation.gaps_ns, generation.tokens, prompt_tokens)
+            model.record_tokens(generation.first_token_ns, generation.gaps_ns, generation.tokens, prompt_tokens)
             prompt_tokens = 0  # counted once a request
 
 

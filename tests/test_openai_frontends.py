@@ -1,0 +1,68 @@
+"""The OpenAI API served by frontend processes (frontends=2): the same answers, streams stopped on the hub when
+their client leaves, and token metrics counted once per request, on the hub."""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Iterator
+
+import openai
+import pytest
+
+from pytriton.triton import Triton
+from tests import openai_models
+from tests.conftest import running_triton
+from tests.openai_models import default_prompt, tokens_for
+from tests.test_metrics import sample, scrape
+
+USER = [{"role": "user", "content": "Say something."}]
+
+
+@pytest.fixture(scope="module")
+def triton() -> Iterator[Triton]:
+    with running_triton(openai_models.bind_models, frontends=2) as server:
+        yield server
+
+
+def test_chat_completions_embeddings_and_models_through_frontend_processes(triton: Triton) -> None:
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{triton.http_port}/v1", api_key="none", max_retries=0)
+    expected = "".join(tokens_for(default_prompt("Say something."), 4))
+    for _ in range(4):  # connections go to each frontend in turn
+        answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=4)
+        assert answer.choices[0].message.content == expected
+        stream = client.chat.completions.create(model="toy", messages=USER, max_tokens=4, stream=True)
+        assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == expected
+    assert "toy" in {model.id for model in client.models.list()}
+    vectors = client.embeddings.create(model="embed", input=["a", "b"], dimensions=4, encoding_format="float")
+    assert [len(item.embedding) for item in vectors.data] == [4, 4]
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="nope", messages=USER)
+
+
+def test_token_metrics_are_counted_once_on_the_hub(triton: Triton) -> None:
+    labels = {"model": "toy-jinja", "version": "1"}
+    families = scrape(triton)
+    before = sample(families, "pytriton_openai_output_tokens", **labels)
+    first_before = sample(families, "pytriton_openai_time_to_first_token_seconds", "_count", **labels)
+    for _ in range(6):  # a new client, so a new connection, each time: both frontends serve some
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{triton.http_port}/v1", api_key="none", max_retries=0)
+        list(client.chat.completions.create(model="toy-jinja", messages=USER, max_tokens=3, stream=True))
+        client.close()
+    families = scrape(triton)
+    assert sample(families, "pytriton_openai_output_tokens", **labels) - before == 18
+    assert sample(families, "pytriton_openai_time_to_first_token_seconds", "_count", **labels) - first_before == 6
+
+
+def test_a_client_leaving_stops_the_generator_on_the_hub(triton: Triton) -> None:
+    openai_models.endless_stopped.clear()
+    body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        received = b""
+        while received.count(b"data: ") < 3:
+            received += sock.recv(65536)
+    assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
