@@ -6,6 +6,8 @@ import asyncio
 import base64
 import json
 import socket
+import threading
+import time
 from typing import Iterator, List, Tuple
 
 import numpy as np
@@ -334,3 +336,33 @@ def test_token_metrics_count_each_generation_once(triton: Triton, client: openai
         == after[2]
     )
     assert not [s for s in families["pytriton_openai_output_tokens"].samples if s.labels["model"] == "embed"]
+
+
+def test_a_stopping_server_answers_503_and_ends_open_streams_with_an_error_event() -> None:
+    with running_triton(openai_models.bind_models, exit_timeout_secs=1) as server:
+        port = server.http_port or 0
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+        body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            received = b""
+            while received.count(b"data: ") < 2:
+                received += sock.recv(65536)
+            stopping = threading.Thread(target=server.stop)
+            stopping.start()
+            deadline = time.monotonic() + 10
+            while get_json(port, "/v2/health/ready")[0] == 200:  # the stop refuses new requests from now on
+                assert time.monotonic() < deadline, "the server never stopped being ready"
+                time.sleep(0.02)
+            with pytest.raises(openai.InternalServerError) as refused:
+                client.chat.completions.create(model="toy", messages=USER)
+            assert refused.value.status_code == 503 and refused.value.code == "service_unavailable"
+            while not received.endswith(b"0\r\n\r\n"):  # the stream's end, after the drain's cut-off
+                part = sock.recv(65536)
+                assert part, "the connection closed before the stream ended"
+                received += part
+        stopping.join(30)
+    assert b'"code":"service_unavailable"' in received.split(b"data: ")[-1]
