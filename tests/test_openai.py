@@ -366,3 +366,32 @@ def test_a_stopping_server_answers_503_and_ends_open_streams_with_an_error_event
                 received += part
         stopping.join(30)
     assert b'"code":"service_unavailable"' in received.split(b"data: ")[-1]
+
+
+def test_a_client_leaving_a_whole_answer_stops_the_generator(triton: Triton) -> None:
+    openai_models.endless_stopped.clear()
+    openai_models.endless_started.clear()
+    body = json.dumps({"model": "endless", "messages": USER}).encode()
+    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        assert openai_models.endless_started.wait(10)
+    assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
+
+
+def test_restricting_inference_with_the_access_token_restricts_the_openai_routes() -> None:
+    security = TritonSecurityConfig(access_token=ACCESS_TOKEN, restricted_endpoints=["inference"])
+    with running_triton(openai_models.bind_models, security_config=security) as server:
+        base = f"http://127.0.0.1:{server.http_port}/v1"
+        with pytest.raises(openai.PermissionDeniedError, match="triton-access-token"):
+            openai.OpenAI(base_url=base, api_key="x", max_retries=0).chat.completions.create(model="toy", messages=USER)
+        allowed = openai.OpenAI(
+            base_url=base, api_key="x", max_retries=0, default_headers={"triton-access-token": ACCESS_TOKEN}
+        )
+        answer = allowed.chat.completions.create(model="toy", messages=USER, max_tokens=1)
+        assert answer.choices[0].message.content == _expected("Say something.", 1)
+        assert "toy" in {
+            model.id for model in openai.OpenAI(base_url=base, api_key="x").models.list()
+        }  # metadata: free

@@ -300,7 +300,12 @@ class ServerRuntime:
             inflation_budget=self.inflation_budget,
             access=options.http_access,
             settings=self.settings,
-            openai=OpenAIApp(self.engine, api_key=options.openai_api_key, max_body_bytes=options.limits.max_body_bytes),
+            openai=OpenAIApp(
+                self.engine,
+                api_key=options.openai_api_key,
+                max_body_bytes=options.limits.max_body_bytes,
+                access=options.http_access,
+            ),
         )
 
     @property

@@ -80,7 +80,10 @@ class FrontendProcess:
                 inflation_budget=budget,
                 access=options.http_access,
                 openai=OpenAIApp(
-                    self.engine, api_key=options.openai_api_key, max_body_bytes=options.limits.max_body_bytes
+                    self.engine,
+                    api_key=options.openai_api_key,
+                    max_body_bytes=options.limits.max_body_bytes,
+                    access=options.http_access,
                 ),
             )
             forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)

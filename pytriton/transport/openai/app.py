@@ -12,13 +12,15 @@ import base64
 import hmac
 import logging
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+import weakref
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import numpy as np
 import orjson
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.serving import ServingEngine, ServingModel
+from pytriton.options.access import AccessRules
 from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, counted
 from pytriton.protocol import openai_codec as codec
 from pytriton.protocol.openai_codec import OpenAIError, Sampling, invalid
@@ -35,6 +37,9 @@ Send = Callable[[Message], Awaitable[None]]
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 PREFIX = "/v1/"
+T = TypeVar("T")
+# Handlers cancelled because their client disconnected.
+_LEFT: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
 
 class OpenAIApp:
@@ -43,9 +48,21 @@ class OpenAIApp:
     `api_key`: the key clients must send as `Authorization: Bearer <key>` (401 otherwise); None asks none.
     """
 
-    def __init__(self, engine: ServingEngine, *, api_key: Optional[str] = None, max_body_bytes: int = 2**31 - 1):
-        """Serve `engine`'s models that have an OpenAI option."""
+    def __init__(
+        self,
+        engine: ServingEngine,
+        *,
+        api_key: Optional[str] = None,
+        max_body_bytes: int = 2**31 - 1,
+        access: Optional[AccessRules] = None,
+    ):
+        """Serve `engine`'s models that have an OpenAI option.
+
+        `access`: the server's restricted APIs (http_restricted_api, the access token's): a restriction of
+        `inference` holds for the generation routes, of `metadata` for /v1/models.
+        """
         self._engine = engine
+        self._access = access or None
         self._api_key = api_key.encode() if api_key else None
         self._max_body_bytes = max_body_bytes
 
@@ -53,6 +70,10 @@ class OpenAIApp:
         """Serve one request under /v1."""
         try:
             await self._route(scope, receive, send)
+        except asyncio.CancelledError:
+            if asyncio.current_task() in _LEFT:  # its client went away: closing its work stopped the model's
+                return
+            raise
         except OpenAIError as error:
             await _send_json(send, error.status, error.document())
         except InferenceError as error:
@@ -68,6 +89,12 @@ class OpenAIApp:
         method: str = scope["method"]
         path: str = scope["path"]
         self._authorize(scope)
+        if self._access is not None:
+            denial = self._access.http_denial(
+                path, {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+            )
+            if denial is not None:
+                raise OpenAIError(403, denial, code="restricted_api")
         route = path[len(PREFIX) :].rstrip("/")
         if route == "models" or route.startswith("models/"):
             _allow(method, "GET", path)
@@ -137,8 +164,18 @@ class OpenAIApp:
         except TemplateError as error:
             raise invalid(str(error), param="messages") from None
         prompts = [prompt] * request.sampling.n
+        prompt_tokens = counted(option.token_counter, prompt)
         await self._generate(
-            scope, receive, send, model, option, request.sampling, prompts, request.messages, started_ns, chat=True
+            receive,
+            send,
+            model,
+            option,
+            request.sampling,
+            prompts,
+            prompt_tokens,
+            request.messages,
+            started_ns,
+            chat=True,
         )
 
     async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -147,20 +184,31 @@ class OpenAIApp:
         request = codec.parse_completion(await self._body(receive))
         model, option = self._model(request.model, (OpenAIChat, OpenAICompletions), "/v1/completions")
         prompts = [prompt for prompt in request.prompts for _ in range(request.sampling.n)]
+        prompt_tokens = sum(counted(option.token_counter, prompt) for prompt in request.prompts)
         echoed = prompts if request.echo else None
         await self._generate(
-            scope, receive, send, model, option, request.sampling, prompts, None, started_ns, chat=False, echo=echoed
+            receive,
+            send,
+            model,
+            option,
+            request.sampling,
+            prompts,
+            prompt_tokens,
+            None,
+            started_ns,
+            chat=False,
+            echo=echoed,
         )
 
     async def _generate(
         self,
-        scope: Scope,
         receive: Receive,
         send: Send,
         model: ServingModel,
         option: Any,
         sampling: Sampling,
         prompts: List[str],
+        prompt_tokens: int,
         messages: Optional[List[Dict[str, Any]]],
         started_ns: int,
         *,
@@ -180,16 +228,13 @@ class OpenAIApp:
             )
             for prompt in prompts
         ]
-        prompt_tokens = sum(counted(option.token_counter, prompt) for prompt in dict.fromkeys(prompts))
-        if chat:
-            prompt_tokens = counted(option.token_counter, prompts[0])
         answer = _Answer(
             codec.new_id("chatcmpl" if chat else "cmpl"), int(time.time()), spec.name, chat, sampling.include_usage
         )
         if sampling.stream:
             await self._stream(receive, send, model, answer, generations, prompt_tokens, echo)
             return
-        texts = await asyncio.gather(*(generation.whole() for generation in generations))
+        texts = await _until_disconnect(receive, [generation.whole() for generation in generations])
         if echo is not None:
             texts = [prompt + text for prompt, text in zip(echo, texts)]
         choices = [(text, generation.finish_reason) for text, generation in zip(texts, generations)]
@@ -302,7 +347,7 @@ class OpenAIApp:
             else:
                 raise invalid(f"model '{spec.name}' does not support 'dimensions'", param="dimensions")
         requests = [build_request(spec, text, parameters) for text in request.inputs]
-        responses = await asyncio.gather(*(model.infer(item) for item in requests))
+        responses = await _until_disconnect(receive, [model.infer(item) for item in requests])
         vectors = []
         for response in responses:
             vector = _embedding_of(response, spec.name)
@@ -411,10 +456,27 @@ async def _send_event(send: Send, document: Any) -> None:
     await send({"type": "http.response.body", "body": codec.sse_event(document), "more_body": True})
 
 
+async def _until_disconnect(receive: Receive, work: List[Awaitable[T]]) -> List[T]:
+    """Run `work` concurrently: its results; the first failure, or the client leaving, cancels the rest."""
+    handler = asyncio.current_task()
+    assert handler is not None
+    loop = asyncio.get_running_loop()
+    watcher = loop.create_task(_cancel_on_disconnect(receive, handler))
+    tasks = [asyncio.ensure_future(item) for item in work]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        watcher.cancel()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
-    """Cancel a streaming handler when its client disconnects."""
+    """Cancel a handler when its client disconnects (the request body has been read already)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
+            _LEFT.add(handler)
             handler.cancel()
             return
