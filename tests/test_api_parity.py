@@ -38,8 +38,9 @@ ALLOWED: Dict[str, str] = {
     "pytriton.triton:INITIAL_BACKEND_SHM_SIZE": _TRITONSERVER,
     "pytriton.triton:GROWTH_BACKEND_SHM_SIZE": _TRITONSERVER,
     "pytriton.triton:WAIT_FORM_MODEL_TIMEOUT_S": "models are ready when bound: run() waits for nothing but warm-ups",
-    "pytriton.triton:Triton.__init__": "one more keyword-only argument, `limits` (request size, timeout and "
-    "connection limits of this server); 0.7's `workspace` may not be a pytriton.utils.workspace.Workspace",
+    "pytriton.triton:Triton.__init__": "more keyword-only arguments: `limits` (request size, timeout and "
+    "connection limits of this server), `frontends`, `openai_port` (the OpenAI API's own port); 0.7's `workspace` "
+    "may not be a pytriton.utils.workspace.Workspace",
     "pytriton.triton:Triton.serve": _SEEDS_PERIOD,
     "pytriton.triton:TritonBase.serve": _SEEDS_PERIOD,
     "pytriton.triton:RemoteTriton.serve": _SEEDS_PERIOD,

@@ -10,9 +10,10 @@ from typing import Iterator
 import openai
 import pytest
 
-from pytriton.triton import Triton
+from pytriton.triton import Triton, TritonConfig
 from tests import openai_models
 from tests.conftest import running_triton
+from tests.http_helpers import request
 from tests.openai_models import default_prompt, tokens_for
 from tests.test_metrics import sample, scrape
 
@@ -66,3 +67,22 @@ def test_a_client_leaving_stops_the_generator_on_the_hub(triton: Triton) -> None
         while received.count(b"data: ") < 3:
             received += sock.recv(65536)
     assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
+
+
+@pytest.mark.parametrize("frontends", [1, 2])
+def test_the_openai_api_on_a_port_of_its_own(frontends: int) -> None:
+    config = TritonConfig(http_port=0, grpc_port=0, metrics_port=0)
+    triton = Triton(config=config, frontends=frontends, openai_port=0)
+    try:
+        openai_models.bind_models(triton)
+        triton.run()
+        assert triton.openai_port not in (None, triton.http_port)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{triton.openai_port}/v1", api_key="x", max_retries=0)
+        answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=2)
+        assert answer.choices[0].message.content == "".join(tokens_for(default_prompt("Say something."), 2))
+        assert "toy" in {model.id for model in client.models.list()}
+        status, _, _ = request(triton.http_port or 0, "GET", "/v1/models")
+        assert status == 404  # the HTTP port serves Triton's routes only
+        assert request(triton.openai_port or 0, "GET", "/v2/health/ready")[0] == 404
+    finally:
+        triton.stop()

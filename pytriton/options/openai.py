@@ -7,10 +7,13 @@ function, a token counter) travel there by value (cloudpickle), as process insta
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import cloudpickle
+
+from pytriton.exceptions import PyTritonValidationError
 
 Message = Dict[str, Any]
 ChatTemplate = Union[str, Callable[[List[Message]], str], None]
@@ -115,6 +118,30 @@ OpenAIOption = Union[OpenAIChat, OpenAICompletions, OpenAIEmbeddings]
 OPENAI_OPTIONS = (OpenAIChat, OpenAICompletions, OpenAIEmbeddings)
 
 
+PORT_VARIABLE = "PYTRITON_OPENAI_PORT"
+
+
+def resolve_openai_port(explicit: Optional[int], environ: Mapping[str, str] = os.environ) -> Optional[int]:
+    """The port of the OpenAI API: `explicit` when given, else PYTRITON_OPENAI_PORT, else None (the HTTP port's).
+
+    Raises:
+        PyTritonValidationError: not a port number (0: a free port).
+    """
+    if explicit is not None:
+        source, value = "openai_port", explicit
+    elif environ.get(PORT_VARIABLE, "").strip():
+        source, text = PORT_VARIABLE, environ[PORT_VARIABLE].strip()
+        try:
+            value = int(text)
+        except ValueError:
+            raise PyTritonValidationError(f"{PORT_VARIABLE}={text!r} is not a port number") from None
+    else:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise PyTritonValidationError(f"{source}: {value!r} is not a port number (0 to 65535; 0: a free port)")
+    return value
+
+
 def counted(counter: TokenCounter, text: str) -> int:
     """The tokens of `text`: the counter's, else its whitespace-separated words."""
     if counter is not None:
@@ -132,4 +159,5 @@ __all__ = [
     "OpenAIOption",
     "TokenCounter",
     "counted",
+    "resolve_openai_port",
 ]

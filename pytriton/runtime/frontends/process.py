@@ -79,7 +79,9 @@ class FrontendProcess:
                 max_body_bytes=options.limits.max_body_bytes,
                 inflation_budget=budget,
                 access=options.http_access,
-                openai=OpenAIApp(
+                openai=None
+                if options.openai_port is not None  # the hub serves the OpenAI API's own port
+                else OpenAIApp(
                     self.engine,
                     api_key=options.openai_api_key,
                     max_body_bytes=options.limits.max_body_bytes,
