@@ -17,7 +17,7 @@ import pytest
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests import openai_models
 from tests.conftest import ACCESS_TOKEN, running_triton
-from tests.http_helpers import get_json, post_json
+from tests.http_helpers import get_json, post_json, request
 from tests.openai_models import DEFAULT_TOKENS, JINJA_TEMPLATE, default_prompt, tokens_for
 from tests.test_metrics import sample, scrape
 
@@ -395,3 +395,15 @@ def test_restricting_inference_with_the_access_token_restricts_the_openai_routes
         assert "toy" in {
             model.id for model in openai.OpenAI(base_url=base, api_key="x").models.list()
         }  # metadata: free
+
+
+def test_one_binding_answers_the_generate_extension_too(triton: Triton) -> None:
+    status, _, body = request(
+        triton.http_port or 0,
+        "POST",
+        "/v2/models/toy/generate_stream",
+        json.dumps({"text_input": "raw prompt", "max_tokens": 3}),
+    )
+    assert status == 200
+    events = [json.loads(line[len(b"data: ") :]) for line in body.split(b"\n\n") if line.startswith(b"data: ")]
+    assert [event["text_output"] for event in events] == tokens_for("raw prompt", 3)

@@ -35,6 +35,8 @@ def test_chat_completions_embeddings_and_models_through_frontend_processes(trito
         stream = client.chat.completions.create(model="toy", messages=USER, max_tokens=4, stream=True)
         assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == expected
     assert "toy" in {model.id for model in client.models.list()}
+    templated = client.chat.completions.create(model="toy-fn", messages=USER, max_tokens=2)  # a lambda, in the frontend
+    assert templated.choices[0].message.content == "".join(tokens_for("Say something.", 2))
     vectors = client.embeddings.create(model="embed", input=["a", "b"], dimensions=4, encoding_format="float")
     assert [len(item.embedding) for item in vectors.data] == [4, 4]
     with pytest.raises(openai.NotFoundError):
