@@ -13,7 +13,7 @@ import hmac
 import logging
 import time
 import weakref
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Awaitable, Dict, List, Optional, Tuple, TypeVar
 
 import numpy as np
 import orjson
@@ -24,15 +24,11 @@ from pytriton.options.access import AccessRules
 from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, counted
 from pytriton.protocol import openai_codec as codec
 from pytriton.protocol.openai_codec import OpenAIError, Sampling, invalid
+from pytriton.transport.http.responses import Receive, Scope, Send
 from pytriton.transport.openai.generation import EMBEDDING_OUTPUT, Generation, build_request
 from pytriton.transport.openai.templates import TemplateError, render
 
 LOGGER = logging.getLogger("pytriton.openai")
-
-Scope = Dict[str, Any]
-Message = Dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
@@ -86,6 +82,7 @@ class OpenAIApp:
             )
 
     def _route(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The handler of a request (the key and the access rules checked first), by path and method."""
         method: str = scope["method"]
         path: str = scope["path"]
         self._authorize(scope)
@@ -102,9 +99,9 @@ class OpenAIApp:
         if route in ("chat/completions", "completions", "embeddings"):
             _allow(method, "POST", path)
             if route == "chat/completions":
-                return self._chat(scope, receive, send)
+                return self._chat(receive, send)
             if route == "completions":
-                return self._completions(scope, receive, send)
+                return self._completions(receive, send)
             return self._embeddings(receive, send)
         raise OpenAIError(404, f"Invalid URL ({method} {path})")
 
@@ -131,7 +128,7 @@ class OpenAIApp:
         """GET /v1/models, or /v1/models/{name}."""
         entries: Dict[str, Dict[str, Any]] = {}
         for model in self._engine.models():  # by name, then version: the latest version stands for its name
-            option = getattr(model.spec, "openai", None)
+            option = model.spec.openai
             if option is not None:
                 entries[model.spec.name] = codec.model_entry(model.spec.name, option.created, option.owned_by)
         if name is None:
@@ -147,14 +144,14 @@ class OpenAIApp:
             model = self._engine.model(name)
         except InferenceError:
             raise codec.model_not_found(name) from None
-        option = getattr(model.spec, "openai", None)
+        option = model.spec.openai
         if option is None:
             raise codec.model_not_found(name)
         if not isinstance(option, kind):
             raise invalid(f"model '{name}' is not served at {route}", param="model", code="model_not_supported")
         return model, option
 
-    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _chat(self, receive: Receive, send: Send) -> None:
         """POST /v1/chat/completions."""
         started_ns = time.monotonic_ns()
         request = codec.parse_chat(await self._body(receive))
@@ -178,7 +175,7 @@ class OpenAIApp:
             chat=True,
         )
 
-    async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _completions(self, receive: Receive, send: Send) -> None:
         """POST /v1/completions."""
         started_ns = time.monotonic_ns()
         request = codec.parse_completion(await self._body(receive))
