@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
 from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
+import openai
 
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings
@@ -152,3 +154,13 @@ def bind_models(triton: Triton) -> None:
 def default_prompt(content: str) -> str:
     """The built-in template's prompt of one user message."""
     return f"<|user|>\n{content}\n<|assistant|>\n"
+
+
+@contextlib.contextmanager
+def sdk_client(port: Optional[int], api_key: str = "none", **options: Any) -> Iterator[openai.OpenAI]:
+    """An `openai` client of a server's /v1 (no retries), closed after use: no socket is left for the collector."""
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=api_key, max_retries=0, **options)
+    try:
+        yield client
+    finally:
+        client.close()

@@ -18,7 +18,7 @@ from pytriton.triton import Triton, TritonSecurityConfig
 from tests import openai_models
 from tests.conftest import ACCESS_TOKEN, running_triton
 from tests.http_helpers import get_json, post_json, request
-from tests.openai_models import DEFAULT_TOKENS, JINJA_TEMPLATE, default_prompt, tokens_for
+from tests.openai_models import DEFAULT_TOKENS, JINJA_TEMPLATE, default_prompt, sdk_client, tokens_for
 from tests.test_metrics import sample, scrape
 
 USER = [{"role": "user", "content": "Say something."}]
@@ -31,8 +31,9 @@ def triton() -> Iterator[Triton]:
 
 
 @pytest.fixture(scope="module")
-def client(triton: Triton) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{triton.http_port}/v1", api_key="none", max_retries=0)
+def client(triton: Triton) -> Iterator[openai.OpenAI]:
+    with sdk_client(triton.http_port) as sdk:
+        yield sdk
 
 
 def _expected(content: str, count: int = DEFAULT_TOKENS) -> str:
@@ -281,16 +282,15 @@ def test_a_failing_model_is_a_server_error_or_an_error_event(client: openai.Open
 def test_api_key_is_required_when_configured() -> None:
     security = TritonSecurityConfig(access_token=ACCESS_TOKEN, openai_api_key="sk-test")
     with running_triton(openai_models.bind_models, security_config=security) as server:
-        base = f"http://127.0.0.1:{server.http_port}/v1"
-        with pytest.raises(openai.AuthenticationError) as denied:
-            openai.OpenAI(base_url=base, api_key="wrong", max_retries=0).models.list()
+        with pytest.raises(openai.AuthenticationError) as denied, sdk_client(server.http_port, "wrong") as wrong:
+            wrong.models.list()
         assert denied.value.code == "invalid_api_key"
         status, document = post_json(server.http_port or 0, "/v1/chat/completions", {"model": "toy", "messages": USER})
         assert status == 401 and "didn't provide an API key" in document["error"]["message"]
         status, _ = get_json(server.http_port or 0, "/v2/health/ready")  # Triton's routes ask no OpenAI key
         assert status == 200
-        allowed = openai.OpenAI(base_url=base, api_key="sk-test", max_retries=0)
-        answer = allowed.chat.completions.create(model="toy", messages=USER, max_tokens=1)
+        with sdk_client(server.http_port, "sk-test") as allowed:
+            answer = allowed.chat.completions.create(model="toy", messages=USER, max_tokens=1)
         assert answer.choices[0].message.content == _expected("Say something.", 1)
 
 
@@ -341,7 +341,6 @@ def test_token_metrics_count_each_generation_once(triton: Triton, client: openai
 def test_a_stopping_server_answers_503_and_ends_open_streams_with_an_error_event() -> None:
     with running_triton(openai_models.bind_models, exit_timeout_secs=1) as server:
         port = server.http_port or 0
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
         body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             sock.sendall(
@@ -357,7 +356,7 @@ def test_a_stopping_server_answers_503_and_ends_open_streams_with_an_error_event
             while get_json(port, "/v2/health/ready")[0] == 200:  # the stop refuses new requests from now on
                 assert time.monotonic() < deadline, "the server never stopped being ready"
                 time.sleep(0.02)
-            with pytest.raises(openai.InternalServerError) as refused:
+            with pytest.raises(openai.InternalServerError) as refused, sdk_client(port) as client:
                 client.chat.completions.create(model="toy", messages=USER)
             assert refused.value.status_code == 503 and refused.value.code == "service_unavailable"
             while not received.endswith(b"0\r\n\r\n"):  # the stream's end, after the drain's cut-off
@@ -384,17 +383,13 @@ def test_a_client_leaving_a_whole_answer_stops_the_generator(triton: Triton) -> 
 def test_restricting_inference_with_the_access_token_restricts_the_openai_routes() -> None:
     security = TritonSecurityConfig(access_token=ACCESS_TOKEN, restricted_endpoints=["inference"])
     with running_triton(openai_models.bind_models, security_config=security) as server:
-        base = f"http://127.0.0.1:{server.http_port}/v1"
-        with pytest.raises(openai.PermissionDeniedError, match="triton-access-token"):
-            openai.OpenAI(base_url=base, api_key="x", max_retries=0).chat.completions.create(model="toy", messages=USER)
-        allowed = openai.OpenAI(
-            base_url=base, api_key="x", max_retries=0, default_headers={"triton-access-token": ACCESS_TOKEN}
-        )
-        answer = allowed.chat.completions.create(model="toy", messages=USER, max_tokens=1)
+        with sdk_client(server.http_port) as plain:
+            with pytest.raises(openai.PermissionDeniedError, match="triton-access-token"):
+                plain.chat.completions.create(model="toy", messages=USER)
+            assert "toy" in {model.id for model in plain.models.list()}  # metadata is not restricted
+        with sdk_client(server.http_port, default_headers={"triton-access-token": ACCESS_TOKEN}) as allowed:
+            answer = allowed.chat.completions.create(model="toy", messages=USER, max_tokens=1)
         assert answer.choices[0].message.content == _expected("Say something.", 1)
-        assert "toy" in {
-            model.id for model in openai.OpenAI(base_url=base, api_key="x").models.list()
-        }  # metadata: free
 
 
 def test_one_binding_answers_the_generate_extension_too(triton: Triton) -> None:

@@ -1,5 +1,5 @@
 """The OpenAI API served by frontend processes (frontends=2): the same answers, streams stopped on the hub when
-their client leaves, and token metrics counted once per request, on the hub."""
+their client leaves, token metrics counted once per request, on the hub; its own port; process instances."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ from typing import Iterator
 import openai
 import pytest
 
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import ModelConfig
+from pytriton.openai import OpenAIChat
 from pytriton.triton import Triton, TritonConfig
 from tests import openai_models
 from tests.conftest import running_triton
 from tests.http_helpers import request
-from tests.openai_models import default_prompt, tokens_for
+from tests.openai_models import default_prompt, sdk_client, tokens_for
 from tests.test_metrics import sample, scrape
 
 USER = [{"role": "user", "content": "Say something."}]
@@ -27,20 +30,22 @@ def triton() -> Iterator[Triton]:
 
 
 def test_chat_completions_embeddings_and_models_through_frontend_processes(triton: Triton) -> None:
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{triton.http_port}/v1", api_key="none", max_retries=0)
     expected = "".join(tokens_for(default_prompt("Say something."), 4))
-    for _ in range(4):  # connections go to each frontend in turn
-        answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=4)
-        assert answer.choices[0].message.content == expected
-        stream = client.chat.completions.create(model="toy", messages=USER, max_tokens=4, stream=True)
-        assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == expected
-    assert "toy" in {model.id for model in client.models.list()}
-    templated = client.chat.completions.create(model="toy-fn", messages=USER, max_tokens=2)  # a lambda, in the frontend
-    assert templated.choices[0].message.content == "".join(tokens_for("Say something.", 2))
-    vectors = client.embeddings.create(model="embed", input=["a", "b"], dimensions=4, encoding_format="float")
-    assert [len(item.embedding) for item in vectors.data] == [4, 4]
-    with pytest.raises(openai.NotFoundError):
-        client.chat.completions.create(model="nope", messages=USER)
+    for _ in range(4):  # a client, so a connection, each time: the hub hands connections to each frontend in turn
+        with sdk_client(triton.http_port) as client:
+            answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=4)
+            assert answer.choices[0].message.content == expected
+            stream = client.chat.completions.create(model="toy", messages=USER, max_tokens=4, stream=True)
+            assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == expected
+            # a function template (a lambda), pickled by value into the frontend process
+            templated = client.chat.completions.create(model="toy-fn", messages=USER, max_tokens=2)
+            assert templated.choices[0].message.content == "".join(tokens_for("Say something.", 2))
+    with sdk_client(triton.http_port) as client:
+        assert "toy" in {model.id for model in client.models.list()}
+        vectors = client.embeddings.create(model="embed", input=["a", "b"], dimensions=4, encoding_format="float")
+        assert [len(item.embedding) for item in vectors.data] == [4, 4]
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="nope", messages=USER)
 
 
 def test_token_metrics_are_counted_once_on_the_hub(triton: Triton) -> None:
@@ -49,9 +54,8 @@ def test_token_metrics_are_counted_once_on_the_hub(triton: Triton) -> None:
     before = sample(families, "pytriton_openai_output_tokens", **labels)
     first_before = sample(families, "pytriton_openai_time_to_first_token_seconds", "_count", **labels)
     for _ in range(6):  # a new client, so a new connection, each time: both frontends serve some
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{triton.http_port}/v1", api_key="none", max_retries=0)
-        list(client.chat.completions.create(model="toy-jinja", messages=USER, max_tokens=3, stream=True))
-        client.close()
+        with sdk_client(triton.http_port) as client:
+            list(client.chat.completions.create(model="toy-jinja", messages=USER, max_tokens=3, stream=True))
     families = scrape(triton)
     assert sample(families, "pytriton_openai_output_tokens", **labels) - before == 18
     assert sample(families, "pytriton_openai_time_to_first_token_seconds", "_count", **labels) - first_before == 6
@@ -79,12 +83,30 @@ def test_the_openai_api_on_a_port_of_its_own(frontends: int) -> None:
         openai_models.bind_models(triton)
         triton.run()
         assert triton.openai_port not in (None, triton.http_port)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{triton.openai_port}/v1", api_key="x", max_retries=0)
-        answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=2)
+        with sdk_client(triton.openai_port) as client:
+            answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=2)
+            assert "toy" in {model.id for model in client.models.list()}
         assert answer.choices[0].message.content == "".join(tokens_for(default_prompt("Say something."), 2))
-        assert "toy" in {model.id for model in client.models.list()}
         status, _, _ = request(triton.http_port or 0, "GET", "/v1/models")
         assert status == 404  # the HTTP port serves Triton's routes only
         assert request(triton.openai_port or 0, "GET", "/v2/health/ready")[0] == 404
     finally:
         triton.stop()
+
+
+def test_a_generator_in_process_instances_streams_through_the_openai_api() -> None:
+    def bind(server: Triton) -> None:
+        server.bind(
+            "toy-process",
+            ProcessInstances(openai_models.toy, count=2),
+            [openai_models.TEXT_IN],
+            [openai_models.TEXT_OUT],
+            config=ModelConfig(decoupled=True),
+            openai=OpenAIChat(),
+        )
+
+    with running_triton(bind) as server:
+        with sdk_client(server.http_port) as client:
+            stream = client.chat.completions.create(model="toy-process", messages=USER, max_tokens=3, stream=True)
+            pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+        assert pieces == tokens_for(default_prompt("Say something."), 3)
