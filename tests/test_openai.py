@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import socket
 import threading
 import time
@@ -296,6 +297,13 @@ def test_api_key_is_required_when_configured() -> None:
 
 def test_a_client_leaving_mid_stream_stops_the_generator(triton: Triton) -> None:
     openai_models.endless_stopped.clear()
+    records: List[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("pytriton.openai")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # whatever the test run's logging configuration lets through
     body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
     with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:
         sock.sendall(
@@ -306,7 +314,12 @@ def test_a_client_leaving_mid_stream_stops_the_generator(triton: Triton) -> None
         while received.count(b"data: ") < 3:
             received += sock.recv(65536)
         assert received.startswith(b"HTTP/1.1 200")
-    assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
+    try:
+        assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert any("client disconnected from stream" in record.getMessage() for record in records), records
 
 
 def _token_metrics(triton: Triton, model: str) -> Tuple[float, float, float, float]:
