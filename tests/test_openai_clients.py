@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
+import sys
 from typing import Any, Dict, Iterator, List, Tuple
 
 import jsonschema
+import openai
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI, OpenAIEmbeddings
@@ -17,7 +20,8 @@ from pytriton.triton import Triton, TritonSecurityConfig
 from tests import openai_models, openai_schema
 from tests.conftest import ACCESS_TOKEN, running_triton
 from tests.http_helpers import request
-from tests.openai_models import default_prompt, tokens_for
+from tests.openai_models import default_prompt, sdk_client, tokens_for
+from tests.server_process import ServerProcess, free_port_env
 
 USER = [{"role": "user", "content": "Say something."}]
 
@@ -62,8 +66,6 @@ def test_langchain_async_and_embeddings(triton: Triton) -> None:
 
 
 def test_langchain_sees_an_unknown_model_as_the_sdks_not_found(triton: Triton) -> None:
-    import openai
-
     chat = ChatOpenAI(model="nope", base_url=_base(triton), api_key="none", max_retries=0)  # type: ignore[call-arg]
     with pytest.raises(openai.NotFoundError):
         chat.invoke("Hi")
@@ -198,3 +200,26 @@ def test_an_unauthorized_body_follows_the_schema() -> None:
         jsonschema.validate(json.loads(body), openai_schema.ERROR)
         status, _, body = request(server.http_port or 0, "GET", "/v1/models", headers={"Authorization": "Bearer sk-x"})
         assert status == 200 and json.loads(body) == {"object": "list", "data": []}
+
+
+def test_pytriton_serve_with_openai_port_and_key_from_the_environment() -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "pytriton",
+        "serve",
+        "examples/openai_chat/server.py:bind_toy",
+        "--openai-port",
+        "0",
+    ]
+    with ServerProcess(command, env=free_port_env(PYTRITON_OPENAI_API_KEY="sk-env")) as server:
+        port = int(server.wait_for(r"INFO pytriton: the OpenAI API: http://0\.0\.0\.0:(\d+)/v1$").group(1))
+        with sdk_client(port, "sk-env") as client:
+            answer = client.chat.completions.create(
+                model="toy", messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+            )
+        assert answer.usage is not None and answer.usage.completion_tokens == 2
+        with sdk_client(port, "wrong") as client, pytest.raises(openai.AuthenticationError):
+            client.models.list()
+        server.signal(signal.SIGINT)
+        assert server.wait() == 0
