@@ -1,5 +1,8 @@
-"""The OpenAI API served by frontend processes (frontends=2): the same answers, streams stopped on the hub when
-their client leaves, token metrics counted once per request, on the hub; its own port; process instances."""
+"""The OpenAI API where the server has more than one process.
+
+Frontend processes (frontends=2): the same answers, streams stopped on the hub when their client leaves, token
+metrics counted once per request on the hub. Also: its own port, process instances, a RemoteTriton's model.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import pytest
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig
 from pytriton.openai import OpenAIChat
+from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton, TritonConfig
 from tests import openai_models
 from tests.conftest import running_triton
@@ -110,3 +114,19 @@ def test_a_generator_in_process_instances_streams_through_the_openai_api() -> No
             stream = client.chat.completions.create(model="toy-process", messages=USER, max_tokens=3, stream=True)
             pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
         assert pieces == tokens_for(default_prompt("Say something."), 3)
+
+
+def test_a_model_bound_through_remote_triton_answers_the_openai_api() -> None:
+    with running_triton(lambda server: None) as server:
+        with RemoteTriton(url=f"http://127.0.0.1:{server.http_port}") as remote:
+            remote.bind(
+                "remote-toy",
+                openai_models.toy,
+                [openai_models.TEXT_IN],
+                [openai_models.TEXT_OUT],
+                config=ModelConfig(decoupled=True),
+                openai=OpenAIChat(chat_template=lambda messages: messages[-1]["content"]),
+            )
+            with sdk_client(server.http_port) as client:
+                answer = client.chat.completions.create(model="remote-toy", messages=USER, max_tokens=2)
+        assert answer.choices[0].message.content == "".join(tokens_for("Say something.", 2))
