@@ -75,6 +75,11 @@ def test_a_binding_without_the_conventional_tensors_is_refused() -> None:
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a","b","c","d","e"]}', "stop"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream_options": {}}', "stream_options"),
         (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "modalities": ["audio"]}', "modalities"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "function_call": {"name": "f"}}',
+            "function_call",
+        ),
     ],
 )
 def test_chat_requests_openai_refuses_are_refused_naming_the_field(body: bytes, param: str) -> None:

@@ -14,17 +14,25 @@ import orjson
 from pytriton.core.errors import InferenceError, Status
 
 # Sampling fields handed to the model as request parameters (and as inputs a model declares of these names).
-SCALAR_PARAMETERS = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "user")
+SCALAR_PARAMETERS = (
+    "temperature",
+    "top_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "user",
+    "reasoning_effort",
+)
 # Fields handed to the model as JSON text (parameters are scalars).
-JSON_PARAMETERS = ("tools", "tool_choice", "response_format", "logit_bias", "metadata")
+JSON_PARAMETERS = ("tools", "tool_choice", "response_format", "logit_bias", "metadata", "functions", "function_call")
 # Fields read and honoured by the server itself, beside the sampling ones.
 _COMMON_FIELDS = frozenset(
     ("model", "n", "max_tokens", "stream", "stream_options", "stop", "logprobs", "top_logprobs", "parallel_tool_calls")
 )
 # Fields a client library may send that change nothing here.
-_IGNORED_FIELDS = frozenset(("store", "service_tier", "modalities", "reasoning_effort", "prediction", "functions"))
+_IGNORED_FIELDS = frozenset(("store", "service_tier", "modalities", "prediction"))
 _GENERATION_FIELDS = (*_COMMON_FIELDS, *_IGNORED_FIELDS, *SCALAR_PARAMETERS, *JSON_PARAMETERS)
-CHAT_FIELDS = frozenset((*_GENERATION_FIELDS, "messages", "max_completion_tokens", "function_call"))
+CHAT_FIELDS = frozenset((*_GENERATION_FIELDS, "messages", "max_completion_tokens"))
 COMPLETION_FIELDS = frozenset((*_GENERATION_FIELDS, "prompt", "echo", "suffix", "best_of"))
 EMBEDDING_FIELDS = frozenset(("model", "input", "encoding_format", "dimensions", "user"))
 MESSAGE_ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
@@ -235,13 +243,16 @@ def _check_tools(document: Dict[str, Any]) -> None:
     tools = document.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise invalid("'tools' must be a list", param="tools")
-    choice = document.get("tool_choice")
-    if choice is None or choice in ("none", "auto"):
-        return
-    raise invalid(
-        "tool_choice 'required' or a named tool is not supported: this server answers with text, never tool calls",
-        param="tool_choice",
-    )
+    for key in ("tool_choice", "function_call"):
+        choice = document.get(key)
+        if choice is not None and choice not in ("none", "auto"):
+            raise invalid(
+                f"{key} 'required' or a named tool is not supported: this server answers with text, never tool calls",
+                param=key,
+            )
+    modalities = document.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        raise invalid("only the 'text' modality is supported", param="modalities")
 
 
 def _content_text(content: Any, index: int) -> str:
