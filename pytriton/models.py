@@ -17,7 +17,9 @@ from pytriton.model_config.common import DeviceKind, ModelWarmup, generate_warmu
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
+from pytriton.options.openai import OpenAIOption
 from pytriton.sequence_config import resolve_sequence_batcher
+from pytriton.transport.openai.binding import check_binding
 
 LOGGER = logging.getLogger("pytriton")
 _MODEL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -119,6 +121,7 @@ def build_model(
     config: ModelConfig,
     instance_count: int,
     strict: bool,
+    openai: Optional[OpenAIOption] = None,
 ) -> Tuple[ModelSpec, TritonModelConfig]:
     """Check a binding and resolve it into the engine's spec and PyTriton's TritonModelConfig."""
     validate_model_name(model_name)
@@ -153,7 +156,10 @@ def build_model(
         output_specs=output_specs,
         warmup=warmup,
         sequence_batcher=sequence_batcher,
+        openai=openai,
     )
+    if openai is not None:
+        check_binding(spec, openai)
     triton_config = TritonModelConfig(
         model_name=model_name,
         model_version=model_version,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from typing import AsyncIterator, List, NamedTuple, Optional, Tuple
+from typing import AsyncIterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from pytriton.core.cache import ResponseCache, cache_key
 from pytriton.core.errors import InferenceError
@@ -156,6 +156,12 @@ class ServedModel:
             sink = _CachingSink(sink, self, key)
         self.scheduler.submit(request, sink)
         return sink
+
+    def record_tokens(
+        self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int
+    ) -> None:
+        """Count one generation of the OpenAI API (core/stats.TokenStats)."""
+        self.stats.tokens.record(first_token_ns, gaps_ns, output_tokens, prompt_tokens)
 
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run one request and iterate over its responses (any model; decoupled ones may give 0..n)."""

@@ -6,7 +6,7 @@ which sends requests to the process that holds the models.
 
 from __future__ import annotations
 
-from typing import AsyncIterator, List, Optional, Protocol
+from typing import AsyncIterator, List, Optional, Protocol, Sequence
 
 from pytriton.core.cuda_memory import CudaSharedMemory
 from pytriton.core.engine import SpecChange
@@ -27,6 +27,11 @@ class ServingModel(Protocol):
 
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run one request; its responses (a decoupled model may give 0..n)."""
+
+    def record_tokens(
+        self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int
+    ) -> None:
+        """Count one generation's tokens in the model's statistics (core/stats.TokenStats), where they are kept."""
 
 
 class ServingEngine(Protocol):

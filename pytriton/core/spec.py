@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -59,6 +59,8 @@ class ModelSpec:
     max_response_bytes: int = 0
     # Triton's sequence batcher (then `batcher` is None): requests belong to sequences, each holding one slot.
     sequence_batcher: Optional[SequenceBatcher] = None
+    # How the model answers the OpenAI API (options/openai.py: OpenAIChat, ...); None: it does not.
+    openai: Any = None
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)

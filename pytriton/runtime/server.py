@@ -89,6 +89,7 @@ class ServerRuntime:
         self.metrics_port: Optional[int] = None
         self.sagemaker_port: Optional[int] = None
         self.vertex_ai_port: Optional[int] = None
+        self._openai_port: Optional[int] = None  # the OpenAI API's own port, when it has one
         self._attach: Optional[AttachServer] = None
         self._pool: Optional[FrontendPool] = None  # the frontend processes, when options.frontends > 1
         self.running = False
@@ -245,6 +246,11 @@ class ServerRuntime:
                 metrics_frontend = MetricsFrontend(self.engine, options)
                 await self._start_frontend(metrics_frontend)
                 self.metrics_port = metrics_frontend.port
+            if options.openai_port is not None:
+                self._openai_port = await self._serve_asgi(
+                    self._openai_app(), options.http_address, options.openai_port, "OpenAI API"
+                )
+                LOGGER.info("the OpenAI API: http://%s:%d/v1", options.http_address, self._openai_port)
             if options.sagemaker is not None:
                 self.sagemaker_port = await self._start_sagemaker()
             if options.vertex_ai is not None:
@@ -328,7 +334,25 @@ class ServerRuntime:
             inflation_budget=self.inflation_budget,
             access=options.http_access,
             settings=self.settings,
+            openai=self._openai_app() if options.openai_port is None else None,
         )
+
+    def _openai_app(self) -> Any:
+        """The OpenAI API (/v1) as an ASGI app over the engine."""
+        from pytriton.transport.openai.app import OpenAIApp
+
+        options = self.options
+        return OpenAIApp(
+            self.engine,
+            api_key=options.openai_api_key,
+            max_body_bytes=options.limits.max_body_bytes,
+            access=options.http_access,
+        )
+
+    @property
+    def openai_port(self) -> Optional[int]:
+        """The port the OpenAI API is served on: its own, else the HTTP port."""
+        return self._openai_port if self.options.openai_port is not None else self.http_port
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

@@ -65,6 +65,7 @@ class FrontendProcess:
         """Serve on the sockets the hub passed down."""
         from pytriton.transport.http.app import HttpFrontend
         from pytriton.transport.http.server import AsgiServer
+        from pytriton.transport.openai.app import OpenAIApp
 
         init, options = self._init, self._init.options
         budget = InflationBudget(options.limits.max_inflated_bytes)
@@ -78,6 +79,14 @@ class FrontendProcess:
                 max_body_bytes=options.limits.max_body_bytes,
                 inflation_budget=budget,
                 access=options.http_access,
+                openai=None
+                if options.openai_port is not None  # the hub serves the OpenAI API's own port
+                else OpenAIApp(
+                    self.engine,
+                    api_key=options.openai_api_key,
+                    max_body_bytes=options.limits.max_body_bytes,
+                    access=options.http_access,
+                ),
             )
             forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)
             server = AsgiServer(forwarding, None, limits=options.limits)

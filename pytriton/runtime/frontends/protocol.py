@@ -12,6 +12,8 @@ Frontend to hub:
     (SEGMENT, id, size), alone, with the descriptor of a receive buffer the frontend made; (FORGET, id)
     (RETURNED, loans): the frontend no longer views these regions of the hub's arena
     (CLOSED, kind): a connection the hub handed over closed (the hub counts them against the caps)
+    (TOKENS, model, version, first token ns, gaps ns, output tokens, prompt tokens): one generation of the
+     OpenAI API, counted in the model's statistics on the hub (core/stats.TokenStats)
 Hub to frontend:
     (RESPONSE, key, outputs, datatypes, final, loan), (FAILED, key, status, message, reason, of request),
     (END, key); `loan` names the response's region of the hub's arena (0: none), for RETURNED
@@ -40,6 +42,7 @@ from pytriton.options.server import ServerOptions
 
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
+TOKENS = 15
 INIT, READY, START_FAILED = 101, 102, 103
 BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
 SHARED_BYTES = COPY_BYTES + 1

@@ -61,6 +61,7 @@ from pytriton.runtime.frontends.protocol import (
     RESPONSE,
     RETURNED,
     SEGMENT,
+    TOKENS,
     error_of,
     pack_request,
     unpack_response,
@@ -320,6 +321,23 @@ class RemoteModel:
         except asyncio.CancelledError:
             self._link.cancel(key)
             raise
+
+    def record_tokens(
+        self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int
+    ) -> None:
+        """Count one generation of the OpenAI API in the model's statistics, which the hub keeps."""
+        if not self._link.closed:
+            spec = self.spec
+            message = (
+                TOKENS,
+                spec.name,
+                spec.version_str,
+                first_token_ns,
+                tuple(gaps_ns),
+                output_tokens,
+                prompt_tokens,
+            )
+            self._link.outbox.post(message)
 
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run one request on the hub and iterate over its responses; leaving early stops it there."""

@@ -80,13 +80,15 @@ class HttpFrontend:
         access: Optional[AccessRules] = None,
         settings: Optional[ServerSettings] = None,
         inflation_budget: Optional[InflationBudget] = None,
+        openai: Optional[Any] = None,
     ) -> None:
         """Create the app; `header_forward_pattern` selects headers handed to callables as parameters.
 
         `access` restricts API categories to requests carrying a header (http_restricted_api); `settings`
         serves the logging and trace extensions (without it those routes are not found); `inflation_budget`
         bounds what decompressed bodies hold at once (the server's, shared with its other frontends; by
-        default the app's own, of ServerLimits' default).
+        default the app's own, of ServerLimits' default); `openai` serves the paths under /v1 (the OpenAI API,
+        transport/openai/), which Triton's routes leave free.
         """
         self._engine = engine
         self._server_version = server_version
@@ -95,10 +97,14 @@ class HttpFrontend:
         self._inflation_budget = inflation_budget or InflationBudget(DEFAULT_MAX_INFLATED_BYTES)
         self._access = access or None
         self._settings = settings
+        self._openai = openai
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request."""
         if scope["type"] != "http":
+            return
+        if self._openai is not None and scope["path"].startswith("/v1/"):
+            await self._openai(scope, receive, send)
             return
         try:
             await self._route(scope, receive, send)
