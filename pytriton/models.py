@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -17,6 +18,9 @@ from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.model_config.tensor_options import tensor_format, tensor_labels
 from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
+from pytriton.options.openai import OpenAIOption
+from pytriton.sequence_config import resolve_sequence_batcher
+from pytriton.transport.openai.binding import check_binding
 
 LOGGER = logging.getLogger("pytriton")
 _MODEL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -125,6 +129,7 @@ def build_model(
     config: ModelConfig,
     instance_count: int,
     strict: bool,
+    openai: Optional[OpenAIOption] = None,
 ) -> Tuple[ModelSpec, TritonModelConfig]:
     """Check a binding and resolve it into the engine's spec and PyTriton's TritonModelConfig."""
     validate_model_name(model_name)
@@ -134,7 +139,10 @@ def build_model(
         raise PyTritonModelConfigError("max_batch_size must be >= 1 when batching is enabled")
     if config.decoupled and config.response_cache:
         raise PyTritonModelConfigError("Response cache is not supported for decoupled models")
-    batcher = copy.deepcopy(config.batcher) if config.batching else None
+    sequence_batcher = None
+    if config.sequence_batcher is not None:
+        sequence_batcher = resolve_sequence_batcher(model_name, config, inputs)
+    batcher = copy.deepcopy(config.batcher) if config.batching and sequence_batcher is None else None
     if batcher is not None:
         _check_batcher(batcher, config.max_batch_size)
     input_specs = _tensor_specs(model_name, inputs, "INPUT")
@@ -155,7 +163,11 @@ def build_model(
         input_specs=input_specs,
         output_specs=output_specs,
         warmup=warmup,
+        sequence_batcher=sequence_batcher,
+        openai=openai,
     )
+    if openai is not None:
+        check_binding(spec, openai)
     triton_config = TritonModelConfig(
         model_name=model_name,
         model_version=model_version,
@@ -168,8 +180,21 @@ def build_model(
         outputs=list(output_specs),
         response_cache=ResponseCache(enable=True) if config.response_cache else None,
         model_warmup=copy.deepcopy(config.model_warmup),
+        sequence_batcher=copy.deepcopy(sequence_batcher),
     )
     return spec, triton_config
+
+
+def rebound_config(config: TritonModelConfig, spec: ModelSpec) -> TritonModelConfig:
+    """The TritonModelConfig decorators read, for a model bound again by a load with a config override."""
+    return dataclasses.replace(
+        copy.deepcopy(config),
+        max_batch_size=spec.max_batch_size,
+        batcher=copy.deepcopy(spec.batcher),
+        instance_group={DeviceKind.KIND_CPU: spec.instance_count},
+        backend_parameters=dict(spec.parameters),
+        response_cache=ResponseCache(enable=True) if spec.response_cache else None,
+    )
 
 
 def _warmup_requests(

@@ -135,6 +135,7 @@ class RemoteTriton(TritonBase):
             config=binding.config,
             instance_count=len(callables),
             strict=binding.strict,
+            openai=binding.openai,
         )
         for fn in callables:
             self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)

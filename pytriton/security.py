@@ -8,6 +8,7 @@ calls carrying a token generated for it: the HTTP header `triton-access-token`, 
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 from typing import List, Optional
 
@@ -19,6 +20,8 @@ VALID_TRITON_ENDPOINTS = {category.value for category in Category}
 # The APIs a default server restricts to its access token.
 DEFAULT_PROTECTED_ENDPOINTS = ["shared-memory", "model-repository", "statistics", "trace", "logging"]
 TRITON_ACCESS_HEADER = ACCESS_TOKEN_HEADER
+# The variable an OpenAI API key is read from when TritonSecurityConfig names none.
+OPENAI_API_KEY_VARIABLE = "PYTRITON_OPENAI_API_KEY"
 
 
 @dataclasses.dataclass
@@ -28,6 +31,8 @@ class TritonSecurityConfig:
     Args:
         access_token: the token; None generates one (when any endpoint is restricted).
         restricted_endpoints: the APIs that need it; None means DEFAULT_PROTECTED_ENDPOINTS, [] none at all.
+        openai_api_key: the key the OpenAI API (/v1, docs/openai.md) asks of clients as `Authorization: Bearer
+            <key>` (401 without it); None reads PYTRITON_OPENAI_API_KEY, and without it asks no key.
 
     Raises:
         PyTritonValidationError: an endpoint name is not one of VALID_TRITON_ENDPOINTS.
@@ -35,6 +40,7 @@ class TritonSecurityConfig:
 
     access_token: Optional[str] = None
     restricted_endpoints: Optional[List[str]] = None
+    openai_api_key: Optional[str] = None
 
     def __post_init__(self) -> None:
         """Apply the defaults and check the endpoint names."""
@@ -46,5 +52,7 @@ class TritonSecurityConfig:
                 f"Invalid endpoint names: {', '.join(sorted(invalid))}. "
                 f"Valid endpoints are: {', '.join(sorted(VALID_TRITON_ENDPOINTS))}"
             )
+        if self.openai_api_key is None:
+            self.openai_api_key = os.environ.get(OPENAI_API_KEY_VARIABLE) or None
         if self.access_token is None and self.restricted_endpoints:
             self.access_token = secrets.token_urlsafe(32)

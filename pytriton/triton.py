@@ -9,13 +9,16 @@ import pathlib
 from typing import Any, Callable, List, Optional, Union
 
 from pytriton.context import attach_context
+from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
 from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePolicy, VertextAILifecyclePolicy
-from pytriton.models import as_callables, build_model
+from pytriton.model_config.triton_model_config import TritonModelConfig
+from pytriton.models import as_callables, build_model, rebound_config
 from pytriton.options.frontends import resolve_frontends
 from pytriton.options.limits import ServerLimits
 from pytriton.options.model_trace import model_trace_setting
+from pytriton.options.openai import resolve_openai_port
 from pytriton.runtime.logging_setup import configure_logging
 from pytriton.runtime.options import resolve_options
 from pytriton.runtime.server import ServerRuntime
@@ -84,6 +87,7 @@ class Triton(TritonBase):
         security_config: Optional[TritonSecurityConfig] = None,
         limits: Optional[ServerLimits] = None,
         frontends: Optional[int] = None,
+        openai_port: Optional[int] = None,
     ) -> None:
         """Create a server; options come from `config`, then PYTRITON_TRITON_CONFIG_* variables, then defaults.
 
@@ -98,6 +102,8 @@ class Triton(TritonBase):
                 safe defaults (see `pytriton.runtime.limits`).
             frontends: processes that serve the HTTP and gRPC ports, each on a core of its own, in front of
                 this process's models; without it PYTRITON_FRONTENDS, else 1: this process serves them itself.
+            openai_port: serve the OpenAI API (/v1, models bound with `openai=`) on a port of its own (0: a free
+                one) instead of the HTTP port; without it PYTRITON_OPENAI_PORT, else the HTTP port (docs/openai.md).
         """
         self._config = resolve_config(config)
         self._security_config = security_config or TritonSecurityConfig()
@@ -110,6 +116,8 @@ class Triton(TritonBase):
                 token_endpoints=self._security_config.restricted_endpoints or (),
             ),
             frontends=resolve_frontends(frontends),
+            openai_api_key=self._security_config.openai_api_key,
+            openai_port=resolve_openai_port(openai_port),
         )
         configure_logging(self._config.log_verbose, self._config.log_file)
         if triton_lifecycle_policy is None:
@@ -165,6 +173,11 @@ class Triton(TritonBase):
         """The port metrics are served on (useful with metrics_port=0), once running."""
         return self._runtime.metrics_port
 
+    @property
+    def openai_port(self) -> Optional[int]:
+        """The port of the OpenAI API: its own (`openai_port`), else the HTTP port; once running."""
+        return self._runtime.openai_port
+
     def _launch(self) -> None:
         """Open the ports and serve, unless already serving."""
         if self._state is ServerState.STOPPED:
@@ -204,6 +217,7 @@ class Triton(TritonBase):
             config=binding.config,
             instance_count=processes.count if processes is not None else len(callables),
             strict=binding.strict,
+            openai=binding.openai,
         )
         if spec.response_cache and self._options.cache_capacity_bytes is None:
             LOGGER.warning(
@@ -215,12 +229,21 @@ class Triton(TritonBase):
         for fn in callables:  # before the model is added: its warm-up may call decorators that read it
             self.triton_context.model_configs[fn] = copy.deepcopy(triton_model_config)
             attach_context(fn, self.triton_context)
+        context = self.triton_context
+
+        def config_for(bound: ModelSpec) -> TritonModelConfig:
+            return rebound_config(triton_model_config, bound)
+
+        def on_bind(bound: ModelSpec) -> None:  # a load bound the model again: decorators read its new config
+            for fn in callables:
+                context.model_configs[fn] = config_for(bound)
+
         try:
             if processes is not None:
                 plan = processes.plan(model_name, copy.deepcopy(triton_model_config))
-                self._runtime.add_process_model(spec, plan, trace)
+                self._runtime.add_process_model(spec, plan, trace, config_for)
             else:
-                self._runtime.add_model(spec, callables, trace)
+                self._runtime.add_model(spec, callables, trace, on_bind)
         except ValueError as error:
             raise PyTritonInvalidOperationError(str(error)) from None
         if self.is_connected():

@@ -19,6 +19,7 @@ from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePoli
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
 from pytriton.models import validate_model_name
+from pytriton.options.openai import OpenAIOption
 from pytriton.runtime.signals import stop_on_signals, wait_in_main_thread
 
 _Triton = TypeVar("_Triton", bound="TritonBase")
@@ -48,6 +49,7 @@ class Binding(NamedTuple):
     config: ModelConfig
     strict: bool
     trace_config: Optional[List[str]]
+    openai: Optional[OpenAIOption] = None
 
 
 class TritonBase:
@@ -88,6 +90,8 @@ class TritonBase:
         config: Optional[ModelConfig] = None,
         strict: bool = False,
         trace_config: Optional[List[str]] = None,
+        *,
+        openai: Optional[OpenAIOption] = None,
     ) -> None:
         """Serve an inference callable (or a list of them: one per instance) as a model, before or while serving.
 
@@ -101,6 +105,8 @@ class TritonBase:
             config: model configuration (batching, batcher, cache, decoupled, warm-up).
             strict: check the callable's outputs against the declared dtypes and shapes.
             trace_config: the model's trace settings (TritonConfig.trace_config's format); None: the server's.
+            openai: serve the model through the OpenAI API too (`pytriton.openai`: OpenAIChat, OpenAICompletions,
+                OpenAIEmbeddings), on the HTTP port under /v1; None: not (docs/openai.md).
 
         Raises:
             PyTritonInvalidOperationError: the server was stopped.
@@ -109,7 +115,9 @@ class TritonBase:
             raise PyTritonInvalidOperationError("Cannot bind a model to a stopped Triton server")
         validate_model_name(model_name)
         config = config or ModelConfig()
-        self._bind_model(Binding(model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config))
+        self._bind_model(
+            Binding(model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config, openai)
+        )
 
     def connect(self) -> None:
         """Wait until the server is ready to serve the bound models.

@@ -28,6 +28,9 @@ INSTALL_HINT = (
 )
 _TRITONSERVER = "there is no tritonserver process or Python backend here (docs/migration.md)"
 _SEEDS_PERIOD = "serve() also takes the seeds' `monitoring_period_sec` (PyTriton 0.5's name), keyword-only"
+_SEQUENCES = "one more field, last and defaulted, for sequence batching (stateful models; 0.7 has none)"
+_OPENAI_BIND = "one more keyword-only argument, `openai`: the model answers the OpenAI API too (docs/openai.md)"
+_OPENAI_KEY = "one more field, `openai_api_key`: the Bearer key of the OpenAI API (docs/openai.md)"
 _CLIENT_TOKEN = "every client takes `access_token` (0.7: ModelClient only), for servers that restrict inference too"
 
 # "module:Name" or "module:Name.member" -> why it differs from nvidia-pytriton 0.7.0.
@@ -36,11 +39,15 @@ ALLOWED: Dict[str, str] = {
     "pytriton.triton:INITIAL_BACKEND_SHM_SIZE": _TRITONSERVER,
     "pytriton.triton:GROWTH_BACKEND_SHM_SIZE": _TRITONSERVER,
     "pytriton.triton:WAIT_FORM_MODEL_TIMEOUT_S": "models are ready when bound: run() waits for nothing but warm-ups",
-    "pytriton.triton:Triton.__init__": "one more keyword-only argument, `limits` (request size, timeout and "
-    "connection limits of this server); 0.7's `workspace` may not be a pytriton.utils.workspace.Workspace",
+    "pytriton.triton:Triton.__init__": "more keyword-only arguments: `limits` (request size, timeout and "
+    "connection limits of this server), `frontends`, `openai_port` (the OpenAI API's own port); 0.7's `workspace` "
+    "may not be a pytriton.utils.workspace.Workspace",
     "pytriton.triton:Triton.serve": _SEEDS_PERIOD,
     "pytriton.triton:TritonBase.serve": _SEEDS_PERIOD,
     "pytriton.triton:RemoteTriton.serve": _SEEDS_PERIOD,
+    **{f"pytriton.triton:{server}.bind": _OPENAI_BIND for server in ("Triton", "TritonBase", "RemoteTriton")},
+    "pytriton.triton:TritonSecurityConfig": _OPENAI_KEY,
+    "pytriton.triton:TritonSecurityConfig.__init__": _OPENAI_KEY,
     "pytriton.triton:TritonConfig.__init__": "0.7 wraps the dataclass in a function taking (*args, **kwargs) that "
     "refuses positional arguments; here __init__ names its fields, keyword-only, with the same effect",
     **{
@@ -58,6 +65,11 @@ ALLOWED: Dict[str, str] = {
         "and classification labels); 0.7's fields and arguments are unchanged"
         for module in ("pytriton.model_config", "pytriton.model_config.tensor")
     },
+    "pytriton.model_config:ModelConfig": _SEQUENCES,
+    "pytriton.model_config.model_config:ModelConfig": _SEQUENCES,
+    "pytriton.model_config.triton_model_config:TritonModelConfig": _SEQUENCES,
+    "pytriton.proxy.types:Request": "more fields, last and defaulted, for sequence batching: sequence_id, "
+    "sequence_start, sequence_end, sequence_state, sequence_serial",
     "pytriton.proxy.types:Request.__getitem__": "Request and Response share one mapping base (PyTriton repeats it); "
     "the key parameter is `name`, never passed by keyword",
     "pytriton.proxy.types:Request.__setitem__": "the shared mapping base names its parameters `name` and `value`",

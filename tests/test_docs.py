@@ -95,3 +95,24 @@ def test_log_lines_say_1_instance_not_1_instances() -> None:
                     if not any(match.group(0) in line for line in NEVER_ONE)
                 ]
     assert not found
+
+
+def test_the_openai_page_serves_its_model_to_its_openai_and_langchain_snippets(tmp_path: Path) -> None:
+    blocks = _python_blocks(ROOT / "docs" / "openai.md")
+    server_code = blocks[0]
+    clients = [block for block in blocks if "from openai import" in block or "from langchain_openai import" in block]
+    assert len(clients) == 2 and "openai=OpenAIChat(chat_template=None)" in server_code
+    with ServerProcess.script(tmp_path, server_code) as server:
+        line = server.wait_for(r"INFO pytriton: pytriton \S+ serving toy v1 \(1 instance, decoupled\) on (.*) \(pid")
+        http_port = int(re.match(r"http://0\.0\.0\.0:(\d+)", line.group(1)).group(1))  # type: ignore[union-attr]
+        for client_code in clients:
+            # the embedding model of the snippets is another binding of the page: the chat part runs here
+            chat_part = re.split(r"\n(?:vectors|embeddings) =", client_code)[0]
+            client = chat_part.replace("localhost:8000", f"localhost:{http_port}")
+            result = subprocess.run(
+                [sys.executable, "-c", client], env=free_port_env(), capture_output=True, text=True, timeout=WAIT_S
+            )
+            assert result.returncode == 0, result.stderr
+            assert "word0 word1 word2 word3" in result.stdout, result.stdout
+        server.signal(signal.SIGINT)
+        assert server.wait() == 0

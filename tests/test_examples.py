@@ -38,6 +38,7 @@ CASES = [
     pytest.param("multiple_models", BOTH, id="multiple_models"),
     pytest.param("parameters_headers", BOTH, id="parameters_headers"),
     pytest.param("streaming", BOTH, id="streaming"),
+    pytest.param("openai_chat", [["--url", HTTP]], id="openai_chat"),
     pytest.param("multi_instance", BOTH, id="multi_instance"),
     pytest.param("async_model", BOTH, id="async_model"),
     pytest.param("process_instances", BOTH, id="process_instances"),

@@ -279,7 +279,8 @@ def test_unload_then_load(call: Call, triton: Triton) -> None:
         assert call(lambda client: client.is_model_ready("parameters")) is False
         with pytest.raises(InferenceServerException) as raised:
             call(lambda client: client.infer("parameters", inputs))
-        assert _status(raised.value) == "StatusCode.UNAVAILABLE"
+        assert _status(raised.value) == "StatusCode.NOT_FOUND"  # Triton: no version of it is available
+        assert "Request for unknown model: 'parameters' has no available versions" in str(raised.value)
         index = call(lambda client: client.get_model_repository_index(headers=GRPC_AUTH, as_json=True))
         assert {entry["name"]: entry["state"] for entry in index["models"]}["parameters"] == "UNAVAILABLE"
         with grpc.insecure_channel(grpc_url(triton)) as channel:
@@ -294,16 +295,11 @@ def test_unload_then_load(call: Call, triton: Triton) -> None:
     assert call(lambda client: client.infer("parameters", inputs)).as_numpy("PARAMS").shape == (1, 1)
 
 
-def test_load_unknown_model_is_not_found(call: Call) -> None:
+def test_load_unknown_model_fails_as_in_triton(call: Call) -> None:
     with pytest.raises(InferenceServerException) as raised:
         call(lambda client: client.load_model("no_such_model", headers=GRPC_AUTH))
-    assert _status(raised.value) == "StatusCode.NOT_FOUND"
-
-
-def test_load_with_config_override_is_unimplemented(call: Call) -> None:
-    with pytest.raises(InferenceServerException) as raised:
-        call(lambda client: client.load_model("parameters", config='{"max_batch_size": 2}', headers=GRPC_AUTH))
-    assert _status(raised.value) == "StatusCode.UNIMPLEMENTED"
+    assert _status(raised.value) == "StatusCode.INTERNAL"
+    assert "failed to load 'no_such_model', failed to poll from model repository" in str(raised.value)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import Tensor
 from pytriton.options.log_trace import TraceConfig, TraceSettings, parse_trace_config
 from pytriton.triton import Triton, TritonSecurityConfig
-from tests.conftest import grpc_url, http_url
+from tests.conftest import HTTP_AUTH, grpc_url, http_url
 from tests.http_helpers import get_json, post_json, request
 
 INFER = {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
@@ -256,6 +256,23 @@ def test_opentelemetry_exports_request_queue_and_compute_spans(start_triton: Cal
         assert post_json(port, f"/v2/models/{name}/infer", INFER)[0] == 200
     assert sorted(span.name for span in exporter.get_finished_spans()) == ["compute", "in-callable", "queue", "request"]
     assert json.loads(request(port, "GET", "/v2/models/identity/trace/setting")[2])["trace_count"] == "0"
+
+
+@needs_otel
+def test_a_model_bound_again_by_a_load_stays_traced(start_triton: Callable[..., Triton]) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    triton = start_triton(
+        _bind, allow_grpc=False, allow_metrics=False, trace_config=["mode=opentelemetry", "rate=1", "level=TIMESTAMPS"]
+    )
+    exporter = InMemorySpanExporter()
+    triton._runtime.tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    port = triton.http_port
+    override = {"parameters": {"config": json.dumps({"max_batch_size": 2})}}
+    assert post_json(port, "/v2/repository/models/identity/load", override, HTTP_AUTH) == (200, None)
+    assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert sorted(span.name for span in exporter.get_finished_spans()) == ["compute", "in-callable", "queue", "request"]
 
 
 def test_tracing_off_observes_nothing(start_triton: Callable[..., Triton]) -> None:

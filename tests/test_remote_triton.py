@@ -26,7 +26,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.attach import attach_address
 from pytriton.triton import Triton, TritonSecurityConfig
-from tests.conftest import ACCESS_TOKEN, grpc_url, http_url, running_triton
+from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.server_process import wait_handles_signals
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -136,6 +136,13 @@ def test_a_model_bound_remotely_is_served_over_both_protocols(server: Triton) ->
     with httpclient.InferenceServerClient(http_url(server)) as client:
         assert not client.is_model_ready("double")
         assert client.is_model_ready("own")
+        index = {entry["name"]: entry for entry in client.get_model_repository_index(headers=HTTP_AUTH)}
+        assert index["double"] == {"name": "double", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+        assert index["own"] == {"name": "own", "version": "1", "state": "READY"}
+    with pytest.raises(
+        httpclient.InferenceServerException, match="Request for unknown model: 'double' has no available"
+    ):
+        _infer(http_url(server), "double", np.array([1.0], np.float32))
 
 
 def test_a_model_bound_again_under_a_closed_ones_name_never_gets_its_cached_answers() -> None:

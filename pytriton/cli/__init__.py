@@ -102,6 +102,18 @@ def _add_frontends_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_openai_port_option(parser: argparse.ArgumentParser) -> None:
+    """--openai-port: the OpenAI API on a port of its own (default: PYTRITON_OPENAI_PORT, else the HTTP port)."""
+    parser.add_argument(
+        "--openai-port",
+        dest="openai_port",
+        type=int,
+        metavar="PORT",
+        help="serve the OpenAI API (/v1, models bound with openai=...) on this port instead of the HTTP port "
+        "(0: a free port; env PYTRITON_OPENAI_PORT; default: the HTTP port)",
+    )
+
+
 def _limits_from_args(args: argparse.Namespace) -> ServerLimits:
     """The limits from PYTRITON_LIMIT_* variables, with the command line's --lame-duck-s over them."""
     try:
@@ -131,6 +143,7 @@ def _serve(
     security: TritonSecurityConfig,
     token_generated: bool,
     frontends: Optional[int] = None,
+    openai_port: Optional[int] = None,
 ) -> int:
     """Bind models with `binder` (what `target` names) and serve until SIGINT/SIGTERM; the exit status."""
     try:
@@ -140,6 +153,7 @@ def _serve(
             security_config=security,
             token_generated=token_generated,
             frontends=frontends,
+            openai_port=openai_port,
         )
     except PyTritonError as error:
         raise StartupError(str(error)) from None
@@ -186,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(serve)
     _add_lame_duck_option(serve)
     _add_frontends_option(serve)
+    _add_openai_port_option(serve)
     _add_security_options(serve)
     demo = commands.add_parser("demo", help="serve the demo model add_sub", description="Serve the add_sub demo model.")
     add_config_options(demo)
@@ -263,7 +278,9 @@ def _command(args: argparse.Namespace) -> int:
         target, binder = _DEMO_TARGET, bind
     generated = args.access_token is None  # then TritonSecurityConfig generates one
     limits, security = _limits_from_args(args), _security_from_args(args)
-    return _serve(target, binder, config, limits, security, generated, args.frontends)
+    return _serve(
+        target, binder, config, limits, security, generated, args.frontends, getattr(args, "openai_port", None)
+    )
 
 
 __all__: List[str] = ["StartupError", "build_parser", "load_target", "main"]

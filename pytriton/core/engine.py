@@ -7,18 +7,28 @@ import dataclasses
 import enum
 import logging
 import time
-from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
+from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 from pytriton.core.cache import ResponseCache
 from pytriton.core.cuda_memory import CudaSharedMemory
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.instances import ModelInstance
-from pytriton.core.model import ModelState, ServedModel
+from pytriton.core.model import ModelState, RepositoryEntry, ServedModel
 from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.core.warmup import warm_up
 
 LOGGER = logging.getLogger(__name__)
+
+# Starts the instances of a binding of a model again, for the spec a config override gives it (same callable).
+Binder = Callable[[ModelSpec], Awaitable[List[ModelInstance]]]
+# A load's config override: the model's spec as bound to the spec it is bound again with (InferenceError if not).
+SpecChange = Callable[[ModelSpec], ModelSpec]
+M = TypeVar("M")
+# States in which a model version takes no request: Triton's "not available".
+_OUT_OF_SERVICE = (ModelState.UNLOADING, ModelState.UNAVAILABLE)
+# How long a binding replaced by a load may take to finish the requests it holds before they fail.
+_RETIRE_TIMEOUT_S = 300.0
 
 
 class Phase(enum.Enum):
@@ -54,6 +64,11 @@ class Engine:
         self._hung_call_ns = int(hung_call_warning_s * 1e9)
         self._watchdog: Optional[asyncio.TimerHandle] = None
         self._warmups: Set[asyncio.Task[None]] = set()
+        # Each bound version's spec as bound and how to start its instances again (None: it cannot be).
+        self._bound: Dict[Tuple[str, int], Tuple[ModelSpec, Optional[Binder]]] = {}
+        self._gone: Dict[str, Set[int]] = {}  # versions removed for good: the index shows them unloaded
+        self._retiring: Dict[asyncio.Task[None], ServedModel] = {}  # replaced bindings finishing their requests
+        self._repository_lock: Optional[asyncio.Lock] = None  # one load or unload at a time
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
         self.system_memory = SystemSharedMemory()
@@ -61,6 +76,8 @@ class Engine:
         self.phase = Phase.SERVING
         # Called after a model version is added or removed (the frontend processes mirror the table).
         self.models_changed: Optional[Callable[[], object]] = None
+        # Called after a load bound a model version again (what follows the served models, such as tracing).
+        self.rebound: Optional[Callable[[], None]] = None
 
     @property
     def has_cache(self) -> bool:
@@ -72,13 +89,28 @@ class Engine:
         if spec.version in self._models.get(spec.name, {}):
             raise ValueError(f"model '{spec.name}' version {spec.version} is already bound")
 
-    def add_model(self, spec: ModelSpec, instances: List[ModelInstance]) -> ServedModel:
-        """Serve a new model version on its instances (threads, or processes that are up already)."""
+    def add_model(
+        self, spec: ModelSpec, instances: List[ModelInstance], binder: Optional[Binder] = None
+    ) -> ServedModel:
+        """Serve a new model version on its instances (threads, or processes that are up already).
+
+        `binder` starts instances of the same callable again, for a load with a config override.
+        """
         self.check_new(spec)
         versions = self._models.setdefault(spec.name, {})
         spec = dataclasses.replace(
             spec, max_tensor_elements=self._max_tensor_elements, max_response_bytes=self._max_response_bytes
         )
+        self._bound[(spec.name, spec.version)] = (spec, binder)
+        self._gone.get(spec.name, set()).discard(spec.version)
+        model = self._serve(spec, instances)
+        versions[spec.version] = model
+        if self.models_changed is not None:
+            self.models_changed()
+        return model
+
+    def _serve(self, spec: ModelSpec, instances: List[ModelInstance]) -> ServedModel:
+        """A served model of a spec on its instances, warming up when its spec asks for it."""
         if not spec.decoupled and any(instance.kind.streams for instance in instances):
             LOGGER.warning(
                 "model '%s' version %d: the inference callable is a generator but the model is not decoupled, so "
@@ -87,7 +119,6 @@ class Engine:
                 spec.version,
             )
         model = ServedModel(spec, instances, self._cache, self._on_unrecoverable)
-        versions[spec.version] = model
         if spec.warmup:
             model.state = ModelState.LOADING
             task = asyncio.get_running_loop().create_task(warm_up(model))
@@ -95,8 +126,6 @@ class Engine:
             task.add_done_callback(self._warmups.discard)
         if self._hung_call_ns and self._watchdog is None:
             self._watch_calls()
-        if self.models_changed is not None:
-            self.models_changed()
         return model
 
     async def warmed_up(self) -> None:
@@ -125,18 +154,31 @@ class Engine:
         self._watchdog = asyncio.get_running_loop().call_later(period_s, self._watch_calls)
 
     def model(self, name: str, version: str = "") -> ServedModel:
-        """The model version a request names (latest when the version is empty), or NOT_FOUND."""
-        return find_version(self._models, name, version)
+        """The model version a request names (the latest available when the version is empty), in Triton's words.
+
+        Raises:
+            InferenceError: NOT_FOUND for an unknown model or one with no available version (unloaded),
+                UNAVAILABLE for a named version that is unloaded.
+        """
+        return find_available(self._models, name, version, _in_service, lambda: name in self._gone)
+
+    def out_of_service(self) -> List[Tuple[str, int]]:
+        """The model versions that take no request: unloaded or unloading, and those removed for good."""
+        versions = [(model.spec.name, model.spec.version) for model in self.models() if not _in_service(model)]
+        versions += [(name, version) for name, numbers in self._gone.items() for version in numbers]
+        return sorted(versions)
 
     def statistics_of(self, name: str = "", version: str = "") -> List[ServedModel]:
         """The model versions a statistics request names: all, every version of one model, or one version.
 
+        Unloaded versions have none, as in Triton.
+
         Raises:
-            InferenceError: INVALID_ARGUMENT, with Triton's message, for an unknown model or version.
+            InferenceError: INVALID_ARGUMENT, with Triton's message, for an unknown or unloaded model or version.
         """
         if not name:
-            return self.models()
-        versions = self._models.get(name)
+            return [model for model in self.models() if _in_service(model)]
+        versions = {number: model for number, model in self._models.get(name, {}).items() if _in_service(model)}
         if not versions:
             raise InferenceError.invalid(f"requested model '{name}' is not available")
         if not version:
@@ -159,9 +201,26 @@ class Engine:
         try:
             return self.model(name, version).ready
         except InferenceError as error:
-            if error.status is not Status.NOT_FOUND:
+            if error.status not in (Status.NOT_FOUND, Status.UNAVAILABLE):
                 raise
             return False
+
+    def repository(self) -> List[RepositoryEntry]:
+        """The repository index: every model version bound, those removed for good shown unloaded, as Triton."""
+        entries = [
+            RepositoryEntry(
+                model.spec.name,
+                model.spec.version_str,
+                model.state.value,
+                model.ready,
+                "unloaded" if model.state is ModelState.UNAVAILABLE else "",
+            )
+            for model in self.models()
+        ]
+        for name, versions in self._gone.items():
+            for version in versions:
+                entries.append(RepositoryEntry(name, str(version), ModelState.UNAVAILABLE.value, False, "unloaded"))
+        return sorted(entries, key=lambda entry: (entry.name, int(entry.version)))
 
     @property
     def accepting(self) -> bool:
@@ -175,15 +234,36 @@ class Engine:
             return False
         return not self._strict_readiness or all(model.ready for model in self.models())
 
+    def _lock(self) -> asyncio.Lock:
+        """The lock that makes loads and unloads take turns (made on the loop: Python 3.9's binds one)."""
+        if self._repository_lock is None:
+            self._repository_lock = asyncio.Lock()
+        return self._repository_lock
+
     async def unload(self, name: str) -> None:
-        """Stop serving a model: refuse new requests, let queued ones finish, then mark it unavailable."""
-        for model in self._models_named(name):
-            model.state = ModelState.UNLOADING
-            await _drain(model, timeout_s=30.0)
-            model.state = ModelState.UNAVAILABLE
+        """Stop serving a model: refuse new requests, let queued ones finish, then mark it unavailable.
+
+        An unknown model is no error: Triton answers such an unload with success.
+        """
+        async with self._lock():
+            for model in list(self._models.get(name, {}).values()):
+                model.state = ModelState.UNLOADING
+                await self._changed()
+                await _drain(model, timeout_s=30.0)
+                model.state = ModelState.UNAVAILABLE
+
+    async def _changed(self) -> None:
+        """Tell the frontend processes that the models changed; return once they know."""
+        if self.models_changed is not None:
+            changed = self.models_changed()
+            if asyncio.isfuture(changed):
+                await changed
 
     async def remove(self, name: str, version: int, timeout_s: float) -> None:
-        """Stop serving a model version for good: drain it (up to `timeout_s`), stop its instances, forget it."""
+        """Stop serving a model version for good: drain it (up to `timeout_s`), stop its instances, forget it.
+
+        The repository index shows it unloaded from then on, and requests for it get Triton's words for that.
+        """
         versions = self._models.get(name, {})
         model = versions.get(version)
         if model is None:
@@ -196,23 +276,81 @@ class Engine:
             del versions[version]
             if not versions:
                 del self._models[name]
+            self._bound.pop((name, version), None)
+            self._gone.setdefault(name, set()).add(version)
         if self._cache is not None:
             self._cache.forget(name)  # a model bound later under this name must not get its answers
         if self.models_changed is not None:
             self.models_changed()
 
-    def load(self, name: str) -> None:
-        """Serve an unloaded model again."""
-        for model in self._models_named(name):
-            model.scheduler.resume()
-            model.state = ModelState.READY
+    async def load(self, name: str, change: Optional[SpecChange] = None) -> None:
+        """Serve a model again, with its config as bound or as a config override `change` makes it.
 
-    def _models_named(self, name: str) -> List[ServedModel]:
-        """Every version of a bound model, or NOT_FOUND."""
-        versions = self._models.get(name)
-        if not versions:
-            raise InferenceError.not_found(f"failed to load '{name}', failed to poll from model repository")
-        return list(versions.values())
+        As Triton, a load without an override undoes an earlier one. A version whose spec changes is bound
+        again: new instances of the same callable, a new scheduler and fresh statistics; requests go to the
+        new binding from now on, those it held finish on the old one, whose instances then stop.
+
+        Raises:
+            InferenceError: Triton's "failed to load" for an unknown model or an override that cannot apply; the
+                model then goes on as it was.
+        """
+        async with self._lock():
+            versions = self._models.get(name)
+            if not versions:
+                raise InferenceError.internal(f"failed to load '{name}', failed to poll from model repository")
+            targets = []
+            for version in sorted(versions):
+                bound, binder = self._bound[(name, version)]
+                target = change(bound) if change is not None else bound
+                if target != versions[version].spec and binder is None:
+                    raise InferenceError.invalid(
+                        f"failed to load '{name}' version {version}: it was bound by a RemoteTriton, whose "
+                        "instances cannot start again: it takes no config override"
+                    )
+                targets.append((version, target, binder))
+            for version, target, binder in targets:
+                await self._load_version(versions, versions[version], target, binder)
+            await self._changed()  # the frontend processes learn the new specs before the answer
+
+    async def _load_version(
+        self, versions: Dict[int, ServedModel], model: ServedModel, spec: ModelSpec, binder: Optional[Binder]
+    ) -> None:
+        """Serve one version with `spec`: as it is when unchanged, else on new instances from `binder`."""
+        if spec == model.spec or binder is None:
+            if model.state in _OUT_OF_SERVICE:
+                model.scheduler.resume()
+                model.state = ModelState.READY
+            return
+        try:
+            instances = await binder(spec)
+        except InferenceError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the instances did not start: the model goes on as it was
+            raise InferenceError.invalid(f"failed to load '{spec.name}' version {spec.version}: {error}") from None
+        replacement = self._serve(spec, instances)
+        if spec.warmup:
+            await self.warmed_up()  # as Triton, the new binding serves once it is loaded
+        versions[spec.version] = replacement
+        if self.rebound is not None:
+            self.rebound()
+        LOGGER.info("model '%s' version %d bound again with its config override", spec.name, spec.version)
+        if model.state in _OUT_OF_SERVICE:  # unloaded: nothing is left to finish
+            task = asyncio.get_running_loop().create_task(model.scheduler.close_instances())
+        else:
+            model.retire(replacement)
+            task = asyncio.get_running_loop().create_task(_retire(model))
+        self._retiring[task] = model
+        task.add_done_callback(self._retired)
+
+    def _retired(self, task: asyncio.Task[None]) -> None:
+        """A replaced binding stopped: forget it (and log what stopping it raised)."""
+        self._retiring.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            LOGGER.warning("a model binding replaced by a load did not stop cleanly: %s", task.exception())
+
+    def _every_model(self) -> List[ServedModel]:
+        """Every model version served, and the bindings replaced by a load that still finish their requests."""
+        return self.models() + list(self._retiring.values())
 
     # The engine's part of the server's stop, in order (runtime/stopping.py runs them): refuse, until_idle
     # (up to a deadline), cut_off, close.
@@ -222,22 +360,22 @@ class Engine:
         self.phase = Phase.DRAINING
         for task in list(self._warmups):
             task.cancel()
-        for model in self.models():
+        for model in self._every_model():
             model.scheduler.refuse()
 
     def open_requests(self) -> Tuple[int, int]:
         """The requests of every model waiting in a queue, and those whose batch is running."""
-        counts = [model.scheduler.open_requests for model in self.models()]
+        counts = [model.scheduler.open_requests for model in self._every_model()]
         return sum(queued for queued, _ in counts), sum(running for _, running in counts)
 
     async def until_idle(self) -> None:
         """Return once no model has a request queued or running."""
-        for model in self.models():
+        for model in self._every_model():
             await model.scheduler.until_idle()
 
     def cut_off(self) -> int:
         """Answer every request still queued or running with UNAVAILABLE now; return how many there were."""
-        return sum(model.scheduler.cut_off() for model in self.models())
+        return sum(model.scheduler.cut_off() for model in self._every_model())
 
     async def close(self, deadline: Optional[float] = None) -> None:
         """Stop the instances (threads after their calls), unmap shared memory, log the failures held back.
@@ -245,7 +383,7 @@ class Engine:
         `deadline` (time.monotonic(): the end of the server's stop) is when instance processes that were
         told to exit and have not are killed, if that comes before their usual grace is over.
         """
-        await asyncio.gather(*(model.scheduler.close_instances(deadline) for model in self.models()))
+        await asyncio.gather(*(model.scheduler.close_instances(deadline) for model in self._every_model()))
         for model in self.models():
             model.scheduler.failures.flush()
         if self._watchdog is not None:
@@ -259,6 +397,55 @@ class Engine:
         self.live = False
 
 
+def _in_service(model: ServedModel) -> bool:
+    """Whether a model version may take requests (a warming one answers that it is not ready yet)."""
+    return model.state not in _OUT_OF_SERVICE
+
+
+def find_available(
+    models: Dict[str, Dict[int, M]],
+    name: str,
+    version: str,
+    in_service: Callable[[M], bool],
+    was_bound: Callable[[], bool],
+) -> M:
+    """The model version a request names in a table of versions by name, the latest in service when none is named.
+
+    `was_bound()` tells whether a model missing from the table was bound once (removed for good).
+
+    Raises:
+        InferenceError: as find_version, and Triton's words for a model or version out of service.
+    """
+    try:
+        model = find_version(models, name, version)
+    except InferenceError as error:
+        if error.status is Status.NOT_FOUND and name not in models and was_bound():
+            raise _unloaded(name, version) from None
+        raise
+    if in_service(model):
+        return model
+    available = [] if version else [number for number, other in models[name].items() if in_service(other)]
+    if not available:
+        raise _unloaded(name, version)
+    return models[name][max(available)]
+
+
+async def _retire(model: ServedModel) -> None:
+    """Let a replaced binding finish the requests it holds, then stop its instances."""
+    await _drain(model, _RETIRE_TIMEOUT_S)
+    model.state = ModelState.UNAVAILABLE
+    await model.scheduler.close_instances()
+
+
+def _unloaded(name: str, version: str) -> InferenceError:
+    """The error of a request for a model (or a version of it) that is unloaded, in Triton's words."""
+    if version:
+        return InferenceError.unavailable(
+            f"Request for unknown model: '{name}' version {version} is not at ready state"
+        )
+    return InferenceError.not_found(f"Request for unknown model: '{name}' has no available versions")
+
+
 async def _drain(model: ServedModel, timeout_s: float) -> None:
     """Refuse a model's new requests, let queued and running ones finish up to `timeout_s`, fail the rest."""
     model.scheduler.refuse()
@@ -267,9 +454,6 @@ async def _drain(model: ServedModel, timeout_s: float) -> None:
     except asyncio.TimeoutError:
         pass
     model.scheduler.cut_off()
-
-
-M = TypeVar("M")
 
 
 def find_version(models: Dict[str, Dict[int, M]], name: str, version: str) -> M:

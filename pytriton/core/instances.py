@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Prot
 
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import call_on_host, host_step
+from pytriton.core.sequence_states import SequenceStates
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request, mark_cancelled
 
@@ -55,6 +56,8 @@ class ModelInstance(Protocol):
     name: str
     call_started_ns: int  # when the call it runs started (0: idle); set by the scheduler
     reported_call_ns: int  # the call a hang warning was logged for
+    # The state of the sequences whose slots it holds, when kept in this process (None: in the instance's own).
+    sequence_states: Optional[SequenceStates]
 
     @property
     def kind(self) -> CallableKind:
@@ -70,6 +73,9 @@ class ModelInstance(Protocol):
 
     def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
         """Call `callback(*args)` once every call it was given has finished and it can take work."""
+
+    def forget_sequences(self, serials: List[int]) -> None:
+        """Drop the state of sequences that ended without their END request running on it."""
 
     def start(self, requests: List[Request], hand_over: bool = False) -> Awaitable[Step]:
         """Start a non-streaming call; await its result."""
@@ -100,6 +106,7 @@ class Instance:
             self._worker.open()  # now: out of file descriptors, binding fails and not the first request
         self.call_started_ns = 0  # when the call it is running started (0: idle); set by the scheduler
         self.reported_call_ns = 0  # the call a hang warning was logged for
+        self.sequence_states: Optional[SequenceStates] = SequenceStates()
 
     @property
     def alive(self) -> bool:
@@ -110,6 +117,11 @@ class Instance:
     def label(self) -> str:
         """How logs name it."""
         return f"thread {self.name}"
+
+    def forget_sequences(self, serials: List[int]) -> None:
+        """Drop the state of sequences that ended without their END request running here."""
+        if self.sequence_states is not None:
+            self.sequence_states.forget(serials)
 
     def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
         """Call `callback(*args)` once the instance thread finished every call, also those nobody waits for now."""

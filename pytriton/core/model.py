@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from typing import AsyncIterator, List, Optional, Tuple
+from typing import AsyncIterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from pytriton.core.cache import ResponseCache, cache_key
 from pytriton.core.errors import InferenceError
@@ -27,6 +27,16 @@ class ModelState(enum.Enum):
     UNAVAILABLE = "UNAVAILABLE"
 
 
+class RepositoryEntry(NamedTuple):
+    """One model version in the repository index."""
+
+    name: str
+    version: str
+    state: str
+    ready: bool
+    reason: str
+
+
 class ServedModel:
     """One model version being served; lives on the engine's event loop."""
 
@@ -43,11 +53,31 @@ class ServedModel:
         self.state = ModelState.READY
         self.cache = cache if spec.response_cache and not spec.decoupled else None
         self.scheduler = Scheduler(spec, instances, self.stats, on_unrecoverable)
+        # The binding that replaced this one (a load with a config override): a request that found this one
+        # before the swap goes there; those queued or running here finish here.
+        self.successor: Optional[ServedModel] = None
 
     @property
     def ready(self) -> bool:
         """Whether the model takes requests: loaded, and some instance up (processes may be restarting)."""
         return self.state is ModelState.READY and self.scheduler.has_live_instance
+
+    def admit(self, request: InferenceRequest) -> InferenceRequest:
+        """A request checked against an earlier binding's spec, checked against this one's batch size limit.
+
+        Only the batching limits may differ between the two: the inputs and outputs are the same.
+        """
+        spec = self.spec
+        if spec.batching and request.batch_size > spec.max_batch_size:
+            raise InferenceError.invalid_input(
+                f"inference request batch-size must be <= {spec.max_batch_size} for '{spec.name}'"
+            )
+        return request
+
+    def retire(self, successor: ServedModel) -> None:
+        """Hand new requests to `successor` from now on; those queued or running here finish here."""
+        self.successor = successor
+        self.state = ModelState.UNLOADING
 
     def _check_ready(self) -> None:
         """Refuse requests unless the model is ready."""
@@ -61,6 +91,8 @@ class ServedModel:
         the queue, and then takes the request out of it (CANCELLED).
         """
         if self.state is not ModelState.READY:
+            if self.successor is not None:
+                return await self.successor.infer(self.successor.admit(request), gone)
             self._check_ready()
         key = None
         if self.cache is not None:
@@ -113,6 +145,8 @@ class ServedModel:
         takes; None when the cache answered.
         """
         if self.state is not ModelState.READY:
+            if self.successor is not None:
+                return self.successor.submit(self.successor.admit(request), sink, streaming)
             self._check_ready()
         if self.cache is not None and not streaming:
             key, cached = self._look_up(request)
@@ -123,8 +157,16 @@ class ServedModel:
         self.scheduler.submit(request, sink)
         return sink
 
+    def record_tokens(
+        self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int
+    ) -> None:
+        """Count one generation of the OpenAI API (core/stats.TokenStats)."""
+        self.stats.tokens.record(first_token_ns, gaps_ns, output_tokens, prompt_tokens)
+
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run one request and iterate over its responses (any model; decoupled ones may give 0..n)."""
+        if self.state is not ModelState.READY and self.successor is not None:
+            return self.successor.stream(self.successor.admit(request))
         self._check_ready()
         sink = StreamSink(self.scheduler.withdraw)
         self.scheduler.submit(request, sink)

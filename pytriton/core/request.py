@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -11,6 +11,8 @@ RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
 )
 ShapeKey = Tuple[Tuple[str, Tuple[int, ...]], ...]
+# A request's sequence parameters: (sequence_id, sequence_start, sequence_end); the id is 0 or "" when not given.
+SequenceMark = Tuple[Union[int, str], bool, bool]
 # The one `triton_` parameter clients may send.
 EMPTY_FINAL_RESPONSE_PARAMETER = "triton_enable_empty_final_response"
 
@@ -24,9 +26,11 @@ class InferenceRequest:
         "batch_size",
         "id",
         "inputs",
+        "live_sequence",
         "parameters",
         "priority",
         "requested_outputs",
+        "sequence",
         "timeout_us",
     )
 
@@ -41,8 +45,9 @@ class InferenceRequest:
         priority: int = 0,
         timeout_us: int = 0,
         arrival_ns: int = 0,
+        sequence: Optional[SequenceMark] = None,
     ) -> None:
-        """Create a request; `parameters` are what the callable sees."""
+        """Create a request; `parameters` are what the callable sees, `sequence` its sequence parameters if any."""
         self.id = request_id
         self.inputs = inputs
         self.parameters = parameters
@@ -51,6 +56,8 @@ class InferenceRequest:
         self.priority = priority
         self.timeout_us = timeout_us
         self.arrival_ns = arrival_ns
+        self.sequence = sequence
+        self.live_sequence: Any = None  # the sequence it belongs to, once a sequence batcher admitted it
         self._shape_key: Optional[ShapeKey] = None
 
     @property

@@ -69,6 +69,16 @@ class TracedSink(ResponseSink):
 
 def traced_request(request: Request, call: TracedCall) -> TracedRequest:
     """The Request a traced callable gets: the same data, with the call's span and tracer."""
-    traced = TracedRequest(request.data, request.parameters, call.span, request.requested_output_names)
+    traced = TracedRequest(
+        request.data,
+        request.parameters,
+        call.span,
+        request.requested_output_names,
+        request.sequence_id,
+        request.sequence_start,
+        request.sequence_end,
+        request.sequence_state,
+        request.sequence_serial,
+    )
     traced.tracer = call.tracer
     return traced

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
@@ -19,6 +20,7 @@ from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
 from pytriton.core.running import RunningBatch, RunningBatches
+from pytriton.core.sequence_batcher import LiveSequence, SequenceSlots
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
@@ -27,6 +29,7 @@ from pytriton.core.watch import Disconnect, QueueWatch
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.proxy.types import Request
 
+LOGGER = logging.getLogger(__name__)
 UnrecoverableHandler = Callable[[str], None]
 _CLIENT_GONE = "the client disconnected before its response was ready"
 # uvloop's timers count whole milliseconds (a delay is rounded to the nearest one): a timer may fire up to
@@ -62,7 +65,14 @@ class Scheduler:
         self._on_unrecoverable = on_unrecoverable
         self._rules = BatchRules(spec)
         batcher = spec.batcher
-        self._order = ReleaseOrder() if batcher and batcher.preserve_ordering and len(instances) > 1 else None
+        oldest = spec.sequence_batcher.oldest if spec.sequence_batcher is not None else None
+        preserve = bool(batcher and batcher.preserve_ordering) or bool(oldest and oldest.preserve_ordering)
+        self._order = ReleaseOrder() if preserve and len(instances) > 1 else None
+        self._sequences = (
+            SequenceSlots(spec, len(instances), self._forget, self._sequence_idle) if spec.sequence_batcher else None
+        )
+        self._instance_index = {id(instance): index for index, instance in enumerate(instances)}
+        self._sequence_warned = False
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_at_ns = 0
         self._batches = RunningBatches()
@@ -103,12 +113,19 @@ class Scheduler:
         if not self._accepting:
             self.stats.record_failure(0, FailureReason.REJECTED.value)
             raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
+        if request.sequence is not None or self._sequences is not None:
+            if self._sequences is not None:
+                self._admit(request)
+            elif not self._sequence_warned:
+                self._warn_sequence_ignored()
         if self._free and not self._queues.size and not self._rules.delay_ns:
-            entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
-            entry.queued = False  # it never waits in the queue: its client leaving cancels it where it runs
-            if gone is not None:
-                self._watch.watch(entry, gone)
-            return self._launch(self._free.pop(), [entry])
+            instance = self._free.pop() if self._sequences is None else self._free_instance_of(request)
+            if instance is not None:
+                entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
+                entry.queued = False  # it never waits in the queue: its client leaving cancels it where it runs
+                if gone is not None:
+                    self._watch.watch(entry, gone)
+                return self._launch(instance, [entry])
         try:
             entry = self._queues.push(request, sink)
         except InferenceError as error:
@@ -119,6 +136,47 @@ class Scheduler:
         if self._free or entry.deadline_ns:  # else nothing can start before an instance frees (_release schedules)
             self._schedule()
         return None
+
+    def _admit(self, request: InferenceRequest) -> None:
+        """Join a request to its sequence, or refuse it as Triton's sequence batcher does."""
+        assert self._sequences is not None
+        try:
+            self._sequences.admit(request)
+        except InferenceError as error:
+            self.stats.record_failure(0, error.reason.value)
+            raise
+
+    def _free_instance_of(self, request: InferenceRequest) -> Optional[ModelInstance]:
+        """The instance holding the slot of the request's sequence, taken off the free list, if it can run it now."""
+        assert self._sequences is not None
+        live: LiveSequence = request.live_sequence
+        if self._sequences.delay_ns or live.running or live.instance < 0:
+            return None
+        instance = self._instances[live.instance]
+        if instance not in self._free:
+            return None
+        self._free.remove(instance)
+        live.running = True
+        return instance
+
+    def _warn_sequence_ignored(self) -> None:
+        """Triton takes and ignores a sequence's parameters for a model without a sequence batcher; say so once."""
+        self._sequence_warned = True
+        LOGGER.warning(
+            "requests to model '%s' carry sequence parameters (sequence_id, sequence_start, sequence_end): they are "
+            "ignored, as Triton ignores them for a model without a sequence batcher (ModelConfig.sequence_batcher)",
+            self.spec.name,
+        )
+
+    def _forget(self, instance_index: int, serial: int) -> None:
+        """A sequence ended without its END request running: its instance forgets its state."""
+        if instance_index >= 0:
+            self._instances[instance_index].forget_sequences([serial])
+
+    def _sequence_idle(self) -> None:
+        """An idle sequence freed its slot: a sequence that waited for one may run."""
+        if self._free and self._queues.size:
+            self._schedule()
 
     def withdraw(self, sink: ResponseSink) -> None:
         """A request's client went away: a queued one frees its slot and inputs now, a running one is cancelled.
@@ -138,6 +196,10 @@ class Scheduler:
         self._queues.take([entry])
         entry.request.inputs = {}
         self.stats.record_failure(time.monotonic_ns() - entry.enqueue_ns, FailureReason.CANCELED.value)
+        if self._sequences is not None:
+            self._sequences.finished(entry)
+            if self._free and self._queues.size:
+                self._schedule()  # its sequence may have freed a slot, or its next request may run now
         self._update_idle()
 
     def _client_left(self, entry: Entry) -> None:
@@ -154,7 +216,9 @@ class Scheduler:
         for entry in self._queues.expire(now):
             self._fail(entry, InferenceError.unavailable(TIMEOUT_MESSAGE))
         wake_at: Optional[int] = None
-        while self._free and self._queues.size:
+        if self._sequences is not None:
+            wake_at = self._schedule_sequences(now + slack_ns)
+        while self._free and self._queues.size and self._sequences is None:
             batch, wake_at = self._rules.take_batch(self._queues, now + slack_ns)
             if not batch:
                 break
@@ -164,6 +228,21 @@ class Scheduler:
             wake_at = deadline
         self._arm_timer(wake_at, now)
         self._update_idle()
+
+    def _schedule_sequences(self, now_ns: int) -> Optional[int]:
+        """Start each free instance's due batch of its sequences' requests; return when the next one is due."""
+        assert self._sequences is not None
+        wake_at: Optional[int] = None
+        for instance in list(reversed(self._free)):
+            if not self._queues.size:
+                break
+            batch, due = self._sequences.take_batch(self._queues, self._instance_index[id(instance)], now_ns)
+            if batch:
+                self._free.remove(instance)
+                self._start(instance, batch)
+            elif due is not None and (wake_at is None or due < wake_at):
+                wake_at = due
+        return wake_at
 
     def _arm_timer(self, wake_at_ns: Optional[int], now_ns: int) -> None:
         """Make sure `_schedule` runs again at `wake_at_ns`."""
@@ -207,13 +286,19 @@ class Scheduler:
             requested = request.requested_outputs
             # A request that names no outputs gets them all, and the callable is told so (as in PyTriton 0.7).
             names = list(self.spec.output_names) if requested is None else requested
-            call_request = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
+            live = request.live_sequence
+            if live is None:
+                call_request = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
+            else:
+                call_request = self._sequence_request(request, names, live.serial)
             traced = self.spans.start(entry.enqueue_ns) if self.spans is not None else None
             if traced is not None:
                 call_request = traced_request(call_request, traced)
                 entry.sink = TracedSink(entry.sink, traced)
             entry.call = call_request
             requests.append(call_request)
+        if self._sequences is not None and instance.sequence_states is not None:
+            instance.sequence_states.attach(requests)  # a thread instance's; a process instance's is in its process
         slots = self._order.reserve(len(batch)) if self._order is not None else None
         running = RunningBatch(batch, instance, self.spec.decoupled)
         self._batches.add(running)
@@ -222,6 +307,21 @@ class Scheduler:
         if not hand_over and asyncio.iscoroutine(call):
             call = CancelShieldedCall(call)  # run at once in a task its client may cancel: not the callable
         return self._run(running, requests, slots, call, (start_ns, infer_start_ns))
+
+    def _sequence_request(self, request: InferenceRequest, names: List[str], serial: int) -> Request:
+        """The Request of a sequence's request: its sequence's id and flags, and the control inputs configured."""
+        assert self._sequences is not None and request.sequence is not None
+        sequence_id, start, end = request.sequence
+        self._sequences.controls.add(request.inputs, sequence_id, start, end)
+        return Request(
+            data=request.inputs,
+            parameters=request.parameters,
+            requested_output_names=names,
+            sequence_id=sequence_id,
+            sequence_start=start,
+            sequence_end=end,
+            sequence_serial=serial,
+        )
 
     def _call(self, instance: ModelInstance, requests: List[Request], hand_over: bool) -> Awaitable[Any]:
         """Start a batch's call; one that cannot start (its thread cannot: "can't start new thread") fails alone.
@@ -272,6 +372,7 @@ class Scheduler:
             else:
                 results = await call
                 infer_end_ns = time.monotonic_ns()
+                self._sequences_ran(batch)
                 instance.when_idle(self._release, instance)
                 released = True
                 outcomes: List[Any] = []
@@ -321,6 +422,7 @@ class Scheduler:
             if not released:
                 # A call the loop stopped waiting for (client gone, shutdown) may still run in the instance
                 # thread, or an async one in a task of its own: the instance takes new work once it has returned.
+                self._sequences_ran(batch)
                 rest = call.rest if isinstance(call, CancelShieldedCall) else None
                 if rest is None or rest.done():
                     instance.when_idle(self._release, instance)
@@ -330,6 +432,12 @@ class Scheduler:
                     self._running.add(rest)
                     rest.add_done_callback(self._running.discard)
                     rest.add_done_callback(lambda _: self._release(instance))
+
+    def _sequences_ran(self, batch: List[Entry]) -> None:
+        """A batch's sequences may take their next request (before its instance is free to run them)."""
+        if self._sequences is not None:
+            for entry in batch:
+                self._sequences.finished(entry)
 
     def _release(self, instance: ModelInstance) -> None:
         """An instance finished its call: give it the next batch."""
@@ -489,6 +597,9 @@ class Scheduler:
         queued = self._queues.drain()
         for entry in queued:
             self._fail(entry, self._stopped())
+        if self._sequences is not None:
+            self._sequences_ran(queued)
+            self._sequences.close()
         running = self._in_flight.cut_off()
         if self._timer is not None:
             self._timer.cancel()
@@ -503,6 +614,8 @@ class Scheduler:
         await asyncio.gather(*(instance.close(deadline) for instance in self._instances))
 
     def resume(self) -> None:
-        """Take requests again after a cut-off (model reload)."""
+        """Take requests again after a cut-off (model reload); the sequences of before are gone."""
         self._accepting = True
+        if self._sequences is not None:
+            self._sequences = SequenceSlots(self.spec, len(self._instances), self._forget, self._sequence_idle)
         self._in_flight.reset()

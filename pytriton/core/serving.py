@@ -6,10 +6,11 @@ which sends requests to the process that holds the models.
 
 from __future__ import annotations
 
-from typing import AsyncIterator, List, Optional, Protocol
+from typing import AsyncIterator, List, Optional, Protocol, Sequence
 
 from pytriton.core.cuda_memory import CudaSharedMemory
-from pytriton.core.model import ServedModel
+from pytriton.core.engine import SpecChange
+from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
@@ -26,6 +27,11 @@ class ServingModel(Protocol):
 
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run one request; its responses (a decoupled model may give 0..n)."""
+
+    def record_tokens(
+        self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int
+    ) -> None:
+        """Count one generation's tokens in the model's statistics (core/stats.TokenStats), where they are kept."""
 
 
 class ServingEngine(Protocol):
@@ -59,8 +65,11 @@ class ServingEngine(Protocol):
     def statistics_of(self, name: str = "", version: str = "") -> List[ServedModel]:
         """The model versions a statistics request names."""
 
-    def load(self, name: str) -> None:
-        """Serve an unloaded model again."""
+    def repository(self) -> List[RepositoryEntry]:
+        """The repository index."""
+
+    async def load(self, name: str, change: Optional[SpecChange] = None) -> None:
+        """Serve a model again, as bound or with a config override."""
 
     async def unload(self, name: str) -> None:
         """Stop serving a model."""

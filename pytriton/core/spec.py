@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pytriton.core.errors import InferenceError
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
+from pytriton.model_config.sequence import SequenceBatcher
 from pytriton.model_config.triton_model_config import TensorSpec
 
 Shape = Tuple[int, ...]
@@ -56,11 +57,17 @@ class ModelSpec:
     strict: bool
     input_specs: Tuple[TensorSpec, ...] = ()
     output_specs: Tuple[TensorSpec, ...] = ()
+    # The config's `parameters` (name, string value), as a load's config override sets them.
+    parameters: Tuple[Tuple[str, str], ...] = ()
     # The inputs of each warm-up request, run on every instance before the model is ready.
     warmup: Tuple[Dict[str, np.ndarray], ...] = dataclasses.field(default=(), repr=False, compare=False)
     # Server limits the engine applies to the model's requests (0: none).
     max_tensor_elements: int = 0
     max_response_bytes: int = 0
+    # Triton's sequence batcher (then `batcher` is None): requests belong to sequences, each holding one slot.
+    sequence_batcher: Optional[SequenceBatcher] = None
+    # How the model answers the OpenAI API (options/openai.py: OpenAIChat, ...); None: it does not.
+    openai: Any = None
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import time
-from typing import Dict, List, Optional, Protocol, Tuple
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
 
 class Duration:
@@ -54,6 +55,56 @@ class StatsObserver(Protocol):
 
 ComputeTimes = Tuple[int, int, int]
 
+# Bucket bounds (seconds) of the token histograms, as vLLM's metrics have them.
+FIRST_TOKEN_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+BETWEEN_TOKENS_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+
+
+class Buckets:
+    """Observations counted into fixed buckets (seconds), with their count and sum: a histogram's state."""
+
+    __slots__ = ("bounds", "count", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        """Empty buckets of ascending upper `bounds` (+Inf implied)."""
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one observation."""
+        self.counts[bisect.bisect_left(self.bounds, seconds)] += 1
+        self.count += 1
+        self.total += seconds
+
+
+class TokenStats:
+    """What a model generated for the OpenAI API (transport/openai): tokens, time to first token, between tokens.
+
+    Counted once per generation, on the process that holds the model (a frontend process sends TOKENS there).
+    """
+
+    __slots__ = ("between_tokens", "first_token", "generations", "output_tokens", "prompt_tokens")
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.generations = 0
+        self.output_tokens = 0
+        self.prompt_tokens = 0
+        self.first_token = Buckets(FIRST_TOKEN_BUCKETS_S)
+        self.between_tokens = Buckets(BETWEEN_TOKENS_BUCKETS_S)
+
+    def record(self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int) -> None:
+        """One generation: its first text `first_token_ns` after the request came, then `gaps_ns` between texts."""
+        self.generations += 1
+        self.output_tokens += output_tokens
+        self.prompt_tokens += prompt_tokens
+        self.first_token.observe(first_token_ns / 1e9)
+        between = self.between_tokens
+        for gap in gaps_ns:
+            between.observe(gap / 1e9)
+
 
 class ModelStats:
     """Counters of one model version; updated on the event loop only."""
@@ -67,6 +118,7 @@ class ModelStats:
         self.batches: Dict[int, Dict[str, Duration]] = {}
         self.failures_by_reason: Dict[str, int] = {}
         self.observers: List[StatsObserver] = []
+        self.tokens = TokenStats()
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """Record one model call over a batch of `batch_size` rows (batch_stats are per execution, failed or not)."""

@@ -9,6 +9,13 @@ from pytriton.model_config.common import (
     WarmupInput,
 )
 from pytriton.model_config.model_config import ModelConfig
+from pytriton.model_config.sequence import (
+    SequenceBatcher,
+    SequenceControlInput,
+    SequenceControlKind,
+    SequenceStrategyDirect,
+    SequenceStrategyOldest,
+)
 from pytriton.model_config.tensor import Tensor
 
 __all__ = [
@@ -17,6 +24,11 @@ __all__ = [
     "ModelConfig",
     "ModelWarmup",
     "QueuePolicy",
+    "SequenceBatcher",
+    "SequenceControlInput",
+    "SequenceControlKind",
+    "SequenceStrategyDirect",
+    "SequenceStrategyOldest",
     "Tensor",
     "TimeoutAction",
     "WarmupInput",

@@ -6,6 +6,7 @@ import dataclasses
 from typing import List, Optional
 
 from pytriton.model_config.common import DynamicBatcher, ModelWarmup
+from pytriton.model_config.sequence import SequenceBatcher
 
 
 @dataclasses.dataclass
@@ -19,6 +20,8 @@ class ModelConfig:
         response_cache: whether responses are cached (needs TritonConfig.cache_config).
         decoupled: whether the model streams zero, one or many responses per request.
         model_warmup: requests each instance runs before the model reports ready (a failure is logged only).
+        sequence_batcher: Triton's sequence batcher for a stateful model, in place of `batcher` (see
+            docs/inference_callables.md, "Stateful models").
     """
 
     batching: bool = True
@@ -27,3 +30,4 @@ class ModelConfig:
     response_cache: bool = False
     decoupled: bool = False
     model_warmup: Optional[List[ModelWarmup]] = None
+    sequence_batcher: Optional[SequenceBatcher] = None

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any, Dict, List, Optional, Sequence
 
 from pytriton.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup
+from pytriton.model_config.sequence import SequenceBatcher
 
 
 @dataclasses.dataclass
@@ -41,6 +42,7 @@ class TritonModelConfig:
     outputs: Optional[Sequence[TensorSpec]] = None
     response_cache: Optional[ResponseCache] = None
     model_warmup: Optional[List[ModelWarmup]] = None
+    sequence_batcher: Optional[SequenceBatcher] = None
 
     @property
     def backend(self) -> str:

@@ -130,6 +130,8 @@ class AccessRules:
 def http_category(path: str) -> Optional[Category]:
     """The category of an HTTP path (None for paths outside the API, which are never restricted)."""
     parts: List[str] = path.strip("/").split("/")
+    if parts[0] == "v1":  # the OpenAI API (transport/openai): its listing is metadata, the rest inference
+        return Category.METADATA if parts[1:2] == ["models"] else Category.INFERENCE
     if parts[0] != "v2":
         return None
     rest = parts[1:]

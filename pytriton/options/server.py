@@ -118,3 +118,7 @@ class ServerOptions:
     vertex_ai: Optional[VertexAiOptions] = None
     limits: ServerLimits = dataclasses.field(default_factory=ServerLimits)
     frontends: int = 1  # processes serving HTTP and gRPC (options/frontends.py); 1: this process's loop
+    # The key OpenAI clients send as `Authorization: Bearer <key>` (TritonSecurityConfig); None: none asked.
+    openai_api_key: Optional[str] = None
+    # The port of the OpenAI API's own server (0: a free one); None serves it on the HTTP port.
+    openai_port: Optional[int] = None

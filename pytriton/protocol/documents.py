@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from pytriton.core.datatypes import config_enum
-from pytriton.core.model import ServedModel
+from pytriton.core.model import RepositoryEntry, ServedModel
+from pytriton.core.sequence_controls import corrid_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.model_config.common import QueuePolicy
+from pytriton.model_config.sequence import SequenceBatcher, SequenceControlInput, SequenceControlKind
 
 EXTENSIONS = [
     "classification",
+    "sequence",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -101,10 +104,59 @@ def _dynamic_batching(spec: ModelSpec) -> Dict[str, Any]:
     return document
 
 
+def _sequence_batching(batcher: SequenceBatcher) -> Dict[str, Any]:
+    """A ModelSequenceBatching message as Triton prints it (its strategy only when one is set)."""
+    document: Dict[str, Any] = {}
+    if batcher.direct is not None:
+        document["direct"] = {
+            "max_queue_delay_microseconds": batcher.direct.max_queue_delay_microseconds,
+            "minimum_slot_utilization": _float(batcher.direct.minimum_slot_utilization),
+        }
+    if batcher.oldest is not None:
+        document["oldest"] = {
+            "max_candidate_sequences": batcher.oldest.max_candidate_sequences,
+            "preferred_batch_size": list(batcher.oldest.preferred_batch_size or []),
+            "max_queue_delay_microseconds": batcher.oldest.max_queue_delay_microseconds,
+            "preserve_ordering": batcher.oldest.preserve_ordering,
+        }
+    document["max_sequence_idle_microseconds"] = batcher.max_sequence_idle_microseconds
+    document["control_input"] = [_control_input(control) for control in batcher.control_inputs]
+    document["state"] = []
+    document["iterative_sequence"] = False
+    return document
+
+
+def _float(value: float) -> float:
+    """A float field as Triton's JSON writer prints it: a whole number without its ".0"."""
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def _control_input(control: SequenceControlInput) -> Dict[str, Any]:
+    """A ModelSequenceBatching.ControlInput message: the input's name and its one control."""
+    data_type = "TYPE_INVALID"
+    if control.kind is SequenceControlKind.CONTROL_SEQUENCE_CORRID:
+        dtype = corrid_dtype(control.data_type)
+        data_type = "TYPE_STRING" if dtype.kind == "O" else f"TYPE_{dtype.name.upper()}"
+    return {
+        "name": control.name,
+        "control": [
+            {
+                "kind": control.kind.value,
+                "int32_false_true": [int(value) for value in control.int32_false_true or []],
+                "fp32_false_true": [_float(value) for value in control.fp32_false_true or []],
+                "bool_false_true": [bool(value) for value in control.bool_false_true or []],
+                "data_type": data_type,
+            }
+        ],
+    }
+
+
 def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
     """GET .../config: Triton's model_config.proto as its HTTP endpoint prints it (every field, int64 as numbers).
 
-    Optional messages appear only when set: dynamic batching for batching models, the transaction policy
+    Optional messages appear only when set: dynamic batching for batching models (sequence batching for
+    models with a sequence batcher), the transaction policy
     for decoupled ones, the response cache when enabled.
     """
     config: Dict[str, Any] = {
@@ -128,6 +180,8 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
     }
     if spec.batching and spec.batcher is not None:
         config["dynamic_batching"] = _dynamic_batching(spec)
+    if spec.sequence_batcher is not None:
+        config["sequence_batching"] = _sequence_batching(spec.sequence_batcher)
     config.update(
         {
             "instance_group": [
@@ -145,7 +199,7 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
             "default_model_filename": "model.py",
             "cc_model_filenames": {},
             "metric_tags": {},
-            "parameters": {},
+            "parameters": {name: {"string_value": value} for name, value in spec.parameters},
             "model_warmup": [],  # warm-up runs before the model is ready; Triton shows none, as for PyTriton's
         }
     )
@@ -161,9 +215,12 @@ def model_statistics(models: List[ServedModel]) -> Dict[str, Any]:
     return {"model_stats": [model.stats.as_dict(model.spec.name, model.spec.version_str) for model in models]}
 
 
-def repository_index(models: List[ServedModel]) -> List[Dict[str, Any]]:
-    """POST /v2/repository/index."""
-    return [
-        {"name": model.spec.name, "version": model.spec.version_str, "state": model.state.value, "reason": ""}
-        for model in models
-    ]
+def repository_index(entries: List[RepositoryEntry]) -> List[Dict[str, Any]]:
+    """POST /v2/repository/index: each model version and its state; a reason only where there is one, as Triton."""
+    documents: List[Dict[str, Any]] = []
+    for entry in entries:
+        document = {"name": entry.name, "version": entry.version, "state": entry.state}
+        if entry.reason:
+            document["reason"] = entry.reason
+        documents.append(document)
+    return documents

@@ -29,7 +29,7 @@ def decode_generate_request(
     inputs: Dict[str, np.ndarray] = {}
     for tensor in spec.inputs:
         if tensor.name in document:
-            inputs[tensor.name] = _input_array(spec, tensor, document.pop(tensor.name))
+            inputs[tensor.name] = input_array(spec, tensor, document.pop(tensor.name))
         elif not tensor.optional:
             raise InferenceError.invalid(f"generate request for model '{spec.name}' is missing input '{tensor.name}'")
     extra = {key: value for key, value in document.items() if isinstance(value, (str, int, float, bool))}
@@ -45,11 +45,12 @@ def decode_generate_request(
         batch_size=1,
         priority=options.priority,
         timeout_us=options.timeout_us,
+        sequence=options.sequence,
     )
     return request, options
 
 
-def _input_array(spec: ModelSpec, tensor: TensorDef, value: Any) -> np.ndarray:
+def input_array(spec: ModelSpec, tensor: TensorDef, value: Any) -> np.ndarray:
     """A generate field as an input tensor: its elements fill the tensor's dims (batch of 1 for batching models)."""
     flat = value if isinstance(value, list) else [value]
     dims = list(tensor.dims)

@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
-from pytriton.core.model import ServedModel
+from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
@@ -150,6 +150,7 @@ def decode_infer_request(
         batch_size=batch_size,
         priority=options.priority,
         timeout_us=options.timeout_us,
+        sequence=options.sequence,
     )
     return DecodedRequest(request, options, output_regions, classes)
 
@@ -157,7 +158,8 @@ def decode_infer_request(
 def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:
     """A request's parameters as plain Python values, the reserved ones checked first as Triton's gRPC frontend does.
 
-    Triton reads a negative int64 `timeout` as unsigned: a timeout too far off to matter, so it is left out.
+    Triton reads a negative int64 `timeout` as unsigned: a timeout too far off to matter, so it is left out; and a
+    negative `sequence_id` as the unsigned id of the same bits.
     """
     for key, kinds in _RESERVED_KINDS.items():
         parameter = parameters.get(key)
@@ -171,6 +173,9 @@ def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[s
     values = parameters_from_message(parameters)
     if values.get("timeout", 0) < 0:
         del values["timeout"]
+    sequence_id = values.get("sequence_id")
+    if isinstance(sequence_id, int) and sequence_id < 0:  # an int64 Triton reads as the uint64 it stands for
+        values["sequence_id"] = sequence_id + (1 << 64)
     return values
 
 
@@ -406,7 +411,7 @@ def model_statistics(models: List[ServedModel]) -> Message:
     )
 
 
-def repository_index(models: List[ServedModel], ready_only: bool) -> Message:
+def repository_index(entries: List[RepositoryEntry], ready_only: bool) -> Message:
     """RepositoryIndexResponse (only ready models when asked)."""
-    entries = documents.repository_index([model for model in models if model.ready or not ready_only])
-    return json_format.ParseDict({"models": entries}, service_pb2.RepositoryIndexResponse())
+    shown = documents.repository_index([entry for entry in entries if entry.ready or not ready_only])
+    return json_format.ParseDict({"models": shown}, service_pb2.RepositoryIndexResponse())

@@ -61,7 +61,9 @@ def decode_infer_request(
             f"Inference-Header-Content-Length {header_length} is out of range for a body of {size} bytes"
         )
     document = parse_json_object(body if header_length == size else memoryview(body)[:header_length])
-    user_parameters, options = split_parameters(_mapping(document.get("parameters"), "parameters"), forwarded_headers)
+    user_parameters, options = split_parameters(
+        json_object_field(document.get("parameters"), "parameters"), forwarded_headers
+    )
     raw_inputs = document.get("inputs")
     if type(raw_inputs) is not list:
         raise InferenceError.invalid("the request JSON must have an 'inputs' array")
@@ -120,6 +122,7 @@ def decode_infer_request(
         batch_size=batch_size,
         priority=options.priority,
         timeout_us=options.timeout_us,
+        sequence=options.sequence,
     )
     return request, output_format
 
@@ -166,7 +169,7 @@ def parse_json_object(data: Body) -> Dict[str, Any]:
     return document
 
 
-def _mapping(value: Any, what: str, name: str = "") -> Dict[str, Any]:
+def json_object_field(value: Any, what: str, name: str = "") -> Dict[str, Any]:
     """An optional JSON object field: `what` (of the tensor `name`, when given) must be an object."""
     if value is None:
         return {}
@@ -198,7 +201,7 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
     for dim in shape:
         if type(dim) is not int:
             raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
-    return name, datatype, shape, _mapping(raw.get("parameters"), "parameters of input", name)
+    return name, datatype, shape, json_object_field(raw.get("parameters"), "parameters of input", name)
 
 
 def _only_shared_memory(raw: Dict[str, Any], binary_size: Any) -> None:
@@ -250,7 +253,7 @@ def _requested_outputs(
         if parameters is None:
             binary[name] = False
             continue
-        parameters = _mapping(parameters, "parameters of output", name)
+        parameters = json_object_field(parameters, "parameters of output", name)
         count = parameters.get("classification")
         if count is not None:
             if type(count) is not int or count < 0:

@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, Dict, FrozenSet, Mapping, Optional, Tuple
 
 from pytriton.core.errors import InferenceError
-from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, RESERVED_PARAMETERS
-
-LOGGER = logging.getLogger(__name__)
+from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, RESERVED_PARAMETERS, SequenceMark
 
 
 class RequestOptions:
     """What the reserved parameters of a request ask of the server."""
 
-    __slots__ = ("binary_data_output", "empty_final_response", "priority", "timeout_us")
+    __slots__ = ("binary_data_output", "empty_final_response", "priority", "sequence", "timeout_us")
 
     def __init__(self) -> None:
-        """Defaults: no priority, no timeout, JSON outputs, no empty final response."""
+        """Defaults: no priority, no timeout, JSON outputs, no empty final response, no sequence."""
         self.priority = 0
         self.timeout_us = 0
         self.binary_data_output = False
         self.empty_final_response = False
+        self.sequence: Optional[SequenceMark] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,25 +87,23 @@ def _apply_reserved(options: RequestOptions, key: str, value: Any) -> None:
             raise InferenceError.invalid("parameter 'binary_data_output' must be a boolean")
         options.binary_data_output = value
     elif key.startswith("sequence_"):
-        if key == "sequence_id" and (isinstance(value, bool) or not isinstance(value, (int, str))):
-            raise InferenceError.invalid("parameter 'sequence_id' must be an integer or a string")
-        if key != "sequence_id" and not isinstance(value, bool):
+        sequence_id, start, end = options.sequence or (0, False, False)
+        if key == "sequence_id":
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise InferenceError.invalid("parameter 'sequence_id' must be an integer or a string")
+            if isinstance(value, int) and not 0 <= value < _UINT64_LIMIT:
+                raise InferenceError.invalid("parameter 'sequence_id' must be an unsigned 64-bit integer or a string")
+            sequence_id = value
+        elif not isinstance(value, bool):
             raise InferenceError.invalid(f"parameter '{key}' must be a boolean")
-        _warn_sequence_ignored()
+        elif key == "sequence_start":
+            start = value
+        else:
+            end = value
+        options.sequence = (sequence_id, start, end)
 
 
-def _warn_sequence_ignored() -> None:
-    """PyTriton's models have no sequence batching: Triton takes and ignores a sequence's parameters; say so once."""
-    global _SEQUENCE_WARNED
-    if not _SEQUENCE_WARNED:
-        _SEQUENCE_WARNED = True
-        LOGGER.warning(
-            "requests carry sequence parameters (sequence_id, sequence_start, sequence_end): they are ignored, "
-            "as Triton ignores them for a model without sequence batching (PyTriton binds none)"
-        )
-
-
-_SEQUENCE_WARNED = False
+_UINT64_LIMIT = 1 << 64
 
 
 def _non_negative_int(key: str, value: Any) -> int:

@@ -65,12 +65,23 @@ class Request(_TensorMapping):
     `span` is the request's OpenTelemetry span when the server traces it (trace_config mode=opentelemetry);
     `requested_output_names` lists the outputs the client asked for (every output when it named none).
     `is_cancelled()` tells whether its client cancelled it or went away while it runs.
+
+    For a model with a sequence batcher (ModelConfig.sequence_batcher): `sequence_id` is the client's sequence
+    id (an int or a str), `sequence_start` and `sequence_end` its flags, and `sequence_state` a dict that the
+    sequence's requests share: empty at START, forgotten after END or once the sequence was idle
+    max_sequence_idle_microseconds. `sequence_serial` numbers the sequence's run (an id reused after END
+    starts a new one). Requests of other models have None, False and 0 there.
     """
 
     data: Dict[str, np.ndarray]
     parameters: Optional[Parameters] = None
     span: Optional[Any] = None
     requested_output_names: Optional[List[str]] = None
+    sequence_id: Optional[Union[int, str]] = None
+    sequence_start: bool = False
+    sequence_end: bool = False
+    sequence_state: Optional[Dict[str, Any]] = None
+    sequence_serial: int = dataclasses.field(default=0, repr=False)
     _cancelled = False  # not a dataclass field (no annotation): set by the engine's mark_cancelled
 
     def is_cancelled(self) -> bool:

@@ -13,8 +13,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
 
 from pytriton import __version__
+from pytriton.core.binders import OnBind, process_binder, thread_binder
 from pytriton.core.doorbell import inbox_of
-from pytriton.core.engine import Engine
+from pytriton.core.engine import Binder, Engine
 from pytriton.core.instances import Instance, ModelInstance
 from pytriton.core.process_instances.spawn import ProcessPlan, StartError
 from pytriton.core.spec import ModelSpec
@@ -81,12 +82,14 @@ class ServerRuntime:
         # What decompressed requests hold at once, over all of the server's frontends.
         self.inflation_budget = InflationBudget(options.limits.max_inflated_bytes)
         self.tracing = Tracing(self.settings.trace, self.engine.models)
+        self.engine.rebound = self.tracing.refresh  # a model bound again by a load is traced as before
         self._frontends: List[Frontend] = []
         self.http_port: Optional[int] = None
         self.grpc_port: Optional[int] = None
         self.metrics_port: Optional[int] = None
         self.sagemaker_port: Optional[int] = None
         self.vertex_ai_port: Optional[int] = None
+        self._openai_port: Optional[int] = None  # the OpenAI API's own port, when it has one
         self._attach: Optional[AttachServer] = None
         self._pool: Optional[FrontendPool] = None  # the frontend processes, when options.frontends > 1
         self.running = False
@@ -103,24 +106,45 @@ class ServerRuntime:
             LOGGER.info("%s", startup_line(self.urls(), self.engine.models()))
 
     def add_model(
-        self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting] = None
+        self,
+        spec: ModelSpec,
+        callables: List[Callable[..., Any]],
+        trace: Optional[TraceSetting] = None,
+        on_bind: Optional[OnBind] = None,
     ) -> None:
-        """Serve a model (before or after start), with `trace` overriding the server's trace settings for it."""
-        self._loop.call(self._add_thread_model, spec, callables, trace)
+        """Serve a model (before or after start), with `trace` overriding the server's trace settings for it.
+
+        `on_bind(spec)` is called when a load binds the model again with a config override.
+        """
+        self._loop.call(self._add_thread_model, spec, callables, trace, on_bind)
         self._sync_frontends()
         self._refreeze()
 
-    def add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting] = None) -> None:
+    def add_process_model(
+        self,
+        spec: ModelSpec,
+        plan: ProcessPlan,
+        trace: Optional[TraceSetting] = None,
+        config_for: Optional[Callable[[ModelSpec], Any]] = None,
+    ) -> None:
         """Serve a model whose instances run in processes of their own; returns once every one is up.
+
+        `config_for(spec)` is the model config a load with a config override gives the new processes.
 
         Raises:
             PyTritonRuntimeError: an instance did not start (the message has its traceback).
         """
-        self._loop.run(self._add_process_model(spec, plan, trace))
+        self._loop.run(self._add_process_model(spec, plan, trace, config_for))
         self._sync_frontends()
         self._refreeze()
 
-    async def _add_process_model(self, spec: ModelSpec, plan: ProcessPlan, trace: Optional[TraceSetting]) -> None:
+    async def _add_process_model(
+        self,
+        spec: ModelSpec,
+        plan: ProcessPlan,
+        trace: Optional[TraceSetting],
+        config_for: Optional[Callable[[ModelSpec], Any]],
+    ) -> None:
         """Start the instance processes, then add the model (on the loop)."""
         from pytriton.core.process_instances.instance import start_instances
 
@@ -129,10 +153,14 @@ class ServerRuntime:
             instances: List[ModelInstance] = list(await start_instances(plan))
         except StartError as error:
             raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}") from None
-        self._add_model(spec, instances, trace)
+        self._add_model(spec, instances, trace, process_binder(plan, config_for))
 
     def _add_thread_model(
-        self, spec: ModelSpec, callables: List[Callable[..., Any]], trace: Optional[TraceSetting]
+        self,
+        spec: ModelSpec,
+        callables: List[Callable[..., Any]],
+        trace: Optional[TraceSetting],
+        on_bind: Optional[OnBind],
     ) -> None:
         """Add a model whose instances are threads of this process (on the loop).
 
@@ -155,11 +183,13 @@ class ServerRuntime:
             if error.errno in (errno.EMFILE, errno.ENFILE):
                 hint = " (the server is out of file descriptors: each thread instance needs 2; raise `ulimit -n`)"
             raise PyTritonRuntimeError(f"model '{spec.name}' did not start: {error}{hint}") from None
-        self._add_model(spec, list(instances), trace)
+        self._add_model(spec, list(instances), trace, thread_binder(list(callables), on_bind))
 
-    def _add_model(self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting]) -> None:
+    def _add_model(
+        self, spec: ModelSpec, instances: List[ModelInstance], trace: Optional[TraceSetting], binder: Binder
+    ) -> None:
         """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
-        model = self.engine.add_model(spec, instances)
+        model = self.engine.add_model(spec, instances, binder)
         if trace is not None:
             self.settings.trace.models[spec.name] = trace
         self.tracing.refresh()
@@ -216,6 +246,11 @@ class ServerRuntime:
                 metrics_frontend = MetricsFrontend(self.engine, options)
                 await self._start_frontend(metrics_frontend)
                 self.metrics_port = metrics_frontend.port
+            if options.openai_port is not None:
+                self._openai_port = await self._serve_asgi(
+                    self._openai_app(), options.http_address, options.openai_port, "OpenAI API"
+                )
+                LOGGER.info("the OpenAI API: http://%s:%d/v1", options.http_address, self._openai_port)
             if options.sagemaker is not None:
                 self.sagemaker_port = await self._start_sagemaker()
             if options.vertex_ai is not None:
@@ -299,7 +334,25 @@ class ServerRuntime:
             inflation_budget=self.inflation_budget,
             access=options.http_access,
             settings=self.settings,
+            openai=self._openai_app() if options.openai_port is None else None,
         )
+
+    def _openai_app(self) -> Any:
+        """The OpenAI API (/v1) as an ASGI app over the engine."""
+        from pytriton.transport.openai.app import OpenAIApp
+
+        options = self.options
+        return OpenAIApp(
+            self.engine,
+            api_key=options.openai_api_key,
+            max_body_bytes=options.limits.max_body_bytes,
+            access=options.http_access,
+        )
+
+    @property
+    def openai_port(self) -> Optional[int]:
+        """The port the OpenAI API is served on: its own, else the HTTP port."""
+        return self._openai_port if self.options.openai_port is not None else self.http_port
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

@@ -70,7 +70,10 @@ class Tracing:
         if self._tracer is None:
             return
         settings = self._settings
-        for model in self._models():
+        models = self._models()
+        for gone in set(self._sources) - set(models):  # bound again by a load: its old binding keeps its spans
+            del self._sources[gone]
+        for model in models:
             traced = settings.enabled(model.spec.name)
             source = self._sources.get(model)
             if traced and source is None:

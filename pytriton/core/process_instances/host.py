@@ -38,6 +38,7 @@ from pytriton.core.process_instances.protocol import (
     pack_result,
 )
 from pytriton.core.process_instances.result_arena import ResultArena
+from pytriton.core.sequence_states import SequenceStates
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.ipc.tensors import ArenaWriter, Buffer
@@ -76,6 +77,7 @@ class InstanceHost:
         self.fn = fn
         self.kind = callable_kind(fn)
         self._inputs = InputViews()
+        self._states = SequenceStates()  # the state of the sequences whose slots this instance holds
         self._outputs = ResultArena(arena_budget)
         self._steps = ArenaWriter(0)  # a step may still be read when the next is written: body only
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -113,7 +115,9 @@ class InstanceHost:
         The answer goes once the job's requests are gone here, so that it can say the job's inputs are free
         (unless the model kept them): the server may then write the next batch where they were.
         """
-        _, job_id, streaming, batch, arena, given_back = message.head
+        _, job_id, streaming, batch, arena, given_back, forgotten = message.head
+        if forgotten:
+            self._states.forget(forgotten)
         for done in given_back:
             self._outputs.give_back(done)
         if arena:
@@ -142,10 +146,17 @@ class InstanceHost:
         """
         inputs, lease = self._inputs.unpack(job_id, [request[0] for request in batch], body)
         requests: List[Request] = []
-        for data, (_, parameters, names) in zip(inputs, batch):
-            request = _HostedRequest(data=data, parameters=parameters, requested_output_names=names)
-            request.host = self
-            requests.append(request)
+        for data, (_, parameters, names, _) in zip(inputs, batch):
+            hosted = _HostedRequest(data=data, parameters=parameters, requested_output_names=names)
+            hosted.host = self
+            requests.append(hosted)
+        if any(request[3] is not None for request in batch):
+            for request, (_, _, _, sequence) in zip(requests, batch):
+                if sequence is not None:
+                    serial, sequence_id, start, end = sequence
+                    request.sequence_serial, request.sequence_id = serial, sequence_id
+                    request.sequence_start, request.sequence_end = start, end
+            self._states.attach(requests)
         self._job_id = job_id
         self._job_requests = requests
         return requests, lease

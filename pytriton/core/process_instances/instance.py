@@ -40,6 +40,7 @@ from pytriton.core.process_instances.protocol import (
 )
 from pytriton.core.process_instances.result_arena import lease_result
 from pytriton.core.process_instances.spawn import ProcessPlan, Started, StartError, spawn
+from pytriton.core.sequence_states import SequenceStates
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
@@ -153,6 +154,8 @@ class ProcessInstance:
         self.name = f"{model_name}-{index}"
         self.call_started_ns = 0  # set by the scheduler
         self.reported_call_ns = 0
+        self.sequence_states: Optional[SequenceStates] = None  # the process keeps its sequences' state
+        self._forgotten_sequences: List[int] = []  # said to the process with the next job
         self._arena_budget = arena_budget
         self._restart = restart
         self._on_gone = on_gone
@@ -239,11 +242,13 @@ class ProcessInstance:
             in_shared = self._shared_inputs(link, dicts) if SHARED_SEGMENTS else None
             packed, body, arena = link.inputs.pack(dicts, job.job_id, in_shared)
             batch = [
-                (data, request.parameters, request.requested_output_names) for data, request in zip(packed, requests)
+                (data, request.parameters, request.requested_output_names, _sequence_of(request))
+                for data, request in zip(packed, requests)
             ]
             fds = [link.inputs.segment.fileno()] if arena and link.inputs.segment is not None else []
             done_with = link.take_done_with()
-            link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with), body, fds)
+            forgotten, self._forgotten_sequences = self._forgotten_sequences, []
+            link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with, forgotten), body, fds)
         except ChannelClosed:
             pass  # _on_closed fails the job
         except Exception as error:  # noqa: BLE001 - the batch fails alone; the instance must not stay busy with it
@@ -360,6 +365,10 @@ class ProcessInstance:
             callbacks, self._on_idle = self._on_idle, []
             for callback, args in callbacks:
                 callback(*args)
+
+    def forget_sequences(self, serials: List[int]) -> None:
+        """Sequences whose state the process drops before its next job (they ended without an END run here)."""
+        self._forgotten_sequences.extend(serials)
 
     def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
         """Call `callback(*args)` once no job is in progress and a process serves the instance."""
@@ -494,3 +503,10 @@ async def start_instances(plan: ProcessPlan) -> List[ProcessInstance]:
         raise failed[0]
     LOGGER.info("model '%s': %s ready in %.2f s", plan.model_name, processes, time.monotonic() - began)
     return started
+
+
+def _sequence_of(request: Request) -> Optional[Tuple[int, Any, bool, bool]]:
+    """What a job says of a request's sequence: (serial, id, start, end), None when it belongs to none."""
+    if not request.sequence_serial:
+        return None
+    return (request.sequence_serial, request.sequence_id, request.sequence_start, request.sequence_end)

@@ -22,9 +22,9 @@ from pytriton.exceptions import PyTritonError
 from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
 
 # Server to instance: (INIT, Init) (the body holds the pickled callable), (JOB, job id, streaming, requests,
-# new arena size, jobs whose results the server no longer reads), (STOP, job id), (EXIT,), (SEGMENT, id, size)
-# with the descriptor of a frontend process's buffer that jobs name inputs in, (FORGET, id) once it is gone,
-# (CANCEL, job id, index) when the client of the job's request at `index` cancelled it.
+# new arena size, jobs whose results the server no longer reads, sequences whose state to drop), (STOP, job id),
+# (EXIT,), (SEGMENT, id, size) with the descriptor of a frontend process's buffer that jobs name inputs in,
+# (FORGET, id) once it is gone, (CANCEL, job id, index) when the client of the job's request at `index` cancelled it.
 INIT, JOB, STOP, EXIT, SEGMENT, FORGET, CANCEL = 1, 2, 3, 4, 5, 6, 7
 # Instance to server: (READY, kind, pid), (START_FAILED, traceback), (RESULT, job id, outputs, new arena size,
 # final, released), (FAILURE, job id, ErrorInfo, released), (END, job id, released); `released` names the jobs
@@ -32,8 +32,9 @@ INIT, JOB, STOP, EXIT, SEGMENT, FORGET, CANCEL = 1, 2, 3, 4, 5, 6, 7
 READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
 
 
-# A request of a job: (inputs, parameters, requested output names); inputs and outputs travel as packed dicts.
-JobRequest = Tuple[Any, Optional[Dict[str, Any]], Optional[List[str]]]
+# A request of a job: (inputs, parameters, requested output names, sequence: (serial, id, start, end) or None);
+# inputs and outputs travel as packed dicts.
+JobRequest = Tuple[Any, Optional[Dict[str, Any]], Optional[List[str]], Optional[Tuple[int, Any, bool, bool]]]
 
 
 class Init(NamedTuple):

@@ -44,7 +44,7 @@ class ForwardingApp:
         if scope["type"] != "http":
             return
         parts = path_segments(scope)
-        if len(parts) >= 5 and parts[2] == "models" and parts[-1] in _HTTP_ACTIONS:
+        if (len(parts) >= 5 and parts[2] == "models" and parts[-1] in _HTTP_ACTIONS) or _openai_inference(parts):
             await self._app(scope, receive, send)
             return
         try:
@@ -66,6 +66,11 @@ class ForwardingApp:
             return
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
+
+
+def _openai_inference(parts: List[str]) -> bool:
+    """Whether a path is one of the OpenAI API's inference routes (/v1/models, a listing, goes to the hub)."""
+    return len(parts) >= 3 and parts[1] == "v1" and parts[2] != "models"
 
 
 async def run_http(app: Any, scope: Dict[str, Any], body: bytes) -> HttpAnswer:

@@ -45,6 +45,7 @@ from pytriton.runtime.frontends.protocol import (
     RETURNED,
     SEGMENT,
     SHARED_BYTES,
+    TOKENS,
     failed,
     pack_response,
     unpack_request,
@@ -165,6 +166,8 @@ class FrontendLink:
                 self._forget(head[1])
             elif tag == CLOSED:
                 self.open[head[1]] -= 1
+            elif tag == TOKENS:
+                self._tokens(head)
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:
@@ -185,6 +188,15 @@ class FrontendLink:
             sink.queued = model.submit(request, sink, streaming)
         except InferenceError as error:
             sink.fail(error)
+
+    def _tokens(self, head: Any) -> None:
+        """A generation the frontend served through the OpenAI API: counted here, once."""
+        _, name, version, first_token_ns, gaps_ns, output_tokens, prompt_tokens = head
+        try:
+            model = self._engine.model(name, version)
+        except InferenceError:
+            return  # unloaded meanwhile: nothing counts it any more
+        model.record_tokens(first_token_ns, gaps_ns, output_tokens, prompt_tokens)
 
     def _view_input(self, key: int, where: int, offset: int, nbytes: int, dtype: np.dtype, shape: Any) -> np.ndarray:
         """An input in the frontend's buffer, viewed where it lies until every view of it is gone."""

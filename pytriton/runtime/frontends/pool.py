@@ -143,6 +143,7 @@ class FrontendPool:
             [spec for spec in self._specs()],
             list(mirror[1]),
             dict(mirror[2]),
+            self._engine.out_of_service(),
         )
         try:
             process, channel, message = await start_helper(
@@ -293,6 +294,7 @@ class FrontendPool:
     def _mirror(self) -> Mirror:
         """What the frontends must know now: the model versions (by spec identity), the regions, the log settings."""
         models = tuple((model.spec.name, model.spec.version, id(model.spec)) for model in self._engine.models())
+        models += tuple((name, version, 0) for name, version in self._engine.out_of_service())  # 0: out of service
         regions = tuple(
             (region.name, region.key, region.offset, region.byte_size) for region in self._engine.system_memory.status()
         )
@@ -313,7 +315,7 @@ class FrontendPool:
             return
         try:
             if told is None or told[0] != mirror[0]:
-                await link.calls.call("models", self._specs())
+                await link.calls.call("models", self._specs(), self._engine.out_of_service())
             if told is None or told[1] != mirror[1]:
                 await link.calls.call("regions", list(mirror[1]))
             if told is None or told[2] != mirror[2]:

@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from pytriton.core.spec import ModelSpec
 from pytriton.ipc.calls import Handler
@@ -54,7 +54,7 @@ class FrontendProcess:
         }
         self.link = HubLink(channel, loop, handlers, on_connection=self._adopt, on_closed=self._end)
         self.engine = RemoteEngine(self.link, init.options.server_id)
-        self.engine.set_models(init.models)
+        self.engine.set_models(init.models, init.unloaded)
         self._set_regions(init.regions)
         self._log = LogSettings(init.options.log_verbose, init.options.log_file)
         self._log.update(init.log)
@@ -65,6 +65,7 @@ class FrontendProcess:
         """Serve on the sockets the hub passed down."""
         from pytriton.transport.http.app import HttpFrontend
         from pytriton.transport.http.server import AsgiServer
+        from pytriton.transport.openai.app import OpenAIApp
 
         init, options = self._init, self._init.options
         budget = InflationBudget(options.limits.max_inflated_bytes)
@@ -78,6 +79,14 @@ class FrontendProcess:
                 max_body_bytes=options.limits.max_body_bytes,
                 inflation_budget=budget,
                 access=options.http_access,
+                openai=None
+                if options.openai_port is not None  # the hub serves the OpenAI API's own port
+                else OpenAIApp(
+                    self.engine,
+                    api_key=options.openai_api_key,
+                    max_body_bytes=options.limits.max_body_bytes,
+                    access=options.http_access,
+                ),
             )
             forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)
             server = AsgiServer(forwarding, None, limits=options.limits)
@@ -124,8 +133,8 @@ class FrontendProcess:
         """The hub's log settings changed (through /v2/logging or LogSettings): log as it does."""
         self._log.update(settings)
 
-    async def _models(self, specs: List[ModelSpec]) -> None:
-        self.engine.set_models(specs)
+    async def _models(self, specs: List[ModelSpec], unloaded: List[Tuple[str, int]]) -> None:
+        self.engine.set_models(specs, unloaded)
 
     async def _regions(self, regions: List[Region]) -> None:
         self._set_regions(regions)

@@ -7,11 +7,13 @@ requests, the state the hub mirrors into its frontends, and the lifecycle.
 First, hub to frontend: (INIT, Init); the frontend answers (READY, pid) or (START_FAILED, what failed).
 Frontend to hub:
     (INFER, key, model, version, request id, inputs, parameters, requested outputs, batch size, priority,
-     timeout us, arrival ns, streaming)
+     timeout us, arrival ns, streaming, sequence parameters (id, start, end) or None)
     (CANCEL, key): the client left, or cancelled
     (SEGMENT, id, size), alone, with the descriptor of a receive buffer the frontend made; (FORGET, id)
     (RETURNED, loans): the frontend no longer views these regions of the hub's arena
     (CLOSED, kind): a connection the hub handed over closed (the hub counts them against the caps)
+    (TOKENS, model, version, first token ns, gaps ns, output tokens, prompt tokens): one generation of the
+     OpenAI API, counted in the model's statistics on the hub (core/stats.TokenStats)
 Hub to frontend:
     (RESPONSE, key, outputs, datatypes, final, loan), (FAILED, key, status, message, reason, of request),
     (END, key); `loan` names the response's region of the hub's arena (0: none), for RETURNED
@@ -40,6 +42,7 @@ from pytriton.options.server import ServerOptions
 
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
+TOKENS = 15
 INIT, READY, START_FAILED = 101, 102, 103
 BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
 SHARED_BYTES = COPY_BYTES + 1
@@ -59,6 +62,7 @@ class Init(NamedTuple):
     models: List[ModelSpec]
     regions: List[Region]
     log: Dict[str, Any]  # the hub's log settings (its /v2/logging document, less the file)
+    unloaded: List[Tuple[str, int]]  # the model versions out of service (unloaded, or removed for good)
 
 
 # Where a large array lies in shared memory: (where, offset), or None to copy it into the body.
@@ -90,13 +94,16 @@ def pack_request(
         request.timeout_us,
         request.arrival_ns,
         streaming,
+        request.sequence,
     )
     return head, parts, shared
 
 
 def unpack_request(head: Any, body: memoryview, resolve: Resolve) -> InferenceRequest:
     """The request an INFER message carries; its arrays view the message body or shared memory."""
-    _, _, _, _, request_id, inputs, parameters, requested, batch_size, priority, timeout_us, arrival_ns, _ = head
+    _, _, _, _, request_id, inputs, parameters, requested, batch_size, priority, timeout_us, arrival_ns, _, sequence = (
+        head
+    )
     arrays = {item[0]: _array(item, body, resolve) for item in inputs}
     return InferenceRequest(
         request_id=request_id,
@@ -107,6 +114,7 @@ def unpack_request(head: Any, body: memoryview, resolve: Resolve) -> InferenceRe
         priority=priority,
         timeout_us=timeout_us,
         arrival_ns=arrival_ns,
+        sequence=sequence,
     )
 
 

@@ -18,14 +18,27 @@ import functools
 import os
 import time
 from collections import deque
-from typing import Any, AsyncIterator, Callable, Deque, Dict, List, NoReturn, Optional, Tuple, Union
+from typing import (
+    Any,
+    AsyncIterator,
+    Callable,
+    Deque,
+    Dict,
+    FrozenSet,
+    List,
+    NoReturn,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 
 from pytriton.core.cuda_memory import CudaSharedMemory
-from pytriton.core.engine import find_version
+from pytriton.core.engine import SpecChange, find_available
 from pytriton.core.errors import InferenceError
-from pytriton.core.model import ServedModel
+from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import mark_leased
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
@@ -48,6 +61,7 @@ from pytriton.runtime.frontends.protocol import (
     RESPONSE,
     RETURNED,
     SEGMENT,
+    TOKENS,
     error_of,
     pack_request,
     unpack_response,
@@ -308,6 +322,23 @@ class RemoteModel:
             self._link.cancel(key)
             raise
 
+    def record_tokens(
+        self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int
+    ) -> None:
+        """Count one generation of the OpenAI API in the model's statistics, which the hub keeps."""
+        if not self._link.closed:
+            spec = self.spec
+            message = (
+                TOKENS,
+                spec.name,
+                spec.version_str,
+                first_token_ns,
+                tuple(gaps_ns),
+                output_tokens,
+                prompt_tokens,
+            )
+            self._link.outbox.post(message)
+
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run one request on the hub and iterate over its responses; leaving early stops it there."""
         stream = _Stream()
@@ -339,11 +370,18 @@ class RemoteEngine:
         self._link = link
         self.server_name = server_name
         self._models: Dict[str, Dict[int, RemoteModel]] = {}
+        self._unloaded: FrozenSet[Tuple[str, int]] = frozenset()
+        self._unloaded_names: FrozenSet[str] = frozenset()
         self.system_memory = SystemSharedMemory()
         self.cuda_memory = CudaSharedMemory()
 
-    def set_models(self, specs: List[ModelSpec]) -> None:
-        """Serve these model versions from now on (the hub's table, whole); unchanged ones keep their object."""
+    def set_models(self, specs: List[ModelSpec], unloaded: Sequence[Tuple[str, int]] = ()) -> None:
+        """Serve these model versions from now on (the hub's table, whole); unchanged ones keep their object.
+
+        `unloaded` names the versions out of service (a request for them gets Triton's words here).
+        """
+        self._unloaded = frozenset((name, version) for name, version in unloaded)
+        self._unloaded_names = frozenset(name for name, _ in unloaded)
         table: Dict[str, Dict[int, RemoteModel]] = {}
         for spec in specs:
             old = self._models.get(spec.name, {}).get(spec.version)
@@ -354,7 +392,17 @@ class RemoteEngine:
 
     def model(self, name: str, version: str = "") -> RemoteModel:
         """The model version a request names (latest when the version is empty), or NOT_FOUND as the hub says it."""
-        return find_version(self._models, name, version)
+        return find_available(
+            self._models,
+            name,
+            version,
+            self._in_service,
+            lambda: name in self._unloaded_names,
+        )
+
+    def _in_service(self, model: RemoteModel) -> bool:
+        """Whether the hub serves a model version (not unloaded)."""
+        return not self._unloaded or (model.spec.name, model.spec.version) not in self._unloaded
 
     # What follows is the hub's to answer: the routes that need it are forwarded there (forwarding.py).
 
@@ -385,7 +433,11 @@ class RemoteEngine:
         """Forwarded: never asked here."""
         _forwarded()
 
-    def load(self, name: str) -> None:
+    def repository(self) -> List[RepositoryEntry]:
+        """Forwarded: never asked here."""
+        _forwarded()
+
+    async def load(self, name: str, change: Optional[SpecChange] = None) -> None:
         """Forwarded: never asked here."""
         _forwarded()
 

@@ -11,7 +11,7 @@ from tritonclient.grpc import service_pb2
 from pytriton.core.errors import InferenceError
 from pytriton.core.serving import ServingEngine
 from pytriton.options.log_trace import ServerSettings
-from pytriton.protocol import cuda_memory_codec, grpc_codec, settings_codec, system_memory_codec
+from pytriton.protocol import config_override, cuda_memory_codec, grpc_codec, settings_codec, system_memory_codec
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
 from pytriton.transport.grpc.errors import unary
 from pytriton.transport.grpc.streaming import DEFAULT_STREAM_REQUESTS, StreamSession
@@ -91,17 +91,18 @@ class InferenceServicer:
     @unary
     async def RepositoryIndex(self, request: Message, context: Any) -> Message:
         """Every model version and its state."""
-        return grpc_codec.repository_index(self._engine.models(), request.ready)
+        return grpc_codec.repository_index(self._engine.repository(), request.ready)
 
     @unary
     async def RepositoryModelLoad(self, request: Message, context: Any) -> Message:
-        """Serve an unloaded model again (config or file overrides are not supported)."""
-        if request.parameters:
-            raise InferenceError.unimplemented(
-                f"loading model '{request.model_name}' with a config or files is not supported: models are bound "
-                "in-process"
-            )
-        self._engine.load(request.model_name)
+        """Serve a model again, as bound or with a config override (protocol/config_override.py)."""
+        parameters = {
+            key: getattr(value, value.WhichOneof("parameter_choice") or "string_param")
+            for key, value in request.parameters.items()
+        }
+        name = request.model_name
+        change = config_override.spec_change(name, parameters, self._engine.has_cache)
+        await self._engine.load(name, change)
         return service_pb2.RepositoryModelLoadResponse()
 
     @unary

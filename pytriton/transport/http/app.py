@@ -17,9 +17,15 @@ from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings
-from pytriton.protocol import documents, json_text
+from pytriton.protocol import config_override, documents, json_text
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
-from pytriton.protocol.http_codec import Body, decode_infer_request, encode_infer_response, parse_json_object
+from pytriton.protocol.http_codec import (
+    Body,
+    decode_infer_request,
+    encode_infer_response,
+    json_object_field,
+    parse_json_object,
+)
 from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.cycle import BODY_PARTS
 from pytriton.transport.http.responses import (
@@ -74,13 +80,15 @@ class HttpFrontend:
         access: Optional[AccessRules] = None,
         settings: Optional[ServerSettings] = None,
         inflation_budget: Optional[InflationBudget] = None,
+        openai: Optional[Any] = None,
     ) -> None:
         """Create the app; `header_forward_pattern` selects headers handed to callables as parameters.
 
         `access` restricts API categories to requests carrying a header (http_restricted_api); `settings`
         serves the logging and trace extensions (without it those routes are not found); `inflation_budget`
         bounds what decompressed bodies hold at once (the server's, shared with its other frontends; by
-        default the app's own, of ServerLimits' default).
+        default the app's own, of ServerLimits' default); `openai` serves the paths under /v1 (the OpenAI API,
+        transport/openai/), which Triton's routes leave free.
         """
         self._engine = engine
         self._server_version = server_version
@@ -89,10 +97,14 @@ class HttpFrontend:
         self._inflation_budget = inflation_budget or InflationBudget(DEFAULT_MAX_INFLATED_BYTES)
         self._access = access or None
         self._settings = settings
+        self._openai = openai
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request."""
         if scope["type"] != "http":
+            return
+        if self._openai is not None and scope["path"].startswith("/v1/"):
+            await self._openai(scope, receive, send)
             return
         try:
             await self._route(scope, receive, send)
@@ -131,7 +143,7 @@ class HttpFrontend:
             return send_empty(send, 200 if engine.ready else 400)
         if route == "models/stats":
             _allow(method, "GET")
-            return send_json(send, 200, documents.model_statistics(engine.models()))
+            return send_json(send, 200, documents.model_statistics(engine.statistics_of()))
         if route == "repository/index":
             _allow(method, "POST")
             return self._repository_index(receive, send)
@@ -184,13 +196,21 @@ class HttpFrontend:
     async def _repository_index(self, receive: Receive, send: Send) -> None:
         """POST /v2/repository/index."""
         await read_body(receive, self._max_body_bytes)
-        await send_json(send, 200, documents.repository_index(self._engine.models()))
+        await send_json(send, 200, documents.repository_index(self._engine.repository()))
 
     async def _repository_load(self, receive: Receive, send: Send, name: str, load: bool) -> None:
-        """POST /v2/repository/models/{name}/load or unload."""
-        await read_body(receive, self._max_body_bytes)
+        """POST /v2/repository/models/{name}/load (a body may hold a config override) or unload."""
+        body = await read_body(receive, self._max_body_bytes)
         if load:
-            self._engine.load(name)
+            parameters: Dict[str, Any] = {}
+            if bytes(body).strip():
+                try:
+                    document = parse_json_object(body)
+                except InferenceError as error:  # Triton answers a load's unreadable body with 500
+                    raise InferenceError.internal(error.message) from None
+                parameters = json_object_field(document.get("parameters"), "parameters")
+            change = config_override.spec_change(name, parameters, self._engine.has_cache)
+            await self._engine.load(name, change)
         else:
             await self._engine.unload(name)
         await send_empty(send, 200)

@@ -7,12 +7,13 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytriton.core.engine import Engine
 from pytriton.core.errors import FailureReason
 from pytriton.core.model import ServedModel
-from pytriton.core.stats import ModelStats
+from pytriton.core.stats import ModelStats, TokenStats
+from pytriton.options.openai import OpenAIChat, OpenAICompletions
 from pytriton.options.server import MetricsSettings
 from pytriton.transport.metrics.exposition import Family, Labels
 from pytriton.transport.metrics.gpu import GpuMonitor
 from pytriton.transport.metrics.host import HostMonitor
-from pytriton.transport.metrics.latency import ModelLatencies, SummaryFamily, add_histogram
+from pytriton.transport.metrics.latency import HistogramSnapshot, ModelLatencies, SummaryFamily, add_histogram
 
 _COUNTS: Sequence[Tuple[str, str, Callable[[ModelStats], int]]] = (
     (
@@ -144,6 +145,8 @@ def collect(
         observed = latencies.get(model)
         if observed is not None:
             _add_latencies(families, labels, observed, settings)
+        if isinstance(model.spec.openai, (OpenAIChat, OpenAICompletions)):
+            _add_tokens(family, labels, model.stats.tokens)
     ordered = list(families.values())
     if gpu is not None:
         ordered.extend(gpu.families())
@@ -173,6 +176,35 @@ def _add_latencies(
                 name, "histogram", "Duration from request to first response in milliseconds"
             )
         add_histogram(histogram, labels, observed.first_response_ms.snapshot())
+
+
+# (family, TokenStats histogram, help): the OpenAI API's generations, per model.
+_TOKEN_HISTOGRAMS = (
+    (
+        "pytriton_openai_time_to_first_token_seconds",
+        "first_token",
+        "Time from an OpenAI API request to its first generated text, in seconds",
+    ),
+    (
+        "pytriton_openai_time_between_tokens_seconds",
+        "between_tokens",
+        "Time between one generated text of an OpenAI API request and the next, in seconds",
+    ),
+)
+
+
+def _add_tokens(family: Callable[[str, str, str], Family], labels: Labels, tokens: TokenStats) -> None:
+    """A model's OpenAI API token counters and histograms (counted on this process, once per request)."""
+    family("pytriton_openai_output_tokens", "counter", "Number of tokens generated through the OpenAI API").add(
+        labels, tokens.output_tokens
+    )
+    family("pytriton_openai_prompt_tokens", "counter", "Number of prompt tokens of the OpenAI API's requests").add(
+        labels, tokens.prompt_tokens
+    )
+    for name, key, help_text in _TOKEN_HISTOGRAMS:
+        buckets = getattr(tokens, key)
+        snapshot = HistogramSnapshot(buckets.bounds, list(buckets.counts), buckets.count, buckets.total)
+        add_histogram(family(name, "histogram", help_text), labels, snapshot)
 
 
 def _host_families(host: HostMonitor) -> List[Family]:

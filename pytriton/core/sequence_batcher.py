@@ -1,0 +1,236 @@
+"""Triton's sequence batcher for one model: sequence slots, idle sequences, and which requests batch together.
+
+Every live sequence holds one slot of one instance from its START until its END request ran or it was idle
+max_sequence_idle_microseconds; a sequence that finds no free slot waits (Triton's backlog) for one. A batch
+for an instance holds at most one request of each of its sequences, each sequence's oldest, and a sequence's
+next request runs only once its previous one has. Requests are checked when they arrive, with Triton's errors.
+Everything here runs on the engine's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import time
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
+
+from pytriton.core.errors import InferenceError
+from pytriton.core.queues import Entry, PriorityQueues
+from pytriton.core.request import InferenceRequest
+from pytriton.core.sequence_controls import ControlTensors
+from pytriton.core.spec import ModelSpec
+
+LOGGER = logging.getLogger(__name__)
+
+SequenceKey = Tuple[bool, Union[int, str]]  # (whether a string id, the id): 5 and "5" are two sequences
+# Called with (instance index, sequence serial) when a sequence ended without its END request running there.
+ForgetHandler = Callable[[int, int], None]
+
+
+class LiveSequence:
+    """One run of a sequence, from its START until its slot is released."""
+
+    __slots__ = ("ended", "idle_timer", "instance", "key", "last_ns", "owner", "pending", "running", "serial", "slot")
+
+    def __init__(self, owner: SequenceSlots, key: SequenceKey, serial: int) -> None:
+        """A sequence of `owner`'s that holds no slot yet."""
+        self.owner = owner
+        self.key = key
+        self.serial = serial
+        self.instance = -1  # the index of the instance whose slot it holds (-1: waiting for a slot)
+        self.slot = -1
+        self.pending = 0  # its requests queued or running
+        self.running = False
+        self.ended = False  # its END request arrived: no request may join it
+        self.last_ns = 0  # when its last request arrived
+        self.idle_timer: Optional[asyncio.TimerHandle] = None
+
+
+class SequenceSlots:
+    """A model's sequence batcher: admits requests, assigns slots, forms each instance's batches."""
+
+    def __init__(
+        self, spec: ModelSpec, instance_count: int, forget: ForgetHandler, on_idle: Callable[[], None]
+    ) -> None:
+        """Slots for each instance: max_batch_size (at least 1), or oldest's max_candidate_sequences.
+
+        `forget` is told of sequences that ended without their END request running; `on_idle` is called after
+        an idle sequence freed its slot (a waiting sequence may run now).
+        """
+        config = spec.sequence_batcher
+        assert config is not None
+        self._spec = spec
+        self._forget = forget
+        self._on_idle = on_idle
+        self.max_batch = max(1, spec.max_batch_size)
+        per_instance = self.max_batch
+        oldest = config.oldest
+        if oldest is not None and oldest.max_candidate_sequences > 0:
+            per_instance = oldest.max_candidate_sequences
+        # Taken in turn from each instance, so that sequences spread over them.
+        self._free: Deque[Tuple[int, int]] = deque(
+            (instance, slot) for slot in range(per_instance) for instance in range(instance_count)
+        )
+        self._live: Dict[SequenceKey, LiveSequence] = {}
+        self._backlog: Deque[LiveSequence] = deque()
+        self._serials = itertools.count(1)
+        self._idle_s = config.max_sequence_idle_microseconds / 1e6
+        strategy: Any = oldest if oldest is not None else config.direct
+        self.delay_ns = strategy.max_queue_delay_microseconds * 1000 if strategy is not None else 0
+        self._preferred = frozenset(oldest.preferred_batch_size or []) if oldest is not None else frozenset()
+        # How many ready requests start a batch before the delay is up.
+        self._ready_needed = self.max_batch
+        if oldest is None:
+            utilization = config.direct.minimum_slot_utilization if config.direct is not None else 0.0
+            wanted = math.ceil(utilization * per_instance) if utilization else per_instance
+            self._ready_needed = min(self.max_batch, max(1, wanted))
+        self.controls = ControlTensors(spec.name, config, spec.batching)
+
+    def admit(self, request: InferenceRequest) -> LiveSequence:
+        """Check a request as Triton's sequence batcher does and join it to its sequence (started now by a START)."""
+        name = self._spec.name
+        if request.batch_size > 1:
+            raise InferenceError.invalid(
+                f"inference request to model '{name}' must specify batch-size 1 due to requirements of sequence batcher"
+            )
+        sequence_id, start, end = request.sequence or (0, False, False)
+        if sequence_id == 0 or sequence_id == "":
+            raise InferenceError.invalid(
+                f"inference request to model '{name}' must specify a non-zero or non-empty correlation ID"
+            )
+        key: SequenceKey = (isinstance(sequence_id, str), sequence_id)
+        live = self._live.get(key)
+        if live is None and not start:
+            raise InferenceError.invalid(
+                f"inference request for sequence {sequence_id} to model '{name}' must specify the START flag on the "
+                "first request of the sequence"
+            )
+        self.controls.check_id(sequence_id)
+        if live is None:
+            live = LiveSequence(self, key, next(self._serials))
+            self._live[key] = live
+            self._assign(live)
+        elif start:
+            LOGGER.warning(
+                "sequence %s for model '%s' has a conflict. The previous sequence did not end before this sequence "
+                "start. Previous sequence will be terminated early.",
+                sequence_id,
+                name,
+            )
+        if live.idle_timer is not None:
+            live.idle_timer.cancel()
+            live.idle_timer = None
+        live.pending += 1
+        live.last_ns = time.monotonic_ns()
+        if end:
+            live.ended = True
+            del self._live[key]
+        request.live_sequence = live
+        return live
+
+    def _assign(self, live: LiveSequence) -> None:
+        """Give a new sequence a free slot, or queue it for the next one freed."""
+        if self._free:
+            live.instance, live.slot = self._free.popleft()
+        else:
+            self._backlog.append(live)
+
+    def take_batch(self, queues: PriorityQueues, instance: int, now_ns: int) -> Tuple[List[Entry], Optional[int]]:
+        """The batch `instance` runs now (its sequences' oldest requests, one each), or none and when to look again.
+
+        Requests whose caller has gone are dropped from the queue on the way (their sequence goes on).
+        """
+        taken: List[Entry] = []
+        dead: List[Entry] = []
+        seen = set()
+        preferred_cut = 0
+        for entry in queues:
+            live: LiveSequence = entry.request.live_sequence
+            if live.serial in seen:
+                continue
+            if entry.sink.done():
+                dead.append(entry)
+                continue
+            seen.add(live.serial)
+            if live.running or live.instance != instance:
+                continue
+            taken.append(entry)
+            if len(taken) in self._preferred:
+                preferred_cut = len(taken)
+            if len(taken) >= self.max_batch:
+                break
+        if dead:
+            queues.take(dead)
+            for entry in dead:
+                self.finished(entry)  # its client left: as if it had run
+        if not taken:
+            return [], None
+        if len(taken) < self._ready_needed and self.delay_ns:
+            if preferred_cut:
+                taken = taken[:preferred_cut]
+            else:
+                due = min(entry.enqueue_ns for entry in taken) + self.delay_ns
+                if now_ns < due:
+                    return [], due
+        queues.take(taken)
+        for entry in taken:
+            entry.request.live_sequence.running = True
+        return taken, None
+
+    def finished(self, entry: Entry) -> None:
+        """A request of a sequence ran, failed or left the queue: its sequence may take its next one, or end."""
+        live: Optional[LiveSequence] = entry.request.live_sequence
+        entry.request.live_sequence = None
+        if live is None or live.owner is not self:  # a request of before a cut-off, whose slots are no more
+            return
+        live.running = False
+        live.pending -= 1
+        if live.pending:
+            return
+        if live.ended:
+            # The END request's run dropped the state already; not when it failed before the call or left the queue.
+            self._forget(live.instance, live.serial)
+            self._release(live)
+            return
+        delay = max(0.0, live.last_ns / 1e9 + self._idle_s - time.monotonic_ns() / 1e9)
+        live.idle_timer = asyncio.get_running_loop().call_later(delay, self._idle, live)
+
+    def _idle(self, live: LiveSequence) -> None:
+        """A sequence waited max_sequence_idle_microseconds for its next request: it ends, and its slot is freed."""
+        live.idle_timer = None
+        if live.pending or live.ended:
+            return
+        live.ended = True
+        if self._live.get(live.key) is live:
+            del self._live[live.key]
+        instance = live.instance
+        self._release(live)
+        self._forget(instance, live.serial)
+        self._on_idle()
+
+    def _release(self, live: LiveSequence) -> None:
+        """Free an ended sequence's slot: the oldest sequence waiting for one takes it."""
+        if live.instance < 0:
+            if live in self._backlog:  # it ended before it had a slot (its requests left the queue)
+                self._backlog.remove(live)
+            return
+        place = (live.instance, live.slot)
+        live.instance = live.slot = -1
+        if self._backlog:
+            waiting = self._backlog.popleft()
+            waiting.instance, waiting.slot = place
+        else:
+            self._free.append(place)
+
+    def close(self) -> None:
+        """Stop the idle timers (the model stops): every sequence ends."""
+        for live in list(self._live.values()):
+            if live.idle_timer is not None:
+                live.idle_timer.cancel()
+                live.idle_timer = None
+            self._forget(live.instance, live.serial)
+        self._live.clear()
+        self._backlog.clear()

@@ -1,0 +1,477 @@
+"""OpenAI's JSON: requests read and checked, responses, stream chunks and errors written as OpenAI writes them.
+
+Plain functions of documents; what runs a request on a model is `transport/openai/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from typing import Any, Dict, List, Optional, Tuple
+
+import orjson
+
+from pytriton.core.errors import InferenceError, Status
+
+# Sampling fields handed to the model as request parameters (and as inputs a model declares of these names).
+SCALAR_PARAMETERS = (
+    "temperature",
+    "top_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "user",
+    "reasoning_effort",
+)
+# Fields handed to the model as JSON text (parameters are scalars).
+JSON_PARAMETERS = ("tools", "tool_choice", "response_format", "logit_bias", "metadata", "functions", "function_call")
+# Fields read and honoured by the server itself, beside the sampling ones.
+_COMMON_FIELDS = frozenset(
+    ("model", "n", "max_tokens", "stream", "stream_options", "stop", "logprobs", "top_logprobs", "parallel_tool_calls")
+)
+# Fields a client library may send that change nothing here.
+_IGNORED_FIELDS = frozenset(("store", "service_tier", "modalities", "prediction"))
+_GENERATION_FIELDS = (*_COMMON_FIELDS, *_IGNORED_FIELDS, *SCALAR_PARAMETERS, *JSON_PARAMETERS)
+CHAT_FIELDS = frozenset((*_GENERATION_FIELDS, "messages", "max_completion_tokens"))
+COMPLETION_FIELDS = frozenset((*_GENERATION_FIELDS, "prompt", "echo", "suffix", "best_of"))
+EMBEDDING_FIELDS = frozenset(("model", "input", "encoding_format", "dimensions", "user"))
+MESSAGE_ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
+MAX_N = 16
+MAX_STOP_SEQUENCES = 4
+
+
+class OpenAIError(Exception):
+    """A request refused, with OpenAI's status and error object."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        param: Optional[str] = None,
+        code: Optional[str] = None,
+    ) -> None:
+        """An error of HTTP `status`; `kind` is the error object's `type`."""
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+        self.code = code
+
+    def document(self) -> Dict[str, Any]:
+        """`{"error": {"message", "type", "param", "code"}}`."""
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def invalid(message: str, param: Optional[str] = None, code: Optional[str] = None) -> OpenAIError:
+    """A 400 invalid_request_error."""
+    return OpenAIError(400, message, param=param, code=code)
+
+
+def model_not_found(name: str) -> OpenAIError:
+    """The 404 of a model the server does not serve through the OpenAI API."""
+    return OpenAIError(
+        404,
+        f"The model `{name}` does not exist or you do not have access to it.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def from_inference_error(error: InferenceError) -> OpenAIError:
+    """The engine's error as OpenAI's: 400 for the request's fault, 503 while stopping, 500 for the model's."""
+    status = error.status
+    if status in (Status.INVALID_ARGUMENT, Status.ALREADY_EXISTS, Status.UNIMPLEMENTED):
+        return OpenAIError(400, error.message)
+    if status is Status.NOT_FOUND:
+        return OpenAIError(404, error.message, code="model_not_found")
+    if status is Status.UNAVAILABLE:
+        return OpenAIError(503, error.message, kind="server_error", code="service_unavailable")
+    if status is Status.CANCELLED:
+        return OpenAIError(499, error.message, kind="server_error", code="cancelled")
+    return OpenAIError(500, error.message, kind="server_error")
+
+
+@dataclasses.dataclass
+class Sampling:
+    """What a generation request asks beside its prompt."""
+
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: Optional[int] = None
+    stop: Tuple[str, ...] = ()
+    parameters: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class ChatRequest:
+    """A /v1/chat/completions request, checked."""
+
+    model: str
+    messages: List[Dict[str, Any]]
+    sampling: Sampling
+
+
+@dataclasses.dataclass
+class CompletionRequest:
+    """A /v1/completions request, checked: one prompt or several (each its own choices)."""
+
+    model: str
+    prompts: List[str]
+    echo: bool
+    sampling: Sampling
+
+
+@dataclasses.dataclass
+class EmbeddingRequest:
+    """A /v1/embeddings request, checked."""
+
+    model: str
+    inputs: List[str]
+    encoding_format: str
+    dimensions: Optional[int]
+    user: Optional[str]
+
+
+def parse_document(body: bytes) -> Dict[str, Any]:
+    """The request body as a JSON object (400 otherwise)."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise invalid(f"We could not parse the JSON body of your request: {error}") from None
+    if not isinstance(document, dict):
+        raise invalid("The request body must be a JSON object.")
+    return document
+
+
+def _model_name(document: Dict[str, Any]) -> str:
+    model = document.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("you must provide a model parameter", param="model")
+    return model
+
+
+def _refuse_unknown(document: Dict[str, Any], known: frozenset) -> None:  # type: ignore[type-arg]
+    for key in document:
+        if key not in known:
+            raise invalid(f"Unrecognized request argument supplied: {key}", param=key)
+
+
+def _integer(document: Dict[str, Any], key: str, low: int, high: Optional[int] = None) -> Optional[int]:
+    value = document.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(f"'{key}' must be an integer, got {orjson.dumps(value).decode()}", param=key)
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise invalid(f"'{key}' must be {bound}, got {value}", param=key)
+    return value
+
+
+def _number(document: Dict[str, Any], key: str, low: float, high: float) -> Optional[float]:
+    value = document.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise invalid(f"'{key}' must be a number, got {orjson.dumps(value).decode()}", param=key)
+    if not low <= value <= high:
+        raise invalid(f"'{key}' must be between {low} and {high}, got {value}", param=key)
+    return float(value)
+
+
+def _sampling(document: Dict[str, Any], max_tokens_keys: Tuple[str, ...]) -> Sampling:
+    """The fields every generation request shares, checked; the model's parameters."""
+    sampling = Sampling()
+    sampling.n = _integer(document, "n", 1, MAX_N) or 1
+    stream = document.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise invalid("'stream' must be a boolean", param="stream")
+    sampling.stream = bool(stream)
+    options = document.get("stream_options")
+    if options is not None:
+        if not sampling.stream:
+            raise invalid("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options")
+        if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
+            raise invalid("'stream_options' must be an object with a boolean 'include_usage'", "stream_options")
+        sampling.include_usage = bool(options.get("include_usage", False))
+    for key in max_tokens_keys:
+        value = _integer(document, key, 1)
+        if value is not None:
+            sampling.max_tokens = value
+    stop = document.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None:
+        if not isinstance(stop, list) or not all(isinstance(item, str) and item for item in stop):
+            raise invalid("'stop' must be a string or a list of non-empty strings", param="stop")
+        if len(stop) > MAX_STOP_SEQUENCES:
+            raise invalid(f"'stop' takes at most {MAX_STOP_SEQUENCES} sequences", param="stop")
+        sampling.stop = tuple(stop)
+    if document.get("logprobs") not in (None, False, 0) or document.get("top_logprobs") not in (None, 0):
+        raise invalid("logprobs are not supported by this server", param="logprobs")
+    _number(document, "temperature", 0.0, 2.0)
+    _number(document, "top_p", 0.0, 1.0)
+    _number(document, "presence_penalty", -2.0, 2.0)
+    _number(document, "frequency_penalty", -2.0, 2.0)
+    _integer(document, "seed", -(2**63), 2**63 - 1)
+    user = document.get("user")
+    if user is not None and not isinstance(user, str):
+        raise invalid("'user' must be a string", param="user")
+    parameters: Dict[str, Any] = {"stream": sampling.stream}
+    if sampling.max_tokens is not None:
+        parameters["max_tokens"] = sampling.max_tokens
+    if sampling.stop:
+        parameters["stop"] = orjson.dumps(list(sampling.stop)).decode()
+    for key in SCALAR_PARAMETERS:
+        if document.get(key) is not None:
+            parameters[key] = document[key]
+    for key in JSON_PARAMETERS:
+        value = document.get(key)
+        if value is not None:
+            parameters[key] = value if isinstance(value, str) else orjson.dumps(value).decode()
+    _check_tools(document)
+    sampling.parameters = parameters
+    return sampling
+
+
+def _check_tools(document: Dict[str, Any]) -> None:
+    """Tools pass to the model as JSON; what only a tool call could answer is refused."""
+    tools = document.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise invalid("'tools' must be a list", param="tools")
+    for key in ("tool_choice", "function_call"):
+        choice = document.get(key)
+        if choice is not None and choice not in ("none", "auto"):
+            raise invalid(
+                f"{key} 'required' or a named tool is not supported: this server answers with text, never tool calls",
+                param=key,
+            )
+    modalities = document.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        raise invalid("only the 'text' modality is supported", param="modalities")
+
+
+def _content_text(content: Any, index: int) -> str:
+    """A message's content as text: a string, or the text of its parts (other parts are refused)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise invalid(
+                    f"messages[{index}].content: only text parts are supported, got '{kind}'",
+                    param=f"messages.[{index}].content",
+                )
+            texts.append(part["text"])
+        return "".join(texts)
+    raise invalid(f"messages[{index}].content must be a string or a list of parts", param=f"messages.[{index}].content")
+
+
+def parse_chat(body: bytes) -> ChatRequest:
+    """A chat completion request (400 for what OpenAI refuses, or what this server cannot honour)."""
+    document = parse_document(body)
+    model = _model_name(document)
+    _refuse_unknown(document, CHAT_FIELDS)
+    messages = document.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("'messages' must be a non-empty list", param="messages")
+    checked: List[Dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise invalid(f"messages[{index}] must be an object", param=f"messages.[{index}]")
+        role = message.get("role")
+        if role not in MESSAGE_ROLES:
+            raise invalid(
+                f"Invalid value for 'messages[{index}].role': {orjson.dumps(role).decode()}; supported: "
+                + ", ".join(sorted(MESSAGE_ROLES)),
+                param=f"messages.[{index}].role",
+            )
+        if "content" not in message and not message.get("tool_calls"):
+            raise invalid(f"messages[{index}] has no 'content'", param=f"messages.[{index}].content")
+        checked.append({**message, "content": _content_text(message.get("content"), index)})
+    return ChatRequest(model, checked, _sampling(document, ("max_tokens", "max_completion_tokens")))
+
+
+def parse_completion(body: bytes) -> CompletionRequest:
+    """A (legacy) completion request: a prompt or a list of prompts, as text."""
+    document = parse_document(body)
+    model = _model_name(document)
+    _refuse_unknown(document, COMPLETION_FIELDS)
+    prompt = document.get("prompt")
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(item, str) for item in prompts):
+        raise invalid(
+            "'prompt' must be a string or a non-empty list of strings (token arrays are not supported)", "prompt"
+        )
+    if document.get("suffix") is not None:
+        raise invalid("'suffix' is not supported by this server", param="suffix")
+    best_of = document.get("best_of")
+    if best_of not in (None, 1):
+        raise invalid("'best_of' is not supported by this server", param="best_of")
+    echo = document.get("echo", False)
+    if not isinstance(echo, bool):
+        raise invalid("'echo' must be a boolean", param="echo")
+    sampling = _sampling(document, ("max_tokens",))
+    if len(prompts) * sampling.n > MAX_N * 8:
+        raise invalid(f"at most {MAX_N * 8} choices a request (prompts times n)", param="n")
+    return CompletionRequest(model, prompts, echo, sampling)
+
+
+def parse_embeddings(body: bytes, max_inputs: int = 2048) -> EmbeddingRequest:
+    """An embeddings request: a string or a list of strings, `encoding_format` float or base64."""
+    document = parse_document(body)
+    model = _model_name(document)
+    _refuse_unknown(document, EMBEDDING_FIELDS)
+    value = document.get("input")
+    inputs = [value] if isinstance(value, str) else value
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(item, str) for item in inputs):
+        raise invalid(
+            "'input' must be a string or a non-empty list of strings (token arrays are not supported)", "input"
+        )
+    if len(inputs) > max_inputs:
+        raise invalid(f"'input' takes at most {max_inputs} strings", param="input")
+    if any(not item for item in inputs):
+        raise invalid("'input' cannot contain an empty string", param="input")
+    encoding = document.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise invalid("'encoding_format' must be 'float' or 'base64'", param="encoding_format")
+    dimensions = _integer(document, "dimensions", 1)
+    user = document.get("user")
+    if user is not None and not isinstance(user, str):
+        raise invalid("'user' must be a string", param="user")
+    return EmbeddingRequest(model, inputs, encoding or "float", dimensions, user)
+
+
+def new_id(prefix: str) -> str:
+    """An id as OpenAI writes them: a prefix and random letters and digits."""
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> Dict[str, int]:
+    """A generation's usage object."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def chat_completion(
+    completion_id: str, created: int, model: str, choices: List[Tuple[str, str]], token_usage: Dict[str, int]
+) -> Dict[str, Any]:
+    """A chat.completion object; `choices` are (text, finish reason)."""
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": index,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": reason,
+            }
+            for index, (text, reason) in enumerate(choices)
+        ],
+        "usage": token_usage,
+        "system_fingerprint": None,
+    }
+
+
+def chat_chunk(
+    completion_id: str,
+    created: int,
+    model: str,
+    index: int,
+    delta: Dict[str, Any],
+    finish_reason: Optional[str],
+    with_usage: bool,
+) -> Dict[str, Any]:
+    """A chat.completion.chunk of one choice (`usage` null while include_usage asks for a last chunk)."""
+    chunk: Dict[str, Any] = {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if with_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def usage_chunk(completion_id: str, created: int, model: str, obj: str, token_usage: Dict[str, int]) -> Dict[str, Any]:
+    """The last chunk of a stream with include_usage: no choices, the usage."""
+    chunk: Dict[str, Any] = {"id": completion_id, "object": obj, "created": created, "model": model, "choices": []}
+    if obj == "chat.completion.chunk":
+        chunk["system_fingerprint"] = None
+    chunk["usage"] = token_usage
+    return chunk
+
+
+def completion(
+    completion_id: str, created: int, model: str, choices: List[Tuple[str, str]], token_usage: Dict[str, int]
+) -> Dict[str, Any]:
+    """A text_completion object; `choices` are (text, finish reason)."""
+    return {
+        "id": completion_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
+            for index, (text, reason) in enumerate(choices)
+        ],
+        "usage": token_usage,
+        "system_fingerprint": None,
+    }
+
+
+def completion_chunk(
+    completion_id: str, created: int, model: str, index: int, text: str, finish_reason: Optional[str], with_usage: bool
+) -> Dict[str, Any]:
+    """One streamed piece of a text completion."""
+    chunk: Dict[str, Any] = {
+        "id": completion_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if with_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def embeddings(model: str, vectors: List[Any], prompt_tokens: int) -> Dict[str, Any]:
+    """A list of embedding objects (each a list of floats, or base64 text of little-endian float32)."""
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": index, "embedding": vector} for index, vector in enumerate(vectors)],
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
+
+
+def model_entry(name: str, created: int, owned_by: str) -> Dict[str, Any]:
+    """A model object of /v1/models."""
+    return {"id": name, "object": "model", "created": created, "owned_by": owned_by}
+
+
+def sse_event(document: Any) -> bytes:
+    """One server-sent event carrying a JSON document."""
+    return b"data: " + orjson.dumps(document) + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"

@@ -1,0 +1,179 @@
+"""One choice of a completion: the model's request built from a prompt, its text read as it comes.
+
+The prompt goes to the model's `text_input`; the sampling fields go as request parameters, and as inputs
+where the model declares inputs of their names (Triton's generate convention: `max_tokens`, `temperature`,
+`stream`, ...). The server honours `stop` and `max_tokens` itself as well: a streamed model's generator is
+stopped at a stop sequence, or after `max_tokens` responses.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import orjson
+
+from pytriton.core.datatypes import BYTES
+from pytriton.core.errors import InferenceError
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.serving import ServingModel
+from pytriton.core.spec import ModelSpec
+from pytriton.options.openai import TokenCounter, counted
+from pytriton.protocol.generate_codec import input_array
+from pytriton.protocol.openai_codec import invalid
+
+TEXT_INPUT = "text_input"
+TEXT_OUTPUT = "text_output"
+MESSAGES_INPUT = "messages"
+EMBEDDING_OUTPUT = "embedding"
+
+
+def build_request(
+    spec: ModelSpec, text: str, parameters: Dict[str, Any], messages: Optional[List[Dict[str, Any]]] = None
+) -> InferenceRequest:
+    """The model's request: `text` in `text_input`, parameters as inputs where the model declares them.
+
+    Raises:
+        OpenAIError: the model requires an input the request does not give.
+    """
+    inputs: Dict[str, np.ndarray] = {}
+    rest = dict(parameters)
+    for tensor in spec.inputs:
+        value: Any
+        if tensor.name == TEXT_INPUT:
+            value = text
+        elif tensor.name == MESSAGES_INPUT and messages is not None:
+            value = orjson.dumps(messages).decode()
+        elif tensor.name in rest:
+            value = rest.pop(tensor.name)
+            if tensor.datatype == BYTES and not isinstance(value, str):
+                value = orjson.dumps(value).decode()
+        elif tensor.optional:
+            continue
+        else:
+            raise invalid(
+                f"model '{spec.name}' requires input '{tensor.name}', which this request does not give",
+                param=tensor.name,
+            )
+        try:
+            inputs[tensor.name] = input_array(spec, tensor, value)
+        except InferenceError as error:
+            raise invalid(f"'{tensor.name}': {error.message}", param=tensor.name) from None
+    return InferenceRequest(
+        request_id="",
+        inputs=inputs,
+        parameters=rest,
+        requested_outputs=None,
+        batch_size=1,
+    )
+
+
+def text_of(response: InferenceResponse, name: str = TEXT_OUTPUT) -> str:
+    """The text of a response's output (its elements joined), "" when it has none."""
+    for output in response.outputs:
+        if output.name == name:
+            items = output.array.reshape(-1).tolist()
+            return "".join(item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item) for item in items)
+    return ""
+
+
+class StopScanner:
+    """Finds stop sequences in text that arrives in pieces; holds back what may begin one."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        """Watch for `stops` (none: every piece passes as it is)."""
+        self._stops = tuple(stops)
+        self._longest = max((len(stop) for stop in stops), default=0)
+        self._held = ""
+
+    def feed(self, text: str) -> Tuple[str, bool]:
+        """The text that may go out now, and whether a stop sequence ended the generation."""
+        if not self._stops:
+            return text, False
+        buffer = self._held + text
+        found = [index for index in (buffer.find(stop) for stop in self._stops) if index >= 0]
+        if found:
+            self._held = ""
+            return buffer[: min(found)], True
+        hold = 0
+        for size in range(min(self._longest - 1, len(buffer)), 0, -1):
+            tail = buffer[-size:]
+            if any(stop.startswith(tail) for stop in self._stops):
+                hold = size
+                break
+        self._held = buffer[len(buffer) - hold :] if hold else ""
+        return buffer[: len(buffer) - hold], False
+
+    def flush(self) -> str:
+        """What was held back when the generation ended without a stop."""
+        held, self._held = self._held, ""
+        return held
+
+
+class Generation:
+    """One choice: its text pieces as they come, its finish reason, its tokens and their times."""
+
+    def __init__(
+        self,
+        model: ServingModel,
+        request: InferenceRequest,
+        *,
+        stop: Sequence[str],
+        max_tokens: Optional[int],
+        counter: TokenCounter,
+        started_ns: int,
+    ) -> None:
+        """A generation of `request` on `model`, timed from `started_ns` (monotonic, when the request came)."""
+        self._model = model
+        self._request = request
+        self._scanner = StopScanner(stop)
+        self._max_tokens = max_tokens
+        self._counter = counter
+        self._decoupled = model.spec.decoupled
+        self.finish_reason = "stop"
+        self.tokens = 0
+        self.started_ns = started_ns
+        self.first_token_ns: Optional[int] = None  # after started_ns
+        self.gaps_ns: List[int] = []  # between one response's text and the next
+        self._last_ns = 0
+
+    async def pieces(self) -> AsyncIterator[str]:
+        """The text as it comes; leaving early (the client went away) stops the model's generator."""
+        responses = self._model.stream(self._request)
+        try:
+            async for response in responses:
+                text = text_of(response)
+                if not text:
+                    continue
+                self._timed()
+                self.tokens += counted(self._counter, text) if (self._counter or not self._decoupled) else 1
+                out, stopped = self._scanner.feed(text)
+                if out:
+                    yield out
+                if stopped:
+                    self.finish_reason = "stop"
+                    return
+                if self._max_tokens is not None and self.tokens >= self._max_tokens:
+                    self.finish_reason = "length"
+                    rest = self._scanner.flush()
+                    if rest:
+                        yield rest
+                    return
+            rest = self._scanner.flush()
+            if rest:
+                yield rest
+        finally:
+            await responses.aclose()  # type: ignore[attr-defined]
+
+    async def whole(self) -> str:
+        """The whole text."""
+        return "".join([piece async for piece in self.pieces()])
+
+    def _timed(self) -> None:
+        now = time.monotonic_ns()
+        if self.first_token_ns is None:
+            self.first_token_ns = now - self.started_ns
+        else:
+            self.gaps_ns.append(now - self._last_ns)
+        self._last_ns = now

@@ -1,0 +1,500 @@
+"""Live model control: a load with a config override binds a model again, as Triton's model repository API does.
+
+The first two tests do what Triton's own simple_http_model_control.py and simple_grpc_model_control.py do (and
+assert what they assert), against a stand-in "simple" model bound with the API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.decorators import batch, get_model_config
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.http_helpers import request
+
+SIMPLE_INPUTS = [Tensor(name="INPUT0", dtype=np.int32, shape=(16,)), Tensor(name="INPUT1", dtype=np.int32, shape=(16,))]
+SIMPLE_OUTPUTS = [
+    Tensor(name="OUTPUT0", dtype=np.int32, shape=(16,)),
+    Tensor(name="OUTPUT1", dtype=np.int32, shape=(16,)),
+]
+ECHO_INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+ECHO_OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
+
+
+@batch
+def simple(INPUT0: np.ndarray, INPUT1: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"OUTPUT0": INPUT0 + INPUT1, "OUTPUT1": INPUT0 - INPUT1}
+
+
+@batch
+def slow_echo(x: np.ndarray) -> Dict[str, np.ndarray]:
+    time.sleep(0.002)  # keeps requests in flight while the model is bound again
+    return {"y": x}
+
+
+def pid_echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Module level: process instances import it."""
+    return [{"y": request["x"], "pid": np.array([os.getpid()], dtype=np.int64)} for request in requests]
+
+
+def _bind_simple(count: int) -> Any:
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "simple", simple, inputs=SIMPLE_INPUTS, outputs=SIMPLE_OUTPUTS, config=ModelConfig(max_batch_size=8)
+        )
+        for index in range(count - 1):
+            triton.bind(
+                f"other_{index}",
+                slow_echo,
+                inputs=ECHO_INPUTS,
+                outputs=ECHO_OUTPUTS,
+                config=ModelConfig(max_batch_size=8),
+            )
+
+    return bind
+
+
+def _simple_inputs(module: Any, rows: int) -> List[Any]:
+    tensors = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = module.InferInput(name, [rows, 16], "INT32")
+        tensor.set_data_from_numpy(np.arange(rows * 16, dtype=np.int32).reshape(rows, 16))
+        tensors.append(tensor)
+    return tensors
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_http_does_what_tritons_simple_http_model_control_does(frontends: Optional[int]) -> None:
+    with running_triton(_bind_simple(7), frontends=frontends) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        assert len(client.get_model_repository_index(headers=HTTP_AUTH)) == 7
+        client.load_model("simple", headers=HTTP_AUTH)
+        assert client.is_model_ready("simple")
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model(
+                "simple", config='"parameters": {"config": {{"max_batch_size": "16"}}}', headers=HTTP_AUTH
+            )
+        assert "failed to load" in raised.value.message()
+        assert client.get_model_config("simple")["max_batch_size"] == 8  # a failed load leaves the model as it was
+        client.load_model("simple", config='{"max_batch_size":"16"}', headers=HTTP_AUTH)
+        assert client.get_model_config("simple")["max_batch_size"] == 16
+        assert client.infer("simple", _simple_inputs(httpclient, 12)).as_numpy("OUTPUT0").shape == (12, 16)
+        client.unload_model("simple", headers=HTTP_AUTH)
+        assert not client.is_model_ready("simple")
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model("wrong_model_name", headers=HTTP_AUTH)
+        assert raised.value.message() == "failed to load 'wrong_model_name', failed to poll from model repository"
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_grpc_does_what_tritons_simple_grpc_model_control_does(frontends: Optional[int]) -> None:
+    with running_triton(_bind_simple(8), frontends=frontends) as triton:
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        assert len(client.get_model_repository_index(headers=GRPC_AUTH).models) == 8
+        client.load_model("simple", headers=GRPC_AUTH)
+        assert client.is_model_ready("simple")
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model(
+                "simple", config='"parameters": {"config": {{"max_batch_size": "16"}}}', headers=GRPC_AUTH
+            )
+        assert "failed to load" in raised.value.message()
+        client.load_model("simple", config='{"max_batch_size":"16"}', headers=GRPC_AUTH)
+        assert client.get_model_config("simple").config.max_batch_size == 16
+        assert client.infer("simple", _simple_inputs(grpcclient, 12)).as_numpy("OUTPUT1").shape == (12, 16)
+        client.unload_model("simple", headers=GRPC_AUTH)
+        assert not client.is_model_ready("simple")
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model("simple", config="{}", files={"file:" + "A" * 256: b"a"}, headers=GRPC_AUTH)
+        assert raised.value.status() == "StatusCode.INTERNAL"
+        assert "failed to poll from model repository" in raised.value.message()
+        assert "loads no model files" in raised.value.message()
+        assert client.is_server_live()
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model("wrong_model_name", headers=GRPC_AUTH)
+        assert "failed to load" in raised.value.message()
+
+
+def _load(triton: Triton, name: str, config: Any) -> Any:
+    """POST .../load with a config override; (status, document)."""
+    text = config if isinstance(config, str) else json.dumps(config)
+    body = json.dumps({"parameters": {"config": text}}).encode()
+    assert triton.http_port is not None
+    status, _, answer = request(triton.http_port, "POST", f"/v2/repository/models/{name}/load", body, HTTP_AUTH)
+    return status, json.loads(answer) if answer else None
+
+
+def _config(triton: Triton, name: str) -> Dict[str, Any]:
+    assert triton.http_port is not None
+    status, _, answer = request(triton.http_port, "GET", f"/v2/models/{name}/config")
+    assert status == 200
+    document: Dict[str, Any] = json.loads(answer)
+    return document
+
+
+def _bind_echo(triton: Triton) -> None:
+    batcher = DynamicBatcher(max_queue_delay_microseconds=100)
+    triton.bind(
+        "echo",
+        [slow_echo, slow_echo],
+        inputs=ECHO_INPUTS,
+        outputs=ECHO_OUTPUTS,
+        config=ModelConfig(max_batch_size=8, batcher=batcher),
+    )
+
+
+@pytest.fixture(scope="module")
+def echo_server() -> Any:
+    with running_triton(_bind_echo, cache_config=["local,size=1048576"]) as triton:
+        yield triton
+
+
+def test_an_override_changes_what_the_engine_can_change_and_a_plain_load_undoes_it(echo_server: Triton) -> None:
+    override = {
+        "max_batch_size": 32,
+        "dynamic_batching": {"max_queue_delay_microseconds": "500", "preferred_batch_size": [4, 8]},
+        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+        "parameters": {"mode": {"string_value": "fast"}},
+        "response_cache": {"enable": True},
+    }
+    try:
+        assert _load(echo_server, "echo", override) == (200, None)
+        config = _config(echo_server, "echo")
+        assert config["max_batch_size"] == 32
+        assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 500
+        assert config["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+        assert config["instance_group"][0]["count"] == 1
+        assert config["parameters"] == {"mode": {"string_value": "fast"}}
+        assert config["response_cache"] == {"enable": True}
+        client = httpclient.InferenceServerClient(http_url(echo_server))
+        tensor = httpclient.InferInput("x", [20, 3], "FP32")
+        tensor.set_data_from_numpy(np.ones((20, 3), np.float32))
+        assert client.infer("echo", [tensor]).as_numpy("y").shape == (20, 3)
+    finally:
+        assert _load(echo_server, "echo", "{}") == (200, None)  # only what the override names changes
+    assert _config(echo_server, "echo")["max_batch_size"] == 8
+    client = httpclient.InferenceServerClient(http_url(echo_server))
+    client.load_model("echo", headers=HTTP_AUTH)  # as Triton: a load without an override undoes one
+    config = _config(echo_server, "echo")
+    assert config["max_batch_size"] == 8 and config["instance_group"][0]["count"] == 2
+    assert config["parameters"] == {} and "response_cache" not in config
+
+
+def test_the_config_as_the_server_shows_it_goes_back_unchanged(echo_server: Triton) -> None:
+    config = _config(echo_server, "echo")
+    config["max_batch_size"] = 16
+    try:
+        assert _load(echo_server, "echo", config) == (200, None)
+        assert _config(echo_server, "echo")["max_batch_size"] == 16
+    finally:
+        assert _load(echo_server, "echo", "{}")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ({"input": [{"name": "z", "data_type": "TYPE_FP32", "dims": [-1]}]}, "'input' cannot change"),
+        ({"output": []}, "'output' cannot change"),
+        ({"model_transaction_policy": {"decoupled": True}}, "'model_transaction_policy' cannot change"),
+        ({"max_batch_size": 0}, "'max_batch_size' cannot change from 8 to 0"),
+        ({"max_batch_size": 2}, "'preferred_batch_size' 4 must be between 1 and max_batch_size (2)"),
+        ({"instance_group": [{"count": 1, "kind": "KIND_GPU"}]}, "of kind KIND_GPU"),
+        ({"instance_group": [{"count": 3}]}, "asks for 3 instances, but it was bound with 2 callables"),
+        ({"sequence_batching": {}}, "'sequence_batching' cannot change"),
+        ({"backend": "onnxruntime"}, "'backend' cannot change: pytriton cannot honour it"),
+        ({"dynamic_batching": {"priority_levels": 2, "default_priority_level": 3}}, "default_priority_level"),
+    ],
+)
+def test_a_field_that_cannot_change_is_refused_and_the_model_goes_on(
+    echo_server: Triton, override: Dict[str, Any], words: str
+) -> None:
+    if "preferred_batch_size" in words:
+        override = {**override, "dynamic_batching": {"preferred_batch_size": [4]}}
+    status, document = _load(echo_server, "echo", override)
+    assert status == 400, document
+    assert document["error"].startswith("failed to load 'echo' version 1: ") and words in document["error"]
+    assert _config(echo_server, "echo")["max_batch_size"] == 8
+    client = httpclient.InferenceServerClient(http_url(echo_server))
+    assert client.is_model_ready("echo")
+
+
+@pytest.mark.parametrize(
+    ("parameters", "words"),
+    [
+        ({"config": "{not json"}, "Invalid config override"),
+        ({"config": '{"max_batch_size": "many"}'}, "Invalid config override"),
+        ({"config": '{"no_such_field": 1}'}, "Invalid config override"),
+        ({"config": 3}, "Config parameter 'config' must have string type"),
+        ({"file:1/model.py": "aW1wb3J0IG9z"}, "file override 'file:1/model.py' refused"),
+        ({"other": True}, "Unrecognized load parameter 'other' with type 'BOOL'"),
+    ],
+)
+def test_a_load_whose_parameters_cannot_be_read_fails_as_a_poll_does_in_triton(
+    echo_server: Triton, parameters: Dict[str, Any], words: str
+) -> None:
+    body = json.dumps({"parameters": parameters}).encode()
+    assert echo_server.http_port is not None
+    status, _, answer = request(echo_server.http_port, "POST", "/v2/repository/models/echo/load", body, HTTP_AUTH)
+    error = json.loads(answer)["error"]
+    assert status == 500 and error.startswith("failed to load 'echo', failed to poll from model repository: ")
+    assert words in error
+
+
+def test_the_response_cache_cannot_be_enabled_without_one_on_the_server() -> None:
+    with running_triton(lambda triton: triton.bind("m", slow_echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS)) as triton:
+        status, document = _load(triton, "m", {"response_cache": {"enable": True}})
+        assert status == 400 and "the server has no response cache" in document["error"]
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_no_request_is_lost_while_the_model_is_bound_again(frontends: Optional[int]) -> None:
+    with running_triton(_bind_echo, frontends=frontends) as triton:
+        stop = threading.Event()
+        failures: List[str] = []
+        served = [0] * 4
+
+        def stream(worker: int) -> None:  # even workers over HTTP, odd ones over gRPC
+            module: Any = httpclient if worker % 2 == 0 else grpcclient
+            client = module.InferenceServerClient(http_url(triton) if worker % 2 == 0 else grpc_url(triton))
+            data = np.full((2, 3), worker, np.float32)
+            tensor = module.InferInput("x", [2, 3], "FP32")
+            tensor.set_data_from_numpy(data)
+            while not stop.is_set():
+                try:
+                    answer = client.infer("echo", [tensor]).as_numpy("y")
+                    if not np.array_equal(answer, data):
+                        failures.append(f"wrong answer {answer!r}")
+                    served[worker] += 1
+                except Exception as error:  # noqa: BLE001 - every failure is counted
+                    failures.append(repr(error))
+
+        threads = [threading.Thread(target=stream, args=(worker,)) for worker in range(4)]
+        for thread in threads:
+            thread.start()
+        overrides = [
+            {"instance_group": [{"count": 1}]},
+            {"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 2000}},
+            {"instance_group": [{"count": 2}], "dynamic_batching": {}},
+            {"max_batch_size": 4},
+        ]
+        loads = []
+        try:
+            before = sum(served)
+            for _ in range(3):
+                for override in overrides:
+                    deadline = time.monotonic() + 60
+                    while sum(served) < before + 5 and not failures:  # requests were served since the last load
+                        assert time.monotonic() < deadline, "the model stopped answering"
+                        time.sleep(0.001)
+                    before = sum(served)
+                    loads.append(_load(triton, "echo", override))
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        assert failures == []
+        assert loads == [(200, None)] * 12
+        assert _config(triton, "echo")["max_batch_size"] == 4
+
+
+def test_statistics_start_again_with_the_new_binding_as_in_triton(echo_server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(echo_server))
+    tensor = httpclient.InferInput("x", [1, 3], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 3), np.float32))
+    client.infer("echo", [tensor])
+    stats = client.get_inference_statistics("echo", headers=HTTP_AUTH)["model_stats"][0]
+    assert stats["inference_count"] >= 1
+    try:
+        assert _load(echo_server, "echo", {"max_batch_size": 4})[0] == 200
+        stats = client.get_inference_statistics("echo", headers=HTTP_AUTH)["model_stats"][0]
+        assert stats["inference_count"] == 0 and stats["execution_count"] == 0
+    finally:
+        client.load_model("echo", headers=HTTP_AUTH)
+
+
+def test_unloaded_models_answer_in_tritons_words(echo_server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(echo_server))
+    tensor = httpclient.InferInput("x", [1, 3], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 3), np.float32))
+    assert client.get_model_repository_index(headers=HTTP_AUTH) == [{"name": "echo", "version": "1", "state": "READY"}]
+    client.unload_model("echo", headers=HTTP_AUTH)
+    try:
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("echo", [tensor])
+        assert raised.value.message() == "Request for unknown model: 'echo' has no available versions"
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("echo", [tensor], model_version="1")
+        assert raised.value.message() == "Request for unknown model: 'echo' version 1 is not at ready state"
+        assert not client.is_model_ready("echo")
+        assert (
+            request(echo_server.http_port or 0, "GET", "/v2/models/echo/ready")[2]
+            == b'{"error":"Model version not ready"}'
+        )
+        for path in ("/v2/models/echo", "/v2/models/echo/config"):
+            status, _, answer = request(echo_server.http_port or 0, "GET", path)
+            assert (status, json.loads(answer)) == (
+                404,
+                {"error": "Request for unknown model: 'echo' has no available versions"},
+            )
+        with pytest.raises(InferenceServerException, match="requested model 'echo' is not available"):
+            client.get_inference_statistics("echo", headers=HTTP_AUTH)
+        assert client.get_inference_statistics(headers=HTTP_AUTH) == {"model_stats": []}
+        index = client.get_model_repository_index(headers=HTTP_AUTH)
+        assert index == [{"name": "echo", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}]
+        client.unload_model("never_bound", headers=HTTP_AUTH)  # Triton answers an unknown model's unload with success
+    finally:
+        client.load_model("echo", headers=HTTP_AUTH)
+    assert client.infer("echo", [tensor]).as_numpy("y").shape == (1, 3)
+
+
+def _pids(triton: Triton, count: int) -> set:  # type: ignore[type-arg]
+    """The pids that answer `count` requests sent at once."""
+    client = httpclient.InferenceServerClient(http_url(triton), concurrency=count)
+    tensor = httpclient.InferInput("x", [1], "FP32")
+    tensor.set_data_from_numpy(np.ones(1, np.float32))
+    answers = [client.async_infer("m", [tensor]) for _ in range(count)]
+    return {int(answer.get_result().as_numpy("pid")[0]) for answer in answers}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_process_instances_change_their_count_and_the_old_processes_stop(frontends: Optional[int]) -> None:
+    outputs = [*ECHO_OUTPUTS, Tensor(name="pid", dtype=np.int64, shape=(1,))]
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(batching=False)
+        triton.bind("m", ProcessInstances(pid_echo, count=1), inputs=ECHO_INPUTS, outputs=outputs, config=config)
+
+    with running_triton(bind, frontends=frontends) as triton:
+        (old,) = _pids(triton, 1)
+        assert _load(triton, "m", {"instance_group": [{"count": 2, "kind": "KIND_CPU"}]}) == (200, None)
+        assert _config(triton, "m")["instance_group"][0]["count"] == 2
+        new = _pids(triton, 1)
+        assert old not in new
+        deadline = time.monotonic() + 30
+        while _alive(old) and time.monotonic() < deadline:  # the old instance stops once idle
+            time.sleep(0.05)
+        assert not _alive(old)
+
+
+class Gate:
+    """Echoes; a request of a negative x holds its call until the gate opens."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.open = threading.Event()
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        if any(float(request["x"].ravel()[0]) < 0 for request in requests):
+            self.entered.set()
+            self.open.wait(30)
+        return [{"y": request["x"]} for request in requests]
+
+
+def _pending(triton: Triton) -> int:
+    assert triton.metrics_port is not None
+    _, _, body = request(triton.metrics_port, "GET", "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith('nv_inference_pending_request_count{model="m"'):
+            return int(float(line.split()[-1]))
+    raise AssertionError("no pending count for m")
+
+
+def test_requests_held_by_the_old_binding_finish_there_while_the_new_one_serves() -> None:
+    gate = Gate()
+    with running_triton(
+        lambda triton: triton.bind(
+            "m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig(max_batch_size=8)
+        )
+    ) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton), concurrency=2)
+
+        def send(value: float) -> Any:
+            tensor = httpclient.InferInput("x", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+            return client.async_infer("m", [tensor])
+
+        running = send(-1.0)  # held in the one instance of the old binding
+        assert gate.entered.wait(30)
+        queued = send(1.0)  # waits in the old binding's queue
+        deadline = time.monotonic() + 30
+        while _pending(triton) != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _pending(triton) == 1
+        try:
+            assert _load(triton, "m", {"max_batch_size": 4}) == (200, None)  # returns while the old one is busy
+            fresh = httpclient.InferenceServerClient(http_url(triton))
+            tensor = httpclient.InferInput("x", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.full((1, 1), 2.0, np.float32))
+            assert fresh.infer("m", [tensor]).as_numpy("y").tolist() == [[2.0]]  # the new binding's own instance
+        finally:
+            gate.open.set()
+        assert running.get_result().as_numpy("y").tolist() == [[-1.0]]
+        assert queued.get_result().as_numpy("y").tolist() == [[1.0]]
+
+
+def test_a_load_body_that_is_no_json_fails_as_in_triton(echo_server: Triton) -> None:
+    assert echo_server.http_port is not None
+    status, _, answer = request(echo_server.http_port, "POST", "/v2/repository/models/echo/load", b"garbage", HTTP_AUTH)
+    assert status == 500 and json.loads(answer)["error"].startswith("failed to parse the request JSON buffer")
+
+
+def test_the_model_config_decorators_read_follows_the_new_binding() -> None:
+    def echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        return [{"y": request_["x"]} for request_ in requests]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("m", echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        assert get_model_config(echo, None).max_batch_size == 8
+        override = {"max_batch_size": 16, "parameters": {"k": {"string_value": "v"}}}
+        assert _load(triton, "m", override) == (200, None)
+        config = get_model_config(echo, None)
+        assert config.max_batch_size == 16 and config.backend_parameters == {"k": "v"}
+        assert [spec.name for spec in config.inputs or []] == ["x"]
+
+
+def countdown(requests: List[Any]) -> Any:
+    """A decoupled model: three responses per request."""
+    for step in range(3):
+        yield [{"y": request_["x"] * step} for request_ in requests]
+
+
+def test_a_decoupled_model_is_bound_again_and_streams_on_the_new_binding() -> None:
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8, decoupled=True)
+        triton.bind("steps", countdown, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
+
+    with running_triton(bind) as triton:
+        assert _load(triton, "steps", {"max_batch_size": 4, "instance_group": [{"count": 1}]}) == (200, None)
+        status, document = _load(triton, "steps", {"model_transaction_policy": {"decoupled": False}})
+        assert status == 400 and "'model_transaction_policy' cannot change" in document["error"]
+        answers: List[Any] = []
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        client.start_stream(callback=lambda result, error: answers.append(error or result.as_numpy("y")))
+        tensor = grpcclient.InferInput("x", [1, 2], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
+        client.async_stream_infer("steps", [tensor])
+        client.stop_stream()  # returns once the stream has ended
+        assert [answer.tolist() for answer in answers] == [[[0.0, 0.0]], [[1.0, 1.0]], [[2.0, 2.0]]]
+        assert _config(triton, "steps")["max_batch_size"] == 4

@@ -1,0 +1,417 @@
+"""The OpenAI API with the `openai` SDK against a running server: chat, completions, embeddings, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import socket
+import threading
+import time
+from typing import Iterator, List, Tuple
+
+import numpy as np
+import openai
+import pytest
+
+from pytriton.triton import Triton, TritonSecurityConfig
+from tests import openai_models
+from tests.conftest import ACCESS_TOKEN, running_triton
+from tests.http_helpers import get_json, post_json, request
+from tests.openai_models import DEFAULT_TOKENS, JINJA_TEMPLATE, default_prompt, sdk_client, tokens_for
+from tests.test_metrics import sample, scrape
+
+USER = [{"role": "user", "content": "Say something."}]
+
+
+@pytest.fixture(scope="module")
+def triton() -> Iterator[Triton]:
+    with running_triton(openai_models.bind_models) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def client(triton: Triton) -> Iterator[openai.OpenAI]:
+    with sdk_client(triton.http_port) as sdk:
+        yield sdk
+
+
+def _expected(content: str, count: int = DEFAULT_TOKENS) -> str:
+    return "".join(tokens_for(default_prompt(content), count))
+
+
+def test_models_lists_the_models_bound_with_an_openai_option(client: openai.OpenAI) -> None:
+    ids = sorted(model.id for model in client.models.list())
+    assert ids == sorted(
+        [
+            *("toy", "toy-batched", "toy-jinja", "toy-fn", "whole", "whole-completions", "with-inputs"),
+            *("endless", "failing", "embed", "embed-fixed", "embed-dims"),
+        ]
+    )
+    model = client.models.retrieve("toy")
+    assert (model.id, model.object, model.owned_by) == ("toy", "model", "pytriton")
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("plain")
+
+
+def test_chat_completion_whole(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(model="toy", messages=USER)
+    assert answer.object == "chat.completion" and answer.id.startswith("chatcmpl-") and answer.model == "toy"
+    assert answer.choices[0].message.role == "assistant"
+    assert answer.choices[0].message.content == _expected("Say something.")
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.usage is not None
+    assert answer.usage.completion_tokens == DEFAULT_TOKENS
+    assert answer.usage.prompt_tokens == len(default_prompt("Say something.").split())
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + DEFAULT_TOKENS
+
+
+def test_max_tokens_ends_with_length(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=3)
+    assert answer.choices[0].message.content == _expected("Say something.", 3)
+    assert answer.choices[0].finish_reason == "length"
+    newer = client.chat.completions.create(model="toy", messages=USER, max_completion_tokens=2)
+    assert newer.choices[0].message.content == _expected("Say something.", 2)
+
+
+def test_chat_completion_streamed_with_usage(client: openai.OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model="toy",
+        messages=USER,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert {chunk.id for chunk in chunks} == {chunks[0].id}
+    assert all(chunk.object == "chat.completion.chunk" for chunk in chunks)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert text == _expected("Say something.")
+    pieces = [
+        chunk.choices[0].delta.content for chunk in chunks[1:] if chunk.choices and chunk.choices[0].delta.content
+    ]
+    assert pieces == tokens_for(default_prompt("Say something."))  # a chunk a token, in order
+    finished = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason]
+    assert finished == ["stop"]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == DEFAULT_TOKENS
+    assert all(chunk.usage is None for chunk in chunks[:-1])
+
+
+def test_stream_without_usage_has_no_usage_chunk(client: openai.OpenAI) -> None:
+    chunks = list(client.chat.completions.create(model="toy", messages=USER, stream=True))
+    assert all(chunk.choices for chunk in chunks)
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_stop_sequence_ends_the_text_before_it(client: openai.OpenAI) -> None:
+    tokens = tokens_for(default_prompt("stop here"))
+    stop = tokens[2].strip()
+    answer = client.chat.completions.create(
+        model="toy",
+        messages=[{"role": "user", "content": "stop here"}],
+        stop=[stop],
+    )
+    assert answer.choices[0].message.content == "".join(tokens[:2])
+    assert answer.choices[0].finish_reason == "stop"
+    streamed = client.chat.completions.create(
+        model="toy", messages=[{"role": "user", "content": "stop here"}], stop=stop, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == "".join(tokens[:2])
+
+
+def test_n_choices(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(model="toy", messages=USER, n=2, max_tokens=2)
+    assert [choice.index for choice in answer.choices] == [0, 1]
+    assert all(choice.message.content == _expected("Say something.", 2) for choice in answer.choices)
+    assert answer.usage is not None and answer.usage.completion_tokens == 4
+    streamed = list(client.chat.completions.create(model="toy", messages=USER, n=2, max_tokens=2, stream=True))
+    for index in (0, 1):
+        text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices and c.choices[0].index == index)
+        assert text == _expected("Say something.", 2)
+
+
+def test_async_streams_in_parallel_are_batched_and_each_keeps_its_order(triton: Triton) -> None:
+    """Four concurrent streams fill one batch of the dynamic batcher (max_batch_size 4, a long queue delay)."""
+
+    async def run() -> List[str]:
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{triton.http_port}/v1", api_key="none", max_retries=0)
+
+        async def one(index: int) -> str:
+            stream = await client.chat.completions.create(
+                model="toy-batched", messages=[{"role": "user", "content": f"prompt {index}"}], stream=True
+            )
+            return "".join([chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices])
+
+        try:
+            return await asyncio.gather(*(one(index) for index in range(4)))
+        finally:
+            await client.close()
+
+    openai_models.batch_sizes.clear()
+    texts = asyncio.run(run())
+    assert texts == [_expected(f"prompt {index}") for index in range(4)]
+    assert openai_models.batch_sizes == [4]
+
+
+def test_async_whole_answer(triton: Triton) -> None:
+    async def run() -> str:
+        async with openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{triton.http_port}/v1", api_key="none", max_retries=0
+        ) as client:
+            answer = await client.chat.completions.create(model="toy-jinja", messages=USER)
+            return answer.choices[0].message.content or ""
+
+    assert asyncio.run(run()) == "".join(tokens_for("[user]Say something.>"))
+
+
+def test_chat_templates_jinja_and_function(client: openai.OpenAI) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    jinja = client.chat.completions.create(model="toy-jinja", messages=messages)
+    assert jinja.choices[0].message.content == "".join(tokens_for("[system]Be brief.[user]Hi>"))
+    assert JINJA_TEMPLATE  # the template the model was bound with
+    function = client.chat.completions.create(model="toy-fn", messages=messages)
+    assert function.choices[0].message.content == "".join(tokens_for("Be brief.|Hi"))
+
+
+def test_plain_callable_gets_the_prompt_and_the_sampling_parameters(client: openai.OpenAI) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    answer = client.chat.completions.create(
+        model="whole",
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]}],
+        temperature=0.5,
+        top_p=0.9,
+        seed=7,
+        user="u1",
+        max_tokens=50,
+        presence_penalty=0.1,
+        tools=tools,
+        tool_choice="auto",
+        response_format={"type": "json_object"},
+    )
+    seen = json.loads(answer.choices[0].message.content or "")
+    assert seen["prompt"] == default_prompt("Hi there")
+    parameters = seen["parameters"]
+    assert parameters["temperature"] == 0.5 and parameters["top_p"] == 0.9 and parameters["seed"] == 7
+    assert parameters["user"] == "u1" and parameters["max_tokens"] == 50 and parameters["stream"] is False
+    assert json.loads(parameters["tools"]) == tools and parameters["tool_choice"] == "auto"
+    assert json.loads(parameters["response_format"]) == {"type": "json_object"}
+    assert answer.choices[0].finish_reason == "stop"
+
+
+def test_sampling_fields_become_inputs_the_model_declares(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(model="with-inputs", messages=USER, max_tokens=9, temperature=0.25)
+    seen = json.loads(answer.choices[0].message.content or "")
+    assert seen["inputs"] == {"max_tokens": 9, "temperature": 0.25, "messages": USER}
+    assert "max_tokens" not in seen["parameters"] and "temperature" not in seen["parameters"]
+
+
+def test_plain_callable_streams_as_one_chunk(client: openai.OpenAI) -> None:
+    chunks = list(client.chat.completions.create(model="whole", messages=USER, stream=True))
+    contents = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(contents) == 1 and json.loads(contents[0])["parameters"]["stream"] is True
+
+
+def test_completions(client: openai.OpenAI) -> None:
+    answer = client.completions.create(model="toy", prompt="Once", max_tokens=3)
+    assert answer.object == "text_completion" and answer.id.startswith("cmpl-")
+    assert answer.choices[0].text == "".join(tokens_for("Once", 3)) and answer.choices[0].finish_reason == "length"
+    several = client.completions.create(model="toy", prompt=["a", "b"], n=2, max_tokens=2)
+    assert [choice.text for choice in several.choices] == ["".join(tokens_for(p, 2)) for p in ("a", "a", "b", "b")]
+    echoed = client.completions.create(model="whole-completions", prompt="raw", echo=True)
+    assert echoed.choices[0].text.startswith("raw{")
+    streamed = list(client.completions.create(model="toy", prompt="Once", max_tokens=3, stream=True))
+    assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == "".join(tokens_for("Once", 3))
+    with pytest.raises(openai.BadRequestError, match="not served at /v1/chat/completions"):
+        client.chat.completions.create(model="whole-completions", messages=USER)
+
+
+def test_embeddings_float_base64_and_dimensions(client: openai.OpenAI) -> None:
+    floats = client.embeddings.create(model="embed", input=["hello", "world"], encoding_format="float")
+    assert [item.index for item in floats.data] == [0, 1] and floats.model == "embed"
+    vectors = [np.array(item.embedding) for item in floats.data]
+    assert [vector.shape for vector in vectors] == [(8,), (8,)]
+    assert all(abs(np.linalg.norm(vector) - 1) < 1e-5 for vector in vectors)
+    decoded = client.embeddings.create(model="embed", input=["hello", "world"])  # the SDK asks base64 and decodes it
+    assert np.allclose([item.embedding for item in decoded.data], vectors)
+    raw = client.embeddings.with_raw_response.create(model="embed", input="hello", encoding_format="base64")
+    text = json.loads(raw.text)["data"][0]["embedding"]
+    assert np.allclose(np.frombuffer(base64.b64decode(text), dtype="<f4"), vectors[0])
+    short = client.embeddings.create(model="embed", input="hello", dimensions=4, encoding_format="float")
+    assert np.allclose(short.data[0].embedding, vectors[0][:4] / np.linalg.norm(vectors[0][:4]), atol=1e-6)
+    assert floats.usage.prompt_tokens == 2
+    by_model = client.embeddings.create(model="embed-dims", input="x", dimensions=5, encoding_format="float")
+    assert by_model.data[0].embedding == [1.0] * 5
+    with pytest.raises(openai.BadRequestError, match="does not support 'dimensions'"):
+        client.embeddings.create(model="embed-fixed", input="x", dimensions=4)
+    with pytest.raises(openai.BadRequestError, match="at most 8"):
+        client.embeddings.create(model="embed", input="x", dimensions=9)
+
+
+def test_errors_are_the_sdks_exceptions(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as not_found:
+        client.chat.completions.create(model="nope", messages=USER)
+    assert not_found.value.code == "model_not_found" and not_found.value.param == "model"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="plain", messages=USER)
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model="toy", messages=[])
+    assert bad.value.param == "messages" and bad.value.type == "invalid_request_error"
+    with pytest.raises(openai.BadRequestError, match="logprobs"):
+        client.chat.completions.create(model="toy", messages=USER, logprobs=True)
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        client.chat.completions.create(model="toy", messages=USER, tool_choice="required")
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.chat.completions.create(model="toy", messages=USER, temperature=3)
+    with pytest.raises(openai.BadRequestError, match="only text parts"):
+        client.chat.completions.create(
+            model="toy",
+            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+        )
+    with pytest.raises(openai.BadRequestError, match="Unrecognized request argument supplied: bogus"):
+        client.chat.completions.create(model="toy", messages=USER, extra_body={"bogus": 1})
+
+
+def test_a_failing_model_is_a_server_error_or_an_error_event(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.InternalServerError, match="ValueError: the toy model broke"):
+        client.chat.completions.create(model="failing", messages=USER)
+    with pytest.raises(openai.APIError, match="the toy model broke"):
+        list(client.chat.completions.create(model="failing", messages=USER, stream=True, user="late"))
+
+
+def test_api_key_is_required_when_configured() -> None:
+    security = TritonSecurityConfig(access_token=ACCESS_TOKEN, openai_api_key="sk-test")
+    with running_triton(openai_models.bind_models, security_config=security) as server:
+        with pytest.raises(openai.AuthenticationError) as denied, sdk_client(server.http_port, "wrong") as wrong:
+            wrong.models.list()
+        assert denied.value.code == "invalid_api_key"
+        status, document = post_json(server.http_port or 0, "/v1/chat/completions", {"model": "toy", "messages": USER})
+        assert status == 401 and "didn't provide an API key" in document["error"]["message"]
+        status, _ = get_json(server.http_port or 0, "/v2/health/ready")  # Triton's routes ask no OpenAI key
+        assert status == 200
+        with sdk_client(server.http_port, "sk-test") as allowed:
+            answer = allowed.chat.completions.create(model="toy", messages=USER, max_tokens=1)
+        assert answer.choices[0].message.content == _expected("Say something.", 1)
+
+
+def test_a_client_leaving_mid_stream_stops_the_generator(triton: Triton) -> None:
+    openai_models.endless_stopped.clear()
+    records: List[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("pytriton.openai")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # whatever the test run's logging configuration lets through
+    body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        received = b""
+        while received.count(b"data: ") < 3:
+            received += sock.recv(65536)
+        assert received.startswith(b"HTTP/1.1 200")
+    try:
+        assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert any("client disconnected from stream" in record.getMessage() for record in records), records
+
+
+def _token_metrics(triton: Triton, model: str) -> Tuple[float, float, float, float]:
+    """Output tokens, prompt tokens, first-token observations and between-token observations of a model."""
+    families = scrape(triton)
+    labels = {"model": model, "version": "1"}
+    return (
+        sample(families, "pytriton_openai_output_tokens", **labels),
+        sample(families, "pytriton_openai_prompt_tokens", **labels),
+        sample(families, "pytriton_openai_time_to_first_token_seconds", "_count", **labels),
+        sample(families, "pytriton_openai_time_between_tokens_seconds", "_count", **labels),
+    )
+
+
+def test_token_metrics_count_each_generation_once(triton: Triton, client: openai.OpenAI) -> None:
+    before = _token_metrics(triton, "toy-fn")
+    client.chat.completions.create(model="toy-fn", messages=USER, max_tokens=5)
+    list(client.chat.completions.create(model="toy-fn", messages=USER, max_tokens=3, stream=True))
+    after = _token_metrics(triton, "toy-fn")
+    prompt_tokens = len("Say something.".split())
+    assert [b - a for a, b in zip(before, after)] == [8, 2 * prompt_tokens, 2, 4 + 2]
+    families = scrape(triton)
+    assert (
+        sample(
+            families, "pytriton_openai_time_to_first_token_seconds", "_bucket", model="toy-fn", version="1", le="+Inf"
+        )
+        == after[2]
+    )
+    assert not [s for s in families["pytriton_openai_output_tokens"].samples if s.labels["model"] == "embed"]
+
+
+def test_a_stopping_server_answers_503_and_ends_open_streams_with_an_error_event() -> None:
+    with running_triton(openai_models.bind_models, exit_timeout_secs=1) as server:
+        port = server.http_port or 0
+        body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            received = b""
+            while received.count(b"data: ") < 2:
+                received += sock.recv(65536)
+            stopping = threading.Thread(target=server.stop)
+            stopping.start()
+            deadline = time.monotonic() + 10
+            while get_json(port, "/v2/health/ready")[0] == 200:  # the stop refuses new requests from now on
+                assert time.monotonic() < deadline, "the server never stopped being ready"
+                time.sleep(0.02)
+            with pytest.raises(openai.InternalServerError) as refused, sdk_client(port) as client:
+                client.chat.completions.create(model="toy", messages=USER)
+            assert refused.value.status_code == 503 and refused.value.code == "service_unavailable"
+            while not received.endswith(b"0\r\n\r\n"):  # the stream's end, after the drain's cut-off
+                part = sock.recv(65536)
+                assert part, "the connection closed before the stream ended"
+                received += part
+        stopping.join(30)
+    assert b'"code":"service_unavailable"' in received.split(b"data: ")[-1]
+
+
+def test_a_client_leaving_a_whole_answer_stops_the_generator(triton: Triton) -> None:
+    openai_models.endless_stopped.clear()
+    openai_models.endless_started.clear()
+    body = json.dumps({"model": "endless", "messages": USER}).encode()
+    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        assert openai_models.endless_started.wait(10)
+    assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
+
+
+def test_restricting_inference_with_the_access_token_restricts_the_openai_routes() -> None:
+    security = TritonSecurityConfig(access_token=ACCESS_TOKEN, restricted_endpoints=["inference"])
+    with running_triton(openai_models.bind_models, security_config=security) as server:
+        with sdk_client(server.http_port) as plain:
+            with pytest.raises(openai.PermissionDeniedError, match="triton-access-token"):
+                plain.chat.completions.create(model="toy", messages=USER)
+            assert "toy" in {model.id for model in plain.models.list()}  # metadata is not restricted
+        with sdk_client(server.http_port, default_headers={"triton-access-token": ACCESS_TOKEN}) as allowed:
+            answer = allowed.chat.completions.create(model="toy", messages=USER, max_tokens=1)
+        assert answer.choices[0].message.content == _expected("Say something.", 1)
+
+
+def test_one_binding_answers_the_generate_extension_too(triton: Triton) -> None:
+    status, _, body = request(
+        triton.http_port or 0,
+        "POST",
+        "/v2/models/toy/generate_stream",
+        json.dumps({"text_input": "raw prompt", "max_tokens": 3}),
+    )
+    assert status == 200
+    events = [json.loads(line[len(b"data: ") :]) for line in body.split(b"\n\n") if line.startswith(b"data: ")]
+    assert [event["text_output"] for event in events] == tokens_for("raw prompt", 3)

@@ -1,0 +1,132 @@
+"""The OpenAI API where the server has more than one process.
+
+Frontend processes (frontends=2): the same answers, streams stopped on the hub when their client leaves, token
+metrics counted once per request on the hub. Also: its own port, process instances, a RemoteTriton's model.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Iterator
+
+import openai
+import pytest
+
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import ModelConfig
+from pytriton.openai import OpenAIChat
+from pytriton.remote_triton import RemoteTriton
+from pytriton.triton import Triton, TritonConfig
+from tests import openai_models
+from tests.conftest import running_triton
+from tests.http_helpers import request
+from tests.openai_models import default_prompt, sdk_client, tokens_for
+from tests.test_metrics import sample, scrape
+
+USER = [{"role": "user", "content": "Say something."}]
+
+
+@pytest.fixture(scope="module")
+def triton() -> Iterator[Triton]:
+    with running_triton(openai_models.bind_models, frontends=2) as server:
+        yield server
+
+
+def test_chat_completions_embeddings_and_models_through_frontend_processes(triton: Triton) -> None:
+    expected = "".join(tokens_for(default_prompt("Say something."), 4))
+    for _ in range(4):  # a client, so a connection, each time: the hub hands connections to each frontend in turn
+        with sdk_client(triton.http_port) as client:
+            answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=4)
+            assert answer.choices[0].message.content == expected
+            stream = client.chat.completions.create(model="toy", messages=USER, max_tokens=4, stream=True)
+            assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == expected
+            # a function template (a lambda), pickled by value into the frontend process
+            templated = client.chat.completions.create(model="toy-fn", messages=USER, max_tokens=2)
+            assert templated.choices[0].message.content == "".join(tokens_for("Say something.", 2))
+    with sdk_client(triton.http_port) as client:
+        assert "toy" in {model.id for model in client.models.list()}
+        vectors = client.embeddings.create(model="embed", input=["a", "b"], dimensions=4, encoding_format="float")
+        assert [len(item.embedding) for item in vectors.data] == [4, 4]
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="nope", messages=USER)
+
+
+def test_token_metrics_are_counted_once_on_the_hub(triton: Triton) -> None:
+    labels = {"model": "toy-jinja", "version": "1"}
+    families = scrape(triton)
+    before = sample(families, "pytriton_openai_output_tokens", **labels)
+    first_before = sample(families, "pytriton_openai_time_to_first_token_seconds", "_count", **labels)
+    for _ in range(6):  # a new client, so a new connection, each time: both frontends serve some
+        with sdk_client(triton.http_port) as client:
+            list(client.chat.completions.create(model="toy-jinja", messages=USER, max_tokens=3, stream=True))
+    families = scrape(triton)
+    assert sample(families, "pytriton_openai_output_tokens", **labels) - before == 18
+    assert sample(families, "pytriton_openai_time_to_first_token_seconds", "_count", **labels) - first_before == 6
+
+
+def test_a_client_leaving_stops_the_generator_on_the_hub(triton: Triton) -> None:
+    openai_models.endless_stopped.clear()
+    body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        received = b""
+        while received.count(b"data: ") < 3:
+            received += sock.recv(65536)
+    assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
+
+
+@pytest.mark.parametrize("frontends", [1, 2])
+def test_the_openai_api_on_a_port_of_its_own(frontends: int) -> None:
+    config = TritonConfig(http_port=0, grpc_port=0, metrics_port=0)
+    triton = Triton(config=config, frontends=frontends, openai_port=0)
+    try:
+        openai_models.bind_models(triton)
+        triton.run()
+        assert triton.openai_port not in (None, triton.http_port)
+        with sdk_client(triton.openai_port) as client:
+            answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=2)
+            assert "toy" in {model.id for model in client.models.list()}
+        assert answer.choices[0].message.content == "".join(tokens_for(default_prompt("Say something."), 2))
+        status, _, _ = request(triton.http_port or 0, "GET", "/v1/models")
+        assert status == 404  # the HTTP port serves Triton's routes only
+        assert request(triton.openai_port or 0, "GET", "/v2/health/ready")[0] == 404
+    finally:
+        triton.stop()
+
+
+def test_a_generator_in_process_instances_streams_through_the_openai_api() -> None:
+    def bind(server: Triton) -> None:
+        server.bind(
+            "toy-process",
+            ProcessInstances(openai_models.toy, count=2),
+            [openai_models.TEXT_IN],
+            [openai_models.TEXT_OUT],
+            config=ModelConfig(decoupled=True),
+            openai=OpenAIChat(),
+        )
+
+    with running_triton(bind) as server:
+        with sdk_client(server.http_port) as client:
+            stream = client.chat.completions.create(model="toy-process", messages=USER, max_tokens=3, stream=True)
+            pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+        assert pieces == tokens_for(default_prompt("Say something."), 3)
+
+
+def test_a_model_bound_through_remote_triton_answers_the_openai_api() -> None:
+    with running_triton(lambda server: None) as server:
+        with RemoteTriton(url=f"http://127.0.0.1:{server.http_port}") as remote:
+            remote.bind(
+                "remote-toy",
+                openai_models.toy,
+                [openai_models.TEXT_IN],
+                [openai_models.TEXT_OUT],
+                config=ModelConfig(decoupled=True),
+                openai=OpenAIChat(chat_template=lambda messages: messages[-1]["content"]),
+            )
+            with sdk_client(server.http_port) as client:
+                answer = client.chat.completions.create(model="remote-toy", messages=USER, max_tokens=2)
+        assert answer.choices[0].message.content == "".join(tokens_for("Say something.", 2))

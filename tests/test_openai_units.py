@@ -1,0 +1,94 @@
+"""The OpenAI API's pure parts: stop sequences over pieces, templates, options pickled by value, request checks."""
+
+from __future__ import annotations
+
+import pickle
+from typing import List
+
+import pytest
+
+from pytriton.exceptions import PyTritonModelConfigError
+from pytriton.model_config import Tensor
+from pytriton.openai import OpenAIChat, default_template
+from pytriton.protocol.openai_codec import OpenAIError, parse_chat, parse_embeddings
+from pytriton.transport.openai.generation import StopScanner
+from pytriton.transport.openai.templates import TemplateError, render
+from pytriton.triton import Triton
+
+
+def _scan(stops: List[str], pieces: List[str]) -> str:
+    scanner = StopScanner(stops)
+    out = []
+    for piece in pieces:
+        text, stopped = scanner.feed(piece)
+        out.append(text)
+        if stopped:
+            return "".join(out) + "|stopped"
+    return "".join(out) + scanner.flush()
+
+
+def test_a_stop_sequence_split_over_pieces_ends_the_text_before_it() -> None:
+    assert _scan(["END"], ["abc E", "N", "D more"]) == "abc |stopped"
+    assert _scan(["END"], ["abc E", "NX"]) == "abc ENX"  # a prefix that did not become the stop goes out
+    assert _scan(["xy", "b"], ["aax", "b"]) == "aax|stopped"
+    assert _scan([], ["a", "b"]) == "ab"
+
+
+def test_templates() -> None:
+    messages = [{"role": "user", "content": "Hi"}]
+    assert default_template(messages) == "<|user|>\nHi\n<|assistant|>\n"
+    assert render("{{ bos }}{% for m in messages %}{{ m.content }}{% endfor %}", messages, {"bos": "<s>"}) == "<s>Hi"
+    with pytest.raises(TemplateError, match="no system"):
+        render("{{ raise_exception('no system') }}", messages)
+    with pytest.raises(TemplateError, match="ZeroDivisionError"):
+        render(lambda _: str(1 / 0), messages)
+
+
+def test_options_travel_by_value_with_their_callables() -> None:
+    option = OpenAIChat(chat_template=lambda messages: "x", token_counter=lambda text: 3)
+    copy = pickle.loads(pickle.dumps(option))
+    assert copy.chat_template([]) == "x" and copy.token_counter("") == 3 and copy.created == option.created
+
+
+def test_a_binding_without_the_conventional_tensors_is_refused() -> None:
+    triton = Triton()
+    try:
+        with pytest.raises(PyTritonModelConfigError, match="needs an input 'text_input'"):
+            triton.bind("m", lambda r: r, [Tensor(name="x", dtype=bytes, shape=(1,))], [], openai=OpenAIChat())
+        with pytest.raises(PyTritonModelConfigError, match="not a valid Jinja2 template"):
+            triton.bind(
+                "m",
+                lambda r: r,
+                [Tensor(name="text_input", dtype=bytes, shape=(1,))],
+                [Tensor(name="text_output", dtype=bytes, shape=(1,))],
+                openai=OpenAIChat("{% for %}"),
+            )
+    finally:
+        triton.stop()
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}', "messages.[0].role"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 0}', "n"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a","b","c","d","e"]}', "stop"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream_options": {}}', "stream_options"),
+        (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "modalities": ["audio"]}', "modalities"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "function_call": {"name": "f"}}',
+            "function_call",
+        ),
+    ],
+)
+def test_chat_requests_openai_refuses_are_refused_naming_the_field(body: bytes, param: str) -> None:
+    with pytest.raises(OpenAIError) as refused:
+        parse_chat(body)
+    assert refused.value.status == 400 and refused.value.param == param
+
+
+def test_embedding_requests_are_checked() -> None:
+    assert parse_embeddings(b'{"model": "e", "input": "a", "dimensions": 3}').dimensions == 3
+    with pytest.raises(OpenAIError, match="encoding_format"):
+        parse_embeddings(b'{"model": "e", "input": "a", "encoding_format": "int8"}')

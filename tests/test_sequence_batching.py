@@ -1,0 +1,768 @@
+"""Sequence batching: Triton's sequence batcher for Python callables, over HTTP, gRPC and gRPC streams.
+
+The `simple_sequence` stand-in answers as Triton's example model does (OUTPUT = INPUT + START), so that the flows
+of Triton's sequence client examples (simple_*sequence*_infer_client.py) run here unchanged in substance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+import time
+import uuid
+import weakref
+from functools import partial
+from typing import Any, Dict, Iterator, List, Tuple, Union
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as grpcaio
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.client import ModelClient
+from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.exceptions import PyTritonModelConfigError
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import (
+    DynamicBatcher,
+    ModelConfig,
+    SequenceBatcher,
+    SequenceControlInput,
+    SequenceControlKind,
+    SequenceStrategyDirect,
+    SequenceStrategyOldest,
+    Tensor,
+)
+from pytriton.proxy.types import Request
+from pytriton.remote_triton import RemoteTriton
+from pytriton.triton import Triton
+from tests.conftest import grpc_url, http_url, running_triton
+
+START = SequenceControlKind.CONTROL_SEQUENCE_START
+END = SequenceControlKind.CONTROL_SEQUENCE_END
+READY = SequenceControlKind.CONTROL_SEQUENCE_READY
+CORRID = SequenceControlKind.CONTROL_SEQUENCE_CORRID
+IO: Dict[str, Any] = {
+    "inputs": [Tensor(name="INPUT", dtype=np.int32, shape=(1,))],
+    "outputs": [Tensor(name="OUTPUT", dtype=np.int32, shape=(1,))],
+}
+# The example's values: each sequence starts with its first value, then these (negated for the second and third).
+VALUES = [11, 7, 5, 3, 2, 0, 1]
+SequenceId = Union[int, str]
+
+
+def simple_sequence(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """Triton's example model `simple_sequence`: OUTPUT = INPUT + START (its START control input)."""
+    return [{"OUTPUT": (request["INPUT"] + request["START"]).astype(np.int32)} for request in requests]
+
+
+def accumulate(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """A running total per sequence, kept in the sequence's state (works in an instance process as well)."""
+    responses = []
+    for request in requests:
+        assert request.sequence_state is not None
+        total = request.sequence_state.get("total", 0) + int(request["INPUT"].sum())
+        request.sequence_state["total"] = total
+        responses.append({"OUTPUT": np.full(request["INPUT"].shape, total, np.int32)})
+    return responses
+
+
+SIMPLE_SEQUENCE = ModelConfig(
+    max_batch_size=8,
+    sequence_batcher=SequenceBatcher(
+        control_inputs=[
+            SequenceControlInput("START", START, int32_false_true=[0, 1]),
+            SequenceControlInput("READY", READY, int32_false_true=[0, 1]),
+        ]
+    ),
+)
+ACCUMULATE = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher())
+
+
+class Recorder:
+    """A callable that records the sequence ids of each batch it runs; `gate` holds a call until set."""
+
+    def __init__(self) -> None:
+        self.batches: List[List[SequenceId]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        self.batches.append([request.sequence_id for request in requests if request.sequence_id is not None])
+        self.entered.set()
+        assert self.gate.wait(30)
+        return accumulate(requests)
+
+
+class _Token:
+    """Something a sequence keeps in its state, whose life shows whether the state was dropped."""
+
+
+_TOKENS: List[Any] = []  # weak references to every token made in this process
+
+
+def idle_probe(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """A START keeps a token in its sequence's state; each request answers how many tokens are still alive."""
+    responses = []
+    for request in requests:
+        if request.sequence_start and request.sequence_state is not None:
+            token = _Token()
+            request.sequence_state["token"] = token
+            _TOKENS.append(weakref.ref(token))
+            del token
+        responses.append({"OUTPUT": np.array([[sum(ref() is not None for ref in _TOKENS)]], np.int32)})
+    return responses
+
+
+def controls(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """Echo the control inputs, as the backends get them."""
+    return [
+        {
+            "START": request["S"].astype(np.float32),
+            "END": request["E"],
+            "READY": request["R"],
+            "CORRID": request["C"],
+            "OUTPUT": request["INPUT"],
+        }
+        for request in requests
+    ]
+
+
+CONTROLS_OUTPUTS = [
+    Tensor(name="START", dtype=np.float32, shape=(1,)),
+    Tensor(name="END", dtype=np.bool_, shape=(1,)),
+    Tensor(name="READY", dtype=np.int32, shape=(1,)),
+    Tensor(name="CORRID", dtype=bytes, shape=(1,)),
+    Tensor(name="OUTPUT", dtype=np.int32, shape=(1,)),
+]
+
+
+def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None:
+    triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
+    triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
+    triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
+    triton.bind("recorder", recorder, **IO, config=ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher()))
+    single_slot = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
+    triton.bind("single_slot", accumulate, **IO, config=single_slot)
+    idle = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
+    triton.bind("idle", accumulate, **IO, config=idle)
+    triton.bind("idle_probe", idle_probe, **IO, config=idle)
+    triton.bind("idle_probe_process", ProcessInstances(idle_probe), **IO, config=idle)
+    string_controls = SequenceBatcher(
+        control_inputs=[
+            SequenceControlInput("S", START, fp32_false_true=[0.0, 1.0]),
+            SequenceControlInput("E", END, bool_false_true=[False, True]),
+            SequenceControlInput("R", READY, int32_false_true=[5, 9]),
+            SequenceControlInput("C", CORRID, data_type=bytes),
+        ]
+    )
+    triton.bind(
+        "controls",
+        controls,
+        inputs=IO["inputs"],
+        outputs=CONTROLS_OUTPUTS,
+        config=ModelConfig(max_batch_size=2, sequence_batcher=string_controls),
+    )
+    numeric_corrid = SequenceBatcher(
+        oldest=SequenceStrategyOldest(max_candidate_sequences=3),
+        control_inputs=[SequenceControlInput("CORRID", CORRID, data_type=np.uint64)],
+    )
+    triton.bind("corrid", _corrid_echo, **IO, config=ModelConfig(max_batch_size=2, sequence_batcher=numeric_corrid))
+    int32_corrid = SequenceBatcher(control_inputs=[SequenceControlInput("CORRID", CORRID, data_type=np.int32)])
+    triton.bind("corrid32", _corrid_echo, **IO, config=ModelConfig(max_batch_size=2, sequence_batcher=int32_corrid))
+    oldest = SequenceStrategyOldest(preferred_batch_size=[3], max_queue_delay_microseconds=60_000_000)
+    oldest_config = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher(oldest=oldest))
+    triton.bind("oldest", oldest_recorder, **IO, config=oldest_config)
+    streaming = ModelConfig(max_batch_size=2, decoupled=True, sequence_batcher=SequenceBatcher())
+    triton.bind("streaming", stream_totals, **IO, config=streaming)
+
+
+def stream_totals(requests: List[Request]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """A decoupled model: the running total, then the total again times ten, per request."""
+    totals = accumulate(requests)
+    yield totals
+    yield [{"OUTPUT": response["OUTPUT"] * 10} for response in totals]
+
+
+def _corrid_echo(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUTPUT": request["CORRID"].astype(np.int32)} for request in requests]
+
+
+@pytest.fixture(scope="module")
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture(scope="module")
+def oldest_recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture(scope="module")
+def server(recorder: Recorder, oldest_recorder: Recorder) -> Iterator[Triton]:
+    with running_triton(partial(_bind, recorder=recorder, oldest_recorder=oldest_recorder)) as triton:
+        yield triton
+
+
+@pytest.fixture(scope="module")
+def frontends_server() -> Iterator[Triton]:
+    def bind(triton: Triton) -> None:
+        triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
+        triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
+        triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
+
+    with running_triton(bind, frontends=2) as triton:
+        yield triton
+
+
+@pytest.fixture(params=["one process", "frontends=2"])
+def any_server(request: pytest.FixtureRequest) -> Triton:
+    name = "server" if request.param == "one process" else "frontends_server"
+    triton: Triton = request.getfixturevalue(name)
+    return triton
+
+
+def _input(module: Any, value: int, rows: int = 1) -> Any:
+    tensor = module.InferInput("INPUT", [rows, 1], "INT32")
+    tensor.set_data_from_numpy(np.full((rows, 1), value, np.int32))
+    return tensor
+
+
+def _example_sequences() -> List[Tuple[SequenceId, List[int]]]:
+    """The example's three sequences: two integer ids and one uuid4 string id."""
+    return [
+        (1000, [0, *VALUES]),
+        (1001, [100, *[-value for value in VALUES]]),
+        (str(uuid.uuid4()), [20, *[-value for value in VALUES]]),
+    ]
+
+
+def _expected(values: List[int]) -> List[int]:
+    """What `simple_sequence` answers: the first value plus one (its START), then each value."""
+    return [values[0] + 1, *values[1:]]
+
+
+def _flags(index: int, count: int) -> Dict[str, bool]:
+    return {"sequence_start": index == 0, "sequence_end": index == count - 1}
+
+
+# -- the flows of Triton's four sequence client examples ---------------------------------------------------
+
+
+def test_http_sync_as_triton_example(any_server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(any_server))
+    for sequence_id, values in _example_sequences():
+        results = []
+        for index, value in enumerate(values):
+            result = client.infer(
+                "simple_sequence",
+                [_input(httpclient, value)],
+                outputs=[httpclient.InferRequestedOutput("OUTPUT")],
+                sequence_id=sequence_id,
+                **_flags(index, len(values)),
+            )
+            results.append(int(result.as_numpy("OUTPUT")[0][0]))
+        assert results == _expected(values)
+
+
+def test_grpc_sync_as_triton_example(any_server: Triton) -> None:
+    with grpcclient.InferenceServerClient(grpc_url(any_server)) as client:
+        for sequence_id, values in _example_sequences():
+            results = []
+            for index, value in enumerate(values):
+                result = client.infer(
+                    "simple_sequence",
+                    [_input(grpcclient, value)],
+                    sequence_id=sequence_id,
+                    **_flags(index, len(values)),
+                )
+                results.append(int(result.as_numpy("OUTPUT")[0][0]))
+            assert results == _expected(values)
+
+
+def _by_sequence(responses: List[Any], sequences: List[Tuple[SequenceId, List[int]]]) -> Dict[str, List[int]]:
+    """Stream results grouped by the sequence named in their request id ("<sequence id>_<count>"), in order."""
+    grouped: Dict[str, List[int]] = {str(sequence_id): [] for sequence_id, _ in sequences}
+    for result in responses:
+        grouped[result.get_response().id.rsplit("_", 1)[0]].append(int(result.as_numpy("OUTPUT")[0][0]))
+    return grouped
+
+
+def test_grpc_stream_as_triton_example(any_server: Triton) -> None:
+    sequences = _example_sequences()
+    answers: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(grpc_url(any_server)) as client:
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        for sequence_id, values in sequences:
+            for index, value in enumerate(values):
+                client.async_stream_infer(
+                    "simple_sequence",
+                    [_input(grpcclient, value)],
+                    request_id=f"{sequence_id}_{index + 1}",
+                    sequence_id=sequence_id,
+                    **_flags(index, len(values)),
+                )
+        received = [answers.get(timeout=30) for _ in range(sum(len(values) for _, values in sequences))]
+        client.stop_stream()
+    assert not [item for item in received if isinstance(item, InferenceServerException)]
+    grouped = _by_sequence(received, sequences)
+    assert grouped == {str(sequence_id): _expected(values) for sequence_id, values in sequences}
+
+
+def test_grpc_aio_stream_as_triton_example(any_server: Triton) -> None:
+    sequences = _example_sequences()
+
+    async def requests() -> Any:
+        for sequence_id, values in sequences:
+            for index, value in enumerate(values):
+                yield {
+                    "model_name": "simple_sequence",
+                    "inputs": [_input(grpcaio, value)],
+                    "request_id": f"{sequence_id}_{index + 1}",
+                    "sequence_id": sequence_id,
+                    **_flags(index, len(values)),
+                }
+
+    async def run() -> List[Any]:
+        received = []
+        async with grpcaio.InferenceServerClient(grpc_url(any_server)) as client:
+            async for result, error in client.stream_infer(inputs_iterator=requests()):
+                assert error is None, error
+                received.append(result)
+                if len(received) == sum(len(values) for _, values in sequences):
+                    break
+        return received
+
+    grouped = _by_sequence(asyncio.run(run()), sequences)
+    assert grouped == {str(sequence_id): _expected(values) for sequence_id, values in sequences}
+
+
+# -- the state API ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["accumulate", "accumulate_process"])
+def test_state_is_kept_per_sequence_interleaved(server: Triton, model: str) -> None:
+    http = httpclient.InferenceServerClient(http_url(server))
+    with grpcclient.InferenceServerClient(grpc_url(server)) as grpc:
+        ids: List[SequenceId] = [7, "seven", "7"]  # 7 and "7" are two sequences, as in Triton
+        totals = {sequence_id: 0 for sequence_id in ids}
+        for step in range(4):
+            for number, sequence_id in enumerate(ids):
+                value = (number + 1) * 10 + step
+                totals[sequence_id] += value
+                client, module = (http, httpclient) if step % 2 else (grpc, grpcclient)
+                result = client.infer(
+                    model,
+                    [_input(module, value)],
+                    sequence_id=sequence_id,
+                    sequence_start=step == 0,
+                    sequence_end=step == 3,
+                )
+                assert int(result.as_numpy("OUTPUT")[0][0]) == totals[sequence_id]
+
+
+def test_state_over_frontends_and_process_instances(frontends_server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(frontends_server))
+    outputs = []
+    for index, value in enumerate([1, 2, 3]):
+        # The largest uint64 id (gRPC's int64 parameter cannot carry it; HTTP's JSON can).
+        result = client.infer(
+            "accumulate_process", [_input(httpclient, value)], sequence_id=2**64 - 1, **_flags(index, 3)
+        )
+        outputs.append(int(result.as_numpy("OUTPUT")[0][0]))
+    assert outputs == [1, 3, 6]
+
+
+def test_a_negative_grpc_id_is_the_unsigned_id_of_its_bits(server: Triton) -> None:
+    # gRPC carries an integer id as int64: Triton reads -1 as 2**64 - 1, the id HTTP's JSON can send as it is.
+    with grpcclient.InferenceServerClient(grpc_url(server)) as grpc:
+        grpc.infer("accumulate", [_input(grpcclient, 2)], sequence_id=-1, sequence_start=True)
+    http = httpclient.InferenceServerClient(http_url(server))
+    result = http.infer("accumulate", [_input(httpclient, 3)], sequence_id=2**64 - 1, sequence_end=True)
+    assert result.as_numpy("OUTPUT").tolist() == [[5]]
+
+
+def test_start_on_a_live_sequence_starts_it_again(server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(server))
+
+    def send(value: int, **flags: bool) -> int:
+        result = client.infer("accumulate", [_input(httpclient, value)], sequence_id=31, **flags)
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    assert send(5, sequence_start=True) == 5
+    assert send(6) == 11
+    assert send(100, sequence_start=True) == 100  # Triton warns of the conflict and goes on: a fresh state
+    assert send(1, sequence_end=True) == 101
+
+
+# -- Triton's errors -----------------------------------------------------------------------------------------
+
+ERRORS = [
+    ({}, 1, "inference request to model 'accumulate' must specify a non-zero or non-empty correlation ID"),
+    ({"sequence_id": 0, "sequence_start": True}, 1, "must specify a non-zero or non-empty correlation ID"),
+    ({"sequence_id": "", "sequence_start": True}, 1, "must specify a non-zero or non-empty correlation ID"),
+    (
+        {"sequence_id": 4242},
+        1,
+        "inference request for sequence 4242 to model 'accumulate' must specify the START flag on the first request "
+        "of the sequence",
+    ),
+    ({"sequence_id": "nope"}, 1, "inference request for sequence nope to model 'accumulate' must specify the START"),
+    (
+        {"sequence_id": 4243, "sequence_start": True},
+        2,
+        "inference request to model 'accumulate' must specify batch-size 1 due to requirements of sequence batcher",
+    ),
+]
+
+
+@pytest.mark.parametrize(("parameters", "rows", "message"), ERRORS)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_errors_as_triton(
+    any_server: Triton, protocol: str, parameters: Dict[str, Any], rows: int, message: str
+) -> None:
+    if protocol == "http":
+        client: Any = httpclient.InferenceServerClient(http_url(any_server))
+        module: Any = httpclient
+    else:
+        client = grpcclient.InferenceServerClient(grpc_url(any_server))
+        module = grpcclient
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("accumulate", [_input(module, 1, rows)], **parameters)
+    assert message in raised.value.message()
+    assert raised.value.status() == ("400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT")
+
+
+def test_a_sequence_takes_no_request_after_its_end(server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(server))
+    client.infer("accumulate", [_input(httpclient, 1)], sequence_id=55, sequence_start=True, sequence_end=True)
+    with pytest.raises(InferenceServerException, match="sequence 55 to model 'accumulate' must specify the START"):
+        client.infer("accumulate", [_input(httpclient, 1)], sequence_id=55)
+
+
+def test_corrid_of_another_type_is_refused(server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(server))
+    with pytest.raises(InferenceServerException) as raised:
+        client.infer("corrid", [_input(httpclient, 1)], sequence_id="abc", sequence_start=True)
+    assert raised.value.message() == (
+        "sequence batching control 'CORRID' data-type is 'BYTES', but model 'corrid' expects 'UINT64'"
+    )
+    with pytest.raises(InferenceServerException, match="data-type is 'UINT64', but model 'controls' expects 'BYTES'"):
+        client.infer("controls", [_input(httpclient, 1)], sequence_id=3, sequence_start=True)
+
+
+# -- control inputs -----------------------------------------------------------------------------------------
+
+
+def test_control_inputs_as_configured(server: Triton) -> None:
+    with grpcclient.InferenceServerClient(grpc_url(server)) as client:
+        seen = []
+        for index in range(3):
+            result = client.infer("controls", [_input(grpcclient, index)], sequence_id="ctl-1", **_flags(index, 3))
+            seen.append(tuple(result.as_numpy(name).tolist() for name in ("START", "END", "READY", "CORRID")))
+    assert seen == [
+        ([[1.0]], [[False]], [[9]], [[b"ctl-1"]]),
+        ([[0.0]], [[False]], [[9]], [[b"ctl-1"]]),
+        ([[0.0]], [[True]], [[9]], [[b"ctl-1"]]),
+    ]
+    client = httpclient.InferenceServerClient(http_url(server))
+    result = client.infer("corrid", [_input(httpclient, 1)], sequence_id=123456, sequence_start=True, sequence_end=True)
+    assert result.as_numpy("OUTPUT").tolist() == [[123456]]
+
+
+def test_a_corrid_too_large_for_its_type_keeps_its_low_bits(server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(server))
+    result = client.infer("corrid32", [_input(httpclient, 1)], sequence_id=2**32 + 5, sequence_start=True)
+    assert result.as_numpy("OUTPUT").tolist() == [[5]]
+
+
+def test_a_decoupled_model_streams_per_sequence(server: Triton) -> None:
+    answers: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(grpc_url(server)) as client:
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        for index, value in enumerate([1, 2, 3]):
+            client.async_stream_infer("streaming", [_input(grpcclient, value)], sequence_id="s", **_flags(index, 3))
+        received = [answers.get(timeout=30) for _ in range(6)]
+        client.stop_stream()
+    assert [int(result.as_numpy("OUTPUT")[0][0]) for result in received] == [1, 10, 3, 30, 6, 60]
+
+
+def test_config_shows_the_sequence_batcher_as_triton(server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(server))
+    config = client.get_model_config("simple_sequence")
+    assert "dynamic_batching" not in config
+    assert config["sequence_batching"] == {  # as Triton 2.51 prints its example's config
+        "max_sequence_idle_microseconds": 1000000,
+        "control_input": [
+            {
+                "name": name,
+                "control": [
+                    {
+                        "kind": kind,
+                        "int32_false_true": [0, 1],
+                        "fp32_false_true": [],
+                        "bool_false_true": [],
+                        "data_type": "TYPE_INVALID",
+                    }
+                ],
+            }
+            for name, kind in (("START", "CONTROL_SEQUENCE_START"), ("READY", "CONTROL_SEQUENCE_READY"))
+        ],
+        "state": [],
+        "iterative_sequence": False,
+    }
+    oldest = client.get_model_config("corrid")["sequence_batching"]
+    assert oldest["oldest"] == {
+        "max_candidate_sequences": 3,
+        "preferred_batch_size": [2],
+        "max_queue_delay_microseconds": 0,
+        "preserve_ordering": False,
+    }
+    assert oldest["control_input"][0]["control"][0]["data_type"] == "TYPE_UINT64"
+    start = client.get_model_config("controls")["sequence_batching"]["control_input"][0]["control"][0]
+    assert start["fp32_false_true"] == [0, 1] and start["data_type"] == "TYPE_INVALID"  # Triton prints 0 and 1
+    direct = client.get_model_config("single_slot")["sequence_batching"]["direct"]
+    assert direct == {"max_queue_delay_microseconds": 0, "minimum_slot_utilization": 0}
+    assert "sequence" in client.get_server_metadata()["extensions"]
+    with grpcclient.InferenceServerClient(grpc_url(server)) as grpc:
+        batching = grpc.get_model_config("simple_sequence", as_json=True)["config"]["sequence_batching"]
+    assert [control["name"] for control in batching["control_input"]] == ["START", "READY"]
+
+
+# -- slots, batches and idle sequences ----------------------------------------------------------------------
+
+
+def _scheduler(triton: Triton, model: str) -> Any:
+    return triton._runtime.engine.model(model).scheduler
+
+
+def _wait_pending(triton: Triton, model: str, count: int) -> None:
+    """Wait until `count` requests wait in the model's queue (test-only view of the engine)."""
+    scheduler = _scheduler(triton, model)
+    deadline = time.monotonic() + 10
+    while scheduler.pending != count:
+        assert time.monotonic() < deadline, f"{scheduler.pending} requests queued, not {count}"
+        time.sleep(0.002)
+
+
+def _send(
+    pool: concurrent.futures.Executor, triton: Triton, model: str, sequence_id: SequenceId, value: int, **flags: bool
+) -> concurrent.futures.Future[int]:
+    def call() -> int:
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            result = client.infer(model, [_input(grpcclient, value)], sequence_id=sequence_id, **flags)
+            return int(result.as_numpy("OUTPUT")[0][0])
+
+    return pool.submit(call)
+
+
+def test_batches_mix_sequences_one_request_each(server: Triton, recorder: Recorder) -> None:
+    recorder.batches.clear()
+    recorder.entered.clear()
+    recorder.gate.clear()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        try:
+            first = _send(pool, server, "recorder", 1, 1, sequence_start=True)
+            assert recorder.entered.wait(10)
+            # While sequence 1 runs: its next request, and three new sequences (each with two requests) queue.
+            queued = [_send(pool, server, "recorder", 1, 2)]
+            _wait_pending(server, "recorder", 1)
+            for sequence_id in (2, 3, 4):
+                queued.append(_send(pool, server, "recorder", sequence_id, 10, sequence_start=True))
+                _wait_pending(server, "recorder", len(queued))
+            for sequence_id in (2, 3, 4):
+                queued.append(_send(pool, server, "recorder", sequence_id, 5, sequence_end=True))
+                _wait_pending(server, "recorder", len(queued))
+        finally:
+            recorder.gate.set()
+        assert first.result(10) == 1
+        assert [future.result(10) for future in queued] == [3, 10, 10, 10, 15, 15, 15]
+        _send(pool, server, "recorder", 1, 0, sequence_end=True).result(10)
+    # The four sequences' next requests ran together, one each; their second requests the batch after.
+    assert recorder.batches == [[1], [1, 2, 3, 4], [2, 3, 4], [1]]
+
+
+def test_the_oldest_strategy_waits_for_a_preferred_batch(server: Triton, oldest_recorder: Recorder) -> None:
+    # A minute's delay: the requests wait until three sequences have one ready (the preferred size).
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = []
+        for sequence_id in (11, 12, 13):
+            futures.append(_send(pool, server, "oldest", sequence_id, sequence_id, sequence_start=True))
+            if sequence_id < 13:
+                _wait_pending(server, "oldest", len(futures))
+        assert [future.result(10) for future in futures] == [11, 12, 13]
+    assert oldest_recorder.batches == [[11, 12, 13]]
+
+
+def test_a_sequence_without_a_free_slot_waits_for_one(server: Triton) -> None:
+    # single_slot: one instance, max_batch_size 1: one slot.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert _send(pool, server, "single_slot", 1, 1, sequence_start=True).result(10) == 1
+        waiting = _send(pool, server, "single_slot", 2, 100, sequence_start=True, sequence_end=True)
+        _wait_pending(server, "single_slot", 1)
+        assert _send(pool, server, "single_slot", 1, 2).result(10) == 3  # the slot's sequence goes on
+        assert not waiting.done() and _scheduler(server, "single_slot").pending == 1
+        assert _send(pool, server, "single_slot", 1, 3, sequence_end=True).result(10) == 6
+        assert waiting.result(10) == 100  # sequence 1 ended: sequence 2 took its slot
+
+
+def test_an_idle_sequence_ends_and_its_state_is_dropped(server: Triton) -> None:
+    client = httpclient.InferenceServerClient(http_url(server))
+    states = _scheduler(server, "idle").instances[0].sequence_states
+    client.infer("idle", [_input(httpclient, 4)], sequence_id="idler", sequence_start=True)
+    # The model's sequences end after 100 ms without a request: each try waits longer than that.
+    deadline = time.monotonic() + 10
+    while True:
+        time.sleep(0.3)
+        try:
+            client.infer("idle", [_input(httpclient, 1)], sequence_id="idler")
+        except InferenceServerException as error:
+            assert "sequence idler to model 'idle' must specify the START flag" in error.message()
+            break
+        assert time.monotonic() < deadline, "the sequence never went idle"
+    assert len(states) == 0
+    result = client.infer("idle", [_input(httpclient, 4)], sequence_id="idler", sequence_start=True, sequence_end=True)
+    assert result.as_numpy("OUTPUT").tolist() == [[4]]
+
+
+def _until_idle(client: Any, model: str, sequence_id: str) -> None:
+    """Wait until the model's sequence ended idle (it ends after 100 ms without a request: each try waits longer)."""
+    deadline = time.monotonic() + 10
+    while True:
+        time.sleep(0.3)
+        try:
+            client.infer(model, [_input(httpclient, 1)], sequence_id=sequence_id)
+        except InferenceServerException as error:
+            assert f"sequence {sequence_id} to model '{model}' must specify the START flag" in error.message()
+            return
+        assert time.monotonic() < deadline, "the sequence never went idle"
+
+
+@pytest.mark.parametrize("model", ["idle_probe", "idle_probe_process"])
+def test_an_idle_sequences_state_is_freed_where_the_callable_runs(server: Triton, model: str) -> None:
+    client = httpclient.InferenceServerClient(http_url(server))
+    before = int(
+        client.infer(model, [_input(httpclient, 0)], sequence_id="other", sequence_start=True).as_numpy("OUTPUT")[0][0]
+    )
+    client.infer(model, [_input(httpclient, 0)], sequence_id="other", sequence_end=True)  # its token is freed at END
+    alive = client.infer(model, [_input(httpclient, 0)], sequence_id="held", sequence_start=True)
+    assert int(alive.as_numpy("OUTPUT")[0][0]) == 1 and before == 1
+    _until_idle(client, model, "held")
+    # The next batch of the instance (a process instance hears of the idle sequence with it): one token, its own.
+    fresh = client.infer(model, [_input(httpclient, 0)], sequence_id="next", sequence_start=True, sequence_end=True)
+    assert int(fresh.as_numpy("OUTPUT")[0][0]) == 1
+
+
+def test_a_model_bound_with_remote_triton_keeps_its_state_in_its_process(server: Triton) -> None:
+    with RemoteTriton(url=f"127.0.0.1:{server.http_port}") as remote:
+        remote.bind("remote_accumulate", accumulate, **IO, config=ACCUMULATE)
+        client = httpclient.InferenceServerClient(http_url(server))
+        totals = [
+            int(
+                client.infer(
+                    "remote_accumulate", [_input(httpclient, value)], sequence_id="r", **_flags(index, 3)
+                ).as_numpy("OUTPUT")[0][0]
+            )
+            for index, value in enumerate([4, 5, 6])
+        ]
+        config = client.get_model_config("remote_accumulate")
+    assert totals == [4, 9, 15]
+    assert config["sequence_batching"]["max_sequence_idle_microseconds"] == 1000000
+
+
+def test_model_client_sends_no_sequence_and_gets_tritons_error(server: Triton) -> None:
+    # PyTriton's ModelClient (as nvidia-pytriton's) has no sequence arguments, and tritonclient refuses them as
+    # parameters: a sequence model answers its requests with Triton's error.
+    with ModelClient(f"http://{http_url(server)}", "accumulate") as client:
+        with pytest.raises(
+            PyTritonClientInferenceServerError, match="must specify a non-zero or non-empty correlation"
+        ):
+            client.infer_sample(INPUT=np.array([1], np.int32))
+        with pytest.raises(PyTritonClientInferenceServerError, match='"sequence_id" is a reserved parameter'):
+            client.infer_sample(INPUT=np.array([1], np.int32), parameters={"sequence_id": 5})
+
+
+# -- configuration --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (
+            ModelConfig(batcher=DynamicBatcher(max_queue_delay_microseconds=10), sequence_batcher=SequenceBatcher()),
+            "both a dynamic batcher",
+        ),
+        (ModelConfig(response_cache=True, sequence_batcher=SequenceBatcher()), "Response Cache does not currently"),
+        (ModelConfig(sequence_batcher=SequenceBatcher(state=[object()])), "implicit sequence state"),
+        (
+            ModelConfig(
+                sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect(), oldest=SequenceStrategyOldest())
+            ),
+            "one strategy",
+        ),
+        (
+            ModelConfig(sequence_batcher=SequenceBatcher(control_inputs=[SequenceControlInput("S", START)])),
+            "must specify either 'int32_false_true'",
+        ),
+        (
+            ModelConfig(
+                sequence_batcher=SequenceBatcher(
+                    control_inputs=[
+                        SequenceControlInput("S", START, int32_false_true=[0, 1], bool_false_true=[False, True])
+                    ]
+                )
+            ),
+            "more than one from",
+        ),
+        (
+            ModelConfig(
+                sequence_batcher=SequenceBatcher(
+                    control_inputs=[SequenceControlInput("C", CORRID, data_type=np.float32)]
+                )
+            ),
+            "unexpected data type for control CONTROL_SEQUENCE_CORRID",
+        ),
+        (
+            ModelConfig(
+                sequence_batcher=SequenceBatcher(
+                    control_inputs=[SequenceControlInput("INPUT", READY, int32_false_true=[0, 1])]
+                )
+            ),
+            "has the name of another input",
+        ),
+        (
+            ModelConfig(
+                max_batch_size=2,
+                sequence_batcher=SequenceBatcher(oldest=SequenceStrategyOldest(preferred_batch_size=[4])),
+            ),
+            "preferred batch size must be <= max batch size",
+        ),
+    ],
+)
+def test_configs_triton_refuses_are_refused(config: ModelConfig, message: str) -> None:
+    triton = Triton()
+    try:
+        with pytest.raises(PyTritonModelConfigError, match=message):
+            triton.bind("m", accumulate, **IO, config=config)
+    finally:
+        triton.stop()
+
+
+def test_sequence_parameters_are_ignored_without_a_sequence_batcher(start_triton: Any) -> None:
+    def bind(triton: Triton) -> None:
+        triton.bind("plain", accumulate_plain, **IO, config=ModelConfig(max_batch_size=2))
+
+    triton = start_triton(bind)
+    client = httpclient.InferenceServerClient(http_url(triton))
+    result = client.infer("plain", [_input(httpclient, 3)], sequence_id=9)  # no START: nobody checks
+    assert result.as_numpy("OUTPUT").tolist() == [[3]]
+
+
+def accumulate_plain(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    assert all(request.sequence_id is None and request.sequence_state is None for request in requests)
+    return [{"OUTPUT": request["INPUT"]} for request in requests]
