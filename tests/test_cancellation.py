@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import queue
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List
@@ -353,3 +354,40 @@ class QuickCheck:
 
     def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
         return [{"y": np.array([float(request.is_cancelled())], dtype=np.float32)} for request in requests]
+
+
+class LeavesAPoller:
+    """Its first call leaves a thread asking that call's request is_cancelled() until the test says stop."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks = marks
+        self.started = False
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        if not self.started:
+            self.started = True
+            first = requests[0]
+
+            def poll() -> None:
+                while not Path(self.marks, "stop").exists():
+                    first.is_cancelled()
+                _mark(self.marks, "poller done")
+
+            threading.Thread(target=poll, daemon=True).start()
+        return [{"y": request["x"]} for request in requests]
+
+
+def test_a_request_asked_after_its_call_takes_no_message_of_the_next_jobs(tmp_path: Path) -> None:
+    """In a process instance, is_cancelled() reads the server's messages only while its own call runs."""
+
+    def bind(triton: Triton) -> None:
+        served = ProcessInstances(LeavesAPoller(str(tmp_path)))
+        triton.bind("watchful", served, **IO, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            for value in range(50):
+                result = client.infer("watchful", [_grpc_input(float(value))], client_timeout=WAIT_S)
+                assert result.as_numpy("y").tolist() == [float(value)]
+        _mark(str(tmp_path), "stop")
+        wait_until(_marked(tmp_path, "poller done"), WAIT_S, "the poller thread ends")

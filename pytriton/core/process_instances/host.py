@@ -63,8 +63,8 @@ class _HostedRequest(Request):
 
     def is_cancelled(self) -> bool:
         """Whether the request's client cancelled it (read from the server's messages when asked)."""
-        if not self._cancelled:
-            self.host.read_messages()
+        if not self._cancelled and any(request is self for request in self.host.running_requests):
+            self.host.read_messages()  # only while its call runs: the server's next job is not this thread's to read
         return self._cancelled
 
 
@@ -171,7 +171,7 @@ class InstanceHost:
         try:
             value = host_step(self._call(requests))  # framework arrays travel as numpy
         finally:
-            self._job_requests = []
+            self._end_job()
         del requests
         in_inputs = outputs_in_inputs(value, lease) if lease is not None else None
         packed, parts, new_arena = self._outputs.pack_result(value, job_id, in_inputs)
@@ -186,7 +186,7 @@ class InstanceHost:
                 packed, parts, new_arena = pack_result(self._steps, step)
                 self._send_result(job_id, packed, parts, new_arena, self._steps, False, step)
         finally:
-            self._job_requests = []
+            self._end_job()
 
     def _call(self, requests: List[Request]) -> Any:
         """Call a plain (sync or async) callable."""
@@ -230,10 +230,24 @@ class InstanceHost:
         requests = self._job_requests
         return bool(requests) and all(request._cancelled for request in requests)
 
-    def read_messages(self) -> None:
-        """Read what the server sent while a job runs (stops, cancels, buffers), without waiting for more."""
+    @property
+    def running_requests(self) -> List[Request]:
+        """The requests of the job whose call runs (none between jobs)."""
+        return self._job_requests
+
+    def _end_job(self) -> None:
+        """The job's call returned: from now on no thread reads the channel but this one (the next JOB is its)."""
         with self._reading:
-            while not self._exiting and self.channel.readable():
+            self._job_requests = []
+
+    def read_messages(self) -> None:
+        """Read what the server sent while a job runs (stops, cancels, buffers), without waiting for more.
+
+        Between jobs it reads nothing: a thread the callable left behind that asks is_cancelled() then must not
+        take the server's next job.
+        """
+        with self._reading:
+            while self._job_requests and not self._exiting and self.channel.readable():
                 message = self.channel.receive()
                 head = message.head
                 if head[0] == EXIT:
