@@ -391,3 +391,56 @@ def test_a_request_asked_after_its_call_takes_no_message_of_the_next_jobs(tmp_pa
                 assert result.as_numpy("y").tolist() == [float(value)]
         _mark(str(tmp_path), "stop")
         wait_until(_marked(tmp_path, "poller done"), WAIT_S, "the poller thread ends")
+
+
+def test_a_generator_serving_a_batch_goes_on_until_all_of_its_requests_are_cancelled(tmp_path: Path) -> None:
+    """One request of a decoupled batch cancelled: the other still gets its steps; both: closed at the next step."""
+    marks = str(tmp_path)
+
+    def pair(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        try:
+            yield [{"y": request["x"]} for request in requests]
+            if len(requests) != 2:
+                return
+            _mark(marks, "resumed")
+            first = next(request for request in requests if request["x"][0, 0] == 0.0)
+            _wait_until_cancelled(first)
+            yield [None if request is first else {"y": request["x"] + 10} for request in requests]
+            _mark(marks, "went on")
+            _wait_until_cancelled(next(request for request in requests if request is not first))
+            yield [{"y": request["x"] + 20} for request in requests]
+            _mark(marks, "continued")
+        finally:
+            _mark(marks, "closed")
+
+    def bind(triton: Triton) -> None:
+        from pytriton.model_config import DynamicBatcher
+
+        batcher = DynamicBatcher(max_queue_delay_microseconds=int(WAIT_S * 1_000_000), preferred_batch_size=[2])
+        config = ModelConfig(max_batch_size=2, batcher=batcher, decoupled=True)
+        triton.bind("watchful", pair, **IO, config=config)
+
+    with running_triton(bind) as triton:
+        clients = [grpcclient.InferenceServerClient(grpc_url(triton)) for _ in range(2)]
+        answers: List[queue.Queue[Any]] = [queue.Queue(), queue.Queue()]
+        try:
+            for value, (client, into) in enumerate(zip(clients, answers)):
+                client.start_stream(callback=lambda result, error, into=into: into.put((result, error)))
+                tensor = grpcclient.InferInput("x", [1, 1], "FP32")
+                tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
+                client.async_stream_infer("watchful", [tensor])
+            for value, into in enumerate(answers):
+                result, error = into.get(timeout=WAIT_S)
+                assert error is None and result.as_numpy("y").tolist() == [[float(value)]]
+            wait_until(_marked(tmp_path, "resumed"), WAIT_S, "the generator is past its first step")
+            clients[0].stop_stream(cancel_requests=True)
+            result, error = answers[1].get(timeout=WAIT_S)
+            assert error is None and result.as_numpy("y").tolist() == [[11.0]]
+            wait_until(_marked(tmp_path, "went on"), WAIT_S, "the generator goes on for the other request")
+            clients[1].stop_stream(cancel_requests=True)
+            wait_until(_marked(tmp_path, "closed"), WAIT_S, "the generator is closed")
+            assert not (tmp_path / "continued").exists()
+        finally:
+            for client in clients:
+                client.close()
+        wait_until(lambda: _failures(triton) == 2, WAIT_S, "both requests counted as cancelled")
