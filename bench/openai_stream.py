@@ -35,7 +35,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from bench import sse_load
+from bench import sse_load, stacks
 from bench.servers import BENCH_DIR, FRONTENDS_ENV, REPO_ROOT, ServerProcess, Target, byte_compile, http_get
 
 RESULTS_DIR = BENCH_DIR / "results"
@@ -140,12 +140,17 @@ def verify(server: StreamServer) -> str:
     return ""
 
 
-def measure(server: StreamServer, concurrency: int, seconds: float) -> Dict[str, Any]:
-    """One run at `concurrency` streams: the load's figures and the server's CPU per token."""
+def measure(
+    server: StreamServer, concurrency: int, seconds: float, profile: Optional[pathlib.Path] = None
+) -> Dict[str, Any]:
+    """One run at `concurrency` streams: the load's figures and the server's CPU per token (`profile`: py-spy's)."""
     body = request_body(server)
+    profiler = stacks.record(server.proc.pid, seconds, profile) if profile else None
     cpu_before = server.cpu_seconds()
     result = sse_load.run_load(server.url, body, concurrency, seconds)
     cpu = server.cpu_seconds() - cpu_before
+    if profiler is not None:
+        profiler.join()
     figures, errors = sse_load.summarize(result)
     tokens = figures["tokens"]
     figures["server_cpu_s"] = cpu
@@ -168,6 +173,11 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, help="seconds of load at each target's start (default 1; quick 0)")
     parser.add_argument("--server-cpus", default="", help="taskset CPU list for the servers (default: unpinned)")
     parser.add_argument("--load-cpus", default="", help="CPU list this client runs on (default: unpinned)")
+    parser.add_argument(
+        "--py-spy",
+        type=pathlib.Path,
+        help="record each point's server tree with py-spy into this folder (figures then include its cost)",
+    )
     parser.add_argument("--startup-timeout", type=float, default=120.0)
     parser.add_argument("--results-dir", type=pathlib.Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -223,9 +233,13 @@ def run(args: argparse.Namespace, log_dir: pathlib.Path) -> Dict[str, Any]:
                 if args.warmup:
                     sse_load.run_load(server.url, request_body(server), max(concurrencies), args.warmup)
                 for concurrency in concurrencies:
-                    point = measure(server, concurrency, args.duration)
+                    profile = args.py_spy / f"{name}-c{concurrency}-r{round_index + 1}.txt" if args.py_spy else None
+                    point = measure(server, concurrency, args.duration, profile)
                     results[name][concurrency].append(point["figures"])
                     _log_point(round_index, name, concurrency, point)
+                    if profile is not None and profile.exists():
+                        shares = ", ".join(f"{file} {share:.0%}" for file, share in stacks.by_file(profile))
+                        _log(f"  py-spy {profile.name}: {shares}")
             finally:
                 server.stop()
     return {
