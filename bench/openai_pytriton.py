@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Dict, Iterator
+from typing import Any, AsyncIterator, Dict, Iterator, List
 
 # Never import modules from the bench folder by accident (it sits first on sys.path).
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
@@ -28,6 +28,7 @@ import numpy as np
 
 from pytriton.decorators import batch
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.proxy.types import Request
 from pytriton.triton import Triton, TritonConfig
 
 TOKENS = [np.array([f"tok{index} ".encode()], dtype=object) for index in range(64)]
@@ -41,6 +42,12 @@ def toy(text_input: np.ndarray) -> Iterator[Dict[str, np.ndarray]]:
         yield {"text_output": np.broadcast_to(token, (rows, 1))}
 
 
+async def toy_on_loop(requests: List[Request]) -> AsyncIterator[List[Dict[str, np.ndarray]]]:
+    """The same tokens from an async generator, which the server iterates on its event loop (no thread hop)."""
+    for token in TOKENS:
+        yield [{"text_output": np.broadcast_to(token, (request["text_input"].shape[0], 1))} for request in requests]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http-port", type=int, required=True)
@@ -48,6 +55,12 @@ def main() -> None:
     parser.add_argument("--metrics-port", type=int, required=True)
     parser.add_argument(
         "--route", choices=("v1", "generate_stream"), default=os.environ.get("BENCH_OPENAI_ROUTE", "v1")
+    )
+    parser.add_argument(
+        "--on-loop",
+        action="store_true",
+        default=os.environ.get("BENCH_TOY_ON_LOOP") == "1",
+        help="serve the async generator (iterated on the event loop) instead of the sync one (or BENCH_TOY_ON_LOOP=1)",
     )
     args = parser.parse_args()
     extra: Dict[str, Any] = {}
@@ -68,7 +81,7 @@ def main() -> None:
     with Triton(config=config) as triton:
         triton.bind(
             model_name="toy",
-            infer_func=toy,
+            infer_func=toy_on_loop if args.on_loop else toy,
             inputs=[Tensor(name="text_input", dtype=bytes, shape=(1,))],
             outputs=[Tensor(name="text_output", dtype=bytes, shape=(1,))],
             config=ModelConfig(decoupled=True),

@@ -10,7 +10,9 @@ Every target serves the same toy generator: 64 tokens ("tok0 " ... "tok63 ") per
 `ours` is bench/openai_pytriton.py with `openai=OpenAIChat(chat_template=None)` at `/v1/chat/completions`
 (`ours-f2`: the same with two frontend processes); `ours-gs` is the same generator bound plainly and read
 from `/v2/models/toy/generate_stream` (the KServe generate extension's server-sent events; `ours-gs-f2` with
-two frontend processes); `litserve-tuned` is LitServe with `fast_queue=True` and uvicorn's log level "warning".
+two frontend processes); `ours-loop` and `ours-gs-loop` serve the tokens from an async generator instead, which
+the server iterates on its event loop (no hop from an instance thread per token); `litserve-tuned` is
+LitServe with `fast_queue=True` and uvicorn's log level "warning".
 
 Each round starts each target in turn (order reversed every other round), verifies one stream (64 deltas
 spelling the toy text, then `[DONE]` where the route sends it), and loads it at every concurrency with
@@ -44,7 +46,7 @@ PYTRITON_SCRIPT = BENCH_DIR / "openai_pytriton.py"
 TOKENS = 64
 EXPECTED_TEXT = "".join(f"tok{index} " for index in range(TOKENS))
 CHAT_PATH = "/v1/chat/completions"
-TARGETS = ("litserve", "litserve-tuned", "ours", "ours-f2", "ours-gs", "ours-gs-f2")
+TARGETS = ("litserve", "litserve-tuned", "ours", "ours-f2", "ours-loop", "ours-gs", "ours-gs-f2", "ours-gs-loop")
 # The figures a table shows; for each, whether more is better (ratios read "ours / litserve").
 FIGURES = {
     "tokens_s": ("tokens/s", True),
@@ -90,6 +92,9 @@ def make_target(name: str, pytriton_path: pathlib.Path) -> Target:
     route = "generate_stream" if name.startswith("ours-gs") else "v1"
     label = f"pytriton at {pytriton_path}, {route}, {env[FRONTENDS_ENV]} frontend(s)"
     env["BENCH_OPENAI_ROUTE"] = route
+    env["BENCH_TOY_ON_LOOP"] = "1" if name.endswith("-loop") else "0"
+    if name.endswith("-loop"):
+        label += ", async generator"
     return Target(name, python, PYTRITON_SCRIPT, env, grpc=False, models=False, label=label)
 
 
