@@ -62,6 +62,12 @@ def main() -> None:
         default=os.environ.get("BENCH_TOY_ON_LOOP") == "1",
         help="serve the async generator (iterated on the event loop) instead of the sync one (or BENCH_TOY_ON_LOOP=1)",
     )
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=int(os.environ.get("BENCH_TOY_MAX_BATCH", "4")),
+        help="the model's max_batch_size (ModelConfig's default: 4; or BENCH_TOY_MAX_BATCH)",
+    )
     args = parser.parse_args()
     extra: Dict[str, Any] = {}
     if args.route == "v1":
@@ -84,7 +90,7 @@ def main() -> None:
             infer_func=toy_on_loop if args.on_loop else toy,
             inputs=[Tensor(name="text_input", dtype=bytes, shape=(1,))],
             outputs=[Tensor(name="text_output", dtype=bytes, shape=(1,))],
-            config=ModelConfig(decoupled=True),
+            config=ModelConfig(decoupled=True, max_batch_size=args.max_batch_size),
             **extra,
         )
         triton.serve()

@@ -11,7 +11,8 @@ Every target serves the same toy generator: 64 tokens ("tok0 " ... "tok63 ") per
 (`ours-f2`: the same with two frontend processes); `ours-gs` is the same generator bound plainly and read
 from `/v2/models/toy/generate_stream` (the KServe generate extension's server-sent events; `ours-gs-f2` with
 two frontend processes); `ours-loop` and `ours-gs-loop` serve the tokens from an async generator instead, which
-the server iterates on its event loop (no hop from an instance thread per token); `litserve-tuned` is
+the server iterates on its event loop (no hop from an instance thread per token); `ours-b64` and `ours-gs-b64`
+bind it with max_batch_size 64 instead of ModelConfig's default 4; `litserve-tuned` is
 LitServe with `fast_queue=True` and uvicorn's log level "warning".
 
 Each round starts each target in turn (order reversed every other round), verifies one stream (64 deltas
@@ -46,7 +47,10 @@ PYTRITON_SCRIPT = BENCH_DIR / "openai_pytriton.py"
 TOKENS = 64
 EXPECTED_TEXT = "".join(f"tok{index} " for index in range(TOKENS))
 CHAT_PATH = "/v1/chat/completions"
-TARGETS = ("litserve", "litserve-tuned", "ours", "ours-f2", "ours-loop", "ours-gs", "ours-gs-f2", "ours-gs-loop")
+TARGETS = (
+    *("litserve", "litserve-tuned", "ours", "ours-f2", "ours-loop", "ours-b64"),
+    *("ours-gs", "ours-gs-f2", "ours-gs-loop", "ours-gs-b64"),
+)
 # The figures a table shows; for each, whether more is better (ratios read "ours / litserve").
 FIGURES = {
     "tokens_s": ("tokens/s", True),
@@ -95,6 +99,9 @@ def make_target(name: str, pytriton_path: pathlib.Path) -> Target:
     env["BENCH_TOY_ON_LOOP"] = "1" if name.endswith("-loop") else "0"
     if name.endswith("-loop"):
         label += ", async generator"
+    if name.endswith("-b64"):
+        env["BENCH_TOY_MAX_BATCH"] = "64"
+        label += ", max_batch_size 64"
     return Target(name, python, PYTRITON_SCRIPT, env, grpc=False, models=False, label=label)
 
 
