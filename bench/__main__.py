@@ -7,6 +7,7 @@
     .venv/bin/python -m bench gpu --help      # the GPU bench (bench/gpu/)
     .venv/bin/python -m bench frontends       # 1 and 2 frontend processes side by side (bench/frontends.py)
     .venv/bin/python -m bench instances       # process instances against thread instances
+    .venv/bin/python -m bench openai          # streamed /v1/chat/completions against LitServe (bench/openai_stream.py)
 
 See bench/README.md for the workloads and how to read the output.
 """
@@ -183,6 +184,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from bench.gpu.__main__ import main as gpu_main
 
         return gpu_main(argv[1:])
+    if argv[:1] == ["openai"]:
+        from bench.openai_stream import main as openai_main
+
+        return openai_main(argv[1:])
     if argv[:1] == ["instances"]:
         from bench.instances import main as instances_main
 
