@@ -2,8 +2,8 @@
 
     python -m bench openai                   # 3 rounds x 4 s per concurrency (~4 minutes)
     python -m bench openai --quick           # 1 round x 2 s, no warm-up (~1 minute)
-    python -m bench openai --targets litserve,ours-gs --pytriton-path .     # before /v1 exists: the stand-in
-    python -m bench openai --pytriton-path /work/wt/openai --targets litserve,ours,ours-f2
+    python -m bench openai --targets litserve,ours,ours-gs   # /v1 and the generate_stream stand-in
+    python -m bench openai --pytriton-path ../other-checkout      # another checkout's pytriton as `ours`
 
 Every target serves the same toy generator: 64 tokens ("tok0 " ... "tok63 ") per request, no sleep.
 `litserve` is bench/openai_litserve.py (LitServe's `OpenAISpec` at `/v1/chat/completions`, its defaults);
