@@ -8,6 +8,7 @@ import inspect
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
+from pytriton.core.custom_metrics import end_model_scope, model_scope
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import call_on_host, host_step
 from pytriton.core.sequence_states import SequenceStates
@@ -93,10 +94,11 @@ class ModelInstance(Protocol):
 class Instance:
     """One instance of a model: its callable and, for sync kinds, the one thread that runs it."""
 
-    def __init__(self, fn: Callable[..., Any], name: str) -> None:
-        """Wrap a user callable; `name` names its thread."""
+    def __init__(self, fn: Callable[..., Any], name: str, model: Tuple[str, str] = ("", "")) -> None:
+        """Wrap a user callable; `name` names its thread; `model` (name, version) is what its custom metrics say."""
         self.fn = fn
         self.name = name
+        self.model = model
         self.kind = callable_kind(fn)
         self._worker = WorkerThread(name)
         if self.kind.uses_thread:
@@ -130,12 +132,13 @@ class Instance:
         A sync callable starts in the instance thread before this returns; an async one runs when awaited.
         """
         if self.kind is CallableKind.ASYNC:
-            return self.fn(requests)  # type: ignore[no-any-return]
-        return self._worker.submit(call_on_host, self.fn, requests, hand_over=hand_over)
+            return _scoped_async_call(self.fn, requests, self.model)
+        return self._worker.submit(_scoped_call, self.fn, requests, self.model, hand_over=hand_over)
 
     async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Yield each step of any callable; a plain callable yields once. Setting `stop` ends a generator."""
         if self.kind is CallableKind.ASYNC_GENERATOR:
+            scope = model_scope(*self.model)  # this batch's own task: the generator runs in its context
             generator = self.fn(requests)
             try:
                 async for step in generator:
@@ -144,6 +147,7 @@ class Instance:
                         break
             finally:
                 await generator.aclose()
+                end_model_scope(scope)
         elif self.kind is CallableKind.SYNC_GENERATOR:
             async for step in self._sync_generator_steps(requests, stop):
                 yield step
@@ -156,6 +160,7 @@ class Instance:
         queue: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
 
         def produce() -> None:
+            scope = model_scope(*self.model)
             try:
                 generator = self.fn(requests)
                 try:
@@ -168,6 +173,8 @@ class Instance:
                 inbox.post(queue.put_nowait, ("end", None))
             except BaseException as error:  # noqa: BLE001 - handed to the loop and raised there
                 inbox.post(queue.put_nowait, ("error", error))
+            finally:
+                end_model_scope(scope)
 
         self._worker.submit(produce)
         while True:
@@ -181,3 +188,21 @@ class Instance:
     async def close(self, deadline: Optional[float] = None) -> None:
         """Let the worker thread end after any call still running in it (a daemon: it never holds the exit)."""
         self._worker.close()
+
+
+def _scoped_call(fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str]) -> Any:
+    """Call a sync callable in its instance thread as model `model` (what its custom metrics are labelled)."""
+    scope = model_scope(*model)
+    try:
+        return call_on_host(fn, requests)
+    finally:
+        end_model_scope(scope)
+
+
+async def _scoped_async_call(fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str]) -> Any:
+    """Await an async callable as model `model`, in the batch's own task (the scope ends with the call)."""
+    scope = model_scope(*model)
+    try:
+        return await fn(requests)
+    finally:
+        end_model_scope(scope)

@@ -10,6 +10,7 @@ from pytriton.core.model import ServedModel
 from pytriton.core.stats import ModelStats, TokenStats
 from pytriton.options.openai import OpenAIChat, OpenAICompletions
 from pytriton.options.server import MetricsSettings
+from pytriton.transport.metrics.custom import custom_families
 from pytriton.transport.metrics.exposition import Family, Labels
 from pytriton.transport.metrics.gpu import GpuMonitor
 from pytriton.transport.metrics.host import HostMonitor
@@ -101,6 +102,15 @@ _SUMMARIES = (
     ),
 )
 FAILURE_REASONS = tuple(reason.value for reason in FailureReason)
+# Families the server exports now or may later (a model's first request, a GPU polled): never a custom one's name.
+_OWN_NAMES = frozenset(
+    [name for name, _, _ in _COUNTS]
+    + [name for name, _, _ in _DURATIONS]
+    + [name for name, _, _, _ in _CACHE]
+    + [name for name, _, _ in _SUMMARIES]
+    + ["nv_inference_request_failure", "nv_inference_pending_request_count", "nv_inference_first_response_histogram_ms"]
+    + ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes"]
+)
 _FAILURE_HELP = "Number of failed inference requests, all batch sizes"
 
 
@@ -152,6 +162,7 @@ def collect(
         ordered.extend(gpu.families())
     if host is not None:
         ordered.extend(_host_families(host))
+    ordered.extend(custom_families({family.name for family in ordered} | _OWN_NAMES))
     return ordered
 
 
