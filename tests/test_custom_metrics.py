@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import urllib.request
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from prometheus_client.metrics_core import Metric as ParsedFamily
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,7 +24,7 @@ from pytriton.instances import ProcessInstances
 from pytriton.metrics import Metric, MetricFamily
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
-from tests.conftest import http_url, running_triton
+from tests.conftest import grpc_url, http_url, running_triton
 
 INPUTS = [Tensor(name="in", dtype=np.float32, shape=(1,))]
 OUTPUTS = [Tensor(name="out", dtype=np.float32, shape=(1,))]
@@ -114,7 +116,55 @@ class AsyncCounting(Counting):
 
 def process_factory() -> Counting:
     """What each instance process builds: its families and metrics are made there, as that model's."""
+    MetricFamily("test_custom_process_made", "Made by the factory, never updated", MetricFamily.COUNTER).Metric()
     return Counting("test_custom_process")
+
+
+STEPS = "test_custom_stream_steps"
+
+
+def stream_steps(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """Two steps, each counted per request; the metric is asked for at each call (same labels: same metric)."""
+    steps = MetricFamily(STEPS, "Steps yielded", MetricFamily.COUNTER).Metric(labels={"kind": "sync"})
+    for _ in range(2):
+        steps.increment(len(requests))
+        yield [{"out": request["in"]} for request in requests]
+
+
+async def async_stream_steps(requests: List[Any]) -> AsyncIterator[List[Dict[str, np.ndarray]]]:
+    """The same, as an async generator."""
+    steps = MetricFamily(STEPS, "Steps yielded", MetricFamily.COUNTER).Metric(labels={"kind": "async"})
+    for _ in range(2):
+        await asyncio.sleep(0)
+        steps.increment(len(requests))
+        yield [{"out": request["in"]} for request in requests]
+
+
+def stream_all(triton: Triton, model: str, count: int) -> None:
+    """`count` requests on one gRPC stream, each followed to its final response."""
+    finals = threading.Semaphore(0)
+    errors: List[Any] = []
+
+    def callback(result: Any, error: Any) -> None:
+        if error is not None:
+            errors.append(error)
+            finals.release()
+        elif result.get_response().parameters["triton_final_response"].bool_param:
+            finals.release()
+
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    try:
+        client.start_stream(callback=callback)
+        for index in range(count):
+            tensor = grpcclient.InferInput("in", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.array([[index]], dtype=np.float32))
+            client.async_stream_infer(model, [tensor], enable_empty_final_response=True)
+        for _ in range(count):
+            assert finals.acquire(timeout=60)
+    finally:
+        client.stop_stream()
+        client.close()
+    assert not errors, errors
 
 
 def assert_counted(families: Dict[str, ParsedFamily], prefix: str, model: str, values: List[float]) -> None:
@@ -268,6 +318,8 @@ def test_process_instances_metrics_reach_the_server_exactly() -> None:
         send_all(triton, "counting_processes", values, parallel=4)
         families = scrape(triton)
         assert_counted(families, prefix, "counting_processes", values)
+        made = f"{prefix}_made"
+        assert value(families, made, made, model="counting_processes", version="1") == 0  # shown, as in Triton
         send_all(triton, "counting_processes", [1.0])
         assert_counted(scrape(triton), prefix, "counting_processes", [*values, 1.0])
     assert value(families, f"{prefix}_last", f"{prefix}_last", model="counting_processes", version="1") in values
@@ -282,3 +334,24 @@ def test_frontend_processes_serve_the_same_custom_metrics() -> None:
     families = {family.name: family for family in text_string_to_metric_families(text)}
     assert_counted(families, prefix, "counting", VALUES)
     assert_help_and_type_once(text, [f"{prefix}_requests", f"{prefix}_values", f"{prefix}_last"])
+
+
+def test_generators_count_as_their_model_in_threads_on_the_loop_and_in_processes() -> None:
+    decoupled = ModelConfig(max_batch_size=4, decoupled=True)
+
+    def bind(triton: Triton) -> None:
+        for name, infer_func in (
+            ("gen_sync", stream_steps),
+            ("gen_async", async_stream_steps),
+            ("gen_process", ProcessInstances(stream_steps)),
+        ):
+            triton.bind(name, infer_func, inputs=INPUTS, outputs=OUTPUTS, config=decoupled)
+
+    with running_triton(bind) as triton:
+        for count, model in enumerate(("gen_sync", "gen_async", "gen_process"), start=3):
+            stream_all(triton, model, count)
+        families = scrape(triton)
+    assert value(families, STEPS, STEPS, kind="sync", model="gen_sync", version="1") == 2 * 3
+    assert value(families, STEPS, STEPS, kind="async", model="gen_async", version="1") == 2 * 4
+    assert value(families, STEPS, STEPS, kind="sync", model="gen_process", version="1") == 2 * 5
+    assert len(families[STEPS].samples) == 3

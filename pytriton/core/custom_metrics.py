@@ -223,6 +223,8 @@ class Registry:
             found = family.series.get(pairs)
             if found is None:
                 found = family.series[pairs] = Series(self, family, pairs, bounds)
+                if self.shipping:  # the server shows it at 0 before its first update, as Triton does
+                    self.dirty[id(found)] = found
         if found.bounds != (bounds or ()):
             raise PyTritonValidationError(
                 f"metric '{family.name}' with labels {dict(pairs)} already exists with buckets {list(found.bounds)}"
