@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
 import threading
 import urllib.request
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Tuple
@@ -25,6 +26,7 @@ from pytriton.metrics import Metric, MetricFamily
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url, running_triton
+from tests.server_process import ROOT
 
 INPUTS = [Tensor(name="in", dtype=np.float32, shape=(1,))]
 OUTPUTS = [Tensor(name="out", dtype=np.float32, shape=(1,))]
@@ -355,3 +357,24 @@ def test_generators_count_as_their_model_in_threads_on_the_loop_and_in_processes
     assert value(families, STEPS, STEPS, kind="async", model="gen_async", version="1") == 2 * 4
     assert value(families, STEPS, STEPS, kind="sync", model="gen_process", version="1") == 2 * 5
     assert len(families[STEPS].samples) == 3
+
+
+def test_the_documented_example_counts_as_the_docs_say() -> None:
+    docs = (ROOT / "docs" / "inference_callables.md").read_text()
+    section = docs.split("## Custom metrics", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    namespace: Dict[str, Any] = {
+        "count_hits": lambda requests: 2 * len(requests),
+        "backlog_size": lambda: 7,
+        "answer": lambda requests: [{"out": request["in"]} for request in requests],
+    }
+    exec(compile(code.group(1), "inference_callables.md", "exec"), namespace)  # the docs' own code
+    with running_triton(lambda triton: _bind(triton, "documented", namespace["infer"])) as triton:
+        for _ in range(3):
+            send_all(triton, "documented", [1.0])  # one at a time: one call each
+        families = scrape(triton)
+    model = {"model": "documented", "version": "1"}
+    assert value(families, "my_cache_hits", "my_cache_hits", cache="embeddings", **model) == 6
+    assert value(families, "my_batch_rows", "my_batch_rows_count", **model) == 3
+    assert value(families, "my_backlog", "my_backlog", **model) == 7

@@ -214,10 +214,14 @@ class Registry:
         return found
 
     def series(
-        self, family: FamilyState, labels: Optional[Mapping[str, str]], buckets: Optional[Sequence[float]]
+        self,
+        family: FamilyState,
+        labels: Optional[Mapping[str, str]],
+        buckets: Optional[Sequence[float]],
+        model_labels: bool = True,
     ) -> Series:
-        """The series of a family with these labels (the model's added, see module doc), made now if new."""
-        pairs = _label_pairs(family, labels)
+        """The series of a family with these labels (and the model's unless told not to), made now if new."""
+        pairs = _label_pairs(family, labels, model_labels)
         bounds = _bounds(family, buckets)
         with self.lock:
             found = family.series.get(pairs)
@@ -251,14 +255,15 @@ class Registry:
     def apply_updates(self, updates: Sequence[Update]) -> None:
         """Add what an instance process changed; a family that clashes with one here is logged once and left out."""
         for name, kind, description, labels, bounds, change in updates:
-            try:
-                family = self.family(name, description, kind)
-                series = self.series(family, dict(labels), bounds)
-            except PyTritonValidationError as error:
-                if name not in self._refused:
-                    self._refused.add(name)
-                    LOGGER.error("custom metric from an instance process left out: %s", error)
-                continue
+            series = self._known_series(name, kind, labels, bounds)
+            if series is None:
+                try:
+                    series = self.series(self.family(name, description, kind), dict(labels), bounds, False)
+                except PyTritonValidationError as error:
+                    if name not in self._refused:
+                        self._refused.add(name)
+                        LOGGER.error("custom metric from an instance process left out: %s", error)
+                    continue
             if kind == HISTOGRAM:
                 counts, total, count = change
                 series.add_observations(counts, total, count)
@@ -269,6 +274,18 @@ class Registry:
                 series.add(delta)
             else:
                 series.add(change)
+
+    def _known_series(
+        self, name: str, kind: str, labels: LabelPairs, bounds: Optional[Tuple[float, ...]]
+    ) -> Optional[Series]:
+        """The series an update names when it exists here as the update has it (the usual case: no checks again)."""
+        family = self.families.get(name)
+        if family is None or family.kind != kind:
+            return None
+        series = family.series.get(labels)
+        if series is None or series.bounds != (bounds or ()):
+            return None
+        return series
 
     def snapshot(self) -> List[Tuple[str, str, str, List[Tuple[LabelPairs, Any]]]]:
         """Each family as (name, kind, description, [(labels, value)]); histograms: (bounds, counts, sum, count)."""
@@ -287,7 +304,7 @@ class Registry:
             return families
 
 
-def _label_pairs(family: FamilyState, labels: Optional[Mapping[str, str]]) -> LabelPairs:
+def _label_pairs(family: FamilyState, labels: Optional[Mapping[str, str]], model_labels: bool) -> LabelPairs:
     """Checked labels, with the current model's `model` and `version` unless given, in a stable order."""
     given: Dict[str, str] = {}
     if labels is not None:
@@ -306,7 +323,7 @@ def _label_pairs(family: FamilyState, labels: Optional[Mapping[str, str]]) -> La
             given[key] = value
     if family.kind == HISTOGRAM and "le" in given:
         raise PyTritonValidationError(f"label 'le' of histogram '{family.name}' is reserved for its buckets")
-    model = current_model()
+    model = current_model() if model_labels else None
     if model is not None:
         given.setdefault("model", model[0])
         given.setdefault("version", model[1])
