@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import re
 import threading
 import urllib.request
@@ -20,6 +21,7 @@ import tritonclient.http as httpclient
 from prometheus_client.metrics_core import Metric as ParsedFamily
 from prometheus_client.parser import text_string_to_metric_families
 
+from pytriton.core.custom_metrics import COUNTER, GAUGE, HISTOGRAM, Registry
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
 from pytriton.instances import ProcessInstances
 from pytriton.metrics import Metric, MetricFamily
@@ -378,3 +380,35 @@ def test_the_documented_example_counts_as_the_docs_say() -> None:
     assert value(families, "my_cache_hits", "my_cache_hits", cache="embeddings", **model) == 6
     assert value(families, "my_batch_rows", "my_batch_rows_count", **model) == 3
     assert value(families, "my_backlog", "my_backlog", **model) == 7
+
+
+# -- what instance processes ship, added on the server -----------------------------------------------------------
+
+
+def test_shipped_updates_add_exactly_and_a_clashing_family_is_left_out(caplog: pytest.LogCaptureFixture) -> None:
+    child, server = Registry(), Registry()
+    child.shipping = True  # as start_shipping makes it, without making this process an instance's
+    counter = child.series(child.family("ship_counter", "c", COUNTER), {"a": "1"}, None)
+    gauge = child.series(child.family("ship_gauge", "g", GAUGE), None, None)
+    histogram = child.series(child.family("ship_histogram", "h", HISTOGRAM), None, [1.0, 5.0])
+    clash = child.series(child.family("ship_clash", "x", COUNTER), None, None)
+    server.family("ship_clash", "the server's", GAUGE)
+    for _ in range(2):  # two jobs
+        counter.add(2.0)
+        gauge.add(1.0)
+        histogram.observe(0.5)
+        histogram.observe(7.0)
+        clash.add(1.0)
+        with caplog.at_level(logging.ERROR, "pytriton.core.custom_metrics"):
+            server.apply_updates(child.take_updates())
+    assert child.take_updates() == []  # nothing changed since
+    gauge.set(10.0)
+    gauge.add(-3.0)
+    server.apply_updates(child.take_updates())
+    shown = {name: samples for name, _, _, samples in server.snapshot()}
+    assert shown["ship_counter"] == [((("a", "1"),), 4.0)]
+    assert shown["ship_gauge"] == [((), 7.0)]
+    assert shown["ship_histogram"] == [((), ((1.0, 5.0), [2, 0, 2], 15.0, 4))]
+    assert shown["ship_clash"] == []  # the server's gauge, untouched
+    errors = [record.getMessage() for record in caplog.records if "ship_clash" in record.getMessage()]
+    assert len(errors) == 1 and "already exists as a gauge" in errors[0]

@@ -144,10 +144,9 @@ class Series:
             self.count += count
             self.total += total
 
-    def bucket_counts(self) -> List[int]:
-        """A histogram's count per bucket (not cumulative), +Inf last."""
-        with self._registry.lock:
-            return list(self._counts)
+    def histogram_state(self) -> Tuple[Tuple[float, ...], List[int], float, int]:
+        """A copy of a histogram's (bounds, count per bucket with +Inf last, sum, count); the lock held."""
+        return self._bounds, list(self._counts), self.total, self.count
 
     def take_update(self) -> Update:
         """What changed since the last call (the registry's lock held), as an Update; resets it."""
@@ -295,9 +294,7 @@ class Registry:
                 samples: List[Tuple[LabelPairs, Any]] = []
                 for series in family.series.values():
                     if family.kind == HISTOGRAM:
-                        samples.append(
-                            (series.labels, (series.bounds, list(series._counts), series.total, series.count))
-                        )
+                        samples.append((series.labels, series.histogram_state()))
                     else:
                         samples.append((series.labels, series.value))
                 families.append((family.name, family.kind, family.description, samples))
