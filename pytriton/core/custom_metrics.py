@@ -49,6 +49,12 @@ def model_scope(name: str, version: str) -> contextvars.Token[Optional[Tuple[str
     return _MODEL.set((name, version))
 
 
+def stay_in_model_scope(model: Tuple[str, str]) -> None:
+    """Mark the current thread as running `model` from now on (an instance's own thread: no reset needed)."""
+    if _MODEL.get() is not model:
+        _MODEL.set(model)
+
+
 def end_model_scope(token: contextvars.Token[Optional[Tuple[str, str]]]) -> None:
     """Undo `model_scope` (a generator closed from another context leaves that context's scope as it is)."""
     try:

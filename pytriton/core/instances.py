@@ -8,9 +8,9 @@ import inspect
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
-from pytriton.core.custom_metrics import end_model_scope, model_scope
+from pytriton.core.custom_metrics import end_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
-from pytriton.core.host_arrays import call_on_host, host_step
+from pytriton.core.host_arrays import host_step
 from pytriton.core.sequence_states import SequenceStates
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request
@@ -160,7 +160,7 @@ class Instance:
         queue: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
 
         def produce() -> None:
-            scope = model_scope(*self.model)
+            stay_in_model_scope(self.model)
             try:
                 generator = self.fn(requests)
                 try:
@@ -173,8 +173,6 @@ class Instance:
                 inbox.post(queue.put_nowait, ("end", None))
             except BaseException as error:  # noqa: BLE001 - handed to the loop and raised there
                 inbox.post(queue.put_nowait, ("error", error))
-            finally:
-                end_model_scope(scope)
 
         self._worker.submit(produce)
         while True:
@@ -191,12 +189,12 @@ class Instance:
 
 
 def _scoped_call(fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str]) -> Any:
-    """Call a sync callable in its instance thread as model `model` (what its custom metrics are labelled)."""
-    scope = model_scope(*model)
-    try:
-        return call_on_host(fn, requests)
-    finally:
-        end_model_scope(scope)
+    """Call a sync callable in its instance thread as model `model` (what its custom metrics are labelled).
+
+    The thread runs this instance's calls only, so the scope is set once and stays.
+    """
+    stay_in_model_scope(model)
+    return host_step(fn(requests))
 
 
 async def _scoped_async_call(fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str]) -> Any:
