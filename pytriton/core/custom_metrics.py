@@ -1,7 +1,7 @@
 """Metric families that inference callables define and update, exported with the server's own on /metrics.
 
 One registry per process (`REGISTRY`), as Triton's Python backend has one per server. An update takes the
-registry's lock and adds a number: no syscall, no allocation. In an instance process (`start_shipping`)
+registry's lock (uncontended: no syscall) and adds a number. In an instance process (`start_shipping`)
 each updated series also remembers what changed since it was last shipped; `take_updates` hands that over
 (plain tuples, cheap to pickle) and the server's `apply_updates` adds it to its own registry, so that
 counts stay exact whichever process made them.
