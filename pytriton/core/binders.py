@@ -30,7 +30,8 @@ def thread_binder(callables: List[Callable[..., Any]], on_bind: Optional[OnBind]
             bound = len(callables)
             raise _too_many(spec, f"it was bound with {bound} callable{'' if bound == 1 else 's'} (one per instance)")
         instances = [
-            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables[:count])
+            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}", (spec.name, spec.version_str))
+            for index, fn in enumerate(callables[:count])
         ]
         if any(instance.kind.uses_thread for instance in instances):
             inbox_of(asyncio.get_running_loop())  # where their results come back
@@ -63,6 +64,7 @@ def process_binder(plan: ProcessPlan, config_for: Optional[Callable[[ModelSpec],
             resized = dataclasses.replace(
                 plan, count=count, payloads=plan.payloads[:count], environments=plan.environments[:count]
             )
+        resized = dataclasses.replace(resized, model_version=spec.version_str)
         if config_for is not None:
             resized = dataclasses.replace(resized, model_config=config_for(spec))
         try:

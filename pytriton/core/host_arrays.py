@@ -70,11 +70,6 @@ def host_step(step: Any) -> Any:
     return step if converted is None else converted
 
 
-def call_on_host(fn: Callable[[Any], Any], requests: Any) -> Any:
-    """Call a callable and bring its framework arrays to host memory, in the calling (instance) thread."""
-    return host_step(fn(requests))
-
-
 def _on_host(value: Any) -> bool:
     """Whether a DLPack array lives in memory that numpy can read in place."""
     try:

@@ -8,8 +8,9 @@ import inspect
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
+from pytriton.core.custom_metrics import end_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
-from pytriton.core.host_arrays import call_on_host, host_step
+from pytriton.core.host_arrays import host_step
 from pytriton.core.sequence_states import SequenceStates
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request, mark_cancelled
@@ -96,10 +97,11 @@ class ModelInstance(Protocol):
 class Instance:
     """One instance of a model: its callable and, for sync kinds, the one thread that runs it."""
 
-    def __init__(self, fn: Callable[..., Any], name: str) -> None:
-        """Wrap a user callable; `name` names its thread."""
+    def __init__(self, fn: Callable[..., Any], name: str, model: Tuple[str, str] = ("", "")) -> None:
+        """Wrap a user callable; `name` names its thread; `model` (name, version) is what its custom metrics say."""
         self.fn = fn
         self.name = name
+        self.model = model
         self.kind = callable_kind(fn)
         self._worker = WorkerThread(name)
         if self.kind.uses_thread:
@@ -133,8 +135,8 @@ class Instance:
         A sync callable starts in the instance thread before this returns; an async one runs when awaited.
         """
         if self.kind is CallableKind.ASYNC:
-            return self.fn(requests)  # type: ignore[no-any-return]
-        return self._worker.submit(call_on_host, self.fn, requests, hand_over=hand_over)
+            return _scoped_async_call(self.fn, requests, self.model)
+        return self._worker.submit(_scoped_call, self.fn, requests, self.model, hand_over=hand_over)
 
     def cancel(self, request: Request) -> None:
         """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
@@ -143,6 +145,7 @@ class Instance:
     async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Yield each step of any callable; a plain callable yields once. Setting `stop` ends a generator."""
         if self.kind is CallableKind.ASYNC_GENERATOR:
+            scope = model_scope(*self.model)  # this batch's own task: the generator runs in its context
             generator = self.fn(requests)
             try:
                 async for step in generator:
@@ -151,6 +154,7 @@ class Instance:
                         break
             finally:
                 await generator.aclose()
+                end_model_scope(scope)
         elif self.kind is CallableKind.SYNC_GENERATOR:
             async for step in self._sync_generator_steps(requests, stop):
                 yield step
@@ -163,6 +167,7 @@ class Instance:
         queue: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
 
         def produce() -> None:
+            stay_in_model_scope(self.model)
             try:
                 generator = self.fn(requests)
                 try:
@@ -188,3 +193,21 @@ class Instance:
     async def close(self, deadline: Optional[float] = None) -> None:
         """Let the worker thread end after any call still running in it (a daemon: it never holds the exit)."""
         self._worker.close()
+
+
+def _scoped_call(fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str]) -> Any:
+    """Call a sync callable in its instance thread as model `model` (what its custom metrics are labelled).
+
+    The thread runs this instance's calls only, so the scope is set once and stays.
+    """
+    stay_in_model_scope(model)
+    return host_step(fn(requests))
+
+
+async def _scoped_async_call(fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str]) -> Any:
+    """Await an async callable as model `model`, in the batch's own task (the scope ends with the call)."""
+    scope = model_scope(*model)
+    try:
+        return await fn(requests)
+    finally:
+        end_model_scope(scope)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import errno
 import gc
 import logging
@@ -149,6 +150,7 @@ class ServerRuntime:
         from pytriton.core.process_instances.instance import start_instances
 
         self.engine.check_new(spec)
+        plan = dataclasses.replace(plan, model_version=spec.version_str)  # what its custom metrics are labelled
         try:
             instances: List[ModelInstance] = list(await start_instances(plan))
         except StartError as error:
@@ -174,7 +176,8 @@ class ServerRuntime:
         self.engine.check_new(spec)
         try:
             instances = [
-                Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}") for index, fn in enumerate(callables)
+                Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}", (spec.name, spec.version_str))
+                for index, fn in enumerate(callables)
             ]
             if any(instance.kind.uses_thread for instance in instances):
                 inbox_of(asyncio.get_running_loop())  # where their results come back

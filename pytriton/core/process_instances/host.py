@@ -14,10 +14,11 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
@@ -28,6 +29,7 @@ from pytriton.core.process_instances.protocol import (
     FAILURE,
     FORGET,
     JOB,
+    METRICS,
     READY,
     RESULT,
     SEGMENT,
@@ -133,9 +135,9 @@ class InstanceHost:
         except BaseException as error:  # noqa: BLE001 - sent to the server, as a thread instance reports it
             failure = error_info(error)
         if failure is not None:
-            self.channel.send((FAILURE, job_id, failure, self._inputs.take_released()))
+            self._send(encode((FAILURE, job_id, failure, self._inputs.take_released())))
         elif streaming:
-            self.channel.send((END, job_id, self._inputs.take_released()))
+            self._send(encode((END, job_id, self._inputs.take_released())))
         else:
             self._send_result(job_id, packed, body, new_arena, self._outputs, True, value)
 
@@ -279,6 +281,16 @@ class InstanceHost:
         except Exception:  # noqa: BLE001 - it cannot be pickled (a generator...): the server's checks say so
             unsendable = (None, Unsendable(value))
             message = encode((RESULT, job_id, unsendable, new_arena, final, released), (), fds)
+        self._send(message, fds)
+
+    def _send(self, message: List[Buffer], fds: Sequence[int] = ()) -> None:
+        """Send a job's message, after (in the same write) what the job changed in custom metrics, if anything.
+
+        The server adds those before it answers the job, so a client that got its answer scrapes the counts.
+        """
+        updates = REGISTRY.take_updates()
+        if updates:
+            message = [*encode((METRICS, updates)), *message]
         self.channel.send_encoded(message, fds)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
@@ -317,6 +329,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ChannelClosed:
         return 1
     init: Init = message.head[1]
+    REGISTRY.start_shipping((init.model_name, init.model_version))  # before the callable (or factory) loads
     try:
         fn = load_callable(init, message.body)
     except BaseException:  # noqa: BLE001 - the server reports it, with this traceback

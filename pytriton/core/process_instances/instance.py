@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optiona
 
 import numpy as np
 
+from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.errors import BatchNotRun
 from pytriton.core.instances import CallableKind, Step
 from pytriton.core.process_instances.input_arena import InputArena
@@ -32,6 +33,7 @@ from pytriton.core.process_instances.protocol import (
     FAILURE,
     FORGET,
     JOB,
+    METRICS,
     RESULT,
     SEGMENT,
     STOP,
@@ -316,6 +318,9 @@ class ProcessInstance:
         """A result, a step, an error or the end of a job."""
         head = message.head
         tag = head[0]
+        if tag == METRICS:  # what the job about to be answered changed in custom metrics: counted before its answer
+            REGISTRY.apply_updates(head[1])
+            return
         job = self._job
         if job is None or head[1] != job.job_id:
             if tag == RESULT:  # of no job held: its arena is still the process's from now on, its region free

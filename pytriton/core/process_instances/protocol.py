@@ -30,6 +30,9 @@ INIT, JOB, STOP, EXIT, SEGMENT, FORGET, CANCEL = 1, 2, 3, 4, 5, 6, 7
 # final, released), (FAILURE, job id, ErrorInfo, released), (END, job id, released); `released` names the jobs
 # whose inputs the process no longer views (usually the job answered: none when a model keeps its inputs).
 READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
+# Instance to server, sent together with (in the same write as) a RESULT, FAILURE or END when the job changed
+# custom metrics: (METRICS, updates), the updates of core/custom_metrics.py.
+METRICS = 16
 
 
 # A request of a job: (inputs, parameters, requested output names, sequence: (serial, id, start, end) or None);
@@ -49,6 +52,7 @@ class Init(NamedTuple):
     # Called with the loaded callable and `model_config` before the first job: what the binding layer attaches
     # to callables (the decorators' context), handed down so that this package needs nothing above it.
     prepare: Optional[Callable[[Any, Any], None]] = None
+    model_version: str = ""  # what custom metrics made in the process are labelled with, and `model_name`
 
 
 class ErrorInfo(NamedTuple):

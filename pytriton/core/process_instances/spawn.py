@@ -41,6 +41,7 @@ class ProcessPlan:
     model_config: Any = None  # TritonModelConfig, for the decorators that read it
     # Called in the process with the loaded callable and `model_config` (importable: it travels by reference).
     prepare: Optional[Callable[[Any, Any], None]] = None
+    model_version: str = ""  # the version its custom metrics are labelled with
 
 
 class StartError(RuntimeError):
@@ -94,7 +95,14 @@ async def spawn(plan: ProcessPlan, index: int) -> Started:
     """Start instance `index` and wait until its callable is loaded (StartError if it is not)."""
     environment = {**os.environ, **plan.environments[index], INSTANCE_INDEX_VARIABLE: str(index)}
     init = Init(
-        plan.model_name, index, plan.factory, list(sys.path), plan.model_config, plan.arena_budget, plan.prepare
+        plan.model_name,
+        index,
+        plan.factory,
+        list(sys.path),
+        plan.model_config,
+        plan.arena_budget,
+        plan.prepare,
+        plan.model_version,
     )
     try:
         process, channel, message = await start_helper(

@@ -24,6 +24,7 @@ _FAMILIES = (
     ("nv_gpu_power_limit", "gauge", "GPU power management limit in watts", 4),
     ("nv_energy_consumption", "counter", "GPU energy consumption in joules since the Triton Server started", 5),
 )
+FAMILY_NAMES = tuple(name for name, _, _, _ in _FAMILIES)
 # utilization, memory total, memory used, power (W), power limit (W), energy since start (J)
 Reading = Tuple[float, float, float, float, float, float]
 
