@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -426,13 +427,19 @@ def test_requests_held_by_the_old_binding_finish_there_while_the_new_one_serves(
             "m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig(max_batch_size=8)
         )
     ) as triton:
-        client = httpclient.InferenceServerClient(http_url(triton), concurrency=2)
 
         def send(value: float) -> Any:
-            tensor = httpclient.InferInput("x", [1, 1], "FP32")
-            tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
-            return client.async_infer("m", [tensor])
+            # A thread and a client of its own per call: tritonclient's async_infer sends from a greenlet that
+            # runs only while this thread yields to gevent, which a threading wait does not do.
+            def infer() -> Any:
+                with httpclient.InferenceServerClient(http_url(triton)) as client:
+                    tensor = httpclient.InferInput("x", [1, 1], "FP32")
+                    tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+                    return client.infer("m", [tensor])
 
+            return pool.submit(infer)
+
+        pool = ThreadPoolExecutor(2)
         running = send(-1.0)  # held in the one instance of the old binding
         assert gate.entered.wait(30)
         queued = send(1.0)  # waits in the old binding's queue
@@ -448,8 +455,9 @@ def test_requests_held_by_the_old_binding_finish_there_while_the_new_one_serves(
             assert fresh.infer("m", [tensor]).as_numpy("y").tolist() == [[2.0]]  # the new binding's own instance
         finally:
             gate.open.set()
-        assert running.get_result().as_numpy("y").tolist() == [[-1.0]]
-        assert queued.get_result().as_numpy("y").tolist() == [[1.0]]
+            pool.shutdown(wait=False)
+        assert running.result(30).as_numpy("y").tolist() == [[-1.0]]
+        assert queued.result(30).as_numpy("y").tolist() == [[1.0]]
 
 
 def test_a_load_body_that_is_no_json_fails_as_in_triton(echo_server: Triton) -> None:
