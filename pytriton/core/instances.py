@@ -8,6 +8,7 @@ import inspect
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
+from pytriton.core.composition import CURRENT, await_in_path, run_in_path
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import call_on_host, host_step
 from pytriton.core.sequence_states import SequenceStates
@@ -128,10 +129,16 @@ class Instance:
         """Start a non-streaming call now; await the result (`hand_over`: see WorkerThread.submit).
 
         A sync callable starts in the instance thread before this returns; an async one runs when awaited.
+        Either runs with the batch's call path (core/composition.py), which the scheduler made current.
         """
+        path = CURRENT.get()
         if self.kind is CallableKind.ASYNC:
-            return self.fn(requests)  # type: ignore[no-any-return]
-        return self._worker.submit(call_on_host, self.fn, requests, hand_over=hand_over)
+            if path is None:
+                return self.fn(requests)  # type: ignore[no-any-return]
+            return await_in_path(path, self.fn(requests))
+        if path is None:
+            return self._worker.submit(call_on_host, self.fn, requests, hand_over=hand_over)
+        return self._worker.submit(run_in_path, path, call_on_host, self.fn, requests, hand_over=hand_over)
 
     async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Yield each step of any callable; a plain callable yields once. Setting `stop` ends a generator."""
@@ -154,6 +161,7 @@ class Instance:
         """Iterate a sync generator in the instance thread, handing each step to the loop."""
         inbox = inbox_of(asyncio.get_running_loop())
         queue: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
+        path = CURRENT.get()
 
         def produce() -> None:
             try:
@@ -169,7 +177,7 @@ class Instance:
             except BaseException as error:  # noqa: BLE001 - handed to the loop and raised there
                 inbox.post(queue.put_nowait, ("error", error))
 
-        self._worker.submit(produce)
+        self._worker.submit(run_in_path, path, produce)
         while True:
             kind, value = await queue.get()
             if kind == "end":

@@ -27,6 +27,7 @@ class InferenceRequest:
         "id",
         "inputs",
         "live_sequence",
+        "origin",
         "parameters",
         "priority",
         "requested_outputs",
@@ -58,6 +59,8 @@ class InferenceRequest:
         self.arrival_ns = arrival_ns
         self.sequence = sequence
         self.live_sequence: Any = None  # the sequence it belongs to, once a sequence batcher admitted it
+        # An inner call's (core/composition.py): the models on its way in, and its deadline (monotonic ns, 0: none).
+        self.origin: Optional[Tuple[Tuple[str, ...], int]] = None
         self._shape_key: Optional[ShapeKey] = None
 
     @property

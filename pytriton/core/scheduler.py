@@ -10,6 +10,7 @@ from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
 
 from pytriton.core.batcher import BatchRules
+from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, batch_path
 from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
@@ -80,6 +81,7 @@ class Scheduler:
         self._accepting = True
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
         self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
+        self.models: Optional[Models] = None  # where the callable's inner calls go (set by the engine)
         self.failures = FailureLog(f"'{spec.name}' version {spec.version}")
 
     @property
@@ -287,9 +289,26 @@ class Scheduler:
         if self._sequences is not None and instance.sequence_states is not None:
             instance.sequence_states.attach(requests)  # a thread instance's; a process instance's is in its process
         slots = self._order.reserve(len(batch)) if self._order is not None else None
+        path = self._path_of(batch) if self.models is not None else None
         infer_start_ns = time.monotonic_ns()
-        call = None if self.spec.decoupled else self._call(instance, requests, hand_over)
-        return self._run(instance, batch, requests, slots, call, (start_ns, infer_start_ns))
+        if self.spec.decoupled:
+            call = None
+        else:
+            token = CURRENT.set(path)  # the instance hands it to the callable's thread or coroutine
+            try:
+                call = self._call(instance, requests, hand_over)
+            finally:
+                CURRENT.reset(token)
+        return self._run(instance, batch, requests, slots, call, (start_ns, infer_start_ns), path)
+
+    def _path_of(self, batch: List[Entry]) -> CallPath:
+        """The call path a batch's callable makes its inner calls on (core/composition.py)."""
+        assert self.models is not None
+        origins = [entry.request.origin for entry in batch]
+        deadlines = [
+            entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0 for entry in batch
+        ]
+        return batch_path(self.models, self.spec.name, origins, deadlines)
 
     def _sequence_request(self, request: InferenceRequest, names: List[str], serial: int) -> Request:
         """The Request of a sequence's request: its sequence's id and flags, and the control inputs configured."""
@@ -333,6 +352,7 @@ class Scheduler:
         slots: Optional[List[Slot]],
         call: Optional[Awaitable[Any]],
         started_ns: Tuple[int, int],
+        path: Optional[CallPath] = None,
     ) -> None:
         """Wait for a batch's call (`call`, started already; None: a decoupled model's, started here) and respond.
 
@@ -348,7 +368,7 @@ class Scheduler:
             if self._in_flight.cut:  # a batch that left the queue just before the cut-off: answer it now
                 raise self._stopped()
             if call is None:
-                await self._run_streaming(instance, batch, requests)
+                await self._run_streaming(instance, batch, requests, path)
                 infer_end_ns = output_end_ns = time.monotonic_ns()
                 for index, entry in enumerate(batch):
                     self._hand_over(slots, index, self._end_stream, entry)
@@ -388,6 +408,8 @@ class Scheduler:
             if not isinstance(error, Exception) and not self._in_flight.answered(error, task):
                 raise
         finally:
+            if path is not None:
+                path.close(f"the request to model '{spec.name}' that made the call has ended")
             self._in_flight.leave(task)
             self.stats.record_execution(
                 sum(entry.request.batch_size for entry in batch) if spec.batching else 1,
@@ -436,10 +458,13 @@ class Scheduler:
         if totals:
             self.stats.record_successes(totals, queues, compute, inferences)
 
-    async def _run_streaming(self, instance: ModelInstance, batch: List[Entry], requests: List[Request]) -> None:
+    async def _run_streaming(
+        self, instance: ModelInstance, batch: List[Entry], requests: List[Request], path: Optional[CallPath]
+    ) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
         stop = threading.Event()
         steps = instance.steps(requests, stop)
+        token = CURRENT.set(path)  # this task runs an async generator's steps; a thread's takes it when it starts
         try:
             async for step in steps:
                 results = check_results(self.spec, step, len(batch))
@@ -457,9 +482,12 @@ class Scheduler:
         finally:
             stop.set()  # a generator still running in the instance thread stops at its next step
             await steps.aclose()  # type: ignore[attr-defined]
+            CURRENT.reset(token)
 
     def _as_inference_error(self, error: BaseException, requests: int) -> InferenceError:
         """Map what a batch of `requests` raised to the error its requests get, and log the model's faults."""
+        if isinstance(error, ModelCallError):  # an inner call's error, which its own model logged
+            return error
         if isinstance(error, InferenceError):
             self.failures.outputs_refused(error, requests)
             return error

@@ -1,0 +1,237 @@
+"""A callable calling another bound model in-process (pytriton/compose.py), through that model's queue."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.compose import ModelCallError, call_model, call_model_async, stream_model
+from pytriton.decorators import batch
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.proxy.types import Request
+from pytriton.triton import Triton
+from tests.conftest import HTTP_AUTH, http_url, running_triton
+
+INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
+
+
+def _identity_batch_sizes(sizes: List[int], gate: threading.Event) -> Any:
+    @batch
+    def identity(x: np.ndarray) -> Dict[str, np.ndarray]:
+        gate.wait(10)
+        sizes.append(len(x))
+        return {"y": x}
+
+    return identity
+
+
+@batch
+def _sync_pipeline(x: np.ndarray) -> Dict[str, np.ndarray]:
+    return call_model("identity", {"x": x + 1})
+
+
+async def _async_pipeline(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [await call_model_async("identity", {"x": request["x"] * 2}) for request in requests]
+
+
+def _infer(url: str, model: str, values: List[float]) -> np.ndarray:
+    client = httpclient.InferenceServerClient(url)
+    array = np.array([values], dtype=np.float32)
+    given = httpclient.InferInput("x", list(array.shape), "FP32")
+    given.set_data_from_numpy(array)
+    result = client.infer(model, [given])
+    output = result.as_numpy("y")
+    assert output is not None
+    return output
+
+
+def _bind_pipeline(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+    triton.bind(
+        "identity",
+        _identity_batch_sizes(sizes, gate),
+        INPUTS,
+        OUTPUTS,
+        config=ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200_000)),
+    )
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("sync_pipeline", _sync_pipeline, INPUTS, OUTPUTS, config=config)
+    triton.bind("async_pipeline", _async_pipeline, INPUTS, OUTPUTS, config=config)
+
+
+def test_sync_and_async_callables_call_a_model_whose_batcher_joins_them_with_client_requests() -> None:
+    sizes: List[int] = []
+    gate = threading.Event()
+    with running_triton(lambda triton: _bind_pipeline(triton, sizes, gate)) as triton:
+        url = http_url(triton)
+        client = httpclient.InferenceServerClient(url)
+        gate.set()
+        assert _infer(url, "sync_pipeline", [1.0, 2.0]).tolist() == [[2.0, 3.0]]
+        assert _infer(url, "async_pipeline", [1.0, 2.0]).tolist() == [[2.0, 4.0]]
+        sizes.clear()
+        gate.clear()
+        # The identity model's first batch holds the instance at the gate; the three requests that come
+        # meanwhile (a client's, and one from each pipeline) wait in its queue and run as one batch.
+        blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
+        blocker.start()
+        _wait_for(lambda: _running(triton, "identity"))
+        results: Dict[str, np.ndarray] = {}
+        threads = [
+            threading.Thread(target=lambda m=m: results.__setitem__(m, _infer(url, m, [5.0])))
+            for m in ("identity", "sync_pipeline", "async_pipeline")
+        ]
+        for thread in threads:
+            thread.start()
+        _wait_for(lambda: _pending(triton, "identity") == 3)
+        gate.set()
+        for thread in [*threads, blocker]:
+            thread.join(10)
+        assert sizes == [1, 3]
+        assert results["identity"].tolist() == [[5.0]]
+        assert results["sync_pipeline"].tolist() == [[6.0]]
+        assert results["async_pipeline"].tolist() == [[10.0]]
+        statistics = client.get_inference_statistics("identity", headers=HTTP_AUTH)["model_stats"][0]
+        counts = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in statistics["batch_stats"]}
+        assert counts == {1: 3, 3: 1}  # two warm-up calls of the pipelines and the blocker; then one batch of 3
+        assert int(statistics["inference_count"]) == 6
+
+
+def _running(triton: Triton, model: str) -> bool:
+    return bool(triton._runtime.engine.model(model).scheduler.open_requests[1])
+
+
+def _pending(triton: Triton, model: str) -> int:
+    return int(triton._runtime.engine.model(model).scheduler.pending)
+
+
+def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def _call_target(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """Calls the model its request's `target` parameter names (passing its parameters on), within `timeout_s`."""
+    responses = []
+    for request in requests:
+        parameters = request.parameters or {}
+        timeout = parameters.get("timeout_s")
+        responses.append(
+            call_model(
+                str(parameters["target"]),
+                {"x": request["x"]},
+                parameters=parameters,
+                timeout_s=None if timeout is None else float(timeout),
+            )
+        )
+    return responses
+
+
+def _fail(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    raise ValueError("the inner model refuses")
+
+
+def _bind_errors(triton: Triton, gate: threading.Event) -> None:
+    config = ModelConfig(max_batch_size=8)
+    for name in ("caller", "ping", "pong"):
+        triton.bind(name, _call_target, INPUTS, OUTPUTS, config=config)
+    triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
+    triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
+
+
+def _infer_with(url: str, model: str, parameters: Dict[str, Any]) -> np.ndarray:
+    client = httpclient.InferenceServerClient(url)
+    given = httpclient.InferInput("x", [1, 1], "FP32")
+    given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+    output = client.infer(model, [given], parameters=parameters).as_numpy("y")
+    assert output is not None
+    return output
+
+
+def test_inner_errors_cycles_and_deadlines_reach_the_client_with_the_inner_message() -> None:
+    gate = threading.Event()
+    with running_triton(lambda triton: _bind_errors(triton, gate)) as triton:
+        url = http_url(triton)
+        with pytest.raises(InferenceServerException) as failed:
+            _infer_with(url, "caller", {"target": "failing"})
+        assert failed.value.status() == "500"
+        assert failed.value.message() == "ValueError: the inner model refuses"
+
+        with pytest.raises(InferenceServerException) as unknown:
+            _infer_with(url, "caller", {"target": "nowhere"})
+        assert unknown.value.status() == "404"
+        assert "nowhere" in str(unknown.value.message())
+
+        with pytest.raises(InferenceServerException) as cycle:
+            _infer_with(url, "ping", {"target": "pong"})  # pong calls the model its parameter names: pong again
+        assert cycle.value.status() == "400"
+        assert (
+            cycle.value.message()
+            == "model 'pong' is already on the call path (ping -> pong -> pong): a cycle is refused"
+        )
+
+        with pytest.raises(InferenceServerException) as expired:
+            _infer_with(url, "caller", {"target": "gated", "timeout_s": 0.2})
+        assert expired.value.status() == "503"
+        assert expired.value.message() == "the deadline passed before model 'gated' answered"
+        gate.set()
+        assert _infer_with(url, "caller", {"target": "gated"}).tolist() == [[1.0]]
+
+
+def test_calls_outside_a_callable_are_refused() -> None:
+    with pytest.raises(ModelCallError, match="inside an inference callable"):
+        call_model("identity", {"x": np.zeros((1, 1), np.float32)})
+
+
+def _count_up(requests: List[Request]) -> Any:
+    """A decoupled model: one response per step, x, x+1, x+2."""
+    for step in range(3):
+        yield [{"y": request["x"] + step} for request in requests]
+
+
+def _sum_stream(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """Adds up the responses streamed by the decoupled model."""
+    return [
+        {
+            "y": sum(
+                (outputs["y"] for outputs in stream_model("count_up", {"x": request["x"]})),
+                np.zeros((1, 1), np.float32),
+            )
+        }
+        for request in requests
+    ]
+
+
+async def _sum_stream_async(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    responses = []
+    for request in requests:
+        total = np.zeros((1, 1), np.float32)
+        async for outputs in stream_model("count_up", {"x": request["x"]}):
+            total = total + outputs["y"]
+        responses.append({"y": total})
+    return responses
+
+
+def _bind_streams(triton: Triton) -> None:
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("count_up", _count_up, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, decoupled=True))
+    triton.bind("sum_stream", _sum_stream, INPUTS, OUTPUTS, config=config)
+    triton.bind("sum_stream_async", _sum_stream_async, INPUTS, OUTPUTS, config=config)
+    triton.bind("caller", _call_target, INPUTS, OUTPUTS, config=config)
+
+
+def test_callables_stream_a_decoupled_models_responses() -> None:
+    with running_triton(_bind_streams) as triton:
+        url = http_url(triton)
+        assert _infer_with(url, "sum_stream", {}).tolist() == [[6.0]]  # 1 + 2 + 3
+        assert _infer_with(url, "sum_stream_async", {}).tolist() == [[6.0]]
+        with pytest.raises(InferenceServerException) as plain:
+            _infer_with(url, "caller", {"target": "count_up"})
+        assert plain.value.message() == "model 'count_up' is decoupled: stream its responses (stream_model)"
