@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -16,7 +17,7 @@ from pytriton.decorators import batch
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.proxy.types import Request
 from pytriton.triton import Triton
-from tests.conftest import HTTP_AUTH, http_url, running_triton
+from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
 OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
@@ -146,11 +147,11 @@ def _bind_errors(triton: Triton, gate: threading.Event) -> None:
     triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
 
 
-def _infer_with(url: str, model: str, parameters: Dict[str, Any]) -> np.ndarray:
+def _infer_with(url: str, model: str, parameters: Dict[str, Any], timeout_us: Optional[int] = None) -> np.ndarray:
     client = httpclient.InferenceServerClient(url)
     given = httpclient.InferInput("x", [1, 1], "FP32")
     given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-    output = client.infer(model, [given], parameters=parameters).as_numpy("y")
+    output = client.infer(model, [given], parameters=parameters, timeout=timeout_us).as_numpy("y")
     assert output is not None
     return output
 
@@ -235,3 +236,55 @@ def test_callables_stream_a_decoupled_models_responses() -> None:
         with pytest.raises(InferenceServerException) as plain:
             _infer_with(url, "caller", {"target": "count_up"})
         assert plain.value.message() == "model 'count_up' is decoupled: stream its responses (stream_model)"
+
+
+def _bind_cancellation(triton: Triton, gate: threading.Event, seen: List[ModelCallError]) -> None:
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        try:
+            return [call_model("gated", {"x": request["x"]}) for request in requests]
+        except ModelCallError as error:
+            seen.append(error)
+            raise
+
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("caller", caller, INPUTS, OUTPUTS, config=config)
+    triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
+
+
+def _failures(url: str, model: str) -> int:
+    client = httpclient.InferenceServerClient(url)
+    statistics = client.get_inference_statistics(model, headers=HTTP_AUTH)["model_stats"][0]
+    return int(statistics["inference_stats"]["fail"]["count"])
+
+
+def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
+    gate = threading.Event()
+    seen: List[ModelCallError] = []
+    with running_triton(lambda triton: _bind_cancellation(triton, gate, seen)) as triton:
+        url = http_url(triton)
+        blocker = threading.Thread(target=_infer, args=(url, "gated", [0.0]))  # holds gated's only instance
+        blocker.start()
+        _wait_for(lambda: _running(triton, "gated"))
+
+        # The client's deadline cancels the outer request; its inner call leaves gated's queue, CANCELLED.
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as deadline:
+            client.infer("caller", [given], client_timeout=0.5)
+        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: len(seen) == 1)
+        assert seen[0].status.name == "CANCELLED"
+        assert seen[0].message == "the request to model 'caller' that made the call has ended"
+        assert _failures(url, "gated") == 1
+
+        # The outer request's timeout (the `timeout` parameter, in microseconds) bounds the inner call.
+        with pytest.raises(InferenceServerException) as expired:
+            _infer_with(url, "caller", {}, timeout_us=300_000)
+        assert expired.value.status() == "503"
+        assert expired.value.message() == "the deadline passed before model 'gated' answered"
+        assert _failures(url, "gated") == 2
+        assert _pending(triton, "gated") == 0
+        gate.set()
+        blocker.join(10)
+        assert _infer_with(url, "caller", {}).tolist() == [[1.0]]

@@ -168,9 +168,9 @@ class InnerCall(ResponseSink):
     def _give_up(self, error: InferenceError) -> None:
         if self.ended:
             return
+        self.fail(error)  # first: the inner model's scheduler then sees this sink done
         if self.model is not None and self.queued is not None:
-            self.model.scheduler.withdraw(self.queued)
-        self.fail(error)
+            self.model.scheduler.withdraw(self.queued)  # out of the queue; or its batch's own inner calls cancelled
 
     def _end(self) -> None:
         self.ended = True

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Deque, Dict, List, Optional, Set, Tuple
 
 from pytriton.core.batcher import BatchRules
 from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, batch_path
@@ -82,6 +82,7 @@ class Scheduler:
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
         self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
         self.models: Optional[Models] = None  # where the callable's inner calls go (set by the engine)
+        self._paths: Dict[CallPath, List[Entry]] = {}  # the call paths of the batches running, and their requests
         self.failures = FailureLog(f"'{spec.name}' version {spec.version}")
 
     @property
@@ -177,12 +178,17 @@ class Scheduler:
     def withdraw(self, sink: ResponseSink) -> None:
         """A request's client went away: if it still waits in the queue, free its slot and inputs now.
 
-        Looked up rather than remembered, so that a request costs nothing extra unless its client leaves.
+        Looked up rather than remembered, so that a request costs nothing extra unless its client leaves. A
+        request whose batch runs already stays in it; once no request of the batch has a client left, the
+        inner calls its callable has in flight are cancelled (core/composition.py).
         """
         for entry in self._queues:
             if entry.sink is sink:
                 self._leave_queue(entry)
                 return
+        for path, batch in list(self._paths.items()):
+            if all(entry.sink.done() for entry in batch):
+                path.close(f"every request of the batch of model '{self.spec.name}' that made the call was cancelled")
 
     def _leave_queue(self, entry: Entry) -> None:
         """Take out a queued request whose client went away (CANCELED), freeing its place and inputs."""
@@ -308,7 +314,9 @@ class Scheduler:
         deadlines = [
             entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0 for entry in batch
         ]
-        return batch_path(self.models, self.spec.name, origins, deadlines)
+        path = batch_path(self.models, self.spec.name, origins, deadlines)
+        self._paths[path] = batch
+        return path
 
     def _sequence_request(self, request: InferenceRequest, names: List[str], serial: int) -> Request:
         """The Request of a sequence's request: its sequence's id and flags, and the control inputs configured."""
@@ -409,6 +417,7 @@ class Scheduler:
                 raise
         finally:
             if path is not None:
+                self._paths.pop(path, None)
                 path.close(f"the request to model '{spec.name}' that made the call has ended")
             self._in_flight.leave(task)
             self.stats.record_execution(
