@@ -27,7 +27,15 @@ from typing import Any, AsyncIterator, Dict, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from pytriton.core.composition import CURRENT, CallPath, InnerCall, ModelCallError, outputs_of, thread_doorbell
+from pytriton.core.composition import (
+    CURRENT,
+    CallPath,
+    InnerCall,
+    ModelCallError,
+    outputs_of,
+    process_caller,
+    thread_doorbell,
+)
 from pytriton.core.errors import Status
 
 __all__ = ["ModelCallError", "call_model", "call_model_async", "stream_model"]
@@ -42,8 +50,8 @@ def _path() -> CallPath:
     if path is None:
         raise ModelCallError(
             Status.INVALID_ARGUMENT,
-            "call_model, call_model_async and stream_model work inside an inference callable (a thread instance) "
-            "or a custom route's handler",
+            "call_model, call_model_async and stream_model work inside an inference callable or a custom route's "
+            "handler",
         )
     return path
 
@@ -74,6 +82,9 @@ def call_model(
     Raises:
         ModelCallError: the call failed or was refused; `message` is the inner model's message.
     """
+    remote = process_caller() if CURRENT.get() is None else None
+    if remote is not None:  # in an instance process: over its channel to the server
+        return _last(remote(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False))
     path = _path()
     if _on_loop(path):
         raise ModelCallError(
@@ -101,6 +112,9 @@ async def call_model_async(
 
     Cancelling the awaiting task cancels the call (it leaves the model's queue if it still waits there).
     """
+    remote = process_caller() if CURRENT.get() is None else None
+    if remote is not None:  # an instance process's loop runs this callable alone: waiting blocks nothing else
+        return _last(remote(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False))
     path = _path()
     if not _on_loop(path):
         raise ModelCallError(
@@ -148,12 +162,17 @@ class ModelStream:
         timeout_s: Optional[float],
     ) -> None:
         """Remember the call; it starts when iterated."""
-        self._path = _path()
+        self._remote = process_caller() if CURRENT.get() is None else None
+        self._path = _path() if self._remote is None else None
         self._arguments = (name, inputs, version, parameters, requested_outputs, timeout_s, True)
 
     def __iter__(self) -> Iterator[Outputs]:
         """The responses, in this (non-loop) thread."""
+        if self._remote is not None:
+            yield from self._remote(*self._arguments)
+            return
         path = self._path
+        assert path is not None
         if _on_loop(path):
             raise ModelCallError(
                 Status.INVALID_ARGUMENT, "a stream on the event loop is read with 'async for', which never blocks it"
@@ -177,7 +196,12 @@ class ModelStream:
 
     async def __aiter__(self) -> AsyncIterator[Outputs]:
         """The responses, on the event loop."""
+        if self._remote is not None:
+            for outputs in self._remote(*self._arguments):
+                yield outputs
+            return
         path = self._path
+        assert path is not None
         if not _on_loop(path):
             raise ModelCallError(Status.INVALID_ARGUMENT, "'async for' over a stream runs on the server's event loop")
         wake = _Wake(path.loop)
@@ -215,6 +239,16 @@ class _Wake:
         """Wait for the next `set`."""
         self._future = self._loop.create_future()
         await self._future
+
+
+def _last(responses: Iterator[Outputs]) -> Outputs:
+    """The outputs of a call's single response."""
+    last: Optional[Outputs] = None
+    for outputs in responses:
+        last = outputs
+    if last is None:
+        raise ModelCallError(Status.INTERNAL, "the model returned no response")
+    return last
 
 
 def _version(version: Version) -> Optional[str]:

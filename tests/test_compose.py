@@ -14,6 +14,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.compose import ModelCallError, call_model, call_model_async, stream_model
 from pytriton.decorators import batch
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.proxy.types import Request
 from pytriton.triton import Triton
@@ -288,3 +289,86 @@ def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
         gate.set()
         blocker.join(10)
         assert _infer_with(url, "caller", {}).tolist() == [[1.0]]
+
+
+# -- from process instances: the same calls over the instance's channel to the server -----------------
+
+
+def _process_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """In an instance process: calls the model named by `target`, or streams `count_up` when `target` is 'stream'."""
+    responses = []
+    for request in requests:
+        parameters = request.parameters or {}
+        target = str(parameters["target"])
+        if target == "stream":
+            total = np.zeros((1, 1), np.float32)
+            for outputs in stream_model("count_up", {"x": request["x"]}):
+                total = total + outputs["y"]
+            responses.append({"y": total})
+        else:
+            responses.append(call_model(target, {"x": request["x"] + 1}, parameters=parameters))
+    return responses
+
+
+async def _process_caller_async(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [await call_model_async("identity", {"x": request["x"] * 3}) for request in requests]
+
+
+def _bind_process_callers(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+    config = ModelConfig(max_batch_size=8)
+    triton.bind(
+        "identity",
+        _identity_batch_sizes(sizes, gate),
+        INPUTS,
+        OUTPUTS,
+        config=ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200_000)),
+    )
+    triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
+    triton.bind("count_up", _count_up, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, decoupled=True))
+    triton.bind("process_caller", ProcessInstances(_process_caller), INPUTS, OUTPUTS, config=config)
+    triton.bind("process_async", ProcessInstances(_process_caller_async), INPUTS, OUTPUTS, config=config)
+
+
+def test_process_instances_call_models_of_the_server() -> None:
+    sizes: List[int] = []
+    gate = threading.Event()
+    gate.set()
+    with running_triton(lambda triton: _bind_process_callers(triton, sizes, gate)) as triton:
+        url = http_url(triton)
+        assert _infer_with(url, "process_caller", {"target": "identity"}).tolist() == [[2.0]]
+        assert _infer_with(url, "process_async", {}).tolist() == [[3.0]]
+        assert _infer_with(url, "process_caller", {"target": "stream"}).tolist() == [[6.0]]  # 1 + 2 + 3
+        with pytest.raises(InferenceServerException) as failed:
+            _infer_with(url, "process_caller", {"target": "failing"})
+        assert failed.value.message() == "ValueError: the inner model refuses"
+        with pytest.raises(InferenceServerException) as cycle:
+            _infer_with(url, "process_caller", {"target": "process_caller"})
+        assert cycle.value.message() == (
+            "model 'process_caller' is already on the call path (process_caller -> process_caller): a cycle is refused"
+        )
+
+        # Calls from both process instances join a client's request in one batch of the identity model.
+        sizes.clear()
+        gate.clear()
+        blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
+        blocker.start()
+        _wait_for(lambda: _running(triton, "identity"))
+        results: Dict[str, np.ndarray] = {}
+        calls = {
+            "identity": lambda: _infer(url, "identity", [5.0]),
+            "process_caller": lambda: _infer_with(url, "process_caller", {"target": "identity"}),
+            "process_async": lambda: _infer_with(url, "process_async", {}),
+        }
+        threads = [threading.Thread(target=lambda m=m: results.__setitem__(m, calls[m]())) for m in calls]
+        for thread in threads:
+            thread.start()
+        _wait_for(lambda: _pending(triton, "identity") == 3)
+        gate.set()
+        for thread in [*threads, blocker]:
+            thread.join(10)
+        assert sizes == [1, 3]
+        assert {name: value.tolist() for name, value in results.items()} == {
+            "identity": [[5.0]],
+            "process_caller": [[2.0]],
+            "process_async": [[3.0]],
+        }

@@ -17,7 +17,7 @@ import contextvars
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -285,6 +285,22 @@ def build_request(
         requested_outputs=requested,
         batch_size=batch_size,
     )
+
+
+# In an instance process: how its callable calls models of the server (core/process_instances/host.py):
+# caller(name, inputs, version, parameters, requested_outputs, timeout_s, streaming) -> each response's outputs.
+ProcessCaller = Callable[..., Iterator[Dict[str, np.ndarray]]]
+_PROCESS_CALLER: List[ProcessCaller] = []
+
+
+def set_process_caller(caller: ProcessCaller) -> None:
+    """Make this process's calls go to the server through `caller` (an instance process's host sets it)."""
+    _PROCESS_CALLER[:] = [caller]
+
+
+def process_caller() -> Optional[ProcessCaller]:
+    """The caller set in this process, if it is an instance process."""
+    return _PROCESS_CALLER[0] if _PROCESS_CALLER else None
 
 
 _WAITERS = threading.local()

@@ -14,10 +14,12 @@ import socket
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from pytriton.core.composition import ModelCallError, set_process_caller
+from pytriton.core.errors import Status
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
@@ -27,6 +29,8 @@ from pytriton.core.process_instances.protocol import (
     FAILURE,
     FORGET,
     JOB,
+    MODEL_ANSWER,
+    MODEL_CALL,
     READY,
     RESULT,
     SEGMENT,
@@ -40,7 +44,7 @@ from pytriton.core.process_instances.result_arena import ResultArena
 from pytriton.core.sequence_states import SequenceStates
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.spawn import die_with_parent
-from pytriton.ipc.tensors import ArenaWriter, Buffer
+from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
 from pytriton.proxy.types import Request
 
 
@@ -69,6 +73,11 @@ class InstanceHost:
         self._steps = ArenaWriter(0)  # a step may still be read when the next is written: body only
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._exiting = False
+        self._job_id = 0  # the job running now
+        self._stops: Set[int] = set()  # jobs the server said STOP to while their callable waited on a model call
+        self._next_call_id = 0
+        self._calling = threading.Lock()  # one model call on the channel at a time
+        set_process_caller(self.call_model)
 
     def serve(self) -> None:
         """Answer jobs until Exit (after the job in progress) or the end of the channel."""
@@ -98,6 +107,8 @@ class InstanceHost:
         (unless the model kept them): the server may then write the next batch where they were.
         """
         _, job_id, streaming, batch, arena, given_back, forgotten = message.head
+        self._job_id = job_id
+        self._stops.clear()
         if forgotten:
             self._states.forget(forgotten)
         for done in given_back:
@@ -197,6 +208,8 @@ class InstanceHost:
 
     def _stopped(self, job_id: int) -> bool:
         """Whether the server asked to stop this job (or to exit) since its last step."""
+        if job_id in self._stops or self._exiting:
+            return True
         while self.channel.readable():
             message = self.channel.receive()
             head = message.head
@@ -207,6 +220,52 @@ class InstanceHost:
                 return True
             self._control(message)
         return False
+
+    def call_model(
+        self,
+        name: str,
+        inputs: Dict[str, Any],
+        version: Optional[str],
+        parameters: Optional[Dict[str, Any]],
+        requested_outputs: Optional[Sequence[str]],
+        timeout_s: Optional[float],
+        streaming: bool,
+    ) -> Iterator[Dict[str, np.ndarray]]:
+        """The running job's call to a model of the server (pytriton.compose): each response's outputs, as they come.
+
+        The channel is read here until the call ends: what else comes meanwhile (STOP, EXIT, buffers) is kept for
+        later. A call left before its end is not told to the server: its late answers are dropped.
+        """
+        with self._calling:
+            self._next_call_id += 1
+            call_id = self._next_call_id
+            arrays = {
+                key: value if isinstance(value, np.ndarray) else np.asarray(value) for key, value in inputs.items()
+            }
+            packed, body, _ = ArenaWriter(0).pack([arrays])
+            head = (MODEL_CALL, self._job_id, call_id, name, packed, version, parameters, requested_outputs)
+            self.channel.send((*head, timeout_s, streaming), body)
+        reader = ArenaReader()
+        while True:
+            with self._calling:
+                message = self.channel.receive()
+            head = message.head
+            if head[0] == MODEL_ANSWER:
+                if head[1] != call_id:
+                    continue  # an answer to a call left before its end
+                if head[2] == "response":
+                    outputs = reader.unpack(head[3], message.body, copy=True)[0]
+                    yield {key: np.array(value, copy=True) for key, value in outputs.items()}
+                elif head[2] == "end":
+                    return
+                else:
+                    raise ModelCallError(Status[head[3]], head[4])
+            elif head[0] == STOP:
+                self._stops.add(head[1])
+            elif head[0] == EXIT:
+                self._exiting = True
+            else:
+                self._control(message)
 
     def _control(self, message: Message) -> None:
         """The frontend buffers the server passes on (SEGMENT) and lets go of (FORGET)."""

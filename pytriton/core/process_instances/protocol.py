@@ -30,6 +30,11 @@ INIT, JOB, STOP, EXIT, SEGMENT, FORGET = 1, 2, 3, 4, 5, 6
 # final, released), (FAILURE, job id, ErrorInfo, released), (END, job id, released); `released` names the jobs
 # whose inputs the process no longer views (usually the job answered: none when a model keeps its inputs).
 READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
+# A callable's call to another bound model (core/composition.py): instance to server (MODEL_CALL, job id, call id,
+# name, packed inputs, version, parameters, requested outputs, timeout_s, streaming), inputs in the body; server to
+# instance (MODEL_ANSWER, call id, "response", packed outputs) with the outputs in the body, then
+# (MODEL_ANSWER, call id, "end") or (MODEL_ANSWER, call id, "error", status name, message).
+MODEL_CALL, MODEL_ANSWER = 16, 7
 
 
 # A request of a job: (inputs, parameters, requested output names, sequence: (serial, id, start, end) or None);
