@@ -310,11 +310,14 @@ class Scheduler:
     def _path_of(self, batch: List[Entry]) -> CallPath:
         """The call path a batch's callable makes its inner calls on (core/composition.py)."""
         assert self.models is not None
-        origins = [entry.request.origin for entry in batch]
-        deadlines = [
-            entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0 for entry in batch
-        ]
-        path = batch_path(self.models, self.spec.name, origins, deadlines)
+        if any(entry.request.origin is not None or entry.request.timeout_us for entry in batch):
+            origins = [entry.request.origin for entry in batch]
+            deadlines = [
+                entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0 for entry in batch
+            ]
+            path = batch_path(self.models, self.spec.name, origins, deadlines)
+        else:  # clients' requests without a timeout: the usual batch
+            path = CallPath(self.models, (self.spec.name,), 0)
         self._paths[path] = batch
         return path
 

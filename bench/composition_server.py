@@ -1,0 +1,73 @@
+"""The composition bench's server: a two-model pipeline, composed in-process and as two separate models.
+
+    .venv/bin/python bench/composition_server.py --http-port 31000
+
+Models (FP32 ``x`` [-1] -> ``y``, max_batch_size 64, default dynamic batcher, sync callables):
+
+* ``pre``: the Python preprocessing step, ``y = x * 2 + 1``;
+* ``identity``: ``y = x``;
+* ``pipeline``: the preprocessing step, then ``identity`` called in-process (pytriton.compose.call_model), its
+  output answered. The same work as ``pre`` then ``identity`` called one after the other by the client;
+* ``pipeline_async``: the same as an ``async def`` callable (call_model_async).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any, Dict, List
+
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)
+
+import numpy as np
+
+from pytriton.compose import call_model, call_model_async
+from pytriton.decorators import batch
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+
+
+def pre(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """The preprocessing step."""
+    return [{"y": request["x"] * 2 + 1} for request in requests]
+
+
+def identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Every request's input, unchanged."""
+    return [{"y": request["x"]} for request in requests]
+
+
+@batch
+def pipeline(x: np.ndarray) -> Dict[str, np.ndarray]:
+    """The preprocessing step, then `identity` in-process: the whole batch as one request."""
+    return call_model("identity", {"x": x * 2 + 1})
+
+
+async def pipeline_async(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """`pipeline` as an async callable: the preprocessing on the loop, then `identity` awaited."""
+    calls = [call_model_async("identity", {"x": request["x"] * 2 + 1}) for request in requests]
+    return list(await asyncio.gather(*calls))  # together: they batch in identity's queue
+
+
+def main() -> None:
+    """Serve until SIGTERM."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http-port", type=int, required=True)
+    args = parser.parse_args()
+    config = ModelConfig(max_batch_size=64, batcher=DynamicBatcher())
+    tensors: Dict[str, Any] = {
+        "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+        "outputs": [Tensor(name="y", dtype=np.float32, shape=(-1,))],
+        "config": config,
+    }
+    triton = Triton(config=TritonConfig(http_port=args.http_port, grpc_port=0, metrics_port=0))
+    for name, fn in (("pre", pre), ("identity", identity), ("pipeline", pipeline), ("pipeline_async", pipeline_async)):
+        triton.bind(name, fn, **tensors)
+    triton.serve()
+
+
+if __name__ == "__main__":
+    main()
