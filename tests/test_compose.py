@@ -372,3 +372,37 @@ def test_process_instances_call_models_of_the_server() -> None:
             "process_caller": [[2.0]],
             "process_async": [[3.0]],
         }
+
+
+def test_an_inner_requests_spans_nest_under_its_callers() -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8)
+        triton.bind("identity", _identity_batch_sizes([], _open_gate()), INPUTS, OUTPUTS, config=config)
+        triton.bind("caller", _call_target, INPUTS, OUTPUTS, config=config)
+
+    trace = ["mode=opentelemetry", "rate=1", "level=TIMESTAMPS"]
+    with running_triton(bind, trace_config=trace) as triton:
+        exporter = InMemorySpanExporter()
+        triton._runtime.tracing.add_span_processor(SimpleSpanProcessor(exporter))
+        assert _infer_with(http_url(triton), "caller", {"target": "identity"}).tolist() == [[1.0]]
+        spans = exporter.get_finished_spans()
+        by_model = {
+            span.attributes["triton.model_name"]: span for span in spans if span.name == "request" and span.attributes
+        }
+        outer_compute = next(
+            span
+            for span in spans
+            if span.name == "compute" and span.parent.span_id == by_model["caller"].context.span_id
+        )
+        inner = by_model["identity"]
+        assert inner.parent is not None and inner.parent.span_id == outer_compute.context.span_id
+        assert inner.context.trace_id == by_model["caller"].context.trace_id
+
+
+def _open_gate() -> threading.Event:
+    gate = threading.Event()
+    gate.set()
+    return gate

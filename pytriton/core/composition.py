@@ -28,8 +28,9 @@ from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 
-# The models on a request's way in, and the monotonic time it must be answered by (0: none).
-Origin = Tuple[Tuple[str, ...], int]
+# The models on a request's way in, the monotonic time it must be answered by (0: none), and the span its caller's
+# request runs under when traced (its spans nest under it), else None.
+Origin = Tuple[Tuple[str, ...], int, Any]
 
 
 class CalledModel(Protocol):
@@ -62,7 +63,7 @@ class ModelCallError(InferenceError):
 class CallPath:
     """What a running batch (or a custom route's request) hands to the inner calls it makes."""
 
-    __slots__ = ("cancelled", "chain", "deadline_ns", "inbox", "inner", "loop", "models")
+    __slots__ = ("cancelled", "chain", "deadline_ns", "inbox", "inner", "loop", "models", "span")
 
     def __init__(self, models: Models, chain: Tuple[str, ...], deadline_ns: int) -> None:
         """Create the path on the engine's loop; `chain`: the models on it, outermost first."""
@@ -73,6 +74,7 @@ class CallPath:
         self.inbox: LoopInbox = inbox_of(self.loop)
         self.inner: Set[InnerCall] = set()
         self.cancelled = False
+        self.span: Any = None  # the span of a traced request of the batch: inner requests' spans nest under it
 
     def close(self, reason: str) -> None:
         """On the loop: the batch ended or was cancelled; cancel its inner calls still in flight and refuse new ones."""
@@ -227,7 +229,7 @@ class InnerCall(ResponseSink):
         if deadline and deadline <= now:
             raise InferenceError.unavailable(f"the deadline passed before model '{name}' was called")
         request = build_request(spec, inputs, parameters, requested_outputs)
-        request.origin = (path.chain, deadline)
+        request.origin = (path.chain, deadline, path.span)
         self.model = model
         self.queued = model.submit(request, self, streaming)
         if self.ended:

@@ -276,6 +276,7 @@ class Scheduler:
         start_ns = time.monotonic_ns()
         instance.call_started_ns = start_ns
         requests = []
+        traced_span: Any = None  # a traced request's compute span: the batch's inner calls nest under it
         for entry in batch:
             entry.queue_ns = start_ns - entry.enqueue_ns
             request = entry.request
@@ -287,8 +288,12 @@ class Scheduler:
                 call_request = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
             else:
                 call_request = self._sequence_request(request, names, live.serial)
-            traced = self.spans.start(entry.enqueue_ns) if self.spans is not None else None
+            traced = None
+            if self.spans is not None:
+                origin = request.origin
+                traced = self.spans.start(entry.enqueue_ns, origin[2] if origin is not None else None)
             if traced is not None:
+                traced_span = traced.span
                 call_request = traced_request(call_request, traced)
                 entry.sink = TracedSink(entry.sink, traced)
             requests.append(call_request)
@@ -296,6 +301,8 @@ class Scheduler:
             instance.sequence_states.attach(requests)  # a thread instance's; a process instance's is in its process
         slots = self._order.reserve(len(batch)) if self._order is not None else None
         path = self._path_of(batch) if self.models is not None else None
+        if path is not None and traced_span is not None:
+            path.span = traced_span
         infer_start_ns = time.monotonic_ns()
         if self.spec.decoupled:
             call = None
