@@ -306,7 +306,9 @@ def _process_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
                 total = total + outputs["y"]
             responses.append({"y": total})
         else:
-            responses.append(call_model(target, {"x": request["x"] + 1}, parameters=parameters))
+            timeout = parameters.get("timeout_s")
+            timeout_s = None if timeout is None else float(timeout)
+            responses.append(call_model(target, {"x": request["x"] + 1}, parameters=parameters, timeout_s=timeout_s))
     return responses
 
 
@@ -372,6 +374,28 @@ def test_process_instances_call_models_of_the_server() -> None:
             "process_caller": [[2.0]],
             "process_async": [[3.0]],
         }
+
+        # Deadlines and cancellation reach a process instance's call: it leaves identity's queue each time.
+        gate.clear()
+        blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
+        blocker.start()
+        _wait_for(lambda: _running(triton, "identity"))
+        failures = _failures(url, "identity")
+        with pytest.raises(InferenceServerException) as expired:
+            _infer_with(url, "process_caller", {"target": "identity", "timeout_s": 0.2})
+        assert expired.value.message() == "the deadline passed before model 'identity' answered"
+        assert _failures(url, "identity") == failures + 1
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as deadline:
+            client.infer("process_caller", [given], parameters={"target": "identity"}, client_timeout=0.5)
+        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: _failures(url, "identity") == failures + 2)
+        assert _pending(triton, "identity") == 0
+        gate.set()
+        blocker.join(10)
+        assert _infer_with(url, "process_caller", {"target": "identity"}).tolist() == [[2.0]]
 
 
 def test_an_inner_requests_spans_nest_under_its_callers() -> None:

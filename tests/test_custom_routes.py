@@ -80,6 +80,7 @@ def test_routes_call_models_in_process_and_are_counted(frontends: Optional[int])
     with running_triton(_bind, frontends=frontends) as triton:
         port = triton.http_port
         assert port is not None
+        assert (triton._runtime._pool is not None) == (frontends == 2)  # routes forwarded by frontend processes
         status, body = _request(port, "/double", {"x": [1.0, 2.5]})
         assert (status, json.loads(body)) == (200, {"y": [2.0, 5.0], "name": None})
         status, body = _request(port, "/double/abc", {"x": [1.0]})
@@ -112,9 +113,10 @@ def test_routes_call_models_in_process_and_are_counted(frontends: Optional[int])
         )
 
 
-def test_routes_restricted_as_custom_need_the_access_token() -> None:
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_routes_restricted_as_custom_need_the_access_token(frontends: Optional[int]) -> None:
     security = TritonSecurityConfig(access_token=ACCESS_TOKEN, restricted_endpoints=["custom", "statistics"])
-    with running_triton(_bind, security_config=security) as triton:
+    with running_triton(_bind, security_config=security, frontends=frontends) as triton:
         port = triton.http_port
         assert port is not None
         status, body = _request(port, "/double", {"x": [1.0]})
@@ -127,6 +129,16 @@ def test_routes_restricted_as_custom_need_the_access_token() -> None:
         assert status == 200
         assert _request(port, "/app/x", headers=HTTP_AUTH)[0] == 200
         assert _request(port, "/v2/health/ready")[0] == 200  # other APIs keep their own rules
+        assert _request(port, "/v2/models/stats")[0] == 403
+
+
+def test_a_header_rule_of_http_restricted_api_guards_custom_routes() -> None:
+    with running_triton(_bind, http_restricted_api="custom:route-key=open-sesame") as triton:
+        port = triton.http_port
+        assert port is not None
+        status, body = _request(port, "/double", {"x": [1.0]})
+        assert (status, json.loads(body)) == (403, {"error": "This API is restricted, expecting header 'route-key'"})
+        assert _request(port, "/double", {"x": [1.0]}, headers={"route-key": "open-sesame"})[0] == 200
 
 
 def test_routes_open_by_default_under_the_default_token_rules() -> None:
