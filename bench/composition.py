@@ -9,8 +9,7 @@ HTTP/1.1 connections, one per client, from client processes of its own (uvloop w
 * ``pre alone``: the preprocessing model by itself: one hop, no inner call (the reference for the inner call's cost);
 * ``in-process``: ``pipeline``, which runs the same preprocessing and then calls ``identity`` in-process (a sync
   callable: its batch is one inner request);
-* ``in-process async``: ``pipeline_async``, the same as an ``async def`` callable (its requests' inner calls
-  awaited together);
+* ``in-process async``: ``pipeline_async``, the same as an ``async def`` callable;
 * ``two hops``: ``pre``, then ``identity`` with ``pre``'s output, each a request of the client.
 
 A pipeline is one request in the first two modes, two in the last; req/s counts pipelines. p50 is a pipeline's.

@@ -4,17 +4,18 @@
 
 Models (FP32 ``x`` [-1] -> ``y``, max_batch_size 64, default dynamic batcher, sync callables):
 
-* ``pre``: the Python preprocessing step, ``y = x * 2 + 1``;
+* ``pre``: the Python preprocessing step, ``y = x * 2 + 1`` (the batch's rows stacked, then split again, as the
+  pipelines do);
 * ``identity``: ``y = x``;
 * ``pipeline``: the preprocessing step, then ``identity`` called in-process (pytriton.compose.call_model), its
-  output answered. The same work as ``pre`` then ``identity`` called one after the other by the client;
+  output answered (the whole batch as one inner request). The same work as ``pre`` then ``identity`` called one
+  after the other by the client;
 * ``pipeline_async``: the same as an ``async def`` callable (call_model_async).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from typing import Any, Dict, List
@@ -25,14 +26,26 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
 import numpy as np
 
 from pytriton.compose import call_model, call_model_async
-from pytriton.decorators import batch
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
 
+def _stacked(requests: List[Any]) -> np.ndarray:
+    """The batch's inputs as one array (each request's rows in order)."""
+    return requests[0]["x"] if len(requests) == 1 else np.concatenate([request["x"] for request in requests])
+
+
+def _split(y: np.ndarray, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """One response per request: its rows of `y`."""
+    if len(requests) == 1:
+        return [{"y": y}]
+    bounds = np.cumsum([len(request["x"]) for request in requests])[:-1]
+    return [{"y": part} for part in np.split(y, bounds)]
+
+
 def pre(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     """The preprocessing step."""
-    return [{"y": request["x"] * 2 + 1} for request in requests]
+    return _split(_stacked(requests) * 2 + 1, requests)
 
 
 def identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
@@ -40,16 +53,15 @@ def identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"y": request["x"]} for request in requests]
 
 
-@batch
-def pipeline(x: np.ndarray) -> Dict[str, np.ndarray]:
+def pipeline(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     """The preprocessing step, then `identity` in-process: the whole batch as one request."""
-    return call_model("identity", {"x": x * 2 + 1})
+    return _split(call_model("identity", {"x": _stacked(requests) * 2 + 1})["y"], requests)
 
 
 async def pipeline_async(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    """`pipeline` as an async callable: the preprocessing on the loop, then `identity` awaited."""
-    calls = [call_model_async("identity", {"x": request["x"] * 2 + 1}) for request in requests]
-    return list(await asyncio.gather(*calls))  # together: they batch in identity's queue
+    """`pipeline` as an async callable (call_model_async)."""
+    outputs = await call_model_async("identity", {"x": _stacked(requests) * 2 + 1})
+    return _split(outputs["y"], requests)
 
 
 def main() -> None:

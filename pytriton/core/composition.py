@@ -125,7 +125,7 @@ async def await_in_path(path: Optional[CallPath], awaitable: Any) -> Any:
 class InnerCall(ResponseSink):
     """One inner call's sink: responses (or the error) gathered on the loop, `wake()` called on each change."""
 
-    __slots__ = ("_path", "_timer", "ended", "error", "items", "model", "queued", "wake")
+    __slots__ = ("_path", "_timer", "ended", "error", "items", "model", "queued", "streaming", "wake")
 
     def __init__(self, wake: Callable[[], None]) -> None:
         """Create the sink; `wake` runs on the loop after each response and at the end."""
@@ -135,6 +135,7 @@ class InnerCall(ResponseSink):
         self.error: Optional[InferenceError] = None
         self.model: Any = None
         self.queued: Optional[ResponseSink] = None
+        self.streaming = False  # a stream's reader is woken by each response; a single call's by its end only
         self._path: Optional[CallPath] = None
         self._timer: Optional[asyncio.TimerHandle] = None
 
@@ -146,7 +147,8 @@ class InnerCall(ResponseSink):
         """Keep one response."""
         if not self.ended:
             self.items.append(response)
-            self.wake()
+            if self.streaming:
+                self.wake()
 
     def fail(self, error: InferenceError) -> None:
         """End the call with the inner model's error."""
@@ -194,6 +196,7 @@ class InnerCall(ResponseSink):
         streaming: bool,
     ) -> None:
         """On the loop: queue the call on model `name`; a refusal ends it at once with its error."""
+        self.streaming = streaming
         try:
             self._start(path, name, inputs, version, parameters, requested_outputs, timeout_s, streaming)
         except InferenceError as error:
