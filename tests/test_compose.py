@@ -249,6 +249,9 @@ def _bind_cancellation(triton: Triton, gate: threading.Event, seen: List[ModelCa
 
     config = ModelConfig(max_batch_size=8)
     triton.bind("caller", caller, INPUTS, OUTPUTS, config=config)
+    # Its requests wait in its queue first, so that their batch runs in a task of the scheduler's own.
+    delayed = ModelConfig(max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=5_000))
+    triton.bind("delayed_caller", caller, INPUTS, OUTPUTS, config=delayed)
     triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
 
 
@@ -279,12 +282,23 @@ def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
         assert seen[0].message == "the request to model 'caller' that made the call has ended"
         assert _failures(url, "gated") == 1
 
+        # The same for a batch that runs in the scheduler's task: once no request of it has a client left.
+        with pytest.raises(InferenceServerException) as left:
+            client.infer("delayed_caller", [given], client_timeout=0.5)
+        assert left.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: len(seen) == 2)
+        assert seen[1].status.name == "CANCELLED"
+        assert (
+            seen[1].message == "every request of the batch of model 'delayed_caller' that made the call was cancelled"
+        )
+        assert _failures(url, "gated") == 2
+
         # The outer request's timeout (the `timeout` parameter, in microseconds) bounds the inner call.
         with pytest.raises(InferenceServerException) as expired:
             _infer_with(url, "caller", {}, timeout_us=300_000)
         assert expired.value.status() == "503"
         assert expired.value.message() == "the deadline passed before model 'gated' answered"
-        assert _failures(url, "gated") == 2
+        assert _failures(url, "gated") == 3
         assert _pending(triton, "gated") == 0
         gate.set()
         blocker.join(10)
