@@ -14,6 +14,8 @@ HTTP/1.1 connections, one per client, from client processes of its own (uvloop w
 
 A pipeline is one request in the first two modes, two in the last; req/s counts pipelines. p50 is a pipeline's.
 "The inner call adds" is an in-process p50 minus pre alone's: what the in-process call to ``identity`` adds.
+First, without a client, sync and async callables call a sync and an async identity 2,000 times in a row: the
+microseconds of one inner call's whole round trip, each caller kind to each callee kind.
 """
 
 from __future__ import annotations
@@ -159,6 +161,25 @@ def _check(port: int) -> None:
             assert json.loads(answer.read())["outputs"][0]["data"] == expected, path
 
 
+def inner_call_cost(port: int) -> Dict[str, float]:
+    """Microseconds per inner call, each caller kind to each callee kind, without a client (the median of 3)."""
+    costs: Dict[str, float] = {}
+    for caller in ("sync_loop", "async_loop"):
+        for target in ("identity", "identity_async"):
+            document = orjson.loads(_body(_VALUES[:1]))
+            document["inputs"][0]["shape"] = [1, 1]
+            document["parameters"] = {"target": target}
+            runs = []
+            for _ in range(3):
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/v2/models/{caller}/infer", data=orjson.dumps(document)
+                )
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    runs.append(float(json.loads(answer.read())["outputs"][0]["data"][0]))
+            costs[f"{caller.split('_')[0]} -> {'async' if target.endswith('async') else 'sync'}"] = sorted(runs)[1]
+    return costs
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Run every mode at every client count; print a table (and JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -174,6 +195,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     results: Dict[str, Dict[int, List[Tuple[float, float]]]] = {mode: {count: [] for count in counts} for mode in MODES}
     try:
         _check(port)
+        costs = inner_call_cost(port)
         for _ in range(args.rounds):
             for count in counts:
                 for mode in MODES:
@@ -181,7 +203,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(30)
-    summary: Dict[str, Any] = {}
+    summary: Dict[str, Any] = {"inner_call_us": costs}
+    print("an inner call's round trip, caller -> callee (sync or async callables), no client:")
+    for pair, cost in costs.items():
+        print(f"  {pair:<15} {cost:6.1f} us")
     print(f"{'clients':>7}  {'mode':<11}  {'req/s':>9}  {'p50 us':>8}")
     for count in counts:
         medians = {}

@@ -10,7 +10,10 @@ Models (FP32 ``x`` [-1] -> ``y``, max_batch_size 64, default dynamic batcher, sy
 * ``pipeline``: the preprocessing step, then ``identity`` called in-process (pytriton.compose.call_model), its
   output answered (the whole batch as one inner request). The same work as ``pre`` then ``identity`` called one
   after the other by the client;
-* ``pipeline_async``: the same as an ``async def`` callable (call_model_async).
+* ``pipeline_async``: the same as an ``async def`` callable (call_model_async);
+* ``sync_loop``, ``async_loop``: a sync and an async callable that call the model named by their ``target``
+  parameter (``identity``, or ``identity_async``, the same as an async callable) 2,000 times one after the other
+  and answer the microseconds per call: an inner call's whole round trip, without a client.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any, Dict, List
 
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
@@ -64,6 +68,35 @@ async def pipeline_async(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return _split(outputs["y"], requests)
 
 
+async def identity_async(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """`identity` as an async callable."""
+    return [{"y": request["x"]} for request in requests]
+
+
+LOOP_CALLS = 2000
+_ONE_ROW = np.zeros((1, 16), np.float32)
+
+
+def sync_loop(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """LOOP_CALLS calls to the model named by the `target` parameter, one after the other: microseconds per call."""
+    target = str((requests[0].parameters or {})["target"])
+    started = time.perf_counter()
+    for _ in range(LOOP_CALLS):
+        call_model(target, {"x": _ONE_ROW})
+    per_call = (time.perf_counter() - started) / LOOP_CALLS * 1e6
+    return [{"y": np.full((1, 1), per_call, np.float32)} for _ in requests]
+
+
+async def async_loop(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """`sync_loop` as an async callable."""
+    target = str((requests[0].parameters or {})["target"])
+    started = time.perf_counter()
+    for _ in range(LOOP_CALLS):
+        await call_model_async(target, {"x": _ONE_ROW})
+    per_call = (time.perf_counter() - started) / LOOP_CALLS * 1e6
+    return [{"y": np.full((1, 1), per_call, np.float32)} for _ in requests]
+
+
 def main() -> None:
     """Serve until SIGTERM."""
     parser = argparse.ArgumentParser()
@@ -76,7 +109,16 @@ def main() -> None:
         "config": config,
     }
     triton = Triton(config=TritonConfig(http_port=args.http_port, grpc_port=0, metrics_port=0))
-    for name, fn in (("pre", pre), ("identity", identity), ("pipeline", pipeline), ("pipeline_async", pipeline_async)):
+    models = (
+        ("pre", pre),
+        ("identity", identity),
+        ("identity_async", identity_async),
+        ("pipeline", pipeline),
+        ("pipeline_async", pipeline_async),
+        ("sync_loop", sync_loop),
+        ("async_loop", async_loop),
+    )
+    for name, fn in models:
         triton.bind(name, fn, **tensors)
     triton.serve()
 
