@@ -16,7 +16,9 @@ from pytriton.exceptions import PyTritonValidationError
 from pytriton.options.access import ACCESS_TOKEN_HEADER, Category
 
 # The API names a restriction may list (Triton's).
-VALID_TRITON_ENDPOINTS = {category.value for category in Category}
+VALID_TRITON_ENDPOINTS = {category.value for category in Category if category is not Category.CUSTOM}
+# pytriton's own besides: "custom", the routes and apps added with Triton.add_route and Triton.mount.
+_VALID_ENDPOINTS = VALID_TRITON_ENDPOINTS | {Category.CUSTOM.value}
 # The APIs a default server restricts to its access token.
 DEFAULT_PROTECTED_ENDPOINTS = ["shared-memory", "model-repository", "statistics", "trace", "logging"]
 TRITON_ACCESS_HEADER = ACCESS_TOKEN_HEADER
@@ -46,11 +48,11 @@ class TritonSecurityConfig:
         """Apply the defaults and check the endpoint names."""
         if self.restricted_endpoints is None:
             self.restricted_endpoints = list(DEFAULT_PROTECTED_ENDPOINTS)
-        invalid = set(self.restricted_endpoints) - VALID_TRITON_ENDPOINTS
+        invalid = set(self.restricted_endpoints) - _VALID_ENDPOINTS
         if invalid:
             raise PyTritonValidationError(
                 f"Invalid endpoint names: {', '.join(sorted(invalid))}. "
-                f"Valid endpoints are: {', '.join(sorted(VALID_TRITON_ENDPOINTS))}"
+                f"Valid endpoints are: {', '.join(sorted(_VALID_ENDPOINTS))}"
             )
         if self.openai_api_key is None:
             self.openai_api_key = os.environ.get(OPENAI_API_KEY_VARIABLE) or None

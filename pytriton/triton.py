@@ -6,7 +6,7 @@ import copy
 import dataclasses
 import logging
 import pathlib
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 from pytriton.context import attach_context
 from pytriton.core.spec import ModelSpec
@@ -141,6 +141,21 @@ class Triton(TritonBase):
         self._launch()
         self.connect()
         self._serving()
+
+    def add_route(self, path: str, handler: Callable[..., Any], methods: Sequence[str] = ("POST",)) -> None:
+        """Serve `handler` at `path` on the HTTP port (before or after run()); docs/composition.md.
+
+        `handler(request: RouteRequest)` (pytriton.routes) returns a RouteResponse, a JSON-able value, str or
+        bytes; an `async def` handler runs on the event loop, a plain one in a worker thread. A path segment
+        `{name}` matches any one segment (`request.path_params["name"]`). Inside it, pytriton.compose calls
+        bound models in-process. Paths under /v1 and /v2 are refused; the access rules of the API "custom"
+        apply (TritonSecurityConfig.restricted_endpoints, http_restricted_api).
+        """
+        self._runtime.routes.add_route(path, handler, methods)
+
+    def mount(self, prefix: str, app: Any) -> None:
+        """Serve an ASGI app for every path under `prefix` on the HTTP port (its scope's root_path is `prefix`)."""
+        self._runtime.routes.mount(prefix, app)
 
     def get_access_token(self) -> Optional[str]:
         """The token the restricted APIs expect (None when nothing is restricted)."""

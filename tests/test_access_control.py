@@ -81,7 +81,8 @@ def test_bad_rules_are_refused(text: str, message: str) -> None:
         ("/v2/repository/index", Category.MODEL_REPOSITORY),
         ("/v2/repository/models/m/load", Category.MODEL_REPOSITORY),
         ("/v2/systemsharedmemory/status", Category.SHARED_MEMORY),
-        ("/metrics", None),
+        ("/metrics", Category.CUSTOM),  # outside /v1 and /v2: a custom route's (Triton.add_route)
+        ("/my/route", Category.CUSTOM),
         ("/v2/nope", None),
     ],
 )

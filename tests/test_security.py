@@ -90,8 +90,8 @@ def test_unknown_endpoint_names_are_refused_with_the_valid_ones() -> None:
     with pytest.raises(PyTritonValidationError) as raised:
         TritonSecurityConfig(restricted_endpoints=["model-repository", "everything"])
     assert raised.value.message == (
-        "Invalid endpoint names: everything. Valid endpoints are: health, inference, logging, metadata, model-config, "
-        "model-repository, shared-memory, statistics, trace"
+        "Invalid endpoint names: everything. Valid endpoints are: custom, health, inference, logging, metadata, "
+        "model-config, model-repository, shared-memory, statistics, trace"  # custom: pytriton's own (Triton.add_route)
     )
 
 

@@ -8,6 +8,7 @@ import inspect
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
+from pytriton.core.composition import CURRENT, await_in_path, run_in_path
 from pytriton.core.custom_metrics import end_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import host_step
@@ -133,10 +134,15 @@ class Instance:
         """Start a non-streaming call now; await the result (`hand_over`: see WorkerThread.submit).
 
         A sync callable starts in the instance thread before this returns; an async one runs when awaited.
+        Either runs with the batch's call path (core/composition.py), which the scheduler made current.
         """
+        path = CURRENT.get()
         if self.kind is CallableKind.ASYNC:
-            return _scoped_async_call(self.fn, requests, self.model)
-        return self._worker.submit(_scoped_call, self.fn, requests, self.model, hand_over=hand_over)
+            call = _scoped_async_call(self.fn, requests, self.model)
+            return call if path is None else await_in_path(path, call)
+        if path is None:
+            return self._worker.submit(_scoped_call, self.fn, requests, self.model, hand_over=hand_over)
+        return self._worker.submit(run_in_path, path, _scoped_call, self.fn, requests, self.model, hand_over=hand_over)
 
     def cancel(self, request: Request) -> None:
         """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
@@ -165,6 +171,7 @@ class Instance:
         """Iterate a sync generator in the instance thread, handing each step to the loop."""
         inbox = inbox_of(asyncio.get_running_loop())
         queue: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
+        path = CURRENT.get()
 
         def produce() -> None:
             stay_in_model_scope(self.model)
@@ -181,7 +188,7 @@ class Instance:
             except BaseException as error:  # noqa: BLE001 - handed to the loop and raised there
                 inbox.post(queue.put_nowait, ("error", error))
 
-        self._worker.submit(produce)
+        self._worker.submit(run_in_path, path, produce)
         while True:
             kind, value = await queue.get()
             if kind == "end":

@@ -27,6 +27,7 @@ class InferenceRequest:
         "id",
         "inputs",
         "live_sequence",
+        "origin",
         "parameters",
         "priority",
         "requested_outputs",
@@ -58,6 +59,9 @@ class InferenceRequest:
         self.arrival_ns = arrival_ns
         self.sequence = sequence
         self.live_sequence: Any = None  # the sequence it belongs to, once a sequence batcher admitted it
+        # An inner call's (core/composition.py): the models on its way in, its deadline (monotonic ns, 0: none) and
+        # the span of its caller's request (None: not traced).
+        self.origin: Optional[Tuple[Tuple[str, ...], int, Any]] = None
         self._shape_key: Optional[ShapeKey] = None
 
     @property

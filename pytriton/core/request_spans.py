@@ -28,8 +28,11 @@ class TracedCall(Protocol):
 class SpanSource(Protocol):
     """A traced model's tracer: decides which requests are traced and opens their spans."""
 
-    def start(self, enqueue_ns: int) -> Optional[TracedCall]:
-        """The spans of a request queued at `enqueue_ns` (monotonic) that starts now; None when not sampled."""
+    def start(self, enqueue_ns: int, parent: Any = None) -> Optional[TracedCall]:
+        """The spans of a request queued at `enqueue_ns` (monotonic) that starts now; None when not sampled.
+
+        `parent`: the span of the request whose callable made this one (core/composition.py), which they nest under.
+        """
 
 
 class TracedRequest(Request):

@@ -6,10 +6,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Deque, Dict, List, Optional, Set, Tuple
 
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
+from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, batch_path
 from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
@@ -82,6 +83,8 @@ class Scheduler:
         self._accepting = True
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
         self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
+        self.models: Optional[Models] = None  # where the callable's inner calls go (set by the engine)
+        self._paths: Dict[CallPath, List[Entry]] = {}  # the call paths of the batches running, and their requests
         self.failures = FailureLog(f"'{spec.name}' version {spec.version}")
 
     @property
@@ -183,13 +186,18 @@ class Scheduler:
 
         A running request's callable sees `is_cancelled()` (a generator stops at its next step: core/running.py).
 
-        Looked up rather than remembered, so that a request costs nothing extra unless its client leaves.
+        Looked up rather than remembered, so that a request costs nothing extra unless its client leaves. A
+        request whose batch runs already stays in it; once no request of the batch has a client left, the
+        inner calls its callable has in flight are cancelled (core/composition.py).
         """
         for entry in self._queues:
             if entry.sink is sink:
                 self._leave_queue(entry)
                 return
         self._batches.cancel(sink)
+        for path, batch in list(self._paths.items()):
+            if all(entry.sink.done() for entry in batch):
+                path.close(f"every request of the batch of model '{self.spec.name}' that made the call was cancelled")
 
     def _leave_queue(self, entry: Entry) -> None:
         """Take out a queued request whose client went away (CANCELED), freeing its place and inputs."""
@@ -280,6 +288,7 @@ class Scheduler:
         start_ns = time.monotonic_ns()
         instance.call_started_ns = start_ns
         requests = []
+        traced_span: Any = None  # a traced request's compute span: the batch's inner calls nest under it
         for entry in batch:
             entry.queue_ns = start_ns - entry.enqueue_ns
             request = entry.request
@@ -291,8 +300,12 @@ class Scheduler:
                 call_request = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
             else:
                 call_request = self._sequence_request(request, names, live.serial)
-            traced = self.spans.start(entry.enqueue_ns) if self.spans is not None else None
+            traced = None
+            if self.spans is not None:
+                origin = request.origin
+                traced = self.spans.start(entry.enqueue_ns, origin[2] if origin is not None else None)
             if traced is not None:
+                traced_span = traced.span
                 call_request = traced_request(call_request, traced)
                 entry.sink = TracedSink(entry.sink, traced)
             entry.call = call_request
@@ -302,11 +315,35 @@ class Scheduler:
         slots = self._order.reserve(len(batch)) if self._order is not None else None
         running = RunningBatch(batch, instance, self.spec.decoupled)
         self._batches.add(running)
+        path = self._path_of(batch) if self.models is not None else None
+        if path is not None and traced_span is not None:
+            path.span = traced_span
         infer_start_ns = time.monotonic_ns()
-        call = None if self.spec.decoupled else self._call(instance, requests, hand_over)
-        if not hand_over and asyncio.iscoroutine(call):
-            call = CancelShieldedCall(call)  # run at once in a task its client may cancel: not the callable
-        return self._run(running, requests, slots, call, (start_ns, infer_start_ns))
+        if self.spec.decoupled:
+            call = None
+        else:
+            token = CURRENT.set(path)  # the instance hands it to the callable's thread or coroutine
+            try:
+                call = self._call(instance, requests, hand_over)
+            finally:
+                CURRENT.reset(token)
+            if not hand_over and asyncio.iscoroutine(call):
+                call = CancelShieldedCall(call)  # run at once in a task its client may cancel: not the callable
+        return self._run(running, requests, slots, call, (start_ns, infer_start_ns), path)
+
+    def _path_of(self, batch: List[Entry]) -> CallPath:
+        """The call path a batch's callable makes its inner calls on (core/composition.py)."""
+        assert self.models is not None
+        if any(entry.request.origin is not None or entry.request.timeout_us for entry in batch):
+            origins = [entry.request.origin for entry in batch]
+            deadlines = [
+                entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0 for entry in batch
+            ]
+            path = batch_path(self.models, self.spec.name, origins, deadlines)
+        else:  # clients' requests without a timeout: the usual batch
+            path = CallPath(self.models, (self.spec.name,), 0)
+        self._paths[path] = batch
+        return path
 
     def _sequence_request(self, request: InferenceRequest, names: List[str], serial: int) -> Request:
         """The Request of a sequence's request: its sequence's id and flags, and the control inputs configured."""
@@ -349,6 +386,7 @@ class Scheduler:
         slots: Optional[List[Slot]],
         call: Optional[Awaitable[Any]],
         started_ns: Tuple[int, int],
+        path: Optional[CallPath] = None,
     ) -> None:
         """Wait for a batch's call (`call`, started already; None: a decoupled model's, started here) and respond.
 
@@ -365,7 +403,7 @@ class Scheduler:
             if self._in_flight.cut:  # a batch that left the queue just before the cut-off: answer it now
                 raise self._stopped()
             if call is None:
-                await self._run_streaming(running, requests)
+                await self._run_streaming(running, requests, path)
                 infer_end_ns = output_end_ns = time.monotonic_ns()
                 for index, entry in enumerate(batch):
                     self._hand_over(slots, index, self._end_stream, entry)
@@ -409,6 +447,9 @@ class Scheduler:
                 raise
         finally:
             self._batches.discard(running)
+            if path is not None:
+                self._paths.pop(path, None)
+                path.close(f"the request to model '{spec.name}' that made the call has ended")
             self._in_flight.leave(task)
             self.stats.record_execution(
                 sum(entry.request.batch_size for entry in batch) if spec.batching else 1,
@@ -466,12 +507,13 @@ class Scheduler:
         if totals:
             self.stats.record_successes(totals, queues, compute, inferences)
 
-    async def _run_streaming(self, running: RunningBatch, requests: List[Request]) -> None:
+    async def _run_streaming(self, running: RunningBatch, requests: List[Request], path: Optional[CallPath]) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
         batch = running.entries
         stop = running.stop
         assert stop is not None
         steps = running.instance.steps(requests, stop)
+        token = CURRENT.set(path)  # this task runs an async generator's steps; a thread's takes it when it starts
         try:
             async for step in steps:
                 results = check_results(self.spec, step, len(batch))
@@ -489,9 +531,12 @@ class Scheduler:
         finally:
             stop.set()  # a generator still running in the instance thread stops at its next step
             await steps.aclose()  # type: ignore[attr-defined]
+            CURRENT.reset(token)
 
     def _as_inference_error(self, error: BaseException, requests: int) -> InferenceError:
         """Map what a batch of `requests` raised to the error its requests get, and log the model's faults."""
+        if isinstance(error, ModelCallError):  # an inner call's error, which its own model logged
+            return error
         if isinstance(error, InferenceError):
             self.failures.outputs_refused(error, requests)
             return error

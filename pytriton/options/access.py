@@ -28,6 +28,7 @@ class Category(enum.Enum):
     STATISTICS = "statistics"
     TRACE = "trace"
     LOGGING = "logging"
+    CUSTOM = "custom"  # pytriton's own: the user's routes and mounted apps on the HTTP port (options/routes.py)
 
 
 class Restriction(NamedTuple):
@@ -128,12 +129,12 @@ class AccessRules:
 
 
 def http_category(path: str) -> Optional[Category]:
-    """The category of an HTTP path (None for paths outside the API, which are never restricted)."""
+    """The category of an HTTP path; one outside /v1 and /v2 is a custom route's (options/routes.py)."""
     parts: List[str] = path.strip("/").split("/")
     if parts[0] == "v1":  # the OpenAI API (transport/openai): its listing is metadata, the rest inference
         return Category.METADATA if parts[1:2] == ["models"] else Category.INFERENCE
     if parts[0] != "v2":
-        return None
+        return Category.CUSTOM
     rest = parts[1:]
     if len(rest) >= 2 and rest[0] == "models" and rest[1] != "stats":
         action = rest[2:]

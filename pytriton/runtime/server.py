@@ -22,6 +22,7 @@ from pytriton.core.process_instances.spawn import ProcessPlan, StartError
 from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonRuntimeError
 from pytriton.options.log_trace import ServerSettings, TraceSetting
+from pytriton.options.routes import CustomRoutes
 from pytriton.options.server import ServerOptions
 from pytriton.runtime.heap import thaw
 from pytriton.runtime.logging_setup import use_default_logging
@@ -92,6 +93,7 @@ class ServerRuntime:
         self.vertex_ai_port: Optional[int] = None
         self._openai_port: Optional[int] = None  # the OpenAI API's own port, when it has one
         self._attach: Optional[AttachServer] = None
+        self.routes = CustomRoutes()  # the user's routes and mounted apps on the HTTP port (Triton.add_route)
         self._pool: Optional[FrontendPool] = None  # the frontend processes, when options.frontends > 1
         self.running = False
         self._announced = False  # whether the startup line was logged; models bound later get a line each
@@ -246,7 +248,7 @@ class ServerRuntime:
             if options.metrics_enabled:
                 from pytriton.transport.metrics import MetricsFrontend
 
-                metrics_frontend = MetricsFrontend(self.engine, options)
+                metrics_frontend = MetricsFrontend(self.engine, options, self.routes)
                 await self._start_frontend(metrics_frontend)
                 self.metrics_port = metrics_frontend.port
             if options.openai_port is not None:
@@ -338,6 +340,7 @@ class ServerRuntime:
             access=options.http_access,
             settings=self.settings,
             openai=self._openai_app() if options.openai_port is None else None,
+            routes=self.routes,
         )
 
     def _openai_app(self) -> Any:

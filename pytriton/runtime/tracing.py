@@ -112,8 +112,8 @@ class _ModelTracer:
         self._settings = settings
         self._on_exhausted = on_exhausted
 
-    def start(self, enqueue_ns: int) -> Optional[_TracedCall]:
-        """The spans of a request that leaves the queue now, when it is sampled."""
+    def start(self, enqueue_ns: int, parent: Any = None) -> Optional[_TracedCall]:
+        """The spans of a request that leaves the queue now, when it is sampled; under `parent` when given."""
         settings = self._settings
         if not settings.sample(self._name):
             return None
@@ -122,7 +122,8 @@ class _ModelTracer:
         now_ns = time.time_ns()
         arrival_ns = now_ns - (time.monotonic_ns() - enqueue_ns)
         tracer = self._tracer
-        root = tracer.start_span("request", start_time=arrival_ns, attributes=self._attributes)
+        above = self._in_context(parent) if parent is not None else None
+        root = tracer.start_span("request", context=above, start_time=arrival_ns, attributes=self._attributes)
         context = self._in_context(root)
         tracer.start_span("queue", context=context, start_time=arrival_ns).end(end_time=now_ns)
         compute = tracer.start_span("compute", context=context, start_time=now_ns)

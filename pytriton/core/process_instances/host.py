@@ -9,16 +9,20 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import select
 import signal
 import socket
 import sys
 import threading
 import traceback
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pytriton.core.composition import ModelCallError, set_process_caller
 from pytriton.core.custom_metrics import REGISTRY
+from pytriton.core.errors import Status
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
@@ -30,6 +34,8 @@ from pytriton.core.process_instances.protocol import (
     FORGET,
     JOB,
     METRICS,
+    MODEL_ANSWER,
+    MODEL_CALL,
     READY,
     RESULT,
     SEGMENT,
@@ -43,7 +49,7 @@ from pytriton.core.process_instances.result_arena import ResultArena
 from pytriton.core.sequence_states import SequenceStates
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.spawn import die_with_parent
-from pytriton.ipc.tensors import ArenaWriter, Buffer
+from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
 from pytriton.proxy.types import Request, mark_cancelled
 
 
@@ -88,7 +94,13 @@ class InstanceHost:
         self._job_id = 0
         self._job_requests: List[Request] = []
         self._stop_job = 0
-        self._reading = threading.Lock()  # a callable may ask is_cancelled() from threads of its own
+        # A callable may ask is_cancelled() and call models from threads of its own: one reads the channel at a
+        # time, and the answers to each open model call wait in `_answers` for the thread that made the call.
+        self._reading = threading.Lock()
+        self._answers: Dict[int, Deque[Message]] = {}
+        self._next_call_id = 0
+        self._sending = threading.Lock()
+        set_process_caller(self.call_model)
 
     def serve(self) -> None:
         """Answer jobs until Exit (after the job in progress) or the end of the channel."""
@@ -118,6 +130,7 @@ class InstanceHost:
         (unless the model kept them): the server may then write the next batch where they were.
         """
         _, job_id, streaming, batch, arena, given_back, forgotten = message.head
+        self._job_id = job_id
         if forgotten:
             self._states.forget(forgotten)
         for done in given_back:
@@ -243,24 +256,96 @@ class InstanceHost:
             self._job_requests = []
 
     def read_messages(self) -> None:
-        """Read what the server sent while a job runs (stops, cancels, buffers), without waiting for more.
+        """Read what the server sent while a job runs (stops, cancels, answers, buffers), without waiting for more.
 
         Between jobs it reads nothing: a thread the callable left behind that asks is_cancelled() then must not
         take the server's next job.
         """
         with self._reading:
             while self._job_requests and not self._exiting and self.channel.readable():
-                message = self.channel.receive()
+                self._take(self.channel.receive())
+
+    def _take(self, message: Message) -> None:
+        """Act on a message that came while a job runs (the caller holds `_reading`)."""
+        head = message.head
+        if head[0] == EXIT:
+            self._exiting = True
+        elif head[0] == STOP:
+            self._stop_job = head[1]
+        elif head[0] == CANCEL:
+            if head[1] == self._job_id and head[2] < len(self._job_requests):
+                mark_cancelled(self._job_requests[head[2]])
+        elif head[0] == MODEL_ANSWER:
+            answers = self._answers.get(head[1])
+            if answers is not None:  # else an answer to a call left before its end
+                answers.append(message)
+        else:
+            self._control(message)
+
+    def _next_answer(self, call_id: int) -> Message:
+        """The next answer to model call `call_id`, reading (and acting on) what else comes before it.
+
+        The wait for the socket is outside the lock, so that another thread's is_cancelled() never waits for a
+        model's answer; it is bounded, as that thread may take the bytes this one waited for.
+        """
+        while True:
+            with self._reading:
+                answers = self._answers[call_id]
+                if answers:
+                    return answers.popleft()
+                if self._exiting or not self._job_requests:
+                    raise ModelCallError(Status.UNAVAILABLE, "the request that made the call has ended")
+                if self.channel.readable():
+                    self._take(self.channel.receive())
+                    continue
+            select.select([self.channel.sock], [], [], 0.05)
+
+    def call_model(
+        self,
+        name: str,
+        inputs: Dict[str, Any],
+        version: Optional[str],
+        parameters: Optional[Dict[str, Any]],
+        requested_outputs: Optional[Sequence[str]],
+        timeout_s: Optional[float],
+        streaming: bool,
+    ) -> Iterator[Dict[str, np.ndarray]]:
+        """The running job's call to a model of the server (pytriton.compose): each response's outputs, as they come.
+
+        The channel is read here until the call ends, and what else comes meanwhile (STOP, CANCEL, EXIT, buffers)
+        is acted on. A call left before its end is not told to the server: its late answers are dropped. Only a
+        running job may call: between jobs the channel is the serving loop's to read.
+        """
+        with self._reading:
+            if not self._job_requests:
+                raise ModelCallError(
+                    Status.INVALID_ARGUMENT, "a model is called only while a request of this instance runs"
+                )
+            self._next_call_id += 1
+            call_id = self._next_call_id
+            self._answers[call_id] = deque()
+        try:
+            arrays = {
+                key: value if isinstance(value, np.ndarray) else np.asarray(value) for key, value in inputs.items()
+            }
+            packed, body, _ = ArenaWriter(0).pack([arrays])
+            head = (MODEL_CALL, self._job_id, call_id, name, packed, version, parameters, requested_outputs)
+            with self._sending:
+                self.channel.send((*head, timeout_s, streaming), body)
+            reader = ArenaReader()
+            while True:
+                message = self._next_answer(call_id)
                 head = message.head
-                if head[0] == EXIT:
-                    self._exiting = True
-                elif head[0] == STOP:
-                    self._stop_job = head[1]
-                elif head[0] == CANCEL:
-                    if head[1] == self._job_id and head[2] < len(self._job_requests):
-                        mark_cancelled(self._job_requests[head[2]])
+                if head[2] == "response":
+                    outputs = reader.unpack(head[3], message.body, copy=True)[0]
+                    yield {key: np.array(value, copy=True) for key, value in outputs.items()}
+                elif head[2] == "end":
+                    return
                 else:
-                    self._control(message)
+                    raise ModelCallError(Status[head[3]], head[4])
+        finally:
+            with self._reading:
+                del self._answers[call_id]
 
     def _control(self, message: Message) -> None:
         """The frontend buffers the server passes on (SEGMENT) and lets go of (FORGET)."""
@@ -291,7 +376,8 @@ class InstanceHost:
         updates = REGISTRY.take_updates()
         if updates:
             message = [*encode((METRICS, updates)), *message]
-        self.channel.send_encoded(message, fds)
+        with self._sending:  # a thread of the callable may be sending a model call
+            self.channel.send_encoded(message, fds)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         """The loop async callables run on, made at their first call."""

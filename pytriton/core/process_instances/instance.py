@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optiona
 
 import numpy as np
 
+from pytriton.core.composition import CURRENT, CallPath, InnerCall, outputs_of
 from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.errors import BatchNotRun
 from pytriton.core.instances import CallableKind, Step
@@ -34,6 +35,8 @@ from pytriton.core.process_instances.protocol import (
     FORGET,
     JOB,
     METRICS,
+    MODEL_ANSWER,
+    MODEL_CALL,
     RESULT,
     SEGMENT,
     STOP,
@@ -47,7 +50,7 @@ from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
 from pytriton.ipc.spawn import exit_status, stop_process
-from pytriton.ipc.tensors import ArenaReader, SharedPlaces
+from pytriton.ipc.tensors import ArenaReader, ArenaWriter, SharedPlaces
 from pytriton.proxy.types import Request, mark_cancelled
 
 LOGGER = logging.getLogger(__name__)
@@ -128,6 +131,7 @@ class _Job:
         self.future = future
         self.steps = steps
         self.requests = requests  # what the scheduler knows them by: a cancel names one by its index here
+        self.path: Optional[CallPath] = CURRENT.get()  # the batch's call path: its callable's calls to other models
 
     def fail(self, error: BaseException) -> None:
         """End the job with an error."""
@@ -315,13 +319,16 @@ class ProcessInstance:
         return True
 
     def _on_message(self, link: _Link, message: Message) -> None:
-        """A result, a step, an error or the end of a job."""
+        """A result, a step, an error or the end of a job; or the callable's call to another model."""
         head = message.head
         tag = head[0]
         if tag == METRICS:  # what the job about to be answered changed in custom metrics: counted before its answer
             REGISTRY.apply_updates(head[1])
             return
         job = self._job
+        if tag == MODEL_CALL:
+            self._model_call(link, job, message)
+            return
         if job is None or head[1] != job.job_id:
             if tag == RESULT:  # of no job held: its arena is still the process's from now on, its region free
                 _, job_id, _, arena, final, _ = head
@@ -362,6 +369,44 @@ class ProcessInstance:
             self._finish_job()
             if job.steps is not None:
                 job.steps.put_nowait(("end", None))
+
+    def _model_call(self, link: _Link, job: Optional[_Job], message: Message) -> None:
+        """Run the callable's call to another model on the job's call path; answer each response, then the end.
+
+        Tensors travel in the messages' bodies, both ways (copied out on arrival).
+        """
+        _, job_id, call_id, name, packed, version, parameters, requested, timeout_s, streaming = message.head
+        writer = ArenaWriter(0)
+
+        def answer(head: Any, body: Any = ()) -> None:
+            if link is self._link and self.state is InstanceState.UP:
+                try:
+                    link.channel.send(head, body)
+                except ChannelClosed:
+                    pass
+
+        def wake() -> None:
+            while call.items:
+                packed_outputs, parts, _ = writer.pack([outputs_of(call.items.popleft())])
+                answer((MODEL_ANSWER, call_id, "response", packed_outputs), parts)
+            if call.ended:
+                error = call.error
+                if error is None:
+                    answer((MODEL_ANSWER, call_id, "end"))
+                else:
+                    answer((MODEL_ANSWER, call_id, "error", error.status.name, error.message))
+
+        call = InnerCall(wake)
+        path = job.path if job is not None and job.job_id == job_id else None
+        if path is None:
+            answer((MODEL_ANSWER, call_id, "error", "CANCELLED", f"the request that calls model '{name}' has ended"))
+            return
+        try:
+            inputs = _copied(ArenaReader().unpack(packed, message.body, copy=True)[0])
+        except Exception as error:  # noqa: BLE001 - the call fails alone
+            answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", f"the call's inputs did not arrive: {error}"))
+            return
+        call.start(path, name, inputs, version, parameters, requested, timeout_s, streaming)
 
     def _finish_job(self) -> None:
         """The process is free: run the idle callbacks."""
@@ -508,6 +553,11 @@ async def start_instances(plan: ProcessPlan) -> List[ProcessInstance]:
         raise failed[0]
     LOGGER.info("model '%s': %s ready in %.2f s", plan.model_name, processes, time.monotonic() - began)
     return started
+
+
+def _copied(arrays: Any) -> Any:
+    """Arrays that own their memory (those of a message's body view the channel's buffer)."""
+    return {name: np.array(value, copy=True) for name, value in arrays.items()}
 
 
 def _sequence_of(request: Request) -> Optional[Tuple[int, Any, bool, bool]]:

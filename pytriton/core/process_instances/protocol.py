@@ -33,6 +33,11 @@ READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
 # Instance to server, sent together with (in the same write as) a RESULT, FAILURE or END when the job changed
 # custom metrics: (METRICS, updates), the updates of core/custom_metrics.py.
 METRICS = 16
+# A callable's call to another bound model (core/composition.py): instance to server (MODEL_CALL, job id, call id,
+# name, packed inputs, version, parameters, requested outputs, timeout_s, streaming), inputs in the body; server to
+# instance (MODEL_ANSWER, call id, "response", packed outputs) with the outputs in the body, then
+# (MODEL_ANSWER, call id, "end") or (MODEL_ANSWER, call id, "error", status name, message).
+MODEL_CALL, MODEL_ANSWER = 17, 8
 
 
 # A request of a job: (inputs, parameters, requested output names, sequence: (serial, id, start, end) or None);

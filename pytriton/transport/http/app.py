@@ -17,6 +17,7 @@ from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings
+from pytriton.options.routes import CustomRoutes
 from pytriton.protocol import config_override, documents, json_text
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import (
@@ -27,6 +28,7 @@ from pytriton.protocol.http_codec import (
     parse_json_object,
 )
 from pytriton.transport.http import cuda_memory, system_memory
+from pytriton.transport.http.custom import serve_custom
 from pytriton.transport.http.cycle import BODY_PARTS
 from pytriton.transport.http.responses import (
     JSON_TYPE,
@@ -81,6 +83,7 @@ class HttpFrontend:
         settings: Optional[ServerSettings] = None,
         inflation_budget: Optional[InflationBudget] = None,
         openai: Optional[Any] = None,
+        routes: Optional[CustomRoutes] = None,
     ) -> None:
         """Create the app; `header_forward_pattern` selects headers handed to callables as parameters.
 
@@ -88,7 +91,8 @@ class HttpFrontend:
         serves the logging and trace extensions (without it those routes are not found); `inflation_budget`
         bounds what decompressed bodies hold at once (the server's, shared with its other frontends; by
         default the app's own, of ServerLimits' default); `openai` serves the paths under /v1 (the OpenAI API,
-        transport/openai/), which Triton's routes leave free.
+        transport/openai/), which Triton's routes leave free; `routes` the user's own routes and mounted apps
+        (options/routes.py), outside /v1 and /v2.
         """
         self._engine = engine
         self._server_version = server_version
@@ -98,6 +102,7 @@ class HttpFrontend:
         self._access = access or None
         self._settings = settings
         self._openai = openai
+        self._routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request."""
@@ -107,6 +112,11 @@ class HttpFrontend:
             await self._openai(scope, receive, send)
             return
         try:
+            if self._routes and not scope["path"].startswith("/v2"):
+                match = self._routes.match(scope["path"], scope["method"])
+                if match is not None:
+                    await self._custom(scope, receive, send, match)
+                    return
             await self._route(scope, receive, send)
         except InferenceError as error:
             await send_error(send, error.status.http_status, error.message)
@@ -115,6 +125,24 @@ class HttpFrontend:
         except Exception as error:
             LOGGER.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             await send_error(send, 500, f"internal server error: {error}")
+
+    async def _custom(self, scope: Scope, receive: Receive, send: Send, match: Any) -> None:
+        """A custom route or mounted app (transport/http/custom.py), under the access rules of its category."""
+        assert self._routes is not None
+        if self._access is not None:
+            denial = self._access.http_denial(scope["path"], header_map(scope))
+            if denial is not None:
+                self._routes.count(_label(match, scope["path"]), scope["method"], 403)
+                raise HttpError(403, denial)
+        await serve_custom(
+            self._routes,
+            match,
+            self._engine,
+            scope,
+            receive,
+            send,
+            lambda: read_body(receive, self._max_body_bytes),
+        )
 
     def _route(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         """The handler of a request, by path and method (routing itself awaits nothing)."""
@@ -356,6 +384,15 @@ class HttpFrontend:
         if pattern is None:
             return None
         return {name: value for name, value in headers.items() if pattern.search(name)}
+
+
+def _label(match: Any, path: str) -> str:
+    """How a custom route's metrics name it: its path template, or its mount's prefix."""
+    if match.route is not None:
+        return str(match.route.path)
+    if match.mount is not None:
+        return str(match.mount.prefix)
+    return path
 
 
 async def _until_disconnect(receive: Receive) -> None:

@@ -9,6 +9,7 @@ from pytriton.core.errors import FailureReason
 from pytriton.core.model import ServedModel
 from pytriton.core.stats import ModelStats, TokenStats
 from pytriton.options.openai import OpenAIChat, OpenAICompletions
+from pytriton.options.routes import CustomRoutes
 from pytriton.options.server import MetricsSettings
 from pytriton.transport.metrics.custom import custom_families
 from pytriton.transport.metrics.exposition import Family, Labels
@@ -104,6 +105,7 @@ _SUMMARIES = (
 )
 FAILURE_REASONS = tuple(reason.value for reason in FailureReason)
 _FAILURE_HELP = "Number of failed inference requests, all batch sizes"
+_ROUTE_HELP = "Number of requests answered by a custom route or mounted app, by route, method and status"
 
 
 def collect(
@@ -112,6 +114,7 @@ def collect(
     latencies: Mapping[ServedModel, ModelLatencies],
     host: Optional[HostMonitor],
     gpu: Optional[GpuMonitor] = None,
+    routes: Optional[CustomRoutes] = None,
 ) -> List[Family]:
     """Every family, read now; runs on the event loop and only copies numbers (quantiles come later)."""
     families: Dict[str, Family] = {}
@@ -149,6 +152,10 @@ def collect(
             _add_latencies(families, labels, observed, settings)
         if isinstance(model.spec.openai, (OpenAIChat, OpenAICompletions)):
             _add_tokens(family, labels, model.stats.tokens)
+    if routes is not None and routes.counts:
+        requests = family("pytriton_custom_route_requests", "counter", _ROUTE_HELP)
+        for (route, method, status), count in sorted(routes.counts.items()):
+            requests.add((("route", route), ("method", method), ("status", str(status))), count)
     ordered = list(families.values())
     if gpu is not None:
         ordered.extend(gpu.families())

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 from pytriton.core.engine import Engine
 from pytriton.core.model import ServedModel
 from pytriton.core.stats import StatsObserver
+from pytriton.options.routes import CustomRoutes
 from pytriton.options.server import MetricsSettings, ServerOptions
 from pytriton.transport.http.responses import Receive, Scope, Send, send_body
 from pytriton.transport.http.server import AsgiServer
@@ -29,9 +30,10 @@ _PLAIN = (b"content-type", b"text/plain; charset=utf-8")
 class MetricsFrontend:
     """Prometheus metrics of one server: counters read at scrape time, CPU and GPUs polled every interval."""
 
-    def __init__(self, engine: Engine, options: ServerOptions) -> None:
-        """Prepare the endpoint; nothing is bound until `start`."""
+    def __init__(self, engine: Engine, options: ServerOptions, routes: Optional[CustomRoutes] = None) -> None:
+        """Prepare the endpoint (bound at `start`); `routes`: the custom routes whose requests it counts."""
         self._engine = engine
+        self._routes = routes
         self._settings: MetricsSettings = options.metrics_settings
         self._address = options.metrics_address
         self._requested_port = options.metrics_port
@@ -102,7 +104,7 @@ class MetricsFrontend:
     async def scrape(self) -> bytes:
         """The exposition text: numbers are copied on the loop, formatted (and quantiles sorted) off it."""
         self._observe_new_models()
-        families = collect(self._engine, self._settings, self._latencies, self._host, self._gpu)
+        families = collect(self._engine, self._settings, self._latencies, self._host, self._gpu, self._routes)
         return await asyncio.get_running_loop().run_in_executor(self._renderer, render, families)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:

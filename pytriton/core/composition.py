@@ -1,0 +1,319 @@
+"""Calls from a callable (or a custom route) to another bound model, in-process, through that model's queue.
+
+The call path travels with each request: a batch's `CallPath` names the models on its way (a call to one of
+them again is a cycle and is refused), the earliest deadline of its requests (which bounds its inner calls),
+and the inner calls in flight (cancelled when the batch ends or is cancelled). The scheduler sets `CURRENT`
+while it starts a batch; an instance hands it to the thread or coroutine that runs the callable.
+
+An inner call is a request like any client's: it joins the inner model's queue and batches with the others,
+and the inner model's statistics count it. It starts on the engine's loop; a sync callable's thread waits on a
+doorbell of its own (the loop is never blocked), an async one awaits it on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
+
+import numpy as np
+
+from pytriton.core.datatypes import datatype_of_dtype
+from pytriton.core.doorbell import Doorbell, LoopInbox, inbox_of
+from pytriton.core.errors import InferenceError, Status
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.sinks import ResponseSink
+from pytriton.core.spec import ModelSpec
+
+# The models on a request's way in, the monotonic time it must be answered by (0: none), and the span its caller's
+# request runs under when traced (its spans nest under it), else None.
+Origin = Tuple[Tuple[str, ...], int, Any]
+
+
+class CalledModel(Protocol):
+    """What an inner call needs of a served model version (core/model.ServedModel)."""
+
+    spec: ModelSpec
+
+    def submit(self, request: InferenceRequest, sink: ResponseSink, streaming: bool) -> Optional[ResponseSink]:
+        """Queue a request whose responses go to `sink`; the sink queued (None when the cache answered)."""
+
+    @property
+    def scheduler(self) -> Any:
+        """The model's scheduler (`withdraw(sink)` takes a queued request out)."""
+
+
+class Models(Protocol):
+    """Where inner calls find their model (core/engine.Engine, on its loop)."""
+
+    def model(self, name: str, version: str = "") -> Any:
+        """The model version named (latest when the version is empty), or NOT_FOUND."""
+
+
+class ModelCallError(InferenceError):
+    """An inner call failed; its message is the inner model's (or the refusal's), its status the inner one's.
+
+    Raised from a callable and not caught, it fails the outer request with the same status and message.
+    """
+
+
+class CallPath:
+    """What a running batch (or a custom route's request) hands to the inner calls it makes."""
+
+    __slots__ = ("cancelled", "chain", "deadline_ns", "inbox", "inner", "loop", "models", "span")
+
+    def __init__(self, models: Models, chain: Tuple[str, ...], deadline_ns: int) -> None:
+        """Create the path on the engine's loop; `chain`: the models on it, outermost first."""
+        self.models = models
+        self.chain = chain
+        self.deadline_ns = deadline_ns
+        self.loop = asyncio.get_running_loop()
+        self.inbox: LoopInbox = inbox_of(self.loop)
+        self.inner: Set[InnerCall] = set()
+        self.cancelled = False
+        self.span: Any = None  # the span of a traced request of the batch: inner requests' spans nest under it
+
+    def close(self, reason: str) -> None:
+        """On the loop: the batch ended or was cancelled; cancel its inner calls still in flight and refuse new ones."""
+        self.cancelled = True
+        for call in list(self.inner):
+            call.cancel(reason)
+
+
+CURRENT: contextvars.ContextVar[Optional[CallPath]] = contextvars.ContextVar("pytriton_call_path", default=None)
+
+
+def batch_path(models: Models, name: str, origins: Sequence[Optional[Origin]], deadlines: Sequence[int]) -> CallPath:
+    """The path of a batch of model `name`: its requests' paths joined, then `name`; their earliest deadline."""
+    chain: List[str] = []
+    deadline = 0
+    for origin in origins:
+        if origin is not None:
+            for step in origin[0]:
+                if step not in chain:
+                    chain.append(step)
+            if origin[1] and (not deadline or origin[1] < deadline):
+                deadline = origin[1]
+    for own in deadlines:
+        if own and (not deadline or own < deadline):
+            deadline = own
+    chain.append(name)
+    return CallPath(models, tuple(chain), deadline)
+
+
+def run_in_path(path: Optional[CallPath], fn: Callable[..., Any], *args: Any) -> Any:
+    """Call `fn(*args)` (in an instance thread) with `path` as the current call path."""
+    token = CURRENT.set(path)
+    try:
+        return fn(*args)
+    finally:
+        CURRENT.reset(token)
+
+
+async def await_in_path(path: Optional[CallPath], awaitable: Any) -> Any:
+    """Await an async callable's coroutine with `path` as the current call path."""
+    token = CURRENT.set(path)
+    try:
+        return await awaitable
+    finally:
+        CURRENT.reset(token)
+
+
+class InnerCall(ResponseSink):
+    """One inner call's sink: responses (or the error) gathered on the loop, `wake()` called on each change."""
+
+    __slots__ = ("_path", "_timer", "ended", "error", "items", "model", "queued", "streaming", "wake")
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        """Create the sink; `wake` runs on the loop after each response and at the end."""
+        self.wake = wake
+        self.items: Deque[InferenceResponse] = deque()
+        self.ended = False
+        self.error: Optional[InferenceError] = None
+        self.model: Any = None
+        self.queued: Optional[ResponseSink] = None
+        self.streaming = False  # a stream's reader is woken by each response; a single call's by its end only
+        self._path: Optional[CallPath] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
+
+    def done(self) -> bool:
+        """Whether the call ended."""
+        return self.ended
+
+    def deliver(self, response: InferenceResponse) -> None:
+        """Keep one response."""
+        if not self.ended:
+            self.items.append(response)
+            if self.streaming:
+                self.wake()
+
+    def fail(self, error: InferenceError) -> None:
+        """End the call with the inner model's error."""
+        if not self.ended:
+            self.error = ModelCallError(error.status, error.message, error.reason)
+            self._end()
+
+    def finish(self) -> None:
+        """End the call after its last response."""
+        if not self.ended:
+            self._end()
+
+    def cancel(self, reason: str) -> None:
+        """Give up the call (the outer request ended or was cancelled): out of the queue if still there."""
+        self._give_up(InferenceError.cancelled(reason))
+
+    def expire(self, reason: str) -> None:
+        """Give up the call at its deadline (UNAVAILABLE, as Triton's queue timeout)."""
+        self._give_up(InferenceError.unavailable(reason))
+
+    def _give_up(self, error: InferenceError) -> None:
+        if self.ended:
+            return
+        self.fail(error)  # first: the inner model's scheduler then sees this sink done
+        if self.model is not None and self.queued is not None:
+            self.model.scheduler.withdraw(self.queued)  # out of the queue; or its batch's own inner calls cancelled
+
+    def _end(self) -> None:
+        self.ended = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._path is not None:
+            self._path.inner.discard(self)
+        self.wake()
+
+    def start(
+        self,
+        path: CallPath,
+        name: str,
+        inputs: Dict[str, Any],
+        version: Optional[str],
+        parameters: Optional[Dict[str, Any]],
+        requested_outputs: Optional[Sequence[str]],
+        timeout_s: Optional[float],
+        streaming: bool,
+    ) -> None:
+        """On the loop: queue the call on model `name`; a refusal ends it at once with its error."""
+        self.streaming = streaming
+        try:
+            self._start(path, name, inputs, version, parameters, requested_outputs, timeout_s, streaming)
+        except InferenceError as error:
+            self.fail(error)
+        except Exception as error:  # noqa: BLE001 - a bad argument fails this call, never the loop
+            self.fail(InferenceError.invalid(f"{type(error).__name__}: {error}"))
+
+    def _start(
+        self,
+        path: CallPath,
+        name: str,
+        inputs: Dict[str, Any],
+        version: Optional[str],
+        parameters: Optional[Dict[str, Any]],
+        requested_outputs: Optional[Sequence[str]],
+        timeout_s: Optional[float],
+        streaming: bool,
+    ) -> None:
+        if path.cancelled:
+            raise InferenceError.cancelled(f"the request that calls model '{name}' was cancelled or has ended")
+        if name in path.chain:
+            way = " -> ".join((*path.chain, name))
+            raise InferenceError.invalid(f"model '{name}' is already on the call path ({way}): a cycle is refused")
+        model = path.models.model(name, "" if version is None else str(version))
+        spec: ModelSpec = model.spec
+        if not streaming and spec.decoupled:
+            raise InferenceError.invalid(f"model '{name}' is decoupled: stream its responses (stream_model)")
+        now = time.monotonic_ns()
+        deadline = path.deadline_ns
+        if timeout_s is not None:
+            own = now + int(timeout_s * 1e9)
+            deadline = own if not deadline else min(deadline, own)
+        if deadline and deadline <= now:
+            raise InferenceError.unavailable(f"the deadline passed before model '{name}' was called")
+        request = build_request(spec, inputs, parameters, requested_outputs)
+        request.origin = (path.chain, deadline, path.span)
+        self.model = model
+        self.queued = model.submit(request, self, streaming)
+        if self.ended:
+            return
+        self._path = path
+        path.inner.add(self)
+        if deadline:
+            self._timer = path.loop.call_later(
+                (deadline - now) / 1e9, self.expire, f"the deadline passed before model '{name}' answered"
+            )
+
+    def outputs(self) -> Dict[str, np.ndarray]:
+        """The single response's outputs by name; raises the call's error."""
+        if self.error is not None:
+            raise self.error
+        if not self.items:
+            raise ModelCallError(Status.INTERNAL, "the model returned no response")
+        return outputs_of(self.items[-1])
+
+
+def outputs_of(response: InferenceResponse) -> Dict[str, np.ndarray]:
+    """A response's outputs by name (the arrays themselves, not copies)."""
+    return {output.name: output.array for output in response.outputs}
+
+
+def build_request(
+    spec: ModelSpec,
+    inputs: Dict[str, Any],
+    parameters: Optional[Dict[str, Any]],
+    requested_outputs: Optional[Sequence[str]],
+) -> InferenceRequest:
+    """An inner call's request, its inputs checked against the model as a client's are (Triton's messages)."""
+    arrays: Dict[str, np.ndarray] = {}
+    batch_sizes: List[int] = []
+    if not spec.input_count_fits(len(inputs)):
+        spec.check_input_count(list(inputs))
+    for name, value in inputs.items():
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+        datatype = datatype_of_dtype(array.dtype)
+        if datatype is None:
+            raise InferenceError.invalid(f"input '{name}' for model '{spec.name}' has unsupported dtype {array.dtype}")
+        batch_sizes.append(spec.check_input(name, datatype, array.shape))
+        arrays[name] = array
+    batch_size = spec.check_input_set(list(arrays), batch_sizes)
+    requested: Optional[List[str]] = None
+    if requested_outputs is not None:
+        requested = list(requested_outputs)
+        for output in requested:
+            if output not in spec.output_names:
+                raise InferenceError.invalid(f"unexpected inference output '{output}' for model '{spec.name}'")
+    return InferenceRequest(
+        request_id="",
+        inputs=arrays,
+        parameters=dict(parameters or {}),
+        requested_outputs=requested,
+        batch_size=batch_size,
+    )
+
+
+# In an instance process: how its callable calls models of the server (core/process_instances/host.py):
+# caller(name, inputs, version, parameters, requested_outputs, timeout_s, streaming) -> each response's outputs.
+ProcessCaller = Callable[..., Iterator[Dict[str, np.ndarray]]]
+_PROCESS_CALLER: List[ProcessCaller] = []
+
+
+def set_process_caller(caller: ProcessCaller) -> None:
+    """Make this process's calls go to the server through `caller` (an instance process's host sets it)."""
+    _PROCESS_CALLER[:] = [caller]
+
+
+def process_caller() -> Optional[ProcessCaller]:
+    """The caller set in this process, if it is an instance process."""
+    return _PROCESS_CALLER[0] if _PROCESS_CALLER else None
+
+
+_WAITERS = threading.local()
+
+
+def thread_doorbell() -> Doorbell:
+    """This thread's doorbell for waiting on inner calls (opened with its first call)."""
+    doorbell: Optional[Doorbell] = getattr(_WAITERS, "doorbell", None)
+    if doorbell is None:
+        doorbell = _WAITERS.doorbell = Doorbell(blocking=True)
+    return doorbell

@@ -1,0 +1,186 @@
+"""Serving the user's custom routes and mounted ASGI apps (options/routes.py) on the HTTP port.
+
+A route's handler gets a `RouteRequest` and returns a `RouteResponse`, a JSON-able value (dict, list; numpy
+arrays in it become lists), `str` or `bytes`. It runs with a call path of its own (core/composition.py), so
+it can call bound models in-process (pytriton.compose), sharing their batchers. An `async def` handler runs on
+the event loop; a plain function in a worker thread of the loop's default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple
+from urllib.parse import parse_qsl
+
+import orjson
+
+from pytriton.core.composition import CURRENT, CallPath, Models
+from pytriton.core.errors import InferenceError
+from pytriton.options.routes import CustomRoutes, Match
+from pytriton.transport.http.responses import Receive, Scope, Send, send_error
+
+LOGGER = logging.getLogger(__name__)
+_JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+class RouteRequest:
+    """One request to a custom route: method, path, path parameters, query, headers (lower-case names), body."""
+
+    __slots__ = ("body", "headers", "method", "path", "path_params", "query")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        path_params: Dict[str, str],
+        query: Dict[str, str],
+        headers: Dict[str, str],
+        body: bytes,
+    ) -> None:
+        """Create a request."""
+        self.method = method
+        self.path = path
+        self.path_params = path_params
+        self.query = query
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> Any:
+        """The body, parsed as JSON (a ValueError when it is not JSON)."""
+        return orjson.loads(self.body)
+
+
+class RouteResponse:
+    """A custom route's answer: body, status and headers (content-type from `media_type`)."""
+
+    __slots__ = ("body", "headers", "media_type", "status")
+
+    def __init__(
+        self,
+        body: bytes = b"",
+        status: int = 200,
+        headers: Optional[Dict[str, str]] = None,
+        media_type: str = "application/octet-stream",
+    ) -> None:
+        """Create a response."""
+        self.body = body
+        self.status = status
+        self.headers = dict(headers or {})
+        self.media_type = media_type
+
+    @classmethod
+    def json(cls, value: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> RouteResponse:
+        """A JSON response (numpy arrays become lists)."""
+        return cls(orjson.dumps(value, option=_JSON_OPTIONS), status, headers, "application/json")
+
+
+def response_of(value: Any) -> RouteResponse:
+    """What a handler returned, as a response."""
+    if isinstance(value, RouteResponse):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return RouteResponse(bytes(value))
+    if isinstance(value, str):
+        return RouteResponse(value.encode(), media_type="text/plain; charset=utf-8")
+    return RouteResponse.json(value)
+
+
+async def serve_custom(
+    routes: CustomRoutes,
+    match: Match,
+    models: Models,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    read_body: Callable[[], Awaitable[Any]],
+) -> None:
+    """Serve one request a custom route or mount matched; counted by route, method and status.
+
+    `read_body()` reads the whole body within the server's limit (an error with an HTTP `status` past it).
+    """
+    method: str = scope["method"]
+    status = [500]
+
+    async def counted_send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status[0] = int(message["status"])
+        await send(message)
+
+    if match.mount is not None:
+        label = match.mount.prefix
+        prefix = match.mount.prefix
+        inner = dict(scope, path=scope["path"][len(prefix) :] or "/", root_path=scope.get("root_path", "") + prefix)
+        raw_path = scope.get("raw_path")
+        if isinstance(raw_path, bytes) and raw_path.startswith(prefix.encode()):
+            inner["raw_path"] = raw_path[len(prefix) :] or b"/"
+        try:
+            await _in_path(models, match.mount.app(inner, receive, counted_send))
+        finally:
+            routes.count(label, method, status[0])
+        return
+    if match.route is None:
+        routes.count(scope["path"], method, 405)
+        await send_error(send, 405, "Method Not Allowed")
+        return
+    route = match.route
+    try:
+        body = bytes(await read_body())
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
+        request = RouteRequest(method, scope["path"], match.parameters, query, headers, body)
+        response = response_of(await _in_path(models, _run_handler(route.handler, request)))
+        await _send_response(counted_send, response)
+    except InferenceError as error:
+        status[0] = error.status.http_status
+        await send_error(send, error.status.http_status, error.message)
+    except Exception as error:
+        refused = getattr(error, "status", None)
+        if isinstance(refused, int):  # read_body's refusal (413)
+            status[0] = refused
+            await send_error(send, refused, str(error))
+        else:
+            LOGGER.exception("custom route %s %s failed", method, route.path)
+            status[0] = 500
+            await send_error(send, 500, f"{type(error).__name__}: {error}")
+    finally:
+        routes.count(route.path, method, status[0])
+
+
+async def _run_handler(handler: Any, request: RouteRequest) -> Any:
+    """Await an async handler; run a plain one in the loop's default executor, in this context (its call path)."""
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
+        return await handler(request)
+    context = contextvars.copy_context()
+    loop = asyncio.get_running_loop()
+    result = await loop.run_in_executor(None, functools.partial(context.run, handler, request))
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+async def _in_path(models: Models, awaitable: Any) -> Any:
+    """Await with a fresh call path (no model on it yet, no deadline), its inner calls cancelled at the end."""
+    path = CallPath(models, (), 0)
+    token = CURRENT.set(path)
+    try:
+        return await awaitable
+    finally:
+        CURRENT.reset(token)
+        path.close("the route's request has ended")
+
+
+async def _send_response(send: Send, response: RouteResponse) -> None:
+    """Send a response whole."""
+    headers: List[Tuple[bytes, bytes]] = [(b"content-type", response.media_type.encode("latin-1"))]
+    for name, value in response.headers.items():
+        if name.lower() not in ("content-type", "content-length"):
+            headers.append((name.encode("latin-1"), value.encode("latin-1")))
+        elif name.lower() == "content-type":
+            headers[0] = (b"content-type", value.encode("latin-1"))
+    headers.append((b"content-length", b"%d" % len(response.body)))
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})

@@ -1,0 +1,446 @@
+"""A callable calling another bound model in-process (pytriton/compose.py), through that model's queue."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.compose import ModelCallError, call_model, call_model_async, stream_model
+from pytriton.decorators import batch
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.proxy.types import Request
+from pytriton.triton import Triton
+from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
+
+INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
+
+
+def _identity_batch_sizes(sizes: List[int], gate: threading.Event) -> Any:
+    @batch
+    def identity(x: np.ndarray) -> Dict[str, np.ndarray]:
+        gate.wait(10)
+        sizes.append(len(x))
+        return {"y": x}
+
+    return identity
+
+
+@batch
+def _sync_pipeline(x: np.ndarray) -> Dict[str, np.ndarray]:
+    return call_model("identity", {"x": x + 1})
+
+
+async def _async_pipeline(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [await call_model_async("identity", {"x": request["x"] * 2}) for request in requests]
+
+
+def _infer(url: str, model: str, values: List[float]) -> np.ndarray:
+    client = httpclient.InferenceServerClient(url)
+    array = np.array([values], dtype=np.float32)
+    given = httpclient.InferInput("x", list(array.shape), "FP32")
+    given.set_data_from_numpy(array)
+    result = client.infer(model, [given])
+    output = result.as_numpy("y")
+    assert output is not None
+    return output
+
+
+def _bind_pipeline(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+    triton.bind(
+        "identity",
+        _identity_batch_sizes(sizes, gate),
+        INPUTS,
+        OUTPUTS,
+        config=ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200_000)),
+    )
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("sync_pipeline", _sync_pipeline, INPUTS, OUTPUTS, config=config)
+    triton.bind("async_pipeline", _async_pipeline, INPUTS, OUTPUTS, config=config)
+
+
+def test_sync_and_async_callables_call_a_model_whose_batcher_joins_them_with_client_requests() -> None:
+    sizes: List[int] = []
+    gate = threading.Event()
+    with running_triton(lambda triton: _bind_pipeline(triton, sizes, gate)) as triton:
+        url = http_url(triton)
+        client = httpclient.InferenceServerClient(url)
+        gate.set()
+        assert _infer(url, "sync_pipeline", [1.0, 2.0]).tolist() == [[2.0, 3.0]]
+        assert _infer(url, "async_pipeline", [1.0, 2.0]).tolist() == [[2.0, 4.0]]
+        sizes.clear()
+        gate.clear()
+        # The identity model's first batch holds the instance at the gate; the three requests that come
+        # meanwhile (a client's, and one from each pipeline) wait in its queue and run as one batch.
+        blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
+        blocker.start()
+        _wait_for(lambda: _running(triton, "identity"))
+        results: Dict[str, np.ndarray] = {}
+        threads = [
+            threading.Thread(target=lambda m=m: results.__setitem__(m, _infer(url, m, [5.0])))
+            for m in ("identity", "sync_pipeline", "async_pipeline")
+        ]
+        for thread in threads:
+            thread.start()
+        _wait_for(lambda: _pending(triton, "identity") == 3)
+        gate.set()
+        for thread in [*threads, blocker]:
+            thread.join(10)
+        assert sizes == [1, 3]
+        assert results["identity"].tolist() == [[5.0]]
+        assert results["sync_pipeline"].tolist() == [[6.0]]
+        assert results["async_pipeline"].tolist() == [[10.0]]
+        statistics = client.get_inference_statistics("identity", headers=HTTP_AUTH)["model_stats"][0]
+        counts = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in statistics["batch_stats"]}
+        assert counts == {1: 3, 3: 1}  # two warm-up calls of the pipelines and the blocker; then one batch of 3
+        assert int(statistics["inference_count"]) == 6
+
+
+def _running(triton: Triton, model: str) -> bool:
+    return bool(triton._runtime.engine.model(model).scheduler.open_requests[1])
+
+
+def _pending(triton: Triton, model: str) -> int:
+    return int(triton._runtime.engine.model(model).scheduler.pending)
+
+
+def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def _call_target(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """Calls the model its request's `target` parameter names (passing its parameters on), within `timeout_s`."""
+    responses = []
+    for request in requests:
+        parameters = request.parameters or {}
+        timeout = parameters.get("timeout_s")
+        responses.append(
+            call_model(
+                str(parameters["target"]),
+                {"x": request["x"]},
+                parameters=parameters,
+                timeout_s=None if timeout is None else float(timeout),
+            )
+        )
+    return responses
+
+
+def _fail(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    raise ValueError("the inner model refuses")
+
+
+def _bind_errors(triton: Triton, gate: threading.Event) -> None:
+    config = ModelConfig(max_batch_size=8)
+    for name in ("caller", "ping", "pong"):
+        triton.bind(name, _call_target, INPUTS, OUTPUTS, config=config)
+    triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
+    triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
+
+
+def _infer_with(url: str, model: str, parameters: Dict[str, Any], timeout_us: Optional[int] = None) -> np.ndarray:
+    client = httpclient.InferenceServerClient(url)
+    given = httpclient.InferInput("x", [1, 1], "FP32")
+    given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+    output = client.infer(model, [given], parameters=parameters, timeout=timeout_us).as_numpy("y")
+    assert output is not None
+    return output
+
+
+def test_inner_errors_cycles_and_deadlines_reach_the_client_with_the_inner_message() -> None:
+    gate = threading.Event()
+    with running_triton(lambda triton: _bind_errors(triton, gate)) as triton:
+        url = http_url(triton)
+        with pytest.raises(InferenceServerException) as failed:
+            _infer_with(url, "caller", {"target": "failing"})
+        assert failed.value.status() == "500"
+        assert failed.value.message() == "ValueError: the inner model refuses"
+
+        with pytest.raises(InferenceServerException) as unknown:
+            _infer_with(url, "caller", {"target": "nowhere"})
+        assert unknown.value.status() == "404"
+        assert "nowhere" in str(unknown.value.message())
+
+        with pytest.raises(InferenceServerException) as cycle:
+            _infer_with(url, "ping", {"target": "pong"})  # pong calls the model its parameter names: pong again
+        assert cycle.value.status() == "400"
+        assert (
+            cycle.value.message()
+            == "model 'pong' is already on the call path (ping -> pong -> pong): a cycle is refused"
+        )
+
+        with pytest.raises(InferenceServerException) as expired:
+            _infer_with(url, "caller", {"target": "gated", "timeout_s": 0.2})
+        assert expired.value.status() == "503"
+        assert expired.value.message() == "the deadline passed before model 'gated' answered"
+        gate.set()
+        assert _infer_with(url, "caller", {"target": "gated"}).tolist() == [[1.0]]
+
+
+def test_calls_outside_a_callable_are_refused() -> None:
+    with pytest.raises(ModelCallError, match="inside an inference callable"):
+        call_model("identity", {"x": np.zeros((1, 1), np.float32)})
+
+
+def _count_up(requests: List[Request]) -> Any:
+    """A decoupled model: one response per step, x, x+1, x+2."""
+    for step in range(3):
+        yield [{"y": request["x"] + step} for request in requests]
+
+
+def _sum_stream(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """Adds up the responses streamed by the decoupled model."""
+    return [
+        {
+            "y": sum(
+                (outputs["y"] for outputs in stream_model("count_up", {"x": request["x"]})),
+                np.zeros((1, 1), np.float32),
+            )
+        }
+        for request in requests
+    ]
+
+
+async def _sum_stream_async(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    responses = []
+    for request in requests:
+        total = np.zeros((1, 1), np.float32)
+        async for outputs in stream_model("count_up", {"x": request["x"]}):
+            total = total + outputs["y"]
+        responses.append({"y": total})
+    return responses
+
+
+def _bind_streams(triton: Triton) -> None:
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("count_up", _count_up, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, decoupled=True))
+    triton.bind("sum_stream", _sum_stream, INPUTS, OUTPUTS, config=config)
+    triton.bind("sum_stream_async", _sum_stream_async, INPUTS, OUTPUTS, config=config)
+    triton.bind("caller", _call_target, INPUTS, OUTPUTS, config=config)
+
+
+def test_callables_stream_a_decoupled_models_responses() -> None:
+    with running_triton(_bind_streams) as triton:
+        url = http_url(triton)
+        assert _infer_with(url, "sum_stream", {}).tolist() == [[6.0]]  # 1 + 2 + 3
+        assert _infer_with(url, "sum_stream_async", {}).tolist() == [[6.0]]
+        with pytest.raises(InferenceServerException) as plain:
+            _infer_with(url, "caller", {"target": "count_up"})
+        assert plain.value.message() == "model 'count_up' is decoupled: stream its responses (stream_model)"
+
+
+def _bind_cancellation(triton: Triton, gate: threading.Event, seen: List[ModelCallError]) -> None:
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        try:
+            return [call_model("gated", {"x": request["x"]}) for request in requests]
+        except ModelCallError as error:
+            seen.append(error)
+            raise
+
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("caller", caller, INPUTS, OUTPUTS, config=config)
+    # Its requests wait in its queue first, so that their batch runs in a task of the scheduler's own.
+    delayed = ModelConfig(max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=5_000))
+    triton.bind("delayed_caller", caller, INPUTS, OUTPUTS, config=delayed)
+    triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
+
+
+def _failures(url: str, model: str) -> int:
+    client = httpclient.InferenceServerClient(url)
+    statistics = client.get_inference_statistics(model, headers=HTTP_AUTH)["model_stats"][0]
+    return int(statistics["inference_stats"]["fail"]["count"])
+
+
+def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
+    gate = threading.Event()
+    seen: List[ModelCallError] = []
+    with running_triton(lambda triton: _bind_cancellation(triton, gate, seen)) as triton:
+        url = http_url(triton)
+        blocker = threading.Thread(target=_infer, args=(url, "gated", [0.0]))  # holds gated's only instance
+        blocker.start()
+        _wait_for(lambda: _running(triton, "gated"))
+
+        # The client's deadline cancels the outer request; its inner call leaves gated's queue, CANCELLED.
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as deadline:
+            client.infer("caller", [given], client_timeout=0.5)
+        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: len(seen) == 1)
+        assert seen[0].status.name == "CANCELLED"
+        assert seen[0].message == "the request to model 'caller' that made the call has ended"
+        assert _failures(url, "gated") == 1
+
+        # The same for a batch that runs in the scheduler's task: once no request of it has a client left.
+        with pytest.raises(InferenceServerException) as left:
+            client.infer("delayed_caller", [given], client_timeout=0.5)
+        assert left.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: len(seen) == 2)
+        assert seen[1].status.name == "CANCELLED"
+        assert (
+            seen[1].message == "every request of the batch of model 'delayed_caller' that made the call was cancelled"
+        )
+        assert _failures(url, "gated") == 2
+
+        # The outer request's timeout (the `timeout` parameter, in microseconds) bounds the inner call.
+        with pytest.raises(InferenceServerException) as expired:
+            _infer_with(url, "caller", {}, timeout_us=300_000)
+        assert expired.value.status() == "503"
+        assert expired.value.message() == "the deadline passed before model 'gated' answered"
+        assert _failures(url, "gated") == 3
+        assert _pending(triton, "gated") == 0
+        gate.set()
+        blocker.join(10)
+        assert _infer_with(url, "caller", {}).tolist() == [[1.0]]
+
+
+# -- from process instances: the same calls over the instance's channel to the server -----------------
+
+
+def _process_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """In an instance process: calls the model named by `target`, or streams `count_up` when `target` is 'stream'."""
+    responses = []
+    for request in requests:
+        parameters = request.parameters or {}
+        target = str(parameters["target"])
+        if target == "stream":
+            total = np.zeros((1, 1), np.float32)
+            for outputs in stream_model("count_up", {"x": request["x"]}):
+                total = total + outputs["y"]
+            responses.append({"y": total})
+        else:
+            timeout = parameters.get("timeout_s")
+            timeout_s = None if timeout is None else float(timeout)
+            responses.append(call_model(target, {"x": request["x"] + 1}, parameters=parameters, timeout_s=timeout_s))
+    return responses
+
+
+async def _process_caller_async(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [await call_model_async("identity", {"x": request["x"] * 3}) for request in requests]
+
+
+def _bind_process_callers(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+    config = ModelConfig(max_batch_size=8)
+    triton.bind(
+        "identity",
+        _identity_batch_sizes(sizes, gate),
+        INPUTS,
+        OUTPUTS,
+        config=ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200_000)),
+    )
+    triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
+    triton.bind("count_up", _count_up, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, decoupled=True))
+    triton.bind("process_caller", ProcessInstances(_process_caller), INPUTS, OUTPUTS, config=config)
+    triton.bind("process_async", ProcessInstances(_process_caller_async), INPUTS, OUTPUTS, config=config)
+
+
+def test_process_instances_call_models_of_the_server() -> None:
+    sizes: List[int] = []
+    gate = threading.Event()
+    gate.set()
+    with running_triton(lambda triton: _bind_process_callers(triton, sizes, gate)) as triton:
+        url = http_url(triton)
+        assert _infer_with(url, "process_caller", {"target": "identity"}).tolist() == [[2.0]]
+        assert _infer_with(url, "process_async", {}).tolist() == [[3.0]]
+        assert _infer_with(url, "process_caller", {"target": "stream"}).tolist() == [[6.0]]  # 1 + 2 + 3
+        with pytest.raises(InferenceServerException) as failed:
+            _infer_with(url, "process_caller", {"target": "failing"})
+        assert failed.value.message() == "ValueError: the inner model refuses"
+        with pytest.raises(InferenceServerException) as cycle:
+            _infer_with(url, "process_caller", {"target": "process_caller"})
+        assert cycle.value.message() == (
+            "model 'process_caller' is already on the call path (process_caller -> process_caller): a cycle is refused"
+        )
+
+        # Calls from both process instances join a client's request in one batch of the identity model.
+        sizes.clear()
+        gate.clear()
+        blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
+        blocker.start()
+        _wait_for(lambda: _running(triton, "identity"))
+        results: Dict[str, np.ndarray] = {}
+        calls = {
+            "identity": lambda: _infer(url, "identity", [5.0]),
+            "process_caller": lambda: _infer_with(url, "process_caller", {"target": "identity"}),
+            "process_async": lambda: _infer_with(url, "process_async", {}),
+        }
+        threads = [threading.Thread(target=lambda m=m: results.__setitem__(m, calls[m]())) for m in calls]
+        for thread in threads:
+            thread.start()
+        _wait_for(lambda: _pending(triton, "identity") == 3)
+        gate.set()
+        for thread in [*threads, blocker]:
+            thread.join(10)
+        assert sizes == [1, 3]
+        assert {name: value.tolist() for name, value in results.items()} == {
+            "identity": [[5.0]],
+            "process_caller": [[2.0]],
+            "process_async": [[3.0]],
+        }
+
+        # Deadlines and cancellation reach a process instance's call: it leaves identity's queue each time.
+        gate.clear()
+        blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
+        blocker.start()
+        _wait_for(lambda: _running(triton, "identity"))
+        failures = _failures(url, "identity")
+        with pytest.raises(InferenceServerException) as expired:
+            _infer_with(url, "process_caller", {"target": "identity", "timeout_s": 0.2})
+        assert expired.value.message() == "the deadline passed before model 'identity' answered"
+        assert _failures(url, "identity") == failures + 1
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as deadline:
+            client.infer("process_caller", [given], parameters={"target": "identity"}, client_timeout=0.5)
+        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: _failures(url, "identity") == failures + 2)
+        assert _pending(triton, "identity") == 0
+        gate.set()
+        blocker.join(10)
+        assert _infer_with(url, "process_caller", {"target": "identity"}).tolist() == [[2.0]]
+
+
+def test_an_inner_requests_spans_nest_under_its_callers() -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8)
+        triton.bind("identity", _identity_batch_sizes([], _open_gate()), INPUTS, OUTPUTS, config=config)
+        triton.bind("caller", _call_target, INPUTS, OUTPUTS, config=config)
+
+    trace = ["mode=opentelemetry", "rate=1", "level=TIMESTAMPS"]
+    with running_triton(bind, trace_config=trace) as triton:
+        exporter = InMemorySpanExporter()
+        triton._runtime.tracing.add_span_processor(SimpleSpanProcessor(exporter))
+        assert _infer_with(http_url(triton), "caller", {"target": "identity"}).tolist() == [[1.0]]
+        spans = exporter.get_finished_spans()
+        by_model = {
+            span.attributes["triton.model_name"]: span for span in spans if span.name == "request" and span.attributes
+        }
+        outer_compute = next(
+            span
+            for span in spans
+            if span.name == "compute" and span.parent.span_id == by_model["caller"].context.span_id
+        )
+        inner = by_model["identity"]
+        assert inner.parent is not None and inner.parent.span_id == outer_compute.context.span_id
+        assert inner.context.trace_id == by_model["caller"].context.trace_id
+
+
+def _open_gate() -> threading.Event:
+    gate = threading.Event()
+    gate.set()
+    return gate
