@@ -444,3 +444,46 @@ def _open_gate() -> threading.Event:
     gate = threading.Event()
     gate.set()
     return gate
+
+
+def _threads_calling(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """In an instance process: each request's value goes through `identity` from 4 threads at once, + the sum.
+
+    A fifth thread keeps asking is_cancelled() meanwhile: it reads the same channel the answers come on.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    done = threading.Event()
+
+    def ask() -> None:
+        while not done.is_set():
+            requests[0].is_cancelled()
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            futures = [
+                pool.submit(call_model, "identity", {"x": request["x"] + step})
+                for request in requests
+                for step in range(4)
+            ]
+            values = [future.result(timeout=30)["y"] for future in futures]
+    finally:
+        done.set()
+        asker.join()
+    return [{"y": sum(values[index * 4 : index * 4 + 4])} for index in range(len(requests))]
+
+
+def test_threads_of_a_process_instance_call_models_at_once_and_each_gets_its_own_answers() -> None:
+    def bind(triton: Triton) -> None:
+        identity = _identity_batch_sizes([], _open_gate())
+        triton.bind("identity", identity, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=64))
+        triton.bind(
+            "threads", ProcessInstances(_threads_calling), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8)
+        )
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        for value in (1.0, 10.0, 100.0):
+            assert _infer(url, "threads", [value]).tolist() == [[4 * value + 6]]  # value + 0, +1, +2, +3
