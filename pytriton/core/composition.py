@@ -114,12 +114,20 @@ def run_in_path(path: Optional[CallPath], fn: Callable[..., Any], *args: Any) ->
 
 
 async def await_in_path(path: Optional[CallPath], awaitable: Any) -> Any:
-    """Await an async callable's coroutine with `path` as the current call path."""
+    """Await an async callable's coroutine with `path` as the current call path.
+
+    The coroutine may end in another context than it began in: a call whose client cancelled goes on in a
+    task of its own (core/async_call.py), and one closed at the server's stop ends wherever it is closed. That
+    context's value is left as it is; the one it began in belongs to a task that has been cancelled.
+    """
     token = CURRENT.set(path)
     try:
         return await awaitable
     finally:
-        CURRENT.reset(token)
+        try:
+            CURRENT.reset(token)
+        except ValueError:
+            pass
 
 
 class InnerCall(ResponseSink):
