@@ -415,3 +415,53 @@ def test_one_binding_answers_the_generate_extension_too(triton: Triton) -> None:
     assert status == 200
     events = [json.loads(line[len(b"data: ") :]) for line in body.split(b"\n\n") if line.startswith(b"data: ")]
     assert [event["text_output"] for event in events] == tokens_for("raw prompt", 3)
+
+
+BAD_BODIES = [
+    ("/v1/chat/completions", b'{"model": "toy", "messages": [', 400, None),
+    ("/v1/chat/completions", b"[1, 2]", 400, None),
+    ("/v1/chat/completions", b'{"model": "toy", "messages": "hi"}', 400, "messages"),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": "x"}], "max_tokens": "9"}',
+        400,
+        "max_tokens",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
+        400,
+        "stream",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": "x"}], "bogus": 1}',
+        400,
+        "bogus",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": "x"}], "n": 100000}',
+        400,
+        "n",
+    ),
+    ("/v1/chat/completions", b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "model"),
+    ("/v1/completions", b'{"model": "toy"}', 400, "prompt"),
+    ("/v1/embeddings", b'{"model": "embed", "input": 5}', 400, "input"),
+    ("/v1/embeddings", b"\xff\xfe", 400, None),
+]
+
+
+def test_bad_requests_get_openai_errors_and_leave_a_running_stream_whole(client: openai.OpenAI, triton: Triton) -> None:
+    stream = client.chat.completions.create(model="toy", messages=USER, stream=True)
+    pieces = [next(iter(stream)).choices[0].delta.content or ""]  # the stream runs
+    for path, body, status, param in BAD_BODIES:
+        got, _, answer = request(triton.http_port, "POST", path, body, {"content-type": "application/json"})
+        error = json.loads(answer)["error"]
+        assert (got, error["type"], error["param"]) == (status, "invalid_request_error", param), (path, body, answer)
+        assert error["message"]
+    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:  # 413 from the head alone
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (1 << 40))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 413")
+    pieces += [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
+    assert "".join(pieces) == _expected(USER[0]["content"])
