@@ -8,6 +8,7 @@
     .venv/bin/python -m bench frontends       # 1 and 2 frontend processes side by side (bench/frontends.py)
     .venv/bin/python -m bench instances       # process instances against thread instances
     .venv/bin/python -m bench openai          # streamed /v1/chat/completions against LitServe (bench/openai_stream.py)
+    .venv/bin/python -m bench sequences       # a sequence's request against a plain one (bench/sequences.py)
 
 See bench/README.md for the workloads and how to read the output.
 """
@@ -188,6 +189,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from bench.openai_stream import main as openai_main
 
         return openai_main(argv[1:])
+    if argv[:1] == ["sequences"]:
+        from bench.sequences import main as sequences_main
+
+        return sequences_main(argv[1:])
     if argv[:1] == ["instances"]:
         from bench.instances import main as instances_main
 
