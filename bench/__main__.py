@@ -9,6 +9,7 @@
     .venv/bin/python -m bench instances       # process instances against thread instances
     .venv/bin/python -m bench openai          # streamed /v1/chat/completions against LitServe (bench/openai_stream.py)
     .venv/bin/python -m bench sequences       # a sequence's request against a plain one (bench/sequences.py)
+    .venv/bin/python -m bench cpu_ab REF .    # server CPU per small request, commits side by side (bench/cpu_ab.py)
 
 See bench/README.md for the workloads and how to read the output.
 """
@@ -189,6 +190,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from bench.openai_stream import main as openai_main
 
         return openai_main(argv[1:])
+    if argv[:1] == ["cpu_ab"]:
+        from bench.cpu_ab import main as cpu_ab_main
+
+        return cpu_ab_main(argv[1:])
     if argv[:1] == ["sequences"]:
         from bench.sequences import main as sequences_main
 
