@@ -13,50 +13,19 @@ round after round. Unpinned, this 2-core VM's figures fall in two modes about 20
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Dict, List, Optional
+
+from bench.keepalive import KeepAliveClient, infer_message
+from bench.servers import _cpu_seconds, free_ports
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SERVER_CPU, CLIENT_CPU = "1", 0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU of every thread of the process."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        fields = open(f"/proc/{pid}/task/{task}/stat").read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def _request() -> bytes:
-    head = json.dumps(
-        {
-            "inputs": [
-                {"name": "INPUT_1", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}}
-            ],
-            "outputs": [{"name": "OUTPUT_1", "parameters": {"binary_data": True}}],
-        }
-    ).encode()
-    body = head + bytes(64)
-    return (
-        b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: %d\r\n"
-        b"Content-Length: %d\r\n\r\n" % (len(head), len(body))
-    ) + body
 
 
 def _tree(ref: str, into: pathlib.Path) -> pathlib.Path:
@@ -72,52 +41,23 @@ def _tree(ref: str, into: pathlib.Path) -> pathlib.Path:
 
 def _measure(tree: pathlib.Path, requests: int) -> float:
     """Server CPU in microseconds per request, over `requests` after a warm-up."""
-    port = _free_port()
+    http, grpc, metrics = free_ports(3)
     command = ["taskset", "-c", SERVER_CPU, sys.executable, str(ROOT / "bench" / "model_server.py")]
-    command += ["--http-port", str(port), "--grpc-port", str(_free_port()), "--metrics-port", str(_free_port())]
-    server = subprocess.Popen(
-        command, env=dict(os.environ, PYTHONPATH=str(tree)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    command += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        message = _request()
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                sock = socket.create_connection(("127.0.0.1", port))
-                _send(sock, b"GET /v2/models/identity/ready HTTP/1.1\r\nHost: x\r\n\r\n", check=True)
-                break
-            except (OSError, RuntimeError):
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit(f"the server of {tree} did not start") from None
-                time.sleep(0.05)
+        client = KeepAliveClient(http, "identity")
+        message = infer_message("identity")
         for _ in range(2000):
-            _send(sock, message)
-        before = _cpu_s(server.pid)
+            client.send(message)
+        before = _cpu_seconds(server.pid)
         for _ in range(requests):
-            _send(sock, message)
-        return (_cpu_s(server.pid) - before) / requests * 1e6
+            client.send(message)
+        return (_cpu_seconds(server.pid) - before) / requests * 1e6
     finally:
         server.terminate()
         server.wait(10)
-
-
-def _send(sock: socket.socket, message: bytes, check: bool = True) -> None:
-    """Send one request and read its whole answer (a non-200 raises when `check`)."""
-    sock.sendall(message)
-    got = b""
-    while b"\r\n\r\n" not in got:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise RuntimeError("the server closed the connection")
-        got += chunk
-    head, rest = got.split(b"\r\n\r\n", 1)
-    if check and not head.startswith(b"HTTP/1.1 200"):
-        raise RuntimeError(head.decode(errors="replace"))
-    length = int(
-        next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")).split(b":")[1]
-    )
-    while len(rest) < length:
-        rest += sock.recv(65536)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

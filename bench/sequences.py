@@ -13,14 +13,13 @@ around each block; the figure is CPU per request, and the ratio is taken within 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from typing import Dict, List, Optional
+
+from bench.keepalive import KeepAliveClient, infer_message
+from bench.servers import _cpu_seconds, free_ports
 
 SERVER = """
 import sys, numpy as np
@@ -48,76 +47,23 @@ with Triton(config=config) as triton:
 SEQUENCE_LENGTH = 8
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _server_cpu_s(pid: int) -> float:
-    """User + system CPU of every thread of the process."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        fields = open(f"/proc/{pid}/task/{task}/stat").read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def _request(model: str, parameters: Optional[Dict[str, object]]) -> bytes:
-    head: Dict[str, object] = {
-        "inputs": [{"name": "INPUT_1", "shape": [1, 16], "datatype": "FP32", "parameters": {"binary_data_size": 64}}],
-        "outputs": [{"name": "OUTPUT_1", "parameters": {"binary_data": True}}],
-    }
-    if parameters:
-        head["parameters"] = parameters
-    json_part = json.dumps(head).encode()
-    body = json_part + bytes(64)
-    return (
-        b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: %d\r\n"
-        b"Content-Length: %d\r\n\r\n" % (model.encode(), len(json_part), len(body))
-    ) + body
-
-
-class _Client:
-    """A keep-alive HTTP client that sends one request at a time and reads its whole answer."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sequence_id = 0
-
-    def ready(self, model: str) -> bool:
-        """Whether the model is ready (GET /v2/models/{model}/ready)."""
-        return self.send(b"GET /v2/models/%s/ready HTTP/1.1\r\nHost: x\r\n\r\n" % model.encode(), check=False)
-
-    def send(self, message: bytes, check: bool = True) -> bool:
-        """Send a request and read its whole answer; whether it was a 200 (an error raises when `check`)."""
-        self.sock.sendall(message)
-        got = b""
-        while b"\r\n\r\n" not in got:
-            got += self.sock.recv(65536)
-        head, rest = got.split(b"\r\n\r\n", 1)
-        ok = head.startswith(b"HTTP/1.1 200")
-        if check and not ok:
-            raise RuntimeError((head + b"\n" + rest).decode(errors="replace"))
-        length = int(
-            next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")).split(b":")[1]
+def _run(client: KeepAliveClient, model: str, count: int, first_id: int) -> int:
+    """Send `count` requests to `model` (`sequence`: as sequences of SEQUENCE_LENGTH from `first_id`); the next id."""
+    if model == "plain":
+        message = infer_message("plain")
+        for _ in range(count):
+            client.send(message)
+        return first_id
+    sequence_id = first_id
+    for index in range(count):
+        step = index % SEQUENCE_LENGTH
+        if step == 0 and index:
+            sequence_id += 1
+        start, end = step == 0, step == SEQUENCE_LENGTH - 1
+        client.send(
+            infer_message("sequence", {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end})
         )
-        while len(rest) < length:
-            rest += self.sock.recv(65536)
-        return ok
-
-    def run(self, model: str, count: int) -> None:
-        plain = _request("plain", None)
-        for index in range(count):
-            if model == "plain":
-                self.send(plain)
-                continue
-            step = index % SEQUENCE_LENGTH
-            if step == 0:
-                self.sequence_id += 1
-            parameters = {"sequence_id": self.sequence_id, "sequence_start": step == 0}
-            parameters["sequence_end"] = step == SEQUENCE_LENGTH - 1
-            self.send(_request("sequence", parameters))
+    return sequence_id + 1
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -125,35 +71,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=10_000, help="per model per round")
     args = parser.parse_args(argv)
-    port = _free_port()
+    (port,) = free_ports(1)
     server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-c", SERVER, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                client = _Client(port)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    why = server.stderr.read().decode() if server.stderr else ""
-                    raise SystemExit(f"the server did not start: {why}") from None
-                time.sleep(0.05)
-        while not client.ready("sequence"):
-            if time.monotonic() > deadline:
-                raise SystemExit("the models did not become ready")
-            time.sleep(0.05)
-        client.run("plain", 1000)  # warm-up of both
-        client.run("sequence", 1000)
+        client = KeepAliveClient(port, "sequence")
+        next_id = _run(client, "plain", 1000, 1)  # warm-up of both
+        next_id = _run(client, "sequence", 1000, next_id)
         cpu: Dict[str, List[float]] = {"plain": [], "sequence": []}
         ratios = []
         for round_ in range(args.rounds):
             order = ["plain", "sequence"] if round_ % 2 == 0 else ["sequence", "plain"]
             for model in order:
-                before = _server_cpu_s(server.pid)
-                client.run(model, args.requests)
-                cpu[model].append((_server_cpu_s(server.pid) - before) / args.requests * 1e6)
+                before = _cpu_seconds(server.pid)
+                next_id = _run(client, model, args.requests, next_id)
+                cpu[model].append((_cpu_seconds(server.pid) - before) / args.requests * 1e6)
             ratios.append(cpu["sequence"][-1] / cpu["plain"][-1])
             print(f"round {round_ + 1}: plain {cpu['plain'][-1]:.1f} us/req, sequence {cpu['sequence'][-1]:.1f} us/req")
         plain, sequence = statistics.median(cpu["plain"]), statistics.median(cpu["sequence"])
