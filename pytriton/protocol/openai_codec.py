@@ -40,6 +40,10 @@ MAX_N = 16
 MAX_STOP_SEQUENCES = 4
 
 
+# Where the OpenAI API is served, on the HTTP port or a port of its own.
+PATH_PREFIX = "/v1/"
+
+
 class OpenAIError(Exception):
     """A request refused, with OpenAI's status and error object."""
 

@@ -18,7 +18,7 @@ from pytriton.options.access import AccessRules
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.routes import CustomRoutes
-from pytriton.protocol import config_override, documents, json_text
+from pytriton.protocol import config_override, documents, json_text, openai_codec
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import (
     Body,
@@ -108,7 +108,7 @@ class HttpFrontend:
         """Serve one HTTP request."""
         if scope["type"] != "http":
             return
-        if self._openai is not None and scope["path"].startswith("/v1/"):
+        if self._openai is not None and scope["path"].startswith(openai_codec.PATH_PREFIX):
             await self._openai(scope, receive, send)
             return
         try:

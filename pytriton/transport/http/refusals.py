@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from pytriton.protocol.openai_codec import PATH_PREFIX, OpenAIError
 from pytriton.transport.http.cycle import App, Message
 
 _ERROR_HEADERS = "content-type: application/json\r\nconnection: close\r\ncontent-length: "
@@ -21,14 +22,25 @@ def error_response(status: int, message: str) -> bytes:
 
 
 def refusal(status: int, message: str) -> App:
-    """An ASGI app answering every request with `status` and a JSON error, closing the connection."""
-    body = orjson.dumps({"error": message})
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers.append((b"connection", b"close"))
+    """An ASGI app answering every request with `status` and a JSON error, closing the connection.
+
+    The error has Triton's shape, `{"error": message}`, except under the OpenAI API's `/v1/`, where it has
+    OpenAI's, which its SDKs parse.
+    """
+    bodies = (orjson.dumps({"error": message}), orjson.dumps(OpenAIError(status, message).document()))
+    heads = [
+        [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        for body in bodies
+    ]
 
     async def refuse(scope: Message, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        shape = 1 if scope["path"].startswith(PATH_PREFIX) else 0
+        await send({"type": "http.response.start", "status": status, "headers": heads[shape]})
+        await send({"type": "http.response.body", "body": bodies[shape]})
 
     return refuse
 

@@ -13,7 +13,7 @@ import hmac
 import logging
 import time
 import weakref
-from typing import Any, Awaitable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Awaitable, Dict, List, NamedTuple, Optional, Tuple, TypeVar
 
 import numpy as np
 import orjson
@@ -23,7 +23,7 @@ from pytriton.core.serving import ServingEngine, ServingModel
 from pytriton.options.access import AccessRules
 from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, counted
 from pytriton.protocol import openai_codec as codec
-from pytriton.protocol.openai_codec import OpenAIError, Sampling, invalid
+from pytriton.protocol.openai_codec import PATH_PREFIX, OpenAIError, Sampling, invalid
 from pytriton.transport.http.responses import Receive, Scope, Send
 from pytriton.transport.openai.generation import EMBEDDING_OUTPUT, Generation, build_request
 from pytriton.transport.openai.templates import TemplateError, render
@@ -32,10 +32,20 @@ LOGGER = logging.getLogger("pytriton.openai")
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
-PREFIX = "/v1/"
 T = TypeVar("T")
 # Handlers cancelled because their client disconnected.
 _LEFT: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+
+class _Job(NamedTuple):
+    """What a chat or completions request asks to generate: one prompt a choice, and how to answer."""
+
+    prompts: List[str]
+    prompt_tokens: int
+    messages: Optional[List[Dict[str, Any]]]  # a chat's messages (the model's `messages` input), else None
+    echo: Optional[List[str]]  # the prompts to put before the texts (completions' `echo`), else None
+    chat: bool
+    started_ns: int
 
 
 class OpenAIApp:
@@ -92,7 +102,7 @@ class OpenAIApp:
             )
             if denial is not None:
                 raise OpenAIError(403, denial, code="restricted_api")
-        route = path[len(PREFIX) :].rstrip("/")
+        route = path[len(PATH_PREFIX) :].rstrip("/")
         if route == "models" or route.startswith("models/"):
             _allow(method, "GET", path)
             return self._models(send, route[len("models/") :] if "/" in route else None)
@@ -162,18 +172,8 @@ class OpenAIApp:
             raise invalid(str(error), param="messages") from None
         prompts = [prompt] * request.sampling.n
         prompt_tokens = counted(option.token_counter, prompt)
-        await self._generate(
-            receive,
-            send,
-            model,
-            option,
-            request.sampling,
-            prompts,
-            prompt_tokens,
-            request.messages,
-            started_ns,
-            chat=True,
-        )
+        job = _Job(prompts, prompt_tokens, request.messages, None, True, started_ns)
+        await self._generate(receive, send, model, option, request.sampling, job)
 
     async def _completions(self, receive: Receive, send: Send) -> None:
         """POST /v1/completions."""
@@ -183,19 +183,8 @@ class OpenAIApp:
         prompts = [prompt for prompt in request.prompts for _ in range(request.sampling.n)]
         prompt_tokens = sum(counted(option.token_counter, prompt) for prompt in request.prompts)
         echoed = prompts if request.echo else None
-        await self._generate(
-            receive,
-            send,
-            model,
-            option,
-            request.sampling,
-            prompts,
-            prompt_tokens,
-            None,
-            started_ns,
-            chat=False,
-            echo=echoed,
-        )
+        job = _Job(prompts, prompt_tokens, None, echoed, False, started_ns)
+        await self._generate(receive, send, model, option, request.sampling, job)
 
     async def _generate(
         self,
@@ -204,26 +193,21 @@ class OpenAIApp:
         model: ServingModel,
         option: Any,
         sampling: Sampling,
-        prompts: List[str],
-        prompt_tokens: int,
-        messages: Optional[List[Dict[str, Any]]],
-        started_ns: int,
-        *,
-        chat: bool,
-        echo: Optional[List[str]] = None,
+        job: _Job,
     ) -> None:
         """Run one generation a choice (concurrently: the model's batcher batches them) and answer."""
         spec = model.spec
+        chat, echo, prompt_tokens = job.chat, job.echo, job.prompt_tokens
         generations = [
             Generation(
                 model,
-                build_request(spec, prompt, sampling.parameters, messages),
+                build_request(spec, prompt, sampling.parameters, job.messages),
                 stop=sampling.stop,
                 max_tokens=sampling.max_tokens,
                 counter=option.token_counter,
-                started_ns=started_ns,
+                started_ns=job.started_ns,
             )
-            for prompt in prompts
+            for prompt in job.prompts
         ]
         answer = _Answer(
             codec.new_id("chatcmpl" if chat else "cmpl"), int(time.time()), spec.name, chat, sampling.include_usage
