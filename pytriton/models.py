@@ -15,11 +15,11 @@ from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
 from pytriton.model_config.common import DeviceKind, ModelWarmup, generate_warmup_requests
 from pytriton.model_config.model_config import ModelConfig
+from pytriton.model_config.sequence_checks import resolve_sequence_batcher
 from pytriton.model_config.tensor import Tensor
 from pytriton.model_config.tensor_options import tensor_format, tensor_labels
 from pytriton.model_config.triton_model_config import ResponseCache, TensorSpec, TritonModelConfig
 from pytriton.options.openai import OpenAIOption
-from pytriton.sequence_config import resolve_sequence_batcher
 from pytriton.transport.openai.binding import check_binding
 
 LOGGER = logging.getLogger("pytriton")
