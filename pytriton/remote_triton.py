@@ -18,12 +18,14 @@ import pathlib
 import socket
 import threading
 import time
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from pytriton import __version__
 from pytriton.client._url import TritonUrl
 from pytriton.context import attach_context
+from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.process_instances.host import InstanceHost
+from pytriton.core.process_instances.protocol import METRICS
 from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
 from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES, ProcessInstances
@@ -39,6 +41,7 @@ from pytriton.runtime.attach import (
     ask_token,
     attach_address,
     peer_is_trusted,
+    peer_pid,
 )
 from pytriton.triton_base import Binding, TritonBase
 
@@ -159,6 +162,7 @@ class RemoteTriton(TritonBase):
     def _stop_server(self) -> None:
         """Unload the models from the server (it lets their requests finish) and stop serving them."""
         atexit.unregister(self.stop)
+        self._ship_metrics()
         for model in self._models:
             if model.control is not None:
                 with contextlib.suppress(OSError):
@@ -170,6 +174,17 @@ class RemoteTriton(TritonBase):
             if model.control is not None:
                 model.control.close()
 
+    def _ship_metrics(self) -> None:
+        """Send what this process changed in custom metrics outside its callables since their last answers."""
+        updates = REGISTRY.take_updates()
+        if not updates:
+            return
+        for model in self._models:
+            if model.control is not None and not model.gone.is_set():
+                with contextlib.suppress(ChannelClosed, OSError):
+                    model.control.send((METRICS, updates))
+                    return
+
     # -- binding --------------------------------------------------------------------------------
 
     def _attach(self, model: _RemoteModel) -> None:
@@ -177,13 +192,17 @@ class RemoteTriton(TritonBase):
         control = BlockingChannel(self._connect_to_server(wait=True))
         control.sock.settimeout(_ANSWER_TIMEOUT_S)
         token = self._access_token if self._access_token is not None else self._server_token()
-        request = AttachBind(__version__, model.spec, len(model.callables), token, DEFAULT_SHM_BUDGET_BYTES)
+        metrics: Tuple[Any, ...] = ()
+        if peer_pid(control.sock) != os.getpid():  # a server of this process counts this process's metrics itself
+            REGISTRY.start_shipping(None)
+            metrics = tuple(REGISTRY.take_updates())
+        request = AttachBind(__version__, model.spec, len(model.callables), token, DEFAULT_SHM_BUDGET_BYTES, metrics)
         try:
             control.send((ATTACH_BIND, request))
             bind_id = self._answer(control, ACCEPTED, model)[1]
             for index, fn in enumerate(model.callables):
                 channel = BlockingChannel(self._connect_to_server(wait=False))
-                host = InstanceHost(channel, fn, DEFAULT_SHM_BUDGET_BYTES)
+                host = InstanceHost(channel, fn, DEFAULT_SHM_BUDGET_BYTES, (model.spec.name, model.spec.version_str))
                 channel.send((ATTACH_INSTANCE, bind_id, index, host.kind.value, os.getpid()))
                 thread = threading.Thread(
                     target=host.serve, name=f"pytriton-remote-{model.spec.name}-{index}", daemon=True

@@ -304,6 +304,10 @@ def build_request(
 # caller(name, inputs, version, parameters, requested_outputs, timeout_s, streaming) -> each response's outputs.
 ProcessCaller = Callable[..., Iterator[Dict[str, np.ndarray]]]
 _PROCESS_CALLER: List[ProcessCaller] = []
+# A RemoteTriton process serves several instances (and route handlers) at once: each thread's own caller.
+_THREAD_CALLER: contextvars.ContextVar[Optional[ProcessCaller]] = contextvars.ContextVar(
+    "pytriton_process_caller", default=None
+)
 
 
 def set_process_caller(caller: ProcessCaller) -> None:
@@ -311,8 +315,16 @@ def set_process_caller(caller: ProcessCaller) -> None:
     _PROCESS_CALLER[:] = [caller]
 
 
+def use_caller_here(caller: Optional[ProcessCaller]) -> contextvars.Token[Optional[ProcessCaller]]:
+    """Make the calls of this thread (or task) go through `caller`, whatever the process's is; reset with the token."""
+    return _THREAD_CALLER.set(caller)
+
+
 def process_caller() -> Optional[ProcessCaller]:
-    """The caller set in this process, if it is an instance process."""
+    """The caller of this thread or task, else the one set in this process (an instance process's), if any."""
+    caller = _THREAD_CALLER.get()
+    if caller is not None:
+        return caller
     return _PROCESS_CALLER[0] if _PROCESS_CALLER else None
 
 

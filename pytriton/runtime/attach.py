@@ -17,9 +17,10 @@ Who may bind, twice checked:
   its user, in a PID namespace that sees the server. A process that merely shares its network namespace
   (another container of the pod, running as the same uid or as root) must be given the token.
 
-A RemoteTriton binding is one control connection (ATTACH_BIND: the model, then BOUND or BIND_FAILED)
-and one connection per instance (ATTACH_INSTANCE), over which the server sends jobs exactly as to a
-process instance it spawned (`core/process_instances/instance.py`). When the control connection closes (the
+A RemoteTriton binding is one control connection (ATTACH_BIND: the model, then BOUND or BIND_FAILED; later
+(METRICS, updates) from the RemoteTriton's process, made outside its callables) and one connection per instance
+(ATTACH_INSTANCE), over which the server sends jobs exactly as to a process instance it spawned
+(`core/process_instances/instance.py`), custom metrics included. When the control connection closes (the
 RemoteTriton stopped, or its process died) the server unloads the model and keeps its own.
 """
 
@@ -43,9 +44,10 @@ except ImportError:  # pragma: no cover - not on POSIX
     fcntl = None  # type: ignore[assignment]
 
 from pytriton import __version__
+from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.engine import Engine
 from pytriton.core.process_instances.instance import ProcessInstance
-from pytriton.core.process_instances.protocol import READY
+from pytriton.core.process_instances.protocol import METRICS, READY
 from pytriton.core.spec import ModelSpec
 from pytriton.core.waiters import wake
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel, Message
@@ -74,6 +76,9 @@ class AttachBind:
     instance_count: int
     token: Optional[str]
     arena_budget: int
+    # What the RemoteTriton's process changed in custom metrics so far (families defined outside callables,
+    # updates made outside a call): added once the binding is accepted. Later ones travel with its answers.
+    metrics: Tuple[Any, ...] = ()
 
 
 def attach_address(port: int) -> str:
@@ -304,7 +309,8 @@ class AttachServer:
         binding = _Binding(self._next_id, request, control)
         self._bindings[binding.bind_id] = binding
         closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        control.handle(lambda _: None, lambda: wake(closed))
+        control.handle(_control_message, lambda: wake(closed))
+        REGISTRY.apply_updates(request.metrics)
         _send(control, (ACCEPTED, binding.bind_id))
         try:
             await asyncio.wait_for(asyncio.shield(binding.complete), _ATTACH_TIMEOUT_S)
@@ -382,6 +388,15 @@ class AttachServer:
         self._bindings.pop(binding.bind_id, None)
         await asyncio.gather(*(instance.close() for instance in binding.instances.values()))
         binding.control.close()
+
+
+def _control_message(message: Message) -> None:
+    """What a bound RemoteTriton says on its control connection: what its process changed in custom metrics."""
+    for fd in message.fds:
+        os.close(fd)
+    head = message.head
+    if head[0] == METRICS:
+        REGISTRY.apply_updates(head[1])
 
 
 def _send(channel: LoopChannel, head: Any) -> None:
