@@ -3,7 +3,8 @@
     python -m tests.remote_extensions URL NAME MARKS
 
 It defines `test_remote_outside`, a counter made outside any callable and incremented once before binding;
-binds NAME (tests.test_custom_metrics.Counting, families `test_remote_*`) and adds routes under /NAME/
+binds NAME_composed (which calls the server's `doubled`), then NAME (tests.test_custom_metrics.Counting,
+families `test_remote_*`), and adds routes under /NAME/
 (below); prints "BOUND"; then answers one command per line of its standard input, and exits at its end:
     bump     increments test_remote_outside (outside a callable); prints DONE
     close    closes the RemoteTriton; prints CLOSED
@@ -17,13 +18,13 @@ import os
 import pathlib
 import sys
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import numpy as np
 
 from pytriton.compose import ModelCallError, call_model, call_model_async
 from pytriton.metrics import MetricFamily
-from pytriton.model_config import ModelConfig
+from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote_triton import RemoteTriton
 from pytriton.routes import RouteRequest, RouteResponse
 from tests.test_custom_metrics import INPUTS, OUTPUTS, Counting
@@ -99,12 +100,19 @@ def hang(request: RouteRequest) -> Any:
         time.sleep(1)
 
 
+def composed(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """A callable that calls the server's `doubled` model (bound before another model of this process)."""
+    return [{"x": call_model("doubled", {"x": request["x"]})["x"]} for request in requests]
+
+
 def main() -> None:
     outside = MetricFamily("test_remote_outside", "Counted outside any callable", MetricFamily.COUNTER).Metric()
     outside.increment()
     name = sys.argv[2]
     remote = RemoteTriton(url=sys.argv[1])
     remote.connect()
+    io = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    remote.bind(f"{name}_composed", composed, inputs=io, outputs=io, config=ModelConfig(batching=False))
     remote.bind(name, Counting("test_remote"), inputs=INPUTS, outputs=OUTPUTS, config=ModelConfig(max_batch_size=4))
     remote.add_route(f"/{name}/echo/{{name}}", echo, methods=["POST", "PUT"])
     remote.add_route(f"/{name}/doubled", doubled)

@@ -18,6 +18,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
+import tritonclient.http as httpclient
 
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
@@ -108,6 +109,14 @@ def _json(answer: Tuple[int, bytes]) -> Tuple[int, Any]:
     return answer[0], json.loads(answer[1])
 
 
+def test_each_remote_model_calls_models_through_its_own_instance(server: Triton, remote: Remote) -> None:
+    """Two models in one RemoteTriton process: the first one's model calls go over its own connection."""
+    with httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as client:
+        tensor = httpclient.InferInput("x", [2], "FP32")
+        tensor.set_data_from_numpy(np.array([1.0, 4.0], np.float32))
+        assert client.infer("remote_composed", [tensor]).as_numpy("x").tolist() == [2.0, 8.0]
+
+
 # -- custom metrics ------------------------------------------------------------------------------------------
 
 
@@ -186,6 +195,19 @@ def test_a_path_taken_is_refused_and_mount_names_the_alternative(server: Triton,
         other.add_route("/remote/doubled", lambda request: {"get": True}, methods=["GET"])  # another method is free
         assert _json(_request(_port(server), "/remote/doubled")) == (200, {"get": True})
     assert _request(_port(server), "/remote/doubled")[0] == 405  # gone with the RemoteTriton that added it
+
+
+def test_a_route_added_before_connect_is_added_at_connect(server: Triton) -> None:
+    remote = RemoteTriton(url=f"http://127.0.0.1:{server.http_port}")
+    remote.add_route("/early/{item}", lambda request: {"item": request.path_params["item"]}, methods=["GET"])
+    assert _request(_port(server), "/early/a")[0] == 404
+    remote.connect()
+    try:
+        assert _json(_request(_port(server), "/early/a")) == (200, {"item": "a"})
+        assert remote.is_alive()
+    finally:
+        remote.stop()
+    assert _request(_port(server), "/early/a")[0] == 404
 
 
 def test_a_remote_route_goes_when_its_remote_closes_or_dies(server: Triton, tmp_path: pathlib.Path) -> None:
