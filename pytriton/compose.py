@@ -32,6 +32,7 @@ from pytriton.core.composition import (
     CallPath,
     InnerCall,
     ModelCallError,
+    async_process_caller,
     outputs_of,
     process_caller,
     thread_doorbell,
@@ -112,6 +113,16 @@ async def call_model_async(
 
     Cancelling the awaiting task cancels the call (it leaves the model's queue if it still waits there).
     """
+    if CURRENT.get() is None:
+        awaited = async_process_caller()
+        if awaited is not None:  # a RemoteTriton's route handler: awaited on its loop
+            arguments = (name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
+            last: Optional[Outputs] = None
+            async for outputs in awaited(*arguments):
+                last = outputs
+            if last is None:
+                raise ModelCallError(Status.INTERNAL, "the model returned no response")
+            return last
     remote = process_caller() if CURRENT.get() is None else None
     if remote is not None:  # an instance process's loop runs this callable alone: waiting blocks nothing else
         return _last(remote(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False))
@@ -163,11 +174,16 @@ class ModelStream:
     ) -> None:
         """Remember the call; it starts when iterated."""
         self._remote = process_caller() if CURRENT.get() is None else None
-        self._path = _path() if self._remote is None else None
+        self._awaited = async_process_caller() if CURRENT.get() is None else None
+        self._path = _path() if self._remote is None and self._awaited is None else None
         self._arguments = (name, inputs, version, parameters, requested_outputs, timeout_s, True)
 
     def __iter__(self) -> Iterator[Outputs]:
         """The responses, in this (non-loop) thread."""
+        if self._remote is None and self._awaited is not None:
+            raise ModelCallError(
+                Status.INVALID_ARGUMENT, "a stream on the event loop is read with 'async for', which never blocks it"
+            )
         if self._remote is not None:
             yield from self._remote(*self._arguments)
             return
@@ -196,6 +212,10 @@ class ModelStream:
 
     async def __aiter__(self) -> AsyncIterator[Outputs]:
         """The responses, on the event loop."""
+        if self._awaited is not None:
+            async for outputs in self._awaited(*self._arguments):
+                yield outputs
+            return
         if self._remote is not None:
             for outputs in self._remote(*self._arguments):
                 yield outputs

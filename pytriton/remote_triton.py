@@ -4,7 +4,9 @@ As in nvidia-pytriton 0.7, the models are served by the running server (started 
 `pytriton serve`) while their callables run here, and they are unloaded when the RemoteTriton closes;
 the server keeps its own models. The callables are served exactly as process instances are: each
 instance answers the server's jobs over a local socket of its own, tensors through shared memory
-(see `pytriton.runtime.attach` for who may attach, and how that is checked).
+(see `pytriton.runtime.attach` for who may attach, and how that is checked). Custom routes added here
+(`add_route`) are served by the server, their handlers run here (`pytriton.runtime.remote_routes`), and
+custom metrics made here reach the server's metrics port.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ import pathlib
 import socket
 import threading
 import time
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from pytriton import __version__
 from pytriton.client._url import TritonUrl
 from pytriton.context import attach_context
+from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.process_instances.host import InstanceHost
+from pytriton.core.process_instances.protocol import METRICS
 from pytriton.core.spec import ModelSpec
-from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperationError, PyTritonValidationError
 from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES, ProcessInstances
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed
 from pytriton.lifecycle import TritonLifecyclePolicy
@@ -34,12 +38,15 @@ from pytriton.runtime.attach import (
     ACCEPTED,
     ATTACH_BIND,
     ATTACH_INSTANCE,
+    ATTACH_ROUTE,
     BOUND,
     AttachBind,
     ask_token,
     attach_address,
     peer_is_trusted,
+    peer_pid,
 )
+from pytriton.runtime.remote_routes import AttachRoute, RouteHost
 from pytriton.triton_base import Binding, TritonBase
 
 LOGGER = logging.getLogger("pytriton")
@@ -78,6 +85,17 @@ class _RemoteModel:
         self.gone = threading.Event()  # the server closed the binding (it stopped, or unloaded the model)
 
 
+class _RemoteRoute:
+    """A custom route this RemoteTriton adds to the server; once added, its connection and the thread serving it."""
+
+    def __init__(self, path: str, handler: Callable[..., Any], methods: Tuple[str, ...]) -> None:
+        self.path = path
+        self.handler = handler
+        self.methods = methods
+        self.host: Optional[RouteHost] = None
+        self.thread: Optional[threading.Thread] = None
+
+
 class RemoteTriton(TritonBase):
     """Binds models into a running pytriton server on this host; they are unloaded when it closes.
 
@@ -113,6 +131,7 @@ class RemoteTriton(TritonBase):
             access_token=access_token,
         )
         self._models: List[_RemoteModel] = []
+        self._routes: List[_RemoteRoute] = []
         self._started()  # the server is somebody else's: there is nothing to start
         atexit.register(self.stop)
 
@@ -146,29 +165,86 @@ class RemoteTriton(TritonBase):
             if self.is_connected():
                 self._attach(model)
 
+    def add_route(self, path: str, handler: Callable[..., Any], methods: Sequence[str] = ("POST",)) -> None:
+        """Serve `handler`, which runs in this process, at `path` on the server's HTTP port, until this closes.
+
+        As `Triton.add_route` (docs/composition.md): `handler(request: RouteRequest)` returns a RouteResponse, a
+        JSON-able value, str or bytes; an `async def` handler runs on an event loop of the route's own, a plain
+        one in a worker thread. The server forwards each request here and the answer back, and applies its own
+        access rules of the API "custom". pytriton.compose calls the server's models (those bound here too) from
+        the handler. A client that leaves cancels an async handler; a sync one's model calls fail from then on.
+
+        Raises:
+            PyTritonValidationError: the server refused the path (reserved, malformed, or served already).
+            PyTritonInvalidOperationError: the server refused the route (the access token, another version).
+        """
+        if not callable(handler):
+            raise PyTritonValidationError(f"route '{path}': the handler must be callable")
+        route = _RemoteRoute(path, handler, tuple(str(method).upper() for method in methods))
+        with self._state_lock:
+            if self.is_connected():
+                self._attach_route(route)
+            self._routes.append(route)
+
+    def mount(self, prefix: str, app: Any) -> None:
+        """Not available on a RemoteTriton: an ASGI app is served by the server's own process.
+
+        Raises:
+            PyTritonInvalidOperationError: always.
+        """
+        raise PyTritonInvalidOperationError(
+            f"RemoteTriton cannot mount an ASGI app (at '{prefix}'): an app's receive() and send() do not cross "
+            "processes. Serve its paths with RemoteTriton.add_route handlers, or mount it with Triton.mount in "
+            "the server's own process"
+        )
+
     def _wait_for_server(self) -> None:
-        """Bind every model bound so far into the server, waiting for the server if it is starting."""
+        """Bind every model bound so far into the server, and add every route, waiting for a starting server."""
         for model in self._models:
             if model.control is None:
                 self._attach(model)
+        for route in self._routes:
+            if route.host is None:
+                self._attach_route(route)
 
     def _is_alive_impl(self) -> bool:
-        """Whether the server still serves every model bound here."""
-        return all(not model.gone.is_set() for model in self._models)
+        """Whether the server still serves every model bound here, and every route added here."""
+        return all(not model.gone.is_set() for model in self._models) and all(
+            route.host is None or not route.host.gone.is_set() for route in self._routes
+        )
 
     def _stop_server(self) -> None:
         """Unload the models from the server (it lets their requests finish) and stop serving them."""
         atexit.unregister(self.stop)
+        self._ship_metrics()
         for model in self._models:
             if model.control is not None:
                 with contextlib.suppress(OSError):
                     model.control.sock.shutdown(socket.SHUT_RDWR)
+        for route in self._routes:
+            if route.host is not None:
+                with contextlib.suppress(OSError):
+                    route.host.channel.sock.shutdown(socket.SHUT_RDWR)
         deadline = time.monotonic() + _RELEASE_TIMEOUT_S
+        for route in self._routes:
+            if route.thread is not None:
+                route.thread.join(max(deadline - time.monotonic(), 0))
         for model in self._models:
             for thread in model.hosts:
                 thread.join(max(deadline - time.monotonic(), 0))
             if model.control is not None:
                 model.control.close()
+
+    def _ship_metrics(self) -> None:
+        """Send what this process changed in custom metrics outside its callables since their last answers."""
+        updates = REGISTRY.take_updates()
+        if not updates:
+            return
+        for model in self._models:
+            if model.control is not None and not model.gone.is_set():
+                with contextlib.suppress(ChannelClosed, OSError):
+                    model.control.send((METRICS, updates))
+                    return
 
     # -- binding --------------------------------------------------------------------------------
 
@@ -177,13 +253,17 @@ class RemoteTriton(TritonBase):
         control = BlockingChannel(self._connect_to_server(wait=True))
         control.sock.settimeout(_ANSWER_TIMEOUT_S)
         token = self._access_token if self._access_token is not None else self._server_token()
-        request = AttachBind(__version__, model.spec, len(model.callables), token, DEFAULT_SHM_BUDGET_BYTES)
+        metrics: Tuple[Any, ...] = ()
+        if peer_pid(control.sock) != os.getpid():  # a server of this process counts this process's metrics itself
+            REGISTRY.start_shipping(None)
+            metrics = tuple(REGISTRY.take_updates())
+        request = AttachBind(__version__, model.spec, len(model.callables), token, DEFAULT_SHM_BUDGET_BYTES, metrics)
         try:
             control.send((ATTACH_BIND, request))
             bind_id = self._answer(control, ACCEPTED, model)[1]
             for index, fn in enumerate(model.callables):
                 channel = BlockingChannel(self._connect_to_server(wait=False))
-                host = InstanceHost(channel, fn, DEFAULT_SHM_BUDGET_BYTES)
+                host = InstanceHost(channel, fn, DEFAULT_SHM_BUDGET_BYTES, (model.spec.name, model.spec.version_str))
                 channel.send((ATTACH_INSTANCE, bind_id, index, host.kind.value, os.getpid()))
                 thread = threading.Thread(
                     target=host.serve, name=f"pytriton-remote-{model.spec.name}-{index}", daemon=True
@@ -199,6 +279,33 @@ class RemoteTriton(TritonBase):
         model.watcher = threading.Thread(target=self._watch, args=(model,), daemon=True)
         model.watcher.start()
         LOGGER.info("model '%s' bound into the server at %s", model.spec.name, self._triton_url.with_scheme)
+
+    def _attach_route(self, route: _RemoteRoute) -> None:
+        """Add one route to the server through a connection of its own, then serve its requests in a thread."""
+        channel = BlockingChannel(self._connect_to_server(wait=True))
+        try:
+            channel.sock.settimeout(_ANSWER_TIMEOUT_S)
+            token = self._access_token if self._access_token is not None else self._server_token()
+            channel.send((ATTACH_ROUTE, AttachRoute(__version__, route.path, route.methods, token)))
+            try:
+                head = channel.receive().head
+            except (ChannelClosed, OSError) as error:
+                raise PyTritonInvalidOperationError(
+                    f"the server closed the connection of route '{route.path}': {error}"
+                ) from None
+            if head[0] != ACCEPTED:
+                reason = head[1] if len(head) > 1 else "an unexpected answer"
+                refused = PyTritonValidationError if len(head) > 2 and head[2] == "invalid" else None
+                message = f"the server refused route '{route.path}': {reason}"
+                raise refused(message) if refused is not None else PyTritonInvalidOperationError(message)
+            channel.sock.settimeout(None)
+        except BaseException:
+            channel.close()
+            raise
+        route.host = RouteHost(channel, route.handler)
+        route.thread = threading.Thread(target=route.host.serve, name=f"pytriton-route-{route.path}", daemon=True)
+        route.thread.start()
+        LOGGER.info("route '%s' added to the server at %s", route.path, self._triton_url.with_scheme)
 
     def _server_token(self) -> Optional[str]:
         """The server's model-repository token, read from the server itself where the kernel lets this process."""

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import queue
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
 
-from pytriton.compose import call_model, call_model_async
+from pytriton.compose import ModelCallError, call_model, call_model_async
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.routes import RouteRequest, RouteResponse
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, running_triton
+from tests.fleet import wait_until
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
 OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
@@ -159,3 +165,124 @@ def test_reserved_and_repeated_routes_are_refused() -> None:
             triton.add_route("/twice", _double_route, methods=["post"])
     finally:
         triton.stop()
+
+
+# -- a route whose client leaves --------------------------------------------------------------------------------
+
+WAIT_S = 20.0
+
+
+class _Held:
+    """A model that runs until its request is cancelled, and what the routes that call it saw."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.inner_cancelled = threading.Event()
+        self.handler_cancelled = threading.Event()
+        self.handler_finished = threading.Event()
+        self.errors: queue.Queue[str] = queue.Queue()
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        self.calls += 1
+        self.entered.set()
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and not self.release.is_set():
+            if requests[0].is_cancelled():
+                self.inner_cancelled.set()
+                break
+            time.sleep(0.01)  # a callable polls is_cancelled() between its steps
+        return [{"y": request["x"]} for request in requests]
+
+
+HELD = _Held()
+
+
+async def _held_async(request: RouteRequest) -> Any:
+    try:
+        await call_model_async("held", {"x": np.array([1.0], np.float32)})
+    except asyncio.CancelledError:
+        HELD.handler_cancelled.set()
+        raise
+    HELD.handler_finished.set()
+    return {}
+
+
+def _held_sync(request: RouteRequest) -> Any:
+    for _ in range(2):  # the second call comes after the client left: it fails at once
+        try:
+            call_model("held", {"x": np.array([1.0], np.float32)})
+        except ModelCallError as error:
+            HELD.errors.put(error.status.name)
+    HELD.handler_finished.set()
+    return {}
+
+
+def _bind_held(triton: Triton) -> None:
+    triton.bind("held", HELD, INPUTS, OUTPUTS, config=ModelConfig(batching=False))
+    triton.add_route("/held/async", _held_async)
+    triton.add_route("/held/sync", _held_sync)
+
+
+@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends"])
+def held_server(request: Any) -> Iterator[Triton]:
+    with running_triton(_bind_held, frontends=request.param) as triton:
+        yield triton
+
+
+@pytest.mark.parametrize("path", ["/held/async", "/held/sync"])
+def test_a_route_whose_client_stays_is_answered_when_its_model_is(held_server: Triton, path: str) -> None:
+    HELD.reset()
+    assert held_server.http_port is not None
+    answers: queue.Queue[Tuple[int, bytes]] = queue.Queue()
+    client = threading.Thread(target=lambda: answers.put(_request(held_server.http_port or 0, path, {})))
+    client.start()
+    try:
+        assert HELD.entered.wait(WAIT_S)
+    finally:
+        HELD.release.set()
+        client.join(WAIT_S)
+    assert answers.get_nowait() == (200, b"{}")
+    assert HELD.handler_finished.is_set() and not HELD.handler_cancelled.is_set()
+    assert not HELD.inner_cancelled.is_set() and HELD.errors.empty()
+
+
+def _post_and_leave(port: int, path: str) -> None:
+    """POST to a route, wait until its inner call runs, then close the connection without reading an answer."""
+    body = b"{}"
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:
+        sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+        assert HELD.entered.wait(WAIT_S), "the route's inner call did not start"
+
+
+def _left_count(port: int, path: str) -> int:
+    for line in _metric_lines(port):
+        if line.startswith(f'pytriton_custom_route_requests{{route="{path}",method="POST",status="499"}}'):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+def test_an_async_route_handler_is_cancelled_when_its_client_leaves(held_server: Triton) -> None:
+    HELD.reset()
+    assert held_server.http_port is not None and held_server.metrics_port is not None
+    before = _left_count(held_server.metrics_port, "/held/async")
+    _post_and_leave(held_server.http_port, "/held/async")
+    assert HELD.handler_cancelled.wait(WAIT_S), "the handler was not cancelled"
+    assert HELD.inner_cancelled.wait(WAIT_S), "its inner call was not cancelled"
+    assert not HELD.handler_finished.is_set()
+    metrics_port = held_server.metrics_port
+    wait_until(lambda: _left_count(metrics_port, "/held/async") == before + 1, WAIT_S, "a 499 count")
+
+
+def test_a_sync_route_handlers_model_calls_fail_once_its_client_leaves(held_server: Triton) -> None:
+    HELD.reset()
+    assert held_server.http_port is not None and held_server.metrics_port is not None
+    _post_and_leave(held_server.http_port, "/held/sync")
+    assert HELD.inner_cancelled.wait(WAIT_S), "the running inner call was not cancelled"
+    assert HELD.handler_finished.wait(WAIT_S)
+    assert [HELD.errors.get_nowait(), HELD.errors.get_nowait()] == ["CANCELLED", "CANCELLED"]
+    assert HELD.calls == 1  # the call made after the client left never reached the model

@@ -17,7 +17,7 @@ import contextvars
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, AsyncIterator, Callable, Deque, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -304,6 +304,10 @@ def build_request(
 # caller(name, inputs, version, parameters, requested_outputs, timeout_s, streaming) -> each response's outputs.
 ProcessCaller = Callable[..., Iterator[Dict[str, np.ndarray]]]
 _PROCESS_CALLER: List[ProcessCaller] = []
+# A RemoteTriton process serves several instances (and route handlers) at once: each thread's own caller.
+_THREAD_CALLER: contextvars.ContextVar[Optional[ProcessCaller]] = contextvars.ContextVar(
+    "pytriton_process_caller", default=None
+)
 
 
 def set_process_caller(caller: ProcessCaller) -> None:
@@ -311,8 +315,34 @@ def set_process_caller(caller: ProcessCaller) -> None:
     _PROCESS_CALLER[:] = [caller]
 
 
+def use_caller_here(caller: Optional[ProcessCaller]) -> contextvars.Token[Optional[ProcessCaller]]:
+    """Make the calls of this thread (or task) go through `caller`, whatever the process's is; reset with the token."""
+    return _THREAD_CALLER.set(caller)
+
+
+# An async route handler in a RemoteTriton's process awaits its calls on its own loop:
+# caller(name, inputs, version, parameters, requested_outputs, timeout_s, streaming) -> each response's outputs.
+AsyncProcessCaller = Callable[..., AsyncIterator[Dict[str, np.ndarray]]]
+_ASYNC_CALLER: contextvars.ContextVar[Optional[AsyncProcessCaller]] = contextvars.ContextVar(
+    "pytriton_async_process_caller", default=None
+)
+
+
+def use_async_caller_here(caller: AsyncProcessCaller) -> contextvars.Token[Optional[AsyncProcessCaller]]:
+    """Make the awaited calls (call_model_async, async for over stream_model) of this task go through `caller`."""
+    return _ASYNC_CALLER.set(caller)
+
+
+def async_process_caller() -> Optional[AsyncProcessCaller]:
+    """The async caller of this task, if it is a RemoteTriton's async route handler."""
+    return _ASYNC_CALLER.get()
+
+
 def process_caller() -> Optional[ProcessCaller]:
-    """The caller set in this process, if it is an instance process."""
+    """The caller of this thread or task, else the one set in this process (an instance process's), if any."""
+    caller = _THREAD_CALLER.get()
+    if caller is not None:
+        return caller
     return _PROCESS_CALLER[0] if _PROCESS_CALLER else None
 
 

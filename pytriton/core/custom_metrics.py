@@ -154,6 +154,17 @@ class Series:
         """A copy of a histogram's (bounds, count per bucket with +Inf last, sum, count); the lock held."""
         return self._bounds, list(self._counts), self.total, self.count
 
+    def pend_all(self) -> None:
+        """Count everything so far as changed since the last shipping (shipping starts; the lock held)."""
+        if self.family.kind == HISTOGRAM:
+            self._pending_counts = list(self._counts)
+            self._pending_delta = self.total
+        elif self.family.kind == GAUGE:
+            self._pending_set = self.value
+            self._pending_delta = 0.0
+        else:
+            self._pending_delta = self.value
+
     def take_update(self) -> Update:
         """What changed since the last call (the registry's lock held), as an Update; resets it."""
         family = self.family
@@ -240,14 +251,23 @@ class Registry:
             )
         return found
 
-    def start_shipping(self, model: Tuple[str, str]) -> None:
-        """This process is an instance of `model`: series made here are its, and updates are kept to ship."""
+    def start_shipping(self, model: Optional[Tuple[str, str]]) -> None:
+        """Keep updates to ship to a server; an instance process of `model`: series made here are that model's.
+
+        A RemoteTriton process (`model` None) serves several models: its series carry the model of the callable
+        that made them (its instance threads' scope), if any.
+        """
         global _PROCESS_MODEL
-        _PROCESS_MODEL = model
+        if model is not None:
+            _PROCESS_MODEL = model
         with self.lock:
+            if self.shipping:
+                return
             self.shipping = True
             for family in self.families.values():
-                self.dirty.update((id(series), series) for series in family.series.values())
+                for series in family.series.values():
+                    series.pend_all()  # what was counted before shipping started is shipped too
+                    self.dirty[id(series)] = series
 
     def take_updates(self) -> List[Update]:
         """What changed since the last call, for the server (empty when nothing did)."""

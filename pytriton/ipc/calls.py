@@ -8,15 +8,22 @@ for other processes to answer calls of their own).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from typing import Any, Awaitable, Callable, Dict, Set
+from typing import Any, Awaitable, Callable, Dict, Optional, Set
 
 from pytriton.ipc.outbox import Outbox
 
 LOGGER = logging.getLogger(__name__)
 
-# Tags of the two messages (negative: the protocols that share the channel use positive ones, BATCH is 0).
-CALL, REPLY = -1, -2
+# Tags of the messages (negative: the protocols that share the channel use positive ones, BATCH is 0):
+# (CALL, id, what, args), (REPLY, id, ok, value or error text), (ABANDON, id) when the caller no longer waits.
+CALL, REPLY, ABANDON = -1, -2, -3
+
+# In the task that answers a call: a future done once the caller has abandoned the call (see Calls.abandon).
+_ABANDONED: contextvars.ContextVar[Optional[asyncio.Future[None]]] = contextvars.ContextVar(
+    "pytriton_call_abandoned", default=None
+)
 
 Handler = Callable[..., Awaitable[Any]]
 
@@ -34,6 +41,7 @@ class Calls:
         self._handlers = handlers
         self._waiting: Dict[int, asyncio.Future[Any]] = {}
         self._answering: Set[asyncio.Task[None]] = set()
+        self._abandoned: Dict[int, asyncio.Future[None]] = {}  # by the id of a call being answered here
         self._next_id = 0
         self.closed = False
 
@@ -48,15 +56,34 @@ class Calls:
         self._outbox.post((CALL, self._next_id, what, args))
         return future
 
+    def abandon(self, future: Awaitable[Any]) -> None:
+        """Stop waiting for a call `call` made (its client left): the other side is told, its late reply dropped."""
+        for call_id, waiting in self._waiting.items():
+            if waiting is future:
+                del self._waiting[call_id]
+                waiting.cancel()
+                if not self.closed:
+                    self._outbox.post((ABANDON, call_id))
+                return
+
     def on_call(self, head: Any) -> None:
         """A CALL message came: answer it in a task of its own."""
         _, call_id, what, args = head
-        task = asyncio.get_running_loop().create_task(self._answer(call_id, what, args))
+        loop = asyncio.get_running_loop()
+        abandoned = self._abandoned[call_id] = loop.create_future()
+        task = loop.create_task(self._answer(call_id, what, args, abandoned))
         self._answering.add(task)
         task.add_done_callback(self._answering.discard)
 
-    async def _answer(self, call_id: int, what: str, args: Any) -> None:
+    def on_abandon(self, head: Any) -> None:
+        """An ABANDON message came: the handler answering that call learns it through `abandoned()`."""
+        future = self._abandoned.get(head[1])
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def _answer(self, call_id: int, what: str, args: Any, abandoned: asyncio.Future[None]) -> None:
         """Run a handler and send its value, or what it raised, back."""
+        _ABANDONED.set(abandoned)  # this task's own context
         try:
             handler = self._handlers[what]
             value = await handler(*args)
@@ -66,7 +93,9 @@ class Calls:
             reply = (REPLY, call_id, False, f"{type(error).__name__}: {error}")
         else:
             reply = (REPLY, call_id, True, value)
-        if not self.closed:
+        finally:
+            del self._abandoned[call_id]
+        if not self.closed and not abandoned.done():
             self._outbox.post(reply)
 
     def on_reply(self, head: Any) -> None:
@@ -89,3 +118,8 @@ class Calls:
                 future.set_exception(CallFailed("the other process is gone"))
         for task in list(self._answering):
             task.cancel()
+
+
+def abandoned() -> Optional[asyncio.Future[None]]:
+    """In a handler answering a call: a future done once its caller abandons the call (None outside one)."""
+    return _ABANDONED.get()

@@ -57,7 +57,7 @@ class CustomRoutes:
         """Whether any route or mount was added."""
         return bool(self._routes or self._mounts)
 
-    def add_route(self, path: str, handler: Callable[..., Any], methods: Iterable[str]) -> None:
+    def add_route(self, path: str, handler: Callable[..., Any], methods: Iterable[str]) -> Route:
         """Serve `handler` at `path` ('{name}' segments match any one segment) for `methods`.
 
         Raises:
@@ -78,7 +78,14 @@ class CustomRoutes:
                 if route.path == path and route.methods & wanted:
                     taken = ", ".join(sorted(route.methods & wanted))
                     raise PyTritonValidationError(f"route '{path}' is already served for {taken}")
-            self._routes = [*self._routes, Route(wanted, path, pattern, handler)]
+            route = Route(wanted, path, pattern, handler)
+            self._routes = [*self._routes, route]
+        return route
+
+    def remove_route(self, route: Route) -> None:
+        """Serve `route` no more (a RemoteTriton's, once it closed); its counts stay."""
+        with self._lock:
+            self._routes = [known for known in self._routes if known is not route]
 
     def mount(self, prefix: str, app: Any) -> None:
         """Serve the ASGI app `app` for every path under `prefix`.

@@ -17,9 +17,10 @@ Who may bind, twice checked:
   its user, in a PID namespace that sees the server. A process that merely shares its network namespace
   (another container of the pod, running as the same uid or as root) must be given the token.
 
-A RemoteTriton binding is one control connection (ATTACH_BIND: the model, then BOUND or BIND_FAILED)
-and one connection per instance (ATTACH_INSTANCE), over which the server sends jobs exactly as to a
-process instance it spawned (`core/process_instances/instance.py`). When the control connection closes (the
+A RemoteTriton binding is one control connection (ATTACH_BIND: the model, then BOUND or BIND_FAILED; later
+(METRICS, updates) from the RemoteTriton's process, made outside its callables) and one connection per instance
+(ATTACH_INSTANCE), over which the server sends jobs exactly as to a process instance it spawned
+(`core/process_instances/instance.py`), custom metrics included. When the control connection closes (the
 RemoteTriton stopped, or its process died) the server unloads the model and keeps its own.
 """
 
@@ -35,7 +36,7 @@ import stat
 import struct
 import sys
 import tempfile
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 try:
     import fcntl
@@ -43,12 +44,16 @@ except ImportError:  # pragma: no cover - not on POSIX
     fcntl = None  # type: ignore[assignment]
 
 from pytriton import __version__
+from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.engine import Engine
 from pytriton.core.process_instances.instance import ProcessInstance
-from pytriton.core.process_instances.protocol import READY
+from pytriton.core.process_instances.protocol import METRICS, READY
 from pytriton.core.spec import ModelSpec
 from pytriton.core.waiters import wake
+from pytriton.exceptions import PyTritonValidationError
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel, Message
+from pytriton.options.routes import CustomRoutes
+from pytriton.runtime.remote_routes import AttachRoute, ServedRoute
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -57,6 +62,9 @@ LOGGER = logging.getLogger("pytriton")
 # callable kind, pid), then jobs. Token connection: (TOKEN_WHERE,) -> (TOKEN_AT, the server's descriptor
 # of its token's memfd, or None when no token is needed or none can be read).
 ATTACH_BIND, ATTACH_INSTANCE, ACCEPTED, BOUND, BIND_FAILED, TOKEN_WHERE, TOKEN_AT = 21, 22, 23, 24, 25, 26, 27
+# Route connection (runtime/remote_routes.py): (ATTACH_ROUTE, AttachRoute) -> (ACCEPTED, 0) or
+# (BIND_FAILED, message, "invalid" when the path is refused, else "refused"), then the route's requests.
+ATTACH_ROUTE = 28
 _ABSTRACT = sys.platform.startswith("linux")
 _PEERCRED = struct.Struct("3i")
 # How long a binding may take to open its instance connections.
@@ -74,6 +82,9 @@ class AttachBind:
     instance_count: int
     token: Optional[str]
     arena_budget: int
+    # What the RemoteTriton's process changed in custom metrics so far (families defined outside callables,
+    # updates made outside a call): added once the binding is accepted. Later ones travel with its answers.
+    metrics: Tuple[Any, ...] = ()
 
 
 def attach_address(port: int) -> str:
@@ -190,12 +201,16 @@ class AttachServer:
         model_token: Optional[str],
         unload_timeout_s: float,
         synced: Optional[Callable[[], Awaitable[None]]] = None,
+        routes: Optional[CustomRoutes] = None,
     ) -> None:
         """Serve `engine`; `model_token`: the model-repository token, if that API is restricted.
 
-        `synced()` returns once the frontend processes know the models (a binding is answered BOUND only then).
+        `synced()` returns once the frontend processes know the models (a binding is answered BOUND only then);
+        `routes`: the HTTP port's custom routes, which RemoteTriton processes may add to.
         """
         self._engine = engine
+        self._routes = routes
+        self._served_routes: Set[ServedRoute] = set()
         self._synced = synced
         self._model_token = model_token
         self._unload_timeout_s = unload_timeout_s
@@ -240,6 +255,8 @@ class AttachServer:
             _remove_stale(path)
         for binding in list(self._bindings.values()):
             binding.control.close()
+        for served in list(self._served_routes):
+            served.close()
         for task in list(self._tasks):
             task.cancel()
         if self._token_fd is not None:
@@ -283,6 +300,8 @@ class AttachServer:
             self._track(self._bind(channel, head[1]))
         elif head[0] == ATTACH_INSTANCE:
             self._attach_instance(channel, head)
+        elif head[0] == ATTACH_ROUTE and isinstance(head[1], AttachRoute):
+            self._add_route(channel, head[1])
         elif head[0] == TOKEN_WHERE:
             _send(channel, (TOKEN_AT, self._token_fd))  # the client closes the connection
         else:
@@ -304,7 +323,8 @@ class AttachServer:
         binding = _Binding(self._next_id, request, control)
         self._bindings[binding.bind_id] = binding
         closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        control.handle(lambda _: None, lambda: wake(closed))
+        control.handle(_control_message, lambda: wake(closed))
+        REGISTRY.apply_updates(request.metrics)
         _send(control, (ACCEPTED, binding.bind_id))
         try:
             await asyncio.wait_for(asyncio.shield(binding.complete), _ATTACH_TIMEOUT_S)
@@ -332,26 +352,59 @@ class AttachServer:
         await self._engine.remove(spec.name, spec.version, self._unload_timeout_s)
         await self._drop(binding)
 
+    def _add_route(self, channel: LoopChannel, request: AttachRoute) -> None:
+        """Serve a RemoteTriton's route through its connection, until the connection closes."""
+        refusal = self._credentials_refusal(request.version, request.token)
+        if refusal is None and self._routes is None:
+            refusal = "this server serves no custom routes"
+        if refusal is not None:
+            _send(channel, (BIND_FAILED, refusal, "refused"))
+            channel.close()
+            return
+        assert self._routes is not None
+        served = ServedRoute(channel, request.path, self._routes)
+        try:
+            served.route = self._routes.add_route(request.path, served, request.methods)
+        except PyTritonValidationError as error:
+            _send(channel, (BIND_FAILED, str(error), "invalid"))
+            channel.close()
+            return
+        self._served_routes.add(served)
+        channel.handle(served.on_message, lambda: self._route_closed(served))
+        LOGGER.info("RemoteTriton added route '%s' (%s)", request.path, ", ".join(sorted(served.route.methods)))
+        _send(channel, (ACCEPTED, 0))
+
+    def _route_closed(self, served: ServedRoute) -> None:
+        self._served_routes.discard(served)
+        served.on_closed()
+
     def _refusal(self, request: AttachBind) -> Optional[str]:
         """Why a binding is refused, or None."""
-        if request.version != __version__:
-            return f"the server runs pytriton {__version__}, the RemoteTriton pytriton {request.version}"
-        if self._model_token is not None:
-            if request.token is None:
-                return (
-                    "the server restricts its model repository to an access token and this RemoteTriton has none: "
-                    "pass RemoteTriton(access_token=...) with the server's token (Triton.get_access_token(), "
-                    "pytriton serve --access-token); only a process that may read the server's /proc/<pid>/fd "
-                    "(its user, in its PID namespace) finds it without"
-                )
-            if not hmac.compare_digest(request.token.encode(), self._model_token.encode()):
-                return "the access token does not match the server's"
+        refusal = self._credentials_refusal(request.version, request.token)
+        if refusal is not None:
+            return refusal
         try:
             self._engine.check_new(request.spec)
         except ValueError as error:
             return str(error)
         if any(b.request.spec.name == request.spec.name for b in self._bindings.values()):
             return f"model '{request.spec.name}' is being bound already"
+        return None
+
+    def _credentials_refusal(self, version: str, token: Optional[str]) -> Optional[str]:
+        """Why a RemoteTriton of that version with that token may not bind models or add routes, or None."""
+        if version != __version__:
+            return f"the server runs pytriton {__version__}, the RemoteTriton pytriton {version}"
+        if self._model_token is not None:
+            if token is None:
+                return (
+                    "the server restricts its model repository to an access token and this RemoteTriton has none: "
+                    "pass RemoteTriton(access_token=...) with the server's token (Triton.get_access_token(), "
+                    "pytriton serve --access-token); only a process that may read the server's /proc/<pid>/fd "
+                    "(its user, in its PID namespace) finds it without"
+                )
+            if not hmac.compare_digest(token.encode(), self._model_token.encode()):
+                return "the access token does not match the server's"
         return None
 
     def _attach_instance(self, channel: LoopChannel, head: Tuple[Any, ...]) -> None:
@@ -382,6 +435,15 @@ class AttachServer:
         self._bindings.pop(binding.bind_id, None)
         await asyncio.gather(*(instance.close() for instance in binding.instances.values()))
         binding.control.close()
+
+
+def _control_message(message: Message) -> None:
+    """What a bound RemoteTriton says on its control connection: what its process changed in custom metrics."""
+    for fd in message.fds:
+        os.close(fd)
+    head = message.head
+    if head[0] == METRICS:
+        REGISTRY.apply_updates(head[1])
 
 
 def _send(channel: LoopChannel, head: Any) -> None:

@@ -319,7 +319,8 @@ class ServerRuntime:
 
         rule = self.options.http_access.rules.get(Category.MODEL_REPOSITORY)
         synced = self._pool.sync if self._pool is not None else None
-        self._attach = AttachServer(self.engine, rule.value if rule else None, self.options.exit_timeout_s, synced)
+        token = rule.value if rule else None
+        self._attach = AttachServer(self.engine, token, self.options.exit_timeout_s, synced, self.routes)
         self._attach.start([port for port in (self.http_port, self.grpc_port) if port is not None])
 
     async def _start_http(self) -> int:

@@ -20,8 +20,8 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 
 import numpy as np
 
-from pytriton.core.composition import ModelCallError, set_process_caller
-from pytriton.core.custom_metrics import REGISTRY
+from pytriton.core.composition import ModelCallError, set_process_caller, use_caller_here
+from pytriton.core.custom_metrics import REGISTRY, stay_in_model_scope
 from pytriton.core.errors import Status
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
@@ -79,9 +79,20 @@ class _HostedRequest(Request):
 class InstanceHost:
     """Serves jobs from one channel with one callable until the server says Exit or goes away."""
 
-    def __init__(self, channel: BlockingChannel, fn: Callable[..., Any], arena_budget: int) -> None:
-        """Serve `fn` over `channel`; outputs use an arena of at most `arena_budget` bytes."""
+    def __init__(
+        self,
+        channel: BlockingChannel,
+        fn: Callable[..., Any],
+        arena_budget: int,
+        model: Optional[Tuple[str, str]] = None,
+    ) -> None:
+        """Serve `fn` over `channel`; outputs use an arena of at most `arena_budget` bytes.
+
+        `model` (name, version): a RemoteTriton's instance, one of several in its process; its callable's model
+        calls and custom metrics are this host's from its serving thread (else the process's, an instance process's).
+        """
         self.channel = channel
+        self._model = model
         self.fn = fn
         self.kind = callable_kind(fn)
         self._inputs = InputViews()
@@ -100,10 +111,14 @@ class InstanceHost:
         self._answers: Dict[int, Deque[Message]] = {}
         self._next_call_id = 0
         self._sending = threading.Lock()
-        set_process_caller(self.call_model)
+        if model is None:
+            set_process_caller(self.call_model)
 
     def serve(self) -> None:
         """Answer jobs until Exit (after the job in progress) or the end of the channel."""
+        if self._model is not None:  # this thread's own: a RemoteTriton process serves several instances
+            use_caller_here(self.call_model)
+            stay_in_model_scope(self._model)
         try:
             while not self._exiting:
                 message = self.channel.receive()

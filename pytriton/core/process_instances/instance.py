@@ -371,12 +371,7 @@ class ProcessInstance:
                 job.steps.put_nowait(("end", None))
 
     def _model_call(self, link: _Link, job: Optional[_Job], message: Message) -> None:
-        """Run the callable's call to another model on the job's call path; answer each response, then the end.
-
-        Tensors travel in the messages' bodies, both ways (copied out on arrival).
-        """
-        _, job_id, call_id, name, packed, version, parameters, requested, timeout_s, streaming = message.head
-        writer = ArenaWriter(0)
+        """Run the callable's call to another model on the job's call path; answer each response, then the end."""
 
         def answer(head: Any, body: Any = ()) -> None:
             if link is self._link and self.state is InstanceState.UP:
@@ -385,28 +380,8 @@ class ProcessInstance:
                 except ChannelClosed:
                     pass
 
-        def wake() -> None:
-            while call.items:
-                packed_outputs, parts, _ = writer.pack([outputs_of(call.items.popleft())])
-                answer((MODEL_ANSWER, call_id, "response", packed_outputs), parts)
-            if call.ended:
-                error = call.error
-                if error is None:
-                    answer((MODEL_ANSWER, call_id, "end"))
-                else:
-                    answer((MODEL_ANSWER, call_id, "error", error.status.name, error.message))
-
-        call = InnerCall(wake)
-        path = job.path if job is not None and job.job_id == job_id else None
-        if path is None:
-            answer((MODEL_ANSWER, call_id, "error", "CANCELLED", f"the request that calls model '{name}' has ended"))
-            return
-        try:
-            inputs = _copied(ArenaReader().unpack(packed, message.body, copy=True)[0])
-        except Exception as error:  # noqa: BLE001 - the call fails alone
-            answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", f"the call's inputs did not arrive: {error}"))
-            return
-        call.start(path, name, inputs, version, parameters, requested, timeout_s, streaming)
+        job_id = message.head[1]
+        answer_model_call(job.path if job is not None and job.job_id == job_id else None, message, answer)
 
     def _finish_job(self) -> None:
         """The process is free: run the idle callbacks."""
@@ -553,6 +528,38 @@ async def start_instances(plan: ProcessPlan) -> List[ProcessInstance]:
         raise failed[0]
     LOGGER.info("model '%s': %s ready in %.2f s", plan.model_name, processes, time.monotonic() - began)
     return started
+
+
+def answer_model_call(path: Optional[CallPath], message: Message, answer: Callable[..., None]) -> None:
+    """Run a MODEL_CALL on `path` (None: its request has ended): `answer(head, body)` each response, then the end.
+
+    Tensors travel in the messages' bodies, both ways (copied out on arrival). Also serves the model calls of a
+    RemoteTriton's route handlers (runtime/remote_routes.py).
+    """
+    _, _, call_id, name, packed, version, parameters, requested, timeout_s, streaming = message.head
+    writer = ArenaWriter(0)
+
+    def wake() -> None:
+        while call.items:
+            packed_outputs, parts, _ = writer.pack([outputs_of(call.items.popleft())])
+            answer((MODEL_ANSWER, call_id, "response", packed_outputs), parts)
+        if call.ended:
+            error = call.error
+            if error is None:
+                answer((MODEL_ANSWER, call_id, "end"))
+            else:
+                answer((MODEL_ANSWER, call_id, "error", error.status.name, error.message))
+
+    call = InnerCall(wake)
+    if path is None:
+        answer((MODEL_ANSWER, call_id, "error", "CANCELLED", f"the request that calls model '{name}' has ended"))
+        return
+    try:
+        inputs = _copied(ArenaReader().unpack(packed, message.body, copy=True)[0])
+    except Exception as error:  # noqa: BLE001 - the call fails alone
+        answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", f"the call's inputs did not arrive: {error}"))
+        return
+    call.start(path, name, inputs, version, parameters, requested, timeout_s, streaming)
 
 
 def _copied(arrays: Any) -> Any:

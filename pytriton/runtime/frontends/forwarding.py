@@ -4,23 +4,26 @@ A frontend answers inference (HTTP infer, generate and generate_stream; gRPC Mod
 itself, the models' work done on the hub. Every other API request (health, metadata, statistics, the model
 repository, shared-memory registration, logging and trace settings) is run by the hub's own HTTP app or gRPC
 servicer, exactly as a server of one process runs it, so each answer is the hub's state, the same whichever
-frontend a client lands on. Such requests are few and small: one call to the hub each.
+frontend a client lands on. Such requests are few and small: one call to the hub each. A client that leaves
+before its answer makes the frontend abandon the call, which the hub's app sees as its own client's disconnect
+(a custom route's handler is then cancelled, as on a server of one process).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable, Dict, List, Tuple
 
 import grpc
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError
-from pytriton.ipc.calls import Calls
+from pytriton.ipc.calls import Calls, abandoned
 from pytriton.transport.grpc.call import Metadata, RpcAbort
 from pytriton.transport.grpc.errors import status_of
 from pytriton.transport.grpc.handlers import SERVICE
 from pytriton.transport.http.app import HttpError, path_segments, read_body
-from pytriton.transport.http.responses import Receive, Scope, Send, send_error
+from pytriton.transport.http.responses import Receive, Scope, Send, send_error, until_disconnect
 
 # Served by the frontend itself: the model's work goes to the hub as a request (remote.py).
 _HTTP_ACTIONS = frozenset(("infer", "generate", "generate_stream"))
@@ -59,8 +62,17 @@ class ForwardingApp:
         forwarded["raw_path"] = scope.get("raw_path")
         forwarded["query_string"] = scope.get("query_string", b"")
         forwarded["headers"] = list(scope["headers"])
+        call = asyncio.ensure_future(self._calls.call("http", forwarded, body))
+        gone = asyncio.ensure_future(until_disconnect(receive))
         try:
-            status, headers, answer = await self._calls.call("http", forwarded, body)
+            await asyncio.wait((call, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not call.done():  # the client left: the hub's handler is told, as its own client's leaving tells it
+            self._calls.abandon(call)
+            return
+        try:
+            status, headers, answer = call.result()
         except Exception:  # noqa: BLE001 - the hub went away: the server is stopping
             await send_error(send, 503, "the server is stopping")
             return
@@ -74,15 +86,23 @@ def _openai_inference(parts: List[str]) -> bool:
 
 
 async def run_http(app: Any, scope: Dict[str, Any], body: bytes) -> HttpAnswer:
-    """On the hub: serve a forwarded request with the hub's app; its status, headers and body."""
+    """On the hub: serve a forwarded request with the hub's app; its status, headers and body.
+
+    After the body, the app's receive() says "http.disconnect" once the frontend's client has left (the
+    frontend abandoned the call) or the response has been sent, as the server's own connections say it.
+    """
     scope = dict(scope, extensions={})
     delivered = False
+    over = asyncio.get_running_loop().create_future()
+    left = abandoned()
 
     async def receive() -> Dict[str, Any]:
         nonlocal delivered
         if not delivered:
             delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
+        waits = [over] if left is None else [over, left]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         return {"type": "http.disconnect"}
 
     status = 500
@@ -95,8 +115,14 @@ async def run_http(app: Any, scope: Dict[str, Any], body: bytes) -> HttpAnswer:
             status, headers = message["status"], list(message.get("headers", ()))
         elif message["type"] == "http.response.body":
             parts.append(bytes(message.get("body", b"")))
+            if not message.get("more_body", False) and not over.done():
+                over.set_result(None)
 
-    await app(scope, receive, send)
+    try:
+        await app(scope, receive, send)
+    finally:
+        if not over.done():
+            over.set_result(None)
     return status, headers, b"".join(parts)
 
 

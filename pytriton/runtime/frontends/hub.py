@@ -27,7 +27,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.model import ServedModel
 from pytriton.core.request import InferenceResponse
 from pytriton.core.sinks import ResponseSink
-from pytriton.ipc.calls import CALL, REPLY, Calls, Handler
+from pytriton.ipc.calls import ABANDON, CALL, REPLY, Calls, Handler
 from pytriton.ipc.channel import LoopChannel, Message
 from pytriton.ipc.outbox import Outbox, items
 from pytriton.ipc.regions import LendingArena
@@ -172,6 +172,8 @@ class FrontendLink:
                 self.calls.on_call(head)
             elif tag == REPLY:
                 self.calls.on_reply(head)
+            elif tag == ABANDON:
+                self.calls.on_abandon(head)
 
     def _infer(self, head: Any, body: memoryview) -> None:
         """Queue one request on its model (or answer at once: an error, a cached response)."""

@@ -44,7 +44,7 @@ from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.core.watch import WATCH_AFTER_S, Disconnect
-from pytriton.ipc.calls import CALL, REPLY, Calls, Handler
+from pytriton.ipc.calls import ABANDON, CALL, REPLY, Calls, Handler
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.outbox import Outbox, items
 from pytriton.ipc.segment_index import OwnSegments
@@ -197,6 +197,8 @@ class HubLink:
                 self.calls.on_call(head)
             elif tag == REPLY:
                 self.calls.on_reply(head)
+            elif tag == ABANDON:
+                self.calls.on_abandon(head)
 
     def _own(self, where: int, offset: int, nbytes: int, dtype: np.dtype, shape: Tuple[int, ...]) -> np.ndarray:
         """An output that lies in a buffer of ours (an identity's output: a view of its input)."""

@@ -40,6 +40,7 @@ from pytriton.transport.http.responses import (
     send_empty,
     send_error,
     send_json,
+    until_disconnect,
 )
 from pytriton.transport.inflate import Failure, InflateError, InflationBudget, inflate
 
@@ -286,7 +287,7 @@ class HttpFrontend:
         forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
         memory = self._engine.system_memory
         request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
-        response = await model.infer(request, gone=lambda: _until_disconnect(receive))
+        response = await model.infer(request, gone=lambda: until_disconnect(receive))
         json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
@@ -324,7 +325,7 @@ class HttpFrontend:
                 )
             response = responses[0]
         else:
-            response = await model.infer(request, gone=lambda: _until_disconnect(receive))
+            response = await model.infer(request, gone=lambda: until_disconnect(receive))
         await send_json(send, 200, encode_generate_response(model.spec, request.id, response))
 
     async def _generate_stream(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
@@ -393,12 +394,6 @@ def _label(match: Any, path: str) -> str:
     if match.mount is not None:
         return str(match.mount.prefix)
     return path
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    """Return once the client has disconnected (the request body has been read already)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:

@@ -4,6 +4,11 @@ A route's handler gets a `RouteRequest` and returns a `RouteResponse`, a JSON-ab
 arrays in it become lists), `str` or `bytes`. It runs with a call path of its own (core/composition.py), so
 it can call bound models in-process (pytriton.compose), sharing their batchers. An `async def` handler runs on
 the event loop; a plain function in a worker thread of the loop's default executor.
+
+A handler whose client disconnects before it answers is given up, as a running inference request is: an async
+one is cancelled, and its call path closed, so its inner calls in flight are cancelled; a sync one's thread
+cannot be interrupted, but its call path closes, so its inner calls fail (CANCELLED) from then on. The
+request is counted with status 499.
 """
 
 from __future__ import annotations
@@ -19,12 +24,15 @@ from urllib.parse import parse_qsl
 import orjson
 
 from pytriton.core.composition import CURRENT, CallPath, Models
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, Status
 from pytriton.options.routes import CustomRoutes, Match
-from pytriton.transport.http.responses import Receive, Scope, Send, send_error
+from pytriton.transport.http.responses import Receive, Scope, Send, send_error, until_disconnect
 
 LOGGER = logging.getLogger(__name__)
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+# The status a route's request is counted with when its client left before the answer (as a cancelled
+# inference request's); the client never sees it.
+CLIENT_LEFT = Status.CANCELLED.http_status
 
 
 class RouteRequest:
@@ -127,16 +135,33 @@ async def serve_custom(
         await send_error(send, 405, "Method Not Allowed")
         return
     route = match.route
+    handler: Optional[asyncio.Future[Any]] = None
+    watcher: Optional[asyncio.Future[None]] = None
     try:
         body = bytes(await read_body())
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         request = RouteRequest(method, scope["path"], match.parameters, query, headers, body)
-        response = response_of(await _in_path(models, _run_handler(route.handler, request)))
+        handler = asyncio.ensure_future(_in_path(models, _run_handler(route.handler, request)))
+        watcher = asyncio.ensure_future(until_disconnect(receive))
+        await asyncio.wait((handler, watcher), return_when=asyncio.FIRST_COMPLETED)
+        if not handler.done():
+            _abandon(handler)
+            status[0] = CLIENT_LEFT
+            LOGGER.debug("custom route %s %s: the client left, its handler is cancelled", method, route.path)
+            await send_error(send, CLIENT_LEFT, "the client disconnected before the route answered")
+            return
+        watcher.cancel()  # before the answer: once it is sent, receive() says the request is over
+        response = response_of(handler.result())
         await _send_response(counted_send, response)
     except InferenceError as error:
         status[0] = error.status.http_status
         await send_error(send, error.status.http_status, error.message)
+    except asyncio.CancelledError:  # the server stops, or (on the hub) the frontend's client left
+        if handler is not None and not handler.done():
+            _abandon(handler)
+            status[0] = CLIENT_LEFT
+        raise
     except Exception as error:
         refused = getattr(error, "status", None)
         if isinstance(refused, int):  # read_body's refusal (413)
@@ -147,7 +172,25 @@ async def serve_custom(
             status[0] = 500
             await send_error(send, 500, f"{type(error).__name__}: {error}")
     finally:
+        if watcher is not None:
+            watcher.cancel()
         routes.count(route.path, method, status[0])
+
+
+def _abandon(handler: asyncio.Future[Any]) -> None:
+    """Cancel a handler whose client left: an async one at its next await; a sync one's thread runs on.
+
+    Either way its call path closes as the task ends (`_in_path`): its inner calls in flight are cancelled and
+    a sync handler's further calls fail at once. What it raises or returns afterwards is dropped.
+    """
+    handler.cancel()
+    handler.add_done_callback(_drop_outcome)
+
+
+def _drop_outcome(handler: asyncio.Future[Any]) -> None:
+    """Read an abandoned handler's outcome, so that asyncio does not report it as never retrieved."""
+    if not handler.cancelled():
+        handler.exception()
 
 
 async def _run_handler(handler: Any, request: RouteRequest) -> Any:

@@ -38,6 +38,12 @@ async def send_empty(send: Send, status: int) -> None:
     await send_body(send, status, b"")
 
 
+async def until_disconnect(receive: Receive) -> None:
+    """Return once the client has disconnected (the request body has been read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 def header_map(scope: Scope) -> Dict[str, str]:
     """Request headers by lower-case name (the last value of a repeated header wins)."""
     return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
