@@ -563,3 +563,42 @@ def test_process_instance_steps_behind_two_frontend_processes() -> None:
         stats = http.get_inference_statistics("ens", headers=HTTP_AUTH)["model_stats"][0]
         assert stats["inference_count"] == 8 and stats["execution_count"] == 4
         assert stats["inference_stats"]["fail"]["count"] == 2
+
+
+def test_a_grpc_cancel_takes_the_ensembles_step_out_of_its_models_queue(server: Triton) -> None:
+    url = http_url(server)
+    GATED.gate.clear()
+    given = httpclient.InferInput("INPUT", [1, 4], "FP32")
+    given.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    blocker = threading.Thread(target=lambda: httpclient.InferenceServerClient(url).infer("gated", [given]))
+    blocker.start()
+    try:
+        _wait_for(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
+        client = grpcclient.InferenceServerClient(grpc_url(server))
+        ensemble_input = grpcclient.InferInput("IN", [1, 4], "FP32")
+        ensemble_input.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        answers: List[Any] = []
+        call = client.async_infer("gated_ens", [ensemble_input], callback=lambda result, error: answers.append(error))
+        _wait_for(lambda: _model(server, "gated").scheduler.pending == 1)  # the ensemble's step waits there
+        call.cancel()
+        _wait_for(lambda: _model(server, "gated").scheduler.pending == 0)
+        _wait_for(lambda: not _model(server, "gated_ens").scheduler.open_requests[1])
+    finally:
+        GATED.gate.set()
+        blocker.join(10)
+    assert len(answers) == 1 and "CANCELLED" in str(answers[0])
+
+
+def _bind_cached(triton: Triton) -> None:
+    cached = ModelConfig(max_batch_size=8, response_cache=True)
+    triton.bind("pre", _double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=cached)
+    triton.bind("cls", _classify, [_tensor("X", 4)], [_tensor("SCORES", 3)], config=ModelConfig(max_batch_size=8))
+    triton.bind_ensemble("ens", STEPS, [_tensor("IN", 4)], [_tensor("OUT", 3)], config=ModelConfig(max_batch_size=8))
+
+
+def test_a_step_the_response_cache_answers_ends_as_any_step() -> None:
+    with running_triton(_bind_cached, cache_config=["local,size=1048576"]) as triton:
+        for _ in range(2):
+            assert _http_infer(http_url(triton), "ens", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
+        stats = httpclient.InferenceServerClient(http_url(triton)).get_inference_statistics("pre", headers=HTTP_AUTH)
+        assert stats["model_stats"][0]["inference_stats"]["cache_hit"]["count"] == 1

@@ -246,6 +246,8 @@ class InnerCall(ResponseSink):
         request.compute_sink = self.compute
         self.model = model
         self.queued = model.submit(request, self, streaming)
+        if self.queued is None:  # the response cache answered: that response is the call's only one
+            self.finish()
         if self.ended:
             return
         self._path = path

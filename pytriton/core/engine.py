@@ -308,6 +308,11 @@ class Engine:
             for version in sorted(versions):
                 bound, binder = self._bound[(name, version)]
                 target = change(bound) if change is not None else bound
+                if target != versions[version].spec and bound.ensemble is not None:
+                    raise InferenceError.invalid(
+                        f"failed to load '{name}' version {version}: an ensemble takes no config override "
+                        "(bind it again with its new config)"
+                    )
                 if target != versions[version].spec and binder is None:
                     raise InferenceError.invalid(
                         f"failed to load '{name}' version {version}: it was bound by a RemoteTriton, whose "

@@ -96,6 +96,7 @@ class EnsembleRun:
     """One request through an ensemble's steps, on the engine's loop."""
 
     __slots__ = (
+        "again",
         "compute",
         "done",
         "path",
@@ -106,6 +107,7 @@ class EnsembleRun:
         "sink",
         "start_ns",
         "started_ns",
+        "starting",
         "tensors",
     )
 
@@ -121,6 +123,8 @@ class EnsembleRun:
         self.running: Dict[InnerCall, int] = {}
         self.compute = [0, 0, 0]
         self.done = False
+        self.starting = False  # steps are being started (a step that ends meanwhile leaves the rest to that loop)
+        self.again = False
         deadline = self.start_ns + request.timeout_us * 1000 if request.timeout_us else 0
         assert scheduler.models is not None
         self.path: CallPath = batch_path(scheduler.models, scheduler.spec.name, [request.origin], [deadline])
@@ -131,29 +135,52 @@ class EnsembleRun:
         self._start_ready()
 
     def _start_ready(self) -> None:
+        """Start every step whose tensors are there; answer once none is left and none runs.
+
+        A step may end while it starts (the response cache answered it, or its model refused it): its outputs
+        are kept, and the loop here looks again rather than starting steps from inside the one starting.
+        """
+        if self.starting:
+            self.again = True
+            return
         graph = self.scheduler.graph
         given = self.request.inputs
         ensemble_inputs = self.scheduler.spec.input_by_name
-        for index in list(self.pending):
-            if self.done:
-                return
-            step = graph.steps[index]
-            # An optional ensemble input the request left out is left out of the steps that read it.
-            if all(t in self.tensors or (t in ensemble_inputs and t not in given) for _, t in step.input_map):
-                self.pending.remove(index)
-                self._start_step(index, step)
-        if not self.done and not self.running:
-            if self.pending:
-                step = graph.steps[self.pending[0]]
-                missing = [t for _, t in step.input_map if t not in self.tensors]
-                self.fail(
-                    InferenceError.invalid(
-                        f"in ensemble '{self.scheduler.spec.name}', step of model '{step.model_name}' cannot run: "
-                        f"no step wrote ensemble tensor '{missing[0]}'"
+        self.starting = True
+        try:
+            self.again = True
+            while self.again and not self.done:
+                self.again = False
+                # An optional ensemble input the request left out is left out of the steps that read it.
+                ready = [
+                    index
+                    for index in self.pending
+                    if all(
+                        t in self.tensors or (t in ensemble_inputs and t not in given)
+                        for _, t in graph.steps[index].input_map
                     )
+                ]
+                for index in ready:
+                    self.pending.remove(index)
+                for index in ready:
+                    if self.done:
+                        return
+                    self._start_step(index, graph.steps[index])
+        finally:
+            self.starting = False
+        if self.done or self.running:
+            return
+        if self.pending:
+            step = graph.steps[self.pending[0]]
+            missing = [t for _, t in step.input_map if t not in self.tensors]
+            self.fail(
+                InferenceError.invalid(
+                    f"in ensemble '{self.scheduler.spec.name}', step of model '{step.model_name}' cannot run: "
+                    f"no step wrote ensemble tensor '{missing[0]}'"
                 )
-            else:
-                self._finish()
+            )
+        else:
+            self._finish()
 
     def _start_step(self, index: int, step: EnsembleStepDef) -> None:
         inputs = {model_input: self.tensors[t] for model_input, t in step.input_map if t in self.tensors}
