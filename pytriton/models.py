@@ -11,9 +11,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from pytriton.core.datatypes import datatype_of_config_dtype, is_known_datatype, numpy_dtype
+from pytriton.core.ensemble_graph import EnsembleGraph, EnsembleStepDef
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
-from pytriton.model_config.common import DeviceKind, ModelWarmup, generate_warmup_requests
+from pytriton.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup, generate_warmup_requests
+from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.sequence_checks import resolve_sequence_batcher
 from pytriton.model_config.tensor import Tensor
@@ -234,3 +236,73 @@ def _check_batcher(batcher: Any, max_batch_size: int) -> None:
     for level in batcher.priority_queue_policy or {}:
         if not 1 <= level <= batcher.priority_levels:
             raise PyTritonModelConfigError(f"priority_queue_policy level {level} is outside 1..priority_levels")
+
+
+def build_ensemble(
+    *,
+    model_name: str,
+    model_version: int,
+    steps: Sequence[EnsembleStep],
+    inputs: Sequence[Tensor],
+    outputs: Sequence[Tensor],
+    config: ModelConfig,
+) -> ModelSpec:
+    """Check an ensemble's binding and resolve it into the engine's spec (its steps are checked at bind).
+
+    Raises:
+        PyTritonModelConfigError: an option an ensemble cannot have (Triton's words where it has them).
+    """
+    validate_model_name(model_name)
+    if not isinstance(model_version, int) or model_version < 1:
+        raise PyTritonBadParameterError(f"model_version must be a positive integer, got {model_version!r}")
+    if config.batching and config.max_batch_size < 1:
+        raise PyTritonModelConfigError("max_batch_size must be >= 1 when batching is enabled")
+    if config.model_warmup:
+        raise PyTritonModelConfigError(f"model_warmup can not be specified for ensemble '{model_name}'")
+    refused = [
+        option
+        for option, set_ in (
+            ("decoupled", config.decoupled),
+            ("response_cache", config.response_cache),
+            ("sequence_batcher", config.sequence_batcher is not None),
+            ("batcher", config.batcher != DynamicBatcher()),
+        )
+        if set_
+    ]
+    if refused:
+        raise PyTritonModelConfigError(
+            f"ensemble '{model_name}' cannot have {', '.join(refused)}: its steps' models batch and queue its requests"
+        )
+    step_defs = []
+    for index, step in enumerate(steps):
+        if not isinstance(step, EnsembleStep):
+            raise PyTritonBadParameterError(f"step {index} of ensemble '{model_name}' is not an EnsembleStep")
+        if not isinstance(step.model_version, int) or (step.model_version < 1 and step.model_version != -1):
+            raise PyTritonBadParameterError(
+                f"step {index} of ensemble '{model_name}': model_version must be -1 (latest) or a version number"
+            )
+        step_defs.append(
+            EnsembleStepDef(
+                model_name=step.model_name,
+                model_version=step.model_version,
+                input_map=tuple((str(k), str(v)) for k, v in dict(step.input_map).items()),
+                output_map=tuple((str(k), str(v)) for k, v in dict(step.output_map).items()),
+            )
+        )
+    input_specs = _tensor_specs(model_name, inputs, "INPUT")
+    output_specs = _tensor_specs(model_name, outputs, "OUTPUT")
+    return ModelSpec(
+        name=model_name,
+        version=model_version,
+        inputs=_tensor_defs(model_name, input_specs, "INPUT", inputs),
+        outputs=_tensor_defs(model_name, output_specs, "OUTPUT", outputs),
+        max_batch_size=config.max_batch_size if config.batching else 0,
+        batcher=None,
+        decoupled=False,
+        response_cache=False,
+        instance_count=0,
+        strict=False,
+        input_specs=input_specs,
+        output_specs=output_specs,
+        ensemble=EnsembleGraph(tuple(step_defs)),
+    )

@@ -264,6 +264,13 @@ class Triton(TritonBase):
         if self.is_connected():
             self._runtime.wait_warmed_up()  # as in PyTriton 0.7, a model bound while serving is ready on return
 
+    def _bind_ensemble(self, spec: ModelSpec) -> None:
+        """Serve an ensemble over the models bound already."""
+        try:
+            self._runtime.add_ensemble(spec)
+        except ValueError as error:
+            raise PyTritonInvalidOperationError(str(error)) from None
+
     def _is_alive_impl(self) -> bool:
         """Whether the engine runs and no model failed unrecoverably."""
         return self._runtime.running and self._runtime.failure is None

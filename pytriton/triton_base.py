@@ -13,12 +13,14 @@ import threading
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
 from pytriton.context import TritonContext
+from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
 from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePolicy
+from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.tensor import Tensor
-from pytriton.models import validate_model_name
+from pytriton.models import build_ensemble, validate_model_name
 from pytriton.options.openai import OpenAIOption
 from pytriton.runtime.signals import stop_on_signals, wait_in_main_thread
 
@@ -117,6 +119,56 @@ class TritonBase:
         config = config or ModelConfig()
         self._bind_model(
             Binding(model_name, infer_func, inputs, outputs, model_version, config, strict, trace_config, openai)
+        )
+
+    def bind_ensemble(
+        self,
+        model_name: str,
+        steps: Sequence[EnsembleStep],
+        inputs: Sequence[Tensor],
+        outputs: Sequence[Tensor],
+        model_version: int = 1,
+        config: Optional[ModelConfig] = None,
+    ) -> None:
+        """Serve an ensemble (Triton's `ensemble_scheduling`): a graph of models bound already, as one model.
+
+        Each step runs a bound model on ensemble tensors once all of them are available (independent steps run
+        at once); the ensemble's inputs are the first tensors, its outputs are gathered from the steps'. A step
+        is a request like a client's: it joins its model's queue and batches with the model's other requests.
+        The model config shows `platform: "ensemble"` and the steps; a step's error fails the request.
+
+        Args:
+            model_name: name of the ensemble.
+            steps: `pytriton.model_config.EnsembleStep`s: the model each runs, and its input and output maps
+                (model tensor name -> ensemble tensor name).
+            inputs: the ensemble's inputs.
+            outputs: the ensemble's outputs (an output's `labels` serve a client's `class_count`).
+            model_version: version of the ensemble.
+            config: `max_batch_size` (each step's model must allow as much, or not batch); an ensemble has no
+                batcher, instances, warm-up, cache or decoupled mode of its own.
+
+        Raises:
+            PyTritonInvalidOperationError: the ensemble is refused (Triton's message: an unknown step model or
+                tensor, an ensemble output no step writes, a tensor written twice, a cycle...), or the server was
+                stopped.
+        """
+        if self._state is ServerState.STOPPED:
+            raise PyTritonInvalidOperationError("Cannot bind a model to a stopped Triton server")
+        spec = build_ensemble(
+            model_name=model_name,
+            model_version=model_version,
+            steps=steps,
+            inputs=inputs,
+            outputs=outputs,
+            config=config or ModelConfig(),
+        )
+        self._bind_ensemble(spec)
+
+    def _bind_ensemble(self, spec: ModelSpec) -> None:
+        """Serve an ensemble's spec: a subclass that can says how."""
+        raise PyTritonInvalidOperationError(
+            f"ensemble '{spec.name}': a {type(self).__name__} binds no ensembles; bind it on the Triton that serves "
+            "its steps' models"
         )
 
     def connect(self) -> None:

@@ -43,6 +43,24 @@ def test_the_readme_model_serves(tmp_path: Path) -> None:
         assert server.wait() == 0
 
 
+def test_the_ensemble_of_the_composition_guide_serves(tmp_path: Path) -> None:
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    server_code = next(block for block in _python_blocks(ROOT / "docs" / "composition.md") if "bind_ensemble" in block)
+    with ServerProcess.script(tmp_path, server_code) as server:
+        line = server.wait_for(
+            r"serving classifier v1 \(1 instance\), pipeline v1 \(ensemble of 2 steps\).* on http://0\.0\.0\.0:(\d+)"
+        )
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{line.group(1)}")
+        image = httpclient.InferInput("IMAGE", [1, 16], "FP32")
+        image.set_data_from_numpy(np.arange(16, dtype=np.float32)[None])
+        top = client.infer("pipeline", [image], outputs=[httpclient.InferRequestedOutput("SCORES", class_count=1)])
+        assert top.as_numpy("SCORES").tolist() == [[b"9.500000:2:bird"]]
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+
+
 # What the docs say about the project itself, checked against it.
 
 

@@ -42,6 +42,7 @@ CASES = [
     pytest.param("multi_instance", BOTH, id="multi_instance"),
     pytest.param("async_model", BOTH, id="async_model"),
     pytest.param("process_instances", BOTH, id="process_instances"),
+    pytest.param("ensemble_image", BOTH, id="ensemble_image"),
     pytest.param("torch_mlp", BOTH, id="torch_mlp", marks=NO_TORCH),
 ]
 

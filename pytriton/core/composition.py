@@ -133,7 +133,7 @@ async def await_in_path(path: Optional[CallPath], awaitable: Any) -> Any:
 class InnerCall(ResponseSink):
     """One inner call's sink: responses (or the error) gathered on the loop, `wake()` called on each change."""
 
-    __slots__ = ("_path", "_timer", "ended", "error", "items", "model", "queued", "streaming", "wake")
+    __slots__ = ("_path", "_timer", "compute", "ended", "error", "items", "model", "queued", "streaming", "wake")
 
     def __init__(self, wake: Callable[[], None]) -> None:
         """Create the sink; `wake` runs on the loop after each response and at the end."""
@@ -144,6 +144,8 @@ class InnerCall(ResponseSink):
         self.model: Any = None
         self.queued: Optional[ResponseSink] = None
         self.streaming = False  # a stream's reader is woken by each response; a single call's by its end only
+        # An ensemble step's: where its model adds the request's compute times (input, infer, output ns).
+        self.compute: Optional[List[int]] = None
         self._path: Optional[CallPath] = None
         self._timer: Optional[asyncio.TimerHandle] = None
 
@@ -241,8 +243,11 @@ class InnerCall(ResponseSink):
             raise InferenceError.unavailable(f"the deadline passed before model '{name}' was called")
         request = build_request(spec, inputs, parameters, requested_outputs)
         request.origin = (path.chain, deadline, path.span)
+        request.compute_sink = self.compute
         self.model = model
         self.queued = model.submit(request, self, streaming)
+        if self.queued is None:  # the response cache answered: that response is the call's only one
+            self.finish()
         if self.ended:
             return
         self._path = path

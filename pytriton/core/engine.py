@@ -11,6 +11,7 @@ from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple, TypeVa
 
 from pytriton.core.cache import ResponseCache
 from pytriton.core.cuda_memory import CudaSharedMemory
+from pytriton.core.ensemble import check_ensemble, steps_on
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.instances import ModelInstance
 from pytriton.core.model import ModelState, RepositoryEntry, ServedModel
@@ -97,6 +98,8 @@ class Engine:
         `binder` starts instances of the same callable again, for a load with a config override.
         """
         self.check_new(spec)
+        if spec.ensemble is not None:
+            check_ensemble(spec, self)
         versions = self._models.setdefault(spec.name, {})
         spec = dataclasses.replace(
             spec, max_tensor_elements=self._max_tensor_elements, max_response_bytes=self._max_response_bytes
@@ -247,7 +250,9 @@ class Engine:
         An unknown model is no error: Triton answers such an unload with success.
         """
         async with self._lock():
-            for model in list(self._models.get(name, {}).values()):
+            # As Triton, the ensembles with a step on the model are unloaded with it (first: they call it).
+            dependents = [m for m in self.models() if _in_service(m) and steps_on(m.spec, name)]
+            for model in dependents + list(self._models.get(name, {}).values()):
                 model.state = ModelState.UNLOADING
                 await self._changed()
                 await _drain(model, timeout_s=30.0)
@@ -303,11 +308,21 @@ class Engine:
             for version in sorted(versions):
                 bound, binder = self._bound[(name, version)]
                 target = change(bound) if change is not None else bound
+                if target != versions[version].spec and bound.ensemble is not None:
+                    raise InferenceError.invalid(
+                        f"failed to load '{name}' version {version}: an ensemble takes no config override "
+                        "(bind it again with its new config)"
+                    )
                 if target != versions[version].spec and binder is None:
                     raise InferenceError.invalid(
                         f"failed to load '{name}' version {version}: it was bound by a RemoteTriton, whose "
                         "instances cannot start again: it takes no config override"
                     )
+                if target.ensemble is not None:
+                    try:
+                        check_ensemble(target, self)
+                    except ValueError as error:
+                        raise InferenceError.invalid(f"failed to load '{name}' version {version}: {error}") from None
                 targets.append((version, target, binder))
             for version, target, binder in targets:
                 await self._load_version(versions, versions[version], target, binder)

@@ -8,6 +8,7 @@ import time
 from typing import AsyncIterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from pytriton.core.cache import ResponseCache, cache_key
+from pytriton.core.ensemble import EnsembleScheduler
 from pytriton.core.errors import InferenceError
 from pytriton.core.instances import ModelInstance
 from pytriton.core.request import InferenceRequest, InferenceResponse
@@ -52,7 +53,10 @@ class ServedModel:
         self.stats = ModelStats()
         self.state = ModelState.READY
         self.cache = cache if spec.response_cache and not spec.decoupled else None
-        self.scheduler = Scheduler(spec, instances, self.stats, on_unrecoverable)
+        if spec.ensemble is not None:
+            self.scheduler: Scheduler = EnsembleScheduler(spec, self.stats, on_unrecoverable)
+        else:
+            self.scheduler = Scheduler(spec, instances, self.stats, on_unrecoverable)
         # The binding that replaced this one (a load with a config override): a request that found this one
         # before the swap goes there; those queued or running here finish here.
         self.successor: Optional[ServedModel] = None

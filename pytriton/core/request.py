@@ -24,6 +24,7 @@ class InferenceRequest:
         "_shape_key",
         "arrival_ns",
         "batch_size",
+        "compute_sink",
         "id",
         "inputs",
         "live_sequence",
@@ -62,6 +63,8 @@ class InferenceRequest:
         # An inner call's (core/composition.py): the models on its way in, its deadline (monotonic ns, 0: none) and
         # the span of its caller's request (None: not traced).
         self.origin: Optional[Tuple[Tuple[str, ...], int, Any]] = None
+        # An ensemble step's: the ensemble's request adds the step's compute times (input, infer, output ns) here.
+        self.compute_sink: Optional[List[int]] = None
         self._shape_key: Optional[ShapeKey] = None
 
     @property

@@ -502,6 +502,8 @@ class Scheduler:
             totals.append(now - entry.enqueue_ns)
             queues.append(entry.queue_ns)
             inferences += entry.request.batch_size
+            if entry.request.compute_sink is not None:
+                _add_compute(entry.request.compute_sink, compute)
             entry.sink.deliver(outcome)
             entry.sink.finish()
         if totals:
@@ -578,6 +580,8 @@ class Scheduler:
         self.stats.record_success(
             time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns, entry.request.batch_size
         )
+        if entry.request.compute_sink is not None:
+            _add_compute(entry.request.compute_sink, entry.compute_ns)
         entry.sink.deliver(response)
         entry.sink.finish()
 
@@ -664,3 +668,10 @@ class Scheduler:
         if self._sequences is not None:
             self._sequences = SequenceSlots(self.spec, len(self._instances), self._forget, self._sequence_idle)
         self._in_flight.reset()
+
+
+def _add_compute(sink: List[int], compute: ComputeTimes) -> None:
+    """Add a request's compute times to an ensemble's (its step's request names the sink)."""
+    sink[0] += compute[0]
+    sink[1] += compute[1]
+    sink[2] += compute[2]

@@ -8,6 +8,7 @@ from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pytriton.core.ensemble_graph import EnsembleGraph
 from pytriton.core.errors import InferenceError
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher
@@ -68,6 +69,8 @@ class ModelSpec:
     sequence_batcher: Optional[SequenceBatcher] = None
     # How the model answers the OpenAI API (options/openai.py: OpenAIChat, ...); None: it does not.
     openai: Any = None
+    # An ensemble's steps (core/ensemble.py runs them); None: the model runs a callable on its instances.
+    ensemble: Optional[EnsembleGraph] = None
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)

@@ -1,4 +1,4 @@
-"""Model configuration: tensors, batching, queue policies, warm-up."""
+"""Model configuration: tensors, batching, queue policies, warm-up, ensemble steps."""
 
 from pytriton.model_config.common import (
     DeviceKind,
@@ -8,6 +8,7 @@ from pytriton.model_config.common import (
     TimeoutAction,
     WarmupInput,
 )
+from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.model_config import ModelConfig
 from pytriton.model_config.sequence import (
     SequenceBatcher,
@@ -21,6 +22,7 @@ from pytriton.model_config.tensor import Tensor
 __all__ = [
     "DeviceKind",
     "DynamicBatcher",
+    "EnsembleStep",
     "ModelConfig",
     "ModelWarmup",
     "QueuePolicy",

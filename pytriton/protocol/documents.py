@@ -43,7 +43,7 @@ def model_metadata(spec: ModelSpec) -> Dict[str, Any]:
     return {
         "name": spec.name,
         "versions": [spec.version_str],
-        "platform": "python",
+        "platform": "ensemble" if spec.ensemble is not None else "python",
         "inputs": [{"name": t.name, "datatype": t.datatype, "shape": _wire_shape(spec, t)} for t in spec.inputs],
         "outputs": [{"name": t.name, "datatype": t.datatype, "shape": _wire_shape(spec, t)} for t in spec.outputs],
     }
@@ -159,6 +159,8 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
     models with a sequence batcher), the transaction policy
     for decoupled ones, the response cache when enabled.
     """
+    if spec.ensemble is not None:
+        return _ensemble_config(spec)
     config: Dict[str, Any] = {
         "name": spec.name,
         "platform": "",
@@ -208,6 +210,42 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
     if spec.response_cache and cache_available:
         config["response_cache"] = {"enable": True}
     return config
+
+
+def _ensemble_config(spec: ModelSpec) -> Dict[str, Any]:
+    """An ensemble's config as Triton 2.51 prints it: no backend, optimization, batcher or instances; its steps."""
+    assert spec.ensemble is not None
+    return {
+        "name": spec.name,
+        "platform": "ensemble",
+        "backend": "",
+        "runtime": "",
+        "version_policy": {"latest": {"num_versions": 1}},
+        "max_batch_size": spec.max_batch_size,
+        "input": [_input_config(tensor) for tensor in spec.inputs],
+        "output": [_output_config(tensor) for tensor in spec.outputs],
+        "batch_input": [],
+        "batch_output": [],
+        "ensemble_scheduling": {
+            "step": [
+                {
+                    "model_name": step.model_name,
+                    "model_version": step.model_version,
+                    "input_map": dict(step.input_map),
+                    "output_map": dict(step.output_map),
+                    "model_namespace": "",
+                }
+                for step in spec.ensemble.steps
+            ]
+        },
+        "instance_group": [],
+        "default_model_filename": "",
+        "cc_model_filenames": {},
+        "metric_tags": {},
+        "parameters": {name: {"string_value": value} for name, value in spec.parameters},
+        "model_warmup": [],
+        "model_transaction_policy": {"decoupled": False},
+    }
 
 
 def model_statistics(models: List[ServedModel]) -> Dict[str, Any]:

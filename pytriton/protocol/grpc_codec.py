@@ -361,6 +361,10 @@ def encode_infer_response(
             raw_outputs.append(b"")
         else:
             raw_outputs.append(raw_from_array(output.array, output.datatype))
+    if spec.ensemble is not None:  # Triton's ensemble answers with its request's correlation parameters
+        message.parameters["sequence_id"].int64_param = 0
+        message.parameters["sequence_start"].bool_param = False
+        message.parameters["sequence_end"].bool_param = False
     if final is not None:
         message.parameters[FINAL_RESPONSE_PARAMETER].bool_param = final
     return EncodedResponse(message, raw_outputs)

@@ -14,7 +14,7 @@ from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.protocol import json_text
-from pytriton.protocol.parameters import split_parameters
+from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, split_parameters
 from pytriton.protocol.system_memory_codec import REGION, TensorRegion, read_input, tensor_region, write_output
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
@@ -306,6 +306,8 @@ def encode_infer_response(
     document["model_name"] = spec.name
     document["model_version"] = spec.version_str
     document["outputs"] = outputs
+    if spec.ensemble is not None:  # Triton's ensemble answers with its request's correlation parameters
+        parameters = {**ENSEMBLE_RESPONSE_PARAMETERS, **(parameters or {})}
     if parameters:
         document["parameters"] = parameters
     header = json_text.dumps(document)

@@ -74,6 +74,8 @@ def split_parameters(
 
 
 _NO_OPTIONS = RequestOptions()
+# The parameters Triton's ensembles answer with (a request's correlation id and flags; none are given to them here).
+ENSEMBLE_RESPONSE_PARAMETERS: Mapping[str, Any] = {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
 
 
 def _apply_reserved(options: RequestOptions, key: str, value: Any) -> None:

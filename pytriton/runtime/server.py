@@ -141,6 +141,21 @@ class ServerRuntime:
         self._sync_frontends()
         self._refreeze()
 
+    def add_ensemble(self, spec: ModelSpec) -> None:
+        """Serve an ensemble of models bound already (checked against them as Triton checks it at load).
+
+        Raises:
+            ValueError: the ensemble is refused (Triton's message).
+        """
+        self._loop.call(self._add_ensemble, spec)
+        self._sync_frontends()
+        self._refreeze()
+
+    def _add_ensemble(self, spec: ModelSpec) -> None:
+        model = self.engine.add_model(spec, [])
+        if self._announced:
+            LOGGER.info("serving %s", model_line(model))
+
     async def _add_process_model(
         self,
         spec: ModelSpec,

@@ -22,6 +22,8 @@ def startup_line(urls: Sequence[str], models: Sequence[ServedModel], frontends: 
 def model_line(model: ServedModel) -> str:
     """'add_sub v1 (2 instances)', with 'decoupled' for a streaming model."""
     spec = model.spec
+    if spec.ensemble is not None:
+        return f"{spec.name} v{spec.version} (ensemble of {len(spec.ensemble.steps)} steps)"
     count = spec.instance_count
     kind = ", decoupled" if spec.decoupled else ""
     return f"{spec.name} v{spec.version} ({count} instance{'' if count == 1 else 's'}{kind})"

@@ -1,0 +1,604 @@
+"""Ensembles (Triton's `ensemble_scheduling`): `Triton.bind_ensemble`, served, configured and counted as Triton does.
+
+The expected documents are what nvidia-pytriton 0.7.0's tritonserver 2.51 answered on this machine for the same
+ensemble (a python-backend `pre` then `cls`, loaded from a model repository next to them); comments quote it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, List
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.decorators import batch
+from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonModelConfigError
+from pytriton.instances import ProcessInstances
+from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, Tensor
+from pytriton.remote_triton import RemoteTriton
+from pytriton.triton import Triton
+from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+
+LABELS = ["zero", "one", "two"]
+
+
+@batch
+def _double(INPUT: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"PRE_OUT": INPUT * 2}
+
+
+@batch
+def _classify(X: np.ndarray) -> Dict[str, np.ndarray]:
+    if (X < 0).any():
+        raise ValueError("negative input")
+    return {"SCORES": X[:, :3].copy()}
+
+
+@batch
+def _negate(INPUT: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"NEG": -INPUT}
+
+
+@batch
+def _add(A: np.ndarray, B: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"SUM": A + B}
+
+
+def _tensor(name: str, dims: int, **options: Any) -> Tensor:
+    return Tensor(name=name, dtype=np.float32, shape=(dims,), **options)
+
+
+def _bind_steps(triton: Triton, pre: Any = _double) -> None:
+    """The step models `pre` (INPUT -> PRE_OUT) and `cls` (X -> SCORES), and the ensemble `ens` over them."""
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("pre", pre, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=config)
+    triton.bind("cls", _classify, [_tensor("X", 4)], [_tensor("SCORES", 3)], config=config)
+    triton.bind_ensemble(
+        "ens",
+        steps=[
+            EnsembleStep("pre", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "mid"}),
+            EnsembleStep("cls", input_map={"X": "mid"}, output_map={"SCORES": "OUT"}),
+        ],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OUT", 3, labels=LABELS)],
+        config=config,
+    )
+
+
+class Gated:
+    """A step model whose calls wait at a gate, and the batch sizes it ran."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.sizes: List[int] = []
+
+    @property
+    def callable(self) -> Any:
+        @batch
+        def gated(INPUT: np.ndarray) -> Dict[str, np.ndarray]:
+            assert self.gate.wait(10)
+            self.sizes.append(len(INPUT))
+            return {"PRE_OUT": INPUT * 2}
+
+        return gated
+
+
+class Meeting:
+    """Two step models that each wait for the other to have started: they finish only when run at once."""
+
+    def __init__(self) -> None:
+        self.left = threading.Event()
+        self.right = threading.Event()
+
+    def callables(self) -> List[Callable[..., Any]]:
+        @batch
+        def left(INPUT: np.ndarray) -> Dict[str, np.ndarray]:
+            self.left.set()
+            assert self.right.wait(10), "the right step never ran while the left one did"
+            return {"PRE_OUT": INPUT * 2}
+
+        @batch
+        def right(INPUT: np.ndarray) -> Dict[str, np.ndarray]:
+            self.right.set()
+            assert self.left.wait(10), "the left step never ran while the right one did"
+            return {"NEG": -INPUT}
+
+        return [left, right]
+
+
+GATED = Gated()
+MEETING = Meeting()
+
+
+def _bind_all(triton: Triton) -> None:
+    _bind_steps(triton)
+    config = ModelConfig(max_batch_size=8)
+    # A diamond: `left` and `right` both read IN; `add` reads what both wrote.
+    left, right = MEETING.callables()
+    triton.bind("left", left, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=config)
+    triton.bind("right", right, [_tensor("INPUT", 4)], [_tensor("NEG", 4)], config=config)
+    triton.bind("add", _add, [_tensor("A", 4), _tensor("B", 4)], [_tensor("SUM", 4)], config=config)
+    triton.bind_ensemble(
+        "diamond",
+        steps=[
+            EnsembleStep("add", input_map={"A": "doubled", "B": "negated"}, output_map={"SUM": "OUT"}),
+            EnsembleStep("left", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "doubled"}),
+            EnsembleStep("right", input_map={"INPUT": "IN"}, output_map={"NEG": "negated"}),
+        ],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OUT", 4)],
+        config=config,
+    )
+    # A step model with a batcher that waits, whose calls can be held at a gate.
+    triton.bind(
+        "gated",
+        GATED.callable,
+        [_tensor("INPUT", 4)],
+        [_tensor("PRE_OUT", 4)],
+        config=ModelConfig(max_batch_size=8, batcher=DynamicBatcher(max_queue_delay_microseconds=100_000)),
+    )
+    triton.bind_ensemble(
+        "gated_ens",
+        steps=[EnsembleStep("gated", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "OUT"})],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OUT", 4)],
+        config=config,
+    )
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Triton]:
+    with running_triton(_bind_all) as triton:
+        yield triton
+
+
+def _http_infer(url: str, model: str, array: np.ndarray, **output: Any) -> httpclient.InferResult:
+    client = httpclient.InferenceServerClient(url)
+    given = httpclient.InferInput("IN", list(array.shape), "FP32")
+    given.set_data_from_numpy(array)
+    outputs = [httpclient.InferRequestedOutput("OUT", **output)] if output else None
+    return client.infer(model, [given], outputs=outputs)
+
+
+def _grpc_infer(url: str, model: str, array: np.ndarray, **output: Any) -> grpcclient.InferResult:
+    client = grpcclient.InferenceServerClient(url)
+    given = grpcclient.InferInput("IN", list(array.shape), "FP32")
+    given.set_data_from_numpy(array)
+    outputs = [grpcclient.InferRequestedOutput("OUT", **output)] if output else None
+    return client.infer(model, [given], outputs=outputs)
+
+
+ROWS = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+
+# GET /v2/models/ens/config from tritonserver 2.51 (`parameters` empty, as no workspace is involved).
+def _tensor_config(name: str, dims: int, output: bool) -> Dict[str, Any]:
+    if output:
+        return {
+            "name": name,
+            "data_type": "TYPE_FP32",
+            "dims": [dims],
+            "label_filename": "",
+            "is_shape_tensor": False,
+            "is_non_linear_format_io": False,
+        }
+    return {
+        "name": name,
+        "data_type": "TYPE_FP32",
+        "format": "FORMAT_NONE",
+        "dims": [dims],
+        "is_shape_tensor": False,
+        "allow_ragged_batch": False,
+        "optional": False,
+        "is_non_linear_format_io": False,
+    }
+
+
+TRITON_HTTP_CONFIG = {
+    "name": "ens",
+    "platform": "ensemble",
+    "backend": "",
+    "runtime": "",
+    "version_policy": {"latest": {"num_versions": 1}},
+    "max_batch_size": 8,
+    "input": [_tensor_config("IN", 4, False)],
+    "output": [_tensor_config("OUT", 3, True)],
+    "batch_input": [],
+    "batch_output": [],
+    "ensemble_scheduling": {
+        "step": [
+            {
+                "model_name": "pre",
+                "model_version": -1,
+                "input_map": {"INPUT": "IN"},
+                "output_map": {"PRE_OUT": "mid"},
+                "model_namespace": "",
+            },
+            {
+                "model_name": "cls",
+                "model_version": -1,
+                "input_map": {"X": "mid"},
+                "output_map": {"SCORES": "OUT"},
+                "model_namespace": "",
+            },
+        ]
+    },
+    "instance_group": [],
+    "default_model_filename": "",
+    "cc_model_filenames": {},
+    "metric_tags": {},
+    "parameters": {},
+    "model_warmup": [],
+    "model_transaction_policy": {"decoupled": False},
+}
+# The same over gRPC, as tritonclient's get_model_config(as_json=True) printed it.
+TRITON_GRPC_CONFIG = {
+    "config": {
+        "name": "ens",
+        "platform": "ensemble",
+        "version_policy": {"latest": {"num_versions": 1}},
+        "max_batch_size": 8,
+        "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": ["4"]}],
+        "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": ["3"]}],
+        "ensemble_scheduling": {
+            "step": [
+                {
+                    "model_name": "pre",
+                    "model_version": "-1",
+                    "input_map": {"INPUT": "IN"},
+                    "output_map": {"PRE_OUT": "mid"},
+                },
+                {
+                    "model_name": "cls",
+                    "model_version": "-1",
+                    "input_map": {"X": "mid"},
+                    "output_map": {"SCORES": "OUT"},
+                },
+            ]
+        },
+        "model_transaction_policy": {},
+    }
+}
+
+
+def test_config_and_metadata_are_tritons_over_http_and_grpc(server: Triton) -> None:
+    http = httpclient.InferenceServerClient(http_url(server))
+    grpc = grpcclient.InferenceServerClient(grpc_url(server))
+    assert http.get_model_config("ens") == TRITON_HTTP_CONFIG  # labels given as a list show no label_filename
+    assert grpc.get_model_config("ens", as_json=True) == TRITON_GRPC_CONFIG
+    assert http.get_model_metadata("ens") == {
+        "name": "ens",
+        "versions": ["1"],
+        "platform": "ensemble",
+        "inputs": [{"name": "IN", "datatype": "FP32", "shape": [-1, 4]}],
+        "outputs": [{"name": "OUT", "datatype": "FP32", "shape": [-1, 3]}],
+    }
+    assert grpc.get_model_metadata("ens", as_json=True)["platform"] == "ensemble"
+    index = {entry["name"]: entry["state"] for entry in http.get_model_repository_index(headers=HTTP_AUTH)}
+    assert index["ens"] == "READY" and index["pre"] == "READY"
+
+
+def test_an_ensemble_answers_with_its_steps_outputs_and_tritons_response_parameters(server: Triton) -> None:
+    result = _http_infer(http_url(server), "ens", ROWS)
+    assert result.as_numpy("OUT").tolist() == [[0.0, 2.0, 4.0], [8.0, 10.0, 12.0]]
+    # tritonserver 2.51: "parameters": {"sequence_id": 0, "sequence_start": false, "sequence_end": false}
+    assert result.get_response()["parameters"] == {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
+    grpc_result = _grpc_infer(grpc_url(server), "ens", ROWS)
+    assert grpc_result.as_numpy("OUT").tolist() == [[0.0, 2.0, 4.0], [8.0, 10.0, 12.0]]
+    parameters = grpc_result.get_response(as_json=True)["parameters"]
+    assert parameters == {
+        "sequence_id": {"int64_param": "0"},
+        "sequence_start": {"bool_param": False},
+        "sequence_end": {"bool_param": False},
+    }
+
+
+def test_independent_steps_run_at_once_and_a_step_waits_for_all_its_inputs(server: Triton) -> None:
+    # `left` and `right` each wait for the other to have started; `add` needs both their outputs.
+    array = np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32)
+    assert _http_infer(http_url(server), "diamond", array).as_numpy("OUT").tolist() == [[1.0, 2.0, 3.0, 4.0]]
+
+
+def test_a_step_error_fails_the_request_with_the_step_models_message(server: Triton) -> None:
+    negative = -np.ones((1, 4), dtype=np.float32)
+    with pytest.raises(InferenceServerException) as http_error:
+        _http_infer(http_url(server), "ens", negative)
+    # tritonserver 2.51: "in ensemble 'ens', " then the step model's message, with its status.
+    assert http_error.value.status() == "500"
+    assert http_error.value.message() == "in ensemble 'ens', ValueError: negative input"
+    with pytest.raises(InferenceServerException) as grpc_error:
+        _grpc_infer(grpc_url(server), "ens", negative)
+    assert grpc_error.value.status() == "StatusCode.INTERNAL"
+    assert grpc_error.value.message() == "in ensemble 'ens', ValueError: negative input"
+
+
+def test_the_image_client_flow_classes_of_an_ensemble_output(server: Triton) -> None:
+    # What Triton's ensemble_image_client.py does: metadata, config, one input, then OUTPUT with class_count.
+    http = httpclient.InferenceServerClient(http_url(server))
+    metadata, config = http.get_model_metadata("ens"), http.get_model_config("ens")
+    assert len(metadata["inputs"]) == 1 and len(config["input"]) == 1 and config["max_batch_size"] == 8
+    result = _http_infer(http_url(server), "ens", ROWS, binary_data=True, class_count=2)
+    assert result.as_numpy("OUT").tolist() == [
+        [b"4.000000:2:two", b"2.000000:1:one"],
+        [b"12.000000:2:two", b"10.000000:1:one"],
+    ]
+    grpc = grpcclient.InferenceServerClient(grpc_url(server))
+    assert grpc.get_model_config("ens").config.platform == "ensemble"
+    top = _grpc_infer(grpc_url(server), "ens", ROWS[:1], class_count=1).as_numpy("OUT")
+    assert top.tolist() == [[b"4.000000:2:two"]]
+
+
+def _wait_for(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def _model(triton: Triton, name: str) -> Any:
+    return triton._runtime.engine.model(name)
+
+
+def test_steps_batch_with_client_requests_to_the_step_model(server: Triton) -> None:
+    url = http_url(server)
+    stats = httpclient.InferenceServerClient(url)
+    GATED.sizes.clear()
+    GATED.gate.clear()
+    one = np.ones((1, 4), dtype=np.float32)
+    given = httpclient.InferInput("INPUT", [1, 4], "FP32")
+    given.set_data_from_numpy(one)
+
+    def infer_step() -> Any:  # a client of its own: one connection each
+        return httpclient.InferenceServerClient(url).infer("gated", [given])
+
+    blocker = threading.Thread(target=infer_step)
+    blocker.start()
+    _wait_for(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
+    results: Dict[str, Any] = {}
+    threads = [
+        threading.Thread(target=lambda: results.__setitem__("client", infer_step())),
+        threading.Thread(target=lambda: results.__setitem__("ensemble", _http_infer(url, "gated_ens", one * 3))),
+    ]
+    for thread in threads:
+        thread.start()
+    _wait_for(lambda: _model(server, "gated").scheduler.pending == 2)  # a client's request and the ensemble's step
+    GATED.gate.set()
+    for thread in [*threads, blocker]:
+        thread.join(10)
+    assert GATED.sizes == [1, 2]
+    assert results["ensemble"].as_numpy("OUT").tolist() == [[6.0] * 4]
+    step = stats.get_inference_statistics("gated", headers=HTTP_AUTH)["model_stats"][0]
+    assert {b["batch_size"]: b["compute_infer"]["count"] for b in step["batch_stats"]} == {1: 1, 2: 1}
+    assert step["inference_count"] == 3
+    ensemble = stats.get_inference_statistics("gated_ens", headers=HTTP_AUTH)["model_stats"][0]
+    assert ensemble["inference_count"] == 1 and [b["batch_size"] for b in ensemble["batch_stats"]] == [1]
+
+
+def _bind_counted(triton: Triton) -> None:
+    _bind_steps(triton)
+
+
+def test_statistics_are_tritons_for_an_ensemble_and_its_steps() -> None:
+    with running_triton(_bind_counted) as triton:
+        http = httpclient.InferenceServerClient(http_url(triton))
+        _http_infer(http_url(triton), "ens", ROWS)
+
+        def stats_of(name: str) -> Dict[str, Any]:
+            return http.get_inference_statistics(name, headers=HTTP_AUTH)["model_stats"][0]  # type: ignore[no-any-return]
+
+        ensemble, pre, cls = stats_of("ens"), stats_of("pre"), stats_of("cls")
+        # tritonserver 2.51 for a batch of 2: one execution of batch size 2, two inferences, one success; the
+        # ensemble's compute times are its steps' compute times added up.
+        assert ensemble["inference_count"] == 2 and ensemble["execution_count"] == 1
+        inference = ensemble["inference_stats"]
+        assert [inference[key]["count"] for key in ("success", "fail", "queue", "compute_input")] == [1, 0, 1, 1]
+        for key in ("compute_input", "compute_infer", "compute_output"):
+            steps_ns = pre["inference_stats"][key]["ns"] + cls["inference_stats"][key]["ns"]
+            assert inference[key]["ns"] == steps_ns, key
+            assert ensemble["batch_stats"][0][key] == {"count": 1, "ns": steps_ns}
+        assert [b["batch_size"] for b in ensemble["batch_stats"]] == [2]
+        assert inference["success"]["ns"] >= inference["compute_infer"]["ns"]
+        for step in (pre, cls):  # the steps count their own request
+            assert step["inference_count"] == 2 and step["inference_stats"]["success"]["count"] == 1
+        with pytest.raises(InferenceServerException):
+            _http_infer(http_url(triton), "ens", -np.ones((1, 4), dtype=np.float32))
+        # tritonserver 2.51 counts a failed ensemble request twice (its error response, then its release).
+        assert stats_of("ens")["inference_stats"]["fail"]["count"] == 2
+        assert stats_of("cls")["inference_stats"]["fail"]["count"] == 1
+        assert stats_of("ens")["execution_count"] == 1
+        grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+        over_grpc = grpc.get_inference_statistics("ens", headers=GRPC_AUTH, as_json=True)["model_stats"][0]
+        assert over_grpc["inference_count"] == "2" and over_grpc["batch_stats"][0]["batch_size"] == "2"
+
+
+def test_unloading_a_step_model_unloads_its_ensembles_and_a_load_checks_the_steps() -> None:
+    with running_triton(_bind_counted) as triton:
+        http = httpclient.InferenceServerClient(http_url(triton))
+        http.unload_model("pre", headers=HTTP_AUTH)
+        index = {entry["name"]: entry for entry in http.get_model_repository_index(headers=HTTP_AUTH)}
+        # tritonserver 2.51: the ensemble is UNAVAILABLE "unloaded" along with its step model.
+        assert index["ens"] == {"name": "ens", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
+        assert index["cls"]["state"] == "READY"
+        with pytest.raises(InferenceServerException) as gone:
+            _http_infer(http_url(triton), "ens", ROWS)
+        assert gone.value.message() == "Request for unknown model: 'ens' has no available versions"
+        with pytest.raises(InferenceServerException) as refused:
+            http.load_model("ens", headers=HTTP_AUTH)
+        assert "failed to load 'ens'" in refused.value.message() and "'pre' is not available" in refused.value.message()
+        http.load_model("pre", headers=HTTP_AUTH)
+        http.load_model("ens", headers=HTTP_AUTH)
+        assert http.is_model_ready("ens")
+        assert _http_infer(http_url(triton), "ens", ROWS).as_numpy("OUT").shape == (2, 3)
+
+
+STEPS = [
+    EnsembleStep("pre", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "mid"}),
+    EnsembleStep("cls", input_map={"X": "mid"}, output_map={"SCORES": "OUT"}),
+]
+
+
+def _step(model: str, inputs: Dict[str, str], outputs: Dict[str, str]) -> EnsembleStep:
+    return EnsembleStep(model, input_map=inputs, output_map=outputs)
+
+
+# Triton's words (model_config_utils.cc, ensemble_utils.cc) where it has them.
+BIND_ERRORS = [
+    pytest.param([], "must specify 'step' for ensemble 'bad'", id="no-steps"),
+    pytest.param(
+        [_step("missing", {"INPUT": "IN"}, {"PRE_OUT": "OUT"})],
+        "in ensemble bad, step model 'missing' is not available: Request for unknown model: 'missing' is not found",
+        id="unbound-step-model",
+    ),
+    pytest.param(
+        [_step("pre", {"WRONG": "IN"}, {"PRE_OUT": "mid"}), STEPS[1]],
+        "in ensemble bad, ensemble tensor IN is mapping to non-existing input WRONG in model pre",
+        id="unknown-step-input",
+    ),
+    pytest.param(
+        [STEPS[0], _step("cls", {"X": "mid"}, {"NOPE": "OUT"})],
+        "in ensemble bad, ensemble tensor OUT is mapped from non-existing output NOPE in model cls",
+        id="unknown-step-output",
+    ),
+    pytest.param(
+        [STEPS[0], _step("cls", {"X": "mid"}, {"SCORES": "other"})],
+        "ensemble output 'OUT' for ensemble bad' is not used",  # sic: Triton's quotes
+        id="output-written-by-no-step",
+    ),
+    pytest.param(
+        [STEPS[0], _step("cls", {"X": "mid"}, {"SCORES": "mid"})],
+        "ensemble tensor 'mid' can appear in an output map only once for ensemble 'bad' step 1",
+        id="tensor-written-twice",
+    ),
+    pytest.param(
+        [
+            _step("pre", {"INPUT": "loop"}, {"PRE_OUT": "mid"}),
+            _step("cls", {"X": "mid"}, {"SCORES": "OUT"}),
+            _step("left", {"INPUT": "mid"}, {"PRE_OUT": "loop"}),
+        ],
+        "ensemble input 'IN' for ensemble bad' is not used",  # sic
+        id="input-not-used",
+    ),
+    pytest.param(
+        [
+            _step("pre", {"INPUT": "loop"}, {"PRE_OUT": "mid"}),
+            _step("cls", {"X": "mid"}, {"SCORES": "OUT"}),
+            _step("left", {"INPUT": "mid"}, {"PRE_OUT": "loop"}),
+            _step("right", {"INPUT": "IN"}, {"NEG": "unused"}),
+        ],
+        "output 'OUT' for ensemble 'bad' is not written: at least one of its depending tensors, 'loop', is not "
+        "connected",
+        id="cycle",
+    ),
+    pytest.param(
+        [_step("pre", {"INPUT": "IN"}, {"PRE_OUT": "mid"}), _step("add", {"A": "mid", "B": "IN"}, {"SUM": "OUT"})],
+        "in ensemble bad, ensemble tensor OUT: inconsistent shape: [-1,3] is inferred from model bad while [-1,4] is "
+        "inferred from model add",
+        id="inconsistent-shape",
+    ),
+    pytest.param(
+        [_step("pre", {"INPUT": "IN"}, {"PRE_OUT": "mid"}), _step("add", {"A": "mid"}, {"SUM": "OUT"})],
+        "in ensemble bad, input B in model add is not mapped to any ensemble tensors",
+        id="unmapped-step-input",
+    ),
+]
+
+
+@pytest.mark.parametrize(("steps", "message"), BIND_ERRORS)
+def test_a_bad_ensemble_is_refused_at_bind_in_tritons_words(
+    server: Triton, steps: List[EnsembleStep], message: str
+) -> None:
+    with pytest.raises(PyTritonInvalidOperationError) as refused:
+        server.bind_ensemble(
+            "bad", steps, [_tensor("IN", 4)], [_tensor("OUT", 3)], config=ModelConfig(max_batch_size=8)
+        )
+    assert str(refused.value) == message
+    with pytest.raises(InferenceServerException):
+        httpclient.InferenceServerClient(http_url(server)).get_model_metadata("bad")
+
+
+def test_an_ensemble_refuses_what_its_steps_own_and_larger_batches_than_they_take(server: Triton) -> None:
+    with pytest.raises(PyTritonModelConfigError, match="cannot have decoupled"):
+        server.bind_ensemble("bad", STEPS, [_tensor("IN", 4)], [_tensor("OUT", 3)], config=ModelConfig(decoupled=True))
+    with pytest.raises(PyTritonInvalidOperationError) as too_large:
+        server.bind_ensemble(
+            "bad", STEPS, [_tensor("IN", 4)], [_tensor("OUT", 3)], config=ModelConfig(max_batch_size=16)
+        )
+    assert str(too_large.value) == (
+        "ensemble bad allows maximum batch size 16, but it contains model pre which only allows maximum batch size "
+        "to be 8"
+    )
+
+
+def test_a_remote_triton_refuses_an_ensemble_clearly() -> None:
+    remote = RemoteTriton(url="http://127.0.0.1:1")
+    with pytest.raises(PyTritonInvalidOperationError, match="a RemoteTriton binds no ensembles"):
+        remote.bind_ensemble("ens", STEPS, [_tensor("IN", 4)], [_tensor("OUT", 3)])
+
+
+@batch
+def _process_double(INPUT: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"PRE_OUT": INPUT * 2}
+
+
+def _bind_with_processes(triton: Triton) -> None:
+    _bind_steps(triton, pre=ProcessInstances(_process_double))
+
+
+def test_process_instance_steps_behind_two_frontend_processes() -> None:
+    with running_triton(_bind_with_processes, frontends=2) as triton:
+        for _ in range(2):  # two connections: each frontend process may take one
+            assert _http_infer(http_url(triton), "ens", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
+            assert _grpc_infer(grpc_url(triton), "ens", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
+        http = httpclient.InferenceServerClient(http_url(triton))
+        assert http.get_model_config("ens")["platform"] == "ensemble"
+        with pytest.raises(InferenceServerException) as failed:
+            _grpc_infer(grpc_url(triton), "ens", -np.ones((1, 4), dtype=np.float32))
+        assert failed.value.message() == "in ensemble 'ens', ValueError: negative input"
+        stats = http.get_inference_statistics("ens", headers=HTTP_AUTH)["model_stats"][0]
+        assert stats["inference_count"] == 8 and stats["execution_count"] == 4
+        assert stats["inference_stats"]["fail"]["count"] == 2
+
+
+def test_a_grpc_cancel_takes_the_ensembles_step_out_of_its_models_queue(server: Triton) -> None:
+    url = http_url(server)
+    GATED.gate.clear()
+    given = httpclient.InferInput("INPUT", [1, 4], "FP32")
+    given.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    blocker = threading.Thread(target=lambda: httpclient.InferenceServerClient(url).infer("gated", [given]))
+    blocker.start()
+    try:
+        _wait_for(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
+        client = grpcclient.InferenceServerClient(grpc_url(server))
+        ensemble_input = grpcclient.InferInput("IN", [1, 4], "FP32")
+        ensemble_input.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        answers: List[Any] = []
+        call = client.async_infer("gated_ens", [ensemble_input], callback=lambda result, error: answers.append(error))
+        _wait_for(lambda: _model(server, "gated").scheduler.pending == 1)  # the ensemble's step waits there
+        call.cancel()
+        _wait_for(lambda: _model(server, "gated").scheduler.pending == 0)
+        _wait_for(lambda: not _model(server, "gated_ens").scheduler.open_requests[1])
+    finally:
+        GATED.gate.set()
+        blocker.join(10)
+    assert len(answers) == 1 and "CANCELLED" in str(answers[0])
+
+
+def _bind_cached(triton: Triton) -> None:
+    cached = ModelConfig(max_batch_size=8, response_cache=True)
+    triton.bind("pre", _double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=cached)
+    triton.bind("cls", _classify, [_tensor("X", 4)], [_tensor("SCORES", 3)], config=ModelConfig(max_batch_size=8))
+    triton.bind_ensemble("ens", STEPS, [_tensor("IN", 4)], [_tensor("OUT", 3)], config=ModelConfig(max_batch_size=8))
+
+
+def test_a_step_the_response_cache_answers_ends_as_any_step() -> None:
+    with running_triton(_bind_cached, cache_config=["local,size=1048576"]) as triton:
+        for _ in range(2):
+            assert _http_infer(http_url(triton), "ens", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
+        stats = httpclient.InferenceServerClient(http_url(triton)).get_inference_statistics("pre", headers=HTTP_AUTH)
+        assert stats["model_stats"][0]["inference_stats"]["cache_hit"]["count"] == 1
