@@ -17,7 +17,7 @@ import contextvars
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -58,6 +58,21 @@ class ModelCallError(InferenceError):
 
     Raised from a callable and not caught, it fails the outer request with the same status and message.
     """
+
+
+class CallArguments(NamedTuple):
+    """What a callable asks of an inner call (pytriton.compose), carried as one value down to the inner request.
+
+    An instance process sends it to the server in its MODEL_CALL message, its inputs packed.
+    """
+
+    name: str
+    inputs: Dict[str, Any]
+    version: Optional[str]  # as the engine names it; None: the latest
+    parameters: Optional[Dict[str, Any]]
+    requested_outputs: Optional[Sequence[str]]
+    timeout_s: Optional[float]
+    streaming: bool  # iterated as a stream (stream_model): a decoupled model is called only so
 
 
 class CallPath:
@@ -192,37 +207,18 @@ class InnerCall(ResponseSink):
             self._path.inner.discard(self)
         self.wake()
 
-    def start(
-        self,
-        path: CallPath,
-        name: str,
-        inputs: Dict[str, Any],
-        version: Optional[str],
-        parameters: Optional[Dict[str, Any]],
-        requested_outputs: Optional[Sequence[str]],
-        timeout_s: Optional[float],
-        streaming: bool,
-    ) -> None:
-        """On the loop: queue the call on model `name`; a refusal ends it at once with its error."""
-        self.streaming = streaming
+    def start(self, path: CallPath, arguments: CallArguments) -> None:
+        """On the loop: queue the call; a refusal ends it at once with its error."""
+        self.streaming = arguments.streaming
         try:
-            self._start(path, name, inputs, version, parameters, requested_outputs, timeout_s, streaming)
+            self._start(path, arguments)
         except InferenceError as error:
             self.fail(error)
         except Exception as error:  # noqa: BLE001 - a bad argument fails this call, never the loop
             self.fail(InferenceError.invalid(f"{type(error).__name__}: {error}"))
 
-    def _start(
-        self,
-        path: CallPath,
-        name: str,
-        inputs: Dict[str, Any],
-        version: Optional[str],
-        parameters: Optional[Dict[str, Any]],
-        requested_outputs: Optional[Sequence[str]],
-        timeout_s: Optional[float],
-        streaming: bool,
-    ) -> None:
+    def _start(self, path: CallPath, arguments: CallArguments) -> None:
+        name, inputs, version, parameters, requested_outputs, timeout_s, streaming = arguments
         if path.cancelled:
             raise InferenceError.cancelled(f"the request that calls model '{name}' was cancelled or has ended")
         if name in path.chain:
@@ -300,9 +296,9 @@ def build_request(
     )
 
 
-# In an instance process: how its callable calls models of the server (core/process_instances/host.py):
-# caller(name, inputs, version, parameters, requested_outputs, timeout_s, streaming) -> each response's outputs.
-ProcessCaller = Callable[..., Iterator[Dict[str, np.ndarray]]]
+# In an instance process: how its callable calls models of the server (core/process_instances/host.py): each
+# response's outputs, as they come.
+ProcessCaller = Callable[[CallArguments], Iterator[Dict[str, np.ndarray]]]
 _PROCESS_CALLER: List[ProcessCaller] = []
 
 

@@ -1,0 +1,186 @@
+"""A process instance's calls to other models of the server: tensors through shared memory both ways, lent.
+
+The callable's inputs go into a region of the process's call arena lent for the call (`CallerArenas.pack_call`);
+the server's inner request reads them in place, as views of that region (`CalleeArenas.arguments`), and the region
+is the process's again once nothing in the server views it (the inner model may keep its inputs, or answer with
+them). Each response's outputs go the other way, into a region of the server's answer arena lent under a key of
+its own; the callable's outputs are views of it until the last of them is gone. Each side says which regions it
+let go of in its next message (protocol.py: "calls read", "answers read").
+
+Unlike a job's, calls and answers cross: several threads of a callable may call at once, and the server answers
+each call when its model does. So nothing is written in the arenas' copied-out start (ipc/regions.lend_apart):
+what takes at most COPY_BYTES in all travels in the message body, and the receiver's arrays view the body.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import weakref
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from pytriton.core.composition import CallArguments
+from pytriton.core.raw_tensors import mark_leased
+from pytriton.ipc.channel import Message
+from pytriton.ipc.regions import LendingArena, copied_out
+from pytriton.ipc.tensors import ArenaReader, Buffer
+
+Outputs = Dict[str, np.ndarray]
+
+
+class CalleeArenas:
+    """The server's side, one per process: the process's call arena mapped, and the server's answer arena."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        """An answer arena of at most `budget_bytes` (0: every answer travels in the message body)."""
+        self.inputs = ArenaReader()
+        self.answers = LendingArena(budget_bytes)
+        self._read: Deque[int] = deque()  # call ids whose input region nothing here views (appended in any thread)
+        self._next_key = 0
+
+    def arguments(self, head: Any, message: Message) -> CallArguments:
+        """The call a MODEL_CALL message makes, its inputs views of the process's call arena (or of the body).
+
+        Raises:
+            ValueError: the inputs did not arrive (the call's region, if any, is released already).
+        """
+        _, _, call_id, packed_arguments, new_arena, _ = head
+        if new_arena:
+            self.inputs.adopt(new_arena, message.fds)
+        arguments = CallArguments._make(packed_arguments)
+        packed: Any = arguments.inputs  # the packed items, one dict
+        if copied_out(packed):  # nothing in the arena: in the body
+            return arguments._replace(inputs=self.inputs.unpack(packed, message.body, copy=False)[0])
+        view = self.inputs.view
+        if view is None:
+            self.release(call_id)
+            raise ValueError("inputs in a call arena that never arrived")
+        lease = np.ndarray((len(view),), np.uint8, view)
+        # Nothing writes there while it lives: responses may send views of it as they are.
+        mark_leased(lease, functools.partial(self._read.append, call_id))
+        try:
+            inputs = self.inputs.unpack(packed, message.body, copy=False, arena=lease)[0]
+        except Exception:
+            del lease  # its callback releases the region
+            raise
+        return arguments._replace(inputs=inputs)
+
+    def release(self, call_id: int) -> None:
+        """A call whose inputs were never viewed (it was refused before): its region is the process's again."""
+        self._read.append(call_id)
+
+    def take_read(self) -> Tuple[int, ...]:
+        """The calls whose inputs nothing here views any more, since the last call."""
+        read = self._read
+        if not read:
+            return ()
+        taken = []
+        while read:
+            taken.append(read.popleft())
+        return tuple(taken)
+
+    def pack_answer(self, outputs: Outputs) -> Tuple[Any, List[Buffer], int, int, List[int]]:
+        """A response's outputs: (packed, body parts, new arena size or 0, region key or 0, descriptors to give)."""
+        self._next_key += 1
+        key = self._next_key
+        packed, body, new_arena, lent = self.answers.lend_apart([outputs], key)
+        segment = self.answers.segment
+        fds = [os.dup(segment.fileno())] if new_arena and segment is not None else []
+        return packed, body, new_arena, key if lent else 0, fds
+
+    def answers_read(self, keys: Tuple[int, ...]) -> None:
+        """The process no longer views these answers' regions."""
+        for key in keys:
+            self.answers.give_back(key)
+
+    def close(self) -> None:
+        """Unmap the process's arena and release the answer arena (what views them keeps them mapped)."""
+        self.inputs.close()
+        self.answers.close()
+
+
+class CallerArenas:
+    """The instance process's side: its call arena, and the server's answer arena mapped.
+
+    `pack_call` and the send of its message go under one lock (several threads call): a call packed later must not
+    reach the server before the one that brought the arena it is packed in.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        """A call arena of at most `budget_bytes` (0: every call travels in the message body)."""
+        self._calls = LendingArena(budget_bytes)
+        self._calls_read: Deque[int] = deque()  # call ids the server released, given back at the next pack
+        self._answers = ArenaReader()
+        self._answers_read: Deque[int] = deque()  # answer keys nothing here views (weak reference callbacks)
+        self._watched: Dict[int, Any] = {}
+
+    def pack_call(self, call_id: int, arguments: CallArguments) -> Tuple[Any, List[Buffer], int, List[int]]:
+        """A call's MODEL_CALL items: (arguments to send, body parts, new arena size or 0, descriptors to send).
+
+        The descriptors stay open until the arena grows again: the caller sends them before another call is packed.
+        """
+        arrays = {
+            name: value if isinstance(value, np.ndarray) else np.asarray(value)
+            for name, value in arguments.inputs.items()
+        }
+        read = self._calls_read
+        while read:
+            self._calls.give_back(read.popleft())
+        packed, body, new_arena, _ = self._calls.lend_apart([arrays], call_id)
+        segment = self._calls.segment
+        fds = [segment.fileno()] if new_arena and segment is not None else []
+        return (arguments[0], packed, *arguments[2:]), body, new_arena, fds
+
+    def calls_read(self, call_ids: Tuple[int, ...]) -> None:
+        """The server no longer views these calls' inputs."""
+        self._calls_read.extend(call_ids)
+
+    def answer(self, head: Any, message: Message, wanted: bool) -> Optional[Outputs]:
+        """A "response" answer's outputs (views of the server's arena or of the body); None when not `wanted`.
+
+        Every answer goes through here, in the order they came (the one that brings a new arena first), wanted or
+        not: one nobody waits for any more gives its region back at once.
+        """
+        _, _, _, packed, new_arena, key, calls_read = head
+        if calls_read:
+            self.calls_read(calls_read)
+        if new_arena:
+            self._answers.adopt(new_arena, message.fds)
+        if not wanted:
+            if key:
+                self._answers_read.append(key)
+            return None
+        if not key:
+            outputs: Outputs = self._answers.unpack(packed, message.body, copy=False)[0]
+            return outputs
+        view = self._answers.view
+        if view is None:
+            raise ValueError("outputs in an answer arena that never arrived")
+        lease = np.ndarray((len(view),), np.uint8, view)
+        self._watched[key] = weakref.ref(lease, functools.partial(_let_go, self._watched, self._answers_read, key))
+        outputs = self._answers.unpack(packed, message.body, copy=False, arena=lease)[0]
+        return outputs
+
+    def take_answers_read(self) -> Tuple[int, ...]:
+        """The answers whose outputs nothing here views any more, since the last call."""
+        read = self._answers_read
+        if not read:
+            return ()
+        taken = []
+        while read:
+            taken.append(read.popleft())
+        return tuple(taken)
+
+    def close(self) -> None:
+        """Release the call arena and unmap the answer arena (arrays still viewing it keep it mapped)."""
+        self._calls.close()
+        self._answers.close()
+
+
+def _let_go(watched: Dict[int, Any], read: Deque[int], key: int, _: Any) -> None:
+    """An answer's last view is gone (a weak reference's callback; it refers to no CallerArenas: no cycle)."""
+    watched.pop(key, None)
+    read.append(key)
