@@ -302,9 +302,9 @@ ProcessCaller = Callable[[CallArguments], Iterator[Dict[str, np.ndarray]]]
 _PROCESS_CALLER: List[ProcessCaller] = []
 
 
-def set_process_caller(caller: ProcessCaller) -> None:
-    """Make this process's calls go to the server through `caller` (an instance process's host sets it)."""
-    _PROCESS_CALLER[:] = [caller]
+def set_process_caller(caller: Optional[ProcessCaller]) -> None:
+    """Make this process's calls go to the server through `caller` (an instance process's host sets it; None: not)."""
+    _PROCESS_CALLER[:] = [caller] if caller is not None else []
 
 
 def process_caller() -> Optional[ProcessCaller]:

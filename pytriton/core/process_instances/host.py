@@ -130,6 +130,8 @@ class InstanceHost:
             _SERVING.host = None
             if self in _HOSTS:
                 _HOSTS.remove(self)
+                if not _HOSTS:  # no callable of this process runs any more (RemoteTriton unbound them all)
+                    set_process_caller(None)
             if self._loop is not None:
                 self._loop.close()
 
