@@ -24,10 +24,8 @@ from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
-_IO = {
-    "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
-    "outputs": [Tensor(name="y", dtype=np.float32, shape=(-1,))],
-}
+_INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+_OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
 
 
 @batch
@@ -75,8 +73,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     config = TritonConfig(http_port=0, grpc_port=0, metrics_port=0)
     with Triton(config=config) as triton:
-        triton.bind("identity", identity, **_IO, config=ModelConfig(max_batch_size=64))
-        triton.bind("caller", ProcessInstances(caller), **_IO, config=ModelConfig(max_batch_size=8))
+        triton.bind("identity", identity, _INPUTS, _OUTPUTS, config=ModelConfig(max_batch_size=64))
+        triton.bind("caller", ProcessInstances(caller), _INPUTS, _OUTPUTS, config=ModelConfig(max_batch_size=8))
         triton.run()
         url = f"127.0.0.1:{triton.http_port}"
         print("| input | µs per inner call | instance process CPU µs | server CPU µs |")
