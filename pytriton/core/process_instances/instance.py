@@ -404,6 +404,9 @@ class ProcessInstance:
                 os.close(fd)
 
         def wake() -> None:
+            if link is not self._link or self.state is not InstanceState.UP:  # the process died: nothing to answer
+                call.items.clear()
+                return
             while call.items:
                 packed, parts, new_arena, key, fds = calls.pack_answer(outputs_of(call.items.popleft()))
                 answer((MODEL_ANSWER, call_id, "response", packed, new_arena, key, calls.take_read()), parts, fds)
