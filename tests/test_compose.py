@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
 import signal
 import threading
@@ -511,7 +513,7 @@ def _big_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
     """In an instance process: `mode` "round_trip" sends a 6 MiB tensor of `seed` through `identity` and returns
     what came back; "repeat" makes `calls` calls of 1 MiB from each of `threads` threads, checks each answer, and
     returns how many shared-memory segments this process then holds, the size of its call arena and how many
-    regions of it are lent; "hang" calls `gated` with 6 MiB."""
+    regions of it are lent; "refused" the same with calls that fail or expire; "hang" calls `gated` with 6 MiB."""
     from concurrent.futures import ThreadPoolExecutor
 
     parameters = requests[0].parameters or {}
@@ -528,7 +530,11 @@ def _big_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
         for step in range(int(parameters["calls"])):
             sent = np.full((1, _MIB), thread * 1000 + step, np.float32)
             sent[0, ::7] = -step  # not constant: a stale region would show
-            assert np.array_equal(call_model("identity", {"x": sent})["y"], sent)
+            if mode == "refused":  # the inner model fails, or the call expires in `gated`'s queue
+                with pytest.raises(ModelCallError):
+                    call_model("failing" if step % 2 else "gated", {"x": sent}, timeout_s=0.05)
+            else:
+                assert np.array_equal(call_model("identity", {"x": sent})["y"], sent)
 
     threads = int(parameters["threads"])
     if threads == 1:
@@ -547,6 +553,7 @@ def _bind_big_caller(triton: Triton, gate: threading.Event) -> None:
     config = ModelConfig(max_batch_size=64)
     triton.bind("identity", _identity_batch_sizes([], _open_gate()), INPUTS, OUTPUTS, config=config)
     triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
+    triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
     triton.bind("big_caller", ProcessInstances(_big_caller), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
 
 
@@ -555,7 +562,10 @@ def _process_instance(triton: Triton, model: str) -> Any:
     return instance
 
 
-def test_a_process_instances_inner_calls_pass_large_tensors_through_shared_memory_and_let_go_of_it() -> None:
+def test_a_process_instances_inner_calls_pass_large_tensors_through_shared_memory_and_let_go_of_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.CRITICAL, "pytriton.model")  # a captured failure's traceback would hold its inputs
     gate = threading.Event()
     with running_triton(lambda triton: _bind_big_caller(triton, gate)) as triton:
         url = http_url(triton)
@@ -578,6 +588,17 @@ def test_a_process_instances_inner_calls_pass_large_tensors_through_shared_memor
         held, sizes, lent = zip(*(count[0].tolist() for count in counts))
         assert len(set(held[2:])) == 1 and len(set(sizes[2:])) == 1, counts
         assert max(lent) <= 1 + 2 * 4, counts  # the last calls' regions may come back with the next message
+
+        # Calls that fail or expire give their inputs' regions back as well: a failed inner request's inputs once
+        # the garbage collector frees the exception's traceback (the failing model's frame holds them): here, after
+        # the request.
+        refused = []
+        for _ in range(3):
+            refused.append(_infer_with(url, "big_caller", {"mode": "refused", "calls": 10, "threads": 1}))
+            gc.collect()
+        held, sizes, lent = zip(*(count[0].tolist() for count in refused))
+        assert len(set(held)) == 1 and len(set(sizes)) == 1 and max(lent) <= 1 + 10 + 2, refused
+        gate.set()  # the first call to `gated` still runs there
 
 
 def test_an_instance_process_killed_in_an_inner_call_leaves_the_server_serving_and_its_memory_freed() -> None:
