@@ -510,8 +510,9 @@ def _memfds() -> Set[int]:
 
 
 def _big_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
-    """In an instance process: `mode` "round_trip" sends a 6 MiB tensor of `seed` through `identity` and returns
-    what came back; "repeat" makes `calls` calls of 1 MiB from each of `threads` threads, checks each answer, and
+    """In an instance process: `mode` "round_trip" sends a 6 MiB tensor of `seed` through `identity` and `twice`,
+    and returns what `identity` gave back; "repeat" makes `calls` calls of 1 MiB (to `identity` and `twice` in
+    turn) from each of `threads` threads, checks each answer, and
     returns how many shared-memory segments this process then holds, the size of its call arena and how many
     regions of it are lent; "refused" the same with calls that fail or expire; "hang" calls `gated` with 6 MiB."""
     from concurrent.futures import ThreadPoolExecutor
@@ -520,8 +521,10 @@ def _big_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
     mode = str(parameters["mode"])
     if mode == "round_trip":
         sent = np.random.default_rng(int(parameters["seed"])).standard_normal((1, _BIG)).astype(np.float32)
-        got = call_model("identity", {"x": sent})["y"]
-        assert not got.flags.owndata, "the outputs are read in place"
+        got = call_model("identity", {"x": sent})["y"]  # its output lies in its inputs, in this process's arena
+        doubled = call_model("twice", {"x": sent})["y"]  # in the server's answer arena
+        assert not got.flags.owndata and not doubled.flags.owndata, "the outputs are read in place"
+        assert np.array_equal(doubled, sent * 2)
         return [{"y": got}]
     if mode == "hang":
         return [call_model("gated", {"x": np.ones((1, _BIG), np.float32)})]
@@ -533,6 +536,8 @@ def _big_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
             if mode == "refused":  # the inner model fails, or the call expires in `gated`'s queue
                 with pytest.raises(ModelCallError):
                     call_model("failing" if step % 2 else "gated", {"x": sent}, timeout_s=0.05)
+            elif step % 2:
+                assert np.array_equal(call_model("twice", {"x": sent})["y"], sent * 2)
             else:
                 assert np.array_equal(call_model("identity", {"x": sent})["y"], sent)
 
@@ -549,11 +554,17 @@ def _big_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
     return [{"y": np.array([[len(_memfds()), arena._regions.size, len(arena._regions)]], np.float32)}]
 
 
+@batch
+def _twice(x: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"y": x * 2}
+
+
 def _bind_big_caller(triton: Triton, gate: threading.Event) -> None:
     config = ModelConfig(max_batch_size=64)
     triton.bind("identity", _identity_batch_sizes([], _open_gate()), INPUTS, OUTPUTS, config=config)
     triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
     triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
+    triton.bind("twice", _twice, INPUTS, OUTPUTS, config=config)
     triton.bind("big_caller", ProcessInstances(_big_caller), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
 
 

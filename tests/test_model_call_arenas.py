@@ -42,13 +42,30 @@ def test_a_calls_inputs_and_its_answers_outputs_are_read_in_place_and_their_regi
     packed, body, new_arena, fds = caller.pack_call(7, arguments)
     head = (17, 1, 7, packed, new_arena, ())
     passed = [os.dup(fd) for fd in fds]  # as the channel passes them: the receiver's own descriptors
-    received = callee.arguments(head, Message(head, memoryview(b"".join(body)), passed))
+    received, lease = callee.arguments(head, Message(head, memoryview(b"".join(body)), passed))
     assert received.name == "identity" and np.array_equal(received.inputs["x"], sent)
-    assert not received.inputs["x"].flags.owndata
+    assert not received.inputs["x"].flags.owndata and lease is not None
+
+    # An identity's answer: its output lies in the call's inputs, named there, not copied; the process's region
+    # stays held while the process views it, after the server let go.
+    outputs, parts, arena_size, key, answer_fds = callee.pack_answer({"y": received.inputs["x"]}, lease)
+    assert (arena_size, key, answer_fds, parts) == (0, 0, [], [])
+    answer = (8, 7, "response", outputs, 0, 0, ())
+    echoed = caller.answer(answer, Message(answer, memoryview(b""), []), wanted=True)
+    assert echoed is not None and np.array_equal(echoed["y"], sent)
     assert callee.take_read() == ()
-    del received
+    del received, lease, outputs
     gc.collect()
-    assert callee.take_read() == (7,)  # the inner request let go of its inputs: the process may write there
+    assert callee.take_read() == (7,)  # the inner request let go of its inputs
+    caller.calls_read((7,))
+    held_by = {"x": np.zeros_like(sent)}
+    again = caller.pack_call(8, arguments._replace(inputs=held_by))[0][1]
+    assert again[0][0]["x"][1] != packed[1][0][0]["x"][1]  # the echo still views call 7's region: not written over
+    del echoed
+    gc.collect()
+    caller.calls_read((8,))
+    ninth = caller.pack_call(9, arguments)[0][1]  # both regions are free again: call 9 takes the lowest, call 7's
+    assert ninth[0][0]["x"][1] == packed[1][0][0]["x"][1] and caller._holds == {9: 1}
 
     outputs, parts, arena_size, key, answer_fds = callee.pack_answer({"y": sent * 2})
     assert key and arena_size and len(answer_fds) == 1

@@ -114,18 +114,21 @@ class LendingArena(ArenaWriter):
         placed, new_arena, lent = self._lend_region(dicts, job_id, needed, place)
         return placed[0], placed[1], new_arena, lent
 
-    def lend_apart(self, dicts: Sequence[Any], key: int) -> Tuple[List[Any], List[Buffer], int, bool]:
+    def lend_apart(
+        self, dicts: Sequence[Any], key: int, in_inputs: Optional[Dict[int, int]] = None
+    ) -> Tuple[List[Any], List[Buffer], int, bool]:
         """Pack a message that the receiver may read after the sender's next one (several threads send): as `lend`.
 
         Never in the arena's copied-out start, which the next message would overwrite: arrays of at most
         COPY_BYTES in all travel in the body, larger ones in a region lent to `key`.
         """
-        needed = arena_bytes(dicts)
+        place = functools.partial(self._place, in_inputs=in_inputs)
+        needed = arena_bytes(dicts, in_inputs)
         if needed <= COPY_BYTES:
-            body_only = self._place(dicts, overflow=True, start=0, end=0)
+            body_only = place(dicts, overflow=True, start=0, end=0)
             assert body_only is not None
             return body_only[0], body_only[1], 0, False
-        placed, new_arena, lent = self._lend_region(dicts, key, needed, self._place)
+        placed, new_arena, lent = self._lend_region(dicts, key, needed, place)
         return placed[0], placed[1], new_arena, lent
 
     def _lend_region(

@@ -17,6 +17,7 @@ import os
 import subprocess
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optional, Set, Tuple
 
@@ -408,7 +409,8 @@ class ProcessInstance:
                 call.items.clear()
                 return
             while call.items:
-                packed, parts, new_arena, key, fds = calls.pack_answer(outputs_of(call.items.popleft()))
+                inputs = None if inputs_of is None else inputs_of()
+                packed, parts, new_arena, key, fds = calls.pack_answer(outputs_of(call.items.popleft()), inputs)
                 answer((MODEL_ANSWER, call_id, "response", packed, new_arena, key, calls.take_read()), parts, fds)
             if call.ended:
                 error = call.error
@@ -419,11 +421,13 @@ class ProcessInstance:
 
         call = InnerCall(wake)
         try:
-            arguments = calls.arguments(head, message)
+            arguments, lease = calls.arguments(head, message)
         except Exception as error:  # noqa: BLE001 - the call fails alone
             why = f"the call's inputs did not arrive: {error}"
             answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", why, calls.take_read()))
             return
+        inputs_of = weakref.ref(lease) if lease is not None else None  # the inner request holds it, not the call
+        del lease
         path = job.path if job is not None and job.job_id == head[1] else None
         if path is None:
             why = f"the request that calls model '{arguments.name}' has ended"
