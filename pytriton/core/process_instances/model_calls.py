@@ -4,7 +4,9 @@ The callable's inputs go into a region of the process's call arena lent for the 
 the server's inner request reads them in place, as views of that region (`CalleeArenas.arguments`), and the region
 is the process's again once nothing in the server views it (the inner model may keep its inputs, or answer with
 them). Each response's outputs go the other way, into a region of the server's answer arena lent under a key of
-its own; the callable's outputs are views of it until the last of them is gone. Each side says which regions it
+its own; the callable's outputs are views of it until the last of them is gone. An output that lies whole in the
+call's inputs (an identity's, a slice) is not copied: the answer names where it lies, and the process's output is
+a view of its own call arena, whose region it then holds until both sides let go. Each side says which regions it
 let go of in its next message (protocol.py: "calls read", "answers read").
 
 Unlike a job's, calls and answers cross: several threads of a callable may call at once, and the server answers
