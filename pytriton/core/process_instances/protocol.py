@@ -40,9 +40,10 @@ METRICS = 16
 # arena is new) or, up to COPY_BYTES in all, in the body. Server to instance (MODEL_ANSWER, call id, "response",
 # packed outputs, new arena size, region key or 0, calls read) with the outputs in a region of the server's answer
 # arena lent under `key` (or in the body, as inputs; or, IN_INPUTS, where they lie in the call's inputs), then
-# (MODEL_ANSWER, call id, "end", calls read) or (MODEL_ANSWER, call id, "error", status name, message, calls read). `calls read`: the call ids whose input regions
-# the server no longer views (also sent alone, (CALLS_READ, call ids), before a JOB); `answers read`: the keys of
-# answer regions the instance no longer views (also sent alone, (ANSWERS_READ, keys), before a job's answer).
+# (MODEL_ANSWER, call id, "end", calls read) or (MODEL_ANSWER, call id, "error", status name, message, calls read).
+# `calls read`: the call ids whose input regions the server no longer views (also sent alone, (CALLS_READ, call ids),
+# before a JOB); `answers read`: the keys of answer regions the instance no longer views (also sent alone,
+# (ANSWERS_READ, keys), before a job's answer).
 MODEL_CALL, MODEL_ANSWER, CALLS_READ, ANSWERS_READ = 17, 8, 9, 18
 
 
