@@ -510,11 +510,14 @@ def _memfds() -> Set[int]:
 
 
 def _big_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
-    """In an instance process: `mode` "round_trip" sends a 6 MiB tensor of `seed` through `identity` and `twice`,
-    and returns what `identity` gave back; "repeat" makes `calls` calls of 1 MiB (to `identity` and `twice` in
-    turn) from each of `threads` threads, checks each answer, and
-    returns how many shared-memory segments this process then holds, the size of its call arena and how many
-    regions of it are lent; "refused" the same with calls that fail or expire; "hang" calls `gated` with 6 MiB."""
+    """In an instance process, by `mode`.
+
+    "round_trip": a 6 MiB tensor of `seed` through `identity`, `twice` and the decoupled `count_up` (3 responses);
+    answers what `identity` gave back. "repeat": `calls` calls of 1 MiB (to `identity` and `twice` in turn) from
+    each of `threads` threads, each answer checked; answers how many shared-memory segments this process then
+    holds, the size of its call arena and how many regions of it are lent. "refused": the same with calls that fail
+    or expire. "hang": a call to `gated` with 6 MiB.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     parameters = requests[0].parameters or {}
@@ -525,6 +528,8 @@ def _big_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
         doubled = call_model("twice", {"x": sent})["y"]  # in the server's answer arena
         assert not got.flags.owndata and not doubled.flags.owndata, "the outputs are read in place"
         assert np.array_equal(doubled, sent * 2)
+        streamed = [outputs["y"] for outputs in stream_model("count_up", {"x": sent})]  # all three held at once
+        assert len(streamed) == 3 and all(np.array_equal(part, sent + step) for step, part in enumerate(streamed))
         return [{"y": got}]
     if mode == "hang":
         return [call_model("gated", {"x": np.ones((1, _BIG), np.float32)})]
@@ -565,6 +570,7 @@ def _bind_big_caller(triton: Triton, gate: threading.Event) -> None:
     triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
     triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
     triton.bind("twice", _twice, INPUTS, OUTPUTS, config=config)
+    triton.bind("count_up", _count_up, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, decoupled=True))
     triton.bind("big_caller", ProcessInstances(_big_caller), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
 
 
