@@ -29,6 +29,7 @@ import numpy as np
 
 from pytriton.core.composition import (
     CURRENT,
+    CallArguments,
     CallPath,
     InnerCall,
     ModelCallError,
@@ -83,21 +84,11 @@ def call_model(
     Raises:
         ModelCallError: the call failed or was refused; `message` is the inner model's message.
     """
-    remote = process_caller() if CURRENT.get() is None else None
-    if remote is not None:  # in an instance process: over its channel to the server
-        return _last(remote(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False))
-    path = _path()
-    if _on_loop(path):
-        raise ModelCallError(
-            Status.INVALID_ARGUMENT,
-            "call_model would block the event loop: an async callable or route handler awaits call_model_async",
-        )
-    doorbell = thread_doorbell()
-    call = InnerCall(doorbell.ring)
-    path.inbox.post(call.start, path, name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
-    while not call.ended:
-        doorbell.take()
-    return call.outputs()
+    arguments = CallArguments(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
+    last: Optional[Outputs] = None
+    for outputs in ModelStream(arguments):
+        last = outputs
+    return _single(last)
 
 
 async def call_model_async(
@@ -113,34 +104,11 @@ async def call_model_async(
 
     Cancelling the awaiting task cancels the call (it leaves the model's queue if it still waits there).
     """
-    if CURRENT.get() is None:
-        awaited = async_process_caller()
-        if awaited is not None:  # a RemoteTriton's route handler: awaited on its loop
-            arguments = (name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
-            last: Optional[Outputs] = None
-            async for outputs in awaited(*arguments):
-                last = outputs
-            if last is None:
-                raise ModelCallError(Status.INTERNAL, "the model returned no response")
-            return last
-    remote = process_caller() if CURRENT.get() is None else None
-    if remote is not None:  # an instance process's loop runs this callable alone: waiting blocks nothing else
-        return _last(remote(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False))
-    path = _path()
-    if not _on_loop(path):
-        raise ModelCallError(
-            Status.INVALID_ARGUMENT, "call_model_async runs on the server's event loop: use call_model"
-        )
-    wake = _Wake(path.loop)
-    call = InnerCall(wake.set)
-    call.start(path, name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
-    try:
-        while not call.ended:
-            await wake.wait()
-    except asyncio.CancelledError:
-        call.cancel("the caller was cancelled")
-        raise
-    return call.outputs()
+    arguments = CallArguments(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
+    last: Optional[Outputs] = None
+    async for outputs in ModelStream(arguments):
+        last = outputs
+    return _single(last)
 
 
 def stream_model(
@@ -157,26 +125,22 @@ def stream_model(
     A decoupled model gives any number of responses; any other model one. Iterate with `for` in a sync
     callable's thread, with `async for` on the event loop. Leaving the loop early cancels the call.
     """
-    return ModelStream(name, inputs, _version(version), parameters, requested_outputs, timeout_s)
+    return ModelStream(CallArguments(name, inputs, _version(version), parameters, requested_outputs, timeout_s, True))
 
 
 class ModelStream:
-    """The responses of one call to a model, as `stream_model` returns them: iterate once, sync or async."""
+    """The responses of one call to a model, as `stream_model` returns them: iterate once, sync or async.
 
-    def __init__(
-        self,
-        name: str,
-        inputs: Dict[str, Any],
-        version: Optional[str],
-        parameters: Optional[Dict[str, Any]],
-        requested_outputs: Optional[Sequence[str]],
-        timeout_s: Optional[float],
-    ) -> None:
+    `call_model` and `call_model_async` iterate one too (not streaming: a decoupled model is refused), and keep its
+    single response.
+    """
+
+    def __init__(self, arguments: CallArguments) -> None:
         """Remember the call; it starts when iterated."""
         self._remote = process_caller() if CURRENT.get() is None else None
         self._awaited = async_process_caller() if CURRENT.get() is None else None
         self._path = _path() if self._remote is None and self._awaited is None else None
-        self._arguments = (name, inputs, version, parameters, requested_outputs, timeout_s, True)
+        self._arguments = arguments
 
     def __iter__(self) -> Iterator[Outputs]:
         """The responses, in this (non-loop) thread."""
@@ -185,17 +149,21 @@ class ModelStream:
                 Status.INVALID_ARGUMENT, "a stream on the event loop is read with 'async for', which never blocks it"
             )
         if self._remote is not None:
-            yield from self._remote(*self._arguments)
+            yield from self._remote(self._arguments)
             return
         path = self._path
         assert path is not None
         if _on_loop(path):
             raise ModelCallError(
-                Status.INVALID_ARGUMENT, "a stream on the event loop is read with 'async for', which never blocks it"
+                Status.INVALID_ARGUMENT,
+                "a stream on the event loop is read with 'async for', which never blocks it"
+                if self._arguments.streaming
+                else "call_model would block the event loop: an async callable or route handler awaits "
+                "call_model_async",
             )
         doorbell = thread_doorbell()
         call = InnerCall(doorbell.ring)
-        path.inbox.post(call.start, path, *self._arguments)
+        path.inbox.post(call.start, path, self._arguments)
         try:
             while True:
                 ended = call.ended  # read before the responses: one delivered before the end is never missed
@@ -211,22 +179,27 @@ class ModelStream:
                 path.inbox.post(call.cancel, "the caller stopped reading the stream")
 
     async def __aiter__(self) -> AsyncIterator[Outputs]:
-        """The responses, on the event loop."""
-        if self._awaited is not None:
-            async for outputs in self._awaited(*self._arguments):
+        """The responses, on the event loop (cancelling the task that reads them cancels the call)."""
+        if self._awaited is not None:  # a RemoteTriton's async route handler: awaited on its own loop
+            async for outputs in self._awaited(self._arguments):
                 yield outputs
             return
-        if self._remote is not None:
-            for outputs in self._remote(*self._arguments):
+        if self._remote is not None:  # an instance process's loop runs this callable alone: waiting blocks nothing else
+            for outputs in self._remote(self._arguments):
                 yield outputs
             return
         path = self._path
         assert path is not None
         if not _on_loop(path):
-            raise ModelCallError(Status.INVALID_ARGUMENT, "'async for' over a stream runs on the server's event loop")
+            raise ModelCallError(
+                Status.INVALID_ARGUMENT,
+                "'async for' over a stream runs on the server's event loop"
+                if self._arguments.streaming
+                else "call_model_async runs on the server's event loop: use call_model",
+            )
         wake = _Wake(path.loop)
         call = InnerCall(wake.set)
-        call.start(path, *self._arguments)
+        call.start(path, self._arguments)
         try:
             while True:
                 while call.items:
@@ -261,11 +234,8 @@ class _Wake:
         await self._future
 
 
-def _last(responses: Iterator[Outputs]) -> Outputs:
-    """The outputs of a call's single response."""
-    last: Optional[Outputs] = None
-    for outputs in responses:
-        last = outputs
+def _single(last: Optional[Outputs]) -> Outputs:
+    """The outputs of a call's single response (its last, were there more)."""
     if last is None:
         raise ModelCallError(Status.INTERNAL, "the model returned no response")
     return last

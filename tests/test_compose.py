@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+import logging
+import os
+import signal
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 import numpy as np
 import pytest
@@ -18,7 +22,7 @@ from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.proxy.types import Request
 from pytriton.triton import Triton
-from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.conftest import HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
 OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
@@ -487,3 +491,168 @@ def test_threads_of_a_process_instance_call_models_at_once_and_each_gets_its_own
         url = http_url(triton)
         for value in (1.0, 10.0, 100.0):
             assert _infer(url, "threads", [value]).tolist() == [[4 * value + 6]]  # value + 0, +1, +2, +3
+
+
+# -- large tensors from a process instance: through shared memory both ways, and let go of ------------------------
+
+_BIG = 3 << 19  # float32 values: 6 MiB
+_MIB = 1 << 18  # float32 values: 1 MiB
+
+
+def _memfds() -> Set[int]:
+    """pytriton's shared-memory segments this process holds a descriptor or a mapping of, by inode."""
+    held = memfds_held()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "/memfd:pytriton" in line:
+                held.add(int(line.split()[4]))
+    return held
+
+
+def _big_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """In an instance process, by `mode`.
+
+    "round_trip": a 6 MiB tensor of `seed` through `identity`, `twice` and the decoupled `count_up` (3 responses);
+    answers what `identity` gave back. "repeat": `calls` calls of 1 MiB (to `identity` and `twice` in turn) from
+    each of `threads` threads, each answer checked; answers how many shared-memory segments this process then
+    holds, the size of its call arena and how many regions of it are lent. "refused": the same with calls that fail
+    or expire. "hang": a call to `gated` with 6 MiB.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    parameters = requests[0].parameters or {}
+    mode = str(parameters["mode"])
+    if mode == "round_trip":
+        sent = np.random.default_rng(int(parameters["seed"])).standard_normal((1, _BIG)).astype(np.float32)
+        got = call_model("identity", {"x": sent})["y"]  # its output lies in its inputs, in this process's arena
+        doubled = call_model("twice", {"x": sent})["y"]  # in the server's answer arena
+        assert not got.flags.owndata and not doubled.flags.owndata, "the outputs are read in place"
+        assert np.array_equal(doubled, sent * 2)
+        streamed = [outputs["y"] for outputs in stream_model("count_up", {"x": sent})]  # all three held at once
+        assert len(streamed) == 3 and all(np.array_equal(part, sent + step) for step, part in enumerate(streamed))
+        return [{"y": got}]
+    if mode == "hang":
+        return [call_model("gated", {"x": np.ones((1, _BIG), np.float32)})]
+
+    def calls(thread: int) -> None:
+        for step in range(int(parameters["calls"])):
+            sent = np.full((1, _MIB), thread * 1000 + step, np.float32)
+            sent[0, ::7] = -step  # not constant: a stale region would show
+            if mode == "refused":  # the inner model fails, or the call expires in `gated`'s queue
+                with pytest.raises(ModelCallError):
+                    call_model("failing" if step % 2 else "gated", {"x": sent}, timeout_s=0.05)
+            elif step % 2:
+                assert np.array_equal(call_model("twice", {"x": sent})["y"], sent * 2)
+            else:
+                assert np.array_equal(call_model("identity", {"x": sent})["y"], sent)
+
+    threads = int(parameters["threads"])
+    if threads == 1:
+        calls(0)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            for future in [pool.submit(calls, thread) for thread in range(threads)]:
+                future.result(timeout=60)
+    from pytriton.core.process_instances.host import _HOSTS
+
+    arena = _HOSTS[0]._calls._calls  # the call arena: its size, and the regions lent (the start counts as one)
+    return [{"y": np.array([[len(_memfds()), arena._regions.size, len(arena._regions)]], np.float32)}]
+
+
+@batch
+def _twice(x: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"y": x * 2}
+
+
+def _bind_big_caller(triton: Triton, gate: threading.Event) -> None:
+    config = ModelConfig(max_batch_size=64)
+    triton.bind("identity", _identity_batch_sizes([], _open_gate()), INPUTS, OUTPUTS, config=config)
+    triton.bind("gated", _identity_batch_sizes([], gate), INPUTS, OUTPUTS, config=config)
+    triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
+    triton.bind("twice", _twice, INPUTS, OUTPUTS, config=config)
+    triton.bind("count_up", _count_up, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, decoupled=True))
+    triton.bind("big_caller", ProcessInstances(_big_caller), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+
+def _process_instance(triton: Triton, model: str) -> Any:
+    (instance,) = triton._runtime.engine.model(model).scheduler.instances
+    return instance
+
+
+def test_a_process_instances_inner_calls_pass_large_tensors_through_shared_memory_and_let_go_of_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.CRITICAL, "pytriton.model")  # a captured failure's traceback would hold its inputs
+    gate = threading.Event()
+    with running_triton(lambda triton: _bind_big_caller(triton, gate)) as triton:
+        url = http_url(triton)
+        for seed in (1, 2):
+            expected = np.random.default_rng(seed).standard_normal((1, _BIG)).astype(np.float32)
+            got = _infer_with(url, "big_caller", {"mode": "round_trip", "seed": seed})
+            assert got.dtype == np.float32 and np.array_equal(got, expected)
+
+        # Many calls in a row, from one thread and from 4 at once: neither side holds more segments as they go, and
+        # every region the server lent for an answer came back.
+        calls = _process_instance(triton, "big_caller")._link.calls
+        counts = []
+        for threads in (1, 4, 1, 4):
+            counts.append(_infer_with(url, "big_caller", {"mode": "repeat", "calls": 25, "threads": threads}))
+            assert len(calls.answers._regions) == 1  # the arena's copied-out start only
+        server_held = _memfds()
+        for threads in (1, 4):
+            counts.append(_infer_with(url, "big_caller", {"mode": "repeat", "calls": 25, "threads": threads}))
+        assert _memfds() == server_held
+        held, sizes, lent = zip(*(count[0].tolist() for count in counts))
+        assert len(set(held[2:])) == 1 and len(set(sizes[2:])) == 1, counts
+        assert max(lent) <= 1 + 2 * 4, counts  # the last calls' regions may come back with the next message
+
+        # Calls that fail or expire give their inputs' regions back as well: a failed inner request's inputs once
+        # the garbage collector frees the exception's traceback (the failing model's frame holds them): here, after
+        # the request.
+        refused = []
+        for _ in range(3):
+            refused.append(_infer_with(url, "big_caller", {"mode": "refused", "calls": 10, "threads": 1}))
+            gc.collect()
+        held, sizes, lent = zip(*(count[0].tolist() for count in refused))
+        assert len(set(held)) == 1 and len(set(sizes)) == 1 and max(lent) <= 1 + 10 + 2, refused
+        gate.set()  # the first call to `gated` still runs there
+
+
+def test_an_instance_process_killed_in_an_inner_call_leaves_the_server_serving_and_its_memory_freed() -> None:
+    gate = threading.Event()
+    with running_triton(lambda triton: _bind_big_caller(triton, gate)) as triton:
+        url = http_url(triton)
+        assert int(_infer_with(url, "big_caller", {"mode": "repeat", "calls": 1, "threads": 1})[0][0]) > 0
+        before = _memfds()
+        failed: List[BaseException] = []
+
+        def hang() -> None:
+            try:
+                _infer_with(url, "big_caller", {"mode": "hang"})
+            except InferenceServerException as error:
+                failed.append(error)
+
+        caller = threading.Thread(target=hang)
+        caller.start()
+        _wait_for(lambda: _running(triton, "gated"))
+        link = _process_instance(triton, "big_caller")._link
+        dead = _memfds_of(link)
+        assert link.calls.inputs.segment is not None  # the call's 6 MiB came in the process's call arena
+        os.kill(link.pid, signal.SIGKILL)
+        caller.join(10)
+        assert len(failed) == 1 and "was killed by signal SIGKILL" in str(failed[0])
+        gate.set()  # the inner request, cancelled, still runs with the dead process's memory as its input
+        _wait_for(lambda: not _running(triton, "gated") and _process_instance(triton, "big_caller").alive)
+        expected = np.random.default_rng(3).standard_normal((1, _BIG)).astype(np.float32)
+        assert np.array_equal(_infer_with(url, "big_caller", {"mode": "round_trip", "seed": 3}), expected)
+        _wait_for(lambda: not _memfds() & dead)
+        assert not _memfds() - before - _memfds_of(_process_instance(triton, "big_caller")._link)
+
+
+def _memfds_of(link: Any) -> Set[int]:
+    """The segments the server holds for a process's link (its arenas, by inode)."""
+    found = set()
+    for segment in (link.inputs.segment, link.outputs.segment, link.calls.inputs.segment, link.calls.answers.segment):
+        if segment is not None:
+            found.add(os.fstat(segment.fileno()).st_ino)
+    return found

@@ -145,6 +145,30 @@ def test_a_model_bound_remotely_is_served_over_both_protocols(server: Triton) ->
         _infer(http_url(server), "double", np.array([1.0], np.float32))
 
 
+def _calls_own_big(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Sends 6 MiB made of its input through the server's `own` model (in shared memory) and returns the answer."""
+    from pytriton.compose import call_model
+
+    return [call_model("own", {"x": np.arange(3 << 19, dtype=np.float32) * r["x"][0]}) for r in requests]
+
+
+def _calls_own_small(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    from pytriton.compose import call_model
+
+    return [call_model("own", {"x": r["x"] + 1}) for r in requests]
+
+
+def test_remotely_bound_callables_call_models_of_the_server(server: Triton) -> None:
+    with RemoteTriton(url=f"http://127.0.0.1:{server.http_port}") as remote:
+        remote.bind("big_caller", _calls_own_big, **IO, config=UNBATCHED)
+        remote.bind("small_caller", _calls_own_small, **IO, config=UNBATCHED)
+        url = http_url(server)
+        for value in (2.0, 3.0):  # each through its own instance's channel, whichever bound last
+            expected = np.arange(3 << 19, dtype=np.float32) * value
+            assert np.array_equal(_infer(url, "big_caller", np.array([value], np.float32)), expected)
+            assert _infer(url, "small_caller", np.array([value], np.float32)).tolist() == [value + 1]
+
+
 def test_a_model_bound_again_under_a_closed_ones_name_never_gets_its_cached_answers() -> None:
     """The response cache is keyed by model name and version: a removed model's entries must go with it."""
     with running_triton(_own_model, cache_config=["local,size=1048576"]) as server:

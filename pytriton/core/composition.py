@@ -17,7 +17,21 @@ import contextvars
 import threading
 import time
 from collections import deque
-from typing import Any, AsyncIterator, Callable, Deque, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import (
+    Any,
+    AsyncIterator,
+    Callable,
+    Deque,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 import numpy as np
 
@@ -58,6 +72,21 @@ class ModelCallError(InferenceError):
 
     Raised from a callable and not caught, it fails the outer request with the same status and message.
     """
+
+
+class CallArguments(NamedTuple):
+    """What a callable asks of an inner call (pytriton.compose), carried as one value down to the inner request.
+
+    An instance process sends it to the server in its MODEL_CALL message, its inputs packed.
+    """
+
+    name: str
+    inputs: Dict[str, Any]
+    version: Optional[str]  # as the engine names it; None: the latest
+    parameters: Optional[Dict[str, Any]]
+    requested_outputs: Optional[Sequence[str]]
+    timeout_s: Optional[float]
+    streaming: bool  # iterated as a stream (stream_model): a decoupled model is called only so
 
 
 class CallPath:
@@ -194,37 +223,18 @@ class InnerCall(ResponseSink):
             self._path.inner.discard(self)
         self.wake()
 
-    def start(
-        self,
-        path: CallPath,
-        name: str,
-        inputs: Dict[str, Any],
-        version: Optional[str],
-        parameters: Optional[Dict[str, Any]],
-        requested_outputs: Optional[Sequence[str]],
-        timeout_s: Optional[float],
-        streaming: bool,
-    ) -> None:
-        """On the loop: queue the call on model `name`; a refusal ends it at once with its error."""
-        self.streaming = streaming
+    def start(self, path: CallPath, arguments: CallArguments) -> None:
+        """On the loop: queue the call; a refusal ends it at once with its error."""
+        self.streaming = arguments.streaming
         try:
-            self._start(path, name, inputs, version, parameters, requested_outputs, timeout_s, streaming)
+            self._start(path, arguments)
         except InferenceError as error:
             self.fail(error)
         except Exception as error:  # noqa: BLE001 - a bad argument fails this call, never the loop
             self.fail(InferenceError.invalid(f"{type(error).__name__}: {error}"))
 
-    def _start(
-        self,
-        path: CallPath,
-        name: str,
-        inputs: Dict[str, Any],
-        version: Optional[str],
-        parameters: Optional[Dict[str, Any]],
-        requested_outputs: Optional[Sequence[str]],
-        timeout_s: Optional[float],
-        streaming: bool,
-    ) -> None:
+    def _start(self, path: CallPath, arguments: CallArguments) -> None:
+        name, inputs, version, parameters, requested_outputs, timeout_s, streaming = arguments
         if path.cancelled:
             raise InferenceError.cancelled(f"the request that calls model '{name}' was cancelled or has ended")
         if name in path.chain:
@@ -305,9 +315,9 @@ def build_request(
     )
 
 
-# In an instance process: how its callable calls models of the server (core/process_instances/host.py):
-# caller(name, inputs, version, parameters, requested_outputs, timeout_s, streaming) -> each response's outputs.
-ProcessCaller = Callable[..., Iterator[Dict[str, np.ndarray]]]
+# In an instance process: how its callable calls models of the server (core/process_instances/host.py): each
+# response's outputs, as they come.
+ProcessCaller = Callable[[CallArguments], Iterator[Dict[str, np.ndarray]]]
 _PROCESS_CALLER: List[ProcessCaller] = []
 # A RemoteTriton process serves several instances (and route handlers) at once: each thread's own caller.
 _THREAD_CALLER: contextvars.ContextVar[Optional[ProcessCaller]] = contextvars.ContextVar(
@@ -315,9 +325,9 @@ _THREAD_CALLER: contextvars.ContextVar[Optional[ProcessCaller]] = contextvars.Co
 )
 
 
-def set_process_caller(caller: ProcessCaller) -> None:
-    """Make this process's calls go to the server through `caller` (an instance process's host sets it)."""
-    _PROCESS_CALLER[:] = [caller]
+def set_process_caller(caller: Optional[ProcessCaller]) -> None:
+    """Make this process's calls go to the server through `caller` (an instance process's host sets it; None: not)."""
+    _PROCESS_CALLER[:] = [caller] if caller is not None else []
 
 
 def use_caller_here(caller: Optional[ProcessCaller]) -> contextvars.Token[Optional[ProcessCaller]]:
@@ -325,9 +335,8 @@ def use_caller_here(caller: Optional[ProcessCaller]) -> contextvars.Token[Option
     return _THREAD_CALLER.set(caller)
 
 
-# An async route handler in a RemoteTriton's process awaits its calls on its own loop:
-# caller(name, inputs, version, parameters, requested_outputs, timeout_s, streaming) -> each response's outputs.
-AsyncProcessCaller = Callable[..., AsyncIterator[Dict[str, np.ndarray]]]
+# An async route handler in a RemoteTriton's process awaits its calls on its own loop: each response's outputs.
+AsyncProcessCaller = Callable[[CallArguments], AsyncIterator[Dict[str, np.ndarray]]]
 _ASYNC_CALLER: contextvars.ContextVar[Optional[AsyncProcessCaller]] = contextvars.ContextVar(
     "pytriton_async_process_caller", default=None
 )

@@ -15,7 +15,7 @@ from typing import Any, Coroutine, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.composition import CallPath, InnerCall, Models, batch_path, outputs_of
+from pytriton.core.composition import CallArguments, CallPath, InnerCall, Models, batch_path, outputs_of
 from pytriton.core.ensemble_graph import EnsembleGraph, EnsembleStepDef, StepModel, check_steps, check_structure
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
@@ -188,15 +188,9 @@ class EnsembleRun:
         call = InnerCall(lambda: self._step_ended(call))
         call.compute = self.compute
         self.running[call] = index
+        requested = [model_output for model_output, _ in step.output_map]
         call.start(
-            self.path,
-            step.model_name,
-            inputs,
-            version,
-            self.request.parameters,
-            [model_output for model_output, _ in step.output_map],
-            None,
-            False,
+            self.path, CallArguments(step.model_name, inputs, version, self.request.parameters, requested, None, False)
         )
 
     def _step_ended(self, call: InnerCall) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from pytriton.ipc.tensors import IN_ARENA, ArenaWriter, Buffer, SharedPlaces, arena_bytes
 
@@ -26,6 +26,7 @@ COPY_BYTES = 64 * 1024
 # How many messages of the usual size a new arena should hold while the receiver still views earlier ones.
 _LENT_AT_ONCE = 4
 _COPIED = -1  # the key of the start of the arena, kept for what is copied out
+Placed = Tuple[List[Any], List[Buffer]]  # packed items and body parts
 
 
 class Regions:
@@ -110,6 +111,31 @@ class LendingArena(ArenaWriter):
             placed = place(dicts, overflow=True, start=0, end=end)
             assert placed is not None
             return placed[0], placed[1], new_arena, False
+        placed, new_arena, lent = self._lend_region(dicts, job_id, needed, place)
+        return placed[0], placed[1], new_arena, lent
+
+    def lend_apart(
+        self, dicts: Sequence[Any], key: int, in_inputs: Optional[Dict[int, int]] = None
+    ) -> Tuple[List[Any], List[Buffer], int, bool]:
+        """Pack a message that the receiver may read after the sender's next one (several threads send): as `lend`.
+
+        Never in the arena's copied-out start, which the next message would overwrite: arrays of at most
+        COPY_BYTES in all travel in the body, larger ones in a region lent to `key`.
+        """
+        place = functools.partial(self._place, in_inputs=in_inputs)
+        needed = arena_bytes(dicts, in_inputs)
+        if needed <= COPY_BYTES:
+            body_only = place(dicts, overflow=True, start=0, end=0)
+            assert body_only is not None
+            return body_only[0], body_only[1], 0, False
+        placed, new_arena, lent = self._lend_region(dicts, key, needed, place)
+        return placed[0], placed[1], new_arena, lent
+
+    def _lend_region(
+        self, dicts: Sequence[Any], job_id: int, needed: int, place: Callable[..., Optional[Placed]]
+    ) -> Tuple[Placed, int, bool]:
+        """Pack into `needed` bytes lent to `job_id`, growing the arena once if none is free, else in the body."""
+        new_arena = 0
         start = self._regions.take(job_id, needed)
         if start is None:
             new_arena = self._grow(max(_LENT_AT_ONCE * needed, 2 * self._regions.size))
@@ -120,7 +146,7 @@ class LendingArena(ArenaWriter):
         else:
             placed = place(dicts, overflow=True, start=start, end=start + needed)
         assert placed is not None
-        return placed[0], placed[1], new_arena, start is not None
+        return placed, new_arena, start is not None
 
     def give_back(self, job_id: int) -> None:
         """The receiver no longer views the region lent to `job_id` (nothing when an arena since replaced held it)."""

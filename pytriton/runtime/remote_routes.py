@@ -32,13 +32,15 @@ import orjson
 
 from pytriton.core.composition import (
     CURRENT,
+    CallArguments,
     CallPath,
+    InnerCall,
     ModelCallError,
+    outputs_of,
     use_async_caller_here,
     use_caller_here,
 )
 from pytriton.core.errors import InferenceError, Status
-from pytriton.core.process_instances.instance import answer_model_call
 from pytriton.core.process_instances.protocol import MODEL_ANSWER, MODEL_CALL
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel, Message
 from pytriton.ipc.tensors import ArenaReader, ArenaWriter
@@ -118,7 +120,7 @@ class ServedRoute:
                 waiting[0].set_result(RouteResponse(bytes(message.body), status, headers, media_type))
         elif tag == MODEL_CALL:
             waiting = self._waiting.get(head[1])
-            answer_model_call(waiting[1] if waiting is not None else None, message, self._answer)
+            _answer_model_call(waiting[1] if waiting is not None else None, message, self._answer)
 
     def _answer(self, head: Any, body: Any = ()) -> None:
         if not self._channel.closed:
@@ -238,8 +240,8 @@ class RouteHost:
             deliver(None)
 
     async def _run_async(self, item: _Running, request: RouteRequest) -> None:
-        use_caller_here(lambda *arguments: self._call_sync(item, *arguments))
-        use_async_caller_here(lambda *arguments: self._call_async(item, *arguments))
+        use_caller_here(lambda arguments: self._call_sync(item, arguments))
+        use_async_caller_here(lambda arguments: self._call_async(item, arguments))
         try:
             value = await self._handler(request)
         except asyncio.CancelledError:
@@ -251,7 +253,7 @@ class RouteHost:
         self._answer(item, value, None)
 
     def _run_sync(self, item: _Running, request: RouteRequest) -> None:
-        use_caller_here(lambda *arguments: self._call_sync(item, *arguments))  # a worker thread's: reset below
+        use_caller_here(lambda arguments: self._call_sync(item, arguments))  # a worker thread's: reset below
         try:
             value = self._handler(request)
         except BaseException as error:  # noqa: BLE001 - the client gets it as an error answer
@@ -289,9 +291,7 @@ class RouteHost:
         with self._sending, contextlib.suppress(ChannelClosed, OSError):
             self.channel.send(head, body)
 
-    def _open_call(
-        self, item: _Running, deliver: Callable[[Optional[Message]], None], arguments: Tuple[Any, ...]
-    ) -> int:
+    def _open_call(self, item: _Running, deliver: Callable[[Optional[Message]], None], arguments: CallArguments) -> int:
         """Send a model call of the request's handler; its answers go to `deliver` (None: the request ended)."""
         if item.cancelled:
             raise ModelCallError(Status.CANCELLED, "the route's request was cancelled: its client left")
@@ -309,7 +309,7 @@ class RouteHost:
         with self._lock:
             item.calls.pop(call_id, None)
 
-    def _call_sync(self, item: _Running, *arguments: Any) -> Iterator[Dict[str, np.ndarray]]:
+    def _call_sync(self, item: _Running, arguments: CallArguments) -> Iterator[Dict[str, np.ndarray]]:
         """A sync handler's model call (pytriton.compose.call_model, stream_model): each response's outputs."""
         if self._loop is not None and threading.current_thread() is self._loop_thread:
             raise ModelCallError(
@@ -327,7 +327,7 @@ class RouteHost:
         finally:
             self._close_call(item, call_id)
 
-    async def _call_async(self, item: _Running, *arguments: Any) -> AsyncIterator[Dict[str, np.ndarray]]:
+    async def _call_async(self, item: _Running, arguments: CallArguments) -> AsyncIterator[Dict[str, np.ndarray]]:
         """An async handler's model call (call_model_async, async for over stream_model), awaited on the loop."""
         loop = asyncio.get_running_loop()
         answers: asyncio.Queue[Optional[Message]] = asyncio.Queue()
@@ -344,6 +344,38 @@ class RouteHost:
                 yield outputs
         finally:
             self._close_call(item, call_id)
+
+
+def _answer_model_call(path: Optional[CallPath], message: Message, answer: Callable[..., None]) -> None:
+    """Run a route handler's MODEL_CALL on `path` (None: its request has ended), answering each response, then the end.
+
+    Tensors travel in the messages' bodies, both ways (copied out on arrival).
+    """
+    _, _, call_id, name, packed, version, parameters, requested, timeout_s, streaming = message.head
+    writer = ArenaWriter(0)
+
+    def wake() -> None:
+        while call.items:
+            packed_outputs, parts, _ = writer.pack([outputs_of(call.items.popleft())])
+            answer((MODEL_ANSWER, call_id, "response", packed_outputs), parts)
+        if call.ended:
+            error = call.error
+            if error is None:
+                answer((MODEL_ANSWER, call_id, "end"))
+            else:
+                answer((MODEL_ANSWER, call_id, "error", error.status.name, error.message))
+
+    call = InnerCall(wake)
+    if path is None:
+        answer((MODEL_ANSWER, call_id, "error", "CANCELLED", f"the request that calls model '{name}' has ended"))
+        return
+    try:
+        unpacked = ArenaReader().unpack(packed, message.body, copy=True)[0]
+        inputs = {key: np.array(value, copy=True) for key, value in unpacked.items()}  # the body views the buffer
+    except Exception as error:  # noqa: BLE001 - the call fails alone
+        answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", f"the call's inputs did not arrive: {error}"))
+        return
+    call.start(path, CallArguments(name, inputs, version, parameters, requested, timeout_s, streaming))
 
 
 def _outputs(message: Optional[Message]) -> Optional[Dict[str, np.ndarray]]:

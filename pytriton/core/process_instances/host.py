@@ -20,13 +20,16 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 
 import numpy as np
 
-from pytriton.core.composition import ModelCallError, set_process_caller, use_caller_here
+from pytriton.core.composition import CallArguments, ModelCallError, set_process_caller
 from pytriton.core.custom_metrics import REGISTRY, stay_in_model_scope
 from pytriton.core.errors import Status
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
+from pytriton.core.process_instances.model_calls import CallerArenas
 from pytriton.core.process_instances.protocol import (
+    ANSWERS_READ,
+    CALLS_READ,
     CANCEL,
     END,
     EXIT,
@@ -49,7 +52,7 @@ from pytriton.core.process_instances.result_arena import ResultArena
 from pytriton.core.sequence_states import SequenceStates
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.spawn import die_with_parent
-from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
+from pytriton.ipc.tensors import ArenaWriter, Buffer
 from pytriton.proxy.types import Request, mark_cancelled
 
 
@@ -108,16 +111,17 @@ class InstanceHost:
         # A callable may ask is_cancelled() and call models from threads of its own: one reads the channel at a
         # time, and the answers to each open model call wait in `_answers` for the thread that made the call.
         self._reading = threading.Lock()
-        self._answers: Dict[int, Deque[Message]] = {}
+        self._answers: Dict[int, Deque[Any]] = {}
         self._next_call_id = 0
-        self._sending = threading.Lock()
-        if model is None:
-            set_process_caller(self.call_model)
+        self._sending = threading.Lock()  # also packs a model call's inputs: see CallerArenas
+        self._calls = CallerArenas(arena_budget)
+        _HOSTS.append(self)
+        set_process_caller(_call_model)
 
     def serve(self) -> None:
         """Answer jobs until Exit (after the job in progress) or the end of the channel."""
-        if self._model is not None:  # this thread's own: a RemoteTriton process serves several instances
-            use_caller_here(self.call_model)
+        _SERVING.host = self
+        if self._model is not None:  # a RemoteTriton's instance: its metrics are its model's, not the process's
             stay_in_model_scope(self._model)
         try:
             while not self._exiting:
@@ -135,6 +139,12 @@ class InstanceHost:
             self.channel.close()
             self._inputs.close()
             self._outputs.close()
+            self._calls.close()
+            _SERVING.host = None
+            if self in _HOSTS:
+                _HOSTS.remove(self)
+                if not _HOSTS:  # no callable of this process runs any more (RemoteTriton unbound them all)
+                    set_process_caller(None)
             if self._loop is not None:
                 self._loop.close()
 
@@ -290,14 +300,32 @@ class InstanceHost:
         elif head[0] == CANCEL:
             if head[1] == self._job_id and head[2] < len(self._job_requests):
                 mark_cancelled(self._job_requests[head[2]])
-        elif head[0] == MODEL_ANSWER:
-            answers = self._answers.get(head[1])
-            if answers is not None:  # else an answer to a call left before its end
-                answers.append(message)
         else:
             self._control(message)
 
-    def _next_answer(self, call_id: int) -> Message:
+    def _on_answer(self, message: Message) -> None:
+        """Keep an answer for the thread that made the call (its outputs viewed); one to a call left: let go of.
+
+        Every answer comes through here in order, under `_reading` or in the serving loop: one may bring the arena
+        that the next ones name.
+        """
+        head = message.head
+        answers = self._answers.get(head[1])  # None: an answer to a call left before its end
+        if head[2] == "response":
+            item: Tuple[Any, ...]
+            try:
+                item = ("response", self._calls.answer(head, message, answers is not None))
+            except Exception as error:  # noqa: BLE001 - that call fails alone
+                item = ("error", "INTERNAL", f"the answer's outputs did not arrive: {error}")
+            if answers is not None:
+                answers.append(item)
+            return
+        if head[-1]:
+            self._calls.calls_read(head[-1])
+        if answers is not None:
+            answers.append(head[2:-1])
+
+    def _next_answer(self, call_id: int) -> Any:
         """The next answer to model call `call_id`, reading (and acting on) what else comes before it.
 
         The wait for the socket is outside the lock, so that another thread's is_cancelled() never waits for a
@@ -315,21 +343,13 @@ class InstanceHost:
                     continue
             select.select([self.channel.sock], [], [], 0.05)
 
-    def call_model(
-        self,
-        name: str,
-        inputs: Dict[str, Any],
-        version: Optional[str],
-        parameters: Optional[Dict[str, Any]],
-        requested_outputs: Optional[Sequence[str]],
-        timeout_s: Optional[float],
-        streaming: bool,
-    ) -> Iterator[Dict[str, np.ndarray]]:
+    def call_model(self, arguments: CallArguments) -> Iterator[Dict[str, np.ndarray]]:
         """The running job's call to a model of the server (pytriton.compose): each response's outputs, as they come.
 
-        The channel is read here until the call ends, and what else comes meanwhile (STOP, CANCEL, EXIT, buffers)
-        is acted on. A call left before its end is not told to the server: its late answers are dropped. Only a
-        running job may call: between jobs the channel is the serving loop's to read.
+        The inputs go in shared memory the server reads in place, the outputs are views of the server's answer
+        arena (model_calls.py). The channel is read here until the call ends, and what else comes meanwhile (STOP,
+        CANCEL, EXIT, buffers) is acted on. A call left before its end is not told to the server: its late answers
+        are let go of. Only a running job may call: between jobs the channel is the serving loop's to read.
         """
         with self._reading:
             if not self._job_requests:
@@ -340,35 +360,34 @@ class InstanceHost:
             call_id = self._next_call_id
             self._answers[call_id] = deque()
         try:
-            arrays = {
-                key: value if isinstance(value, np.ndarray) else np.asarray(value) for key, value in inputs.items()
-            }
-            packed, body, _ = ArenaWriter(0).pack([arrays])
-            head = (MODEL_CALL, self._job_id, call_id, name, packed, version, parameters, requested_outputs)
             with self._sending:
-                self.channel.send((*head, timeout_s, streaming), body)
-            reader = ArenaReader()
+                packed, body, new_arena, fds = self._calls.pack_call(call_id, arguments)
+                read = self._calls.take_answers_read()
+                self.channel.send((MODEL_CALL, self._job_id, call_id, packed, new_arena, read), body, fds)
+            del body
             while True:
-                message = self._next_answer(call_id)
-                head = message.head
-                if head[2] == "response":
-                    outputs = reader.unpack(head[3], message.body, copy=True)[0]
-                    yield {key: np.array(value, copy=True) for key, value in outputs.items()}
-                elif head[2] == "end":
+                answer = self._next_answer(call_id)
+                if answer[0] == "response":
+                    yield answer[1]
+                elif answer[0] == "end":
                     return
                 else:
-                    raise ModelCallError(Status[head[3]], head[4])
+                    raise ModelCallError(Status[answer[1]], answer[2])
         finally:
             with self._reading:
                 del self._answers[call_id]
 
     def _control(self, message: Message) -> None:
-        """The frontend buffers the server passes on (SEGMENT) and lets go of (FORGET)."""
+        """The frontend buffers the server passes on (SEGMENT) and lets go of (FORGET); what model calls are owed."""
         head = message.head
         if head[0] == SEGMENT:
             self._inputs.adopt_segment(head[1], message.fds[0], head[2])
         elif head[0] == FORGET:
             self._inputs.forget_segment(head[1])
+        elif head[0] == MODEL_ANSWER:
+            self._on_answer(message)
+        elif head[0] == CALLS_READ:
+            self._calls.calls_read(head[1])
 
     def _send_result(
         self, job_id: int, packed: Any, body: List[Buffer], new_arena: int, writer: ArenaWriter, final: bool, value: Any
@@ -391,6 +410,9 @@ class InstanceHost:
         updates = REGISTRY.take_updates()
         if updates:
             message = [*encode((METRICS, updates)), *message]
+        read = self._calls.take_answers_read()
+        if read:
+            message = [*encode((ANSWERS_READ, read)), *message]
         with self._sending:  # a thread of the callable may be sending a model call
             self.channel.send_encoded(message, fds)
 
@@ -399,6 +421,32 @@ class InstanceHost:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         return self._loop
+
+
+# The hosts of this process (a RemoteTriton process serves several), and the one whose serving loop runs in a thread.
+_HOSTS: List[InstanceHost] = []
+_SERVING = threading.local()
+
+
+def _call_model(arguments: CallArguments) -> Iterator[Dict[str, np.ndarray]]:
+    """This process's model calls (composition.set_process_caller): through the host whose job makes them.
+
+    That is the host serving in this thread; from a thread the callable started, the one host running a job.
+    """
+    host: Optional[InstanceHost] = getattr(_SERVING, "host", None)
+    if host is None:
+        running = [each for each in _HOSTS if each.running_requests]
+        if len(running) > 1:
+            raise ModelCallError(
+                Status.INVALID_ARGUMENT,
+                "several instances of this process run requests: call models from the thread that runs the callable",
+            )
+        host = running[0] if running else _HOSTS[0] if _HOSTS else None
+        if host is None:
+            raise ModelCallError(
+                Status.INVALID_ARGUMENT, "a model is called only while a request of this instance runs"
+            )
+    return host.call_model(arguments)
 
 
 def load_callable(init: Init, payload: memoryview) -> Callable[..., Any]:

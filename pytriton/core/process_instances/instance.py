@@ -17,6 +17,7 @@ import os
 import subprocess
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optional, Set, Tuple
 
@@ -27,7 +28,10 @@ from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.errors import BatchNotRun
 from pytriton.core.instances import CallableKind, Step
 from pytriton.core.process_instances.input_arena import InputArena
+from pytriton.core.process_instances.model_calls import CalleeArenas
 from pytriton.core.process_instances.protocol import (
+    ANSWERS_READ,
+    CALLS_READ,
     CANCEL,
     END,
     EXIT,
@@ -50,7 +54,7 @@ from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
 from pytriton.ipc.spawn import exit_status, stop_process
-from pytriton.ipc.tensors import ArenaReader, ArenaWriter, SharedPlaces
+from pytriton.ipc.tensors import ArenaReader, SharedPlaces
 from pytriton.proxy.types import Request, mark_cancelled
 
 LOGGER = logging.getLogger(__name__)
@@ -94,6 +98,7 @@ class _Link:
         self.started = time.monotonic()
         self.inputs = InputArena(arena_budget)
         self.outputs = ArenaReader()
+        self.calls = CalleeArenas(arena_budget)  # the callable's calls to other models
         # Jobs whose results the server no longer reads, to say in the next JOB (finalizers append, in any thread).
         self.done_with: Deque[int] = deque()
         self.segments: Set[int] = set()  # the frontend buffers (SHARED_SEGMENTS' ids) the process maps
@@ -115,6 +120,7 @@ class _Link:
         self.channel.close()
         self.inputs.close()
         self.outputs.close()
+        self.calls.close()
 
 
 class _Job:
@@ -254,6 +260,9 @@ class ProcessInstance:
             fds = [link.inputs.segment.fileno()] if arena and link.inputs.segment is not None else []
             done_with = link.take_done_with()
             forgotten, self._forgotten_sequences = self._forgotten_sequences, []
+            calls_read = link.calls.take_read()
+            if calls_read:  # the last model calls' inputs, let go of after their answers went
+                link.channel.send((CALLS_READ, calls_read))
             link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with, forgotten), body, fds)
         except ChannelClosed:
             pass  # _on_closed fails the job
@@ -325,6 +334,9 @@ class ProcessInstance:
         if tag == METRICS:  # what the job about to be answered changed in custom metrics: counted before its answer
             REGISTRY.apply_updates(head[1])
             return
+        if tag == ANSWERS_READ:
+            link.calls.answers_read(head[1])
+            return
         job = self._job
         if tag == MODEL_CALL:
             self._model_call(link, job, message)
@@ -371,17 +383,58 @@ class ProcessInstance:
                 job.steps.put_nowait(("end", None))
 
     def _model_call(self, link: _Link, job: Optional[_Job], message: Message) -> None:
-        """Run the callable's call to another model on the job's call path; answer each response, then the end."""
+        """Run the callable's call to another model on the job's call path; answer each response, then the end.
 
-        def answer(head: Any, body: Any = ()) -> None:
+        Its inputs are views of the process's call arena (or of the message body), its answers' outputs go in the
+        server's answer arena (model_calls.py).
+        """
+        head = message.head
+        call_id = head[2]
+        calls = link.calls
+        if head[5]:
+            calls.answers_read(head[5])
+
+        def answer(head: Any, body: Any = (), fds: Any = ()) -> None:
             if link is self._link and self.state is InstanceState.UP:
                 try:
-                    link.channel.send(head, body)
+                    link.channel.send(head, body, fds, give=True)
+                    return
                 except ChannelClosed:
                     pass
+            for fd in fds:
+                os.close(fd)
 
-        job_id = message.head[1]
-        answer_model_call(job.path if job is not None and job.job_id == job_id else None, message, answer)
+        def wake() -> None:
+            if link is not self._link or self.state is not InstanceState.UP:  # the process died: nothing to answer
+                call.items.clear()
+                return
+            while call.items:
+                inputs = None if inputs_of is None else inputs_of()
+                packed, parts, new_arena, key, fds = calls.pack_answer(outputs_of(call.items.popleft()), inputs)
+                answer((MODEL_ANSWER, call_id, "response", packed, new_arena, key, calls.take_read()), parts, fds)
+            if call.ended:
+                error = call.error
+                if error is None:
+                    answer((MODEL_ANSWER, call_id, "end", calls.take_read()))
+                else:
+                    answer((MODEL_ANSWER, call_id, "error", error.status.name, error.message, calls.take_read()))
+
+        call = InnerCall(wake)
+        try:
+            arguments, lease = calls.arguments(head, message)
+        except Exception as error:  # noqa: BLE001 - the call fails alone
+            why = f"the call's inputs did not arrive: {error}"
+            answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", why, calls.take_read()))
+            return
+        inputs_of = weakref.ref(lease) if lease is not None else None  # the inner request holds it, not the call
+        del lease
+        path = job.path if job is not None and job.job_id == head[1] else None
+        if path is None:
+            why = f"the request that calls model '{arguments.name}' has ended"
+            del arguments  # its inputs' region is the process's again
+            answer((MODEL_ANSWER, call_id, "error", "CANCELLED", why, calls.take_read()))
+            return
+        call.start(path, arguments)
 
     def _finish_job(self) -> None:
         """The process is free: run the idle callbacks."""
@@ -528,43 +581,6 @@ async def start_instances(plan: ProcessPlan) -> List[ProcessInstance]:
         raise failed[0]
     LOGGER.info("model '%s': %s ready in %.2f s", plan.model_name, processes, time.monotonic() - began)
     return started
-
-
-def answer_model_call(path: Optional[CallPath], message: Message, answer: Callable[..., None]) -> None:
-    """Run a MODEL_CALL on `path` (None: its request has ended): `answer(head, body)` each response, then the end.
-
-    Tensors travel in the messages' bodies, both ways (copied out on arrival). Also serves the model calls of a
-    RemoteTriton's route handlers (runtime/remote_routes.py).
-    """
-    _, _, call_id, name, packed, version, parameters, requested, timeout_s, streaming = message.head
-    writer = ArenaWriter(0)
-
-    def wake() -> None:
-        while call.items:
-            packed_outputs, parts, _ = writer.pack([outputs_of(call.items.popleft())])
-            answer((MODEL_ANSWER, call_id, "response", packed_outputs), parts)
-        if call.ended:
-            error = call.error
-            if error is None:
-                answer((MODEL_ANSWER, call_id, "end"))
-            else:
-                answer((MODEL_ANSWER, call_id, "error", error.status.name, error.message))
-
-    call = InnerCall(wake)
-    if path is None:
-        answer((MODEL_ANSWER, call_id, "error", "CANCELLED", f"the request that calls model '{name}' has ended"))
-        return
-    try:
-        inputs = _copied(ArenaReader().unpack(packed, message.body, copy=True)[0])
-    except Exception as error:  # noqa: BLE001 - the call fails alone
-        answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", f"the call's inputs did not arrive: {error}"))
-        return
-    call.start(path, name, inputs, version, parameters, requested, timeout_s, streaming)
-
-
-def _copied(arrays: Any) -> Any:
-    """Arrays that own their memory (those of a message's body view the channel's buffer)."""
-    return {name: np.array(value, copy=True) for name, value in arrays.items()}
 
 
 def _sequence_of(request: Request) -> Optional[Tuple[int, Any, bool, bool]]:

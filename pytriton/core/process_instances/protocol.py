@@ -5,7 +5,8 @@ tuples of builtins: pickling a NamedTuple or a class costs ten times more (6.5 u
 a job's head here), about a tenth of what a process hop may cost. Rare ones carry a NamedTuple.
 
 Tensors travel packed (pytriton/ipc/tensors.py) in regions of the sender's arena lent to the receiver until
-it says it no longer views them (input_arena.py for a job's inputs, result_arena.py for its results). An
+it says it no longer views them (input_arena.py for a job's inputs, result_arena.py for its results, model_calls.py
+for a callable's calls to other models). An
 output that lies in its job's input region (an identity's, a slice of an input) is not copied: the result
 names where it lies in the server's own arena.
 """
@@ -34,10 +35,16 @@ READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
 # custom metrics: (METRICS, updates), the updates of core/custom_metrics.py.
 METRICS = 16
 # A callable's call to another bound model (core/composition.py): instance to server (MODEL_CALL, job id, call id,
-# name, packed inputs, version, parameters, requested outputs, timeout_s, streaming), inputs in the body; server to
-# instance (MODEL_ANSWER, call id, "response", packed outputs) with the outputs in the body, then
-# (MODEL_ANSWER, call id, "end") or (MODEL_ANSWER, call id, "error", status name, message).
-MODEL_CALL, MODEL_ANSWER = 17, 8
+# arguments, new arena size, answers read), `arguments` a plain tuple of composition.CallArguments whose inputs are
+# packed, in a region of the instance's call arena lent for the call id (its descriptor with the message when the
+# arena is new) or, up to COPY_BYTES in all, in the body. Server to instance (MODEL_ANSWER, call id, "response",
+# packed outputs, new arena size, region key or 0, calls read) with the outputs in a region of the server's answer
+# arena lent under `key` (or in the body, as inputs; or, IN_INPUTS, where they lie in the call's inputs), then
+# (MODEL_ANSWER, call id, "end", calls read) or (MODEL_ANSWER, call id, "error", status name, message, calls read).
+# `calls read`: the call ids whose input regions the server no longer views (also sent alone, (CALLS_READ, call ids),
+# before a JOB); `answers read`: the keys of answer regions the instance no longer views (also sent alone,
+# (ANSWERS_READ, keys), before a job's answer).
+MODEL_CALL, MODEL_ANSWER, CALLS_READ, ANSWERS_READ = 17, 8, 9, 18
 
 
 # A request of a job: (inputs, parameters, requested output names, sequence: (serial, id, start, end) or None);

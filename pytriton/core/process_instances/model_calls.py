@@ -1,0 +1,248 @@
+"""A process instance's calls to other models of the server: tensors through shared memory both ways, lent.
+
+The callable's inputs go into a region of the process's call arena lent for the call (`CallerArenas.pack_call`);
+the server's inner request reads them in place, as views of that region (`CalleeArenas.arguments`), and the region
+is the process's again once nothing in the server views it (the inner model may keep its inputs, or answer with
+them). Each response's outputs go the other way, into a region of the server's answer arena lent under a key of
+its own; the callable's outputs are views of it until the last of them is gone. An output that lies whole in the
+call's inputs (an identity's, a slice) is not copied: the answer names where it lies, and the process's output is
+a view of its own call arena, whose region it then holds until both sides let go. Each side says which regions it
+let go of in its next message (protocol.py: "calls read", "answers read").
+
+Unlike a job's, calls and answers cross: several threads of a callable may call at once, and the server answers
+each call when its model does. So nothing is written in the arenas' copied-out start (ipc/regions.lend_apart):
+what takes at most COPY_BYTES in all travels in the message body, and the receiver's arrays view the body.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import weakref
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from pytriton.core.composition import CallArguments
+from pytriton.core.process_instances.input_arena import outputs_in_inputs
+from pytriton.core.raw_tensors import mark_leased
+from pytriton.ipc.channel import Message
+from pytriton.ipc.regions import LendingArena, copied_out
+from pytriton.ipc.tensors import IN_INPUTS, ArenaReader, Buffer
+
+Outputs = Dict[str, np.ndarray]
+
+
+class CalleeArenas:
+    """The server's side, one per process: the process's call arena mapped, and the server's answer arena."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        """An answer arena of at most `budget_bytes` (0: every answer travels in the message body)."""
+        self.inputs = ArenaReader()
+        self.answers = LendingArena(budget_bytes)
+        self._read: Deque[int] = deque()  # call ids whose input region nothing here views (appended in any thread)
+        self._next_key = 0
+
+    def arguments(self, head: Any, message: Message) -> Tuple[CallArguments, Optional[np.ndarray]]:
+        """The call a MODEL_CALL message makes, its inputs views of the process's call arena (or of the body).
+
+        With it, the uint8 array over the process's arena that its inputs view (None: they are in the body): an
+        answer's output that lies there is named, not copied (`pack_answer`).
+
+        Raises:
+            ValueError: the inputs did not arrive (the call's region, if any, is released already).
+        """
+        _, _, call_id, packed_arguments, new_arena, _ = head
+        if new_arena:
+            self.inputs.adopt(new_arena, message.fds)
+        arguments = CallArguments._make(packed_arguments)
+        packed: Any = arguments.inputs  # the packed items, one dict
+        if copied_out(packed):  # nothing in the arena: in the body
+            return arguments._replace(inputs=self.inputs.unpack(packed, message.body, copy=False)[0]), None
+        view = self.inputs.view
+        if view is None:
+            self.release(call_id)
+            raise ValueError("inputs in a call arena that never arrived")
+        lease = np.ndarray((len(view),), np.uint8, view)
+        # Nothing writes there while it lives: responses may send views of it as they are.
+        mark_leased(lease, functools.partial(self._read.append, call_id))
+        try:
+            inputs = self.inputs.unpack(packed, message.body, copy=False, arena=lease)[0]
+        except Exception:
+            del lease  # its callback releases the region
+            raise
+        return arguments._replace(inputs=inputs), lease
+
+    def release(self, call_id: int) -> None:
+        """A call whose inputs were never viewed (it was refused before): its region is the process's again."""
+        self._read.append(call_id)
+
+    def take_read(self) -> Tuple[int, ...]:
+        """The calls whose inputs nothing here views any more, since the last call."""
+        read = self._read
+        if not read:
+            return ()
+        taken = []
+        while read:
+            taken.append(read.popleft())
+        return tuple(taken)
+
+    def pack_answer(
+        self, outputs: Outputs, inputs: Optional[np.ndarray] = None
+    ) -> Tuple[Any, List[Buffer], int, int, List[int]]:
+        """A response's outputs: (packed, body parts, new arena size or 0, region key or 0, descriptors to give).
+
+        Outputs that lie whole in the call's inputs (`inputs`, what `arguments` gave: an identity's, a slice) are
+        named where they lie in the process's arena, not copied.
+        """
+        self._next_key += 1
+        key = self._next_key
+        in_inputs = outputs_in_inputs([outputs], inputs) if inputs is not None else None
+        packed, body, new_arena, lent = self.answers.lend_apart([outputs], key, in_inputs)
+        segment = self.answers.segment
+        fds = [os.dup(segment.fileno())] if new_arena and segment is not None else []
+        return packed, body, new_arena, key if lent else 0, fds
+
+    def answers_read(self, keys: Tuple[int, ...]) -> None:
+        """The process no longer views these answers' regions."""
+        for key in keys:
+            self.answers.give_back(key)
+
+    def close(self) -> None:
+        """Unmap the process's arena and release the answer arena (what views them keeps them mapped)."""
+        self.inputs.close()
+        self.answers.close()
+
+
+class CallerArenas:
+    """The instance process's side: its call arena, and the server's answer arena mapped.
+
+    `pack_call` and the send of its message go under one lock (several threads call): a call packed later must not
+    reach the server before the one that brought the arena it is packed in. A call's input region is free again
+    once the server let go of it and no answer's output here views it (an identity's outputs are its inputs).
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        """A call arena of at most `budget_bytes` (0: every call travels in the message body)."""
+        self._calls = LendingArena(budget_bytes)
+        # Call ids whose input region one side let go of (the server; the outputs here that viewed it), applied at
+        # the next pack; `_holds` counts the sides that view each lent region, `_regions` the arena each is in.
+        self._let_go: Deque[int] = deque()
+        self._holds: Dict[int, int] = {}
+        self._regions: Dict[int, memoryview] = {}
+        self._holding = threading.Lock()  # answers are read in one thread, calls packed in another
+        self._answers = ArenaReader()
+        self._answers_read: Deque[int] = deque()  # answer keys nothing here views (weak reference callbacks)
+        self._watched: Dict[Any, Any] = {}
+
+    def pack_call(self, call_id: int, arguments: CallArguments) -> Tuple[Any, List[Buffer], int, List[int]]:
+        """A call's MODEL_CALL items: (arguments to send, body parts, new arena size or 0, descriptors to send).
+
+        The descriptors stay open until the arena grows again: the caller sends them before another call is packed.
+        """
+        arrays = {
+            name: value if isinstance(value, np.ndarray) else np.asarray(value)
+            for name, value in arguments.inputs.items()
+        }
+        let_go = self._let_go
+        while let_go:
+            self._release(let_go.popleft())
+        packed, body, new_arena, lent = self._calls.lend_apart([arrays], call_id)
+        segment = self._calls.segment
+        fds = [segment.fileno()] if new_arena and segment is not None else []
+        if lent and segment is not None:
+            with self._holding:
+                self._holds[call_id] = 1
+                self._regions[call_id] = segment.view()
+        return (arguments[0], packed, *arguments[2:]), body, new_arena, fds
+
+    def _release(self, call_id: int) -> None:
+        """One side let go of a call's input region: free once neither views it."""
+        with self._holding:
+            holds = self._holds.get(call_id)
+            if holds is None:
+                return
+            if holds > 1:
+                self._holds[call_id] = holds - 1
+                return
+            del self._holds[call_id], self._regions[call_id]
+        self._calls.give_back(call_id)
+
+    def calls_read(self, call_ids: Tuple[int, ...]) -> None:
+        """The server no longer views these calls' inputs."""
+        self._let_go.extend(call_ids)
+
+    def _call_inputs(self, call_id: int) -> np.ndarray:
+        """A uint8 array over the arena of a call's input region, holding the region while it lives."""
+        with self._holding:
+            region = self._regions.get(call_id)
+            if region is None:
+                raise ValueError("outputs in a call's inputs that are not there")
+            self._holds[call_id] += 1
+        inputs = np.ndarray((len(region),), np.uint8, region)
+        watched = (call_id, id(inputs))
+        self._watched[watched] = weakref.ref(
+            inputs, functools.partial(_let_go, self._watched, self._let_go, watched, call_id)
+        )
+        return inputs
+
+    def answer(self, head: Any, message: Message, wanted: bool) -> Optional[Outputs]:
+        """A "response" answer's outputs (views of the server's arena or of the body); None when not `wanted`.
+
+        Every answer goes through here, in the order they came (the one that brings a new arena first), wanted or
+        not: one nobody waits for any more gives its region back at once.
+        """
+        _, call_id, _, packed, new_arena, key, calls_read = head
+        if new_arena:
+            self._answers.adopt(new_arena, message.fds)
+        try:
+            if not wanted:
+                if key:
+                    self._answers_read.append(key)
+                return None
+            inputs = self._call_inputs(call_id) if _in_inputs(packed) else None
+            if not key:
+                outputs: Outputs = self._answers.unpack(packed, message.body, copy=False, inputs=inputs)[0]
+                return outputs
+            view = self._answers.view
+            if view is None:
+                raise ValueError("outputs in an answer arena that never arrived")
+            lease = np.ndarray((len(view),), np.uint8, view)
+            watched = self._watched
+            watched[key] = weakref.ref(lease, functools.partial(_let_go, watched, self._answers_read, key, key))
+            outputs = self._answers.unpack(packed, message.body, copy=False, arena=lease, inputs=inputs)[0]
+            return outputs
+        finally:
+            if calls_read:  # after the answer's own hold on its inputs, if any, is counted
+                self.calls_read(calls_read)
+
+    def take_answers_read(self) -> Tuple[int, ...]:
+        """The answers whose outputs nothing here views any more, since the last call."""
+        read = self._answers_read
+        if not read:
+            return ()
+        taken = []
+        while read:
+            taken.append(read.popleft())
+        return tuple(taken)
+
+    def close(self) -> None:
+        """Release the call arena and unmap the answer arena (arrays still viewing it keep it mapped)."""
+        self._calls.close()
+        self._answers.close()
+
+
+def _let_go(watched: Dict[Any, Any], gone: Deque[int], key: Any, value: int, _: Any) -> None:
+    """A region's last view here is gone: `value` into `gone`.
+
+    A weak reference's callback, which refers to no CallerArenas: no cycle.
+    """
+    watched.pop(key, None)
+    gone.append(value)
+
+
+def _in_inputs(packed: List[Any]) -> bool:
+    """Whether a packed answer names outputs that lie in its call's inputs."""
+    return any(len(item) == 3 and any(ref[0] == IN_INPUTS for ref in item[0].values()) for item in packed)
