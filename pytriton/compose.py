@@ -46,14 +46,14 @@ Version = Union[int, str, None]
 
 def _path() -> CallPath:
     """The call path of the callable or route handler running now."""
-    path = CURRENT.get()
-    if path is None:
+    source = CURRENT.get()
+    if source is None:
         raise ModelCallError(
             Status.INVALID_ARGUMENT,
             "call_model, call_model_async and stream_model work inside an inference callable or a custom route's "
             "handler",
         )
-    return path
+    return source.call_path()
 
 
 def _on_loop(path: CallPath) -> bool:

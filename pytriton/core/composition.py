@@ -2,8 +2,11 @@
 
 The call path travels with each request: a batch's `CallPath` names the models on its way (a call to one of
 them again is a cycle and is refused), the earliest deadline of its requests (which bounds its inner calls),
-and the inner calls in flight (cancelled when the batch ends or is cancelled). The scheduler sets `CURRENT`
-while it starts a batch; an instance hands it to the thread or coroutine that runs the callable.
+and the inner calls in flight (cancelled when the batch ends or is cancelled). The scheduler hands the
+instance a `PathSource` with each batch (core/running.RunningBatch), which the instance makes `CURRENT` in the
+thread or coroutine that runs the callable; the `CallPath` itself is made from it only when the callable calls a
+model. Most batches never do: making one for each cost about 2 us of the server's CPU per request (the
+loop, its inbox, the requests' origins and deadlines looked up, a registry entry), 2 % of a small request's.
 
 An inner call is a request like any client's: it joins the inner model's queue and batches with the others,
 and the inner model's statistics count it. It starts on the engine's loop; a sync callable's thread waits on a
@@ -60,21 +63,39 @@ class ModelCallError(InferenceError):
     """
 
 
+class Cancellable(Protocol):
+    """An inner call in flight, as its call path sees it."""
+
+    def cancel(self, reason: str) -> None:
+        """Give up the call (the outer request ended or was cancelled)."""
+
+
 class CallPath:
     """What a running batch (or a custom route's request) hands to the inner calls it makes."""
 
     __slots__ = ("cancelled", "chain", "deadline_ns", "inbox", "inner", "loop", "models", "span")
 
-    def __init__(self, models: Models, chain: Tuple[str, ...], deadline_ns: int) -> None:
-        """Create the path on the engine's loop; `chain`: the models on it, outermost first."""
+    def __init__(
+        self,
+        models: Models,
+        chain: Tuple[str, ...],
+        deadline_ns: int,
+        loop: Optional[asyncio.AbstractEventLoop] = None,
+        inbox: Optional[LoopInbox] = None,
+    ) -> None:
+        """Create the path; `chain`: the models on it, outermost first; `loop`: the engine's (else the running one)."""
         self.models = models
         self.chain = chain
         self.deadline_ns = deadline_ns
-        self.loop = asyncio.get_running_loop()
-        self.inbox: LoopInbox = inbox_of(self.loop)
-        self.inner: Set[InnerCall] = set()
+        self.loop = asyncio.get_running_loop() if loop is None else loop
+        self.inbox: LoopInbox = inbox_of(self.loop) if inbox is None else inbox
+        self.inner: Set[Cancellable] = set()
         self.cancelled = False
         self.span: Any = None  # the span of a traced request of the batch: inner requests' spans nest under it
+
+    def call_path(self) -> CallPath:
+        """Itself (a CallPath is its own PathSource)."""
+        return self
 
     def close(self, reason: str) -> None:
         """On the loop: the batch ended or was cancelled; cancel its inner calls still in flight and refuse new ones."""
@@ -83,11 +104,38 @@ class CallPath:
             call.cancel(reason)
 
 
-CURRENT: contextvars.ContextVar[Optional[CallPath]] = contextvars.ContextVar("pytriton_call_path", default=None)
+class PathSource(Protocol):
+    """What `CURRENT` holds: a call path, or what makes one when the callable first calls a model."""
+
+    def call_path(self) -> CallPath:
+        """The call path (made on the first call; from any thread)."""
 
 
-def batch_path(models: Models, name: str, origins: Sequence[Optional[Origin]], deadlines: Sequence[int]) -> CallPath:
-    """The path of a batch of model `name`: its requests' paths joined, then `name`; their earliest deadline."""
+CURRENT: contextvars.ContextVar[Optional[PathSource]] = contextvars.ContextVar("pytriton_call_path", default=None)
+
+
+class PathMaker:
+    """What the call paths of one model's batches share: the engine's models, the model's name, the loop."""
+
+    __slots__ = ("inbox", "loop", "models", "name")
+
+    def __init__(self, models: Models, name: str) -> None:
+        """Made on the engine's loop (its inbox is opened there)."""
+        self.models = models
+        self.name = name
+        self.loop = asyncio.get_running_loop()
+        self.inbox = inbox_of(self.loop)
+
+    def path_of(self, origins: Sequence[Optional[Origin]], deadlines: Sequence[int]) -> CallPath:
+        """The call path of a batch whose requests have these origins and deadlines (0: none); any thread."""
+        if any(origin is not None for origin in origins) or any(deadlines):
+            chain, deadline = _joined(self.name, origins, deadlines)
+            return CallPath(self.models, chain, deadline, self.loop, self.inbox)
+        return CallPath(self.models, (self.name,), 0, self.loop, self.inbox)  # clients' requests without a timeout
+
+
+def _joined(name: str, origins: Sequence[Optional[Origin]], deadlines: Sequence[int]) -> Tuple[Tuple[str, ...], int]:
+    """The requests' paths joined, then `name`; their earliest deadline (0: none)."""
     chain: List[str] = []
     deadline = 0
     for origin in origins:
@@ -101,33 +149,16 @@ def batch_path(models: Models, name: str, origins: Sequence[Optional[Origin]], d
         if own and (not deadline or own < deadline):
             deadline = own
     chain.append(name)
-    return CallPath(models, tuple(chain), deadline)
+    return tuple(chain), deadline
 
 
-def run_in_path(path: Optional[CallPath], fn: Callable[..., Any], *args: Any) -> Any:
+def run_in_path(path: Optional[PathSource], fn: Callable[..., Any], *args: Any) -> Any:
     """Call `fn(*args)` (in an instance thread) with `path` as the current call path."""
     token = CURRENT.set(path)
     try:
         return fn(*args)
     finally:
         CURRENT.reset(token)
-
-
-async def await_in_path(path: Optional[CallPath], awaitable: Any) -> Any:
-    """Await an async callable's coroutine with `path` as the current call path.
-
-    The coroutine may end in another context than it began in: a call whose client cancelled goes on in a
-    task of its own (core/async_call.py), and one closed at the server's stop ends wherever it is closed. That
-    context's value is left as it is; the one it began in belongs to a task that has been cancelled.
-    """
-    token = CURRENT.set(path)
-    try:
-        return await awaitable
-    finally:
-        try:
-            CURRENT.reset(token)
-        except ValueError:
-            pass
 
 
 class InnerCall(ResponseSink):

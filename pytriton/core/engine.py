@@ -161,6 +161,11 @@ class Engine:
             InferenceError: NOT_FOUND for an unknown model or one with no available version (unloaded),
                 UNAVAILABLE for a named version that is unloaded.
         """
+        versions = self._models.get(name)
+        if versions is not None and not version and len(versions) == 1:  # the usual case, without a call
+            for model in versions.values():
+                if model.state not in _OUT_OF_SERVICE:
+                    return model
         return find_available(self._models, name, version, _in_service, lambda: name in self._gone)
 
     def out_of_service(self) -> List[Tuple[str, int]]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import types
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
 
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
-from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, batch_path
+from pytriton.core.composition import CURRENT, ModelCallError, Models, PathMaker, PathSource
 from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
@@ -84,7 +85,7 @@ class Scheduler:
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
         self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
         self.models: Optional[Models] = None  # where the callable's inner calls go (set by the engine)
-        self._paths: Dict[CallPath, List[Entry]] = {}  # the call paths of the batches running, and their requests
+        self._paths: Optional[PathMaker] = None  # what makes a batch's call path (on the loop, once models is set)
         self.failures = FailureLog(f"'{spec.name}' version {spec.version}")
 
     @property
@@ -195,8 +196,9 @@ class Scheduler:
                 self._leave_queue(entry)
                 return
         self._batches.cancel(sink)
-        for path, batch in list(self._paths.items()):
-            if all(entry.sink.done() for entry in batch):
+        for running in list(self._batches):
+            path = running.path
+            if path is not None and all(entry.sink.done() for entry in running.entries):
                 path.close(f"every request of the batch of model '{self.spec.name}' that made the call was cancelled")
 
     def _leave_queue(self, entry: Entry) -> None:
@@ -287,6 +289,9 @@ class Scheduler:
         """
         start_ns = time.monotonic_ns()
         instance.call_started_ns = start_ns
+        spec = self.spec
+        spans = self.spans
+        sequences = self._sequences
         requests = []
         traced_span: Any = None  # a traced request's compute span: the batch's inner calls nest under it
         for entry in batch:
@@ -294,56 +299,38 @@ class Scheduler:
             request = entry.request
             requested = request.requested_outputs
             # A request that names no outputs gets them all, and the callable is told so (as in PyTriton 0.7).
-            names = list(self.spec.output_names) if requested is None else requested
-            live = request.live_sequence
-            if live is None:
+            names = list(spec.output_names) if requested is None else requested
+            if sequences is None or request.live_sequence is None:
                 call_request = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
             else:
-                call_request = self._sequence_request(request, names, live.serial)
-            traced = None
-            if self.spans is not None:
+                call_request = self._sequence_request(request, names, request.live_sequence.serial)
+            if spans is not None:
                 origin = request.origin
-                traced = self.spans.start(entry.enqueue_ns, origin[2] if origin is not None else None)
-            if traced is not None:
-                traced_span = traced.span
-                call_request = traced_request(call_request, traced)
-                entry.sink = TracedSink(entry.sink, traced)
+                traced = spans.start(entry.enqueue_ns, origin[2] if origin is not None else None)
+                if traced is not None:
+                    traced_span = traced.span
+                    call_request = traced_request(call_request, traced)
+                    entry.sink = TracedSink(entry.sink, traced)
             entry.call = call_request
             requests.append(call_request)
-        if self._sequences is not None and instance.sequence_states is not None:
+        if sequences is not None and instance.sequence_states is not None:
             instance.sequence_states.attach(requests)  # a thread instance's; a process instance's is in its process
         slots = self._order.reserve(len(batch)) if self._order is not None else None
-        running = RunningBatch(batch, instance, self.spec.decoupled)
+        paths = self._paths
+        if paths is None and self.models is not None:
+            paths = self._paths = PathMaker(self.models, spec.name)
+        running = RunningBatch(batch, instance, spec.decoupled, paths)
+        if traced_span is not None:
+            running.span = traced_span
         self._batches.add(running)
-        path = self._path_of(batch) if self.models is not None else None
-        if path is not None and traced_span is not None:
-            path.span = traced_span
         infer_start_ns = time.monotonic_ns()
-        if self.spec.decoupled:
+        if spec.decoupled:
             call = None
         else:
-            token = CURRENT.set(path)  # the instance hands it to the callable's thread or coroutine
-            try:
-                call = self._call(instance, requests, hand_over)
-            finally:
-                CURRENT.reset(token)
-            if not hand_over and asyncio.iscoroutine(call):
+            call = self._call(instance, requests, hand_over, running if paths is not None else None)
+            if not hand_over and type(call) is types.CoroutineType:
                 call = CancelShieldedCall(call)  # run at once in a task its client may cancel: not the callable
-        return self._run(running, requests, slots, call, (start_ns, infer_start_ns), path)
-
-    def _path_of(self, batch: List[Entry]) -> CallPath:
-        """The call path a batch's callable makes its inner calls on (core/composition.py)."""
-        assert self.models is not None
-        if any(entry.request.origin is not None or entry.request.timeout_us for entry in batch):
-            origins = [entry.request.origin for entry in batch]
-            deadlines = [
-                entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0 for entry in batch
-            ]
-            path = batch_path(self.models, self.spec.name, origins, deadlines)
-        else:  # clients' requests without a timeout: the usual batch
-            path = CallPath(self.models, (self.spec.name,), 0)
-        self._paths[path] = batch
-        return path
+        return self._run(running, requests, slots, call, (start_ns, infer_start_ns))
 
     def _sequence_request(self, request: InferenceRequest, names: List[str], serial: int) -> Request:
         """The Request of a sequence's request: its sequence's id and flags, and the control inputs configured."""
@@ -360,7 +347,9 @@ class Scheduler:
             sequence_serial=serial,
         )
 
-    def _call(self, instance: ModelInstance, requests: List[Request], hand_over: bool) -> Awaitable[Any]:
+    def _call(
+        self, instance: ModelInstance, requests: List[Request], hand_over: bool, source: Optional[PathSource]
+    ) -> Awaitable[Any]:
         """Start a batch's call; one that cannot start (its thread cannot: "can't start new thread") fails alone.
 
         It fails the batch through `_run`, which gives the instance back: a thread instance starts its thread
@@ -368,7 +357,7 @@ class Scheduler:
         batch unanswered), so that the model never answered again.
         """
         try:
-            return instance.start(requests, hand_over)
+            return instance.start(requests, hand_over, source)
         except Exception as error:  # noqa: BLE001 - the batch fails alone; the instance must not stay busy with it
             refused = BatchNotStarted(
                 f"model '{self.spec.name}' instance {instance.label} could not start the batch: "
@@ -386,7 +375,6 @@ class Scheduler:
         slots: Optional[List[Slot]],
         call: Optional[Awaitable[Any]],
         started_ns: Tuple[int, int],
-        path: Optional[CallPath] = None,
     ) -> None:
         """Wait for a batch's call (`call`, started already; None: a decoupled model's, started here) and respond.
 
@@ -403,14 +391,15 @@ class Scheduler:
             if self._in_flight.cut:  # a batch that left the queue just before the cut-off: answer it now
                 raise self._stopped()
             if call is None:
-                await self._run_streaming(running, requests, path)
+                await self._run_streaming(running, requests)
                 infer_end_ns = output_end_ns = time.monotonic_ns()
                 for index, entry in enumerate(batch):
                     self._hand_over(slots, index, self._end_stream, entry)
             else:
                 results = await call
                 infer_end_ns = time.monotonic_ns()
-                self._sequences_ran(batch)
+                if self._sequences is not None:
+                    self._sequences_ran(batch)
                 instance.when_idle(self._release, instance)
                 released = True
                 outcomes: List[Any] = []
@@ -447,9 +436,9 @@ class Scheduler:
                 raise
         finally:
             self._batches.discard(running)
-            if path is not None:
-                self._paths.pop(path, None)
-                path.close(f"the request to model '{spec.name}' that made the call has ended")
+            running.ended = True  # before its path is read (RunningBatch.call_path)
+            if running.path is not None:
+                running.end(spec.name)
             self._in_flight.leave(task)
             self.stats.record_execution(
                 sum(entry.request.batch_size for entry in batch) if spec.batching else 1,
@@ -507,13 +496,15 @@ class Scheduler:
         if totals:
             self.stats.record_successes(totals, queues, compute, inferences)
 
-    async def _run_streaming(self, running: RunningBatch, requests: List[Request], path: Optional[CallPath]) -> None:
+    async def _run_streaming(self, running: RunningBatch, requests: List[Request]) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
         batch = running.entries
         stop = running.stop
         assert stop is not None
         steps = running.instance.steps(requests, stop)
-        token = CURRENT.set(path)  # this task runs an async generator's steps; a thread's takes it when it starts
+        token = CURRENT.set(
+            running if running.paths is not None else None
+        )  # this task runs an async generator's steps; a thread's takes it when it starts
         try:
             async for step in steps:
                 results = check_results(self.spec, step, len(batch))

@@ -22,9 +22,13 @@ class WorkerThread:
     Jobs and results travel through deques, each direction woken by a Doorbell (see core/doorbell.py).
     """
 
-    def __init__(self, name: str) -> None:
-        """Create the worker; its thread and (unless `open` came first) its pipe start with the first job."""
+    def __init__(self, name: str, prepare: Optional[Callable[[], None]] = None) -> None:
+        """Create the worker; its thread and (unless `open` came first) its pipe start with the first job.
+
+        `prepare()` runs in the thread when it starts, before its first job.
+        """
         self.name = name
+        self._prepare = prepare
         self._jobs: Deque[Optional[_Job]] = deque()
         self._doorbell: Optional[Doorbell] = None
         self._started = False
@@ -81,6 +85,8 @@ class WorkerThread:
         interpreter finalized: freeing a tensor releases the GIL, a daemon thread that asks for it back then
         is ended by `pthread_exit`, whose unwinding through torch's C++ aborted the process.
         """
+        if self._prepare is not None:
+            self._prepare()
         jobs = self._jobs
         while True:
             while not jobs:

@@ -112,7 +112,7 @@ class HttpFrontend:
             await self._openai(scope, receive, send)
             return
         try:
-            if self._routes and not scope["path"].startswith("/v2"):
+            if self._routes is not None and not scope["path"].startswith("/v2") and self._routes:
                 match = self._routes.match(scope["path"], scope["method"])
                 if match is not None:
                     await self._custom(scope, receive, send, match)
