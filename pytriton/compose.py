@@ -32,6 +32,7 @@ from pytriton.core.composition import (
     CallPath,
     InnerCall,
     ModelCallError,
+    call_here,
     outputs_of,
     process_caller,
     thread_doorbell,
@@ -91,6 +92,9 @@ def call_model(
             Status.INVALID_ARGUMENT,
             "call_model would block the event loop: an async callable or route handler awaits call_model_async",
         )
+    outputs = call_here(path, name, inputs, _version(version), parameters, requested_outputs, timeout_s)
+    if outputs is not None:  # the model was idle: it ran on this thread
+        return outputs
     doorbell = thread_doorbell()
     call = InnerCall(doorbell.ring)
     path.inbox.post(call.start, path, name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)

@@ -119,12 +119,18 @@ class PathMaker:
 
     __slots__ = ("inbox", "loop", "models", "name")
 
-    def __init__(self, models: Models, name: str) -> None:
-        """Made on the engine's loop (its inbox is opened there)."""
+    def __init__(
+        self,
+        models: Models,
+        name: str,
+        loop: Optional[asyncio.AbstractEventLoop] = None,
+        inbox: Optional[LoopInbox] = None,
+    ) -> None:
+        """Made on the engine's loop (its inbox is opened there), or anywhere given the loop and its inbox."""
         self.models = models
         self.name = name
-        self.loop = asyncio.get_running_loop()
-        self.inbox = inbox_of(self.loop)
+        self.loop = asyncio.get_running_loop() if loop is None else loop
+        self.inbox = inbox_of(self.loop) if inbox is None else inbox
 
     def path_of(self, origins: Sequence[Optional[Origin]], deadlines: Sequence[int]) -> CallPath:
         """The call path of a batch whose requests have these origins and deadlines (0: none); any thread."""
@@ -290,6 +296,34 @@ class InnerCall(ResponseSink):
         if not self.items:
             raise ModelCallError(Status.INTERNAL, "the model returned no response")
         return outputs_of(self.items[-1])
+
+
+def call_here(
+    path: CallPath,
+    name: str,
+    inputs: Dict[str, Any],
+    version: Optional[str],
+    parameters: Optional[Dict[str, Any]],
+    requested_outputs: Optional[Sequence[str]],
+    timeout_s: Optional[float],
+) -> Optional[Dict[str, np.ndarray]]:
+    """From a sync callable's thread: run the call on this thread if model `name` is idle; None if it cannot now.
+
+    The model's scheduler decides (Scheduler.run_here). A call it cannot take, and any call with a deadline,
+    a traced one, a cycle or an error in its arguments, goes through the loop instead (which answers it).
+    Raises ModelCallError as the call fails.
+    """
+    if timeout_s is not None or path.deadline_ns or path.cancelled or path.span is not None or name in path.chain:
+        return None
+    try:
+        model = path.models.model(name, "" if version is None else version)
+        run_here = model.run_here
+        request = build_request(model.spec, inputs, parameters, requested_outputs)
+    except Exception:  # noqa: BLE001 - the loop's way reports it
+        return None
+    request.origin = (path.chain, 0, None)
+    response = run_here(request, path)
+    return None if response is None else outputs_of(response)
 
 
 def outputs_of(response: InferenceResponse) -> Dict[str, np.ndarray]:

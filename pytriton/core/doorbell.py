@@ -76,6 +76,13 @@ class LoopInbox:
         self._calls.append((fn, args))
         self._doorbell.ring()
 
+    def post_quietly(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Call `fn(*args)` on the loop with the calls of the next `post` (or whatever else wakes the loop).
+
+        Saves a wake-up (of the loop, and a wait for the GIL) where a thread knows it posts again soon.
+        """
+        self._calls.append((fn, args))
+
     def _run_calls(self) -> None:
         """On the loop: run every posted call; one that raises is reported like a failed callback."""
         self._doorbell.take()

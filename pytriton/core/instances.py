@@ -146,6 +146,19 @@ class Instance:
             return _scoped_async_call(self.fn, requests, self.model, source)
         return self._worker.submit(_thread_call, self.fn, requests, source, hand_over=hand_over)
 
+    def run_here(self, requests: List[Request], source: Optional[PathSource]) -> Step:
+        """Run a sync callable's call on the calling thread (an inner call that found the model idle).
+
+        In the model's scope and with `source` as the call path, the caller's restored after.
+        """
+        scope = model_scope(*self.model)
+        path = CURRENT.set(source)
+        try:
+            return host_step(self.fn(requests))
+        finally:
+            CURRENT.reset(path)
+            end_model_scope(scope)
+
     def cancel(self, request: Request) -> None:
         """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
         mark_cancelled(request)

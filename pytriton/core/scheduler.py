@@ -11,11 +11,11 @@ from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, S
 
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
-from pytriton.core.composition import CURRENT, ModelCallError, Models, PathMaker, PathSource
+from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
 from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
-from pytriton.core.instances import ModelInstance
+from pytriton.core.instances import CallableKind, Instance, ModelInstance
 from pytriton.core.ordering import ReleaseOrder, Slot
 from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
@@ -28,6 +28,7 @@ from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
 from pytriton.core.waiters import wake
 from pytriton.core.watch import Disconnect, QueueWatch
+from pytriton.core.worker import rings_after_job
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.proxy.types import Request
 
@@ -43,10 +44,50 @@ class BatchNotStarted(BatchNotRun):
     """An instance could not start a batch's call (its thread could not start): the batch fails alone."""
 
 
+class DirectCall(ResponseSink):
+    """An inner call that runs on its caller's thread (Scheduler.run_here), as its caller's call path sees it.
+
+    Its `cancel` runs on the loop when the caller's request ends or is cancelled: the callable's
+    `is_cancelled()` says so, and its own inner calls are cancelled.
+    """
+
+    __slots__ = ("reason", "running")
+
+    def __init__(self) -> None:
+        """Not started yet."""
+        self.running: Optional[RunningBatch] = None
+        self.reason = ""
+
+    def done(self) -> bool:
+        """Whether the call has ended."""
+        return self.running is None or self.running.ended
+
+    def deliver(self, response: InferenceResponse) -> None:
+        """Unused: the caller's thread gets the response itself."""
+
+    def fail(self, error: InferenceError) -> None:
+        """Unused: the caller's thread gets the error itself."""
+
+    def finish(self) -> None:
+        """Unused: the caller's thread gets the response itself."""
+
+    def cancel(self, reason: str) -> None:
+        """On the loop: the caller's request ended or was cancelled."""
+        running = self.running
+        if running is None or running.ended:
+            return
+        self.reason = reason
+        for entry in running.entries:
+            running.cancel(entry)
+        if running.path is not None:
+            running.path.close(reason)
+
+
 class Scheduler:
     """Queues a model's requests, forms batches by Triton's rules and runs them on free instances.
 
-    Everything here runs on the engine's event loop; only user callables leave it.
+    Everything here runs on the engine's event loop; only user callables leave it, and `run_here`, which a
+    sync callable's thread calls.
     """
 
     def __init__(
@@ -87,6 +128,15 @@ class Scheduler:
         self.models: Optional[Models] = None  # where the callable's inner calls go (set by the engine)
         self._paths: Optional[PathMaker] = None  # what makes a batch's call path (on the loop, once models is set)
         self.failures = FailureLog(f"'{spec.name}' version {spec.version}")
+        # Whether an inner call from a sync callable's thread may run on that thread when the model is idle: a
+        # lone request would run at once (no batching delay, no sequence, no ordering to keep), on a sync callable.
+        self._runs_here = (
+            not spec.decoupled
+            and self._sequences is None
+            and self._order is None
+            and not self._rules.delay_ns
+            and all(isinstance(instance, Instance) and instance.kind is CallableKind.SYNC for instance in instances)
+        )
 
     @property
     def instances(self) -> List[ModelInstance]:
@@ -123,7 +173,10 @@ class Scheduler:
             elif not self._sequence_warned:
                 self._warn_sequence_ignored()
         if self._free and not self._queues.size and not self._rules.delay_ns:
-            instance = self._free.pop() if self._sequences is None else self._free_instance_of(request)
+            try:
+                instance = self._free.pop() if self._sequences is None else self._free_instance_of(request)
+            except IndexError:  # a caller's thread took the last one since (run_here)
+                instance = None
             if instance is not None:
                 entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
                 entry.queued = False  # it never waits in the queue: its client leaving cancels it where it runs
@@ -229,10 +282,15 @@ class Scheduler:
         if self._sequences is not None:
             wake_at = self._schedule_sequences(now + slack_ns)
         while self._free and self._queues.size and self._sequences is None:
+            try:
+                instance = self._free.pop()  # first: a caller's thread may take the last one (run_here)
+            except IndexError:
+                break
             batch, wake_at = self._rules.take_batch(self._queues, now + slack_ns)
             if not batch:
+                self._free.append(instance)
                 break
-            self._start(self._free.pop(), batch)
+            self._start(instance, batch)
         deadline = self._queues.next_deadline_ns()
         if deadline is not None and (wake_at is None or deadline < wake_at):
             wake_at = deadline
@@ -524,6 +582,113 @@ class Scheduler:
             await steps.aclose()  # type: ignore[attr-defined]
             CURRENT.reset(token)
 
+    def run_here(self, request: InferenceRequest, caller: CallPath) -> Optional[InferenceResponse]:
+        """Run an inner call's request on the calling thread (a sync callable's), if the model is idle; else None.
+
+        Idle: nothing queued and a free instance, which the call takes off the free list for its time, so the
+        instance's concurrency stays one call and requests that come meanwhile queue and batch as usual. The call
+        is counted in the statistics (on the loop, after it) as one that went through the queue, and the caller's
+        request's end or cancel reaches it (`DirectCall`). Any thread; the loop's own uses of the free list
+        allow for an instance taken between their test and their pop. Raises ModelCallError as the call fails.
+        """
+        if (
+            not self._runs_here
+            or self._queues.size
+            or not self._accepting
+            or self._in_flight.cut
+            or self.spans is not None
+        ):
+            return None
+        try:
+            instance = self._free.pop()
+        except IndexError:
+            return None
+        assert isinstance(instance, Instance)
+        return self._run_here(instance, request, caller)
+
+    def _run_here(self, instance: Instance, request: InferenceRequest, caller: CallPath) -> InferenceResponse:
+        """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
+        spec = self.spec
+        direct = DirectCall()
+        entry = Entry(request, direct, self._queues.level_of(request.priority), 0)
+        entry.queued = False
+        start_ns = entry.enqueue_ns
+        instance.call_started_ns = start_ns
+        requested = request.requested_outputs
+        names = list(spec.output_names) if requested is None else requested
+        entry.call = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
+        paths = self._paths
+        if paths is None and self.models is not None:
+            paths = self._paths = PathMaker(self.models, spec.name, caller.loop, caller.inbox)
+        running = direct.running = RunningBatch([entry], instance, False, paths)
+        response: Optional[InferenceResponse] = None
+        error: Optional[BaseException] = None
+        infer_start_ns = infer_end_ns = time.monotonic_ns()
+        caller.inner.add(direct)
+        try:
+            if caller.cancelled:
+                raise InferenceError.cancelled(f"the request that calls model '{spec.name}' was cancelled or has ended")
+            results = instance.run_here([entry.call], running if paths is not None else None)
+            infer_end_ns = time.monotonic_ns()
+            response = build_response(
+                spec, check_results(spec, results, 1)[0], requested, True, self.failures.undeclared_output
+            )
+        except Exception as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError
+            error = raised
+        finally:
+            output_end_ns = time.monotonic_ns()
+            caller.inner.discard(direct)
+            running.ended = True  # this thread made its path, if any: the loop closes it
+            instance.call_started_ns = 0
+            self._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
+            times = (start_ns, infer_start_ns, infer_end_ns, output_end_ns)
+            drained = self._drained
+            if self._queues.size or (drained is not None and not drained.done()) or not rings_after_job():
+                caller.inbox.post(self._ran_here, running, times, error)
+            else:  # counted when the loop next wakes, at the latest when the caller's own call ends
+                caller.inbox.post_quietly(self._ran_here, running, times, error)
+        if entry.cancelled:
+            raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
+        if error is not None:
+            failure = error if isinstance(error, InferenceError) else _internal_error(error)
+            raise ModelCallError(failure.status, failure.message, failure.reason)
+        assert response is not None
+        return response
+
+    def _ran_here(
+        self, running: RunningBatch, times: Tuple[int, int, int, int], error: Optional[BaseException]
+    ) -> None:
+        """On the loop: count a call that ran on its caller's thread, and start what its instance may run now.
+
+        The caller's thread put the instance back on the free list, then read the queue's size and `_drained`:
+        a request queued, or an `until_idle()` begun, after that thread's reads found the instance free already.
+        """
+        start_ns, infer_start_ns, infer_end_ns, output_end_ns = times
+        entry = running.entries[0]
+        request = entry.request
+        if running.path is not None:
+            running.end(self.spec.name)
+        self.stats.record_execution(
+            request.batch_size if self.spec.batching else 1,
+            infer_start_ns - start_ns,
+            infer_end_ns - infer_start_ns,
+            output_end_ns - infer_end_ns,
+        )
+        if entry.cancelled:
+            self.stats.record_failure(output_end_ns - entry.enqueue_ns, FailureReason.CANCELED.value)
+        elif error is not None:
+            failure = self._as_inference_error(error, 1)  # logged here, as the loop logs a batch's
+            self.stats.record_failure(output_end_ns - entry.enqueue_ns, failure.reason.value)
+        else:
+            compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
+            self.stats.record_success(output_end_ns - entry.enqueue_ns, 0, compute, request.batch_size)
+        request.inputs = {}
+        entry.call = None
+        if self._free and self._queues.size:
+            self._schedule()
+        else:
+            self._update_idle()
+
     def _as_inference_error(self, error: BaseException, requests: int) -> InferenceError:
         """Map what a batch of `requests` raised to the error its requests get, and log the model's faults."""
         if isinstance(error, ModelCallError):  # an inner call's error, which its own model logged
@@ -541,10 +706,7 @@ class Scheduler:
             self.failures.callable_raised(error, requests)
         if isinstance(error, PyTritonUnrecoverableError):
             self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")
-        # The type's name, as Triton's message shows it ("ValueError: ..."); an exception from another process
-        # arrives as a class of the same name.
-        message = str(error)
-        return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)
+        return _internal_error(error)
 
     def _cancelled(self) -> InferenceError:
         """The error of a request its client cancelled while it ran (nobody reads it: the client left)."""
@@ -619,10 +781,14 @@ class Scheduler:
 
     async def until_idle(self) -> None:
         """Return once nothing is queued or running."""
-        if not self._idle:
-            if self._drained is None or self._drained.done():
-                self._drained = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._drained)  # a waiter that gives up leaves the future to the others
+        drained = self._drained
+        if drained is None or drained.done():
+            # Set before `_idle` is read: a caller's thread that frees an instance (run_here) reads it after.
+            drained = self._drained = asyncio.get_running_loop().create_future()
+        if self._idle:
+            wake(drained)
+            return
+        await asyncio.shield(drained)  # a waiter that gives up leaves the future to the others
 
     def cut_off(self) -> int:
         """Answer every request still queued or running with UNAVAILABLE now; return how many there were.
@@ -655,3 +821,12 @@ class Scheduler:
         if self._sequences is not None:
             self._sequences = SequenceSlots(self.spec, len(self._instances), self._forget, self._sequence_idle)
         self._in_flight.reset()
+
+
+def _internal_error(error: BaseException) -> InferenceError:
+    """What a request gets for what the callable raised: the type's name and message, as Triton's shows them.
+
+    ("ValueError: ..."); an exception from another process arrives as a class of the same name.
+    """
+    message = str(error)
+    return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)
