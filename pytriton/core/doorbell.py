@@ -17,6 +17,8 @@ from typing import Any, Callable, Deque, Tuple
 
 # How much a wake-up reads at once: every pending ring is consumed, whatever was rung is then handled.
 _DRAIN_BYTES = 4096
+# How many quietly posted calls may wait for the loop's next wake-up (LoopInbox.post_quietly).
+QUIET_CALLS = 64
 
 
 class Doorbell:
@@ -77,11 +79,15 @@ class LoopInbox:
         self._doorbell.ring()
 
     def post_quietly(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Call `fn(*args)` on the loop with the calls of the next `post` (or whatever else wakes the loop).
+        """Call `fn(*args)` on the loop with the calls of the next `post`; from any thread.
 
-        Saves a wake-up (of the loop, and a wait for the GIL) where a thread knows it posts again soon.
+        Saves a wake-up (of the loop, and the GIL it then takes) where a thread knows it posts again soon. At
+        most QUIET_CALLS calls wait so: the one after them wakes the loop.
         """
-        self._calls.append((fn, args))
+        calls = self._calls
+        calls.append((fn, args))
+        if len(calls) > QUIET_CALLS:
+            self._doorbell.ring()
 
     def _run_calls(self) -> None:
         """On the loop: run every posted call; one that raises is reported like a failed callback."""

@@ -639,6 +639,8 @@ class Scheduler:
             output_end_ns = time.monotonic_ns()
             caller.inner.discard(direct)
             running.ended = True  # this thread made its path, if any: the loop closes it
+            request.inputs = {}  # the caller's arrays are not held until the loop counts the call
+            entry.call = None
             instance.call_started_ns = 0
             self._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
             times = (start_ns, infer_start_ns, infer_end_ns, output_end_ns)
@@ -682,8 +684,6 @@ class Scheduler:
         else:
             compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
             self.stats.record_success(output_end_ns - entry.enqueue_ns, 0, compute, request.batch_size)
-        request.inputs = {}
-        entry.call = None
         if self._free and self._queues.size:
             self._schedule()
         else:
