@@ -162,10 +162,10 @@ class Engine:
                 UNAVAILABLE for a named version that is unloaded.
         """
         versions = self._models.get(name)
-        if versions is not None and not version and len(versions) == 1:  # the usual case, without a call
-            for model in versions.values():
-                if model.state not in _OUT_OF_SERVICE:
-                    return model
+        if versions and not version:  # the usual case: the latest version, in service
+            model = versions[max(versions)]
+            if model.state not in _OUT_OF_SERVICE:
+                return model
         return find_available(self._models, name, version, _in_service, lambda: name in self._gone)
 
     def out_of_service(self) -> List[Tuple[str, int]]:
