@@ -146,6 +146,10 @@ class PathMaker:
         self.loop = asyncio.get_running_loop() if loop is None else loop
         self.inbox = inbox_of(self.loop) if inbox is None else inbox
 
+    def plain(self) -> CallPath:
+        """The call path of a batch of clients' requests without a deadline; any thread."""
+        return CallPath(self.models, (self.name,), 0, self.loop, self.inbox)
+
     def path_of(self, origins: Sequence[Optional[Origin]], deadlines: Sequence[int]) -> CallPath:
         """The call path of a batch whose requests have these origins and deadlines (0: none); any thread."""
         if any(origin is not None for origin in origins) or any(deadlines):

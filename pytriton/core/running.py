@@ -48,17 +48,26 @@ class RunningBatch:
         assert self.paths is not None
         with _MAKING:
             if self.path is None:
-                origins = [entry.request.origin for entry in self.entries]
-                deadlines = [
-                    entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0
-                    for entry in self.entries
-                ]
-                made = self.paths.path_of(origins, deadlines)
+                made = self._made(self.paths)
                 made.span = self.span
                 self.path = made
                 if self.ended:  # the loop closed the batch before it saw the path (it reads `path` after `ended`)
                     made.cancelled = True
             return self.path
+
+    def _made(self, paths: PathMaker) -> CallPath:
+        """A new call path for the batch's requests."""
+        for entry in self.entries:
+            if entry.request.origin is not None or entry.request.timeout_us:
+                break
+        else:  # clients' requests without a timeout: the usual batch
+            return paths.plain()
+        origins = [entry.request.origin for entry in self.entries]
+        deadlines = [
+            entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0
+            for entry in self.entries
+        ]
+        return paths.path_of(origins, deadlines)
 
     def end(self, model: str) -> None:
         """On the loop: the batch of `model` is answered; its inner calls still in flight are cancelled.

@@ -647,8 +647,8 @@ class Scheduler:
             drained = self._drained
             if self._queues.size or (drained is not None and not drained.done()) or not rings_after_job():
                 caller.inbox.post(self._ran_here, running, times, error)
-            else:  # counted when the loop next wakes, at the latest when the caller's own call ends
-                caller.inbox.post_quietly(self._ran_here, running, times, error)
+            else:  # counted when the loop next wakes (at the latest when the caller's call ends), after what woke it
+                caller.inbox.post_quietly(caller.loop.call_soon, self._ran_here, running, times, error)
         if entry.cancelled:
             raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
         if error is not None:
