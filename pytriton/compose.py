@@ -33,6 +33,7 @@ from pytriton.core.composition import (
     InnerCall,
     ModelCallError,
     call_here,
+    call_here_async,
     outputs_of,
     process_caller,
     thread_doorbell,
@@ -121,6 +122,9 @@ async def call_model_async(
         raise ModelCallError(
             Status.INVALID_ARGUMENT, "call_model_async runs on the server's event loop: use call_model"
         )
+    here = call_here_async(path, name, inputs, _version(version), parameters, requested_outputs, timeout_s)
+    if here is not None:  # the model was idle: its instance thread answers straight to this call
+        return await here
     wake = _Wake(path.loop)
     call = InnerCall(wake.set)
     call.start(path, name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)

@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pytriton.compose import ModelCallError, call_model
+from pytriton.compose import ModelCallError, call_model, call_model_async
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.proxy.types import Request
 from pytriton.triton import Triton
@@ -182,5 +182,53 @@ def test_an_inner_call_on_the_callers_thread_is_cancelled_with_the_outer_request
         assert caller.errors[0].status.name == "CANCELLED"
         assert caller.errors[0].message == "the request to model 'caller' that made the call has ended"
         url = http_url(triton)
+        _wait_for(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
+        assert _scheduler(triton, "watching").open_requests == (0, 0)
+
+
+class _AsyncCaller:
+    """An async model that calls `inner` with its input plus one."""
+
+    def __init__(self, inner: str) -> None:
+        self.inner = inner
+        self.errors: List[ModelCallError] = []
+
+    async def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        try:
+            return [await call_model_async(self.inner, {"x": request["x"] + 1}) for request in requests]
+        except ModelCallError as error:
+            self.errors.append(error)
+            raise
+
+
+def test_an_async_callers_inner_call_to_an_idle_model_runs_in_its_thread_is_counted_and_cancelled() -> None:
+    inner, watching = _Inner(), _Watching()
+    caller, watcher = _AsyncCaller("inner"), _AsyncCaller("watching")
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("watching", watching, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("watcher", watcher, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        for value in (1.0, 2.0):
+            assert _infer(url, "caller", value).tolist() == [[value + 1]]
+        assert len(set(inner.threads)) == 1 and inner.threads[0].startswith("pytriton-inner")
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_count"]) == 2
+        assert int(stats["inference_stats"]["success"]["count"]) == 2
+
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as deadline:
+            client.infer("watcher", [given], client_timeout=0.5)
+        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: len(watcher.errors) == 1)
+        assert watching.saw_cancel == [True]
+        assert watcher.errors[0].status.name == "CANCELLED"
+        assert watcher.errors[0].message == "the request to model 'watcher' that made the call has ended"
         _wait_for(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
         assert _scheduler(triton, "watching").open_requests == (0, 0)

@@ -25,6 +25,11 @@ wake-up of the loop per call for its statistics, the same direct call cost 29-37
 and back each time. (Not measured: the inner answer sent from the inner instance's thread straight to the
 caller's doorbell, which by count still leaves three wake-ups.) A call with a deadline, a traced one, or one
 that cannot run at once goes the loop's way, which keeps the deadline's timer and the spans.
+
+An async callable calling an idle sync model cannot run it on its own thread (the loop's), but the call skips
+the batch's task and the sink (`call_here_async`, Scheduler.start_here): the instance's thread runs it as
+`run_here` would and its answer settles the caller's future. 22 us per call instead of 36-79 us; the async
+pipeline's p50 over one hop's, pinned to one core, from 46 us to 30 us.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import contextvars
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Awaitable, Callable, Deque, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -342,6 +347,43 @@ def call_here(
     request.origin = (path.chain, 0, None)
     response = run_here(request, path)
     return None if response is None else outputs_of(response)
+
+
+def call_here_async(
+    path: CallPath,
+    name: str,
+    inputs: Dict[str, Any],
+    version: Optional[str],
+    parameters: Optional[Dict[str, Any]],
+    requested_outputs: Optional[Sequence[str]],
+    timeout_s: Optional[float],
+) -> Optional[Awaitable[Dict[str, np.ndarray]]]:
+    """On the loop (an async callable): run the call in model `name`'s idle instance thread; None if it cannot now.
+
+    As `call_here` decides, for a sync model (Scheduler.start_here): the answer comes from that thread to the
+    caller without the batch's task and the sink in between. Await what it returns for the outputs.
+    """
+    if timeout_s is not None or path.deadline_ns or path.cancelled or path.span is not None or name in path.chain:
+        return None
+    try:
+        model = path.models.model(name, "" if version is None else version)
+        start_here = model.start_here
+        request = build_request(model.spec, inputs, parameters, requested_outputs)
+    except Exception:  # noqa: BLE001 - the queue's way reports it
+        return None
+    request.origin = (path.chain, 0, None)
+    started = start_here(request, path)
+    return None if started is None else _answer_of(*started)
+
+
+async def _answer_of(future: asyncio.Future[InferenceResponse], call: Cancellable) -> Dict[str, np.ndarray]:
+    """The outputs of a call started in an instance's thread; cancelling the waiter cancels the call."""
+    try:
+        response = await future
+    except asyncio.CancelledError:
+        call.cancel("the caller was cancelled")
+        raise
+    return outputs_of(response)
 
 
 def outputs_of(response: InferenceResponse) -> Dict[str, np.ndarray]:

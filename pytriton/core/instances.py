@@ -146,6 +146,10 @@ class Instance:
             return _scoped_async_call(self.fn, requests, self.model, source)
         return self._worker.submit(_thread_call, self.fn, requests, source, hand_over=hand_over)
 
+    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """Run `fn(*args)` in the instance's thread (its scheduler's own jobs); the future settles on the loop."""
+        return self._worker.submit(fn, *args)
+
     def run_here(self, requests: List[Request], source: Optional[PathSource]) -> Step:
         """Run a sync callable's call on the calling thread (an inner call that found the model idle).
 

@@ -164,6 +164,13 @@ class ServedModel:
         result: Optional[InferenceResponse] = self.scheduler.run_here(request, caller)
         return result
 
+    def start_here(self, request: InferenceRequest, caller: Any) -> Optional[Tuple[Any, Any]]:
+        """On the loop: run an inner call in an idle instance's thread (Scheduler.start_here); else None."""
+        if self.state is not ModelState.READY or self.cache is not None:
+            return None
+        started: Optional[Tuple[Any, Any]] = self.scheduler.start_here(request, caller)
+        return started
+
     def record_tokens(
         self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int
     ) -> None:

@@ -72,11 +72,13 @@ class DirectCall(ResponseSink):
         """Unused: the caller's thread gets the response itself."""
 
     def cancel(self, reason: str) -> None:
-        """On the loop: the caller's request ended or was cancelled."""
+        """On the loop: the caller's request ended or was cancelled (or the caller itself, before the call started)."""
         running = self.running
-        if running is None or running.ended:
+        if running is not None and running.ended:
             return
         self.reason = reason
+        if running is None:
+            return  # the call fails as it starts
         for entry in running.entries:
             running.cancel(entry)
         if running.path is not None:
@@ -604,12 +606,34 @@ class Scheduler:
         except IndexError:
             return None
         assert isinstance(instance, Instance)
-        return self._run_here(instance, request, caller)
+        return self._run_here(instance, request, caller, DirectCall())
 
-    def _run_here(self, instance: Instance, request: InferenceRequest, caller: CallPath) -> InferenceResponse:
+    def start_here(
+        self, request: InferenceRequest, caller: CallPath
+    ) -> Optional[Tuple[asyncio.Future[InferenceResponse], DirectCall]]:
+        """On the loop: run an inner call's request in an idle instance's thread now, as `run_here` runs it; else None.
+
+        For an async callable calling a sync model: its result goes from the instance's thread straight to the
+        caller's future, without the batch's task. Cancel the call with the DirectCall returned.
+        """
+        if not self._runs_here or self._queues.size or not self._accepting or self._in_flight.cut:
+            return None
+        if self.spans is not None or not self._free:
+            return None
+        instance = self._free.pop()
+        assert isinstance(instance, Instance)
+        direct = DirectCall()
+        try:
+            return instance.submit(self._run_here, instance, request, caller, direct), direct
+        except Exception:  # noqa: BLE001 - its thread cannot start: the queue's way reports it
+            self._free.append(instance)
+            return None
+
+    def _run_here(
+        self, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall
+    ) -> InferenceResponse:
         """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
         spec = self.spec
-        direct = DirectCall()
         entry = Entry(request, direct, self._queues.level_of(request.priority), 0)
         entry.queued = False
         start_ns = entry.enqueue_ns
@@ -626,8 +650,10 @@ class Scheduler:
         infer_start_ns = infer_end_ns = time.monotonic_ns()
         caller.inner.add(direct)
         try:
-            if caller.cancelled:
-                raise InferenceError.cancelled(f"the request that calls model '{spec.name}' was cancelled or has ended")
+            if caller.cancelled or direct.reason:
+                raise InferenceError.cancelled(
+                    direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
+                )
             results = instance.run_here([entry.call], running if paths is not None else None)
             infer_end_ns = time.monotonic_ns()
             response = build_response(
