@@ -106,6 +106,7 @@ class WorkerThread:
         if job is None:
             return False
         inbox, future, fn, args, handed_over = job
+        del job
         if handed_over:
             self._taken.put(None)
         result: Any = None
@@ -114,11 +115,14 @@ class WorkerThread:
             result = fn(*args)
         except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
             error = raised
+        # Let go of the callable and its inputs before the loop hears of the end: a client that got its answer
+        # and stopped the server finds the model let go, not held here until this thread gets the GIL back.
+        del fn, args
         try:
             inbox.post(self._finished, future, result, error)
         except RuntimeError:  # the loop closed while the job ran: nobody is waiting
             pass
-        del job, inbox, future, fn, args, result, error  # a raised error's traceback keeps this frame: not the job
+        del inbox, future, result, error  # a raised error's traceback keeps this frame: not the job
         return True
 
     def _finished(self, future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
