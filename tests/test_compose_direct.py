@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pytest
@@ -85,14 +85,15 @@ def _scheduler(triton: Triton, model: str) -> Any:
     return triton._runtime.engine.model(model).scheduler
 
 
-def test_an_inner_call_to_an_idle_model_runs_on_the_callers_thread_and_is_counted() -> None:
+@pytest.mark.parametrize("frontends", [None, 2], ids=["in-process", "two-frontend-processes"])
+def test_an_inner_call_to_an_idle_model_runs_on_the_callers_thread_and_is_counted(frontends: Optional[int]) -> None:
     inner, caller = _Inner(), _Caller("inner")
 
     def bind(triton: Triton) -> None:
         triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
         triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
 
-    with running_triton(bind) as triton:
+    with running_triton(bind, frontends=frontends) as triton:
         url = http_url(triton)
         for value in (1.0, 2.0, 3.0):
             assert _infer(url, "caller", value).tolist() == [[value + 1]]
