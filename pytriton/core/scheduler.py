@@ -89,7 +89,7 @@ class Scheduler:
     """Queues a model's requests, forms batches by Triton's rules and runs them on free instances.
 
     Everything here runs on the engine's event loop; only user callables leave it, and `run_here`, which a
-    sync callable's thread calls.
+    sync callable's thread calls (and which `start_here` runs in an instance's thread).
     """
 
     def __init__(
@@ -618,9 +618,12 @@ class Scheduler:
         """
         if not self._runs_here or self._queues.size or not self._accepting or self._in_flight.cut:
             return None
-        if self.spans is not None or not self._free:
+        if self.spans is not None:
             return None
-        instance = self._free.pop()
+        try:
+            instance = self._free.pop()
+        except IndexError:  # none free (or a caller's thread took the last one: run_here)
+            return None
         assert isinstance(instance, Instance)
         direct = DirectCall()
         try:
