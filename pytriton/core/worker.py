@@ -41,6 +41,8 @@ class WorkerThread:
         self._taken: queue.SimpleQueue[None] = queue.SimpleQueue()  # one item per handed-over job taken
         self._unfinished = 0  # jobs submitted and not finished yet (read and written on the loop only)
         self._on_idle: List[Tuple[Callable[..., None], Tuple[Any, ...]]] = []
+        self._loop: Optional[asyncio.AbstractEventLoop] = None  # the loop of the last submit, and its inbox
+        self._inbox: Optional[LoopInbox] = None
 
     def open(self) -> Doorbell:
         """Open the thread's doorbell now rather than with the first job; return it.
@@ -67,7 +69,10 @@ class WorkerThread:
         interpreter's switch interval (5 ms): without the hand-over the job waits that long to start.
         """
         loop = asyncio.get_running_loop()
-        inbox = inbox_of(loop)
+        inbox = self._inbox
+        if loop is not self._loop or inbox is None:  # inbox_of looks it up in a WeakKeyDictionary: 0.3 us
+            self._loop, inbox = loop, inbox_of(loop)
+            self._inbox = inbox
         future: asyncio.Future[Any] = loop.create_future()
         doorbell = self.open()
         if not self._started:
