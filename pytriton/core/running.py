@@ -9,23 +9,75 @@ whatever the callable returned.
 from __future__ import annotations
 
 import threading
-from typing import Iterator, List, Optional, Set
+from typing import Any, Iterator, List, Optional, Set
 
+from pytriton.core.composition import CallPath, PathMaker
 from pytriton.core.instances import ModelInstance
 from pytriton.core.queues import Entry
 from pytriton.core.sinks import ResponseSink
 
+# Held while a batch's call path is made: two threads of one callable calling models at once get the same one.
+_MAKING = threading.Lock()
+
 
 class RunningBatch:
-    """One batch whose call runs on an instance; `stop` ends a decoupled model's generator (None for others)."""
+    """One batch whose call runs on an instance; `stop` ends a decoupled model's generator (None for others).
 
-    __slots__ = ("entries", "instance", "stop")
+    It is the PathSource of its callable (core/composition.py): the call path is made on the first inner call.
+    """
 
-    def __init__(self, entries: List[Entry], instance: ModelInstance, decoupled: bool) -> None:
-        """A batch that starts now on `instance`."""
+    __slots__ = ("ended", "entries", "instance", "path", "paths", "span", "stop")
+
+    def __init__(
+        self, entries: List[Entry], instance: ModelInstance, decoupled: bool, paths: Optional[PathMaker] = None
+    ) -> None:
+        """A batch that starts now on `instance`; `paths` makes its call path (None: it calls no model)."""
         self.entries = entries
         self.instance = instance
         self.stop: Optional[threading.Event] = threading.Event() if decoupled else None
+        self.paths = paths
+        self.path: Optional[CallPath] = None  # made by call_path()
+        self.span: Any = None  # a traced request's span: the inner calls' spans nest under it
+        self.ended = False  # set on the loop when the batch's requests are answered
+
+    def call_path(self) -> CallPath:
+        """The batch's call path, made now if this is its first inner call (from the callable's thread or task)."""
+        path = self.path
+        if path is not None:
+            return path
+        assert self.paths is not None
+        with _MAKING:
+            if self.path is None:
+                made = self._made(self.paths)
+                made.span = self.span
+                self.path = made
+                if self.ended:  # the loop closed the batch before it saw the path (it reads `path` after `ended`)
+                    made.cancelled = True
+            return self.path
+
+    def _made(self, paths: PathMaker) -> CallPath:
+        """A new call path for the batch's requests."""
+        for entry in self.entries:
+            if entry.request.origin is not None or entry.request.timeout_us:
+                break
+        else:  # clients' requests without a timeout: the usual batch
+            return paths.plain()
+        origins = [entry.request.origin for entry in self.entries]
+        deadlines = [
+            entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0
+            for entry in self.entries
+        ]
+        return paths.path_of(origins, deadlines)
+
+    def end(self, model: str) -> None:
+        """On the loop: the batch of `model` is answered; its inner calls still in flight are cancelled.
+
+        The scheduler sets `ended` itself and calls this only when the batch made a path (most make none).
+        """
+        self.ended = True
+        path = self.path
+        if path is not None:
+            path.close(f"the request to model '{model}' that made the call has ended")
 
     def cancel(self, entry: Entry) -> None:
         """The client of one of its requests cancelled it: the callable is told; a generator nobody wants stops."""
@@ -38,33 +90,20 @@ class RunningBatch:
             self.stop.set()  # closed at its next step
 
 
-class RunningBatches:
-    """The model's running batches; looked through only when a client cancels (rare), never per request."""
+class RunningBatches(Set[RunningBatch]):
+    """The model's running batches, looked through only when a client cancels (rare), never per request.
 
-    def __init__(self) -> None:
-        """None runs yet."""
-        self._batches: Set[RunningBatch] = set()
-
-    def __bool__(self) -> bool:
-        """Whether some batch runs."""
-        return bool(self._batches)
-
-    def add(self, batch: RunningBatch) -> None:
-        """A batch started."""
-        self._batches.add(batch)
-
-    def discard(self, batch: RunningBatch) -> None:
-        """A batch ended."""
-        self._batches.discard(batch)
+    A set: `add` and `discard` cost a batch no Python call.
+    """
 
     def entries(self) -> Iterator[Entry]:
         """The requests of every running batch."""
-        for batch in list(self._batches):
+        for batch in list(self):
             yield from batch.entries
 
     def cancel(self, sink: ResponseSink) -> bool:
         """Cancel the running request whose responses go to `sink`; False when none runs."""
-        for batch in self._batches:
+        for batch in self:
             for entry in batch.entries:
                 if entry.sink is sink or getattr(entry.sink, "sink", None) is sink:  # a traced request's wraps it
                     batch.cancel(entry)
@@ -73,7 +112,7 @@ class RunningBatches:
 
     def cancel_entry(self, entry: Entry) -> None:
         """Cancel a request whose client left, if it still runs."""
-        for batch in self._batches:
+        for batch in self:
             if entry in batch.entries:
                 batch.cancel(entry)
                 return

@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import types
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
 
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
-from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, batch_path
+from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
 from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
-from pytriton.core.instances import ModelInstance
+from pytriton.core.instances import CallableKind, Instance, ModelInstance
 from pytriton.core.ordering import ReleaseOrder, Slot
 from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
@@ -27,6 +28,7 @@ from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
 from pytriton.core.waiters import wake
 from pytriton.core.watch import Disconnect, QueueWatch
+from pytriton.core.worker import rings_after_job
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.proxy.types import Request
 
@@ -42,10 +44,52 @@ class BatchNotStarted(BatchNotRun):
     """An instance could not start a batch's call (its thread could not start): the batch fails alone."""
 
 
+class DirectCall(ResponseSink):
+    """An inner call that runs on its caller's thread (Scheduler.run_here), as its caller's call path sees it.
+
+    Its `cancel` runs on the loop when the caller's request ends or is cancelled: the callable's
+    `is_cancelled()` says so, and its own inner calls are cancelled.
+    """
+
+    __slots__ = ("reason", "running")
+
+    def __init__(self) -> None:
+        """Not started yet."""
+        self.running: Optional[RunningBatch] = None
+        self.reason = ""
+
+    def done(self) -> bool:
+        """Whether the call has ended."""
+        return self.running is None or self.running.ended
+
+    def deliver(self, response: InferenceResponse) -> None:
+        """Unused: the caller's thread gets the response itself."""
+
+    def fail(self, error: InferenceError) -> None:
+        """Unused: the caller's thread gets the error itself."""
+
+    def finish(self) -> None:
+        """Unused: the caller's thread gets the response itself."""
+
+    def cancel(self, reason: str) -> None:
+        """On the loop: the caller's request ended or was cancelled (or the caller itself, before the call started)."""
+        running = self.running
+        if running is not None and running.ended:
+            return
+        self.reason = reason
+        if running is None:
+            return  # the call fails as it starts
+        for entry in running.entries:
+            running.cancel(entry)
+        if running.path is not None:
+            running.path.close(reason)
+
+
 class Scheduler:
     """Queues a model's requests, forms batches by Triton's rules and runs them on free instances.
 
-    Everything here runs on the engine's event loop; only user callables leave it.
+    Everything here runs on the engine's event loop; only user callables leave it, and `run_here`, which a
+    sync callable's thread calls (and which `start_here` runs in an instance's thread).
     """
 
     def __init__(
@@ -84,8 +128,17 @@ class Scheduler:
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
         self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
         self.models: Optional[Models] = None  # where the callable's inner calls go (set by the engine)
-        self._paths: Dict[CallPath, List[Entry]] = {}  # the call paths of the batches running, and their requests
+        self._paths: Optional[PathMaker] = None  # what makes a batch's call path (on the loop, once models is set)
         self.failures = FailureLog(f"'{spec.name}' version {spec.version}")
+        # Whether an inner call from a sync callable's thread may run on that thread when the model is idle: a
+        # lone request would run at once (no batching delay, no sequence, no ordering to keep), on a sync callable.
+        self._runs_here = (
+            not spec.decoupled
+            and self._sequences is None
+            and self._order is None
+            and not self._rules.delay_ns
+            and all(isinstance(instance, Instance) and instance.kind is CallableKind.SYNC for instance in instances)
+        )
 
     @property
     def instances(self) -> List[ModelInstance]:
@@ -122,7 +175,10 @@ class Scheduler:
             elif not self._sequence_warned:
                 self._warn_sequence_ignored()
         if self._free and not self._queues.size and not self._rules.delay_ns:
-            instance = self._free.pop() if self._sequences is None else self._free_instance_of(request)
+            try:
+                instance = self._free.pop() if self._sequences is None else self._free_instance_of(request)
+            except IndexError:  # a caller's thread took the last one since (run_here)
+                instance = None
             if instance is not None:
                 entry = Entry(request, sink, self._queues.level_of(request.priority), 0)
                 entry.queued = False  # it never waits in the queue: its client leaving cancels it where it runs
@@ -195,8 +251,9 @@ class Scheduler:
                 self._leave_queue(entry)
                 return
         self._batches.cancel(sink)
-        for path, batch in list(self._paths.items()):
-            if all(entry.sink.done() for entry in batch):
+        for running in list(self._batches):
+            path = running.path
+            if path is not None and all(entry.sink.done() for entry in running.entries):
                 path.close(f"every request of the batch of model '{self.spec.name}' that made the call was cancelled")
 
     def _leave_queue(self, entry: Entry) -> None:
@@ -227,10 +284,15 @@ class Scheduler:
         if self._sequences is not None:
             wake_at = self._schedule_sequences(now + slack_ns)
         while self._free and self._queues.size and self._sequences is None:
+            try:
+                instance = self._free.pop()  # first: a caller's thread may take the last one (run_here)
+            except IndexError:
+                break
             batch, wake_at = self._rules.take_batch(self._queues, now + slack_ns)
             if not batch:
+                self._free.append(instance)
                 break
-            self._start(self._free.pop(), batch)
+            self._start(instance, batch)
         deadline = self._queues.next_deadline_ns()
         if deadline is not None and (wake_at is None or deadline < wake_at):
             wake_at = deadline
@@ -287,6 +349,9 @@ class Scheduler:
         """
         start_ns = time.monotonic_ns()
         instance.call_started_ns = start_ns
+        spec = self.spec
+        spans = self.spans
+        sequences = self._sequences
         requests = []
         traced_span: Any = None  # a traced request's compute span: the batch's inner calls nest under it
         for entry in batch:
@@ -294,56 +359,38 @@ class Scheduler:
             request = entry.request
             requested = request.requested_outputs
             # A request that names no outputs gets them all, and the callable is told so (as in PyTriton 0.7).
-            names = list(self.spec.output_names) if requested is None else requested
-            live = request.live_sequence
-            if live is None:
+            names = list(spec.output_names) if requested is None else requested
+            if sequences is None or request.live_sequence is None:
                 call_request = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
             else:
-                call_request = self._sequence_request(request, names, live.serial)
-            traced = None
-            if self.spans is not None:
+                call_request = self._sequence_request(request, names, request.live_sequence.serial)
+            if spans is not None:
                 origin = request.origin
-                traced = self.spans.start(entry.enqueue_ns, origin[2] if origin is not None else None)
-            if traced is not None:
-                traced_span = traced.span
-                call_request = traced_request(call_request, traced)
-                entry.sink = TracedSink(entry.sink, traced)
+                traced = spans.start(entry.enqueue_ns, origin[2] if origin is not None else None)
+                if traced is not None:
+                    traced_span = traced.span
+                    call_request = traced_request(call_request, traced)
+                    entry.sink = TracedSink(entry.sink, traced)
             entry.call = call_request
             requests.append(call_request)
-        if self._sequences is not None and instance.sequence_states is not None:
+        if sequences is not None and instance.sequence_states is not None:
             instance.sequence_states.attach(requests)  # a thread instance's; a process instance's is in its process
         slots = self._order.reserve(len(batch)) if self._order is not None else None
-        running = RunningBatch(batch, instance, self.spec.decoupled)
+        paths = self._paths
+        if paths is None and self.models is not None:
+            paths = self._paths = PathMaker(self.models, spec.name)
+        running = RunningBatch(batch, instance, spec.decoupled, paths)
+        if traced_span is not None:
+            running.span = traced_span
         self._batches.add(running)
-        path = self._path_of(batch) if self.models is not None else None
-        if path is not None and traced_span is not None:
-            path.span = traced_span
         infer_start_ns = time.monotonic_ns()
-        if self.spec.decoupled:
+        if spec.decoupled:
             call = None
         else:
-            token = CURRENT.set(path)  # the instance hands it to the callable's thread or coroutine
-            try:
-                call = self._call(instance, requests, hand_over)
-            finally:
-                CURRENT.reset(token)
-            if not hand_over and asyncio.iscoroutine(call):
+            call = self._call(instance, requests, hand_over, running if paths is not None else None)
+            if not hand_over and type(call) is types.CoroutineType:
                 call = CancelShieldedCall(call)  # run at once in a task its client may cancel: not the callable
-        return self._run(running, requests, slots, call, (start_ns, infer_start_ns), path)
-
-    def _path_of(self, batch: List[Entry]) -> CallPath:
-        """The call path a batch's callable makes its inner calls on (core/composition.py)."""
-        assert self.models is not None
-        if any(entry.request.origin is not None or entry.request.timeout_us for entry in batch):
-            origins = [entry.request.origin for entry in batch]
-            deadlines = [
-                entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0 for entry in batch
-            ]
-            path = batch_path(self.models, self.spec.name, origins, deadlines)
-        else:  # clients' requests without a timeout: the usual batch
-            path = CallPath(self.models, (self.spec.name,), 0)
-        self._paths[path] = batch
-        return path
+        return self._run(running, requests, slots, call, (start_ns, infer_start_ns))
 
     def _sequence_request(self, request: InferenceRequest, names: List[str], serial: int) -> Request:
         """The Request of a sequence's request: its sequence's id and flags, and the control inputs configured."""
@@ -360,7 +407,9 @@ class Scheduler:
             sequence_serial=serial,
         )
 
-    def _call(self, instance: ModelInstance, requests: List[Request], hand_over: bool) -> Awaitable[Any]:
+    def _call(
+        self, instance: ModelInstance, requests: List[Request], hand_over: bool, source: Optional[PathSource]
+    ) -> Awaitable[Any]:
         """Start a batch's call; one that cannot start (its thread cannot: "can't start new thread") fails alone.
 
         It fails the batch through `_run`, which gives the instance back: a thread instance starts its thread
@@ -368,7 +417,7 @@ class Scheduler:
         batch unanswered), so that the model never answered again.
         """
         try:
-            return instance.start(requests, hand_over)
+            return instance.start(requests, hand_over, source)
         except Exception as error:  # noqa: BLE001 - the batch fails alone; the instance must not stay busy with it
             refused = BatchNotStarted(
                 f"model '{self.spec.name}' instance {instance.label} could not start the batch: "
@@ -386,7 +435,6 @@ class Scheduler:
         slots: Optional[List[Slot]],
         call: Optional[Awaitable[Any]],
         started_ns: Tuple[int, int],
-        path: Optional[CallPath] = None,
     ) -> None:
         """Wait for a batch's call (`call`, started already; None: a decoupled model's, started here) and respond.
 
@@ -403,14 +451,15 @@ class Scheduler:
             if self._in_flight.cut:  # a batch that left the queue just before the cut-off: answer it now
                 raise self._stopped()
             if call is None:
-                await self._run_streaming(running, requests, path)
+                await self._run_streaming(running, requests)
                 infer_end_ns = output_end_ns = time.monotonic_ns()
                 for index, entry in enumerate(batch):
                     self._hand_over(slots, index, self._end_stream, entry)
             else:
                 results = await call
                 infer_end_ns = time.monotonic_ns()
-                self._sequences_ran(batch)
+                if self._sequences is not None:
+                    self._sequences_ran(batch)
                 instance.when_idle(self._release, instance)
                 released = True
                 outcomes: List[Any] = []
@@ -447,9 +496,9 @@ class Scheduler:
                 raise
         finally:
             self._batches.discard(running)
-            if path is not None:
-                self._paths.pop(path, None)
-                path.close(f"the request to model '{spec.name}' that made the call has ended")
+            running.ended = True  # before its path is read (RunningBatch.call_path)
+            if running.path is not None:
+                running.end(spec.name)
             self._in_flight.leave(task)
             self.stats.record_execution(
                 sum(entry.request.batch_size for entry in batch) if spec.batching else 1,
@@ -509,13 +558,15 @@ class Scheduler:
         if totals:
             self.stats.record_successes(totals, queues, compute, inferences)
 
-    async def _run_streaming(self, running: RunningBatch, requests: List[Request], path: Optional[CallPath]) -> None:
+    async def _run_streaming(self, running: RunningBatch, requests: List[Request]) -> None:
         """Run a decoupled model: each step the callable yields is one response per request."""
         batch = running.entries
         stop = running.stop
         assert stop is not None
         steps = running.instance.steps(requests, stop)
-        token = CURRENT.set(path)  # this task runs an async generator's steps; a thread's takes it when it starts
+        token = CURRENT.set(
+            running if running.paths is not None else None
+        )  # this task runs an async generator's steps; a thread's takes it when it starts
         try:
             async for step in steps:
                 results = check_results(self.spec, step, len(batch))
@@ -535,6 +586,140 @@ class Scheduler:
             await steps.aclose()  # type: ignore[attr-defined]
             CURRENT.reset(token)
 
+    def run_here(self, request: InferenceRequest, caller: CallPath) -> Optional[InferenceResponse]:
+        """Run an inner call's request on the calling thread (a sync callable's), if the model is idle; else None.
+
+        Idle: nothing queued and a free instance, which the call takes off the free list for its time, so the
+        instance's concurrency stays one call and requests that come meanwhile queue and batch as usual. The call
+        is counted in the statistics (on the loop, after it) as one that went through the queue, and the caller's
+        request's end or cancel reaches it (`DirectCall`). Any thread; the loop's own uses of the free list
+        allow for an instance taken between their test and their pop. Raises ModelCallError as the call fails.
+        """
+        if (
+            not self._runs_here
+            or self._queues.size
+            or not self._accepting
+            or self._in_flight.cut
+            or self.spans is not None
+        ):
+            return None
+        try:
+            instance = self._free.pop()
+        except IndexError:
+            return None
+        assert isinstance(instance, Instance)
+        return self._run_here(instance, request, caller, DirectCall())
+
+    def start_here(
+        self, request: InferenceRequest, caller: CallPath
+    ) -> Optional[Tuple[asyncio.Future[InferenceResponse], DirectCall]]:
+        """On the loop: run an inner call's request in an idle instance's thread now, as `run_here` runs it; else None.
+
+        For an async callable calling a sync model: its result goes from the instance's thread straight to the
+        caller's future, without the batch's task. Cancel the call with the DirectCall returned.
+        """
+        if not self._runs_here or self._queues.size or not self._accepting or self._in_flight.cut:
+            return None
+        if self.spans is not None:
+            return None
+        try:
+            instance = self._free.pop()
+        except IndexError:  # none free (or a caller's thread took the last one: run_here)
+            return None
+        assert isinstance(instance, Instance)
+        direct = DirectCall()
+        try:
+            return instance.submit(self._run_here, instance, request, caller, direct), direct
+        except Exception:  # noqa: BLE001 - its thread cannot start: the queue's way reports it
+            self._free.append(instance)
+            return None
+
+    def _run_here(
+        self, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall
+    ) -> InferenceResponse:
+        """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
+        spec = self.spec
+        entry = Entry(request, direct, self._queues.level_of(request.priority), 0)
+        entry.queued = False
+        start_ns = entry.enqueue_ns
+        instance.call_started_ns = start_ns
+        requested = request.requested_outputs
+        names = list(spec.output_names) if requested is None else requested
+        entry.call = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
+        paths = self._paths
+        if paths is None and self.models is not None:
+            paths = self._paths = PathMaker(self.models, spec.name, caller.loop, caller.inbox)
+        running = direct.running = RunningBatch([entry], instance, False, paths)
+        response: Optional[InferenceResponse] = None
+        error: Optional[BaseException] = None
+        infer_start_ns = infer_end_ns = time.monotonic_ns()
+        caller.inner.add(direct)
+        try:
+            if caller.cancelled or direct.reason:
+                raise InferenceError.cancelled(
+                    direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
+                )
+            results = instance.run_here([entry.call], running if paths is not None else None)
+            infer_end_ns = time.monotonic_ns()
+            response = build_response(
+                spec, check_results(spec, results, 1)[0], requested, True, self.failures.undeclared_output
+            )
+        except Exception as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError
+            error = raised
+        finally:
+            output_end_ns = time.monotonic_ns()
+            caller.inner.discard(direct)
+            running.ended = True  # this thread made its path, if any: the loop closes it
+            request.inputs = {}  # the caller's arrays are not held until the loop counts the call
+            entry.call = None
+            instance.call_started_ns = 0
+            self._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
+            times = (start_ns, infer_start_ns, infer_end_ns, output_end_ns)
+            drained = self._drained
+            if self._queues.size or (drained is not None and not drained.done()) or not rings_after_job():
+                caller.inbox.post(self._ran_here, running, times, error)
+            else:  # counted when the loop next wakes (at the latest when the caller's call ends), after what woke it
+                caller.inbox.post_quietly(caller.loop.call_soon, self._ran_here, running, times, error)
+        if entry.cancelled:
+            raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
+        if error is not None:
+            failure = error if isinstance(error, InferenceError) else _internal_error(error)
+            raise ModelCallError(failure.status, failure.message, failure.reason)
+        assert response is not None
+        return response
+
+    def _ran_here(
+        self, running: RunningBatch, times: Tuple[int, int, int, int], error: Optional[BaseException]
+    ) -> None:
+        """On the loop: count a call that ran on its caller's thread, and start what its instance may run now.
+
+        The caller's thread put the instance back on the free list, then read the queue's size and `_drained`:
+        a request queued, or an `until_idle()` begun, after that thread's reads found the instance free already.
+        """
+        start_ns, infer_start_ns, infer_end_ns, output_end_ns = times
+        entry = running.entries[0]
+        request = entry.request
+        if running.path is not None:
+            running.end(self.spec.name)
+        self.stats.record_execution(
+            request.batch_size if self.spec.batching else 1,
+            infer_start_ns - start_ns,
+            infer_end_ns - infer_start_ns,
+            output_end_ns - infer_end_ns,
+        )
+        if entry.cancelled:
+            self.stats.record_failure(output_end_ns - entry.enqueue_ns, FailureReason.CANCELED.value)
+        elif error is not None:
+            failure = self._as_inference_error(error, 1)  # logged here, as the loop logs a batch's
+            self.stats.record_failure(output_end_ns - entry.enqueue_ns, failure.reason.value)
+        else:
+            compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
+            self.stats.record_success(output_end_ns - entry.enqueue_ns, 0, compute, request.batch_size)
+        if self._free and self._queues.size:
+            self._schedule()
+        else:
+            self._update_idle()
+
     def _as_inference_error(self, error: BaseException, requests: int) -> InferenceError:
         """Map what a batch of `requests` raised to the error its requests get, and log the model's faults."""
         if isinstance(error, ModelCallError):  # an inner call's error, which its own model logged
@@ -552,10 +737,7 @@ class Scheduler:
             self.failures.callable_raised(error, requests)
         if isinstance(error, PyTritonUnrecoverableError):
             self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")
-        # The type's name, as Triton's message shows it ("ValueError: ..."); an exception from another process
-        # arrives as a class of the same name.
-        message = str(error)
-        return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)
+        return _internal_error(error)
 
     def _cancelled(self) -> InferenceError:
         """The error of a request its client cancelled while it ran (nobody reads it: the client left)."""
@@ -632,10 +814,14 @@ class Scheduler:
 
     async def until_idle(self) -> None:
         """Return once nothing is queued or running."""
-        if not self._idle:
-            if self._drained is None or self._drained.done():
-                self._drained = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._drained)  # a waiter that gives up leaves the future to the others
+        drained = self._drained
+        if drained is None or drained.done():
+            # Set before `_idle` is read: a caller's thread that frees an instance (run_here) reads it after.
+            drained = self._drained = asyncio.get_running_loop().create_future()
+        if self._idle:
+            wake(drained)
+            return
+        await asyncio.shield(drained)  # a waiter that gives up leaves the future to the others
 
     def cut_off(self) -> int:
         """Answer every request still queued or running with UNAVAILABLE now; return how many there were.
@@ -675,3 +861,12 @@ def _add_compute(sink: List[int], compute: ComputeTimes) -> None:
     sink[0] += compute[0]
     sink[1] += compute[1]
     sink[2] += compute[2]
+
+
+def _internal_error(error: BaseException) -> InferenceError:
+    """What a request gets for what the callable raised: the type's name and message, as Triton's shows them.
+
+    ("ValueError: ..."); an exception from another process arrives as a class of the same name.
+    """
+    message = str(error)
+    return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)

@@ -14,6 +14,12 @@ from pytriton.core.doorbell import Doorbell, LoopInbox, inbox_of
 _Job = Tuple[LoopInbox, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...], bool]
 # How long submit(hand_over=True) waits for the thread to take its job.
 HAND_OVER_S = 0.001
+_IN_WORKER = threading.local()
+
+
+def rings_after_job() -> bool:
+    """Whether this thread is a worker's: each job it runs ends with a post that wakes the loop."""
+    return getattr(_IN_WORKER, "yes", False)
 
 
 class WorkerThread:
@@ -22,15 +28,21 @@ class WorkerThread:
     Jobs and results travel through deques, each direction woken by a Doorbell (see core/doorbell.py).
     """
 
-    def __init__(self, name: str) -> None:
-        """Create the worker; its thread and (unless `open` came first) its pipe start with the first job."""
+    def __init__(self, name: str, prepare: Optional[Callable[[], None]] = None) -> None:
+        """Create the worker; its thread and (unless `open` came first) its pipe start with the first job.
+
+        `prepare()` runs in the thread when it starts, before its first job.
+        """
         self.name = name
+        self._prepare = prepare
         self._jobs: Deque[Optional[_Job]] = deque()
         self._doorbell: Optional[Doorbell] = None
         self._started = False
         self._taken: queue.SimpleQueue[None] = queue.SimpleQueue()  # one item per handed-over job taken
         self._unfinished = 0  # jobs submitted and not finished yet (read and written on the loop only)
         self._on_idle: List[Tuple[Callable[..., None], Tuple[Any, ...]]] = []
+        self._loop: Optional[asyncio.AbstractEventLoop] = None  # the loop of the last submit, and its inbox
+        self._inbox: Optional[LoopInbox] = None
 
     def open(self) -> Doorbell:
         """Open the thread's doorbell now rather than with the first job; return it.
@@ -57,7 +69,10 @@ class WorkerThread:
         interpreter's switch interval (5 ms): without the hand-over the job waits that long to start.
         """
         loop = asyncio.get_running_loop()
-        inbox = inbox_of(loop)
+        inbox = self._inbox
+        if loop is not self._loop or inbox is None:  # inbox_of looks it up in a WeakKeyDictionary: 0.3 us
+            self._loop, inbox = loop, inbox_of(loop)
+            self._inbox = inbox
         future: asyncio.Future[Any] = loop.create_future()
         doorbell = self.open()
         if not self._started:
@@ -81,6 +96,9 @@ class WorkerThread:
         interpreter finalized: freeing a tensor releases the GIL, a daemon thread that asks for it back then
         is ended by `pthread_exit`, whose unwinding through torch's C++ aborted the process.
         """
+        _IN_WORKER.yes = True
+        if self._prepare is not None:
+            self._prepare()
         jobs = self._jobs
         while True:
             while not jobs:
@@ -93,6 +111,7 @@ class WorkerThread:
         if job is None:
             return False
         inbox, future, fn, args, handed_over = job
+        del job
         if handed_over:
             self._taken.put(None)
         result: Any = None
@@ -101,11 +120,14 @@ class WorkerThread:
             result = fn(*args)
         except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
             error = raised
+        # Let go of the callable and its inputs before the loop hears of the end: a client that got its answer
+        # and stopped the server finds the model let go, not held here until this thread gets the GIL back.
+        del fn, args
         try:
             inbox.post(self._finished, future, result, error)
         except RuntimeError:  # the loop closed while the job ran: nobody is waiting
             pass
-        del job, inbox, future, fn, args, result, error  # a raised error's traceback keeps this frame: not the job
+        del inbox, future, result, error  # a raised error's traceback keeps this frame: not the job
         return True
 
     def _finished(self, future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:

@@ -85,7 +85,8 @@ class ServedRoute:
             raise self._gone()
         request_id = next(self._ids)
         future: asyncio.Future[RouteResponse] = asyncio.get_running_loop().create_future()
-        self._waiting[request_id] = (future, CURRENT.get())
+        source = CURRENT.get()  # the handler's call path, which its model calls run on
+        self._waiting[request_id] = (future, None if source is None else source.call_path())
         head = (ROUTE_REQUEST, request_id, request.method, request.path, request.path_params, request.query)
         try:
             self._channel.send((*head, request.headers), [request.body] if request.body else ())

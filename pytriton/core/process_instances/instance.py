@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optiona
 
 import numpy as np
 
-from pytriton.core.composition import CURRENT, CallPath, InnerCall, outputs_of
+from pytriton.core.composition import CURRENT, CallPath, InnerCall, PathSource, outputs_of
 from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.errors import BatchNotRun
 from pytriton.core.instances import CallableKind, Step
@@ -132,12 +132,14 @@ class _Job:
         future: Optional[asyncio.Future[Step]],
         steps: Optional[asyncio.Queue[Any]],
         requests: List[Request],
+        source: Optional[PathSource],
     ):
         self.job_id = job_id
         self.future = future
         self.steps = steps
         self.requests = requests  # what the scheduler knows them by: a cancel names one by its index here
-        self.path: Optional[CallPath] = CURRENT.get()  # the batch's call path: its callable's calls to other models
+        # The batch's call path: its callable's calls to other models.
+        self.path: Optional[CallPath] = None if source is None else source.call_path()
 
     def fail(self, error: BaseException) -> None:
         """End the job with an error."""
@@ -205,16 +207,18 @@ class ProcessInstance:
 
     # -- jobs -----------------------------------------------------------------------------------
 
-    def start(self, requests: List[Request], hand_over: bool = False) -> Awaitable[Step]:
+    def start(
+        self, requests: List[Request], hand_over: bool = False, source: Optional[PathSource] = None
+    ) -> Awaitable[Step]:
         """Send a batch to the process; await its outputs (copied out of the process's arena)."""
         future: asyncio.Future[Step] = asyncio.get_running_loop().create_future()
-        self._send_job(requests, _Job(self._new_job_id(), future, None, requests), streaming=False)
+        self._send_job(requests, _Job(self._new_job_id(), future, None, requests, source), streaming=False)
         return future
 
     async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Yield each step of the callable's results (a plain callable yields once); `stop` ends it early."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        job = _Job(self._new_job_id(), None, queue, requests)
+        job = _Job(self._new_job_id(), None, queue, requests, CURRENT.get())
         self._send_job(requests, job, streaming=True)
         ended = stop_sent = False
         try:

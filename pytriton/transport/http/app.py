@@ -109,12 +109,14 @@ class HttpFrontend:
         """Serve one HTTP request."""
         if scope["type"] != "http":
             return
-        if self._openai is not None and scope["path"].startswith(openai_codec.PATH_PREFIX):
+        path: str = scope["path"]
+        v2 = path.startswith("/v2")  # Triton's routes: the usual case, checked once
+        if not v2 and self._openai is not None and path.startswith(openai_codec.PATH_PREFIX):
             await self._openai(scope, receive, send)
             return
         try:
-            if self._routes and not scope["path"].startswith("/v2"):
-                match = self._routes.match(scope["path"], scope["method"])
+            if not v2 and self._routes:
+                match = self._routes.match(path, scope["method"])
                 if match is not None:
                     await self._custom(scope, receive, send, match)
                     return

@@ -1,0 +1,235 @@
+"""A sync callable's inner call to an idle sync model runs on the caller's own thread (Scheduler.run_here).
+
+It is still a request of the inner model: counted in its statistics, one call at a time on its instance (a busy
+model queues and batches the calls with its clients' requests), and cancelled with the outer request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from pytriton.compose import ModelCallError, call_model, call_model_async
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.proxy.types import Request
+from pytriton.triton import Triton
+from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
+
+INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
+
+
+class _Inner:
+    """A sync model that notes each batch's size and thread, and waits at `gate` while it is cleared."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.batches: List[int] = []
+        self.threads: List[str] = []
+
+    def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        self.gate.wait(10)
+        self.batches.append(len(requests))
+        self.threads.append(threading.current_thread().name)
+        return [{"y": request["x"]} for request in requests]
+
+
+class _Caller:
+    """A sync model that calls `inner` with its input plus one, noting its own thread."""
+
+    def __init__(self, inner: str) -> None:
+        self.inner = inner
+        self.threads: List[str] = []
+        self.errors: List[ModelCallError] = []
+
+    def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        self.threads.append(threading.current_thread().name)
+        try:
+            return [call_model(self.inner, {"x": request["x"] + 1}) for request in requests]
+        except ModelCallError as error:
+            self.errors.append(error)
+            raise
+
+
+def _infer(url: str, model: str, value: float) -> np.ndarray:
+    client = httpclient.InferenceServerClient(url)
+    given = httpclient.InferInput("x", [1, 1], "FP32")
+    given.set_data_from_numpy(np.array([[value]], dtype=np.float32))
+    output = client.infer(model, [given]).as_numpy("y")
+    assert output is not None
+    return output
+
+
+def _statistics(url: str, model: str) -> Dict[str, Any]:
+    client = httpclient.InferenceServerClient(url)
+    stats: Dict[str, Any] = client.get_inference_statistics(model, headers=HTTP_AUTH)["model_stats"][0]
+    return stats
+
+
+def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def _scheduler(triton: Triton, model: str) -> Any:
+    return triton._runtime.engine.model(model).scheduler
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["in-process", "two-frontend-processes"])
+def test_an_inner_call_to_an_idle_model_runs_on_the_callers_thread_and_is_counted(frontends: Optional[int]) -> None:
+    inner, caller = _Inner(), _Caller("inner")
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind, frontends=frontends) as triton:
+        url = http_url(triton)
+        for value in (1.0, 2.0, 3.0):
+            assert _infer(url, "caller", value).tolist() == [[value + 1]]
+        assert inner.threads == caller.threads  # each inner call ran on its caller's thread
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_count"]) == 3
+        assert int(stats["execution_count"]) == 3
+        assert int(stats["inference_stats"]["success"]["count"]) == 3
+        assert {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]} == {1: 3}
+        assert _scheduler(triton, "inner").open_requests == (0, 0)
+
+
+def test_inner_calls_to_a_busy_model_queue_and_batch_with_client_requests_in_its_own_thread() -> None:
+    inner, caller = _Inner(), _Caller("inner")
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        # Two instances: two outer requests run at once, each making its own inner call.
+        triton.bind("caller", [caller, caller], INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        inner.gate.clear()
+        blocker = threading.Thread(target=_infer, args=(url, "inner", 0.0))  # holds inner's only instance
+        blocker.start()
+        _wait_for(lambda: inner.gate is not None and _scheduler(triton, "inner").open_requests[1] == 1)
+        results: Dict[str, np.ndarray] = {}
+        threads = [
+            threading.Thread(target=lambda key=key, model=model: results.__setitem__(key, _infer(url, model, 5.0)))
+            for key, model in (("client", "inner"), ("first", "caller"), ("second", "caller"))
+        ]
+        for thread in threads:
+            thread.start()
+        _wait_for(lambda: _scheduler(triton, "inner").pending == 3)
+        inner.gate.set()
+        for thread in [*threads, blocker]:
+            thread.join(10)
+        assert inner.batches == [1, 3]
+        assert inner.threads[1] == inner.threads[0]  # the batch ran in the inner instance's thread
+        assert inner.threads[1] not in caller.threads
+        assert results["client"].tolist() == [[5.0]]
+        assert results["first"].tolist() == results["second"].tolist() == [[6.0]]
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_count"]) == 4
+        assert {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]} == {1: 1, 3: 1}
+
+        # Idle again: the next call runs on its caller's thread.
+        assert _infer(url, "caller", 7.0).tolist() == [[8.0]]
+        assert inner.threads[-1] == caller.threads[-1]
+
+
+class _Watching:
+    """A sync model that waits until its request is cancelled (or 10 s), noting its thread and what it saw."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.saw_cancel: List[bool] = []
+        self.threads: List[str] = []
+
+    def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        self.threads.append(threading.current_thread().name)
+        self.started.set()
+        deadline = time.monotonic() + 10
+        while not requests[0].is_cancelled() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.saw_cancel.append(requests[0].is_cancelled())
+        return [{"y": request["x"]} for request in requests]
+
+
+def test_an_inner_call_on_the_callers_thread_is_cancelled_with_the_outer_request() -> None:
+    watching, caller = _Watching(), _Caller("watching")
+
+    def bind(triton: Triton) -> None:
+        triton.bind("watching", watching, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as deadline:
+            client.infer("caller", [given], client_timeout=0.5)
+        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: len(caller.errors) == 1)
+        assert watching.threads == caller.threads  # it ran on the caller's thread
+        assert watching.saw_cancel == [True]
+        assert caller.errors[0].status.name == "CANCELLED"
+        assert caller.errors[0].message == "the request to model 'caller' that made the call has ended"
+        url = http_url(triton)
+        _wait_for(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
+        assert _scheduler(triton, "watching").open_requests == (0, 0)
+
+
+class _AsyncCaller:
+    """An async model that calls `inner` with its input plus one."""
+
+    def __init__(self, inner: str) -> None:
+        self.inner = inner
+        self.errors: List[ModelCallError] = []
+
+    async def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        try:
+            return [await call_model_async(self.inner, {"x": request["x"] + 1}) for request in requests]
+        except ModelCallError as error:
+            self.errors.append(error)
+            raise
+
+
+def test_an_async_callers_inner_call_to_an_idle_model_runs_in_its_thread_is_counted_and_cancelled() -> None:
+    inner, watching = _Inner(), _Watching()
+    caller, watcher = _AsyncCaller("inner"), _AsyncCaller("watching")
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("watching", watching, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("watcher", watcher, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        for value in (1.0, 2.0):
+            assert _infer(url, "caller", value).tolist() == [[value + 1]]
+        assert len(set(inner.threads)) == 1 and inner.threads[0].startswith("pytriton-inner")
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_count"]) == 2
+        assert int(stats["inference_stats"]["success"]["count"]) == 2
+
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as deadline:
+            client.infer("watcher", [given], client_timeout=0.5)
+        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: len(watcher.errors) == 1)
+        assert watching.saw_cancel == [True]
+        assert watcher.errors[0].status.name == "CANCELLED"
+        assert watcher.errors[0].message == "the request to model 'watcher' that made the call has ended"
+        _wait_for(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
+        assert _scheduler(triton, "watching").open_requests == (0, 0)
