@@ -106,7 +106,8 @@ class SystemSharedMemory:
         data = np.empty(byte_size, dtype=np.uint8) if into is None else into
         fd, position = mapped.fd, mapped.start + offset
         try:
-            done = os.preadv(fd, [data], position) if byte_size else 0  # the array itself: no memoryview to make
+            # The array itself, a buffer: no memoryview to make (numpy's stubs do not say it is one).
+            done = os.preadv(fd, [data], position) if byte_size else 0  # type: ignore[list-item]
             if done != byte_size:  # Linux's cap on one call, or the file ends before the region does
                 view = data.data.cast("B")
                 while done < byte_size:
