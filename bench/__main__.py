@@ -227,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise SystemExit("no target to measure")
         pin = (os.cpu_count() or 1) >= 2 and not args.no_pin
         analyzer = perf_analyzer.find(args.perf_analyzer)
-        if analyzer is None and perf_analyzer.GROUP in chosen:
+        if analyzer is None and any(name.startswith("pa_") or name == perf_analyzer.GROUP for name in chosen):
             log(f"NOTE: perf_analyzer rows {perf_analyzer.missing_note(args.perf_analyzer)}")
             log("      it installs into /tmp/perf-analyzer, outside the venv (bench/README.md, perf_analyzer)")
         options = Options(

@@ -86,7 +86,7 @@ class Bench:
                 log(f"NOTE: {hint}")
             self._start_all()
             self._load_rounds()
-            if pa.GROUP in self.o.workloads:
+            if pa.GROUP in self.o.workloads or any(row.name in self.o.workloads for row in pa.ROWS):
                 self._perf_analyzer()
             if "sweep" in self.o.workloads:
                 self._sweep()
@@ -212,14 +212,15 @@ class Bench:
                     self.servers[variant.name] = server
                     self.grpc[variant.name] = server.grpc_available()
         targets = self.all_targets()
+        rows = [row for row in pa.ROWS if pa.GROUP in self.o.workloads or row.name in self.o.workloads]
         if self.o.perf_analyzer is None:  # noted once at the start
-            for row in pa.ROWS:
+            for row in rows:
                 for target in targets:
                     status = self.o.perf_analyzer_missing if target.models else "n/a"
                     self.cells.setdefault(row.name, {})[target.name] = Cell(status=status)
             return
         for round_index in range(self.o.rounds):
-            for row in pa.ROWS:
+            for row in rows:
                 for target in targets if round_index % 2 == 0 else targets[::-1]:
                     self._run_pa_cell(row, target, round_index)
 

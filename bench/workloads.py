@@ -8,6 +8,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from bench import loadgen
 from bench.payloads import GRPC_PATH, Payload, batching_counters, grpc_frame, grpc_message, http_body, model_stats
+from bench.perf_analyzer import ROWS
 from bench.servers import ACCESS_TOKEN, ServerProcess
 
 MIB = 2**20
@@ -73,6 +74,8 @@ WORKLOADS: List[Workload] = [
     ),
 ]
 EXTRA_GROUPS = ("startup", "sweep", "memory", "perf_analyzer")
+# perf_analyzer's rows, which `--workloads` also takes one by one (bench/perf_analyzer.py's ROWS)
+PA_ROW_NAMES = tuple(row.name for row in ROWS)
 IDENTITY_C64 = Workload("http_bin_c64", _identity("binary"), 64, description="identity binary, 64 conns")
 
 
@@ -82,7 +85,7 @@ def select(spec: str) -> List[str]:
     for item in (part.strip() for part in spec.split(",") if part.strip()):
         if item == "all":
             matched = [w.name for w in WORKLOADS] + list(EXTRA_GROUPS)
-        elif item in EXTRA_GROUPS:
+        elif item in EXTRA_GROUPS or item in PA_ROW_NAMES:
             matched = [item]
         else:
             matched = [w.name for w in WORKLOADS if item == w.name or item in w.groups]

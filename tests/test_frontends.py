@@ -273,6 +273,53 @@ def test_a_region_registered_through_one_frontend_serves_a_request_on_another(se
         assert json.loads(response.read()) == {"error": "Unable to find shared memory region: 'r'"}
 
 
+def test_a_region_registered_again_through_one_frontend_serves_its_new_bytes_on_another(server: Triton) -> None:
+    """Each frontend maps the regions the hub registered: a name registered again maps its new segment everywhere."""
+    keys = [f"/pytriton-frontends-again-{os.getpid()}-{index}" for index in range(2)]
+    handles = [shm.create_shared_memory_region(f"again{index}", key, 64) for index, key in enumerate(keys)]
+    body = {
+        "inputs": [
+            {
+                "name": "INPUT_1",
+                "shape": [1, 4],
+                "datatype": "FP32",
+                "parameters": {"shared_memory_region": "again", "shared_memory_byte_size": 16},
+            }
+        ],
+        "outputs": [
+            {
+                "name": "OUTPUT_1",
+                "parameters": {
+                    "shared_memory_region": "again",
+                    "shared_memory_offset": 32,
+                    "shared_memory_byte_size": 16,
+                },
+            }
+        ],
+    }
+    with contextlib.ExitStack() as stack:
+        first, second = stack.enter_context(_connections_on_each_frontend(server.http_port, frontend_pids())).values()
+        for handle in handles:
+            stack.callback(shm.destroy_shared_memory_region, handle)
+        shm.set_shared_memory_region(handles[0], [np.arange(4, dtype=np.float32)])
+        shm.set_shared_memory_region(handles[1], [np.full(4, 9, np.float32)])
+        for key, expected in zip(keys, ([0.0, 1.0, 2.0, 3.0], [9.0] * 4)):
+            register = {"key": key, "offset": 0, "byte_size": 64}
+            first.request("POST", "/v2/systemsharedmemory/region/again/register", json.dumps(register), HTTP_AUTH)
+            assert first.getresponse().read() == b""
+            for connection in (second, first):
+                connection.request("POST", "/v2/models/identity/infer", json.dumps(body))
+                response = connection.getresponse()
+                assert response.status == 200, response.read()
+                response.read()
+            written = shm.get_contents_as_numpy(handles[keys.index(key)], np.float32, [12])
+            assert written[8:].tolist() == expected
+            second.request("POST", "/v2/systemsharedmemory/region/again/unregister", b"", HTTP_AUTH)
+            response = second.getresponse()
+            assert (response.status, response.read()) == (200, b"")
+        assert shm.get_contents_as_numpy(handles[0], np.float32, [12])[8:].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_a_decoupled_stream_runs_through_each_frontend(server: Triton) -> None:
     results: Dict[int, List[float]] = {}
     # A channel of its own each (grpc shares connections between channels to one address): two connections.

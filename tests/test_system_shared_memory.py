@@ -381,6 +381,49 @@ def test_an_output_segment_shrunk_after_registration_is_written_not_faulted(
     assert client.is_server_live()
 
 
+def test_a_request_sent_again_uses_the_regions_registered_under_its_names_now(
+    client: Any, segments: Tuple[Segment, Segment]
+) -> None:
+    """The server keeps what it read of a tensor's parameters (region names, offsets, sizes), never the regions."""
+    source, target = segments
+    other_source, other_target = Segment(256), Segment(256)
+    try:
+        a, c = np.arange(4, dtype=np.float32).reshape(1, 4), np.full((1, 4), 7, np.float32)
+        source.write([a])
+        other_source.write([c])
+        auth, lib = _auth(client), _lib(client)
+        inputs = [lib.InferInput("a", [1, 4], "FP32"), lib.InferInput("b", [1, 4], "FP32")]
+        inputs += [lib.InferInput("t", [1, 1], "BYTES")]
+        inputs[0].set_shared_memory("in", 16)
+        inputs[1].set_shared_memory("in", 16)
+        inputs[2].set_data_from_numpy(np.array([[b"x"]], dtype=np.object_))
+        output = lib.InferRequestedOutput("sum")
+        output.set_shared_memory("out", 16)
+
+        client.register_system_shared_memory("in", source.key, 64, headers=auth)
+        client.register_system_shared_memory("out", target.key, 64, headers=auth)
+        for _ in range(2):
+            client.infer("add", inputs, outputs=[output])
+        np.testing.assert_array_equal(target.read(np.float32, [1, 4]), a + a)
+
+        client.unregister_system_shared_memory(headers=auth)
+        client.register_system_shared_memory("in", other_source.key, 64, headers=auth)
+        client.register_system_shared_memory("out", other_target.key, 64, headers=auth)
+        client.infer("add", inputs, outputs=[output])
+        np.testing.assert_array_equal(other_target.read(np.float32, [1, 4]), c + c)  # the new segments' bytes
+        np.testing.assert_array_equal(target.read(np.float32, [1, 4]), a + a)  # the old one untouched
+
+        client.unregister_system_shared_memory("in", headers=auth)
+        with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'in'"):
+            client.infer("add", inputs, outputs=[output])
+        client.register_system_shared_memory("in", source.key, 8, headers=auth)  # now too small for the inputs
+        with pytest.raises(InferenceServerException, match="Invalid offset \\+ byte size for shared memory region"):
+            client.infer("add", inputs, outputs=[output])
+    finally:
+        other_source.destroy()
+        other_target.destroy()
+
+
 def _holds(key: str) -> int:
     """How many mappings and descriptors of the POSIX segment `key` this process has (Linux's /proc)."""
     path = f"/dev/shm{key}"

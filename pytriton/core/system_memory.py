@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -38,21 +38,34 @@ class SystemRegion:
     byte_size: int
 
 
+class _Mapped:
+    """A registered region with what each access needs at hand: its segment's descriptor and where it starts."""
+
+    __slots__ = ("fd", "region", "segment", "size", "start")
+
+    def __init__(self, region: SystemRegion, segment: SharedSegment) -> None:
+        self.region = region
+        self.segment = segment
+        self.fd = segment.fileno()
+        self.start = region.offset
+        self.size = region.byte_size
+
+
 class SystemSharedMemory:
     """The system shared-memory regions registered with one server (used on the event loop)."""
 
     def __init__(self) -> None:
         """No regions."""
-        self._regions: Dict[str, Tuple[SystemRegion, SharedSegment]] = {}
+        self._regions: Dict[str, _Mapped] = {}
 
     def status(self, name: str = "") -> List[SystemRegion]:
         """Every region, or the one named (NOT_FOUND when it is not registered)."""
         if not name:
-            return [region for region, _ in self._regions.values()]
+            return [mapped.region for mapped in self._regions.values()]
         found = self._regions.get(name)
         if found is None:
             raise InferenceError.not_found(f"Unable to find system shared memory region: '{name}'")
-        return [found[0]]
+        return [found.region]
 
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
         """Map `byte_size` bytes from `offset` of the segment `key` and register them as `name`."""
@@ -72,7 +85,7 @@ class SystemSharedMemory:
             if error.errno is not None:  # the segment could not be opened at all
                 raise InferenceError.invalid(f"Unable to open shared memory region: '{key}'") from None
             raise InferenceError.invalid(f"Invalid shared memory region: '{key}'") from None
-        self._regions[name] = (SystemRegion(name, key, offset, byte_size), segment)
+        self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment)
 
     def unregister(self, name: str = "") -> None:
         """Unregister and unmap one region, or all of them; an unknown name is not an error (as in Triton)."""
@@ -80,23 +93,25 @@ class SystemSharedMemory:
         for key in names:
             found = self._regions.pop(key, None)
             if found is not None:
-                found[1].close()
+                found.segment.close()
 
     def read(self, name: str, offset: int, byte_size: int, into: Optional[np.ndarray] = None) -> np.ndarray:
         """A copy of `byte_size` bytes of a region from `offset`, read with pread.
 
         Into `into` (a C-contiguous array of that many bytes) when given, else into a new writable uint8 array.
         """
-        region, segment = self._range(name, offset, byte_size)
+        mapped = self._regions.get(name)
+        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size:
+            raise _refusal(name, mapped)
         data = np.empty(byte_size, dtype=np.uint8) if into is None else into
-        fd, position = segment.fileno(), region.offset + offset
+        fd, position = mapped.fd, mapped.start + offset
         try:
-            view = data.data
-            done = os.preadv(fd, [view], position) if byte_size else 0
+            # The array itself, a buffer: no memoryview to make (numpy's stubs do not say it is one).
+            done = os.preadv(fd, [data], position) if byte_size else 0  # type: ignore[list-item]
             if done != byte_size:  # Linux's cap on one call, or the file ends before the region does
-                view = view.cast("B")
+                view = data.data.cast("B")
                 while done < byte_size:
-                    count = os.preadv(fd, [view[done : done + MAX_CALL_BYTES]], position + done)
+                    count = os.preadv(fd, (view[done : done + MAX_CALL_BYTES],), position + done)
                     if not count:
                         raise _shrunk(name)
                     done += count
@@ -110,14 +125,15 @@ class SystemSharedMemory:
         A segment the client shrank since its registration grows back to hold the bytes written: no fault, and
         no file check per write (an fstat costs more than the pwrite).
         """
-        source = memoryview(data)
-        size = source.nbytes
-        region, segment = self._range(name, offset, size)
-        fd, position = segment.fileno(), region.offset + offset
+        size = data.nbytes if isinstance(data, memoryview) else len(data)
+        mapped = self._regions.get(name)
+        if mapped is None or offset < 0 or offset + size > mapped.size:
+            raise _refusal(name, mapped)
+        fd, position = mapped.fd, mapped.start + offset
         try:
-            done = os.pwrite(fd, source, position) if size else 0
+            done = os.pwrite(fd, data, position) if size else 0
             if done != size:  # Linux's cap on one call
-                source = source.cast("B")
+                source = memoryview(data).cast("B")
                 while done < size:
                     count = os.pwrite(fd, source[done : done + MAX_CALL_BYTES], position + done)
                     if not count:
@@ -128,16 +144,16 @@ class SystemSharedMemory:
 
     def check(self, name: str, offset: int, byte_size: int) -> None:
         """Raise Triton's error unless `byte_size` bytes from `offset` lie inside the registered region `name`."""
-        self._range(name, offset, byte_size)
+        mapped = self._regions.get(name)
+        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size:
+            raise _refusal(name, mapped)
 
-    def _range(self, name: str, offset: int, byte_size: int) -> Tuple[SystemRegion, SharedSegment]:
-        """The region `name` and its segment, when it holds `byte_size` bytes from `offset`."""
-        found = self._regions.get(name)
-        if found is None:
-            raise InferenceError.not_found(f"Unable to find shared memory region: '{name}'")
-        if offset < 0 or byte_size < 0 or offset + byte_size > found[0].byte_size:
-            raise InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
-        return found
+
+def _refusal(name: str, mapped: Optional[_Mapped]) -> InferenceError:
+    """Triton's error for an access to a region not registered (`mapped` None), or outside the one registered."""
+    if mapped is None:
+        return InferenceError.not_found(f"Unable to find shared memory region: '{name}'")
+    return InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
 
 
 def _shrunk(name: str) -> InferenceError:

@@ -46,15 +46,29 @@ class ChannelClosed(ConnectionError):
     """The other side closed the channel (or died)."""
 
 
-def encode(head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = ()) -> List[Buffer]:
-    """The buffers of one message, to send in order (descriptors go with the first)."""
+def encode(
+    head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = (), body_size: Optional[int] = None
+) -> List[Buffer]:
+    """The buffers of one message, to send in order (descriptors go with the first).
+
+    `body_size` is the body's length when the caller knows it. A small body is joined to the head: one buffer
+    is one cheap send, where each part of a batch of small tensors would cost a memoryview to send it as it is.
+    """
     if len(fds) > MAX_FDS:
         raise ValueError(f"at most {MAX_FDS} descriptors go with one message")
     pickled = pickle.dumps(head, _PICKLE_PROTOCOL)
     if not body:
         return [_HEADER.pack(len(pickled), 0, len(fds)) + pickled]  # one buffer: one cheap send
-    body_size = sum(memoryview(part).nbytes for part in body)
-    return [_HEADER.pack(len(pickled), body_size, len(fds)) + pickled, *body]
+    if body_size is None:
+        body_size = sum(memoryview(part).nbytes for part in body)
+    header = _HEADER.pack(len(pickled), body_size, len(fds)) + pickled
+    if body_size <= JOINED_BODY_BYTES:
+        return [b"".join([header, *body])]
+    return [header, *body]
+
+
+# Bodies up to this size are copied behind their head (see encode); larger ones go out from where they lie.
+JOINED_BODY_BYTES = 16 * 1024
 
 
 def _descriptors(ancillary: List[Tuple[int, int, bytes]]) -> List[int]:
@@ -262,17 +276,25 @@ class LoopChannel:
         self._on_message = on_message
         self._on_closed = on_closed
 
-    def send(self, head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = (), give: bool = False) -> None:
+    def send(
+        self,
+        head: Any,
+        body: Sequence[Buffer] = (),
+        fds: Sequence[int] = (),
+        give: bool = False,
+        body_size: Optional[int] = None,
+    ) -> None:
         """Send one message, now if the socket takes it, else as soon as it can.
 
         With `give` the descriptors are the channel's: closed once sent, or when the channel closes (also when
-        this raises ChannelClosed); without it they must stay open until the message is out.
+        this raises ChannelClosed); without it they must stay open until the message is out. `body_size`: the
+        body's length, when the caller knows it.
         """
         if self.closed:
             if give:
                 _close_all(fds)
             raise ChannelClosed("the channel is closed")
-        message = encode(head, body, fds)
+        message = encode(head, body, fds, body_size)
         if len(message) == 1 and not fds and not self._pending:
             try:
                 sent = self.sock.send(message[0])

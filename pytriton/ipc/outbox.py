@@ -59,11 +59,11 @@ class Outbox:
         heads = self._heads
         if not heads:
             return
-        parts = self._parts
+        parts, size = self._parts, self._size
         self._heads, self._parts, self._size = [], [], 0
         if not self._channel.closed:
             try:
-                self._channel.send((BATCH, heads), parts)
+                self._channel.send((BATCH, heads), parts, body_size=size)
             except ChannelClosed:
                 pass  # the channel's on_closed says what becomes of what was waiting for answers
 

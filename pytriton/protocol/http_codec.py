@@ -81,7 +81,7 @@ def decode_infer_request(
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             batch_sizes.append(spec.check_input(name, datatype, shape))
             binary_size = tensor_parameters.get("binary_data_size")
-            region = tensor_region(tensor_parameters, f"input '{name}'") if REGION in tensor_parameters else None
+            region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
             if region is not None:
                 _only_shared_memory(raw, binary_size)
                 inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
@@ -261,7 +261,7 @@ def _requested_outputs(
             if count:
                 classes[name] = count
         binary[name] = parameters.get("binary_data", False) is True
-        region = tensor_region(parameters, f"output '{name}'") if REGION in parameters else None
+        region = tensor_region(parameters, "output", name) if REGION in parameters else None
         if region is not None:
             _memory(memory).check(region.region, region.offset, region.byte_size)
             regions[name] = region

@@ -6,14 +6,15 @@ and an optional `shared_memory_offset`) is read from, or written into, a region 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+import math
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.datatypes import ELEMENT_SIZE, numpy_dtype
 from pytriton.core.errors import InferenceError
-from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
+from pytriton.core.raw_tensors import array_from_raw, raw_from_array
 from pytriton.core.request import OutputTensor
 from pytriton.core.system_memory import SystemRegion, SystemSharedMemory
 
@@ -51,13 +52,13 @@ def status_message(regions: Sequence[SystemRegion]) -> Any:
     return response
 
 
-def tensor_region(parameters: Optional[Mapping[str, Any]], what: str) -> Optional[TensorRegion]:
-    """The region a tensor's parameters (plain values) name, or None when it is not in shared memory."""
+def tensor_region(parameters: Optional[Mapping[str, Any]], kind: str, name: str) -> Optional[TensorRegion]:
+    """The region the parameters (plain values) of a tensor (`kind` "input" or "output") name, or None when none."""
     if not parameters or REGION not in parameters:
         return None
     region = parameters[REGION]
     if not isinstance(region, str) or not region:
-        raise InferenceError.invalid(f"'{REGION}' of {what} must be a region name")
+        raise InferenceError.invalid(f"'{REGION}' of {kind} '{name}' must be a region name")
     byte_size = parameters.get(BYTE_SIZE)
     if byte_size is None:  # Triton's answer when the size is missing
         raise InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{region}'")
@@ -73,18 +74,22 @@ def read_input(
     memory: SystemSharedMemory, where: TensorRegion, datatype: str, shape: Sequence[int], name: str, model: str
 ) -> np.ndarray:
     """An input's array, copied out of its region (its size must be the tensor's, as Triton checks)."""
-    size = ELEMENT_SIZE.get(datatype)
-    if size is None:  # BYTES: its data tells its size
+    fixed = _FIXED_SIZE.get(datatype)
+    if fixed is None:  # BYTES: its data tells its size
         data = memory.read(where.region, where.offset, where.byte_size)
         return array_from_raw(data.data, datatype, shape, name, model)
-    expected = size * element_count(shape)
+    expected = fixed[0] * math.prod(shape)
     if expected != where.byte_size:
         memory.check(where.region, where.offset, where.byte_size)  # an unknown region or range first, as Triton
         raise InferenceError.invalid_input(
             f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, "
             f"got {where.byte_size}"
         )
-    return memory.read(where.region, where.offset, where.byte_size, np.empty(shape, numpy_dtype(datatype)))
+    return memory.read(where.region, where.offset, expected, np.empty(shape, fixed[1]))
+
+
+# Element size and numpy dtype of each fixed-size datatype.
+_FIXED_SIZE: Dict[str, Tuple[int, np.dtype]] = {name: (size, numpy_dtype(name)) for name, size in ELEMENT_SIZE.items()}
 
 
 def write_output(memory: SystemSharedMemory, where: TensorRegion, output: OutputTensor) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
-from pytriton.core.model import ServedModel
+from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.request import InferenceResponse
 from pytriton.core.sinks import ResponseSink
 from pytriton.ipc.calls import ABANDON, CALL, REPLY, Calls, Handler
@@ -48,6 +48,7 @@ from pytriton.runtime.frontends.protocol import (
     TOKENS,
     failed,
     pack_response,
+    pack_small_response,
     unpack_request,
 )
 
@@ -55,11 +56,6 @@ from pytriton.runtime.frontends.protocol import (
 ARENA_BUDGET_BYTES = 256 * 2**20
 
 _CLIENT_GONE = "the client disconnected before its response was ready"
-
-
-def _nowhere(_: np.ndarray) -> None:
-    """No array lies in shared memory here."""
-    return None
 
 
 class RemoteSink(ResponseSink):
@@ -83,10 +79,13 @@ class RemoteSink(ResponseSink):
         """Post a response (the last one of a plain request ends it)."""
         if self._done:
             return
-        head, body = self._link.pack_response(self.key, response)
-        self._link.outbox.post(head, body)
+        link = self._link
+        packed = pack_small_response(self.key, response)  # the usual response; else FrontendLink's placing
+        head, body = packed if packed is not None else link.pack_response(self.key, response)
+        link.outbox.post(head, body)
         if not self.streaming:
-            self._end()
+            self._done = True
+            link.sinks.pop(self.key, None)
 
     def fail(self, error: InferenceError) -> None:
         """Post the error that ends the request."""
@@ -142,6 +141,12 @@ class FrontendLink:
         self._let_go: Deque[Tuple[int, int]] = deque()
         self._releasing = False
         self._loans = itertools.count(1)
+        self._unpacking = 0  # the key of the request being unpacked (_view_unpacking)
+        # The model version each (name, version) named last, while it is ready: the engine's lookup costs a
+        # microsecond a request. A version the engine stops serving leaves READY at once (unloaded, retired for
+        # its replacement, removed), on this loop, so a ready one found here is still the one it serves.
+        self._ready: Dict[Tuple[str, str], ServedModel] = {}
+        self._view_unpacking_input = self._view_unpacking
 
     def on_message(self, message: Message) -> None:
         """Requests, cancels and calls from the frontend."""
@@ -181,10 +186,15 @@ class FrontendLink:
         sink = RemoteSink(self, key, streaming)
         self.sinks[key] = sink
         try:
-            model = self._engine.model(name, version)
+            model = self._ready.get((name, version))
+            if model is None or model.state is not ModelState.READY:
+                model = self._engine.model(name, version)
+                if model.state is ModelState.READY:
+                    self._ready[(name, version)] = model
             sink.model = model
+            self._unpacking = key
             try:
-                request = unpack_request(head, body, functools.partial(self._view_input, key))
+                request = unpack_request(head, body, self._view_unpacking_input)
             except ValueError as error:
                 raise InferenceError.invalid(str(error)) from None
             sink.queued = model.submit(request, sink, streaming)
@@ -199,6 +209,10 @@ class FrontendLink:
         except InferenceError:
             return  # unloaded meanwhile: nothing counts it any more
         model.record_tokens(first_token_ns, gaps_ns, output_tokens, prompt_tokens)
+
+    def _view_unpacking(self, where: int, offset: int, nbytes: int, dtype: np.dtype, shape: Any) -> np.ndarray:
+        """`_view_input` for the request being unpacked (one bound method for all: no partial per request)."""
+        return self._view_input(self._unpacking, where, offset, nbytes, dtype, shape)
 
     def _view_input(self, key: int, where: int, offset: int, nbytes: int, dtype: np.dtype, shape: Any) -> np.ndarray:
         """An input in the frontend's buffer, viewed where it lies until every view of it is gone."""
@@ -247,11 +261,9 @@ class FrontendLink:
 
     def pack_response(self, key: int, response: InferenceResponse) -> Tuple[Any, Any]:
         """A response's message: large outputs named where they lie, or lent a region of the arena."""
-        for output in response.outputs:
-            if output.array.nbytes >= SHARED_BYTES:
-                break
-        else:  # the usual small response: every output in the message
-            return pack_response(key, response, _nowhere, 0)
+        small = pack_small_response(key, response)
+        if small is not None:  # the usual small response: every output in the message
+            return small
         placed: Dict[int, Tuple[int, int]] = {}
         lend = {}
         loan = 0
