@@ -6,6 +6,8 @@ ensemble (a python-backend `pre` then `cls`, loaded from a model repository next
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List
@@ -19,7 +21,8 @@ from tritonclient.utils import InferenceServerException
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, Tensor
+from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, SequenceBatcher, Tensor
+from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
@@ -602,3 +605,175 @@ def test_a_step_the_response_cache_answers_ends_as_any_step() -> None:
             assert _http_infer(http_url(triton), "ens", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
         stats = httpclient.InferenceServerClient(http_url(triton)).get_inference_statistics("pre", headers=HTTP_AUTH)
         assert stats["model_stats"][0]["inference_stats"]["cache_hit"]["count"] == 1
+
+
+class Watchful:
+    """A step model whose call waits until its request is cancelled or the test lets it go."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.saw_cancel = threading.Event()
+        self.release = threading.Event()
+
+    def callable(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        self.entered.set()
+        deadline = time.monotonic() + 10
+        while not self.release.is_set() and time.monotonic() < deadline:
+            if all(request.is_cancelled() for request in requests):
+                self.saw_cancel.set()
+                break
+            time.sleep(0.005)
+        return [{"PRE_OUT": request["INPUT"] * 2} for request in requests]
+
+
+def _bind_watchful(watchful: Watchful) -> Callable[[Triton], None]:
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8)
+        triton.bind("watch_step", watchful.callable, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=config)
+        triton.bind_ensemble(
+            "watch_ens",
+            steps=[EnsembleStep("watch_step", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "OUT"})],
+            inputs=[_tensor("IN", 4)],
+            outputs=[_tensor("OUT", 4)],
+            config=config,
+        )
+
+    return bind
+
+
+def _fail_count(url: str, model: str) -> int:
+    stats = httpclient.InferenceServerClient(url).get_inference_statistics(model, headers=HTTP_AUTH)
+    return int(stats["model_stats"][0]["inference_stats"]["fail"]["count"])
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_an_http_client_that_disconnects_cancels_the_ensembles_running_step(frontends: Any) -> None:
+    watchful = Watchful()
+    with running_triton(_bind_watchful(watchful), frontends=frontends) as triton:
+        url = http_url(triton)
+        body = json.dumps({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]})
+        head = f"POST /v2/models/watch_ens/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", triton.http_port), timeout=10) as sock:
+            sock.sendall(head.encode() + body.encode())
+            assert watchful.entered.wait(10), "the step never ran"
+        assert watchful.saw_cancel.wait(10), "the step never saw its request cancelled"
+        _wait_for(lambda: _fail_count(url, "watch_ens") == 2)  # counted twice, as any failed ensemble request
+        assert _fail_count(url, "watch_step") == 1
+        watchful.release.set()
+        answer = _http_infer(url, "watch_ens", np.ones((1, 4), dtype=np.float32))
+        assert answer.as_numpy("OUT").tolist() == [[2, 2, 2, 2]]
+
+
+def test_an_http_client_that_disconnects_takes_the_ensembles_step_out_of_its_models_queue(server: Triton) -> None:
+    url = http_url(server)
+    GATED.gate.clear()
+    given = httpclient.InferInput("INPUT", [1, 4], "FP32")
+    given.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+    blocker = threading.Thread(target=lambda: httpclient.InferenceServerClient(url).infer("gated", [given]))
+    blocker.start()
+    try:
+        _wait_for(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
+        body = json.dumps({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]})
+        head = f"POST /v2/models/gated_ens/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
+            sock.sendall(head.encode() + body.encode())
+            _wait_for(lambda: _model(server, "gated").scheduler.pending == 1)  # the ensemble's step waits there
+        _wait_for(lambda: _model(server, "gated").scheduler.pending == 0)
+        _wait_for(lambda: not _model(server, "gated_ens").scheduler.open_requests[1])
+    finally:
+        GATED.gate.set()
+        blocker.join(10)
+    assert _http_infer(url, "gated_ens", ROWS).as_numpy("OUT").tolist() == (ROWS * 2).tolist()
+
+
+class Ordered:
+    """A step model with two priority levels whose calls wait at a gate, and the first input value of each call."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.seen: List[float] = []
+
+    def callable(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        assert self.gate.wait(10)
+        self.seen.extend(float(request["INPUT"][0, 0]) for request in requests)
+        return [{"PRE_OUT": request["INPUT"] * 2} for request in requests]
+
+
+ORDERED = Ordered()
+
+
+class SequenceRecorder:
+    """A step model with a sequence batcher: the sequence parameters of each request it ran."""
+
+    def __init__(self) -> None:
+        self.seen: List[Any] = []
+
+    def callable(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        self.seen.extend((r.sequence_id, r.sequence_start, r.sequence_end) for r in requests)
+        return [{"PRE_OUT": request["INPUT"] * 2} for request in requests]
+
+
+SEQUENCES = SequenceRecorder()
+
+
+def _bind_priority_and_sequence(triton: Triton) -> None:
+    single = ModelConfig(max_batch_size=1, batcher=DynamicBatcher(priority_levels=2, default_priority_level=2))
+    triton.bind("ordered", ORDERED.callable, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=single)
+    triton.bind_ensemble(
+        "ordered_ens",
+        steps=[EnsembleStep("ordered", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "OUT"})],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OUT", 4)],
+        config=ModelConfig(max_batch_size=1),
+    )
+    sequences = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher())
+    triton.bind("seq_step", SEQUENCES.callable, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=sequences)
+    triton.bind_ensemble(
+        "seq_ens",
+        steps=[EnsembleStep("seq_step", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "OUT"})],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OUT", 4)],
+        config=ModelConfig(max_batch_size=4),
+    )
+
+
+def test_the_requests_priority_goes_to_its_steps() -> None:
+    with running_triton(_bind_priority_and_sequence) as triton:
+        url = http_url(triton)
+        ordered = _model(triton, "ordered").scheduler
+        ORDERED.gate.clear()
+        results: List[Any] = []
+
+        def infer(model: str, name: str, value: float, priority: int) -> None:
+            given = httpclient.InferInput(name, [1, 4], "FP32")
+            given.set_data_from_numpy(np.full((1, 4), value, dtype=np.float32))
+            results.append(httpclient.InferenceServerClient(url).infer(model, [given], priority=priority))
+
+        threads = [threading.Thread(target=infer, args=("ordered", "INPUT", 0.0, 0))]
+        try:
+            threads[0].start()
+            _wait_for(lambda: bool(ordered.open_requests[1]))  # the first runs, held at the gate
+            threads.append(threading.Thread(target=infer, args=("ordered", "INPUT", 1.0, 0)))  # level 2, the default
+            threads[-1].start()
+            _wait_for(lambda: ordered.pending == 1)
+            threads.append(threading.Thread(target=infer, args=("ordered_ens", "IN", 2.0, 1)))  # level 1
+            threads[-1].start()
+            _wait_for(lambda: ordered.pending == 2)
+        finally:
+            ORDERED.gate.set()
+            for thread in threads:
+                thread.join(10)
+        assert len(results) == 3
+        assert ORDERED.seen == [0.0, 2.0, 1.0]  # the ensemble's step, at its request's priority, ran first
+
+
+def test_the_requests_sequence_parameters_go_to_its_steps() -> None:
+    with running_triton(_bind_priority_and_sequence) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        SEQUENCES.seen.clear()
+        given = httpclient.InferInput("IN", [1, 4], "FP32")
+        given.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        client.infer("seq_ens", [given], sequence_id=7, sequence_start=True)
+        client.infer("seq_ens", [given], sequence_id=7, sequence_end=True)
+        assert SEQUENCES.seen == [(7, True, False), (7, False, True)]

@@ -223,7 +223,19 @@ def run_in_path(path: Optional[PathSource], fn: Callable[..., Any], *args: Any) 
 class InnerCall(ResponseSink):
     """One inner call's sink: responses (or the error) gathered on the loop, `wake()` called on each change."""
 
-    __slots__ = ("_path", "_timer", "compute", "ended", "error", "items", "model", "queued", "streaming", "wake")
+    __slots__ = (
+        "_path",
+        "_timer",
+        "compute",
+        "ended",
+        "error",
+        "items",
+        "model",
+        "outer",
+        "queued",
+        "streaming",
+        "wake",
+    )
 
     def __init__(self, wake: Callable[[], None]) -> None:
         """Create the sink; `wake` runs on the loop after each response and at the end."""
@@ -236,6 +248,9 @@ class InnerCall(ResponseSink):
         self.streaming = False  # a stream's reader is woken by each response; a single call's by its end only
         # An ensemble step's: where its model adds the request's compute times (input, infer, output ns).
         self.compute: Optional[List[int]] = None
+        # An ensemble step's: the ensemble's request, whose id, priority, timeout and sequence parameters the step's
+        # request takes, as Triton's ensemble scheduler gives them to its steps.
+        self.outer: Optional[InferenceRequest] = None
         self._path: Optional[CallPath] = None
         self._timer: Optional[asyncio.TimerHandle] = None
 
@@ -315,6 +330,12 @@ class InnerCall(ResponseSink):
         request = build_request(spec, inputs, parameters, requested_outputs)
         request.origin = (path.chain, deadline, path.span)
         request.compute_sink = self.compute
+        outer = self.outer
+        if outer is not None:
+            request.id = outer.id
+            request.priority = outer.priority
+            request.timeout_us = outer.timeout_us
+            request.sequence = outer.sequence
         self.model = model
         self.queued = model.submit(request, self, streaming)
         if self.queued is None:  # the response cache answered: that response is the call's only one

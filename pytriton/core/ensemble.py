@@ -6,10 +6,17 @@ requests and counts in its statistics. The ensemble has no queue and no instance
 Triton's for an ensemble: per successful request one execution of the request's batch size, whose compute times
 are the sums of its steps' compute times; a failed request counts twice, as in Triton. A step's error fails the
 request: "in ensemble '<name>', " followed by the step model's message, with its status.
+
+A step's request takes the ensemble request's id, priority, timeout and sequence (correlation) parameters, as
+Triton's ensemble scheduler copies them into its steps' requests. A client that leaves (a gRPC cancel, an HTTP
+client that disconnects once its request has waited WATCH_AFTER_S) fails the request CANCELLED, and its steps in
+flight leave their models' queues or are cancelled where they run.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from typing import Any, Coroutine, Dict, List, Optional, Tuple
 
@@ -23,7 +30,10 @@ from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ModelStats
-from pytriton.core.watch import Disconnect
+from pytriton.core.watch import WATCH_AFTER_S, Disconnect
+
+_CLIENT_GONE = "the client disconnected before its response was ready"
+_WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
 
 
 class EnsembleScheduler(Scheduler):
@@ -35,13 +45,14 @@ class EnsembleScheduler(Scheduler):
         assert spec.ensemble is not None
         self.graph: EnsembleGraph = spec.ensemble
         self._runs: Dict[ResponseSink, EnsembleRun] = {}
+        self._sweep_timer: Optional[asyncio.TimerHandle] = None  # while runs whose clients may leave are open
 
     def submit_inline(
         self, request: InferenceRequest, sink: ResponseSink, gone: Optional[Disconnect] = None
     ) -> Optional[Coroutine[Any, Any, None]]:
         """Start a request's steps; its response goes to `sink` once the last one answered (never run inline).
 
-        An HTTP client that disconnects does not stop the steps (`gone` is not watched): a gRPC cancel does.
+        A request whose client leaves (`gone()` returns; watched once it has run WATCH_AFTER_S) is cancelled.
         """
         if not self._accepting:
             self.stats.record_failure(0, FailureReason.REJECTED.value)
@@ -50,8 +61,34 @@ class EnsembleScheduler(Scheduler):
             raise InferenceError.unavailable(f"ensemble '{self.spec.name}' is not served by an engine")
         run = EnsembleRun(self, request, sink)
         self._runs[sink] = run
+        if gone is not None:
+            run.gone = gone
+            if self._sweep_timer is None:
+                self._sweep_timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
         run.start()
         return None
+
+    def _sweep(self) -> None:
+        """Watch the clients of runs open WATCH_AFTER_S (a request answered sooner costs no watcher); again later."""
+        self._sweep_timer = None
+        due_ns = time.monotonic_ns() - _WATCH_AFTER_NS
+        watched = False
+        for run in list(self._runs.values()):
+            if run.gone is None:
+                continue
+            watched = True
+            if run.watcher is None and run.start_ns <= due_ns:
+                watcher = run.watcher = asyncio.ensure_future(run.gone())
+                watcher.add_done_callback(functools.partial(self._run_client_left, run))
+        if watched:
+            self._sweep_timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
+
+    def _run_client_left(self, run: EnsembleRun, watcher: asyncio.Future[Any]) -> None:
+        """A run's client disconnected (a watcher that failed counts the same): its steps are cancelled."""
+        if watcher.cancelled():
+            return
+        watcher.exception()  # read, so that a failed watcher is not reported as never retrieved
+        run.fail(InferenceError.cancelled(_CLIENT_GONE))
 
     def withdraw(self, sink: ResponseSink) -> None:
         """The caller left: cancel its steps still running."""
@@ -99,6 +136,7 @@ class EnsembleRun:
         "again",
         "compute",
         "done",
+        "gone",
         "path",
         "pending",
         "request",
@@ -109,6 +147,7 @@ class EnsembleRun:
         "started_ns",
         "starting",
         "tensors",
+        "watcher",
     )
 
     def __init__(self, scheduler: EnsembleScheduler, request: InferenceRequest, sink: ResponseSink) -> None:
@@ -125,6 +164,8 @@ class EnsembleRun:
         self.done = False
         self.starting = False  # steps are being started (a step that ends meanwhile leaves the rest to that loop)
         self.again = False
+        self.gone: Optional[Disconnect] = None  # returns once the client has disconnected
+        self.watcher: Optional[asyncio.Future[Any]] = None  # awaits `gone()` once the run is open WATCH_AFTER_S
         deadline = self.start_ns + request.timeout_us * 1000 if request.timeout_us else 0
         assert scheduler.models is not None
         self.path: CallPath = PathMaker(scheduler.models, scheduler.spec.name).path_of([request.origin], [deadline])
@@ -187,6 +228,7 @@ class EnsembleRun:
         version = None if step.model_version < 0 else str(step.model_version)
         call = InnerCall(lambda: self._step_ended(call))
         call.compute = self.compute
+        call.outer = self.request
         self.running[call] = index
         requested = [model_output for model_output, _ in step.output_map]
         call.start(
@@ -254,6 +296,8 @@ class EnsembleRun:
         self.done = True
         self.path.close(f"the request to ensemble '{self.scheduler.spec.name}' has ended")
         self.tensors = {}
+        if self.watcher is not None:
+            self.watcher.cancel()
         self.scheduler.ended(self)
 
 
