@@ -850,8 +850,11 @@ SIGINT_SERVER = textwrap.dedent(
     triton.bind("m", infer, inputs=tensor, outputs=tensor)
     triton.run()
 
-    def announce():  # the port, once serve() handles SIGINT (a signal before that would kill the process)
-        while signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    # The port, once serve() handles SIGINT: before, a SIGINT kills the process, or is lost where it was ignored
+    # when the process started (SIG_IGN is inherited: a background job's under a shell without job control, as
+    # CI runs may be), so "not Python's default handler" is no sign. serve() sets SIGTERM's handler after SIGINT's.
+    def announce():
+        while not callable(signal.getsignal(signal.SIGTERM)):
             time.sleep(0.01)
         print(triton.grpc_port, flush=True)
 
