@@ -16,7 +16,6 @@ flight leave their models' queues or are cancelled where they run.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from typing import Any, Coroutine, Dict, List, Optional, Tuple
 
@@ -30,10 +29,9 @@ from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ModelStats
-from pytriton.core.watch import WATCH_AFTER_S, Disconnect
+from pytriton.core.watch import Disconnect, QueueWatch
 
 _CLIENT_GONE = "the client disconnected before its response was ready"
-_WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
 
 
 class EnsembleScheduler(Scheduler):
@@ -45,7 +43,8 @@ class EnsembleScheduler(Scheduler):
         assert spec.ensemble is not None
         self.graph: EnsembleGraph = spec.ensemble
         self._runs: Dict[ResponseSink, EnsembleRun] = {}
-        self._sweep_timer: Optional[asyncio.TimerHandle] = None  # while runs whose clients may leave are open
+        # No queue: the runs' clients are watched as a model's running requests are.
+        self._run_watch: QueueWatch[EnsembleRun] = QueueWatch((), self._runs.values, self._run_client_left)
 
     def submit_inline(
         self, request: InferenceRequest, sink: ResponseSink, gone: Optional[Disconnect] = None
@@ -62,32 +61,12 @@ class EnsembleScheduler(Scheduler):
         run = EnsembleRun(self, request, sink)
         self._runs[sink] = run
         if gone is not None:
-            run.gone = gone
-            if self._sweep_timer is None:
-                self._sweep_timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
+            self._run_watch.watch(run, gone)
         run.start()
         return None
 
-    def _sweep(self) -> None:
-        """Watch the clients of runs open WATCH_AFTER_S (a request answered sooner costs no watcher); again later."""
-        self._sweep_timer = None
-        due_ns = time.monotonic_ns() - _WATCH_AFTER_NS
-        watched = False
-        for run in list(self._runs.values()):
-            if run.gone is None:
-                continue
-            watched = True
-            if run.watcher is None and run.start_ns <= due_ns:
-                watcher = run.watcher = asyncio.ensure_future(run.gone())
-                watcher.add_done_callback(functools.partial(self._run_client_left, run))
-        if watched:
-            self._sweep_timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
-
-    def _run_client_left(self, run: EnsembleRun, watcher: asyncio.Future[Any]) -> None:
-        """A run's client disconnected (a watcher that failed counts the same): its steps are cancelled."""
-        if watcher.cancelled():
-            return
-        watcher.exception()  # read, so that a failed watcher is not reported as never retrieved
+    def _run_client_left(self, run: EnsembleRun) -> None:
+        """A run's client disconnected: its steps are cancelled."""
         run.fail(InferenceError.cancelled(_CLIENT_GONE))
 
     def withdraw(self, sink: ResponseSink) -> None:
@@ -122,6 +101,7 @@ class EnsembleScheduler(Scheduler):
         runs = list(self._runs.values())
         for run in runs:
             run.fail(self._stopped())
+        self._run_watch.stop()
         return len(runs)
 
     def resume(self) -> None:
@@ -136,6 +116,7 @@ class EnsembleRun:
         "again",
         "compute",
         "done",
+        "enqueue_ns",
         "gone",
         "path",
         "pending",
@@ -143,7 +124,6 @@ class EnsembleRun:
         "running",
         "scheduler",
         "sink",
-        "start_ns",
         "started_ns",
         "starting",
         "tensors",
@@ -155,7 +135,7 @@ class EnsembleRun:
         self.scheduler = scheduler
         self.request = request
         self.sink = sink
-        self.start_ns = time.monotonic_ns()
+        self.enqueue_ns = time.monotonic_ns()
         self.started_ns = 0
         self.tensors: Dict[str, np.ndarray] = dict(request.inputs)
         self.pending: List[int] = list(range(len(scheduler.graph.steps)))
@@ -166,7 +146,7 @@ class EnsembleRun:
         self.again = False
         self.gone: Optional[Disconnect] = None  # returns once the client has disconnected
         self.watcher: Optional[asyncio.Future[Any]] = None  # awaits `gone()` once the run is open WATCH_AFTER_S
-        deadline = self.start_ns + request.timeout_us * 1000 if request.timeout_us else 0
+        deadline = self.enqueue_ns + request.timeout_us * 1000 if request.timeout_us else 0
         assert scheduler.models is not None
         self.path: CallPath = PathMaker(scheduler.models, scheduler.spec.name).path_of([request.origin], [deadline])
 
@@ -274,7 +254,9 @@ class EnsembleRun:
         stats = self.scheduler.stats
         batch_size = max(1, self.request.batch_size) if spec.batching else 1
         compute = (self.compute[0], self.compute[1], self.compute[2])
-        stats.record_success(time.monotonic_ns() - self.start_ns, self.started_ns - self.start_ns, compute, batch_size)
+        stats.record_success(
+            time.monotonic_ns() - self.enqueue_ns, self.started_ns - self.enqueue_ns, compute, batch_size
+        )
         stats.record_execution(batch_size, *compute)
         self.sink.deliver(InferenceResponse(outputs))
         self.sink.finish()
@@ -287,7 +269,7 @@ class EnsembleRun:
         # Counted twice, as Triton 2.51 counts a failed ensemble request: once as its error response is sent
         # (with its reason), once as the request is released (OTHER).
         stats = self.scheduler.stats
-        total_ns = time.monotonic_ns() - self.start_ns
+        total_ns = time.monotonic_ns() - self.enqueue_ns
         stats.record_failure(total_ns, error.reason.value)
         stats.record_failure(total_ns, FailureReason.OTHER.value)
         self.sink.fail(error)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import Any, Awaitable, Callable, Iterator, Optional
-
-from pytriton.core.queues import Entry, PriorityQueues
+from typing import Any, Awaitable, Callable, Generic, Iterable, Optional, Protocol, TypeVar
 
 # Returns once a request's client has disconnected.
 Disconnect = Callable[[], Awaitable[Any]]
@@ -16,7 +14,18 @@ WATCH_AFTER_S = 0.1
 _WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
 
 
-class QueueWatch:
+class Watched(Protocol):
+    """What a watched request holds: its client's `gone`, the watcher awaiting it, and when it came."""
+
+    gone: Optional[Callable[[], Awaitable[Any]]]
+    watcher: Optional[asyncio.Future[Any]]
+    enqueue_ns: int
+
+
+W = TypeVar("W", bound=Watched)
+
+
+class QueueWatch(Generic[W]):
     """Watches the clients of one model's requests once they have waited WATCH_AFTER_S, queued or running.
 
     A sweep every WATCH_AFTER_S while requests wait or run starts a watcher (`gone()` in a task) for each
@@ -25,7 +34,7 @@ class QueueWatch:
     """
 
     def __init__(
-        self, queues: PriorityQueues, running: Callable[[], Iterator[Entry]], client_left: Callable[[Entry], None]
+        self, queues: Iterable[W], running: Callable[[], Iterable[W]], client_left: Callable[[W], None]
     ) -> None:
         """Watch requests in `queues` and `running()`; `client_left(entry)` runs for one whose client left."""
         self._queues = queues
@@ -33,7 +42,7 @@ class QueueWatch:
         self._client_left = client_left
         self._timer: Optional[asyncio.TimerHandle] = None
 
-    def watch(self, entry: Entry, gone: Disconnect) -> None:
+    def watch(self, entry: W, gone: Disconnect) -> None:
         """Watch a request just queued or started, should it wait WATCH_AFTER_S."""
         entry.gone = gone
         if self._timer is None:
@@ -59,7 +68,7 @@ class QueueWatch:
         if waiting:
             self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
 
-    def _gone(self, entry: Entry, watcher: asyncio.Future[Any]) -> None:
+    def _gone(self, entry: W, watcher: asyncio.Future[Any]) -> None:
         """A watcher ended: its client disconnected (a watcher that failed counts the same)."""
         if watcher.cancelled():
             return
