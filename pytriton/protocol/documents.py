@@ -161,25 +161,16 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
     """
     if spec.ensemble is not None:
         return _ensemble_config(spec)
-    config: Dict[str, Any] = {
-        "name": spec.name,
-        "platform": "",
-        "backend": "python",
-        "runtime": "",
-        "version_policy": {"latest": {"num_versions": 1}},
-        "max_batch_size": spec.max_batch_size,
-        "input": [_input_config(tensor) for tensor in spec.inputs],
-        "output": [_output_config(tensor) for tensor in spec.outputs],
-        "batch_input": [],
-        "batch_output": [],
-        "optimization": {
+    config = _config_head(spec, "", "python")
+    config.update(
+        optimization={
             "priority": "PRIORITY_DEFAULT",
             "input_pinned_memory": {"enable": True},
             "output_pinned_memory": {"enable": True},
             "gather_kernel_buffer_threshold": 0,
             "eager_batching": False,
-        },
-    }
+        }
+    )
     if spec.batching and spec.batcher is not None:
         config["dynamic_batching"] = _dynamic_batching(spec)
     if spec.sequence_batcher is not None:
@@ -215,10 +206,38 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
 def _ensemble_config(spec: ModelSpec) -> Dict[str, Any]:
     """An ensemble's config as Triton 2.51 prints it: no backend, optimization, batcher or instances; its steps."""
     assert spec.ensemble is not None
+    config = _config_head(spec, "ensemble", "")
+    steps = [
+        {
+            "model_name": step.model_name,
+            "model_version": step.model_version,
+            "input_map": dict(step.input_map),
+            "output_map": dict(step.output_map),
+            "model_namespace": "",
+        }
+        for step in spec.ensemble.steps
+    ]
+    config.update(
+        {
+            "ensemble_scheduling": {"step": steps},
+            "instance_group": [],
+            "default_model_filename": "",
+            "cc_model_filenames": {},
+            "metric_tags": {},
+            "parameters": {name: {"string_value": value} for name, value in spec.parameters},
+            "model_warmup": [],
+            "model_transaction_policy": {"decoupled": False},
+        }
+    )
+    return config
+
+
+def _config_head(spec: ModelSpec, platform: str, backend: str) -> Dict[str, Any]:
+    """The fields every model config starts with, in Triton's order: names, the batch size, the tensors."""
     return {
         "name": spec.name,
-        "platform": "ensemble",
-        "backend": "",
+        "platform": platform,
+        "backend": backend,
         "runtime": "",
         "version_policy": {"latest": {"num_versions": 1}},
         "max_batch_size": spec.max_batch_size,
@@ -226,25 +245,6 @@ def _ensemble_config(spec: ModelSpec) -> Dict[str, Any]:
         "output": [_output_config(tensor) for tensor in spec.outputs],
         "batch_input": [],
         "batch_output": [],
-        "ensemble_scheduling": {
-            "step": [
-                {
-                    "model_name": step.model_name,
-                    "model_version": step.model_version,
-                    "input_map": dict(step.input_map),
-                    "output_map": dict(step.output_map),
-                    "model_namespace": "",
-                }
-                for step in spec.ensemble.steps
-            ]
-        },
-        "instance_group": [],
-        "default_model_filename": "",
-        "cc_model_filenames": {},
-        "metric_tags": {},
-        "parameters": {name: {"string_value": value} for name, value in spec.parameters},
-        "model_warmup": [],
-        "model_transaction_policy": {"decoupled": False},
     }
 
 

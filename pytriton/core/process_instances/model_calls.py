@@ -81,13 +81,7 @@ class CalleeArenas:
 
     def take_read(self) -> Tuple[int, ...]:
         """The calls whose inputs nothing here views any more, since the last call."""
-        read = self._read
-        if not read:
-            return ()
-        taken = []
-        while read:
-            taken.append(read.popleft())
-        return tuple(taken)
+        return _taken(self._read)
 
     def pack_answer(
         self, outputs: Outputs, inputs: Optional[np.ndarray] = None
@@ -220,13 +214,7 @@ class CallerArenas:
 
     def take_answers_read(self) -> Tuple[int, ...]:
         """The answers whose outputs nothing here views any more, since the last call."""
-        read = self._answers_read
-        if not read:
-            return ()
-        taken = []
-        while read:
-            taken.append(read.popleft())
-        return tuple(taken)
+        return _taken(self._answers_read)
 
     def close(self) -> None:
         """Release the call arena and unmap the answer arena (arrays still viewing it keep it mapped)."""
@@ -246,3 +234,13 @@ def _let_go(watched: Dict[Any, Any], gone: Deque[int], key: Any, value: int, _: 
 def _in_inputs(packed: List[Any]) -> bool:
     """Whether a packed answer names outputs that lie in its call's inputs."""
     return any(len(item) == 3 and any(ref[0] == IN_INPUTS for ref in item[0].values()) for item in packed)
+
+
+def _taken(read: Deque[int]) -> Tuple[int, ...]:
+    """Everything in `read`, taken out oldest first (another thread may append meanwhile: popleft, not clear)."""
+    if not read:
+        return ()
+    taken = []
+    while read:
+        taken.append(read.popleft())
+    return tuple(taken)
