@@ -17,7 +17,9 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import pathlib
+import resource
 import statistics
 import sys
 import tempfile
@@ -81,6 +83,12 @@ def _cpu(server: ServerProcess) -> Dict[str, float]:
     return {"hub": _cpu_seconds(server.proc.pid), "frontends": frontends}
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's reaped children: the load generator's runs, once each has ended."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _load(row: Row, server: ServerProcess, seconds: float, threads: int) -> Callable[[], Dict[str, float]]:
     """The call that runs `row`'s load against `server` for `seconds`."""
     if row.payload.protocol == "grpc":
@@ -99,7 +107,9 @@ def measure_pa(protocol: str, server: ServerProcess, args: argparse.Namespace) -
     if binary is None:
         raise SystemExit(pa.missing_note(args.perf_analyzer))
     before, stats_before = _cpu(server), model_stats(server.base_url, pa.MODEL, ACCESS_TOKEN)
+    load_before = _children_cpu()
     result = pa.run(binary, server, pa.Row(protocol, args.pa_concurrency), args.duration, None)
+    load_cpu = _children_cpu() - load_before
     after, stats_after = _cpu(server), model_stats(server.base_url, pa.MODEL, ACCESS_TOKEN)
     count = max(stats_after[0] - stats_before[0], 1) if stats_before and stats_after else 1
     return {
@@ -108,6 +118,7 @@ def measure_pa(protocol: str, server: ServerProcess, args: argparse.Namespace) -
         "p99_ms": result["p99_ms"],
         "hub_us": (after["hub"] - before["hub"]) / count * 1e6,
         "frontends_us": (after["frontends"] - before["frontends"]) / count * 1e6,
+        "load_us": load_cpu / count * 1e6,
     }
 
 
@@ -115,10 +126,11 @@ def measure(row: Row, server: ServerProcess, args: argparse.Namespace) -> Dict[s
     """One run of a row: throughput, latency and CPU per request of each part of the server."""
     if args.warmup:
         _load(row, server, args.warmup, args.load_threads)()
-    before = _cpu(server)
+    before, load_before = _cpu(server), _children_cpu()
     result = _load(row, server, args.duration, args.load_threads)()
-    after = _cpu(server)
+    after, load_cpu = _cpu(server), _children_cpu() - load_before
     requests = max(result["requests"], 1.0)
+    result["load_us"] = load_cpu / requests * 1e6
     result["hub_us"] = (after["hub"] - before["hub"]) / requests * 1e6
     result["frontends_us"] = (after["frontends"] - before["frontends"]) / requests * 1e6
     return result
@@ -149,7 +161,8 @@ def run(args: argparse.Namespace) -> Dict[str, Dict[int, List[Dict[str, float]]]
                     results[name][count].append(point)
                     print(
                         f"round {round_index + 1} {name} frontends={count}: {point['rps']:,.0f} req/s, "
-                        f"hub {point['hub_us']:.1f} us, frontends {point['frontends_us']:.1f} us per request",
+                        f"hub {point['hub_us']:.1f} us, frontends {point['frontends_us']:.1f} us, "
+                        f"load generator {point['load_us']:.1f} us per request",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -158,14 +171,27 @@ def run(args: argparse.Namespace) -> Dict[str, Dict[int, List[Dict[str, float]]]
     return results
 
 
+def _ceiling(one: Dict[str, float]) -> float:
+    """How many times 1 frontend's req/s this machine's cores could serve if no request cost more CPU than
+    it does with 1 frontend (server and load generator together): the bound on any split of the I/O."""
+    cost_us = one["hub_us"] + one["frontends_us"] + one["load_us"]
+    return (os.cpu_count() or 1) / (cost_us * 1e-6) / one["rps"]
+
+
 def table(results: Dict[str, Dict[int, List[Dict[str, float]]]]) -> str:
-    """Medians per row and count; the ratio to 1 frontend is the median of the per-round ratios."""
+    """Medians per row and count; the ratio to 1 frontend is the median of the per-round ratios.
+
+    "ceiling" is `_ceiling` of the same round's 1-frontend run: a ratio above it needs the frontends and the hub
+    together to spend less CPU per request than the server of one process does.
+    """
     lines = [
-        "| row | frontends | req/s | vs 1 | p50 ms | hub CPU us/req | frontends CPU us/req |",
-        "|---|---|---|---|---|---|---|",
+        "| row | frontends | req/s | vs 1 | ceiling | p50 ms | hub CPU us/req | frontends CPU us/req "
+        "| load generator CPU us/req |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, by_count in results.items():
         base = by_count.get(1, [])
+        ceiling = f"{statistics.median(_ceiling(one) for one in base):.2f}x" if base else "-"
         for count, points in by_count.items():
             if not points:
                 continue
@@ -173,9 +199,11 @@ def table(results: Dict[str, Dict[int, List[Dict[str, float]]]]) -> str:
             ratio = f"{statistics.median(ratios):.2f}x" if ratios else "-"
             lines.append(
                 f"| {name} | {count} | {statistics.median(p['rps'] for p in points):,.0f} | {ratio} "
+                f"| {ceiling if count != 1 else '-'} "
                 f"| {statistics.median(p.get('p50_ms', 0.0) for p in points):.2f} "
                 f"| {statistics.median(p['hub_us'] for p in points):.1f} "
-                f"| {statistics.median(p['frontends_us'] for p in points):.1f} |"
+                f"| {statistics.median(p['frontends_us'] for p in points):.1f} "
+                f"| {statistics.median(p['load_us'] for p in points):.1f} |"
             )
     return "\n".join(lines)
 
