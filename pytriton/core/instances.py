@@ -13,7 +13,7 @@ from pytriton.core.composition import CURRENT, PathSource, run_in_path
 from pytriton.core.custom_metrics import end_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import host_step
-from pytriton.core.sequence_states import SequenceStates
+from pytriton.core.sequences.states import SequenceStates
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request, mark_cancelled
 

@@ -22,7 +22,7 @@ from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
 from pytriton.core.running import RunningBatch, RunningBatches
-from pytriton.core.sequence_batcher import LiveSequence, SequenceSlots
+from pytriton.core.sequences.batcher import LiveSequence, SequenceSlots
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats

@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 
 from pytriton.core.datatypes import config_enum
 from pytriton.core.model import RepositoryEntry, ServedModel
-from pytriton.core.sequence_controls import corrid_dtype
+from pytriton.core.sequences.controls import corrid_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.model_config.common import QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher, SequenceControlInput, SequenceControlKind

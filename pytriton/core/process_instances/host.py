@@ -49,7 +49,7 @@ from pytriton.core.process_instances.protocol import (
     pack_result,
 )
 from pytriton.core.process_instances.result_arena import ResultArena
-from pytriton.core.sequence_states import SequenceStates
+from pytriton.core.sequences.states import SequenceStates
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.ipc.tensors import ArenaWriter, Buffer

@@ -49,7 +49,7 @@ from pytriton.core.process_instances.protocol import (
 )
 from pytriton.core.process_instances.result_arena import lease_result
 from pytriton.core.process_instances.spawn import ProcessPlan, Started, StartError, spawn
-from pytriton.core.sequence_states import SequenceStates
+from pytriton.core.sequences.states import SequenceStates
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.segment_index import SHARED_SEGMENTS

@@ -20,7 +20,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 from pytriton.core.errors import InferenceError
 from pytriton.core.queues import Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest
-from pytriton.core.sequence_controls import ControlTensors
+from pytriton.core.sequences.controls import ControlTensors
 from pytriton.core.spec import ModelSpec
 
 LOGGER = logging.getLogger(__name__)
