@@ -738,6 +738,16 @@ def _bind_priority_and_sequence(triton: Triton) -> None:
         outputs=[_tensor("OUT", 4)],
         config=ModelConfig(max_batch_size=4),
     )
+    triton.bind(
+        "plain_double", _double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=ModelConfig(max_batch_size=4)
+    )
+    triton.bind_ensemble(
+        "fan_free_ens",
+        steps=[EnsembleStep("plain_double", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "OUT"})],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OUT", 4)],
+        config=ModelConfig(max_batch_size=4),
+    )
     triton.bind_ensemble(  # an ensemble as a step: its answer's sequence parameters reach the outer answer
         "nested_ens",
         steps=[EnsembleStep("seq_ens", input_map={"IN": "IN"}, output_map={"OUT": "OUT"})],
@@ -814,17 +824,14 @@ def test_an_ensemble_answers_with_its_requests_sequence_parameters_over_http_and
                 "sequence_start": {"bool_param": True},
                 "sequence_end": {"bool_param": True},
             }
-        generated = json.loads(
-            http._post(  # the generate extension: the ensemble's parameters among its keys, as Triton's
-                "v2/models/seq_ens/generate",
-                json.dumps({"IN": [[1, 1, 1, 1]], "parameters": {"sequence_id": 5, "sequence_start": True}}),
-                {},
-                None,
-            ).read()
-        )
-        assert {key: generated[key] for key in ("sequence_id", "sequence_start", "sequence_end")} == {
-            "sequence_id": 5,
-            "sequence_start": True,
+        # generate: the ensemble's parameters among the sorted keys, as tritonserver 2.51's
+        # {"OUT":[2.0,2.0,2.0,2.0],"model_name":...,"sequence_end":false,"sequence_id":0,"sequence_start":false}
+        generated = http._post("v2/models/fan_free_ens/generate", json.dumps({"IN": [[1, 1, 1, 1]]}), {}, None)
+        document = json.loads(generated.read())
+        assert list(document) == sorted(document)
+        assert {key: document[key] for key in ("sequence_id", "sequence_start", "sequence_end")} == {
+            "sequence_id": 0,
+            "sequence_start": False,
             "sequence_end": False,
         }
 
