@@ -135,7 +135,8 @@ class TritonBase:
         Each step runs a bound model on ensemble tensors once all of them are available (independent steps run
         at once); the ensemble's inputs are the first tensors, its outputs are gathered from the steps'. A step
         is a request like a client's: it joins its model's queue and batches with the model's other requests.
-        The model config shows `platform: "ensemble"` and the steps; a step's error fails the request.
+        The model config shows `platform: "ensemble"` and the steps; a step's error fails the request. A decoupled
+        step's responses each flow through the steps after it, and the ensemble is then decoupled (streamed).
 
         Args:
             model_name: name of the ensemble.
@@ -145,11 +146,13 @@ class TritonBase:
             outputs: the ensemble's outputs (an output's `labels` serve a client's `class_count`).
             model_version: version of the ensemble.
             config: `max_batch_size` (each step's model must allow as much, or not batch); an ensemble has no
-                batcher, instances, warm-up, cache or decoupled mode of its own.
+                batcher, instances, warm-up, cache or decoupled mode of its own (it is decoupled when a step's
+                model is).
 
         Raises:
             PyTritonInvalidOperationError: the ensemble is refused (Triton's message: an unknown step model or
-                tensor, an ensemble output no step writes, a tensor written twice, a cycle...), or the server was
+                tensor, an ensemble output no step writes, a tensor written twice, a cycle, a step reading tensors
+                of two decoupled origins...), or the server was
                 stopped.
         """
         if self._state is ServerState.STOPPED:

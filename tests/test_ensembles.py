@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonModelConfigError
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, SequenceBatcher, Tensor
+from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, QueuePolicy, SequenceBatcher, Tensor
 from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
@@ -738,6 +738,23 @@ def _bind_priority_and_sequence(triton: Triton) -> None:
         outputs=[_tensor("OUT", 4)],
         config=ModelConfig(max_batch_size=4),
     )
+    triton.bind(
+        "plain_double", _double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=ModelConfig(max_batch_size=4)
+    )
+    triton.bind_ensemble(
+        "fan_free_ens",
+        steps=[EnsembleStep("plain_double", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "OUT"})],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OUT", 4)],
+        config=ModelConfig(max_batch_size=4),
+    )
+    triton.bind_ensemble(  # an ensemble as a step: its answer's sequence parameters reach the outer answer
+        "nested_ens",
+        steps=[EnsembleStep("seq_ens", input_map={"IN": "IN"}, output_map={"OUT": "OUT"})],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OUT", 4)],
+        config=ModelConfig(max_batch_size=4),
+    )
 
 
 def test_the_requests_priority_goes_to_its_steps() -> None:
@@ -779,3 +796,262 @@ def test_the_requests_sequence_parameters_go_to_its_steps() -> None:
         client.infer("seq_ens", [given], sequence_id=7, sequence_start=True)
         client.infer("seq_ens", [given], sequence_id=7, sequence_end=True)
         assert SEQUENCES.seen == [(7, True, False), (7, False, True)]
+
+
+def test_an_ensemble_answers_with_its_requests_sequence_parameters_over_http_and_grpc() -> None:
+    # tritonserver 2.51, an ensemble of python-backend steps asked with sequence parameters:
+    # {"sequence_id":42,"sequence_start":true,"sequence_end":false} over HTTP (once per output: JSON keeps one);
+    # sequence_id "abc" with sequence_end: string_param "abc", bool_param false, bool_param true over gRPC.
+    with running_triton(_bind_priority_and_sequence) as triton:
+        http = httpclient.InferenceServerClient(http_url(triton))
+        grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = httpclient.InferInput("IN", [1, 4], "FP32")
+        given.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        for model in ("seq_ens", "nested_ens"):  # an ensemble step's answer carries the same parameters on
+            answer = http.infer(model, [given], sequence_id=42, sequence_start=True)
+            assert answer.get_response()["parameters"] == {
+                "sequence_id": 42,
+                "sequence_start": True,
+                "sequence_end": False,
+            }
+            assert answer.as_numpy("OUT").tolist() == [[2, 2, 2, 2]]
+            grpc_given = grpcclient.InferInput("IN", [1, 4], "FP32")
+            grpc_given.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+            result = grpc.infer(model, [grpc_given], sequence_id="abc", sequence_start=True, sequence_end=True)
+            parameters = result.get_response(as_json=True)["parameters"]
+            assert parameters == {
+                "sequence_id": {"string_param": "abc"},
+                "sequence_start": {"bool_param": True},
+                "sequence_end": {"bool_param": True},
+            }
+        # generate: the ensemble's parameters among the sorted keys, as tritonserver 2.51's
+        # {"OUT":[2.0,2.0,2.0,2.0],"model_name":...,"sequence_end":false,"sequence_id":0,"sequence_start":false}
+        generated = http._post("v2/models/fan_free_ens/generate", json.dumps({"IN": [[1, 1, 1, 1]]}), {}, None)
+        document = json.loads(generated.read())
+        assert list(document) == sorted(document)
+        assert {key: document[key] for key in ("sequence_id", "sequence_start", "sequence_end")} == {
+            "sequence_id": 0,
+            "sequence_start": False,
+            "sequence_end": False,
+        }
+
+
+def _fan(requests: List[Request]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """Decoupled: as many responses as the first element of a request's INPUT, the i-th adding i."""
+    for index in range(int(max(request["INPUT"][0] for request in requests))):
+        yield [{"FANNED": request["INPUT"] + index} for request in requests if index < request["INPUT"][0]]
+
+
+def _increment(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [{"Y": request["X"] + 1} for request in requests]
+
+
+def _bind_decoupled(triton: Triton, fan: Any = _fan) -> None:
+    """`fan` (decoupled) then `inc`; `fan_last`: `fan` alone; `fan_mixed`: reads `fan`'s and the request's tensors."""
+    unbatched = ModelConfig(batching=False)
+    triton.bind(
+        "fan", fan, [_tensor("INPUT", 2)], [_tensor("FANNED", 2)], config=ModelConfig(batching=False, decoupled=True)
+    )
+    triton.bind("inc", _increment, [_tensor("X", 2)], [_tensor("Y", 2)], config=unbatched)
+    triton.bind_ensemble(
+        "fan_ens",
+        steps=[
+            EnsembleStep("fan", input_map={"INPUT": "IN"}, output_map={"FANNED": "mid"}),
+            EnsembleStep("inc", input_map={"X": "mid"}, output_map={"Y": "OUT"}),
+        ],
+        inputs=[_tensor("IN", 2)],
+        outputs=[_tensor("OUT", 2)],
+        config=unbatched,
+    )
+    triton.bind_ensemble(
+        "fan_last",
+        steps=[EnsembleStep("fan", input_map={"INPUT": "IN"}, output_map={"FANNED": "OUT"})],
+        inputs=[_tensor("IN", 2)],
+        outputs=[_tensor("OUT", 2)],
+        config=unbatched,
+    )
+
+
+class _Stream:
+    """A tritonclient gRPC stream whose callbacks land in a list, read once the stream is closed."""
+
+    def __init__(self, url: str) -> None:
+        self.client = grpcclient.InferenceServerClient(url)
+        self.items: List[Any] = []
+        self.client.start_stream(callback=lambda result, error: self.items.append(error if error else result))
+
+    def ask(self, model: str, values: List[float], **options: Any) -> None:
+        given = grpcclient.InferInput("IN", [len(values)], "FP32")
+        given.set_data_from_numpy(np.array(values, dtype=np.float32))
+        self.client.async_stream_infer(model, [given], enable_empty_final_response=True, **options)
+
+    def close(self) -> List[Any]:
+        self.client.stop_stream()  # waits until the server ended the stream
+        self.client.close()
+        return self.items
+
+
+def _answers(items: List[Any]) -> List[Any]:
+    """Each stream response as (OUT or None, whether final, sequence_id)."""
+    answers = []
+    for item in items:
+        assert not isinstance(item, Exception), item
+        parameters = item.get_response().parameters
+        out = item.as_numpy("OUT").tolist() if item.get_response().outputs else None
+        sequence = parameters["sequence_id"].int64_param if "sequence_id" in parameters else None
+        answers.append((out, parameters["triton_final_response"].bool_param, sequence))
+    return answers
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_a_decoupled_step_streams_each_response_through_the_steps_after_it(frontends: Any) -> None:
+    # tritonserver 2.51, the same ensembles of python-backend steps: the config says decoupled; a stream answers
+    # once per response of the decoupled step, each carried through the steps after it; the last answer is final
+    # when no step runs any more, else an empty final response follows (as after a decoupled step's last one).
+    fan = ProcessInstances(_fan) if frontends else _fan
+    with running_triton(lambda triton: _bind_decoupled(triton, fan), frontends=frontends) as triton:
+        http = httpclient.InferenceServerClient(http_url(triton))
+        for model in ("fan_ens", "fan_last"):
+            config = http.get_model_config(model)
+            assert config["model_transaction_policy"] == {"decoupled": True}
+        stream = _Stream(grpc_url(triton))
+        stream.ask("fan_last", [3, 10], request_id="a")
+        stream.ask("fan_ens", [2, 10], request_id="b", sequence_id=9, sequence_start=True)
+        stream.ask("fan_ens", [0, 10], request_id="c")
+        items = stream.close()
+        by_id: Dict[str, List[Any]] = {}
+        for item in items:
+            assert not isinstance(item, Exception), item
+            by_id.setdefault(item.get_response().id, []).append(item)
+        assert _answers(by_id["a"]) == [
+            ([3, 10], False, 0),
+            ([4, 11], False, 0),
+            ([5, 12], False, 0),
+            (None, True, None),
+        ]
+        fanned = _answers(by_id["b"])
+        assert [out for out, _, _ in fanned if out is not None] == [[3, 11], [4, 12]]
+        assert [final for _, final, _ in fanned] in ([False, True], [False, False, True])
+        assert all(sequence == 9 for out, _, sequence in fanned if out is not None)
+        assert _answers(by_id["c"]) == [(None, True, None)]  # no response from the decoupled step: the end alone
+        stats = http.get_inference_statistics("fan_ens", headers=HTTP_AUTH)["model_stats"][0]
+        assert stats["inference_count"] == 2 and stats["inference_stats"]["fail"]["count"] == 0
+
+
+def test_a_decoupled_ensemble_refuses_single_response_calls_in_tritons_words() -> None:
+    with running_triton(_bind_decoupled) as triton:
+        http = httpclient.InferenceServerClient(http_url(triton))
+        given = httpclient.InferInput("IN", [2], "FP32")
+        given.set_data_from_numpy(np.array([2, 10], dtype=np.float32))
+        with pytest.raises(InferenceServerException, match="HTTP end point doesn't support models with decoupled"):
+            http.infer("fan_ens", [given])
+        grpc_given = grpcclient.InferInput("IN", [2], "FP32")
+        grpc_given.set_data_from_numpy(np.array([2, 10], dtype=np.float32))
+        with pytest.raises(InferenceServerException, match="ModelInfer RPC doesn't support models with decoupled"):
+            grpcclient.InferenceServerClient(grpc_url(triton)).infer("fan_ens", [grpc_given])
+        # generate takes one response (tritonserver 2.51's words for more), generate_stream each of them
+        one = http._post("v2/models/fan_ens/generate", json.dumps({"IN": [1, 10]}), {}, None)
+        assert json.loads(one.read())["OUT"] == [2, 11]
+        two = http._post("v2/models/fan_ens/generate", json.dumps({"IN": [2, 10]}), {}, None)
+        assert json.loads(two.read()) == {
+            "error": "generate expects model to produce exactly 1 response, use generate stream for model that "
+            "generates various number of responses"
+        }
+        streamed = http._post("v2/models/fan_ens/generate_stream", json.dumps({"IN": [2, 10]}), {}, None).read()
+        events = [json.loads(line[len(b"data: ") :]) for line in streamed.split(b"\n") if line.startswith(b"data: ")]
+        assert [event["OUT"] for event in events] == [[3, 11], [4, 12]]
+
+
+def test_a_step_that_reads_tensors_of_two_decoupled_origins_is_refused_in_tritons_words() -> None:
+    # tritonserver 2.51: "in ensemble ens_mix, step of model 'ens_mix' receives inputs originated from different
+    # decoupled models" (the step's output is the ensemble's, so Triton names the ensemble).
+    with running_triton(_bind_decoupled) as triton:
+        mixed = [
+            EnsembleStep("fan", input_map={"INPUT": "IN"}, output_map={"FANNED": "fanned"}),
+            EnsembleStep("inc", input_map={"X": "IN"}, output_map={"Y": "plain"}),
+            EnsembleStep("add2", input_map={"A": "fanned", "B": "plain"}, output_map={"SUM": "OUT"}),
+        ]
+        triton.bind(
+            "add2", _add, [_tensor("A", 2), _tensor("B", 2)], [_tensor("SUM", 2)], config=ModelConfig(batching=False)
+        )
+        with pytest.raises(PyTritonInvalidOperationError) as refused:
+            triton.bind_ensemble(
+                "ens_mix", mixed, [_tensor("IN", 2)], [_tensor("OUT", 2)], config=ModelConfig(batching=False)
+            )
+        assert (
+            "in ensemble ens_mix, step of model 'ens_mix' receives inputs originated from different decoupled models"
+            in str(refused.value)
+        )
+        two_origins = [
+            EnsembleStep("fan", input_map={"INPUT": "IN"}, output_map={"FANNED": "OUT"}),
+            EnsembleStep("inc", input_map={"X": "IN"}, output_map={"Y": "OTHER"}),
+        ]
+        with pytest.raises(PyTritonInvalidOperationError) as refused:
+            triton.bind_ensemble(
+                "ens_dec2",
+                two_origins,
+                [_tensor("IN", 2)],
+                [_tensor("OUT", 2), _tensor("OTHER", 2)],
+                config=ModelConfig(batching=False),
+            )
+        assert (
+            "in ensemble ens_dec2, step of model 'ens_dec2' receives inputs originated from different decoupled models"
+            in str(refused.value)
+        )
+
+
+def _sleep_then_double(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    time.sleep(float(requests[0]["INPUT"][0, 0]))  # runs past the request's timeout: only a queue applies it
+    return [{"PRE_OUT": request["INPUT"] * 2} for request in requests]
+
+
+QUEUE_TIMEOUTS = ModelConfig(
+    max_batch_size=1,
+    batcher=DynamicBatcher(
+        default_queue_policy=QueuePolicy(default_timeout_microseconds=100_000_000, allow_timeout_override=True)
+    ),
+)
+
+
+def _bind_timeouts(triton: Triton) -> None:
+    triton.bind("sleepy", _sleep_then_double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=QUEUE_TIMEOUTS)
+    triton.bind("gated_q", GATED.callable, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=QUEUE_TIMEOUTS)
+    triton.bind_ensemble(
+        "timed_ens",
+        steps=[
+            EnsembleStep("sleepy", input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "mid"}),
+            EnsembleStep("gated_q", input_map={"INPUT": "mid"}, output_map={"PRE_OUT": "OUT"}),
+        ],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OUT", 4)],
+        config=ModelConfig(max_batch_size=1),
+    )
+
+
+def test_the_request_timeout_applies_to_each_steps_queue_not_to_the_whole_ensemble() -> None:
+    # tritonserver 2.51, two steps whose queue policy allows the request's timeout: a request that runs 1.2 s with
+    # timeout 0.6 s answers; one whose second step waits in its queue past the timeout fails "in ensemble
+    # 'ens_slowq', Request timeout expired".
+    with running_triton(_bind_timeouts) as triton:
+        url = http_url(triton)
+        client = httpclient.InferenceServerClient(url)
+        GATED.gate.set()
+        slow = httpclient.InferInput("IN", [1, 4], "FP32")
+        slow.set_data_from_numpy(np.full((1, 4), 0.3, dtype=np.float32))
+        answer = client.infer("timed_ens", [slow], timeout=100_000)  # the first step alone runs 0.3 s
+        assert answer.as_numpy("OUT").tolist() == (np.full((1, 4), 0.3, dtype=np.float32) * 4).tolist()
+        GATED.gate.clear()
+        given = httpclient.InferInput("INPUT", [1, 4], "FP32")
+        given.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        blocker = threading.Thread(target=lambda: httpclient.InferenceServerClient(url).infer("gated_q", [given]))
+        blocker.start()
+        try:
+            _wait_for(lambda: bool(_model(triton, "gated_q").scheduler.open_requests[1]))
+            quick = httpclient.InferInput("IN", [1, 4], "FP32")
+            quick.set_data_from_numpy(np.zeros((1, 4), dtype=np.float32))
+            with pytest.raises(InferenceServerException) as expired:
+                client.infer("timed_ens", [quick], timeout=200_000)  # its second step waits behind the blocker
+            assert expired.value.message() == "in ensemble 'timed_ens', Request timeout expired"
+        finally:
+            GATED.gate.set()
+            blocker.join(10)

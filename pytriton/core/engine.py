@@ -99,7 +99,7 @@ class Engine:
         """
         self.check_new(spec)
         if spec.ensemble is not None:
-            check_ensemble(spec, self)
+            spec = check_ensemble(spec, self)
         versions = self._models.setdefault(spec.name, {})
         spec = dataclasses.replace(
             spec, max_tensor_elements=self._max_tensor_elements, max_response_bytes=self._max_response_bytes
@@ -325,7 +325,7 @@ class Engine:
                     )
                 if target.ensemble is not None:
                     try:
-                        check_ensemble(target, self)
+                        target = check_ensemble(target, self)
                     except ValueError as error:
                         raise InferenceError.invalid(f"failed to load '{name}' version {version}: {error}") from None
                 targets.append((version, target, binder))

@@ -7,8 +7,12 @@ Triton's for an ensemble: per successful request one execution of the request's 
 are the sums of its steps' compute times; a failed request counts twice, as in Triton. A step's error fails the
 request: "in ensemble '<name>', " followed by the step model's message, with its status.
 
-A step's request takes the ensemble request's id, priority, timeout and sequence (correlation) parameters, as
-Triton's ensemble scheduler copies them into its steps' requests. A client that leaves (a gRPC cancel, an HTTP
+A decoupled step's responses each flow on through the steps after it (the ensemble is then decoupled, as Triton
+makes it, and answers once per set of outputs). A step's request takes the ensemble request's id, priority, timeout
+and sequence (correlation) parameters, as Triton's ensemble scheduler copies them into its steps' requests: the
+timeout applies in each step model's queue (its queue policy), never to the run as a whole. The tensors a step
+writes carry its request's sequence parameters (or those its response gives, as an ensemble step's does), and
+the ensemble answers with those of its outputs. A client that leaves (a gRPC cancel, an HTTP
 client that disconnects once its request has waited WATCH_AFTER_S) fails the request CANCELLED, and its steps in
 flight leave their models' queues or are cancelled where they run.
 """
@@ -16,15 +20,17 @@ flight leave their models' queues or are cancelled where they run.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from typing import Any, Coroutine, Dict, List, Optional, Tuple
+from collections import deque
+from typing import Any, Coroutine, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pytriton.core.composition import CallArguments, CallPath, InnerCall, Models, PathMaker, outputs_of
 from pytriton.core.ensemble_graph import EnsembleGraph, EnsembleStepDef, StepModel, check_steps, check_structure
 from pytriton.core.errors import FailureReason, InferenceError
-from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
+from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor, SequenceMark
 from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
@@ -42,6 +48,14 @@ class EnsembleScheduler(Scheduler):
         super().__init__(spec, [], stats, on_unrecoverable)
         assert spec.ensemble is not None
         self.graph: EnsembleGraph = spec.ensemble
+        readers: Dict[str, List[int]] = {}
+        for index, step in enumerate(self.graph.steps):
+            for _, tensor in step.input_map:
+                if index not in readers.setdefault(tensor, []):
+                    readers[tensor].append(index)
+        self.input_names = tuple(tensor.name for tensor in spec.inputs)
+        # Per ensemble tensor: the steps that read it.
+        self.readers: Dict[str, Tuple[int, ...]] = {tensor: tuple(steps) for tensor, steps in readers.items()}
         self._runs: Dict[ResponseSink, EnsembleRun] = {}
         # No queue: the runs' clients are watched as a model's running requests are.
         self._run_watch: QueueWatch[EnsembleRun] = QueueWatch((), self._runs.values, self._run_client_left)
@@ -64,6 +78,23 @@ class EnsembleScheduler(Scheduler):
             self._run_watch.watch(run, gone)
         run.start()
         return None
+
+    def wanted_of(self, request: InferenceRequest) -> Sequence[str]:
+        """The ensemble outputs a request asks for (all of them when it names none)."""
+        names = request.requested_outputs
+        return self.spec.output_names if names is None else names
+
+    def streams(self, step: EnsembleStepDef) -> bool:
+        """Whether a step's model is decoupled (its responses are taken as they come)."""
+        assert self.models is not None
+        try:
+            return bool(
+                self.models.model(
+                    step.model_name, "" if step.model_version < 0 else str(step.model_version)
+                ).spec.decoupled
+            )
+        except InferenceError:  # unloaded meanwhile: the step's call fails with Triton's words
+            return False
 
     def _run_client_left(self, run: EnsembleRun) -> None:
         """A run's client disconnected: its steps are cancelled."""
@@ -109,25 +140,47 @@ class EnsembleScheduler(Scheduler):
         self._accepting = True
 
 
+class _Value:
+    """One version of an ensemble tensor (Triton's iteration).
+
+    Its array, the sequence mark of the step request that wrote it (None: the ensemble request's), and how many
+    readers (steps, and the answer for a requested output) still have to take it.
+    """
+
+    __slots__ = ("array", "mark", "readers")
+
+    def __init__(self, array: Optional[np.ndarray], mark: Optional[SequenceMark], readers: int) -> None:
+        self.array = array  # None: an optional ensemble input the request left out
+        self.mark = mark
+        self.readers = readers
+
+
 class EnsembleRun:
-    """One request through an ensemble's steps, on the engine's loop."""
+    """One request through an ensemble's steps, on the engine's loop.
+
+    As Triton's ensemble scheduler, each ensemble tensor holds numbered versions: each response of the step that
+    writes it adds the next one (a decoupled step's responses add several), and a step runs once for every number
+    all the tensors it reads have. The ensemble answers once its requested outputs have a version of one number;
+    the answer is final when no step runs any more (else the run ends later with an empty final response).
+    """
 
     __slots__ = (
-        "again",
+        "busy",
         "compute",
         "done",
         "enqueue_ns",
         "gone",
         "path",
-        "pending",
         "request",
+        "responded",
         "running",
         "scheduler",
         "sink",
         "started_ns",
-        "starting",
-        "tensors",
+        "values",
+        "versions",
         "watcher",
+        "woken",
     )
 
     def __init__(self, scheduler: EnsembleScheduler, request: InferenceRequest, sink: ResponseSink) -> None:
@@ -137,128 +190,192 @@ class EnsembleRun:
         self.sink = sink
         self.enqueue_ns = time.monotonic_ns()
         self.started_ns = 0
-        self.tensors: Dict[str, np.ndarray] = dict(request.inputs)
-        self.pending: List[int] = list(range(len(scheduler.graph.steps)))
+        self.values: Dict[str, Dict[int, _Value]] = {}
+        self.versions: Dict[str, int] = {}
         self.running: Dict[InnerCall, int] = {}
+        self.woken: Deque[InnerCall] = deque()
+        self.busy = False  # steps' responses are being taken (a step that ends meanwhile waits in `woken`)
+        self.responded = False
         self.compute = [0, 0, 0]
         self.done = False
-        self.starting = False  # steps are being started (a step that ends meanwhile leaves the rest to that loop)
-        self.again = False
         self.gone: Optional[Disconnect] = None  # returns once the client has disconnected
         self.watcher: Optional[asyncio.Future[Any]] = None  # awaits `gone()` once the run is open WATCH_AFTER_S
-        deadline = self.enqueue_ns + request.timeout_us * 1000 if request.timeout_us else 0
         assert scheduler.models is not None
-        self.path: CallPath = PathMaker(scheduler.models, scheduler.spec.name).path_of([request.origin], [deadline])
+        # The request's timeout is no bound on the run: as in Triton, each step's request carries it into its
+        # model's queue. Only a calling model's deadline (a request from another model) bounds the run.
+        self.path: CallPath = PathMaker(scheduler.models, scheduler.spec.name).path_of([request.origin], [0])
 
     def start(self) -> None:
-        """Start the steps whose inputs are available (the request's inputs, at first)."""
+        """Start the steps that read only the request's inputs."""
         self.started_ns = time.monotonic_ns()
-        self._start_ready()
-
-    def _start_ready(self) -> None:
-        """Start every step whose tensors are there; answer once none is left and none runs.
-
-        A step may end while it starts (the response cache answered it, or its model refused it): its outputs
-        are kept, and the loop here looks again rather than starting steps from inside the one starting.
-        """
-        if self.starting:
-            self.again = True
-            return
-        graph = self.scheduler.graph
         given = self.request.inputs
-        ensemble_inputs = self.scheduler.spec.input_by_name
-        self.starting = True
+        added: List[Tuple[str, int]] = []
+        for tensor in self.scheduler.input_names:
+            if tensor in self.scheduler.readers:
+                added.append((tensor, self._add(tensor, given.get(tensor), None)))
+        self.busy = True
         try:
-            self.again = True
-            while self.again and not self.done:
-                self.again = False
-                # An optional ensemble input the request left out is left out of the steps that read it.
-                ready = [
-                    index
-                    for index in self.pending
-                    if all(
-                        t in self.tensors or (t in ensemble_inputs and t not in given)
-                        for _, t in graph.steps[index].input_map
-                    )
-                ]
-                for index in ready:
-                    self.pending.remove(index)
-                for index in ready:
-                    if self.done:
-                        return
-                    self._start_step(index, graph.steps[index])
+            self._start_ready(added)
+            self._drain()
         finally:
-            self.starting = False
-        if self.done or self.running:
-            return
-        if self.pending:
-            step = graph.steps[self.pending[0]]
-            missing = [t for _, t in step.input_map if t not in self.tensors]
-            self.fail(
-                InferenceError.invalid(
-                    f"in ensemble '{self.scheduler.spec.name}', step of model '{step.model_name}' cannot run: "
-                    f"no step wrote ensemble tensor '{missing[0]}'"
-                )
-            )
-        else:
-            self._finish()
+            self.busy = False
+        self._settle()
 
-    def _start_step(self, index: int, step: EnsembleStepDef) -> None:
-        inputs = {model_input: self.tensors[t] for model_input, t in step.input_map if t in self.tensors}
-        version = None if step.model_version < 0 else str(step.model_version)
-        call = InnerCall(lambda: self._step_ended(call))
+    def _add(self, tensor: str, array: Optional[np.ndarray], mark: Optional[SequenceMark]) -> int:
+        """Keep the next version of `tensor`; return its number."""
+        version = self.versions.get(tensor, 0)
+        self.versions[tensor] = version + 1
+        readers = len(self.scheduler.readers.get(tensor, ())) + (tensor in self.scheduler.wanted_of(self.request))
+        if readers:
+            self.values.setdefault(tensor, {})[version] = _Value(array, mark, readers)
+        return version
+
+    def _start_ready(self, added: List[Tuple[str, int]]) -> None:
+        """Start each step that reads an added tensor and now has every tensor it reads at that version."""
+        graph = self.scheduler.graph
+        ready = sorted(
+            {
+                (index, version)
+                for tensor, version in added
+                for index in self.scheduler.readers.get(tensor, ())
+                if all(version in self.values.get(t, {}) for _, t in graph.steps[index].input_map)
+            }
+        )
+        for index, version in ready:
+            if self.done:
+                return
+            self._start_step(index, version)
+
+    def _start_step(self, index: int, version: int) -> None:
+        step = self.scheduler.graph.steps[index]
+        inputs: Dict[str, np.ndarray] = {}
+        mark: Optional[SequenceMark] = None
+        for model_input, tensor in step.input_map:
+            versions = self.values[tensor]
+            value = versions[version]
+            if value.array is not None:
+                inputs[model_input] = value.array
+            if mark is None:  # Triton keeps the first mark a step's tensors carry (it logs any other)
+                mark = value.mark
+            value.readers -= 1
+            if not value.readers:
+                del versions[version]
+        model_version = None if step.model_version < 0 else str(step.model_version)
+        call = InnerCall(lambda: self._woke(call))
         call.compute = self.compute
-        call.outer = self.request
+        call.outer = self.request if mark is None else _with_mark(self.request, mark)
         self.running[call] = index
         requested = [model_output for model_output, _ in step.output_map]
+        streaming = self.scheduler.streams(step)
         call.start(
-            self.path, CallArguments(step.model_name, inputs, version, self.request.parameters, requested, None, False)
+            self.path,
+            CallArguments(step.model_name, inputs, model_version, self.request.parameters, requested, None, streaming),
         )
 
-    def _step_ended(self, call: InnerCall) -> None:
-        index = self.running.pop(call, None)
-        if index is None or self.done:
+    def _woke(self, call: InnerCall) -> None:
+        """A step answered or ended: take what it gave (a step started meanwhile is taken after)."""
+        if self.done:
+            return
+        self.woken.append(call)
+        if self.busy:
+            return
+        self.busy = True
+        try:
+            self._drain()
+        finally:
+            self.busy = False
+        self._settle()
+
+    def _drain(self) -> None:
+        while self.woken and not self.done:
+            self._take(self.woken.popleft())
+
+    def _take(self, call: InnerCall) -> None:
+        """Take a step's new responses (or its error), and start the steps they make ready."""
+        index = self.running.get(call)
+        if index is None:
             return
         if call.error is not None:
             error = call.error
             self.fail(InferenceError(error.status, f"in ensemble '{self.scheduler.spec.name}', {error.message}"))
             return
+        if call.ended:
+            del self.running[call]
         step = self.scheduler.graph.steps[index]
-        outputs = outputs_of(call.items[-1]) if call.items else {}
-        for model_output, tensor in step.output_map:
-            array = outputs.get(model_output)
-            if array is None:
-                self.fail(
-                    InferenceError.internal(
-                        f"in ensemble '{self.scheduler.spec.name}', model '{step.model_name}' gave no output "
-                        f"'{model_output}'"
+        outer = call.outer
+        mark = outer.sequence if outer is not None else None
+        while call.items and not self.done:
+            response = call.items.popleft()
+            outputs = outputs_of(response)
+            written = _overridden(mark, response.parameters)
+            added: List[Tuple[str, int]] = []
+            for model_output, tensor in step.output_map:
+                array = outputs.get(model_output)
+                if array is None:
+                    self.fail(
+                        InferenceError.internal(
+                            f"in ensemble '{self.scheduler.spec.name}', model '{step.model_name}' gave no output "
+                            f"'{model_output}'"
+                        )
                     )
-                )
-                return
-            self.tensors[tensor] = array
-        self._start_ready()
+                    return
+                added.append((tensor, self._add(tensor, array, written)))
+            self._start_ready(added)
+            if not self.done:
+                self._answer_ready(added)
 
-    def _finish(self) -> None:
-        """Answer with the ensemble's outputs (those requested), and count the request as Triton does."""
+    def _answer_ready(self, added: List[Tuple[str, int]]) -> None:
+        """Answer with the ensemble's requested outputs once they all have a version of an added number."""
         spec = self.scheduler.spec
-        names = self.request.requested_outputs
-        wanted = list(spec.output_names) if names is None else names
-        outputs: List[OutputTensor] = []
-        for name in wanted:
-            array = self.tensors.get(name)
-            if array is None:
-                self.fail(InferenceError.internal(f"in ensemble '{spec.name}', no step wrote output '{name}'"))
+        wanted = self.scheduler.wanted_of(self.request)
+        versions = sorted({version for tensor, version in added if tensor in wanted})
+        for version in versions:
+            if not all(version in self.values.get(name, {}) for name in wanted):
+                continue
+            outputs: List[OutputTensor] = []
+            mark: Optional[SequenceMark] = None
+            for name in wanted:
+                held = self.values[name]
+                value = held[version]
+                assert value.array is not None
+                outputs.append(OutputTensor(name, spec.output_by_name[name].datatype, value.array))
+                mark = value.mark if value.mark is not None else mark
+                value.readers -= 1
+                if not value.readers:
+                    del held[version]
+            final = not self.running and not self.woken
+            self.responded = True
+            self.sink.deliver(InferenceResponse(outputs, final, _sequence_parameters(self.request, mark)))
+            if final:
+                self._succeed()
                 return
-            outputs.append(OutputTensor(name, spec.output_by_name[name].datatype, array))
+
+    def _settle(self) -> None:
+        """Once no step runs and none is left to take, end the run (its last answer was not final)."""
+        if self.done or self.running or self.woken:
+            return
+        if not self.responded and not self.scheduler.spec.decoupled:
+            logged = f"[request id: {self.request.id}] " if self.request.id else ""
+            self.fail(
+                InferenceError.invalid(
+                    f"in ensemble '{self.scheduler.spec.name}', {logged}unexpected deadlock, at least one output is "
+                    "not set while no more ensemble steps can be made"
+                )
+            )
+            return
+        self._succeed()
+
+    def _succeed(self) -> None:
+        """End the request (its last response is out), counted as Triton counts it."""
         self._end()
         stats = self.scheduler.stats
+        spec = self.scheduler.spec
         batch_size = max(1, self.request.batch_size) if spec.batching else 1
         compute = (self.compute[0], self.compute[1], self.compute[2])
         stats.record_success(
             time.monotonic_ns() - self.enqueue_ns, self.started_ns - self.enqueue_ns, compute, batch_size
         )
         stats.record_execution(batch_size, *compute)
-        self.sink.deliver(InferenceResponse(outputs))
         self.sink.finish()
 
     def fail(self, error: InferenceError) -> None:
@@ -277,14 +394,66 @@ class EnsembleRun:
     def _end(self) -> None:
         self.done = True
         self.path.close(f"the request to ensemble '{self.scheduler.spec.name}' has ended")
-        self.tensors = {}
+        self.values = {}
+        self.woken.clear()
         if self.watcher is not None:
             self.watcher.cancel()
         self.scheduler.ended(self)
 
 
-def check_ensemble(spec: ModelSpec, models: Models) -> None:
-    """Check an ensemble against the models bound now, as Triton does when it loads one.
+def _with_mark(request: InferenceRequest, mark: SequenceMark) -> InferenceRequest:
+    """What a step's request takes of the ensemble's request (id, priority, timeout), with another sequence mark."""
+    if mark == request.sequence:
+        return request
+    return InferenceRequest(
+        request_id=request.id,
+        inputs={},
+        parameters={},
+        requested_outputs=None,
+        batch_size=0,
+        priority=request.priority,
+        timeout_us=request.timeout_us,
+        sequence=mark,
+    )
+
+
+def _overridden(mark: Optional[SequenceMark], parameters: Optional[Dict[str, Any]]) -> Optional[SequenceMark]:
+    """The mark a step's response writes its tensors with: its request's, or the sequence parameters it answered.
+
+    As Triton's: a response that names any of `sequence_id`, `sequence_start`, `sequence_end` sets them (the flags
+    it leaves out are false); the id it leaves out is its request's.
+    """
+    if not parameters or not any(key in parameters for key in _SEQUENCE_KEYS):
+        return mark
+    sequence_id = mark[0] if mark is not None else 0
+    given = parameters.get("sequence_id", sequence_id)
+    return (
+        given if isinstance(given, (int, str)) and not isinstance(given, bool) else sequence_id,
+        parameters.get("sequence_start") is True,
+        parameters.get("sequence_end") is True,
+    )
+
+
+_SEQUENCE_KEYS = ("sequence_id", "sequence_start", "sequence_end")
+
+
+def _sequence_parameters(request: InferenceRequest, mark: Optional[SequenceMark]) -> Dict[str, Any]:
+    """An ensemble response's parameters: the sequence mark of the step requests that wrote its outputs.
+
+    As Triton's, `sequence_id` takes the type of the ensemble request's id (a string, or else an integer).
+    """
+    sequence_id, start, end = mark if mark is not None else (request.sequence or (0, False, False))
+    if request.sequence is not None and isinstance(request.sequence[0], str):
+        sequence_id = str(sequence_id)
+    elif isinstance(sequence_id, str):
+        sequence_id = 0
+    return {"sequence_id": sequence_id, "sequence_start": start, "sequence_end": end}
+
+
+def check_ensemble(spec: ModelSpec, models: Models) -> ModelSpec:
+    """Check an ensemble against the models bound now, as Triton does when it loads one; return its spec resolved.
+
+    The spec returned is decoupled when a step's model is (Triton sets the ensemble's transaction policy so).
 
     Raises:
         ValueError: Triton's message (a step model that is not bound: this server's).
@@ -311,7 +480,7 @@ def check_ensemble(spec: ModelSpec, models: Models) -> None:
             step_spec.decoupled,
         )
 
-    check_steps(
+    decoupled = check_steps(
         spec.name,
         spec.max_batch_size,
         [(t.name, t.datatype, t.dims) for t in spec.inputs],
@@ -319,6 +488,7 @@ def check_ensemble(spec: ModelSpec, models: Models) -> None:
         graph,
         model_of,
     )
+    return spec if spec.decoupled == decoupled else dataclasses.replace(spec, decoupled=decoupled)
 
 
 def steps_on(spec: ModelSpec, name: str) -> bool:

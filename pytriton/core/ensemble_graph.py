@@ -167,14 +167,14 @@ def check_steps(
     outputs: Sequence[Tuple[str, str, Tuple[int, ...]]],
     graph: EnsembleGraph,
     model_of: Callable[[EnsembleStepDef], StepModel],
-) -> None:
+) -> bool:
     """Triton's ValidateEnsembleConfig: each step's model takes the batch, and maps its tensors consistently.
 
-    `model_of(step)` returns the step's model (or raises ValueError when it is not bound). A decoupled step
-    model is refused: this server's ensembles run steps that answer once.
+    `model_of(step)` returns the step's model (or raises ValueError when it is not bound). Returns whether the
+    ensemble is decoupled: as Triton sets its `model_transaction_policy`, when one of its steps' models is.
 
     Raises:
-        ValueError: Triton's message (or this server's, for a step it cannot run).
+        ValueError: Triton's message.
     """
     batching = max_batch_size > 0
     tensors: Dict[str, _Tensor] = {}
@@ -182,19 +182,64 @@ def check_steps(
         tensors[tensor_name] = _Tensor(name, batching, datatype, dims)
     for tensor_name, datatype, dims in outputs:
         tensors[tensor_name] = _Tensor(name, batching, datatype, dims)
-    for index, step in enumerate(graph.steps):
+    decoupled: List[bool] = []
+    for step in graph.steps:
         model = model_of(step)
-        if model.decoupled:
-            raise ValueError(
-                f"in ensemble {name}, step {index} runs model '{step.model_name}', which is decoupled: this "
-                "server's ensembles take steps that answer each request once"
-            )
+        decoupled.append(model.decoupled)
         if model.max_batch_size != 0 and model.max_batch_size < max_batch_size:
             raise ValueError(
                 f"ensemble {name} allows maximum batch size {max_batch_size}, but it contains model "
                 f"{step.model_name} which only allows maximum batch size to be {model.max_batch_size}"
             )
         _check_mapping(name, step, model, tensors)
+    return _check_decoupled_origins(
+        name, graph, decoupled, [t for t, _, _ in inputs], [t for t, _, _ in outputs], tensors
+    )
+
+
+def _check_decoupled_origins(
+    name: str,
+    graph: EnsembleGraph,
+    decoupled: Sequence[bool],
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    tensors: Dict[str, _Tensor],
+) -> bool:
+    """Triton's check of a decoupled data flow: a step (or the ensemble's outputs) reads tensors of one origin.
+
+    A tensor's origin is the last decoupled step on its way (the request, before any): each response of that step
+    makes one set of the tensors after it, and a step reading two origins would pair responses that do not belong
+    together. Returns whether any step is decoupled.
+    """
+    origin: Dict[str, int] = {tensor: 0 for tensor in inputs}
+    labels = 0
+    waiting = list(range(len(graph.steps)))
+    progress = True
+    while progress:
+        progress = False
+        for index in list(waiting):
+            step = graph.steps[index]
+            read = [tensor for _, tensor in step.input_map]
+            if not all(tensor in origin for tensor in read):
+                continue
+            waiting.remove(index)
+            progress = True
+            if len({origin[tensor] for tensor in read}) > 1:
+                written = step.output_map[0][1]
+                raise ValueError(
+                    f"in ensemble {name}, step of model '{tensors[written].model}' receives inputs originated from "
+                    "different decoupled models"
+                )
+            if decoupled[index]:
+                labels += 1
+            label = labels if decoupled[index] else origin[read[0]]
+            for _, tensor in step.output_map:
+                origin[tensor] = label
+    if len({origin.get(tensor, 0) for tensor in outputs}) > 1:
+        raise ValueError(
+            f"in ensemble {name}, step of model '{name}' receives inputs originated from different decoupled models"
+        )
+    return labels > 0
 
 
 def _check_mapping(name: str, step: EnsembleStepDef, model: StepModel, tensors: Dict[str, _Tensor]) -> None:

@@ -92,14 +92,21 @@ class OutputTensor:
 
 
 class InferenceResponse:
-    """A response: its outputs in wire order and whether it is the final one of its request."""
+    """A response: its outputs in wire order, whether it is the final one of its request, and its parameters.
 
-    __slots__ = ("final", "outputs")
+    `parameters` are an ensemble's (Triton's `sequence_id`, `sequence_start` and `sequence_end` of the step
+    requests that made its outputs); a callable's responses carry none.
+    """
 
-    def __init__(self, outputs: List[OutputTensor], final: bool = True) -> None:
+    __slots__ = ("final", "outputs", "parameters")
+
+    def __init__(
+        self, outputs: List[OutputTensor], final: bool = True, parameters: Optional[Dict[str, Any]] = None
+    ) -> None:
         """Create a response."""
         self.outputs = outputs
         self.final = final
+        self.parameters = parameters
 
     def nbytes(self) -> int:
         """Approximate size in bytes (for the response cache)."""

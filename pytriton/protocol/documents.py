@@ -226,7 +226,7 @@ def _ensemble_config(spec: ModelSpec) -> Dict[str, Any]:
             "metric_tags": {},
             "parameters": {name: {"string_value": value} for name, value in spec.parameters},
             "model_warmup": [],
-            "model_transaction_policy": {"decoupled": False},
+            "model_transaction_policy": {"decoupled": spec.decoupled},  # a decoupled step makes it so
         }
     )
     return config

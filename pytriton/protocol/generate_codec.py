@@ -11,7 +11,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.protocol.http_codec import Body, parse_json_object
-from pytriton.protocol.parameters import RequestOptions, split_parameters
+from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, RequestOptions, split_parameters
 from pytriton.protocol.tensors import array_from_json
 
 
@@ -75,6 +75,9 @@ def encode_generate_response(spec: ModelSpec, request_id: str, response: Inferen
     document: Dict[str, Any] = {"model_name": spec.name, "model_version": spec.version_str}
     if request_id:
         document["id"] = request_id
+    if spec.ensemble is not None:  # Triton's ensemble answers with its steps' sequence parameters
+        document.update(ENSEMBLE_RESPONSE_PARAMETERS)
+        document.update(response.parameters or {})
     for output in response.outputs:
         values: List[Any] = [_plain(item, output.datatype) for item in output.array.reshape(-1).tolist()]
         document[output.name] = values[0] if len(values) == 1 else values

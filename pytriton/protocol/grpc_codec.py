@@ -17,7 +17,7 @@ from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
 from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.protocol import documents
-from pytriton.protocol.parameters import GRPC_RULES, RequestOptions, split_parameters
+from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, GRPC_RULES, RequestOptions, split_parameters
 from pytriton.protocol.system_memory_codec import (
     BYTE_SIZE,
     OFFSET,
@@ -416,10 +416,17 @@ def encode_infer_response(
             raw_outputs.append(b"")
         else:
             raw_outputs.append(raw_from_array(output.array, output.datatype))
-    if spec.ensemble is not None:  # Triton's ensemble answers with its request's correlation parameters
-        message.parameters["sequence_id"].int64_param = 0
-        message.parameters["sequence_start"].bool_param = False
-        message.parameters["sequence_end"].bool_param = False
+    if spec.ensemble is not None:  # Triton's ensemble answers with its steps' sequence parameters
+        given = {**ENSEMBLE_RESPONSE_PARAMETERS, **(response.parameters or {})}
+        sequence_id = given["sequence_id"]
+        if isinstance(sequence_id, str):
+            message.parameters["sequence_id"].string_param = sequence_id
+        else:  # an unsigned id over int64's range is sent as the int64 of the same bits, as Triton's
+            message.parameters["sequence_id"].int64_param = (
+                sequence_id - (1 << 64) if sequence_id >= 1 << 63 else sequence_id
+            )
+        message.parameters["sequence_start"].bool_param = bool(given["sequence_start"])
+        message.parameters["sequence_end"].bool_param = bool(given["sequence_end"])
     if final is not None:
         message.parameters[FINAL_RESPONSE_PARAMETER].bool_param = final
     return EncodedResponse(message, raw_outputs)

@@ -305,10 +305,10 @@ def encode_infer_response(
     document: Dict[str, Any] = {"id": request_id} if request_id else {}  # first, as Triton writes it
     document["model_name"] = spec.name
     document["model_version"] = spec.version_str
-    document["outputs"] = outputs
-    if spec.ensemble is not None:  # Triton's ensemble answers with its request's correlation parameters
-        parameters = {**ENSEMBLE_RESPONSE_PARAMETERS, **(parameters or {})}
+    if spec.ensemble is not None:  # Triton's ensemble answers with its steps' sequence parameters
+        parameters = {**ENSEMBLE_RESPONSE_PARAMETERS, **(response.parameters or {}), **(parameters or {})}
     if parameters:
-        document["parameters"] = parameters
+        document["parameters"] = parameters  # before the outputs, as Triton writes them
+    document["outputs"] = outputs
     header = json_text.dumps(document)
     return header, binary_parts, len(header)

@@ -15,7 +15,7 @@ Frontend to hub:
     (TOKENS, model, version, first token ns, gaps ns, output tokens, prompt tokens): one generation of the
      OpenAI API, counted in the model's statistics on the hub (core/stats.TokenStats)
 Hub to frontend:
-    (RESPONSE, key, outputs, datatypes, final, loan), (FAILED, key, status, message, reason, of request),
+    (RESPONSE, key, outputs, datatypes, final, loan, parameters), (FAILED, key, status, message, reason, of request),
     (END, key); `loan` names the response's region of the hub's arena (0: none), for RETURNED
     (ARENA, size), alone, with the descriptor of the hub's new arena for this frontend
     (RELEASED, keys): the hub no longer views these requests' inputs in the frontend's buffers
@@ -142,7 +142,7 @@ def pack_response(key: int, response: InferenceResponse, place: Place, loan: int
     named = [(output.name, output.array) for output in response.outputs]
     outputs, _ = _pack_arrays(named, parts, copy=True, place=place)
     datatypes = tuple(output.datatype for output in response.outputs)
-    return (RESPONSE, key, outputs, datatypes, response.final, loan), parts
+    return (RESPONSE, key, outputs, datatypes, response.final, loan, response.parameters), parts
 
 
 def pack_small_response(key: int, response: InferenceResponse) -> Optional[Tuple[Any, List[Buffer]]]:
@@ -166,15 +166,16 @@ def pack_small_response(key: int, response: InferenceResponse) -> Optional[Tuple
         parts.append(array.tobytes())
         packed.append((output.name, dtype_code(array.dtype), array.shape, offset, nbytes, BODY))
         offset += nbytes
-    return (RESPONSE, key, tuple(packed), tuple(datatypes), response.final, 0), parts
+    return (RESPONSE, key, tuple(packed), tuple(datatypes), response.final, 0, response.parameters), parts
 
 
 def unpack_response(head: Any, body: memoryview, resolve: Resolve) -> InferenceResponse:
     """The response a RESPONSE message carries; its arrays view the message body or shared memory."""
-    _, _, outputs, datatypes, final, _ = head
+    _, _, outputs, datatypes, final, _, parameters = head
     return InferenceResponse(
         [OutputTensor(item[0], datatype, _array(item, body, resolve)) for item, datatype in zip(outputs, datatypes)],
         final,
+        parameters,
     )
 
 

@@ -322,8 +322,9 @@ class HttpFrontend:
         if model.spec.decoupled:
             responses = [response async for response in model.stream(request) if response.outputs]
             if len(responses) != 1:
-                raise InferenceError.invalid(
-                    f"model '{name}' gave {len(responses)} responses: use generate_stream for decoupled models"
+                raise InferenceError.invalid(  # Triton's words
+                    "generate expects model to produce exactly 1 response, use generate stream for model that "
+                    "generates various number of responses"
                 )
             response = responses[0]
         else:
