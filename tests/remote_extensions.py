@@ -111,7 +111,7 @@ def _checked(model: str, sent: np.ndarray, got: np.ndarray) -> List[bool]:
 def big(request: RouteRequest) -> Dict[str, Any]:
     """`calls` calls of `mib` MiB to `doubled` and `same` in turn: for each, whether right and whether in place."""
     asked = request.json()
-    checked = []
+    checked: List[List[bool]] = []
     for step in range(asked["calls"]):
         model = "same" if step % 2 else "doubled"
         sent = _big_input(asked["mib"], step)
@@ -122,7 +122,7 @@ def big(request: RouteRequest) -> Dict[str, Any]:
 async def big_async(request: RouteRequest) -> Dict[str, Any]:
     """The same from an async handler, the calls of each step at once."""
     asked = request.json()
-    checked = []
+    checked: List[List[bool]] = []
     for step in range(0, asked["calls"], 2):
         sent = _big_input(asked["mib"], step)
         answers = await asyncio.gather(*(call_model_async(model, {"x": sent}) for model in ("doubled", "same")))
