@@ -286,7 +286,8 @@ class RemoteTriton(TritonBase):
         try:
             channel.sock.settimeout(_ANSWER_TIMEOUT_S)
             token = self._access_token if self._access_token is not None else self._server_token()
-            channel.send((ATTACH_ROUTE, AttachRoute(__version__, route.path, route.methods, token)))
+            attach = AttachRoute(__version__, route.path, route.methods, token, DEFAULT_SHM_BUDGET_BYTES)
+            channel.send((ATTACH_ROUTE, attach))
             try:
                 head = channel.receive().head
             except (ChannelClosed, OSError) as error:
@@ -302,7 +303,7 @@ class RemoteTriton(TritonBase):
         except BaseException:
             channel.close()
             raise
-        route.host = RouteHost(channel, route.handler)
+        route.host = RouteHost(channel, route.handler, DEFAULT_SHM_BUDGET_BYTES)
         route.thread = threading.Thread(target=route.host.serve, name=f"pytriton-route-{route.path}", daemon=True)
         route.thread.start()
         LOGGER.info("route '%s' added to the server at %s", route.path, self._triton_url.with_scheme)

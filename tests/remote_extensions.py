@@ -8,7 +8,8 @@ families `test_remote_*`), and adds routes under /NAME/
 (below); prints "BOUND"; then answers one command per line of its standard input, and exits at its end:
     bump     increments test_remote_outside (outside a callable); prints DONE
     close    closes the RemoteTriton; prints CLOSED
-Its route handlers leave files in the directory MARKS: `<route>-entered`, `<route>-cancelled`.
+Its route handlers leave files in the directory MARKS: `<route>-entered`, `<route>-cancelled`. The server has the
+models `doubled`, `same` (an identity) and `held` (tests/test_remote_triton_extensions.py).
 """
 
 from __future__ import annotations
@@ -93,6 +94,48 @@ def held_sync(request: RouteRequest) -> Any:
     return {}
 
 
+_MIB = 1 << 18  # float32 values: 1 MiB
+
+
+def _big_input(mib: int, seed: int) -> np.ndarray:
+    sent = np.full(mib * _MIB, seed, np.float32)
+    sent[::7] = -seed  # not constant: a stale region would show
+    return sent
+
+
+def _checked(model: str, sent: np.ndarray, got: np.ndarray) -> List[bool]:
+    """Whether `got` is what `model` answers to `sent`, and whether it was read in place (not copied out)."""
+    return [bool(np.array_equal(got, sent if model == "same" else sent * 2)), not got.flags.owndata]
+
+
+def big(request: RouteRequest) -> Dict[str, Any]:
+    """`calls` calls of `mib` MiB to `doubled` and `same` in turn: for each, whether right and whether in place."""
+    asked = request.json()
+    checked: List[List[bool]] = []
+    for step in range(asked["calls"]):
+        model = "same" if step % 2 else "doubled"
+        sent = _big_input(asked["mib"], step)
+        checked.append(_checked(model, sent, call_model(model, {"x": sent})["x"]))
+    return {"checked": checked}
+
+
+async def big_async(request: RouteRequest) -> Dict[str, Any]:
+    """The same from an async handler, the calls of each step at once."""
+    asked = request.json()
+    checked: List[List[bool]] = []
+    for step in range(0, asked["calls"], 2):
+        sent = _big_input(asked["mib"], step)
+        answers = await asyncio.gather(*(call_model_async(model, {"x": sent}) for model in ("doubled", "same")))
+        checked.extend(_checked(model, sent, got["x"]) for model, got in zip(("doubled", "same"), answers))
+    return {"checked": checked}
+
+
+def held_big(request: RouteRequest) -> Any:
+    """Calls the server's `held` model with 4 MiB (and waits with it)."""
+    _mark("held_big-entered")
+    return call_model("held", {"x": _big_input(4, 1)})
+
+
 def hang(request: RouteRequest) -> Any:
     """Never answers while its process lives."""
     _mark("hang-entered")
@@ -122,6 +165,9 @@ def main() -> None:
     remote.add_route(f"/{name}/held", held)
     remote.add_route(f"/{name}/held_sync", held_sync)
     remote.add_route(f"/{name}/hang", hang)
+    remote.add_route(f"/{name}/big", big)
+    remote.add_route(f"/{name}/big_async", big_async)
+    remote.add_route(f"/{name}/held_big", held_big)
     print("BOUND", flush=True)
     for line in sys.stdin:
         command = line.strip()

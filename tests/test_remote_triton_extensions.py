@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import pytest
@@ -38,6 +38,7 @@ HELD = _Held()
 def _models(triton: Triton) -> None:
     unbatched = ModelConfig(batching=False)
     triton.bind("doubled", lambda requests: [{"x": r["x"] * 2} for r in requests], IO, IO, config=unbatched)
+    triton.bind("same", lambda requests: [{"x": r["x"]} for r in requests], IO, IO, config=unbatched)
     triton.bind("held", HELD, IO, [Tensor(name="y", dtype=np.float32, shape=(-1,))], config=unbatched)
 
 
@@ -184,6 +185,78 @@ def test_a_remote_sync_handlers_model_calls_fail_once_its_client_leaves(server: 
     assert HELD.calls == 1  # the call made after the client left never reached the model
 
 
+def _memfds(pid: int) -> Set[int]:
+    """pytriton's shared-memory segments (memfds) process `pid` holds a descriptor or a mapping of, by inode."""
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:pytriton"):
+                held.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+        except OSError:
+            continue  # closed meanwhile
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            if "/memfd:pytriton" in line:
+                held.add(int(line.split()[4]))
+    return held
+
+
+def _dev_shm() -> Set[str]:
+    """pytriton's named shared memory (only where memfd is missing, and unlinked at once there)."""
+    return {name for name in os.listdir("/dev/shm") if "pytriton" in name}
+
+
+def _all_checked(answer: Tuple[int, bytes], calls: int) -> bool:
+    """Whether a /big answer says every call was answered right, its outputs read in place (shared memory)."""
+    status, body = _json(answer)
+    return status == 200 and body["checked"] == [[True, True]] * calls
+
+
+def test_a_remote_routes_model_calls_pass_large_tensors_through_shared_memory_and_let_go_of_it(
+    server: Triton, remote: Remote
+) -> None:
+    port = _port(server)
+    for path in ("/remote/big", "/remote/big_async"):  # 6 MiB each way; `same` answers with its input, in place
+        assert _all_checked(_request(port, path, {"mib": 6, "calls": 4}), 4)
+    pids: Sequence[int] = (os.getpid(), remote.process.pid)
+    shm = _dev_shm()
+    for path in ("/remote/big", "/remote/big_async"):
+        assert _all_checked(_request(port, path, {"mib": 1, "calls": 10}), 10)
+    held = [_memfds(pid) for pid in pids]
+    assert all(held)  # each side maps the other's arena
+    for _ in range(3):  # many calls, one at a time and two at once: neither side holds more segments as they go
+        for path in ("/remote/big", "/remote/big_async"):
+            assert _all_checked(_request(port, path, {"mib": 1, "calls": 10}), 10)
+    assert [_memfds(pid) for pid in pids] == held
+    assert _dev_shm() == shm
+
+
+def test_a_remote_killed_in_a_large_model_call_leaves_no_shared_memory_behind(
+    server: Triton, tmp_path: pathlib.Path
+) -> None:
+    port = _port(server)
+    before, shm = _memfds(os.getpid()), _dev_shm()
+    killed = Remote(f"127.0.0.1:{server.http_port}", "killed", tmp_path)
+    try:
+        HELD.reset()
+        answers: queue.Queue[Tuple[int, bytes]] = queue.Queue()
+        client = threading.Thread(target=lambda: answers.put(_request(port, "/killed/held_big", {})))
+        client.start()
+        assert HELD.entered.wait(WAIT_S), "the remote handler's model call did not start"
+        assert _memfds(os.getpid()) - before  # the held call's 4 MiB input: the server views the remote's arena
+        killed.process.kill()
+        client.join(WAIT_S)
+        assert _json(answers.get_nowait()) == (
+            503,
+            {"error": "the RemoteTriton that served route '/killed/held_big' is gone"},
+        )
+        assert HELD.inner_cancelled.wait(WAIT_S), "the model call was not cancelled"
+        wait_until(lambda: _memfds(os.getpid()) == before, WAIT_S, "the server lets go of the remote's shared memory")
+        assert _dev_shm() == shm
+    finally:
+        killed.close()
+
+
 def test_a_path_taken_is_refused_and_mount_names_the_alternative(server: Triton, remote: Remote) -> None:
     with RemoteTriton(url=f"127.0.0.1:{server.http_port}") as other:
         with pytest.raises(PyTritonValidationError, match="'/remote/doubled' is already served for POST"):
@@ -260,6 +333,7 @@ def test_remote_routes_follow_the_servers_access_rules_with_frontend_processes(
                 {"error": "This API is restricted, expecting header 'triton-access-token'"},
             )
             assert _request(port, "/guarded/doubled", {"x": [1.0]}, headers=HTTP_AUTH) == (201, b"[2.0]")
+            assert _all_checked(_request(port, "/guarded/big", {"mib": 3, "calls": 4}, headers=HTTP_AUTH), 4)
         finally:
             remote.close()
         assert _request(port, "/guarded/doubled", {"x": [1.0]}, headers=HTTP_AUTH)[0] == 404

@@ -362,7 +362,7 @@ class AttachServer:
             channel.close()
             return
         assert self._routes is not None
-        served = ServedRoute(channel, request.path, self._routes)
+        served = ServedRoute(channel, request.path, self._routes, request.arena_budget)
         try:
             served.route = self._routes.add_route(request.path, served, request.methods)
         except PyTritonValidationError as error:

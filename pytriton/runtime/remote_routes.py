@@ -6,8 +6,10 @@ answered (ACCEPTED, 0) once the route is in the server's table, or (BIND_FAILED,
 - server to RemoteTriton: (ROUTE_REQUEST, request id, method, path, path parameters, query, headers) with the
   body in the message's body; (ROUTE_CANCEL, request id) once the request's HTTP client has left.
 - RemoteTriton to server: (ROUTE_ANSWER, request id, status, headers, media type) with the response's body;
-  (MODEL_CALL, request id, ...) for a handler's call to a bound model, answered (MODEL_ANSWER, ...) exactly as a
-  process instance's calls are (core/process_instances/instance.py), on the request's own call path.
+  (MODEL_CALL, request id, ...) for a handler's call to a bound model, answered (MODEL_ANSWER, ...) on the
+  request's own call path. Model calls are a process instance's (core/process_instances/model_calls.py): tensors
+  over COPY_BYTES through shared memory, lent both ways, and the regions let go of said back (CALLS_READ, also
+  before a ROUTE_REQUEST; ANSWERS_READ, also before a ROUTE_ANSWER).
 
 The route leaves the table when its connection closes (the RemoteTriton closed, or its process died): requests
 then waiting are answered 503, later ones 404.
@@ -25,7 +27,7 @@ import logging
 import os
 import queue
 import threading
-from typing import Any, AsyncIterator, Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import orjson
@@ -34,16 +36,15 @@ from pytriton.core.composition import (
     CURRENT,
     CallArguments,
     CallPath,
-    InnerCall,
     ModelCallError,
-    outputs_of,
     use_async_caller_here,
     use_caller_here,
 )
 from pytriton.core.errors import InferenceError, Status
-from pytriton.core.process_instances.protocol import MODEL_ANSWER, MODEL_CALL
-from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel, Message
-from pytriton.ipc.tensors import ArenaReader, ArenaWriter
+from pytriton.core.process_instances.model_calls import Answer, CalleeArenas, CallerArenas, answered, serve_call
+from pytriton.core.process_instances.protocol import ANSWERS_READ, CALLS_READ, MODEL_ANSWER, MODEL_CALL
+from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel, Message, encode
+from pytriton.ipc.tensors import Buffer
 from pytriton.options.routes import CustomRoutes, Route
 from pytriton.transport.http.custom import RouteRequest, RouteResponse, response_of
 
@@ -62,6 +63,7 @@ class AttachRoute:
     path: str
     methods: Tuple[str, ...]
     token: Optional[str]
+    arena_budget: int  # the most shared memory each side's arena for the handlers' model calls may take
 
 
 # -- the server's end ---------------------------------------------------------------------------------------
@@ -70,14 +72,18 @@ class AttachRoute:
 class ServedRoute:
     """On the server: the handler of a route whose own handler runs in a RemoteTriton's process."""
 
-    def __init__(self, channel: LoopChannel, path: str, routes: CustomRoutes) -> None:
-        """Serve `path` through `channel`; `routes`: the table the route is added to (and leaves)."""
+    def __init__(self, channel: LoopChannel, path: str, routes: CustomRoutes, arena_budget: int) -> None:
+        """Serve `path` through `channel`; `routes`: the table the route is added to (and leaves).
+
+        `arena_budget`: the most the answer arena of the handlers' model calls takes (0: their tensors in the body).
+        """
         self._channel = channel
         self._path = path
         self._routes = routes
         self.route: Optional[Route] = None
         self._ids = itertools.count(1)
         self._waiting: Dict[int, Tuple[asyncio.Future[RouteResponse], Optional[CallPath]]] = {}
+        self._calls = CalleeArenas(arena_budget)
 
     async def __call__(self, request: RouteRequest) -> RouteResponse:
         """Have the RemoteTriton answer one request; its client's leaving cancels it there too."""
@@ -89,6 +95,9 @@ class ServedRoute:
         self._waiting[request_id] = (future, None if source is None else source.call_path())
         head = (ROUTE_REQUEST, request_id, request.method, request.path, request.path_params, request.query)
         try:
+            calls_read = self._calls.take_read()
+            if calls_read:  # the last model calls' inputs, let go of after their answers went
+                self._channel.send((CALLS_READ, calls_read))
             self._channel.send((*head, request.headers), [request.body] if request.body else ())
             return await future
         except ChannelClosed:
@@ -109,27 +118,30 @@ class ServedRoute:
         return InferenceError.unavailable(f"the RemoteTriton that served route '{self._path}' is gone")
 
     def on_message(self, message: Message) -> None:
-        """An answer, or a handler's model call."""
-        for fd in message.fds:
-            os.close(fd)
+        """An answer, a handler's model call, or the model calls' answers it no longer views."""
         head = message.head
         tag = head[0]
+        if tag == MODEL_CALL:  # its descriptor, if any, is the caller's new call arena
+            waiting = self._waiting.get(head[1])
+            serve_call(self._calls, message, waiting[1] if waiting is not None else None, self._live_channel)
+            return
+        for fd in message.fds:
+            os.close(fd)
         if tag == ROUTE_ANSWER:
             _, request_id, status, headers, media_type = head
             waiting = self._waiting.get(request_id)
             if waiting is not None and not waiting[0].done():
                 waiting[0].set_result(RouteResponse(bytes(message.body), status, headers, media_type))
-        elif tag == MODEL_CALL:
-            waiting = self._waiting.get(head[1])
-            _answer_model_call(waiting[1] if waiting is not None else None, message, self._answer)
+        elif tag == ANSWERS_READ:
+            self._calls.answers_read(head[1])
 
-    def _answer(self, head: Any, body: Any = ()) -> None:
-        if not self._channel.closed:
-            with contextlib.suppress(ChannelClosed):
-                self._channel.send(head, body)
+    def _live_channel(self) -> Optional[LoopChannel]:
+        """The route's connection while it is open (model calls' answers go there), else None."""
+        return None if self._channel.closed else self._channel
 
     def on_closed(self) -> None:
         """The RemoteTriton closed the route (or died): it leaves the table; requests waiting get 503."""
+        self._calls.close()  # what inner requests still view stays mapped until they are gone
         if self.route is not None:
             self._routes.remove_route(self.route)
             LOGGER.info("RemoteTriton closed: route '%s' removed", self._path)
@@ -150,7 +162,7 @@ class _Running:
     def __init__(self, request_id: int) -> None:
         self.request_id = request_id
         self.cancelled = False
-        self.calls: Dict[int, Callable[[Optional[Message]], None]] = {}
+        self.calls: Dict[int, Callable[[Optional[Answer]], None]] = {}
         self.future: Optional[concurrent.futures.Future[Any]] = None
 
 
@@ -162,15 +174,20 @@ class RouteHost:
     over this connection, on the request's call path there.
     """
 
-    def __init__(self, channel: BlockingChannel, handler: Callable[..., Any]) -> None:
-        """Answer with `handler` what comes over `channel` (the route is in the server's table already)."""
+    def __init__(self, channel: BlockingChannel, handler: Callable[..., Any], arena_budget: int) -> None:
+        """Answer with `handler` what comes over `channel` (the route is in the server's table already).
+
+        `arena_budget`: the most the call arena of the handler's model calls takes (0: their tensors in the body).
+        """
         self.channel = channel
         self._handler = handler
         self._async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
-        self._sending = threading.Lock()
+        self._sending = threading.Lock()  # also packs a model call's inputs: see CallerArenas
+        self._calls = CallerArenas(arena_budget)
+        self._closed = False  # under _sending: the call arena is released, no call is packed any more
         self._lock = threading.Lock()
         self._running: Dict[int, _Running] = {}
-        self._calls = itertools.count(1)
+        self._call_ids = itertools.count(1)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[threading.Thread] = None
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -196,6 +213,9 @@ class RouteHost:
             for item in running:
                 self._cancel(item)
             self.channel.close()
+            with self._sending:
+                self._closed = True
+                self._calls.close()
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
             if self._loop is not None:
@@ -220,13 +240,16 @@ class RouteHost:
                 found = self._running.get(head[1])
             if found is not None:
                 self._cancel(found)
-        elif tag == MODEL_ANSWER:
+        elif tag == MODEL_ANSWER:  # every one, wanted or not, in order: one may bring the arena that others name
             with self._lock:
                 deliver = next(
                     (item.calls.get(head[1]) for item in self._running.values() if head[1] in item.calls), None
                 )
+            answer = self._calls.take_answer(message, deliver is not None)
             if deliver is not None:
-                deliver(message)
+                deliver(answer)
+        elif tag == CALLS_READ:
+            self._calls.calls_read(head[1])
 
     def _cancel(self, item: _Running) -> None:
         """The request's client left: an async handler is cancelled; a sync one's model calls fail from now on."""
@@ -286,24 +309,32 @@ class RouteHost:
                 status, message = 500, f"{type(error).__name__}: {error}"
             response = RouteResponse(orjson.dumps({"error": message}), status, media_type="application/json")
         head = (ROUTE_ANSWER, item.request_id, response.status, response.headers, response.media_type)
-        self._send(head, [response.body] if response.body else [])
-
-    def _send(self, head: Any, body: Sequence[Any] = ()) -> None:
+        sent: List[Buffer] = encode(head, [response.body] if response.body else [])
         with self._sending, contextlib.suppress(ChannelClosed, OSError):
-            self.channel.send(head, body)
+            read = self._calls.take_answers_read()  # the model calls' answers nothing here views any more
+            if read:
+                sent = [*encode((ANSWERS_READ, read)), *sent]
+            self.channel.send_encoded(sent)
 
-    def _open_call(self, item: _Running, deliver: Callable[[Optional[Message]], None], arguments: CallArguments) -> int:
+    def _open_call(self, item: _Running, deliver: Callable[[Optional[Answer]], None], arguments: CallArguments) -> int:
         """Send a model call of the request's handler; its answers go to `deliver` (None: the request ended)."""
-        if item.cancelled:
-            raise ModelCallError(Status.CANCELLED, "the route's request was cancelled: its client left")
-        name, inputs, version, parameters, requested_outputs, timeout_s, streaming = arguments
-        arrays = {key: value if isinstance(value, np.ndarray) else np.asarray(value) for key, value in inputs.items()}
-        packed, body, _ = ArenaWriter(0).pack([arrays])
-        call_id = next(self._calls)
-        with self._lock:
+        call_id = next(self._call_ids)
+        with self._lock:  # a cancel either sees the call (`deliver` gets None) or was seen here
+            if item.cancelled:
+                raise ModelCallError(Status.CANCELLED, "the route's request was cancelled: its client left")
             item.calls[call_id] = deliver
-        head = (MODEL_CALL, item.request_id, call_id, name, packed, version, parameters, requested_outputs)
-        self._send((*head, timeout_s, streaming), body)
+        try:
+            with self._sending:
+                if self._closed:
+                    raise ModelCallError(Status.UNAVAILABLE, "the server closed the route")
+                head, body, fds = self._calls.call_message(item.request_id, call_id, arguments)
+                try:
+                    self.channel.send(head, body, fds)
+                except (ChannelClosed, OSError):
+                    raise ModelCallError(Status.UNAVAILABLE, "the server closed the route") from None
+        except BaseException:
+            self._close_call(item, call_id)
+            raise
         return call_id
 
     def _close_call(self, item: _Running, call_id: int) -> None:
@@ -317,7 +348,7 @@ class RouteHost:
                 Status.INVALID_ARGUMENT,
                 "call_model would block the event loop: an async route handler awaits call_model_async",
             )
-        answers: queue.SimpleQueue[Optional[Message]] = queue.SimpleQueue()
+        answers: queue.SimpleQueue[Optional[Answer]] = queue.SimpleQueue()
         call_id = self._open_call(item, answers.put, arguments)
         try:
             while True:
@@ -331,10 +362,10 @@ class RouteHost:
     async def _call_async(self, item: _Running, arguments: CallArguments) -> AsyncIterator[Dict[str, np.ndarray]]:
         """An async handler's model call (call_model_async, async for over stream_model), awaited on the loop."""
         loop = asyncio.get_running_loop()
-        answers: asyncio.Queue[Optional[Message]] = asyncio.Queue()
+        answers: asyncio.Queue[Optional[Answer]] = asyncio.Queue()
 
-        def deliver(message: Optional[Message]) -> None:
-            loop.call_soon_threadsafe(answers.put_nowait, message)
+        def deliver(answer: Optional[Answer]) -> None:
+            loop.call_soon_threadsafe(answers.put_nowait, answer)
 
         call_id = self._open_call(item, deliver, arguments)
         try:
@@ -347,49 +378,14 @@ class RouteHost:
             self._close_call(item, call_id)
 
 
-def _answer_model_call(path: Optional[CallPath], message: Message, answer: Callable[..., None]) -> None:
-    """Run a route handler's MODEL_CALL on `path` (None: its request has ended), answering each response, then the end.
+def _outputs(answer: Optional[Answer]) -> Optional[Dict[str, np.ndarray]]:
+    """A response's outputs (views of the server's answer arena or of the message body); None at the end.
 
-    Tensors travel in the messages' bodies, both ways (copied out on arrival).
+    The call's error raised; CANCELLED when the request ended (None came instead of an answer).
     """
-    _, _, call_id, name, packed, version, parameters, requested, timeout_s, streaming = message.head
-    writer = ArenaWriter(0)
-
-    def wake() -> None:
-        while call.items:
-            packed_outputs, parts, _ = writer.pack([outputs_of(call.items.popleft())])
-            answer((MODEL_ANSWER, call_id, "response", packed_outputs), parts)
-        if call.ended:
-            error = call.error
-            if error is None:
-                answer((MODEL_ANSWER, call_id, "end"))
-            else:
-                answer((MODEL_ANSWER, call_id, "error", error.status.name, error.message))
-
-    call = InnerCall(wake)
-    if path is None:
-        answer((MODEL_ANSWER, call_id, "error", "CANCELLED", f"the request that calls model '{name}' has ended"))
-        return
-    try:
-        unpacked = ArenaReader().unpack(packed, message.body, copy=True)[0]
-        inputs = {key: np.array(value, copy=True) for key, value in unpacked.items()}  # the body views the buffer
-    except Exception as error:  # noqa: BLE001 - the call fails alone
-        answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", f"the call's inputs did not arrive: {error}"))
-        return
-    call.start(path, CallArguments(name, inputs, version, parameters, requested, timeout_s, streaming))
-
-
-def _outputs(message: Optional[Message]) -> Optional[Dict[str, np.ndarray]]:
-    """A response's outputs from a MODEL_ANSWER; None at the end; the call's error raised."""
-    if message is None:
+    if answer is None:
         raise ModelCallError(Status.CANCELLED, "the route's request was cancelled: its client left")
-    head = message.head
-    if head[2] == "response":
-        outputs = ArenaReader().unpack(head[3], message.body, copy=True)[0]
-        return {key: np.array(value, copy=True) for key, value in outputs.items()}
-    if head[2] == "end":
-        return None
-    raise ModelCallError(Status[head[3]], head[4])
+    return answered(answer)
 
 
 async def _stop_loop() -> None:

@@ -26,7 +26,7 @@ from pytriton.core.errors import Status
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
-from pytriton.core.process_instances.model_calls import CallerArenas
+from pytriton.core.process_instances.model_calls import CallerArenas, answered
 from pytriton.core.process_instances.protocol import (
     ANSWERS_READ,
     CALLS_READ,
@@ -38,7 +38,6 @@ from pytriton.core.process_instances.protocol import (
     JOB,
     METRICS,
     MODEL_ANSWER,
-    MODEL_CALL,
     READY,
     RESULT,
     SEGMENT,
@@ -309,21 +308,10 @@ class InstanceHost:
         Every answer comes through here in order, under `_reading` or in the serving loop: one may bring the arena
         that the next ones name.
         """
-        head = message.head
-        answers = self._answers.get(head[1])  # None: an answer to a call left before its end
-        if head[2] == "response":
-            item: Tuple[Any, ...]
-            try:
-                item = ("response", self._calls.answer(head, message, answers is not None))
-            except Exception as error:  # noqa: BLE001 - that call fails alone
-                item = ("error", "INTERNAL", f"the answer's outputs did not arrive: {error}")
-            if answers is not None:
-                answers.append(item)
-            return
-        if head[-1]:
-            self._calls.calls_read(head[-1])
+        answers = self._answers.get(message.head[1])  # None: an answer to a call left before its end
+        answer = self._calls.take_answer(message, answers is not None)
         if answers is not None:
-            answers.append(head[2:-1])
+            answers.append(answer)
 
     def _next_answer(self, call_id: int) -> Any:
         """The next answer to model call `call_id`, reading (and acting on) what else comes before it.
@@ -361,18 +349,14 @@ class InstanceHost:
             self._answers[call_id] = deque()
         try:
             with self._sending:
-                packed, body, new_arena, fds = self._calls.pack_call(call_id, arguments)
-                read = self._calls.take_answers_read()
-                self.channel.send((MODEL_CALL, self._job_id, call_id, packed, new_arena, read), body, fds)
+                head, body, fds = self._calls.call_message(self._job_id, call_id, arguments)
+                self.channel.send(head, body, fds)
             del body
             while True:
-                answer = self._next_answer(call_id)
-                if answer[0] == "response":
-                    yield answer[1]
-                elif answer[0] == "end":
+                outputs = answered(self._next_answer(call_id))
+                if outputs is None:
                     return
-                else:
-                    raise ModelCallError(Status[answer[1]], answer[2])
+                yield outputs
         finally:
             with self._reading:
                 del self._answers[call_id]

@@ -17,18 +17,17 @@ import os
 import subprocess
 import threading
 import time
-import weakref
 from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optional, Set, Tuple
 
 import numpy as np
 
-from pytriton.core.composition import CURRENT, CallPath, InnerCall, PathSource, outputs_of
+from pytriton.core.composition import CURRENT, CallPath, PathSource
 from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.errors import BatchNotRun
 from pytriton.core.instances import CallableKind, Step
 from pytriton.core.process_instances.input_arena import InputArena
-from pytriton.core.process_instances.model_calls import CalleeArenas
+from pytriton.core.process_instances.model_calls import CalleeArenas, serve_call
 from pytriton.core.process_instances.protocol import (
     ANSWERS_READ,
     CALLS_READ,
@@ -39,7 +38,6 @@ from pytriton.core.process_instances.protocol import (
     FORGET,
     JOB,
     METRICS,
-    MODEL_ANSWER,
     MODEL_CALL,
     RESULT,
     SEGMENT,
@@ -387,58 +385,13 @@ class ProcessInstance:
                 job.steps.put_nowait(("end", None))
 
     def _model_call(self, link: _Link, job: Optional[_Job], message: Message) -> None:
-        """Run the callable's call to another model on the job's call path; answer each response, then the end.
+        """Run the callable's call to another model on the job's call path (model_calls.serve_call)."""
+        path = job.path if job is not None and job.job_id == message.head[1] else None
+        serve_call(link.calls, message, path, functools.partial(self._live_channel, link))
 
-        Its inputs are views of the process's call arena (or of the message body), its answers' outputs go in the
-        server's answer arena (model_calls.py).
-        """
-        head = message.head
-        call_id = head[2]
-        calls = link.calls
-        if head[5]:
-            calls.answers_read(head[5])
-
-        def answer(head: Any, body: Any = (), fds: Any = ()) -> None:
-            if link is self._link and self.state is InstanceState.UP:
-                try:
-                    link.channel.send(head, body, fds, give=True)
-                    return
-                except ChannelClosed:
-                    pass
-            for fd in fds:
-                os.close(fd)
-
-        def wake() -> None:
-            if link is not self._link or self.state is not InstanceState.UP:  # the process died: nothing to answer
-                call.items.clear()
-                return
-            while call.items:
-                inputs = None if inputs_of is None else inputs_of()
-                packed, parts, new_arena, key, fds = calls.pack_answer(outputs_of(call.items.popleft()), inputs)
-                answer((MODEL_ANSWER, call_id, "response", packed, new_arena, key, calls.take_read()), parts, fds)
-            if call.ended:
-                error = call.error
-                if error is None:
-                    answer((MODEL_ANSWER, call_id, "end", calls.take_read()))
-                else:
-                    answer((MODEL_ANSWER, call_id, "error", error.status.name, error.message, calls.take_read()))
-
-        call = InnerCall(wake)
-        try:
-            arguments, lease = calls.arguments(head, message)
-        except Exception as error:  # noqa: BLE001 - the call fails alone
-            why = f"the call's inputs did not arrive: {error}"
-            answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", why, calls.take_read()))
-            return
-        inputs_of = weakref.ref(lease) if lease is not None else None  # the inner request holds it, not the call
-        del lease
-        path = job.path if job is not None and job.job_id == head[1] else None
-        if path is None:
-            why = f"the request that calls model '{arguments.name}' has ended"
-            del arguments  # its inputs' region is the process's again
-            answer((MODEL_ANSWER, call_id, "error", "CANCELLED", why, calls.take_read()))
-            return
-        call.start(path, arguments)
+    def _live_channel(self, link: _Link) -> Optional[LoopChannel]:
+        """The channel of `link` while its process serves this instance, else None."""
+        return link.channel if link is self._link and self.state is InstanceState.UP else None
 
     def _finish_job(self) -> None:
         """The process is free: run the idle callbacks."""

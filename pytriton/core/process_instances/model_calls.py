@@ -1,4 +1,9 @@
-"""A process instance's calls to other models of the server: tensors through shared memory both ways, lent.
+"""Calls to the server's models from another process: tensors through shared memory both ways, lent.
+
+The one way across processes for `pytriton.compose`: a process instance's callable (host.py, instance.py) and a
+RemoteTriton's route handler (runtime/remote_routes.py) call over their channel with the same messages (protocol.py:
+MODEL_CALL, MODEL_ANSWER, CALLS_READ, ANSWERS_READ), packed and unpacked here: `CallerArenas` on the calling side,
+`CalleeArenas` and `serve_call` on the server's.
 
 The callable's inputs go into a region of the process's call arena lent for the call (`CallerArenas.pack_call`);
 the server's inner request reads them in place, as views of that region (`CalleeArenas.arguments`), and the region
@@ -21,18 +26,22 @@ import os
 import threading
 import weakref
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.composition import CallArguments
+from pytriton.core.composition import CallArguments, CallPath, InnerCall, ModelCallError, outputs_of
+from pytriton.core.errors import Status
 from pytriton.core.process_instances.input_arena import outputs_in_inputs
+from pytriton.core.process_instances.protocol import MODEL_ANSWER, MODEL_CALL
 from pytriton.core.raw_tensors import mark_leased
-from pytriton.ipc.channel import Message
+from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.regions import LendingArena, copied_out
 from pytriton.ipc.tensors import IN_INPUTS, ArenaReader, Buffer
 
 Outputs = Dict[str, np.ndarray]
+# What the calling side makes of one MODEL_ANSWER: ("response", outputs), ("end",) or ("error", status name, message).
+Answer = Tuple[Any, ...]
 
 
 class CalleeArenas:
@@ -110,6 +119,66 @@ class CalleeArenas:
         self.answers.close()
 
 
+def serve_call(
+    calls: CalleeArenas,
+    message: Message,
+    path: Optional[CallPath],
+    channel: Callable[[], Optional[LoopChannel]],
+) -> None:
+    """Run a MODEL_CALL on `path` (None: the request that makes it has ended); answer each response, then the end.
+
+    Its inputs are views of the caller's call arena (or of the message body), its answers' outputs go in the
+    server's answer arena. `channel()`: where the answers go, None once the caller is gone (its process died, its
+    connection closed): nothing more is packed then, as `calls` may be closed.
+    """
+    head = message.head
+    call_id = head[2]
+    if head[5]:
+        calls.answers_read(head[5])
+
+    def answer(head: Any, body: Any = (), fds: Any = ()) -> None:
+        to = channel()
+        if to is None:
+            for fd in fds:
+                os.close(fd)
+            return
+        try:
+            to.send(head, body, fds, give=True)  # closes `fds`, sent or not
+        except ChannelClosed:
+            pass
+
+    def wake() -> None:
+        if channel() is None:  # the caller is gone: nothing to answer
+            call.items.clear()
+            return
+        while call.items:
+            inputs = None if inputs_of is None else inputs_of()
+            packed, parts, new_arena, key, fds = calls.pack_answer(outputs_of(call.items.popleft()), inputs)
+            answer((MODEL_ANSWER, call_id, "response", packed, new_arena, key, calls.take_read()), parts, fds)
+        if call.ended:
+            error = call.error
+            if error is None:
+                answer((MODEL_ANSWER, call_id, "end", calls.take_read()))
+            else:
+                answer((MODEL_ANSWER, call_id, "error", error.status.name, error.message, calls.take_read()))
+
+    call = InnerCall(wake)
+    try:
+        arguments, lease = calls.arguments(head, message)
+    except Exception as error:  # noqa: BLE001 - the call fails alone
+        why = f"the call's inputs did not arrive: {error}"
+        answer((MODEL_ANSWER, call_id, "error", "INVALID_ARGUMENT", why, calls.take_read()))
+        return
+    inputs_of = weakref.ref(lease) if lease is not None else None  # the inner request holds it, not the call
+    del lease
+    if path is None:
+        why = f"the request that calls model '{arguments.name}' has ended"
+        del arguments  # its inputs' region is the caller's again
+        answer((MODEL_ANSWER, call_id, "error", "CANCELLED", why, calls.take_read()))
+        return
+    call.start(path, arguments)
+
+
 class CallerArenas:
     """The instance process's side: its call arena, and the server's answer arena mapped.
 
@@ -130,6 +199,14 @@ class CallerArenas:
         self._answers = ArenaReader()
         self._answers_read: Deque[int] = deque()  # answer keys nothing here views (weak reference callbacks)
         self._watched: Dict[Any, Any] = {}
+
+    def call_message(self, owner: int, call_id: int, arguments: CallArguments) -> Tuple[Any, List[Buffer], List[int]]:
+        """A MODEL_CALL message: (head, body parts, descriptors to send, not to give); `owner`: the job or request.
+
+        Packed and sent under one lock, as `pack_call`; it also says which answers nothing here views any more.
+        """
+        packed, body, new_arena, fds = self.pack_call(call_id, arguments)
+        return (MODEL_CALL, owner, call_id, packed, new_arena, self.take_answers_read()), body, fds
 
     def pack_call(self, call_id: int, arguments: CallArguments) -> Tuple[Any, List[Buffer], int, List[int]]:
         """A call's MODEL_CALL items: (arguments to send, body parts, new arena size or 0, descriptors to send).
@@ -212,6 +289,21 @@ class CallerArenas:
             if calls_read:  # after the answer's own hold on its inputs, if any, is counted
                 self.calls_read(calls_read)
 
+    def take_answer(self, message: Message, wanted: bool) -> Answer:
+        """What a MODEL_ANSWER says (see `Answer`); the outputs of a response not `wanted` are let go of at once.
+
+        Every answer goes through here, in the order they came (one may bring the arena that the next ones name).
+        """
+        head = message.head
+        if head[2] == "response":
+            try:
+                return ("response", self.answer(head, message, wanted))
+            except Exception as error:  # noqa: BLE001 - that call fails alone
+                return ("error", "INTERNAL", f"the answer's outputs did not arrive: {error}")
+        if head[-1]:
+            self.calls_read(head[-1])
+        return tuple(head[2:-1])
+
     def take_answers_read(self) -> Tuple[int, ...]:
         """The answers whose outputs nothing here views any more, since the last call."""
         return _taken(self._answers_read)
@@ -220,6 +312,16 @@ class CallerArenas:
         """Release the call arena and unmap the answer arena (arrays still viewing it keep it mapped)."""
         self._calls.close()
         self._answers.close()
+
+
+def answered(answer: Answer) -> Optional[Outputs]:
+    """A response's outputs; None at the call's end; its error raised (ModelCallError)."""
+    if answer[0] == "response":
+        outputs: Outputs = answer[1]
+        return outputs
+    if answer[0] == "end":
+        return None
+    raise ModelCallError(Status[answer[1]], answer[2])
 
 
 def _let_go(watched: Dict[Any, Any], gone: Deque[int], key: Any, value: int, _: Any) -> None:

@@ -34,16 +34,17 @@ READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
 # Instance to server, sent together with (in the same write as) a RESULT, FAILURE or END when the job changed
 # custom metrics: (METRICS, updates), the updates of core/custom_metrics.py.
 METRICS = 16
-# A callable's call to another bound model (core/composition.py): instance to server (MODEL_CALL, job id, call id,
-# arguments, new arena size, answers read), `arguments` a plain tuple of composition.CallArguments whose inputs are
-# packed, in a region of the instance's call arena lent for the call id (its descriptor with the message when the
-# arena is new) or, up to COPY_BYTES in all, in the body. Server to instance (MODEL_ANSWER, call id, "response",
-# packed outputs, new arena size, region key or 0, calls read) with the outputs in a region of the server's answer
-# arena lent under `key` (or in the body, as inputs; or, IN_INPUTS, where they lie in the call's inputs), then
-# (MODEL_ANSWER, call id, "end", calls read) or (MODEL_ANSWER, call id, "error", status name, message, calls read).
-# `calls read`: the call ids whose input regions the server no longer views (also sent alone, (CALLS_READ, call ids),
-# before a JOB); `answers read`: the keys of answer regions the instance no longer views (also sent alone,
-# (ANSWERS_READ, keys), before a job's answer).
+# A callable's call to another bound model (core/composition.py), or a RemoteTriton route handler's (its request id
+# stands for the job id: runtime/remote_routes.py), both made and read in model_calls.py: instance to server
+# (MODEL_CALL, job id, call id, arguments, new arena size, answers read), `arguments` a plain tuple of
+# composition.CallArguments whose inputs are packed, in a region of the instance's call arena lent for the call id (its
+# descriptor with the message when the arena is new) or, up to COPY_BYTES in all, in the body. Server to instance
+# (MODEL_ANSWER, call id, "response", packed outputs, new arena size, region key or 0, calls read) with the outputs in a
+# region of the server's answer arena lent under `key` (or in the body, as inputs; or, IN_INPUTS, where they lie in the
+# call's inputs), then (MODEL_ANSWER, call id, "end", calls read) or (MODEL_ANSWER, call id, "error", status name,
+# message, calls read). `calls read`: the call ids whose input regions the server no longer views (also sent alone,
+# (CALLS_READ, call ids), before a JOB); `answers read`: the keys of answer regions the instance no longer views (also
+# sent alone, (ANSWERS_READ, keys), before a job's answer).
 MODEL_CALL, MODEL_ANSWER, CALLS_READ, ANSWERS_READ = 17, 8, 9, 18
 
 
