@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import pathlib
 import textwrap
@@ -13,6 +14,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.sinks import FutureSink
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton
 from tests.conftest import HTTP_AUTH, running_triton
@@ -450,3 +453,39 @@ def test_an_instance_whose_thread_cannot_start_fails_that_batch_and_serves_the_n
             assert client.is_model_ready(model)
     finally:
         stop_script(server)
+
+
+def _submit_three(triton: Triton, held: bool) -> List[List[float]]:
+    """Submit three requests to model "m" in one loop callback, as the hub submits a frontend's message."""
+    model = triton._runtime.engine.model("m")
+    scheduler = model.scheduler
+
+    async def submit() -> List[List[float]]:
+        loop = asyncio.get_running_loop()
+        futures: List[asyncio.Future[InferenceResponse]] = [loop.create_future() for _ in range(3)]
+        if held:
+            scheduler.hold()
+        try:
+            for value, future in enumerate(futures):
+                inputs = {"x": np.full((1, 1), float(value), np.float32)}
+                request = InferenceRequest(
+                    request_id="", inputs=inputs, parameters={}, requested_outputs=None, batch_size=1
+                )
+                model.submit(request, FutureSink(future), False)
+        finally:
+            if held:
+                scheduler.release()
+        return [[float(r.outputs[0].array.ravel()[0])] for r in await asyncio.gather(*futures)]
+
+    return triton._runtime._loop.run(submit(), timeout=30)
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_requests_submitted_while_the_scheduler_is_held_start_as_one_batch(held: bool) -> None:
+    """The hub holds a model's scheduler while it queues the requests of one frontend message (Scheduler.hold):
+    on an idle instance they run as one batch, where unheld the first starts alone and the others wait for it."""
+    recorder = Recorder()
+    with _serve(recorder, ModelConfig(max_batch_size=8)) as triton:
+        answers = _submit_three(triton, held)
+    assert answers == [[0.0], [1.0], [2.0]]
+    assert recorder.calls == ([[0.0, 1.0, 2.0]] if held else [[0.0], [1.0, 2.0]])

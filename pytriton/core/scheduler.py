@@ -125,6 +125,7 @@ class Scheduler:
         self._running: Set[asyncio.Task[Any]] = set()
         self._in_flight = InFlight()
         self._accepting = True
+        self._held = False  # hold(): requests queue, and the batch starts at release()
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
         self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
         self.models: Optional[Models] = None  # where the callable's inner calls go (set by the engine)
@@ -174,7 +175,7 @@ class Scheduler:
                 self._admit(request)
             elif not self._sequence_warned:
                 self._warn_sequence_ignored()
-        if self._free and not self._queues.size and not self._rules.delay_ns:
+        if self._free and not self._queues.size and not self._rules.delay_ns and not self._held:
             try:
                 instance = self._free.pop() if self._sequences is None else self._free_instance_of(request)
             except IndexError:  # a caller's thread took the last one since (run_here)
@@ -192,9 +193,23 @@ class Scheduler:
             raise
         if gone is not None:
             self._watch.watch(entry, gone)
-        if self._free or entry.deadline_ns:  # else nothing can start before an instance frees (_release schedules)
+        if (self._free or entry.deadline_ns) and not self._held:  # else _release (or release) schedules
             self._schedule()
         return None
+
+    def hold(self) -> None:
+        """Queue the requests submitted from now on, and start none, until `release()`.
+
+        For a caller that submits several requests at once (a frontend process's message): they then start as
+        one batch, where the first would start alone on an idle instance and the rest wait for it.
+        """
+        self._held = True
+
+    def release(self) -> None:
+        """Start what the requests submitted since `hold()` make due."""
+        self._held = False
+        if self._queues.size:
+            self._schedule()
 
     def _admit(self, request: InferenceRequest) -> None:
         """Join a request to its sequence, or refuse it as Triton's sequence batcher does."""

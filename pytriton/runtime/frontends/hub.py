@@ -18,7 +18,7 @@ import functools
 import itertools
 import weakref
 from collections import deque
-from typing import Any, Deque, Dict, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -26,10 +26,11 @@ from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.request import InferenceResponse
+from pytriton.core.scheduler import Scheduler
 from pytriton.core.sinks import ResponseSink
 from pytriton.ipc.calls import ABANDON, CALL, REPLY, Calls, Handler
 from pytriton.ipc.channel import LoopChannel, Message
-from pytriton.ipc.outbox import Outbox, items
+from pytriton.ipc.outbox import BATCH, Outbox, items
 from pytriton.ipc.regions import LendingArena
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
 from pytriton.ipc.tensors import IN_ARENA
@@ -147,6 +148,7 @@ class FrontendLink:
         # its replacement, removed), on this loop, so a ready one found here is still the one it serves.
         self._ready: Dict[Tuple[str, str], ServedModel] = {}
         self._view_unpacking_input = self._view_unpacking
+        self._held: List[Scheduler] = []  # the schedulers held while a message's requests are queued
 
     def on_message(self, message: Message) -> None:
         """Requests, cancels and calls from the frontend."""
@@ -156,10 +158,22 @@ class FrontendLink:
             self._segments[segment_id] = ours
             self._theirs[ours] = segment_id
             return
+        # A batch's requests start together (Scheduler.hold): the first would start alone on an idle instance.
+        held = self._held if message.head[0] == BATCH and len(message.head[1]) > 1 else None
+        try:
+            self._on_items(message, held)
+        finally:
+            if held:
+                for scheduler in held:
+                    scheduler.release()
+                held.clear()
+
+    def _on_items(self, message: Message, held: Optional[List[Scheduler]]) -> None:
+        """Each message of a batch (or the one message)."""
         for head, body in items(message):
             tag = head[0]
             if tag == INFER:
-                self._infer(head, body)
+                self._infer(head, body, held)
             elif tag == CANCEL:
                 sink = self.sinks.get(head[1])
                 if sink is not None:
@@ -180,8 +194,11 @@ class FrontendLink:
             elif tag == ABANDON:
                 self.calls.on_abandon(head)
 
-    def _infer(self, head: Any, body: memoryview) -> None:
-        """Queue one request on its model (or answer at once: an error, a cached response)."""
+    def _infer(self, head: Any, body: memoryview, held: Optional[List[Scheduler]]) -> None:
+        """Queue one request on its model (or answer at once: an error, a cached response).
+
+        With `held`, the model's scheduler is held (added there), so that the message's requests start together.
+        """
         key, name, version, streaming = head[1], head[2], head[3], head[12]
         sink = RemoteSink(self, key, streaming)
         self.sinks[key] = sink
@@ -192,6 +209,11 @@ class FrontendLink:
                 if model.state is ModelState.READY:
                     self._ready[(name, version)] = model
             sink.model = model
+            if held is not None:
+                scheduler = model.scheduler
+                if scheduler not in held:
+                    scheduler.hold()
+                    held.append(scheduler)
             self._unpacking = key
             try:
                 request = unpack_request(head, body, self._view_unpacking_input)

@@ -100,7 +100,7 @@ class HubLink:
         `on_connection(kind, fd, over the cap)` serves a connection the hub accepted; `on_closed()` runs once the
         hub is gone.
         """
-        self._loop = loop
+        self.loop = loop
         self._on_connection = on_connection
         self._on_hub_gone = on_closed
         self.outbox = Outbox(channel, loop)
@@ -134,7 +134,7 @@ class HubLink:
         if gone is not None:
             self._watched[key] = (gone, time.monotonic_ns(), None)
             if self._sweep is None:
-                self._sweep = self._loop.call_later(WATCH_AFTER_S, self._watch)
+                self._sweep = self.loop.call_later(WATCH_AFTER_S, self._watch)
         return key
 
     def cancel(self, key: int) -> None:
@@ -230,7 +230,7 @@ class HubLink:
     def _return_soon(self) -> None:
         if not self._returning and not self.closed:
             self._returning = True
-            self._loop.call_soon(self._send_returned)
+            self.loop.call_soon(self._send_returned)
 
     def _send_returned(self) -> None:
         self._returning = False
@@ -284,7 +284,7 @@ class HubLink:
                 watcher = asyncio.ensure_future(gone())
                 watcher.add_done_callback(functools.partial(self._gone, key))
                 self._watched[key] = (gone, since_ns, watcher)
-        self._sweep = self._loop.call_later(WATCH_AFTER_S, self._watch)
+        self._sweep = self.loop.call_later(WATCH_AFTER_S, self._watch)
 
     def _gone(self, key: int, watcher: asyncio.Future[Any]) -> None:
         """A request's client disconnected: the hub takes it out of its queue (it answers CANCELLED) if it is there."""
@@ -316,7 +316,8 @@ class RemoteModel:
 
     async def infer(self, request: InferenceRequest, gone: Optional[Disconnect] = None) -> InferenceResponse:
         """Run one request on the hub; its single response (a queued request whose client leaves is CANCELLED)."""
-        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
+        # The link's loop, not asyncio.get_running_loop(): on Python 3.11 and older that costs a getpid() call.
+        future: asyncio.Future[InferenceResponse] = self._link.loop.create_future()
         key = self._link.send(self.spec, request, future, gone)
         try:
             return await future
