@@ -103,7 +103,7 @@ class ServedModel:
             key, cached = self._look_up(request)
             if cached is not None:
                 return cached
-        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[InferenceResponse] = self.scheduler.loop.create_future()
         sink = FutureSink(future)
         run_now = self.scheduler.submit_inline(request, sink, gone)
         if run_now is not None:

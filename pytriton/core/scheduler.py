@@ -126,6 +126,7 @@ class Scheduler:
         self._in_flight = InFlight()
         self._accepting = True
         self._held = False  # hold(): requests queue, and the batch starts at release()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None  # the engine's, once a request came (see `loop`)
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
         self.spans: Optional[SpanSource] = None  # set while the model is traced (runtime/tracing.py)
         self.models: Optional[Models] = None  # where the callable's inner calls go (set by the engine)
@@ -147,6 +148,17 @@ class Scheduler:
         return self._instances
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The engine's loop, which every request comes in on.
+
+        Asked once: on Python 3.11 and older `asyncio.get_running_loop()` makes a getpid system call each time.
+        """
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
+
+    @property
     def pending(self) -> int:
         """Requests waiting in the queue."""
         return self._queues.size
@@ -155,7 +167,7 @@ class Scheduler:
         """Queue a request; raises UNAVAILABLE if the model is stopping or its queue is full."""
         run_now = self.submit_inline(request, sink)
         if run_now is not None:
-            self._track(asyncio.get_running_loop().create_task(run_now))
+            self._track(self.loop.create_task(run_now))
 
     def submit_inline(
         self, request: InferenceRequest, sink: ResponseSink, gone: Optional[Disconnect] = None
@@ -338,7 +350,7 @@ class Scheduler:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at_ns = wake_at_ns
-        self._timer = asyncio.get_running_loop().call_later(max(wake_at_ns - now_ns, 0) / 1e9, self._on_timer)
+        self._timer = self.loop.call_later(max(wake_at_ns - now_ns, 0) / 1e9, self._on_timer)
 
     def _on_timer(self) -> None:
         """Timer callback: what is due within the timer's resolution is due."""
@@ -347,7 +359,7 @@ class Scheduler:
 
     def _start(self, instance: ModelInstance, batch: List[Entry]) -> None:
         """Start a batch on an instance now; a task of its own waits for it and delivers the responses."""
-        self._track(asyncio.get_running_loop().create_task(self._launch(instance, batch, hand_over=True)))
+        self._track(self.loop.create_task(self._launch(instance, batch, hand_over=True)))
 
     def _track(self, task: asyncio.Task[None]) -> None:
         """Keep a reference to a batch task until it ends."""
@@ -439,7 +451,7 @@ class Scheduler:
                 f"{type(error).__name__}: {error}"
             )
             refused.__cause__ = error
-            failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            failed: asyncio.Future[Any] = self.loop.create_future()
             failed.set_exception(refused)
             return failed
 
