@@ -43,6 +43,7 @@ class WorkerThread:
         self._on_idle: List[Tuple[Callable[..., None], Tuple[Any, ...]]] = []
         self._loop: Optional[asyncio.AbstractEventLoop] = None  # the loop of the last submit, and its inbox
         self._inbox: Optional[LoopInbox] = None
+        self._loop_thread = 0  # the thread that ran `_loop` then
 
     def open(self) -> Doorbell:
         """Open the thread's doorbell now rather than with the first job; return it.
@@ -68,11 +69,13 @@ class WorkerThread:
         more work waiting (responses to send, requests to read) keeps the GIL for as long as the
         interpreter's switch interval (5 ms): without the hand-over the job waits that long to start.
         """
-        loop = asyncio.get_running_loop()
-        inbox = self._inbox
-        if loop is not self._loop or inbox is None:  # inbox_of looks it up in a WeakKeyDictionary: 0.3 us
-            self._loop, inbox = loop, inbox_of(loop)
-            self._inbox = inbox
+        loop, inbox = self._loop, self._inbox
+        # The last submit's loop while it still runs on the thread that submitted then: asking the running loop
+        # is a getpid system call on Python 3.11 and older, and inbox_of a WeakKeyDictionary lookup (0.3 us).
+        if loop is None or inbox is None or self._loop_thread != threading.get_ident() or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+            inbox = self._inbox = inbox_of(loop)
+            self._loop_thread = threading.get_ident()
         future: asyncio.Future[Any] = loop.create_future()
         doorbell = self.open()
         if not self._started:
