@@ -12,10 +12,10 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
-from pytriton.core.system_memory import SystemSharedMemory
+from pytriton.core.system_memory import Read, SystemSharedMemory, Write
 from pytriton.protocol import json_text
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, split_parameters
-from pytriton.protocol.system_memory_codec import REGION, TensorRegion, read_input, tensor_region, write_output
+from pytriton.protocol.system_memory_codec import REGION, TensorRegion, input_array, output_write, tensor_region
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
@@ -69,6 +69,7 @@ def decode_infer_request(
         raise InferenceError.invalid("the request JSON must have an 'inputs' array")
     inputs: Dict[str, np.ndarray] = {}
     batch_sizes: List[int] = []
+    reads: List[Read] = []
     offset = header_length
     view = memoryview(body) if header_length < size else None
     request_id = document.get("id", "")
@@ -84,7 +85,7 @@ def decode_infer_request(
             region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
             if region is not None:
                 _only_shared_memory(raw, binary_size)
-                inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
+                inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
             elif binary_size is not None:
                 if "data" in raw:
                     _one_source_only(["data", "binary_data_size"])
@@ -107,6 +108,8 @@ def decode_infer_request(
                 f"unexpected {size - offset} bytes of binary data after the last input of the request"
             )
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
+        if reads:
+            SystemSharedMemory.read_all(reads)
     except InferenceError as error:
         if error.of_request:  # Triton's core names the request
             raise error.for_request(request_id if isinstance(request_id, str) else "") from None
@@ -285,6 +288,7 @@ def encode_infer_response(
     binary_parts: List[Any] = []
     binary_by_name, binary_default = output_format.binary_by_name, output_format.binary_default
     regions = output_format.regions or {}
+    writes: List[Write] = []
     classes = output_format.classes
     for output in response.outputs:
         if classes is not None and output.name in classes:
@@ -294,7 +298,7 @@ def encode_infer_response(
         entry: Dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": output.array.shape}
         region = regions.get(output.name)
         if region is not None:
-            write_output(_memory(memory), region, output)
+            writes.append(output_write(region, output))
         elif binary_by_name.get(output.name, binary_default):
             raw = raw_from_array(output.array, output.datatype)
             entry["parameters"] = {"binary_data_size": len(raw) if not isinstance(raw, memoryview) else raw.nbytes}
@@ -302,6 +306,8 @@ def encode_infer_response(
         else:
             entry["data"] = json_from_array(output.array, output.datatype)
         outputs.append(entry)
+    if writes:
+        _memory(memory).write_all(writes)
     document: Dict[str, Any] = {"id": request_id} if request_id else {}  # first, as Triton writes it
     document["model_name"] = spec.name
     document["model_version"] = spec.version_str
