@@ -211,7 +211,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{'memory':<16} [memory] peak RSS over idle for one 1, 8 and 32 MiB request (HTTP, gRPC), fresh servers")
         for row in perf_analyzer.ROWS:
             shm = ", system shared memory" if row.shared_memory else ""
-            print(f"{row.name:<16} [perf_analyzer] perf_analyzer -m simple, {row.protocol}, c{row.concurrency}{shm}")
+            shape = f" (FP32 [1,{row.elements}])" if row.elements else ""
+            what = f"perf_analyzer -m {row.model}{shape}, {row.protocol}, c{row.concurrency}{shm}"
+            print(f"{row.name:<22} [{row.in_group}] {what}")
         return 0
     chosen = select(args.workloads)
     skipped = set(select(args.skip)) if args.skip else set()
@@ -227,7 +229,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise SystemExit("no target to measure")
         pin = (os.cpu_count() or 1) >= 2 and not args.no_pin
         analyzer = perf_analyzer.find(args.perf_analyzer)
-        if analyzer is None and any(name.startswith("pa_") or name == perf_analyzer.GROUP for name in chosen):
+        groups = (perf_analyzer.GROUP, perf_analyzer.SWEEP_GROUP)
+        if analyzer is None and any(name.startswith("pa_") or name in groups for name in chosen):
             log(f"NOTE: perf_analyzer rows {perf_analyzer.missing_note(args.perf_analyzer)}")
             log("      it installs into /tmp/perf-analyzer, outside the venv (bench/README.md, perf_analyzer)")
         options = Options(

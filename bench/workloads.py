@@ -73,7 +73,7 @@ WORKLOADS: List[Workload] = [
         description="2 ms/call model, 64 conns, vs identity at 64",
     ),
 ]
-EXTRA_GROUPS = ("startup", "sweep", "memory", "perf_analyzer")
+EXTRA_GROUPS = ("startup", "sweep", "memory", "perf_analyzer", "perf_analyzer_shm_sweep")
 # perf_analyzer's rows, which `--workloads` also takes one by one (bench/perf_analyzer.py's ROWS)
 PA_ROW_NAMES = tuple(row.name for row in ROWS)
 IDENTITY_C64 = Workload("http_bin_c64", _identity("binary"), 64, description="identity binary, 64 conns")
