@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional
 
 from bench import perf_analyzer, report, servers
 from bench.runner import Bench, Options, log
-from bench.workloads import EXTRA_GROUPS, WORKLOADS, select
+from bench.workloads import EXTRA_GROUPS, OPT_IN_GROUPS, WORKLOADS, select
 
 RESULTS_DIR = servers.BENCH_DIR / "results"
 FULL_SWEEP = "1,2,4,8,16,32,64,128"
@@ -40,7 +40,7 @@ QUICK_SWEEP = "1,8,32,128"
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     """Command line options."""
-    groups = sorted({g for w in WORKLOADS for g in w.groups} | set(EXTRA_GROUPS))
+    groups = sorted({g for w in WORKLOADS for g in w.groups} | set(EXTRA_GROUPS) | set(OPT_IN_GROUPS))
     parser = argparse.ArgumentParser(
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -97,7 +97,7 @@ def decode_infer_request(
     plan = _PLANS.get(data) if keyed else None  # type: ignore[arg-type]
     if plan is None:
         plan = _MessagePlan(message)
-        if keyed and plan.keepable:
+        if keyed and plan.outputs is not None and not any(header.has_contents for header in plan.inputs):
             if len(_PLANS) >= _KEPT_HEADERS:
                 _PLANS.clear()
             _PLANS[data] = plan  # type: ignore[index]
@@ -287,11 +287,11 @@ class _MessagePlan:
     """What a request message says besides its tensors' data, read once per distinct message (`_PLANS`).
 
     Only what the message itself says: each request still checks it against the model, and its regions against
-    those registered. Kept (`keepable`) only for a message whose every part was read without error: one in error
-    is read again in the order Triton checks it.
+    those registered. Kept only for a message whose every part was read without error (`outputs` not None): one
+    in error is read again in the order Triton checks it; and without typed contents, which are data.
     """
 
-    __slots__ = ("inputs", "keepable", "options", "outputs", "parameters", "raw_count", "user_parameters")
+    __slots__ = ("inputs", "options", "outputs", "parameters", "raw_count", "user_parameters")
 
     def __init__(self, message: Message) -> None:
         """Read the inputs' headers, the request's parameters and (when they are right) the requested outputs."""
@@ -306,9 +306,7 @@ class _MessagePlan:
             self.user_parameters, self.options = split_parameters(self.parameters, None, GRPC_RULES)
             self.outputs = _output_headers(message.outputs)
         except InferenceError:  # raised again by the request, in its turn
-            self.keepable = False
-            return
-        self.keepable = not any(header.has_contents for header in self.inputs)
+            pass
 
 
 # Plans of the request messages seen last, by their bytes (small messages only: wire.KEYED_MESSAGE_BYTES). A
