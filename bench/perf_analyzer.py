@@ -62,7 +62,11 @@ class Row:
     def arguments(self) -> List[str]:
         """perf_analyzer's arguments for the model and its tensors."""
         shapes = [f"--shape=INPUT{index}:{self.elements}" for index in range(2)] if self.elements else []
-        return ["-m", self.model, *shapes] + (["--shared-memory", "system"] if self.shared_memory else [])
+        if not self.shared_memory:
+            return ["-m", self.model, *shapes]
+        # perf_analyzer's output regions hold 100 KiB unless told more
+        room = [f"--output-shared-memory-size={self.elements * 4}"] if self.elements * 4 > 102400 else []
+        return ["-m", self.model, *shapes, "--shared-memory", "system", *room]
 
     @property
     def in_group(self) -> str:
