@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional
 
 from bench import perf_analyzer, report, servers
 from bench.runner import Bench, Options, log
-from bench.workloads import EXTRA_GROUPS, WORKLOADS, select
+from bench.workloads import EXTRA_GROUPS, OPT_IN_GROUPS, WORKLOADS, select
 
 RESULTS_DIR = servers.BENCH_DIR / "results"
 FULL_SWEEP = "1,2,4,8,16,32,64,128"
@@ -40,7 +40,7 @@ QUICK_SWEEP = "1,8,32,128"
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     """Command line options."""
-    groups = sorted({g for w in WORKLOADS for g in w.groups} | set(EXTRA_GROUPS))
+    groups = sorted({g for w in WORKLOADS for g in w.groups} | set(EXTRA_GROUPS) | set(OPT_IN_GROUPS))
     parser = argparse.ArgumentParser(
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -211,7 +211,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{'memory':<16} [memory] peak RSS over idle for one 1, 8 and 32 MiB request (HTTP, gRPC), fresh servers")
         for row in perf_analyzer.ROWS:
             shm = ", system shared memory" if row.shared_memory else ""
-            print(f"{row.name:<16} [perf_analyzer] perf_analyzer -m simple, {row.protocol}, c{row.concurrency}{shm}")
+            shape = f" (FP32 [1,{row.elements}])" if row.elements else ""
+            what = f"perf_analyzer -m {row.model}{shape}, {row.protocol}, c{row.concurrency}{shm}"
+            print(f"{row.name:<22} [{row.in_group}] {what}")
         return 0
     chosen = select(args.workloads)
     skipped = set(select(args.skip)) if args.skip else set()
@@ -227,7 +229,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise SystemExit("no target to measure")
         pin = (os.cpu_count() or 1) >= 2 and not args.no_pin
         analyzer = perf_analyzer.find(args.perf_analyzer)
-        if analyzer is None and any(name.startswith("pa_") or name == perf_analyzer.GROUP for name in chosen):
+        groups = (perf_analyzer.GROUP, perf_analyzer.SWEEP_GROUP)
+        if analyzer is None and any(name.startswith("pa_") or name in groups for name in chosen):
             log(f"NOTE: perf_analyzer rows {perf_analyzer.missing_note(args.perf_analyzer)}")
             log("      it installs into /tmp/perf-analyzer, outside the venv (bench/README.md, perf_analyzer)")
         options = Options(

@@ -17,6 +17,7 @@ Ports may also come from BENCH_HTTP_PORT / BENCH_GRPC_PORT / BENCH_METRICS_PORT.
 * ``simple``: Triton's example model (docs/examples/model_repository/simple in triton-inference-server/server):
   INT32 ``INPUT0`` and ``INPUT1`` [16] -> ``OUTPUT0`` = their sum, ``OUTPUT1`` = their difference,
   max_batch_size 8. What ``perf_analyzer -m simple`` measures (the ``perf_analyzer`` workloads).
+* ``wide``: ``simple`` over FP32 tensors of any length, for the shared-memory sweep's perf_analyzer rows.
 
 The callables take the raw list of requests (no ``@batch``) so they run unchanged on both servers.
 """
@@ -156,6 +157,19 @@ def main() -> None:
             outputs=[
                 Tensor(name="OUTPUT0", dtype=np.int32, shape=(16,)),
                 Tensor(name="OUTPUT1", dtype=np.int32, shape=(16,)),
+            ],
+            config=ModelConfig(max_batch_size=8),
+        )
+        triton.bind(
+            model_name="wide",
+            infer_func=simple,
+            inputs=[
+                Tensor(name="INPUT0", dtype=np.float32, shape=(-1,)),
+                Tensor(name="INPUT1", dtype=np.float32, shape=(-1,)),
+            ],
+            outputs=[
+                Tensor(name="OUTPUT0", dtype=np.float32, shape=(-1,)),
+                Tensor(name="OUTPUT1", dtype=np.float32, shape=(-1,)),
             ],
             config=ModelConfig(max_batch_size=8),
         )

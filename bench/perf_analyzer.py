@@ -32,7 +32,11 @@ INSTALL_HINT = (
     "install it with `bash bench/install_perf_analyzer.sh` (into /tmp/perf-analyzer), or pass --perf-analyzer"
 )
 MODEL = "simple"
+WIDE_MODEL = "wide"  # `simple` in FP32 of any length (bench/model_server.py): the shared-memory sweep's
 GROUP = "perf_analyzer"
+# The rows that show from which tensor size shared memory beats sending the bytes (not in GROUP: 12 rows).
+SWEEP_GROUP = "perf_analyzer_shm_sweep"
+SWEEP_ELEMENTS = (1024, 16384, 262144)  # FP32 per tensor: 4 KiB, 64 KiB, 1 MiB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,17 +46,49 @@ class Row:
     protocol: str  # "http" or "grpc"
     concurrency: int
     shared_memory: bool = False
+    elements: int = 0  # 0: `simple` (INT32 [1,16]); else `wide` with this many FP32 per tensor
 
     @property
     def name(self) -> str:
-        """The workload name the report shows: pa_http_c8, pa_grpc_c8_shm, ..."""
-        return f"pa_{self.protocol}_c{self.concurrency}" + ("_shm" if self.shared_memory else "")
+        """The workload name the report shows: pa_http_c8, pa_grpc_c8_shm, pa_grpc_c8_64KiB_shm, ..."""
+        size = f"_{size_label(self.elements * 4)}" if self.elements else ""
+        return f"pa_{self.protocol}_c{self.concurrency}{size}" + ("_shm" if self.shared_memory else "")
+
+    @property
+    def model(self) -> str:
+        """The model the row measures."""
+        return WIDE_MODEL if self.elements else MODEL
+
+    def arguments(self) -> List[str]:
+        """perf_analyzer's arguments for the model and its tensors."""
+        shapes = [f"--shape=INPUT{index}:{self.elements}" for index in range(2)] if self.elements else []
+        if not self.shared_memory:
+            return ["-m", self.model, *shapes]
+        # perf_analyzer's output regions hold 100 KiB unless told more
+        room = [f"--output-shared-memory-size={self.elements * 4}"] if self.elements * 4 > 102400 else []
+        return ["-m", self.model, *shapes, "--shared-memory", "system", *room]
+
+    @property
+    def in_group(self) -> str:
+        """The group of workloads the row belongs to."""
+        return SWEEP_GROUP if self.elements else GROUP
+
+
+def size_label(size: int) -> str:
+    """4KiB, 64KiB, 1MiB."""
+    return f"{size >> 20}MiB" if size >= 1 << 20 and not size % (1 << 20) else f"{size >> 10}KiB"
 
 
 ROWS: List[Row] = [
     *[Row(protocol, concurrency) for protocol in ("http", "grpc") for concurrency in (1, 8, 32)],
     Row("http", 8, shared_memory=True),
     Row("grpc", 8, shared_memory=True),
+    *[
+        Row(protocol, 8, shared, elements)
+        for elements in SWEEP_ELEMENTS
+        for protocol in ("http", "grpc")
+        for shared in (False, True)
+    ],
 ]
 
 
@@ -83,16 +119,14 @@ def run(
     """One measured perf_analyzer run of `row` against `server`: infer/s, p50/p99 ms, server CPU us per inference."""
     port = server.http_port if row.protocol == "http" else server.grpc_port
     interval_ms = max(200, int(duration * 1000 / 3))
-    before = model_stats(server.base_url, MODEL, ACCESS_TOKEN)
+    before = model_stats(server.base_url, row.model, ACCESS_TOKEN)
     cpu_before = server.cpu_seconds()
     with tempfile.TemporaryDirectory(prefix="bench-pa-") as tmp:
         report = pathlib.Path(tmp) / "pa.csv"
-        argv = [str(binary), "-m", MODEL, "-u", f"127.0.0.1:{port}", "-i", row.protocol]
+        argv = [str(binary), *row.arguments(), "-u", f"127.0.0.1:{port}", "-i", row.protocol]
         argv += ["--concurrency-range", f"{row.concurrency}:{row.concurrency}"]
         argv += ["--measurement-interval", str(interval_ms), "--stability-percentage", "10000", "--max-trials", "3"]
         argv += ["-f", str(report)]
-        if row.shared_memory:
-            argv += ["--shared-memory", "system"]
         if cpus and shutil.which("taskset"):
             argv = ["taskset", "-c", cpus, *argv]
         try:
@@ -104,7 +138,7 @@ def run(
             raise RuntimeError(f"perf_analyzer exited with {done.returncode}: {tail}")
         result = parse_csv(report.read_text())
     cpu_after = server.cpu_seconds()
-    after = model_stats(server.base_url, MODEL, ACCESS_TOKEN)
+    after = model_stats(server.base_url, row.model, ACCESS_TOKEN)
     if before and after and after[0] > before[0]:
         result["cpu_us_req"] = (cpu_after - cpu_before) * 1e6 / (after[0] - before[0])
     return result

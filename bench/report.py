@@ -8,6 +8,7 @@ import pathlib
 import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from bench.perf_analyzer import SWEEP_ELEMENTS, size_label
 from bench.runner import Bench
 
 # (key, label): the metrics shown, in order, when a workload has them
@@ -95,7 +96,12 @@ def summarize(bench: Bench, meta: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # perf_analyzer's rows with system shared memory, and the rows sending the bytes they are compared with
-SHM_PAIRS = {"http": ("pa_http_c8_shm", "pa_http_c8"), "grpc": ("pa_grpc_c8_shm", "pa_grpc_c8")}
+# (`simple`; and the sweep's, by tensor size: bench/perf_analyzer.py's SWEEP_ELEMENTS)
+SHM_PAIRS = {
+    f"{protocol}{size}": (f"pa_{protocol}_c8{size}_shm", f"pa_{protocol}_c8{size}")
+    for size in ("", *(f"_{size_label(elements * 4)}" for elements in SWEEP_ELEMENTS))
+    for protocol in ("http", "grpc")
+}
 
 
 def shm_over_bytes(cells: Dict[str, Any], names: Sequence[str]) -> Dict[str, Dict[str, Dict[str, float]]]:
@@ -122,13 +128,16 @@ def shm_table(summary: Dict[str, Any]) -> str:
     found = summary.get("perf_analyzer_shm") or {}
     if not found:
         return ""
-    header = ["perf_analyzer c8: shm / bytes", "http infer/s", "http CPU/inf", "grpc infer/s", "grpc CPU/inf"]
+    shown = [label for label in SHM_PAIRS if any(label in protocols for protocols in found.values())]
+    header = ["perf_analyzer c8: shm / bytes"]
+    for label in shown:
+        header += [f"{label} infer/s", f"{label} CPU/inf"]
     rows = []
     for name, protocols in found.items():
         cells = [name]
-        for protocol in SHM_PAIRS:
+        for label in shown:
             for key in ("infer_s", "cpu_us_req"):
-                cells.append(_ratio(protocols.get(protocol, {}).get(key)))
+                cells.append(_ratio(protocols.get(label, {}).get(key)))
         rows.append(cells)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]

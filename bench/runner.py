@@ -86,7 +86,9 @@ class Bench:
                 log(f"NOTE: {hint}")
             self._start_all()
             self._load_rounds()
-            if pa.GROUP in self.o.workloads or any(row.name in self.o.workloads for row in pa.ROWS):
+            if {pa.GROUP, pa.SWEEP_GROUP} & set(self.o.workloads) or any(
+                row.name in self.o.workloads for row in pa.ROWS
+            ):
                 self._perf_analyzer()
             if "sweep" in self.o.workloads:
                 self._sweep()
@@ -212,7 +214,7 @@ class Bench:
                     self.servers[variant.name] = server
                     self.grpc[variant.name] = server.grpc_available()
         targets = self.all_targets()
-        rows = [row for row in pa.ROWS if pa.GROUP in self.o.workloads or row.name in self.o.workloads]
+        rows = [row for row in pa.ROWS if row.in_group in self.o.workloads or row.name in self.o.workloads]
         if self.o.perf_analyzer is None:  # noted once at the start
             for row in rows:
                 for target in targets:

@@ -62,10 +62,12 @@ def ours_target(frontends: Optional[int] = None) -> Target:
     makes a target of its own, `ours-fN`.
     """
     byte_compile(REPO_ROOT / "pytriton")
+    # This checkout's package, not the one the interpreter has installed (an editable install of another worktree).
+    own = {"PYTHONPATH": str(REPO_ROOT)}
     if frontends is None:
-        return Target("ours", [sys.executable], MODEL_SERVER, {}, grpc=True, models=True, label="this checkout")
+        return Target("ours", [sys.executable], MODEL_SERVER, own, grpc=True, models=True, label="this checkout")
     name = "ours" if frontends == 1 else f"ours-f{frontends}"
-    env = {FRONTENDS_ENV: str(frontends)}
+    env = {**own, FRONTENDS_ENV: str(frontends)}
     label = f"this checkout, {FRONTENDS_ENV}={frontends}"
     return Target(name, [sys.executable], MODEL_SERVER, env, grpc=True, models=True, label=label)
 

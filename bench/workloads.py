@@ -74,6 +74,8 @@ WORKLOADS: List[Workload] = [
     ),
 ]
 EXTRA_GROUPS = ("startup", "sweep", "memory", "perf_analyzer")
+# Groups only named ones run (not in `all`): the shared-memory sweep's 12 perf_analyzer rows
+OPT_IN_GROUPS = ("perf_analyzer_shm_sweep",)
 # perf_analyzer's rows, which `--workloads` also takes one by one (bench/perf_analyzer.py's ROWS)
 PA_ROW_NAMES = tuple(row.name for row in ROWS)
 IDENTITY_C64 = Workload("http_bin_c64", _identity("binary"), 64, description="identity binary, 64 conns")
@@ -85,7 +87,7 @@ def select(spec: str) -> List[str]:
     for item in (part.strip() for part in spec.split(",") if part.strip()):
         if item == "all":
             matched = [w.name for w in WORKLOADS] + list(EXTRA_GROUPS)
-        elif item in EXTRA_GROUPS or item in PA_ROW_NAMES:
+        elif item in EXTRA_GROUPS or item in OPT_IN_GROUPS or item in PA_ROW_NAMES:
             matched = [item]
         else:
             matched = [w.name for w in WORKLOADS if item == w.name or item in w.groups]

@@ -22,6 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
 
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
@@ -318,6 +319,40 @@ def test_a_region_registered_again_through_one_frontend_serves_its_new_bytes_on_
             response = second.getresponse()
             assert (response.status, response.read()) == (200, b"")
         assert shm.get_contents_as_numpy(handles[0], np.float32, [12])[8:].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_grpc_request_all_in_shared_memory_sent_again_serves_each_registration_on_every_frontend(
+    server: Triton,
+) -> None:
+    """The same gRPC message bytes, sent again through each frontend, read the segment registered now.
+
+    A frontend keeps what it read of such a message (grpc_codec's plans), never the regions.
+    """
+    keys = [f"/pytriton-frontends-grpc-{os.getpid()}-{index}" for index in range(2)]
+    handles = [shm.create_shared_memory_region(f"grpc{index}", key, 64) for index, key in enumerate(keys)]
+    own = [("grpc.use_local_subchannel_pool", 1)]  # a connection each: on each frontend, in turn
+    clients = [grpcclient.InferenceServerClient(grpc_url(server), channel_args=own) for _ in range(2)]
+    data = grpcclient.InferInput("INPUT_1", [1, 4], "FP32")
+    data.set_shared_memory("g", 16)
+    output = grpcclient.InferRequestedOutput("OUTPUT_1")
+    output.set_shared_memory("g", 16, offset=32)
+    try:
+        shm.set_shared_memory_region(handles[0], [np.arange(4, dtype=np.float32)])
+        shm.set_shared_memory_region(handles[1], [np.full(4, 9, np.float32)])
+        for key, handle, expected in zip(keys, handles, ([0.0, 1.0, 2.0, 3.0], [9.0] * 4)):
+            clients[0].register_system_shared_memory("g", key, 64, headers=GRPC_AUTH)
+            for client in clients * 2:
+                shm.set_shared_memory_region(handle, [np.zeros(4, np.float32)], offset=32)
+                client.infer("identity", [data], outputs=[output])
+                assert shm.get_contents_as_numpy(handle, np.float32, [12])[8:].tolist() == expected
+            clients[1].unregister_system_shared_memory("g", headers=GRPC_AUTH)
+        with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'g'"):
+            clients[0].infer("identity", [data], outputs=[output])
+    finally:
+        for client in clients:
+            client.close()
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)
 
 
 def test_a_decoupled_stream_runs_through_each_frontend(server: Triton) -> None:

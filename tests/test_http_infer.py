@@ -359,3 +359,61 @@ def test_asyncio_client(server):
             await client.close()
 
     asyncio.run(run())
+
+
+def test_a_header_sent_again_is_checked_against_its_own_body_and_headers(server):
+    """The server keeps what it read of a JSON header it saw before; each request's body and headers are its own."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "a", "shape": [1, 2], "datatype": "FP32", "parameters": {"binary_data_size": 8}},
+                {"name": "b", "shape": [1, 2], "datatype": "FP32", "parameters": {"binary_data_size": 8}},
+            ],
+            "outputs": [{"name": "sum", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"}
+    for step in range(4):
+        a, b = np.array([step, 1], np.float32), np.array([10, step], np.float32)
+        status, answer_headers, body = request(
+            server.http_port, "POST", "/v2/models/add_sub/infer", header + a.tobytes() + b.tobytes(), headers
+        )
+        assert status == 200, body
+        length = int(answer_headers["inference-header-content-length"])
+        assert json.loads(body[:length])["outputs"] == [
+            {"name": "sum", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 8}}
+        ]
+        np.testing.assert_array_equal(np.frombuffer(body[length:], np.float32), a + b)
+    for tail, error in (
+        (bytes(12), "unexpected end of binary data for input 'b': 8 bytes expected, 4 left"),
+        (bytes(20), "unexpected 4 bytes of binary data after the last input of the request"),
+    ):
+        status, _, body = request(server.http_port, "POST", "/v2/models/add_sub/infer", header + tail, headers)
+        assert (status, json.loads(body)) == (400, {"error": error})
+    answers = []
+    for text in (header, header.replace(b", ", b",  ", 1)):  # the header kept, and one read for the first time
+        sizes = {"Inference-Header-Content-Length": str(len(text))}
+        status, _, body = request(server.http_port, "POST", "/v2/models/params/infer", text + bytes(16), sizes)
+        answers.append((status, json.loads(body)))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 400 and "expected 1 inputs but got 2 inputs for model 'params'" in answers[0][1]["error"]
+
+    seen_parameters.clear()
+    document = {
+        "inputs": [{"name": "in", "shape": [1, 1], "datatype": "FP32", "parameters": {"binary_data_size": 4}}],
+        "parameters": {"text": "hi"},
+    }
+    header = json.dumps(document).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    for user in ("alice", "bob", "alice"):
+        status, _, body = request(
+            server.http_port, "POST", "/v2/models/params/infer", header + bytes(4), {**headers, "x-forward-user": user}
+        )
+        assert status == 200, body
+    request(server.http_port, "POST", "/v2/models/params/infer", header + bytes(4), headers)
+    assert seen_parameters == [
+        {"text": "hi", "x-forward-user": "alice"},
+        {"text": "hi", "x-forward-user": "bob"},
+        {"text": "hi", "x-forward-user": "alice"},
+        {"text": "hi"},
+    ]

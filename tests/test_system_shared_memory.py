@@ -456,3 +456,82 @@ def test_system_shared_memory_is_an_extension_of_the_server(triton: Triton) -> N
     client = httpclient.InferenceServerClient(http_url(triton))
     assert "system_shared_memory" in client.get_server_metadata()["extensions"]
     client.close()
+
+
+def test_a_request_all_in_shared_memory_sent_again_reads_its_regions_each_time(
+    client: Any, segments: Tuple[Segment, Segment]
+) -> None:
+    """The same request (over gRPC, the same message bytes) reads the regions' bytes and registrations of now.
+
+    Its inputs follow each other in one region and its outputs in another, as one read and one write move them.
+    """
+    source, target = segments
+    auth, lib = _auth(client), _lib(client)
+    text = np.array([[b"ab"]], dtype=np.object_)
+    serialized = serialize_byte_tensor(text).item()
+    inputs = [lib.InferInput("a", [1, 4], "FP32"), lib.InferInput("b", [1, 4], "FP32")]
+    inputs += [lib.InferInput("t", [1, 1], "BYTES")]
+    inputs[0].set_shared_memory("in", 16)
+    inputs[1].set_shared_memory("in", 16, offset=16)
+    inputs[2].set_shared_memory("in", len(serialized), offset=32)
+    outputs = [lib.InferRequestedOutput("sum"), lib.InferRequestedOutput("upper")]
+    outputs[0].set_shared_memory("out", 16)
+    outputs[1].set_shared_memory("out", 64, offset=16)
+    client.register_system_shared_memory("in", source.key, 128, headers=auth)
+    client.register_system_shared_memory("out", target.key, 128, headers=auth)
+    for step in range(3):
+        a, b = np.full((1, 4), step, np.float32), np.arange(4, dtype=np.float32).reshape(1, 4) * (step + 1)
+        source.write([a, b, serialize_byte_tensor(text)])
+        client.infer("add", inputs, outputs=outputs)
+        np.testing.assert_array_equal(target.read(np.float32, [1, 4]), a + b)
+        assert target.read(np.object_, [1, 1], offset=16).tolist() == [[b"AB"]]
+
+    client.unregister_system_shared_memory("out", headers=auth)
+    with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'out'"):
+        client.infer("add", inputs, outputs=outputs)
+    other = Segment(256)
+    try:
+        client.register_system_shared_memory("out", other.key, 128, headers=auth)
+        client.infer("add", inputs, outputs=outputs)
+        np.testing.assert_array_equal(other.read(np.float32, [1, 4]), a + b)  # the new segment's
+    finally:
+        client.unregister_system_shared_memory("out", headers=auth)
+        other.destroy()
+
+
+def _read_calls() -> int:
+    """How many read system calls this thread made so far (Linux's /proc)."""
+    with open("/proc/thread-self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("syscr:"))
+
+
+def test_tensors_that_follow_each_other_in_a_region_move_in_one_call(segments: Tuple[Segment, Segment]) -> None:
+    from pytriton.core.errors import InferenceError
+    from pytriton.core.system_memory import SystemSharedMemory
+
+    source, _ = segments
+    values = np.arange(64, dtype=np.int32)
+    source.write([values])
+    memory = SystemSharedMemory()
+    memory.register("in", source.key, 0, 256)
+    try:
+        first, second, third = np.empty(16, np.int32), np.empty(16, np.int32), np.empty(16, np.int32)
+        reads = [(*memory.locate("in", 0, 64), first, "in"), (*memory.locate("in", 64, 64), second, "in")]
+        reads.append((*memory.locate("in", 192, 64), third, "in"))  # not next to the second
+        before = _read_calls()
+        own = _read_calls() - before  # what reading the count costs
+        before = _read_calls()
+        memory.read_all(reads)
+        assert _read_calls() - before - own == 2
+        np.testing.assert_array_equal(np.concatenate([first, second, third]), values[[*range(32), *range(48, 64)]])
+
+        memory.write_all([("in", 0, values[:16].data), ("in", 64, values[:16].data), ("in", 128, values[:16].data)])
+        np.testing.assert_array_equal(source.read(np.int32, [64])[:48], np.tile(values[:16], 3))
+        with pytest.raises(InferenceError, match="Invalid offset \\+ byte size for shared memory region: 'in'"):
+            memory.write_all([("in", 192, values[:16].data), ("in", 256, values[:16].data)])
+
+        os.truncate(f"/dev/shm{source.key}", 96)  # the client shrinks the segment: the second array reads short
+        with pytest.raises(InferenceError, match="smaller than when it was registered"):
+            memory.read_all([(*memory.locate("in", 0, 64), first, "in"), (*memory.locate("in", 64, 64), second, "in")])
+    finally:
+        memory.unregister()

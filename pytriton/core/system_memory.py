@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from pytriton.ipc.segments import SharedMemoryUnavailable, SharedSegment
 
 # Linux moves at most this many bytes in one read or write call (MAX_RW_COUNT).
 MAX_CALL_BYTES = 0x7FFFF000
+# At most this many buffers in one preadv or pwritev (IOV_MAX).
+MAX_BUFFERS = 1024
 # Each region holds a file descriptor and a mapping: a bound keeps clients from exhausting the process's descriptors.
 MAX_REGIONS = 512
 
@@ -95,58 +97,133 @@ class SystemSharedMemory:
             if found is not None:
                 found.segment.close()
 
-    def read(self, name: str, offset: int, byte_size: int, into: Optional[np.ndarray] = None) -> np.ndarray:
-        """A copy of `byte_size` bytes of a region from `offset`, read with pread.
+    def read(self, name: str, offset: int, byte_size: int) -> np.ndarray:
+        """A copy of `byte_size` bytes of a region from `offset`, in a new writable uint8 array."""
+        data = np.empty(byte_size, dtype=np.uint8)
+        fd, position = self.locate(name, offset, byte_size)
+        _read_run(fd, position, [data], byte_size, name)
+        return data
 
-        Into `into` (a C-contiguous array of that many bytes) when given, else into a new writable uint8 array.
+    def locate(self, name: str, offset: int, byte_size: int) -> Tuple[int, int]:
+        """The descriptor and file position of `byte_size` bytes from `offset` of region `name` (checked inside it).
+
+        Valid until a region is unregistered: for `read_all` in the same call on the loop, not across an await.
         """
         mapped = self._regions.get(name)
         if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size:
             raise _refusal(name, mapped)
-        data = np.empty(byte_size, dtype=np.uint8) if into is None else into
-        fd, position = mapped.fd, mapped.start + offset
-        try:
-            # The array itself, a buffer: no memoryview to make (numpy's stubs do not say it is one).
-            done = os.preadv(fd, [data], position) if byte_size else 0  # type: ignore[list-item]
-            if done != byte_size:  # Linux's cap on one call, or the file ends before the region does
-                view = data.data.cast("B")
-                while done < byte_size:
-                    count = os.preadv(fd, (view[done : done + MAX_CALL_BYTES],), position + done)
-                    if not count:
-                        raise _shrunk(name)
-                    done += count
-        except OSError as error:
-            raise _unreadable(name, error) from None
-        return data
-
-    def write(self, name: str, offset: int, data: Buffer) -> None:
-        """Copy `data` (C-contiguous) into a region from `offset` with pwrite.
-
-        A segment the client shrank since its registration grows back to hold the bytes written: no fault, and
-        no file check per write (an fstat costs more than the pwrite).
-        """
-        size = data.nbytes if isinstance(data, memoryview) else len(data)
-        mapped = self._regions.get(name)
-        if mapped is None or offset < 0 or offset + size > mapped.size:
-            raise _refusal(name, mapped)
-        fd, position = mapped.fd, mapped.start + offset
-        try:
-            done = os.pwrite(fd, data, position) if size else 0
-            if done != size:  # Linux's cap on one call
-                source = memoryview(data).cast("B")
-                while done < size:
-                    count = os.pwrite(fd, source[done : done + MAX_CALL_BYTES], position + done)
-                    if not count:
-                        raise _unreadable(name, OSError(f"no byte of {size - done} written"))
-                    done += count
-        except OSError as error:
-            raise _unreadable(name, error) from None
+        return mapped.fd, mapped.start + offset
 
     def check(self, name: str, offset: int, byte_size: int) -> None:
         """Raise Triton's error unless `byte_size` bytes from `offset` lie inside the registered region `name`."""
         mapped = self._regions.get(name)
         if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size:
             raise _refusal(name, mapped)
+
+    @staticmethod
+    def read_all(reads: Sequence[Read]) -> None:
+        """Fill each array of `reads` from where `locate` put it; consecutive ones in a file: one preadv."""
+        count = len(reads)
+        index = 0
+        while index < count:
+            fd, position, array, name = reads[index]
+            end = position + array.nbytes
+            index += 1
+            if index == count or reads[index][0] != fd or reads[index][1] != end:  # the common case: one array
+                _read_run(fd, position, [array], end - position, name)
+                continue
+            buffers = [array]
+            while index < count and len(buffers) < MAX_BUFFERS and reads[index][0] == fd and reads[index][1] == end:
+                following = reads[index][2]
+                buffers.append(following)
+                end += following.nbytes
+                index += 1
+            _read_run(fd, position, buffers, end - position, name)
+
+    def write_all(self, writes: Sequence[Write]) -> None:
+        """Copy each buffer of `writes` into its region from its offset; consecutive ones in a region: one pwritev.
+
+        Regions are looked up here, not at the request's decode: one unregistered since is refused, never written
+        through a descriptor that may by now be another file's. A segment the client shrank since its registration
+        grows back to hold the bytes written: no fault, and no file check per write (an fstat costs more than the
+        pwrite).
+        """
+        count = len(writes)
+        index = 0
+        while index < count:
+            name, offset, data = writes[index]
+            size = data.nbytes if isinstance(data, memoryview) else len(data)
+            mapped = self._regions.get(name)
+            if mapped is None or offset < 0 or offset + size > mapped.size:
+                raise _refusal(name, mapped)
+            index += 1
+            buffers = [data]
+            end = offset + size
+            while index < count and len(buffers) < MAX_BUFFERS and writes[index][0] == name and writes[index][1] == end:
+                following = writes[index][2]
+                end += following.nbytes if isinstance(following, memoryview) else len(following)
+                if end > mapped.size:
+                    raise _refusal(name, mapped)
+                buffers.append(following)
+                index += 1
+            _write_run(mapped.fd, mapped.start + offset, buffers, end - offset, name)
+
+
+# An input's read: the descriptor and position `locate` gave, the array to fill, and the region's name.
+Read = Tuple[int, int, np.ndarray, str]
+# An output's write: the region's name, the offset in it, and the bytes (C-contiguous).
+Write = Tuple[str, int, Buffer]
+
+
+def _read_run(fd: int, position: int, buffers: List[np.ndarray], size: int, name: str) -> None:
+    """Fill `buffers` (C-contiguous, `size` bytes together) from `position` of the file `fd`."""
+    try:
+        # The arrays themselves, buffers: no memoryview to make (numpy's stubs do not say they are).
+        done = os.preadv(fd, buffers, position) if size else 0  # type: ignore[arg-type]
+        if done == size:
+            return
+        # Linux's cap on one call, or the file ends before the region does: the rest, piece by piece.
+        for view in _pieces(buffers, done):
+            while view:
+                count = os.preadv(fd, (view[:MAX_CALL_BYTES],), position + done)
+                if not count:
+                    raise _shrunk(name)
+                done += count
+                view = view[count:]
+    except OSError as error:
+        raise _unreadable(name, error) from None
+
+
+def _write_run(fd: int, position: int, buffers: List[Buffer], size: int, name: str) -> None:
+    """Copy `buffers` (`size` bytes together) to `position` of the file `fd`."""
+    try:
+        if not size:
+            return
+        done = os.pwrite(fd, buffers[0], position) if len(buffers) == 1 else os.pwritev(fd, buffers, position)
+        if done == size:
+            return
+        for view in _pieces(buffers, done):  # Linux's cap on one call
+            while view:
+                count = os.pwrite(fd, view[:MAX_CALL_BYTES], position + done)
+                if not count:
+                    raise _unreadable(name, OSError(f"no byte of {size - done} written"))
+                done += count
+                view = view[count:]
+    except OSError as error:
+        raise _unreadable(name, error) from None
+
+
+def _pieces(buffers: Sequence[Any], done: int) -> List[memoryview]:
+    """Byte views of what `buffers` hold past their first `done` bytes."""
+    left: List[memoryview] = []
+    for buffer in buffers:
+        view = memoryview(buffer).cast("B")
+        if done >= view.nbytes:
+            done -= view.nbytes
+            continue
+        left.append(view[done:])
+        done = 0
+    return left
 
 
 def _refusal(name: str, mapped: Optional[_Mapped]) -> InferenceError:

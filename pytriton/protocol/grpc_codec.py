@@ -15,7 +15,7 @@ from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
-from pytriton.core.system_memory import SystemSharedMemory
+from pytriton.core.system_memory import Read, SystemSharedMemory, Write
 from pytriton.protocol import documents
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, GRPC_RULES, RequestOptions, split_parameters
 from pytriton.protocol.system_memory_codec import (
@@ -23,9 +23,9 @@ from pytriton.protocol.system_memory_codec import (
     OFFSET,
     REGION,
     TensorRegion,
-    read_input,
+    input_array,
+    output_write,
     tensor_region,
-    write_output,
 )
 from pytriton.protocol.tensors import numeric_array
 
@@ -85,29 +85,39 @@ def decode_infer_request(
     raw_contents: Optional[Sequence[Buffer]] = None,
     forwarded_headers: Optional[Mapping[str, str]] = None,
     memory: Optional[SystemSharedMemory] = None,
+    data: Optional[bytes] = None,
 ) -> DecodedRequest:
     """Decode a ModelInferRequest; `raw_contents` overrides its raw_input_contents (already split off).
 
-    Inputs in shared memory (which have no raw contents) are read from the regions of `memory`.
+    Inputs in shared memory (which have no raw contents) are read from the regions of `memory`. `data`, the
+    message's bytes when the transport has them, finds what an earlier request of the same bytes said.
     """
-    tensors = message.inputs
-    headers = [_input_header(tensor) for tensor in tensors]
-    expected = sum(1 for header in headers if header.region is None)
     contents = message.raw_input_contents if raw_contents is None else raw_contents
+    keyed = data is not None and not contents  # a message of headers alone
+    plan = _PLANS.get(data) if keyed else None  # type: ignore[arg-type]
+    if plan is None:
+        plan = _MessagePlan(message)
+        if keyed and plan.outputs is not None and not any(header.has_contents for header in plan.inputs):
+            if len(_PLANS) >= _KEPT_HEADERS:
+                _PLANS.clear()
+            _PLANS[data] = plan  # type: ignore[index]
+    headers = plan.inputs
+    if forwarded_headers or plan.options is None:
+        user_parameters, options = split_parameters(plan.parameters, forwarded_headers, GRPC_RULES)
+    else:
+        user_parameters, options = dict(plan.user_parameters), plan.options
+    expected = plan.raw_count
     # As Triton: raw contents past the inputs' are ignored (and not even listed), missing ones refused below.
-    raw = [contents[index] for index in range(min(len(contents), expected))]
-    parameters = message.parameters
-    user_parameters, options = split_parameters(
-        request_parameters_from_message(parameters) if parameters else None, forwarded_headers, GRPC_RULES
-    )
+    raw = [contents[index] for index in range(min(len(contents), expected))] if contents else []
     inputs: Dict[str, np.ndarray] = {}
     names: List[str] = []
     batch_sizes: List[int] = []
+    reads: List[Read] = []
     raw_index = 0
     try:
-        if not spec.input_count_fits(len(tensors)):
-            spec.check_input_count([tensor.name for tensor in tensors])
-        for tensor, header in zip(tensors, headers):
+        if not spec.input_count_fits(len(headers)):
+            spec.check_input_count([header.name for header in headers])
+        for index, header in enumerate(headers):
             name, datatype, shape, region = header.name, header.datatype, header.shape, header.region
             if not header.known_datatype:
                 raise InferenceError.invalid(f"input '{name}' has an invalid datatype '{datatype}'")
@@ -118,7 +128,7 @@ def decode_infer_request(
             if region is not None:
                 if has_contents:
                     raise InferenceError.invalid(f"input '{name}' has contents and is in shared memory as well")
-                inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
+                inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
             elif raw:
                 if has_contents:
                     raise InferenceError.invalid(
@@ -130,16 +140,19 @@ def decode_infer_request(
                 inputs[name] = array_from_raw(raw[raw_index], datatype, shape, name, spec.name)
                 raw_index += 1
             elif has_contents:
-                inputs[name] = array_from_contents(tensor.contents, datatype, shape, name, spec.name)
+                inputs[name] = array_from_contents(message.inputs[index].contents, datatype, shape, name, spec.name)
             else:
                 raise InferenceError.invalid(_no_data(name, spec.name))
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
+        if reads:
+            SystemSharedMemory.read_all(reads)
     except InferenceError as error:
         if error.of_request:  # Triton's core names the request
             raise error.for_request(message.id) from None
         raise
-    requested, output_regions, classes = _requested_outputs(spec, message.outputs, memory)
+    outputs = plan.outputs if plan.outputs is not None else _output_headers(message.outputs)
+    requested, output_regions, classes = _requested_outputs(spec, outputs, memory)
     request = InferenceRequest(
         request_id=message.id,
         inputs=inputs,
@@ -241,7 +254,7 @@ def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], 
 
 
 def _requested_outputs(
-    spec: ModelSpec, outputs: Sequence[Message], memory: Optional[SystemSharedMemory]
+    spec: ModelSpec, outputs: Sequence[_OutputHeader], memory: Optional[SystemSharedMemory]
 ) -> Tuple[Optional[List[str]], Optional[Dict[str, TensorRegion]], Optional[Dict[str, int]]]:
     """The requested output names (None = all), the regions of those to write into shared memory, class counts."""
     if not outputs:
@@ -249,20 +262,56 @@ def _requested_outputs(
     names: List[str] = []
     regions: Dict[str, TensorRegion] = {}
     classes: Dict[str, int] = {}
-    for output in outputs:
-        if not output.parameters:
-            name: str = output.name
-        else:
-            name, count, region = _output_header(output)
-            if count:
-                classes[name] = count
-            if region is not None:
-                _memory(memory).check(region.region, region.offset, region.byte_size)
-                regions[name] = region
+    for name, count, region in outputs:
+        if count:
+            classes[name] = count
+        if region is not None:
+            _memory(memory).check(region.region, region.offset, region.byte_size)
+            regions[name] = region
         if name not in names:  # named again: one output, as Triton answers
             names.append(name)
     spec.check_requested_outputs(names)
     return names, regions or None, classes or None
+
+
+# A requested output: its name, classification count (0: none) and region (None: not in shared memory).
+_OutputHeader = Tuple[str, int, Optional[TensorRegion]]
+
+
+def _output_headers(outputs: Sequence[Message]) -> List[_OutputHeader]:
+    """What a request says of its requested outputs."""
+    return [(output.name, 0, None) if not output.parameters else _output_header(output) for output in outputs]
+
+
+class _MessagePlan:
+    """What a request message says besides its tensors' data, read once per distinct message (`_PLANS`).
+
+    Only what the message itself says: each request still checks it against the model, and its regions against
+    those registered. Kept only for a message whose every part was read without error (`outputs` not None): one
+    in error is read again in the order Triton checks it; and without typed contents, which are data.
+    """
+
+    __slots__ = ("inputs", "options", "outputs", "parameters", "raw_count", "user_parameters")
+
+    def __init__(self, message: Message) -> None:
+        """Read the inputs' headers, the request's parameters and (when they are right) the requested outputs."""
+        self.inputs = [_input_header(tensor) for tensor in message.inputs]
+        self.raw_count = sum(1 for header in self.inputs if header.region is None)
+        parameters = message.parameters
+        self.parameters = request_parameters_from_message(parameters) if parameters else None
+        self.user_parameters: Dict[str, Any] = {}
+        self.options: Optional[RequestOptions] = None
+        self.outputs: Optional[List[_OutputHeader]] = None
+        try:
+            self.user_parameters, self.options = split_parameters(self.parameters, None, GRPC_RULES)
+            self.outputs = _output_headers(message.outputs)
+        except InferenceError:  # raised again by the request, in its turn
+            pass
+
+
+# Plans of the request messages seen last, by their bytes (small messages only: wire.KEYED_MESSAGE_BYTES). A
+# client whose tensors are in shared memory sends the same message again and again.
+_PLANS: Dict[bytes, _MessagePlan] = {}
 
 
 class _InputHeader:
@@ -285,7 +334,7 @@ class _InputHeader:
 # protobuf costs microseconds where serializing the tensor back costs a fifth of one. Only what the message
 # itself says is kept: each request still checks it against the model, and its regions against those registered.
 _INPUT_HEADERS: Dict[bytes, _InputHeader] = {}
-_OUTPUT_HEADERS: Dict[bytes, Tuple[str, int, Optional[TensorRegion]]] = {}
+_OUTPUT_HEADERS: Dict[bytes, _OutputHeader] = {}
 _KEPT_HEADERS = 1024  # per kind; when full, the cache starts over
 _KEPT_HEADER_BYTES = 1024  # larger tensor messages (long parameters) are read each time
 
@@ -402,6 +451,7 @@ def encode_infer_response(
     message = service_pb2.ModelInferResponse(model_name=spec.name, model_version=spec.version_str, id=request_id)
     add_output = message.outputs.add
     raw_outputs: List[Buffer] = []
+    writes: List[Write] = []
     regions = (decoded.regions if decoded is not None else None) or {}
     classes = decoded.classes if decoded is not None else None
     for output in response.outputs:
@@ -412,10 +462,12 @@ def encode_infer_response(
         add_output(name=output.name, datatype=output.datatype, shape=output.array.shape)
         region = regions.get(output.name)
         if region is not None:
-            write_output(_memory(memory), region, output)
+            writes.append(output_write(region, output))
             raw_outputs.append(b"")
         else:
             raw_outputs.append(raw_from_array(output.array, output.datatype))
+    if writes:
+        _memory(memory).write_all(writes)
     if spec.ensemble is not None:  # Triton's ensemble answers with its steps' sequence parameters
         given = {**ENSEMBLE_RESPONSE_PARAMETERS, **(response.parameters or {})}
         sequence_id = given["sequence_id"]

@@ -12,10 +12,10 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec
-from pytriton.core.system_memory import SystemSharedMemory
+from pytriton.core.system_memory import Read, SystemSharedMemory, Write
 from pytriton.protocol import json_text
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, split_parameters
-from pytriton.protocol.system_memory_codec import REGION, TensorRegion, read_input, tensor_region, write_output
+from pytriton.protocol.system_memory_codec import REGION, TensorRegion, input_array, output_write, tensor_region
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
@@ -60,7 +60,12 @@ def decode_infer_request(
         raise InferenceError.invalid(
             f"Inference-Header-Content-Length {header_length} is out of range for a body of {size} bytes"
         )
-    document = parse_json_object(body if header_length == size else memoryview(body)[:header_length])
+    header = body if header_length == size else memoryview(body)[:header_length]
+    key = _plan_key(header)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory)
+    document = parse_json_object(header)
     user_parameters, options = split_parameters(
         json_object_field(document.get("parameters"), "parameters"), forwarded_headers
     )
@@ -69,9 +74,18 @@ def decode_infer_request(
         raise InferenceError.invalid("the request JSON must have an 'inputs' array")
     inputs: Dict[str, np.ndarray] = {}
     batch_sizes: List[int] = []
+    reads: List[Read] = []
     offset = header_length
     view = memoryview(body) if header_length < size else None
     request_id = document.get("id", "")
+    planned: Optional[List[_PlannedInput]] = None  # what the header says of each input, when it is to be kept
+    if key is not None:
+        if key in _SEEN:  # a header seen twice is kept: one with an id of its own per request is not
+            planned = []
+        else:
+            if len(_SEEN) >= _KEPT_PLANS:
+                _SEEN.clear()
+            _SEEN[key] = None
     try:
         if not spec.input_count_fits(len(raw_inputs)):
             spec.check_input_count([_name_of(raw) for raw in raw_inputs])
@@ -82,9 +96,11 @@ def decode_infer_request(
             batch_sizes.append(spec.check_input(name, datatype, shape))
             binary_size = tensor_parameters.get("binary_data_size")
             region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
+            if planned is not None:
+                planned.append((name, datatype, shape, binary_size, region))
             if region is not None:
                 _only_shared_memory(raw, binary_size)
-                inputs[name] = read_input(_memory(memory), region, datatype, shape, name, spec.name)
+                inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
             elif binary_size is not None:
                 if "data" in raw:
                     _one_source_only(["data", "binary_data_size"])
@@ -99,6 +115,7 @@ def decode_infer_request(
                 inputs[name] = array_from_raw(data, datatype, shape, name, spec.name)
                 offset += binary_size
             elif "data" in raw:
+                planned = None  # values: never part of a key
                 inputs[name] = array_from_json(raw["data"], datatype, shape, name)
             else:
                 _one_source_only([])
@@ -107,6 +124,8 @@ def decode_infer_request(
                 f"unexpected {size - offset} bytes of binary data after the last input of the request"
             )
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
+        if reads:
+            SystemSharedMemory.read_all(reads)
     except InferenceError as error:
         if error.of_request:  # Triton's core names the request
             raise error.for_request(request_id if isinstance(request_id, str) else "") from None
@@ -114,8 +133,142 @@ def decode_infer_request(
     requested, output_format = _requested_outputs(spec, document.get("outputs"), options.binary_data_output, memory)
     if not isinstance(request_id, str):
         raise InferenceError.invalid("the request 'id' must be a string")
+    if planned is not None and key is not None:
+        if len(_PLANS) >= _KEPT_PLANS:
+            _PLANS.clear()
+        parameters = json_object_field(document.get("parameters"), "parameters")
+        _PLANS[key] = _Plan(planned, request_id, parameters, requested, output_format)
     request = InferenceRequest(
         request_id=request_id,
+        inputs=inputs,
+        parameters=user_parameters,
+        requested_outputs=requested,
+        batch_size=batch_size,
+        priority=options.priority,
+        timeout_us=options.timeout_us,
+        sequence=options.sequence,
+    )
+    return request, output_format
+
+
+# What an input's header says: name, datatype, shape, binary_data_size (None: none) and region (None: none).
+_PlannedInput = Tuple[str, str, List[int], Optional[int], Optional[TensorRegion]]
+
+
+class _Plan:
+    """What a request's JSON header says, once it was read without error (`_PLANS`).
+
+    Only what the header itself says: each request still checks it against the model, its regions against those
+    registered, and its binary sizes against its body.
+    """
+
+    __slots__ = (
+        "binary_by_name",
+        "binary_default",
+        "classes",
+        "inputs",
+        "parameters",
+        "regions",
+        "request_id",
+        "requested",
+        "split",
+    )
+
+    def __init__(
+        self,
+        inputs: List[_PlannedInput],
+        request_id: str,
+        parameters: Dict[str, Any],
+        requested: Optional[List[str]],
+        output_format: OutputFormat,
+    ) -> None:
+        """Keep what the decode of the header found."""
+        self.inputs = inputs
+        self.request_id = request_id
+        self.parameters = parameters
+        self.split = split_parameters(parameters)  # without forwarded headers
+        self.requested = list(requested) if requested is not None else None  # the first request has the other
+        self.binary_by_name = output_format.binary_by_name
+        self.binary_default = output_format.binary_default
+        self.regions = output_format.regions
+        self.classes = output_format.classes
+
+
+# Plans of the JSON headers seen last, by their bytes: a client sends the same header again and again (the same
+# names, shapes, binary sizes or shared-memory regions, and parameters).
+_PLANS: Dict[bytes, _Plan] = {}
+_SEEN: Dict[bytes, None] = {}  # headers seen once
+_KEPT_PLANS = 1024  # when full, the cache starts over
+_KEPT_PLAN_BYTES = 2048  # longer headers are read each time
+
+
+def _plan_key(header: Body) -> Optional[bytes]:
+    """A JSON header's bytes as the key of its plan, when it is short enough to be one."""
+    if len(header) > _KEPT_PLAN_BYTES:
+        return None
+    return header if type(header) is bytes else bytes(header)
+
+
+def _decode_planned(
+    spec: ModelSpec,
+    plan: _Plan,
+    body: Body,
+    header_length: int,
+    forwarded_headers: Optional[Mapping[str, str]],
+    memory: Optional[SystemSharedMemory],
+) -> Tuple[InferenceRequest, OutputFormat]:
+    """Decode a request whose JSON header an earlier request had: the checks that depend on more than the header."""
+    if forwarded_headers:
+        user_parameters, options = split_parameters(plan.parameters, forwarded_headers)
+    else:
+        user, options = plan.split
+        user_parameters = dict(user)
+    size = len(body)
+    inputs: Dict[str, np.ndarray] = {}
+    batch_sizes: List[int] = []
+    reads: List[Read] = []
+    offset = header_length
+    view = memoryview(body) if header_length < size else None
+    try:
+        if not spec.input_count_fits(len(plan.inputs)):
+            spec.check_input_count([planned[0] for planned in plan.inputs])
+        for name, datatype, shape, binary_size, region in plan.inputs:
+            if name in inputs:
+                raise InferenceError.invalid_input(f"input '{name}' already exists in request")
+            batch_sizes.append(spec.check_input(name, datatype, shape))
+            if region is not None:
+                inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
+                continue
+            binary_size = binary_size or 0  # (never None: an input of a plan is in a region or in the body)
+            if offset + binary_size > size:
+                raise InferenceError.invalid(
+                    f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, "
+                    f"{size - offset} left"
+                )
+            data = view[offset : offset + binary_size] if view is not None else memoryview(b"")
+            inputs[name] = array_from_raw(data, datatype, shape, name, spec.name)
+            offset += binary_size
+        if offset != size:
+            raise InferenceError.invalid(
+                f"unexpected {size - offset} bytes of binary data after the last input of the request"
+            )
+        batch_size = spec.check_input_set(list(inputs), batch_sizes)
+        if reads:
+            SystemSharedMemory.read_all(reads)
+    except InferenceError as error:
+        if error.of_request:  # Triton's core names the request
+            raise error.for_request(plan.request_id) from None
+        raise
+    requested = plan.requested
+    if requested is not None:
+        if plan.regions:
+            for region in plan.regions.values():
+                _memory(memory).check(region.region, region.offset, region.byte_size)
+        spec.check_requested_outputs(requested)
+        requested = list(requested)
+    output_format = OutputFormat(plan.binary_by_name, plan.binary_default, plan.regions, plan.classes)
+    request = InferenceRequest(
+        request_id=plan.request_id,
         inputs=inputs,
         parameters=user_parameters,
         requested_outputs=requested,
@@ -285,6 +438,7 @@ def encode_infer_response(
     binary_parts: List[Any] = []
     binary_by_name, binary_default = output_format.binary_by_name, output_format.binary_default
     regions = output_format.regions or {}
+    writes: List[Write] = []
     classes = output_format.classes
     for output in response.outputs:
         if classes is not None and output.name in classes:
@@ -294,7 +448,7 @@ def encode_infer_response(
         entry: Dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": output.array.shape}
         region = regions.get(output.name)
         if region is not None:
-            write_output(_memory(memory), region, output)
+            writes.append(output_write(region, output))
         elif binary_by_name.get(output.name, binary_default):
             raw = raw_from_array(output.array, output.datatype)
             entry["parameters"] = {"binary_data_size": len(raw) if not isinstance(raw, memoryview) else raw.nbytes}
@@ -302,6 +456,8 @@ def encode_infer_response(
         else:
             entry["data"] = json_from_array(output.array, output.datatype)
         outputs.append(entry)
+    if writes:
+        _memory(memory).write_all(writes)
     document: Dict[str, Any] = {"id": request_id} if request_id else {}  # first, as Triton writes it
     document["model_name"] = spec.name
     document["model_version"] = spec.version_str

@@ -16,7 +16,7 @@ from pytriton.core.datatypes import ELEMENT_SIZE, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, raw_from_array
 from pytriton.core.request import OutputTensor
-from pytriton.core.system_memory import SystemRegion, SystemSharedMemory
+from pytriton.core.system_memory import Read, SystemRegion, SystemSharedMemory, Write
 
 REGION, OFFSET, BYTE_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
 
@@ -70,12 +70,22 @@ def tensor_region(parameters: Optional[Mapping[str, Any]], kind: str, name: str)
     return TensorRegion(region, offset, byte_size)
 
 
-def read_input(
-    memory: SystemSharedMemory, where: TensorRegion, datatype: str, shape: Sequence[int], name: str, model: str
+def input_array(
+    memory: SystemSharedMemory,
+    where: TensorRegion,
+    datatype: str,
+    shape: Sequence[int],
+    name: str,
+    model: str,
+    reads: List[Read],
 ) -> np.ndarray:
-    """An input's array, copied out of its region (its size must be the tensor's, as Triton checks)."""
+    """An input's array, in its region (its size must be the tensor's, as Triton checks).
+
+    A BYTES tensor is read at once (its data tells its size); any other is located in its region and added to
+    `reads`, for `memory.read_all` to fill once the request's inputs are all known.
+    """
     fixed = _FIXED_SIZE.get(datatype)
-    if fixed is None:  # BYTES: its data tells its size
+    if fixed is None:
         data = memory.read(where.region, where.offset, where.byte_size)
         return array_from_raw(data.data, datatype, shape, name, model)
     expected = fixed[0] * math.prod(shape)
@@ -85,15 +95,18 @@ def read_input(
             f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, "
             f"got {where.byte_size}"
         )
-    return memory.read(where.region, where.offset, expected, np.empty(shape, fixed[1]))
+    fd, position = memory.locate(where.region, where.offset, expected)
+    array = np.empty(shape, fixed[1])
+    reads.append((fd, position, array, where.region))
+    return array
 
 
 # Element size and numpy dtype of each fixed-size datatype.
 _FIXED_SIZE: Dict[str, Tuple[int, np.dtype]] = {name: (size, numpy_dtype(name)) for name, size in ELEMENT_SIZE.items()}
 
 
-def write_output(memory: SystemSharedMemory, where: TensorRegion, output: OutputTensor) -> None:
-    """Write an output's raw bytes into its region (which must hold them)."""
+def output_write(where: TensorRegion, output: OutputTensor) -> Write:
+    """An output's write into its region (which must hold its raw bytes), for `SystemSharedMemory.write_all`."""
     raw = raw_from_array(output.array, output.datatype)
     size = raw.nbytes if isinstance(raw, memoryview) else len(raw)
     if size > where.byte_size:
@@ -101,7 +114,7 @@ def write_output(memory: SystemSharedMemory, where: TensorRegion, output: Output
             f"shared memory size specified with the request for output '{output.name}' ({where.byte_size} bytes) "
             f"should be at least {size} bytes to hold the results"
         )
-    memory.write(where.region, where.offset, raw)
+    return where.region, where.offset, raw
 
 
 def unsigned(field: str, value: Any) -> int:

@@ -123,7 +123,7 @@ class InferenceServicer:
             )
         memory = self._engine.system_memory
         forwarded = self._forwarded_headers(context)
-        decoded = grpc_codec.decode_infer_request(spec, request, frame.raw_inputs, forwarded, memory)
+        decoded = grpc_codec.decode_infer_request(spec, request, frame.raw_inputs, forwarded, memory, frame.data)
         response = await model.infer(decoded.request)
         return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
 

@@ -99,7 +99,9 @@ class StreamSession:
             model = self._engine.model(message.model_name, message.model_version)
             spec = model.spec
             memory = self._engine.system_memory
-            decoded = grpc_codec.decode_infer_request(spec, message, frame.raw_inputs, self._forwarded, memory)
+            decoded = grpc_codec.decode_infer_request(
+                spec, message, frame.raw_inputs, self._forwarded, memory, frame.data
+            )
             del frame, message  # the inputs live in the engine request now; do not hold the wire message too
             responses = model.stream(decoded.request)
             reached = spec

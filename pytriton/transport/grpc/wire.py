@@ -21,6 +21,8 @@ SCAN_THRESHOLD_BYTES = 64 * 1024
 # A message of more fields than this is left to protobuf (C) whole: scanning it field by field in Python would
 # hold the event loop for seconds (a few MiB of two-byte fields, millions of them), for no tensor to keep.
 MAX_SCANNED_FIELDS = 4096
+# Messages up to this size are keys of what the codec read of them (a shared-memory request's is ~400 bytes).
+KEYED_MESSAGE_BYTES = 2048
 
 
 def _field_number(message_type: Any, field: str) -> int:
@@ -49,14 +51,24 @@ _STREAM_INFER_RESPONSE_KEY = _encode_varint(_key(service_pb2.ModelStreamInferRes
 
 
 class InferRequestFrame:
-    """A received ModelInferRequest; `raw_inputs` holds its raw_input_contents when they were split off."""
+    """A received ModelInferRequest; `raw_inputs` holds its raw_input_contents when they were split off.
 
-    __slots__ = ("message", "raw_inputs")
+    `data` is the message's bytes when it is small enough to be the key of what the codec read of it
+    (grpc_codec.decode_infer_request); else None.
+    """
 
-    def __init__(self, message: Message, raw_inputs: Optional[List[memoryview]]) -> None:
-        """Pair the message with the raw input views taken out of it (None: they are still in it)."""
+    __slots__ = ("data", "message", "raw_inputs")
+
+    def __init__(self, message: Message, raw_inputs: Optional[List[memoryview]], data: Optional[bytes] = None) -> None:
+        """Pair the message with the raw input views taken out of it (None: they are still in it) and its bytes."""
         self.message = message
         self.raw_inputs = raw_inputs
+        self.data = data
+
+
+def _small_key(data: Buffer) -> Optional[bytes]:
+    """A small message's bytes as a key: only messages of headers alone (tensors in shared memory) repeat."""
+    return data if type(data) is bytes and len(data) <= KEYED_MESSAGE_BYTES else None
 
 
 def _read_varint(data: Buffer, offset: int) -> Tuple[int, int]:
@@ -95,7 +107,7 @@ def parse_infer_request(data: Buffer) -> InferRequestFrame:
     a few objects whatever its fields. A field numbered 0 is no protobuf: refused at once, as protobuf would.
     """
     if len(data) < SCAN_THRESHOLD_BYTES:
-        return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None)
+        return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None, _small_key(data))
     view = memoryview(data)
     raw_inputs: List[memoryview] = []
     others: List[memoryview] = []
