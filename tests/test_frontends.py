@@ -29,6 +29,7 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.frontend_processes import frontend_pids, serving_pid
+from tests.pids import alive, started_at
 
 FP32 = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
 OUT = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
@@ -543,14 +544,6 @@ def _descendants(pid: int) -> List[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
 def test_sigkill_of_the_main_process_leaves_nothing_behind() -> None:
     shm_before = set(os.listdir("/dev/shm"))
     main = subprocess.Popen(
@@ -565,13 +558,13 @@ def test_sigkill_of_the_main_process_leaves_nothing_behind() -> None:
             data = httpclient.InferInput("INPUT_1", [1, 2], "FP32")
             data.set_data_from_numpy(np.ones((1, 2), np.float32))
             assert client.infer("identity", [data]).as_numpy("OUTPUT_1").tolist() == [[1.0, 1.0]]
-        helpers = _descendants(main.pid)
+        helpers = {pid: started_at(pid) for pid in _descendants(main.pid)}
         assert len(helpers) >= 3  # two frontends and an instance process
         main.kill()
         main.wait()
         deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in helpers):
-            assert time.monotonic() < deadline, [pid for pid in helpers if _alive(pid)]
+        while any(alive(pid, started) for pid, started in helpers.items()):
+            assert time.monotonic() < deadline, [pid for pid, started in helpers.items() if alive(pid, started)]
             time.sleep(0.05)
     finally:
         if main.poll() is None:
@@ -580,9 +573,9 @@ def test_sigkill_of_the_main_process_leaves_nothing_behind() -> None:
         for stream in (main.stdin, main.stdout):
             if stream is not None:
                 stream.close()
-    for port in ports:
-        with socket.socket() as probe:
-            probe.bind(("0.0.0.0", port))  # nothing listens on it any more
+    for port in ports:  # nothing listens on it any more (binding it could meet another test's client socket)
+        with socket.socket() as probe, pytest.raises(ConnectionRefusedError):
+            probe.connect(("127.0.0.1", port))
     # Its segments are memfds, gone with the last process that held one; a named one would be left in /dev/shm.
     ours = {f"pytriton-{pid}-" for pid in (main.pid, *helpers)}
     assert [name for name in set(os.listdir("/dev/shm")) - shm_before if name[: name.rfind("-") + 1] in ours] == []

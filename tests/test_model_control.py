@@ -25,6 +25,7 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.http_helpers import request
+from tests.pids import alive, started_at
 
 SIMPLE_INPUTS = [Tensor(name="INPUT0", dtype=np.int32, shape=(16,)), Tensor(name="INPUT1", dtype=np.int32, shape=(16,))]
 SIMPLE_OUTPUTS = [
@@ -369,14 +370,6 @@ def _pids(triton: Triton, count: int) -> set:  # type: ignore[type-arg]
     return {int(answer.get_result().as_numpy("pid")[0]) for answer in answers}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("frontends", [None, 2])
 def test_process_instances_change_their_count_and_the_old_processes_stop(frontends: Optional[int]) -> None:
     outputs = [*ECHO_OUTPUTS, Tensor(name="pid", dtype=np.int64, shape=(1,))]
@@ -387,14 +380,15 @@ def test_process_instances_change_their_count_and_the_old_processes_stop(fronten
 
     with running_triton(bind, frontends=frontends) as triton:
         (old,) = _pids(triton, 1)
+        old_started = started_at(old)
         assert _load(triton, "m", {"instance_group": [{"count": 2, "kind": "KIND_CPU"}]}) == (200, None)
         assert _config(triton, "m")["instance_group"][0]["count"] == 2
         new = _pids(triton, 1)
         assert old not in new
         deadline = time.monotonic() + 30
-        while _alive(old) and time.monotonic() < deadline:  # the old instance stops once idle
+        while alive(old, old_started) and time.monotonic() < deadline:  # the old instance stops once idle
             time.sleep(0.05)
-        assert not _alive(old)
+        assert not alive(old, old_started)
 
 
 class Gate:
