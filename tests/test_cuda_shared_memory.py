@@ -16,9 +16,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from pytriton.core.cuda_memory import CudaSharedMemory
-from pytriton.core.cuda_runtime import CudaError, CudaRuntime
 from pytriton.core.errors import InferenceError
+from pytriton.core.shared_memory.cuda import CudaSharedMemory
+from pytriton.core.shared_memory.cuda_runtime import CudaError, CudaRuntime
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url
 from tests.http_helpers import request

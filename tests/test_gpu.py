@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List
 import numpy as np
 import pytest
 
-from pytriton.core.cuda_memory import CudaSharedMemory
+from pytriton.core.shared_memory.cuda import CudaSharedMemory
 from pytriton.decorators import batch
 from pytriton.model_config import Tensor
 from pytriton.triton import Triton

@@ -507,7 +507,7 @@ def _read_calls() -> int:
 
 def test_tensors_that_follow_each_other_in_a_region_move_in_one_call(segments: Tuple[Segment, Segment]) -> None:
     from pytriton.core.errors import InferenceError
-    from pytriton.core.system_memory import SystemSharedMemory
+    from pytriton.core.shared_memory.system import SystemSharedMemory
 
     source, _ = segments
     values = np.arange(64, dtype=np.int32)

@@ -10,13 +10,13 @@ import time
 from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 from pytriton.core.cache import ResponseCache
-from pytriton.core.cuda_memory import CudaSharedMemory
 from pytriton.core.ensemble import check_ensemble, steps_on
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.instances import ModelInstance
 from pytriton.core.model import ModelState, RepositoryEntry, ServedModel
+from pytriton.core.shared_memory.cuda import CudaSharedMemory
+from pytriton.core.shared_memory.system import SystemSharedMemory
 from pytriton.core.spec import ModelSpec
-from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.core.warmup import warm_up
 
 LOGGER = logging.getLogger(__name__)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import AsyncIterator, List, Optional, Protocol, Sequence
 
-from pytriton.core.cuda_memory import CudaSharedMemory
 from pytriton.core.engine import SpecChange
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.shared_memory.cuda import CudaSharedMemory
+from pytriton.core.shared_memory.system import SystemSharedMemory
 from pytriton.core.spec import ModelSpec
-from pytriton.core.system_memory import SystemSharedMemory
 from pytriton.core.watch import Disconnect
 
 

@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.cuda_memory import CudaRegion
 from pytriton.core.errors import InferenceError
+from pytriton.core.shared_memory.cuda import CudaRegion
 from pytriton.protocol.http_codec import parse_json_object
 
 

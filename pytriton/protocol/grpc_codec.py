@@ -14,8 +14,8 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write
 from pytriton.core.spec import ModelSpec
-from pytriton.core.system_memory import Read, SystemSharedMemory, Write
 from pytriton.protocol import documents
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, GRPC_RULES, RequestOptions, split_parameters
 from pytriton.protocol.system_memory_codec import (

@@ -11,8 +11,8 @@ from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write
 from pytriton.core.spec import ModelSpec
-from pytriton.core.system_memory import Read, SystemSharedMemory, Write
 from pytriton.protocol import json_text
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, split_parameters
 from pytriton.protocol.system_memory_codec import REGION, TensorRegion, input_array, output_write, tensor_region

@@ -16,7 +16,7 @@ from pytriton.core.datatypes import ELEMENT_SIZE, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, raw_from_array
 from pytriton.core.request import OutputTensor
-from pytriton.core.system_memory import Read, SystemRegion, SystemSharedMemory, Write
+from pytriton.core.shared_memory.system import Read, SystemRegion, SystemSharedMemory, Write
 
 REGION, OFFSET, BYTE_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
 

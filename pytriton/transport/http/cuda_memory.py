@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, List, Optional, Tuple
 
-from pytriton.core.cuda_memory import CudaSharedMemory
+from pytriton.core.shared_memory.cuda import CudaSharedMemory
 from pytriton.protocol.cuda_memory_codec import register_request, status_document
 from pytriton.protocol.http_codec import Body
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from pytriton.core.errors import InferenceError
-from pytriton.core.system_memory import SystemSharedMemory
+from pytriton.core.shared_memory.system import SystemSharedMemory
 from pytriton.protocol.http_codec import Body, parse_json_object
 from pytriton.protocol.system_memory_codec import status_document, unsigned
 from pytriton.transport.http.cuda_memory import match, method_of

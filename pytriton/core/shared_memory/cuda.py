@@ -15,8 +15,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from pytriton.core.cuda_runtime import IPC_HANDLE_BYTES, CudaError, CudaRuntime
 from pytriton.core.errors import InferenceError, Status
+from pytriton.core.shared_memory.cuda_runtime import IPC_HANDLE_BYTES, CudaError, CudaRuntime
 
 LOGGER = logging.getLogger(__name__)
 
