@@ -83,7 +83,7 @@ class ModelInstance(Protocol):
     def start(
         self, requests: List[Request], hand_over: bool = False, source: Optional[PathSource] = None
     ) -> Awaitable[Step]:
-        """Start a non-streaming call; await its result. `source`: the batch's call path (core/composition.py)."""
+        """Start a non-streaming call; await its result. `source`: the batch's call path (core/composition/path.py)."""
 
     def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Each step of any callable; setting `stop` ends a generator after its current step."""
@@ -140,7 +140,7 @@ class Instance:
         """Start a non-streaming call now; await the result (`hand_over`: see WorkerThread.submit).
 
         A sync callable starts in the instance thread before this returns; an async one runs when awaited.
-        Either runs with `source` (the batch's call path, core/composition.py) as its current one.
+        Either runs with `source` (the batch's call path, core/composition/path.py) as its current one.
         """
         if self.kind is CallableKind.ASYNC:
             return _scoped_async_call(self.fn, requests, self.model, source)

@@ -23,7 +23,7 @@ _MAKING = threading.Lock()
 class RunningBatch:
     """One batch whose call runs on an instance; `stop` ends a decoupled model's generator (None for others).
 
-    It is the PathSource of its callable (core/composition.py): the call path is made on the first inner call.
+    It is the PathSource of its callable (core/composition/path.py): the call path is made on the first inner call.
     """
 
     __slots__ = ("ended", "entries", "instance", "path", "paths", "span", "stop")

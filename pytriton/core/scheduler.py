@@ -244,7 +244,7 @@ class Scheduler:
 
         Looked up rather than remembered, so that a request costs nothing extra unless its client leaves. A
         request whose batch runs already stays in it; once no request of the batch has a client left, the
-        inner calls its callable has in flight are cancelled (core/composition.py).
+        inner calls its callable has in flight are cancelled (core/composition/path.py).
         """
         for entry in self._queues:
             if entry.sink is sink:

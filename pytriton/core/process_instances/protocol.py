@@ -34,7 +34,7 @@ READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
 # Instance to server, sent together with (in the same write as) a RESULT, FAILURE or END when the job changed
 # custom metrics: (METRICS, updates), the updates of core/custom_metrics.py.
 METRICS = 16
-# A callable's call to another bound model (core/composition.py): instance to server (MODEL_CALL, job id, call id,
+# A callable's call to another bound model (core/composition/): instance to server (MODEL_CALL, job id, call id,
 # arguments, new arena size, answers read), `arguments` a plain tuple of composition.CallArguments whose inputs are
 # packed, in a region of the instance's call arena lent for the call id (its descriptor with the message when the
 # arena is new) or, up to COPY_BYTES in all, in the body. Server to instance (MODEL_ANSWER, call id, "response",
