@@ -233,3 +233,55 @@ def test_an_async_callers_inner_call_to_an_idle_model_runs_in_its_thread_is_coun
         assert watcher.errors[0].message == "the request to model 'watcher' that made the call has ended"
         _wait_for(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
         assert _scheduler(triton, "watching").open_requests == (0, 0)
+
+
+def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() -> None:
+    kept = {"a": np.array([[1.0]], np.float32), "b": np.array([[2.0]], np.float32)}
+    seen: List[Any] = []
+
+    def two(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(threading.current_thread().name)
+        return [kept for _ in requests]  # the same dict every time: the caller gets its own
+
+    def undeclared(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        return [{"y": request["x"], "extra": request["x"]} for request in requests]
+
+    def wrong(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        return [{"y": [1.0]} for _ in requests]  # a list, not an array
+
+    got: List[Any] = []
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(threading.current_thread().name)
+        both = call_model("two", {"x": requests[0]["x"]})
+        got.append(sorted(both))
+        both.pop("a")  # the callee's own dict is not changed
+        got.append(sorted(call_model("two", {"x": requests[0]["x"]}, requested_outputs=["b"])))
+        got.append(sorted(call_model("undeclared", {"x": requests[0]["x"]})))
+        try:
+            call_model("wrong", {"x": requests[0]["x"]})
+        except ModelCallError as error:
+            got.append(error.message)
+        return [{"y": request["x"]} for request in requests]
+
+    two_outputs = [Tensor(name="a", dtype=np.float32, shape=(-1,)), Tensor(name="b", dtype=np.float32, shape=(-1,))]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("two", two, INPUTS, two_outputs, config=ModelConfig(max_batch_size=8))
+        triton.bind("undeclared", undeclared, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("wrong", wrong, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        assert _infer(url, "caller", 1.0).tolist() == [[1.0]]
+        assert seen[0] == seen[1] == seen[2]  # both calls to `two` ran on the caller's thread
+        assert got[:3] == [["a", "b"], ["b"], ["y"]]
+        assert "Not all values returned by `wrong` model callable are numpy arrays" in got[3]
+        assert sorted(kept) == ["a", "b"]
+        stats = _statistics(url, "two")
+        assert int(stats["inference_stats"]["success"]["count"]) == 2
+        assert int(stats["inference_stats"]["queue"]["count"]) == 2
+        assert int(stats["inference_stats"]["compute_output"]["count"]) == 2
+        _wait_for(lambda: int(_statistics(url, "wrong")["inference_stats"]["fail"]["count"]) == 1)
+        assert int(_statistics(url, "wrong")["execution_count"]) == 1

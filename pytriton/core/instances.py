@@ -153,12 +153,13 @@ class Instance:
     def run_here(self, requests: List[Request], source: Optional[PathSource]) -> Step:
         """Run a sync callable's call on the calling thread (an inner call that found the model idle).
 
-        In the model's scope and with `source` as the call path, the caller's restored after.
+        In the model's scope and with `source` as the call path, the caller's restored after. Framework arrays
+        are left as they are: the caller's thread makes them numpy arrays as it checks the outputs.
         """
         scope = model_scope(*self.model)
         path = CURRENT.set(source)
         try:
-            return host_step(self.fn(requests))
+            return self.fn(requests)
         finally:
             CURRENT.reset(path)
             end_model_scope(scope)

@@ -7,7 +7,9 @@ import logging
 import time
 import types
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Deque, Dict, List, Optional, Set, Tuple
+
+import numpy as np
 
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
@@ -17,7 +19,7 @@ from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import CallableKind, Instance, ModelInstance
 from pytriton.core.ordering import ReleaseOrder, Slot
-from pytriton.core.outputs import build_response, check_results
+from pytriton.core.outputs import build_response, check_results, checked_outputs
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
@@ -38,6 +40,7 @@ _CLIENT_GONE = "the client disconnected before its response was ready"
 # uvloop's timers count whole milliseconds (a delay is rounded to the nearest one): a timer may fire up to
 # half a millisecond early. Rounding up instead would make every batch wait up to a millisecond too long.
 _TIMER_SLACK_NS = 500_000
+Outputs = Dict[str, np.ndarray]  # a direct inner call's answer: the outputs by name
 
 
 class BatchNotStarted(BatchNotRun):
@@ -586,14 +589,15 @@ class Scheduler:
             await steps.aclose()  # type: ignore[attr-defined]
             CURRENT.reset(token)
 
-    def run_here(self, request: InferenceRequest, caller: CallPath) -> Optional[InferenceResponse]:
+    def run_here(self, request: InferenceRequest, caller: CallPath) -> Optional[Outputs]:
         """Run an inner call's request on the calling thread (a sync callable's), if the model is idle; else None.
 
         Idle: nothing queued and a free instance, which the call takes off the free list for its time, so the
         instance's concurrency stays one call and requests that come meanwhile queue and batch as usual. The call
         is counted in the statistics (on the loop, after it) as one that went through the queue, and the caller's
         request's end or cancel reaches it (`DirectCall`). Any thread; the loop's own uses of the free list
-        allow for an instance taken between their test and their pop. Raises ModelCallError as the call fails.
+        allow for an instance taken between their test and their pop. Returns the outputs by name (checked as a
+        response's, no response made); raises ModelCallError as the call fails.
         """
         if (
             not self._runs_here
@@ -612,7 +616,7 @@ class Scheduler:
 
     def start_here(
         self, request: InferenceRequest, caller: CallPath
-    ) -> Optional[Tuple[asyncio.Future[InferenceResponse], DirectCall]]:
+    ) -> Optional[Tuple[asyncio.Future[Outputs], DirectCall]]:
         """On the loop: run an inner call's request in an idle instance's thread now, as `run_here` runs it; else None.
 
         For an async callable calling a sync model: its result goes from the instance's thread straight to the
@@ -634,41 +638,43 @@ class Scheduler:
             self._free.append(instance)
             return None
 
-    def _run_here(
-        self, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall
-    ) -> InferenceResponse:
+    def _run_here(self, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall) -> Outputs:
         """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
         spec = self.spec
-        entry = Entry(request, direct, self._queues.level_of(request.priority), 0)
+        entry = Entry(request, direct, 0, 0)  # never queued: no priority level to find
         entry.queued = False
         start_ns = entry.enqueue_ns
         instance.call_started_ns = start_ns
         requested = request.requested_outputs
-        names = list(spec.output_names) if requested is None else requested
-        entry.call = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
+        call = entry.call = Request(
+            data=request.inputs,
+            parameters=request.parameters,
+            requested_output_names=list(spec.output_names) if requested is None else requested,
+        )
         paths = self._paths
         if paths is None and self.models is not None:
             paths = self._paths = PathMaker(self.models, spec.name, caller.loop, caller.inbox)
         running = direct.running = RunningBatch([entry], instance, False, paths)
-        response: Optional[InferenceResponse] = None
+        outputs: Optional[Outputs] = None
         error: Optional[BaseException] = None
         infer_start_ns = infer_end_ns = time.monotonic_ns()
-        caller.inner.add(direct)
+        inner = caller.inner
+        inner.add(direct)
         try:
             if caller.cancelled or direct.reason:
                 raise InferenceError.cancelled(
                     direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
                 )
-            results = instance.run_here([entry.call], running if paths is not None else None)
+            results = instance.run_here([call], running if paths is not None else None)
             infer_end_ns = time.monotonic_ns()
-            response = build_response(
-                spec, check_results(spec, results, 1)[0], requested, True, self.failures.undeclared_output
-            )
+            if type(results) is not list or len(results) != 1:
+                results = check_results(spec, results, 1)
+            outputs = checked_outputs(spec, results[0], requested, self.failures.undeclared_output)
         except Exception as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError
             error = raised
         finally:
             output_end_ns = time.monotonic_ns()
-            caller.inner.discard(direct)
+            inner.discard(direct)
             running.ended = True  # this thread made its path, if any: the loop closes it
             request.inputs = {}  # the caller's arrays are not held until the loop counts the call
             entry.call = None
@@ -676,17 +682,18 @@ class Scheduler:
             self._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
             times = (start_ns, infer_start_ns, infer_end_ns, output_end_ns)
             drained = self._drained
+            inbox = caller.inbox
             if self._queues.size or (drained is not None and not drained.done()) or not rings_after_job():
-                caller.inbox.post(self._ran_here, running, times, error)
+                inbox.post(self._ran_here, running, times, error)
             else:  # counted when the loop next wakes (at the latest when the caller's call ends), after what woke it
-                caller.inbox.post_quietly(caller.loop.call_soon, self._ran_here, running, times, error)
+                inbox.post_quietly(caller.loop.call_soon, self._ran_here, running, times, error)
         if entry.cancelled:
             raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
         if error is not None:
             failure = error if isinstance(error, InferenceError) else _internal_error(error)
             raise ModelCallError(failure.status, failure.message, failure.reason)
-        assert response is not None
-        return response
+        assert outputs is not None
+        return outputs
 
     def _ran_here(
         self, running: RunningBatch, times: Tuple[int, int, int, int], error: Optional[BaseException]
@@ -698,23 +705,21 @@ class Scheduler:
         """
         start_ns, infer_start_ns, infer_end_ns, output_end_ns = times
         entry = running.entries[0]
-        request = entry.request
+        batch_size = entry.request.batch_size
+        rows = batch_size if self.spec.batching else 1
+        compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
         if running.path is not None:
             running.end(self.spec.name)
-        self.stats.record_execution(
-            request.batch_size if self.spec.batching else 1,
-            infer_start_ns - start_ns,
-            infer_end_ns - infer_start_ns,
-            output_end_ns - infer_end_ns,
-        )
-        if entry.cancelled:
-            self.stats.record_failure(output_end_ns - entry.enqueue_ns, FailureReason.CANCELED.value)
-        elif error is not None:
-            failure = self._as_inference_error(error, 1)  # logged here, as the loop logs a batch's
-            self.stats.record_failure(output_end_ns - entry.enqueue_ns, failure.reason.value)
+        if entry.cancelled or error is not None:
+            self.stats.record_execution(rows, *compute)
+            if entry.cancelled:
+                reason = FailureReason.CANCELED
+            else:
+                assert error is not None
+                reason = self._as_inference_error(error, 1).reason  # logged here, as the loop logs a batch's
+            self.stats.record_failure(output_end_ns - start_ns, reason.value)
         else:
-            compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
-            self.stats.record_success(output_end_ns - entry.enqueue_ns, 0, compute, request.batch_size)
+            self.stats.record_lone_success(batch_size, rows, compute, output_end_ns - start_ns)
         if self._free and self._queues.size:
             self._schedule()
         else:

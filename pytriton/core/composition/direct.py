@@ -28,9 +28,9 @@ from typing import Any, Awaitable, Dict, Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.composition.inner_call import build_request, outputs_of
+from pytriton.core.composition.inner_call import build_request
 from pytriton.core.composition.path import CallArguments, CallPath, Cancellable
-from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.request import InferenceRequest
 
 
 def _direct_request(path: CallPath, arguments: CallArguments) -> Optional[Tuple[Any, InferenceRequest]]:
@@ -62,8 +62,8 @@ def call_here(path: CallPath, arguments: CallArguments) -> Optional[Dict[str, np
     if direct is None:
         return None
     model, request = direct
-    response = model.run_here(request, path)
-    return None if response is None else outputs_of(response)
+    outputs: Optional[Dict[str, np.ndarray]] = model.run_here(request, path)
+    return outputs
 
 
 def call_here_async(path: CallPath, arguments: CallArguments) -> Optional[Awaitable[Dict[str, np.ndarray]]]:
@@ -80,11 +80,10 @@ def call_here_async(path: CallPath, arguments: CallArguments) -> Optional[Awaita
     return None if started is None else _answer_of(*started)
 
 
-async def _answer_of(future: asyncio.Future[InferenceResponse], call: Cancellable) -> Dict[str, np.ndarray]:
+async def _answer_of(future: asyncio.Future[Dict[str, np.ndarray]], call: Cancellable) -> Dict[str, np.ndarray]:
     """The outputs of a call started in an instance's thread; cancelling the waiter cancels the call."""
     try:
-        response = await future
+        return await future
     except asyncio.CancelledError:
         call.cancel("the caller was cancelled")
         raise
-    return outputs_of(response)
