@@ -285,3 +285,45 @@ def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() 
         assert int(stats["inference_stats"]["compute_output"]["count"]) == 2
         _wait_for(lambda: int(_statistics(url, "wrong")["inference_stats"]["fail"]["count"]) == 1)
         assert int(_statistics(url, "wrong")["execution_count"]) == 1
+
+
+def test_an_inner_calls_inputs_are_checked_as_a_clients() -> None:
+    errors: List[str] = []
+    two_inputs = [Tensor(name="a", dtype=np.float32, shape=(-1,)), Tensor(name="b", dtype=np.float32, shape=(-1,))]
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        row = np.ones((1, 1), np.float32)
+        for target, inputs in (
+            ("inner", {"nope": row}),
+            ("inner", {"x": np.ones((1, 1), np.complex64)}),
+            ("inner", {"x": np.ones((1, 1), np.int32)}),
+            ("inner", {"x": np.ones((9, 1), np.float32)}),
+            ("pair", {"a": row}),
+            ("pair", {"a": row, "b": np.ones((2, 1), np.float32)}),
+        ):
+            try:
+                call_model(target, inputs)
+            except ModelCallError as error:
+                errors.append(error.message)
+        return [{"y": request["x"]} for request in requests]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", _Inner(), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind(
+            "pair",
+            lambda requests: [{"y": r["a"]} for r in requests],
+            two_inputs,
+            OUTPUTS,
+            config=ModelConfig(max_batch_size=8),
+        )
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
+    assert errors[0] == "unexpected inference input 'nope' for model 'inner'"
+    assert errors[1] == "input 'x' for model 'inner' has unsupported dtype complex64"
+    assert errors[2] == "inference input 'x' data-type is 'INT32', but model 'inner' expects 'FP32'"
+    assert errors[3] == "inference request batch-size must be <= 8 for 'inner'"
+    assert errors[4].startswith("expected 2 inputs but got 1 inputs for model 'pair'")
+    assert errors[5] == "inputs of request for model 'pair' have different batch sizes [1, 2]"
+    assert len(errors) == 6

@@ -187,6 +187,15 @@ def build_request(
     requested_outputs: Optional[Sequence[str]],
 ) -> InferenceRequest:
     """An inner call's request, its inputs checked against the model as a client's are (Triton's messages)."""
+    if len(inputs) == 1 and len(spec.inputs) == 1:  # the commonest call: one input of a one-input model
+        for name, value in inputs.items():
+            array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            datatype = datatype_of_dtype(array.dtype)
+            if datatype is None:
+                raise _unsupported(spec, name, array)
+            return _request(
+                {name: array}, spec.check_input(name, datatype, array.shape), spec, parameters, requested_outputs
+            )
     arrays: Dict[str, np.ndarray] = {}
     batch_sizes: List[int] = []
     if not spec.input_count_fits(len(inputs)):
@@ -195,10 +204,25 @@ def build_request(
         array = value if isinstance(value, np.ndarray) else np.asarray(value)
         datatype = datatype_of_dtype(array.dtype)
         if datatype is None:
-            raise InferenceError.invalid(f"input '{name}' for model '{spec.name}' has unsupported dtype {array.dtype}")
+            raise _unsupported(spec, name, array)
         batch_sizes.append(spec.check_input(name, datatype, array.shape))
         arrays[name] = array
-    batch_size = spec.check_input_set(list(arrays), batch_sizes)
+    return _request(arrays, spec.check_input_set(list(arrays), batch_sizes), spec, parameters, requested_outputs)
+
+
+def _unsupported(spec: ModelSpec, name: str, array: np.ndarray) -> InferenceError:
+    """The error of an input whose dtype has no Triton datatype."""
+    return InferenceError.invalid(f"input '{name}' for model '{spec.name}' has unsupported dtype {array.dtype}")
+
+
+def _request(
+    arrays: Dict[str, np.ndarray],
+    batch_size: int,
+    spec: ModelSpec,
+    parameters: Optional[Dict[str, Any]],
+    requested_outputs: Optional[Sequence[str]],
+) -> InferenceRequest:
+    """The request of checked inputs; the outputs asked for checked too."""
     requested: Optional[List[str]] = None
     if requested_outputs is not None:
         requested = list(requested_outputs)
