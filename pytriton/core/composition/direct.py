@@ -21,8 +21,8 @@ pipeline's p50 over one hop's, pinned to one core, from 46 us to 30 us.
 
 Either way the call answers the outputs by name, checked and selected as a response's are
 (core/outputs.checked_outputs) but with no response made for them to be taken out of again, and is counted with
-one call of the statistics (ModelStats.record_lone_success): 8.4 us of CPU per sync call instead of 9.7, pinned,
-and 18 us of the server's CPU per pipeline request over its first step's instead of 25 (docs/performance.md).
+one call of the statistics (ModelStats.record_lone_success): 8.4 us of CPU per sync call instead of 9.7, pinned
+(docs/performance.md#composition).
 """
 
 from __future__ import annotations
