@@ -18,9 +18,11 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.compose import ModelCallError, call_model, call_model_async
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.options.limits import ServerLimits
 from pytriton.proxy.types import Request
-from pytriton.triton import Triton
-from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
+from pytriton.security import TritonSecurityConfig
+from pytriton.triton import Triton, TritonConfig
+from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
 OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
@@ -327,3 +329,38 @@ def test_an_inner_calls_inputs_are_checked_as_a_clients() -> None:
     assert errors[4].startswith("expected 2 inputs but got 1 inputs for model 'pair'")
     assert errors[5] == "inputs of request for model 'pair' have different batch sizes [1, 2]"
     assert len(errors) == 6
+
+
+def test_a_direct_inner_calls_outputs_are_held_to_the_servers_response_limit() -> None:
+    errors: List[str] = []
+    threads: List[str] = []
+
+    def big(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        threads.append(threading.current_thread().name)
+        return [{"y": np.zeros((1, 128), np.float32)} for _ in requests]  # 512 bytes
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        threads.append(threading.current_thread().name)
+        try:
+            call_model("big", {"x": requests[0]["x"]})
+        except ModelCallError as error:
+            errors.append(error.message)
+        return [{"y": request["x"]} for request in requests]
+
+    triton = Triton(
+        config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False),
+        limits=ServerLimits(max_response_bytes=256),
+        security_config=TritonSecurityConfig(access_token=ACCESS_TOKEN),
+    )
+    try:
+        triton.bind("big", big, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.run()
+        assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
+    finally:
+        triton.stop()
+    assert threads[0] == threads[1]  # the call ran on the caller's thread
+    assert errors == [
+        "the outputs 'y' returned by model 'big' take 512 bytes, more than the 256 bytes a response may carry on "
+        "this server"
+    ]
