@@ -10,7 +10,7 @@ import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
 from pytriton.core.composition import CURRENT, PathSource, run_in_path
-from pytriton.core.custom_metrics import end_model_scope, model_scope, stay_in_model_scope
+from pytriton.core.custom_metrics import end_model_scope, enter_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import host_step
 from pytriton.core.sequence_states import SequenceStates
@@ -156,7 +156,7 @@ class Instance:
         In the model's scope and with `source` as the call path, the caller's restored after. Framework arrays
         are left as they are: the caller's thread makes them numpy arrays as it checks the outputs.
         """
-        scope = model_scope(*self.model)
+        scope = enter_model_scope(self.model)
         path = CURRENT.set(source)
         try:
             return self.fn(requests)

@@ -106,7 +106,7 @@ CURRENT: contextvars.ContextVar[Optional[PathSource]] = contextvars.ContextVar("
 class PathMaker:
     """What the call paths of one model's batches share: the engine's models, the model's name, the loop."""
 
-    __slots__ = ("inbox", "loop", "models", "name")
+    __slots__ = ("chain", "inbox", "loop", "models", "name")
 
     def __init__(
         self,
@@ -118,19 +118,20 @@ class PathMaker:
         """Made on the engine's loop (its inbox is opened there), or anywhere given the loop and its inbox."""
         self.models = models
         self.name = name
+        self.chain = (name,)  # the chain of a batch of clients' requests
         self.loop = asyncio.get_running_loop() if loop is None else loop
         self.inbox = inbox_of(self.loop) if inbox is None else inbox
 
     def plain(self) -> CallPath:
         """The call path of a batch of clients' requests without a deadline; any thread."""
-        return CallPath(self.models, (self.name,), 0, self.loop, self.inbox)
+        return CallPath(self.models, self.chain, 0, self.loop, self.inbox)
 
     def path_of(self, origins: Sequence[Optional[Origin]], deadlines: Sequence[int]) -> CallPath:
         """The call path of a batch whose requests have these origins and deadlines (0: none); any thread."""
         if any(origin is not None for origin in origins) or any(deadlines):
             chain, deadline = _joined(self.name, origins, deadlines)
             return CallPath(self.models, chain, deadline, self.loop, self.inbox)
-        return CallPath(self.models, (self.name,), 0, self.loop, self.inbox)  # clients' requests without a timeout
+        return CallPath(self.models, self.chain, 0, self.loop, self.inbox)  # clients' requests without a timeout
 
 
 def _joined(name: str, origins: Sequence[Optional[Origin]], deadlines: Sequence[int]) -> Tuple[Tuple[str, ...], int]:
