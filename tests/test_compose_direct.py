@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from pytriton.compose import ModelCallError, call_model, call_model_async
+from pytriton.metrics import MetricFamily
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
 from pytriton.proxy.types import Request
@@ -364,3 +367,36 @@ def test_a_direct_inner_calls_outputs_are_held_to_the_servers_response_limit() -
         "the outputs 'y' returned by model 'big' take 512 bytes, more than the 256 bytes a response may carry on "
         "this server"
     ]
+
+
+def test_a_direct_inner_calls_custom_metrics_carry_the_inner_model() -> None:
+    family = MetricFamily("test_compose_direct_calls", "Calls counted by each callable", MetricFamily.COUNTER)
+    threads: List[str] = []
+
+    def inner(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        threads.append(threading.current_thread().name)
+        family.Metric(labels={"by": "inner"}).increment()
+        return [{"y": request["x"]} for request in requests]
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        threads.append(threading.current_thread().name)
+        outputs = call_model("inner", {"x": requests[0]["x"]})
+        family.Metric(labels={"by": "caller"}).increment()  # after the call: the caller's own scope again
+        return [outputs]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
+        with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    assert threads[0] == threads[1]  # the call ran on the caller's thread
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    labels = sorted(
+        (sample.labels["by"], sample.labels["model"], sample.value)
+        for sample in families["test_compose_direct_calls"].samples
+        if sample.name.endswith("_total")
+    )
+    assert labels == [("caller", "caller", 1.0), ("inner", "inner", 1.0)]
