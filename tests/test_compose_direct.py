@@ -6,6 +6,7 @@ model queues and batches the calls with its clients' requests), and cancelled wi
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import urllib.request
@@ -400,3 +401,139 @@ def test_a_direct_inner_calls_custom_metrics_carry_the_inner_model() -> None:
         if sample.name.endswith("_total")
     )
     assert labels == [("caller", "caller", 1.0), ("inner", "inner", 1.0)]
+
+
+class _AsyncInner:
+    """An async model that notes each batch's size and the task that ran it, and waits while `held`."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.batches: List[int] = []
+        self.tasks: List[str] = []
+        self.saw_cancel: List[bool] = []
+
+    async def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.append(task.get_coro().__qualname__)  # type: ignore[union-attr]
+        self.batches.append(len(requests))
+        deadline = time.monotonic() + 10
+        while self.held and not requests[0].is_cancelled() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        self.saw_cancel.append(requests[0].is_cancelled())
+        return [{"y": request["x"]} for request in requests]
+
+
+def test_a_sync_callers_inner_call_to_an_idle_async_model_is_awaited_at_once_and_counted() -> None:
+    inner, caller = _AsyncInner(), _Caller("inner")
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", [caller, caller], INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        for value in (1.0, 2.0):
+            assert _infer(url, "caller", value).tolist() == [[value + 1]]
+        assert inner.tasks == ["Scheduler._await_here"] * 2  # a task of its own, not a batch's
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_stats"]["success"]["count"]) == 2
+        assert int(stats["execution_count"]) == 2
+        assert {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]} == {1: 2}
+
+        # Busy: the callers' calls queue and batch with a client's request.
+        inner.held = True
+        blocker = threading.Thread(target=_infer, args=(url, "inner", 0.0))
+        blocker.start()
+        _wait_for(lambda: _scheduler(triton, "inner").open_requests[1] == 1)
+        results: Dict[str, np.ndarray] = {}
+        threads = [
+            threading.Thread(target=lambda key=key, model=model: results.__setitem__(key, _infer(url, model, 5.0)))
+            for key, model in (("client", "inner"), ("first", "caller"), ("second", "caller"))
+        ]
+        for thread in threads:
+            thread.start()
+        _wait_for(lambda: _scheduler(triton, "inner").pending == 3)
+        inner.held = False
+        for thread in [*threads, blocker]:
+            thread.join(10)
+        assert inner.batches[2:] == [1, 3]
+        assert results["client"].tolist() == [[5.0]]
+        assert results["first"].tolist() == results["second"].tolist() == [[6.0]]
+        assert _scheduler(triton, "inner").open_requests == (0, 0)
+
+
+def test_a_sync_callers_inner_call_awaited_at_once_is_cancelled_with_the_outer_request() -> None:
+    inner, caller = _AsyncInner(), _Caller("inner")
+    inner.held = True
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as deadline:
+            client.infer("caller", [given], client_timeout=0.5)
+        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: len(caller.errors) == 1)
+        assert inner.tasks == ["Scheduler._await_here"]
+        assert inner.saw_cancel == [True]
+        assert caller.errors[0].status.name == "CANCELLED"
+        assert caller.errors[0].message == "the request to model 'caller' that made the call has ended"
+        url = http_url(triton)
+        _wait_for(lambda: int(_statistics(url, "inner")["inference_stats"]["fail"]["count"]) == 1)
+        assert _scheduler(triton, "inner").open_requests == (0, 0)
+
+
+def test_a_sync_callers_inner_call_awaited_at_once_fails_with_the_inner_models_message() -> None:
+    caller = _Caller("failing")
+
+    async def failing(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        raise ValueError("no good")
+
+    def bind(triton: Triton) -> None:
+        triton.bind("failing", failing, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        with pytest.raises(InferenceServerException) as failed:
+            _infer(url, "caller", 1.0)
+        assert "ValueError: no good" in str(failed.value)
+        assert caller.errors[0].status.name == "INTERNAL" and caller.errors[0].message == "ValueError: no good"
+        _wait_for(lambda: int(_statistics(url, "failing")["inference_stats"]["fail"]["count"]) == 1)
+        assert int(_statistics(url, "failing")["execution_count"]) == 1
+
+
+def test_a_sync_callers_inner_call_awaited_at_once_is_answered_at_the_servers_cut_off() -> None:
+    inner, caller = _AsyncInner(), _Caller("inner")
+    inner.held = True
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    outcomes: List[Any] = []
+
+    def send(url: str) -> None:
+        try:
+            outcomes.append(_infer(url, "caller", 1.0))
+        except InferenceServerException as error:
+            outcomes.append(error)
+
+    with running_triton(bind, exit_timeout_secs=1) as triton:
+        client = threading.Thread(target=send, args=(http_url(triton),))
+        client.start()
+        _wait_for(lambda: inner.tasks == ["Scheduler._await_here"])
+        stopping = threading.Thread(target=triton.stop)
+        stopping.start()
+        _wait_for(lambda: len(caller.errors) == 1)  # answered at the cut-off, not when the call ends
+        inner.held = False
+        stopping.join(10)
+        client.join(10)
+    assert caller.errors[0].status.name == "UNAVAILABLE"
+    assert caller.errors[0].message == "model 'inner' stopped before the request was served"
+    assert len(outcomes) == 1 and isinstance(outcomes[0], InferenceServerException)

@@ -171,6 +171,16 @@ class ServedModel:
         outputs: Optional[Dict[str, Any]] = self.scheduler.run_here(request, caller)
         return outputs
 
+    def may_await_here(self) -> bool:
+        """Whether a sync caller's call may be awaited on the loop now (Scheduler.may_await_here): a hint."""
+        return self.state is ModelState.READY and self.cache is None and bool(self.scheduler.may_await_here())
+
+    def await_here(self, request: InferenceRequest, caller: Any, answer: Any) -> bool:
+        """On the loop: await a sync caller's call to this idle async model now (Scheduler.await_here); else False."""
+        if self.state is not ModelState.READY or self.cache is not None:
+            return False
+        return bool(self.scheduler.await_here(request, caller, answer))
+
     def start_here(self, request: InferenceRequest, caller: Any) -> Optional[Tuple[Any, Any]]:
         """On the loop: run an inner call in an idle instance's thread (Scheduler.start_here); else None."""
         if self.state is not ModelState.READY or self.cache is not None:

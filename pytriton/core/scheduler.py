@@ -14,6 +14,7 @@ import numpy as np
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
 from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
+from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
@@ -126,6 +127,7 @@ class Scheduler:
         self._batches = RunningBatches()
         self._watch = QueueWatch(self._queues, self._batches.entries, self._client_left)
         self._running: Set[asyncio.Task[Any]] = set()
+        self._awaiting: Set[DirectAnswer] = set()  # sync callers waiting for calls awaited here (`await_here`)
         self._in_flight = InFlight()
         self._accepting = True
         self._drained: Optional[asyncio.Future[None]] = None  # until_idle() waits on it until nothing is left
@@ -141,6 +143,14 @@ class Scheduler:
             and self._order is None
             and not self._rules.delay_ns
             and all(isinstance(instance, Instance) and instance.kind is CallableKind.SYNC for instance in instances)
+        )
+        # The same for an async callable, run on the loop in a task of its own for a sync caller (`await_here`).
+        self._awaits_here = (
+            not spec.decoupled
+            and self._sequences is None
+            and self._order is None
+            and not self._rules.delay_ns
+            and all(isinstance(instance, Instance) and instance.kind is CallableKind.ASYNC for instance in instances)
         )
 
     @property
@@ -638,6 +648,88 @@ class Scheduler:
             self._free.append(instance)
             return None
 
+    def may_await_here(self) -> bool:
+        """Whether `await_here` may take a call now (any thread: a hint, which `await_here` checks again)."""
+        return self._awaits_here and not self._queues.size and bool(self._free) and self.spans is None
+
+    def await_here(self, request: InferenceRequest, caller: CallPath, answer: DirectAnswer) -> bool:
+        """On the loop: run a sync caller's inner call to an idle async model now, in a task of its own; else False.
+
+        Idle as for `run_here`. The task awaits the callable as a batch's would, counts the call as `run_here`
+        counts one, and settles `answer`, whose settling wakes the caller's thread: no queue entry, no batch task
+        wrapped around the call, no sink, no response made.
+        """
+        if not self._awaits_here or self._queues.size or not self._accepting or self._in_flight.cut:
+            return False
+        if self.spans is not None:
+            return False
+        try:
+            instance = self._free.pop()
+        except IndexError:
+            return False
+        assert isinstance(instance, Instance)
+        self._awaiting.add(answer)
+        self._track(asyncio.get_running_loop().create_task(self._await_here(instance, request, caller, answer)))
+        return True
+
+    async def _await_here(
+        self, instance: Instance, request: InferenceRequest, caller: CallPath, answer: DirectAnswer
+    ) -> None:
+        """Await one request's call on `instance` (taken off the free list), count it, and settle `answer`."""
+        spec = self.spec
+        direct = DirectCall()
+        entry = Entry(request, direct, 0, 0)  # never queued: no priority level to find
+        entry.queued = False
+        start_ns = entry.enqueue_ns
+        instance.call_started_ns = start_ns
+        requested = request.requested_outputs
+        call = entry.call = Request(
+            data=request.inputs,
+            parameters=request.parameters,
+            requested_output_names=list(spec.output_names) if requested is None else requested,
+        )
+        paths = self._paths
+        if paths is None and self.models is not None:
+            paths = self._paths = PathMaker(self.models, spec.name)
+        running = direct.running = RunningBatch([entry], instance, False, paths)
+        outputs: Optional[Outputs] = None
+        error: Optional[BaseException] = None
+        infer_start_ns = infer_end_ns = time.monotonic_ns()
+        caller.inner.add(direct)
+        try:
+            if caller.cancelled or direct.reason:
+                raise InferenceError.cancelled(
+                    direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
+                )
+            results = await instance.start([call], False, running if paths is not None else None)
+            infer_end_ns = time.monotonic_ns()
+            if type(results) is not list or len(results) != 1:
+                results = check_results(spec, results, 1)
+            outputs = checked_outputs(spec, results[0], requested, self.failures.undeclared_output)
+        except BaseException as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError (a cancel: below)
+            error = raised
+        output_end_ns = time.monotonic_ns()
+        caller.inner.discard(direct)
+        running.ended = True
+        request.inputs = {}
+        entry.call = None
+        instance.call_started_ns = 0
+        self._free.append(instance)
+        self._awaiting.discard(answer)
+        self._ran_here(running, (start_ns, infer_start_ns, infer_end_ns, output_end_ns), error)
+        if entry.cancelled:
+            answer.fail(ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled"))
+        elif error is not None:
+            failure = self._as_inference_error(error, 1) if isinstance(error, asyncio.CancelledError) else None
+            if failure is None:
+                failure = error if isinstance(error, InferenceError) else _internal_error(error)
+            answer.fail(ModelCallError(failure.status, failure.message, failure.reason))
+            if not isinstance(error, Exception):
+                raise error  # the task itself was cancelled (the server stops): it ends so
+        else:
+            assert outputs is not None
+            answer.settle(outputs)
+
     def _run_here(self, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall) -> Outputs:
         """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
         spec = self.spec
@@ -841,10 +933,14 @@ class Scheduler:
             self._sequences_ran(queued)
             self._sequences.close()
         running = self._in_flight.cut_off()
+        awaiting = list(self._awaiting)
+        for answer in awaiting:  # their calls go on; their callers are answered now, as a running batch's are
+            stopped = self._stopped()
+            answer.fail(ModelCallError(stopped.status, stopped.message, stopped.reason))
         if self._timer is not None:
             self._timer.cancel()
         self._watch.stop()
-        return len(queued) + running
+        return len(queued) + running + len(awaiting)
 
     async def close_instances(self, deadline: Optional[float] = None) -> None:
         """Stop the instances: threads end after their call, processes at once if a call still runs.

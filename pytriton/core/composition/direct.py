@@ -32,8 +32,9 @@ from typing import Any, Awaitable, Dict, Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.composition.inner_call import build_request
+from pytriton.core.composition.inner_call import build_request, thread_doorbell
 from pytriton.core.composition.path import CallArguments, CallPath, Cancellable
+from pytriton.core.doorbell import Doorbell
 from pytriton.core.request import InferenceRequest
 
 
@@ -59,15 +60,70 @@ def _direct_request(path: CallPath, arguments: CallArguments) -> Optional[Tuple[
 def call_here(path: CallPath, arguments: CallArguments) -> Optional[Dict[str, np.ndarray]]:
     """From a sync callable's thread: run the call on this thread if its model is idle; None if it cannot now.
 
-    The model's scheduler decides (Scheduler.run_here); what it cannot take goes through the loop instead.
-    Raises ModelCallError as the call fails.
+    The model's scheduler decides (Scheduler.run_here); what it cannot take goes through the loop instead. An
+    idle async model's call is awaited on the loop in a task of its own (Scheduler.await_here), this thread woken
+    by its answer. Raises ModelCallError as the call fails.
     """
     direct = _direct_request(path, arguments)
     if direct is None:
         return None
     model, request = direct
     outputs: Optional[Dict[str, np.ndarray]] = model.run_here(request, path)
+    if outputs is None and model.may_await_here():
+        outputs = _awaited_on_loop(path, model, request)
     return outputs
+
+
+class DirectAnswer:
+    """What a call awaited on the loop answers the sync caller's thread waiting for it: outputs or an error."""
+
+    __slots__ = ("done", "doorbell", "error", "outputs")
+
+    def __init__(self, doorbell: Doorbell) -> None:
+        """Not answered yet; `doorbell` is the waiting thread's."""
+        self.doorbell = doorbell
+        self.done = False
+        self.outputs: Optional[Dict[str, np.ndarray]] = None  # None once done: the model was busy by then
+        self.error: Optional[BaseException] = None
+
+    def settle(self, outputs: Optional[Dict[str, np.ndarray]]) -> None:
+        """On the loop: answer the outputs (None: the call did not run), waking the caller's thread; once."""
+        if self.done:
+            return  # answered already (the server's cut-off)
+        self.outputs = outputs
+        self.done = True
+        self.doorbell.ring()
+
+    def fail(self, error: BaseException) -> None:
+        """On the loop: answer the call's error, waking the caller's thread; once."""
+        if self.done:
+            return
+        self.error = error
+        self.done = True
+        self.doorbell.ring()
+
+
+def _awaited_on_loop(path: CallPath, model: Any, request: InferenceRequest) -> Optional[Dict[str, np.ndarray]]:
+    """An idle async model's call, awaited on the loop; None when the model was busy by the time the loop looked."""
+    answer = DirectAnswer(thread_doorbell())
+    path.inbox.post(_await_on_loop, model, request, path, answer)
+    doorbell = answer.doorbell
+    while not answer.done:  # rings of this thread's earlier calls may wake it early
+        doorbell.take()
+    if answer.error is not None:
+        raise answer.error
+    return answer.outputs
+
+
+def _await_on_loop(model: Any, request: InferenceRequest, path: CallPath, answer: DirectAnswer) -> None:
+    """On the loop: start the call if the model is still idle, else let the caller go the queue's way."""
+    try:
+        started = model.await_here(request, path, answer)
+    except BaseException:
+        answer.settle(None)  # the queue's way reports what went wrong
+        raise
+    if not started:
+        answer.settle(None)
 
 
 def call_here_async(path: CallPath, arguments: CallArguments) -> Optional[Awaitable[Dict[str, np.ndarray]]]:
