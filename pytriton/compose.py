@@ -83,7 +83,9 @@ def call_model(
     Raises:
         ModelCallError: the call failed or was refused; `message` is the inner model's message.
     """
-    arguments = CallArguments(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
+    arguments = CallArguments(
+        name, inputs, None if version is None else str(version), parameters, requested_outputs, timeout_s, False
+    )
     source = CURRENT.get()
     path = None if source is None else source.call_path()
     if path is not None and not _on_loop(path):

@@ -6,21 +6,27 @@ model queues and batches the calls with its clients' requests), and cancelled wi
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+import urllib.request
 from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from pytriton.compose import ModelCallError, call_model, call_model_async
+from pytriton.metrics import MetricFamily
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.options.limits import ServerLimits
 from pytriton.proxy.types import Request
-from pytriton.triton import Triton
-from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
+from pytriton.security import TritonSecurityConfig
+from pytriton.triton import Triton, TritonConfig
+from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
 OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
@@ -233,3 +239,301 @@ def test_an_async_callers_inner_call_to_an_idle_model_runs_in_its_thread_is_coun
         assert watcher.errors[0].message == "the request to model 'watcher' that made the call has ended"
         _wait_for(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
         assert _scheduler(triton, "watching").open_requests == (0, 0)
+
+
+def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() -> None:
+    kept = {"a": np.array([[1.0]], np.float32), "b": np.array([[2.0]], np.float32)}
+    seen: List[Any] = []
+
+    def two(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(threading.current_thread().name)
+        return [kept for _ in requests]  # the same dict every time: the caller gets its own
+
+    def undeclared(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        return [{"y": request["x"], "extra": request["x"]} for request in requests]
+
+    def wrong(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        return [{"y": [1.0]} for _ in requests]  # a list, not an array
+
+    got: List[Any] = []
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(threading.current_thread().name)
+        both = call_model("two", {"x": requests[0]["x"]})
+        got.append(sorted(both))
+        both.pop("a")  # the callee's own dict is not changed
+        got.append(sorted(call_model("two", {"x": requests[0]["x"]}, requested_outputs=["b"])))
+        got.append(sorted(call_model("undeclared", {"x": requests[0]["x"]})))
+        try:
+            call_model("wrong", {"x": requests[0]["x"]})
+        except ModelCallError as error:
+            got.append(error.message)
+        return [{"y": request["x"]} for request in requests]
+
+    two_outputs = [Tensor(name="a", dtype=np.float32, shape=(-1,)), Tensor(name="b", dtype=np.float32, shape=(-1,))]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("two", two, INPUTS, two_outputs, config=ModelConfig(max_batch_size=8))
+        triton.bind("undeclared", undeclared, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("wrong", wrong, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        assert _infer(url, "caller", 1.0).tolist() == [[1.0]]
+        assert seen[0] == seen[1] == seen[2]  # both calls to `two` ran on the caller's thread
+        assert got[:3] == [["a", "b"], ["b"], ["y"]]
+        assert "Not all values returned by `wrong` model callable are numpy arrays" in got[3]
+        assert sorted(kept) == ["a", "b"]
+        stats = _statistics(url, "two")
+        assert int(stats["inference_stats"]["success"]["count"]) == 2
+        assert int(stats["inference_stats"]["queue"]["count"]) == 2
+        assert int(stats["inference_stats"]["compute_output"]["count"]) == 2
+        _wait_for(lambda: int(_statistics(url, "wrong")["inference_stats"]["fail"]["count"]) == 1)
+        assert int(_statistics(url, "wrong")["execution_count"]) == 1
+
+
+def test_an_inner_calls_inputs_are_checked_as_a_clients() -> None:
+    errors: List[str] = []
+    two_inputs = [Tensor(name="a", dtype=np.float32, shape=(-1,)), Tensor(name="b", dtype=np.float32, shape=(-1,))]
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        row = np.ones((1, 1), np.float32)
+        for target, inputs in (
+            ("inner", {"nope": row}),
+            ("inner", {"x": np.ones((1, 1), np.complex64)}),
+            ("inner", {"x": np.ones((1, 1), np.int32)}),
+            ("inner", {"x": np.ones((9, 1), np.float32)}),
+            ("pair", {"a": row}),
+            ("pair", {"a": row, "b": np.ones((2, 1), np.float32)}),
+        ):
+            try:
+                call_model(target, inputs)
+            except ModelCallError as error:
+                errors.append(error.message)
+        return [{"y": request["x"]} for request in requests]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", _Inner(), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind(
+            "pair",
+            lambda requests: [{"y": r["a"]} for r in requests],
+            two_inputs,
+            OUTPUTS,
+            config=ModelConfig(max_batch_size=8),
+        )
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
+    assert errors[0] == "unexpected inference input 'nope' for model 'inner'"
+    assert errors[1] == "input 'x' for model 'inner' has unsupported dtype complex64"
+    assert errors[2] == "inference input 'x' data-type is 'INT32', but model 'inner' expects 'FP32'"
+    assert errors[3] == "inference request batch-size must be <= 8 for 'inner'"
+    assert errors[4].startswith("expected 2 inputs but got 1 inputs for model 'pair'")
+    assert errors[5] == "inputs of request for model 'pair' have different batch sizes [1, 2]"
+    assert len(errors) == 6
+
+
+def test_a_direct_inner_calls_outputs_are_held_to_the_servers_response_limit() -> None:
+    errors: List[str] = []
+    threads: List[str] = []
+
+    def big(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        threads.append(threading.current_thread().name)
+        return [{"y": np.zeros((1, 128), np.float32)} for _ in requests]  # 512 bytes
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        threads.append(threading.current_thread().name)
+        try:
+            call_model("big", {"x": requests[0]["x"]})
+        except ModelCallError as error:
+            errors.append(error.message)
+        return [{"y": request["x"]} for request in requests]
+
+    triton = Triton(
+        config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False),
+        limits=ServerLimits(max_response_bytes=256),
+        security_config=TritonSecurityConfig(access_token=ACCESS_TOKEN),
+    )
+    try:
+        triton.bind("big", big, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.run()
+        assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
+    finally:
+        triton.stop()
+    assert threads[0] == threads[1]  # the call ran on the caller's thread
+    assert errors == [
+        "the outputs 'y' returned by model 'big' take 512 bytes, more than the 256 bytes a response may carry on "
+        "this server"
+    ]
+
+
+def test_a_direct_inner_calls_custom_metrics_carry_the_inner_model() -> None:
+    family = MetricFamily("test_compose_direct_calls", "Calls counted by each callable", MetricFamily.COUNTER)
+    threads: List[str] = []
+
+    def inner(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        threads.append(threading.current_thread().name)
+        family.Metric(labels={"by": "inner"}).increment()
+        return [{"y": request["x"]} for request in requests]
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        threads.append(threading.current_thread().name)
+        outputs = call_model("inner", {"x": requests[0]["x"]})
+        family.Metric(labels={"by": "caller"}).increment()  # after the call: the caller's own scope again
+        return [outputs]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
+        with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    assert threads[0] == threads[1]  # the call ran on the caller's thread
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    labels = sorted(
+        (sample.labels["by"], sample.labels["model"], sample.value)
+        for sample in families["test_compose_direct_calls"].samples
+        if sample.name.endswith("_total")
+    )
+    assert labels == [("caller", "caller", 1.0), ("inner", "inner", 1.0)]
+
+
+class _AsyncInner:
+    """An async model that notes each batch's size and the task that ran it, and waits while `held`."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.batches: List[int] = []
+        self.tasks: List[str] = []
+        self.saw_cancel: List[bool] = []
+
+    async def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.append(task.get_coro().__qualname__)  # type: ignore[union-attr]
+        self.batches.append(len(requests))
+        deadline = time.monotonic() + 10
+        while self.held and not requests[0].is_cancelled() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        self.saw_cancel.append(requests[0].is_cancelled())
+        return [{"y": request["x"]} for request in requests]
+
+
+def test_a_sync_callers_inner_call_to_an_idle_async_model_is_awaited_at_once_and_counted() -> None:
+    inner, caller = _AsyncInner(), _Caller("inner")
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", [caller, caller], INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        for value in (1.0, 2.0):
+            assert _infer(url, "caller", value).tolist() == [[value + 1]]
+        assert inner.tasks == ["Scheduler._await_here"] * 2  # a task of its own, not a batch's
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_stats"]["success"]["count"]) == 2
+        assert int(stats["execution_count"]) == 2
+        assert {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]} == {1: 2}
+
+        # Busy: the callers' calls queue and batch with a client's request.
+        inner.held = True
+        blocker = threading.Thread(target=_infer, args=(url, "inner", 0.0))
+        blocker.start()
+        _wait_for(lambda: _scheduler(triton, "inner").open_requests[1] == 1)
+        results: Dict[str, np.ndarray] = {}
+        threads = [
+            threading.Thread(target=lambda key=key, model=model: results.__setitem__(key, _infer(url, model, 5.0)))
+            for key, model in (("client", "inner"), ("first", "caller"), ("second", "caller"))
+        ]
+        for thread in threads:
+            thread.start()
+        _wait_for(lambda: _scheduler(triton, "inner").pending == 3)
+        inner.held = False
+        for thread in [*threads, blocker]:
+            thread.join(10)
+        assert inner.batches[2:] == [1, 3]
+        assert results["client"].tolist() == [[5.0]]
+        assert results["first"].tolist() == results["second"].tolist() == [[6.0]]
+        assert _scheduler(triton, "inner").open_requests == (0, 0)
+
+
+def test_a_sync_callers_inner_call_awaited_at_once_is_cancelled_with_the_outer_request() -> None:
+    inner, caller = _AsyncInner(), _Caller("inner")
+    inner.held = True
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        with pytest.raises(InferenceServerException) as deadline:
+            client.infer("caller", [given], client_timeout=0.5)
+        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        _wait_for(lambda: len(caller.errors) == 1)
+        assert inner.tasks == ["Scheduler._await_here"]
+        assert inner.saw_cancel == [True]
+        assert caller.errors[0].status.name == "CANCELLED"
+        assert caller.errors[0].message == "the request to model 'caller' that made the call has ended"
+        url = http_url(triton)
+        _wait_for(lambda: int(_statistics(url, "inner")["inference_stats"]["fail"]["count"]) == 1)
+        assert _scheduler(triton, "inner").open_requests == (0, 0)
+
+
+def test_a_sync_callers_inner_call_awaited_at_once_fails_with_the_inner_models_message() -> None:
+    caller = _Caller("failing")
+
+    async def failing(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        raise ValueError("no good")
+
+    def bind(triton: Triton) -> None:
+        triton.bind("failing", failing, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        with pytest.raises(InferenceServerException) as failed:
+            _infer(url, "caller", 1.0)
+        assert "ValueError: no good" in str(failed.value)
+        assert caller.errors[0].status.name == "INTERNAL" and caller.errors[0].message == "ValueError: no good"
+        _wait_for(lambda: int(_statistics(url, "failing")["inference_stats"]["fail"]["count"]) == 1)
+        assert int(_statistics(url, "failing")["execution_count"]) == 1
+
+
+def test_a_sync_callers_inner_call_awaited_at_once_is_answered_at_the_servers_cut_off() -> None:
+    inner, caller = _AsyncInner(), _Caller("inner")
+    inner.held = True
+
+    def bind(triton: Triton) -> None:
+        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+
+    outcomes: List[Any] = []
+
+    def send(url: str) -> None:
+        try:
+            outcomes.append(_infer(url, "caller", 1.0))
+        except InferenceServerException as error:
+            outcomes.append(error)
+
+    with running_triton(bind, exit_timeout_secs=1) as triton:
+        client = threading.Thread(target=send, args=(http_url(triton),))
+        client.start()
+        _wait_for(lambda: inner.tasks == ["Scheduler._await_here"])
+        stopping = threading.Thread(target=triton.stop)
+        stopping.start()
+        _wait_for(lambda: len(caller.errors) == 1)  # answered at the cut-off, not when the call ends
+        inner.held = False
+        stopping.join(10)
+        client.join(10)
+    assert caller.errors[0].status.name == "UNAVAILABLE"
+    assert caller.errors[0].message == "model 'inner' stopped before the request was served"
+    assert len(outcomes) == 1 and isinstance(outcomes[0], InferenceServerException)

@@ -49,6 +49,11 @@ def model_scope(name: str, version: str) -> contextvars.Token[Optional[Tuple[str
     return _MODEL.set((name, version))
 
 
+def enter_model_scope(model: Tuple[str, str]) -> contextvars.Token[Optional[Tuple[str, str]]]:
+    """`model_scope` with the (name, version) pair an instance keeps: no pair made per call."""
+    return _MODEL.set(model)
+
+
 def stay_in_model_scope(model: Tuple[str, str]) -> None:
     """Mark the current thread as running `model` from now on (an instance's own thread: no reset needed)."""
     if _MODEL.get() is not model:

@@ -122,7 +122,7 @@ class Engine:
                 spec.version,
             )
         model = ServedModel(spec, instances, self._cache, self._on_unrecoverable)
-        model.scheduler.models = self  # the callable's inner calls (core/composition.py)
+        model.scheduler.models = self  # the callable's inner calls (core/composition/)
         if spec.warmup:
             model.state = ModelState.LOADING
             task = asyncio.get_running_loop().create_task(warm_up(model))

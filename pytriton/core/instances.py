@@ -10,7 +10,7 @@ import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
 from pytriton.core.composition import CURRENT, PathSource, run_in_path
-from pytriton.core.custom_metrics import end_model_scope, model_scope, stay_in_model_scope
+from pytriton.core.custom_metrics import end_model_scope, enter_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import host_step
 from pytriton.core.sequences.states import SequenceStates
@@ -83,7 +83,7 @@ class ModelInstance(Protocol):
     def start(
         self, requests: List[Request], hand_over: bool = False, source: Optional[PathSource] = None
     ) -> Awaitable[Step]:
-        """Start a non-streaming call; await its result. `source`: the batch's call path (core/composition.py)."""
+        """Start a non-streaming call; await its result. `source`: the batch's call path (core/composition/path.py)."""
 
     def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
         """Each step of any callable; setting `stop` ends a generator after its current step."""
@@ -140,7 +140,7 @@ class Instance:
         """Start a non-streaming call now; await the result (`hand_over`: see WorkerThread.submit).
 
         A sync callable starts in the instance thread before this returns; an async one runs when awaited.
-        Either runs with `source` (the batch's call path, core/composition.py) as its current one.
+        Either runs with `source` (the batch's call path, core/composition/path.py) as its current one.
         """
         if self.kind is CallableKind.ASYNC:
             return _scoped_async_call(self.fn, requests, self.model, source)
@@ -153,12 +153,13 @@ class Instance:
     def run_here(self, requests: List[Request], source: Optional[PathSource]) -> Step:
         """Run a sync callable's call on the calling thread (an inner call that found the model idle).
 
-        In the model's scope and with `source` as the call path, the caller's restored after.
+        In the model's scope and with `source` as the call path, the caller's restored after. Framework arrays
+        are left as they are: the caller's thread makes them numpy arrays as it checks the outputs.
         """
-        scope = model_scope(*self.model)
+        scope = enter_model_scope(self.model)
         path = CURRENT.set(source)
         try:
-            return host_step(self.fn(requests))
+            return self.fn(requests)
         finally:
             CURRENT.reset(path)
             end_model_scope(scope)

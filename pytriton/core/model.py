@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from typing import Any, AsyncIterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from pytriton.core.cache import ResponseCache, cache_key
 from pytriton.core.ensemble import EnsembleScheduler
@@ -161,12 +161,25 @@ class ServedModel:
         self.scheduler.submit(request, sink)
         return sink
 
-    def run_here(self, request: InferenceRequest, caller: Any) -> Optional[InferenceResponse]:
-        """Run an inner call on its caller's thread if the model is idle (Scheduler.run_here); else None. Any thread."""
+    def run_here(self, request: InferenceRequest, caller: Any) -> Optional[Dict[str, Any]]:
+        """Run an inner call on its caller's thread if the model is idle (Scheduler.run_here); else None. Any thread.
+
+        Returns its outputs by name.
+        """
         if self.state is not ModelState.READY or self.cache is not None:
             return None
-        result: Optional[InferenceResponse] = self.scheduler.run_here(request, caller)
-        return result
+        outputs: Optional[Dict[str, Any]] = self.scheduler.run_here(request, caller)
+        return outputs
+
+    def may_await_here(self) -> bool:
+        """Whether a sync caller's call may be awaited on the loop now (Scheduler.may_await_here): a hint."""
+        return self.state is ModelState.READY and self.cache is None and bool(self.scheduler.may_await_here())
+
+    def await_here(self, request: InferenceRequest, caller: Any, answer: Any) -> bool:
+        """On the loop: await a sync caller's call to this idle async model now (Scheduler.await_here); else False."""
+        if self.state is not ModelState.READY or self.cache is not None:
+            return False
+        return bool(self.scheduler.await_here(request, caller, answer))
 
     def start_here(self, request: InferenceRequest, caller: Any) -> Optional[Tuple[Any, Any]]:
         """On the loop: run an inner call in an idle instance's thread (Scheduler.start_here); else None."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -45,6 +45,60 @@ def build_response(
     Without `strict`, an output the config does not declare is left out of the response, as NVIDIA's PyTriton
     leaves it out; `undeclared` is told its name (strict mode refuses it instead).
     """
+    result, datatypes = _checked(spec, result, undeclared)
+    outputs: List[OutputTensor] = []
+    size = 0
+    for name in spec.output_names if requested is None else requested:
+        wire_type = datatypes.get(name)
+        if wire_type is None:
+            if requested is not None:
+                raise _not_returned(spec, name)
+            continue
+        value = result[name]
+        if wire_type == "FP32" and spec.output_by_name[name].datatype == "BF16":
+            wire_type = "BF16"
+        outputs.append(OutputTensor(name, wire_type, value))
+        size += _bytes_of_object_array(value) if value.dtype.kind == "O" else value.nbytes
+    if spec.max_response_bytes and size > spec.max_response_bytes:
+        raise _too_large(spec, [output.name for output in outputs], size)
+    return InferenceResponse(outputs, final)
+
+
+def checked_outputs(
+    spec: ModelSpec,
+    result: Any,
+    requested: Optional[Sequence[str]],
+    undeclared: Optional[Callable[[str], None]] = None,
+) -> Dict[str, np.ndarray]:
+    """What `build_response` checks and selects, as the arrays by name: a direct inner call's answer.
+
+    Its caller wants the arrays, not a response for the wire: no OutputTensor, no response, no dict made again.
+    """
+    result, datatypes = _checked(spec, result, undeclared)
+    if requested is None and result.keys() == spec.output_by_name.keys():
+        selected = dict(result)  # every output, nothing else (a copy: the callable may return a dict it keeps)
+    else:
+        selected = {}
+        for name in spec.output_names if requested is None else requested:
+            if name in datatypes:
+                selected[name] = result[name]
+            elif requested is not None:
+                raise _not_returned(spec, name)
+    limit = spec.max_response_bytes
+    if limit:
+        size = 0
+        for value in selected.values():  # a loop, not sum() over a generator: a frame less per call
+            size += _bytes_of_object_array(value) if value.dtype.kind == "O" else value.nbytes
+        if size > limit:
+            order = spec.output_names if requested is None else requested
+            raise _too_large(spec, [name for name in order if name in selected], size)
+    return selected
+
+
+def _checked(
+    spec: ModelSpec, result: Any, undeclared: Optional[Callable[[str], None]]
+) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """One response dict checked (framework arrays as numpy, declared casts done) and its outputs' datatypes."""
     if isinstance(result, (Request, Response)):
         result = result.data
     if not isinstance(result, dict):
@@ -70,26 +124,21 @@ def build_response(
                 datatypes[name] = declared.datatype
     if cast is not None:
         result = {**result, **cast}
-    outputs: List[OutputTensor] = []
-    size = 0
-    for name in spec.output_names if requested is None else requested:
-        wire_type = datatypes.get(name)
-        if wire_type is None:
-            if requested is not None:
-                raise InferenceError.internal(f"output '{name}' requested but not returned by model '{spec.name}'")
-            continue
-        value = result[name]
-        if wire_type == "FP32" and spec.output_by_name[name].datatype == "BF16":
-            wire_type = "BF16"
-        outputs.append(OutputTensor(name, wire_type, value))
-        size += _bytes_of_object_array(value) if value.dtype.kind == "O" else value.nbytes
-    if spec.max_response_bytes and size > spec.max_response_bytes:
-        listed = ", ".join(f"'{output.name}'" for output in outputs)
-        raise InferenceError.internal(
-            f"the outputs {listed} returned by model '{spec.name}' take {size} bytes, more than the "
-            f"{spec.max_response_bytes} bytes a response may carry on this server"
-        )
-    return InferenceResponse(outputs, final)
+    return result, datatypes
+
+
+def _not_returned(spec: ModelSpec, name: str) -> InferenceError:
+    """A requested output the callable did not return."""
+    return InferenceError.internal(f"output '{name}' requested but not returned by model '{spec.name}'")
+
+
+def _too_large(spec: ModelSpec, names: Sequence[str], size: int) -> InferenceError:
+    """Outputs of more bytes than a response may carry."""
+    listed = ", ".join(f"'{name}'" for name in names)
+    return InferenceError.internal(
+        f"the outputs {listed} returned by model '{spec.name}' take {size} bytes, more than the "
+        f"{spec.max_response_bytes} bytes a response may carry on this server"
+    )
 
 
 def _casts(returned: str, declared: str) -> bool:

@@ -60,7 +60,7 @@ class InferenceRequest:
         self.arrival_ns = arrival_ns
         self.sequence = sequence
         self.live_sequence: Any = None  # the sequence it belongs to, once a sequence batcher admitted it
-        # An inner call's (core/composition.py): the models on its way in, its deadline (monotonic ns, 0: none) and
+        # An inner call's (core/composition/): the models on its way in, its deadline (monotonic ns, 0: none) and
         # the span of its caller's request (None: not traced).
         self.origin: Optional[Tuple[Tuple[str, ...], int, Any]] = None
         # An ensemble step's: the ensemble's request adds the step's compute times (input, infer, output ns) here.

@@ -31,7 +31,7 @@ class SpanSource(Protocol):
     def start(self, enqueue_ns: int, parent: Any = None) -> Optional[TracedCall]:
         """The spans of a request queued at `enqueue_ns` (monotonic) that starts now; None when not sampled.
 
-        `parent`: the span of the request whose callable made this one (core/composition.py), which they nest under.
+        `parent`: the span of the request whose callable made this one (core/composition/), which they nest under.
         """
 
 

@@ -23,7 +23,7 @@ _MAKING = threading.Lock()
 class RunningBatch:
     """One batch whose call runs on an instance; `stop` ends a decoupled model's generator (None for others).
 
-    It is the PathSource of its callable (core/composition.py): the call path is made on the first inner call.
+    It is the PathSource of its callable (core/composition/path.py): the call path is made on the first inner call.
     """
 
     __slots__ = ("ended", "entries", "instance", "path", "paths", "span", "stop")
@@ -77,7 +77,9 @@ class RunningBatch:
         self.ended = True
         path = self.path
         if path is not None:
-            path.close(f"the request to model '{model}' that made the call has ended")
+            path.cancelled = True  # first: a call that a thread adds after the test below sees it and stops
+            if path.inner:  # else nothing in flight to tell why (the commonest end): no message to make
+                path.close(f"the request to model '{model}' that made the call has ended")
 
     def cancel(self, entry: Entry) -> None:
         """The client of one of its requests cancelled it: the callable is told; a generator nobody wants stops."""

@@ -7,17 +7,20 @@ import logging
 import time
 import types
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Deque, Dict, List, Optional, Set, Tuple
+
+import numpy as np
 
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
 from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
+from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import CallableKind, Instance, ModelInstance
 from pytriton.core.ordering import ReleaseOrder, Slot
-from pytriton.core.outputs import build_response, check_results
+from pytriton.core.outputs import build_response, check_results, checked_outputs
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
@@ -38,6 +41,7 @@ _CLIENT_GONE = "the client disconnected before its response was ready"
 # uvloop's timers count whole milliseconds (a delay is rounded to the nearest one): a timer may fire up to
 # half a millisecond early. Rounding up instead would make every batch wait up to a millisecond too long.
 _TIMER_SLACK_NS = 500_000
+Outputs = Dict[str, np.ndarray]  # a direct inner call's answer: the outputs by name
 
 
 class BatchNotStarted(BatchNotRun):
@@ -123,6 +127,7 @@ class Scheduler:
         self._batches = RunningBatches()
         self._watch = QueueWatch(self._queues, self._batches.entries, self._client_left)
         self._running: Set[asyncio.Task[Any]] = set()
+        self._awaiting: Set[DirectAnswer] = set()  # sync callers waiting for calls awaited here (`await_here`)
         self._in_flight = InFlight()
         self._accepting = True
         self._held = False  # hold(): requests queue, and the batch starts at release()
@@ -140,6 +145,14 @@ class Scheduler:
             and self._order is None
             and not self._rules.delay_ns
             and all(isinstance(instance, Instance) and instance.kind is CallableKind.SYNC for instance in instances)
+        )
+        # The same for an async callable, run on the loop in a task of its own for a sync caller (`await_here`).
+        self._awaits_here = (
+            not spec.decoupled
+            and self._sequences is None
+            and self._order is None
+            and not self._rules.delay_ns
+            and all(isinstance(instance, Instance) and instance.kind is CallableKind.ASYNC for instance in instances)
         )
 
     @property
@@ -271,7 +284,7 @@ class Scheduler:
 
         Looked up rather than remembered, so that a request costs nothing extra unless its client leaves. A
         request whose batch runs already stays in it; once no request of the batch has a client left, the
-        inner calls its callable has in flight are cancelled (core/composition.py).
+        inner calls its callable has in flight are cancelled (core/composition/path.py).
         """
         for entry in self._queues:
             if entry.sink is sink:
@@ -613,14 +626,15 @@ class Scheduler:
             await steps.aclose()  # type: ignore[attr-defined]
             CURRENT.reset(token)
 
-    def run_here(self, request: InferenceRequest, caller: CallPath) -> Optional[InferenceResponse]:
+    def run_here(self, request: InferenceRequest, caller: CallPath) -> Optional[Outputs]:
         """Run an inner call's request on the calling thread (a sync callable's), if the model is idle; else None.
 
         Idle: nothing queued and a free instance, which the call takes off the free list for its time, so the
         instance's concurrency stays one call and requests that come meanwhile queue and batch as usual. The call
         is counted in the statistics (on the loop, after it) as one that went through the queue, and the caller's
         request's end or cancel reaches it (`DirectCall`). Any thread; the loop's own uses of the free list
-        allow for an instance taken between their test and their pop. Raises ModelCallError as the call fails.
+        allow for an instance taken between their test and their pop. Returns the outputs by name (checked as a
+        response's, no response made); raises ModelCallError as the call fails.
         """
         if (
             not self._runs_here
@@ -639,7 +653,7 @@ class Scheduler:
 
     def start_here(
         self, request: InferenceRequest, caller: CallPath
-    ) -> Optional[Tuple[asyncio.Future[InferenceResponse], DirectCall]]:
+    ) -> Optional[Tuple[asyncio.Future[Outputs], DirectCall]]:
         """On the loop: run an inner call's request in an idle instance's thread now, as `run_here` runs it; else None.
 
         For an async callable calling a sync model: its result goes from the instance's thread straight to the
@@ -661,23 +675,51 @@ class Scheduler:
             self._free.append(instance)
             return None
 
-    def _run_here(
-        self, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall
-    ) -> InferenceResponse:
-        """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
+    def may_await_here(self) -> bool:
+        """Whether `await_here` may take a call now (any thread: a hint, which `await_here` checks again)."""
+        return self._awaits_here and not self._queues.size and bool(self._free) and self.spans is None
+
+    def await_here(self, request: InferenceRequest, caller: CallPath, answer: DirectAnswer) -> bool:
+        """On the loop: run a sync caller's inner call to an idle async model now, in a task of its own; else False.
+
+        Idle as for `run_here`. The task awaits the callable as a batch's would, counts the call as `run_here`
+        counts one, and settles `answer`, whose settling wakes the caller's thread: no queue entry, no batch task
+        wrapped around the call, no sink, no response made.
+        """
+        if not self._awaits_here or self._queues.size or not self._accepting or self._in_flight.cut:
+            return False
+        if self.spans is not None:
+            return False
+        try:
+            instance = self._free.pop()
+        except IndexError:
+            return False
+        assert isinstance(instance, Instance)
+        self._awaiting.add(answer)
+        self._track(asyncio.get_running_loop().create_task(self._await_here(instance, request, caller, answer)))
+        return True
+
+    async def _await_here(
+        self, instance: Instance, request: InferenceRequest, caller: CallPath, answer: DirectAnswer
+    ) -> None:
+        """Await one request's call on `instance` (taken off the free list), count it, and settle `answer`."""
         spec = self.spec
-        entry = Entry(request, direct, self._queues.level_of(request.priority), 0)
+        direct = DirectCall()
+        entry = Entry(request, direct, 0, 0)  # never queued: no priority level to find
         entry.queued = False
         start_ns = entry.enqueue_ns
         instance.call_started_ns = start_ns
         requested = request.requested_outputs
-        names = list(spec.output_names) if requested is None else requested
-        entry.call = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
+        call = entry.call = Request(
+            data=request.inputs,
+            parameters=request.parameters,
+            requested_output_names=list(spec.output_names) if requested is None else requested,
+        )
         paths = self._paths
         if paths is None and self.models is not None:
-            paths = self._paths = PathMaker(self.models, spec.name, caller.loop, caller.inbox)
+            paths = self._paths = PathMaker(self.models, spec.name)
         running = direct.running = RunningBatch([entry], instance, False, paths)
-        response: Optional[InferenceResponse] = None
+        outputs: Optional[Outputs] = None
         error: Optional[BaseException] = None
         infer_start_ns = infer_end_ns = time.monotonic_ns()
         caller.inner.add(direct)
@@ -686,16 +728,72 @@ class Scheduler:
                 raise InferenceError.cancelled(
                     direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
                 )
-            results = instance.run_here([entry.call], running if paths is not None else None)
+            results = await instance.start([call], False, running if paths is not None else None)
             infer_end_ns = time.monotonic_ns()
-            response = build_response(
-                spec, check_results(spec, results, 1)[0], requested, True, self.failures.undeclared_output
-            )
+            if type(results) is not list or len(results) != 1:
+                results = check_results(spec, results, 1)
+            outputs = checked_outputs(spec, results[0], requested, self.failures.undeclared_output)
+        except BaseException as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError (a cancel: below)
+            error = raised
+        output_end_ns = time.monotonic_ns()
+        caller.inner.discard(direct)
+        running.ended = True
+        request.inputs = {}
+        entry.call = None
+        instance.call_started_ns = 0
+        self._free.append(instance)
+        self._awaiting.discard(answer)
+        self._ran_here(running, (start_ns, infer_start_ns, infer_end_ns, output_end_ns), error)
+        if entry.cancelled:
+            answer.fail(ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled"))
+        elif error is not None:
+            failure = self._as_inference_error(error, 1) if isinstance(error, asyncio.CancelledError) else None
+            if failure is None:
+                failure = error if isinstance(error, InferenceError) else _internal_error(error)
+            answer.fail(ModelCallError(failure.status, failure.message, failure.reason))
+            if not isinstance(error, Exception):
+                raise error  # the task itself was cancelled (the server stops): it ends so
+        else:
+            assert outputs is not None
+            answer.settle(outputs)
+
+    def _run_here(self, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall) -> Outputs:
+        """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
+        spec = self.spec
+        entry = Entry(request, direct, 0, 0)  # never queued: no priority level to find
+        entry.queued = False
+        start_ns = entry.enqueue_ns
+        instance.call_started_ns = start_ns
+        requested = request.requested_outputs
+        call = entry.call = Request(
+            data=request.inputs,
+            parameters=request.parameters,
+            requested_output_names=list(spec.output_names) if requested is None else requested,
+        )
+        paths = self._paths
+        if paths is None and self.models is not None:
+            paths = self._paths = PathMaker(self.models, spec.name, caller.loop, caller.inbox)
+        running = direct.running = RunningBatch([entry], instance, False, paths)
+        outputs: Optional[Outputs] = None
+        error: Optional[BaseException] = None
+        infer_start_ns = infer_end_ns = time.monotonic_ns()
+        inner = caller.inner
+        inner.add(direct)
+        try:
+            if caller.cancelled or direct.reason:
+                raise InferenceError.cancelled(
+                    direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
+                )
+            results = instance.run_here([call], running if paths is not None else None)
+            infer_end_ns = time.monotonic_ns()
+            if type(results) is not list or len(results) != 1:
+                results = check_results(spec, results, 1)
+            outputs = checked_outputs(spec, results[0], requested, self.failures.undeclared_output)
         except Exception as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError
             error = raised
         finally:
             output_end_ns = time.monotonic_ns()
-            caller.inner.discard(direct)
+            inner.discard(direct)
             running.ended = True  # this thread made its path, if any: the loop closes it
             request.inputs = {}  # the caller's arrays are not held until the loop counts the call
             entry.call = None
@@ -703,17 +801,18 @@ class Scheduler:
             self._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
             times = (start_ns, infer_start_ns, infer_end_ns, output_end_ns)
             drained = self._drained
+            inbox = caller.inbox
             if self._queues.size or (drained is not None and not drained.done()) or not rings_after_job():
-                caller.inbox.post(self._ran_here, running, times, error)
+                inbox.post(self._ran_here, running, times, error)
             else:  # counted when the loop next wakes (at the latest when the caller's call ends), after what woke it
-                caller.inbox.post_quietly(caller.loop.call_soon, self._ran_here, running, times, error)
+                inbox.post_quietly(caller.loop.call_soon, self._ran_here, running, times, error)
         if entry.cancelled:
             raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
         if error is not None:
             failure = error if isinstance(error, InferenceError) else _internal_error(error)
             raise ModelCallError(failure.status, failure.message, failure.reason)
-        assert response is not None
-        return response
+        assert outputs is not None
+        return outputs
 
     def _ran_here(
         self, running: RunningBatch, times: Tuple[int, int, int, int], error: Optional[BaseException]
@@ -725,23 +824,21 @@ class Scheduler:
         """
         start_ns, infer_start_ns, infer_end_ns, output_end_ns = times
         entry = running.entries[0]
-        request = entry.request
+        batch_size = entry.request.batch_size
+        rows = batch_size if self.spec.batching else 1
+        compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
         if running.path is not None:
             running.end(self.spec.name)
-        self.stats.record_execution(
-            request.batch_size if self.spec.batching else 1,
-            infer_start_ns - start_ns,
-            infer_end_ns - infer_start_ns,
-            output_end_ns - infer_end_ns,
-        )
-        if entry.cancelled:
-            self.stats.record_failure(output_end_ns - entry.enqueue_ns, FailureReason.CANCELED.value)
-        elif error is not None:
-            failure = self._as_inference_error(error, 1)  # logged here, as the loop logs a batch's
-            self.stats.record_failure(output_end_ns - entry.enqueue_ns, failure.reason.value)
+        if entry.cancelled or error is not None:
+            self.stats.record_execution(rows, *compute)
+            if entry.cancelled:
+                reason = FailureReason.CANCELED
+            else:
+                assert error is not None
+                reason = self._as_inference_error(error, 1).reason  # logged here, as the loop logs a batch's
+            self.stats.record_failure(output_end_ns - start_ns, reason.value)
         else:
-            compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
-            self.stats.record_success(output_end_ns - entry.enqueue_ns, 0, compute, request.batch_size)
+            self.stats.record_lone_success(batch_size, rows, compute, output_end_ns - start_ns)
         if self._free and self._queues.size:
             self._schedule()
         else:
@@ -863,10 +960,14 @@ class Scheduler:
             self._sequences_ran(queued)
             self._sequences.close()
         running = self._in_flight.cut_off()
+        awaiting = list(self._awaiting)
+        for answer in awaiting:  # their calls go on; their callers are answered now, as a running batch's are
+            stopped = self._stopped()
+            answer.fail(ModelCallError(stopped.status, stopped.message, stopped.reason))
         if self._timer is not None:
             self._timer.cancel()
         self._watch.stop()
-        return len(queued) + running
+        return len(queued) + running + len(awaiting)
 
     async def close_instances(self, deadline: Optional[float] = None) -> None:
         """Stop the instances: threads end after their call, processes at once if a call still runs.

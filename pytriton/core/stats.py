@@ -151,6 +151,29 @@ class ModelStats:
         for observer in self.observers:
             observer.request_succeeded(total_ns, queue_ns)
 
+    def record_lone_success(self, batch_size: int, rows: int, compute: ComputeTimes, total_ns: int) -> None:
+        """A request that ran alone at once (no queue time) and succeeded: its execution over `rows` and its success.
+
+        `record_execution` and `record_success` in one, for a direct inner call, counted on the loop for each.
+        """
+        input_ns, infer_ns, output_ns = compute
+        self.execution_count += 1
+        self.inference_count += batch_size
+        self.last_inference_ms = int(time.time() * 1000)
+        stats = self.batches.get(rows)
+        if stats is None:
+            stats = self.batches[rows] = _batch_durations()
+        inference = self.inference
+        for durations in (stats, inference):
+            durations["compute_input"].add(input_ns)
+            durations["compute_infer"].add(infer_ns)
+            durations["compute_output"].add(output_ns)
+        inference["success"].add(total_ns)
+        inference["queue"].add(0)
+        for observer in self.observers:
+            observer.model_executed(rows, input_ns, infer_ns, output_ns)
+            observer.request_succeeded(total_ns, 0)
+
     def record_successes(
         self, totals_ns: List[int], queues_ns: List[int], compute: ComputeTimes, inferences: int
     ) -> None:

@@ -34,7 +34,7 @@ READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
 # Instance to server, sent together with (in the same write as) a RESULT, FAILURE or END when the job changed
 # custom metrics: (METRICS, updates), the updates of core/custom_metrics.py.
 METRICS = 16
-# A callable's call to another bound model (core/composition.py), or a RemoteTriton route handler's (its request id
+# A callable's call to another bound model (core/composition/), or a RemoteTriton route handler's (its request id
 # stands for the job id: runtime/remote_routes.py), both made and read in model_calls.py: instance to server
 # (MODEL_CALL, job id, call id, arguments, new arena size, answers read), `arguments` a plain tuple of
 # composition.CallArguments whose inputs are packed, in a region of the instance's call arena lent for the call id (its

@@ -1,7 +1,7 @@
 """Serving the user's custom routes and mounted ASGI apps (options/routes.py) on the HTTP port.
 
 A route's handler gets a `RouteRequest` and returns a `RouteResponse`, a JSON-able value (dict, list; numpy
-arrays in it become lists), `str` or `bytes`. It runs with a call path of its own (core/composition.py), so
+arrays in it become lists), `str` or `bytes`. It runs with a call path of its own (core/composition/path.py), so
 it can call bound models in-process (pytriton.compose), sharing their batchers. An `async def` handler runs on
 the event loop; a plain function in a worker thread of the loop's default executor.
 

@@ -1,0 +1,155 @@
+"""Inner calls to an idle model that skip its queue: run on the caller's thread, or answered straight to it.
+
+A sync callable calling a sync model that is idle (nothing queued, a free
+instance, no batching delay, no sequence or ordering to keep) runs the call on its own thread (`call_here`,
+Scheduler.run_here). The other way took four wake-ups, each a context switch and a wait for the GIL: the
+caller's thread to the loop, the loop to the inner instance's thread, back to the loop, back to the caller;
+98 us per call on the bench VM (`python -m bench.composition`, a sync callable calling a sync identity 2,000
+times), 34-120 us from run to run. On the caller's thread it costs 9-16 us, none of them a wake-up: the call
+takes the instance off the free list for its time (one call at a time on it, as ever; a request that comes
+meanwhile queues and batches as usual), puts it back itself, and posts its statistics to the loop quietly
+(LoopInbox.post_quietly), to be counted when the caller's own call ends, which wakes the loop anyway. With a
+wake-up of the loop per call for its statistics, the same direct call cost 29-37 us: the GIL went to the loop
+and back each time. (Not measured: the inner answer sent from the inner instance's thread straight to the
+caller's doorbell, which by count still leaves three wake-ups.) A call with a deadline, a traced one, or one
+that cannot run at once goes the loop's way, which keeps the deadline's timer and the spans.
+
+An async callable calling an idle sync model cannot run it on its own thread (the loop's), but the call skips
+the batch's task and the sink (`call_here_async`, Scheduler.start_here): the instance's thread runs it as
+`run_here` would and its answer settles the caller's future. 22 us per call instead of 36-79 us; the async
+pipeline's p50 over one hop's, pinned to one core, from 46 us to 30 us.
+
+A sync callable calling an idle async model posts the call to the loop, which awaits it at once in a task of
+its own (`call_here`, Scheduler.await_here) and wakes the caller's thread with its answer (`DirectAnswer`): the
+two thread crossings stay, the queue's entry, the batch's task and shield, the sink and the response go; 17 us
+of server CPU per call instead of 28. Should the model be busy by the time the loop looks, the caller goes the
+queue's way. The server's cut-off answers such a call at once (UNAVAILABLE), as it answers a running batch's.
+
+Either way the call answers the outputs by name, checked and selected as a response's are
+(core/outputs.checked_outputs) but with no response made for them to be taken out of again, and is counted with
+one call of the statistics (ModelStats.record_lone_success): 7.8 us of server CPU per sync call instead of 8.9,
+pinned (`python -m bench.composition_cpu`, docs/performance.md#composition).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Dict, Optional, Tuple
+
+import numpy as np
+
+from pytriton.core.composition.inner_call import build_request, thread_doorbell
+from pytriton.core.composition.path import CallArguments, CallPath, Cancellable
+from pytriton.core.doorbell import Doorbell
+from pytriton.core.request import InferenceRequest
+
+
+def _direct_request(path: CallPath, arguments: CallArguments) -> Optional[Tuple[Any, InferenceRequest]]:
+    """The model and request of a call that may run without the loop; None for one the loop must take.
+
+    The loop takes any call with a deadline, a traced one, a cycle, or an error in its arguments (it answers it).
+    """
+    name = arguments.name
+    if arguments.timeout_s is not None or path.deadline_ns or path.cancelled or path.span is not None:
+        return None
+    if name in path.chain:
+        return None
+    try:
+        model = path.models.model(name, "" if arguments.version is None else arguments.version)
+        request = build_request(model.spec, arguments.inputs, arguments.parameters, arguments.requested_outputs)
+    except Exception:  # noqa: BLE001 - the loop's way reports it
+        return None
+    request.origin = (path.chain, 0, None)
+    return model, request
+
+
+def call_here(path: CallPath, arguments: CallArguments) -> Optional[Dict[str, np.ndarray]]:
+    """From a sync callable's thread: run the call on this thread if its model is idle; None if it cannot now.
+
+    The model's scheduler decides (Scheduler.run_here); what it cannot take goes through the loop instead. An
+    idle async model's call is awaited on the loop in a task of its own (Scheduler.await_here), this thread woken
+    by its answer. Raises ModelCallError as the call fails.
+    """
+    direct = _direct_request(path, arguments)
+    if direct is None:
+        return None
+    model, request = direct
+    outputs: Optional[Dict[str, np.ndarray]] = model.run_here(request, path)
+    if outputs is None and model.may_await_here():
+        outputs = _awaited_on_loop(path, model, request)
+    return outputs
+
+
+class DirectAnswer:
+    """What a call awaited on the loop answers the sync caller's thread waiting for it: outputs or an error."""
+
+    __slots__ = ("done", "doorbell", "error", "outputs")
+
+    def __init__(self, doorbell: Doorbell) -> None:
+        """Not answered yet; `doorbell` is the waiting thread's."""
+        self.doorbell = doorbell
+        self.done = False
+        self.outputs: Optional[Dict[str, np.ndarray]] = None  # None once done: the model was busy by then
+        self.error: Optional[BaseException] = None
+
+    def settle(self, outputs: Optional[Dict[str, np.ndarray]]) -> None:
+        """On the loop: answer the outputs (None: the call did not run), waking the caller's thread; once."""
+        if self.done:
+            return  # answered already (the server's cut-off)
+        self.outputs = outputs
+        self.done = True
+        self.doorbell.ring()
+
+    def fail(self, error: BaseException) -> None:
+        """On the loop: answer the call's error, waking the caller's thread; once."""
+        if self.done:
+            return
+        self.error = error
+        self.done = True
+        self.doorbell.ring()
+
+
+def _awaited_on_loop(path: CallPath, model: Any, request: InferenceRequest) -> Optional[Dict[str, np.ndarray]]:
+    """An idle async model's call, awaited on the loop; None when the model was busy by the time the loop looked."""
+    answer = DirectAnswer(thread_doorbell())
+    path.inbox.post(_await_on_loop, model, request, path, answer)
+    doorbell = answer.doorbell
+    while not answer.done:  # rings of this thread's earlier calls may wake it early
+        doorbell.take()
+    if answer.error is not None:
+        raise answer.error
+    return answer.outputs
+
+
+def _await_on_loop(model: Any, request: InferenceRequest, path: CallPath, answer: DirectAnswer) -> None:
+    """On the loop: start the call if the model is still idle, else let the caller go the queue's way."""
+    try:
+        started = model.await_here(request, path, answer)
+    except BaseException:
+        answer.settle(None)  # the queue's way reports what went wrong
+        raise
+    if not started:
+        answer.settle(None)
+
+
+def call_here_async(path: CallPath, arguments: CallArguments) -> Optional[Awaitable[Dict[str, np.ndarray]]]:
+    """On the loop (an async callable): run the call in its idle model's instance thread; None if it cannot now.
+
+    As `call_here` decides, for a sync model (Scheduler.start_here): the answer comes from that thread to the
+    caller without the batch's task and the sink in between. Await what it returns for the outputs.
+    """
+    direct = _direct_request(path, arguments)
+    if direct is None:
+        return None
+    model, request = direct
+    started = model.start_here(request, path)
+    return None if started is None else _answer_of(*started)
+
+
+async def _answer_of(future: asyncio.Future[Dict[str, np.ndarray]], call: Cancellable) -> Dict[str, np.ndarray]:
+    """The outputs of a call started in an instance's thread; cancelling the waiter cancels the call."""
+    try:
+        return await future
+    except asyncio.CancelledError:
+        call.cancel("the caller was cancelled")
+        raise
