@@ -27,19 +27,11 @@ from typing import Any, AsyncIterator, Dict, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from pytriton.core.composition import (
-    CURRENT,
-    CallArguments,
-    CallPath,
-    InnerCall,
-    ModelCallError,
-    async_process_caller,
-    call_here,
-    call_here_async,
-    outputs_of,
-    process_caller,
-    thread_doorbell,
-)
+from pytriton.core.composition.async_callers import async_process_caller
+from pytriton.core.composition.direct import call_here, call_here_async
+from pytriton.core.composition.inner_call import InnerCall, outputs_of, thread_doorbell
+from pytriton.core.composition.path import CURRENT, CallArguments, CallPath, ModelCallError
+from pytriton.core.composition.process_callers import process_caller
 from pytriton.core.errors import Status
 
 __all__ = ["ModelCallError", "call_model", "call_model_async", "stream_model"]

@@ -8,7 +8,7 @@ from typing import Any, List
 
 import numpy as np
 
-from pytriton.core.composition import CallArguments
+from pytriton.core.composition.path import CallArguments
 from pytriton.core.process_instances.model_calls import CalleeArenas, CallerArenas
 from pytriton.ipc.channel import Message
 from pytriton.ipc.regions import COPY_BYTES, LendingArena

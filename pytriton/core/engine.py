@@ -10,7 +10,7 @@ import time
 from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 from pytriton.core.cache import ResponseCache
-from pytriton.core.ensemble import check_ensemble, steps_on
+from pytriton.core.composition.ensemble import check_ensemble, steps_on
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.instances import ModelInstance
 from pytriton.core.model import ModelState, RepositoryEntry, ServedModel

@@ -9,7 +9,7 @@ import inspect
 import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
-from pytriton.core.composition import CURRENT, PathSource, run_in_path
+from pytriton.core.composition.path import CURRENT, PathSource, run_in_path
 from pytriton.core.custom_metrics import end_model_scope, enter_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import host_step

@@ -8,7 +8,7 @@ import time
 from typing import Any, AsyncIterator, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from pytriton.core.cache import ResponseCache, cache_key
-from pytriton.core.ensemble import EnsembleScheduler
+from pytriton.core.composition.ensemble import EnsembleScheduler
 from pytriton.core.errors import InferenceError
 from pytriton.core.instances import ModelInstance
 from pytriton.core.request import InferenceRequest, InferenceResponse

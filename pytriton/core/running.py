@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Iterator, List, Optional, Set
 
-from pytriton.core.composition import CallPath, PathMaker
+from pytriton.core.composition.path import CallPath, PathMaker
 from pytriton.core.instances import ModelInstance
 from pytriton.core.queues import Entry
 from pytriton.core.sinks import ResponseSink

@@ -13,8 +13,8 @@ import numpy as np
 
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
-from pytriton.core.composition import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
 from pytriton.core.composition.direct import DirectAnswer
+from pytriton.core.composition.path import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
 from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight

@@ -32,14 +32,9 @@ from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional,
 import numpy as np
 import orjson
 
-from pytriton.core.composition import (
-    CURRENT,
-    CallArguments,
-    CallPath,
-    ModelCallError,
-    use_async_caller_here,
-    use_caller_here,
-)
+from pytriton.core.composition.async_callers import use_async_caller_here
+from pytriton.core.composition.path import CURRENT, CallArguments, CallPath, ModelCallError
+from pytriton.core.composition.process_callers import use_caller_here
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.process_instances.model_calls import Answer, CalleeArenas, CallerArenas, answered, serve_call
 from pytriton.core.process_instances.protocol import ANSWERS_READ, CALLS_READ, MODEL_ANSWER, MODEL_CALL

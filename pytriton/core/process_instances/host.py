@@ -20,7 +20,8 @@ from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Sequenc
 
 import numpy as np
 
-from pytriton.core.composition import CallArguments, ModelCallError, set_process_caller
+from pytriton.core.composition.path import CallArguments, ModelCallError
+from pytriton.core.composition.process_callers import set_process_caller
 from pytriton.core.custom_metrics import REGISTRY, stay_in_model_scope
 from pytriton.core.errors import Status
 from pytriton.core.host_arrays import host_step

@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optiona
 
 import numpy as np
 
-from pytriton.core.composition import CURRENT, CallPath, PathSource
+from pytriton.core.composition.path import CURRENT, CallPath, PathSource
 from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.errors import BatchNotRun
 from pytriton.core.instances import CallableKind, Step

@@ -30,7 +30,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.composition import CallArguments, CallPath, InnerCall, ModelCallError, outputs_of
+from pytriton.core.composition.inner_call import InnerCall, outputs_of
+from pytriton.core.composition.path import CallArguments, CallPath, ModelCallError
 from pytriton.core.errors import Status
 from pytriton.core.process_instances.input_arena import outputs_in_inputs
 from pytriton.core.process_instances.protocol import MODEL_ANSWER, MODEL_CALL

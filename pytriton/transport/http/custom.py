@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from pytriton.core.composition import CURRENT, CallPath, Models
+from pytriton.core.composition.path import CURRENT, CallPath, Models
 from pytriton.core.errors import InferenceError, Status
 from pytriton.options.routes import CustomRoutes, Match
 from pytriton.transport.http.responses import Receive, Scope, Send, send_error, until_disconnect

@@ -1,7 +1,7 @@
 """An ensemble's scheduler: each request runs its steps as inner calls to the step models, as Triton's does.
 
 A step starts once every ensemble tensor it reads is available, so independent steps run at once; each is a
-request like a client's (core/composition.py), which joins its model's queue, batches with the model's other
+request like a client's (core/composition/inner_call.py), which joins its model's queue, batches with the model's other
 requests and counts in its statistics. The ensemble has no queue and no instances of its own. Its statistics are
 Triton's for an ensemble: per successful request one execution of the request's batch size, whose compute times
 are the sums of its steps' compute times; a failed request counts twice, as in Triton. A step's error fails the
@@ -27,8 +27,15 @@ from typing import Any, Coroutine, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pytriton.core.composition import CallArguments, CallPath, InnerCall, Models, PathMaker, outputs_of
-from pytriton.core.ensemble_graph import EnsembleGraph, EnsembleStepDef, StepModel, check_steps, check_structure
+from pytriton.core.composition.ensemble_graph import (
+    EnsembleGraph,
+    EnsembleStepDef,
+    StepModel,
+    check_steps,
+    check_structure,
+)
+from pytriton.core.composition.inner_call import InnerCall, outputs_of
+from pytriton.core.composition.path import CallArguments, CallPath, Models, PathMaker
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor, SequenceMark
 from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
