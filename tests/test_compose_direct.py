@@ -435,7 +435,7 @@ def test_a_sync_callers_inner_call_to_an_idle_async_model_is_awaited_at_once_and
         url = http_url(triton)
         for value in (1.0, 2.0):
             assert _infer(url, "caller", value).tolist() == [[value + 1]]
-        assert inner.tasks == ["Scheduler._await_here"] * 2  # a task of its own, not a batch's
+        assert inner.tasks == ["_await_here"] * 2  # a task of its own, not a batch's
         stats = _statistics(url, "inner")
         assert int(stats["inference_stats"]["success"]["count"]) == 2
         assert int(stats["execution_count"]) == 2
@@ -479,7 +479,7 @@ def test_a_sync_callers_inner_call_awaited_at_once_is_cancelled_with_the_outer_r
             client.infer("caller", [given], client_timeout=0.5)
         assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
         _wait_for(lambda: len(caller.errors) == 1)
-        assert inner.tasks == ["Scheduler._await_here"]
+        assert inner.tasks == ["_await_here"]
         assert inner.saw_cancel == [True]
         assert caller.errors[0].status.name == "CANCELLED"
         assert caller.errors[0].message == "the request to model 'caller' that made the call has ended"
@@ -527,7 +527,7 @@ def test_a_sync_callers_inner_call_awaited_at_once_is_answered_at_the_servers_cu
     with running_triton(bind, exit_timeout_secs=1) as triton:
         client = threading.Thread(target=send, args=(http_url(triton),))
         client.start()
-        _wait_for(lambda: inner.tasks == ["Scheduler._await_here"])
+        _wait_for(lambda: inner.tasks == ["_await_here"])
         stopping = threading.Thread(target=triton.stop)
         stopping.start()
         _wait_for(lambda: len(caller.errors) == 1)  # answered at the cut-off, not when the call ends

@@ -97,3 +97,12 @@ class InferenceError(Exception):
     def internal(cls, message: str) -> InferenceError:
         """The model failed (500 / INTERNAL)."""
         return cls(Status.INTERNAL, message, FailureReason.BACKEND)
+
+
+def callable_error(error: BaseException) -> InferenceError:
+    """What a request gets for what the callable raised: the type's name and message, as Triton's shows them.
+
+    ("ValueError: ..."); an exception from another process arrives as a class of the same name.
+    """
+    message = str(error)
+    return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)

@@ -7,20 +7,20 @@ import logging
 import time
 import types
 from collections import deque
-from typing import Any, Awaitable, Callable, Coroutine, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
 
-import numpy as np
-
+from pytriton.core import direct_runs
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
-from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError
+from pytriton.core.direct_runs import DirectCall, Outputs
+from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError, callable_error
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import CallableKind, Instance, ModelInstance
 from pytriton.core.ordering import ReleaseOrder, Slot
-from pytriton.core.outputs import build_response, check_results, checked_outputs
+from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
@@ -31,7 +31,6 @@ from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
 from pytriton.core.waiters import wake
 from pytriton.core.watch import Disconnect, QueueWatch
-from pytriton.core.worker import rings_after_job
 from pytriton.exceptions import PyTritonUnrecoverableError
 from pytriton.proxy.types import Request
 
@@ -41,52 +40,10 @@ _CLIENT_GONE = "the client disconnected before its response was ready"
 # uvloop's timers count whole milliseconds (a delay is rounded to the nearest one): a timer may fire up to
 # half a millisecond early. Rounding up instead would make every batch wait up to a millisecond too long.
 _TIMER_SLACK_NS = 500_000
-Outputs = Dict[str, np.ndarray]  # a direct inner call's answer: the outputs by name
 
 
 class BatchNotStarted(BatchNotRun):
     """An instance could not start a batch's call (its thread could not start): the batch fails alone."""
-
-
-class DirectCall(ResponseSink):
-    """An inner call that runs on its caller's thread (Scheduler.run_here), as its caller's call path sees it.
-
-    Its `cancel` runs on the loop when the caller's request ends or is cancelled: the callable's
-    `is_cancelled()` says so, and its own inner calls are cancelled.
-    """
-
-    __slots__ = ("reason", "running")
-
-    def __init__(self) -> None:
-        """Not started yet."""
-        self.running: Optional[RunningBatch] = None
-        self.reason = ""
-
-    def done(self) -> bool:
-        """Whether the call has ended."""
-        return self.running is None or self.running.ended
-
-    def deliver(self, response: InferenceResponse) -> None:
-        """Unused: the caller's thread gets the response itself."""
-
-    def fail(self, error: InferenceError) -> None:
-        """Unused: the caller's thread gets the error itself."""
-
-    def finish(self) -> None:
-        """Unused: the caller's thread gets the response itself."""
-
-    def cancel(self, reason: str) -> None:
-        """On the loop: the caller's request ended or was cancelled (or the caller itself, before the call started)."""
-        running = self.running
-        if running is not None and running.ended:
-            return
-        self.reason = reason
-        if running is None:
-            return  # the call fails as it starts
-        for entry in running.entries:
-            running.cancel(entry)
-        if running.path is not None:
-            running.path.close(reason)
 
 
 class Scheduler:
@@ -627,222 +584,22 @@ class Scheduler:
             CURRENT.reset(token)
 
     def run_here(self, request: InferenceRequest, caller: CallPath) -> Optional[Outputs]:
-        """Run an inner call's request on the calling thread (a sync callable's), if the model is idle; else None.
-
-        Idle: nothing queued and a free instance, which the call takes off the free list for its time, so the
-        instance's concurrency stays one call and requests that come meanwhile queue and batch as usual. The call
-        is counted in the statistics (on the loop, after it) as one that went through the queue, and the caller's
-        request's end or cancel reaches it (`DirectCall`). Any thread; the loop's own uses of the free list
-        allow for an instance taken between their test and their pop. Returns the outputs by name (checked as a
-        response's, no response made); raises ModelCallError as the call fails.
-        """
-        if (
-            not self._runs_here
-            or self._queues.size
-            or not self._accepting
-            or self._in_flight.cut
-            or self.spans is not None
-        ):
-            return None
-        try:
-            instance = self._free.pop()
-        except IndexError:
-            return None
-        assert isinstance(instance, Instance)
-        return self._run_here(instance, request, caller, DirectCall())
+        """Run an inner call on the calling thread (a sync callable's) if the model is idle; else None (direct_runs)."""
+        return direct_runs.run_here(self, request, caller)
 
     def start_here(
         self, request: InferenceRequest, caller: CallPath
     ) -> Optional[Tuple[asyncio.Future[Outputs], DirectCall]]:
-        """On the loop: run an inner call's request in an idle instance's thread now, as `run_here` runs it; else None.
-
-        For an async callable calling a sync model: its result goes from the instance's thread straight to the
-        caller's future, without the batch's task. Cancel the call with the DirectCall returned.
-        """
-        if not self._runs_here or self._queues.size or not self._accepting or self._in_flight.cut:
-            return None
-        if self.spans is not None:
-            return None
-        try:
-            instance = self._free.pop()
-        except IndexError:  # none free (or a caller's thread took the last one: run_here)
-            return None
-        assert isinstance(instance, Instance)
-        direct = DirectCall()
-        try:
-            return instance.submit(self._run_here, instance, request, caller, direct), direct
-        except Exception:  # noqa: BLE001 - its thread cannot start: the queue's way reports it
-            self._free.append(instance)
-            return None
+        """On the loop: run an inner call in an idle instance's thread now; else None (direct_runs)."""
+        return direct_runs.start_here(self, request, caller)
 
     def may_await_here(self) -> bool:
-        """Whether `await_here` may take a call now (any thread: a hint, which `await_here` checks again)."""
-        return self._awaits_here and not self._queues.size and bool(self._free) and self.spans is None
+        """Whether `await_here` may take a call now (any thread: a hint)."""
+        return direct_runs.may_await_here(self)
 
     def await_here(self, request: InferenceRequest, caller: CallPath, answer: DirectAnswer) -> bool:
-        """On the loop: run a sync caller's inner call to an idle async model now, in a task of its own; else False.
-
-        Idle as for `run_here`. The task awaits the callable as a batch's would, counts the call as `run_here`
-        counts one, and settles `answer`, whose settling wakes the caller's thread: no queue entry, no batch task
-        wrapped around the call, no sink, no response made.
-        """
-        if not self._awaits_here or self._queues.size or not self._accepting or self._in_flight.cut:
-            return False
-        if self.spans is not None:
-            return False
-        try:
-            instance = self._free.pop()
-        except IndexError:
-            return False
-        assert isinstance(instance, Instance)
-        self._awaiting.add(answer)
-        self._track(asyncio.get_running_loop().create_task(self._await_here(instance, request, caller, answer)))
-        return True
-
-    async def _await_here(
-        self, instance: Instance, request: InferenceRequest, caller: CallPath, answer: DirectAnswer
-    ) -> None:
-        """Await one request's call on `instance` (taken off the free list), count it, and settle `answer`."""
-        spec = self.spec
-        direct = DirectCall()
-        entry = Entry(request, direct, 0, 0)  # never queued: no priority level to find
-        entry.queued = False
-        start_ns = entry.enqueue_ns
-        instance.call_started_ns = start_ns
-        requested = request.requested_outputs
-        call = entry.call = Request(
-            data=request.inputs,
-            parameters=request.parameters,
-            requested_output_names=list(spec.output_names) if requested is None else requested,
-        )
-        paths = self._paths
-        if paths is None and self.models is not None:
-            paths = self._paths = PathMaker(self.models, spec.name)
-        running = direct.running = RunningBatch([entry], instance, False, paths)
-        outputs: Optional[Outputs] = None
-        error: Optional[BaseException] = None
-        infer_start_ns = infer_end_ns = time.monotonic_ns()
-        caller.inner.add(direct)
-        try:
-            if caller.cancelled or direct.reason:
-                raise InferenceError.cancelled(
-                    direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
-                )
-            results = await instance.start([call], False, running if paths is not None else None)
-            infer_end_ns = time.monotonic_ns()
-            if type(results) is not list or len(results) != 1:
-                results = check_results(spec, results, 1)
-            outputs = checked_outputs(spec, results[0], requested, self.failures.undeclared_output)
-        except BaseException as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError (a cancel: below)
-            error = raised
-        output_end_ns = time.monotonic_ns()
-        caller.inner.discard(direct)
-        running.ended = True
-        request.inputs = {}
-        entry.call = None
-        instance.call_started_ns = 0
-        self._free.append(instance)
-        self._awaiting.discard(answer)
-        self._ran_here(running, (start_ns, infer_start_ns, infer_end_ns, output_end_ns), error)
-        if entry.cancelled:
-            answer.fail(ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled"))
-        elif error is not None:
-            failure = self._as_inference_error(error, 1) if isinstance(error, asyncio.CancelledError) else None
-            if failure is None:
-                failure = error if isinstance(error, InferenceError) else _internal_error(error)
-            answer.fail(ModelCallError(failure.status, failure.message, failure.reason))
-            if not isinstance(error, Exception):
-                raise error  # the task itself was cancelled (the server stops): it ends so
-        else:
-            assert outputs is not None
-            answer.settle(outputs)
-
-    def _run_here(self, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall) -> Outputs:
-        """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
-        spec = self.spec
-        entry = Entry(request, direct, 0, 0)  # never queued: no priority level to find
-        entry.queued = False
-        start_ns = entry.enqueue_ns
-        instance.call_started_ns = start_ns
-        requested = request.requested_outputs
-        call = entry.call = Request(
-            data=request.inputs,
-            parameters=request.parameters,
-            requested_output_names=list(spec.output_names) if requested is None else requested,
-        )
-        paths = self._paths
-        if paths is None and self.models is not None:
-            paths = self._paths = PathMaker(self.models, spec.name, caller.loop, caller.inbox)
-        running = direct.running = RunningBatch([entry], instance, False, paths)
-        outputs: Optional[Outputs] = None
-        error: Optional[BaseException] = None
-        infer_start_ns = infer_end_ns = time.monotonic_ns()
-        inner = caller.inner
-        inner.add(direct)
-        try:
-            if caller.cancelled or direct.reason:
-                raise InferenceError.cancelled(
-                    direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
-                )
-            results = instance.run_here([call], running if paths is not None else None)
-            infer_end_ns = time.monotonic_ns()
-            if type(results) is not list or len(results) != 1:
-                results = check_results(spec, results, 1)
-            outputs = checked_outputs(spec, results[0], requested, self.failures.undeclared_output)
-        except Exception as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError
-            error = raised
-        finally:
-            output_end_ns = time.monotonic_ns()
-            inner.discard(direct)
-            running.ended = True  # this thread made its path, if any: the loop closes it
-            request.inputs = {}  # the caller's arrays are not held until the loop counts the call
-            entry.call = None
-            instance.call_started_ns = 0
-            self._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
-            times = (start_ns, infer_start_ns, infer_end_ns, output_end_ns)
-            drained = self._drained
-            inbox = caller.inbox
-            if self._queues.size or (drained is not None and not drained.done()) or not rings_after_job():
-                inbox.post(self._ran_here, running, times, error)
-            else:  # counted when the loop next wakes (at the latest when the caller's call ends), after what woke it
-                inbox.post_quietly(caller.loop.call_soon, self._ran_here, running, times, error)
-        if entry.cancelled:
-            raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
-        if error is not None:
-            failure = error if isinstance(error, InferenceError) else _internal_error(error)
-            raise ModelCallError(failure.status, failure.message, failure.reason)
-        assert outputs is not None
-        return outputs
-
-    def _ran_here(
-        self, running: RunningBatch, times: Tuple[int, int, int, int], error: Optional[BaseException]
-    ) -> None:
-        """On the loop: count a call that ran on its caller's thread, and start what its instance may run now.
-
-        The caller's thread put the instance back on the free list, then read the queue's size and `_drained`:
-        a request queued, or an `until_idle()` begun, after that thread's reads found the instance free already.
-        """
-        start_ns, infer_start_ns, infer_end_ns, output_end_ns = times
-        entry = running.entries[0]
-        batch_size = entry.request.batch_size
-        rows = batch_size if self.spec.batching else 1
-        compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
-        if running.path is not None:
-            running.end(self.spec.name)
-        if entry.cancelled or error is not None:
-            self.stats.record_execution(rows, *compute)
-            if entry.cancelled:
-                reason = FailureReason.CANCELED
-            else:
-                assert error is not None
-                reason = self._as_inference_error(error, 1).reason  # logged here, as the loop logs a batch's
-            self.stats.record_failure(output_end_ns - start_ns, reason.value)
-        else:
-            self.stats.record_lone_success(batch_size, rows, compute, output_end_ns - start_ns)
-        if self._free and self._queues.size:
-            self._schedule()
-        else:
-            self._update_idle()
+        """On the loop: run a sync caller's inner call to an idle async model now; else False (direct_runs)."""
+        return direct_runs.await_here(self, request, caller, answer)
 
     def _as_inference_error(self, error: BaseException, requests: int) -> InferenceError:
         """Map what a batch of `requests` raised to the error its requests get, and log the model's faults."""
@@ -861,7 +618,7 @@ class Scheduler:
             self.failures.callable_raised(error, requests)
         if isinstance(error, PyTritonUnrecoverableError):
             self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")
-        return _internal_error(error)
+        return callable_error(error)
 
     def _cancelled(self) -> InferenceError:
         """The error of a request its client cancelled while it ran (nobody reads it: the client left)."""
@@ -989,12 +746,3 @@ def _add_compute(sink: List[int], compute: ComputeTimes) -> None:
     sink[0] += compute[0]
     sink[1] += compute[1]
     sink[2] += compute[2]
-
-
-def _internal_error(error: BaseException) -> InferenceError:
-    """What a request gets for what the callable raised: the type's name and message, as Triton's shows them.
-
-    ("ValueError: ..."); an exception from another process arrives as a class of the same name.
-    """
-    message = str(error)
-    return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)

@@ -1,0 +1,298 @@
+"""Inner calls that skip an idle model's queue (core/composition/direct.py asks for them).
+
+They run on the caller's thread, in an instance's thread for an async caller, or on the loop for a sync caller of an
+async model. Each takes a free instance off the scheduler's free list for the call's time, counts the call in the
+model's statistics as one that went through the queue, and lets the caller's request's end or cancel reach it
+(`DirectCall`). The functions here are the bodies of `Scheduler`'s `run_here`, `start_here`, `may_await_here` and
+`await_here`, over its state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
+
+import numpy as np
+
+from pytriton.core.composition.direct import DirectAnswer
+from pytriton.core.composition.path import CallPath, ModelCallError, PathMaker
+from pytriton.core.errors import FailureReason, InferenceError, callable_error
+from pytriton.core.instances import Instance
+from pytriton.core.outputs import check_results, checked_outputs
+from pytriton.core.queues import Entry
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.running import RunningBatch
+from pytriton.core.sinks import ResponseSink
+from pytriton.core.worker import rings_after_job
+from pytriton.proxy.types import Request
+
+if TYPE_CHECKING:
+    from pytriton.core.scheduler import Scheduler  # these functions are its methods' bodies, with its state
+
+Outputs = Dict[str, np.ndarray]  # a direct inner call's answer: the outputs by name
+
+
+class DirectCall(ResponseSink):
+    """An inner call that runs on its caller's thread (Scheduler.run_here), as its caller's call path sees it.
+
+    Its `cancel` runs on the loop when the caller's request ends or is cancelled: the callable's
+    `is_cancelled()` says so, and its own inner calls are cancelled.
+    """
+
+    __slots__ = ("reason", "running")
+
+    def __init__(self) -> None:
+        """Not started yet."""
+        self.running: Optional[RunningBatch] = None
+        self.reason = ""
+
+    def done(self) -> bool:
+        """Whether the call has ended."""
+        return self.running is None or self.running.ended
+
+    def deliver(self, response: InferenceResponse) -> None:
+        """Unused: the caller's thread gets the response itself."""
+
+    def fail(self, error: InferenceError) -> None:
+        """Unused: the caller's thread gets the error itself."""
+
+    def finish(self) -> None:
+        """Unused: the caller's thread gets the response itself."""
+
+    def cancel(self, reason: str) -> None:
+        """On the loop: the caller's request ended or was cancelled (or the caller itself, before the call started)."""
+        running = self.running
+        if running is not None and running.ended:
+            return
+        self.reason = reason
+        if running is None:
+            return  # the call fails as it starts
+        for entry in running.entries:
+            running.cancel(entry)
+        if running.path is not None:
+            running.path.close(reason)
+
+
+def run_here(scheduler: Scheduler, request: InferenceRequest, caller: CallPath) -> Optional[Outputs]:
+    """Run an inner call's request on the calling thread (a sync callable's), if the model is idle; else None.
+
+    Idle: nothing queued and a free instance, which the call takes off the free list for its time, so the
+    instance's concurrency stays one call and requests that come meanwhile queue and batch as usual. The call
+    is counted in the statistics (on the loop, after it) as one that went through the queue, and the caller's
+    request's end or cancel reaches it (`DirectCall`). Any thread; the loop's own uses of the free list
+    allow for an instance taken between their test and their pop. Returns the outputs by name (checked as a
+    response's, no response made); raises ModelCallError as the call fails.
+    """
+    if (
+        not scheduler._runs_here
+        or scheduler._queues.size
+        or not scheduler._accepting
+        or scheduler._in_flight.cut
+        or scheduler.spans is not None
+    ):
+        return None
+    try:
+        instance = scheduler._free.pop()
+    except IndexError:
+        return None
+    assert isinstance(instance, Instance)
+    return _run_here(scheduler, instance, request, caller, DirectCall())
+
+
+def start_here(
+    scheduler: Scheduler, request: InferenceRequest, caller: CallPath
+) -> Optional[Tuple[asyncio.Future[Outputs], DirectCall]]:
+    """On the loop: run an inner call's request in an idle instance's thread now, as `run_here` runs it; else None.
+
+    For an async callable calling a sync model: its result goes from the instance's thread straight to the
+    caller's future, without the batch's task. Cancel the call with the DirectCall returned.
+    """
+    if not scheduler._runs_here or scheduler._queues.size or not scheduler._accepting or scheduler._in_flight.cut:
+        return None
+    if scheduler.spans is not None:
+        return None
+    try:
+        instance = scheduler._free.pop()
+    except IndexError:  # none free (or a caller's thread took the last one: run_here)
+        return None
+    assert isinstance(instance, Instance)
+    direct = DirectCall()
+    try:
+        return instance.submit(_run_here, scheduler, instance, request, caller, direct), direct
+    except Exception:  # noqa: BLE001 - its thread cannot start: the queue's way reports it
+        scheduler._free.append(instance)
+        return None
+
+
+def may_await_here(scheduler: Scheduler) -> bool:
+    """Whether `await_here` may take a call now (any thread: a hint, which `await_here` checks again)."""
+    return scheduler._awaits_here and not scheduler._queues.size and bool(scheduler._free) and scheduler.spans is None
+
+
+def await_here(scheduler: Scheduler, request: InferenceRequest, caller: CallPath, answer: DirectAnswer) -> bool:
+    """On the loop: run a sync caller's inner call to an idle async model now, in a task of its own; else False.
+
+    Idle as for `run_here`. The task awaits the callable as a batch's would, counts the call as `run_here`
+    counts one, and settles `answer`, whose settling wakes the caller's thread: no queue entry, no batch task
+    wrapped around the call, no sink, no response made.
+    """
+    if not scheduler._awaits_here or scheduler._queues.size or not scheduler._accepting or scheduler._in_flight.cut:
+        return False
+    if scheduler.spans is not None:
+        return False
+    try:
+        instance = scheduler._free.pop()
+    except IndexError:
+        return False
+    assert isinstance(instance, Instance)
+    scheduler._awaiting.add(answer)
+    scheduler._track(scheduler.loop.create_task(_await_here(scheduler, instance, request, caller, answer)))
+    return True
+
+
+async def _await_here(
+    scheduler: Scheduler, instance: Instance, request: InferenceRequest, caller: CallPath, answer: DirectAnswer
+) -> None:
+    """Await one request's call on `instance` (taken off the free list), count it, and settle `answer`."""
+    spec = scheduler.spec
+    direct = DirectCall()
+    entry, call, running = _begin(scheduler, instance, request, caller, direct)
+    start_ns, requested = entry.enqueue_ns, request.requested_outputs
+    outputs: Optional[Outputs] = None
+    error: Optional[BaseException] = None
+    infer_start_ns = infer_end_ns = time.monotonic_ns()
+    caller.inner.add(direct)
+    try:
+        if caller.cancelled or direct.reason:
+            raise InferenceError.cancelled(
+                direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
+            )
+        results = await instance.start([call], False, running if running.paths is not None else None)
+        infer_end_ns = time.monotonic_ns()
+        if type(results) is not list or len(results) != 1:
+            results = check_results(spec, results, 1)
+        outputs = checked_outputs(spec, results[0], requested, scheduler.failures.undeclared_output)
+    except BaseException as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError (a cancel: below)
+        error = raised
+    output_end_ns = time.monotonic_ns()
+    caller.inner.discard(direct)
+    running.ended = True
+    request.inputs = {}
+    entry.call = None
+    instance.call_started_ns = 0
+    scheduler._free.append(instance)
+    scheduler._awaiting.discard(answer)
+    _ran_here(scheduler, running, (start_ns, infer_start_ns, infer_end_ns, output_end_ns), error)
+    if entry.cancelled:
+        answer.fail(ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled"))
+    elif error is not None:
+        failure = scheduler._as_inference_error(error, 1) if isinstance(error, asyncio.CancelledError) else None
+        if failure is None:
+            failure = error if isinstance(error, InferenceError) else callable_error(error)
+        answer.fail(ModelCallError(failure.status, failure.message, failure.reason))
+        if not isinstance(error, Exception):
+            raise error  # the task itself was cancelled (the server stops): it ends so
+    else:
+        assert outputs is not None
+        answer.settle(outputs)
+
+
+def _run_here(
+    scheduler: Scheduler, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall
+) -> Outputs:
+    """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
+    spec = scheduler.spec
+    entry, call, running = _begin(scheduler, instance, request, caller, direct)
+    start_ns, requested = entry.enqueue_ns, request.requested_outputs
+    outputs: Optional[Outputs] = None
+    error: Optional[BaseException] = None
+    infer_start_ns = infer_end_ns = time.monotonic_ns()
+    inner = caller.inner
+    inner.add(direct)
+    try:
+        if caller.cancelled or direct.reason:
+            raise InferenceError.cancelled(
+                direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
+            )
+        results = instance.run_here([call], running if running.paths is not None else None)
+        infer_end_ns = time.monotonic_ns()
+        if type(results) is not list or len(results) != 1:
+            results = check_results(spec, results, 1)
+        outputs = checked_outputs(spec, results[0], requested, scheduler.failures.undeclared_output)
+    except Exception as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError
+        error = raised
+    finally:
+        output_end_ns = time.monotonic_ns()
+        inner.discard(direct)
+        running.ended = True  # this thread made its path, if any: the loop closes it
+        request.inputs = {}  # the caller's arrays are not held until the loop counts the call
+        entry.call = None
+        instance.call_started_ns = 0
+        scheduler._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
+        times = (start_ns, infer_start_ns, infer_end_ns, output_end_ns)
+        drained = scheduler._drained
+        inbox = caller.inbox
+        if scheduler._queues.size or (drained is not None and not drained.done()) or not rings_after_job():
+            inbox.post(_ran_here, scheduler, running, times, error)
+        else:  # counted when the loop next wakes (at the latest when the caller's call ends), after what woke it
+            inbox.post_quietly(caller.loop.call_soon, _ran_here, scheduler, running, times, error)
+    if entry.cancelled:
+        raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
+    if error is not None:
+        failure = error if isinstance(error, InferenceError) else callable_error(error)
+        raise ModelCallError(failure.status, failure.message, failure.reason)
+    assert outputs is not None
+    return outputs
+
+
+def _begin(
+    scheduler: Scheduler, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall
+) -> Tuple[Entry, Request, RunningBatch]:
+    """One direct call's entry (never queued: no priority level to find), the callable's Request and its batch."""
+    spec = scheduler.spec
+    entry = Entry(request, direct, 0, 0)
+    entry.queued = False
+    instance.call_started_ns = entry.enqueue_ns
+    requested = request.requested_outputs
+    call = entry.call = Request(
+        data=request.inputs,
+        parameters=request.parameters,
+        requested_output_names=list(spec.output_names) if requested is None else requested,
+    )
+    paths = scheduler._paths
+    if paths is None and scheduler.models is not None:  # the caller's loop is the engine's
+        paths = scheduler._paths = PathMaker(scheduler.models, spec.name, caller.loop, caller.inbox)
+    running = direct.running = RunningBatch([entry], instance, False, paths)
+    return entry, call, running
+
+
+def _ran_here(
+    scheduler: Scheduler, running: RunningBatch, times: Tuple[int, int, int, int], error: Optional[BaseException]
+) -> None:
+    """On the loop: count a call that ran on its caller's thread, and start what its instance may run now.
+
+    The caller's thread put the instance back on the free list, then read the queue's size and `_drained`:
+    a request queued, or an `until_idle()` begun, after that thread's reads found the instance free already.
+    """
+    start_ns, infer_start_ns, infer_end_ns, output_end_ns = times
+    entry = running.entries[0]
+    batch_size = entry.request.batch_size
+    rows = batch_size if scheduler.spec.batching else 1
+    compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
+    if running.path is not None:
+        running.end(scheduler.spec.name)
+    if entry.cancelled or error is not None:
+        scheduler.stats.record_execution(rows, *compute)
+        if entry.cancelled:
+            reason = FailureReason.CANCELED
+        else:
+            assert error is not None
+            reason = scheduler._as_inference_error(error, 1).reason  # logged here, as the loop logs a batch's
+        scheduler.stats.record_failure(output_end_ns - start_ns, reason.value)
+    else:
+        scheduler.stats.record_lone_success(batch_size, rows, compute, output_end_ns - start_ns)
+    if scheduler._free and scheduler._queues.size:
+        scheduler._schedule()
+    else:
+        scheduler._update_idle()
