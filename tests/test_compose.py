@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from typing import Any, Dict, List, Optional, Set
 
 import numpy as np
@@ -23,6 +22,7 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.proxy.types import Request
 from pytriton.triton import Triton
 from tests.conftest import HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
+from tests.waiting import wait_until
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
 OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
@@ -86,7 +86,7 @@ def test_sync_and_async_callables_call_a_model_whose_batcher_joins_them_with_cli
         # meanwhile (a client's, and one from each pipeline) wait in its queue and run as one batch.
         blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
         blocker.start()
-        _wait_for(lambda: _running(triton, "identity"))
+        wait_until(lambda: _running(triton, "identity"))
         results: Dict[str, np.ndarray] = {}
         threads = [
             threading.Thread(target=lambda m=m: results.__setitem__(m, _infer(url, m, [5.0])))
@@ -94,7 +94,7 @@ def test_sync_and_async_callables_call_a_model_whose_batcher_joins_them_with_cli
         ]
         for thread in threads:
             thread.start()
-        _wait_for(lambda: _pending(triton, "identity") == 3)
+        wait_until(lambda: _pending(triton, "identity") == 3)
         gate.set()
         for thread in [*threads, blocker]:
             thread.join(10)
@@ -114,13 +114,6 @@ def _running(triton: Triton, model: str) -> bool:
 
 def _pending(triton: Triton, model: str) -> int:
     return int(triton._runtime.engine.model(model).scheduler.pending)
-
-
-def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
 
 
 def _call_target(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
@@ -272,7 +265,7 @@ def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
         url = http_url(triton)
         blocker = threading.Thread(target=_infer, args=(url, "gated", [0.0]))  # holds gated's only instance
         blocker.start()
-        _wait_for(lambda: _running(triton, "gated"))
+        wait_until(lambda: _running(triton, "gated"))
 
         # The client's deadline cancels the outer request; its inner call leaves gated's queue, CANCELLED.
         client = grpcclient.InferenceServerClient(grpc_url(triton))
@@ -281,7 +274,7 @@ def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
         with pytest.raises(InferenceServerException) as deadline:
             client.infer("caller", [given], client_timeout=0.5)
         assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-        _wait_for(lambda: len(seen) == 1)
+        wait_until(lambda: len(seen) == 1)
         assert seen[0].status.name == "CANCELLED"
         assert seen[0].message == "the request to model 'caller' that made the call has ended"
         assert _failures(url, "gated") == 1
@@ -290,7 +283,7 @@ def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
         with pytest.raises(InferenceServerException) as left:
             client.infer("delayed_caller", [given], client_timeout=0.5)
         assert left.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-        _wait_for(lambda: len(seen) == 2)
+        wait_until(lambda: len(seen) == 2)
         assert seen[1].status.name == "CANCELLED"
         assert (
             seen[1].message == "every request of the batch of model 'delayed_caller' that made the call was cancelled"
@@ -372,7 +365,7 @@ def test_process_instances_call_models_of_the_server() -> None:
         gate.clear()
         blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
         blocker.start()
-        _wait_for(lambda: _running(triton, "identity"))
+        wait_until(lambda: _running(triton, "identity"))
         results: Dict[str, np.ndarray] = {}
         calls = {
             "identity": lambda: _infer(url, "identity", [5.0]),
@@ -382,7 +375,7 @@ def test_process_instances_call_models_of_the_server() -> None:
         threads = [threading.Thread(target=lambda m=m: results.__setitem__(m, calls[m]())) for m in calls]
         for thread in threads:
             thread.start()
-        _wait_for(lambda: _pending(triton, "identity") == 3)
+        wait_until(lambda: _pending(triton, "identity") == 3)
         gate.set()
         for thread in [*threads, blocker]:
             thread.join(10)
@@ -397,7 +390,7 @@ def test_process_instances_call_models_of_the_server() -> None:
         gate.clear()
         blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
         blocker.start()
-        _wait_for(lambda: _running(triton, "identity"))
+        wait_until(lambda: _running(triton, "identity"))
         failures = _failures(url, "identity")
         with pytest.raises(InferenceServerException) as expired:
             _infer_with(url, "process_caller", {"target": "identity", "timeout_s": 0.2})
@@ -409,7 +402,7 @@ def test_process_instances_call_models_of_the_server() -> None:
         with pytest.raises(InferenceServerException) as deadline:
             client.infer("process_caller", [given], parameters={"target": "identity"}, client_timeout=0.5)
         assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-        _wait_for(lambda: _failures(url, "identity") == failures + 2)
+        wait_until(lambda: _failures(url, "identity") == failures + 2)
         assert _pending(triton, "identity") == 0
         gate.set()
         blocker.join(10)
@@ -634,7 +627,7 @@ def test_an_instance_process_killed_in_an_inner_call_leaves_the_server_serving_a
 
         caller = threading.Thread(target=hang)
         caller.start()
-        _wait_for(lambda: _running(triton, "gated"))
+        wait_until(lambda: _running(triton, "gated"))
         link = _process_instance(triton, "big_caller")._link
         dead = _memfds_of(link)
         assert link.calls.inputs.segment is not None  # the call's 6 MiB came in the process's call arena
@@ -642,10 +635,10 @@ def test_an_instance_process_killed_in_an_inner_call_leaves_the_server_serving_a
         caller.join(10)
         assert len(failed) == 1 and "was killed by signal SIGKILL" in str(failed[0])
         gate.set()  # the inner request, cancelled, still runs with the dead process's memory as its input
-        _wait_for(lambda: not _running(triton, "gated") and _process_instance(triton, "big_caller").alive)
+        wait_until(lambda: not _running(triton, "gated") and _process_instance(triton, "big_caller").alive)
         expected = np.random.default_rng(3).standard_normal((1, _BIG)).astype(np.float32)
         assert np.array_equal(_infer_with(url, "big_caller", {"mode": "round_trip", "seed": 3}), expected)
-        _wait_for(lambda: not _memfds() & dead)
+        wait_until(lambda: not _memfds() & dead)
         assert not _memfds() - before - _memfds_of(_process_instance(triton, "big_caller")._link)
 
 

@@ -27,6 +27,7 @@ from pytriton.proxy.types import Request
 from pytriton.security import TritonSecurityConfig
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.waiting import wait_until
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
 OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
@@ -80,13 +81,6 @@ def _statistics(url: str, model: str) -> Dict[str, Any]:
     return stats
 
 
-def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
-
-
 def _scheduler(triton: Triton, model: str) -> Any:
     return triton._runtime.engine.model(model).scheduler
 
@@ -125,7 +119,7 @@ def test_inner_calls_to_a_busy_model_queue_and_batch_with_client_requests_in_its
         inner.gate.clear()
         blocker = threading.Thread(target=_infer, args=(url, "inner", 0.0))  # holds inner's only instance
         blocker.start()
-        _wait_for(lambda: inner.gate is not None and _scheduler(triton, "inner").open_requests[1] == 1)
+        wait_until(lambda: inner.gate is not None and _scheduler(triton, "inner").open_requests[1] == 1)
         results: Dict[str, np.ndarray] = {}
         threads = [
             threading.Thread(target=lambda key=key, model=model: results.__setitem__(key, _infer(url, model, 5.0)))
@@ -133,7 +127,7 @@ def test_inner_calls_to_a_busy_model_queue_and_batch_with_client_requests_in_its
         ]
         for thread in threads:
             thread.start()
-        _wait_for(lambda: _scheduler(triton, "inner").pending == 3)
+        wait_until(lambda: _scheduler(triton, "inner").pending == 3)
         inner.gate.set()
         for thread in [*threads, blocker]:
             thread.join(10)
@@ -183,13 +177,13 @@ def test_an_inner_call_on_the_callers_thread_is_cancelled_with_the_outer_request
         with pytest.raises(InferenceServerException) as deadline:
             client.infer("caller", [given], client_timeout=0.5)
         assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-        _wait_for(lambda: len(caller.errors) == 1)
+        wait_until(lambda: len(caller.errors) == 1)
         assert watching.threads == caller.threads  # it ran on the caller's thread
         assert watching.saw_cancel == [True]
         assert caller.errors[0].status.name == "CANCELLED"
         assert caller.errors[0].message == "the request to model 'caller' that made the call has ended"
         url = http_url(triton)
-        _wait_for(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
+        wait_until(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
         assert _scheduler(triton, "watching").open_requests == (0, 0)
 
 
@@ -233,11 +227,11 @@ def test_an_async_callers_inner_call_to_an_idle_model_runs_in_its_thread_is_coun
         with pytest.raises(InferenceServerException) as deadline:
             client.infer("watcher", [given], client_timeout=0.5)
         assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-        _wait_for(lambda: len(watcher.errors) == 1)
+        wait_until(lambda: len(watcher.errors) == 1)
         assert watching.saw_cancel == [True]
         assert watcher.errors[0].status.name == "CANCELLED"
         assert watcher.errors[0].message == "the request to model 'watcher' that made the call has ended"
-        _wait_for(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
+        wait_until(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
         assert _scheduler(triton, "watching").open_requests == (0, 0)
 
 
@@ -289,7 +283,7 @@ def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() 
         assert int(stats["inference_stats"]["success"]["count"]) == 2
         assert int(stats["inference_stats"]["queue"]["count"]) == 2
         assert int(stats["inference_stats"]["compute_output"]["count"]) == 2
-        _wait_for(lambda: int(_statistics(url, "wrong")["inference_stats"]["fail"]["count"]) == 1)
+        wait_until(lambda: int(_statistics(url, "wrong")["inference_stats"]["fail"]["count"]) == 1)
         assert int(_statistics(url, "wrong")["execution_count"]) == 1
 
 
@@ -445,7 +439,7 @@ def test_a_sync_callers_inner_call_to_an_idle_async_model_is_awaited_at_once_and
         inner.held = True
         blocker = threading.Thread(target=_infer, args=(url, "inner", 0.0))
         blocker.start()
-        _wait_for(lambda: _scheduler(triton, "inner").open_requests[1] == 1)
+        wait_until(lambda: _scheduler(triton, "inner").open_requests[1] == 1)
         results: Dict[str, np.ndarray] = {}
         threads = [
             threading.Thread(target=lambda key=key, model=model: results.__setitem__(key, _infer(url, model, 5.0)))
@@ -453,7 +447,7 @@ def test_a_sync_callers_inner_call_to_an_idle_async_model_is_awaited_at_once_and
         ]
         for thread in threads:
             thread.start()
-        _wait_for(lambda: _scheduler(triton, "inner").pending == 3)
+        wait_until(lambda: _scheduler(triton, "inner").pending == 3)
         inner.held = False
         for thread in [*threads, blocker]:
             thread.join(10)
@@ -478,13 +472,13 @@ def test_a_sync_callers_inner_call_awaited_at_once_is_cancelled_with_the_outer_r
         with pytest.raises(InferenceServerException) as deadline:
             client.infer("caller", [given], client_timeout=0.5)
         assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-        _wait_for(lambda: len(caller.errors) == 1)
+        wait_until(lambda: len(caller.errors) == 1)
         assert inner.tasks == ["_await_here"]
         assert inner.saw_cancel == [True]
         assert caller.errors[0].status.name == "CANCELLED"
         assert caller.errors[0].message == "the request to model 'caller' that made the call has ended"
         url = http_url(triton)
-        _wait_for(lambda: int(_statistics(url, "inner")["inference_stats"]["fail"]["count"]) == 1)
+        wait_until(lambda: int(_statistics(url, "inner")["inference_stats"]["fail"]["count"]) == 1)
         assert _scheduler(triton, "inner").open_requests == (0, 0)
 
 
@@ -504,7 +498,7 @@ def test_a_sync_callers_inner_call_awaited_at_once_fails_with_the_inner_models_m
             _infer(url, "caller", 1.0)
         assert "ValueError: no good" in str(failed.value)
         assert caller.errors[0].status.name == "INTERNAL" and caller.errors[0].message == "ValueError: no good"
-        _wait_for(lambda: int(_statistics(url, "failing")["inference_stats"]["fail"]["count"]) == 1)
+        wait_until(lambda: int(_statistics(url, "failing")["inference_stats"]["fail"]["count"]) == 1)
         assert int(_statistics(url, "failing")["execution_count"]) == 1
 
 
@@ -527,10 +521,10 @@ def test_a_sync_callers_inner_call_awaited_at_once_is_answered_at_the_servers_cu
     with running_triton(bind, exit_timeout_secs=1) as triton:
         client = threading.Thread(target=send, args=(http_url(triton),))
         client.start()
-        _wait_for(lambda: inner.tasks == ["_await_here"])
+        wait_until(lambda: inner.tasks == ["_await_here"])
         stopping = threading.Thread(target=triton.stop)
         stopping.start()
-        _wait_for(lambda: len(caller.errors) == 1)  # answered at the cut-off, not when the call ends
+        wait_until(lambda: len(caller.errors) == 1)  # answered at the cut-off, not when the call ends
         inner.held = False
         stopping.join(10)
         client.join(10)

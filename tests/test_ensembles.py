@@ -26,6 +26,7 @@ from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.waiting import wait_until
 
 LABELS = ["zero", "one", "two"]
 
@@ -337,13 +338,6 @@ def test_the_image_client_flow_classes_of_an_ensemble_output(server: Triton) -> 
     assert top.tolist() == [[b"4.000000:2:two"]]
 
 
-def _wait_for(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
-
-
 def _model(triton: Triton, name: str) -> Any:
     return triton._runtime.engine.model(name)
 
@@ -362,7 +356,7 @@ def test_steps_batch_with_client_requests_to_the_step_model(server: Triton) -> N
 
     blocker = threading.Thread(target=infer_step)
     blocker.start()
-    _wait_for(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
+    wait_until(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
     results: Dict[str, Any] = {}
     threads = [
         threading.Thread(target=lambda: results.__setitem__("client", infer_step())),
@@ -370,7 +364,7 @@ def test_steps_batch_with_client_requests_to_the_step_model(server: Triton) -> N
     ]
     for thread in threads:
         thread.start()
-    _wait_for(lambda: _model(server, "gated").scheduler.pending == 2)  # a client's request and the ensemble's step
+    wait_until(lambda: _model(server, "gated").scheduler.pending == 2)  # a client's request and the ensemble's step
     GATED.gate.set()
     for thread in [*threads, blocker]:
         thread.join(10)
@@ -576,16 +570,16 @@ def test_a_grpc_cancel_takes_the_ensembles_step_out_of_its_models_queue(server: 
     blocker = threading.Thread(target=lambda: httpclient.InferenceServerClient(url).infer("gated", [given]))
     blocker.start()
     try:
-        _wait_for(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
+        wait_until(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
         client = grpcclient.InferenceServerClient(grpc_url(server))
         ensemble_input = grpcclient.InferInput("IN", [1, 4], "FP32")
         ensemble_input.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
         answers: List[Any] = []
         call = client.async_infer("gated_ens", [ensemble_input], callback=lambda result, error: answers.append(error))
-        _wait_for(lambda: _model(server, "gated").scheduler.pending == 1)  # the ensemble's step waits there
+        wait_until(lambda: _model(server, "gated").scheduler.pending == 1)  # the ensemble's step waits there
         call.cancel()
-        _wait_for(lambda: _model(server, "gated").scheduler.pending == 0)
-        _wait_for(lambda: not _model(server, "gated_ens").scheduler.open_requests[1])
+        wait_until(lambda: _model(server, "gated").scheduler.pending == 0)
+        wait_until(lambda: not _model(server, "gated_ens").scheduler.open_requests[1])
     finally:
         GATED.gate.set()
         blocker.join(10)
@@ -657,10 +651,10 @@ def test_an_http_client_that_disconnects_cancels_the_ensembles_running_step(fron
             sock.sendall(head.encode() + body.encode())
             assert watchful.entered.wait(10), "the step never ran"
         assert watchful.saw_cancel.wait(10), "the step never saw its request cancelled"
-        _wait_for(lambda: _fail_count(url, "watch_ens") == 2)  # counted twice, as any failed ensemble request
+        wait_until(lambda: _fail_count(url, "watch_ens") == 2)  # counted twice, as any failed ensemble request
         # The step's own failure is counted once its callable has returned (after it saw the cancel), which may
         # come after the ensemble's: the loop counts the step's batch when the instance thread hands it back.
-        _wait_for(lambda: _fail_count(url, "watch_step") == 1)
+        wait_until(lambda: _fail_count(url, "watch_step") == 1)
         watchful.release.set()
         answer = _http_infer(url, "watch_ens", np.ones((1, 4), dtype=np.float32))
         assert answer.as_numpy("OUT").tolist() == [[2, 2, 2, 2]]
@@ -674,14 +668,14 @@ def test_an_http_client_that_disconnects_takes_the_ensembles_step_out_of_its_mod
     blocker = threading.Thread(target=lambda: httpclient.InferenceServerClient(url).infer("gated", [given]))
     blocker.start()
     try:
-        _wait_for(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
+        wait_until(lambda: bool(_model(server, "gated").scheduler.open_requests[1]))
         body = json.dumps({"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]})
         head = f"POST /v2/models/gated_ens/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
         with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
             sock.sendall(head.encode() + body.encode())
-            _wait_for(lambda: _model(server, "gated").scheduler.pending == 1)  # the ensemble's step waits there
-        _wait_for(lambda: _model(server, "gated").scheduler.pending == 0)
-        _wait_for(lambda: not _model(server, "gated_ens").scheduler.open_requests[1])
+            wait_until(lambda: _model(server, "gated").scheduler.pending == 1)  # the ensemble's step waits there
+        wait_until(lambda: _model(server, "gated").scheduler.pending == 0)
+        wait_until(lambda: not _model(server, "gated_ens").scheduler.open_requests[1])
     finally:
         GATED.gate.set()
         blocker.join(10)
@@ -772,13 +766,13 @@ def test_the_requests_priority_goes_to_its_steps() -> None:
         threads = [threading.Thread(target=infer, args=("ordered", "INPUT", 0.0, 0))]
         try:
             threads[0].start()
-            _wait_for(lambda: bool(ordered.open_requests[1]))  # the first runs, held at the gate
+            wait_until(lambda: bool(ordered.open_requests[1]))  # the first runs, held at the gate
             threads.append(threading.Thread(target=infer, args=("ordered", "INPUT", 1.0, 0)))  # level 2, the default
             threads[-1].start()
-            _wait_for(lambda: ordered.pending == 1)
+            wait_until(lambda: ordered.pending == 1)
             threads.append(threading.Thread(target=infer, args=("ordered_ens", "IN", 2.0, 1)))  # level 1
             threads[-1].start()
-            _wait_for(lambda: ordered.pending == 2)
+            wait_until(lambda: ordered.pending == 2)
         finally:
             ORDERED.gate.set()
             for thread in threads:
@@ -1046,7 +1040,7 @@ def test_the_request_timeout_applies_to_each_steps_queue_not_to_the_whole_ensemb
         blocker = threading.Thread(target=lambda: httpclient.InferenceServerClient(url).infer("gated_q", [given]))
         blocker.start()
         try:
-            _wait_for(lambda: bool(_model(triton, "gated_q").scheduler.open_requests[1]))
+            wait_until(lambda: bool(_model(triton, "gated_q").scheduler.open_requests[1]))
             quick = httpclient.InferInput("IN", [1, 4], "FP32")
             quick.set_data_from_numpy(np.zeros((1, 4), dtype=np.float32))
             with pytest.raises(InferenceServerException) as expired:
