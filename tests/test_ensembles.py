@@ -309,6 +309,49 @@ def test_independent_steps_run_at_once_and_a_step_waits_for_all_its_inputs(serve
     assert _http_infer(http_url(server), "diamond", array).as_numpy("OUT").tolist() == [[1.0, 2.0, 3.0, 4.0]]
 
 
+def _bind_branches(triton: Triton) -> None:
+    """`branches`: `a` writes OA from IN; `b` then `c` write OC from IN, through `mid`."""
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("a", _double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=config)
+    triton.bind("b", _negate, [_tensor("INPUT", 4)], [_tensor("NEG", 4)], config=config)
+    triton.bind("c", _double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=config)
+    triton.bind_ensemble(
+        "branches",
+        steps=[
+            _step("a", {"INPUT": "IN"}, {"PRE_OUT": "OA"}),
+            _step("b", {"INPUT": "IN"}, {"NEG": "mid"}),
+            _step("c", {"INPUT": "mid"}, {"PRE_OUT": "OC"}),
+        ],
+        inputs=[_tensor("IN", 4)],
+        outputs=[_tensor("OA", 4), _tensor("OC", 4)],
+        config=config,
+    )
+
+
+def test_a_request_runs_only_the_steps_its_requested_outputs_need(start_triton: Any) -> None:
+    # What tritonserver 2.51 counted for the same graph of python-backend steps: asked for OA only, a=1, b=0, c=0;
+    # then for OC only, b and c ran and a did not; then for both, each ran once more.
+    triton = start_triton(_bind_branches)
+    client = httpclient.InferenceServerClient(http_url(triton))
+    given = httpclient.InferInput("IN", [1, 4], "FP32")
+    given.set_data_from_numpy(np.array([[1.0, 2.0, 3.0, 4.0]], dtype=np.float32))
+
+    def successes() -> Dict[str, int]:
+        stats = client.get_inference_statistics("", headers=HTTP_AUTH)["model_stats"]
+        return {entry["name"]: int(entry["inference_stats"]["success"]["count"]) for entry in stats}
+
+    only_a = client.infer("branches", [given], outputs=[httpclient.InferRequestedOutput("OA")])
+    assert only_a.as_numpy("OA").tolist() == [[2.0, 4.0, 6.0, 8.0]] and only_a.as_numpy("OC") is None
+    assert successes() == {"a": 1, "b": 0, "c": 0, "branches": 1}
+    only_c = client.infer("branches", [given], outputs=[httpclient.InferRequestedOutput("OC")])
+    assert only_c.as_numpy("OC").tolist() == [[-2.0, -4.0, -6.0, -8.0]]
+    assert successes() == {"a": 1, "b": 1, "c": 1, "branches": 2}
+    both = client.infer("branches", [given])
+    assert both.as_numpy("OA").tolist() == [[2.0, 4.0, 6.0, 8.0]]
+    assert both.as_numpy("OC").tolist() == [[-2.0, -4.0, -6.0, -8.0]]
+    assert successes() == {"a": 2, "b": 2, "c": 2, "branches": 3}
+
+
 def test_a_step_error_fails_the_request_with_the_step_models_message(server: Triton) -> None:
     negative = -np.ones((1, 4), dtype=np.float32)
     with pytest.raises(InferenceServerException) as http_error:

@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 import time
 from collections import deque
-from typing import Any, Coroutine, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Coroutine, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -63,6 +63,8 @@ class EnsembleScheduler(Scheduler):
         self.input_names = tuple(tensor.name for tensor in spec.inputs)
         # Per ensemble tensor: the steps that read it.
         self.readers: Dict[str, Tuple[int, ...]] = {tensor: tuple(steps) for tensor, steps in readers.items()}
+        # The readers left once the steps an output set does not need are left out, by output set (`readers_for`).
+        self._readers_for: Dict[Tuple[str, ...], Dict[str, Tuple[int, ...]]] = {}
         self._runs: Dict[ResponseSink, EnsembleRun] = {}
         # No queue: the runs' clients are watched as a model's running requests are.
         self._run_watch: QueueWatch[EnsembleRun] = QueueWatch((), self._runs.values, self._run_client_left)
@@ -90,6 +92,25 @@ class EnsembleScheduler(Scheduler):
         """The ensemble outputs a request asks for (all of them when it names none)."""
         names = request.requested_outputs
         return self.spec.output_names if names is None else names
+
+    def readers_for(self, wanted: Sequence[str]) -> Dict[str, Tuple[int, ...]]:
+        """Per ensemble tensor, the steps that read it among those the `wanted` outputs need.
+
+        As Triton's ensemble scheduler, a request runs only the steps its requested outputs need: a step whose
+        outputs no needed step reads and no wanted output is runs not (nor counts in its model's statistics).
+        """
+        key = tuple(wanted)
+        readers = self._readers_for.get(key)
+        if readers is None:
+            needed = _needed_steps(self.graph, wanted)
+            readers = {}
+            for tensor, steps in self.readers.items():
+                kept = tuple(index for index in steps if index in needed)
+                if kept:
+                    readers[tensor] = kept
+            if len(self._readers_for) < _KEPT_OUTPUT_SETS:  # clients choose the sets: a few are kept
+                self._readers_for[key] = readers
+        return readers
 
     def streams(self, step: EnsembleStepDef) -> bool:
         """Whether a step's model is decoupled (its responses are taken as they come)."""
@@ -147,6 +168,24 @@ class EnsembleScheduler(Scheduler):
         self._accepting = True
 
 
+_KEPT_OUTPUT_SETS = 64
+
+
+def _needed_steps(graph: EnsembleGraph, wanted: Sequence[str]) -> Set[int]:
+    """The steps that write the `wanted` tensors, and those that write what they read, transitively."""
+    tensors = set(wanted)
+    needed: Set[int] = set()
+    grew = True
+    while grew:
+        grew = False
+        for index, step in enumerate(graph.steps):
+            if index not in needed and any(tensor in tensors for _, tensor in step.output_map):
+                needed.add(index)
+                tensors.update(tensor for _, tensor in step.input_map)
+                grew = True
+    return needed
+
+
 class _Value:
     """One version of an ensemble tensor (Triton's iteration).
 
@@ -178,6 +217,7 @@ class EnsembleRun:
         "enqueue_ns",
         "gone",
         "path",
+        "readers",
         "request",
         "responded",
         "running",
@@ -195,6 +235,7 @@ class EnsembleRun:
         self.scheduler = scheduler
         self.request = request
         self.sink = sink
+        self.readers = scheduler.readers_for(scheduler.wanted_of(request))  # the steps this request runs read
         self.enqueue_ns = time.monotonic_ns()
         self.started_ns = 0
         self.values: Dict[str, Dict[int, _Value]] = {}
@@ -218,7 +259,7 @@ class EnsembleRun:
         given = self.request.inputs
         added: List[Tuple[str, int]] = []
         for tensor in self.scheduler.input_names:
-            if tensor in self.scheduler.readers:
+            if tensor in self.readers:
                 added.append((tensor, self._add(tensor, given.get(tensor), None)))
         self.busy = True
         try:
@@ -232,7 +273,7 @@ class EnsembleRun:
         """Keep the next version of `tensor`; return its number."""
         version = self.versions.get(tensor, 0)
         self.versions[tensor] = version + 1
-        readers = len(self.scheduler.readers.get(tensor, ())) + (tensor in self.scheduler.wanted_of(self.request))
+        readers = len(self.readers.get(tensor, ())) + (tensor in self.scheduler.wanted_of(self.request))
         if readers:
             self.values.setdefault(tensor, {})[version] = _Value(array, mark, readers)
         return version
@@ -244,7 +285,7 @@ class EnsembleRun:
             {
                 (index, version)
                 for tensor, version in added
-                for index in self.scheduler.readers.get(tensor, ())
+                for index in self.readers.get(tensor, ())
                 if all(version in self.values.get(t, {}) for _, t in graph.steps[index].input_map)
             }
         )
