@@ -74,6 +74,28 @@ class DirectCall(ResponseSink):
             running.path.close(reason)
 
 
+def _idle_instance(scheduler: Scheduler, allowed: bool) -> Optional[Instance]:
+    """A free instance taken off the free list if the model is idle and `allowed`; else None.
+
+    Idle: nothing queued, accepting, not cut off, not traced. `allowed`: its kind of callable may run a direct call.
+    Any thread: the loop's own uses of the free list allow for an instance taken between their test and their pop.
+    """
+    if (
+        not allowed
+        or scheduler._queues.size
+        or not scheduler._accepting
+        or scheduler._in_flight.cut
+        or scheduler.spans is not None
+    ):
+        return None
+    try:
+        instance = scheduler._free.pop()
+    except IndexError:  # none free (or another caller's thread took the last one)
+        return None
+    assert isinstance(instance, Instance)
+    return instance
+
+
 def run_here(scheduler: Scheduler, request: InferenceRequest, caller: CallPath) -> Optional[Outputs]:
     """Run an inner call's request on the calling thread (a sync callable's), if the model is idle; else None.
 
@@ -84,20 +106,8 @@ def run_here(scheduler: Scheduler, request: InferenceRequest, caller: CallPath) 
     allow for an instance taken between their test and their pop. Returns the outputs by name (checked as a
     response's, no response made); raises ModelCallError as the call fails.
     """
-    if (
-        not scheduler._runs_here
-        or scheduler._queues.size
-        or not scheduler._accepting
-        or scheduler._in_flight.cut
-        or scheduler.spans is not None
-    ):
-        return None
-    try:
-        instance = scheduler._free.pop()
-    except IndexError:
-        return None
-    assert isinstance(instance, Instance)
-    return _run_here(scheduler, instance, request, caller, DirectCall())
+    instance = _idle_instance(scheduler, scheduler._runs_here)
+    return None if instance is None else _run_here(scheduler, instance, request, caller, DirectCall())
 
 
 def start_here(
@@ -108,15 +118,9 @@ def start_here(
     For an async callable calling a sync model: its result goes from the instance's thread straight to the
     caller's future, without the batch's task. Cancel the call with the DirectCall returned.
     """
-    if not scheduler._runs_here or scheduler._queues.size or not scheduler._accepting or scheduler._in_flight.cut:
+    instance = _idle_instance(scheduler, scheduler._runs_here)
+    if instance is None:
         return None
-    if scheduler.spans is not None:
-        return None
-    try:
-        instance = scheduler._free.pop()
-    except IndexError:  # none free (or a caller's thread took the last one: run_here)
-        return None
-    assert isinstance(instance, Instance)
     direct = DirectCall()
     try:
         return instance.submit(_run_here, scheduler, instance, request, caller, direct), direct
@@ -137,15 +141,9 @@ def await_here(scheduler: Scheduler, request: InferenceRequest, caller: CallPath
     counts one, and settles `answer`, whose settling wakes the caller's thread: no queue entry, no batch task
     wrapped around the call, no sink, no response made.
     """
-    if not scheduler._awaits_here or scheduler._queues.size or not scheduler._accepting or scheduler._in_flight.cut:
+    instance = _idle_instance(scheduler, scheduler._awaits_here)
+    if instance is None:
         return False
-    if scheduler.spans is not None:
-        return False
-    try:
-        instance = scheduler._free.pop()
-    except IndexError:
-        return False
-    assert isinstance(instance, Instance)
     scheduler._awaiting.add(answer)
     scheduler._track(scheduler.loop.create_task(_await_here(scheduler, instance, request, caller, answer)))
     return True
