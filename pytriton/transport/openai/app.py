@@ -256,6 +256,7 @@ class OpenAIApp:
         tasks = [loop.create_task(run(index, generation)) for index, generation in enumerate(generations)]
         watcher = loop.create_task(_cancel_on_disconnect(receive, handler))
         started = False
+        recorded = False
         open_choices = len(generations)
         sent = 0
         try:
@@ -285,6 +286,10 @@ class OpenAIApp:
             if answer.include_usage:
                 token_usage = codec.usage(prompt_tokens, sum(generation.tokens for generation in generations))
                 await _send_event(send, answer.usage_chunk(token_usage))
+            # Counted before the client sees the end, as an answer that is not streamed is: a scrape it makes next
+            # finds it (on the hub, once a frontend's message about it arrived).
+            _record(model, generations, prompt_tokens)
+            recorded = True
             await send({"type": "http.response.body", "body": codec.SSE_DONE, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
         except asyncio.CancelledError:
@@ -300,7 +305,8 @@ class OpenAIApp:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            _record(model, generations, prompt_tokens)  # what was generated, also for a client that left
+            if not recorded:
+                _record(model, generations, prompt_tokens)  # what was generated, also for a client that left
 
     async def _send_openers(self, send: Send, answer: _Answer, choices: int, echo: Optional[List[str]]) -> None:
         """What opens each choice: the assistant's role (chat), or the echoed prompt (completions)."""
