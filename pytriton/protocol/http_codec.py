@@ -106,23 +106,16 @@ def decode_infer_request(
                     _one_source_only(["data", "binary_data_size"])
                 if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
                     raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
-                if offset + binary_size > size:
-                    raise InferenceError.invalid(
-                        f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, "
-                        f"{size - offset} left"
-                    )
-                data = view[offset : offset + binary_size] if view is not None else memoryview(b"")  # an empty one
-                inputs[name] = array_from_raw(data, datatype, shape, name, spec.name)
+                inputs[name] = array_from_raw(
+                    _binary(view, offset, binary_size, size, name), datatype, shape, name, spec.name
+                )
                 offset += binary_size
             elif "data" in raw:
                 planned = None  # values: never part of a key
                 inputs[name] = array_from_json(raw["data"], datatype, shape, name)
             else:
                 _one_source_only([])
-        if offset != size:
-            raise InferenceError.invalid(
-                f"unexpected {size - offset} bytes of binary data after the last input of the request"
-            )
+        _no_binary_left(offset, size)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
@@ -149,6 +142,23 @@ def decode_infer_request(
         sequence=options.sequence,
     )
     return request, output_format
+
+
+def _binary(view: Optional[memoryview], offset: int, binary_size: int, size: int, name: str) -> memoryview:
+    """An input's `binary_size` bytes of the body from `offset` (an empty view for a body of the header alone)."""
+    if offset + binary_size > size:
+        raise InferenceError.invalid(
+            f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, {size - offset} left"
+        )
+    return view[offset : offset + binary_size] if view is not None else memoryview(b"")
+
+
+def _no_binary_left(offset: int, size: int) -> None:
+    """Refuse binary data after the last input's."""
+    if offset != size:
+        raise InferenceError.invalid(
+            f"unexpected {size - offset} bytes of binary data after the last input of the request"
+        )
 
 
 # What an input's header says: name, datatype, shape, binary_data_size (None: none) and region (None: none).
@@ -240,18 +250,11 @@ def _decode_planned(
                 inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
                 continue
             binary_size = binary_size or 0  # (never None: an input of a plan is in a region or in the body)
-            if offset + binary_size > size:
-                raise InferenceError.invalid(
-                    f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, "
-                    f"{size - offset} left"
-                )
-            data = view[offset : offset + binary_size] if view is not None else memoryview(b"")
-            inputs[name] = array_from_raw(data, datatype, shape, name, spec.name)
-            offset += binary_size
-        if offset != size:
-            raise InferenceError.invalid(
-                f"unexpected {size - offset} bytes of binary data after the last input of the request"
+            inputs[name] = array_from_raw(
+                _binary(view, offset, binary_size, size, name), datatype, shape, name, spec.name
             )
+            offset += binary_size
+        _no_binary_left(offset, size)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
