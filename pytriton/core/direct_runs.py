@@ -230,11 +230,10 @@ def _run_here(
         scheduler._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
         times = (start_ns, infer_start_ns, infer_end_ns, output_end_ns)
         drained = scheduler._drained
-        inbox = caller.inbox
         if scheduler._queues.size or (drained is not None and not drained.done()) or not rings_after_job():
-            inbox.post(_ran_here, scheduler, running, times, error)
-        else:  # counted when the loop next wakes (at the latest when the caller's call ends), after what woke it
-            inbox.post_quietly(caller.loop.call_soon, _ran_here, scheduler, running, times, error)
+            caller.inbox.post(_ran_here, scheduler, running, times, error)
+        else:  # counted once the caller's batch is answered: not on the way of its answers
+            caller.later(_ran_here, scheduler, running, times, error)
     if entry.cancelled:
         raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
     if error is not None:

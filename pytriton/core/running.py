@@ -9,6 +9,7 @@ whatever the callable returned.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import Any, Iterator, List, Optional, Set
 
 from pytriton.core.composition.path import CallPath, PathMaker
@@ -61,13 +62,13 @@ class RunningBatch:
             if entry.request.origin is not None or entry.request.timeout_us:
                 break
         else:  # clients' requests without a timeout: the usual batch
-            return paths.plain()
+            return _answered_later(paths.plain())
         origins = [entry.request.origin for entry in self.entries]
         deadlines = [
             entry.enqueue_ns + entry.request.timeout_us * 1000 if entry.request.timeout_us else 0
             for entry in self.entries
         ]
-        return paths.path_of(origins, deadlines)
+        return _answered_later(paths.path_of(origins, deadlines))
 
     def end(self, model: str) -> None:
         """On the loop: the batch of `model` is answered; its inner calls still in flight are cancelled.
@@ -78,6 +79,8 @@ class RunningBatch:
         path = self.path
         if path is not None:
             path.cancelled = True  # first: a call that a thread adds after the test below sees it and stops
+            if path.after_answer:  # after what the answers wake (a handler's write): off their way
+                path.loop.call_soon(path.answered)
             if path.inner:  # else nothing in flight to tell why (the commonest end): no message to make
                 path.close(f"the request to model '{model}' that made the call has ended")
 
@@ -90,6 +93,12 @@ class RunningBatch:
             self.instance.cancel(entry.call)
         if self.stop is not None and all(other.cancelled for other in self.entries):
             self.stop.set()  # closed at its next step
+
+
+def _answered_later(path: CallPath) -> CallPath:
+    """A batch's call path, which keeps what its direct inner calls leave the loop until the batch is answered."""
+    path.after_answer = deque()
+    return path
 
 
 class RunningBatches(Set[RunningBatch]):

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple
 
-from pytriton.core.doorbell import LoopInbox, inbox_of
+from pytriton.core.doorbell import QUIET_CALLS, LoopInbox, inbox_of
 from pytriton.core.errors import InferenceError
 
 # The models on a request's way in, the monotonic time it must be answered by (0: none), and the span its caller's
@@ -62,7 +62,7 @@ class CallArguments(NamedTuple):
 class CallPath:
     """What a running batch (or a custom route's request) hands to the inner calls it makes."""
 
-    __slots__ = ("cancelled", "chain", "deadline_ns", "inbox", "inner", "loop", "models", "span")
+    __slots__ = ("after_answer", "cancelled", "chain", "deadline_ns", "inbox", "inner", "loop", "models", "span")
 
     def __init__(
         self,
@@ -81,10 +81,37 @@ class CallPath:
         self.inner: Set[Cancellable] = set()
         self.cancelled = False
         self.span: Any = None  # the span of a traced request of the batch: inner requests' spans nest under it
+        # A batch's path (None for others): what the loop does once the batch is answered (RunningBatch.end).
+        self.after_answer: Optional[Deque[Tuple[Callable[..., Any], Tuple[Any, ...]]]] = None
 
     def call_path(self) -> CallPath:
         """Itself (a CallPath is its own PathSource)."""
         return self
+
+    def later(self, fn: Callable[..., Any], *args: Any) -> None:
+        """From the callable's thread: call `fn(*args)` on the loop after the batch's answers, off their way.
+
+        A direct inner call's statistics wait there (core/direct_runs.py). A batch that ended already (its
+        callable's thread outlived it), or one whose calls left QUIET_CALLS waiting, has them run at once.
+        """
+        after = self.after_answer
+        if after is None:
+            self.inbox.post_quietly(self.loop.call_soon, fn, *args)
+            return
+        after.append((fn, args))
+        # A batch that may have ended before the append, or a long call's many inner calls: run what waits now.
+        if self.cancelled or len(after) >= QUIET_CALLS:
+            self.inbox.post(self.answered)
+
+    def answered(self) -> None:
+        """On the loop: the batch is answered; run what waited for it (RunningBatch.end, soon after)."""
+        after = self.after_answer
+        while after:
+            fn, args = after.popleft()
+            try:
+                fn(*args)
+            except Exception as error:  # noqa: BLE001 - reported as a failed callback; the others still run
+                self.loop.call_exception_handler({"message": f"exception in {fn!r}", "exception": error})
 
     def close(self, reason: str) -> None:
         """On the loop: the batch ended or was cancelled; cancel its inner calls still in flight and refuse new ones."""
