@@ -7,10 +7,10 @@ caller's thread to the loop, the loop to the inner instance's thread, back to th
 98 us per call on the bench VM (`python -m bench.composition`, a sync callable calling a sync identity 2,000
 times), 34-120 us from run to run. On the caller's thread it costs 9-16 us, none of them a wake-up: the call
 takes the instance off the free list for its time (one call at a time on it, as ever; a request that comes
-meanwhile queues and batches as usual), puts it back itself, and posts its statistics to the loop quietly
-(LoopInbox.post_quietly), to be counted when the caller's own call ends, which wakes the loop anyway. With a
-wake-up of the loop per call for its statistics, the same direct call cost 29-37 us: the GIL went to the loop
-and back each time. (Not measured: the inner answer sent from the inner instance's thread straight to the
+meanwhile queues and batches as usual), puts it back itself, and leaves its statistics with the caller's batch
+(CallPath.later): the loop counts them once that batch is answered, which wakes the loop anyway, and after the
+answer's write rather than before it. With a wake-up of the loop per call for its statistics, the same direct call
+cost 29-37 us: the GIL went to the loop and back each time. (Not measured: the inner answer sent from the inner instance's thread straight to the
 caller's doorbell, which by count still leaves three wake-ups.) A call with a deadline, a traced one, or one
 that cannot run at once goes the loop's way, which keeps the deadline's timer and the spans.
 
