@@ -14,7 +14,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
@@ -26,7 +25,8 @@ from pytriton.options.limits import ServerLimits
 from pytriton.proxy.types import Request
 from pytriton.security import TritonSecurityConfig
 from pytriton.triton import Triton, TritonConfig
-from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, http_url, running_triton
+from tests.inner_calls import given_up_over_grpc, queued_behind_a_held_batch
 from tests.waiting import wait_until
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
@@ -122,28 +122,27 @@ def _binding(**models: Any) -> Callable[[Triton], None]:
 
 
 def _queue_three_behind_a_held_call(triton: Triton, inner: Any) -> Dict[str, np.ndarray]:
-    """Holds `inner`'s only instance with a client's call, then sends a client's call and two callers' (5.0 each).
+    """A client's call and the `caller` model's two instances' (5.0 each) wait in `inner`'s queue while it is held.
 
-    Waits until the three wait in `inner`'s queue, lets `inner` go, and returns the answers by sender: `client`,
-    `first` and `second` (the `caller` model's two instances).
+    Returns the answers by sender: `client`, `first` and `second`.
     """
     url = http_url(triton)
-    inner.held = True
-    blocker = threading.Thread(target=_infer, args=(url, "inner", 0.0))
-    blocker.start()
-    wait_until(lambda: _scheduler(triton, "inner").open_requests[1] == 1, "the held call")
-    results: Dict[str, np.ndarray] = {}
-    threads = [
-        threading.Thread(target=lambda key=key, model=model: results.__setitem__(key, _infer(url, model, 5.0)))
-        for key, model in (("client", "inner"), ("first", "caller"), ("second", "caller"))
-    ]
-    for thread in threads:
-        thread.start()
-    wait_until(lambda: _scheduler(triton, "inner").pending == 3, "three queued calls")
-    inner.held = False
-    for thread in [*threads, blocker]:
-        thread.join(10)
-    return results
+
+    def hold(held: bool) -> Callable[[], None]:
+        return lambda: setattr(inner, "held", held)
+
+    return queued_behind_a_held_batch(
+        triton,
+        "inner",
+        hold(True),
+        hold(False),
+        lambda: _infer(url, "inner", 0.0),
+        {
+            "client": lambda: _infer(url, "inner", 5.0),
+            "first": lambda: _infer(url, "caller", 5.0),
+            "second": lambda: _infer(url, "caller", 5.0),
+        },
+    )
 
 
 def _cancel_through(triton: Triton, outer: str, errors: List[ModelCallError], inner: str) -> None:
@@ -151,12 +150,7 @@ def _cancel_through(triton: Triton, outer: str, errors: List[ModelCallError], in
 
     Asserts the call failed as CANCELLED with the outer request, `inner` counted one failure and holds nothing.
     """
-    client = grpcclient.InferenceServerClient(grpc_url(triton))
-    given = grpcclient.InferInput("x", [1, 1], "FP32")
-    given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-    with pytest.raises(InferenceServerException) as deadline:
-        client.infer(outer, [given], client_timeout=0.5)
-    assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+    given_up_over_grpc(triton, outer)
     wait_until(lambda: len(errors) == 1, f"{outer}'s call error")
     assert errors[0].status.name == "CANCELLED"
     assert errors[0].message == f"the request to model '{outer}' that made the call has ended"
