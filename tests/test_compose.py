@@ -59,7 +59,8 @@ def _infer(url: str, model: str, values: List[float]) -> np.ndarray:
     return output
 
 
-def _bind_pipeline(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+def _bind_batching_identity(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+    """`identity`, noting its batch sizes in `sizes` and waiting at `gate`; its batcher waits up to 200 ms."""
     triton.bind(
         "identity",
         _identity_batch_sizes(sizes, gate),
@@ -67,6 +68,10 @@ def _bind_pipeline(triton: Triton, sizes: List[int], gate: threading.Event) -> N
         OUTPUTS,
         config=ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200_000)),
     )
+
+
+def _bind_pipeline(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+    _bind_batching_identity(triton, sizes, gate)
     config = ModelConfig(max_batch_size=8)
     triton.bind("sync_pipeline", _sync_pipeline, INPUTS, OUTPUTS, config=config)
     triton.bind("async_pipeline", _async_pipeline, INPUTS, OUTPUTS, config=config)
@@ -308,13 +313,7 @@ async def _process_caller_async(requests: List[Request]) -> List[Dict[str, np.nd
 
 def _bind_process_callers(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
     config = ModelConfig(max_batch_size=8)
-    triton.bind(
-        "identity",
-        _identity_batch_sizes(sizes, gate),
-        INPUTS,
-        OUTPUTS,
-        config=ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200_000)),
-    )
+    _bind_batching_identity(triton, sizes, gate)
     triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
     triton.bind("count_up", _count_up, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, decoupled=True))
     triton.bind("process_caller", ProcessInstances(_process_caller), INPUTS, OUTPUTS, config=config)
