@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import importlib.util
 import os
 import pathlib
@@ -27,13 +28,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from bench import perf_analyzer, report, servers
 from bench.runner import Bench, Options, log
 from bench.workloads import EXTRA_GROUPS, OPT_IN_GROUPS, WORKLOADS, select
 
 RESULTS_DIR = servers.BENCH_DIR / "results"
+# `python -m bench NAME ...`: the module whose main(argv) runs it.
+SUBCOMMANDS = {
+    "frontends": "bench.frontends",
+    "gpu": "bench.gpu.__main__",
+    "openai": "bench.openai_stream",
+    "cpu_ab": "bench.cpu_ab",
+    "sequences": "bench.sequences",
+    "instances": "bench.instances",
+}
 FULL_SWEEP = "1,2,4,8,16,32,64,128"
 QUICK_SWEEP = "1,8,32,128"
 
@@ -178,30 +188,9 @@ def metadata(args: argparse.Namespace, targets: List[servers.Target]) -> Dict[st
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the bench, print the table, write the JSON summary and the sweep plot (`gpu`: the GPU bench)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["frontends"]:
-        from bench.frontends import main as frontends_main
-
-        return frontends_main(argv[1:])
-    if argv[:1] == ["gpu"]:
-        from bench.gpu.__main__ import main as gpu_main
-
-        return gpu_main(argv[1:])
-    if argv[:1] == ["openai"]:
-        from bench.openai_stream import main as openai_main
-
-        return openai_main(argv[1:])
-    if argv[:1] == ["cpu_ab"]:
-        from bench.cpu_ab import main as cpu_ab_main
-
-        return cpu_ab_main(argv[1:])
-    if argv[:1] == ["sequences"]:
-        from bench.sequences import main as sequences_main
-
-        return sequences_main(argv[1:])
-    if argv[:1] == ["instances"]:
-        from bench.instances import main as instances_main
-
-        return instances_main(argv[1:])
+    if argv[:1] and argv[0] in SUBCOMMANDS:  # imported only when asked: each may need packages the others don't
+        command: Callable[[List[str]], int] = importlib.import_module(SUBCOMMANDS[argv[0]]).main
+        return command(argv[1:])
     args = parse_args(argv)
     if args.list:
         for workload in WORKLOADS:

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
-import subprocess
 import sys
-import tempfile
 from typing import Dict, List, Tuple
 
-from bench.cpu_ab import CLIENT_CPU, ROOT, SERVER_CPU, _tree
 from bench.keepalive import KeepAliveClient
+from bench.pinned_rounds import alternating_rounds, pinned_server
 from bench.servers import _cpu_seconds, free_ports
 
 # (caller model, callee model) of each kind.
@@ -54,11 +51,7 @@ def _loop_message(caller: str, target: str) -> bytes:
 def _measure(tree: pathlib.Path, loops: int) -> Dict[str, float]:
     """Server CPU in microseconds per inner call of each kind, over `loops` loops after a warm-up loop."""
     (http,) = free_ports(1)
-    command = ["taskset", "-c", SERVER_CPU, sys.executable, str(ROOT / "bench" / "composition_server.py")]
-    command += ["--http-port", str(http)]
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with pinned_server(tree, "composition_server.py", ["--http-port", str(http)]) as server:
         client = KeepAliveClient(http, "async_loop")
         per_call: Dict[str, float] = {}
         for kind, (caller, target) in KINDS.items():
@@ -69,9 +62,6 @@ def _measure(tree: pathlib.Path, loops: int) -> Dict[str, float]:
                 client.send(message)
             per_call[kind] = (_cpu_seconds(server.pid) - before) / (loops * CALLS_PER_LOOP) * 1e6
         return per_call
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def main(argv: List[str]) -> None:
@@ -81,17 +71,13 @@ def main(argv: List[str]) -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--loops", type=int, default=50, help="loops of 2,000 calls per kind and round")
     args = parser.parse_args(argv)
-    os.sched_setaffinity(0, {CLIENT_CPU})
-    with tempfile.TemporaryDirectory(prefix="composition-cpu-") as scratch:
-        trees = {ref: _tree(ref, pathlib.Path(scratch)) for ref in args.refs}
-        results: Dict[str, Dict[str, List[float]]] = {ref: {kind: [] for kind in KINDS} for ref in args.refs}
-        for round_index in range(args.rounds):
-            order = args.refs if round_index % 2 == 0 else list(reversed(args.refs))
-            for ref in order:
-                for kind, value in _measure(trees[ref], args.loops).items():
-                    results[ref][kind].append(value)
-                row = "  ".join(f"{kind} {results[ref][kind][-1]:.1f}" for kind in KINDS)
-                print(f"round {round_index + 1}  {ref:>12}  {row}  (us of server CPU per call)", flush=True)
+    results: Dict[str, Dict[str, List[float]]] = {ref: {kind: [] for kind in KINDS} for ref in args.refs}
+    for round_index, turns in alternating_rounds(args.refs, args.rounds, "composition-cpu-"):
+        for ref, tree in turns:
+            for kind, value in _measure(tree, args.loops).items():
+                results[ref][kind].append(value)
+            row = "  ".join(f"{kind} {results[ref][kind][-1]:.1f}" for kind in KINDS)
+            print(f"round {round_index + 1}  {ref:>12}  {row}  (us of server CPU per call)", flush=True)
     print(f"{'':>12}  " + "  ".join(f"{kind:>14}" for kind in KINDS))
     for ref in args.refs:
         print(f"{ref:>12}  " + "  ".join(f"{statistics.median(results[ref][kind]):>11.1f} us" for kind in KINDS))

@@ -13,40 +13,21 @@ round after round. Unpinned, this 2-core VM's figures fall in two modes about 20
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
 import statistics
-import subprocess
 import sys
-import tempfile
 from typing import Dict, List, Optional
 
 from bench.keepalive import KeepAliveClient, infer_message
+from bench.pinned_rounds import alternating_rounds, pinned_server
 from bench.servers import _cpu_seconds, free_ports
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-SERVER_CPU, CLIENT_CPU = "1", 0
-
-
-def _tree(ref: str, into: pathlib.Path) -> pathlib.Path:
-    """A folder whose `pytriton` is the commit's (`.`: this checkout's)."""
-    if ref == ".":
-        return ROOT
-    folder = into / ref.replace("/", "_")
-    folder.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "pytriton"], check=True, capture_output=True)
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
-    return folder
 
 
 def _measure(tree: pathlib.Path, requests: int) -> float:
     """Server CPU in microseconds per request, over `requests` after a warm-up."""
     http, grpc, metrics = free_ports(3)
-    command = ["taskset", "-c", SERVER_CPU, sys.executable, str(ROOT / "bench" / "model_server.py")]
-    command += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    with pinned_server(tree, "model_server.py", ports) as server:
         client = KeepAliveClient(http, "identity")
         message = infer_message("identity")
         for _ in range(2000):
@@ -55,9 +36,6 @@ def _measure(tree: pathlib.Path, requests: int) -> float:
         for _ in range(requests):
             client.send(message)
         return (_cpu_seconds(server.pid) - before) / requests * 1e6
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -66,14 +44,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--requests", type=int, default=20_000, help="per commit per round")
     args = parser.parse_args(argv)
-    os.sched_setaffinity(0, {CLIENT_CPU})
-    with tempfile.TemporaryDirectory(prefix="bench-cpu-ab-") as scratch:
-        trees = {ref: _tree(ref, pathlib.Path(scratch)) for ref in args.refs}
-        figures: Dict[str, List[float]] = {ref: [] for ref in args.refs}
-        for round_ in range(args.rounds):
-            for ref in args.refs if round_ % 2 == 0 else reversed(args.refs):
-                figures[ref].append(_measure(trees[ref], args.requests))
-            print(f"round {round_ + 1}: " + ", ".join(f"{ref} {figures[ref][-1]:.1f} us" for ref in args.refs))
+    figures: Dict[str, List[float]] = {ref: [] for ref in args.refs}
+    for round_, turns in alternating_rounds(args.refs, args.rounds, "bench-cpu-ab-"):
+        for ref, tree in turns:
+            figures[ref].append(_measure(tree, args.requests))
+        print(f"round {round_ + 1}: " + ", ".join(f"{ref} {figures[ref][-1]:.1f} us" for ref in args.refs))
     print(f"server CPU per request, median of {args.rounds} rounds (min):")
     for ref, values in figures.items():
         print(f"  {ref:12s} {statistics.median(values):6.1f} us ({min(values):.1f})")

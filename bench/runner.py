@@ -6,7 +6,7 @@ import dataclasses
 import pathlib
 import signal
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from bench import loadgen, memory
 from bench import perf_analyzer as pa
@@ -169,23 +169,47 @@ class Bench:
             return
         server = self.servers[target.name]
         run = runner_for(workload)
+        self._measured_run(
+            cell,
+            workload.name,
+            target,
+            round_index,
+            lambda seconds: measure(workload, server, seconds, self.o.load_cpus),
+            lambda seconds: run(workload, server, seconds, self.o.load_cpus),
+        )
+
+    def _measured_run(
+        self,
+        cell: Cell,
+        name: str,
+        target: Target,
+        round_index: int,
+        warm_up: Callable[[float], object],
+        run: Callable[[float], Dict[str, float]],
+    ) -> None:
+        """Warm up (the first round), then one measured run into `cell`; a failed run or a dead server marks it."""
+        server = self.servers[target.name]
         try:
             if round_index == 0 and self.o.warmup > 0:
-                measure(workload, server, self.o.warmup, self.o.load_cpus)
-            result = run(workload, server, self.o.duration, self.o.load_cpus)
+                warm_up(self.o.warmup)
+            result = run(self.o.duration)
         except (RuntimeError, OSError) as error:
             cell.status = f"error: {str(error)[:200]}"
-            log(f"[{workload.name}] {target.name}: {cell.status}")
+            log(f"[{name}] {target.name}: {cell.status}")
             return
         if server.proc.poll() is not None:
             cell.status = f"server died (exit {server.proc.returncode})"
         cell.rounds.append(result)
-        log(f"[r{round_index + 1}/{self.o.rounds}] {workload.name:<14} {target.name:<8} {_brief(result)}")
+        log(f"[r{round_index + 1}/{self.o.rounds}] {name:<14} {target.name:<8} {_brief(result)}")
+
+    def _startup_status(self, target: Target) -> str:
+        """Why a target that is not among the servers is not: it failed to start, or was never started."""
+        return str(self.startup.get(target.name, {}).get("status", "not started"))
 
     def _check(self, workload: Workload, target: Target) -> str:
         """'ok' when `workload` can run on `target` and answers correctly; else why not."""
         if target.name not in self.servers:
-            return self.startup.get(target.name, {}).get("status", "not started")
+            return self._startup_status(target)
         tool = "h2load" if workload.grpc else "wrk"
         if tool in self.missing:
             return f"skipped: {tool} not installed"
@@ -233,28 +257,22 @@ class Bench:
             cell.status = self._check_pa(row, target)
             if cell.status != "ok":
                 log(f"[{row.name}] {target.name}: {cell.status}")
-        if cell.status != "ok" or self.o.perf_analyzer is None:  # (None: the rows were marked skipped before)
+        binary = self.o.perf_analyzer
+        if cell.status != "ok" or binary is None:  # (None: the rows were marked skipped before)
             return
         server = self.servers[target.name]
-        try:
-            if round_index == 0 and self.o.warmup > 0:
-                pa.run(self.o.perf_analyzer, server, row, self.o.warmup, self.o.load_cpus)
-            result = pa.run(self.o.perf_analyzer, server, row, self.o.duration, self.o.load_cpus)
-        except (RuntimeError, OSError) as error:
-            cell.status = f"error: {str(error)[:200]}"
-            log(f"[{row.name}] {target.name}: {cell.status}")
-            return
-        if server.proc.poll() is not None:
-            cell.status = f"server died (exit {server.proc.returncode})"
-        cell.rounds.append(result)
-        log(f"[r{round_index + 1}/{self.o.rounds}] {row.name:<14} {target.name:<8} {_brief(result)}")
+
+        def run(seconds: float) -> Dict[str, float]:
+            return pa.run(binary, server, row, seconds, self.o.load_cpus)
+
+        self._measured_run(cell, row.name, target, round_index, run, run)
 
     def _check_pa(self, row: pa.Row, target: Target) -> str:
         """'ok' when perf_analyzer can measure `row` on `target`; else why not."""
         if not target.models:
             return "n/a"
         if target.name not in self.servers:
-            return self.startup.get(target.name, {}).get("status", "not started")
+            return self._startup_status(target)
         if row.protocol == "grpc" and not self.grpc.get(target.name):
             return "not available"
         if target.name not in self.pa_verified:

@@ -1,10 +1,11 @@
-"""Models the OpenAI API tests serve: deterministic generators, a whole-answer model, embedding models."""
+"""Models the OpenAI API tests serve (toy generators, a whole-answer model, embedding models) and their clients."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import socket
 import threading
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -164,3 +165,23 @@ def sdk_client(port: Optional[int], api_key: str = "none", **options: Any) -> It
         yield client
     finally:
         client.close()
+
+
+@contextlib.contextmanager
+def raw_chat(port: Optional[int], document: Dict[str, Any]) -> Iterator[socket.socket]:
+    """A connection that has sent POST /v1/chat/completions of `document`; closing it on exit leaves mid-answer."""
+    body = json.dumps(document).encode()
+    with socket.create_connection(("127.0.0.1", port or 0), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        yield sock
+
+
+def read_events(sock: socket.socket, count: int) -> bytes:
+    """What the connection receives until `count` server-sent events have begun."""
+    received = b""
+    while received.count(b"data: ") < count:
+        received += sock.recv(65536)
+    return received

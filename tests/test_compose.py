@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -11,7 +12,6 @@ from typing import Any, Dict, List, Optional, Set
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -21,7 +21,8 @@ from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.proxy.types import Request
 from pytriton.triton import Triton
-from tests.conftest import HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
+from tests.conftest import HTTP_AUTH, http_url, memfds_held, running_triton
+from tests.inner_calls import given_up_over_grpc, pending, queued_behind_a_held_batch, running
 from tests.waiting import wait_until
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
@@ -53,12 +54,13 @@ def _infer(url: str, model: str, values: List[float]) -> np.ndarray:
     given = httpclient.InferInput("x", list(array.shape), "FP32")
     given.set_data_from_numpy(array)
     result = client.infer(model, [given])
-    output = result.as_numpy("y")
+    output: Optional[np.ndarray] = result.as_numpy("y")
     assert output is not None
     return output
 
 
-def _bind_pipeline(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+def _bind_batching_identity(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+    """`identity`, noting its batch sizes in `sizes` and waiting at `gate`; its batcher waits up to 200 ms."""
     triton.bind(
         "identity",
         _identity_batch_sizes(sizes, gate),
@@ -66,6 +68,10 @@ def _bind_pipeline(triton: Triton, sizes: List[int], gate: threading.Event) -> N
         OUTPUTS,
         config=ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200_000)),
     )
+
+
+def _bind_pipeline(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
+    _bind_batching_identity(triton, sizes, gate)
     config = ModelConfig(max_batch_size=8)
     triton.bind("sync_pipeline", _sync_pipeline, INPUTS, OUTPUTS, config=config)
     triton.bind("async_pipeline", _async_pipeline, INPUTS, OUTPUTS, config=config)
@@ -81,23 +87,16 @@ def test_sync_and_async_callables_call_a_model_whose_batcher_joins_them_with_cli
         assert _infer(url, "sync_pipeline", [1.0, 2.0]).tolist() == [[2.0, 3.0]]
         assert _infer(url, "async_pipeline", [1.0, 2.0]).tolist() == [[2.0, 4.0]]
         sizes.clear()
-        gate.clear()
         # The identity model's first batch holds the instance at the gate; the three requests that come
         # meanwhile (a client's, and one from each pipeline) wait in its queue and run as one batch.
-        blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
-        blocker.start()
-        wait_until(lambda: _running(triton, "identity"))
-        results: Dict[str, np.ndarray] = {}
-        threads = [
-            threading.Thread(target=lambda m=m: results.__setitem__(m, _infer(url, m, [5.0])))
-            for m in ("identity", "sync_pipeline", "async_pipeline")
-        ]
-        for thread in threads:
-            thread.start()
-        wait_until(lambda: _pending(triton, "identity") == 3)
-        gate.set()
-        for thread in [*threads, blocker]:
-            thread.join(10)
+        results = queued_behind_a_held_batch(
+            triton,
+            "identity",
+            gate.clear,
+            gate.set,
+            lambda: _infer(url, "identity", [0.0]),
+            {m: functools.partial(_infer, url, m, [5.0]) for m in ("identity", "sync_pipeline", "async_pipeline")},
+        )
         assert sizes == [1, 3]
         assert results["identity"].tolist() == [[5.0]]
         assert results["sync_pipeline"].tolist() == [[6.0]]
@@ -106,14 +105,6 @@ def test_sync_and_async_callables_call_a_model_whose_batcher_joins_them_with_cli
         counts = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in statistics["batch_stats"]}
         assert counts == {1: 3, 3: 1}  # two warm-up calls of the pipelines and the blocker; then one batch of 3
         assert int(statistics["inference_count"]) == 6
-
-
-def _running(triton: Triton, model: str) -> bool:
-    return bool(triton._runtime.engine.model(model).scheduler.open_requests[1])
-
-
-def _pending(triton: Triton, model: str) -> int:
-    return int(triton._runtime.engine.model(model).scheduler.pending)
 
 
 def _call_target(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
@@ -149,7 +140,7 @@ def _infer_with(url: str, model: str, parameters: Dict[str, Any], timeout_us: Op
     client = httpclient.InferenceServerClient(url)
     given = httpclient.InferInput("x", [1, 1], "FP32")
     given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-    output = client.infer(model, [given], parameters=parameters, timeout=timeout_us).as_numpy("y")
+    output: Optional[np.ndarray] = client.infer(model, [given], parameters=parameters, timeout=timeout_us).as_numpy("y")
     assert output is not None
     return output
 
@@ -265,24 +256,17 @@ def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
         url = http_url(triton)
         blocker = threading.Thread(target=_infer, args=(url, "gated", [0.0]))  # holds gated's only instance
         blocker.start()
-        wait_until(lambda: _running(triton, "gated"))
+        wait_until(lambda: running(triton, "gated"))
 
         # The client's deadline cancels the outer request; its inner call leaves gated's queue, CANCELLED.
-        client = grpcclient.InferenceServerClient(grpc_url(triton))
-        given = grpcclient.InferInput("x", [1, 1], "FP32")
-        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-        with pytest.raises(InferenceServerException) as deadline:
-            client.infer("caller", [given], client_timeout=0.5)
-        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        given_up_over_grpc(triton, "caller")
         wait_until(lambda: len(seen) == 1)
         assert seen[0].status.name == "CANCELLED"
         assert seen[0].message == "the request to model 'caller' that made the call has ended"
         assert _failures(url, "gated") == 1
 
         # The same for a batch that runs in the scheduler's task: once no request of it has a client left.
-        with pytest.raises(InferenceServerException) as left:
-            client.infer("delayed_caller", [given], client_timeout=0.5)
-        assert left.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        given_up_over_grpc(triton, "delayed_caller")
         wait_until(lambda: len(seen) == 2)
         assert seen[1].status.name == "CANCELLED"
         assert (
@@ -296,7 +280,7 @@ def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
         assert expired.value.status() == "503"
         assert expired.value.message() == "the deadline passed before model 'gated' answered"
         assert _failures(url, "gated") == 3
-        assert _pending(triton, "gated") == 0
+        assert pending(triton, "gated") == 0
         gate.set()
         blocker.join(10)
         assert _infer_with(url, "caller", {}).tolist() == [[1.0]]
@@ -329,13 +313,7 @@ async def _process_caller_async(requests: List[Request]) -> List[Dict[str, np.nd
 
 def _bind_process_callers(triton: Triton, sizes: List[int], gate: threading.Event) -> None:
     config = ModelConfig(max_batch_size=8)
-    triton.bind(
-        "identity",
-        _identity_batch_sizes(sizes, gate),
-        INPUTS,
-        OUTPUTS,
-        config=ModelConfig(max_batch_size=64, batcher=DynamicBatcher(max_queue_delay_microseconds=200_000)),
-    )
+    _bind_batching_identity(triton, sizes, gate)
     triton.bind("failing", _fail, INPUTS, OUTPUTS, config=config)
     triton.bind("count_up", _count_up, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8, decoupled=True))
     triton.bind("process_caller", ProcessInstances(_process_caller), INPUTS, OUTPUTS, config=config)
@@ -362,23 +340,14 @@ def test_process_instances_call_models_of_the_server() -> None:
 
         # Calls from both process instances join a client's request in one batch of the identity model.
         sizes.clear()
-        gate.clear()
-        blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
-        blocker.start()
-        wait_until(lambda: _running(triton, "identity"))
-        results: Dict[str, np.ndarray] = {}
         calls = {
             "identity": lambda: _infer(url, "identity", [5.0]),
             "process_caller": lambda: _infer_with(url, "process_caller", {"target": "identity"}),
             "process_async": lambda: _infer_with(url, "process_async", {}),
         }
-        threads = [threading.Thread(target=lambda m=m: results.__setitem__(m, calls[m]())) for m in calls]
-        for thread in threads:
-            thread.start()
-        wait_until(lambda: _pending(triton, "identity") == 3)
-        gate.set()
-        for thread in [*threads, blocker]:
-            thread.join(10)
+        results = queued_behind_a_held_batch(
+            triton, "identity", gate.clear, gate.set, lambda: _infer(url, "identity", [0.0]), calls
+        )
         assert sizes == [1, 3]
         assert {name: value.tolist() for name, value in results.items()} == {
             "identity": [[5.0]],
@@ -390,20 +359,15 @@ def test_process_instances_call_models_of_the_server() -> None:
         gate.clear()
         blocker = threading.Thread(target=_infer, args=(url, "identity", [0.0]))
         blocker.start()
-        wait_until(lambda: _running(triton, "identity"))
+        wait_until(lambda: running(triton, "identity"))
         failures = _failures(url, "identity")
         with pytest.raises(InferenceServerException) as expired:
             _infer_with(url, "process_caller", {"target": "identity", "timeout_s": 0.2})
         assert expired.value.message() == "the deadline passed before model 'identity' answered"
         assert _failures(url, "identity") == failures + 1
-        client = grpcclient.InferenceServerClient(grpc_url(triton))
-        given = grpcclient.InferInput("x", [1, 1], "FP32")
-        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-        with pytest.raises(InferenceServerException) as deadline:
-            client.infer("process_caller", [given], parameters={"target": "identity"}, client_timeout=0.5)
-        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        given_up_over_grpc(triton, "process_caller", {"target": "identity"})
         wait_until(lambda: _failures(url, "identity") == failures + 2)
-        assert _pending(triton, "identity") == 0
+        assert pending(triton, "identity") == 0
         gate.set()
         blocker.join(10)
         assert _infer_with(url, "process_caller", {"target": "identity"}).tolist() == [[2.0]]
@@ -430,7 +394,9 @@ def test_an_inner_requests_spans_nest_under_its_callers() -> None:
         outer_compute = next(
             span
             for span in spans
-            if span.name == "compute" and span.parent.span_id == by_model["caller"].context.span_id
+            if span.name == "compute"
+            and span.parent is not None
+            and span.parent.span_id == by_model["caller"].context.span_id
         )
         inner = by_model["identity"]
         assert inner.parent is not None and inner.parent.span_id == outer_compute.context.span_id
@@ -469,7 +435,7 @@ def _threads_calling(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
     finally:
         done.set()
         asker.join()
-    return [{"y": sum(values[index * 4 : index * 4 + 4])} for index in range(len(requests))]
+    return [{"y": np.sum(values[index * 4 : index * 4 + 4], axis=0)} for index in range(len(requests))]
 
 
 def test_threads_of_a_process_instance_call_models_at_once_and_each_gets_its_own_answers() -> None:
@@ -627,7 +593,7 @@ def test_an_instance_process_killed_in_an_inner_call_leaves_the_server_serving_a
 
         caller = threading.Thread(target=hang)
         caller.start()
-        wait_until(lambda: _running(triton, "gated"))
+        wait_until(lambda: running(triton, "gated"))
         link = _process_instance(triton, "big_caller")._link
         dead = _memfds_of(link)
         assert link.calls.inputs.segment is not None  # the call's 6 MiB came in the process's call arena
@@ -635,7 +601,7 @@ def test_an_instance_process_killed_in_an_inner_call_leaves_the_server_serving_a
         caller.join(10)
         assert len(failed) == 1 and "was killed by signal SIGKILL" in str(failed[0])
         gate.set()  # the inner request, cancelled, still runs with the dead process's memory as its input
-        wait_until(lambda: not _running(triton, "gated") and _process_instance(triton, "big_caller").alive)
+        wait_until(lambda: not running(triton, "gated") and _process_instance(triton, "big_caller").alive)
         expected = np.random.default_rng(3).standard_normal((1, _BIG)).astype(np.float32)
         assert np.array_equal(_infer_with(url, "big_caller", {"mode": "round_trip", "seed": 3}), expected)
         wait_until(lambda: not _memfds() & dead)

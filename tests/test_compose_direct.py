@@ -10,11 +10,10 @@ import asyncio
 import threading
 import time
 import urllib.request
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
@@ -26,7 +25,8 @@ from pytriton.options.limits import ServerLimits
 from pytriton.proxy.types import Request
 from pytriton.security import TritonSecurityConfig
 from pytriton.triton import Triton, TritonConfig
-from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, http_url, running_triton
+from tests.inner_calls import given_up_over_grpc, queued_behind_a_held_batch
 from tests.waiting import wait_until
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
@@ -34,13 +34,24 @@ OUTPUTS = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
 
 
 class _Inner:
-    """A sync model that notes each batch's size and thread, and waits at `gate` while it is cleared."""
+    """A sync model that notes each batch's size and thread, and waits at `gate` while it is `held`."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.gate.set()
         self.batches: List[int] = []
         self.threads: List[str] = []
+
+    @property
+    def held(self) -> bool:
+        return not self.gate.is_set()
+
+    @held.setter
+    def held(self, value: bool) -> None:
+        if value:
+            self.gate.clear()
+        else:
+            self.gate.set()
 
     def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
         self.gate.wait(10)
@@ -70,7 +81,7 @@ def _infer(url: str, model: str, value: float) -> np.ndarray:
     client = httpclient.InferenceServerClient(url)
     given = httpclient.InferInput("x", [1, 1], "FP32")
     given.set_data_from_numpy(np.array([[value]], dtype=np.float32))
-    output = client.infer(model, [given]).as_numpy("y")
+    output: Optional[np.ndarray] = client.infer(model, [given]).as_numpy("y")
     assert output is not None
     return output
 
@@ -85,15 +96,72 @@ def _scheduler(triton: Triton, model: str) -> Any:
     return triton._runtime.engine.model(model).scheduler
 
 
+def _batch_counts(stats: Dict[str, Any]) -> Dict[int, int]:
+    """Batch size -> how many batches of that size a model's statistics count."""
+    return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
+
+
+def _wait_for_one_failure(url: str, model: str) -> None:
+    wait_until(lambda: int(_statistics(url, model)["inference_stats"]["fail"]["count"]) == 1, f"{model}'s failure")
+
+
+def _bind(
+    triton: Triton, name: str, model: Any, inputs: Sequence[Tensor] = INPUTS, outputs: Sequence[Tensor] = OUTPUTS
+) -> None:
+    triton.bind(name, model, list(inputs), list(outputs), config=ModelConfig(max_batch_size=8))
+
+
+def _binding(**models: Any) -> Callable[[Triton], None]:
+    """A `running_triton` bind: each named model (a callable or a list of instances) takes x and gives y."""
+
+    def bind(triton: Triton) -> None:
+        for name, model in models.items():
+            _bind(triton, name, model)
+
+    return bind
+
+
+def _queue_three_behind_a_held_call(triton: Triton, inner: Any) -> Dict[str, np.ndarray]:
+    """A client's call and the `caller` model's two instances' (5.0 each) wait in `inner`'s queue while it is held.
+
+    Returns the answers by sender: `client`, `first` and `second`.
+    """
+    url = http_url(triton)
+
+    def hold(held: bool) -> Callable[[], None]:
+        return lambda: setattr(inner, "held", held)
+
+    return queued_behind_a_held_batch(
+        triton,
+        "inner",
+        hold(True),
+        hold(False),
+        lambda: _infer(url, "inner", 0.0),
+        {
+            "client": lambda: _infer(url, "inner", 5.0),
+            "first": lambda: _infer(url, "caller", 5.0),
+            "second": lambda: _infer(url, "caller", 5.0),
+        },
+    )
+
+
+def _cancel_through(triton: Triton, outer: str, errors: List[ModelCallError], inner: str) -> None:
+    """Sends `outer` a gRPC request that its client gives up on after 0.5 s, while its call to `inner` waits.
+
+    Asserts the call failed as CANCELLED with the outer request, `inner` counted one failure and holds nothing.
+    """
+    given_up_over_grpc(triton, outer)
+    wait_until(lambda: len(errors) == 1, f"{outer}'s call error")
+    assert errors[0].status.name == "CANCELLED"
+    assert errors[0].message == f"the request to model '{outer}' that made the call has ended"
+    _wait_for_one_failure(http_url(triton), inner)
+    assert _scheduler(triton, inner).open_requests == (0, 0)
+
+
 @pytest.mark.parametrize("frontends", [None, 2], ids=["in-process", "two-frontend-processes"])
 def test_an_inner_call_to_an_idle_model_runs_on_the_callers_thread_and_is_counted(frontends: Optional[int]) -> None:
     inner, caller = _Inner(), _Caller("inner")
-
-    def bind(triton: Triton) -> None:
-        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-
-    with running_triton(bind, frontends=frontends) as triton:
+    with running_triton(_binding(inner=inner, caller=caller), frontends=frontends) as triton:
         url = http_url(triton)
         for value in (1.0, 2.0, 3.0):
             assert _infer(url, "caller", value).tolist() == [[value + 1]]
@@ -102,35 +170,16 @@ def test_an_inner_call_to_an_idle_model_runs_on_the_callers_thread_and_is_counte
         assert int(stats["inference_count"]) == 3
         assert int(stats["execution_count"]) == 3
         assert int(stats["inference_stats"]["success"]["count"]) == 3
-        assert {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]} == {1: 3}
+        assert _batch_counts(stats) == {1: 3}
         assert _scheduler(triton, "inner").open_requests == (0, 0)
 
 
 def test_inner_calls_to_a_busy_model_queue_and_batch_with_client_requests_in_its_own_thread() -> None:
     inner, caller = _Inner(), _Caller("inner")
-
-    def bind(triton: Triton) -> None:
-        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        # Two instances: two outer requests run at once, each making its own inner call.
-        triton.bind("caller", [caller, caller], INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-
-    with running_triton(bind) as triton:
+    # Two instances of the caller: two outer requests run at once, each making its own inner call.
+    with running_triton(_binding(inner=inner, caller=[caller, caller])) as triton:
         url = http_url(triton)
-        inner.gate.clear()
-        blocker = threading.Thread(target=_infer, args=(url, "inner", 0.0))  # holds inner's only instance
-        blocker.start()
-        wait_until(lambda: inner.gate is not None and _scheduler(triton, "inner").open_requests[1] == 1)
-        results: Dict[str, np.ndarray] = {}
-        threads = [
-            threading.Thread(target=lambda key=key, model=model: results.__setitem__(key, _infer(url, model, 5.0)))
-            for key, model in (("client", "inner"), ("first", "caller"), ("second", "caller"))
-        ]
-        for thread in threads:
-            thread.start()
-        wait_until(lambda: _scheduler(triton, "inner").pending == 3)
-        inner.gate.set()
-        for thread in [*threads, blocker]:
-            thread.join(10)
+        results = _queue_three_behind_a_held_call(triton, inner)
         assert inner.batches == [1, 3]
         assert inner.threads[1] == inner.threads[0]  # the batch ran in the inner instance's thread
         assert inner.threads[1] not in caller.threads
@@ -138,7 +187,7 @@ def test_inner_calls_to_a_busy_model_queue_and_batch_with_client_requests_in_its
         assert results["first"].tolist() == results["second"].tolist() == [[6.0]]
         stats = _statistics(url, "inner")
         assert int(stats["inference_count"]) == 4
-        assert {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]} == {1: 1, 3: 1}
+        assert _batch_counts(stats) == {1: 1, 3: 1}
 
         # Idle again: the next call runs on its caller's thread.
         assert _infer(url, "caller", 7.0).tolist() == [[8.0]]
@@ -165,26 +214,10 @@ class _Watching:
 
 def test_an_inner_call_on_the_callers_thread_is_cancelled_with_the_outer_request() -> None:
     watching, caller = _Watching(), _Caller("watching")
-
-    def bind(triton: Triton) -> None:
-        triton.bind("watching", watching, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-
-    with running_triton(bind) as triton:
-        client = grpcclient.InferenceServerClient(grpc_url(triton))
-        given = grpcclient.InferInput("x", [1, 1], "FP32")
-        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-        with pytest.raises(InferenceServerException) as deadline:
-            client.infer("caller", [given], client_timeout=0.5)
-        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-        wait_until(lambda: len(caller.errors) == 1)
+    with running_triton(_binding(watching=watching, caller=caller)) as triton:
+        _cancel_through(triton, "caller", caller.errors, "watching")
         assert watching.threads == caller.threads  # it ran on the caller's thread
         assert watching.saw_cancel == [True]
-        assert caller.errors[0].status.name == "CANCELLED"
-        assert caller.errors[0].message == "the request to model 'caller' that made the call has ended"
-        url = http_url(triton)
-        wait_until(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
-        assert _scheduler(triton, "watching").open_requests == (0, 0)
 
 
 class _AsyncCaller:
@@ -205,14 +238,7 @@ class _AsyncCaller:
 def test_an_async_callers_inner_call_to_an_idle_model_runs_in_its_thread_is_counted_and_cancelled() -> None:
     inner, watching = _Inner(), _Watching()
     caller, watcher = _AsyncCaller("inner"), _AsyncCaller("watching")
-
-    def bind(triton: Triton) -> None:
-        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("watching", watching, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("watcher", watcher, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-
-    with running_triton(bind) as triton:
+    with running_triton(_binding(inner=inner, watching=watching, caller=caller, watcher=watcher)) as triton:
         url = http_url(triton)
         for value in (1.0, 2.0):
             assert _infer(url, "caller", value).tolist() == [[value + 1]]
@@ -221,18 +247,8 @@ def test_an_async_callers_inner_call_to_an_idle_model_runs_in_its_thread_is_coun
         assert int(stats["inference_count"]) == 2
         assert int(stats["inference_stats"]["success"]["count"]) == 2
 
-        client = grpcclient.InferenceServerClient(grpc_url(triton))
-        given = grpcclient.InferInput("x", [1, 1], "FP32")
-        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-        with pytest.raises(InferenceServerException) as deadline:
-            client.infer("watcher", [given], client_timeout=0.5)
-        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-        wait_until(lambda: len(watcher.errors) == 1)
+        _cancel_through(triton, "watcher", watcher.errors, "watching")
         assert watching.saw_cancel == [True]
-        assert watcher.errors[0].status.name == "CANCELLED"
-        assert watcher.errors[0].message == "the request to model 'watcher' that made the call has ended"
-        wait_until(lambda: int(_statistics(url, "watching")["inference_stats"]["fail"]["count"]) == 1)
-        assert _scheduler(triton, "watching").open_requests == (0, 0)
 
 
 def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() -> None:
@@ -246,7 +262,7 @@ def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() 
     def undeclared(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
         return [{"y": request["x"], "extra": request["x"]} for request in requests]
 
-    def wrong(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    def wrong(requests: List[Request]) -> List[Dict[str, Any]]:
         return [{"y": [1.0]} for _ in requests]  # a list, not an array
 
     got: List[Any] = []
@@ -267,10 +283,8 @@ def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() 
     two_outputs = [Tensor(name="a", dtype=np.float32, shape=(-1,)), Tensor(name="b", dtype=np.float32, shape=(-1,))]
 
     def bind(triton: Triton) -> None:
-        triton.bind("two", two, INPUTS, two_outputs, config=ModelConfig(max_batch_size=8))
-        triton.bind("undeclared", undeclared, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("wrong", wrong, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        _bind(triton, "two", two, outputs=two_outputs)
+        _binding(undeclared=undeclared, wrong=wrong, caller=caller)(triton)
 
     with running_triton(bind) as triton:
         url = http_url(triton)
@@ -283,7 +297,7 @@ def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() 
         assert int(stats["inference_stats"]["success"]["count"]) == 2
         assert int(stats["inference_stats"]["queue"]["count"]) == 2
         assert int(stats["inference_stats"]["compute_output"]["count"]) == 2
-        wait_until(lambda: int(_statistics(url, "wrong")["inference_stats"]["fail"]["count"]) == 1)
+        _wait_for_one_failure(url, "wrong")
         assert int(_statistics(url, "wrong")["execution_count"]) == 1
 
 
@@ -308,15 +322,9 @@ def test_an_inner_calls_inputs_are_checked_as_a_clients() -> None:
         return [{"y": request["x"]} for request in requests]
 
     def bind(triton: Triton) -> None:
-        triton.bind("inner", _Inner(), INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind(
-            "pair",
-            lambda requests: [{"y": r["a"]} for r in requests],
-            two_inputs,
-            OUTPUTS,
-            config=ModelConfig(max_batch_size=8),
-        )
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        _bind(triton, "inner", _Inner())
+        _bind(triton, "pair", lambda requests: [{"y": r["a"]} for r in requests], inputs=two_inputs)
+        _bind(triton, "caller", caller)
 
     with running_triton(bind) as triton:
         assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
@@ -351,8 +359,7 @@ def test_a_direct_inner_calls_outputs_are_held_to_the_servers_response_limit() -
         security_config=TritonSecurityConfig(access_token=ACCESS_TOKEN),
     )
     try:
-        triton.bind("big", big, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
+        _binding(big=big, caller=caller)(triton)
         triton.run()
         assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
     finally:
@@ -379,11 +386,7 @@ def test_a_direct_inner_calls_custom_metrics_carry_the_inner_model() -> None:
         family.Metric(labels={"by": "caller"}).increment()  # after the call: the caller's own scope again
         return [outputs]
 
-    def bind(triton: Triton) -> None:
-        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-
-    with running_triton(bind) as triton:
+    with running_triton(_binding(inner=inner, caller=caller)) as triton:
         assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
         with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=30) as response:
             text = response.read().decode()
@@ -420,12 +423,7 @@ class _AsyncInner:
 
 def test_a_sync_callers_inner_call_to_an_idle_async_model_is_awaited_at_once_and_counted() -> None:
     inner, caller = _AsyncInner(), _Caller("inner")
-
-    def bind(triton: Triton) -> None:
-        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", [caller, caller], INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-
-    with running_triton(bind) as triton:
+    with running_triton(_binding(inner=inner, caller=[caller, caller])) as triton:
         url = http_url(triton)
         for value in (1.0, 2.0):
             assert _infer(url, "caller", value).tolist() == [[value + 1]]
@@ -433,24 +431,10 @@ def test_a_sync_callers_inner_call_to_an_idle_async_model_is_awaited_at_once_and
         stats = _statistics(url, "inner")
         assert int(stats["inference_stats"]["success"]["count"]) == 2
         assert int(stats["execution_count"]) == 2
-        assert {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]} == {1: 2}
+        assert _batch_counts(stats) == {1: 2}
 
         # Busy: the callers' calls queue and batch with a client's request.
-        inner.held = True
-        blocker = threading.Thread(target=_infer, args=(url, "inner", 0.0))
-        blocker.start()
-        wait_until(lambda: _scheduler(triton, "inner").open_requests[1] == 1)
-        results: Dict[str, np.ndarray] = {}
-        threads = [
-            threading.Thread(target=lambda key=key, model=model: results.__setitem__(key, _infer(url, model, 5.0)))
-            for key, model in (("client", "inner"), ("first", "caller"), ("second", "caller"))
-        ]
-        for thread in threads:
-            thread.start()
-        wait_until(lambda: _scheduler(triton, "inner").pending == 3)
-        inner.held = False
-        for thread in [*threads, blocker]:
-            thread.join(10)
+        results = _queue_three_behind_a_held_call(triton, inner)
         assert inner.batches[2:] == [1, 3]
         assert results["client"].tolist() == [[5.0]]
         assert results["first"].tolist() == results["second"].tolist() == [[6.0]]
@@ -460,26 +444,10 @@ def test_a_sync_callers_inner_call_to_an_idle_async_model_is_awaited_at_once_and
 def test_a_sync_callers_inner_call_awaited_at_once_is_cancelled_with_the_outer_request() -> None:
     inner, caller = _AsyncInner(), _Caller("inner")
     inner.held = True
-
-    def bind(triton: Triton) -> None:
-        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-
-    with running_triton(bind) as triton:
-        client = grpcclient.InferenceServerClient(grpc_url(triton))
-        given = grpcclient.InferInput("x", [1, 1], "FP32")
-        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-        with pytest.raises(InferenceServerException) as deadline:
-            client.infer("caller", [given], client_timeout=0.5)
-        assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
-        wait_until(lambda: len(caller.errors) == 1)
+    with running_triton(_binding(inner=inner, caller=caller)) as triton:
+        _cancel_through(triton, "caller", caller.errors, "inner")
         assert inner.tasks == ["_await_here"]
         assert inner.saw_cancel == [True]
-        assert caller.errors[0].status.name == "CANCELLED"
-        assert caller.errors[0].message == "the request to model 'caller' that made the call has ended"
-        url = http_url(triton)
-        wait_until(lambda: int(_statistics(url, "inner")["inference_stats"]["fail"]["count"]) == 1)
-        assert _scheduler(triton, "inner").open_requests == (0, 0)
 
 
 def test_a_sync_callers_inner_call_awaited_at_once_fails_with_the_inner_models_message() -> None:
@@ -488,28 +456,19 @@ def test_a_sync_callers_inner_call_awaited_at_once_fails_with_the_inner_models_m
     async def failing(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
         raise ValueError("no good")
 
-    def bind(triton: Triton) -> None:
-        triton.bind("failing", failing, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-
-    with running_triton(bind) as triton:
+    with running_triton(_binding(failing=failing, caller=caller)) as triton:
         url = http_url(triton)
         with pytest.raises(InferenceServerException) as failed:
             _infer(url, "caller", 1.0)
         assert "ValueError: no good" in str(failed.value)
         assert caller.errors[0].status.name == "INTERNAL" and caller.errors[0].message == "ValueError: no good"
-        wait_until(lambda: int(_statistics(url, "failing")["inference_stats"]["fail"]["count"]) == 1)
+        _wait_for_one_failure(url, "failing")
         assert int(_statistics(url, "failing")["execution_count"]) == 1
 
 
 def test_a_sync_callers_inner_call_awaited_at_once_is_answered_at_the_servers_cut_off() -> None:
     inner, caller = _AsyncInner(), _Caller("inner")
     inner.held = True
-
-    def bind(triton: Triton) -> None:
-        triton.bind("inner", inner, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-        triton.bind("caller", caller, INPUTS, OUTPUTS, config=ModelConfig(max_batch_size=8))
-
     outcomes: List[Any] = []
 
     def send(url: str) -> None:
@@ -518,7 +477,7 @@ def test_a_sync_callers_inner_call_awaited_at_once_is_answered_at_the_servers_cu
         except InferenceServerException as error:
             outcomes.append(error)
 
-    with running_triton(bind, exit_timeout_secs=1) as triton:
+    with running_triton(_binding(inner=inner, caller=caller), exit_timeout_secs=1) as triton:
         client = threading.Thread(target=send, args=(http_url(triton),))
         client.start()
         wait_until(lambda: inner.tasks == ["_await_here"])

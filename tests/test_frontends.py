@@ -105,8 +105,11 @@ def server() -> Iterator[Triton]:
 
 
 @contextlib.contextmanager
-def _connections_on_each_frontend(port: int, pids: List[int]) -> Iterator[Dict[int, http.client.HTTPConnection]]:
+def _connections_on_each_frontend(
+    port: Optional[int], pids: List[int]
+) -> Iterator[Dict[int, http.client.HTTPConnection]]:
     """One open HTTP connection served by each frontend (connections are handed out in turn), closed after."""
+    assert port is not None, "the server is not running"
     found: Dict[int, http.client.HTTPConnection] = {}
     opened = []
     try:
@@ -231,6 +234,40 @@ def test_statistics_and_metrics_count_every_frontend_s_requests_once(server: Tri
     assert metric() - metric_before == 2 * 7 + 5
 
 
+def _identity_in_region(region: str) -> str:
+    """The JSON of a request to `identity` whose FP32 [1, 4] input is `region`'s first 16 bytes and whose output goes
+    32 bytes into it."""
+    return json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT_1",
+                    "shape": [1, 4],
+                    "datatype": "FP32",
+                    "parameters": {"shared_memory_region": region, "shared_memory_byte_size": 16},
+                }
+            ],
+            "outputs": [
+                {
+                    "name": "OUTPUT_1",
+                    "parameters": {
+                        "shared_memory_region": region,
+                        "shared_memory_offset": 32,
+                        "shared_memory_byte_size": 16,
+                    },
+                }
+            ],
+        }
+    )
+
+
+def _register_region(connection: http.client.HTTPConnection, region: str, key: str) -> None:
+    """Registers the 64 bytes of system shared memory `key` as `region` through this connection's frontend."""
+    register = {"key": key, "offset": 0, "byte_size": 64}
+    connection.request("POST", f"/v2/systemsharedmemory/region/{region}/register", json.dumps(register), HTTP_AUTH)
+    assert connection.getresponse().read() == b""
+
+
 def test_a_region_registered_through_one_frontend_serves_a_request_on_another(server: Triton) -> None:
     key = f"/pytriton-frontends-{os.getpid()}"
     handle = shm.create_shared_memory_region("region", key, 64)
@@ -238,30 +275,9 @@ def test_a_region_registered_through_one_frontend_serves_a_request_on_another(se
         first, second = stack.enter_context(_connections_on_each_frontend(server.http_port, frontend_pids())).values()
         stack.callback(shm.destroy_shared_memory_region, handle)
         shm.set_shared_memory_region(handle, [np.arange(4, dtype=np.float32)])
-        register = {"key": key, "offset": 0, "byte_size": 64}
-        first.request("POST", "/v2/systemsharedmemory/region/r/register", json.dumps(register), HTTP_AUTH)
-        assert first.getresponse().read() == b""
-        body = {
-            "inputs": [
-                {
-                    "name": "INPUT_1",
-                    "shape": [1, 4],
-                    "datatype": "FP32",
-                    "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 16},
-                }
-            ],
-            "outputs": [
-                {
-                    "name": "OUTPUT_1",
-                    "parameters": {
-                        "shared_memory_region": "r",
-                        "shared_memory_offset": 32,
-                        "shared_memory_byte_size": 16,
-                    },
-                }
-            ],
-        }
-        second.request("POST", "/v2/models/identity/infer", json.dumps(body))
+        _register_region(first, "r", key)
+        body = _identity_in_region("r")
+        second.request("POST", "/v2/models/identity/infer", body)
         response = second.getresponse()
         assert response.status == 200, response.read()
         response.read()
@@ -269,7 +285,7 @@ def test_a_region_registered_through_one_frontend_serves_a_request_on_another(se
         assert written[8:].tolist() == [0.0, 1.0, 2.0, 3.0]  # the output, 32 bytes into the region
         second.request("POST", "/v2/systemsharedmemory/region/r/unregister", b"", HTTP_AUTH)
         assert second.getresponse().status == 200
-        first.request("POST", "/v2/models/identity/infer", json.dumps(body))
+        first.request("POST", "/v2/models/identity/infer", body)
         response = first.getresponse()
         assert response.status == 404
         assert json.loads(response.read()) == {"error": "Unable to find shared memory region: 'r'"}
@@ -279,26 +295,7 @@ def test_a_region_registered_again_through_one_frontend_serves_its_new_bytes_on_
     """Each frontend maps the regions the hub registered: a name registered again maps its new segment everywhere."""
     keys = [f"/pytriton-frontends-again-{os.getpid()}-{index}" for index in range(2)]
     handles = [shm.create_shared_memory_region(f"again{index}", key, 64) for index, key in enumerate(keys)]
-    body = {
-        "inputs": [
-            {
-                "name": "INPUT_1",
-                "shape": [1, 4],
-                "datatype": "FP32",
-                "parameters": {"shared_memory_region": "again", "shared_memory_byte_size": 16},
-            }
-        ],
-        "outputs": [
-            {
-                "name": "OUTPUT_1",
-                "parameters": {
-                    "shared_memory_region": "again",
-                    "shared_memory_offset": 32,
-                    "shared_memory_byte_size": 16,
-                },
-            }
-        ],
-    }
+    body = _identity_in_region("again")
     with contextlib.ExitStack() as stack:
         first, second = stack.enter_context(_connections_on_each_frontend(server.http_port, frontend_pids())).values()
         for handle in handles:
@@ -306,11 +303,9 @@ def test_a_region_registered_again_through_one_frontend_serves_its_new_bytes_on_
         shm.set_shared_memory_region(handles[0], [np.arange(4, dtype=np.float32)])
         shm.set_shared_memory_region(handles[1], [np.full(4, 9, np.float32)])
         for key, expected in zip(keys, ([0.0, 1.0, 2.0, 3.0], [9.0] * 4)):
-            register = {"key": key, "offset": 0, "byte_size": 64}
-            first.request("POST", "/v2/systemsharedmemory/region/again/register", json.dumps(register), HTTP_AUTH)
-            assert first.getresponse().read() == b""
+            _register_region(first, "again", key)
             for connection in (second, first):
-                connection.request("POST", "/v2/models/identity/infer", json.dumps(body))
+                connection.request("POST", "/v2/models/identity/infer", body)
                 response = connection.getresponse()
                 assert response.status == 200, response.read()
                 response.read()
@@ -398,8 +393,9 @@ def test_a_decoupled_stream_runs_through_each_frontend(server: Triton) -> None:
     assert results == {0: [3.0, 2.0, 1.0], 1: [4.0, 3.0, 2.0, 1.0]}
 
 
-def _tcp_connections(pid: int, port: int) -> int:
+def _tcp_connections(pid: int, port: Optional[int]) -> int:
     """How many established connections to `port` process `pid` serves."""
+    assert port is not None, "the server is not running"
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:

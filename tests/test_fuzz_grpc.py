@@ -15,81 +15,35 @@ from typing import Any, Iterator, List
 import grpc
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import running_triton
-from tests.test_fuzz_http import mutate_bytes
+from tests.fuzz_models import DATATYPES, FUZZ_SETTINGS, bind_fuzz_models, mutate_bytes
 
 # Generated messages per test; each is sent with its mutants (3, 4 and 6 messages): 10,100 in all.
 MESSAGE_EXAMPLES = 1700
 LARGE_EXAMPLES = 200
 STREAM_EXAMPLES = 700
-FUZZ_SETTINGS = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)
 CLIENT_ERRORS = {
     grpc.StatusCode.OK,
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.NOT_FOUND,
     grpc.StatusCode.UNIMPLEMENTED,
 }
-DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"]
-DATATYPES += ["BF16", "BYTES"]
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 
 
-def _identity(requests: List[Any]) -> Any:
-    return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
-
-
-def _mixed(requests: List[Any]) -> Any:
-    empty_text = np.array([b""], dtype=object)
-    return [
-        {
-            "a_out": request["a"],
-            "b_out": request.data.get("b", empty_text),
-            "c_out": request.data.get("c", np.zeros(1, np.bool_)),
-        }
-        for request in requests
-    ]
-
-
-def _stream(requests: List[Any]) -> Iterator[Any]:
-    for _ in range(2):
-        yield [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
-
-
-def _bind(triton: Triton) -> None:
-    fp32 = [Tensor(dtype=np.float32, shape=(-1,))]
-    triton.bind("identity", _identity, inputs=fp32, outputs=fp32, config=ModelConfig(max_batch_size=8))
-    triton.bind(
-        "mixed",
-        _mixed,
-        inputs=[
-            Tensor(name="a", dtype=np.int32, shape=(2,)),
-            Tensor(name="b", dtype=bytes, shape=(-1,), optional=True),
-            Tensor(name="c", dtype=np.bool_, shape=(-1,), optional=True),
-        ],
-        outputs=[
-            Tensor(name="a_out", dtype=np.int32, shape=(2,)),
-            Tensor(name="b_out", dtype=bytes, shape=(-1,)),
-            Tensor(name="c_out", dtype=np.bool_, shape=(-1,)),
-        ],
-        config=ModelConfig(batching=False),
-    )
-    triton.bind("stream", _stream, inputs=fp32, outputs=fp32, config=ModelConfig(decoupled=True))
-
-
 @pytest.fixture(scope="module")
-def server():
-    with running_triton(_bind, allow_http=False, allow_metrics=False) as triton:
+def server() -> Iterator[Triton]:
+    with running_triton(bind_fuzz_models, allow_http=False, allow_metrics=False) as triton:
         yield triton
 
 
 @pytest.fixture(scope="module")
-def channel(server):
+def channel(server: Triton) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
         yield channel
 
@@ -246,7 +200,7 @@ def check_call(call: Any, payload: bytes) -> None:
 # ---------------------------------------------------------------- tests
 
 
-def test_fuzz_model_infer_messages(server, channel):
+def test_fuzz_model_infer_messages(server: Triton, channel: grpc.Channel) -> None:
     call = channel.unary_unary(METHOD)  # bytes in, bytes out: mutants reach the server as they are
     sent = 0
 
@@ -264,7 +218,7 @@ def test_fuzz_model_infer_messages(server, channel):
     still_serving(channel)
 
 
-def test_fuzz_large_messages_take_the_zero_copy_parser(server, channel):
+def test_fuzz_large_messages_take_the_zero_copy_parser(server: Triton, channel: grpc.Channel) -> None:
     call = channel.unary_unary(METHOD)
     sent = 0
 
@@ -283,7 +237,7 @@ def test_fuzz_large_messages_take_the_zero_copy_parser(server, channel):
     still_serving(channel)
 
 
-def test_fuzz_model_stream_infer(server, channel):
+def test_fuzz_model_stream_infer(server: Triton, channel: grpc.Channel) -> None:
     stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
     sent = 0
 

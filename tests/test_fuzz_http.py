@@ -13,24 +13,20 @@ import json
 import random
 import socket
 import zlib
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import running_triton
+from tests.fuzz_models import DATATYPES, FUZZ_SETTINGS, bind_fuzz_models, mutate_bytes
 
 # Generated examples per test; each is sent with its mutants (5, 4 and 3 requests): 11,250 requests in all.
 JSON_EXAMPLES = 900
 BINARY_EXAMPLES = 900
 HEADER_EXAMPLES = 1050
-FUZZ_SETTINGS = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)
-DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"]
-DATATYPES += ["BF16", "BYTES"]
 PATHS = [
     "/v2/models/identity/infer",
     "/v2/models/mixed/infer",
@@ -43,50 +39,9 @@ PATHS = [
 ]
 
 
-def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
-
-
-def _mixed(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    empty_text = np.array([b""], dtype=object)
-    return [
-        {
-            "a_out": request["a"],
-            "b_out": request.data.get("b", empty_text),
-            "c_out": request.data.get("c", np.zeros(1, np.bool_)),
-        }
-        for request in requests
-    ]
-
-
-def _stream(requests: List[Any]) -> Any:
-    yield [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
-
-
-def _bind(triton: Triton) -> None:
-    fp32 = [Tensor(dtype=np.float32, shape=(-1,))]
-    triton.bind("identity", _identity, inputs=fp32, outputs=fp32, config=ModelConfig(max_batch_size=8))
-    triton.bind(
-        "mixed",
-        _mixed,
-        inputs=[
-            Tensor(name="a", dtype=np.int32, shape=(2,)),
-            Tensor(name="b", dtype=bytes, shape=(-1,), optional=True),
-            Tensor(name="c", dtype=np.bool_, shape=(-1,), optional=True),
-        ],
-        outputs=[
-            Tensor(name="a_out", dtype=np.int32, shape=(2,)),
-            Tensor(name="b_out", dtype=bytes, shape=(-1,)),
-            Tensor(name="c_out", dtype=np.bool_, shape=(-1,)),
-        ],
-        config=ModelConfig(batching=False),
-    )
-    triton.bind("stream", _stream, inputs=fp32, outputs=fp32, config=ModelConfig(decoupled=True))
-
-
 @pytest.fixture(scope="module")
-def server():
-    with running_triton(_bind, allow_grpc=False, allow_metrics=False) as triton:
+def server() -> Iterator[Triton]:
+    with running_triton(bind_fuzz_models, allow_grpc=False, allow_metrics=False) as triton:
         yield triton
 
 
@@ -135,7 +90,8 @@ class Connection:
 
 
 @pytest.fixture
-def connection(server):
+def connection(server: Triton) -> Iterator[Connection]:
+    assert server.http_port is not None
     conn = Connection(server.http_port)
     yield conn
     conn.close()
@@ -380,29 +336,10 @@ def mutate_document(rng: random.Random, document: Any) -> Any:
     return document
 
 
-def mutate_bytes(rng: random.Random, data: bytes, line_safe: bool = False) -> bytes:
-    """Flip, insert, delete or cut bytes; `line_safe` keeps CR and LF out (the HTTP head stays framed)."""
-    raw = bytearray(data)
-    for _ in range(rng.randint(1, 3)):
-        position = rng.randint(0, len(raw))
-        action = rng.randrange(4)
-        if action == 0 and position < len(raw):
-            raw[position] ^= 1 << rng.randrange(8)
-        elif action == 1:
-            raw[position:position] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 4)))
-        elif action == 2:
-            del raw[position : position + rng.randint(1, 8)]
-        else:
-            del raw[position:]
-    if line_safe:
-        raw = raw.replace(b"\r", b"?").replace(b"\n", b"?")
-    return bytes(raw)
-
-
 # ---------------------------------------------------------------- tests
 
 
-def test_fuzz_infer_json_bodies(server, connection):
+def test_fuzz_infer_json_bodies(server: Triton, connection: Connection) -> None:
     @settings(FUZZ_SETTINGS, max_examples=JSON_EXAMPLES)
     @given(path=st.sampled_from(PATHS[:2] * 3 + PATHS), document=documents | near_valid_documents(), rng=st.randoms())
     def run(path: str, document: Dict[str, Any], rng: random.Random) -> None:
@@ -418,7 +355,7 @@ def test_fuzz_infer_json_bodies(server, connection):
     still_serving(connection)
 
 
-def test_fuzz_binary_extension(server, connection):
+def test_fuzz_binary_extension(server: Triton, connection: Connection) -> None:
     @settings(FUZZ_SETTINGS, max_examples=BINARY_EXAMPLES)
     @given(request=binary_requests(), rng=st.randoms())
     def run(request: Tuple[str, List[Tuple[str, str]], bytes], rng: random.Random) -> None:
@@ -441,7 +378,7 @@ def test_fuzz_binary_extension(server, connection):
     still_serving(connection)
 
 
-def test_fuzz_headers_methods_and_raw_bodies(server, connection):
+def test_fuzz_headers_methods_and_raw_bodies(server: Triton, connection: Connection) -> None:
     @settings(FUZZ_SETTINGS, max_examples=HEADER_EXAMPLES)
     @given(request=raw_requests(), rng=st.randoms())
     def run(request: Tuple[str, bytes, bytes], rng: random.Random) -> None:

@@ -19,7 +19,15 @@ from pytriton.triton import Triton, TritonSecurityConfig
 from tests import openai_models
 from tests.conftest import ACCESS_TOKEN, running_triton
 from tests.http_helpers import get_json, post_json, request
-from tests.openai_models import DEFAULT_TOKENS, JINJA_TEMPLATE, default_prompt, sdk_client, tokens_for
+from tests.openai_models import (
+    DEFAULT_TOKENS,
+    JINJA_TEMPLATE,
+    default_prompt,
+    raw_chat,
+    read_events,
+    sdk_client,
+    tokens_for,
+)
 from tests.test_metrics import sample, scrape
 
 USER = [{"role": "user", "content": "Say something."}]
@@ -304,16 +312,8 @@ def test_a_client_leaving_mid_stream_stops_the_generator(triton: Triton) -> None
     logger.addHandler(handler)
     level = logger.level
     logger.setLevel(logging.INFO)  # whatever the test run's logging configuration lets through
-    body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
-    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:
-        sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        received = b""
-        while received.count(b"data: ") < 3:
-            received += sock.recv(65536)
-        assert received.startswith(b"HTTP/1.1 200")
+    with raw_chat(triton.http_port, {"model": "endless", "messages": USER, "stream": True}) as sock:
+        assert read_events(sock, 3).startswith(b"HTTP/1.1 200")
     try:
         assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
     finally:
@@ -354,15 +354,8 @@ def test_token_metrics_count_each_generation_once(triton: Triton, client: openai
 def test_a_stopping_server_answers_503_and_ends_open_streams_with_an_error_event() -> None:
     with running_triton(openai_models.bind_models, exit_timeout_secs=1) as server:
         port = server.http_port or 0
-        body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-            sock.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-            )
-            received = b""
-            while received.count(b"data: ") < 2:
-                received += sock.recv(65536)
+        with raw_chat(port, {"model": "endless", "messages": USER, "stream": True}) as sock:
+            received = read_events(sock, 2)
             stopping = threading.Thread(target=server.stop)
             stopping.start()
             deadline = time.monotonic() + 10
@@ -383,12 +376,7 @@ def test_a_stopping_server_answers_503_and_ends_open_streams_with_an_error_event
 def test_a_client_leaving_a_whole_answer_stops_the_generator(triton: Triton) -> None:
     openai_models.endless_stopped.clear()
     openai_models.endless_started.clear()
-    body = json.dumps({"model": "endless", "messages": USER}).encode()
-    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:
-        sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
+    with raw_chat(triton.http_port, {"model": "endless", "messages": USER}):
         assert openai_models.endless_started.wait(10)
     assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
 

@@ -6,8 +6,6 @@ metrics counted once per request on the hub. Also: its own port, process instanc
 
 from __future__ import annotations
 
-import json
-import socket
 from typing import Iterator
 
 import openai
@@ -21,7 +19,7 @@ from pytriton.triton import Triton, TritonConfig
 from tests import openai_models
 from tests.conftest import running_triton
 from tests.http_helpers import request
-from tests.openai_models import default_prompt, sdk_client, tokens_for
+from tests.openai_models import default_prompt, raw_chat, read_events, sdk_client, tokens_for
 from tests.test_metrics import sample, scrape
 from tests.waiting import wait_until
 
@@ -77,15 +75,8 @@ def test_token_metrics_are_counted_once_on_the_hub(triton: Triton) -> None:
 
 def test_a_client_leaving_stops_the_generator_on_the_hub(triton: Triton) -> None:
     openai_models.endless_stopped.clear()
-    body = json.dumps({"model": "endless", "messages": USER, "stream": True}).encode()
-    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as sock:
-        sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        received = b""
-        while received.count(b"data: ") < 3:
-            received += sock.recv(65536)
+    with raw_chat(triton.http_port, {"model": "endless", "messages": USER, "stream": True}) as sock:
+        read_events(sock, 3)
     assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
 
 

@@ -31,6 +31,7 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tens
 from pytriton.options.limits import DEFAULT_MAX_BODY_BYTES, ServerLimits
 from pytriton.triton import Triton, TritonConfig
 from tests.http_helpers import post_json, request
+from tests.waiting import wait_until
 
 WAIT_S = 10.0
 FP32 = [Tensor(dtype=np.float32, shape=(-1,))]
@@ -51,15 +52,6 @@ def serving(bind: Callable[[Triton], None], limits: Optional[ServerLimits] = Non
         yield triton
     finally:
         triton.stop()
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    """Wait for a condition the test cannot get an event for (server-side state), failing after a timeout."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.002)
 
 
 def loop_tasks(triton: Triton) -> int:

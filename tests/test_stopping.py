@@ -30,6 +30,7 @@ from pytriton.triton import Triton
 from tests.conftest import running_triton
 from tests.http_helpers import post_json
 from tests.server_process import WAIT_S, ServerProcess, free_port_env
+from tests.waiting import wait_until
 
 # One instance and batches of one: a request behind a running one waits in the queue. The model prints the
 # value it got, and sleeps that many seconds.
@@ -85,20 +86,13 @@ def _pending(metrics_port: int) -> int:
     return int(match.group(1))
 
 
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
-
-
 def test_exit_timeout_answers_what_is_still_open_on_its_own_transport(tmp_path: Path) -> None:
     server, ports = _start(tmp_path, exit_timeout_s=2)
     with server, ThreadPoolExecutor(4) as pool:
         running = pool.submit(_http, ports["http"], 600)
         server.wait_for("in model 600")
         queued: List[Future[Any]] = [pool.submit(_http, ports["http"], 0), pool.submit(_grpc, ports["grpc"], 0)]
-        _wait_until(lambda: _pending(ports["metrics"]) == 2, "two requests wait in the queue")
+        wait_until(lambda: _pending(ports["metrics"]) == 2, "two requests wait in the queue", WAIT_S)
         server.signal(signal.SIGINT)
         server.wait_for(r"INFO pytriton: received SIGINT: stopping gracefully \(send SIGINT or SIGTERM again")
         server.wait_for(r"stopping: waiting up to 2 s \(exit_timeout_secs\) for 3 requests \(1 running, 2 queued\)$")
@@ -197,7 +191,7 @@ def test_stop_answers_a_hung_call_over_http_and_grpc(model: Callable[..., Any]) 
         http_call = pool.submit(_http, triton.http_port, 600)
         grpc_call = pool.submit(_grpc, triton.grpc_port, 600)
         engine = triton._runtime.engine
-        _wait_until(lambda: sum(triton._runtime._loop.call(engine.open_requests)) == 2, "both requests are open")
+        wait_until(lambda: sum(triton._runtime._loop.call(engine.open_requests)) == 2, "both requests are open", WAIT_S)
         stopper = threading.Thread(target=triton.stop)
         stopper.start()
         assert http_call.result(WAIT_S) == (503, {"error": STOPPED})
@@ -244,7 +238,7 @@ def test_stop_ends_a_hung_stream_with_an_error_over_sse_and_grpc() -> None:
         http_events = pool.submit(sse, triton.http_port)
         grpc_results = pool.submit(grpc_stream, triton.grpc_port)
         engine = triton._runtime.engine
-        _wait_until(lambda: triton._runtime._loop.call(engine.open_requests) == (0, 2), "both streams run")
+        wait_until(lambda: triton._runtime._loop.call(engine.open_requests) == (0, 2), "both streams run", WAIT_S)
         stopper = threading.Thread(target=triton.stop)
         stopper.start()
         assert http_events.result(WAIT_S) == [
