@@ -63,11 +63,21 @@ class BatchRules:
         if not taken:
             return [], None
         if not full:
-            if preferred_cut:
-                taken = taken[:preferred_cut]
-            else:
-                due = min(entry.enqueue_ns for entry in taken) + self.delay_ns
-                if now_ns < due:
-                    return [], due
+            taken, due = short_batch(taken, preferred_cut, self.delay_ns, now_ns)
+            if due is not None:
+                return [], due
         queues.take(taken)
         return taken, None
+
+
+def short_batch(
+    taken: List[Entry], preferred_cut: int, delay_ns: int, now_ns: int
+) -> Tuple[List[Entry], Optional[int]]:
+    """The batch to run of one short of full, or when to look again (the dynamic and sequence batchers' rule).
+
+    Cut at the last preferred size it reached, else run it once its oldest request has waited `delay_ns`.
+    """
+    if preferred_cut:
+        return taken[:preferred_cut], None
+    due = min(entry.enqueue_ns for entry in taken) + delay_ns
+    return (taken, None) if now_ns >= due else ([], due)

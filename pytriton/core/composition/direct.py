@@ -8,11 +8,12 @@ caller's thread to the loop, the loop to the inner instance's thread, back to th
 times), 34-120 us from run to run. On the caller's thread it costs 9-16 us, none of them a wake-up: the call
 takes the instance off the free list for its time (one call at a time on it, as ever; a request that comes
 meanwhile queues and batches as usual), puts it back itself, and leaves its statistics with the caller's batch
-(CallPath.later): the loop counts them once that batch is answered, which wakes the loop anyway, and after the
-answer's write rather than before it. With a wake-up of the loop per call for its statistics, the same direct call
-cost 29-37 us: the GIL went to the loop and back each time. (Not measured: the inner answer sent from the inner instance's thread straight to the
-caller's doorbell, which by count still leaves three wake-ups.) A call with a deadline, a traced one, or one
-that cannot run at once goes the loop's way, which keeps the deadline's timer and the spans.
+(CallPath.later): the loop counts them once that batch is answered, which wakes the loop anyway, and after
+the answer's write rather than before it. With a wake-up of the loop per call for its statistics, the same
+direct call cost 29-37 us: the GIL went to the loop and back each time. (Not measured: the inner answer sent
+from the inner instance's thread straight to the caller's doorbell, which by count still leaves three
+wake-ups.) A call with a deadline, a traced one, or one that cannot run at once goes the loop's way, which
+keeps the deadline's timer and the spans.
 
 An async callable calling an idle sync model cannot run it on its own thread (the loop's), but the call skips
 the batch's task and the sink (`call_here_async`, Scheduler.start_here): the instance's thread runs it as

@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
+from pytriton.core.batcher import short_batch
 from pytriton.core.errors import InferenceError
 from pytriton.core.queues import Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest
@@ -169,12 +170,9 @@ class SequenceSlots:
         if not taken:
             return [], None
         if len(taken) < self._ready_needed and self.delay_ns:
-            if preferred_cut:
-                taken = taken[:preferred_cut]
-            else:
-                due = min(entry.enqueue_ns for entry in taken) + self.delay_ns
-                if now_ns < due:
-                    return [], due
+            taken, due = short_batch(taken, preferred_cut, self.delay_ns, now_ns)
+            if due is not None:
+                return [], due
         queues.take(taken)
         for entry in taken:
             entry.request.live_sequence.running = True
