@@ -464,7 +464,12 @@ class Scheduler:
                 undeclared = self.failures.undeclared_output
                 for entry, result in zip(batch, check_results(spec, results, len(batch))):
                     try:
-                        outcomes.append(build_response(spec, result, entry.request.requested_outputs, True, undeclared))
+                        request = entry.request
+                        outcomes.append(
+                            build_response(
+                                spec, result, request.requested_outputs, True, undeclared, request.partial_outputs
+                            )
+                        )
                     except InferenceError as error:  # wrong or oversized outputs fail only this request
                         outcomes.append(error)
                         refused.append(error)
@@ -569,8 +574,14 @@ class Scheduler:
                 results = check_results(self.spec, step, len(batch))
                 for entry, result in zip(batch, results):
                     if result is not None and not entry.sink.done():
+                        request = entry.request
                         response = build_response(
-                            self.spec, result, entry.request.requested_outputs, False, self.failures.undeclared_output
+                            self.spec,
+                            result,
+                            request.requested_outputs,
+                            False,
+                            self.failures.undeclared_output,
+                            request.partial_outputs,
                         )
                         entry.sink.deliver(response)
                         if not entry.responded:
