@@ -28,6 +28,7 @@ from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.http_helpers import post_json
 from tests.waiting import wait_until
 
 LABELS = ["zero", "one", "two"]
@@ -1192,6 +1193,55 @@ def test_an_output_a_step_leaves_out_is_left_out_of_the_answer_or_fails_the_step
         assert stats["miss_mid"]["inference_stats"]["fail"]["count"] == 6
         assert stats["miss_mid"]["inference_stats"]["success"]["count"] == 1
         assert stats["miss_out"]["inference_stats"]["success"]["count"] == 4
+
+
+def _optional_or_default(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [{"Y": request["X"] + 100 if "X" in request else np.full((1, 4), -7, np.float32)} for request in requests]
+
+
+def _bind_optional(triton: Triton) -> None:
+    """`opt` (batching) and `opt_nb` (without) have an optional X; `miss_opt` feeds `opt` what `partial` leaves out."""
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("partial", _first_of_two, [_tensor("X", 4)], [_tensor("Y1", 4), _tensor("Y2", 4)], config=config)
+    triton.bind("opt", _optional_or_default, [_tensor("X", 4, optional=True)], [_tensor("Y", 4)], config=config)
+    triton.bind(
+        "opt_nb",
+        _optional_or_default,
+        [Tensor(name="X", dtype=np.float32, shape=(1, 4), optional=True)],
+        [Tensor(name="Y", dtype=np.float32, shape=(1, 4))],
+        config=ModelConfig(batching=False),
+    )
+    steps = [_step("partial", {"X": "IN"}, {"Y1": "O1", "Y2": "mid"}), _step("opt", {"X": "mid"}, {"Y": "O2"})]
+    triton.bind_ensemble("miss_opt", steps, [_tensor("IN", 4)], [_tensor("O1", 4), _tensor("O2", 4)], config=config)
+
+
+def test_a_request_without_inputs_to_a_batching_model_fails_as_in_triton_also_as_an_ensemble_step() -> None:
+    # tritonserver 2.51 reads a batching model's batch size off its first input: a request without inputs (the
+    # model's only input is optional) answers 400 / INVALID_ARGUMENT and counts a failure (reason BACKEND) without
+    # running the model, sent by a client or by an ensemble whose earlier step left that input's tensor out. A
+    # model without batching runs it.
+    no_inputs = "out of bounds index 0: request has 0 inputs"
+    with running_triton(_bind_optional) as triton:
+        for document, named in (({"inputs": []}, "<id_unknown>"), ({"id": "q1", "inputs": []}, "q1")):
+            status, answer = post_json(triton.http_port, "/v2/models/opt/infer", document)
+            assert (status, answer) == (400, {"error": f"[request id: {named}] {no_inputs}"})
+        grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+        with pytest.raises(InferenceServerException) as refused:
+            grpc.infer("opt", [])
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert refused.value.message() == f"[request id: <id_unknown>] {no_inputs}"
+        status, answer = post_json(triton.http_port, "/v2/models/opt_nb/infer", {"inputs": []})
+        assert status == 200 and answer["outputs"][0]["data"] == [-7.0] * 4
+        assert _post_infer(triton, "miss_opt") == (
+            400,
+            {"error": f"in ensemble 'miss_opt', [request id: <id_unknown>] {no_inputs}"},
+        )
+        stats = httpclient.InferenceServerClient(http_url(triton)).get_inference_statistics("opt", headers=HTTP_AUTH)
+        opt = stats["model_stats"][0]
+        assert opt["inference_stats"]["fail"]["count"] == 4 and opt["execution_count"] == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=10) as scraped:
+            metrics = scraped.read().decode()
+        assert 'nv_inference_request_failure{model="opt",version="1",reason="BACKEND"} 4' in metrics
 
 
 class SlowBranch:
