@@ -1144,11 +1144,12 @@ def _post_infer(triton: Triton, model: str, outputs: Any = None) -> Any:
         return error.code, json.loads(error.read())
 
 
-def test_an_output_a_step_leaves_out_is_left_out_of_the_answer_or_fails_the_step_that_reads_it() -> None:
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_an_output_a_step_leaves_out_is_left_out_of_the_answer_or_fails_the_step_that_reads_it(frontends: Any) -> None:
     # tritonserver 2.51 with a python-backend step that answers Y1 only (and nvidia-pytriton's callable alike):
     # the ensemble answers 200 without O2 (asked for O2 alone: no outputs, no parameters); a step that reads
     # the missing tensor fails the request as a request without that input: 400 / INVALID_ARGUMENT.
-    with running_triton(_bind_partial) as triton:
+    with running_triton(_bind_partial, frontends=frontends) as triton:
         status, document = _post_infer(triton, "miss_out")
         assert status == 200 and [output["name"] for output in document["outputs"]] == ["O1"]
         assert document["outputs"][0]["data"] == [0.0, 2.0, 4.0, 6.0]
@@ -1163,6 +1164,8 @@ def test_an_output_a_step_leaves_out_is_left_out_of_the_answer_or_fails_the_step
         answer = grpc.infer("miss_out", [given], outputs=[grpcclient.InferRequestedOutput("O2")], request_id="abc")
         assert answer.get_response(as_json=True) == {"model_name": "miss_out", "model_version": "1", "id": "abc"}
         assert grpc.infer("miss_out", [given]).as_numpy("O1").tolist() == (ONE_ROW * 2).tolist()
+        over_http = _http_infer(http_url(triton), "miss_out", ONE_ROW)
+        assert over_http.as_numpy("O1").tolist() == (ONE_ROW * 2).tolist() and over_http.as_numpy("O2") is None
 
         missing = (
             "expected 1 inputs but got 0 inputs for model 'ident'. Got input(s) [], but missing required input(s) "
@@ -1188,11 +1191,11 @@ def test_an_output_a_step_leaves_out_is_left_out_of_the_answer_or_fails_the_step
         }
         # As Triton counted them: the partial step succeeded each time; `ident` never ran; each of the three
         # failed ensemble requests counts twice.
-        assert stats["partial"]["inference_stats"]["success"]["count"] == 8
+        assert stats["partial"]["inference_stats"]["success"]["count"] == 9
         assert stats["ident"]["execution_count"] == 0 and stats["ident"]["inference_stats"]["fail"]["count"] == 0
         assert stats["miss_mid"]["inference_stats"]["fail"]["count"] == 6
         assert stats["miss_mid"]["inference_stats"]["success"]["count"] == 1
-        assert stats["miss_out"]["inference_stats"]["success"]["count"] == 4
+        assert stats["miss_out"]["inference_stats"]["success"]["count"] == 5
 
 
 def _optional_or_default(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
