@@ -10,6 +10,8 @@ import json
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from typing import Any, Callable, Dict, Iterator, List
 
 import numpy as np
@@ -26,6 +28,7 @@ from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.http_helpers import post_json
 from tests.waiting import wait_until
 
 LABELS = ["zero", "one", "two"]
@@ -1092,3 +1095,237 @@ def test_the_request_timeout_applies_to_each_steps_queue_not_to_the_whole_ensemb
         finally:
             GATED.gate.set()
             blocker.join(10)
+
+
+@batch
+def _first_of_two(X: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"Y1": X * 2}  # Y2 is declared and left out
+
+
+@batch
+def _plus_hundred(X: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"Y": X + 100}
+
+
+def _bind_partial(triton: Triton) -> None:
+    """`partial` declares Y1 and Y2 and returns Y1 only: `miss_out` returns Y2, `miss_mid` feeds it to `ident`."""
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("partial", _first_of_two, [_tensor("X", 4)], [_tensor("Y1", 4), _tensor("Y2", 4)], config=config)
+    triton.bind("ident", _plus_hundred, [_tensor("X", 4)], [_tensor("Y", 4)], config=config)
+    outputs = [_tensor("O1", 4), _tensor("O2", 4)]
+    triton.bind_ensemble(
+        "miss_out",
+        [_step("partial", {"X": "IN"}, {"Y1": "O1", "Y2": "O2"})],
+        [_tensor("IN", 4)],
+        outputs,
+        config=config,
+    )
+    steps = [_step("partial", {"X": "IN"}, {"Y1": "O1", "Y2": "mid"}), _step("ident", {"X": "mid"}, {"Y": "O2"})]
+    triton.bind_ensemble("miss_mid", steps, [_tensor("IN", 4)], outputs, config=config)
+
+
+ONE_ROW = np.arange(4, dtype=np.float32).reshape(1, 4)
+
+
+def _post_infer(triton: Triton, model: str, outputs: Any = None) -> Any:
+    """POST a one-row infer request; the HTTP status and the document answered."""
+    body: Dict[str, Any] = {"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 4], "data": [0, 1, 2, 3]}]}
+    if outputs is not None:
+        body["outputs"] = [{"name": name} for name in outputs]
+    request = urllib.request.Request(
+        f"http://{http_url(triton)}/v2/models/{model}/infer",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_an_output_a_step_leaves_out_is_left_out_of_the_answer_or_fails_the_step_that_reads_it(frontends: Any) -> None:
+    # tritonserver 2.51 with a python-backend step that answers Y1 only (and nvidia-pytriton's callable alike):
+    # the ensemble answers 200 without O2 (asked for O2 alone: no outputs, no parameters); a step that reads
+    # the missing tensor fails the request as a request without that input: 400 / INVALID_ARGUMENT.
+    with running_triton(_bind_partial, frontends=frontends) as triton:
+        status, document = _post_infer(triton, "miss_out")
+        assert status == 200 and [output["name"] for output in document["outputs"]] == ["O1"]
+        assert document["outputs"][0]["data"] == [0.0, 2.0, 4.0, 6.0]
+        assert document["parameters"] == {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
+        assert _post_infer(triton, "miss_out", ["O2"]) == (
+            200,
+            {"model_name": "miss_out", "model_version": "1", "outputs": []},
+        )
+        grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+        given = grpcclient.InferInput("IN", [1, 4], "FP32")
+        given.set_data_from_numpy(ONE_ROW)
+        answer = grpc.infer("miss_out", [given], outputs=[grpcclient.InferRequestedOutput("O2")], request_id="abc")
+        assert answer.get_response(as_json=True) == {"model_name": "miss_out", "model_version": "1", "id": "abc"}
+        assert grpc.infer("miss_out", [given]).as_numpy("O1").tolist() == (ONE_ROW * 2).tolist()
+        over_http = _http_infer(http_url(triton), "miss_out", ONE_ROW)
+        assert over_http.as_numpy("O1").tolist() == (ONE_ROW * 2).tolist() and over_http.as_numpy("O2") is None
+
+        missing = (
+            "expected 1 inputs but got 0 inputs for model 'ident'. Got input(s) [], but missing required input(s) "
+            "['X']. Please provide all required input(s)."
+        )
+        for outputs in (None, ["O2"]):
+            assert _post_infer(triton, "miss_mid", outputs) == (
+                400,
+                {"error": f"in ensemble 'miss_mid', [request id: <id_unknown>] {missing}"},
+            )
+        with pytest.raises(InferenceServerException) as refused:
+            grpc.infer("miss_mid", [given], request_id="req-7")
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert refused.value.message() == f"in ensemble 'miss_mid', [request id: req-7] {missing}"
+        status, document = _post_infer(triton, "miss_mid", ["O1"])  # `ident` is not run for O1
+        assert status == 200 and [output["name"] for output in document["outputs"]] == ["O1"]
+
+        stats = {
+            entry["name"]: entry
+            for entry in httpclient.InferenceServerClient(http_url(triton)).get_inference_statistics(
+                "", headers=HTTP_AUTH
+            )["model_stats"]
+        }
+        # As Triton counted them: the partial step succeeded each time; `ident` never ran; each of the three
+        # failed ensemble requests counts twice.
+        assert stats["partial"]["inference_stats"]["success"]["count"] == 9
+        assert stats["ident"]["execution_count"] == 0 and stats["ident"]["inference_stats"]["fail"]["count"] == 0
+        assert stats["miss_mid"]["inference_stats"]["fail"]["count"] == 6
+        assert stats["miss_mid"]["inference_stats"]["success"]["count"] == 1
+        assert stats["miss_out"]["inference_stats"]["success"]["count"] == 5
+
+
+def _optional_or_default(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [{"Y": request["X"] + 100 if "X" in request else np.full((1, 4), -7, np.float32)} for request in requests]
+
+
+def _bind_optional(triton: Triton) -> None:
+    """`opt` (batching) and `opt_nb` (without) have an optional X; `miss_opt` feeds `opt` what `partial` leaves out."""
+    config = ModelConfig(max_batch_size=8)
+    triton.bind("partial", _first_of_two, [_tensor("X", 4)], [_tensor("Y1", 4), _tensor("Y2", 4)], config=config)
+    triton.bind("opt", _optional_or_default, [_tensor("X", 4, optional=True)], [_tensor("Y", 4)], config=config)
+    triton.bind(
+        "opt_nb",
+        _optional_or_default,
+        [Tensor(name="X", dtype=np.float32, shape=(1, 4), optional=True)],
+        [Tensor(name="Y", dtype=np.float32, shape=(1, 4))],
+        config=ModelConfig(batching=False),
+    )
+    steps = [_step("partial", {"X": "IN"}, {"Y1": "O1", "Y2": "mid"}), _step("opt", {"X": "mid"}, {"Y": "O2"})]
+    triton.bind_ensemble("miss_opt", steps, [_tensor("IN", 4)], [_tensor("O1", 4), _tensor("O2", 4)], config=config)
+
+
+def test_a_request_without_inputs_to_a_batching_model_fails_as_in_triton_also_as_an_ensemble_step() -> None:
+    # tritonserver 2.51 reads a batching model's batch size off its first input: a request without inputs (the
+    # model's only input is optional) answers 400 / INVALID_ARGUMENT and counts a failure (reason BACKEND) without
+    # running the model, sent by a client or by an ensemble whose earlier step left that input's tensor out. A
+    # model without batching runs it.
+    no_inputs = "out of bounds index 0: request has 0 inputs"
+    with running_triton(_bind_optional) as triton:
+        for document, named in (({"inputs": []}, "<id_unknown>"), ({"id": "q1", "inputs": []}, "q1")):
+            status, answer = post_json(triton.http_port, "/v2/models/opt/infer", document)
+            assert (status, answer) == (400, {"error": f"[request id: {named}] {no_inputs}"})
+        grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+        with pytest.raises(InferenceServerException) as refused:
+            grpc.infer("opt", [])
+        assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+        assert refused.value.message() == f"[request id: <id_unknown>] {no_inputs}"
+        status, answer = post_json(triton.http_port, "/v2/models/opt_nb/infer", {"inputs": []})
+        assert status == 200 and answer["outputs"][0]["data"] == [-7.0] * 4
+        assert _post_infer(triton, "miss_opt") == (
+            400,
+            {"error": f"in ensemble 'miss_opt', [request id: <id_unknown>] {no_inputs}"},
+        )
+        stats = httpclient.InferenceServerClient(http_url(triton)).get_inference_statistics("opt", headers=HTTP_AUTH)
+        opt = stats["model_stats"][0]
+        assert opt["inference_stats"]["fail"]["count"] == 4 and opt["execution_count"] == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=10) as scraped:
+            metrics = scraped.read().decode()
+        assert 'nv_inference_request_failure{model="opt",version="1",reason="BACKEND"} 4' in metrics
+
+
+class SlowBranch:
+    """The slow step of a fork: waits at a gate, and tells whether its request was cancelled meanwhile."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.saw_cancel = False
+
+    def callable(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        assert self.gate.wait(10), "the test never let the slow step go"
+        self.saw_cancel = self.saw_cancel or any(request.is_cancelled() for request in requests)
+        return [{"Y": request["X"] + 1} for request in requests]
+
+
+@batch
+def _fail_at_once(X: np.ndarray) -> Dict[str, np.ndarray]:
+    raise ValueError("fast step failed")
+
+
+def _bind_fork(slow: SlowBranch) -> Callable[[Triton], None]:
+    """`fork`: `fast` (fails) writes OA from IN; `slow` then `after` write OB from IN, through `mid`."""
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8)
+        triton.bind("fast", _fail_at_once, [_tensor("X", 4)], [_tensor("Y", 4)], config=config)
+        triton.bind("slow", slow.callable, [_tensor("X", 4)], [_tensor("Y", 4)], config=config)
+        triton.bind("after", _plus_hundred, [_tensor("X", 4)], [_tensor("Y", 4)], config=config)
+        triton.bind_ensemble(
+            "fork",
+            [
+                _step("fast", {"X": "IN"}, {"Y": "OA"}),
+                _step("slow", {"X": "IN"}, {"Y": "mid"}),
+                _step("after", {"X": "mid"}, {"Y": "OB"}),
+            ],
+            [_tensor("IN", 4)],
+            [_tensor("OA", 4), _tensor("OB", 4)],
+            config=config,
+        )
+
+    return bind
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_a_step_that_fails_answers_at_once_while_the_other_running_steps_finish(frontends: Any) -> None:
+    # tritonserver 2.51, `fast` raising after 20 ms beside a `slow` step of 300 ms: the error came after 22 ms
+    # (HTTP 500 / INTERNAL "in ensemble 'fork', " and the step's message); `slow` still ran and counted a
+    # success; `after`, which reads only what `slow` wrote, never ran; the ensemble counted the failure once
+    # (a failure with no step left running counts twice).
+    slow = SlowBranch()
+    with running_triton(_bind_fork(slow), frontends=frontends) as triton:
+        url = http_url(triton)
+        http = httpclient.InferenceServerClient(url)
+
+        def stats(name: str) -> Dict[str, Any]:
+            return http.get_inference_statistics(name, headers=HTTP_AUTH)["model_stats"][0]  # type: ignore[no-any-return]
+
+        try:
+            with pytest.raises(InferenceServerException) as over_http:
+                _http_infer(url, "fork", ONE_ROW)
+            # Answered while `slow` waits at its gate (it may not even have been called yet).
+            assert stats("slow")["inference_stats"]["success"]["count"] == 0
+            with pytest.raises(InferenceServerException) as over_grpc:
+                _grpc_infer(grpc_url(triton), "fork", ONE_ROW)
+        finally:
+            slow.gate.set()
+        assert over_http.value.status() == "500"
+        assert over_http.value.message() == "in ensemble 'fork', ValueError: fast step failed"
+        assert over_grpc.value.status() == "StatusCode.INTERNAL"
+        assert over_grpc.value.message() == "in ensemble 'fork', ValueError: fast step failed"
+        wait_until(lambda: stats("slow")["inference_stats"]["success"]["count"] == 2, "the slow steps' successes")
+        wait_until(lambda: _model(triton, "fork").scheduler.open_requests == (0, 0), "the ensemble's runs to end")
+        assert not slow.saw_cancel and stats("slow")["inference_stats"]["fail"]["count"] == 0
+        assert stats("after")["execution_count"] == 0
+        assert stats("fork")["inference_stats"]["fail"]["count"] == 2
+        assert _post_infer(triton, "fork", ["OA"])[0] == 500  # `fast` alone runs: counted twice
+        assert stats("fork")["inference_stats"]["fail"]["count"] == 4
+        # tritonserver 2.51's metrics gave every one of these failures the reason OTHER.
+        with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=10) as answer:
+            metrics = answer.read().decode()
+        assert 'nv_inference_request_failure{model="fork",version="1",reason="OTHER"} 4' in metrics
+        assert 'nv_inference_request_failure{model="fork",version="1",reason="BACKEND"} 0' in metrics
+        status, document = _post_infer(triton, "fork", ["OB"])
+        assert status == 200 and document["outputs"][0]["data"] == [101.0, 102.0, 103.0, 104.0]

@@ -37,13 +37,15 @@ def build_response(
     requested: Optional[Sequence[str]],
     final: bool = True,
     undeclared: Optional[Callable[[str], None]] = None,
+    partial: bool = False,
 ) -> InferenceResponse:
     """Check one response dict and select the outputs the request gets, in wire order.
 
     Framework arrays (torch, cupy, jax) become numpy arrays first, so the checks and the codecs see numpy only.
     A Request or Response object (what `lambda requests: requests` returns) counts as its mapping of arrays.
     Without `strict`, an output the config does not declare is left out of the response, as NVIDIA's PyTriton
-    leaves it out; `undeclared` is told its name (strict mode refuses it instead).
+    leaves it out; `undeclared` is told its name (strict mode refuses it instead). A requested output the
+    callable did not return fails the request, unless `partial` (an ensemble step's request): then it is left out.
     """
     result, datatypes = _checked(spec, result, undeclared)
     outputs: List[OutputTensor] = []
@@ -51,7 +53,7 @@ def build_response(
     for name in spec.output_names if requested is None else requested:
         wire_type = datatypes.get(name)
         if wire_type is None:
-            if requested is not None:
+            if requested is not None and not partial:
                 raise _not_returned(spec, name)
             continue
         value = result[name]

@@ -152,6 +152,8 @@ class Scheduler:
         if not self._accepting:
             self.stats.record_failure(0, FailureReason.REJECTED.value)
             raise InferenceError.unavailable(f"model '{self.spec.name}' is not accepting requests")
+        if not request.inputs and self.spec.batching:
+            raise self._refuse_without_inputs(request)
         if request.sequence is not None or self._sequences is not None:
             if self._sequences is not None:
                 self._admit(request)
@@ -464,7 +466,12 @@ class Scheduler:
                 undeclared = self.failures.undeclared_output
                 for entry, result in zip(batch, check_results(spec, results, len(batch))):
                     try:
-                        outcomes.append(build_response(spec, result, entry.request.requested_outputs, True, undeclared))
+                        request = entry.request
+                        outcomes.append(
+                            build_response(
+                                spec, result, request.requested_outputs, True, undeclared, request.partial_outputs
+                            )
+                        )
                     except InferenceError as error:  # wrong or oversized outputs fail only this request
                         outcomes.append(error)
                         refused.append(error)
@@ -569,8 +576,14 @@ class Scheduler:
                 results = check_results(self.spec, step, len(batch))
                 for entry, result in zip(batch, results):
                     if result is not None and not entry.sink.done():
+                        request = entry.request
                         response = build_response(
-                            self.spec, result, entry.request.requested_outputs, False, self.failures.undeclared_output
+                            self.spec,
+                            result,
+                            request.requested_outputs,
+                            False,
+                            self.failures.undeclared_output,
+                            request.partial_outputs,
                         )
                         entry.sink.deliver(response)
                         if not entry.responded:
@@ -583,14 +596,33 @@ class Scheduler:
             await steps.aclose()  # type: ignore[attr-defined]
             CURRENT.reset(token)
 
+    def _refuse_without_inputs(self, request: InferenceRequest) -> InferenceError:
+        """A request without inputs to a batching model: counted as its failure, as tritonserver 2.51 counts it.
+
+        Triton reads the batch size off a batching model's first input: it answers 400 / INVALID_ARGUMENT and
+        counts a failure (reason BACKEND) without running the model; a model without batching runs it. An
+        ensemble step whose only input an earlier step left out comes here too.
+        """
+        self.stats.record_failure(0, FailureReason.BACKEND.value)
+        return InferenceError.invalid(
+            f"[request id: {request.id or '<id_unknown>'}] out of bounds index 0: request has 0 inputs"
+        )
+
     def run_here(self, request: InferenceRequest, caller: CallPath) -> Optional[Outputs]:
-        """Run an inner call on the calling thread (a sync callable's) if the model is idle; else None (direct_runs)."""
+        """Run an inner call on the calling thread (a sync callable's) if the model is idle; else None (direct_runs).
+
+        A request without inputs to a batching model goes the queue's way, which refuses it.
+        """
+        if not request.inputs and self.spec.batching:
+            return None
         return direct_runs.run_here(self, request, caller)
 
     def start_here(
         self, request: InferenceRequest, caller: CallPath
     ) -> Optional[Tuple[asyncio.Future[Outputs], DirectCall]]:
         """On the loop: run an inner call in an idle instance's thread now; else None (direct_runs)."""
+        if not request.inputs and self.spec.batching:
+            return None
         return direct_runs.start_here(self, request, caller)
 
     def may_await_here(self) -> bool:
@@ -599,6 +631,8 @@ class Scheduler:
 
     def await_here(self, request: InferenceRequest, caller: CallPath, answer: DirectAnswer) -> bool:
         """On the loop: run a sync caller's inner call to an idle async model now; else False (direct_runs)."""
+        if not request.inputs and self.spec.batching:
+            return False
         return direct_runs.await_here(self, request, caller, answer)
 
     def _as_inference_error(self, error: BaseException, requests: int) -> InferenceError:

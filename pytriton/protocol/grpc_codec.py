@@ -468,7 +468,8 @@ def encode_infer_response(
             raw_outputs.append(raw_from_array(output.array, output.datatype))
     if writes:
         _memory(memory).write_all(writes)
-    if spec.ensemble is not None:  # Triton's ensemble answers with its steps' sequence parameters
+    if spec.ensemble is not None and response.outputs:  # Triton's ensemble answers with its steps' sequence
+        # parameters (an answer without outputs, a step having left them out, with none)
         given = {**ENSEMBLE_RESPONSE_PARAMETERS, **(response.parameters or {})}
         sequence_id = given["sequence_id"]
         if isinstance(sequence_id, str):

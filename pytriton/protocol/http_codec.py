@@ -464,7 +464,8 @@ def encode_infer_response(
     document: Dict[str, Any] = {"id": request_id} if request_id else {}  # first, as Triton writes it
     document["model_name"] = spec.name
     document["model_version"] = spec.version_str
-    if spec.ensemble is not None:  # Triton's ensemble answers with its steps' sequence parameters
+    if spec.ensemble is not None and response.outputs:  # Triton's ensemble answers with its steps' sequence
+        # parameters (an answer without outputs, a step having left them out, with none)
         parameters = {**ENSEMBLE_RESPONSE_PARAMETERS, **(response.parameters or {}), **(parameters or {})}
     if parameters:
         document["parameters"] = parameters  # before the outputs, as Triton writes them

@@ -4,8 +4,12 @@ A step starts once every ensemble tensor it reads is available, so independent s
 request like a client's (core/composition/inner_call.py), which joins its model's queue, batches with the model's other
 requests and counts in its statistics. The ensemble has no queue and no instances of its own. Its statistics are
 Triton's for an ensemble: per successful request one execution of the request's batch size, whose compute times
-are the sums of its steps' compute times; a failed request counts twice, as in Triton. A step's error fails the
-request: "in ensemble '<name>', " followed by the step model's message, with its status.
+are the sums of its steps' compute times; a failed request counts twice, as in Triton (once when steps still ran
+as it failed). A step's error fails the request at once: "in ensemble '<name>', " followed by the step model's
+message, with its status; as in Triton, the steps still running go on to their end (counted in their models'
+statistics) and no further step starts. An output a step's model leaves out of its response holds nothing, as in
+Triton: the ensemble answers without it, and a step that reads it gets a request without that input (which fails
+as a client's would, unless the input is optional).
 
 A decoupled step's responses each flow on through the steps after it (the ensemble is then decoupled, as Triton
 makes it, and answers once per set of outputs). A step's request takes the ensemble request's id, priority, timeout
@@ -155,13 +159,21 @@ class EnsembleScheduler(Scheduler):
         return 0, len(self._runs)
 
     def cut_off(self) -> int:
-        """Fail every request still running (UNAVAILABLE) now; return how many there were."""
+        """Fail every request still running (UNAVAILABLE) now; return how many there were.
+
+        The steps a failed request left running are cancelled.
+        """
         self._accepting = False
         runs = list(self._runs.values())
+        failed = 0
         for run in runs:
-            run.fail(self._stopped())
+            if run.done:
+                run.release_steps()
+            else:
+                run.fail(self._stopped())
+                failed += 1
         self._run_watch.stop()
-        return len(runs)
+        return failed
 
     def resume(self) -> None:
         """Take requests again (a load after an unload)."""
@@ -214,6 +226,7 @@ class EnsembleRun:
         "busy",
         "compute",
         "done",
+        "draining",
         "enqueue_ns",
         "gone",
         "path",
@@ -245,7 +258,8 @@ class EnsembleRun:
         self.busy = False  # steps' responses are being taken (a step that ends meanwhile waits in `woken`)
         self.responded = False
         self.compute = [0, 0, 0]
-        self.done = False
+        self.done = False  # answered: its last response or its error is out
+        self.draining = False  # answered with a step's error; the steps still running go on to their end
         self.gone: Optional[Disconnect] = None  # returns once the client has disconnected
         self.watcher: Optional[asyncio.Future[Any]] = None  # awaits `gone()` once the run is open WATCH_AFTER_S
         assert scheduler.models is not None
@@ -323,6 +337,8 @@ class EnsembleRun:
     def _woke(self, call: InnerCall) -> None:
         """A step answered or ended: take what it gave (a step started meanwhile is taken after)."""
         if self.done:
+            if self.draining:
+                self._drained(call)
             return
         self.woken.append(call)
         if self.busy:
@@ -344,8 +360,10 @@ class EnsembleRun:
         if index is None:
             return
         if call.error is not None:
-            error = call.error
-            self.fail(InferenceError(error.status, f"in ensemble '{self.scheduler.spec.name}', {error.message}"))
+            del self.running[call]
+            # Triton's reason for a failed ensemble request is OTHER, whatever the step's.
+            error = InferenceError(call.error.status, f"in ensemble '{self.scheduler.spec.name}', {call.error.message}")
+            self.fail(error, drain=True)
             return
         if call.ended:
             del self.running[call]
@@ -357,17 +375,8 @@ class EnsembleRun:
             outputs = outputs_of(response)
             written = _overridden(mark, response.parameters)
             added: List[Tuple[str, int]] = []
-            for model_output, tensor in step.output_map:
-                array = outputs.get(model_output)
-                if array is None:
-                    self.fail(
-                        InferenceError.internal(
-                            f"in ensemble '{self.scheduler.spec.name}', model '{step.model_name}' gave no output "
-                            f"'{model_output}'"
-                        )
-                    )
-                    return
-                added.append((tensor, self._add(tensor, array, written)))
+            for model_output, tensor in step.output_map:  # one the step left out holds nothing (None)
+                added.append((tensor, self._add(tensor, outputs.get(model_output), written)))
             self._start_ready(added)
             if not self.done:
                 self._answer_ready(added)
@@ -385,15 +394,17 @@ class EnsembleRun:
             for name in wanted:
                 held = self.values[name]
                 value = held[version]
-                assert value.array is not None
-                outputs.append(OutputTensor(name, spec.output_by_name[name].datatype, value.array))
-                mark = value.mark if value.mark is not None else mark
+                if value.array is not None:  # else a step left it out: so is it from the answer, as in Triton
+                    outputs.append(OutputTensor(name, spec.output_by_name[name].datatype, value.array))
+                    mark = value.mark if value.mark is not None else mark
                 value.readers -= 1
                 if not value.readers:
                     del held[version]
             final = not self.running and not self.woken
             self.responded = True
-            self.sink.deliver(InferenceResponse(outputs, final, _sequence_parameters(self.request, mark)))
+            # Triton's answer without outputs has no parameters either.
+            parameters = _sequence_parameters(self.request, mark) if outputs else None
+            self.sink.deliver(InferenceResponse(outputs, final, parameters))
             if final:
                 self._succeed()
                 return
@@ -426,27 +437,52 @@ class EnsembleRun:
         stats.record_execution(batch_size, *compute)
         self.sink.finish()
 
-    def fail(self, error: InferenceError) -> None:
-        """End the request with `error`; its steps still running are cancelled."""
+    def fail(self, error: InferenceError, drain: bool = False) -> None:
+        """End the request with `error`; its steps still running are cancelled, or with `drain` go on to their end.
+
+        A step's error drains, as Triton's ensemble scheduler lets the steps in flight finish; a client that left,
+        or a server that stops, cancels them.
+        """
         if self.done:
             return
+        # Steps that ended but are not taken yet (in `woken`, cleared below) are not waited for.
+        self.running = {call: index for call, index in self.running.items() if not call.ended}
+        in_flight = bool(self.running)
+        self.draining = drain and in_flight
         self._end()
-        # Counted twice, as Triton 2.51 counts a failed ensemble request: once as its error response is sent
-        # (with its reason), once as the request is released (OTHER).
+        # Counted as Triton 2.51 counts a failed ensemble request: once as its error response is sent (with its
+        # reason), and once more (OTHER) unless steps were still running then.
         stats = self.scheduler.stats
         total_ns = time.monotonic_ns() - self.enqueue_ns
         stats.record_failure(total_ns, error.reason.value)
-        stats.record_failure(total_ns, FailureReason.OTHER.value)
+        if not (drain and in_flight):
+            stats.record_failure(total_ns, FailureReason.OTHER.value)
         self.sink.fail(error)
+
+    def _drained(self, call: InnerCall) -> None:
+        """A step still running after the request failed answered or ended: its responses are dropped."""
+        call.items.clear()
+        if call.ended:
+            self.running.pop(call, None)
+            if not self.running:
+                self.release_steps()
+
+    def release_steps(self) -> None:
+        """The steps of a failed request have ended (or must end now: they are cancelled); the run is over."""
+        self.draining = False
+        self.running = {}
+        self.path.close(f"the request to ensemble '{self.scheduler.spec.name}' has ended")
+        self.scheduler.ended(self)
 
     def _end(self) -> None:
         self.done = True
-        self.path.close(f"the request to ensemble '{self.scheduler.spec.name}' has ended")
         self.values = {}
         self.woken.clear()
+        self.gone = None  # answered: a draining run's client is watched no more
         if self.watcher is not None:
             self.watcher.cancel()
-        self.scheduler.ended(self)
+        if not self.draining:
+            self.release_steps()
 
 
 def _with_mark(request: InferenceRequest, mark: SequenceMark) -> InferenceRequest:

@@ -66,7 +66,7 @@ class InnerCall(ResponseSink):
         # An ensemble step's: where its model adds the request's compute times (input, infer, output ns).
         self.compute: Optional[List[int]] = None
         # An ensemble step's: the ensemble's request, whose id, priority, timeout and sequence parameters the step's
-        # request takes, as Triton's ensemble scheduler gives them to its steps.
+        # request takes, as Triton's ensemble scheduler gives them to its steps; its request's outputs may be partial.
         self.outer: Optional[InferenceRequest] = None
         self._path: Optional[CallPath] = None
         self._timer: Optional[asyncio.TimerHandle] = None
@@ -122,7 +122,9 @@ class InnerCall(ResponseSink):
         try:
             self._start(path, arguments)
         except InferenceError as error:
-            self.fail(error)
+            outer = self.outer
+            # An ensemble step's request that does not fit its model names the ensemble's request, as Triton's.
+            self.fail(error.for_request(outer.id) if outer is not None and error.of_request else error)
         except Exception as error:  # noqa: BLE001 - a bad argument fails this call, never the loop
             self.fail(InferenceError.invalid(f"{type(error).__name__}: {error}"))
 
@@ -153,6 +155,7 @@ class InnerCall(ResponseSink):
             request.priority = outer.priority
             request.timeout_us = outer.timeout_us
             request.sequence = outer.sequence
+            request.partial_outputs = True
         self.model = model
         self.queued = model.submit(request, self, streaming)
         if self.queued is None:  # the response cache answered: that response is the call's only one
