@@ -265,6 +265,9 @@ def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() 
     def wrong(requests: List[Request]) -> List[Dict[str, Any]]:
         return [{"y": [1.0]} for _ in requests]  # a list, not an array
 
+    def forgets(requests: List[Request]) -> List[Dict[str, Any]]:
+        return [{} for _ in requests]  # `y` asked for: left out, as Triton leaves it out
+
     got: List[Any] = []
 
     def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
@@ -278,13 +281,14 @@ def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() 
             call_model("wrong", {"x": requests[0]["x"]})
         except ModelCallError as error:
             got.append(error.message)
+        got.append(sorted(call_model("forgets", {"x": requests[0]["x"]}, requested_outputs=["y"])))
         return [{"y": request["x"]} for request in requests]
 
     two_outputs = [Tensor(name="a", dtype=np.float32, shape=(-1,)), Tensor(name="b", dtype=np.float32, shape=(-1,))]
 
     def bind(triton: Triton) -> None:
         _bind(triton, "two", two, outputs=two_outputs)
-        _binding(undeclared=undeclared, wrong=wrong, caller=caller)(triton)
+        _binding(undeclared=undeclared, wrong=wrong, forgets=forgets, caller=caller)(triton)
 
     with running_triton(bind) as triton:
         url = http_url(triton)
@@ -292,6 +296,7 @@ def test_a_direct_inner_calls_outputs_are_checked_and_selected_as_a_responses() 
         assert seen[0] == seen[1] == seen[2]  # both calls to `two` ran on the caller's thread
         assert got[:3] == [["a", "b"], ["b"], ["y"]]
         assert "Not all values returned by `wrong` model callable are numpy arrays" in got[3]
+        assert got[4] == []
         assert sorted(kept) == ["a", "b"]
         stats = _statistics(url, "two")
         assert int(stats["inference_stats"]["success"]["count"]) == 2

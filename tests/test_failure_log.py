@@ -108,7 +108,6 @@ def test_an_exception_from_an_instance_process_is_logged_with_that_process_trace
     [
         ("no_batch", None, r"Outputs returned by `no_batch` model callable must be list of response dicts"),
         ("wrong_dtype", None, r"Returned output `y` for model `wrong_dtype` has invalid type"),
-        ("forgets_z", ["z"], r"output 'z' requested but not returned by model 'forgets_z'"),
         ("generator", None, r"Outputs returned by `generator` model callable must be list of response dicts"),
     ],
 )
@@ -121,6 +120,24 @@ def test_refused_outputs_are_logged_with_the_check_that_failed(
         rf"ERROR pytriton.model: model '{model}' version 1: the inference callable's outputs were refused "
         rf"\(1 request failed\): {cause}"
     )
+
+
+def test_an_output_asked_for_and_not_returned_is_left_out_with_one_warning(faulty: Any) -> None:
+    # As NVIDIA's PyTriton and Triton answer it (200 without the output); the operator hears of it once.
+    server, port = faulty
+    x = [{"name": "x", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]
+    for asked, answered in ((["z"], []), (["y", "z"], ["y"]), (["z"], [])):
+        body = {"inputs": x, "outputs": [{"name": name} for name in asked]}
+        status, document = post_json(port, "/v2/models/forgets_z/infer", body)
+        assert status == 200 and [output["name"] for output in document["outputs"]] == answered, document
+    server.wait_for(
+        r"WARNING pytriton.model: model 'forgets_z' version 1: a request asked for output 'z', which the inference "
+        r"callable did not return; it is left out of the response, as Triton leaves it out. Logged once for this "
+        r"output.$"
+    )
+    assert _infer(port, "raises")  # a marker: logged after the requests above
+    server.wait_for(r"model 'raises' version 1: the inference callable raised")
+    assert server.output().count("a request asked for output 'z'") == 1
 
 
 def test_a_generator_on_a_model_that_is_not_decoupled_is_reported_when_bound(faulty: Any) -> None:

@@ -170,7 +170,7 @@ async def _await_here(
         infer_end_ns = time.monotonic_ns()
         if type(results) is not list or len(results) != 1:
             results = check_results(spec, results, 1)
-        outputs = checked_outputs(spec, results[0], requested, scheduler.failures.undeclared_output)
+        outputs = checked_outputs(spec, results[0], requested, scheduler.failures)
     except BaseException as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError (a cancel: below)
         error = raised
     output_end_ns = time.monotonic_ns()
@@ -217,7 +217,7 @@ def _run_here(
         infer_end_ns = time.monotonic_ns()
         if type(results) is not list or len(results) != 1:
             results = check_results(spec, results, 1)
-        outputs = checked_outputs(spec, results[0], requested, scheduler.failures.undeclared_output)
+        outputs = checked_outputs(spec, results[0], requested, scheduler.failures)
     except Exception as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError
         error = raised
     finally:

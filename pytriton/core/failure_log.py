@@ -35,6 +35,7 @@ class FailureLog:
         self._model = model
         self._budget = LogBudget(self._held_back, burst=burst, interval_s=interval_s, clock=clock)
         self._undeclared: Set[str] = set()
+        self._unreturned: Set[str] = set()
 
     def callable_raised(self, error: BaseException, requests: int) -> None:
         """The callable raised `error`, failing `requests` requests: log it with its traceback at ERROR.
@@ -95,6 +96,22 @@ class FailureLog:
             "model %s: the inference callable returned output '%s', which the model config does not declare; "
             "it is left out of the responses (declare it in `outputs`, or bind with strict=True to refuse it). "
             "Logged once for this output.",
+            self._model,
+            name,
+        )
+
+    def unreturned_output(self, name: str) -> None:
+        """A request asked for output `name`, which the callable did not return: WARNING, the first time only.
+
+        It is left out of the response (what NVIDIA's PyTriton and Triton do: HTTP 200 without it), so the
+        operator is told once, not on every request.
+        """
+        if name in self._unreturned:
+            return
+        self._unreturned.add(name)
+        LOGGER.warning(
+            "model %s: a request asked for output '%s', which the inference callable did not return; it is left "
+            "out of the response, as Triton leaves it out. Logged once for this output.",
             self._model,
             name,
         )

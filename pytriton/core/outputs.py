@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -14,6 +14,16 @@ from pytriton.core.spec import ModelSpec
 from pytriton.proxy.types import Request, Response
 
 _ALLOWED_KINDS = "biufOSU"
+
+
+class OutputNotices(Protocol):
+    """Who hears of the outputs a callable's answer leaves to the server's judgement (core/failure_log.py)."""
+
+    def undeclared_output(self, name: str) -> None:
+        """The callable returned output `name`, which the config does not declare (it is left out)."""
+
+    def unreturned_output(self, name: str) -> None:
+        """A request asked for output `name`, which the callable did not return (it is left out)."""
 
 
 def check_results(spec: ModelSpec, results: Any, request_count: int) -> List[Any]:
@@ -36,25 +46,25 @@ def build_response(
     result: Any,
     requested: Optional[Sequence[str]],
     final: bool = True,
-    undeclared: Optional[Callable[[str], None]] = None,
-    partial: bool = False,
+    notices: Optional[OutputNotices] = None,
 ) -> InferenceResponse:
     """Check one response dict and select the outputs the request gets, in wire order.
 
     Framework arrays (torch, cupy, jax) become numpy arrays first, so the checks and the codecs see numpy only.
     A Request or Response object (what `lambda requests: requests` returns) counts as its mapping of arrays.
     Without `strict`, an output the config does not declare is left out of the response, as NVIDIA's PyTriton
-    leaves it out; `undeclared` is told its name (strict mode refuses it instead). A requested output the
-    callable did not return fails the request, unless `partial` (an ensemble step's request): then it is left out.
+    leaves it out (strict mode refuses it instead). An output the request asked for by name that the callable did
+    not return is left out too, in both modes, as NVIDIA's PyTriton and Triton's ensembles leave it out (Triton
+    answers 200 without it). `notices` hears of either.
     """
-    result, datatypes = _checked(spec, result, undeclared)
+    result, datatypes = _checked(spec, result, notices)
     outputs: List[OutputTensor] = []
     size = 0
     for name in spec.output_names if requested is None else requested:
         wire_type = datatypes.get(name)
         if wire_type is None:
-            if requested is not None and not partial:
-                raise _not_returned(spec, name)
+            if requested is not None and notices is not None:
+                notices.unreturned_output(name)
             continue
         value = result[name]
         if wire_type == "FP32" and spec.output_by_name[name].datatype == "BF16":
@@ -70,13 +80,13 @@ def checked_outputs(
     spec: ModelSpec,
     result: Any,
     requested: Optional[Sequence[str]],
-    undeclared: Optional[Callable[[str], None]] = None,
+    notices: Optional[OutputNotices] = None,
 ) -> Dict[str, np.ndarray]:
     """What `build_response` checks and selects, as the arrays by name: a direct inner call's answer.
 
     Its caller wants the arrays, not a response for the wire: no OutputTensor, no response, no dict made again.
     """
-    result, datatypes = _checked(spec, result, undeclared)
+    result, datatypes = _checked(spec, result, notices)
     if requested is None and result.keys() == spec.output_by_name.keys():
         selected = dict(result)  # every output, nothing else (a copy: the callable may return a dict it keeps)
     else:
@@ -84,8 +94,8 @@ def checked_outputs(
         for name in spec.output_names if requested is None else requested:
             if name in datatypes:
                 selected[name] = result[name]
-            elif requested is not None:
-                raise _not_returned(spec, name)
+            elif requested is not None and notices is not None:
+                notices.unreturned_output(name)
     limit = spec.max_response_bytes
     if limit:
         size = 0
@@ -97,9 +107,7 @@ def checked_outputs(
     return selected
 
 
-def _checked(
-    spec: ModelSpec, result: Any, undeclared: Optional[Callable[[str], None]]
-) -> Tuple[Dict[str, Any], Dict[str, str]]:
+def _checked(spec: ModelSpec, result: Any, notices: Optional[OutputNotices]) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """One response dict checked (framework arrays as numpy, declared casts done) and its outputs' datatypes."""
     if isinstance(result, (Request, Response)):
         result = result.data
@@ -118,8 +126,8 @@ def _checked(
         else:
             declared = spec.output_by_name.get(name)
             if declared is None:
-                if undeclared is not None:
-                    undeclared(name)
+                if notices is not None:
+                    notices.undeclared_output(name)
             elif datatype != declared.datatype and _casts(datatype, declared.datatype):
                 cast = cast if cast is not None else {}
                 cast[name] = value.astype(numpy_dtype(declared.datatype))
@@ -127,11 +135,6 @@ def _checked(
     if cast is not None:
         result = {**result, **cast}
     return result, datatypes
-
-
-def _not_returned(spec: ModelSpec, name: str) -> InferenceError:
-    """A requested output the callable did not return."""
-    return InferenceError.internal(f"output '{name}' requested but not returned by model '{spec.name}'")
 
 
 def _too_large(spec: ModelSpec, names: Sequence[str], size: int) -> InferenceError:

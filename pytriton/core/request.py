@@ -30,7 +30,6 @@ class InferenceRequest:
         "live_sequence",
         "origin",
         "parameters",
-        "partial_outputs",
         "priority",
         "requested_outputs",
         "sequence",
@@ -66,9 +65,6 @@ class InferenceRequest:
         self.origin: Optional[Tuple[Tuple[str, ...], int, Any]] = None
         # An ensemble step's: the ensemble's request adds the step's compute times (input, infer, output ns) here.
         self.compute_sink: Optional[List[int]] = None
-        # An ensemble step's: a requested output the callable does not return is left out of the response (as
-        # Triton's ensemble takes what a step answers), where a client's request fails for it.
-        self.partial_outputs = False
         self._shape_key: Optional[ShapeKey] = None
 
     @property

@@ -463,15 +463,10 @@ class Scheduler:
                 released = True
                 outcomes: List[Any] = []
                 refused: List[InferenceError] = []
-                undeclared = self.failures.undeclared_output
+                notices = self.failures
                 for entry, result in zip(batch, check_results(spec, results, len(batch))):
                     try:
-                        request = entry.request
-                        outcomes.append(
-                            build_response(
-                                spec, result, request.requested_outputs, True, undeclared, request.partial_outputs
-                            )
-                        )
+                        outcomes.append(build_response(spec, result, entry.request.requested_outputs, True, notices))
                     except InferenceError as error:  # wrong or oversized outputs fail only this request
                         outcomes.append(error)
                         refused.append(error)
@@ -576,14 +571,8 @@ class Scheduler:
                 results = check_results(self.spec, step, len(batch))
                 for entry, result in zip(batch, results):
                     if result is not None and not entry.sink.done():
-                        request = entry.request
                         response = build_response(
-                            self.spec,
-                            result,
-                            request.requested_outputs,
-                            False,
-                            self.failures.undeclared_output,
-                            request.partial_outputs,
+                            self.spec, result, entry.request.requested_outputs, False, self.failures
                         )
                         entry.sink.deliver(response)
                         if not entry.responded:

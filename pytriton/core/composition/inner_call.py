@@ -66,7 +66,7 @@ class InnerCall(ResponseSink):
         # An ensemble step's: where its model adds the request's compute times (input, infer, output ns).
         self.compute: Optional[List[int]] = None
         # An ensemble step's: the ensemble's request, whose id, priority, timeout and sequence parameters the step's
-        # request takes, as Triton's ensemble scheduler gives them to its steps; its request's outputs may be partial.
+        # request takes, as Triton's ensemble scheduler gives them to its steps.
         self.outer: Optional[InferenceRequest] = None
         self._path: Optional[CallPath] = None
         self._timer: Optional[asyncio.TimerHandle] = None
@@ -155,7 +155,6 @@ class InnerCall(ResponseSink):
             request.priority = outer.priority
             request.timeout_us = outer.timeout_us
             request.sequence = outer.sequence
-            request.partial_outputs = True
         self.model = model
         self.queued = model.submit(request, self, streaming)
         if self.queued is None:  # the response cache answered: that response is the call's only one
