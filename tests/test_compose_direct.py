@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from pytriton.compose import ModelCallError, call_model, call_model_async
+from pytriton.core.doorbell import QUIET_CALLS
 from pytriton.metrics import MetricFamily
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
@@ -172,6 +173,43 @@ def test_an_inner_call_to_an_idle_model_runs_on_the_callers_thread_and_is_counte
         assert int(stats["inference_stats"]["success"]["count"]) == 3
         assert _batch_counts(stats) == {1: 3}
         assert _scheduler(triton, "inner").open_requests == (0, 0)
+
+
+def test_a_long_calls_direct_inner_calls_are_counted_while_it_still_runs() -> None:
+    # A direct call's statistics wait for its caller's batch to be answered, but fewer than QUIET_CALLS of them
+    # at a time: a caller that makes many calls and then runs on has the others counted meanwhile.
+    inner, release = _Inner(), threading.Event()
+
+    def many(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        for _ in range(200):
+            call_model("inner", {"x": requests[0]["x"]})
+        release.wait(10)
+        return [{"y": request["x"]} for request in requests]
+
+    with running_triton(_binding(inner=inner, many=many)) as triton:
+        url = http_url(triton)
+        answered: List[Any] = []
+
+        def ask() -> None:
+            try:
+                answered.append(_infer(url, "many", 1.0))
+            except Exception as error:  # noqa: BLE001 - the test reports it
+                answered.append(error)
+
+        client = threading.Thread(target=ask)
+        client.start()
+        try:
+            wait_until(lambda: len(inner.batches) == 200, "the 200 inner calls")
+            wait_until(
+                lambda: int(_statistics(url, "inner")["inference_stats"]["success"]["count"]) > 200 - QUIET_CALLS,
+                "the inner calls counted while their caller still runs",
+            )
+            assert client.is_alive(), answered
+        finally:
+            release.set()
+            client.join(10)
+        assert answered[0].tolist() == [[1.0]]
+        wait_until(lambda: int(_statistics(url, "inner")["inference_stats"]["success"]["count"]) == 200)
 
 
 def test_inner_calls_to_a_busy_model_queue_and_batch_with_client_requests_in_its_own_thread() -> None:
