@@ -98,7 +98,7 @@ BAD_BODIES = {
     "unknown datatype": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP128", "data": [1]}]}',
         400,
-        "invalid 'datatype'",
+        "invalid datatype for input INPUT_1",
     ),
     "wrong rank": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}',

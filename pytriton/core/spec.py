@@ -189,8 +189,11 @@ class ModelSpec:
         if not batch_sizes:
             return 1
         if self.batching and len(batch_sizes) > 1 and batch_sizes.count(batch_sizes[0]) != len(batch_sizes):
+            # Triton's words; it names the first input its hash map visits that differs from the one before,
+            # which for two inputs `a` and `b` is `a`: here the first input that differs from the last one.
+            other = next(name for name, size in zip(names, batch_sizes) if size != batch_sizes[-1])
             raise InferenceError.invalid_input(
-                f"inputs of request for model '{self.name}' have different batch sizes {list(batch_sizes)}"
+                f"input '{other}' batch size does not match other inputs for '{self.name}'"
             )
         return batch_sizes[0]
 

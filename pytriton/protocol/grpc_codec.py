@@ -372,10 +372,12 @@ def _read_output_header(output: Message) -> Tuple[str, int, Optional[TensorRegio
     parameters = output.parameters
     value = 0
     if "classification" in parameters:
-        count = parameters["classification"]
-        if count.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param") or (count.int64_param < 0):
-            raise InferenceError.invalid(f"'classification' of output '{output.name}' must be a non-negative integer")
-        value = count.int64_param or count.uint64_param
+        count = parameters["classification"]  # Triton takes an int64_param above 0 only, in these words
+        if count.WhichOneof("parameter_choice") != "int64_param":
+            raise InferenceError.invalid("invalid value type for 'classification' parameter, expected int64_param")
+        if count.int64_param <= 0:
+            raise InferenceError.invalid("invalid value for 'classification' parameter, expected >= 0")
+        value = count.int64_param
     return output.name, value, _region(parameters, "output", output)
 
 

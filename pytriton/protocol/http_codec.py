@@ -351,7 +351,7 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
     if type(name) is not str:
         raise InferenceError.invalid("each input must have a string 'name'")
     if type(datatype) is not str or not is_known_datatype(datatype):
-        raise InferenceError.invalid(f"input '{name}' has an invalid 'datatype': {datatype!r}")
+        raise InferenceError.invalid(f"invalid datatype for input {name}")  # Triton's words
     if type(shape) is not list:
         raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
     for dim in shape:
@@ -390,7 +390,7 @@ def _requested_outputs(
     spec: ModelSpec, raw_outputs: Any, binary_default: bool, memory: Optional[SystemSharedMemory]
 ) -> Tuple[Optional[List[str]], OutputFormat]:
     """The requested output names (None = all), their binary flags and the regions of those in shared memory."""
-    if raw_outputs is None:
+    if raw_outputs is None or raw_outputs == []:  # Triton answers an empty 'outputs' with every output
         return None, OutputFormat({}, binary_default)
     if not isinstance(raw_outputs, list):
         raise InferenceError.invalid("'outputs' must be an array")
