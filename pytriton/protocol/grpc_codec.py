@@ -494,15 +494,18 @@ def empty_final_response(spec: ModelSpec, request_id: str) -> EncodedResponse:
     return EncodedResponse(message, [])
 
 
-def stream_error(request_id: str, error_message: str, spec: Optional[ModelSpec] = None) -> Message:
+def stream_error(
+    request_id: str, error_message: str, spec: Optional[ModelSpec] = None, asked_version: str = ""
+) -> Message:
     """A ModelStreamInferResponse carrying an error, as Triton's: the request's id, and the model's.
 
-    The model's name and version, and the final-response flag, only when it failed in the model (`spec`).
+    The model's name, the version the request asked for (none when it asked for none, as nvidia-pytriton 0.7
+    answered), and the final-response flag, only when it failed in the model (`spec`).
     """
     infer_response = service_pb2.ModelInferResponse(id=request_id)
     if spec is not None:
         infer_response.model_name = spec.name
-        infer_response.model_version = spec.version_str
+        infer_response.model_version = asked_version
         infer_response.parameters[FINAL_RESPONSE_PARAMETER].bool_param = True
     return service_pb2.ModelStreamInferResponse(error_message=error_message, infer_response=infer_response)
 
