@@ -228,8 +228,9 @@ def _binary_body(sizes, payload: bytes):
 @pytest.mark.parametrize(
     ("sizes", "payload", "message"),
     [
-        ([8], b"\x00" * 4, "unexpected end of binary data"),
-        ([8], b"\x00" * 12, "after the last input"),
+        # nvidia-pytriton 0.7's words
+        ([8], b"\x00" * 4, "unexpected size for input 'INPUT_1', expecting 4 additional bytes for model 'identity'"),
+        ([8], b"\x00" * 12, "unexpected additional input data for model 'identity'"),
         ([4], b"\x00" * 4, "input byte size mismatch for input 'INPUT_1' for model 'identity'. Expected 8, got 4"),
         ([-1], b"", "non-negative"),
     ],

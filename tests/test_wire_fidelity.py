@@ -403,6 +403,22 @@ def test_numbers_returned_for_a_bytes_output_go_out_as_their_text(start_triton: 
     ]
 
 
+def test_fp16_in_typed_grpc_contents_is_refused_in_tritons_words(start_triton: Any) -> None:
+    triton = start_triton(_bind_odd_outputs)
+    request_message = service_pb2.ModelInferRequest(model_name="half")
+    tensor = request_message.inputs.add(name="h", datatype="FP16", shape=[1, 1])
+    tensor.contents.fp32_contents.append(1.5)
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request_message)
+    # nvidia-pytriton 0.7.0's answer, word for word
+    assert (refused.value.code(), refused.value.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "unexpected explicit tensor data for input tensor 'h' for model 'half' of type 'FP32', expected datatype "
+        "'FP16'",
+    )
+
+
 def test_fp16_in_json_is_refused_in_tritons_words(start_triton: Any) -> None:
     triton = start_triton(_bind_odd_outputs)
     body = {"inputs": [{"name": "h", "datatype": "FP16", "shape": [1, 1], "data": [1.5]}]}
@@ -465,6 +481,17 @@ def test_grpc_refusals_in_tritons_words(triton: Triton) -> None:
         with pytest.raises(grpc.RpcError) as refused:
             stub.ModelInfer(asked, metadata=list(GRPC_AUTH.items()))
         answers[case] = (refused.value.code(), refused.value.details())
+    unknown_type = service_pb2.ModelInferRequest()
+    unknown_type.CopyFrom(request_message)
+    unknown_type.inputs[0].datatype = "FOO"
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ModelInfer(unknown_type)
+    answers["datatype"] = (refused.value.code(), refused.value.details())
+    for version in ("abc", "-1"):
+        statistics = service_pb2.ModelStatisticsRequest(name="add", version=version)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelStatistics(statistics, metadata=list(GRPC_AUTH.items()))
+        answers[f"statistics {version}"] = (refused.value.code(), refused.value.details())
     index = service_pb2.RepositoryIndexRequest(repository_name="x")
     with pytest.raises(grpc.RpcError) as refused:
         stub.RepositoryIndex(index, metadata=list(GRPC_AUTH.items()))
@@ -480,6 +507,19 @@ def test_grpc_refusals_in_tritons_words(triton: Triton) -> None:
         "string": (
             grpc.StatusCode.INVALID_ARGUMENT,
             "invalid value type for 'classification' parameter, expected int64_param",
+        ),
+        "datatype": (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'add' expects 'FP32'",
+        ),
+        "statistics abc": (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "failed to get model version from specified version string 'abc' (details: stol), version should be an "
+            "integral value > 0",
+        ),
+        "statistics -1": (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid model version specified '-1' , version should be an integral value > 0",
         ),
         "repository": (grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"),
         "log format": (grpc.StatusCode.INVALID_ARGUMENT, "invalid argument for log_format, got: xml"),

@@ -119,8 +119,8 @@ def decode_infer_request(
             spec.check_input_count([header.name for header in headers])
         for index, header in enumerate(headers):
             name, datatype, shape, region = header.name, header.datatype, header.shape, header.region
-            if not header.known_datatype:
-                raise InferenceError.invalid(f"input '{name}' has an invalid datatype '{datatype}'")
+            if not header.known_datatype:  # Triton's name for it, which no input has: check_input refuses it
+                datatype = "<invalid>"
             batch_sizes.append(spec.check_input(name, datatype, shape))
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
@@ -219,17 +219,17 @@ def _no_data(name: str, model: str) -> str:
 
 def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
     """Build an array from the typed `contents` of input `name` of `model`."""
-    field = _CONTENTS_FIELD.get(datatype)
-    if field is None:
-        raise InferenceError.invalid(
-            f"input '{name}' of datatype {datatype} cannot be sent in typed contents, use raw_input_contents"
-        )
+    field = _CONTENTS_FIELD.get(datatype)  # None for FP16 and BF16, which have no field: any set is the wrong one
     for other, _ in contents.ListFields():  # the fields that hold values
         if other.name != field:
             raise InferenceError.invalid(
                 f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
                 f"'{_CONTENTS_TYPE[other.name]}', expected datatype '{datatype}'"
             )
+    if field is None:
+        raise InferenceError.invalid(
+            f"input '{name}' of datatype {datatype} cannot be sent in typed contents, use raw_input_contents"
+        )
     values = getattr(contents, field)
     count = element_count(shape)
     if len(values) != count:  # Triton's messages: in elements for BYTES, in bytes for the others

@@ -107,7 +107,7 @@ def decode_infer_request(
                 if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
                     raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
                 inputs[name] = array_from_raw(
-                    _binary(view, offset, binary_size, size, name), datatype, shape, name, spec.name
+                    _binary(view, offset, binary_size, size, name, spec.name), datatype, shape, name, spec.name
                 )
                 offset += binary_size
             elif "data" in raw:
@@ -115,7 +115,7 @@ def decode_infer_request(
                 inputs[name] = array_from_json(raw["data"], datatype, shape, name)
             else:
                 _one_source_only([])
-        _no_binary_left(offset, size)
+        _no_binary_left(offset, size, spec.name)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
@@ -144,21 +144,20 @@ def decode_infer_request(
     return request, output_format
 
 
-def _binary(view: Optional[memoryview], offset: int, binary_size: int, size: int, name: str) -> memoryview:
+def _binary(view: Optional[memoryview], offset: int, binary_size: int, size: int, name: str, model: str) -> memoryview:
     """An input's `binary_size` bytes of the body from `offset` (an empty view for a body of the header alone)."""
     if offset + binary_size > size:
-        raise InferenceError.invalid(
-            f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, {size - offset} left"
+        missing = offset + binary_size - size
+        raise InferenceError.invalid(  # Triton's words
+            f"unexpected size for input '{name}', expecting {missing} additional bytes for model '{model}'"
         )
     return view[offset : offset + binary_size] if view is not None else memoryview(b"")
 
 
-def _no_binary_left(offset: int, size: int) -> None:
-    """Refuse binary data after the last input's."""
+def _no_binary_left(offset: int, size: int, model: str) -> None:
+    """Refuse binary data after the last input's (in Triton's words)."""
     if offset != size:
-        raise InferenceError.invalid(
-            f"unexpected {size - offset} bytes of binary data after the last input of the request"
-        )
+        raise InferenceError.invalid(f"unexpected additional input data for model '{model}'")
 
 
 # What an input's header says: name, datatype, shape, binary_data_size (None: none) and region (None: none).
@@ -251,10 +250,10 @@ def _decode_planned(
                 continue
             binary_size = binary_size or 0  # (never None: an input of a plan is in a region or in the body)
             inputs[name] = array_from_raw(
-                _binary(view, offset, binary_size, size, name), datatype, shape, name, spec.name
+                _binary(view, offset, binary_size, size, name, spec.name), datatype, shape, name, spec.name
             )
             offset += binary_size
-        _no_binary_left(offset, size)
+        _no_binary_left(offset, size, spec.name)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
