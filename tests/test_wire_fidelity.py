@@ -524,3 +524,26 @@ def test_grpc_refusals_in_tritons_words(triton: Triton) -> None:
         "repository": (grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"),
         "log format": (grpc.StatusCode.INVALID_ARGUMENT, "invalid argument for log_format, got: xml"),
     }
+
+
+def test_server_metadata_lists_the_extensions_in_tritons_order(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: classification, sequence, model_repository, model_repository(unload_dependents),
+    # schedule_policy, model_configuration, system_shared_memory, cuda_shared_memory, binary_tensor_data, parameters,
+    # statistics, trace, logging. This server leaves cuda_shared_memory out (as before) and lists generate.
+    status, _, raw = request(triton.http_port, "GET", "/v2")
+    assert status == 200
+    assert json.loads(raw)["extensions"] == [
+        "classification",
+        "sequence",
+        "model_repository",
+        "model_repository(unload_dependents)",
+        "schedule_policy",
+        "model_configuration",
+        "system_shared_memory",
+        "binary_tensor_data",
+        "parameters",
+        "statistics",
+        "generate",
+        "trace",
+        "logging",
+    ]
