@@ -547,3 +547,36 @@ def test_server_metadata_lists_the_extensions_in_tritons_order(triton: Triton) -
         "trace",
         "logging",
     ]
+
+
+def test_an_output_named_twice_takes_its_first_namings_parameters(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: `sum` named with binary_data, then without, came binary; the other way round, as JSON
+    # (this server took the last naming's).
+    ab = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("a", "b")]
+    answers = []
+    for first, second in (({"binary_data": True}, {}), ({}, {"binary_data": True})):
+        outputs = [{"name": "sum", "parameters": first}, {"name": "sum", "parameters": second}]
+        body = json.dumps({"inputs": ab, "outputs": outputs}).encode()
+        status, headers, raw = request(triton.http_port, "POST", "/v2/models/add/infer", body)
+        assert status == 200, raw
+        answers.append("inference-header-content-length" in headers)
+    assert answers == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("length", "message"),
+    [
+        ("-1", "inference header size should be in range (0, 11), got: -1"),
+        ("99999", "inference header size should be in range (0, 11), got: 99999"),
+        (
+            "0",
+            "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got 2 inputs "
+            "in 'add' model configuration",
+        ),
+    ],
+)
+def test_a_bad_inference_header_length_is_refused_in_tritons_words(triton: Triton, length: str, message: str) -> None:
+    # nvidia-pytriton 0.7.0's answers, word for word
+    headers = {"Inference-Header-Content-Length": length}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", b'{"x": "yz"}', headers)
+    assert (status, json.loads(raw)) == (400, {"error": message})

@@ -57,8 +57,8 @@ def decode_infer_request(
     elif header_length == 0:
         return _decode_raw_body(spec, body, forwarded_headers)
     elif header_length < 0 or header_length > size:
-        raise InferenceError.invalid(
-            f"Inference-Header-Content-Length {header_length} is out of range for a body of {size} bytes"
+        raise InferenceError.invalid(  # Triton's words
+            f"inference header size should be in range (0, {size}), got: {header_length}"
         )
     header = body if header_length == size else memoryview(body)[:header_length]
     key = _plan_key(header)
@@ -287,9 +287,11 @@ def _decode_raw_body(
 ) -> Tuple[InferenceRequest, OutputFormat]:
     """`Inference-Header-Content-Length: 0`: the whole body is the model's single input."""
     if len(spec.inputs) != 1:
-        raise InferenceError.invalid(
-            f"a request without an inference header needs a model with one input; '{spec.name}' has {len(spec.inputs)}"
+        message = (  # Triton's words; a raw request has no id
+            f"Raw request must only have 1 input (found 1) to be deduced but got {len(spec.inputs)} inputs in "
+            f"'{spec.name}' model configuration"
         )
+        raise InferenceError.invalid_input(message).for_request("")
     tensor = spec.inputs[0]
     if tensor.datatype not in ELEMENT_SIZE:
         raise InferenceError.invalid(f"a request without an inference header cannot carry {tensor.datatype} data")
@@ -401,8 +403,8 @@ def _requested_outputs(
         name = raw.get("name") if type(raw) is dict else None
         if type(name) is not str:
             raise InferenceError.invalid("each element of 'outputs' must be an object with a string 'name'")
-        if name in binary:  # named again: one output, as Triton answers (the last naming's parameters)
-            names.remove(name)
+        if name in binary:  # named again: one output, as Triton answers (the first naming's parameters)
+            continue
         names.append(name)
         parameters = raw.get("parameters")
         if parameters is None:
