@@ -580,3 +580,13 @@ def test_a_bad_inference_header_length_is_refused_in_tritons_words(triton: Trito
     headers = {"Inference-Header-Content-Length": length}
     status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", b'{"x": "yz"}', headers)
     assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: Triton) -> None:
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/generate", json.dumps({"a": [1.0]}))
+    # nvidia-pytriton 0.7.0's answer, word for word
+    message = (
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'add'. Got input(s) ['a'], but "
+        "missing required input(s) ['b']. Please provide all required input(s)."
+    )
+    assert (status, json.loads(raw)) == (400, {"error": message})

@@ -189,9 +189,9 @@ class ModelSpec:
         if not batch_sizes:
             return 1
         if self.batching and len(batch_sizes) > 1 and batch_sizes.count(batch_sizes[0]) != len(batch_sizes):
-            # Triton's words; it names the first input its hash map visits that differs from the one before,
-            # which for two inputs `a` and `b` is `a`: here the first input that differs from the last one.
-            other = next(name for name, size in zip(names, batch_sizes) if size != batch_sizes[-1])
+            # Triton's words; it names the first input its hash map visits (libstdc++: the last first, as in
+            # _count_error) whose batch size differs from the first visited's.
+            other = next(name for name, size in zip(names[::-1], batch_sizes[::-1]) if size != batch_sizes[-1])
             raise InferenceError.invalid_input(
                 f"input '{other}' batch size does not match other inputs for '{self.name}'"
             )
