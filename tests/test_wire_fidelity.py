@@ -17,6 +17,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
@@ -356,15 +357,21 @@ def _numbers_for_text(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
 
 def _bind_odd_outputs(triton: Triton) -> None:
     vector = [Tensor(name=name, dtype=np.float32, shape=(-1,)) for name in ("a", "b", "sum", "diff")]
-    triton.bind("rev", _reversed_outputs, inputs=vector[:2], outputs=vector[2:], config=ModelConfig(max_batch_size=4))
+    batching = ModelConfig(max_batch_size=4)
+    triton.bind("rev", _reversed_outputs, inputs=vector[:2], outputs=vector[2:], config=batching)
+    triton.bind(
+        "rev_process", ProcessInstances(_reversed_outputs), inputs=vector[:2], outputs=vector[2:], config=batching
+    )
     texts = [Tensor(name=name, dtype=bytes, shape=(-1,)) for name in ("i", "f", "b")]
     triton.bind("text", _numbers_for_text, inputs=vector[:1], outputs=texts, config=ModelConfig(max_batch_size=4))
     half = [Tensor(name="h", dtype=np.float16, shape=(-1,))]
     triton.bind("half", lambda requests: requests, inputs=half, outputs=half, config=ModelConfig(max_batch_size=4))
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
-def test_outputs_come_in_the_callables_order_and_empty_outputs_means_all(start_triton: Any, frontends: Any) -> None:
+@pytest.mark.parametrize(("model", "frontends"), [("rev", None), ("rev", 2), ("rev_process", None)])
+def test_outputs_come_in_the_callables_order_and_empty_outputs_means_all(
+    start_triton: Any, model: str, frontends: Any
+) -> None:
     # nvidia-pytriton 0.7.0, its callable returning `diff` before `sum` (declared `sum` first): every request below
     # got [diff, sum], over HTTP and gRPC, `"outputs": []` included (this server answered [] to it, and the
     # request's order to the others).
@@ -374,7 +381,7 @@ def test_outputs_come_in_the_callables_order_and_empty_outputs_means_all(start_t
         body: Dict[str, Any] = {"inputs": ab}
         if outputs is not None:
             body["outputs"] = [{"name": name} for name in outputs]
-        status, _, raw = request(triton.http_port, "POST", "/v2/models/rev/infer", json.dumps(body).encode())
+        status, _, raw = request(triton.http_port, "POST", f"/v2/models/{model}/infer", json.dumps(body).encode())
         assert status == 200, raw
         assert [output["name"] for output in json.loads(raw)["outputs"]] == ["diff", "sum"], outputs
         client = grpcclient.InferenceServerClient(grpc_url(triton))
@@ -382,7 +389,7 @@ def test_outputs_come_in_the_callables_order_and_empty_outputs_means_all(start_t
         for infer_input in inputs:
             infer_input.set_data_from_numpy(_floats(1, 2))
         requested = None if outputs is None else [grpcclient.InferRequestedOutput(name) for name in outputs]
-        result = client.infer("rev", inputs, outputs=requested)
+        result = client.infer(model, inputs, outputs=requested)
         client.close()
         assert [output.name for output in result.get_response().outputs] == ["diff", "sum"], outputs
 
