@@ -597,3 +597,22 @@ def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: 
         "missing required input(s) ['b']. Please provide all required input(s)."
     )
     assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+def test_of_several_bad_inputs_the_last_is_named_as_triton_names_it(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0, both inputs of `add` sent without a batch dimension, over HTTP and gRPC alike:
+    # "[request id: <id_unknown>] unexpected shape for input 'b' for model 'add'. Expected [-1,-1], got [2]. ..."
+    # (Triton checks them in its hash map's order, the last first; this server named `a`.)
+    ab = [_input(name, "FP32", [2], [1, 2]) for name in ("a", "b")]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": ab}))
+    answers = [(status, json.loads(raw)["error"].split(".")[0])]
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    inputs = [grpcclient.InferInput(name, [2], "FP32") for name in ("a", "b")]
+    for infer_input in inputs:
+        infer_input.set_data_from_numpy(np.array([1, 2], np.float32))
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("add", inputs)
+    client.close()
+    answers.append((400, str(refused.value.message()).split(".")[0]))
+    expected = "[request id: <id_unknown>] unexpected shape for input 'b' for model 'add'"
+    assert answers == [(400, expected)] * 2

@@ -121,7 +121,15 @@ def decode_infer_request(
             name, datatype, shape, region = header.name, header.datatype, header.shape, header.region
             if not header.known_datatype:  # Triton's name for it, which no input has: check_input refuses it
                 datatype = "<invalid>"
-            batch_sizes.append(spec.check_input(name, datatype, shape))
+            try:
+                batch_sizes.append(spec.check_input(name, datatype, shape))
+            except InferenceError:
+                later = [
+                    (other.name, other.datatype if other.known_datatype else "<invalid>", other.shape)
+                    for other in headers[index + 1 :]
+                ]
+                spec.check_inputs_last_first(later)
+                raise
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             has_contents = header.has_contents

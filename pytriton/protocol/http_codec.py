@@ -89,11 +89,15 @@ def decode_infer_request(
     try:
         if not spec.input_count_fits(len(raw_inputs)):
             spec.check_input_count([_name_of(raw) for raw in raw_inputs])
-        for raw in raw_inputs:
+        for index, raw in enumerate(raw_inputs):
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
-            batch_sizes.append(spec.check_input(name, datatype, shape))
+            try:
+                batch_sizes.append(spec.check_input(name, datatype, shape))
+            except InferenceError:
+                spec.check_inputs_last_first([_tensor_header(later)[:3] for later in raw_inputs[index + 1 :]])
+                raise
             binary_size = tensor_parameters.get("binary_data_size")
             region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
             if planned is not None:
@@ -241,10 +245,14 @@ def _decode_planned(
     try:
         if not spec.input_count_fits(len(plan.inputs)):
             spec.check_input_count([planned[0] for planned in plan.inputs])
-        for name, datatype, shape, binary_size, region in plan.inputs:
+        for index, (name, datatype, shape, binary_size, region) in enumerate(plan.inputs):
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
-            batch_sizes.append(spec.check_input(name, datatype, shape))
+            try:
+                batch_sizes.append(spec.check_input(name, datatype, shape))
+            except InferenceError:
+                spec.check_inputs_last_first([later[:3] for later in plan.inputs[index + 1 :]])
+                raise
             if region is not None:
                 inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
                 continue
