@@ -616,3 +616,29 @@ def test_of_several_bad_inputs_the_last_is_named_as_triton_names_it(triton: Trit
     answers.append((400, str(refused.value.message()).split(".")[0]))
     expected = "[request id: <id_unknown>] unexpected shape for input 'b' for model 'add'"
     assert answers == [(400, expected)] * 2
+
+
+def test_an_output_named_twice_with_class_counts(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: over gRPC `sum` named with classification 1 then 2 came as 1 class, named plain then
+    # with classification 1 as 1 class (this server took the last count); over HTTP a bad count in the second naming
+    # failed the request ({"error":"Unable to set 'classification': attempt to access JSON non-unsigned-integer as
+    # unsigned-integer"}, a 500 this server answers 400) where this server skipped it.
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    inputs = [grpcclient.InferInput(name, [1, 2], "FP32") for name in ("a", "b")]
+    for infer_input in inputs:
+        infer_input.set_data_from_numpy(_floats(1, 2))
+    shapes = []
+    for counts in ((1, 2), (0, 1)):
+        outputs = [grpcclient.InferRequestedOutput("sum", class_count=count) for count in counts]
+        shapes.append(client.infer("add", inputs, outputs=outputs).as_numpy("sum").shape)
+    client.close()
+    assert shapes == [(1, 1), (1, 1)]
+    ab = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("a", "b")]
+    outputs = [{"name": "sum"}, {"name": "sum", "parameters": {"classification": -1}}]
+    status, _, raw = request(
+        triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": ab, "outputs": outputs})
+    )
+    assert (status, json.loads(raw)) == (
+        400,
+        {"error": "'classification' of output 'sum' must be a non-negative integer"},
+    )

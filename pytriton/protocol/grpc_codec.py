@@ -271,7 +271,7 @@ def _requested_outputs(
     regions: Dict[str, TensorRegion] = {}
     classes: Dict[str, int] = {}
     for name, count, region in outputs:
-        if count:
+        if count and name not in classes:  # named again: the first class count asked for, as Triton answers
             classes[name] = count
         if region is not None:
             _memory(memory).check(region.region, region.offset, region.byte_size)

@@ -411,24 +411,28 @@ def _requested_outputs(
         name = raw.get("name") if type(raw) is dict else None
         if type(name) is not str:
             raise InferenceError.invalid("each element of 'outputs' must be an object with a string 'name'")
-        if name in binary:  # named again: one output, as Triton answers (the first naming's parameters)
-            continue
-        names.append(name)
+        # Named again: one output, with the first naming's parameters, as Triton answers; it checks the others.
+        first = name not in binary
+        if first:
+            names.append(name)
         parameters = raw.get("parameters")
         if parameters is None:
-            binary[name] = False
+            if first:
+                binary[name] = False
             continue
         parameters = json_object_field(parameters, "parameters of output", name)
         count = parameters.get("classification")
-        if count is not None:
-            if type(count) is not int or count < 0:
-                raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
-            if count:
-                classes[name] = count
-        binary[name] = parameters.get("binary_data", False) is True
+        if count is not None and (type(count) is not int or count < 0):
+            raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
         region = tensor_region(parameters, "output", name) if REGION in parameters else None
         if region is not None:
             _memory(memory).check(region.region, region.offset, region.byte_size)
+        if not first:
+            continue
+        if count:
+            classes[name] = count
+        binary[name] = parameters.get("binary_data", False) is True
+        if region is not None:
             regions[name] = region
     spec.check_requested_outputs(names)
     return names, OutputFormat(binary, binary_default, regions or None, classes or None)
