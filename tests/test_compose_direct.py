@@ -376,7 +376,7 @@ def test_an_inner_calls_inputs_are_checked_as_a_clients() -> None:
     assert errors[2] == "inference input 'x' data-type is 'INT32', but model 'inner' expects 'FP32'"
     assert errors[3] == "inference request batch-size must be <= 8 for 'inner'"
     assert errors[4].startswith("expected 2 inputs but got 1 inputs for model 'pair'")
-    assert errors[5] == "inputs of request for model 'pair' have different batch sizes [1, 2]"
+    assert errors[5] == "input 'a' batch size does not match other inputs for 'pair'"
     assert len(errors) == 6
 
 

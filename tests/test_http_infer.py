@@ -385,8 +385,8 @@ def test_a_header_sent_again_is_checked_against_its_own_body_and_headers(server)
         ]
         np.testing.assert_array_equal(np.frombuffer(body[length:], np.float32), a + b)
     for tail, error in (
-        (bytes(12), "unexpected end of binary data for input 'b': 8 bytes expected, 4 left"),
-        (bytes(20), "unexpected 4 bytes of binary data after the last input of the request"),
+        (bytes(12), "unexpected size for input 'b', expecting 4 additional bytes for model 'add_sub'"),
+        (bytes(20), "unexpected additional input data for model 'add_sub'"),
     ):
         status, _, body = request(server.http_port, "POST", "/v2/models/add_sub/infer", header + tail, headers)
         assert (status, json.loads(body)) == (400, {"error": error})

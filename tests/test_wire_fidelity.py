@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Iterator, List
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
@@ -341,3 +344,301 @@ def test_requested_output_names_list_every_output_when_none_is_named(triton: Tri
         {"names": ["diff"], "inputs": ["a", "b"]},
         {"names": ["sum", "diff"], "inputs": ["a", "b"]},
     ]
+
+
+def _reversed_outputs(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"diff": item["a"] - item["b"], "sum": item["a"] + item["b"]} for item in requests]
+
+
+def _numbers_for_text(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    numbers = {"i": np.array([[7], [8]], np.int32), "f": np.array([[0.1, 7.5]], np.float32), "b": np.array([[True]])}
+    return [dict(numbers) for _ in requests]
+
+
+def _bind_odd_outputs(triton: Triton) -> None:
+    vector = [Tensor(name=name, dtype=np.float32, shape=(-1,)) for name in ("a", "b", "sum", "diff")]
+    batching = ModelConfig(max_batch_size=4)
+    triton.bind("rev", _reversed_outputs, inputs=vector[:2], outputs=vector[2:], config=batching)
+    triton.bind(
+        "rev_process", ProcessInstances(_reversed_outputs), inputs=vector[:2], outputs=vector[2:], config=batching
+    )
+    texts = [Tensor(name=name, dtype=bytes, shape=(-1,)) for name in ("i", "f", "b")]
+    triton.bind("text", _numbers_for_text, inputs=vector[:1], outputs=texts, config=ModelConfig(max_batch_size=4))
+    half = [Tensor(name="h", dtype=np.float16, shape=(-1,))]
+    triton.bind("half", lambda requests: requests, inputs=half, outputs=half, config=ModelConfig(max_batch_size=4))
+
+
+@pytest.mark.parametrize(("model", "frontends"), [("rev", None), ("rev", 2), ("rev_process", None)])
+def test_outputs_come_in_the_callables_order_and_empty_outputs_means_all(
+    start_triton: Any, model: str, frontends: Any
+) -> None:
+    # nvidia-pytriton 0.7.0, its callable returning `diff` before `sum` (declared `sum` first): every request below
+    # got [diff, sum], over HTTP and gRPC, `"outputs": []` included (this server answered [] to it, and the
+    # request's order to the others).
+    triton = start_triton(_bind_odd_outputs, frontends=frontends)
+    ab = [{"name": name, "datatype": "FP32", "shape": [1, 2], "data": [1, 2]} for name in ("a", "b")]
+    for outputs in (None, [], ["sum", "diff"], ["diff", "sum"], ["sum", "diff", "sum"]):
+        body: Dict[str, Any] = {"inputs": ab}
+        if outputs is not None:
+            body["outputs"] = [{"name": name} for name in outputs]
+        status, _, raw = request(triton.http_port, "POST", f"/v2/models/{model}/infer", json.dumps(body).encode())
+        assert status == 200, raw
+        assert [output["name"] for output in json.loads(raw)["outputs"]] == ["diff", "sum"], outputs
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        inputs = [grpcclient.InferInput(name, [1, 2], "FP32") for name in ("a", "b")]
+        for infer_input in inputs:
+            infer_input.set_data_from_numpy(_floats(1, 2))
+        requested = None if outputs is None else [grpcclient.InferRequestedOutput(name) for name in outputs]
+        result = client.infer(model, inputs, outputs=requested)
+        client.close()
+        assert [output.name for output in result.get_response().outputs] == ["diff", "sum"], outputs
+
+
+def test_numbers_returned_for_a_bytes_output_go_out_as_their_text(start_triton: Any) -> None:
+    # nvidia-pytriton 0.7.0 (not strict) casts them `astype` the declared dtype and answered
+    # {"name":"i","datatype":"BYTES","shape":[2,1],"data":["7","8"]},
+    # {"name":"f","datatype":"BYTES","shape":[1,2],"data":["0.10000000149011612","7.5"]},
+    # {"name":"b","datatype":"BYTES","shape":[1,1],"data":["True"]}; this server sent INT32, FP32 and BOOL.
+    triton = start_triton(_bind_odd_outputs)
+    body = {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, 1], "data": [1]}]}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/text/infer", json.dumps(body).encode())
+    assert status == 200, raw
+    assert json.loads(raw)["outputs"] == [
+        {"name": "i", "datatype": "BYTES", "shape": [2, 1], "data": ["7", "8"]},
+        {"name": "f", "datatype": "BYTES", "shape": [1, 2], "data": ["0.10000000149011612", "7.5"]},
+        {"name": "b", "datatype": "BYTES", "shape": [1, 1], "data": ["True"]},
+    ]
+
+
+def test_fp16_in_typed_grpc_contents_is_refused_in_tritons_words(start_triton: Any) -> None:
+    triton = start_triton(_bind_odd_outputs)
+    request_message = service_pb2.ModelInferRequest(model_name="half")
+    tensor = request_message.inputs.add(name="h", datatype="FP16", shape=[1, 1])
+    tensor.contents.fp32_contents.append(1.5)
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request_message)
+    # nvidia-pytriton 0.7.0's answer, word for word
+    assert (refused.value.code(), refused.value.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "unexpected explicit tensor data for input tensor 'h' for model 'half' of type 'FP32', expected datatype "
+        "'FP16'",
+    )
+
+
+def test_fp16_in_json_is_refused_in_tritons_words(start_triton: Any) -> None:
+    triton = start_triton(_bind_odd_outputs)
+    body = {"inputs": [{"name": "h", "datatype": "FP16", "shape": [1, 1], "data": [1.5]}]}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/half/infer", json.dumps(body).encode())
+    # nvidia-pytriton 0.7.0's answer, word for word
+    message = "receiving FP16 data via JSON is not supported. Please use the binary data format for input h"
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+def _input(name: str, datatype: str, shape: List[int], data: Any) -> Dict[str, Any]:
+    return {"name": name, "datatype": datatype, "shape": shape, "data": data}
+
+
+# What nvidia-pytriton 0.7.0 answered these requests to `add`, word for word.
+_HTTP_ERRORS = {
+    "batch sizes differ": (
+        {"inputs": [_input("a", "FP32", [1, 2], [1, 2]), _input("b", "FP32", [2, 2], [3, 4, 5, 6])]},
+        "[request id: <id_unknown>] input 'a' batch size does not match other inputs for 'add'",
+    ),
+    "unknown datatype": (
+        {"inputs": [_input("a", "FOO", [1, 2], [1, 2]), _input("b", "FP32", [1, 2], [3, 4])]},
+        "invalid datatype for input a",
+    ),
+    "parameter of no JSON type taken": (
+        {
+            "inputs": [_input("a", "FP32", [1, 2], [1, 2]), _input("b", "FP32", [1, 2], [3, 4])],
+            "parameters": {"x": [1]},
+        },
+        "parameter 'x' has invalid type. It should be either 'int', 'bool', or 'string'.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_HTTP_ERRORS))
+def test_http_refusals_in_tritons_words(triton: Triton, case: str) -> None:
+    body, message = _HTTP_ERRORS[case]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", json.dumps(body).encode())
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+def test_grpc_refusals_in_tritons_words(triton: Triton) -> None:
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    inputs = [grpcclient.InferInput(name, [1, 2], "FP32") for name in ("a", "b")]
+    for infer_input in inputs:
+        infer_input.set_data_from_numpy(_floats(1, 2))
+    request_message = service_pb2.ModelInferRequest(model_name="add")
+    for infer_input in inputs:
+        request_message.inputs.append(infer_input._get_tensor())
+        request_message.raw_input_contents.append(infer_input._get_content())
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(client._channel)
+    answers = {}
+    for case, value in (("zero", 0), ("string", "2")):
+        asked = service_pb2.ModelInferRequest()
+        asked.CopyFrom(request_message)
+        output = asked.outputs.add(name="sum")
+        if isinstance(value, str):
+            output.parameters["classification"].string_param = value
+        else:
+            output.parameters["classification"].int64_param = value
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(asked, metadata=list(GRPC_AUTH.items()))
+        answers[case] = (refused.value.code(), refused.value.details())
+    unknown_type = service_pb2.ModelInferRequest()
+    unknown_type.CopyFrom(request_message)
+    unknown_type.inputs[0].datatype = "FOO"
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.ModelInfer(unknown_type)
+    answers["datatype"] = (refused.value.code(), refused.value.details())
+    for version in ("abc", "-1"):
+        statistics = service_pb2.ModelStatisticsRequest(name="add", version=version)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelStatistics(statistics, metadata=list(GRPC_AUTH.items()))
+        answers[f"statistics {version}"] = (refused.value.code(), refused.value.details())
+    index = service_pb2.RepositoryIndexRequest(repository_name="x")
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.RepositoryIndex(index, metadata=list(GRPC_AUTH.items()))
+    answers["repository"] = (refused.value.code(), refused.value.details())
+    logging = service_pb2.LogSettingsRequest()
+    logging.settings["log_format"].string_param = "xml"
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.LogSettings(logging, metadata=list(GRPC_AUTH.items()))
+    answers["log format"] = (refused.value.code(), refused.value.details())
+    client.close()
+    assert answers == {
+        "zero": (grpc.StatusCode.INVALID_ARGUMENT, "invalid value for 'classification' parameter, expected >= 0"),
+        "string": (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid value type for 'classification' parameter, expected int64_param",
+        ),
+        "datatype": (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'add' expects 'FP32'",
+        ),
+        "statistics abc": (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "failed to get model version from specified version string 'abc' (details: stol), version should be an "
+            "integral value > 0",
+        ),
+        "statistics -1": (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid model version specified '-1' , version should be an integral value > 0",
+        ),
+        "repository": (grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"),
+        "log format": (grpc.StatusCode.INVALID_ARGUMENT, "invalid argument for log_format, got: xml"),
+    }
+
+
+def test_server_metadata_lists_the_extensions_in_tritons_order(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: classification, sequence, model_repository, model_repository(unload_dependents),
+    # schedule_policy, model_configuration, system_shared_memory, cuda_shared_memory, binary_tensor_data, parameters,
+    # statistics, trace, logging. This server leaves cuda_shared_memory out (as before) and lists generate.
+    status, _, raw = request(triton.http_port, "GET", "/v2")
+    assert status == 200
+    assert json.loads(raw)["extensions"] == [
+        "classification",
+        "sequence",
+        "model_repository",
+        "model_repository(unload_dependents)",
+        "schedule_policy",
+        "model_configuration",
+        "system_shared_memory",
+        "binary_tensor_data",
+        "parameters",
+        "statistics",
+        "generate",
+        "trace",
+        "logging",
+    ]
+
+
+def test_an_output_named_twice_takes_its_first_namings_parameters(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: `sum` named with binary_data, then without, came binary; the other way round, as JSON
+    # (this server took the last naming's).
+    ab = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("a", "b")]
+    answers = []
+    for first, second in (({"binary_data": True}, {}), ({}, {"binary_data": True})):
+        outputs = [{"name": "sum", "parameters": first}, {"name": "sum", "parameters": second}]
+        body = json.dumps({"inputs": ab, "outputs": outputs}).encode()
+        status, headers, raw = request(triton.http_port, "POST", "/v2/models/add/infer", body)
+        assert status == 200, raw
+        answers.append("inference-header-content-length" in headers)
+    assert answers == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("length", "message"),
+    [
+        ("-1", "inference header size should be in range (0, 11), got: -1"),
+        ("99999", "inference header size should be in range (0, 11), got: 99999"),
+        (
+            "0",
+            "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got 2 inputs "
+            "in 'add' model configuration",
+        ),
+    ],
+)
+def test_a_bad_inference_header_length_is_refused_in_tritons_words(triton: Triton, length: str, message: str) -> None:
+    # nvidia-pytriton 0.7.0's answers, word for word
+    headers = {"Inference-Header-Content-Length": length}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", b'{"x": "yz"}', headers)
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: Triton) -> None:
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/generate", json.dumps({"a": [1.0]}))
+    # nvidia-pytriton 0.7.0's answer, word for word
+    message = (
+        "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'add'. Got input(s) ['a'], but "
+        "missing required input(s) ['b']. Please provide all required input(s)."
+    )
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+def test_of_several_bad_inputs_the_last_is_named_as_triton_names_it(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0, both inputs of `add` sent without a batch dimension, over HTTP and gRPC alike:
+    # "[request id: <id_unknown>] unexpected shape for input 'b' for model 'add'. Expected [-1,-1], got [2]. ..."
+    # (Triton checks them in its hash map's order, the last first; this server named `a`.)
+    ab = [_input(name, "FP32", [2], [1, 2]) for name in ("a", "b")]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": ab}))
+    answers = [(status, json.loads(raw)["error"].split(".")[0])]
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    inputs = [grpcclient.InferInput(name, [2], "FP32") for name in ("a", "b")]
+    for infer_input in inputs:
+        infer_input.set_data_from_numpy(np.array([1, 2], np.float32))
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("add", inputs)
+    client.close()
+    answers.append((400, str(refused.value.message()).split(".")[0]))
+    expected = "[request id: <id_unknown>] unexpected shape for input 'b' for model 'add'"
+    assert answers == [(400, expected)] * 2
+
+
+def test_an_output_named_twice_with_class_counts(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: over gRPC `sum` named with classification 1 then 2 came as 1 class, named plain then
+    # with classification 1 as 1 class (this server took the last count); over HTTP a bad count in the second naming
+    # failed the request ({"error":"Unable to set 'classification': attempt to access JSON non-unsigned-integer as
+    # unsigned-integer"}, a 500 this server answers 400) where this server skipped it.
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    inputs = [grpcclient.InferInput(name, [1, 2], "FP32") for name in ("a", "b")]
+    for infer_input in inputs:
+        infer_input.set_data_from_numpy(_floats(1, 2))
+    shapes = []
+    for counts in ((1, 2), (0, 1)):
+        outputs = [grpcclient.InferRequestedOutput("sum", class_count=count) for count in counts]
+        shapes.append(client.infer("add", inputs, outputs=outputs).as_numpy("sum").shape)
+    client.close()
+    assert shapes == [(1, 1), (1, 1)]
+    ab = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("a", "b")]
+    outputs = [{"name": "sum"}, {"name": "sum", "parameters": {"classification": -1}}]
+    status, _, raw = request(
+        triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": ab, "outputs": outputs})
+    )
+    assert (status, json.loads(raw)) == (
+        400,
+        {"error": "'classification' of output 'sum' must be a non-negative integer"},
+    )

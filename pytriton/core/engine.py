@@ -187,12 +187,13 @@ class Engine:
         """
         if not name:
             return [model for model in self.models() if _in_service(model)]
+        wanted = _version_number(version) if version else None  # gRPC's version string, refused as Triton does
         versions = {number: model for number, model in self._models.get(name, {}).items() if _in_service(model)}
         if not versions:
             raise InferenceError.invalid(f"requested model '{name}' is not available")
-        if not version:
+        if wanted is None:
             return [versions[number] for number in sorted(versions)]
-        model = versions.get(int(version)) if version.isdigit() else None
+        model = versions.get(wanted)
         if model is None:
             raise InferenceError.invalid(f"requested model version is not available for model '{name}'")
         return [model]

@@ -60,12 +60,8 @@ def build_response(
     result, datatypes = _checked(spec, result, notices)
     outputs: List[OutputTensor] = []
     size = 0
-    for name in spec.output_names if requested is None else requested:
-        wire_type = datatypes.get(name)
-        if wire_type is None:
-            if requested is not None and notices is not None:
-                notices.unreturned_output(name)
-            continue
+    for name in _selected(spec, result, requested, notices):
+        wire_type = datatypes[name]
         value = result[name]
         if wire_type == "FP32" and spec.output_by_name[name].datatype == "BF16":
             wire_type = "BF16"
@@ -86,25 +82,39 @@ def checked_outputs(
 
     Its caller wants the arrays, not a response for the wire: no OutputTensor, no response, no dict made again.
     """
-    result, datatypes = _checked(spec, result, notices)
+    result, _ = _checked(spec, result, notices)
     if requested is None and result.keys() == spec.output_by_name.keys():
         selected = dict(result)  # every output, nothing else (a copy: the callable may return a dict it keeps)
     else:
-        selected = {}
-        for name in spec.output_names if requested is None else requested:
-            if name in datatypes:
-                selected[name] = result[name]
-            elif requested is not None and notices is not None:
-                notices.unreturned_output(name)
+        selected = {name: result[name] for name in _selected(spec, result, requested, notices)}
     limit = spec.max_response_bytes
     if limit:
         size = 0
         for value in selected.values():  # a loop, not sum() over a generator: a frame less per call
             size += _bytes_of_object_array(value) if value.dtype.kind == "O" else value.nbytes
         if size > limit:
-            order = spec.output_names if requested is None else requested
-            raise _too_large(spec, [name for name in order if name in selected], size)
+            raise _too_large(spec, list(selected), size)
     return selected
+
+
+def _selected(
+    spec: ModelSpec, result: Dict[str, Any], requested: Optional[Sequence[str]], notices: Optional[OutputNotices]
+) -> List[str]:
+    """The outputs a response carries, in the order the callable returned them, as NVIDIA's PyTriton sends them.
+
+    Its proxy hands Triton the callable's outputs in the dict's order, whatever order the request named them in
+    (or none): Triton answers in that order (measured: a callable returning `diff` before `sum`, the config
+    declaring `sum` first, answered `diff`, `sum` to requests naming none, `[]`, `sum,diff` and `diff,sum,diff`).
+    """
+    if requested is None:
+        declared = spec.output_by_name
+        return [name for name in result if name in declared]
+    if notices is not None:
+        for name in requested:
+            if name not in result:
+                notices.unreturned_output(name)
+    wanted = set(requested)
+    return [name for name in result if name in wanted]
 
 
 def _checked(spec: ModelSpec, result: Any, notices: Optional[OutputNotices]) -> Tuple[Dict[str, Any], Dict[str, str]]:
@@ -130,7 +140,9 @@ def _checked(spec: ModelSpec, result: Any, notices: Optional[OutputNotices]) -> 
                     notices.undeclared_output(name)
             elif datatype != declared.datatype and _casts(datatype, declared.datatype):
                 cast = cast if cast is not None else {}
-                cast[name] = value.astype(numpy_dtype(declared.datatype))
+                cast[name] = (
+                    _as_text(value) if declared.datatype == BYTES else value.astype(numpy_dtype(declared.datatype))
+                )
                 datatypes[name] = declared.datatype
     if cast is not None:
         result = {**result, **cast}
@@ -149,10 +161,20 @@ def _too_large(spec: ModelSpec, names: Sequence[str], size: int) -> InferenceErr
 def _casts(returned: str, declared: str) -> bool:
     """Whether an output returned as `returned` goes out as its declared datatype, cast as NVIDIA's PyTriton casts.
 
-    Its proxy sends every output `astype` the declared dtype; numbers and booleans here. BYTES either way, and
+    Its proxy sends every output `astype` the declared dtype: numbers and booleans to another number type, and
+    numbers and booleans of a BYTES output as their text (`_as_text`). BYTES returned for a number output, and
     FP32 values of a BF16 output (sent as BF16 below), go out as they are.
     """
-    return returned != BYTES and declared != BYTES and declared != BF16
+    return returned != BYTES and declared != BF16
+
+
+def _as_text(value: np.ndarray) -> np.ndarray:
+    """Numbers or booleans of a BYTES output as NVIDIA's PyTriton sends them: each Python value's str, encoded.
+
+    Measured: int32 7 went out as "7", float32 0.1 as "0.10000000149011612", True as "True".
+    """
+    texts = [str(item).encode() for item in value.astype(object).flat]
+    return np.array(texts, dtype=object).reshape(value.shape)
 
 
 def _bytes_of_object_array(array: np.ndarray) -> int:

@@ -107,6 +107,16 @@ class ModelSpec:
                 return batch_size
         return self._check_input(tensor, name, datatype, shape)
 
+    def check_inputs_last_first(self, inputs: Sequence[Tuple[str, str, Sequence[int]]]) -> None:
+        """check_input for each (name, datatype, shape), the last first, raising at the first that fails.
+
+        Triton checks a request's inputs in its hash map's order, which (libstdc++) visits the last added first: of
+        several inputs that fail, it names the last. A codec that checks them in order calls this with the inputs
+        after the first that failed, so that the answer names the one Triton names.
+        """
+        for name, datatype, shape in reversed(inputs):
+            self.check_input(name, datatype, shape)
+
     def _fits(self, tensor: TensorDef, shape: Sequence[int]) -> int:
         """The batch size of a well-formed shape for `tensor` (every check passes), -1 for any other shape."""
         wanted = tensor.dims
@@ -189,8 +199,11 @@ class ModelSpec:
         if not batch_sizes:
             return 1
         if self.batching and len(batch_sizes) > 1 and batch_sizes.count(batch_sizes[0]) != len(batch_sizes):
+            # Triton's words; it names the first input its hash map visits (libstdc++: the last first, as in
+            # _count_error) whose batch size differs from the first visited's.
+            other = next(name for name, size in zip(names[::-1], batch_sizes[::-1]) if size != batch_sizes[-1])
             raise InferenceError.invalid_input(
-                f"inputs of request for model '{self.name}' have different batch sizes {list(batch_sizes)}"
+                f"input '{other}' batch size does not match other inputs for '{self.name}'"
             )
         return batch_sizes[0]
 

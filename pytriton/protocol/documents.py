@@ -11,17 +11,19 @@ from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.model_config.common import QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher, SequenceControlInput, SequenceControlKind
 
+# In tritonserver 2.51's order (nvidia-pytriton 0.7 listed these, with cuda_shared_memory after
+# system_shared_memory and without generate).
 EXTENSIONS = [
     "classification",
     "sequence",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-    "model_configuration",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
+    "model_configuration",
     "system_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
     "generate",
     "trace",
     "logging",

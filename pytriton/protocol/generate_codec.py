@@ -26,12 +26,17 @@ def decode_generate_request(
     parameters = document.pop("parameters", None) or {}
     if not isinstance(parameters, dict):
         raise InferenceError.invalid("'parameters' must be a JSON object")
+    missing = [tensor.name for tensor in spec.inputs if not tensor.optional and tensor.name not in document]
+    if missing:
+        try:  # Triton's words when the request has fewer inputs than the model requires
+            spec.check_input_count([key for key in document if key in spec.input_by_name])
+        except InferenceError as error:
+            raise error.for_request(request_id) from None
+        raise InferenceError.invalid(f"generate request for model '{spec.name}' is missing input '{missing[0]}'")
     inputs: Dict[str, np.ndarray] = {}
     for tensor in spec.inputs:
         if tensor.name in document:
             inputs[tensor.name] = input_array(spec, tensor, document.pop(tensor.name))
-        elif not tensor.optional:
-            raise InferenceError.invalid(f"generate request for model '{spec.name}' is missing input '{tensor.name}'")
     extra = {key: value for key, value in document.items() if isinstance(value, (str, int, float, bool))}
     if len(extra) != len(document):
         unknown = sorted(set(document) - set(extra))

@@ -119,9 +119,17 @@ def decode_infer_request(
             spec.check_input_count([header.name for header in headers])
         for index, header in enumerate(headers):
             name, datatype, shape, region = header.name, header.datatype, header.shape, header.region
-            if not header.known_datatype:
-                raise InferenceError.invalid(f"input '{name}' has an invalid datatype '{datatype}'")
-            batch_sizes.append(spec.check_input(name, datatype, shape))
+            if not header.known_datatype:  # Triton's name for it, which no input has: check_input refuses it
+                datatype = "<invalid>"
+            try:
+                batch_sizes.append(spec.check_input(name, datatype, shape))
+            except InferenceError:
+                later = [
+                    (other.name, other.datatype if other.known_datatype else "<invalid>", other.shape)
+                    for other in headers[index + 1 :]
+                ]
+                spec.check_inputs_last_first(later)
+                raise
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             has_contents = header.has_contents
@@ -219,17 +227,17 @@ def _no_data(name: str, model: str) -> str:
 
 def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
     """Build an array from the typed `contents` of input `name` of `model`."""
-    field = _CONTENTS_FIELD.get(datatype)
-    if field is None:
-        raise InferenceError.invalid(
-            f"input '{name}' of datatype {datatype} cannot be sent in typed contents, use raw_input_contents"
-        )
+    field = _CONTENTS_FIELD.get(datatype)  # None for FP16 and BF16, which have no field: any set is the wrong one
     for other, _ in contents.ListFields():  # the fields that hold values
         if other.name != field:
             raise InferenceError.invalid(
                 f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
                 f"'{_CONTENTS_TYPE[other.name]}', expected datatype '{datatype}'"
             )
+    if field is None:
+        raise InferenceError.invalid(
+            f"input '{name}' of datatype {datatype} cannot be sent in typed contents, use raw_input_contents"
+        )
     values = getattr(contents, field)
     count = element_count(shape)
     if len(values) != count:  # Triton's messages: in elements for BYTES, in bytes for the others
@@ -263,7 +271,7 @@ def _requested_outputs(
     regions: Dict[str, TensorRegion] = {}
     classes: Dict[str, int] = {}
     for name, count, region in outputs:
-        if count:
+        if count and name not in classes:  # named again: the first class count asked for, as Triton answers
             classes[name] = count
         if region is not None:
             _memory(memory).check(region.region, region.offset, region.byte_size)
@@ -372,10 +380,12 @@ def _read_output_header(output: Message) -> Tuple[str, int, Optional[TensorRegio
     parameters = output.parameters
     value = 0
     if "classification" in parameters:
-        count = parameters["classification"]
-        if count.WhichOneof("parameter_choice") not in ("int64_param", "uint64_param") or (count.int64_param < 0):
-            raise InferenceError.invalid(f"'classification' of output '{output.name}' must be a non-negative integer")
-        value = count.int64_param or count.uint64_param
+        count = parameters["classification"]  # Triton takes an int64_param above 0 only, in these words
+        if count.WhichOneof("parameter_choice") != "int64_param":
+            raise InferenceError.invalid("invalid value type for 'classification' parameter, expected int64_param")
+        if count.int64_param <= 0:
+            raise InferenceError.invalid("invalid value for 'classification' parameter, expected >= 0")
+        value = count.int64_param
     return output.name, value, _region(parameters, "output", output)
 
 
@@ -492,15 +502,18 @@ def empty_final_response(spec: ModelSpec, request_id: str) -> EncodedResponse:
     return EncodedResponse(message, [])
 
 
-def stream_error(request_id: str, error_message: str, spec: Optional[ModelSpec] = None) -> Message:
+def stream_error(
+    request_id: str, error_message: str, spec: Optional[ModelSpec] = None, asked_version: str = ""
+) -> Message:
     """A ModelStreamInferResponse carrying an error, as Triton's: the request's id, and the model's.
 
-    The model's name and version, and the final-response flag, only when it failed in the model (`spec`).
+    The model's name, the version the request asked for (none when it asked for none, as nvidia-pytriton 0.7
+    answered), and the final-response flag, only when it failed in the model (`spec`).
     """
     infer_response = service_pb2.ModelInferResponse(id=request_id)
     if spec is not None:
         infer_response.model_name = spec.name
-        infer_response.model_version = spec.version_str
+        infer_response.model_version = asked_version
         infer_response.parameters[FINAL_RESPONSE_PARAMETER].bool_param = True
     return service_pb2.ModelStreamInferResponse(error_message=error_message, infer_response=infer_response)
 

@@ -57,8 +57,8 @@ def decode_infer_request(
     elif header_length == 0:
         return _decode_raw_body(spec, body, forwarded_headers)
     elif header_length < 0 or header_length > size:
-        raise InferenceError.invalid(
-            f"Inference-Header-Content-Length {header_length} is out of range for a body of {size} bytes"
+        raise InferenceError.invalid(  # Triton's words
+            f"inference header size should be in range (0, {size}), got: {header_length}"
         )
     header = body if header_length == size else memoryview(body)[:header_length]
     key = _plan_key(header)
@@ -89,11 +89,15 @@ def decode_infer_request(
     try:
         if not spec.input_count_fits(len(raw_inputs)):
             spec.check_input_count([_name_of(raw) for raw in raw_inputs])
-        for raw in raw_inputs:
+        for index, raw in enumerate(raw_inputs):
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
-            batch_sizes.append(spec.check_input(name, datatype, shape))
+            try:
+                batch_sizes.append(spec.check_input(name, datatype, shape))
+            except InferenceError:
+                spec.check_inputs_last_first([_tensor_header(later)[:3] for later in raw_inputs[index + 1 :]])
+                raise
             binary_size = tensor_parameters.get("binary_data_size")
             region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
             if planned is not None:
@@ -107,7 +111,7 @@ def decode_infer_request(
                 if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
                     raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
                 inputs[name] = array_from_raw(
-                    _binary(view, offset, binary_size, size, name), datatype, shape, name, spec.name
+                    _binary(view, offset, binary_size, size, name, spec.name), datatype, shape, name, spec.name
                 )
                 offset += binary_size
             elif "data" in raw:
@@ -115,7 +119,7 @@ def decode_infer_request(
                 inputs[name] = array_from_json(raw["data"], datatype, shape, name)
             else:
                 _one_source_only([])
-        _no_binary_left(offset, size)
+        _no_binary_left(offset, size, spec.name)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
@@ -144,21 +148,20 @@ def decode_infer_request(
     return request, output_format
 
 
-def _binary(view: Optional[memoryview], offset: int, binary_size: int, size: int, name: str) -> memoryview:
+def _binary(view: Optional[memoryview], offset: int, binary_size: int, size: int, name: str, model: str) -> memoryview:
     """An input's `binary_size` bytes of the body from `offset` (an empty view for a body of the header alone)."""
     if offset + binary_size > size:
-        raise InferenceError.invalid(
-            f"unexpected end of binary data for input '{name}': {binary_size} bytes expected, {size - offset} left"
+        missing = offset + binary_size - size
+        raise InferenceError.invalid(  # Triton's words
+            f"unexpected size for input '{name}', expecting {missing} additional bytes for model '{model}'"
         )
     return view[offset : offset + binary_size] if view is not None else memoryview(b"")
 
 
-def _no_binary_left(offset: int, size: int) -> None:
-    """Refuse binary data after the last input's."""
+def _no_binary_left(offset: int, size: int, model: str) -> None:
+    """Refuse binary data after the last input's (in Triton's words)."""
     if offset != size:
-        raise InferenceError.invalid(
-            f"unexpected {size - offset} bytes of binary data after the last input of the request"
-        )
+        raise InferenceError.invalid(f"unexpected additional input data for model '{model}'")
 
 
 # What an input's header says: name, datatype, shape, binary_data_size (None: none) and region (None: none).
@@ -242,19 +245,23 @@ def _decode_planned(
     try:
         if not spec.input_count_fits(len(plan.inputs)):
             spec.check_input_count([planned[0] for planned in plan.inputs])
-        for name, datatype, shape, binary_size, region in plan.inputs:
+        for index, (name, datatype, shape, binary_size, region) in enumerate(plan.inputs):
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
-            batch_sizes.append(spec.check_input(name, datatype, shape))
+            try:
+                batch_sizes.append(spec.check_input(name, datatype, shape))
+            except InferenceError:
+                spec.check_inputs_last_first([later[:3] for later in plan.inputs[index + 1 :]])
+                raise
             if region is not None:
                 inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
                 continue
             binary_size = binary_size or 0  # (never None: an input of a plan is in a region or in the body)
             inputs[name] = array_from_raw(
-                _binary(view, offset, binary_size, size, name), datatype, shape, name, spec.name
+                _binary(view, offset, binary_size, size, name, spec.name), datatype, shape, name, spec.name
             )
             offset += binary_size
-        _no_binary_left(offset, size)
+        _no_binary_left(offset, size, spec.name)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
@@ -288,9 +295,11 @@ def _decode_raw_body(
 ) -> Tuple[InferenceRequest, OutputFormat]:
     """`Inference-Header-Content-Length: 0`: the whole body is the model's single input."""
     if len(spec.inputs) != 1:
-        raise InferenceError.invalid(
-            f"a request without an inference header needs a model with one input; '{spec.name}' has {len(spec.inputs)}"
+        message = (  # Triton's words; a raw request has no id
+            f"Raw request must only have 1 input (found 1) to be deduced but got {len(spec.inputs)} inputs in "
+            f"'{spec.name}' model configuration"
         )
+        raise InferenceError.invalid_input(message).for_request("")
     tensor = spec.inputs[0]
     if tensor.datatype not in ELEMENT_SIZE:
         raise InferenceError.invalid(f"a request without an inference header cannot carry {tensor.datatype} data")
@@ -351,7 +360,7 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
     if type(name) is not str:
         raise InferenceError.invalid("each input must have a string 'name'")
     if type(datatype) is not str or not is_known_datatype(datatype):
-        raise InferenceError.invalid(f"input '{name}' has an invalid 'datatype': {datatype!r}")
+        raise InferenceError.invalid(f"invalid datatype for input {name}")  # Triton's words
     if type(shape) is not list:
         raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
     for dim in shape:
@@ -390,7 +399,7 @@ def _requested_outputs(
     spec: ModelSpec, raw_outputs: Any, binary_default: bool, memory: Optional[SystemSharedMemory]
 ) -> Tuple[Optional[List[str]], OutputFormat]:
     """The requested output names (None = all), their binary flags and the regions of those in shared memory."""
-    if raw_outputs is None:
+    if raw_outputs is None or raw_outputs == []:  # Triton answers an empty 'outputs' with every output
         return None, OutputFormat({}, binary_default)
     if not isinstance(raw_outputs, list):
         raise InferenceError.invalid("'outputs' must be an array")
@@ -402,24 +411,28 @@ def _requested_outputs(
         name = raw.get("name") if type(raw) is dict else None
         if type(name) is not str:
             raise InferenceError.invalid("each element of 'outputs' must be an object with a string 'name'")
-        if name in binary:  # named again: one output, as Triton answers (the last naming's parameters)
-            names.remove(name)
-        names.append(name)
+        # Named again: one output, with the first naming's parameters, as Triton answers; it checks the others.
+        first = name not in binary
+        if first:
+            names.append(name)
         parameters = raw.get("parameters")
         if parameters is None:
-            binary[name] = False
+            if first:
+                binary[name] = False
             continue
         parameters = json_object_field(parameters, "parameters of output", name)
         count = parameters.get("classification")
-        if count is not None:
-            if type(count) is not int or count < 0:
-                raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
-            if count:
-                classes[name] = count
-        binary[name] = parameters.get("binary_data", False) is True
+        if count is not None and (type(count) is not int or count < 0):
+            raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
         region = tensor_region(parameters, "output", name) if REGION in parameters else None
         if region is not None:
             _memory(memory).check(region.region, region.offset, region.byte_size)
+        if not first:
+            continue
+        if count:
+            classes[name] = count
+        binary[name] = parameters.get("binary_data", False) is True
+        if region is not None:
             regions[name] = region
     spec.check_requested_outputs(names)
     return names, OutputFormat(binary, binary_default, regions or None, classes or None)

@@ -59,7 +59,9 @@ def split_parameters(
     if parameters:
         for key, value in parameters.items():
             if not isinstance(value, (str, int, float, bool)):
-                raise InferenceError.invalid(f"parameter '{key}' must be a string, integer, double or boolean")
+                raise InferenceError.invalid(  # Triton's words
+                    f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+                )
             if key in rules.reserved:
                 _apply_reserved(options, key, value)
             elif key == EMPTY_FINAL_RESPONSE_PARAMETER:

@@ -30,8 +30,9 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
                 raise InferenceError.invalid(f"unable to parse 'data' of input '{name}': expected JSON booleans")
             array = np.array(flat, dtype=np.bool_)
         else:
-            raise InferenceError.invalid(
-                f"datatype {datatype} of input '{name}' is not supported in JSON, use binary data"
+            raise InferenceError.invalid(  # Triton's words
+                f"receiving {datatype} data via JSON is not supported. "
+                f"Please use the binary data format for input {name}"
             )
     except (ValueError, TypeError, OverflowError) as error:
         raise InferenceError.invalid(f"unable to parse 'data' of input '{name}' as {datatype}: {error}") from None

@@ -10,7 +10,7 @@ from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.serving import ServingEngine
-from pytriton.options.log_trace import ServerSettings
+from pytriton.options.log_trace import LOG_FORMATS, ServerSettings
 from pytriton.protocol import config_override, cuda_memory_codec, grpc_codec, settings_codec, system_memory_codec
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
 from pytriton.transport.grpc.errors import unary
@@ -91,6 +91,8 @@ class InferenceServicer:
     @unary
     async def RepositoryIndex(self, request: Message, context: Any) -> Message:
         """Every model version and its state."""
+        if request.repository_name:  # Triton's answer
+            raise InferenceError.unimplemented("'repository_name' specification is not supported")
         return grpc_codec.repository_index(self._engine.repository(), request.ready)
 
     @unary
@@ -138,7 +140,11 @@ class InferenceServicer:
         settings = self._runtime_settings("log settings")
         if "log_file" in request.settings:
             raise InferenceError.unimplemented("log file location can not be updated through network protocol")
-        settings.log.update(settings_codec.log_changes(request))
+        changes = settings_codec.log_changes(request)
+        log_format = changes.get("log_format")
+        if isinstance(log_format, str) and log_format not in LOG_FORMATS:  # Triton's gRPC words (HTTP's differ)
+            raise InferenceError.invalid(f"invalid argument for log_format, got: {log_format}")
+        settings.log.update(changes)
         return settings_codec.log_response(settings.log.document())
 
     @unary

@@ -94,6 +94,7 @@ class StreamSession:
         put = self._outbox.put_nowait
         message = frame.message
         request_id = message.id
+        asked_version = message.model_version
         reached: Optional[ModelSpec] = None  # the model, once the request is in its hands
         try:
             model = self._engine.model(message.model_name, message.model_version)
@@ -117,7 +118,8 @@ class StreamSession:
         except Exception as error:  # noqa: BLE001 - an error is a stream message; the stream stays open
             _, text = status_of(error)
             failed_in_model = isinstance(error, InferenceError) and error.reason is FailureReason.BACKEND
-            put(grpc_codec.stream_error(request_id, text, reached if failed_in_model else None))
+            model_failed = reached if failed_in_model else None
+            put(grpc_codec.stream_error(request_id, text, model_failed, asked_version))
 
 
 async def _aclose(iterator: AsyncIterator[Any]) -> None:
