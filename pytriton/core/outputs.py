@@ -60,7 +60,9 @@ def build_response(
     result, datatypes = _checked(spec, result, notices)
     outputs: List[OutputTensor] = []
     size = 0
-    for name in _selected(spec, result, requested, notices):
+    # Every output asked for and nothing undeclared returned (the commonest answer): the callable's own order.
+    every = requested is None and result.keys() <= spec.output_by_name.keys()
+    for name in result if every else _selected(spec, result, requested, notices):
         wire_type = datatypes[name]
         value = result[name]
         if wire_type == "FP32" and spec.output_by_name[name].datatype == "BF16":
