@@ -100,7 +100,7 @@ class CallPath:
             return
         after.append((fn, args))
         # A batch that may have ended before the append, or a long call's many inner calls: run what waits now.
-        if self.cancelled or len(after) >= QUIET_CALLS:
+        if self.cancelled or len(after) == QUIET_CALLS:
             self.inbox.post(self.answered)
 
     def answered(self) -> None:
