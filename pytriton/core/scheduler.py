@@ -94,23 +94,15 @@ class Scheduler:
         self.models: Optional[Models] = None  # where the callable's inner calls go (set by the engine)
         self._paths: Optional[PathMaker] = None  # what makes a batch's call path (on the loop, once models is set)
         self.failures = FailureLog(f"'{spec.name}' version {spec.version}")
-        # Whether an inner call from a sync callable's thread may run on that thread when the model is idle: a
-        # lone request would run at once (no batching delay, no sequence, no ordering to keep), on a sync callable.
-        self._runs_here = (
-            not spec.decoupled
-            and self._sequences is None
-            and self._order is None
-            and not self._rules.delay_ns
-            and all(isinstance(instance, Instance) and instance.kind is CallableKind.SYNC for instance in instances)
+        # Whether an inner call may skip the queue when the model is idle: a lone request would run at once (no
+        # batching delay, no sequence, no ordering to keep). On a sync callable it runs on the caller's thread
+        # (`run_here`); on an async one, on the loop in a task of its own for a sync caller (`await_here`).
+        runs_at_once = (
+            not spec.decoupled and self._sequences is None and self._order is None and not self._rules.delay_ns
         )
-        # The same for an async callable, run on the loop in a task of its own for a sync caller (`await_here`).
-        self._awaits_here = (
-            not spec.decoupled
-            and self._sequences is None
-            and self._order is None
-            and not self._rules.delay_ns
-            and all(isinstance(instance, Instance) and instance.kind is CallableKind.ASYNC for instance in instances)
-        )
+        kinds = {instance.kind if isinstance(instance, Instance) else None for instance in instances}
+        self._runs_here = runs_at_once and kinds <= {CallableKind.SYNC}
+        self._awaits_here = runs_at_once and kinds <= {CallableKind.ASYNC}
 
     @property
     def instances(self) -> List[ModelInstance]:
