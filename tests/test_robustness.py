@@ -30,6 +30,7 @@ from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
 from pytriton.options.limits import DEFAULT_MAX_BODY_BYTES, ServerLimits
 from pytriton.triton import Triton, TritonConfig
+from tests.h2_wire import H2Client, grpc_message, infer_request, request_headers
 from tests.http_helpers import post_json, request
 from tests.waiting import wait_until
 
@@ -786,6 +787,86 @@ def test_http_generate_stream_disconnect_leaks_nothing():
             assert received.startswith(b"HTTP/1.1 200")
         assert stopped.wait(WAIT_S)
         _assert_no_leak(triton, baseline)
+
+
+class Flood:
+    """An endless decoupled model of 256 KiB responses, as fast as it can: counts its steps, notes its end."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.stopped = threading.Event()
+
+    def __call__(self, requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        try:
+            while True:
+                self.steps += 1
+                yield [{"OUTPUT_1": np.zeros((1, 65536), np.float32)} for _ in requests]
+        finally:
+            self.stopped.set()
+
+    def bind(self, triton: Triton) -> None:
+        triton.bind("flood", self, inputs=FP32, outputs=FP32, config=ModelConfig(decoupled=True))
+
+
+# Steps a flood makes for a client that reads none: the responses the stream holds for its consumer, the steps
+# its thread runs ahead, what the socket buffers hold (the client's receive buffer is 4 KiB), with room to spare.
+HELD_STEPS = 100
+
+
+def steps_once_held(flood: Flood) -> int:
+    """The steps the flood made once it stopped making more (more than HELD_STEPS: it was never held)."""
+    deadline = time.monotonic() + WAIT_S
+    seen = -1
+    while flood.steps != seen and flood.steps <= HELD_STEPS:
+        assert time.monotonic() < deadline, f"the model never stopped: {flood.steps} steps"
+        seen = flood.steps
+        time.sleep(0.25)  # not a race: without a hold the flood makes hundreds of steps meanwhile
+    return flood.steps
+
+
+def unread_socket(port: int) -> socket.socket:
+    """A connection whose receive buffer is small: what the client reads none of stays in the server."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(WAIT_S)
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def test_a_generate_stream_client_that_reads_nothing_holds_the_model_not_a_queue_of_responses():
+    flood = Flood()
+    with serving(flood.bind, allow_grpc=False) as triton:
+        body = json.dumps({"INPUT_1": [1.0]}).encode()
+        with unread_socket(triton.http_port) as sock:
+            sock.sendall(
+                b"POST /v2/models/flood/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
+            held = steps_once_held(flood)
+            assert held <= HELD_STEPS
+            received = 0
+            while flood.steps < held + 50:  # the client reads: the stream goes on
+                chunk = sock.recv(1 << 20)
+                assert chunk, "the server closed the stream"
+                received += len(chunk)
+            assert received > 40 * 65536
+        assert flood.stopped.wait(WAIT_S)
+
+
+def test_a_model_stream_infer_client_that_reads_nothing_holds_the_model_not_a_queue_of_responses():
+    flood = Flood()
+    with serving(flood.bind, allow_http=False) as triton:
+        client = H2Client(triton.grpc_port)  # its windows stay at 64 KiB: it reads none of the responses
+        try:
+            client.handshake()
+            stream = client.new_stream()
+            client.send_headers(stream, request_headers(path="/inference.GRPCInferenceService/ModelStreamInfer"))
+            client.send_data(stream, grpc_message(infer_request([1.0], model="flood")), end_stream=False)
+            assert steps_once_held(flood) <= HELD_STEPS
+            client.rst_stream(stream, 8)  # CANCEL
+            assert flood.stopped.wait(WAIT_S)
+        finally:
+            client.close()
 
 
 # ---------------------------------------------------------------- shutdown with requests in flight

@@ -17,6 +17,9 @@ from pytriton.core.sequences.states import SequenceStates
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request, mark_cancelled
 
+# Steps of a sync generator its instance thread runs ahead of the loop taking them (_sync_generator_steps).
+STEPS_AHEAD = 4
+
 Step = Any  # what one call (or one generator step) returns: a list of response dicts
 
 
@@ -192,6 +195,9 @@ class Instance:
         inbox = inbox_of(asyncio.get_running_loop())
         queue: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
         path = CURRENT.get()
+        # Steps handed over that the loop has not taken yet: the thread waits at STEPS_AHEAD, so a batch whose
+        # consumers fell behind (the scheduler then takes no step) holds its generator, not a growing queue.
+        room = threading.Semaphore(STEPS_AHEAD)
 
         def produce() -> None:
             stay_in_model_scope(self.model)
@@ -200,6 +206,7 @@ class Instance:
                 try:
                     for step in generator:
                         inbox.post(queue.put_nowait, ("step", host_step(step)))
+                        room.acquire()
                         if stop.is_set():
                             break
                 finally:
@@ -209,13 +216,18 @@ class Instance:
                 inbox.post(queue.put_nowait, ("error", error))
 
         self._worker.submit(run_in_path, path, produce)
-        while True:
-            kind, value = await queue.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise value
+                room.release()
+                yield value
+        finally:
+            stop.set()  # whoever stopped taking steps: the thread, waiting or not, ends after its step
+            room.release()
 
     async def close(self, deadline: Optional[float] = None) -> None:
         """Let the worker thread end after any call still running in it (a daemon: it never holds the exit)."""

@@ -230,3 +230,11 @@ class _CachingSink(ResponseSink):
     def finish(self) -> None:
         """End the request."""
         self._sink.finish()
+
+    def has_room(self) -> bool:
+        """Whether the sink it feeds has room."""
+        return self._sink.has_room()
+
+    async def room(self) -> None:
+        """Wait for the sink it feeds to have room."""
+        await self._sink.room()

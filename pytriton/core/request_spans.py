@@ -69,6 +69,14 @@ class TracedSink(ResponseSink):
         self.call.finish(None)
         self.sink.finish()
 
+    def has_room(self) -> bool:
+        """Whether the sink it wraps has room."""
+        return self.sink.has_room()
+
+    async def room(self) -> None:
+        """Wait for the sink it wraps to have room."""
+        await self.sink.room()
+
 
 def traced_request(request: Request, call: TracedCall) -> TracedRequest:
     """The Request a traced callable gets: the same data, with the call's span and tracer."""

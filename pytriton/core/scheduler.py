@@ -572,6 +572,9 @@ class Scheduler:
                             self.stats.record_first_response(time.monotonic_ns() - entry.enqueue_ns)
                 if all(entry.sink.done() for entry in batch):
                     stop.set()
+                for entry in batch:  # a consumer far behind holds the generator (its thread waits too)
+                    if not entry.sink.has_room():
+                        await entry.sink.room()
         finally:
             stop.set()  # a generator still running in the instance thread stops at its next step
             await steps.aclose()  # type: ignore[attr-defined]

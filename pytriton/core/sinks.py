@@ -7,6 +7,11 @@ from typing import AsyncIterator, Callable, Optional, Union
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceResponse
+from pytriton.core.waiters import wake
+
+# Responses a stream's consumer may leave untaken before the model's generator waits for it: a client that reads
+# its stream slower than the model writes it holds the generator, not an ever longer queue of responses.
+STREAM_BACKLOG = 16
 
 
 class ResponseSink:
@@ -27,6 +32,13 @@ class ResponseSink:
     def finish(self) -> None:
         """End the request after its last response."""
         raise NotImplementedError
+
+    def has_room(self) -> bool:
+        """Whether the producer may deliver more now (a sink without a backlog always has room)."""
+        return True
+
+    async def room(self) -> None:
+        """Wait until the producer may deliver more (has_room), or nobody waits for more (done)."""
 
 
 class FutureSink(ResponseSink):
@@ -71,6 +83,7 @@ class StreamSink(ResponseSink):
         self._closed = False
         self._cancelled = False
         self._on_cancel = on_cancel
+        self._room: Optional[asyncio.Future[None]] = None  # the producer waits on it while the backlog is full
 
     def done(self) -> bool:
         """Whether the stream ended or its consumer went away."""
@@ -81,6 +94,19 @@ class StreamSink(ResponseSink):
         if not self.done() and self._on_cancel is not None:
             self._on_cancel(self)
         self._cancelled = True
+        wake(self._room)
+
+    def has_room(self) -> bool:
+        """Whether fewer than STREAM_BACKLOG responses wait for the consumer, or the stream is done."""
+        return self._queue.qsize() < STREAM_BACKLOG or self.done()
+
+    async def room(self) -> None:
+        """Wait until the consumer took responses enough (has_room)."""
+        while not self.has_room():
+            waiter = self._room
+            if waiter is None or waiter.done():
+                waiter = self._room = asyncio.get_running_loop().create_future()
+            await waiter
 
     def deliver(self, response: InferenceResponse) -> None:
         """Queue one response."""
@@ -104,6 +130,8 @@ class StreamSink(ResponseSink):
         try:
             while True:
                 item = await self._queue.get()
+                if self._room is not None and self._queue.qsize() < STREAM_BACKLOG:
+                    wake(self._room)
                 if item is _END:
                     return
                 if isinstance(item, InferenceError):

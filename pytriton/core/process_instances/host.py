@@ -43,6 +43,8 @@ from pytriton.core.process_instances.protocol import (
     RESULT,
     SEGMENT,
     START_FAILED,
+    STEPS_AHEAD,
+    STEPS_TAKEN,
     STOP,
     Init,
     error_info,
@@ -108,6 +110,7 @@ class InstanceHost:
         self._job_id = 0
         self._job_requests: List[Request] = []
         self._stop_job = 0
+        self._steps_taken = 0  # steps of the streaming job the server took (STEPS_TAKEN)
         # A callable may ask is_cancelled() and call models from threads of its own: one reads the channel at a
         # time, and the answers to each open model call wait in `_answers` for the thread that made the call.
         self._reading = threading.Lock()
@@ -220,13 +223,26 @@ class InstanceHost:
 
     def _stream(self, job_id: int, batch: List[Any], body: memoryview) -> None:
         """Send each step of any callable (a plain one makes one step) as it comes, through the message body."""
+        self._steps_taken = 0
+        sent = 0
         try:
             for step in self._steps_of(self._requests(job_id, batch, body)[0], job_id):
                 step = host_step(step)
                 packed, parts, new_arena = pack_result(self._steps, step)
                 self._send_result(job_id, packed, parts, new_arena, self._steps, False, step)
+                del step, packed, parts
+                sent += 1
+                self._wait_for_steps_taken(job_id, sent)
         finally:
             self._end_job()
+
+    def _wait_for_steps_taken(self, job_id: int, sent: int) -> None:
+        """Wait while the server has STEPS_AHEAD steps of the job it has not taken, unless it says to stop."""
+        while sent - self._steps_taken >= STEPS_AHEAD and not self._stopped(job_id):
+            with self._reading:
+                if sent - self._steps_taken < STEPS_AHEAD or self._exiting or self._stop_job == job_id:
+                    return
+                self._take(self.channel.receive())
 
     def _call(self, requests: List[Request]) -> Any:
         """Call a plain (sync or async) callable."""
@@ -300,6 +316,9 @@ class InstanceHost:
         elif head[0] == CANCEL:
             if head[1] == self._job_id and head[2] < len(self._job_requests):
                 mark_cancelled(self._job_requests[head[2]])
+        elif head[0] == STEPS_TAKEN:
+            if head[1] == self._job_id:
+                self._steps_taken = head[2]
         else:
             self._control(message)
 

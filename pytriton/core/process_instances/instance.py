@@ -41,6 +41,8 @@ from pytriton.core.process_instances.protocol import (
     MODEL_CALL,
     RESULT,
     SEGMENT,
+    STEPS_ACK,
+    STEPS_TAKEN,
     STOP,
     rebuild_error,
     unpack_result,
@@ -219,6 +221,7 @@ class ProcessInstance:
         job = _Job(self._new_job_id(), None, queue, requests, CURRENT.get())
         self._send_job(requests, job, streaming=True)
         ended = stop_sent = False
+        taken = 0
         try:
             while True:
                 kind, value = await queue.get()
@@ -228,6 +231,9 @@ class ProcessInstance:
                 if kind == "error":
                     ended = True
                     raise value
+                taken += 1
+                if taken % STEPS_ACK == 0:
+                    self._send_steps_taken(job, taken)
                 yield value
                 if stop.is_set() and not stop_sent:
                     stop_sent = self._send_stop(job)
@@ -319,6 +325,14 @@ class ProcessInstance:
                 except ChannelClosed:
                     pass
                 return
+
+    def _send_steps_taken(self, job: _Job, taken: int) -> None:
+        """Tell the process how many steps of a streaming job the server took (it runs STEPS_AHEAD ahead at most)."""
+        if self._job is job and self.state is InstanceState.UP:
+            try:
+                self._link.channel.send((STEPS_TAKEN, job.job_id, taken))
+            except ChannelClosed:
+                pass
 
     def _send_stop(self, job: _Job) -> bool:
         """Ask the process to stop a streaming job after its current step."""

@@ -46,6 +46,11 @@ METRICS = 16
 # (CALLS_READ, call ids), before a JOB); `answers read`: the keys of answer regions the instance no longer views (also
 # sent alone, (ANSWERS_READ, keys), before a job's answer).
 MODEL_CALL, MODEL_ANSWER, CALLS_READ, ANSWERS_READ = 17, 8, 9, 18
+# Server to instance, while a streaming job runs: (STEPS_TAKEN, job id, steps) once the server took `steps` of its
+# steps, every STEPS_ACK of them. The instance runs at most STEPS_AHEAD steps ahead of it: a stream whose client
+# reads nothing holds the generator (the server takes no step for it), not a growing queue of steps in the server.
+STEPS_TAKEN = 10
+STEPS_AHEAD, STEPS_ACK = 8, 4
 
 
 # A request of a job: (inputs, parameters, requested output names, sequence: (serial, id, start, end) or None);

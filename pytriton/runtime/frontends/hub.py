@@ -28,6 +28,7 @@ from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.request import InferenceResponse
 from pytriton.core.scheduler import Scheduler
 from pytriton.core.sinks import ResponseSink
+from pytriton.core.waiters import wake
 from pytriton.ipc.calls import ABANDON, CALL, REPLY, Calls, Handler
 from pytriton.ipc.channel import LoopChannel, Message
 from pytriton.ipc.outbox import BATCH, Outbox, items
@@ -46,6 +47,8 @@ from pytriton.runtime.frontends.protocol import (
     RETURNED,
     SEGMENT,
     SHARED_BYTES,
+    STREAM_AHEAD,
+    TAKEN,
     TOKENS,
     failed,
     pack_response,
@@ -62,7 +65,7 @@ _CLIENT_GONE = "the client disconnected before its response was ready"
 class RemoteSink(ResponseSink):
     """Where a frontend's request answers: its outbox, under the request's key."""
 
-    __slots__ = ("_done", "_link", "key", "model", "queued", "streaming")
+    __slots__ = ("_done", "_link", "_room", "delivered", "key", "model", "queued", "streaming", "taken")
 
     def __init__(self, link: FrontendLink, key: int, streaming: bool) -> None:
         self._link = link
@@ -71,6 +74,27 @@ class RemoteSink(ResponseSink):
         self.model: Optional[ServedModel] = None
         self.queued: Optional[ResponseSink] = None  # the sink the scheduler holds (one that fills the cache)
         self._done = False
+        self.delivered = 0  # responses of a stream posted to the frontend
+        self.taken = 0  # of them, those the frontend said it took (TAKEN)
+        self._room: Optional[asyncio.Future[None]] = None  # the model's stream waits on it while it is far ahead
+
+    def has_room(self) -> bool:
+        """Whether the frontend took enough of the stream's responses (STREAM_AHEAD untaken at most)."""
+        return self._done or self.delivered - self.taken < STREAM_AHEAD
+
+    async def room(self) -> None:
+        """Wait until the frontend took responses enough (has_room), or the request ended."""
+        while not self.has_room():
+            waiter = self._room
+            if waiter is None or waiter.done():
+                waiter = self._room = asyncio.get_running_loop().create_future()
+            await waiter
+
+    def took(self, responses: int) -> None:
+        """The frontend took so many of the stream's responses."""
+        self.taken = max(self.taken, responses)
+        if self.has_room():
+            wake(self._room)
 
     def done(self) -> bool:
         """Whether the request ended, or its client left."""
@@ -84,6 +108,7 @@ class RemoteSink(ResponseSink):
         packed = pack_small_response(self.key, response)  # the usual response; else FrontendLink's placing
         head, body = packed if packed is not None else link.pack_response(self.key, response)
         link.outbox.post(head, body)
+        self.delivered += 1
         if not self.streaming:
             self._done = True
             link.sinks.pop(self.key, None)
@@ -115,6 +140,7 @@ class RemoteSink(ResponseSink):
     def _end(self) -> None:
         self._done = True
         self._link.sinks.pop(self.key, None)
+        wake(self._room)
 
 
 class FrontendLink:
@@ -187,6 +213,10 @@ class FrontendLink:
                 self.open[head[1]] -= 1
             elif tag == TOKENS:
                 self._tokens(head)
+            elif tag == TAKEN:
+                sink = self.sinks.get(head[1])
+                if sink is not None:
+                    sink.took(head[2])
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:

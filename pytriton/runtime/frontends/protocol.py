@@ -14,6 +14,9 @@ Frontend to hub:
     (CLOSED, kind): a connection the hub handed over closed (the hub counts them against the caps)
     (TOKENS, model, version, first token ns, gaps ns, output tokens, prompt tokens): one generation of the
      OpenAI API, counted in the model's statistics on the hub (core/stats.TokenStats)
+    (TAKEN, key, responses): the frontend took so many responses of a streaming request, every STREAM_ACK of them;
+     the hub delivers at most STREAM_AHEAD more than it took, so a client that reads nothing of its stream holds
+     the model's generator, not a growing queue of responses in its frontend
 Hub to frontend:
     (RESPONSE, key, outputs, datatypes, final, loan, parameters), (FAILED, key, status, message, reason, of request),
     (END, key); `loan` names the response's region of the hub's arena (0: none), for RETURNED
@@ -42,7 +45,8 @@ from pytriton.options.server import ServerOptions
 
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
-TOKENS = 15
+TOKENS, TAKEN = 15, 16
+STREAM_AHEAD, STREAM_ACK = 16, 8
 INIT, READY, START_FAILED = 101, 102, 103
 BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
 SHARED_BYTES = COPY_BYTES + 1

@@ -61,6 +61,8 @@ from pytriton.runtime.frontends.protocol import (
     RESPONSE,
     RETURNED,
     SEGMENT,
+    STREAM_ACK,
+    TAKEN,
     TOKENS,
     error_of,
     pack_request,
@@ -350,6 +352,7 @@ class RemoteModel:
 
     async def _responses(self, key: int, stream: _Stream) -> AsyncIterator[InferenceResponse]:
         ended = False
+        taken = 0
         try:
             while True:
                 item = await stream.queue.get()
@@ -359,6 +362,9 @@ class RemoteModel:
                 if isinstance(item, InferenceError):
                     ended = True
                     raise item
+                taken += 1
+                if taken % STREAM_ACK == 0 and not self._link.closed:
+                    self._link.outbox.post((TAKEN, key, taken))
                 yield item
         finally:
             if not ended:

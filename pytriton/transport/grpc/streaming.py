@@ -2,6 +2,9 @@
 
 At the bound the session reads no further request until one ends: the unread requests wait in the
 call (holding its HTTP/2 window), so a client cannot start more work on one stream than the bound.
+Responses wait for the writer in a queue of at most OUTBOX_RESPONSES: past it a request takes no further
+response from its model (whose generator then waits), so a client that reads none of its responses holds
+the work of its stream, not a growing queue of answers.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pytriton.transport.grpc.wire import InferRequestFrame
 _END = object()
 # Requests of one stream in progress at once, unless the server's limits say otherwise.
 DEFAULT_STREAM_REQUESTS = 128
+# Responses that wait for the stream's writer before its requests stop taking more from their models.
+OUTBOX_RESPONSES = 32
 
 
 class StreamSession:
@@ -38,6 +43,7 @@ class StreamSession:
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
         self._tasks: Set[asyncio.Task[None]] = set()
         self._slot: Optional[asyncio.Future[None]] = None  # the reader waits on it while at the bound
+        self._room: Optional[asyncio.Future[None]] = None  # requests wait on it while the outbox is full
         self._reading = True
 
     async def serve(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:
@@ -47,6 +53,8 @@ class StreamSession:
         try:
             while True:
                 item = await self._outbox.get()
+                if self._outbox.qsize() < OUTBOX_RESPONSES:
+                    wake(self._room)
                 if item is _END:
                     return
                 if isinstance(item, BaseException):
@@ -77,6 +85,14 @@ class StreamSession:
             return
         self._reading = False
         self._end_if_idle()
+
+    async def _outbox_room(self) -> None:
+        """Wait while OUTBOX_RESPONSES responses wait for the writer."""
+        while self._outbox.qsize() >= OUTBOX_RESPONSES:
+            waiter = self._room
+            if waiter is None or waiter.done():
+                waiter = self._room = asyncio.get_running_loop().create_future()
+            await waiter
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
         """Forget a finished request; the reader may take the next one."""
@@ -111,6 +127,8 @@ class StreamSession:
                 async for response in responses:
                     final_sent = response.final
                     put(grpc_codec.encode_infer_response(spec, request_id, response, response.final, decoded, memory))
+                    del response
+                    await self._outbox_room()
             finally:
                 await _aclose(responses)
             if decoded.options.empty_final_response and not final_sent:
