@@ -17,6 +17,7 @@ import textwrap
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -27,6 +28,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from pytriton.exceptions import PyTritonValidationError
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
 from pytriton.options.limits import DEFAULT_MAX_BODY_BYTES, ServerLimits
 from pytriton.triton import Triton, TritonConfig
@@ -790,22 +792,66 @@ def test_http_generate_stream_disconnect_leaks_nothing():
 
 
 class Flood:
-    """An endless decoupled model of 256 KiB responses, as fast as it can: counts its steps, notes its end."""
+    """An endless decoupled model of 256 KiB responses, as fast as it can: counts its steps and notes its end in
+    shared memory, so that it counts as well in an instance process of its own."""
 
     def __init__(self) -> None:
-        self.steps = 0
-        self.stopped = threading.Event()
+        self._memory = shared_memory.SharedMemory(create=True, size=16)
+        self.name = self._memory.name
+        self._counts = np.ndarray((2,), np.int64, self._memory.buf)  # steps, ended
+        self._counts[:] = 0
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"name": self.name}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.name = state["name"]
+        self._memory = shared_memory.SharedMemory(name=self.name)
+        resource_tracker.unregister(self._memory._name, "shared_memory")  # type: ignore[attr-defined] # the test's
+        self._counts = np.ndarray((2,), np.int64, self._memory.buf)
+
+    @property
+    def steps(self) -> int:
+        return int(self._counts[0])
+
+    def stopped(self) -> bool:
+        return bool(self._counts[1])
 
     def __call__(self, requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
         try:
             while True:
-                self.steps += 1
+                self._counts[0] += 1
                 yield [{"OUTPUT_1": np.zeros((1, 65536), np.float32)} for _ in requests]
         finally:
-            self.stopped.set()
+            self._counts[1] = 1
 
-    def bind(self, triton: Triton) -> None:
-        triton.bind("flood", self, inputs=FP32, outputs=FP32, config=ModelConfig(decoupled=True))
+    def bind(self, triton: Triton, in_process: bool = False) -> None:
+        model = ProcessInstances(self) if in_process else self
+        triton.bind("flood", model, inputs=FP32, outputs=FP32, config=ModelConfig(decoupled=True))
+
+    def close(self) -> None:
+        del self._counts
+        self._memory.close()
+        self._memory.unlink()
+
+
+@contextlib.contextmanager
+def flooding(setup: str, **config: Any) -> Iterator[Tuple[Triton, Flood]]:
+    """A server whose model `flood` runs in a thread, in an instance process, or behind two frontend processes."""
+    flood = Flood()
+    options: Dict[str, Any] = {"http_port": 0, "grpc_port": 0, "allow_metrics": False}
+    options.update(config)
+    triton = Triton(config=TritonConfig(**options), frontends=2 if setup == "frontends" else None)
+    try:
+        flood.bind(triton, in_process=setup == "process")
+        triton.run()
+        yield triton, flood
+    finally:
+        triton.stop()
+        flood.close()
+
+
+SETUPS = ["thread", "process", "frontends"]
 
 
 # Steps a flood makes for a client that reads none: the responses the stream holds for its consumer, the steps
@@ -833,9 +879,9 @@ def unread_socket(port: int) -> socket.socket:
     return sock
 
 
-def test_a_generate_stream_client_that_reads_nothing_holds_the_model_not_a_queue_of_responses():
-    flood = Flood()
-    with serving(flood.bind, allow_grpc=False) as triton:
+@pytest.mark.parametrize("setup", SETUPS)
+def test_a_generate_stream_client_that_reads_nothing_holds_the_model_not_a_queue_of_responses(setup):
+    with flooding(setup, allow_grpc=False) as (triton, flood):
         body = json.dumps({"INPUT_1": [1.0]}).encode()
         with unread_socket(triton.http_port) as sock:
             sock.sendall(
@@ -850,12 +896,12 @@ def test_a_generate_stream_client_that_reads_nothing_holds_the_model_not_a_queue
                 assert chunk, "the server closed the stream"
                 received += len(chunk)
             assert received > 40 * 65536
-        assert flood.stopped.wait(WAIT_S)
+        wait_until(flood.stopped, "the model stopped for the client that left")
 
 
-def test_a_model_stream_infer_client_that_reads_nothing_holds_the_model_not_a_queue_of_responses():
-    flood = Flood()
-    with serving(flood.bind, allow_http=False) as triton:
+@pytest.mark.parametrize("setup", SETUPS)
+def test_a_model_stream_infer_client_that_reads_nothing_holds_the_model_not_a_queue_of_responses(setup):
+    with flooding(setup, allow_http=False) as (triton, flood):
         client = H2Client(triton.grpc_port)  # its windows stay at 64 KiB: it reads none of the responses
         try:
             client.handshake()
@@ -864,7 +910,7 @@ def test_a_model_stream_infer_client_that_reads_nothing_holds_the_model_not_a_qu
             client.send_data(stream, grpc_message(infer_request([1.0], model="flood")), end_stream=False)
             assert steps_once_held(flood) <= HELD_STEPS
             client.rst_stream(stream, 8)  # CANCEL
-            assert flood.stopped.wait(WAIT_S)
+            wait_until(flood.stopped, "the model stopped for the cancelled stream")
         finally:
             client.close()
 
