@@ -11,8 +11,10 @@ they send.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import pathlib
+import resource
 import select
 import socket
 import struct
@@ -20,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import hpack
 import numpy as np
@@ -70,13 +72,19 @@ STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 class ServedProcess:
     """tests/served_process.py running with some ServerLimits; its ports, RSS, and a well-behaved client."""
 
-    def __init__(self, limits: Dict[str, Any]) -> None:
+    def __init__(self, limits: Dict[str, Any], open_files: Optional[int] = None) -> None:
+        """`open_files`: the soft open-file limit the process starts with (its parent's by default)."""
+
+        def start_with_the_limit() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.served_process", json.dumps(limits)],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            preexec_fn=None if open_files is None else start_with_the_limit,
         )
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], 120)
@@ -449,6 +457,61 @@ def test_a_burst_of_connections_is_accepted_without_syn_retransmits(served, prot
         for sock in sockets:
             sock.close()
     served.assert_served()
+
+
+def _soft_open_files(pid: int) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open-file limit")
+
+
+def test_a_thousand_idle_connections_leave_descriptors_for_other_clients_under_a_soft_limit_of_1024():
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"the hard open-file limit here ({hard}) leaves the server nothing to raise its soft limit to")
+    server = ServedProcess({}, open_files=1024)
+    sockets: List[socket.socket] = []
+    try:
+        assert _soft_open_files(server.proc.pid) >= 4096
+        for port in (server.http_port, server.grpc_port) * 750:
+            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=READ_S))
+        server.assert_served()  # a connection of its own, past the 1024 descriptors of the start
+        status, _ = _http_get(server.http_port, "/v2/health/ready")
+        assert status == 200
+    finally:
+        for sock in sockets:
+            sock.close()
+        server.stop()
+
+
+def test_a_hard_open_file_limit_below_the_caps_is_warned_of():
+    script = (
+        "import logging; logging.basicConfig(); "
+        "from pytriton.options.limits import ServerLimits; "
+        "from pytriton.runtime.open_files import raise_open_files_limit; "
+        "print(raise_open_files_limit(ServerLimits(max_connections=100, grpc_max_connections=100)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)),
+        timeout=60,
+    )
+    assert done.stdout.strip() == "(1024, 1024)"
+    assert "the open-file limit is 1024, below the 2248 the server may need" in done.stderr
+
+
+def _http_get(port: int, path: str) -> Tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=READ_S)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
 
 
 # ---------------------------------------------------------------- connection cap, idle connections, no preface

@@ -27,6 +27,7 @@ from pytriton.options.server import ServerOptions
 from pytriton.runtime.heap import thaw
 from pytriton.runtime.logging_setup import use_default_logging
 from pytriton.runtime.loop_thread import LoopThread
+from pytriton.runtime.open_files import raise_open_files_limit
 from pytriton.runtime.startup_line import model_line, startup_line
 from pytriton.runtime.stopping import OVERRUN_S, StopSequence, where_stuck
 from pytriton.runtime.tracing import Tracing
@@ -65,6 +66,7 @@ class ServerRuntime:
     def __init__(self, options: ServerOptions) -> None:
         """Start the loop and create the engine on it (no port is opened yet)."""
         self.options = options
+        raise_open_files_limit(options.limits)  # before any instance or frontend process inherits it
         self._loop = LoopThread()
         self.stopped = threading.Event()
         self.failure: Optional[str] = None
