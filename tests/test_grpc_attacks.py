@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import pathlib
 import resource
 import select
@@ -31,8 +32,13 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
+from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
+from pytriton.triton import Triton
+from tests.conftest import running_triton
+from tests.frontend_processes import frontend_pids, serving_pid
 from tests.h2_wire import (
+    ACK,
     CANCEL,
     CONTINUATION,
     DATA,
@@ -61,6 +67,7 @@ from tests.h2_wire import (
     pack_frame,
     request_headers,
 )
+from tests.waiting import wait_until
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RSS_GROWTH_MIB = 24
@@ -717,3 +724,94 @@ def test_a_client_sending_past_the_connection_window_gets_flow_control_error(cli
         server.assert_served()
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------- what a declared size costs a frontend process
+
+
+def _memfd_bytes(pids: List[int]) -> Dict[Tuple[int, str], Tuple[int, int]]:
+    """Each shared-memory file the processes hold: (pid, fd) -> (its size, the bytes of memory it took)."""
+    found: Dict[Tuple[int, str], Tuple[int, int]] = {}
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                    continue
+                stat = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            found[(pid, fd)] = (stat.st_size, stat.st_blocks * 512)
+    return found
+
+
+@pytest.fixture(scope="module")
+def behind_frontends() -> Iterator[Triton]:
+    def bind(triton: Triton) -> None:
+        fp32 = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
+        out = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
+        triton.bind("identity", _identity, inputs=fp32, outputs=out, config=ModelConfig(max_batch_size=8))
+
+    with running_triton(bind, frontends=2) as triton:
+        yield triton
+
+
+@pytest.fixture
+def sockets() -> Iterator[List[socket.socket]]:
+    """Plain connections a test opens (append them), closed at its end."""
+    opened: List[socket.socket] = []
+    yield opened
+    for sock in opened:
+        sock.close()
+
+
+def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
+
+
+def _answered_by(pid: int, frontends: List[int], port: int, sockets: List[socket.socket]) -> None:
+    """A request answered by frontend `pid` (on a connection of its own): its loop is past what came before."""
+    for _ in range(50):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=READ_S)
+        sockets.append(sock)
+        sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        if serving_pid(sock, frontends) == pid:
+            return
+    raise AssertionError(f"no connection reached frontend {pid}")
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_declared_size_costs_a_frontend_process_only_the_bytes_that_arrive(
+    behind_frontends, clients, sockets, protocol
+):
+    declared = (1 << 30) + 4096 if protocol == "grpc" else (60 << 20) + 4096
+    client = None
+    if protocol == "grpc":
+        client = H2Client(behind_frontends.grpc_port)
+        clients.append(client)
+        client.handshake()
+        client.send_headers(1, request_headers())
+        client.send_data(1, struct.pack(">BI", 0, declared) + b"x" * 100_000, end_stream=False)
+    else:
+        sock = socket.create_connection(("127.0.0.1", behind_frontends.http_port), timeout=READ_S)
+        sockets.append(sock)
+        sock.sendall(
+            b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % declared
+            + b"x" * 100_000
+        )
+    frontends = frontend_pids()
+    made: Dict[Tuple[int, str], Tuple[int, int]] = {}
+
+    def buffer_made() -> bool:
+        made.update((key, sizes) for key, sizes in _memfd_bytes(frontends).items() if sizes[0] == declared)
+        return bool(made)
+
+    wait_until(buffer_made, "the frontend made the declared message's buffer")
+    ((pid, fd),) = made
+    if client is not None:  # the frontend's loop answers the PING once it is past the message's first bytes
+        client.ping(b"12345678")
+        client.wait_for(lambda frame: frame.kind == PING and frame.has(ACK))
+    else:
+        _answered_by(pid, frontends, behind_frontends.http_port, sockets)
+    ((size, taken),) = (sizes for key, sizes in _memfd_bytes([pid]).items() if key == (pid, fd))
+    assert taken < 16 << 20, f"a buffer of {size} bytes took {taken} bytes for the 100 KB that came"

@@ -65,9 +65,13 @@ class OwnSegments:
         self._buffers: Dict[int, weakref.ref[np.ndarray]] = {}
 
     def allocate(self, size: int) -> np.ndarray:
-        """A new buffer of `size` bytes in a segment of its own (a heap buffer when no shared memory can be had)."""
+        """A new buffer of `size` bytes in a segment of its own (a heap buffer when no shared memory can be had).
+
+        Its pages are taken as its bytes arrive (`SharedSegment.create`'s `lazy`): the size is the one a client
+        declared, and a client that declares much and sends little must cost the server little.
+        """
         try:
-            segment = SharedSegment.create(size)
+            segment = SharedSegment.create(size, lazy=True)
         except SharedMemoryUnavailable:
             return np.empty(size, np.uint8)
         segment_id = next(self._ids)
