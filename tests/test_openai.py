@@ -9,12 +9,14 @@ import logging
 import socket
 import threading
 import time
-from typing import Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 import openai
 import pytest
 
+from pytriton.model_config import ModelConfig
+from pytriton.openai import OpenAIChat
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests import openai_models
 from tests.conftest import ACCESS_TOKEN, running_triton
@@ -22,6 +24,8 @@ from tests.http_helpers import get_json, post_json, request
 from tests.openai_models import (
     DEFAULT_TOKENS,
     JINJA_TEMPLATE,
+    TEXT_IN,
+    TEXT_OUT,
     default_prompt,
     raw_chat,
     read_events,
@@ -29,6 +33,7 @@ from tests.openai_models import (
     tokens_for,
 )
 from tests.test_metrics import sample, scrape
+from tests.test_robustness import HELD_STEPS, steps_once_held, unread_socket
 
 USER = [{"role": "user", "content": "Say something."}]
 
@@ -455,3 +460,37 @@ def test_bad_requests_get_openai_errors_and_leave_a_running_stream_whole(client:
         assert json.loads(body)["error"]["type"] == "invalid_request_error", body  # OpenAI's shape, not Triton's
     pieces += [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
     assert "".join(pieces) == _expected(USER[0]["content"])
+
+
+class TextFlood:
+    """An endless chat model of 64 KiB tokens, as fast as it can; counts its steps, notes its end."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.stopped = threading.Event()
+
+    def __call__(self, requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        try:
+            while True:
+                self.steps += 1
+                yield [{"text_output": np.array([[b"x" * 65536]], dtype=object)} for _ in requests]
+        finally:
+            self.stopped.set()
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_a_streamed_chat_whose_client_reads_nothing_holds_the_model_not_a_queue_of_text(frontends) -> None:
+    flood = TextFlood()
+
+    def bind(triton: Triton) -> None:
+        triton.bind("flood", flood, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=OpenAIChat())
+
+    with running_triton(bind, frontends=frontends) as triton:
+        body = json.dumps({"model": "flood", "messages": USER, "stream": True}).encode()
+        with unread_socket(triton.http_port) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            assert steps_once_held(flood) <= HELD_STEPS  # type: ignore[arg-type]
+        assert flood.stopped.wait(10), "the generator went on after its client left"

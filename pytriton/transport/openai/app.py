@@ -33,6 +33,9 @@ LOGGER = logging.getLogger("pytriton.openai")
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 T = TypeVar("T")
+# Pieces of a streamed answer that wait for the client before its generations take no more from their models (whose
+# generators then wait): a client that reads nothing holds them, not a growing queue of text.
+STREAM_AHEAD = 16
 # Handlers cancelled because their client disconnected.
 _LEFT: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
@@ -242,10 +245,12 @@ class OpenAIApp:
         assert handler is not None
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Tuple[int, Optional[str], Optional[BaseException]]] = asyncio.Queue()
+        room = asyncio.Semaphore(STREAM_AHEAD)  # a piece takes one until the handler has sent it
 
         async def run(index: int, generation: Generation) -> None:
             try:
                 async for piece in generation.pieces():
+                    await room.acquire()
                     events.put_nowait((index, piece, None))
             except BaseException as error:  # noqa: BLE001 - handed to the handler, which answers it
                 events.put_nowait((index, None, error))
@@ -283,6 +288,7 @@ class OpenAIApp:
                     continue
                 sent += 1
                 await _send_event(send, answer.chunk(index, piece, None))
+                room.release()
             if answer.include_usage:
                 token_usage = codec.usage(prompt_tokens, sum(generation.tokens for generation in generations))
                 await _send_event(send, answer.usage_chunk(token_usage))
