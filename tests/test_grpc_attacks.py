@@ -815,3 +815,21 @@ def test_a_declared_size_costs_a_frontend_process_only_the_bytes_that_arrive(
         _answered_by(pid, frontends, behind_frontends.http_port, sockets)
     ((size, taken),) = (sizes for key, sizes in _memfd_bytes([pid]).items() if key == (pid, fd))
     assert taken < 16 << 20, f"a buffer of {size} bytes took {taken} bytes for the 100 KB that came"
+
+
+def test_unparsable_stream_messages_whose_errors_go_unread_are_held_by_flow_control(served, clients):
+    before = served.rss_mib()
+    client = served.h2()  # its window for the server's answers stays at 64 KiB: it reads none of them
+    clients.append(client)
+    client.send_headers(1, request_headers(path=STREAM_INFER))
+    client.send_data(1, grpc_message(b"\xff\xff\xff") * 200_000, end_stream=False)  # in the 4 MiB stream window
+    # Each costs the server an error answer of 10 times its size. Without a hold the server reads them all
+    # within this while, and its RSS grows by 170 MiB; with one it reads a few dozen and no more.
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        assert served.rss_mib() - before < RSS_GROWTH_MIB
+        try:
+            assert client.read_frame(0.1) is not None, "the server closed the connection"
+        except (socket.timeout, TimeoutError):
+            pass
+    served.assert_served()

@@ -72,6 +72,7 @@ class StreamSession:
             async for frame in requests:
                 if isinstance(frame, InferenceError):  # a message that failed to parse: the stream stays open
                     self._outbox.put_nowait(grpc_codec.stream_error("", frame.message))
+                    await self._outbox_room()  # its errors wait for the writer as answers do: read no more meanwhile
                     continue
                 task = loop.create_task(self._serve_one(frame))
                 self._tasks.add(task)
