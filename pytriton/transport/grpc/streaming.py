@@ -139,6 +139,7 @@ class StreamSession:
             failed_in_model = isinstance(error, InferenceError) and error.reason is FailureReason.BACKEND
             model_failed = reached if failed_in_model else None
             put(grpc_codec.stream_error(request_id, text, model_failed, asked_version))
+            await self._outbox_room()  # the request's slot stays taken while its error waits among too many
 
 
 async def _aclose(iterator: AsyncIterator[Any]) -> None:
