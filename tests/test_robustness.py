@@ -899,6 +899,29 @@ def test_a_generate_stream_client_that_reads_nothing_holds_the_model_not_a_queue
         wait_until(flood.stopped, "the model stopped for the client that left")
 
 
+def test_a_stream_held_for_a_client_that_reads_nothing_ends_at_the_send_timeout():
+    flood = Flood()
+    triton = Triton(
+        config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False),
+        limits=ServerLimits(send_timeout_s=1.0),
+    )
+    try:
+        flood.bind(triton)
+        triton.run()
+        body = json.dumps({"INPUT_1": [1.0]}).encode()
+        with unread_socket(triton.http_port) as sock:
+            sock.sendall(
+                b"POST /v2/models/flood/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
+            wait_until(flood.stopped, "the server cut off the client and stopped its model")  # the instance is free
+            assert flood.steps <= HELD_STEPS
+            assert request(triton.http_port, "GET", "/v2/health/ready")[0] == 200
+    finally:
+        triton.stop()
+        flood.close()
+
+
 @pytest.mark.parametrize("setup", SETUPS)
 def test_a_model_stream_infer_client_that_reads_nothing_holds_the_model_not_a_queue_of_responses(setup):
     with flooding(setup, allow_http=False) as (triton, flood):
