@@ -53,10 +53,6 @@ class InferenceError(Exception):
         self.message = message
         self.reason = reason
         self.of_request = False  # Triton's core names the request in this message (`for_request`)
-        # Raised as the request was submitted, before any instance took it (a frontend process gets it as a message,
-        # not raised): generate_stream answers it as a plain HTTP error, and an error of the running request as an
-        # event, as Triton's.
-        self.refused = False
 
     @classmethod
     def invalid(cls, message: str) -> InferenceError:

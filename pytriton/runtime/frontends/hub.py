@@ -221,7 +221,6 @@ class FrontendLink:
                 raise InferenceError.invalid(str(error)) from None
             sink.queued = model.submit(request, sink, streaming)
         except InferenceError as error:
-            error.refused = True  # raised here, as in the frontend's own engine it would have been
             sink.fail(error)
 
     def _tokens(self, head: Any) -> None:

@@ -15,9 +15,8 @@ Frontend to hub:
     (TOKENS, model, version, first token ns, gaps ns, output tokens, prompt tokens): one generation of the
      OpenAI API, counted in the model's statistics on the hub (core/stats.TokenStats)
 Hub to frontend:
-    (RESPONSE, key, outputs, datatypes, final, loan, parameters),
-    (FAILED, key, status, message, reason, of request, refused at submit), (END, key); `loan` names the
-    response's region of the hub's arena (0: none), for RETURNED
+    (RESPONSE, key, outputs, datatypes, final, loan, parameters), (FAILED, key, status, message, reason, of request),
+    (END, key); `loan` names the response's region of the hub's arena (0: none), for RETURNED
     (ARENA, size), alone, with the descriptor of the hub's new arena for this frontend
     (RELEASED, keys): the hub no longer views these requests' inputs in the frontend's buffers
     (CONNECTION, "http" or "grpc", over the cap), alone, with the descriptor of a connection the hub accepted
@@ -182,15 +181,14 @@ def unpack_response(head: Any, body: memoryview, resolve: Resolve) -> InferenceR
 
 def failed(key: int, error: InferenceError) -> Tuple[Any, ...]:
     """A FAILED message: the request ended with `error`."""
-    return (FAILED, key, error.status.name, error.message, error.reason.name, error.of_request, error.refused)
+    return (FAILED, key, error.status.name, error.message, error.reason.name, error.of_request)
 
 
 def error_of(head: Any) -> InferenceError:
     """The error a FAILED message carries."""
-    _, _, status, message, reason, of_request, refused = head
+    _, _, status, message, reason, of_request = head
     error = InferenceError(Status[status], message, FailureReason[reason])
     error.of_request = of_request
-    error.refused = refused
     return error
 
 

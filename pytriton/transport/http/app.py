@@ -352,12 +352,7 @@ class HttpFrontend:
                 await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
         except InferenceError as error:
             if not started:
-                if error.refused:
-                    raise
-                # Triton's: an error of the running request before its first response is a 400 whose body is the
-                # event (nvidia-pytriton 0.7: `data: {"error":"...ValueError: ..."}`, text/event-stream).
-                await send({"type": "http.response.start", "status": 400, "headers": _SSE_HEADERS})
-                started = True
+                raise
             event = orjson.dumps({"error": error.message})
             await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
         except asyncio.CancelledError:
