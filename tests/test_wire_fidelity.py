@@ -651,6 +651,7 @@ def test_an_output_named_twice_with_class_counts(triton: Triton) -> None:
         ("trace_rate", "4294967295", "Unable to parse 'trace_rate', value is out of range [ 0, 4294967295 ], got: "),
         ("log_frequency", "99999999999999", "Unable to parse 'log_frequency', value is out of range [ 0, 4294967295 ]"),
         ("trace_count", "2147483648", "Unable to parse 'trace_count', value is out of range [ -1, 2147483647 ], got: "),
+        ("trace_count", "-2", "Unable to parse 'trace_count'. Expecting value >= -1, got:"),
     ],
 )
 def test_trace_settings_beyond_tritons_integers_are_refused(
@@ -658,8 +659,8 @@ def test_trace_settings_beyond_tritons_integers_are_refused(
 ) -> None:
     # nvidia-pytriton 0.7.0 (tritonserver 2.51), over HTTP, per model too, and gRPC (INVALID_ARGUMENT):
     # {"error":"Unable to parse 'trace_rate', value is out of range [ 0, 4294967295 ], got: 4294967295"}
-    # (this server took any size and reported it back)
-    expected = f"{message.split(', got')[0]}, got: {value}"
+    # (this server took any size and reported it back); below -1: "... Expecting value >= -1, got:-2", no space
+    expected = f"{message}{value}" if message.endswith("got:") else f"{message.split(', got')[0]}, got: {value}"
     for path in ("/v2/trace/setting", "/v2/models/add/trace/setting"):
         status, _, raw = request(triton.http_port, "POST", path, json.dumps({setting: value}), HTTP_AUTH)
         assert (status, json.loads(raw)) == (400, {"error": expected})
