@@ -246,8 +246,8 @@ def _setting_int(key: str, values: Sequence[str]) -> int:
     except ValueError:
         raise InferenceError.invalid(f"Unable to parse '{key}', got: {values[0]}") from None
     minimum = -1 if key == "trace_count" else 0
-    if value < minimum:
-        raise InferenceError.invalid(f"Unable to parse '{key}'. Expecting value >= {minimum}, got:{values[0]}")  # Triton: no space
+    if value < minimum:  # Triton's words, with no space after "got:"
+        raise InferenceError.invalid(f"Unable to parse '{key}'. Expecting value >= {minimum}, got:{values[0]}")
     # Triton keeps trace_count in an int32 and the others in a uint32; it refuses the uint32 maximum itself
     # (4294967295 was refused as "out of range [ 0, 4294967295 ]" by tritonserver 2.51).
     high = _UINT32_END if minimum == 0 else _INT32_MAX
