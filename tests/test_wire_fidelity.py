@@ -781,3 +781,36 @@ def test_an_http_1_0_keep_alive_is_answered_with_keep_alive(triton: Triton) -> N
                 head += chunk
             heads.append(head.lower())
     assert all(b" 200 ok\r\n" in head and b"\r\nconnection: keep-alive\r\n" in head for head in heads), heads
+
+
+def test_a_trace_level_without_a_trace_file_is_refused_in_tritons_words(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0 (trace mode triton, no trace file): a trace_level other than OFF, for the server or one
+    # model, over HTTP 400 and gRPC INVALID_ARGUMENT {"error":"Attempting to set invalid trace setting :trace file
+    # name is not given"}, the settings left as they were (this server took it and traced nothing, silently).
+    refusal = "Attempting to set invalid trace setting :trace file name is not given"
+    for path in ("/v2/trace/setting", "/v2/models/add/trace/setting"):
+        for level in (["TIMESTAMPS"], ["TENSORS"]):
+            body = json.dumps({"trace_level": level, "trace_rate": "3"})
+            status, _, raw = request(triton.http_port, "POST", path, body, HTTP_AUTH)
+            assert (status, json.loads(raw)) == (400, {"error": refusal})
+        status, _, raw = request(triton.http_port, "GET", path, headers=HTTP_AUTH)
+        assert (json.loads(raw)["trace_level"], json.loads(raw)["trace_rate"]) == (["OFF"], "1000")
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(grpc_url(triton)))
+    asked = service_pb2.TraceSettingRequest(model_name="add")
+    asked.settings["trace_level"].value.append("TIMESTAMPS")
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.TraceSetting(asked, metadata=list(GRPC_AUTH.items()), timeout=10)
+    assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
+    status, _, raw = request(triton.http_port, "POST", "/v2/trace/setting", '{"trace_level": ["OFF"]}', HTTP_AUTH)
+    assert status == 200, raw
+
+
+def test_a_trace_level_with_a_trace_file_is_taken_with_a_warning(
+    start_triton: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # With a trace file Triton takes the level and writes its traces there; this server writes none and says so.
+    triton = start_triton(lambda server: None, trace_config=["triton,file=/nonexistent/trace.json"])
+    body = json.dumps({"trace_level": ["TIMESTAMPS"]})
+    status, _, raw = request(triton.http_port, "POST", "/v2/trace/setting", body, HTTP_AUTH)
+    assert (status, json.loads(raw)["trace_level"]) == (200, ["TIMESTAMPS"])
+    assert "trace mode 'triton' writes no trace file in this server" in caplog.text

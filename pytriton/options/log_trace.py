@@ -210,6 +210,15 @@ class TraceSettings:
                 new[field] = _trace_level(value)
             else:
                 new[field] = _setting_int(key, value)
+        if new.get("level") and self.config.mode == "triton":
+            if not self.config.file:  # Triton's answer: it would have nowhere to write the traces
+                raise InferenceError.invalid("Attempting to set invalid trace setting :trace file name is not given")
+            LOGGER.warning(
+                "trace mode 'triton' writes no trace file in this server (trace level %s asked for %s); use "
+                "trace_config mode=opentelemetry to export spans",
+                "+".join(new["level"]),
+                f"model '{model}'" if model else "the server",
+            )
         target = self.models.setdefault(model, TraceSetting()) if model else self.server
         for field in cleared:
             setattr(target, field, None if model else getattr(TraceSetting(*self._defaults()), field))
