@@ -814,3 +814,12 @@ def test_a_trace_level_with_a_trace_file_is_taken_with_a_warning(
     status, _, raw = request(triton.http_port, "POST", "/v2/trace/setting", body, HTTP_AUTH)
     assert (status, json.loads(raw)["trace_level"]) == (200, ["TIMESTAMPS"])
     assert "trace mode 'triton' writes no trace file in this server" in caplog.text
+
+
+def test_a_models_trace_setting_has_no_versioned_route(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: GET /v2/models/add/versions/1/trace/setting 404 {"error":"Not Found"} (this server
+    # answered the model's settings)
+    status, _, raw = request(triton.http_port, "GET", "/v2/models/add/versions/1/trace/setting", headers=HTTP_AUTH)
+    assert (status, json.loads(raw)) == (404, {"error": "Not Found"})
+    status, _, raw = request(triton.http_port, "GET", "/v2/models/add/trace/setting", headers=HTTP_AUTH)
+    assert status == 200, raw

@@ -202,11 +202,12 @@ class HttpFrontend:
     ) -> Awaitable[None]:
         """The handler of a route under /v2/models/{name}[/versions/{version}]."""
         version = ""
-        if len(rest) >= 2 and rest[0] == "versions":
+        versioned = len(rest) >= 2 and rest[0] == "versions"
+        if versioned:
             version, rest = rest[1], rest[2:]
             if not (version.isascii() and version.isdigit()):  # Triton's routes take a version of digits only
                 raise HttpError(404, "Not Found")
-        if rest == ["trace", "setting"] and self._settings is not None:
+        if rest == ["trace", "setting"] and self._settings is not None and not versioned:  # Triton's has no version
             return self._settings_route(receive, send, method, "trace/setting", name)
         if len(rest) > 1 or (rest and rest[0] not in _MODEL_ACTIONS):
             raise HttpError(404, "Not Found")
