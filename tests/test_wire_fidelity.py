@@ -723,7 +723,8 @@ def test_grpc_load_parameters_are_checked_as_tritons_grpc_frontend_checks_them(t
 def test_the_http_repository_index_reads_its_body(triton: Triton) -> None:
     # nvidia-pytriton 0.7.0: {"ready": true} lists the ready models only (this server ignored the body and listed
     # every model); an unreadable body 500 {"error":"failed to parse the request JSON buffer: ..."}; a "ready" that
-    # is no boolean 500 {"error":"attempt to access JSON non-boolean as boolean"}; a body of `[]` 200.
+    # is no boolean 500 {"error":"attempt to access JSON non-boolean as boolean"}; a body of `[]` 200. This server
+    # answers the two bad bodies 400, as every bad body (PROTOCOL.md: invalid argument 400), in Triton's words.
     index = "/v2/repository/index"
     status, _, raw = request(triton.http_port, "POST", "/v2/repository/models/nobatch/unload", "", HTTP_AUTH)
     assert status == 200, raw
@@ -738,9 +739,9 @@ def test_the_http_repository_index_reads_its_body(triton: Triton) -> None:
         )
         assert "nobatch" not in listed['{"ready": true}'] and listed['{"ready": true}']["add"] == "READY"
         status, _, raw = request(triton.http_port, "POST", index, "{", HTTP_AUTH)
-        assert status == 500 and json.loads(raw)["error"].startswith("failed to parse the request JSON buffer: ")
+        assert status == 400 and json.loads(raw)["error"].startswith("failed to parse the request JSON buffer: ")
         status, _, raw = request(triton.http_port, "POST", index, '{"ready": "yes"}', HTTP_AUTH)
-        assert (status, json.loads(raw)) == (500, {"error": "attempt to access JSON non-boolean as boolean"})
+        assert (status, json.loads(raw)) == (400, {"error": "attempt to access JSON non-boolean as boolean"})
     finally:
         status, _, raw = request(triton.http_port, "POST", "/v2/repository/models/nobatch/load", "", HTTP_AUTH)
         assert status == 200, raw

@@ -238,11 +238,11 @@ class HttpFrontend:
         if bytes(body).strip():
             try:
                 document = json_text.loads(body)
-            except json_text.JsonError as error:  # Triton answers an index's unreadable body with 500
-                raise InferenceError.internal(f"failed to parse the request JSON buffer: {error}") from None
+            except json_text.JsonError as error:  # 400, as every unreadable body here (Triton's index: 500)
+                raise InferenceError.invalid(f"failed to parse the request JSON buffer: {error}") from None
             ready = document.get("ready", False) if isinstance(document, dict) else False  # Triton: `[]` is no error
             if not isinstance(ready, bool):
-                raise InferenceError.internal("attempt to access JSON non-boolean as boolean")  # Triton's words
+                raise InferenceError.invalid("attempt to access JSON non-boolean as boolean")  # Triton's words, 400
             ready_only = ready
         entries = [entry for entry in self._engine.repository() if entry.ready or not ready_only]
         await send_json(send, 200, documents.repository_index(entries))
