@@ -148,7 +148,8 @@ class Scheduler:
             raise self._refuse_without_inputs(request)
         if request.sequence is not None or self._sequences is not None:
             if self._sequences is not None:
-                self._admit(request)
+                # A refusal is no failure of the model: tritonserver 2.51 counts none (statistics, metrics).
+                self._sequences.admit(request)
             elif not self._sequence_warned:
                 self._warn_sequence_ignored()
         if self._free and not self._queues.size and not self._rules.delay_ns and not self._held:
@@ -186,15 +187,6 @@ class Scheduler:
         self._held = False
         if self._queues.size:
             self._schedule()
-
-    def _admit(self, request: InferenceRequest) -> None:
-        """Join a request to its sequence, or refuse it as Triton's sequence batcher does."""
-        assert self._sequences is not None
-        try:
-            self._sequences.admit(request)
-        except InferenceError as error:
-            self.stats.record_failure(0, error.reason.value)
-            raise
 
     def _free_instance_of(self, request: InferenceRequest) -> Optional[ModelInstance]:
         """The instance holding the slot of the request's sequence, taken off the free list, if it can run it now."""
