@@ -40,7 +40,8 @@ from pytriton.model_config import (
 from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
-from tests.conftest import grpc_url, http_url, running_triton
+from tests.conftest import ACCESS_TOKEN, grpc_url, http_url, running_triton
+from tests.http_helpers import post_json
 
 START = SequenceControlKind.CONTROL_SEQUENCE_START
 END = SequenceControlKind.CONTROL_SEQUENCE_END
@@ -145,6 +146,7 @@ CONTROLS_OUTPUTS = [
 def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None:
     triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
     triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
+    triton.bind("refusals", accumulate, **IO, config=ACCUMULATE)
     triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
     triton.bind("recorder", recorder, **IO, config=ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher()))
     single_slot = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
@@ -436,6 +438,47 @@ def test_errors_as_triton(
         client.infer("accumulate", [_input(module, 1, rows)], **parameters)
     assert message in raised.value.message()
     assert raised.value.status() == ("400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT")
+
+
+def test_refused_requests_count_no_failure(server: Triton) -> None:
+    # tritonserver 2.51, the same five requests to a fresh sequence model: inference_stats success 1, fail 0,
+    # and nv_inference_request_failure 0 for every reason: its sequence batcher's refusals are not the model's.
+    client = httpclient.InferenceServerClient(http_url(server))
+    refused: List[Dict[str, Any]] = [{}, {"sequence_id": 0, "sequence_start": True}, {"sequence_id": 8}]
+    for parameters in refused:
+        with pytest.raises(InferenceServerException, match="must specify"):
+            client.infer("refusals", [_input(httpclient, 1)], **parameters)
+    with pytest.raises(InferenceServerException, match="must specify batch-size 1"):
+        client.infer("refusals", [_input(httpclient, 1, rows=2)], sequence_id=8, sequence_start=True)
+    client.infer("refusals", [_input(httpclient, 1)], sequence_id=8, sequence_start=True, sequence_end=True)
+    statistics = client.get_inference_statistics("refusals", headers={"triton-access-token": ACCESS_TOKEN})
+    counts = statistics["model_stats"][0]["inference_stats"]
+    assert (counts["success"]["count"], counts["fail"]["count"]) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        # tritonserver 2.51 answers each of these 500 with this error (400 here: the client sent it).
+        ({"sequence_id": -1}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": 2**64}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": 1.5}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": True}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": None}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": {"a": 1}}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_start": 1}, "Unable to parse 'sequence_start': attempt to access JSON non-boolean as boolean"),
+        ({"sequence_end": "true"}, "Unable to parse 'sequence_end': attempt to access JSON non-boolean as boolean"),
+    ],
+)
+def test_sequence_parameters_of_a_wrong_type_get_tritons_words(
+    server: Triton, parameters: Dict[str, Any], message: str
+) -> None:
+    body = {
+        "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}],
+        "parameters": {"sequence_id": 5, "sequence_start": True, **parameters},
+    }
+    status, document = post_json(server.http_port, "/v2/models/accumulate/infer", body)
+    assert (status, document) == (400, {"error": message})
 
 
 def test_a_sequence_takes_no_request_after_its_end(server: Triton) -> None:
