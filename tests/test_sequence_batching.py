@@ -147,6 +147,7 @@ def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None
     triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
     triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
     triton.bind("refusals", accumulate, **IO, config=ACCUMULATE)
+    triton.bind("stream_fast", accumulate, **IO, config=ACCUMULATE)
     triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
     triton.bind("recorder", recorder, **IO, config=ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher()))
     single_slot = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
@@ -522,6 +523,43 @@ def test_a_corrid_too_large_for_its_type_keeps_its_low_bits(server: Triton) -> N
     client = httpclient.InferenceServerClient(http_url(server))
     result = client.infer("corrid32", [_input(httpclient, 1)], sequence_id=2**32 + 5, sequence_start=True)
     assert result.as_numpy("OUTPUT").tolist() == [[5]]
+
+
+def test_a_stream_answers_in_request_order(server: Triton, recorder: Recorder) -> None:
+    # tritonserver 2.51 on one stream: a sequence's request in a 0.3 s step, then a refused request and a fast
+    # request to another model: the three answers left together at 0.42 s, in request order (ours sent the two
+    # fast ones first).
+    answers: queue.Queue[Any] = queue.Queue()
+    http = httpclient.InferenceServerClient(http_url(server))
+    auth = {"triton-access-token": ACCESS_TOKEN}
+    recorder.entered.clear()
+    recorder.gate.clear()
+    try:
+        with grpcclient.InferenceServerClient(grpc_url(server)) as client:
+            client.start_stream(callback=lambda result, error: answers.put(error or result))
+            client.async_stream_infer(
+                "recorder", [_input(grpcclient, 1)], request_id="slow", sequence_id=77, sequence_start=True
+            )
+            assert recorder.entered.wait(10)
+            client.async_stream_infer("accumulate", [_input(grpcclient, 1)], request_id="refused", sequence_id=78)
+            client.async_stream_infer(
+                "stream_fast", [_input(grpcclient, 2)], request_id="fast", sequence_id=79, sequence_start=True
+            )
+            deadline = time.monotonic() + 10
+            while not http.get_inference_statistics("stream_fast", headers=auth)["model_stats"][0]["inference_count"]:
+                assert time.monotonic() < deadline, "the fast request never ran"
+                time.sleep(0.01)
+            assert answers.empty()  # the fast request ran; its answer waits for the slow one's
+            recorder.gate.set()
+            received = [answers.get(timeout=10) for _ in range(3)]
+            client.stop_stream()
+    finally:
+        recorder.gate.set()
+    assert received[0].get_response().id == "slow"
+    assert isinstance(received[1], InferenceServerException)
+    assert "sequence 78 to model 'accumulate' must specify the START flag" in received[1].message()
+    assert received[2].get_response().id == "fast"
+    http.infer("recorder", [_input(httpclient, 0)], sequence_id=77, sequence_end=True)
 
 
 def test_a_decoupled_model_streams_per_sequence(server: Triton) -> None:
