@@ -82,6 +82,7 @@ SIMPLE_SEQUENCE = ModelConfig(
     ),
 )
 ACCUMULATE = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher())
+SINGLE_SLOT = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
 
 
 class Recorder:
@@ -152,6 +153,7 @@ def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None
     triton.bind("recorder", recorder, **IO, config=ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher()))
     single_slot = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
     triton.bind("single_slot", accumulate, **IO, config=single_slot)
+    triton.bind("backlog", accumulate, **IO, config=SINGLE_SLOT)
     idle = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
     triton.bind("idle", accumulate, **IO, config=idle)
     triton.bind("idle_probe", idle_probe, **IO, config=idle)
@@ -218,6 +220,7 @@ def frontends_server() -> Iterator[Triton]:
         triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
         triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
         triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
+        triton.bind("backlog", accumulate, **IO, config=SINGLE_SLOT)
 
     with running_triton(bind, frontends=2) as triton:
         yield triton
@@ -690,6 +693,43 @@ def test_a_sequence_without_a_free_slot_waits_for_one(server: Triton) -> None:
         assert not waiting.done() and _scheduler(server, "single_slot").pending == 1
         assert _send(pool, server, "single_slot", 1, 3, sequence_end=True).result(10) == 6
         assert waiting.result(10) == 100  # sequence 1 ended: sequence 2 took its slot
+
+
+def test_a_sequence_waiting_for_a_slot_past_its_timeout_ends(any_server: Triton) -> None:
+    # tritonserver 2.51, one slot held and a second sequence's START with a 200 ms timeout: after it, 503 /
+    # UNAVAILABLE "timeout of the corresponding sequence has been expired"; the sequence is gone (its next request
+    # needs START); the model counts fail 1 (nv_inference_request_failure REJECTED). Ours served it once the slot
+    # was free, whenever that was.
+    http = httpclient.InferenceServerClient(http_url(any_server))
+    http.infer("backlog", [_input(httpclient, 1)], sequence_id=1, sequence_start=True)
+    with pytest.raises(InferenceServerException) as raised:
+        http.infer("backlog", [_input(httpclient, 5)], sequence_id=2, sequence_start=True, timeout=100_000)
+    assert (raised.value.status(), raised.value.message()) == (
+        "503",
+        "timeout of the corresponding sequence has been expired",
+    )
+    with pytest.raises(InferenceServerException, match="sequence 2 to model 'backlog' must specify the START flag"):
+        http.infer("backlog", [_input(httpclient, 5)], sequence_id=2, sequence_end=True)
+    result = http.infer("backlog", [_input(httpclient, 2)], sequence_id=1, sequence_end=True)
+    assert result.as_numpy("OUTPUT").tolist() == [[3]]  # the slot's sequence went on
+    # A sequence whose slot frees before its timeout runs.
+    http.infer("backlog", [_input(httpclient, 1)], sequence_id=1, sequence_start=True)
+
+    def start_waiting() -> Any:
+        with grpcclient.InferenceServerClient(grpc_url(any_server)) as grpc:
+            inputs = [_input(grpcclient, 4)]
+            result = grpc.infer("backlog", inputs, sequence_id=3, sequence_start=True, timeout=60_000_000)
+            return result.as_numpy("OUTPUT").tolist()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(start_waiting)
+        _wait_pending(any_server, "backlog", 1)
+        http.infer("backlog", [_input(httpclient, 2)], sequence_id=1, sequence_end=True)
+        assert waiting.result(10) == [[4]]
+    http.infer("backlog", [_input(httpclient, 0)], sequence_id=3, sequence_end=True)
+    statistics = http.get_inference_statistics("backlog", headers={"triton-access-token": ACCESS_TOKEN})
+    counts = statistics["model_stats"][0]["inference_stats"]
+    assert (counts["success"]["count"], counts["fail"]["count"]) == (6, 1)
 
 
 def test_an_idle_sequence_ends_and_its_state_is_dropped(server: Triton) -> None:
