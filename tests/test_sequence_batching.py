@@ -215,12 +215,20 @@ def server(recorder: Recorder, oldest_recorder: Recorder) -> Iterator[Triton]:
 
 
 @pytest.fixture(scope="module")
-def frontends_server() -> Iterator[Triton]:
+def frontends_recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture(scope="module")
+def frontends_server(frontends_recorder: Recorder) -> Iterator[Triton]:
     def bind(triton: Triton) -> None:
         triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
         triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
         triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
         triton.bind("backlog", accumulate, **IO, config=SINGLE_SLOT)
+        triton.bind("stream_fast", accumulate, **IO, config=ACCUMULATE)
+        sequences = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher())
+        triton.bind("recorder", frontends_recorder, **IO, config=sequences)
 
     with running_triton(bind, frontends=2) as triton:
         yield triton
@@ -528,10 +536,13 @@ def test_a_corrid_too_large_for_its_type_keeps_its_low_bits(server: Triton) -> N
     assert result.as_numpy("OUTPUT").tolist() == [[5]]
 
 
-def test_a_stream_answers_in_request_order(server: Triton, recorder: Recorder) -> None:
+@pytest.mark.parametrize("frontends", [False, True], ids=["one process", "frontends=2"])
+def test_a_stream_answers_in_request_order(request: pytest.FixtureRequest, frontends: bool) -> None:
     # tritonserver 2.51 on one stream: a sequence's request in a 0.3 s step, then a refused request and a fast
     # request to another model: the three answers left together at 0.42 s, in request order (ours sent the two
     # fast ones first).
+    server: Triton = request.getfixturevalue("frontends_server" if frontends else "server")
+    recorder: Recorder = request.getfixturevalue("frontends_recorder" if frontends else "recorder")
     answers: queue.Queue[Any] = queue.Queue()
     http = httpclient.InferenceServerClient(http_url(server))
     auth = {"triton-access-token": ACCESS_TOKEN}
