@@ -143,6 +143,8 @@ def nvidia(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NvidiaServer]:
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # NVIDIA's interpreter must import NVIDIA's pytriton, not this checkout's through a PYTHONPATH.
+            env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
         )
     try:
         server = NvidiaServer(http_port, grpc_port)

@@ -6,6 +6,7 @@ ensemble (a python-backend `pre` then `cls`, loaded from a model repository next
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -976,6 +977,64 @@ def test_a_decoupled_step_streams_each_response_through_the_steps_after_it(front
         assert _answers(by_id["c"]) == [(None, True, None)]  # no response from the decoupled step: the end alone
         stats = http.get_inference_statistics("fan_ens", headers=HTTP_AUTH)["model_stats"][0]
         assert stats["inference_count"] == 2 and stats["inference_stats"]["fail"]["count"] == 0
+
+
+class _FanThenFail:
+    """Decoupled: INPUT, then INPUT + 1, then (once `gate` is set) ValueError("fan failed")."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    def __call__(self, requests: List[Request]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        for index in range(2):
+            yield [{"FANNED": request["INPUT"] + index} for request in requests]
+        self.gate.wait(30)
+        raise ValueError("fan failed")
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_a_decoupled_step_that_fails_mid_stream_ends_the_ensembles_stream_with_its_error(frontends: Any) -> None:
+    # tritonserver 2.51, an ensemble of a decoupled python-backend step that sends two responses, then an error
+    # response, then a plain step: the stream answers what went through the steps, then the error "in ensemble
+    # 'e_err', fan failed", which ends the request (no empty final response); generate_stream answers the events,
+    # then `data: {"error":"in ensemble 'e_err', fan failed"}`. The error is the ensemble's failure.
+    fan = _FanThenFail()
+    with running_triton(lambda triton: _bind_decoupled(triton, fan), frontends=frontends) as triton:
+        stream = _Stream(grpc_url(triton))
+        stream.ask("fan_ens", [5, 10], request_id="a")
+        wait_until(lambda: len(stream.items) == 2, "the fanned responses through `inc`")
+        fan.gate.set()
+        wait_until(lambda: len(stream.items) == 3, "the step's error")
+        given = grpcclient.InferInput("X", [2], "FP32")
+        given.set_data_from_numpy(np.array([1, 2], dtype=np.float32))
+        stream.client.async_stream_infer("inc", [given], request_id="b")  # the stream still serves
+        items = stream.close()
+        assert _answers(items[:2]) == [([6, 11], False, 0), ([7, 12], False, 0)]
+        assert isinstance(items[2], InferenceServerException)
+        assert items[2].message() == "in ensemble 'fan_ens', ValueError: fan failed"
+        assert len(items) == 4 and items[3].get_response().id == "b" and items[3].as_numpy("Y").tolist() == [2, 3]
+
+        fan.gate.clear()
+        connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
+        connection.request("POST", "/v2/models/fan_ens/generate_stream", json.dumps({"IN": [5, 10]}))
+        response = connection.getresponse()
+        assert response.status == 200
+        events = [response.readline(), response.readline(), response.readline(), response.readline()]
+        fan.gate.set()
+        events += [response.readline(), response.readline()]
+        connection.close()
+        assert [json.loads(line[len(b"data: ") :])["OUT"] for line in events[0:4:2]] == [[6, 11], [7, 12]]
+        assert events[4] == b'data: {"error":"in ensemble \'fan_ens\', ValueError: fan failed"}\n'
+
+        client = httpclient.InferenceServerClient(http_url(triton))
+        statistics = {
+            name: client.get_inference_statistics(name, headers=HTTP_AUTH)["model_stats"][0]
+            for name in ("fan_ens", "inc")
+        }
+        assert statistics["fan_ens"]["inference_stats"]["success"]["count"] == 0
+        # Twice a request, as tritonserver 2.51 counted it when no step was left running (its `e_err_last`: 2 for 1).
+        assert statistics["fan_ens"]["inference_stats"]["fail"]["count"] == 4
+        assert statistics["inc"]["inference_stats"]["success"]["count"] == 5  # 2 + 2 through the steps, 1 direct
 
 
 def test_a_decoupled_ensemble_refuses_single_response_calls_in_tritons_words() -> None:

@@ -446,6 +446,37 @@ def _ask_the_hub(connection: http.client.HTTPConnection) -> None:
     assert response.status == 400 and "error" in json.loads(response.read())
 
 
+def test_each_frontend_answers_the_second_probes_cases_as_triton(server: Triton) -> None:
+    # The answers tests/test_wire_fidelity.py pins, through every frontend: what a frontend answers itself
+    # (Accept-Encoding weights, HTTP/1.0 keep-alive) and what it forwards to the hub (repository names, trace level).
+    body = json.dumps({"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]})
+    with _connections_on_each_frontend(server.http_port, frontend_pids()) as connections:
+        for connection in connections.values():
+            encodings = []
+            for accept in ("gzip;q=0", "deflate, gzip"):
+                connection.request("POST", "/v2/models/identity/infer", body, {"Accept-Encoding": accept})
+                response = connection.getresponse()
+                response.read()
+                encodings.append((response.status, response.getheader("content-encoding")))
+            assert encodings == [(200, None), (200, "deflate")]
+            connection.request("POST", "/v2/repository/x/models/identity/load", b"{}", HTTP_AUTH)
+            response = connection.getresponse()
+            assert (response.status, json.loads(response.read())) == (
+                501,
+                {"error": "'repository_name' specification is not supported"},
+            )
+            connection.request("POST", "/v2/trace/setting", b'{"trace_level": ["TIMESTAMPS"]}', HTTP_AUTH)
+            response = connection.getresponse()
+            assert response.status == 400 and "trace file name is not given" in json.loads(response.read())["error"]
+            connection.sock.sendall(b"GET /v2/health/live HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = connection.sock.recv(4096)
+                assert chunk, head
+                head += chunk
+            assert head.lower().startswith(b"http/1.1 200 ok\r\n") and b"\r\nconnection: keep-alive\r\n" in head.lower()
+
+
 def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="pytriton")
     pids = frontend_pids()

@@ -130,6 +130,8 @@ def test_generate_stream_error_mid_stream(server):
 
 
 def test_generate_stream_error_before_first_response_is_an_http_error(server):
+    # PROTOCOL.md: errors are JSON bodies (a model that raised: 500); only those after the stream started are
+    # `data:` events. nvidia-pytriton 0.7 (tritonserver 2.51) answers 400 with the error as the one event instead.
     first_event_seen.set()
     connection, response = _stream(server.http_port, "count", {"n": 3, "parameters": {"fail_at": 0}})
     try:

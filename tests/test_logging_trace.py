@@ -161,7 +161,10 @@ def test_trace_sampling_follows_rate_and_count() -> None:
 
 
 def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
-    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+    # A trace level in mode triton needs a trace file, as Triton's does (test_wire_fidelity.py); none is written.
+    triton = start_triton(
+        _bind, allow_grpc=False, allow_metrics=False, trace_config=["triton,file=/nonexistent/trace.json"]
+    )
     port = triton.http_port
     assert get_json(port, "/v2/trace/setting") == (
         200,
@@ -170,7 +173,7 @@ def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
             "trace_rate": "1000",
             "trace_count": "-1",
             "log_frequency": "0",
-            "trace_file": "",
+            "trace_file": "/nonexistent/trace.json",
             "trace_mode": "triton",
         },
     )
@@ -195,7 +198,7 @@ def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
 
 
 def test_trace_settings_over_clients(start_triton: Callable[..., Triton]) -> None:
-    triton = start_triton(_bind, allow_metrics=False, trace_config=["rate=5"])
+    triton = start_triton(_bind, allow_metrics=False, trace_config=["rate=5", "triton,file=/nonexistent/trace.json"])
     http = httpclient.InferenceServerClient(http_url(triton))
     grpc = grpcclient.InferenceServerClient(grpc_url(triton))
     # Triton lists the extension whose endpoints these are, over both protocols.

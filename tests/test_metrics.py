@@ -285,6 +285,48 @@ def test_response_cache_counters(start_triton: Callable[..., Triton]) -> None:
         assert all(s.labels["model"] == "cached" for s in families[family].samples)
 
 
+SERVER_CACHE_GAUGES = (
+    "nv_cache_util",
+    "nv_cache_num_entries",
+    "nv_cache_num_hits",
+    "nv_cache_num_misses",
+    "nv_cache_num_lookups",
+    "nv_cache_num_evictions",
+    "nv_cache_lookup_duration",
+    "nv_cache_insertion_duration",
+)
+
+
+def test_server_wide_response_cache_gauges(start_triton: Callable[..., Triton]) -> None:
+    # nvidia-pytriton 0.7.0 (tritonserver 2.51) with cache_config ["local,size=1048576"] exported these gauges,
+    # unlabelled, from its first scrape (zeros, nv_cache_util above 0 already); after a miss and a hit of one model:
+    # nv_cache_num_entries 1, nv_cache_num_hits 1, nv_cache_num_misses 1, nv_cache_num_lookups 2,
+    # nv_cache_num_evictions 0. Without a cache, none of them. (This server exported the per-model ones only.)
+    assert not set(SERVER_CACHE_GAUGES) & set(scrape(start_triton(_bind_echo)))
+
+    def bind(triton: Triton) -> None:
+        _bind_echo(triton, "cached", response_cache=True)
+        _bind_echo(triton, "uncached")
+
+    triton = start_triton(bind, cache_config=["local,size=1048576"])
+    before = scrape(triton)
+    assert [before[name].type for name in SERVER_CACHE_GAUGES] == ["gauge"] * len(SERVER_CACHE_GAUGES)
+    assert [sample(before, name) for name in SERVER_CACHE_GAUGES] == [0] * len(SERVER_CACHE_GAUGES)
+    for value in (1.0, 1.0, 2.0, 1.0):
+        infer(triton, "cached", rows(1, value))
+    infer(triton, "uncached", rows(1))
+    after = scrape(triton)
+    counts = {name: sample(after, name) for name in SERVER_CACHE_GAUGES[1:6]}
+    assert counts == {
+        "nv_cache_num_entries": 2,
+        "nv_cache_num_hits": 2,
+        "nv_cache_num_misses": 2,
+        "nv_cache_num_lookups": 4,
+        "nv_cache_num_evictions": 0,
+    }
+    assert 0 < sample(after, "nv_cache_util") < 0.01
+
+
 def test_summary_latencies(start_triton: Callable[..., Triton]) -> None:
     quantiles = "summary_quantiles=0.5:0.05,0.99:0.001"
     triton = start_triton(_bind_echo, metrics_config=["summary_latencies=true", quantiles])

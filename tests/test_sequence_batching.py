@@ -40,7 +40,8 @@ from pytriton.model_config import (
 from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
-from tests.conftest import grpc_url, http_url, running_triton
+from tests.conftest import ACCESS_TOKEN, grpc_url, http_url, running_triton
+from tests.http_helpers import post_json
 
 START = SequenceControlKind.CONTROL_SEQUENCE_START
 END = SequenceControlKind.CONTROL_SEQUENCE_END
@@ -81,6 +82,7 @@ SIMPLE_SEQUENCE = ModelConfig(
     ),
 )
 ACCUMULATE = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher())
+SINGLE_SLOT = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
 
 
 class Recorder:
@@ -145,10 +147,13 @@ CONTROLS_OUTPUTS = [
 def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None:
     triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
     triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
+    triton.bind("refusals", accumulate, **IO, config=ACCUMULATE)
+    triton.bind("stream_fast", accumulate, **IO, config=ACCUMULATE)
     triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
     triton.bind("recorder", recorder, **IO, config=ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher()))
     single_slot = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
     triton.bind("single_slot", accumulate, **IO, config=single_slot)
+    triton.bind("backlog", accumulate, **IO, config=SINGLE_SLOT)
     idle = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
     triton.bind("idle", accumulate, **IO, config=idle)
     triton.bind("idle_probe", idle_probe, **IO, config=idle)
@@ -210,11 +215,20 @@ def server(recorder: Recorder, oldest_recorder: Recorder) -> Iterator[Triton]:
 
 
 @pytest.fixture(scope="module")
-def frontends_server() -> Iterator[Triton]:
+def frontends_recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture(scope="module")
+def frontends_server(frontends_recorder: Recorder) -> Iterator[Triton]:
     def bind(triton: Triton) -> None:
         triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
         triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
         triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
+        triton.bind("backlog", accumulate, **IO, config=SINGLE_SLOT)
+        triton.bind("stream_fast", accumulate, **IO, config=ACCUMULATE)
+        sequences = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher())
+        triton.bind("recorder", frontends_recorder, **IO, config=sequences)
 
     with running_triton(bind, frontends=2) as triton:
         yield triton
@@ -438,6 +452,47 @@ def test_errors_as_triton(
     assert raised.value.status() == ("400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT")
 
 
+def test_refused_requests_count_no_failure(server: Triton) -> None:
+    # tritonserver 2.51, the same five requests to a fresh sequence model: inference_stats success 1, fail 0,
+    # and nv_inference_request_failure 0 for every reason: its sequence batcher's refusals are not the model's.
+    client = httpclient.InferenceServerClient(http_url(server))
+    refused: List[Dict[str, Any]] = [{}, {"sequence_id": 0, "sequence_start": True}, {"sequence_id": 8}]
+    for parameters in refused:
+        with pytest.raises(InferenceServerException, match="must specify"):
+            client.infer("refusals", [_input(httpclient, 1)], **parameters)
+    with pytest.raises(InferenceServerException, match="must specify batch-size 1"):
+        client.infer("refusals", [_input(httpclient, 1, rows=2)], sequence_id=8, sequence_start=True)
+    client.infer("refusals", [_input(httpclient, 1)], sequence_id=8, sequence_start=True, sequence_end=True)
+    statistics = client.get_inference_statistics("refusals", headers={"triton-access-token": ACCESS_TOKEN})
+    counts = statistics["model_stats"][0]["inference_stats"]
+    assert (counts["success"]["count"], counts["fail"]["count"]) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        # tritonserver 2.51 answers each of these 500 with this error (400 here: the client sent it).
+        ({"sequence_id": -1}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": 2**64}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": 1.5}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": True}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": None}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_id": {"a": 1}}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"),
+        ({"sequence_start": 1}, "Unable to parse 'sequence_start': attempt to access JSON non-boolean as boolean"),
+        ({"sequence_end": "true"}, "Unable to parse 'sequence_end': attempt to access JSON non-boolean as boolean"),
+    ],
+)
+def test_sequence_parameters_of_a_wrong_type_get_tritons_words(
+    server: Triton, parameters: Dict[str, Any], message: str
+) -> None:
+    body = {
+        "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}],
+        "parameters": {"sequence_id": 5, "sequence_start": True, **parameters},
+    }
+    status, document = post_json(server.http_port, "/v2/models/accumulate/infer", body)
+    assert (status, document) == (400, {"error": message})
+
+
 def test_a_sequence_takes_no_request_after_its_end(server: Triton) -> None:
     client = httpclient.InferenceServerClient(http_url(server))
     client.infer("accumulate", [_input(httpclient, 1)], sequence_id=55, sequence_start=True, sequence_end=True)
@@ -479,6 +534,46 @@ def test_a_corrid_too_large_for_its_type_keeps_its_low_bits(server: Triton) -> N
     client = httpclient.InferenceServerClient(http_url(server))
     result = client.infer("corrid32", [_input(httpclient, 1)], sequence_id=2**32 + 5, sequence_start=True)
     assert result.as_numpy("OUTPUT").tolist() == [[5]]
+
+
+@pytest.mark.parametrize("frontends", [False, True], ids=["one process", "frontends=2"])
+def test_a_stream_answers_in_request_order(request: pytest.FixtureRequest, frontends: bool) -> None:
+    # tritonserver 2.51 on one stream: a sequence's request in a 0.3 s step, then a refused request and a fast
+    # request to another model: the three answers left together at 0.42 s, in request order (ours sent the two
+    # fast ones first).
+    server: Triton = request.getfixturevalue("frontends_server" if frontends else "server")
+    recorder: Recorder = request.getfixturevalue("frontends_recorder" if frontends else "recorder")
+    answers: queue.Queue[Any] = queue.Queue()
+    http = httpclient.InferenceServerClient(http_url(server))
+    auth = {"triton-access-token": ACCESS_TOKEN}
+    recorder.entered.clear()
+    recorder.gate.clear()
+    try:
+        with grpcclient.InferenceServerClient(grpc_url(server)) as client:
+            client.start_stream(callback=lambda result, error: answers.put(error or result))
+            client.async_stream_infer(
+                "recorder", [_input(grpcclient, 1)], request_id="slow", sequence_id=77, sequence_start=True
+            )
+            assert recorder.entered.wait(10)
+            client.async_stream_infer("accumulate", [_input(grpcclient, 1)], request_id="refused", sequence_id=78)
+            client.async_stream_infer(
+                "stream_fast", [_input(grpcclient, 2)], request_id="fast", sequence_id=79, sequence_start=True
+            )
+            deadline = time.monotonic() + 10
+            while not http.get_inference_statistics("stream_fast", headers=auth)["model_stats"][0]["inference_count"]:
+                assert time.monotonic() < deadline, "the fast request never ran"
+                time.sleep(0.01)
+            assert answers.empty()  # the fast request ran; its answer waits for the slow one's
+            recorder.gate.set()
+            received = [answers.get(timeout=10) for _ in range(3)]
+            client.stop_stream()
+    finally:
+        recorder.gate.set()
+    assert received[0].get_response().id == "slow"
+    assert isinstance(received[1], InferenceServerException)
+    assert "sequence 78 to model 'accumulate' must specify the START flag" in received[1].message()
+    assert received[2].get_response().id == "fast"
+    http.infer("recorder", [_input(httpclient, 0)], sequence_id=77, sequence_end=True)
 
 
 def test_a_decoupled_model_streams_per_sequence(server: Triton) -> None:
@@ -609,6 +704,43 @@ def test_a_sequence_without_a_free_slot_waits_for_one(server: Triton) -> None:
         assert not waiting.done() and _scheduler(server, "single_slot").pending == 1
         assert _send(pool, server, "single_slot", 1, 3, sequence_end=True).result(10) == 6
         assert waiting.result(10) == 100  # sequence 1 ended: sequence 2 took its slot
+
+
+def test_a_sequence_waiting_for_a_slot_past_its_timeout_ends(any_server: Triton) -> None:
+    # tritonserver 2.51, one slot held and a second sequence's START with a 200 ms timeout: after it, 503 /
+    # UNAVAILABLE "timeout of the corresponding sequence has been expired"; the sequence is gone (its next request
+    # needs START); the model counts fail 1 (nv_inference_request_failure REJECTED). Ours served it once the slot
+    # was free, whenever that was.
+    http = httpclient.InferenceServerClient(http_url(any_server))
+    http.infer("backlog", [_input(httpclient, 1)], sequence_id=1, sequence_start=True)
+    with pytest.raises(InferenceServerException) as raised:
+        http.infer("backlog", [_input(httpclient, 5)], sequence_id=2, sequence_start=True, timeout=100_000)
+    assert (raised.value.status(), raised.value.message()) == (
+        "503",
+        "timeout of the corresponding sequence has been expired",
+    )
+    with pytest.raises(InferenceServerException, match="sequence 2 to model 'backlog' must specify the START flag"):
+        http.infer("backlog", [_input(httpclient, 5)], sequence_id=2, sequence_end=True)
+    result = http.infer("backlog", [_input(httpclient, 2)], sequence_id=1, sequence_end=True)
+    assert result.as_numpy("OUTPUT").tolist() == [[3]]  # the slot's sequence went on
+    # A sequence whose slot frees before its timeout runs.
+    http.infer("backlog", [_input(httpclient, 1)], sequence_id=1, sequence_start=True)
+
+    def start_waiting() -> Any:
+        with grpcclient.InferenceServerClient(grpc_url(any_server)) as grpc:
+            inputs = [_input(grpcclient, 4)]
+            result = grpc.infer("backlog", inputs, sequence_id=3, sequence_start=True, timeout=60_000_000)
+            return result.as_numpy("OUTPUT").tolist()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(start_waiting)
+        _wait_pending(any_server, "backlog", 1)
+        http.infer("backlog", [_input(httpclient, 2)], sequence_id=1, sequence_end=True)
+        assert waiting.result(10) == [[4]]
+    http.infer("backlog", [_input(httpclient, 0)], sequence_id=3, sequence_end=True)
+    statistics = http.get_inference_statistics("backlog", headers={"triton-access-token": ACCESS_TOKEN})
+    counts = statistics["model_stats"][0]["inference_stats"]
+    assert (counts["success"]["count"], counts["fail"]["count"]) == (6, 1)
 
 
 def test_an_idle_sequence_ends_and_its_state_is_dropped(server: Triton) -> None:

@@ -7,6 +7,7 @@ serving the same models; the comments quote its answers.
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any, Dict, Iterator, List
 
 import grpc
@@ -642,3 +643,184 @@ def test_an_output_named_twice_with_class_counts(triton: Triton) -> None:
         400,
         {"error": "'classification' of output 'sum' must be a non-negative integer"},
     )
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("trace_rate", "4294967295", "Unable to parse 'trace_rate', value is out of range [ 0, 4294967295 ], got: "),
+        ("log_frequency", "99999999999999", "Unable to parse 'log_frequency', value is out of range [ 0, 4294967295 ]"),
+        ("trace_count", "2147483648", "Unable to parse 'trace_count', value is out of range [ -1, 2147483647 ], got: "),
+        ("trace_count", "-2", "Unable to parse 'trace_count'. Expecting value >= -1, got:"),
+    ],
+)
+def test_trace_settings_beyond_tritons_integers_are_refused(
+    triton: Triton, setting: str, value: str, message: str
+) -> None:
+    # nvidia-pytriton 0.7.0 (tritonserver 2.51), over HTTP, per model too, and gRPC (INVALID_ARGUMENT):
+    # {"error":"Unable to parse 'trace_rate', value is out of range [ 0, 4294967295 ], got: 4294967295"}
+    # (this server took any size and reported it back); below -1: "... Expecting value >= -1, got:-2", no space
+    expected = f"{message}{value}" if message.endswith("got:") else f"{message.split(', got')[0]}, got: {value}"
+    for path in ("/v2/trace/setting", "/v2/models/add/trace/setting"):
+        status, _, raw = request(triton.http_port, "POST", path, json.dumps({setting: value}), HTTP_AUTH)
+        assert (status, json.loads(raw)) == (400, {"error": expected})
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(grpc_url(triton)))
+    asked = service_pb2.TraceSettingRequest()
+    asked.settings[setting].value.append(value)
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.TraceSetting(asked, metadata=list(GRPC_AUTH.items()), timeout=10)
+    assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, expected)
+    status, _, raw = request(triton.http_port, "GET", "/v2/trace/setting", headers=HTTP_AUTH)
+    assert json.loads(raw)[setting] != value
+
+
+def test_a_repository_name_is_answered_as_triton_answers_it(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: POST /v2/repository/x/index answered 200 with the index (the name ignored); a load or
+    # unload under /v2/repository/x/models/... 501 {"error":"'repository_name' specification is not supported"};
+    # gRPC RepositoryModelLoad and RepositoryModelUnload with a repository_name UNIMPLEMENTED, the same words
+    # (this server answered 404 over HTTP and loaded or unloaded the model over gRPC).
+    unsupported = "'repository_name' specification is not supported"
+    status, _, raw = request(triton.http_port, "POST", "/v2/repository/x/index", "{}", HTTP_AUTH)
+    assert status == 200
+    assert {"name": "add", "version": "1", "state": "READY"} in json.loads(raw)
+    for action in ("load", "unload"):
+        status, _, raw = request(triton.http_port, "POST", f"/v2/repository/x/models/add/{action}", "{}", HTTP_AUTH)
+        assert (status, json.loads(raw)) == (501, {"error": unsupported})
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(grpc_url(triton)))
+    metadata = list(GRPC_AUTH.items())
+    for rpc, message in (
+        (stub.RepositoryModelLoad, service_pb2.RepositoryModelLoadRequest(model_name="add", repository_name="x")),
+        (stub.RepositoryModelUnload, service_pb2.RepositoryModelUnloadRequest(model_name="add", repository_name="x")),
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            rpc(message, metadata=metadata, timeout=10)
+        assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.UNIMPLEMENTED, unsupported)
+    assert stub.ModelReady(service_pb2.ModelReadyRequest(name="add"), metadata=metadata, timeout=10).ready
+
+
+def test_grpc_load_parameters_are_checked_as_tritons_grpc_frontend_checks_them(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: RepositoryModelLoad with a parameter `foo` (of any type, for a model known or not)
+    # answered INVALID_ARGUMENT "unrecognized load parameter 'foo'."; with an int64 `config` INVALID_ARGUMENT
+    # "invalid value type for load parameter 'config', expected string_param." (this server: INTERNAL, "failed to
+    # load ..."). An unload's parameters it ignored.
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(grpc_url(triton)))
+    metadata = list(GRPC_AUTH.items())
+    unknown = service_pb2.RepositoryModelLoadRequest(model_name="nosuch")
+    unknown.parameters["foo"].bool_param = True
+    config = service_pb2.RepositoryModelLoadRequest(model_name="add")
+    config.parameters["config"].int64_param = 1
+    answers = []
+    for message in (unknown, config):
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.RepositoryModelLoad(message, metadata=metadata, timeout=10)
+        answers.append((refused.value.code(), refused.value.details()))
+    assert answers == [
+        (grpc.StatusCode.INVALID_ARGUMENT, "unrecognized load parameter 'foo'."),
+        (grpc.StatusCode.INVALID_ARGUMENT, "invalid value type for load parameter 'config', expected string_param."),
+    ]
+
+
+def test_the_http_repository_index_reads_its_body(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: {"ready": true} lists the ready models only (this server ignored the body and listed
+    # every model); an unreadable body 500 {"error":"failed to parse the request JSON buffer: ..."}; a "ready" that
+    # is no boolean 500 {"error":"attempt to access JSON non-boolean as boolean"}; a body of `[]` 200. This server
+    # answers the two bad bodies 400, as every bad body (PROTOCOL.md: invalid argument 400), in Triton's words.
+    index = "/v2/repository/index"
+    status, _, raw = request(triton.http_port, "POST", "/v2/repository/models/nobatch/unload", "", HTTP_AUTH)
+    assert status == 200, raw
+    try:
+        listed = {}
+        for body in ("", "[]", '{"ready": false}', '{"ready": true}'):
+            status, _, raw = request(triton.http_port, "POST", index, body, HTTP_AUTH)
+            assert status == 200, raw
+            listed[body] = {entry["name"]: entry["state"] for entry in json.loads(raw)}
+        assert (
+            listed[""]["nobatch"] == listed["[]"]["nobatch"] == listed['{"ready": false}']["nobatch"] == "UNAVAILABLE"
+        )
+        assert "nobatch" not in listed['{"ready": true}'] and listed['{"ready": true}']["add"] == "READY"
+        status, _, raw = request(triton.http_port, "POST", index, "{", HTTP_AUTH)
+        assert status == 400 and json.loads(raw)["error"].startswith("failed to parse the request JSON buffer: ")
+        status, _, raw = request(triton.http_port, "POST", index, '{"ready": "yes"}', HTTP_AUTH)
+        assert (status, json.loads(raw)) == (400, {"error": "attempt to access JSON non-boolean as boolean"})
+    finally:
+        status, _, raw = request(triton.http_port, "POST", "/v2/repository/models/nobatch/load", "", HTTP_AUTH)
+        assert status == 200, raw
+
+
+@pytest.mark.parametrize(
+    ("accept", "encoding"),
+    [
+        ("gzip;q=0", None),
+        ("gzip;q=0, deflate", "deflate"),
+        ("deflate, gzip", "deflate"),
+        ("deflate;q=0.5, gzip;q=0.9", "gzip"),
+        ("gzip;q=0.001", "gzip"),
+        ("identity", None),
+        ("*", None),
+    ],
+)
+def test_the_response_encoding_follows_accept_encodings_weights(triton: Triton, accept: str, encoding: Any) -> None:
+    # nvidia-pytriton 0.7.0, each case measured: a weight of 0 refuses, the highest weight wins, the first listed
+    # of equal weights (this server chose gzip whenever it was named, even at q=0)
+    ab = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("a", "b")]
+    body = json.dumps({"inputs": ab})
+    status, headers, _ = request(triton.http_port, "POST", "/v2/models/add/infer", body, {"Accept-Encoding": accept})
+    assert (status, headers.get("content-encoding")) == (200, encoding)
+
+
+def test_an_http_1_0_keep_alive_is_answered_with_keep_alive(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0 answered `GET /v2/health/live HTTP/1.0` with `Connection: keep-alive` when asked for it
+    # and kept the connection; this server kept it without saying so, and an HTTP/1.0 client (ab -k) closes then.
+    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=10) as connection:
+        heads = []
+        for _ in range(2):
+            connection.sendall(b"GET /v2/health/live HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = connection.recv(4096)
+                assert chunk, head
+                head += chunk
+            heads.append(head.lower())
+    assert all(b" 200 ok\r\n" in head and b"\r\nconnection: keep-alive\r\n" in head for head in heads), heads
+
+
+def test_a_trace_level_without_a_trace_file_is_refused_in_tritons_words(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0 (trace mode triton, no trace file): a trace_level other than OFF, for the server or one
+    # model, over HTTP 400 and gRPC INVALID_ARGUMENT {"error":"Attempting to set invalid trace setting :trace file
+    # name is not given"}, the settings left as they were (this server took it and traced nothing, silently).
+    refusal = "Attempting to set invalid trace setting :trace file name is not given"
+    for path in ("/v2/trace/setting", "/v2/models/add/trace/setting"):
+        for level in (["TIMESTAMPS"], ["TENSORS"]):
+            body = json.dumps({"trace_level": level, "trace_rate": "3"})
+            status, _, raw = request(triton.http_port, "POST", path, body, HTTP_AUTH)
+            assert (status, json.loads(raw)) == (400, {"error": refusal})
+        status, _, raw = request(triton.http_port, "GET", path, headers=HTTP_AUTH)
+        assert (json.loads(raw)["trace_level"], json.loads(raw)["trace_rate"]) == (["OFF"], "1000")
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(grpc_url(triton)))
+    asked = service_pb2.TraceSettingRequest(model_name="add")
+    asked.settings["trace_level"].value.append("TIMESTAMPS")
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.TraceSetting(asked, metadata=list(GRPC_AUTH.items()), timeout=10)
+    assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
+    status, _, raw = request(triton.http_port, "POST", "/v2/trace/setting", '{"trace_level": ["OFF"]}', HTTP_AUTH)
+    assert status == 200, raw
+
+
+def test_a_trace_level_with_a_trace_file_is_taken_with_a_warning(
+    start_triton: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # With a trace file Triton takes the level and writes its traces there; this server writes none and says so.
+    triton = start_triton(lambda server: None, trace_config=["triton,file=/nonexistent/trace.json"])
+    body = json.dumps({"trace_level": ["TIMESTAMPS"]})
+    status, _, raw = request(triton.http_port, "POST", "/v2/trace/setting", body, HTTP_AUTH)
+    assert (status, json.loads(raw)["trace_level"]) == (200, ["TIMESTAMPS"])
+    assert "trace mode 'triton' writes no trace file in this server" in caplog.text
+
+
+def test_a_models_trace_setting_has_no_versioned_route(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0: GET /v2/models/add/versions/1/trace/setting 404 {"error":"Not Found"} (this server
+    # answered the model's settings)
+    status, _, raw = request(triton.http_port, "GET", "/v2/models/add/versions/1/trace/setting", headers=HTTP_AUTH)
+    assert (status, json.loads(raw)) == (404, {"error": "Not Found"})
+    status, _, raw = request(triton.http_port, "GET", "/v2/models/add/trace/setting", headers=HTTP_AUTH)
+    assert status == 200, raw

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
 from typing import Dict, Optional, Tuple
 
@@ -38,25 +39,43 @@ class ResponseCache:
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
         self._entries: OrderedDict[bytes, Tuple[str, InferenceResponse]] = OrderedDict()
+        # Triton's server-wide cache metrics (nv_cache_*): lookups that found a response or not, responses
+        # evicted to make room, and the time spent looking up and inserting.
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self.lookup_ns = 0
+        self.insertion_ns = 0
+
+    @property
+    def entries(self) -> int:
+        """How many responses the cache holds."""
+        return len(self._entries)
 
     def get(self, key: bytes) -> Optional[InferenceResponse]:
         """The cached response for a key, marked as recently used."""
+        start = time.monotonic_ns()
         entry = self._entries.get(key)
         if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return entry[1]
+            self.misses += 1
+        else:
+            self.hits += 1
+            self._entries.move_to_end(key)
+        self.lookup_ns += time.monotonic_ns() - start
+        return None if entry is None else entry[1]
 
     def put(self, key: bytes, response: InferenceResponse, model: str) -> None:
         """Store a response of `model`, evicting the least recently used ones to stay within capacity."""
+        start = time.monotonic_ns()
         size = response.nbytes() + len(key)
-        if size > self.capacity_bytes or key in self._entries:
-            return
-        while self.used_bytes + size > self.capacity_bytes and self._entries:
-            evicted_key, (_, evicted) = self._entries.popitem(last=False)
-            self.used_bytes -= evicted.nbytes() + len(evicted_key)
-        self._entries[key] = (model, response)
-        self.used_bytes += size
+        if size <= self.capacity_bytes and key not in self._entries:
+            while self.used_bytes + size > self.capacity_bytes and self._entries:
+                evicted_key, (_, evicted) = self._entries.popitem(last=False)
+                self.used_bytes -= evicted.nbytes() + len(evicted_key)
+                self.evictions += 1
+            self._entries[key] = (model, response)
+            self.used_bytes += size
+        self.insertion_ns += time.monotonic_ns() - start
 
     def forget(self, model: str) -> None:
         """Drop every response of `model`."""

@@ -85,6 +85,11 @@ class Engine:
         """Whether a response cache is configured."""
         return self._cache is not None
 
+    @property
+    def response_cache(self) -> Optional[ResponseCache]:
+        """The response cache every model with `response_cache` shares (None: none is configured)."""
+        return self._cache
+
     def check_new(self, spec: ModelSpec) -> None:
         """Raise ValueError if the model version is bound already."""
         if spec.version in self._models.get(spec.name, {}):

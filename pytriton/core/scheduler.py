@@ -25,7 +25,7 @@ from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
 from pytriton.core.running import RunningBatch, RunningBatches
-from pytriton.core.sequences.batcher import LiveSequence, SequenceSlots
+from pytriton.core.sequences.batcher import BACKLOG_TIMEOUT_MESSAGE, LiveSequence, SequenceSlots
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ComputeTimes, ModelStats
@@ -75,7 +75,9 @@ class Scheduler:
         preserve = bool(batcher and batcher.preserve_ordering) or bool(oldest and oldest.preserve_ordering)
         self._order = ReleaseOrder() if preserve and len(instances) > 1 else None
         self._sequences = (
-            SequenceSlots(spec, len(instances), self._forget, self._sequence_idle) if spec.sequence_batcher else None
+            SequenceSlots(spec, len(instances), self._forget, self._sequence_idle, self._sequence_expired)
+            if spec.sequence_batcher
+            else None
         )
         self._instance_index = {id(instance): index for index, instance in enumerate(instances)}
         self._sequence_warned = False
@@ -148,7 +150,8 @@ class Scheduler:
             raise self._refuse_without_inputs(request)
         if request.sequence is not None or self._sequences is not None:
             if self._sequences is not None:
-                self._admit(request)
+                # A refusal is no failure of the model: tritonserver 2.51 counts none (statistics, metrics).
+                self._sequences.admit(request)
             elif not self._sequence_warned:
                 self._warn_sequence_ignored()
         if self._free and not self._queues.size and not self._rules.delay_ns and not self._held:
@@ -187,15 +190,6 @@ class Scheduler:
         if self._queues.size:
             self._schedule()
 
-    def _admit(self, request: InferenceRequest) -> None:
-        """Join a request to its sequence, or refuse it as Triton's sequence batcher does."""
-        assert self._sequences is not None
-        try:
-            self._sequences.admit(request)
-        except InferenceError as error:
-            self.stats.record_failure(0, error.reason.value)
-            raise
-
     def _free_instance_of(self, request: InferenceRequest) -> Optional[ModelInstance]:
         """The instance holding the slot of the request's sequence, taken off the free list, if it can run it now."""
         assert self._sequences is not None
@@ -227,6 +221,17 @@ class Scheduler:
         """An idle sequence freed its slot: a sequence that waited for one may run."""
         if self._free and self._queues.size:
             self._schedule()
+
+    def _sequence_expired(self, live: LiveSequence) -> None:
+        """A sequence waited for a slot past its timeout: its queued requests fail, as tritonserver 2.51's do."""
+        assert self._sequences is not None
+        waiting = [entry for entry in self._queues if entry.request.live_sequence is live]
+        self._queues.take(waiting)
+        for entry in waiting:
+            entry.request.inputs = {}
+            self._fail(entry, InferenceError.unavailable(BACKLOG_TIMEOUT_MESSAGE))
+            self._sequences.finished(entry)
+        self._update_idle()
 
     def withdraw(self, sink: ResponseSink) -> None:
         """A request's client went away: a queued one frees its slot and inputs now, a running one is cancelled.
@@ -755,7 +760,9 @@ class Scheduler:
         """Take requests again after a cut-off (model reload); the sequences of before are gone."""
         self._accepting = True
         if self._sequences is not None:
-            self._sequences = SequenceSlots(self.spec, len(self._instances), self._forget, self._sequence_idle)
+            self._sequences = SequenceSlots(
+                self.spec, len(self._instances), self._forget, self._sequence_idle, self._sequence_expired
+            )
         self._in_flight.reset()
 
 

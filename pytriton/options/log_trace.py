@@ -210,6 +210,15 @@ class TraceSettings:
                 new[field] = _trace_level(value)
             else:
                 new[field] = _setting_int(key, value)
+        if new.get("level") and self.config.mode == "triton":
+            if not self.config.file:  # Triton's answer: it would have nowhere to write the traces
+                raise InferenceError.invalid("Attempting to set invalid trace setting :trace file name is not given")
+            LOGGER.warning(
+                "trace mode 'triton' writes no trace file in this server (trace level %s asked for %s); use "
+                "trace_config mode=opentelemetry to export spans",
+                "+".join(new["level"]),
+                f"model '{model}'" if model else "the server",
+            )
         target = self.models.setdefault(model, TraceSetting()) if model else self.server
         for field in cleared:
             setattr(target, field, None if model else getattr(TraceSetting(*self._defaults()), field))
@@ -246,9 +255,20 @@ def _setting_int(key: str, values: Sequence[str]) -> int:
     except ValueError:
         raise InferenceError.invalid(f"Unable to parse '{key}', got: {values[0]}") from None
     minimum = -1 if key == "trace_count" else 0
-    if value < minimum:
-        raise InferenceError.invalid(f"Unable to parse '{key}'. Expecting value >= {minimum}, got: {values[0]}")
+    if value < minimum:  # Triton's words, with no space after "got:"
+        raise InferenceError.invalid(f"Unable to parse '{key}'. Expecting value >= {minimum}, got:{values[0]}")
+    # Triton keeps trace_count in an int32 and the others in a uint32; it refuses the uint32 maximum itself
+    # (4294967295 was refused as "out of range [ 0, 4294967295 ]" by tritonserver 2.51).
+    high = _UINT32_END if minimum == 0 else _INT32_MAX
+    if value > high or (minimum == 0 and value == high):
+        raise InferenceError.invalid(
+            f"Unable to parse '{key}', value is out of range [ {minimum}, {high} ], got: {values[0]}"
+        )
     return value
+
+
+_UINT32_END = 2**32 - 1
+_INT32_MAX = 2**31 - 1
 
 
 class LogSettings:

@@ -547,3 +547,18 @@ def repository_index(entries: List[RepositoryEntry], ready_only: bool) -> Messag
     """RepositoryIndexResponse (only ready models when asked)."""
     shown = documents.repository_index([entry for entry in entries if entry.ready or not ready_only])
     return json_format.ParseDict({"models": shown}, service_pb2.RepositoryIndexResponse())
+
+
+def check_load_parameters(parameters: Mapping[str, Message]) -> None:
+    """Refuse a RepositoryModelLoad's parameters as Triton's gRPC frontend does, before any load is tried.
+
+    Raises:
+        InferenceError: INVALID_ARGUMENT, for a parameter other than `config` and `file:...`, or a `config`
+            that is not a string_param.
+    """
+    for key, value in parameters.items():
+        if key == "config":
+            if value.WhichOneof("parameter_choice") != "string_param":
+                raise InferenceError.invalid("invalid value type for load parameter 'config', expected string_param.")
+        elif not key.startswith("file:"):
+            raise InferenceError.invalid(f"unrecognized load parameter '{key}'.")

@@ -58,6 +58,9 @@ def split_parameters(
     user: Dict[str, Any] = {}
     if parameters:
         for key, value in parameters.items():
+            if key in _SEQUENCE_KEYS and key in rules.reserved:  # read before the type check, as Triton does
+                _apply_sequence(options, key, value)
+                continue
             if not isinstance(value, (str, int, float, bool)):
                 raise InferenceError.invalid(  # Triton's words
                     f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
@@ -91,21 +94,29 @@ def _apply_reserved(options: RequestOptions, key: str, value: Any) -> None:
         if not isinstance(value, bool):
             raise InferenceError.invalid("parameter 'binary_data_output' must be a boolean")
         options.binary_data_output = value
-    elif key.startswith("sequence_"):
-        sequence_id, start, end = options.sequence or (0, False, False)
-        if key == "sequence_id":
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise InferenceError.invalid("parameter 'sequence_id' must be an integer or a string")
-            if isinstance(value, int) and not 0 <= value < _UINT64_LIMIT:
-                raise InferenceError.invalid("parameter 'sequence_id' must be an unsigned 64-bit integer or a string")
-            sequence_id = value
-        elif not isinstance(value, bool):
-            raise InferenceError.invalid(f"parameter '{key}' must be a boolean")
-        elif key == "sequence_start":
-            start = value
-        else:
-            end = value
-        options.sequence = (sequence_id, start, end)
+
+
+_SEQUENCE_KEYS = frozenset(("sequence_id", "sequence_start", "sequence_end"))
+
+
+def _apply_sequence(options: RequestOptions, key: str, value: Any) -> None:
+    """Read one sequence parameter.
+
+    A value of the wrong type gets tritonserver 2.51's words; it answers them with 500, here 400: the client sent it.
+    """
+    sequence_id, start, end = options.sequence or (0, False, False)
+    if key == "sequence_id":
+        in_range = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _UINT64_LIMIT
+        if not in_range and not isinstance(value, str):
+            raise InferenceError.invalid("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
+        sequence_id = value
+    elif not isinstance(value, bool):
+        raise InferenceError.invalid(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
+    elif key == "sequence_start":
+        start = value
+    else:
+        end = value
+    options.sequence = (sequence_id, start, end)
 
 
 _UINT64_LIMIT = 1 << 64

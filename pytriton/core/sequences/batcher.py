@@ -1,7 +1,8 @@
 """Triton's sequence batcher for one model: sequence slots, idle sequences, and which requests batch together.
 
 Every live sequence holds one slot of one instance from its START until its END request ran or it was idle
-max_sequence_idle_microseconds; a sequence that finds no free slot waits (Triton's backlog) for one. A batch
+max_sequence_idle_microseconds; a sequence that finds no free slot waits (Triton's backlog) for one, at most
+its START request's `timeout` when it has one (then it ends, as in tritonserver 2.51). A batch
 for an instance holds at most one request of each of its sequences, each sequence's oldest, and a sequence's
 next request runs only once its previous one has. Requests are checked when they arrive, with Triton's errors.
 Everything here runs on the engine's event loop.
@@ -29,12 +30,26 @@ LOGGER = logging.getLogger(__name__)
 SequenceKey = Tuple[bool, Union[int, str]]  # (whether a string id, the id): 5 and "5" are two sequences
 # Called with (instance index, sequence serial) when a sequence ended without its END request running there.
 ForgetHandler = Callable[[int, int], None]
+# tritonserver 2.51's answer (UNAVAILABLE) to the requests of a sequence that waited for a slot past its timeout.
+BACKLOG_TIMEOUT_MESSAGE = "timeout of the corresponding sequence has been expired"
 
 
 class LiveSequence:
     """One run of a sequence, from its START until its slot is released."""
 
-    __slots__ = ("ended", "idle_timer", "instance", "key", "last_ns", "owner", "pending", "running", "serial", "slot")
+    __slots__ = (
+        "backlog_timer",
+        "ended",
+        "idle_timer",
+        "instance",
+        "key",
+        "last_ns",
+        "owner",
+        "pending",
+        "running",
+        "serial",
+        "slot",
+    )
 
     def __init__(self, owner: SequenceSlots, key: SequenceKey, serial: int) -> None:
         """A sequence of `owner`'s that holds no slot yet."""
@@ -48,24 +63,32 @@ class LiveSequence:
         self.ended = False  # its END request arrived: no request may join it
         self.last_ns = 0  # when its last request arrived
         self.idle_timer: Optional[asyncio.TimerHandle] = None
+        self.backlog_timer: Optional[asyncio.TimerHandle] = None  # its timeout while it waits for a slot
 
 
 class SequenceSlots:
     """A model's sequence batcher: admits requests, assigns slots, forms each instance's batches."""
 
     def __init__(
-        self, spec: ModelSpec, instance_count: int, forget: ForgetHandler, on_idle: Callable[[], None]
+        self,
+        spec: ModelSpec,
+        instance_count: int,
+        forget: ForgetHandler,
+        on_idle: Callable[[], None],
+        on_expired: Callable[[LiveSequence], None],
     ) -> None:
         """Slots for each instance: max_batch_size (at least 1), or oldest's max_candidate_sequences.
 
         `forget` is told of sequences that ended without their END request running; `on_idle` is called after
-        an idle sequence freed its slot (a waiting sequence may run now).
+        an idle sequence freed its slot (a waiting sequence may run now); `on_expired` is given a sequence that
+        waited for a slot past its timeout, whose queued requests must fail (BACKLOG_TIMEOUT_MESSAGE).
         """
         config = spec.sequence_batcher
         assert config is not None
         self._spec = spec
         self._forget = forget
         self._on_idle = on_idle
+        self._on_expired = on_expired
         self.max_batch = max(1, spec.max_batch_size)
         per_instance = self.max_batch
         oldest = config.oldest
@@ -113,7 +136,7 @@ class SequenceSlots:
         if live is None:
             live = LiveSequence(self, key, next(self._serials))
             self._live[key] = live
-            self._assign(live)
+            self._assign(live, request.timeout_us)
         elif start:
             LOGGER.warning(
                 "sequence %s for model '%s' has a conflict. The previous sequence did not end before this sequence "
@@ -132,12 +155,24 @@ class SequenceSlots:
         request.live_sequence = live
         return live
 
-    def _assign(self, live: LiveSequence) -> None:
-        """Give a new sequence a free slot, or queue it for the next one freed."""
+    def _assign(self, live: LiveSequence, timeout_us: int) -> None:
+        """Give a new sequence a free slot, or queue it for the next one freed, for at most `timeout_us` if set."""
         if self._free:
             live.instance, live.slot = self._free.popleft()
-        else:
-            self._backlog.append(live)
+            return
+        self._backlog.append(live)
+        if timeout_us > 0:
+            live.backlog_timer = asyncio.get_running_loop().call_later(timeout_us / 1e6, self._expired, live)
+
+    def _expired(self, live: LiveSequence) -> None:
+        """A sequence waited for a slot past its timeout: it ends, and its queued requests fail."""
+        live.backlog_timer = None
+        if live.instance >= 0 or live.ended:
+            return
+        live.ended = True
+        if self._live.get(live.key) is live:
+            del self._live[live.key]
+        self._on_expired(live)
 
     def take_batch(self, queues: PriorityQueues, instance: int, now_ns: int) -> Tuple[List[Entry], Optional[int]]:
         """The batch `instance` runs now (its sequences' oldest requests, one each), or none and when to look again.
@@ -220,15 +255,19 @@ class SequenceSlots:
         if self._backlog:
             waiting = self._backlog.popleft()
             waiting.instance, waiting.slot = place
+            if waiting.backlog_timer is not None:
+                waiting.backlog_timer.cancel()
+                waiting.backlog_timer = None
         else:
             self._free.append(place)
 
     def close(self) -> None:
         """Stop the idle timers (the model stops): every sequence ends."""
         for live in list(self._live.values()):
-            if live.idle_timer is not None:
-                live.idle_timer.cancel()
-                live.idle_timer = None
+            for timer in (live.idle_timer, live.backlog_timer):
+                if timer is not None:
+                    timer.cancel()
+            live.idle_timer = live.backlog_timer = None
             self._forget(live.instance, live.serial)
         self._live.clear()
         self._backlog.clear()

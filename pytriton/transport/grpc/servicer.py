@@ -98,10 +98,13 @@ class InferenceServicer:
     @unary
     async def RepositoryModelLoad(self, request: Message, context: Any) -> Message:
         """Serve a model again, as bound or with a config override (protocol/config_override.py)."""
+        if request.repository_name:  # Triton's answer
+            raise InferenceError.unimplemented("'repository_name' specification is not supported")
         parameters = {
             key: getattr(value, value.WhichOneof("parameter_choice") or "string_param")
             for key, value in request.parameters.items()
         }
+        grpc_codec.check_load_parameters(request.parameters)
         name = request.model_name
         change = config_override.spec_change(name, parameters, self._engine.has_cache)
         await self._engine.load(name, change)
@@ -109,7 +112,9 @@ class InferenceServicer:
 
     @unary
     async def RepositoryModelUnload(self, request: Message, context: Any) -> Message:
-        """Stop serving a model after its queued requests."""
+        """Stop serving a model after its queued requests (Triton ignores an unload's parameters)."""
+        if request.repository_name:  # Triton's answer
+            raise InferenceError.unimplemented("'repository_name' specification is not supported")
         await self._engine.unload(request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
 

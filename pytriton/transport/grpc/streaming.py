@@ -1,16 +1,21 @@
 """ModelStreamInfer: the requests of a stream run concurrently, up to a bound; one writer sends the responses.
 
-At the bound the session reads no further request until one ends: the unread requests wait in the
-call (holding its HTTP/2 window), so a client cannot start more work on one stream than the bound.
-Responses wait for the writer in a queue of at most OUTBOX_RESPONSES: past it a request takes no further
-response from its model (whose generator then waits), so a client that reads none of its responses holds
-the work of its stream, not a growing queue of answers.
+As tritonserver's stream, the answers of requests to models that are not decoupled leave in the order the
+requests came (a fast request's answer waits for a slow one's before it, tritonserver 2.51 asked); a decoupled
+model's responses leave as they come. At the bound (requests running, or answered and waiting for their turn)
+the session reads no further request until one is sent: the unread requests wait in the call (holding its
+HTTP/2 window), so a client cannot start more work on one stream than the bound. Answers wait for the writer
+in a queue of at most OUTBOX_RESPONSES: past it a request takes no further response from its model (whose
+generator then waits) and the reader no further request, so a client that reads none of its answers holds the
+work of its stream, not a growing queue of answers.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Mapping, Optional, Set
+from collections import deque
+from functools import partial
+from typing import Any, AsyncIterator, Deque, List, Mapping, Optional, Set
 
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.serving import ServingEngine
@@ -23,12 +28,23 @@ from pytriton.transport.grpc.wire import InferRequestFrame
 _END = object()
 # Requests of one stream in progress at once, unless the server's limits say otherwise.
 DEFAULT_STREAM_REQUESTS = 128
-# Responses that wait for the stream's writer before its requests stop taking more from their models.
+# Answers that wait for the stream's writer before its requests stop taking more from their models.
 OUTBOX_RESPONSES = 32
 
 
+class _Turn:
+    """One request's place in the stream's answer order, and its answers held until those before it are sent."""
+
+    __slots__ = ("done", "held", "in_order")
+
+    def __init__(self) -> None:
+        self.done = False  # its answers are all in `held` (or it left the order): they may be sent
+        self.held: List[Any] = []
+        self.in_order = True  # a decoupled model's request leaves the order: its responses go as they come
+
+
 class StreamSession:
-    """One ModelStreamInfer call; responses of one request keep their order, requests interleave."""
+    """One ModelStreamInfer call: requests run concurrently, their answers leave in request order."""
 
     def __init__(
         self,
@@ -42,6 +58,7 @@ class StreamSession:
         self._max_requests = max_requests
         self._outbox: asyncio.Queue[Any] = asyncio.Queue()
         self._tasks: Set[asyncio.Task[None]] = set()
+        self._order: Deque[_Turn] = deque()  # the requests whose answers are not sent yet, oldest first
         self._slot: Optional[asyncio.Future[None]] = None  # the reader waits on it while at the bound
         self._room: Optional[asyncio.Future[None]] = None  # requests wait on it while the outbox is full
         self._reading = True
@@ -70,15 +87,19 @@ class StreamSession:
         """Start a task per request until the client half-closes the stream."""
         try:
             async for frame in requests:
+                turn = _Turn()
+                self._order.append(turn)
                 if isinstance(frame, InferenceError):  # a message that failed to parse: the stream stays open
-                    self._outbox.put_nowait(grpc_codec.stream_error("", frame.message))
+                    turn.held.append(grpc_codec.stream_error("", frame.message))
+                    turn.done = True
+                    self._send_ready()
                     await self._outbox_room()  # its errors wait for the writer as answers do: read no more meanwhile
                     continue
-                task = loop.create_task(self._serve_one(frame))
+                task = loop.create_task(self._serve_one(frame, turn))
                 self._tasks.add(task)
                 task.add_done_callback(self._request_done)
                 del frame
-                while len(self._tasks) >= self._max_requests:
+                while len(self._tasks) >= self._max_requests or len(self._order) >= self._max_requests:
                     self._slot = loop.create_future()
                     await self._slot
         except Exception as error:  # noqa: BLE001 - a broken request stream ends the call with its error
@@ -88,7 +109,7 @@ class StreamSession:
         self._end_if_idle()
 
     async def _outbox_room(self) -> None:
-        """Wait while OUTBOX_RESPONSES responses wait for the writer."""
+        """Wait while OUTBOX_RESPONSES answers wait for the writer."""
         while self._outbox.qsize() >= OUTBOX_RESPONSES:
             waiter = self._room
             if waiter is None or waiter.done():
@@ -103,12 +124,30 @@ class StreamSession:
 
     def _end_if_idle(self) -> None:
         """End the call once the client stopped sending and every request has been answered."""
-        if not self._reading and not self._tasks:
+        if not self._reading and not self._tasks and not self._order:
             self._outbox.put_nowait(_END)
 
-    async def _serve_one(self, frame: InferRequestFrame) -> None:
+    def _answer(self, turn: _Turn, item: Any) -> None:
+        """Send an answer of a request now, or hold it for its turn."""
+        if turn.in_order:
+            turn.held.append(item)
+        else:
+            self._outbox.put_nowait(item)
+
+    def _send_ready(self) -> None:
+        """Send the held answers of the oldest requests that are done, up to the first one still running."""
+        order = self._order
+        sent = False
+        while order and order[0].done:
+            for item in order.popleft().held:
+                self._outbox.put_nowait(item)
+            sent = True
+        if sent:
+            wake(self._slot)
+
+    async def _serve_one(self, frame: InferRequestFrame, turn: _Turn) -> None:
         """Run one request and queue its responses (or its error) for the writer."""
-        put = self._outbox.put_nowait
+        put = partial(self._answer, turn)
         message = frame.message
         request_id = message.id
         asked_version = message.model_version
@@ -116,6 +155,10 @@ class StreamSession:
         try:
             model = self._engine.model(message.model_name, message.model_version)
             spec = model.spec
+            if spec.decoupled:  # its responses leave as they come, as tritonserver's do
+                turn.in_order = False
+                turn.done = True
+                self._send_ready()
             memory = self._engine.system_memory
             decoded = grpc_codec.decode_infer_request(
                 spec, message, frame.raw_inputs, self._forwarded, memory, frame.data
@@ -139,7 +182,10 @@ class StreamSession:
             failed_in_model = isinstance(error, InferenceError) and error.reason is FailureReason.BACKEND
             model_failed = reached if failed_in_model else None
             put(grpc_codec.stream_error(request_id, text, model_failed, asked_version))
-            await self._outbox_room()  # the request's slot stays taken while its error waits among too many
+        finally:
+            turn.done = True
+            self._send_ready()
+        await self._outbox_room()  # the request keeps its slot while too many answers wait for the writer
 
 
 async def _aclose(iterator: AsyncIterator[Any]) -> None:

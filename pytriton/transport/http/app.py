@@ -181,6 +181,12 @@ class HttpFrontend:
         if len(parts) == 6 and parts[2:4] == ["repository", "models"] and parts[5] in ("load", "unload"):
             _allow(method, "POST")
             return self._repository_load(receive, send, parts[4], parts[5] == "load")
+        if len(parts) == 5 and parts[2] == "repository" and parts[4] == "index":  # Triton ignores the name here
+            _allow(method, "POST")
+            return self._repository_index(receive, send)
+        if len(parts) == 7 and parts[2] == "repository" and parts[4] == "models" and parts[6] in ("load", "unload"):
+            _allow(method, "POST")
+            raise InferenceError.unimplemented("'repository_name' specification is not supported")
         if route in ("logging", "trace/setting") and self._settings is not None:
             return self._settings_route(receive, send, method, route, "")
         if parts[2] == "cudasharedmemory" and (matched := cuda_memory.match(parts[3:])) is not None:
@@ -196,11 +202,12 @@ class HttpFrontend:
     ) -> Awaitable[None]:
         """The handler of a route under /v2/models/{name}[/versions/{version}]."""
         version = ""
-        if len(rest) >= 2 and rest[0] == "versions":
+        versioned = len(rest) >= 2 and rest[0] == "versions"
+        if versioned:
             version, rest = rest[1], rest[2:]
             if not (version.isascii() and version.isdigit()):  # Triton's routes take a version of digits only
                 raise HttpError(404, "Not Found")
-        if rest == ["trace", "setting"] and self._settings is not None:
+        if rest == ["trace", "setting"] and self._settings is not None and not versioned:  # Triton's has no version
             return self._settings_route(receive, send, method, "trace/setting", name)
         if len(rest) > 1 or (rest and rest[0] not in _MODEL_ACTIONS):
             raise HttpError(404, "Not Found")
@@ -225,9 +232,20 @@ class HttpFrontend:
         return send_json(send, 200, documents.model_metadata(engine.model(name, version).spec))
 
     async def _repository_index(self, receive: Receive, send: Send) -> None:
-        """POST /v2/repository/index."""
-        await read_body(receive, self._max_body_bytes)
-        await send_json(send, 200, documents.repository_index(self._engine.repository()))
+        """POST /v2/repository/index, of the ready models only when the body says `"ready": true`."""
+        body = await read_body(receive, self._max_body_bytes)
+        ready_only = False
+        if bytes(body).strip():
+            try:
+                document = json_text.loads(body)
+            except json_text.JsonError as error:  # 400, as every unreadable body here (Triton's index: 500)
+                raise InferenceError.invalid(f"failed to parse the request JSON buffer: {error}") from None
+            ready = document.get("ready", False) if isinstance(document, dict) else False  # Triton: `[]` is no error
+            if not isinstance(ready, bool):
+                raise InferenceError.invalid("attempt to access JSON non-boolean as boolean")  # Triton's words, 400
+            ready_only = ready
+        entries = [entry for entry in self._engine.repository() if entry.ready or not ready_only]
+        await send_json(send, 200, documents.repository_index(entries))
 
     async def _repository_load(self, receive: Receive, send: Send, name: str, load: bool) -> None:
         """POST /v2/repository/models/{name}/load (a body may hold a config override) or unload."""
@@ -495,13 +513,37 @@ async def _decompress(body: Body, encoding: str, limit: int, budget: InflationBu
     return inflated
 
 
+def _response_encoding(accept_encoding: str) -> str:
+    """The encoding, gzip or deflate, that Accept-Encoding weighs most (the first listed of equal weights); "" for none.
+
+    As Triton: a weight of 0 refuses an encoding, `*` and `identity` choose none.
+    """
+    chosen, best = "", 0.0
+    for token in accept_encoding.split(","):
+        name, _, parameters = token.partition(";")
+        name = name.strip().lower()
+        if name not in ("gzip", "deflate"):
+            continue
+        weight = 1.0
+        for parameter in parameters.split(";"):
+            key, _, value = parameter.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0
+        if weight > best:
+            chosen, best = name, weight
+    return chosen
+
+
 def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
     """Compress an infer response per Accept-Encoding (gzip or deflate), adding Content-Encoding."""
-    accepted = {token.split(";")[0].strip().lower() for token in accept_encoding.split(",")}
-    if "gzip" in accepted:
+    chosen = _response_encoding(accept_encoding)
+    if chosen == "gzip":
         compressor = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
         headers.append((b"content-encoding", b"gzip"))
-    elif "deflate" in accepted:
+    elif chosen == "deflate":
         compressor = zlib.compressobj(wbits=zlib.MAX_WBITS)
         headers.append((b"content-encoding", b"deflate"))
     else:

@@ -30,6 +30,7 @@ _STATUS_LINES: Dict[int, bytes] = {
 }
 _CHUNKED = b"transfer-encoding: chunked\r\n"
 _CLOSE = b"connection: close\r\n"
+_KEEP_ALIVE = b"connection: keep-alive\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 # Body bytes the server holds for an app that has not read them yet; reading from the client pauses above it.
 BODY_HIGH_WATER = 4 * 1024 * 1024
@@ -250,6 +251,8 @@ class RequestCycle:
             self.keep_alive = False
         if not self.keep_alive:
             lines.append(_CLOSE)
+        elif self.scope["http_version"] == "1.0":  # HTTP/1.0 closes unless told otherwise (Triton says so too)
+            lines.append(_KEEP_ALIVE)
         lines.append(b"\r\n")
         return b"".join(lines)
 

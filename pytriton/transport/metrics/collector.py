@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from pytriton.core.cache import ResponseCache
 from pytriton.core.engine import Engine
 from pytriton.core.errors import FailureReason
 from pytriton.core.model import ServedModel
@@ -73,6 +74,25 @@ _CACHE = (
         "cache_miss",
         True,
         "Total cache miss (insert+lookup) duration per model, in microseconds",
+    ),
+)
+# (family, help, reading): the response cache's, server-wide gauges, in Triton's order; durations in microseconds.
+_SERVER_CACHE: Sequence[Tuple[str, str, Callable[[ResponseCache], float]]] = (
+    ("nv_cache_util", "Cache utilization [0.0 - 1.0]", lambda cache: cache.used_bytes / cache.capacity_bytes),
+    ("nv_cache_num_entries", "Number of responses stored in response cache", lambda cache: cache.entries),
+    ("nv_cache_num_hits", "Number of cache hits in response cache", lambda cache: cache.hits),
+    ("nv_cache_num_misses", "Number of cache misses in response cache", lambda cache: cache.misses),
+    ("nv_cache_num_lookups", "Number of cache lookups in response cache", lambda cache: cache.hits + cache.misses),
+    ("nv_cache_num_evictions", "Number of cache evictions in response cache", lambda cache: cache.evictions),
+    (
+        "nv_cache_lookup_duration",
+        "Total cache lookup duration (hit and miss), in microseconds",
+        lambda cache: cache.lookup_ns // 1000,
+    ),
+    (
+        "nv_cache_insertion_duration",
+        "Total cache insertion duration, in microseconds",
+        lambda cache: cache.insertion_ns // 1000,
     ),
 )
 # (family, ModelLatencies stage, help)
@@ -161,6 +181,8 @@ def collect(
         ordered.extend(gpu.families())
     if host is not None:
         ordered.extend(_host_families(host))
+    if engine.response_cache is not None:
+        ordered.extend(_cache_families(engine.response_cache))
     ordered.extend(custom_families({family.name for family in ordered} | _OWN_NAMES))
     return ordered
 
@@ -211,6 +233,7 @@ _OWN_NAMES = frozenset(
     + [name for name, _, _ in _SUMMARIES]
     + ["nv_inference_request_failure", "nv_inference_pending_request_count", "nv_inference_first_response_histogram_ms"]
     + ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes", *GPU_FAMILY_NAMES]
+    + [name for name, _, _ in _SERVER_CACHE]
     + ["pytriton_openai_output_tokens", "pytriton_openai_prompt_tokens"]
     + [name for name, _, _ in _TOKEN_HISTOGRAMS]
 )
@@ -228,6 +251,16 @@ def _add_tokens(family: Callable[[str, str, str], Family], labels: Labels, token
         buckets = getattr(tokens, key)
         snapshot = HistogramSnapshot(buckets.bounds, list(buckets.counts), buckets.count, buckets.total)
         add_histogram(family(name, "histogram", help_text), labels, snapshot)
+
+
+def _cache_families(cache: ResponseCache) -> List[Family]:
+    """The response cache's gauges, as Triton exports them when a cache is configured (from before any traffic)."""
+    families = []
+    for name, help_text, read in _SERVER_CACHE:
+        gauge = Family(name, "gauge", help_text)
+        gauge.add((), read(cache))
+        families.append(gauge)
+    return families
 
 
 def _host_families(host: HostMonitor) -> List[Family]:
