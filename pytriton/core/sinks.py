@@ -11,7 +11,7 @@ from pytriton.core.waiters import wake
 
 # Responses a stream's consumer may leave untaken before the model's generator waits for it: a client that reads
 # its stream slower than the model writes it holds the generator, not an ever longer queue of responses.
-STREAM_BACKLOG = 16
+STREAM_BACKLOG = 32
 
 
 class ResponseSink:
@@ -130,7 +130,7 @@ class StreamSink(ResponseSink):
         try:
             while True:
                 item = await self._queue.get()
-                if self._room is not None and self._queue.qsize() < STREAM_BACKLOG:
+                if self._room is not None and self._queue.qsize() <= STREAM_BACKLOG // 2:  # not once per response
                     wake(self._room)
                 if item is _END:
                     return

@@ -50,7 +50,7 @@ MODEL_CALL, MODEL_ANSWER, CALLS_READ, ANSWERS_READ = 17, 8, 9, 18
 # steps, every STEPS_ACK of them. The instance runs at most STEPS_AHEAD steps ahead of it: a stream whose client
 # reads nothing holds the generator (the server takes no step for it), not a growing queue of steps in the server.
 STEPS_TAKEN = 10
-STEPS_AHEAD, STEPS_ACK = 8, 4
+STEPS_AHEAD, STEPS_ACK = 32, 8
 
 
 # A request of a job: (inputs, parameters, requested output names, sequence: (serial, id, start, end) or None);
