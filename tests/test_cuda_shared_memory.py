@@ -142,6 +142,16 @@ def test_unregister_all_and_unknown_names(regions: CudaSharedMemory, driver: Hos
     assert regions.status() == [] and not driver.opened
 
 
+def test_status_lists_regions_by_name(regions: CudaSharedMemory, driver: HostMemoryDriver) -> None:
+    # Triton keeps system and CUDA regions in one manager and lists them by name (measured for system regions).
+    for index, name in enumerate(["m", "z", "a", "B"]):
+        handle = bytes([index]) * 64
+        driver.allocate(handle, 64)
+        regions.register(name, handle, 0, 64)
+    assert [region.name for region in regions.status()] == ["B", "a", "m", "z"]
+    regions.unregister("")
+
+
 def test_without_cuda_registration_says_gpus_are_not_supported(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(CudaRuntime, "load", classmethod(lambda cls: None))
     regions = CudaSharedMemory()

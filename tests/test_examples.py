@@ -43,6 +43,7 @@ CASES = [
     pytest.param("async_model", BOTH, id="async_model"),
     pytest.param("process_instances", BOTH, id="process_instances"),
     pytest.param("ensemble_image", BOTH, id="ensemble_image"),
+    pytest.param("triton_client_models", BOTH, id="triton_client_models"),
     pytest.param("torch_mlp", BOTH, id="torch_mlp", marks=NO_TORCH),
 ]
 

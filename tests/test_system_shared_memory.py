@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -535,3 +535,21 @@ def test_tensors_that_follow_each_other_in_a_region_move_in_one_call(segments: T
             memory.read_all([(*memory.locate("in", 0, 64), first, "in"), (*memory.locate("in", 64, 64), second, "in")])
     finally:
         memory.unregister()
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_status_lists_regions_by_name_as_triton_does(frontends: Optional[int]) -> None:
+    # Triton's simple_http_shm_client.py registers its output region before its input region, and Triton's status
+    # lists them by name (asked of tritonserver 2.51: "B", "a", "m", "z" for m, z, a, B registered in that order).
+    made = [Segment(64) for _ in range(4)]
+    try:
+        with running_triton(_bind, frontends=frontends, allow_metrics=False) as server:
+            client = httpclient.InferenceServerClient(http_url(server))
+            for name, segment in zip(["m", "z", "a", "B"], made):
+                client.register_system_shared_memory(name, segment.key, 64, headers=HTTP_AUTH)
+            listed = client.get_system_shared_memory_status(headers=HTTP_AUTH)
+            assert [region["name"] for region in listed] == ["B", "a", "m", "z"]
+            client.unregister_system_shared_memory(headers=HTTP_AUTH)
+    finally:
+        for segment in made:
+            segment.destroy()

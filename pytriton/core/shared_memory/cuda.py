@@ -45,10 +45,10 @@ class CudaSharedMemory:
         self._lock = threading.Lock()
 
     def status(self, name: str = "") -> List[CudaRegion]:
-        """Every region, or the one named (NOT_FOUND when it is not registered)."""
+        """Every region, by name as Triton lists them, or the one named (NOT_FOUND when it is not registered)."""
         with self._lock:
             if not name:
-                return list(self._regions.values())
+                return [self._regions[key] for key in sorted(self._regions)]
             region = self._regions.get(name)
         if region is None:
             raise InferenceError.not_found(f"Unable to find cuda shared memory region: '{name}'")

@@ -61,9 +61,9 @@ class SystemSharedMemory:
         self._regions: Dict[str, _Mapped] = {}
 
     def status(self, name: str = "") -> List[SystemRegion]:
-        """Every region, or the one named (NOT_FOUND when it is not registered)."""
+        """Every region, by name as Triton lists them, or the one named (NOT_FOUND when it is not registered)."""
         if not name:
-            return [mapped.region for mapped in self._regions.values()]
+            return [self._regions[key].region for key in sorted(self._regions)]
         found = self._regions.get(name)
         if found is None:
             raise InferenceError.not_found(f"Unable to find system shared memory region: '{name}'")
