@@ -76,6 +76,14 @@ class TritonContext:
 
     model_configs: ModelConfigDict = dataclasses.field(default_factory=ModelConfigDict)
 
+    def __reduce__(self) -> Any:
+        """Pickle as an empty context: the server's configs stay with it (they hold its callables weakly).
+
+        A callable bound to one model carries the server's context; bound again with `ProcessInstances` (or
+        sent to a RemoteTriton) it is pickled with it, and each process attaches a context of its own.
+        """
+        return (TritonContext, ())
+
 
 def attach_model_config(fn: Callable[..., Any], model_config: TritonModelConfig) -> None:
     """Attach a context holding `fn`'s model config to `fn` (in an instance process, for its decorators)."""

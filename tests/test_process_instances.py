@@ -397,6 +397,24 @@ def test_a_callable_that_cannot_travel_is_refused_at_bind_with_what_to_do() -> N
         triton.bind("lock", ProcessInstances(holds_a_lock), **FP32_IO)
 
 
+def test_a_callable_bound_as_threads_can_be_bound_again_in_processes() -> None:
+    """Binding attaches the server's context to the callable; the context must not stop it from travelling."""
+
+    def double(requests: List[Any]) -> List[Dict[str, np.ndarray]]:  # local: pickled by value, with its __dict__
+        return [{"y": request["x"] * 2} for request in requests]
+
+    with Triton(config=FREE_PORTS) as triton:
+        triton.bind("threads", double, **FP32_IO)
+        triton.bind("processes", ProcessInstances(double), **FP32_IO)
+        triton.run()
+        client = httpclient.InferenceServerClient(http_url(triton))
+        infer_input = httpclient.InferInput("x", [1, 2], "FP32")
+        infer_input.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+        for model in ("threads", "processes"):
+            assert client.infer(model, [infer_input]).as_numpy("y").tolist() == [[2.0, 4.0]], model
+        client.close()
+
+
 def test_a_factory_that_raises_fails_the_bind_with_its_traceback() -> None:
     with Triton(config=FREE_PORTS) as triton, pytest.raises(PyTritonRuntimeError) as raised:
         triton.bind("broken", ProcessInstances(factory=failing_factory, count=2), **FP32_IO)

@@ -447,9 +447,12 @@ class Scheduler:
             if self._in_flight.cut:  # a batch that left the queue just before the cut-off: answer it now
                 raise self._stopped()
             if call is None:
-                await self._run_streaming(running, requests)
-                infer_end_ns = output_end_ns = time.monotonic_ns()
+                responding_ns = await self._run_streaming(running, requests)
+                output_end_ns = time.monotonic_ns()
+                infer_end_ns = max(infer_start_ns, output_end_ns - responding_ns)
+                compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
                 for index, entry in enumerate(batch):
+                    entry.compute_ns = compute
                     self._hand_over(slots, index, self._end_stream, entry)
             else:
                 results = await call
@@ -554,8 +557,13 @@ class Scheduler:
         if totals:
             self.stats.record_successes(totals, queues, compute, inferences)
 
-    async def _run_streaming(self, running: RunningBatch, requests: List[Request]) -> None:
-        """Run a decoupled model: each step the callable yields is one response per request."""
+    async def _run_streaming(self, running: RunningBatch, requests: List[Request]) -> int:
+        """Run a decoupled model: each step the callable yields is one response per request.
+
+        Returns the time spent checking and sending the steps' outputs: the batch's compute output, the rest of
+        its run being its compute infer (Triton's statistics split a decoupled model's run so too; without
+        the split, perf_analyzer showed a decoupled model's server time as all overhead).
+        """
         batch = running.entries
         stop = running.stop
         assert stop is not None
@@ -563,8 +571,10 @@ class Scheduler:
         token = CURRENT.set(
             running if running.paths is not None else None
         )  # this task runs an async generator's steps; a thread's takes it when it starts
+        responding_ns = 0
         try:
             async for step in steps:
+                step_ns = time.monotonic_ns()
                 results = check_results(self.spec, step, len(batch))
                 for entry, result in zip(batch, results):
                     if result is not None and not entry.sink.done():
@@ -575,6 +585,7 @@ class Scheduler:
                         if not entry.responded:
                             entry.responded = True
                             self.stats.record_first_response(time.monotonic_ns() - entry.enqueue_ns)
+                responding_ns += time.monotonic_ns() - step_ns
                 if all(entry.sink.done() for entry in batch):
                     stop.set()
                 for entry in batch:  # a consumer far behind holds the generator (its thread waits too)
@@ -584,6 +595,7 @@ class Scheduler:
             stop.set()  # a generator still running in the instance thread stops at its next step
             await steps.aclose()  # type: ignore[attr-defined]
             CURRENT.reset(token)
+        return responding_ns
 
     def _refuse_without_inputs(self, request: InferenceRequest) -> InferenceError:
         """A request without inputs to a batching model: counted as its failure, as tritonserver 2.51 counts it.
