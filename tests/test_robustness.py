@@ -857,7 +857,7 @@ SETUPS = ["thread", "process", "frontends"]
 # Steps a flood makes for a client that reads none: the responses the stream holds for its consumer, the steps
 # its thread runs ahead (and, behind frontends, those the hub sent ahead), what the socket buffers hold (the client's
 # receive buffer is 4 KiB), with room to spare; unheld, the flood passes it within a quarter of a second.
-HELD_STEPS = 300
+HELD_STEPS = 500
 
 
 def steps_once_held(flood: Flood) -> int:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator, Callable, Optional, Union
 
+from pytriton.core.backlog import Backlog
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceResponse
 from pytriton.core.waiters import wake
 
-# Responses a stream's consumer may leave untaken before the model's generator waits for it: a client that reads
-# its stream slower than the model writes it holds the generator, not an ever longer queue of responses.
-STREAM_BACKLOG = 32
+# Responses (or bytes of them) a stream's consumer may leave untaken before the model's generator waits for it: a
+# client that reads its stream slower than the model writes it holds the generator, not an ever longer queue.
+STREAM_BACKLOG, STREAM_BACKLOG_BYTES = 128, 8 << 20
 
 
 class ResponseSink:
@@ -83,6 +84,7 @@ class StreamSink(ResponseSink):
         self._closed = False
         self._cancelled = False
         self._on_cancel = on_cancel
+        self._backlog = Backlog(STREAM_BACKLOG, STREAM_BACKLOG_BYTES)  # the responses queued, not yet taken
         self._room: Optional[asyncio.Future[None]] = None  # the producer waits on it while the backlog is full
 
     def done(self) -> bool:
@@ -97,8 +99,8 @@ class StreamSink(ResponseSink):
         wake(self._room)
 
     def has_room(self) -> bool:
-        """Whether fewer than STREAM_BACKLOG responses wait for the consumer, or the stream is done."""
-        return self._queue.qsize() < STREAM_BACKLOG or self.done()
+        """Whether the responses waiting for the consumer leave room (core/backlog.py), or the stream is done."""
+        return not self._backlog.full() or self.done()
 
     async def room(self) -> None:
         """Wait until the consumer took responses enough (has_room)."""
@@ -112,6 +114,7 @@ class StreamSink(ResponseSink):
         """Queue one response."""
         if not self.done():
             self._queue.put_nowait(response)
+            self._backlog.add(response.nbytes())
 
     def fail(self, error: InferenceError) -> None:
         """Queue an error; it ends the stream."""
@@ -130,8 +133,11 @@ class StreamSink(ResponseSink):
         try:
             while True:
                 item = await self._queue.get()
-                if self._room is not None and self._queue.qsize() <= STREAM_BACKLOG // 2:  # not once per response
-                    wake(self._room)
+                backlog = self._backlog
+                if backlog:
+                    backlog.take()
+                    if self._room is not None and backlog.drained():  # not once per response
+                        wake(self._room)
                 if item is _END:
                     return
                 if isinstance(item, InferenceError):

@@ -22,6 +22,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from pytriton.core.backlog import Backlog
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.core.model import ModelState, ServedModel
@@ -48,6 +49,7 @@ from pytriton.runtime.frontends.protocol import (
     SEGMENT,
     SHARED_BYTES,
     STREAM_AHEAD,
+    STREAM_AHEAD_BYTES,
     TAKEN,
     TOKENS,
     failed,
@@ -65,7 +67,7 @@ _CLIENT_GONE = "the client disconnected before its response was ready"
 class RemoteSink(ResponseSink):
     """Where a frontend's request answers: its outbox, under the request's key."""
 
-    __slots__ = ("_done", "_link", "_room", "delivered", "key", "model", "queued", "streaming", "taken")
+    __slots__ = ("_ahead", "_done", "_link", "_room", "key", "model", "queued", "streaming", "taken")
 
     def __init__(self, link: FrontendLink, key: int, streaming: bool) -> None:
         self._link = link
@@ -74,13 +76,13 @@ class RemoteSink(ResponseSink):
         self.model: Optional[ServedModel] = None
         self.queued: Optional[ResponseSink] = None  # the sink the scheduler holds (one that fills the cache)
         self._done = False
-        self.delivered = 0  # responses of a stream posted to the frontend
-        self.taken = 0  # of them, those the frontend said it took (TAKEN)
+        self._ahead: Optional[Backlog] = Backlog(STREAM_AHEAD, STREAM_AHEAD_BYTES) if streaming else None
+        self.taken = 0  # responses of a stream the frontend said it took (TAKEN)
         self._room: Optional[asyncio.Future[None]] = None  # the model's stream waits on it while it is far ahead
 
     def has_room(self) -> bool:
-        """Whether the frontend took enough of the stream's responses (STREAM_AHEAD untaken at most)."""
-        return self._done or self.delivered - self.taken < STREAM_AHEAD
+        """Whether the stream's responses the frontend has not taken leave room (core/backlog.py)."""
+        return self._done or self._ahead is None or not self._ahead.full()
 
     async def room(self) -> None:
         """Wait until the frontend took responses enough (has_room), or the request ended."""
@@ -92,9 +94,11 @@ class RemoteSink(ResponseSink):
 
     def took(self, responses: int) -> None:
         """The frontend took so many of the stream's responses."""
-        self.taken = max(self.taken, responses)
-        if self.has_room():
-            wake(self._room)
+        if responses > self.taken and self._ahead is not None:
+            self._ahead.take(responses - self.taken)
+            self.taken = responses
+            if self._ahead.drained():
+                wake(self._room)
 
     def done(self) -> bool:
         """Whether the request ended, or its client left."""
@@ -108,7 +112,8 @@ class RemoteSink(ResponseSink):
         packed = pack_small_response(self.key, response)  # the usual response; else FrontendLink's placing
         head, body = packed if packed is not None else link.pack_response(self.key, response)
         link.outbox.post(head, body)
-        self.delivered += 1
+        if self._ahead is not None:
+            self._ahead.add(response.nbytes())
         if not self.streaming:
             self._done = True
             link.sinks.pop(self.key, None)

@@ -46,7 +46,7 @@ from pytriton.options.server import ServerOptions
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
 TOKENS, TAKEN = 15, 16
-STREAM_AHEAD, STREAM_ACK = 64, 16
+STREAM_AHEAD, STREAM_AHEAD_BYTES, STREAM_ACK = 256, 16 << 20, 32
 INIT, READY, START_FAILED = 101, 102, 103
 BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
 SHARED_BYTES = COPY_BYTES + 1

@@ -35,7 +35,7 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache
 T = TypeVar("T")
 # Pieces of a streamed answer that wait for the client before its generations take no more from their models (whose
 # generators then wait): a client that reads nothing holds them, not a growing queue of text.
-STREAM_AHEAD = 32
+STREAM_AHEAD = 64
 # Handlers cancelled because their client disconnected.
 _LEFT: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
