@@ -17,11 +17,10 @@ from pytriton.core.sequences.states import SequenceStates
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request, mark_cancelled
 
-# Steps of a sync generator its instance thread runs ahead of the loop taking them (_sync_generator_steps), and
-# how many the loop gives back at once: a thread that waits is woken once per STEPS_RETURNED steps, not per step.
-# With 4 given back one by one, the OpenAI bench's 64-token streams lost 5-10 % of their tokens/s (2-core VM);
-# with 64, a stream of 64 tokens never waits.
-STEPS_AHEAD, STEPS_RETURNED = 64, 16
+# Steps of a sync generator its instance thread runs ahead of the loop taking them (_sync_generator_steps). With 4,
+# each given back as taken, the OpenAI bench's 64-token streams lost 5-10 % of their tokens/s (2-core VM); with
+# 64, a stream of 64 tokens never waits.
+STEPS_AHEAD = 64
 
 Step = Any  # what one call (or one generator step) returns: a list of response dicts
 
@@ -200,7 +199,7 @@ class Instance:
         path = CURRENT.get()
         # Steps handed over that the loop has not taken yet: the thread waits at STEPS_AHEAD, so a batch whose
         # consumers fell behind (the scheduler then takes no step) holds its generator, not a growing queue.
-        room = threading.Semaphore(STEPS_AHEAD)
+        gate = _StepGate()
 
         def produce() -> None:
             stay_in_model_scope(self.model)
@@ -209,7 +208,9 @@ class Instance:
                 try:
                     for step in generator:
                         inbox.post(queue.put_nowait, ("step", host_step(step)))
-                        room.acquire()
+                        gate.posted += 1
+                        if gate.posted - gate.taken >= STEPS_AHEAD:
+                            gate.wait(stop)
                         if stop.is_set():
                             break
                 finally:
@@ -219,7 +220,6 @@ class Instance:
                 inbox.post(queue.put_nowait, ("error", error))
 
         self._worker.submit(run_in_path, path, produce)
-        taken = 0
         try:
             while True:
                 kind, value = await queue.get()
@@ -227,13 +227,13 @@ class Instance:
                     return
                 if kind == "error":
                     raise value
-                taken += 1
-                if taken % STEPS_RETURNED == 0:
-                    room.release(STEPS_RETURNED)
+                gate.taken += 1
+                if gate.waiting and gate.posted - gate.taken <= STEPS_AHEAD // 2:
+                    gate.open.set()
                 yield value
         finally:
             stop.set()  # whoever stopped taking steps: the thread, waiting or not, ends after its step
-            room.release()
+            gate.open.set()
 
     async def close(self, deadline: Optional[float] = None) -> None:
         """Let the worker thread end after any call still running in it (a daemon: it never holds the exit)."""
@@ -271,3 +271,29 @@ async def _scoped_async_call(
             CURRENT.reset(path)
         except ValueError:
             pass
+
+
+class _StepGate:
+    """Where a sync generator's thread waits while the loop has STEPS_AHEAD of its steps to take.
+
+    Two counters, each written by one thread (the GIL keeps each write whole), and an event set only for a
+    thread that waits, once the loop took half of them: no lock per step (a threading.Semaphore takes a lock and
+    a Condition per step), one wake-up per STEPS_AHEAD / 2 steps.
+    """
+
+    __slots__ = ("open", "posted", "taken", "waiting")
+
+    def __init__(self) -> None:
+        self.posted = 0  # written by the instance thread
+        self.taken = 0  # written by the loop
+        self.waiting = False
+        self.open = threading.Event()
+
+    def wait(self, stop: threading.Event) -> None:
+        """In the instance thread: wait until the loop took half of what waits, or the steps are to stop."""
+        self.open.clear()
+        self.waiting = True  # after the clear: a set from now on is for this wait
+        while self.posted - self.taken > STEPS_AHEAD // 2 and not stop.is_set():
+            self.open.wait()
+            self.open.clear()
+        self.waiting = False

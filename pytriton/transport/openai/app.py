@@ -20,6 +20,7 @@ import orjson
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.serving import ServingEngine, ServingModel
+from pytriton.core.waiters import wake
 from pytriton.options.access import AccessRules
 from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, counted
 from pytriton.protocol import openai_codec as codec
@@ -245,12 +246,17 @@ class OpenAIApp:
         assert handler is not None
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Tuple[int, Optional[str], Optional[BaseException]]] = asyncio.Queue()
-        room = asyncio.Semaphore(STREAM_AHEAD)  # a piece takes one until the handler has sent it
+        # The generations wait on it while STREAM_AHEAD events wait for the handler to send them; woken at half.
+        room: List[Optional[asyncio.Future[None]]] = [None]
 
         async def run(index: int, generation: Generation) -> None:
             try:
                 async for piece in generation.pieces():
-                    await room.acquire()
+                    while events.qsize() >= STREAM_AHEAD:
+                        waiter = room[0]
+                        if waiter is None or waiter.done():
+                            waiter = room[0] = loop.create_future()
+                        await waiter
                     events.put_nowait((index, piece, None))
             except BaseException as error:  # noqa: BLE001 - handed to the handler, which answers it
                 events.put_nowait((index, None, error))
@@ -267,6 +273,8 @@ class OpenAIApp:
         try:
             while open_choices:
                 index, piece, error = await events.get()
+                if room[0] is not None and events.qsize() <= STREAM_AHEAD // 2:
+                    wake(room[0])
                 if error is not None:
                     if isinstance(error, asyncio.CancelledError):
                         raise error
@@ -288,7 +296,6 @@ class OpenAIApp:
                     continue
                 sent += 1
                 await _send_event(send, answer.chunk(index, piece, None))
-                room.release()
             if answer.include_usage:
                 token_usage = codec.usage(prompt_tokens, sum(generation.tokens for generation in generations))
                 await _send_event(send, answer.usage_chunk(token_usage))
