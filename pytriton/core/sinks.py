@@ -8,7 +8,7 @@ from typing import AsyncIterator, Callable, Optional, Union
 from pytriton.core.backlog import Backlog
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceResponse
-from pytriton.core.waiters import wake
+from pytriton.core.waiters import Room
 
 # Responses (or bytes of them) a stream's consumer may leave untaken before the model's generator waits for it: a
 # client that reads its stream slower than the model writes it holds the generator, not an ever longer queue.
@@ -85,7 +85,7 @@ class StreamSink(ResponseSink):
         self._cancelled = False
         self._on_cancel = on_cancel
         self._backlog = Backlog(STREAM_BACKLOG, STREAM_BACKLOG_BYTES)  # the responses queued, not yet taken
-        self._room: Optional[asyncio.Future[None]] = None  # the producer waits on it while the backlog is full
+        self._room = Room()  # the producer waits there while the backlog is full
 
     def done(self) -> bool:
         """Whether the stream ended or its consumer went away."""
@@ -96,7 +96,7 @@ class StreamSink(ResponseSink):
         if not self.done() and self._on_cancel is not None:
             self._on_cancel(self)
         self._cancelled = True
-        wake(self._room)
+        self._room.wake()
 
     def has_room(self) -> bool:
         """Whether the responses waiting for the consumer leave room (core/backlog.py), or the stream is done."""
@@ -104,11 +104,7 @@ class StreamSink(ResponseSink):
 
     async def room(self) -> None:
         """Wait until the consumer took responses enough (has_room)."""
-        while not self.has_room():
-            waiter = self._room
-            if waiter is None or waiter.done():
-                waiter = self._room = asyncio.get_running_loop().create_future()
-            await waiter
+        await self._room.until(self.has_room)
 
     def deliver(self, response: InferenceResponse) -> None:
         """Queue one response."""
@@ -136,8 +132,8 @@ class StreamSink(ResponseSink):
                 backlog = self._backlog
                 if backlog:
                     backlog.take()
-                    if self._room is not None and backlog.drained():  # not once per response
-                        wake(self._room)
+                    if backlog.drained():  # the producer goes on once half was taken, not per response
+                        self._room.wake()
                 if item is _END:
                     return
                 if isinstance(item, InferenceError):

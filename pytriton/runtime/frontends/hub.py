@@ -29,7 +29,7 @@ from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.request import InferenceResponse
 from pytriton.core.scheduler import Scheduler
 from pytriton.core.sinks import ResponseSink
-from pytriton.core.waiters import wake
+from pytriton.core.waiters import Room
 from pytriton.ipc.calls import ABANDON, CALL, REPLY, Calls, Handler
 from pytriton.ipc.channel import LoopChannel, Message
 from pytriton.ipc.outbox import BATCH, Outbox, items
@@ -78,7 +78,7 @@ class RemoteSink(ResponseSink):
         self._done = False
         self._ahead: Optional[Backlog] = Backlog(STREAM_AHEAD, STREAM_AHEAD_BYTES) if streaming else None
         self.taken = 0  # responses of a stream the frontend said it took (TAKEN)
-        self._room: Optional[asyncio.Future[None]] = None  # the model's stream waits on it while it is far ahead
+        self._room = Room()  # the model's stream waits there while it is far ahead
 
     def has_room(self) -> bool:
         """Whether the stream's responses the frontend has not taken leave room (core/backlog.py)."""
@@ -86,11 +86,7 @@ class RemoteSink(ResponseSink):
 
     async def room(self) -> None:
         """Wait until the frontend took responses enough (has_room), or the request ended."""
-        while not self.has_room():
-            waiter = self._room
-            if waiter is None or waiter.done():
-                waiter = self._room = asyncio.get_running_loop().create_future()
-            await waiter
+        await self._room.until(self.has_room)
 
     def took(self, responses: int) -> None:
         """The frontend took so many of the stream's responses."""
@@ -98,7 +94,7 @@ class RemoteSink(ResponseSink):
             self._ahead.take(responses - self.taken)
             self.taken = responses
             if self._ahead.drained():
-                wake(self._room)
+                self._room.wake()
 
     def done(self) -> bool:
         """Whether the request ended, or its client left."""
@@ -145,7 +141,7 @@ class RemoteSink(ResponseSink):
     def _end(self) -> None:
         self._done = True
         self._link.sinks.pop(self.key, None)
-        wake(self._room)
+        self._room.wake()
 
 
 class FrontendLink:

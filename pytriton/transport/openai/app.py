@@ -20,7 +20,7 @@ import orjson
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.serving import ServingEngine, ServingModel
-from pytriton.core.waiters import wake
+from pytriton.core.waiters import Room
 from pytriton.options.access import AccessRules
 from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, counted
 from pytriton.protocol import openai_codec as codec
@@ -246,17 +246,17 @@ class OpenAIApp:
         assert handler is not None
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Tuple[int, Optional[str], Optional[BaseException]]] = asyncio.Queue()
-        # The generations wait on it while STREAM_AHEAD events wait for the handler to send them; woken at half.
-        room: List[Optional[asyncio.Future[None]]] = [None]
+        # The generations wait there while STREAM_AHEAD events wait for the handler to send them; woken at half.
+        room = Room()
+
+        def has_room() -> bool:
+            return events.qsize() < STREAM_AHEAD
 
         async def run(index: int, generation: Generation) -> None:
             try:
                 async for piece in generation.pieces():
-                    while events.qsize() >= STREAM_AHEAD:
-                        waiter = room[0]
-                        if waiter is None or waiter.done():
-                            waiter = room[0] = loop.create_future()
-                        await waiter
+                    if not has_room():
+                        await room.until(has_room)
                     events.put_nowait((index, piece, None))
             except BaseException as error:  # noqa: BLE001 - handed to the handler, which answers it
                 events.put_nowait((index, None, error))
@@ -273,8 +273,8 @@ class OpenAIApp:
         try:
             while open_choices:
                 index, piece, error = await events.get()
-                if room[0] is not None and events.qsize() <= STREAM_AHEAD // 2:
-                    wake(room[0])
+                if events.qsize() <= STREAM_AHEAD // 2:
+                    room.wake()
                 if error is not None:
                     if isinstance(error, asyncio.CancelledError):
                         raise error
