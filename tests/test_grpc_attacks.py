@@ -729,9 +729,13 @@ def test_a_client_sending_past_the_connection_window_gets_flow_control_error(cli
 # ---------------------------------------------------------------- what a declared size costs a frontend process
 
 
-def _memfd_bytes(pids: List[int]) -> Dict[Tuple[int, str], Tuple[int, int]]:
-    """Each shared-memory file the processes hold: (pid, fd) -> (its size, the bytes of memory it took)."""
-    found: Dict[Tuple[int, str], Tuple[int, int]] = {}
+def _memfd_bytes(pids: List[int]) -> Dict[Tuple[int, int], Tuple[int, int]]:
+    """Each shared-memory file the processes hold: (pid, inode) -> (its size, the bytes of memory it took).
+
+    By inode, not descriptor: a frontend holds a new buffer's file under two descriptors for a while (its own
+    and the duplicate it sends the hub).
+    """
+    found: Dict[Tuple[int, int], Tuple[int, int]] = {}
     for pid in pids:
         for fd in os.listdir(f"/proc/{pid}/fd"):
             try:
@@ -740,7 +744,7 @@ def _memfd_bytes(pids: List[int]) -> Dict[Tuple[int, str], Tuple[int, int]]:
                 stat = os.stat(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            found[(pid, fd)] = (stat.st_size, stat.st_blocks * 512)
+            found[(pid, stat.st_ino)] = (stat.st_size, stat.st_blocks * 512)
     return found
 
 
@@ -800,20 +804,20 @@ def test_a_declared_size_costs_a_frontend_process_only_the_bytes_that_arrive(
             + b"x" * 100_000
         )
     frontends = frontend_pids()
-    made: Dict[Tuple[int, str], Tuple[int, int]] = {}
+    made: Dict[Tuple[int, int], Tuple[int, int]] = {}
 
     def buffer_made() -> bool:
         made.update((key, sizes) for key, sizes in _memfd_bytes(frontends).items() if sizes[0] == declared)
         return bool(made)
 
     wait_until(buffer_made, "the frontend made the declared message's buffer")
-    ((pid, fd),) = made
+    ((pid, inode),) = made
     if client is not None:  # the frontend's loop answers the PING once it is past the message's first bytes
         client.ping(b"12345678")
         client.wait_for(lambda frame: frame.kind == PING and frame.has(ACK))
     else:
         _answered_by(pid, frontends, behind_frontends.http_port, sockets)
-    ((size, taken),) = (sizes for key, sizes in _memfd_bytes([pid]).items() if key == (pid, fd))
+    ((size, taken),) = (sizes for key, sizes in _memfd_bytes([pid]).items() if key == (pid, inode))
     assert taken < 16 << 20, f"a buffer of {size} bytes took {taken} bytes for the 100 KB that came"
 
 
