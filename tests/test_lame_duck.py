@@ -20,6 +20,7 @@ import tritonclient.grpc as grpcclient
 from pytriton.model_config import ModelConfig
 from pytriton.options.limits import ServerLimits
 from pytriton.triton import Triton, TritonConfig
+from tests.test_grpc_health import NOT_SERVING, SERVING, check
 from tests.test_grpc_http2 import (
     ACK,
     FP32,
@@ -48,11 +49,17 @@ def stopping() -> Iterator[Triton]:
     try:
         yield triton
     finally:
-        triton.stop()
+        triton.stop()  # returns at once where a test's stop is under way: that one is waited for
+        for thread in threading.enumerate():
+            if thread.name == _STOPPER:
+                thread.join()
+
+
+_STOPPER = "lame-duck-stop"
 
 
 def _stop_in_background(triton: Triton) -> threading.Thread:
-    stopper = threading.Thread(target=triton.stop, daemon=True)
+    stopper = threading.Thread(target=triton.stop, daemon=True, name=_STOPPER)
     stopper.start()
     deadline = time.monotonic() + READ_S
     while triton._runtime.engine.ready and time.monotonic() < deadline:
@@ -151,6 +158,13 @@ def test_grpc_client_calls_keep_succeeding_through_the_lame_duck(stopping):
         assert answered > 0
     finally:
         client.close()
+
+
+def test_grpc_health_check_answers_not_serving_through_the_lame_duck(stopping):
+    url = f"127.0.0.1:{stopping.grpc_port}"
+    assert check(url) == SERVING
+    _stop_in_background(stopping)
+    assert check(url) == NOT_SERVING  # as Triton's: the server is not ready
 
 
 def test_without_a_lame_duck_stop_is_immediate():

@@ -33,7 +33,8 @@ class Doorbell:
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)
         os.set_blocking(self._read_fd, blocking)
-        weakref.finalize(self, _close, self._read_fd, self._write_fd)
+        # Not at exit (a finalizer's default): a server still running then has threads blocked on the pipe.
+        weakref.finalize(self, _close, self._read_fd, self._write_fd).atexit = False
 
     def fileno(self) -> int:
         """The read end, for an event loop to watch."""
