@@ -246,8 +246,10 @@ def test_every_rpc_of_the_service_has_a_handler() -> None:
     servicer = InferenceServicer(engine=None, server_version="0")  # type: ignore[arg-type]
     table = handlers.method_table(servicer)
     prefix = "/inference.GRPCInferenceService/"
-    assert set(table) == {f"{prefix}{method.name}".encode() for method in handlers.SERVICE.methods}
-    assert len(table) == 20
+    assert set(table) == {f"{prefix}{method.name}".encode() for method in handlers.SERVICE.methods} | {
+        b"/grpc.health.v1.Health/Check"
+    }
+    assert len(table) == 21
     assert [method.name for method in table.values() if method.streaming] == ["ModelStreamInfer"]
     infer = table[f"{prefix}ModelInfer".encode()]
     assert inspect.unwrap(infer.deserialize) is wire.parse_infer_request

@@ -42,6 +42,7 @@ class Restriction(NamedTuple):
 GRPC_METHOD_CATEGORIES: Dict[str, Category] = {
     "ServerLive": Category.HEALTH,
     "ServerReady": Category.HEALTH,
+    "Check": Category.HEALTH,  # grpc.health.v1.Health's, as Triton restricts it
     "ModelReady": Category.HEALTH,
     "ServerMetadata": Category.METADATA,
     "ModelMetadata": Category.METADATA,

@@ -15,13 +15,12 @@ import asyncio
 from typing import Any, Callable, Dict, List, Tuple
 
 import grpc
-from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError
 from pytriton.ipc.calls import Calls, abandoned
 from pytriton.transport.grpc.call import Metadata, RpcAbort
 from pytriton.transport.grpc.errors import status_of
-from pytriton.transport.grpc.handlers import SERVICE
+from pytriton.transport.grpc.handlers import RPCS
 from pytriton.transport.http.app import HttpError, path_segments, read_body
 from pytriton.transport.http.responses import Receive, Scope, Send, send_error, until_disconnect
 
@@ -131,12 +130,12 @@ class ForwardingServicer:
 
     def __init__(self, servicer: Any, calls: Calls) -> None:
         """Serve inference with `servicer`; forward the rest through `calls`."""
-        for method in SERVICE.methods:
-            if method.name in GRPC_METHODS:
-                setattr(self, method.name, getattr(servicer, method.name))
+        for rpc in RPCS:
+            name = rpc.method.name
+            if name in GRPC_METHODS:
+                setattr(self, name, getattr(servicer, name))
             else:
-                response_type = getattr(service_pb2, method.output_type.name)
-                setattr(self, method.name, _forwarder(calls, method.name, response_type.FromString))
+                setattr(self, name, _forwarder(calls, name, rpc.response_type.FromString))
 
 
 def _forwarder(calls: Calls, name: str, parse: Callable[[bytes], Any]) -> Callable[[Any, Any], Any]:
@@ -175,12 +174,11 @@ class _ForwardedContext:
 
 async def run_grpc(servicer: Any, name: str, request: bytes, metadata: Metadata) -> Tuple[Any, ...]:
     """On the hub: answer a forwarded RPC with the hub's servicer: ("ok", response) or ("abort", code, details)."""
-    method = next((m for m in SERVICE.methods if m.name == name), None)
-    if method is None or name in GRPC_METHODS:
+    rpc = next((rpc for rpc in RPCS if rpc.method.name == name), None)
+    if rpc is None or name in GRPC_METHODS:
         return ("abort", "UNIMPLEMENTED", f"unknown method {name}")
-    request_type = getattr(service_pb2, method.input_type.name)
     try:
-        response = await getattr(servicer, name)(request_type.FromString(request), _ForwardedContext(metadata))
+        response = await getattr(servicer, name)(rpc.request_type.FromString(request), _ForwardedContext(metadata))
     except RpcAbort as abort:
         return ("abort", abort.code.name, abort.details)
     except Exception as error:  # noqa: BLE001 - every failure reaches the client as a status

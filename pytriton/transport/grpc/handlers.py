@@ -1,9 +1,12 @@
-"""The RPC table of inference.GRPCInferenceService, read from the stubs' service descriptor."""
+"""The RPC table: inference.GRPCInferenceService's, read from the stubs' service descriptor, and `Check`.
+
+`Check` is gRPC's health service's (protocol/grpc_health.py), which Triton serves beside its own.
+"""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -12,9 +15,33 @@ from tritonclient.grpc import service_pb2
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import Buffer
 from pytriton.options.access import AccessRules
+from pytriton.protocol import grpc_health
 from pytriton.transport.grpc.wire import infer_response_parts, message_parts, parse_infer_request, stream_response_parts
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+
+
+class Rpc(NamedTuple):
+    """One RPC the server answers: its method descriptor and message classes; the servicer method of its name."""
+
+    method: Any  # google.protobuf.descriptor.MethodDescriptor
+    request_type: Any
+    response_type: Any
+
+    @property
+    def path(self) -> bytes:
+        """Its HTTP/2 path, /{service}/{method}."""
+        return f"/{self.method.containing_service.full_name}/{self.method.name}".encode()
+
+
+# Every RPC served: Triton's own, then the health service's `Check` (servicer method names are unique across both).
+RPCS: Tuple[Rpc, ...] = (
+    *(
+        Rpc(method, getattr(service_pb2, method.input_type.name), getattr(service_pb2, method.output_type.name))
+        for method in SERVICE.methods
+    ),
+    Rpc(grpc_health.SERVICE.methods_by_name["Check"], grpc_health.HealthCheckRequest, grpc_health.HealthCheckResponse),
+)
 
 Parts = Tuple[List[Buffer], int]
 Behaviour = Callable[[Any, Any], Awaitable[Any]]
@@ -65,18 +92,17 @@ def method_table(
     with a `limit`, a call beyond it is refused with RESOURCE_EXHAUSTED before anything else.
     """
     table: Dict[bytes, Method] = {}
-    for method in SERVICE.methods:
+    for rpc in RPCS:
+        method = rpc.method
         if method.client_streaming != method.server_streaming:
-            raise TypeError(f"{SERVICE.full_name}/{method.name}: half-streaming RPCs are not served")
-        request_type = getattr(service_pb2, method.input_type.name)
-        deserialize, serialize = _ZERO_COPY.get(method.name, (request_type.FromString, message_parts))
+            raise TypeError(f"{rpc.path.decode()}: half-streaming RPCs are not served")
+        deserialize, serialize = _ZERO_COPY.get(method.name, (rpc.request_type.FromString, message_parts))
         behaviour = getattr(servicer, method.name)
         if access is not None and access.restricts_grpc(method.name):
             behaviour = _guarded(behaviour, method.name, access)
         if limit is not None:
             behaviour = _limited(behaviour, limit)
-        path = f"/{SERVICE.full_name}/{method.name}".encode()
-        table[path] = Method(method.name, method.client_streaming, _tolerant(deserialize), serialize, behaviour)
+        table[rpc.path] = Method(method.name, method.client_streaming, _tolerant(deserialize), serialize, behaviour)
     return table
 
 

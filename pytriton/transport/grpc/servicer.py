@@ -11,7 +11,14 @@ from tritonclient.grpc import service_pb2
 from pytriton.core.errors import InferenceError
 from pytriton.core.serving import ServingEngine
 from pytriton.options.log_trace import LOG_FORMATS, ServerSettings
-from pytriton.protocol import config_override, cuda_memory_codec, grpc_codec, settings_codec, system_memory_codec
+from pytriton.protocol import (
+    config_override,
+    cuda_memory_codec,
+    grpc_codec,
+    grpc_health,
+    settings_codec,
+    system_memory_codec,
+)
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
 from pytriton.transport.grpc.errors import unary
 from pytriton.transport.grpc.streaming import DEFAULT_STREAM_REQUESTS, StreamSession
@@ -61,6 +68,11 @@ class InferenceServicer:
     async def ServerReady(self, request: Message, context: Any) -> Message:
         """Whether the server is ready."""
         return service_pb2.ServerReadyResponse(ready=self._engine.ready)
+
+    @unary
+    async def Check(self, request: Message, context: Any) -> Message:
+        """grpc.health.v1.Health/Check: SERVING while the server is ready, whatever service it names (as Triton)."""
+        return grpc_health.check_response(self._engine.ready)
 
     @unary
     async def ModelReady(self, request: Message, context: Any) -> Message:
