@@ -39,7 +39,6 @@ _HTTPX = {
 _BINARY = {**_HTTPX, "content-type": "application/octet-stream"}  # and the JSON part's length, per request
 _JSON = {**_HTTPX, "content-type": "application/json"}
 _BATCH = ModelConfig(max_batch_size=8)
-_ONE_DIM_FP32 = Tensor(name="in", dtype=np.float32, shape=(-1,))
 
 
 def _echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
@@ -72,7 +71,7 @@ def _bind(triton: Triton) -> None:
     pair = [Tensor(name="a", dtype=np.float32, shape=(-1,)), Tensor(name="b", dtype=np.float32, shape=(-1,))]
     results = [Tensor(name="sum", dtype=np.float32, shape=(-1,)), Tensor(name="diff", dtype=np.float32, shape=(-1,))]
     triton.bind("two", _sum_and_diff, pair, results, config=_BATCH)
-    triton.bind("params", _parameters, [_ONE_DIM_FP32], [Tensor(name="out", dtype=bytes, shape=(1,))], config=_BATCH)
+    triton.bind("params", _parameters, one(np.float32), [Tensor(name="out", dtype=bytes, shape=(1,))], config=_BATCH)
     triton.bind(
         "int_batch",
         _double,
