@@ -72,7 +72,7 @@ def test_every_token_triton_reads_is_taken_and_answered_spelled_out(server):
     assert b'"data":[NaN,Infinity,-Infinity,Infinity,-Infinity,NaN]' in answer  # as Triton writes them
 
 
-@pytest.mark.parametrize("datatype", ["FP32", "FP64", "FP16"])
+@pytest.mark.parametrize("datatype", ["FP32", "FP64"])  # FP16 has no JSON form: test_wire_fidelity's refusal
 def test_non_finite_binary_inputs_come_back_spelled_out_in_json(server, datatype):
     raw = np.array([np.nan, np.inf, -np.inf, 0.5], DTYPES[datatype]).tobytes()
     head = json.dumps(

@@ -367,6 +367,13 @@ def _bind_odd_outputs(triton: Triton) -> None:
     triton.bind("text", _numbers_for_text, inputs=vector[:1], outputs=texts, config=ModelConfig(max_batch_size=4))
     half = [Tensor(name="h", dtype=np.float16, shape=(-1,))]
     triton.bind("half", lambda requests: requests, inputs=half, outputs=half, config=ModelConfig(max_batch_size=4))
+    for name, dtype in (("to_fp16", np.float16), ("to_bf16", "bfloat16")):
+        narrowed = [Tensor(name="n", dtype=dtype, shape=(-1,))]
+        triton.bind(name, _narrowed, inputs=vector[:1], outputs=narrowed, config=ModelConfig(max_batch_size=4))
+
+
+def _narrowed(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"n": request["a"]} for request in requests]  # a float32 array, served as the declared FP16 or BF16
 
 
 @pytest.mark.parametrize(("model", "frontends"), [("rev", None), ("rev", 2), ("rev_process", None)])
@@ -434,6 +441,26 @@ def test_fp16_in_json_is_refused_in_tritons_words(start_triton: Any) -> None:
     # nvidia-pytriton 0.7.0's answer, word for word
     message = "receiving FP16 data via JSON is not supported. Please use the binary data format for input h"
     assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+@pytest.mark.parametrize("datatype", ["FP16", "BF16"])
+def test_fp16_and_bf16_outputs_asked_for_as_json_are_refused_in_tritons_words(start_triton: Any, datatype: str) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7) answered 400 with this message to /infer and /generate alike; a client
+    # that asks for no binary outputs (kserve's InferenceRESTClient, curl) meets it, as it would there.
+    triton = start_triton(_bind_odd_outputs)
+    model = f"/v2/models/to_{datatype.lower()}"
+    message = f"sending {datatype} data via JSON is not supported. Please use the binary data format for output"
+    body = {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, 2], "data": [0.5, 2]}]}
+    for outputs in (None, [{"name": "n"}], [{"name": "n", "parameters": {"binary_data": False}}]):
+        if outputs is not None:
+            body["outputs"] = outputs
+        status, _, raw = request(triton.http_port, "POST", f"{model}/infer", json.dumps(body).encode())
+        assert (status, json.loads(raw)) == (400, {"error": message}), outputs
+    status, _, raw = request(triton.http_port, "POST", f"{model}/generate", b'{"a": [0.5, 2]}')
+    assert (status, json.loads(raw)) == (400, {"error": message})
+    body["outputs"] = [{"name": "n", "parameters": {"binary_data": True}}]
+    status, headers, raw = request(triton.http_port, "POST", f"{model}/infer", json.dumps(body).encode())
+    assert status == 200 and len(raw) - int(headers["inference-header-content-length"]) == 4  # two 2-byte values
 
 
 def _input(name: str, datatype: str, shape: List[int], data: Any) -> Dict[str, Any]:

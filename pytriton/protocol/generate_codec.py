@@ -12,7 +12,7 @@ from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.protocol.http_codec import Body, parse_json_object
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, RequestOptions, split_parameters
-from pytriton.protocol.tensors import array_from_json
+from pytriton.protocol.tensors import array_from_json, check_json_output
 
 
 def decode_generate_request(
@@ -84,6 +84,7 @@ def encode_generate_response(spec: ModelSpec, request_id: str, response: Inferen
         document.update(ENSEMBLE_RESPONSE_PARAMETERS)
         document.update(response.parameters or {})
     for output in response.outputs:
+        check_json_output(output.datatype)  # an FP16 or BF16 output has no JSON form: Triton refuses it here too
         values: List[Any] = [_plain(item, output.datatype) for item in output.array.reshape(-1).tolist()]
         document[output.name] = values[0] if len(values) == 1 else values
     return dict(sorted(document.items()))

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from pytriton.core.datatypes import BF16, BYTES, numpy_dtype
+from pytriton.core.datatypes import BYTES, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import element_count
 
@@ -152,15 +152,27 @@ _KEPT_PACKERS = 256
 
 
 def json_from_array(array: np.ndarray, datatype: str) -> Any:
-    """JSON-serializable flat data of an array (numpy arrays are left for orjson to encode)."""
+    """JSON-serializable flat data of an array (numpy arrays are left for orjson to encode).
+
+    FP16 and BF16 have no JSON form in Triton either way: an output of theirs asked for as JSON is refused
+    (tritonserver 2.51 answers 400, in these words), so a client that asked for no binary outputs (KServe's
+    InferenceRESTClient, curl) learns to ask for them here as it would there.
+    """
     if datatype == BYTES:
         return [_to_text(item) for item in array.flat]
-    if datatype == BF16:
-        array = array.astype(np.float32)
+    check_json_output(datatype)
     flat = array.ravel()  # a view when the array is C-contiguous, else a C-ordered copy
     if flat.dtype.byteorder == ">":
         flat = flat.astype(flat.dtype.newbyteorder("<"))
     return flat
+
+
+def check_json_output(datatype: str) -> None:
+    """Refuse an output of a datatype JSON cannot carry (FP16, BF16), in tritonserver's words."""
+    if datatype not in _JSON_NUMERIC and datatype not in (BYTES, "BOOL"):
+        raise InferenceError.invalid(
+            f"sending {datatype} data via JSON is not supported. Please use the binary data format for output"
+        )
 
 
 def _flatten(data: List[Any]) -> List[Any]:
