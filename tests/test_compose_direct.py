@@ -183,7 +183,7 @@ def test_a_long_calls_direct_inner_calls_are_counted_while_it_still_runs() -> No
     def many(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
         for _ in range(200):
             call_model("inner", {"x": requests[0]["x"]})
-        release.wait(10)
+        release.wait(60)  # held until the test has seen the counts: past its two waits of 10 s each
         return [{"y": request["x"]} for request in requests]
 
     with running_triton(_binding(inner=inner, many=many)) as triton:
