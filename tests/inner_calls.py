@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 from typing import Any, Callable, Dict, Mapping, Optional, TypeVar
 
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
@@ -55,11 +55,25 @@ def queued_behind_a_held_batch(
     return answers
 
 
-def given_up_over_grpc(triton: Triton, model: str, parameters: Optional[Dict[str, Any]] = None) -> None:
-    """Sends `model` x = [[1.0]] over gRPC with a client deadline of 0.5 s, and asserts the client gave up."""
+def given_up_over_grpc(
+    triton: Triton, model: str, reached: Callable[[], bool], parameters: Optional[Dict[str, Any]] = None
+) -> None:
+    """Sends `model` x = [[1.0]] over gRPC and gives up on it (the client cancels the call) once `reached()`: its
+    inner call is made. Asserts the client saw the call cancelled.
+
+    Given up at a moment the test waits for, not after a client deadline: on a loaded machine a deadline of
+    0.5 s could pass before the outer request made its inner call, and the test then waited for nothing.
+    """
     client = grpcclient.InferenceServerClient(grpc_url(triton))
-    given = grpcclient.InferInput("x", [1, 1], "FP32")
-    given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
-    with pytest.raises(InferenceServerException) as deadline:
-        client.infer(model, [given], parameters=parameters, client_timeout=0.5)
-    assert deadline.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+    try:
+        given = grpcclient.InferInput("x", [1, 1], "FP32")
+        given.set_data_from_numpy(np.array([[1.0]], dtype=np.float32))
+        outcome: queue.Queue[Optional[InferenceServerException]] = queue.Queue()
+        call = client.async_infer(model, [given], lambda result, error: outcome.put(error), parameters=parameters)
+        wait_until(reached, f"{model}'s inner call")
+        assert outcome.empty(), outcome.get()  # it is still waiting on its inner call
+        call.cancel()
+        error = outcome.get(timeout=10)
+        assert error is not None and error.status() == "StatusCode.CANCELLED", error
+    finally:
+        client.close()

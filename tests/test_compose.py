@@ -258,15 +258,15 @@ def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
         blocker.start()
         wait_until(lambda: running(triton, "gated"))
 
-        # The client's deadline cancels the outer request; its inner call leaves gated's queue, CANCELLED.
-        given_up_over_grpc(triton, "caller")
+        # The client gives up on the outer request; its inner call leaves gated's queue, CANCELLED.
+        given_up_over_grpc(triton, "caller", lambda: pending(triton, "gated") == 1)
         wait_until(lambda: len(seen) == 1)
         assert seen[0].status.name == "CANCELLED"
         assert seen[0].message == "the request to model 'caller' that made the call has ended"
         assert _failures(url, "gated") == 1
 
         # The same for a batch that runs in the scheduler's task: once no request of it has a client left.
-        given_up_over_grpc(triton, "delayed_caller")
+        given_up_over_grpc(triton, "delayed_caller", lambda: pending(triton, "gated") == 1)
         wait_until(lambda: len(seen) == 2)
         assert seen[1].status.name == "CANCELLED"
         assert (
@@ -365,7 +365,7 @@ def test_process_instances_call_models_of_the_server() -> None:
             _infer_with(url, "process_caller", {"target": "identity", "timeout_s": 0.2})
         assert expired.value.message() == "the deadline passed before model 'identity' answered"
         assert _failures(url, "identity") == failures + 1
-        given_up_over_grpc(triton, "process_caller", {"target": "identity"})
+        given_up_over_grpc(triton, "process_caller", lambda: pending(triton, "identity") == 1, {"target": "identity"})
         wait_until(lambda: _failures(url, "identity") == failures + 2)
         assert pending(triton, "identity") == 0
         gate.set()

@@ -146,12 +146,14 @@ def _queue_three_behind_a_held_call(triton: Triton, inner: Any) -> Dict[str, np.
     )
 
 
-def _cancel_through(triton: Triton, outer: str, errors: List[ModelCallError], inner: str) -> None:
-    """Sends `outer` a gRPC request that its client gives up on after 0.5 s, while its call to `inner` waits.
+def _cancel_through(
+    triton: Triton, outer: str, errors: List[ModelCallError], inner: str, reached: Callable[[], bool]
+) -> None:
+    """Sends `outer` a gRPC request that its client gives up on once `reached()`: its call to `inner` waits.
 
     Asserts the call failed as CANCELLED with the outer request, `inner` counted one failure and holds nothing.
     """
-    given_up_over_grpc(triton, outer)
+    given_up_over_grpc(triton, outer, reached)
     wait_until(lambda: len(errors) == 1, f"{outer}'s call error")
     assert errors[0].status.name == "CANCELLED"
     assert errors[0].message == f"the request to model '{outer}' that made the call has ended"
@@ -183,7 +185,7 @@ def test_a_long_calls_direct_inner_calls_are_counted_while_it_still_runs() -> No
     def many(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
         for _ in range(200):
             call_model("inner", {"x": requests[0]["x"]})
-        release.wait(10)
+        release.wait(60)  # held until the test has seen the counts: past its two waits of 10 s each
         return [{"y": request["x"]} for request in requests]
 
     with running_triton(_binding(inner=inner, many=many)) as triton:
@@ -253,7 +255,7 @@ class _Watching:
 def test_an_inner_call_on_the_callers_thread_is_cancelled_with_the_outer_request() -> None:
     watching, caller = _Watching(), _Caller("watching")
     with running_triton(_binding(watching=watching, caller=caller)) as triton:
-        _cancel_through(triton, "caller", caller.errors, "watching")
+        _cancel_through(triton, "caller", caller.errors, "watching", watching.started.is_set)
         assert watching.threads == caller.threads  # it ran on the caller's thread
         assert watching.saw_cancel == [True]
 
@@ -285,7 +287,7 @@ def test_an_async_callers_inner_call_to_an_idle_model_runs_in_its_thread_is_coun
         assert int(stats["inference_count"]) == 2
         assert int(stats["inference_stats"]["success"]["count"]) == 2
 
-        _cancel_through(triton, "watcher", watcher.errors, "watching")
+        _cancel_through(triton, "watcher", watcher.errors, "watching", watching.started.is_set)
         assert watching.saw_cancel == [True]
 
 
@@ -488,7 +490,7 @@ def test_a_sync_callers_inner_call_awaited_at_once_is_cancelled_with_the_outer_r
     inner, caller = _AsyncInner(), _Caller("inner")
     inner.held = True
     with running_triton(_binding(inner=inner, caller=caller)) as triton:
-        _cancel_through(triton, "caller", caller.errors, "inner")
+        _cancel_through(triton, "caller", caller.errors, "inner", lambda: inner.batches == [1])
         assert inner.tasks == ["_await_here"]
         assert inner.saw_cancel == [True]
 

@@ -483,57 +483,65 @@ def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, ca
     victim_connections: List[http.client.HTTPConnection] = []
     other_connections: List[http.client.HTTPConnection] = []
     victim = pids[0]
-    for _ in range(6):
-        connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
-        connection.connect()
-        (victim_connections if serving_pid(connection.sock, pids) == victim else other_connections).append(connection)
-    assert victim_connections and other_connections
-    outcomes: Dict[int, Any] = {}
+    opened: List[http.client.HTTPConnection] = []
+    try:  # closed however the test ends: a socket left to the collector fails whichever test runs then
+        for _ in range(6):
+            connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+            opened.append(connection)
+            connection.connect()
+            (victim_connections if serving_pid(connection.sock, pids) == victim else other_connections).append(
+                connection
+            )
+        assert victim_connections and other_connections
+        outcomes: Dict[int, Any] = {}
 
-    def ask(index: int, connection: http.client.HTTPConnection) -> None:
+        def ask(index: int, connection: http.client.HTTPConnection) -> None:
+            try:
+                outcomes[index] = _infer_json(connection, "slow", [float(index)])
+            except (OSError, http.client.HTTPException) as error:
+                outcomes[index] = error
+
+        everyone = victim_connections + other_connections
+        threads = [threading.Thread(target=ask, args=(index, connection)) for index, connection in enumerate(everyone)]
+        scheduler = server._runtime.engine.model("slow").scheduler
+        SLOW_RELEASED.clear()  # no call ends before the kill
         try:
-            outcomes[index] = _infer_json(connection, "slow", [float(index)])
-        except (OSError, http.client.HTTPException) as error:
-            outcomes[index] = error
-
-    everyone = victim_connections + other_connections
-    threads = [threading.Thread(target=ask, args=(index, connection)) for index, connection in enumerate(everyone)]
-    scheduler = server._runtime.engine.model("slow").scheduler
-    SLOW_RELEASED.clear()  # no call ends before the kill
-    try:
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 30
+            while sum(scheduler.open_requests) < len(everyone):  # every request is in, queued or running
+                assert time.monotonic() < deadline, f"{scheduler.open_requests} of {len(everyone)} requests in"
+                time.sleep(0.01)
+            os.kill(victim, signal.SIGKILL)
+            for index in range(len(victim_connections)):  # their connections end with the frontend
+                threads[index].join(60)
+        finally:
+            SLOW_RELEASED.set()
         for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 30
-        while sum(scheduler.open_requests) < len(everyone):  # every request is in, queued or running
-            assert time.monotonic() < deadline, f"{scheduler.open_requests} of {len(everyone)} requests in"
-            time.sleep(0.01)
-        os.kill(victim, signal.SIGKILL)
-        for index in range(len(victim_connections)):  # their connections end with the frontend
-            threads[index].join(60)
+            thread.join(60)
+        failed = sorted(index for index, outcome in outcomes.items() if isinstance(outcome, Exception))
+        assert failed == list(range(len(victim_connections)))
+        for index in range(len(victim_connections), len(everyone)):
+            status, document = outcomes[index]
+            assert status == 200 and document["outputs"][0]["data"] == [float(index)]
+        # The model stayed ready, the frontend is started again and logged, and new connections are served by both.
+        with httpclient.InferenceServerClient(http_url(server)) as client:
+            assert client.is_model_ready("slow")
+        deadline = time.monotonic() + 60
+        while not any("is serving again" in record.getMessage() for record in caplog.records):
+            assert time.monotonic() < deadline, "the frontend was not started again"
+            time.sleep(0.05)
+        assert victim not in frontend_pids() and len(frontend_pids()) == 2
+        with _connections_on_each_frontend(server.http_port, frontend_pids()) as connections:
+            for connection in connections.values():
+                assert _infer_json(connection, "identity", [5.0])[0] == 200
+        messages = [record.getMessage() for record in caplog.records]
+        assert any(re.search(rf"frontend \d \(pid {victim}\) was killed by signal SIGKILL", m) for m in messages), (
+            messages
+        )
     finally:
-        SLOW_RELEASED.set()
-    for thread in threads:
-        thread.join(60)
-    failed = sorted(index for index, outcome in outcomes.items() if isinstance(outcome, Exception))
-    assert failed == list(range(len(victim_connections)))
-    for index in range(len(victim_connections), len(everyone)):
-        status, document = outcomes[index]
-        assert status == 200 and document["outputs"][0]["data"] == [float(index)]
-    # The model stayed ready, the frontend is started again and logged, and new connections are served by both.
-    with httpclient.InferenceServerClient(http_url(server)) as client:
-        assert client.is_model_ready("slow")
-    deadline = time.monotonic() + 60
-    while not any("is serving again" in record.getMessage() for record in caplog.records):
-        assert time.monotonic() < deadline, "the frontend was not started again"
-        time.sleep(0.05)
-    assert victim not in frontend_pids() and len(frontend_pids()) == 2
-    with _connections_on_each_frontend(server.http_port, frontend_pids()) as connections:
-        for connection in connections.values():
-            assert _infer_json(connection, "identity", [5.0])[0] == 200
-    messages = [record.getMessage() for record in caplog.records]
-    assert any(re.search(rf"frontend \d \(pid {victim}\) was killed by signal SIGKILL", m) for m in messages), messages
-    for connection in everyone:
-        connection.close()
+        for connection in opened:
+            connection.close()
 
 
 _MAIN = """

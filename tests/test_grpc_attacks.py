@@ -550,24 +550,44 @@ def test_connections_over_the_cap_get_unavailable_until_idle_ones_are_closed(cap
 
 @pytest.fixture(scope="module")
 def two_connections() -> Iterator[ServedProcess]:
-    server = ServedProcess({"grpc_max_connections": 2})  # idle connections are held for the default 300 s
+    server = ServedProcess({"grpc_max_connections": 2})  # an idle connection is held 10 s for its first call
     yield server
     server.stop()
 
 
-def test_idle_connections_over_the_cap_get_goaway_after_their_settings(two_connections, clients):
-    for _ in range(6):
+def test_idle_connections_over_the_cap_get_goaway_saying_why_at_their_first_calls_deadline(clients):
+    # A server of its own: a connection a test before closed may still count while the server has yet to read
+    # its end. 2 s for the first call: the two that fill the cap must still be open when the next four come.
+    server = ServedProcess({"grpc_max_connections": 2, "grpc_handshake_timeout_s": 2.0})
+    try:
+        for _ in range(6):
+            clients.append(server.h2())
+        for client in clients[2:]:
+            assert goaway_of(client.wait_closed(READ_S)) == (
+                0,
+                NO_ERROR,
+                b"the server serves at most 2 gRPC connections at once",
+            )
+        for client in clients[:2]:  # within the cap: the same deadline, without a why
+            assert goaway_of(client.wait_closed(READ_S)) == (0, NO_ERROR, b"")
+    finally:
+        server.stop()
+
+
+def test_a_call_sent_once_the_settings_are_acknowledged_over_the_cap_gets_unavailable_then_goaway(
+    two_connections, clients
+):
+    # As grpc's clients do: they send their first call only once the server's SETTINGS have come. A GOAWAY
+    # said as soon as the client's SETTINGS were read refused it, and tritonclient opened connection after
+    # connection until its deadline (DEADLINE_EXCEEDED) whenever the server read the SETTINGS apart from it.
+    for _ in range(2):
         clients.append(two_connections.h2())
-    for client in clients[2:]:
-        assert goaway_of(client.wait_closed(READ_S)) == (
-            0,
-            NO_ERROR,
-            b"the server serves at most 2 gRPC connections at once",
-        )
-    for client in clients[:2]:  # within the cap: held, idle as they are
-        client.assert_quiet(0)
-        assert not client.eof and not [frame for frame in client.log if frame.kind == GOAWAY]
-    assert clients[0].infer([1.0]).output() == [1.0]
+    over = two_connections.h2()
+    clients.append(over)
+    response = over.infer([1.0])
+    assert response.trailers_only and response.grpc_status == "14"  # UNAVAILABLE
+    assert response.headers["grpc-message"] == "the server serves at most 2 gRPC connections at once"
+    assert goaway_of(over.wait_closed(READ_S))[:2] == (1, NO_ERROR)
 
 
 def test_a_call_sent_with_the_preface_over_the_cap_gets_unavailable_then_goaway(two_connections, clients):

@@ -31,6 +31,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
 from pytriton.options.server import GrpcKeepalive
 from pytriton.transport import inflate
+from pytriton.transport.grpc import connection as grpc_connection
 from pytriton.transport.grpc import frames
 from pytriton.transport.grpc.connection import (
     LEAST_READ_BYTES,
@@ -856,6 +857,21 @@ def _unsent_low_water(triton: Triton, client: H2Client) -> int:
             assert sock.getsockname()[1] == triton.grpc_port
             return int(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT))
     raise AssertionError(f"no connection from port {port}")
+
+
+def test_small_frames_are_noticed_in_reads_the_read_sizing_keeps_small(server, connect, monkeypatch):
+    # A read that costs more (any read on a busy machine) makes the read sizing cut the next ones, down to
+    # LEAST_READ_BYTES: full reads, though small, still show small frames. Counted only from _LARGE_READ_BYTES, they
+    # did not, and a loaded CI run saw the unsent bound left off (test_answers_wait_in_their_calls...).
+    monkeypatch.setattr(grpc_connection, "READ_COST_S", 1e-9)  # each read costs too much: the next is the least
+    monkeypatch.setattr(grpc_connection, "_CHEAP_READ_S", 0.0)
+    client = connect(server, settings={SETTINGS_INITIAL_WINDOW_SIZE: 2**31 - 1})
+    client.window_update(0, 2**31 - 1 - DEFAULT_WINDOW)
+    client.handshake()
+    values = list(range(2**17))  # 512 KiB a call, in 16 KiB frames
+    for _ in range(-(-SMALL_FRAMES_EVIDENCE_BYTES // (4 * len(values))) + 1):
+        assert client.infer(values).output() == values
+    assert _unsent_low_water(server, client) == UNSENT_LOW_WATER_BYTES
 
 
 def test_answers_wait_unsent_in_the_process_only_for_clients_of_large_messages_in_small_frames(server, connect):

@@ -359,7 +359,8 @@ def test_token_metrics_count_each_generation_once(triton: Triton, client: openai
 def test_a_stopping_server_answers_503_and_ends_open_streams_with_an_error_event() -> None:
     with running_triton(openai_models.bind_models, exit_timeout_secs=1) as server:
         port = server.http_port or 0
-        with raw_chat(port, {"model": "endless", "messages": USER, "stream": True}) as sock:
+        # The client is made first: the 503 must come within the drain (1 s, as long as the stream holds it).
+        with raw_chat(port, {"model": "endless", "messages": USER, "stream": True}) as sock, sdk_client(port) as client:
             received = read_events(sock, 2)
             stopping = threading.Thread(target=server.stop)
             stopping.start()
@@ -367,7 +368,7 @@ def test_a_stopping_server_answers_503_and_ends_open_streams_with_an_error_event
             while get_json(port, "/v2/health/ready")[0] == 200:  # the stop refuses new requests from now on
                 assert time.monotonic() < deadline, "the server never stopped being ready"
                 time.sleep(0.02)
-            with pytest.raises(openai.InternalServerError) as refused, sdk_client(port) as client:
+            with pytest.raises(openai.InternalServerError) as refused:
                 client.chat.completions.create(model="toy", messages=USER)
             assert refused.value.status_code == 503 and refused.value.code == "service_unavailable"
             while not received.endswith(b"0\r\n\r\n"):  # the stream's end, after the drain's cut-off

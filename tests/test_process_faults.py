@@ -30,6 +30,7 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import http_url, memfds_held, running_triton
 from tests.fleet import wait_until
+from tests.pids import alive, started_at
 from tests.server_process import WAIT_S, start_script, stop_script
 
 IO = {
@@ -793,14 +794,14 @@ def test_sigkill_of_the_server_takes_its_instance_processes_with_it(tmp_path: pa
             tensor = httpclient.InferInput("x", [2], "FP32")
             tensor.set_data_from_numpy(np.ones(2, np.float32))
             assert client.infer("identity", [tensor]).as_numpy("y").tolist() == [1.0, 1.0]
-        children = _children_of(server.pid)
+        children = {child: started_at(child) for child in _children_of(server.pid)}  # a pid may be taken again
         assert len(children) == 2
         server.kill()
         server.wait()
         deadline = time.monotonic() + 10
-        while any(_alive(child) for child in children) and time.monotonic() < deadline:
+        while any(alive(*child) for child in children.items()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not any(_alive(child) for child in children)
+        assert not any(alive(*child) for child in children.items())
     finally:
         server.kill()
         server.wait()

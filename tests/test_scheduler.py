@@ -202,7 +202,11 @@ def test_timeout_override_only_shortens_the_default():
 
 def test_delay_action_runs_late_instead_of_failing():
     model = Recorder(hold_first=True)
-    policy = QueuePolicy(default_timeout_microseconds=50_000, timeout_action=TimeoutAction.DELAY)
+    # Only the late request's timeout is short (its own, 50 ms): the fresh one's minute cannot expire before the
+    # instance is free, however loaded the machine (with 50 ms each, both could be delayed, and run in order).
+    policy = QueuePolicy(
+        default_timeout_microseconds=60_000_000, timeout_action=TimeoutAction.DELAY, allow_timeout_override=True
+    )
     config = ModelConfig(
         max_batch_size=1,
         batcher=DynamicBatcher(priority_levels=2, default_priority_level=2, priority_queue_policy={2: policy}),
@@ -210,7 +214,7 @@ def test_delay_action_runs_late_instead_of_failing():
     with _serve(model, config) as triton:
         first = _send_all(triton.http_port, [_body(0)])
         assert model.started.wait(10)
-        late = _send_all(triton.http_port, [_body(1)])
+        late = _send_all(triton.http_port, [_body(1, parameters={"timeout": 50_000})])
         _wait_pending(triton, 1)
         time.sleep(0.15)  # let the level-2 request's 50 ms timeout expire: it becomes delayed
         fresh = _send_all(triton.http_port, [_body(2)])

@@ -321,7 +321,12 @@ def test_a_response_still_leaving_at_the_stop_gets_the_rest_of_exit_timeout_secs
             b"Content-Length: %d\r\n\r\n" % (len(header), len(header) + len(tensor))
         )
         sock.sendall(header + tensor)
-        time.sleep(2)  # the response is ready, and mostly waiting in the server
+        sock.settimeout(WAIT_S)
+        response = bytearray()
+        while b"\r\n\r\n" not in response:  # its head: the response is ready, and mostly waiting in the server
+            chunk = sock.recv(4096)
+            assert chunk, bytes(response)
+            response += chunk
         server.signal(signal.SIGINT)
         if hurried:
             time.sleep(0.5)
@@ -330,8 +335,6 @@ def test_a_response_still_leaving_at_the_stop_gets_the_rest_of_exit_timeout_secs
             assert server.wait() == 0
             assert time.monotonic() - started < 5  # exit_timeout_secs is 20
         time.sleep(3)  # past the old 1 s grace, reading nothing
-        sock.settimeout(WAIT_S)
-        response = bytearray()
         while True:
             chunk = sock.recv(2**20)
             if not chunk:

@@ -20,7 +20,7 @@ Where each limit is enforced, and how a refusal looks:
 | grpc_max_concurrent_rpcs | gRPC service, before a call runs: RPCs in progress at once | RESOURCE_EXHAUSTED |
 | grpc_max_concurrent_streams | gRPC connection: calls open at once (SETTINGS_MAX_CONCURRENT_STREAMS) | REFUSED_STREAM |
 | grpc_max_stream_requests | ModelStreamInfer: requests of one stream in progress at once | the stream waits |
-| grpc_max_connections | gRPC connection over the cap, once its SETTINGS arrive | UNAVAILABLE, then GOAWAY |
+| grpc_max_connections | gRPC connection over the cap, at its first call | UNAVAILABLE, then GOAWAY |
 | grpc_max_buffered_bytes | gRPC connection: bytes of request messages still arriving | all but the oldest wait |
 | grpc_idle_timeout_s | gRPC connection: time without a call in progress | GOAWAY, connection closed |
 | grpc_handshake_timeout_s | gRPC connection: TLS handshake, then the HTTP/2 preface and SETTINGS | connection closed |
@@ -86,8 +86,8 @@ class ServerLimits:
             (SETTINGS_MAX_CONCURRENT_STREAMS); a stream beyond it is refused (REFUSED_STREAM).
         grpc_max_stream_requests: requests of one ModelStreamInfer stream in progress at once; the server
             reads the next one when one ends.
-        grpc_max_connections: gRPC connections served at once; one more gets GOAWAY after its client's SETTINGS
-            (calls sent with them get UNAVAILABLE).
+        grpc_max_connections: gRPC connections served at once; one more answers its first call UNAVAILABLE, then
+            says GOAWAY (at the first call's deadline if it opens none).
         grpc_max_buffered_bytes: bytes of request messages still arriving (sent in part) that one gRPC connection
             buffers; past it, only the oldest such message's flow-control window reopens, and the others' clients wait
             until it is whole. Nothing is refused: a single message may be larger (up to grpc_max_message_bytes).

@@ -39,8 +39,9 @@ _JOIN_LIMIT_BYTES = 64 * 1024
 # (grpc's C-core, so tritonclient: +7 %) or of small requests for large answers (+11 %): those keep the
 # kernel's usual buffering (docs/performance.md, "the eighth look").
 UNSENT_LOW_WATER_BYTES = 64 * 1024
-# The bound is set once this much came in reads of _LARGE_READ_BYTES or more with no DATA frame large enough to
-# be read in place (framing.DIRECT_READ_BYTES); never, once one was.
+# The bound is set once this much came in reads of _LARGE_READ_BYTES or more (or full reads, where the read sizing
+# below made them smaller: on a busy machine it does for any client) with no DATA frame large enough to be read in
+# place (framing.DIRECT_READ_BYTES); never, once one was.
 SMALL_FRAMES_EVIDENCE_BYTES = 2 * 2**20
 _LARGE_READ_BYTES = 64 * 1024
 # How long a connection that failed keeps reading (and dropping) after its GOAWAY.
@@ -175,7 +176,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._fail(h2.COMPRESSION_ERROR, f"invalid header block: {error}")
         finally:
             self._reading = False
-        if nbytes >= _LARGE_READ_BYTES and self._socket is not None:
+        if self._socket is not None and (nbytes >= _LARGE_READ_BYTES or nbytes == self._read_limit):
             self._weigh_frames(nbytes)
         if nbytes >= LEAST_READ_BYTES:  # a read that small is below any limit: its cost sizes nothing
             handled = perf_counter() - started

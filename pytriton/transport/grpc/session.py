@@ -10,8 +10,8 @@ call within as long again (or grpc_idle_timeout_s, if shorter), says GOAWAY afte
 without a call, and takes at most grpc_max_concurrent_streams calls at once
 (REFUSED_STREAM beyond). Its calls buffer at most grpc_max_buffered_bytes of messages still arriving
 before all but the oldest such message wait (flow.py). A connection one over grpc_max_connections
-answers the calls that came with its client's SETTINGS with UNAVAILABLE, then says GOAWAY (its debug
-data says why: grpc's clients show it).
+answers its first call UNAVAILABLE, then says GOAWAY (its debug data says why: grpc's clients show it);
+one that opens no call says it at the first call's deadline.
 """
 
 from __future__ import annotations
@@ -238,8 +238,12 @@ class Http2Session:
                 raise h2.Http2Error(h2.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
         self._write(h2.frame(h2.SETTINGS, h2.ACK, 0))
         if self._clock.phase == HANDSHAKE:
-            self._clock.enter(FIRST_CALL, self._first_call_timeout_s())
-            if self.over_cap:  # once this read's calls are answered (UNAVAILABLE): an idle one must not hold on
+            first_call_s = self._first_call_timeout_s()
+            self._clock.enter(FIRST_CALL, first_call_s)
+            # One over the cap waits for its first call like any other, to answer it UNAVAILABLE: grpc's clients
+            # send a call only once the server's SETTINGS have come, and a GOAWAY before it made them open a
+            # connection again and again, over the cap each time, until their deadline (DEADLINE_EXCEEDED).
+            if self.over_cap and not first_call_s:  # no first-call deadline: an idle one must not hold on
                 self.loop.call_soon(self._leave_over_cap)
         self.sender.pump_blocked()
 
@@ -471,6 +475,8 @@ class Http2Session:
         if phase == HANDSHAKE:
             self._cut_off(f"no HTTP/2 preface and SETTINGS within {self._state.handshake_timeout_s:g} s")
             self._abort()
+        elif self.over_cap:
+            self._leave_over_cap()
         else:
             self.shutdown()
 
