@@ -10,6 +10,7 @@
     .venv/bin/python -m bench openai          # streamed /v1/chat/completions against LitServe (bench/openai_stream.py)
     .venv/bin/python -m bench sequences       # a sequence's request against a plain one (bench/sequences.py)
     .venv/bin/python -m bench cpu_ab REF .    # server CPU per small request, commits side by side (bench/cpu_ab.py)
+    .venv/bin/python -m bench instr_ab REF .  # the same in instructions, unmoved by the machine's load (valgrind)
 
 See bench/README.md for the workloads and how to read the output.
 """
@@ -41,6 +42,7 @@ SUBCOMMANDS = {
     "gpu": "bench.gpu.__main__",
     "openai": "bench.openai_stream",
     "cpu_ab": "bench.cpu_ab",
+    "instr_ab": "bench.instructions_ab",
     "sequences": "bench.sequences",
     "instances": "bench.instances",
 }

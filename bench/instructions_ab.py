@@ -1,0 +1,140 @@
+"""`python -m bench instr_ab REF [REF ...]`: the server's instructions per small request for several commits.
+
+What `cpu_ab` measures in microseconds, counted in instructions instead: each commit's `pytriton` (`git archive`;
+`.` is this checkout as it is) serves `bench/model_server.py` under valgrind's callgrind, and a client sends one
+request at a time. A run with `--requests` more requests than another, the same warm-up before both, gives the
+instructions of those requests alone (every thread of the server; start-up and shutdown cancel out). A count does
+not move with the machine's load: on this shared 2-core VM, where `cpu_ab`'s rounds spread by +-1.5 us (about 2 %)
+and req/s by far more, two rounds of the same tree agreed within 0.3 %, so a change of 1 % shows. It says nothing
+of what an instruction costs (cache misses, system calls, switches between processes): a change that trades
+instructions for those still needs `cpu_ab` and the main bench. Needs valgrind (`apt-get install valgrind`); a
+run takes about 30 s a commit a round.
+
+    python -m bench instr_ab 6eab9c7 .                      # `simple` as perf_analyzer sends it, over HTTP
+    python -m bench instr_ab HEAD~1 . --protocol grpc --model identity --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+from bench.keepalive import KeepAliveClient, infer_message
+from bench.pinned_rounds import ROOT, alternating_rounds
+from bench.servers import free_ports
+
+WARM_UP = 300
+BASE_REQUESTS = 200  # the shorter run's requests after the warm-up
+
+
+def simple_message() -> bytes:
+    """Triton's `simple` (two INT32 [1, 16] inputs, both outputs asked in binary) as perf_analyzer sends it."""
+    tensors = [
+        {"name": f"INPUT{index}", "datatype": "INT32", "shape": [1, 16], "parameters": {"binary_data_size": 64}}
+        for index in (0, 1)
+    ]
+    outputs = [{"name": f"OUTPUT{index}", "parameters": {"binary_data": True}} for index in (0, 1)]
+    json_part = json.dumps({"id": "", "inputs": tensors, "outputs": outputs}, separators=(",", ":")).encode()
+    body = json_part + np.arange(32, dtype=np.int32).tobytes()
+    return (
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nUser-Agent: libcurl-agent/1.0\r\nAccept: */*\r\n"
+        b"Inference-Header-Content-Length: %d\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+        % (len(json_part), len(body))
+    ) + body
+
+
+def _http_sender(port: int, model: str) -> Callable[[], None]:
+    """One keep-alive connection sending the model's bench request."""
+    client = KeepAliveClient(port, model, timeout_s=600)
+    message = simple_message() if model == "simple" else infer_message(model)
+    return lambda: client.send(message) and None
+
+
+def _grpc_sender(http_port: int, grpc_port: int, model: str) -> Callable[[], None]:
+    """tritonclient's gRPC client sending the model's bench request (binary tensors), once the model is ready."""
+    import tritonclient.grpc as grpcclient
+
+    KeepAliveClient(http_port, model, timeout_s=600).sock.close()
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    if model == "simple":
+        inputs = [grpcclient.InferInput(f"INPUT{index}", [1, 16], "INT32") for index in (0, 1)]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+    else:
+        inputs = [grpcclient.InferInput("INPUT_1", [1, 16], "FP32")]
+        inputs[0].set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16))
+    return lambda: client.infer(model, inputs) and None
+
+
+def _instructions(tree: pathlib.Path, requests: int, protocol: str, model: str, scratch: pathlib.Path) -> int:
+    """The server's instructions (Ir, every thread) from its start to its stop, over WARM_UP + `requests`."""
+    http, grpc, metrics = free_ports(3)
+    out = scratch / f"callgrind.{tree.name}.{requests}"
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        f"--callgrind-out-file={out}",
+        "-q",
+        sys.executable,
+        str(ROOT / "bench" / "model_server.py"),
+        *("--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)),
+    ]
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        send = _grpc_sender(http, grpc, model) if protocol == "grpc" else _http_sender(http, model)
+        for _ in range(WARM_UP + requests):
+            send()
+    finally:
+        server.terminate()
+        server.wait(120)
+    match = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
+    if match is None:
+        raise SystemExit(f"no instruction count in {out}")
+    return int(match.group(1))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench instr_ab", description=__doc__.splitlines()[0])
+    parser.add_argument("refs", nargs="+", help="git commits ('.' is this checkout as it is)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=1000, help="the longer run's extra requests")
+    parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    parser.add_argument("--model", choices=("simple", "identity"), default="simple")
+    args = parser.parse_args(argv)
+    if shutil.which("valgrind") is None:
+        raise SystemExit("instr_ab needs valgrind: apt-get install valgrind")
+    figures: Dict[str, List[float]] = {ref: [] for ref in args.refs}
+    with tempfile.TemporaryDirectory(prefix="bench-instr-ab-") as scratch:
+        for round_, turns in alternating_rounds(args.refs, args.rounds, "bench-instr-ab-trees-"):
+            for ref, tree in turns:
+                base = _instructions(tree, BASE_REQUESTS, args.protocol, args.model, pathlib.Path(scratch))
+                more = _instructions(
+                    tree, BASE_REQUESTS + args.requests, args.protocol, args.model, pathlib.Path(scratch)
+                )
+                figures[ref].append((more - base) / args.requests)
+            print(
+                f"round {round_ + 1}: " + ", ".join(f"{ref} {figures[ref][-1]:,.0f}" for ref in args.refs), flush=True
+            )
+    first = statistics.median(figures[args.refs[0]])
+    print(f"server instructions per request ({args.protocol}, {args.model}), median of {args.rounds} rounds:")
+    for ref, values in figures.items():
+        median = statistics.median(values)
+        spread = f"rounds {min(values):,.0f}-{max(values):,.0f}"
+        print(f"  {ref:12s} {median:10,.0f}  {median / first:.3f}x of {args.refs[0]}  ({spread})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
