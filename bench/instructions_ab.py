@@ -12,6 +12,7 @@ run takes about 30 s a commit a round.
 
     python -m bench instr_ab 6eab9c7 .                      # `simple` as perf_analyzer sends it, over HTTP
     python -m bench instr_ab HEAD~1 . --protocol grpc --model identity --rounds 3
+    python -m bench instr_ab HEAD~1 . --frontends 2         # the server and its frontend processes, all counted
 """
 
 from __future__ import annotations
@@ -77,20 +78,26 @@ def _grpc_sender(http_port: int, grpc_port: int, model: str) -> Callable[[], Non
     return lambda: client.infer(model, inputs) and None
 
 
-def _instructions(tree: pathlib.Path, requests: int, protocol: str, model: str, scratch: pathlib.Path) -> int:
-    """The server's instructions (Ir, every thread) from its start to its stop, over WARM_UP + `requests`."""
+def _instructions(
+    tree: pathlib.Path, requests: int, protocol: str, model: str, frontends: int, scratch: pathlib.Path
+) -> int:
+    """The server's instructions (Ir, every thread) from its start to its stop, over WARM_UP + `requests`.
+
+    With `frontends` > 1, valgrind follows the processes the server spawns: its frontends are counted too.
+    """
     http, grpc, metrics = free_ports(3)
-    out = scratch / f"callgrind.{tree.name}.{requests}"
+    out = f"callgrind.{tree.name}.{requests}"
     command = [
         "valgrind",
         "--tool=callgrind",
-        f"--callgrind-out-file={out}",
+        f"--callgrind-out-file={scratch / out}.%p",
+        f"--trace-children={'yes' if frontends > 1 else 'no'}",
         "-q",
         sys.executable,
         str(ROOT / "bench" / "model_server.py"),
         *("--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)),
     ]
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTRITON_FRONTENDS=str(frontends))
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         send = _grpc_sender(http, grpc, model) if protocol == "grpc" else _http_sender(http, model)
@@ -99,10 +106,17 @@ def _instructions(tree: pathlib.Path, requests: int, protocol: str, model: str, 
     finally:
         server.terminate()
         server.wait(120)
-    match = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
-    if match is None:
-        raise SystemExit(f"no instruction count in {out}")
-    return int(match.group(1))
+    files = list(scratch.glob(f"{out}.*"))
+    if len(files) < (1 + frontends if frontends > 1 else 1):
+        raise SystemExit(f"{len(files)} processes counted; {frontends} frontends expected besides the server")
+    total = 0
+    for path in files:
+        match = re.search(r"^(?:summary|totals): (\d+)", path.read_text(errors="replace"), re.MULTILINE)
+        if match is None:
+            raise SystemExit(f"no instruction count in {path}")
+        total += int(match.group(1))
+        path.unlink()
+    return total
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -112,6 +126,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--requests", type=int, default=1000, help="the longer run's extra requests")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--model", choices=("simple", "identity"), default="simple")
+    parser.add_argument("--frontends", type=int, default=1, help="PYTRITON_FRONTENDS; every process is counted")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         raise SystemExit("instr_ab needs valgrind: apt-get install valgrind")
@@ -119,16 +134,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-instr-ab-") as scratch:
         for round_, turns in alternating_rounds(args.refs, args.rounds, "bench-instr-ab-trees-"):
             for ref, tree in turns:
-                base = _instructions(tree, BASE_REQUESTS, args.protocol, args.model, pathlib.Path(scratch))
-                more = _instructions(
-                    tree, BASE_REQUESTS + args.requests, args.protocol, args.model, pathlib.Path(scratch)
-                )
-                figures[ref].append((more - base) / args.requests)
-            print(
-                f"round {round_ + 1}: " + ", ".join(f"{ref} {figures[ref][-1]:,.0f}" for ref in args.refs), flush=True
-            )
+                counts = [
+                    _instructions(tree, requests, args.protocol, args.model, args.frontends, pathlib.Path(scratch))
+                    for requests in (BASE_REQUESTS, BASE_REQUESTS + args.requests)
+                ]
+                figures[ref].append((counts[1] - counts[0]) / args.requests)
+            line = ", ".join(f"{ref} {figures[ref][-1]:,.0f}" for ref in args.refs)
+            print(f"round {round_ + 1}: {line}", flush=True)
     first = statistics.median(figures[args.refs[0]])
-    print(f"server instructions per request ({args.protocol}, {args.model}), median of {args.rounds} rounds:")
+    what = f"{args.protocol}, {args.model}, {args.frontends} frontend{'s' if args.frontends > 1 else ''}"
+    print(f"server instructions per request ({what}), median of {args.rounds} rounds:")
     for ref, values in figures.items():
         median = statistics.median(values)
         spread = f"rounds {min(values):,.0f}-{max(values):,.0f}"
