@@ -46,6 +46,27 @@ def _socket_inodes(pid: int) -> Set[int]:
     return inodes
 
 
+def listening_inodes(ports: List[int]) -> Set[int]:
+    """The inodes of the sockets listening on `ports` in this network namespace (Linux's /proc/net/tcp and tcp6).
+
+    A socket's inode is its own while it exists: unlike a port, which a server of another test may bind as soon as
+    it is free, it says whose listener it is.
+    """
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                next(lines)
+                for line in lines:
+                    fields = line.split()
+                    local, state, inode = fields[1], fields[3], int(fields[9])
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) in ports:  # 0A: TCP_LISTEN
+                        inodes.add(inode)
+        except OSError:
+            continue
+    return inodes
+
+
 def _server_side_inode(server_port: int, client_port: int) -> Optional[int]:
     """The inode of the server's end of the loopback TCP connection from `client_port` to `server_port`."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):

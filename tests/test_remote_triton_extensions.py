@@ -201,9 +201,11 @@ def _memfds(pid: int) -> Set[int]:
     return held
 
 
-def _dev_shm() -> Set[str]:
-    """pytriton's named shared memory (only where memfd is missing, and unlinked at once there)."""
-    return {name for name in os.listdir("/dev/shm") if "pytriton" in name}
+def _dev_shm(pids: Sequence[int]) -> Set[str]:
+    """The named shared memory of processes `pids` (pytriton names it so only where memfd is missing, and unlinks it
+    at once there). Not every name with "pytriton" in it: the suite's other worker makes and destroys such regions."""
+    ours = tuple(f"pytriton-{pid}-" for pid in pids)
+    return {name for name in os.listdir("/dev/shm") if name.startswith(ours)}
 
 
 def _all_checked(answer: Tuple[int, bytes], calls: int) -> bool:
@@ -219,7 +221,7 @@ def test_a_remote_routes_model_calls_pass_large_tensors_through_shared_memory_an
     for path in ("/remote/big", "/remote/big_async"):  # 6 MiB each way; `same` answers with its input, in place
         assert _all_checked(_request(port, path, {"mib": 6, "calls": 4}), 4)
     pids: Sequence[int] = (os.getpid(), remote.process.pid)
-    shm = _dev_shm()
+    shm = _dev_shm(pids)
     for path in ("/remote/big", "/remote/big_async"):
         assert _all_checked(_request(port, path, {"mib": 1, "calls": 10}), 10)
     held = [_memfds(pid) for pid in pids]
@@ -228,14 +230,14 @@ def test_a_remote_routes_model_calls_pass_large_tensors_through_shared_memory_an
         for path in ("/remote/big", "/remote/big_async"):
             assert _all_checked(_request(port, path, {"mib": 1, "calls": 10}), 10)
     assert [_memfds(pid) for pid in pids] == held
-    assert _dev_shm() == shm
+    assert _dev_shm(pids) == shm
 
 
 def test_a_remote_killed_in_a_large_model_call_leaves_no_shared_memory_behind(
     server: Triton, tmp_path: pathlib.Path
 ) -> None:
     port = _port(server)
-    before, shm = _memfds(os.getpid()), _dev_shm()
+    before, shm = _memfds(os.getpid()), _dev_shm([os.getpid()])
     killed = Remote(f"127.0.0.1:{server.http_port}", "killed", tmp_path)
     try:
         HELD.reset()
@@ -252,7 +254,7 @@ def test_a_remote_killed_in_a_large_model_call_leaves_no_shared_memory_behind(
         )
         assert HELD.inner_cancelled.wait(WAIT_S), "the model call was not cancelled"
         wait_until(lambda: _memfds(os.getpid()) == before, WAIT_S, "the server lets go of the remote's shared memory")
-        assert _dev_shm() == shm
+        assert _dev_shm([os.getpid(), killed.process.pid]) == shm
     finally:
         killed.close()
 

@@ -67,6 +67,24 @@ def pending(triton: Triton, model: str) -> int:
     return triton._runtime.engine.model(model).scheduler.pending
 
 
+def head_bytes_read(triton: Triton, client: socket.socket) -> int:
+    """Bytes of an unfinished request head that the HTTP port has read from `client` (0: none yet)."""
+    from pytriton.transport.http.server import AsgiServer
+
+    port = client.getsockname()[1]
+
+    def count() -> int:
+        return sum(
+            connection._head_bytes
+            for frontend in triton._runtime._frontends
+            if isinstance(frontend, AsgiServer)
+            for connection in frontend.connections
+            if connection._transport.get_extra_info("peername")[1] == port
+        )
+
+    return triton._runtime._loop.call(count)
+
+
 def infer_body(values: List[float], name: str = "INPUT_1", **parameters: Any) -> Dict[str, Any]:
     """A JSON infer body with one FP32 row."""
     body: Dict[str, Any] = {"inputs": [{"name": name, "shape": [1, len(values)], "datatype": "FP32", "data": values}]}
@@ -362,14 +380,15 @@ def test_upgrade_headers_are_ignored_and_the_connection_serves_on():
             assert read_response(sock)[0] == 200
         with raw_http(triton.http_port) as sock:  # an Upgrade header split across reads reaches llhttp
             sock.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgr")
-            time.sleep(0.05)
+            # Read whole, the head's Upgrade header would be dropped and the request served (200, kept open).
+            wait_until(lambda: head_bytes_read(triton, sock) > 0, "the server to read the head's first part")
             sock.sendall(b"ade: h2c\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             status, headers, answer = read_response(sock)
             assert status == 400 and "Upgrade" in json.loads(answer)["error"]
             assert headers["connection"] == "close" and closed_by_server(sock)
         with raw_http(triton.http_port) as sock:  # ... where a bodiless request is still served, then closed
             sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgr")
-            time.sleep(0.05)
+            wait_until(lambda: head_bytes_read(triton, sock) > 0, "the server to read the head's first part")
             sock.sendall(b"ade: h2c\r\n\r\n")
             status, headers, _ = read_response(sock)
             assert status == 200 and headers["connection"] == "close" and closed_by_server(sock)

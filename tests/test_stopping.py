@@ -33,9 +33,10 @@ from tests.server_process import WAIT_S, ServerProcess, free_port_env
 from tests.waiting import wait_until
 
 # One instance and batches of one: a request behind a running one waits in the queue. The model prints the
-# value it got, and sleeps that many seconds.
+# value it got, and sleeps that many seconds; a negative value holds it until a file named "release" exists in
+# the server's folder.
 SERVER = """
-    import sys, time
+    import os, sys, time
     import numpy as np
     import pytriton.runtime.stopping
     from pytriton.model_config import ModelConfig, Tensor
@@ -46,7 +47,10 @@ SERVER = """
     def sleep(requests):
         seconds = float(requests[0]["x"].ravel()[0])
         print("in model", seconds, flush=True)
-        time.sleep(seconds)
+        if seconds < 0:
+            while not os.path.exists("release"):
+                time.sleep(0.01)
+        time.sleep(max(seconds, 0.0))
         return [{"y": r["x"]} for r in requests]
 
     with Triton(config=TritonConfig(exit_timeout_secs=int(sys.argv[1]))) as triton:
@@ -144,18 +148,19 @@ def test_a_second_signal_ends_the_lame_duck_too(tmp_path: Path) -> None:
 def test_the_drain_logs_what_is_left_until_every_request_finished(tmp_path: Path) -> None:
     server, ports = _start(tmp_path, exit_timeout_s=600, progress_period_s=0.2)
     with server, ThreadPoolExecutor(1) as pool:
-        running = pool.submit(_http, ports["http"], 1.5)
-        server.wait_for("in model 1.5")
+        running = pool.submit(_http, ports["http"], -1)  # held until the drain has said what is left
+        server.wait_for("in model -1.0")
         server.signal(signal.SIGTERM)
         server.wait_for(r"INFO pytriton: received SIGTERM: stopping gracefully")
         server.wait_for(r"INFO pytriton: stopping: 1 request \(1 running, 0 queued\) still open, cut off in 59\d s$")
+        (tmp_path / "release").touch()
         server.wait_for(r"INFO pytriton: stopping: every request finished$")
         assert running.result(WAIT_S) == (
             200,
             {
                 "model_name": "sleep",
                 "model_version": "1",
-                "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 1], "data": [1.5]}],
+                "outputs": [{"name": "y", "datatype": "FP32", "shape": [1, 1], "data": [-1.0]}],
             },
         )
         assert server.wait() == 0
