@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Dict, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 FRONTEND_MODULE = b"pytriton.runtime.frontends.process"
 
@@ -46,43 +46,34 @@ def _socket_inodes(pid: int) -> Set[int]:
     return inodes
 
 
+def _tcp_sockets() -> Iterator[Tuple[int, int, str, int]]:
+    """Each TCP socket of this network namespace: (local port, remote port, state, inode), from Linux's /proc."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                next(lines)
+                for line in lines:
+                    fields = line.split()
+                    local, remote, state, inode = fields[1], fields[2], fields[3], int(fields[9])
+                    yield int(local.rsplit(":", 1)[1], 16), int(remote.rsplit(":", 1)[1], 16), state, inode
+        except OSError:
+            continue
+
+
 def listening_inodes(ports: List[int]) -> Set[int]:
-    """The inodes of the sockets listening on `ports` in this network namespace (Linux's /proc/net/tcp and tcp6).
+    """The inodes of the sockets listening on `ports` in this network namespace.
 
     A socket's inode is its own while it exists: unlike a port, which a server of another test may bind as soon as
     it is free, it says whose listener it is.
     """
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as lines:
-                next(lines)
-                for line in lines:
-                    fields = line.split()
-                    local, state, inode = fields[1], fields[3], int(fields[9])
-                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) in ports:  # 0A: TCP_LISTEN
-                        inodes.add(inode)
-        except OSError:
-            continue
-    return inodes
+    return {inode for local, _, state, inode in _tcp_sockets() if state == "0A" and local in ports}  # 0A: LISTEN
 
 
 def _server_side_inode(server_port: int, client_port: int) -> Optional[int]:
     """The inode of the server's end of the loopback TCP connection from `client_port` to `server_port`."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as lines:
-                next(lines)
-                for line in lines:
-                    fields = line.split()
-                    local, remote, inode = fields[1], fields[2], int(fields[9])
-                    if (
-                        int(local.rsplit(":", 1)[1], 16) == server_port
-                        and int(remote.rsplit(":", 1)[1], 16) == client_port
-                    ):
-                        return inode
-        except OSError:
-            continue
+    for local, remote, _, inode in _tcp_sockets():
+        if local == server_port and remote == client_port:
+            return inode
     return None
 
 
