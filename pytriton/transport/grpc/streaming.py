@@ -20,7 +20,7 @@ from typing import Any, AsyncIterator, Deque, List, Mapping, Optional, Set
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.serving import ServingEngine
 from pytriton.core.spec import ModelSpec
-from pytriton.core.waiters import wake
+from pytriton.core.waiters import Room, wake
 from pytriton.protocol import grpc_codec
 from pytriton.transport.grpc.errors import status_of
 from pytriton.transport.grpc.wire import InferRequestFrame
@@ -60,7 +60,7 @@ class StreamSession:
         self._tasks: Set[asyncio.Task[None]] = set()
         self._order: Deque[_Turn] = deque()  # the requests whose answers are not sent yet, oldest first
         self._slot: Optional[asyncio.Future[None]] = None  # the reader waits on it while at the bound
-        self._room: Optional[asyncio.Future[None]] = None  # requests wait on it while the outbox is full
+        self._room = Room()  # requests wait there while the outbox is full
         self._reading = True
 
     async def serve(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:
@@ -71,7 +71,7 @@ class StreamSession:
             while True:
                 item = await self._outbox.get()
                 if self._outbox.qsize() < OUTBOX_RESPONSES:
-                    wake(self._room)
+                    self._room.wake()
                 if item is _END:
                     return
                 if isinstance(item, BaseException):
@@ -110,11 +110,11 @@ class StreamSession:
 
     async def _outbox_room(self) -> None:
         """Wait while OUTBOX_RESPONSES answers wait for the writer."""
-        while self._outbox.qsize() >= OUTBOX_RESPONSES:
-            waiter = self._room
-            if waiter is None or waiter.done():
-                waiter = self._room = asyncio.get_running_loop().create_future()
-            await waiter
+        if not self._outbox_has_room():
+            await self._room.until(self._outbox_has_room)
+
+    def _outbox_has_room(self) -> bool:
+        return self._outbox.qsize() < OUTBOX_RESPONSES
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
         """Forget a finished request; the reader may take the next one."""
