@@ -11,6 +11,7 @@
     .venv/bin/python -m bench sequences       # a sequence's request against a plain one (bench/sequences.py)
     .venv/bin/python -m bench cpu_ab REF .    # server CPU per small request, commits side by side (bench/cpu_ab.py)
     .venv/bin/python -m bench instr_ab REF .  # the same in instructions, unmoved by the machine's load (valgrind)
+    .venv/bin/python -m bench opcodes         # which Python functions a request runs, in bytecodes, per process
 
 See bench/README.md for the workloads and how to read the output.
 """
@@ -43,6 +44,7 @@ SUBCOMMANDS = {
     "openai": "bench.openai_stream",
     "cpu_ab": "bench.cpu_ab",
     "instr_ab": "bench.instructions_ab",
+    "opcodes": "bench.opcodes",
     "sequences": "bench.sequences",
     "instances": "bench.instances",
 }
