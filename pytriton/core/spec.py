@@ -9,6 +9,7 @@ from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from pytriton.core.composition.ensemble_graph import EnsembleGraph
+from pytriton.core.datatypes import BYTES, ELEMENT_SIZE
 from pytriton.core.errors import InferenceError
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher
@@ -124,7 +125,7 @@ class ModelSpec:
             if len(shape) != len(wanted) + 1:
                 return -1
             batch_size = count = shape[0]
-            if not 0 <= batch_size <= self.max_batch_size:
+            if not 0 < batch_size <= self.max_batch_size:  # a batch of 0 is refused: _check_input
                 return -1
             dims = shape[1:]
         else:
@@ -184,7 +185,31 @@ class ModelSpec:
                 f"unexpected shape for input '{name}' for model '{self.name}'. Expected {_show(expected)}, "
                 f"got {_show(shape)}. {note}"
             )
+        if self.batching and batch_size == 0:
+            raise self._empty_batch_error(name, datatype, dims)
         return batch_size
+
+    def _empty_batch_error(self, name: str, datatype: str, dims: Sequence[int]) -> InferenceError:
+        """Triton 2.51's answer to an input of batch size 0, which its data (none) matches.
+
+        Triton takes the batch size from the first input and reads 0 as "no batch dimension", so it expects the
+        data of one row (core's InferenceRequest::Normalize): the request fails its byte-size check, in those
+        words. The model never runs on an empty batch: of rows of no data (Triton's check passes), NVIDIA's PyTriton
+        0.7 answers nothing, and this server says why.
+        """
+        count = math.prod(dims)
+        if count == 0:
+            return InferenceError.invalid_input(
+                f"input '{name}' for model '{self.name}' has a batch size of 0: the model runs on one row or more"
+            )
+        if datatype == BYTES:
+            return InferenceError.invalid_input(
+                f"expected {count} string elements for inference input '{name}' for model '{self.name}', got 0"
+            )
+        return InferenceError.invalid_input(
+            f"input byte size mismatch for input '{name}' for model '{self.name}'. "
+            f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got 0"
+        )
 
     def check_input_set(self, names: Sequence[str], batch_sizes: Sequence[int]) -> int:
         """Check that required inputs are present and batch sizes agree; return the request batch size.
