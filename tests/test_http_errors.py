@@ -486,6 +486,16 @@ def test_classification_over_http_as_nvidia_pytriton_answers_it(server):
     assert status == 400 and "'classification' of output 'OUTPUT_1' must be a non-negative integer" in document["error"]
 
 
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_an_outputs_binary_data_that_is_no_boolean_is_refused_in_tritons_words(server, value):
+    # tritonserver 2.51: 500 {"error":"Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean"}
+    # for "true", 1 and null alike (400 here: the client sent it). It was read as false.
+    body = dict(GOOD, outputs=[{"name": "OUTPUT_1", "parameters": {"binary_data": value}}])
+    status, document = post_json(server.http_port, "/v2/models/identity/infer", body)
+    assert status == 400
+    assert document["error"] == "Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean"
+
+
 def test_sequence_parameters_are_taken_and_ignored_and_checked(server):
     body = dict(GOOD, parameters={"sequence_id": "s-1", "sequence_start": True, "sequence_end": False})
     assert post_json(server.http_port, "/v2/models/identity/infer", body)[0] == 200

@@ -424,6 +424,9 @@ def _requested_outputs(
         count = parameters.get("classification")
         if count is not None and (type(count) is not int or count < 0):
             raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
+        as_binary = parameters.get("binary_data", False)
+        if type(as_binary) is not bool:  # tritonserver 2.51's words (a 500 there: 400 here, the client sent it)
+            raise InferenceError.invalid("Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean")
         region = tensor_region(parameters, "output", name) if REGION in parameters else None
         if region is not None:
             _memory(memory).check(region.region, region.offset, region.byte_size)
@@ -431,7 +434,7 @@ def _requested_outputs(
             continue
         if count:
             classes[name] = count
-        binary[name] = parameters.get("binary_data", False) is True
+        binary[name] = as_binary
         if region is not None:
             regions[name] = region
     spec.check_requested_outputs(names)
