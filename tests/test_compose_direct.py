@@ -7,6 +7,7 @@ model queues and batches the calls with its clients' requests), and cancelled wi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 import urllib.request
@@ -429,6 +430,32 @@ def test_an_inner_calls_checks_passed_once_are_remembered_by_signature_and_other
     assert answers[7:] == [("float32", [[2.0]]), ("float32", [[2.0]])]
     assert returned == []  # each call whose inputs passed ran the model
     assert int(stats["inference_stats"]["success"]["count"]) == 5
+
+
+_USER_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_compose_direct_user_var", default="unset")
+
+
+def test_a_direct_inner_call_sees_its_callers_context_variables_and_leaves_them_as_they_were() -> None:
+    seen: List[str] = []
+
+    def inner(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(threading.current_thread().name)
+        seen.append(_USER_VAR.get())
+        _USER_VAR.set("set by inner")
+        return [{"y": request["x"]} for request in requests]
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(threading.current_thread().name)
+        _USER_VAR.set("set by caller")
+        call_model("inner", {"x": requests[0]["x"]})
+        seen.append(_USER_VAR.get())
+        call_model("inner", {"x": requests[0]["x"]})  # the caller's own path and scope are back: it calls again
+        return [{"y": request["x"]} for request in requests]
+
+    with running_triton(_binding(inner=inner, caller=caller)) as triton:
+        assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
+    assert seen[0] == seen[1]  # the call ran on the caller's thread
+    assert seen[2:] == ["set by caller", "set by caller", seen[0], "set by caller"]
 
 
 def test_a_direct_inner_calls_outputs_are_held_to_the_servers_response_limit() -> None:

@@ -250,8 +250,9 @@ def _run_here(
         output_end_ns = time.monotonic_ns()
         inner.discard(direct)
         running.ended = True  # this thread made its path, if any: the loop closes it
-        request.inputs = {}  # the caller's arrays are not held until the loop counts the call
-        entry.call = None
+        # No cycle (direct -> running -> entry -> direct) left to the garbage collector: refcounts free the call's
+        # objects (its collections cost 8 % of a call's instructions). `direct` is done either way.
+        direct.running = None
         instance.call_started_ns = 0
         scheduler._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
         cancelled = entry.cancelled  # read once: the call's answer and its count agree
@@ -264,6 +265,8 @@ def _run_here(
             # Told with numbers only: the call's objects go now, not once the loop has counted it.
             tell(_succeeded_here, scheduler, request.batch_size, start_ns, infer_start_ns, infer_end_ns, output_end_ns)
         else:
+            request.inputs = {}  # the caller's arrays are not held until the loop counts the call
+            entry.call = None
             tell(_ran_here, scheduler, running, (start_ns, infer_start_ns, infer_end_ns, output_end_ns), error)
     if cancelled:
         raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")

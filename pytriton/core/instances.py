@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import functools
 import inspect
@@ -161,13 +162,9 @@ class Instance:
         In the model's scope and with `source` as the call path, the caller's restored after. Framework arrays
         are left as they are: the caller's thread makes them numpy arrays as it checks the outputs.
         """
-        scope = MODEL_SCOPE.set(self.model)  # enter_model_scope, a call less per inner call
-        path = CURRENT.set(source)
-        try:
-            return self.fn(requests)
-        finally:
-            CURRENT.reset(path)
-            MODEL_SCOPE.reset(scope)  # this thread, this context: the token is always its own
+        # In a copy of the caller's context, dropped after: the two sets' undoing would cost as much again (a
+        # third of the instructions the scope costs), and what the callable sets does not leak to its caller.
+        return contextvars.copy_context().run(_in_scope, self.fn, requests, self.model, source)
 
     def cancel(self, request: Request) -> None:
         """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
@@ -238,6 +235,15 @@ class Instance:
     async def close(self, deadline: Optional[float] = None) -> None:
         """Let the worker thread end after any call still running in it (a daemon: it never holds the exit)."""
         self._worker.close()
+
+
+def _in_scope(
+    fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str], source: Optional[PathSource]
+) -> Any:
+    """Call `fn(requests)` as model `model` with `source` as its call path (in a context of its own, Context.run)."""
+    MODEL_SCOPE.set(model)
+    CURRENT.set(source)
+    return fn(requests)
 
 
 def _thread_call(fn: Callable[..., Any], requests: List[Request], source: Optional[PathSource]) -> Any:
