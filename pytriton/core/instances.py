@@ -159,11 +159,11 @@ class Instance:
     def run_here(self, requests: List[Request], source: Optional[PathSource]) -> Step:
         """Run a sync callable's call on the calling thread (an inner call that found the model idle).
 
-        In the model's scope and with `source` as the call path, the caller's restored after. Framework arrays
-        are left as they are: the caller's thread makes them numpy arrays as it checks the outputs.
+        In the model's scope and with `source` as the call path, in a copy of the caller's context: the callable
+        sees the caller's context variables, and what it sets stays in the copy, dropped after (undoing the two
+        sets would cost about half as much again). Framework arrays are left as they are: the caller's thread makes
+        them numpy arrays as it checks the outputs.
         """
-        # In a copy of the caller's context, dropped after: the two sets' undoing would cost as much again (a
-        # third of the instructions the scope costs), and what the callable sets does not leak to its caller.
         return contextvars.copy_context().run(_in_scope, self.fn, requests, self.model, source)
 
     def cancel(self, request: Request) -> None:
