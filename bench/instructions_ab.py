@@ -13,6 +13,12 @@ run takes about 30 s a commit a round.
     python -m bench instr_ab 6eab9c7 .                      # `simple` as perf_analyzer sends it, over HTTP
     python -m bench instr_ab HEAD~1 . --protocol grpc --model identity --rounds 3
     python -m bench instr_ab HEAD~1 . --frontends 2         # the server and its frontend processes, all counted
+    python -m bench instr_ab main . --composition            # per sync -> sync inner call (2,000 a request)
+
+`--composition` counts one in-process inner call instead: `bench/composition_server.py`'s `sync_loop` model, a
+sync callable calling the sync `identity` 2,000 times in a row, asked `--requests` times more in one run than in
+the other (each request's instructions divided by its 2,000 calls; the loop's own Python and the request around
+it, one in 2,000, are counted too).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from bench.servers import free_ports
 
 WARM_UP = 300
 BASE_REQUESTS = 200  # the shorter run's requests after the warm-up
+COMPOSITION_WARM_UP = 2  # requests to `sync_loop` (2,000 inner calls each)
+COMPOSITION_BASE = 1
+CALLS_PER_LOOP = 2000  # bench/composition_server.py's LOOP_CALLS
 
 
 def simple_message() -> bytes:
@@ -62,6 +71,19 @@ def _http_sender(port: int, model: str) -> Callable[[], None]:
     return lambda: client.send(message) and None
 
 
+def _loop_sender(port: int) -> Callable[[], None]:
+    """One keep-alive connection asking `sync_loop` for 2,000 inner calls to `identity`."""
+    from bench.composition_cpu import _loop_message
+
+    client = KeepAliveClient(port, "sync_loop", timeout_s=600)
+    message = _loop_message("sync_loop", "identity")
+
+    def send() -> None:
+        client.send(message)
+
+    return send
+
+
 def _grpc_sender(http_port: int, grpc_port: int, model: str) -> Callable[[], None]:
     """tritonclient's gRPC client sending the model's bench request (binary tensors), once the model is ready."""
     import tritonclient.grpc as grpcclient
@@ -81,12 +103,20 @@ def _grpc_sender(http_port: int, grpc_port: int, model: str) -> Callable[[], Non
 def _instructions(
     tree: pathlib.Path, requests: int, protocol: str, model: str, frontends: int, scratch: pathlib.Path
 ) -> int:
-    """The server's instructions (Ir, every thread) from its start to its stop, over WARM_UP + `requests`.
+    """The server's instructions (Ir, every thread) from its start to its stop, over the warm-up + `requests`.
 
-    With `frontends` > 1, valgrind follows the processes the server spawns: its frontends are counted too.
+    With `frontends` > 1, valgrind follows the processes the server spawns: its frontends are counted too. The
+    model `sync_loop` is the composition bench's server's (`--composition`).
     """
     http, grpc, metrics = free_ports(3)
     out = f"callgrind.{tree.name}.{requests}"
+    if model == "sync_loop":
+        server_args = [str(ROOT / "bench" / "composition_server.py"), "--http-port", str(http)]
+        warm_up = COMPOSITION_WARM_UP
+    else:
+        server_args = [str(ROOT / "bench" / "model_server.py"), "--http-port", str(http)]
+        server_args += ["--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+        warm_up = WARM_UP
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -94,14 +124,18 @@ def _instructions(
         f"--trace-children={'yes' if frontends > 1 else 'no'}",
         "-q",
         sys.executable,
-        str(ROOT / "bench" / "model_server.py"),
-        *("--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)),
+        *server_args,
     ]
     env = dict(os.environ, PYTHONPATH=str(tree), PYTRITON_FRONTENDS=str(frontends))
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        send = _grpc_sender(http, grpc, model) if protocol == "grpc" else _http_sender(http, model)
-        for _ in range(WARM_UP + requests):
+        if model == "sync_loop":
+            send = _loop_sender(http)
+        elif protocol == "grpc":
+            send = _grpc_sender(http, grpc, model)
+        else:
+            send = _http_sender(http, model)
+        for _ in range(warm_up + requests):
             send()
     finally:
         server.terminate()
@@ -127,7 +161,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--model", choices=("simple", "identity"), default="simple")
     parser.add_argument("--frontends", type=int, default=1, help="PYTRITON_FRONTENDS; every process is counted")
+    parser.add_argument(
+        "--composition",
+        action="store_true",
+        help="per sync -> sync inner call: `--requests` (default 4) more requests of 2,000 calls to sync_loop",
+    )
     args = parser.parse_args(argv)
+    if args.composition:
+        args.model, args.protocol = "sync_loop", "http"
+        args.requests = 4 if args.requests == 1000 else args.requests
+    base, per = (COMPOSITION_BASE, CALLS_PER_LOOP) if args.composition else (BASE_REQUESTS, 1)
     if shutil.which("valgrind") is None:
         raise SystemExit("instr_ab needs valgrind: apt-get install valgrind")
     figures: Dict[str, List[float]] = {ref: [] for ref in args.refs}
@@ -136,14 +179,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             for ref, tree in turns:
                 counts = [
                     _instructions(tree, requests, args.protocol, args.model, args.frontends, pathlib.Path(scratch))
-                    for requests in (BASE_REQUESTS, BASE_REQUESTS + args.requests)
+                    for requests in (base, base + args.requests)
                 ]
-                figures[ref].append((counts[1] - counts[0]) / args.requests)
+                figures[ref].append((counts[1] - counts[0]) / (args.requests * per))
             line = ", ".join(f"{ref} {figures[ref][-1]:,.0f}" for ref in args.refs)
             print(f"round {round_ + 1}: {line}", flush=True)
     first = statistics.median(figures[args.refs[0]])
     what = f"{args.protocol}, {args.model}, {args.frontends} frontend{'s' if args.frontends > 1 else ''}"
-    print(f"server instructions per request ({what}), median of {args.rounds} rounds:")
+    unit = "sync -> sync inner call" if args.composition else "request"
+    print(f"server instructions per {unit} ({what}), median of {args.rounds} rounds:")
     for ref, values in figures.items():
         median = statistics.median(values)
         spread = f"rounds {min(values):,.0f}-{max(values):,.0f}"

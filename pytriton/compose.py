@@ -75,15 +75,14 @@ def call_model(
     Raises:
         ModelCallError: the call failed or was refused; `message` is the inner model's message.
     """
-    arguments = CallArguments(
-        name, inputs, None if version is None else str(version), parameters, requested_outputs, timeout_s, False
-    )
     source = CURRENT.get()
-    path = None if source is None else source.call_path()
-    if path is not None and not _on_loop(path):
-        outputs = call_here(path, arguments)
-        if outputs is not None:  # the model was idle: it ran on this thread
-            return outputs
+    if source is not None:
+        path = source.call_path()
+        if asyncio._get_running_loop() is not path.loop:  # as _on_loop, a call less on this path
+            outputs = call_here(path, name, inputs, version, parameters, requested_outputs, timeout_s)
+            if outputs is not None:  # the model was idle: it ran on this thread
+                return outputs
+    arguments = CallArguments(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
     last: Optional[Outputs] = None
     for outputs in ModelStream(arguments):
         last = outputs
@@ -107,7 +106,7 @@ async def call_model_async(
     source = CURRENT.get()
     path = None if source is None else source.call_path()
     if path is not None and _on_loop(path):
-        here = call_here_async(path, arguments)
+        here = call_here_async(path, *arguments[:6])
         if here is not None:  # the model was idle: its instance thread answers straight to this call
             return await here
     last: Optional[Outputs] = None

@@ -7,6 +7,7 @@ model queues and batches the calls with its clients' requests), and cancelled wi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 import urllib.request
@@ -380,6 +381,81 @@ def test_an_inner_calls_inputs_are_checked_as_a_clients() -> None:
     assert errors[4].startswith("expected 2 inputs but got 1 inputs for model 'pair'")
     assert errors[5] == "input 'a' batch size does not match other inputs for 'pair'"
     assert len(errors) == 6
+
+
+def test_an_inner_calls_checks_passed_once_are_remembered_by_signature_and_others_still_checked() -> None:
+    answers: List[Any] = []
+    returned: List[Any] = [np.float32, np.float32, np.float64, "list", np.int8, np.float32]
+
+    def varying(requests: List[Request]) -> List[Dict[str, Any]]:
+        kind = returned.pop(0)
+        y = [1.0] if kind == "list" else np.full((1, 1), 2, kind)
+        return [{"y": y} for _ in requests]
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        row = np.ones((1, 1), np.float32)
+        for inputs in (
+            {"x": row},  # passes: remembered
+            {"x": row},  # the same signature: passes unchecked
+            {"x": np.ones((1, 1), np.int32)},  # the same name, another dtype: checked, refused
+            {"x": np.ones((9, 1), np.float32)},  # another batch size: checked, refused
+            {"x": np.ones((1, 2), np.float32)},  # another shape, which fits: checked, passes
+            {"nope": row},
+            {"x": row},
+            {"x": row},
+            {"x": row},
+        ):
+            try:
+                got = call_model("varying", inputs)
+                answers.append((got["y"].dtype.name, got["y"].tolist()))
+            except ModelCallError as error:
+                answers.append(error.message)
+        return [{"y": request["x"]} for request in requests]
+
+    with running_triton(_binding(varying=varying, caller=caller)) as triton:
+        url = http_url(triton)
+        assert _infer(url, "caller", 1.0).tolist() == [[1.0]]
+        _wait_for_one_failure(url, "varying")
+        stats = _statistics(url, "varying")
+    # Returned float32 `y` passed twice; float64, then int8, each for the FP32 output, are still cast.
+    assert answers[:6] == [
+        ("float32", [[2.0]]),
+        ("float32", [[2.0]]),
+        "inference input 'x' data-type is 'INT32', but model 'varying' expects 'FP32'",
+        "inference request batch-size must be <= 8 for 'varying'",
+        ("float32", [[2.0]]),
+        "unexpected inference input 'nope' for model 'varying'",
+    ]
+    assert "Not all values returned by `varying` model callable are numpy arrays" in answers[6]
+    assert answers[7:] == [("float32", [[2.0]]), ("float32", [[2.0]])]
+    assert returned == []  # each call whose inputs passed ran the model
+    assert int(stats["inference_stats"]["success"]["count"]) == 5
+
+
+_USER_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_compose_direct_user_var", default="unset")
+
+
+def test_a_direct_inner_call_sees_its_callers_context_variables_and_leaves_them_as_they_were() -> None:
+    seen: List[str] = []
+
+    def inner(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(threading.current_thread().name)
+        seen.append(_USER_VAR.get())
+        _USER_VAR.set("set by inner")
+        return [{"y": request["x"]} for request in requests]
+
+    def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(threading.current_thread().name)
+        _USER_VAR.set("set by caller")
+        call_model("inner", {"x": requests[0]["x"]})
+        seen.append(_USER_VAR.get())
+        call_model("inner", {"x": requests[0]["x"]})  # the caller's own path and scope are back: it calls again
+        return [{"y": request["x"]} for request in requests]
+
+    with running_triton(_binding(inner=inner, caller=caller)) as triton:
+        assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
+    assert seen[0] == seen[1]  # the call ran on the caller's thread
+    assert seen[2:] == ["set by caller", "set by caller", seen[0], "set by caller"]
 
 
 def test_a_direct_inner_calls_outputs_are_held_to_the_servers_response_limit() -> None:

@@ -40,6 +40,8 @@ Update = Tuple[str, str, str, LabelPairs, Optional[Tuple[float, ...]], Any]
 
 # (model name, version) of the callable running in this thread or task.
 _MODEL: contextvars.ContextVar[Optional[Tuple[str, str]]] = contextvars.ContextVar("pytriton_model", default=None)
+# The scope's variable itself, for a path that sets it in a context of its own (core/instances.Instance.run_here).
+MODEL_SCOPE = _MODEL
 # The model an instance process serves: every series made in it is that model's.
 _PROCESS_MODEL: Optional[Tuple[str, str]] = None
 
@@ -47,11 +49,6 @@ _PROCESS_MODEL: Optional[Tuple[str, str]] = None
 def model_scope(name: str, version: str) -> contextvars.Token[Optional[Tuple[str, str]]]:
     """Mark the current thread or task as running model `name` version `version`; reset with the token."""
     return _MODEL.set((name, version))
-
-
-def enter_model_scope(model: Tuple[str, str]) -> contextvars.Token[Optional[Tuple[str, str]]]:
-    """`model_scope` with the (name, version) pair an instance keeps: no pair made per call."""
-    return _MODEL.set(model)
 
 
 def stay_in_model_scope(model: Tuple[str, str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import functools
 import inspect
@@ -10,7 +11,7 @@ import threading
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Protocol, Tuple
 
 from pytriton.core.composition.path import CURRENT, PathSource, run_in_path
-from pytriton.core.custom_metrics import end_model_scope, enter_model_scope, model_scope, stay_in_model_scope
+from pytriton.core.custom_metrics import MODEL_SCOPE, end_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.host_arrays import host_step
 from pytriton.core.sequences.states import SequenceStates
@@ -158,16 +159,12 @@ class Instance:
     def run_here(self, requests: List[Request], source: Optional[PathSource]) -> Step:
         """Run a sync callable's call on the calling thread (an inner call that found the model idle).
 
-        In the model's scope and with `source` as the call path, the caller's restored after. Framework arrays
-        are left as they are: the caller's thread makes them numpy arrays as it checks the outputs.
+        In the model's scope and with `source` as the call path, in a copy of the caller's context: the callable
+        sees the caller's context variables, and what it sets stays in the copy, dropped after (undoing the two
+        sets would cost about half as much again). Framework arrays are left as they are: the caller's thread makes
+        them numpy arrays as it checks the outputs.
         """
-        scope = enter_model_scope(self.model)
-        path = CURRENT.set(source)
-        try:
-            return self.fn(requests)
-        finally:
-            CURRENT.reset(path)
-            end_model_scope(scope)
+        return contextvars.copy_context().run(_in_scope, self.fn, requests, self.model, source)
 
     def cancel(self, request: Request) -> None:
         """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
@@ -238,6 +235,15 @@ class Instance:
     async def close(self, deadline: Optional[float] = None) -> None:
         """Let the worker thread end after any call still running in it (a daemon: it never holds the exit)."""
         self._worker.close()
+
+
+def _in_scope(
+    fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str], source: Optional[PathSource]
+) -> Any:
+    """Call `fn(requests)` as model `model` with `source` as its call path (in a context of its own, Context.run)."""
+    MODEL_SCOPE.set(model)
+    CURRENT.set(source)
+    return fn(requests)
 
 
 def _thread_call(fn: Callable[..., Any], requests: List[Request], source: Optional[PathSource]) -> Any:

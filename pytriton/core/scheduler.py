@@ -609,14 +609,9 @@ class Scheduler:
             f"[request id: {request.id or '<id_unknown>'}] out of bounds index 0: request has 0 inputs"
         )
 
-    def run_here(self, request: InferenceRequest, caller: CallPath) -> Optional[Outputs]:
-        """Run an inner call on the calling thread (a sync callable's) if the model is idle; else None (direct_runs).
-
-        A request without inputs to a batching model goes the queue's way, which refuses it.
-        """
-        if not request.inputs and self.spec.batching:
-            return None
-        return direct_runs.run_here(self, request, caller)
+    # Run an inner call on the calling thread (a sync callable's) if the model is idle; else None. The function
+    # itself, not a method that calls it: a call less per inner call.
+    run_here = direct_runs.run_here
 
     def start_here(
         self, request: InferenceRequest, caller: CallPath

@@ -80,6 +80,10 @@ class ModelSpec:
     batching: bool = dataclasses.field(init=False, repr=False, compare=False)
     # The version as the wire shows it.
     version_str: str = dataclasses.field(init=False, repr=False, compare=False)
+    # Inner calls' signatures that passed the checks: the inputs' (name, dtype, shape) -> batch size, and the
+    # outputs' (name, dtype) answered as they are (core/composition/inner_call.py, core/outputs.py).
+    passed_inputs: Dict[Tuple[Any, ...], int] = dataclasses.field(init=False, repr=False, compare=False)
+    passed_outputs: Dict[Tuple[str, Any], bool] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Index tensors by name once."""
@@ -89,6 +93,8 @@ class ModelSpec:
         object.__setattr__(self, "output_names", tuple(tensor.name for tensor in self.outputs))
         object.__setattr__(self, "batching", self.max_batch_size > 0)
         object.__setattr__(self, "version_str", str(self.version))
+        object.__setattr__(self, "passed_inputs", {})
+        object.__setattr__(self, "passed_outputs", {})
 
     def queue_policy(self, level: int) -> QueuePolicy:
         """The queue policy of a priority level (the default policy where none is given)."""

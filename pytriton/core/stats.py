@@ -119,6 +119,7 @@ class ModelStats:
         self.failures_by_reason: Dict[str, int] = {}
         self.observers: List[StatsObserver] = []
         self.tokens = TokenStats()
+        self._lone: Dict[int, Tuple[Duration, ...]] = {}  # record_lone_success's durations by rows
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         """Record one model call over a batch of `batch_size` rows (batch_stats are per execution, failed or not)."""
@@ -151,28 +152,48 @@ class ModelStats:
         for observer in self.observers:
             observer.request_succeeded(total_ns, queue_ns)
 
-    def record_lone_success(self, batch_size: int, rows: int, compute: ComputeTimes, total_ns: int) -> None:
+    def record_lone_success(
+        self, batch_size: int, rows: int, input_ns: int, infer_ns: int, output_ns: int, total_ns: int
+    ) -> None:
         """A request that ran alone at once (no queue time) and succeeded: its execution over `rows` and its success.
 
         `record_execution` and `record_success` in one, for a direct inner call, counted on the loop for each.
         """
-        input_ns, infer_ns, output_ns = compute
+        durations = self._lone.get(rows)
+        if durations is None:
+            durations = self._lone[rows] = self._lone_durations(rows)
+        batch_input, batch_infer, batch_output, inference_input, inference_infer, inference_output, success = durations
         self.execution_count += 1
         self.inference_count += batch_size
         self.last_inference_ms = int(time.time() * 1000)
+        batch_input.count += 1
+        batch_input.ns += input_ns
+        batch_infer.count += 1
+        batch_infer.ns += infer_ns
+        batch_output.count += 1
+        batch_output.ns += output_ns
+        inference_input.count += 1
+        inference_input.ns += input_ns
+        inference_infer.count += 1
+        inference_infer.ns += infer_ns
+        inference_output.count += 1
+        inference_output.ns += output_ns
+        success.count += 1
+        success.ns += total_ns
+        self.inference["queue"].count += 1
+        if self.observers:
+            for observer in self.observers:
+                observer.model_executed(rows, input_ns, infer_ns, output_ns)
+                observer.request_succeeded(total_ns, 0)
+
+    def _lone_durations(self, rows: int) -> Tuple[Duration, ...]:
+        """The durations a lone success of `rows` rows adds to (record_lone_success), looked up once."""
         stats = self.batches.get(rows)
         if stats is None:
             stats = self.batches[rows] = _batch_durations()
         inference = self.inference
-        for durations in (stats, inference):
-            durations["compute_input"].add(input_ns)
-            durations["compute_infer"].add(infer_ns)
-            durations["compute_output"].add(output_ns)
-        inference["success"].add(total_ns)
-        inference["queue"].add(0)
-        for observer in self.observers:
-            observer.model_executed(rows, input_ns, infer_ns, output_ns)
-            observer.request_succeeded(total_ns, 0)
+        names = ("compute_input", "compute_infer", "compute_output")
+        return (*(stats[name] for name in names), *(inference[name] for name in names), inference["success"])
 
     def record_successes(
         self, totals_ns: List[int], queues_ns: List[int], compute: ComputeTimes, inferences: int

@@ -11,7 +11,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -188,16 +188,42 @@ def build_request(
     parameters: Optional[Dict[str, Any]],
     requested_outputs: Optional[Sequence[str]],
 ) -> InferenceRequest:
-    """An inner call's request, its inputs checked against the model as a client's are (Triton's messages)."""
+    """An inner call's request, its inputs checked against the model as a client's are (Triton's messages).
+
+    The checks' verdict is a function of the inputs' names, dtypes and shapes alone: one that passed is remembered
+    by that signature (`spec.passed_inputs`), so that a model called again and again checks each kind of call once.
+    """
+    signature: Optional[Tuple[Any, ...]] = None
+    if len(inputs) == 1:  # the commonest call, its signature made inline
+        for name, value in inputs.items():
+            if type(value) is np.ndarray:
+                signature = (name, value.dtype, value.shape)
+    else:
+        signature = _signature(inputs)
+    if signature is not None:
+        try:
+            batch_size = spec.passed_inputs.get(signature)
+        except TypeError:  # a dtype numpy cannot hash (structured, with unhashable metadata): checked in full
+            batch_size = signature = None
+        if batch_size is not None:
+            if requested_outputs is None:
+                return InferenceRequest(
+                    request_id="",
+                    inputs=dict(inputs),
+                    parameters={} if parameters is None else dict(parameters),
+                    requested_outputs=None,
+                    batch_size=batch_size,
+                )
+            return _request(dict(inputs), batch_size, spec, parameters, requested_outputs)
     if len(inputs) == 1 and len(spec.inputs) == 1:  # the commonest call: one input of a one-input model
         for name, value in inputs.items():
             array = value if isinstance(value, np.ndarray) else np.asarray(value)
             datatype = datatype_of_dtype(array.dtype)
             if datatype is None:
                 raise _unsupported(spec, name, array)
-            return _request(
-                {name: array}, spec.check_input(name, datatype, array.shape), spec, parameters, requested_outputs
-            )
+            batch_size = spec.check_input(name, datatype, array.shape)
+            _remember(spec, signature, batch_size)
+            return _request({name: array}, batch_size, spec, parameters, requested_outputs)
     arrays: Dict[str, np.ndarray] = {}
     batch_sizes: List[int] = []
     if not spec.input_count_fits(len(inputs)):
@@ -209,7 +235,32 @@ def build_request(
             raise _unsupported(spec, name, array)
         batch_sizes.append(spec.check_input(name, datatype, array.shape))
         arrays[name] = array
-    return _request(arrays, spec.check_input_set(list(arrays), batch_sizes), spec, parameters, requested_outputs)
+    batch_size = spec.check_input_set(list(arrays), batch_sizes)
+    _remember(spec, signature, batch_size)
+    return _request(arrays, batch_size, spec, parameters, requested_outputs)
+
+
+# Signatures remembered per model; past that (a model called with ever new shapes) the memory starts over.
+PASSED_LIMIT = 256
+
+
+def _signature(inputs: Dict[str, Any]) -> Optional[Tuple[Any, ...]]:
+    """The inputs' (name, dtype, shape) in order, flattened; None when one is not a numpy array."""
+    signature: Tuple[Any, ...] = ()
+    for name, value in inputs.items():
+        if type(value) is not np.ndarray:
+            return None
+        signature += (name, value.dtype, value.shape)
+    return signature
+
+
+def _remember(spec: ModelSpec, signature: Optional[Tuple[Any, ...]], batch_size: int) -> None:
+    """Remember that inputs of `signature` passed the checks (None: not numpy arrays only; not remembered)."""
+    if signature is not None:
+        passed = spec.passed_inputs
+        if len(passed) >= PASSED_LIMIT:
+            passed.clear()
+        passed[signature] = batch_size  # hashable: its lookup did not fail
 
 
 def _unsupported(spec: ModelSpec, name: str, array: np.ndarray) -> InferenceError:
