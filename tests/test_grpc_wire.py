@@ -298,3 +298,27 @@ def test_classification_of_a_model_without_batching_covers_the_whole_tensor(stub
     response = stub.ModelInfer(request)
     assert response.outputs[0].datatype == "BYTES" and list(response.outputs[0].shape) == [3]
     assert _output(response, "BYTES") == [b"9:2", b"5:0", b"5:3"]  # ties by position
+
+
+def test_a_message_of_headers_alone_is_parsed_once_for_all_requests_of_its_bytes() -> None:
+    """A shared-memory request's message (no tensor data in it) comes again and again: parsed once. One carrying
+    data, raw or typed, is parsed each time."""
+    from pytriton.transport.grpc.wire import parse_infer_request
+
+    headers_alone = service_pb2.ModelInferRequest(model_name="m")
+    tensor = headers_alone.inputs.add(name="IN", datatype="INT32", shape=[1, 16])
+    tensor.parameters["shared_memory_region"].string_param = "in"
+    tensor.parameters["shared_memory_byte_size"].int64_param = 64
+    data = headers_alone.SerializeToString()
+    first, again = parse_infer_request(data), parse_infer_request(bytes(bytearray(data)))
+    assert again.message is first.message and again.data == data
+    assert again.message == headers_alone
+
+    with_raw = service_pb2.ModelInferRequest(model_name="m", raw_input_contents=[b"\0" * 64])
+    with_raw.inputs.add(name="IN", datatype="INT32", shape=[1, 16])
+    with_typed = service_pb2.ModelInferRequest(model_name="m")
+    with_typed.inputs.add(name="IN", datatype="INT32", shape=[1]).contents.int_contents.append(7)
+    for message in (with_raw, with_typed):
+        data = message.SerializeToString()
+        first, again = parse_infer_request(data), parse_infer_request(data)
+        assert again.message is not first.message and again.message == message
