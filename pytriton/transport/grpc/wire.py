@@ -6,13 +6,13 @@ outputs go out as pieces next to the serialized message head, so a tensor is wri
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.raw_tensors import Buffer
-from pytriton.protocol.grpc_codec import EncodedResponse, Message
+from pytriton.protocol.grpc_codec import EncodedResponse, Message, kept_message
 
 _LENGTH_DELIMITED = 2
 _GROUP_WIRE_TYPES = (3, 4)  # start group, end group
@@ -66,13 +66,6 @@ class InferRequestFrame:
         self.data = data
 
 
-# Messages of headers alone (tensors in shared memory), parsed, by their bytes: a client sends the same one again
-# and again, and protobuf takes longer to parse its parameter maps (about 0.7 us) than the codec to read it. Nothing
-# writes into a received message, so one object serves every request of the same bytes.
-_HEADER_MESSAGES: Dict[bytes, Message] = {}
-KEPT_HEADER_MESSAGES = 1024  # when full, the cache starts over
-
-
 def _small_key(data: Buffer) -> Optional[bytes]:
     """A small message's bytes as a key: only messages of headers alone (tensors in shared memory) repeat."""
     return data if type(data) is bytes and len(data) <= KEYED_MESSAGE_BYTES else None
@@ -115,15 +108,9 @@ def parse_infer_request(data: Buffer) -> InferRequestFrame:
     """
     if len(data) < SCAN_THRESHOLD_BYTES:
         small = _small_key(data)
-        if small is None:
-            return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None)
-        message = _HEADER_MESSAGES.get(small)
+        message = kept_message(small) if small is not None else None  # one parsed for an earlier request
         if message is None:
-            message = service_pb2.ModelInferRequest.FromString(small)
-            if not message.raw_input_contents and not any(tensor.HasField("contents") for tensor in message.inputs):
-                if len(_HEADER_MESSAGES) >= KEPT_HEADER_MESSAGES:
-                    _HEADER_MESSAGES.clear()
-                _HEADER_MESSAGES[small] = message
+            message = service_pb2.ModelInferRequest.FromString(data)
         return InferRequestFrame(message, None, small)
     view = memoryview(data)
     raw_inputs: List[memoryview] = []
