@@ -13,6 +13,7 @@ run takes about 30 s a commit a round.
     python -m bench instr_ab 6eab9c7 .                      # `simple` as perf_analyzer sends it, over HTTP
     python -m bench instr_ab HEAD~1 . --protocol grpc --model identity --rounds 3
     python -m bench instr_ab HEAD~1 . --frontends 2         # the server and its frontend processes, all counted
+    python -m bench instr_ab HEAD~1 . --shared-memory system  # `simple` in shared memory, against its bytes
     python -m bench instr_ab main . --composition            # per sync -> sync inner call (2,000 a request)
 
 `--composition` counts one in-process inner call instead: `bench/composition_server.py`'s `sync_loop` model, a
@@ -33,16 +34,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
 from bench.keepalive import KeepAliveClient, infer_message
 from bench.pinned_rounds import ROOT, alternating_rounds
-from bench.servers import free_ports
+from bench.servers import ACCESS_TOKEN, RESTRICTED_ENDPOINTS, free_ports
 
 WARM_UP = 300
 BASE_REQUESTS = 200  # the shorter run's requests after the warm-up
+SIMPLE_BYTES = 64  # each tensor of `simple`: INT32 [1, 16]
 COMPOSITION_WARM_UP = 2  # requests to `sync_loop` (2,000 inner calls each)
 COMPOSITION_BASE = 1
 CALLS_PER_LOOP = 2000  # bench/composition_server.py's LOOP_CALLS
@@ -64,11 +66,68 @@ def simple_message() -> bytes:
     ) + body
 
 
-def _http_sender(port: int, model: str) -> Callable[[], None]:
-    """One keep-alive connection sending the model's bench request."""
+def simple_shm_message(regions: Dict[str, str]) -> bytes:
+    """`simple` as perf_analyzer sends it with `--shared-memory system`: every tensor named by its region."""
+
+    def where(region: str) -> Dict[str, Any]:
+        return {"shared_memory_region": region, "shared_memory_byte_size": SIMPLE_BYTES}
+
+    tensors = [
+        {"name": f"INPUT{index}", "datatype": "INT32", "shape": [1, 16], "parameters": where(regions[f"INPUT{index}"])}
+        for index in (0, 1)
+    ]
+    outputs = [{"name": f"OUTPUT{index}", "parameters": where(regions[f"OUTPUT{index}"])} for index in (0, 1)]
+    json_part = json.dumps({"id": "", "inputs": tensors, "outputs": outputs}, separators=(",", ":")).encode()
+    return (
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nUser-Agent: libcurl-agent/1.0\r\nAccept: */*\r\n"
+        b"Inference-Header-Content-Length: %d\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+        % (len(json_part), len(json_part))
+    ) + json_part
+
+
+class SimpleRegions:
+    """perf_analyzer's regions for `simple`: one POSIX segment per input and per output, each a region of 64 bytes.
+
+    Region names are perf_analyzer's (INPUT0_0_0, ..., OUTPUT0); the segments' keys carry this process's id.
+    The inputs hold their data from the start, as perf_analyzer writes them once.
+    """
+
+    def __init__(self) -> None:
+        import tritonclient.utils.shared_memory as shm
+
+        self.names = {"INPUT0": "INPUT0_0_0", "INPUT1": "INPUT1_0_0", "OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"}
+        self.keys = {region: f"/instr_ab_{os.getpid()}_{region}" for region in self.names.values()}
+        self.handles = [shm.create_shared_memory_region(region, key, SIMPLE_BYTES) for region, key in self.keys.items()]
+        for handle in self.handles[:2]:
+            shm.set_shared_memory_region(handle, [np.arange(16, dtype=np.int32).reshape(1, 16)])
+
+    def close(self) -> None:
+        """Unlink the segments."""
+        import tritonclient.utils.shared_memory as shm
+
+        for handle in self.handles:
+            shm.destroy_shared_memory_region(handle)
+
+
+def _http_sender(port: int, model: str, regions: Optional[SimpleRegions]) -> Callable[[], None]:
+    """One keep-alive connection sending the model's bench request (in `regions`, registered first, if given)."""
     client = KeepAliveClient(port, model, timeout_s=600)
-    message = simple_message() if model == "simple" else infer_message(model)
-    return lambda: client.send(message) and None
+    if regions is not None:
+        for region, key in regions.keys.items():
+            body = json.dumps({"key": key, "offset": 0, "byte_size": SIMPLE_BYTES}, separators=(",", ":")).encode()
+            client.send(
+                b"POST /v2/systemsharedmemory/region/%s/register HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                % (region.encode(), len(body))
+                + body
+            )
+        message = simple_shm_message(regions.names)
+    else:
+        message = simple_message() if model == "simple" else infer_message(model)
+
+    def send() -> None:
+        client.send(message)
+
+    return send
 
 
 def _loop_sender(port: int) -> Callable[[], None]:
@@ -84,12 +143,21 @@ def _loop_sender(port: int) -> Callable[[], None]:
     return send
 
 
-def _grpc_sender(http_port: int, grpc_port: int, model: str) -> Callable[[], None]:
-    """tritonclient's gRPC client sending the model's bench request (binary tensors), once the model is ready."""
+def _grpc_sender(http_port: int, grpc_port: int, model: str, regions: Optional[SimpleRegions]) -> Callable[[], None]:
+    """tritonclient's gRPC client sending the model's bench request (binary tensors, or in `regions`, registered
+    first), once the model is ready."""
     import tritonclient.grpc as grpcclient
 
     KeepAliveClient(http_port, model, timeout_s=600).sock.close()
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    if regions is not None:
+        for region, key in regions.keys.items():
+            client.register_system_shared_memory(region, key, SIMPLE_BYTES)
+        inputs = [grpcclient.InferInput(f"INPUT{index}", [1, 16], "INT32") for index in (0, 1)]
+        outputs = [grpcclient.InferRequestedOutput(f"OUTPUT{index}") for index in (0, 1)]
+        for tensor in [*inputs, *outputs]:
+            tensor.set_shared_memory(regions.names[tensor.name()], SIMPLE_BYTES)
+        return lambda: client.infer(model, inputs, outputs=outputs) and None
     if model == "simple":
         inputs = [grpcclient.InferInput(f"INPUT{index}", [1, 16], "INT32") for index in (0, 1)]
         for tensor in inputs:
@@ -101,7 +169,13 @@ def _grpc_sender(http_port: int, grpc_port: int, model: str) -> Callable[[], Non
 
 
 def _instructions(
-    tree: pathlib.Path, requests: int, protocol: str, model: str, frontends: int, scratch: pathlib.Path
+    tree: pathlib.Path,
+    requests: int,
+    protocol: str,
+    model: str,
+    frontends: int,
+    scratch: pathlib.Path,
+    regions: Optional[SimpleRegions] = None,
 ) -> int:
     """The server's instructions (Ir, every thread) from its start to its stop, over the warm-up + `requests`.
 
@@ -127,14 +201,19 @@ def _instructions(
         *server_args,
     ]
     env = dict(os.environ, PYTHONPATH=str(tree), PYTRITON_FRONTENDS=str(frontends))
+    # The APIs guarded as in the main bench: the shared-memory ones open, as perf_analyzer needs them.
+    env.update(BENCH_ACCESS_TOKEN=ACCESS_TOKEN, BENCH_RESTRICTED_ENDPOINTS=RESTRICTED_ENDPOINTS)
+    # numpy's OpenBLAS threads spin for as long as the scheduler lets them: 13,000 instructions a request, more or
+    # less from run to run (callgrind_annotate's blas_thread_server), where no request does linear algebra.
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         if model == "sync_loop":
             send = _loop_sender(http)
         elif protocol == "grpc":
-            send = _grpc_sender(http, grpc, model)
+            send = _grpc_sender(http, grpc, model, regions)
         else:
-            send = _http_sender(http, model)
+            send = _http_sender(http, model, regions)
         for _ in range(warm_up + requests):
             send()
     finally:
@@ -162,36 +241,69 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--model", choices=("simple", "identity"), default="simple")
     parser.add_argument("--frontends", type=int, default=1, help="PYTRITON_FRONTENDS; every process is counted")
     parser.add_argument(
+        "--shared-memory",
+        choices=("none", "system"),
+        default="none",
+        help="system: `simple` in perf_analyzer's regions, counted beside the same request sending its bytes",
+    )
+    parser.add_argument(
         "--composition",
         action="store_true",
         help="per sync -> sync inner call: `--requests` (default 4) more requests of 2,000 calls to sync_loop",
     )
     args = parser.parse_args(argv)
     if args.composition:
+        if args.shared_memory != "none":
+            raise SystemExit("--composition counts inner calls: no --shared-memory")
         args.model, args.protocol = "sync_loop", "http"
         args.requests = 4 if args.requests == 1000 else args.requests
     base, per = (COMPOSITION_BASE, CALLS_PER_LOOP) if args.composition else (BASE_REQUESTS, 1)
     if shutil.which("valgrind") is None:
         raise SystemExit("instr_ab needs valgrind: apt-get install valgrind")
-    figures: Dict[str, List[float]] = {ref: [] for ref in args.refs}
-    with tempfile.TemporaryDirectory(prefix="bench-instr-ab-") as scratch:
-        for round_, turns in alternating_rounds(args.refs, args.rounds, "bench-instr-ab-trees-"):
-            for ref, tree in turns:
-                counts = [
-                    _instructions(tree, requests, args.protocol, args.model, args.frontends, pathlib.Path(scratch))
-                    for requests in (base, base + args.requests)
-                ]
-                figures[ref].append((counts[1] - counts[0]) / (args.requests * per))
-            line = ", ".join(f"{ref} {figures[ref][-1]:,.0f}" for ref in args.refs)
-            print(f"round {round_ + 1}: {line}", flush=True)
-    first = statistics.median(figures[args.refs[0]])
+    if args.shared_memory == "system" and args.model != "simple":
+        raise SystemExit("--shared-memory system counts the `simple` model only")
+    # Each ref's figures by how the tensors travel: "bytes" in the request, "shm" in regions.
+    modes = ["bytes", "shm"] if args.shared_memory == "system" else ["bytes"]
+    figures: Dict[str, Dict[str, List[float]]] = {ref: {mode: [] for mode in modes} for ref in args.refs}
+    regions = SimpleRegions() if args.shared_memory == "system" else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-instr-ab-") as scratch:
+            for round_, turns in alternating_rounds(args.refs, args.rounds, "bench-instr-ab-trees-"):
+                for ref, tree in turns:
+                    for mode in modes:
+                        counts = [
+                            _instructions(
+                                tree,
+                                requests,
+                                args.protocol,
+                                args.model,
+                                args.frontends,
+                                pathlib.Path(scratch),
+                                regions if mode == "shm" else None,
+                            )
+                            for requests in (base, base + args.requests)
+                        ]
+                        figures[ref][mode].append((counts[1] - counts[0]) / (args.requests * per))
+                line = ", ".join(
+                    f"{ref} {' / '.join(f'{figures[ref][mode][-1]:,.0f}' for mode in modes)}" for ref in args.refs
+                )
+                print(f"round {round_ + 1}: {line}{' (bytes / shm)' if regions else ''}", flush=True)
+    finally:
+        if regions is not None:
+            regions.close()
     what = f"{args.protocol}, {args.model}, {args.frontends} frontend{'s' if args.frontends > 1 else ''}"
     unit = "sync -> sync inner call" if args.composition else "request"
     print(f"server instructions per {unit} ({what}), median of {args.rounds} rounds:")
-    for ref, values in figures.items():
-        median = statistics.median(values)
-        spread = f"rounds {min(values):,.0f}-{max(values):,.0f}"
-        print(f"  {ref:12s} {median:10,.0f}  {median / first:.3f}x of {args.refs[0]}  ({spread})")
+    for mode in modes:
+        first = statistics.median(figures[args.refs[0]][mode])
+        for ref in args.refs:
+            values = figures[ref][mode]
+            median = statistics.median(values)
+            spread = f"rounds {min(values):,.0f}-{max(values):,.0f}"
+            against = f", {median / statistics.median(figures[ref]['bytes']):.3f}x its bytes" if mode == "shm" else ""
+            print(
+                f"  {mode:5s} {ref:12s} {median:10,.0f}  {median / first:.3f}x of {args.refs[0]}{against}  ({spread})"
+            )
     return 0
 
 

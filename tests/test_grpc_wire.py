@@ -298,3 +298,53 @@ def test_classification_of_a_model_without_batching_covers_the_whole_tensor(stub
     response = stub.ModelInfer(request)
     assert response.outputs[0].datatype == "BYTES" and list(response.outputs[0].shape) == [3]
     assert _output(response, "BYTES") == [b"9:2", b"5:0", b"5:3"]  # ties by position
+
+
+def test_a_message_of_headers_alone_is_parsed_once_for_all_requests_of_its_bytes() -> None:
+    """A shared-memory request's message (no tensor data in it) comes again and again: once the codec kept a plan
+    of it, the same bytes get the same parsed message. One carrying data, raw or typed, is parsed each time."""
+    from pytriton.core.errors import InferenceError
+    from pytriton.core.spec import ModelSpec, TensorDef
+    from pytriton.protocol import grpc_codec
+    from pytriton.transport.grpc.wire import parse_infer_request
+
+    spec = ModelSpec(
+        name="m",
+        version=1,
+        inputs=(TensorDef("IN", "INT32", (-1,)),),
+        outputs=(TensorDef("OUT", "INT32", (-1,)),),
+        max_batch_size=0,
+        batcher=None,
+        decoupled=False,
+        response_cache=False,
+        instance_count=1,
+        strict=False,
+    )
+
+    def decode(frame: Any) -> None:
+        try:  # no registry of regions here: refused, after the plan of the message was kept
+            grpc_codec.decode_infer_request(spec, frame.message, frame.raw_inputs, None, None, frame.data)
+        except InferenceError:
+            pass
+
+    headers_alone = service_pb2.ModelInferRequest(model_name="m", id="headers-alone")
+    tensor = headers_alone.inputs.add(name="IN", datatype="INT32", shape=[16])
+    tensor.parameters["shared_memory_region"].string_param = "in"
+    tensor.parameters["shared_memory_byte_size"].int64_param = 64
+    data = headers_alone.SerializeToString()
+    first = parse_infer_request(data)
+    decode(first)
+    again = parse_infer_request(bytes(bytearray(data)))  # the same bytes, another object, as a new request's
+    assert again.message is first.message and again.data == data
+    assert again.message == headers_alone
+
+    with_raw = service_pb2.ModelInferRequest(model_name="m", id="raw", raw_input_contents=[b"\0" * 64])
+    with_raw.inputs.add(name="IN", datatype="INT32", shape=[16])
+    with_typed = service_pb2.ModelInferRequest(model_name="m", id="typed")
+    with_typed.inputs.add(name="IN", datatype="INT32", shape=[1]).contents.int_contents.append(7)
+    for message in (with_raw, with_typed):
+        data = message.SerializeToString()
+        first = parse_infer_request(data)
+        decode(first)
+        again = parse_infer_request(data)
+        assert again.message is not first.message and again.message == message

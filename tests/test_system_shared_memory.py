@@ -424,6 +424,73 @@ def test_a_request_sent_again_uses_the_regions_registered_under_its_names_now(
         other_target.destroy()
 
 
+def test_a_request_sent_many_times_follows_every_change_of_the_registry(
+    client: Any, segments: Tuple[Segment, Segment]
+) -> None:
+    """A request sent again and again is served from what an earlier one located, until the registry changes:
+    then it looks its regions up anew, whichever region changed (one of its inputs', its output's, another)."""
+    source, target = segments
+    moved_source, moved_target = Segment(256), Segment(256)
+    try:
+        auth, lib = _auth(client), _lib(client)
+        inputs = [lib.InferInput("a", [1, 4], "FP32"), lib.InferInput("b", [1, 4], "FP32")]
+        inputs += [lib.InferInput("t", [1, 1], "BYTES")]
+        inputs[0].set_shared_memory("a", 16)
+        inputs[1].set_shared_memory("b", 16)
+        text = serialize_byte_tensor(np.array([[b"x"]], dtype=np.object_))
+        inputs[2].set_shared_memory("t", len(text.item()))  # all in shared memory: over gRPC, the same bytes
+        target.write([text], offset=128)
+        output = lib.InferRequestedOutput("sum")
+        output.set_shared_memory("out", 16)
+        client.register_system_shared_memory("t", target.key, 64, offset=128, headers=auth)
+        client.register_system_shared_memory("a", source.key, 64, headers=auth)
+        client.register_system_shared_memory("b", source.key, 64, offset=64, headers=auth)
+        client.register_system_shared_memory("out", target.key, 64, headers=auth)
+
+        def sum_of(a: float, b: float, where: Segment = target, offset: int = 0) -> np.ndarray:
+            source.write([np.full((1, 4), a, np.float32)])
+            source.write([np.full((1, 4), b, np.float32)], offset=64)
+            client.infer("add", inputs, outputs=[output])
+            return where.read(np.float32, [1, 4], offset=offset)
+
+        for step in range(5):  # past the requests that learn the header and locate its regions
+            np.testing.assert_array_equal(sum_of(step, 10), np.full((1, 4), step + 10))
+
+        client.unregister_system_shared_memory("b", headers=auth)  # an input's region moves
+        client.register_system_shared_memory("b", source.key, 64, offset=128, headers=auth)
+        source.write([np.full((1, 4), 100, np.float32)], offset=128)
+        np.testing.assert_array_equal(sum_of(1, 10), np.full((1, 4), 101))
+        np.testing.assert_array_equal(sum_of(2, 10), np.full((1, 4), 102))
+
+        client.unregister_system_shared_memory("out", headers=auth)  # the output's region moves to another segment
+        client.register_system_shared_memory("out", moved_target.key, 32, offset=32, headers=auth)
+        np.testing.assert_array_equal(sum_of(3, 0, moved_target, 32), np.full((1, 4), 103))
+        np.testing.assert_array_equal(sum_of(4, 0, moved_target, 32), np.full((1, 4), 104))
+
+        client.register_system_shared_memory("other", moved_source.key, 64, headers=auth)  # another region
+        np.testing.assert_array_equal(sum_of(5, 0, moved_target, 32), np.full((1, 4), 105))
+
+        client.unregister_system_shared_memory("a", headers=auth)
+        with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'a'"):
+            client.infer("add", inputs, outputs=[output])
+        client.register_system_shared_memory("a", moved_source.key, 8, headers=auth)  # now too small
+        with pytest.raises(
+            InferenceServerException, match="Invalid offset \\+ byte size for shared memory region: 'a'"
+        ):
+            client.infer("add", inputs, outputs=[output])
+        client.unregister_system_shared_memory("a", headers=auth)
+        client.register_system_shared_memory("a", moved_source.key, 64, headers=auth)
+        moved_source.write([np.full((1, 4), 7, np.float32)])
+        client.infer("add", inputs, outputs=[output])
+        np.testing.assert_array_equal(moved_target.read(np.float32, [1, 4], offset=32), np.full((1, 4), 107))
+        client.unregister_system_shared_memory("out", headers=auth)
+        with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'out'"):
+            client.infer("add", inputs, outputs=[output])
+    finally:
+        moved_source.destroy()
+        moved_target.destroy()
+
+
 def _holds(key: str) -> int:
     """How many mappings and descriptors of the POSIX segment `key` this process has (Linux's /proc)."""
     path = f"/dev/shm{key}"
@@ -533,6 +600,50 @@ def test_tensors_that_follow_each_other_in_a_region_move_in_one_call(segments: T
         os.truncate(f"/dev/shm{source.key}", 96)  # the client shrinks the segment: the second array reads short
         with pytest.raises(InferenceError, match="smaller than when it was registered"):
             memory.read_all([(*memory.locate("in", 0, 64), first, "in"), (*memory.locate("in", 64, 64), second, "in")])
+    finally:
+        memory.unregister()
+
+
+def _write_calls() -> int:
+    """How many write system calls this thread made so far (Linux's /proc)."""
+    with open("/proc/thread-self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("syscw:"))
+
+
+def test_a_tensor_alone_in_its_region_moves_in_one_call_and_a_short_one_is_refused(
+    segments: Tuple[Segment, Segment],
+) -> None:
+    """perf_analyzer's layout: a region per tensor. Each moves in one call (no other), and a segment the client
+    shrank still reads short into an error, never a fault or stale bytes."""
+    from pytriton.core.errors import InferenceError
+    from pytriton.core.shared_memory.system import SystemSharedMemory
+
+    first_segment, second_segment = segments
+    first_segment.write([np.arange(16, dtype=np.int32)])
+    second_segment.write([np.arange(16, 32, dtype=np.int32)])
+    memory = SystemSharedMemory()
+    memory.register("first", first_segment.key, 0, 64)
+    memory.register("second", second_segment.key, 64, 64)
+    try:
+        first, second = np.empty(16, np.int32), np.empty(16, np.int32)
+        reads = [(*memory.locate("first", 0, 64), first, "first"), (*memory.locate("second", 0, 64), second, "second")]
+        before = _read_calls()
+        own = _read_calls() - before
+        before = _read_calls()
+        memory.read_all(reads)
+        assert _read_calls() - before - own == 2
+        np.testing.assert_array_equal(first, np.arange(16))
+        assert not second.any()  # the second region starts 64 bytes into its segment, which holds zeros there
+
+        before = _write_calls()
+        memory.write_all([("first", 0, (first * 2).data), ("second", 0, (first * 3).data)])
+        assert _write_calls() - before == 2
+        np.testing.assert_array_equal(first_segment.read(np.int32, [16]), np.arange(16) * 2)
+        np.testing.assert_array_equal(second_segment.read(np.int32, [16], offset=64), np.arange(16) * 3)
+
+        os.truncate(f"/dev/shm{second_segment.key}", 96)  # the client shrinks the segment: the read comes up short
+        with pytest.raises(InferenceError, match="'second' is smaller than when it was registered"):
+            memory.read_all([(*memory.locate("second", 0, 64), second, "second")])
     finally:
         memory.unregister()
 

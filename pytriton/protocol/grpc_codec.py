@@ -22,8 +22,10 @@ from pytriton.protocol.system_memory_codec import (
     BYTE_SIZE,
     OFFSET,
     REGION,
+    Located,
     TensorRegion,
     input_array,
+    locate_plan,
     output_write,
     tensor_region,
 )
@@ -114,6 +116,9 @@ def decode_infer_request(
     batch_sizes: List[int] = []
     reads: List[Read] = []
     raw_index = 0
+    located = plan.located
+    if located is not None and (memory is None or located.generation != memory.generation):
+        located = None
     try:
         if not spec.input_count_fits(len(headers)):
             spec.check_input_count([header.name for header in headers])
@@ -136,7 +141,14 @@ def decode_infer_request(
             if region is not None:
                 if has_contents:
                     raise InferenceError.invalid(f"input '{name}' has contents and is in shared memory as well")
-                inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
+                place = located.inputs[index] if located is not None else None
+                if place is not None:  # where an earlier request found it, in the registry as it still is
+                    array = inputs[name] = np.empty(shape, place[2])
+                    reads.append((place[0], place[1], array, region.region))
+                else:
+                    inputs[name] = input_array(
+                        memory or _memory(memory), region, datatype, shape, name, spec.name, reads
+                    )
             elif raw:
                 if has_contents:
                     raise InferenceError.invalid(
@@ -160,7 +172,9 @@ def decode_infer_request(
             raise error.for_request(message.id) from None
         raise
     outputs = plan.outputs if plan.outputs is not None else _output_headers(message.outputs)
-    requested, output_regions, classes = _requested_outputs(spec, outputs, memory)
+    requested, output_regions, classes = _requested_outputs(spec, outputs, memory, located is not None)
+    if located is None and keyed and memory is not None and (reads or output_regions):
+        plan.located = locate_plan(memory, [(header.datatype, header.region) for header in headers], reads)
     request = InferenceRequest(
         request_id=message.id,
         inputs=inputs,
@@ -262,9 +276,12 @@ def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], 
 
 
 def _requested_outputs(
-    spec: ModelSpec, outputs: Sequence[_OutputHeader], memory: Optional[SystemSharedMemory]
+    spec: ModelSpec, outputs: Sequence[_OutputHeader], memory: Optional[SystemSharedMemory], checked: bool = False
 ) -> Tuple[Optional[List[str]], Optional[Dict[str, TensorRegion]], Optional[Dict[str, int]]]:
-    """The requested output names (None = all), the regions of those to write into shared memory, class counts."""
+    """The requested output names (None = all), the regions of those to write into shared memory, class counts.
+
+    The regions are checked in `memory`, unless `checked` (they were, in the registry as it still is).
+    """
     if not outputs:
         return None, None, None
     names: List[str] = []
@@ -274,7 +291,8 @@ def _requested_outputs(
         if count and name not in classes:  # named again: the first class count asked for, as Triton answers
             classes[name] = count
         if region is not None:
-            _memory(memory).check(region.region, region.offset, region.byte_size)
+            if not checked:
+                (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
             regions[name] = region
         if name not in names:  # named again: one output, as Triton answers
             names.append(name)
@@ -299,10 +317,11 @@ class _MessagePlan:
     in error is read again in the order Triton checks it; and without typed contents, which are data.
     """
 
-    __slots__ = ("inputs", "options", "outputs", "parameters", "raw_count", "user_parameters")
+    __slots__ = ("inputs", "located", "message", "options", "outputs", "parameters", "raw_count", "user_parameters")
 
     def __init__(self, message: Message) -> None:
         """Read the inputs' headers, the request's parameters and (when they are right) the requested outputs."""
+        self.message = message  # parsed once for every request of the same bytes (`kept_message`)
         self.inputs = [_input_header(tensor) for tensor in message.inputs]
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
         parameters = message.parameters
@@ -310,6 +329,8 @@ class _MessagePlan:
         self.user_parameters: Dict[str, Any] = {}
         self.options: Optional[RequestOptions] = None
         self.outputs: Optional[List[_OutputHeader]] = None
+        # Its regions as a request found them in a registry of that generation (`Located`): None until then.
+        self.located: Optional[Located] = None
         try:
             self.user_parameters, self.options = split_parameters(self.parameters, None, GRPC_RULES)
             self.outputs = _output_headers(message.outputs)
@@ -320,6 +341,16 @@ class _MessagePlan:
 # Plans of the request messages seen last, by their bytes (small messages only: wire.KEYED_MESSAGE_BYTES). A
 # client whose tensors are in shared memory sends the same message again and again.
 _PLANS: Dict[bytes, _MessagePlan] = {}
+
+
+def kept_message(data: bytes) -> Optional[Message]:
+    """The message of these bytes as parsed for a plan kept of it (nothing writes into a received message), if any.
+
+    A message of headers alone (its tensors in shared memory) comes again and again, and protobuf takes longer to
+    parse its parameter maps (0.7 us) than the rest of the codec to read it; only plans of such messages are kept.
+    """
+    plan = _PLANS.get(data)
+    return plan.message if plan is not None else None
 
 
 class _InputHeader:
@@ -477,7 +508,7 @@ def encode_infer_response(
         else:
             raw_outputs.append(raw_from_array(output.array, output.datatype))
     if writes:
-        _memory(memory).write_all(writes)
+        (memory or _memory(memory)).write_all(writes)
     if spec.ensemble is not None and response.outputs:  # Triton's ensemble answers with its steps' sequence
         # parameters (an answer without outputs, a step having left them out, with none)
         given = {**ENSEMBLE_RESPONSE_PARAMETERS, **(response.parameters or {})}

@@ -15,7 +15,15 @@ from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol import json_text
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, split_parameters
-from pytriton.protocol.system_memory_codec import REGION, TensorRegion, input_array, output_write, tensor_region
+from pytriton.protocol.system_memory_codec import (
+    REGION,
+    Located,
+    TensorRegion,
+    input_array,
+    locate_plan,
+    output_write,
+    tensor_region,
+)
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
@@ -104,7 +112,7 @@ def decode_infer_request(
                 planned.append((name, datatype, shape, binary_size, region))
             if region is not None:
                 _only_shared_memory(raw, binary_size)
-                inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
+                inputs[name] = input_array(memory or _memory(memory), region, datatype, shape, name, spec.name, reads)
             elif binary_size is not None:
                 if "data" in raw:
                     _one_source_only(["data", "binary_data_size"])
@@ -180,6 +188,7 @@ class _Plan:
         "binary_default",
         "classes",
         "inputs",
+        "located",
         "parameters",
         "regions",
         "request_id",
@@ -205,6 +214,8 @@ class _Plan:
         self.binary_default = output_format.binary_default
         self.regions = output_format.regions
         self.classes = output_format.classes
+        # Its regions as a request found them in a registry of that generation (`Located`): None until then.
+        self.located: Optional[Located] = None
 
 
 # Plans of the JSON headers seen last, by their bytes: a client sends the same header again and again (the same
@@ -242,6 +253,9 @@ def _decode_planned(
     reads: List[Read] = []
     offset = header_length
     view = memoryview(body) if header_length < size else None
+    located = plan.located
+    if located is not None and (memory is None or located.generation != memory.generation):
+        located = None
     try:
         if not spec.input_count_fits(len(plan.inputs)):
             spec.check_input_count([planned[0] for planned in plan.inputs])
@@ -254,7 +268,14 @@ def _decode_planned(
                 spec.check_inputs_last_first([later[:3] for later in plan.inputs[index + 1 :]])
                 raise
             if region is not None:
-                inputs[name] = input_array(_memory(memory), region, datatype, shape, name, spec.name, reads)
+                place = located.inputs[index] if located is not None else None
+                if place is not None:  # where an earlier request found it, in the registry as it still is
+                    array = inputs[name] = np.empty(shape, place[2])
+                    reads.append((place[0], place[1], array, region.region))
+                else:
+                    inputs[name] = input_array(
+                        memory or _memory(memory), region, datatype, shape, name, spec.name, reads
+                    )
                 continue
             binary_size = binary_size or 0  # (never None: an input of a plan is in a region or in the body)
             inputs[name] = array_from_raw(
@@ -271,11 +292,13 @@ def _decode_planned(
         raise
     requested = plan.requested
     if requested is not None:
-        if plan.regions:
+        if plan.regions and located is None:
             for region in plan.regions.values():
-                _memory(memory).check(region.region, region.offset, region.byte_size)
+                (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
         spec.check_requested_outputs(requested)
         requested = list(requested)
+    if located is None and memory is not None and (reads or plan.regions):
+        plan.located = locate_plan(memory, [(planned[1], planned[4]) for planned in plan.inputs], reads)
     output_format = OutputFormat(plan.binary_by_name, plan.binary_default, plan.regions, plan.classes)
     request = InferenceRequest(
         request_id=plan.request_id,
@@ -429,7 +452,7 @@ def _requested_outputs(
             raise InferenceError.invalid("Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean")
         region = tensor_region(parameters, "output", name) if REGION in parameters else None
         if region is not None:
-            _memory(memory).check(region.region, region.offset, region.byte_size)
+            (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
         if not first:
             continue
         if count:
@@ -476,7 +499,7 @@ def encode_infer_response(
             entry["data"] = json_from_array(output.array, output.datatype)
         outputs.append(entry)
     if writes:
-        _memory(memory).write_all(writes)
+        (memory or _memory(memory)).write_all(writes)
     document: Dict[str, Any] = {"id": request_id} if request_id else {}  # first, as Triton writes it
     document["model_name"] = spec.name
     document["model_version"] = spec.version_str

@@ -105,6 +105,39 @@ def input_array(
 _FIXED_SIZE: Dict[str, Tuple[int, np.dtype]] = {name: (size, numpy_dtype(name)) for name, size in ELEMENT_SIZE.items()}
 
 
+class Located:
+    """Where a request plan's inputs lie, as one request found them: valid while its registry is at `generation`.
+
+    `inputs` has, for each input of the plan, the descriptor, file position and numpy dtype of the input's bytes;
+    None for an input not in shared memory, or in it as BYTES (read at once: its data tells its size). A request
+    that finds the registry unchanged since needs neither to look those regions up nor to check their ranges (nor
+    the plan's output regions'): none can have changed.
+    """
+
+    __slots__ = ("generation", "inputs")
+
+    def __init__(self, generation: int, inputs: List[Optional[Tuple[int, int, np.dtype]]]) -> None:
+        """Keep the registry's generation and the inputs' places."""
+        self.generation = generation
+        self.inputs = inputs
+
+
+def locate_plan(
+    memory: SystemSharedMemory, inputs: Sequence[Tuple[str, Optional[TensorRegion]]], reads: Sequence[Read]
+) -> Located:
+    """What a request located of its `inputs` (datatype, region) in `reads`, once every check of it passed."""
+    located: List[Optional[Tuple[int, int, np.dtype]]] = []
+    index = 0
+    for datatype, region in inputs:
+        if region is None or datatype not in _FIXED_SIZE:
+            located.append(None)
+            continue
+        fd, position, array, _ = reads[index]
+        located.append((fd, position, array.dtype))
+        index += 1
+    return Located(memory.generation, located)
+
+
 def output_write(where: TensorRegion, output: OutputTensor) -> Write:
     """An output's write into its region (which must hold its raw bytes), for `SystemSharedMemory.write_all`."""
     raw = raw_from_array(output.array, output.datatype)

@@ -13,6 +13,7 @@ client's mistake here: INVALID_ARGUMENT.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -28,6 +29,9 @@ MAX_CALL_BYTES = 0x7FFFF000
 MAX_BUFFERS = 1024
 # Each region holds a file descriptor and a mapping: a bound keeps clients from exhausting the process's descriptors.
 MAX_REGIONS = 512
+# Every registry takes the next of these numbers at its start and at each change of its regions: a number names one
+# state of one registry, and is never used again by any.
+_GENERATIONS = itertools.count(1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +63,9 @@ class SystemSharedMemory:
     def __init__(self) -> None:
         """No regions."""
         self._regions: Dict[str, _Mapped] = {}
+        # The registry's state as a number unique to it (_GENERATIONS): what was located or checked in it at one
+        # generation (the descriptors, positions and ranges of `locate` and `check`) holds while it has not changed.
+        self.generation = next(_GENERATIONS)
 
     def status(self, name: str = "") -> List[SystemRegion]:
         """Every region, by name as Triton lists them, or the one named (NOT_FOUND when it is not registered)."""
@@ -88,6 +95,7 @@ class SystemSharedMemory:
                 raise InferenceError.invalid(f"Unable to open shared memory region: '{key}'") from None
             raise InferenceError.invalid(f"Invalid shared memory region: '{key}'") from None
         self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment)
+        self.generation = next(_GENERATIONS)
 
     def unregister(self, name: str = "") -> None:
         """Unregister and unmap one region, or all of them; an unknown name is not an error (as in Triton)."""
@@ -96,6 +104,7 @@ class SystemSharedMemory:
             found = self._regions.pop(key, None)
             if found is not None:
                 found.segment.close()
+                self.generation = next(_GENERATIONS)
 
     def read(self, name: str, offset: int, byte_size: int) -> np.ndarray:
         """A copy of `byte_size` bytes of a region from `offset`, in a new writable uint8 array."""
@@ -130,7 +139,13 @@ class SystemSharedMemory:
             end = position + array.nbytes
             index += 1
             if index == count or reads[index][0] != fd or reads[index][1] != end:  # the common case: one array
-                _read_run(fd, position, [array], end - position, name)
+                try:
+                    # The array itself, a buffer: no memoryview to make (numpy's stubs do not say it is one).
+                    if os.preadv(fd, (array,), position) == end - position:  # type: ignore[arg-type]
+                        continue
+                except OSError:
+                    pass
+                _read_run(fd, position, [array], end - position, name)  # a short read, or an error: read again
                 continue
             buffers = [array]
             while index < count and len(buffers) < MAX_BUFFERS and reads[index][0] == fd and reads[index][1] == end:
@@ -157,6 +172,14 @@ class SystemSharedMemory:
             if mapped is None or offset < 0 or offset + size > mapped.size:
                 raise _refusal(name, mapped)
             index += 1
+            if index == count or writes[index][0] != name or writes[index][1] != offset + size:  # one buffer
+                try:
+                    if os.pwrite(mapped.fd, data, mapped.start + offset) == size:
+                        continue
+                except OSError:
+                    pass
+                _write_run(mapped.fd, mapped.start + offset, [data], size, name)  # short, or an error: again
+                continue
             buffers = [data]
             end = offset + size
             while index < count and len(buffers) < MAX_BUFFERS and writes[index][0] == name and writes[index][1] == end:

@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.raw_tensors import Buffer
-from pytriton.protocol.grpc_codec import EncodedResponse, Message
+from pytriton.protocol.grpc_codec import EncodedResponse, Message, kept_message
 
 _LENGTH_DELIMITED = 2
 _GROUP_WIRE_TYPES = (3, 4)  # start group, end group
@@ -107,7 +107,11 @@ def parse_infer_request(data: Buffer) -> InferRequestFrame:
     a few objects whatever its fields. A field numbered 0 is no protobuf: refused at once, as protobuf would.
     """
     if len(data) < SCAN_THRESHOLD_BYTES:
-        return InferRequestFrame(service_pb2.ModelInferRequest.FromString(data), None, _small_key(data))
+        small = _small_key(data)
+        message = kept_message(small) if small is not None else None  # one parsed for an earlier request
+        if message is None:
+            message = service_pb2.ModelInferRequest.FromString(data)
+        return InferRequestFrame(message, None, small)
     view = memoryview(data)
     raw_inputs: List[memoryview] = []
     others: List[memoryview] = []
