@@ -34,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -168,6 +168,35 @@ def _grpc_sender(http_port: int, grpc_port: int, model: str, regions: Optional[S
     return lambda: client.infer(model, inputs) and None
 
 
+def serve_and_send(
+    command: List[str],
+    env: Dict[str, str],
+    ports: Tuple[int, int],
+    protocol: str,
+    model: str,
+    requests: int,
+    regions: Optional[SimpleRegions] = None,
+) -> None:
+    """Start the server `command`, send it `requests` of the model's bench request one at a time, and stop it.
+
+    `ports` are its HTTP and gRPC ports; `sync_loop` is asked over HTTP (`--composition`).
+    """
+    http, grpc = ports
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if model == "sync_loop":
+            send = _loop_sender(http)
+        elif protocol == "grpc":
+            send = _grpc_sender(http, grpc, model, regions)
+        else:
+            send = _http_sender(http, model, regions)
+        for _ in range(requests):
+            send()
+    finally:
+        server.terminate()
+        server.wait(300)
+
+
 def _instructions(
     tree: pathlib.Path,
     requests: int,
@@ -206,19 +235,7 @@ def _instructions(
     # numpy's OpenBLAS threads spin for as long as the scheduler lets them: 13,000 instructions a request, more or
     # less from run to run (callgrind_annotate's blas_thread_server), where no request does linear algebra.
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        if model == "sync_loop":
-            send = _loop_sender(http)
-        elif protocol == "grpc":
-            send = _grpc_sender(http, grpc, model, regions)
-        else:
-            send = _http_sender(http, model, regions)
-        for _ in range(warm_up + requests):
-            send()
-    finally:
-        server.terminate()
-        server.wait(120)
+    serve_and_send(command, env, (http, grpc), protocol, model, warm_up + requests, regions)
     files = list(scratch.glob(f"{out}.*"))
     if len(files) < (1 + frontends if frontends > 1 else 1):
         raise SystemExit(f"{len(files)} processes counted; {frontends} frontends expected besides the server")

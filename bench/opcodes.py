@@ -20,12 +20,11 @@ import collections
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 from typing import Counter, List, Optional, Tuple
 
-from bench.instructions_ab import _grpc_sender, _http_sender
+from bench.instructions_ab import serve_and_send
 from bench.pinned_rounds import ROOT
 from bench.servers import free_ports
 
@@ -83,14 +82,7 @@ def _counted_run(requests: int, protocol: str, model: str, frontends: int, scrat
     )
     command = [sys.executable, str(ROOT / "bench" / "model_server.py")]
     command += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        send = _grpc_sender(http, grpc, model) if protocol == "grpc" else _http_sender(http, model)
-        for _ in range(WARM_UP + requests):
-            send()
-    finally:
-        server.terminate()
-        server.wait(300)
+    serve_and_send(command, env, (http, grpc), protocol, model, WARM_UP + requests)
     processes: List[Counts] = []
     for path in out.glob("*.json"):
         data = json.loads(path.read_text())
