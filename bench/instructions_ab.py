@@ -43,6 +43,10 @@ from bench.pinned_rounds import ROOT, alternating_rounds
 from bench.servers import ACCESS_TOKEN, RESTRICTED_ENDPOINTS, free_ports
 
 WARM_UP = 300
+# How often a run asks whether the model is ready. Every ask the server answers is counted, and under valgrind it
+# listens before its model is ready (0.8 s of 7.4 s, 2026-12-05: 6 asks answered at 0.05 s), longer on a loaded
+# machine: asked less often, that start costs about the same in both runs of a commit.
+READY_POLL_S = 1.0
 BASE_REQUESTS = 200  # the shorter run's requests after the warm-up
 SIMPLE_BYTES = 64  # each tensor of `simple`: INT32 [1, 16]
 COMPOSITION_WARM_UP = 2  # requests to `sync_loop` (2,000 inner calls each)
@@ -111,7 +115,7 @@ class SimpleRegions:
 
 def _http_sender(port: int, model: str, regions: Optional[SimpleRegions]) -> Callable[[], None]:
     """One keep-alive connection sending the model's bench request (in `regions`, registered first, if given)."""
-    client = KeepAliveClient(port, model, timeout_s=600)
+    client = KeepAliveClient(port, model, timeout_s=600, poll_s=READY_POLL_S)
     if regions is not None:
         for region, key in regions.keys.items():
             body = json.dumps({"key": key, "offset": 0, "byte_size": SIMPLE_BYTES}, separators=(",", ":")).encode()
@@ -134,7 +138,7 @@ def _loop_sender(port: int) -> Callable[[], None]:
     """One keep-alive connection asking `sync_loop` for 2,000 inner calls to `identity`."""
     from bench.composition_cpu import _loop_message
 
-    client = KeepAliveClient(port, "sync_loop", timeout_s=600)
+    client = KeepAliveClient(port, "sync_loop", timeout_s=600, poll_s=READY_POLL_S)
     message = _loop_message("sync_loop", "identity")
 
     def send() -> None:
@@ -148,7 +152,7 @@ def _grpc_sender(http_port: int, grpc_port: int, model: str, regions: Optional[S
     first), once the model is ready."""
     import tritonclient.grpc as grpcclient
 
-    KeepAliveClient(http_port, model, timeout_s=600).sock.close()
+    KeepAliveClient(http_port, model, timeout_s=600, poll_s=READY_POLL_S).sock.close()
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
     if regions is not None:
         for region, key in regions.keys.items():

@@ -33,7 +33,8 @@ def infer_message(model: str, parameters: Optional[Dict[str, Any]] = None) -> by
 class KeepAliveClient:
     """One connection to 127.0.0.1:port, made once the server's `model` is ready (SystemExit past `timeout_s`)."""
 
-    def __init__(self, port: int, model: str, timeout_s: float = 60.0) -> None:
+    def __init__(self, port: int, model: str, timeout_s: float = 60.0, poll_s: float = 0.05) -> None:
+        """Connect once the model is ready, asking every `poll_s` (each ask is the server's work too)."""
         deadline = time.monotonic() + timeout_s
         ready = b"GET /v2/models/%s/ready HTTP/1.1\r\nHost: x\r\n\r\n" % model.encode()
         while True:
@@ -46,7 +47,7 @@ class KeepAliveClient:
                 pass
             if time.monotonic() > deadline:
                 raise SystemExit(f"model '{model}' on port {port} was not ready within {timeout_s:g} s")
-            time.sleep(0.05)
+            time.sleep(poll_s)
 
     def send(self, message: bytes, check: bool = True) -> bool:
         """Send a request and read its whole answer; whether it was a 200 (anything else raises when `check`)."""
