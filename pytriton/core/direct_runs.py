@@ -215,20 +215,9 @@ def _run_here(
 ) -> Outputs:
     """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
     spec = scheduler.spec
-    # _begin's work, inline (a call and a tuple less per inner call)
-    entry = Entry(request, direct, 0, 0)
-    entry.queued = False
-    start_ns = instance.call_started_ns = entry.enqueue_ns
+    entry, call, running = _begin(scheduler, instance, request, caller, direct)
+    start_ns = entry.enqueue_ns
     requested = request.requested_outputs
-    call = entry.call = Request(
-        data=request.inputs,
-        parameters=request.parameters,
-        requested_output_names=list(spec.output_names) if requested is None else requested,
-    )
-    paths = scheduler._paths
-    if paths is None and scheduler.models is not None:  # the caller's loop is the engine's
-        paths = scheduler._paths = PathMaker(scheduler.models, spec.name, caller.loop, caller.inbox)
-    running = direct.running = RunningBatch([entry], instance, False, paths)
     outputs: Optional[Outputs] = None
     error: Optional[BaseException] = None
     infer_start_ns = infer_end_ns = time.monotonic_ns()
