@@ -24,9 +24,10 @@ from pytriton.protocol.system_memory_codec import (
     REGION,
     Located,
     TensorRegion,
-    input_array,
     locate_plan,
     output_write,
+    region_input,
+    still_located,
     tensor_region,
 )
 from pytriton.protocol.tensors import numeric_array
@@ -116,9 +117,7 @@ def decode_infer_request(
     batch_sizes: List[int] = []
     reads: List[Read] = []
     raw_index = 0
-    located = plan.located
-    if located is not None and (memory is None or located.generation != memory.generation):
-        located = None
+    located = still_located(plan.located, memory)
     try:
         if not spec.input_count_fits(len(headers)):
             spec.check_input_count([header.name for header in headers])
@@ -141,14 +140,9 @@ def decode_infer_request(
             if region is not None:
                 if has_contents:
                     raise InferenceError.invalid(f"input '{name}' has contents and is in shared memory as well")
-                place = located.inputs[index] if located is not None else None
-                if place is not None:  # where an earlier request found it, in the registry as it still is
-                    array = inputs[name] = np.empty(shape, place[2])
-                    reads.append((place[0], place[1], array, region.region))
-                else:
-                    inputs[name] = input_array(
-                        memory or _memory(memory), region, datatype, shape, name, spec.name, reads
-                    )
+                inputs[name] = region_input(
+                    located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
+                )
             elif raw:
                 if has_contents:
                     raise InferenceError.invalid(

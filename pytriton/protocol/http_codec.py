@@ -22,6 +22,8 @@ from pytriton.protocol.system_memory_codec import (
     input_array,
     locate_plan,
     output_write,
+    region_input,
+    still_located,
     tensor_region,
 )
 from pytriton.protocol.tensors import array_from_json, json_from_array
@@ -253,9 +255,7 @@ def _decode_planned(
     reads: List[Read] = []
     offset = header_length
     view = memoryview(body) if header_length < size else None
-    located = plan.located
-    if located is not None and (memory is None or located.generation != memory.generation):
-        located = None
+    located = still_located(plan.located, memory)
     try:
         if not spec.input_count_fits(len(plan.inputs)):
             spec.check_input_count([planned[0] for planned in plan.inputs])
@@ -268,14 +268,9 @@ def _decode_planned(
                 spec.check_inputs_last_first([later[:3] for later in plan.inputs[index + 1 :]])
                 raise
             if region is not None:
-                place = located.inputs[index] if located is not None else None
-                if place is not None:  # where an earlier request found it, in the registry as it still is
-                    array = inputs[name] = np.empty(shape, place[2])
-                    reads.append((place[0], place[1], array, region.region))
-                else:
-                    inputs[name] = input_array(
-                        memory or _memory(memory), region, datatype, shape, name, spec.name, reads
-                    )
+                inputs[name] = region_input(
+                    located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
+                )
                 continue
             binary_size = binary_size or 0  # (never None: an input of a plan is in a region or in the body)
             inputs[name] = array_from_raw(

@@ -138,6 +138,36 @@ def locate_plan(
     return Located(memory.generation, located)
 
 
+def still_located(located: Optional[Located], memory: Optional[SystemSharedMemory]) -> Optional[Located]:
+    """A plan's `Located` while the registry it was found in is unchanged (same generation), else None."""
+    if located is None or memory is None or located.generation != memory.generation:
+        return None
+    return located
+
+
+def region_input(
+    located: Optional[Located],
+    index: int,
+    memory: SystemSharedMemory,
+    where: TensorRegion,
+    datatype: str,
+    shape: Sequence[int],
+    name: str,
+    model: str,
+    reads: List[Read],
+) -> np.ndarray:
+    """`input_array`, or the place an earlier request of the plan found input `index` at (`located`).
+
+    A place from `still_located` needs no look-up and no range check: the registry has not changed since.
+    """
+    place = located.inputs[index] if located is not None else None
+    if place is None:
+        return input_array(memory, where, datatype, shape, name, model, reads)
+    array = np.empty(shape, place[2])
+    reads.append((place[0], place[1], array, where.region))
+    return array
+
+
 def output_write(where: TensorRegion, output: OutputTensor) -> Write:
     """An output's write into its region (which must hold its raw bytes), for `SystemSharedMemory.write_all`."""
     raw = raw_from_array(output.array, output.datatype)
