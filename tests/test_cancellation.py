@@ -222,6 +222,49 @@ def test_http_client_that_disconnects_cancels_the_running_request(
         _assert_counted_as_cancelled(triton)
 
 
+def _read_to_close(sock: socket.socket) -> bytes:
+    received = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return received
+        received += chunk
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_http_request_of_a_client_that_half_closes_is_answered(frontends: Any) -> None:
+    """Triton answers a request whose client shut its sending side down (shutdown(SHUT_WR), `nc -N`) at once."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "quick", lambda requests: [{"y": r["x"] * 2} for r in requests], **IO, config=ModelConfig(batching=False)
+        )
+
+    with running_triton(bind, frontends=frontends) as triton:
+        document = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.5]}]}
+        with _raw_post(triton.http_port, "/v2/models/quick/infer", document) as sock:
+            sock.shutdown(socket.SHUT_WR)
+            head, _, body = _read_to_close(sock).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert json.loads(body)["outputs"][0]["data"] == [3.0]
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_http_request_of_a_client_that_half_closes_is_cancelled_once_it_has_run_a_while(
+    tmp_path: Path, frontends: Any
+) -> None:
+    """A half-close reads as a client that left: this server cannot tell the two apart. The answer is still sent."""
+    with running_triton(_bind(Watchful(str(tmp_path)), False, decoupled=False), frontends=frontends) as triton:
+        document = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+        with _raw_post(triton.http_port, "/v2/models/watchful/infer", document) as sock:
+            sock.shutdown(socket.SHUT_WR)
+            wait_until(_marked(tmp_path, "cancelled"), WAIT_S, "the callable sees is_cancelled()")
+            answer = _read_to_close(sock)
+        _assert_counted_as_cancelled(triton)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 Bad Request") and "error" in json.loads(body)  # Triton's status
+
+
 @PLACES
 @pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
 def test_closed_generate_stream_closes_the_generator_at_its_next_step(

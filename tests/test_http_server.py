@@ -455,6 +455,54 @@ def test_receive_reports_a_client_that_left() -> None:
     assert seen == ["http.disconnect"]
 
 
+def test_requests_sent_whole_before_a_half_close_are_answered_then_the_connection_closes() -> None:
+    """As Triton answers them: a client may shutdown(SHUT_WR) once it has sent, and still read."""
+
+    async def slow_echo(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        body = await read_all(receive)
+        await asyncio.sleep(0.02)  # answered after the end of the client's sending was read
+        await respond(send, 200, scope["path"].encode() + b":" + body)
+
+    with serving(slow_echo) as served:
+        with connect(served.port) as sock:
+            sock.sendall(raw("POST", "/one", b"a") + raw("POST", "/two", b"bb"))
+            sock.shutdown(socket.SHUT_WR)
+            reader = Reader(sock)
+            first, second = reader.response(), reader.response()
+            assert (first[0], first[2]) == (200, b"/one:a")
+            assert (second[0], second[2], second[1].get("connection")) == (200, b"/two:bb", "close")
+            assert reader.closed()
+
+
+def test_after_a_half_close_receive_says_the_client_left_but_the_answer_is_still_sent() -> None:
+    """The app cannot tell a half-close from a client that left: a request that runs long is cancelled as such."""
+    seen: List[str] = []
+
+    async def waits(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await read_all(receive)
+        seen.append((await receive())["type"])  # returns once the end of the client's sending is read
+        await respond(send, 200, b"late")
+
+    with serving(waits) as served:
+        with connect(served.port) as sock:
+            sock.sendall(raw("POST", "/wait", b"body"))
+            sock.shutdown(socket.SHUT_WR)
+            reader = Reader(sock)
+            status, headers, body = reader.response()
+            assert (status, body, headers.get("connection")) == (200, b"late", "close")
+            assert reader.closed()
+    assert seen == ["http.disconnect"]
+
+
+@pytest.mark.parametrize("cut", ["head", "body"])
+def test_a_request_cut_off_by_a_half_close_closes_the_connection_unanswered(echo_server: Served, cut: str) -> None:
+    request = raw("POST", "/cut", b"0123456789")
+    with connect(echo_server.port) as sock:
+        sock.sendall(request[:20] if cut == "head" else request[:-3])
+        sock.shutdown(socket.SHUT_WR)
+        assert Reader(sock).closed()
+
+
 def test_a_large_streamed_response_reaches_a_slow_reader_whole() -> None:
     part = b"p" * (1024 * 1024)
     parts = 24

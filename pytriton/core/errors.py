@@ -14,7 +14,7 @@ class Status(enum.Enum):
     UNAVAILABLE = (503, "UNAVAILABLE")
     UNIMPLEMENTED = (501, "UNIMPLEMENTED")
     INTERNAL = (500, "INTERNAL")
-    CANCELLED = (499, "CANCELLED")
+    CANCELLED = (400, "CANCELLED")  # Triton's HTTP server answers TRITONSERVER_ERROR_CANCELLED with 400
 
     @property
     def http_status(self) -> int:

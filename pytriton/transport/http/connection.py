@@ -120,6 +120,24 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._wake_drain()
         self._wake_task()  # it ends: no request will come
 
+    def eof_received(self) -> bool:
+        """The client will send nothing more: answer the requests it sent whole, then close, as Triton does.
+
+        A client may half-close its side (shutdown(SHUT_WR), `nc -N`) and still read its answers, and one that
+        closed its socket looks the same from here. So the requests read whole go on and are answered, while
+        their app is told the client left (receive() says "http.disconnect"): a request still waiting or running
+        after WATCH_AFTER_S (core/watch.py) is cancelled as that of a client that left, and a stream ends. A
+        request cut off part-way can never be answered: the connection closes at once (False).
+        """
+        active = self._active
+        if active is None or self._refused or self._wire != IDLE or self._transport is None:
+            return False
+        owed = (active, *self._pipeline)
+        for cycle in owed:
+            cycle.end_sending()
+        owed[-1].keep_alive = False  # the connection closes after the last response owed
+        return True
+
     def get_buffer(self, sizehint: int) -> memoryview:
         """Where the transport reads to: the free room of a presized body, else the server's read buffer."""
         direct = self._direct

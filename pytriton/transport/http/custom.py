@@ -24,15 +24,15 @@ from urllib.parse import parse_qsl
 import orjson
 
 from pytriton.core.composition.path import CURRENT, CallPath, Models
-from pytriton.core.errors import InferenceError, Status
+from pytriton.core.errors import InferenceError
 from pytriton.options.routes import CustomRoutes, Match
 from pytriton.transport.http.responses import Receive, Scope, Send, send_error, until_disconnect
 
 LOGGER = logging.getLogger(__name__)
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
-# The status a route's request is counted with when its client left before the answer (as a cancelled
-# inference request's); the client never sees it.
-CLIENT_LEFT = Status.CANCELLED.http_status
+# The status a route's request is counted with when its client left before the answer (nginx's "client closed
+# request"); the client never sees it.
+CLIENT_LEFT = 499
 
 
 class RouteRequest:

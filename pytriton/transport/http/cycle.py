@@ -63,6 +63,7 @@ class RequestCycle:
         "_request_delivered",
         "_waiter",
         "body_complete",
+        "client_done",
         "disconnected",
         "expect_continue",
         "head_sent",
@@ -81,6 +82,7 @@ class RequestCycle:
         self.expect_continue = expect_continue
         self.body_complete = False
         self.disconnected = False
+        self.client_done = False  # the client sends nothing more but may still read (it half-closed, or left)
         self.response_started = False
         self.response_complete = False
         self.refusal: Optional[Any] = None  # an ASGI app answering this request instead of the server's
@@ -122,6 +124,11 @@ class RequestCycle:
         self.body_complete = True
         self._wake()
 
+    def end_sending(self) -> None:
+        """The client will send nothing more: receive() says it left, but send() still writes the response."""
+        self.client_done = True
+        self._wake()
+
     def lose_connection(self) -> None:
         """The client went away (or the connection was closed): receive() says so, send() drops what comes."""
         self.disconnected = True
@@ -141,7 +148,7 @@ class RequestCycle:
                 more_body = not self.body_complete
                 self._request_delivered = not more_body
                 return {"type": "http.request", "body": self._take_body(), "more_body": more_body}
-        while not (self.disconnected or self.response_complete):
+        while not (self.disconnected or self.client_done or self.response_complete):
             await self._wait()
         return {"type": "http.disconnect"}
 
