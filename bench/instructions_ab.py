@@ -15,11 +15,13 @@ run takes about 30 s a commit a round.
     python -m bench instr_ab HEAD~1 . --frontends 2         # the server and its frontend processes, all counted
     python -m bench instr_ab HEAD~1 . --shared-memory system  # `simple` in shared memory, against its bytes
     python -m bench instr_ab main . --composition            # per sync -> sync inner call (2,000 a request)
+    python -m bench instr_ab main . --composition async-async  # an async callable calling an async model
 
-`--composition` counts one in-process inner call instead: `bench/composition_server.py`'s `sync_loop` model, a
-sync callable calling the sync `identity` 2,000 times in a row, asked `--requests` times more in one run than in
+`--composition [KIND]` counts one in-process inner call instead: `bench/composition_server.py`'s `sync_loop` model,
+a sync callable calling the sync `identity` 2,000 times in a row, asked `--requests` times more in one run than in
 the other (each request's instructions divided by its 2,000 calls; the loop's own Python and the request around
-it, one in 2,000, are counted too).
+it, one in 2,000, are counted too). KIND names the caller's and the model's kinds: sync-sync (the default),
+sync-async, async-sync or async-async (`async_loop` and `identity_async`).
 """
 
 from __future__ import annotations
@@ -134,12 +136,23 @@ def _http_sender(port: int, model: str, regions: Optional[SimpleRegions]) -> Cal
     return send
 
 
-def _loop_sender(port: int) -> Callable[[], None]:
-    """One keep-alive connection asking `sync_loop` for 2,000 inner calls to `identity`."""
+# `--composition`'s kinds: the loop model that calls and the model it calls.
+LOOPS = {
+    "sync-sync": ("sync_loop", "identity"),
+    "sync-async": ("sync_loop", "identity_async"),
+    "async-sync": ("async_loop", "identity"),
+    "async-async": ("async_loop", "identity_async"),
+}
+LOOP_MODEL = "loop:"  # a `model` of this prefix names a kind of LOOPS: the composition bench's server serves it
+
+
+def _loop_sender(port: int, kind: str) -> Callable[[], None]:
+    """One keep-alive connection asking a loop model for 2,000 inner calls (`kind`: a key of LOOPS)."""
     from bench.composition_cpu import _loop_message
 
-    client = KeepAliveClient(port, "sync_loop", timeout_s=600, poll_s=READY_POLL_S)
-    message = _loop_message("sync_loop", "identity")
+    caller, target = LOOPS[kind]
+    client = KeepAliveClient(port, caller, timeout_s=600, poll_s=READY_POLL_S)
+    message = _loop_message(caller, target)
 
     def send() -> None:
         client.send(message)
@@ -183,13 +196,13 @@ def serve_and_send(
 ) -> None:
     """Start the server `command`, send it `requests` of the model's bench request one at a time, and stop it.
 
-    `ports` are its HTTP and gRPC ports; `sync_loop` is asked over HTTP (`--composition`).
+    `ports` are its HTTP and gRPC ports; a loop model (LOOP_MODEL) is asked over HTTP (`--composition`).
     """
     http, grpc = ports
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        if model == "sync_loop":
-            send = _loop_sender(http)
+        if model.startswith(LOOP_MODEL):
+            send = _loop_sender(http, model[len(LOOP_MODEL) :])
         elif protocol == "grpc":
             send = _grpc_sender(http, grpc, model, regions)
         else:
@@ -213,11 +226,11 @@ def _instructions(
     """The server's instructions (Ir, every thread) from its start to its stop, over the warm-up + `requests`.
 
     With `frontends` > 1, valgrind follows the processes the server spawns: its frontends are counted too. The
-    model `sync_loop` is the composition bench's server's (`--composition`).
+    model of LOOP_MODEL is the composition bench's server's (`--composition`).
     """
     http, grpc, metrics = free_ports(3)
     out = f"callgrind.{tree.name}.{requests}"
-    if model == "sync_loop":
+    if model.startswith(LOOP_MODEL):
         server_args = [str(ROOT / "bench" / "composition_server.py"), "--http-port", str(http)]
         warm_up = COMPOSITION_WARM_UP
     else:
@@ -269,14 +282,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument(
         "--composition",
-        action="store_true",
-        help="per sync -> sync inner call: `--requests` (default 4) more requests of 2,000 calls to sync_loop",
+        nargs="?",
+        const="sync-sync",
+        choices=sorted(LOOPS),
+        help="per inner call of KIND (default sync-sync): `--requests` (default 4) more requests of 2,000 calls",
     )
     args = parser.parse_args(argv)
     if args.composition:
         if args.shared_memory != "none":
             raise SystemExit("--composition counts inner calls: no --shared-memory")
-        args.model, args.protocol = "sync_loop", "http"
+        args.model, args.protocol = LOOP_MODEL + args.composition, "http"
         args.requests = 4 if args.requests == 1000 else args.requests
     base, per = (COMPOSITION_BASE, CALLS_PER_LOOP) if args.composition else (BASE_REQUESTS, 1)
     if shutil.which("valgrind") is None:
@@ -313,7 +328,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if regions is not None:
             regions.close()
     what = f"{args.protocol}, {args.model}, {args.frontends} frontend{'s' if args.frontends > 1 else ''}"
-    unit = "sync -> sync inner call" if args.composition else "request"
+    unit = f"{args.composition.replace('-', ' -> ')} inner call" if args.composition else "request"
     print(f"server instructions per {unit} ({what}), median of {args.rounds} rounds:")
     for mode in modes:
         first = statistics.median(figures[args.refs[0]][mode])

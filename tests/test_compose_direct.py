@@ -528,12 +528,14 @@ class _AsyncInner:
         self.held = False
         self.batches: List[int] = []
         self.tasks: List[str] = []
+        self.task_ids: List[int] = []
         self.saw_cancel: List[bool] = []
 
     async def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
         task = asyncio.current_task()
         assert task is not None
         self.tasks.append(task.get_coro().__qualname__)  # type: ignore[union-attr]
+        self.task_ids.append(id(task))
         self.batches.append(len(requests))
         deadline = time.monotonic() + 10
         while self.held and not requests[0].is_cancelled() and time.monotonic() < deadline:
@@ -611,3 +613,109 @@ def test_a_sync_callers_inner_call_awaited_at_once_is_answered_at_the_servers_cu
     assert caller.errors[0].status.name == "UNAVAILABLE"
     assert caller.errors[0].message == "model 'inner' stopped before the request was served"
     assert len(outcomes) == 1 and isinstance(outcomes[0], InferenceServerException)
+
+
+class _AsyncTaskCaller(_AsyncCaller):
+    """`_AsyncCaller`, noting the task each of its calls runs in."""
+
+    def __init__(self, inner: str) -> None:
+        super().__init__(inner)
+        self.task_ids: List[int] = []
+
+    async def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        self.task_ids.append(id(asyncio.current_task()))
+        return await super().__call__(requests)
+
+
+def test_an_async_callers_inner_call_to_an_idle_async_model_is_awaited_in_the_callers_task_and_counted() -> None:
+    inner, caller = _AsyncInner(), _AsyncTaskCaller("inner")
+    with running_triton(_binding(inner=inner, caller=[caller, caller])) as triton:
+        url = http_url(triton)
+        for value in (1.0, 2.0):
+            assert _infer(url, "caller", value).tolist() == [[value + 1]]
+        assert inner.task_ids == caller.task_ids  # no task of its own
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_stats"]["success"]["count"]) == 2
+        assert int(stats["execution_count"]) == 2
+        assert _batch_counts(stats) == {1: 2}
+
+        # Busy: the callers' calls queue and batch with a client's request.
+        results = _queue_three_behind_a_held_call(triton, inner)
+        assert inner.batches[2:] == [1, 3]
+        assert results["client"].tolist() == [[5.0]]
+        assert results["first"].tolist() == results["second"].tolist() == [[6.0]]
+        assert _scheduler(triton, "inner").open_requests == (0, 0)
+
+
+def test_an_async_callers_inner_call_awaited_in_its_task_is_cancelled_with_the_outer_request() -> None:
+    inner, caller = _AsyncInner(), _AsyncTaskCaller("inner")
+    inner.held = True
+    with running_triton(_binding(inner=inner, caller=caller)) as triton:
+        _cancel_through(triton, "caller", caller.errors, "inner", lambda: inner.batches == [1])
+        assert inner.task_ids == caller.task_ids
+        assert inner.saw_cancel == [True]
+
+
+def test_an_async_callers_inner_call_awaited_in_its_task_fails_with_the_inner_models_message() -> None:
+    caller = _AsyncCaller("failing")
+
+    async def failing(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        raise ValueError("no good")
+
+    with running_triton(_binding(failing=failing, caller=caller)) as triton:
+        url = http_url(triton)
+        with pytest.raises(InferenceServerException) as failed:
+            _infer(url, "caller", 1.0)
+        assert "ValueError: no good" in str(failed.value)
+        assert caller.errors[0].status.name == "INTERNAL" and caller.errors[0].message == "ValueError: no good"
+        _wait_for_one_failure(url, "failing")
+        assert int(_statistics(url, "failing")["execution_count"]) == 1
+
+
+def test_an_async_callers_inner_call_awaited_in_its_task_leaves_its_context_variables_as_they_were() -> None:
+    seen: List[Any] = []
+
+    async def inner(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(id(asyncio.current_task()))
+        seen.append(_USER_VAR.get())
+        _USER_VAR.set("set by inner")
+        await asyncio.sleep(0)  # a step after a wait runs in the call's context too
+        seen.append(_USER_VAR.get())
+        return [{"y": request["x"]} for request in requests]
+
+    async def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        seen.append(id(asyncio.current_task()))
+        _USER_VAR.set("set by caller")
+        await call_model_async("inner", {"x": requests[0]["x"]})
+        seen.append(_USER_VAR.get())
+        return [{"y": request["x"]} for request in requests]
+
+    with running_triton(_binding(inner=inner, caller=caller)) as triton:
+        assert _infer(http_url(triton), "caller", 1.0).tolist() == [[1.0]]
+    assert seen[0] == seen[1]  # the call was awaited in the caller's task
+    assert seen[2:] == ["set by caller", "set by inner", "set by caller"]
+
+
+def test_an_inner_call_awaited_in_its_callers_task_that_the_caller_stops_awaiting_sees_is_cancelled() -> None:
+    """asyncio.wait_for over call_model_async: the cancel reaches the callable as is_cancelled(), never thrown in."""
+    inner = _AsyncInner()
+    outcomes: List[str] = []
+
+    async def caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        try:
+            await asyncio.wait_for(call_model_async("inner", {"x": requests[0]["x"]}), 0.2)
+        except asyncio.TimeoutError:
+            outcomes.append("timed out")
+        return [{"y": request["x"]} for request in requests]
+
+    with running_triton(_binding(inner=inner, caller=caller)) as triton:
+        url = http_url(triton)
+        inner.held = True
+        assert _infer(url, "caller", 1.0).tolist() == [[1.0]]
+        assert outcomes == ["timed out"]
+        wait_until(lambda: inner.saw_cancel == [True], "the inner callable saw is_cancelled()")
+        _wait_for_one_failure(url, "inner")
+        assert _scheduler(triton, "inner").open_requests == (0, 0)
+        inner.held = False
+        assert _infer(url, "caller", 2.0).tolist() == [[2.0]]  # its instance is free again
+        assert inner.tasks == ["call_model_async"] * 2  # awaited in the task of wait_for that awaits the call

@@ -10,11 +10,14 @@ model's statistics as one that went through the queue, and lets the caller's req
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import time
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
+from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CallPath, ModelCallError, PathMaker
 from pytriton.core.errors import FailureReason, InferenceError, callable_error
@@ -167,6 +170,51 @@ async def _await_here(
     scheduler: Scheduler, instance: Instance, request: InferenceRequest, caller: CallPath, answer: DirectAnswer
 ) -> None:
     """Await one request's call on `instance` (taken off the free list), count it, and settle `answer`."""
+    try:
+        outputs = await _await_call(scheduler, instance, request, caller, None)
+    except ModelCallError as error:
+        answer.fail(error)
+    except BaseException as error:  # the task itself was cancelled (the server stops): it ends so
+        answer.fail(_call_error(scheduler, error))
+        raise
+    else:
+        answer.settle(outputs)
+    finally:
+        scheduler._awaiting.discard(answer)
+
+
+def await_inline(scheduler: Scheduler, request: InferenceRequest, caller: CallPath) -> Optional[Awaitable[Outputs]]:
+    """On the loop: an async caller's inner call to an idle async model, to await in the caller's own task; else None.
+
+    Idle as for `run_here`. The callable's coroutine is driven in the awaiting task, in a copy of its context
+    (core/async_call.CancelShieldedCall): no queue entry, no task, no loop turn, no sink, no response made. The call
+    is counted as `run_here` counts one, and the caller's request's end or cancel reaches it (`DirectCall`). A
+    cancel of the awaiting task reaches the callable as `is_cancelled()`, as a queued call's would: its coroutine
+    goes on in a task of its own, and the instance is free once it ends. Await what this returns at once (the
+    instance is taken): the outputs, or ModelCallError as the call fails.
+    """
+    if not request.inputs and scheduler.spec.batching:
+        return None
+    instance = _idle_instance(scheduler, scheduler._awaits_here)
+    if instance is None:
+        return None
+    return _await_call(scheduler, instance, request, caller, contextvars.copy_context())
+
+
+async def _await_call(
+    scheduler: Scheduler,
+    instance: Instance,
+    request: InferenceRequest,
+    caller: CallPath,
+    context: Optional[contextvars.Context],
+) -> Outputs:
+    """Await one request's call on `instance` (taken off the free list) and count it; its outputs.
+
+    Raises ModelCallError as it fails or is cancelled. With a `context` (an inner call awaited in its caller's task)
+    the callable's coroutine runs in it, shielded from a cancel of the awaiting task: the call is cancelled and
+    ends in a task of its own (`_ended_after_cancel`) while the cancel goes on. Without one (a task of the call's
+    own), what is thrown into it (the server stops) goes on as it is, once the call is counted.
+    """
     spec = scheduler.spec
     direct = DirectCall()
     entry, call, running = _begin(scheduler, instance, request, caller, direct)
@@ -175,39 +223,95 @@ async def _await_here(
     error: Optional[BaseException] = None
     infer_start_ns = infer_end_ns = time.monotonic_ns()
     caller.inner.add(direct)
+    going_on = False  # the awaiting task was cancelled while the call runs: it ends in a task of its own
     try:
         if caller.cancelled or direct.reason:
             raise InferenceError.cancelled(
                 direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
             )
-        results = await instance.start([call], False, running if running.paths is not None else None)
+        started = instance.start([call], False, running if running.paths is not None else None)
+        if context is None:
+            results = await started
+        else:
+            shielded = CancelShieldedCall(started, context)  # type: ignore[arg-type]
+            try:
+                results = await shielded
+            except asyncio.CancelledError:
+                if shielded.rest is not None:  # else the callable itself raised it: the call has ended
+                    going_on = True
+                    direct.cancel("the caller was cancelled")  # the callable's is_cancelled() says so
+                    shielded.rest.add_done_callback(
+                        functools.partial(
+                            _ended_after_cancel, scheduler, instance, request, caller, direct, start_ns, infer_start_ns
+                        )
+                    )
+                raise
         infer_end_ns = time.monotonic_ns()
         if type(results) is not list or len(results) != 1:
             results = check_results(spec, results, 1)
         outputs = checked_outputs(spec, results[0], requested, scheduler.failures)
-    except BaseException as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError (a cancel: below)
+    except BaseException as raised:  # raised below as a ModelCallError (a cancel of its own task: as it is)
+        if going_on:
+            raise
         error = raised
+    _end_call(scheduler, instance, request, caller, direct, (start_ns, infer_start_ns, infer_end_ns), error)
+    if entry.cancelled:
+        raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
+    if error is not None:
+        if not isinstance(error, Exception) and context is None:
+            raise error  # thrown into the call's own task
+        raise _call_error(scheduler, error)
+    assert outputs is not None
+    return outputs
+
+
+def _end_call(
+    scheduler: Scheduler,
+    instance: Instance,
+    request: InferenceRequest,
+    caller: CallPath,
+    direct: DirectCall,
+    times: Tuple[int, int, int],
+    error: Optional[BaseException],
+) -> None:
+    """On the loop: an awaited call has ended: free its instance and count it."""
     output_end_ns = time.monotonic_ns()
+    running = direct.running
+    assert running is not None
     caller.inner.discard(direct)
     running.ended = True
+    direct.running = None  # no cycle (direct -> running -> entry -> direct) left to the garbage collector
     request.inputs = {}
-    entry.call = None
+    running.entries[0].call = None
     instance.call_started_ns = 0
     scheduler._free.append(instance)
-    scheduler._awaiting.discard(answer)
-    _ran_here(scheduler, running, (start_ns, infer_start_ns, infer_end_ns, output_end_ns), error)
-    if entry.cancelled:
-        answer.fail(ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled"))
-    elif error is not None:
-        failure = scheduler._as_inference_error(error, 1) if isinstance(error, asyncio.CancelledError) else None
-        if failure is None:
-            failure = error if isinstance(error, InferenceError) else callable_error(error)
-        answer.fail(ModelCallError(failure.status, failure.message, failure.reason))
-        if not isinstance(error, Exception):
-            raise error  # the task itself was cancelled (the server stops): it ends so
-    else:
-        assert outputs is not None
-        answer.settle(outputs)
+    _ran_here(scheduler, running, (*times, output_end_ns), error)
+
+
+def _ended_after_cancel(
+    scheduler: Scheduler,
+    instance: Instance,
+    request: InferenceRequest,
+    caller: CallPath,
+    direct: DirectCall,
+    start_ns: int,
+    infer_start_ns: int,
+    rest: asyncio.Task[Any],
+) -> None:
+    """The coroutine of a call whose awaiting task was cancelled has ended: free its instance and count it."""
+    infer_end_ns = time.monotonic_ns()
+    error = asyncio.CancelledError() if rest.cancelled() else rest.exception()
+    _end_call(scheduler, instance, request, caller, direct, (start_ns, infer_start_ns, infer_end_ns), error)
+
+
+def _call_error(scheduler: Scheduler, error: BaseException) -> ModelCallError:
+    """What the caller of a failed call gets: the error as its model answers it, with the inner model's message."""
+    if isinstance(error, ModelCallError):
+        return error
+    failure = scheduler._as_inference_error(error, 1) if isinstance(error, asyncio.CancelledError) else None
+    if failure is None:
+        failure = error if isinstance(error, InferenceError) else callable_error(error)
+    return ModelCallError(failure.status, failure.message, failure.reason)
 
 
 def _run_here(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from typing import Any, AsyncIterator, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Awaitable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from pytriton.core.cache import ResponseCache, cache_key
 from pytriton.core.composition.ensemble import EnsembleScheduler
@@ -180,6 +180,16 @@ class ServedModel:
         if self.state is not ModelState.READY or self.cache is not None:
             return False
         return bool(self.scheduler.await_here(request, caller, answer))
+
+    def await_inline(self, request: InferenceRequest, caller: Any) -> Optional[Awaitable[Dict[str, Any]]]:
+        """On the loop: an async caller's call to this idle async model, to await in its task (Scheduler.await_inline).
+
+        None when the model cannot take it so now.
+        """
+        if self.state is not ModelState.READY or self.cache is not None:
+            return None
+        inline: Optional[Awaitable[Dict[str, Any]]] = self.scheduler.await_inline(request, caller)
+        return inline
 
     def start_here(self, request: InferenceRequest, caller: Any) -> Optional[Tuple[Any, Any]]:
         """On the loop: run an inner call in an idle instance's thread (Scheduler.start_here); else None."""

@@ -621,6 +621,10 @@ class Scheduler:
             return None
         return direct_runs.start_here(self, request, caller)
 
+    def await_inline(self, request: InferenceRequest, caller: CallPath) -> Optional[Awaitable[Outputs]]:
+        """On the loop: an async caller's call to this idle async model, to await at once in its task; else None."""
+        return direct_runs.await_inline(self, request, caller)
+
     def may_await_here(self) -> bool:
         """Whether `await_here` may take a call now (any thread: a hint)."""
         return direct_runs.may_await_here(self)
