@@ -350,7 +350,12 @@ class HttpFrontend:
         await send_json(send, 200, encode_generate_response(model.spec, request.id, response))
 
     async def _generate_stream(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
-        """POST .../generate_stream: one server-sent event per response; the client leaving stops the model."""
+        """POST .../generate_stream: one server-sent event per response; the client leaving stops the model.
+
+        As in tritonserver 2.51, a request refused before it runs gets a JSON error; once it runs, the stream starts
+        with its first response, and a failure, its first included, is an event `data: {"error": ...}` (the
+        status line the first response's: that error's status when it failed).
+        """
         model = self._engine.model(name, version)
         body = await read_body(receive, self._max_body_bytes)
         request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
@@ -363,14 +368,16 @@ class HttpFrontend:
             async for response in responses:
                 if not response.outputs and not response.final:
                     continue
+                event = json_text.dumps(encode_generate_response(model.spec, request.id, response))
                 if not started:
                     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
                     started = True
-                event = json_text.dumps(encode_generate_response(model.spec, request.id, response))
                 await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
         except InferenceError as error:
             if not started:
-                raise
+                status = error.status.http_status
+                await send({"type": "http.response.start", "status": status, "headers": _SSE_HEADERS})
+                started = True
             event = orjson.dumps({"error": error.message})
             await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
         except asyncio.CancelledError:
