@@ -867,7 +867,8 @@ def test_an_ensemble_answers_with_its_requests_sequence_parameters_over_http_and
             }
         # generate: the ensemble's parameters among the sorted keys, as tritonserver 2.51's
         # {"OUT":[2.0,2.0,2.0,2.0],"model_name":...,"sequence_end":false,"sequence_id":0,"sequence_start":false}
-        generated = http._post("v2/models/fan_free_ens/generate", json.dumps({"IN": [[1, 1, 1, 1]]}), {}, None)
+        # (a flat list: Triton counts a value's elements by its length, so [[1, 1, 1, 1]] fits no shape [-1, 4])
+        generated = http._post("v2/models/fan_free_ens/generate", json.dumps({"IN": [1, 1, 1, 1]}), {}, None)
         document = json.loads(generated.read())
         assert list(document) == sorted(document)
         assert {key: document[key] for key in ("sequence_id", "sequence_start", "sequence_end")} == {

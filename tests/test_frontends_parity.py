@@ -18,6 +18,7 @@ MODULES = [
     "tests/test_http_infer.py",
     "tests/test_grpc_infer.py",
     "tests/test_http_generate.py",
+    "tests/test_http_generate_triton.py",
     "tests/test_grpc_stream.py",
     "tests/test_wire_fidelity.py",
     "tests/test_system_shared_memory.py",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+import json
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -14,40 +15,38 @@ from pytriton.protocol.http_codec import Body, parse_json_object
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, RequestOptions, split_parameters
 from pytriton.protocol.tensors import array_from_json, check_json_output
 
+_PARAMETERS = "parameters"
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
 
 def decode_generate_request(
     spec: ModelSpec, body: Body, forwarded_headers: Optional[Mapping[str, str]] = None
 ) -> tuple[InferenceRequest, RequestOptions]:
-    """Decode a generate request: each field named like an input is that input, the rest are parameters."""
-    document = parse_json_object(body)
-    request_id = document.pop("id", "")
-    if not isinstance(request_id, str):
-        raise InferenceError.invalid("the request 'id' must be a string")
-    parameters = document.pop("parameters", None) or {}
-    if not isinstance(parameters, dict):
-        raise InferenceError.invalid("'parameters' must be a JSON object")
-    missing = [tensor.name for tensor in spec.inputs if not tensor.optional and tensor.name not in document]
-    if missing:
-        try:  # Triton's words when the request has fewer inputs than the model requires
-            spec.check_input_count([key for key in document if key in spec.input_by_name])
-        except InferenceError as error:
+    """Decode a generate request as tritonserver 2.51 reads one (its GenerateRequestClass::ConvertGenerateRequest).
+
+    Each key, in the order the body has them, is an input when the model has an input of that name and a
+    parameter otherwise (the request's `id` too); the keys of a `parameters` object are read the same way. Then
+    the inputs get the checks an /infer request's get, in Triton's core's order.
+    """
+    document = _document(spec, body)
+    request_id = document.get("id", "")
+    if not isinstance(request_id, str):  # Triton's words; it answers them with 500, here 400: the client sent it
+        raise InferenceError.invalid("Unable to parse 'id': attempt to access JSON non-string as string")
+    reading = _Reading(spec, request_id)
+    reading.members(document)
+    try:
+        batch_size = _check_inputs(spec, reading.inputs)
+    except InferenceError as error:
+        if error.of_request:  # Triton's core names the request
             raise error.for_request(request_id) from None
-        raise InferenceError.invalid(f"generate request for model '{spec.name}' is missing input '{missing[0]}'")
-    inputs: Dict[str, np.ndarray] = {}
-    for tensor in spec.inputs:
-        if tensor.name in document:
-            inputs[tensor.name] = input_array(spec, tensor, document.pop(tensor.name))
-    extra = {key: value for key, value in document.items() if isinstance(value, (str, int, float, bool))}
-    if len(extra) != len(document):
-        unknown = sorted(set(document) - set(extra))
-        raise InferenceError.invalid(f"generate request fields {unknown} are neither inputs nor scalar parameters")
-    user_parameters, options = split_parameters({**extra, **parameters}, forwarded_headers)
+        raise
+    user_parameters, options = split_parameters(reading.parameters, forwarded_headers)
     request = InferenceRequest(
         request_id=request_id,
-        inputs=inputs,
+        inputs=reading.inputs,
         parameters=user_parameters,
         requested_outputs=None,
-        batch_size=1,
+        batch_size=batch_size,
         priority=options.priority,
         timeout_us=options.timeout_us,
         sequence=options.sequence,
@@ -55,8 +54,150 @@ def decode_generate_request(
     return request, options
 
 
+class _Pairs(Dict[str, Any]):
+    """A JSON object that keeps its keys as the body has them, in order and repeats included (`pairs`)."""
+
+    def __init__(self, pairs: List[Tuple[str, Any]]) -> None:
+        """The object of these pairs (a repeated key's last value, as other JSON readers keep)."""
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+def _document(spec: ModelSpec, body: Body) -> Dict[str, Any]:
+    """The request's JSON object; read as `_Pairs` when the body may name an input twice.
+
+    Triton refuses an input given twice; a JSON reader keeps one value of a repeated key. The body is read again,
+    with its repeats, only when an input's quoted name appears in it more than once.
+    """
+    document = parse_json_object(body)
+    raw = bytes(body)
+    if any(raw.count(b'"%s"' % name.encode()) > 1 for name in spec.input_by_name):
+        try:
+            document = json.loads(raw, object_pairs_hook=_Pairs)
+        except ValueError:  # what only json_text reads (as Triton does): its reading stands, repeats unseen
+            pass
+    return document
+
+
+def _members(document: Dict[str, Any]) -> Any:
+    """An object's keys and values in order; when it was read as `_Pairs`, each repeat of a key too.
+
+    A repeated key comes with its first value each time, as Triton's reader finds a key's value.
+    """
+    if not isinstance(document, _Pairs):
+        return document.items()
+    first: Dict[str, Any] = {}
+    for key, value in document.pairs:
+        first.setdefault(key, value)
+    return [(key, first[key]) for key, _ in document.pairs]
+
+
+class _Reading:
+    """The inputs and parameters of one generate request, read key by key."""
+
+    def __init__(self, spec: ModelSpec, request_id: str) -> None:
+        """Nothing read yet."""
+        self.spec = spec
+        self.request_id = request_id
+        self.inputs: Dict[str, np.ndarray] = {}
+        self.parameters: Dict[str, Any] = {}
+
+    def members(self, document: Dict[str, Any]) -> None:
+        """Read the request's keys in order; `parameters` is an object whose keys are read the same way."""
+        for key, value in _members(document):
+            if key == _PARAMETERS:
+                self._nested(value)
+            else:
+                self._member(key, value)
+
+    def _nested(self, value: Any) -> None:
+        """The `parameters` object: Triton's errors in it are prefixed with the keyword."""
+        if _PARAMETERS in self.spec.input_by_name:
+            raise InferenceError.invalid(  # Triton's words
+                "Keyword 'parameters' for nested schema also given as input tensor name"
+            )
+        if not isinstance(value, dict):  # Triton's words; it answers them with 500, here 400: the client sent it
+            raise InferenceError.invalid(
+                "Expected JSON object for keyword: 'parameters': attempt to access JSON non-object as object"
+            )
+        try:
+            for key, item in _members(value):
+                self._member(key, item)
+        except InferenceError as error:
+            raise InferenceError(error.status, f"Converting keyword: 'parameters': {error.message}") from None
+
+    def _member(self, key: str, value: Any) -> None:
+        """One key: an input, or a parameter (a later key of the same name replaces an earlier one, as in Triton)."""
+        tensor = self.spec.input_by_name.get(key)
+        if tensor is None:
+            self.parameters[key] = _parameter(key, value)
+            return
+        array = array_from_json(value, tensor.datatype, _shape(self.spec, tensor, value), key)
+        if key in self.inputs:
+            raise InferenceError.invalid_input(f"input '{key}' already exists in request").for_request(self.request_id)
+        self.inputs[key] = array
+
+
+def _parameter(key: str, value: Any) -> Any:
+    """A key that names no input, as the parameter Triton makes of it: an integer beyond INT64 becomes a double."""
+    if isinstance(value, (str, bool, float)):
+        return value
+    if isinstance(value, int):
+        return value if _INT64_MIN <= value <= _INT64_MAX else float(value)
+    raise InferenceError.invalid(  # Triton's words
+        f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+    )
+
+
+def _shape(spec: ModelSpec, tensor: TensorDef, value: Any) -> List[int]:
+    """The shape Triton gives a generate value: its element count (a list's length, else 1) over the input's shape.
+
+    As tritonserver 2.51 does, the fixed dims divide the count, from the innermost; the innermost variable dim
+    takes what remains and every other variable dim (a batching model's batch dim among them) is 1. So a batching
+    model gets as many rows as the value fills.
+    """
+    shape = [-1, *tensor.dims] if spec.batching else list(tensor.dims)
+    remaining = len(value) if isinstance(value, list) else 1
+    for dim in reversed(shape):
+        if dim != -1:
+            if dim <= 0 or remaining % dim:
+                raise _no_shape(tensor.name)
+            remaining //= dim
+    for index in reversed(range(len(shape))):
+        if shape[index] == -1:
+            shape[index], remaining = remaining, 1
+    if remaining != 1:
+        raise _no_shape(tensor.name)
+    return shape
+
+
+def _no_shape(name: str) -> InferenceError:
+    """Triton's words for a value whose element count fits no shape of the input."""
+    return InferenceError.invalid(f"The schema can not convert input '{name}' to tensor with proper shape")
+
+
+def _check_inputs(spec: ModelSpec, inputs: Dict[str, np.ndarray]) -> int:
+    """Triton's core's checks of the request's inputs (their count, each shape, the batch sizes); its batch size."""
+    names = list(inputs)
+    spec.check_input_count(names)
+    headers: List[Tuple[str, str, List[int]]] = [
+        (name, spec.input_by_name[name].datatype, list(array.shape)) for name, array in inputs.items()
+    ]
+    batch_sizes: List[int] = []
+    for index, (name, datatype, shape) in enumerate(headers):
+        try:
+            batch_sizes.append(spec.check_input(name, datatype, shape))
+        except InferenceError:
+            spec.check_inputs_last_first(headers[index + 1 :])
+            raise
+    return spec.check_input_set(names, batch_sizes)
+
+
 def input_array(spec: ModelSpec, tensor: TensorDef, value: Any) -> np.ndarray:
-    """A generate field as an input tensor: its elements fill the tensor's dims (batch of 1 for batching models)."""
+    """An OpenAI request's field as an input tensor: its elements fill the tensor's dims (a batch of 1 when batching).
+
+    (A generate request's fields take Triton's shapes instead: `_shape`.)
+    """
     flat = value if isinstance(value, list) else [value]
     dims = list(tensor.dims)
     if dims.count(-1) > 1:

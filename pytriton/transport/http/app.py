@@ -335,6 +335,7 @@ class HttpFrontend:
     async def _generate(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
         """POST .../generate: one flat JSON response."""
         model = self._engine.model(name, version)
+        _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
         request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
         if model.spec.decoupled:
@@ -350,8 +351,14 @@ class HttpFrontend:
         await send_json(send, 200, encode_generate_response(model.spec, request.id, response))
 
     async def _generate_stream(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
-        """POST .../generate_stream: one server-sent event per response; the client leaving stops the model."""
+        """POST .../generate_stream: one server-sent event per response; the client leaving stops the model.
+
+        As in tritonserver 2.51, a request refused before it runs gets a JSON error; once it runs, the stream starts
+        with its first response, and a failure, its first included, is an event `data: {"error": ...}` (the
+        status line the first response's: that error's status when it failed).
+        """
         model = self._engine.model(name, version)
+        _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
         request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
         responses = model.stream(request)
@@ -363,14 +370,16 @@ class HttpFrontend:
             async for response in responses:
                 if not response.outputs and not response.final:
                     continue
+                event = json_text.dumps(encode_generate_response(model.spec, request.id, response))
                 if not started:
                     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
                     started = True
-                event = json_text.dumps(encode_generate_response(model.spec, request.id, response))
                 await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
         except InferenceError as error:
             if not started:
-                raise
+                status = error.status.http_status
+                await send({"type": "http.response.start", "status": status, "headers": _SSE_HEADERS})
+                started = True
             event = orjson.dumps({"error": error.message})
             await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
         except asyncio.CancelledError:
@@ -415,6 +424,16 @@ def _label(match: Any, path: str) -> str:
     if match.mount is not None:
         return str(match.mount.prefix)
     return path
+
+
+def _identity_encoded(scope: Scope) -> None:
+    """Refuse a generate body with a Content-Encoding other than identity, as tritonserver 2.51 does (in its words).
+
+    Its generate routes read no compressed body; an empty Content-Encoding is refused too (measured).
+    """
+    for header, value in scope["headers"]:
+        if header == b"content-encoding" and value != b"identity":
+            raise InferenceError.invalid("Unsupported content-encoding, only 'identity' is supported.")
 
 
 async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
