@@ -11,9 +11,11 @@ import base64
 import json
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from pytriton.core.errors import InferenceError
@@ -100,9 +102,9 @@ def test_register_read_write_unregister(regions: CudaSharedMemory, driver: HostM
 def test_registration_errors_are_triton_s(regions: CudaSharedMemory, driver: HostMemoryDriver) -> None:
     driver.allocate(HANDLE, 64)
     assert _error(lambda: regions.register("", HANDLE, 0, 8))[0] == "INVALID_ARGUMENT"
-    assert _error(lambda: regions.register("r", HANDLE[:10], 0, 8)) == (
+    assert _error(lambda: regions.register("r", HANDLE[:10], 0, 8)) == (  # gRPC's bytes: no handle CUDA can open
         "INVALID_ARGUMENT",
-        "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+        "failed to register shared memory region: invalid args",
     )
     assert _error(lambda: regions.register("r", bytes(64), 0, 8)) == (
         "INVALID_ARGUMENT",
@@ -249,6 +251,18 @@ def test_grpc_without_cuda_answers_as_triton(server: Triton) -> None:
                 "r", B64, 0, 16, headers=GRPC_AUTH
             )  # tritonclient takes the handle base64-encoded
         assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+        # nvidia-pytriton 0.7.0 (its Triton built with GPUs, on a machine without one): any raw_handle, 7 bytes of
+        # garbage too, INVALID_ARGUMENT "failed to register shared memory region: invalid args"; built without GPUs it
+        # answers "GPUs not supported" whatever the handle (this server answered HTTP's "'raw_handle' must be a valid
+        # base64 encoded cudaIpcMemHandle_t", though gRPC carries the handle's bytes)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(grpc_url(server)))
+        garbage = service_pb2.CudaSharedMemoryRegisterRequest(name="r", raw_handle=b"garbage", byte_size=16)
+        with pytest.raises(grpc.RpcError) as garbled:
+            stub.CudaSharedMemoryRegister(garbage, metadata=list(GRPC_AUTH.items()), timeout=10)
+        assert (garbled.value.code(), garbled.value.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "failed to register CUDA shared memory region: 'r', GPUs not supported",
+        )
         client.unregister_cuda_shared_memory("r", headers=GRPC_AUTH)
         client.unregister_cuda_shared_memory(headers=GRPC_AUTH)
 

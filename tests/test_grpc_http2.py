@@ -363,7 +363,7 @@ def test_unknown_method_is_unimplemented_trailers_only(server, connect):
     assert response.headers[":status"] == "200"
     assert response.headers["content-type"] == "application/grpc"
     assert response.grpc_status == "12"  # UNIMPLEMENTED
-    assert response.headers["grpc-message"] == "Method not found!"
+    assert "grpc-message" not in response.headers  # tritonserver 2.51 (grpc's C++ core) says no more
     assert client.infer([2.0]).output() == [2.0]  # the connection serves on
 
 

@@ -5,9 +5,12 @@ What nvidia-pytriton 0.7.0 (tritonserver 2.51) answered on this machine, and whe
   404 / NOT_FOUND "Unable to find system shared memory region: 'nope'"; unregistering an unknown one: 200 / OK.
 - registering a name twice: 400 / ALREADY_EXISTS "shared memory region 'in0' already in manager"; no
   byte_size: 400 "Shared memory register request has no 'byte_size' field".
-- registering a key that does not exist: 500 / INTERNAL "Unable to open shared memory region: '/does_not_exist'";
-  a range past the segment (offset or size): 500 / INTERNAL "Invalid shared memory region: '/i20_in0'".
-  Here both are the client's mistake: 400 / INVALID_ARGUMENT, same messages.
+- registering a key that does not exist: 500 / INTERNAL "Unable to open shared memory region: '/does_not_exist'"
+  (400 / INVALID_ARGUMENT here, the same words: the client's mistake); a range past the segment (offset or size):
+  400 / INVALID_ARGUMENT "failed to register shared memory region 'r': invalid args"; a byte_size of 0 (its mmap
+  fails): 400 "failed to register shared memory region 'r': unable to process address spaceInvalid argument".
+  (Registered after another region of the same key, Triton 2.51 answers any of them 500 "Invalid shared memory
+  region: '<key>'": it reuses the other region's descriptor, closed after its mmap. Not followed here.)
 - infer naming an unknown region: 404 "Unable to find shared memory region: 'zz'"; an offset or size past the
   region: 400 "Invalid offset + byte size for shared memory region: 'in0'"; a size that is not the tensor's:
   400 "[request id: <id_unknown>] input byte size mismatch for input 'a' for model 'add'. Expected 16, got 12"
@@ -193,9 +196,10 @@ def test_register_status_unregister(client: Any, segments: Tuple[Segment, Segmen
     [
         ("/pytriton-does-not-exist", 0, 64, "Unable to open shared memory region: '/pytriton-does-not-exist'"),
         ("/a/b", 0, 64, "Unable to open shared memory region: '/a/b'"),
-        (None, 0, 1 << 20, "Invalid shared memory region: '{key}'"),  # larger than the segment
-        (None, 512, 8, "Invalid shared memory region: '{key}'"),  # an offset past the segment
-        (None, 0, 0, "Invalid shared memory region: '{key}'"),
+        (None, 0, 1 << 20, "failed to register shared memory region 'r': invalid args"),  # larger than the segment
+        (None, 512, 8, "failed to register shared memory region 'r': invalid args"),  # an offset past the segment
+        (None, 512, 0, "failed to register shared memory region 'r': invalid args"),
+        (None, 0, 0, "failed to register shared memory region 'r': unable to process address spaceInvalid argument"),
     ],
 )
 def test_bad_registrations_are_refused(

@@ -43,6 +43,10 @@ class SharedMemoryUnavailable(OSError):
     """A segment could not be created, opened or mapped: the caller falls back or refuses, never crashes."""
 
 
+class SegmentTooSmall(SharedMemoryUnavailable):
+    """The segment's file does not hold the bytes asked for (its range lies past the file's end)."""
+
+
 class SharedSegment:
     """One mapped shared-memory file: its descriptor (to pass to another process) and bounds-checked views.
 
@@ -54,7 +58,7 @@ class SharedSegment:
         """Map `size` bytes of the file `fd` from `offset`, taking ownership of the descriptor.
 
         Raises:
-            SharedMemoryUnavailable: the file is smaller than `offset + size`, or cannot be mapped.
+            SharedMemoryUnavailable: the file is smaller than `offset + size` (SegmentTooSmall), or cannot be mapped.
         """
         self._fd = fd
         self.size = size
@@ -62,9 +66,9 @@ class SharedSegment:
         self.name = name
         self._map: Optional[mmap.mmap] = None
         try:
+            self.check_size()  # first: a range past the file's end is refused as that, whatever its size
             if size <= 0:
                 raise SharedMemoryUnavailable(f"a shared-memory segment needs a positive size, got {size}")
-            self.check_size()
             start = offset - offset % mmap.ALLOCATIONGRANULARITY  # mmap offsets must be aligned
             self._map = mmap.mmap(fd, size + offset - start, mmap.MAP_SHARED, offset=start)
             self._view = memoryview(self._map)[offset - start :]
@@ -144,7 +148,7 @@ class SharedSegment:
         if self._fd < 0:
             raise SharedMemoryUnavailable("the shared-memory segment is closed")
         if os.fstat(self._fd).st_size < self.offset + self.size:
-            raise SharedMemoryUnavailable(
+            raise SegmentTooSmall(
                 f"shared memory '{self.name or 'anonymous'}' is smaller than {self.offset + self.size} bytes"
             )
 

@@ -194,8 +194,14 @@ class TraceSettings:
             document[key] = value
         return document
 
-    def update(self, changes: Mapping[str, Optional[Sequence[str]]], model: str = "") -> None:
-        """Apply changes (each a list of strings; None or [] clears a model override back to the server's)."""
+    def update(
+        self, changes: Mapping[str, Optional[Sequence[str]]], model: str = "", *, grpc_words: bool = False
+    ) -> None:
+        """Apply changes (each a list of strings; None or [] clears a model override back to the server's).
+
+        `grpc_words`: refuse a value in the words of Triton's gRPC frontend, which differ from its HTTP frontend's
+        by a space ("got: -2" where HTTP says "got:-2").
+        """
         if "trace_file" in changes:
             raise InferenceError.unimplemented("trace file location can not be updated through network protocol")
         new: Dict[str, Any] = {}
@@ -209,10 +215,9 @@ class TraceSettings:
             elif key == "trace_level":
                 new[field] = _trace_level(value)
             else:
-                new[field] = _setting_int(key, value)
+                new[field] = _setting_int(key, value, grpc_words)
+        self._check_valid(self._resulting(model, new, cleared))
         if new.get("level") and self.config.mode == "triton":
-            if not self.config.file:  # Triton's answer: it would have nowhere to write the traces
-                raise InferenceError.invalid("Attempting to set invalid trace setting :trace file name is not given")
             LOGGER.warning(
                 "trace mode 'triton' writes no trace file in this server (trace level %s asked for %s); use "
                 "trace_config mode=opentelemetry to export spans",
@@ -227,6 +232,34 @@ class TraceSettings:
         self._sampled.pop(model, None)
         for listener in list(self.listeners):
             listener()
+
+    def _resulting(self, model: str, new: Mapping[str, Any], cleared: Sequence[str]) -> TraceSetting:
+        """The settings a model (or the server) would trace with after a change: what Triton checks before it."""
+        current = self.effective(model)
+        fallback = self.effective("") if model else TraceSetting(*self._defaults())
+        result = {}
+        for field in _TRACE_FIELDS.values():
+            if field in new:
+                result[field] = new[field]
+            else:
+                result[field] = getattr(fallback if field in cleared else current, field)
+        return TraceSetting(**result)
+
+    def _check_valid(self, result: TraceSetting) -> None:
+        """Refuse a change that leaves tracing on with nothing to sample or nowhere to write, in Triton's words.
+
+        Triton refuses any setting that traces (a level other than OFF) but is invalid, naming the first reason
+        it finds in this order: a sample rate of 0, then (mode `triton`) no trace file.
+        """
+        if not result.level:
+            return
+        if not result.rate:
+            reason = "sample rate must be non-zero"
+        elif self.config.mode == "triton" and not self.config.file:
+            reason = "trace file name is not given"
+        else:
+            return
+        raise InferenceError.invalid(f"Attempting to set invalid trace setting :{reason}")
 
     def _defaults(self) -> Tuple[Tuple[str, ...], int, int, int]:
         """The startup values a cleared server setting returns to."""
@@ -246,7 +279,7 @@ def _trace_level(values: Sequence[str]) -> Tuple[str, ...]:
     return tuple(name for name in TRACE_LEVELS if name in values)
 
 
-def _setting_int(key: str, values: Sequence[str]) -> int:
+def _setting_int(key: str, values: Sequence[str], grpc_words: bool = False) -> int:
     """One integer trace setting (trace_count must be >= -1; the others >= 0)."""
     if len(values) != 1:
         raise InferenceError.invalid(f"expect only 1 value for '{key}'")
@@ -255,8 +288,9 @@ def _setting_int(key: str, values: Sequence[str]) -> int:
     except ValueError:
         raise InferenceError.invalid(f"Unable to parse '{key}', got: {values[0]}") from None
     minimum = -1 if key == "trace_count" else 0
-    if value < minimum:  # Triton's words, with no space after "got:"
-        raise InferenceError.invalid(f"Unable to parse '{key}'. Expecting value >= {minimum}, got:{values[0]}")
+    if value < minimum:  # Triton's words: its HTTP frontend puts no space after "got:", its gRPC frontend one
+        gap = " " if grpc_words else ""
+        raise InferenceError.invalid(f"Unable to parse '{key}'. Expecting value >= {minimum}, got:{gap}{values[0]}")
     # Triton keeps trace_count in an int32 and the others in a uint32; it refuses the uint32 maximum itself
     # (4294967295 was refused as "out of range [ 0, 4294967295 ]" by tritonserver 2.51).
     high = _UINT32_END if minimum == 0 else _INT32_MAX

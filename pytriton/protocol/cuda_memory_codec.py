@@ -10,6 +10,7 @@ from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.shared_memory.cuda import CudaRegion
+from pytriton.core.shared_memory.cuda_runtime import IPC_HANDLE_BYTES
 from pytriton.protocol.http_codec import parse_json_object
 
 
@@ -26,6 +27,8 @@ def register_request(body: Union[bytes, bytearray, memoryview]) -> Tuple[bytes, 
         handle = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
         raise InferenceError.invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t") from None
+    if len(handle) != IPC_HANDLE_BYTES:  # Triton's HTTP frontend checks the decoded size as it parses
+        raise InferenceError.invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
     return handle, _unsigned(document, "device_id"), _unsigned(document, "byte_size")
 
 

@@ -587,3 +587,16 @@ def check_load_parameters(parameters: Mapping[str, Message]) -> None:
                 raise InferenceError.invalid("invalid value type for load parameter 'config', expected string_param.")
         elif not key.startswith("file:"):
             raise InferenceError.invalid(f"unrecognized load parameter '{key}'.")
+
+
+def check_unload_parameters(parameters: Mapping[str, Message]) -> None:
+    """Refuse a RepositoryModelUnload's `unload_dependents` that is no bool_param, as Triton's gRPC frontend does.
+
+    Triton reads no other parameter of an unload; the model is not unloaded when this refuses.
+
+    Raises:
+        InferenceError: INVALID_ARGUMENT, in Triton's words.
+    """
+    dependents = parameters.get("unload_dependents")
+    if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
+        raise InferenceError.invalid("invalid value type for 'unload_dependents' parameter, expected bool_param.")

@@ -58,11 +58,12 @@ class CudaSharedMemory:
         """Open a client's allocation by its IPC handle and register it under `name`."""
         if not name:
             raise InferenceError.invalid("'region name' is necessary to register cuda shared memory region")
-        if len(raw_handle) != IPC_HANDLE_BYTES:
-            raise InferenceError.invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
         runtime = self._cuda()
         if runtime is None:
             raise InferenceError.invalid(f"failed to register CUDA shared memory region: '{name}', GPUs not supported")
+        if len(raw_handle) != IPC_HANDLE_BYTES:  # no handle CUDA could open: Triton's gRPC answer (HTTP's codec refuses
+            # such a handle first, in its words)
+            raise InferenceError.invalid("failed to register shared memory region: invalid args")
         with self._lock:  # held across the CUDA calls: two registrations of one name must not both open it
             if name in self._regions:
                 raise InferenceError(Status.ALREADY_EXISTS, f"shared memory region '{name}' already in manager")

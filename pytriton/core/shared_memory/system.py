@@ -6,8 +6,9 @@ written into it. Every access is checked against the region. Tensors move throug
 descriptor (pread, pwrite), not through its mapping: a segment the client shrank reads short, where touching
 the mapping past the file's end would be SIGBUS. Inputs are copied out, so the client cannot change a request
 while the model runs. Messages and statuses are Triton's, except that
-a registration Triton refuses with INTERNAL (a key that cannot be opened, a range outside the segment) is a
-client's mistake here: INVALID_ARGUMENT.
+a key that cannot be opened, which Triton refuses with INTERNAL, is a client's mistake here: INVALID_ARGUMENT;
+and regions Triton 2.51 refuses for how it maps them (an offset that is no multiple of the page size, a second
+region of a segment, whose first region's closed descriptor it reuses) are taken.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.raw_tensors import Buffer
-from pytriton.ipc.segments import SharedMemoryUnavailable, SharedSegment
+from pytriton.ipc.segments import SegmentTooSmall, SharedMemoryUnavailable, SharedSegment
 
 # Linux moves at most this many bytes in one read or write call (MAX_RW_COUNT).
 MAX_CALL_BYTES = 0x7FFFF000
@@ -90,10 +91,15 @@ class SystemSharedMemory:
             raise InferenceError.invalid(f"Unable to open shared memory region: '{key}'")
         try:
             segment = SharedSegment.open_named(key, offset, byte_size)
+        except SegmentTooSmall:
+            raise InferenceError.invalid(f"failed to register shared memory region '{name}': invalid args") from None
         except SharedMemoryUnavailable as error:
             if error.errno is not None:  # the segment could not be opened at all
                 raise InferenceError.invalid(f"Unable to open shared memory region: '{key}'") from None
-            raise InferenceError.invalid(f"Invalid shared memory region: '{key}'") from None
+            # Triton's mmap of 0 bytes fails with EINVAL, its message run on into strerror's
+            raise InferenceError.invalid(
+                f"failed to register shared memory region '{name}': unable to process address spaceInvalid argument"
+            ) from None
         self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment)
         self.generation = next(_GENERATIONS)
 

@@ -124,9 +124,10 @@ class InferenceServicer:
 
     @unary
     async def RepositoryModelUnload(self, request: Message, context: Any) -> Message:
-        """Stop serving a model after its queued requests (Triton ignores an unload's parameters)."""
+        """Stop serving a model after its queued requests (Triton reads no parameter but `unload_dependents`)."""
         if request.repository_name:  # Triton's answer
             raise InferenceError.unimplemented("'repository_name' specification is not supported")
+        grpc_codec.check_unload_parameters(request.parameters)
         await self._engine.unload(request.model_name)
         return service_pb2.RepositoryModelUnloadResponse()
 
@@ -172,7 +173,7 @@ class InferenceServicer:
         if model and not self._engine.model_ready(model):
             raise InferenceError.invalid(f"Request for unknown model : {model}")
         if request.settings:
-            settings.trace.update(settings_codec.trace_changes(request), model)
+            settings.trace.update(settings_codec.trace_changes(request), model, grpc_words=True)
         return settings_codec.trace_response(settings.trace.document(model))
 
     def _runtime_settings(self, what: str) -> ServerSettings:

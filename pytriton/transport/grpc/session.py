@@ -330,7 +330,8 @@ class Http2Session:
             elif self.over_cap:
                 sender.answer_status(stream_id, grpc.StatusCode.UNAVAILABLE, self._over_cap_details())
             elif method is None:
-                sender.answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+                # Triton's (grpc's C++ core) answer to a method or service it does not serve: no grpc-message
+                sender.answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "")
             else:
                 reader = MessageReader(request_encoding(encoding), state.max_message_bytes, state.inflation_budget)
                 call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
