@@ -494,6 +494,20 @@ def test_after_a_half_close_receive_says_the_client_left_but_the_answer_is_still
     assert seen == ["http.disconnect"]
 
 
+def test_an_app_that_stops_for_a_half_closed_client_closes_the_connection_without_a_500() -> None:
+    """A streaming route stops when its client reads as gone: nothing is owed to it, not an error of the server's."""
+
+    async def stops(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await read_all(receive)
+        await receive()  # http.disconnect: the client half-closed
+
+    with serving(stops) as served:
+        with connect(served.port) as sock:
+            sock.sendall(raw("POST", "/stream", b"body"))
+            sock.shutdown(socket.SHUT_WR)
+            assert Reader(sock).closed()
+
+
 @pytest.mark.parametrize("cut", ["head", "body"])
 def test_a_request_cut_off_by_a_half_close_closes_the_connection_unanswered(echo_server: Served, cut: str) -> None:
     request = raw("POST", "/cut", b"0123456789")

@@ -540,6 +540,8 @@ class HttpConnection(asyncio.BufferedProtocol):
             LOGGER.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             self._give_up(cycle, f"internal server error: {error}")
         else:
+            if cycle.client_done and not cycle.response_started:  # it stopped for a client that reads as gone
+                cycle.disconnected = True
             if not cycle.response_complete:
                 self._give_up(cycle, "the application returned without completing its response")
 
