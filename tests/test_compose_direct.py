@@ -718,4 +718,5 @@ def test_an_inner_call_awaited_in_its_callers_task_that_the_caller_stops_awaitin
         assert _scheduler(triton, "inner").open_requests == (0, 0)
         inner.held = False
         assert _infer(url, "caller", 2.0).tolist() == [[2.0]]  # its instance is free again
-        assert inner.tasks == ["call_model_async"] * 2  # awaited in the task of wait_for that awaits the call
+        # Awaited where wait_for awaits the call (a task of wait_for's own before Python 3.12), not in a batch's task
+        assert len(inner.tasks) == 2 and "Scheduler._run" not in inner.tasks

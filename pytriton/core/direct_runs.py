@@ -233,7 +233,7 @@ async def _await_call(
         if context is None:
             results = await started
         else:
-            shielded = CancelShieldedCall(started, context)  # type: ignore[arg-type]
+            shielded = CancelShieldedCall(started, context, own_cancels=False)  # type: ignore[arg-type]
             try:
                 results = await shielded
             except asyncio.CancelledError:
