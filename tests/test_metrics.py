@@ -344,6 +344,16 @@ def test_summary_latencies(start_triton: Callable[..., Triton]) -> None:
         assert all(s.value >= 0 for s in quantile_samples), name
 
 
+def test_summaries_count_a_model_bound_while_serving(start_triton: Callable[..., Triton]) -> None:
+    # `with Triton() as triton: triton.bind(...)` binds once the server runs, as does a bind after run().
+    triton = start_triton(lambda _: None, metrics_config=["summary_latencies=true"])
+    _bind_echo(triton)
+    infer(triton, "echo", rows(1))
+    families = scrape(triton)
+    for name in SUMMARIES:
+        assert sample(families, name, "_count", **labels("echo")) == 1, name
+
+
 def test_summaries_are_off_by_default(start_triton: Callable[..., Triton]) -> None:
     families = scrape(start_triton(_bind_echo))
     assert not set(SUMMARIES) & set(families)
