@@ -122,6 +122,16 @@ _SUMMARIES = (
         "compute_output",
         "Summary of compute output duration in microseconds (does not include cached requests)",
     ),
+    (
+        "nv_cache_hit_summary_per_model",
+        "cache_hit",
+        "Summary of cache hit counts/durations per model, in microseconds.",
+    ),
+    (
+        "nv_cache_miss_summary_per_model",
+        "cache_miss",
+        "Summary of cache miss counts/durations per model, in microseconds.",
+    ),
 )
 FAILURE_REASONS = tuple(reason.value for reason in FailureReason)
 _FAILURE_HELP = "Number of failed inference requests, all batch sizes"

@@ -154,6 +154,7 @@ class MetricsFrontend:
         latencies = ModelLatencies(
             summaries=settings.summary_latencies,
             first_response_histogram=settings.histogram_latencies and model.spec.decoupled,
+            cache=model.cache is not None,
         )
         self._latencies[model] = latencies
         if latencies.summaries or latencies.first_response_ms is not None:
