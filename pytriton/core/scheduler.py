@@ -165,11 +165,9 @@ class Scheduler:
                 if gone is not None:
                     self._watch.watch(entry, gone)
                 return self._launch(instance, [entry])
-        try:
-            entry = self._queues.push(request, sink)
-        except InferenceError as error:
-            self.stats.record_failure(0, error.reason.value)
-            raise
+        # A full queue refuses the request before it is one of the model's: tritonserver 2.51 counts no failure
+        # (statistics, nv_inference_request_failure; REJECTED is for a request that timed out in the queue).
+        entry = self._queues.push(request, sink)
         if gone is not None:
             self._watch.watch(entry, gone)
         if (self._free or entry.deadline_ns) and not self._held:  # else _release (or release) schedules
