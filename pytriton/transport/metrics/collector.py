@@ -162,7 +162,8 @@ def collect(
             family(name, "counter", help_text).add(labels, read(stats))
         failures = family("nv_inference_request_failure", "counter", _FAILURE_HELP)
         for reason in (*FAILURE_REASONS, *sorted(set(stats.failures_by_reason) - set(FAILURE_REASONS))):
-            failures.add((*labels, ("reason", reason)), stats.failures_by_reason.get(reason, 0))
+            # Labels sorted by name, as prometheus-cpp writes them for Triton.
+            failures.add((labels[0], ("reason", reason), labels[1]), stats.failures_by_reason.get(reason, 0))
         family(
             "nv_inference_pending_request_count",
             "gauge",
