@@ -159,6 +159,28 @@ def test_counts_match_statistics(start_triton: Callable[..., Triton]) -> None:
     assert sample(families, "nv_inference_request_duration_us", **labels("echo")) > 0
 
 
+def test_failure_labels_in_triton_order(start_triton: Callable[..., Triton]) -> None:
+    # prometheus-cpp writes a series' labels sorted by name: tritonserver 2.51 sends reason between model and version.
+    triton = start_triton(_bind_echo)
+    assert triton.metrics_port is not None
+    _, _, body = request(triton.metrics_port, "GET", "/metrics")
+    assert 'nv_inference_request_failure{model="echo",reason="BACKEND",version="1"} 0\n' in body.decode()
+
+
+def test_a_failed_execution_has_compute_times(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51's batch_stats of a callable that raised: compute_input, _infer and _output all over 0 ns.
+    def bind(triton: Triton) -> None:
+        triton.bind("flaky", _fail_on_negative, inputs=VECTOR, outputs=VECTOR_OUT, config=ModelConfig(max_batch_size=8))
+
+    triton = start_triton(bind)
+    with pytest.raises(InferenceServerException, match="negative input"):
+        infer(triton, "flaky", rows(2, -1.0))
+    (batch,) = model_stats(triton, "flaky")["batch_stats"]
+    assert batch["batch_size"] == 2
+    for key in ("compute_input", "compute_infer", "compute_output"):
+        assert batch[key]["count"] == 1 and batch[key]["ns"] > 0, key
+
+
 def test_queue_full_is_no_failure(start_triton: Callable[..., Triton]) -> None:
     running = threading.Event()
     release = threading.Event()

@@ -489,6 +489,7 @@ class Scheduler:
             failure = self._as_inference_error(error, len(batch))
             for index, entry in enumerate(batch):
                 self._hand_over(slots, index, self._fail, entry, failure)
+            output_end_ns = time.monotonic_ns()  # answering the failure is its compute output, as in Triton's stats
             if not isinstance(error, Exception) and not self._in_flight.answered(error, task):
                 raise
         finally:
