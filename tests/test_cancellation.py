@@ -141,7 +141,7 @@ def _assert_counted_as_cancelled(triton: Triton) -> None:
     assert stats["inference_count"] == 0
     assert triton.metrics_port is not None
     text = request(triton.metrics_port, "GET", "/metrics")[2].decode()
-    assert 'nv_inference_request_failure{model="watchful",version="1",reason="CANCELED"} 1' in text
+    assert 'nv_inference_request_failure{model="watchful",reason="CANCELED",version="1"} 1' in text
 
 
 def _assert_generator_closed_at_next_step(marks: Path) -> None:

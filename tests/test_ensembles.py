@@ -1304,7 +1304,7 @@ def test_a_request_without_inputs_to_a_batching_model_fails_as_in_triton_also_as
         assert opt["inference_stats"]["fail"]["count"] == 4 and opt["execution_count"] == 0
         with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=10) as scraped:
             metrics = scraped.read().decode()
-        assert 'nv_inference_request_failure{model="opt",version="1",reason="BACKEND"} 4' in metrics
+        assert 'nv_inference_request_failure{model="opt",reason="BACKEND",version="1"} 4' in metrics
 
 
 class SlowBranch:
@@ -1385,7 +1385,7 @@ def test_a_step_that_fails_answers_at_once_while_the_other_running_steps_finish(
         # tritonserver 2.51's metrics gave every one of these failures the reason OTHER.
         with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=10) as answer:
             metrics = answer.read().decode()
-        assert 'nv_inference_request_failure{model="fork",version="1",reason="OTHER"} 4' in metrics
-        assert 'nv_inference_request_failure{model="fork",version="1",reason="BACKEND"} 0' in metrics
+        assert 'nv_inference_request_failure{model="fork",reason="OTHER",version="1"} 4' in metrics
+        assert 'nv_inference_request_failure{model="fork",reason="BACKEND",version="1"} 0' in metrics
         status, document = _post_infer(triton, "fork", ["OB"])
         assert status == 200 and document["outputs"][0]["data"] == [101.0, 102.0, 103.0, 104.0]

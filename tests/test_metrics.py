@@ -159,7 +159,29 @@ def test_counts_match_statistics(start_triton: Callable[..., Triton]) -> None:
     assert sample(families, "nv_inference_request_duration_us", **labels("echo")) > 0
 
 
-def test_queue_full_is_rejected(start_triton: Callable[..., Triton]) -> None:
+def test_failure_labels_in_triton_order(start_triton: Callable[..., Triton]) -> None:
+    # prometheus-cpp writes a series' labels sorted by name: tritonserver 2.51 sends reason between model and version.
+    triton = start_triton(_bind_echo)
+    assert triton.metrics_port is not None
+    _, _, body = request(triton.metrics_port, "GET", "/metrics")
+    assert 'nv_inference_request_failure{model="echo",reason="BACKEND",version="1"} 0\n' in body.decode()
+
+
+def test_a_failed_execution_has_compute_times(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51's batch_stats of a callable that raised: compute_input, _infer and _output all over 0 ns.
+    def bind(triton: Triton) -> None:
+        triton.bind("flaky", _fail_on_negative, inputs=VECTOR, outputs=VECTOR_OUT, config=ModelConfig(max_batch_size=8))
+
+    triton = start_triton(bind)
+    with pytest.raises(InferenceServerException, match="negative input"):
+        infer(triton, "flaky", rows(2, -1.0))
+    (batch,) = model_stats(triton, "flaky")["batch_stats"]
+    assert batch["batch_size"] == 2
+    for key in ("compute_input", "compute_infer", "compute_output"):
+        assert batch[key]["count"] == 1 and batch[key]["ns"] > 0, key
+
+
+def test_queue_full_is_no_failure(start_triton: Callable[..., Triton]) -> None:
     running = threading.Event()
     release = threading.Event()
 
@@ -188,8 +210,10 @@ def test_queue_full_is_rejected(start_triton: Callable[..., Triton]) -> None:
 
     families = scrape(triton)
     assert sample(families, "nv_inference_request_success", **labels("gated")) == 2
-    assert sample(families, "nv_inference_request_failure", **labels("gated"), reason="REJECTED") == 1
-    assert sample(families, "nv_inference_request_failure", **labels("gated"), reason="BACKEND") == 0
+    # tritonserver 2.51 counts no failure for a request its full queue refused (REJECTED: timed out in the queue).
+    for reason in ("REJECTED", "BACKEND", "OTHER", "CANCELED"):
+        assert sample(families, "nv_inference_request_failure", **labels("gated"), reason=reason) == 0
+    assert model_stats(triton, "gated")["inference_stats"]["fail"]["count"] == 0
     assert sample(families, "nv_inference_count", **labels("gated")) == 2
     assert sample(families, "nv_inference_exec_count", **labels("gated")) == 2
     assert sample(families, "nv_inference_pending_request_count", **labels("gated")) == 0
@@ -344,6 +368,64 @@ def test_summary_latencies(start_triton: Callable[..., Triton]) -> None:
         assert all(s.value >= 0 for s in quantile_samples), name
 
 
+def test_summaries_count_a_model_bound_while_serving(start_triton: Callable[..., Triton]) -> None:
+    # `with Triton() as triton: triton.bind(...)` binds once the server runs, as does a bind after run().
+    triton = start_triton(lambda _: None, metrics_config=["summary_latencies=true"])
+    _bind_echo(triton)
+    infer(triton, "echo", rows(1))
+    families = scrape(triton)
+    for name in SUMMARIES:
+        assert sample(families, name, "_count", **labels("echo")) == 1, name
+
+
+def test_compute_summaries_observe_each_successful_request(start_triton: Callable[..., Triton]) -> None:
+    # As tritonserver 2.51's: one observation per successful request (3 in one batch: 3), none for a failed one.
+    entered = threading.Event()
+    release = threading.Event()
+
+    def gated(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        entered.set()
+        assert release.wait(30)
+        return _fail_on_negative(requests)
+
+    def bind(triton: Triton) -> None:
+        triton.bind("gated", gated, inputs=VECTOR, outputs=VECTOR_OUT, config=ModelConfig(max_batch_size=8))
+
+    triton = start_triton(bind, metrics_config=["summary_latencies=true"])
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(infer, triton, "gated", rows(1))
+        assert entered.wait(30)
+        batched = [pool.submit(infer, triton, "gated", rows(1)) for _ in range(3)]
+        wait_for_pending(triton, "gated", 3)
+        release.set()
+        for future in (first, *batched):
+            future.result(30)
+    with pytest.raises(InferenceServerException, match="negative input"):
+        infer(triton, "gated", rows(1, -1.0))
+    families = scrape(triton)
+    stats = model_stats(triton, "gated")
+    assert (stats["execution_count"], stats["inference_stats"]["fail"]["count"]) == (3, 1)
+    for name, key in SUMMARIES.items():
+        assert sample(families, name, "_count", **labels("gated")) == stats["inference_stats"][key]["count"] == 4, name
+
+
+def test_response_cache_summaries(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51: a cached model's hits and misses have summaries of their own, and it has no request summary.
+    def bind(triton: Triton) -> None:
+        _bind_echo(triton, "cached", response_cache=True)
+
+    triton = start_triton(bind, cache_config=["local,size=1048576"], metrics_config=["summary_latencies=true"])
+    for value in (1.0, 1.0, 1.0, 2.0):
+        infer(triton, "cached", rows(1, value))
+    families = scrape(triton)
+    assert sample(families, "nv_cache_hit_summary_per_model", "_count", **labels("cached")) == 2
+    assert sample(families, "nv_cache_miss_summary_per_model", "_count", **labels("cached")) == 2
+    assert families["nv_cache_hit_summary_per_model"].type == "summary"
+    assert "nv_inference_request_summary_us" not in families
+    assert sample(families, "nv_inference_queue_summary_us", "_count", **labels("cached")) == 4
+    assert sample(families, "nv_inference_compute_infer_summary_us", "_count", **labels("cached")) == 2
+
+
 def test_summaries_are_off_by_default(start_triton: Callable[..., Triton]) -> None:
     families = scrape(start_triton(_bind_echo))
     assert not set(SUMMARIES) & set(families)
@@ -481,8 +563,7 @@ def test_summary_keeps_a_weighted_sample_when_full() -> None:
 
 def test_model_latencies_convert_units() -> None:
     latencies = ModelLatencies(summaries=True, first_response_histogram=True)
-    latencies.request_succeeded(total_ns=2_000_000, queue_ns=500_000)
-    latencies.model_executed(batch_size=4, input_ns=1_000, infer_ns=3_000, output_ns=2_000)
+    latencies.request_succeeded(total_ns=2_000_000, queue_ns=500_000, compute=(1_000, 3_000, 2_000))
     latencies.first_response_sent(250_000_000)
     assert latencies.summaries["request"].snapshot().quantiles([0.5]) == [2000.0]
     assert [latencies.summaries[stage].total for stage in ("queue", "compute_input", "compute_infer")] == [500, 1, 3]

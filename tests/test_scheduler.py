@@ -162,7 +162,9 @@ def test_queue_full_is_rejected_with_503():
         queued = _send_all(triton.http_port, [_body(1), _body(2)])
         _wait_pending(triton, 2)
         status, document = post_json(triton.http_port, "/v2/models/m/infer", _body(3))
-        assert status == 503 and document["error"] == "Exceeds maximum queue size"
+        assert status == 503 and document["error"] == "[request id: <id_unknown>] Exceeds maximum queue size"
+        status, document = post_json(triton.http_port, "/v2/models/m/infer", {**_body(4), "id": "r4"})
+        assert status == 503 and document["error"] == "[request id: r4] Exceeds maximum queue size"
         model.release.set()
         assert [f.result()[0] for f in first + queued] == [200, 200, 200]
 

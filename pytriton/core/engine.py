@@ -79,6 +79,9 @@ class Engine:
         self.models_changed: Optional[Callable[[], object]] = None
         # Called after a load bound a model version again (what follows the served models, such as tracing).
         self.rebound: Optional[Callable[[], None]] = None
+        # Called with each model version as it is made, before its first request (bound, or bound again by a
+        # load): what observes every request of it (the metrics' summaries and histograms).
+        self.model_made: List[Callable[[ServedModel], None]] = []
 
     @property
     def has_cache(self) -> bool:
@@ -128,6 +131,8 @@ class Engine:
             )
         model = ServedModel(spec, instances, self._cache, self._on_unrecoverable)
         model.scheduler.models = self  # the callable's inner calls (core/composition/)
+        for made in self.model_made:
+            made(model)
         if spec.warmup:
             model.state = ModelState.LOADING
             task = asyncio.get_running_loop().create_task(warm_up(model))

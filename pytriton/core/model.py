@@ -130,8 +130,7 @@ class ServedModel:
         cached = self.cache.get(key)
         lookup_ns = time.monotonic_ns() - lookup_start
         if cached is not None:
-            self.stats.inference["cache_hit"].add(lookup_ns)
-            self.stats.record_success(lookup_ns, 0, batch_size=0)  # Triton counts no inference for a cache hit
+            self.stats.record_cache_hit(lookup_ns)  # Triton counts no inference for a cache hit
         return key, cached
 
     def remember(self, key: bytes, response: InferenceResponse) -> None:
@@ -139,7 +138,7 @@ class ServedModel:
         if self.cache is not None:
             insert_start = time.monotonic_ns()
             self.cache.put(key, response, self.spec.name)
-            self.stats.inference["cache_miss"].add(time.monotonic_ns() - insert_start)
+            self.stats.record_cache_miss(time.monotonic_ns() - insert_start)
 
     def submit(self, request: InferenceRequest, sink: ResponseSink, streaming: bool) -> Optional[ResponseSink]:
         """Queue a request whose responses go to `sink` (a frontend process's, on the hub); the cache answers first.

@@ -96,12 +96,12 @@ class PriorityQueues:
         return self._default_level
 
     def push(self, request: InferenceRequest, sink: ResponseSink) -> Entry:
-        """Queue a request, or raise UNAVAILABLE when its level is full."""
+        """Queue a request, or raise UNAVAILABLE when its level is full (Triton's message names the request)."""
         level_number = self.level_of(request.priority)
         level = self._levels[level_number - 1]
         policy = level.policy
         if policy.max_queue_size > 0 and level.size() >= policy.max_queue_size:
-            raise InferenceError.unavailable(QUEUE_FULL_MESSAGE)
+            raise InferenceError.unavailable(QUEUE_FULL_MESSAGE).for_request(request.id)
         timeout_us = policy.default_timeout_microseconds
         if policy.allow_timeout_override and 0 < request.timeout_us < timeout_us:
             timeout_us = request.timeout_us

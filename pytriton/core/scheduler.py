@@ -165,11 +165,9 @@ class Scheduler:
                 if gone is not None:
                     self._watch.watch(entry, gone)
                 return self._launch(instance, [entry])
-        try:
-            entry = self._queues.push(request, sink)
-        except InferenceError as error:
-            self.stats.record_failure(0, error.reason.value)
-            raise
+        # A full queue refuses the request before it is one of the model's: tritonserver 2.51 counts no failure
+        # (statistics, nv_inference_request_failure; REJECTED is for a request that timed out in the queue).
+        entry = self._queues.push(request, sink)
         if gone is not None:
             self._watch.watch(entry, gone)
         if (self._free or entry.deadline_ns) and not self._held:  # else _release (or release) schedules
@@ -491,6 +489,7 @@ class Scheduler:
             failure = self._as_inference_error(error, len(batch))
             for index, entry in enumerate(batch):
                 self._hand_over(slots, index, self._fail, entry, failure)
+            output_end_ns = time.monotonic_ns()  # answering the failure is its compute output, as in Triton's stats
             if not isinstance(error, Exception) and not self._in_flight.answered(error, task):
                 raise
         finally:

@@ -40,20 +40,21 @@ INFERENCE_STAT_NAMES = (
 BATCH_STAT_NAMES = ("compute_input", "compute_infer", "compute_output")
 
 
+ComputeTimes = Tuple[int, int, int]  # compute input, infer and output, in nanoseconds
+
+
 class StatsObserver(Protocol):
     """Sees each latency as the statistics record it (metrics histograms and summaries)."""
 
-    def request_succeeded(self, total_ns: int, queue_ns: int) -> None:
-        """A request succeeded after `total_ns`, of which `queue_ns` waiting."""
+    def request_succeeded(self, total_ns: int, queue_ns: int, compute: Optional[ComputeTimes]) -> None:
+        """A request succeeded after `total_ns`, `queue_ns` of it waiting; `compute`: its model's (None: cache hit)."""
 
-    def model_executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """The model ran once over `batch_size` rows."""
+    def cache_looked_up(self, hit: bool, ns: int) -> None:
+        """The response cache found (`hit`) or stored a request's response in `ns`."""
 
     def first_response_sent(self, ns: int) -> None:
         """A decoupled request sent its first response `ns` after it arrived."""
 
-
-ComputeTimes = Tuple[int, int, int]
 
 # Bucket bounds (seconds) of the token histograms, as vLLM's metrics have them.
 FIRST_TOKEN_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -131,8 +132,6 @@ class ModelStats:
         stats["compute_input"].add(input_ns)
         stats["compute_infer"].add(infer_ns)
         stats["compute_output"].add(output_ns)
-        for observer in self.observers:
-            observer.model_executed(batch_size, input_ns, infer_ns, output_ns)
 
     def record_success(
         self, total_ns: int, queue_ns: int, compute: Optional[ComputeTimes] = None, batch_size: int = 1
@@ -150,7 +149,20 @@ class ModelStats:
             inference["compute_infer"].add(compute[1])
             inference["compute_output"].add(compute[2])
         for observer in self.observers:
-            observer.request_succeeded(total_ns, queue_ns)
+            observer.request_succeeded(total_ns, queue_ns, compute)
+
+    def record_cache_hit(self, lookup_ns: int) -> None:
+        """A request the response cache answered after a lookup of `lookup_ns`: a success, with no inference."""
+        self.inference["cache_hit"].add(lookup_ns)
+        self.record_success(lookup_ns, 0, batch_size=0)
+        for observer in self.observers:
+            observer.cache_looked_up(True, lookup_ns)
+
+    def record_cache_miss(self, insertion_ns: int) -> None:
+        """A response the cache had not, stored in `insertion_ns`."""
+        self.inference["cache_miss"].add(insertion_ns)
+        for observer in self.observers:
+            observer.cache_looked_up(False, insertion_ns)
 
     def record_lone_success(
         self, batch_size: int, rows: int, input_ns: int, infer_ns: int, output_ns: int, total_ns: int
@@ -183,8 +195,7 @@ class ModelStats:
         self.inference["queue"].count += 1
         if self.observers:
             for observer in self.observers:
-                observer.model_executed(rows, input_ns, infer_ns, output_ns)
-                observer.request_succeeded(total_ns, 0)
+                observer.request_succeeded(total_ns, 0, (input_ns, infer_ns, output_ns))
 
     def _lone_durations(self, rows: int) -> Tuple[Duration, ...]:
         """The durations a lone success of `rows` rows adds to (record_lone_success), looked up once."""
@@ -209,7 +220,7 @@ class ModelStats:
         inference["compute_output"].add(compute[2] * count, count)
         for observer in self.observers:
             for total_ns, queue_ns in zip(totals_ns, queues_ns):
-                observer.request_succeeded(total_ns, queue_ns)
+                observer.request_succeeded(total_ns, queue_ns, compute)
 
     def record_first_response(self, ns: int) -> None:
         """A decoupled request sent its first response (metrics only)."""

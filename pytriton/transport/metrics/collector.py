@@ -122,6 +122,16 @@ _SUMMARIES = (
         "compute_output",
         "Summary of compute output duration in microseconds (does not include cached requests)",
     ),
+    (
+        "nv_cache_hit_summary_per_model",
+        "cache_hit",
+        "Summary of cache hit counts/durations per model, in microseconds.",
+    ),
+    (
+        "nv_cache_miss_summary_per_model",
+        "cache_miss",
+        "Summary of cache miss counts/durations per model, in microseconds.",
+    ),
 )
 FAILURE_REASONS = tuple(reason.value for reason in FailureReason)
 _FAILURE_HELP = "Number of failed inference requests, all batch sizes"
@@ -152,7 +162,8 @@ def collect(
             family(name, "counter", help_text).add(labels, read(stats))
         failures = family("nv_inference_request_failure", "counter", _FAILURE_HELP)
         for reason in (*FAILURE_REASONS, *sorted(set(stats.failures_by_reason) - set(FAILURE_REASONS))):
-            failures.add((*labels, ("reason", reason)), stats.failures_by_reason.get(reason, 0))
+            # Labels sorted by name, as prometheus-cpp writes them for Triton.
+            failures.add((labels[0], ("reason", reason), labels[1]), stats.failures_by_reason.get(reason, 0))
         family(
             "nv_inference_pending_request_count",
             "gauge",

@@ -51,7 +51,9 @@ class MetricsFrontend:
         sock = bind_socket(self._address, self._requested_port)
         loop = asyncio.get_running_loop()
         self._renderer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="pytriton-metrics")
-        self._observe_new_models()
+        for model in self._engine.models():
+            self._observe(model)
+        self._engine.model_made.append(self._observe)
         if self._settings.cpu_metrics:
             host = HostMonitor()
             if host.start():
@@ -80,6 +82,8 @@ class MetricsFrontend:
         if self._server is not None:
             await self._server.stop(sending_s)
             self._server = None
+        if self._observe in self._engine.model_made:
+            self._engine.model_made.remove(self._observe)
         for observers, latencies in self._observed:
             observers.remove(latencies)
         self._observed.clear()
@@ -103,7 +107,6 @@ class MetricsFrontend:
 
     async def scrape(self) -> bytes:
         """The exposition text: numbers are copied on the loop, formatted (and quantiles sorted) off it."""
-        self._observe_new_models()
         families = collect(self._engine, self._settings, self._latencies, self._host, self._gpu, self._routes)
         return await asyncio.get_running_loop().run_in_executor(self._renderer, render, families)
 
@@ -139,20 +142,21 @@ class MetricsFrontend:
             if self._gpu is not None:
                 await loop.run_in_executor(self._renderer, self._gpu.poll)
 
-    def _observe_new_models(self) -> None:
-        """Give each model not seen yet its histogram and summaries (when metrics_config asks for them)."""
+    def _observe(self, model: ServedModel) -> None:
+        """Give a model its histogram and summaries (when metrics_config asks for them), before its first request.
+
+        Models bound before the start are observed then; those bound or bound again later, as they are made.
+        """
         settings = self._settings
-        if not (settings.summary_latencies or settings.histogram_latencies):
+        if not (settings.summary_latencies or settings.histogram_latencies) or model in self._latencies:
             return
-        for model in self._engine.models():
-            if model in self._latencies:
-                continue
-            observers = model.stats.observers
-            latencies = ModelLatencies(
-                summaries=settings.summary_latencies,
-                first_response_histogram=settings.histogram_latencies and model.spec.decoupled,
-            )
-            self._latencies[model] = latencies
-            if latencies.summaries or latencies.first_response_ms is not None:
-                observers.append(latencies)
-                self._observed.append((observers, latencies))
+        observers = model.stats.observers
+        latencies = ModelLatencies(
+            summaries=settings.summary_latencies,
+            first_response_histogram=settings.histogram_latencies and model.spec.decoupled,
+            cache=model.cache is not None,
+        )
+        self._latencies[model] = latencies
+        if latencies.summaries or latencies.first_response_ms is not None:
+            observers.append(latencies)
+            self._observed.append((observers, latencies))

@@ -12,10 +12,11 @@ import math
 import random
 import time
 from collections import deque
-from typing import Callable, Deque, Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from pytriton.core.stats import ComputeTimes
 from pytriton.transport.metrics.exposition import Family, Labels, sample_line
 
 # Triton's default buckets of nv_inference_first_response_histogram_ms.
@@ -26,6 +27,7 @@ SUMMARY_AGE_BUCKETS = 5
 # Observations kept per age bucket; beyond that a uniform reservoir sample stands in for the rest.
 SUMMARY_BUCKET_CAPACITY = 1024
 SUMMARY_STAGES = ("request", "queue", "compute_input", "compute_infer", "compute_output")
+CACHE_SUMMARY_STAGES = ("cache_hit", "cache_miss")  # a model with the response cache only
 
 # Values of one age bucket and the weight of each (observations seen / values kept).
 WindowPart = Tuple["array.array[float]", float]
@@ -161,28 +163,37 @@ class SlidingSummary:
 class ModelLatencies:
     """Summaries (microseconds) and the first-response histogram (milliseconds) of one model version.
 
-    An observer of the model's statistics: the core calls it as it records each request and execution.
+    An observer of the model's statistics: the core calls it as it records each request. As Triton's, the summaries
+    observe each successful request (its compute times too: a failed execution shows in none), and a model with
+    the response cache has the cache's summaries and no request summary (tritonserver 2.51 leaves it out, as a
+    cache hit's duration and a miss's insertion are not one observation).
     """
 
-    def __init__(self, *, summaries: bool, first_response_histogram: bool) -> None:
-        """Create the summaries and the histogram that the metrics settings ask for."""
-        self.summaries: Dict[str, SlidingSummary] = (
-            {stage: SlidingSummary() for stage in SUMMARY_STAGES} if summaries else {}
-        )
+    def __init__(self, *, summaries: bool, first_response_histogram: bool, cache: bool = False) -> None:
+        """Create the summaries and the histogram that the metrics settings ask for; `cache`: the model's is on."""
+        stages = (*SUMMARY_STAGES[1:], *CACHE_SUMMARY_STAGES) if cache else SUMMARY_STAGES
+        self.summaries: Dict[str, SlidingSummary] = {stage: SlidingSummary() for stage in stages} if summaries else {}
         self.first_response_ms = Histogram(FIRST_RESPONSE_BUCKETS_MS) if first_response_histogram else None
 
-    def request_succeeded(self, total_ns: int, queue_ns: int) -> None:
-        """A request succeeded after `total_ns`, `queue_ns` of it queued (cache hits included)."""
-        if self.summaries:
-            self.summaries["request"].observe(total_ns / 1000)
-            self.summaries["queue"].observe(queue_ns / 1000)
+    def request_succeeded(self, total_ns: int, queue_ns: int, compute: Optional[ComputeTimes]) -> None:
+        """A request succeeded after `total_ns`, `queue_ns` of it queued; `compute` None: a cache hit."""
+        summaries = self.summaries
+        if not summaries:
+            return
+        request = summaries.get("request")
+        if request is not None:
+            request.observe(total_ns / 1000)
+        summaries["queue"].observe(queue_ns / 1000)
+        if compute is not None:
+            summaries["compute_input"].observe(compute[0] / 1000)
+            summaries["compute_infer"].observe(compute[1] / 1000)
+            summaries["compute_output"].observe(compute[2] / 1000)
 
-    def model_executed(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
-        """A model execution ended, with its compute input, infer and output durations."""
-        if self.summaries:
-            self.summaries["compute_input"].observe(input_ns / 1000)
-            self.summaries["compute_infer"].observe(infer_ns / 1000)
-            self.summaries["compute_output"].observe(output_ns / 1000)
+    def cache_looked_up(self, hit: bool, ns: int) -> None:
+        """The response cache found (`hit`) or stored a response in `ns`."""
+        summary = self.summaries.get("cache_hit" if hit else "cache_miss")
+        if summary is not None:
+            summary.observe(ns / 1000)
 
     def first_response_sent(self, ns: int) -> None:
         """A decoupled request sent its first response `ns` after it arrived."""
