@@ -15,7 +15,7 @@ from typing import Dict, Iterator, Optional, Tuple
 import numpy as np
 import pytest
 
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import ModelConfig, SequenceBatcher, Tensor
 from pytriton.triton import Triton
 from tests.conftest import HTTP_AUTH, running_triton
 from tests.http_helpers import request
@@ -32,6 +32,24 @@ def _bind(triton: Triton) -> None:
         outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
         config=ModelConfig(max_batch_size=8),
     )
+    triton.bind(
+        "fails",
+        _fails,
+        inputs=[Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+        outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+        config=ModelConfig(max_batch_size=8),
+    )
+    triton.bind(
+        "sequence",
+        lambda requests: [{"OUTPUT_1": r["INPUT_1"]} for r in requests],
+        inputs=[Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+        outputs=[Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+        config=ModelConfig(max_batch_size=8, sequence_batcher=SequenceBatcher()),
+    )
+
+
+def _fails(requests: object) -> None:
+    raise ValueError("the model says no")
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +164,22 @@ def test_a_version_past_int64_is_refused_in_tritons_words(server: Triton, path: 
         f"failed to get model version from specified version string '{HUGE_VERSION}' (details: stol), "
         "version should be an integral value > 0"
     )
+
+
+def test_an_error_the_model_answers_has_no_json_type_and_one_refused_at_submission_has(server: Triton) -> None:
+    port = _port(server)
+    status, headers, answer = request(port, "POST", "/v2/models/fails/infer", INFER)
+    assert (status, headers["content-type"]) == (500, "text/plain")  # Triton's response callback sets none
+    assert "the model says no" in json.loads(answer)["error"]
+    status, headers, answer = request(port, "POST", "/v2/models/sequence/infer", INFER)  # no correlation ID
+    assert (status, headers["content-type"]) == (400, "application/json")  # refused as Triton's InferAsync refuses
+    assert "must specify a non-zero or non-empty correlation ID" in json.loads(answer)["error"]
+
+
+def test_through_frontend_processes_an_answered_error_keeps_its_framing() -> None:
+    with running_triton(_bind, allow_grpc=False, allow_metrics=False, frontends=2) as triton:
+        port = _port(triton)
+        status, headers, _ = request(port, "POST", "/v2/models/fails/infer", INFER)
+        assert (status, headers["content-type"]) == (500, "text/plain")
+        status, headers, _ = request(port, "POST", "/v2/models/sequence/infer", INFER)
+        assert (status, headers["content-type"]) == (400, "application/json")

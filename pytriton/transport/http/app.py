@@ -322,7 +322,12 @@ class HttpFrontend:
         forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
         memory = self._engine.system_memory
         request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
-        response = await model.infer(request, gone=lambda: until_disconnect(receive))
+        try:
+            response = await model.infer(request, gone=lambda: until_disconnect(receive))
+        except InferenceError as error:
+            if error.in_response:  # Triton's response callback sets no content type
+                raise _untyped(error) from None
+            raise
         json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
