@@ -183,3 +183,8 @@ def test_through_frontend_processes_an_answered_error_keeps_its_framing() -> Non
         assert (status, headers["content-type"]) == (500, "text/plain")
         status, headers, _ = request(port, "POST", "/v2/models/sequence/infer", INFER)
         assert (status, headers["content-type"]) == (400, "application/json")
+
+
+def test_a_connect_request_is_routed_as_triton_routes_it_to_no_route(server: Triton) -> None:
+    status, headers, answer = request(_port(server), "CONNECT", "example.com:443")
+    assert (status, headers["content-type"], json.loads(answer)) == (404, "text/plain", {"error": "Not Found"})
