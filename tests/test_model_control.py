@@ -238,9 +238,7 @@ def test_a_field_that_cannot_change_is_refused_and_the_model_goes_on(
         ({"config": "{not json"}, "Invalid config override"),
         ({"config": '{"max_batch_size": "many"}'}, "Invalid config override"),
         ({"config": '{"no_such_field": 1}'}, "Invalid config override"),
-        ({"config": 3}, "Config parameter 'config' must have string type"),
         ({"file:1/model.py": "aW1wb3J0IG9z"}, "file override 'file:1/model.py' refused"),
-        ({"other": True}, "Unrecognized load parameter 'other' with type 'BOOL'"),
     ],
 )
 def test_a_load_whose_parameters_cannot_be_read_fails_as_a_poll_does_in_triton(
@@ -252,6 +250,31 @@ def test_a_load_whose_parameters_cannot_be_read_fails_as_a_poll_does_in_triton(
     error = json.loads(answer)["error"]
     assert status == 500 and error.startswith("failed to load 'echo', failed to poll from model repository: ")
     assert words in error
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"parameters": {"config": 3}}, "attempt to access JSON non-string as string"),
+        ({"parameters": {"other": True}}, "attempt to access JSON non-string as string"),
+        ({"parameters": {"other": "x"}}, "unexpected error on creating Triton parameter"),
+        ({"parameters": {"config": "{}", "other": "x"}}, "unexpected error on creating Triton parameter"),
+        ({"parameters": 5}, "attempt to get members for non-object"),
+        ({"parameters": None}, "attempt to get members for non-object"),
+        ({"parameters": []}, "attempt to get members for non-object"),
+        ([], None),  # no object, no parameters: a plain load
+        ("config", None),
+        ({"other": 1}, None),
+    ],
+)
+def test_a_load_body_is_read_as_tritons_http_server_reads_it(
+    echo_server: Triton, body: Any, error: Optional[str]
+) -> None:
+    assert echo_server.http_port is not None
+    path = "/v2/repository/models/echo/load"
+    status, headers, answer = request(echo_server.http_port, "POST", path, json.dumps(body), HTTP_AUTH)
+    assert headers["content-type"] == "application/json"
+    assert (status, json.loads(answer)["error"] if answer else None) == (500 if error else 200, error)
 
 
 def test_the_response_cache_cannot_be_enabled_without_one_on_the_server() -> None:

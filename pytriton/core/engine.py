@@ -506,6 +506,9 @@ def find_version(models: Dict[str, Dict[int, M]], name: str, version: str) -> M:
     return model
 
 
+_LONG_MAX = 2**63 - 1  # the largest version std::stol reads
+
+
 def _version_number(version: str) -> int:
     """A requested model version as a number, or INVALID_ARGUMENT in Triton's words.
 
@@ -513,6 +516,8 @@ def _version_number(version: str) -> int:
     """
     try:
         number = int(version)
+        if not -_LONG_MAX - 1 <= number <= _LONG_MAX:
+            raise ValueError(version)  # out of std::stol's range: Triton's answer names the same function
     except ValueError:
         raise InferenceError.invalid(
             f"failed to get model version from specified version string '{version}' (details: stol), version "

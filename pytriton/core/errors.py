@@ -53,6 +53,9 @@ class InferenceError(Exception):
         self.message = message
         self.reason = reason
         self.of_request = False  # Triton's core names the request in this message (`for_request`)
+        # It came as the request's answer (the model ran, or its queue gave up on it), not from its submission:
+        # tritonserver's HTTP server then answers it without a content type (text/plain).
+        self.in_response = False
 
     @classmethod
     def invalid(cls, message: str) -> InferenceError:

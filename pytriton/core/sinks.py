@@ -61,14 +61,15 @@ class FutureSink(ResponseSink):
             self.future.set_result(response)
 
     def fail(self, error: InferenceError) -> None:
-        """Settle the future with the error."""
+        """Settle the future with the error (the request's answer: `in_response`)."""
         if not self.future.done():
+            error.in_response = True
             self.future.set_exception(error)
 
     def finish(self) -> None:
         """Nothing to do: the response settled the future."""
         if not self.future.done():
-            self.future.set_exception(InferenceError.internal("model returned no response"))
+            self.fail(InferenceError.internal("model returned no response"))
 
 
 _END = object()

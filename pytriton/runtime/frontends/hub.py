@@ -114,10 +114,10 @@ class RemoteSink(ResponseSink):
             self._done = True
             link.sinks.pop(self.key, None)
 
-    def fail(self, error: InferenceError) -> None:
-        """Post the error that ends the request."""
+    def fail(self, error: InferenceError, answered: bool = True) -> None:
+        """Post the error that ends the request (`answered`: as its answer, not refused at its submission)."""
         if not self._done:
-            self._link.outbox.post(failed(self.key, error))
+            self._link.outbox.post(failed(self.key, error, answered))
             self._end()
 
     def finish(self) -> None:
@@ -252,7 +252,7 @@ class FrontendLink:
                 raise InferenceError.invalid(str(error)) from None
             sink.queued = model.submit(request, sink, streaming)
         except InferenceError as error:
-            sink.fail(error)
+            sink.fail(error, answered=False)
 
     def _tokens(self, head: Any) -> None:
         """A generation the frontend served through the OpenAI API: counted here, once."""

@@ -18,7 +18,8 @@ Frontend to hub:
      the hub delivers at most STREAM_AHEAD more than it took, so a client that reads nothing of its stream holds
      the model's generator, not a growing queue of responses in its frontend
 Hub to frontend:
-    (RESPONSE, key, outputs, datatypes, final, loan, parameters), (FAILED, key, status, message, reason, of request),
+    (RESPONSE, key, outputs, datatypes, final, loan, parameters),
+    (FAILED, key, status, message, reason, of request, answered: the request's answer, not refused at submission),
     (END, key); `loan` names the response's region of the hub's arena (0: none), for RETURNED
     (ARENA, size), alone, with the descriptor of the hub's new arena for this frontend
     (RELEASED, keys): the hub no longer views these requests' inputs in the frontend's buffers
@@ -183,16 +184,17 @@ def unpack_response(head: Any, body: memoryview, resolve: Resolve) -> InferenceR
     )
 
 
-def failed(key: int, error: InferenceError) -> Tuple[Any, ...]:
-    """A FAILED message: the request ended with `error`."""
-    return (FAILED, key, error.status.name, error.message, error.reason.name, error.of_request)
+def failed(key: int, error: InferenceError, answered: bool) -> Tuple[Any, ...]:
+    """A FAILED message: the request ended with `error`, as its answer or refused at its submission."""
+    return (FAILED, key, error.status.name, error.message, error.reason.name, error.of_request, answered)
 
 
 def error_of(head: Any) -> InferenceError:
     """The error a FAILED message carries."""
-    _, _, status, message, reason, of_request = head
+    _, _, status, message, reason, of_request, answered = head
     error = InferenceError(Status[status], message, FailureReason[reason])
     error.of_request = of_request
+    error.in_response = answered
     return error
 
 

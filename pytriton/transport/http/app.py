@@ -24,7 +24,6 @@ from pytriton.protocol.http_codec import (
     Body,
     decode_infer_request,
     encode_infer_response,
-    json_object_field,
     parse_json_object,
 )
 from pytriton.transport.http import cuda_memory, system_memory
@@ -33,6 +32,7 @@ from pytriton.transport.http.cycle import BODY_PARTS
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
+    PLAIN_TYPE,
     Receive,
     Scope,
     Send,
@@ -60,14 +60,34 @@ _SCATTER_BYTES = 64 * 1024
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 
 
-class HttpError(Exception):
-    """A transport-level failure with its HTTP status."""
+_JSON = (JSON_TYPE,)
+_PLAIN = (PLAIN_TYPE,)
+_UNDONE = (JSON_TYPE, (b"accept-encoding", b"gzip, deflate"))  # the codings a request body may come in
 
-    def __init__(self, status: int, message: str) -> None:
+
+class HttpError(Exception):
+    """A transport-level failure with its HTTP status, and the headers of its answer (its content type)."""
+
+    def __init__(self, status: int, message: str, headers: Sequence[Any] = _JSON) -> None:
         """Create an error with a status and a message."""
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
+
+
+def _plain(status: int, message: str) -> HttpError:
+    """An error Triton answers before its handler has set a content type: libevhtp's text/plain goes out."""
+    return HttpError(status, message, _PLAIN)
+
+
+def _untyped(error: Exception) -> Exception:
+    """`error` (an HttpError or InferenceError) answered as Triton answers it before its handler set a content type."""
+    if isinstance(error, InferenceError):
+        return _plain(error.status.http_status, error.message)
+    if isinstance(error, HttpError):
+        return HttpError(error.status, error.message, [_PLAIN[0], *error.headers[1:]])
+    return error
 
 
 class HttpFrontend:
@@ -124,7 +144,7 @@ class HttpFrontend:
         except InferenceError as error:
             await send_error(send, error.status.http_status, error.message)
         except HttpError as error:
-            await send_error(send, error.status, error.message)
+            await send_error(send, error.status, error.message, error.headers)
         except Exception as error:
             LOGGER.exception("unexpected error serving %s %s", scope["method"], scope["path"])
             await send_error(send, 500, f"internal server error: {error}")
@@ -153,25 +173,25 @@ class HttpFrontend:
         if self._access is not None:
             denial = self._access.http_denial(scope["path"], header_map(scope))
             if denial is not None:
-                raise HttpError(403, denial)
+                raise _plain(403, denial)  # Triton refuses before its handler sets a content type
         parts = path_segments(scope)
         if len(parts) < 2 or parts[0] != "" or parts[1] != "v2" or parts[-1] == "":  # as Triton's routes
-            raise HttpError(404, "Not Found")
+            raise _plain(404, "Not Found")
         if len(parts) >= 4 and parts[2] == "models" and parts[3] != "stats":
             return self._model_route(scope, receive, send, method, parts[3], parts[4:])
         if any("/" in part for part in parts):  # an encoded slash: its segment matches no fixed route
-            raise HttpError(404, "Not Found")
+            raise _plain(404, "Not Found")
         route = "/".join(parts[2:])
         engine = self._engine
         if route == "":
             _allow(method, "GET")
             return send_json(send, 200, documents.server_metadata(self._engine.server_name, self._server_version))
         if route == "health/live":
-            _allow(method, "GET")
-            return send_empty(send, 200 if engine.live else 400)
+            _allow(method, "GET", _PLAIN)
+            return send_empty(send, 200 if engine.live else 400, _PLAIN)
         if route == "health/ready":
-            _allow(method, "GET")
-            return send_empty(send, 200 if engine.ready else 400)
+            _allow(method, "GET", _PLAIN)
+            return send_empty(send, 200 if engine.ready else 400, _PLAIN)
         if route == "models/stats":
             _allow(method, "GET")
             return send_json(send, 200, documents.model_statistics(engine.statistics_of()))
@@ -195,7 +215,7 @@ class HttpFrontend:
         if parts[2] == "systemsharedmemory" and (matched := system_memory.match(parts[3:])) is not None:
             _allow(method, system_memory.method_of(matched[0]))
             return self._system_shared_memory(receive, send, *matched)
-        raise HttpError(404, "Not Found")
+        raise _plain(404, "Not Found")
 
     def _model_route(
         self, scope: Scope, receive: Receive, send: Send, method: str, name: str, rest: List[str]
@@ -206,13 +226,13 @@ class HttpFrontend:
         if versioned:
             version, rest = rest[1], rest[2:]
             if not (version.isascii() and version.isdigit()):  # Triton's routes take a version of digits only
-                raise HttpError(404, "Not Found")
+                raise _plain(404, "Not Found")
         if rest == ["trace", "setting"] and self._settings is not None and not versioned:  # Triton's has no version
             return self._settings_route(receive, send, method, "trace/setting", name)
         if len(rest) > 1 or (rest and rest[0] not in _MODEL_ACTIONS):
-            raise HttpError(404, "Not Found")
+            raise _plain(404, "Not Found")
         action = rest[0] if rest else ""
-        _allow(method, _MODEL_ACTIONS[action])
+        _allow(method, _MODEL_ACTIONS[action], _PLAIN if action in ("ready", "infer") else _JSON)
         engine = self._engine
         if action == "infer":
             return self._infer(scope, receive, send, name, version)
@@ -220,10 +240,14 @@ class HttpFrontend:
             return self._generate(scope, receive, send, name, version)
         if action == "generate_stream":
             return self._generate_stream(scope, receive, send, name, version)
-        if action == "ready":
-            if engine.model_ready(name, version):
-                return send_empty(send, 200)
-            return send_error(send, 400, "Model version not ready")
+        if action == "ready":  # Triton's readiness sets no content type
+            try:
+                ready = engine.model_ready(name, version)
+            except InferenceError as error:
+                raise _untyped(error) from None
+            if ready:
+                return send_empty(send, 200, _PLAIN)
+            raise _plain(400, "Model version not ready")
         if action == "config":
             model = engine.model(name, version)
             return send_json(send, 200, documents.model_config(model.spec, engine.has_cache))
@@ -251,63 +275,59 @@ class HttpFrontend:
         """POST /v2/repository/models/{name}/load (a body may hold a config override) or unload."""
         body = await read_body(receive, self._max_body_bytes)
         if load:
-            parameters: Dict[str, Any] = {}
-            if bytes(body).strip():
-                try:
-                    document = parse_json_object(body)
-                except InferenceError as error:  # Triton answers a load's unreadable body with 500
-                    raise InferenceError.internal(error.message) from None
-                parameters = json_object_field(document.get("parameters"), "parameters")
+            parameters = _load_parameters(body) if bytes(body).strip() else {}
             change = config_override.spec_change(name, parameters, self._engine.has_cache)
             await self._engine.load(name, change)
         else:
             await self._engine.unload(name)
-        await send_empty(send, 200)
+        await send_empty(send, 200, _JSON)
 
     async def _cuda_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
         """/v2/cudasharedmemory/[region/{name}/]{status,register,unregister} (transport/http/cuda_memory.py)."""
         body = await read_body(receive, self._max_body_bytes)
         document = await cuda_memory.answer(self._engine.cuda_memory, action, region, body)
-        await (send_empty(send, 200) if document is None else send_json(send, 200, document))
+        await (send_empty(send, 200, _JSON) if document is None else send_json(send, 200, document))
 
     async def _system_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
         """/v2/systemsharedmemory/[region/{name}/]{status,register,unregister} (transport/http/system_memory.py)."""
         body = await read_body(receive, self._max_body_bytes)
         document = system_memory.answer(self._engine.system_memory, action, region, body)
-        await (send_empty(send, 200) if document is None else send_json(send, 200, document))
+        await (send_empty(send, 200, _JSON) if document is None else send_json(send, 200, document))
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
         """POST .../infer."""
-        model = self._engine.model(name, version)
-        spec = model.spec
-        if spec.decoupled:
-            raise InferenceError.unimplemented(
-                "HTTP end point doesn't support models with decoupled transaction policy"
-            )
         encoding = accept = raw_length = None
-        for header, value in scope["headers"]:  # the three headers read here, without a dict of all of them
+        for header, value in scope["headers"]:  # the three headers read here, the first of each as Triton reads them
             if header == b"inference-header-content-length":
-                raw_length = value
+                raw_length = value if raw_length is None else raw_length
             elif header == b"content-encoding":
-                encoding = value
+                encoding = value if encoding is None else encoding
             elif header == b"accept-encoding":
-                accept = value
-        body = await read_body(receive, self._max_body_bytes)
-        if encoding:
-            body = await _decompress(body, encoding.decode("latin-1"), self._max_body_bytes, self._inflation_budget)
-        header_length: Optional[int] = None
-        if raw_length is not None:
-            try:
-                header_length = int(raw_length)
-            except ValueError:
-                text = raw_length.decode("latin-1")
-                raise HttpError(400, f"invalid Inference-Header-Content-Length: '{text}'") from None
-            if isinstance(body, bytes):
-                body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
+                accept = value if accept is None else accept
+        try:  # what Triton refuses before it reads the JSON, with no content type set yet
+            model = self._engine.model(name, version)
+            if model.spec.decoupled:
+                raise InferenceError.unimplemented(
+                    "HTTP end point doesn't support models with decoupled transaction policy"
+                )
+            body = await read_body(receive, self._max_body_bytes)
+            if encoding:
+                body = await _decompress(body, encoding.decode("latin-1"), self._max_body_bytes, self._inflation_budget)
+            header_length = None if raw_length is None else _header_length(raw_length, len(body))
+        except (InferenceError, HttpError) as error:
+            raise _untyped(error) from None
+        spec = model.spec
+        if header_length is not None and isinstance(body, bytes):
+            body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
         forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
         memory = self._engine.system_memory
         request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
-        response = await model.infer(request, gone=lambda: until_disconnect(receive))
+        try:
+            response = await model.infer(request, gone=lambda: until_disconnect(receive))
+        except InferenceError as error:
+            if error.in_response:  # Triton's response callback sets no content type
+                raise _untyped(error) from None
+            raise
         json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
@@ -474,10 +494,10 @@ def path_segments(scope: Scope) -> List[str]:
     return [unquote(segment) for segment in raw_path.decode("latin-1").split("/")]
 
 
-def _allow(method: str, allowed: str) -> None:
-    """Refuse other methods with 405."""
+def _allow(method: str, allowed: str, headers: Sequence[Any] = _JSON) -> None:
+    """Refuse other methods with 405 (with `headers`: Triton checks the method after some handlers set JSON)."""
     if method != allowed:
-        raise HttpError(405, "Method Not Allowed")
+        raise HttpError(405, "Method Not Allowed", headers)
 
 
 async def read_body(receive: Receive, limit: int) -> Body:
@@ -500,6 +520,40 @@ async def read_body(receive: Receive, limit: int) -> Body:
             return buffer
 
 
+def _load_parameters(body: Body) -> Dict[str, Any]:
+    """A load's parameters, read as Triton's HTTP server reads them (every failure an INTERNAL error, 500).
+
+    A body that is no object has none; `parameters` must be an object whose values are strings, under the keys
+    Triton's HTTP API turns into load parameters: `config` and `file:...`.
+    """
+    try:
+        document = json_text.loads(body)
+    except json_text.JsonError as error:
+        raise InferenceError.internal(f"failed to parse the request JSON buffer: {error}") from None
+    if not isinstance(document, dict) or "parameters" not in document:
+        return {}
+    parameters = document["parameters"]
+    if not isinstance(parameters, dict):
+        raise InferenceError.internal("attempt to get members for non-object")
+    for key, value in parameters.items():
+        if not isinstance(value, str):
+            raise InferenceError.internal("attempt to access JSON non-string as string")
+        if key != "config" and not key.startswith("file:"):
+            raise InferenceError.internal("unexpected error on creating Triton parameter")
+    return parameters
+
+
+def _header_length(raw: bytes, size: int) -> int:
+    """The Inference-Header-Content-Length of a body of `size` bytes, checked as Triton checks it."""
+    try:
+        length = int(raw)
+    except ValueError:
+        raise HttpError(400, f"invalid Inference-Header-Content-Length: '{raw.decode('latin-1')}'") from None
+    if length < 0 or length > size:
+        raise HttpError(400, f"inference header size should be in range (0, {size}), got: {length}")  # Triton's words
+    return length
+
+
 async def _decompress(body: Body, encoding: str, limit: int, budget: InflationBudget) -> Body:
     """Undo a gzip or deflate (zlib) Content-Encoding, a step at a time (transport/inflate.py), up to `limit` bytes.
 
@@ -510,14 +564,14 @@ async def _decompress(body: Body, encoding: str, limit: int, budget: InflationBu
     if not codings:
         return bytearray(body)
     if len(codings) > 1:
-        raise HttpError(415, f"unsupported Content-Encoding '{encoding}': one coding at most is undone")
+        raise HttpError(501, f"Unsupported compression type: one coding at most is undone, got '{encoding}'", _UNDONE)
     encoding = "gzip" if codings[0] == "x-gzip" else codings[0]
     if encoding == "gzip":
         wbits = 16 + zlib.MAX_WBITS
     elif encoding == "deflate":
         wbits = zlib.MAX_WBITS
     else:
-        raise HttpError(415, f"unsupported Content-Encoding '{encoding}'")
+        raise HttpError(501, "Unsupported compression type", _UNDONE)  # Triton's answer, and its Accept-Encoding
     limit = min(limit, budget.capacity)  # a body larger than the whole budget could never inflate: 413
     try:
         inflated, end = await inflate(body, wbits, limit, members=encoding == "gzip", name=encoding, budget=budget)

@@ -353,7 +353,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             cycle.keep_alive = False
             cycle.refusal = refusal(413, f"request body larger than {self._limits.max_body_bytes} bytes")
         elif self._hosts_differ:
-            # RFC 9112 section 3.2; Triton answers 400 too. A proxy and this server could each take another one.
+            # RFC 9112 section 3.2 (tritonserver 2.51 serves it: a proxy and Triton could each take another one).
             cycle.keep_alive = False
             cycle.refusal = CONFLICTING_HOSTS
         elif self._other_codings:

@@ -303,8 +303,12 @@ def http_scope(parser: Any, url: bytes, headers: List[Tuple[bytes, bytes]], addr
     """The ASGI HTTP scope of a request whose head `parser` has just read; `address` is (server, client)."""
     raw_path, _, query = url.partition(b"?")
     if not raw_path.startswith(b"/"):  # absolute form (a proxy's request)
-        parsed = httptools.parse_url(url)
-        raw_path, query = parsed.path or b"/", parsed.query or b""
+        try:
+            parsed = httptools.parse_url(url)
+        except httptools.HttpParserInvalidURLError:  # authority form (CONNECT's host:port): no route has it
+            pass
+        else:
+            raw_path, query = parsed.path or b"/", parsed.query or b""
     path = raw_path.decode("latin-1")
     if "%" in path:
         path = unquote(path)

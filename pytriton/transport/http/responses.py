@@ -14,6 +14,9 @@ Headers = List[Tuple[bytes, bytes]]
 
 JSON_TYPE = (b"content-type", b"application/json")
 OCTET_TYPE = (b"content-type", b"application/octet-stream")
+# What tritonserver's HTTP server (libevhtp) sends when a handler set no content type: its health and readiness
+# answers, routing's 404, the 403 of a restricted API, and what an infer handler refuses before it reads the JSON.
+PLAIN_TYPE = (b"content-type", b"text/plain")
 
 
 async def send_body(send: Send, status: int, body: bytes, headers: Sequence[Tuple[bytes, bytes]] = ()) -> None:
@@ -28,14 +31,16 @@ async def send_json(send: Send, status: int, document: Any) -> None:
     await send_body(send, status, json_text.dumps(document), (JSON_TYPE,))
 
 
-async def send_error(send: Send, status: int, message: str) -> None:
-    """Send Triton's error body: {"error": message}."""
-    await send_json(send, status, {"error": message})
+async def send_error(
+    send: Send, status: int, message: str, headers: Sequence[Tuple[bytes, bytes]] = (JSON_TYPE,)
+) -> None:
+    """Send Triton's error body: {"error": message}, with `headers` (its content type among them)."""
+    await send_body(send, status, json_text.dumps({"error": message}), headers)
 
 
-async def send_empty(send: Send, status: int) -> None:
-    """Send a status with an empty body."""
-    await send_body(send, status, b"")
+async def send_empty(send: Send, status: int, headers: Sequence[Tuple[bytes, bytes]] = ()) -> None:
+    """Send a status with an empty body (Triton's have a content type: PLAIN_TYPE or JSON_TYPE)."""
+    await send_body(send, status, b"", headers)
 
 
 async def until_disconnect(receive: Receive) -> None:
