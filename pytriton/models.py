@@ -14,6 +14,7 @@ from pytriton.core.composition.ensemble_graph import EnsembleGraph, EnsembleStep
 from pytriton.core.datatypes import datatype_of_config_dtype, is_known_datatype, numpy_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
+from pytriton.model_config.batcher_checks import batcher_refusal
 from pytriton.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup, generate_warmup_requests
 from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.model_config import ModelConfig
@@ -77,6 +78,11 @@ def _dims(tensor: str, shape: Any) -> Tuple[int, ...]:
     """A Tensor's shape as ints >= 1 or -1; an error says what is accepted (`tensor` names it: "input 'x'")."""
     if not isinstance(shape, (tuple, list)):
         raise PyTritonModelConfigError(f"{tensor} has shape={shape!r}; expected {_SHAPES}")
+    if not shape:
+        # Triton refuses to load it: "model input 'x' must specify 'dims'".
+        raise PyTritonModelConfigError(
+            f"{tensor} has shape={tuple(shape)!r}; Triton needs at least one dim: (1,) for one value per request"
+        )
     dims = []
     for dim in shape:
         try:
@@ -147,6 +153,11 @@ def build_model(
     batcher = copy.deepcopy(config.batcher) if config.batching and sequence_batcher is None else None
     if batcher is not None:
         _check_batcher(batcher, config.max_batch_size)
+        refusal = batcher_refusal(model_name, batcher)
+        if refusal is not None:
+            raise PyTritonModelConfigError(refusal)
+    if any(tensor.optional for tensor in outputs if isinstance(tensor, Tensor)):
+        raise PyTritonValidationError("Output tensors cannot be optional.")
     input_specs = _tensor_specs(model_name, inputs, "INPUT")
     output_specs = _tensor_specs(model_name, outputs, "OUTPUT")
     warmup = _warmup_requests(model_name, config.model_warmup, input_specs, output_specs)

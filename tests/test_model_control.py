@@ -217,6 +217,19 @@ def test_the_config_as_the_server_shows_it_goes_back_unchanged(echo_server: Trit
         ({"sequence_batching": {}}, "'sequence_batching' cannot change"),
         ({"backend": "onnxruntime"}, "'backend' cannot change: pytriton cannot honour it"),
         ({"dynamic_batching": {"priority_levels": 2, "default_priority_level": 3}}, "default_priority_level"),
+        (
+            {"dynamic_batching": {"preserve_ordering": True, "priority_levels": 2, "default_priority_level": 1}},
+            "Only one priority level is allowed when 'preserve_ordering' is true for echo",
+        ),
+        (
+            {
+                "dynamic_batching": {
+                    "preserve_ordering": True,
+                    "default_queue_policy": {"timeout_action": "DELAY", "default_timeout_microseconds": 5},
+                }
+            },
+            "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for echo",
+        ),
     ],
 )
 def test_a_field_that_cannot_change_is_refused_and_the_model_goes_on(

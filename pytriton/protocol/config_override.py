@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2
 from pytriton.core.engine import SpecChange
 from pytriton.core.errors import InferenceError
 from pytriton.core.spec import ModelSpec
+from pytriton.model_config.batcher_checks import batcher_refusal
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy, TimeoutAction
 from pytriton.protocol import documents
 
@@ -118,6 +119,9 @@ class ConfigOverride:
         batcher = changes.get("batcher", bound.batcher)
         if batcher is not None:
             _check_batcher(batcher, max_batch_size, failed)
+            refusal = batcher_refusal(bound.name, batcher)
+            if refusal is not None:
+                raise failed(refusal)
         if "instance_group" in self.named:
             changes["instance_count"] = _instance_count(self.config.instance_group, failed)
         if "parameters" in self.named:
