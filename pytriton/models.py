@@ -144,7 +144,7 @@ def build_model(
     if not isinstance(model_version, int) or model_version < 1:
         raise PyTritonBadParameterError(f"model_version must be a positive integer, got {model_version!r}")
     if config.batching and config.max_batch_size < 1:
-        raise PyTritonModelConfigError("max_batch_size must be >= 1 when batching is enabled")
+        raise PyTritonBadParameterError("max_batch_size must be >= 1 when batching is enabled")
     if config.decoupled and config.response_cache:
         raise PyTritonModelConfigError("Response cache is not supported for decoupled models")
     sequence_batcher = None
@@ -240,13 +240,18 @@ def _check_batcher(batcher: Any, max_batch_size: int) -> None:
         raise PyTritonModelConfigError("max_queue_delay_microseconds must be >= 0")
     if batcher.priority_levels < 0:
         raise PyTritonModelConfigError("priority_levels must be >= 0")
+    # nvidia-pytriton 0.7 raises PyTritonBadParameterError for these at bind; code may catch it.
     if batcher.priority_levels and not 1 <= batcher.default_priority_level <= batcher.priority_levels:
-        raise PyTritonModelConfigError(
+        raise PyTritonBadParameterError(
             f"default_priority_level must be between 1 and priority_levels ({batcher.priority_levels})"
+        )
+    if batcher.priority_queue_policy and not batcher.priority_levels:
+        raise PyTritonBadParameterError(
+            "priority_queue_policy needs priority_levels: a queue policy is set for a priority level"
         )
     for level in batcher.priority_queue_policy or {}:
         if not 1 <= level <= batcher.priority_levels:
-            raise PyTritonModelConfigError(f"priority_queue_policy level {level} is outside 1..priority_levels")
+            raise PyTritonBadParameterError(f"priority_queue_policy level {level} is outside 1..priority_levels")
 
 
 def build_ensemble(
@@ -267,7 +272,7 @@ def build_ensemble(
     if not isinstance(model_version, int) or model_version < 1:
         raise PyTritonBadParameterError(f"model_version must be a positive integer, got {model_version!r}")
     if config.batching and config.max_batch_size < 1:
-        raise PyTritonModelConfigError("max_batch_size must be >= 1 when batching is enabled")
+        raise PyTritonBadParameterError("max_batch_size must be >= 1 when batching is enabled")
     if config.model_warmup:
         raise PyTritonModelConfigError(f"model_warmup can not be specified for ensemble '{model_name}'")
     refused = [

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from pytriton.exceptions import PyTritonModelConfigError, PyTritonValidationError
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton, TritonConfig
 
@@ -161,3 +161,35 @@ def test_batcher_settings_triton_refuses_to_load_are_refused_at_bind(
 )
 def test_preserve_ordering_with_what_triton_allows_binds(triton: Triton, batcher: DynamicBatcher) -> None:
     _bind_batcher(triton, batcher)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (ModelConfig(max_batch_size=0), "max_batch_size must be >= 1 when batching is enabled"),
+        (
+            ModelConfig(batcher=DynamicBatcher(priority_levels=2, default_priority_level=3)),
+            r"default_priority_level must be between 1 and priority_levels \(2\)",
+        ),
+        (
+            ModelConfig(batcher=DynamicBatcher(priority_queue_policy={1: QueuePolicy()})),
+            "priority_queue_policy needs priority_levels",
+        ),
+        (
+            ModelConfig(
+                batcher=DynamicBatcher(
+                    priority_levels=2, default_priority_level=1, priority_queue_policy={5: QueuePolicy()}
+                )
+            ),
+            r"priority_queue_policy level 5 is outside 1\.\.priority_levels",
+        ),
+    ],
+    ids=["max-batch-size", "default-level", "policy-without-levels", "policy-level"],
+)
+def test_batching_parameters_nvidia_pytriton_refuses_at_bind_raise_its_type(
+    triton: Triton, config: ModelConfig, message: str
+) -> None:
+    """0.7 raises PyTritonBadParameterError for these in bind: code written for it catches that type."""
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    with pytest.raises(PyTritonBadParameterError, match=message):
+        triton.bind("m", lambda requests: requests, inputs=tensors, outputs=tensors, config=config)
