@@ -92,7 +92,7 @@ class ConfigOverride:
         """
         failed = _Failure(bound)
         current = json_format.ParseDict(
-            documents.model_config(bound, self.cache_available),
+            documents.model_config(bound),
             model_config_pb2.ModelConfig(),
             ignore_unknown_fields=True,
         )
@@ -131,7 +131,7 @@ class ConfigOverride:
             enable = bool(self.config.response_cache.enable)
             if enable and bound.decoupled:
                 raise failed("'response_cache' cannot be enabled for a decoupled model")
-            if enable and not self.cache_available:
+            if enable and not bound.response_cache and not self.cache_available:
                 raise failed(
                     "'response_cache' cannot be enabled: the server has no response cache (start it with "
                     "TritonConfig(cache_config=['local,size=<bytes>']))"
