@@ -14,6 +14,7 @@ from pytriton.core.composition.ensemble_graph import EnsembleGraph, EnsembleStep
 from pytriton.core.datatypes import datatype_of_config_dtype, is_known_datatype, numpy_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
+from pytriton.model_config.batcher_checks import batcher_refusal
 from pytriton.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup, generate_warmup_requests
 from pytriton.model_config.ensemble import EnsembleStep
 from pytriton.model_config.model_config import ModelConfig
@@ -77,6 +78,11 @@ def _dims(tensor: str, shape: Any) -> Tuple[int, ...]:
     """A Tensor's shape as ints >= 1 or -1; an error says what is accepted (`tensor` names it: "input 'x'")."""
     if not isinstance(shape, (tuple, list)):
         raise PyTritonModelConfigError(f"{tensor} has shape={shape!r}; expected {_SHAPES}")
+    if not shape:
+        # Triton refuses to load it: "model input 'x' must specify 'dims'".
+        raise PyTritonModelConfigError(
+            f"{tensor} has shape={tuple(shape)!r}; Triton needs at least one dim: (1,) for one value per request"
+        )
     dims = []
     for dim in shape:
         try:
@@ -138,7 +144,7 @@ def build_model(
     if not isinstance(model_version, int) or model_version < 1:
         raise PyTritonBadParameterError(f"model_version must be a positive integer, got {model_version!r}")
     if config.batching and config.max_batch_size < 1:
-        raise PyTritonModelConfigError("max_batch_size must be >= 1 when batching is enabled")
+        raise PyTritonBadParameterError("max_batch_size must be >= 1 when batching is enabled")
     if config.decoupled and config.response_cache:
         raise PyTritonModelConfigError("Response cache is not supported for decoupled models")
     sequence_batcher = None
@@ -147,6 +153,11 @@ def build_model(
     batcher = copy.deepcopy(config.batcher) if config.batching and sequence_batcher is None else None
     if batcher is not None:
         _check_batcher(batcher, config.max_batch_size)
+        refusal = batcher_refusal(model_name, batcher)
+        if refusal is not None:
+            raise PyTritonModelConfigError(refusal)
+    if any(tensor.optional for tensor in outputs if isinstance(tensor, Tensor)):
+        raise PyTritonValidationError("Output tensors cannot be optional.")
     input_specs = _tensor_specs(model_name, inputs, "INPUT")
     output_specs = _tensor_specs(model_name, outputs, "OUTPUT")
     warmup = _warmup_requests(model_name, config.model_warmup, input_specs, output_specs)
@@ -229,13 +240,18 @@ def _check_batcher(batcher: Any, max_batch_size: int) -> None:
         raise PyTritonModelConfigError("max_queue_delay_microseconds must be >= 0")
     if batcher.priority_levels < 0:
         raise PyTritonModelConfigError("priority_levels must be >= 0")
+    # nvidia-pytriton 0.7 raises PyTritonBadParameterError for these at bind; code may catch it.
     if batcher.priority_levels and not 1 <= batcher.default_priority_level <= batcher.priority_levels:
-        raise PyTritonModelConfigError(
+        raise PyTritonBadParameterError(
             f"default_priority_level must be between 1 and priority_levels ({batcher.priority_levels})"
+        )
+    if batcher.priority_queue_policy and not batcher.priority_levels:
+        raise PyTritonBadParameterError(
+            "priority_queue_policy needs priority_levels: a queue policy is set for a priority level"
         )
     for level in batcher.priority_queue_policy or {}:
         if not 1 <= level <= batcher.priority_levels:
-            raise PyTritonModelConfigError(f"priority_queue_policy level {level} is outside 1..priority_levels")
+            raise PyTritonBadParameterError(f"priority_queue_policy level {level} is outside 1..priority_levels")
 
 
 def build_ensemble(
@@ -256,7 +272,7 @@ def build_ensemble(
     if not isinstance(model_version, int) or model_version < 1:
         raise PyTritonBadParameterError(f"model_version must be a positive integer, got {model_version!r}")
     if config.batching and config.max_batch_size < 1:
-        raise PyTritonModelConfigError("max_batch_size must be >= 1 when batching is enabled")
+        raise PyTritonBadParameterError("max_batch_size must be >= 1 when batching is enabled")
     if config.model_warmup:
         raise PyTritonModelConfigError(f"model_warmup can not be specified for ensemble '{model_name}'")
     refused = [

@@ -217,6 +217,19 @@ def test_the_config_as_the_server_shows_it_goes_back_unchanged(echo_server: Trit
         ({"sequence_batching": {}}, "'sequence_batching' cannot change"),
         ({"backend": "onnxruntime"}, "'backend' cannot change: pytriton cannot honour it"),
         ({"dynamic_batching": {"priority_levels": 2, "default_priority_level": 3}}, "default_priority_level"),
+        (
+            {"dynamic_batching": {"preserve_ordering": True, "priority_levels": 2, "default_priority_level": 1}},
+            "Only one priority level is allowed when 'preserve_ordering' is true for echo",
+        ),
+        (
+            {
+                "dynamic_batching": {
+                    "preserve_ordering": True,
+                    "default_queue_policy": {"timeout_action": "DELAY", "default_timeout_microseconds": 5},
+                }
+            },
+            "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for echo",
+        ),
     ],
 )
 def test_a_field_that_cannot_change_is_refused_and_the_model_goes_on(
@@ -523,3 +536,21 @@ def test_a_decoupled_model_is_bound_again_and_streams_on_the_new_binding() -> No
         client.stop_stream()  # returns once the stream has ended
         assert [answer.tolist() for answer in answers] == [[[0.0, 0.0]], [[1.0, 1.0]], [[2.0, 2.0]]]
         assert _config(triton, "steps")["max_batch_size"] == 4
+
+
+def test_a_model_asking_for_the_cache_shows_it_in_its_config_when_the_server_has_none() -> None:
+    """tritonserver 2.51 shows `response_cache: {enable: true}` as bound, with or without a cache configured
+    (measured with nvidia-pytriton 0.7); the config shown, loaded back as an override, changes nothing."""
+
+    def bind(triton: Triton) -> None:
+        tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+        triton.bind("cached", slow_echo, inputs=tensors, outputs=tensors, config=ModelConfig(response_cache=True))
+
+    with running_triton(bind) as triton:
+        config = _config(triton, "cached")
+        assert config["response_cache"] == {"enable": True}
+        grpc_config = grpcclient.InferenceServerClient(grpc_url(triton)).get_model_config("cached").config
+        assert grpc_config.response_cache.enable
+        assert _load(triton, "cached", config) == (200, None)
+        assert _load(triton, "cached", {"response_cache": {"enable": True}}) == (200, None)
+        assert _config(triton, "cached") == config

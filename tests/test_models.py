@@ -9,8 +9,8 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from pytriton.exceptions import PyTritonModelConfigError
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
+from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton, TritonConfig
 
 SHAPES = "expected a tuple of dims, each an int >= 1 or -1 for any size (without the batch axis), e.g. (-1,)"
@@ -79,3 +79,117 @@ def test_a_dtype_the_engine_cannot_serve_says_what_is_accepted(triton: Triton, d
 )
 def test_accepted_forms(triton: Triton, tensor: Tensor) -> None:
     _bind(triton, tensor)
+
+
+def test_an_empty_shape_is_refused_as_triton_refuses_to_load_it(triton: Triton) -> None:
+    """Triton 2.51 refuses `dims: []` ("model input 'x' must specify 'dims'"); NVIDIA's bind then fails to load."""
+    with pytest.raises(PyTritonModelConfigError) as raised:
+        _bind(triton, Tensor(name="x", dtype=np.float32, shape=()))
+    needs = "Triton needs at least one dim: (1,) for one value per request"
+    assert str(raised.value) == f"model 'm': input 'x' has shape=(); {needs}"
+
+
+def test_an_optional_output_is_refused_as_nvidia_pytriton_refuses_it(triton: Triton) -> None:
+    """An output cannot be optional in Triton's config; 0.7 raises this error and type, not silence."""
+    with pytest.raises(PyTritonValidationError, match=r"^Output tensors cannot be optional\.$"):
+        triton.bind(
+            "m",
+            lambda requests: requests,
+            inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+            outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,), optional=True)],
+        )
+
+
+def _bind_batcher(triton: Triton, batcher: DynamicBatcher) -> None:
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    triton.bind("m", lambda requests: requests, inputs=tensors, outputs=tensors, config=ModelConfig(batcher=batcher))
+
+
+_DELAY = QueuePolicy(timeout_action=TimeoutAction.DELAY, default_timeout_microseconds=10)
+
+
+@pytest.mark.parametrize(
+    ("batcher", "message"),
+    [
+        (
+            DynamicBatcher(preserve_ordering=True, priority_levels=2, default_priority_level=1),
+            "Only one priority level is allowed when 'preserve_ordering' is true for m",
+        ),
+        (
+            DynamicBatcher(preserve_ordering=True, default_queue_policy=_DELAY),
+            "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for m",
+        ),
+        (
+            DynamicBatcher(
+                preserve_ordering=True, priority_levels=1, default_priority_level=1, priority_queue_policy={1: _DELAY}
+            ),
+            "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for m",
+        ),
+        (
+            DynamicBatcher(default_queue_policy=QueuePolicy(max_queue_size=-1)),
+            "default_queue_policy.max_queue_size must be >= 0, got -1 for m",
+        ),
+        (
+            DynamicBatcher(
+                priority_levels=2,
+                default_priority_level=1,
+                priority_queue_policy={2: QueuePolicy(default_timeout_microseconds=-5)},
+            ),
+            "priority_queue_policy[2].default_timeout_microseconds must be >= 0, got -5 for m",
+        ),
+    ],
+    ids=["ordering-levels", "ordering-delay", "ordering-level-delay", "queue-size", "timeout"],
+)
+def test_batcher_settings_triton_refuses_to_load_are_refused_at_bind(
+    triton: Triton, batcher: DynamicBatcher, message: str
+) -> None:
+    """tritonserver 2.51 fails NVIDIA's bind with these (its words, `model_config_utils.cc`); served here, they
+    showed a negative `max_queue_size` on the wire or an ordering the queue policy breaks."""
+    with pytest.raises(PyTritonModelConfigError) as raised:
+        _bind_batcher(triton, batcher)
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    "batcher",
+    [
+        DynamicBatcher(preserve_ordering=True, priority_levels=1, default_priority_level=1),
+        DynamicBatcher(preserve_ordering=True, default_queue_policy=QueuePolicy(timeout_action=TimeoutAction.DELAY)),
+        DynamicBatcher(preserve_ordering=True, default_queue_policy=QueuePolicy(default_timeout_microseconds=10)),
+    ],
+    ids=["one-level", "delay-without-timeout", "reject-with-timeout"],
+)
+def test_preserve_ordering_with_what_triton_allows_binds(triton: Triton, batcher: DynamicBatcher) -> None:
+    _bind_batcher(triton, batcher)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (ModelConfig(max_batch_size=0), "max_batch_size must be >= 1 when batching is enabled"),
+        (
+            ModelConfig(batcher=DynamicBatcher(priority_levels=2, default_priority_level=3)),
+            r"default_priority_level must be between 1 and priority_levels \(2\)",
+        ),
+        (
+            ModelConfig(batcher=DynamicBatcher(priority_queue_policy={1: QueuePolicy()})),
+            "priority_queue_policy needs priority_levels",
+        ),
+        (
+            ModelConfig(
+                batcher=DynamicBatcher(
+                    priority_levels=2, default_priority_level=1, priority_queue_policy={5: QueuePolicy()}
+                )
+            ),
+            r"priority_queue_policy level 5 is outside 1\.\.priority_levels",
+        ),
+    ],
+    ids=["max-batch-size", "default-level", "policy-without-levels", "policy-level"],
+)
+def test_batching_parameters_nvidia_pytriton_refuses_at_bind_raise_its_type(
+    triton: Triton, config: ModelConfig, message: str
+) -> None:
+    """0.7 raises PyTritonBadParameterError for these in bind: code written for it catches that type."""
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    with pytest.raises(PyTritonBadParameterError, match=message):
+        triton.bind("m", lambda requests: requests, inputs=tensors, outputs=tensors, config=config)

@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2
 from pytriton.core.engine import SpecChange
 from pytriton.core.errors import InferenceError
 from pytriton.core.spec import ModelSpec
+from pytriton.model_config.batcher_checks import batcher_refusal
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy, TimeoutAction
 from pytriton.protocol import documents
 
@@ -91,7 +92,7 @@ class ConfigOverride:
         """
         failed = _Failure(bound)
         current = json_format.ParseDict(
-            documents.model_config(bound, self.cache_available),
+            documents.model_config(bound),
             model_config_pb2.ModelConfig(),
             ignore_unknown_fields=True,
         )
@@ -118,6 +119,9 @@ class ConfigOverride:
         batcher = changes.get("batcher", bound.batcher)
         if batcher is not None:
             _check_batcher(batcher, max_batch_size, failed)
+            refusal = batcher_refusal(bound.name, batcher)
+            if refusal is not None:
+                raise failed(refusal)
         if "instance_group" in self.named:
             changes["instance_count"] = _instance_count(self.config.instance_group, failed)
         if "parameters" in self.named:
@@ -127,7 +131,7 @@ class ConfigOverride:
             enable = bool(self.config.response_cache.enable)
             if enable and bound.decoupled:
                 raise failed("'response_cache' cannot be enabled for a decoupled model")
-            if enable and not self.cache_available:
+            if enable and not bound.response_cache and not self.cache_available:
                 raise failed(
                     "'response_cache' cannot be enabled: the server has no response cache (start it with "
                     "TritonConfig(cache_config=['local,size=<bytes>']))"

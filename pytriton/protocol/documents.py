@@ -154,7 +154,7 @@ def _control_input(control: SequenceControlInput) -> Dict[str, Any]:
     }
 
 
-def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
+def model_config(spec: ModelSpec) -> Dict[str, Any]:
     """GET .../config: Triton's model_config.proto as its HTTP endpoint prints it (every field, int64 as numbers).
 
     Optional messages appear only when set: dynamic batching for batching models (sequence batching for
@@ -200,7 +200,7 @@ def model_config(spec: ModelSpec, cache_available: bool) -> Dict[str, Any]:
     )
     if spec.decoupled:
         config["model_transaction_policy"] = {"decoupled": True}
-    if spec.response_cache and cache_available:
+    if spec.response_cache:  # as Triton: what the model asks for, whether or not the server has a cache
         config["response_cache"] = {"enable": True}
     return config
 

@@ -553,10 +553,10 @@ def model_metadata(spec: ModelSpec) -> Message:
     return json_format.ParseDict(documents.model_metadata(spec), service_pb2.ModelMetadataResponse())
 
 
-def model_config(spec: ModelSpec, cache_available: bool) -> Message:
+def model_config(spec: ModelSpec) -> Message:
     """ModelConfigResponse holding the model config the HTTP /config endpoint shows."""
     config = json_format.ParseDict(
-        documents.model_config(spec, cache_available), model_config_pb2.ModelConfig(), ignore_unknown_fields=True
+        documents.model_config(spec), model_config_pb2.ModelConfig(), ignore_unknown_fields=True
     )
     return service_pb2.ModelConfigResponse(config=config)
 

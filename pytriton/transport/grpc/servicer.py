@@ -93,7 +93,7 @@ class InferenceServicer:
     async def ModelConfig(self, request: Message, context: Any) -> Message:
         """A model's configuration."""
         model = self._engine.model(request.name, request.version)
-        return grpc_codec.model_config(model.spec, self._engine.has_cache)
+        return grpc_codec.model_config(model.spec)
 
     @unary
     async def ModelStatistics(self, request: Message, context: Any) -> Message:

@@ -250,7 +250,7 @@ class HttpFrontend:
             raise _plain(400, "Model version not ready")
         if action == "config":
             model = engine.model(name, version)
-            return send_json(send, 200, documents.model_config(model.spec, engine.has_cache))
+            return send_json(send, 200, documents.model_config(model.spec))
         if action == "stats":
             return send_json(send, 200, documents.model_statistics(engine.statistics_of(name, version)))
         return send_json(send, 200, documents.model_metadata(engine.model(name, version).spec))
