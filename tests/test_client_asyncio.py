@@ -85,15 +85,20 @@ def test_model_config_and_batching(client_url: str) -> None:
 
 def test_timeouts(client_url: str, slow_gate: Gate) -> None:
     async def scenario() -> None:
+        # nvidia-pytriton 0.7's AsyncioModelClient words its timeouts differently from its ModelClient
         async with AsyncioModelClient(client_url, "slow", inference_timeout_s=HELD_TIMEOUT_S) as client:
-            with pytest.raises(PyTritonClientTimeoutError):
+            with pytest.raises(PyTritonClientTimeoutError) as timed_out:
                 await client.infer_sample(x=floats(1))
+            assert str(timed_out.value) == "Timeout exceeded while running inference for slow"
             slow_gate.release()
             assert (await client.infer_sample(x=floats(2)))["y"].tolist() == [2]
+        not_ready = r"^Timeout while waiting for model missing to be ready for {}s$"
         async with AsyncioModelClient(client_url, "missing", init_timeout_s=0.3) as client:
-            with pytest.raises(PyTritonClientTimeoutError):
+            with pytest.raises(PyTritonClientTimeoutError, match=not_ready.format(r"0\.3")):
                 await client.infer_sample(x=floats(1))
-        with pytest.raises(PyTritonClientTimeoutError):
+            with pytest.raises(PyTritonClientTimeoutError, match=not_ready.format(r"0\.2")):
+                await client.wait_for_model(0.2)
+        with pytest.raises(PyTritonClientTimeoutError, match=not_ready.format(r"0\.2")):
             async with AsyncioModelClient(client_url, "missing", lazy_init=False, init_timeout_s=0.2):
                 pass
 
@@ -103,8 +108,11 @@ def test_timeouts(client_url: str, slow_gate: Gate) -> None:
 def test_model_error(client_url: str) -> None:
     async def scenario() -> None:
         async with AsyncioModelClient(client_url, "fail") as client:
-            with pytest.raises(PyTritonClientInferenceServerError, match="the model says no"):
+            with pytest.raises(PyTritonClientInferenceServerError) as error:
                 await client.infer_sample(x=floats(1))
+            # 0.7's AsyncioModelClient's words (its ModelClient says "Error occurred during inference request")
+            assert str(error.value).startswith("Error occurred on Triton Inference Server side:\n ")
+            assert "the model says no" in str(error.value)
         async with AsyncioModelClient(client_url, "stream") as client:
             with pytest.raises(PyTritonClientInferenceServerError, match="AsyncioDecoupledModelClient"):
                 await client.infer_sample(x=floats(1))

@@ -51,6 +51,26 @@ def client_error(error: BaseException, timeout_s: float) -> PyTritonClientError:
     return PyTritonClientInferenceServerError(f"Error occurred during inference request. Message: {message}")
 
 
+def asyncio_client_error(error: BaseException, model_name: str, timeout_s: float) -> PyTritonClientError:
+    """The error AsyncioModelClient raises for an error of an inference request, in 0.7's words for it.
+
+    0.7's AsyncioModelClient words a timeout and the server's errors differently from its ModelClient:
+    "Timeout exceeded while running inference for <model>", and "Error occurred on Triton Inference Server
+    side:", a new line, a space and the message (a timeout when it says "Deadline Exceeded"). Others read as
+    ModelClient's.
+    """
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        return PyTritonClientTimeoutError(f"Timeout exceeded while running inference for {model_name}")
+    if isinstance(error, InferenceServerException):
+        message = str(error.message() or "")
+        if _QUEUE_FULL_MESSAGE not in message.lower():
+            worded = f"Error occurred on Triton Inference Server side:\n {message}"
+            if "DEADLINE_EXCEEDED" in str(error.status() or "") or "Deadline Exceeded" in message:
+                return PyTritonClientTimeoutError(worded)
+            return PyTritonClientInferenceServerError(worded)
+    return client_error(error, timeout_s)
+
+
 def unavailable_error(error: BaseException, model_name: str, timeout_s: float) -> PyTritonClientError:
     """The error for a failed config read: a timeout stays a timeout, anything else means the model is unavailable."""
     translated = client_error(error, timeout_s)
