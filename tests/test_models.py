@@ -9,7 +9,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from pytriton.exceptions import PyTritonModelConfigError
+from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonModelConfigError, PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 
@@ -79,3 +79,21 @@ def test_a_dtype_the_engine_cannot_serve_says_what_is_accepted(triton: Triton, d
 )
 def test_accepted_forms(triton: Triton, tensor: Tensor) -> None:
     _bind(triton, tensor)
+
+
+def test_an_infer_func_that_is_no_callable_is_refused_as_nvidia_pytriton_0_7_refuses_it(triton: Triton) -> None:
+    """0.7 raises PyTritonValidationError with these words (code written for it may catch that type)."""
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    with pytest.raises(
+        PyTritonValidationError, match=r"^inference_fn has to be either callable or sequence of callables$"
+    ):
+        triton.bind("m", 5, inputs=tensors, outputs=tensors)  # type: ignore[arg-type]
+
+
+def test_a_model_bound_twice_is_refused_in_nvidia_pytriton_0_7s_words(triton: Triton) -> None:
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    triton.bind("m", lambda requests: requests, inputs=tensors, outputs=tensors)
+    with pytest.raises(PyTritonInvalidOperationError) as error:
+        triton.bind("m", lambda requests: requests, inputs=tensors, outputs=tensors)
+    assert str(error.value).startswith("Cannot add model with the same name twice.")  # 0.7's message
+    assert "'m' version 1 is already bound" in str(error.value)
