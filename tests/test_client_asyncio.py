@@ -89,7 +89,9 @@ def test_timeouts(client_url: str, slow_gate: Gate) -> None:
         async with AsyncioModelClient(client_url, "slow", inference_timeout_s=HELD_TIMEOUT_S) as client:
             with pytest.raises(PyTritonClientTimeoutError) as timed_out:
                 await client.infer_sample(x=floats(1))
-            assert str(timed_out.value) == "Timeout exceeded while running inference for slow"
+            grpc_timeout = "Error occurred on Triton Inference Server side:\n Deadline Exceeded"  # the call's deadline
+            http_timeout = "Timeout exceeded while running inference for slow"
+            assert str(timed_out.value) == (grpc_timeout if client_url.startswith("grpc") else http_timeout)
             slow_gate.release()
             assert (await client.infer_sample(x=floats(2)))["y"].tolist() == [2]
         not_ready = r"^Timeout while waiting for model missing to be ready for {}s$"

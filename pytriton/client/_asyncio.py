@@ -171,5 +171,5 @@ class AsyncioModelClient(BaseModelClient):
         try:
             result = await asyncio.wait_for(request, self._inference_timeout_s)
         except ASYNCIO_TRANSLATED_ERRORS as error:
-            raise asyncio_client_error(error, self._model_name, self._inference_timeout_s) from error
+            raise asyncio_client_error(error, self._model_name, self._inference_timeout_s, self._is_grpc) from error
         return unbatch_outputs(config, result_arrays(result), call.sample)
