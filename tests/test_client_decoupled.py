@@ -162,9 +162,8 @@ def test_batching_and_closed_errors(grpc_url: str) -> None:
     with pytest.raises(PyTritonClientValueError):
         client.infer_sample(floats(1), x=floats(1))
     client.close()
-    with pytest.raises(
-        PyTritonClientClosedError, match="^ModelClient is closed$"
-    ):  # 0.7's DecoupledModelClient's words
+    # 0.7's DecoupledModelClient's words: it is a ModelClient
+    with pytest.raises(PyTritonClientClosedError, match=r"^ModelClient is closed$"):
         client.infer_sample(x=floats(1))
 
     async def scenario() -> None:
