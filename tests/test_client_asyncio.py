@@ -197,10 +197,13 @@ def test_asyncio_utils_called_as_nvidia_pytriton_0_7_calls_them(open_server: Tri
             assert (config.model_name, config.max_batch_size, config.decoupled) == ("echo", 4, False)
             assert await asyncio_get_model_state(client, "echo") is ModelState.READY
             assert await asyncio_get_model_state(client, "echo", "2") is ModelState.UNAVAILABLE
-            with pytest.raises(PyTritonClientTimeoutError):
+            # 0.7's words (its number is the time left when the wait began; here the timeout given)
+            with pytest.raises(PyTritonClientTimeoutError) as not_ready:
                 await asyncio_wait_for_model_ready(client, "missing", timeout_s=0.3)
-            with pytest.raises(PyTritonClientTimeoutError):
+            assert str(not_ready.value) == "Timeout while waiting for model missing to be ready (timeout=0.30)"
+            with pytest.raises(PyTritonClientTimeoutError) as no_config:
                 await asyncio_get_model_config(client, "missing", timeout_s=0.3)
+            assert str(no_config.value) == "Timeout while waiting for model missing config (timeout=0.30)"
             with pytest.raises(asyncio.TimeoutError):  # no deadline of its own: the caller bounds it, as in 0.7
                 await asyncio.wait_for(asyncio_wait_for_model_status_loaded(client, "missing", 0.05), 0.3)
         finally:

@@ -102,10 +102,11 @@ def test_inference_timeout_then_the_client_recovers(client_url: str, slow_gate: 
 
 
 def test_unknown_model_times_out(client_url: str) -> None:
+    not_ready = r"^Waiting for model missing/<latest> to be ready timed out\.$"  # 0.7's words
     with ModelClient(client_url, "missing", init_timeout_s=0.3) as client:
-        with pytest.raises(PyTritonClientTimeoutError, match="missing"):
+        with pytest.raises(PyTritonClientTimeoutError, match=not_ready):
             client.infer_sample(x=floats(1))
-        with pytest.raises(PyTritonClientTimeoutError):
+        with pytest.raises(PyTritonClientTimeoutError, match=not_ready):
             client.wait_for_model(0.2)
     with pytest.raises(PyTritonClientTimeoutError):
         ModelClient(client_url, "missing", lazy_init=False, init_timeout_s=0.2)
