@@ -50,8 +50,9 @@ def test_url_forms() -> None:
 
 @pytest.mark.parametrize("url", ["https://localhost", "ftp://localhost:21", "http://localhost:port", "://x", 8000])
 def test_invalid_urls(url: object) -> None:
-    with pytest.raises(errors.PyTritonClientInvalidUrlError):
+    with pytest.raises(errors.PyTritonClientInvalidUrlError) as invalid:
         TritonUrl.from_url(url)  # type: ignore[arg-type]
+    assert str(invalid.value).startswith(f"Invalid url {url}")  # 0.7's words (the url as it is), then why
     with pytest.raises(errors.PyTritonClientInvalidUrlError):
         ModelClient(url, "model")  # type: ignore[arg-type]
     with pytest.raises(errors.PyTritonClientInvalidUrlError):
