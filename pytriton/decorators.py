@@ -91,9 +91,14 @@ def _get_wrapt_stack(wrapped: Any) -> List[_WrappedWithWrapper]:
 
 
 def get_inference_request_batch_size(inference_request: InferenceRequest) -> int:
-    """Get the batch size of a request: the first axis of its first input."""
+    """Get the batch size of a request: the first axis of its first input.
+
+    Raises:
+        ValueError: if that input has no axis (a 0-dimensional array), as NVIDIA's unpacking of its shape raises.
+    """
     first_input = next(iter(inference_request.values()))
-    return int(first_input.shape[0])
+    batch_size, *_dims = first_input.shape
+    return int(batch_size)
 
 
 def get_triton_context(wrapped: Any, instance: Any) -> TritonContext:
@@ -213,8 +218,9 @@ def _batched(arrays: List[np.ndarray]) -> np.ndarray:
     A request alone whose array is writable is passed as it is: it lies in the request's own memory, which
     nothing else reads or writes (np.concatenate copied it: a second 1 GiB for a 1 GiB tensor, and seconds of
     the GIL). A read-only one (a small request's bytes) is copied, as the callable may write into its inputs.
+    A 0-dimensional one goes to np.concatenate too, which refuses it (ValueError) as NVIDIA's @batch does.
     """
-    if len(arrays) == 1 and arrays[0].flags.writeable:
+    if len(arrays) == 1 and arrays[0].flags.writeable and arrays[0].ndim > 0:
         return arrays[0]
     return np.concatenate(arrays)
 
@@ -312,7 +318,11 @@ class ConstantPadder:
         names = list(dict.fromkeys(name for batch_dict in batches_list for name in batch_dict))
         padded: List[Dict[str, np.ndarray]] = [{} for _ in batches_list]
         for name in names:
-            present = [(index, batch_dict[name]) for index, batch_dict in enumerate(batches_list) if name in batch_dict]
+            present = [
+                (index, batch_dict[name])
+                for index, batch_dict in enumerate(batches_list)
+                if batch_dict.get(name) is not None  # a None value is left out of the padded batch, as in NVIDIA's
+            ]
             arrays = [array for _, array in present]
             target_shape = _padded_shape(arrays)
             target_dtype = _padded_dtype(arrays)
@@ -441,8 +451,10 @@ def pad_batch(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...],
     target_size = sizes[bisect.bisect_left(sizes, current_size)]
 
     for name, array in inputs.items():
-        repeats = np.ones(array.shape[0], dtype=np.int64)
-        repeats[-1] = target_size - array.shape[0] + 1
+        rows = array.shape[0]
+        # every row once, the last one up to the target; an empty batch asks np.ones for -1 rows and gets NVIDIA's
+        # ValueError ("negative dimensions are not allowed")
+        repeats = np.concatenate([np.ones(rows - 1, dtype=np.int64), [target_size - rows + 1]])
         kwargs[name] = np.repeat(array, repeats, axis=0)
     return wrapped(*args, **kwargs)
 

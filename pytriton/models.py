@@ -41,9 +41,9 @@ def validate_model_name(model_name: str) -> None:
 
 def as_callables(infer_func: Union[Callable[..., Any], Sequence[Callable[..., Any]]]) -> List[Callable[..., Any]]:
     """One callable per instance."""
-    callables: List[Callable[..., Any]] = (
-        list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]  # type: ignore[list-item]
-    )
+    if not isinstance(infer_func, (list, tuple)) and not callable(infer_func):
+        raise PyTritonValidationError("inference_fn has to be either callable or sequence of callables")  # 0.7's
+    callables: List[Callable[..., Any]] = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func]
     if not callables:
         raise PyTritonBadParameterError("infer_func must be a callable or a non-empty list of callables")
     for fn in callables:

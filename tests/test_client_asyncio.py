@@ -85,15 +85,22 @@ def test_model_config_and_batching(client_url: str) -> None:
 
 def test_timeouts(client_url: str, slow_gate: Gate) -> None:
     async def scenario() -> None:
+        # nvidia-pytriton 0.7's AsyncioModelClient words its timeouts differently from its ModelClient
         async with AsyncioModelClient(client_url, "slow", inference_timeout_s=HELD_TIMEOUT_S) as client:
-            with pytest.raises(PyTritonClientTimeoutError):
+            with pytest.raises(PyTritonClientTimeoutError) as timed_out:
                 await client.infer_sample(x=floats(1))
+            grpc_timeout = "Error occurred on Triton Inference Server side:\n Deadline Exceeded"  # the call's deadline
+            http_timeout = "Timeout exceeded while running inference for slow"
+            assert str(timed_out.value) == (grpc_timeout if client_url.startswith("grpc") else http_timeout)
             slow_gate.release()
             assert (await client.infer_sample(x=floats(2)))["y"].tolist() == [2]
+        not_ready = r"^Timeout while waiting for model missing to be ready for {}s$"
         async with AsyncioModelClient(client_url, "missing", init_timeout_s=0.3) as client:
-            with pytest.raises(PyTritonClientTimeoutError):
+            with pytest.raises(PyTritonClientTimeoutError, match=not_ready.format(r"0\.3")):
                 await client.infer_sample(x=floats(1))
-        with pytest.raises(PyTritonClientTimeoutError):
+            with pytest.raises(PyTritonClientTimeoutError, match=not_ready.format(r"0\.2")):
+                await client.wait_for_model(0.2)
+        with pytest.raises(PyTritonClientTimeoutError, match=not_ready.format(r"0\.2")):
             async with AsyncioModelClient(client_url, "missing", lazy_init=False, init_timeout_s=0.2):
                 pass
 
@@ -103,8 +110,11 @@ def test_timeouts(client_url: str, slow_gate: Gate) -> None:
 def test_model_error(client_url: str) -> None:
     async def scenario() -> None:
         async with AsyncioModelClient(client_url, "fail") as client:
-            with pytest.raises(PyTritonClientInferenceServerError, match="the model says no"):
+            with pytest.raises(PyTritonClientInferenceServerError) as error:
                 await client.infer_sample(x=floats(1))
+            # 0.7's AsyncioModelClient's words (its ModelClient says "Error occurred during inference request")
+            assert str(error.value).startswith("Error occurred on Triton Inference Server side:\n ")
+            assert "the model says no" in str(error.value)
         async with AsyncioModelClient(client_url, "stream") as client:
             with pytest.raises(PyTritonClientInferenceServerError, match="AsyncioDecoupledModelClient"):
                 await client.infer_sample(x=floats(1))
@@ -187,10 +197,13 @@ def test_asyncio_utils_called_as_nvidia_pytriton_0_7_calls_them(open_server: Tri
             assert (config.model_name, config.max_batch_size, config.decoupled) == ("echo", 4, False)
             assert await asyncio_get_model_state(client, "echo") is ModelState.READY
             assert await asyncio_get_model_state(client, "echo", "2") is ModelState.UNAVAILABLE
-            with pytest.raises(PyTritonClientTimeoutError):
+            # 0.7's words (its number is the time left when the wait began; here the timeout given)
+            with pytest.raises(PyTritonClientTimeoutError) as not_ready:
                 await asyncio_wait_for_model_ready(client, "missing", timeout_s=0.3)
-            with pytest.raises(PyTritonClientTimeoutError):
+            assert str(not_ready.value) == "Timeout while waiting for model missing to be ready (timeout=0.30)"
+            with pytest.raises(PyTritonClientTimeoutError) as no_config:
                 await asyncio_get_model_config(client, "missing", timeout_s=0.3)
+            assert str(no_config.value) == "Timeout while waiting for model missing config (timeout=0.30)"
             with pytest.raises(asyncio.TimeoutError):  # no deadline of its own: the caller bounds it, as in 0.7
                 await asyncio.wait_for(asyncio_wait_for_model_status_loaded(client, "missing", 0.05), 0.3)
         finally:

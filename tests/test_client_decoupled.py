@@ -109,7 +109,8 @@ def test_response_timeout(grpc_url: str, stream_gate: Gate) -> None:
         async with AsyncioDecoupledModelClient(grpc_url, "stream_slow", inference_timeout_s=HELD_TIMEOUT_S) as client:
             responses = client.infer_sample(x=floats(2))
             assert (await responses.__anext__())["y"].tolist() == [2]
-            with pytest.raises(PyTritonClientTimeoutError):
+            next_response = f"^Timeout while waiting for model stream_slow to return next response {HELD_TIMEOUT_S}s$"
+            with pytest.raises(PyTritonClientTimeoutError, match=next_response):  # 0.7's words
                 await responses.__anext__()
 
     run(scenario())
@@ -161,7 +162,8 @@ def test_batching_and_closed_errors(grpc_url: str) -> None:
     with pytest.raises(PyTritonClientValueError):
         client.infer_sample(floats(1), x=floats(1))
     client.close()
-    with pytest.raises(PyTritonClientClosedError):
+    # 0.7's DecoupledModelClient's words: it is a ModelClient
+    with pytest.raises(PyTritonClientClosedError, match=r"^ModelClient is closed$"):
         client.infer_sample(x=floats(1))
 
     async def scenario() -> None:

@@ -79,7 +79,7 @@ def test_close_refuses_new_calls_and_finishes_queued_ones(client_url: str, slow_
     pending = client.infer_sample(x=floats(7))
     assert slow_gate.entered.wait(WAIT_S)
     client.close(wait=False)
-    with pytest.raises(PyTritonClientClosedError):
+    with pytest.raises(PyTritonClientClosedError, match=r"^FutureModelClient is already closed$"):  # 0.7's words
         client.infer_sample(x=floats(1))
     with pytest.raises(PyTritonClientClosedError):
         client.model_config()

@@ -188,6 +188,13 @@ def test_get_inference_request_batch_size() -> None:
     assert get_inference_request_batch_size(Request({"x": np.zeros((7, 1))})) == 7  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("scalar", [np.float32(1.0), np.array(1.0)])
+def test_get_inference_request_batch_size_of_an_input_without_axes_is_nvidias_value_error(scalar: Any) -> None:
+    """0.7 unpacks the shape (`batch_size, *_dims = shape`): ValueError, not IndexError, for a 0-d input."""
+    with pytest.raises(ValueError, match=r"^not enough values to unpack \(expected at least 1, got 0\)$"):
+        get_inference_request_batch_size({"a": scalar})
+
+
 # --- convert_output ----------------------------------------------------------------------------------------------
 
 _TWO_OUTPUTS = TritonModelConfig(
@@ -287,6 +294,20 @@ def test_batch_accepts_plain_dicts_and_passes_extra_kwargs() -> None:
     results = fn([{"a": np.array([1, 2])}, {"a": np.array([3])}], extra="kept")
     _assert_dicts_equal(results[0], {"out": np.array([2, 3])})
     _assert_dicts_equal(results[1], {"out": np.array([4])})
+
+
+def test_batch_refuses_a_lone_request_with_a_0_dimensional_input_before_calling() -> None:
+    """As 0.7's np.concatenate does: the callable is never called with an input that has no batch axis."""
+    calls: List[Dict[str, Any]] = []
+
+    @batch
+    def fn(**inputs: Any) -> Dict[str, Any]:
+        calls.append(inputs)
+        return inputs
+
+    with pytest.raises(ValueError, match=r"^zero-dimensional arrays cannot be concatenated$"):
+        fn([Request({"a": np.array(1.0)})])
+    assert calls == []
 
 
 def test_batch_rejects_requests_with_different_inputs() -> None:
@@ -623,6 +644,14 @@ def test_constant_padder_pads_objects_with_empty_bytes() -> None:
     assert padded[1]["s"].tolist() == [[b"y", b"zz"]]
 
 
+def test_constant_padder_leaves_out_none_values() -> None:
+    """0.7 reads each name with `batch.get(name)` and skips None: a sub-batch may hold None for an output."""
+    padded = ConstantPadder(7)([{"a": None, "b": np.ones((1, 1))}, {"a": np.ones((1, 2)), "b": np.ones((1, 3))}])
+    assert [list(batch_dict) for batch_dict in padded] == [["b"], ["a", "b"]]
+    _assert_dicts_equal(padded[0], {"b": np.array([[1.0, 7.0, 7.0]])})
+    _assert_dicts_equal(padded[1], {"a": np.ones((1, 2)), "b": np.ones((1, 3))})
+
+
 @pytest.mark.parametrize(
     "first, second",
     [
@@ -873,6 +902,12 @@ def test_pad_batch_over_max_batch_size_fails() -> None:
     fn = _pad_batch_fn(TritonModelConfig(model_name="pad", max_batch_size=2))
     with pytest.raises(IndexError):
         fn(a=np.zeros((3, 1)))
+
+
+def test_pad_batch_of_an_empty_batch_raises_nvidias_value_error() -> None:
+    fn = _pad_batch_fn(TritonModelConfig(model_name="pad", max_batch_size=8))
+    with pytest.raises(ValueError, match=r"^negative dimensions are not allowed$"):
+        fn(a=np.zeros((0, 1)))
 
 
 def test_pad_batch_below_batch_needs_outputs_of_request_size() -> None:

@@ -9,7 +9,12 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
+from pytriton.exceptions import (
+    PyTritonBadParameterError,
+    PyTritonInvalidOperationError,
+    PyTritonModelConfigError,
+    PyTritonValidationError,
+)
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton, TritonConfig
 
@@ -193,3 +198,21 @@ def test_batching_parameters_nvidia_pytriton_refuses_at_bind_raise_its_type(
     tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
     with pytest.raises(PyTritonBadParameterError, match=message):
         triton.bind("m", lambda requests: requests, inputs=tensors, outputs=tensors, config=config)
+
+
+def test_an_infer_func_that_is_no_callable_is_refused_as_nvidia_pytriton_0_7_refuses_it(triton: Triton) -> None:
+    """0.7 raises PyTritonValidationError with these words (code written for it may catch that type)."""
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    with pytest.raises(
+        PyTritonValidationError, match=r"^inference_fn has to be either callable or sequence of callables$"
+    ):
+        triton.bind("m", 5, inputs=tensors, outputs=tensors)  # type: ignore[arg-type]
+
+
+def test_a_model_bound_twice_is_refused_in_nvidia_pytriton_0_7s_words(triton: Triton) -> None:
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    triton.bind("m", lambda requests: requests, inputs=tensors, outputs=tensors)
+    with pytest.raises(PyTritonInvalidOperationError) as error:
+        triton.bind("m", lambda requests: requests, inputs=tensors, outputs=tensors)
+    assert str(error.value).startswith("Cannot add model with the same name twice.")  # 0.7's message
+    assert "'m' version 1 is already bound" in str(error.value)

@@ -14,8 +14,9 @@ import tritonclient.http.aio
 
 from pytriton.client._asyncio_readiness import fetch_model_config, wait_for_model
 from pytriton.client._base import BaseModelClient
-from pytriton.client._errors import TRANSLATED_ERRORS, client_error
+from pytriton.client._errors import TRANSLATED_ERRORS, asyncio_client_error
 from pytriton.client._request import InferCall, Parameters, result_arrays, unbatch_outputs
+from pytriton.client.exceptions import PyTritonClientTimeoutError
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 _LOGGER = logging.getLogger(__name__)
@@ -94,7 +95,10 @@ class AsyncioModelClient(BaseModelClient):
             PyTritonClientTimeoutError: if they are not ready within `timeout_s`.
             PyTritonClientClosedError: if the client is closed.
         """
-        await wait_for_model(self._general(), self._model_ref, timeout_s)
+        try:
+            await wait_for_model(self._general(), self._model_ref, timeout_s)
+        except PyTritonClientTimeoutError as error:
+            raise self._not_ready_in_time(timeout_s) from error
 
     @property
     async def model_config(self) -> TritonModelConfig:
@@ -110,11 +114,23 @@ class AsyncioModelClient(BaseModelClient):
                 self._config_lock = asyncio.Lock()
             async with self._config_lock:
                 if self._model_config is None:
-                    self._model_config = await fetch_model_config(
-                        self._general(), self._model_ref, self._init_timeout_s
-                    )
+                    try:
+                        self._model_config = await fetch_model_config(
+                            self._general(), self._model_ref, self._init_timeout_s
+                        )
+                    except PyTritonClientTimeoutError as error:
+                        raise self._not_ready_in_time(self._init_timeout_s) from error
                     self._model_ready = True
         return self._model_config
+
+    def _not_ready_in_time(self, timeout_s: Optional[float]) -> PyTritonClientTimeoutError:
+        """The error for a server or model not ready in time, in 0.7's AsyncioModelClient's words.
+
+        They differ from its ModelClient's ("Waiting for model m/<latest> to be ready timed out.").
+        """
+        return PyTritonClientTimeoutError(
+            f"Timeout while waiting for model {self._model_name} to be ready for {timeout_s}s"
+        )
 
     async def infer_sample(
         self,
@@ -155,5 +171,5 @@ class AsyncioModelClient(BaseModelClient):
         try:
             result = await asyncio.wait_for(request, self._inference_timeout_s)
         except ASYNCIO_TRANSLATED_ERRORS as error:
-            raise client_error(error, self._inference_timeout_s) from error
+            raise asyncio_client_error(error, self._model_name, self._inference_timeout_s, self._is_grpc) from error
         return unbatch_outputs(config, result_arrays(result), call.sample)

@@ -92,8 +92,9 @@ class AsyncioDecoupledModelClient(AsyncioModelClient):
                 try:
                     reply = await asyncio.wait_for(stream.read(), self._inference_timeout_s)
                 except asyncio.TimeoutError:
-                    raise PyTritonClientTimeoutError(
-                        f"Timeout occurred during inference request. Timeout: {self._inference_timeout_s} s"
+                    raise PyTritonClientTimeoutError(  # 0.7's words
+                        f"Timeout while waiting for model {self._model_name} to return next response "
+                        f"{self._inference_timeout_s}s"
                     ) from None
                 except grpc.RpcError as error:
                     if self._closed:

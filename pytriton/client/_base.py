@@ -182,7 +182,12 @@ class BaseModelClient:
             PyTritonClientClosedError: if the client is closed.
         """
         if self._closed:
-            raise PyTritonClientClosedError(f"{type(self).__name__} is closed")
+            raise PyTritonClientClosedError(f"{self._closed_name} is closed")
+
+    @property
+    def _closed_name(self) -> str:
+        """The name a closed client calls itself: 0.7's DecoupledModelClient is a ModelClient that says so."""
+        return type(self).__name__
 
     def _require_grpc(self) -> None:
         """Refuse a url of another protocol (the decoupled clients stream over gRPC only).

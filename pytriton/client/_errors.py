@@ -33,14 +33,16 @@ def client_error(error: BaseException, timeout_s: float) -> PyTritonClientError:
     if isinstance(error, PyTritonClientError):
         return error
     if isinstance(error, (socket.timeout, asyncio.TimeoutError, TimeoutError)):
-        return PyTritonClientTimeoutError(f"Timeout occurred during inference request. Timeout: {timeout_s} s")
+        # tritonclient.http's socket timeout says "timed out": 0.7 appends it after the timeout, with no full stop
+        said = f" Message: {error}" if str(error) else ""
+        return PyTritonClientTimeoutError(f"Timeout occurred during inference request. Timeout: {timeout_s} s{said}")
     if isinstance(error, InferenceServerException):
         status, message = str(error.status() or ""), str(error.message() or "")
     elif isinstance(error, grpc.RpcError):
         status, message = str(getattr(error, "code", lambda: "")()), str(getattr(error, "details", lambda: "")())
-    else:  # a connection that could not be made or broke, as NVIDIA's client reports it
+    else:  # a connection that could not be made or broke, as NVIDIA's client reports it (no full stop after "s")
         return PyTritonClientTimeoutError(
-            f"Timeout occurred during inference request. Timeout: {timeout_s} s. Message: {error}"
+            f"Timeout occurred during inference request. Timeout: {timeout_s} s Message: {error}"
         )
     if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
         return PyTritonClientTimeoutError(
@@ -49,6 +51,28 @@ def client_error(error: BaseException, timeout_s: float) -> PyTritonClientError:
     if _QUEUE_FULL_MESSAGE in message.lower():
         return PyTritonClientQueueFullError(f"The server refused the request: {message}")
     return PyTritonClientInferenceServerError(f"Error occurred during inference request. Message: {message}")
+
+
+def asyncio_client_error(error: BaseException, model_name: str, timeout_s: float, grpc: bool) -> PyTritonClientError:
+    """The error AsyncioModelClient raises for an error of an inference request, in 0.7's words for it.
+
+    0.7's AsyncioModelClient words a timeout and the server's errors differently from its ModelClient:
+    "Timeout exceeded while running inference for <model>", and "Error occurred on Triton Inference Server
+    side:", a new line, a space and the message (a timeout when it says "Deadline Exceeded"). Others read as
+    ModelClient's. Over gRPC its timeout is the call's deadline, so it reads as the server's "Deadline Exceeded".
+    """
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        if grpc:
+            return PyTritonClientTimeoutError("Error occurred on Triton Inference Server side:\n Deadline Exceeded")
+        return PyTritonClientTimeoutError(f"Timeout exceeded while running inference for {model_name}")
+    if isinstance(error, InferenceServerException):
+        message = str(error.message() or "")
+        if _QUEUE_FULL_MESSAGE not in message.lower():
+            worded = f"Error occurred on Triton Inference Server side:\n {message}"
+            if "DEADLINE_EXCEEDED" in str(error.status() or "") or "Deadline Exceeded" in message:
+                return PyTritonClientTimeoutError(worded)
+            return PyTritonClientInferenceServerError(worded)
+    return client_error(error, timeout_s)
 
 
 def unavailable_error(error: BaseException, model_name: str, timeout_s: float) -> PyTritonClientError:

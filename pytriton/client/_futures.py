@@ -155,7 +155,7 @@ class FuturesModelClient:
         future: Future[_T] = Future()
         with self._lock:
             if self._closed:
-                raise PyTritonClientClosedError("FuturesModelClient is closed")
+                raise PyTritonClientClosedError("FutureModelClient is already closed")  # 0.7's words, its typo too
             self._start_thread_unless_one_is_idle()
         try:
             self._tasks.put((future, call), block=not self._non_blocking, timeout=self._inference_timeout_s)

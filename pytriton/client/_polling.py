@@ -60,8 +60,12 @@ class Deadline:
         return pause
 
     def timeout_error(self, what: str) -> PyTritonClientTimeoutError:
-        """The error for a wait for `what` that ran out of time."""
-        return PyTritonClientTimeoutError(f"Waiting for {what} timed out after {self.timeout_s:g} s.")
+        """The error for a wait for `what` that ran out of time.
+
+        In 0.7's words: "Waiting for server to be ready timed out.", "Waiting for model m/<latest> to be ready
+        timed out.".
+        """
+        return PyTritonClientTimeoutError(f"Waiting for {what} timed out.")
 
 
 @dataclasses.dataclass(frozen=True)

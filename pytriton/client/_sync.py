@@ -30,6 +30,11 @@ class ModelClient(BaseModelClient):
             other = ModelClient.from_existing_client(client)
     """
 
+    @property
+    def _closed_name(self) -> str:
+        """0.7's words for every ModelClient, its DecoupledModelClient too: "ModelClient is closed"."""
+        return "ModelClient"
+
     def _open(self) -> None:
         """The client for health, config and repository requests; the inference one comes at first use."""
         self._general_client = self.create_client_from_url(self._url, network_timeout_s=self._network_timeout_s)

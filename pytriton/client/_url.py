@@ -33,20 +33,20 @@ class TritonUrl:
                 or its host or port is invalid.
         """
         if not isinstance(url, str):
-            raise PyTritonClientInvalidUrlError(f"Invalid url {url!r}. Url must be a string.")
+            raise PyTritonClientInvalidUrlError(f"Invalid url {url}. Url must be a string.")
         parsed = urllib.parse.urlparse(url)
         if (not parsed.scheme and "://" not in parsed.path) or (parsed.scheme and not parsed.netloc):
             # "host" and "host:port" parse as a path, or as a scheme with no netloc
             parsed = urllib.parse.urlparse(f"http://{url}")
         scheme = parsed.scheme.lower()
         if scheme not in _DEFAULT_PORTS:
-            raise PyTritonClientInvalidUrlError(f"Invalid url {url!r}. Only grpc and http are supported.")
+            raise PyTritonClientInvalidUrlError(f"Invalid url {url}. Only grpc and http are supported.")
         try:
             port = parsed.port
         except ValueError as error:
-            raise PyTritonClientInvalidUrlError(f"Invalid url {url!r}: {error}") from error
+            raise PyTritonClientInvalidUrlError(f"Invalid url {url}: {error}") from error
         if not parsed.hostname:
-            raise PyTritonClientInvalidUrlError(f"Invalid url {url!r}: no host.")
+            raise PyTritonClientInvalidUrlError(f"Invalid url {url}: no host.")
         return cls(scheme, parsed.hostname, port or _DEFAULT_PORTS[scheme])
 
     @property

@@ -16,6 +16,7 @@ import tritonclient.http.aio
 from pytriton.client import _asyncio_readiness
 from pytriton.client._polling import Deadline
 from pytriton.client._state import ModelRef, ModelState, model_state
+from pytriton.client.exceptions import PyTritonClientTimeoutError
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 __all__ = [
@@ -55,7 +56,12 @@ async def asyncio_get_model_config(
         PyTritonClientTimeoutError: if the server or the model is not ready in time.
         PyTritonClientModelUnavailableError: if the config cannot be obtained from a ready server.
     """
-    return await _asyncio_readiness.fetch_model_config(client, ModelRef(model_name, model_version), timeout_s)
+    try:
+        return await _asyncio_readiness.fetch_model_config(client, ModelRef(model_name, model_version), timeout_s)
+    except PyTritonClientTimeoutError as error:  # 0.7's words
+        raise PyTritonClientTimeoutError(
+            f"Timeout while waiting for model {model_name} config (timeout={timeout_s:0.2f})"
+        ) from error
 
 
 async def asyncio_wait_for_server_ready(asyncio_client: aio_clients, sleep_time_s: float) -> None:
@@ -82,4 +88,9 @@ async def asyncio_wait_for_model_ready(
     Raises:
         PyTritonClientTimeoutError: if the server or the model is not ready in time.
     """
-    await _asyncio_readiness.wait_for_model(asyncio_client, ModelRef(model_name, model_version), timeout_s)
+    try:
+        await _asyncio_readiness.wait_for_model(asyncio_client, ModelRef(model_name, model_version), timeout_s)
+    except PyTritonClientTimeoutError as error:  # 0.7's words
+        raise PyTritonClientTimeoutError(
+            f"Timeout while waiting for model {model_name} to be ready (timeout={timeout_s:0.2f})"
+        ) from error

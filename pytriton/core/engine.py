@@ -96,7 +96,10 @@ class Engine:
     def check_new(self, spec: ModelSpec) -> None:
         """Raise ValueError if the model version is bound already."""
         if spec.version in self._models.get(spec.name, {}):
-            raise ValueError(f"model '{spec.name}' version {spec.version} is already bound")
+            raise ValueError(  # 0.7's sentence first
+                "Cannot add model with the same name twice. "
+                f"Model '{spec.name}' version {spec.version} is already bound."
+            )
 
     def add_model(
         self, spec: ModelSpec, instances: List[ModelInstance], binder: Optional[Binder] = None
