@@ -154,6 +154,8 @@ def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None
     single_slot = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
     triton.bind("single_slot", accumulate, **IO, config=single_slot)
     triton.bind("backlog", accumulate, **IO, config=SINGLE_SLOT)
+    slow_idle = SequenceBatcher(direct=SequenceStrategyDirect(), max_sequence_idle_microseconds=60_000_000)
+    triton.bind("backlog_cancel", accumulate, **IO, config=ModelConfig(max_batch_size=1, sequence_batcher=slow_idle))
     idle = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
     triton.bind("idle", accumulate, **IO, config=idle)
     triton.bind("idle_probe", idle_probe, **IO, config=idle)
@@ -741,6 +743,49 @@ def test_a_sequence_waiting_for_a_slot_past_its_timeout_ends(any_server: Triton)
     statistics = http.get_inference_statistics("backlog", headers={"triton-access-token": ACCESS_TOKEN})
     counts = statistics["model_stats"][0]["inference_stats"]
     assert (counts["success"]["count"], counts["fail"]["count"]) == (6, 1)
+
+
+def test_a_cancelled_request_ends_its_sequence_as_triton(server: Triton) -> None:
+    # tritonserver 2.51, one slot held (idle after 60 s), a second sequence's START (gRPC, 1 s deadline) and its
+    # next request waiting for a slot: the START's deadline passes and the sequence is cancelled: its next request
+    # is answered CANCELLED with no words (HTTP 400 {"error":""}) and the one after needs START again. Ours ran
+    # the rest of the sequence without its START once a slot was free.
+    http = httpclient.InferenceServerClient(http_url(server))
+    http.infer("backlog_cancel", [_input(httpclient, 1)], sequence_id=1, sequence_start=True)
+
+    def start() -> str:
+        with (
+            grpcclient.InferenceServerClient(grpc_url(server)) as grpc,
+            pytest.raises(InferenceServerException) as raised,
+        ):
+            grpc.infer("backlog_cancel", [_input(grpcclient, 3)], sequence_id=2, sequence_start=True, client_timeout=1)
+        return str(raised.value.status())
+
+    def then() -> Tuple[str, str]:
+        with pytest.raises(InferenceServerException) as raised:
+            httpclient.InferenceServerClient(http_url(server)).infer(
+                "backlog_cancel", [_input(httpclient, 4)], sequence_id=2
+            )
+        return str(raised.value.status()), str(raised.value.message())
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        started = pool.submit(start)
+        _wait_pending(server, "backlog_cancel", 1)
+        following = pool.submit(then)
+        _wait_pending(server, "backlog_cancel", 2)
+        assert started.result(10) == "StatusCode.DEADLINE_EXCEEDED"
+        assert following.result(10) == ("400", "")  # before sequence 1 ends: it never got a slot
+    with pytest.raises(InferenceServerException, match="sequence 2 to model 'backlog_cancel' must specify the START"):
+        http.infer("backlog_cancel", [_input(httpclient, 5)], sequence_id=2, sequence_end=True)
+    result = http.infer("backlog_cancel", [_input(httpclient, 2)], sequence_id=1, sequence_end=True)
+    assert result.as_numpy("OUTPUT").tolist() == [[3]]
+    result = http.infer(
+        "backlog_cancel", [_input(httpclient, 7)], sequence_id=3, sequence_start=True, sequence_end=True
+    )
+    assert result.as_numpy("OUTPUT").tolist() == [[7]]  # the cancelled sequence left no claim on the slot
+    statistics = http.get_inference_statistics("backlog_cancel", headers={"triton-access-token": ACCESS_TOKEN})
+    counts = statistics["model_stats"][0]["inference_stats"]
+    assert (counts["success"]["count"], counts["fail"]["count"]) == (3, 2)
 
 
 def test_an_idle_sequence_ends_and_its_state_is_dropped(server: Triton) -> None:

@@ -75,7 +75,14 @@ class Scheduler:
         preserve = bool(batcher and batcher.preserve_ordering) or bool(oldest and oldest.preserve_ordering)
         self._order = ReleaseOrder() if preserve and len(instances) > 1 else None
         self._sequences = (
-            SequenceSlots(spec, len(instances), self._forget, self._sequence_idle, self._sequence_expired)
+            SequenceSlots(
+                spec,
+                len(instances),
+                self._forget,
+                self._sequence_idle,
+                self._sequence_expired,
+                self._sequence_cancelled,
+            )
             if spec.sequence_batcher
             else None
         )
@@ -231,6 +238,19 @@ class Scheduler:
             self._sequences.finished(entry)
         self._update_idle()
 
+    def _sequence_cancelled(self, live: LiveSequence) -> None:
+        """A queued request of a sequence was cancelled: its other queued requests fail as tritonserver 2.51's do.
+
+        Triton answers them CANCELLED with no words (HTTP 400 `{"error":""}`), counted as CANCELED failures.
+        """
+        assert self._sequences is not None
+        waiting = [entry for entry in self._queues if entry.request.live_sequence is live]
+        self._queues.take(waiting)
+        for entry in waiting:
+            entry.request.inputs = {}
+            self._fail(entry, InferenceError.cancelled(""))
+            self._sequences.finished(entry)
+
     def withdraw(self, sink: ResponseSink) -> None:
         """A request's client went away: a queued one frees its slot and inputs now, a running one is cancelled.
 
@@ -256,9 +276,9 @@ class Scheduler:
         entry.request.inputs = {}
         self.stats.record_failure(time.monotonic_ns() - entry.enqueue_ns, FailureReason.CANCELED.value)
         if self._sequences is not None:
-            self._sequences.finished(entry)
+            self._sequences.withdrawn(entry)
             if self._free and self._queues.size:
-                self._schedule()  # its sequence may have freed a slot, or its next request may run now
+                self._schedule()  # its sequence may have freed a slot
         self._update_idle()
 
     def _client_left(self, entry: Entry) -> None:
@@ -771,7 +791,12 @@ class Scheduler:
         self._accepting = True
         if self._sequences is not None:
             self._sequences = SequenceSlots(
-                self.spec, len(self._instances), self._forget, self._sequence_idle, self._sequence_expired
+                self.spec,
+                len(self._instances),
+                self._forget,
+                self._sequence_idle,
+                self._sequence_expired,
+                self._sequence_cancelled,
             )
         self._in_flight.reset()
 

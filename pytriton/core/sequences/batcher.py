@@ -2,7 +2,9 @@
 
 Every live sequence holds one slot of one instance from its START until its END request ran or it was idle
 max_sequence_idle_microseconds; a sequence that finds no free slot waits (Triton's backlog) for one, at most
-its START request's `timeout` when it has one (then it ends, as in tritonserver 2.51). A batch
+its START request's `timeout` when it has one (then it ends, as in tritonserver 2.51). A queued request whose
+client left (cancelled) ends its whole sequence, as in tritonserver 2.51: its other queued requests are cancelled
+and its next request needs START. A batch
 for an instance holds at most one request of each of its sequences, each sequence's oldest, and a sequence's
 next request runs only once its previous one has. Requests are checked when they arrive, with Triton's errors.
 Everything here runs on the engine's event loop.
@@ -76,12 +78,15 @@ class SequenceSlots:
         forget: ForgetHandler,
         on_idle: Callable[[], None],
         on_expired: Callable[[LiveSequence], None],
+        on_cancelled: Callable[[LiveSequence], None],
     ) -> None:
         """Slots for each instance: max_batch_size (at least 1), or oldest's max_candidate_sequences.
 
         `forget` is told of sequences that ended without their END request running; `on_idle` is called after
         an idle sequence freed its slot (a waiting sequence may run now); `on_expired` is given a sequence that
-        waited for a slot past its timeout, whose queued requests must fail (BACKLOG_TIMEOUT_MESSAGE).
+        waited for a slot past its timeout, whose queued requests must fail (BACKLOG_TIMEOUT_MESSAGE);
+        `on_cancelled` is given a sequence cancelled by a queued request's client leaving, whose other queued
+        requests must fail as cancelled.
         """
         config = spec.sequence_batcher
         assert config is not None
@@ -89,6 +94,7 @@ class SequenceSlots:
         self._forget = forget
         self._on_idle = on_idle
         self._on_expired = on_expired
+        self._on_cancelled = on_cancelled
         self.max_batch = max(1, spec.max_batch_size)
         per_instance = self.max_batch
         oldest = config.oldest
@@ -177,7 +183,7 @@ class SequenceSlots:
     def take_batch(self, queues: PriorityQueues, instance: int, now_ns: int) -> Tuple[List[Entry], Optional[int]]:
         """The batch `instance` runs now (its sequences' oldest requests, one each), or none and when to look again.
 
-        Requests whose caller has gone are dropped from the queue on the way (their sequence goes on).
+        Requests whose caller has gone are dropped from the queue on the way, and their sequences end (`withdrawn`).
         """
         taken: List[Entry] = []
         dead: List[Entry] = []
@@ -187,10 +193,10 @@ class SequenceSlots:
             live: LiveSequence = entry.request.live_sequence
             if live.serial in seen:
                 continue
+            seen.add(live.serial)
             if entry.sink.done():
                 dead.append(entry)
                 continue
-            seen.add(live.serial)
             if live.running or live.instance != instance:
                 continue
             taken.append(entry)
@@ -201,7 +207,7 @@ class SequenceSlots:
         if dead:
             queues.take(dead)
             for entry in dead:
-                self.finished(entry)  # its client left: as if it had run
+                self.withdrawn(entry)
         if not taken:
             return [], None
         if len(taken) < self._ready_needed and self.delay_ns:
@@ -212,6 +218,20 @@ class SequenceSlots:
         for entry in taken:
             entry.request.live_sequence.running = True
         return taken, None
+
+    def withdrawn(self, entry: Entry) -> None:
+        """A queued request whose client left was taken out of the queue: its sequence ends, as in tritonserver 2.51.
+
+        Its other queued requests fail as cancelled (`on_cancelled`); its slot, or its place in the backlog, is
+        freed once none of its requests runs; its next request needs START.
+        """
+        live: Optional[LiveSequence] = entry.request.live_sequence
+        if live is not None and live.owner is self:
+            live.ended = True
+            if self._live.get(live.key) is live:
+                del self._live[live.key]
+            self._on_cancelled(live)
+        self.finished(entry)
 
     def finished(self, entry: Entry) -> None:
         """A request of a sequence ran, failed or left the queue: its sequence may take its next one, or end."""
