@@ -163,9 +163,15 @@ def test_partial_responses_then_empty_final(stream: StreamClient, model: str) ->
     assert [_value(result) for result in responses[:PARTIALS]] == [10.0, 11.0, 12.0]
     assert [_final(result) for result in responses] == [False] * PARTIALS + [True]
     final = responses[-1].get_response()
-    assert (final.id, final.model_name, final.model_version) == ("r1", model, "1")
+    assert (final.id, final.model_name, final.model_version) == ("r1", model, "")  # the version asked for: none
     assert len(final.outputs) == 0 and len(final.raw_output_contents) == 0
     assert all(result.get_response().id == "r1" for result in responses)
+
+
+def test_empty_final_names_the_version_asked_for(stream: StreamClient) -> None:
+    stream.send("partials", 1.0, request_id="v", model_version="1", enable_empty_final_response=True)
+    results = [stream.next() for _ in range(PARTIALS + 1)]
+    assert [result.get_response().model_version for result, _ in results] == ["1"] * (PARTIALS + 1)
 
 
 def test_no_empty_final_unless_asked(stream: StreamClient) -> None:
