@@ -13,7 +13,6 @@ import orjson
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import unchanging
-from pytriton.core.request import InferenceResponse
 from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
@@ -360,7 +359,7 @@ class HttpFrontend:
         body = await read_body(receive, self._max_body_bytes)
         request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
         if model.spec.decoupled:
-            responses = [response async for response in model.stream(request) if _counts_for_generate(response)]
+            responses = [response async for response in model.stream(request)]  # {} yielded is one too, as in Triton
             if len(responses) != 1:
                 raise InferenceError.invalid(  # Triton's words
                     "generate expects model to produce exactly 1 response, use generate stream for model that "
@@ -453,14 +452,6 @@ def _identity_encoded(scope: Scope) -> None:
     for header, value in scope["headers"]:
         if header == b"content-encoding" and value != b"identity":
             raise InferenceError.invalid("Unsupported content-encoding, only 'identity' is supported.")
-
-
-def _counts_for_generate(response: InferenceResponse) -> bool:
-    """Whether generate counts a streamed response: any the model sent, one without outputs too (its empty dict).
-
-    Only an ensemble's closing answer without outputs, Triton's flag that no more follow, is none.
-    """
-    return bool(response.outputs) or not response.final
 
 
 async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
