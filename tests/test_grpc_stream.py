@@ -19,7 +19,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton
-from tests.conftest import grpc_url, running_triton
+from tests.conftest import GRPC_AUTH, grpc_url, running_triton
 
 TIMEOUT_S = 30.0
 PARTIALS = 3
@@ -163,9 +163,15 @@ def test_partial_responses_then_empty_final(stream: StreamClient, model: str) ->
     assert [_value(result) for result in responses[:PARTIALS]] == [10.0, 11.0, 12.0]
     assert [_final(result) for result in responses] == [False] * PARTIALS + [True]
     final = responses[-1].get_response()
-    assert (final.id, final.model_name, final.model_version) == ("r1", model, "1")
+    assert (final.id, final.model_name, final.model_version) == ("r1", model, "")  # the version asked for: none
     assert len(final.outputs) == 0 and len(final.raw_output_contents) == 0
     assert all(result.get_response().id == "r1" for result in responses)
+
+
+def test_empty_final_names_the_version_asked_for(stream: StreamClient) -> None:
+    stream.send("partials", 1.0, request_id="v", model_version="1", enable_empty_final_response=True)
+    results = [stream.next() for _ in range(PARTIALS + 1)]
+    assert [result.get_response().model_version for result, _ in results] == ["1"] * (PARTIALS + 1)
 
 
 def test_no_empty_final_unless_asked(stream: StreamClient) -> None:
@@ -311,3 +317,21 @@ def test_stream_error_of_the_model_names_the_model_and_ends_the_request(triton: 
     # decoupled and a non-decoupled model, failing at once and after a first response).
     assert (answer.id, answer.model_name, answer.model_version) == ("fails-late", "mid_error", version)
     assert answer.parameters["triton_final_response"].bool_param is True
+
+
+def test_a_decoupled_request_that_fails_after_responses_counts_as_failed(triton: Triton) -> None:
+    # nvidia-pytriton 0.7 counts it a success (and its inference_count): its Python backend reports a decoupled
+    # request's statistics when execute() returns, before the error goes out on the response sender. Here, as
+    # Triton counts any request its model failed: a failure (docs/migration.md lists the difference).
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    before = client.get_inference_statistics("mid_error", headers=GRPC_AUTH, as_json=True)["model_stats"][0]
+    _one_request_streamed(triton, "mid_error", "counted", 1)
+    after = client.get_inference_statistics("mid_error", headers=GRPC_AUTH, as_json=True)["model_stats"][0]
+    client.close()
+
+    def count(stats: Dict[str, Any], kind: str) -> int:
+        return int(stats["inference_stats"].get(kind, {}).get("count", 0))
+
+    assert count(after, "fail") - count(before, "fail") == 1
+    assert count(after, "success") == count(before, "success")
+    assert int(after.get("inference_count", 0)) == int(before.get("inference_count", 0))

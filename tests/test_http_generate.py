@@ -43,6 +43,12 @@ def _endless(requests):
         stopped_early.set()
 
 
+def _blank_then_token(requests):
+    """Yield a response without outputs (an empty dict), then one with its outputs."""
+    yield [{} for _ in requests]
+    yield [{"token": np.array([b"t"], dtype=object), "index": np.array([0], np.int32)} for _ in requests]
+
+
 def _bind(triton: Triton) -> None:
     triton.bind(
         "upper",
@@ -51,7 +57,7 @@ def _bind(triton: Triton) -> None:
         outputs=[Tensor(name="text_output", dtype=bytes, shape=(1,))],
         config=ModelConfig(max_batch_size=4),
     )
-    for name, fn in (("count", _count), ("endless", _endless)):
+    for name, fn in (("count", _count), ("endless", _endless), ("blank", _blank_then_token)):
         triton.bind(
             name,
             fn,
@@ -153,6 +159,22 @@ def test_generate_on_decoupled_model_with_one_response(server):
         "generate expects model to produce exactly 1 response, use generate stream for model that generates "
         "various number of responses"
     )
+
+
+def test_a_response_without_outputs_is_an_event_and_counts(server):
+    # As tritonserver 2.51 (nvidia-pytriton 0.7): a yielded empty dict is a response, sent as gRPC sends it, its
+    # event the model's name and version alone; generate counts it among the responses.
+    connection, response = _stream(server.http_port, "blank", {"n": 1})
+    try:
+        events = list(_events(response))
+    finally:
+        connection.close()
+    assert events == [
+        {"model_name": "blank", "model_version": "1"},
+        {"index": 0, "model_name": "blank", "model_version": "1", "token": "t"},
+    ]
+    status, document = post_json(server.http_port, "/v2/models/blank/generate", {"n": 1})
+    assert status == 400 and document["error"].startswith("generate expects model to produce exactly 1 response")
 
 
 def test_infer_on_decoupled_model_is_refused(server):

@@ -520,9 +520,12 @@ def encode_infer_response(
     return EncodedResponse(message, raw_outputs)
 
 
-def empty_final_response(spec: ModelSpec, request_id: str) -> EncodedResponse:
-    """The response without outputs that closes a stream request (triton_enable_empty_final_response)."""
-    message = service_pb2.ModelInferResponse(model_name=spec.name, model_version=spec.version_str, id=request_id)
+def empty_final_response(spec: ModelSpec, request_id: str, asked_version: str = "") -> EncodedResponse:
+    """The response without outputs that closes a stream request (triton_enable_empty_final_response).
+
+    As Triton's, it names the version the request asked for (none when it asked for none), not the one that ran.
+    """
+    message = service_pb2.ModelInferResponse(model_name=spec.name, model_version=asked_version, id=request_id)
     message.parameters[FINAL_RESPONSE_PARAMETER].bool_param = True
     return EncodedResponse(message, [])
 

@@ -176,7 +176,7 @@ class StreamSession:
             finally:
                 await _aclose(responses)
             if decoded.options.empty_final_response and not final_sent:
-                put(grpc_codec.empty_final_response(spec, request_id))
+                put(grpc_codec.empty_final_response(spec, request_id, asked_version))
         except Exception as error:  # noqa: BLE001 - an error is a stream message; the stream stays open
             _, text = status_of(error)
             failed_in_model = isinstance(error, InferenceError) and error.reason is FailureReason.BACKEND

@@ -359,7 +359,7 @@ class HttpFrontend:
         body = await read_body(receive, self._max_body_bytes)
         request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
         if model.spec.decoupled:
-            responses = [response async for response in model.stream(request) if response.outputs]
+            responses = [response async for response in model.stream(request)]  # {} yielded is one too, as in Triton
             if len(responses) != 1:
                 raise InferenceError.invalid(  # Triton's words
                     "generate expects model to produce exactly 1 response, use generate stream for model that "
@@ -388,8 +388,6 @@ class HttpFrontend:
         started = False
         try:
             async for response in responses:
-                if not response.outputs and not response.final:
-                    continue
                 event = json_text.dumps(encode_generate_response(model.spec, request.id, response))
                 if not started:
                     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
