@@ -4,12 +4,13 @@ the docs say about the project checked against it."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Union
 
 from tests.server_process import ROOT, WAIT_S, ServerProcess, free_port_env
 
@@ -89,6 +90,7 @@ def test_docs_that_say_no_shared_memory_is_used_name_the_processes_that_use_it()
     assert paragraphs, "the guides say where tensors stay in the server's process"
     for name, paragraph in paragraphs:
         assert "ProcessInstances" in paragraph and "RemoteTriton" in paragraph, (name, paragraph)
+        assert "frontend" in paragraph, (name, paragraph)  # frontend processes hand large requests over in it too
 
 
 NOUNS = "instances|requests|inputs|outputs|processes|models|connections|calls|streams|batches|failures|callables"
@@ -134,3 +136,200 @@ def test_the_openai_page_serves_its_model_to_its_openai_and_langchain_snippets(t
             assert "word0 word1 word2 word3" in result.stdout, result.stdout
         server.signal(signal.SIGINT)
         assert server.wait() == 0
+
+
+# The docs checked against the code as it is now: pages written as features landed went stale when later ones did.
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _prose(path: Path) -> str:
+    """A page without its fenced code blocks (what a reader takes for the page's own claims)."""
+    return re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
+
+
+def _slug(heading: str, mkdocs: bool) -> str:
+    """The anchor of a heading: mkdocs' toc (Python-Markdown's slugify) on the site, GitHub's elsewhere."""
+    text = re.sub(r"[^\w\s-]", "", heading).strip().lower()
+    return re.sub(r"[-\s]+", "-", text) if mkdocs else text.replace(" ", "-")
+
+
+def _anchors(path: Path, mkdocs: bool) -> List[str]:
+    return [_slug(heading, mkdocs) for heading in re.findall(r"^#+ (.*)$", _prose(path), re.M)]
+
+
+def test_every_link_between_pages_and_its_anchor_resolves() -> None:
+    broken = []
+    for page in [*PAGES, ROOT / "examples" / "README.md", ROOT / "bench" / "README.md"]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", _prose(page)):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            on_site = page.parent == ROOT / "docs"  # the pages mkdocs builds; the others are read on GitHub
+            if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked, on_site)):
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken
+
+
+def test_a_page_names_another_pages_section_with_a_link() -> None:
+    # composition.md once said "(docs/binding_models.md#remotetriton)" in plain text: no link, and no check of it.
+    bare = []
+    for page in PAGES:
+        text = re.sub(r"\]\([^)]*\)", "]()", _prose(page))  # link targets out
+        bare += [f"{page.name}: {ref}" for ref in re.findall(r"[\w./-]+\.md#[\w-]+", text)]
+    assert not bare
+
+
+def test_every_table_row_belongs_to_a_table() -> None:
+    # A blank line inside a table makes the rows after it a paragraph of pipes (architecture.md's ipc row was one).
+    loose = []
+    for page in PAGES:
+        lines = _prose(page).splitlines()
+        for number, line in enumerate(lines[1:-1], start=1):
+            starts_table = line.startswith("|") and not lines[number - 1].startswith("|")
+            if starts_table and not re.fullmatch(r"\|[\s:|-]+\|", lines[number + 1]):
+                loose.append(f"{page.name}: {line[:60]}")
+    assert not loose
+
+
+def _module_paths(text: str) -> List[str]:
+    """Backticked names of the package's files in a page: `core/engine.py`, `transport/http/`, `ipc/segments.X`."""
+    top = {path.name for path in (ROOT / "pytriton").iterdir()} | {path.stem for path in (ROOT / "pytriton").iterdir()}
+    names = re.findall(r"`((?:pytriton/)?[a-z_]+/[a-z_/]*(?:\.py|/|\.[A-Za-z_]+)?)`", text)
+    return [name for name in names if name.removeprefix("pytriton/").split("/")[0] in top]
+
+
+def _resolves(name: str) -> bool:
+    """Whether a module path of the docs names a file or package of pytriton (and the attribute it names, if any)."""
+    name = name.removeprefix("pytriton/")
+    stem, _, attribute = name.partition(".") if not name.endswith(".py") else (name, "", "")
+    if (ROOT / "pytriton" / name).is_dir():
+        return True
+    path = ROOT / "pytriton" / (stem if stem.endswith(".py") else f"{stem}.py")
+    if not path.is_file():
+        return False
+    return (
+        not attribute or re.search(rf"^\s*(?:def |class |async def )?{attribute}\b", path.read_text(), re.M) is not None
+    )
+
+
+def test_every_module_path_the_docs_name_exists() -> None:
+    named = [(page.name, name) for page in PAGES for name in _module_paths(_prose(page))]
+    assert len(named) > 100 and ("architecture.md", "core/outputs.checked_outputs") in named
+    assert [f"{page}: {name}" for page, name in named if not _resolves(name)] == []
+
+
+def test_the_architecture_page_describes_every_package() -> None:
+    # transport/cloud/ (SageMaker, Vertex AI) had been left out of its layer table.
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    packages = sorted(
+        path.parent.relative_to(ROOT / "pytriton").as_posix() for path in (ROOT / "pytriton").rglob("*/__init__.py")
+    )
+    assert "core/composition" in packages
+    assert [package for package in packages if f"`{package}/" not in text and f"{package}/`" not in text] == []
+
+
+def _bullet(path: Path, start: str) -> str:
+    """The list item of a page that begins with `start` (up to the next item or paragraph)."""
+    items = [item for item in re.split(r"\n\s*\n|\n- ", _prose(path)) if item.lstrip("- ").startswith(start)]
+    assert len(items) == 1, (path.name, start)
+    return items[0]
+
+
+def test_migration_lists_as_missing_no_triton_feature_that_is_served() -> None:
+    # It listed "ensembles and BLS" long after Triton.bind_ensemble and pytriton.compose had come.
+    from pytriton import compose
+    from pytriton.triton import Triton
+
+    missing = _bullet(ROOT / "docs" / "migration.md", "**Triton features not available:**").lower()
+    served = {"ensemble": hasattr(Triton, "bind_ensemble"), "bls": hasattr(compose, "call_model")}
+    assert all(served.values())
+    assert [feature for feature in served if feature in missing] == []
+
+
+def _config_fields() -> List[str]:
+    from pytriton.triton_config import TritonConfig
+
+    return [field.name for field in dataclasses.fields(TritonConfig)]
+
+
+def _no_effect_fields() -> List[str]:
+    from pytriton.runtime.options import no_effect_reason
+
+    return sorted(name for name in _config_fields() if no_effect_reason(name))
+
+
+def test_the_options_said_to_have_no_effect_are_those_that_have_none() -> None:
+    fields = _no_effect_fields()
+    assert "sagemaker_safe_port_range" in fields and "http_port" not in fields
+    table = _prose(ROOT / "docs" / "configuration.md")
+    rows = re.findall(r"^\| ((?:`[a-z0-9_]+`(?:, )?)+) \|[^|\n]*\| no effect", table, re.M)
+    assert sorted(name for row in rows for name in re.findall(r"`([a-z0-9_]+)`", row)) == fields
+    listed = _bullet(ROOT / "docs" / "migration.md", "**Options with no effect.**")
+    thread_counts = {"sagemaker_thread_count", "vertex_ai_thread_count"}  # "SageMaker/Vertex AI thread counts"
+    named = set(re.findall(r"`([a-z0-9_]+)`", listed)) | (thread_counts if "Vertex AI thread" in listed else set())
+    assert sorted(named & set(_config_fields())) == fields
+
+
+def test_the_docs_say_options_raise_only_if_some_do() -> None:
+    from pytriton.runtime.options import _NOT_IMPLEMENTED
+
+    claims = [page.name for page in PAGES if re.search(r"not\s+implement(?:ed)?\s+yet", _prose(page))]
+    assert claims == [] or _NOT_IMPLEMENTED, claims
+
+
+def test_the_configuration_page_gives_every_option_the_default_the_code_uses() -> None:
+    from pytriton.triton_config import TritonConfig
+
+    rows: Dict[str, str] = {}
+    for table in re.split(r"^### ", _prose(ROOT / "docs" / "configuration.md"), flags=re.M):
+        if "| field | default | here |" in table:
+            rows.update(_table_rows_in(table))
+    differ = []
+    for field in dataclasses.fields(TritonConfig):
+        default = field.metadata.get("default")
+        written = rows[field.name].replace("`", "").removesuffix(" ms")
+        if isinstance(default, str) and " " in default:  # told in words ("the only model")
+            continue
+        expected = "—" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
+        if written != expected:
+            differ.append(f"{field.name}: {written!r}, the code {expected!r}")
+    assert not differ
+
+
+def _table_rows_in(table: str) -> Dict[str, str]:
+    rows: Dict[str, str] = {}
+    for names, value in re.findall(r"^\| ((?:`[a-z0-9_]+`(?:, )?)+) \| ([^|]*) \|", table, re.M):
+        rows.update((name, value.strip()) for name in re.findall(r"`([a-z0-9_]+)`", names))
+    return rows
+
+
+def _quantity(text: str) -> Union[int, float]:
+    """A default as the limits table writes it: `64 MiB`, `2 GiB - 1` (a minus sign), `2^28`, `30 s`, `4096`."""
+    units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+    match = re.fullmatch(r"(\d+)(?:\^(\d+))?(?: (KiB|MiB|GiB|s))?(?: \u2212 (\d+))?", text)
+    assert match, text
+    base, power, unit, minus = match.groups()
+    value = int(base) ** int(power) if power else int(base)
+    if unit == "s":
+        return float(value)
+    return value * units.get(unit or "", 1) - int(minus or 0)
+
+
+def test_the_limits_table_lists_every_server_limit_with_its_default() -> None:
+    from pytriton.options.limits import ServerLimits
+
+    rows = _table_rows_in(_prose(ROOT / "docs" / "configuration.md").split("| limit | default | refusal |", 1)[1])
+    defaults = {field.name: field.default for field in dataclasses.fields(ServerLimits)}
+    assert sorted(rows) == sorted(defaults)
+    assert {name: _quantity(text) for name, text in rows.items()} == defaults
+
+
+def test_the_reserved_parameters_the_docs_name_are_those_the_server_takes() -> None:
+    from pytriton.core.request import RESERVED_PARAMETERS
+
+    requests = _bullet(ROOT / "docs" / "inference_callables.md", "`parameters`:")
+    listed = re.search(r"reserved parameters \(([^)]*)\)", requests)
+    assert listed, requests
+    assert sorted(re.findall(r"`([a-z_]+)`", listed.group(1))) == sorted(RESERVED_PARAMETERS)
