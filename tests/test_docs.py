@@ -333,3 +333,15 @@ def test_the_reserved_parameters_the_docs_name_are_those_the_server_takes() -> N
     listed = re.search(r"reserved parameters \(([^)]*)\)", requests)
     assert listed, requests
     assert sorted(re.findall(r"`([a-z_]+)`", listed.group(1))) == sorted(RESERVED_PARAMETERS)
+
+
+def test_the_architecture_page_names_the_modules_every_layer_may_import() -> None:
+    # "Imports go one way, down the table" read as if core/ could not import model_config/ or exceptions.py,
+    # which tests/test_layers.py lets every layer import.
+    from tests.test_layers import LEAVES
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    sentence = re.search(r"\(([^)]*)\)\s+stand outside the layers", text)
+    assert sentence, "the architecture page says which modules stand outside the layers"
+    named = {name.split(".")[0].rstrip("/") for name in re.findall(r"`([a-z_]+(?:\.py|/))`", sentence.group(1))}
+    assert named == LEAVES - {"__init__"}
