@@ -345,3 +345,15 @@ def test_the_architecture_page_names_the_modules_every_layer_may_import() -> Non
     assert sentence, "the architecture page says which modules stand outside the layers"
     named = {name.split(".")[0].rstrip("/") for name in re.findall(r"`([a-z_]+(?:\.py|/))`", sentence.group(1))}
     assert named == LEAVES - {"__init__"}
+
+
+def test_the_examples_page_names_each_example_that_is_no_server_and_client() -> None:
+    intro = (ROOT / "docs" / "examples.md").read_text().split("\n\n")[1]
+    assert "`server.py` and a `client.py`" in intro
+    unlike = sorted(
+        path.name
+        for path in (ROOT / "examples").iterdir()
+        if path.is_dir() and not ((path / "server.py").is_file() and (path / "client.py").is_file())
+    )
+    assert "background_mode" in unlike
+    assert [name for name in unlike if f"`{name}`" not in intro] == []
