@@ -14,7 +14,7 @@ Where each limit is enforced, and how a refusal looks:
 | header_timeout_s | HTTP connection: request line and headers must arrive within it | 408, connection closed |
 | body_timeout_s | HTTP connection: longest pause between two parts of a body | 408, connection closed |
 | keep_alive_timeout_s | HTTP connection: idle time before the first request and between requests | connection closed |
-| send_timeout_s | HTTP and gRPC connection: a full send buffer of which the client reads nothing this long | closed |
+| send_timeout_s | HTTP and gRPC connection: a full send buffer of which the client reads nothing this long; gRPC: no window opened this long while answers wait for one | closed |
 | max_connections | HTTP connection: a request on a connection over the cap | 503, connection closed |
 | grpc_max_message_bytes | gRPC channel (received and sent messages) | RESOURCE_EXHAUSTED |
 | grpc_max_concurrent_rpcs | gRPC service, before a call runs: RPCs in progress at once | RESOURCE_EXHAUSTED |
@@ -78,7 +78,9 @@ class ServerLimits:
         keep_alive_timeout_s: seconds an HTTP connection may stay idle, before its first request or between two.
         send_timeout_s: seconds an HTTP or gRPC connection's send buffer may stay full while its client reads
             nothing of it (a client that never reads its responses holds their memory); 0: no limit. While it is
-            full, the next pipelined HTTP request waits and a gRPC connection reads no more requests.
+            full, the next pipelined HTTP request waits and a gRPC connection reads no more requests. A gRPC client
+            that opens no HTTP/2 window (WINDOW_UPDATE, SETTINGS) this long while answers wait for one is let go
+            too: its shut windows held its calls' answers without ever filling the buffer.
         max_connections: HTTP connections served at once; a request on one more gets 503.
         grpc_max_message_bytes: largest gRPC message received or sent (RESOURCE_EXHAUSTED above it).
         grpc_max_concurrent_rpcs: gRPC calls in progress at once (RESOURCE_EXHAUSTED above it).

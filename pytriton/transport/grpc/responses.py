@@ -90,6 +90,7 @@ class ResponseSender:
         "_data_sent",
         "_ended",
         "_max_message_bytes",
+        "_stalled",
         "_write",
         "_write_all",
         "blocked",
@@ -106,13 +107,18 @@ class ResponseSender:
         data_sent: Callable[[], None],
         ended: Callable[[GrpcCall], None],
         max_message_bytes: int,
+        stalled: Callable[[], None] = lambda: None,
     ) -> None:
-        """Send with `write` or `write_all(pieces, size)`; `data_sent()` after sending, `ended(call)` at END_STREAM."""
+        """Send with `write` or `write_all(pieces, size)`; `data_sent()` after sending, `ended(call)` at END_STREAM.
+
+        `stalled()` when a call's DATA begins to wait while no other call's does (`blocked` was empty).
+        """
         self._write = write
         self._write_all = write_all
         self._data_sent = data_sent
         self._ended = ended
         self._max_message_bytes = max_message_bytes
+        self._stalled = stalled
         self.windows = SendWindows()
         self.blocked: Dict[int, GrpcCall] = {}  # calls with DATA waiting for window, or for `holding` to end
         self.paused = False  # the transport's buffer is full: streaming handlers wait before writing more
@@ -281,6 +287,8 @@ class ResponseSender:
             self._ended(call)
             return
         if outbox:
+            if not self.blocked:
+                self._stalled()
             self.blocked[call.stream_id] = call
             return
         self.blocked.pop(call.stream_id, None)

@@ -80,7 +80,11 @@ class Http2Session:
             data_sent=self._keepalive.data_sent,
             ended=self._sent_end_stream,
             max_message_bytes=state.max_message_bytes,
+            stalled=self._watch_windows,
         )
+        self._window_timer: Optional[asyncio.TimerHandle] = None
+        self._window_opened = 0  # WINDOW_UPDATE and SETTINGS frames from the client: it reads (windows_watch)
+        self._window_looked = 0  # _window_opened at the last look
         self._floods = FloodGauges()
         self._clock = PhaseDeadline(loop, self._on_deadline)
         self._abort = abort
@@ -106,8 +110,36 @@ class Http2Session:
         self.closed = True
         self.reader.stopped = True
         self._clock.cancel()
+        if self._window_timer is not None:
+            self._window_timer.cancel()
+            self._window_timer = None
         self._keepalive.stop()
         self.goaway.done()
+
+    def _watch_windows(self) -> None:
+        """Answers began to wait for the client's flow-control windows: it must open one within send_timeout_s.
+
+        The transport's send watch (send_watch.py) sees a client that reads nothing only once the socket's
+        buffer is full; one that keeps its HTTP/2 windows shut never fills it, yet holds every answer of its
+        calls in their outboxes (a stream's up to its bound of requests): without this, for as long as the
+        connection lives. A client that sends no WINDOW_UPDATE (nor SETTINGS) for send_timeout_s while answers
+        wait is let go, as one that reads none of a full buffer.
+        """
+        timeout_s = self._state.send_timeout_s
+        if timeout_s and self._window_timer is None and not self.closed:
+            self._window_looked = self._window_opened
+            self._window_timer = self.loop.call_later(timeout_s, self._look_at_windows)
+
+    def _look_at_windows(self) -> None:
+        """send_timeout_s after answers began to wait (or after the last look): give up on a client that read none."""
+        self._window_timer = None
+        if self.closed or not self.sender.blocked:
+            return
+        if self._window_opened == self._window_looked:
+            self._cut_off(f"it opened no window for its responses for {self._state.send_timeout_s:g} s")
+            self._abort()
+            return
+        self._watch_windows()
 
     def cancel_calls(self) -> None:
         """The connection is lost: every call still in progress ends."""
@@ -209,6 +241,7 @@ class Http2Session:
 
     def on_window_update(self, stream_id: int, increment: int) -> None:
         """More room to send, on the connection or on one stream."""
+        self._window_opened += 1
         sender = self.sender
         if stream_id == 0:
             sender.windows.raise_connection(increment)
@@ -228,6 +261,7 @@ class Http2Session:
         self._floods.settings.check(self.loop.time())
         if flags & h2.ACK:
             return
+        self._window_opened += 1
         windows = self.sender.windows
         for key, value in settings:
             if key == h2.SETTINGS_INITIAL_WINDOW_SIZE:

@@ -1,0 +1,144 @@
+"""Requests an abusive client sends to cost the server CPU out of proportion to their size.
+
+Each is answered at the cost of reading it: the server's loop must not be held for seconds by a request
+of a few hundred KiB while other clients wait.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Iterator, List, Tuple
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.options.limits import ServerLimits
+from pytriton.triton import Triton, TritonConfig
+from tests.conftest import running_triton
+from tests.h2_wire import H2Client, grpc_message, infer_request, request_headers
+
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+SETTINGS_INITIAL_WINDOW_SIZE = 4
+SEND_TIMEOUT_S = 1.0
+
+# The 100,000 requested outputs took about 100 s of the loop with the quadratic check, 0.2 s without it.
+ANSWER_S = 10.0
+
+
+def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
+
+
+def _bind(triton: Triton) -> None:
+    triton.bind(
+        "identity",
+        _identity,
+        [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+        [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+        config=ModelConfig(max_batch_size=8),
+    )
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[service_pb2_grpc.GRPCInferenceServiceStub]:
+    with running_triton(_bind, allow_http=False, allow_metrics=False) as triton:
+        with grpc.insecure_channel(f"127.0.0.1:{triton.grpc_port}") as channel:
+            yield service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+def _request() -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name="identity")
+    request.inputs.add(name="INPUT_1", datatype="FP32", shape=[1, 1])
+    request.raw_input_contents.append(np.ones(1, np.float32).tobytes())
+    return request
+
+
+def test_grpc_100000_requested_outputs_are_refused_at_the_cost_of_reading_them(stub: Any) -> None:
+    """Each name was looked up in the list of those before it: 100,000 distinct names held the loop for minutes."""
+    request = _request()
+    for index in range(100_000):
+        request.outputs.add(name=f"O{index}")
+    started = time.monotonic()
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.ModelInfer(request, timeout=ANSWER_S)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, raised.value.details()
+    assert raised.value.details() == "unexpected inference output 'O0' for model 'identity'"
+    assert time.monotonic() - started < ANSWER_S
+
+
+def test_grpc_an_output_requested_100000_times_is_one_output(stub: Any) -> None:
+    request = _request()
+    for _ in range(100_000):
+        request.outputs.add(name="OUTPUT_1")
+    response = stub.ModelInfer(request, timeout=ANSWER_S)
+    assert [output.name for output in response.outputs] == ["OUTPUT_1"]
+    assert np.frombuffer(response.raw_output_contents[0], np.float32).tolist() == [1.0]
+
+
+def _wide(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """A 256 KiB answer: more than a client's default 64 KiB window."""
+    return [{"OUTPUT_1": np.ones((1, 65536), np.float32)} for _ in requests]
+
+
+@pytest.fixture(scope="module")
+def impatient() -> Iterator[Triton]:
+    """A server whose send timeout is SEND_TIMEOUT_S, serving `wide`."""
+    triton = Triton(
+        config=TritonConfig(http_port=0, grpc_port=0, allow_http=False, allow_metrics=False),
+        limits=ServerLimits(send_timeout_s=SEND_TIMEOUT_S),
+    )
+    try:
+        triton.bind(
+            "wide",
+            _wide,
+            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8),
+        )
+        triton.run()
+        yield triton
+    finally:
+        triton.stop()
+
+
+def _shut_client(triton: Triton) -> Tuple[H2Client, List[int]]:
+    """A client whose streams open with no window: a unary call and a stream of three requests, answers held."""
+    client = H2Client(triton.grpc_port, settings={SETTINGS_INITIAL_WINDOW_SIZE: 0})
+    client.handshake()
+    calls = [client.start_call(infer_request([1.0], model="wide"))]
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers(path=STREAM_INFER))
+    for _ in range(3):
+        client.send_data(stream, grpc_message(infer_request([1.0], model="wide")), end_stream=False)
+    return client, [*calls, stream]
+
+
+def test_a_grpc_client_that_keeps_its_windows_shut_is_let_go_at_the_send_timeout(impatient: Triton) -> None:
+    """Its answers waited in their calls for as long as the connection lived (a stream's up to 160 of them): the
+    send timeout watched only the socket's buffer, which a shut window never fills."""
+    client, _ = _shut_client(impatient)
+    try:
+        started = time.monotonic()
+        client.wait_closed(timeout=SEND_TIMEOUT_S * 5)
+        assert time.monotonic() - started >= SEND_TIMEOUT_S * 0.8
+    finally:
+        client.close()
+
+
+def test_a_grpc_client_that_opens_its_windows_slowly_keeps_its_connection(impatient: Triton) -> None:
+    client, (call, stream) = _shut_client(impatient)
+    try:
+        for _ in range(int(SEND_TIMEOUT_S * 3 / 0.25)):  # three send timeouts of a slow reader
+            for stream_id in (0, call, stream):
+                client.window_update(stream_id, 1024)
+            time.sleep(0.25)
+        for stream_id in (0, call, stream):
+            client.window_update(stream_id, 2**30)
+        response = client.response(call)
+        assert response.grpc_status == "0"
+        assert response.output() == [1.0] * 65536
+    finally:
+        client.close()
