@@ -14,7 +14,7 @@ Where each limit is enforced, and how a refusal looks:
 | header_timeout_s | HTTP connection: request line and headers must arrive within it | 408, connection closed |
 | body_timeout_s | HTTP connection: longest pause between two parts of a body | 408, connection closed |
 | keep_alive_timeout_s | HTTP connection: idle time before the first request and between requests | connection closed |
-| send_timeout_s | HTTP and gRPC connection: a full send buffer of which the client reads nothing this long; gRPC: no window opened this long while answers wait for one | closed |
+| send_timeout_s | HTTP and gRPC connection: a full send buffer left unread (gRPC: no window opened) so long | closed |
 | max_connections | HTTP connection: a request on a connection over the cap | 503, connection closed |
 | grpc_max_message_bytes | gRPC channel (received and sent messages) | RESOURCE_EXHAUSTED |
 | grpc_max_concurrent_rpcs | gRPC service, before a call runs: RPCs in progress at once | RESOURCE_EXHAUSTED |

@@ -336,6 +336,7 @@ class GrpcCall:
         parts, size = self.method.serialize(message)
         session = self.session
         session.send_message(self, parts, size)
+        del message, parts  # a cancelled wait's traceback holds this frame: not the answer too
         if self.outbox or session.write_paused:
             self.writable = session.loop.create_future()
             await self.writable
