@@ -13,7 +13,7 @@ from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, nump
 from pytriton.core.errors import InferenceError
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
-from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol import documents
@@ -126,13 +126,13 @@ def decode_infer_request(
             if not header.known_datatype:  # Triton's name for it, which no input has: check_input refuses it
                 datatype = "<invalid>"
             try:
-                batch_sizes.append(spec.check_input(name, datatype, shape))
+                batch_sizes.append(spec.check_input(name, datatype, shape, True))
             except InferenceError:
                 later = [
                     (other.name, other.datatype if other.known_datatype else "<invalid>", other.shape)
                     for other in headers[index + 1 :]
                 ]
-                spec.check_inputs_last_first(later)
+                spec.check_inputs_last_first(later, True)
                 raise
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
@@ -197,6 +197,17 @@ def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[s
             raise InferenceError.invalid(f"invalid value type for '{key}' parameter, expected {' or '.join(kinds)}.")
         if key == "priority" and parameter.int64_param < 0:
             raise InferenceError.invalid("invalid value for 'priority', expected value >= 0.")
+    for key in parameters:
+        if key in _RESERVED_KINDS:
+            continue
+        choice = parameters[key].WhichOneof("parameter_choice")
+        if key == EMPTY_FINAL_RESPONSE_PARAMETER:
+            if choice != "bool_param":
+                raise InferenceError.invalid(f"invalid value type for '{key}' parameter, expected bool_param.")
+        elif choice not in _PLAIN_KINDS and not key.startswith("triton_"):  # Triton's words (it takes doubles too)
+            raise InferenceError.invalid(
+                f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
+            )
     values = parameters_from_message(parameters)
     if values.get("timeout", 0) < 0:
         del values["timeout"]
@@ -216,13 +227,23 @@ _RESERVED_KINDS = {
 }
 
 
-def parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:
-    """A protobuf map<string, InferParameter> as plain Python values."""
+# The kinds of value Triton's gRPC frontend takes for a request's other parameters.
+_PLAIN_KINDS = ("int64_param", "bool_param", "string_param", "double_param")
+
+
+def parameters_from_message(parameters: Mapping[str, Message], valueless: bool = False) -> Dict[str, Any]:
+    """A protobuf map<string, InferParameter> as plain Python values; one without a value is refused.
+
+    With `valueless`, one without a value is left out (Triton reads a tensor's parameters by name, and takes
+    those it does not read, with or without a value).
+    """
     values: Dict[str, Any] = {}
     for key in parameters:  # not .items(): a protobuf map's items view is Python code, a third of the cost
         parameter = parameters[key]
         choice = parameter.WhichOneof("parameter_choice")
         if choice is None:
+            if valueless:
+                continue
             raise InferenceError.invalid(f"parameter '{key}' has no value")
         values[key] = getattr(parameter, choice)
     return values
@@ -234,39 +255,65 @@ def _no_data(name: str, model: str) -> str:
 
 
 def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
-    """Build an array from the typed `contents` of input `name` of `model`."""
+    """Build an array from the typed `contents` of input `name` of `model`, as Triton's gRPC frontend reads them.
+
+    Triton looks at the fields in their order: the first one set must be the datatype's, any later one set is
+    data "already supplied". An integer too wide for an 8- or 16-bit datatype keeps its low bytes (Triton copies
+    them out of the 32-bit value), and contents with no field set are data of no bytes.
+    """
     field = _CONTENTS_FIELD.get(datatype)  # None for FP16 and BF16, which have no field: any set is the wrong one
-    for other, _ in contents.ListFields():  # the fields that hold values
+    found = False
+    for other, _ in contents.ListFields():  # the fields that hold values, in field order (Triton's order)
+        if found:
+            raise InferenceError.invalid(
+                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}', binary data was "
+                "already supplied."
+            )
         if other.name != field:
             raise InferenceError.invalid(
                 f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
                 f"'{_CONTENTS_TYPE[other.name]}', expected datatype '{datatype}'"
             )
-    if field is None:
-        raise InferenceError.invalid(
-            f"input '{name}' of datatype {datatype} cannot be sent in typed contents, use raw_input_contents"
-        )
-    values = getattr(contents, field)
+        found = True
+    values: Sequence[Any] = getattr(contents, field) if field is not None else ()
     count = element_count(shape)
-    if len(values) != count:  # Triton's messages: in elements for BYTES, in bytes for the others
-        if datatype == BYTES:
-            raise InferenceError.invalid_input(
-                f"expected {count} string elements for inference input '{name}' for model '{model}', got {len(values)}"
-            )
-        size = ELEMENT_SIZE[datatype]
+    if datatype == BYTES:
+        _check_string_count(count, len(values), name, model)
+        array = np.empty(count, dtype=np.object_)
+        array[:] = list(values)
+        return array.reshape(shape)
+    size = ELEMENT_SIZE[datatype]
+    if len(values) != count:
         raise InferenceError.invalid_input(
             f"input byte size mismatch for input '{name}' for model '{model}'. Expected {count * size}, "
             f"got {len(values) * size}"
         )
-    if datatype == BYTES:
-        array = np.empty(count, dtype=np.object_)
-        array[:] = list(values)
-    else:
-        try:
-            array = numeric_array(list(values), numpy_dtype(datatype))
-        except (OverflowError, ValueError) as error:
-            raise InferenceError.invalid(f"contents of input '{name}' do not fit {datatype}: {error}") from None
-    return array.reshape(shape)
+    if field is None:
+        return np.empty(shape, numpy_dtype(datatype))  # no values (count is 0)
+    wraps = _WRAPPED.get(datatype)
+    if wraps is not None:  # Triton keeps the low bytes of each 32-bit value
+        return np.array(values, wraps).astype(numpy_dtype(datatype)).reshape(shape)
+    return numeric_array(list(values), numpy_dtype(datatype)).reshape(shape)
+
+
+# The 32-bit type Triton's gRPC frontend reads an 8- or 16-bit datatype's contents as (it keeps their low bytes).
+_WRAPPED = {"INT8": np.int32, "INT16": np.int32, "UINT8": np.uint32, "UINT16": np.uint32}
+
+
+def _check_string_count(count: int, got: int, name: str, model: str) -> None:
+    """Refuse `got` strings for a BYTES input of `count` elements, in the words of Triton's core.
+
+    Its check stops at the first element too many, which it names: count + 1.
+    """
+    if got > count:
+        raise InferenceError.invalid_input(
+            f"unexpected number of string elements {count + 1} for inference input '{name}' for model '{model}', "
+            f"expecting {count}"
+        )
+    if got < count:
+        raise InferenceError.invalid_input(
+            f"expected {count} string elements for inference input '{name}' for model '{model}', got {got}"
+        )
 
 
 def _requested_outputs(
@@ -422,10 +469,39 @@ def _region(parameters: Mapping[str, Message], kind: str, tensor: Message) -> Op
         found = _plain_region(parameters)  # what clients send, read straight from the messages
         if found is not None:
             return found
-    return tensor_region(parameters_from_message(parameters), kind, tensor.name)
+    _check_region_parameters(parameters, tensor.name)
+    return tensor_region(parameters_from_message(parameters, valueless=True), kind, tensor.name)
 
 
-_UNSIGNED_CHOICES = ("int64_param", "uint64_param")
+def _check_region_parameters(parameters: Mapping[str, Message], name: str) -> None:
+    """Check a tensor's shared-memory parameters as Triton's gRPC frontend does (ParseSharedMemoryParams).
+
+    In its words: the region a string, the offset and byte size int64s and only with a region, the size required.
+    """
+    region = parameters.get(REGION)
+    if region is not None and region.WhichOneof("parameter_choice") != "string_param":
+        raise InferenceError.invalid(
+            f"invalid value type for '{REGION}' parameter for tensor '{name}', expected string_param."
+        )
+    for key in (OFFSET, BYTE_SIZE):
+        value = parameters.get(key)
+        if value is None:
+            continue
+        if region is None:
+            raise InferenceError.invalid(
+                f"'{key}' can not be specified without '{REGION}' parameter for tensor '{name}'"
+            )
+        if value.WhichOneof("parameter_choice") != "int64_param":
+            raise InferenceError.invalid(
+                f"invalid value type for '{key}' parameter for tensor '{name}', expected int64_param."
+            )
+    if region is not None and BYTE_SIZE not in parameters:
+        raise InferenceError.invalid(
+            f"'{BYTE_SIZE}' must be specified along with '{REGION}' parameter for tensor '{name}'"
+        )
+
+
+_UNSIGNED_CHOICES = ("int64_param",)  # Triton takes no uint64_param for these
 
 
 def _plain_region(parameters: Mapping[str, Message]) -> Optional[TensorRegion]:
