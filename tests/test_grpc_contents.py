@@ -312,3 +312,66 @@ def test_over_http_what_triton_finds_in_the_answer_has_no_content_type(server: T
         ),
         (400, "text/plain", {"error": "class result not available for output due to unsupported type 'BOOL'"}),
     ]
+
+
+def _typed_fp32(request: Any) -> Any:
+    request.inputs[0].contents.fp32_contents.extend([1.0, 2.0])
+    return request
+
+
+def _bytes_request(data: bytes) -> Any:
+    request = _request("BYTES", [1])
+    request.raw_input_contents.append(data)
+    return request
+
+
+def _shaped(request: Any, shape: List[int]) -> Any:
+    request.inputs[0].shape[:] = shape
+    return request
+
+
+def _unknown_output(request: Any) -> Any:
+    request.outputs.add(name="NOPE")
+    return request
+
+
+def _string_class_count(request: Any) -> Any:
+    request.outputs.add(name="OUT").parameters["classification"].string_param = "x"
+    return request
+
+
+@pytest.mark.parametrize(
+    ("request_message", "refusal"),
+    [
+        (  # the frontend reads the data before its core checks the shape
+            _typed_fp32(_request("INT32", [2, 2])),
+            "unexpected explicit tensor data for input tensor 'IN' for model 'id_INT32' of type 'FP32', expected "
+            "datatype 'INT32'",
+        ),
+        (  # then the outputs' parameters, before its core checks the inputs
+            _string_class_count(_shaped(_raw_request("INT32", [1, 2]), [2, 1])),
+            "invalid value type for 'classification' parameter, expected int64_param",
+        ),
+        (
+            _string_class_count(_request("INT32", [2])),
+            "unable to find data for input tensor 'IN' for model 'id_INT32' in request.",
+        ),
+        (  # the core checks the outputs before the inputs, their strings too
+            _unknown_output(_bytes_request(b"\x01")),
+            "unexpected inference output 'NOPE' for model 'id_BYTES'",
+        ),
+        (
+            _unknown_output(_shaped(_raw_request("INT32", [1, 2]), [2, 1])),
+            "unexpected inference output 'NOPE' for model 'id_INT32'",
+        ),
+    ],
+    ids=[
+        "contents before shape",
+        "output parameters before inputs",
+        "data before output parameters",
+        "output before strings",
+        "output before shape",
+    ],
+)
+def test_of_several_errors_the_one_triton_checks_first(stub: Any, request_message: Any, refusal: str) -> None:
+    assert _refusal(stub, request_message) == _invalid(refusal)

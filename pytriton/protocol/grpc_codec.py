@@ -119,6 +119,12 @@ def decode_infer_request(
     raw_index = 0
     located = still_located(plan.located, memory)
     try:
+        # Triton's gRPC frontend reads every input's data, then the requested outputs' parameters; its core then
+        # checks the outputs, then the inputs against the model.
+        if plan.typed or len(raw) < expected:
+            _check_input_data(spec.name, headers, message, len(contents) if contents else 0)
+        outputs = plan.outputs if plan.outputs is not None else _output_headers(message.outputs)
+        requested, output_regions, classes = _requested_outputs(spec, outputs, memory, located is not None)
         if not spec.input_count_fits(len(headers)):
             spec.check_input_count([header.name for header in headers])
         for index, header in enumerate(headers):
@@ -139,7 +145,7 @@ def decode_infer_request(
             has_contents = header.has_contents
             if region is not None:
                 if has_contents:
-                    raise InferenceError.invalid(f"input '{name}' has contents and is in shared memory as well")
+                    raise InferenceError.invalid(_contents_in_shared_memory(name, spec.name))
                 inputs[name] = region_input(
                     located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
                 )
@@ -165,8 +171,6 @@ def decode_infer_request(
         if error.of_request:  # Triton's core names the request
             raise error.for_request(message.id) from None
         raise
-    outputs = plan.outputs if plan.outputs is not None else _output_headers(message.outputs)
-    requested, output_regions, classes = _requested_outputs(spec, outputs, memory, located is not None)
     if located is None and keyed and memory is not None and (reads or output_regions):
         plan.located = locate_plan(memory, [(header.datatype, header.region) for header in headers], reads)
     request = InferenceRequest(
@@ -249,6 +253,36 @@ def parameters_from_message(parameters: Mapping[str, Message], valueless: bool =
     return values
 
 
+def _check_input_data(model: str, headers: Sequence[_InputHeader], message: Message, raw_count: int) -> None:
+    """Check that each input has data, in one place only, as Triton's gRPC frontend does before its core runs.
+
+    `raw_count` is the number of the request's raw contents.
+    """
+    has_raw, raw_left = raw_count > 0, raw_count
+    for index, header in enumerate(headers):
+        name = header.name
+        if header.region is not None:
+            if header.has_contents:
+                raise InferenceError.invalid(_contents_in_shared_memory(name, model))
+        elif header.has_contents:
+            if has_raw:
+                raise InferenceError.invalid(
+                    f"contents field must not be specified when using raw_input_contents for '{name}' for model "
+                    f"'{model}'"
+                )
+            datatype = header.datatype if header.known_datatype else "<invalid>"
+            _check_contents_fields(message.inputs[index].contents, datatype, name, model)
+        elif raw_left:
+            raw_left -= 1
+        else:
+            raise InferenceError.invalid(_no_data(name, model))
+
+
+def _contents_in_shared_memory(name: str, model: str) -> str:
+    """Triton's message for an input in shared memory that has typed contents too."""
+    return f"unexpected 'content' provided when using shared memory for input tensor '{name}' for model '{model}'"
+
+
 def _no_data(name: str, model: str) -> str:
     """Triton's message for an input that has no data in the request."""
     return f"unable to find data for input tensor '{name}' for model '{model}' in request."
@@ -257,24 +291,11 @@ def _no_data(name: str, model: str) -> str:
 def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
     """Build an array from the typed `contents` of input `name` of `model`, as Triton's gRPC frontend reads them.
 
-    Triton looks at the fields in their order: the first one set must be the datatype's, any later one set is
-    data "already supplied". An integer too wide for an 8- or 16-bit datatype keeps its low bytes (Triton copies
-    them out of the 32-bit value), and contents with no field set are data of no bytes.
+    The fields set are checked first (`_check_contents_fields`). An integer too wide for an 8- or 16-bit datatype
+    keeps its low bytes (Triton copies them out of the 32-bit value), and contents with no field set are data of
+    no bytes.
     """
-    field = _CONTENTS_FIELD.get(datatype)  # None for FP16 and BF16, which have no field: any set is the wrong one
-    found = False
-    for other, _ in contents.ListFields():  # the fields that hold values, in field order (Triton's order)
-        if found:
-            raise InferenceError.invalid(
-                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}', binary data was "
-                "already supplied."
-            )
-        if other.name != field:
-            raise InferenceError.invalid(
-                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
-                f"'{_CONTENTS_TYPE[other.name]}', expected datatype '{datatype}'"
-            )
-        found = True
+    field = _check_contents_fields(contents, datatype, name, model)
     values: Sequence[Any] = getattr(contents, field) if field is not None else ()
     count = element_count(shape)
     if datatype == BYTES:
@@ -294,6 +315,29 @@ def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], 
     if wraps is not None:  # Triton keeps the low bytes of each 32-bit value
         return np.array(values, wraps).astype(numpy_dtype(datatype)).reshape(shape)
     return numeric_array(list(values), numpy_dtype(datatype)).reshape(shape)
+
+
+def _check_contents_fields(contents: Message, datatype: str, name: str, model: str) -> Optional[str]:
+    """The contents field of `datatype` (None for FP16 and BF16, which have none), the fields set checked.
+
+    Triton looks at them in their order: the first one set must be the datatype's, any later one set is data
+    "already supplied".
+    """
+    field = _CONTENTS_FIELD.get(datatype)
+    found = False
+    for other, _ in contents.ListFields():  # the fields that hold values, in field order (Triton's order)
+        if found:
+            raise InferenceError.invalid(
+                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}', binary data was "
+                "already supplied."
+            )
+        if other.name != field:
+            raise InferenceError.invalid(
+                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
+                f"'{_CONTENTS_TYPE[other.name]}', expected datatype '{datatype}'"
+            )
+        found = True
+    return field
 
 
 # The 32-bit type Triton's gRPC frontend reads an 8- or 16-bit datatype's contents as (it keeps their low bytes).
@@ -358,13 +402,24 @@ class _MessagePlan:
     in error is read again in the order Triton checks it; and without typed contents, which are data.
     """
 
-    __slots__ = ("inputs", "located", "message", "options", "outputs", "parameters", "raw_count", "user_parameters")
+    __slots__ = (
+        "inputs",
+        "located",
+        "message",
+        "options",
+        "outputs",
+        "parameters",
+        "raw_count",
+        "typed",
+        "user_parameters",
+    )
 
     def __init__(self, message: Message) -> None:
         """Read the inputs' headers, the request's parameters and (when they are right) the requested outputs."""
         self.message = message  # parsed once for every request of the same bytes (`kept_message`)
         self.inputs = [_input_header(tensor) for tensor in message.inputs]
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
+        self.typed = any(header.has_contents for header in self.inputs)
         parameters = message.parameters
         self.parameters = request_parameters_from_message(parameters) if parameters else None
         self.user_parameters: Dict[str, Any] = {}
