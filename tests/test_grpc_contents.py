@@ -330,6 +330,13 @@ def _shaped(request: Any, shape: List[int]) -> Any:
     return request
 
 
+def _in_shared_memory(request: Any) -> Any:
+    request.inputs[0].contents.int_contents.extend([1, 2])
+    request.inputs[0].parameters["shared_memory_region"].string_param = "none"
+    request.inputs[0].parameters["shared_memory_byte_size"].int64_param = 8
+    return request
+
+
 def _unknown_output(request: Any) -> Any:
     request.outputs.add(name="NOPE")
     return request
@@ -364,6 +371,10 @@ def _string_class_count(request: Any) -> Any:
             _unknown_output(_shaped(_raw_request("INT32", [1, 2]), [2, 1])),
             "unexpected inference output 'NOPE' for model 'id_INT32'",
         ),
+        (
+            _unknown_output(_in_shared_memory(_request("INT32", [2]))),
+            "unexpected 'content' provided when using shared memory for input tensor 'IN' for model 'id_INT32'",
+        ),
     ],
     ids=[
         "contents before shape",
@@ -371,6 +382,7 @@ def _string_class_count(request: Any) -> Any:
         "data before output parameters",
         "output before strings",
         "output before shape",
+        "contents in shared memory",
     ],
 )
 def test_of_several_errors_the_one_triton_checks_first(stub: Any, request_message: Any, refusal: str) -> None:
