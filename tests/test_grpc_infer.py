@@ -442,10 +442,11 @@ def test_classification_answers_the_top_classes_of_each_batch_row(call: Call) ->
     np.testing.assert_array_equal(result.as_numpy("OUT_FP64"), DATATYPES["FP64"][1])
 
 
-@pytest.mark.parametrize("name", ["BOOL", "BYTES"])
+@pytest.mark.parametrize("name", ["BOOL", "BYTES", "FP16"])
 def test_classification_of_an_output_without_order_is_invalid(call: Call, name: str) -> None:
+    # Triton's words (classification.cc orders integers, FP32 and FP64); for BYTES, tritonserver 2.51 crashes.
     outputs = [grpcclient.InferRequestedOutput(f"OUT_{name}", class_count=1)]
     with pytest.raises(InferenceServerException) as raised:
         call(lambda client: client.infer("echo_all", _all_types_inputs(), outputs=outputs))
     assert _status(raised.value) == "StatusCode.INVALID_ARGUMENT"
-    assert f"class result not available for output 'OUT_{name}'" in raised.value.message()
+    assert raised.value.message() == f"class result not available for output due to unsupported type '{name}'"

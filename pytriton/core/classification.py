@@ -19,6 +19,8 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.request import OutputTensor
 
 _NUMERIC_KINDS = "iuf"
+# Numbers Triton's classification does not order either (its classification.cc: integers, FP32 and FP64 only).
+_UNCLASSIFIED = frozenset(("FP16", "BF16"))
 
 
 def top_classes(
@@ -26,11 +28,13 @@ def top_classes(
 ) -> OutputTensor:
     """The output as its `count` top classes (fewer when it has fewer values), labelled when `labels` are given."""
     array = output.array
-    if array.dtype.kind not in _NUMERIC_KINDS:
-        raise InferenceError.invalid(
-            f"class result not available for output '{output.name}' of model '{model}': its datatype "
-            f"{output.datatype} has no order"
+    if array.dtype.kind not in _NUMERIC_KINDS or output.datatype in _UNCLASSIFIED:
+        # Triton's words; it finds out once the model answered, as the response's error (`in_response`)
+        error = InferenceError.invalid(
+            f"class result not available for output due to unsupported type '{output.datatype}'"
         )
+        error.in_response = True
+        raise error
     rows = array.reshape(array.shape[0] if batched and array.ndim else 1, -1)
     taken = min(count, rows.shape[1])
     as_float = array.dtype.kind == "f"

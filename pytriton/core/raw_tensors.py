@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import struct
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -40,16 +40,20 @@ def serialize_bytes_tensor(array: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes_tensor(buffer: Buffer, name: str, model: str = "") -> np.ndarray:
+def deserialize_bytes_tensor(buffer: Buffer, name: str, model: str = "", count: int = -1) -> np.ndarray:
     """Deserialize a BYTES tensor of input `name` of `model` into a flat object array of bytes (trailing NULs kept).
 
-    Triton's messages: the whole buffer is read, whatever count the shape asks for (the caller checks it).
+    Checked in the order tritonserver 2.51 checks it: its core reads the length indicators (refusing one cut
+    short, and stopping at an element past `count` when a count is given), then counts the elements; the model
+    (NVIDIA's PyTriton, a Python backend) reads the strings and refuses one cut short, an error Triton answers as
+    the model's (`in_response`).
     """
     view = memoryview(buffer)
     items: List[bytes] = []
     offset = 0
     end = len(view)
     unpack = _LENGTH.unpack_from
+    cut: Optional[Tuple[int, int]] = None  # (length, bytes left) of a last string cut short
     while offset < end:
         if offset + 4 > end:
             raise InferenceError.invalid_input(
@@ -59,13 +63,28 @@ def deserialize_bytes_tensor(buffer: Buffer, name: str, model: str = "") -> np.n
             )
         (length,) = unpack(view, offset)
         offset += 4
-        if offset + length > end:
-            raise InferenceError.invalid(
-                f"incomplete string data for inference input '{name}', expecting string of length {length} but "
-                f"only {end - offset} bytes available"
+        if len(items) == count:
+            raise InferenceError.invalid_input(
+                f"unexpected number of string elements {count + 1} for inference input '{name}' for model "
+                f"'{model}', expecting {count}"
             )
+        if offset + length > end:
+            cut = (length, end - offset)
+            items.append(b"")  # counted as the core counts it
+            break
         items.append(bytes(view[offset : offset + length]))
         offset += length
+    if count >= 0 and len(items) != count:
+        raise InferenceError.invalid_input(
+            f"expected {count} string elements for inference input '{name}' for model '{model}', got {len(items)}"
+        )
+    if cut is not None:
+        error = InferenceError.invalid(
+            f"incomplete string data for inference input '{name}', expecting string of length {cut[0]} but "
+            f"only {cut[1]} bytes available"
+        )
+        error.in_response = True
+        raise error
     array = np.empty(len(items), dtype=np.object_)
     array[:] = items
     return array
@@ -75,17 +94,7 @@ def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: st
     """Build an array from raw tensor bytes of input `name` of `model`; fixed-size types are zero-copy views."""
     count = element_count(shape)
     if datatype == BYTES:
-        flat = deserialize_bytes_tensor(buffer, name, model)
-        if flat.size < count:
-            raise InferenceError.invalid_input(
-                f"expected {count} string elements for inference input '{name}' for model '{model}', got {flat.size}"
-            )
-        if flat.size != count:
-            raise InferenceError.invalid_input(
-                f"unexpected number of string elements {flat.size} for inference input '{name}' for model "
-                f"'{model}', expecting {count}"
-            )
-        return flat.reshape(shape)
+        return deserialize_bytes_tensor(buffer, name, model, count).reshape(shape)
     expected = count * ELEMENT_SIZE[datatype]
     size = buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
     if size != expected:

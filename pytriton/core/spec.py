@@ -105,16 +105,22 @@ class ModelSpec:
             return batcher.priority_queue_policy[level]
         return batcher.default_queue_policy or QueuePolicy()
 
-    def check_input(self, name: str, datatype: str, shape: Sequence[int]) -> int:
-        """Check one input against the config; return its batch size (1 for non-batching models)."""
+    def check_input(self, name: str, datatype: str, shape: Sequence[int], wildcards: bool = False) -> int:
+        """Check one input against the config; return its batch size (1 for non-batching models).
+
+        With `wildcards` a -1 dimension gets the words of Triton's core (`_check_wildcards`): the gRPC frontend hands
+        it negative dimensions, where the HTTP frontend refuses them as it reads the JSON.
+        """
         tensor = self.input_by_name.get(name)
         if tensor is not None and datatype == tensor.datatype:
             batch_size = self._fits(tensor, shape)
             if batch_size >= 0:
                 return batch_size
-        return self._check_input(tensor, name, datatype, shape)
+        return self._check_input(tensor, name, datatype, shape, wildcards)
 
-    def check_inputs_last_first(self, inputs: Sequence[Tuple[str, str, Sequence[int]]]) -> None:
+    def check_inputs_last_first(
+        self, inputs: Sequence[Tuple[str, str, Sequence[int]]], wildcards: bool = False
+    ) -> None:
         """check_input for each (name, datatype, shape), the last first, raising at the first that fails.
 
         Triton checks a request's inputs in its hash map's order, which (libstdc++) visits the last added first: of
@@ -122,7 +128,7 @@ class ModelSpec:
         after the first that failed, so that the answer names the one Triton names.
         """
         for name, datatype, shape in reversed(inputs):
-            self.check_input(name, datatype, shape)
+            self.check_input(name, datatype, shape, wildcards)
 
     def _fits(self, tensor: TensorDef, shape: Sequence[int]) -> int:
         """The batch size of a well-formed shape for `tensor` (every check passes), -1 for any other shape."""
@@ -147,7 +153,9 @@ class ModelSpec:
             return -1
         return batch_size
 
-    def _check_input(self, tensor: Optional[TensorDef], name: str, datatype: str, shape: Sequence[int]) -> int:
+    def _check_input(
+        self, tensor: Optional[TensorDef], name: str, datatype: str, shape: Sequence[int], wildcards: bool = False
+    ) -> int:
         """check_input's full checks, in Triton's order, each with its message."""
         if tensor is None:
             # Triton's one message of these without the request's id.
@@ -158,6 +166,8 @@ class ModelSpec:
                 f"'{tensor.datatype}'"
             )
         if shape and min(shape) < 0:
+            if wildcards:
+                self._check_wildcards(tensor, name, shape)
             raise InferenceError.invalid_input(f"invalid shape {list(shape)} for input '{name}': dims must be >= 0")
         limit = self.max_tensor_elements
         if limit:
@@ -172,8 +182,7 @@ class ModelSpec:
         if self.batching:
             if len(shape) == 0:
                 raise InferenceError.invalid_input(
-                    f"unexpected shape for input '{name}' for model '{self.name}'. Expected "
-                    f"{_show([-1, *tensor.dims])}, got {_show(shape)}. {_BATCH_DIMENSION_NOTE}"
+                    f"input '{name}' has no shape but model requires batch dimension for '{self.name}'"
                 )
             batch_size = shape[0]
             if batch_size > self.max_batch_size:
@@ -194,6 +203,32 @@ class ModelSpec:
         if self.batching and batch_size == 0:
             raise self._empty_batch_error(name, datatype, dims)
         return batch_size
+
+    def _check_wildcards(self, tensor: TensorDef, name: str, shape: Sequence[int]) -> None:
+        """Triton's answer to a -1 in a shape of the model's rank, before a dimension that does not fit.
+
+        Its core walks the dimensions (past the batch dimension) and names a -1 there; other negative dimensions
+        it multiplies into a byte size (`Expected -8`), where this server says the dimensions must be >= 0.
+        """
+        dims = shape
+        if self.batching:
+            if not shape or shape[0] < 0:
+                return
+            if shape[0] > self.max_batch_size:  # checked first
+                raise InferenceError.invalid_input(
+                    f"inference request batch-size must be <= {self.max_batch_size} for '{self.name}'"
+                )
+            dims = shape[1:]
+        if len(dims) != len(tensor.dims):
+            return
+        for want, got in zip(tensor.dims, dims):
+            if got == -1:
+                raise InferenceError.invalid_input(
+                    f"All input dimensions should be specified for input '{name}' for model '{self.name}', got "
+                    f"{_show(shape)}"
+                )
+            if want not in (-1, got):
+                return
 
     def _empty_batch_error(self, name: str, datatype: str, dims: Sequence[int]) -> InferenceError:
         """Triton 2.51's answer to an input of batch size 0, which its data (none) matches.

@@ -13,7 +13,7 @@ from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, nump
 from pytriton.core.errors import InferenceError
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
-from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol import documents
@@ -119,6 +119,12 @@ def decode_infer_request(
     raw_index = 0
     located = still_located(plan.located, memory)
     try:
+        # Triton's gRPC frontend reads every input's data, then the requested outputs' parameters; its core then
+        # checks the outputs, then the inputs against the model.
+        if plan.typed or len(raw) < expected:
+            _check_input_data(spec.name, headers, message, len(contents) if contents else 0)
+        outputs = plan.outputs if plan.outputs is not None else _output_headers(message.outputs)
+        requested, output_regions, classes = _requested_outputs(spec, outputs, memory, located is not None)
         if not spec.input_count_fits(len(headers)):
             spec.check_input_count([header.name for header in headers])
         for index, header in enumerate(headers):
@@ -126,20 +132,20 @@ def decode_infer_request(
             if not header.known_datatype:  # Triton's name for it, which no input has: check_input refuses it
                 datatype = "<invalid>"
             try:
-                batch_sizes.append(spec.check_input(name, datatype, shape))
+                batch_sizes.append(spec.check_input(name, datatype, shape, True))
             except InferenceError:
                 later = [
                     (other.name, other.datatype if other.known_datatype else "<invalid>", other.shape)
                     for other in headers[index + 1 :]
                 ]
-                spec.check_inputs_last_first(later)
+                spec.check_inputs_last_first(later, True)
                 raise
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             has_contents = header.has_contents
             if region is not None:
                 if has_contents:
-                    raise InferenceError.invalid(f"input '{name}' has contents and is in shared memory as well")
+                    raise InferenceError.invalid(_contents_in_shared_memory(name, spec.name))
                 inputs[name] = region_input(
                     located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
                 )
@@ -165,8 +171,6 @@ def decode_infer_request(
         if error.of_request:  # Triton's core names the request
             raise error.for_request(message.id) from None
         raise
-    outputs = plan.outputs if plan.outputs is not None else _output_headers(message.outputs)
-    requested, output_regions, classes = _requested_outputs(spec, outputs, memory, located is not None)
     if located is None and keyed and memory is not None and (reads or output_regions):
         plan.located = locate_plan(memory, [(header.datatype, header.region) for header in headers], reads)
     request = InferenceRequest(
@@ -197,6 +201,17 @@ def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[s
             raise InferenceError.invalid(f"invalid value type for '{key}' parameter, expected {' or '.join(kinds)}.")
         if key == "priority" and parameter.int64_param < 0:
             raise InferenceError.invalid("invalid value for 'priority', expected value >= 0.")
+    for key in parameters:
+        if key in _RESERVED_KINDS:
+            continue
+        choice = parameters[key].WhichOneof("parameter_choice")
+        if key == EMPTY_FINAL_RESPONSE_PARAMETER:
+            if choice != "bool_param":
+                raise InferenceError.invalid(f"invalid value type for '{key}' parameter, expected bool_param.")
+        elif choice not in _PLAIN_KINDS and not key.startswith("triton_"):  # Triton's words (it takes doubles too)
+            raise InferenceError.invalid(
+                f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
+            )
     values = parameters_from_message(parameters)
     if values.get("timeout", 0) < 0:
         del values["timeout"]
@@ -216,16 +231,56 @@ _RESERVED_KINDS = {
 }
 
 
-def parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:
-    """A protobuf map<string, InferParameter> as plain Python values."""
+# The kinds of value Triton's gRPC frontend takes for a request's other parameters.
+_PLAIN_KINDS = ("int64_param", "bool_param", "string_param", "double_param")
+
+
+def parameters_from_message(parameters: Mapping[str, Message], valueless: bool = False) -> Dict[str, Any]:
+    """A protobuf map<string, InferParameter> as plain Python values; one without a value is refused.
+
+    With `valueless`, one without a value is left out (Triton reads a tensor's parameters by name, and takes
+    those it does not read, with or without a value).
+    """
     values: Dict[str, Any] = {}
     for key in parameters:  # not .items(): a protobuf map's items view is Python code, a third of the cost
         parameter = parameters[key]
         choice = parameter.WhichOneof("parameter_choice")
         if choice is None:
+            if valueless:
+                continue
             raise InferenceError.invalid(f"parameter '{key}' has no value")
         values[key] = getattr(parameter, choice)
     return values
+
+
+def _check_input_data(model: str, headers: Sequence[_InputHeader], message: Message, raw_count: int) -> None:
+    """Check that each input has data, in one place only, as Triton's gRPC frontend does before its core runs.
+
+    `raw_count` is the number of the request's raw contents.
+    """
+    has_raw, raw_left = raw_count > 0, raw_count
+    for index, header in enumerate(headers):
+        name = header.name
+        if header.region is not None:
+            if header.has_contents:
+                raise InferenceError.invalid(_contents_in_shared_memory(name, model))
+        elif header.has_contents:
+            if has_raw:
+                raise InferenceError.invalid(
+                    f"contents field must not be specified when using raw_input_contents for '{name}' for model "
+                    f"'{model}'"
+                )
+            datatype = header.datatype if header.known_datatype else "<invalid>"
+            _check_contents_fields(message.inputs[index].contents, datatype, name, model)
+        elif raw_left:
+            raw_left -= 1
+        else:
+            raise InferenceError.invalid(_no_data(name, model))
+
+
+def _contents_in_shared_memory(name: str, model: str) -> str:
+    """Triton's message for an input in shared memory that has typed contents too."""
+    return f"unexpected 'content' provided when using shared memory for input tensor '{name}' for model '{model}'"
 
 
 def _no_data(name: str, model: str) -> str:
@@ -234,39 +289,75 @@ def _no_data(name: str, model: str) -> str:
 
 
 def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
-    """Build an array from the typed `contents` of input `name` of `model`."""
-    field = _CONTENTS_FIELD.get(datatype)  # None for FP16 and BF16, which have no field: any set is the wrong one
-    for other, _ in contents.ListFields():  # the fields that hold values
+    """Build an array from the typed `contents` of input `name` of `model`, as Triton's gRPC frontend reads them.
+
+    The fields set are checked first (`_check_contents_fields`). An integer too wide for an 8- or 16-bit datatype
+    keeps its low bytes (Triton copies them out of the 32-bit value), and contents with no field set are data of
+    no bytes.
+    """
+    field = _check_contents_fields(contents, datatype, name, model)
+    values: Sequence[Any] = getattr(contents, field) if field is not None else ()
+    count = element_count(shape)
+    if datatype == BYTES:
+        _check_string_count(count, len(values), name, model)
+        array = np.empty(count, dtype=np.object_)
+        array[:] = list(values)
+        return array.reshape(shape)
+    size = ELEMENT_SIZE[datatype]
+    if len(values) != count:
+        raise InferenceError.invalid_input(
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {count * size}, "
+            f"got {len(values) * size}"
+        )
+    if field is None:
+        return np.empty(shape, numpy_dtype(datatype))  # no values (count is 0)
+    wraps = _WRAPPED.get(datatype)
+    if wraps is not None:  # Triton keeps the low bytes of each 32-bit value
+        return np.array(values, wraps).astype(numpy_dtype(datatype)).reshape(shape)
+    return numeric_array(list(values), numpy_dtype(datatype)).reshape(shape)
+
+
+def _check_contents_fields(contents: Message, datatype: str, name: str, model: str) -> Optional[str]:
+    """The contents field of `datatype` (None for FP16 and BF16, which have none), the fields set checked.
+
+    Triton looks at them in their order: the first one set must be the datatype's, any later one set is data
+    "already supplied".
+    """
+    field = _CONTENTS_FIELD.get(datatype)
+    found = False
+    for other, _ in contents.ListFields():  # the fields that hold values, in field order (Triton's order)
+        if found:
+            raise InferenceError.invalid(
+                f"unexpected explicit tensor data for input tensor '{name}' for model '{model}', binary data was "
+                "already supplied."
+            )
         if other.name != field:
             raise InferenceError.invalid(
                 f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type "
                 f"'{_CONTENTS_TYPE[other.name]}', expected datatype '{datatype}'"
             )
-    if field is None:
-        raise InferenceError.invalid(
-            f"input '{name}' of datatype {datatype} cannot be sent in typed contents, use raw_input_contents"
-        )
-    values = getattr(contents, field)
-    count = element_count(shape)
-    if len(values) != count:  # Triton's messages: in elements for BYTES, in bytes for the others
-        if datatype == BYTES:
-            raise InferenceError.invalid_input(
-                f"expected {count} string elements for inference input '{name}' for model '{model}', got {len(values)}"
-            )
-        size = ELEMENT_SIZE[datatype]
+        found = True
+    return field
+
+
+# The 32-bit type Triton's gRPC frontend reads an 8- or 16-bit datatype's contents as (it keeps their low bytes).
+_WRAPPED = {"INT8": np.int32, "INT16": np.int32, "UINT8": np.uint32, "UINT16": np.uint32}
+
+
+def _check_string_count(count: int, got: int, name: str, model: str) -> None:
+    """Refuse `got` strings for a BYTES input of `count` elements, in the words of Triton's core.
+
+    Its check stops at the first element too many, which it names: count + 1.
+    """
+    if got > count:
         raise InferenceError.invalid_input(
-            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {count * size}, "
-            f"got {len(values) * size}"
+            f"unexpected number of string elements {count + 1} for inference input '{name}' for model '{model}', "
+            f"expecting {count}"
         )
-    if datatype == BYTES:
-        array = np.empty(count, dtype=np.object_)
-        array[:] = list(values)
-    else:
-        try:
-            array = numeric_array(list(values), numpy_dtype(datatype))
-        except (OverflowError, ValueError) as error:
-            raise InferenceError.invalid(f"contents of input '{name}' do not fit {datatype}: {error}") from None
-    return array.reshape(shape)
+    if got < count:
+        raise InferenceError.invalid_input(
+            f"expected {count} string elements for inference input '{name}' for model '{model}', got {got}"
+        )
 
 
 def _requested_outputs(
@@ -311,13 +402,24 @@ class _MessagePlan:
     in error is read again in the order Triton checks it; and without typed contents, which are data.
     """
 
-    __slots__ = ("inputs", "located", "message", "options", "outputs", "parameters", "raw_count", "user_parameters")
+    __slots__ = (
+        "inputs",
+        "located",
+        "message",
+        "options",
+        "outputs",
+        "parameters",
+        "raw_count",
+        "typed",
+        "user_parameters",
+    )
 
     def __init__(self, message: Message) -> None:
         """Read the inputs' headers, the request's parameters and (when they are right) the requested outputs."""
         self.message = message  # parsed once for every request of the same bytes (`kept_message`)
         self.inputs = [_input_header(tensor) for tensor in message.inputs]
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
+        self.typed = any(header.has_contents for header in self.inputs)
         parameters = message.parameters
         self.parameters = request_parameters_from_message(parameters) if parameters else None
         self.user_parameters: Dict[str, Any] = {}
@@ -422,10 +524,39 @@ def _region(parameters: Mapping[str, Message], kind: str, tensor: Message) -> Op
         found = _plain_region(parameters)  # what clients send, read straight from the messages
         if found is not None:
             return found
-    return tensor_region(parameters_from_message(parameters), kind, tensor.name)
+    _check_region_parameters(parameters, tensor.name)
+    return tensor_region(parameters_from_message(parameters, valueless=True), kind, tensor.name)
 
 
-_UNSIGNED_CHOICES = ("int64_param", "uint64_param")
+def _check_region_parameters(parameters: Mapping[str, Message], name: str) -> None:
+    """Check a tensor's shared-memory parameters as Triton's gRPC frontend does (ParseSharedMemoryParams).
+
+    In its words: the region a string, the offset and byte size int64s and only with a region, the size required.
+    """
+    region = parameters.get(REGION)
+    if region is not None and region.WhichOneof("parameter_choice") != "string_param":
+        raise InferenceError.invalid(
+            f"invalid value type for '{REGION}' parameter for tensor '{name}', expected string_param."
+        )
+    for key in (OFFSET, BYTE_SIZE):
+        value = parameters.get(key)
+        if value is None:
+            continue
+        if region is None:
+            raise InferenceError.invalid(
+                f"'{key}' can not be specified without '{REGION}' parameter for tensor '{name}'"
+            )
+        if value.WhichOneof("parameter_choice") != "int64_param":
+            raise InferenceError.invalid(
+                f"invalid value type for '{key}' parameter for tensor '{name}', expected int64_param."
+            )
+    if region is not None and BYTE_SIZE not in parameters:
+        raise InferenceError.invalid(
+            f"'{BYTE_SIZE}' must be specified along with '{REGION}' parameter for tensor '{name}'"
+        )
+
+
+_UNSIGNED_CHOICES = ("int64_param",)  # Triton takes no uint64_param for these
 
 
 def _plain_region(parameters: Mapping[str, Message]) -> Optional[TensorRegion]:

@@ -12,7 +12,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, Status
 from pytriton.core.raw_tensors import Buffer
 from pytriton.options.access import AccessRules
 from pytriton.protocol import grpc_health
@@ -107,14 +107,18 @@ def method_table(
 
 
 def _tolerant(deserialize: Callable[[Buffer], Any]) -> Callable[[Buffer], Any]:
-    """A request parser that hands a message protobuf cannot parse to the method as an INVALID_ARGUMENT."""
+    """A request parser that hands a message protobuf cannot parse to the method as grpc++'s INTERNAL.
+
+    tritonserver's answer (its gRPC library's, for a message of no field or one of bytes that are not UTF-8 in a
+    string): INTERNAL "Unable to parse request"; a stream goes on here, where tritonserver's ends without a word.
+    """
 
     @functools.wraps(deserialize)
     def parse(data: Buffer) -> Any:
         try:
             return deserialize(data)
-        except DecodeError as error:
-            return InferenceError.invalid(f"failed to parse the request message: {error}")
+        except DecodeError:
+            return InferenceError(Status.INTERNAL, "Unable to parse request")
 
     return parse
 

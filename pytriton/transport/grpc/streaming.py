@@ -169,9 +169,10 @@ class StreamSession:
         request_id = message.id
         asked_version = message.model_version
         reached: Optional[ModelSpec] = None  # the model, once the request is in its hands
+        found: Optional[ModelSpec] = None  # the model, once looked up
         try:
             model = self._engine.model(message.model_name, message.model_version)
-            spec = model.spec
+            spec = found = model.spec
             if spec.decoupled:  # its responses leave as they come, as tritonserver's do
                 turn.in_order = False
                 turn.done = True
@@ -196,8 +197,14 @@ class StreamSession:
                 put(grpc_codec.empty_final_response(spec, request_id, asked_version))
         except Exception as error:  # noqa: BLE001 - an error is a stream message; the stream stays open
             _, text = status_of(error)
-            failed_in_model = isinstance(error, InferenceError) and error.reason is FailureReason.BACKEND
-            model_failed = reached if failed_in_model else None
+            # Triton's response callback answers these: the model failed, or its answer did (`in_response`: a
+            # string the model could not read, a class count of an output without order).
+            model_failed = None
+            if isinstance(error, InferenceError):
+                if error.reason is FailureReason.BACKEND:
+                    model_failed = reached
+                elif error.in_response:
+                    model_failed = found
             put(grpc_codec.stream_error(request_id, text, model_failed, asked_version))
         finally:
             turn.done = True

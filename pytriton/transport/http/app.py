@@ -321,14 +321,18 @@ class HttpFrontend:
             body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
         forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
         memory = self._engine.system_memory
-        request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
         try:
+            request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
             response = await model.infer(request, gone=lambda: until_disconnect(receive))
+            json_part, binary_parts, json_length = encode_infer_response(
+                spec, request.id, response, output_format, memory
+            )
         except InferenceError as error:
-            if error.in_response:  # Triton's response callback sets no content type
+            # Triton's response callback sets no content type: the model's errors, and those Triton finds in its
+            # answer (a class count of an output without order) or its Python backend in the inputs (a cut string).
+            if error.in_response:
                 raise _untyped(error) from None
             raise
-        json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
             size = json_length + sum(map(len, binary_parts))  # byte-format views: len is the size
