@@ -126,7 +126,7 @@ def decode_infer_request(
                 offset += binary_size
             elif "data" in raw:
                 planned = None  # values: never part of a key
-                inputs[name] = array_from_json(raw["data"], datatype, shape, name)
+                inputs[name] = array_from_json(_json_array(raw["data"]), datatype, shape, name)
             else:
                 _one_source_only([])
         _no_binary_left(offset, size, spec.name)
@@ -385,6 +385,13 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
         if type(dim) is not int:
             raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
     return name, datatype, shape, json_object_field(raw.get("parameters"), "parameters of input", name)
+
+
+def _json_array(data: Any) -> List[Any]:
+    """An input's `data`, which must be a JSON array, flat or nested (tritonserver 2.51's words; a 500 there)."""
+    if type(data) is not list:
+        raise InferenceError.invalid("Unable to parse 'data': attempt to access JSON non-array as array")
+    return data
 
 
 def _only_shared_memory(raw: Dict[str, Any], binary_size: Any) -> None:

@@ -18,8 +18,8 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
         data = [data]
     try:
         dtype = _JSON_NUMERIC.get(datatype)
-        if dtype is not None:  # any nesting: numpy flattens it row-major along with the reshape below
-            array = numeric_array(data, dtype)
+        if dtype is not None:  # nesting that fits a shape: numpy flattens it row-major with the reshape below
+            array = _numeric_array_of_any_nesting(data, dtype)
         elif datatype == BYTES:
             flat = _flatten(data)
             array = np.empty(len(flat), dtype=np.object_)
@@ -43,6 +43,21 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
             f"expects {count}"
         )
     return array.reshape(shape)
+
+
+def _numeric_array_of_any_nesting(data: List[Any], dtype: np.dtype) -> np.ndarray:
+    """`numeric_array` of JSON data nested in any way: lists of unequal lengths too, read row-major.
+
+    Triton reads a tensor's JSON elements in order whatever the lists around them (`[[1], [2, 3]]` is 3 values), and
+    only their count must fit the shape; numpy refuses such lists, so they are flattened first (only then: the lists
+    that fit a shape, the usual ones, are read whole by numpy).
+    """
+    try:
+        return numeric_array(data, dtype)
+    except ValueError:
+        if not any(type(item) is list for item in data):
+            raise
+    return numeric_array(_flatten(data), dtype)
 
 
 # Datatypes JSON carries as numbers (FP16 and BF16 travel as binary data only).
@@ -154,6 +169,9 @@ _KEPT_PACKERS = 256
 def json_from_array(array: np.ndarray, datatype: str) -> Any:
     """JSON-serializable flat data of an array (numpy arrays are left for orjson to encode).
 
+    FP32 values go out as the doubles they are (tritonserver widens each to a double before it writes it): a JSON
+    client that reads numbers as doubles gets the value the model returned, not the shortest decimal of its float.
+
     FP16 and BF16 have no JSON form in Triton either way: an output of theirs asked for as JSON is refused
     (tritonserver 2.51 answers 400, in these words), so a client that asked for no binary outputs (KServe's
     InferenceRESTClient, curl) learns to ask for them here as it would there.
@@ -162,6 +180,8 @@ def json_from_array(array: np.ndarray, datatype: str) -> Any:
         return [_to_text(item) for item in array.flat]
     check_json_output(datatype)
     flat = array.ravel()  # a view when the array is C-contiguous, else a C-ordered copy
+    if flat.dtype.kind == "f" and flat.dtype.itemsize == 4:  # float32, of either byte order
+        return flat.astype(np.float64)  # its exact values, as Triton writes them: 0.1f as 0.10000000149011612
     if flat.dtype.byteorder == ">":
         flat = flat.astype(flat.dtype.newbyteorder("<"))
     return flat

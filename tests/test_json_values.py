@@ -1,0 +1,125 @@
+"""JSON tensor values read and written as tritonserver 2.51 reads and writes them (probed side by side with it).
+
+FP32 outputs go out as the doubles they are (`0.1f` as `0.10000000149011612`), an input's `data` must be a JSON
+array, and the lists in it may nest in any way: only the count of their elements must fit the shape.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterator, List, Tuple
+
+import numpy as np
+import pytest
+
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+from tests.http_helpers import request
+
+DTYPES = {"FP32": np.float32, "FP64": np.float64, "INT32": np.int32, "BOOL": np.bool_, "BYTES": np.bytes_}
+
+
+def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUT": r["IN"]} for r in requests]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Triton]:
+    triton = Triton(config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False))
+    try:
+        for name, dtype in DTYPES.items():
+            triton.bind(
+                f"m_{name.lower()}",
+                _identity,
+                inputs=[Tensor(name="IN", dtype=dtype, shape=(2, 3))],
+                outputs=[Tensor(name="OUT", dtype=dtype, shape=(2, 3))],
+                config=ModelConfig(batching=False),
+            )
+        triton.bind(
+            "one",
+            _identity,
+            inputs=[Tensor(name="IN", dtype=np.int32, shape=(1,))],
+            outputs=[Tensor(name="OUT", dtype=np.int32, shape=(1,))],
+            config=ModelConfig(batching=False),
+        )
+        triton.run()
+        yield triton
+    finally:
+        triton.stop()
+
+
+def _infer(server: Triton, model: str, body: bytes, headers: Dict[str, str]) -> Tuple[int, Any]:
+    status, _, answer = request(server.http_port, "POST", f"/v2/models/{model}/infer", body, headers)
+    return status, json.loads(answer)
+
+
+def _json_infer(server: Triton, model: str, datatype: str, shape: List[int], data: Any) -> Tuple[int, Any]:
+    document = {"inputs": [{"name": "IN", "datatype": datatype, "shape": shape, "data": data}]}
+    return _infer(server, model, json.dumps(document).encode(), {})
+
+
+FLOAT32_VALUES = [0.1, 1 / 3, 3.4028235e38, 1e-45, 16777217.0, -0.0]
+
+
+def test_fp32_outputs_go_out_as_the_doubles_they_are(server):
+    values = np.array(FLOAT32_VALUES, np.float32)
+    raw = values.tobytes()
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "IN", "datatype": "FP32", "shape": [2, 3], "parameters": {"binary_data_size": len(raw)}}
+            ],
+            "outputs": [{"name": "OUT"}],
+        }
+    ).encode()
+    status, answer = _infer(server, "m_fp32", header + raw, {"Inference-Header-Content-Length": str(len(header))})
+    assert status == 200, answer
+    data = answer["outputs"][0]["data"]
+    assert data == [float(value) for value in values]  # 0.10000000149011612, as tritonserver 2.51 writes it
+    assert data[0] == 0.10000000149011612 and data[0] != 0.1
+
+
+def test_fp32_json_inputs_come_back_as_the_doubles_of_their_floats(server):
+    status, answer = _json_infer(server, "m_fp32", "FP32", [2, 3], [0.1, 0.2, 0.3, 1.5, -2.25, 7])
+    assert status == 200, answer
+    doubles = [0.10000000149011612, 0.20000000298023224, 0.30000001192092896, 1.5, -2.25, 7.0]
+    assert answer["outputs"][0]["data"] == doubles
+
+
+def test_fp64_outputs_keep_their_values(server):
+    status, answer = _json_infer(server, "m_fp64", "FP64", [2, 3], [0.1, 0.30000000000000004, 5e-324, 1e300, -0.0, 2])
+    assert status == 200, answer
+    assert answer["outputs"][0]["data"] == [0.1, 0.30000000000000004, 5e-324, 1e300, -0.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data"),
+    [
+        ("INT32", [[1], [2, 3, 4, 5, 6]]),
+        ("INT32", [[], [1, 2, 3, 4, 5, 6], []]),
+        ("INT32", [[[1, 2]], [3], [[4], [5, 6]]]),
+        ("FP32", [[1.5], [2, 3, 4, 5, 6]]),
+        ("FP64", [[1.5, 2], [[3, 4], 5], 6]),
+        ("BOOL", [[True], [False, True, False, True, False]]),
+        ("BYTES", [["a"], ["b", "c", "d", "e", "f"]]),
+    ],
+)
+def test_lists_nested_in_any_way_are_read_in_order(server, datatype, data):
+    status, answer = _json_infer(server, f"m_{datatype.lower()}", datatype, [2, 3], data)
+    assert status == 200, answer
+    flat = answer["outputs"][0]["data"]
+    assert len(flat) == 6 and answer["outputs"][0]["shape"] == [2, 3]
+    assert flat[0] in (1, 1.5, True, "a") and flat[-1] in (6, 6.0, False, "f")
+
+
+def test_unevenly_nested_lists_of_the_wrong_count_are_still_refused(server):
+    status, answer = _json_infer(server, "m_int32", "INT32", [2, 3], [[1], [2, 3, 4, 5, 6, 7]])
+    assert status == 400
+    assert "unexpected number of elements 7" in answer["error"]
+
+
+@pytest.mark.parametrize("data", [5, {"a": 1}, "abc", None, True])
+def test_data_that_is_no_array_is_refused_in_tritons_words(server, data):
+    status, answer = _json_infer(server, "one", "INT32", [1], data)
+    assert status == 400  # tritonserver 2.51: 500, for what the client sent
+    assert answer == {"error": "Unable to parse 'data': attempt to access JSON non-array as array"}
