@@ -1,7 +1,9 @@
 """JSON tensor values read and written as tritonserver 2.51 reads and writes them (probed side by side with it).
 
 FP32 outputs go out as the doubles they are (`0.1f` as `0.10000000149011612`), an input's `data` must be a JSON
-array, and the lists in it may nest in any way: only the count of their elements must fit the shape.
+array, and the lists in it may nest in any way: only the count of their elements must fit the shape. An output
+that cannot be written as asked (FP16 as JSON, the classes of BOOL values) is refused as tritonserver's response
+callback refuses it: 400 with no content type set (text/plain).
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 from tests.http_helpers import request
 
-DTYPES = {"FP32": np.float32, "FP64": np.float64, "INT32": np.int32, "BOOL": np.bool_, "BYTES": np.bytes_}
+DTYPES = {
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "FP16": np.float16,
+    "INT32": np.int32,
+    "BOOL": np.bool_,
+    "BYTES": np.bytes_,
+}
 
 
 def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
@@ -123,3 +132,27 @@ def test_data_that_is_no_array_is_refused_in_tritons_words(server, data):
     status, answer = _json_infer(server, "one", "INT32", [1], data)
     assert status == 400  # tritonserver 2.51: 500, for what the client sent
     assert answer == {"error": "Unable to parse 'data': attempt to access JSON non-array as array"}
+
+
+def _binary_infer(server: Triton, datatype: str, values: np.ndarray, output: Dict[str, Any]) -> Tuple[int, str, Any]:
+    raw = values.tobytes()
+    tensor = {"name": "IN", "datatype": datatype, "shape": [2, 3], "parameters": {"binary_data_size": len(raw)}}
+    header = json.dumps({"inputs": [tensor], "outputs": [output]}).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    path = f"/v2/models/m_{datatype.lower()}/infer"
+    status, answer_headers, answer = request(server.http_port, "POST", path, header + raw, headers)
+    return status, answer_headers["content-type"], json.loads(answer)
+
+
+@pytest.mark.parametrize("output", [{"name": "OUT"}, {"name": "OUT", "parameters": {"binary_data": False}}])
+def test_an_fp16_output_asked_for_as_json_is_refused_as_tritons_response_callback_refuses_it(server, output):
+    answer = _binary_infer(server, "FP16", np.arange(6, dtype=np.float16), output)
+    message = "sending FP16 data via JSON is not supported. Please use the binary data format for output"
+    assert answer == (400, "text/plain", {"error": message})
+
+
+def test_the_classes_of_a_bool_output_are_refused_in_tritons_words_as_its_response_callback_refuses_them(server):
+    output = {"name": "OUT", "parameters": {"classification": 1}}
+    answer = _binary_infer(server, "BOOL", np.array([True, False] * 3), output)
+    message = "class result not available for output due to unsupported type 'BOOL'"
+    assert answer == (400, "text/plain", {"error": message})

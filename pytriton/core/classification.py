@@ -27,9 +27,8 @@ def top_classes(
     """The output as its `count` top classes (fewer when it has fewer values), labelled when `labels` are given."""
     array = output.array
     if array.dtype.kind not in _NUMERIC_KINDS:
-        raise InferenceError.invalid(
-            f"class result not available for output '{output.name}' of model '{model}': its datatype "
-            f"{output.datatype} has no order"
+        raise InferenceError.invalid(  # tritonserver 2.51's words (BOOL and BYTES have no order)
+            f"class result not available for output due to unsupported type '{output.datatype}'"
         )
     rows = array.reshape(array.shape[0] if batched and array.ndim else 1, -1)
     taken = min(count, rows.shape[1])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -488,7 +488,7 @@ def encode_infer_response(
         if classes is not None and output.name in classes:
             declared = spec.output_by_name.get(output.name)
             labels = declared.labels if declared is not None else None
-            output = top_classes(output, classes[output.name], spec.batching, spec.name, labels)
+            output = _in_response(top_classes, output, classes[output.name], spec.batching, spec.name, labels)
         entry: Dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": output.array.shape}
         region = regions.get(output.name)
         if region is not None:
@@ -498,7 +498,7 @@ def encode_infer_response(
             entry["parameters"] = {"binary_data_size": len(raw) if not isinstance(raw, memoryview) else raw.nbytes}
             binary_parts.append(raw)
         else:
-            entry["data"] = json_from_array(output.array, output.datatype)
+            entry["data"] = _in_response(json_from_array, output.array, output.datatype)
         outputs.append(entry)
     if writes:
         (memory or _memory(memory)).write_all(writes)
@@ -513,3 +513,19 @@ def encode_infer_response(
     document["outputs"] = outputs
     header = json_text.dumps(document)
     return header, binary_parts, len(header)
+
+
+_R = TypeVar("_R")
+
+
+def _in_response(write: Callable[..., _R], *args: Any) -> _R:
+    """`write(*args)`, its refusal marked as the request's answer (`InferenceError.in_response`).
+
+    tritonserver writes outputs in its response callback: an output it cannot write (FP16 asked for as JSON, the
+    classes of a BOOL output) is answered there, with no content type set (text/plain), as a model's failure is.
+    """
+    try:
+        return write(*args)
+    except InferenceError as error:
+        error.in_response = True
+        raise

@@ -328,7 +328,14 @@ class HttpFrontend:
             if error.in_response:  # Triton's response callback sets no content type
                 raise _untyped(error) from None
             raise
-        json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
+        try:
+            json_part, binary_parts, json_length = encode_infer_response(
+                spec, request.id, response, output_format, memory
+            )
+        except InferenceError as error:
+            if error.in_response:  # an output Triton's response callback cannot write
+                raise _untyped(error) from None
+            raise
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
             size = json_length + sum(map(len, binary_parts))  # byte-format views: len is the size
