@@ -156,3 +156,15 @@ def test_the_classes_of_a_bool_output_are_refused_in_tritons_words_as_its_respon
     answer = _binary_infer(server, "BOOL", np.array([True, False] * 3), output)
     message = "class result not available for output due to unsupported type 'BOOL'"
     assert answer == (400, "text/plain", {"error": message})
+
+
+@pytest.mark.parametrize(
+    ("count", "message"),
+    [
+        (7, "unexpected number of string elements 7 for inference input 'IN' for model 'm_bytes', expecting 6"),
+        (5, "expected 6 string elements for inference input 'IN' for model 'm_bytes', got 5"),
+    ],
+)
+def test_strings_too_many_or_too_few_for_the_shape_are_refused_in_the_words_of_tritons_core(server, count, message):
+    status, answer = _json_infer(server, "m_bytes", "BYTES", [2, 3], ["a"] * count)
+    assert (status, answer) == (400, {"error": f"[request id: <id_unknown>] {message}"})

@@ -126,7 +126,7 @@ def decode_infer_request(
                 offset += binary_size
             elif "data" in raw:
                 planned = None  # values: never part of a key
-                inputs[name] = array_from_json(_json_array(raw["data"]), datatype, shape, name)
+                inputs[name] = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
             else:
                 _one_source_only([])
         _no_binary_left(offset, size, spec.name)

@@ -12,8 +12,11 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import element_count
 
 
-def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
-    """Build an array from JSON `data` (flat or nested, row-major)."""
+def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "") -> np.ndarray:
+    """Build an array from JSON `data` (flat or nested, row-major).
+
+    With the `model` named, strings too many or too few for the shape are refused in the words of Triton's core.
+    """
     if type(data) is not list:
         data = [data]
     try:
@@ -37,12 +40,23 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
     except (ValueError, TypeError, OverflowError) as error:
         raise InferenceError.invalid(f"unable to parse 'data' of input '{name}' as {datatype}: {error}") from None
     count = element_count(shape)
+    if array.size != count and datatype == BYTES and model:
+        raise InferenceError.invalid_input(_string_count_error(array.size, count, name, model))
     if array.size != count:
         raise InferenceError.invalid(
             f"unexpected number of elements {array.size} in 'data' of input '{name}', shape {list(shape)} "
             f"expects {count}"
         )
     return array.reshape(shape)
+
+
+def _string_count_error(size: int, count: int, name: str, model: str) -> str:
+    """The words of tritonserver 2.51 for a BYTES input of `size` strings where its shape holds `count`."""
+    if size > count:
+        return f"unexpected number of string elements {size} for inference input '{name}' for model '{model}', " + (
+            f"expecting {count}"
+        )
+    return f"expected {count} string elements for inference input '{name}' for model '{model}', got {size}"
 
 
 def _numeric_array_of_any_nesting(data: List[Any], dtype: np.dtype) -> np.ndarray:
