@@ -168,3 +168,31 @@ def test_the_classes_of_a_bool_output_are_refused_in_tritons_words_as_its_respon
 def test_strings_too_many_or_too_few_for_the_shape_are_refused_in_the_words_of_tritons_core(server, count, message):
     status, answer = _json_infer(server, "m_bytes", "BYTES", [2, 3], ["a"] * count)
     assert (status, answer) == (400, {"error": f"[request id: <id_unknown>] {message}"})
+
+
+def test_nan_ranks_last_among_the_classes_as_triton_ranks_it(server):
+    # tritonserver 2.51: [0.5, 2.5, NaN, -1] -> 2.5, 0.5, NaN; the top class of [..., NaN, inf] is inf
+    output = {"name": "OUT", "parameters": {"classification": 3}}
+    answer = _binary_infer(server, "FP32", np.array([0.5, 2.5, np.nan, -1, -2, -3], np.float32), output)
+    assert answer[0] == 200, answer
+    assert answer[2]["outputs"][0]["data"] == ["2.500000:1", "0.500000:0", "-1.000000:3"]
+    output["parameters"]["classification"] = 1
+    answer = _binary_infer(server, "FP32", np.array([0, 1, 2, 3, np.nan, np.inf], np.float32), output)
+    assert answer[2]["outputs"][0]["data"] == ["inf:5"]
+
+
+def test_a_binary_data_size_of_null_next_to_data_is_refused_as_two_sources(server):
+    document = {
+        "inputs": [
+            {
+                "name": "IN",
+                "datatype": "INT32",
+                "shape": [2, 3],
+                "data": [1] * 6,
+                "parameters": {"binary_data_size": None},
+            }
+        ]
+    }
+    status, answer = _infer(server, "m_int32", json.dumps(document).encode(), {})
+    assert status == 400  # tritonserver 2.51 reads the key as set, whatever its value
+    assert answer["error"].endswith("But set 'data' 'binary_data_size'")

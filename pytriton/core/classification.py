@@ -35,9 +35,11 @@ def top_classes(
     as_float = array.dtype.kind == "f"
     classes = np.empty((rows.shape[0], taken), dtype=np.object_)
     last = rows.shape[1] - 1
+    ranks = np.where(np.isnan(rows), -np.inf, rows) if as_float and np.isnan(rows).any() else rows
     for index, row in enumerate(rows):
         # Highest first, ties by position; sorting the reversed row ascending needs no negation (no overflow).
-        best = (last - np.argsort(row[::-1], kind="stable"))[::-1][:taken]
+        # NaN ranks last, as tritonserver 2.51 ranks it (numpy would sort it above every number).
+        best = (last - np.argsort(ranks[index][::-1], kind="stable"))[::-1][:taken]
         values = row[best].tolist()
         texts = [
             f"{value:f}:{position}" if as_float else f"{value}:{position}"

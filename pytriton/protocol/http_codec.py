@@ -115,7 +115,7 @@ def decode_infer_request(
             if region is not None:
                 _only_shared_memory(raw, binary_size)
                 inputs[name] = input_array(memory or _memory(memory), region, datatype, shape, name, spec.name, reads)
-            elif binary_size is not None:
+            elif binary_size is not None or "binary_data_size" in tensor_parameters:  # null: set, as Triton reads it
                 if "data" in raw:
                     _one_source_only(["data", "binary_data_size"])
                 if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
