@@ -196,3 +196,12 @@ def test_a_binary_data_size_of_null_next_to_data_is_refused_as_two_sources(serve
     status, answer = _infer(server, "m_int32", json.dumps(document).encode(), {})
     assert status == 400  # tritonserver 2.51 reads the key as set, whatever its value
     assert answer["error"].endswith("But set 'data' 'binary_data_size'")
+
+
+def test_a_utf8_byte_order_mark_before_the_json_is_skipped_as_triton_skips_it(server):
+    body = b'\xef\xbb\xbf{"inputs":[{"name":"IN","datatype":"INT32","shape":[2,3],"data":[1,2,3,4,5,6]}]}'
+    status, answer = _infer(server, "m_int32", body, {})
+    assert status == 200, answer
+    assert answer["outputs"][0]["data"] == [1, 2, 3, 4, 5, 6]
+    status, answer = _infer(server, "m_int32", b"\xef\xbb\xbf\xef\xbb\xbf{}", {})
+    assert status == 400 and "failed to parse the request JSON buffer" in answer["error"]  # one mark, not two
