@@ -110,15 +110,35 @@ BAD_BODIES = {
         400,
         "inference request batch-size must be <= 2 for 'identity'",
     ),
-    "negative dim": (
+    "negative dim": (  # tritonserver 2.51's words, as for the next ones (a 500 there)
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, -1], "datatype": "FP32", "data": [1]}]}',
         400,
-        "dims must be >= 0",
+        "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer",
     ),
     "shape not ints": (
         b'{"inputs": [{"name": "INPUT_1", "shape": ["1"], "datatype": "FP32", "data": [1]}]}',
         400,
-        "'shape' array of integers",
+        "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer",
+    ),
+    "shape of a float": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1.0], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer",
+    ),
+    "shape not an array": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": 1, "datatype": "FP32", "data": [1]}]}',
+        400,
+        "Unable to parse 'shape': attempt to access JSON non-array as array",
+    ),
+    "no shape": (
+        b'{"inputs": [{"name": "INPUT_1", "datatype": "FP32", "data": [1]}]}',
+        400,
+        "Unable to parse 'shape': attempt to access non-existing object member 'shape'",
+    ),
+    "no datatype": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "data": [1]}]}',
+        400,
+        "Unable to parse 'datatype': attempt to access non-existing object member 'datatype'",
     ),
     "too few elements": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 3], "datatype": "FP32", "data": [1]}]}',

@@ -377,14 +377,24 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
     shape = raw.get("shape")
     if type(name) is not str:
         raise InferenceError.invalid("each input must have a string 'name'")
+    if datatype is None and "datatype" not in raw:
+        raise InferenceError.invalid(_MISSING.format(key="datatype"))
     if type(datatype) is not str or not is_known_datatype(datatype):
         raise InferenceError.invalid(f"invalid datatype for input {name}")  # Triton's words
     if type(shape) is not list:
-        raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
+        if shape is None and "shape" not in raw:
+            raise InferenceError.invalid(_MISSING.format(key="shape"))
+        raise InferenceError.invalid("Unable to parse 'shape': attempt to access JSON non-array as array")
     for dim in shape:
-        if type(dim) is not int:
-            raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
+        if type(dim) is not int or dim < 0 or dim > _UINT64_MAX:
+            raise InferenceError.invalid(_NOT_A_DIM)
     return name, datatype, shape, json_object_field(raw.get("parameters"), "parameters of input", name)
+
+
+# tritonserver 2.51's words (500s there, for what the client sent) for an input's header field it cannot read.
+_MISSING = "Unable to parse '{key}': attempt to access non-existing object member '{key}'"
+_NOT_A_DIM = "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
+_UINT64_MAX = (1 << 64) - 1
 
 
 def _json_array(data: Any) -> List[Any]:
