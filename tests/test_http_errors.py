@@ -158,18 +158,19 @@ BAD_BODIES = {
     "string data": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [{"a": 1}]}]}',
         400,
-        "unable to parse 'data'",
+        "Unable to parse 'data': attempt to access JSON non-number as double",
     ),
-    # Triton refuses JSON values that are not numbers in numeric data; numpy would take null as NaN, "2" as 2.0
+    # Triton refuses JSON values that are not numbers in numeric data (a 500, in these words); numpy would take null
+    # as NaN, "2" as 2.0
     "null in numbers": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 3], "datatype": "FP32", "data": [1, null, 2]}]}',
         400,
-        "unable to parse 'data' of input 'INPUT_1' as FP32: expected JSON numbers",
+        "Unable to parse 'data': attempt to access JSON non-number as double",
     ),
     "string number": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 2], "datatype": "FP32", "data": [[1], ["2"]]}]}',
         400,
-        "unable to parse 'data' of input 'INPUT_1' as FP32: expected JSON numbers, got strings",
+        "Unable to parse 'data': attempt to access JSON non-number as double",
     ),
     "missing data": (
         b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32"}]}',

@@ -27,6 +27,16 @@ DTYPES = {
     "BYTES": np.bytes_,
 }
 
+BATCHING_DTYPES = {
+    "INT8": np.int8,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT64": np.uint64,
+    **DTYPES,
+}
+
 
 def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"OUT": r["IN"]} for r in requests]
@@ -43,6 +53,14 @@ def server() -> Iterator[Triton]:
                 inputs=[Tensor(name="IN", dtype=dtype, shape=(2, 3))],
                 outputs=[Tensor(name="OUT", dtype=dtype, shape=(2, 3))],
                 config=ModelConfig(batching=False),
+            )
+        for name, dtype in BATCHING_DTYPES.items():
+            triton.bind(
+                f"v_{name.lower()}",
+                _identity,
+                inputs=[Tensor(name="IN", dtype=dtype, shape=(-1,))],
+                outputs=[Tensor(name="OUT", dtype=dtype, shape=(-1,))],
+                config=ModelConfig(max_batch_size=4),
             )
         triton.bind(
             "one",
@@ -205,3 +223,48 @@ def test_a_utf8_byte_order_mark_before_the_json_is_skipped_as_triton_skips_it(se
     assert answer["outputs"][0]["data"] == [1, 2, 3, 4, 5, 6]
     status, answer = _infer(server, "m_int32", b"\xef\xbb\xbf\xef\xbb\xbf{}", {})
     assert status == 400 and "failed to parse the request JSON buffer" in answer["error"]  # one mark, not two
+
+
+# What tritonserver 2.51 answered these values with (a 500 there), and what it wraps or makes infinite (kept here).
+UNFIT = [
+    ("INT8", [1.5], "non-signed-integer as signed-integer"),
+    ("INT32", [2.0], "non-signed-integer as signed-integer"),
+    ("INT32", [True], "non-signed-integer as signed-integer"),
+    ("INT32", ["3"], "non-signed-integer as signed-integer"),
+    ("INT32", [None], "non-signed-integer as signed-integer"),
+    ("INT64", [2**63], "non-signed-integer as signed-integer"),
+    ("UINT8", [-1], "non-unsigned-integer as unsigned-integer"),
+    ("UINT64", [2**64], "non-unsigned-integer as unsigned-integer"),
+    ("UINT64", [2**64 - 1, -1], "non-unsigned-integer as unsigned-integer"),
+    ("FP32", ["1"], "non-number as double"),
+    ("FP64", [None], "non-number as double"),
+    ("BOOL", [1], "non-boolean as boolean"),
+    ("BOOL", ["true"], "non-boolean as boolean"),
+]
+
+
+@pytest.mark.parametrize(("datatype", "data", "words"), UNFIT)
+def test_values_json_cannot_give_the_datatype_are_refused_in_tritons_words(server, datatype, data, words):
+    status, answer = _one_value_model(server, datatype, data)
+    assert (status, answer) == (400, {"error": f"Unable to parse 'data': attempt to access JSON {words}"})
+
+
+def test_numbers_for_bytes_are_refused_in_tritons_words(server):
+    status, answer = _one_value_model(server, "BYTES", [1])
+    assert (status, answer) == (
+        400,
+        {"error": "Unable to parse JSON bytes array: attempt to access JSON non-string as string"},
+    )
+
+
+@pytest.mark.parametrize(("datatype", "data"), [("INT8", [300]), ("UINT16", [70000]), ("FP32", [1e39])])
+def test_values_triton_would_wrap_or_make_infinite_are_refused_in_this_servers_words(server, datatype, data):
+    status, answer = _one_value_model(server, datatype, data)
+    assert status == 400 and answer["error"].startswith(f"unable to parse 'data' of input 'IN' as {datatype}: ")
+    assert "outside the range" in answer["error"]
+
+
+def _one_value_model(server: Triton, datatype: str, data: List[Any]) -> Tuple[int, Any]:
+    """Infer `data` on the batching identity model of `datatype`."""
+    document = {"inputs": [{"name": "IN", "datatype": datatype, "shape": [1, len(data)], "data": data}]}
+    return _infer(server, f"v_{datatype.lower()}", json.dumps(document).encode(), {})

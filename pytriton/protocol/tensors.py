@@ -15,10 +15,58 @@ from pytriton.core.raw_tensors import element_count
 def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "") -> np.ndarray:
     """Build an array from JSON `data` (flat or nested, row-major).
 
-    With the `model` named, strings too many or too few for the shape are refused in the words of Triton's core.
+    With the `model` named (HTTP infer), values JSON cannot give the datatype (`1.5` or `true` for an integer type,
+    `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and strings too many or
+    too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make infinite
+    (300 for INT8, 1e39 for FP32) are refused in this server's.
     """
     if type(data) is not list:
         data = [data]
+    try:
+        return _array_from_json(data, datatype, shape, name, model)
+    except InferenceError as error:
+        if not model or not error.message.startswith(_UNFIT) or not _fits_no_64_bit_reading(data, datatype):
+            raise
+        raise InferenceError.invalid(_TRITON_UNFIT[datatype]) from None
+
+
+# The start of this server's refusal of values that do not fit their datatype.
+_UNFIT = "unable to parse 'data'"
+# What tritonserver 2.51 answers such values with, by the datatype (a 500 there, for what the client sent).
+_TRITON_UNFIT = {
+    **{
+        f"INT{bits}": "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+        for bits in (8, 16, 32, 64)
+    },
+    **{
+        f"UINT{bits}": "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer"
+        for bits in (8, 16, 32, 64)
+    },
+    "FP32": "Unable to parse 'data': attempt to access JSON non-number as double",
+    "FP64": "Unable to parse 'data': attempt to access JSON non-number as double",
+    "BOOL": "Unable to parse 'data': attempt to access JSON non-boolean as boolean",
+    BYTES: "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+}
+
+
+def _fits_no_64_bit_reading(data: List[Any], datatype: str) -> bool:
+    """Whether some value of refused `data` is none Triton reads for the datatype (int64, uint64, double, ...).
+
+    False when every value is one Triton reads and then narrows (wraps 300 to INT8's 44, makes 1e39 FP32's inf).
+    """
+    if datatype.startswith("INT"):
+        low, high = -(1 << 63), (1 << 63) - 1
+    elif datatype.startswith("UINT"):
+        low, high = 0, (1 << 64) - 1
+    elif datatype.startswith("FP"):
+        return not all(type(value) in (int, float) for value in _flatten(data))
+    else:
+        return True
+    return not all(type(value) is int and low <= value <= high for value in _flatten(data))
+
+
+def _array_from_json(data: List[Any], datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
+    """`array_from_json` in this server's words."""
     try:
         dtype = _JSON_NUMERIC.get(datatype)
         if dtype is not None:  # nesting that fits a shape: numpy flattens it row-major with the reshape below
