@@ -188,15 +188,24 @@ def test_strings_too_many_or_too_few_for_the_shape_are_refused_in_the_words_of_t
     assert (status, answer) == (400, {"error": f"[request id: <id_unknown>] {message}"})
 
 
-def test_nan_ranks_last_among_the_classes_as_triton_ranks_it(server):
-    # tritonserver 2.51: [0.5, 2.5, NaN, -1] -> 2.5, 0.5, NaN; the top class of [..., NaN, inf] is inf
-    output = {"name": "OUT", "parameters": {"classification": 3}}
+def test_nan_among_the_classes_stays_where_tritons_insertion_sort_leaves_it(server):
+    # tritonserver 2.51 (std::sort with `a > b`, by insertion for up to 16 values): [0.5, 2.5, NaN, -1] -> 2.5, 0.5,
+    # NaN; the top class of [0.1, 1e-45, 3.4e38, 16777216, -0.0, 1/3, 1e-7, 123456.79, NaN, inf] is inf
+    output = {"name": "OUT", "parameters": {"classification": 4}}
     answer = _binary_infer(server, "FP32", np.array([0.5, 2.5, np.nan, -1, -2, -3], np.float32), output)
     assert answer[0] == 200, answer
-    assert answer[2]["outputs"][0]["data"] == ["2.500000:1", "0.500000:0", "-1.000000:3"]
+    assert answer[2]["outputs"][0]["data"] == ["2.500000:1", "0.500000:0", "nan:2", "-1.000000:3"]
     output["parameters"]["classification"] = 1
-    answer = _binary_infer(server, "FP32", np.array([0, 1, 2, 3, np.nan, np.inf], np.float32), output)
+    answer = _binary_infer(server, "FP32", np.array([0.1, 3.4e38, -0.0, 1e-7, np.nan, np.inf], np.float32), output)
     assert answer[2]["outputs"][0]["data"] == ["inf:5"]
+
+
+@pytest.mark.parametrize("datatype", ["FP16", "BOOL"])
+def test_classes_of_a_datatype_triton_does_not_rank_are_refused(server, datatype):
+    output = {"name": "OUT", "parameters": {"classification": 1}}
+    answer = _binary_infer(server, datatype, np.ones(6, DTYPES[datatype]), output)
+    message = f"class result not available for output due to unsupported type '{datatype}'"
+    assert answer == (400, "text/plain", {"error": message})
 
 
 def test_a_binary_data_size_of_null_next_to_data_is_refused_as_two_sources(server):
