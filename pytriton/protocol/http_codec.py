@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -115,7 +115,7 @@ def decode_infer_request(
             if region is not None:
                 _only_shared_memory(raw, binary_size)
                 inputs[name] = input_array(memory or _memory(memory), region, datatype, shape, name, spec.name, reads)
-            elif binary_size is not None:
+            elif binary_size is not None or "binary_data_size" in tensor_parameters:  # null: set, as Triton reads it
                 if "data" in raw:
                     _one_source_only(["data", "binary_data_size"])
                 if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
@@ -126,7 +126,7 @@ def decode_infer_request(
                 offset += binary_size
             elif "data" in raw:
                 planned = None  # values: never part of a key
-                inputs[name] = array_from_json(raw["data"], datatype, shape, name)
+                inputs[name] = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
             else:
                 _one_source_only([])
         _no_binary_left(offset, size, spec.name)
@@ -377,14 +377,31 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
     shape = raw.get("shape")
     if type(name) is not str:
         raise InferenceError.invalid("each input must have a string 'name'")
+    if datatype is None and "datatype" not in raw:
+        raise InferenceError.invalid(_MISSING.format(key="datatype"))
     if type(datatype) is not str or not is_known_datatype(datatype):
         raise InferenceError.invalid(f"invalid datatype for input {name}")  # Triton's words
     if type(shape) is not list:
-        raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
+        if shape is None and "shape" not in raw:
+            raise InferenceError.invalid(_MISSING.format(key="shape"))
+        raise InferenceError.invalid("Unable to parse 'shape': attempt to access JSON non-array as array")
     for dim in shape:
-        if type(dim) is not int:
-            raise InferenceError.invalid(f"input '{name}' must have a 'shape' array of integers")
+        if type(dim) is not int or dim < 0 or dim > _UINT64_MAX:
+            raise InferenceError.invalid(_NOT_A_DIM)
     return name, datatype, shape, json_object_field(raw.get("parameters"), "parameters of input", name)
+
+
+# tritonserver 2.51's words (500s there, for what the client sent) for an input's header field it cannot read.
+_MISSING = "Unable to parse '{key}': attempt to access non-existing object member '{key}'"
+_NOT_A_DIM = "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
+_UINT64_MAX = (1 << 64) - 1
+
+
+def _json_array(data: Any) -> List[Any]:
+    """An input's `data`, which must be a JSON array, flat or nested (tritonserver 2.51's words; a 500 there)."""
+    if type(data) is not list:
+        raise InferenceError.invalid("Unable to parse 'data': attempt to access JSON non-array as array")
+    return data
 
 
 def _only_shared_memory(raw: Dict[str, Any], binary_size: Any) -> None:
@@ -481,7 +498,7 @@ def encode_infer_response(
         if classes is not None and output.name in classes:
             declared = spec.output_by_name.get(output.name)
             labels = declared.labels if declared is not None else None
-            output = top_classes(output, classes[output.name], spec.batching, spec.name, labels)
+            output = _in_response(top_classes, output, classes[output.name], spec.batching, spec.name, labels)
         entry: Dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": output.array.shape}
         region = regions.get(output.name)
         if region is not None:
@@ -491,7 +508,7 @@ def encode_infer_response(
             entry["parameters"] = {"binary_data_size": len(raw) if not isinstance(raw, memoryview) else raw.nbytes}
             binary_parts.append(raw)
         else:
-            entry["data"] = json_from_array(output.array, output.datatype)
+            entry["data"] = _in_response(json_from_array, output.array, output.datatype)
         outputs.append(entry)
     if writes:
         (memory or _memory(memory)).write_all(writes)
@@ -506,3 +523,19 @@ def encode_infer_response(
     document["outputs"] = outputs
     header = json_text.dumps(document)
     return header, binary_parts, len(header)
+
+
+_R = TypeVar("_R")
+
+
+def _in_response(write: Callable[..., _R], *args: Any) -> _R:
+    """`write(*args)`, its refusal marked as the request's answer (`InferenceError.in_response`).
+
+    tritonserver writes outputs in its response callback: an output it cannot write (FP16 asked for as JSON, the
+    classes of a BOOL output) is answered there, with no content type set (text/plain), as a model's failure is.
+    """
+    try:
+        return write(*args)
+    except InferenceError as error:
+        error.in_response = True
+        raise

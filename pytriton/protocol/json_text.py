@@ -19,6 +19,7 @@ import orjson
 
 Text = Union[bytes, bytearray, memoryview]
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+_BOM = b"\xef\xbb\xbf"
 # What every non-finite token Triton reads begins with (after its sign).
 _NON_FINITE_STARTS = (b"NaN", b"Inf")
 
@@ -27,8 +28,10 @@ class JsonError(ValueError):
     """Text that is not a JSON document; the message is orjson's (where and why)."""
 
 
-def loads(data: Text) -> Any:
-    """The document `data` holds, NaN and infinities included.
+def loads(data: Text, after_mark: bool = False) -> Any:
+    """The document `data` holds, NaN and infinities included, after a UTF-8 byte order mark if it has one.
+
+    `after_mark`: `data` is what followed one (a second is no more taken than by Triton).
 
     Raises:
         JsonError: it is not JSON (with or without those tokens).
@@ -38,6 +41,8 @@ def loads(data: Text) -> Any:
     except orjson.JSONDecodeError as error:
         refusal = str(error)
     text = bytes(data) if isinstance(data, memoryview) else data  # python-rapidjson takes no memoryview
+    if text[:3] == _BOM and not after_mark:  # Triton skips a UTF-8 byte order mark (Windows tools write one)
+        return loads(text[3:], after_mark=True)
     if any(start in text for start in _NON_FINITE_STARTS):
         import rapidjson
 

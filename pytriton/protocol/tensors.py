@@ -12,14 +12,65 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import element_count
 
 
-def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -> np.ndarray:
-    """Build an array from JSON `data` (flat or nested, row-major)."""
+def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "") -> np.ndarray:
+    """Build an array from JSON `data` (flat or nested, row-major).
+
+    With the `model` named (HTTP infer), values JSON cannot give the datatype (`1.5` or `true` for an integer type,
+    `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and strings too many or
+    too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make infinite
+    (300 for INT8, 1e39 for FP32) are refused in this server's.
+    """
     if type(data) is not list:
         data = [data]
     try:
+        return _array_from_json(data, datatype, shape, name, model)
+    except InferenceError as error:
+        if not model or not error.message.startswith(_UNFIT) or not _fits_no_64_bit_reading(data, datatype):
+            raise
+        raise InferenceError.invalid(_TRITON_UNFIT[datatype]) from None
+
+
+# The start of this server's refusal of values that do not fit their datatype.
+_UNFIT = "unable to parse 'data'"
+# What tritonserver 2.51 answers such values with, by the datatype (a 500 there, for what the client sent).
+_TRITON_UNFIT = {
+    **{
+        f"INT{bits}": "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"
+        for bits in (8, 16, 32, 64)
+    },
+    **{
+        f"UINT{bits}": "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer"
+        for bits in (8, 16, 32, 64)
+    },
+    "FP32": "Unable to parse 'data': attempt to access JSON non-number as double",
+    "FP64": "Unable to parse 'data': attempt to access JSON non-number as double",
+    "BOOL": "Unable to parse 'data': attempt to access JSON non-boolean as boolean",
+    BYTES: "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
+}
+
+
+def _fits_no_64_bit_reading(data: List[Any], datatype: str) -> bool:
+    """Whether some value of refused `data` is none Triton reads for the datatype (int64, uint64, double, ...).
+
+    False when every value is one Triton reads and then narrows (wraps 300 to INT8's 44, makes 1e39 FP32's inf).
+    """
+    if datatype.startswith("INT"):
+        low, high = -(1 << 63), (1 << 63) - 1
+    elif datatype.startswith("UINT"):
+        low, high = 0, (1 << 64) - 1
+    elif datatype.startswith("FP"):
+        return not all(type(value) in (int, float) for value in _flatten(data))
+    else:
+        return True
+    return not all(type(value) is int and low <= value <= high for value in _flatten(data))
+
+
+def _array_from_json(data: List[Any], datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
+    """`array_from_json` in this server's words."""
+    try:
         dtype = _JSON_NUMERIC.get(datatype)
-        if dtype is not None:  # any nesting: numpy flattens it row-major along with the reshape below
-            array = numeric_array(data, dtype)
+        if dtype is not None:  # nesting that fits a shape: numpy flattens it row-major with the reshape below
+            array = _numeric_array_of_any_nesting(data, dtype)
         elif datatype == BYTES:
             flat = _flatten(data)
             array = np.empty(len(flat), dtype=np.object_)
@@ -37,12 +88,38 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str) -
     except (ValueError, TypeError, OverflowError) as error:
         raise InferenceError.invalid(f"unable to parse 'data' of input '{name}' as {datatype}: {error}") from None
     count = element_count(shape)
+    if array.size != count and datatype == BYTES and model:
+        raise InferenceError.invalid_input(_string_count_error(array.size, count, name, model))
     if array.size != count:
         raise InferenceError.invalid(
             f"unexpected number of elements {array.size} in 'data' of input '{name}', shape {list(shape)} "
             f"expects {count}"
         )
     return array.reshape(shape)
+
+
+def _string_count_error(size: int, count: int, name: str, model: str) -> str:
+    """The words of tritonserver 2.51 for a BYTES input of `size` strings where its shape holds `count`."""
+    if size > count:
+        return f"unexpected number of string elements {size} for inference input '{name}' for model '{model}', " + (
+            f"expecting {count}"
+        )
+    return f"expected {count} string elements for inference input '{name}' for model '{model}', got {size}"
+
+
+def _numeric_array_of_any_nesting(data: List[Any], dtype: np.dtype) -> np.ndarray:
+    """`numeric_array` of JSON data nested in any way: lists of unequal lengths too, read row-major.
+
+    Triton reads a tensor's JSON elements in order whatever the lists around them (`[[1], [2, 3]]` is 3 values), and
+    only their count must fit the shape; numpy refuses such lists, so they are flattened first (only then: the lists
+    that fit a shape, the usual ones, are read whole by numpy).
+    """
+    try:
+        return numeric_array(data, dtype)
+    except ValueError:
+        if not any(type(item) is list for item in data):
+            raise
+    return numeric_array(_flatten(data), dtype)
 
 
 # Datatypes JSON carries as numbers (FP16 and BF16 travel as binary data only).
@@ -154,6 +231,9 @@ _KEPT_PACKERS = 256
 def json_from_array(array: np.ndarray, datatype: str) -> Any:
     """JSON-serializable flat data of an array (numpy arrays are left for orjson to encode).
 
+    FP32 values go out as the doubles they are (tritonserver widens each to a double before it writes it): a JSON
+    client that reads numbers as doubles gets the value the model returned, not the shortest decimal of its float.
+
     FP16 and BF16 have no JSON form in Triton either way: an output of theirs asked for as JSON is refused
     (tritonserver 2.51 answers 400, in these words), so a client that asked for no binary outputs (KServe's
     InferenceRESTClient, curl) learns to ask for them here as it would there.
@@ -162,6 +242,8 @@ def json_from_array(array: np.ndarray, datatype: str) -> Any:
         return [_to_text(item) for item in array.flat]
     check_json_output(datatype)
     flat = array.ravel()  # a view when the array is C-contiguous, else a C-ordered copy
+    if flat.dtype.kind == "f" and flat.dtype.itemsize == 4:  # float32, of either byte order
+        return flat.astype(np.float64)  # its exact values, as Triton writes them: 0.1f as 0.10000000149011612
     if flat.dtype.byteorder == ">":
         flat = flat.astype(flat.dtype.newbyteorder("<"))
     return flat
