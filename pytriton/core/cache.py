@@ -64,11 +64,18 @@ class ResponseCache:
         self.lookup_ns += time.monotonic_ns() - start
         return None if entry is None else entry[1]
 
-    def put(self, key: bytes, response: InferenceResponse, model: str) -> None:
-        """Store a response of `model`, evicting the least recently used ones to stay within capacity."""
+    def put(self, key: bytes, response: InferenceResponse, model: str) -> bool:
+        """Store a response of `model`, evicting the least recently used ones to stay within capacity.
+
+        False when the key has a response already (kept: the local cache's ALREADY_EXISTS); True otherwise,
+        a response too large for the whole cache included (not stored: an insert that failed).
+        """
         start = time.monotonic_ns()
+        if key in self._entries:
+            self.insertion_ns += time.monotonic_ns() - start
+            return False
         size = response.nbytes() + len(key)
-        if size <= self.capacity_bytes and key not in self._entries:
+        if size <= self.capacity_bytes:
             while self.used_bytes + size > self.capacity_bytes and self._entries:
                 evicted_key, (_, evicted) = self._entries.popitem(last=False)
                 self.used_bytes -= evicted.nbytes() + len(evicted_key)
@@ -76,6 +83,7 @@ class ResponseCache:
             self._entries[key] = (model, response)
             self.used_bytes += size
         self.insertion_ns += time.monotonic_ns() - start
+        return True
 
     def forget(self, model: str) -> None:
         """Drop every response of `model`."""

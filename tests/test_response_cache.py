@@ -1,0 +1,116 @@
+"""The response cache as tritonserver 2.51 (nvidia-pytriton 0.7) keeps it: what it answers, what it counts.
+
+Side by side with nvidia-pytriton 0.7 (`cache_config=["local,size=1048576"]`, `ModelConfig(response_cache=True)`):
+a stream's request to a model that is not decoupled is looked up and cached as a plain request; requests alike
+that missed together count one miss (the others' insertions find the key there: no miss, no hit).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.conftest import grpc_url
+from tests.test_metrics import infer, labels, model_stats, rows, sample, scrape, wait_for_pending
+
+VECTOR = [Tensor(name="in", dtype=np.float32, shape=(-1,))]
+VECTOR_OUT = [Tensor(name="out", dtype=np.float32, shape=(-1,))]
+CACHE = ["local,size=1048576"]
+
+
+class Counted:
+    """A callable that doubles its inputs and counts the batches it ran; `gate`, when set, holds each batch."""
+
+    def __init__(self, gate: Optional[threading.Event] = None) -> None:
+        self.batches: List[int] = []
+        self.entered = threading.Event()
+        self.gate = gate
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        self.batches.append(len(requests))
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(30)
+        return [{"out": r["in"] * 2} for r in requests]
+
+
+def _bind(model: Counted) -> Callable[[Triton], None]:
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8, response_cache=True)
+        triton.bind("cached", model, inputs=VECTOR, outputs=VECTOR_OUT, config=config)
+
+    return bind
+
+
+def _stream_once(triton: Triton, data: np.ndarray) -> np.ndarray:
+    """One request on a gRPC stream of its own (ModelStreamInfer); its one response's output."""
+    answers: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    try:
+        client.start_stream(callback=lambda result, error: answers.put(error or result))
+        tensor = grpcclient.InferInput("in", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        client.async_stream_infer("cached", [tensor], request_id="s")
+        answer = answers.get(timeout=30)
+        client.stop_stream()
+    finally:
+        client.close()
+    assert not isinstance(answer, Exception), answer
+    assert answer.get_response().id == "s"
+    output = answer.as_numpy("out")
+    assert output is not None
+    return output  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_a_stream_request_to_a_cached_model_is_looked_up_and_cached(
+    start_triton: Callable[..., Triton], frontends: Optional[int]
+) -> None:
+    # tritonserver 2.51 looks a stream's request up in its scheduler as any other: the second stream request and
+    # the plain one after it were hits (its stream's miss answered "response output count mismatch", the response
+    # cached all the same). This server ran every stream request and cached none.
+    model = Counted()
+    triton = start_triton(_bind(model), cache_config=CACHE, frontends=frontends)
+    data = rows(1, 3.0)
+    for _ in range(2):
+        assert np.array_equal(_stream_once(triton, data), data * 2)
+    assert np.array_equal(infer(triton, "cached", data), data * 2)
+    assert model.batches == [1]
+    inference = model_stats(triton, "cached")["inference_stats"]
+    counts = {key: inference[key]["count"] for key in ("success", "cache_hit", "cache_miss", "compute_infer")}
+    assert counts == {"success": 3, "cache_hit": 2, "cache_miss": 1, "compute_infer": 1}
+
+
+def test_requests_alike_that_missed_together_count_one_miss(start_triton: Callable[..., Triton]) -> None:
+    # nvidia-pytriton 0.7, six requests alike at once: one ran alone, five in one batch after it; cache_miss +1,
+    # cache_hit +0, success +6 (the five insertions found the key there: ALREADY_EXISTS counts nothing). The
+    # server-wide gauges count the six lookups that missed.
+    gate = threading.Event()
+    model = Counted(gate)
+    triton = start_triton(_bind(model), cache_config=CACHE)
+    data = rows(1, 5.0)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        first = pool.submit(infer, triton, "cached", data)
+        assert model.entered.wait(30)
+        alike = [pool.submit(infer, triton, "cached", data) for _ in range(2)]
+        wait_for_pending(triton, "cached", 2)
+        gate.set()
+        for future in (first, *alike):
+            assert np.array_equal(future.result(30), data * 2)
+    assert model.batches == [1, 2]
+    stats = model_stats(triton, "cached")
+    inference = stats["inference_stats"]
+    counts = {key: inference[key]["count"] for key in ("success", "cache_hit", "cache_miss")}
+    assert counts == {"success": 3, "cache_hit": 0, "cache_miss": 1}
+    families = scrape(triton)
+    assert sample(families, "nv_cache_num_misses_per_model", **labels("cached")) == 1
+    assert sample(families, "nv_cache_num_misses") == 3
+    assert sample(families, "nv_cache_num_entries") == 1
