@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import grpc_url
@@ -48,6 +49,11 @@ def _bind(model: Counted) -> Callable[[Triton], None]:
         triton.bind("cached", model, inputs=VECTOR, outputs=VECTOR_OUT, config=config)
 
     return bind
+
+
+def doubled(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Each request's input doubled (for ProcessInstances: importable by name)."""
+    return [{"out": r["in"] * 2} for r in requests]
 
 
 def _stream_once(triton: Triton, data: np.ndarray) -> np.ndarray:
@@ -89,6 +95,24 @@ def test_a_stream_request_to_a_cached_model_is_looked_up_and_cached(
     assert counts == {"success": 3, "cache_hit": 2, "cache_miss": 1, "compute_infer": 1}
 
 
+def test_a_stream_request_to_a_cached_model_in_instance_processes_is_looked_up(
+    start_triton: Callable[..., Triton],
+) -> None:
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8, response_cache=True)
+        triton.bind("cached", ProcessInstances(doubled), inputs=VECTOR, outputs=VECTOR_OUT, config=config)
+
+    triton = start_triton(bind, cache_config=CACHE)
+    data = rows(1, 4.0)
+    assert np.array_equal(infer(triton, "cached", data), data * 2)
+    for _ in range(2):
+        assert np.array_equal(_stream_once(triton, data), data * 2)
+    stats = model_stats(triton, "cached")
+    inference = stats["inference_stats"]
+    counts = {key: inference[key]["count"] for key in ("success", "cache_hit", "cache_miss")}
+    assert (counts, stats["execution_count"]) == ({"success": 3, "cache_hit": 2, "cache_miss": 1}, 1)
+
+
 def test_requests_alike_that_missed_together_count_one_miss(start_triton: Callable[..., Triton]) -> None:
     # nvidia-pytriton 0.7, six requests alike at once: one ran alone, five in one batch after it; cache_miss +1,
     # cache_hit +0, success +6 (the five insertions found the key there: ALREADY_EXISTS counts nothing). The
@@ -114,3 +138,49 @@ def test_requests_alike_that_missed_together_count_one_miss(start_triton: Callab
     assert sample(families, "nv_cache_num_misses_per_model", **labels("cached")) == 1
     assert sample(families, "nv_cache_num_misses") == 3
     assert sample(families, "nv_cache_num_entries") == 1
+
+
+def _bind_two_outputs(model: Callable[..., Any]) -> Callable[[Triton], None]:
+    def bind(triton: Triton) -> None:
+        outputs = [
+            Tensor(name="double", dtype=np.float32, shape=(-1,)),
+            Tensor(name="plus", dtype=np.float32, shape=(-1,)),
+        ]
+        config = ModelConfig(max_batch_size=8, response_cache=True)
+        triton.bind("two", model, inputs=VECTOR, outputs=outputs, config=config)
+
+    return bind
+
+
+def _ask(triton: Triton, data: np.ndarray, outputs: List[str]) -> Dict[str, Any]:
+    """One gRPC request of model `two` asking for `outputs`: the outputs its response has, by name."""
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    try:
+        tensor = grpcclient.InferInput("in", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        asked = [grpcclient.InferRequestedOutput(name) for name in outputs]
+        result = client.infer("two", [tensor], outputs=asked)
+        return {o.name: result.as_numpy(o.name).tolist() for o in result.get_response().outputs}
+    finally:
+        client.close()
+
+
+def test_a_request_gets_the_outputs_it_asked_for_and_the_shapes_it_sent(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51 hashes input names and bytes only: after a request asking for `double`, one asking for
+    # `plus` got `double` alone (tritonclient's as_numpy("plus"): None), and after [[1, 2, 3]] the rows
+    # [[1], [2], [3]] got the outputs in shape [1, 3]. Here each is answered as without the cache.
+    batches: List[int] = []
+
+    def two(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        batches.append(len(requests))
+        return [{"double": r["in"] * 2, "plus": r["in"] + 1} for r in requests]
+
+    triton = start_triton(_bind_two_outputs(two), cache_config=CACHE)
+    data = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    assert _ask(triton, data, ["double"]) == {"double": [[2.0, 4.0, 6.0]]}
+    assert _ask(triton, data, ["plus"]) == {"plus": [[2.0, 3.0, 4.0]]}
+    assert _ask(triton, data, ["double"]) == {"double": [[2.0, 4.0, 6.0]]}  # a hit
+    assert _ask(triton, data.reshape(3, 1), ["double"]) == {"double": [[2.0], [4.0], [6.0]]}
+    assert batches == [1, 1, 1]
+    inference = model_stats(triton, "two")["inference_stats"]
+    assert (inference["cache_hit"]["count"], inference["cache_miss"]["count"]) == (1, 3)

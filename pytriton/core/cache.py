@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -14,10 +14,19 @@ from pytriton.core.raw_tensors import raw_from_array
 from pytriton.core.request import InferenceResponse
 
 
-def cache_key(model: str, version: str, inputs: Dict[str, np.ndarray]) -> bytes:
-    """Hash of model name, version and every input (sorted by name): name, dtype, shape and bytes."""
+def cache_key(
+    model: str, version: str, inputs: Dict[str, np.ndarray], requested_outputs: Optional[Sequence[str]] = None
+) -> bytes:
+    """Hash of model name, version, each input (sorted by name: name, dtype, shape, bytes) and the outputs asked for.
+
+    tritonserver 2.51 hashes the names and bytes only: a request of other shapes got the cached outputs in the
+    first request's shapes, and one asking for other outputs got the first request's outputs (those it asked
+    for); here each gets its own answer (docs/migration.md).
+    """
     digest = hashlib.blake2b(digest_size=32)
     digest.update(f"{model}\0{version}\0".encode())
+    if requested_outputs is not None:
+        digest.update(("\1" + "\0".join(requested_outputs) + "\1").encode())
     for name in sorted(inputs):
         array = inputs[name]
         datatype = datatype_of_dtype(array.dtype) or array.dtype.str

@@ -127,7 +127,7 @@ class ServedModel:
         """The request's cache key, its response when the cache has it (counted as a hit), and the lookup's ns."""
         assert self.cache is not None
         lookup_start = time.monotonic_ns()
-        key = cache_key(self.spec.name, self.spec.version_str, request.inputs)
+        key = cache_key(self.spec.name, self.spec.version_str, request.inputs, request.requested_outputs)
         cached = self.cache.get(key)
         lookup_ns = time.monotonic_ns() - lookup_start
         if cached is not None:
