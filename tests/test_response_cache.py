@@ -8,6 +8,7 @@ that missed together count one miss (the others' insertions find the key there: 
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import queue
 import threading
 from typing import Any, Callable, Dict, List, Optional
@@ -184,3 +185,31 @@ def test_a_request_gets_the_outputs_it_asked_for_and_the_shapes_it_sent(start_tr
     assert batches == [1, 1, 1]
     inference = model_stats(triton, "two")["inference_stats"]
     assert (inference["cache_hit"]["count"], inference["cache_miss"]["count"]) == (1, 3)
+
+
+def test_the_cache_holds_the_bytes_of_tritonservers_local_cache(start_triton: Callable[..., Triton]) -> None:
+    # nvidia-pytriton 0.7 with `local,size=30000`, answers of 2 x 1000 FP32 (8,128 bytes a block there): three fit,
+    # nv_cache_util 0.817066 (128 + 3 x 8128 bytes); of 2 x 10 FP32, 208 bytes a block. A request that was the
+    # least recently used is evicted first: 0, 1, 2, 0 (a hit), 3 evicts 1, then 0 is a hit and 1 a miss.
+    batches: List[int] = []
+
+    def two(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        batches.append(len(requests))
+        return [{"double": r["in"] * 2, "plus": r["in"] + 1} for r in requests]
+
+    triton = start_triton(_bind_two_outputs(two), cache_config=["local,size=30000"])
+    ran = []
+    for value in (0, 1, 2, 0, 3, 0, 1):
+        before = len(batches)
+        _ask(triton, np.full((1, 1000), value, dtype=np.float32), ["double", "plus"])
+        ran.append(len(batches) - before)
+    assert ran == [1, 1, 1, 0, 1, 0, 1]
+    families = scrape(triton)
+    assert sample(families, "nv_cache_num_entries") == 3
+    assert sample(families, "nv_cache_num_evictions") == 2
+    assert math.isclose(sample(families, "nv_cache_util"), (128 + 3 * 8128) / 30000)
+    for value in range(12):
+        _ask(triton, np.full((1, 10), 100 + value, dtype=np.float32), ["double", "plus"])
+    families = scrape(triton)  # 15 fit: 128 + 3 x 8128 + 12 x 208 bytes
+    assert (sample(families, "nv_cache_num_entries"), sample(families, "nv_cache_num_evictions")) == (15, 2)
+    assert math.isclose(sample(families, "nv_cache_util"), (128 + 3 * 8128 + 12 * 208) / 30000)
