@@ -213,3 +213,34 @@ def test_the_cache_holds_the_bytes_of_tritonservers_local_cache(start_triton: Ca
     families = scrape(triton)  # 15 fit: 128 + 3 x 8128 + 12 x 208 bytes
     assert (sample(families, "nv_cache_num_entries"), sample(families, "nv_cache_num_evictions")) == (15, 2)
     assert math.isclose(sample(families, "nv_cache_util"), (128 + 3 * 8128 + 12 * 208) / 30000)
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_a_queued_stream_request_to_a_cached_model_leaves_the_queue_when_cancelled(
+    start_triton: Callable[..., Triton], frontends: Optional[int]
+) -> None:
+    # The stream's request waits behind a running one; the client cancels the stream: it leaves the queue
+    # (CANCELED), the callable never sees it, and nothing is cached for it.
+    gate = threading.Event()
+    model = Counted(gate)
+    triton = start_triton(_bind(model), cache_config=CACHE, frontends=frontends)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(infer, triton, "cached", rows(1, 1.0))
+        assert model.entered.wait(30)
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        try:
+            client.start_stream(callback=lambda result, error: None)
+            tensor = grpcclient.InferInput("in", [1, 2], "FP32")
+            tensor.set_data_from_numpy(rows(1, 2.0))
+            client.async_stream_infer("cached", [tensor])
+            wait_for_pending(triton, "cached", 1)
+            client.stop_stream(cancel_requests=True)
+            wait_for_pending(triton, "cached", 0)
+        finally:
+            client.close()
+        gate.set()
+        first.result(30)
+    assert model.batches == [1]
+    failures = {s.labels["reason"]: s.value for s in scrape(triton)["nv_inference_request_failure"].samples}
+    assert failures["CANCELED"] == 1
+    assert sample(scrape(triton), "nv_cache_num_entries") == 1
