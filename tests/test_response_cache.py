@@ -181,10 +181,13 @@ def test_a_request_gets_the_outputs_it_asked_for_and_the_shapes_it_sent(start_tr
     assert _ask(triton, data, ["double"]) == {"double": [[2.0, 4.0, 6.0]]}
     assert _ask(triton, data, ["plus"]) == {"plus": [[2.0, 3.0, 4.0]]}
     assert _ask(triton, data, ["double"]) == {"double": [[2.0, 4.0, 6.0]]}  # a hit
+    both = {"double": [[2.0, 4.0, 6.0]], "plus": [[2.0, 3.0, 4.0]]}
+    assert _ask(triton, data, ["double", "plus"]) == both
+    assert _ask(triton, data, ["plus", "double", "plus"]) == both  # a hit: every output, in the callable's order
     assert _ask(triton, data.reshape(3, 1), ["double"]) == {"double": [[2.0], [4.0], [6.0]]}
-    assert batches == [1, 1, 1]
+    assert batches == [1, 1, 1, 1]
     inference = model_stats(triton, "two")["inference_stats"]
-    assert (inference["cache_hit"]["count"], inference["cache_miss"]["count"]) == (1, 3)
+    assert (inference["cache_hit"]["count"], inference["cache_miss"]["count"]) == (2, 4)
 
 
 def test_the_cache_holds_the_bytes_of_tritonservers_local_cache(start_triton: Callable[..., Triton]) -> None:

@@ -127,12 +127,24 @@ class ServedModel:
         """The request's cache key, its response when the cache has it (counted as a hit), and the lookup's ns."""
         assert self.cache is not None
         lookup_start = time.monotonic_ns()
-        key = cache_key(self.spec.name, self.spec.version_str, request.inputs, request.requested_outputs)
+        key = cache_key(self.spec.name, self.spec.version_str, request.inputs, self._outputs_asked(request))
         cached = self.cache.get(key)
         lookup_ns = time.monotonic_ns() - lookup_start
         if cached is not None:
             self.stats.record_cache_hit(lookup_ns)  # Triton counts no inference for a cache hit
         return key, cached, lookup_ns
+
+    def _outputs_asked(self, request: InferenceRequest) -> Optional[List[str]]:
+        """The outputs a request's response carries, for its cache key: None for every declared one.
+
+        A response carries them in the callable's order whatever order the request named them in (core/outputs.py),
+        so a request naming every output, in any order, shares the entry of one naming none.
+        """
+        requested = request.requested_outputs
+        if requested is None:
+            return None
+        names = set(requested)
+        return None if names >= self.spec.output_by_name.keys() else sorted(names)
 
     def remember(self, key: bytes, response: InferenceResponse, lookup_ns: int) -> None:
         """Put a missed request's response into the cache, counted as Triton's DelegateResponse counts it.
