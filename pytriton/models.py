@@ -146,7 +146,10 @@ def build_model(
     if config.batching and config.max_batch_size < 1:
         raise PyTritonBadParameterError("max_batch_size must be >= 1 when batching is enabled")
     if config.decoupled and config.response_cache:
-        raise PyTritonModelConfigError("Response cache is not supported for decoupled models")
+        raise PyTritonModelConfigError(  # tritonserver's words, where 0.7's bind says only "failed to load"
+            f"Response Cache does not currently support model {model_name} with 'decoupled' transaction policy. "
+            "Please disable the response cache."
+        )
     sequence_batcher = None
     if config.sequence_batcher is not None:
         sequence_batcher = resolve_sequence_batcher(model_name, config, inputs)

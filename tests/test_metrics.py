@@ -323,7 +323,8 @@ SERVER_CACHE_GAUGES = (
 
 def test_server_wide_response_cache_gauges(start_triton: Callable[..., Triton]) -> None:
     # nvidia-pytriton 0.7.0 (tritonserver 2.51) with cache_config ["local,size=1048576"] exported these gauges,
-    # unlabelled, from its first scrape (zeros, nv_cache_util above 0 already); after a miss and a hit of one model:
+    # unlabelled, from its first scrape (zeros, nv_cache_util 128 / 1048576 already: the local cache's buffer keeps
+    # 128 bytes of its own); after a miss and a hit of one model:
     # nv_cache_num_entries 1, nv_cache_num_hits 1, nv_cache_num_misses 1, nv_cache_num_lookups 2,
     # nv_cache_num_evictions 0. Without a cache, none of them. (This server exported the per-model ones only.)
     assert not set(SERVER_CACHE_GAUGES) & set(scrape(start_triton(_bind_echo)))
@@ -335,7 +336,7 @@ def test_server_wide_response_cache_gauges(start_triton: Callable[..., Triton]) 
     triton = start_triton(bind, cache_config=["local,size=1048576"])
     before = scrape(triton)
     assert [before[name].type for name in SERVER_CACHE_GAUGES] == ["gauge"] * len(SERVER_CACHE_GAUGES)
-    assert [sample(before, name) for name in SERVER_CACHE_GAUGES] == [0] * len(SERVER_CACHE_GAUGES)
+    assert [sample(before, name) for name in SERVER_CACHE_GAUGES] == [128 / 1048576] + [0] * 7
     for value in (1.0, 1.0, 2.0, 1.0):
         infer(triton, "cached", rows(1, value))
     infer(triton, "uncached", rows(1))

@@ -5,25 +5,53 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pytriton.core.datatypes import datatype_of_dtype
-from pytriton.core.raw_tensors import raw_from_array
+from pytriton.core.raw_tensors import raw_from_array, serialize_bytes_tensor
 from pytriton.core.request import InferenceResponse
 
+# tritonserver's local cache (triton-inference-server/local_cache) packs a response into one block of a managed
+# buffer of the configured size (core's cache_entry.cc: the output count, then per output its packed size, name,
+# datatype, shape and bytes); a block takes a 16-byte header and is rounded up to 16 bytes, and the buffer keeps
+# 128 bytes of its own from the start. Counted so, nv_cache_util and the responses that fit are 2.51's (measured
+# with 1 KiB to 30 KiB responses in 30 KB and 100 KB caches).
+_BLOCK_HEADER = 16
+_BLOCK_ALIGN = 16
+BUFFER_OWN_BYTES = 128
 
-def cache_key(model: str, version: str, inputs: Dict[str, np.ndarray]) -> bytes:
-    """Hash of model name, version and every input (sorted by name): name, dtype, shape and bytes."""
+
+def cache_key(
+    model: str, version: str, inputs: Dict[str, np.ndarray], requested_outputs: Optional[Sequence[str]] = None
+) -> bytes:
+    """Hash of model name, version, each input (sorted by name: name, dtype, shape, bytes) and the outputs asked for.
+
+    tritonserver 2.51 hashes the names and bytes only: a request of other shapes got the cached outputs in the
+    first request's shapes, and one asking for other outputs got the first request's outputs (those it asked
+    for); here each gets its own answer (docs/migration.md).
+    """
     digest = hashlib.blake2b(digest_size=32)
     digest.update(f"{model}\0{version}\0".encode())
+    if requested_outputs is not None:
+        digest.update(("\1" + "\0".join(requested_outputs) + "\1").encode())
     for name in sorted(inputs):
         array = inputs[name]
         datatype = datatype_of_dtype(array.dtype) or array.dtype.str
         digest.update(f"{name}\0{datatype}\0{array.shape}\0".encode())
         digest.update(raw_from_array(array, datatype))
     return digest.digest()
+
+
+def entry_bytes(response: InferenceResponse) -> int:
+    """The bytes a response takes in tritonserver's local cache (see above)."""
+    packed = 4
+    for output in response.outputs:
+        array = output.array
+        data = len(serialize_bytes_tensor(array)) if output.datatype == "BYTES" else array.nbytes
+        packed += 28 + len(output.name.encode()) + len(output.datatype) + 8 * array.ndim + data
+    return _BLOCK_HEADER + -(-packed // _BLOCK_ALIGN) * _BLOCK_ALIGN
 
 
 class ResponseCache:
@@ -37,8 +65,8 @@ class ResponseCache:
     def __init__(self, capacity_bytes: int) -> None:
         """Create an empty cache."""
         self.capacity_bytes = capacity_bytes
-        self.used_bytes = 0
-        self._entries: OrderedDict[bytes, Tuple[str, InferenceResponse]] = OrderedDict()
+        self.used_bytes = BUFFER_OWN_BYTES
+        self._entries: OrderedDict[bytes, Tuple[str, InferenceResponse, int]] = OrderedDict()
         # Triton's server-wide cache metrics (nv_cache_*): lookups that found a response or not, responses
         # evicted to make room, and the time spent looking up and inserting.
         self.hits = 0
@@ -64,26 +92,35 @@ class ResponseCache:
         self.lookup_ns += time.monotonic_ns() - start
         return None if entry is None else entry[1]
 
-    def put(self, key: bytes, response: InferenceResponse, model: str) -> None:
-        """Store a response of `model`, evicting the least recently used ones to stay within capacity."""
+    def put(self, key: bytes, response: InferenceResponse, model: str) -> bool:
+        """Store a response of `model`, evicting the least recently used ones to stay within capacity.
+
+        False when the key has a response already (kept: the local cache's ALREADY_EXISTS); True otherwise,
+        a response too large for the whole cache included (not stored: an insert that failed).
+        """
         start = time.monotonic_ns()
-        size = response.nbytes() + len(key)
-        if size <= self.capacity_bytes and key not in self._entries:
-            while self.used_bytes + size > self.capacity_bytes and self._entries:
-                evicted_key, (_, evicted) = self._entries.popitem(last=False)
-                self.used_bytes -= evicted.nbytes() + len(evicted_key)
+        if key in self._entries:
+            self.insertion_ns += time.monotonic_ns() - start
+            return False
+        size = entry_bytes(response)
+        if size <= self.capacity_bytes:  # as the local cache: larger than the buffer is refused at once, and
+            while self.used_bytes + size > self.capacity_bytes and self._entries:  # else it evicts until it fits
+                _, (_, _, evicted_size) = self._entries.popitem(last=False)
+                self.used_bytes -= evicted_size
                 self.evictions += 1
-            self._entries[key] = (model, response)
-            self.used_bytes += size
+            if self.used_bytes + size <= self.capacity_bytes:  # (or the cache is empty, and it fails)
+                self._entries[key] = (model, response, size)
+                self.used_bytes += size
         self.insertion_ns += time.monotonic_ns() - start
+        return True
 
     def forget(self, model: str) -> None:
         """Drop every response of `model`."""
-        for key in [key for key, (owner, _) in self._entries.items() if owner == model]:
-            _, response = self._entries.pop(key)
-            self.used_bytes -= response.nbytes() + len(key)
+        for key in [key for key, (owner, _, _) in self._entries.items() if owner == model]:
+            _, _, size = self._entries.pop(key)
+            self.used_bytes -= size
 
     def clear(self) -> None:
         """Drop every response."""
         self._entries.clear()
-        self.used_bytes = 0
+        self.used_bytes = BUFFER_OWN_BYTES

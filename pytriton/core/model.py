@@ -99,8 +99,9 @@ class ServedModel:
                 return await self.successor.infer(self.successor.admit(request), gone)
             self._check_ready()
         key = None
+        lookup_ns = 0
         if self.cache is not None:
-            key, cached = self._look_up(request)
+            key, cached, lookup_ns = self._look_up(request)
             if cached is not None:
                 return cached
         future: asyncio.Future[InferenceResponse] = self.scheduler.loop.create_future()
@@ -119,44 +120,61 @@ class ServedModel:
             self.scheduler.withdraw(sink)  # the caller left (gRPC cancel or deadline): leave the queue
             raise
         if key is not None:
-            self.remember(key, response)
+            self.remember(key, response, lookup_ns)
         return response
 
-    def _look_up(self, request: InferenceRequest) -> Tuple[bytes, Optional[InferenceResponse]]:
-        """The request's cache key, and its response when the cache has it (counted as a hit)."""
+    def _look_up(self, request: InferenceRequest) -> Tuple[bytes, Optional[InferenceResponse], int]:
+        """The request's cache key, its response when the cache has it (counted as a hit), and the lookup's ns."""
         assert self.cache is not None
         lookup_start = time.monotonic_ns()
-        key = cache_key(self.spec.name, self.spec.version_str, request.inputs)
+        key = cache_key(self.spec.name, self.spec.version_str, request.inputs, self._outputs_asked(request))
         cached = self.cache.get(key)
         lookup_ns = time.monotonic_ns() - lookup_start
         if cached is not None:
             self.stats.record_cache_hit(lookup_ns)  # Triton counts no inference for a cache hit
-        return key, cached
+        return key, cached, lookup_ns
 
-    def remember(self, key: bytes, response: InferenceResponse) -> None:
-        """Put a response into the cache (counted as a miss's insertion)."""
+    def _outputs_asked(self, request: InferenceRequest) -> Optional[List[str]]:
+        """The outputs a request's response carries, for its cache key: None for every declared one.
+
+        A response carries them in the callable's order whatever order the request named them in (core/outputs.py),
+        so a request naming every output, in any order, shares the entry of one naming none.
+        """
+        requested = request.requested_outputs
+        if requested is None:
+            return None
+        names = set(requested)
+        return None if names >= self.spec.output_by_name.keys() else sorted(names)
+
+    def remember(self, key: bytes, response: InferenceResponse, lookup_ns: int) -> None:
+        """Put a missed request's response into the cache, counted as Triton's DelegateResponse counts it.
+
+        A cache miss, lasting the lookup and the insertion, unless an answer to the same inputs was put in
+        meanwhile (requests alike that missed together): tritonserver's insert then finds the key there and
+        counts neither a miss nor a hit.
+        """
         if self.cache is not None:
             insert_start = time.monotonic_ns()
-            self.cache.put(key, response, self.spec.name)
-            self.stats.record_cache_miss(time.monotonic_ns() - insert_start)
+            if self.cache.put(key, response, self.spec.name):
+                self.stats.record_cache_miss(lookup_ns + time.monotonic_ns() - insert_start)
 
     def submit(self, request: InferenceRequest, sink: ResponseSink, streaming: bool) -> Optional[ResponseSink]:
         """Queue a request whose responses go to `sink` (a frontend process's, on the hub); the cache answers first.
 
         As `infer` (`streaming` False) or `stream` would run it, without a task of the caller's to await it.
         Returns the sink queued (`sink`, or one that fills the cache on the way), which `scheduler.withdraw`
-        takes; None when the cache answered.
+        takes; None when the cache answered (a stream's caller then ends it: its only response is there).
         """
         if self.state is not ModelState.READY:
             if self.successor is not None:
                 return self.successor.submit(self.successor.admit(request), sink, streaming)
             self._check_ready()
-        if self.cache is not None and not streaming:
-            key, cached = self._look_up(request)
+        if self.cache is not None:
+            key, cached, lookup_ns = self._look_up(request)
             if cached is not None:
                 sink.deliver(cached)
                 return None
-            sink = _CachingSink(sink, self, key)
+            sink = _CachingSink(sink, self, key, lookup_ns)
         self.scheduler.submit(request, sink)
         return sink
 
@@ -208,20 +226,32 @@ class ServedModel:
         if self.state is not ModelState.READY and self.successor is not None:
             return self.successor.stream(self.successor.admit(request))
         self._check_ready()
-        sink = StreamSink(self.scheduler.withdraw)
-        self.scheduler.submit(request, sink)
-        return sink.responses()
+        if self.cache is None:
+            sink = StreamSink(self.scheduler.withdraw)
+            self.scheduler.submit(request, sink)
+            return sink.responses()
+        # A model with the response cache is never decoupled: as tritonserver's, a stream's request is looked
+        # up and its response cached as a plain request's.
+        queued: List[ResponseSink] = []
+        stream = StreamSink(lambda _: self.scheduler.withdraw(queued[0]) if queued else None)
+        taken = self.submit(request, stream, streaming=True)
+        if taken is None:
+            stream.finish()
+        else:
+            queued.append(taken)
+        return stream.responses()
 
 
 class _CachingSink(ResponseSink):
     """Puts a request's response into the model's cache on its way to the sink that waits for it."""
 
-    __slots__ = ("_key", "_model", "_sink")
+    __slots__ = ("_key", "_lookup_ns", "_model", "_sink")
 
-    def __init__(self, sink: ResponseSink, model: ServedModel, key: bytes) -> None:
+    def __init__(self, sink: ResponseSink, model: ServedModel, key: bytes, lookup_ns: int) -> None:
         self._sink = sink
         self._model = model
         self._key = key
+        self._lookup_ns = lookup_ns
 
     def done(self) -> bool:
         """Whether the sink it feeds is done."""
@@ -229,7 +259,7 @@ class _CachingSink(ResponseSink):
 
     def deliver(self, response: InferenceResponse) -> None:
         """Cache the response, then hand it over."""
-        self._model.remember(self._key, response)
+        self._model.remember(self._key, response, self._lookup_ns)
         self._sink.deliver(response)
 
     def fail(self, error: InferenceError) -> None:

@@ -251,6 +251,8 @@ class FrontendLink:
             except ValueError as error:
                 raise InferenceError.invalid(str(error)) from None
             sink.queued = model.submit(request, sink, streaming)
+            if sink.queued is None and streaming:
+                sink.finish()  # the response cache answered: that response is the stream's only one
         except InferenceError as error:
             sink.fail(error, answered=False)
 
