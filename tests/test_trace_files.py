@@ -484,3 +484,31 @@ def test_a_traced_requests_inner_calls_name_it_their_parent(tmp_path: pathlib.Pa
     }
     assert traces[1]["stamps"]["COMPUTE_START"] <= traces[2]["stamps"]["REQUEST_START"]
     assert traces[2]["stamps"]["REQUEST_END"] <= traces[1]["stamps"]["COMPUTE_END"]
+
+
+def _echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUT": request.data["TEXT"]} for request in requests]
+
+
+def test_bytes_tensors_stay_valid_json(tmp_path: pathlib.Path) -> None:
+    # tritonserver 2.51 wrote "data":"\"ab\",\"c"d\"" for ["ab", 'c"d'] (a file json.load refuses); here the
+    # quote is escaped, and an element without one is written as 2.51 writes it.
+    path = tmp_path / "trace.json"
+
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "echo",
+            _echo,
+            inputs=[Tensor(name="TEXT", dtype=bytes, shape=(-1,))],
+            outputs=[Tensor(name="OUT", dtype=bytes, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8),
+        )
+
+    with running_triton(bind, OPEN, trace_config=_config(path, "level=TENSORS", "rate=1")) as triton:
+        body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 2], "data": ["ab", 'c"d']}]}
+        assert post_json(triton.http_port, "/v2/models/echo/infer", body)[0] == 200
+    assert '"data":"\\"ab\\",' in path.read_text()
+    assert _traces_tensors(_read(path)) == [
+        ("TENSOR_QUEUE_INPUT", {"name": "TEXT", "data": '"ab","c"d"', "shape": "1,2", "dtype": "BYTES"}),
+        ("TENSOR_BACKEND_OUTPUT", {"name": "OUT", "data": '"ab","c"d"', "shape": "1,2", "dtype": "BYTES"}),
+    ]

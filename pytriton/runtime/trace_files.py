@@ -83,8 +83,8 @@ class FileTrace:
         self._tensors: Optional[List[TensorRecord]] = [] if "TENSORS" in level else None
         self._claimed = self._done = self._written = False
         if self._tensors is not None and entry is not None:
-            for name, array in entry.request.inputs.items():
-                self._tensors.append(("TENSOR_QUEUE_INPUT", name, array, ""))
+            for name, array in entry.request.inputs.items():  # copies: a request's buffers are reused after it
+                self._tensors.append(("TENSOR_QUEUE_INPUT", name, _copy(array), ""))
 
     span: Any = None  # no OpenTelemetry span: the callable's Request carries none
     tracer: Any = None
@@ -94,7 +94,8 @@ class FileTrace:
         self._stamps.append(("INFER_RESPONSE_COMPLETE", time.monotonic_ns()))
         if self._tensors is not None:
             for output in response.outputs:
-                self._tensors.append(("TENSOR_BACKEND_OUTPUT", output.name, output.array, output.datatype))
+                array = _copy(output.array)  # the callable may change its arrays after
+                self._tensors.append(("TENSOR_BACKEND_OUTPUT", output.name, array, output.datatype))
         return TracedResponse(response, self)
 
     def finish(self, error: Optional[str]) -> None:
@@ -301,7 +302,11 @@ class TraceFiles:
             if item is _STOP:
                 break
             path, indexed, records = item
-            text = ",".join(_record_json(record) for record in records)
+            try:
+                text = ",".join(_record_json(record) for record in records)
+            except Exception:  # the thread goes on writing the others
+                LOGGER.exception("trace file %s: records could not be written", path)
+                continue
             try:
                 if indexed:
                     index = indexes.get(path, 0)
@@ -330,6 +335,14 @@ def _append(opened: Dict[str, Any], path: str, text: str) -> None:
         main.write(",")
     main.write(text)
     main.flush()
+
+
+def _copy(array: Any) -> Any:
+    """A host copy of a tensor for its record; None (written without values) when it is not on the host."""
+    try:
+        return np.array(array, copy=True)
+    except Exception:  # noqa: BLE001 - a device array: the record goes without its values, the request on
+        return None
 
 
 def _record_json(record: Any) -> str:
@@ -365,7 +378,8 @@ def _record_json(record: Any) -> str:
 def _tensor_json(trace_id: int, tensor: TensorRecord) -> str:
     """A tensor object: its values as Triton prints them, comma-separated in one string."""
     activity, name, array, datatype = tensor
-    array = np.asarray(array)
+    if array is None:
+        array = np.zeros((0,), np.float32)
     dtype = datatype or _datatype(array)
     shape = ",".join(str(dim) for dim in array.shape)
     data = _values(array, dtype)

@@ -84,7 +84,10 @@ class Tracing:
         if self._tracer is None and self._files is None:
             return
         if self._files is not None:
-            self._files.bind_loop(asyncio.get_running_loop())
+            try:
+                self._files.bind_loop(asyncio.get_running_loop())
+            except RuntimeError:  # not on the loop: before the server runs, the loop it runs on is bound later
+                pass
         models = self._models()
         for gone in set(self._sources) - set(models):  # bound again by a load: its old binding keeps its spans
             del self._sources[gone]
