@@ -160,9 +160,10 @@ class InferenceServicer:
         response = await model.infer(decoded.request)
         if received_ns and type(response) is TracedResponse and response.trace.claim():
             send_ns = time.monotonic_ns()
-            encoded = grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
-            response.trace.sent("GRPC", (received_ns, received_ns, send_ns, time.monotonic_ns()))
-            return encoded
+            try:
+                return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
+            finally:
+                response.trace.sent("GRPC", (received_ns, received_ns, send_ns, time.monotonic_ns()))
         return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
 
     async def ModelStreamInfer(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:

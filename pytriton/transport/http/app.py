@@ -340,9 +340,9 @@ class HttpFrontend:
             if error.in_response:  # Triton's response callback sets no content type
                 raise _untyped(error) from None
             raise
+        json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
         if received_ns and type(response) is TracedResponse and response.trace.claim():
             send = _timed_send(send, response.trace, received_ns, decoded_ns)
-        json_part, binary_parts, json_length = encode_infer_response(spec, request.id, response, output_format, memory)
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
             size = json_length + sum(map(len, binary_parts))  # byte-format views: len is the size
@@ -647,8 +647,12 @@ def _timed_send(send: Send, trace: FrontendTrace, received_ns: int, decoded_ns: 
         nonlocal started_ns
         if not started_ns:
             started_ns = time.monotonic_ns()
-        await send(message)
-        if message["type"] == "http.response.body" and not message.get("more_body"):
+        if message["type"] != "http.response.body" or message.get("more_body"):
+            await send(message)
+            return
+        try:
+            await send(message)
+        finally:  # a client that left has its record too
             trace.sent("HTTP", (received_ns, decoded_ns, started_ns, time.monotonic_ns()))
 
     return timed
