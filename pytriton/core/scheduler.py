@@ -368,6 +368,7 @@ class Scheduler:
         sequences = self._sequences
         requests = []
         traced_span: Any = None  # a traced request's compute span: the batch's inner calls nest under it
+        traced_any = False  # a request of the batch is traced: its compute times are noted on its entry
         for entry in batch:
             entry.queue_ns = start_ns - entry.enqueue_ns
             request = entry.request
@@ -380,9 +381,11 @@ class Scheduler:
                 call_request = self._sequence_request(request, names, request.live_sequence.serial)
             if spans is not None:
                 origin = request.origin
-                traced = spans.start(entry.enqueue_ns, origin[2] if origin is not None else None)
+                traced = spans.start(entry.enqueue_ns, origin[2] if origin is not None else None, entry)
                 if traced is not None:
-                    traced_span = traced.span
+                    # a span, or (a trace file's record, which has none) the record: inner calls' nest under it
+                    traced_span = traced.span if traced.span is not None else traced
+                    traced_any = True
                     call_request = traced_request(call_request, traced)
                     entry.sink = TracedSink(entry.sink, traced)
             entry.call = call_request
@@ -404,7 +407,7 @@ class Scheduler:
             call = self._call(instance, requests, hand_over, running if paths is not None else None)
             if not hand_over and type(call) is types.CoroutineType:
                 call = CancelShieldedCall(call)  # run at once in a task its client may cancel: not the callable
-        return self._run(running, requests, slots, call, (start_ns, infer_start_ns))
+        return self._run(running, requests, slots, call, (start_ns, infer_start_ns), traced_any)
 
     def _sequence_request(self, request: InferenceRequest, names: List[str], serial: int) -> Request:
         """The Request of a sequence's request: its sequence's id and flags, and the control inputs configured."""
@@ -449,8 +452,11 @@ class Scheduler:
         slots: Optional[List[Slot]],
         call: Optional[Awaitable[Any]],
         started_ns: Tuple[int, int],
+        traced: bool = False,
     ) -> None:
         """Wait for a batch's call (`call`, started already; None: a decoupled model's, started here) and respond.
+
+        `traced`: a request of the batch is traced; each entry is told its compute times (a trace file's record).
 
         The instance is freed as soon as its call returns, before its outputs are checked and the responses
         go out: the next batch then starts first and the model works while the loop finishes this one.
@@ -492,6 +498,9 @@ class Scheduler:
                     self.failures.outputs_refused(refused[0], len(refused))
                 output_end_ns = time.monotonic_ns()
                 compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
+                if traced:
+                    for entry in batch:
+                        entry.compute_ns = compute
                 if slots is None:
                     self._deliver(batch, outcomes, compute)
                 else:

@@ -128,15 +128,18 @@ class TraceSetting:
     rate: Optional[int] = None
     count: Optional[int] = None
     log_frequency: Optional[int] = None
+    file: Optional[str] = None  # a model's own trace file (mode triton; `bind(trace_config=["triton,file=..."])`)
 
 
 _TRACE_FIELDS = {"trace_level": "level", "trace_rate": "rate", "trace_count": "count", "log_frequency": "log_frequency"}
+_OWN_FIELDS = (*_TRACE_FIELDS.values(), "file")
 
 
 class TraceSettings:
     """Trace settings of one server: the global ones, per-model overrides, and request sampling.
 
-    Everything runs on the engine's event loop. `listeners` are called after every change.
+    Everything runs on the engine's event loop. `listeners` are called after every change, `before_change` with
+    the model (or "" for the server) before one is applied.
     """
 
     def __init__(self, config: TraceConfig) -> None:
@@ -145,7 +148,22 @@ class TraceSettings:
         self.server = TraceSetting(config.level, config.rate, config.count, config.log_frequency)
         self.models: Dict[str, TraceSetting] = {}
         self.listeners: List[Callable[[], None]] = []
+        self.before_change: List[Callable[[str], None]] = []
+        # Whether the transports time their requests for trace files (runtime/tracing.py keeps it up to date).
+        self.stamps = self.writes_files
         self._sampled: Dict[str, int] = {}
+
+    @property
+    def writes_files(self) -> bool:
+        """Whether traced requests go to trace files (mode triton, and a file: the server's or a model's own)."""
+        if self.config.mode != "triton":
+            return False
+        return bool(self.config.file) or any(setting.file for setting in self.models.values())
+
+    def file_of(self, model: str) -> str:
+        """The trace file a model's records go to: its own, else the server's."""
+        override = self.models.get(model) if model else None
+        return (override.file if override is not None else None) or self.config.file
 
     def _owner(self, model: str, field: str) -> Tuple[str, TraceSetting]:
         """The setting a field comes from for a model: its override, else the server's."""
@@ -164,10 +182,14 @@ class TraceSettings:
         return bool(setting.level) and setting.count != 0 and (setting.rate or 0) > 0
 
     def sample(self, model: str) -> bool:
-        """Whether to trace this request of a model: one in `trace_rate`, while `trace_count` lasts."""
-        rate_owner, rate_setting = self._owner(model, "rate")
-        seen = self._sampled.get(rate_owner, 0)
-        self._sampled[rate_owner] = seen + 1
+        """Whether to trace this request of a model: the `trace_rate`-th of each run, while `trace_count` lasts.
+
+        As Triton's: with a rate of 3 the 3rd, 6th, ... requests are traced (not the 1st).
+        """
+        _, rate_setting = self._owner(model, "rate")
+        owner = self._counter(model)
+        seen = self._sampled.get(owner, 0) + 1
+        self._sampled[owner] = seen
         if not rate_setting.rate or seen % rate_setting.rate:
             return False
         _, count_setting = self._owner(model, "count")
@@ -176,6 +198,18 @@ class TraceSettings:
         if count_setting.count is not None and count_setting.count > 0:
             count_setting.count -= 1
         return True
+
+    def sampled(self, model: str) -> Tuple[str, int]:
+        """Whose sampling counter a model's requests count on ("" for the server's), and how many it counted."""
+        owner = self._counter(model)
+        return owner, self._sampled.get(owner, 0)
+
+    def _counter(self, model: str) -> str:
+        """Whose counter a model's requests count on: its own once it has settings of its own (as in Triton)."""
+        override = self.models.get(model)
+        if model and override is not None and any(getattr(override, field) is not None for field in _OWN_FIELDS):
+            return model
+        return ""
 
     def document(self, model: str = "") -> Dict[str, Any]:
         """The trace settings document (HTTP form: trace_level a list, the rest strings)."""
@@ -188,7 +222,7 @@ class TraceSettings:
         }
         if config.mode == "triton":
             document["log_frequency"] = str(setting.log_frequency)
-            document["trace_file"] = config.file
+            document["trace_file"] = self.file_of(model)
         document["trace_mode"] = config.mode
         for key, value in config.mode_settings:
             document[key] = value
@@ -216,20 +250,18 @@ class TraceSettings:
                 new[field] = _trace_level(value)
             else:
                 new[field] = _setting_int(key, value, grpc_words)
-        self._check_valid(self._resulting(model, new, cleared))
-        if new.get("level") and self.config.mode == "triton":
-            LOGGER.warning(
-                "trace mode 'triton' writes no trace file in this server (trace level %s asked for %s); use "
-                "trace_config mode=opentelemetry to export spans",
-                "+".join(new["level"]),
-                f"model '{model}'" if model else "the server",
-            )
+        self._check_valid(self._resulting(model, new, cleared), model)
+        for hook in list(self.before_change):
+            hook(model)
         target = self.models.setdefault(model, TraceSetting()) if model else self.server
         for field in cleared:
             setattr(target, field, None if model else getattr(TraceSetting(*self._defaults()), field))
         for field, value in new.items():
             setattr(target, field, value)
-        self._sampled.pop(model, None)
+        if model:
+            self._sampled.pop(model, None)
+        else:  # Triton makes the server's setting, and each model's that falls back on it, anew: counting from 0
+            self._sampled.clear()
         for listener in list(self.listeners):
             listener()
 
@@ -245,7 +277,7 @@ class TraceSettings:
                 result[field] = getattr(fallback if field in cleared else current, field)
         return TraceSetting(**result)
 
-    def _check_valid(self, result: TraceSetting) -> None:
+    def _check_valid(self, result: TraceSetting, model: str = "") -> None:
         """Refuse a change that leaves tracing on with nothing to sample or nowhere to write, in Triton's words.
 
         Triton refuses any setting that traces (a level other than OFF) but is invalid, naming the first reason
@@ -255,7 +287,7 @@ class TraceSettings:
             return
         if not result.rate:
             reason = "sample rate must be non-zero"
-        elif self.config.mode == "triton" and not self.config.file:
+        elif self.config.mode == "triton" and not self.file_of(model):
             reason = "trace file name is not given"
         else:
             return

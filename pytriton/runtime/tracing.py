@@ -1,4 +1,6 @@
-"""OpenTelemetry tracing (trace_config mode=opentelemetry): request, queue and compute spans per sampled request.
+"""Tracing: OpenTelemetry spans (mode opentelemetry) or trace files (mode triton: runtime/trace_files.py).
+
+In mode opentelemetry a sampled request gets request, queue and compute spans.
 
 A model's scheduler gets a span source only while the model's trace settings are on, so a model that is not
 traced pays nothing per request. A sampled request gets its spans when it leaves the queue: "request" from its
@@ -16,7 +18,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from pytriton.core.model import ServedModel
+from pytriton.core.request import InferenceResponse
 from pytriton.options.log_trace import TraceSettings
+from pytriton.runtime.trace_files import FileModelTracer, TraceFiles
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -39,23 +43,28 @@ def _installed(module: str) -> bool:
 
 
 class Tracing:
-    """Tracing of one server: an OpenTelemetry tracer provider and the span sources of traced models."""
+    """Tracing of one server: an OpenTelemetry tracer provider or trace files, and the span sources of traced models."""
 
     def __init__(self, settings: TraceSettings, models: Callable[[], List[ServedModel]]) -> None:
-        """Create the tracer provider when trace mode is opentelemetry; nothing is observed until `refresh`."""
+        """Create the tracer provider (mode opentelemetry) or the trace files (mode triton with a file).
+
+        Nothing is observed until `refresh`.
+        """
         self._settings = settings
         self._models = models
-        self._sources: Dict[ServedModel, _ModelTracer] = {}
+        self._sources: Dict[ServedModel, Any] = {}
         self._provider: Any = None
         self._tracer: Any = None
+        self._files: Optional[TraceFiles] = None
         config = settings.config
         if config.mode == "opentelemetry":
             self._provider = _tracer_provider(settings)
             self._tracer = self._provider.get_tracer("pytriton")
-        elif config.level:
+        elif config.level and not config.file:
             LOGGER.warning(
-                "trace mode 'triton' writes no trace file in this server; use trace_config mode=opentelemetry "
-                "to export spans"
+                "trace_config: trace level %s asks for a trace file (triton,file=<path>) and names none: requests are "
+                "traced only for models with a file of their own",
+                "+".join(config.level),
             )
         settings.listeners.append(self.refresh)
 
@@ -67,30 +76,50 @@ class Tracing:
 
     def refresh(self) -> None:
         """Trace the models whose trace settings are on and stop tracing the others (on the loop)."""
-        if self._tracer is None:
-            return
         settings = self._settings
+        settings.stamps = settings.writes_files
+        if self._files is None and settings.stamps:
+            self._files = TraceFiles(settings)
+            self._files.on_exhausted = self.refresh
+        if self._tracer is None and self._files is None:
+            return
+        if self._files is not None:
+            try:
+                self._files.bind_loop(asyncio.get_running_loop())
+            except RuntimeError:  # not on the loop: before the server runs, the loop it runs on is bound later
+                pass
         models = self._models()
         for gone in set(self._sources) - set(models):  # bound again by a load: its old binding keeps its spans
             del self._sources[gone]
+        files = self._files
         for model in models:
-            traced = settings.enabled(model.spec.name)
+            name = model.spec.name
+            traced = settings.enabled(name) and (files is None or bool(settings.file_of(name)))
             source = self._sources.get(model)
             if traced and source is None:
-                source = self._sources[model] = _ModelTracer(model, self._tracer, settings, self._on_exhausted)
+                source = self._sources[model] = self._source(model)
                 model.scheduler.spans = source
             elif not traced and source is not None:
                 del self._sources[model]
                 model.scheduler.spans = None
 
+    def _source(self, model: ServedModel) -> Any:
+        """A model's span source: OpenTelemetry spans, or trace file records."""
+        if self._files is not None:
+            return FileModelTracer(model.spec.name, model.spec.version_str, self._files)
+        return _ModelTracer(model, self._tracer, self._settings, self._on_exhausted)
+
     def shutdown(self) -> None:
-        """Stop tracing, flush and close the exporters."""
+        """Stop tracing, flush and close the exporters, write what the trace files have left and close them."""
         for model in self._sources:
             model.scheduler.spans = None
         self._sources.clear()
         provider, self._provider, self._tracer = self._provider, None, None
         if provider is not None:
             provider.shutdown()
+        files, self._files = self._files, None
+        if files is not None:
+            files.close()
 
     def _on_exhausted(self) -> None:
         """trace_count ran out: stop tracing once the current request has its spans."""
@@ -112,7 +141,7 @@ class _ModelTracer:
         self._settings = settings
         self._on_exhausted = on_exhausted
 
-    def start(self, enqueue_ns: int, parent: Any = None) -> Optional[_TracedCall]:
+    def start(self, enqueue_ns: int, parent: Any = None, entry: Any = None) -> Optional[_TracedCall]:
         """The spans of a request that leaves the queue now, when it is sampled; under `parent` when given."""
         settings = self._settings
         if not settings.sample(self._name):
@@ -139,6 +168,10 @@ class _TracedCall:
         self.root = root
         self.span = span
         self.tracer = tracer
+
+    def responded(self, response: InferenceResponse) -> InferenceResponse:
+        """A response goes out as it is."""
+        return response
 
     def finish(self, error: Optional[str]) -> None:
         """End the compute and request spans (ERROR status with the message when the request failed)."""

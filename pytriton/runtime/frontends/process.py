@@ -19,6 +19,7 @@ import socket
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from pytriton.core.request_spans import FixedStamps
 from pytriton.core.spec import ModelSpec
 from pytriton.ipc.calls import Handler
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel
@@ -79,6 +80,7 @@ class FrontendProcess:
                 max_body_bytes=options.limits.max_body_bytes,
                 inflation_budget=budget,
                 access=options.http_access,
+                trace_stamps=FixedStamps(options.trace.mode == "triton" and bool(options.trace.file)),
                 openai=None
                 if options.openai_port is not None  # the hub serves the OpenAI API's own port
                 else OpenAIApp(

@@ -18,6 +18,7 @@ import socket
 import ssl as ssl_module
 from typing import Any, Callable, Dict, Optional, Set
 
+from pytriton.core.request_spans import FixedStamps
 from pytriton.core.serving import ServingEngine
 from pytriton.options.limits import ServerLimits
 from pytriton.options.log_trace import ServerSettings
@@ -122,6 +123,7 @@ class GrpcFrontend:
             header_forward_pattern=options.grpc_header_forward_pattern,
             settings=self._settings,
             max_stream_requests=options.limits.grpc_max_stream_requests,
+            trace_stamps=FixedStamps(options.trace.mode == "triton" and bool(options.trace.file)),
         )
         if self._wrap_servicer is not None:
             servicer = self._wrap_servicer(servicer)

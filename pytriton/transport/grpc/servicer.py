@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any, AsyncIterator, Dict, Optional
 
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError
+from pytriton.core.request_spans import NO_STAMPS, FixedStamps, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.options.log_trace import LOG_FORMATS, ServerSettings
 from pytriton.protocol import (
@@ -36,17 +38,21 @@ class InferenceServicer:
         header_forward_pattern: Optional[str] = None,
         settings: Optional[ServerSettings] = None,
         max_stream_requests: int = DEFAULT_STREAM_REQUESTS,
+        trace_stamps: Optional[FixedStamps] = None,
     ) -> None:
         """Create the servicer; metadata keys matching `header_forward_pattern` reach callables as parameters.
 
         Without `settings`, LogSettings and TraceSetting answer UNIMPLEMENTED. A ModelStreamInfer stream has
-        at most `max_stream_requests` requests in progress at once.
+        at most `max_stream_requests` requests in progress at once. `trace_stamps`: whether requests are timed for
+        trace files, for a servicer without `settings` (a frontend process's).
         """
         self._engine = engine
         self._max_stream_requests = max_stream_requests
         self._server_version = server_version
         self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
         self._settings = settings
+        # Whether trace files' records get this transport's timestamps (`stamps`): only then are they taken.
+        self._trace = settings.trace if settings is not None else trace_stamps or NO_STAMPS
 
     def _forwarded_headers(self, context: Any) -> Optional[Dict[str, str]]:
         """Text metadata whose key matches grpc_header_forward_pattern."""
@@ -133,7 +139,12 @@ class InferenceServicer:
 
     @unary
     async def ModelInfer(self, frame: InferRequestFrame, context: Any) -> EncodedResponse:
-        """Run one inference request (not for decoupled models)."""
+        """Run one inference request (not for decoupled models).
+
+        A traced request's record (a trace file's) gets GRPC_WAITREAD_START and _END when the request was read,
+        GRPC_SEND_START and _END around encoding its response, which the HTTP/2 connection then sends.
+        """
+        received_ns = time.monotonic_ns() if self._trace.stamps else 0
         request = frame.message
         model = self._engine.model(request.model_name, request.model_version)
         spec = model.spec
@@ -144,7 +155,15 @@ class InferenceServicer:
         memory = self._engine.system_memory
         forwarded = self._forwarded_headers(context)
         decoded = grpc_codec.decode_infer_request(spec, request, frame.raw_inputs, forwarded, memory, frame.data)
+        if received_ns:
+            mark_arrival(decoded.request, received_ns, grpc=True)
         response = await model.infer(decoded.request)
+        if received_ns and type(response) is TracedResponse and response.trace.claim():
+            send_ns = time.monotonic_ns()
+            try:
+                return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
+            finally:
+                response.trace.sent("GRPC", (received_ns, received_ns, send_ns, time.monotonic_ns()))
         return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
 
     async def ModelStreamInfer(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import zlib
 from typing import Any, Awaitable, Dict, List, Optional, Sequence
 from urllib.parse import unquote
@@ -13,6 +14,7 @@ import orjson
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import unchanging
+from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
@@ -33,6 +35,7 @@ from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
     PLAIN_TYPE,
+    Message,
     Receive,
     Scope,
     Send,
@@ -105,6 +108,7 @@ class HttpFrontend:
         inflation_budget: Optional[InflationBudget] = None,
         openai: Optional[Any] = None,
         routes: Optional[CustomRoutes] = None,
+        trace_stamps: Optional[FixedStamps] = None,
     ) -> None:
         """Create the app; `header_forward_pattern` selects headers handed to callables as parameters.
 
@@ -113,7 +117,8 @@ class HttpFrontend:
         bounds what decompressed bodies hold at once (the server's, shared with its other frontends; by
         default the app's own, of ServerLimits' default); `openai` serves the paths under /v1 (the OpenAI API,
         transport/openai/), which Triton's routes leave free; `routes` the user's own routes and mounted apps
-        (options/routes.py), outside /v1 and /v2.
+        (options/routes.py), outside /v1 and /v2. `trace_stamps`: whether requests are timed for trace files,
+        for an app without `settings` (a frontend process's).
         """
         self._engine = engine
         self._server_version = server_version
@@ -122,6 +127,8 @@ class HttpFrontend:
         self._inflation_budget = inflation_budget or InflationBudget(DEFAULT_MAX_INFLATED_BYTES)
         self._access = access or None
         self._settings = settings
+        # Whether trace files' records get this transport's timestamps (`stamps`): only then are they taken.
+        self._trace = settings.trace if settings is not None else trace_stamps or NO_STAMPS
         self._openai = openai
         self._routes = routes
 
@@ -296,6 +303,7 @@ class HttpFrontend:
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
         """POST .../infer."""
+        received_ns = time.monotonic_ns() if self._trace.stamps else 0
         encoding = accept = raw_length = None
         for header, value in scope["headers"]:  # the three headers read here, the first of each as Triton reads them
             if header == b"inference-header-content-length":
@@ -323,6 +331,10 @@ class HttpFrontend:
         memory = self._engine.system_memory
         try:
             request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
+            decoded_ns = 0
+            if received_ns:
+                decoded_ns = time.monotonic_ns()
+                mark_arrival(request, received_ns, grpc=False)
             response = await model.infer(request, gone=lambda: until_disconnect(receive))
             json_part, binary_parts, json_length = encode_infer_response(
                 spec, request.id, response, output_format, memory
@@ -333,6 +345,8 @@ class HttpFrontend:
             if error.in_response:
                 raise _untyped(error) from None
             raise
+        if received_ns and type(response) is TracedResponse and response.trace.claim():
+            send = _timed_send(send, response.trace, received_ns, decoded_ns)
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
             size = json_length + sum(map(len, binary_parts))  # byte-format views: len is the size
@@ -624,3 +638,25 @@ def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
     else:
         return body
     return compressor.compress(body) + compressor.flush()
+
+
+def _timed_send(send: Send, trace: FrontendTrace, received_ns: int, decoded_ns: int) -> Send:
+    """`send` for a traced request's response: its trace record gets HTTP_SEND_START and HTTP_SEND_END.
+
+    The response's last message (its body) ends the send; the record then has all of this transport's timestamps.
+    """
+    started_ns = 0
+
+    async def timed(message: Message) -> None:
+        nonlocal started_ns
+        if not started_ns:
+            started_ns = time.monotonic_ns()
+        if message["type"] != "http.response.body" or message.get("more_body"):
+            await send(message)
+            return
+        try:
+            await send(message)
+        finally:  # a client that left has its record too
+            trace.sent("HTTP", (received_ns, decoded_ns, started_ns, time.monotonic_ns()))
+
+    return timed
