@@ -56,14 +56,15 @@ def running_triton(
 ) -> Iterator[Triton]:
     """Start a Triton on free ports (HTTP, and gRPC/metrics unless disabled), bind models, run, stop.
 
-    The server's restricted APIs take ACCESS_TOKEN unless `security_config` says otherwise; `frontends` (not a
-    TritonConfig field) is passed to Triton.
+    The server's restricted APIs take ACCESS_TOKEN unless `security_config` says otherwise; `frontends` and
+    `limits` (not TritonConfig fields) are passed to Triton.
     """
     options = {"http_port": 0, "grpc_port": 0, "metrics_port": 0}
     options.update(config)
     frontends = options.pop("frontends", None)
+    limits = options.pop("limits", None)
     security = security_config or TritonSecurityConfig(access_token=ACCESS_TOKEN)
-    triton = Triton(config=TritonConfig(**options), security_config=security, frontends=frontends)
+    triton = Triton(config=TritonConfig(**options), security_config=security, frontends=frontends, limits=limits)
     try:
         bind(triton)
         triton.run()

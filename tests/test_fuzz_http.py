@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytriton.options.limits import ServerLimits
 from pytriton.triton import Triton
 from tests.conftest import running_triton
 from tests.fuzz_models import DATATYPES, FUZZ_SETTINGS, bind_fuzz_models, mutate_bytes
@@ -39,9 +40,15 @@ PATHS = [
 ]
 
 
+# The connection stays open across examples: on a loaded machine the pause between two of them may pass the
+# default keep-alive timeout (5 s), and the server's close of the idle connection meets the next request.
+IDLE_S = 600.0
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[Triton]:
-    with running_triton(bind_fuzz_models, allow_grpc=False, allow_metrics=False) as triton:
+    limits = ServerLimits(keep_alive_timeout_s=IDLE_S)
+    with running_triton(bind_fuzz_models, allow_grpc=False, allow_metrics=False, limits=limits) as triton:
         yield triton
 
 
