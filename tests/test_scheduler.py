@@ -256,8 +256,12 @@ def test_a_delayed_request_keeps_its_place_in_a_full_queue():
         assert model.started.wait(10)
         delayed = _send_all(triton.http_port, [_body(1)])
         queues = triton._runtime.engine.model("m").scheduler._queues
+
+        async def delayed_count() -> int:  # read on the engine's loop, which changes the queues
+            return sum(entry.delayed for entry in queues)
+
         deadline = time.monotonic() + 10
-        while not any(entry.delayed for entry in queues):  # test-only view: its timeout has DELAYed it
+        while not triton._runtime._loop.run(delayed_count(), timeout=10):  # test-only view: its timeout DELAYed it
             assert time.monotonic() < deadline, "the request was not delayed"
             time.sleep(0.002)
         status, document = post_json(triton.http_port, "/v2/models/m/infer", _body(2))
