@@ -518,6 +518,41 @@ def test_an_outputs_binary_data_that_is_no_boolean_is_refused_in_tritons_words(s
     assert document["error"] == "Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean"
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "kind"),
+    [
+        ("priority", -1, "unsigned-integer"),
+        ("priority", "1", "unsigned-integer"),
+        ("priority", 1.0, "unsigned-integer"),
+        ("priority", True, "unsigned-integer"),
+        ("priority", None, "unsigned-integer"),
+        ("priority", {}, "unsigned-integer"),
+        ("priority", 1 << 64, "unsigned-integer"),
+        ("timeout", -1, "unsigned-integer"),
+        ("timeout", "100", "unsigned-integer"),
+        ("timeout", [1], "unsigned-integer"),
+        ("binary_data_output", 1, "boolean"),
+        ("binary_data_output", "x", "boolean"),
+    ],
+)
+def test_a_reserved_parameter_of_the_wrong_type_is_refused_in_tritons_words(server, key, value, kind):
+    # tritonserver 2.51 reads priority and timeout as unsigned 64-bit integers and binary_data_output as a boolean,
+    # before any other check of a parameter's type: 500 {"error":"Unable to parse 'priority': attempt to access JSON
+    # non-unsigned-integer as unsigned-integer"} for -1, "1", 1.0, true, null, {} and 2**64 alike (400 here: the
+    # client sent it).
+    status, document = post_json(server.http_port, "/v2/models/identity/infer", dict(GOOD, parameters={key: value}))
+    assert status == 400
+    noun = "non-unsigned-integer as unsigned-integer" if kind == "unsigned-integer" else "non-boolean as boolean"
+    assert document["error"] == f"Unable to parse '{key}': attempt to access JSON {noun}"
+
+
+@pytest.mark.parametrize("parameters", [{"priority": 0}, {"priority": (1 << 64) - 1}, {"timeout": (1 << 64) - 1}])
+def test_reserved_integers_take_the_whole_unsigned_range(server, parameters):
+    # tritonserver 2.51 serves these: priority 0 or past the levels is the default level; a timeout is a limit.
+    status, _ = post_json(server.http_port, "/v2/models/identity/infer", dict(GOOD, parameters=parameters))
+    assert status == 200
+
+
 def test_sequence_parameters_are_taken_and_ignored_and_checked(server):
     body = dict(GOOD, parameters={"sequence_id": "s-1", "sequence_start": True, "sequence_end": False})
     assert post_json(server.http_port, "/v2/models/identity/infer", body)[0] == 200

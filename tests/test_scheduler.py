@@ -226,6 +226,51 @@ def test_delay_action_runs_late_instead_of_failing():
     assert [call[0] for call in model.calls] == [0, 2, 1]
 
 
+def test_a_request_rejected_at_its_timeout_frees_its_place_in_a_full_queue():
+    # tritonserver 2.51 rejects an expired request only when its batcher next looks at the queue (an instance
+    # frees, or its 500 ms poll while all are busy): until then the request holds its place, and a new one is
+    # refused "Exceeds maximum queue size". Here the timeout rejects it at once and frees the place (docs/migration.md).
+    model = Recorder(hold_first=True)
+    policy = QueuePolicy(max_queue_size=1, default_timeout_microseconds=50_000, timeout_action=TimeoutAction.REJECT)
+    config = ModelConfig(max_batch_size=1, batcher=DynamicBatcher(default_queue_policy=policy))
+    with _serve(model, config) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        status, document = post_json(triton.http_port, "/v2/models/m/infer", _body(1))  # answered while held
+        assert status == 503 and document["error"] == "Request timeout expired"
+        status, document = post_json(triton.http_port, "/v2/models/m/infer", _body(2))  # the place is free
+        assert status == 503 and document["error"] == "Request timeout expired"
+        model.release.set()
+        assert first[0].result()[0] == 200
+    assert model.calls == [[0]]
+
+
+def test_a_delayed_request_keeps_its_place_in_a_full_queue():
+    # As tritonserver 2.51 (probed side by side): a request whose timeout DELAYed it still counts toward
+    # max_queue_size, and runs once the instance is free.
+    model = Recorder(hold_first=True)
+    policy = QueuePolicy(max_queue_size=1, default_timeout_microseconds=50_000, timeout_action=TimeoutAction.DELAY)
+    config = ModelConfig(max_batch_size=1, batcher=DynamicBatcher(default_queue_policy=policy))
+    with _serve(model, config) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        delayed = _send_all(triton.http_port, [_body(1)])
+        queues = triton._runtime.engine.model("m").scheduler._queues
+
+        async def delayed_count() -> int:  # read on the engine's loop, which changes the queues
+            return sum(entry.delayed for entry in queues)
+
+        deadline = time.monotonic() + 10
+        while not triton._runtime._loop.run(delayed_count(), timeout=10):  # test-only view: its timeout DELAYed it
+            assert time.monotonic() < deadline, "the request was not delayed"
+            time.sleep(0.002)
+        status, document = post_json(triton.http_port, "/v2/models/m/infer", _body(2))
+        assert status == 503 and document["error"] == "[request id: <id_unknown>] Exceeds maximum queue size"
+        model.release.set()
+        assert [f.result()[0] for f in first + delayed] == [200, 200]
+    assert model.calls == [[0], [1]]
+
+
 def test_two_instances_run_in_parallel():
     intervals: List[tuple] = []
     lock = threading.Lock()

@@ -58,15 +58,15 @@ def split_parameters(
     user: Dict[str, Any] = {}
     if parameters:
         for key, value in parameters.items():
-            if key in _SEQUENCE_KEYS and key in rules.reserved:  # read before the type check, as Triton does
-                _apply_sequence(options, key, value)
+            if key in _TYPED_KEYS and key in rules.reserved:  # read before the type check, as Triton does
+                _apply_reserved(options, key, value)
                 continue
             if not isinstance(value, (str, int, float, bool)):
                 raise InferenceError.invalid(  # Triton's words
                     f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
                 )
             if key in rules.reserved:
-                _apply_reserved(options, key, value)
+                continue  # "headers": no option of this server
             elif key == EMPTY_FINAL_RESPONSE_PARAMETER:
                 options.empty_final_response = value is True
             elif key.startswith("triton_"):
@@ -85,18 +85,27 @@ ENSEMBLE_RESPONSE_PARAMETERS: Mapping[str, Any] = {"sequence_id": 0, "sequence_s
 
 
 def _apply_reserved(options: RequestOptions, key: str, value: Any) -> None:
-    """Read one reserved parameter."""
+    """Read one reserved parameter of a type Triton's HTTP frontend reads it as.
+
+    A value of another type gets tritonserver 2.51's words; it answers them with 500, here 400: the client sent it.
+    """
     if key == "priority":
-        options.priority = _non_negative_int(key, value)
+        options.priority = _unsigned(key, value)
     elif key == "timeout":
-        options.timeout_us = _non_negative_int(key, value)
+        options.timeout_us = _unsigned(key, value)
     elif key == "binary_data_output":
         if not isinstance(value, bool):
-            raise InferenceError.invalid("parameter 'binary_data_output' must be a boolean")
+            raise InferenceError.invalid(
+                "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean"
+            )
         options.binary_data_output = value
+    else:
+        _apply_sequence(options, key, value)
 
 
 _SEQUENCE_KEYS = frozenset(("sequence_id", "sequence_start", "sequence_end"))
+# The reserved parameters Triton's HTTP frontend reads as one type (all but "headers"), before any type check.
+_TYPED_KEYS = _SEQUENCE_KEYS | {"priority", "timeout", "binary_data_output"}
 
 
 def _apply_sequence(options: RequestOptions, key: str, value: Any) -> None:
@@ -122,8 +131,10 @@ def _apply_sequence(options: RequestOptions, key: str, value: Any) -> None:
 _UINT64_LIMIT = 1 << 64
 
 
-def _non_negative_int(key: str, value: Any) -> int:
-    """A reserved integer parameter."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InferenceError.invalid(f"parameter '{key}' must be a non-negative integer")
+def _unsigned(key: str, value: Any) -> int:
+    """A reserved unsigned 64-bit integer parameter, in Triton's words when it is none."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _UINT64_LIMIT:
+        raise InferenceError.invalid(
+            f"Unable to parse '{key}': attempt to access JSON non-unsigned-integer as unsigned-integer"
+        )
     return value
