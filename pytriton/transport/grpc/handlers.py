@@ -102,23 +102,37 @@ def method_table(
             behaviour = _guarded(behaviour, method.name, access)
         if limit is not None:
             behaviour = _limited(behaviour, limit)
-        table[rpc.path] = Method(method.name, method.client_streaming, _tolerant(deserialize), serialize, behaviour)
+        health = method.containing_service is grpc_health.SERVICE
+        parse = _tolerant(deserialize, _health_refusal if health else _triton_refusal)
+        table[rpc.path] = Method(method.name, method.client_streaming, parse, serialize, behaviour)
     return table
 
 
-def _tolerant(deserialize: Callable[[Buffer], Any]) -> Callable[[Buffer], Any]:
-    """A request parser that hands a message protobuf cannot parse to the method as grpc++'s INTERNAL.
+def _triton_refusal(error: DecodeError) -> InferenceError:
+    """What Triton's own service answers a message protobuf cannot parse: INTERNAL "Unable to parse request".
 
-    tritonserver's answer (its gRPC library's, for a message of no field or one of bytes that are not UTF-8 in a
-    string): INTERNAL "Unable to parse request"; a stream goes on here, where tritonserver's ends without a word.
+    That is its gRPC library's answer (for a message of no field, or of bytes that are not UTF-8 in a string); a
+    stream goes on here, where tritonserver's ends without a word.
     """
+    return InferenceError(Status.INTERNAL, "Unable to parse request")
+
+
+def _health_refusal(error: DecodeError) -> InferenceError:
+    """grpc++'s health service parses its request itself: INVALID_ARGUMENT."""
+    return InferenceError.invalid(f"failed to parse the request message: {error}")
+
+
+def _tolerant(
+    deserialize: Callable[[Buffer], Any], refusal: Callable[[DecodeError], InferenceError]
+) -> Callable[[Buffer], Any]:
+    """A request parser that hands a message protobuf cannot parse to the method as `refusal`'s error."""
 
     @functools.wraps(deserialize)
     def parse(data: Buffer) -> Any:
         try:
             return deserialize(data)
-        except DecodeError:
-            return InferenceError(Status.INTERNAL, "Unable to parse request")
+        except DecodeError as error:
+            return refusal(error)
 
     return parse
 
