@@ -659,3 +659,40 @@ def test_process_instances_stop_at_unload_and_start_again_at_load(frontends: Opt
         client.load_model("m", headers=HTTP_AUTH)
         new = _pids(triton, 2)
         assert new and not new & old and all(alive(pid, started_at(pid)) for pid in new)
+
+
+def slow_countdown(requests: List[Any]) -> Any:
+    """A decoupled model: four responses per request, 0.3 s apart."""
+    for step in range(4):
+        time.sleep(0.3)
+        yield [{"y": request_["x"] * step} for request_ in requests]
+
+
+def test_a_stream_open_across_an_unload_ends_its_request_and_is_refused_the_next_at_once() -> None:
+    """As tritonserver 2.51 (measured): the request streaming goes on to its last response; one sent on the same
+    stream after the unload's answer is refused at once, before that last response (it waited for it)."""
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8, decoupled=True)
+        triton.bind("steps", slow_countdown, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
+
+    with running_triton(bind) as triton:
+        events: List[Any] = []
+        first = threading.Event()
+
+        def callback(result: Any, error: Any) -> None:
+            events.append(error.message() if error is not None else result.as_numpy("y").tolist())
+            first.set()
+
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        client.start_stream(callback=callback)
+        tensor = grpcclient.InferInput("x", [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 1), np.float32))
+        client.async_stream_infer("steps", [tensor])
+        assert first.wait(30)
+        httpclient.InferenceServerClient(http_url(triton)).unload_model("steps", headers=HTTP_AUTH)
+        client.async_stream_infer("steps", [tensor])
+        client.stop_stream()  # returns once the stream has ended
+        refused = "Request for unknown model: 'steps' has no available versions"
+        assert [event for event in events if event != refused] == [[[0.0]], [[1.0]], [[2.0]], [[3.0]]]
+        assert events.count(refused) == 1 and events.index(refused) < events.index([[3.0]])

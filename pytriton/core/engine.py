@@ -72,6 +72,7 @@ class Engine:
         self._repository_lock: Optional[asyncio.Lock] = None  # one load or unload at a time
         self._unloading: Dict[str, asyncio.Task[None]] = {}  # unloads whose requests still finish, by model name
         self._loading: Set[str] = set()  # models whose load waits for their unload to end
+        self._unloaded_with_step: Set[str] = set()  # ensembles unloaded with a step's model, until it loads
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
         self.system_memory = SystemSharedMemory()
@@ -282,7 +283,9 @@ class Engine:
         such an unload with success.
         """
         async with self._lock():
+            self._unloaded_with_step.discard(name)
             for model in [m for m in self.models() if _in_service(m) and steps_on(m.spec, name)]:
+                self._unloaded_with_step.add(model.spec.name)  # loaded again with the model, as in Triton
                 model.state = ModelState.UNLOADING
                 await self._changed()
                 await _drain(model, timeout_s=30.0)
@@ -364,39 +367,64 @@ class Engine:
                 model then goes on as it was.
         """
         async with self._lock():
-            unloading = self._unloading.get(name)
-            if unloading is not None:  # as Triton, a load waits for the unload's requests to finish
-                self._loading.add(name)  # meanwhile the index shows it LOADING, as Triton's
-                try:
-                    await asyncio.shield(unloading)
-                finally:
-                    self._loading.discard(name)
-            versions = self._models.get(name)
-            if not versions:
-                raise InferenceError.internal(f"failed to load '{name}', failed to poll from model repository")
-            targets = []
-            for version in sorted(versions):
-                bound, binder = self._bound[(name, version)]
-                target = change(bound) if change is not None else bound
-                if target != versions[version].spec and bound.ensemble is not None:
-                    raise InferenceError.invalid(
-                        f"failed to load '{name}' version {version}: an ensemble takes no config override "
-                        "(bind it again with its new config)"
-                    )
-                if target != versions[version].spec and binder is None:
-                    raise InferenceError.invalid(
-                        f"failed to load '{name}' version {version}: it was bound by a RemoteTriton, whose "
-                        "instances cannot start again: it takes no config override"
-                    )
-                if target.ensemble is not None:
-                    try:
-                        target = check_ensemble(target, self)
-                    except ValueError as error:
-                        raise InferenceError.invalid(f"failed to load '{name}' version {version}: {error}") from None
-                targets.append((version, target, binder))
-            for version, target, binder in targets:
-                await self._load_version(versions, versions[version], target, binder)
+            self._unloaded_with_step.discard(name)
+            await self._load_one(name, change, ())
+            for ensemble in sorted(self._unloaded_with_step):  # as Triton, they come back with their steps
+                if all(self._in_service(step) for step in self._steps_of(ensemble)):
+                    self._unloaded_with_step.discard(ensemble)
+                    await self._load_one(ensemble, None, ())
             await self._changed()  # the frontend processes learn the new specs before the answer
+
+    def _in_service(self, name: str) -> bool:
+        """Whether some version of a model takes requests."""
+        return any(_in_service(model) for model in self._models.get(name, {}).values())
+
+    def _steps_of(self, name: str) -> Set[str]:
+        """The models an ensemble's steps run (none for a model that is no ensemble)."""
+        return {
+            step.model_name
+            for (bound_name, _), (spec, _) in self._bound.items()
+            if bound_name == name and spec.ensemble is not None
+            for step in spec.ensemble.steps
+        }
+
+    async def _load_one(self, name: str, change: Optional[SpecChange], outer: Tuple[str, ...]) -> None:
+        """`load` of one model, under the lock; an ensemble's unloaded step models first, as Triton loads them."""
+        unloading = self._unloading.get(name)
+        if unloading is not None:  # as Triton, a load waits for the unload's requests to finish
+            self._loading.add(name)  # meanwhile the index shows it LOADING, as Triton's
+            try:
+                await asyncio.shield(unloading)
+            finally:
+                self._loading.discard(name)
+        versions = self._models.get(name)
+        if not versions:
+            raise InferenceError.internal(f"failed to load '{name}', failed to poll from model repository")
+        for step in sorted(self._steps_of(name)):
+            if step in self._models and step not in outer and not self._in_service(step):
+                await self._load_one(step, None, (*outer, name))
+        targets = []
+        for version in sorted(versions):
+            bound, binder = self._bound[(name, version)]
+            target = change(bound) if change is not None else bound
+            if target != versions[version].spec and bound.ensemble is not None:
+                raise InferenceError.invalid(
+                    f"failed to load '{name}' version {version}: an ensemble takes no config override "
+                    "(bind it again with its new config)"
+                )
+            if target != versions[version].spec and binder is None:
+                raise InferenceError.invalid(
+                    f"failed to load '{name}' version {version}: it was bound by a RemoteTriton, whose "
+                    "instances cannot start again: it takes no config override"
+                )
+            if target.ensemble is not None:
+                try:
+                    target = check_ensemble(target, self)
+                except ValueError as error:
+                    raise InferenceError.invalid(f"failed to load '{name}' version {version}: {error}") from None
+            targets.append((version, target, binder))
+        for version, target, binder in targets:
+            await self._load_version(versions, versions[version], target, binder)
 
     async def _load_version(
         self, versions: Dict[int, ServedModel], model: ServedModel, spec: ModelSpec, binder: Optional[Binder]
