@@ -583,7 +583,8 @@ def test_a_remote_model_unloaded_and_loaded_again_serves_on_its_process_with_fre
             client.unload_model("double", headers=HTTP_AUTH)
 
             def states() -> List[str]:
-                return [e["state"] for e in client.get_model_repository_index(headers=HTTP_AUTH) if e["name"] == "double"]
+                index = client.get_model_repository_index(headers=HTTP_AUTH)
+                return [entry["state"] for entry in index if entry["name"] == "double"]
 
             assert _wait_until(lambda: states() == ["UNAVAILABLE"])
             client.load_model("double", headers=HTTP_AUTH)
