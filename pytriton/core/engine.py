@@ -294,8 +294,9 @@ class Engine:
             if not leaving:
                 return
             for model in leaving:
-                model.state = ModelState.UNLOADING
                 model.scheduler.refuse()
+                idle = model.scheduler.open_requests == (0, 0)  # nothing to wait for: unloaded now
+                model.state = ModelState.UNAVAILABLE if idle else ModelState.UNLOADING
             await self._changed()
             task = asyncio.get_running_loop().create_task(self._finish_unload(leaving))
             self._unloading[name] = task
