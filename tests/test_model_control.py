@@ -188,7 +188,7 @@ def test_an_override_changes_what_the_engine_can_change_and_a_plain_load_undoes_
         assert _load(echo_server, "echo", "{}") == (200, None)  # only what the override names changes
     assert _config(echo_server, "echo")["max_batch_size"] == 8
     client = httpclient.InferenceServerClient(http_url(echo_server))
-    client.load_model("echo", headers=HTTP_AUTH)  # as Triton: a load without an override undoes one
+    client.load_model("echo", headers=HTTP_AUTH)  # a load without an override undoes one (Triton keeps it)
     config = _config(echo_server, "echo")
     assert config["max_batch_size"] == 8 and config["instance_group"][0]["count"] == 2
     assert config["parameters"] == {} and "response_cache" not in config
@@ -211,11 +211,31 @@ def test_the_config_as_the_server_shows_it_goes_back_unchanged(echo_server: Trit
         ({"output": []}, "'output' cannot change"),
         ({"model_transaction_policy": {"decoupled": True}}, "'model_transaction_policy' cannot change"),
         ({"max_batch_size": 0}, "'max_batch_size' cannot change from 8 to 0"),
-        ({"max_batch_size": 2}, "'preferred_batch_size' 4 must be between 1 and max_batch_size (2)"),
         ({"instance_group": [{"count": 1, "kind": "KIND_GPU"}]}, "of kind KIND_GPU"),
         ({"instance_group": [{"count": 3}]}, "asks for 3 instances, but it was bound with 2 callables"),
         ({"sequence_batching": {}}, "'sequence_batching' cannot change"),
         ({"backend": "onnxruntime"}, "'backend' cannot change: pytriton cannot honour it"),
+    ],
+)
+def test_a_field_that_cannot_change_is_refused_and_the_model_goes_on(
+    echo_server: Triton, override: Dict[str, Any], words: str
+) -> None:
+    status, document = _load(echo_server, "echo", override)
+    assert status == 400, document
+    assert document["error"].startswith("failed to load 'echo' version 1: ") and words in document["error"]
+    assert _config(echo_server, "echo")["max_batch_size"] == 8
+    client = httpclient.InferenceServerClient(http_url(echo_server))
+    assert client.is_model_ready("echo")
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        (
+            {"max_batch_size": 2, "dynamic_batching": {"preferred_batch_size": [4]}},
+            "'preferred_batch_size' 4 must be between 1 and max_batch_size (2)",
+        ),
+        ({"max_batch_size": -1}, "'max_batch_size' must be >= 0, got -1"),
         ({"dynamic_batching": {"priority_levels": 2, "default_priority_level": 3}}, "default_priority_level"),
         (
             {"dynamic_batching": {"preserve_ordering": True, "priority_levels": 2, "default_priority_level": 1}},
@@ -232,17 +252,21 @@ def test_the_config_as_the_server_shows_it_goes_back_unchanged(echo_server: Trit
         ),
     ],
 )
-def test_a_field_that_cannot_change_is_refused_and_the_model_goes_on(
+def test_a_config_tritons_checks_refuse_fails_as_its_poll_does(
     echo_server: Triton, override: Dict[str, Any], words: str
 ) -> None:
-    if "preferred_batch_size" in words:
-        override = {**override, "dynamic_batching": {"preferred_batch_size": [4]}}
+    """tritonserver 2.51 refuses these as it polls the repository (measured: 500, `failed to load 'm', failed to
+    poll from model repository`, the reason in its log only); the model goes on as it was."""
     status, document = _load(echo_server, "echo", override)
-    assert status == 400, document
-    assert document["error"].startswith("failed to load 'echo' version 1: ") and words in document["error"]
+    assert status == 500, document
+    prefix = "failed to load 'echo', failed to poll from model repository: "
+    assert document["error"].startswith(prefix) and words in document["error"]
+    grpc = grpcclient.InferenceServerClient(grpc_url(echo_server))
+    with pytest.raises(InferenceServerException) as raised:
+        grpc.load_model("echo", config=json.dumps(override), headers=GRPC_AUTH)
+    assert raised.value.status() == "StatusCode.INTERNAL" and raised.value.message().startswith(prefix)
     assert _config(echo_server, "echo")["max_batch_size"] == 8
-    client = httpclient.InferenceServerClient(http_url(echo_server))
-    assert client.is_model_ready("echo")
+    assert httpclient.InferenceServerClient(http_url(echo_server)).is_model_ready("echo")
 
 
 @pytest.mark.parametrize(
@@ -554,3 +578,145 @@ def test_a_model_asking_for_the_cache_shows_it_in_its_config_when_the_server_has
         assert _load(triton, "cached", config) == (200, None)
         assert _load(triton, "cached", {"response_cache": {"enable": True}}) == (200, None)
         assert _config(triton, "cached") == config
+
+
+def _index_state(triton: Triton, name: str) -> Any:
+    """The model's (state, reason) in the repository index."""
+    client = httpclient.InferenceServerClient(http_url(triton))
+    (entry,) = [entry for entry in client.get_model_repository_index(headers=HTTP_AUTH) if entry["name"] == name]
+    return entry.get("state"), entry.get("reason")
+
+
+def _until_state(triton: Triton, name: str, state: str) -> None:
+    deadline = time.monotonic() + 30
+    while _index_state(triton, name)[0] != state:
+        assert time.monotonic() < deadline, f"{name} never became {state}"
+        time.sleep(0.02)
+
+
+def test_an_unload_answers_at_once_while_its_requests_finish_and_a_load_waits_for_them() -> None:
+    """As tritonserver 2.51 (measured): the unload answers at once, the model shows UNLOADING (server not ready,
+    new requests refused) until the held request ends; a load sent meanwhile shows LOADING and answers after."""
+    gate = Gate()
+    with running_triton(
+        lambda triton: triton.bind("m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
+    ) as triton:
+        pool = ThreadPoolExecutor(2)
+        client = httpclient.InferenceServerClient(http_url(triton))
+
+        def infer(value: float) -> Any:
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                tensor = httpclient.InferInput("x", [1, 1], "FP32")
+                tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+                return own.infer("m", [tensor]).as_numpy("y").tolist()
+
+        def load_in_thread() -> None:  # a client of its own: gevent's clients are not shared between threads
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                own.load_model("m", headers=HTTP_AUTH)
+
+        held = pool.submit(infer, -1.0)
+        try:
+            assert gate.entered.wait(30)
+            started = time.monotonic()
+            client.unload_model("m", headers=HTTP_AUTH)
+            assert time.monotonic() - started < 5 and not held.done()
+            assert _index_state(triton, "m") == ("UNLOADING", None)
+            assert not client.is_server_ready() and not client.is_model_ready("m")
+            with pytest.raises(InferenceServerException, match="'m' has no available versions"):
+                infer(1.0)
+            load = pool.submit(load_in_thread)
+            deadline = time.monotonic() + 30
+            while _index_state(triton, "m") != ("LOADING", None):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            assert not load.done()
+        finally:
+            gate.open.set()
+        assert held.result(30) == [[-1.0]]
+        load.result(30)
+        assert _index_state(triton, "m") == ("READY", None) and infer(2.0) == [[2.0]]
+        pool.shutdown()
+
+
+def test_an_unloaded_model_leaves_the_server_ready_and_keeps_only_its_failure_counters() -> None:
+    """As tritonserver 2.51: once unloaded, the server is ready again and /metrics drops the model's series but
+    nv_inference_request_failure; a load starts its statistics and counters again (a new model)."""
+    with running_triton(
+        lambda triton: triton.bind("m", slow_echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
+    ) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        tensor = httpclient.InferInput("x", [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 1), np.float32))
+        client.infer("m", [tensor])
+        client.infer("m", [tensor])
+        client.unload_model("m", headers=HTTP_AUTH)
+        _until_state(triton, "m", "UNAVAILABLE")
+        assert client.is_server_ready()
+        assert triton.metrics_port is not None
+        lines = request(triton.metrics_port, "GET", "/metrics")[2].decode().splitlines()
+        names = {line.split("{")[0] for line in lines if 'model="m"' in line}
+        assert names == {"nv_inference_request_failure"}
+        client.load_model("m", headers=HTTP_AUTH)
+        stats = client.get_inference_statistics("m", headers=HTTP_AUTH)["model_stats"][0]
+        assert (stats["inference_count"], stats["execution_count"]) == (0, 0)
+        lines = request(triton.metrics_port, "GET", "/metrics")[2].decode().splitlines()
+        assert 'nv_inference_count{model="m",version="1"} 0' in lines
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_process_instances_stop_at_unload_and_start_again_at_load(frontends: Optional[int]) -> None:
+    outputs = [*ECHO_OUTPUTS, Tensor(name="pid", dtype=np.int64, shape=(1,))]
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(batching=False)
+        triton.bind("m", ProcessInstances(pid_echo, count=2), inputs=ECHO_INPUTS, outputs=outputs, config=config)
+
+    with running_triton(bind, frontends=frontends) as triton:
+        old = _pids(triton, 2)
+        started = {pid: started_at(pid) for pid in old}
+        client = httpclient.InferenceServerClient(http_url(triton))
+        client.unload_model("m", headers=HTTP_AUTH)
+        deadline = time.monotonic() + 30
+        while any(alive(pid, started[pid]) for pid in old):  # no process is left behind
+            assert time.monotonic() < deadline, "an unloaded model's process still runs"
+            time.sleep(0.05)
+        client.load_model("m", headers=HTTP_AUTH)
+        new = _pids(triton, 2)
+        assert new and not new & old and all(alive(pid, started_at(pid)) for pid in new)
+
+
+def slow_countdown(requests: List[Any]) -> Any:
+    """A decoupled model: four responses per request, 0.3 s apart."""
+    for step in range(4):
+        time.sleep(0.3)
+        yield [{"y": request_["x"] * step} for request_ in requests]
+
+
+def test_a_stream_open_across_an_unload_ends_its_request_and_is_refused_the_next_at_once() -> None:
+    """As tritonserver 2.51 (measured): the request streaming goes on to its last response; one sent on the same
+    stream after the unload's answer is refused at once, before that last response (it waited for it)."""
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8, decoupled=True)
+        triton.bind("steps", slow_countdown, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
+
+    with running_triton(bind) as triton:
+        events: List[Any] = []
+        first = threading.Event()
+
+        def callback(result: Any, error: Any) -> None:
+            events.append(error.message() if error is not None else result.as_numpy("y").tolist())
+            first.set()
+
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        client.start_stream(callback=callback)
+        tensor = grpcclient.InferInput("x", [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 1), np.float32))
+        client.async_stream_infer("steps", [tensor])
+        assert first.wait(30)
+        httpclient.InferenceServerClient(http_url(triton)).unload_model("steps", headers=HTTP_AUTH)
+        client.async_stream_infer("steps", [tensor])
+        client.stop_stream()  # returns once the stream has ended
+        refused = "Request for unknown model: 'steps' has no available versions"
+        assert [event for event in events if event != refused] == [[[0.0]], [[1.0]], [[2.0]], [[3.0]]]
+        assert events.count(refused) == 1 and events.index(refused) < events.index([[3.0]])

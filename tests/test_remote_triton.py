@@ -571,3 +571,23 @@ def test_nvidia_pytritons_simple_python_remote_mode_example_runs_unchanged(token
     assert lines and lines[-1] == expected, output
     for line in ("add: [[3.0], [5.0]]", "sub: [[-1.0], [-1.0]]", "mul: [[2.0], [6.0]]", "power: [[1.0], [8.0]]"):
         assert line in result.stdout, output
+
+
+def test_a_remote_model_unloaded_and_loaded_again_serves_on_its_process_with_fresh_statistics(server: Triton) -> None:
+    """Its instances live in the RemoteTriton's process, which an unload does not stop; a load then serves it
+    there again, its statistics started again as Triton's for a model loaded anew."""
+    with RemoteTriton(url=f"http://127.0.0.1:{server.http_port}") as remote:
+        remote.bind("double", doubled, **IO, config=UNBATCHED)
+        assert _infer(http_url(server), "double", np.array([1.0], np.float32)).tolist() == [2.0]
+        with httpclient.InferenceServerClient(http_url(server)) as client:
+            client.unload_model("double", headers=HTTP_AUTH)
+
+            def states() -> List[str]:
+                index = client.get_model_repository_index(headers=HTTP_AUTH)
+                return [entry["state"] for entry in index if entry["name"] == "double"]
+
+            assert _wait_until(lambda: states() == ["UNAVAILABLE"])
+            client.load_model("double", headers=HTTP_AUTH)
+            stats = client.get_inference_statistics("double", headers=HTTP_AUTH)["model_stats"][0]
+            assert stats["inference_count"] == 0
+            assert _infer(http_url(server), "double", np.array([3.0], np.float32)).tolist() == [6.0]

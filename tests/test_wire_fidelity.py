@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from typing import Any, Dict, Iterator, List
 
 import grpc
@@ -758,6 +759,10 @@ def test_the_http_repository_index_reads_its_body(triton: Triton) -> None:
     status, _, raw = request(triton.http_port, "POST", "/v2/repository/models/nobatch/unload", "", HTTP_AUTH)
     assert status == 200, raw
     try:
+        deadline = time.monotonic() + 10  # the unload answers at once, as Triton's: UNLOADING until it has ended
+        while '"UNLOADING"' in request(triton.http_port, "POST", index, "", HTTP_AUTH)[2].decode():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         listed = {}
         for body in ("", "[]", '{"ready": false}', '{"ready": true}'):
             status, _, raw = request(triton.http_port, "POST", index, body, HTTP_AUTH)

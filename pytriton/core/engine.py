@@ -70,6 +70,9 @@ class Engine:
         self._gone: Dict[str, Set[int]] = {}  # versions removed for good: the index shows them unloaded
         self._retiring: Dict[asyncio.Task[None], ServedModel] = {}  # replaced bindings finishing their requests
         self._repository_lock: Optional[asyncio.Lock] = None  # one load or unload at a time
+        self._unloading: Dict[str, asyncio.Task[None]] = {}  # unloads whose requests still finish, by model name
+        self._loading: Set[str] = set()  # models whose load waits for their unload to end
+        self._unloaded_with_step: Set[str] = set()  # ensembles unloaded with a step's model, until it loads
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
         self.system_memory = SystemSharedMemory()
@@ -231,7 +234,9 @@ class Engine:
     def repository(self) -> List[RepositoryEntry]:
         """The repository index: every model version bound, those removed for good shown unloaded, as Triton."""
         entries = [
-            RepositoryEntry(
+            RepositoryEntry(model.spec.name, model.spec.version_str, ModelState.LOADING.value, False, "")
+            if model.spec.name in self._loading
+            else RepositoryEntry(
                 model.spec.name,
                 model.spec.version_str,
                 model.state.value,
@@ -252,10 +257,15 @@ class Engine:
 
     @property
     def ready(self) -> bool:
-        """Server readiness: accepting requests and, with strict readiness, every model ready."""
+        """Server readiness: accepting requests and, with strict readiness, every model ready.
+
+        An unloaded model (UNAVAILABLE) does not count, as in Triton; one still unloading does (it is not ready).
+        """
         if not self.live or self.phase is not Phase.SERVING:
             return False
-        return not self._strict_readiness or all(model.ready for model in self.models())
+        if not self._strict_readiness:
+            return True
+        return all(model.ready for model in self.models() if model.state is not ModelState.UNAVAILABLE)
 
     def _lock(self) -> asyncio.Lock:
         """The lock that makes loads and unloads take turns (made on the loop: Python 3.9's binds one)."""
@@ -264,18 +274,55 @@ class Engine:
         return self._repository_lock
 
     async def unload(self, name: str) -> None:
-        """Stop serving a model: refuse new requests, let queued ones finish, then mark it unavailable.
+        """Stop serving a model: refuse its new requests and answer at once, as Triton does.
 
-        An unknown model is no error: Triton answers such an unload with success.
+        The model shows UNLOADING while its queued and running requests finish (in the background, up to 30 s),
+        then UNAVAILABLE; its instances then stop (threads, processes), unless a RemoteTriton bound them. A load
+        of the model waits for that. The ensembles with a step on the model are unloaded with it, as in Triton,
+        and first: they call it, so they drain before the answer. An unknown model is no error: Triton answers
+        such an unload with success.
         """
         async with self._lock():
-            # As Triton, the ensembles with a step on the model are unloaded with it (first: they call it).
-            dependents = [m for m in self.models() if _in_service(m) and steps_on(m.spec, name)]
-            for model in dependents + list(self._models.get(name, {}).values()):
+            self._unloaded_with_step.discard(name)
+            for model in [m for m in self.models() if _in_service(m) and steps_on(m.spec, name)]:
+                self._unloaded_with_step.add(model.spec.name)  # loaded again with the model, as in Triton
                 model.state = ModelState.UNLOADING
                 await self._changed()
                 await _drain(model, timeout_s=30.0)
                 model.state = ModelState.UNAVAILABLE
+            leaving = [model for model in self._models.get(name, {}).values() if _in_service(model)]
+            if not leaving:
+                return
+            for model in leaving:
+                model.scheduler.refuse()
+                idle = model.scheduler.open_requests == (0, 0)  # nothing to wait for: unloaded now
+                model.state = ModelState.UNAVAILABLE if idle else ModelState.UNLOADING
+            await self._changed()
+            task = asyncio.get_running_loop().create_task(self._finish_unload(leaving))
+            self._unloading[name] = task
+            task.add_done_callback(lambda done: self._unloaded(name, done))
+
+    async def _finish_unload(self, models: List[ServedModel]) -> None:
+        """Let unloaded versions finish their requests, then mark them unavailable and stop their instances.
+
+        Only instances a binder can start again stop (a load then binds new ones, with fresh statistics, as
+        Triton loads a new model); a RemoteTriton's stay.
+        """
+        for model in models:
+            await _drain(model, timeout_s=30.0)
+            model.state = ModelState.UNAVAILABLE
+        if self.models_changed is not None:
+            self.models_changed()
+        for model in models:
+            if self._bound[(model.spec.name, model.spec.version)][1] is not None:
+                await model.scheduler.close_instances()
+
+    def _unloaded(self, name: str, task: asyncio.Task[None]) -> None:
+        """An unload's drain ended: forget it (and log what it raised)."""
+        if self._unloading.get(name) is task:
+            del self._unloading[name]
+        if not task.cancelled() and task.exception() is not None:
+            LOGGER.warning("unloading model '%s' did not end cleanly: %s", name, task.exception())
 
     async def _changed(self) -> None:
         """Tell the frontend processes that the models changed; return once they know."""
@@ -311,7 +358,8 @@ class Engine:
     async def load(self, name: str, change: Optional[SpecChange] = None) -> None:
         """Serve a model again, with its config as bound or as a config override `change` makes it.
 
-        As Triton, a load without an override undoes an earlier one. A version whose spec changes is bound
+        A load without an override undoes an earlier one (Triton keeps it while the model's files are unchanged:
+        docs/binding_models.md says why not here). A version whose spec changes is bound
         again: new instances of the same callable, a new scheduler and fresh statistics; requests go to the
         new binding from now on, those it held finish on the old one, whose instances then stop.
 
@@ -320,40 +368,78 @@ class Engine:
                 model then goes on as it was.
         """
         async with self._lock():
-            versions = self._models.get(name)
-            if not versions:
-                raise InferenceError.internal(f"failed to load '{name}', failed to poll from model repository")
-            targets = []
-            for version in sorted(versions):
-                bound, binder = self._bound[(name, version)]
-                target = change(bound) if change is not None else bound
-                if target != versions[version].spec and bound.ensemble is not None:
-                    raise InferenceError.invalid(
-                        f"failed to load '{name}' version {version}: an ensemble takes no config override "
-                        "(bind it again with its new config)"
-                    )
-                if target != versions[version].spec and binder is None:
-                    raise InferenceError.invalid(
-                        f"failed to load '{name}' version {version}: it was bound by a RemoteTriton, whose "
-                        "instances cannot start again: it takes no config override"
-                    )
-                if target.ensemble is not None:
-                    try:
-                        target = check_ensemble(target, self)
-                    except ValueError as error:
-                        raise InferenceError.invalid(f"failed to load '{name}' version {version}: {error}") from None
-                targets.append((version, target, binder))
-            for version, target, binder in targets:
-                await self._load_version(versions, versions[version], target, binder)
+            self._unloaded_with_step.discard(name)
+            await self._load_one(name, change, ())
+            for ensemble in sorted(self._unloaded_with_step):  # as Triton, they come back with their steps
+                if all(self._in_service(step) for step in self._steps_of(ensemble)):
+                    self._unloaded_with_step.discard(ensemble)
+                    await self._load_one(ensemble, None, ())
             await self._changed()  # the frontend processes learn the new specs before the answer
+
+    def _in_service(self, name: str) -> bool:
+        """Whether some version of a model takes requests."""
+        return any(_in_service(model) for model in self._models.get(name, {}).values())
+
+    def _steps_of(self, name: str) -> Set[str]:
+        """The models an ensemble's steps run (none for a model that is no ensemble)."""
+        return {
+            step.model_name
+            for (bound_name, _), (spec, _) in self._bound.items()
+            if bound_name == name and spec.ensemble is not None
+            for step in spec.ensemble.steps
+        }
+
+    async def _load_one(self, name: str, change: Optional[SpecChange], outer: Tuple[str, ...]) -> None:
+        """`load` of one model, under the lock; an ensemble's unloaded step models first, as Triton loads them."""
+        unloading = self._unloading.get(name)
+        if unloading is not None:  # as Triton, a load waits for the unload's requests to finish
+            self._loading.add(name)  # meanwhile the index shows it LOADING, as Triton's
+            try:
+                await asyncio.shield(unloading)
+            finally:
+                self._loading.discard(name)
+        versions = self._models.get(name)
+        if not versions:
+            raise InferenceError.internal(f"failed to load '{name}', failed to poll from model repository")
+        for step in sorted(self._steps_of(name)):
+            if step in self._models and step not in outer and not self._in_service(step):
+                await self._load_one(step, None, (*outer, name))
+        targets = []
+        for version in sorted(versions):
+            bound, binder = self._bound[(name, version)]
+            target = change(bound) if change is not None else bound
+            if target != versions[version].spec and bound.ensemble is not None:
+                raise InferenceError.invalid(
+                    f"failed to load '{name}' version {version}: an ensemble takes no config override "
+                    "(bind it again with its new config)"
+                )
+            if target != versions[version].spec and binder is None:
+                raise InferenceError.invalid(
+                    f"failed to load '{name}' version {version}: it was bound by a RemoteTriton, whose "
+                    "instances cannot start again: it takes no config override"
+                )
+            if target.ensemble is not None:
+                try:
+                    target = check_ensemble(target, self)
+                except ValueError as error:
+                    raise InferenceError.invalid(f"failed to load '{name}' version {version}: {error}") from None
+            targets.append((version, target, binder))
+        for version, target, binder in targets:
+            await self._load_version(versions, versions[version], target, binder)
 
     async def _load_version(
         self, versions: Dict[int, ServedModel], model: ServedModel, spec: ModelSpec, binder: Optional[Binder]
     ) -> None:
-        """Serve one version with `spec`: as it is when unchanged, else on new instances from `binder`."""
-        if spec == model.spec or binder is None:
-            if model.state in _OUT_OF_SERVICE:
+        """Serve one version with `spec`: as it is when unchanged and served, else on new instances from `binder`.
+
+        An unloaded version's instances have stopped: it is bound again, with fresh statistics, as Triton loads
+        a new model. One without a binder (a RemoteTriton's) serves again on its instances, its statistics reset.
+        """
+        unloaded = model.state in _OUT_OF_SERVICE
+        if binder is None or (spec == model.spec and not unloaded):
+            if unloaded:
                 model.scheduler.resume()
+                model.stats.reset()
                 model.state = ModelState.READY
             return
         try:
@@ -368,12 +454,12 @@ class Engine:
         versions[spec.version] = replacement
         if self.rebound is not None:
             self.rebound()
+        if unloaded:  # its unload stopped its instances
+            LOGGER.info("model '%s' version %d loaded again", spec.name, spec.version)
+            return
         LOGGER.info("model '%s' version %d bound again with its config override", spec.name, spec.version)
-        if model.state in _OUT_OF_SERVICE:  # unloaded: nothing is left to finish
-            task = asyncio.get_running_loop().create_task(model.scheduler.close_instances())
-        else:
-            model.retire(replacement)
-            task = asyncio.get_running_loop().create_task(_retire(model))
+        model.retire(replacement)
+        task = asyncio.get_running_loop().create_task(_retire(model))
         self._retiring[task] = model
         task.add_done_callback(self._retired)
 
@@ -418,6 +504,7 @@ class Engine:
         `deadline` (time.monotonic(): the end of the server's stop) is when instance processes that were
         told to exit and have not are killed, if that comes before their usual grace is over.
         """
+        await asyncio.gather(*self._unloading.values(), return_exceptions=True)  # cut off: they end at once
         await asyncio.gather(*(model.scheduler.close_instances(deadline) for model in self._every_model()))
         for model in self.models():
             model.scheduler.failures.flush()

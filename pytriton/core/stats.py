@@ -112,13 +112,17 @@ class ModelStats:
 
     def __init__(self) -> None:
         """Start at zero."""
+        self.observers: List[StatsObserver] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Start again at zero (a model loaded again after an unload, as Triton's new model); observers stay."""
         self.inference_count = 0
         self.execution_count = 0
         self.last_inference_ms = 0
         self.inference: Dict[str, Duration] = {name: Duration() for name in INFERENCE_STAT_NAMES}
         self.batches: Dict[int, Dict[str, Duration]] = {}
         self.failures_by_reason: Dict[str, int] = {}
-        self.observers: List[StatsObserver] = []
         self.tokens = TokenStats()
         self._lone: Dict[int, Tuple[Duration, ...]] = {}  # record_lone_success's durations by rows
 

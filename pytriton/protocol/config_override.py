@@ -88,7 +88,8 @@ class ConfigOverride:
 
         Raises:
             InferenceError: INVALID_ARGUMENT, "failed to load 'm' version v: ...", naming the field that cannot
-                take the value asked for.
+                take the value asked for; INTERNAL, Triton's "failed to load 'm', failed to poll from model
+                repository: ..." for a value Triton's own config checks refuse.
         """
         failed = _Failure(bound)
         current = json_format.ParseDict(
@@ -121,7 +122,7 @@ class ConfigOverride:
             _check_batcher(batcher, max_batch_size, failed)
             refusal = batcher_refusal(bound.name, batcher)
             if refusal is not None:
-                raise failed(refusal)
+                raise failed.poll(refusal)
         if "instance_group" in self.named:
             changes["instance_count"] = _instance_count(self.config.instance_group, failed)
         if "parameters" in self.named:
@@ -143,7 +144,7 @@ class ConfigOverride:
         """The override's max_batch_size, which may not turn batching on or off (the inputs' shapes change)."""
         value = int(self.config.max_batch_size)
         if value < 0:
-            raise failed(f"'max_batch_size' must be >= 0, got {value}")
+            raise failed.poll(f"'max_batch_size' must be >= 0, got {value}")
         if (value == 0) != (bound.max_batch_size == 0):
             raise failed(
                 f"'max_batch_size' cannot change from {bound.max_batch_size} to {value}: batching on or off changes "
@@ -180,10 +181,18 @@ class _Failure:
     """Makes the error of an override that cannot apply to one model version."""
 
     def __init__(self, spec: ModelSpec) -> None:
+        self._name = spec.name
         self._prefix = f"failed to load '{spec.name}' version {spec.version}: "
 
     def __call__(self, detail: str) -> InferenceError:
         return InferenceError.invalid(self._prefix + detail)
+
+    def poll(self, detail: str) -> InferenceError:
+        """The error of a config Triton's own checks refuse as it polls the repository: 500 / INTERNAL.
+
+        tritonserver 2.51 (measured) writes the detail only to its log; here it follows, as for unreadable text.
+        """
+        return poll_failed(self._name, detail)
 
 
 def _field_bytes(config: Message, name: str) -> bytes:
@@ -225,7 +234,7 @@ def _queue_policy(message: Any, failed: _Failure) -> QueuePolicy:
     """A ModelQueuePolicy message as the engine's QueuePolicy."""
     action = model_config_pb2.ModelQueuePolicy.TimeoutAction.Name(message.timeout_action)
     if message.max_queue_size < 0:
-        raise failed(f"'max_queue_size' must be >= 0, got {message.max_queue_size}")
+        raise failed.poll(f"'max_queue_size' must be >= 0, got {message.max_queue_size}")
     return QueuePolicy(
         timeout_action=TimeoutAction(action),
         default_timeout_microseconds=int(message.default_timeout_microseconds),
@@ -238,16 +247,16 @@ def _check_batcher(batcher: DynamicBatcher, max_batch_size: int, failed: _Failur
     """Refuse dynamic batching settings Triton would refuse to load."""
     for size in batcher.preferred_batch_size or []:
         if not 0 < size <= max_batch_size:
-            raise failed(f"'preferred_batch_size' {size} must be between 1 and max_batch_size ({max_batch_size})")
+            raise failed.poll(f"'preferred_batch_size' {size} must be between 1 and max_batch_size ({max_batch_size})")
     if batcher.max_queue_delay_microseconds < 0:
-        raise failed("'max_queue_delay_microseconds' must be >= 0")
+        raise failed.poll("'max_queue_delay_microseconds' must be >= 0")
     if batcher.priority_levels < 0:
-        raise failed("'priority_levels' must be >= 0")
+        raise failed.poll("'priority_levels' must be >= 0")
     if batcher.priority_levels and not 1 <= batcher.default_priority_level <= batcher.priority_levels:
-        raise failed(f"'default_priority_level' must be between 1 and priority_levels ({batcher.priority_levels})")
+        raise failed.poll(f"'default_priority_level' must be between 1 and priority_levels ({batcher.priority_levels})")
     for level in batcher.priority_queue_policy or {}:
         if not 1 <= level <= batcher.priority_levels:
-            raise failed(f"'priority_queue_policy' level {level} is outside 1..priority_levels")
+            raise failed.poll(f"'priority_queue_policy' level {level} is outside 1..priority_levels")
 
 
 def _instance_count(groups: List[Any], failed: _Failure) -> int:

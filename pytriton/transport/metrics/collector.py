@@ -7,7 +7,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from pytriton.core.cache import ResponseCache
 from pytriton.core.engine import Engine
 from pytriton.core.errors import FailureReason
-from pytriton.core.model import ServedModel
+from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.stats import ModelStats, TokenStats
 from pytriton.options.openai import OpenAIChat, OpenAICompletions
 from pytriton.options.routes import CustomRoutes
@@ -158,12 +158,15 @@ def collect(
     for model in engine.models():
         labels: Labels = (("model", model.spec.name), ("version", model.spec.version_str))
         stats = model.stats
-        for name, help_text, read in _COUNTS:
+        unloaded = model.state is ModelState.UNAVAILABLE
+        for name, help_text, read in () if unloaded else _COUNTS:
             family(name, "counter", help_text).add(labels, read(stats))
         failures = family("nv_inference_request_failure", "counter", _FAILURE_HELP)
         for reason in (*FAILURE_REASONS, *sorted(set(stats.failures_by_reason) - set(FAILURE_REASONS))):
             # Labels sorted by name, as prometheus-cpp writes them for Triton.
             failures.add((labels[0], ("reason", reason), labels[1]), stats.failures_by_reason.get(reason, 0))
+        if unloaded:  # tritonserver 2.51 drops an unloaded model's series but its failure counters
+            continue
         family(
             "nv_inference_pending_request_count",
             "gauge",
