@@ -337,6 +337,33 @@ _UINT32_END = 2**32 - 1
 _INT32_MAX = 2**31 - 1
 
 
+def refuse_json_log_types(changes: Mapping[str, Any]) -> None:
+    """Refuse a log setting of the wrong JSON type as Triton's HTTP frontend does: 500, TritonJson's words.
+
+    Triton's HTTP handler reads each setting with TritonJson (`AsBool`, `AsUInt`, `AsString`), whose errors
+    are INTERNAL, so `{"log_info": "yes"}` is a 500 there, where its gRPC frontend answers 400 "expect boolean
+    for 'log_info'" (what `LogSettings.update` says). A non-null `log_file` is checked first (501), as there.
+    """
+    if changes.get("log_file") is not None:
+        return
+    for key, accepts, words in _JSON_LOG_TYPES:
+        value = changes.get(key)
+        if value is not None and not accepts(value):
+            raise InferenceError(Status.INTERNAL, f"attempt to access JSON {words}")
+
+
+def _is_json_uint(value: Any) -> bool:
+    """Whether TritonJson's AsUInt reads the JSON value: an integer (not a bool) from 0 to 2**64 - 1."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64
+
+
+_JSON_LOG_TYPES: Tuple[Tuple[str, Callable[[Any], bool], str], ...] = (
+    *((key, lambda value: isinstance(value, bool), "non-boolean as boolean") for key in _LOG_BOOLS),
+    ("log_verbose_level", _is_json_uint, "non-unsigned-integer as unsigned-integer"),
+    ("log_format", lambda value: isinstance(value, str), "non-string as string"),
+)
+
+
 class LogSettings:
     """Log settings of one server, applied to the `pytriton` logger when changed."""
 
