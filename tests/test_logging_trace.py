@@ -189,7 +189,7 @@ def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
     )
     status, document = post_json(port, "/v2/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_rate": "10"})
     assert status == 200 and document["trace_level"] == ["TIMESTAMPS"] and document["trace_rate"] == "10"
-    status, document = post_json(port, "/v2/models/identity/trace/setting", {"trace_rate": 3, "trace_count": "7"})
+    status, document = post_json(port, "/v2/models/identity/trace/setting", {"trace_rate": "3", "trace_count": "7"})
     assert status == 200 and (document["trace_rate"], document["trace_count"]) == ("3", "7")
     assert document["trace_level"] == ["TIMESTAMPS"]
     assert get_json(port, "/v2/models/other/trace/setting")[1]["trace_rate"] == "10"
@@ -205,6 +205,40 @@ def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
     assert post_json(port, "/v2/trace/setting", {"trace_level": ["OFF", "TIMESTAMPS"]})[0] == 400
     assert post_json(port, "/v2/trace/setting", {"trace_count": "-2"})[0] == 400
     assert request(port, "PUT", "/v2/trace/setting")[0] == 405
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "message"),
+    [
+        # tritonserver 2.51's HTTP frontend reads trace_level as an array of strings and the others as strings,
+        # in TritonJson, whose type errors are 500 / INTERNAL (probed against nvidia-pytriton 0.7).
+        ({"trace_rate": 5}, 500, "attempt to access JSON non-string as string"),
+        ({"log_frequency": ["1"]}, 500, "attempt to access JSON non-string as string"),
+        ({"trace_count": -1}, 500, "attempt to access JSON non-string as string"),
+        ({"trace_level": "TIMESTAMPS"}, 500, "attempt to access JSON non-array as array"),
+        ({"trace_level": [1]}, 500, "attempt to access JSON non-string as string"),
+        # field by field, each one's own checks before the next field is read; trace_file before all
+        ({"trace_count": 5, "trace_rate": "abc"}, 400, "Unable to parse 'trace_rate', got: abc"),
+        ({"trace_level": ["OFF", "OFF"], "trace_rate": 5}, 400, "Expect only one trace level 'OFF' is specified"),
+        ({"trace_rate": 5, "trace_file": None}, 501, "trace file location can not be updated through network protocol"),
+    ],
+)
+def test_trace_setting_endpoint_refuses_json_types(
+    start_triton: Callable[..., Triton], change: Any, status: int, message: str
+) -> None:
+    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+    for path in ("/v2/trace/setting", "/v2/models/identity/trace/setting"):
+        assert post_json(triton.http_port, path, change) == (status, {"error": message})
+        assert get_json(triton.http_port, path)[1]["trace_rate"] == "1000"
+
+
+def test_trace_setting_endpoint_ignores_an_empty_level(start_triton: Callable[..., Triton]) -> None:
+    # Triton's HTTP frontend changes nothing for `"trace_level": []` (its gRPC frontend clears the setting).
+    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False, trace_config=["triton,file=/nonexistent/t"])
+    path = "/v2/models/identity/trace/setting"
+    assert post_json(triton.http_port, path, {"trace_level": ["TIMESTAMPS"]})[1]["trace_level"] == ["TIMESTAMPS"]
+    assert post_json(triton.http_port, path, {"trace_level": []})[1]["trace_level"] == ["TIMESTAMPS"]
+    assert post_json(triton.http_port, path, {"trace_level": None})[1]["trace_level"] == ["OFF"]
 
 
 def test_trace_settings_over_clients(start_triton: Callable[..., Triton]) -> None:

@@ -349,7 +349,46 @@ def refuse_json_log_types(changes: Mapping[str, Any]) -> None:
     for key, accepts, words in _JSON_LOG_TYPES:
         value = changes.get(key)
         if value is not None and not accepts(value):
-            raise InferenceError(Status.INTERNAL, f"attempt to access JSON {words}")
+            raise _json_type_error(words)
+
+
+def trace_changes_from_json(changes: Mapping[str, Any]) -> Dict[str, Optional[List[str]]]:
+    """HTTP trace settings JSON -> `TraceSettings.update`'s lists, read as Triton's HTTP frontend reads them.
+
+    Triton reads `trace_level` as an array of strings and the other settings as strings (TritonJson: a value of
+    another type is 500, `attempt to access JSON non-string as string` for `{"trace_rate": 5}`), field by field
+    in `_TRACE_FIELDS` order, each field's own value checks before the next is read. An empty `trace_level`
+    array changes nothing, and keys it does not read are ignored. A `trace_file` key, whatever its value, is
+    passed on for `update` to refuse before anything else.
+    """
+    if "trace_file" in changes:
+        return {"trace_file": None}
+    result: Dict[str, Optional[List[str]]] = {}
+    for key in _TRACE_FIELDS:
+        if key not in changes:
+            continue
+        value = changes[key]
+        if value is None:
+            result[key] = None
+        elif key == "trace_level":
+            if not isinstance(value, list):
+                raise _json_type_error("non-array as array")
+            if not all(isinstance(item, str) for item in value):
+                raise _json_type_error("non-string as string")
+            if value:
+                _trace_level(value)
+                result[key] = value
+        elif isinstance(value, str):
+            _setting_int(key, [value])
+            result[key] = [value]
+        else:
+            raise _json_type_error("non-string as string")
+    return result
+
+
+def _json_type_error(words: str) -> InferenceError:
+    """TritonJson's refusal of a value of another JSON type: INTERNAL (500 over HTTP)."""
+    return InferenceError(Status.INTERNAL, f"attempt to access JSON {words}")
 
 
 def _is_json_uint(value: Any) -> bool:

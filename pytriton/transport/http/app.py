@@ -18,7 +18,7 @@ from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, T
 from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
-from pytriton.options.log_trace import ServerSettings, refuse_json_log_types
+from pytriton.options.log_trace import ServerSettings, refuse_json_log_types, trace_changes_from_json
 from pytriton.options.routes import CustomRoutes
 from pytriton.protocol import config_override, documents, json_text, openai_codec
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
@@ -443,7 +443,7 @@ class HttpFrontend:
             await send_json(send, 200, settings.log.document())
             return
         if changes:
-            settings.trace.update({key: _setting_values(value) for key, value in changes.items()}, model)
+            settings.trace.update(trace_changes_from_json(changes), model)
         await send_json(send, 200, settings.trace.document(model))
 
     def _forwarded_headers(self, headers: Dict[str, str]) -> Optional[Dict[str, str]]:
@@ -489,13 +489,6 @@ def _request_owned(parts: Sequence[Any], body: Body) -> bool:
     on its next call while a slow client still reads this response.
     """
     return unchanging(parts, body.obj if isinstance(body, memoryview) else body)
-
-
-def _setting_values(value: Any) -> Optional[List[str]]:
-    """A trace setting from JSON: null clears it, a list or a single value sets it."""
-    if value is None:
-        return None
-    return [str(item) for item in value] if isinstance(value, list) else [str(value)]
 
 
 def path_segments(scope: Scope) -> List[str]:
