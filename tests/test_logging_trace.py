@@ -232,6 +232,17 @@ def test_trace_setting_endpoint_refuses_json_types(
         assert get_json(triton.http_port, path)[1]["trace_rate"] == "1000"
 
 
+@pytest.mark.parametrize("body", [[1], 5, None, "x"])
+def test_settings_endpoints_find_no_setting_in_a_body_that_is_no_object(
+    start_triton: Callable[..., Triton], body: Any
+) -> None:
+    # Triton's HTTP frontend looks settings up with TritonJson's Find, which finds none there: a 200 that
+    # changes nothing (tritonserver 2.51, probed), where this server answered 400.
+    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+    for path in ("/v2/logging", "/v2/trace/setting", "/v2/models/identity/trace/setting"):
+        assert post_json(triton.http_port, path, body) == get_json(triton.http_port, path)
+
+
 def test_trace_setting_endpoint_ignores_an_empty_level(start_triton: Callable[..., Triton]) -> None:
     # Triton's HTTP frontend changes nothing for `"trace_level": []` (its gRPC frontend clears the setting).
     triton = start_triton(_bind, allow_grpc=False, allow_metrics=False, trace_config=["triton,file=/nonexistent/t"])

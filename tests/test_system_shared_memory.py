@@ -523,6 +523,34 @@ def test_regions_are_released_on_unregister_and_at_stop(segments: Tuple[Segment,
     assert _holds(target.key) == clients_own[1]  # stop() unmapped what was still registered
 
 
+_NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        # tritonserver 2.51's HTTP frontend finds no field in a body that is no object, and reads the fields
+        # with TritonJson: a value of the wrong type is its 500 (probed against nvidia-pytriton 0.7).
+        ("[1]", 400, "Shared memory register request has no 'key' field"),
+        ("null", 400, "Shared memory register request has no 'key' field"),
+        ('{"key": 5, "byte_size": 8}', 500, "attempt to access JSON non-string as string"),
+        ('{"key": "/k", "offset": "1", "byte_size": 8}', 500, _NOT_UINT),
+        ('{"key": "/k", "offset": null, "byte_size": 8}', 500, _NOT_UINT),
+        ('{"key": "/k", "offset": "1"}', 500, _NOT_UINT),
+        ('{"key": "/k"}', 400, "Shared memory register request has no 'byte_size' field"),
+        ('{"key": "/k", "byte_size": -1}', 500, _NOT_UINT),
+        ('{"key": "/k", "byte_size": 1.0}', 500, _NOT_UINT),
+        ('{"key": "/k", "byte_size": true}', 500, _NOT_UINT),
+    ],
+)
+def test_http_register_bodies_are_read_as_triton_reads_them(
+    triton: Triton, body: str, status: int, message: str
+) -> None:
+    path = "/v2/systemsharedmemory/region/r/register"
+    answer = request(triton.http_port or 0, "POST", path, body, HTTP_AUTH)
+    assert (answer[0], json.loads(answer[2])) == (status, {"error": message})
+
+
 def test_system_shared_memory_is_an_extension_of_the_server(triton: Triton) -> None:
     client = httpclient.InferenceServerClient(http_url(triton))
     assert "system_shared_memory" in client.get_server_metadata()["extensions"]

@@ -109,3 +109,19 @@ def callable_error(error: BaseException) -> InferenceError:
     """
     message = str(error)
     return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)
+
+
+def json_type_error(words: str) -> InferenceError:
+    """TritonJson's refusal of a JSON value of another type (`non-string as string`): INTERNAL, 500 over HTTP.
+
+    Triton's HTTP frontend reads many bodies' fields with TritonJson (`AsString`, `AsUInt`, `AsBool`) and
+    passes its errors on as they are.
+    """
+    return InferenceError(Status.INTERNAL, f"attempt to access JSON {words}")
+
+
+def json_uint(value: object) -> int:
+    """A JSON value read as TritonJson's `AsUInt` reads it: an integer (not a bool) from 0 to 2**64 - 1."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64:
+        return value
+    raise json_type_error("non-unsigned-integer as unsigned-integer")

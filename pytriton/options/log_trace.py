@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from pytriton.core.errors import InferenceError, Status
+from pytriton.core.errors import InferenceError, Status, json_type_error, json_uint
 from pytriton.exceptions import PyTritonValidationError
 
 LOGGER = logging.getLogger("pytriton")
@@ -349,7 +349,7 @@ def refuse_json_log_types(changes: Mapping[str, Any]) -> None:
     for key, accepts, words in _JSON_LOG_TYPES:
         value = changes.get(key)
         if value is not None and not accepts(value):
-            raise _json_type_error(words)
+            raise json_type_error(words)
 
 
 def trace_changes_from_json(changes: Mapping[str, Any]) -> Dict[str, Optional[List[str]]]:
@@ -372,9 +372,9 @@ def trace_changes_from_json(changes: Mapping[str, Any]) -> Dict[str, Optional[Li
             result[key] = None
         elif key == "trace_level":
             if not isinstance(value, list):
-                raise _json_type_error("non-array as array")
+                raise json_type_error("non-array as array")
             if not all(isinstance(item, str) for item in value):
-                raise _json_type_error("non-string as string")
+                raise json_type_error("non-string as string")
             if value:
                 _trace_level(value)
                 result[key] = value
@@ -382,18 +382,17 @@ def trace_changes_from_json(changes: Mapping[str, Any]) -> Dict[str, Optional[Li
             _setting_int(key, [value])
             result[key] = [value]
         else:
-            raise _json_type_error("non-string as string")
+            raise json_type_error("non-string as string")
     return result
 
 
-def _json_type_error(words: str) -> InferenceError:
-    """TritonJson's refusal of a value of another JSON type: INTERNAL (500 over HTTP)."""
-    return InferenceError(Status.INTERNAL, f"attempt to access JSON {words}")
-
-
 def _is_json_uint(value: Any) -> bool:
-    """Whether TritonJson's AsUInt reads the JSON value: an integer (not a bool) from 0 to 2**64 - 1."""
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64
+    """Whether TritonJson's AsUInt reads the JSON value."""
+    try:
+        json_uint(value)
+    except InferenceError:
+        return False
+    return True
 
 
 _JSON_LOG_TYPES: Tuple[Tuple[str, Callable[[Any], bool], str], ...] = (

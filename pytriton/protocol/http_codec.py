@@ -352,6 +352,19 @@ def parse_json_object(data: Body) -> Dict[str, Any]:
     return document
 
 
+def parse_json_members(data: Body) -> Dict[str, Any]:
+    """The members of a JSON body as Triton's handlers find them: a document that is no object has none.
+
+    Triton looks fields up with TritonJson's `Find`, which finds nothing in an array, a number or null, so
+    `[1]` posted to /v2/logging changes nothing and a register request of `5` has "no 'key' field".
+    """
+    try:
+        document = json_text.loads(data)
+    except json_text.JsonError as error:
+        raise InferenceError.invalid(f"failed to parse the request JSON buffer: {error}") from None
+    return document if isinstance(document, dict) else {}
+
+
 def json_object_field(value: Any, what: str, name: str = "") -> Dict[str, Any]:
     """An optional JSON object field: `what` (of the tensor `name`, when given) must be an object."""
     if value is None:

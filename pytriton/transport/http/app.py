@@ -26,7 +26,7 @@ from pytriton.protocol.http_codec import (
     Body,
     decode_infer_request,
     encode_infer_response,
-    parse_json_object,
+    parse_json_members,
 )
 from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.custom import serve_custom
@@ -436,7 +436,7 @@ class HttpFrontend:
         if model and not self._engine.model_ready(model):
             raise InferenceError.invalid(f"Request for unknown model : {model}")
         body = bytes(await read_body(receive, self._max_body_bytes)) if method == "POST" else b""
-        changes = parse_json_object(body) if body.strip() else {}
+        changes = parse_json_members(body) if body.strip() else {}
         if route == "logging":
             refuse_json_log_types(changes)
             settings.log.update(changes)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, json_type_error, json_uint
 from pytriton.core.shared_memory.system import SystemSharedMemory
-from pytriton.protocol.http_codec import Body, parse_json_object
-from pytriton.protocol.system_memory_codec import status_document, unsigned
+from pytriton.protocol.http_codec import Body, parse_json_members
+from pytriton.protocol.system_memory_codec import status_document
 from pytriton.transport.http.cuda_memory import match, method_of
 
 __all__ = ["answer", "match", "method_of"]  # the paths are the CUDA extension's: one matcher for both
@@ -25,12 +25,19 @@ def answer(regions: SystemSharedMemory, action: str, name: str, body: Body) -> O
 
 
 def _register_request(body: Body) -> Tuple[str, int, int]:
-    """(key, offset, byte size) of a POST .../register body: `{"key": ..., "offset": ..., "byte_size": ...}`."""
-    document = parse_json_object(body)
-    key = document.get("key")
-    if not isinstance(key, str):
+    """(key, offset, byte size) of a POST .../register body: `{"key": ..., "offset": ..., "byte_size": ...}`.
+
+    Read as Triton's HTTP frontend reads it, field by field: a missing `key` or `byte_size` is 400, a value of
+    the wrong JSON type (a `key` that is no string, an `offset` or `byte_size` that is no unsigned integer,
+    null included) TritonJson's 500.
+    """
+    document = parse_json_members(body)
+    if "key" not in document:
         raise InferenceError.invalid("Shared memory register request has no 'key' field")
-    byte_size = document.get("byte_size")
-    if byte_size is None:
+    key = document["key"]
+    if not isinstance(key, str):
+        raise json_type_error("non-string as string")
+    offset = json_uint(document["offset"]) if "offset" in document else 0
+    if "byte_size" not in document:
         raise InferenceError.invalid("Shared memory register request has no 'byte_size' field")
-    return key, unsigned("offset", document.get("offset", 0)), unsigned("byte_size", byte_size)
+    return key, offset, json_uint(document["byte_size"])
