@@ -188,6 +188,15 @@ def _http(server: Triton, method: str, path: str, body: Optional[Any] = None) ->
     return status, json.loads(answer) if answer else None
 
 
+_NO_RAW_HANDLE = {"error": "Shared memory register request has no 'raw_handle' field"}
+_NOT_STRING = {"error": "attempt to access JSON non-string as string"}
+
+
+def _no_member(name: str) -> Dict[str, str]:
+    """TritonJson's refusal of a member that is not there."""
+    return {"error": f"attempt to access non-existing object member '{name}'"}
+
+
 NO_GPU_HTTP = [
     ("GET", "/v2/cudasharedmemory/status", None, 200, []),
     (
@@ -219,6 +228,27 @@ NO_GPU_HTTP = [
         {"error": "Shared memory register request has no 'raw_handle' field"},
     ),
     ("POST", "/v2/cudasharedmemory/region/r/register", b"{not json", 400, None),
+    # tritonserver 2.51 (GPU build, probed) reads the fields with TritonJson: a body that is no object has none,
+    # a missing member or one of the wrong type is its 500.
+    ("POST", "/v2/cudasharedmemory/region/r/register", [1], 400, _NO_RAW_HANDLE),
+    ("POST", "/v2/cudasharedmemory/region/r/register", {"raw_handle": 5}, 500, _no_member("b64")),
+    ("POST", "/v2/cudasharedmemory/region/r/register", {"raw_handle": {}}, 500, _no_member("b64")),
+    ("POST", "/v2/cudasharedmemory/region/r/register", {"raw_handle": {"b64": 5}}, 500, _NOT_STRING),
+    ("POST", "/v2/cudasharedmemory/region/r/register", {"raw_handle": {"b64": "AAAA"}}, 500, _no_member("byte_size")),
+    (
+        "POST",
+        "/v2/cudasharedmemory/region/r/register",
+        {"raw_handle": {"b64": "AAAA"}, "byte_size": 8},
+        500,
+        _no_member("device_id"),
+    ),
+    (
+        "POST",
+        "/v2/cudasharedmemory/region/r/register",
+        {"raw_handle": {"b64": "AAAA"}, "byte_size": "8", "device_id": 0},
+        500,
+        {"error": "attempt to access JSON non-unsigned-integer as unsigned-integer"},
+    ),
     ("POST", "/v2/cudasharedmemory/region/r/unregister", None, 200, None),
     ("POST", "/v2/cudasharedmemory/unregister", None, 200, None),
     ("GET", "/v2/cudasharedmemory/region/r/register", None, 405, {"error": "Method Not Allowed"}),

@@ -8,28 +8,43 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, Status, json_type_error, json_uint
 from pytriton.core.shared_memory.cuda import CudaRegion
 from pytriton.core.shared_memory.cuda_runtime import IPC_HANDLE_BYTES
-from pytriton.protocol.http_codec import parse_json_object
+from pytriton.protocol.http_codec import parse_json_members
 
 
 def register_request(body: Union[bytes, bytearray, memoryview]) -> Tuple[bytes, int, int]:
-    """(raw handle, device id, byte size) of a POST .../register body: `{"raw_handle": {"b64": ...}, ...}`."""
-    document = parse_json_object(body)
-    raw_handle = document.get("raw_handle")
-    if raw_handle is None:
+    """(raw handle, device id, byte size) of a POST .../register body: `{"raw_handle": {"b64": ...}, ...}`.
+
+    Read as tritonserver 2.51's HTTP frontend reads it (built with GPU support), field by field with TritonJson:
+    no `raw_handle` is 400; `raw_handle.b64`, `byte_size` and `device_id` missing or of the wrong type are its
+    500s (`attempt to access non-existing object member 'b64'`); then the handle's base64 and size are checked.
+    A body that is no JSON object has no fields.
+    """
+    document = parse_json_members(body)
+    if "raw_handle" not in document:
         raise InferenceError.invalid("Shared memory register request has no 'raw_handle' field")
-    encoded = raw_handle.get("b64") if isinstance(raw_handle, dict) else None
+    raw_handle = document["raw_handle"]
+    encoded = _member(raw_handle, "b64")
     if not isinstance(encoded, str):
-        raise InferenceError.invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+        raise json_type_error("non-string as string")
+    byte_size = json_uint(_member(document, "byte_size"))
+    device_id = json_uint(_member(document, "device_id"))
     try:
         handle = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
         raise InferenceError.invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t") from None
     if len(handle) != IPC_HANDLE_BYTES:  # Triton's HTTP frontend checks the decoded size as it parses
         raise InferenceError.invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
-    return handle, _unsigned(document, "device_id"), _unsigned(document, "byte_size")
+    return handle, device_id, byte_size
+
+
+def _member(value: Any, name: str) -> Any:
+    """An object's member as TritonJson's `MemberAs...` finds it: INTERNAL where there is none."""
+    if not isinstance(value, dict) or name not in value:
+        raise InferenceError(Status.INTERNAL, f"attempt to access non-existing object member '{name}'")
+    return value[name]
 
 
 def status_document(regions: Sequence[CudaRegion]) -> List[Dict[str, Any]]:
@@ -44,11 +59,3 @@ def status_message(regions: Sequence[CudaRegion]) -> Any:
         status = response.regions[region.name]
         status.name, status.device_id, status.byte_size = region.name, region.device_id, region.byte_size
     return response
-
-
-def _unsigned(document: Dict[str, Any], field: str) -> int:
-    """A required non-negative integer field."""
-    value = document.get(field)
-    if type(value) is not int or value < 0:
-        raise InferenceError.invalid(f"Shared memory register request has no valid '{field}' field (unsigned integer)")
-    return value
