@@ -112,12 +112,13 @@ def callable_error(error: BaseException) -> InferenceError:
 
 
 def json_type_error(words: str) -> InferenceError:
-    """TritonJson's refusal of a JSON value of another type (`non-string as string`): INTERNAL, 500 over HTTP.
+    """TritonJson's refusal of a JSON value of another type (`non-string as string`), in its words.
 
     Triton's HTTP frontend reads many bodies' fields with TritonJson (`AsString`, `AsUInt`, `AsBool`) and
-    passes its errors on as they are.
+    answers its errors as 500 / INTERNAL; here they are the client's mistake, 400 / INVALID_ARGUMENT, as the
+    other JSON values of the wrong type (docs/migration.md lists where Triton blames the server).
     """
-    return InferenceError(Status.INTERNAL, f"attempt to access JSON {words}")
+    return InferenceError.invalid(f"attempt to access JSON {words}")
 
 
 def json_uint(value: object) -> int:

@@ -338,11 +338,12 @@ _INT32_MAX = 2**31 - 1
 
 
 def refuse_json_log_types(changes: Mapping[str, Any]) -> None:
-    """Refuse a log setting of the wrong JSON type as Triton's HTTP frontend does: 500, TritonJson's words.
+    """Refuse a log setting of the wrong JSON type in the words of Triton's HTTP frontend (TritonJson's).
 
-    Triton's HTTP handler reads each setting with TritonJson (`AsBool`, `AsUInt`, `AsString`), whose errors
-    are INTERNAL, so `{"log_info": "yes"}` is a 500 there, where its gRPC frontend answers 400 "expect boolean
-    for 'log_info'" (what `LogSettings.update` says). A non-null `log_file` is checked first (501), as there.
+    Triton's HTTP handler reads each setting with TritonJson (`AsBool`, `AsUInt`, `AsString`), so
+    `{"log_info": "yes"}` is `attempt to access JSON non-boolean as boolean` there (a 500; 400 here, as the
+    client's mistake), where its gRPC frontend says "expect boolean for 'log_info'" (what `LogSettings.update`
+    says). A non-null `log_file` is checked first (501), as there.
     """
     if changes.get("log_file") is not None:
         return
@@ -356,7 +357,8 @@ def trace_changes_from_json(changes: Mapping[str, Any]) -> Dict[str, Optional[Li
     """HTTP trace settings JSON -> `TraceSettings.update`'s lists, read as Triton's HTTP frontend reads them.
 
     Triton reads `trace_level` as an array of strings and the other settings as strings (TritonJson: a value of
-    another type is 500, `attempt to access JSON non-string as string` for `{"trace_rate": 5}`), field by field
+    another type is `attempt to access JSON non-string as string` for `{"trace_rate": 5}`, Triton's 500 and a
+    400 here), field by field
     in `_TRACE_FIELDS` order, each field's own value checks before the next is read. An empty `trace_level`
     array changes nothing, and keys it does not read are ignored. A `trace_file` key, whatever its value, is
     passed on for `update` to refuse before anything else.

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.errors import InferenceError, Status, json_type_error, json_uint
+from pytriton.core.errors import InferenceError, json_type_error, json_uint
 from pytriton.core.shared_memory.cuda import CudaRegion
 from pytriton.core.shared_memory.cuda_runtime import IPC_HANDLE_BYTES
 from pytriton.protocol.http_codec import parse_json_members
@@ -18,8 +18,9 @@ def register_request(body: Union[bytes, bytearray, memoryview]) -> Tuple[bytes, 
     """(raw handle, device id, byte size) of a POST .../register body: `{"raw_handle": {"b64": ...}, ...}`.
 
     Read as tritonserver 2.51's HTTP frontend reads it (built with GPU support), field by field with TritonJson:
-    no `raw_handle` is 400; `raw_handle.b64`, `byte_size` and `device_id` missing or of the wrong type are its
-    500s (`attempt to access non-existing object member 'b64'`); then the handle's base64 and size are checked.
+    no `raw_handle`, then `raw_handle.b64`, `byte_size` and `device_id` missing or of the wrong type, in its words
+    (`attempt to access non-existing object member 'b64'`; 400 here, its 500s there); then the handle's base64
+    and size are checked.
     A body that is no JSON object has no fields.
     """
     document = parse_json_members(body)
@@ -41,9 +42,9 @@ def register_request(body: Union[bytes, bytearray, memoryview]) -> Tuple[bytes, 
 
 
 def _member(value: Any, name: str) -> Any:
-    """An object's member as TritonJson's `MemberAs...` finds it: INTERNAL where there is none."""
+    """An object's member as TritonJson's `MemberAs...` finds it; its words where there is none (400; 500 there)."""
     if not isinstance(value, dict) or name not in value:
-        raise InferenceError(Status.INTERNAL, f"attempt to access non-existing object member '{name}'")
+        raise InferenceError.invalid(f"attempt to access non-existing object member '{name}'")
     return value[name]
 
 

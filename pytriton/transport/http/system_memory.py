@@ -27,9 +27,9 @@ def answer(regions: SystemSharedMemory, action: str, name: str, body: Body) -> O
 def _register_request(body: Body) -> Tuple[str, int, int]:
     """(key, offset, byte size) of a POST .../register body: `{"key": ..., "offset": ..., "byte_size": ...}`.
 
-    Read as Triton's HTTP frontend reads it, field by field: a missing `key` or `byte_size` is 400, a value of
-    the wrong JSON type (a `key` that is no string, an `offset` or `byte_size` that is no unsigned integer,
-    null included) TritonJson's 500.
+    Read as Triton's HTTP frontend reads it, field by field: a missing `key` or `byte_size`, then a value of the
+    wrong JSON type (a `key` that is no string, an `offset` or `byte_size` that is no unsigned integer, null
+    included) in TritonJson's words (400 here, Triton's 500).
     """
     document = parse_json_members(body)
     if "key" not in document:
