@@ -26,6 +26,8 @@ from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonValidatio
 from pytriton.instances import ProcessInstances
 from pytriton.metrics import Metric, MetricFamily
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.transport.metrics.custom import custom_families
+from pytriton.transport.metrics.exposition import render
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url, running_triton
 from tests.server_process import ROOT
@@ -257,6 +259,27 @@ def test_invalid_names_labels_and_kinds_are_refused_clearly() -> None:
     with pytest.raises(PyTritonValidationError, match="must have a str value"):
         family.Metric(labels={"a": 1})  # type: ignore[dict-item]
     assert MetricFamily("ns:with_colon", "colons are allowed", MetricFamily.GAUGE).name == "ns:with_colon"
+
+
+def test_updates_take_numbers_only_as_triton_does() -> None:
+    # pb_utils' increment/set/observe take a float (pybind11): a str or None is a TypeError there, and here a
+    # str set on a gauge was stored and broke every later scrape.
+    counter = MetricFamily("test_custom_numbers_counter", "c", MetricFamily.COUNTER).Metric()
+    gauge = MetricFamily("test_custom_numbers_gauge", "g", MetricFamily.GAUGE).Metric()
+    histogram = MetricFamily("test_custom_numbers_histogram", "h", MetricFamily.HISTOGRAM).Metric(buckets=[1.0])
+    for wrong in ("3", b"3", None, [1.0]):
+        for update in (counter.increment, gauge.increment, gauge.set, histogram.observe):
+            with pytest.raises(TypeError, match="takes a number"):
+                update(wrong)  # type: ignore[arg-type]
+    counter.increment(2)
+    counter.increment(np.float32(0.5))  # type: ignore[arg-type]
+    gauge.set(True)
+    gauge.increment(np.int64(2))  # type: ignore[arg-type]
+    histogram.observe(np.float64(0.5))  # type: ignore[arg-type]
+    assert (counter.value(), gauge.value()) == (2.5, 3.0)
+    text = render(custom_families(set())).decode()
+    assert "test_custom_numbers_gauge 3\n" in text
+    assert 'test_custom_numbers_histogram_bucket{le="1"} 1\n' in text
 
 
 def test_duplicate_families_and_metrics_are_the_same_ones() -> None:
