@@ -282,6 +282,43 @@ def test_updates_take_numbers_only_as_triton_does() -> None:
     assert 'test_custom_numbers_histogram_bucket{le="1"} 1\n' in text
 
 
+def test_values_help_and_family_order_as_tritonserver_writes_them() -> None:
+    # Read off tritonserver 2.51's /metrics for the same pb_utils calls (prometheus-cpp: `%.16g`, `Nan`, no HELP
+    # line for an empty description, counters then gauges then histograms then summaries).
+    written = {
+        3.0000000000000004: "3",
+        1e15: "1000000000000000",
+        123456789012345678.0: "1.234567890123457e+17",
+        -0.0: "-0",
+        float("nan"): "Nan",
+        2.0**53 + 2: "9007199254740994",
+        1e16: "1e+16",
+        1e-7: "1e-07",
+        1 / 3: "0.3333333333333333",
+        100.0: "100",
+    }
+    gauges = MetricFamily("test_custom_printed", "", MetricFamily.GAUGE)
+    for index, number in enumerate(written):
+        gauges.Metric(labels={"i": str(index)}).set(number)
+    histogram = MetricFamily("test_custom_printed_bounds", "bounds", MetricFamily.HISTOGRAM)
+    histogram.Metric(buckets=[0.1, 1e21]).observe(5)
+    counter = MetricFamily("test_custom_printed_made_last", "a counter", MetricFamily.COUNTER)
+    counter.Metric().increment(1)
+    with running_triton(lambda triton: _bind(triton, "printed", lambda requests: requests)) as triton:
+        text = scrape_text(triton)
+    for index, printed in enumerate(written.values()):
+        assert f'test_custom_printed{{i="{index}"}} {printed}\n' in text
+    assert "# HELP test_custom_printed " not in text
+    assert "# TYPE test_custom_printed gauge\n" in text
+    assert 'test_custom_printed_bounds_bucket{le="1e+21"} 1\n' in text
+    kinds = [line.split()[3] for line in text.splitlines() if line.startswith("# TYPE ")]
+    ranks = ["counter", "gauge", "histogram", "summary"]
+    assert [ranks.index(kind) for kind in kinds] == sorted(ranks.index(kind) for kind in kinds), kinds
+    names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert names.index("test_custom_printed_made_last") < names.index("nv_inference_pending_request_count")
+    assert names[:2] == ["nv_inference_request_success", "nv_inference_request_failure"]
+
+
 def test_duplicate_families_and_metrics_are_the_same_ones() -> None:
     first = MetricFamily("test_custom_dup", "first description", MetricFamily.COUNTER)
     second = MetricFamily("test_custom_dup", "second description", MetricFamily.COUNTER)
