@@ -46,6 +46,8 @@ class Metric:
         """Add `value` to a counter (never negative) or a gauge."""
         if self._kind == HISTOGRAM:
             self._refuse("increment")
+        if type(value) is not float:
+            value = self._number(value, "increment")
         if self._kind == COUNTER and value < 0:
             raise PyTritonValidationError(f"counter '{self._name}' cannot be incremented by a negative value ({value})")
         self._series.add(value)
@@ -54,12 +56,16 @@ class Metric:
         """Set a gauge to `value`."""
         if self._kind != GAUGE:
             self._refuse("set")
+        if type(value) is not float:
+            value = self._number(value, "set")
         self._series.set(value)
 
     def observe(self, value: float) -> None:
         """Count one observation of a histogram."""
         if self._kind != HISTOGRAM:
             self._refuse("observe")
+        if type(value) is not float:
+            value = self._number(value, "observe")
         self._series.observe(value)
 
     def value(self) -> float:
@@ -67,6 +73,13 @@ class Metric:
         if self._kind == HISTOGRAM:
             self._refuse("value")
         return float(self._series.value)
+
+    def _number(self, value: object, operation: str) -> float:
+        """`value` as a float, or TypeError where Triton's `pb_utils` refuses it too (a str, None, a list...)."""
+        kind = type(value)
+        if isinstance(value, (str, bytes)) or not (hasattr(kind, "__float__") or hasattr(kind, "__index__")):
+            raise TypeError(f"{operation}() of metric '{self._name}' takes a number, not {kind.__name__}")
+        return float(value)  # type: ignore[arg-type]
 
     def _refuse(self, operation: str) -> None:
         raise PyTritonInvalidOperationError(f"metric '{self._name}' is a {self._kind}: it has no {operation}()")

@@ -26,6 +26,8 @@ from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonValidatio
 from pytriton.instances import ProcessInstances
 from pytriton.metrics import Metric, MetricFamily
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.transport.metrics.custom import custom_families
+from pytriton.transport.metrics.exposition import render
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url, running_triton
 from tests.server_process import ROOT
@@ -257,6 +259,64 @@ def test_invalid_names_labels_and_kinds_are_refused_clearly() -> None:
     with pytest.raises(PyTritonValidationError, match="must have a str value"):
         family.Metric(labels={"a": 1})  # type: ignore[dict-item]
     assert MetricFamily("ns:with_colon", "colons are allowed", MetricFamily.GAUGE).name == "ns:with_colon"
+
+
+def test_updates_take_numbers_only_as_triton_does() -> None:
+    # pb_utils' increment/set/observe take a float (pybind11): a str or None is a TypeError there, and here a
+    # str set on a gauge was stored and broke every later scrape.
+    counter = MetricFamily("test_custom_numbers_counter", "c", MetricFamily.COUNTER).Metric()
+    gauge = MetricFamily("test_custom_numbers_gauge", "g", MetricFamily.GAUGE).Metric()
+    histogram = MetricFamily("test_custom_numbers_histogram", "h", MetricFamily.HISTOGRAM).Metric(buckets=[1.0])
+    for wrong in ("3", b"3", None, [1.0]):
+        for update in (counter.increment, gauge.increment, gauge.set, histogram.observe):
+            with pytest.raises(TypeError, match="takes a number"):
+                update(wrong)  # type: ignore[arg-type]
+    counter.increment(2)
+    counter.increment(np.float32(0.5))  # type: ignore[arg-type]
+    gauge.set(True)
+    gauge.increment(np.int64(2))  # type: ignore[arg-type]
+    histogram.observe(np.float64(0.5))  # type: ignore[arg-type]
+    assert (counter.value(), gauge.value()) == (2.5, 3.0)
+    text = render(custom_families(set())).decode()
+    assert "test_custom_numbers_gauge 3\n" in text
+    assert 'test_custom_numbers_histogram_bucket{le="1"} 1\n' in text
+
+
+def test_values_help_and_family_order_as_tritonserver_writes_them() -> None:
+    # Read off tritonserver 2.51's /metrics for the same pb_utils calls (prometheus-cpp: `%.16g`, `Nan`, no HELP
+    # line for an empty description, counters then gauges then histograms then summaries).
+    written = {
+        3.0000000000000004: "3",
+        1e15: "1000000000000000",
+        123456789012345678.0: "1.234567890123457e+17",
+        -0.0: "-0",
+        float("nan"): "Nan",
+        2.0**53 + 2: "9007199254740994",
+        1e16: "1e+16",
+        1e-7: "1e-07",
+        1 / 3: "0.3333333333333333",
+        100.0: "100",
+    }
+    gauges = MetricFamily("test_custom_printed", "", MetricFamily.GAUGE)
+    for index, number in enumerate(written):
+        gauges.Metric(labels={"i": str(index)}).set(number)
+    histogram = MetricFamily("test_custom_printed_bounds", "bounds", MetricFamily.HISTOGRAM)
+    histogram.Metric(buckets=[0.1, 1e21]).observe(5)
+    counter = MetricFamily("test_custom_printed_made_last", "a counter", MetricFamily.COUNTER)
+    counter.Metric().increment(1)
+    with running_triton(lambda triton: _bind(triton, "printed", lambda requests: requests)) as triton:
+        text = scrape_text(triton)
+    for index, printed in enumerate(written.values()):
+        assert f'test_custom_printed{{i="{index}"}} {printed}\n' in text
+    assert "# HELP test_custom_printed " not in text
+    assert "# TYPE test_custom_printed gauge\n" in text
+    assert 'test_custom_printed_bounds_bucket{le="1e+21"} 1\n' in text
+    kinds = [line.split()[3] for line in text.splitlines() if line.startswith("# TYPE ")]
+    ranks = ["counter", "gauge", "histogram", "summary"]
+    assert [ranks.index(kind) for kind in kinds] == sorted(ranks.index(kind) for kind in kinds), kinds
+    names = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert names.index("test_custom_printed_made_last") < names.index("nv_inference_pending_request_count")
+    assert names[:2] == ["nv_inference_request_success", "nv_inference_request_failure"]
 
 
 def test_duplicate_families_and_metrics_are_the_same_ones() -> None:

@@ -133,6 +133,7 @@ _SUMMARIES = (
         "Summary of cache miss counts/durations per model, in microseconds.",
     ),
 )
+_KIND_ORDER = {"counter": 0, "gauge": 1, "histogram": 2, "summary": 3}
 FAILURE_REASONS = tuple(reason.value for reason in FailureReason)
 _FAILURE_HELP = "Number of failed inference requests, all batch sizes"
 _ROUTE_HELP = "Number of requests answered by a custom route or mounted app, by route, method and status"
@@ -155,13 +156,15 @@ def collect(
             found = families[name] = Family(name, kind, help_text)
         return found
 
+    family(_COUNTS[0][0], "counter", _COUNTS[0][1])  # success, then failure: Triton's order (render drops empty ones)
+    family("nv_inference_request_failure", "counter", _FAILURE_HELP)
     for model in engine.models():
         labels: Labels = (("model", model.spec.name), ("version", model.spec.version_str))
         stats = model.stats
         unloaded = model.state is ModelState.UNAVAILABLE
+        failures = family("nv_inference_request_failure", "counter", _FAILURE_HELP)
         for name, help_text, read in () if unloaded else _COUNTS:
             family(name, "counter", help_text).add(labels, read(stats))
-        failures = family("nv_inference_request_failure", "counter", _FAILURE_HELP)
         for reason in (*FAILURE_REASONS, *sorted(set(stats.failures_by_reason) - set(FAILURE_REASONS))):
             # Labels sorted by name, as prometheus-cpp writes them for Triton.
             failures.add((labels[0], ("reason", reason), labels[1]), stats.failures_by_reason.get(reason, 0))
@@ -198,7 +201,17 @@ def collect(
     if engine.response_cache is not None:
         ordered.extend(_cache_families(engine.response_cache))
     ordered.extend(custom_families({family.name for family in ordered} | _OWN_NAMES))
+    ordered.sort(key=_kind_rank)  # stable: each kind's families in the order they were made
     return ordered
+
+
+def _kind_rank(family: Family) -> int:
+    """Where a family's kind comes on /metrics.
+
+    Triton's prometheus-cpp registry writes its counters first, then its gauges, histograms and summaries (so a
+    custom counter comes before the server's gauges).
+    """
+    return _KIND_ORDER.get(family.kind, len(_KIND_ORDER))
 
 
 def _add_latencies(

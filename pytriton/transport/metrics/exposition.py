@@ -8,6 +8,8 @@ from typing import Iterable, Iterator, List, Sequence, Tuple
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Labels = Tuple[Tuple[str, str], ...]
+# Integers below this print the same exactly and through `%.16g` (16 digits).
+_EXACT_INT = 10**16
 
 
 class Family:
@@ -39,7 +41,9 @@ def render(families: Iterable[Family]) -> bytes:
         body = list(family.lines())
         if not body:
             continue
-        out.append(f"# HELP {family.name} {_escape_help(family.help)}\n# TYPE {family.name} {family.kind}\n")
+        if family.help:  # prometheus-cpp writes no HELP line for an empty description (a custom family's)
+            out.append(f"# HELP {family.name} {_escape_help(family.help)}\n")
+        out.append(f"# TYPE {family.name} {family.kind}\n")
         out.extend(body)
     return "".join(out).encode()
 
@@ -57,16 +61,14 @@ def format_labels(labels: Sequence[Tuple[str, str]]) -> str:
 
 
 def format_value(value: float) -> str:
-    """A sample value: integers without a fraction, +Inf/-Inf/NaN spelled as Prometheus does."""
-    if isinstance(value, int):
+    """A sample value as prometheus-cpp writes Triton's: `%.16g` (`3`, `0.1`, `1e+16`, `-0`), `Nan`, `+Inf`, `-Inf`."""
+    if type(value) is int and -_EXACT_INT < value < _EXACT_INT:
         return str(value)
     if math.isnan(value):
-        return "NaN"
+        return "Nan"
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
-    if value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value)
+    return f"{value:.16g}"
 
 
 def _escape_label(value: str) -> str:

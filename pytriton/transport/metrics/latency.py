@@ -17,7 +17,7 @@ from typing import Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tu
 import numpy as np
 
 from pytriton.core.stats import ComputeTimes
-from pytriton.transport.metrics.exposition import Family, Labels, sample_line
+from pytriton.transport.metrics.exposition import Family, Labels, format_value, sample_line
 
 # Triton's default buckets of nv_inference_first_response_histogram_ms.
 FIRST_RESPONSE_BUCKETS_MS: Tuple[float, ...] = (100.0, 500.0, 2000.0, 5000.0)
@@ -244,4 +244,4 @@ def _bound_label(bound: float) -> str:
     """A bucket bound as its `le` label (`100`, `2.5`, `+Inf`)."""
     if math.isinf(bound):
         return "+Inf"
-    return str(int(bound)) if float(bound).is_integer() else repr(float(bound))
+    return format_value(float(bound))  # prometheus-cpp's `%.16g`: `100`, `2.5`, `1e+21`
