@@ -7,6 +7,7 @@ of a few hundred KiB while other clients wait.
 from __future__ import annotations
 
 import gc
+import socket
 import time
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -175,6 +176,47 @@ def test_a_stream_whose_client_left_lets_go_of_its_unsent_answers_without_the_cy
         while _answers_alive() > before and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _answers_alive() <= before
+    finally:
+        gc.enable()
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def http_triton() -> Iterator[Triton]:
+    with running_triton(_bind, allow_grpc=False, allow_metrics=False) as triton:
+        yield triton
+
+
+CUT_BODY_BYTES = 24 * 1024 * 1024 + 4 * 4321  # a length no other buffer of the test's process has
+
+
+def _cut_bodies_alive() -> int:
+    return sum(1 for thing in gc.get_objects() if isinstance(thing, memoryview) and thing.nbytes == CUT_BODY_BYTES)
+
+
+def test_an_http_client_that_leaves_mid_body_lets_go_of_its_body_without_the_cycle_collector(
+    http_triton: Triton,
+) -> None:
+    """A large body is read into one buffer of its declared length; a client that left part-way left that buffer
+    alive with its connection, in a reference cycle of the protocol's bound methods, until a full collection:
+    four such clients of 64 MiB bodies held 256 MiB. With the collector off, it must go when the client does."""
+    head = (
+        b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\n"
+        b"Content-Length: %d\r\n\r\n" % CUT_BODY_BYTES
+    )
+    gc.collect()
+    gc.disable()
+    client = socket.create_connection(("127.0.0.1", http_triton.http_port))
+    try:
+        client.sendall(head + bytes(1024 * 1024))
+        deadline = time.monotonic() + ANSWER_S
+        while _cut_bodies_alive() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _cut_bodies_alive() == 1, "the body was never read into its buffer: the test tests nothing"
+        client.close()
+        while _cut_bodies_alive() > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _cut_bodies_alive() == 0
     finally:
         gc.enable()
         client.close()
