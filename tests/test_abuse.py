@@ -7,7 +7,9 @@ of a few hundred KiB while other clients wait.
 from __future__ import annotations
 
 import gc
+import json
 import socket
+import threading
 import time
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -220,3 +222,117 @@ def test_an_http_client_that_leaves_mid_body_lets_go_of_its_body_without_the_cyc
     finally:
         gc.enable()
         client.close()
+
+
+HELD_INPUT_FLOATS = 3 * 1024 * 1024 // 4 + 4321  # inputs of a size no other buffer of the test's process has
+_release = threading.Event()
+_running = threading.Event()
+
+
+def _held(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Keeps its instance busy until released, so that the next requests wait in the queue."""
+    _running.set()
+    _release.wait(ANSWER_S)
+    return [{"OUTPUT_1": request["INPUT_1"][:, :1]} for request in requests]
+
+
+@pytest.fixture(scope="module")
+def busy() -> Iterator[Triton]:
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "held",
+            _held,
+            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8),
+        )
+
+    with running_triton(bind, allow_metrics=False) as triton:
+        yield triton
+
+
+def _views_alive(size: int) -> int:
+    return sum(1 for thing in gc.get_objects() if isinstance(thing, memoryview) and thing.nbytes == size)
+
+
+def _pending(triton: Triton) -> int:
+    return int(triton._runtime.engine.model("held").scheduler.pending)
+
+
+def _until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + ANSWER_S
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition(), what
+
+
+def _leave_while_queued(triton: Triton, send: Any, size: int) -> None:
+    """Keep the model busy, queue a request of large inputs, have its client leave; its inputs must go at once.
+
+    `send` sends the large request and returns a closer of its client; views of `size` bytes hold its inputs."""
+    _release.clear()
+    _running.clear()
+    gc.collect()
+    gc.disable()
+    blocker = H2Client(triton.grpc_port)
+    try:
+        blocker.handshake()
+        blocker.start_call(infer_request([1.0], model="held"))
+        _until(_running.is_set, "the model never ran")
+        leave = send()
+        _until(lambda: _pending(triton) == 1, "the request never waited in the queue: the test tests nothing")
+        assert _views_alive(size) >= 1, "the test tests nothing"
+        leave()
+        _until(lambda: _pending(triton) == 0, "the request stayed in the queue")
+        _until(lambda: _views_alive(size) == 0, "its inputs stayed alive")
+    finally:
+        gc.enable()
+        _release.set()
+        blocker.close()
+
+
+def test_an_http_request_whose_client_left_while_it_waited_lets_go_of_its_body_without_the_cycle_collector(
+    busy: Triton,
+) -> None:
+    """The queue's CANCELLED error, held by the request's future, had the handler's frames (its body) in its
+    traceback, and the frame of the model's infer held that future: four requests of 16 MiB whose clients left
+    held 256 MB until a full collection."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT_1",
+                    "datatype": "FP32",
+                    "shape": [1, HELD_INPUT_FLOATS],
+                    "parameters": {"binary_data_size": HELD_INPUT_FLOATS * 4},
+                }
+            ]
+        }
+    ).encode()
+    body = header + bytes(HELD_INPUT_FLOATS * 4)
+    head = (
+        b"POST /v2/models/held/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: %d\r\n"
+        b"Content-Length: %d\r\n\r\n" % (len(header), len(body))
+    )
+
+    def send() -> Any:
+        client = socket.create_connection(("127.0.0.1", busy.http_port))
+        client.sendall(head + body)
+        return client.close
+
+    _leave_while_queued(busy, send, len(body))
+
+
+def test_a_grpc_call_whose_client_left_while_it_waited_lets_go_of_its_request_without_the_cycle_collector(
+    busy: Triton,
+) -> None:
+    """A cancelled handler's task held its cancellation, whose traceback held the handler's frames (the request)
+    and the call, which holds the task: 16 calls of 3 MiB whose client left held 96 MB until a full collection."""
+
+    def send() -> Any:
+        client = H2Client(busy.grpc_port)
+        client.handshake()
+        client.start_call(infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model="held"))
+        return client.close
+
+    _leave_while_queued(busy, send, HELD_INPUT_FLOATS * 4)
