@@ -201,7 +201,7 @@ def test_an_http_client_that_leaves_mid_body_lets_go_of_its_body_without_the_cyc
 ) -> None:
     """A large body is read into one buffer of its declared length; a client that left part-way left that buffer
     alive with its connection, in a reference cycle of the protocol's bound methods, until a full collection:
-    four such clients of 64 MiB bodies held 256 MiB. With the collector off, it must go when the client does."""
+    four clients that sent half of a 64 MiB body held 128 MB. With the collector off, it must go with the client."""
     head = (
         b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\n"
         b"Content-Length: %d\r\n\r\n" % CUT_BODY_BYTES
