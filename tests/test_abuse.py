@@ -6,12 +6,14 @@ of a few hundred KiB while other clients wait.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
 import socket
 import threading
 import time
+import weakref
 from typing import Any, Dict, Iterator, List, Tuple
 
 import grpc
@@ -241,6 +243,15 @@ def _failing(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     raise ValueError("no")
 
 
+_stream_inputs: List[weakref.ref[np.ndarray]] = []  # the inputs the failing generator was given
+
+
+def _failing_stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    _stream_inputs.extend(weakref.ref(request["INPUT_1"]) for request in requests)
+    yield [{"OUTPUT_1": request["INPUT_1"][:, :1]} for request in requests]
+    raise ValueError("no more")
+
+
 @pytest.fixture(scope="module")
 def busy() -> Iterator[Triton]:
     def bind(triton: Triton) -> None:
@@ -257,6 +268,14 @@ def busy() -> Iterator[Triton]:
             [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
             [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
             config=ModelConfig(max_batch_size=8),
+        )
+
+        triton.bind(
+            "failing_stream",
+            _failing_stream,
+            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8, decoupled=True),
         )
 
     with running_triton(bind, allow_metrics=False) as triton:
@@ -355,6 +374,39 @@ def test_a_grpc_call_whose_client_left_while_it_waited_lets_go_of_its_request_wi
         return client.close
 
     _leave_while_queued(busy, send, HELD_INPUT_FLOATS * 4)
+
+
+@contextlib.contextmanager
+def _quiet_model_log() -> Iterator[None]:
+    """pytest's capture of a model's error log record would hold the error's traceback (and its frames)."""
+    model_log = logging.getLogger("pytriton.model")
+    level = model_log.level
+    model_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        model_log.setLevel(level)
+
+
+def test_a_decoupled_model_that_raised_lets_go_of_its_requests_without_the_cycle_collector(busy: Triton) -> None:
+    """The generator's error, raised from a local of the frame that takes its steps, held that frame in its own
+    traceback: a reference cycle that kept the batch's requests (their inputs) until a full collection."""
+    _stream_inputs.clear()
+    with _quiet_model_log():
+        gc.collect()
+        gc.disable()
+        client = H2Client(busy.grpc_port)
+        try:
+            client.handshake()
+            stream = client.new_stream()
+            client.send_headers(stream, request_headers(path=STREAM_INFER))
+            request = infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model="failing_stream")
+            client.send_data(stream, grpc_message(request), end_stream=True)
+            _until(lambda: bool(_stream_inputs), "the model never ran: the test tests nothing")
+            _until(lambda: all(alive() is None for alive in _stream_inputs), "its inputs stayed alive")
+        finally:
+            gc.enable()
+            client.close()
 
 
 def test_an_http_request_that_failed_lets_go_of_its_body_without_the_cycle_collector(busy: Triton) -> None:
