@@ -252,6 +252,11 @@ def _failing_stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]
     raise ValueError("no more")
 
 
+def _failing_text(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    yield [{"text_output": np.array([[b"a"]], dtype=object)} for _ in requests]
+    raise ValueError("no more")
+
+
 @pytest.fixture(scope="module")
 def busy() -> Iterator[Triton]:
     def bind(triton: Triton) -> None:
@@ -276,6 +281,14 @@ def busy() -> Iterator[Triton]:
             [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
             [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
             config=ModelConfig(max_batch_size=8, decoupled=True),
+        )
+
+        triton.bind(
+            "failing_text",
+            _failing_text,
+            [Tensor(name="text_input", dtype=bytes, shape=(1,))],
+            [Tensor(name="text_output", dtype=bytes, shape=(1,))],
+            config=ModelConfig(decoupled=True),
         )
 
     with running_triton(bind, allow_metrics=False) as triton:
@@ -429,3 +442,27 @@ def test_an_http_request_that_failed_lets_go_of_its_body_without_the_cycle_colle
         gc.enable()
         model_log.setLevel(level)
         client.close()
+
+
+def test_a_generate_stream_that_failed_lets_go_of_its_body_without_the_cycle_collector(busy: Triton) -> None:
+    """The stream's error, raised from a local of the frame that yields its responses, held that frame in its own
+    traceback: a reference cycle that kept the handler's frames (its request's body) until a full collection."""
+    body = json.dumps({"text_input": "x" * (HELD_INPUT_FLOATS * 4)}).encode()
+    head = b"POST /v2/models/failing_text/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with _quiet_model_log():
+        gc.collect()
+        gc.disable()
+        client = socket.create_connection(("127.0.0.1", busy.http_port))
+        try:
+            client.sendall(head + body)
+            client.settimeout(ANSWER_S)
+            answer = b""
+            while not answer.endswith(b"\r\n0\r\n\r\n"):
+                part = client.recv(65536)
+                assert part, answer
+                answer += part
+            assert b'data: {"error":' in answer, "the stream did not fail: the test tests nothing"
+            _until(lambda: _views_alive(len(body)) == 0, "its body stayed alive")
+        finally:
+            gc.enable()
+            client.close()
