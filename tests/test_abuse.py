@@ -21,12 +21,14 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
 from pytriton.protocol.grpc_codec import EncodedResponse
+from pytriton.proxy.types import Request
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import running_triton
-from tests.h2_wire import H2Client, grpc_message, infer_request, request_headers
+from tests.h2_wire import END_STREAM, H2Client, grpc_message, infer_request, request_headers
 
 STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 SETTINGS_INITIAL_WINDOW_SIZE = 4
@@ -463,6 +465,54 @@ def test_a_generate_stream_that_failed_lets_go_of_its_body_without_the_cycle_col
                 answer += part
             assert b'data: {"error":' in answer, "the stream did not fail: the test tests nothing"
             _until(lambda: _views_alive(len(body)) == 0, "its body stayed alive")
+        finally:
+            gc.enable()
+            client.close()
+
+
+def _failing_stream_in_a_process(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    yield [{"OUTPUT_1": request["INPUT_1"][:, :1]} for request in requests]
+    raise ValueError("no more")
+
+
+@pytest.fixture(scope="module")
+def in_processes() -> Iterator[Triton]:
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "failing_stream",
+            ProcessInstances(_failing_stream_in_a_process),
+            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8, decoupled=True),
+        )
+
+    with running_triton(bind, allow_http=False, allow_metrics=False) as triton:
+        yield triton
+
+
+def _requests_alive() -> int:
+    return sum(1 for thing in gc.get_objects() if isinstance(thing, Request))
+
+
+def test_a_decoupled_model_in_a_process_that_raised_lets_go_of_its_requests_without_the_cycle_collector(
+    in_processes: Triton,
+) -> None:
+    """As in the server's own process: the error its instance process sent back, raised from a local of the frame
+    that takes the steps, held that frame (and so the batch's requests) in a reference cycle."""
+    with _quiet_model_log():
+        gc.collect()
+        before = _requests_alive()
+        gc.disable()
+        client = H2Client(in_processes.grpc_port)
+        try:
+            client.handshake()
+            stream = client.new_stream()
+            client.send_headers(stream, request_headers(path=STREAM_INFER))
+            request = infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model="failing_stream")
+            client.send_data(stream, grpc_message(request), end_stream=True)
+            trailers = client.wait_for(lambda frame: frame.stream == stream and frame.has(END_STREAM), timeout=ANSWER_S)
+            assert trailers is not None
+            _until(lambda: _requests_alive() <= before, "its requests stayed alive")
         finally:
             gc.enable()
             client.close()
