@@ -23,6 +23,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.openai import OpenAIChat
 from pytriton.options.limits import ServerLimits
 from pytriton.protocol.grpc_codec import EncodedResponse
 from pytriton.proxy.types import Request
@@ -259,6 +260,11 @@ def _failing_text(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
     raise ValueError("no more")
 
 
+def _failing_chat(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    raise ValueError("no words")
+    yield []  # a generator
+
+
 @pytest.fixture(scope="module")
 def busy() -> Iterator[Triton]:
     def bind(triton: Triton) -> None:
@@ -291,6 +297,15 @@ def busy() -> Iterator[Triton]:
             [Tensor(name="text_input", dtype=bytes, shape=(1,))],
             [Tensor(name="text_output", dtype=bytes, shape=(1,))],
             config=ModelConfig(decoupled=True),
+        )
+
+        triton.bind(
+            "failing_chat",
+            _failing_chat,
+            [Tensor(name="text_input", dtype=bytes, shape=(1,))],
+            [Tensor(name="text_output", dtype=bytes, shape=(1,))],
+            config=ModelConfig(decoupled=True),
+            openai=OpenAIChat(),
         )
 
     with running_triton(bind, allow_metrics=False) as triton:
@@ -513,6 +528,43 @@ def test_a_decoupled_model_in_a_process_that_raised_lets_go_of_its_requests_with
             trailers = client.wait_for(lambda frame: frame.stream == stream and frame.has(END_STREAM), timeout=ANSWER_S)
             assert trailers is not None
             _until(lambda: _requests_alive() <= before, "its requests stayed alive")
+        finally:
+            gc.enable()
+            client.close()
+
+
+CHAT_CONTENT_CHARS = HELD_INPUT_FLOATS * 4
+
+
+def _chat_messages_alive() -> int:
+    """Lists that hold the chat's content or its prompt (a str at least that long), as the handler's do."""
+    return sum(
+        1
+        for thing in gc.get_objects()
+        if isinstance(thing, list) and any(isinstance(item, str) and len(item) >= CHAT_CONTENT_CHARS for item in thing)
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_an_openai_chat_that_failed_lets_go_of_its_request_without_the_cycle_collector(
+    busy: Triton, stream: bool
+) -> None:
+    """Whole: the failed generation's task, the last of a loop variable of the frame that raised its error, held
+    that error; streamed: the error was raised from a local. Either way a reference cycle kept the handler's frames
+    (the request and its prompt) until a full collection: six failed chats of 16 MiB held 192 MB."""
+    body = json.dumps(
+        {"model": "failing_chat", "stream": stream, "messages": [{"role": "user", "content": "x" * CHAT_CONTENT_CHARS}]}
+    ).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with _quiet_model_log():
+        gc.collect()
+        gc.disable()
+        client = socket.create_connection(("127.0.0.1", busy.http_port))
+        try:
+            client.sendall(head + body)
+            client.settimeout(ANSWER_S)
+            assert client.recv(1024).startswith(b"HTTP/1.1 500 "), "the chat did not fail: the test tests nothing"
+            _until(lambda: _chat_messages_alive() == 0, "its request stayed alive")
         finally:
             gc.enable()
             client.close()
