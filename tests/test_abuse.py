@@ -6,8 +6,14 @@ of a few hundred KiB while other clients wait.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import json
+import logging
+import socket
+import threading
 import time
+import weakref
 from typing import Any, Dict, Iterator, List, Tuple
 
 import grpc
@@ -15,12 +21,15 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.openai import OpenAIChat
 from pytriton.options.limits import ServerLimits
 from pytriton.protocol.grpc_codec import EncodedResponse
+from pytriton.proxy.types import Request
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import running_triton
-from tests.h2_wire import H2Client, grpc_message, infer_request, request_headers
+from tests.h2_wire import END_STREAM, H2Client, grpc_message, infer_request, request_headers
 
 STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 SETTINGS_INITIAL_WINDOW_SIZE = 4
@@ -178,3 +187,384 @@ def test_a_stream_whose_client_left_lets_go_of_its_unsent_answers_without_the_cy
     finally:
         gc.enable()
         client.close()
+
+
+@pytest.fixture(scope="module")
+def http_triton() -> Iterator[Triton]:
+    with running_triton(_bind, allow_grpc=False, allow_metrics=False) as triton:
+        yield triton
+
+
+CUT_BODY_BYTES = 24 * 1024 * 1024 + 4 * 4321  # a length no other buffer of the test's process has
+
+
+def _cut_bodies_alive() -> int:
+    return sum(1 for thing in gc.get_objects() if isinstance(thing, memoryview) and thing.nbytes == CUT_BODY_BYTES)
+
+
+def test_an_http_client_that_leaves_mid_body_lets_go_of_its_body_without_the_cycle_collector(
+    http_triton: Triton,
+) -> None:
+    """A large body is read into one buffer of its declared length; a client that left part-way left that buffer
+    alive with its connection, in a reference cycle of the protocol's bound methods, until a full collection:
+    four clients that sent half of a 64 MiB body held 128 MB. With the collector off, it must go with the client."""
+    head = (
+        b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\n"
+        b"Content-Length: %d\r\n\r\n" % CUT_BODY_BYTES
+    )
+    gc.collect()
+    gc.disable()
+    client = socket.create_connection(("127.0.0.1", http_triton.http_port))
+    try:
+        client.sendall(head + bytes(1024 * 1024))
+        deadline = time.monotonic() + ANSWER_S
+        while _cut_bodies_alive() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _cut_bodies_alive() == 1, "the body was never read into its buffer: the test tests nothing"
+        client.close()
+        while _cut_bodies_alive() > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _cut_bodies_alive() == 0
+    finally:
+        gc.enable()
+        client.close()
+
+
+HELD_INPUT_FLOATS = 3 * 1024 * 1024 // 4 + 4321  # inputs of a size no other buffer of the test's process has
+_release = threading.Event()
+_running = threading.Event()
+
+
+def _held(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Keeps its instance busy until released, so that the next requests wait in the queue."""
+    _running.set()
+    _release.wait(ANSWER_S)
+    return [{"OUTPUT_1": request["INPUT_1"][:, :1]} for request in requests]
+
+
+def _failing(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    raise ValueError("no")
+
+
+_stream_inputs: List[weakref.ref[np.ndarray]] = []  # the inputs the failing generator was given
+
+
+def _failing_stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    _stream_inputs.extend(weakref.ref(request["INPUT_1"]) for request in requests)
+    yield [{"OUTPUT_1": request["INPUT_1"][:, :1]} for request in requests]
+    raise ValueError("no more")
+
+
+def _failing_text(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    yield [{"text_output": np.array([[b"a"]], dtype=object)} for _ in requests]
+    raise ValueError("no more")
+
+
+def _failing_chat(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    raise ValueError("no words")
+    yield []  # a generator
+
+
+@pytest.fixture(scope="module")
+def busy() -> Iterator[Triton]:
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "held",
+            _held,
+            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8),
+        )
+        triton.bind(
+            "failing",
+            _failing,
+            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8),
+        )
+
+        triton.bind(
+            "failing_stream",
+            _failing_stream,
+            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8, decoupled=True),
+        )
+
+        triton.bind(
+            "failing_text",
+            _failing_text,
+            [Tensor(name="text_input", dtype=bytes, shape=(1,))],
+            [Tensor(name="text_output", dtype=bytes, shape=(1,))],
+            config=ModelConfig(decoupled=True),
+        )
+
+        triton.bind(
+            "failing_chat",
+            _failing_chat,
+            [Tensor(name="text_input", dtype=bytes, shape=(1,))],
+            [Tensor(name="text_output", dtype=bytes, shape=(1,))],
+            config=ModelConfig(decoupled=True),
+            openai=OpenAIChat(),
+        )
+
+    with running_triton(bind, allow_metrics=False) as triton:
+        yield triton
+
+
+def _views_alive(size: int) -> int:
+    return sum(1 for thing in gc.get_objects() if isinstance(thing, memoryview) and thing.nbytes == size)
+
+
+def _pending(triton: Triton) -> int:
+    return int(triton._runtime.engine.model("held").scheduler.pending)
+
+
+def _until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + ANSWER_S
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition(), what
+
+
+def _leave_while_queued(triton: Triton, send: Any, size: int) -> None:
+    """Keep the model busy, queue a request of large inputs, have its client leave; its inputs must go at once.
+
+    `send` sends the large request and returns a closer of its client; views of `size` bytes hold its inputs."""
+    _release.clear()
+    _running.clear()
+    gc.collect()
+    gc.disable()
+    blocker = H2Client(triton.grpc_port)
+    try:
+        blocker.handshake()
+        blocker.start_call(infer_request([1.0], model="held"))
+        _until(_running.is_set, "the model never ran")
+        leave = send()
+        _until(lambda: _pending(triton) == 1, "the request never waited in the queue: the test tests nothing")
+        assert _views_alive(size) >= 1, "the test tests nothing"
+        leave()
+        _until(lambda: _pending(triton) == 0, "the request stayed in the queue")
+        _until(lambda: _views_alive(size) == 0, "its inputs stayed alive")
+    finally:
+        gc.enable()
+        _release.set()
+        blocker.close()
+
+
+def _held_http_request(model: str) -> Tuple[bytes, bytes]:
+    """The head and body of an HTTP request of HELD_INPUT_FLOATS inputs (binary) for `model`."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT_1",
+                    "datatype": "FP32",
+                    "shape": [1, HELD_INPUT_FLOATS],
+                    "parameters": {"binary_data_size": HELD_INPUT_FLOATS * 4},
+                }
+            ]
+        }
+    ).encode()
+    body = header + bytes(HELD_INPUT_FLOATS * 4)
+    head = (
+        b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: %d\r\n"
+        b"Content-Length: %d\r\n\r\n" % (model.encode(), len(header), len(body))
+    )
+
+    return head, body
+
+
+def test_an_http_request_whose_client_left_while_it_waited_lets_go_of_its_body_without_the_cycle_collector(
+    busy: Triton,
+) -> None:
+    """The queue's CANCELLED error, held by the request's future, had the handler's frames (its body) in its
+    traceback, and the frame of the model's infer held that future: four requests of 16 MiB whose clients left
+    held 256 MB until a full collection."""
+    head, body = _held_http_request("held")
+
+    def send() -> Any:
+        client = socket.create_connection(("127.0.0.1", busy.http_port))
+        client.sendall(head + body)
+        return client.close
+
+    _leave_while_queued(busy, send, len(body))
+
+
+def test_a_grpc_call_whose_client_left_while_it_waited_lets_go_of_its_request_without_the_cycle_collector(
+    busy: Triton,
+) -> None:
+    """A cancelled handler's task held its cancellation, whose traceback held the handler's frames (the request)
+    and the call, which holds the task: 16 calls of 3 MiB whose client left held 96 MB until a full collection."""
+
+    def send() -> Any:
+        client = H2Client(busy.grpc_port)
+        client.handshake()
+        client.start_call(infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model="held"))
+        return client.close
+
+    _leave_while_queued(busy, send, HELD_INPUT_FLOATS * 4)
+
+
+@contextlib.contextmanager
+def _quiet_model_log() -> Iterator[None]:
+    """pytest's capture of a model's error log record would hold the error's traceback (and its frames)."""
+    model_log = logging.getLogger("pytriton.model")
+    level = model_log.level
+    model_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        model_log.setLevel(level)
+
+
+def test_a_decoupled_model_that_raised_lets_go_of_its_requests_without_the_cycle_collector(busy: Triton) -> None:
+    """The generator's error, raised from a local of the frame that takes its steps, held that frame in its own
+    traceback: a reference cycle that kept the batch's requests (their inputs) until a full collection."""
+    _stream_inputs.clear()
+    with _quiet_model_log():
+        gc.collect()
+        gc.disable()
+        client = H2Client(busy.grpc_port)
+        try:
+            client.handshake()
+            stream = client.new_stream()
+            client.send_headers(stream, request_headers(path=STREAM_INFER))
+            request = infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model="failing_stream")
+            client.send_data(stream, grpc_message(request), end_stream=True)
+            _until(lambda: bool(_stream_inputs), "the model never ran: the test tests nothing")
+            _until(lambda: all(alive() is None for alive in _stream_inputs), "its inputs stayed alive")
+        finally:
+            gc.enable()
+            client.close()
+
+
+def test_an_http_request_that_failed_lets_go_of_its_body_without_the_cycle_collector(busy: Triton) -> None:
+    """The failed call's future held the callable's error, whose traceback held the scheduler's frame, which held
+    that future and the batch (and so, through its requests' answers, their handlers' frames): 12 failed requests
+    of 16 MiB held 192 MB until a full collection, with clients that read their answers."""
+    head, body = _held_http_request("failing")
+    model_log = logging.getLogger("pytriton.model")
+    level = model_log.level
+    model_log.setLevel(logging.CRITICAL)  # pytest's capture of the error's log record would hold its traceback
+    gc.collect()
+    gc.disable()
+    client = socket.create_connection(("127.0.0.1", busy.http_port))
+    try:
+        client.sendall(head + body)
+        client.settimeout(ANSWER_S)
+        assert client.recv(1024).startswith(b"HTTP/1.1 500 "), "the request did not fail: the test tests nothing"
+        _until(lambda: _views_alive(len(body)) == 0, "its body stayed alive")
+    finally:
+        gc.enable()
+        model_log.setLevel(level)
+        client.close()
+
+
+def test_a_generate_stream_that_failed_lets_go_of_its_body_without_the_cycle_collector(busy: Triton) -> None:
+    """The stream's error, raised from a local of the frame that yields its responses, held that frame in its own
+    traceback: a reference cycle that kept the handler's frames (its request's body) until a full collection."""
+    body = json.dumps({"text_input": "x" * (HELD_INPUT_FLOATS * 4)}).encode()
+    head = b"POST /v2/models/failing_text/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with _quiet_model_log():
+        gc.collect()
+        gc.disable()
+        client = socket.create_connection(("127.0.0.1", busy.http_port))
+        try:
+            client.sendall(head + body)
+            client.settimeout(ANSWER_S)
+            answer = b""
+            while not answer.endswith(b"\r\n0\r\n\r\n"):
+                part = client.recv(65536)
+                assert part, answer
+                answer += part
+            assert b'data: {"error":' in answer, "the stream did not fail: the test tests nothing"
+            _until(lambda: _views_alive(len(body)) == 0, "its body stayed alive")
+        finally:
+            gc.enable()
+            client.close()
+
+
+def _failing_stream_in_a_process(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    yield [{"OUTPUT_1": request["INPUT_1"][:, :1]} for request in requests]
+    raise ValueError("no more")
+
+
+@pytest.fixture(scope="module")
+def in_processes() -> Iterator[Triton]:
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "failing_stream",
+            ProcessInstances(_failing_stream_in_a_process),
+            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
+            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8, decoupled=True),
+        )
+
+    with running_triton(bind, allow_http=False, allow_metrics=False) as triton:
+        yield triton
+
+
+def _requests_alive() -> int:
+    return sum(1 for thing in gc.get_objects() if isinstance(thing, Request))
+
+
+def test_a_decoupled_model_in_a_process_that_raised_lets_go_of_its_requests_without_the_cycle_collector(
+    in_processes: Triton,
+) -> None:
+    """As in the server's own process: the error its instance process sent back, raised from a local of the frame
+    that takes the steps, held that frame (and so the batch's requests) in a reference cycle."""
+    with _quiet_model_log():
+        gc.collect()
+        before = _requests_alive()
+        gc.disable()
+        client = H2Client(in_processes.grpc_port)
+        try:
+            client.handshake()
+            stream = client.new_stream()
+            client.send_headers(stream, request_headers(path=STREAM_INFER))
+            request = infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model="failing_stream")
+            client.send_data(stream, grpc_message(request), end_stream=True)
+            trailers = client.wait_for(lambda frame: frame.stream == stream and frame.has(END_STREAM), timeout=ANSWER_S)
+            assert trailers is not None
+            _until(lambda: _requests_alive() <= before, "its requests stayed alive")
+        finally:
+            gc.enable()
+            client.close()
+
+
+CHAT_CONTENT_CHARS = HELD_INPUT_FLOATS * 4
+
+
+def _chat_messages_alive() -> int:
+    """Lists that hold the chat's content or its prompt (a str at least that long), as the handler's do."""
+    return sum(
+        1
+        for thing in gc.get_objects()
+        if isinstance(thing, list) and any(isinstance(item, str) and len(item) >= CHAT_CONTENT_CHARS for item in thing)
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_an_openai_chat_that_failed_lets_go_of_its_request_without_the_cycle_collector(
+    busy: Triton, stream: bool
+) -> None:
+    """Whole: the failed generation's task, the last of a loop variable of the frame that raised its error, held
+    that error; streamed: the error was raised from a local. Either way a reference cycle kept the handler's frames
+    (the request and its prompt) until a full collection: six failed chats of 16 MiB held 192 MB."""
+    body = json.dumps(
+        {"model": "failing_chat", "stream": stream, "messages": [{"role": "user", "content": "x" * CHAT_CONTENT_CHARS}]}
+    ).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with _quiet_model_log():
+        gc.collect()
+        gc.disable()
+        client = socket.create_connection(("127.0.0.1", busy.http_port))
+        try:
+            client.sendall(head + body)
+            client.settimeout(ANSWER_S)
+            assert client.recv(1024).startswith(b"HTTP/1.1 500 "), "the chat did not fail: the test tests nothing"
+            _until(lambda: _chat_messages_alive() == 0, "its request stayed alive")
+        finally:
+            gc.enable()
+            client.close()

@@ -223,7 +223,12 @@ class Instance:
                 if kind == "end":
                     return
                 if kind == "error":
-                    raise value
+                    try:
+                        raise value
+                    finally:
+                        # The error's traceback holds this frame: not the error too. That reference cycle kept the
+                        # frames it passed (the batch's requests and their inputs) until a full collection.
+                        value = None
                 gate.taken += 1
                 if gate.waiting and gate.posted - gate.taken <= STEPS_AHEAD // 2:
                     gate.open.set()

@@ -119,6 +119,13 @@ class ServedModel:
         except asyncio.CancelledError:
             self.scheduler.withdraw(sink)  # the caller left (gRPC cancel or deadline): leave the queue
             raise
+        except BaseException:
+            # The future holds the error, whose traceback holds this frame: without the future and its sink here,
+            # that is no reference cycle, so the caller's frames it holds (a request's inputs, its body) go with
+            # the error rather than at the cycle collector's next full pass (a client that left while its request
+            # of 16 MiB waited held it until then).
+            del future, sink
+            raise
         if key is not None:
             self.remember(key, response, lookup_ns)
         return response

@@ -549,6 +549,10 @@ class Scheduler:
                     self._running.add(rest)
                     rest.add_done_callback(self._running.discard)
                     rest.add_done_callback(lambda _: self._release(instance))
+            # A call that raised holds its error, whose traceback holds this frame: without the call here, that is
+            # no reference cycle, so the batch's requests (and the frames of their handlers, their bodies) go with
+            # their answers, not at the cycle collector's next full pass (12 failed requests of 16 MiB held 192 MB).
+            call = None
 
     def _sequences_ran(self, batch: List[Entry]) -> None:
         """A batch's sequences may take their next request (before its instance is free to run them)."""

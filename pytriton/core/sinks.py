@@ -138,7 +138,13 @@ class StreamSink(ResponseSink):
                 if item is _END:
                     return
                 if isinstance(item, InferenceError):
-                    raise item
+                    try:
+                        raise item
+                    finally:
+                        # The error's traceback holds this frame: not the error too. That reference cycle kept the
+                        # frames it passed (a generate_stream handler's, with its request's body) until a full
+                        # collection.
+                        del item
                 assert isinstance(item, InferenceResponse)
                 yield item
         finally:

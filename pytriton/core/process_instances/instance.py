@@ -230,7 +230,12 @@ class ProcessInstance:
                     return
                 if kind == "error":
                     ended = True
-                    raise value
+                    try:
+                        raise value
+                    finally:
+                        # The error's traceback holds this frame: not the error too. That reference cycle kept the
+                        # frames it passed (the batch's requests and their inputs) until a full collection.
+                        value = None
                 taken += 1
                 if taken % STEPS_ACK == 0:
                     self._send_steps_taken(job, taken)

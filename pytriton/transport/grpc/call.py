@@ -237,7 +237,8 @@ class GrpcCall:
 
     def _start(self, handler: Coroutine[Any, Any, None]) -> None:
         """Run a handler coroutine as the call's task."""
-        self.task = self.session.loop.create_task(handler)
+        task = self.task = self.session.loop.create_task(handler)
+        task.add_done_callback(_forget_cancellation)
 
     def cancel(self) -> None:
         """The call is over for the client (reset, deadline, lost connection): stop its handler, drop its partial."""
@@ -341,3 +342,18 @@ class GrpcCall:
             self.writable = session.loop.create_future()
             await self.writable
             self.writable = None
+
+
+def _forget_cancellation(task: asyncio.Task[None]) -> None:
+    """Take a cancelled handler's cancellation from its task, which would hold it for as long as the call lives.
+
+    Its traceback holds the handler's frames, and so the call (their `context`) and the call's task: a reference
+    cycle, which only the cycle collector frees, maybe minutes later, with the request and answers those frames
+    hold (16 unary calls of 3 MiB whose client left while they waited held 96 MB). Asking a cancelled task for its
+    result hands the stored cancellation over to the caller, here to be dropped.
+    """
+    if task.cancelled():
+        try:
+            task.result()
+        except asyncio.CancelledError:
+            pass

@@ -117,6 +117,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             if cycle is not None:
                 cycle.lose_connection()
         self._pipeline.clear()
+        # A body cut off part-way goes now, not with the connection: its protocol's bound methods (the parser's,
+        # the clocks') hold it in a reference cycle, which only the cycle collector frees, maybe minutes later.
+        self._presized = self._direct = None
         self._wake_drain()
         self._wake_task()  # it ends: no request will come
 

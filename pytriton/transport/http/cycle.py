@@ -130,8 +130,13 @@ class RequestCycle:
         self._wake()
 
     def lose_connection(self) -> None:
-        """The client went away (or the connection was closed): receive() says so, send() drops what comes."""
+        """The client went away (or the connection was closed): receive() says so, send() drops what comes.
+
+        A presized body the app has not taken goes now (receive() would not give it any more): the connection
+        holds this cycle in a reference cycle, which only the cycle collector frees, maybe minutes later.
+        """
         self.disconnected = True
+        self._presized = None
         self._wake()
 
     # -- the app's side ---------------------------------------------------------------------
