@@ -361,7 +361,10 @@ class RemoteModel:
                     return
                 if isinstance(item, InferenceError):
                     ended = True
-                    raise item
+                    try:
+                        raise item
+                    finally:
+                        del item  # its traceback holds this frame: not the error too (as sinks.StreamSink's)
                 taken += 1
                 if taken % STREAM_ACK == 0 and not self._link.closed:
                     self._link.outbox.post((TAKEN, key, taken))
