@@ -237,8 +237,18 @@ class GrpcCall:
 
     def _start(self, handler: Coroutine[Any, Any, None]) -> None:
         """Run a handler coroutine as the call's task."""
-        task = self.task = self.session.loop.create_task(handler)
-        task.add_done_callback(_forget_cancellation)
+        self.task = self.session.loop.create_task(handler)
+
+    def stop_task(self) -> None:
+        """Cancel the handler's task if it still runs; once it ends, it lets go of the cancellation.
+
+        Only a cancelled task keeps a cancellation (`_forget_cancellation`), so a call that ends of itself pays
+        nothing for this.
+        """
+        task = self.task
+        if task is not None and not task.done():
+            task.cancel()
+            task.add_done_callback(_forget_cancellation)
 
     def cancel(self) -> None:
         """The call is over for the client (reset, deadline, lost connection): stop its handler, drop its partial."""
@@ -246,8 +256,7 @@ class GrpcCall:
         self._reader.drop()
         if self.deadline is not None:
             self.deadline.cancel()
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
+        self.stop_task()
         wake(self.writable)
 
     def expire(self) -> None:

@@ -490,9 +490,8 @@ class Http2Session:
     def end_call(self, call: GrpcCall, code: grpc.StatusCode, details: str) -> None:
         """Send a call's status (after its queued DATA); stop its handler if it is still running."""
         if self.sender.end(call, code, details):
-            task = call.task
-            if task is not None and not task.done() and task is not asyncio.current_task():
-                task.cancel()  # the deadline passed, or a request message was refused, while the handler ran
+            if call.task is not asyncio.current_task():
+                call.stop_task()  # the deadline passed, or a request message was refused, while the handler ran
 
     # -- going away -------------------------------------------------------------------------------
 
