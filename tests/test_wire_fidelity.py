@@ -791,11 +791,16 @@ def test_the_http_repository_index_reads_its_body(triton: Triton) -> None:
         ("gzip;q=0.001", "gzip"),
         ("identity", None),
         ("*", None),
+        ("identity, gzip", None),
+        ("gzip, identity", "gzip"),
+        ("deflate;q=0.3, identity;q=0.4", None),
+        ("identity;q=0, gzip;q=0", None),
     ],
 )
 def test_the_response_encoding_follows_accept_encodings_weights(triton: Triton, accept: str, encoding: Any) -> None:
     # nvidia-pytriton 0.7.0, each case measured: a weight of 0 refuses, the highest weight wins, the first listed
-    # of equal weights (this server chose gzip whenever it was named, even at q=0)
+    # of equal weights (this server chose gzip whenever it was named, even at q=0), `identity` weighed as the
+    # others are (this server passed it over: `identity, gzip` was answered gzip)
     ab = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("a", "b")]
     body = json.dumps({"inputs": ab})
     status, headers, _ = request(triton.http_port, "POST", "/v2/models/add/infer", body, {"Accept-Encoding": accept})

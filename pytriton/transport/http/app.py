@@ -599,13 +599,14 @@ async def _decompress(body: Body, encoding: str, limit: int, budget: InflationBu
 def _response_encoding(accept_encoding: str) -> str:
     """The encoding, gzip or deflate, that Accept-Encoding weighs most (the first listed of equal weights); "" for none.
 
-    As Triton: a weight of 0 refuses an encoding, `*` and `identity` choose none.
+    As Triton: a weight of 0 refuses an encoding, `*` chooses none, and `identity` is weighed with the others
+    (`identity, gzip` and `gzip;q=0.5, identity` answer uncompressed; tritonserver 2.51, probed).
     """
     chosen, best = "", 0.0
     for token in accept_encoding.split(","):
         name, _, parameters = token.partition(";")
         name = name.strip().lower()
-        if name not in ("gzip", "deflate"):
+        if name not in ("gzip", "deflate", "identity"):
             continue
         weight = 1.0
         for parameter in parameters.split(";"):
@@ -617,7 +618,7 @@ def _response_encoding(accept_encoding: str) -> str:
                     weight = 0.0
         if weight > best:
             chosen, best = name, weight
-    return chosen
+    return "" if chosen == "identity" else chosen
 
 
 def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
