@@ -568,7 +568,8 @@ async def _decompress(body: Body, encoding: str, limit: int, budget: InflationBu
     """Undo a gzip or deflate (zlib) Content-Encoding, a step at a time (transport/inflate.py), up to `limit` bytes.
 
     The header is a list of codings (RFC 9110 8.4): `identity` ones change nothing, `x-gzip` is gzip, and one
-    coding at most is undone. The inflated body holds its size of `budget` while it lives (503 past it).
+    coding at most is undone. As Triton's (zlib's `15 | 32`), either coding's body may come with a gzip or a zlib
+    header. The inflated body holds its size of `budget` while it lives (503 past it).
     """
     codings = [coding for coding in encoding.lower().replace(" ", "").split(",") if coding not in ("", "identity")]
     if not codings:
@@ -576,12 +577,11 @@ async def _decompress(body: Body, encoding: str, limit: int, budget: InflationBu
     if len(codings) > 1:
         raise HttpError(501, f"Unsupported compression type: one coding at most is undone, got '{encoding}'", _UNDONE)
     encoding = "gzip" if codings[0] == "x-gzip" else codings[0]
-    if encoding == "gzip":
-        wbits = 16 + zlib.MAX_WBITS
-    elif encoding == "deflate":
-        wbits = zlib.MAX_WBITS
-    else:
+    if encoding not in ("gzip", "deflate"):
         raise HttpError(501, "Unsupported compression type", _UNDONE)  # Triton's answer, and its Accept-Encoding
+    if not len(body):
+        raise HttpError(400, "nothing to be decompressed")  # Triton's words
+    wbits = 32 + zlib.MAX_WBITS  # a gzip or a zlib header, whichever comes
     limit = min(limit, budget.capacity)  # a body larger than the whole budget could never inflate: 413
     try:
         inflated, end = await inflate(body, wbits, limit, members=encoding == "gzip", name=encoding, budget=budget)
