@@ -20,7 +20,7 @@ SCATTER_BYTES = 64 * 1024
 # grpc-encoding -> zlib wbits ("deflate" is zlib-wrapped, as grpc sends it).
 _WBITS = {"gzip": 31, "deflate": 15}
 ENCODINGS = ("identity", *_WBITS)
-ACCEPT_ENCODING = b"identity,deflate,gzip"
+ACCEPT_ENCODING = b"identity, deflate, gzip"  # as grpc's C-core (tritonserver 2.51) writes it
 # The algorithms in grpc's order of strength: a compression level picks among those the client accepts.
 _BY_STRENGTH = ("gzip", "deflate")
 
@@ -154,6 +154,8 @@ class MessageReader:
             return payload
         if flag != 1:
             raise MessageError(grpc.StatusCode.INTERNAL, f"invalid message compression flag {flag}")
+        if not length:  # nothing to inflate: an empty message, as grpc's C-core reads it (tritonserver 2.51, probed)
+            return payload
         if self._encoding is None:
             raise MessageError(grpc.StatusCode.INTERNAL, "compressed message without a grpc-encoding")
         self._check_size(length)
@@ -201,10 +203,9 @@ class Compressed:
                 ) from None
             if error.failure is Failure.OVER_BUDGET:
                 raise MessageError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{error.detail}: try again later") from None
-            if error.failure is Failure.TRUNCATED:
-                raise MessageError(grpc.StatusCode.INTERNAL, f"truncated {self._encoding} message") from None
+            # grpc's C-core's words for any stream it cannot inflate (tritonserver 2.51, probed)
             raise MessageError(
-                grpc.StatusCode.INTERNAL, f"cannot decompress a {self._encoding} message: {error.detail}"
+                grpc.StatusCode.INTERNAL, f"Unexpected error decompressing data for algorithm {encoding}"
             ) from None
         finally:
             self._payload = b""  # the compressed bytes (possibly a receive buffer) are not needed any more
