@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
@@ -22,6 +23,7 @@ from pytriton.runtime.options import resolve_options
 from pytriton.transport.grpc.settings import bind_address
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import grpc_url
+from tests.h2_wire import H2Client
 
 OUTPUT_FLOATS = 2**20  # a 4 MiB output of zeros: compresses to a few KiB
 
@@ -38,6 +40,13 @@ def bind_zeros(triton: Triton) -> None:
         outputs=[Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
         config=ModelConfig(batching=False),
     )
+
+
+_ZEROS_REQUEST = service_pb2.ModelInferRequest(
+    model_name="zeros",
+    inputs=[service_pb2.ModelInferRequest.InferInputTensor(name="IN", datatype="FP32", shape=[1])],
+    raw_input_contents=[np.array([2.0], dtype=np.float32).tobytes()],
+).SerializeToString()
 
 
 def _infer(client: Any) -> np.ndarray:
@@ -233,7 +242,7 @@ def test_response_compression_level(start_triton: Callable[..., Triton], level: 
     try:
         with grpcclient.InferenceServerClient(f"127.0.0.1:{proxy.port}") as client:
             output = _infer(client)
-            assert client.is_server_live() is True  # every response may be compressed; clients must read them
+            assert client.is_server_live() is True
             assert client.get_model_metadata("zeros").name == "zeros"
     finally:
         proxy.close()
@@ -246,6 +255,36 @@ def test_response_compression_level(start_triton: Callable[..., Triton], level: 
 
 
 # --- keepalive, ports, addresses -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rpc", "message", "encoding"),
+    [
+        ("ModelInfer", _ZEROS_REQUEST, "gzip"),
+        ("ModelStreamInfer", _ZEROS_REQUEST, "gzip"),
+        ("ServerLive", b"", None),
+        ("ModelMetadata", service_pb2.ModelMetadataRequest(name="zeros").SerializeToString(), None),
+        ("ServerMetadata", b"", None),
+    ],
+)
+def test_the_compression_level_compresses_infer_responses_alone(
+    start_triton: Callable[..., Triton], rpc: str, message: bytes, encoding: Any
+) -> None:
+    # tritonserver sets grpc_infer_response_compression_level on its infer handlers alone: its other RPCs
+    # answer uncompressed whatever the client accepts (2.51, probed); this server compressed every answer.
+    triton = start_triton(bind_zeros, grpc_infer_response_compression_level="high")
+    client = H2Client(triton.grpc_port)
+    try:
+        client.handshake()
+        stream = client.start_call(
+            message, path=f"/inference.GRPCInferenceService/{rpc}", grpc_accept_encoding="identity,gzip"
+        )
+        response = client.response(stream)
+    finally:
+        client.close()
+    assert response.grpc_status == "0", response.trailers
+    assert response.headers.get("grpc-encoding") == encoding
+    assert {flag for flag, _ in response.messages()} == {0 if encoding is None else 1}
 
 
 def test_keepalive_options_reach_the_server() -> None:

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 # What the session waits for from its client (APP: nothing, calls are in progress).
 HANDSHAKE, FIRST_CALL, IDLE = 1, 2, 3
+# The RPCs whose responses grpc_infer_response_compression_level compresses: tritonserver sets it on its infer
+# handlers alone (its other RPCs answer uncompressed whatever the client accepts; 2.51, probed).
+_COMPRESSED_RPCS = frozenset(("ModelInfer", "ModelStreamInfer"))
 
 
 class Http2Session:
@@ -396,7 +399,7 @@ class Http2Session:
             self._clock.phase = APP  # a call is in progress: the connection is not idle
         self._streams.open(call)
         compression = self._state.compression_level
-        if compression:
+        if compression and call.method.name in _COMPRESSED_RPCS:
             call.encoding = response_encoding(compression, accepted)
         if timeout is not None:
             seconds = parse_timeout(timeout)
