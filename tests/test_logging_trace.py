@@ -8,10 +8,12 @@ import json
 import logging
 from typing import Any, Callable, Dict, Iterator, List
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
@@ -117,6 +119,61 @@ def test_logging_endpoint_refuses_bad_changes(
     triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
     assert post_json(triton.http_port, "/v2/logging", change) == (status, {"error": message})
     assert get_json(triton.http_port, "/v2/logging")[1]["log_info"] is True
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "applied"),
+    [
+        ({"log_warning": False, "log_format": "bad"}, 503, {"log_warning": False}),
+        ({"log_format": "bad", "log_warning": False}, 503, {"log_warning": False}),  # Triton's order, not the body's
+        ({"log_info": False, "log_verbose_level": -1}, 400, {"log_info": False}),
+        ({"log_verbose_level": 3, "log_error": "x"}, 400, {}),  # the error comes before the level
+        (
+            {"log_error": False, "log_verbose_level": 2, "log_format": 7},
+            400,
+            {"log_error": False, "log_verbose_level": 2},
+        ),
+    ],
+)
+def test_a_refused_logging_change_leaves_the_settings_before_it_changed(
+    start_triton: Callable[..., Triton], pytriton_logger: logging.Logger, change: Any, status: int, applied: Any
+) -> None:
+    # Triton's frontends apply the settings one at a time in their order (info, warning, error, verbose level,
+    # format) and stop at the first refused: those before it stay changed (tritonserver 2.51, probed over HTTP
+    # and gRPC). This server applied none of them.
+    triton = start_triton(_bind, allow_metrics=False)
+    before = get_json(triton.http_port, "/v2/logging")[1]
+    assert post_json(triton.http_port, "/v2/logging", change)[0] == status
+    assert get_json(triton.http_port, "/v2/logging")[1] == {**before, **applied}
+
+
+@pytest.mark.parametrize(
+    ("change", "message", "applied"),
+    [
+        (
+            {"log_warning": False, "log_format": "bad"},
+            "invalid argument for log_format, got: bad",
+            {"log_warning": False},
+        ),
+        ({"log_verbose_level": "1", "log_info": False}, "expect int32 for 'log_verbose_level'", {"log_info": False}),
+        ({"log_error": "no", "log_info": False}, "expect boolean for 'log_error'", {"log_info": False}),
+    ],
+)
+def test_a_refused_log_settings_change_leaves_the_settings_before_it_changed(
+    start_triton: Callable[..., Triton], pytriton_logger: logging.Logger, change: Any, message: str, applied: Any
+) -> None:
+    # As over HTTP (above), and in the same order: tritonserver 2.51's gRPC LogSettings, probed.
+    triton = start_triton(_bind, allow_metrics=False)
+    before = get_json(triton.http_port, "/v2/logging")[1]
+    asked = service_pb2.LogSettingsRequest()
+    for key, value in change.items():
+        kind = "bool_param" if isinstance(value, bool) else "string_param" if isinstance(value, str) else "uint32_param"
+        setattr(asked.settings[key], kind, value)
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).LogSettings(asked, timeout=10)
+    assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, message)
+    assert get_json(triton.http_port, "/v2/logging")[1] == {**before, **applied}
 
 
 def test_log_settings_over_clients(start_triton: Callable[..., Triton], pytriton_logger: logging.Logger) -> None:

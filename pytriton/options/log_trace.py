@@ -337,22 +337,6 @@ _UINT32_END = 2**32 - 1
 _INT32_MAX = 2**31 - 1
 
 
-def refuse_json_log_types(changes: Mapping[str, Any]) -> None:
-    """Refuse a log setting of the wrong JSON type in the words of Triton's HTTP frontend (TritonJson's).
-
-    Triton's HTTP handler reads each setting with TritonJson (`AsBool`, `AsUInt`, `AsString`), so
-    `{"log_info": "yes"}` is `attempt to access JSON non-boolean as boolean` there (a 500; 400 here, as the
-    client's mistake), where its gRPC frontend says "expect boolean for 'log_info'" (what `LogSettings.update`
-    says). A non-null `log_file` is checked first (501), as there.
-    """
-    if changes.get("log_file") is not None:
-        return
-    for key, accepts, words in _JSON_LOG_TYPES:
-        value = changes.get(key)
-        if value is not None and not accepts(value):
-            raise json_type_error(words)
-
-
 def trace_changes_from_json(changes: Mapping[str, Any]) -> Dict[str, Optional[List[str]]]:
     """HTTP trace settings JSON -> `TraceSettings.update`'s lists, read as Triton's HTTP frontend reads them.
 
@@ -388,20 +372,35 @@ def trace_changes_from_json(changes: Mapping[str, Any]) -> Dict[str, Optional[Li
     return result
 
 
-def _is_json_uint(value: Any) -> bool:
-    """Whether TritonJson's AsUInt reads the JSON value."""
-    try:
-        json_uint(value)
-    except InferenceError:
-        return False
-    return True
+def _log_bool(key: str, value: Any, http: bool) -> bool:
+    """A log_info, log_warning or log_error value, refused unless a boolean."""
+    if not isinstance(value, bool):
+        if http:
+            raise json_type_error("non-boolean as boolean")
+        raise InferenceError.invalid(f"expect boolean for '{key}'")
+    return value
 
 
-_JSON_LOG_TYPES: Tuple[Tuple[str, Callable[[Any], bool], str], ...] = (
-    *((key, lambda value: isinstance(value, bool), "non-boolean as boolean") for key in _LOG_BOOLS),
-    ("log_verbose_level", _is_json_uint, "non-unsigned-integer as unsigned-integer"),
-    ("log_format", lambda value: isinstance(value, str), "non-string as string"),
-)
+def _log_level(value: Any, http: bool) -> int:
+    """A log_verbose_level value: HTTP's any JSON unsigned integer, gRPC's uint32 (any int not below 0 here)."""
+    if http:
+        return json_uint(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InferenceError.invalid("expect int32 for 'log_verbose_level'")
+    return value
+
+
+def _log_format(value: Any, http: bool) -> str:
+    """A log_format value: a string, and one of LOG_FORMATS."""
+    if not isinstance(value, str):
+        if http:
+            raise json_type_error("non-string as string")
+        raise InferenceError.invalid("expect string for 'log_format'")
+    if value not in LOG_FORMATS:
+        if http:
+            raise InferenceError(Status.UNAVAILABLE, f"invalid argument for --log_format, got: {value}")
+        raise InferenceError.invalid(f"invalid argument for log_format, got: {value}")
+    return value
 
 
 class LogSettings:
@@ -425,32 +424,34 @@ class LogSettings:
             "log_format": self.format,
         }
 
-    def update(self, changes: Mapping[str, Any]) -> None:
-        """Apply changes (a None value leaves a setting as it is); all are checked before any is applied."""
+    def update(self, changes: Mapping[str, Any], *, http: bool = False) -> None:
+        """Apply changes as Triton's frontends do: one at a time, each checked when its turn comes.
+
+        A None value leaves a setting as it is; the others go in Triton's order (info, warning, error, verbose
+        level, format), and a refused one leaves those before it changed (tritonserver 2.51, probed over HTTP and
+        gRPC).
+
+        `http`: refuse in the words of Triton's HTTP frontend, which reads the values with TritonJson
+        (`attempt to access JSON non-boolean as boolean`: a 500 there, 400 here as the client's mistake) and
+        answers an unknown format 503; else in its gRPC frontend's (`expect boolean for 'log_info'`).
+        """
         given = {key: value for key, value in changes.items() if value is not None}
         if "log_file" in given:
             raise InferenceError.unimplemented("log file location can not be updated through network protocol")
-        for key in _LOG_BOOLS:
-            if key in given and not isinstance(given[key], bool):
-                raise InferenceError.invalid(f"expect boolean for '{key}'")
-        verbose = given.get("log_verbose_level")
-        if verbose is not None and (isinstance(verbose, bool) or not isinstance(verbose, int) or verbose < 0):
-            raise InferenceError.invalid("expect int32 for 'log_verbose_level'")
-        log_format = given.get("log_format")
-        if log_format is not None and not isinstance(log_format, str):
-            raise InferenceError.invalid("expect string for 'log_format'")
-        if log_format is not None and log_format not in LOG_FORMATS:
-            raise InferenceError(Status.UNAVAILABLE, f"invalid argument for --log_format, got: {log_format}")
-        for key in _LOG_BOOLS:
-            self.enabled[key] = given.get(key, self.enabled[key])
-        if verbose is not None:
-            if verbose and not self.verbose_level:
-                self._logger.warning("log_verbose_level=%d: verbose logging slows inference down", verbose)
-            self.verbose_level = verbose
-        if log_format is not None:
-            self.format = log_format
-        if given:
-            self._apply()
+        try:
+            for key in _LOG_BOOLS:
+                if key in given:
+                    self.enabled[key] = _log_bool(key, given[key], http)
+            if "log_verbose_level" in given:
+                verbose = _log_level(given["log_verbose_level"], http)
+                if verbose and not self.verbose_level:
+                    self._logger.warning("log_verbose_level=%d: verbose logging slows inference down", verbose)
+                self.verbose_level = verbose
+            if "log_format" in given:
+                self.format = _log_format(given["log_format"], http)
+        finally:
+            if given:
+                self._apply()
 
     def _apply(self) -> None:
         """Set the logger's level, severity filter and handler formats from the settings."""

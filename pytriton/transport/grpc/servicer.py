@@ -12,7 +12,7 @@ from tritonclient.grpc import service_pb2
 from pytriton.core.errors import InferenceError
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
-from pytriton.options.log_trace import LOG_FORMATS, ServerSettings
+from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import (
     config_override,
     cuda_memory_codec,
@@ -177,11 +177,7 @@ class InferenceServicer:
         settings = self._runtime_settings("log settings")
         if "log_file" in request.settings:
             raise InferenceError.unimplemented("log file location can not be updated through network protocol")
-        changes = settings_codec.log_changes(request)
-        log_format = changes.get("log_format")
-        if isinstance(log_format, str) and log_format not in LOG_FORMATS:  # Triton's gRPC words (HTTP's differ)
-            raise InferenceError.invalid(f"invalid argument for log_format, got: {log_format}")
-        settings.log.update(changes)
+        settings.log.update(settings_codec.log_changes(request))
         return settings_codec.log_response(settings.log.document())
 
     @unary

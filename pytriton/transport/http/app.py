@@ -18,7 +18,7 @@ from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, T
 from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
-from pytriton.options.log_trace import ServerSettings, refuse_json_log_types, trace_changes_from_json
+from pytriton.options.log_trace import ServerSettings, trace_changes_from_json
 from pytriton.options.routes import CustomRoutes
 from pytriton.protocol import config_override, documents, json_text, openai_codec
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
@@ -438,8 +438,7 @@ class HttpFrontend:
         body = bytes(await read_body(receive, self._max_body_bytes)) if method == "POST" else b""
         changes = parse_json_members(body) if body.strip() else {}
         if route == "logging":
-            refuse_json_log_types(changes)
-            settings.log.update(changes)
+            settings.log.update(changes, http=True)
             await send_json(send, 200, settings.log.document())
             return
         if changes:
