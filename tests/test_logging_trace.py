@@ -157,6 +157,7 @@ def test_a_refused_logging_change_leaves_the_settings_before_it_changed(
         ),
         ({"log_verbose_level": "1", "log_info": False}, "expect int32 for 'log_verbose_level'", {"log_info": False}),
         ({"log_error": "no", "log_info": False}, "expect boolean for 'log_error'", {"log_info": False}),
+        ({"log_format": None, "log_error": False}, "expect string for 'log_format'", {"log_error": False}),  # no value
     ],
 )
 def test_a_refused_log_settings_change_leaves_the_settings_before_it_changed(
@@ -168,7 +169,10 @@ def test_a_refused_log_settings_change_leaves_the_settings_before_it_changed(
     asked = service_pb2.LogSettingsRequest()
     for key, value in change.items():
         kind = "bool_param" if isinstance(value, bool) else "string_param" if isinstance(value, str) else "uint32_param"
-        setattr(asked.settings[key], kind, value)
+        if value is None:
+            asked.settings[key].SetInParent()  # the setting with no value at all
+        else:
+            setattr(asked.settings[key], kind, value)
     with grpc.insecure_channel(grpc_url(triton)) as channel:
         with pytest.raises(grpc.RpcError) as refused:
             service_pb2_grpc.GRPCInferenceServiceStub(channel).LogSettings(asked, timeout=10)

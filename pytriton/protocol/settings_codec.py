@@ -6,34 +6,31 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.errors import InferenceError
-
 Message = Any
 
 
-# The type Triton's gRPC frontend expects of each log setting it knows, in its words.
-_LOG_TYPES = {
-    "log_info": "boolean",
-    "log_warning": "boolean",
-    "log_error": "boolean",
-    "log_verbose_level": "int32",
-    "log_format": "string",
-}
+# The log settings Triton's gRPC frontend knows (and checks the type of).
+_LOG_TYPES = frozenset(("log_info", "log_warning", "log_error", "log_verbose_level", "log_format"))
+
+
+# A setting Triton knows, given with no value at all: Triton's gRPC frontend refuses it as a value of the wrong
+# type ("expect boolean for 'log_info'") when its turn comes, after the settings before it were applied.
+NO_VALUE = object()
 
 
 def log_changes(request: Message) -> Dict[str, Any]:
-    """LogSettingsRequest -> {setting: bool | int | str | None}; a value with no choice set is None.
+    """LogSettingsRequest -> {setting: bool | int | str | None | NO_VALUE}.
 
-    Raises:
-        InferenceError: INVALID_ARGUMENT, for a setting Triton knows given with no value at all: Triton's gRPC
-            frontend refuses it as a value of the wrong type ("expect boolean for 'log_info'").
+    A value with no choice set is NO_VALUE for a setting Triton knows (LogSettings.update refuses it in turn),
+    None for another.
     """
     changes: Dict[str, Any] = {}
     for key, value in request.settings.items():
         choice = value.WhichOneof("parameter_choice")
-        if choice is None and key in _LOG_TYPES:
-            raise InferenceError.invalid(f"expect {_LOG_TYPES[key]} for '{key}'")
-        changes[key] = getattr(value, choice) if choice else None
+        if choice is None:
+            changes[key] = NO_VALUE if key in _LOG_TYPES else None
+        else:
+            changes[key] = getattr(value, choice)
     return changes
 
 
