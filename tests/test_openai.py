@@ -411,6 +411,7 @@ def test_one_binding_answers_the_generate_extension_too(triton: Triton) -> None:
     assert [event["text_output"] for event in events] == tokens_for("raw prompt", 3)
 
 
+DEEP = b"[" * 300 + b"]" * 300
 BAD_BODIES = [
     ("/v1/chat/completions", b'{"model": "toy", "messages": [', 400, None),
     ("/v1/chat/completions", b"[1, 2]", 400, None),
@@ -440,6 +441,32 @@ BAD_BODIES = [
         "n",
     ),
     ("/v1/chat/completions", b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "model"),
+    # Values the server cannot hash or write back (orjson writes 254 levels, reads 1024) are the request's fault.
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": ["user"], "content": "x"}]}',
+        400,
+        "messages.[0].role",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": "x"}], "max_tokens": %s}' % DEEP,
+        400,
+        "max_tokens",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": "x"}], "metadata": {"a": %s}}' % DEEP,
+        400,
+        "metadata",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "with-inputs", "messages": [{"role": "user", "content": "x", "x": %s}]}' % DEEP,
+        400,
+        "messages",
+    ),
+    ("/v1/embeddings", b'{"model": "embed", "input": "x", "dimensions": %s}' % DEEP, 400, "dimensions"),
     ("/v1/completions", b'{"model": "toy"}', 400, "prompt"),
     ("/v1/embeddings", b'{"model": "embed", "input": 5}', 400, "input"),
     ("/v1/embeddings", b"\xff\xfe", 400, None),

@@ -92,3 +92,11 @@ def test_embedding_requests_are_checked() -> None:
     assert parse_embeddings(b'{"model": "e", "input": "a", "dimensions": 3}').dimensions == 3
     with pytest.raises(OpenAIError, match="encoding_format"):
         parse_embeddings(b'{"model": "e", "input": "a", "encoding_format": "int8"}')
+
+
+def test_an_error_message_repeats_a_refused_value_only_in_part() -> None:
+    with pytest.raises(OpenAIError) as refused:
+        parse_chat(
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": "%s"}' % (b"9" * 10**6)
+        )
+    assert refused.value.param == "max_tokens" and len(refused.value.message) < 200

@@ -38,6 +38,8 @@ EMBEDDING_FIELDS = frozenset(("model", "input", "encoding_format", "dimensions",
 MESSAGE_ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
 MAX_N = 16
 MAX_STOP_SEQUENCES = 4
+# How much of a refused value an error message repeats.
+_SHOWN_CHARS = 100
 
 
 # Where the OpenAI API is served, on the HTTP port or a port of its own.
@@ -158,6 +160,23 @@ def _model_name(document: Dict[str, Any]) -> str:
     return model
 
 
+def shown(value: Any) -> str:
+    """A request's value as JSON in an error message: its first characters; its type when too deep to write."""
+    try:
+        text = orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:  # orjson writes at most 254 levels; it reads 1024
+        return f"a {type(value).__name__} nested too deeply"
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
+
+
+def json_text(value: Any, param: str) -> str:
+    """A request's value as JSON text for the model (400 when it is nested too deeply to write)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        raise invalid(f"'{param}' is nested too deeply", param=param) from None
+
+
 def _refuse_unknown(document: Dict[str, Any], known: frozenset) -> None:  # type: ignore[type-arg]
     for key in document:
         if key not in known:
@@ -169,7 +188,7 @@ def _integer(document: Dict[str, Any], key: str, low: int, high: Optional[int] =
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(f"'{key}' must be an integer, got {orjson.dumps(value).decode()}", param=key)
+        raise invalid(f"'{key}' must be an integer, got {shown(value)}", param=key)
     if value < low or (high is not None and value > high):
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise invalid(f"'{key}' must be {bound}, got {value}", param=key)
@@ -181,7 +200,7 @@ def _number(document: Dict[str, Any], key: str, low: float, high: float) -> Opti
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise invalid(f"'{key}' must be a number, got {orjson.dumps(value).decode()}", param=key)
+        raise invalid(f"'{key}' must be a number, got {shown(value)}", param=key)
     if not low <= value <= high:
         raise invalid(f"'{key}' must be between {low} and {high}, got {value}", param=key)
     return float(value)
@@ -236,7 +255,7 @@ def _sampling(document: Dict[str, Any], max_tokens_keys: Tuple[str, ...]) -> Sam
     for key in JSON_PARAMETERS:
         value = document.get(key)
         if value is not None:
-            parameters[key] = value if isinstance(value, str) else orjson.dumps(value).decode()
+            parameters[key] = value if isinstance(value, str) else json_text(value, key)
     _check_tools(document)
     sampling.parameters = parameters
     return sampling
@@ -292,9 +311,9 @@ def parse_chat(body: bytes) -> ChatRequest:
         if not isinstance(message, dict):
             raise invalid(f"messages[{index}] must be an object", param=f"messages.[{index}]")
         role = message.get("role")
-        if role not in MESSAGE_ROLES:
+        if not isinstance(role, str) or role not in MESSAGE_ROLES:
             raise invalid(
-                f"Invalid value for 'messages[{index}].role': {orjson.dumps(role).decode()}; supported: "
+                f"Invalid value for 'messages[{index}].role': {shown(role)}; supported: "
                 + ", ".join(sorted(MESSAGE_ROLES)),
                 param=f"messages.[{index}].role",
             )

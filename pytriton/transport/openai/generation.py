@@ -12,7 +12,6 @@ import time
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import orjson
 
 from pytriton.core.datatypes import BYTES
 from pytriton.core.errors import InferenceError
@@ -21,7 +20,7 @@ from pytriton.core.serving import ServingModel
 from pytriton.core.spec import ModelSpec
 from pytriton.options.openai import TokenCounter, counted
 from pytriton.protocol.generate_codec import input_array
-from pytriton.protocol.openai_codec import invalid
+from pytriton.protocol.openai_codec import invalid, json_text
 
 TEXT_INPUT = "text_input"
 TEXT_OUTPUT = "text_output"
@@ -44,11 +43,11 @@ def build_request(
         if tensor.name == TEXT_INPUT:
             value = text
         elif tensor.name == MESSAGES_INPUT and messages is not None:
-            value = orjson.dumps(messages).decode()
+            value = json_text(messages, MESSAGES_INPUT)
         elif tensor.name in rest:
             value = rest.pop(tensor.name)
             if tensor.datatype == BYTES and not isinstance(value, str):
-                value = orjson.dumps(value).decode()
+                value = json_text(value, tensor.name)
         elif tensor.optional:
             continue
         else:
