@@ -202,6 +202,10 @@ def test_plain_callable_gets_the_prompt_and_the_sampling_parameters(client: open
         tools=tools,
         tool_choice="auto",
         response_format={"type": "json_object"},
+        verbosity="low",
+        safety_identifier="s1",
+        prompt_cache_key="k1",
+        prompt_cache_retention="24h",  # fields of the SDK's create() that change nothing here are taken too
     )
     seen = json.loads(answer.choices[0].message.content or "")
     assert seen["prompt"] == default_prompt("Hi there")
@@ -210,6 +214,11 @@ def test_plain_callable_gets_the_prompt_and_the_sampling_parameters(client: open
     assert parameters["user"] == "u1" and parameters["max_tokens"] == 50 and parameters["stream"] is False
     assert json.loads(parameters["tools"]) == tools and parameters["tool_choice"] == "auto"
     assert json.loads(parameters["response_format"]) == {"type": "json_object"}
+    assert (parameters["verbosity"], parameters["safety_identifier"], parameters["prompt_cache_key"]) == (
+        "low",
+        "s1",
+        "k1",
+    )
     assert answer.choices[0].finish_reason == "stop"
 
 
@@ -282,6 +291,9 @@ def test_errors_are_the_sdks_exceptions(client: openai.OpenAI) -> None:
             model="toy",
             messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
         )
+    with pytest.raises(openai.BadRequestError, match="'web_search_options' is not supported") as unsupported:
+        client.chat.completions.create(model="toy", messages=USER, web_search_options={})
+    assert unsupported.value.param == "web_search_options"
     with pytest.raises(openai.BadRequestError, match="Unrecognized request argument supplied: bogus"):
         client.chat.completions.create(model="toy", messages=USER, extra_body={"bogus": 1})
 

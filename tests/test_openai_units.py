@@ -80,6 +80,25 @@ def test_a_binding_without_the_conventional_tensors_is_refused() -> None:
             b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "function_call": {"name": "f"}}',
             "function_call",
         ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": "text"}',
+            "response_format",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}',
+            "response_format.type",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": "x"}',
+            "parallel_tool_calls",
+        ),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": 5}', "reasoning_effort"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "logit_bias": [1]}', "logit_bias"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "audio": {"voice": "a", "format": "wav"}}',
+            "audio",
+        ),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "moderation": {"model": "m"}}', "moderation"),
     ],
 )
 def test_chat_requests_openai_refuses_are_refused_naming_the_field(body: bytes, param: str) -> None:

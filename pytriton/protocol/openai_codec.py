@@ -22,6 +22,9 @@ SCALAR_PARAMETERS = (
     "frequency_penalty",
     "user",
     "reasoning_effort",
+    "verbosity",
+    "safety_identifier",
+    "prompt_cache_key",
 )
 # Fields handed to the model as JSON text (parameters are scalars).
 JSON_PARAMETERS = ("tools", "tool_choice", "response_format", "logit_bias", "metadata", "functions", "function_call")
@@ -32,9 +35,31 @@ _COMMON_FIELDS = frozenset(
 # Fields a client library may send that change nothing here.
 _IGNORED_FIELDS = frozenset(("store", "service_tier", "modalities", "prediction"))
 _GENERATION_FIELDS = (*_COMMON_FIELDS, *_IGNORED_FIELDS, *SCALAR_PARAMETERS, *JSON_PARAMETERS)
-CHAT_FIELDS = frozenset((*_GENERATION_FIELDS, "messages", "max_completion_tokens"))
+# Chat fields OpenAI defines that ask what this server cannot do: refused unless null.
+UNSUPPORTED_CHAT_FIELDS = ("audio", "web_search_options", "moderation")
+CHAT_FIELDS = frozenset(
+    (
+        *_GENERATION_FIELDS,
+        *UNSUPPORTED_CHAT_FIELDS,
+        "messages",
+        "max_completion_tokens",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+    )
+)
 COMPLETION_FIELDS = frozenset((*_GENERATION_FIELDS, "prompt", "echo", "suffix", "best_of"))
 EMBEDDING_FIELDS = frozenset(("model", "input", "encoding_format", "dimensions", "user"))
+# The JSON types of the fields handed on or ignored (OpenAI refuses others, and the model could not read them).
+_FIELD_TYPES: Dict[str, Tuple[type, ...]] = {
+    **{key: (str,) for key in ("user", "reasoning_effort", "verbosity", "safety_identifier", "prompt_cache_key")},
+    **{key: (dict,) for key in ("response_format", "logit_bias", "metadata", "prediction", "prompt_cache_options")},
+    **{key: (str, dict) for key in ("tool_choice", "function_call")},
+    **{key: (list,) for key in ("tools", "functions", "modalities")},
+    **{key: (bool,) for key in ("parallel_tool_calls", "store")},
+    **{key: (str,) for key in ("service_tier", "prompt_cache_retention")},
+}
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "an array", bool: "a boolean"}
+RESPONSE_FORMATS = ("text", "json_object", "json_schema")
 MESSAGE_ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
 MAX_N = 16
 MAX_STOP_SEQUENCES = 4
@@ -241,9 +266,7 @@ def _sampling(document: Dict[str, Any], max_tokens_keys: Tuple[str, ...]) -> Sam
     _number(document, "presence_penalty", -2.0, 2.0)
     _number(document, "frequency_penalty", -2.0, 2.0)
     _integer(document, "seed", -(2**63), 2**63 - 1)
-    user = document.get("user")
-    if user is not None and not isinstance(user, str):
-        raise invalid("'user' must be a string", param="user")
+    _check_types(document)
     parameters: Dict[str, Any] = {"stream": sampling.stream}
     if sampling.max_tokens is not None:
         parameters["max_tokens"] = sampling.max_tokens
@@ -259,6 +282,25 @@ def _sampling(document: Dict[str, Any], max_tokens_keys: Tuple[str, ...]) -> Sam
     _check_tools(document)
     sampling.parameters = parameters
     return sampling
+
+
+def _check_types(document: Dict[str, Any]) -> None:
+    """The fields handed on (or ignored) have OpenAI's JSON types; `response_format` one of its types."""
+    for key, kinds in _FIELD_TYPES.items():
+        value = document.get(key)
+        if value is not None and not isinstance(value, kinds):
+            expected = " or ".join(_TYPE_NAMES[kind] for kind in kinds)
+            raise invalid(f"Invalid type for '{key}': expected {expected}, got {shown(value)}", param=key)
+    response_format = document.get("response_format")
+    if response_format is not None and response_format.get("type") not in RESPONSE_FORMATS:
+        raise invalid(
+            f"Invalid value for 'response_format.type': {shown(response_format.get('type'))}; supported: "
+            + ", ".join(RESPONSE_FORMATS),
+            param="response_format.type",
+        )
+    for key in UNSUPPORTED_CHAT_FIELDS:
+        if document.get(key) is not None:
+            raise invalid(f"'{key}' is not supported by this server", param=key)
 
 
 def _check_tools(document: Dict[str, Any]) -> None:
