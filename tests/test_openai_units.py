@@ -71,6 +71,9 @@ def test_a_binding_without_the_conventional_tensors_is_refused() -> None:
     ("body", "param"),
     [
         (b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}', "messages.[0].role"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": null}]}', "messages.[0].content"),
+        (b'{"model": "m", "messages": [{"role": "tool", "tool_call_id": "c"}]}', "messages.[0].content"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x", "name": 5}]}', "messages.[0].name"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 0}', "n"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a","b","c","d","e"]}', "stop"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream_options": {}}', "stream_options"),
@@ -119,3 +122,12 @@ def test_an_error_message_repeats_a_refused_value_only_in_part() -> None:
             b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": "%s"}' % (b"9" * 10**6)
         )
     assert refused.value.param == "max_tokens" and len(refused.value.message) < 200
+
+
+def test_an_assistant_message_may_have_no_content_beside_its_call() -> None:
+    calls = b'"tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]'
+    for assistant in (b'"content": null', calls, b'"function_call": {"name": "f", "arguments": "{}"}'):
+        request = parse_chat(b'{"model": "m", "messages": [{"role": "assistant", %s}]}' % assistant)
+        assert request.messages[0]["content"] == ""
+    with pytest.raises(OpenAIError, match="no 'content'"):
+        parse_chat(b'{"model": "m", "messages": [{"role": "assistant"}]}')

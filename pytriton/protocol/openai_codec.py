@@ -340,6 +340,20 @@ def _content_text(content: Any, index: int) -> str:
     raise invalid(f"messages[{index}].content must be a string or a list of parts", param=f"messages.[{index}].content")
 
 
+def _check_message_fields(message: Dict[str, Any], role: str, index: int) -> None:
+    """A message has content (an assistant's may be null, or absent beside its tool or function call); a string name."""
+    if message.get("content") is None:
+        calls = message.get("tool_calls") or message.get("function_call")
+        if role != "assistant" or ("content" not in message and not calls):
+            raise invalid(f"messages[{index}] has no 'content'", param=f"messages.[{index}].content")
+    name = message.get("name")
+    if name is not None and not isinstance(name, str):
+        raise invalid(
+            f"Invalid type for 'messages[{index}].name': expected a string, got {shown(name)}",
+            param=f"messages.[{index}].name",
+        )
+
+
 def parse_chat(body: bytes) -> ChatRequest:
     """A chat completion request (400 for what OpenAI refuses, or what this server cannot honour)."""
     document = parse_document(body)
@@ -359,8 +373,7 @@ def parse_chat(body: bytes) -> ChatRequest:
                 + ", ".join(sorted(MESSAGE_ROLES)),
                 param=f"messages.[{index}].role",
             )
-        if "content" not in message and not message.get("tool_calls"):
-            raise invalid(f"messages[{index}] has no 'content'", param=f"messages.[{index}].content")
+        _check_message_fields(message, role, index)
         checked.append({**message, "content": _content_text(message.get("content"), index)})
     return ChatRequest(model, checked, _sampling(document, ("max_tokens", "max_completion_tokens")))
 
