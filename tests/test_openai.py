@@ -243,6 +243,8 @@ def test_completions(client: openai.OpenAI) -> None:
     assert [choice.text for choice in several.choices] == ["".join(tokens_for(p, 2)) for p in ("a", "a", "b", "b")]
     echoed = client.completions.create(model="whole-completions", prompt="raw", echo=True)
     assert echoed.choices[0].text.startswith("raw{")
+    unechoed = client.completions.create(model="whole-completions", prompt="raw", echo=None)  # sent as null
+    assert unechoed.choices[0].text.startswith("{")
     streamed = list(client.completions.create(model="toy", prompt="Once", max_tokens=3, stream=True))
     assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == "".join(tokens_for("Once", 3))
     with pytest.raises(openai.BadRequestError, match="not served at /v1/chat/completions"):

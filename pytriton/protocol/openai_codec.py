@@ -394,7 +394,9 @@ def parse_completion(body: bytes) -> CompletionRequest:
     best_of = document.get("best_of")
     if best_of not in (None, 1):
         raise invalid("'best_of' is not supported by this server", param="best_of")
-    echo = document.get("echo", False)
+    echo = document.get("echo")
+    if echo is None:  # nullable in OpenAI's spec (the SDK's Optional[bool])
+        echo = False
     if not isinstance(echo, bool):
         raise invalid("'echo' must be a boolean", param="echo")
     sampling = _sampling(document, ("max_tokens",))
