@@ -82,14 +82,16 @@ class OpenAIError(Exception):
         kind: str = "invalid_request_error",
         param: Optional[str] = None,
         code: Optional[str] = None,
+        headers: Tuple[Tuple[bytes, bytes], ...] = (),
     ) -> None:
-        """An error of HTTP `status`; `kind` is the error object's `type`."""
+        """An error of HTTP `status`; `kind` is the error object's `type`; `headers` go with its response."""
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
         self.param = param
         self.code = code
+        self.headers = headers
 
     def document(self) -> Dict[str, Any]:
         """`{"error": {"message", "type", "param", "code"}}`."""
