@@ -481,6 +481,12 @@ BAD_BODIES = [
         "messages",
     ),
     ("/v1/embeddings", b'{"model": "embed", "input": "x", "dimensions": %s}' % DEEP, 400, "dimensions"),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": [{"type": %s}]}]}' % (b"[" * 1010 + b"]" * 1010),
+        400,
+        "messages.[0].content",
+    ),
     ("/v1/completions", b'{"model": "toy"}', 400, "prompt"),
     ("/v1/embeddings", b'{"model": "embed", "input": 5}', 400, "input"),
     ("/v1/embeddings", b"\xff\xfe", 400, None),

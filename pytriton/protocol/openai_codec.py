@@ -207,7 +207,7 @@ def json_text(value: Any, param: str) -> str:
 def _refuse_unknown(document: Dict[str, Any], known: frozenset) -> None:  # type: ignore[type-arg]
     for key in document:
         if key not in known:
-            raise invalid(f"Unrecognized request argument supplied: {key}", param=key)
+            raise invalid(f"Unrecognized request argument supplied: {key[:_SHOWN_CHARS]}", param=key[:_SHOWN_CHARS])
 
 
 def _integer(document: Dict[str, Any], key: str, low: int, high: Optional[int] = None) -> Optional[int]:
@@ -332,9 +332,9 @@ def _content_text(content: Any, index: int) -> str:
         texts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                kind = shown(part.get("type")) if isinstance(part, dict) else f"a {type(part).__name__}"
                 raise invalid(
-                    f"messages[{index}].content: only text parts are supported, got '{kind}'",
+                    f"messages[{index}].content: only text parts are supported, got {kind}",
                     param=f"messages.[{index}].content",
                 )
             texts.append(part["text"])
