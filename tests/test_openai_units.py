@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import time
 from typing import List
@@ -142,3 +143,20 @@ def test_an_assistant_message_may_have_no_content_beside_its_call() -> None:
         assert request.messages[0]["content"] == ""
     with pytest.raises(OpenAIError, match="no 'content'"):
         parse_chat(b'{"model": "m", "messages": [{"role": "assistant"}]}')
+
+
+def test_a_tool_choice_that_lets_the_model_answer_text_is_taken() -> None:
+    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": allowed}
+    assert json.loads(parse_chat(json.dumps(body).encode()).sampling.parameters["tool_choice"]) == allowed
+    body["tool_choice"] = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": []}}
+    with pytest.raises(OpenAIError, match="never tool calls"):
+        parse_chat(json.dumps(body).encode())
+
+
+def test_an_assistants_refusal_part_is_its_text() -> None:
+    refusal = [{"type": "refusal", "refusal": "No."}, {"type": "text", "text": " Sorry."}]
+    request = parse_chat(json.dumps({"model": "m", "messages": [{"role": "assistant", "content": refusal}]}).encode())
+    assert request.messages[0]["content"] == "No. Sorry."
+    with pytest.raises(OpenAIError, match="only text parts"):
+        parse_chat(json.dumps({"model": "m", "messages": [{"role": "user", "content": refusal}]}).encode())

@@ -311,8 +311,7 @@ def _check_tools(document: Dict[str, Any]) -> None:
     if tools is not None and not isinstance(tools, list):
         raise invalid("'tools' must be a list", param="tools")
     for key in ("tool_choice", "function_call"):
-        choice = document.get(key)
-        if choice is not None and choice not in ("none", "auto"):
+        if not _lets_the_model_answer_text(document.get(key)):
             raise invalid(
                 f"{key} 'required' or a named tool is not supported: this server answers with text, never tool calls",
                 param=key,
@@ -322,7 +321,29 @@ def _check_tools(document: Dict[str, Any]) -> None:
         raise invalid("only the 'text' modality is supported", param="modalities")
 
 
-def _content_text(content: Any, index: int) -> str:
+def _lets_the_model_answer_text(choice: Any) -> bool:
+    """Whether a `tool_choice` (or `function_call`) lets the model answer with a message.
+
+    None, `"none"`, `"auto"`, or allowed tools of mode `auto` do; `"required"` and a named tool do not.
+    """
+    if choice is None or choice in ("none", "auto"):
+        return True
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        allowed = choice.get("allowed_tools")
+        return isinstance(allowed, dict) and allowed.get("mode") == "auto"
+    return False
+
+
+def _part_text(part: Any, role: str) -> Optional[str]:
+    """The text of a content part: a `text` part's, or an assistant's `refusal` part's; None for any other."""
+    if not isinstance(part, dict):
+        return None
+    kind = "refusal" if role == "assistant" and part.get("type") == "refusal" else "text"
+    text = part.get(kind)
+    return text if part.get("type") == kind and isinstance(text, str) else None
+
+
+def _content_text(content: Any, index: int, role: str) -> str:
     """A message's content as text: a string, or the text of its parts (other parts are refused)."""
     if content is None:
         return ""
@@ -331,13 +352,14 @@ def _content_text(content: Any, index: int) -> str:
     if isinstance(content, list):
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            text = _part_text(part, role)
+            if text is None:
                 kind = shown(part.get("type")) if isinstance(part, dict) else f"a {type(part).__name__}"
                 raise invalid(
                     f"messages[{index}].content: only text parts are supported, got {kind}",
                     param=f"messages.[{index}].content",
                 )
-            texts.append(part["text"])
+            texts.append(text)
         return "".join(texts)
     raise invalid(f"messages[{index}].content must be a string or a list of parts", param=f"messages.[{index}].content")
 
@@ -376,7 +398,7 @@ def parse_chat(body: bytes) -> ChatRequest:
                 param=f"messages.[{index}].role",
             )
         _check_message_fields(message, role, index)
-        checked.append({**message, "content": _content_text(message.get("content"), index)})
+        checked.append({**message, "content": _content_text(message.get("content"), index, role)})
     return ChatRequest(model, checked, _sampling(document, ("max_tokens", "max_completion_tokens")))
 
 
