@@ -202,6 +202,10 @@ def test_plain_callable_gets_the_prompt_and_the_sampling_parameters(client: open
         tools=tools,
         tool_choice="auto",
         response_format={"type": "json_object"},
+        verbosity="low",
+        safety_identifier="s1",
+        prompt_cache_key="k1",
+        prompt_cache_retention="24h",  # fields of the SDK's create() that change nothing here are taken too
     )
     seen = json.loads(answer.choices[0].message.content or "")
     assert seen["prompt"] == default_prompt("Hi there")
@@ -210,6 +214,11 @@ def test_plain_callable_gets_the_prompt_and_the_sampling_parameters(client: open
     assert parameters["user"] == "u1" and parameters["max_tokens"] == 50 and parameters["stream"] is False
     assert json.loads(parameters["tools"]) == tools and parameters["tool_choice"] == "auto"
     assert json.loads(parameters["response_format"]) == {"type": "json_object"}
+    assert (parameters["verbosity"], parameters["safety_identifier"], parameters["prompt_cache_key"]) == (
+        "low",
+        "s1",
+        "k1",
+    )
     assert answer.choices[0].finish_reason == "stop"
 
 
@@ -234,6 +243,8 @@ def test_completions(client: openai.OpenAI) -> None:
     assert [choice.text for choice in several.choices] == ["".join(tokens_for(p, 2)) for p in ("a", "a", "b", "b")]
     echoed = client.completions.create(model="whole-completions", prompt="raw", echo=True)
     assert echoed.choices[0].text.startswith("raw{")
+    unechoed = client.completions.create(model="whole-completions", prompt="raw", echo=None)  # sent as null
+    assert unechoed.choices[0].text.startswith("{")
     streamed = list(client.completions.create(model="toy", prompt="Once", max_tokens=3, stream=True))
     assert "".join(chunk.choices[0].text for chunk in streamed if chunk.choices) == "".join(tokens_for("Once", 3))
     with pytest.raises(openai.BadRequestError, match="not served at /v1/chat/completions"):
@@ -282,6 +293,9 @@ def test_errors_are_the_sdks_exceptions(client: openai.OpenAI) -> None:
             model="toy",
             messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
         )
+    with pytest.raises(openai.BadRequestError, match="'web_search_options' is not supported") as unsupported:
+        client.chat.completions.create(model="toy", messages=USER, web_search_options={})
+    assert unsupported.value.param == "web_search_options"
     with pytest.raises(openai.BadRequestError, match="Unrecognized request argument supplied: bogus"):
         client.chat.completions.create(model="toy", messages=USER, extra_body={"bogus": 1})
 
@@ -411,6 +425,7 @@ def test_one_binding_answers_the_generate_extension_too(triton: Triton) -> None:
     assert [event["text_output"] for event in events] == tokens_for("raw prompt", 3)
 
 
+DEEP = b"[" * 300 + b"]" * 300
 BAD_BODIES = [
     ("/v1/chat/completions", b'{"model": "toy", "messages": [', 400, None),
     ("/v1/chat/completions", b"[1, 2]", 400, None),
@@ -440,6 +455,38 @@ BAD_BODIES = [
         "n",
     ),
     ("/v1/chat/completions", b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "model"),
+    # Values the server cannot hash or write back (orjson writes 254 levels, reads 1024) are the request's fault.
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": ["user"], "content": "x"}]}',
+        400,
+        "messages.[0].role",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": "x"}], "max_tokens": %s}' % DEEP,
+        400,
+        "max_tokens",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": "x"}], "metadata": {"a": %s}}' % DEEP,
+        400,
+        "metadata",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"model": "with-inputs", "messages": [{"role": "user", "content": "x", "x": %s}]}' % DEEP,
+        400,
+        "messages",
+    ),
+    ("/v1/embeddings", b'{"model": "embed", "input": "x", "dimensions": %s}' % DEEP, 400, "dimensions"),
+    (
+        "/v1/chat/completions",
+        b'{"model": "toy", "messages": [{"role": "user", "content": [{"type": %s}]}]}' % (b"[" * 1010 + b"]" * 1010),
+        400,
+        "messages.[0].content",
+    ),
     ("/v1/completions", b'{"model": "toy"}', 400, "prompt"),
     ("/v1/embeddings", b'{"model": "embed", "input": 5}', 400, "input"),
     ("/v1/embeddings", b"\xff\xfe", 400, None),

@@ -184,6 +184,10 @@ def test_every_response_body_follows_openais_schema(triton: Triton) -> None:
     status, _, body = request(port, "GET", "/v1/nowhere")
     assert status == 404
     jsonschema.validate(json.loads(body), openai_schema.ERROR)
+    for method, path, allowed in (("GET", "/v1/chat/completions", "POST"), ("DELETE", "/v1/models/toy", "GET")):
+        status, headers, body = request(port, method, path)
+        assert (status, headers.get("allow")) == (405, allowed), (method, path)
+        jsonschema.validate(json.loads(body), openai_schema.ERROR)
     status, body = _post(
         triton, "/v1/chat/completions", {"model": "failing", "messages": USER, "stream": True, "user": "late"}
     )

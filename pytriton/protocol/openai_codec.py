@@ -22,6 +22,9 @@ SCALAR_PARAMETERS = (
     "frequency_penalty",
     "user",
     "reasoning_effort",
+    "verbosity",
+    "safety_identifier",
+    "prompt_cache_key",
 )
 # Fields handed to the model as JSON text (parameters are scalars).
 JSON_PARAMETERS = ("tools", "tool_choice", "response_format", "logit_bias", "metadata", "functions", "function_call")
@@ -32,12 +35,36 @@ _COMMON_FIELDS = frozenset(
 # Fields a client library may send that change nothing here.
 _IGNORED_FIELDS = frozenset(("store", "service_tier", "modalities", "prediction"))
 _GENERATION_FIELDS = (*_COMMON_FIELDS, *_IGNORED_FIELDS, *SCALAR_PARAMETERS, *JSON_PARAMETERS)
-CHAT_FIELDS = frozenset((*_GENERATION_FIELDS, "messages", "max_completion_tokens"))
+# Chat fields OpenAI defines that ask what this server cannot do: refused unless null.
+UNSUPPORTED_CHAT_FIELDS = ("audio", "web_search_options", "moderation")
+CHAT_FIELDS = frozenset(
+    (
+        *_GENERATION_FIELDS,
+        *UNSUPPORTED_CHAT_FIELDS,
+        "messages",
+        "max_completion_tokens",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+    )
+)
 COMPLETION_FIELDS = frozenset((*_GENERATION_FIELDS, "prompt", "echo", "suffix", "best_of"))
 EMBEDDING_FIELDS = frozenset(("model", "input", "encoding_format", "dimensions", "user"))
+# The JSON types of the fields handed on or ignored (OpenAI refuses others, and the model could not read them).
+_FIELD_TYPES: Dict[str, Tuple[type, ...]] = {
+    **{key: (str,) for key in ("user", "reasoning_effort", "verbosity", "safety_identifier", "prompt_cache_key")},
+    **{key: (dict,) for key in ("response_format", "logit_bias", "metadata", "prediction", "prompt_cache_options")},
+    **{key: (str, dict) for key in ("tool_choice", "function_call")},
+    **{key: (list,) for key in ("tools", "functions", "modalities")},
+    **{key: (bool,) for key in ("parallel_tool_calls", "store")},
+    **{key: (str,) for key in ("service_tier", "prompt_cache_retention")},
+}
+_TYPE_NAMES = {str: "a string", dict: "an object", list: "an array", bool: "a boolean"}
+RESPONSE_FORMATS = ("text", "json_object", "json_schema")
 MESSAGE_ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
 MAX_N = 16
 MAX_STOP_SEQUENCES = 4
+# How much of a refused value an error message repeats.
+_SHOWN_CHARS = 100
 
 
 # Where the OpenAI API is served, on the HTTP port or a port of its own.
@@ -55,14 +82,16 @@ class OpenAIError(Exception):
         kind: str = "invalid_request_error",
         param: Optional[str] = None,
         code: Optional[str] = None,
+        headers: Tuple[Tuple[bytes, bytes], ...] = (),
     ) -> None:
-        """An error of HTTP `status`; `kind` is the error object's `type`."""
+        """An error of HTTP `status`; `kind` is the error object's `type`; `headers` go with its response."""
         super().__init__(message)
         self.status = status
         self.message = message
         self.kind = kind
         self.param = param
         self.code = code
+        self.headers = headers
 
     def document(self) -> Dict[str, Any]:
         """`{"error": {"message", "type", "param", "code"}}`."""
@@ -158,10 +187,27 @@ def _model_name(document: Dict[str, Any]) -> str:
     return model
 
 
+def shown(value: Any) -> str:
+    """A request's value as JSON in an error message: its first characters; its type when too deep to write."""
+    try:
+        text = orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:  # orjson writes at most 254 levels; it reads 1024
+        return f"a {type(value).__name__} nested too deeply"
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
+
+
+def json_text(value: Any, param: str) -> str:
+    """A request's value as JSON text for the model (400 when it is nested too deeply to write)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        raise invalid(f"'{param}' is nested too deeply", param=param) from None
+
+
 def _refuse_unknown(document: Dict[str, Any], known: frozenset) -> None:  # type: ignore[type-arg]
     for key in document:
         if key not in known:
-            raise invalid(f"Unrecognized request argument supplied: {key}", param=key)
+            raise invalid(f"Unrecognized request argument supplied: {key[:_SHOWN_CHARS]}", param=key[:_SHOWN_CHARS])
 
 
 def _integer(document: Dict[str, Any], key: str, low: int, high: Optional[int] = None) -> Optional[int]:
@@ -169,7 +215,7 @@ def _integer(document: Dict[str, Any], key: str, low: int, high: Optional[int] =
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(f"'{key}' must be an integer, got {orjson.dumps(value).decode()}", param=key)
+        raise invalid(f"'{key}' must be an integer, got {shown(value)}", param=key)
     if value < low or (high is not None and value > high):
         bound = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise invalid(f"'{key}' must be {bound}, got {value}", param=key)
@@ -181,7 +227,7 @@ def _number(document: Dict[str, Any], key: str, low: float, high: float) -> Opti
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise invalid(f"'{key}' must be a number, got {orjson.dumps(value).decode()}", param=key)
+        raise invalid(f"'{key}' must be a number, got {shown(value)}", param=key)
     if not low <= value <= high:
         raise invalid(f"'{key}' must be between {low} and {high}, got {value}", param=key)
     return float(value)
@@ -222,9 +268,7 @@ def _sampling(document: Dict[str, Any], max_tokens_keys: Tuple[str, ...]) -> Sam
     _number(document, "presence_penalty", -2.0, 2.0)
     _number(document, "frequency_penalty", -2.0, 2.0)
     _integer(document, "seed", -(2**63), 2**63 - 1)
-    user = document.get("user")
-    if user is not None and not isinstance(user, str):
-        raise invalid("'user' must be a string", param="user")
+    _check_types(document)
     parameters: Dict[str, Any] = {"stream": sampling.stream}
     if sampling.max_tokens is not None:
         parameters["max_tokens"] = sampling.max_tokens
@@ -236,10 +280,29 @@ def _sampling(document: Dict[str, Any], max_tokens_keys: Tuple[str, ...]) -> Sam
     for key in JSON_PARAMETERS:
         value = document.get(key)
         if value is not None:
-            parameters[key] = value if isinstance(value, str) else orjson.dumps(value).decode()
+            parameters[key] = value if isinstance(value, str) else json_text(value, key)
     _check_tools(document)
     sampling.parameters = parameters
     return sampling
+
+
+def _check_types(document: Dict[str, Any]) -> None:
+    """The fields handed on (or ignored) have OpenAI's JSON types; `response_format` one of its types."""
+    for key, kinds in _FIELD_TYPES.items():
+        value = document.get(key)
+        if value is not None and not isinstance(value, kinds):
+            expected = " or ".join(_TYPE_NAMES[kind] for kind in kinds)
+            raise invalid(f"Invalid type for '{key}': expected {expected}, got {shown(value)}", param=key)
+    response_format = document.get("response_format")
+    if response_format is not None and response_format.get("type") not in RESPONSE_FORMATS:
+        raise invalid(
+            f"Invalid value for 'response_format.type': {shown(response_format.get('type'))}; supported: "
+            + ", ".join(RESPONSE_FORMATS),
+            param="response_format.type",
+        )
+    for key in UNSUPPORTED_CHAT_FIELDS:
+        if document.get(key) is not None:
+            raise invalid(f"'{key}' is not supported by this server", param=key)
 
 
 def _check_tools(document: Dict[str, Any]) -> None:
@@ -248,8 +311,7 @@ def _check_tools(document: Dict[str, Any]) -> None:
     if tools is not None and not isinstance(tools, list):
         raise invalid("'tools' must be a list", param="tools")
     for key in ("tool_choice", "function_call"):
-        choice = document.get(key)
-        if choice is not None and choice not in ("none", "auto"):
+        if not _lets_the_model_answer_text(document.get(key)):
             raise invalid(
                 f"{key} 'required' or a named tool is not supported: this server answers with text, never tool calls",
                 param=key,
@@ -259,7 +321,29 @@ def _check_tools(document: Dict[str, Any]) -> None:
         raise invalid("only the 'text' modality is supported", param="modalities")
 
 
-def _content_text(content: Any, index: int) -> str:
+def _lets_the_model_answer_text(choice: Any) -> bool:
+    """Whether a `tool_choice` (or `function_call`) lets the model answer with a message.
+
+    None, `"none"`, `"auto"`, or allowed tools of mode `auto` do; `"required"` and a named tool do not.
+    """
+    if choice is None or choice in ("none", "auto"):
+        return True
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        allowed = choice.get("allowed_tools")
+        return isinstance(allowed, dict) and allowed.get("mode") == "auto"
+    return False
+
+
+def _part_text(part: Any, role: str) -> Optional[str]:
+    """The text of a content part: a `text` part's, or an assistant's `refusal` part's; None for any other."""
+    if not isinstance(part, dict):
+        return None
+    kind = "refusal" if role == "assistant" and part.get("type") == "refusal" else "text"
+    text = part.get(kind)
+    return text if part.get("type") == kind and isinstance(text, str) else None
+
+
+def _content_text(content: Any, index: int, role: str) -> str:
     """A message's content as text: a string, or the text of its parts (other parts are refused)."""
     if content is None:
         return ""
@@ -268,15 +352,30 @@ def _content_text(content: Any, index: int) -> str:
     if isinstance(content, list):
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            text = _part_text(part, role)
+            if text is None:
+                kind = shown(part.get("type")) if isinstance(part, dict) else f"a {type(part).__name__}"
                 raise invalid(
-                    f"messages[{index}].content: only text parts are supported, got '{kind}'",
+                    f"messages[{index}].content: only text parts are supported, got {kind}",
                     param=f"messages.[{index}].content",
                 )
-            texts.append(part["text"])
+            texts.append(text)
         return "".join(texts)
     raise invalid(f"messages[{index}].content must be a string or a list of parts", param=f"messages.[{index}].content")
+
+
+def _check_message_fields(message: Dict[str, Any], role: str, index: int) -> None:
+    """A message has content (an assistant's may be null, or absent beside its tool or function call); a string name."""
+    if message.get("content") is None:
+        calls = message.get("tool_calls") or message.get("function_call")
+        if role != "assistant" or ("content" not in message and not calls):
+            raise invalid(f"messages[{index}] has no 'content'", param=f"messages.[{index}].content")
+    name = message.get("name")
+    if name is not None and not isinstance(name, str):
+        raise invalid(
+            f"Invalid type for 'messages[{index}].name': expected a string, got {shown(name)}",
+            param=f"messages.[{index}].name",
+        )
 
 
 def parse_chat(body: bytes) -> ChatRequest:
@@ -292,15 +391,14 @@ def parse_chat(body: bytes) -> ChatRequest:
         if not isinstance(message, dict):
             raise invalid(f"messages[{index}] must be an object", param=f"messages.[{index}]")
         role = message.get("role")
-        if role not in MESSAGE_ROLES:
+        if not isinstance(role, str) or role not in MESSAGE_ROLES:
             raise invalid(
-                f"Invalid value for 'messages[{index}].role': {orjson.dumps(role).decode()}; supported: "
+                f"Invalid value for 'messages[{index}].role': {shown(role)}; supported: "
                 + ", ".join(sorted(MESSAGE_ROLES)),
                 param=f"messages.[{index}].role",
             )
-        if "content" not in message and not message.get("tool_calls"):
-            raise invalid(f"messages[{index}] has no 'content'", param=f"messages.[{index}].content")
-        checked.append({**message, "content": _content_text(message.get("content"), index)})
+        _check_message_fields(message, role, index)
+        checked.append({**message, "content": _content_text(message.get("content"), index, role)})
     return ChatRequest(model, checked, _sampling(document, ("max_tokens", "max_completion_tokens")))
 
 
@@ -320,7 +418,9 @@ def parse_completion(body: bytes) -> CompletionRequest:
     best_of = document.get("best_of")
     if best_of not in (None, 1):
         raise invalid("'best_of' is not supported by this server", param="best_of")
-    echo = document.get("echo", False)
+    echo = document.get("echo")
+    if echo is None:  # nullable in OpenAI's spec (the SDK's Optional[bool])
+        echo = False
     if not isinstance(echo, bool):
         raise invalid("'echo' must be a boolean", param="echo")
     sampling = _sampling(document, ("max_tokens",))

@@ -85,7 +85,7 @@ class OpenAIApp:
                 return
             raise
         except OpenAIError as error:
-            await _send_json(send, error.status, error.document())
+            await _send_json(send, error.status, error.document(), error.headers)
         except InferenceError as error:
             failure = codec.from_inference_error(error)
             await _send_json(send, failure.status, failure.document())
@@ -446,13 +446,14 @@ def _as_openai_error(error: BaseException) -> OpenAIError:
 
 
 def _allow(method: str, allowed: str, path: str) -> None:
+    """405 for another method, with the `Allow` header RFC 9110 asks of it."""
     if method != allowed:
-        raise OpenAIError(405, f"Invalid method for URL ({method} {path})")
+        raise OpenAIError(405, f"Invalid method for URL ({method} {path})", headers=((b"allow", allowed.encode()),))
 
 
-async def _send_json(send: Send, status: int, document: Any) -> None:
+async def _send_json(send: Send, status: int, document: Any, extra: Sequence[Tuple[bytes, bytes]] = ()) -> None:
     body = orjson.dumps(document)
-    headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body))]
+    headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body)), *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -12,7 +12,6 @@ import time
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-import orjson
 
 from pytriton.core.datatypes import BYTES
 from pytriton.core.errors import InferenceError
@@ -21,7 +20,7 @@ from pytriton.core.serving import ServingModel
 from pytriton.core.spec import ModelSpec
 from pytriton.options.openai import TokenCounter, counted
 from pytriton.protocol.generate_codec import input_array
-from pytriton.protocol.openai_codec import invalid
+from pytriton.protocol.openai_codec import invalid, json_text
 
 TEXT_INPUT = "text_input"
 TEXT_OUTPUT = "text_output"
@@ -44,11 +43,11 @@ def build_request(
         if tensor.name == TEXT_INPUT:
             value = text
         elif tensor.name == MESSAGES_INPUT and messages is not None:
-            value = orjson.dumps(messages).decode()
+            value = json_text(messages, MESSAGES_INPUT)
         elif tensor.name in rest:
             value = rest.pop(tensor.name)
             if tensor.datatype == BYTES and not isinstance(value, str):
-                value = orjson.dumps(value).decode()
+                value = json_text(value, tensor.name)
         elif tensor.optional:
             continue
         else:
@@ -78,13 +77,40 @@ def text_of(response: InferenceResponse, name: str = TEXT_OUTPUT) -> str:
     return ""
 
 
+# How many first characters of a stop sequence are looked for (at C speed) before a place is compared in full.
+_PROBE = 16
+
+
+def _begun(buffer: str, stop: str) -> int:
+    """The length of the longest end of `buffer` that `stop` begins with and is shorter than it (0: none).
+
+    Linear in the buffer for what a client can choose alone (the stop sequences): a place is compared in full only
+    where the stop's first characters and the buffer's last one fit there (comparing every end was quadratic: a
+    1 MB answer and a 1 MB stop sequence held the event loop for a minute).
+    """
+    size = len(buffer)
+    position = max(size - len(stop) + 1, 0)
+    head = stop[:_PROBE]
+    last = buffer[-1:]
+    while position < size - _PROBE:
+        position = buffer.find(head, position)
+        if position < 0 or position >= size - _PROBE:
+            break
+        if stop[size - position - 1] == last and stop.startswith(buffer[position:]):
+            return size - position
+        position += 1
+    for start in range(max(position, size - _PROBE, 0), size):
+        if stop.startswith(buffer[start:]):
+            return size - start
+    return 0
+
+
 class StopScanner:
     """Finds stop sequences in text that arrives in pieces; holds back what may begin one."""
 
     def __init__(self, stops: Sequence[str]) -> None:
         """Watch for `stops` (none: every piece passes as it is)."""
         self._stops = tuple(stops)
-        self._longest = max((len(stop) for stop in stops), default=0)
         self._held = ""
 
     def feed(self, text: str) -> Tuple[str, bool]:
@@ -96,12 +122,7 @@ class StopScanner:
         if found:
             self._held = ""
             return buffer[: min(found)], True
-        hold = 0
-        for size in range(min(self._longest - 1, len(buffer)), 0, -1):
-            tail = buffer[-size:]
-            if any(stop.startswith(tail) for stop in self._stops):
-                hold = size
-                break
+        hold = max(_begun(buffer, stop) for stop in self._stops) if buffer else 0
         self._held = buffer[len(buffer) - hold :] if hold else ""
         return buffer[: len(buffer) - hold], False
 
