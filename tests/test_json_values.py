@@ -234,6 +234,32 @@ def test_a_utf8_byte_order_mark_before_the_json_is_skipped_as_triton_skips_it(se
     assert status == 400 and "failed to parse the request JSON buffer" in answer["error"]  # one mark, not two
 
 
+def test_a_nul_byte_after_the_json_ends_it_as_triton_reads_it(server):
+    document = b'{"inputs":[{"name":"IN","datatype":"INT32","shape":[2,3],"data":[1,2,3,4,5,6]}]}'
+    status, answer = _infer(server, "m_int32", document + b" \x00\x01garbage", {})  # a C client's terminated text
+    assert status == 200, answer
+    assert answer["outputs"][0]["data"] == [1, 2, 3, 4, 5, 6]
+    for refused in (document + b"x\x00", document[:-1] + b"\x00}", b"\x00" + document):  # not after the document
+        status, answer = _infer(server, "m_int32", refused, {})
+        assert status == 400 and "failed to parse the request JSON buffer" in answer["error"], refused
+
+
+@pytest.mark.parametrize("into_tensors", [10, 24])
+def test_a_header_length_that_runs_into_the_tensors_leaves_them_short_as_triton_finds_them(server, into_tensors):
+    """tritonserver 2.51 reads the header up to its NUL-led tensor bytes, then finds the tensor short of them."""
+    raw = np.arange(6, dtype=np.int32).tobytes()  # begins with a NUL byte
+    header = json.dumps(
+        {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [2, 3], "parameters": {"binary_data_size": 24}}]}
+    ).encode()
+    status, answer = _infer(
+        server, "m_int32", header + raw, {"Inference-Header-Content-Length": str(len(header) + into_tensors)}
+    )
+    assert status == 400
+    assert answer["error"] == (
+        f"unexpected size for input 'IN', expecting {into_tensors} additional bytes for model 'm_int32'"
+    )
+
+
 # What tritonserver 2.51 answered these values with (a 500 there), and what it wraps or makes infinite (kept here).
 UNFIT = [
     ("INT8", [1.5], "non-signed-integer as signed-integer"),

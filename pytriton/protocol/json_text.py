@@ -31,7 +31,9 @@ class JsonError(ValueError):
 def loads(data: Text, after_mark: bool = False) -> Any:
     """The document `data` holds, NaN and infinities included, after a UTF-8 byte order mark if it has one.
 
-    `after_mark`: `data` is what followed one (a second is no more taken than by Triton).
+    `after_mark`: `data` is what followed one (a second is no more taken than by Triton). What follows a NUL byte
+    is not read, as Triton does not read it: a C client's NUL-terminated text, or a binary request whose
+    Inference-Header-Content-Length runs into its tensors' bytes (then found short of them).
 
     Raises:
         JsonError: it is not JSON (with or without those tokens).
@@ -43,6 +45,12 @@ def loads(data: Text, after_mark: bool = False) -> Any:
     text = bytes(data) if isinstance(data, memoryview) else data  # python-rapidjson takes no memoryview
     if text[:3] == _BOM and not after_mark:  # Triton skips a UTF-8 byte order mark (Windows tools write one)
         return loads(text[3:], after_mark=True)
+    end = text.find(b"\x00")
+    if end >= 0:  # rapidjson, as Triton runs it, reads a NUL after the document as the end of the text
+        try:
+            return loads(text[:end], after_mark=True)
+        except JsonError:
+            pass
     if any(start in text for start in _NON_FINITE_STARTS):
         import rapidjson
 
