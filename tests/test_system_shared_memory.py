@@ -551,6 +551,27 @@ def test_http_register_bodies_are_read_as_triton_reads_them(
     assert (answer[0], json.loads(answer[2])) == (status, {"error": message})
 
 
+_UNNAMED = "'region name' is necessary to register"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "message"),
+    [
+        # tritonserver 2.51 (probed): its route takes `register` without a region, then refuses it before
+        # reading the body; other methods are its 405.
+        ("POST", "/v2/systemsharedmemory/register", 400, f"{_UNNAMED} system shared memory region"),
+        ("POST", "/v2/cudasharedmemory/register", 400, f"{_UNNAMED} cuda shared memory region"),
+        ("GET", "/v2/systemsharedmemory/register", 405, "Method Not Allowed"),
+    ],
+)
+def test_a_registration_without_a_region_name_is_refused_as_triton_refuses_it(
+    triton: Triton, method: str, path: str, status: int, message: str
+) -> None:
+    answer = request(triton.http_port or 0, method, path, "not json" if method == "POST" else None, HTTP_AUTH)
+    assert (answer[0], json.loads(answer[2])) == (status, {"error": message})
+    assert answer[1].get("content-type") == "application/json"
+
+
 def test_system_shared_memory_is_an_extension_of_the_server(triton: Triton) -> None:
     client = httpclient.InferenceServerClient(http_url(triton))
     assert "system_shared_memory" in client.get_server_metadata()["extensions"]
