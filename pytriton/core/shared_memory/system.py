@@ -125,15 +125,15 @@ class SystemSharedMemory:
         Valid until a region is unregistered: for `read_all` in the same call on the loop, not across an await.
         """
         mapped = self._regions.get(name)
-        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size:
-            raise _refusal(name, mapped)
+        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size or not byte_size + offset:
+            raise _refusal(name, mapped, offset)  # 0 bytes at offset 0 too, as tritonserver 2.51 (see `_refusal`)
         return mapped.fd, mapped.start + offset
 
     def check(self, name: str, offset: int, byte_size: int) -> None:
         """Raise Triton's error unless `byte_size` bytes from `offset` lie inside the registered region `name`."""
         mapped = self._regions.get(name)
-        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size:
-            raise _refusal(name, mapped)
+        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size or not byte_size + offset:
+            raise _refusal(name, mapped, offset)  # 0 bytes at offset 0 too, as tritonserver 2.51 (see `_refusal`)
 
     @staticmethod
     def read_all(reads: Sequence[Read]) -> None:
@@ -176,7 +176,7 @@ class SystemSharedMemory:
             size = data.nbytes if isinstance(data, memoryview) else len(data)
             mapped = self._regions.get(name)
             if mapped is None or offset < 0 or offset + size > mapped.size:
-                raise _refusal(name, mapped)
+                raise _refusal(name, mapped, offset)
             index += 1
             if index == count or writes[index][0] != name or writes[index][1] != offset + size:  # one buffer
                 try:
@@ -192,7 +192,7 @@ class SystemSharedMemory:
                 following = writes[index][2]
                 end += following.nbytes if isinstance(following, memoryview) else len(following)
                 if end > mapped.size:
-                    raise _refusal(name, mapped)
+                    raise _refusal(name, mapped, offset)
                 buffers.append(following)
                 index += 1
             _write_run(mapped.fd, mapped.start + offset, buffers, end - offset, name)
@@ -255,10 +255,16 @@ def _pieces(buffers: Sequence[Any], done: int) -> List[memoryview]:
     return left
 
 
-def _refusal(name: str, mapped: Optional[_Mapped]) -> InferenceError:
-    """Triton's error for an access to a region not registered (`mapped` None), or outside the one registered."""
+def _refusal(name: str, mapped: Optional[_Mapped], offset: int) -> InferenceError:
+    """Triton's error for an access at `offset` to a region not registered (`mapped` None), or outside it.
+
+    tritonserver 2.51 checks the offset against the region, then `offset + byte_size - 1` against its last byte,
+    unsigned: 0 bytes at offset 0 (a tensor without `shared_memory_byte_size`) is refused there too.
+    """
     if mapped is None:
         return InferenceError.not_found(f"Unable to find shared memory region: '{name}'")
+    if not 0 <= offset < mapped.size:
+        return InferenceError.invalid(f"Invalid offset for shared memory region: '{name}'")
     return InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
 
 
