@@ -869,3 +869,19 @@ def test_status_lists_regions_by_name_as_triton_does(frontends: Optional[int]) -
     finally:
         for segment in made:
             segment.destroy()
+
+
+def test_tensor_parameters_that_are_no_object_are_none_as_in_triton(triton: Triton) -> None:
+    """tritonserver 2.51 (probed) finds no parameter in a tensor's `parameters` that is no object, and serves the
+    request; a request's `parameters` that are no object it refuses (500 there, 400 here, its words)."""
+    a = {"name": "a", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4], "parameters": [1]}
+    b = {"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [1, 1, 1, 1], "parameters": "x"}
+    t = {"name": "t", "shape": [1, 1], "datatype": "BYTES", "data": ["x"], "parameters": None}
+    status, answer = _http_infer(triton, [a, b, t], [{"name": "sum", "parameters": [1]}])
+    assert status == 200 and answer["outputs"][0]["data"] == [2.0, 3.0, 4.0, 5.0]
+    body = json.dumps({"inputs": [a, b, t], "parameters": [1]})
+    status, _, text = request(triton.http_port or 0, "POST", "/v2/models/add/infer", body)
+    assert (status, json.loads(text)) == (
+        400,
+        {"error": "failed to get request params.: attempt to get members for non-object"},
+    )
