@@ -18,7 +18,9 @@ What nvidia-pytriton 0.7.0 (tritonserver 2.51) answered on this machine, and whe
   400 "Input must set only one of the following fields: ... But set 'data' 'shared_memory_region'".
 - an output region too small: 500 "shared memory size specified with the request for output 'sum' (8 bytes)
   should be at least 16 bytes to hold the results" (400 here: the client's mistake); a negative offset: 500
-  "Unable to parse 'shared_memory_offset': ..." (400 here).
+  "Unable to parse 'shared_memory_offset': attempt to access JSON non-unsigned-integer as unsigned-integer"
+  (400 here); an offset past the region: 400 "Invalid offset for shared memory region: 'in'"; an output region
+  with classification or binary_data: 400 "Output can't set both 'shared_memory_region' and 'classification'".
 - an output written to shared memory is answered without data (HTTP: name, datatype, shape; gRPC: an empty
   raw_output_contents entry).
 """
@@ -30,11 +32,13 @@ import os
 import secrets
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from pytriton.model_config import ModelConfig, Tensor
@@ -212,6 +216,9 @@ def test_bad_registrations_are_refused(
     assert raised.value.status() == ("400" if client.protocol == "http" else "StatusCode.INVALID_ARGUMENT")
 
 
+_NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+
+
 def _http_infer(triton: Triton, inputs: List[Dict[str, Any]], outputs: Any = None) -> Tuple[int, Any]:
     body: Dict[str, Any] = {"inputs": inputs}
     if outputs is not None:
@@ -267,7 +274,44 @@ def _request_inputs(**overrides: Any) -> List[Dict[str, Any]]:
             _request_inputs(parameters=_shm("in", offset=-4)),
             None,
             400,
-            "Unable to parse 'shared_memory_offset': expected an unsigned integer, got -4",
+            f"Unable to parse 'shared_memory_offset': {_NOT_UINT}",  # tritonserver 2.51's words (its 500)
+        ),
+        (
+            _request_inputs(parameters=_shm("in", byte_size="16")),
+            None,
+            400,
+            f"Unable to parse 'shared_memory_byte_size': {_NOT_UINT}",
+        ),
+        (
+            _request_inputs(parameters=_shm(5)),
+            None,
+            400,
+            "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string",
+        ),
+        (_request_inputs(parameters=_shm("")), None, 404, "Unable to find shared memory region: ''"),
+        (  # an offset past the region: Triton's words for it, before the size's
+            _request_inputs(parameters=_shm("in", offset=64)),
+            None,
+            400,
+            "Invalid offset for shared memory region: 'in'",
+        ),
+        (
+            _request_inputs(parameters=_shm("in", offset=2**64 - 1)),
+            None,
+            400,
+            "Invalid offset for shared memory region: 'in'",
+        ),
+        (  # no byte size: 0 bytes at offset 0, which tritonserver 2.51 refuses, once the region is found
+            _request_inputs(parameters={"shared_memory_region": "zz"}),
+            None,
+            404,
+            "Unable to find shared memory region: 'zz'",
+        ),
+        (
+            _request_inputs(),
+            [{"name": "sum", "parameters": _shm("out", byte_size=0)}],
+            400,
+            "Invalid offset + byte size for shared memory region: 'out'",
         ),
         (
             _request_inputs(data=[1, 2, 3, 4]),
@@ -294,6 +338,25 @@ def _request_inputs(**overrides: Any) -> List[Dict[str, Any]]:
             [{"name": "sum", "parameters": _shm("out", byte_size=16, offset=60)}],
             400,
             "Invalid offset + byte size for shared memory region: 'out'",
+        ),
+        # tritonserver 2.51 refuses an output in shared memory that asks for classes or binary data too
+        (
+            _request_inputs(),
+            [{"name": "sum", "parameters": {**_shm("out"), "classification": 1}}],
+            400,
+            "Output can't set both 'shared_memory_region' and 'classification'",
+        ),
+        (
+            _request_inputs(),
+            [{"name": "sum", "parameters": {**_shm("out"), "binary_data": True}}],
+            400,
+            "Output can't set both 'shared_memory_region' and 'binary_data'",
+        ),
+        (
+            _request_inputs(),
+            [{"name": "sum", "parameters": {**_shm("out"), "binary_data": "no"}}],
+            400,
+            "Unable to set 'binary_data': attempt to access JSON non-boolean as boolean",
         ),
     ],
 )
@@ -332,6 +395,98 @@ def test_grpc_refuses_bad_regions_too(triton: Triton, segments: Tuple[Segment, S
         with pytest.raises(InferenceServerException, match="Unable to find shared memory region: 'gone'") as raised:
             client.infer("add", [a, b, t])
         assert raised.value.status() == "StatusCode.NOT_FOUND"
+    finally:
+        client.unregister_system_shared_memory(headers=GRPC_AUTH)
+        client.close()
+
+
+def _grpc_parameters(**values: Any) -> Dict[str, Any]:
+    """InferParameters: strings, int64s (ints) and bools."""
+    parameters = {}
+    for key, value in values.items():
+        parameter = service_pb2.InferParameter()
+        if isinstance(value, bool):
+            parameter.bool_param = value
+        elif isinstance(value, int):
+            parameter.int64_param = value
+        else:
+            parameter.string_param = value
+        parameters[key] = parameter
+    return parameters
+
+
+def _grpc_region(region: str, byte_size: int = 16, offset: int = 0, **more: Any) -> Dict[str, Any]:
+    return _grpc_parameters(
+        shared_memory_region=region, shared_memory_byte_size=byte_size, shared_memory_offset=offset, **more
+    )
+
+
+def _grpc_message(a: Dict[str, Any], outputs: Optional[Dict[str, Any]] = None) -> Any:
+    """A ModelInferRequest for `add`: `a` and `b` in region "in", `t` as contents; `sum` requested when given."""
+    message = service_pb2.ModelInferRequest(model_name="add")
+    for name, parameters in (("a", a), ("b", _grpc_region("in", offset=16))):
+        tensor = message.inputs.add(name=name, datatype="FP32", shape=[1, 4])
+        for key, parameter in parameters.items():
+            tensor.parameters[key].CopyFrom(parameter)
+    message.inputs.add(name="t", datatype="BYTES", shape=[1, 1]).contents.bytes_contents.append(b"x")
+    if outputs is not None:
+        output = message.outputs.add(name="sum")
+        for key, parameter in outputs.items():
+            output.parameters[key].CopyFrom(parameter)
+    return message
+
+
+@pytest.mark.parametrize(
+    ("a", "outputs", "code", "message"),
+    [
+        # What tritonserver 2.51 answered to the same messages (probed): it casts int64 offsets and sizes to
+        # size_t, checks the offset first, finds the inputs' regions before it reads the requested outputs, and
+        # refuses an output in shared memory that asks for classes.
+        (_grpc_region("in", offset=-1), None, "INVALID_ARGUMENT", "Invalid offset for shared memory region: 'in'"),
+        (_grpc_region("in", offset=64), None, "INVALID_ARGUMENT", "Invalid offset for shared memory region: 'in'"),
+        (
+            _grpc_region("in", byte_size=-1),
+            None,
+            "INVALID_ARGUMENT",
+            "Invalid offset + byte size for shared memory region: 'in'",
+        ),
+        (
+            _grpc_region("in", byte_size=0),
+            None,
+            "INVALID_ARGUMENT",
+            "Invalid offset + byte size for shared memory region: 'in'",
+        ),
+        (_grpc_region(""), None, "NOT_FOUND", "Unable to find shared memory region: ''"),
+        (_grpc_region("zz"), _grpc_region("yy"), "NOT_FOUND", "Unable to find shared memory region: 'zz'"),
+        (
+            _grpc_region("in"),
+            _grpc_region("out", classification=1),
+            "INVALID_ARGUMENT",
+            "output can't set both 'shared_memory_region' and 'classification'",
+        ),
+        (  # the region's parameters are read before the classification's
+            _grpc_region("in"),
+            {**_grpc_region("out"), **_grpc_parameters(shared_memory_byte_size="16", classification=-1)},
+            "INVALID_ARGUMENT",
+            "invalid value type for 'shared_memory_byte_size' parameter for tensor 'sum', expected int64_param.",
+        ),
+    ],
+)
+def test_grpc_tensor_regions_are_checked_as_triton_checks_them(
+    triton: Triton, segments: Tuple[Segment, Segment], a: Any, outputs: Any, code: str, message: str
+) -> None:
+    source, target = segments
+    source.write([np.ones(8, dtype=np.float32)])
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    try:
+        client.register_system_shared_memory("in", source.key, 64, headers=GRPC_AUTH)
+        client.register_system_shared_memory("out", target.key, 64, headers=GRPC_AUTH)
+        with grpc.insecure_channel(grpc_url(triton)) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as raised:
+                stub.ModelInfer(_grpc_message(a, outputs), timeout=30)
+            assert (raised.value.code().name, raised.value.details()) == (code, message)
+            assert stub.ModelInfer(_grpc_message(_grpc_region("in")), timeout=30).outputs  # all is well after it
     finally:
         client.unregister_system_shared_memory(headers=GRPC_AUTH)
         client.close()
@@ -523,9 +678,6 @@ def test_regions_are_released_on_unregister_and_at_stop(segments: Tuple[Segment,
     assert _holds(target.key) == clients_own[1]  # stop() unmapped what was still registered
 
 
-_NOT_UINT = "attempt to access JSON non-unsigned-integer as unsigned-integer"
-
-
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
@@ -549,6 +701,27 @@ def test_http_register_bodies_are_read_as_triton_reads_them(
     path = "/v2/systemsharedmemory/region/r/register"
     answer = request(triton.http_port or 0, "POST", path, body, HTTP_AUTH)
     assert (answer[0], json.loads(answer[2])) == (status, {"error": message})
+
+
+_UNNAMED = "'region name' is necessary to register"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "message"),
+    [
+        # tritonserver 2.51 (probed): its route takes `register` without a region, then refuses it before
+        # reading the body; other methods are its 405.
+        ("POST", "/v2/systemsharedmemory/register", 400, f"{_UNNAMED} system shared memory region"),
+        ("POST", "/v2/cudasharedmemory/register", 400, f"{_UNNAMED} cuda shared memory region"),
+        ("GET", "/v2/systemsharedmemory/register", 405, "Method Not Allowed"),
+    ],
+)
+def test_a_registration_without_a_region_name_is_refused_as_triton_refuses_it(
+    triton: Triton, method: str, path: str, status: int, message: str
+) -> None:
+    answer = request(triton.http_port or 0, method, path, "not json" if method == "POST" else None, HTTP_AUTH)
+    assert (answer[0], json.loads(answer[2])) == (status, {"error": message})
+    assert answer[1].get("content-type") == "application/json"
 
 
 def test_system_shared_memory_is_an_extension_of_the_server(triton: Triton) -> None:
@@ -696,3 +869,19 @@ def test_status_lists_regions_by_name_as_triton_does(frontends: Optional[int]) -
     finally:
         for segment in made:
             segment.destroy()
+
+
+def test_tensor_parameters_that_are_no_object_are_none_as_in_triton(triton: Triton) -> None:
+    """tritonserver 2.51 (probed) finds no parameter in a tensor's `parameters` that is no object, and serves the
+    request; a request's `parameters` that are no object it refuses (500 there, 400 here, its words)."""
+    a = {"name": "a", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4], "parameters": [1]}
+    b = {"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [1, 1, 1, 1], "parameters": "x"}
+    t = {"name": "t", "shape": [1, 1], "datatype": "BYTES", "data": ["x"], "parameters": None}
+    status, answer = _http_infer(triton, [a, b, t], [{"name": "sum", "parameters": [1]}])
+    assert status == 200 and answer["outputs"][0]["data"] == [2.0, 3.0, 4.0, 5.0]
+    body = json.dumps({"inputs": [a, b, t], "parameters": [1]})
+    status, _, text = request(triton.http_port or 0, "POST", "/v2/models/add/infer", body)
+    assert (status, json.loads(text)) == (
+        400,
+        {"error": "failed to get request params.: attempt to get members for non-object"},
+    )

@@ -123,6 +123,8 @@ def decode_infer_request(
         # checks the outputs, then the inputs against the model.
         if plan.typed or len(raw) < expected:
             _check_input_data(spec.name, headers, message, len(contents) if contents else 0)
+        if located is None and plan.in_regions:
+            _check_input_regions(headers, memory)
         outputs = plan.outputs if plan.outputs is not None else _output_headers(message.outputs)
         requested, output_regions, classes = _requested_outputs(spec, outputs, memory, located is not None)
         if not spec.input_count_fits(len(headers)):
@@ -403,6 +405,7 @@ class _MessagePlan:
     """
 
     __slots__ = (
+        "in_regions",
         "inputs",
         "located",
         "message",
@@ -419,6 +422,7 @@ class _MessagePlan:
         self.message = message  # parsed once for every request of the same bytes (`kept_message`)
         self.inputs = [_input_header(tensor) for tensor in message.inputs]
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
+        self.in_regions = self.raw_count < len(self.inputs)  # some input is in shared memory
         self.typed = any(header.has_contents for header in self.inputs)
         parameters = message.parameters
         self.parameters = request_parameters_from_message(parameters) if parameters else None
@@ -505,6 +509,7 @@ def _output_header(output: Message) -> Tuple[str, int, Optional[TensorRegion]]:
 def _read_output_header(output: Message) -> Tuple[str, int, Optional[TensorRegion]]:
     """(name, classification count, region) of a requested output with parameters."""
     parameters = output.parameters
+    region = _region(parameters, "output", output)  # Triton reads these first
     value = 0
     if "classification" in parameters:
         count = parameters["classification"]  # Triton takes an int64_param above 0 only, in these words
@@ -513,7 +518,9 @@ def _read_output_header(output: Message) -> Tuple[str, int, Optional[TensorRegio
         if count.int64_param <= 0:
             raise InferenceError.invalid("invalid value for 'classification' parameter, expected >= 0")
         value = count.int64_param
-    return output.name, value, _region(parameters, "output", output)
+        if region is not None:
+            raise InferenceError.invalid("output can't set both 'shared_memory_region' and 'classification'")
+    return output.name, value, region
 
 
 def _region(parameters: Mapping[str, Message], kind: str, tensor: Message) -> Optional[TensorRegion]:
@@ -524,8 +531,18 @@ def _region(parameters: Mapping[str, Message], kind: str, tensor: Message) -> Op
         found = _plain_region(parameters)  # what clients send, read straight from the messages
         if found is not None:
             return found
-    _check_region_parameters(parameters, tensor.name)
-    return tensor_region(parameters_from_message(parameters, valueless=True), kind, tensor.name)
+    return generic_region(parameters, kind, tensor.name)
+
+
+def generic_region(parameters: Mapping[str, Message], kind: str, name: str) -> Optional[TensorRegion]:
+    """`_region` of any parameters: Triton's checks of their kinds (`_check_region_parameters`), then the values."""
+    _check_region_parameters(parameters, name)
+    values = parameters_from_message(parameters, valueless=True)
+    for key in (OFFSET, BYTE_SIZE):  # int64s Triton casts to size_t: -1 is an offset or size past any region
+        value = values.get(key)
+        if type(value) is int and value < 0:
+            values[key] = value + 2**64
+    return tensor_region(values, kind, name)
 
 
 def _check_region_parameters(parameters: Mapping[str, Message], name: str) -> None:
@@ -575,6 +592,18 @@ def _plain_region(parameters: Mapping[str, Message]) -> Optional[TensorRegion]:
     name: str = region.string_param
     byte_size: int = getattr(size, size_choice)
     return TensorRegion(name, offset, byte_size) if name and byte_size >= 0 and offset >= 0 else None
+
+
+def _check_input_regions(headers: Sequence[_InputHeader], memory: Optional[SystemSharedMemory]) -> None:
+    """Refuse an input region not registered, or a range outside it, before the outputs and the model are looked at.
+
+    Triton's gRPC frontend finds each input's region as it reads the input's data, before the requested outputs'
+    parameters; its core checks the inputs against the model after that.
+    """
+    for header in headers:
+        region = header.region
+        if region is not None:
+            (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
 
 
 def _memory(memory: Optional[SystemSharedMemory]) -> SystemSharedMemory:

@@ -76,9 +76,7 @@ def decode_infer_request(
     if plan is not None:
         return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory)
     document = parse_json_object(header)
-    user_parameters, options = split_parameters(
-        json_object_field(document.get("parameters"), "parameters"), forwarded_headers
-    )
+    user_parameters, options = split_parameters(request_parameters(document.get("parameters")), forwarded_headers)
     raw_inputs = document.get("inputs")
     if type(raw_inputs) is not list:
         raise InferenceError.invalid("the request JSON must have an 'inputs' array")
@@ -143,7 +141,7 @@ def decode_infer_request(
     if planned is not None and key is not None:
         if len(_PLANS) >= _KEPT_PLANS:
             _PLANS.clear()
-        parameters = json_object_field(document.get("parameters"), "parameters")
+        parameters = request_parameters(document.get("parameters"))
         _PLANS[key] = _Plan(planned, request_id, parameters, requested, output_format)
     request = InferenceRequest(
         request_id=request_id,
@@ -365,14 +363,21 @@ def parse_json_members(data: Body) -> Dict[str, Any]:
     return document if isinstance(document, dict) else {}
 
 
-def json_object_field(value: Any, what: str, name: str = "") -> Dict[str, Any]:
-    """An optional JSON object field: `what` (of the tensor `name`, when given) must be an object."""
+def request_parameters(value: Any) -> Dict[str, Any]:
+    """A request's optional `parameters` object; anything else is refused in tritonserver 2.51's words (its 500)."""
     if value is None:
         return {}
     if type(value) is not dict:
-        field = f"{what} '{name}'" if name else what
-        raise InferenceError.invalid(f"'{field}' must be a JSON object")
+        raise InferenceError.invalid("failed to get request params.: attempt to get members for non-object")
     return value
+
+
+def _tensor_parameters(value: Any) -> Dict[str, Any]:
+    """A tensor's `parameters`, none when they are no object (a list, a string, null).
+
+    tritonserver 2.51 looks their keys up with TritonJson's Find, which finds none in a value that is no object.
+    """
+    return value if type(value) is dict else {}
 
 
 def _name_of(raw: Any) -> Optional[str]:
@@ -401,7 +406,7 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
     for dim in shape:
         if type(dim) is not int or dim < 0 or dim > _UINT64_MAX:
             raise InferenceError.invalid(_NOT_A_DIM)
-    return name, datatype, shape, json_object_field(raw.get("parameters"), "parameters of input", name)
+    return name, datatype, shape, _tensor_parameters(raw.get("parameters"))
 
 
 # tritonserver 2.51's words (500s there, for what the client sent) for an input's header field it cannot read.
@@ -468,7 +473,9 @@ def _requested_outputs(
             if first:
                 binary[name] = False
             continue
-        parameters = json_object_field(parameters, "parameters of output", name)
+        parameters = _tensor_parameters(parameters)
+        if REGION in parameters:
+            _check_output_region_alone(parameters)
         count = parameters.get("classification")
         if count is not None and (type(count) is not int or count < 0):
             raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
@@ -487,6 +494,20 @@ def _requested_outputs(
             regions[name] = region
     spec.check_requested_outputs(names)
     return names, OutputFormat(binary, binary_default, regions or None, classes or None)
+
+
+def _check_output_region_alone(parameters: Dict[str, Any]) -> None:
+    """Refuse an output in shared memory that also asks for classes or binary data, as Triton's HTTP frontend does.
+
+    Its ValidateOutputParameter: a `classification` of any value, then a `binary_data` that is no bool or is true.
+    """
+    if "classification" in parameters:
+        raise InferenceError.invalid("Output can't set both 'shared_memory_region' and 'classification'")
+    as_binary = parameters.get("binary_data", False)
+    if type(as_binary) is not bool:
+        raise InferenceError.invalid("Unable to set 'binary_data': attempt to access JSON non-boolean as boolean")
+    if as_binary:
+        raise InferenceError.invalid("Output can't set both 'shared_memory_region' and 'binary_data'")
 
 
 def encode_infer_response(

@@ -53,18 +53,21 @@ def status_message(regions: Sequence[SystemRegion]) -> Any:
 
 
 def tensor_region(parameters: Optional[Mapping[str, Any]], kind: str, name: str) -> Optional[TensorRegion]:
-    """The region the parameters (plain values) of a tensor (`kind` "input" or "output") name, or None when none."""
+    """The region the parameters (plain values) of a tensor (`kind` "input" or "output") name, or None when none.
+
+    Read as Triton's HTTP frontend reads them (CheckSharedMemoryData): the region a string (an empty one is looked
+    up, and not found), then the offset and the byte size unsigned integers, in TritonJson's words (its 500 a 400
+    here). A missing byte size is 0, which the region's check refuses at offset 0 as Triton 2.51 does.
+    """
     if not parameters or REGION not in parameters:
         return None
     region = parameters[REGION]
-    if not isinstance(region, str) or not region:
-        raise InferenceError.invalid(f"'{REGION}' of {kind} '{name}' must be a region name")
-    byte_size = parameters.get(BYTE_SIZE)
-    if byte_size is None:  # Triton's answer when the size is missing
-        raise InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{region}'")
+    if not isinstance(region, str):
+        raise InferenceError.invalid(f"Unable to parse '{REGION}': attempt to access JSON non-string as string")
     offset = parameters.get(OFFSET, 0)
     if type(offset) is not int or offset < 0:
         unsigned(OFFSET, offset)
+    byte_size = parameters.get(BYTE_SIZE, 0)
     if type(byte_size) is not int or byte_size < 0:
         unsigned(BYTE_SIZE, byte_size)
     return TensorRegion(region, offset, byte_size)
@@ -181,7 +184,9 @@ def output_write(where: TensorRegion, output: OutputTensor) -> Write:
 
 
 def unsigned(field: str, value: Any) -> int:
-    """A non-negative integer parameter or field."""
-    if type(value) is not int or value < 0:
-        raise InferenceError.invalid(f"Unable to parse '{field}': expected an unsigned integer, got {value!r}")
+    """A parameter read as TritonJson's `AsUInt` reads it (an integer, not a bool, from 0 to 2**64 - 1)."""
+    if type(value) is not int or not 0 <= value < 2**64:
+        raise InferenceError.invalid(
+            f"Unable to parse '{field}': attempt to access JSON non-unsigned-integer as unsigned-integer"
+        )
     return value

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -67,6 +67,8 @@ class SystemSharedMemory:
         # The registry's state as a number unique to it (_GENERATIONS): what was located or checked in it at one
         # generation (the descriptors, positions and ranges of `locate` and `check`) holds while it has not changed.
         self.generation = next(_GENERATIONS)
+        # Regions in-flight requests write outputs into, with how many: Triton refuses to unregister them.
+        self._held: Dict[str, int] = {}
 
     def status(self, name: str = "") -> List[SystemRegion]:
         """Every region, by name as Triton lists them, or the one named (NOT_FOUND when it is not registered)."""
@@ -103,14 +105,48 @@ class SystemSharedMemory:
         self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment)
         self.generation = next(_GENERATIONS)
 
-    def unregister(self, name: str = "") -> None:
-        """Unregister and unmap one region, or all of them; an unknown name is not an error (as in Triton)."""
-        names = [name] if name else list(self._regions)
-        for key in names:
+    def unregister(self, name: str = "", *, force: bool = False) -> None:
+        """Unregister and unmap one region, or all of them; an unknown name is not an error (as in Triton).
+
+        A region an in-flight request will write an output into (`hold`) stays, as tritonserver 2.51 keeps it: one
+        named is refused, and all are unregistered but those, which the error lists (500 / INTERNAL, its words).
+        `force` unregisters them too (the server's stop, a frontend following its hub).
+        """
+        held = () if force else self._held
+        if name and name in held and name in self._regions:
+            raise InferenceError(
+                Status.INTERNAL, f"Cannot unregister shared memory region '{name}', it is currently in use."
+            )
+        busy = []
+        for key in [name] if name else sorted(self._regions):
+            if key in held:
+                busy.append(key)
+                continue
             found = self._regions.pop(key, None)
             if found is not None:
                 found.segment.close()
                 self.generation = next(_GENERATIONS)
+        if busy:
+            raise InferenceError(
+                Status.INTERNAL,
+                "Failed to unregister the following system shared memory regions: " + "".join(f"{b} ," for b in busy),
+            )
+
+    def hold(self, names: Iterable[str]) -> None:
+        """Keep the regions `names` from being unregistered until `release`d: an in-flight request's outputs'."""
+        held = self._held
+        for name in names:
+            held[name] = held.get(name, 0) + 1
+
+    def release(self, names: Iterable[str]) -> None:
+        """Let go of regions `hold` kept."""
+        held = self._held
+        for name in names:
+            count = held[name] - 1
+            if count:
+                held[name] = count
+            else:
+                del held[name]
 
     def read(self, name: str, offset: int, byte_size: int) -> np.ndarray:
         """A copy of `byte_size` bytes of a region from `offset`, in a new writable uint8 array."""
@@ -125,15 +161,15 @@ class SystemSharedMemory:
         Valid until a region is unregistered: for `read_all` in the same call on the loop, not across an await.
         """
         mapped = self._regions.get(name)
-        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size:
-            raise _refusal(name, mapped)
+        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size or not byte_size + offset:
+            raise _refusal(name, mapped, offset)  # 0 bytes at offset 0 too, as tritonserver 2.51 (see `_refusal`)
         return mapped.fd, mapped.start + offset
 
     def check(self, name: str, offset: int, byte_size: int) -> None:
         """Raise Triton's error unless `byte_size` bytes from `offset` lie inside the registered region `name`."""
         mapped = self._regions.get(name)
-        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size:
-            raise _refusal(name, mapped)
+        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size or not byte_size + offset:
+            raise _refusal(name, mapped, offset)  # 0 bytes at offset 0 too, as tritonserver 2.51 (see `_refusal`)
 
     @staticmethod
     def read_all(reads: Sequence[Read]) -> None:
@@ -176,7 +212,7 @@ class SystemSharedMemory:
             size = data.nbytes if isinstance(data, memoryview) else len(data)
             mapped = self._regions.get(name)
             if mapped is None or offset < 0 or offset + size > mapped.size:
-                raise _refusal(name, mapped)
+                raise _refusal(name, mapped, offset)
             index += 1
             if index == count or writes[index][0] != name or writes[index][1] != offset + size:  # one buffer
                 try:
@@ -192,7 +228,7 @@ class SystemSharedMemory:
                 following = writes[index][2]
                 end += following.nbytes if isinstance(following, memoryview) else len(following)
                 if end > mapped.size:
-                    raise _refusal(name, mapped)
+                    raise _refusal(name, mapped, offset)
                 buffers.append(following)
                 index += 1
             _write_run(mapped.fd, mapped.start + offset, buffers, end - offset, name)
@@ -255,10 +291,16 @@ def _pieces(buffers: Sequence[Any], done: int) -> List[memoryview]:
     return left
 
 
-def _refusal(name: str, mapped: Optional[_Mapped]) -> InferenceError:
-    """Triton's error for an access to a region not registered (`mapped` None), or outside the one registered."""
+def _refusal(name: str, mapped: Optional[_Mapped], offset: int) -> InferenceError:
+    """Triton's error for an access at `offset` to a region not registered (`mapped` None), or outside it.
+
+    tritonserver 2.51 checks the offset against the region, then `offset + byte_size - 1` against its last byte,
+    unsigned: 0 bytes at offset 0 (a tensor without `shared_memory_byte_size`) is refused there too.
+    """
     if mapped is None:
         return InferenceError.not_found(f"Unable to find shared memory region: '{name}'")
+    if not 0 <= offset < mapped.size:
+        return InferenceError.invalid(f"Invalid offset for shared memory region: '{name}'")
     return InferenceError.invalid(f"Invalid offset + byte size for shared memory region: '{name}'")
 
 

@@ -147,7 +147,7 @@ class FrontendProcess:
         wanted = {region[0]: region for region in regions}
         for mapped in memory.status():
             if wanted.get(mapped.name) != (mapped.name, mapped.key, mapped.offset, mapped.byte_size):
-                memory.unregister(mapped.name)
+                memory.unregister(mapped.name, force=True)  # the hub unregistered it: nothing here holds it back
         present = {mapped.name for mapped in memory.status()}
         for name, region in wanted.items():
             if name not in present:
@@ -172,7 +172,7 @@ class FrontendProcess:
                 LOGGER.exception("error while stopping a frontend")
         self._servers.clear()
         self._by_kind.clear()
-        self.engine.system_memory.unregister()
+        self.engine.system_memory.unregister(force=True)
         self._loop.call_soon(self._end)
 
     def _end(self) -> None:

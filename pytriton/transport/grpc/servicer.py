@@ -157,14 +157,21 @@ class InferenceServicer:
         decoded = grpc_codec.decode_infer_request(spec, request, frame.raw_inputs, forwarded, memory, frame.data)
         if received_ns:
             mark_arrival(decoded.request, received_ns, grpc=True)
-        response = await model.infer(decoded.request)
-        if received_ns and type(response) is TracedResponse and response.trace.claim():
-            send_ns = time.monotonic_ns()
-            try:
-                return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
-            finally:
-                response.trace.sent("GRPC", (received_ns, received_ns, send_ns, time.monotonic_ns()))
-        return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
+        held = decoded.regions and [where.region for where in decoded.regions.values()]
+        if held:  # its output regions stay registered until they are written, as Triton keeps them
+            memory.hold(held)
+        try:
+            response = await model.infer(decoded.request)
+            if received_ns and type(response) is TracedResponse and response.trace.claim():
+                send_ns = time.monotonic_ns()
+                try:
+                    return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
+                finally:
+                    response.trace.sent("GRPC", (received_ns, received_ns, send_ns, time.monotonic_ns()))
+            return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
+        finally:
+            if held:
+                memory.release(held)
 
     async def ModelStreamInfer(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:
         """Run the requests of a stream concurrently and stream back their responses."""

@@ -185,6 +185,9 @@ class StreamSession:
             responses = model.stream(decoded.request)
             reached = spec
             final_sent = False
+            held = decoded.regions and [where.region for where in decoded.regions.values()]
+            if held:  # its output regions stay registered until they are written, as Triton keeps them
+                memory.hold(held)
             try:
                 async for response in responses:
                     final_sent = response.final
@@ -192,6 +195,8 @@ class StreamSession:
                     del response
                     await self._outbox_room()
             finally:
+                if held:
+                    memory.release(held)
                 await _aclose(responses)
             if decoded.options.empty_final_response and not final_sent:
                 put(grpc_codec.empty_final_response(spec, request_id, asked_version))

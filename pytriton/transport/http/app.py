@@ -335,10 +335,17 @@ class HttpFrontend:
             if received_ns:
                 decoded_ns = time.monotonic_ns()
                 mark_arrival(request, received_ns, grpc=False)
-            response = await model.infer(request, gone=lambda: until_disconnect(receive))
-            json_part, binary_parts, json_length = encode_infer_response(
-                spec, request.id, response, output_format, memory
-            )
+            held = output_format.regions and [where.region for where in output_format.regions.values()]
+            if held:  # its output regions stay registered until they are written, as Triton keeps them
+                memory.hold(held)
+            try:
+                response = await model.infer(request, gone=lambda: until_disconnect(receive))
+                json_part, binary_parts, json_length = encode_infer_response(
+                    spec, request.id, response, output_format, memory
+                )
+            finally:
+                if held:
+                    memory.release(held)
         except InferenceError as error:
             # Triton's response callback sets no content type: the model's errors, and those Triton finds in its
             # answer (a class count of an output without order) or its Python backend in the inputs (a cut string).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, List, Optional, Tuple
 
+from pytriton.core.errors import InferenceError
 from pytriton.core.shared_memory.cuda import CudaSharedMemory
 from pytriton.protocol.cuda_memory_codec import register_request, status_document
 from pytriton.protocol.http_codec import Body
@@ -14,11 +15,17 @@ _ACTIONS = ("status", "register", "unregister")
 
 def match(rest: List[str]) -> Optional[Tuple[str, str]]:
     """(action, region name) of the path after /v2/cudasharedmemory; None for a path Triton does not serve."""
-    if len(rest) == 1 and rest[0] in ("status", "unregister"):
+    if len(rest) == 1 and rest[0] in _ACTIONS:  # register without a region: Triton's 400 (`unnamed`), not a 404
         return rest[0], ""
     if len(rest) == 3 and rest[0] == "region" and rest[1] and rest[2] in _ACTIONS:
         return rest[2], rest[1]
     return None
+
+
+def unnamed(name: str, kind: str) -> None:
+    """Refuse a registration without a region name (`kind` "system" or "cuda"), before its body is read, as Triton."""
+    if not name:
+        raise InferenceError.invalid(f"'region name' is necessary to register {kind} shared memory region")
 
 
 def method_of(action: str) -> str:
@@ -32,6 +39,7 @@ async def answer(regions: CudaSharedMemory, action: str, name: str, body: Body) 
         return status_document(regions.status(name))
     loop = asyncio.get_running_loop()
     if action == "register":
+        unnamed(name, "cuda")
         raw_handle, device_id, byte_size = register_request(body)
         await loop.run_in_executor(None, regions.register, name, raw_handle, device_id, byte_size)
     else:

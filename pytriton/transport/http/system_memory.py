@@ -8,7 +8,7 @@ from pytriton.core.errors import InferenceError, json_type_error, json_uint
 from pytriton.core.shared_memory.system import SystemSharedMemory
 from pytriton.protocol.http_codec import Body, parse_json_members
 from pytriton.protocol.system_memory_codec import status_document
-from pytriton.transport.http.cuda_memory import match, method_of
+from pytriton.transport.http.cuda_memory import match, method_of, unnamed
 
 __all__ = ["answer", "match", "method_of"]  # the paths are the CUDA extension's: one matcher for both
 
@@ -18,6 +18,7 @@ def answer(regions: SystemSharedMemory, action: str, name: str, body: Body) -> O
     if action == "status":
         return status_document(regions.status(name))
     if action == "register":
+        unnamed(name, "system")
         regions.register(name, *_register_request(body))
     else:
         regions.unregister(name)
