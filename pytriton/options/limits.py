@@ -53,7 +53,7 @@ from typing import Any, Dict, Mapping, Optional
 from pytriton.exceptions import PyTritonValidationError
 
 ENV_PREFIX = "PYTRITON_LIMIT_"
-# Triton's --http-max-input-size default.
+# tritonserver 2.59+'s --http-max-input-size default, which bounds only the JSON part there (2.51 has no limit).
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # grpcio's largest message (Triton sets this on its server too).
 GRPC_MAX_MESSAGE_BYTES = 2**31 - 1
