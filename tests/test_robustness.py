@@ -183,7 +183,7 @@ def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
 def test_limits_defaults_env_and_validation(monkeypatch):
     defaults = ServerLimits()
     assert defaults.max_body_bytes == DEFAULT_MAX_BODY_BYTES == 64 * 1024 * 1024
-    assert defaults.grpc_max_message_bytes == 2**31 - 1 and defaults.keep_alive_timeout_s == 5.0
+    assert defaults.grpc_max_message_bytes == 2**31 - 1 and defaults.keep_alive_timeout_s == 75.0
     monkeypatch.setenv("PYTRITON_LIMIT_MAX_BODY_BYTES", "1000")
     monkeypatch.setenv("PYTRITON_LIMIT_HEADER_TIMEOUT_S", "2.5")
     from_env = ServerLimits.from_env()

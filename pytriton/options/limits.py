@@ -13,7 +13,7 @@ Where each limit is enforced, and how a refusal looks:
 | max_header_bytes | HTTP connection, while the request line and headers arrive | 431, connection closed |
 | header_timeout_s | HTTP connection: request line and headers must arrive within it | 408, connection closed |
 | body_timeout_s | HTTP connection: longest pause between two parts of a body | 408, connection closed |
-| keep_alive_timeout_s | HTTP connection: idle time before the first request and between requests | connection closed |
+| keep_alive_timeout_s | HTTP connection: idle between requests (before the first: header_timeout_s if less) | closed |
 | send_timeout_s | HTTP and gRPC connection: a full send buffer left unread (gRPC: no window opened) so long | closed |
 | max_connections | HTTP connection: a request on a connection over the cap | 503, connection closed |
 | grpc_max_message_bytes | gRPC channel (received and sent messages) | RESOURCE_EXHAUSTED |
@@ -53,12 +53,19 @@ from typing import Any, Dict, Mapping, Optional
 from pytriton.exceptions import PyTritonValidationError
 
 ENV_PREFIX = "PYTRITON_LIMIT_"
-# Triton's --http-max-input-size default.
+# tritonserver 2.59+'s --http-max-input-size default, which bounds only the JSON part there (2.51 has no limit).
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # grpcio's largest message (Triton sets this on its server too).
 GRPC_MAX_MESSAGE_BYTES = 2**31 - 1
 # One message of the largest size still inflates when it is alone.
 DEFAULT_MAX_INFLATED_BYTES = GRPC_MAX_MESSAGE_BYTES
+
+
+# An idle HTTP connection outlives the clients' pools (aiohttp, under tritonclient.http.aio, keeps one 15 s; httpx
+# 5 s) and load balancers' idle timeouts (AWS ALB 60 s), so the client, not the server, ends it: a request sent on
+# a pooled connection just as the server closes it fails in the client (aiohttp raises ServerDisconnectedError or a
+# reset for a POST, which it does not retry). tritonserver never closes an idle connection.
+DEFAULT_KEEP_ALIVE_TIMEOUT_S = 75.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +82,8 @@ class ServerLimits:
         max_header_bytes: largest HTTP request line plus headers (431 above it).
         header_timeout_s: seconds for an HTTP request's line and headers to arrive (408 after it).
         body_timeout_s: longest pause, in seconds, while an HTTP request body arrives (408 after it).
-        keep_alive_timeout_s: seconds an HTTP connection may stay idle, before its first request or between two.
+        keep_alive_timeout_s: seconds an HTTP connection may stay idle between two requests, or before its first
+            one unless header_timeout_s is shorter.
         send_timeout_s: seconds an HTTP or gRPC connection's send buffer may stay full while its client reads
             nothing of it (a client that never reads its responses holds their memory); 0: no limit. While it is
             full, the next pipelined HTTP request waits and a gRPC connection reads no more requests. A gRPC client
@@ -111,7 +119,7 @@ class ServerLimits:
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 30.0
     body_timeout_s: float = 30.0
-    keep_alive_timeout_s: float = 5.0
+    keep_alive_timeout_s: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
     send_timeout_s: float = 30.0
     max_connections: int = 4096
     grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_BYTES

@@ -3,9 +3,9 @@
 Requests on a connection are answered in order (a pipelined request waits for the response before
 it). The connection also enforces what ServerLimits asks of each connection: a cap on the request
 line and headers (431), timeouts for the headers and for a stalled body (408), an idle timeout before
-and between requests, and a cap on connections (503). One timer per connection follows a deadline
-that moves with each phase (idle, request head, body), so a request costs a clock read and a few
-comparisons, not a timer of its own.
+and between requests (before the first, the header timeout if that is shorter), and a cap on connections
+(503). One timer per connection follows a deadline that moves with each phase (idle, request head, body),
+so a request costs a clock read and a few comparisons, not a timer of its own.
 
 It is a BufferedProtocol: heads and small bodies are read into the server's one read buffer and parsed
 from there; a body whose Content-Length is large goes past the parser, straight into the buffer the app
@@ -36,6 +36,7 @@ from pytriton.transport.http.refusals import (
 from pytriton.transport.send_watch import SendWatch
 
 if TYPE_CHECKING:
+    from pytriton.options.limits import ServerLimits
     from pytriton.transport.http.server import ServerState
 
 LOGGER = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             socket_address(transport.get_extra_info("peername")),
         )
         self._over_cap = self.over_cap or len(state.connections) > self._limits.max_connections
-        self._clock.enter(IDLE, self._limits.keep_alive_timeout_s)
+        self._clock.enter(IDLE, _first_request_timeout_s(self._limits))
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         """Tell every request of the connection that its client left."""
@@ -631,6 +632,17 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._reading_paused = False
         transport.resume_reading()
         self._loop.call_later(_LINGER_S, transport.close)
+
+
+def _first_request_timeout_s(limits: ServerLimits) -> float:
+    """How long a new connection may wait before its first request begins (0: no limit).
+
+    The keep-alive timeout, or the header timeout if that is shorter: a client opens a connection to send a
+    request, and one that sends nothing is a late head. The keep-alive timeout outlives the clients' pools
+    (`options/limits.py`) and so holds a silent connection too long.
+    """
+    limits_s = [timeout for timeout in (limits.keep_alive_timeout_s, limits.header_timeout_s) if timeout]
+    return min(limits_s) if limits_s else 0.0
 
 
 def _head_too_large(limit: int) -> str:
