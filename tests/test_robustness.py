@@ -30,7 +30,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
-from pytriton.options.limits import DEFAULT_MAX_BODY_BYTES, ServerLimits
+from pytriton.options.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_BYTES, ServerLimits
 from pytriton.triton import Triton, TritonConfig
 from tests.h2_wire import H2Client, grpc_message, infer_request, request_headers
 from tests.http_helpers import post_json, request
@@ -182,7 +182,8 @@ def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
 
 def test_limits_defaults_env_and_validation(monkeypatch):
     defaults = ServerLimits()
-    assert defaults.max_body_bytes == DEFAULT_MAX_BODY_BYTES == 64 * 1024 * 1024
+    assert defaults.max_body_bytes == DEFAULT_MAX_BODY_BYTES == 2**31 - 1  # binary tensors: as a gRPC message
+    assert defaults.max_json_bytes == DEFAULT_MAX_JSON_BYTES == 64 * 1024 * 1024  # tritonserver 2.59's JSON bound
     assert defaults.grpc_max_message_bytes == 2**31 - 1 and defaults.keep_alive_timeout_s == 75.0
     monkeypatch.setenv("PYTRITON_LIMIT_MAX_BODY_BYTES", "1000")
     monkeypatch.setenv("PYTRITON_LIMIT_HEADER_TIMEOUT_S", "2.5")
@@ -276,6 +277,51 @@ def test_body_over_the_limit_is_413(limited):
     status, document = post_json(limited.http_port, "/v2/models/identity/infer", infer_body([1.0] * 5000))
     assert status == 413 and "larger than 16384 bytes" in document["error"]
     assert post_json(limited.http_port, "/v2/models/identity/infer", infer_body([1.0]))[0] == 200
+
+
+JSON_LIMITED = ServerLimits(max_json_bytes=4096)
+
+
+def test_json_over_its_limit_is_400_while_binary_tensors_pass_it():
+    """tritonserver 2.51 reads HTTP bodies of any size; 2.59's --http-max-input-size bounds the JSON only."""
+    words = "request JSON size of {} bytes exceeds the maximum allowed input size of 4096 bytes"
+    with serving(_bind_limits, JSON_LIMITED, allow_grpc=False) as triton:
+        port = triton.http_port
+        big = json.dumps(infer_body([1.0] * 2000)).encode()
+        status, _, answer = request(port, "POST", "/v2/models/identity/infer", big)
+        assert status == 400 and json.loads(answer)["error"].startswith(words.format(len(big)))
+        # The same row as a binary tensor (8 KB): its JSON part is small, so the request is served.
+        values = np.arange(2000, dtype=np.float32)
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "INPUT_1",
+                        "shape": [1, 2000],
+                        "datatype": "FP32",
+                        "parameters": {"binary_data_size": 8000},
+                    }
+                ],
+                "outputs": [{"name": "OUTPUT_1", "parameters": {"binary_data": True}}],
+            }
+        ).encode()
+        status, headers, answer = request(
+            port,
+            "POST",
+            "/v2/models/identity/infer",
+            header + values.tobytes(),
+            {"Inference-Header-Content-Length": str(len(header))},
+        )
+        assert status == 200, answer
+        json_length = int(headers["inference-header-content-length"])
+        assert np.array_equal(np.frombuffer(answer[json_length:], np.float32), values)
+        generate = json.dumps({"INPUT_1": [1.0] * 2000}).encode()
+        status, _, answer = request(port, "POST", "/v2/models/identity/generate", generate)
+        assert status == 400 and json.loads(answer)["error"].startswith(words.format(len(generate)))
+        token = {"triton-access-token": triton.get_access_token()}  # shared memory is restricted as in 0.7
+        status, _, answer = request(port, "POST", "/v2/systemsharedmemory/region/r/register", b" " * 5000, token)
+        assert status == 413 and "larger than 4096 bytes" in json.loads(answer)["error"]
+        assert post_json(port, "/v2/models/identity/infer", infer_body([1.0] * 10))[0] == 200
 
 
 def test_headers_over_the_limit_are_431_and_close(limited):

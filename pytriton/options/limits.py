@@ -9,6 +9,7 @@ Where each limit is enforced, and how a refusal looks:
 | limit | where | refusal |
 |---|---|---|
 | max_body_bytes | HTTP app, while reading (and decompressing) a body | 413 |
+| max_json_bytes | HTTP app: a request's JSON (inference, generate; other API bodies: 413) | 400 |
 | max_inflated_bytes | both transports: decompressed requests alive at once, together | 503 / RESOURCE_EXHAUSTED |
 | max_header_bytes | HTTP connection, while the request line and headers arrive | 431, connection closed |
 | header_timeout_s | HTTP connection: request line and headers must arrive within it | 408, connection closed |
@@ -53,10 +54,12 @@ from typing import Any, Dict, Mapping, Optional
 from pytriton.exceptions import PyTritonValidationError
 
 ENV_PREFIX = "PYTRITON_LIMIT_"
-# tritonserver 2.59+'s --http-max-input-size default, which bounds only the JSON part there (2.51 has no limit).
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 # grpcio's largest message (Triton sets this on its server too).
 GRPC_MAX_MESSAGE_BYTES = 2**31 - 1
+# tritonserver 2.51 reads an HTTP body of any size; binary tensors get as much room as a gRPC message.
+DEFAULT_MAX_BODY_BYTES = GRPC_MAX_MESSAGE_BYTES
+# tritonserver 2.59+'s --http-max-input-size default, which bounds the JSON only: binary tensors pass it.
+DEFAULT_MAX_JSON_BYTES = 64 * 1024 * 1024
 # One message of the largest size still inflates when it is alone.
 DEFAULT_MAX_INFLATED_BYTES = GRPC_MAX_MESSAGE_BYTES
 
@@ -73,7 +76,11 @@ class ServerLimits:
     """Limits that protect the server from oversized, slow or too many requests; 0 disables a timeout.
 
     Args:
-        max_body_bytes: largest HTTP request body, after decompression (413 above it).
+        max_body_bytes: largest HTTP request body, after decompression (413 above it): binary tensors included.
+        max_json_bytes: largest JSON document of an HTTP request, as tritonserver 2.59+'s --http-max-input-size:
+            an inference's JSON (its whole body, or its Inference-Header-Content-Length part) and a generate
+            body are refused with 400 above it; the other API bodies (repository, logging, shared memory) and
+            the OpenAI API's with 413.
         max_inflated_bytes: what the decompressed requests (HTTP Content-Encoding, gRPC grpc-encoding) alive at
             once may hold together, server-wide, from the first inflated byte until the request's last view of
             them is gone; one that would pass it is refused (HTTP 503, gRPC RESOURCE_EXHAUSTED). Each request is
@@ -115,6 +122,7 @@ class ServerLimits:
     """
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 30.0

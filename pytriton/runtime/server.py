@@ -354,6 +354,7 @@ class ServerRuntime:
             server_version=__version__,
             header_forward_pattern=options.http_header_forward_pattern,
             max_body_bytes=options.limits.max_body_bytes,
+            max_json_bytes=options.limits.max_json_bytes,
             inflation_budget=self.inflation_budget,
             access=options.http_access,
             settings=self.settings,
@@ -369,7 +370,7 @@ class ServerRuntime:
         return OpenAIApp(
             self.engine,
             api_key=options.openai_api_key,
-            max_body_bytes=options.limits.max_body_bytes,
+            max_body_bytes=options.limits.max_json_bytes,
             access=options.http_access,
         )
 
@@ -410,6 +411,7 @@ class ServerRuntime:
             self.engine,
             server_version=__version__,
             max_body_bytes=options.limits.max_body_bytes,
+            max_json_bytes=options.limits.max_json_bytes,
             inflation_budget=self.inflation_budget,
             access=options.http_access,
         )

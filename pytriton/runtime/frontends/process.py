@@ -78,6 +78,7 @@ class FrontendProcess:
                 server_version=init.server_version,
                 header_forward_pattern=options.http_header_forward_pattern,
                 max_body_bytes=options.limits.max_body_bytes,
+                max_json_bytes=options.limits.max_json_bytes,
                 inflation_budget=budget,
                 access=options.http_access,
                 trace_stamps=FixedStamps(options.trace.mode == "triton" and bool(options.trace.file)),
@@ -86,7 +87,7 @@ class FrontendProcess:
                 else OpenAIApp(
                     self.engine,
                     api_key=options.openai_api_key,
-                    max_body_bytes=options.limits.max_body_bytes,
+                    max_body_bytes=options.limits.max_json_bytes,
                     access=options.http_access,
                 ),
             )

@@ -103,6 +103,7 @@ class HttpFrontend:
         server_version: str,
         header_forward_pattern: Optional[str] = None,
         max_body_bytes: int = 2**31 - 1,
+        max_json_bytes: int = 2**31 - 1,
         access: Optional[AccessRules] = None,
         settings: Optional[ServerSettings] = None,
         inflation_budget: Optional[InflationBudget] = None,
@@ -124,6 +125,7 @@ class HttpFrontend:
         self._server_version = server_version
         self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
         self._max_body_bytes = max_body_bytes
+        self._max_json_bytes = max_json_bytes
         self._inflation_budget = inflation_budget or InflationBudget(DEFAULT_MAX_INFLATED_BYTES)
         self._access = access or None
         self._settings = settings
@@ -264,7 +266,7 @@ class HttpFrontend:
 
     async def _repository_index(self, receive: Receive, send: Send) -> None:
         """POST /v2/repository/index, of the ready models only when the body says `"ready": true`."""
-        body = await read_body(receive, self._max_body_bytes)
+        body = await read_body(receive, self._max_json_bytes)
         ready_only = False
         if bytes(body).strip():
             try:
@@ -280,7 +282,7 @@ class HttpFrontend:
 
     async def _repository_load(self, receive: Receive, send: Send, name: str, load: bool) -> None:
         """POST /v2/repository/models/{name}/load (a body may hold a config override) or unload."""
-        body = await read_body(receive, self._max_body_bytes)
+        body = await read_body(receive, self._max_json_bytes)
         if load:
             parameters = _load_parameters(body) if bytes(body).strip() else {}
             change = config_override.spec_change(name, parameters, self._engine.has_cache)
@@ -291,13 +293,13 @@ class HttpFrontend:
 
     async def _cuda_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
         """/v2/cudasharedmemory/[region/{name}/]{status,register,unregister} (transport/http/cuda_memory.py)."""
-        body = await read_body(receive, self._max_body_bytes)
+        body = await read_body(receive, self._max_json_bytes)
         document = await cuda_memory.answer(self._engine.cuda_memory, action, region, body)
         await (send_empty(send, 200, _JSON) if document is None else send_json(send, 200, document))
 
     async def _system_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
         """/v2/systemsharedmemory/[region/{name}/]{status,register,unregister} (transport/http/system_memory.py)."""
-        body = await read_body(receive, self._max_body_bytes)
+        body = await read_body(receive, self._max_json_bytes)
         document = system_memory.answer(self._engine.system_memory, action, region, body)
         await (send_empty(send, 200, _JSON) if document is None else send_json(send, 200, document))
 
@@ -322,6 +324,8 @@ class HttpFrontend:
             if encoding:
                 body = await _decompress(body, encoding.decode("latin-1"), self._max_body_bytes, self._inflation_budget)
             header_length = None if raw_length is None else _header_length(raw_length, len(body))
+            if header_length != 0:  # 0: the body is one raw tensor, no JSON
+                _json_within(len(body) if header_length is None else header_length, self._max_json_bytes)
         except (InferenceError, HttpError) as error:
             raise _untyped(error) from None
         spec = model.spec
@@ -382,6 +386,7 @@ class HttpFrontend:
         model = self._engine.model(name, version)
         _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
+        _json_within(len(body), self._max_json_bytes)
         request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
         if model.spec.decoupled:
             responses = [response async for response in model.stream(request)]  # {} yielded is one too, as in Triton
@@ -405,6 +410,7 @@ class HttpFrontend:
         model = self._engine.model(name, version)
         _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
+        _json_within(len(body), self._max_json_bytes)
         request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
         responses = model.stream(request)
         handler = asyncio.current_task()
@@ -442,7 +448,7 @@ class HttpFrontend:
         assert settings is not None
         if model and not self._engine.model_ready(model):
             raise InferenceError.invalid(f"Request for unknown model : {model}")
-        body = bytes(await read_body(receive, self._max_body_bytes)) if method == "POST" else b""
+        body = bytes(await read_body(receive, self._max_json_bytes)) if method == "POST" else b""
         changes = parse_json_members(body) if body.strip() else {}
         if route == "logging":
             settings.log.update(changes, http=True)
@@ -477,6 +483,15 @@ def _identity_encoded(scope: Scope) -> None:
     for header, value in scope["headers"]:
         if header == b"content-encoding" and value != b"identity":
             raise InferenceError.invalid("Unsupported content-encoding, only 'identity' is supported.")
+
+
+def _json_within(length: int, limit: int) -> None:
+    """Refuse a request JSON longer than ServerLimits.max_json_bytes, as tritonserver 2.59+ words it (400)."""
+    if length > limit:
+        raise InferenceError.invalid(
+            f"request JSON size of {length} bytes exceeds the maximum allowed input size of {limit} bytes. Use "
+            "ServerLimits(max_json_bytes=...) or PYTRITON_LIMIT_MAX_JSON_BYTES to increase the limit."
+        )
 
 
 async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
