@@ -312,11 +312,12 @@ class FrontendPool:
     async def sync(self) -> None:
         """Tell every frontend what changed since it was last told; return once all have it."""
         async with self._sync_lock:
-            await asyncio.gather(*(self._tell(frontend) for frontend in self._up()))
+            mirror = self._mirror()  # once for all frontends: it costs O(models + regions), on every forwarded call
+            await asyncio.gather(*(self._tell(frontend, mirror) for frontend in self._up()))
 
-    async def _tell(self, frontend: _Frontend) -> None:
-        """Send one frontend the models and regions where they changed since it was last told."""
-        mirror = self._mirror()
+    async def _tell(self, frontend: _Frontend, mirror: Optional[Mirror] = None) -> None:
+        """Send one frontend the models and regions where they changed since it was last told (`mirror`: now)."""
+        mirror = self._mirror() if mirror is None else mirror
         told = frontend.mirror
         link = frontend.link
         if told == mirror or link is None:
