@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -474,6 +474,40 @@ def test_each_frontend_answers_the_second_probes_cases_as_triton(server: Triton)
                 assert chunk, head
                 head += chunk
             assert head.lower().startswith(b"http/1.1 200 ok\r\n") and b"\r\nconnection: keep-alive\r\n" in head.lower()
+
+
+def _many(triton: Triton) -> None:
+    for number in range(40):
+        triton.bind(f"m{number}", _identity, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))
+
+
+def test_a_bind_or_load_among_many_models_sends_each_frontend_only_what_changed(
+    start_triton: Callable[..., Triton],
+) -> None:
+    triton = start_triton(_many, frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+    sent = pool.specs_sent
+    triton.bind("late", _identity, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))
+    assert pool.specs_sent - sent == 2  # the new model's spec, once to each frontend: not all 41
+    repository = "/v2/repository/models/m7"
+    pids = sorted(frontend.pid for frontend in pool._frontends)  # this server's, not the module fixture's
+    with _connections_on_each_frontend(triton.http_port, pids) as connections:
+        hub = next(iter(connections.values()))
+        for connection in connections.values():
+            assert _infer_json(connection, "late", [1.0])[0] == 200
+        sent = pool.specs_sent
+        hub.request("POST", f"{repository}/unload", b"{}", HTTP_AUTH)
+        assert hub.getresponse().read() == b""
+        for connection in connections.values():
+            status, answer = _infer_json(connection, "m7", [1.0])
+            assert (status, answer["error"]) == (404, "Request for unknown model: 'm7' has no available versions")
+            assert _infer_json(connection, "m8", [2.0])[0] == 200
+        hub.request("POST", f"{repository}/load", b"{}", HTTP_AUTH)
+        assert hub.getresponse().read() == b""
+        for connection in connections.values():
+            assert _infer_json(connection, "m7", [3.0])[1]["outputs"][0]["data"] == [3.0]
+        assert pool.specs_sent - sent <= 4  # m7's, at most twice to each frontend: never the other 40
 
 
 def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, caplog: pytest.LogCaptureFixture) -> None:

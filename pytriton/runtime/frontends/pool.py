@@ -65,6 +65,8 @@ class _Frontend:
         self.link: Optional[FrontendLink] = None
         self.started = 0.0
         self.mirror: Optional[Mirror] = None  # what it was last told
+        # The specs it was last told, by (name, version): held, so that no new spec takes an old one's id.
+        self.specs: Dict[Tuple[str, int], Any] = {}
 
     @property
     def pid(self) -> int:
@@ -105,6 +107,8 @@ class FrontendPool:
         self._caps = {"http": options.limits.max_connections, "grpc": options.limits.grpc_max_connections}
         self._restarts: Dict[int, asyncio.Task[None]] = {}
         self._sync_lock = asyncio.Lock()
+        # Model specs sent to frontends since their start, on changes (what a bind, load or unload costs them).
+        self.specs_sent = 0
         self._stopping = False
 
     # -- life -----------------------------------------------------------------------------------
@@ -140,7 +144,7 @@ class FrontendPool:
             self._server_version,
             self._sockets["http"] is not None,
             self._sockets["grpc"] is not None,
-            [spec for spec in self._specs()],
+            self._specs(),
             list(mirror[1]),
             dict(mirror[2]),
             self._engine.out_of_service(),
@@ -160,6 +164,7 @@ class FrontendPool:
         channel.handle(link.on_message, lambda: self._on_closed(frontend, link))
         frontend.process, frontend.link, frontend.started = process, link, time.monotonic()
         frontend.mirror = mirror
+        frontend.specs = self._spec_table()
         frontend.state = _State.UP
         LOGGER.debug("frontend %d is up (pid %d)", frontend.number, process.pid)
         if channel.closed:
@@ -291,6 +296,9 @@ class FrontendPool:
     def _specs(self) -> List[Any]:
         return [model.spec for model in self._engine.models()]
 
+    def _spec_table(self) -> Dict[Tuple[str, int], Any]:
+        return {(model.spec.name, model.spec.version): model.spec for model in self._engine.models()}
+
     def _mirror(self) -> Mirror:
         """What the frontends must know now: the model versions (by spec identity), the regions, the log settings."""
         models = tuple((model.spec.name, model.spec.version, id(model.spec)) for model in self._engine.models())
@@ -304,18 +312,19 @@ class FrontendPool:
     async def sync(self) -> None:
         """Tell every frontend what changed since it was last told; return once all have it."""
         async with self._sync_lock:
-            await asyncio.gather(*(self._tell(frontend) for frontend in self._up()))
+            mirror = self._mirror()  # once for all frontends: it costs O(models + regions), on every forwarded call
+            await asyncio.gather(*(self._tell(frontend, mirror) for frontend in self._up()))
 
-    async def _tell(self, frontend: _Frontend) -> None:
-        """Send one frontend the models and regions where they changed since it was last told."""
-        mirror = self._mirror()
+    async def _tell(self, frontend: _Frontend, mirror: Optional[Mirror] = None) -> None:
+        """Send one frontend the models and regions where they changed since it was last told (`mirror`: now)."""
+        mirror = self._mirror() if mirror is None else mirror
         told = frontend.mirror
         link = frontend.link
         if told == mirror or link is None:
             return
         try:
             if told is None or told[0] != mirror[0]:
-                await link.calls.call("models", self._specs(), self._engine.out_of_service())
+                await self._tell_models(frontend)
             if told is None or told[1] != mirror[1]:
                 await link.calls.call("regions", list(mirror[1]))
             if told is None or told[2] != mirror[2]:
@@ -323,6 +332,21 @@ class FrontendPool:
         except Exception:  # noqa: BLE001 - it died meanwhile: it is told everything when it starts again
             return
         frontend.mirror = mirror
+
+    async def _tell_models(self, frontend: _Frontend) -> None:
+        """Send one frontend the model versions that changed since it was last told, not the whole table.
+
+        The whole table on every change made each bind, load or unload cost as much as all models' specs (pickled
+        here, unpickled and compared in each frontend): binding N models one after another cost O(N^2).
+        """
+        assert frontend.link is not None
+        table = self._spec_table()
+        told = frontend.specs
+        changed = [spec for key, spec in table.items() if told.get(key) is not spec]
+        removed = [key for key in told if key not in table]
+        await frontend.link.calls.call("change_models", changed, removed, self._engine.out_of_service())
+        self.specs_sent += len(changed)
+        frontend.specs = table
 
     async def _broadcast(self, what: str, *args: Any) -> None:
         """Call `what(*args)` on every frontend that is up; return once all have answered (or died)."""

@@ -45,7 +45,7 @@ class FrontendProcess:
         self._loop = loop
         self.ended = loop.create_future()
         handlers: Dict[str, Handler] = {
-            "models": self._models,
+            "change_models": self._change_models,
             "regions": self._regions,
             "logging": self._logging,
             "steer": self._steer,
@@ -136,8 +136,10 @@ class FrontendProcess:
         """The hub's log settings changed (through /v2/logging or LogSettings): log as it does."""
         self._log.update(settings)
 
-    async def _models(self, specs: List[ModelSpec], unloaded: List[Tuple[str, int]]) -> None:
-        self.engine.set_models(specs, unloaded)
+    async def _change_models(
+        self, changed: List[ModelSpec], removed: List[Tuple[str, int]], unloaded: List[Tuple[str, int]]
+    ) -> None:
+        self.engine.change_models(changed, removed, unloaded)
 
     async def _regions(self, regions: List[Region]) -> None:
         self._set_regions(regions)

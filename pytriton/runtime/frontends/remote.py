@@ -402,6 +402,28 @@ class RemoteEngine:
             )
         self._models = table
 
+    def change_models(
+        self, changed: List[ModelSpec], removed: Sequence[Tuple[str, int]], unloaded: Sequence[Tuple[str, int]]
+    ) -> None:
+        """Serve `changed` (new versions, or new specs of ones served) and no longer `removed`; the rest stay.
+
+        What the hub sends when its table changed: only what changed travels, so a change costs the same with 10
+        models as with 10,000. `unloaded` names every version out of service, as in `set_models`.
+        """
+        self._unloaded = frozenset((name, version) for name, version in unloaded)
+        self._unloaded_names = frozenset(name for name, _ in unloaded)
+        for name, version in removed:
+            versions = self._models.get(name)
+            if versions is not None:
+                versions.pop(version, None)
+                if not versions:
+                    del self._models[name]
+        for spec in changed:
+            versions = self._models.setdefault(spec.name, {})
+            old = versions.get(spec.version)
+            if old is None or old.spec != spec:
+                versions[spec.version] = RemoteModel(spec, self._link)
+
     def model(self, name: str, version: str = "") -> RemoteModel:
         """The model version a request names (latest when the version is empty), or NOT_FOUND as the hub says it."""
         return find_available(
