@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import queue
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
@@ -83,7 +86,24 @@ def test_bad_rules_are_refused(text: str, message: str) -> None:
         ("/v2/systemsharedmemory/status", Category.SHARED_MEMORY),
         ("/metrics", Category.CUSTOM),  # outside /v1 and /v2: a custom route's (Triton.add_route)
         ("/my/route", Category.CUSTOM),
+        ("//v2/logging", Category.CUSTOM),  # not under /v2: Triton's routes find nothing
         ("/v2/nope", None),
+        # Paths Triton's route patterns do not match answer 404 there, not the category's 403.
+        ("/v2/models/m/versions/abc", None),
+        ("/v2/models/m/versions/-1/infer", None),
+        ("/v2/models/m/versions/1/trace/setting", None),
+        ("/v2/models//stats", None),
+        ("/v2/repository/foo", None),
+        ("/v2/repository/models/m/drop", None),
+        ("/v2/systemsharedmemory/foo", None),
+        ("/v2/cudasharedmemory/region//status", None),
+        # ...and those they match, with Triton's optional parts.
+        ("/v2/models/stats/ready", Category.HEALTH),  # a model named "stats"
+        ("/v2/repository/r/index", Category.MODEL_REPOSITORY),
+        ("/v2/repository/r/models/m/unload", Category.MODEL_REPOSITORY),
+        ("/v2/cudasharedmemory/region/r/unregister", Category.SHARED_MEMORY),
+        ("/v1/models", Category.METADATA),
+        ("/v1/embeddings", Category.INFERENCE),
     ],
 )
 def test_http_paths_map_to_categories(path: str, category: Any) -> None:
@@ -170,3 +190,62 @@ def test_grpc_restricted_stream(start_triton: Callable[..., Triton]) -> None:
             assert "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'" in str(outcome)
         else:
             assert outcome.as_numpy("OUT").tolist() == [[1, 2]]
+
+
+def _repeated_header(port: int, path: str, name: str, values: Tuple[str, ...]) -> int:
+    """The status of a POST to `path` that sends header `name` once per value, in order."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.putrequest("POST", path)
+        for value in values:
+            connection.putheader(name, value)
+        connection.putheader("Content-Length", "0")
+        connection.endheaders()
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def test_http_a_repeated_header_is_read_at_its_first_value(start_triton: Callable[..., Triton]) -> None:
+    """tritonserver 2.51 (libevhtp) reads the first: [right, wrong] passes, [wrong, right] gets 403."""
+    triton = start_triton(_bind, http_restricted_api=RULES, allow_grpc=False, allow_metrics=False)
+    port = triton.http_port
+    assert _repeated_header(port, "/v2/repository/index", "admin-key", ("admin-secret", "wrong")) == 200
+    assert _repeated_header(port, "/v2/repository/index", "admin-key", ("wrong", "admin-secret")) == 403
+    assert _repeated_header(port, "/v2/repository/index", "Admin-Key", ("admin-secret", "admin-secret")) == 200
+
+
+def test_http_paths_triton_does_not_route_are_not_found_under_restriction(start_triton: Callable[..., Triton]) -> None:
+    """As in tritonserver 2.51: 404 for paths its routes do not match, restricted or not; a model "stats" is routed."""
+    rules = "inference,metadata,model-repository,statistics,trace,shared-memory,health:k=v"
+    triton = start_triton(_bind, http_restricted_api=rules, allow_grpc=False, allow_metrics=False)
+    port = triton.http_port
+    for method, path in [
+        ("POST", "/v2/models/identity/versions/abc/infer"),
+        ("GET", "/v2/models/identity/versions/1/trace/setting"),
+        ("POST", "/v2/repository/foo"),
+        ("GET", "/v2/systemsharedmemory/foo"),
+        ("GET", "/v2/models//stats"),
+    ]:
+        status, _, body = request(port, method, path)
+        assert (status, json.loads(body)) == (404, {"error": "Not Found"}), path
+        assert request(port, method, path, headers={"k": "v"})[0] == 404, path  # nor served with the header
+    assert request(port, "GET", "/v2/models/stats/ready")[0] == 403
+    status, _, body = request(port, "GET", "/v2/models/stats/config", headers={"k": "v"})
+    assert (status, json.loads(body)) == (404, {"error": "Request for unknown model: 'stats' is not found"})
+
+
+def test_grpc_repeated_metadata_is_read_at_its_first_value(start_triton: Callable[..., Triton]) -> None:
+    """tritonserver 2.51 finds the first value of a key in its metadata multimap."""
+    triton = start_triton(_bind, grpc_restricted_protocol=RULES, allow_metrics=False)
+    key = "triton-grpc-protocol-admin-key"
+    with grpc.insecure_channel(f"127.0.0.1:{triton.grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        index = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, "admin-secret"), (key, "x")])
+        assert [model.name for model in index.models] == ["identity"]
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, "x"), (key, "admin-secret")])
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert raised.value.details() == f"This protocol is restricted, expecting header '{key}'"
