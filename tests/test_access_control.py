@@ -59,6 +59,11 @@ def test_rules_parse_groups_and_prefix_keys() -> None:
         ("health", "format is '<apis>:<key>=<value>'"),
         ("health:k", "format is '<apis>:<key>=<value>'"),
         ("health:=v", "format is '<apis>:<key>=<value>'"),
+        # Names are taken as written, as tritonserver takes them (its words, measured on 2.51).
+        ("health, metadata:k=v", "unknown restricted api ' metadata'"),
+        ("health,,metadata:k=v", "unknown restricted api ''"),
+        ("Health:k=v", "unknown restricted api 'Health'"),
+        ("health,health:k=v", "restricted api 'health' can not be specified in multiple config groups"),
     ],
 )
 def test_bad_rules_are_refused(text: str, message: str) -> None:

@@ -217,7 +217,7 @@ def parse_rules(text: Optional[str], *, option: str, header_prefix: str = "", ki
         names, key, value = _split_group(group, option)
         for name in names:
             try:
-                category = Category(name.strip())
+                category = Category(name)  # as written: tritonserver refuses " metadata" in "health, metadata"
             except ValueError:
                 known = ", ".join(member.value for member in Category)
                 raise PyTritonValidationError(
