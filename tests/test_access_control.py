@@ -49,6 +49,10 @@ def test_rules_parse_groups_and_prefix_keys() -> None:
     }
     assert not parse_rules(None, option="http_restricted_api")
     assert parse_rules("trace:k=a=b", option="x").rules[Category.TRACE] == Restriction("k", "a=b")
+    # A list holds one option value per item, as nvidia-pytriton 0.7 passes a list (one tritonserver flag each).
+    listed = parse_rules(["model-repository,model-config:admin-key=admin-secret", "inference:k=v"], option="x")
+    assert listed.rules[Category.MODEL_CONFIG] == Restriction("admin-key", "admin-secret")
+    assert listed.rules[Category.INFERENCE] == Restriction("k", "v")
 
 
 @pytest.mark.parametrize(

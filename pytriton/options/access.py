@@ -200,11 +200,14 @@ def token_rules(categories: Iterable[str], token: Optional[str], *, header_prefi
     return AccessRules({Category(name): restriction for name in categories})
 
 
-def parse_rules(text: Optional[str], *, option: str, header_prefix: str = "", kind: str = "api") -> AccessRules:
+def parse_rules(
+    text: Union[str, Sequence[str], None], *, option: str, header_prefix: str = "", kind: str = "api"
+) -> AccessRules:
     """Parse `<api>,<api>,...:<key>=<value>` groups separated by ';' (Triton repeats the option instead).
 
     Args:
-        text: the option's value; None or empty restricts nothing.
+        text: the option's value; None or empty restricts nothing. A list or tuple holds one value per
+            item, as nvidia-pytriton 0.7 passes each item to tritonserver as an option of its own.
         option: the option name, for error messages.
         header_prefix: prepended to each key (gRPC metadata keys are `triton-grpc-protocol-<key>`).
         kind: "api" (HTTP) or "protocol" (gRPC), for error messages.
@@ -231,9 +234,10 @@ def parse_rules(text: Optional[str], *, option: str, header_prefix: str = "", ki
     return AccessRules(rules)
 
 
-def _groups(text: Optional[str]) -> List[str]:
-    """The non-empty ';'-separated groups of an option value."""
-    return [group.strip() for group in (text or "").split(";") if group.strip()]
+def _groups(text: Union[str, Sequence[str], None]) -> List[str]:
+    """The non-empty ';'-separated groups of an option value, or of each of its items."""
+    values = [text] if text is None or isinstance(text, str) else list(text)
+    return [group.strip() for value in values for group in (value or "").split(";") if group.strip()]
 
 
 def _split_group(group: str, option: str) -> Tuple[Sequence[str], str, str]:
