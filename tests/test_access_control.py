@@ -6,6 +6,7 @@ import functools
 import http.client
 import json
 import queue
+import socket
 from typing import Any, Callable, Dict, List, Tuple
 
 import grpc
@@ -258,3 +259,17 @@ def test_grpc_repeated_metadata_is_read_at_its_first_value(start_triton: Callabl
             stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, "x"), (key, "admin-secret")])
         assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
         assert raised.value.details() == f"This protocol is restricted, expecting header '{key}'"
+
+
+def test_http_a_value_not_ascii_is_compared_in_utf8(start_triton: Callable[..., Triton]) -> None:
+    """tritonserver 2.51 compares the header's bytes with its option's (UTF-8): t\xc3\xb6k passes, t\xf6k not."""
+    triton = start_triton(_bind, http_restricted_api="health:k=t\u00f6k", allow_grpc=False, allow_metrics=False)
+    for value, status in ((b"t\xc3\xb6k", 200), (b"t\xf6k", 403)):
+        with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as connection:
+            connection.sendall(
+                b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nk: " + value + b"\r\nConnection: close\r\n\r\n"
+            )
+            answer = b""
+            while chunk := connection.recv(65536):
+                answer += chunk
+        assert answer.split(b" ")[1] == str(status).encode(), value

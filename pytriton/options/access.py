@@ -106,6 +106,7 @@ class AccessRules:
 
         `path` is the path or its segments as the app routes them (http_category); `headers` the request's,
         as ASGI gives them. A header sent twice is read at its first value, as Triton's (libevhtp) reads it.
+        A value that is not ASCII must be the configured one in UTF-8.
         """
         category = http_category(path)
         restriction = self.rules.get(category) if category is not None else None
@@ -113,7 +114,7 @@ class AccessRules:
             return None
         name = restriction.header.lower().encode("latin-1")
         sent = next((value for key, value in headers if key.lower() == name), None)
-        if sent is not None and sent.decode("latin-1") == restriction.value:
+        if sent == restriction.value.encode("utf-8"):  # byte for byte, as Triton compares its argv's UTF-8
             return None
         return HTTP_DENIED.format(restriction.header)
 
