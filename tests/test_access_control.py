@@ -273,3 +273,16 @@ def test_http_a_value_not_ascii_is_compared_in_utf8(start_triton: Callable[..., 
             while chunk := connection.recv(65536):
                 answer += chunk
         assert answer.split(b" ")[1] == str(status).encode(), value
+
+
+def test_grpc_a_bin_key_is_compared_on_its_decoded_bytes(start_triton: Callable[..., Triton]) -> None:
+    """A `-bin` key travels base64-encoded; tritonserver 2.51 compares the decoded bytes with the value and passes."""
+    triton = start_triton(_bind, grpc_restricted_protocol="model-repository:k-bin=s3cret", allow_metrics=False)
+    key = "triton-grpc-protocol-k-bin"
+    with grpc.insecure_channel(f"127.0.0.1:{triton.grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        index = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, b"s3cret")])
+        assert [model.name for model in index.models] == ["identity"]
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, b"other")])
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE

@@ -131,7 +131,8 @@ class AccessRules:
             return None
         key = restriction.header.lower()  # Triton compares its key as given: one with capitals never matches
         sent = next((value for name, value in metadata if name == key), None)  # the first, as Triton's multimap
-        if sent == restriction.value:
+        expected = restriction.value.encode("utf-8") if isinstance(sent, bytes) else restriction.value
+        if sent == expected:  # bytes: a `-bin` key's value, base64-decoded, compared as Triton compares it
             return None
         return GRPC_DENIED.format(restriction.header)
 
