@@ -286,3 +286,15 @@ def test_grpc_a_bin_key_is_compared_on_its_decoded_bytes(start_triton: Callable[
         with pytest.raises(grpc.RpcError) as raised:
             stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, b"other")])
         assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_grpc_an_unparsable_message_is_refused_before_the_restriction(start_triton: Callable[..., Triton]) -> None:
+    """grpc parses the message before tritonserver 2.51 checks the metadata: INTERNAL, with or without it."""
+    triton = start_triton(_bind, grpc_restricted_protocol=RULES, allow_metrics=False)
+    with grpc.insecure_channel(f"127.0.0.1:{triton.grpc_port}") as channel:
+        index = channel.unary_unary("/inference.GRPCInferenceService/RepositoryIndex")
+        for metadata in ((), (("triton-grpc-protocol-admin-key", "admin-secret"),)):
+            with pytest.raises(grpc.RpcError) as raised:
+                index(b"\xff\xff\xff", metadata=metadata, timeout=30)
+            assert raised.value.code() == grpc.StatusCode.INTERNAL
+            assert raised.value.details() == "Unable to parse request"
