@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import queue
-from typing import Any, Callable, Dict, List
+import socket
+from typing import Any, Callable, Dict, List, Tuple
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
@@ -46,6 +50,10 @@ def test_rules_parse_groups_and_prefix_keys() -> None:
     }
     assert not parse_rules(None, option="http_restricted_api")
     assert parse_rules("trace:k=a=b", option="x").rules[Category.TRACE] == Restriction("k", "a=b")
+    # A list holds one option value per item, as nvidia-pytriton 0.7 passes a list (one tritonserver flag each).
+    listed = parse_rules(["model-repository,model-config:admin-key=admin-secret", "inference:k=v"], option="x")
+    assert listed.rules[Category.MODEL_CONFIG] == Restriction("admin-key", "admin-secret")
+    assert listed.rules[Category.INFERENCE] == Restriction("k", "v")
 
 
 @pytest.mark.parametrize(
@@ -56,6 +64,11 @@ def test_rules_parse_groups_and_prefix_keys() -> None:
         ("health", "format is '<apis>:<key>=<value>'"),
         ("health:k", "format is '<apis>:<key>=<value>'"),
         ("health:=v", "format is '<apis>:<key>=<value>'"),
+        # Names are taken as written, as tritonserver takes them (its words, measured on 2.51).
+        ("health, metadata:k=v", "unknown restricted api ' metadata'"),
+        ("health,,metadata:k=v", "unknown restricted api ''"),
+        ("Health:k=v", "unknown restricted api 'Health'"),
+        ("health,health:k=v", "restricted api 'health' can not be specified in multiple config groups"),
     ],
 )
 def test_bad_rules_are_refused(text: str, message: str) -> None:
@@ -83,7 +96,24 @@ def test_bad_rules_are_refused(text: str, message: str) -> None:
         ("/v2/systemsharedmemory/status", Category.SHARED_MEMORY),
         ("/metrics", Category.CUSTOM),  # outside /v1 and /v2: a custom route's (Triton.add_route)
         ("/my/route", Category.CUSTOM),
+        ("//v2/logging", Category.CUSTOM),  # not under /v2: Triton's routes find nothing
         ("/v2/nope", None),
+        # Paths Triton's route patterns do not match answer 404 there, not the category's 403.
+        ("/v2/models/m/versions/abc", None),
+        ("/v2/models/m/versions/-1/infer", None),
+        ("/v2/models/m/versions/1/trace/setting", None),
+        ("/v2/models//stats", None),
+        ("/v2/repository/foo", None),
+        ("/v2/repository/models/m/drop", None),
+        ("/v2/systemsharedmemory/foo", None),
+        ("/v2/cudasharedmemory/region//status", None),
+        # ...and those they match, with Triton's optional parts.
+        ("/v2/models/stats/ready", Category.HEALTH),  # a model named "stats"
+        ("/v2/repository/r/index", Category.MODEL_REPOSITORY),
+        ("/v2/repository/r/models/m/unload", Category.MODEL_REPOSITORY),
+        ("/v2/cudasharedmemory/region/r/unregister", Category.SHARED_MEMORY),
+        ("/v1/models", Category.METADATA),
+        ("/v1/embeddings", Category.INFERENCE),
     ],
 )
 def test_http_paths_map_to_categories(path: str, category: Any) -> None:
@@ -170,3 +200,101 @@ def test_grpc_restricted_stream(start_triton: Callable[..., Triton]) -> None:
             assert "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'" in str(outcome)
         else:
             assert outcome.as_numpy("OUT").tolist() == [[1, 2]]
+
+
+def _repeated_header(port: int, path: str, name: str, values: Tuple[str, ...]) -> int:
+    """The status of a POST to `path` that sends header `name` once per value, in order."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.putrequest("POST", path)
+        for value in values:
+            connection.putheader(name, value)
+        connection.putheader("Content-Length", "0")
+        connection.endheaders()
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def test_http_a_repeated_header_is_read_at_its_first_value(start_triton: Callable[..., Triton]) -> None:
+    """tritonserver 2.51 (libevhtp) reads the first: [right, wrong] passes, [wrong, right] gets 403."""
+    triton = start_triton(_bind, http_restricted_api=RULES, allow_grpc=False, allow_metrics=False)
+    port = triton.http_port
+    assert _repeated_header(port, "/v2/repository/index", "admin-key", ("admin-secret", "wrong")) == 200
+    assert _repeated_header(port, "/v2/repository/index", "admin-key", ("wrong", "admin-secret")) == 403
+    assert _repeated_header(port, "/v2/repository/index", "Admin-Key", ("admin-secret", "admin-secret")) == 200
+
+
+def test_http_paths_triton_does_not_route_are_not_found_under_restriction(start_triton: Callable[..., Triton]) -> None:
+    """As in tritonserver 2.51: 404 for paths its routes do not match, restricted or not; a model "stats" is routed."""
+    rules = "inference,metadata,model-repository,statistics,trace,shared-memory,health:k=v"
+    triton = start_triton(_bind, http_restricted_api=rules, allow_grpc=False, allow_metrics=False)
+    port = triton.http_port
+    for method, path in [
+        ("POST", "/v2/models/identity/versions/abc/infer"),
+        ("GET", "/v2/models/identity/versions/1/trace/setting"),
+        ("POST", "/v2/repository/foo"),
+        ("GET", "/v2/systemsharedmemory/foo"),
+        ("GET", "/v2/models//stats"),
+    ]:
+        status, _, body = request(port, method, path)
+        assert (status, json.loads(body)) == (404, {"error": "Not Found"}), path
+        assert request(port, method, path, headers={"k": "v"})[0] == 404, path  # nor served with the header
+    assert request(port, "GET", "/v2/models/stats/ready")[0] == 403
+    status, _, body = request(port, "GET", "/v2/models/stats/config", headers={"k": "v"})
+    assert (status, json.loads(body)) == (404, {"error": "Request for unknown model: 'stats' is not found"})
+
+
+def test_grpc_repeated_metadata_is_read_at_its_first_value(start_triton: Callable[..., Triton]) -> None:
+    """tritonserver 2.51 finds the first value of a key in its metadata multimap."""
+    triton = start_triton(_bind, grpc_restricted_protocol=RULES, allow_metrics=False)
+    key = "triton-grpc-protocol-admin-key"
+    with grpc.insecure_channel(f"127.0.0.1:{triton.grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        index = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, "admin-secret"), (key, "x")])
+        assert [model.name for model in index.models] == ["identity"]
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, "x"), (key, "admin-secret")])
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert raised.value.details() == f"This protocol is restricted, expecting header '{key}'"
+
+
+def test_http_a_value_not_ascii_is_compared_in_utf8(start_triton: Callable[..., Triton]) -> None:
+    """tritonserver 2.51 compares the header's bytes with its option's (UTF-8): t\xc3\xb6k passes, t\xf6k not."""
+    triton = start_triton(_bind, http_restricted_api="health:k=t\u00f6k", allow_grpc=False, allow_metrics=False)
+    for value, status in ((b"t\xc3\xb6k", 200), (b"t\xf6k", 403)):
+        with socket.create_connection(("127.0.0.1", triton.http_port), timeout=30) as connection:
+            connection.sendall(
+                b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nk: " + value + b"\r\nConnection: close\r\n\r\n"
+            )
+            answer = b""
+            while chunk := connection.recv(65536):
+                answer += chunk
+        assert answer.split(b" ")[1] == str(status).encode(), value
+
+
+def test_grpc_a_bin_key_is_compared_on_its_decoded_bytes(start_triton: Callable[..., Triton]) -> None:
+    """A `-bin` key travels base64-encoded; tritonserver 2.51 compares the decoded bytes with the value and passes."""
+    triton = start_triton(_bind, grpc_restricted_protocol="model-repository:k-bin=s3cret", allow_metrics=False)
+    key = "triton-grpc-protocol-k-bin"
+    with grpc.insecure_channel(f"127.0.0.1:{triton.grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        index = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, b"s3cret")])
+        assert [model.name for model in index.models] == ["identity"]
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(), metadata=[(key, b"other")])
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_grpc_an_unparsable_message_is_refused_before_the_restriction(start_triton: Callable[..., Triton]) -> None:
+    """grpc parses the message before tritonserver 2.51 checks the metadata: INTERNAL, with or without it."""
+    triton = start_triton(_bind, grpc_restricted_protocol=RULES, allow_metrics=False)
+    with grpc.insecure_channel(f"127.0.0.1:{triton.grpc_port}") as channel:
+        index = channel.unary_unary("/inference.GRPCInferenceService/RepositoryIndex")
+        for metadata in ((), (("triton-grpc-protocol-admin-key", "admin-secret"),)):
+            with pytest.raises(grpc.RpcError) as raised:
+                index(b"\xff\xff\xff", metadata=metadata, timeout=30)
+            assert raised.value.code() == grpc.StatusCode.INTERNAL
+            assert raised.value.details() == "Unable to parse request"

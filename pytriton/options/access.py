@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pytriton.exceptions import PyTritonValidationError
 
@@ -62,31 +62,28 @@ GRPC_METHOD_CATEGORIES: Dict[str, Category] = {
     "TraceSetting": Category.TRACE,
     "LogSettings": Category.LOGGING,
 }
-# HTTP routes outside /v2/models/{m}, by their path below /v2.
-_HTTP_ROUTES: Dict[str, Category] = {
-    "": Category.METADATA,
-    "health/live": Category.HEALTH,
-    "health/ready": Category.HEALTH,
-    "models/stats": Category.STATISTICS,
-    "logging": Category.LOGGING,
-    "trace/setting": Category.TRACE,
-}
-_HTTP_PREFIXES: Dict[str, Category] = {
-    "repository": Category.MODEL_REPOSITORY,
-    "systemsharedmemory": Category.SHARED_MEMORY,
-    "cudasharedmemory": Category.SHARED_MEMORY,
+# Triton's fixed HTTP routes, by their segments below /v2.
+_HTTP_ROUTES: Dict[Tuple[str, ...], Category] = {
+    (): Category.METADATA,
+    ("health", "live"): Category.HEALTH,
+    ("health", "ready"): Category.HEALTH,
+    ("models", "stats"): Category.STATISTICS,
+    ("logging",): Category.LOGGING,
+    ("trace", "setting"): Category.TRACE,
 }
 # Actions under /v2/models/{m}[/versions/{v}].
-_HTTP_MODEL_ACTIONS: Dict[str, Category] = {
-    "": Category.METADATA,
-    "ready": Category.HEALTH,
-    "config": Category.MODEL_CONFIG,
-    "stats": Category.STATISTICS,
-    "infer": Category.INFERENCE,
-    "generate": Category.INFERENCE,
-    "generate_stream": Category.INFERENCE,
-    "trace/setting": Category.TRACE,
+_HTTP_MODEL_ACTIONS: Dict[Tuple[str, ...], Category] = {
+    (): Category.METADATA,
+    ("ready",): Category.HEALTH,
+    ("config",): Category.MODEL_CONFIG,
+    ("stats",): Category.STATISTICS,
+    ("infer",): Category.INFERENCE,
+    ("generate",): Category.INFERENCE,
+    ("generate_stream",): Category.INFERENCE,
+    ("trace", "setting"): Category.TRACE,
 }
+_SHARED_MEMORY_PREFIXES = ("systemsharedmemory", "cudasharedmemory")
+_SHARED_MEMORY_ACTIONS = ("status", "register", "unregister")
 
 
 class AccessRules:
@@ -104,11 +101,20 @@ class AccessRules:
         """These rules, and `defaults` for the categories these do not name."""
         return AccessRules({**defaults.rules, **self.rules})
 
-    def http_denial(self, path: str, headers: Mapping[str, str]) -> Optional[str]:
-        """The error message for an HTTP request lacking its category's header, or None when it may pass."""
+    def http_denial(self, path: Union[str, Sequence[str]], headers: Iterable[Tuple[bytes, bytes]]) -> Optional[str]:
+        """The error message for an HTTP request lacking its category's header, or None when it may pass.
+
+        `path` is the path or its segments as the app routes them (http_category); `headers` the request's,
+        as ASGI gives them. A header sent twice is read at its first value, as Triton's (libevhtp) reads it.
+        A value that is not ASCII must be the configured one in UTF-8.
+        """
         category = http_category(path)
         restriction = self.rules.get(category) if category is not None else None
-        if restriction is None or headers.get(restriction.header.lower()) == restriction.value:
+        if restriction is None:
+            return None
+        name = restriction.header.lower().encode("latin-1")
+        sent = next((value for key, value in headers if key.lower() == name), None)
+        if sent == restriction.value.encode("utf-8"):  # byte for byte, as Triton compares its argv's UTF-8
             return None
         return HTTP_DENIED.format(restriction.header)
 
@@ -123,29 +129,66 @@ class AccessRules:
         restriction = self.rules.get(category) if category is not None else None
         if restriction is None:
             return None
-        key = restriction.header.lower()
-        if any(name == key and value == restriction.value for name, value in metadata):
+        key = restriction.header.lower()  # Triton compares its key as given: one with capitals never matches
+        sent = next((value for name, value in metadata if name == key), None)  # the first, as Triton's multimap
+        expected = restriction.value.encode("utf-8") if isinstance(sent, bytes) else restriction.value
+        if sent == expected:  # bytes: a `-bin` key's value, base64-decoded, compared as Triton compares it
             return None
         return GRPC_DENIED.format(restriction.header)
 
 
-def http_category(path: str) -> Optional[Category]:
-    """The category of an HTTP path; one outside /v1 and /v2 is a custom route's (options/routes.py)."""
-    parts: List[str] = path.strip("/").split("/")
-    if parts[0] == "v1":  # the OpenAI API (transport/openai): its listing is metadata, the rest inference
-        return Category.METADATA if parts[1:2] == ["models"] else Category.INFERENCE
-    if parts[0] != "v2":
+def http_category(path: Union[str, Sequence[str]]) -> Optional[Category]:
+    """The category of an HTTP path, or of its segments (transport/http/app.path_segments: "" first).
+
+    Under /v2, the API that Triton's routes give the path, None where they find nothing (404: a version not of
+    digits, a model's trace setting with a version, an unknown shared-memory or repository action, an empty
+    model name); under /v1 the OpenAI API's (transport/openai: its listing is metadata, the rest inference);
+    elsewhere a custom route's (options/routes.py).
+    """
+    parts: List[str] = path.split("/") if isinstance(path, str) else list(path)
+    if parts[1:2] == ["v1"]:
+        return Category.METADATA if parts[2:3] == ["models"] else Category.INFERENCE
+    if parts[:2] != ["", "v2"]:
         return Category.CUSTOM
-    rest = parts[1:]
-    if len(rest) >= 2 and rest[0] == "models" and rest[1] != "stats":
-        action = rest[2:]
-        if len(action) >= 2 and action[0] == "versions":
-            action = action[2:]
-        return _HTTP_MODEL_ACTIONS.get("/".join(action))
-    route = "/".join(rest)
-    if route in _HTTP_ROUTES:
-        return _HTTP_ROUTES[route]
-    return _HTTP_PREFIXES.get(rest[0])
+    rest = parts[2:]
+    fixed = _HTTP_ROUTES.get(tuple(rest))
+    if fixed is not None:  # before the models' routes: /v2/models/stats is not a model's
+        return fixed
+    if len(rest) >= 2 and rest[0] == "models" and rest[1]:
+        return _model_category(rest[2:])
+    if rest[:1] and rest[0] in _SHARED_MEMORY_PREFIXES:
+        return Category.SHARED_MEMORY if _is_shared_memory_route(rest[1:]) else None
+    if rest[:1] == ["repository"]:
+        return Category.MODEL_REPOSITORY if _is_repository_route(rest[1:]) else None
+    return None
+
+
+def _model_category(action: List[str]) -> Optional[Category]:
+    """The category of an action below /v2/models/{m}: [versions/{digits}/]<action>."""
+    if len(action) >= 2 and action[0] == "versions":
+        version, action = action[1], action[2:]
+        if not (version.isascii() and version.isdigit()) or action == ["trace", "setting"]:
+            return None
+    return _HTTP_MODEL_ACTIONS.get(tuple(action))
+
+
+def _is_shared_memory_route(rest: List[str]) -> bool:
+    """Whether segments below /v2/{system,cuda}sharedmemory are [region/{r}/]<status|register|unregister>."""
+    if len(rest) == 3 and rest[0] == "region" and rest[1]:
+        rest = rest[2:]
+    return len(rest) == 1 and rest[0] in _SHARED_MEMORY_ACTIONS
+
+
+def _is_repository_route(rest: List[str]) -> bool:
+    """Whether segments below /v2/repository are [{repository}/](index | models/{m}/<load|unload>)."""
+    return _is_repository_action(rest) or (len(rest) > 1 and bool(rest[0]) and _is_repository_action(rest[1:]))
+
+
+def _is_repository_action(rest: List[str]) -> bool:
+    """index, or models/{m}/load, or models/{m}/unload."""
+    return rest == ["index"] or (
+        len(rest) == 3 and rest[0] == "models" and bool(rest[1]) and rest[2] in ("load", "unload")
+    )
 
 
 def token_rules(categories: Iterable[str], token: Optional[str], *, header_prefix: str = "") -> AccessRules:
@@ -159,11 +202,14 @@ def token_rules(categories: Iterable[str], token: Optional[str], *, header_prefi
     return AccessRules({Category(name): restriction for name in categories})
 
 
-def parse_rules(text: Optional[str], *, option: str, header_prefix: str = "", kind: str = "api") -> AccessRules:
+def parse_rules(
+    text: Union[str, Sequence[str], None], *, option: str, header_prefix: str = "", kind: str = "api"
+) -> AccessRules:
     """Parse `<api>,<api>,...:<key>=<value>` groups separated by ';' (Triton repeats the option instead).
 
     Args:
-        text: the option's value; None or empty restricts nothing.
+        text: the option's value; None or empty restricts nothing. A list or tuple holds one value per
+            item, as nvidia-pytriton 0.7 passes each item to tritonserver as an option of its own.
         option: the option name, for error messages.
         header_prefix: prepended to each key (gRPC metadata keys are `triton-grpc-protocol-<key>`).
         kind: "api" (HTTP) or "protocol" (gRPC), for error messages.
@@ -176,7 +222,7 @@ def parse_rules(text: Optional[str], *, option: str, header_prefix: str = "", ki
         names, key, value = _split_group(group, option)
         for name in names:
             try:
-                category = Category(name.strip())
+                category = Category(name)  # as written: tritonserver refuses " metadata" in "health, metadata"
             except ValueError:
                 known = ", ".join(member.value for member in Category)
                 raise PyTritonValidationError(
@@ -190,9 +236,10 @@ def parse_rules(text: Optional[str], *, option: str, header_prefix: str = "", ki
     return AccessRules(rules)
 
 
-def _groups(text: Optional[str]) -> List[str]:
-    """The non-empty ';'-separated groups of an option value."""
-    return [group.strip() for group in (text or "").split(";") if group.strip()]
+def _groups(text: Union[str, Sequence[str], None]) -> List[str]:
+    """The non-empty ';'-separated groups of an option value, or of each of its items."""
+    values = [text] if text is None or isinstance(text, str) else list(text)
+    return [group.strip() for value in values for group in (value or "").split(";") if group.strip()]
 
 
 def _split_group(group: str, option: str) -> Tuple[Sequence[str], str, str]:

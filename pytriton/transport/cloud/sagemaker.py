@@ -19,7 +19,7 @@ class SageMakerFrontend:
     """
 
     def __init__(self, engine: Engine, options: SageMakerOptions, api: App) -> None:
-        """Serve SageMaker routes with `api`, the v2 app (with http_restricted_api, as in Triton)."""
+        """Serve SageMaker routes with `api`, the v2 app, under its restrictions (2.51's SageMaker server has none)."""
         self._engine = engine
         self._options = options
         self._api = api

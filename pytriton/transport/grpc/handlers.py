@@ -138,11 +138,15 @@ def _tolerant(
 
 
 def _guarded(behaviour: Behaviour, name: str, access: AccessRules) -> Behaviour:
-    """Answer UNAVAILABLE, as Triton does, unless the call carries the restricted category's metadata."""
+    """Answer UNAVAILABLE, as Triton does, unless the call carries the restricted category's metadata.
+
+    A message that could not be parsed (`_tolerant`'s error) is refused for that first: grpc parses it
+    before Triton's handler checks the metadata.
+    """
 
     async def guarded(request: Any, context: Any) -> Any:
         denial = access.grpc_denial(name, context.invocation_metadata() or ())
-        if denial is not None:
+        if denial is not None and not isinstance(request, InferenceError):
             await context.abort(grpc.StatusCode.UNAVAILABLE, denial)
         return await behaviour(request, context)
 

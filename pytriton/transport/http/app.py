@@ -162,7 +162,7 @@ class HttpFrontend:
         """A custom route or mounted app (transport/http/custom.py), under the access rules of its category."""
         assert self._routes is not None
         if self._access is not None:
-            denial = self._access.http_denial(scope["path"], header_map(scope))
+            denial = self._access.http_denial(scope["path"], scope["headers"])
             if denial is not None:
                 self._routes.count(_label(match, scope["path"]), scope["method"], 403)
                 raise HttpError(403, denial)
@@ -179,14 +179,16 @@ class HttpFrontend:
     def _route(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         """The handler of a request, by path and method (routing itself awaits nothing)."""
         method: str = scope["method"]
-        if self._access is not None:
-            denial = self._access.http_denial(scope["path"], header_map(scope))
+        parts = path_segments(scope)
+        if self._access is not None:  # on the segments routed below, so that both see the same path
+            denial = self._access.http_denial(parts, scope["headers"])
             if denial is not None:
                 raise _plain(403, denial)  # Triton refuses before its handler sets a content type
-        parts = path_segments(scope)
         if len(parts) < 2 or parts[0] != "" or parts[1] != "v2" or parts[-1] == "":  # as Triton's routes
             raise _plain(404, "Not Found")
-        if len(parts) >= 4 and parts[2] == "models" and parts[3] != "stats":
+        if len(parts) >= 4 and parts[2] == "models" and (parts[3] != "stats" or len(parts) > 4):  # a model "stats"
+            if not parts[3]:  # Triton's routes take no empty model name
+                raise _plain(404, "Not Found")
             return self._model_route(scope, receive, send, method, parts[3], parts[4:])
         if any("/" in part for part in parts):  # an encoded slash: its segment matches no fixed route
             raise _plain(404, "Not Found")

@@ -101,9 +101,7 @@ class OpenAIApp:
         path: str = scope["path"]
         self._authorize(scope)
         if self._access is not None:
-            denial = self._access.http_denial(
-                path, {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
-            )
+            denial = self._access.http_denial(path, scope["headers"])
             if denial is not None:
                 raise OpenAIError(403, denial, code="restricted_api")
         route = path[len(PATH_PREFIX) :].rstrip("/")
