@@ -146,3 +146,29 @@ def test_non_finite_numpy_scalars_and_python_floats_are_spelled_out():
         "c": 3,
         "d": [["Infinity"]],
     }
+
+
+def test_finite_values_next_to_non_finite_ones_are_written_as_triton_writes_them(server):
+    """A NaN in a tensor leaves its other values written as without one (tritonserver 2.51's answer, recorded).
+
+    They were written by python-rapidjson (`5.56e-07`, `3.03e-05`) where Triton writes `5.56e-7` and
+    `0.0000303`, as orjson does; perf_analyzer's random FP32 data has such values in most JSON tensors.
+    """
+    data = b"[5.561046805269143e-7,NaN,0.00003028276660188567,-Infinity]"
+    body = b'{"inputs":[{"name":"IN","shape":[1,4],"datatype":"FP32","data":%s}]}' % data
+    status, answer = _post(server, "m_fp32", body)
+    assert status == 200, answer
+    assert b'"data":%s' % data in answer  # the same text as Triton's answer
+
+
+def test_arrays_with_non_finite_values_among_strings_like_the_mark_keep_their_places():
+    """Each array's text goes where it was, whatever strings the document holds."""
+    document = {
+        "a": np.array([np.nan, 1.0]),
+        "text": ["null", "-0"],
+        "b": np.array([[2.0], [-np.inf]], np.float32),
+        "c": [np.array([np.inf])],
+    }
+    assert json_text.dumps(document) == (
+        b'{"a":[NaN,1.0],"text":["null","-0"],"b":[[2.0],[-Infinity]],"c":[[Infinity]]}'
+    )
