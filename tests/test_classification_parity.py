@@ -12,9 +12,11 @@ import struct
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
@@ -147,3 +149,68 @@ def test_label_file_lines_end_at_newlines_and_an_empty_label_adds_none(triton: T
     values = np.array([5, 4, 3, 2, 1, 0], np.float32)
     expected = ["5.000000:0:zero", "4.000000:1", "3.000000:2:two\x0cthree", "2.000000:3", "1.000000:4:four"]
     assert _grpc_classes(triton, "odd", values, 6) == ("BYTES", [6], [*expected, "0.000000:5"])
+
+
+NOT_UNSIGNED = "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"
+
+
+@pytest.mark.parametrize("count", [None, -1, "3", 3.0, True])
+def test_an_http_class_count_not_unsigned_is_refused_in_tritons_words(triton: Triton, count: Any) -> None:
+    # tritonserver 2.51 answers these 500 (null too: it reads the key as set); 400 here, the client sent them
+    answer = _http_classes(triton, "u_FP32", np.ones(3, np.float32), {"classification": count})
+    assert answer == (400, {"error": NOT_UNSIGNED})
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"classification": 0}, "Output can't set both 'shared_memory_region' and 'classification'"),
+        ({"classification": -1}, "Output can't set both 'shared_memory_region' and 'classification'"),
+        ({"binary_data": True}, "Output can't set both 'shared_memory_region' and 'binary_data'"),
+        ({"binary_data": 1}, "Unable to set 'binary_data': attempt to access JSON non-boolean as boolean"),
+    ],
+)
+def test_an_http_output_in_shared_memory_asked_for_as_classes_or_binary_is_refused_first(
+    triton: Triton, parameters: Dict[str, Any], message: str
+) -> None:
+    # before the region is looked up (it is registered nowhere here), as Triton's ValidateOutputParameter
+    region = {"shared_memory_region": "nowhere", "shared_memory_byte_size": 64}
+    assert _http_classes(triton, "u_FP32", np.ones(3, np.float32), {**region, **parameters}) == (
+        400,
+        {"error": message},
+    )
+
+
+def _grpc_refusal(triton: Triton, parameters: Dict[str, Any]) -> Tuple[Any, str]:
+    request_message = service_pb2.ModelInferRequest(model_name="u_FP32")
+    request_message.inputs.add(name="IN", datatype="FP32", shape=[3])
+    request_message.raw_input_contents.append(np.ones(3, np.float32).tobytes())
+    output = request_message.outputs.add(name="OUT")
+    for key, value in parameters.items():
+        if isinstance(value, str):
+            output.parameters[key].string_param = value
+        else:
+            output.parameters[key].int64_param = value
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request_message, timeout=30)
+    return refused.value.code(), refused.value.details()
+
+
+def test_a_grpc_output_in_shared_memory_asked_for_as_classes_is_refused_before_the_region_is_looked_up(
+    triton: Triton,
+) -> None:
+    region = {"shared_memory_region": "nowhere", "shared_memory_byte_size": 64}
+    assert _grpc_refusal(triton, {**region, "classification": 2}) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "output can't set both 'shared_memory_region' and 'classification'",
+    )
+    # the count is checked before that, and the region's parameters before the count, as in Triton
+    assert _grpc_refusal(triton, {**region, "classification": 0}) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid value for 'classification' parameter, expected >= 0",
+    )
+    assert _grpc_refusal(triton, {"shared_memory_byte_size": 64, "classification": 0}) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "'shared_memory_byte_size' can not be specified without 'shared_memory_region' parameter for tensor 'OUT'",
+    )

@@ -443,6 +443,21 @@ def _memory(memory: Optional[SystemSharedMemory]) -> SystemSharedMemory:
     return memory
 
 
+def _check_output_in_region(parameters: Dict[str, Any]) -> None:
+    """Refuse an output in shared memory that is also asked for as classes or as binary, in Triton's words.
+
+    Triton's ValidateOutputParameter: a class count is refused by its key alone (`"classification": 0` too),
+    binary_data when true (a 500 there for a value that is no boolean, 400 here).
+    """
+    if "classification" in parameters:
+        raise InferenceError.invalid("Output can't set both 'shared_memory_region' and 'classification'")
+    as_binary = parameters.get("binary_data", False)
+    if type(as_binary) is not bool:
+        raise InferenceError.invalid("Unable to set 'binary_data': attempt to access JSON non-boolean as boolean")
+    if as_binary:
+        raise InferenceError.invalid("Output can't set both 'shared_memory_region' and 'binary_data'")
+
+
 def _requested_outputs(
     spec: ModelSpec, raw_outputs: Any, binary_default: bool, memory: Optional[SystemSharedMemory]
 ) -> Tuple[Optional[List[str]], OutputFormat]:
@@ -469,9 +484,13 @@ def _requested_outputs(
                 binary[name] = False
             continue
         parameters = json_object_field(parameters, "parameters of output", name)
-        count = parameters.get("classification")
-        if count is not None and (type(count) is not int or count < 0):
-            raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
+        if REGION in parameters:
+            _check_output_in_region(parameters)
+        count = parameters.get("classification", 0)
+        if type(count) is not int or count < 0:  # null too: Triton reads the key as set (a 500 there, 400 here)
+            raise InferenceError.invalid(
+                "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"
+            )
         as_binary = parameters.get("binary_data", False)
         if type(as_binary) is not bool:  # tritonserver 2.51's words (a 500 there: 400 here, the client sent it)
             raise InferenceError.invalid("Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean")
