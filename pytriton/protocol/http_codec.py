@@ -516,7 +516,7 @@ def encode_infer_response(
     memory: Optional[SystemSharedMemory] = None,
     parameters: Optional[Dict[str, Any]] = None,
 ) -> Tuple[bytes, Sequence[Any], int]:
-    """Encode a response: the JSON part, the binary parts after it, and the JSON part's length.
+    """Encode a response: the JSON part, the binary parts after it (none of 0 bytes), and the JSON part's length.
 
     Outputs the request placed in shared memory are written into their regions of `memory` and carry no data.
     """
@@ -537,8 +537,10 @@ def encode_infer_response(
             writes.append(output_write(region, output))
         elif binary_by_name.get(output.name, binary_default):
             raw = raw_from_array(output.array, output.datatype)
-            entry["parameters"] = {"binary_data_size": len(raw) if not isinstance(raw, memoryview) else raw.nbytes}
-            binary_parts.append(raw)
+            size = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
+            entry["parameters"] = {"binary_data_size": size}
+            if size:  # as Triton: an answer whose binary outputs are all empty goes as JSON, without the header
+                binary_parts.append(raw)
         else:
             entry["data"] = _in_response(json_from_array, output.array, output.datatype)
         outputs.append(entry)
