@@ -669,7 +669,7 @@ def test_an_output_named_twice_with_class_counts(triton: Triton) -> None:
     )
     assert (status, json.loads(raw)) == (
         400,
-        {"error": "'classification' of output 'sum' must be a non-negative integer"},
+        {"error": "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"},
     )
 
 

@@ -4,15 +4,19 @@ A request names it per output (HTTP `parameters.classification`, gRPC `classific
 InferRequestedOutputTensor, which tritonclient's `class_count` sets): the output then goes out as BYTES,
 `count` strings of its highest values and their positions in each batch row (shape [batch, count]), or in
 the whole tensor for a model without batching (shape [count]). Values are written as C++'s std::to_string
-writes them (floats with six decimals, integers whole), as Triton does. An output with labels (Tensor's
-`labels` or `label_filename`) gets "value:index:label", the label of that index; an index past the last label
-gets "value:index", as in Triton.
+writes them (floats with six decimals, integers whole, a NaN with its sign bit "-nan"), as Triton does. An
+output with labels (Tensor's `labels` or `label_filename`) gets "value:index:label", the label of that index;
+an index past the last label, or whose label is empty, gets "value:index", as in Triton.
+
+Triton orders a row's positions with libstdc++'s std::sort and `a > b`, which is not stable: equal values (and
+NaN, which is neither above nor below) come in the order that algorithm leaves them, which `_libstdcxx_sort`
+follows step by step for the rows that need it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
@@ -22,31 +26,142 @@ from pytriton.core.request import OutputTensor
 _NUMERIC_KINDS = "iuf"
 # The datatypes tritonserver 2.51 ranks (its classification extension refuses FP16, BF16, BOOL and BYTES).
 _RANKED = frozenset(("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64"))
-# The longest row libstdc++'s std::sort orders by insertion alone (its _S_threshold).
-_INSERTION_ONLY = 16
+# libstdc++'s _S_threshold: the ranges its introsort leaves to the final insertion sort.
+_THRESHOLD = 16
+
+_Before = Callable[[int, int], bool]
 
 
-def _order_with_nan(values: List[float]) -> np.ndarray:
-    """The positions of a row holding NaN, best first, as tritonserver 2.51 orders them.
+def _insertion_sort(order: List[int], first: int, last: int, before: _Before) -> None:
+    """std::__insertion_sort over order[first:last]."""
+    for i in range(first + 1, last):
+        value = order[i]
+        if before(value, order[first]):
+            order[first + 1 : i + 1] = order[first:i]
+            order[first] = value
+        else:
+            _linear_insert(order, i, before)
 
-    Triton sorts positions with std::sort and `a > b`, which NaN is neither above nor below: libstdc++ orders a row
-    of up to 16 values by insertion, so a NaN stays after the values before it that it was not moved past
-    ([0.5, 2.5, NaN, -1] -> 2.5, 0.5, NaN, -1). That is done here step by step; a longer row (introsort: no
-    order to follow) ranks NaN last.
-    """
-    if len(values) > _INSERTION_ONLY:
-        ranks = [-math.inf if math.isnan(value) else value for value in values]
-        return np.array(sorted(range(len(values)), key=lambda position: -ranks[position]), dtype=np.int64)
-    order: List[int] = []
-    for position, value in enumerate(values):
-        if order and value > values[order[0]]:
-            order.insert(0, position)
-            continue
-        slot = len(order)
-        while slot > 0 and value > values[order[slot - 1]]:
-            slot -= 1
-        order.insert(slot, position)
-    return np.array(order, dtype=np.int64)
+
+def _linear_insert(order: List[int], last: int, before: _Before) -> None:
+    """std::__unguarded_linear_insert (stopping at the start, where C++ would read before the range)."""
+    value = order[last]
+    while last > 0 and before(value, order[last - 1]):
+        order[last] = order[last - 1]
+        last -= 1
+    order[last] = value
+
+
+def _move_median_to_first(order: List[int], result: int, a: int, b: int, c: int, before: _Before) -> None:
+    """std::__move_median_to_first: the median of a, b and c swapped into `result`."""
+    va, vb, vc = order[a], order[b], order[c]
+    if before(va, vb):
+        chosen = b if before(vb, vc) else c if before(va, vc) else a
+    else:
+        chosen = a if before(va, vc) else c if before(vb, vc) else b
+    order[result], order[chosen] = order[chosen], order[result]
+
+
+def _unguarded_partition(order: List[int], first: int, last: int, pivot: int, before: _Before) -> int:
+    """std::__unguarded_partition of order[first:last] around order[pivot] (bounded where C++ is not)."""
+    pivot_value = order[pivot]
+    end = last
+    while True:
+        while first < end and before(order[first], pivot_value):
+            first += 1
+        last -= 1
+        while last > 0 and before(pivot_value, order[last]):
+            last -= 1
+        if not first < last:
+            return first
+        order[first], order[last] = order[last], order[first]
+        first += 1
+
+
+def _adjust_heap(order: List[int], base: int, hole: int, length: int, value: int, before: _Before) -> None:
+    """std::__adjust_heap then std::__push_heap, on the heap order[base:base + length]."""
+    top = hole
+    child = hole
+    while child < (length - 1) // 2:
+        child = 2 * (child + 1)
+        if before(order[base + child], order[base + child - 1]):
+            child -= 1
+        order[base + hole] = order[base + child]
+        hole = child
+    if length % 2 == 0 and child == (length - 2) // 2:
+        child = 2 * (child + 1)
+        order[base + hole] = order[base + child - 1]
+        hole = child - 1
+    parent = (hole - 1) // 2
+    while hole > top and before(order[base + parent], value):
+        order[base + hole] = order[base + parent]
+        hole = parent
+        parent = (hole - 1) // 2
+    order[base + hole] = value
+
+
+def _heap_sort(order: List[int], first: int, last: int, before: _Before) -> None:
+    """std::__partial_sort(first, last, last): std::__make_heap, then std::__sort_heap."""
+    length = last - first
+    if length >= 2:
+        for parent in range((length - 2) // 2, -1, -1):
+            _adjust_heap(order, first, parent, length, order[first + parent], before)
+    while last - first > 1:
+        last -= 1
+        value = order[last]
+        order[last] = order[first]
+        _adjust_heap(order, first, 0, last - first, value, before)
+
+
+def _introsort_loop(order: List[int], first: int, last: int, depth: int, before: _Before) -> None:
+    """std::__introsort_loop: quicksort down to ranges of 16, heapsort past the depth limit."""
+    while last - first > _THRESHOLD:
+        if depth == 0:
+            _heap_sort(order, first, last, before)
+            return
+        depth -= 1
+        _move_median_to_first(order, first, first + 1, first + (last - first) // 2, last - 1, before)
+        cut = _unguarded_partition(order, first + 1, last, first, before)
+        _introsort_loop(order, cut, last, depth, before)
+        last = cut
+
+
+def _libstdcxx_sort(values: Sequence[float]) -> List[int]:
+    """The positions of `values` in the order libstdc++'s std::sort leaves them with `values[a] > values[b]`."""
+    count = len(values)
+    order = list(range(count))
+    if count < 2:
+        return order
+
+    def before(a: int, b: int) -> bool:
+        return values[a] > values[b]
+
+    _introsort_loop(order, 0, count, 2 * (count.bit_length() - 1), before)
+    if count > _THRESHOLD:  # std::__final_insertion_sort
+        _insertion_sort(order, 0, _THRESHOLD, before)
+        for i in range(_THRESHOLD, count):
+            _linear_insert(order, i, before)
+    else:
+        _insertion_sort(order, 0, count, before)
+    return order
+
+
+def _needs_triton_order(rows: np.ndarray) -> np.ndarray:
+    """Per row: whether it holds equal values or NaN, where the order of std::sort is not that of a stable sort."""
+    if rows.shape[1] < 2:
+        return np.zeros(rows.shape[0], dtype=bool)
+    ordered = np.sort(rows, axis=1)
+    flagged: np.ndarray = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+    if rows.dtype.kind == "f":
+        flagged |= np.isnan(ordered[:, -1])  # numpy sorts NaN last
+    return flagged
+
+
+def _float_text(value: float) -> str:
+    """A float as std::to_string (printf's %f) writes it: a NaN with its sign bit set is "-nan"."""
+    if math.isnan(value):
+        return "-nan" if math.copysign(1.0, value) < 0 else "nan"
+    return f"{value:f}"
 
 
 def top_classes(
@@ -67,22 +182,23 @@ def top_classes(
     as_float = array.dtype.kind == "f"
     classes = np.empty((rows.shape[0], taken), dtype=np.object_)
     last = rows.shape[1] - 1
-    with_nan = as_float and bool(np.isnan(rows).any())
+    in_triton_order = _needs_triton_order(rows)
     for index, row in enumerate(rows):
-        if with_nan and np.isnan(row).any():
-            best = _order_with_nan(row.tolist())[:taken]
+        if in_triton_order[index]:
+            best = np.array(_libstdcxx_sort(row.tolist())[:taken], dtype=np.int64)
         else:
-            # Highest first, ties by position; sorting the reversed row ascending needs no negation (no overflow).
+            # Distinct values: every sort agrees. Highest first; sorting the reversed row ascending needs no negation.
             best = (last - np.argsort(row[::-1], kind="stable"))[::-1][:taken]
         values = row[best].tolist()
+        positions = best.tolist()
         texts = [
-            f"{value:f}:{position}" if as_float else f"{value}:{position}"
-            for value, position in zip(values, best.tolist())
+            f"{_float_text(value)}:{position}" if as_float else f"{value}:{position}"
+            for value, position in zip(values, positions)
         ]
         if labels:
             texts = [
-                f"{text}:{labels[position]}" if position < len(labels) else text
-                for text, position in zip(texts, best.tolist())
+                f"{text}:{labels[position]}" if position < len(labels) and labels[position] else text
+                for text, position in zip(texts, positions)
             ]
         classes[index] = [text.encode() for text in texts]
     return OutputTensor(output.name, "BYTES", classes if batched else classes.reshape(taken))

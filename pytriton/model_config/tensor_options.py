@@ -36,6 +36,19 @@ def tensor_format(where: str, tensor: Tensor, dims: Tuple[int, ...], is_input: b
     return name
 
 
+def label_lines(text: str) -> Tuple[str, ...]:
+    r"""The labels of a label file's text, one a line, as Triton reads them (std::getline: lines end at "\n" only).
+
+    Unlike Triton, a line's "\r" before its "\n" ends it too (Triton keeps it in the label, so a file saved with
+    Windows line ends gives "0.9:1:goldfish\r"); other characters Python's splitlines() splits at (form feeds,
+    U+2028...) stay in the label, as in Triton, and shift no index.
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":  # the text ended a line, or was empty: no label after it
+        lines.pop()
+    return tuple(line[:-1] if line.endswith("\r") else line for line in lines)
+
+
 def tensor_labels(where: str, tensor: Tensor, is_output: bool) -> Tuple[Optional[Tuple[str, ...]], str]:
     """A tensor's classification labels (None: none) and the file name Triton's config shows for them ("": none)."""
     labels, filename = tensor.labels, tensor.label_filename
@@ -47,11 +60,11 @@ def tensor_labels(where: str, tensor: Tensor, is_output: bool) -> Tuple[Optional
         raise PyTritonModelConfigError(f"{where} has both labels and label_filename: give one of them")
     if filename is not None:
         try:
-            with open(filename, encoding="utf-8") as file:
+            with open(filename, encoding="utf-8", newline="") as file:
                 text = file.read()
         except (OSError, UnicodeDecodeError) as error:
             raise PyTritonModelConfigError(f"{where}: label_filename {filename!r} cannot be read: {error}") from None
-        return tuple(text.splitlines()), os.path.basename(filename)
+        return label_lines(text), os.path.basename(filename)
     if isinstance(labels, (str, bytes)) or not all(isinstance(label, str) for label in labels or ()):
         raise PyTritonModelConfigError(f"{where} has labels={labels!r}; expected a list of strings")
     return tuple(labels or ()), ""

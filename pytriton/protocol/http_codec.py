@@ -448,6 +448,21 @@ def _memory(memory: Optional[SystemSharedMemory]) -> SystemSharedMemory:
     return memory
 
 
+def _check_output_in_region(parameters: Dict[str, Any]) -> None:
+    """Refuse an output in shared memory that is also asked for as classes or as binary, in Triton's words.
+
+    Triton's ValidateOutputParameter: a class count is refused by its key alone (`"classification": 0` too),
+    binary_data when true (a 500 there for a value that is no boolean, 400 here).
+    """
+    if "classification" in parameters:
+        raise InferenceError.invalid("Output can't set both 'shared_memory_region' and 'classification'")
+    as_binary = parameters.get("binary_data", False)
+    if type(as_binary) is not bool:
+        raise InferenceError.invalid("Unable to set 'binary_data': attempt to access JSON non-boolean as boolean")
+    if as_binary:
+        raise InferenceError.invalid("Output can't set both 'shared_memory_region' and 'binary_data'")
+
+
 def _requested_outputs(
     spec: ModelSpec, raw_outputs: Any, binary_default: bool, memory: Optional[SystemSharedMemory]
 ) -> Tuple[Optional[List[str]], OutputFormat]:
@@ -473,12 +488,23 @@ def _requested_outputs(
             if first:
                 binary[name] = False
             continue
+<<<<<<< HEAD
         parameters = _tensor_parameters(parameters)
         if REGION in parameters:
             _check_output_region_alone(parameters)
         count = parameters.get("classification")
         if count is not None and (type(count) is not int or count < 0):
             raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
+=======
+        parameters = json_object_field(parameters, "parameters of output", name)
+        if REGION in parameters:
+            _check_output_in_region(parameters)
+        count = parameters.get("classification", 0)
+        if type(count) is not int or count < 0:  # null too: Triton reads the key as set (a 500 there, 400 here)
+            raise InferenceError.invalid(
+                "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"
+            )
+>>>>>>> classification-parity
         as_binary = parameters.get("binary_data", False)
         if type(as_binary) is not bool:  # tritonserver 2.51's words (a 500 there: 400 here, the client sent it)
             raise InferenceError.invalid("Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean")
@@ -518,7 +544,7 @@ def encode_infer_response(
     memory: Optional[SystemSharedMemory] = None,
     parameters: Optional[Dict[str, Any]] = None,
 ) -> Tuple[bytes, Sequence[Any], int]:
-    """Encode a response: the JSON part, the binary parts after it, and the JSON part's length.
+    """Encode a response: the JSON part, the binary parts after it (none of 0 bytes), and the JSON part's length.
 
     Outputs the request placed in shared memory are written into their regions of `memory` and carry no data.
     """
@@ -539,8 +565,10 @@ def encode_infer_response(
             writes.append(output_write(region, output))
         elif binary_by_name.get(output.name, binary_default):
             raw = raw_from_array(output.array, output.datatype)
-            entry["parameters"] = {"binary_data_size": len(raw) if not isinstance(raw, memoryview) else raw.nbytes}
-            binary_parts.append(raw)
+            size = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
+            entry["parameters"] = {"binary_data_size": size}
+            if size:  # as Triton: an answer whose binary outputs are all empty goes as JSON, without the header
+                binary_parts.append(raw)
         else:
             entry["data"] = _in_response(json_from_array, output.array, output.datatype)
         outputs.append(entry)
