@@ -509,20 +509,6 @@ def _output_header(output: Message) -> Tuple[str, int, Optional[TensorRegion]]:
 def _read_output_header(output: Message) -> Tuple[str, int, Optional[TensorRegion]]:
     """(name, classification count, region) of a requested output with parameters."""
     parameters = output.parameters
-<<<<<<< HEAD
-    region = _region(parameters, "output", output)  # Triton reads these first
-    value = 0
-    if "classification" in parameters:
-        count = parameters["classification"]  # Triton takes an int64_param above 0 only, in these words
-        if count.WhichOneof("parameter_choice") != "int64_param":
-            raise InferenceError.invalid("invalid value type for 'classification' parameter, expected int64_param")
-        if count.int64_param <= 0:
-            raise InferenceError.invalid("invalid value for 'classification' parameter, expected >= 0")
-        value = count.int64_param
-        if region is not None:
-            raise InferenceError.invalid("output can't set both 'shared_memory_region' and 'classification'")
-    return output.name, value, region
-=======
     if "classification" not in parameters:
         return output.name, 0, _region(parameters, "output", output)
     _check_region_parameters(parameters, output.name)  # Triton's order: these, the count, then both together
@@ -534,7 +520,6 @@ def _read_output_header(output: Message) -> Tuple[str, int, Optional[TensorRegio
     if REGION in parameters:
         raise InferenceError.invalid("output can't set both 'shared_memory_region' and 'classification'")
     return output.name, count.int64_param, _region(parameters, "output", output)
->>>>>>> classification-parity
 
 
 def _region(parameters: Mapping[str, Message], kind: str, tensor: Message) -> Optional[TensorRegion]:

@@ -488,15 +488,7 @@ def _requested_outputs(
             if first:
                 binary[name] = False
             continue
-<<<<<<< HEAD
         parameters = _tensor_parameters(parameters)
-        if REGION in parameters:
-            _check_output_region_alone(parameters)
-        count = parameters.get("classification")
-        if count is not None and (type(count) is not int or count < 0):
-            raise InferenceError.invalid(f"'classification' of output '{name}' must be a non-negative integer")
-=======
-        parameters = json_object_field(parameters, "parameters of output", name)
         if REGION in parameters:
             _check_output_in_region(parameters)
         count = parameters.get("classification", 0)
@@ -504,7 +496,6 @@ def _requested_outputs(
             raise InferenceError.invalid(
                 "Unable to set 'classification': attempt to access JSON non-unsigned-integer as unsigned-integer"
             )
->>>>>>> classification-parity
         as_binary = parameters.get("binary_data", False)
         if type(as_binary) is not bool:  # tritonserver 2.51's words (a 500 there: 400 here, the client sent it)
             raise InferenceError.invalid("Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean")
@@ -520,20 +511,6 @@ def _requested_outputs(
             regions[name] = region
     spec.check_requested_outputs(names)
     return names, OutputFormat(binary, binary_default, regions or None, classes or None)
-
-
-def _check_output_region_alone(parameters: Dict[str, Any]) -> None:
-    """Refuse an output in shared memory that also asks for classes or binary data, as Triton's HTTP frontend does.
-
-    Its ValidateOutputParameter: a `classification` of any value, then a `binary_data` that is no bool or is true.
-    """
-    if "classification" in parameters:
-        raise InferenceError.invalid("Output can't set both 'shared_memory_region' and 'classification'")
-    as_binary = parameters.get("binary_data", False)
-    if type(as_binary) is not bool:
-        raise InferenceError.invalid("Unable to set 'binary_data': attempt to access JSON non-boolean as boolean")
-    if as_binary:
-        raise InferenceError.invalid("Output can't set both 'shared_memory_region' and 'binary_data'")
 
 
 def encode_infer_response(
