@@ -56,6 +56,8 @@ class Tracing:
         self._provider: Any = None
         self._tracer: Any = None
         self._files: Optional[TraceFiles] = None
+        # Models `refresh` looked at (whether each is traced), since the start: what a settings change costs.
+        self.looked_at = 0
         config = settings.config
         if config.mode == "opentelemetry":
             self._provider = _tracer_provider(settings)
@@ -74,13 +76,18 @@ class Tracing:
             raise RuntimeError("tracing is not in opentelemetry mode (trace_config mode=opentelemetry)")
         self._provider.add_span_processor(processor)
 
-    def refresh(self) -> None:
-        """Trace the models whose trace settings are on and stop tracing the others (on the loop)."""
+    def refresh(self, changed: str = "") -> None:
+        """Trace the models whose trace settings are on and stop tracing the others (on the loop).
+
+        `changed`: only that model's settings changed, so only its versions are looked at. Looking at every model
+        on each model's change made setting N models' traces one after another cost O(N^2).
+        """
         settings = self._settings
         settings.stamps = settings.writes_files
         if self._files is None and settings.stamps:
             self._files = TraceFiles(settings)
             self._files.on_exhausted = self.refresh
+            changed = ""  # models without a file of their own may write to the server's now
         if self._tracer is None and self._files is None:
             return
         if self._files is not None:
@@ -89,9 +96,13 @@ class Tracing:
             except RuntimeError:  # not on the loop: before the server runs, the loop it runs on is bound later
                 pass
         models = self._models()
-        for gone in set(self._sources) - set(models):  # bound again by a load: its old binding keeps its spans
-            del self._sources[gone]
+        if changed:
+            models = [model for model in models if model.spec.name == changed]
+        else:
+            for gone in set(self._sources) - set(models):  # bound again by a load: its old binding keeps its spans
+                del self._sources[gone]
         files = self._files
+        self.looked_at += len(models)
         for model in models:
             name = model.spec.name
             traced = settings.enabled(name) and (files is None or bool(settings.file_of(name)))
