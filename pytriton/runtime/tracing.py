@@ -45,13 +45,21 @@ def _installed(module: str) -> bool:
 class Tracing:
     """Tracing of one server: an OpenTelemetry tracer provider or trace files, and the span sources of traced models."""
 
-    def __init__(self, settings: TraceSettings, models: Callable[[], List[ServedModel]]) -> None:
+    def __init__(
+        self,
+        settings: TraceSettings,
+        models: Callable[[], List[ServedModel]],
+        versions_of: Callable[[str], List[ServedModel]],
+    ) -> None:
         """Create the tracer provider (mode opentelemetry) or the trace files (mode triton with a file).
+
+        `models`: every model version bound; `versions_of`: those of one model.
 
         Nothing is observed until `refresh`.
         """
         self._settings = settings
         self._models = models
+        self._versions_of = versions_of
         self._sources: Dict[ServedModel, Any] = {}
         self._provider: Any = None
         self._tracer: Any = None
@@ -95,10 +103,10 @@ class Tracing:
                 self._files.bind_loop(asyncio.get_running_loop())
             except RuntimeError:  # not on the loop: before the server runs, the loop it runs on is bound later
                 pass
-        models = self._models()
         if changed:
-            models = [model for model in models if model.spec.name == changed]
+            models = self._versions_of(changed)
         else:
+            models = self._models()
             for gone in set(self._sources) - set(models):  # bound again by a load: its old binding keeps its spans
                 del self._sources[gone]
         files = self._files
