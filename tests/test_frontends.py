@@ -510,6 +510,45 @@ def test_a_bind_or_load_among_many_models_sends_each_frontend_only_what_changed(
         assert pool.specs_sent - sent <= 4  # m7's, at most twice to each frontend: never the other 40
 
 
+def _infer_in_region(connection: http.client.HTTPConnection, region: str) -> Tuple[int, Any]:
+    connection.request("POST", "/v2/models/identity/infer", _identity_in_region(region))
+    response = connection.getresponse()
+    return response.status, response.read()
+
+
+def test_a_registration_among_many_regions_sends_each_frontend_only_what_changed(
+    start_triton: Callable[..., Triton],
+) -> None:
+    """Each frontend is sent the region registered or unregistered, not the whole list (O(N^2) to register N)."""
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    triton = start_triton(bind, frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+    key = f"/pytriton-frontends-many-{os.getpid()}"
+    handle = shm.create_shared_memory_region("many", key, 64)
+    pids = sorted(frontend.pid for frontend in pool._frontends)  # this server's, not the module fixture's
+    with contextlib.ExitStack() as stack:
+        stack.callback(shm.destroy_shared_memory_region, handle)
+        first, second = stack.enter_context(_connections_on_each_frontend(triton.http_port, pids)).values()
+        shm.set_shared_memory_region(handle, [np.arange(4, dtype=np.float32)])
+        for number in range(40):
+            _register_region(first, f"r{number}", key)
+        sent = pool.regions_sent
+        _register_region(second, "late", key)
+        assert pool.regions_sent - sent == 2  # the new region, once to each frontend: not all 41
+        for connection in (first, second):
+            assert _infer_in_region(connection, "late")[0] == 200
+        assert shm.get_contents_as_numpy(handle, np.float32, [12])[8:].tolist() == [0.0, 1.0, 2.0, 3.0]
+        sent = pool.regions_sent
+        first.request("POST", "/v2/systemsharedmemory/region/r7/unregister", b"", HTTP_AUTH)
+        assert first.getresponse().read() == b""
+        assert pool.regions_sent - sent == 2  # r7's end, once to each frontend
+        for connection in (first, second):
+            unknown = b'{"error":"Unable to find shared memory region: \'r7\'"}'
+            assert _infer_in_region(connection, "r7") == (404, unknown)
+            assert _infer_in_region(connection, "r8")[0] == 200
+
+
 def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="pytriton")
     pids = frontend_pids()

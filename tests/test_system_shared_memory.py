@@ -885,3 +885,24 @@ def test_tensor_parameters_that_are_no_object_are_none_as_in_triton(triton: Trit
         400,
         {"error": "failed to get request params.: attempt to get members for non-object"},
     )
+
+
+def test_the_513th_region_is_refused_until_one_is_unregistered(client: Any, segments: Tuple[Segment, Segment]) -> None:
+    """At most 512 regions (docs/configuration.md#server-limits; Triton sets no bound): each holds a descriptor."""
+    auth = _auth(client)
+    for number in range(512):
+        client.register_system_shared_memory(f"r{number}", segments[0].key, 64, headers=auth)
+    with pytest.raises(InferenceServerException) as refused:
+        client.register_system_shared_memory("r512", segments[0].key, 64, headers=auth)
+    assert refused.value.status() == ("400" if client.protocol == "http" else "StatusCode.INVALID_ARGUMENT")
+    assert "failed to register shared memory region 'r512': 512 regions are registered already" in str(refused.value)
+    client.unregister_system_shared_memory("r0", headers=auth)
+    client.register_system_shared_memory("r512", segments[0].key, 64, headers=auth)
+    assert (
+        len(
+            client.get_system_shared_memory_status(headers=auth)
+            if client.protocol == "http"
+            else client.get_system_shared_memory_status(headers=auth).regions
+        )
+        == 512
+    )

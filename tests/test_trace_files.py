@@ -512,3 +512,36 @@ def test_bytes_tensors_stay_valid_json(tmp_path: pathlib.Path) -> None:
         ("TENSOR_QUEUE_INPUT", {"name": "TEXT", "data": '"ab","c"d"', "shape": "1,2", "dtype": "BYTES"}),
         ("TENSOR_BACKEND_OUTPUT", {"name": "OUT", "data": '"ab","c"d"', "shape": "1,2", "dtype": "BYTES"}),
     ]
+
+
+def _bind_many(triton: Triton) -> None:
+    _bind(triton)
+    for number in range(30):
+        triton.bind(
+            f"m{number}",
+            _identity,
+            inputs=[Tensor(name="IN", dtype=np.float32, shape=(-1,))],
+            outputs=[Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
+            config=ModelConfig(max_batch_size=8),
+        )
+
+
+def test_a_models_settings_change_looks_at_that_model_only(tmp_path: pathlib.Path) -> None:
+    """Setting one model's trace looks at its versions, not at all 32 models (setting N models cost O(N^2))."""
+    path = tmp_path / "trace.json"
+    with running_triton(_bind_many, OPEN, trace_config=_config(path)) as triton:
+        tracing = triton._runtime.tracing
+        before = tracing.looked_at
+        for number in range(30):
+            change = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1000"}
+            assert post_json(triton.http_port, f"/v2/models/m{number}/trace/setting", change)[0] == 200
+        assert tracing.looked_at - before == 30  # one model each: not 30 x 32
+        change = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "log_frequency": "1"}
+        assert post_json(triton.http_port, "/v2/models/ident/trace/setting", change)[0] == 200
+        _http_infer(triton, 2.0)
+        assert _wait_for(tmp_path / "trace.json.0")  # the model changed last is traced
+        before = tracing.looked_at
+        assert post_json(triton.http_port, "/v2/trace/setting", {"trace_rate": "5"})[0] == 200
+        assert tracing.looked_at - before == 32  # the server's settings: every model
+    traces = _traces(_read(tmp_path / "trace.json.0"))
+    assert [trace["model"]["model_name"] for trace in traces.values()] == ["ident"]

@@ -218,6 +218,11 @@ class Engine:
         """Every model version, by name then version."""
         return [self._models[name][v] for name in sorted(self._models) for v in sorted(self._models[name])]
 
+    def versions_of(self, name: str) -> List[ServedModel]:
+        """Every version of one model (unloaded ones too), by version: none for an unknown name."""
+        versions = self._models.get(name, {})
+        return [versions[number] for number in sorted(versions)]
+
     def model_ready(self, name: str, version: str = "") -> bool:
         """Whether a model version exists and takes requests.
 

@@ -138,8 +138,8 @@ _OWN_FIELDS = (*_TRACE_FIELDS.values(), "file")
 class TraceSettings:
     """Trace settings of one server: the global ones, per-model overrides, and request sampling.
 
-    Everything runs on the engine's event loop. `listeners` are called after every change, `before_change` with
-    the model (or "" for the server) before one is applied.
+    Everything runs on the engine's event loop. `listeners` are called with the model (or "" for the server)
+    after every change, `before_change` with it before one is applied.
     """
 
     def __init__(self, config: TraceConfig) -> None:
@@ -147,7 +147,7 @@ class TraceSettings:
         self.config = config
         self.server = TraceSetting(config.level, config.rate, config.count, config.log_frequency)
         self.models: Dict[str, TraceSetting] = {}
-        self.listeners: List[Callable[[], None]] = []
+        self.listeners: List[Callable[[str], None]] = []
         self.before_change: List[Callable[[str], None]] = []
         # Whether the transports time their requests for trace files (runtime/tracing.py keeps it up to date).
         self.stamps = self.writes_files
@@ -263,7 +263,7 @@ class TraceSettings:
         else:  # Triton makes the server's setting, and each model's that falls back on it, anew: counting from 0
             self._sampled.clear()
         for listener in list(self.listeners):
-            listener()
+            listener(model)
 
     def _resulting(self, model: str, new: Mapping[str, Any], cleared: Sequence[str]) -> TraceSetting:
         """The settings a model (or the server) would trace with after a change: what Triton checks before it."""

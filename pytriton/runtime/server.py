@@ -85,7 +85,7 @@ class ServerRuntime:
         self.settings = ServerSettings(log_verbose=options.log_verbose, log_file=options.log_file, trace=options.trace)
         # What decompressed requests hold at once, over all of the server's frontends.
         self.inflation_budget = InflationBudget(options.limits.max_inflated_bytes)
-        self.tracing = Tracing(self.settings.trace, self.engine.models)
+        self.tracing = Tracing(self.settings.trace, self.engine.models, self.engine.versions_of)
         self.engine.rebound = self.tracing.refresh  # a model bound again by a load is traced as before
         self._frontends: List[Frontend] = []
         self.http_port: Optional[int] = None

@@ -45,17 +45,27 @@ def _installed(module: str) -> bool:
 class Tracing:
     """Tracing of one server: an OpenTelemetry tracer provider or trace files, and the span sources of traced models."""
 
-    def __init__(self, settings: TraceSettings, models: Callable[[], List[ServedModel]]) -> None:
+    def __init__(
+        self,
+        settings: TraceSettings,
+        models: Callable[[], List[ServedModel]],
+        versions_of: Callable[[str], List[ServedModel]],
+    ) -> None:
         """Create the tracer provider (mode opentelemetry) or the trace files (mode triton with a file).
+
+        `models`: every model version bound; `versions_of`: those of one model.
 
         Nothing is observed until `refresh`.
         """
         self._settings = settings
         self._models = models
+        self._versions_of = versions_of
         self._sources: Dict[ServedModel, Any] = {}
         self._provider: Any = None
         self._tracer: Any = None
         self._files: Optional[TraceFiles] = None
+        # Models `refresh` looked at (whether each is traced), since the start: what a settings change costs.
+        self.looked_at = 0
         config = settings.config
         if config.mode == "opentelemetry":
             self._provider = _tracer_provider(settings)
@@ -74,13 +84,18 @@ class Tracing:
             raise RuntimeError("tracing is not in opentelemetry mode (trace_config mode=opentelemetry)")
         self._provider.add_span_processor(processor)
 
-    def refresh(self) -> None:
-        """Trace the models whose trace settings are on and stop tracing the others (on the loop)."""
+    def refresh(self, changed: str = "") -> None:
+        """Trace the models whose trace settings are on and stop tracing the others (on the loop).
+
+        `changed`: only that model's settings changed, so only its versions are looked at. Looking at every model
+        on each model's change made setting N models' traces one after another cost O(N^2).
+        """
         settings = self._settings
         settings.stamps = settings.writes_files
         if self._files is None and settings.stamps:
             self._files = TraceFiles(settings)
             self._files.on_exhausted = self.refresh
+            changed = ""  # models without a file of their own may write to the server's now
         if self._tracer is None and self._files is None:
             return
         if self._files is not None:
@@ -88,10 +103,14 @@ class Tracing:
                 self._files.bind_loop(asyncio.get_running_loop())
             except RuntimeError:  # not on the loop: before the server runs, the loop it runs on is bound later
                 pass
-        models = self._models()
-        for gone in set(self._sources) - set(models):  # bound again by a load: its old binding keeps its spans
-            del self._sources[gone]
+        if changed:
+            models = self._versions_of(changed)
+        else:
+            models = self._models()
+            for gone in set(self._sources) - set(models):  # bound again by a load: its old binding keeps its spans
+                del self._sources[gone]
         files = self._files
+        self.looked_at += len(models)
         for model in models:
             name = model.spec.name
             traced = settings.enabled(name) and (files is None or bool(settings.file_of(name)))

@@ -40,8 +40,9 @@ _MAX_BACKOFF_S = 10.0
 # Accepted connections held while no frontend is up (all restarting), then refused.
 _MAX_HELD = 1024
 
-# What the frontends are told of the hub's state: model versions (by spec identity), regions, log settings.
-Mirror = Tuple[Tuple[Tuple[str, int, int], ...], Tuple[Region, ...], Tuple[Tuple[str, Any], ...]]
+# What the frontends are told of the hub's state: model versions (by spec identity), the regions' generation
+# (SystemSharedMemory.generation: it changes with every registration), log settings.
+Mirror = Tuple[Tuple[Tuple[str, int, int], ...], int, Tuple[Tuple[str, Any], ...]]
 
 
 class StartError(RuntimeError):
@@ -67,6 +68,7 @@ class _Frontend:
         self.mirror: Optional[Mirror] = None  # what it was last told
         # The specs it was last told, by (name, version): held, so that no new spec takes an old one's id.
         self.specs: Dict[Tuple[str, int], Any] = {}
+        self.regions: Dict[str, Region] = {}  # the regions it was last told, by name
 
     @property
     def pid(self) -> int:
@@ -109,6 +111,9 @@ class FrontendPool:
         self._sync_lock = asyncio.Lock()
         # Model specs sent to frontends since their start, on changes (what a bind, load or unload costs them).
         self.specs_sent = 0
+        # Regions (registered or unregistered) sent to frontends since their start, on changes.
+        self.regions_sent = 0
+        self._regions: Tuple[int, Dict[str, Region]] = (0, {})  # _region_table's, at that generation of the regions
         self._stopping = False
 
     # -- life -----------------------------------------------------------------------------------
@@ -138,6 +143,7 @@ class FrontendPool:
         """Start one frontend process and wait until it serves."""
         loop = asyncio.get_running_loop()
         mirror = self._mirror()
+        regions = self._region_table()
         init = Init(
             frontend.number,
             self._options,
@@ -145,7 +151,7 @@ class FrontendPool:
             self._sockets["http"] is not None,
             self._sockets["grpc"] is not None,
             self._specs(),
-            list(mirror[1]),
+            list(regions.values()),
             dict(mirror[2]),
             self._engine.out_of_service(),
         )
@@ -165,6 +171,7 @@ class FrontendPool:
         frontend.process, frontend.link, frontend.started = process, link, time.monotonic()
         frontend.mirror = mirror
         frontend.specs = self._spec_table()
+        frontend.regions = regions
         frontend.state = _State.UP
         LOGGER.debug("frontend %d is up (pid %d)", frontend.number, process.pid)
         if channel.closed:
@@ -299,15 +306,21 @@ class FrontendPool:
     def _spec_table(self) -> Dict[Tuple[str, int], Any]:
         return {(model.spec.name, model.spec.version): model.spec for model in self._engine.models()}
 
+    def _region_table(self) -> Dict[str, Region]:
+        """The hub's regions by name, built once per change of them (not once per frontend)."""
+        memory = self._engine.system_memory
+        if self._regions[0] != memory.generation:
+            regions = memory.status()
+            table = {region.name: (region.name, region.key, region.offset, region.byte_size) for region in regions}
+            self._regions = (memory.generation, table)
+        return self._regions[1]
+
     def _mirror(self) -> Mirror:
-        """What the frontends must know now: the model versions (by spec identity), the regions, the log settings."""
+        """What the frontends must know now: model versions (by spec identity), regions. generation, log settings."""
         models = tuple((model.spec.name, model.spec.version, id(model.spec)) for model in self._engine.models())
         models += tuple((name, version, 0) for name, version in self._engine.out_of_service())  # 0: out of service
-        regions = tuple(
-            (region.name, region.key, region.offset, region.byte_size) for region in self._engine.system_memory.status()
-        )
         log = tuple(sorted((key, value) for key, value in self._settings.log.document().items() if key != "log_file"))
-        return models, regions, log
+        return models, self._engine.system_memory.generation, log
 
     async def sync(self) -> None:
         """Tell every frontend what changed since it was last told; return once all have it."""
@@ -326,7 +339,7 @@ class FrontendPool:
             if told is None or told[0] != mirror[0]:
                 await self._tell_models(frontend)
             if told is None or told[1] != mirror[1]:
-                await link.calls.call("regions", list(mirror[1]))
+                await self._tell_regions(frontend)
             if told is None or told[2] != mirror[2]:
                 await link.calls.call("logging", dict(mirror[2]))
         except Exception:  # noqa: BLE001 - it died meanwhile: it is told everything when it starts again
@@ -347,6 +360,21 @@ class FrontendPool:
         await frontend.link.calls.call("change_models", changed, removed, self._engine.out_of_service())
         self.specs_sent += len(changed)
         frontend.specs = table
+
+    async def _tell_regions(self, frontend: _Frontend) -> None:
+        """Send one frontend the regions registered and unregistered since it was last told, not the whole list.
+
+        The whole list on every change cost each registration as much as all regions (pickled here, compared and
+        looked up in each frontend): registering N regions one after another cost O(N^2).
+        """
+        assert frontend.link is not None
+        table = self._region_table()
+        told = frontend.regions
+        changed = [region for name, region in table.items() if told.get(name) != region]
+        removed = [name for name in told if name not in table]
+        await frontend.link.calls.call("change_regions", changed, removed)
+        self.regions_sent += len(changed) + len(removed)
+        frontend.regions = table
 
     async def _broadcast(self, what: str, *args: Any) -> None:
         """Call `what(*args)` on every frontend that is up; return once all have answered (or died)."""

@@ -46,7 +46,7 @@ class FrontendProcess:
         self.ended = loop.create_future()
         handlers: Dict[str, Handler] = {
             "change_models": self._change_models,
-            "regions": self._regions,
+            "change_regions": self._change_regions,
             "logging": self._logging,
             "steer": self._steer,
             "leave": self._leave,
@@ -141,25 +141,26 @@ class FrontendProcess:
     ) -> None:
         self.engine.change_models(changed, removed, unloaded)
 
-    async def _regions(self, regions: List[Region]) -> None:
-        self._set_regions(regions)
+    async def _change_regions(self, changed: List[Region], removed: List[str]) -> None:
+        """Follow the hub's registrations since it last told this frontend: `changed` mapped (again), `removed` not."""
+        memory = self.engine.system_memory
+        for name in removed:
+            memory.unregister(name, force=True)  # the hub unregistered it: nothing here holds it back
+        for region in changed:
+            memory.unregister(region[0], force=True)  # registered again with other values: mapped anew
+            self._map(region)
 
     def _set_regions(self, regions: List[Region]) -> None:
-        """Map the client regions the hub has registered (and only those): each frontend maps its own."""
-        memory = self.engine.system_memory
-        wanted = {region[0]: region for region in regions}
-        for mapped in memory.status():
-            if wanted.get(mapped.name) != (mapped.name, mapped.key, mapped.offset, mapped.byte_size):
-                memory.unregister(mapped.name, force=True)  # the hub unregistered it: nothing here holds it back
-        present = {mapped.name for mapped in memory.status()}
-        for name, region in wanted.items():
-            if name not in present:
-                try:
-                    memory.register(*region)
-                except Exception as error:  # noqa: BLE001 - the hub mapped it; a request naming it will fail here
-                    LOGGER.warning(
-                        "frontend %d cannot map shared memory region '%s': %s", self._init.index, name, error
-                    )
+        """Map the client regions the hub had registered at this frontend's start: each frontend maps its own."""
+        for region in regions:
+            self._map(region)
+
+    def _map(self, region: Region) -> None:
+        """Map one region the hub registered; one that cannot be mapped here is logged (its requests fail here)."""
+        try:
+            self.engine.system_memory.register(*region)
+        except Exception as error:  # noqa: BLE001 - the hub mapped it; a request naming it will fail here
+            LOGGER.warning("frontend %d cannot map shared memory region '%s': %s", self._init.index, region[0], error)
 
     async def _steer(self) -> None:
         await asyncio.gather(*(server.steer() for server in self._servers))
