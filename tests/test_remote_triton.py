@@ -21,6 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pytriton import remote_triton
+from pytriton.client.exceptions import PyTritonClientTimeoutError
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote_triton import RemoteTriton
@@ -336,6 +337,20 @@ def test_no_server_to_attach_to_is_a_clear_error() -> None:
             remote.connect()
     finally:
         module._STARTUP_TIMEOUT_S = original
+        remote.stop()
+
+
+def test_no_server_is_also_the_timeout_that_nvidia_pytriton_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.7's connect() raises PyTritonClientTimeoutError there (its docstring says TimeoutError): code catching either
+    must catch ours."""
+    monkeypatch.setattr(remote_triton, "_STARTUP_TIMEOUT_S", 0.2)
+    remote = RemoteTriton(url="localhost:1")
+    remote.bind("m", lambda requests: requests, **IO)
+    try:
+        for expected in (PyTritonClientTimeoutError, TimeoutError, PyTritonInvalidOperationError):
+            with pytest.raises(expected, match="no pytriton server to attach to at http://localhost:1"):
+                remote.connect()
+    finally:
         remote.stop()
 
 
