@@ -24,6 +24,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from pytriton import __version__
 from pytriton.client._url import TritonUrl
+from pytriton.client.exceptions import PyTritonClientTimeoutError
 from pytriton.context import attach_context
 from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.process_instances.host import InstanceHost
@@ -71,6 +72,14 @@ def _warn_workspace_once() -> None:
             "namespace, not through files (containers attach when they share the server's network namespace, "
             "e.g. one Kubernetes pod, and are given access_token unless they may read the server's /proc entry)"
         )
+
+
+class ServerNotFoundError(PyTritonInvalidOperationError, PyTritonClientTimeoutError, TimeoutError):
+    """No server to attach to came up within connect()'s wait.
+
+    Also nvidia-pytriton 0.7's exceptions for it, so that code written for 0.7 catches it: its RemoteTriton raises
+    PyTritonClientTimeoutError there, and its connect() documents TimeoutError.
+    """
 
 
 class _RemoteModel:
@@ -346,7 +355,7 @@ class RemoteTriton(TritonBase):
             except OSError as error:
                 sock.close()
                 if time.monotonic() >= deadline:
-                    raise PyTritonInvalidOperationError(
+                    raise ServerNotFoundError(
                         f"no pytriton server to attach to at {self._triton_url.with_scheme} on this host ({error}); "
                         "RemoteTriton attaches to a server of this user on this machine"
                     ) from None

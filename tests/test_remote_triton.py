@@ -21,7 +21,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pytriton import remote_triton
-from pytriton.exceptions import PyTritonInvalidOperationError
+from pytriton.client.exceptions import PyTritonClientTimeoutError
+from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonUnrecoverableError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.attach import attach_address
@@ -224,6 +225,24 @@ def test_a_name_the_server_serves_is_refused(server: Triton) -> None:
     assert _infer(http_url(server), "own", np.array([1.0], np.float32)).tolist() == [1.0]
 
 
+def _unrecoverable(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    raise PyTritonUnrecoverableError("the device is lost")
+
+
+def test_an_unrecoverable_error_of_a_remote_callable_ends_its_binding_not_the_server(server: Triton) -> None:
+    """As nvidia-pytriton 0.7: that RemoteTriton stops serving, the server and its other models go on."""
+    with RemoteTriton(url=f"localhost:{server.http_port}") as remote:
+        remote.bind("lost", _unrecoverable, **IO, config=UNBATCHED)
+        with pytest.raises(Exception, match="PyTritonUnrecoverableError: the device is lost"):
+            _infer(http_url(server), "lost", np.array([1.0], np.float32))
+        assert _wait_until(lambda: not remote.is_alive())
+        remote.serve(monitoring_period_s=0.1)  # returns: its binding is over
+        with httpclient.InferenceServerClient(http_url(server)) as client:
+            assert _wait_until(lambda: not client.is_model_ready("lost"))
+        assert server.is_alive()
+        assert _infer(http_url(server), "own", np.array([2.0], np.float32)).tolist() == [2.0]
+
+
 def test_a_wrong_access_token_is_refused(server: Triton) -> None:
     def bind(triton: Triton) -> None:
         _own_model(triton)
@@ -244,7 +263,7 @@ OTHER_NAMESPACE_REMOTE = textwrap.dedent(
     """
     import sys
     import numpy as np
-    from pytriton.exceptions import PyTritonInvalidOperationError
+    from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonUnrecoverableError
     from pytriton.model_config import ModelConfig, Tensor
     from pytriton.triton import RemoteTriton
 
@@ -336,6 +355,20 @@ def test_no_server_to_attach_to_is_a_clear_error() -> None:
             remote.connect()
     finally:
         module._STARTUP_TIMEOUT_S = original
+        remote.stop()
+
+
+def test_no_server_is_also_the_timeout_that_nvidia_pytriton_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.7's connect() raises PyTritonClientTimeoutError there (its docstring says TimeoutError): code catching either
+    must catch ours."""
+    monkeypatch.setattr(remote_triton, "_STARTUP_TIMEOUT_S", 0.2)
+    remote = RemoteTriton(url="localhost:1")
+    remote.bind("m", lambda requests: requests, **IO)
+    try:
+        for expected in (PyTritonClientTimeoutError, TimeoutError, PyTritonInvalidOperationError):
+            with pytest.raises(expected, match="no pytriton server to attach to at http://localhost:1"):
+                remote.connect()
+    finally:
         remote.stop()
 
 

@@ -105,11 +105,17 @@ class Engine:
             )
 
     def add_model(
-        self, spec: ModelSpec, instances: List[ModelInstance], binder: Optional[Binder] = None
+        self,
+        spec: ModelSpec,
+        instances: List[ModelInstance],
+        binder: Optional[Binder] = None,
+        on_unrecoverable: Optional[Callable[[str], None]] = None,
     ) -> ServedModel:
         """Serve a new model version on its instances (threads, or processes that are up already).
 
         `binder` starts instances of the same callable again, for a load with a config override.
+        `on_unrecoverable`: what a PyTritonUnrecoverableError of its callable does, instead of stopping the server
+        (a RemoteTriton's model: its binding ends, the server goes on).
         """
         self.check_new(spec)
         if spec.ensemble is not None:
@@ -120,13 +126,18 @@ class Engine:
         )
         self._bound[(spec.name, spec.version)] = (spec, binder)
         self._gone.get(spec.name, set()).discard(spec.version)
-        model = self._serve(spec, instances)
+        model = self._serve(spec, instances, on_unrecoverable)
         versions[spec.version] = model
         if self.models_changed is not None:
             self.models_changed()
         return model
 
-    def _serve(self, spec: ModelSpec, instances: List[ModelInstance]) -> ServedModel:
+    def _serve(
+        self,
+        spec: ModelSpec,
+        instances: List[ModelInstance],
+        on_unrecoverable: Optional[Callable[[str], None]] = None,
+    ) -> ServedModel:
         """A served model of a spec on its instances, warming up when its spec asks for it."""
         if not spec.decoupled and any(instance.kind.streams for instance in instances):
             LOGGER.warning(
@@ -135,7 +146,7 @@ class Engine:
                 spec.name,
                 spec.version,
             )
-        model = ServedModel(spec, instances, self._cache, self._on_unrecoverable)
+        model = ServedModel(spec, instances, self._cache, on_unrecoverable or self._on_unrecoverable)
         model.scheduler.models = self  # the callable's inner calls (core/composition/)
         for made in self.model_made:
             made(model)

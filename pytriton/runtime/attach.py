@@ -46,6 +46,7 @@ except ImportError:  # pragma: no cover - not on POSIX
 from pytriton import __version__
 from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.engine import Engine
+from pytriton.core.instances import ModelInstance
 from pytriton.core.process_instances.instance import ProcessInstance
 from pytriton.core.process_instances.protocol import METRICS, READY
 from pytriton.core.spec import ModelSpec
@@ -328,7 +329,8 @@ class AttachServer:
         _send(control, (ACCEPTED, binding.bind_id))
         try:
             await asyncio.wait_for(asyncio.shield(binding.complete), _ATTACH_TIMEOUT_S)
-            self._engine.add_model(request.spec, [binding.instances[i] for i in range(request.instance_count)])
+            instances: List[ModelInstance] = [binding.instances[i] for i in range(request.instance_count)]
+            self._engine.add_model(request.spec, instances, on_unrecoverable=lambda why: _unrecoverable(why, closed))
             if self._synced is not None:
                 await self._synced()  # a client may call the model on any frontend once RemoteTriton returns
         except (asyncio.TimeoutError, ValueError) as error:
@@ -435,6 +437,15 @@ class AttachServer:
         self._bindings.pop(binding.bind_id, None)
         await asyncio.gather(*(instance.close() for instance in binding.instances.values()))
         binding.control.close()
+
+
+def _unrecoverable(reason: str, closed: asyncio.Future[None]) -> None:
+    """A RemoteTriton's callable raised PyTritonUnrecoverableError: end its binding, not the server.
+
+    As nvidia-pytriton 0.7, whose server goes on while that RemoteTriton stops (its serve() returns).
+    """
+    LOGGER.error("%s: unloading it and closing its RemoteTriton's binding; the server goes on", reason)
+    wake(closed)
 
 
 def _control_message(message: Message) -> None:
