@@ -167,9 +167,7 @@ class SystemSharedMemory:
 
     def check(self, name: str, offset: int, byte_size: int) -> None:
         """Raise Triton's error unless `byte_size` bytes from `offset` lie inside the registered region `name`."""
-        mapped = self._regions.get(name)
-        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size or not byte_size + offset:
-            raise _refusal(name, mapped, offset)  # 0 bytes at offset 0 too, as tritonserver 2.51 (see `_refusal`)
+        self.locate(name, offset, byte_size)
 
     @staticmethod
     def read_all(reads: Sequence[Read]) -> None:
