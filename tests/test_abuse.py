@@ -268,45 +268,17 @@ def _failing_chat(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
 @pytest.fixture(scope="module")
 def busy() -> Iterator[Triton]:
     def bind(triton: Triton) -> None:
-        triton.bind(
-            "held",
-            _held,
-            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
-            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
-            config=ModelConfig(max_batch_size=8),
-        )
-        triton.bind(
-            "failing",
-            _failing,
-            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
-            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
-            config=ModelConfig(max_batch_size=8),
-        )
-
-        triton.bind(
-            "failing_stream",
-            _failing_stream,
-            [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))],
-            [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))],
-            config=ModelConfig(max_batch_size=8, decoupled=True),
-        )
-
-        triton.bind(
-            "failing_text",
-            _failing_text,
-            [Tensor(name="text_input", dtype=bytes, shape=(1,))],
-            [Tensor(name="text_output", dtype=bytes, shape=(1,))],
-            config=ModelConfig(decoupled=True),
-        )
-
-        triton.bind(
-            "failing_chat",
-            _failing_chat,
-            [Tensor(name="text_input", dtype=bytes, shape=(1,))],
-            [Tensor(name="text_output", dtype=bytes, shape=(1,))],
-            config=ModelConfig(decoupled=True),
-            openai=OpenAIChat(),
-        )
+        rows_in = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
+        rows_out = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
+        text_in = [Tensor(name="text_input", dtype=bytes, shape=(1,))]
+        text_out = [Tensor(name="text_output", dtype=bytes, shape=(1,))]
+        triton.bind("held", _held, rows_in, rows_out, config=ModelConfig(max_batch_size=8))
+        triton.bind("failing", _failing, rows_in, rows_out, config=ModelConfig(max_batch_size=8))
+        decoupled_rows = ModelConfig(max_batch_size=8, decoupled=True)
+        triton.bind("failing_stream", _failing_stream, rows_in, rows_out, config=decoupled_rows)
+        triton.bind("failing_text", _failing_text, text_in, text_out, config=ModelConfig(decoupled=True))
+        chat = ModelConfig(decoupled=True)
+        triton.bind("failing_chat", _failing_chat, text_in, text_out, config=chat, openai=OpenAIChat())
 
     with running_triton(bind, allow_metrics=False) as triton:
         yield triton
