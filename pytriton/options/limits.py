@@ -11,6 +11,7 @@ Where each limit is enforced, and how a refusal looks:
 | max_body_bytes | HTTP app, while reading (and decompressing) a body | 413 |
 | max_json_bytes | HTTP app: a request's JSON (inference, generate; other API bodies: 413) | 400 |
 | max_inflated_bytes | both transports: decompressed requests alive at once, together | 503 / RESOURCE_EXHAUSTED |
+| max_received_bytes | both transports: bodies and messages of 1 MiB or more, received or held, together | they wait |
 | max_header_bytes | HTTP connection, while the request line and headers arrive | 431, connection closed |
 | header_timeout_s | HTTP connection: request line and headers must arrive within it | 408, connection closed |
 | body_timeout_s | HTTP connection: longest pause between two parts of a body | 408, connection closed |
@@ -48,6 +49,7 @@ which answer every refusal with a JSON error body.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any, Dict, Mapping, Optional
 
@@ -71,6 +73,45 @@ DEFAULT_MAX_INFLATED_BYTES = GRPC_MAX_MESSAGE_BYTES
 DEFAULT_KEEP_ALIVE_TIMEOUT_S = 75.0
 
 
+@functools.cache
+def default_max_received_bytes() -> int:
+    """Half of the memory this process may use: physical memory, or its cgroup's memory.max when lower.
+
+    Read once (the first ServerLimits made) and kept: a process's memory does not change under it.
+    """
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    cgroup = _cgroup_memory_max()
+    if cgroup is not None:
+        memory = min(memory, cgroup)
+    return max(memory // 2, 1)
+
+
+def _cgroup_memory_max(root: str = "/sys/fs/cgroup") -> Optional[int]:
+    """The memory limit of this process's cgroup (v2 memory.max, else v1 memory.limit_in_bytes); None if none."""
+    paths = []
+    try:
+        with open("/proc/self/cgroup") as lines:
+            for line in lines:
+                _, controllers, path = line.strip().split(":", 2)
+                if not controllers:  # cgroup v2: "0::/the/group"
+                    paths.append(os.path.join(root, path.lstrip("/"), "memory.max"))
+                elif "memory" in controllers.split(","):  # cgroup v1: "4:memory:/the/group"
+                    paths.append(os.path.join(root, "memory", path.lstrip("/"), "memory.limit_in_bytes"))
+    except (OSError, ValueError):
+        pass
+    paths += [os.path.join(root, "memory.max"), os.path.join(root, "memory", "memory.limit_in_bytes")]
+    for path in paths:
+        try:
+            with open(path) as file:
+                value = file.read().strip()
+        except OSError:
+            continue
+        if value.isdigit():
+            return int(value)  # v1's "no limit" is a huge number: physical memory is then lower
+        return None  # "max": no limit
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerLimits:
     """Limits that protect the server from oversized, slow or too many requests; 0 disables a timeout.
@@ -86,6 +127,15 @@ class ServerLimits:
             them is gone; one that would pass it is refused (HTTP 503, gRPC RESOURCE_EXHAUSTED). Each request is
             bounded by its own limit, but a client sends a compressed request for a thousandth of what it costs
             the server.
+        max_received_bytes: what large request bodies (HTTP) and messages (gRPC) of 1 MiB or more may hold at once,
+            server-wide, from before their first byte is read until the last view of them is gone or their request
+            is answered (`transport/receive_budget.py`). One that finds no room is not refused: its connection
+            reads none of it (HTTP: the socket; gRPC: its stream's window) until the ones before it are done, in
+            arrival order; one larger than the whole budget goes alone. Default: half of the memory the process
+            may use (physical memory, or the cgroup's memory.max when lower), decided once at start: each
+            connection's own bound (max_body_bytes, 2 GiB) lets a dozen clients fill 24 GiB, and the kernel's
+            OOM killer would then end the server and every other client's requests with it; half leaves room for
+            what the models, their outputs and the responses on their way hold.
         max_header_bytes: largest HTTP request line plus headers (431 above it).
         header_timeout_s: seconds for an HTTP request's line and headers to arrive (408 after it).
         body_timeout_s: longest pause, in seconds, while an HTTP request body arrives (408 after it).
@@ -124,6 +174,7 @@ class ServerLimits:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
+    max_received_bytes: int = dataclasses.field(default_factory=default_max_received_bytes)
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 30.0
     body_timeout_s: float = 30.0

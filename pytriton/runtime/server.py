@@ -32,6 +32,7 @@ from pytriton.runtime.startup_line import model_line, startup_line
 from pytriton.runtime.stopping import OVERRUN_S, StopSequence, where_stuck
 from pytriton.runtime.tracing import Tracing
 from pytriton.transport.inflate import InflationBudget
+from pytriton.transport.receive_budget import ReceiveBudget
 from pytriton.transport.sockets import bind_socket, bound_port
 
 if TYPE_CHECKING:
@@ -85,6 +86,8 @@ class ServerRuntime:
         self.settings = ServerSettings(log_verbose=options.log_verbose, log_file=options.log_file, trace=options.trace)
         # What decompressed requests hold at once, over all of the server's frontends.
         self.inflation_budget = InflationBudget(options.limits.max_inflated_bytes)
+        # What large request bodies and messages hold while they arrive, over all of its frontends.
+        self.receive_budget = ReceiveBudget(options.limits.max_received_bytes)
         self.tracing = Tracing(self.settings.trace, self.engine.models, self.engine.versions_of)
         self.engine.rebound = self.tracing.refresh  # a model bound again by a load is traced as before
         self._frontends: List[Frontend] = []
@@ -259,6 +262,7 @@ class ServerRuntime:
                     server_version=__version__,
                     settings=self.settings,
                     inflation_budget=self.inflation_budget,
+                    receive_budget=self.receive_budget,
                 )
                 await self._start_frontend(grpc_frontend)
                 self.grpc_port = grpc_frontend.port
@@ -422,7 +426,9 @@ class ServerRuntime:
 
         sock = _listening_socket(address, port, name)
         try:
-            await self._start_frontend(AsgiServer(app, sock, limits=self.options.limits))
+            await self._start_frontend(
+                AsgiServer(app, sock, limits=self.options.limits, receive_budget=self.receive_budget)
+            )
         except BaseException:
             sock.close()
             raise

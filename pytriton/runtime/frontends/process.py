@@ -31,6 +31,7 @@ from pytriton.runtime.frontends.remote import HubLink, RemoteEngine
 from pytriton.runtime.logging_setup import configure_logging
 from pytriton.runtime.loop_thread import new_event_loop
 from pytriton.transport.inflate import InflationBudget
+from pytriton.transport.receive_budget import ReceiveBudget
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
 LOGGER = logging.getLogger("pytriton")
@@ -70,6 +71,7 @@ class FrontendProcess:
 
         init, options = self._init, self._init.options
         budget = InflationBudget(options.limits.max_inflated_bytes)
+        receive_budget = ReceiveBudget(options.limits.max_received_bytes)
         # Large bodies and gRPC messages land in shared memory, which the hub reads in place.
         RECEIVE_BUFFERS.allocate = self.link.buffers.allocate
         if init.http:
@@ -92,7 +94,7 @@ class FrontendProcess:
                 ),
             )
             forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)
-            server = AsgiServer(forwarding, None, limits=options.limits)
+            server = AsgiServer(forwarding, None, limits=options.limits, receive_budget=receive_budget)
             await server.start()
             server.connections.on_closed = functools.partial(self._closed, "http")
             self._servers.append(server)
@@ -106,6 +108,7 @@ class FrontendProcess:
                 options,
                 server_version=init.server_version,
                 inflation_budget=budget,
+                receive_budget=receive_budget,
                 listen=False,
                 servicer=lambda servicer: ForwardingServicer(servicer, calls),
             )

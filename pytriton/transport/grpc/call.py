@@ -98,6 +98,7 @@ class GrpcCall:
         self.method = method
         self._headers = headers
         self._reader = reader
+        reader.granted = self._granted
         self._metadata: Optional[Metadata] = None
         self._inbox: Deque[Message] = deque()  # request messages not yet taken by a streaming handler
         self._inbox_error: Optional[MessageError] = None
@@ -198,7 +199,21 @@ class GrpcCall:
         else:
             after = before + size
         self.partial = after
-        return self.session.buffering(self, before, after)
+        return self.session.buffering(self, before, after) or self._reader.waiting
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the message under way waits for room in the server's receive budget (its stream's room waits)."""
+        return self._reader.waiting
+
+    def _granted(self) -> None:
+        """The message under way has its share of the receive budget: its stream's room may come back."""
+        if not self.ended:
+            self.session.granted(self)
+
+    def end_share(self) -> None:
+        """The call is over: what its latest large message holds of the receive budget comes back."""
+        self._reader.end_share()
 
     def _too_many_requests(self) -> None:
         """A unary call got (the start of) a second request message: a cardinality violation, as gRPC names it.
@@ -209,9 +224,15 @@ class GrpcCall:
         self.session.end_call(self, grpc.StatusCode.UNIMPLEMENTED, "a unary call got more than one request message")
 
     def _consume_held(self) -> None:
-        """The handler took (or waits for) everything whole: the bytes held come back to the client."""
+        """The handler took (or waits for) everything whole: the bytes held come back to the client.
+
+        Unless the message under way waits for the receive budget: then only the connection's room does.
+        """
         held, self.held = self.held, 0
-        self.session.inflow.consumed(self, held, self.remote_open)
+        if self._reader.waiting:
+            self.session.inflow.stall(self, held)
+        else:
+            self.session.inflow.consumed(self, held, self.remote_open)
 
     def close_remote(self) -> None:
         """The client sent its last message (END_STREAM)."""

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Union
 
 import grpc
 
 from pytriton.core.raw_tensors import Buffer
 from pytriton.transport.inflate import Failure, InflateError, InflationBudget, inflate
+from pytriton.transport.receive_budget import SHARE_BYTES, ReceiveBudget, Share, watch
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
 _PREFIX = struct.Struct(">BI")
@@ -45,16 +46,39 @@ class MessageReader:
     become bytes.
     """
 
-    __slots__ = ("_budget", "_encoding", "_filled", "_flag", "_limit", "_message", "_prefix")
+    __slots__ = (
+        "_budget",
+        "_encoding",
+        "_filled",
+        "_flag",
+        "_limit",
+        "_message",
+        "_prefix",
+        "_receive_budget",
+        "granted",
+        "share",
+    )
 
-    def __init__(self, encoding: Optional[str], limit: int, budget: Optional[InflationBudget] = None) -> None:
+    def __init__(
+        self,
+        encoding: Optional[str],
+        limit: int,
+        budget: Optional[InflationBudget] = None,
+        receive_budget: Optional[ReceiveBudget] = None,
+    ) -> None:
         """A reader for messages sent with grpc-encoding `encoding` (None: not compressed).
 
-        Compressed messages, once inflated, hold their size of `budget` (the server's) while they live.
+        Compressed messages, once inflated, hold their size of `budget` (the server's) while they live. Messages
+        of SHARE_BYTES or more hold their declared size of `receive_budget` from their prefix until the last view
+        of them is gone or `end_share`; while it has no room for one, `waiting` says so and `granted()` is called
+        once it has.
         """
         self._encoding = encoding
         self._limit = limit
         self._budget = budget
+        self._receive_budget = receive_budget
+        self.granted: Callable[[], None] = _nothing
+        self.share: Optional[Share] = None  # the share of the latest large message
         self._prefix = b""  # the start of a length prefix split between DATA frames
         self._message: Optional[memoryview] = None  # the buffer of the message under way
         self._filled = 0
@@ -65,10 +89,23 @@ class MessageReader:
         """Whether part of a message is still missing."""
         return self._message is not None or bool(self._prefix)
 
+    @property
+    def waiting(self) -> bool:
+        """Whether the message under way waits for room in the receive budget: its stream must not send more."""
+        share = self.share
+        return share is not None and share.waiting and self._message is not None
+
     def drop(self) -> None:
         """Let go of the message under way: its call is over, and its buffer must not wait for the cycle collector."""
         self._message = None
         self._prefix = b""
+        self.end_share()
+
+    def end_share(self) -> None:
+        """The call is answered or over: the latest large message's share comes back (the earlier ones' did)."""
+        share, self.share = self.share, None
+        if share is not None:
+            share.give_back()
 
     def feed(self, data: Buffer) -> List[Message]:
         """The messages completed by `data`."""
@@ -94,6 +131,8 @@ class MessageReader:
                 flag, length = _PREFIX.unpack_from(prefix)
                 self._check_size(length)
                 self._flag, self._filled = flag, 0
+                if length >= SHARE_BYTES and self._receive_budget is not None:
+                    self.share = self._receive_budget.claim(length, self.granted)
                 message = self._message = RECEIVE_BUFFERS.take(length)
             filled = self._filled
             count = min(size - position, len(message) - filled)
@@ -103,7 +142,10 @@ class MessageReader:
             if filled < len(message):
                 return messages
             self._message = None
-            body: Buffer = message if filled >= SCATTER_BYTES else message.tobytes()
+            if filled < SCATTER_BYTES:
+                body: Buffer = message.tobytes()
+            else:
+                body = message if filled < SHARE_BYTES else self._watched(message)
             messages.append(self._whole(self._flag, filled, body))
 
     def feed_pieces(self, pieces: Sequence[Buffer]) -> List[Message]:
@@ -138,7 +180,18 @@ class MessageReader:
         if self._filled < len(message):
             return []
         self._message = None
+        if self._filled >= SHARE_BYTES:
+            message = self._watched(message)
         return [self._whole(self._flag, self._filled, message)]
+
+    def _watched(self, message: memoryview) -> memoryview:
+        """A whole large message, holding its share until its last view is gone (counted now if it still waits)."""
+        share = self.share
+        if share is None:
+            return message
+        if share.waiting:  # it came whole with its prefix, or in the window the stream had: its bytes are here
+            share.force()
+        return watch(message, share)
 
     def _check_size(self, length: int) -> None:
         """Refuse a message larger than the limit as soon as its prefix says so."""
@@ -259,3 +312,7 @@ def message_pieces(parts: Sequence[Buffer], size: int, limit: int) -> List[Buffe
     if size > limit:
         raise MessageError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"Sent message larger than max ({size} vs. {limit})")
     return [_PREFIX.pack(0, size), *parts]
+
+
+def _nothing() -> None:
+    """A reader's `granted` until its call sets its own."""

@@ -31,6 +31,7 @@ from pytriton.transport.grpc.handlers import CallLimit, Method, method_table
 from pytriton.transport.grpc.servicer import InferenceServicer
 from pytriton.transport.grpc.settings import COMPRESSION_LEVELS, bind_address, tls_context
 from pytriton.transport.inflate import InflationBudget
+from pytriton.transport.receive_budget import ReceiveBudget
 from pytriton.transport.sockets import BACKLOG, adopt_connection, bind_socket, bound_port
 
 LOGGER = logging.getLogger("pytriton")
@@ -54,11 +55,13 @@ class GrpcServerState:
         keepalive: GrpcKeepalive,
         compression_level: int,
         inflation_budget: Optional[InflationBudget] = None,
+        receive_budget: Optional[ReceiveBudget] = None,
     ) -> None:
         """State for a server of `methods` (by HTTP/2 path) under `limits`.
 
-        `inflation_budget` bounds what inflated request messages hold at once: the server's, shared with its
-        other frontends (by default one of the server's own, of limits.max_inflated_bytes).
+        `inflation_budget` bounds what inflated request messages hold at once, `receive_budget` what large
+        messages hold while they arrive: the server's, shared with its other frontends (by default the
+        server's own, of limits.max_inflated_bytes and limits.max_received_bytes).
         """
         self.methods = methods
         self.max_message_bytes = limits.grpc_max_message_bytes
@@ -74,6 +77,7 @@ class GrpcServerState:
         self.keepalive = keepalive
         self.compression_level = compression_level
         self.inflation_budget = inflation_budget or InflationBudget(limits.max_inflated_bytes)
+        self.receive_budget = receive_budget or ReceiveBudget(limits.max_received_bytes)
         self.connections: OpenConnections[GrpcConnection] = OpenConnections()
         self.cutoffs = CutoffLog()  # connections ended for what their clients did, logged at WARNING
         # Every connection reads into this one buffer (connection.py): a connection costs no buffer of its own.
@@ -91,12 +95,14 @@ class GrpcFrontend:
         server_version: str,
         settings: Optional[ServerSettings] = None,
         inflation_budget: Optional[InflationBudget] = None,
+        receive_budget: Optional[ReceiveBudget] = None,
         listen: bool = True,
         servicer: Optional[Callable[[Any], Any]] = None,
     ) -> None:
         """Prepare the frontend; nothing is bound until `start`; `settings` serves LogSettings and TraceSetting.
 
-        `inflation_budget`: the server's bound on what inflated requests hold (GrpcServerState). Without `listen`
+        `inflation_budget`, `receive_budget`: the server's bounds on what inflated requests and large messages
+        hold (GrpcServerState). Without `listen`
         it binds no port and serves the connections handed to `adopt` (a frontend process's: the hub accepts
         them). `servicer` wraps the servicer (a frontend process's forwards what it does not answer itself).
         """
@@ -107,6 +113,7 @@ class GrpcFrontend:
         self._adopting: Set[asyncio.Task[Any]] = set()
         self._engine = engine
         self._inflation_budget = inflation_budget
+        self._receive_budget = receive_budget
         self._settings = settings
         self._options = options
         self._server_version = server_version
@@ -136,6 +143,7 @@ class GrpcFrontend:
             keepalive=options.grpc_keepalive,
             compression_level=COMPRESSION_LEVELS[options.grpc_compression_level],
             inflation_budget=self._inflation_budget,
+            receive_budget=self._receive_budget,
         )
         loop = asyncio.get_running_loop()
         handshake_s = limits.grpc_handshake_timeout_s if ssl is not None and limits.grpc_handshake_timeout_s else None

@@ -376,7 +376,9 @@ class Http2Session:
                 # Triton's (grpc's C++ core) answer to a method or service it does not serve: no grpc-message
                 sender.answer_status(stream_id, grpc.StatusCode.UNIMPLEMENTED, "")
             else:
-                reader = MessageReader(request_encoding(encoding), state.max_message_bytes, state.inflation_budget)
+                reader = MessageReader(
+                    request_encoding(encoding), state.max_message_bytes, state.inflation_budget, state.receive_budget
+                )
                 call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
                 self._start(call, timeout, accepted)
                 if ended:
@@ -433,6 +435,7 @@ class Http2Session:
         if call.held:
             self.inflow.dropped(call.held)
             call.held = 0
+        call.end_share()
         if call.partial:
             before, call.partial = call.partial, 0
             self.buffering(call, before, 0)
@@ -460,16 +463,40 @@ class Http2Session:
             partials[call.stream_id] = call
         elif after < before:
             self._release_stalled()
-        return self._partial_bytes > self._state.max_buffered_bytes and next(iter(partials)) != call.stream_id
+        return self._partial_bytes > self._state.max_buffered_bytes and self._first_going() is not call
+
+    def _first_going(self) -> Optional[GrpcCall]:
+        """The oldest call with a message still arriving that does not wait for the receive budget.
+
+        The one that goes on past grpc_max_buffered_bytes: one that waits for the budget may wait for a message
+        of this very connection, which must then be able to complete.
+        """
+        for call in self._partials.values():
+            if not call.waiting:
+                return call
+        return None
 
     def _release_stalled(self) -> None:
-        """The connection buffers less: stalled streams get their room back (the oldest alone while over the bound)."""
+        """The connection buffers less: stalled streams get their room back (the oldest alone while over the bound).
+
+        Those that wait for the receive budget keep waiting (`granted`).
+        """
         over = self._partial_bytes > self._state.max_buffered_bytes
         for call in self._partials.values():
+            if call.waiting:
+                continue
             if call.stalled:
                 self.inflow.release(call, call.remote_open)
             if over:
                 return
+
+    def granted(self, call: GrpcCall) -> None:
+        """`call`'s message has its share of the receive budget: its stream's room comes back, bound permitting."""
+        if not call.stalled:
+            return
+        if self._partial_bytes > self._state.max_buffered_bytes and self._first_going() is not call:
+            return
+        self.inflow.release(call, call.remote_open)
 
     def _reset(self, stream_id: int, code: int) -> None:
         """Reset a stream for an error (counted: a client must not make the server reset streams at will)."""

@@ -15,6 +15,7 @@ receives (`transport/http/body.py`), and a fresh parser takes the next request.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
@@ -33,6 +34,7 @@ from pytriton.transport.http.refusals import (
     refusal,
     without_upgrade_header,
 )
+from pytriton.transport.receive_budget import CHUNKED_STEP_BYTES, SHARE_BYTES
 from pytriton.transport.send_watch import SendWatch
 
 if TYPE_CHECKING:
@@ -75,6 +77,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._refusal_due: Optional[bytes] = None  # the error response sent once the responses owed are out
         self._reading_paused = False
         self._body_full = False  # the app has not taken the body held for it yet
+        self._budget_wait = False  # the body arriving waits for room in the server's ReceiveBudget
+        self._watched_fd = -1  # its socket, watched for the client hanging up meanwhile (hangups.py)
         self._write_paused = False
         self._send_watch = SendWatch(self._loop, self._limits.send_timeout_s, self._read_nothing)
         self._drain: Optional[asyncio.Future[None]] = None
@@ -112,6 +116,7 @@ class HttpConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Optional[Exception]) -> None:
         """Tell every request of the connection that its client left."""
         self._state.connections.forget(self)
+        self._forget_hangup()
         self._clock.cancel()
         self._send_watch.stop()
         for cycle in (self._active, self._receiving, *self._pipeline):
@@ -372,6 +377,8 @@ class HttpConnection(asyncio.BufferedProtocol):
                 cycle.refusal = UPGRADE_WITH_BODY
         elif self._declared_length >= PRESIZED_BODY_BYTES and not self._chunked_body:
             self._presized = cycle.presize(self._declared_length)
+            if self._declared_length >= SHARE_BYTES:
+                self.claim_share(cycle, self._declared_length)
         if self._active is None:
             self._active = self._to_start = cycle
         else:
@@ -424,6 +431,55 @@ class HttpConnection(asyncio.BufferedProtocol):
                 waiter = self._drain = self._loop.create_future()
             await waiter
 
+    def claim_share(self, cycle: RequestCycle, size: int) -> None:
+        """Have `cycle`'s body hold `size` bytes of the receive budget; stop reading until it has them."""
+        share = cycle.share = self._state.receive_budget.claim(size, functools.partial(self._granted, cycle))
+        if share.waiting:
+            self._wait_for_budget()
+
+    def grow_share(self, cycle: RequestCycle, received: int) -> None:
+        """A chunked body has `received` bytes, SHARE_BYTES or more: it holds CHUNKED_STEP_BYTES more at a time."""
+        share = cycle.share
+        if share is None:
+            self.claim_share(cycle, SHARE_BYTES + CHUNKED_STEP_BYTES)
+        elif received >= share.size and not share.waiting and not share.more(CHUNKED_STEP_BYTES):
+            self._wait_for_budget()
+
+    def _wait_for_budget(self) -> None:
+        """Read nothing until the body's share is granted; meanwhile watch for the client leaving (hangups.py)."""
+        self._budget_wait = True
+        self._sync_reading()
+        transport = self._transport
+        if self._watched_fd < 0 and transport is not None:
+            sock = transport.get_extra_info("socket")
+            fd = sock.fileno() if sock is not None else -1
+            if self._state.hangups.watch(fd, self._hung_up):
+                self._watched_fd = fd
+
+    def _granted(self, cycle: RequestCycle) -> None:
+        """`cycle`'s body has its share of the budget: read on."""
+        if cycle is self._receiving and self._budget_wait:
+            self._stop_waiting()
+
+    def _stop_waiting(self) -> None:
+        """The body holds its share (or nothing any more): read on."""
+        self._budget_wait = False
+        self._forget_hangup()
+        self._sync_reading()
+
+    def _forget_hangup(self) -> None:
+        """Stop watching the socket for the client leaving."""
+        fd, self._watched_fd = self._watched_fd, -1
+        if fd >= 0:
+            self._state.hangups.forget(fd)
+
+    def _hung_up(self) -> None:
+        """The client left while its body waited for the budget: its share goes now, with the connection."""
+        self._watched_fd = -1
+        LOGGER.debug("closing HTTP connection from %s: it left while its body waited", self._address[1])
+        if self._transport is not None:
+            self._transport.abort()
+
     def resume_body(self) -> None:
         """The app took the body held for it: read more."""
         self._body_full = False
@@ -471,6 +527,8 @@ class HttpConnection(asyncio.BufferedProtocol):
             return
         if self._receiving is not None and self._receiving.response_complete:
             self._body_full = False  # what is left of an answered request's body is dropped as it comes
+            if self._budget_wait:  # ... and holds nothing: its share came back with the answer
+                self._stop_waiting()
         self._sync_reading()
         if self._wire == IDLE and self._active is None:
             self._clock.enter(IDLE, self._limits.keep_alive_timeout_s)
@@ -554,6 +612,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         if cycle.response_complete:
             return
         cycle.response_complete = True
+        cycle.end_share()
         if cycle.head_sent or cycle.disconnected:
             if self._transport is not None:
                 self._transport.close()
@@ -566,7 +625,7 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def _sync_reading(self) -> None:
         """Read from the client unless a request waits for its turn or the app has not taken its body yet."""
-        pause = bool(self._pipeline) or self._body_full
+        pause = bool(self._pipeline) or self._body_full or self._budget_wait
         transport = self._transport
         if pause != self._reading_paused and transport is not None and not self._refused:
             self._reading_paused = pause

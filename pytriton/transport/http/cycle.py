@@ -12,6 +12,7 @@ import httptools
 
 from pytriton.core.waiters import wake
 from pytriton.transport.http.body import PresizedBody
+from pytriton.transport.receive_budget import SHARE_BYTES, Share, watch
 
 if TYPE_CHECKING:
     from pytriton.transport.http.connection import HttpConnection
@@ -60,6 +61,7 @@ class RequestCycle:
         "_head_only",
         "_length_left",
         "_presized",
+        "_received",
         "_request_delivered",
         "_waiter",
         "body_complete",
@@ -72,6 +74,7 @@ class RequestCycle:
         "response_complete",
         "response_started",
         "scope",
+        "share",
     )
 
     def __init__(self, connection: HttpConnection, scope: Message, *, keep_alive: bool, expect_continue: bool) -> None:
@@ -89,6 +92,8 @@ class RequestCycle:
         self._body: List[bytes] = []
         self._presized: Optional[PresizedBody] = None  # a body read into its final buffer (transport/http/body.py)
         self._buffered = 0
+        self._received = 0  # bytes of a body that came through the parser (chunked, or small)
+        self.share: Optional[Share] = None  # what a large body holds of the server's ReceiveBudget
         self._request_delivered = False
         self._waiter: Optional[asyncio.Future[None]] = None
         self._head: Optional[bytes] = None
@@ -113,7 +118,11 @@ class RequestCycle:
             presized.add(data)
             return False
         self._body.append(data)
-        self._buffered += len(data)
+        size = len(data)
+        self._buffered += size
+        self._received += size
+        if self._received >= SHARE_BYTES:  # a large chunked body: a share of the budget as its bytes come
+            self._connection.grow_share(self, self._received)
         if self._buffered >= BODY_HIGH_WATER:
             self._wake()
             return True
@@ -137,7 +146,15 @@ class RequestCycle:
         """
         self.disconnected = True
         self._presized = None
+        if not self.body_complete:  # cut off part-way: its bytes go now
+            self.end_share()
         self._wake()
+
+    def end_share(self) -> None:
+        """The request is answered, or its body cut off: what it holds of the receive budget comes back."""
+        share, self.share = self.share, None
+        if share is not None:
+            share.give_back()
 
     # -- the app's side ---------------------------------------------------------------------
 
@@ -178,6 +195,8 @@ class RequestCycle:
                 self._count_body(size, more_body)
             if not more_body:
                 self.response_complete = True
+                if self.share is not None:
+                    self.end_share()
             if self.disconnected:
                 return
             if self._chunked:
@@ -280,7 +299,8 @@ class RequestCycle:
         presized = self._presized
         if presized is not None:
             self._presized = None
-            return presized.take()
+            share = self.share
+            return presized.take() if share is None else watch(presized.take(), share)
         parts = self._body
         if not parts:
             return b""

@@ -19,6 +19,8 @@ from pytriton.options.limits import ServerLimits
 from pytriton.transport.connections import OpenConnections
 from pytriton.transport.http.connection import HttpConnection
 from pytriton.transport.http.cycle import App
+from pytriton.transport.http.hangups import Hangups
+from pytriton.transport.receive_budget import ReceiveBudget
 from pytriton.transport.sockets import BACKLOG, adopt_connection
 
 # What one read takes at most, as uvloop's own read buffer.
@@ -30,10 +32,12 @@ STOP_GRACE_S = 1.0
 class ServerState:
     """What the connections of one server share: the app, the limits and the set of open connections."""
 
-    def __init__(self, app: App, limits: ServerLimits) -> None:
-        """State for a server of `app` under `limits`."""
+    def __init__(self, app: App, limits: ServerLimits, receive_budget: Optional[ReceiveBudget] = None) -> None:
+        """State for a server of `app` under `limits`; `receive_budget` bounds its large bodies (the server's)."""
         self.app = app
         self.limits = limits
+        self.receive_budget = receive_budget or ReceiveBudget(limits.max_received_bytes)
+        self.hangups = Hangups()  # connections that wait for the budget, watched for their clients leaving
         self.connections: OpenConnections[HttpConnection] = OpenConnections()
         self.leaving = False  # the server stops soon: responses say `Connection: close`
         # Every connection reads into this one buffer: what arrives is parsed (and copied out by the parser)
@@ -45,12 +49,21 @@ class ServerState:
 class AsgiServer:
     """Serves an ASGI app on a listening socket, started and stopped on the engine's loop."""
 
-    def __init__(self, app: App, sock: Optional[socket.socket], *, limits: Optional[ServerLimits] = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        sock: Optional[socket.socket],
+        *,
+        limits: Optional[ServerLimits] = None,
+        receive_budget: Optional[ReceiveBudget] = None,
+    ) -> None:
         """Prepare a server for `app` on a bound, listening socket, enforcing `limits` (defaults when None).
 
         Without a socket it serves the connections handed to `adopt` (a frontend process's: the hub accepts them).
+        `receive_budget` bounds what large bodies hold while they arrive: the server's, shared with its other
+        frontends (by default one of its own, of limits.max_received_bytes).
         """
-        self._state = ServerState(app, limits or ServerLimits())
+        self._state = ServerState(app, limits or ServerLimits(), receive_budget)
         self._socket = sock
         self._server: Optional[asyncio.AbstractServer] = None
         self._serving = False
@@ -114,5 +127,6 @@ class AsgiServer:
         if server is not None:
             server.close()
         await self._state.connections.close_all(STOP_GRACE_S, sending_s)
+        self._state.hangups.close()
         if self._socket is not None:
             self._socket.close()

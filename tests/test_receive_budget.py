@@ -1,0 +1,411 @@
+"""What large request bodies and messages hold while they arrive is bounded server-wide (max_received_bytes).
+
+Each connection may hold one body of up to max_body_bytes (2 GiB): a dozen clients sending that much would
+make the server hold 24 GiB. A real server on loopback, raw HTTP and HTTP/2 clients and tritonclient; the gate
+model holds a request (and its share of the budget) until released, so that the next large body must wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import socket
+import struct
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
+
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.options.limits import ServerLimits, default_max_received_bytes
+from pytriton.transport.receive_budget import ReceiveBudget, watch
+from pytriton.triton import Triton, TritonConfig
+from tests.conftest import running_triton
+from tests.h2_wire import H2Client, grpc_message, request_headers
+from tests.http_helpers import request
+
+MIB = 2**20
+BUDGET = 6 * MIB
+HELD_BYTES = 4 * MIB  # the gate's request: another one of 4 MiB does not fit beside it
+FP32 = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
+OUT = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
+HOLD_S = 30.0
+BODY_TIMEOUT_S = 1.0
+
+
+class Gate:
+    """A model that keeps each request until released; answers its inputs' first value."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        self.entered.set()
+        self.release.wait(HOLD_S)
+        return _first(requests)
+
+
+def _first(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUTPUT_1": r["INPUT_1"][:, :1].copy()} for r in requests]
+
+
+KEPT: List[np.ndarray] = []
+
+
+def _keeper(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Keeps its inputs (views of the request's bytes) after answering."""
+    KEPT.extend(r["INPUT_1"] for r in requests)
+    return _first(requests)
+
+
+@pytest.fixture
+def served() -> Iterator[Tuple[Triton, Gate]]:
+    gate = Gate()
+    limits = ServerLimits(max_received_bytes=BUDGET, body_timeout_s=BODY_TIMEOUT_S)
+    triton = Triton(config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False), limits=limits)
+    try:
+        triton.bind("gate", gate, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+        triton.bind("first", _first, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+        triton.bind("keeper", _keeper, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+        triton.run()
+        yield triton, gate
+    finally:
+        gate.release.set()
+        triton.stop()
+        KEPT.clear()
+
+
+def _budget(triton: Triton) -> ReceiveBudget:
+    return triton._runtime.receive_budget  # type: ignore[no-any-return]
+
+
+def _until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _all_given_back(triton: Triton) -> None:
+    budget = _budget(triton)
+    deadline = time.monotonic() + 5.0
+    while (budget.held or budget.waiting) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert (budget.held, budget.waiting) == (0, 0)
+
+
+def _tensor(nbytes: int, first: float) -> np.ndarray:
+    values = np.zeros((1, nbytes // 4), np.float32)
+    values[0, 0] = first
+    return values
+
+
+def _infer_http(model: str, nbytes: int, first: float, chunked: bool = False) -> bytes:
+    """An HTTP request (head and body): an infer of `nbytes` in one binary tensor whose first value is `first`."""
+    tensor = {
+        "name": "INPUT_1",
+        "shape": [1, nbytes // 4],
+        "datatype": "FP32",
+        "parameters": {"binary_data_size": nbytes},
+    }
+    head = json.dumps({"inputs": [tensor]}).encode()
+    body = head + _tensor(nbytes, first).tobytes()
+    lines = [
+        f"POST /v2/models/{model}/infer HTTP/1.1",
+        "Host: x",
+        "Content-Type: application/octet-stream",
+        f"Inference-Header-Content-Length: {len(head)}",
+        "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}",
+    ]
+    if chunked:
+        step = 256 * 1024
+        body = b"".join(
+            b"%x\r\n%s\r\n" % (len(body[i : i + step]), body[i : i + step]) for i in range(0, len(body), step)
+        )
+        body += b"0\r\n\r\n"
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+class RawSender:
+    """Sends a raw HTTP request from a thread (sendall blocks while the server reads nothing); reads the answer."""
+
+    def __init__(self, port: int, data: bytes) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=HOLD_S)
+        self.sent = threading.Event()
+        self.answer = b""
+        self._thread = threading.Thread(target=self._run, args=(data,), daemon=True)
+        self._thread.start()
+
+    def _run(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+            self.sent.set()
+            while b"\r\n\r\n" not in self.answer or not self._whole():
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return
+                self.answer += chunk
+        except OSError:
+            return
+
+    def _whole(self) -> bool:
+        head, _, body = self.answer.partition(b"\r\n\r\n")
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                return len(body) >= int(line.split(b":")[1])
+        return False
+
+    def output(self, timeout: float = HOLD_S) -> Any:
+        self._thread.join(timeout)
+        assert self.answer.startswith(b"HTTP/1.1 200"), self.answer[:300]
+        return json.loads(self.answer.partition(b"\r\n\r\n")[2])["outputs"][0]["data"]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _hold_gate(triton: Triton, gate: Gate) -> threading.Thread:
+    """An HTTP request of HELD_BYTES that the gate holds (and its share with it) until released."""
+    answers: List[Any] = []
+
+    def send() -> None:
+        status, _, body = request(
+            triton.http_port,
+            "POST",
+            "/v2/models/gate/infer",
+            _infer_http("gate", HELD_BYTES, 7.0).partition(b"\r\n\r\n")[2],
+            {
+                "Content-Type": "application/octet-stream",
+                "Inference-Header-Content-Length": str(_head_length(HELD_BYTES)),
+            },
+        )
+        answers.append((status, body))
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    assert gate.entered.wait(10.0)
+    assert _budget(triton).held >= HELD_BYTES
+    thread.answers = answers  # type: ignore[attr-defined]
+    return thread
+
+
+def _head_length(nbytes: int) -> int:
+    return len(_infer_http("gate", nbytes, 0.0).partition(b"\r\n\r\n")[2]) - nbytes
+
+
+def _small_infer_http(triton: Triton) -> None:
+    body = json.dumps({"inputs": [{"name": "INPUT_1", "shape": [1, 2], "datatype": "FP32", "data": [3.0, 4.0]}]})
+    status, _, answer = request(triton.http_port, "POST", "/v2/models/first/infer", body)
+    assert status == 200 and json.loads(answer)["outputs"][0]["data"] == [3.0]
+
+
+def test_a_body_larger_than_the_budget_waits_unread_for_the_one_held_then_goes_alone(served: Any) -> None:
+    triton, gate = served
+    held = _hold_gate(triton, gate)
+    budget = _budget(triton)
+    large = RawSender(triton.http_port, _infer_http("first", 24 * MIB, 5.0))  # four times the budget
+    try:
+        _until(lambda: budget.waiting == 1, "the second body to wait")
+        time.sleep(BODY_TIMEOUT_S * 1.5)  # the server's wait is not the client's stall: no 408
+        # Not read: 24 MiB cannot all lie in loopback's socket buffers, so the client is still sending.
+        assert not large.sent.is_set() and large.answer == b""
+        assert budget.waiting == 1 and budget.held < BUDGET
+        _small_infer_http(triton)  # small requests take no share and never wait
+        gate.release.set()
+        assert large.output() == [5.0]
+        held.join(HOLD_S)
+        assert held.answers[0][0] == 200  # type: ignore[attr-defined]
+    finally:
+        large.close()
+    _all_given_back(triton)
+
+
+def test_waiting_bodies_are_granted_in_arrival_order_and_all_answered(served: Any) -> None:
+    triton, gate = served
+    held = _hold_gate(triton, gate)
+    budget = _budget(triton)
+    senders = []
+    try:
+        for index in range(3):
+            senders.append(RawSender(triton.http_port, _infer_http("first", HELD_BYTES, float(index))))
+            _until(lambda count=index + 1: budget.waiting == count, f"body {index} to wait")
+        gate.release.set()
+        assert [sender.output() for sender in senders] == [[0.0], [1.0], [2.0]]
+        held.join(HOLD_S)
+    finally:
+        for sender in senders:
+            sender.close()
+    _all_given_back(triton)
+
+
+def test_a_dropped_connection_gives_its_share_back_at_once(served: Any) -> None:
+    triton, gate = served
+    budget = _budget(triton)
+    data = _infer_http("first", HELD_BYTES, 1.0)
+    # Granted (nothing else holds a share), cut off after 1 MiB of its body.
+    with socket.create_connection(("127.0.0.1", triton.http_port)) as sock:
+        sock.sendall(data[:MIB])
+        _until(lambda: budget.held >= HELD_BYTES, "the share to be taken")
+    _until(lambda: budget.held == 0, "the share to come back", timeout=2.0)
+    # Waiting, then cut off (a reset: a FIN would wait in the client's kernel behind the bytes the server's shut
+    # window holds back, until that kernel gives up and resets): it leaves the queue, though nothing is read.
+    held = _hold_gate(triton, gate)
+    with socket.create_connection(("127.0.0.1", triton.http_port)) as sock:
+        sock.sendall(data[:MIB])
+        _until(lambda: budget.waiting == 1, "the body to wait")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    _until(lambda: budget.waiting == 0, "the waiting share to leave the queue", timeout=2.0)
+    gate.release.set()
+    held.join(HOLD_S)
+    _all_given_back(triton)
+
+
+def test_the_share_comes_back_when_answered_though_the_model_keeps_the_bytes(served: Any) -> None:
+    triton, _ = served
+    sender = RawSender(triton.http_port, _infer_http("keeper", HELD_BYTES, 2.0))
+    try:
+        assert sender.output() == [2.0]
+    finally:
+        sender.close()
+    assert KEPT, "the model kept its input"
+    _until(lambda: _budget(triton).held == 0, "the share to come back on the answer", timeout=2.0)
+
+
+def test_the_share_comes_back_when_the_bytes_are_gone_before_the_answer() -> None:
+    budget = ReceiveBudget(BUDGET)
+
+    async def run() -> None:
+        share = budget.claim(HELD_BYTES, lambda: None)
+        view = watch(memoryview(bytearray(HELD_BYTES)), share)
+        tensor = np.frombuffer(view, np.float32)
+        del view
+        assert budget.held == HELD_BYTES
+        del tensor
+        assert budget.held == 0
+
+    asyncio.run(run())
+
+
+def test_a_chunked_body_takes_shares_as_its_bytes_come(served: Any) -> None:
+    triton, gate = served
+    held = _hold_gate(triton, gate)
+    budget = _budget(triton)
+    sender = RawSender(triton.http_port, _infer_http("first", 8 * MIB, 6.0, chunked=True))
+    try:
+        _until(lambda: budget.waiting == 1, "the chunked body to wait past its first MiB")
+        assert sender.answer == b""
+        gate.release.set()
+        assert sender.output() == [6.0]
+        held.join(HOLD_S)
+    finally:
+        sender.close()
+    _all_given_back(triton)
+
+
+# -- gRPC ---------------------------------------------------------------------------------------
+
+
+def _grpc_infer(client: grpcclient.InferenceServerClient, model: str, nbytes: int, first: float) -> float:
+    inputs = grpcclient.InferInput("INPUT_1", [1, nbytes // 4], "FP32")
+    inputs.set_data_from_numpy(_tensor(nbytes, first))
+    result = client.infer(model, [inputs], client_timeout=HOLD_S)
+    return float(result.as_numpy("OUTPUT_1")[0, 0])
+
+
+def _in_thread(call: Callable[[], Any]) -> Tuple[threading.Thread, List[Any]]:
+    results: List[Any] = []
+    thread = threading.Thread(target=lambda: results.append(call()), daemon=True)
+    thread.start()
+    return thread, results
+
+
+def test_grpc_a_message_waits_with_its_stream_window_shut_while_others_are_served(served: Any) -> None:
+    triton, gate = served
+    budget = _budget(triton)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+    try:
+        held, held_result = _in_thread(lambda: _grpc_infer(client, "gate", HELD_BYTES, 7.0))
+        assert gate.entered.wait(10.0)
+        large, large_result = _in_thread(lambda: _grpc_infer(client, "first", 16 * MIB, 5.0))
+        _until(lambda: budget.waiting == 1, "the second message to wait")
+        time.sleep(0.5)
+        assert large.is_alive() and budget.waiting == 1
+        # The same connection serves small calls meanwhile: only the waiting stream's window is shut.
+        assert _grpc_infer(client, "first", 4096, 3.0) == 3.0
+        gate.release.set()
+        large.join(HOLD_S)
+        held.join(HOLD_S)
+        assert (held_result, large_result) == ([7.0], [5.0])
+    finally:
+        client.close()
+    _all_given_back(triton)
+
+
+def test_grpc_a_stream_reset_or_a_lost_connection_gives_the_share_back(served: Any) -> None:
+    triton, gate = served
+    budget = _budget(triton)
+    message = service_pb2.ModelInferRequest(model_name="first")
+    message.inputs.add(name="INPUT_1", datatype="FP32", shape=[1, 3 * MIB])
+    message.raw_input_contents.append(bytes(12 * MIB))
+    wire = grpc_message(message.SerializeToString())
+    client = H2Client(triton.grpc_port)
+    try:
+        client.handshake()
+        stream = client.new_stream()
+        client.send_headers(stream, request_headers())
+        client.send_data(stream, wire[:MIB], end_stream=False)
+        _until(lambda: budget.held >= 12 * MIB, "the message's share")  # larger than the budget: alone, at once
+        client.rst_stream(stream, 8)  # CANCEL
+        _until(lambda: budget.held == 0, "the share of a reset stream", timeout=2.0)
+    finally:
+        client.close()
+    held = _hold_gate(triton, gate)
+    client = H2Client(triton.grpc_port)
+    try:
+        client.handshake()
+        stream = client.new_stream()
+        client.send_headers(stream, request_headers())
+        client.send_data(stream, wire[:MIB], end_stream=False)
+        _until(lambda: budget.waiting == 1, "the message to wait")
+    finally:
+        client.close()
+    _until(lambda: budget.waiting == 0, "the waiting share of a lost connection", timeout=2.0)
+    gate.release.set()
+    held.join(HOLD_S)
+    _all_given_back(triton)
+
+
+def test_frontend_processes_each_bound_their_bodies_and_answer_them_all() -> None:
+    limits = ServerLimits(max_received_bytes=2 * MIB)
+
+    def bind(triton: Triton) -> None:
+        triton.bind("first", _first, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+
+    with running_triton(bind, frontends=2, limits=limits, metrics_port=None, allow_metrics=False) as triton:
+        senders = [RawSender(triton.http_port, _infer_http("first", 5 * MIB, float(i))) for i in range(4)]
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+        try:
+            calls = [_in_thread(lambda i=i: _grpc_infer(client, "first", 6 * MIB, 10.0 + i)) for i in range(3)]
+            assert [sender.output() for sender in senders] == [[float(i)] for i in range(4)]
+            for thread, _ in calls:
+                thread.join(HOLD_S)
+            assert sorted(result[0] for _, result in calls) == [10.0, 11.0, 12.0]
+        finally:
+            client.close()
+            for sender in senders:
+                sender.close()
+
+
+def test_the_limit_defaults_to_half_the_memory_and_comes_from_the_environment() -> None:
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert 0 < ServerLimits().max_received_bytes == default_max_received_bytes() <= physical // 2
+    environ = {"PYTRITON_LIMIT_MAX_RECEIVED_BYTES": str(3 * MIB)}
+    assert ServerLimits.from_env(environ).max_received_bytes == 3 * MIB
