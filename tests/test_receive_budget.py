@@ -409,3 +409,28 @@ def test_the_limit_defaults_to_half_the_memory_and_comes_from_the_environment() 
     assert 0 < ServerLimits().max_received_bytes == default_max_received_bytes() <= physical // 2
     environ = {"PYTRITON_LIMIT_MAX_RECEIVED_BYTES": str(3 * MIB)}
     assert ServerLimits.from_env(environ).max_received_bytes == 3 * MIB
+
+
+def test_grpc_a_streams_large_messages_each_give_their_share_back_when_their_bytes_go(served: Any) -> None:
+    triton, _ = served
+    answers: List[Any] = []
+    done = threading.Event()
+
+    def callback(result: Any, error: Any) -> None:
+        answers.append(error or float(result.as_numpy("OUTPUT_1")[0, 0]))
+        if len(answers) == 4:
+            done.set()
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+    try:
+        client.start_stream(callback)
+        for index in range(4):  # each larger than half the budget: one at a time, as the one before goes
+            inputs = grpcclient.InferInput("INPUT_1", [1, HELD_BYTES // 4], "FP32")
+            inputs.set_data_from_numpy(_tensor(HELD_BYTES, float(index)))
+            client.async_stream_infer("first", [inputs])
+        assert done.wait(HOLD_S)
+        assert sorted(answers) == [0.0, 1.0, 2.0, 3.0]
+        _all_given_back(triton)  # the stream is still open: its messages' bytes gave their shares back
+    finally:
+        client.stop_stream()
+        client.close()

@@ -21,7 +21,7 @@ import logging
 import threading
 import weakref
 from collections import deque
-from typing import Callable, Deque, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 import numpy as np
 
@@ -65,6 +65,7 @@ class ReceiveBudget:
                 share.size += size
                 return True
             share.pending = size
+            share.loop = asyncio.get_running_loop()  # before another thread may grant it
             self._waiting.append(share)
             held = self.held
         self._waits(size, held)
@@ -134,12 +135,12 @@ class ReceiveBudget:
 class Share:
     """What one body or message holds of a budget (`size`) and still waits for (`pending`); given back once."""
 
-    __slots__ = ("__weakref__", "_budget", "_granted", "_loop", "pending", "size")
+    __slots__ = ("_budget", "_granted", "loop", "pending", "size")
 
     def __init__(self, budget: ReceiveBudget, granted: Callable[[], None]) -> None:
         self._budget: Optional[ReceiveBudget] = budget
         self._granted = granted
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None  # where `granted` runs: set once it waits
         self.size = 0
         self.pending = 0
 
@@ -153,8 +154,6 @@ class Share:
         budget = self._budget
         if budget is None:
             return True
-        if self._loop is None:  # before it may be queued: another thread may grant it at once
-            self._loop = asyncio.get_running_loop()
         return budget._ask(self, size)
 
     def force(self) -> None:
@@ -168,9 +167,14 @@ class Share:
         if budget is not None:
             budget._give_back(self)
 
+    def freed(self, ref: weakref.ref[Any]) -> None:
+        """The last view of the bytes is gone (`watch`; from whichever thread let go of it)."""
+        _WATCHED.pop(id(ref), None)
+        self.give_back()
+
     def notify(self) -> None:
         """The share was granted (from any thread): its connection reads on, on its own loop."""
-        loop = self._loop
+        loop = self.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._wake)
 
@@ -182,8 +186,15 @@ class Share:
 def watch(view: memoryview, share: Share) -> memoryview:
     """`view` as a writable memoryview that gives `share` back once it and every view made of it are gone.
 
-    Its exporter is an array watched for its end (a memoryview cannot be); the array lies where `view` does.
+    Its exporter is an array watched for its end (a memoryview cannot be); the array lies where `view` does. A
+    weak reference with a callback, kept in `_WATCHED` until it fires, costs a third of a `weakref.finalize`.
     """
     watched = np.frombuffer(view, np.uint8)
-    weakref.finalize(watched, share.give_back)
+    ref = weakref.ref(watched, share.freed)
+    _WATCHED[id(ref)] = ref
     return memoryview(watched)  # type: ignore[arg-type]  # ndarray exports its buffer; numpy stubs say not
+
+
+# The weak references `watch` made whose arrays live yet (a weak reference that is itself collected never fires).
+# By id: a weak reference hashes as its array, which does not hash.
+_WATCHED: Dict[int, weakref.ref[Any]] = {}

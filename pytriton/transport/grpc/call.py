@@ -327,12 +327,16 @@ class GrpcCall:
         deserialize = self.method.deserialize
         while True:
             while inbox:
-                message = inbox.popleft()
+                message: Any = inbox.popleft()
                 if not inbox and self.held:
                     self._consume_held()  # the inbox is empty: the client may send more
                 if isinstance(message, Compressed):
                     message = await message.inflated()
-                yield deserialize(message)
+                request, message = deserialize(message), None
+                yield request
+                # Not held here while the next one is awaited: a large message's bytes hold a share of the receive
+                # budget until they go, and the next one may wait for that share.
+                request = None
             if self._inbox_error is not None:
                 raise self._inbox_error
             if not self.remote_open:

@@ -132,7 +132,7 @@ class MessageReader:
                 self._check_size(length)
                 self._flag, self._filled = flag, 0
                 if length >= SHARE_BYTES and self._receive_budget is not None:
-                    self.share = self._receive_budget.claim(length, self.granted)
+                    self._claim(length)
                 message = self._message = RECEIVE_BUFFERS.take(length)
             filled = self._filled
             count = min(size - position, len(message) - filled)
@@ -183,6 +183,18 @@ class MessageReader:
         if self._filled >= SHARE_BYTES:
             message = self._watched(message)
         return [self._whole(self._flag, self._filled, message)]
+
+    def _claim(self, length: int) -> None:
+        """A share of the receive budget for a message of `length` bytes whose prefix has come.
+
+        Should it wait, the stream's message before it (if large, and its bytes not gone yet) gives its share
+        back: whatever holds that one until the next comes (a handler's loop variable) must not hold it for ever.
+        """
+        previous = self.share
+        assert self._receive_budget is not None
+        self.share = share = self._receive_budget.claim(length, self.granted)
+        if previous is not None and share.waiting:
+            previous.give_back()
 
     def _watched(self, message: memoryview) -> memoryview:
         """A whole large message, holding its share until its last view is gone (counted now if it still waits)."""
