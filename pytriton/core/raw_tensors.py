@@ -143,18 +143,6 @@ def mark_leased(array: np.ndarray, on_gone: Optional[Callable[[], None]] = None)
     _LEASED[key] = weakref.ref(array, gone)
 
 
-def request_owner(body: Any) -> Any:
-    """What a request's body (or gRPC message) lies in, as the views of it reach it (`backed_by`'s `owner`).
-
-    A memoryview's exporter; an array that does not own its memory (the receive budget's watched array, an inflated
-    body's) is passed over: numpy gives a view of it the array's own base, never the array itself.
-    """
-    owner = body.obj if isinstance(body, memoryview) else body
-    if isinstance(owner, np.ndarray) and owner.base is not None:
-        owner = owner.base
-    return owner
-
-
 def unchanging(parts: Sequence[Any], owner: Any) -> bool:
     """Whether every part is immutable (bytes), lies in `owner`'s memory (see backed_by) or in a leased region."""
     return owner is not None and all(type(part) is bytes or backed_by(part, owner) for part in parts)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, No
 
 import grpc
 
-from pytriton.core.raw_tensors import Buffer, request_owner
+from pytriton.core.raw_tensors import Buffer
 from pytriton.core.waiters import wake
 from pytriton.transport.grpc.flow import STREAM_WINDOW
 from pytriton.transport.grpc.headers import Header
@@ -294,7 +294,7 @@ class GrpcCall:
         try:
             if isinstance(request, Compressed):
                 request = await request.inflated()
-            self.request_memory = request_owner(request)
+            self.request_memory = request.obj if isinstance(request, memoryview) else request
             response = await method.behaviour(method.deserialize(request), self)
             parts, size = method.serialize(response)
             self.session.send_unary_response(self, parts, size)

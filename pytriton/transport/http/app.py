@@ -13,7 +13,7 @@ from urllib.parse import unquote
 import orjson
 
 from pytriton.core.errors import InferenceError
-from pytriton.core.raw_tensors import request_owner, unchanging
+from pytriton.core.raw_tensors import unchanging
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
@@ -511,7 +511,7 @@ def _request_owned(parts: Sequence[Any], body: Body) -> bool:
     Other outputs are copied into one buffer first: a callable may fill the array it returned again
     on its next call while a slow client still reads this response.
     """
-    return unchanging(parts, request_owner(body))
+    return unchanging(parts, body.obj if isinstance(body, memoryview) else body)
 
 
 def path_segments(scope: Scope) -> List[str]:
