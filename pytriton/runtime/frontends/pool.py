@@ -29,6 +29,7 @@ from pytriton.runtime.frontends.acceptor import Acceptor
 from pytriton.runtime.frontends.forwarding import run_grpc, run_http
 from pytriton.runtime.frontends.hub import FrontendLink
 from pytriton.runtime.frontends.protocol import CONNECTION, INIT, START_FAILED, Init, Region
+from pytriton.transport.http.app import path_segments
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -289,14 +290,43 @@ class FrontendPool:
     # -- what the frontends ask the hub ---------------------------------------------------------
 
     async def _forward_http(self, scope: Dict[str, Any], body: bytes) -> Any:
-        answer = await run_http(self._hub_app, scope, body)
+        parts = path_segments(scope)
+        if parts[-1] == "unregister" and parts[2:3] == ["systemsharedmemory"]:
+            answer = await self._with_frontends_holds(lambda: run_http(self._hub_app, scope, body))
+        else:
+            answer = await run_http(self._hub_app, scope, body)
         await self.sync()
         return answer
 
     async def _forward_grpc(self, name: str, request: bytes, metadata: Any) -> Any:
-        answer = await run_grpc(self._hub_servicer, name, request, metadata)
+        if name == "SystemSharedMemoryUnregister":
+            answer = await self._with_frontends_holds(lambda: run_grpc(self._hub_servicer, name, request, metadata))
+        else:
+            answer = await run_grpc(self._hub_servicer, name, request, metadata)
         await self.sync()
         return answer
+
+    async def _with_frontends_holds(self, unregister: Callable[[], Awaitable[Any]]) -> Any:
+        """Run a system shared-memory unregister while the hub holds the regions the frontends' requests hold.
+
+        The hub registers and unregisters; the requests that write outputs into regions are the frontends'. So
+        each frontend is asked first, and a region one of them holds is refused as Triton refuses a region in use
+        (500 / INTERNAL "currently in use"). A request that takes a region between that answer and the
+        unregister's mirroring fails with "Unable to find" (it never writes into a region unregistered).
+        """
+        held: List[str] = []
+        for names in await asyncio.gather(
+            *(frontend.link.calls.call("held_regions") for frontend in self._up() if frontend.link is not None),
+            return_exceptions=True,
+        ):
+            if isinstance(names, list):  # a frontend that died meanwhile holds nothing any more
+                held.extend(names)
+        memory = self._engine.system_memory
+        memory.hold(held)
+        try:
+            return await unregister()
+        finally:
+            memory.release(held)
 
     # -- mirrored state -------------------------------------------------------------------------
 

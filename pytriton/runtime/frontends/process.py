@@ -47,6 +47,7 @@ class FrontendProcess:
         handlers: Dict[str, Handler] = {
             "change_models": self._change_models,
             "change_regions": self._change_regions,
+            "held_regions": self._held_regions,
             "logging": self._logging,
             "steer": self._steer,
             "leave": self._leave,
@@ -149,6 +150,10 @@ class FrontendProcess:
         for region in changed:
             memory.unregister(region[0], force=True)  # registered again with other values: mapped anew
             self._map(region)
+
+    async def _held_regions(self) -> List[str]:
+        """The regions this frontend's in-flight requests will write outputs into: the hub keeps them registered."""
+        return self.engine.system_memory.held_names()
 
     def _set_regions(self, regions: List[Region]) -> None:
         """Map the client regions the hub had registered at this frontend's start: each frontend maps its own."""
