@@ -236,6 +236,18 @@ def test_parameters_and_forwarded_headers_reach_the_callable(call: Call) -> None
     assert seen == {"count": 7, "flag": True, "ratio": 0.25, "text": "hello", "x-fwd-tenant": "acme"}
 
 
+def test_a_headers_parameter_reaches_the_callable_as_tritonserver_hands_it_to_the_model(triton: Triton) -> None:
+    # Triton's docs reserve "headers"; tritonserver 2.51 hands it to the model (tritonclient refuses to send it).
+    request = service_pb2.ModelInferRequest(model_name="parameters")
+    tensor = request.inputs.add(name="IN", datatype="FP32", shape=[1, 1])
+    assert tensor is not None
+    request.raw_input_contents.append(np.zeros(1, np.float32).tobytes())
+    request.parameters["headers"].string_param = "h"
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        response = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+    assert response.raw_output_contents[0][4:] == b'{"headers": "h"}'
+
+
 def test_priority_and_timeout_are_not_handed_to_the_callable(call: Call) -> None:
     inputs = _inputs(grpcclient, {"IN": np.zeros((1, 1), np.float32)}, {"IN": "FP32"})
     result = call(lambda client: client.infer("parameters", inputs, priority=1, timeout=10_000_000))

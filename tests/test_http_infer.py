@@ -282,6 +282,15 @@ def test_parameters_and_forwarded_headers_reach_callable(server):
     assert seen_parameters == [{"text": "hi", "count": 3, "flag": True, "ratio": 0.5, "x-forward-user": "alice"}]
 
 
+def test_a_headers_parameter_reaches_callable_as_tritonserver_hands_it_to_the_model(server):
+    # Triton's docs reserve "headers"; tritonserver 2.51 hands it to the model (tritonclient refuses to send it).
+    seen_parameters.clear()
+    inputs = [{"name": "in", "shape": [1, 1], "datatype": "FP32", "data": [1]}]
+    body = {"inputs": inputs, "parameters": {"headers": "h"}}
+    status, _ = post_json(server.http_port, "/v2/models/params/infer", body)
+    assert status == 200 and seen_parameters == [{"headers": "h"}]
+
+
 def test_reserved_parameters_rejected(server):
     for parameters in ({"triton_x": 1}, {"priority": "high"}, {"binary_data_output": 1}, {"nested": {"a": 1}}):
         status, document = post_json(
