@@ -77,6 +77,8 @@ def split_parameters(
                 options.empty_final_response = value is True
             elif key.startswith("triton_"):
                 raise InferenceError.invalid(rules.triton_prefix_refusal)
+            elif type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+                user[key] = float(value)  # as Triton keeps a JSON integer past int64: a double
             else:
                 user[key] = value
     if forwarded_headers:
@@ -130,6 +132,7 @@ def _apply_sequence(options: RequestOptions, key: str, value: Any) -> None:
 
 
 _UINT64_LIMIT = 1 << 64
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _unsigned(key: str, value: Any) -> int:
