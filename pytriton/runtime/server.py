@@ -422,7 +422,14 @@ class ServerRuntime:
 
         sock = _listening_socket(address, port, name)
         try:
-            await self._start_frontend(AsgiServer(app, sock, limits=self.options.limits))
+            await self._start_frontend(
+                AsgiServer(
+                    app,
+                    sock,
+                    limits=self.options.limits,
+                    header_names=bool(self.options.http_header_forward_pattern),
+                )
+            )
         except BaseException:
             sock.close()
             raise

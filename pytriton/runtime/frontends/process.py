@@ -93,7 +93,12 @@ class FrontendProcess:
                 ),
             )
             forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)
-            server = AsgiServer(forwarding, None, limits=options.limits)
+            server = AsgiServer(
+                forwarding,
+                None,
+                limits=options.limits,
+                header_names=bool(options.http_header_forward_pattern),
+            )
             await server.start()
             server.connections.on_closed = functools.partial(self._closed, "http")
             self._servers.append(server)

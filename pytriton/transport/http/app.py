@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import zlib
 from typing import Any, Awaitable, Dict, List, Optional, Sequence
@@ -17,6 +16,7 @@ from pytriton.core.raw_tensors import unchanging
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
+from pytriton.options.header_forwarding import forward_pattern
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings, trace_changes_from_json
 from pytriton.options.routes import CustomRoutes
@@ -30,7 +30,7 @@ from pytriton.protocol.http_codec import (
 )
 from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.custom import serve_custom
-from pytriton.transport.http.cycle import BODY_PARTS
+from pytriton.transport.http.cycle import BODY_PARTS, HEADER_NAMES
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
@@ -39,7 +39,6 @@ from pytriton.transport.http.responses import (
     Receive,
     Scope,
     Send,
-    header_map,
     send_empty,
     send_error,
     send_json,
@@ -123,7 +122,9 @@ class HttpFrontend:
         """
         self._engine = engine
         self._server_version = server_version
-        self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+        self._forward = (
+            forward_pattern(header_forward_pattern, "http_header_forward_pattern") if header_forward_pattern else None
+        )
         self._max_body_bytes = max_body_bytes
         self._max_json_bytes = max_json_bytes
         self._inflation_budget = inflation_budget or InflationBudget(DEFAULT_MAX_INFLATED_BYTES)
@@ -333,7 +334,7 @@ class HttpFrontend:
         spec = model.spec
         if header_length is not None and isinstance(body, bytes):
             body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
-        forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
+        forwarded = self._forwarded_headers(scope) if self._forward is not None else None
         memory = self._engine.system_memory
         try:
             request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
@@ -389,7 +390,7 @@ class HttpFrontend:
         _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
         _json_within(len(body), self._max_json_bytes)
-        request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
+        request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(scope))
         if model.spec.decoupled:
             responses = [response async for response in model.stream(request)]  # {} yielded is one too, as in Triton
             if len(responses) != 1:
@@ -413,7 +414,7 @@ class HttpFrontend:
         _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
         _json_within(len(body), self._max_json_bytes)
-        request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
+        request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(scope))
         responses = model.stream(request)
         handler = asyncio.current_task()
         assert handler is not None
@@ -460,12 +461,19 @@ class HttpFrontend:
             settings.trace.update(trace_changes_from_json(changes), model)
         await send_json(send, 200, settings.trace.document(model))
 
-    def _forwarded_headers(self, headers: Dict[str, str]) -> Optional[Dict[str, str]]:
-        """Headers matching http_header_forward_pattern, handed to the callable as parameters."""
+    def _forwarded_headers(self, scope: Scope) -> Optional[Dict[str, str]]:
+        """Headers matching http_header_forward_pattern, handed to the callable as parameters.
+
+        Named as the client wrote them, as Triton hands them on, where the server kept the names (HEADER_NAMES);
+        the last of a header sent twice wins.
+        """
         pattern = self._forward
         if pattern is None:
             return None
-        return {name: value for name, value in headers.items() if pattern.search(name)}
+        headers = scope["headers"]
+        names = scope.get(HEADER_NAMES) or [name for name, _ in headers]
+        forwarded = ((name.decode("latin-1"), value) for name, (_, value) in zip(names, headers))
+        return {name: value.decode("latin-1") for name, value in forwarded if pattern.search(name)}
 
 
 def _label(match: Any, path: str) -> str:

@@ -304,6 +304,11 @@ class RequestCycle:
         wake(self._waiter)
 
 
+# A scope's key for its headers' names as the client wrote them, in the order of its `headers` (AsgiServer's
+# header_names); absent from other servers' scopes.
+HEADER_NAMES = "pytriton.header_names"
+
+
 def http_scope(parser: Any, url: bytes, headers: List[Tuple[bytes, bytes]], address: Tuple[Any, Any]) -> Message:
     """The ASGI HTTP scope of a request whose head `parser` has just read; `address` is (server, client)."""
     raw_path, _, query = url.partition(b"?")

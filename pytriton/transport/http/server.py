@@ -30,10 +30,11 @@ STOP_GRACE_S = 1.0
 class ServerState:
     """What the connections of one server share: the app, the limits and the set of open connections."""
 
-    def __init__(self, app: App, limits: ServerLimits) -> None:
-        """State for a server of `app` under `limits`."""
+    def __init__(self, app: App, limits: ServerLimits, header_names: bool = False) -> None:
+        """State for a server of `app` under `limits`; `header_names`: scopes carry the names as sent (HEADER_NAMES)."""
         self.app = app
         self.limits = limits
+        self.header_names = header_names
         self.connections: OpenConnections[HttpConnection] = OpenConnections()
         self.leaving = False  # the server stops soon: responses say `Connection: close`
         # Every connection reads into this one buffer: what arrives is parsed (and copied out by the parser)
@@ -45,12 +46,22 @@ class ServerState:
 class AsgiServer:
     """Serves an ASGI app on a listening socket, started and stopped on the engine's loop."""
 
-    def __init__(self, app: App, sock: Optional[socket.socket], *, limits: Optional[ServerLimits] = None) -> None:
+    def __init__(
+        self,
+        app: App,
+        sock: Optional[socket.socket],
+        *,
+        limits: Optional[ServerLimits] = None,
+        header_names: bool = False,
+    ) -> None:
         """Prepare a server for `app` on a bound, listening socket, enforcing `limits` (defaults when None).
 
         Without a socket it serves the connections handed to `adopt` (a frontend process's: the hub accepts them).
+        With `header_names`, each request's scope also has its headers' names as the client wrote them
+        (HEADER_NAMES; ASGI's `headers` are lower-cased): for the callables' forwarded headers, which Triton hands
+        on as sent.
         """
-        self._state = ServerState(app, limits or ServerLimits())
+        self._state = ServerState(app, limits or ServerLimits(), header_names)
         self._socket = sock
         self._server: Optional[asyncio.AbstractServer] = None
         self._serving = False
