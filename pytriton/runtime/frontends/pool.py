@@ -23,6 +23,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from pytriton.core.engine import Engine
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.spawn import HelperDidNotStart, exit_status, start_helper, stop_process
+from pytriton.options.http_routes import ROUTES, find_route
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import ServerOptions
 from pytriton.runtime.frontends.acceptor import Acceptor
@@ -40,6 +41,8 @@ _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 10.0
 # Accepted connections held while no frontend is up (all restarting), then refused.
 _MAX_HELD = 1024
+# The route of a system shared-memory unregister: the frontends' holds are asked for first.
+_SYSTEM_UNREGISTER = dict(ROUTES)["/v2/systemsharedmemory[/region/{region}]/unregister"]
 
 # What the frontends are told of the hub's state: model versions (by spec identity), the regions' generation
 # (SystemSharedMemory.generation: it changes with every registration), log settings.
@@ -290,8 +293,8 @@ class FrontendPool:
     # -- what the frontends ask the hub ---------------------------------------------------------
 
     async def _forward_http(self, scope: Dict[str, Any], body: bytes) -> Any:
-        parts = path_segments(scope)
-        if parts[-1] == "unregister" and parts[2:3] == ["systemsharedmemory"]:
+        found = find_route(path_segments(scope))
+        if found is not None and found[0] == _SYSTEM_UNREGISTER:
             answer = await self._with_frontends_holds(lambda: run_http(self._hub_app, scope, body))
         else:
             answer = await run_http(self._hub_app, scope, body)
