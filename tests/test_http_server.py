@@ -335,7 +335,7 @@ def test_head_requests_get_headers_without_body(echo_server: Served) -> None:
         sock.sendall(raw("HEAD", "/head") + raw("GET", "/after"))
         reader = Reader(sock)
         head = [reader._line() for _ in range(4)]  # a HEAD response has a head only, whatever its content-length
-        assert head[0].startswith(b"HTTP/1.1 200") and any(line.startswith(b"content-length: ") for line in head)
+        assert head[0].startswith(b"HTTP/1.1 200") and any(line.startswith(b"Content-Length: ") for line in head)
         while head[-1]:
             head.append(reader._line())
         assert answer(reader.response()[2])["path"] == "/after"  # nothing of a body came between the two

@@ -28,9 +28,9 @@ _METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE
 _STATUS_LINES: Dict[int, bytes] = {
     status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("latin-1") for status in http.HTTPStatus
 }
-_CHUNKED = b"transfer-encoding: chunked\r\n"
-_CLOSE = b"connection: close\r\n"
-_KEEP_ALIVE = b"connection: keep-alive\r\n"
+_CHUNKED = b"Transfer-Encoding: chunked\r\n"
+_CLOSE = b"Connection: close\r\n"
+_KEEP_ALIVE = b"Connection: keep-alive\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 # Body bytes the server holds for an app that has not read them yet; reading from the client pauses above it.
 BODY_HIGH_WATER = 4 * 1024 * 1024
@@ -41,6 +41,23 @@ _FORBIDDEN_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _KNOWN_NAMES = frozenset(
     (b"content-type", b"content-encoding", b"inference-header-content-length", b"date", b"server", b"vary")
 )
+# The names of the headers this server's apps send, written as tritonserver writes them (`Content-Type`): names
+# are case-insensitive (RFC 9110 5.1), but a client or a script that looks for Triton's bytes finds them. Others
+# (a custom route's) go out as the app wrote them.
+_WIRE_NAMES: Dict[bytes, bytes] = {
+    name.lower(): name
+    for name in (
+        b"Content-Type",
+        b"Content-Length",
+        b"Content-Encoding",
+        b"Inference-Header-Content-Length",
+        b"Cache-Control",
+        b"Allow",
+        b"Vary",
+        b"Date",
+        b"Server",
+    )
+}
 
 
 class RequestCycle:
@@ -220,7 +237,8 @@ class RequestCycle:
     def _build_head(self, status: int, headers: Any) -> bytes:
         """The status line and headers; chunked framing when the app gives no content-length.
 
-        Header names should come lower-case, as ASGI asks of apps (this server's apps all do). Refused: a
+        Header names should come lower-case, as ASGI asks of apps (this server's apps all do); those of Triton's
+        API go out as tritonserver writes them (_WIRE_NAMES). Refused: a
         status that is not three digits, a name that is not a token, a value with a control character,
         a content-length that is not a number, and a transfer-encoding (the server frames bodies itself).
         """
@@ -246,7 +264,7 @@ class RequestCycle:
                 if name == b"connection" and value.lower() == b"close":
                     self.keep_alive = False
                     continue
-            lines.append(b"%s: %s\r\n" % (name, value))
+            lines.append(b"%s: %s\r\n" % (_WIRE_NAMES.get(name, name), value))
         bodiless = status < 200 or status in (204, 304) or self._head_only
         if length is not None:
             if not bodiless:
