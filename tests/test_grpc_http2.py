@@ -560,7 +560,9 @@ def test_sending_data_restarts_the_ping_strikes(server, connect):
     assert frame is not None and frame.kind == PING and frame.payload == b"ping-end"
 
 
-def test_too_many_pings_during_a_call_end_it_unavailable_then_goaway(server, connect, gate):
+def test_too_many_pings_during_a_call_get_goaway_then_end_it_unavailable(server, connect, gate):
+    # tritonserver's order (grpc's): the GOAWAY, then the call's trailers. grpc-js closes the connection at that
+    # GOAWAY and ends its calls RESOURCE_EXHAUSTED, as with tritonserver; trailers first made them UNAVAILABLE.
     client = connect(server)
     stream = client.start_call(infer_request([1.0], model="gate"))
     assert gate.entered.wait(READ_S)
@@ -571,6 +573,8 @@ def test_too_many_pings_during_a_call_end_it_unavailable_then_goaway(server, con
     assert response.trailers["grpc-message"] == "Too many pings"
     assert goaway_fields(client.wait_goaway()) == (stream, ENHANCE_YOUR_CALM, b"too_many_pings")
     client.wait_closed()
+    order = [(frame.kind, frame.stream) for frame in client.log if frame.kind in (GOAWAY, HEADERS)]
+    assert order == [(GOAWAY, 0), (HEADERS, stream)]
 
 
 # ---------------------------------------------------------------- 6. server keepalive

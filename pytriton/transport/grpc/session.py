@@ -301,10 +301,15 @@ class Http2Session:
                 self._keepalive.ack_received()
             return
         if not self._keepalive.ping_received(now):
-            for call in list(self.calls.values()):  # as grpc does: the calls learn why
-                self.end_call(call, grpc.StatusCode.UNAVAILABLE, "Too many pings")
-            raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, "too_many_pings")
+            # As grpc does: the GOAWAY, then the calls learn why. A client that closes the connection at a GOAWAY
+            # of ENHANCE_YOUR_CALM (grpc-js) ends its calls RESOURCE_EXHAUSTED then, as with tritonserver.
+            raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, "too_many_pings", self._end_calls_pinged_too_often)
         self._write(h2.frame(h2.PING, h2.ACK, 0, payload))
+
+    def _end_calls_pinged_too_often(self) -> None:
+        """End every call in progress UNAVAILABLE: its client pinged too often."""
+        for call in list(self.calls.values()):
+            self.end_call(call, grpc.StatusCode.UNAVAILABLE, "Too many pings")
 
     def on_goaway(self) -> None:
         """The client is leaving: take no new call, close once those in progress are done."""
