@@ -30,6 +30,7 @@ _STATUS_LINES: Dict[int, bytes] = {
 }
 _CHUNKED = b"Transfer-Encoding: chunked\r\n"
 _CLOSE = b"Connection: close\r\n"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _KEEP_ALIVE = b"Connection: keep-alive\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 # Body bytes the server holds for an app that has not read them yet; reading from the client pauses above it.
@@ -164,7 +165,7 @@ class RequestCycle:
             while not (self._body or self.body_complete or self.disconnected):  # a presized body comes whole
                 if self.expect_continue:
                     self.expect_continue = False
-                    self._connection.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    self._connection.write(_CONTINUE)
                 await self._wait()
             if self._body or not self.disconnected:
                 more_body = not self.body_complete
@@ -276,9 +277,12 @@ class RequestCycle:
             else:  # HTTP/1.0 has no chunks: the end of the connection ends the body
                 self.keep_alive = False
         if self.expect_continue and not self.body_complete and status >= 200:
-            # Answered before the client was told to send its body: it may send it or not (RFC 9110 10.1.1), so
-            # the bytes that follow cannot be told apart from a next request. Close, as Go's net/http does.
-            self.keep_alive = False
+            # Answered before the client was told to send its body. A final answer alone is what RFC 9110 10.1.1
+            # allows, but the JDK's HttpClient before 20 then waits forever (JDK-8286171), where tritonserver's
+            # 100 Continue serves it. So the 100 goes first: the client must then send its body (or close), which
+            # the connection reads and drops (response_complete) before the next request.
+            self.expect_continue = False
+            lines.insert(0, _CONTINUE)
         if not self.keep_alive:
             lines.append(_CLOSE)
         elif self.scope["http_version"] == "1.0":  # HTTP/1.0 closes unless told otherwise (Triton says so too)
