@@ -88,8 +88,10 @@ def test_every_route_the_app_serves_has_the_category_its_path_is_given(start_tri
 
 
 def test_http_category_reads_the_route_found() -> None:
-    segments = "/v2/repository//index".split("/")
-    assert find_route(segments) is not None and http_category(segments) is Category.MODEL_REPOSITORY
+    assert http_category("/v2/repository/r/index") is Category.MODEL_REPOSITORY
+    # tritonserver 2.51 answers 404 {"error":"Not Found"} to an empty repository or model name, before any check.
+    for path in ("/v2/repository//index", "/v2/repository/models//load", "/v2/repository//models/m/unload"):
+        assert find_route(path.split("/")) is None and http_category(path) is None
     route, parameters = find_route("/v2/models/stats/versions/2/infer".split("/")) or (None, None)
     assert route is not None and route.handler == "infer" and parameters == {"model": "stats", "version": "2"}
     route, parameters = find_route("/v2/cudasharedmemory/region/r/register".split("/")) or (None, None)

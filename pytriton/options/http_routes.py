@@ -61,8 +61,8 @@ _PARAMETERS: Dict[str, Callable[[str], bool]] = {
     "model": bool,  # not empty
     "version": lambda segment: segment.isascii() and segment.isdigit(),
     "region": bool,
-    "repository": lambda segment: True,  # an empty one too: Triton ignores the name (index) or refuses it (501)
-    "name": lambda segment: True,  # a repository's model: an empty name is the engine's to refuse
+    "repository": bool,  # Triton ignores the name (index) or refuses it (501), but its routes want one
+    "name": bool,  # a repository's model: tritonserver 2.51 answers 404 to an empty one, as to an empty region
 }
 # The OpenAI API's paths (transport/openai/app.py routes them): its listing is metadata, the rest inference.
 _OPENAI_METADATA = "models"
