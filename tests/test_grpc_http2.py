@@ -536,14 +536,15 @@ def _pings_answered(client: H2Client, count: int) -> List[Frame]:
 
 def test_too_many_pings_without_data_get_goaway_enhance_your_calm(server, connect):
     # Triton's defaults: pings closer than 300 s (2 hours without a call in progress), 2 strikes allowed.
-    # The first ping sets the clock, the next two are strikes 1 and 2, the fourth is one strike too many.
+    # The first ping sets the clock, the next two are strikes 1 and 2, the fourth is one strike too many: it is
+    # acknowledged, then the GOAWAY goes out, as tritonserver 2.51 answers; the fifth is read after it.
     client = connect(server)
-    for index in range(4):
+    for index in range(5):
         client.ping(b"ping-%03d" % index)
     frames = client.wait_closed()
     kinds = [frame.kind for frame in frames if frame.kind in (PING, GOAWAY)]
-    assert kinds == [PING, PING, PING, GOAWAY]
-    assert [frame.payload for frame in frames if frame.kind == PING] == [b"ping-000", b"ping-001", b"ping-002"]
+    assert kinds == [PING, PING, PING, PING, GOAWAY]
+    assert [frame.payload for frame in frames if frame.kind == PING] == [b"ping-%03d" % index for index in range(4)]
     goaway = next(frame for frame in frames if frame.kind == GOAWAY)
     assert goaway_fields(goaway) == (0, ENHANCE_YOUR_CALM, b"too_many_pings")
     assert_served(server, connect)
@@ -560,7 +561,23 @@ def test_sending_data_restarts_the_ping_strikes(server, connect):
     assert frame is not None and frame.kind == PING and frame.payload == b"ping-end"
 
 
-def test_too_many_pings_during_a_call_end_it_unavailable_then_goaway(server, connect, gate):
+def test_a_window_update_sent_restarts_the_ping_strikes(server, connect, gate):
+    # grpc resets the strikes on the WINDOW_UPDATEs it sends as on headers and data (ResetPingClock): a client
+    # that streams its requests in while it pings is struck as by tritonserver 2.51.
+    client = connect(server)
+    assert [frame.kind for frame in _pings_answered(client, 3)] == [PING] * 3  # two strikes
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers(path="/inference.GRPCInferenceService/ModelStreamInfer"))
+    message = grpc_message(infer_request(np.zeros(MESSAGE_LIMIT // 5, np.float32), model="gate"))
+    client.send_data(stream, message * 3, end_stream=False)  # over half the stream's window, taken as it comes
+    assert gate.entered.wait(READ_S)
+    client.wait_for(lambda frame: frame.kind == WINDOW_UPDATE and frame.stream == stream)
+    assert [frame.kind for frame in _pings_answered(client, 3)] == [PING] * 3  # the clock again, two strikes
+
+
+def test_too_many_pings_during_a_call_get_goaway_then_end_it_unavailable(server, connect, gate):
+    # tritonserver's order (grpc's): the GOAWAY, then the call's trailers. grpc-js closes the connection at that
+    # GOAWAY and ends its calls RESOURCE_EXHAUSTED, as with tritonserver; trailers first made them UNAVAILABLE.
     client = connect(server)
     stream = client.start_call(infer_request([1.0], model="gate"))
     assert gate.entered.wait(READ_S)
@@ -571,6 +588,8 @@ def test_too_many_pings_during_a_call_end_it_unavailable_then_goaway(server, con
     assert response.trailers["grpc-message"] == "Too many pings"
     assert goaway_fields(client.wait_goaway()) == (stream, ENHANCE_YOUR_CALM, b"too_many_pings")
     client.wait_closed()
+    order = [(frame.kind, frame.stream) for frame in client.log if frame.kind in (GOAWAY, HEADERS)]
+    assert order == [(GOAWAY, 0), (HEADERS, stream)]
 
 
 # ---------------------------------------------------------------- 6. server keepalive

@@ -71,7 +71,20 @@ def _decoupled(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
     yield [{"OUT": request["IN"]} for request in requests]
 
 
+def _doubled_in_place(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    for request in requests:
+        request["IN"] *= 2  # nvidia-pytriton 0.7's inputs are writable: callables do this
+    return [{"OUT": request["IN"]} for request in requests]
+
+
 def bind_models(triton: Triton) -> None:
+    triton.bind(
+        "in_place",
+        _doubled_in_place,
+        inputs=[Tensor(name="IN", dtype=np.float32, shape=(-1,))],
+        outputs=[Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
+        config=ModelConfig(batching=False),
+    )
     triton.bind(
         "echo_all",
         _echo_all,
@@ -234,6 +247,27 @@ def test_parameters_and_forwarded_headers_reach_the_callable(call: Call) -> None
     result = call(lambda client: client.infer("parameters", inputs, parameters=parameters, headers=headers))
     seen = json.loads(result.as_numpy("PARAMS")[0, 0])
     assert seen == {"count": 7, "flag": True, "ratio": 0.25, "text": "hello", "x-fwd-tenant": "acme"}
+
+
+def test_a_headers_parameter_reaches_the_callable_as_tritonserver_hands_it_to_the_model(triton: Triton) -> None:
+    # Triton's docs reserve "headers"; tritonserver 2.51 hands it to the model (tritonclient refuses to send it).
+    request = service_pb2.ModelInferRequest(model_name="parameters")
+    tensor = request.inputs.add(name="IN", datatype="FP32", shape=[1, 1])
+    assert tensor is not None
+    request.raw_input_contents.append(np.zeros(1, np.float32).tobytes())
+    request.parameters["headers"].string_param = "h"
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        response = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+    assert response.raw_output_contents[0][4:] == b'{"headers": "h"}'
+
+
+@pytest.mark.parametrize("size", [4, 100_000])  # a message in one frame (protobuf's bytes), and one of many
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_inputs_reach_the_callable_writable(call: Call, size: int, compression: Any) -> None:
+    data = np.arange(size, dtype=np.float32)
+    inputs = _inputs(grpcclient, {"IN": data}, {"IN": "FP32"})
+    result = call(lambda client: client.infer("in_place", inputs, compression_algorithm=compression))
+    np.testing.assert_array_equal(result.as_numpy("OUT"), data * 2)
 
 
 def test_priority_and_timeout_are_not_handed_to_the_callable(call: Call) -> None:

@@ -274,8 +274,10 @@ def test_json_data_nested_deeper_than_any_tensor_is_read_in_order(server, depth)
     _still_serving(server)
 
 
-def test_a_triton_parameter_key_is_refused_in_tritons_words(server):
-    body = {**GOOD, "parameters": {"triton_x": 1}}
+@pytest.mark.parametrize("key", ["triton_x", "triton_enable_empty_final_response"])
+def test_a_triton_parameter_key_is_refused_in_tritons_words(server, key):
+    # tritonserver 2.51 takes triton_enable_empty_final_response over gRPC only (its streams' empty final response).
+    body = {**GOOD, "parameters": {key: True}}
     status, document = post_json(server.http_port, "/v2/models/identity/infer", body)
     assert (status, document["error"]) == (
         400,

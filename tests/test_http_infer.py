@@ -282,6 +282,31 @@ def test_parameters_and_forwarded_headers_reach_callable(server):
     assert seen_parameters == [{"text": "hi", "count": 3, "flag": True, "ratio": 0.5, "x-forward-user": "alice"}]
 
 
+def test_a_headers_parameter_reaches_callable_as_tritonserver_hands_it_to_the_model(server):
+    # Triton's docs reserve "headers"; tritonserver 2.51 hands it to the model (tritonclient refuses to send it).
+    seen_parameters.clear()
+    inputs = [{"name": "in", "shape": [1, 1], "datatype": "FP32", "data": [1]}]
+    body = {"inputs": inputs, "parameters": {"headers": "h"}}
+    status, _ = post_json(server.http_port, "/v2/models/params/infer", body)
+    assert status == 200 and seen_parameters == [{"headers": "h"}]
+
+
+def test_an_integer_parameter_past_int64_reaches_callable_as_a_double_as_triton_keeps_it(server):
+    # tritonserver 2.51: {"big": 2**63} reached nvidia-pytriton 0.7's callable as 9.223372036854776e+18.
+    seen_parameters.clear()
+    inputs = [{"name": "in", "shape": [1, 1], "datatype": "FP32", "data": [1]}]
+    parameters = {"big": 2**63, "top": 2**63 - 1, "low": -(2**63), "below": -(2**63) - 1}
+    status, _ = post_json(server.http_port, "/v2/models/params/infer", {"inputs": inputs, "parameters": parameters})
+    assert status == 200
+    (seen,) = seen_parameters
+    assert {key: (type(value), value) for key, value in seen.items()} == {
+        "big": (float, 2.0**63),
+        "top": (int, 2**63 - 1),
+        "low": (int, -(2**63)),
+        "below": (float, -(2.0**63)),
+    }
+
+
 def test_reserved_parameters_rejected(server):
     for parameters in ({"triton_x": 1}, {"priority": "high"}, {"binary_data_output": 1}, {"nested": {"a": 1}}):
         status, document = post_json(

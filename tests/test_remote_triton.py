@@ -225,6 +225,16 @@ def test_a_name_the_server_serves_is_refused(server: Triton) -> None:
     assert _infer(http_url(server), "own", np.array([1.0], np.float32)).tolist() == [1.0]
 
 
+def test_a_second_version_of_a_name_another_remote_serves_is_refused_in_words_that_say_so(server: Triton) -> None:
+    url = f"localhost:{server.http_port}"
+    with RemoteTriton(url=url) as first, RemoteTriton(url=url) as second:
+        first.bind("twin", echo, **IO, config=UNBATCHED)
+        with pytest.raises(PyTritonInvalidOperationError) as refused:
+            second.bind("twin", echo, **IO, config=UNBATCHED, model_version=2)
+        assert "model 'twin' version 1 is bound already through another RemoteTriton" in str(refused.value)
+        assert _infer(http_url(server), "twin", np.array([3.0], np.float32)).tolist() == [3.0]
+
+
 def _unrecoverable(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     raise PyTritonUnrecoverableError("the device is lost")
 

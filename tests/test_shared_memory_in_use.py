@@ -4,8 +4,8 @@ What tritonserver 2.51 (nvidia-pytriton 0.7) answered, probed with a 64 MiB `ide
 went to a region: unregistering that region while the request ran was 500 / INTERNAL "Cannot unregister shared
 memory region 'out', it is currently in use.", and the region stayed; unregistering all took the others and
 answered 500 "Failed to unregister the following system shared memory regions: out ,"; the request was then
-answered, its output written. Not in tests/test_frontends_parity.py: with frontend processes the hub, which
-registers and unregisters regions, does not see what the frontends' requests hold (docs/clients.md).
+answered, its output written. The same with frontend processes (`frontends=2`), where the hub registers and
+unregisters regions and the frontends' requests hold them: the hub asks the frontends before it unregisters.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def _bind(triton: Triton) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def triton() -> Iterator[Triton]:
-    with running_triton(_bind, allow_metrics=False) as server:
+@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends-2"])
+def triton(request: pytest.FixtureRequest) -> Iterator[Triton]:
+    with running_triton(_bind, allow_metrics=False, frontends=request.param) as server:
         yield server
 
 

@@ -947,3 +947,37 @@ def test_an_unload_dependents_that_is_no_bool_is_refused(triton: Triton) -> None
         "invalid value type for 'unload_dependents' parameter, expected bool_param.",
     )
     assert stub.ModelReady(service_pb2.ModelReadyRequest(name="nobatch"), metadata=metadata, timeout=10).ready
+
+
+def _head_lines(port: int, raw: bytes) -> List[bytes]:
+    """The header lines of the response to one raw request, as sent."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(raw)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = connection.recv(65536)
+            assert chunk, head
+            head += chunk
+    return head.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]
+
+
+def test_response_headers_are_named_as_tritonserver_writes_them(triton: Triton) -> None:
+    # nvidia-pytriton 0.7.0's tritonserver writes `Content-Type`, `Inference-Header-Content-Length`, ...: names are
+    # case-insensitive, but a script that greps Triton's bytes looks for these (this server wrote them lower-case).
+    body = json.dumps(
+        {
+            "inputs": [{"name": name, "shape": [1, 1], "datatype": "FP32", "data": [1]} for name in ("a", "b")],
+            "outputs": [{"name": "sum", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    infer = b"POST /v2/models/add/infer HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nContent-Length: %d\r\n\r\n"
+    lines = _head_lines(triton.http_port, infer % len(body) + body)
+    assert {line.split(b": ")[0] for line in lines} >= {
+        b"Content-Type",
+        b"Inference-Header-Content-Length",
+        b"Content-Length",
+    }
+    ready = _head_lines(triton.http_port, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert b"Connection: close" in ready and b"Content-Type: text/plain" in ready
+    refused = _head_lines(triton.http_port, b"GET /v2/health/ready HTTP/1.1\r\nContent-Length: x\r\n\r\n")
+    assert b"Content-Type: application/json" in refused and b"Connection: close" in refused

@@ -91,7 +91,10 @@ def deserialize_bytes_tensor(buffer: Buffer, name: str, model: str = "", count: 
 
 
 def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
-    """Build an array from raw tensor bytes of input `name` of `model`; fixed-size types are zero-copy views."""
+    """Build an array from raw tensor bytes of input `name` of `model`; fixed-size types are zero-copy views.
+
+    The array is writable: a read-only buffer (bytes) is copied first.
+    """
     count = element_count(shape)
     if datatype == BYTES:
         return deserialize_bytes_tensor(buffer, name, model, count).reshape(shape)
@@ -101,6 +104,10 @@ def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: st
         raise InferenceError.invalid_input(
             f"input byte size mismatch for input '{name}' for model '{model}'. Expected {expected}, got {size}"
         )
+    if type(buffer) is bytes or (type(buffer) is memoryview and buffer.readonly):
+        # A small gRPC message's tensors are its protobuf's bytes: copied, as inputs reach callables writable
+        # (nvidia-pytriton 0.7's do: a callable may write into them, or hand them to torch.from_numpy).
+        buffer = bytearray(buffer)
     return np.ndarray(shape, numpy_dtype(datatype), buffer)  # a view, in one call (frombuffer + reshape: two)
 
 

@@ -7,8 +7,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 # Request parameters Triton consumes itself; they are not handed to the callable.
+# Triton's docs reserve "headers" too, but tritonserver 2.51 hands it to the model as any other parameter.
 RESERVED_PARAMETERS = frozenset(
-    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"}
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output"}
 )
 ShapeKey = Tuple[Tuple[str, Tuple[int, ...]], ...]
 # A request's sequence parameters: (sequence_id, sequence_start, sequence_end); the id is 0 or "" when not given.

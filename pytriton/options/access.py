@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-import enum
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pytriton.exceptions import PyTritonValidationError
+from pytriton.options.categories import Category
+from pytriton.options.http_routes import http_category
+
+__all__ = [  # Category and http_category are imported from here too
+    "ACCESS_TOKEN_HEADER",
+    "GRPC_METHOD_CATEGORIES",
+    "AccessRules",
+    "Category",
+    "Restriction",
+    "http_category",
+    "parse_rules",
+    "token_rules",
+]
 
 # The header (HTTP) and metadata key (gRPC, after GRPC_HEADER_PREFIX) an access token travels in, as in
 # nvidia-pytriton 0.7.
@@ -14,21 +26,6 @@ HTTP_DENIED = "This API is restricted, expecting header '{}'"
 GRPC_DENIED = "This protocol is restricted, expecting header '{}'"
 # A gRPC restriction's key is looked up in the call metadata under this prefix (Triton's rule).
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
-
-
-class Category(enum.Enum):
-    """The API groups a restriction names, as Triton spells them."""
-
-    HEALTH = "health"
-    METADATA = "metadata"
-    INFERENCE = "inference"
-    SHARED_MEMORY = "shared-memory"
-    MODEL_CONFIG = "model-config"
-    MODEL_REPOSITORY = "model-repository"
-    STATISTICS = "statistics"
-    TRACE = "trace"
-    LOGGING = "logging"
-    CUSTOM = "custom"  # pytriton's own: the user's routes and mounted apps on the HTTP port (options/routes.py)
 
 
 class Restriction(NamedTuple):
@@ -62,28 +59,6 @@ GRPC_METHOD_CATEGORIES: Dict[str, Category] = {
     "TraceSetting": Category.TRACE,
     "LogSettings": Category.LOGGING,
 }
-# Triton's fixed HTTP routes, by their segments below /v2.
-_HTTP_ROUTES: Dict[Tuple[str, ...], Category] = {
-    (): Category.METADATA,
-    ("health", "live"): Category.HEALTH,
-    ("health", "ready"): Category.HEALTH,
-    ("models", "stats"): Category.STATISTICS,
-    ("logging",): Category.LOGGING,
-    ("trace", "setting"): Category.TRACE,
-}
-# Actions under /v2/models/{m}[/versions/{v}].
-_HTTP_MODEL_ACTIONS: Dict[Tuple[str, ...], Category] = {
-    (): Category.METADATA,
-    ("ready",): Category.HEALTH,
-    ("config",): Category.MODEL_CONFIG,
-    ("stats",): Category.STATISTICS,
-    ("infer",): Category.INFERENCE,
-    ("generate",): Category.INFERENCE,
-    ("generate_stream",): Category.INFERENCE,
-    ("trace", "setting"): Category.TRACE,
-}
-_SHARED_MEMORY_PREFIXES = ("systemsharedmemory", "cudasharedmemory")
-_SHARED_MEMORY_ACTIONS = ("status", "register", "unregister")
 
 
 class AccessRules:
@@ -101,14 +76,13 @@ class AccessRules:
         """These rules, and `defaults` for the categories these do not name."""
         return AccessRules({**defaults.rules, **self.rules})
 
-    def http_denial(self, path: Union[str, Sequence[str]], headers: Iterable[Tuple[bytes, bytes]]) -> Optional[str]:
+    def http_denial(self, category: Optional[Category], headers: Iterable[Tuple[bytes, bytes]]) -> Optional[str]:
         """The error message for an HTTP request lacking its category's header, or None when it may pass.
 
-        `path` is the path or its segments as the app routes them (http_category); `headers` the request's,
-        as ASGI gives them. A header sent twice is read at its first value, as Triton's (libevhtp) reads it.
-        A value that is not ASCII must be the configured one in UTF-8.
+        `category` is that of the route the request's path found (options/http_routes.py), None for none;
+        `headers` the request's, as ASGI gives them. A header sent twice is read at its first value, as Triton's
+        (libevhtp) reads it. A value that is not ASCII must be the configured one in UTF-8.
         """
-        category = http_category(path)
         restriction = self.rules.get(category) if category is not None else None
         if restriction is None:
             return None
@@ -135,60 +109,6 @@ class AccessRules:
         if sent == expected:  # bytes: a `-bin` key's value, base64-decoded, compared as Triton compares it
             return None
         return GRPC_DENIED.format(restriction.header)
-
-
-def http_category(path: Union[str, Sequence[str]]) -> Optional[Category]:
-    """The category of an HTTP path, or of its segments (transport/http/app.path_segments: "" first).
-
-    Under /v2, the API that Triton's routes give the path, None where they find nothing (404: a version not of
-    digits, a model's trace setting with a version, an unknown shared-memory or repository action, an empty
-    model name); under /v1 the OpenAI API's (transport/openai: its listing is metadata, the rest inference);
-    elsewhere a custom route's (options/routes.py).
-    """
-    parts: List[str] = path.split("/") if isinstance(path, str) else list(path)
-    if parts[1:2] == ["v1"]:
-        return Category.METADATA if parts[2:3] == ["models"] else Category.INFERENCE
-    if parts[:2] != ["", "v2"]:
-        return Category.CUSTOM
-    rest = parts[2:]
-    fixed = _HTTP_ROUTES.get(tuple(rest))
-    if fixed is not None:  # before the models' routes: /v2/models/stats is not a model's
-        return fixed
-    if len(rest) >= 2 and rest[0] == "models" and rest[1]:
-        return _model_category(rest[2:])
-    if rest[:1] and rest[0] in _SHARED_MEMORY_PREFIXES:
-        return Category.SHARED_MEMORY if _is_shared_memory_route(rest[1:]) else None
-    if rest[:1] == ["repository"]:
-        return Category.MODEL_REPOSITORY if _is_repository_route(rest[1:]) else None
-    return None
-
-
-def _model_category(action: List[str]) -> Optional[Category]:
-    """The category of an action below /v2/models/{m}: [versions/{digits}/]<action>."""
-    if len(action) >= 2 and action[0] == "versions":
-        version, action = action[1], action[2:]
-        if not (version.isascii() and version.isdigit()) or action == ["trace", "setting"]:
-            return None
-    return _HTTP_MODEL_ACTIONS.get(tuple(action))
-
-
-def _is_shared_memory_route(rest: List[str]) -> bool:
-    """Whether segments below /v2/{system,cuda}sharedmemory are [region/{r}/]<status|register|unregister>."""
-    if len(rest) == 3 and rest[0] == "region" and rest[1]:
-        rest = rest[2:]
-    return len(rest) == 1 and rest[0] in _SHARED_MEMORY_ACTIONS
-
-
-def _is_repository_route(rest: List[str]) -> bool:
-    """Whether segments below /v2/repository are [{repository}/](index | models/{m}/<load|unload>)."""
-    return _is_repository_action(rest) or (len(rest) > 1 and bool(rest[0]) and _is_repository_action(rest[1:]))
-
-
-def _is_repository_action(rest: List[str]) -> bool:
-    """index, or models/{m}/load, or models/{m}/unload."""
-    return rest == ["index"] or (
-        len(rest) == 3 and rest[0] == "models" and bool(rest[1]) and rest[2] in ("load", "unload")
-    )
 
 
 def token_rules(categories: Iterable[str], token: Optional[str], *, header_prefix: str = "") -> AccessRules:

@@ -25,21 +25,29 @@ class RequestOptions:
 
 @dataclasses.dataclass(frozen=True)
 class ParameterRules:
-    """What one transport's Triton frontend reserves of a request's parameters, and its words for a `triton_` key."""
+    """What one transport's Triton frontend reserves of a request's parameters, and its words for a `triton_` key.
+
+    `empty_final_response`: whether it takes `triton_enable_empty_final_response` (else it is a `triton_` key).
+    """
 
     reserved: FrozenSet[str]
     triton_prefix_refusal: str
+    empty_final_response: bool
 
 
+# tritonserver 2.51's HTTP frontend refuses triton_enable_empty_final_response as any `triton_` key: only gRPC
+# streams have empty final responses.
 HTTP_RULES = ParameterRules(
     RESERVED_PARAMETERS,
     "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+    empty_final_response=False,
 )
 # binary_data_output means nothing to gRPC: Triton's gRPC frontend hands it to the model as any other parameter.
 GRPC_RULES = ParameterRules(
     RESERVED_PARAMETERS - {"binary_data_output"},
     "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with "
     f"'triton_' are allowed: {EMPTY_FINAL_RESPONSE_PARAMETER}",
+    empty_final_response=True,
 )
 
 
@@ -58,19 +66,19 @@ def split_parameters(
     user: Dict[str, Any] = {}
     if parameters:
         for key, value in parameters.items():
-            if key in _TYPED_KEYS and key in rules.reserved:  # read before the type check, as Triton does
+            if key in rules.reserved:  # read before the type check, as Triton does
                 _apply_reserved(options, key, value)
                 continue
             if not isinstance(value, (str, int, float, bool)):
                 raise InferenceError.invalid(  # Triton's words
                     f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
                 )
-            if key in rules.reserved:
-                continue  # "headers": no option of this server
-            elif key == EMPTY_FINAL_RESPONSE_PARAMETER:
+            if key == EMPTY_FINAL_RESPONSE_PARAMETER and rules.empty_final_response:
                 options.empty_final_response = value is True
             elif key.startswith("triton_"):
                 raise InferenceError.invalid(rules.triton_prefix_refusal)
+            elif type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+                user[key] = float(value)  # as Triton keeps a JSON integer past int64: a double
             else:
                 user[key] = value
     if forwarded_headers:
@@ -103,11 +111,6 @@ def _apply_reserved(options: RequestOptions, key: str, value: Any) -> None:
         _apply_sequence(options, key, value)
 
 
-_SEQUENCE_KEYS = frozenset(("sequence_id", "sequence_start", "sequence_end"))
-# The reserved parameters Triton's HTTP frontend reads as one type (all but "headers"), before any type check.
-_TYPED_KEYS = _SEQUENCE_KEYS | {"priority", "timeout", "binary_data_output"}
-
-
 def _apply_sequence(options: RequestOptions, key: str, value: Any) -> None:
     """Read one sequence parameter.
 
@@ -129,6 +132,7 @@ def _apply_sequence(options: RequestOptions, key: str, value: Any) -> None:
 
 
 _UINT64_LIMIT = 1 << 64
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _unsigned(key: str, value: Any) -> int:

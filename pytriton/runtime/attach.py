@@ -389,8 +389,15 @@ class AttachServer:
             self._engine.check_new(request.spec)
         except ValueError as error:
             return str(error)
-        if any(b.request.spec.name == request.spec.name for b in self._bindings.values()):
-            return f"model '{request.spec.name}' is being bound already"
+        name = request.spec.name
+        for binding in self._bindings.values():
+            if binding.request.spec.name == name:
+                if not binding.bound:
+                    return f"model '{name}' is being bound already"
+                return (
+                    f"model '{name}' version {binding.request.spec.version} is bound already through another "
+                    f"RemoteTriton: one RemoteTriton binding serves a model name at a time"
+                )
         return None
 
     def _credentials_refusal(self, version: str, token: Optional[str]) -> Optional[str]:

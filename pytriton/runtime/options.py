@@ -11,6 +11,7 @@ from pytriton import constants
 from pytriton.constants import DEFAULT_SERVER_NAME
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.options.access import GRPC_HEADER_PREFIX, AccessRules, parse_rules, token_rules
+from pytriton.options.header_forwarding import forward_pattern
 from pytriton.options.limits import ServerLimits, resolve_limits
 from pytriton.options.log_trace import TraceConfig, parse_trace_config
 from pytriton.options.server import (
@@ -65,6 +66,10 @@ def resolve_options(
     http_restricted_api and grpc_restricted_protocol give apply first, to the APIs they name.
     """
     _report_unsupported(config)
+    for option in ("http_header_forward_pattern", "grpc_header_forward_pattern"):
+        pattern = getattr(config, option)
+        if pattern:
+            forward_pattern(pattern, option)  # refused before the server starts
     http_address = config.http_address or constants.DEFAULT_ADDRESS
     return ServerOptions(
         http_enabled=config.allow_http is not False,

@@ -427,7 +427,13 @@ class ServerRuntime:
         sock = _listening_socket(address, port, name)
         try:
             await self._start_frontend(
-                AsgiServer(app, sock, limits=self.options.limits, receive_budget=self.receive_budget)
+                AsgiServer(
+                    app,
+                    sock,
+                    limits=self.options.limits,
+                    header_names=bool(self.options.http_header_forward_pattern),
+                    receive_budget=self.receive_budget,
+                )
             )
         except BaseException:
             sock.close()

@@ -138,6 +138,10 @@ class SystemSharedMemory:
         for name in names:
             held[name] = held.get(name, 0) + 1
 
+    def held_names(self) -> List[str]:
+        """The regions in-flight requests hold (`hold`), each once."""
+        return list(self._held)
+
     def release(self, names: Iterable[str]) -> None:
         """Let go of regions `hold` kept."""
         held = self._held

@@ -23,12 +23,14 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from pytriton.core.engine import Engine
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.spawn import HelperDidNotStart, exit_status, start_helper, stop_process
+from pytriton.options.http_routes import ROUTES, find_route
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import ServerOptions
 from pytriton.runtime.frontends.acceptor import Acceptor
 from pytriton.runtime.frontends.forwarding import run_grpc, run_http
 from pytriton.runtime.frontends.hub import FrontendLink
 from pytriton.runtime.frontends.protocol import CONNECTION, INIT, START_FAILED, Init, Region
+from pytriton.transport.http.app import path_segments
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -39,6 +41,8 @@ _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 10.0
 # Accepted connections held while no frontend is up (all restarting), then refused.
 _MAX_HELD = 1024
+# The route of a system shared-memory unregister: the frontends' holds are asked for first.
+_SYSTEM_UNREGISTER = dict(ROUTES)["/v2/systemsharedmemory[/region/{region}]/unregister"]
 
 # What the frontends are told of the hub's state: model versions (by spec identity), the regions' generation
 # (SystemSharedMemory.generation: it changes with every registration), log settings.
@@ -289,14 +293,43 @@ class FrontendPool:
     # -- what the frontends ask the hub ---------------------------------------------------------
 
     async def _forward_http(self, scope: Dict[str, Any], body: bytes) -> Any:
-        answer = await run_http(self._hub_app, scope, body)
+        found = find_route(path_segments(scope))
+        if found is not None and found[0] == _SYSTEM_UNREGISTER:
+            answer = await self._with_frontends_holds(lambda: run_http(self._hub_app, scope, body))
+        else:
+            answer = await run_http(self._hub_app, scope, body)
         await self.sync()
         return answer
 
     async def _forward_grpc(self, name: str, request: bytes, metadata: Any) -> Any:
-        answer = await run_grpc(self._hub_servicer, name, request, metadata)
+        if name == "SystemSharedMemoryUnregister":
+            answer = await self._with_frontends_holds(lambda: run_grpc(self._hub_servicer, name, request, metadata))
+        else:
+            answer = await run_grpc(self._hub_servicer, name, request, metadata)
         await self.sync()
         return answer
+
+    async def _with_frontends_holds(self, unregister: Callable[[], Awaitable[Any]]) -> Any:
+        """Run a system shared-memory unregister while the hub holds the regions the frontends' requests hold.
+
+        The hub registers and unregisters; the requests that write outputs into regions are the frontends'. So
+        each frontend is asked first, and a region one of them holds is refused as Triton refuses a region in use
+        (500 / INTERNAL "currently in use"). A request that takes a region between that answer and the
+        unregister's mirroring fails with "Unable to find" (it never writes into a region unregistered).
+        """
+        held: List[str] = []
+        for names in await asyncio.gather(
+            *(frontend.link.calls.call("held_regions") for frontend in self._up() if frontend.link is not None),
+            return_exceptions=True,
+        ):
+            if isinstance(names, list):  # a frontend that died meanwhile holds nothing any more
+                held.extend(names)
+        memory = self._engine.system_memory
+        memory.hold(held)
+        try:
+            return await unregister()
+        finally:
+            memory.release(held)
 
     # -- mirrored state -------------------------------------------------------------------------
 

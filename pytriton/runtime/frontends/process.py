@@ -48,6 +48,7 @@ class FrontendProcess:
         handlers: Dict[str, Handler] = {
             "change_models": self._change_models,
             "change_regions": self._change_regions,
+            "held_regions": self._held_regions,
             "logging": self._logging,
             "steer": self._steer,
             "leave": self._leave,
@@ -94,7 +95,13 @@ class FrontendProcess:
                 ),
             )
             forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)
-            server = AsgiServer(forwarding, None, limits=options.limits, receive_budget=receive_budget)
+            server = AsgiServer(
+                forwarding,
+                None,
+                limits=options.limits,
+                header_names=bool(options.http_header_forward_pattern),
+                receive_budget=receive_budget,
+            )
             await server.start()
             server.connections.on_closed = functools.partial(self._closed, "http")
             self._servers.append(server)
@@ -152,6 +159,10 @@ class FrontendProcess:
         for region in changed:
             memory.unregister(region[0], force=True)  # registered again with other values: mapped anew
             self._map(region)
+
+    async def _held_regions(self) -> List[str]:
+        """The regions this frontend's in-flight requests will write outputs into: the hub keeps them registered."""
+        return self.engine.system_memory.held_names()
 
     def _set_regions(self, regions: List[Region]) -> None:
         """Map the client regions the hub had registered at this frontend's start: each frontend maps its own."""

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import socket
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import hpack
 
@@ -171,7 +171,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
             else:
                 self._reader.feed(self._read_view[:nbytes])
         except h2.Http2Error as error:
-            self._fail(error.code, str(error))
+            self._fail(error.code, str(error), error.after_goaway)
         except hpack.HPACKError as error:
             self._fail(h2.COMPRESSION_ERROR, f"invalid header block: {error}")
         finally:
@@ -284,10 +284,12 @@ class GrpcConnection(asyncio.BufferedProtocol):
         elif self._transport is not None:
             self._transport.close()
 
-    def _fail(self, code: int, message: str) -> None:
-        """A connection error: GOAWAY with its code, then close once the client has had time to read it."""
+    def _fail(self, code: int, message: str, after_goaway: Optional[Callable[[], None]] = None) -> None:
+        """A connection error: GOAWAY with its code, what `after_goaway` writes, then close once read."""
         self._cut_off(f"{message} (GOAWAY {h2.error_name(code)})")
         self.session.goaway.error(code, message)
+        if after_goaway is not None:
+            after_goaway()
         self._flush()
         self.session.stop()
         self._linger_close()

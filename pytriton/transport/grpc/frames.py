@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Callable, Optional
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -69,10 +70,14 @@ _GOAWAY = struct.Struct(">II")
 class Http2Error(Exception):
     """A connection error: the connection answers GOAWAY with `code` and closes."""
 
-    def __init__(self, code: int, message: str) -> None:
-        """An error of code `code`; `message` goes out as the GOAWAY's debug data."""
+    def __init__(self, code: int, message: str, after_goaway: Optional[Callable[[], None]] = None) -> None:
+        """An error of code `code`; `message` goes out as the GOAWAY's debug data.
+
+        `after_goaway` writes what follows the GOAWAY before the connection closes (the calls' trailers).
+        """
         super().__init__(message)
         self.code = code
+        self.after_goaway = after_goaway
 
 
 class StreamError(Exception):

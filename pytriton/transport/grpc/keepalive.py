@@ -5,8 +5,8 @@ permit_without_calls, and at most max_pings_without_data times until headers or 
 closes the connection when a ping is not acknowledged within the keepalive timeout. A client that
 pings more often than min_recv_ping_interval_without_data (two hours while no call is in progress,
 unless permit_without_calls) earns a strike; one strike over max_ping_strikes ends the connection
-(GOAWAY ENHANCE_YOUR_CALM "too_many_pings", as grpc answers). Headers or data going out clear both
-counts.
+(GOAWAY ENHANCE_YOUR_CALM "too_many_pings", as grpc answers, after acknowledging that ping too). Headers,
+data or a WINDOW_UPDATE going out clear both counts (grpc's ResetPingClock).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Keepalive:
         self._timer = self._ack_timer = None
 
     def data_sent(self) -> None:
-        """Headers or data went out: pings are welcome again (grpc's ping strikes restart)."""
+        """Headers, data or a WINDOW_UPDATE went out: pings are welcome again (grpc's ping strikes restart)."""
         self._pings_without_data = 0
         self._strikes = 0
         self._last_ping = None

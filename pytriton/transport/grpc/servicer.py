@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from typing import Any, AsyncIterator, Dict, Optional
 
@@ -12,6 +11,7 @@ from tritonclient.grpc import service_pb2
 from pytriton.core.errors import InferenceError
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
+from pytriton.options.header_forwarding import forward_pattern
 from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import (
     config_override,
@@ -49,7 +49,9 @@ class InferenceServicer:
         self._engine = engine
         self._max_stream_requests = max_stream_requests
         self._server_version = server_version
-        self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+        self._forward = (
+            forward_pattern(header_forward_pattern, "grpc_header_forward_pattern") if header_forward_pattern else None
+        )
         self._settings = settings
         # Whether trace files' records get this transport's timestamps (`stamps`): only then are they taken.
         self._trace = settings.trace if settings is not None else trace_stamps or NO_STAMPS

@@ -76,7 +76,7 @@ class Http2Session:
         self._partials: Dict[int, GrpcCall] = {}  # calls with a message still arriving, oldest first
         self._partial_bytes = 0  # what they buffer of them
         self._keepalive = Keepalive(state.keepalive, loop, send=write, busy=self._busy, abort=abort)
-        self.inflow = ReceiveWindows(write)
+        self.inflow = ReceiveWindows(self._write_window_update)
         self.sender = ResponseSender(
             write,
             write_all,
@@ -300,11 +300,21 @@ class Http2Session:
             else:
                 self._keepalive.ack_received()
             return
+        self._write(h2.frame(h2.PING, h2.ACK, 0, payload))  # the one strike too many too, as grpc does
         if not self._keepalive.ping_received(now):
-            for call in list(self.calls.values()):  # as grpc does: the calls learn why
-                self.end_call(call, grpc.StatusCode.UNAVAILABLE, "Too many pings")
-            raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, "too_many_pings")
-        self._write(h2.frame(h2.PING, h2.ACK, 0, payload))
+            # As grpc does: the GOAWAY, then the calls learn why. A client that closes the connection at a GOAWAY
+            # of ENHANCE_YOUR_CALM (grpc-js) ends its calls RESOURCE_EXHAUSTED then, as with tritonserver.
+            raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, "too_many_pings", self._end_calls_pinged_too_often)
+
+    def _write_window_update(self, frame: bytes) -> None:
+        """Send a WINDOW_UPDATE: as headers and data do in grpc, it restarts the client's ping strikes."""
+        self._write(frame)
+        self._keepalive.data_sent()
+
+    def _end_calls_pinged_too_often(self) -> None:
+        """End every call in progress UNAVAILABLE: its client pinged too often."""
+        for call in list(self.calls.values()):
+            self.end_call(call, grpc.StatusCode.UNAVAILABLE, "Too many pings")
 
     def on_goaway(self) -> None:
         """The client is leaving: take no new call, close once those in progress are done."""

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import zlib
-from typing import Any, Awaitable, Dict, List, Optional, Sequence
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 from urllib.parse import unquote
 
 import orjson
@@ -17,6 +16,8 @@ from pytriton.core.raw_tensors import unchanging
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
+from pytriton.options.header_forwarding import forward_pattern
+from pytriton.options.http_routes import ROUTES, find_route, http_category
 from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings, trace_changes_from_json
 from pytriton.options.routes import CustomRoutes
@@ -30,7 +31,7 @@ from pytriton.protocol.http_codec import (
 )
 from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.custom import serve_custom
-from pytriton.transport.http.cycle import BODY_PARTS
+from pytriton.transport.http.cycle import BODY_PARTS, HEADER_NAMES
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
@@ -39,7 +40,6 @@ from pytriton.transport.http.responses import (
     Receive,
     Scope,
     Send,
-    header_map,
     send_empty,
     send_error,
     send_json,
@@ -49,15 +49,6 @@ from pytriton.transport.inflate import Failure, InflateError, InflationBudget, i
 
 LOGGER = logging.getLogger(__name__)
 
-_MODEL_ACTIONS = {
-    "": "GET",
-    "ready": "GET",
-    "config": "GET",
-    "stats": "GET",
-    "infer": "POST",
-    "generate": "POST",
-    "generate_stream": "POST",
-}
 # Responses at least this large leave as views of their outputs (writev); smaller ones cost less joined.
 _SCATTER_BYTES = 64 * 1024
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
@@ -123,7 +114,9 @@ class HttpFrontend:
         """
         self._engine = engine
         self._server_version = server_version
-        self._forward = re.compile(header_forward_pattern) if header_forward_pattern else None
+        self._forward = (
+            forward_pattern(header_forward_pattern, "http_header_forward_pattern") if header_forward_pattern else None
+        )
         self._max_body_bytes = max_body_bytes
         self._max_json_bytes = max_json_bytes
         self._inflation_budget = inflation_budget or InflationBudget(DEFAULT_MAX_INFLATED_BYTES)
@@ -133,6 +126,10 @@ class HttpFrontend:
         self._trace = settings.trace if settings is not None else trace_stamps or NO_STAMPS
         self._openai = openai
         self._routes = routes
+        # Each route's handler (options/http_routes.ROUTES names them), bound once.
+        self._handlers: Dict[str, Callable[..., Awaitable[None]]] = {
+            route.handler: getattr(self, "_" + route.handler) for _, route in ROUTES
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request."""
@@ -162,7 +159,7 @@ class HttpFrontend:
         """A custom route or mounted app (transport/http/custom.py), under the access rules of its category."""
         assert self._routes is not None
         if self._access is not None:
-            denial = self._access.http_denial(scope["path"], scope["headers"])
+            denial = self._access.http_denial(http_category(scope["path"]), scope["headers"])
             if denial is not None:
                 self._routes.count(_label(match, scope["path"]), scope["method"], 403)
                 raise HttpError(403, denial)
@@ -177,97 +174,123 @@ class HttpFrontend:
         )
 
     def _route(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        """The handler of a request, by path and method (routing itself awaits nothing)."""
-        method: str = scope["method"]
+        """The handler of a request, by its path's route (options/http_routes.py); routing itself awaits nothing."""
         parts = path_segments(scope)
-        if self._access is not None:  # on the segments routed below, so that both see the same path
-            denial = self._access.http_denial(parts, scope["headers"])
+        found = find_route(parts)
+        if self._access is not None:  # the category of the route found, or of a path outside /v2
+            category = found[0].category if found is not None else http_category(parts)
+            denial = self._access.http_denial(category, scope["headers"])
             if denial is not None:
                 raise _plain(403, denial)  # Triton refuses before its handler sets a content type
-        if len(parts) < 2 or parts[0] != "" or parts[1] != "v2" or parts[-1] == "":  # as Triton's routes
+        if found is None:
             raise _plain(404, "Not Found")
-        if len(parts) >= 4 and parts[2] == "models" and (parts[3] != "stats" or len(parts) > 4):  # a model "stats"
-            if not parts[3]:  # Triton's routes take no empty model name
-                raise _plain(404, "Not Found")
-            return self._model_route(scope, receive, send, method, parts[3], parts[4:])
-        if any("/" in part for part in parts):  # an encoded slash: its segment matches no fixed route
-            raise _plain(404, "Not Found")
-        route = "/".join(parts[2:])
-        engine = self._engine
-        if route == "":
-            _allow(method, "GET")
-            return send_json(send, 200, documents.server_metadata(self._engine.server_name, self._server_version))
-        if route == "health/live":
-            _allow(method, "GET", _PLAIN)
-            return send_empty(send, 200 if engine.live else 400, _PLAIN)
-        if route == "health/ready":
-            _allow(method, "GET", _PLAIN)
-            return send_empty(send, 200 if engine.ready else 400, _PLAIN)
-        if route == "models/stats":
-            _allow(method, "GET")
-            return send_json(send, 200, documents.model_statistics(engine.statistics_of()))
-        if route == "repository/index":
-            _allow(method, "POST")
-            return self._repository_index(receive, send)
-        if len(parts) == 6 and parts[2:4] == ["repository", "models"] and parts[5] in ("load", "unload"):
-            _allow(method, "POST")
-            return self._repository_load(receive, send, parts[4], parts[5] == "load")
-        if len(parts) == 5 and parts[2] == "repository" and parts[4] == "index":  # Triton ignores the name here
-            _allow(method, "POST")
-            return self._repository_index(receive, send)
-        if len(parts) == 7 and parts[2] == "repository" and parts[4] == "models" and parts[6] in ("load", "unload"):
-            _allow(method, "POST")
-            raise InferenceError.unimplemented("'repository_name' specification is not supported")
-        if route in ("logging", "trace/setting") and self._settings is not None:
-            return self._settings_route(receive, send, method, route, "")
-        if parts[2] == "cudasharedmemory" and (matched := cuda_memory.match(parts[3:])) is not None:
-            _allow(method, cuda_memory.method_of(matched[0]))
-            return self._cuda_shared_memory(receive, send, *matched)
-        if parts[2] == "systemsharedmemory" and (matched := system_memory.match(parts[3:])) is not None:
-            _allow(method, system_memory.method_of(matched[0]))
-            return self._system_shared_memory(receive, send, *matched)
-        raise _plain(404, "Not Found")
+        route, parameters = found
+        return self._handlers[route.handler](scope, receive, send, **parameters)
 
-    def _model_route(
-        self, scope: Scope, receive: Receive, send: Send, method: str, name: str, rest: List[str]
+    # The handlers ROUTES names (options/http_routes.py), called with the route's parameters by name.
+
+    def _server_metadata(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """GET /v2."""
+        _allow(scope["method"], "GET")
+        return send_json(send, 200, documents.server_metadata(self._engine.server_name, self._server_version))
+
+    def _server_live(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """GET /v2/health/live (no content type, as Triton's)."""
+        _allow(scope["method"], "GET", _PLAIN)
+        return send_empty(send, 200 if self._engine.live else 400, _PLAIN)
+
+    def _server_ready(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """GET /v2/health/ready (no content type, as Triton's)."""
+        _allow(scope["method"], "GET", _PLAIN)
+        return send_empty(send, 200 if self._engine.ready else 400, _PLAIN)
+
+    def _server_statistics(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """GET /v2/models/stats: every model's."""
+        _allow(scope["method"], "GET")
+        return send_json(send, 200, documents.model_statistics(self._engine.statistics_of()))
+
+    def _logging(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """GET or POST /v2/logging; not found without settings."""
+        return self._settings_route(scope, receive, send, "logging", "")
+
+    def _trace_setting(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """GET or POST /v2/trace/setting; not found without settings."""
+        return self._settings_route(scope, receive, send, "trace/setting", "")
+
+    def _model_trace_setting(self, scope: Scope, receive: Receive, send: Send, model: str) -> Awaitable[None]:
+        """GET or POST /v2/models/{model}/trace/setting; not found without settings."""
+        return self._settings_route(scope, receive, send, "trace/setting", model)
+
+    def _model_metadata(
+        self, scope: Scope, receive: Receive, send: Send, model: str, version: str = ""
     ) -> Awaitable[None]:
-        """The handler of a route under /v2/models/{name}[/versions/{version}]."""
-        version = ""
-        versioned = len(rest) >= 2 and rest[0] == "versions"
-        if versioned:
-            version, rest = rest[1], rest[2:]
-            if not (version.isascii() and version.isdigit()):  # Triton's routes take a version of digits only
-                raise _plain(404, "Not Found")
-        if rest == ["trace", "setting"] and self._settings is not None and not versioned:  # Triton's has no version
-            return self._settings_route(receive, send, method, "trace/setting", name)
-        if len(rest) > 1 or (rest and rest[0] not in _MODEL_ACTIONS):
-            raise _plain(404, "Not Found")
-        action = rest[0] if rest else ""
-        _allow(method, _MODEL_ACTIONS[action], _PLAIN if action in ("ready", "infer") else _JSON)
-        engine = self._engine
-        if action == "infer":
-            return self._infer(scope, receive, send, name, version)
-        if action == "generate":
-            return self._generate(scope, receive, send, name, version)
-        if action == "generate_stream":
-            return self._generate_stream(scope, receive, send, name, version)
-        if action == "ready":  # Triton's readiness sets no content type
-            try:
-                ready = engine.model_ready(name, version)
-            except InferenceError as error:
-                raise _untyped(error) from None
-            if ready:
-                return send_empty(send, 200, _PLAIN)
-            raise _plain(400, "Model version not ready")
-        if action == "config":
-            model = engine.model(name, version)
-            return send_json(send, 200, documents.model_config(model.spec))
-        if action == "stats":
-            return send_json(send, 200, documents.model_statistics(engine.statistics_of(name, version)))
-        return send_json(send, 200, documents.model_metadata(engine.model(name, version).spec))
+        """GET /v2/models/{model}[/versions/{version}]."""
+        _allow(scope["method"], "GET")
+        return send_json(send, 200, documents.model_metadata(self._engine.model(model, version).spec))
 
-    async def _repository_index(self, receive: Receive, send: Send) -> None:
-        """POST /v2/repository/index, of the ready models only when the body says `"ready": true`."""
+    def _model_ready(
+        self, scope: Scope, receive: Receive, send: Send, model: str, version: str = ""
+    ) -> Awaitable[None]:
+        """GET .../ready: Triton's readiness sets no content type."""
+        _allow(scope["method"], "GET", _PLAIN)
+        try:
+            ready = self._engine.model_ready(model, version)
+        except InferenceError as error:
+            raise _untyped(error) from None
+        if ready:
+            return send_empty(send, 200, _PLAIN)
+        raise _plain(400, "Model version not ready")
+
+    def _model_config(
+        self, scope: Scope, receive: Receive, send: Send, model: str, version: str = ""
+    ) -> Awaitable[None]:
+        """GET .../config."""
+        _allow(scope["method"], "GET")
+        return send_json(send, 200, documents.model_config(self._engine.model(model, version).spec))
+
+    def _model_statistics(
+        self, scope: Scope, receive: Receive, send: Send, model: str, version: str = ""
+    ) -> Awaitable[None]:
+        """GET .../stats."""
+        _allow(scope["method"], "GET")
+        return send_json(send, 200, documents.model_statistics(self._engine.statistics_of(model, version)))
+
+    def _repository_index(self, scope: Scope, receive: Receive, send: Send, repository: str = "") -> Awaitable[None]:
+        """POST /v2/repository[/{repository}]/index: Triton ignores the repository's name."""
+        _whole(repository)
+        _allow(scope["method"], "POST")
+        return self._index(receive, send)
+
+    def _repository_load(self, scope: Scope, receive: Receive, send: Send, name: str, action: str) -> Awaitable[None]:
+        """POST /v2/repository/models/{name}/load or unload."""
+        _whole(name)
+        _allow(scope["method"], "POST")
+        return self._load(receive, send, name, action == "load")
+
+    def _repository_named(self, scope: Scope, receive: Receive, send: Send, repository: str, name: str) -> Any:
+        """POST /v2/repository/{repository}/models/{name}/load or unload: Triton's 501."""
+        _whole(repository, name)
+        _allow(scope["method"], "POST")
+        raise InferenceError.unimplemented("'repository_name' specification is not supported")
+
+    def _system_shared_memory(
+        self, scope: Scope, receive: Receive, send: Send, action: str, region: str = ""
+    ) -> Awaitable[None]:
+        """/v2/systemsharedmemory/[region/{region}/]{status,register,unregister}."""
+        _whole(region)
+        _allow(scope["method"], system_memory.method_of(action))
+        return self._system_memory(receive, send, action, region)
+
+    def _cuda_shared_memory(
+        self, scope: Scope, receive: Receive, send: Send, action: str, region: str = ""
+    ) -> Awaitable[None]:
+        """/v2/cudasharedmemory/[region/{region}/]{status,register,unregister}."""
+        _whole(region)
+        _allow(scope["method"], cuda_memory.method_of(action))
+        return self._cuda_memory(receive, send, action, region)
+
+    async def _index(self, receive: Receive, send: Send) -> None:
+        """The repository's index, of the ready models only when the body says `"ready": true`."""
         body = await read_body(receive, self._max_json_bytes)
         ready_only = False
         if bytes(body).strip():
@@ -282,8 +305,8 @@ class HttpFrontend:
         entries = [entry for entry in self._engine.repository() if entry.ready or not ready_only]
         await send_json(send, 200, documents.repository_index(entries))
 
-    async def _repository_load(self, receive: Receive, send: Send, name: str, load: bool) -> None:
-        """POST /v2/repository/models/{name}/load (a body may hold a config override) or unload."""
+    async def _load(self, receive: Receive, send: Send, name: str, load: bool) -> None:
+        """Load a model (a body may hold a config override) or unload it."""
         body = await read_body(receive, self._max_json_bytes)
         if load:
             parameters = _load_parameters(body) if bytes(body).strip() else {}
@@ -293,20 +316,21 @@ class HttpFrontend:
             await self._engine.unload(name)
         await send_empty(send, 200, _JSON)
 
-    async def _cuda_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
-        """/v2/cudasharedmemory/[region/{name}/]{status,register,unregister} (transport/http/cuda_memory.py)."""
+    async def _cuda_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
+        """Carry out a CUDA shared-memory action (transport/http/cuda_memory.py)."""
         body = await read_body(receive, self._max_json_bytes)
         document = await cuda_memory.answer(self._engine.cuda_memory, action, region, body)
         await (send_empty(send, 200, _JSON) if document is None else send_json(send, 200, document))
 
-    async def _system_shared_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
-        """/v2/systemsharedmemory/[region/{name}/]{status,register,unregister} (transport/http/system_memory.py)."""
+    async def _system_memory(self, receive: Receive, send: Send, action: str, region: str) -> None:
+        """Carry out a system shared-memory action (transport/http/system_memory.py)."""
         body = await read_body(receive, self._max_json_bytes)
         document = system_memory.answer(self._engine.system_memory, action, region, body)
         await (send_empty(send, 200, _JSON) if document is None else send_json(send, 200, document))
 
-    async def _infer(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
+    async def _infer(self, scope: Scope, receive: Receive, send: Send, model: str, version: str = "") -> None:
         """POST .../infer."""
+        _allow(scope["method"], "POST", _PLAIN)
         received_ns = time.monotonic_ns() if self._trace.stamps else 0
         encoding = accept = raw_length = None
         for header, value in scope["headers"]:  # the three headers read here, the first of each as Triton reads them
@@ -317,8 +341,8 @@ class HttpFrontend:
             elif header == b"accept-encoding":
                 accept = value if accept is None else accept
         try:  # what Triton refuses before it reads the JSON, with no content type set yet
-            model = self._engine.model(name, version)
-            if model.spec.decoupled:
+            served = self._engine.model(model, version)
+            if served.spec.decoupled:
                 raise InferenceError.unimplemented(
                     "HTTP end point doesn't support models with decoupled transaction policy"
                 )
@@ -330,10 +354,10 @@ class HttpFrontend:
                 _json_within(len(body) if header_length is None else header_length, self._max_json_bytes)
         except (InferenceError, HttpError) as error:
             raise _untyped(error) from None
-        spec = model.spec
+        spec = served.spec
         if header_length is not None and isinstance(body, bytes):
             body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
-        forwarded = self._forwarded_headers(header_map(scope)) if self._forward is not None else None
+        forwarded = self._forwarded_headers(scope) if self._forward is not None else None
         memory = self._engine.system_memory
         try:
             request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
@@ -345,7 +369,7 @@ class HttpFrontend:
             if held:  # its output regions stay registered until they are written, as Triton keeps them
                 memory.hold(held)
             try:
-                response = await model.infer(request, gone=lambda: until_disconnect(receive))
+                response = await served.infer(request, gone=lambda: until_disconnect(receive))
                 json_part, binary_parts, json_length = encode_infer_response(
                     spec, request.id, response, output_format, memory
                 )
@@ -383,15 +407,16 @@ class HttpFrontend:
         await send({"type": "http.response.start", "status": 200, "headers": out_headers})
         await send({"type": "http.response.body", "body": out})
 
-    async def _generate(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
+    async def _generate(self, scope: Scope, receive: Receive, send: Send, model: str, version: str = "") -> None:
         """POST .../generate: one flat JSON response."""
-        model = self._engine.model(name, version)
+        _allow(scope["method"], "POST")
+        served = self._engine.model(model, version)
         _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
         _json_within(len(body), self._max_json_bytes)
-        request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
-        if model.spec.decoupled:
-            responses = [response async for response in model.stream(request)]  # {} yielded is one too, as in Triton
+        request, _ = decode_generate_request(served.spec, body, self._forwarded_headers(scope))
+        if served.spec.decoupled:
+            responses = [response async for response in served.stream(request)]  # {} yielded is one too, as in Triton
             if len(responses) != 1:
                 raise InferenceError.invalid(  # Triton's words
                     "generate expects model to produce exactly 1 response, use generate stream for model that "
@@ -399,29 +424,30 @@ class HttpFrontend:
                 )
             response = responses[0]
         else:
-            response = await model.infer(request, gone=lambda: until_disconnect(receive))
-        await send_json(send, 200, encode_generate_response(model.spec, request.id, response))
+            response = await served.infer(request, gone=lambda: until_disconnect(receive))
+        await send_json(send, 200, encode_generate_response(served.spec, request.id, response))
 
-    async def _generate_stream(self, scope: Scope, receive: Receive, send: Send, name: str, version: str) -> None:
+    async def _generate_stream(self, scope: Scope, receive: Receive, send: Send, model: str, version: str = "") -> None:
         """POST .../generate_stream: one server-sent event per response; the client leaving stops the model.
 
         As in tritonserver 2.51, a request refused before it runs gets a JSON error; once it runs, the stream starts
         with its first response, and a failure, its first included, is an event `data: {"error": ...}` (the
         status line the first response's: that error's status when it failed).
         """
-        model = self._engine.model(name, version)
+        _allow(scope["method"], "POST")
+        served = self._engine.model(model, version)
         _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
         _json_within(len(body), self._max_json_bytes)
-        request, _ = decode_generate_request(model.spec, body, self._forwarded_headers(header_map(scope)))
-        responses = model.stream(request)
+        request, _ = decode_generate_request(served.spec, body, self._forwarded_headers(scope))
+        responses = served.stream(request)
         handler = asyncio.current_task()
         assert handler is not None
         watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, handler))
         started = False
         try:
             async for response in responses:
-                event = json_text.dumps(encode_generate_response(model.spec, request.id, response))
+                event = json_text.dumps(encode_generate_response(served.spec, request.id, response))
                 if not started:
                     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
                     started = True
@@ -442,8 +468,14 @@ class HttpFrontend:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         await send({"type": "http.response.body", "body": b""})
 
-    async def _settings_route(self, receive: Receive, send: Send, method: str, route: str, model: str) -> None:
-        """GET or POST /v2/logging, /v2/trace/setting and /v2/models/{name}/trace/setting."""
+    def _settings_route(self, scope: Scope, receive: Receive, send: Send, route: str, model: str) -> Awaitable[None]:
+        """GET or POST /v2/logging, /v2/trace/setting and /v2/models/{name}/trace/setting; 404 without settings."""
+        if self._settings is None:
+            raise _plain(404, "Not Found")
+        return self._settings_answer(receive, send, scope["method"], route, model)
+
+    async def _settings_answer(self, receive: Receive, send: Send, method: str, route: str, model: str) -> None:
+        """Answer a settings route."""
         if method not in ("GET", "POST"):
             raise HttpError(405, "Method Not Allowed")
         settings = self._settings
@@ -460,12 +492,19 @@ class HttpFrontend:
             settings.trace.update(trace_changes_from_json(changes), model)
         await send_json(send, 200, settings.trace.document(model))
 
-    def _forwarded_headers(self, headers: Dict[str, str]) -> Optional[Dict[str, str]]:
-        """Headers matching http_header_forward_pattern, handed to the callable as parameters."""
+    def _forwarded_headers(self, scope: Scope) -> Optional[Dict[str, str]]:
+        """Headers matching http_header_forward_pattern, handed to the callable as parameters.
+
+        Named as the client wrote them, as Triton hands them on, where the server kept the names (HEADER_NAMES);
+        the last of a header sent twice wins.
+        """
         pattern = self._forward
         if pattern is None:
             return None
-        return {name: value for name, value in headers.items() if pattern.search(name)}
+        headers = scope["headers"]
+        names = scope.get(HEADER_NAMES) or [name for name, _ in headers]
+        forwarded = ((name.decode("latin-1"), value) for name, (_, value) in zip(names, headers))
+        return {name: value.decode("latin-1") for name, value in forwarded if pattern.search(name)}
 
 
 def _label(match: Any, path: str) -> str:
@@ -531,6 +570,15 @@ def _allow(method: str, allowed: str, headers: Sequence[Any] = _JSON) -> None:
     """Refuse other methods with 405 (with `headers`: Triton checks the method after some handlers set JSON)."""
     if method != allowed:
         raise HttpError(405, "Method Not Allowed", headers)
+
+
+def _whole(*names: str) -> None:
+    """404 for a region's, repository's or repository model's name holding an encoded "/" (a model's may hold one).
+
+    Triton does not decode paths, so its routes match such a name, and its category is checked before this.
+    """
+    if any("/" in name for name in names):
+        raise _plain(404, "Not Found")
 
 
 async def read_body(receive: Receive, limit: int) -> Body:

@@ -25,7 +25,7 @@ import httptools
 from pytriton.core.waiters import wake
 from pytriton.transport.deadline import APP, PhaseDeadline
 from pytriton.transport.http.body import PRESIZED_BODY_BYTES, PresizedBody
-from pytriton.transport.http.cycle import RequestCycle, http_scope, socket_address
+from pytriton.transport.http.cycle import HEADER_NAMES, RequestCycle, http_scope, socket_address
 from pytriton.transport.http.refusals import (
     CONFLICTING_HOSTS,
     UNKNOWN_TRANSFER_CODING,
@@ -62,6 +62,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._address: Tuple[Optional[Tuple[str, int]], Optional[Tuple[str, int]]] = (None, None)
         self._url = b""
         self._headers: List[Tuple[bytes, bytes]] = []
+        # The headers' names as sent, for an app that forwards headers to callables (HEADER_NAMES), or None.
+        self._names: Optional[List[bytes]] = [] if state.header_names else None
         self._wire = IDLE  # what is arriving: HEAD (a request head), BODY (its body) or IDLE (nothing)
         self._receiving: Optional[RequestCycle] = None  # the request whose body is arriving
         self._active: Optional[RequestCycle] = None  # the request being answered
@@ -309,6 +311,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._expect_continue = False
         self._url = b""
         self._headers = []
+        if self._names is not None:
+            self._names = []
         self._declared_length = 0
         self._chunked_body = False
         self._other_codings = False
@@ -325,6 +329,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         """One header (names are lower-cased for the ASGI scope)."""
         self._head_lines += len(name) + len(value) + 4  # ": " and CRLF
         self._head_fields = True
+        if self._names is not None:
+            self._names.append(name)
         name = name.lower()
         if name == b"content-length":
             self._declared_length = int(value) if value.isdigit() else 0  # llhttp refuses a bad one itself
@@ -347,6 +353,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         headers = self._headers
         keep_alive = parser.should_keep_alive() and not (self._closing or self._state.leaving)
         scope = http_scope(parser, self._url, headers, self._address)
+        if self._names is not None:
+            scope[HEADER_NAMES] = self._names
         cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=self._expect_continue)
         self._receiving = cycle
         self._wire = BODY

@@ -1,25 +1,14 @@
-"""HTTP routes of Triton's CUDA shared-memory extension, under /v2/cudasharedmemory."""
+"""HTTP routes of Triton's CUDA shared-memory extension, under /v2/cudasharedmemory (options/http_routes.py)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.shared_memory.cuda import CudaSharedMemory
 from pytriton.protocol.cuda_memory_codec import register_request, status_document
 from pytriton.protocol.http_codec import Body
-
-_ACTIONS = ("status", "register", "unregister")
-
-
-def match(rest: List[str]) -> Optional[Tuple[str, str]]:
-    """(action, region name) of the path after /v2/cudasharedmemory; None for a path Triton does not serve."""
-    if len(rest) == 1 and rest[0] in _ACTIONS:  # register without a region: Triton's 400 (`unnamed`), not a 404
-        return rest[0], ""
-    if len(rest) == 3 and rest[0] == "region" and rest[1] and rest[2] in _ACTIONS:
-        return rest[2], rest[1]
-    return None
 
 
 def unnamed(name: str, kind: str) -> None:

@@ -29,9 +29,10 @@ _METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE
 _STATUS_LINES: Dict[int, bytes] = {
     status.value: f"HTTP/1.1 {status.value} {status.phrase}\r\n".encode("latin-1") for status in http.HTTPStatus
 }
-_CHUNKED = b"transfer-encoding: chunked\r\n"
-_CLOSE = b"connection: close\r\n"
-_KEEP_ALIVE = b"connection: keep-alive\r\n"
+_CHUNKED = b"Transfer-Encoding: chunked\r\n"
+_CLOSE = b"Connection: close\r\n"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_KEEP_ALIVE = b"Connection: keep-alive\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 # Body bytes the server holds for an app that has not read them yet; reading from the client pauses above it.
 BODY_HIGH_WATER = 4 * 1024 * 1024
@@ -42,6 +43,23 @@ _FORBIDDEN_IN_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _KNOWN_NAMES = frozenset(
     (b"content-type", b"content-encoding", b"inference-header-content-length", b"date", b"server", b"vary")
 )
+# The names of the headers this server's apps send, written as tritonserver writes them (`Content-Type`): names
+# are case-insensitive (RFC 9110 5.1), but a client or a script that looks for Triton's bytes finds them. Others
+# (a custom route's) go out as the app wrote them.
+_WIRE_NAMES: Dict[bytes, bytes] = {
+    name.lower(): name
+    for name in (
+        b"Content-Type",
+        b"Content-Length",
+        b"Content-Encoding",
+        b"Inference-Header-Content-Length",
+        b"Cache-Control",
+        b"Allow",
+        b"Vary",
+        b"Date",
+        b"Server",
+    )
+}
 
 
 class RequestCycle:
@@ -164,7 +182,7 @@ class RequestCycle:
             while not (self._body or self.body_complete or self.disconnected):  # a presized body comes whole
                 if self.expect_continue:
                     self.expect_continue = False
-                    self._connection.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    self._connection.write(_CONTINUE)
                 await self._wait()
             if self._body or not self.disconnected:
                 more_body = not self.body_complete
@@ -239,7 +257,8 @@ class RequestCycle:
     def _build_head(self, status: int, headers: Any) -> bytes:
         """The status line and headers; chunked framing when the app gives no content-length.
 
-        Header names should come lower-case, as ASGI asks of apps (this server's apps all do). Refused: a
+        Header names should come lower-case, as ASGI asks of apps (this server's apps all do); those of Triton's
+        API go out as tritonserver writes them (_WIRE_NAMES). Refused: a
         status that is not three digits, a name that is not a token, a value with a control character,
         a content-length that is not a number, and a transfer-encoding (the server frames bodies itself).
         """
@@ -265,7 +284,7 @@ class RequestCycle:
                 if name == b"connection" and value.lower() == b"close":
                     self.keep_alive = False
                     continue
-            lines.append(b"%s: %s\r\n" % (name, value))
+            lines.append(b"%s: %s\r\n" % (_WIRE_NAMES.get(name, name), value))
         bodiless = status < 200 or status in (204, 304) or self._head_only
         if length is not None:
             if not bodiless:
@@ -277,9 +296,12 @@ class RequestCycle:
             else:  # HTTP/1.0 has no chunks: the end of the connection ends the body
                 self.keep_alive = False
         if self.expect_continue and not self.body_complete and status >= 200:
-            # Answered before the client was told to send its body: it may send it or not (RFC 9110 10.1.1), so
-            # the bytes that follow cannot be told apart from a next request. Close, as Go's net/http does.
-            self.keep_alive = False
+            # Answered before the client was told to send its body. A final answer alone is what RFC 9110 10.1.1
+            # allows, but the JDK's HttpClient before 20 then waits forever (JDK-8286171), where tritonserver's
+            # 100 Continue serves it. So the 100 goes first: the client must then send its body (or close), which
+            # the connection reads and drops (response_complete) before the next request.
+            self.expect_continue = False
+            lines.insert(0, _CONTINUE)
         if not self.keep_alive:
             lines.append(_CLOSE)
         elif self.scope["http_version"] == "1.0":  # HTTP/1.0 closes unless told otherwise (Triton says so too)
@@ -322,6 +344,11 @@ class RequestCycle:
     def _wake(self) -> None:
         """Wake receive() if it waits."""
         wake(self._waiter)
+
+
+# A scope's key for its headers' names as the client wrote them, in the order of its `headers` (AsgiServer's
+# header_names); absent from other servers' scopes.
+HEADER_NAMES = "pytriton.header_names"
 
 
 def http_scope(parser: Any, url: bytes, headers: List[Tuple[bytes, bytes]], address: Tuple[Any, Any]) -> Message:

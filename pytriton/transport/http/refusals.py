@@ -11,7 +11,7 @@ import orjson
 from pytriton.protocol.openai_codec import PATH_PREFIX, OpenAIError
 from pytriton.transport.http.cycle import App, Message
 
-_ERROR_HEADERS = "content-type: application/json\r\nconnection: close\r\ncontent-length: "
+_ERROR_HEADERS = "Content-Type: application/json\r\nConnection: close\r\nContent-Length: "
 
 
 def error_response(status: int, message: str) -> bytes:

@@ -32,10 +32,20 @@ STOP_GRACE_S = 1.0
 class ServerState:
     """What the connections of one server share: the app, the limits and the set of open connections."""
 
-    def __init__(self, app: App, limits: ServerLimits, receive_budget: Optional[ReceiveBudget] = None) -> None:
-        """State for a server of `app` under `limits`; `receive_budget` bounds its large bodies (the server's)."""
+    def __init__(
+        self,
+        app: App,
+        limits: ServerLimits,
+        header_names: bool = False,
+        receive_budget: Optional[ReceiveBudget] = None,
+    ) -> None:
+        """State for a server of `app` under `limits`; `header_names`: scopes carry the names as sent (HEADER_NAMES).
+
+        `receive_budget` bounds its large bodies (the server's).
+        """
         self.app = app
         self.limits = limits
+        self.header_names = header_names
         self.receive_budget = receive_budget or ReceiveBudget(limits.max_received_bytes)
         self.hangups = Hangups()  # connections that wait for the budget, watched for their clients leaving
         self.connections: OpenConnections[HttpConnection] = OpenConnections()
@@ -55,15 +65,18 @@ class AsgiServer:
         sock: Optional[socket.socket],
         *,
         limits: Optional[ServerLimits] = None,
+        header_names: bool = False,
         receive_budget: Optional[ReceiveBudget] = None,
     ) -> None:
         """Prepare a server for `app` on a bound, listening socket, enforcing `limits` (defaults when None).
 
         Without a socket it serves the connections handed to `adopt` (a frontend process's: the hub accepts them).
-        `receive_budget` bounds what large bodies hold while they arrive: the server's, shared with its other
-        frontends (by default one of its own, of limits.max_received_bytes).
+        With `header_names`, each request's scope also has its headers' names as the client wrote them
+        (HEADER_NAMES; ASGI's `headers` are lower-cased): for the callables' forwarded headers, which Triton hands
+        on as sent. `receive_budget` bounds what large bodies hold while they arrive: the server's, shared with its
+        other frontends (by default one of its own, of limits.max_received_bytes).
         """
-        self._state = ServerState(app, limits or ServerLimits(), receive_budget)
+        self._state = ServerState(app, limits or ServerLimits(), header_names, receive_budget)
         self._socket = sock
         self._server: Optional[asyncio.AbstractServer] = None
         self._serving = False

@@ -8,9 +8,9 @@ from pytriton.core.errors import InferenceError, json_type_error, json_uint
 from pytriton.core.shared_memory.system import SystemSharedMemory
 from pytriton.protocol.http_codec import Body, parse_json_members
 from pytriton.protocol.system_memory_codec import status_document
-from pytriton.transport.http.cuda_memory import match, method_of, unnamed
+from pytriton.transport.http.cuda_memory import method_of, unnamed
 
-__all__ = ["answer", "match", "method_of"]  # the paths are the CUDA extension's: one matcher for both
+__all__ = ["answer", "method_of"]  # the methods are the CUDA extension's
 
 
 def answer(regions: SystemSharedMemory, action: str, name: str, body: Body) -> Optional[Any]:

@@ -22,6 +22,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.serving import ServingEngine, ServingModel
 from pytriton.core.waiters import Room
 from pytriton.options.access import AccessRules
+from pytriton.options.http_routes import http_category
 from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, counted
 from pytriton.protocol import openai_codec as codec
 from pytriton.protocol.openai_codec import PATH_PREFIX, OpenAIError, Sampling, invalid
@@ -101,7 +102,7 @@ class OpenAIApp:
         path: str = scope["path"]
         self._authorize(scope)
         if self._access is not None:
-            denial = self._access.http_denial(path, scope["headers"])
+            denial = self._access.http_denial(http_category(path), scope["headers"])
             if denial is not None:
                 raise OpenAIError(403, denial, code="restricted_api")
         route = path[len(PATH_PREFIX) :].rstrip("/")
