@@ -24,6 +24,7 @@ from tritonclient.grpc import service_pb2
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits, default_max_received_bytes
+from pytriton.transport import receive_budget
 from pytriton.transport.receive_budget import ReceiveBudget, watch
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import running_triton
@@ -431,6 +432,52 @@ def test_grpc_a_streams_large_messages_each_give_their_share_back_when_their_byt
         assert done.wait(HOLD_S)
         assert sorted(answers) == [0.0, 1.0, 2.0, 3.0]
         _all_given_back(triton)  # the stream is still open: its messages' bytes gave their shares back
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def test_a_large_requests_bytes_are_let_go_once_it_is_answered(served: Any) -> None:
+    # The share's weak reference is kept until its bytes go: the share must not keep them (a gRPC call keeps its
+    # request's memory, and the share's grant callback reached the call: every 1 MiB message stayed in memory).
+    triton, _ = served
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+    try:
+        for index in range(3):
+            assert _grpc_infer(client, "first", HELD_BYTES, float(index)) == float(index)
+    finally:
+        client.close()
+    sender = RawSender(triton.http_port, _infer_http("first", HELD_BYTES, 4.0))
+    try:
+        assert sender.output() == [4.0]
+    finally:
+        sender.close()
+    _until(lambda: not receive_budget._WATCHED, "the requests' bytes to be let go", timeout=2.0)
+    assert (_budget(triton).held, _budget(triton).waiting) == (0, 0)
+
+
+def test_a_streams_large_messages_bytes_are_let_go_once_answered(served: Any) -> None:
+    # No cycle collection here: a message's bytes kept by a reference cycle would keep their share, and the memory.
+    triton, _ = served
+    answers: List[Any] = []
+    done = threading.Event()
+
+    def callback(result: Any, error: Any) -> None:
+        answers.append(error or float(result.as_numpy("OUTPUT_1")[0, 0]))
+        if len(answers) == 3:
+            done.set()
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
+    try:
+        client.start_stream(callback)
+        for index in range(3):
+            inputs = grpcclient.InferInput("INPUT_1", [1, HELD_BYTES // 4], "FP32")
+            inputs.set_data_from_numpy(_tensor(HELD_BYTES, float(index)))
+            client.async_stream_infer("first", [inputs])
+        assert done.wait(HOLD_S)
+        assert sorted(answers) == [0.0, 1.0, 2.0]
+        _until(lambda: not receive_budget._WATCHED, "the stream's messages' bytes to be let go", timeout=2.0)
+        assert (_budget(triton).held, _budget(triton).waiting) == (0, 0)
     finally:
         client.stop_stream()
         client.close()

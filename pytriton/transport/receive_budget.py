@@ -190,6 +190,10 @@ def watch(view: memoryview, share: Share) -> memoryview:
     weak reference with a callback, kept in `_WATCHED` until it fires, costs a third of a `weakref.finalize`.
     """
     watched = np.frombuffer(view, np.uint8)
+    # The callback holds the share, and `_WATCHED` the callback: the share must not hold what holds the array (its
+    # `granted` reaches the connection or the call, and a gRPC call keeps its request's memory). Whole, the bytes
+    # have their share: nothing will be granted any more.
+    share._granted = _nothing
     ref = weakref.ref(watched, share.freed)
     _WATCHED[id(ref)] = ref
     return memoryview(watched)  # type: ignore[arg-type]  # ndarray exports its buffer; numpy stubs say not
@@ -198,3 +202,7 @@ def watch(view: memoryview, share: Share) -> memoryview:
 # The weak references `watch` made whose arrays live yet (a weak reference that is itself collected never fires).
 # By id: a weak reference hashes as its array, which does not hash.
 _WATCHED: Dict[int, weakref.ref[Any]] = {}
+
+
+def _nothing() -> None:
+    """A share's `granted` once nothing can be granted to it any more."""

@@ -103,6 +103,7 @@ class MessageReader:
 
     def end_share(self) -> None:
         """The call is answered or over: the latest large message's share comes back (the earlier ones' did)."""
+        self.granted = _nothing  # the call's bound method: the call holds this reader, a cycle once it is over
         share, self.share = self.share, None
         if share is not None:
             share.give_back()
