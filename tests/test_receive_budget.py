@@ -311,6 +311,57 @@ def test_a_chunked_body_takes_shares_as_its_bytes_come(served: Any) -> None:
     _all_given_back(triton)
 
 
+def _unread_by_server(server_port: int, client: socket.socket) -> int:
+    """Bytes the server's end of `client`'s connection has received and not read yet (/proc/net/tcp's rx_queue)."""
+    local = f"0100007F:{server_port:04X}"
+    remote = f"0100007F:{client.getsockname()[1]:04X}"
+    with open("/proc/net/tcp") as table:
+        for line in table.read().splitlines()[1:]:
+            fields = line.split()
+            if (fields[1], fields[2]) == (local, remote):
+                return int(fields[4].split(":")[1], 16)
+    raise AssertionError("the server's end of the connection is not in /proc/net/tcp")
+
+
+def _answer(sock: socket.socket) -> Any:
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(65536)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = next(int(line[15:]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return json.loads(body)["outputs"][0]["data"]
+
+
+def test_a_chunked_body_that_ends_in_the_read_that_made_it_wait_is_served_and_its_connection_reads_on(
+    served: Any,
+) -> None:
+    # Its end came with the bytes past its first MiB: no grant would resume the connection (the body is no longer
+    # the one arriving), and it read nothing again, not even the next request.
+    triton, gate = served
+    held = _hold_gate(triton, gate)
+    budget = _budget(triton)
+    data = _infer_http("first", MIB + 4096, 8.0, chunked=True)
+    head_size = data.index(b"\r\n\r\n") + 4
+    split = head_size + MIB - 64  # with the framing, before the body's first MiB
+    sock = socket.create_connection(("127.0.0.1", triton.http_port), timeout=HOLD_S)
+    try:
+        sock.sendall(data[:split])
+        _until(lambda: _unread_by_server(triton.http_port, sock) == 0, "the server to read the body's start")
+        sock.sendall(data[split:])  # past the first MiB, and the end: one read
+        assert _answer(sock) == [8.0]
+        assert budget.waiting == 0 and budget.held >= HELD_BYTES  # the gate's share
+        sock.sendall(_infer_http("first", 4096, 9.0))
+        assert _answer(sock) == [9.0]
+    finally:
+        sock.close()
+        gate.release.set()
+    held.join(HOLD_S)
+    _all_given_back(triton)
+
+
 # -- gRPC ---------------------------------------------------------------------------------------
 
 

@@ -405,6 +405,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         cycle, self._receiving = self._receiving, None
         self._wire = IDLE
         if cycle is not None:
+            if self._budget_wait:
+                self._arrived_waiting(cycle)
             cycle.end_body()
 
     # -- the cycles' side -------------------------------------------------------------------
@@ -463,6 +465,16 @@ class HttpConnection(asyncio.BufferedProtocol):
             fd = sock.fileno() if sock is not None else -1
             if self._state.hangups.watch(fd, self._hung_up):
                 self._watched_fd = fd
+
+    def _arrived_waiting(self, cycle: RequestCycle) -> None:
+        """`cycle`'s body ended in the read that made its share wait (a chunked one): it holds its bytes, read on.
+
+        No grant would reach it any more (it is not the body being received), and the connection would read
+        nothing again.
+        """
+        if cycle.share is not None:
+            cycle.share.force()
+        self._stop_waiting()
 
     def _granted(self, cycle: RequestCycle) -> None:
         """`cycle`'s body has its share of the budget: read on."""
