@@ -22,6 +22,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
+from pytriton.core.raw_tensors import unchanging
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits, default_max_received_bytes
 from pytriton.transport import receive_budget
@@ -291,6 +292,19 @@ def test_the_share_comes_back_when_the_bytes_are_gone_before_the_answer() -> Non
         assert budget.held == HELD_BYTES
         del tensor
         assert budget.held == 0
+
+    asyncio.run(run())
+
+
+def test_outputs_that_are_views_of_a_large_body_count_as_the_requests_own_memory() -> None:
+    # As the transports check it (the body's exporter, app.py and call.py): an identity model's output, a view of a
+    # watched body, goes out as views, not copied.
+    async def run() -> None:
+        share = ReceiveBudget(BUDGET).claim(HELD_BYTES, lambda: None)
+        body = watch(memoryview(bytearray(HELD_BYTES)), share)
+        output = np.frombuffer(body[64:], np.float32).reshape(1, -1)
+        assert unchanging([memoryview(output)], body.obj)
+        assert not unchanging([memoryview(output.copy())], body.obj)
 
     asyncio.run(run())
 
