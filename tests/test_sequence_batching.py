@@ -497,6 +497,26 @@ def test_sequence_parameters_of_a_wrong_type_get_tritons_words(
     assert (status, document) == (400, {"error": message})
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_string_id_over_128_bytes_is_refused_as_triton(any_server: Triton, protocol: str) -> None:
+    # tritonserver 2.51 (its core's TRITONSERVER_InferenceRequestSetCorrelationIdString): an id of 129 bytes or
+    # more (UTF-8: 65 x "é" is 130) is 501 / UNIMPLEMENTED, to any model, counted as no failure; 128 runs. Ours
+    # took an id of any size (1 MB, 4 MB) and kept it while the sequence lived, and a copy in each CORRID input.
+    module: Any = httpclient if protocol == "http" else grpcclient
+    client: Any = module.InferenceServerClient(http_url(any_server) if protocol == "http" else grpc_url(any_server))
+    flags = {"sequence_start": True, "sequence_end": True}
+    for sequence_id in ("c" * 128, "é" * 64):
+        result = client.infer("accumulate", [_input(module, 3)], sequence_id=sequence_id, **flags)
+        assert result.as_numpy("OUTPUT").tolist() == [[3]]
+    for sequence_id in ("c" * 129, "é" * 65, "a" * (1 << 20)):
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("accumulate", [_input(module, 1)], sequence_id=sequence_id, **flags)
+        assert (raised.value.status(), raised.value.message()) == (
+            "501" if protocol == "http" else "StatusCode.UNIMPLEMENTED",
+            "string correlation ID cannot be longer than 128 characters",
+        )
+
+
 def test_a_sequence_takes_no_request_after_its_end(server: Triton) -> None:
     client = httpclient.InferenceServerClient(http_url(server))
     client.infer("accumulate", [_input(httpclient, 1)], sequence_id=55, sequence_start=True, sequence_end=True)
