@@ -175,6 +175,8 @@ class Scheduler:
         # A full queue refuses the request before it is one of the model's: tritonserver 2.51 counts no failure
         # (statistics, nv_inference_request_failure; REJECTED is for a request that timed out in the queue).
         entry = self._queues.push(request, sink)
+        if self._sequences is not None:
+            self._sequences.queued(entry)
         if gone is not None:
             self._watch.watch(entry, gone)
         if (self._free or entry.deadline_ns) and not self._held:  # else _release (or release) schedules
@@ -230,7 +232,7 @@ class Scheduler:
     def _sequence_expired(self, live: LiveSequence) -> None:
         """A sequence waited for a slot past its timeout: its queued requests fail, as tritonserver 2.51's do."""
         assert self._sequences is not None
-        waiting = [entry for entry in self._queues if entry.request.live_sequence is live]
+        waiting = self._sequences.waiting(live)
         self._queues.take(waiting)
         for entry in waiting:
             entry.request.inputs = {}
@@ -244,7 +246,7 @@ class Scheduler:
         Triton answers them CANCELLED with no words (HTTP 400 `{"error":""}`), counted as CANCELED failures.
         """
         assert self._sequences is not None
-        waiting = [entry for entry in self._queues if entry.request.live_sequence is live]
+        waiting = self._sequences.waiting(live)
         self._queues.take(waiting)
         for entry in waiting:
             entry.request.inputs = {}
