@@ -31,6 +31,10 @@ def _raises(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
         raise ValueError("bad \udcff byte")
     if case == "no_str":
         raise _NoStr()
+    if case == "interrupt":
+        raise KeyboardInterrupt()
+    if case == "exit":
+        raise SystemExit(3)
     return [{"y": request["x"]} for request in requests]
 
 
@@ -113,3 +117,14 @@ def test_strings_that_spell_no_number_fail_in_numpys_words(triton: Triton) -> No
     assert status == 500
     # NumPy 2 names the value np.str_('a'), NumPy 1 'a'
     assert re.fullmatch(r"ValueError: could not convert string to float: (np\.str_\()?'a'\)?", answer["error"]), answer
+
+
+@pytest.mark.parametrize(("case", "error"), [("interrupt", "KeyboardInterrupt"), ("exit", "SystemExit: 3")])
+def test_a_keyboard_interrupt_or_system_exit_in_the_callable_fails_its_request_only(
+    triton: Triton, case: str, error: str
+) -> None:
+    # It reached the server's event loop and ended it: the request got no answer and the server none either.
+    # 0.7.0 lost its server too (SystemExit: the request unanswered, then the server gone).
+    assert _http(triton, "raises", case) == (500, {"error": error})
+    assert _http(triton, "raises", "fine")[0] == 200
+    assert _grpc(triton, "raises", "fine").as_numpy("y").tolist() == [1.0]
