@@ -50,11 +50,16 @@ def _strings(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"y": _STRINGS[request.parameters["case"]]} for request in requests]
 
 
+def _returns_an_array(requests: List[Any]) -> Any:
+    return np.zeros(3, dtype=np.float32)
+
+
 def _bind(triton: Triton) -> None:
     x = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
     y = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
     triton.bind("raises", _raises, inputs=x, outputs=y, config=ModelConfig(batching=False))
     triton.bind("strings", _strings, inputs=x, outputs=y, config=ModelConfig(batching=False))
+    triton.bind("array", _returns_an_array, inputs=x, outputs=y, config=ModelConfig(batching=False))
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +133,16 @@ def test_a_keyboard_interrupt_or_system_exit_in_the_callable_fails_its_request_o
     assert _http(triton, "raises", case) == (500, {"error": error})
     assert _http(triton, "raises", "fine")[0] == 200
     assert _grpc(triton, "raises", "fine").as_numpy("y").tolist() == [1.0]
+
+
+def test_what_a_callable_returned_instead_of_a_list_is_written_as_nvidia_writes_it(triton: Triton) -> None:
+    # 0.7.0's traceback ends "ValueError: Outputs returned by `array` model callable must be list of response dicts
+    # with numpy arrays. Got outputs=[0. 0. 0.] instead." (its str); this server wrote array([0., 0., 0.], ...).
+    status, answer = _http(triton, "array", "any")
+    assert (status, answer) == (
+        500,
+        {
+            "error": "Outputs returned by `array` model callable must be list of response dicts with numpy arrays. "
+            "Got outputs=[0. 0. 0.] instead."
+        },
+    )

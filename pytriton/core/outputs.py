@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -31,7 +31,7 @@ def check_results(spec: ModelSpec, results: Any, request_count: int) -> List[Any
     if not isinstance(results, (list, tuple)):
         raise InferenceError.internal(
             f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "
-            f"Got outputs={_short(results)} instead."
+            f"Got outputs={_short(results, text=str)} instead."
         )
     if len(results) != request_count:
         raise InferenceError.internal(
@@ -166,7 +166,7 @@ def _checked(spec: ModelSpec, result: Any, notices: Optional[OutputNotices]) -> 
     if not isinstance(result, dict):
         raise InferenceError.internal(
             f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "
-            f"Got response={_short(result)} instead."
+            f"Got response={_short(result, text=str)} instead."
         )
     result = host_arrays(result)
     datatypes: Dict[str, str] = {}
@@ -311,7 +311,10 @@ def not_an_array(model: Optional[str], name: Any, value: Any) -> str:
     )
 
 
-def _short(value: Any, limit: int = 200) -> str:
-    """A bounded repr for error messages."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+def _short(value: Any, limit: int = 200, text: Callable[[Any], str] = repr) -> str:
+    """A bounded repr (or `text` of it) for error messages.
+
+    NVIDIA's PyTriton writes what a callable returned with `str` in its own messages (`Got outputs=[0. 0. 0.]`).
+    """
+    written = text(value)
+    return written if len(written) <= limit else written[:limit] + "..."
