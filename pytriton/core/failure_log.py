@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Callable, Set
 
-from pytriton.core.errors import BatchNotRun, InferenceError, Status
+from pytriton.core.errors import BatchNotRun, InferenceError, Status, exception_text
 from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
 from pytriton.exceptions import PyTritonUnrecoverableError
 
@@ -44,7 +44,8 @@ class FailureLog:
         it is logged instead of the local one, which shows only where the error was re-raised here.
         """
         unrecoverable = isinstance(error, PyTritonUnrecoverableError)
-        summary = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        text = exception_text(error)  # its str() may raise: the request still gets its answer
+        summary = f"{type(error).__name__}: {text}" if text else type(error).__name__
         if not unrecoverable and not self._budget.admit(summary):
             return
         remote = getattr(error, "remote_traceback", None)

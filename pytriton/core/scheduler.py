@@ -521,7 +521,9 @@ class Scheduler:
             for index, entry in enumerate(batch):
                 self._hand_over(slots, index, self._fail, entry, failure)
             output_end_ns = time.monotonic_ns()  # answering the failure is its compute output, as in Triton's stats
-            if not isinstance(error, Exception) and not self._in_flight.answered(error, task):
+            # A cancel of this task goes on up. What else is no Exception came from the callable (KeyboardInterrupt,
+            # SystemExit raised in it): its batch failed with it, and raised on here it stopped the server's loop.
+            if isinstance(error, asyncio.CancelledError) and not self._in_flight.answered(error, task):
                 raise
         finally:
             self._batches.discard(running)
