@@ -235,3 +235,28 @@ def test_a_batch_not_run_is_logged_as_such_without_a_traceback(caplog: pytest.Lo
         "model 'm' instance 0 could not take the batch: MemoryError",
     ]
     assert all(record.exc_info is None for record in caplog.records)
+
+
+def test_a_message_with_lone_surrogates_is_logged_as_escapes(caplog: pytest.LogCaptureFixture) -> None:
+    # ValueError("\udcff") logged as it is made every UTF-8 handler fail on the record ("--- Logging error ---"),
+    # and pytest-xdist could not send the test's report. It goes as the client's message does: "\udcff" escaped.
+    caplog.set_level(logging.ERROR, "pytriton.model")
+
+    def parse() -> None:
+        raise ValueError("bad \udcff byte")
+
+    async def fail() -> None:
+        log = FailureLog("'m' version 1", burst=1)
+        try:
+            parse()
+        except ValueError as error:
+            log.callable_raised(error, 1)
+
+    asyncio.run(fail())
+    (record,) = [record for record in caplog.records if record.name == "pytriton.model"]
+    text = caplog.handler.format(record)
+    text.encode("utf-8")  # no lone surrogate left
+    assert text.splitlines()[0].endswith(
+        "model 'm' version 1: the inference callable raised ValueError: bad \\udcff byte (1 request failed)"
+    )
+    assert "in parse" in text and text.rstrip().endswith("ValueError: bad \\udcff byte")

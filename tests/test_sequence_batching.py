@@ -21,10 +21,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
+import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
 from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.core.queues import PriorityQueues
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import (
@@ -495,6 +497,26 @@ def test_sequence_parameters_of_a_wrong_type_get_tritons_words(
     assert (status, document) == (400, {"error": message})
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_string_id_over_128_bytes_is_refused_as_triton(any_server: Triton, protocol: str) -> None:
+    # tritonserver 2.51 (its core's TRITONSERVER_InferenceRequestSetCorrelationIdString): an id of 129 bytes or
+    # more (UTF-8: 65 x "é" is 130) is 501 / UNIMPLEMENTED, to any model, counted as no failure; 128 runs. Ours
+    # took an id of any size (1 MB, 4 MB) and kept it while the sequence lived, and a copy in each CORRID input.
+    module: Any = httpclient if protocol == "http" else grpcclient
+    client: Any = module.InferenceServerClient(http_url(any_server) if protocol == "http" else grpc_url(any_server))
+    flags = {"sequence_start": True, "sequence_end": True}
+    for sequence_id in ("c" * 128, "é" * 64):
+        result = client.infer("accumulate", [_input(module, 3)], sequence_id=sequence_id, **flags)
+        assert result.as_numpy("OUTPUT").tolist() == [[3]]
+    for sequence_id in ("c" * 129, "é" * 65, "a" * (1 << 20)):
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("accumulate", [_input(module, 1)], sequence_id=sequence_id, **flags)
+        assert (raised.value.status(), raised.value.message()) == (
+            "501" if protocol == "http" else "StatusCode.UNIMPLEMENTED",
+            "string correlation ID cannot be longer than 128 characters",
+        )
+
+
 def test_a_sequence_takes_no_request_after_its_end(server: Triton) -> None:
     client = httpclient.InferenceServerClient(http_url(server))
     client.infer("accumulate", [_input(httpclient, 1)], sequence_id=55, sequence_start=True, sequence_end=True)
@@ -943,3 +965,86 @@ def test_sequence_parameters_are_ignored_without_a_sequence_batcher(start_triton
 def accumulate_plain(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
     assert all(request.sequence_id is None and request.sequence_state is None for request in requests)
     return [{"OUTPUT": request["INPUT"]} for request in requests]
+
+
+def test_a_batch_looks_at_the_slot_holders_requests_not_the_backlogs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 sequences wait for a slot while the two slot holders run 20 requests: no batch looks at the backlog.
+
+    Each batch scanned the model's whole queue, the backlog's requests first (O(N) a request, O(N^2) to serve N
+    waiting sequences: 4,000 cost 1.2 ms of the loop a request). Counted, not timed: the queue's entries that
+    batches iterate, and the sequences `take_batch` looks at.
+    """
+    recorder = Recorder()
+    idle = SequenceBatcher(direct=SequenceStrategyDirect(), max_sequence_idle_microseconds=60_000_000)
+    iterated = [0]
+    original_iter = PriorityQueues.__iter__
+
+    def counting_iter(queues: PriorityQueues) -> Iterator[Any]:
+        for entry in original_iter(queues):
+            iterated[0] += 1
+            yield entry
+
+    def bind(triton: Triton) -> None:
+        triton.bind("many", recorder, **IO, config=ModelConfig(max_batch_size=2, sequence_batcher=idle))
+
+    async def infer(client: Any, sequence_id: int, value: int, **flags: bool) -> int:
+        tensor = httpaio.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.full((1, 1), value, np.int32))
+        result = await client.infer("many", [tensor], sequence_id=sequence_id, **flags)
+        return int(result.as_numpy("OUTPUT")[0][0])
+
+    async def scenario(triton: Triton) -> Tuple[int, int, int, List[int]]:
+        scheduler = _scheduler(triton, "many")
+        async with httpaio.InferenceServerClient(http_url(triton), conn_limit=300) as client:
+            assert await infer(client, 1, 1, sequence_start=True) == await infer(client, 2, 1, sequence_start=True) == 1
+            backlog = [
+                asyncio.ensure_future(infer(client, 1000 + n, n, sequence_start=True, sequence_end=True))
+                for n in range(200)
+            ]
+            deadline = time.monotonic() + 30
+            while scheduler.pending != 200:
+                assert time.monotonic() < deadline, f"{scheduler.pending} requests queued, not 200"
+                await asyncio.sleep(0.005)
+            monkeypatch.setattr(PriorityQueues, "__iter__", counting_iter)
+            looked_at, batches = scheduler._sequences.looked_at, len(recorder.batches)
+            for step in range(2, 12):
+                assert await asyncio.gather(infer(client, 1, 1), infer(client, 2, 2)) == [step, 2 * step - 1]
+            counts = (iterated[0], scheduler._sequences.looked_at - looked_at, len(recorder.batches) - batches)
+            monkeypatch.setattr(PriorityQueues, "__iter__", original_iter)
+            await infer(client, 1, 0, sequence_end=True)
+            await infer(client, 2, 0, sequence_end=True)
+            return (*counts, await asyncio.gather(*backlog))
+
+    with running_triton(bind) as triton:
+        iterated_entries, looked_at, batches, backlog = asyncio.run(scenario(triton))
+    assert backlog == list(range(200))  # then the backlog ran, each sequence in a slot freed for it
+    assert 10 <= batches <= 20
+    assert iterated_entries == 0  # the queue's entries, of which 200 are the backlog's: each batch scanned them
+    assert looked_at <= 2 * 20  # a sequence for each request run, and at most one stale heap item each
+
+
+def test_requests_run_past_a_waiting_sequence_leave_the_queue() -> None:
+    """A sequence waiting for a slot holds the queue's front; the requests run behind it do not stay in it.
+
+    The queue dropped entries that left it from its front only: while the backlog's request waited there, every
+    request the slot holder ran since stayed in the queue (memory without bound, and time to iterate it).
+    """
+
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "one_slot", accumulate, **IO, config=ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher())
+        )
+
+    with running_triton(bind) as triton, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        http = httpclient.InferenceServerClient(http_url(triton))
+        http.infer("one_slot", [_input(httpclient, 0)], sequence_id=1, sequence_start=True)
+        waiting = _send(pool, triton, "one_slot", 2, 7, sequence_start=True, sequence_end=True)
+        _wait_pending(triton, "one_slot", 1)
+        for _ in range(2500):
+            http.infer("one_slot", [_input(httpclient, 1)], sequence_id=1)
+        queues = _scheduler(triton, "one_slot")._queues
+        held = sum(len(level.ready) + len(level.delayed) for level in queues._levels)
+        result = http.infer("one_slot", [_input(httpclient, 1)], sequence_id=1, sequence_end=True)
+        assert waiting.result(10) == 7
+    assert result.as_numpy("OUTPUT").tolist() == [[2501]]
+    assert held <= 1 + 1025  # the waiting request, and at most 1,025 that left before they are dropped at once

@@ -47,7 +47,13 @@ class InferenceError(Exception):
     """A request failed; carries the status and Triton's message."""
 
     def __init__(self, status: Status, message: str, reason: FailureReason = FailureReason.OTHER) -> None:
-        """Create an error with a status, a message and a failure reason."""
+        r"""Create an error with a status, a message and a failure reason.
+
+        A message that is no UTF-8 (lone surrogates: a callable's `ValueError("\udcff")`, a file name decoded
+        with `surrogateescape`) keeps them as `\udcff` escapes: both transports must encode it, and neither
+        could (HTTP answered "str is not valid UTF-8" and gRPC never answered).
+        """
+        message = utf8_safe(message)
         super().__init__(message)
         self.status = status
         self.message = message
@@ -102,12 +108,32 @@ class InferenceError(Exception):
         return cls(Status.INTERNAL, message, FailureReason.BACKEND)
 
 
+def utf8_safe(text: str) -> str:
+    """`text`, its lone surrogates (which UTF-8 cannot encode) as backslash escapes."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+def exception_text(error: BaseException) -> str:
+    """`str(error)`, or Python's words when that raises (its traceback module writes the same)."""
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - any __str__ may fail
+        return "<exception str() failed>"
+
+
 def callable_error(error: BaseException) -> InferenceError:
     """What a request gets for what the callable raised: the type's name and message, as Triton's shows them.
 
-    ("ValueError: ..."); an exception from another process arrives as a class of the same name.
+    ("ValueError: ..."); an exception from another process arrives as a class of the same name. An exception
+    whose `str()` raises is named with Python's words for it (`exception_text`), as nvidia-pytriton 0.7 names it.
     """
-    message = str(error)
+    message = exception_text(error)
     return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from typing import Callable, Set
 
-from pytriton.core.errors import BatchNotRun, InferenceError, Status
+from pytriton.core.errors import BatchNotRun, InferenceError, Status, exception_text, utf8_safe
 from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
 from pytriton.exceptions import PyTritonUnrecoverableError
 
@@ -44,18 +45,24 @@ class FailureLog:
         it is logged instead of the local one, which shows only where the error was re-raised here.
         """
         unrecoverable = isinstance(error, PyTritonUnrecoverableError)
-        summary = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        text = exception_text(error)  # its str() may raise: the request still gets its answer
+        summary = f"{type(error).__name__}: {text}" if text else type(error).__name__
         if not unrecoverable and not self._budget.admit(summary):
             return
         remote = getattr(error, "remote_traceback", None)
-        from_elsewhere = isinstance(remote, str) and bool(remote)
+        trace = remote if isinstance(remote, str) and remote else None
+        safe_summary = utf8_safe(summary)
+        if trace is None and safe_summary != summary:
+            # Lone surrogates in the message: a handler writing UTF-8 (a file, a log shipper) fails on the record
+            # ("--- Logging error ---"), so the traceback goes as escaped text, as the client's message does.
+            trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         LOGGER.error(
             "model %s: the inference callable raised %s (%s failed)%s",
             self._model,
-            summary,
+            safe_summary,
             _requests(requests),
-            "\n" + str(remote).rstrip("\n") if from_elsewhere else "",
-            exc_info=None if from_elsewhere else error,
+            "\n" + utf8_safe(trace).rstrip("\n") if trace is not None else "",
+            exc_info=error if trace is None else None,
         )
 
     def batch_not_run(self, error: BatchNotRun, requests: int) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -31,7 +31,7 @@ def check_results(spec: ModelSpec, results: Any, request_count: int) -> List[Any
     if not isinstance(results, (list, tuple)):
         raise InferenceError.internal(
             f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "
-            f"Got outputs={_short(results)} instead."
+            f"Got outputs={_short(results, text=str)} instead."
         )
     if len(results) != request_count:
         raise InferenceError.internal(
@@ -166,7 +166,7 @@ def _checked(spec: ModelSpec, result: Any, notices: Optional[OutputNotices]) -> 
     if not isinstance(result, dict):
         raise InferenceError.internal(
             f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "
-            f"Got response={_short(result)} instead."
+            f"Got response={_short(result, text=str)} instead."
         )
     result = host_arrays(result)
     datatypes: Dict[str, str] = {}
@@ -182,9 +182,7 @@ def _checked(spec: ModelSpec, result: Any, notices: Optional[OutputNotices]) -> 
                     notices.undeclared_output(name)
             elif datatype != declared.datatype and _casts(datatype, declared.datatype):
                 cast = cast if cast is not None else {}
-                cast[name] = (
-                    _as_text(value) if declared.datatype == BYTES else value.astype(numpy_dtype(declared.datatype))
-                )
+                cast[name] = _cast(value, datatype, declared.datatype)
                 datatypes[name] = declared.datatype
     if cast is not None:
         result = {**result, **cast}
@@ -203,11 +201,28 @@ def _too_large(spec: ModelSpec, names: Sequence[str], size: int) -> InferenceErr
 def _casts(returned: str, declared: str) -> bool:
     """Whether an output returned as `returned` goes out as its declared datatype, cast as NVIDIA's PyTriton casts.
 
-    Its proxy sends every output `astype` the declared dtype: numbers and booleans to another number type, and
-    numbers and booleans of a BYTES output as their text (`_as_text`). BYTES returned for a number output, and
-    FP32 values of a BF16 output (sent as BF16 below), go out as they are.
+    Its proxy sends every output `astype` the declared dtype: numbers and booleans to another number type,
+    numbers and booleans of a BYTES output as their text (`_as_text`), and strings of a number or BOOL output as
+    the values they spell (`_cast`). FP32 values of a BF16 output (sent as BF16 below) go out as they are.
     """
-    return returned != BYTES and declared != BF16
+    return declared != BF16
+
+
+def _cast(value: np.ndarray, returned: str, declared: str) -> np.ndarray:
+    """An output's array as its declared datatype, as NVIDIA's PyTriton's `astype` makes it.
+
+    Strings (str or bytes) of a number or BOOL output are parsed by numpy (measured with 0.7: `"1.5"` and `b"1.5"`
+    of an FP32 output went out as FP32 1.5); a string numpy cannot read fails the request in numpy's words, as
+    0.7's traceback ends (`ValueError: could not convert string to float: 'a'`).
+    """
+    if declared == BYTES:
+        return _as_text(value)
+    if returned != BYTES:
+        return value.astype(numpy_dtype(declared))
+    try:
+        return value.astype(numpy_dtype(declared))
+    except (ValueError, TypeError, OverflowError) as error:
+        raise InferenceError.internal(f"{type(error).__name__}: {error}") from None
 
 
 def _as_text(value: np.ndarray) -> np.ndarray:
@@ -296,7 +311,10 @@ def not_an_array(model: Optional[str], name: Any, value: Any) -> str:
     )
 
 
-def _short(value: Any, limit: int = 200) -> str:
-    """A bounded repr for error messages."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+def _short(value: Any, limit: int = 200, text: Callable[[Any], str] = repr) -> str:
+    """A bounded repr (or `text` of it) for error messages.
+
+    NVIDIA's PyTriton writes what a callable returned with `str` in its own messages (`Got outputs=[0. 0. 0.]`).
+    """
+    written = text(value)
+    return written if len(written) <= limit else written[:limit] + "..."

@@ -17,6 +17,7 @@ from pytriton.model_config.common import QueuePolicy, TimeoutAction
 from pytriton.proxy.types import Request
 
 QUEUE_FULL_MESSAGE = "Exceeds maximum queue size"
+_COMPACT_AFTER = 1024  # entries left in the middle of the deques that make `take` drop them (see `_compact`)
 TIMEOUT_MESSAGE = "Request timeout expired"
 
 
@@ -88,6 +89,7 @@ class PriorityQueues:
         self._deadlines: List[Tuple[int, int, Entry]] = []
         self._tiebreak = itertools.count()
         self.size = 0
+        self._left = 0  # entries taken out behind the front of their deque, still in it (see `take`)
 
     def level_of(self, priority: int) -> int:
         """The level (1 is highest) a request's `priority` parameter maps to."""
@@ -151,10 +153,26 @@ class PriorityQueues:
             if entry.queued:
                 entry.queued = False
                 self.size -= 1
+                self._left += 1
         for level in self._levels:
             for queue in (level.ready, level.delayed):
                 while queue and not queue[0].queued:
                     queue.popleft()
+                    self._left -= 1
+        if self._left > _COMPACT_AFTER and self._left > self.size:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the entries that left from the middle of their deques.
+
+        A sequence model takes its slot holders' requests from behind the backlog's, which may wait for long at
+        the front: without this every request that ran since would stay in the deque (memory, and time to
+        iterate). Run when they outnumber those waiting, it costs O(1) a request, amortized.
+        """
+        for level in self._levels:
+            level.ready = deque(entry for entry in level.ready if entry.queued)
+            level.delayed = deque(entry for entry in level.delayed if entry.queued)
+        self._left = 0
 
     def drain(self) -> List[Entry]:
         """Remove and return every waiting entry."""

@@ -175,6 +175,8 @@ class Scheduler:
         # A full queue refuses the request before it is one of the model's: tritonserver 2.51 counts no failure
         # (statistics, nv_inference_request_failure; REJECTED is for a request that timed out in the queue).
         entry = self._queues.push(request, sink)
+        if self._sequences is not None:
+            self._sequences.queued(entry)
         if gone is not None:
             self._watch.watch(entry, gone)
         if (self._free or entry.deadline_ns) and not self._held:  # else _release (or release) schedules
@@ -230,7 +232,7 @@ class Scheduler:
     def _sequence_expired(self, live: LiveSequence) -> None:
         """A sequence waited for a slot past its timeout: its queued requests fail, as tritonserver 2.51's do."""
         assert self._sequences is not None
-        waiting = [entry for entry in self._queues if entry.request.live_sequence is live]
+        waiting = self._sequences.waiting(live)
         self._queues.take(waiting)
         for entry in waiting:
             entry.request.inputs = {}
@@ -244,7 +246,7 @@ class Scheduler:
         Triton answers them CANCELLED with no words (HTTP 400 `{"error":""}`), counted as CANCELED failures.
         """
         assert self._sequences is not None
-        waiting = [entry for entry in self._queues if entry.request.live_sequence is live]
+        waiting = self._sequences.waiting(live)
         self._queues.take(waiting)
         for entry in waiting:
             entry.request.inputs = {}
@@ -519,7 +521,9 @@ class Scheduler:
             for index, entry in enumerate(batch):
                 self._hand_over(slots, index, self._fail, entry, failure)
             output_end_ns = time.monotonic_ns()  # answering the failure is its compute output, as in Triton's stats
-            if not isinstance(error, Exception) and not self._in_flight.answered(error, task):
+            # A cancel of this task goes on up. What else is no Exception came from the callable (KeyboardInterrupt,
+            # SystemExit raised in it): its batch failed with it, and raised on here it stopped the server's loop.
+            if isinstance(error, asyncio.CancelledError) and not self._in_flight.answered(error, task):
                 raise
         finally:
             self._batches.discard(running)

@@ -121,6 +121,8 @@ def _apply_sequence(options: RequestOptions, key: str, value: Any) -> None:
         in_range = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _UINT64_LIMIT
         if not in_range and not isinstance(value, str):
             raise InferenceError.invalid("Unable to parse 'sequence_id': attempt to access JSON non-string as string")
+        if isinstance(value, str) and len(value) > _STRING_ID_BYTES // 4:
+            _check_string_id(value)
         sequence_id = value
     elif not isinstance(value, bool):
         raise InferenceError.invalid(f"Unable to parse '{key}': attempt to access JSON non-boolean as boolean")
@@ -133,6 +135,19 @@ def _apply_sequence(options: RequestOptions, key: str, value: Any) -> None:
 
 _UINT64_LIMIT = 1 << 64
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_STRING_ID_BYTES = 128  # the longest string correlation id tritonserver 2.51 takes
+
+
+def _check_string_id(sequence_id: str) -> None:
+    """Refuse a string correlation id longer than 128 bytes, as tritonserver 2.51's core does (501 / UNIMPLEMENTED).
+
+    It counts the UTF-8 bytes before the first NUL (it is handed a C string), for every model, with or without a
+    sequence batcher; the request is refused before it is the model's (no failure counted). Without the bound
+    a live sequence kept an id of any size (1 MB, 4 MB: the body's limit), and each request's CORRID input a copy.
+    """
+    encoded = sequence_id.encode("utf-8", "surrogatepass")
+    if len(encoded) > _STRING_ID_BYTES and len(encoded.split(b"\0", 1)[0]) > _STRING_ID_BYTES:
+        raise InferenceError.unimplemented(f"string correlation ID cannot be longer than {_STRING_ID_BYTES} characters")
 
 
 def _unsigned(key: str, value: Any) -> int:

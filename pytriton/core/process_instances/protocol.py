@@ -18,7 +18,7 @@ import pickle
 import traceback
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Type
 
-from pytriton.core.errors import FailureReason, InferenceError, Status
+from pytriton.core.errors import FailureReason, InferenceError, Status, exception_text
 from pytriton.exceptions import PyTritonError
 from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
 
@@ -136,7 +136,7 @@ def error_info(error: BaseException) -> ErrorInfo:
         pickled = pickle.dumps(("inference", error.status.name, error.message, error.reason.name))
     elif isinstance(error, PyTritonError):
         pickled = pickle.dumps(("pytriton", type(error).__module__, type(error).__qualname__, error.message))
-    return ErrorInfo(type(error).__name__, type(error).__module__, str(error), text, pickled)
+    return ErrorInfo(type(error).__name__, type(error).__module__, exception_text(error), text, pickled)
 
 
 def rebuild_error(info: ErrorInfo) -> BaseException:

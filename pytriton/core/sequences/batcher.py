@@ -8,16 +8,23 @@ and its next request needs START. A batch
 for an instance holds at most one request of each of its sequences, each sequence's oldest, and a sequence's
 next request runs only once its previous one has. Requests are checked when they arrive, with Triton's errors.
 Everything here runs on the engine's event loop.
+
+Forming a batch looks at the slot holders' next requests only, never at the backlog's: each sequence keeps its
+own queued requests (`LiveSequence.queued`), and each instance a heap of its slot holders that may run, by
+their next request's place in the model's queue. A sequence model's queue is one FIFO level (the sequence
+batcher has no priority levels or queue policies: `ModelSpec.batcher` is None), so that place is the order
+in which requests were queued (`SequenceSlots.queued`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import logging
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
 from pytriton.core.batcher import short_batch
@@ -42,12 +49,14 @@ class LiveSequence:
     __slots__ = (
         "backlog_timer",
         "ended",
+        "heaped",
         "idle_timer",
         "instance",
         "key",
         "last_ns",
         "owner",
         "pending",
+        "queued",
         "running",
         "serial",
         "slot",
@@ -66,6 +75,10 @@ class LiveSequence:
         self.last_ns = 0  # when its last request arrived
         self.idle_timer: Optional[asyncio.TimerHandle] = None
         self.backlog_timer: Optional[asyncio.TimerHandle] = None  # its timeout while it waits for a slot
+        # Its requests in the model's queue, oldest first, each with its place there; those that left the queue
+        # since (`Entry.queued` false) are dropped from the front when looked at.
+        self.queued: Deque[Tuple[int, Entry]] = deque()
+        self.heaped = 0  # the place its item in its instance's heap of runnable sequences has (0: none)
 
 
 class SequenceSlots:
@@ -105,8 +118,14 @@ class SequenceSlots:
             (instance, slot) for slot in range(per_instance) for instance in range(instance_count)
         )
         self._live: Dict[SequenceKey, LiveSequence] = {}
-        self._backlog: Deque[LiveSequence] = deque()
+        # Sequences waiting for a slot by serial, oldest first.
+        self._backlog: OrderedDict[int, LiveSequence] = OrderedDict()
         self._serials = itertools.count(1)
+        self._places = itertools.count(1)  # each queued request's place in the model's queue
+        # Per instance, a heap of (place of its next queued request, serial, sequence) of the sequences holding
+        # one of its slots that may run that request; an item whose place is not its sequence's `heaped` is stale.
+        self._runnable: List[List[Tuple[int, int, LiveSequence]]] = [[] for _ in range(instance_count)]
+        self.looked_at = 0  # sequences take_batch looked at (what a batch costs; tests count it)
         self._idle_s = config.max_sequence_idle_microseconds / 1e6
         strategy: Any = oldest if oldest is not None else config.direct
         self.delay_ns = strategy.max_queue_delay_microseconds * 1000 if strategy is not None else 0
@@ -166,7 +185,7 @@ class SequenceSlots:
         if self._free:
             live.instance, live.slot = self._free.popleft()
             return
-        self._backlog.append(live)
+        self._backlog[live.serial] = live
         if timeout_us > 0:
             live.backlog_timer = asyncio.get_running_loop().call_later(timeout_us / 1e6, self._expired, live)
 
@@ -180,44 +199,79 @@ class SequenceSlots:
             del self._live[live.key]
         self._on_expired(live)
 
+    def queued(self, entry: Entry) -> None:
+        """A request of a sequence joined the model's queue (after every request queued before it)."""
+        live: LiveSequence = entry.request.live_sequence
+        _next_queued(live)  # drop those that left the queue, so that the deque stays as long as what waits
+        live.queued.append((next(self._places), entry))
+        if len(live.queued) == 1:
+            self._offer(live)
+
+    def waiting(self, live: LiveSequence) -> List[Entry]:
+        """A sequence's requests still in the model's queue, oldest first."""
+        return [entry for _, entry in live.queued if entry.queued]
+
+    def _offer(self, live: LiveSequence) -> None:
+        """Put a sequence on its instance's heap if it may run its next queued request (it holds a slot, none runs)."""
+        if live.heaped or live.running or live.instance < 0:
+            return
+        head = _next_queued(live)
+        if head is not None:
+            live.heaped = head[0]
+            heapq.heappush(self._runnable[live.instance], (head[0], live.serial, live))
+
     def take_batch(self, queues: PriorityQueues, instance: int, now_ns: int) -> Tuple[List[Entry], Optional[int]]:
         """The batch `instance` runs now (its sequences' oldest requests, one each), or none and when to look again.
 
-        Requests whose caller has gone are dropped from the queue on the way, and their sequences end (`withdrawn`).
+        As a scan of the model's queue would pick them, the sequences in the order of their next requests' places
+        there, but with a look at the slot holders of `instance` only: O(batch log slots), whatever the backlog.
+        A request whose caller has gone is dropped from the queue on the way, and its sequence ends (`withdrawn`).
         """
-        taken: List[Entry] = []
+        heap = self._runnable[instance]
+        taken: List[Tuple[int, LiveSequence, Entry]] = []
         dead: List[Entry] = []
-        seen = set()
         preferred_cut = 0
-        for entry in queues:
-            live: LiveSequence = entry.request.live_sequence
-            if live.serial in seen:
+        while heap and len(taken) < self.max_batch:
+            place, _, live = heapq.heappop(heap)
+            self.looked_at += 1
+            if live.heaped != place:
+                continue  # stale: the sequence is on the heap under another place, or not at all
+            live.heaped = 0
+            if live.running or live.instance != instance:
+                continue  # it is offered again once it may run (`finished`)
+            head = _next_queued(live)
+            if head is None:
+                continue  # its requests left the queue; its next one offers it again (`queued`)
+            if head[0] != place:  # the request it was offered for left the queue: its next one's place counts
+                self._offer(live)
                 continue
-            seen.add(live.serial)
+            entry = head[1]
             if entry.sink.done():
                 dead.append(entry)
                 continue
-            if live.running or live.instance != instance:
-                continue
-            taken.append(entry)
+            taken.append((place, live, entry))
             if len(taken) in self._preferred:
                 preferred_cut = len(taken)
-            if len(taken) >= self.max_batch:
-                break
         if dead:
             queues.take(dead)
             for entry in dead:
                 self.withdrawn(entry)
         if not taken:
             return [], None
+        entries = [entry for _, _, entry in taken]
         if len(taken) < self._ready_needed and self.delay_ns:
-            taken, due = short_batch(taken, preferred_cut, self.delay_ns, now_ns)
+            entries, due = short_batch(entries, preferred_cut, self.delay_ns, now_ns)
+            for place, live, _ in taken[len(entries) :]:  # not in this batch: they stay the heap's
+                live.heaped = place
+                heapq.heappush(heap, (place, live.serial, live))
             if due is not None:
                 return [], due
-        queues.take(taken)
-        for entry in taken:
-            entry.request.live_sequence.running = True
-        return taken, None
+        queues.take(entries)
+        for entry in entries:
+            live = entry.request.live_sequence
+            live.running = True
+            live.queued.popleft()
+        return entries, None
 
     def withdrawn(self, entry: Entry) -> None:
         """A queued request whose client left was taken out of the queue: its sequence ends, as in tritonserver 2.51.
@@ -242,6 +296,7 @@ class SequenceSlots:
         live.running = False
         live.pending -= 1
         if live.pending:
+            self._offer(live)
             return
         if live.ended:
             # The END request's run dropped the state already; not when it failed before the call or left the queue.
@@ -267,17 +322,17 @@ class SequenceSlots:
     def _release(self, live: LiveSequence) -> None:
         """Free an ended sequence's slot: the oldest sequence waiting for one takes it."""
         if live.instance < 0:
-            if live in self._backlog:  # it ended before it had a slot (its requests left the queue)
-                self._backlog.remove(live)
+            self._backlog.pop(live.serial, None)  # it ended before it had a slot (its requests left the queue)
             return
         place = (live.instance, live.slot)
         live.instance = live.slot = -1
         if self._backlog:
-            waiting = self._backlog.popleft()
+            _, waiting = self._backlog.popitem(last=False)
             waiting.instance, waiting.slot = place
             if waiting.backlog_timer is not None:
                 waiting.backlog_timer.cancel()
                 waiting.backlog_timer = None
+            self._offer(waiting)
         else:
             self._free.append(place)
 
@@ -291,3 +346,13 @@ class SequenceSlots:
             self._forget(live.instance, live.serial)
         self._live.clear()
         self._backlog.clear()
+        for heap in self._runnable:
+            heap.clear()
+
+
+def _next_queued(live: LiveSequence) -> Optional[Tuple[int, Entry]]:
+    """A sequence's oldest request still in the model's queue, with its place there (those that left are dropped)."""
+    queued = live.queued
+    while queued and not queued[0][1].queued:
+        queued.popleft()
+    return queued[0] if queued else None

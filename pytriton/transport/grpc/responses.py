@@ -45,8 +45,11 @@ _CUT_MARK = b"..."
 
 
 def _grpc_message(details: str) -> bytes:
-    """grpc-message's value: printable ASCII but '%' as is, every other UTF-8 byte as %XX; cut to the cap."""
-    raw = details.encode()
+    """grpc-message's value: printable ASCII but '%' as is, every other UTF-8 byte as %XX; cut to the cap.
+
+    A lone surrogate, which UTF-8 cannot encode, goes as its backslash escape: the call still gets its status.
+    """
+    raw = details.encode("utf-8", "backslashreplace")
     pieces = [
         bytes((byte,)) if 0x20 <= byte <= 0x7E and byte != 0x25 else b"%%%02X" % byte
         for byte in raw[:MAX_GRPC_MESSAGE_BYTES]  # each byte takes one to three: no more can fit
