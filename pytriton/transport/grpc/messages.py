@@ -328,4 +328,4 @@ def message_pieces(parts: Sequence[Buffer], size: int, limit: int) -> List[Buffe
 
 
 def _nothing() -> None:
-    """A reader's `granted` until its call sets its own."""
+    """A reader's `granted` until its call sets its own, and once the call is over."""
