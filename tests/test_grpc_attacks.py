@@ -507,7 +507,7 @@ def test_a_hard_open_file_limit_below_the_caps_is_warned_of():
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)),
         timeout=60,
     )
-    assert done.stdout.strip() == "(1024, 1024)"
+    assert (done.returncode, done.stdout.strip()) == (0, "(1024, 1024)"), done.stderr
     assert "the open-file limit is 1024, below the 2248 the server may need" in done.stderr
 
 

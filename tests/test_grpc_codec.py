@@ -69,11 +69,17 @@ def test_parse_infer_request_matches_protobuf(count: int) -> None:
 
 
 def test_large_raw_inputs_are_not_copied() -> None:
-    data = _request(BIG).SerializeToString()
+    # The server reads a large message into a writable buffer of its own, and its inputs are views of it; a
+    # read-only one (protobuf's bytes) is copied, as callables get their inputs writable.
+    data = bytearray(_request(BIG).SerializeToString())
     frame = wire.parse_infer_request(data)
     decoded = grpc_codec.decode_infer_request(SPEC, frame.message, frame.raw_inputs)
     array = decoded.request.inputs["A"]
-    assert np.shares_memory(array, np.frombuffer(data, dtype=np.uint8))
+    assert np.shares_memory(array, np.frombuffer(data, dtype=np.uint8)) and array.flags.writeable
+    read_only = bytes(data)
+    frame = wire.parse_infer_request(read_only)
+    copied = grpc_codec.decode_infer_request(SPEC, frame.message, frame.raw_inputs).request.inputs["A"]
+    assert copied.flags.writeable and not np.shares_memory(copied, np.frombuffer(read_only, dtype=np.uint8))
     np.testing.assert_array_equal(array, np.arange(BIG, dtype=np.float32))
     assert decoded.request.inputs["B"].tolist() == [b"a\x00", b""]
     assert decoded.request.parameters == {"user": "u"}

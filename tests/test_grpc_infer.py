@@ -304,7 +304,7 @@ def test_repository_index(call: Call) -> None:
     index = call(lambda client: client.get_model_repository_index(headers=GRPC_AUTH, as_json=True))
     entries = {entry["name"]: entry for entry in index["models"]}
     assert entries["echo_all"] == {"name": "echo_all", "version": "1", "state": "READY"}
-    assert set(entries) == {"echo_all", "parameters", "fail", "decoupled"}
+    assert set(entries) == {"echo_all", "parameters", "fail", "decoupled", "in_place"}
 
 
 def test_unload_then_load(call: Call, triton: Triton) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -27,6 +28,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.core.queues import PriorityQueues
+from pytriton.core.watch import QueueWatch
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import (
@@ -980,8 +982,11 @@ def test_a_batch_looks_at_the_slot_holders_requests_not_the_backlogs(monkeypatch
     original_iter = PriorityQueues.__iter__
 
     def counting_iter(queues: PriorityQueues) -> Iterator[Any]:
+        # Not the watch's sweep, which looks at every waiting request's client every 0.1 s (core/watch.py): that
+        # is no batch's work, and it came in this window in 2 runs of 3.
+        by_sweep = sys._getframe(1).f_code is QueueWatch._sweep.__code__
         for entry in original_iter(queues):
-            iterated[0] += 1
+            iterated[0] += not by_sweep
             yield entry
 
     def bind(triton: Triton) -> None:
