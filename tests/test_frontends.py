@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import json
 import logging
@@ -26,6 +27,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, Tensor
 from pytriton.remote_triton import RemoteTriton
+from pytriton.runtime.frontends import pool as pool_module
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.frontend_processes import frontend_pids, listening_inodes, serving_pid
@@ -578,6 +580,39 @@ def test_a_load_with_a_config_override_and_a_log_change_reach_every_frontend(
             logged = capfd.readouterr().err
             for port in ports:
                 assert (f"closing HTTP connection from ('127.0.0.1', {port}): 400" in logged) == bool(verbose), logged
+
+
+def test_a_model_bound_again_while_a_frontend_starts_again_reaches_it(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A frontend is told what changed since the table it was started with, not since the table after its start."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    triton = start_triton(_many, frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+    engine = triton._runtime.engine
+    start_helper = pool_module.start_helper
+
+    async def start_while_m7_is_bound_again(*args: Any) -> Any:
+        started = await start_helper(*args)
+        await engine.load("m7", lambda spec: dataclasses.replace(spec, max_batch_size=16))
+        return started
+
+    monkeypatch.setattr(pool_module, "start_helper", start_while_m7_is_bound_again)
+    os.kill(pool._frontends[0].pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while not any("is serving again" in record.getMessage() for record in caplog.records):
+        assert time.monotonic() < deadline, "the frontend was not started again"
+        time.sleep(0.05)
+    twelve = [float(value) for value in range(12)]
+    body = json.dumps({"inputs": [{"name": "INPUT_1", "shape": [12, 1], "datatype": "FP32", "data": twelve}]})
+    pids = sorted(frontend.pid for frontend in pool._frontends)
+    with _connections_on_each_frontend(triton.http_port, pids) as connections:
+        for connection in connections.values():  # a frontend with m7's first spec refuses a batch over 8
+            connection.request("POST", "/v2/models/m7/infer", body)
+            response = connection.getresponse()
+            assert response.status == 200, response.read()
+            assert json.loads(response.read())["outputs"][0]["data"] == twelve
 
 
 def _mirrored(engine: Any) -> Tuple[Any, ...]:

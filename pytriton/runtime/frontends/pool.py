@@ -148,6 +148,7 @@ class FrontendPool:
         """Start one frontend process and wait until it serves."""
         loop = asyncio.get_running_loop()
         mirror = self._mirror()
+        specs = self._spec_table()
         regions = self._region_table()
         init = Init(
             frontend.number,
@@ -155,7 +156,7 @@ class FrontendPool:
             self._server_version,
             self._sockets["http"] is not None,
             self._sockets["grpc"] is not None,
-            self._specs(),
+            list(specs.values()),
             list(regions.values()),
             self._log_settings(),
             self._engine.out_of_service(),
@@ -175,7 +176,7 @@ class FrontendPool:
         channel.handle(link.on_message, lambda: self._on_closed(frontend, link))
         frontend.process, frontend.link, frontend.started = process, link, time.monotonic()
         frontend.mirror = mirror
-        frontend.specs = self._spec_table()
+        frontend.specs = specs  # what Init carried: a model bound while the process started is told by _tell
         frontend.regions = regions
         frontend.state = _State.UP
         LOGGER.debug("frontend %d is up (pid %d)", frontend.number, process.pid)
@@ -333,9 +334,6 @@ class FrontendPool:
             memory.release(held)
 
     # -- mirrored state -------------------------------------------------------------------------
-
-    def _specs(self) -> List[Any]:
-        return [model.spec for model in self._engine.models()]
 
     def _spec_table(self) -> Dict[Tuple[str, int], Any]:
         return {(model.spec.name, model.spec.version): model.spec for model in self._engine.models()}
