@@ -24,6 +24,7 @@ import tritonclient.utils.shared_memory as shm
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from pytriton.core.model import ModelState
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, Tensor
 from pytriton.remote_triton import RemoteTriton
@@ -691,6 +692,50 @@ def test_every_change_of_what_the_frontends_mirror_moves_the_generation_they_com
         change("remote stop", lambda: _stopped(remote, removed))  # removed for good
     for (_, generation, mirrored), (what, now, mirroring) in zip(seen, seen[1:]):
         assert mirroring == mirrored or now != generation, f"{what}: the table changed, its generation did not"
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_remote_model_removed_for_good_moves_the_generation_as_it_drains_and_as_it_goes(
+    start_triton: Callable[..., Triton],
+) -> None:
+    """Out of service while its requests finish, then out of the table: the frontends are told both."""
+    triton = start_triton(lambda triton: None, frontends=2)
+    engine = triton._runtime.engine
+    release = threading.Event()
+
+    def held(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        release.wait(60)
+        return _identity(requests)
+
+    answers: List[Tuple[int, Any]] = []
+    remote = RemoteTriton(url=f"http://127.0.0.1:{triton.http_port}")
+    with remote, contextlib.closing(http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=60)) as client:
+        remote.bind("far", held, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))
+        asking = threading.Thread(target=lambda: answers.append(_infer_json(client, "far", [1.0])))
+        asking.start()
+        far = engine.versions_of("far")[0]
+        _until(lambda: far.scheduler.open_requests != (0, 0), "the request never reached the model")
+        serving = (engine.models_generation, _mirrored(engine))
+        stopping = threading.Thread(target=remote.stop)
+        stopping.start()
+        try:
+            _until(lambda: far.state is ModelState.UNLOADING, "the model was never unloaded")
+            draining = (engine.models_generation, _mirrored(engine))
+        finally:
+            release.set()
+        stopping.join(60)
+        asking.join(60)
+        _until(lambda: not engine.versions_of("far"), "the model was never removed")
+        gone = (engine.models_generation, _mirrored(engine))
+    assert answers == [(200, answers[0][1])] and answers[0][1]["outputs"][0]["data"] == [1.0]
+    assert serving[1] != draining[1] != gone[1]
+    assert serving[0] != draining[0] != gone[0]
 
 
 def _stopped(remote: RemoteTriton, removed: threading.Event) -> None:
