@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import json
 import logging
@@ -23,11 +24,15 @@ import tritonclient.utils.shared_memory as shm
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
+from pytriton.core.model import ModelState
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, Tensor
+from pytriton.remote_triton import RemoteTriton
+from pytriton.runtime.frontends import pool as pool_module
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.frontend_processes import frontend_pids, listening_inodes, serving_pid
+from tests.http_helpers import request as http_request
 from tests.pids import alive, started_at
 
 FP32 = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
@@ -508,6 +513,238 @@ def test_a_bind_or_load_among_many_models_sends_each_frontend_only_what_changed(
         for connection in connections.values():
             assert _infer_json(connection, "m7", [3.0])[1]["outputs"][0]["data"] == [3.0]
         assert pool.specs_sent - sent <= 4  # m7's, at most twice to each frontend: never the other 40
+
+
+def test_a_forwarded_call_among_many_models_walks_none_of_them(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each forwarded call checks that the frontends' mirror is current: by generations, not model by model."""
+    triton = start_triton(_many, frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+    engine = triton._runtime.engine
+    walked: List[int] = []
+    checks: List[Any] = []
+    models, mirror = engine.models, pool._mirror
+    monkeypatch.setattr(engine, "models", lambda: walked.append(len(models())) or models())
+    monkeypatch.setattr(pool, "_mirror", lambda: checks.append(mirror()) or checks[-1])
+    pids = sorted(frontend.pid for frontend in pool._frontends)
+    with _connections_on_each_frontend(triton.http_port, pids) as connections:
+        for connection in connections.values():
+            for path in ("/v2/models/m7/config", "/v2/models/m8", "/v2/models/m9/ready", "/v2/health/live"):
+                connection.request("GET", path)
+                response = connection.getresponse()
+                assert response.status == 200, (path, response.read())
+                response.read()
+    with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+        assert client.get_model_config("m7").config.max_batch_size == 8
+    assert len(checks) == 9  # each call was forwarded, and checked the mirror
+    assert walked == []  # 80 model entries a call before (the table and the versions out of service)
+
+
+def test_a_load_with_a_config_override_and_a_log_change_reach_every_frontend(
+    start_triton: Callable[..., Triton], capfd: pytest.CaptureFixture[str]
+) -> None:
+    triton = start_triton(_many, frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+    pids = sorted(frontend.pid for frontend in pool._frontends)
+    twelve = [float(value) for value in range(12)]
+    body = {"inputs": [{"name": "INPUT_1", "shape": [12, 1], "datatype": "FP32", "data": twelve}]}
+    with _connections_on_each_frontend(triton.http_port, pids) as connections:
+        hub = next(iter(connections.values()))
+        for connection in connections.values():
+            connection.request("POST", "/v2/models/m7/infer", json.dumps(body))
+            response = connection.getresponse()
+            assert (response.status, json.loads(response.read())) == (
+                400,
+                {"error": "[request id: <id_unknown>] inference request batch-size must be <= 8 for 'm7'"},
+            )
+        override = json.dumps({"parameters": {"config": '{"max_batch_size": 16}'}})
+        hub.request("POST", "/v2/repository/models/m7/load", override, HTTP_AUTH)
+        assert hub.getresponse().read() == b""
+        for connection in connections.values():  # each frontend checks a request against the new spec
+            connection.request("POST", "/v2/models/m7/infer", json.dumps(body))
+            response = connection.getresponse()
+            assert response.status == 200, response.read()
+            assert json.loads(response.read())["outputs"][0]["data"] == twelve
+        for verbose in (1, 0):
+            hub.request("POST", "/v2/logging", json.dumps({"log_verbose_level": verbose}), HTTP_AUTH)
+            response = hub.getresponse()
+            assert response.status == 200 and json.loads(response.read())["log_verbose_level"] == verbose
+            capfd.readouterr()
+            with _connections_on_each_frontend(triton.http_port, pids) as refused:
+                ports = [connection.sock.getsockname()[1] for connection in refused.values()]
+                for connection in refused.values():  # logged by the frontend it reached, at a verbose level only
+                    connection.sock.sendall(b"NOT A REQUEST\r\n\r\n")
+                    assert connection.sock.recv(4096).startswith(b"HTTP/1.1 400")
+            logged = capfd.readouterr().err
+            for port in ports:
+                assert (f"closing HTTP connection from ('127.0.0.1', {port}): 400" in logged) == bool(verbose), logged
+
+
+def test_a_model_bound_again_while_a_frontend_starts_again_reaches_it(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A frontend is told what changed since the table it was started with, not since the table after its start."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    triton = start_triton(_many, frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+    engine = triton._runtime.engine
+    start_helper = pool_module.start_helper
+
+    async def start_while_m7_is_bound_again(*args: Any) -> Any:
+        started = await start_helper(*args)
+        await engine.load("m7", lambda spec: dataclasses.replace(spec, max_batch_size=16))
+        return started
+
+    monkeypatch.setattr(pool_module, "start_helper", start_while_m7_is_bound_again)
+    os.kill(pool._frontends[0].pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while not any("is serving again" in record.getMessage() for record in caplog.records):
+        assert time.monotonic() < deadline, "the frontend was not started again"
+        time.sleep(0.05)
+    twelve = [float(value) for value in range(12)]
+    body = json.dumps({"inputs": [{"name": "INPUT_1", "shape": [12, 1], "datatype": "FP32", "data": twelve}]})
+    pids = sorted(frontend.pid for frontend in pool._frontends)
+    with _connections_on_each_frontend(triton.http_port, pids) as connections:
+        for connection in connections.values():  # a frontend with m7's first spec refuses a batch over 8
+            connection.request("POST", "/v2/models/m7/infer", body)
+            response = connection.getresponse()
+            assert response.status == 200, response.read()
+            assert json.loads(response.read())["outputs"][0]["data"] == twelve
+
+
+def _mirrored(engine: Any) -> Tuple[Any, ...]:
+    """What the frontends mirror of the hub's models: each version's spec (by identity), those out of service."""
+    specs = tuple((model.spec.name, model.spec.version, id(model.spec)) for model in engine.models())
+    return specs, tuple(engine.out_of_service())
+
+
+def _with_an_ensemble(triton: Triton) -> None:
+    for number in range(3):
+        triton.bind(f"m{number}", _identity, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))
+    triton.bind_ensemble(
+        "pair",
+        steps=[
+            EnsembleStep("m0", input_map={"INPUT_1": "IN"}, output_map={"OUTPUT_1": "mid"}),
+            EnsembleStep("m1", input_map={"INPUT_1": "mid"}, output_map={"OUTPUT_1": "OUT"}),
+        ],
+        inputs=[Tensor(name="IN", dtype=np.float32, shape=(-1,))],
+        outputs=[Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
+        config=ModelConfig(max_batch_size=8),
+    )
+
+
+def test_every_change_of_what_the_frontends_mirror_moves_the_generation_they_compare(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change that moved no generation would leave every frontend serving a stale model table.
+
+    The table is compared with the generation after each change and wherever the engine tells the frontends
+    that the models changed (an ensemble out of service before its step model unloads, for one).
+    """
+    triton = start_triton(_with_an_ensemble, frontends=2)
+    engine = triton._runtime.engine
+    port = triton.http_port
+    assert port is not None
+    seen = [("start", engine.models_generation, _mirrored(engine))]
+    doing = ["start"]
+    notify = engine.models_changed
+    assert notify is not None
+    removed = threading.Event()  # the remote model, once its server is told it is gone (after stop(), later)
+
+    def notified() -> object:
+        seen.append((f"told during {doing[0]}", engine.models_generation, _mirrored(engine)))
+        if ("far", 1) in engine.out_of_service() and all(model.spec.name != "far" for model in engine.models()):
+            removed.set()
+        return notify()
+
+    monkeypatch.setattr(engine, "models_changed", notified)
+
+    def change(what: str, do: Callable[[], object]) -> None:
+        before = _mirrored(engine)
+        doing[0] = what
+        seen.append((what, engine.models_generation, before))
+        do()
+        seen.append((what, engine.models_generation, _mirrored(engine)))
+        assert seen[-1][2] != before, f"{what} changed nothing the frontends mirror"
+
+    def repository(what: str, body: bytes = b"{}") -> None:
+        path = f"/v2/repository/models/{what}"
+        change(what, lambda: _expect_200(http_request(port, "POST", path, body, HTTP_AUTH)))
+
+    change("bind", lambda: triton.bind("late", _identity, inputs=FP32, outputs=OUT, config=ModelConfig()))
+    repository("m1/unload")  # and the ensemble on it, first
+    repository("m1/load")  # and the ensemble again
+    repository("m2/unload")
+    repository("m2/load")
+    repository("m2/load", json.dumps({"parameters": {"config": '{"max_batch_size": 4}'}}).encode())
+    repository("m2/load")  # undoes the override
+    repository("pair/unload")
+    repository("pair/load")  # no binder: the same binding serves again
+    remote = RemoteTriton(url=f"http://127.0.0.1:{port}")
+    with remote:
+        change("remote bind", lambda: remote.bind("far", _identity, inputs=FP32, outputs=OUT, config=ModelConfig()))
+        repository("far/unload")
+        repository("far/load")  # its instances stay in the remote process: they serve again
+        change("remote stop", lambda: _stopped(remote, removed))  # removed for good
+    for (_, generation, mirrored), (what, now, mirroring) in zip(seen, seen[1:]):
+        assert mirroring == mirrored or now != generation, f"{what}: the table changed, its generation did not"
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_remote_model_removed_for_good_moves_the_generation_as_it_drains_and_as_it_goes(
+    start_triton: Callable[..., Triton],
+) -> None:
+    """Out of service while its requests finish, then out of the table: the frontends are told both."""
+    triton = start_triton(lambda triton: None, frontends=2)
+    engine = triton._runtime.engine
+    release = threading.Event()
+
+    def held(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        release.wait(60)
+        return _identity(requests)
+
+    answers: List[Tuple[int, Any]] = []
+    remote = RemoteTriton(url=f"http://127.0.0.1:{triton.http_port}")
+    with remote, contextlib.closing(http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=60)) as client:
+        remote.bind("far", held, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))
+        asking = threading.Thread(target=lambda: answers.append(_infer_json(client, "far", [1.0])))
+        asking.start()
+        far = engine.versions_of("far")[0]
+        _until(lambda: far.scheduler.open_requests != (0, 0), "the request never reached the model")
+        serving = (engine.models_generation, _mirrored(engine))
+        stopping = threading.Thread(target=remote.stop)
+        stopping.start()
+        try:
+            _until(lambda: far.state is ModelState.UNLOADING, "the model was never unloaded")
+            draining = (engine.models_generation, _mirrored(engine))
+        finally:
+            release.set()
+        stopping.join(60)
+        asking.join(60)
+        _until(lambda: not engine.versions_of("far"), "the model was never removed")
+        gone = (engine.models_generation, _mirrored(engine))
+    assert answers == [(200, answers[0][1])] and answers[0][1]["outputs"][0]["data"] == [1.0]
+    assert serving[1] != draining[1] != gone[1]
+    assert serving[0] != draining[0] != gone[0]
+
+
+def _stopped(remote: RemoteTriton, removed: threading.Event) -> None:
+    remote.stop()
+    assert removed.wait(60), "the server never removed the remote model"
+
+
+def _expect_200(answer: Tuple[int, Dict[str, str], bytes]) -> None:
+    assert answer[0] == 200, answer
 
 
 def _infer_in_region(connection: http.client.HTTPConnection, region: str) -> Tuple[int, Any]:

@@ -78,6 +78,9 @@ class Engine:
         self.system_memory = SystemSharedMemory()
         self.live = True
         self.phase = Phase.SERVING
+        # Moves with every change of the model table or of which versions are out of service (what the frontend
+        # processes mirror): comparing it tells a frontend's mirror current without walking the models.
+        self.models_generation = 0
         # Called after a model version is added or removed (the frontend processes mirror the table).
         self.models_changed: Optional[Callable[[], object]] = None
         # Called after a load bound a model version again (what follows the served models, such as tracing).
@@ -128,6 +131,7 @@ class Engine:
         self._gone.get(spec.name, set()).discard(spec.version)
         model = self._serve(spec, instances, on_unrecoverable)
         versions[spec.version] = model
+        self.models_generation += 1
         if self.models_changed is not None:
             self.models_changed()
         return model
@@ -303,6 +307,7 @@ class Engine:
             for model in [m for m in self.models() if _in_service(m) and steps_on(m.spec, name)]:
                 self._unloaded_with_step.add(model.spec.name)  # loaded again with the model, as in Triton
                 model.state = ModelState.UNLOADING
+                self.models_generation += 1
                 await self._changed()
                 await _drain(model, timeout_s=30.0)
                 model.state = ModelState.UNAVAILABLE
@@ -313,6 +318,7 @@ class Engine:
                 model.scheduler.refuse()
                 idle = model.scheduler.open_requests == (0, 0)  # nothing to wait for: unloaded now
                 model.state = ModelState.UNAVAILABLE if idle else ModelState.UNLOADING
+            self.models_generation += 1
             await self._changed()
             task = asyncio.get_running_loop().create_task(self._finish_unload(leaving))
             self._unloading[name] = task
@@ -357,6 +363,7 @@ class Engine:
         if model is None:
             return
         model.state = ModelState.UNLOADING
+        self.models_generation += 1
         await _drain(model, timeout_s)
         model.state = ModelState.UNAVAILABLE
         await model.scheduler.close_instances()
@@ -366,6 +373,7 @@ class Engine:
                 del self._models[name]
             self._bound.pop((name, version), None)
             self._gone.setdefault(name, set()).add(version)
+            self.models_generation += 1
         if self._cache is not None:
             self._cache.forget(name)  # a model bound later under this name must not get its answers
         if self.models_changed is not None:
@@ -457,6 +465,7 @@ class Engine:
                 model.scheduler.resume()
                 model.stats.reset()
                 model.state = ModelState.READY
+                self.models_generation += 1
             return
         try:
             instances = await binder(spec)
@@ -468,6 +477,7 @@ class Engine:
         if spec.warmup:
             await self.warmed_up()  # as Triton, the new binding serves once it is loaded
         versions[spec.version] = replacement
+        self.models_generation += 1
         if self.rebound is not None:
             self.rebound()
         if unloaded:  # its unload stopped its instances

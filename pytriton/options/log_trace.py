@@ -412,6 +412,7 @@ class LogSettings:
         self.log_file = log_file or ""
         self.enabled = {name: True for name in _LOG_BOOLS}
         self.format = "default"
+        self.generation = 0  # moves with every update: the frontend processes' copies compare it, not the settings
         self._logger = logger or LOGGER
         self._filter = _SeverityFilter(self)
 
@@ -451,6 +452,7 @@ class LogSettings:
                 self.format = _log_format(given["log_format"], http)
         finally:
             if given:
+                self.generation += 1
                 self._apply()
 
     def _apply(self) -> None:

@@ -44,9 +44,10 @@ _MAX_HELD = 1024
 # The route of a system shared-memory unregister: the frontends' holds are asked for first.
 _SYSTEM_UNREGISTER = dict(ROUTES)["/v2/systemsharedmemory[/region/{region}]/unregister"]
 
-# What the frontends are told of the hub's state: model versions (by spec identity), the regions' generation
-# (SystemSharedMemory.generation: it changes with every registration), log settings.
-Mirror = Tuple[Tuple[Tuple[str, int, int], ...], int, Tuple[Tuple[str, Any], ...]]
+# What the frontends were told of the hub's state, as generations that move with every change of it: the model
+# table and its versions out of service (Engine.models_generation), the regions (SystemSharedMemory.generation),
+# the log settings (LogSettings.generation). Comparing them costs the same at 1 model as at 1,600.
+Mirror = Tuple[int, int, int]
 
 
 class StartError(RuntimeError):
@@ -147,6 +148,7 @@ class FrontendPool:
         """Start one frontend process and wait until it serves."""
         loop = asyncio.get_running_loop()
         mirror = self._mirror()
+        specs = self._spec_table()
         regions = self._region_table()
         init = Init(
             frontend.number,
@@ -154,9 +156,9 @@ class FrontendPool:
             self._server_version,
             self._sockets["http"] is not None,
             self._sockets["grpc"] is not None,
-            self._specs(),
+            list(specs.values()),
             list(regions.values()),
-            dict(mirror[2]),
+            self._log_settings(),
             self._engine.out_of_service(),
         )
         try:
@@ -174,7 +176,7 @@ class FrontendPool:
         channel.handle(link.on_message, lambda: self._on_closed(frontend, link))
         frontend.process, frontend.link, frontend.started = process, link, time.monotonic()
         frontend.mirror = mirror
-        frontend.specs = self._spec_table()
+        frontend.specs = specs  # what Init carried: a model bound while the process started is told by _tell
         frontend.regions = regions
         frontend.state = _State.UP
         LOGGER.debug("frontend %d is up (pid %d)", frontend.number, process.pid)
@@ -333,9 +335,6 @@ class FrontendPool:
 
     # -- mirrored state -------------------------------------------------------------------------
 
-    def _specs(self) -> List[Any]:
-        return [model.spec for model in self._engine.models()]
-
     def _spec_table(self) -> Dict[Tuple[str, int], Any]:
         return {(model.spec.name, model.spec.version): model.spec for model in self._engine.models()}
 
@@ -349,16 +348,16 @@ class FrontendPool:
         return self._regions[1]
 
     def _mirror(self) -> Mirror:
-        """What the frontends must know now: model versions (by spec identity), regions. generation, log settings."""
-        models = tuple((model.spec.name, model.spec.version, id(model.spec)) for model in self._engine.models())
-        models += tuple((name, version, 0) for name, version in self._engine.out_of_service())  # 0: out of service
-        log = tuple(sorted((key, value) for key, value in self._settings.log.document().items() if key != "log_file"))
-        return models, self._engine.system_memory.generation, log
+        """The generations of what the frontends must know now (models, regions, log settings)."""
+        return self._engine.models_generation, self._engine.system_memory.generation, self._settings.log.generation
+
+    def _log_settings(self) -> Dict[str, Any]:
+        return {key: value for key, value in self._settings.log.document().items() if key != "log_file"}
 
     async def sync(self) -> None:
         """Tell every frontend what changed since it was last told; return once all have it."""
         async with self._sync_lock:
-            mirror = self._mirror()  # once for all frontends: it costs O(models + regions), on every forwarded call
+            mirror = self._mirror()
             await asyncio.gather(*(self._tell(frontend, mirror) for frontend in self._up()))
 
     async def _tell(self, frontend: _Frontend, mirror: Optional[Mirror] = None) -> None:
@@ -374,7 +373,7 @@ class FrontendPool:
             if told is None or told[1] != mirror[1]:
                 await self._tell_regions(frontend)
             if told is None or told[2] != mirror[2]:
-                await link.calls.call("logging", dict(mirror[2]))
+                await link.calls.call("logging", self._log_settings())
         except Exception:  # noqa: BLE001 - it died meanwhile: it is told everything when it starts again
             return
         frontend.mirror = mirror
