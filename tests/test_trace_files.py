@@ -346,26 +346,49 @@ def _wait_for(path: pathlib.Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("frontends", [2])
-def test_frontend_processes_write_through_the_hub(tmp_path: pathlib.Path, frontends: int) -> None:
+@pytest.mark.parametrize("frontends", [1, 2])
+def test_frontend_timestamps_of_one_process_and_of_frontend_processes(tmp_path: pathlib.Path, frontends: int) -> None:
+    # With frontend processes the hub writes the records: the frontends time the receive and the send of each
+    # traced request and send the timestamps after the send, as one process's transports add theirs.
     path = tmp_path / "trace.json"
     config = _config(path, "level=TIMESTAMPS", "rate=1")
     with running_triton(_bind, OPEN, trace_config=config, frontends=frontends) as triton:
         for _ in range(4):
             _http_infer(triton)
         _grpc_infer(triton)
+        with httpclient.InferenceServerClient(http_url(triton)) as client:  # binary outputs: sent in parts
+            tensor = httpclient.InferInput("IN", [1, 3], "FP32")
+            tensor.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.float32), binary_data=True)
+            assert client.infer("ident", [tensor]).as_numpy("OUT").tolist() == [[1, 2, 3]]
     traces = _traces(_read(path))
-    assert sorted(traces) == [1, 2, 3, 4, 5]
-    # The frontends note when a request arrived (trace_summary.py selects traces by HTTP_RECV_START and
-    # GRPC_WAITREAD_START); the hub, which writes, sees no send.
-    protocols = []
-    for trace in traces.values():
-        assert set(CORE_STAMPS) <= set(trace["stamps"])
-        assert "HTTP_SEND_END" not in trace["stamps"] and "GRPC_SEND_END" not in trace["stamps"]
-        protocols.append("HTTP" if "HTTP_RECV_START" in trace["stamps"] else "GRPC")
-        assert "GRPC_WAITREAD_START" in trace["stamps"] or protocols[-1] == "HTTP"
+    assert sorted(traces) == [1, 2, 3, 4, 5, 6]
+    http_order = [*HTTP_STAMPS, *CORE_STAMPS, "INFER_RESPONSE_COMPLETE", "REQUEST_END", "HTTP_SEND_START"]
+    grpc_stamps = {"GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END"}
+    for trace_id, trace in traces.items():
+        if trace_id == 5:
+            assert set(trace["stamps"]) == {*CORE_STAMPS, "INFER_RESPONSE_COMPLETE", "REQUEST_END", *grpc_stamps}
+        else:
+            assert trace["order"] == [*http_order, "HTTP_SEND_END"]
+            # trace_summary.py's "HTTP infer request" line: from HTTP_RECV_START to HTTP_SEND_END
+            assert trace["stamps"]["HTTP_RECV_START"] < trace["stamps"]["HTTP_SEND_END"]
         _summary_spans(trace)
-    assert protocols == ["HTTP"] * 4 + ["GRPC"]
+
+
+@pytest.mark.parametrize("frontends", [1, 2])
+def test_a_response_whose_send_is_not_timed_is_written_at_once(tmp_path: pathlib.Path, frontends: int) -> None:
+    # The generate route times no send: the record is written with the request's end (log_frequency 1: at once),
+    # not left waiting for a send's timestamps.
+    path = tmp_path / "trace.json"
+    config = _config(path, "level=TIMESTAMPS", "rate=1", "triton,log-frequency=1")
+    with running_triton(_bind, OPEN, trace_config=config, frontends=frontends) as triton:
+        assert post_json(triton.http_port, "/v2/models/ident/generate", {"IN": [1.0, 2.0]})[0] == 200
+        assert _wait_for(tmp_path / "trace.json.0")
+        _http_infer(triton)
+        assert _wait_for(tmp_path / "trace.json.1")
+        generated = _traces(_read(tmp_path / "trace.json.0"))[1]
+        inferred = _traces(_read(tmp_path / "trace.json.1"))[2]
+    assert "HTTP_SEND_END" not in generated["stamps"] and set(CORE_STAMPS) <= set(generated["stamps"])
+    assert "HTTP_SEND_END" in inferred["stamps"]
 
 
 def _traces_tensors(objects: List[Dict[str, Any]]) -> List[Any]:
@@ -400,11 +423,14 @@ def test_a_models_own_trace_file_from_bind(tmp_path: pathlib.Path) -> None:
     assert list(others) == [2] and others[2]["model"]["model_name"] == "ident"
 
 
-def test_a_models_own_file_without_a_server_file(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("frontends", [1, 2])
+@pytest.mark.parametrize("bound", ["before the start", "while serving"])
+def test_a_models_own_file_without_a_server_file(tmp_path: pathlib.Path, frontends: int, bound: str) -> None:
+    # The model's own file gets its transport's timestamps, from frontend processes too (the hub tells them
+    # to time requests once a model with a file of its own is bound).
     own = tmp_path / "own.json"
 
-    def bind(triton: Triton) -> None:
-        _bind(triton)
+    def bind_mine(triton: Triton) -> None:
         triton.bind(
             "mine",
             _identity,
@@ -413,12 +439,30 @@ def test_a_models_own_file_without_a_server_file(tmp_path: pathlib.Path) -> None
             trace_config=[f"triton,file={own}", "level=TIMESTAMPS", "rate=1"],
         )
 
-    with running_triton(bind, OPEN, trace_config=["level=TIMESTAMPS", "rate=1"]) as triton:
+    def bind(triton: Triton) -> None:
+        _bind(triton)
+        if bound == "before the start":
+            bind_mine(triton)
+
+    config = ["level=TIMESTAMPS", "rate=1"]
+    with running_triton(bind, OPEN, trace_config=config, frontends=frontends) as triton:
+        if bound == "while serving":
+            _http_infer(triton)  # the server's settings name no file: not traced
+            bind_mine(triton)
         body = {"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
         assert post_json(triton.http_port, "/v2/models/mine/infer", body)[0] == 200
-        _http_infer(triton)  # the server's settings name no file: not traced
+        _grpc_infer(triton)  # not traced either
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            tensor = grpcclient.InferInput("IN", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.array([[1.0, 2.0]], dtype=np.float32))
+            client.infer("mine", [tensor])
     traces = _traces(_read(own))
-    assert list(traces) == [1] and "HTTP_SEND_END" in traces[1]["stamps"]
+    assert list(traces) == [1, 2]
+    sent = ["HTTP_SEND_START", "HTTP_SEND_END"]
+    assert traces[1]["order"] == [*HTTP_STAMPS, *CORE_STAMPS, "INFER_RESPONSE_COMPLETE", "REQUEST_END", *sent]
+    assert {"GRPC_WAITREAD_START", "GRPC_SEND_END"} <= set(traces[2]["stamps"])
+    for trace in traces.values():
+        _summary_spans(trace)
     assert sorted(os.listdir(tmp_path)) == ["own.json"]
 
 

@@ -6,7 +6,8 @@ Triton's steady clock): REQUEST_START and QUEUE_START when it was queued, COMPUT
 COMPUTE_INPUT_END, COMPUTE_OUTPUT_START and COMPUTE_END from its batch's compute times, INFER_RESPONSE_COMPLETE
 per response and REQUEST_END; with level TENSORS its inputs (TENSOR_QUEUE_INPUT) and outputs
 (TENSOR_BACKEND_OUTPUT). A transport of this process adds its own (HTTP_RECV_START ... HTTP_SEND_END,
-GRPC_WAITREAD_START ... GRPC_SEND_END) through the response (`TracedResponse`).
+GRPC_WAITREAD_START ... GRPC_SEND_END) through the response (`TracedResponse`); a frontend process's through the
+hub (runtime/frontends/hub.py: TRACED_RESPONSE, SENT).
 
 As Triton's `TraceSetting`, the records of the server's settings (and of each model's own) gather in a stream of
 their own, which goes to the file:
@@ -49,6 +50,7 @@ class FileTrace:
         "_done",
         "_entry",
         "_files",
+        "_frontend",
         "_owner",
         "_stamps",
         "_start_ns",
@@ -82,6 +84,7 @@ class FileTrace:
         self._timestamps = "TIMESTAMPS" in level
         self._tensors: Optional[List[TensorRecord]] = [] if "TENSORS" in level else None
         self._claimed = self._done = self._written = False
+        self._frontend: Optional[List[Stamp]] = None  # the transport's timestamps, once it sent the response
         if self._tensors is not None and entry is not None:
             for name, array in entry.request.inputs.items():  # copies: a request's buffers are reused after it
                 self._tensors.append(("TENSOR_QUEUE_INPUT", name, _copy(array), ""))
@@ -113,19 +116,27 @@ class FileTrace:
         return True
 
     def sent(self, protocol: str, stamps: Tuple[int, int, int, int]) -> None:
-        """The transport's timestamps (received from, to, sent from, to): the record is complete."""
+        """The transport's timestamps (received from, to, sent from, to): the record is complete once ended."""
         if protocol == "GRPC":
             names = ("GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END")
         else:
             names = ("HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START", "HTTP_SEND_END")
-        self._write(list(zip(names, stamps)) if self._timestamps else [])
+        self._frontend = list(zip(names, stamps)) if self._timestamps else []
+        self._write(self._frontend)
+
+    def abandon(self) -> None:
+        """The transport that claimed the record adds no timestamps after all (a frontend process's that sent none)."""
+        self._claimed = False
+        self._unclaimed()
 
     def _unclaimed(self) -> None:
         """No transport of this process took the record (frontend processes, inner calls, streams): write it.
 
         A frontend process's transport noted when the request arrived: those are its receive timestamps.
         """
-        if not self._claimed:
+        if self._frontend is not None:
+            self._write(self._frontend)  # sent before the request ended
+        elif not self._claimed:
             entry = self._entry
             self._write(arrival_stamps(entry.request.arrival_ns) if entry is not None else [])
 
@@ -150,7 +161,7 @@ class FileTrace:
         stamps += self._stamps  # responses and the end, in the order they came
         if not self._timestamps:
             stamps = []
-        received, sent = frontend[:2], frontend[2:]  # a frontend process's transport notes no send
+        received, sent = frontend[:2], frontend[2:]  # only received ones when no transport claimed the record
         record = (
             self._trace_id,
             self.model,

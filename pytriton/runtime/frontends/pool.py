@@ -45,8 +45,8 @@ _MAX_HELD = 1024
 _SYSTEM_UNREGISTER = dict(ROUTES)["/v2/systemsharedmemory[/region/{region}]/unregister"]
 
 # What the frontends are told of the hub's state: model versions (by spec identity), the regions' generation
-# (SystemSharedMemory.generation: it changes with every registration), log settings.
-Mirror = Tuple[Tuple[Tuple[str, int, int], ...], int, Tuple[Tuple[str, Any], ...]]
+# (SystemSharedMemory.generation: it changes with every registration), log settings, whether trace files are written.
+Mirror = Tuple[Tuple[Tuple[str, int, int], ...], int, Tuple[Tuple[str, Any], ...], bool]
 
 
 class StartError(RuntimeError):
@@ -158,6 +158,7 @@ class FrontendPool:
             list(regions.values()),
             dict(mirror[2]),
             self._engine.out_of_service(),
+            mirror[3],
         )
         try:
             process, channel, message = await start_helper(
@@ -349,11 +350,11 @@ class FrontendPool:
         return self._regions[1]
 
     def _mirror(self) -> Mirror:
-        """What the frontends must know now: model versions (by spec identity), regions. generation, log settings."""
+        """What the frontends must know now: models (by spec identity), regions' generation, log, trace stamps."""
         models = tuple((model.spec.name, model.spec.version, id(model.spec)) for model in self._engine.models())
         models += tuple((name, version, 0) for name, version in self._engine.out_of_service())  # 0: out of service
         log = tuple(sorted((key, value) for key, value in self._settings.log.document().items() if key != "log_file"))
-        return models, self._engine.system_memory.generation, log
+        return models, self._engine.system_memory.generation, log, self._settings.trace.stamps
 
     async def sync(self) -> None:
         """Tell every frontend what changed since it was last told; return once all have it."""
@@ -375,6 +376,8 @@ class FrontendPool:
                 await self._tell_regions(frontend)
             if told is None or told[2] != mirror[2]:
                 await link.calls.call("logging", dict(mirror[2]))
+            if told is None or told[3] != mirror[3]:
+                await link.calls.call("trace_stamps", mirror[3])
         except Exception:  # noqa: BLE001 - it died meanwhile: it is told everything when it starts again
             return
         frontend.mirror = mirror
