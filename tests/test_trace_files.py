@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 from pytriton.compose import call_model
 from pytriton.decorators import batch
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import grpc_url, http_url, running_triton
 from tests.http_helpers import get_json, post_json
@@ -108,9 +108,11 @@ def _traces(objects: List[Dict[str, Any]]) -> Dict[int, Dict[str, Any]]:
 def _summary_spans(trace: Dict[str, Any]) -> None:
     """trace_summary.py's spans of one trace: each must end at or after its start (it raises otherwise)."""
     stamps = trace["stamps"]
-    pairs = [("REQUEST_START", "REQUEST_END"), ("QUEUE_START", "COMPUTE_START"), ("COMPUTE_START", "COMPUTE_END")]
-    pairs += [("COMPUTE_START", "COMPUTE_INPUT_END"), ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START")]
-    pairs += [("COMPUTE_OUTPUT_START", "COMPUTE_END")]
+    pairs = [("REQUEST_START", "REQUEST_END")]
+    if trace["model"]["model_name"] != "ens":  # an ensemble's record has no compute timestamps, as in 2.51
+        pairs += [("QUEUE_START", "COMPUTE_START"), ("COMPUTE_START", "COMPUTE_END")]
+        pairs += [("COMPUTE_START", "COMPUTE_INPUT_END"), ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START")]
+        pairs += [("COMPUTE_OUTPUT_START", "COMPUTE_END")]
     if "HTTP_RECV_START" in stamps:  # trace_summary.py's frontend spans need the start and the end
         pairs += [("HTTP_RECV_START", "HTTP_RECV_END"), ("HTTP_RECV_END", "REQUEST_START")]
     if "HTTP_RECV_START" in stamps and "HTTP_SEND_END" in stamps:
@@ -528,6 +530,78 @@ def test_a_traced_requests_inner_calls_name_it_their_parent(tmp_path: pathlib.Pa
     }
     assert traces[1]["stamps"]["COMPUTE_START"] <= traces[2]["stamps"]["REQUEST_START"]
     assert traces[2]["stamps"]["REQUEST_END"] <= traces[1]["stamps"]["COMPUTE_END"]
+
+
+def _double(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUT": request.data["IN"] * 2} for request in requests]
+
+
+def _bind_ensemble(triton: Triton) -> None:
+    """`ens`: IN -> `double` -> `ident` -> OUT."""
+    _bind(triton)
+    io = {
+        "inputs": [Tensor(name="IN", dtype=np.float32, shape=(-1,))],
+        "outputs": [Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
+        "config": ModelConfig(max_batch_size=8),
+    }
+    triton.bind("double", _double, **io)
+    triton.bind_ensemble(
+        "ens",
+        steps=[
+            EnsembleStep("double", input_map={"IN": "IN"}, output_map={"OUT": "mid"}),
+            EnsembleStep("ident", input_map={"IN": "mid"}, output_map={"OUT": "OUT"}),
+        ],
+        **io,
+    )
+
+
+@pytest.mark.parametrize("frontends", [1, 2])
+def test_an_ensemble_is_traced_with_its_steps_as_children(tmp_path: pathlib.Path, frontends: int) -> None:
+    # As tritonserver 2.51 (nvidia-pytriton 0.7) writes a traced ensemble request: its record has no compute
+    # timestamps; each step's record names it its parent and the ensemble request's id, has no
+    # INFER_RESPONSE_COMPLETE, and is traced with it whatever the rate (steps are not counted in it).
+    path = tmp_path / "trace.json"
+    config = _config(path, "level=TIMESTAMPS", "level=TENSORS", "rate=2")
+    body = {"id": "e1", "inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
+    with running_triton(_bind_ensemble, OPEN, trace_config=config, frontends=frontends) as triton:
+        for _ in range(2):
+            status, answer = post_json(triton.http_port, "/v2/models/ens/infer", body)
+            assert status == 200 and answer["outputs"][0]["data"] == [2, 4]
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            tensor = grpcclient.InferInput("IN", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.array([[3.0, 4.0]], dtype=np.float32))
+            for _ in range(2):
+                assert client.infer("ens", [tensor], request_id="g1").as_numpy("OUT").tolist() == [[6, 8]]
+    traces = _traces(_read(path))
+    assert {trace_id: trace["model"] for trace_id, trace in traces.items()} == {
+        1: {"id": 1, "model_name": "ens", "model_version": 1, "request_id": "e1"},
+        2: {"id": 2, "model_name": "double", "model_version": 1, "request_id": "e1", "parent_id": 1},
+        3: {"id": 3, "model_name": "ident", "model_version": 1, "request_id": "e1", "parent_id": 1},
+        4: {"id": 4, "model_name": "ens", "model_version": 1, "request_id": "g1"},
+        5: {"id": 5, "model_name": "double", "model_version": 1, "request_id": "g1", "parent_id": 4},
+        6: {"id": 6, "model_name": "ident", "model_version": 1, "request_id": "g1", "parent_id": 4},
+    }
+    sent = ["HTTP_SEND_START", "HTTP_SEND_END"]
+    core = ["REQUEST_START", "QUEUE_START", "INFER_RESPONSE_COMPLETE", "REQUEST_END"]
+    assert traces[1]["order"] == [*HTTP_STAMPS, *core, *sent]
+    grpc_stamps = {"GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END"}
+    assert set(traces[4]["stamps"]) == {*core, *grpc_stamps}
+    for step in (2, 3, 5, 6):
+        assert traces[step]["order"] == [*CORE_STAMPS, "REQUEST_END"]
+    for parent, first, second in ((1, 2, 3), (4, 5, 6)):
+        stamps = [traces[trace_id]["stamps"] for trace_id in (parent, first, second)]
+        assert stamps[0]["QUEUE_START"] <= stamps[1]["REQUEST_START"]
+        assert stamps[1]["COMPUTE_END"] <= stamps[2]["REQUEST_START"]
+        assert stamps[2]["COMPUTE_END"] <= stamps[0]["INFER_RESPONSE_COMPLETE"]
+    for trace in traces.values():
+        _summary_spans(trace)
+
+    def tensors(trace_id: int) -> List[Any]:
+        return [(activity, tensor["name"], tensor["data"]) for activity, tensor in traces[trace_id]["tensors"]]
+
+    assert tensors(1) == [("TENSOR_QUEUE_INPUT", "IN", "1,2"), ("TENSOR_BACKEND_OUTPUT", "OUT", "2,4")]
+    assert tensors(2) == [("TENSOR_QUEUE_INPUT", "IN", "1,2"), ("TENSOR_BACKEND_OUTPUT", "OUT", "2,4")]
+    assert tensors(3) == [("TENSOR_QUEUE_INPUT", "IN", "2,4"), ("TENSOR_BACKEND_OUTPUT", "OUT", "2,4")]
 
 
 def _echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
