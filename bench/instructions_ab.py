@@ -193,13 +193,16 @@ def serve_and_send(
     model: str,
     requests: int,
     regions: Optional[SimpleRegions] = None,
+    cwd: Optional[pathlib.Path] = None,
 ) -> None:
     """Start the server `command`, send it `requests` of the model's bench request one at a time, and stop it.
 
-    `ports` are its HTTP and gRPC ports; a loop model (LOOP_MODEL) is asked over HTTP (`--composition`).
+    `ports` are its HTTP and gRPC ports; a loop model (LOOP_MODEL) is asked over HTTP (`--composition`). `cwd`:
+    the server's working directory, the tree whose `pytriton` it runs: its frontend processes start as
+    `python -m ...`, which puts the working directory first on their path.
     """
     http, grpc = ports
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         if model.startswith(LOOP_MODEL):
             send = _loop_sender(http, model[len(LOOP_MODEL) :])
@@ -252,7 +255,7 @@ def _instructions(
     # numpy's OpenBLAS threads spin for as long as the scheduler lets them: 13,000 instructions a request, more or
     # less from run to run (callgrind_annotate's blas_thread_server), where no request does linear algebra.
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    serve_and_send(command, env, (http, grpc), protocol, model, warm_up + requests, regions)
+    serve_and_send(command, env, (http, grpc), protocol, model, warm_up + requests, regions, cwd=tree)
     files = list(scratch.glob(f"{out}.*"))
     if len(files) < (1 + frontends if frontends > 1 else 1):
         raise SystemExit(f"{len(files)} processes counted; {frontends} frontends expected besides the server")

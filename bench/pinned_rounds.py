@@ -35,7 +35,8 @@ def pinned_server(tree: pathlib.Path, script: str, arguments: Sequence[str]) -> 
     """`bench/<script>` running `tree`'s `pytriton` on `SERVER_CPU`, its output discarded; stopped on exit."""
     command = ["taskset", "-c", SERVER_CPU, sys.executable, str(ROOT / "bench" / script), *arguments]
     env = dict(os.environ, PYTHONPATH=str(tree))
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # In the tree: its frontend processes start as `python -m ...`, with the working directory first on their path.
+    server = subprocess.Popen(command, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield server
     finally:

@@ -17,7 +17,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
-from pytriton.model_config import Tensor
+from pytriton.model_config import EnsembleStep, Tensor
 from pytriton.options.log_trace import TraceConfig, TraceSettings, parse_trace_config
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import HTTP_AUTH, grpc_url, http_url
@@ -423,6 +423,42 @@ def test_a_failed_request_has_error_spans(start_triton: Callable[..., Triton]) -
     assert set(spans) == {"request", "queue", "compute", "before-failing"}
     assert spans["compute"].status.status_code is StatusCode.ERROR
     assert spans["request"].status.description == "ValueError: no"
+
+
+@needs_otel
+def test_opentelemetry_nests_an_ensembles_steps_under_its_compute_span(start_triton: Callable[..., Triton]) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    def bind(triton: Triton) -> None:
+        _bind(triton)
+        tensors = {
+            "inputs": [Tensor(name="IN", dtype=np.float32, shape=(-1,))],
+            "outputs": [Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
+        }
+        steps = [
+            EnsembleStep("identity", input_map={"IN": "IN"}, output_map={"OUT": "mid"}),
+            EnsembleStep("other", input_map={"IN": "mid"}, output_map={"OUT": "OUT"}),
+        ]
+        triton.bind_ensemble("ens", steps=steps, **tensors)
+
+    triton = start_triton(
+        bind, allow_grpc=False, allow_metrics=False, trace_config=["mode=opentelemetry", "rate=1", "level=TIMESTAMPS"]
+    )
+    exporter = InMemorySpanExporter()
+    triton._runtime.tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    assert post_json(triton.http_port, "/v2/models/ens/infer", INFER)[0] == 200
+    spans = exporter.get_finished_spans()
+    roots = {span.attributes["triton.model_name"]: span for span in spans if span.name == "request"}
+    assert sorted(roots) == ["ens", "identity", "other"]
+    assert roots["ens"].parent is None
+    ensemble_compute = next(
+        span for span in spans if span.name == "compute" and span.parent.span_id == roots["ens"].context.span_id
+    )
+    for step in ("identity", "other"):
+        assert roots[step].parent.span_id == ensemble_compute.context.span_id
+    names = ["compute"] * 3 + ["in-callable"] * 2 + ["queue"] * 3 + ["request"] * 3
+    assert sorted(span.name for span in spans) == names
 
 
 def test_bind_trace_config_sets_the_models_own_trace_settings(start_triton: Callable[..., Triton]) -> None:

@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 from pytriton.compose import call_model
 from pytriton.decorators import batch
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import grpc_url, http_url, running_triton
 from tests.http_helpers import get_json, post_json
@@ -108,9 +108,11 @@ def _traces(objects: List[Dict[str, Any]]) -> Dict[int, Dict[str, Any]]:
 def _summary_spans(trace: Dict[str, Any]) -> None:
     """trace_summary.py's spans of one trace: each must end at or after its start (it raises otherwise)."""
     stamps = trace["stamps"]
-    pairs = [("REQUEST_START", "REQUEST_END"), ("QUEUE_START", "COMPUTE_START"), ("COMPUTE_START", "COMPUTE_END")]
-    pairs += [("COMPUTE_START", "COMPUTE_INPUT_END"), ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START")]
-    pairs += [("COMPUTE_OUTPUT_START", "COMPUTE_END")]
+    pairs = [("REQUEST_START", "REQUEST_END")]
+    if trace["model"]["model_name"] != "ens":  # an ensemble's record has no compute timestamps, as in 2.51
+        pairs += [("QUEUE_START", "COMPUTE_START"), ("COMPUTE_START", "COMPUTE_END")]
+        pairs += [("COMPUTE_START", "COMPUTE_INPUT_END"), ("COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START")]
+        pairs += [("COMPUTE_OUTPUT_START", "COMPUTE_END")]
     if "HTTP_RECV_START" in stamps:  # trace_summary.py's frontend spans need the start and the end
         pairs += [("HTTP_RECV_START", "HTTP_RECV_END"), ("HTTP_RECV_END", "REQUEST_START")]
     if "HTTP_RECV_START" in stamps and "HTTP_SEND_END" in stamps:
@@ -346,26 +348,49 @@ def _wait_for(path: pathlib.Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("frontends", [2])
-def test_frontend_processes_write_through_the_hub(tmp_path: pathlib.Path, frontends: int) -> None:
+@pytest.mark.parametrize("frontends", [1, 2])
+def test_frontend_timestamps_of_one_process_and_of_frontend_processes(tmp_path: pathlib.Path, frontends: int) -> None:
+    # With frontend processes the hub writes the records: the frontends time the receive and the send of each
+    # traced request and send the timestamps after the send, as one process's transports add theirs.
     path = tmp_path / "trace.json"
     config = _config(path, "level=TIMESTAMPS", "rate=1")
     with running_triton(_bind, OPEN, trace_config=config, frontends=frontends) as triton:
         for _ in range(4):
             _http_infer(triton)
         _grpc_infer(triton)
+        with httpclient.InferenceServerClient(http_url(triton)) as client:  # binary outputs: sent in parts
+            tensor = httpclient.InferInput("IN", [1, 3], "FP32")
+            tensor.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.float32), binary_data=True)
+            assert client.infer("ident", [tensor]).as_numpy("OUT").tolist() == [[1, 2, 3]]
     traces = _traces(_read(path))
-    assert sorted(traces) == [1, 2, 3, 4, 5]
-    # The frontends note when a request arrived (trace_summary.py selects traces by HTTP_RECV_START and
-    # GRPC_WAITREAD_START); the hub, which writes, sees no send.
-    protocols = []
-    for trace in traces.values():
-        assert set(CORE_STAMPS) <= set(trace["stamps"])
-        assert "HTTP_SEND_END" not in trace["stamps"] and "GRPC_SEND_END" not in trace["stamps"]
-        protocols.append("HTTP" if "HTTP_RECV_START" in trace["stamps"] else "GRPC")
-        assert "GRPC_WAITREAD_START" in trace["stamps"] or protocols[-1] == "HTTP"
+    assert sorted(traces) == [1, 2, 3, 4, 5, 6]
+    http_order = [*HTTP_STAMPS, *CORE_STAMPS, "INFER_RESPONSE_COMPLETE", "REQUEST_END", "HTTP_SEND_START"]
+    grpc_stamps = {"GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END"}
+    for trace_id, trace in traces.items():
+        if trace_id == 5:
+            assert set(trace["stamps"]) == {*CORE_STAMPS, "INFER_RESPONSE_COMPLETE", "REQUEST_END", *grpc_stamps}
+        else:
+            assert trace["order"] == [*http_order, "HTTP_SEND_END"]
+            # trace_summary.py's "HTTP infer request" line: from HTTP_RECV_START to HTTP_SEND_END
+            assert trace["stamps"]["HTTP_RECV_START"] < trace["stamps"]["HTTP_SEND_END"]
         _summary_spans(trace)
-    assert protocols == ["HTTP"] * 4 + ["GRPC"]
+
+
+@pytest.mark.parametrize("frontends", [1, 2])
+def test_a_response_whose_send_is_not_timed_is_written_at_once(tmp_path: pathlib.Path, frontends: int) -> None:
+    # The generate route times no send: the record is written with the request's end (log_frequency 1: at once),
+    # not left waiting for a send's timestamps.
+    path = tmp_path / "trace.json"
+    config = _config(path, "level=TIMESTAMPS", "rate=1", "triton,log-frequency=1")
+    with running_triton(_bind, OPEN, trace_config=config, frontends=frontends) as triton:
+        assert post_json(triton.http_port, "/v2/models/ident/generate", {"IN": [1.0, 2.0]})[0] == 200
+        assert _wait_for(tmp_path / "trace.json.0")
+        _http_infer(triton)
+        assert _wait_for(tmp_path / "trace.json.1")
+        generated = _traces(_read(tmp_path / "trace.json.0"))[1]
+        inferred = _traces(_read(tmp_path / "trace.json.1"))[2]
+    assert "HTTP_SEND_END" not in generated["stamps"] and set(CORE_STAMPS) <= set(generated["stamps"])
+    assert "HTTP_SEND_END" in inferred["stamps"]
 
 
 def _traces_tensors(objects: List[Dict[str, Any]]) -> List[Any]:
@@ -400,11 +425,14 @@ def test_a_models_own_trace_file_from_bind(tmp_path: pathlib.Path) -> None:
     assert list(others) == [2] and others[2]["model"]["model_name"] == "ident"
 
 
-def test_a_models_own_file_without_a_server_file(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("frontends", [1, 2])
+@pytest.mark.parametrize("bound", ["before the start", "while serving"])
+def test_a_models_own_file_without_a_server_file(tmp_path: pathlib.Path, frontends: int, bound: str) -> None:
+    # The model's own file gets its transport's timestamps, from frontend processes too (the hub tells them
+    # to time requests once a model with a file of its own is bound).
     own = tmp_path / "own.json"
 
-    def bind(triton: Triton) -> None:
-        _bind(triton)
+    def bind_mine(triton: Triton) -> None:
         triton.bind(
             "mine",
             _identity,
@@ -413,12 +441,30 @@ def test_a_models_own_file_without_a_server_file(tmp_path: pathlib.Path) -> None
             trace_config=[f"triton,file={own}", "level=TIMESTAMPS", "rate=1"],
         )
 
-    with running_triton(bind, OPEN, trace_config=["level=TIMESTAMPS", "rate=1"]) as triton:
+    def bind(triton: Triton) -> None:
+        _bind(triton)
+        if bound == "before the start":
+            bind_mine(triton)
+
+    config = ["level=TIMESTAMPS", "rate=1"]
+    with running_triton(bind, OPEN, trace_config=config, frontends=frontends) as triton:
+        if bound == "while serving":
+            _http_infer(triton)  # the server's settings name no file: not traced
+            bind_mine(triton)
         body = {"inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
         assert post_json(triton.http_port, "/v2/models/mine/infer", body)[0] == 200
-        _http_infer(triton)  # the server's settings name no file: not traced
+        _grpc_infer(triton)  # not traced either
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            tensor = grpcclient.InferInput("IN", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.array([[1.0, 2.0]], dtype=np.float32))
+            client.infer("mine", [tensor])
     traces = _traces(_read(own))
-    assert list(traces) == [1] and "HTTP_SEND_END" in traces[1]["stamps"]
+    assert list(traces) == [1, 2]
+    sent = ["HTTP_SEND_START", "HTTP_SEND_END"]
+    assert traces[1]["order"] == [*HTTP_STAMPS, *CORE_STAMPS, "INFER_RESPONSE_COMPLETE", "REQUEST_END", *sent]
+    assert {"GRPC_WAITREAD_START", "GRPC_SEND_END"} <= set(traces[2]["stamps"])
+    for trace in traces.values():
+        _summary_spans(trace)
     assert sorted(os.listdir(tmp_path)) == ["own.json"]
 
 
@@ -484,6 +530,78 @@ def test_a_traced_requests_inner_calls_name_it_their_parent(tmp_path: pathlib.Pa
     }
     assert traces[1]["stamps"]["COMPUTE_START"] <= traces[2]["stamps"]["REQUEST_START"]
     assert traces[2]["stamps"]["REQUEST_END"] <= traces[1]["stamps"]["COMPUTE_END"]
+
+
+def _double(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUT": request.data["IN"] * 2} for request in requests]
+
+
+def _bind_ensemble(triton: Triton) -> None:
+    """`ens`: IN -> `double` -> `ident` -> OUT."""
+    _bind(triton)
+    io = {
+        "inputs": [Tensor(name="IN", dtype=np.float32, shape=(-1,))],
+        "outputs": [Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
+        "config": ModelConfig(max_batch_size=8),
+    }
+    triton.bind("double", _double, **io)
+    triton.bind_ensemble(
+        "ens",
+        steps=[
+            EnsembleStep("double", input_map={"IN": "IN"}, output_map={"OUT": "mid"}),
+            EnsembleStep("ident", input_map={"IN": "mid"}, output_map={"OUT": "OUT"}),
+        ],
+        **io,
+    )
+
+
+@pytest.mark.parametrize("frontends", [1, 2])
+def test_an_ensemble_is_traced_with_its_steps_as_children(tmp_path: pathlib.Path, frontends: int) -> None:
+    # As tritonserver 2.51 (nvidia-pytriton 0.7) writes a traced ensemble request: its record has no compute
+    # timestamps; each step's record names it its parent and the ensemble request's id, has no
+    # INFER_RESPONSE_COMPLETE, and is traced with it whatever the rate (steps are not counted in it).
+    path = tmp_path / "trace.json"
+    config = _config(path, "level=TIMESTAMPS", "level=TENSORS", "rate=2")
+    body = {"id": "e1", "inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
+    with running_triton(_bind_ensemble, OPEN, trace_config=config, frontends=frontends) as triton:
+        for _ in range(2):
+            status, answer = post_json(triton.http_port, "/v2/models/ens/infer", body)
+            assert status == 200 and answer["outputs"][0]["data"] == [2, 4]
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            tensor = grpcclient.InferInput("IN", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.array([[3.0, 4.0]], dtype=np.float32))
+            for _ in range(2):
+                assert client.infer("ens", [tensor], request_id="g1").as_numpy("OUT").tolist() == [[6, 8]]
+    traces = _traces(_read(path))
+    assert {trace_id: trace["model"] for trace_id, trace in traces.items()} == {
+        1: {"id": 1, "model_name": "ens", "model_version": 1, "request_id": "e1"},
+        2: {"id": 2, "model_name": "double", "model_version": 1, "request_id": "e1", "parent_id": 1},
+        3: {"id": 3, "model_name": "ident", "model_version": 1, "request_id": "e1", "parent_id": 1},
+        4: {"id": 4, "model_name": "ens", "model_version": 1, "request_id": "g1"},
+        5: {"id": 5, "model_name": "double", "model_version": 1, "request_id": "g1", "parent_id": 4},
+        6: {"id": 6, "model_name": "ident", "model_version": 1, "request_id": "g1", "parent_id": 4},
+    }
+    sent = ["HTTP_SEND_START", "HTTP_SEND_END"]
+    core = ["REQUEST_START", "QUEUE_START", "INFER_RESPONSE_COMPLETE", "REQUEST_END"]
+    assert traces[1]["order"] == [*HTTP_STAMPS, *core, *sent]
+    grpc_stamps = {"GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END"}
+    assert set(traces[4]["stamps"]) == {*core, *grpc_stamps}
+    for step in (2, 3, 5, 6):
+        assert traces[step]["order"] == [*CORE_STAMPS, "REQUEST_END"]
+    for parent, first, second in ((1, 2, 3), (4, 5, 6)):
+        stamps = [traces[trace_id]["stamps"] for trace_id in (parent, first, second)]
+        assert stamps[0]["QUEUE_START"] <= stamps[1]["REQUEST_START"]
+        assert stamps[1]["COMPUTE_END"] <= stamps[2]["REQUEST_START"]
+        assert stamps[2]["COMPUTE_END"] <= stamps[0]["INFER_RESPONSE_COMPLETE"]
+    for trace in traces.values():
+        _summary_spans(trace)
+
+    def tensors(trace_id: int) -> List[Any]:
+        return [(activity, tensor["name"], tensor["data"]) for activity, tensor in traces[trace_id]["tensors"]]
+
+    assert tensors(1) == [("TENSOR_QUEUE_INPUT", "IN", "1,2"), ("TENSOR_BACKEND_OUTPUT", "OUT", "2,4")]
+    assert tensors(2) == [("TENSOR_QUEUE_INPUT", "IN", "1,2"), ("TENSOR_BACKEND_OUTPUT", "OUT", "2,4")]
+    assert tensors(3) == [("TENSOR_QUEUE_INPUT", "IN", "2,4"), ("TENSOR_BACKEND_OUTPUT", "OUT", "2,4")]
 
 
 def _echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:

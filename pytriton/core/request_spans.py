@@ -50,12 +50,16 @@ class FrontendTrace(Protocol):
     def sent(self, protocol: str, stamps: Tuple[int, int, int, int]) -> None:
         """The transport's timestamps: received from, to, sent from, to (monotonic ns); `protocol` HTTP or GRPC."""
 
+    def abandon(self) -> None:
+        """The transport that claimed the record adds no timestamps after all: written without them."""
+
 
 class FixedStamps:
     """What a transport without trace settings knows of trace files: whether its requests are timed for them.
 
-    A frontend process's (runtime/frontends/): the hub, which traces, has the settings; the frontend's transports
-    time a request's arrival (`InferenceRequest.arrival_ns`, see `mark_arrival`) while the server writes trace files.
+    A frontend process's (runtime/frontends/): the hub, which traces, has the settings and tells its frontends
+    whether it writes trace files (`stamps`); while it does, the frontend's transports time a request's arrival
+    (`InferenceRequest.arrival_ns`, see `mark_arrival`) and the send of a traced request's response.
     """
 
     __slots__ = ("stamps",)

@@ -6,7 +6,9 @@ Triton's steady clock): REQUEST_START and QUEUE_START when it was queued, COMPUT
 COMPUTE_INPUT_END, COMPUTE_OUTPUT_START and COMPUTE_END from its batch's compute times, INFER_RESPONSE_COMPLETE
 per response and REQUEST_END; with level TENSORS its inputs (TENSOR_QUEUE_INPUT) and outputs
 (TENSOR_BACKEND_OUTPUT). A transport of this process adds its own (HTTP_RECV_START ... HTTP_SEND_END,
-GRPC_WAITREAD_START ... GRPC_SEND_END) through the response (`TracedResponse`).
+GRPC_WAITREAD_START ... GRPC_SEND_END) through the response (`TracedResponse`); a frontend process's through the
+hub (runtime/frontends/hub.py: TRACED_RESPONSE, SENT). The requests a traced request's callable or ensemble makes
+are traced with it (their records name it their parent); an ensemble's record has no compute timestamps.
 
 As Triton's `TraceSetting`, the records of the server's settings (and of each model's own) gather in a stream of
 their own, which goes to the file:
@@ -46,10 +48,13 @@ class FileTrace:
 
     __slots__ = (
         "_claimed",
+        "_composes",
         "_done",
         "_entry",
         "_files",
+        "_frontend",
         "_owner",
+        "_responses",
         "_stamps",
         "_start_ns",
         "_tensors",
@@ -63,15 +68,28 @@ class FileTrace:
     )
 
     def __init__(
-        self, files: TraceFiles, owner: str, model: str, version: str, entry: Any, level: Any, parent_id: int = 0
+        self,
+        files: TraceFiles,
+        owner: str,
+        model: str,
+        version: str,
+        entry: Any,
+        level: Any,
+        parent_id: int = 0,
+        composes: bool = False,
+        step: bool = False,
     ) -> None:
         """Start the record of a request that leaves its queue now, with what `level` (TIMESTAMPS, TENSORS) asks.
 
-        `parent_id`: the trace id of the traced request whose callable made this one (0: a client's request).
+        `parent_id`: the trace id of the traced request whose callable, or ensemble, made this one (0: a client's
+        request). As tritonserver 2.51's: an ensemble's request (`composes`; its `entry` is its run) has no compute
+        timestamps, and an ensemble step's (`step`) no INFER_RESPONSE_COMPLETE.
         """
         self._files = files
         self.level = level
         self.parent_id = parent_id
+        self._composes = composes
+        self._responses = not step
         self._owner = owner
         self.model = model
         self.version = version
@@ -82,6 +100,7 @@ class FileTrace:
         self._timestamps = "TIMESTAMPS" in level
         self._tensors: Optional[List[TensorRecord]] = [] if "TENSORS" in level else None
         self._claimed = self._done = self._written = False
+        self._frontend: Optional[List[Stamp]] = None  # the transport's timestamps, once it sent the response
         if self._tensors is not None and entry is not None:
             for name, array in entry.request.inputs.items():  # copies: a request's buffers are reused after it
                 self._tensors.append(("TENSOR_QUEUE_INPUT", name, _copy(array), ""))
@@ -91,7 +110,8 @@ class FileTrace:
 
     def responded(self, response: InferenceResponse) -> InferenceResponse:
         """Note a response (and its outputs with level TENSORS); it carries the record to its transport."""
-        self._stamps.append(("INFER_RESPONSE_COMPLETE", time.monotonic_ns()))
+        if self._responses:
+            self._stamps.append(("INFER_RESPONSE_COMPLETE", time.monotonic_ns()))
         if self._tensors is not None:
             for output in response.outputs:
                 array = _copy(output.array)  # the callable may change its arrays after
@@ -113,19 +133,27 @@ class FileTrace:
         return True
 
     def sent(self, protocol: str, stamps: Tuple[int, int, int, int]) -> None:
-        """The transport's timestamps (received from, to, sent from, to): the record is complete."""
+        """The transport's timestamps (received from, to, sent from, to): the record is complete once ended."""
         if protocol == "GRPC":
             names = ("GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END")
         else:
             names = ("HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START", "HTTP_SEND_END")
-        self._write(list(zip(names, stamps)) if self._timestamps else [])
+        self._frontend = list(zip(names, stamps)) if self._timestamps else []
+        self._write(self._frontend)
+
+    def abandon(self) -> None:
+        """The transport that claimed the record adds no timestamps after all (a frontend process's that sent none)."""
+        self._claimed = False
+        self._unclaimed()
 
     def _unclaimed(self) -> None:
         """No transport of this process took the record (frontend processes, inner calls, streams): write it.
 
         A frontend process's transport noted when the request arrived: those are its receive timestamps.
         """
-        if not self._claimed:
+        if self._frontend is not None:
+            self._write(self._frontend)  # sent before the request ended
+        elif not self._claimed:
             entry = self._entry
             self._write(arrival_stamps(entry.request.arrival_ns) if entry is not None else [])
 
@@ -137,20 +165,21 @@ class FileTrace:
         entry = self._entry
         request = entry.request if entry is not None else None
         enqueue_ns = entry.enqueue_ns if entry is not None else self._start_ns
-        start_ns = enqueue_ns + entry.queue_ns if entry is not None and entry.queue_ns else self._start_ns
         stamps: List[Stamp] = [("REQUEST_START", enqueue_ns), ("QUEUE_START", enqueue_ns)]
-        stamps.append(("COMPUTE_START", start_ns))
-        compute = entry.compute_ns if entry is not None else (0, 0, 0)
-        if any(compute):
-            input_end = start_ns + compute[0]
-            output_start = input_end + compute[1]
-            stamps += [("COMPUTE_INPUT_END", input_end), ("COMPUTE_OUTPUT_START", output_start)]
-            stamps.append(("COMPUTE_END", output_start + compute[2]))
-        stamps.sort(key=lambda stamp: stamp[1])
+        if not self._composes:
+            start_ns = enqueue_ns + entry.queue_ns if entry is not None and entry.queue_ns else self._start_ns
+            stamps.append(("COMPUTE_START", start_ns))
+            compute = entry.compute_ns if entry is not None else (0, 0, 0)
+            if any(compute):
+                input_end = start_ns + compute[0]
+                output_start = input_end + compute[1]
+                stamps += [("COMPUTE_INPUT_END", input_end), ("COMPUTE_OUTPUT_START", output_start)]
+                stamps.append(("COMPUTE_END", output_start + compute[2]))
+            stamps.sort(key=lambda stamp: stamp[1])
         stamps += self._stamps  # responses and the end, in the order they came
         if not self._timestamps:
             stamps = []
-        received, sent = frontend[:2], frontend[2:]  # a frontend process's transport notes no send
+        received, sent = frontend[:2], frontend[2:]  # only received ones when no transport claimed the record
         record = (
             self._trace_id,
             self.model,
@@ -169,6 +198,11 @@ class FileTrace:
         return self._trace_id
 
     @property
+    def composes(self) -> bool:
+        """Whether it is an ensemble request's record (its steps' records are its children)."""
+        return self._composes
+
+    @property
     def owner(self) -> str:
         """Whose settings sampled the request ("" for the server's)."""
         return self._owner
@@ -177,20 +211,31 @@ class FileTrace:
 class FileModelTracer:
     """A model's trace source in mode triton: samples its requests by the trace settings and starts their records."""
 
-    def __init__(self, name: str, version: str, files: TraceFiles) -> None:
-        """Trace the requests of model `name`."""
+    def __init__(self, name: str, version: str, files: TraceFiles, ensemble: bool = False) -> None:
+        """Trace the requests of model `name` (an ensemble's: their steps' records name them their parent)."""
         self._name = name
         self._version = version
         self._files = files
+        self._ensemble = ensemble
 
     def start(self, enqueue_ns: int, parent: Any = None, entry: Any = None) -> Optional[FileTrace]:
-        """The record of a request that leaves the queue now, when it is sampled.
+        """The record of a request that leaves the queue now (an ensemble's: that starts its steps now), if sampled.
 
-        A request made by a traced request's callable (`parent`, its record) is traced with it, as Triton traces
-        the requests a traced request spawns: its record names the parent's trace id.
+        A request made by a traced request's callable or ensemble (`parent`, its record) is traced with it, as
+        Triton traces the requests a traced request spawns: its record names the parent's trace id.
         """
         if isinstance(parent, FileTrace):
-            return FileTrace(self._files, parent.owner, self._name, self._version, entry, parent.level, parent.trace_id)
+            return FileTrace(
+                self._files,
+                parent.owner,
+                self._name,
+                self._version,
+                entry,
+                parent.level,
+                parent.trace_id,
+                self._ensemble,
+                step=parent.composes,
+            )
         if entry is not None and entry.request.origin is not None:
             return None  # an untraced request's inner call: Triton samples only what its frontends receive
         settings = self._files.settings
@@ -200,7 +245,7 @@ class FileModelTracer:
             self._files.exhausted()
         owner, _ = settings.sampled(self._name)
         level = settings.effective(self._name).level or ()
-        return FileTrace(self._files, owner, self._name, self._version, entry, level)
+        return FileTrace(self._files, owner, self._name, self._version, entry, level, composes=self._ensemble)
 
 
 class _Stream:

@@ -125,7 +125,8 @@ class Tracing:
     def _source(self, model: ServedModel) -> Any:
         """A model's span source: OpenTelemetry spans, or trace file records."""
         if self._files is not None:
-            return FileModelTracer(model.spec.name, model.spec.version_str, self._files)
+            spec = model.spec
+            return FileModelTracer(spec.name, spec.version_str, self._files, ensemble=spec.ensemble is not None)
         return _ModelTracer(model, self._tracer, self._settings, self._on_exhausted)
 
     def shutdown(self) -> None:

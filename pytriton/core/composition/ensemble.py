@@ -42,6 +42,7 @@ from pytriton.core.composition.inner_call import InnerCall, outputs_of
 from pytriton.core.composition.path import CallArguments, CallPath, Models, PathMaker
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor, SequenceMark
+from pytriton.core.request_spans import TracedSink
 from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
@@ -87,6 +88,13 @@ class EnsembleScheduler(Scheduler):
             raise InferenceError.unavailable(f"ensemble '{self.spec.name}' is not served by an engine")
         run = EnsembleRun(self, request, sink)
         self._runs[sink] = run
+        spans = self.spans
+        if spans is not None:
+            origin = request.origin
+            traced = spans.start(run.enqueue_ns, origin[2] if origin is not None else None, run)
+            if traced is not None:  # its steps' requests are traced with it, as a traced callable's inner calls
+                run.sink = TracedSink(sink, traced)
+                run.path.span = traced.span if traced.span is not None else traced
         if gone is not None:
             self._run_watch.watch(run, gone)
         run.start()
@@ -140,7 +148,7 @@ class EnsembleScheduler(Scheduler):
 
     def ended(self, run: EnsembleRun) -> None:
         """A request's run has answered."""
-        self._runs.pop(run.sink, None)
+        self._runs.pop(run.queued, None)
         self._update_idle()
 
     @property
@@ -230,6 +238,7 @@ class EnsembleRun:
         "enqueue_ns",
         "gone",
         "path",
+        "queued",
         "readers",
         "request",
         "responded",
@@ -247,7 +256,8 @@ class EnsembleRun:
         """Prepare the run: the request's inputs are the first ensemble tensors."""
         self.scheduler = scheduler
         self.request = request
-        self.sink = sink
+        self.queued = sink  # the sink the request was submitted with: the run's key in the scheduler
+        self.sink = sink  # where its answers go: `queued`, or a traced request's TracedSink around it
         self.readers = scheduler.readers_for(scheduler.wanted_of(request))  # the steps this request runs read
         self.enqueue_ns = time.monotonic_ns()
         self.started_ns = 0

@@ -27,6 +27,7 @@ from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.request import InferenceResponse
+from pytriton.core.request_spans import FrontendTrace, TracedResponse
 from pytriton.core.scheduler import Scheduler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.waiters import Room
@@ -47,11 +48,13 @@ from pytriton.runtime.frontends.protocol import (
     RELEASED,
     RETURNED,
     SEGMENT,
+    SENT,
     SHARED_BYTES,
     STREAM_AHEAD,
     STREAM_AHEAD_BYTES,
     TAKEN,
     TOKENS,
+    TRACED_RESPONSE,
     failed,
     pack_response,
     pack_small_response,
@@ -107,6 +110,9 @@ class RemoteSink(ResponseSink):
         link = self._link
         packed = pack_small_response(self.key, response)  # the usual response; else FrontendLink's placing
         head, body = packed if packed is not None else link.pack_response(self.key, response)
+        if type(response) is TracedResponse and not self.streaming and response.trace.claim():
+            link.traces[self.key] = response.trace  # its record waits for the frontend's timestamps (SENT)
+            head = (TRACED_RESPONSE, *head[1:])
         link.outbox.post(head, body)
         if self._ahead is not None:
             self._ahead.add(response.nbytes())
@@ -156,6 +162,7 @@ class FrontendLink:
         self.outbox = Outbox(channel, loop)
         self.calls = Calls(self.outbox, handlers)
         self.sinks: Dict[int, RemoteSink] = {}
+        self.traces: Dict[int, FrontendTrace] = {}  # key: the trace file record of a TRACED_RESPONSE, until SENT
         self.closed = False
         self.open = {"http": 0, "grpc": 0}  # connections handed to the frontend that it has not said closed
         self._loop = loop
@@ -218,6 +225,13 @@ class FrontendLink:
                 sink = self.sinks.get(head[1])
                 if sink is not None:
                     sink.took(head[2])
+            elif tag == SENT:
+                trace = self.traces.pop(head[1], None)
+                if trace is not None:
+                    if head[2]:
+                        trace.sent(head[2], head[3])
+                    else:
+                        trace.abandon()
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:
@@ -351,6 +365,9 @@ class FrontendLink:
         for sink in list(self.sinks.values()):
             sink.cancel()
         self.sinks.clear()
+        traces, self.traces = self.traces, {}
+        for trace in traces.values():  # responses the frontend never said it sent: their records are written
+            trace.abandon()
         for segment_id in list(self._segments):
             self._forget(segment_id)  # unmapped once the requests that view them are gone
         self._arena.close()

@@ -46,8 +46,9 @@ _SYSTEM_UNREGISTER = dict(ROUTES)["/v2/systemsharedmemory[/region/{region}]/unre
 
 # What the frontends were told of the hub's state, as generations that move with every change of it: the model
 # table and its versions out of service (Engine.models_generation), the regions (SystemSharedMemory.generation),
-# the log settings (LogSettings.generation). Comparing them costs the same at 1 model as at 1,600.
-Mirror = Tuple[int, int, int]
+# the log settings (LogSettings.generation); and whether trace files are written (the frontends then time their
+# requests). Comparing them costs the same at 1 model as at 1,600.
+Mirror = Tuple[int, int, int, bool]
 
 
 class StartError(RuntimeError):
@@ -160,6 +161,7 @@ class FrontendPool:
             list(regions.values()),
             self._log_settings(),
             self._engine.out_of_service(),
+            mirror[3],
         )
         try:
             process, channel, message = await start_helper(
@@ -348,8 +350,14 @@ class FrontendPool:
         return self._regions[1]
 
     def _mirror(self) -> Mirror:
-        """The generations of what the frontends must know now (models, regions, log settings)."""
-        return self._engine.models_generation, self._engine.system_memory.generation, self._settings.log.generation
+        """The generations of what the frontends must know now (models, regions, log settings), and trace stamps."""
+        engine = self._engine
+        return (
+            engine.models_generation,
+            engine.system_memory.generation,
+            self._settings.log.generation,
+            self._settings.trace.stamps,
+        )
 
     def _log_settings(self) -> Dict[str, Any]:
         return {key: value for key, value in self._settings.log.document().items() if key != "log_file"}
@@ -374,6 +382,8 @@ class FrontendPool:
                 await self._tell_regions(frontend)
             if told is None or told[2] != mirror[2]:
                 await link.calls.call("logging", self._log_settings())
+            if told is None or told[3] != mirror[3]:
+                await link.calls.call("trace_stamps", mirror[3])
         except Exception:  # noqa: BLE001 - it died meanwhile: it is told everything when it starts again
             return
         frontend.mirror = mirror

@@ -50,6 +50,7 @@ class FrontendProcess:
             "change_regions": self._change_regions,
             "held_regions": self._held_regions,
             "logging": self._logging,
+            "trace_stamps": self._trace_stamps,
             "steer": self._steer,
             "leave": self._leave,
             "stop": self._stop,
@@ -61,6 +62,7 @@ class FrontendProcess:
         self._set_regions(init.regions)
         self._log = LogSettings(init.options.log_verbose, init.options.log_file)
         self._log.update(init.log)
+        self._stamps = FixedStamps(init.trace_stamps)  # the transports', as the hub says
         self._servers: List[Any] = []
         self._by_kind: Dict[str, Any] = {}
 
@@ -84,7 +86,7 @@ class FrontendProcess:
                 max_json_bytes=options.limits.max_json_bytes,
                 inflation_budget=budget,
                 access=options.http_access,
-                trace_stamps=FixedStamps(options.trace.mode == "triton" and bool(options.trace.file)),
+                trace_stamps=self._stamps,
                 openai=None
                 if options.openai_port is not None  # the hub serves the OpenAI API's own port
                 else OpenAIApp(
@@ -118,6 +120,7 @@ class FrontendProcess:
                 receive_budget=receive_budget,
                 listen=False,
                 servicer=lambda servicer: ForwardingServicer(servicer, calls),
+                trace_stamps=self._stamps,
             )
             await grpc_server.start()
             connections = grpc_server.connections
@@ -145,6 +148,10 @@ class FrontendProcess:
     async def _logging(self, settings: Dict[str, Any]) -> None:
         """The hub's log settings changed (through /v2/logging or LogSettings): log as it does."""
         self._log.update(settings)
+
+    async def _trace_stamps(self, stamps: bool) -> None:
+        """The hub starts or stops writing trace files (a model bound with a file of its own): time requests or not."""
+        self._stamps.stamps = stamps
 
     async def _change_models(
         self, changed: List[ModelSpec], removed: List[Tuple[str, int]], unloaded: List[Tuple[str, int]]

@@ -17,8 +17,12 @@ Frontend to hub:
     (TAKEN, key, responses): the frontend took so many responses of a streaming request, every STREAM_ACK of them;
      the hub delivers at most STREAM_AHEAD more than it took, so a client that reads nothing of its stream holds
      the model's generator, not a growing queue of responses in its frontend
+    (SENT, key, protocol, stamps): the transport's timestamps of a TRACED_RESPONSE (received from, to, sent from,
+     to; protocol HTTP or GRPC), or none (protocol ""): the hub's trace file record of the request is complete
 Hub to frontend:
     (RESPONSE, key, outputs, datatypes, final, loan, parameters),
+    (TRACED_RESPONSE, ...as RESPONSE): the response of a request the hub writes a trace file record of, which
+     waits for the frontend's SENT; only such requests' responses are timed and answered so
     (FAILED, key, status, message, reason, of request, answered: the request's answer, not refused at submission),
     (END, key); `loan` names the response's region of the hub's arena (0: none), for RETURNED
     (ARENA, size), alone, with the descriptor of the hub's new arena for this frontend
@@ -46,7 +50,7 @@ from pytriton.options.server import ServerOptions
 
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
-TOKENS, TAKEN = 15, 16
+TOKENS, TAKEN, TRACED_RESPONSE, SENT = 15, 16, 17, 18
 STREAM_AHEAD, STREAM_AHEAD_BYTES, STREAM_ACK = 256, 16 << 20, 32
 INIT, READY, START_FAILED = 101, 102, 103
 BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
@@ -68,6 +72,7 @@ class Init(NamedTuple):
     regions: List[Region]
     log: Dict[str, Any]  # the hub's log settings (its /v2/logging document, less the file)
     unloaded: List[Tuple[str, int]]  # the model versions out of service (unloaded, or removed for good)
+    trace_stamps: bool  # whether the hub writes trace files (its transports' requests are timed for them)
 
 
 # Where a large array lies in shared memory: (where, offset), or None to copy it into the body.

@@ -40,6 +40,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import mark_leased
 from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.request_spans import TracedResponse
 from pytriton.core.shared_memory.cuda import CudaSharedMemory
 from pytriton.core.shared_memory.system import SystemSharedMemory
 from pytriton.core.spec import ModelSpec
@@ -61,9 +62,11 @@ from pytriton.runtime.frontends.protocol import (
     RESPONSE,
     RETURNED,
     SEGMENT,
+    SENT,
     STREAM_ACK,
     TAKEN,
     TOKENS,
+    TRACED_RESPONSE,
     error_of,
     pack_request,
     unpack_response,
@@ -84,6 +87,39 @@ class _Stream:
 
 
 Waiting = Union["asyncio.Future[InferenceResponse]", _Stream]
+
+
+class _HubTrace:
+    """The hub's trace file record of a request (a TRACED_RESPONSE's), which the transport's timestamps go to.
+
+    A transport claims it when it times the response's send (core/request_spans.FrontendTrace); one that does not
+    (a stream's, the OpenAI API's, an encoding that failed) leaves the record to the hub without them.
+    """
+
+    __slots__ = ("_claimed", "_key", "_link")
+
+    def __init__(self, link: HubLink, key: int) -> None:
+        self._link = link
+        self._key = key
+        self._claimed = False
+
+    def claim(self) -> bool:
+        """The transport will send the timestamps (`sent`)."""
+        self._claimed = True
+        return True
+
+    def sent(self, protocol: str, stamps: Tuple[int, int, int, int]) -> None:
+        """The transport's timestamps, to the hub."""
+        self._link.sent(self._key, protocol, stamps)
+
+    def abandon(self) -> None:
+        """The hub writes the record without the transport's timestamps."""
+        self._link.sent(self._key, "", ())
+
+    def unclaimed(self) -> None:
+        """The transport that took the response did not claim the record: the hub writes it without them."""
+        if not self._claimed:
+            self.abandon()
 
 
 class HubLink:
@@ -145,6 +181,11 @@ class HubLink:
             self.outbox.post((CANCEL, key))
         self._unwatch(key)
 
+    def sent(self, key: int, protocol: str, stamps: Tuple[int, ...]) -> None:
+        """The transport's timestamps of a TRACED_RESPONSE's request (none: protocol ""), for the hub's record."""
+        if not self.closed:
+            self.outbox.post((SENT, key, protocol, stamps))
+
     def _on_message(self, message: Message) -> None:
         """Answers and calls from the hub."""
         tag = message.head[0]
@@ -157,17 +198,21 @@ class HubLink:
         waiting = self._waiting
         for head, body in items(message):
             tag = head[0]
-            if tag == RESPONSE:
+            if tag == RESPONSE or tag == TRACED_RESPONSE:
                 key = head[1]
                 target = waiting.get(key)
                 if target is None:
                     if head[5]:
                         self._returned.append(head[5])  # nobody waits for it: its region goes back at once
                         self._return_soon()
+                    if tag == TRACED_RESPONSE:
+                        self.sent(key, "", ())
                     continue
                 try:
                     response = unpack_response(head, body, self._resolver(head[5]) if head[5] else self._own)
                 except ValueError as error:  # names a buffer of ours that is gone: not expected
+                    if tag == TRACED_RESPONSE:
+                        self.sent(key, "", ())
                     waiting.pop(key, None)
                     item: Any = InferenceError.internal(f"the server lost a response: {error}")
                     if isinstance(target, _Stream):
@@ -180,8 +225,16 @@ class HubLink:
                 else:
                     del waiting[key]
                     self._unwatch(key)
+                    if tag == RESPONSE:
+                        if not target.done():
+                            target.set_result(response)
+                        continue
+                    trace = _HubTrace(self, key)
                     if not target.done():
-                        target.set_result(response)
+                        target.set_result(TracedResponse(response, trace))
+                    # After the awaiting task's next step (set_result scheduled it first), in which a transport that
+                    # times the send claims the record.
+                    self.loop.call_soon(trace.unclaimed)
             elif tag == FAILED or tag == END:
                 target = waiting.pop(head[1], None)
                 if target is None:

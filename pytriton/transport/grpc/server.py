@@ -98,6 +98,7 @@ class GrpcFrontend:
         receive_budget: Optional[ReceiveBudget] = None,
         listen: bool = True,
         servicer: Optional[Callable[[Any], Any]] = None,
+        trace_stamps: Optional[FixedStamps] = None,
     ) -> None:
         """Prepare the frontend; nothing is bound until `start`; `settings` serves LogSettings and TraceSetting.
 
@@ -105,7 +106,9 @@ class GrpcFrontend:
         hold (GrpcServerState). Without `listen`
         it binds no port and serves the connections handed to `adopt` (a frontend process's: the hub accepts
         them). `servicer` wraps the servicer (a frontend process's forwards what it does not answer itself).
+        `trace_stamps`: whether requests are timed for trace files, without `settings` (a frontend process's).
         """
+        self._trace_stamps = trace_stamps
         self._listen = listen
         self._wrap_servicer = servicer
         self._ssl: Optional[ssl_module.SSLContext] = None
@@ -130,7 +133,7 @@ class GrpcFrontend:
             header_forward_pattern=options.grpc_header_forward_pattern,
             settings=self._settings,
             max_stream_requests=options.limits.grpc_max_stream_requests,
-            trace_stamps=FixedStamps(options.trace.mode == "triton" and bool(options.trace.file)),
+            trace_stamps=self._trace_stamps,
         )
         if self._wrap_servicer is not None:
             servicer = self._wrap_servicer(servicer)

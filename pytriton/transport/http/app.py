@@ -717,12 +717,12 @@ def _timed_send(send: Send, trace: FrontendTrace, received_ns: int, decoded_ns: 
         nonlocal started_ns
         if not started_ns:
             started_ns = time.monotonic_ns()
-        if message["type"] != "http.response.body" or message.get("more_body"):
-            await send(message)
-            return
         try:
             await send(message)
-        finally:  # a client that left has its record too
+        except BaseException:  # a client that left has its record too
+            trace.sent("HTTP", (received_ns, decoded_ns, started_ns, time.monotonic_ns()))
+            raise
+        if message["type"] == "http.response.body" and not message.get("more_body"):
             trace.sent("HTTP", (received_ns, decoded_ns, started_ns, time.monotonic_ns()))
 
     return timed
