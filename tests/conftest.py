@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import socket
 import sys
@@ -81,6 +82,16 @@ def http_url(triton: Triton) -> str:
 def grpc_url(triton: Triton) -> str:
     """host:port of a running server's gRPC endpoint (as tritonclient.grpc wants it)."""
     return f"127.0.0.1:{triton.grpc_port}"
+
+
+@pytest.fixture
+def pytriton_logger() -> Iterator[logging.Logger]:
+    """The `pytriton` logger, restored after the test (log settings change it for the process)."""
+    logger = logging.getLogger("pytriton")
+    level, filters = logger.level, list(logger.filters)
+    yield logger
+    logger.setLevel(level)
+    logger.filters[:] = filters
 
 
 @pytest.fixture

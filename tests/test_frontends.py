@@ -543,8 +543,9 @@ def test_a_forwarded_call_among_many_models_walks_none_of_them(
 
 
 def test_a_load_with_a_config_override_and_a_log_change_reach_every_frontend(
-    start_triton: Callable[..., Triton], capfd: pytest.CaptureFixture[str]
+    start_triton: Callable[..., Triton], capfd: pytest.CaptureFixture[str], pytriton_logger: logging.Logger
 ) -> None:
+    # pytriton_logger: the hub's log change sets the `pytriton` logger's level for this process; restored after.
     triton = start_triton(_many, frontends=2)
     pool = triton._runtime._pool
     assert pool is not None

@@ -6,7 +6,7 @@ import functools
 import importlib.util
 import json
 import logging
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, List
 
 import grpc
 import numpy as np
@@ -52,16 +52,6 @@ def _bind(triton: Triton) -> None:
             inputs=[Tensor(name="IN", dtype=np.float32, shape=(-1,))],
             outputs=[Tensor(name="OUT", dtype=np.float32, shape=(-1,))],
         )
-
-
-@pytest.fixture
-def pytriton_logger() -> Iterator[logging.Logger]:
-    """The `pytriton` logger, restored after the test (log settings change it for the process)."""
-    logger = logging.getLogger("pytriton")
-    level, filters = logger.level, list(logger.filters)
-    yield logger
-    logger.setLevel(level)
-    logger.filters[:] = filters
 
 
 def test_logging_endpoint_reads_and_changes_settings(
