@@ -8,6 +8,7 @@ model holds a request (and its share of the budget) until released, so that the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -415,6 +416,20 @@ def test_grpc_a_message_waits_with_its_stream_window_shut_while_others_are_serve
     _all_given_back(triton)
 
 
+def _first_mib_sent(triton: Triton, wire: bytes) -> Tuple[H2Client, int]:
+    """A connection with a ModelInfer call whose message's first MiB is sent; the client and the call's stream."""
+    client = H2Client(triton.grpc_port)
+    try:
+        client.handshake()
+        stream = client.new_stream()
+        client.send_headers(stream, request_headers())
+        client.send_data(stream, wire[:MIB], end_stream=False)
+    except BaseException:
+        client.close()
+        raise
+    return client, stream
+
+
 def test_grpc_a_stream_reset_or_a_lost_connection_gives_the_share_back(served: Any) -> None:
     triton, gate = served
     budget = _budget(triton)
@@ -422,24 +437,16 @@ def test_grpc_a_stream_reset_or_a_lost_connection_gives_the_share_back(served: A
     message.inputs.add(name="INPUT_1", datatype="FP32", shape=[1, 3 * MIB])
     message.raw_input_contents.append(bytes(12 * MIB))
     wire = grpc_message(message.SerializeToString())
-    client = H2Client(triton.grpc_port)
+    client, stream = _first_mib_sent(triton, wire)
     try:
-        client.handshake()
-        stream = client.new_stream()
-        client.send_headers(stream, request_headers())
-        client.send_data(stream, wire[:MIB], end_stream=False)
         _until(lambda: budget.held >= 12 * MIB, "the message's share")  # larger than the budget: alone, at once
         client.rst_stream(stream, 8)  # CANCEL
         _until(lambda: budget.held == 0, "the share of a reset stream", timeout=2.0)
     finally:
         client.close()
     held = _hold_gate(triton, gate)
-    client = H2Client(triton.grpc_port)
+    client, _ = _first_mib_sent(triton, wire)
     try:
-        client.handshake()
-        stream = client.new_stream()
-        client.send_headers(stream, request_headers())
-        client.send_data(stream, wire[:MIB], end_stream=False)
         _until(lambda: budget.waiting == 1, "the message to wait")
     finally:
         client.close()
@@ -477,29 +484,36 @@ def test_the_limit_defaults_to_half_the_memory_and_comes_from_the_environment() 
     assert ServerLimits.from_env(environ).max_received_bytes == 3 * MIB
 
 
-def test_grpc_a_streams_large_messages_each_give_their_share_back_when_their_bytes_go(served: Any) -> None:
-    triton, _ = served
+@contextlib.contextmanager
+def _stream_answered(triton: Triton, count: int) -> Iterator[None]:
+    """A ModelStreamInfer stream that sent `count` messages of HELD_BYTES to `first` and got their answers; open."""
     answers: List[Any] = []
     done = threading.Event()
 
     def callback(result: Any, error: Any) -> None:
         answers.append(error or float(result.as_numpy("OUTPUT_1")[0, 0]))
-        if len(answers) == 4:
+        if len(answers) == count:
             done.set()
 
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
     try:
         client.start_stream(callback)
-        for index in range(4):  # each larger than half the budget: one at a time, as the one before goes
+        for index in range(count):
             inputs = grpcclient.InferInput("INPUT_1", [1, HELD_BYTES // 4], "FP32")
             inputs.set_data_from_numpy(_tensor(HELD_BYTES, float(index)))
             client.async_stream_infer("first", [inputs])
         assert done.wait(HOLD_S)
-        assert sorted(answers) == [0.0, 1.0, 2.0, 3.0]
-        _all_given_back(triton)  # the stream is still open: its messages' bytes gave their shares back
+        assert sorted(answers) == [float(index) for index in range(count)]
+        yield
     finally:
         client.stop_stream()
         client.close()
+
+
+def test_grpc_a_streams_large_messages_each_give_their_share_back_when_their_bytes_go(served: Any) -> None:
+    triton, _ = served
+    with _stream_answered(triton, 4):  # each larger than half the budget: one at a time, as the one before goes
+        _all_given_back(triton)  # the stream is still open: its messages' bytes gave their shares back
 
 
 def test_a_large_requests_bytes_are_let_go_once_it_is_answered(served: Any) -> None:
@@ -524,25 +538,6 @@ def test_a_large_requests_bytes_are_let_go_once_it_is_answered(served: Any) -> N
 def test_a_streams_large_messages_bytes_are_let_go_once_answered(served: Any) -> None:
     # No cycle collection here: a message's bytes kept by a reference cycle would keep their share, and the memory.
     triton, _ = served
-    answers: List[Any] = []
-    done = threading.Event()
-
-    def callback(result: Any, error: Any) -> None:
-        answers.append(error or float(result.as_numpy("OUTPUT_1")[0, 0]))
-        if len(answers) == 3:
-            done.set()
-
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
-    try:
-        client.start_stream(callback)
-        for index in range(3):
-            inputs = grpcclient.InferInput("INPUT_1", [1, HELD_BYTES // 4], "FP32")
-            inputs.set_data_from_numpy(_tensor(HELD_BYTES, float(index)))
-            client.async_stream_infer("first", [inputs])
-        assert done.wait(HOLD_S)
-        assert sorted(answers) == [0.0, 1.0, 2.0]
+    with _stream_answered(triton, 3):
         _until(lambda: not receive_budget._WATCHED, "the stream's messages' bytes to be let go", timeout=2.0)
         assert (_budget(triton).held, _budget(triton).waiting) == (0, 0)
-    finally:
-        client.stop_stream()
-        client.close()
