@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import io
 import json
 import logging
 from typing import Any, Callable, Dict, List
@@ -184,6 +185,61 @@ def test_log_settings_over_clients(start_triton: Callable[..., Triton], pytriton
     assert http.get_log_settings()["log_verbose_level"] == 1
     http.close()
     grpc.close()
+
+
+def test_runtime_log_changes_end_with_their_server(
+    start_triton: Callable[..., Triton], pytriton_logger: logging.Logger
+) -> None:
+    # In nvidia-pytriton 0.7 each Triton runs a tritonserver of its own, whose log settings end with it: a second
+    # Triton in the process reports the settings it was started with (probed). Its log follows them, and the
+    # application's own handler keeps its format.
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    formatter = logging.Formatter("APP %(levelname)s %(message)s")
+    handler.setFormatter(formatter)
+    pytriton_logger.setLevel(logging.INFO)
+    level, filters = pytriton_logger.level, list(pytriton_logger.filters)
+    pytriton_logger.addHandler(handler)
+    try:
+        first = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+        change = {"log_info": False, "log_verbose_level": 1, "log_format": "ISO8601"}
+        assert post_json(first.http_port, "/v2/logging", change)[0] == 200
+        assert (pytriton_logger.level, handler.formatter) != (level, formatter)
+        first.stop()
+        assert (pytriton_logger.level, pytriton_logger.filters, handler.formatter) == (level, filters, formatter)
+        second = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+        assert get_json(second.http_port, "/v2/logging")[1] == {
+            "log_file": "",
+            "log_info": True,
+            "log_warning": True,
+            "log_error": True,
+            "log_verbose_level": 0,
+            "log_format": "default",
+        }
+        pytriton_logger.info("an info record")
+        pytriton_logger.debug("a debug record")
+        assert post_json(second.http_port, "/v2/logging", {"log_format": "default"})[0] == 200
+        assert handler.formatter is formatter  # "default" is the handlers' own format
+        assert "APP INFO an info record" in stream.getvalue() and "a debug record" not in stream.getvalue()
+    finally:
+        pytriton_logger.removeHandler(handler)
+
+
+def test_a_servers_log_changes_end_with_it_while_another_changed_them_since(
+    start_triton: Callable[..., Triton], pytriton_logger: logging.Logger
+) -> None:
+    # Two servers in one process share the logger: the last one changed rules, and once both stop, their
+    # changes are gone whichever stops first.
+    level = pytriton_logger.level
+    first = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+    second = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+    assert post_json(first.http_port, "/v2/logging", {"log_verbose_level": 1})[0] == 200
+    assert post_json(second.http_port, "/v2/logging", {"log_info": False, "log_warning": False})[0] == 200
+    assert pytriton_logger.level == logging.ERROR
+    first.stop()
+    assert pytriton_logger.level == logging.ERROR and not pytriton_logger.isEnabledFor(logging.WARNING)
+    second.stop()
+    assert pytriton_logger.level == level and pytriton_logger.isEnabledFor(logging.WARNING)
 
 
 def test_trace_config_is_parsed_as_triton_does() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -20,8 +21,7 @@ BSP_DEFAULTS = {"bsp_max_queue_size": 2048, "bsp_schedule_delay": 5000, "bsp_max
 _LEVEL_WORDS = {"false": (), "off": (), "true": ("TIMESTAMPS",), "on": ("TIMESTAMPS",), "min": ("TIMESTAMPS",)}
 _LEVEL_WORDS.update({"max": ("TIMESTAMPS",), "timestamps": ("TIMESTAMPS",), "tensors": ("TENSORS",)})
 _LOG_BOOLS = ("log_info", "log_warning", "log_error")
-# "default" is the format logging_setup gives the log file; ISO8601 puts a UTC timestamp first.
-_DEFAULT_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# "default" leaves the handlers' formats (logging_setup's, or the application's); ISO8601 puts a UTC timestamp first.
 _ISO8601_LOG_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
 
 
@@ -403,8 +403,23 @@ def _log_format(value: Any, http: bool) -> str:
     return value
 
 
+@dataclasses.dataclass
+class _Held:
+    """What the log settings of running servers changed on one logger, and what it had before the first change."""
+
+    level: int
+    level_set: int
+    formatters: Dict[logging.Handler, Tuple[Optional[logging.Formatter], Optional[logging.Formatter]]]  # before, set
+    holders: List[LogSettings]  # the settings whose changes hold, the last changed last: its settings apply
+
+
+# A process-wide record: several servers in one process log through the same logger.
+_HELD: Dict[logging.Logger, _Held] = {}
+_HELD_LOCK = threading.Lock()
+
+
 class LogSettings:
-    """Log settings of one server, applied to the `pytriton` logger when changed."""
+    """Log settings of one server, applied to the `pytriton` logger when changed, until `restore`."""
 
     def __init__(self, verbose_level: int, log_file: Optional[str], logger: Optional[logging.Logger] = None) -> None:
         """Start from log_verbose and log_file; info, warning and error logging are on."""
@@ -455,15 +470,57 @@ class LogSettings:
                 self.generation += 1
                 self._apply()
 
-    def _apply(self) -> None:
-        """Set the logger's level, severity filter and handler formats from the settings."""
+    def restore(self) -> None:
+        """End this server's changes (it stopped): the logger as the other servers' changes, or as before them.
+
+        As a tritonserver's settings end with its process (a second server starts from its own options,
+        nvidia-pytriton 0.7, probed). A level or format the application set since is left as it is.
+        """
         logger = self._logger
-        logger.setLevel(self._lowest_level())
+        with _HELD_LOCK:
+            held = _HELD.get(logger)
+            if held is None or self not in held.holders:
+                return
+            held.holders.remove(self)
+            if self._filter in logger.filters:
+                logger.removeFilter(self._filter)
+            if held.holders:
+                held.holders[-1]._set(held)
+                return
+            del _HELD[logger]
+            if logger.level == held.level_set:
+                logger.setLevel(held.level)
+            for handler, (before, ours) in held.formatters.items():
+                if handler.formatter is ours:
+                    handler.setFormatter(before)
+
+    def _apply(self) -> None:
+        """Make these settings the logger's, over any other server's (see `restore`)."""
+        logger = self._logger
+        with _HELD_LOCK:
+            held = _HELD.get(logger)
+            if held is None:
+                held = _HELD[logger] = _Held(logger.level, logger.level, {}, [])
+            if self in held.holders:
+                held.holders.remove(self)
+            held.holders.append(self)
+            self._set(held)
+
+    def _set(self, held: _Held) -> None:
+        """Set the logger's level, severity filter and handler formats ("default": the handlers' own)."""
+        logger = self._logger
+        held.level_set = self._lowest_level()
+        logger.setLevel(held.level_set)
+        for other in held.holders:
+            if other is not self and other._filter in logger.filters:
+                logger.removeFilter(other._filter)
         if self._filter not in logger.filters:
             logger.addFilter(self._filter)
-        formatter = _formatter(self.format)
         for handler in logger.handlers:
+            before = held.formatters[handler][0] if handler in held.formatters else handler.formatter
+            formatter = before if self.format == "default" else _iso8601_formatter()
             handler.setFormatter(formatter)
+            held.formatters[handler] = (before, formatter)
 
     def _lowest_level(self) -> int:
         """The lowest severity still logged (above CRITICAL when everything is off)."""
@@ -497,13 +554,11 @@ class _SeverityFilter(logging.Filter):
         return self._settings.allows(record.levelno)
 
 
-def _formatter(log_format: str) -> logging.Formatter:
-    """The formatter for a log_format: "default" or ISO8601 (UTC timestamps)."""
-    if log_format == "ISO8601":
-        formatter = logging.Formatter(_ISO8601_LOG_FORMAT, datefmt="%Y-%m-%dT%H:%M:%SZ")
-        formatter.converter = time.gmtime
-        return formatter
-    return logging.Formatter(_DEFAULT_LOG_FORMAT)
+def _iso8601_formatter() -> logging.Formatter:
+    """The ISO8601 log_format's formatter (UTC timestamps)."""
+    formatter = logging.Formatter(_ISO8601_LOG_FORMAT, datefmt="%Y-%m-%dT%H:%M:%SZ")
+    formatter.converter = time.gmtime
+    return formatter
 
 
 class ServerSettings:

@@ -474,6 +474,7 @@ class ServerRuntime:
         if self.running:
             thaw()  # what the server held can be collected now (frozen again at exit: heap.py)
             LOGGER.info("stopped (%.1f s)", time.monotonic() - started)
+        self.settings.log.restore()  # runtime log changes end with the server, as a tritonserver's
         self.running = False
         self.stopped.set()
 
