@@ -479,9 +479,44 @@ def test_frontend_processes_each_bound_their_bodies_and_answer_them_all() -> Non
 
 def test_the_limit_defaults_to_half_the_memory_and_comes_from_the_environment() -> None:
     physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert 0 < ServerLimits().max_received_bytes == default_max_received_bytes() <= physical // 2
+    assert ServerLimits().max_received_bytes is None
+    assert 0 < ServerLimits().received_bytes() == default_max_received_bytes() <= physical // 2
     environ = {"PYTRITON_LIMIT_MAX_RECEIVED_BYTES": str(3 * MIB)}
     assert ServerLimits.from_env(environ).max_received_bytes == 3 * MIB
+    assert ServerLimits.from_env({}).max_received_bytes is None
+
+
+@pytest.mark.parametrize(
+    ("limits", "openai_port", "expected"),
+    [
+        (None, None, lambda half: half // 2),  # two frontends: the server as a whole holds half the memory
+        (None, 0, lambda half: half // 3),  # and the server's process, which serves the OpenAI API's own port
+        (ServerLimits(max_received_bytes=3 * MIB), None, lambda half: 3 * MIB),  # a value given: each process's
+    ],
+)
+def test_frontend_processes_share_the_default_budget(
+    limits: Any, openai_port: Any, expected: Callable[[int], int]
+) -> None:
+    triton = Triton(
+        config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False),
+        limits=limits or ServerLimits(),
+        frontends=2,
+        openai_port=openai_port,
+    )
+    try:
+        triton.bind("first", _first, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+        triton.run()
+        share = expected(default_max_received_bytes())
+        # The frontends are started with these options (their Init), and build their budgets of them.
+        assert triton._runtime.options.limits.max_received_bytes == share
+        assert _budget(triton).capacity == share
+        sender = RawSender(triton.http_port, _infer_http("first", 2 * MIB, 7.0))
+        try:
+            assert sender.output() == [7.0]
+        finally:
+            sender.close()
+    finally:
+        triton.stop()
 
 
 @contextlib.contextmanager

@@ -77,7 +77,7 @@ DEFAULT_KEEP_ALIVE_TIMEOUT_S = 75.0
 def default_max_received_bytes() -> int:
     """Half of the memory this process may use: physical memory, or its cgroup's memory.max when lower.
 
-    Read once (the first ServerLimits made) and kept: a process's memory does not change under it.
+    Read once (at the first server's start) and kept: a process's memory does not change under it.
     """
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     cgroup = _cgroup_memory_max()
@@ -131,11 +131,14 @@ class ServerLimits:
             server-wide, from before their first byte is read until the last view of them is gone or their request
             is answered (`transport/receive_budget.py`). One that finds no room is not refused: its connection
             reads none of it (HTTP: the socket; gRPC: its stream's window) until the ones before it are done, in
-            arrival order; one larger than the whole budget goes alone. Default: half of the memory the process
-            may use (physical memory, or the cgroup's memory.max when lower), decided once at start: each
-            connection's own bound (max_body_bytes, 2 GiB) lets a dozen clients fill 24 GiB, and the kernel's
-            OOM killer would then end the server and every other client's requests with it; half leaves room for
-            what the models, their outputs and the responses on their way hold.
+            arrival order; one larger than the whole budget goes alone. A value given is each process's own with
+            frontend processes (each frontend, and the server's process when it serves ports of its own). Not
+            given (None): half of the memory the process may use (physical memory, or the cgroup's memory.max
+            when lower), decided once at start and divided between those processes (`received_bytes`), so
+            that the server as a whole holds at most half: each connection's own bound (max_body_bytes, 2 GiB)
+            lets a dozen clients fill 24 GiB, and the kernel's OOM killer would then end the server and every
+            other client's requests with it; half leaves room for what the models, their outputs and the
+            responses on their way hold.
         max_header_bytes: largest HTTP request line plus headers (431 above it).
         header_timeout_s: seconds for an HTTP request's line and headers to arrive (408 after it).
         body_timeout_s: longest pause, in seconds, while an HTTP request body arrives (408 after it).
@@ -174,7 +177,7 @@ class ServerLimits:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
     max_inflated_bytes: int = DEFAULT_MAX_INFLATED_BYTES
-    max_received_bytes: int = dataclasses.field(default_factory=default_max_received_bytes)
+    max_received_bytes: Optional[int] = None
     max_header_bytes: int = 64 * 1024
     header_timeout_s: float = 30.0
     body_timeout_s: float = 30.0
@@ -198,6 +201,8 @@ class ServerLimits:
         """Refuse values that would disable a protection by accident."""
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if value is None and field.name == "max_received_bytes":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise PyTritonValidationError(f"ServerLimits.{field.name} must be a number, got {value!r}")
             if field.name.endswith("_s"):
@@ -214,6 +219,12 @@ class ServerLimits:
                 f"ServerLimits.grpc_max_message_bytes must be <= {GRPC_MAX_MESSAGE_BYTES}, got "
                 f"{self.grpc_max_message_bytes}"
             )
+
+    def received_bytes(self, processes: int = 1) -> int:
+        """Each process's receive budget: max_received_bytes, else half the memory divided between `processes`."""
+        if self.max_received_bytes is not None:
+            return self.max_received_bytes
+        return max(default_max_received_bytes() // processes, 1)
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> ServerLimits:

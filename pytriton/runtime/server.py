@@ -21,6 +21,7 @@ from pytriton.core.instances import Instance, ModelInstance
 from pytriton.core.process_instances.spawn import ProcessPlan, StartError
 from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonRuntimeError
+from pytriton.options.limits import ServerLimits
 from pytriton.options.log_trace import ServerSettings, TraceSetting
 from pytriton.options.routes import CustomRoutes
 from pytriton.options.server import ServerOptions
@@ -66,6 +67,7 @@ class ServerRuntime:
 
     def __init__(self, options: ServerOptions) -> None:
         """Start the loop and create the engine on it (no port is opened yet)."""
+        options = dataclasses.replace(options, limits=_received_shared(options))
         self.options = options
         raise_open_files_limit(options.limits)  # before any instance or frontend process inherits it
         self._loop = LoopThread()
@@ -87,7 +89,7 @@ class ServerRuntime:
         # What decompressed requests hold at once, over all of the server's frontends.
         self.inflation_budget = InflationBudget(options.limits.max_inflated_bytes)
         # What large request bodies and messages hold while they arrive, over all of its frontends.
-        self.receive_budget = ReceiveBudget(options.limits.max_received_bytes)
+        self.receive_budget = ReceiveBudget(options.limits.received_bytes())
         self.tracing = Tracing(self.settings.trace, self.engine.models, self.engine.versions_of)
         self.engine.rebound = self.tracing.refresh  # a model bound again by a load is traced as before
         self._frontends: List[Frontend] = []
@@ -525,6 +527,20 @@ class ServerRuntime:
         self.failure = reason
         self.engine.live = False
         self.stopped.set()
+
+
+def _received_shared(options: ServerOptions) -> ServerLimits:
+    """The limits with max_received_bytes set: the one given, else the default's share of each process holding a budget.
+
+    With frontend processes, each frontend holds one, and this process too when it serves ports of its own (the
+    OpenAI API's, SageMaker, Vertex AI).
+    """
+    limits = options.limits
+    processes = 1
+    if options.frontends > 1 and (options.http_enabled or options.grpc_enabled):
+        own_ports = options.openai_port is not None or options.sagemaker is not None or options.vertex_ai is not None
+        processes = options.frontends + int(own_ports)
+    return dataclasses.replace(limits, max_received_bytes=limits.received_bytes(processes))
 
 
 def _listening_socket(address: str, port: int, name: str) -> socket.socket:

@@ -74,7 +74,7 @@ class FrontendProcess:
 
         init, options = self._init, self._init.options
         budget = InflationBudget(options.limits.max_inflated_bytes)
-        receive_budget = ReceiveBudget(options.limits.max_received_bytes)
+        receive_budget = ReceiveBudget(options.limits.received_bytes())
         # Large bodies and gRPC messages land in shared memory, which the hub reads in place.
         RECEIVE_BUFFERS.allocate = self.link.buffers.allocate
         if init.http:

@@ -77,7 +77,7 @@ class GrpcServerState:
         self.keepalive = keepalive
         self.compression_level = compression_level
         self.inflation_budget = inflation_budget or InflationBudget(limits.max_inflated_bytes)
-        self.receive_budget = receive_budget or ReceiveBudget(limits.max_received_bytes)
+        self.receive_budget = receive_budget or ReceiveBudget(limits.received_bytes())
         self.connections: OpenConnections[GrpcConnection] = OpenConnections()
         self.cutoffs = CutoffLog()  # connections ended for what their clients did, logged at WARNING
         # Every connection reads into this one buffer (connection.py): a connection costs no buffer of its own.

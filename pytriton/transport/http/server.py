@@ -46,7 +46,7 @@ class ServerState:
         self.app = app
         self.limits = limits
         self.header_names = header_names
-        self.receive_budget = receive_budget or ReceiveBudget(limits.max_received_bytes)
+        self.receive_budget = receive_budget or ReceiveBudget(limits.received_bytes())
         self.hangups = Hangups()  # connections that wait for the budget, watched for their clients leaving
         self.connections: OpenConnections[HttpConnection] = OpenConnections()
         self.leaving = False  # the server stops soon: responses say `Connection: close`
