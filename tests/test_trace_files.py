@@ -530,6 +530,10 @@ def test_a_traced_requests_inner_calls_name_it_their_parent(tmp_path: pathlib.Pa
     }
     assert traces[1]["stamps"]["COMPUTE_START"] <= traces[2]["stamps"]["REQUEST_START"]
     assert traces[2]["stamps"]["REQUEST_END"] <= traces[1]["stamps"]["COMPUTE_END"]
+    # The inner request's record has no INFER_RESPONSE_COMPLETE: in 2.51 a Python-backend model's BLS request
+    # (`InferenceRequest(..., trace=request.trace()).exec()`) is traced without one, as an ensemble's steps are.
+    assert traces[2]["order"] == [*CORE_STAMPS, "REQUEST_END"]
+    assert "INFER_RESPONSE_COMPLETE" in traces[1]["order"]
 
 
 def _double(requests: List[Any]) -> List[Dict[str, np.ndarray]]:

@@ -8,7 +8,8 @@ per response and REQUEST_END; with level TENSORS its inputs (TENSOR_QUEUE_INPUT)
 (TENSOR_BACKEND_OUTPUT). A transport of this process adds its own (HTTP_RECV_START ... HTTP_SEND_END,
 GRPC_WAITREAD_START ... GRPC_SEND_END) through the response (`TracedResponse`); a frontend process's through the
 hub (runtime/frontends/hub.py: TRACED_RESPONSE, SENT). The requests a traced request's callable or ensemble makes
-are traced with it (their records name it their parent); an ensemble's record has no compute timestamps.
+are traced with it (their records name it their parent, and have no INFER_RESPONSE_COMPLETE); an ensemble's
+record has no compute timestamps.
 
 As Triton's `TraceSetting`, the records of the server's settings (and of each model's own) gather in a stream of
 their own, which goes to the file:
@@ -77,19 +78,20 @@ class FileTrace:
         level: Any,
         parent_id: int = 0,
         composes: bool = False,
-        step: bool = False,
+        inner: bool = False,
     ) -> None:
         """Start the record of a request that leaves its queue now, with what `level` (TIMESTAMPS, TENSORS) asks.
 
         `parent_id`: the trace id of the traced request whose callable, or ensemble, made this one (0: a client's
         request). As tritonserver 2.51's: an ensemble's request (`composes`; its `entry` is its run) has no compute
-        timestamps, and an ensemble step's (`step`) no INFER_RESPONSE_COMPLETE.
+        timestamps, and a request another one made (`inner`: an ensemble's step, a callable's call) no
+        INFER_RESPONSE_COMPLETE: Triton's frontends stamp it, and they answer the outer request only.
         """
         self._files = files
         self.level = level
         self.parent_id = parent_id
         self._composes = composes
-        self._responses = not step
+        self._responses = not inner
         self._owner = owner
         self.model = model
         self.version = version
@@ -234,7 +236,7 @@ class FileModelTracer:
                 parent.level,
                 parent.trace_id,
                 self._ensemble,
-                step=parent.composes,
+                inner=True,
             )
         if entry is not None and entry.request.origin is not None:
             return None  # an untraced request's inner call: Triton samples only what its frontends receive
