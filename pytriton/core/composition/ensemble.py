@@ -175,6 +175,8 @@ class EnsembleScheduler(Scheduler):
         runs = list(self._runs.values())
         failed = 0
         for run in runs:
+            if run.answered and not run.done:
+                continue  # answered: it ends with its steps, which their models end
             if run.done:
                 run.release_steps()
             else:
@@ -231,6 +233,7 @@ class EnsembleRun:
     """
 
     __slots__ = (
+        "answered",
         "busy",
         "compute",
         "done",
@@ -267,6 +270,7 @@ class EnsembleRun:
         self.woken: Deque[InnerCall] = deque()
         self.busy = False  # steps' responses are being taken (a step that ends meanwhile waits in `woken`)
         self.responded = False
+        self.answered = False  # its final answer is out: it ends once its steps have ended
         self.compute = [0, 0, 0]
         self.done = False  # answered: its last response or its error is out
         self.draining = False  # answered with a step's error; the steps still running go on to their end
@@ -334,6 +338,7 @@ class EnsembleRun:
                 del versions[version]
         model_version = None if step.model_version < 0 else str(step.model_version)
         call = InnerCall(lambda: self._woke(call))
+        call.answered = False
         call.compute = self.compute
         call.outer = self.request if mark is None else _with_mark(self.request, mark)
         self.running[call] = index
@@ -410,13 +415,17 @@ class EnsembleRun:
                 value.readers -= 1
                 if not value.readers:
                     del held[version]
-            final = not self.running and not self.woken
+            # Final once every step still running gave its final response: as in Triton, the answer goes before
+            # the last step's request ends, and the ensemble's request ends after it (`_settle`).
+            final = not self.woken and all(call.answered for call in self.running)
             self.responded = True
             # Triton's answer without outputs has no parameters either.
             parameters = _sequence_parameters(self.request, mark) if outputs else None
             self.sink.deliver(InferenceResponse(outputs, final, parameters))
             if final:
-                self._succeed()
+                self.answered = True
+                if not self.running:
+                    self._succeed()
                 return
 
     def _settle(self) -> None:
@@ -453,10 +462,11 @@ class EnsembleRun:
         A step's error drains, as Triton's ensemble scheduler lets the steps in flight finish; a client that left,
         or a server that stops, cancels them.
         """
-        if self.done:
+        if self.done or self.answered:  # answered: its steps' ends end it (they come with their final responses)
             return
-        # Steps that ended but are not taken yet (in `woken`, cleared below) are not waited for.
-        self.running = {call: index for call, index in self.running.items() if not call.ended}
+        # Steps that ended but are not taken yet (in `woken`, cleared below) are not waited for, nor those that gave
+        # their final response (Triton's count of steps in flight drops at a step's final response).
+        self.running = {call: index for call, index in self.running.items() if not (call.ended or call.answered)}
         in_flight = bool(self.running)
         self.draining = drain and in_flight
         self._end()

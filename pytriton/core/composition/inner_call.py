@@ -43,6 +43,7 @@ class InnerCall(ResponseSink):
     __slots__ = (
         "_path",
         "_timer",
+        "answered",
         "compute",
         "ended",
         "error",
@@ -63,6 +64,9 @@ class InnerCall(ResponseSink):
         self.model: Any = None
         self.queued: Optional[ResponseSink] = None
         self.streaming = False  # a stream's reader is woken by each response; a single call's by its end only
+        # An ensemble step's (None: another caller's): whether its final response came (a single call's), which
+        # wakes it then, before the call ends: as Triton's ensemble answers from its last step's response callback.
+        self.answered: Optional[bool] = None
         # An ensemble step's: where its model adds the request's compute times (input, infer, output ns).
         self.compute: Optional[List[int]] = None
         # An ensemble step's: the ensemble's request, whose id, priority, timeout and sequence parameters the step's
@@ -80,6 +84,10 @@ class InnerCall(ResponseSink):
         if not self.ended:
             self.items.append(response)
             if self.streaming:
+                self.wake()
+            elif self.answered is not None and response.final:
+                self.answered = True
+                self._let_go()  # answered: nothing is left to cancel, nor a deadline to keep
                 self.wake()
 
     def fail(self, error: InferenceError) -> None:
@@ -110,11 +118,14 @@ class InnerCall(ResponseSink):
 
     def _end(self) -> None:
         self.ended = True
+        self._let_go()
+        self.wake()
+
+    def _let_go(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
         if self._path is not None:
             self._path.inner.discard(self)
-        self.wake()
 
     def start(self, path: CallPath, arguments: CallArguments) -> None:
         """On the loop: queue the call; a refusal ends it at once with its error."""
