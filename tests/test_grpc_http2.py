@@ -1184,12 +1184,19 @@ def test_unsupported_request_encoding_is_unimplemented(server, connect):
     assert client.infer([1.0]).output() == [1.0]
 
 
-def test_compressed_message_without_an_encoding_is_internal(server, connect):
+@pytest.mark.parametrize("encoding", [None, "identity"])
+def test_a_message_flagged_compressed_without_an_encoding_is_read_as_it_is(server, connect, encoding):
+    # grpc's C-core inflates nothing when the call has no encoding: tritonserver 2.51 serves the message (probed),
+    # where this server ended the call with INTERNAL.
     client = connect(server)
-    client.send_headers(1, request_headers())
-    client.send_data(1, grpc_message(gzip.compress(infer_request([1.0])), flag=1))
-    response = client.response(1)
-    assert response.trailers_only and response.grpc_status == "13"  # INTERNAL
+    headers = request_headers(**({} if encoding is None else {"grpc_encoding": encoding}))
+    client.send_headers(1, headers)
+    client.send_data(1, grpc_message(infer_request([1.0, 2.0]), flag=1))
+    assert client.response(1).output() == [1.0, 2.0]
+    client.send_headers(3, headers)
+    client.send_data(3, grpc_message(gzip.compress(infer_request([1.0])), flag=1))
+    response = client.response(3)
+    assert (response.grpc_status, response.trailers["grpc-message"]) == ("13", "Unable to parse request")
 
 
 # ---------------------------------------------------------------- 12. GOAWAY on stop

@@ -222,9 +222,9 @@ class MessageReader:
             raise MessageError(grpc.StatusCode.INTERNAL, f"invalid message compression flag {flag}")
         if not length:  # nothing to inflate: an empty message, as grpc's C-core reads it (tritonserver 2.51, probed)
             return payload
-        if self._encoding is None:
-            raise MessageError(grpc.StatusCode.INTERNAL, "compressed message without a grpc-encoding")
         self._check_size(length)
+        if self._encoding is None:  # grpc's C-core reads the bytes as they are (tritonserver 2.51 serves, probed)
+            return payload
         return Compressed(payload, self._encoding, self._limit, self._budget)
 
 
