@@ -17,7 +17,7 @@ import struct
 import threading
 import time
 import zlib
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import h2.config
 import h2.connection
@@ -385,13 +385,65 @@ def test_a_grpc_content_type_with_a_suffix_is_served(server, connect):
     assert response.grpc_status == "0" and response.output() == [4.0]
 
 
-def test_get_is_405(server, connect):
+def _without(headers: List[Tuple[str, str]], name: str) -> List[Tuple[str, str]]:
+    return [(key, value) for key, value in headers if key != name]
+
+
+def _with(headers: List[Tuple[str, str]], name: str, value: str) -> List[Tuple[str, str]]:
+    return [(key, value if key == name else old) for key, old in headers]
+
+
+@pytest.mark.parametrize(
+    ("headers", "details"),
+    [
+        (request_headers(method="GET"), "Bad method header"),
+        (request_headers(method="PUT"), "Bad method header"),
+        (request_headers(method="FOO"), "Bad method header"),
+        (_without(request_headers(), ":method"), "Missing :method header"),
+        (_without(request_headers(method="GET"), "te"), "Bad method header"),
+        (_without(request_headers(), "te"), "Missing :te header"),
+        (_with(request_headers(), "te", "gzip"), "Bad :te header"),
+        (_without(request_headers(), ":scheme"), "Missing :scheme header"),
+        (_with(request_headers(), ":scheme", "ftp"), "Bad :scheme header"),
+        (_without(request_headers(), ":path"), "Missing :path header"),
+        (_without(request_headers(), ":authority"), "Missing :authority header"),
+        (_without(request_headers(content_type=None), "te"), "Missing :te header"),
+    ],
+    ids=[
+        "GET",
+        "PUT",
+        "unknown method",
+        "no method",
+        "GET without te",
+        "no te",
+        "te not trailers",
+        "no scheme",
+        "scheme not http",
+        "no path",
+        "no authority",
+        "no te nor content-type",
+    ],
+)
+def test_a_request_no_grpc_client_sends_is_unknown_in_grpcs_words(server, connect, headers, details):
+    # tritonserver 2.51 (grpc's C-core, probed) answers these with trailers alone, UNKNOWN and these words, in
+    # this order of checks (where it cannot read a value it resets the stream instead, then sends trailers
+    # again and again); this server served those without te, :scheme or :authority, and answered a :method
+    # other than POST with HTTP 405.
     client = connect(server)
-    client.send_headers(1, request_headers(method="GET"), end_stream=True)
+    client.send_headers(1, headers)
+    client.send_data(1, grpc_message(infer_request([1.0])))
     response = client.response(1)
-    assert len(response.frames) == 1 and response.frames[0].has(END_STREAM)
-    assert response.headers[":status"] == "405"
+    assert response.trailers_only and response.frames[0].has(END_STREAM)
+    assert (response.headers[":status"], response.grpc_status) == ("200", "2")
+    assert response.headers["grpc-message"] == details
     assert client.infer([2.0]).output() == [2.0]
+
+
+def test_a_host_header_stands_for_the_authority_as_in_grpc(server, connect):
+    client = connect(server)
+    client.send_headers(1, [*_without(request_headers(), ":authority"), ("host", "127.0.0.1")])
+    client.send_data(1, grpc_message(infer_request([3.0])))
+    assert client.response(1).output() == [3.0]
 
 
 def test_a_status_message_too_long_for_clients_is_cut_and_fits_one_frame(server, connect):
