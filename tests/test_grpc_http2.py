@@ -1214,6 +1214,28 @@ def test_compressed_stream_requests_are_inflated(server, connect):
     assert [np.frombuffer(out.raw_output_contents[0], np.float32).tolist() for out in outputs] == [[1.0, 2.0], [3.0]]
 
 
+@pytest.mark.parametrize(
+    ("broken", "details"),
+    [
+        (struct.pack(">BI", 0, 100) + b"cut", "the stream ended inside a message"),
+        (grpc_message(infer_request([3.0]), flag=2), "invalid message compression flag 2"),
+    ],
+    ids=["cut short by END_STREAM", "a bad compression flag"],
+)
+def test_a_broken_stream_answers_the_requests_before_it_then_ends_with_its_error(server, connect, broken, details):
+    # tritonserver 2.51 answers the requests before the broken message (probed; it then ends the call with OK, having
+    # dropped the cut message, or served an empty request for the bad flag). This server ended the call at once
+    # with its error, dropping the answers of requests already taken, those in the same DATA frame too.
+    client = connect(server)
+    stream = client.new_stream()
+    client.send_headers(stream, request_headers(path="/inference.GRPCInferenceService/ModelStreamInfer"))
+    client.send_data(stream, grpc_message(infer_request([1.0])) + grpc_message(infer_request([2.0])) + broken)
+    response = client.response(stream)
+    outputs = [service_pb2.ModelStreamInferResponse.FromString(body).infer_response for _, body in response.messages()]
+    assert [np.frombuffer(out.raw_output_contents[0], np.float32).tolist() for out in outputs] == [[1.0], [2.0]]
+    assert (response.grpc_status, response.trailers["grpc-message"]) == ("13", details)
+
+
 def test_a_compressed_message_is_inflated_by_its_call_a_step_at_a_time():
     # Inflated where it arrived, in the frame reader, one message of a few KiB inflating to the message limit
     # (2 GiB by default) held every call of the server until zlib was done.

@@ -153,6 +153,8 @@ class GrpcCall:
                 messages = reader.feed(pieces[0]) if len(pieces) == 1 else reader.feed_pieces(pieces)
         except MessageError as error:
             inflow.dropped(length)
+            if self.method.streaming:  # the requests before the one refused are served, as tritonserver 2.51 does
+                self._inbox.extend(error.completed)
             self.fail_requests(error)
             return
         stalled = False
