@@ -161,10 +161,14 @@ def test_unknown_datatype_is_refused(stub: Any) -> None:
     )
 
 
-def test_reserved_parameter_prefix_is_refused(stub: Any) -> None:
+@pytest.mark.parametrize("valued", [True, False], ids=["with a value", "without a value"])
+def test_reserved_parameter_prefix_is_refused(stub: Any, valued: bool) -> None:
+    # Without a value: refused for its name, as tritonserver 2.51 does (probed), not as a parameter with no value.
     request = _request("INT32")
     request.raw_input_contents.append(b"\x00" * 8)
-    request.parameters["triton_secret"].bool_param = True
+    parameter = request.parameters["triton_secret"]
+    if valued:
+        parameter.bool_param = True
     assert _invalid(stub, request) == (
         "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting "
         "with 'triton_' are allowed: triton_enable_empty_final_response"
