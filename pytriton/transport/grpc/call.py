@@ -15,7 +15,7 @@ from pytriton.core.raw_tensors import Buffer
 from pytriton.core.waiters import wake
 from pytriton.transport.grpc.flow import STREAM_WINDOW
 from pytriton.transport.grpc.headers import Header
-from pytriton.transport.grpc.messages import Compressed, Message, MessageError, MessageReader
+from pytriton.transport.grpc.messages import UNPARSED, Compressed, Message, MessageError, MessageReader
 from pytriton.transport.grpc.streams import HALF_CLOSED_LOCAL, OPEN
 
 if TYPE_CHECKING:
@@ -240,12 +240,13 @@ class GrpcCall:
         """The client sent its last message (END_STREAM)."""
         if self.ended or (self.task is not None and not self.method.streaming):
             return  # a unary call that has its message (or an ended call): nothing more is read
-        if self._reader.partial:
+        streaming = self.method.streaming
+        if streaming and self._reader.partial:
             self.fail_requests(MessageError(grpc.StatusCode.INTERNAL, "the stream ended inside a message"))
-        elif self.method.streaming:
+        elif streaming:
             wake(self._waiter)
-        else:
-            self.session.end_call(self, grpc.StatusCode.INTERNAL, "expected one request message, got 0")
+        else:  # no whole message: grpc's C-core has none to parse (tritonserver 2.51's words, probed)
+            self.session.end_call(self, grpc.StatusCode.INTERNAL, UNPARSED)
 
     def fail_requests(self, error: MessageError) -> None:
         """A request message could not be taken: end a unary call now, make a streaming handler's iterator raise."""

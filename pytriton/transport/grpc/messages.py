@@ -26,6 +26,10 @@ ACCEPT_ENCODING = b"identity, deflate, gzip"  # as grpc's C-core (tritonserver 2
 _BY_STRENGTH = ("gzip", "deflate")
 
 
+# grpc's C-core's words for a request message it cannot hand to a unary method (or parse).
+UNPARSED = "Unable to parse request"
+
+
 class MessageError(Exception):
     """A message that cannot be taken: the call ends with this status."""
 
@@ -232,8 +236,8 @@ class MessageReader:
         if not flag:
             self._check_size(length)
             return payload
-        if flag != 1:
-            raise MessageError(grpc.StatusCode.INTERNAL, f"invalid message compression flag {flag}")
+        if flag != 1:  # grpc's C-core cannot read it (tritonserver 2.51's words, probed)
+            raise MessageError(grpc.StatusCode.INTERNAL, UNPARSED)
         if not length:  # nothing to inflate: an empty message, as grpc's C-core reads it (tritonserver 2.51, probed)
             return payload
         self._check_size(length)
