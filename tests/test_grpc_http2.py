@@ -1021,6 +1021,27 @@ def test_grpc_timeout_ends_a_blocked_call_deadline_exceeded(server, connect, gat
     assert client.infer([2.0]).output() == [2.0]
 
 
+@pytest.mark.parametrize("timeout", [" 100m", "100 m", "100m ", "000000100m", "100000000n"])
+def test_a_grpc_timeout_is_read_as_grpcs_c_core_reads_it(server, connect, gate, timeout):
+    # Spaces around the number and unit, and more than 8 digits: tritonserver 2.51 keeps these deadlines (probed with
+    # " 0n", "0 n", "0n ", "000000000n": DEADLINE_EXCEEDED); this server took them for malformed and set none.
+    client = connect(server)
+    response = client.response(client.start_call(infer_request([1.0], model="gate"), grpc_timeout=timeout))
+    assert (response.grpc_status, response.trailers["grpc-message"]) == ("4", "Deadline Exceeded")
+    assert client.infer([2.0]).output() == [2.0]
+
+
+@pytest.mark.parametrize("content_type", ["application/grpcx", "application/grpc-web"])
+def test_a_content_type_that_only_starts_as_grpcs_is_415(server, connect, content_type):
+    # grpc's C-core takes application/grpc followed by nothing, "+" or ";" (tritonserver 2.51 resets the stream on
+    # these, probed); this server served them.
+    client = connect(server)
+    client.send_headers(1, request_headers(content_type=content_type))
+    client.send_data(1, grpc_message(infer_request([1.0])))
+    assert client.response(1).headers[":status"] == "415"
+    assert client.infer([2.0]).output() == [2.0]
+
+
 # ---------------------------------------------------------------- 10. message size limit
 
 

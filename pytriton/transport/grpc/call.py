@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import re
 import traceback
 from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, NoReturn, Optional, Sequence, Tuple, Union
@@ -27,6 +28,8 @@ LOGGER = logging.getLogger(__name__)
 # Headers the transport consumes; the rest is the call's metadata.
 _TRANSPORT_HEADERS = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"))
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+_TIMEOUT = re.compile(rb" *([0-9]+) *([HMSmun]) *")
+_TIMEOUT_MOST = 10**9  # units grpc's C-core reads; more is no deadline
 Metadata = Tuple[Tuple[str, Union[str, bytes]], ...]
 
 
@@ -41,11 +44,18 @@ class RpcAbort(Exception):
 
 
 def parse_timeout(value: bytes) -> Optional[float]:
-    """Seconds of a grpc-timeout header ("100m", "5S"...), None when malformed."""
+    """Seconds of a grpc-timeout header ("100m", "5S"...) as grpc's C-core reads it; None when malformed or endless.
+
+    Spaces before, between and after the number and its unit are skipped, and more than 10**9 units is no deadline
+    (tritonserver 2.51 answers DEADLINE_EXCEEDED to " 0n" and "000000000n", probed).
+    """
     unit = _TIMEOUT_UNITS.get(value[-1:])
     digits = value[:-1]
     if unit is None or not digits.isdigit() or len(digits) > 8:
-        return None
+        found = _TIMEOUT.fullmatch(value)
+        if found is None or int(found.group(1)) > _TIMEOUT_MOST:
+            return None
+        digits, unit = found.group(1), _TIMEOUT_UNITS[found.group(2)]
     return int(digits) * unit
 
 

@@ -49,6 +49,11 @@ _COMPRESSED_RPCS = frozenset(("ModelInfer", "ModelStreamInfer"))
 _SCHEMES = (b"http", b"https")
 
 
+def _grpc_content(content_type: bytes) -> bool:
+    """Whether a content-type is gRPC's as grpc's C-core reads it: `application/grpc`, then nothing, `+` or `;`."""
+    return content_type.startswith(b"application/grpc") and content_type[16:17] in (b"", b"+", b";")
+
+
 def _malformed(method: Optional[bytes], te: Optional[bytes], scheme: Optional[bytes], path: Optional[bytes]) -> str:
     """The words of grpc's C-core (tritonserver 2.51, probed) for a request a gRPC client never sends.
 
@@ -413,7 +418,7 @@ class Http2Session:
             malformed = http_method != b"POST" or te != b"trailers" or scheme not in _SCHEMES or path is None
             if malformed or authority is None:
                 sender.answer_status(stream_id, grpc.StatusCode.UNKNOWN, _malformed(http_method, te, scheme, path))
-            elif content_type is None or not content_type.startswith(b"application/grpc"):
+            elif content_type is None or not _grpc_content(content_type):
                 sender.answer_http(stream_id, b"415")
             elif self.over_cap:
                 sender.answer_status(stream_id, grpc.StatusCode.UNAVAILABLE, self._over_cap_details())
