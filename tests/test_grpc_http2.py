@@ -1248,8 +1248,9 @@ def test_compressed_stream_requests_are_inflated(server, connect):
     ids=["no DATA", "empty DATA", "a cut prefix", "a cut message", "flag 2", "flag 255"],
 )
 def test_a_unary_call_without_a_whole_readable_message_is_unable_to_parse_as_in_triton(server, connect, body):
-    # tritonserver 2.51's words for each (probed); this server said "expected one request message, got 0", "the
-    # stream ended inside a message", "invalid message compression flag 2": INTERNAL all the same.
+    # tritonserver 2.51's words for each (probed; for a bad flag one time in two or more, as it sometimes serves an
+    # empty request instead); this server said "expected one request message, got 0", "the stream ended inside a
+    # message", "invalid message compression flag 2": INTERNAL all the same.
     client = connect(server)
     client.send_headers(1, request_headers(), end_stream=body is None)
     if body is not None:
