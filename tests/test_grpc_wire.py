@@ -161,10 +161,14 @@ def test_unknown_datatype_is_refused(stub: Any) -> None:
     )
 
 
-def test_reserved_parameter_prefix_is_refused(stub: Any) -> None:
+@pytest.mark.parametrize("valued", [True, False], ids=["with a value", "without a value"])
+def test_reserved_parameter_prefix_is_refused(stub: Any, valued: bool) -> None:
+    # Without a value: refused for its name, as tritonserver 2.51 does (probed), not as a parameter with no value.
     request = _request("INT32")
     request.raw_input_contents.append(b"\x00" * 8)
-    request.parameters["triton_secret"].bool_param = True
+    parameter = request.parameters["triton_secret"]
+    if valued:
+        parameter.bool_param = True
     assert _invalid(stub, request) == (
         "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting "
         "with 'triton_' are allowed: triton_enable_empty_final_response"
@@ -279,6 +283,31 @@ def test_an_unknown_model_or_version_is_not_ready(stub: Any) -> None:
     assert not stub.ModelReady(service_pb2.ModelReadyRequest(name="nope")).ready
     assert not stub.ModelReady(service_pb2.ModelReadyRequest(name="identity_INT32", version="7")).ready
     assert stub.ModelReady(service_pb2.ModelReadyRequest(name="identity_INT32", version="1")).ready
+
+
+@pytest.mark.parametrize("version", ["1.0", "1abc", "1_0", " 1", "+01", "\t1 "])
+def test_a_version_is_read_as_stol_reads_it_as_in_triton(stub: Any, version: str) -> None:
+    # std::stol reads a leading number and ignores the rest: tritonserver 2.51 serves version 1 for "1.0" and
+    # "1abc" (probed); this server refused them, and read "1_0" as 10 (Python's int).
+    request = service_pb2.ModelMetadataRequest(name="identity_INT32", version=version)
+    assert stub.ModelMetadata(request).versions == ["1"]
+
+
+@pytest.mark.parametrize(
+    ("version", "refusal"),
+    [
+        ("0x1", "Request for unknown model: 'identity_INT32' version 0 is not found"),
+        ("-0", "Request for unknown model: 'identity_INT32' version 0 is not found"),
+        ("\u0661", _NO_NUMBER.replace("'x'", "'\u0661'")),  # an Arabic-Indic one: a digit to Python, not to stol
+    ],
+    ids=["hexadecimal", "minus zero", "a digit not ASCII"],
+)
+def test_a_version_stol_reads_differently_from_python_is_refused_as_in_triton(
+    stub: Any, version: str, refusal: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.ModelConfig(service_pb2.ModelConfigRequest(name="identity_INT32", version=version))
+    assert raised.value.details() == refusal
 
 
 def test_an_output_requested_twice_comes_once(stub: Any) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
+import re
 import time
 from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
@@ -618,27 +619,27 @@ def find_version(models: Dict[str, Dict[int, M]], name: str, version: str) -> M:
         return versions[max(versions)]
     model = versions.get(number)
     if model is None:
-        raise InferenceError.not_found(f"Request for unknown model: '{name}' version {version} is not found")
+        raise InferenceError.not_found(f"Request for unknown model: '{name}' version {number} is not found")
     return model
 
 
 _LONG_MAX = 2**63 - 1  # the largest version std::stol reads
+# What std::stol reads: leading C whitespace, a sign, ASCII digits; what follows is ignored ("1.0" is version 1).
+_STOL = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 
 
 def _version_number(version: str) -> int:
-    """A requested model version as a number, or INVALID_ARGUMENT in Triton's words.
+    """A requested model version as a number, read as Triton's std::stol reads it, or INVALID_ARGUMENT in its words.
 
     Triton's HTTP routes only take digits (anything else is a 404 there); its gRPC services parse the string.
     """
-    try:
-        number = int(version)
-        if not -_LONG_MAX - 1 <= number <= _LONG_MAX:
-            raise ValueError(version)  # out of std::stol's range: Triton's answer names the same function
-    except ValueError:
+    match = _STOL.match(version)
+    number = int(match.group(1)) if match else None
+    if number is None or not -_LONG_MAX - 1 <= number <= _LONG_MAX:  # out of range: stol's answer names it too
         raise InferenceError.invalid(
             f"failed to get model version from specified version string '{version}' (details: stol), version "
             "should be an integral value > 0"
-        ) from None
+        )
     if number < 0:
         raise InferenceError.invalid(
             f"invalid model version specified '{version}' , version should be an integral value > 0"

@@ -210,7 +210,10 @@ def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[s
         if key == EMPTY_FINAL_RESPONSE_PARAMETER:
             if choice != "bool_param":
                 raise InferenceError.invalid(f"invalid value type for '{key}' parameter, expected bool_param.")
-        elif choice not in _PLAIN_KINDS and not key.startswith("triton_"):  # Triton's words (it takes doubles too)
+        elif key.startswith("triton_"):
+            if choice is None:  # refused for its name, as any `triton_` key, before its value (tritonserver 2.51)
+                raise InferenceError.invalid(GRPC_RULES.triton_prefix_refusal)
+        elif choice not in _PLAIN_KINDS:  # Triton's words (it takes doubles too)
             raise InferenceError.invalid(
                 f"invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import re
 import traceback
 from collections import deque
 from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, NoReturn, Optional, Sequence, Tuple, Union
@@ -15,7 +16,7 @@ from pytriton.core.raw_tensors import Buffer
 from pytriton.core.waiters import wake
 from pytriton.transport.grpc.flow import STREAM_WINDOW
 from pytriton.transport.grpc.headers import Header
-from pytriton.transport.grpc.messages import Compressed, Message, MessageError, MessageReader
+from pytriton.transport.grpc.messages import UNPARSED, Compressed, Message, MessageError, MessageReader
 from pytriton.transport.grpc.streams import HALF_CLOSED_LOCAL, OPEN
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ LOGGER = logging.getLogger(__name__)
 # Headers the transport consumes; the rest is the call's metadata.
 _TRANSPORT_HEADERS = frozenset((b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding"))
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+_TIMEOUT = re.compile(rb" *([0-9]+) *([HMSmun]) *")
+_TIMEOUT_MOST = 10**9  # units grpc's C-core reads; more is no deadline
 Metadata = Tuple[Tuple[str, Union[str, bytes]], ...]
 
 
@@ -41,11 +44,18 @@ class RpcAbort(Exception):
 
 
 def parse_timeout(value: bytes) -> Optional[float]:
-    """Seconds of a grpc-timeout header ("100m", "5S"...), None when malformed."""
+    """Seconds of a grpc-timeout header ("100m", "5S"...) as grpc's C-core reads it; None when malformed or endless.
+
+    Spaces before, between and after the number and its unit are skipped, and more than 10**9 units is no deadline
+    (tritonserver 2.51 answers DEADLINE_EXCEEDED to " 0n" and "000000000n", probed).
+    """
     unit = _TIMEOUT_UNITS.get(value[-1:])
     digits = value[:-1]
     if unit is None or not digits.isdigit() or len(digits) > 8:
-        return None
+        found = _TIMEOUT.fullmatch(value)
+        if found is None or int(found.group(1)) > _TIMEOUT_MOST:
+            return None
+        digits, unit = found.group(1), _TIMEOUT_UNITS[found.group(2)]
     return int(digits) * unit
 
 
@@ -153,6 +163,8 @@ class GrpcCall:
                 messages = reader.feed(pieces[0]) if len(pieces) == 1 else reader.feed_pieces(pieces)
         except MessageError as error:
             inflow.dropped(length)
+            if self.method.streaming:  # the requests before the one refused are served, as tritonserver 2.51 does
+                self._inbox.extend(error.completed)
             self.fail_requests(error)
             return
         stalled = False
@@ -238,12 +250,13 @@ class GrpcCall:
         """The client sent its last message (END_STREAM)."""
         if self.ended or (self.task is not None and not self.method.streaming):
             return  # a unary call that has its message (or an ended call): nothing more is read
-        if self._reader.partial:
+        streaming = self.method.streaming
+        if streaming and self._reader.partial:
             self.fail_requests(MessageError(grpc.StatusCode.INTERNAL, "the stream ended inside a message"))
-        elif self.method.streaming:
+        elif streaming:
             wake(self._waiter)
-        else:
-            self.session.end_call(self, grpc.StatusCode.INTERNAL, "expected one request message, got 0")
+        else:  # no whole message: grpc's C-core has none to parse (tritonserver 2.51's words, probed)
+            self.session.end_call(self, grpc.StatusCode.INTERNAL, UNPARSED)
 
     def fail_requests(self, error: MessageError) -> None:
         """A request message could not be taken: end a unary call now, make a streaming handler's iterator raise."""

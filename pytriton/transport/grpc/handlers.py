@@ -16,6 +16,7 @@ from pytriton.core.errors import InferenceError, Status
 from pytriton.core.raw_tensors import Buffer
 from pytriton.options.access import AccessRules
 from pytriton.protocol import grpc_health
+from pytriton.transport.grpc.messages import UNPARSED
 from pytriton.transport.grpc.wire import infer_response_parts, message_parts, parse_infer_request, stream_response_parts
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -114,7 +115,7 @@ def _triton_refusal(error: DecodeError) -> InferenceError:
     That is its gRPC library's answer (for a message of no field, or of bytes that are not UTF-8 in a string); a
     stream goes on here, where tritonserver's ends without a word.
     """
-    return InferenceError(Status.INTERNAL, "Unable to parse request")
+    return InferenceError(Status.INTERNAL, UNPARSED)
 
 
 def _health_refusal(error: DecodeError) -> InferenceError:

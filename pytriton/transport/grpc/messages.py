@@ -26,6 +26,10 @@ ACCEPT_ENCODING = b"identity, deflate, gzip"  # as grpc's C-core (tritonserver 2
 _BY_STRENGTH = ("gzip", "deflate")
 
 
+# grpc's C-core's words for a request message it cannot hand to a unary method (or parse).
+UNPARSED = "Unable to parse request"
+
+
 class MessageError(Exception):
     """A message that cannot be taken: the call ends with this status."""
 
@@ -34,6 +38,7 @@ class MessageError(Exception):
         super().__init__(details)
         self.code = code
         self.details = details
+        self.completed: List[Message] = []  # the messages the same DATA completed before this one
 
 
 class MessageReader:
@@ -116,18 +121,27 @@ class MessageReader:
             if length == size - PREFIX_SIZE:  # the usual case: one whole message in one DATA frame
                 return [self._whole(flag, length, bytes(data[PREFIX_SIZE:]))]
         messages: List[Message] = []
+        try:
+            self._feed(data, size, messages)
+        except MessageError as error:
+            error.completed = messages
+            raise
+        return messages
+
+    def _feed(self, data: Buffer, size: int, messages: List[Message]) -> None:
+        """Append the messages completed by `data` (`size` bytes) to `messages`."""
         position = 0
         while True:
             message = self._message
             if message is None:
                 if position >= size:
-                    return messages
+                    return
                 taken = PREFIX_SIZE - len(self._prefix)
                 prefix = self._prefix + bytes(data[position : position + taken])
                 position += taken
                 if len(prefix) < PREFIX_SIZE:
                     self._prefix = prefix
-                    return messages
+                    return
                 self._prefix = b""
                 flag, length = _PREFIX.unpack_from(prefix)
                 self._check_size(length)
@@ -141,7 +155,7 @@ class MessageReader:
             position += count
             self._filled = filled = filled + count
             if filled < len(message):
-                return messages
+                return
             self._message = None
             if filled < SCATTER_BYTES:
                 body: Buffer = message.tobytes()
@@ -160,7 +174,11 @@ class MessageReader:
                 filled += size
                 continue
             self._filled = filled
-            messages += self.feed(piece)
+            try:
+                messages += self.feed(piece)
+            except MessageError as error:
+                error.completed = messages + error.completed
+                raise
             message, filled = self._message, self._filled
         self._filled = filled
         return messages
@@ -218,13 +236,13 @@ class MessageReader:
         if not flag:
             self._check_size(length)
             return payload
-        if flag != 1:
-            raise MessageError(grpc.StatusCode.INTERNAL, f"invalid message compression flag {flag}")
+        if flag != 1:  # grpc's C-core cannot read it (tritonserver 2.51's words, probed)
+            raise MessageError(grpc.StatusCode.INTERNAL, UNPARSED)
         if not length:  # nothing to inflate: an empty message, as grpc's C-core reads it (tritonserver 2.51, probed)
             return payload
-        if self._encoding is None:
-            raise MessageError(grpc.StatusCode.INTERNAL, "compressed message without a grpc-encoding")
         self._check_size(length)
+        if self._encoding is None:  # grpc's C-core reads the bytes as they are (tritonserver 2.51 serves, probed)
+            return payload
         return Compressed(payload, self._encoding, self._limit, self._budget)
 
 

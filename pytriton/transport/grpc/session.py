@@ -46,6 +46,39 @@ HANDSHAKE, FIRST_CALL, IDLE = 1, 2, 3
 _COMPRESSED_RPCS = frozenset(("ModelInfer", "ModelStreamInfer"))
 
 
+_SCHEMES = (b"http", b"https")
+
+
+def _grpc_content(content_type: bytes) -> bool:
+    """Whether a content-type is gRPC's as grpc's C-core reads it: `application/grpc`, then nothing, `+` or `;`."""
+    return content_type.startswith(b"application/grpc") and content_type[16:17] in (b"", b"+", b";")
+
+
+def _malformed(method: Optional[bytes], te: Optional[bytes], scheme: Optional[bytes], path: Optional[bytes]) -> str:
+    """The words of grpc's C-core (tritonserver 2.51, probed) for a request a gRPC client never sends.
+
+    They are checked in its order; a request that passes the first four has no :authority (nor Host).
+    Where 2.51 cannot read a value (a :method other than POST, GET or PUT, a te other than "trailers", a
+    :scheme other than http or https) it resets the stream, then sends trailers saying "Missing :method
+    header" on it again and again: this server answers once, naming the header.
+    """
+    if method is None:
+        return "Missing :method header"
+    if method != b"POST":
+        return "Bad method header"
+    if te is None:
+        return "Missing :te header"
+    if te != b"trailers":
+        return "Bad :te header"
+    if scheme is None:
+        return "Missing :scheme header"
+    if scheme not in _SCHEMES:
+        return "Bad :scheme header"
+    if path is None:
+        return "Missing :path header"
+    return "Missing :authority header"
+
+
 class Http2Session:
     """The streams and calls of one connection (framing.FrameHandler: the reader hands it every frame)."""
 
@@ -359,7 +392,7 @@ class Http2Session:
             self._reset(stream_id, h2.REFUSED_STREAM)
             return
         self.goaway.last_accepted = stream_id
-        path = http_method = content_type = timeout = encoding = accepted = None
+        path = http_method = content_type = timeout = encoding = accepted = te = scheme = authority = None
         for name, value in headers:
             if name == b":path":
                 path = value
@@ -367,6 +400,12 @@ class Http2Session:
                 http_method = value
             elif name == b"content-type":
                 content_type = value
+            elif name == b"te":
+                te = value
+            elif name == b":scheme":
+                scheme = value
+            elif name == b":authority" or name == b"host":
+                authority = value
             elif name == b"grpc-timeout":
                 timeout = value
             elif name == b"grpc-encoding":
@@ -376,9 +415,10 @@ class Http2Session:
         sender = self.sender
         method = state.methods.get(path) if path is not None else None
         try:
-            if http_method != b"POST":
-                sender.answer_http(stream_id, b"405")
-            elif content_type is None or not content_type.startswith(b"application/grpc"):
+            malformed = http_method != b"POST" or te != b"trailers" or scheme not in _SCHEMES or path is None
+            if malformed or authority is None:
+                sender.answer_status(stream_id, grpc.StatusCode.UNKNOWN, _malformed(http_method, te, scheme, path))
+            elif content_type is None or not _grpc_content(content_type):
                 sender.answer_http(stream_id, b"415")
             elif self.over_cap:
                 sender.answer_status(stream_id, grpc.StatusCode.UNAVAILABLE, self._over_cap_details())

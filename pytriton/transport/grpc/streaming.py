@@ -62,6 +62,7 @@ class StreamSession:
         self._slot: Optional[asyncio.Future[None]] = None  # the reader waits on it while at the bound
         self._room = Room()  # requests wait there while the outbox is full
         self._reading = True
+        self._broken: Optional[Exception] = None  # why the request stream broke: the call's status once all answered
 
     async def serve(self, requests: AsyncIterator[InferRequestFrame], context: Any) -> None:
         """Read requests, start each one, write responses until the client is done and every request ended."""
@@ -118,8 +119,8 @@ class StreamSession:
                     self._slot = loop.create_future()
                     await self._slot
         except Exception as error:  # noqa: BLE001 - a broken request stream ends the call with its error
-            self._outbox.put_nowait(error)
-            return
+            # once the requests before it are answered: tritonserver 2.51 answers those (probed)
+            self._broken = error
         self._reading = False
         self._end_if_idle()
 
@@ -140,7 +141,7 @@ class StreamSession:
     def _end_if_idle(self) -> None:
         """End the call once the client stopped sending and every request has been answered."""
         if not self._reading and not self._tasks and not self._order:
-            self._outbox.put_nowait(_END)
+            self._outbox.put_nowait(_END if self._broken is None else self._broken)
 
     def _answer(self, turn: _Turn, item: Any) -> None:
         """Send an answer of a request now, or hold it for its turn."""
