@@ -487,3 +487,38 @@ def test_a_generator_serving_a_batch_goes_on_until_all_of_its_requests_are_cance
             for client in clients:
                 client.close()
         wait_until(lambda: _failures(triton) == 2, WAIT_S, "both requests counted as cancelled")
+
+
+class Counting:
+    """A decoupled generator of three responses, each after a short wait (the client's half-close comes first)."""
+
+    def __call__(self, requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        for step in range(3):
+            time.sleep(0.05)
+            yield [{"y": request["x"] + step} for request in requests]
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_generate_stream_of_a_client_that_half_closes_is_sent_whole(frontends: Any) -> None:
+    """A client that shut its sending side down (`nc -N`) still reads: its stream comes whole, then the close."""
+    with running_triton(_bind(Counting(), False, decoupled=True), frontends=frontends) as triton:
+        with _raw_post(triton.http_port, "/v2/models/watchful/generate_stream", {"x": [1.0]}) as sock:
+            sock.shutdown(socket.SHUT_WR)
+            answer = _read_to_close(sock)
+    assert answer.startswith(b"HTTP/1.1 200 OK")
+    events = [json.loads(line[len(b"data: ") :]) for line in answer.split(b"\n") if line.startswith(b"data: ")]
+    assert [event["y"] for event in events] == [1.0, 2.0, 3.0]
+    assert answer.endswith(b"\r\n0\r\n\r\n")
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_generate_stream_of_a_client_that_closed_before_its_first_event_closes_the_generator(
+    tmp_path: Path, frontends: Any
+) -> None:
+    """Its close reads as a half-close until the first event is answered with a reset; the next step is closed."""
+    bind = _bind(WatchfulGenerator(str(tmp_path)), False, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        with _raw_post(triton.http_port, "/v2/models/watchful/generate_stream", {"x": [1.0]}):
+            pass
+        _assert_generator_closed_at_next_step(tmp_path)
+        _assert_counted_as_cancelled(triton)

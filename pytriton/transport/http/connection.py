@@ -147,6 +147,11 @@ class HttpConnection(asyncio.BufferedProtocol):
         for cycle in owed:
             cycle.end_sending()
         owed[-1].keep_alive = False  # the connection closes after the last response owed
+        # Nothing is read any more, so a client that closed is seen only when it answers a write with a reset.
+        sock = self._transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if self._watched_fd < 0 and self._state.hangups.watch(fd, self._reset, reset_only=True):
+            self._watched_fd = fd
         return True
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -497,6 +502,13 @@ class HttpConnection(asyncio.BufferedProtocol):
         """The client left while its body waited for the budget: its share goes now, with the connection."""
         self._watched_fd = -1
         LOGGER.debug("closing HTTP connection from %s: it left while its body waited", self._address[1])
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _reset(self) -> None:
+        """The client, which had stopped sending, reset the connection: it has left."""
+        self._watched_fd = -1
+        LOGGER.debug("closing HTTP connection from %s: it left after it stopped sending", self._address[1])
         if self._transport is not None:
             self._transport.abort()
 

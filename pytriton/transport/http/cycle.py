@@ -24,6 +24,10 @@ _ASGI = {"version": "3.0", "spec_version": "2.3"}
 # An ASGI extension of this server: an `http.response.body` message may carry, under this key, buffers
 # that follow its body in the same write (writev), so that large outputs leave without being joined.
 BODY_PARTS = "pytriton.body_parts"
+# The key of an `http.disconnect` message saying the client only stopped sending (it half-closed, or closed: the two
+# look the same): an awaitable function returning once the connection is lost or the response complete. A streaming
+# response that goes on until then reaches a half-closed client whole, and finds one that closed at its next writes.
+CONNECTION_LOST = "pytriton.connection_lost"
 _EXTENSIONS: Dict[str, Dict[str, Any]] = {BODY_PARTS: {}}
 _METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _STATUS_LINES: Dict[int, bytes] = {
@@ -190,7 +194,14 @@ class RequestCycle:
                 return {"type": "http.request", "body": self._take_body(), "more_body": more_body}
         while not (self.disconnected or self.client_done or self.response_complete):
             await self._wait()
-        return {"type": "http.disconnect"}
+        if self.disconnected or self.response_complete:
+            return {"type": "http.disconnect"}
+        return {"type": "http.disconnect", CONNECTION_LOST: self._until_lost}
+
+    async def _until_lost(self) -> None:
+        """Return once the connection is lost or the response complete."""
+        while not (self.disconnected or self.response_complete):
+            await self._wait()
 
     async def send(self, message: Message) -> None:
         """Send the response head (`http.response.start`) or a part of its body (`http.response.body`).
