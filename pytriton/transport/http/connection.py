@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 
@@ -47,6 +48,10 @@ _LINGER_S = 2.0
 # Reads up to this size are searched whole for an Upgrade header; longer ones only up to their head's end.
 _SHORT_READ_BYTES = 4096
 IDLE, HEAD, BODY = 1, 2, 3  # what the connection waits for: the next request, a request head, its body
+# A method llhttp knows, for a request of one it does not; its framing is that of any method but CONNECT's.
+_STANDIN_METHOD = b"PROPFIND"
+_METHOD_BYTES = 1024  # how far a request line is searched for the end of its method
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.6.2
 
 
 class HttpConnection(asyncio.BufferedProtocol):
@@ -99,6 +104,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._read_buffer = state.read_buffer
         self._read_view = state.read_view
         self._presized: Optional[PresizedBody] = None  # a body on_headers_complete chose to read past the parser
+        self._begun = 0  # requests begun in the chunk being parsed
+        self._method: Optional[str] = None  # the method of the request being parsed, when llhttp does not know it
         self._direct: Optional[PresizedBody] = None  # that body, once reads go straight into it
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -187,6 +194,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         data: Any = self._read_view[:nbytes]
         split = nbytes  # where a long read's first head ends: the parser sees the bytes after it only if it must
         clock = self._clock
+        fresh = clock.phase != BODY and clock.phase != HEAD  # this chunk starts a request head
         if clock.phase != BODY:  # this chunk starts or continues a request head
             if clock.phase != HEAD:
                 self._head_bytes = 0
@@ -209,6 +217,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             else:
                 split = head_size
         self._head_began = False
+        self._begun = 0
         try:
             if split < nbytes:
                 self._parser.feed_data(data[:split])
@@ -219,11 +228,21 @@ class HttpConnection(asyncio.BufferedProtocol):
         except httptools.HttpParserUpgrade:
             pass  # on_headers_complete has dealt with it: the connection closes after the response
         except httptools.HttpParserError as error:
-            cycle, self._to_start = self._to_start, None
-            if cycle is not None and cycle is not self._receiving:  # read whole before the bad bytes: answered
-                self._start(cycle)
-            self._refuse(400, f"invalid HTTP request: {error}")
-            return
+            standin = None
+            if fresh and self._begun == 1 and isinstance(error, httptools.HttpParserInvalidMethodError):
+                standin = self._other_method(data)
+            if standin is None:
+                self._bad_request(error)
+                return
+            data = standin
+            self._parser = httptools.HttpRequestParser(self)
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                pass
+            except httptools.HttpParserError as again:
+                self._bad_request(again)
+                return
         presized, self._presized = self._presized, None
         if presized is not None and self._wire == BODY:  # the rest of its body goes past the parser
             self._direct = presized
@@ -234,6 +253,28 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._follow_wire(len(data))
         # The end of a head that the next read may finish: its blank line can be cut anywhere.
         self._head_tail = (self._head_tail + bytes(data[-3:]))[-3:] if self._wire == HEAD else b""
+
+    def _bad_request(self, error: Exception) -> None:
+        """Refuse the bytes the parser could not read; the requests read whole before them are answered first."""
+        cycle, self._to_start = self._to_start, None
+        if cycle is not None and cycle is not self._receiving:  # read whole before the bad bytes: answered
+            self._start(cycle)
+        self._refuse(400, f"invalid HTTP request: {error}")
+
+    def _other_method(self, data: Any) -> Optional[bytes]:
+        """A chunk whose request's method llhttp does not know, with a method it knows in its place; None if none.
+
+        RFC 9110 lets a method be any token, and tritonserver 2.51 answers one it does not serve (`FOO`, `BREW`)
+        405 on its routes and 404 elsewhere, keeping the connection; llhttp refuses every method not in its
+        list. The request is read as one of a method it knows, whose framing is any other's; its scope has the
+        method sent (on_headers_complete), which the routes answer.
+        """
+        head = bytes(data[:_METHOD_BYTES])
+        space = head.find(b" ")
+        if space <= 0 or not _TOKEN.fullmatch(head, 0, space):
+            return None
+        self._method = head[:space].decode("latin-1")
+        return _STANDIN_METHOD + bytes(data[space:])
 
     def _head_end(self, nbytes: int) -> int:
         """Where the first blank line of the read ends (-1: none), one begun in the read before included."""
@@ -309,6 +350,7 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def on_message_begin(self) -> None:
         """A request starts."""
+        self._begun += 1
         self._wire = HEAD
         self._head_began = True
         self._head_lines = 0
@@ -358,6 +400,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         headers = self._headers
         keep_alive = parser.should_keep_alive() and not (self._closing or self._state.leaving)
         scope = http_scope(parser, self._url, headers, self._address)
+        if self._method is not None:  # one llhttp does not know (_other_method)
+            scope["method"], self._method = self._method, None
         if self._names is not None:
             scope[HEADER_NAMES] = self._names
         cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=self._expect_continue)
