@@ -142,10 +142,12 @@ class HttpConnection(asyncio.BufferedProtocol):
         """The client will send nothing more: answer the requests it sent whole, then close, as Triton does.
 
         A client may half-close its side (shutdown(SHUT_WR), `nc -N`) and still read its answers, and one that
-        closed its socket looks the same from here. So the requests read whole go on and are answered, while
-        their app is told the client left (receive() says "http.disconnect"): a request still waiting or running
-        after WATCH_AFTER_S (core/watch.py) is cancelled as that of a client that left, and a stream ends. A
-        request cut off part-way can never be answered: the connection closes at once (False).
+        closed its socket looks the same from here until it answers a write with a reset. So the requests read
+        whole go on and are answered; their app is told the client stopped sending (receive() says
+        "http.disconnect" with CONNECTION_LOST, cycle.py), and an app that watches for its client leaving (a
+        request still waiting or running after WATCH_AFTER_S, core/watch.py; a stream) has a `100 Continue` sent
+        unless its answer has begun, and stops once the socket is reset (watched here, as nothing is read any
+        more). A request cut off part-way can never be answered: the connection closes at once (False).
         """
         active = self._active
         if active is None or self._refused or self._wire != IDLE or self._transport is None:
