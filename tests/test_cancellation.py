@@ -222,6 +222,14 @@ def test_http_client_that_disconnects_cancels_the_running_request(
         _assert_counted_as_cancelled(triton)
 
 
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def _past_continue(answer: bytes) -> bytes:
+    """An answer past the `100 Continue` a client that stopped sending may get first (HTTP clients read past it)."""
+    return answer[len(CONTINUE) :] if answer.startswith(CONTINUE) else answer
+
+
 def _read_to_close(sock: socket.socket) -> bytes:
     received = b""
     while True:
@@ -250,19 +258,28 @@ def test_http_request_of_a_client_that_half_closes_is_answered(frontends: Any) -
 
 
 @pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
-def test_http_request_of_a_client_that_half_closes_is_cancelled_once_it_has_run_a_while(
-    tmp_path: Path, frontends: Any
-) -> None:
-    """A half-close reads as a client that left: this server cannot tell the two apart. The answer is still sent."""
-    with running_triton(_bind(Watchful(str(tmp_path)), False, decoupled=False), frontends=frontends) as triton:
-        document = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
-        with _raw_post(triton.http_port, "/v2/models/watchful/infer", document) as sock:
+def test_http_request_of_a_client_that_half_closes_is_answered_after_a_while_too(frontends: Any) -> None:
+    """Running past the sweep's 100 ms, it is not cancelled (it was, answered 400): tritonserver 2.51 answers it.
+
+    The client may be sent a `100 Continue` first, which one that closed answers with a reset
+    (test_http_client_that_disconnects_cancels_the_running_request).
+    """
+
+    def slow(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        time.sleep(0.5)
+        return [{"y": request["x"] * 2} for request in requests]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("slow", slow, **IO, config=ModelConfig(batching=False))
+
+    with running_triton(bind, frontends=frontends) as triton:
+        document = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.5]}]}
+        with _raw_post(triton.http_port, "/v2/models/slow/infer", document) as sock:
             sock.shutdown(socket.SHUT_WR)
-            wait_until(_marked(tmp_path, "cancelled"), WAIT_S, "the callable sees is_cancelled()")
             answer = _read_to_close(sock)
-        _assert_counted_as_cancelled(triton)
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400 Bad Request") and "error" in json.loads(body)  # Triton's status
+    head, _, body = _past_continue(answer).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert json.loads(body)["outputs"][0]["data"] == [3.0]
 
 
 @PLACES
@@ -487,3 +504,42 @@ def test_a_generator_serving_a_batch_goes_on_until_all_of_its_requests_are_cance
             for client in clients:
                 client.close()
         wait_until(lambda: _failures(triton) == 2, WAIT_S, "both requests counted as cancelled")
+
+
+class Counting:
+    """A decoupled generator of three responses, each after a short wait (the client's half-close comes first)."""
+
+    def __call__(self, requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        for step in range(3):
+            time.sleep(0.05)
+            yield [{"y": request["x"] + step} for request in requests]
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_generate_stream_of_a_client_that_half_closes_is_sent_whole(frontends: Any) -> None:
+    """A client that shut its sending side down (`nc -N`) still reads: its stream comes whole, then the close."""
+    with running_triton(_bind(Counting(), False, decoupled=True), frontends=frontends) as triton:
+        with _raw_post(triton.http_port, "/v2/models/watchful/generate_stream", {"x": [1.0]}) as sock:
+            sock.shutdown(socket.SHUT_WR)
+            answer = _read_to_close(sock)
+    assert _past_continue(answer).startswith(b"HTTP/1.1 200 OK")
+    events = [json.loads(line[len(b"data: ") :]) for line in answer.split(b"\n") if line.startswith(b"data: ")]
+    assert [event["y"] for event in events] == [1.0, 2.0, 3.0]
+    assert answer.endswith(b"\r\n0\r\n\r\n")
+
+
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_generate_stream_of_a_client_that_closed_before_its_first_event_closes_the_generator(
+    tmp_path: Path, frontends: Any
+) -> None:
+    """Its close reads as a half-close until the `100 Continue` sent then is answered with a reset: it is cancelled.
+
+    The cancel may come before the generator resumed from its first step, which closes it there.
+    """
+    bind = _bind(WatchfulGenerator(str(tmp_path)), False, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        with _raw_post(triton.http_port, "/v2/models/watchful/generate_stream", {"x": [1.0]}):
+            pass
+        wait_until(_marked(tmp_path, "closed"), WAIT_S, "the generator is closed")
+        assert not (tmp_path / "continued").exists(), "the generator went on past its next step"
+        _assert_counted_as_cancelled(triton)

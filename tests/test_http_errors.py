@@ -74,8 +74,20 @@ def _still_serving(server) -> None:
 BAD_BODIES = {
     "not json": (b"{not json", 400, "failed to parse the request JSON"),
     "json array": (b"[1, 2]", 400, "must be an object"),
-    "no inputs": (b"{}", 400, "'inputs'"),
-    "inputs not list": (b'{"inputs": {}}', 400, "'inputs'"),
+    "no inputs": (b"{}", 400, "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"),
+    "inputs not list": (b'{"inputs": {}}', 400, "Unable to parse 'inputs': attempt to access JSON non-array as array"),
+    "inputs null": (b'{"inputs": null}', 400, "Unable to parse 'inputs': attempt to access JSON non-array as array"),
+    # A member that is null is there, as tritonserver 2.51 reads it (it answered these 500; served here before).
+    "parameters null": (
+        b'{"parameters": null, "inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}',
+        400,
+        "failed to get request params.: attempt to get members for non-object",
+    ),
+    "outputs null": (
+        b'{"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}], "outputs": null}',
+        400,
+        "Unable to parse 'outputs': attempt to access JSON non-array as array",
+    ),
     "input not object": (b'{"inputs": [1]}', 400, "JSON object"),
     "missing name": (b'{"inputs": [{"shape": [1], "datatype": "FP32", "data": [1]}]}', 400, "'name'"),
     "unknown input": (
@@ -203,7 +215,7 @@ BAD_BODIES = {
     "id not string": (
         b'{"id": 5, "inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1]}]}',
         400,
-        "'id'",
+        "Unable to parse 'id': attempt to access JSON non-string as string",
     ),
 }
 

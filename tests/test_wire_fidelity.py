@@ -981,3 +981,34 @@ def test_response_headers_are_named_as_tritonserver_writes_them(triton: Triton) 
     assert b"Connection: close" in ready and b"Content-Type: text/plain" in ready
     refused = _head_lines(triton.http_port, b"GET /v2/health/ready HTTP/1.1\r\nContent-Length: x\r\n\r\n")
     assert b"Content-Type: application/json" in refused and b"Connection: close" in refused
+
+
+def _answer(connection: socket.socket, raw: bytes) -> bytes:
+    """Send one raw request on an open connection; its whole response (a Content-Length one)."""
+    connection.sendall(raw)
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(65536)
+        assert chunk, received
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))[15:])
+    while len(body) < length:
+        chunk = connection.recv(65536)
+        assert chunk, received
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_method_the_parser_does_not_know_is_answered_as_tritonserver_answers_it(triton: Triton) -> None:
+    # A method is any token (RFC 9110 9.1). tritonserver 2.51 answers one it does not serve 405 on its routes and 404
+    # elsewhere, and keeps the connection; this server answered 400 and closed (llhttp knows a list of methods).
+    with socket.create_connection(("127.0.0.1", triton.http_port), timeout=10) as connection:
+        refused = _answer(connection, b"FOO /v2/health/ready HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        assert refused.startswith(b"HTTP/1.1 405 ") and refused.endswith(b'{"error":"Method Not Allowed"}')
+        unknown = _answer(connection, b"BREW /v2/nope HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert unknown.startswith(b"HTTP/1.1 404 ")
+        lower = _answer(connection, b"get /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")  # methods are case-sensitive
+        assert lower.startswith(b"HTTP/1.1 405 ")
+        ready = _answer(connection, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")  # the same connection
+        assert ready.startswith(b"HTTP/1.1 200 OK")

@@ -76,10 +76,16 @@ def decode_infer_request(
     if plan is not None:
         return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory)
     document = parse_json_object(header)
-    user_parameters, options = split_parameters(request_parameters(document.get("parameters")), forwarded_headers)
-    raw_inputs = document.get("inputs")
+    user_parameters, options = split_parameters(
+        request_parameters(document.get("parameters", _ABSENT)), forwarded_headers
+    )
+    raw_inputs = document.get("inputs", _ABSENT)
     if type(raw_inputs) is not list:
-        raise InferenceError.invalid("the request JSON must have an 'inputs' array")
+        raise InferenceError.invalid(  # Triton's words
+            "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'"
+            if raw_inputs is _ABSENT
+            else "Unable to parse 'inputs': attempt to access JSON non-array as array"
+        )
     inputs: Dict[str, np.ndarray] = {}
     batch_sizes: List[int] = []
     reads: List[Read] = []
@@ -135,13 +141,15 @@ def decode_infer_request(
         if error.of_request:  # Triton's core names the request
             raise error.for_request(request_id if isinstance(request_id, str) else "") from None
         raise
-    requested, output_format = _requested_outputs(spec, document.get("outputs"), options.binary_data_output, memory)
+    requested, output_format = _requested_outputs(
+        spec, document.get("outputs", _ABSENT), options.binary_data_output, memory
+    )
     if not isinstance(request_id, str):
-        raise InferenceError.invalid("the request 'id' must be a string")
+        raise InferenceError.invalid("Unable to parse 'id': attempt to access JSON non-string as string")  # Triton's
     if planned is not None and key is not None:
         if len(_PLANS) >= _KEPT_PLANS:
             _PLANS.clear()
-        parameters = request_parameters(document.get("parameters"))
+        parameters = request_parameters(document.get("parameters", _ABSENT))
         _PLANS[key] = _Plan(planned, request_id, parameters, requested, output_format)
     request = InferenceRequest(
         request_id=request_id,
@@ -363,9 +371,16 @@ def parse_json_members(data: Body) -> Dict[str, Any]:
     return document if isinstance(document, dict) else {}
 
 
+# What a document's get() gives for a member it does not have: one that is null is there (Triton refuses it).
+_ABSENT: Any = object()
+
+
 def request_parameters(value: Any) -> Dict[str, Any]:
-    """A request's optional `parameters` object; anything else is refused in tritonserver 2.51's words (its 500)."""
-    if value is None:
+    """A request's optional `parameters` object (_ABSENT: none); anything else, null too, is refused as 2.51 does.
+
+    In tritonserver 2.51's words (its 500).
+    """
+    if value is _ABSENT:
         return {}
     if type(value) is not dict:
         raise InferenceError.invalid("failed to get request params.: attempt to get members for non-object")
@@ -467,10 +482,10 @@ def _requested_outputs(
     spec: ModelSpec, raw_outputs: Any, binary_default: bool, memory: Optional[SystemSharedMemory]
 ) -> Tuple[Optional[List[str]], OutputFormat]:
     """The requested output names (None = all), their binary flags and the regions of those in shared memory."""
-    if raw_outputs is None or raw_outputs == []:  # Triton answers an empty 'outputs' with every output
+    if raw_outputs is _ABSENT or raw_outputs == []:  # Triton answers an empty 'outputs' with every output
         return None, OutputFormat({}, binary_default)
     if not isinstance(raw_outputs, list):
-        raise InferenceError.invalid("'outputs' must be an array")
+        raise InferenceError.invalid("Unable to parse 'outputs': attempt to access JSON non-array as array")  # Triton's
     names: List[str] = []
     binary: Dict[str, bool] = {}  # an output named without parameters goes as JSON
     regions: Dict[str, TensorRegion] = {}

@@ -31,7 +31,7 @@ from pytriton.protocol.http_codec import (
 )
 from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.custom import serve_custom
-from pytriton.transport.http.cycle import BODY_PARTS, HEADER_NAMES
+from pytriton.transport.http.cycle import BODY_PARTS, CONNECTION_LOST, HEADER_NAMES
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
@@ -443,20 +443,20 @@ class HttpFrontend:
         responses = served.stream(request)
         handler = asyncio.current_task()
         assert handler is not None
-        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, handler))
-        started = False
+        started = [False]  # the watcher's view of it
+        watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, send, handler, started))
         try:
             async for response in responses:
                 event = json_text.dumps(encode_generate_response(served.spec, request.id, response))
-                if not started:
+                if not started[0]:
                     await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-                    started = True
+                    started[0] = True
                 await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
         except InferenceError as error:
-            if not started:
+            if not started[0]:
                 status = error.status.http_status
                 await send({"type": "http.response.start", "status": status, "headers": _SSE_HEADERS})
-                started = True
+                started[0] = True
             event = orjson.dumps({"error": error.message})
             await send({"type": "http.response.body", "body": b"data: " + event + b"\n\n", "more_body": True})
         except asyncio.CancelledError:
@@ -464,7 +464,7 @@ class HttpFrontend:
         finally:
             watcher.cancel()
             await responses.aclose()  # type: ignore[attr-defined]
-        if not started:
+        if not started[0]:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         await send({"type": "http.response.body", "body": b""})
 
@@ -535,11 +535,22 @@ def _json_within(length: int, limit: int) -> None:
         )
 
 
-async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
-    """Cancel a streaming handler when its client disconnects."""
+async def _cancel_on_disconnect(receive: Receive, send: Send, handler: asyncio.Task[Any], started: List[bool]) -> None:
+    """Cancel a streaming handler when its client disconnects.
+
+    A client that only stopped sending may still read (`shutdown(SHUT_WR)`, `nc -N`), as tritonserver's do, and
+    one that closed looks the same: the stream goes on until the connection is lost. One that closed answers
+    the next bytes sent with a reset, so a stream already under way sends an SSE comment, which readers skip, at
+    once rather than waiting for the model's next response.
+    """
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
+            lost = message.get(CONNECTION_LOST)
+            if lost is not None:
+                if started[0]:
+                    await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+                await lost()
             handler.cancel()
             return
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 
@@ -47,6 +48,10 @@ _LINGER_S = 2.0
 # Reads up to this size are searched whole for an Upgrade header; longer ones only up to their head's end.
 _SHORT_READ_BYTES = 4096
 IDLE, HEAD, BODY = 1, 2, 3  # what the connection waits for: the next request, a request head, its body
+# A method llhttp knows, for a request of one it does not; its framing is that of any method but CONNECT's.
+_STANDIN_METHOD = b"PROPFIND"
+_METHOD_BYTES = 1024  # how far a request line is searched for the end of its method
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.6.2
 
 
 class HttpConnection(asyncio.BufferedProtocol):
@@ -99,6 +104,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._read_buffer = state.read_buffer
         self._read_view = state.read_view
         self._presized: Optional[PresizedBody] = None  # a body on_headers_complete chose to read past the parser
+        self._begun = 0  # requests begun in the chunk being parsed
+        self._method: Optional[str] = None  # the method of the request being parsed, when llhttp does not know it
         self._direct: Optional[PresizedBody] = None  # that body, once reads go straight into it
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -135,10 +142,12 @@ class HttpConnection(asyncio.BufferedProtocol):
         """The client will send nothing more: answer the requests it sent whole, then close, as Triton does.
 
         A client may half-close its side (shutdown(SHUT_WR), `nc -N`) and still read its answers, and one that
-        closed its socket looks the same from here. So the requests read whole go on and are answered, while
-        their app is told the client left (receive() says "http.disconnect"): a request still waiting or running
-        after WATCH_AFTER_S (core/watch.py) is cancelled as that of a client that left, and a stream ends. A
-        request cut off part-way can never be answered: the connection closes at once (False).
+        closed its socket looks the same from here until it answers a write with a reset. So the requests read
+        whole go on and are answered; their app is told the client stopped sending (receive() says
+        "http.disconnect" with CONNECTION_LOST, cycle.py), and an app that watches for its client leaving (a
+        request still waiting or running after WATCH_AFTER_S, core/watch.py; a stream) has a `100 Continue` sent
+        unless its answer has begun, and stops once the socket is reset (watched here, as nothing is read any
+        more). A request cut off part-way can never be answered: the connection closes at once (False).
         """
         active = self._active
         if active is None or self._refused or self._wire != IDLE or self._transport is None:
@@ -147,6 +156,11 @@ class HttpConnection(asyncio.BufferedProtocol):
         for cycle in owed:
             cycle.end_sending()
         owed[-1].keep_alive = False  # the connection closes after the last response owed
+        # Nothing is read any more, so a client that closed is seen only when it answers a write with a reset.
+        sock = self._transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if self._watched_fd < 0 and self._state.hangups.watch(fd, self._reset, reset_only=True):
+            self._watched_fd = fd
         return True
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -182,6 +196,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         data: Any = self._read_view[:nbytes]
         split = nbytes  # where a long read's first head ends: the parser sees the bytes after it only if it must
         clock = self._clock
+        fresh = clock.phase != BODY and clock.phase != HEAD  # this chunk starts a request head
         if clock.phase != BODY:  # this chunk starts or continues a request head
             if clock.phase != HEAD:
                 self._head_bytes = 0
@@ -204,6 +219,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             else:
                 split = head_size
         self._head_began = False
+        self._begun = 0
         try:
             if split < nbytes:
                 self._parser.feed_data(data[:split])
@@ -214,11 +230,21 @@ class HttpConnection(asyncio.BufferedProtocol):
         except httptools.HttpParserUpgrade:
             pass  # on_headers_complete has dealt with it: the connection closes after the response
         except httptools.HttpParserError as error:
-            cycle, self._to_start = self._to_start, None
-            if cycle is not None and cycle is not self._receiving:  # read whole before the bad bytes: answered
-                self._start(cycle)
-            self._refuse(400, f"invalid HTTP request: {error}")
-            return
+            standin = None
+            if fresh and self._begun == 1 and isinstance(error, httptools.HttpParserInvalidMethodError):
+                standin = self._other_method(data)
+            if standin is None:
+                self._bad_request(error)
+                return
+            data = standin
+            self._parser = httptools.HttpRequestParser(self)
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                pass
+            except httptools.HttpParserError as again:
+                self._bad_request(again)
+                return
         presized, self._presized = self._presized, None
         if presized is not None and self._wire == BODY:  # the rest of its body goes past the parser
             self._direct = presized
@@ -229,6 +255,28 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._follow_wire(len(data))
         # The end of a head that the next read may finish: its blank line can be cut anywhere.
         self._head_tail = (self._head_tail + bytes(data[-3:]))[-3:] if self._wire == HEAD else b""
+
+    def _bad_request(self, error: Exception) -> None:
+        """Refuse the bytes the parser could not read; the requests read whole before them are answered first."""
+        cycle, self._to_start = self._to_start, None
+        if cycle is not None and cycle is not self._receiving:  # read whole before the bad bytes: answered
+            self._start(cycle)
+        self._refuse(400, f"invalid HTTP request: {error}")
+
+    def _other_method(self, data: Any) -> Optional[bytes]:
+        """A chunk whose request's method llhttp does not know, with a method it knows in its place; None if none.
+
+        RFC 9110 lets a method be any token, and tritonserver 2.51 answers one it does not serve (`FOO`, `BREW`)
+        405 on its routes and 404 elsewhere, keeping the connection; llhttp refuses every method not in its
+        list. The request is read as one of a method it knows, whose framing is any other's; its scope has the
+        method sent (on_headers_complete), which the routes answer.
+        """
+        head = bytes(data[:_METHOD_BYTES])
+        space = head.find(b" ")
+        if space <= 0 or not _TOKEN.fullmatch(head, 0, space):
+            return None
+        self._method = head[:space].decode("latin-1")
+        return _STANDIN_METHOD + bytes(data[space:])
 
     def _head_end(self, nbytes: int) -> int:
         """Where the first blank line of the read ends (-1: none), one begun in the read before included."""
@@ -304,6 +352,7 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def on_message_begin(self) -> None:
         """A request starts."""
+        self._begun += 1
         self._wire = HEAD
         self._head_began = True
         self._head_lines = 0
@@ -353,6 +402,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         headers = self._headers
         keep_alive = parser.should_keep_alive() and not (self._closing or self._state.leaving)
         scope = http_scope(parser, self._url, headers, self._address)
+        if self._method is not None:  # one llhttp does not know (_other_method)
+            scope["method"], self._method = self._method, None
         if self._names is not None:
             scope[HEADER_NAMES] = self._names
         cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=self._expect_continue)
@@ -497,6 +548,13 @@ class HttpConnection(asyncio.BufferedProtocol):
         """The client left while its body waited for the budget: its share goes now, with the connection."""
         self._watched_fd = -1
         LOGGER.debug("closing HTTP connection from %s: it left while its body waited", self._address[1])
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _reset(self) -> None:
+        """The client, which had stopped sending, reset the connection: it has left."""
+        self._watched_fd = -1
+        LOGGER.debug("closing HTTP connection from %s: it left after it stopped sending", self._address[1])
         if self._transport is not None:
             self._transport.abort()
 

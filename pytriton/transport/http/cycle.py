@@ -24,6 +24,14 @@ _ASGI = {"version": "3.0", "spec_version": "2.3"}
 # An ASGI extension of this server: an `http.response.body` message may carry, under this key, buffers
 # that follow its body in the same write (writev), so that large outputs leave without being joined.
 BODY_PARTS = "pytriton.body_parts"
+# The key of an `http.disconnect` message saying the client only stopped sending (it half-closed, or closed: the two
+# look the same until a write): an awaitable function returning once the connection is lost or the response is
+# complete. An app that waits for it answers a half-closed client whole, as tritonserver does, and still stops for
+# one that closed: it answers the next bytes sent with a reset, which the connection watches for.
+CONNECTION_LOST = "pytriton.connection_lost"
+# How long an answer may take before a client that stopped sending is sent a `100 Continue` to find out whether it
+# left: a quick answer goes without one.
+PROBE_AFTER_S = 0.1
 _EXTENSIONS: Dict[str, Dict[str, Any]] = {BODY_PARTS: {}}
 _METHODS = {method.encode(): method for method in ("GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH")}
 _STATUS_LINES: Dict[int, bytes] = {
@@ -78,6 +86,7 @@ class RequestCycle:
         "_head",
         "_head_only",
         "_length_left",
+        "_lost",
         "_presized",
         "_received",
         "_request_delivered",
@@ -88,6 +97,7 @@ class RequestCycle:
         "expect_continue",
         "head_sent",
         "keep_alive",
+        "probed",
         "refusal",
         "response_complete",
         "response_started",
@@ -104,6 +114,7 @@ class RequestCycle:
         self.body_complete = False
         self.disconnected = False
         self.client_done = False  # the client sends nothing more but may still read (it half-closed, or left)
+        self.probed = False  # a 100 Continue went out to find out whether it left (_until_lost)
         self.response_started = False
         self.response_complete = False
         self.refusal: Optional[Any] = None  # an ASGI app answering this request instead of the server's
@@ -114,6 +125,7 @@ class RequestCycle:
         self.share: Optional[Share] = None  # what a large body holds of the server's ReceiveBudget
         self._request_delivered = False
         self._waiter: Optional[asyncio.Future[None]] = None
+        self._lost: Optional[asyncio.Future[None]] = None  # done once the connection is lost or the answer complete
         self._head: Optional[bytes] = None
         self.head_sent = False  # something of the response is on its way: an error can no longer become a 500
         self._length_left: Optional[int] = None  # body bytes the response's content-length still announces
@@ -190,7 +202,28 @@ class RequestCycle:
                 return {"type": "http.request", "body": self._take_body(), "more_body": more_body}
         while not (self.disconnected or self.client_done or self.response_complete):
             await self._wait()
-        return {"type": "http.disconnect"}
+        if self.disconnected or self.response_complete:
+            return {"type": "http.disconnect"}
+        return {"type": "http.disconnect", CONNECTION_LOST: self._until_lost}
+
+    async def _until_lost(self) -> None:
+        """Return once the connection is lost or the response complete.
+
+        Unless its answer has begun within PROBE_AFTER_S, an HTTP/1.1 client is sent a `100 Continue`, which it
+        reads past (RFC 9110 15.2 asks clients to) and which one that closed answers with a reset. An HTTP/1.0
+        client may not be sent one: the request goes on, as in Triton.
+        """
+        lost = self._lost
+        if lost is None:
+            lost = self._lost = asyncio.get_running_loop().create_future()
+            self._wake()  # resolved now if it is over already
+        if not self.probed and self.scope["http_version"] == "1.1":
+            self.probed = True
+            await asyncio.wait((lost,), timeout=PROBE_AFTER_S)
+            if not (self.head_sent or self.response_complete or self.disconnected):
+                self.expect_continue = False
+                self._connection.write(_CONTINUE)
+        await asyncio.wait((lost,))  # several may wait (the queue's watcher, then the running request's)
 
     async def send(self, message: Message) -> None:
         """Send the response head (`http.response.start`) or a part of its body (`http.response.body`).
@@ -342,8 +375,11 @@ class RequestCycle:
             self._waiter = None
 
     def _wake(self) -> None:
-        """Wake receive() if it waits."""
+        """Wake receive() if it waits, and those in _until_lost once the connection is lost or the answer complete."""
         wake(self._waiter)
+        lost = self._lost
+        if lost is not None and (self.disconnected or self.response_complete):
+            wake(lost)
 
 
 # A scope's key for its headers' names as the client wrote them, in the order of its `headers` (AsgiServer's

@@ -28,8 +28,11 @@ class Hangups:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._watched: Dict[int, Callable[[], None]] = {}
 
-    def watch(self, fd: int, lost: Callable[[], None]) -> bool:
-        """Call `lost()` once the peer of socket `fd` hangs up; whether it is watched (not without epoll)."""
+    def watch(self, fd: int, lost: Callable[[], None], *, reset_only: bool = False) -> bool:
+        """Call `lost()` once the peer of socket `fd` hangs up; whether it is watched (not without epoll).
+
+        `reset_only`: once the connection is reset or shut both ways (the peer's half-close has been seen already).
+        """
         if not _EVENTS or fd < 0:
             return False
         epoll = self._epoll
@@ -38,7 +41,7 @@ class Hangups:
             self._loop = asyncio.get_running_loop()
             self._loop.add_reader(epoll.fileno(), self._ready)
         try:
-            epoll.register(fd, _EVENTS)
+            epoll.register(fd, 0 if reset_only else _EVENTS)  # epoll always reports EPOLLHUP and EPOLLERR
         except OSError:
             return False
         self._watched[fd] = lost

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Sequence, Tuple
 
 from pytriton.protocol import json_text
+from pytriton.transport.http.cycle import CONNECTION_LOST
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -44,9 +45,18 @@ async def send_empty(send: Send, status: int, headers: Sequence[Tuple[bytes, byt
 
 
 async def until_disconnect(receive: Receive) -> None:
-    """Return once the client has disconnected (the request body has been read already)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
+    """Return once the client has disconnected (the request body has been read already).
+
+    A client that only stopped sending (it half-closed, as `nc -N` does) may still read its answer: with this
+    server's connections, that waits until it is seen to have left (`CONNECTION_LOST`).
+    """
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            lost = message.get(CONNECTION_LOST)
+            if lost is not None:
+                await lost()
+            return
 
 
 def header_map(scope: Scope) -> Dict[str, str]:
