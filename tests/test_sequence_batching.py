@@ -745,7 +745,8 @@ def test_a_sequence_without_a_free_slot_waits_for_one(server: Triton) -> None:
 
 def test_a_lone_request_of_a_later_slot_runs_alone(server: Triton) -> None:
     # tritonserver 2.51's direct strategy fills the free slots below a batch's highest one with null requests
-    # (READY false): its model got 2 requests for sequence 2's lone ones. A callable gets only clients' requests.
+    # (READY false): its model got 2 requests for sequence 2's lone ones, and its batch_stats counted batches of 2.
+    # A callable gets only clients' requests.
     _TWO_SLOTS_BATCHES.clear()
     client = httpclient.InferenceServerClient(http_url(server))
     steps: List[Tuple[int, Dict[str, bool]]] = [
@@ -758,6 +759,9 @@ def test_a_lone_request_of_a_later_slot_runs_alone(server: Triton) -> None:
     for sequence_id, flags in steps:
         client.infer("two_slots", [_input(httpclient, 1)], sequence_id=sequence_id, **flags)
     assert _TWO_SLOTS_BATCHES == [[1], [2], [1], [2], [2]]
+    statistics = client.get_inference_statistics("two_slots", headers={"triton-access-token": ACCESS_TOKEN})
+    batches = statistics["model_stats"][0]["batch_stats"]
+    assert [(batch["batch_size"], batch["compute_infer"]["count"]) for batch in batches] == [(1, 5)]
 
 
 def test_a_sequence_waiting_for_a_slot_past_its_timeout_ends(any_server: Triton) -> None:
