@@ -15,7 +15,7 @@ import time
 import uuid
 import weakref
 from functools import partial
-from typing import Any, Dict, Iterator, List, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import pytest
@@ -125,6 +125,15 @@ def idle_probe(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
     return responses
 
 
+_TWO_SLOTS_BATCHES: List[List[Optional[SequenceId]]] = []  # the sequence ids of each batch `two_slots` ran
+
+
+def two_slots(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """`accumulate`, recording every request of each batch it gets (a request with no sequence as None)."""
+    _TWO_SLOTS_BATCHES.append([request.sequence_id for request in requests])
+    return accumulate(requests)
+
+
 def controls(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
     """Echo the control inputs, as the backends get them."""
     return [
@@ -158,6 +167,8 @@ def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None
     single_slot = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
     triton.bind("single_slot", accumulate, **IO, config=single_slot)
     triton.bind("backlog", accumulate, **IO, config=SINGLE_SLOT)
+    two_slots_config = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
+    triton.bind("two_slots", two_slots, **IO, config=two_slots_config)
     slow_idle = SequenceBatcher(direct=SequenceStrategyDirect(), max_sequence_idle_microseconds=60_000_000)
     triton.bind("backlog_cancel", accumulate, **IO, config=ModelConfig(max_batch_size=1, sequence_batcher=slow_idle))
     idle = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
@@ -730,6 +741,27 @@ def test_a_sequence_without_a_free_slot_waits_for_one(server: Triton) -> None:
         assert not waiting.done() and _scheduler(server, "single_slot").pending == 1
         assert _send(pool, server, "single_slot", 1, 3, sequence_end=True).result(10) == 6
         assert waiting.result(10) == 100  # sequence 1 ended: sequence 2 took its slot
+
+
+def test_a_lone_request_of_a_later_slot_runs_alone(server: Triton) -> None:
+    # tritonserver 2.51's direct strategy fills the free slots below a batch's highest one with null requests
+    # (READY false): its model got 2 requests for sequence 2's lone ones, and its batch_stats counted batches of 2.
+    # A callable gets only clients' requests.
+    _TWO_SLOTS_BATCHES.clear()
+    client = httpclient.InferenceServerClient(http_url(server))
+    steps: List[Tuple[int, Dict[str, bool]]] = [
+        (1, {"sequence_start": True}),
+        (2, {"sequence_start": True}),
+        (1, {"sequence_end": True}),
+        (2, {}),
+        (2, {"sequence_end": True}),
+    ]
+    for sequence_id, flags in steps:
+        client.infer("two_slots", [_input(httpclient, 1)], sequence_id=sequence_id, **flags)
+    assert _TWO_SLOTS_BATCHES == [[1], [2], [1], [2], [2]]
+    statistics = client.get_inference_statistics("two_slots", headers={"triton-access-token": ACCESS_TOKEN})
+    batches = statistics["model_stats"][0]["batch_stats"]
+    assert [(batch["batch_size"], batch["compute_infer"]["count"]) for batch in batches] == [(1, 5)]
 
 
 def test_a_sequence_waiting_for_a_slot_past_its_timeout_ends(any_server: Triton) -> None:
