@@ -236,6 +236,7 @@ def test_a_field_that_cannot_change_is_refused_and_the_model_goes_on(
             "'preferred_batch_size' 4 must be between 1 and max_batch_size (2)",
         ),
         ({"max_batch_size": -1}, "'max_batch_size' must be >= 0, got -1"),
+        ({"name": "other"}, "unexpected directory name 'echo' for model 'other', directory name must equal model name"),
         ({"dynamic_batching": {"priority_levels": 2, "default_priority_level": 3}}, "default_priority_level"),
         (
             {"dynamic_batching": {"preserve_ordering": True, "priority_levels": 2, "default_priority_level": 1}},

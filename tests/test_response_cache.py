@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from pytriton.exceptions import PyTritonValidationError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.triton import Triton
+from pytriton.runtime.options import resolve_options
+from pytriton.triton import Triton, TritonConfig
 from tests.conftest import grpc_url
 from tests.test_metrics import infer, labels, model_stats, rows, sample, scrape, wait_for_pending
 
@@ -247,3 +249,22 @@ def test_a_queued_stream_request_to_a_cached_model_leaves_the_queue_when_cancell
     failures = {s.labels["reason"]: s.value for s in scrape(triton)["nv_inference_request_failure"].samples}
     assert failures["CANCELED"] == 1
     assert sample(scrape(triton), "nv_cache_num_entries") == 1
+
+
+@pytest.mark.parametrize("size", ["0", "-1", "100", "191"])
+def test_a_cache_smaller_than_tritonservers_smallest_is_refused(size: str) -> None:
+    # tritonserver 2.51 (measured): below `local,size=192` it does not start ("Failed to initialize LocalCache");
+    # this server took size=0 as no cache (a model bound with response_cache served uncached) and 100 as a cache.
+    with pytest.raises(PyTritonValidationError, match="needs a size of at least 192 bytes"):
+        resolve_options(TritonConfig(cache_config=[f"local,size={size}"]))
+
+
+def test_a_response_larger_than_the_cache_is_served_and_never_cached(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51 with `local,size=192`: both requests missed, both were answered, and nothing was cached.
+    model = Counted()
+    triton = start_triton(_bind(model), cache_config=["local,size=192"])
+    for _ in range(2):
+        assert infer(triton, "cached", rows(1, 3.0)).tolist() == [[6.0, 6.0]]
+    stats = model_stats(triton, "cached")["inference_stats"]
+    assert (stats["cache_hit"]["count"], stats["cache_miss"]["count"], len(model.batches)) == (0, 2, 2)
+    assert sample(scrape(triton), "nv_cache_num_entries") == 0

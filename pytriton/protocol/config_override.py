@@ -98,8 +98,13 @@ class ConfigOverride:
             ignore_unknown_fields=True,
         )
         for field in sorted(self.named - CHANGEABLE):
-            if field == "name" and self.config.name in ("", bound.name):
-                continue
+            if field == "name":
+                if self.config.name in ("", bound.name):
+                    continue
+                raise failed.poll(
+                    f"unexpected directory name '{bound.name}' for model '{self.config.name}', directory name must "
+                    "equal model name"
+                )
             if _field_bytes(self.config, field) == _field_bytes(current, field):
                 continue
             if field in CONTRACT:

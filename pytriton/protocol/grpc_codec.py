@@ -771,14 +771,17 @@ def check_load_parameters(parameters: Mapping[str, Message]) -> None:
     """Refuse a RepositoryModelLoad's parameters as Triton's gRPC frontend does, before any load is tried.
 
     Raises:
-        InferenceError: INVALID_ARGUMENT, for a parameter other than `config` and `file:...`, or a `config`
-            that is not a string_param.
+        InferenceError: INVALID_ARGUMENT, for a parameter other than `config` and `file:...`, a `config`
+            that is not a string_param, or a `file:...` that is not a bytes_param.
     """
     for key, value in parameters.items():
         if key == "config":
             if value.WhichOneof("parameter_choice") != "string_param":
                 raise InferenceError.invalid("invalid value type for load parameter 'config', expected string_param.")
-        elif not key.startswith("file:"):
+        elif key.startswith("file:"):
+            if value.WhichOneof("parameter_choice") != "bytes_param":
+                raise InferenceError.invalid(f"invalid value type for load parameter '{key}', expected bytes_param.")
+        else:
             raise InferenceError.invalid(f"unrecognized load parameter '{key}'.")
 
 

@@ -238,6 +238,10 @@ def _grpc_compression_level(level: Optional[str]) -> str:
     return resolved
 
 
+# The smallest `local,size=` tritonserver 2.51's local cache starts with (its buffer's manager takes the rest).
+MIN_LOCAL_CACHE_BYTES = 192
+
+
 def _cache_capacity(cache_config: Optional[List[str]]) -> Optional[int]:
     """The byte size of the `local` cache from cache_config entries like `local,size=1048576`."""
     if not cache_config:
@@ -254,6 +258,12 @@ def _cache_capacity(cache_config: Optional[List[str]]) -> Optional[int]:
             capacity = int(value)
         except ValueError:
             raise PyTritonValidationError(f"cache_config '{entry}': size must be an integer") from None
+        if capacity < MIN_LOCAL_CACHE_BYTES:
+            # tritonserver 2.51 (measured) does not start below this: "Failed to initialize LocalCache".
+            raise PyTritonValidationError(
+                f"cache_config '{entry}': the local cache needs a size of at least {MIN_LOCAL_CACHE_BYTES} bytes "
+                "(tritonserver 2.51 does not start with less)"
+            )
     return capacity
 
 

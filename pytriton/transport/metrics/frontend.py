@@ -25,6 +25,7 @@ LOGGER = logging.getLogger(__name__)
 
 _TEXT = (b"content-type", CONTENT_TYPE.encode())
 _PLAIN = (b"content-type", b"text/plain; charset=utf-8")
+_BARE = (b"content-type", b"text/plain")
 
 
 class MetricsFrontend:
@@ -111,15 +112,18 @@ class MetricsFrontend:
         return await asyncio.get_running_loop().run_in_executor(self._renderer, render, families)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The ASGI app: GET or HEAD /metrics; 404 elsewhere."""
+        """The ASGI app, answering as tritonserver 2.51's metrics port (prometheus-cpp's civetweb) does.
+
+        GET /metrics (or /metrics/): the exposition; GET of any other path: 200 with no body; any other method,
+        HEAD included, on any path: 405 `{"error":"Method Not Allowed"}` (measured).
+        """
         if scope["type"] != "http":
             return
-        if scope["path"] != "/metrics":
-            await send_body(send, 404, b"Not Found", (_PLAIN,))
+        if scope["method"] != "GET":
+            await send_body(send, 405, b'{"error":"Method Not Allowed"}', (_BARE, (b"allow", b"GET")))
             return
-        method = scope["method"]
-        if method not in ("GET", "HEAD"):
-            await send_body(send, 405, b"Method Not Allowed", (_PLAIN, (b"allow", b"GET, HEAD")))
+        if scope["path"] not in ("/metrics", "/metrics/"):
+            await send_body(send, 200, b"", (_PLAIN,))
             return
         try:
             body = await self.scrape()
@@ -129,7 +133,7 @@ class MetricsFrontend:
             return
         headers = [_TEXT, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+        await send({"type": "http.response.body", "body": body})
 
     async def _poll(self) -> None:
         """Refresh CPU and GPU readings every metrics_interval_ms (NVML's blocking calls off the loop)."""

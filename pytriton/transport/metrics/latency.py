@@ -176,24 +176,27 @@ class ModelLatencies:
         self.first_response_ms = Histogram(FIRST_RESPONSE_BUCKETS_MS) if first_response_histogram else None
 
     def request_succeeded(self, total_ns: int, queue_ns: int, compute: Optional[ComputeTimes]) -> None:
-        """A request succeeded after `total_ns`, `queue_ns` of it queued; `compute` None: a cache hit."""
+        """A request succeeded after `total_ns`, `queue_ns` of it queued; `compute` None: a cache hit.
+
+        Whole microseconds are observed, as tritonserver 2.51 observes its uint64 nanoseconds / 1000.
+        """
         summaries = self.summaries
         if not summaries:
             return
         request = summaries.get("request")
         if request is not None:
-            request.observe(total_ns / 1000)
-        summaries["queue"].observe(queue_ns / 1000)
+            request.observe(total_ns // 1000)
+        summaries["queue"].observe(queue_ns // 1000)
         if compute is not None:
-            summaries["compute_input"].observe(compute[0] / 1000)
-            summaries["compute_infer"].observe(compute[1] / 1000)
-            summaries["compute_output"].observe(compute[2] / 1000)
+            summaries["compute_input"].observe(compute[0] // 1000)
+            summaries["compute_infer"].observe(compute[1] // 1000)
+            summaries["compute_output"].observe(compute[2] // 1000)
 
     def cache_looked_up(self, hit: bool, ns: int) -> None:
         """The response cache found (`hit`) or stored a response in `ns`."""
         summary = self.summaries.get("cache_hit" if hit else "cache_miss")
         if summary is not None:
-            summary.observe(ns / 1000)
+            summary.observe(ns // 1000)
 
     def first_response_sent(self, ns: int) -> None:
         """A decoupled request sent its first response `ns` after it arrived."""
