@@ -25,6 +25,15 @@ from tests.conftest import HTTP_AUTH, grpc_url, http_url
 from tests.http_helpers import get_json, post_json, request
 
 INFER = {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
+# GET /v2/logging of a server started without log options (tritonserver 2.51's defaults).
+DEFAULT_LOG_SETTINGS = {
+    "log_file": "",
+    "log_info": True,
+    "log_warning": True,
+    "log_error": True,
+    "log_verbose_level": 0,
+    "log_format": "default",
+}
 OTEL_SDK = importlib.util.find_spec("opentelemetry") is not None and importlib.util.find_spec("opentelemetry.sdk")
 needs_otel = pytest.mark.skipif(not OTEL_SDK, reason="opentelemetry-sdk is not installed (pip install '.[otel]')")
 
@@ -62,14 +71,7 @@ def test_logging_endpoint_reads_and_changes_settings(
     port = triton.http_port
     status, document = get_json(port, "/v2/logging")
     assert status == 200
-    assert document == {
-        "log_file": "",
-        "log_info": True,
-        "log_warning": True,
-        "log_error": True,
-        "log_verbose_level": 0,
-        "log_format": "default",
-    }
+    assert document == DEFAULT_LOG_SETTINGS
     status, document = post_json(
         port, "/v2/logging", {"log_info": False, "log_warning": False, "log_format": "ISO8601"}
     )
@@ -208,14 +210,7 @@ def test_runtime_log_changes_end_with_their_server(
         first.stop()
         assert (pytriton_logger.level, pytriton_logger.filters, handler.formatter) == (level, filters, formatter)
         second = start_triton(_bind, allow_grpc=False, allow_metrics=False)
-        assert get_json(second.http_port, "/v2/logging")[1] == {
-            "log_file": "",
-            "log_info": True,
-            "log_warning": True,
-            "log_error": True,
-            "log_verbose_level": 0,
-            "log_format": "default",
-        }
+        assert get_json(second.http_port, "/v2/logging")[1] == DEFAULT_LOG_SETTINGS
         pytriton_logger.info("an info record")
         pytriton_logger.debug("a debug record")
         assert post_json(second.http_port, "/v2/logging", {"log_format": "default"})[0] == 200
