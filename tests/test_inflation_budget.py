@@ -27,6 +27,7 @@ from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES, ServerLimits
 from pytriton.transport import inflate
 from pytriton.transport.inflate import InflationBudget
 from pytriton.triton import Triton, TritonConfig
+from tests.budget_models import Gate, first_values
 from tests.h2_wire import H2Client, grpc_message, request_headers
 from tests.http_helpers import request
 
@@ -37,33 +38,16 @@ OUT = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
 HOLD_S = 20.0
 
 
-class Gate:
-    """A model that keeps each request's inputs until released; answers their first value."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-        self.entered.set()
-        self.release.wait(HOLD_S)
-        return [{"OUTPUT_1": r["INPUT_1"][:, :1].copy()} for r in requests]
-
-
-def _first(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    return [{"OUTPUT_1": r["INPUT_1"][:, :1].copy()} for r in requests]
-
-
 @pytest.fixture
 def served() -> Iterator[Any]:
-    gate = Gate()
+    gate = Gate(HOLD_S)
     triton = Triton(
         config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False),
         limits=ServerLimits(max_inflated_bytes=BUDGET),
     )
     try:
         triton.bind("gate", gate, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
-        triton.bind("first", _first, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+        triton.bind("first", first_values, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
         triton.run()
         yield triton, gate
     finally:

@@ -29,6 +29,7 @@ from pytriton.options.limits import ServerLimits, default_max_received_bytes
 from pytriton.transport import receive_budget
 from pytriton.transport.receive_budget import ReceiveBudget, watch
 from pytriton.triton import Triton, TritonConfig
+from tests.budget_models import Gate, first_values
 from tests.conftest import running_triton
 from tests.h2_wire import H2Client, grpc_message, request_headers
 from tests.http_helpers import request
@@ -42,40 +43,23 @@ HOLD_S = 30.0
 BODY_TIMEOUT_S = 1.0
 
 
-class Gate:
-    """A model that keeps each request until released; answers its inputs' first value."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-        self.entered.set()
-        self.release.wait(HOLD_S)
-        return _first(requests)
-
-
-def _first(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    return [{"OUTPUT_1": r["INPUT_1"][:, :1].copy()} for r in requests]
-
-
 KEPT: List[np.ndarray] = []
 
 
 def _keeper(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     """Keeps its inputs (views of the request's bytes) after answering."""
     KEPT.extend(r["INPUT_1"] for r in requests)
-    return _first(requests)
+    return first_values(requests)
 
 
 @pytest.fixture
 def served() -> Iterator[Tuple[Triton, Gate]]:
-    gate = Gate()
+    gate = Gate(HOLD_S)
     limits = ServerLimits(max_received_bytes=BUDGET, body_timeout_s=BODY_TIMEOUT_S)
     triton = Triton(config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False), limits=limits)
     try:
         triton.bind("gate", gate, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
-        triton.bind("first", _first, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+        triton.bind("first", first_values, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
         triton.bind("keeper", _keeper, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
         triton.run()
         yield triton, gate
@@ -460,7 +444,7 @@ def test_frontend_processes_each_bound_their_bodies_and_answer_them_all() -> Non
     limits = ServerLimits(max_received_bytes=2 * MIB)
 
     def bind(triton: Triton) -> None:
-        triton.bind("first", _first, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+        triton.bind("first", first_values, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
 
     with running_triton(bind, frontends=2, limits=limits, metrics_port=None, allow_metrics=False) as triton:
         senders = [RawSender(triton.http_port, _infer_http("first", 5 * MIB, float(i))) for i in range(4)]
@@ -504,7 +488,7 @@ def test_frontend_processes_share_the_default_budget(
         openai_port=openai_port,
     )
     try:
-        triton.bind("first", _first, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+        triton.bind("first", first_values, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
         triton.run()
         share = expected(default_max_received_bytes())
         # The frontends are started with these options (their Init), and build their budgets of them.
