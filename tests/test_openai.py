@@ -542,3 +542,19 @@ def test_a_streamed_chat_whose_client_reads_nothing_holds_the_model_not_a_queue_
             )
             assert steps_once_held(flood) <= HELD_STEPS  # type: ignore[arg-type]
         assert flood.stopped.wait(10), "the generator went on after its client left"
+
+
+def test_a_client_that_half_closes_gets_its_whole_answer(triton: Triton) -> None:
+    """A client that stopped sending (shutdown(SHUT_WR), `nc -N`) still reads, as the Triton routes answer it.
+
+    It may be sent a `100 Continue` first (HTTP clients read past it), which one that closed answers with a reset.
+    """
+    with raw_chat(triton.http_port, {"model": "toy", "messages": USER}) as sock:
+        sock.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    continued = b"HTTP/1.1 100 Continue\r\n\r\n"
+    head, _, body = (received[len(continued) :] if received.startswith(continued) else received).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK"), received[:300]
+    assert json.loads(body)["choices"][0]["message"]["content"] == _expected(USER[0]["content"])

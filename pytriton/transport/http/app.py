@@ -31,7 +31,7 @@ from pytriton.protocol.http_codec import (
 )
 from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.custom import serve_custom
-from pytriton.transport.http.cycle import BODY_PARTS, CONNECTION_LOST, HEADER_NAMES
+from pytriton.transport.http.cycle import BODY_PARTS, HEADER_NAMES
 from pytriton.transport.http.responses import (
     JSON_TYPE,
     OCTET_TYPE,
@@ -543,16 +543,13 @@ async def _cancel_on_disconnect(receive: Receive, send: Send, handler: asyncio.T
     the next bytes sent with a reset, so a stream already under way sends an SSE comment, which readers skip, at
     once rather than waiting for the model's next response.
     """
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            lost = message.get(CONNECTION_LOST)
-            if lost is not None:
-                if started[0]:
-                    await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
-                await lost()
-            handler.cancel()
-            return
+
+    async def probe() -> None:
+        if started[0]:
+            await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+
+    await until_disconnect(receive, probe)
+    handler.cancel()
 
 
 def _request_owned(parts: Sequence[Any], body: Body) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Sequence, Tuple
 
 from pytriton.protocol import json_text
 from pytriton.transport.http.cycle import CONNECTION_LOST
@@ -44,17 +44,20 @@ async def send_empty(send: Send, status: int, headers: Sequence[Tuple[bytes, byt
     await send_body(send, status, b"", headers)
 
 
-async def until_disconnect(receive: Receive) -> None:
+async def until_disconnect(receive: Receive, stopped_sending: Optional[Callable[[], Awaitable[None]]] = None) -> None:
     """Return once the client has disconnected (the request body has been read already).
 
     A client that only stopped sending (it half-closed, as `nc -N` does) may still read its answer: with this
-    server's connections, that waits until it is seen to have left (`CONNECTION_LOST`).
+    server's connections, that waits until it is seen to have left (`CONNECTION_LOST`), after `stopped_sending()`
+    (a stream's way to find out sooner).
     """
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             lost = message.get(CONNECTION_LOST)
             if lost is not None:
+                if stopped_sending is not None:
+                    await stopped_sending()
                 await lost()
             return
 

@@ -26,7 +26,7 @@ from pytriton.options.http_routes import http_category
 from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, counted
 from pytriton.protocol import openai_codec as codec
 from pytriton.protocol.openai_codec import PATH_PREFIX, OpenAIError, Sampling, invalid
-from pytriton.transport.http.responses import Receive, Scope, Send
+from pytriton.transport.http.responses import Receive, Scope, Send, until_disconnect
 from pytriton.transport.openai.generation import EMBEDDING_OUTPUT, Generation, build_request
 from pytriton.transport.openai.templates import TemplateError, render
 
@@ -487,10 +487,11 @@ async def _cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
 
 
 async def _cancel_on_disconnect(receive: Receive, handler: asyncio.Task[Any]) -> None:
-    """Cancel a handler when its client disconnects (the request body has been read already)."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            _LEFT.add(handler)
-            handler.cancel()
-            return
+    """Cancel a handler when its client disconnects (the request body has been read already).
+
+    A client that only stopped sending (it half-closed) still gets its answer: `until_disconnect` waits for it to
+    be seen leaving.
+    """
+    await until_disconnect(receive)
+    _LEFT.add(handler)
+    handler.cancel()
