@@ -100,8 +100,9 @@ class Triton(TritonBase):
                 token guards shared-memory, model-repository, statistics, trace and logging.
             limits: request size, timeout and connection limits; without it, PYTRITON_LIMIT_* variables over
                 safe defaults (see `pytriton.runtime.limits`).
-            frontends: processes that serve the HTTP and gRPC ports, each on a core of its own, in front of
-                this process's models; without it PYTRITON_FRONTENDS, else 1: this process serves them itself.
+            frontends: processes that serve the HTTP and gRPC ports, each on a core of its own, this one (which
+                keeps the models) among them; without it PYTRITON_FRONTENDS, else 1: this process serves them
+                itself (docs/configuration.md, "Frontend processes").
             openai_port: serve the OpenAI API (/v1, models bound with `openai=`) on a port of its own (0: a free
                 one) instead of the HTTP port; without it PYTRITON_OPENAI_PORT, else the HTTP port (docs/openai.md).
         """

@@ -168,7 +168,7 @@ PLACES = pytest.mark.parametrize("processes", [False, True], ids=["threads", "pr
 
 @PLACES
 @pytest.mark.parametrize("kind", [Watchful, WatchfulAsync], ids=["sync", "async"])
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_grpc_async_infer_cancel_reaches_the_running_callable(
     tmp_path: Path, processes: bool, kind: Any, frontends: Any
 ) -> None:
@@ -190,7 +190,7 @@ def test_grpc_async_infer_cancel_reaches_the_running_callable(
 
 @PLACES
 @pytest.mark.parametrize("generator", [WatchfulGenerator, WatchfulAsyncGenerator], ids=["sync", "async"])
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_grpc_stop_stream_cancel_closes_the_generator_at_its_next_step(
     tmp_path: Path, processes: bool, generator: Any, frontends: Any
 ) -> None:
@@ -209,7 +209,7 @@ def test_grpc_stop_stream_cancel_closes_the_generator_at_its_next_step(
 
 
 @PLACES
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_http_client_that_disconnects_cancels_the_running_request(
     tmp_path: Path, processes: bool, frontends: Any
 ) -> None:
@@ -239,7 +239,7 @@ def _read_to_close(sock: socket.socket) -> bytes:
         received += chunk
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_http_request_of_a_client_that_half_closes_is_answered(frontends: Any) -> None:
     """Triton answers a request whose client shut its sending side down (shutdown(SHUT_WR), `nc -N`) at once."""
 
@@ -257,7 +257,7 @@ def test_http_request_of_a_client_that_half_closes_is_answered(frontends: Any) -
     assert json.loads(body)["outputs"][0]["data"] == [3.0]
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_http_request_of_a_client_that_half_closes_is_answered_after_a_while_too(frontends: Any) -> None:
     """Running past the sweep's 100 ms, it is not cancelled (it was, answered 400): tritonserver 2.51 answers it.
 
@@ -283,7 +283,7 @@ def test_http_request_of_a_client_that_half_closes_is_answered_after_a_while_too
 
 
 @PLACES
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_closed_generate_stream_closes_the_generator_at_its_next_step(
     tmp_path: Path, processes: bool, frontends: Any
 ) -> None:
@@ -515,7 +515,7 @@ class Counting:
             yield [{"y": request["x"] + step} for request in requests]
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_generate_stream_of_a_client_that_half_closes_is_sent_whole(frontends: Any) -> None:
     """A client that shut its sending side down (`nc -N`) still reads: its stream comes whole, then the close."""
     with running_triton(_bind(Counting(), False, decoupled=True), frontends=frontends) as triton:
@@ -528,7 +528,7 @@ def test_generate_stream_of_a_client_that_half_closes_is_sent_whole(frontends: A
     assert answer.endswith(b"\r\n0\r\n\r\n")
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_generate_stream_of_a_client_that_closed_before_its_first_event_closes_the_generator(
     tmp_path: Path, frontends: Any
 ) -> None:

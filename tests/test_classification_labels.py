@@ -66,7 +66,7 @@ def _bind_classifiers(label_file: Path) -> Callable[[Triton], None]:
     return bind
 
 
-@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends"])
+@pytest.fixture(scope="module", params=[None, 3], ids=["one-process", "frontends"])
 def triton(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     label_file = tmp_path_factory.mktemp("labels") / "densenet_labels.txt"
     label_file.write_text("\n".join(LABELS) + "\n")

@@ -162,7 +162,7 @@ def _cancel_through(
     assert _scheduler(triton, inner).open_requests == (0, 0)
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["in-process", "two-frontend-processes"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["in-process", "two-frontend-processes"])
 def test_an_inner_call_to_an_idle_model_runs_on_the_callers_thread_and_is_counted(frontends: Optional[int]) -> None:
     inner, caller = _Inner(), _Caller("inner")
     with running_triton(_binding(inner=inner, caller=caller), frontends=frontends) as triton:

@@ -392,7 +392,7 @@ def test_process_instances_metrics_reach_the_server_exactly() -> None:
 def test_frontend_processes_serve_the_same_custom_metrics() -> None:
     prefix = "test_custom_frontends"
     callable_ = Counting(prefix)
-    with running_triton(lambda triton: _bind(triton, "counting", callable_), frontends=2) as triton:
+    with running_triton(lambda triton: _bind(triton, "counting", callable_), frontends=3) as triton:
         send_all(triton, "counting", VALUES, parallel=2)
         text = scrape_text(triton)
     families = {family.name: family for family in text_string_to_metric_families(text)}

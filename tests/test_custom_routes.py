@@ -81,12 +81,12 @@ def _metric_lines(port: int) -> List[str]:
     return [line for line in text.splitlines() if line.startswith("pytriton_custom_route_requests{")]
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_routes_call_models_in_process_and_are_counted(frontends: Optional[int]) -> None:
     with running_triton(_bind, frontends=frontends) as triton:
         port = triton.http_port
         assert port is not None
-        assert (triton._runtime._pool is not None) == (frontends == 2)  # routes forwarded by frontend processes
+        assert (triton._runtime._pool is not None) == (frontends == 3)  # routes forwarded by frontend processes
         status, body = _request(port, "/double", {"x": [1.0, 2.5]})
         assert (status, json.loads(body)) == (200, {"y": [2.0, 5.0], "name": None})
         status, body = _request(port, "/double/abc", {"x": [1.0]})
@@ -119,7 +119,7 @@ def test_routes_call_models_in_process_and_are_counted(frontends: Optional[int])
         )
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_routes_restricted_as_custom_need_the_access_token(frontends: Optional[int]) -> None:
     security = TritonSecurityConfig(access_token=ACCESS_TOKEN, restricted_endpoints=["custom", "statistics"])
     with running_triton(_bind, security_config=security, frontends=frontends) as triton:
@@ -228,7 +228,7 @@ def _bind_held(triton: Triton) -> None:
     triton.add_route("/held/sync", _held_sync)
 
 
-@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends"])
+@pytest.fixture(scope="module", params=[None, 3], ids=["one-process", "frontends"])
 def held_server(request: Any) -> Iterator[Triton]:
     with running_triton(_bind_held, frontends=request.param) as triton:
         yield triton

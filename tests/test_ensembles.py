@@ -601,7 +601,7 @@ def _bind_with_processes(triton: Triton) -> None:
 
 
 def test_process_instance_steps_behind_two_frontend_processes() -> None:
-    with running_triton(_bind_with_processes, frontends=2) as triton:
+    with running_triton(_bind_with_processes, frontends=3) as triton:
         for _ in range(2):  # two connections: each frontend process may take one
             assert _http_infer(http_url(triton), "ens", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
             assert _grpc_infer(grpc_url(triton), "ens", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
@@ -693,7 +693,7 @@ def _fail_count(url: str, model: str) -> int:
     return int(stats["model_stats"][0]["inference_stats"]["fail"]["count"])
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_an_http_client_that_disconnects_cancels_the_ensembles_running_step(frontends: Any) -> None:
     watchful = Watchful()
     with running_triton(_bind_watchful(watchful), frontends=frontends) as triton:
@@ -951,7 +951,7 @@ def _answers(items: List[Any]) -> List[Any]:
     return answers
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_a_decoupled_step_streams_each_response_through_the_steps_after_it(frontends: Any) -> None:
     # tritonserver 2.51, the same ensembles of python-backend steps: the config says decoupled; a stream answers
     # once per response of the decoupled step, each carried through the steps after it; the last answer is final
@@ -999,7 +999,7 @@ class _FanThenFail:
         raise ValueError("fan failed")
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_a_decoupled_step_that_fails_mid_stream_ends_the_ensembles_stream_with_its_error(frontends: Any) -> None:
     # tritonserver 2.51, an ensemble of a decoupled python-backend step that sends two responses, then an error
     # response, then a plain step: the stream answers what went through the steps, then the error "in ensemble
@@ -1210,7 +1210,7 @@ def _post_infer(triton: Triton, model: str, outputs: Any = None) -> Any:
         return error.code, json.loads(error.read())
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_an_output_a_step_leaves_out_is_left_out_of_the_answer_or_fails_the_step_that_reads_it(frontends: Any) -> None:
     # tritonserver 2.51 with a python-backend step that answers Y1 only (and nvidia-pytriton's callable alike):
     # the ensemble answers 200 without O2 (asked for O2 alone: no outputs, no parameters); a step that reads
@@ -1354,7 +1354,7 @@ def _bind_fork(slow: SlowBranch) -> Callable[[Triton], None]:
     return bind
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
 def test_a_step_that_fails_answers_at_once_while_the_other_running_steps_finish(frontends: Any) -> None:
     # tritonserver 2.51, `fast` raising after 20 ms beside a `slow` step of 300 ms: the error came after 22 ms
     # (HTTP 500 / INTERNAL "in ensemble 'fork', " and the step's message); `slow` still ran and counted a

@@ -104,7 +104,7 @@ def _bind(triton: Triton) -> None:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Triton]:
-    with running_triton(_bind, frontends=2) as triton:
+    with running_triton(_bind, frontends=3) as triton:
         yield triton
 
 
@@ -489,7 +489,7 @@ def _many(triton: Triton) -> None:
 def test_a_bind_or_load_among_many_models_sends_each_frontend_only_what_changed(
     start_triton: Callable[..., Triton],
 ) -> None:
-    triton = start_triton(_many, frontends=2)
+    triton = start_triton(_many, frontends=3)
     pool = triton._runtime._pool
     assert pool is not None
     sent = pool.specs_sent
@@ -519,7 +519,7 @@ def test_a_forwarded_call_among_many_models_walks_none_of_them(
     start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each forwarded call checks that the frontends' mirror is current: by generations, not model by model."""
-    triton = start_triton(_many, frontends=2)
+    triton = start_triton(_many, frontends=3)
     pool = triton._runtime._pool
     assert pool is not None
     engine = triton._runtime.engine
@@ -546,7 +546,7 @@ def test_a_load_with_a_config_override_and_a_log_change_reach_every_frontend(
     start_triton: Callable[..., Triton], capfd: pytest.CaptureFixture[str], pytriton_logger: logging.Logger
 ) -> None:
     # pytriton_logger: the hub's log change sets the `pytriton` logger's level for this process; restored after.
-    triton = start_triton(_many, frontends=2)
+    triton = start_triton(_many, frontends=3)
     pool = triton._runtime._pool
     assert pool is not None
     pids = sorted(frontend.pid for frontend in pool._frontends)
@@ -589,7 +589,7 @@ def test_a_model_bound_again_while_a_frontend_starts_again_reaches_it(
 ) -> None:
     """A frontend is told what changed since the table it was started with, not since the table after its start."""
     caplog.set_level(logging.INFO, logger="pytriton")
-    triton = start_triton(_many, frontends=2)
+    triton = start_triton(_many, frontends=3)
     pool = triton._runtime._pool
     assert pool is not None
     engine = triton._runtime.engine
@@ -646,7 +646,7 @@ def test_every_change_of_what_the_frontends_mirror_moves_the_generation_they_com
     The table is compared with the generation after each change and wherever the engine tells the frontends
     that the models changed (an ensemble out of service before its step model unloads, for one).
     """
-    triton = start_triton(_with_an_ensemble, frontends=2)
+    triton = start_triton(_with_an_ensemble, frontends=3)
     engine = triton._runtime.engine
     port = triton.http_port
     assert port is not None
@@ -706,7 +706,7 @@ def test_a_remote_model_removed_for_good_moves_the_generation_as_it_drains_and_a
     start_triton: Callable[..., Triton],
 ) -> None:
     """Out of service while its requests finish, then out of the table: the frontends are told both."""
-    triton = start_triton(lambda triton: None, frontends=2)
+    triton = start_triton(lambda triton: None, frontends=3)
     engine = triton._runtime.engine
     release = threading.Event()
 
@@ -759,7 +759,7 @@ def test_a_registration_among_many_regions_sends_each_frontend_only_what_changed
 ) -> None:
     """Each frontend is sent the region registered or unregistered, not the whole list (O(N^2) to register N)."""
     bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
-    triton = start_triton(bind, frontends=2)
+    triton = start_triton(bind, frontends=3)
     pool = triton._runtime._pool
     assert pool is not None
     key = f"/pytriton-frontends-many-{os.getpid()}"
@@ -863,7 +863,7 @@ from pytriton.triton import Triton, TritonConfig
 from tests.test_frontends import _identity
 FP32 = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
 OUT = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
-with Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0), frontends=2) as triton:
+with Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0), frontends=3) as triton:
     triton.bind("identity", ProcessInstances(_identity), inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))
     triton.run()
     print("READY", triton.http_port, triton.grpc_port, triton.metrics_port, flush=True)

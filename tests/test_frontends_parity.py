@@ -1,6 +1,6 @@
 """The transports' own tests, run again through two frontend processes: one server to its clients either way.
 
-Each module runs in a pytest of its own with PYTRITON_FRONTENDS=2, so every server its tests start serves
+Each module runs in a pytest of its own with PYTRITON_FRONTENDS=3, so every server its tests start serves
 HTTP and gRPC from two frontend processes in front of its models (docs/architecture.md, "Frontend
 processes"). Left out: the tests of one process's internals (its loop's tasks, its receive buffers, budgets
 and connection objects), which a frontend process has and the test process does not.
@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("module", MODULES)
 def test_the_module_passes_through_two_frontend_processes(module: str) -> None:
-    env = dict(os.environ, PYTRITON_FRONTENDS="2")
+    env = dict(os.environ, PYTRITON_FRONTENDS="3")
     command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", module]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, check=False)
     assert done.returncode == 0, f"{module} through two frontends:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"

@@ -775,7 +775,7 @@ def behind_frontends() -> Iterator[Triton]:
         out = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
         triton.bind("identity", _identity, inputs=fp32, outputs=out, config=ModelConfig(max_batch_size=8))
 
-    with running_triton(bind, frontends=2) as triton:
+    with running_triton(bind, frontends=3) as triton:
         yield triton
 
 

@@ -88,7 +88,7 @@ def test_check_is_restricted_with_the_health_category(start_triton):
 
 def test_check_through_frontend_processes_is_answered_and_restricted_as_by_one_process():
     with running_triton(
-        _bind, frontends=2, allow_metrics=False, grpc_restricted_protocol="health:health-key=secret"
+        _bind, frontends=3, allow_metrics=False, grpc_restricted_protocol="health:health-key=secret"
     ) as triton:
         for _ in range(4):  # each on a connection of its own, which either frontend may take
             with pytest.raises(grpc.RpcError) as raised:

@@ -84,7 +84,7 @@ _HEADERS = [("X-Fwd-A", "1"), ("X-FWD-B", "2"), ("my-x-fwd-c", "3"), ("x-other",
 _METADATA = (("x-fwd-a", "1"), ("my-x-fwd-c", "3"), ("x-other", "4"))
 
 
-@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends-2"])
+@pytest.fixture(scope="module", params=[None, 3], ids=["one-process", "frontends-3"])
 def insensitive(request: pytest.FixtureRequest) -> Iterator[Triton]:
     with _serve("X-FWD-.*", request.param) as server:
         yield server

@@ -177,7 +177,7 @@ def test_an_error_the_model_answers_has_no_json_type_and_one_refused_at_submissi
 
 
 def test_through_frontend_processes_an_answered_error_keeps_its_framing() -> None:
-    with running_triton(_bind, allow_grpc=False, allow_metrics=False, frontends=2) as triton:
+    with running_triton(_bind, allow_grpc=False, allow_metrics=False, frontends=3) as triton:
         port = _port(triton)
         status, headers, _ = request(port, "POST", "/v2/models/fails/infer", INFER)
         assert (status, headers["content-type"]) == (500, "text/plain")

@@ -81,7 +81,7 @@ def _bind(triton: Triton) -> None:
     )
 
 
-@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends=2"])
+@pytest.fixture(scope="module", params=[None, 3], ids=["one-process", "frontends=3"])
 def server(request: pytest.FixtureRequest) -> Iterator[Triton]:
     with running_triton(_bind, allow_metrics=False, frontends=request.param) as triton:
         yield triton

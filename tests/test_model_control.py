@@ -78,7 +78,7 @@ def _simple_inputs(module: Any, rows: int) -> List[Any]:
     return tensors
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_http_does_what_tritons_simple_http_model_control_does(frontends: Optional[int]) -> None:
     with running_triton(_bind_simple(7), frontends=frontends) as triton:
         client = httpclient.InferenceServerClient(http_url(triton))
@@ -101,7 +101,7 @@ def test_http_does_what_tritons_simple_http_model_control_does(frontends: Option
         assert raised.value.message() == "failed to load 'wrong_model_name', failed to poll from model repository"
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_grpc_does_what_tritons_simple_grpc_model_control_does(frontends: Optional[int]) -> None:
     with running_triton(_bind_simple(8), frontends=frontends) as triton:
         client = grpcclient.InferenceServerClient(grpc_url(triton))
@@ -321,7 +321,7 @@ def test_the_response_cache_cannot_be_enabled_without_one_on_the_server() -> Non
         assert status == 400 and "the server has no response cache" in document["error"]
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_no_request_is_lost_while_the_model_is_bound_again(frontends: Optional[int]) -> None:
     with running_triton(_bind_echo, frontends=frontends) as triton:
         stop = threading.Event()
@@ -431,7 +431,7 @@ def _pids(triton: Triton, count: int) -> set:  # type: ignore[type-arg]
     return {int(answer.get_result().as_numpy("pid")[0]) for answer in answers}
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_process_instances_change_their_count_and_the_old_processes_stop(frontends: Optional[int]) -> None:
     outputs = [*ECHO_OUTPUTS, Tensor(name="pid", dtype=np.int64, shape=(1,))]
 
@@ -664,7 +664,7 @@ def test_an_unloaded_model_leaves_the_server_ready_and_keeps_only_its_failure_co
         assert 'nv_inference_count{model="m",version="1"} 0' in lines
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_process_instances_stop_at_unload_and_start_again_at_load(frontends: Optional[int]) -> None:
     outputs = [*ECHO_OUTPUTS, Tensor(name="pid", dtype=np.int64, shape=(1,))]
 

@@ -526,7 +526,7 @@ class TextFlood:
             self.stopped.set()
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_a_streamed_chat_whose_client_reads_nothing_holds_the_model_not_a_queue_of_text(frontends) -> None:
     flood = TextFlood()
 

@@ -1,6 +1,6 @@
 """The OpenAI API where the server has more than one process.
 
-Frontend processes (frontends=2): the same answers, streams stopped on the hub when their client leaves, token
+Frontend processes (frontends=3): the same answers, streams stopped on the hub when their client leaves, token
 metrics counted once per request on the hub. Also: its own port, process instances, a RemoteTriton's model.
 """
 
@@ -28,7 +28,7 @@ USER = [{"role": "user", "content": "Say something."}]
 
 @pytest.fixture(scope="module")
 def triton() -> Iterator[Triton]:
-    with running_triton(openai_models.bind_models, frontends=2) as server:
+    with running_triton(openai_models.bind_models, frontends=3) as server:
         yield server
 
 
@@ -80,7 +80,7 @@ def test_a_client_leaving_stops_the_generator_on_the_hub(triton: Triton) -> None
     assert openai_models.endless_stopped.wait(10), "the generator went on after its client left"
 
 
-@pytest.mark.parametrize("frontends", [1, 2])
+@pytest.mark.parametrize("frontends", [1, 3])
 def test_the_openai_api_on_a_port_of_its_own(frontends: int) -> None:
     config = TritonConfig(http_port=0, grpc_port=0, metrics_port=0)
     triton = Triton(config=config, frontends=frontends, openai_port=0)

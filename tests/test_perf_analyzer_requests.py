@@ -82,7 +82,7 @@ def model_stats(url: str, model: str) -> Dict[str, Any]:
     return dict(stats["model_stats"][0])
 
 
-@pytest.mark.parametrize("frontends", [None, 2], ids=["in-process", "frontends=2"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["in-process", "frontends=3"])
 def test_decoupled_model_statistics_split_its_run(
     start_triton: Callable[..., Triton], frontends: Optional[int]
 ) -> None:

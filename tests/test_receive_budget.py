@@ -446,7 +446,7 @@ def test_frontend_processes_each_bound_their_bodies_and_answer_them_all() -> Non
     def bind(triton: Triton) -> None:
         triton.bind("first", first_values, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
 
-    with running_triton(bind, frontends=2, limits=limits, metrics_port=None, allow_metrics=False) as triton:
+    with running_triton(bind, frontends=3, limits=limits, metrics_port=None, allow_metrics=False) as triton:
         senders = [RawSender(triton.http_port, _infer_http("first", 5 * MIB, float(i))) for i in range(4)]
         client = grpcclient.InferenceServerClient(f"127.0.0.1:{triton.grpc_port}")
         try:
@@ -484,7 +484,7 @@ def test_frontend_processes_share_the_default_budget(
     triton = Triton(
         config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False),
         limits=limits or ServerLimits(),
-        frontends=2,
+        frontends=3,
         openai_port=openai_port,
     )
     try:

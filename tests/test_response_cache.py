@@ -79,7 +79,7 @@ def _stream_once(triton: Triton, data: np.ndarray) -> np.ndarray:
     return output  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_a_stream_request_to_a_cached_model_is_looked_up_and_cached(
     start_triton: Callable[..., Triton], frontends: Optional[int]
 ) -> None:
@@ -220,7 +220,7 @@ def test_the_cache_holds_the_bytes_of_tritonservers_local_cache(start_triton: Ca
     assert math.isclose(sample(families, "nv_cache_util"), (128 + 3 * 8128 + 12 * 208) / 30000)
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_a_queued_stream_request_to_a_cached_model_leaves_the_queue_when_cancelled(
     start_triton: Callable[..., Triton], frontends: Optional[int]
 ) -> None:

@@ -906,7 +906,7 @@ def flooding(setup: str, **config: Any) -> Iterator[Tuple[Triton, Flood]]:
     flood = Flood()
     options: Dict[str, Any] = {"http_port": 0, "grpc_port": 0, "allow_metrics": False}
     options.update(config)
-    triton = Triton(config=TritonConfig(**options), frontends=2 if setup == "frontends" else None)
+    triton = Triton(config=TritonConfig(**options), frontends=3 if setup == "frontends" else None)
     try:
         flood.bind(triton, in_process=setup == "process")
         triton.run()

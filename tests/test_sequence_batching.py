@@ -247,11 +247,11 @@ def frontends_server(frontends_recorder: Recorder) -> Iterator[Triton]:
         sequences = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher())
         triton.bind("recorder", frontends_recorder, **IO, config=sequences)
 
-    with running_triton(bind, frontends=2) as triton:
+    with running_triton(bind, frontends=3) as triton:
         yield triton
 
 
-@pytest.fixture(params=["one process", "frontends=2"])
+@pytest.fixture(params=["one process", "frontends=3"])
 def any_server(request: pytest.FixtureRequest) -> Triton:
     name = "server" if request.param == "one process" else "frontends_server"
     triton: Triton = request.getfixturevalue(name)
@@ -573,7 +573,7 @@ def test_a_corrid_too_large_for_its_type_keeps_its_low_bits(server: Triton) -> N
     assert result.as_numpy("OUTPUT").tolist() == [[5]]
 
 
-@pytest.mark.parametrize("frontends", [False, True], ids=["one process", "frontends=2"])
+@pytest.mark.parametrize("frontends", [False, True], ids=["one process", "frontends=3"])
 def test_a_stream_answers_in_request_order(request: pytest.FixtureRequest, frontends: bool) -> None:
     # tritonserver 2.51 on one stream: a sequence's request in a 0.3 s step, then a refused request and a fast
     # request to another model: the three answers left together at 0.42 s, in request order (ours sent the two

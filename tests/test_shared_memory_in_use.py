@@ -4,7 +4,7 @@ What tritonserver 2.51 (nvidia-pytriton 0.7) answered, probed with a 64 MiB `ide
 went to a region: unregistering that region while the request ran was 500 / INTERNAL "Cannot unregister shared
 memory region 'out', it is currently in use.", and the region stayed; unregistering all took the others and
 answered 500 "Failed to unregister the following system shared memory regions: out ,"; the request was then
-answered, its output written. The same with frontend processes (`frontends=2`), where the hub registers and
+answered, its output written. The same with frontend processes (`frontends=3`), where the hub registers and
 unregisters regions and the frontends' requests hold them: the hub asks the frontends before it unregisters.
 """
 
@@ -47,7 +47,7 @@ def _bind(triton: Triton) -> None:
     )
 
 
-@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends-2"])
+@pytest.fixture(scope="module", params=[None, 3], ids=["one-process", "frontends-3"])
 def triton(request: pytest.FixtureRequest) -> Iterator[Triton]:
     with running_triton(_bind, allow_metrics=False, frontends=request.param) as server:
         yield server

@@ -853,7 +853,7 @@ def test_a_tensor_alone_in_its_region_moves_in_one_call_and_a_short_one_is_refus
         memory.unregister()
 
 
-@pytest.mark.parametrize("frontends", [None, 2])
+@pytest.mark.parametrize("frontends", [None, 3])
 def test_status_lists_regions_by_name_as_triton_does(frontends: Optional[int]) -> None:
     # Triton's simple_http_shm_client.py registers its output region before its input region, and Triton's status
     # lists them by name (asked of tritonserver 2.51: "B", "a", "m", "z" for m, z, a, B registered in that order).

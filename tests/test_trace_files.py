@@ -348,7 +348,7 @@ def _wait_for(path: pathlib.Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("frontends", [1, 2])
+@pytest.mark.parametrize("frontends", [1, 3])
 def test_frontend_timestamps_of_one_process_and_of_frontend_processes(tmp_path: pathlib.Path, frontends: int) -> None:
     # With frontend processes the hub writes the records: the frontends time the receive and the send of each
     # traced request and send the timestamps after the send, as one process's transports add theirs.
@@ -376,7 +376,7 @@ def test_frontend_timestamps_of_one_process_and_of_frontend_processes(tmp_path: 
         _summary_spans(trace)
 
 
-@pytest.mark.parametrize("frontends", [1, 2])
+@pytest.mark.parametrize("frontends", [1, 3])
 def test_a_response_whose_send_is_not_timed_is_written_at_once(tmp_path: pathlib.Path, frontends: int) -> None:
     # The generate route times no send: the record is written with the request's end (log_frequency 1: at once),
     # not left waiting for a send's timestamps.
@@ -425,7 +425,7 @@ def test_a_models_own_trace_file_from_bind(tmp_path: pathlib.Path) -> None:
     assert list(others) == [2] and others[2]["model"]["model_name"] == "ident"
 
 
-@pytest.mark.parametrize("frontends", [1, 2])
+@pytest.mark.parametrize("frontends", [1, 3])
 @pytest.mark.parametrize("bound", ["before the start", "while serving"])
 def test_a_models_own_file_without_a_server_file(tmp_path: pathlib.Path, frontends: int, bound: str) -> None:
     # The model's own file gets its transport's timestamps, from frontend processes too (the hub tells them
@@ -559,7 +559,7 @@ def _bind_ensemble(triton: Triton) -> None:
     )
 
 
-@pytest.mark.parametrize("frontends", [1, 2])
+@pytest.mark.parametrize("frontends", [1, 3])
 def test_an_ensemble_is_traced_with_its_steps_as_children(tmp_path: pathlib.Path, frontends: int) -> None:
     # As tritonserver 2.51 (nvidia-pytriton 0.7) writes a traced ensemble request: its record has no compute
     # timestamps; each step's record names it its parent and the ensemble request's id, has no

@@ -96,7 +96,7 @@ def _bind(triton: Triton) -> None:
     )
 
 
-@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends"])
+@pytest.fixture(scope="module", params=[None, 3], ids=["one-process", "frontends"])
 def triton(request: Any) -> Iterator[Triton]:
     with running_triton(_bind, frontends=request.param) as served:
         yield served

@@ -96,9 +96,9 @@ def _add_frontends_option(parser: argparse.ArgumentParser) -> None:
         dest="frontends",
         type=int,
         metavar="N",
-        help="processes that parse and answer the HTTP and gRPC requests, each on a core of its own, in front of "
-        "one set of models and batchers; 1 serves them on the models' own process (env PYTRITON_FRONTENDS; "
-        "default: 1)",
+        help="processes that parse and answer the HTTP and gRPC requests, each on a core of its own, the models' "
+        "own among them (it keeps one set of models and batchers for all); 1 serves them on the models' own "
+        "process (env PYTRITON_FRONTENDS; default: 1)",
     )
 
 

@@ -1,10 +1,11 @@
-"""How many frontend processes serve the HTTP and gRPC ports: this project's own option, not TritonConfig's.
+"""How many processes serve the HTTP and gRPC ports: this project's own option, not TritonConfig's.
 
 Set with `Triton(frontends=N)`, the PYTRITON_FRONTENDS environment variable, or `pytriton serve --frontends N`.
-With 1 (the default) the server's loop serves both ports in its own process, as it always did. With N >= 2,
-N processes of their own parse and answer the requests, each on a loop and a core of its own, while this
-process keeps the models: their batchers take requests from every frontend (docs/deployment.md says when
-it pays).
+With 1 (the default) the server's loop serves both ports in its own process, as it always did. With N >= 2 the
+server runs in N processes, one a core: its own, which keeps the models (their batchers take the requests of
+every frontend), and N - 1 frontend processes that parse and answer requests. With 2 the server's own process
+also serves one connection of each port in HUB_SHARE; with more its batchers have every frontend's requests to
+take, and it serves none (docs/deployment.md says when frontends pay, docs/performance.md shows why).
 """
 
 from __future__ import annotations
@@ -17,10 +18,27 @@ from pytriton.exceptions import PyTritonValidationError
 ENV_VARIABLE = "PYTRITON_FRONTENDS"
 DEFAULT_FRONTENDS = 1
 MAX_FRONTENDS = 256
+# With frontends=2 the server's own process serves the first connection of a port in every HUB_SHARE. On two
+# cores, a request it serves itself costs the machine ~70 us of CPU and one through the other process ~110
+# (the hop's two sides), and this share keeps its loop, which also takes the other's requests, about as busy
+# as that one's: 2 / 1 frontends went from 0.74-0.95x to 0.85-1.18x (HTTP) and 1.03-1.20x to 1.12-1.35x
+# (gRPC) on the 2-core VM of docs/performance.md. With 3 or more, its batchers' share of every request (15-35 us)
+# is already a frontend's load.
+HUB_SHARE = 3
+
+
+def frontend_processes(frontends: int) -> int:
+    """How many frontend processes serve beside the server's own (none with 1)."""
+    return frontends - 1 if frontends > 1 else 0
+
+
+def hub_serves_connections(frontends: int) -> bool:
+    """Whether, with frontend processes, the server's own process serves a share of the connections too."""
+    return frontends == 2
 
 
 def resolve_frontends(explicit: Optional[int], environ: Mapping[str, str] = os.environ) -> int:
-    """The number of frontend processes: `explicit` when given, else PYTRITON_FRONTENDS, else 1.
+    """The number of processes serving the ports: `explicit` when given, else PYTRITON_FRONTENDS, else 1.
 
     Raises:
         PyTritonValidationError: not a whole number from 1 to MAX_FRONTENDS (naming where it came from).

@@ -11,7 +11,7 @@ import logging
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
 
 from pytriton import __version__
 from pytriton.core.binders import OnBind, process_binder, thread_binder
@@ -256,16 +256,7 @@ class ServerRuntime:
             if options.http_enabled and self._pool is None:
                 self.http_port = await self._start_http()
             if options.grpc_enabled and self._pool is None:
-                from pytriton.transport.grpc.server import GrpcFrontend
-
-                grpc_frontend = GrpcFrontend(
-                    self.engine,
-                    options,
-                    server_version=__version__,
-                    settings=self.settings,
-                    inflation_budget=self.inflation_budget,
-                    receive_budget=self.receive_budget,
-                )
+                grpc_frontend = self._grpc_server(listen=True)
                 await self._start_frontend(grpc_frontend)
                 self.grpc_port = grpc_frontend.port
             if options.metrics_enabled:
@@ -290,7 +281,8 @@ class ServerRuntime:
             raise
 
     async def _start_frontend_processes(self) -> None:
-        """Listen on the HTTP and gRPC ports here, and serve them from `options.frontends` processes."""
+        """Listen on the HTTP and gRPC ports here, and serve them from frontend processes (and a share here)."""
+        from pytriton.options.frontends import frontend_processes, hub_serves_connections
         from pytriton.runtime.frontends.pool import FrontendPool
         from pytriton.transport.grpc.server import listening_socket
         from pytriton.transport.grpc.servicer import InferenceServicer
@@ -312,16 +304,19 @@ class ServerRuntime:
                 settings=self.settings,
                 max_stream_requests=options.limits.grpc_max_stream_requests,
             )
+            hub_app = self.http_app()
+            here = await self._serve_here(hub_app) if hub_serves_connections(options.frontends) else {}
             pool = FrontendPool(
                 self.engine,
                 options,
-                options.frontends,
+                frontend_processes(options.frontends),
                 server_version=__version__,
                 http_socket=http_socket,
                 grpc_socket=grpc_socket,
-                hub_app=self.http_app(),
+                hub_app=hub_app,
                 hub_servicer=hub_servicer,
                 settings=self.settings,
+                here=here,
             )
             self.http_port = bound_port(http_socket) if http_socket is not None else None
             self.grpc_port = bound_port(grpc_socket) if grpc_socket is not None else None
@@ -334,6 +329,17 @@ class ServerRuntime:
         self._pool = pool
         loop = asyncio.get_running_loop()
         self.engine.models_changed = lambda: loop.create_task(pool.sync())
+
+    async def _serve_here(self, http_app: Any) -> Dict[str, Any]:
+        """This process's own HTTP and gRPC servers for the connections the pool hands it, started, by kind."""
+        here: Dict[str, Any] = {}
+        if self.options.http_enabled:
+            here["http"] = self._asgi_server(http_app, None)
+        if self.options.grpc_enabled:
+            here["grpc"] = self._grpc_server(listen=False)
+        for server in here.values():
+            await self._start_frontend(server)
+        return here
 
     def _start_attach(self) -> None:
         """Let RemoteTriton processes of this user bind models through the HTTP and gRPC ports' local sockets."""
@@ -424,23 +430,39 @@ class ServerRuntime:
 
     async def _serve_asgi(self, app: Any, address: str, port: int, name: str = "HTTP") -> int:
         """Serve an ASGI app on a socket bound here (port 0: a free port); return the port."""
-        from pytriton.transport.http.server import AsgiServer
-
         sock = _listening_socket(address, port, name)
         try:
-            await self._start_frontend(
-                AsgiServer(
-                    app,
-                    sock,
-                    limits=self.options.limits,
-                    header_names=bool(self.options.http_header_forward_pattern),
-                    receive_budget=self.receive_budget,
-                )
-            )
+            await self._start_frontend(self._asgi_server(app, sock))
         except BaseException:
             sock.close()
             raise
         return bound_port(sock)
+
+    def _asgi_server(self, app: Any, sock: Optional[socket.socket]) -> Any:
+        """An HTTP server of `app` on a listening socket, or (None) for connections handed to it."""
+        from pytriton.transport.http.server import AsgiServer
+
+        return AsgiServer(
+            app,
+            sock,
+            limits=self.options.limits,
+            header_names=bool(self.options.http_header_forward_pattern),
+            receive_budget=self.receive_budget,
+        )
+
+    def _grpc_server(self, listen: bool) -> Any:
+        """The gRPC server, on its port or (not `listen`) for connections handed to it."""
+        from pytriton.transport.grpc.server import GrpcFrontend
+
+        return GrpcFrontend(
+            self.engine,
+            self.options,
+            server_version=__version__,
+            settings=self.settings,
+            inflation_budget=self.inflation_budget,
+            receive_budget=self.receive_budget,
+            listen=listen,
+        )
 
     async def _start_frontend(self, frontend: Frontend) -> None:
         """Start a frontend and remember it for shutdown."""
@@ -532,14 +554,17 @@ class ServerRuntime:
 def _received_shared(options: ServerOptions) -> ServerLimits:
     """The limits with max_received_bytes set: the one given, else the default's share of each process holding a budget.
 
-    With frontend processes, each frontend holds one, and this process too when it serves ports of its own (the
-    OpenAI API's, SageMaker, Vertex AI).
+    With frontend processes, each frontend holds one, and this process too when it serves connections of the
+    HTTP and gRPC ports (with 2) or ports of its own (the OpenAI API's, SageMaker, Vertex AI).
     """
+    from pytriton.options.frontends import frontend_processes, hub_serves_connections
+
     limits = options.limits
     processes = 1
     if options.frontends > 1 and (options.http_enabled or options.grpc_enabled):
         own_ports = options.openai_port is not None or options.sagemaker is not None or options.vertex_ai is not None
-        processes = options.frontends + int(own_ports)
+        serves_here = own_ports or hub_serves_connections(options.frontends)
+        processes = frontend_processes(options.frontends) + int(serves_here)
     return dataclasses.replace(limits, max_received_bytes=limits.received_bytes(processes))
 
 

@@ -5,13 +5,16 @@ the HTTP and gRPC connections the hub accepts for it (acceptor.py), one after th
 requests here (hub.py). The state a frontend needs to check requests (the models' specs, the client
 shared-memory regions registered) is mirrored into every process whenever it changes, before the call that
 changed it is answered: a region registered through one frontend serves a request that lands on another.
-A frontend that dies fails only its own connections; it is logged and started again.
+A frontend that dies fails only its own connections; it is logged and started again. With one process, the
+hub's own servers take a share of the connections too (options/frontends.HUB_SHARE), and every connection
+while that process starts again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import itertools
 import logging
 import os
@@ -23,6 +26,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from pytriton.core.engine import Engine
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.spawn import HelperDidNotStart, exit_status, start_helper, stop_process
+from pytriton.options.frontends import HUB_SHARE
 from pytriton.options.http_routes import ROUTES, find_route
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import ServerOptions
@@ -96,10 +100,12 @@ class FrontendPool:
         hub_app: Any,
         hub_servicer: Any,
         settings: ServerSettings,
+        here: Optional[Dict[str, Any]] = None,
     ) -> None:
         """A pool of `count` processes for the listening sockets given (the hub bound them); nothing starts yet.
 
-        `hub_app` and `hub_servicer` answer what the frontends forward (forwarding.py).
+        `hub_app` and `hub_servicer` answer what the frontends forward (forwarding.py). `here`: the hub's own
+        servers by kind, started and not listening, which adopt the first connection in every HUB_SHARE.
         """
         self._engine = engine
         self._options = options
@@ -113,6 +119,13 @@ class FrontendPool:
         self._turn = itertools.cycle(range(count))
         self._held: List[Tuple[str, int]] = []  # connections accepted while no frontend was up
         self._caps = {"http": options.limits.max_connections, "grpc": options.limits.grpc_max_connections}
+        self._here = dict(here or {})
+        self._here_open = {"http": 0, "grpc": 0}  # connections the hub's own servers adopted and still serve
+        # Connections accepted since the start, and of them those the hub's own servers took, by kind.
+        self.accepted = {"http": 0, "grpc": 0}
+        self.served_here = {"http": 0, "grpc": 0}
+        for kind, server in self._here.items():
+            server.connections.on_closed = functools.partial(self._closed_here, kind)
         self._restarts: Dict[int, asyncio.Task[None]] = {}
         self._sync_lock = asyncio.Lock()
         # Model specs sent to frontends since their start, on changes (what a bind, load or unload costs them).
@@ -139,9 +152,9 @@ class FrontendPool:
                 self._acceptors.append(acceptor)
         pids = ", ".join(str(frontend.pid) for frontend in self._frontends)
         LOGGER.info(
-            "%d frontend processes serve HTTP and gRPC (pids %s), up in %.2f s",
-            len(self._frontends),
+            "frontend processes serve HTTP and gRPC (pids %s)%s, up in %.2f s",
             pids,
+            f", and this process 1 connection in {HUB_SHARE}" if self._here else "",
             time.monotonic() - began,
         )
 
@@ -228,16 +241,28 @@ class FrontendPool:
     # -- connections ----------------------------------------------------------------------------
 
     def _hand_over(self, kind: str, fd: int) -> None:
-        """Give an accepted connection to the next frontend that is up (held while none is).
+        """Give an accepted connection to the hub's own server in its turn, else to the next frontend that is up.
 
+        While no frontend is up, the hub's own server takes it, or (without one) it is held.
         The caps on connections (max_connections, grpc_max_connections) count every frontend's: the frontend
         is told when a connection is one over, and answers it as a server of one process does.
         """
+        turn = self.accepted[kind]
+        self.accepted[kind] = turn + 1
+        here = self._here.get(kind)
+        if here is not None and (turn % HUB_SHARE == 0 or not self._up()):
+            sock = socket.socket(fileno=fd)
+            sock.setblocking(False)
+            over_cap = self._open(kind) >= self._caps[kind]
+            self._here_open[kind] += 1
+            self.served_here[kind] += 1
+            here.adopt(sock, over_cap)
+            return
         for _ in range(len(self._frontends)):
             frontend = self._frontends[next(self._turn)]
             link = frontend.link
             if frontend.state is _State.UP and link is not None and not link.closed:
-                over_cap = sum(up.link.open[kind] for up in self._up() if up.link is not None) >= self._caps[kind]
+                over_cap = self._open(kind) >= self._caps[kind]
                 try:
                     link.outbox.send_now((CONNECTION, kind, over_cap), fds=[fd], give=True)
                 except ChannelClosed:
@@ -248,6 +273,13 @@ class FrontendPool:
             self._held.append((kind, fd))
         else:
             os.close(fd)
+
+    def _open(self, kind: str) -> int:
+        """The connections of a kind served now, by every frontend and the hub's own server."""
+        return self._here_open[kind] + sum(up.link.open[kind] for up in self._up() if up.link is not None)
+
+    def _closed_here(self, kind: str) -> None:
+        self._here_open[kind] -= 1
 
     def _hand_held(self) -> None:
         """Hand over the connections accepted while no frontend was up."""

@@ -1,0 +1,158 @@
+"""frontends=2: one frontend process, and the server's own process serving one connection of each port in three."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator, List, Tuple
+
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from pytriton.options.frontends import HUB_SHARE
+from pytriton.options.limits import ServerLimits
+from pytriton.triton import Triton
+from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.frontend_processes import frontend_pids, serving_pid
+from tests.test_frontends import PAIRS, _bind, _infer_json
+
+HERE = os.getpid()  # the tests' servers run in this process: the hub
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Triton]:
+    with running_triton(_bind, frontends=2) as triton:
+        yield triton
+
+
+def _landed_here(triton: Triton, kind: str, connect: Callable[[], Any]) -> Tuple[Any, bool]:
+    """What `connect()` opened, and whether the hub gave it to its own server (it counts it when it hands it over)."""
+    pool = triton._runtime._pool
+    assert pool is not None
+    accepted, served_here = pool.accepted[kind], pool.served_here[kind]
+    opened = connect()
+    deadline = time.monotonic() + 30
+    while pool.accepted[kind] == accepted:
+        assert time.monotonic() < deadline, "the connection was not handed over"
+        time.sleep(0.005)
+    assert pool.accepted[kind] == accepted + 1
+    return opened, pool.served_here[kind] > served_here
+
+
+@contextlib.contextmanager
+def _http_connections(triton: Triton, count: int) -> Iterator[List[Tuple[http.client.HTTPConnection, bool]]]:
+    """`count` HTTP connections opened one after the other, each with whether this process serves it; closed after."""
+    opened: List[Tuple[http.client.HTTPConnection, bool]] = []
+
+    def connect() -> http.client.HTTPConnection:
+        connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
+        connection.connect()
+        return connection
+
+    try:
+        for _ in range(count):
+            opened.append(_landed_here(triton, "http", connect))
+        yield opened
+    finally:
+        for connection, _ in opened:
+            connection.close()
+
+
+@contextlib.contextmanager
+def _pick(triton: Triton) -> Iterator[Tuple[http.client.HTTPConnection, http.client.HTTPConnection]]:
+    """Of HUB_SHARE connections opened, the one this process serves and one the frontend process serves."""
+    with _http_connections(triton, HUB_SHARE) as opened:
+        here = [connection for connection, served_here in opened if served_here]
+        there = [connection for connection, served_here in opened if not served_here]
+        assert len(here) == 1 and len(there) == HUB_SHARE - 1, [served_here for _, served_here in opened]
+        yield here[0], there[0]
+
+
+def test_the_server_runs_one_frontend_process_and_serves_one_http_connection_in_three_itself(server: Triton) -> None:
+    (frontend,) = frontend_pids()  # the first test of the module: its server is the only one
+    with _http_connections(server, 2 * HUB_SHARE) as opened:
+        served_here = [here for _, here in opened]
+        at = [index for index, here in enumerate(served_here) if here]
+        assert len(at) == 2 and at[1] - at[0] == HUB_SHARE, served_here
+        for connection, here in opened:  # what is not served here is served by the frontend process
+            assert serving_pid(connection.sock, [HERE if here else frontend]) == (HERE if here else frontend)
+        for index, (connection, _) in enumerate(opened):
+            status, document = _infer_json(connection, "identity", [float(index)])
+            assert status == 200 and document["outputs"][0]["data"] == [float(index)]
+
+
+def test_one_grpc_connection_in_three_is_served_here_too(server: Triton) -> None:
+    assert server.grpc_port is not None
+    port = server.grpc_port
+    opened = [
+        _landed_here(server, "grpc", lambda: socket.create_connection(("127.0.0.1", port), timeout=30))
+        for _ in range(HUB_SHARE)
+    ]
+    try:
+        assert [here for _, here in opened].count(True) == 1
+    finally:
+        for sock, _ in opened:
+            sock.close()
+    for _ in range(HUB_SHARE):  # tritonclient's connections, wherever each lands
+        with grpcclient.InferenceServerClient(grpc_url(server)) as client:
+            assert client.is_model_ready("identity", headers=GRPC_AUTH)
+
+
+def test_requests_served_here_and_by_the_frontend_form_one_batch_counted_once(server: Triton) -> None:
+    assert server.http_port is not None
+    with httpclient.InferenceServerClient(http_url(server)) as client:
+        counted = int(client.get_inference_statistics("pairs", headers=HTTP_AUTH)["model_stats"][0]["inference_count"])
+    before = len(PAIRS.batches)
+    answers: List[Tuple[int, Any]] = []
+    with _pick(server) as pair:
+        threads = [threading.Thread(target=lambda c=c: answers.append(_infer_json(c, "pairs", [1.0]))) for c in pair]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert [(status, document["outputs"][0]["data"]) for status, document in answers] == [(200, [2.0])] * 2
+    assert PAIRS.batches[before:] == [2]
+    with httpclient.InferenceServerClient(http_url(server)) as client:
+        assert (
+            int(client.get_inference_statistics("pairs", headers=HTTP_AUTH)["model_stats"][0]["inference_count"])
+            == counted + 2
+        )
+
+
+def test_the_connection_cap_counts_the_connections_served_here_and_by_the_frontend() -> None:
+    with running_triton(_bind, frontends=2, limits=ServerLimits(max_connections=HUB_SHARE - 1)) as triton:
+        assert triton.http_port is not None
+        with _http_connections(triton, HUB_SHARE) as opened:
+            assert [here for _, here in opened].count(True) == 1
+            statuses = [_infer_json(connection, "identity", [1.0])[0] for connection, _ in opened]
+        assert statuses == [200] * (HUB_SHARE - 1) + [503]
+
+
+def test_sigkill_of_the_frontend_process_leaves_the_connections_served_here(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pytriton")
+    others = set(frontend_pids())  # the module's server's
+    with running_triton(_bind, frontends=2) as triton:
+        assert triton.http_port is not None
+        (victim,) = set(frontend_pids()) - others
+        with _pick(triton) as (here, there):
+            os.kill(victim, signal.SIGKILL)
+            with pytest.raises((OSError, http.client.HTTPException)):
+                _infer_json(there, "identity", [1.0])
+            assert _infer_json(here, "identity", [2.0])[0] == 200
+        deadline = time.monotonic() + 60
+        while not any("is serving again" in record.getMessage() for record in caplog.records):
+            assert time.monotonic() < deadline, "the frontend was not started again"
+            time.sleep(0.05)
+        (again,) = set(frontend_pids()) - others
+        assert again != victim
+        with _pick(triton) as pair:
+            assert [_infer_json(connection, "identity", [3.0])[0] for connection in pair] == [200, 200]
+        with httpclient.InferenceServerClient(http_url(triton)) as client:
+            assert client.is_model_ready("identity")
