@@ -18,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.options.limits import ServerLimits
 from pytriton.options.server import GrpcKeepalive
 from pytriton.runtime.options import resolve_options
 from pytriton.transport.grpc.settings import bind_address
@@ -140,6 +141,32 @@ def test_a_tls_client_that_never_handshakes_is_closed(
         except ConnectionResetError:
             pass
         assert time.monotonic() - started < 5
+    with _tls_client(triton.grpc_port, certificates, with_client_cert=False) as client:
+        assert client.is_server_live() is True
+
+
+@pytest.mark.parametrize("frontends", [2, 3], ids=["hub-and-1-frontend", "2-frontend-processes"])
+def test_failed_tls_handshakes_through_frontends_leave_the_connection_cap_free(
+    start_triton: Callable[..., Triton], certificates: pathlib.Path, frontends: int
+) -> None:
+    """The hub counts each connection it hands over until the server that took it says it closed."""
+    limits = ServerLimits(grpc_max_connections=2)
+    config = _tls_config(certificates, mutual=False)
+    triton = start_triton(bind_zeros, grpc_address="127.0.0.1", frontends=frontends, limits=limits, **config)
+    for _ in range(4):
+        with socket.create_connection(("127.0.0.1", triton.grpc_port), timeout=10) as plain:
+            plain.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # no TLS ClientHello: the handshake fails
+            try:
+                while plain.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass
+    pool = triton._runtime._pool
+    assert pool is not None
+    deadline = time.monotonic() + 10
+    while pool._open("grpc"):  # the frontends say so in messages of their own
+        assert time.monotonic() < deadline, f"{pool._open('grpc')} failed handshakes still count as connections"
+        time.sleep(0.01)
     with _tls_client(triton.grpc_port, certificates, with_client_cert=False) as client:
         assert client.is_server_live() is True
 

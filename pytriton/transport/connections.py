@@ -59,6 +59,14 @@ class OpenConnections(Generic[C]):
         if not self._open:
             wake(self._all_closed)
 
+    def never_opened(self) -> None:
+        """A connection handed to this server was closed before it was served (its TLS handshake failed).
+
+        Where it was accepted, it counts as open until `on_closed` says otherwise.
+        """
+        if self.on_closed is not None:
+            self.on_closed()
+
     def hurry(self) -> None:
         """Stop waiting for answers still leaving past `grace_s` (a second signal): close_all ends at the grace."""
         self._hurried = True

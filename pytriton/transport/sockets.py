@@ -41,13 +41,17 @@ async def adopt_connection(
     factory: Callable[[], asyncio.BaseProtocol],
     ssl: Optional[ssl_module.SSLContext] = None,
     ssl_handshake_timeout: Optional[float] = None,
+    failed: Optional[Callable[[], None]] = None,
 ) -> None:
     """Serve a connection accepted elsewhere (the hub's) with a protocol from `factory`; closed if that fails.
 
-    With TLS this waits for the handshake, as a server's accept does.
+    With TLS this waits for the handshake, as a server's accept does. `failed` is called when the connection
+    is closed without being served: where it was accepted it was counted open, against the caps.
     """
     try:
         await loop.connect_accepted_socket(factory, sock, ssl=ssl, ssl_handshake_timeout=ssl_handshake_timeout)
     except Exception as error:  # noqa: BLE001 - the client went away, or its handshake failed: its loss alone
         LOGGER.debug("a connection handed over could not be served: %r", error)
         sock.close()
+        if failed is not None:
+            failed()

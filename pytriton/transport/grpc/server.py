@@ -190,7 +190,14 @@ class GrpcFrontend:
             connection.over_cap = over_cap
             return connection
 
-        connection = adopt_connection(loop, sock, made, ssl=self._ssl, ssl_handshake_timeout=self._handshake_s)
+        connection = adopt_connection(
+            loop,
+            sock,
+            made,
+            ssl=self._ssl,
+            ssl_handshake_timeout=self._handshake_s,
+            failed=state.connections.never_opened,
+        )
         task = loop.create_task(connection)
         self._adopting.add(task)
         task.add_done_callback(self._adopting.discard)

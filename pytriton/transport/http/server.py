@@ -101,18 +101,19 @@ class AsgiServer:
 
         `over_cap`: it is one over ServerLimits.max_connections, as counted where it was accepted.
         """
+        state = self._state
         if not self._serving:
             sock.close()
+            state.connections.never_opened()
             return
         loop = asyncio.get_running_loop()
-        state = self._state
 
         def connection() -> HttpConnection:
             made = HttpConnection(state, loop)
             made.over_cap = over_cap
             return made
 
-        task = loop.create_task(adopt_connection(loop, sock, connection))
+        task = loop.create_task(adopt_connection(loop, sock, connection, failed=state.connections.never_opened))
         self._adopting.add(task)
         task.add_done_callback(self._adopting.discard)
 
