@@ -9,7 +9,7 @@ shows. The tracer makes the server some 20 times slower, and bytecodes are not t
 system call, numpy) is one bytecode here, whatever it costs. A run takes about 20 s.
 
     python -m bench opcodes                                  # `simple` over HTTP, one process
-    python -m bench opcodes --frontends 2 --top 40           # the hub and its serving frontend, side by side
+    python -m bench opcodes --frontends 3 --top 40           # the hub and its serving frontend, side by side
     python -m bench opcodes --protocol grpc --model identity
 """
 
@@ -90,7 +90,7 @@ def _counted_run(requests: int, protocol: str, model: str, frontends: int, scrat
         ops = collections.Counter({tuple(key): count for key, count in data["ops"]})
         calls = collections.Counter({tuple(key): count for key, count in data["calls"]})
         processes.append((role, ops, calls))
-    expected = 1 + frontends if frontends > 1 else 1
+    expected = frontends  # the server's process and frontends - 1 frontend processes
     if len(processes) != expected:
         raise SystemExit(f"{len(processes)} processes wrote counts; {expected} expected")
     return sorted(processes, key=lambda p: (p[0] != "server", -sum(p[1].values())))
