@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import logging
 import os
 import signal
@@ -12,16 +13,18 @@ import threading
 import time
 from typing import Any, Callable, Iterator, List, Tuple
 
+import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 
 from pytriton.options.frontends import HUB_SHARE
 from pytriton.options.limits import ServerLimits
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.frontend_processes import frontend_pids, serving_pid
-from tests.test_frontends import PAIRS, _bind, _infer_json
+from tests.test_frontends import PAIRS, _bind, _identity_in_region, _infer_json, _register_region
 
 HERE = os.getpid()  # the tests' servers run in this process: the hub
 
@@ -156,3 +159,47 @@ def test_sigkill_of_the_frontend_process_leaves_the_connections_served_here(capl
             assert [_infer_json(connection, "identity", [3.0])[0] for connection in pair] == [200, 200]
         with httpclient.InferenceServerClient(http_url(triton)) as client:
             assert client.is_model_ready("identity")
+
+
+def test_a_region_registered_on_a_connection_served_here_serves_the_frontend_s_next_request(server: Triton) -> None:
+    """What the hub's own servers change reaches the frontend before their answer, as what it forwards does."""
+    key = f"/pytriton-hub-share-{os.getpid()}"
+    handle = shm.create_shared_memory_region("region", key, 64)
+    try:
+        shm.set_shared_memory_region(handle, [np.arange(4, dtype=np.float32)])
+        with _pick(server) as (here, there):
+            _register_region(here, "r", key)
+            there.request("POST", "/v2/models/identity/infer", _identity_in_region("r"))
+            response = there.getresponse()
+            assert response.status == 200, response.read()
+            response.read()
+            assert shm.get_contents_as_numpy(handle, np.float32, [12])[8:].tolist() == [0.0, 1.0, 2.0, 3.0]
+            here.request("POST", "/v2/systemsharedmemory/region/r/unregister", b"", HTTP_AUTH)
+            assert here.getresponse().read() == b""
+            there.request("POST", "/v2/models/identity/infer", _identity_in_region("r"))
+            response = there.getresponse()
+            assert response.status == 404
+            assert json.loads(response.read()) == {"error": "Unable to find shared memory region: 'r'"}
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
+def test_a_region_registered_over_grpc_served_here_serves_the_frontend_s_next_request() -> None:
+    key = f"/pytriton-hub-share-grpc-{os.getpid()}"
+    handle = shm.create_shared_memory_region("region", key, 64)
+    with running_triton(_bind, frontends=2) as triton, contextlib.ExitStack() as stack:
+        stack.callback(shm.destroy_shared_memory_region, handle)
+        shm.set_shared_memory_region(handle, [np.arange(4, dtype=np.float32)])
+
+        def connect() -> grpcclient.InferenceServerClient:
+            client = stack.enter_context(grpcclient.InferenceServerClient(grpc_url(triton)))
+            client.is_server_live()  # connects
+            return client
+
+        client, here = _landed_here(triton, "grpc", connect)
+        assert here  # the server's first gRPC connection
+        client.register_system_shared_memory("r", key, 64, headers=GRPC_AUTH)
+        with _pick(triton) as (_, there):
+            there.request("POST", "/v2/models/identity/infer", _identity_in_region("r"))
+            response = there.getresponse()
+            assert response.status == 200, response.read()

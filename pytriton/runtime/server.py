@@ -305,7 +305,6 @@ class ServerRuntime:
                 max_stream_requests=options.limits.grpc_max_stream_requests,
             )
             hub_app = self.http_app()
-            here = await self._serve_here(hub_app) if hub_serves_connections(options.frontends) else {}
             pool = FrontendPool(
                 self.engine,
                 options,
@@ -316,8 +315,9 @@ class ServerRuntime:
                 hub_app=hub_app,
                 hub_servicer=hub_servicer,
                 settings=self.settings,
-                here=here,
             )
+            if hub_serves_connections(options.frontends):
+                pool.serve_here(await self._serve_here(hub_app, pool))
             self.http_port = bound_port(http_socket) if http_socket is not None else None
             self.grpc_port = bound_port(grpc_socket) if grpc_socket is not None else None
             await self._start_frontend(pool)
@@ -330,13 +330,17 @@ class ServerRuntime:
         loop = asyncio.get_running_loop()
         self.engine.models_changed = lambda: loop.create_task(pool.sync())
 
-    async def _serve_here(self, http_app: Any) -> Dict[str, Any]:
+    async def _serve_here(self, http_app: Any, pool: FrontendPool) -> Dict[str, Any]:
         """This process's own HTTP and gRPC servers for the connections the pool hands it, started, by kind."""
+        from pytriton.runtime.frontends.hub_servers import SyncingApp, SyncingServicer
+
         here: Dict[str, Any] = {}
         if self.options.http_enabled:
-            here["http"] = self._asgi_server(http_app, None)
+            here["http"] = self._asgi_server(SyncingApp(http_app, pool.mirrored, pool.sync), None)
         if self.options.grpc_enabled:
-            here["grpc"] = self._grpc_server(listen=False)
+            here["grpc"] = self._grpc_server(
+                listen=False, servicer=lambda servicer: SyncingServicer(servicer, pool.mirrored, pool.sync)
+            )
         for server in here.values():
             await self._start_frontend(server)
         return here
@@ -450,8 +454,8 @@ class ServerRuntime:
             receive_budget=self.receive_budget,
         )
 
-    def _grpc_server(self, listen: bool) -> Any:
-        """The gRPC server, on its port or (not `listen`) for connections handed to it."""
+    def _grpc_server(self, listen: bool, servicer: Optional[Callable[[Any], Any]] = None) -> Any:
+        """The gRPC server, on its port or (not `listen`) for connections handed to it; `servicer` wraps its own."""
         from pytriton.transport.grpc.server import GrpcFrontend
 
         return GrpcFrontend(
@@ -462,6 +466,7 @@ class ServerRuntime:
             inflation_budget=self.inflation_budget,
             receive_budget=self.receive_budget,
             listen=listen,
+            servicer=servicer,
         )
 
     async def _start_frontend(self, frontend: Frontend) -> None:

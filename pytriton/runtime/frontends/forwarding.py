@@ -45,8 +45,7 @@ class ForwardingApp:
         """Serve one HTTP request, here or on the hub."""
         if scope["type"] != "http":
             return
-        parts = path_segments(scope)
-        if (len(parts) >= 5 and parts[2] == "models" and parts[-1] in _HTTP_ACTIONS) or _openai_inference(parts):
+        if served_by_frontends(scope):
             await self._app(scope, receive, send)
             return
         try:
@@ -79,9 +78,12 @@ class ForwardingApp:
         await send({"type": "http.response.body", "body": answer})
 
 
-def _openai_inference(parts: List[str]) -> bool:
-    """Whether a path is one of the OpenAI API's inference routes (/v1/models, a listing, goes to the hub)."""
-    return len(parts) >= 3 and parts[1] == "v1" and parts[2] != "models"
+def served_by_frontends(scope: Scope) -> bool:
+    """Whether an HTTP request is inference, which a frontend serves itself (the rest is the hub's state)."""
+    parts = path_segments(scope)
+    if len(parts) >= 5 and parts[2] == "models" and parts[-1] in _HTTP_ACTIONS:
+        return True
+    return len(parts) >= 3 and parts[1] == "v1" and parts[2] != "models"  # the OpenAI API's, but its listing
 
 
 async def run_http(app: Any, scope: Dict[str, Any], body: bytes) -> HttpAnswer:

@@ -100,12 +100,10 @@ class FrontendPool:
         hub_app: Any,
         hub_servicer: Any,
         settings: ServerSettings,
-        here: Optional[Dict[str, Any]] = None,
     ) -> None:
         """A pool of `count` processes for the listening sockets given (the hub bound them); nothing starts yet.
 
-        `hub_app` and `hub_servicer` answer what the frontends forward (forwarding.py). `here`: the hub's own
-        servers by kind, started and not listening, which adopt the first connection in every HUB_SHARE.
+        `hub_app` and `hub_servicer` answer what the frontends forward (forwarding.py).
         """
         self._engine = engine
         self._options = options
@@ -119,13 +117,11 @@ class FrontendPool:
         self._turn = itertools.cycle(range(count))
         self._held: List[Tuple[str, int]] = []  # connections accepted while no frontend was up
         self._caps = {"http": options.limits.max_connections, "grpc": options.limits.grpc_max_connections}
-        self._here = dict(here or {})
+        self._here: Dict[str, Any] = {}  # the hub's own servers, by kind (serve_here)
         self._here_open = {"http": 0, "grpc": 0}  # connections the hub's own servers adopted and still serve
         # Connections accepted since the start, and of them those the hub's own servers took, by kind.
         self.accepted = {"http": 0, "grpc": 0}
         self.served_here = {"http": 0, "grpc": 0}
-        for kind, server in self._here.items():
-            server.connections.on_closed = functools.partial(self._closed_here, kind)
         self._restarts: Dict[int, asyncio.Task[None]] = {}
         self._sync_lock = asyncio.Lock()
         # Model specs sent to frontends since their start, on changes (what a bind, load or unload costs them).
@@ -134,6 +130,16 @@ class FrontendPool:
         self.regions_sent = 0
         self._regions: Tuple[int, Dict[str, Region]] = (0, {})  # _region_table's, at that generation of the regions
         self._stopping = False
+
+    def serve_here(self, servers: Dict[str, Any]) -> None:
+        """Before the start: the hub's own servers by kind (started, not listening) adopt a share of the connections.
+
+        They take the first connection of their port in every HUB_SHARE, and every one while no frontend is up;
+        hub_servers.py keeps what they change in step with the frontends.
+        """
+        self._here = dict(servers)
+        for kind, server in servers.items():
+            server.connections.on_closed = functools.partial(self._closed_here, kind)
 
     # -- life -----------------------------------------------------------------------------------
 
@@ -329,21 +335,27 @@ class FrontendPool:
     # -- what the frontends ask the hub ---------------------------------------------------------
 
     async def _forward_http(self, scope: Dict[str, Any], body: bytes) -> Any:
-        found = find_route(path_segments(scope))
-        if found is not None and found[0] == _SYSTEM_UNREGISTER:
-            answer = await self._with_frontends_holds(lambda: run_http(self._hub_app, scope, body))
-        else:
-            answer = await run_http(self._hub_app, scope, body)
+        answer = await self.mirrored("http", scope, lambda: run_http(self._hub_app, scope, body))
         await self.sync()
         return answer
 
     async def _forward_grpc(self, name: str, request: bytes, metadata: Any) -> Any:
-        if name == "SystemSharedMemoryUnregister":
-            answer = await self._with_frontends_holds(lambda: run_grpc(self._hub_servicer, name, request, metadata))
-        else:
-            answer = await run_grpc(self._hub_servicer, name, request, metadata)
+        answer = await self.mirrored("grpc", name, lambda: run_grpc(self._hub_servicer, name, request, metadata))
         await self.sync()
         return answer
+
+    async def mirrored(self, kind: str, what: Any, run: Callable[[], Awaitable[Any]]) -> Any:
+        """Run a request that may change what the frontends mirror (`what`: its scope, or its RPC's name).
+
+        A system shared-memory unregister runs under the frontends' holds of their regions. Whoever runs it
+        calls `sync` before its answer leaves.
+        """
+        if kind == "http":
+            found = find_route(path_segments(what))
+            unregisters = found is not None and found[0] == _SYSTEM_UNREGISTER
+        else:
+            unregisters = what == "SystemSharedMemoryUnregister"
+        return await (self._with_frontends_holds(run) if unregisters else run())
 
     async def _with_frontends_holds(self, unregister: Callable[[], Awaitable[Any]]) -> Any:
         """Run a system shared-memory unregister while the hub holds the regions the frontends' requests hold.
