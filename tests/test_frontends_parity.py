@@ -2,7 +2,7 @@
 
 Each module runs in a pytest of its own with PYTRITON_FRONTENDS=3, so every server its tests start serves
 HTTP and gRPC from two frontend processes in front of its models (docs/architecture.md, "Frontend
-processes"). Left out: the tests of one process's internals (its loop's tasks, its receive buffers, budgets
+processes"); a few again with 2, one frontend process and the hub serving a share of the connections. Left out: the tests of one process's internals (its loop's tasks, its receive buffers, budgets
 and connection objects), which a frontend process has and the test process does not.
 """
 
@@ -32,10 +32,18 @@ MODULES = [
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Run again with PYTRITON_FRONTENDS=2 (the hub serving one connection in three beside one frontend process):
+# the modules whose tests change the state the frontends mirror on one connection and use it on another.
+HUB_SHARE_MODULES = ["tests/test_system_shared_memory.py", "tests/test_logging_trace.py"]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("module", MODULES)
-def test_the_module_passes_through_two_frontend_processes(module: str) -> None:
-    env = dict(os.environ, PYTRITON_FRONTENDS="3")
+@pytest.mark.parametrize(
+    ("module", "frontends"), [(module, "3") for module in MODULES] + [(module, "2") for module in HUB_SHARE_MODULES]
+)
+def test_the_module_passes_through_frontend_processes(module: str, frontends: str) -> None:
+    env = dict(os.environ, PYTRITON_FRONTENDS=frontends)
     command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", module]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, check=False)
-    assert done.returncode == 0, f"{module} through two frontends:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    output = f"{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    assert done.returncode == 0, f"{module} with PYTRITON_FRONTENDS={frontends}:\n{output}"
