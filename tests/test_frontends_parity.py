@@ -2,8 +2,9 @@
 
 Each module runs in a pytest of its own with PYTRITON_FRONTENDS=3, so every server its tests start serves
 HTTP and gRPC from two frontend processes in front of its models (docs/architecture.md, "Frontend
-processes"); a few again with 2, one frontend process and the hub serving a share of the connections. Left out: the tests of one process's internals (its loop's tasks, its receive buffers, budgets
-and connection objects), which a frontend process has and the test process does not.
+processes"); a few again with 2, one frontend process and the hub serving a share of the connections. Left
+out: the tests of one process's internals (its loop's tasks, its receive buffers, budgets and connection
+objects), which a frontend process has and the test process does not.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ MODULES = [
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# Run again with PYTRITON_FRONTENDS=2 (the hub serving one connection in three beside one frontend process):
+# Run again with PYTRITON_FRONTENDS=2 (the hub serving a third of the connections beside one frontend process):
 # the modules whose tests change the state the frontends mirror on one connection and use it on another.
 HUB_SHARE_MODULES = ["tests/test_system_shared_memory.py", "tests/test_logging_trace.py"]
 

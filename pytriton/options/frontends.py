@@ -4,8 +4,9 @@ Set with `Triton(frontends=N)`, the PYTRITON_FRONTENDS environment variable, or 
 With 1 (the default) the server's loop serves both ports in its own process, as it always did. With N >= 2 the
 server runs in N processes, one a core: its own, which keeps the models (their batchers take the requests of
 every frontend), and N - 1 frontend processes that parse and answer requests. With 2 the server's own process
-also serves one connection of each port in HUB_SHARE; with more its batchers have every frontend's requests to
-take, and it serves none (docs/deployment.md says when frontends pay, docs/performance.md shows why).
+also serves 1 in HUB_SHARE of each port's open connections (a client alone gets it); with more its batchers
+have every frontend's requests to take, and it serves none (docs/deployment.md says when frontends pay,
+docs/performance.md shows why).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pytriton.exceptions import PyTritonValidationError
 ENV_VARIABLE = "PYTRITON_FRONTENDS"
 DEFAULT_FRONTENDS = 1
 MAX_FRONTENDS = 256
-# With frontends=2 the server's own process serves the first connection of a port in every HUB_SHARE. On two
+# With frontends=2 the server's own process serves 1 in HUB_SHARE of a port's open connections. On two
 # cores, a request it serves itself costs the machine ~70 us of CPU and one through the other process ~110
 # (the hop's two sides), and this share keeps its loop, which also takes the other's requests, about as busy
 # as that one's: 2 / 1 frontends went from 0.74-0.95x to 0.85-1.18x (HTTP) and 1.03-1.20x to 1.12-1.35x

@@ -134,8 +134,9 @@ class FrontendPool:
     def serve_here(self, servers: Dict[str, Any]) -> None:
         """Before the start: the hub's own servers by kind (started, not listening) adopt a share of the connections.
 
-        They take the first connection of their port in every HUB_SHARE, and every one while no frontend is up;
-        hub_servers.py keeps what they change in step with the frontends.
+        They keep 1 in HUB_SHARE of their port's open connections (a new one goes to them while they hold fewer,
+        so a client alone gets them), and take every one while no frontend is up; hub_servers.py keeps what they
+        change in step with the frontends.
         """
         self._here = dict(servers)
         for kind, server in servers.items():
@@ -160,7 +161,7 @@ class FrontendPool:
         LOGGER.info(
             "frontend processes serve HTTP and gRPC (pids %s)%s, up in %.2f s",
             pids,
-            f", and this process 1 connection in {HUB_SHARE}" if self._here else "",
+            f", and this process 1 in {HUB_SHARE} of the connections" if self._here else "",
             time.monotonic() - began,
         )
 
@@ -253,10 +254,9 @@ class FrontendPool:
         The caps on connections (max_connections, grpc_max_connections) count every frontend's: the frontend
         is told when a connection is one over, and answers it as a server of one process does.
         """
-        turn = self.accepted[kind]
-        self.accepted[kind] = turn + 1
+        self.accepted[kind] += 1
         here = self._here.get(kind)
-        if here is not None and (turn % HUB_SHARE == 0 or not self._up()):
+        if here is not None and (self._here_takes(kind) or not self._up()):
             sock = socket.socket(fileno=fd)
             sock.setblocking(False)
             over_cap = self._open(kind) >= self._caps[kind]
@@ -283,6 +283,11 @@ class FrontendPool:
     def _open(self, kind: str) -> int:
         """The connections of a kind served now, by every frontend and the hub's own server."""
         return self._here_open[kind] + sum(up.link.open[kind] for up in self._up() if up.link is not None)
+
+    def _here_takes(self, kind: str) -> bool:
+        """Whether the next connection goes to the hub's own server: while it holds 1 for HUB_SHARE - 1 elsewhere."""
+        here = self._here_open[kind]
+        return here * (HUB_SHARE - 1) <= self._open(kind) - here
 
     def _closed_here(self, kind: str) -> None:
         self._here_open[kind] -= 1
