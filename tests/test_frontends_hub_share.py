@@ -1,4 +1,4 @@
-"""frontends=2: one frontend process, and the server's own process serving 1 in 3 of each port's open connections."""
+"""frontends=2: one frontend process, and the server's own process serving 1 in 4 of each port's open connections."""
 
 from __future__ import annotations
 

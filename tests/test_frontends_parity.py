@@ -33,7 +33,7 @@ MODULES = [
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# Run again with PYTRITON_FRONTENDS=2 (the hub serving a third of the connections beside one frontend process):
+# Run again with PYTRITON_FRONTENDS=2 (the hub serving a quarter of the connections beside one frontend process):
 # the modules whose tests change the state the frontends mirror on one connection and use it on another.
 HUB_SHARE_MODULES = ["tests/test_system_shared_memory.py", "tests/test_logging_trace.py"]
 

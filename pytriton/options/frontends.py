@@ -20,12 +20,13 @@ ENV_VARIABLE = "PYTRITON_FRONTENDS"
 DEFAULT_FRONTENDS = 1
 MAX_FRONTENDS = 256
 # With frontends=2 the server's own process serves 1 in HUB_SHARE of a port's open connections. On two
-# cores, a request it serves itself costs the machine ~70 us of CPU and one through the other process ~110
-# (the hop's two sides), and this share keeps its loop, which also takes the other's requests, about as busy
-# as that one's: 2 / 1 frontends went from 0.74-0.95x to 0.85-1.18x (HTTP) and 1.03-1.20x to 1.12-1.35x
-# (gRPC) on the 2-core VM of docs/performance.md. With 3 or more, its batchers' share of every request (15-35 us)
-# is already a frontend's load.
-HUB_SHARE = 3
+# cores, a request it serves itself costs the machine ~60-70 us of CPU and one through the other process ~110
+# (the hop's two sides); its loop also takes the other's requests, so it must keep the smaller share. On the
+# 2-core VM of docs/performance.md, 2 / 1 frontends (HTTP binary, HTTP JSON, gRPC 4x8) measured 0.89-1.13x,
+# 1.03-1.29x and 1.24-1.49x with 1 in 4, 0.85-1.18x, 0.96-1.24x and 1.00-1.35x with 1 in 3, where two frontend
+# processes and the hub serving none gave 0.72-0.95x, 0.80-1.12x and 0.88-1.20x. With 3 or more, its batchers'
+# share of every request (15-35 us) is already a frontend's load.
+HUB_SHARE = 4
 
 
 def frontend_processes(frontends: int) -> int:
