@@ -248,7 +248,7 @@ class FrontendPool:
     # -- connections ----------------------------------------------------------------------------
 
     def _hand_over(self, kind: str, fd: int) -> None:
-        """Give an accepted connection to the hub's own server in its turn, else to the next frontend that is up.
+        """Give an accepted connection to the hub's own server below its share, else to the next frontend up.
 
         While no frontend is up, the hub's own server takes it, or (without one) it is held.
         The caps on connections (max_connections, grpc_max_connections) count every frontend's: the frontend
