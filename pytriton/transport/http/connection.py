@@ -159,7 +159,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         # Nothing is read any more, so a client that closed is seen only when it answers a write with a reset.
         sock = self._transport.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else -1
-        if self._watched_fd < 0 and self._state.hangups.watch(fd, self._reset, reset_only=True):
+        reset = functools.partial(self._left, "after it stopped sending")
+        if self._watched_fd < 0 and self._state.hangups.watch(fd, reset, reset_only=True):
             self._watched_fd = fd
         return True
 
@@ -514,7 +515,7 @@ class HttpConnection(asyncio.BufferedProtocol):
         if self._watched_fd < 0 and transport is not None:
             sock = transport.get_extra_info("socket")
             fd = sock.fileno() if sock is not None else -1
-            if self._state.hangups.watch(fd, self._hung_up):
+            if self._state.hangups.watch(fd, functools.partial(self._left, "while its body waited")):
                 self._watched_fd = fd
 
     def _arrived_waiting(self, cycle: RequestCycle) -> None:
@@ -544,17 +545,14 @@ class HttpConnection(asyncio.BufferedProtocol):
         if fd >= 0:
             self._state.hangups.forget(fd)
 
-    def _hung_up(self) -> None:
-        """The client left while its body waited for the budget: its share goes now, with the connection."""
-        self._watched_fd = -1
-        LOGGER.debug("closing HTTP connection from %s: it left while its body waited", self._address[1])
-        if self._transport is not None:
-            self._transport.abort()
+    def _left(self, when: str) -> None:
+        """The watched socket says the client left (`when`, for the log): the connection closes now.
 
-    def _reset(self) -> None:
-        """The client, which had stopped sending, reset the connection: it has left."""
+        While its body waited for the budget, that body's share goes with it; after it stopped sending, it
+        answered a write with a reset.
+        """
         self._watched_fd = -1
-        LOGGER.debug("closing HTTP connection from %s: it left after it stopped sending", self._address[1])
+        LOGGER.debug("closing HTTP connection from %s: it left %s", self._address[1], when)
         if self._transport is not None:
             self._transport.abort()
 
