@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import grpc
 import numpy as np
@@ -960,12 +960,19 @@ def _head_lines(port: int, raw: bytes) -> List[bytes]:
     """The header lines of the response to one raw request, as sent."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
         connection.sendall(raw)
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = connection.recv(65536)
-            assert chunk, head
-            head += chunk
-    return head.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]
+        head, _ = _read_head(connection)
+    return head.split(b"\r\n")[1:]
+
+
+def _read_head(connection: socket.socket) -> Tuple[bytes, bytes]:
+    """A response's head, read whole from the connection, and what was read after it."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(65536)
+        assert chunk, received
+        received += chunk
+    head, _, rest = received.partition(b"\r\n\r\n")
+    return head, rest
 
 
 def test_response_headers_are_named_as_tritonserver_writes_them(triton: Triton) -> None:
@@ -993,16 +1000,11 @@ def test_response_headers_are_named_as_tritonserver_writes_them(triton: Triton) 
 def _answer(connection: socket.socket, raw: bytes) -> bytes:
     """Send one raw request on an open connection; its whole response (a Content-Length one)."""
     connection.sendall(raw)
-    received = b""
-    while b"\r\n\r\n" not in received:
-        chunk = connection.recv(65536)
-        assert chunk, received
-        received += chunk
-    head, _, body = received.partition(b"\r\n\r\n")
+    head, body = _read_head(connection)
     length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))[15:])
     while len(body) < length:
         chunk = connection.recv(65536)
-        assert chunk, received
+        assert chunk, head + body
         body += chunk
     return head + b"\r\n\r\n" + body
 
