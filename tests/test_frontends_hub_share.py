@@ -1,4 +1,5 @@
-"""frontends=2: one frontend process, and the server's own process serving 1 in 4 of each port's open connections."""
+"""frontends=2: one frontend process, and the server's own process serving 1 in 4 of each port's open connections,
+and at least its first two."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
-from pytriton.options.frontends import HUB_SHARE
+from pytriton.options.frontends import HUB_KEEPS, HUB_SHARE
 from pytriton.options.limits import ServerLimits
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
@@ -81,20 +82,20 @@ def _http_connections(triton: Triton, count: int) -> Iterator[List[Tuple[http.cl
 
 @contextlib.contextmanager
 def _pick(triton: Triton) -> Iterator[Tuple[http.client.HTTPConnection, http.client.HTTPConnection]]:
-    """Of HUB_SHARE connections opened, the one this process serves and one the frontend process serves."""
-    with _http_connections(triton, HUB_SHARE) as opened:
-        here = [connection for connection, served_here in opened if served_here]
-        there = [connection for connection, served_here in opened if not served_here]
-        assert len(here) == 1 and len(there) == HUB_SHARE - 1, [served_here for _, served_here in opened]
-        yield here[0], there[0]
+    """Of HUB_KEEPS + 1 connections opened, one this process serves (the first ones) and the frontend's (the last)."""
+    with _http_connections(triton, HUB_KEEPS + 1) as opened:
+        assert [served_here for _, served_here in opened] == [True] * HUB_KEEPS + [False]
+        yield opened[0][0], opened[-1][0]
 
 
-def test_the_server_runs_one_frontend_process_and_serves_a_third_of_the_http_connections_itself(server: Triton) -> None:
+def test_the_server_runs_one_frontend_process_and_serves_a_quarter_of_the_http_connections_itself(
+    server: Triton,
+) -> None:
     (frontend,) = frontend_pids()  # the first test of the module: its server is the only one
-    with _http_connections(server, 2 * HUB_SHARE) as opened:
+    with _http_connections(server, 3 * HUB_SHARE) as opened:
         served_here = [here for _, here in opened]
-        at = [index for index, here in enumerate(served_here) if here]
-        assert len(at) == 2 and at[1] - at[0] == HUB_SHARE, served_here
+        assert served_here.count(True) == 3, served_here
+        assert served_here[:HUB_KEEPS] == [True] * HUB_KEEPS, served_here  # the first ones: a client alone's
         for connection, here in opened:  # what is not served here is served by the frontend process
             assert serving_pid(connection.sock, [HERE if here else frontend]) == (HERE if here else frontend)
         for index, (connection, _) in enumerate(opened):
@@ -109,16 +110,28 @@ def test_a_client_alone_is_served_here_each_time_it_connects_again(server: Trito
             assert _infer_json(connection, "identity", [float(value)])[0] == 200
 
 
-def test_one_grpc_connection_in_three_is_served_here_too(server: Triton) -> None:
+def test_a_client_alone_infers_here_on_a_second_connection_opened_while_its_first_is_open(server: Triton) -> None:
+    """perf_analyzer's way: its inference connection opens before its last metadata connection has closed."""
+    with _http_connections(server, 2) as ((metadata, first_here), (inference, second_here)):
+        metadata.request("GET", "/v2/models/identity/config", headers=HTTP_AUTH)
+        assert metadata.getresponse().read()
+        assert (first_here, second_here) == (True, True)
+        assert serving_pid(inference.sock, [HERE, *frontend_pids()]) == HERE
+        status, document = _infer_json(inference, "identity", [5.0])
+        assert status == 200 and document["outputs"][0]["data"] == [5.0]
+
+
+def test_one_grpc_connection_in_four_is_served_here_too(server: Triton) -> None:
     assert server.grpc_port is not None
     port = server.grpc_port
     _none_open(server, "grpc")
     opened = [
         _landed_here(server, "grpc", lambda: socket.create_connection(("127.0.0.1", port), timeout=30))
-        for _ in range(HUB_SHARE)
+        for _ in range(3 * HUB_SHARE)
     ]
     try:
-        assert [here for _, here in opened].count(True) == 1
+        served_here = [here for _, here in opened]
+        assert served_here.count(True) == 3 and served_here[:HUB_KEEPS] == [True] * HUB_KEEPS, served_here
     finally:
         for sock, _ in opened:
             sock.close()
@@ -152,7 +165,7 @@ def test_the_connection_cap_counts_the_connections_served_here_and_by_the_fronte
     with running_triton(_bind, frontends=2, limits=ServerLimits(max_connections=HUB_SHARE - 1)) as triton:
         assert triton.http_port is not None
         with _http_connections(triton, HUB_SHARE) as opened:
-            assert [here for _, here in opened].count(True) == 1
+            assert [here for _, here in opened].count(True) == HUB_KEEPS
             statuses = [_infer_json(connection, "identity", [1.0])[0] for connection, _ in opened]
         assert statuses == [200] * (HUB_SHARE - 1) + [503]
 

@@ -4,9 +4,9 @@ Set with `Triton(frontends=N)`, the PYTRITON_FRONTENDS environment variable, or 
 With 1 (the default) the server's loop serves both ports in its own process, as it always did. With N >= 2 the
 server runs in N processes, one a core: its own, which keeps the models (their batchers take the requests of
 every frontend), and N - 1 frontend processes that parse and answer requests. With 2 the server's own process
-also serves 1 in HUB_SHARE of each port's open connections (a client alone gets it); with more its batchers
-have every frontend's requests to take, and it serves none (docs/deployment.md says when frontends pay,
-docs/performance.md shows why).
+also serves 1 in HUB_SHARE of each port's open connections, and at least HUB_KEEPS (a client alone gets them);
+with more its batchers have every frontend's requests to take, and it serves none (docs/deployment.md says when
+frontends pay, docs/performance.md shows why).
 """
 
 from __future__ import annotations
@@ -27,6 +27,12 @@ MAX_FRONTENDS = 256
 # processes and the hub serving none gave 0.72-0.95x, 0.80-1.12x and 0.88-1.20x. With 3 or more, its batchers'
 # share of every request (15-35 us) is already a frontend's load.
 HUB_SHARE = 4
+# Below its share, the server's own process also takes a new connection while it holds fewer than HUB_KEEPS of
+# the port's: a client alone often holds two, one it asks the model's metadata and statistics on and one it
+# infers on. perf_analyzer opens its inference connection while its last metadata connection is still open
+# (1.5 ms apart): with 1 in 4 alone that connection went to the frontend, and served at 0.65x of one process at
+# concurrency 1 (HTTP, 1,906-1,966 infer/s against 2,952-3,012).
+HUB_KEEPS = 2
 
 
 def frontend_processes(frontends: int) -> int:

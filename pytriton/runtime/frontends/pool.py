@@ -6,8 +6,8 @@ requests here (hub.py). The state a frontend needs to check requests (the models
 shared-memory regions registered) is mirrored into every process whenever it changes, before the call that
 changed it is answered: a region registered through one frontend serves a request that lands on another.
 A frontend that dies fails only its own connections; it is logged and started again. With one process, the
-hub's own servers take a share of the connections too (options/frontends.HUB_SHARE), and every connection
-while that process starts again.
+hub's own servers take a share of the connections too (options/frontends.HUB_SHARE and HUB_KEEPS), and every
+connection while that process starts again.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from pytriton.core.engine import Engine
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.spawn import HelperDidNotStart, exit_status, start_helper, stop_process
-from pytriton.options.frontends import HUB_SHARE
+from pytriton.options.frontends import HUB_KEEPS, HUB_SHARE
 from pytriton.options.http_routes import ROUTES, find_route
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import ServerOptions
@@ -134,9 +134,9 @@ class FrontendPool:
     def serve_here(self, servers: Dict[str, Any]) -> None:
         """Before the start: the hub's own servers by kind (started, not listening) adopt a share of the connections.
 
-        They keep 1 in HUB_SHARE of their port's open connections (a new one goes to them while they hold fewer,
-        so a client alone gets them), and take every one while no frontend is up; hub_servers.py keeps what they
-        change in step with the frontends.
+        They keep 1 in HUB_SHARE of their port's open connections and at least HUB_KEEPS (a new one goes to them
+        while they hold fewer, so a client alone gets them), and take every one while no frontend is up;
+        hub_servers.py keeps what they change in step with the frontends.
         """
         self._here = dict(servers)
         for kind, server in servers.items():
@@ -161,7 +161,7 @@ class FrontendPool:
         LOGGER.info(
             "frontend processes serve HTTP and gRPC (pids %s)%s, up in %.2f s",
             pids,
-            f", and this process 1 in {HUB_SHARE} of the connections" if self._here else "",
+            f", and this process 1 in {HUB_SHARE} of the connections (at least {HUB_KEEPS})" if self._here else "",
             time.monotonic() - began,
         )
 
@@ -285,9 +285,9 @@ class FrontendPool:
         return self._here_open[kind] + sum(up.link.open[kind] for up in self._up() if up.link is not None)
 
     def _here_takes(self, kind: str) -> bool:
-        """Whether the next connection goes to the hub's own server: while it holds 1 for HUB_SHARE - 1 elsewhere."""
+        """Whether the next connection goes to the hub's own server: below HUB_KEEPS, or 1 for HUB_SHARE - 1 others."""
         here = self._here_open[kind]
-        return here * (HUB_SHARE - 1) <= self._open(kind) - here
+        return here < HUB_KEEPS or here * (HUB_SHARE - 1) <= self._open(kind) - here
 
     def _closed_here(self, kind: str) -> None:
         self._here_open[kind] -= 1
