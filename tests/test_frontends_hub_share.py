@@ -28,6 +28,7 @@ from tests.frontend_processes import frontend_pids, serving_pid
 from tests.test_frontends import PAIRS, _bind, _identity_in_region, _infer_json, _register_region
 
 HERE = os.getpid()  # the tests' servers run in this process: the hub
+KEEPS = HUB_KEEPS["http"]
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +83,9 @@ def _http_connections(triton: Triton, count: int) -> Iterator[List[Tuple[http.cl
 
 @contextlib.contextmanager
 def _pick(triton: Triton) -> Iterator[Tuple[http.client.HTTPConnection, http.client.HTTPConnection]]:
-    """Of HUB_KEEPS + 1 connections opened, one this process serves (the first ones) and the frontend's (the last)."""
-    with _http_connections(triton, HUB_KEEPS + 1) as opened:
-        assert [served_here for _, served_here in opened] == [True] * HUB_KEEPS + [False]
+    """Of KEEPS + 1 connections opened, one this process serves (the first ones) and the frontend's (the last)."""
+    with _http_connections(triton, KEEPS + 1) as opened:
+        assert [served_here for _, served_here in opened] == [True] * KEEPS + [False]
         yield opened[0][0], opened[-1][0]
 
 
@@ -95,7 +96,7 @@ def test_the_server_runs_one_frontend_process_and_serves_a_quarter_of_the_http_c
     with _http_connections(server, 3 * HUB_SHARE) as opened:
         served_here = [here for _, here in opened]
         assert served_here.count(True) == 3, served_here
-        assert served_here[:HUB_KEEPS] == [True] * HUB_KEEPS, served_here  # the first ones: a client alone's
+        assert served_here[:KEEPS] == [True] * KEEPS, served_here  # the first ones: a client alone's
         for connection, here in opened:  # what is not served here is served by the frontend process
             assert serving_pid(connection.sock, [HERE if here else frontend]) == (HERE if here else frontend)
         for index, (connection, _) in enumerate(opened):
@@ -131,7 +132,8 @@ def test_one_grpc_connection_in_four_is_served_here_too(server: Triton) -> None:
     ]
     try:
         served_here = [here for _, here in opened]
-        assert served_here.count(True) == 3 and served_here[:HUB_KEEPS] == [True] * HUB_KEEPS, served_here
+        assert HUB_KEEPS["grpc"] == 1  # the share alone places gRPC connections: each carries any number of calls
+        assert served_here == ([True] + [False] * (HUB_SHARE - 1)) * 3, served_here
     finally:
         for sock, _ in opened:
             sock.close()
@@ -165,7 +167,7 @@ def test_the_connection_cap_counts_the_connections_served_here_and_by_the_fronte
     with running_triton(_bind, frontends=2, limits=ServerLimits(max_connections=HUB_SHARE - 1)) as triton:
         assert triton.http_port is not None
         with _http_connections(triton, HUB_SHARE) as opened:
-            assert [here for _, here in opened].count(True) == HUB_KEEPS
+            assert [here for _, here in opened].count(True) == KEEPS
             statuses = [_infer_json(connection, "identity", [1.0])[0] for connection, _ in opened]
         assert statuses == [200] * (HUB_SHARE - 1) + [503]
 

@@ -27,12 +27,14 @@ MAX_FRONTENDS = 256
 # processes and the hub serving none gave 0.72-0.95x, 0.80-1.12x and 0.88-1.20x. With 3 or more, its batchers'
 # share of every request (15-35 us) is already a frontend's load.
 HUB_SHARE = 4
-# Below its share, the server's own process also takes a new connection while it holds fewer than HUB_KEEPS of
-# the port's: a client alone often holds two, one it asks the model's metadata and statistics on and one it
-# infers on. perf_analyzer opens its inference connection while its last metadata connection is still open
+# Below its share, the server's own process also takes a new HTTP connection while it holds fewer than
+# HUB_KEEPS["http"] of them: a client alone often holds two, one it asks the model's metadata and statistics on and
+# one it infers on. perf_analyzer opens its inference connection while its last metadata connection is still open
 # (1.5 ms apart): with 1 in 4 alone that connection went to the frontend, and served at 0.65x of one process at
-# concurrency 1 (HTTP, 1,906-1,966 infer/s against 2,952-3,012).
-HUB_KEEPS = 2
+# concurrency 1 (1,906-1,966 infer/s against 2,952-3,012). An HTTP/1.1 connection carries one request at a time,
+# so two cost the hub's loop little; a gRPC connection carries any number (a proxy's, a channel's), so the share
+# alone places those, the first one to the hub.
+HUB_KEEPS = {"http": 2, "grpc": 1}
 
 
 def frontend_processes(frontends: int) -> int:

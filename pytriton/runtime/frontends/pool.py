@@ -134,8 +134,8 @@ class FrontendPool:
     def serve_here(self, servers: Dict[str, Any]) -> None:
         """Before the start: the hub's own servers by kind (started, not listening) adopt a share of the connections.
 
-        They keep 1 in HUB_SHARE of their port's open connections and at least HUB_KEEPS (a new one goes to them
-        while they hold fewer, so a client alone gets them), and take every one while no frontend is up;
+        They keep 1 in HUB_SHARE of their port's open connections and at least HUB_KEEPS[kind] (a new one goes to
+        them while they hold fewer, so a client alone gets them), and take every one while no frontend is up;
         hub_servers.py keeps what they change in step with the frontends.
         """
         self._here = dict(servers)
@@ -161,7 +161,7 @@ class FrontendPool:
         LOGGER.info(
             "frontend processes serve HTTP and gRPC (pids %s)%s, up in %.2f s",
             pids,
-            f", and this process 1 in {HUB_SHARE} of the connections (at least {HUB_KEEPS})" if self._here else "",
+            f", and this process 1 in {HUB_SHARE} of the connections" if self._here else "",
             time.monotonic() - began,
         )
 
@@ -287,7 +287,7 @@ class FrontendPool:
     def _here_takes(self, kind: str) -> bool:
         """Whether the next connection goes to the hub's own server: below HUB_KEEPS, or 1 for HUB_SHARE - 1 others."""
         here = self._here_open[kind]
-        return here < HUB_KEEPS or here * (HUB_SHARE - 1) <= self._open(kind) - here
+        return here < HUB_KEEPS[kind] or here * (HUB_SHARE - 1) <= self._open(kind) - here
 
     def _closed_here(self, kind: str) -> None:
         self._here_open[kind] -= 1
