@@ -1,5 +1,5 @@
 """frontends=2: one frontend process, and the server's own process serving 1 in 4 of each port's open connections,
-and at least its first two."""
+and at least two HTTP ones."""
 
 from __future__ import annotations
 

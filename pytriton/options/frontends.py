@@ -4,9 +4,9 @@ Set with `Triton(frontends=N)`, the PYTRITON_FRONTENDS environment variable, or 
 With 1 (the default) the server's loop serves both ports in its own process, as it always did. With N >= 2 the
 server runs in N processes, one a core: its own, which keeps the models (their batchers take the requests of
 every frontend), and N - 1 frontend processes that parse and answer requests. With 2 the server's own process
-also serves 1 in HUB_SHARE of each port's open connections, and at least HUB_KEEPS (a client alone gets them);
-with more its batchers have every frontend's requests to take, and it serves none (docs/deployment.md says when
-frontends pay, docs/performance.md shows why).
+also serves 1 in HUB_SHARE of each port's open connections, and at least HUB_KEEPS of them (a client alone
+gets them); with more its batchers have every frontend's requests to take, and it serves none
+(docs/deployment.md says when frontends pay, docs/performance.md shows why).
 """
 
 from __future__ import annotations
