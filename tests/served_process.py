@@ -1,6 +1,6 @@
 """A Triton in a process of its own, for tests that measure the server alone (its RSS) while clients attack it.
 
-    python -m tests.served_process '{"grpc_max_connections": 8}'   # ServerLimits fields as JSON
+    python -m tests.served_process '{"grpc_max_connections": 8}' [1024]   # ServerLimits as JSON [soft open files]
 
 It serves `identity` (FP32 [-1] echoed), `slow` (the same after SLOW_S seconds a call, counting the rows
 it computed) and `rows` (the rows `slow` computed so far, and the largest batch it saw), prints
@@ -10,6 +10,7 @@ it computed) and `rows` (the rows `slow` computed so far, and the largest batch 
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import threading
 import time
@@ -51,6 +52,8 @@ def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
 
 
 def main() -> None:
+    if len(sys.argv) > 2:  # the soft open-file limit to start with, before the server raises it
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[2]), resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     limits = ServerLimits(**json.loads(sys.argv[1])) if len(sys.argv) > 1 else ServerLimits()
     config = TritonConfig(http_port=0, grpc_port=0, allow_metrics=False, grpc_http2_max_ping_strikes=0)
     slow = SlowModel()

@@ -80,19 +80,14 @@ class ServedProcess:
     """tests/served_process.py running with some ServerLimits; its ports, RSS, and a well-behaved client."""
 
     def __init__(self, limits: Dict[str, Any], open_files: Optional[int] = None) -> None:
-        """`open_files`: the soft open-file limit the process starts with (its parent's by default)."""
+        """`open_files`: the soft open-file limit the process starts with (its parent's by default).
 
-        def start_with_the_limit() -> None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.served_process", json.dumps(limits)],
-            cwd=REPO,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            preexec_fn=None if open_files is None else start_with_the_limit,
-        )
+        The child lowers its own limit first thing: a `preexec_fn` would fork this process, whose gRPC threads
+        may hold locks the child then waits on (a CI run's child never printed READY)."""
+        argv = [sys.executable, "-m", "tests.served_process", json.dumps(limits)]
+        if open_files is not None:
+            argv.append(str(open_files))
+        self.proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], 120)
         line = self.proc.stdout.readline() if ready else ""
@@ -494,6 +489,7 @@ def test_a_thousand_idle_connections_leave_descriptors_for_other_clients_under_a
 
 def test_a_hard_open_file_limit_below_the_caps_is_warned_of():
     script = (
+        "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)); "
         "import logging; logging.basicConfig(); "
         "from pytriton.options.limits import ServerLimits; "
         "from pytriton.runtime.open_files import raise_open_files_limit; "
@@ -504,7 +500,6 @@ def test_a_hard_open_file_limit_below_the_caps_is_warned_of():
         cwd=REPO,
         capture_output=True,
         text=True,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)),
         timeout=60,
     )
     assert (done.returncode, done.stdout.strip()) == (0, "(1024, 1024)"), done.stderr
