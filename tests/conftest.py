@@ -7,15 +7,14 @@ import errno
 import logging
 import os
 import socket
-import sys
 from typing import Any, Callable, Iterator, Optional, Set
 
-# Python 3.9's subprocess forks without vfork, so grpcio's fork handlers run in the child, and while
-# this process has grpcio's threads busy (its clients) they can hang the child before it execs
-# (grpc/grpc#37259). The tests start many subprocesses beside live gRPC clients; on 3.10+ vfork skips the
-# handlers. Set before grpc is first imported: grpcio reads it once.
-if sys.version_info < (3, 10):
-    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# Python 3.9's subprocess forks without vfork, and so does any version's with a preexec_fn: grpcio's fork
+# handlers then run in the child, and while this process has grpcio's threads busy (its clients) they can hang
+# or kill the child before it execs (grpc/grpc#37259; a 3.13 CI run's served process never started, its child
+# logging "epoll_wait error: Bad file descriptor"). The tests start many subprocesses beside live gRPC clients,
+# and none uses gRPC in a forked child. Set before grpc is first imported: grpcio reads it once.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import pytest
 
