@@ -159,9 +159,10 @@ class HttpConnection(asyncio.BufferedProtocol):
         # Nothing is read any more, so a client that closed is seen only when it answers a write with a reset.
         sock = self._transport.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else -1
-        reset = functools.partial(self._left, "after it stopped sending")
-        if self._watched_fd < 0 and self._state.hangups.watch(fd, reset, reset_only=True):
-            self._watched_fd = fd
+        if self._watched_fd < 0:
+            reset = functools.partial(self._left, "after it stopped sending")
+            if self._state.hangups.watch(fd, reset, reset_only=True):
+                self._watched_fd = fd
         return True
 
     def get_buffer(self, sizehint: int) -> memoryview:
