@@ -56,7 +56,15 @@ def build_response(
     leaves it out (strict mode refuses it instead). An output the request asked for by name that the callable did
     not return is left out too, in both modes, as NVIDIA's PyTriton and Triton's ensembles leave it out (Triton
     answers 200 without it). `notices` hears of either.
+
+    A dict whose outputs all passed the checks before as they are, by (name, dtype), is answered unchecked
+    (`spec.passed_outputs`): the checks' verdict on a non-strict model's output is a function of those two.
     """
+    if type(result) is dict:
+        response = _passed_response(spec, result, requested, final)
+        if response is not None:
+            return response
+    returned = result
     result, datatypes = _checked(spec, result, notices)
     outputs: List[OutputTensor] = []
     size = 0
@@ -71,6 +79,39 @@ def build_response(
         size += _bytes_of_object_array(value) if value.dtype.kind == "O" else value.nbytes
     if spec.max_response_bytes and size > spec.max_response_bytes:
         raise _too_large(spec, [output.name for output in outputs], size)
+    _remember_passed(spec, returned)
+    return InferenceResponse(outputs, final)
+
+
+def _passed_response(
+    spec: ModelSpec, result: Dict[Any, Any], requested: Optional[Sequence[str]], final: bool
+) -> Optional[InferenceResponse]:
+    """`build_response` of a dict whose outputs all passed before (`spec.passed_outputs`); None for any other.
+
+    None too when a requested output is missing (its notice) or the outputs are too large (its error): the checks'
+    way says so.
+    """
+    if requested is not None:
+        for name in requested:
+            if name not in result:
+                return None
+    passed = spec.passed_outputs
+    outputs: List[OutputTensor] = []
+    size = 0
+    try:
+        for name, value in result.items():
+            if type(value) is not np.ndarray:
+                return None
+            wire_type = passed.get((name, value.dtype))
+            if wire_type is None:
+                return None
+            if requested is None or name in requested:
+                outputs.append(OutputTensor(name, wire_type, value))
+                size += value.nbytes
+    except TypeError:  # a dtype numpy cannot hash (with unhashable metadata): the checks' way
+        return None
+    if spec.max_response_bytes and size > spec.max_response_bytes:
+        return None
     return InferenceResponse(outputs, final)
 
 
@@ -89,7 +130,7 @@ def checked_outputs(
     if requested is None and type(result) is dict:
         passed = spec.passed_outputs
         for name, value in result.items():
-            if type(value) is not np.ndarray or (name, value.dtype) not in passed:
+            if type(value) is not np.ndarray or passed.get((name, value.dtype)) is None:
                 break
         else:
             selected = dict(result)  # a copy: the callable may return a dict it keeps
@@ -116,10 +157,11 @@ PASSED_LIMIT = 256
 
 
 def _remember_passed(spec: ModelSpec, returned: Any) -> None:
-    """Remember the outputs of a checked answer that pass as they are, whatever their values.
+    """Remember the outputs of a checked answer that pass as they are, whatever their values, with their wire datatype.
 
-    Those are declared numpy arrays of a number or bool datatype that needs no cast. A strict model's checks look at
-    shapes too: none remembered.
+    Those are declared numpy arrays of a number or bool datatype that needs no cast; the others are remembered as
+    None, so that an answer with one of them is not looked at again. A strict model's checks look at shapes too:
+    none remembered.
     """
     if spec.strict or type(returned) is not dict:
         return
@@ -128,15 +170,25 @@ def _remember_passed(spec: ModelSpec, returned: Any) -> None:
         passed.clear()
     declared = spec.output_by_name
     for name, value in returned.items():
+        if type(value) is not np.ndarray:
+            continue
+        key = (name, value.dtype)
+        try:
+            if key in passed:
+                continue
+        except TypeError:  # a dtype numpy cannot hash: never remembered
+            continue
         tensor = declared.get(name)
-        if tensor is not None and type(value) is np.ndarray:
+        wire_type: Optional[str] = None
+        if tensor is not None:
             datatype = datatype_of_dtype(value.dtype)
             if (
                 datatype is not None
                 and datatype != BYTES
                 and (datatype == tensor.datatype or not _casts(datatype, tensor.datatype))
             ):
-                passed[(name, value.dtype)] = True
+                wire_type = BF16 if datatype == "FP32" and tensor.datatype == BF16 else datatype
+        passed[key] = wire_type
 
 
 def _selected(

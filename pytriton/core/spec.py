@@ -81,9 +81,10 @@ class ModelSpec:
     # The version as the wire shows it.
     version_str: str = dataclasses.field(init=False, repr=False, compare=False)
     # Inner calls' signatures that passed the checks: the inputs' (name, dtype, shape) -> batch size, and the
-    # outputs' (name, dtype) answered as they are (core/composition/inner_call.py, core/outputs.py).
+    # outputs' (name, dtype) answered as they are -> their wire datatype, None where they need the checks
+    # (core/composition/inner_call.py, core/outputs.py).
     passed_inputs: Dict[Tuple[Any, ...], int] = dataclasses.field(init=False, repr=False, compare=False)
-    passed_outputs: Dict[Tuple[str, Any], bool] = dataclasses.field(init=False, repr=False, compare=False)
+    passed_outputs: Dict[Tuple[str, Any], Optional[str]] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Index tensors by name once."""
