@@ -194,6 +194,7 @@ def serve_and_send(
     requests: int,
     regions: Optional[SimpleRegions] = None,
     cwd: Optional[pathlib.Path] = None,
+    after: Optional[Callable[[], None]] = None,
 ) -> None:
     """Start the server `command`, send it `requests` of the model's bench request one at a time, and stop it.
 
@@ -212,6 +213,8 @@ def serve_and_send(
             send = _http_sender(http, model, regions)
         for _ in range(requests):
             send()
+        if after is not None:
+            after()  # a load of its own, once the requests above were answered (bench/opcodes.py's --load)
     finally:
         server.terminate()
         server.wait(300)

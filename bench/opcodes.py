@@ -11,6 +11,12 @@ system call, numpy) is one bytecode here, whatever it costs. A run takes about 2
     python -m bench opcodes                                  # `simple` over HTTP, one process
     python -m bench opcodes --frontends 3 --top 40           # the hub and its serving frontend, side by side
     python -m bench opcodes --protocol grpc --model identity
+    python -m bench opcodes --frontends 3 --model identity --load 10   # under wrk, 32 connections: batches form
+
+With `--load SECONDS` the counted requests are wrk's (HTTP binary to the identity model, `--connections` at
+once), so that batches form as they do under load and a batch's work is shared by its requests. The tracer
+slows the server so much that wrk's count is a few thousand; the counts are exact for that run, but the
+batches' sizes move with the machine from run to run.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ import os
 import pathlib
 import sys
 import tempfile
-from typing import Counter, List, Optional, Tuple
+from typing import Callable, Counter, List, Optional, Tuple
 
+from bench import loadgen
 from bench.instructions_ab import serve_and_send
+from bench.payloads import Payload, http_body
 from bench.pinned_rounds import ROOT
 from bench.servers import free_ports
+from bench.workloads import SMALL_SHAPE
 
 WARM_UP = 200
 BASE_REQUESTS = 100
@@ -69,9 +78,29 @@ Function = Tuple[str, int, str]  # file, first line, name
 Counts = Tuple[str, Counter[Function], Counter[Function]]  # process, bytecodes, calls
 
 
-def _counted_run(requests: int, protocol: str, model: str, frontends: int, scratch: pathlib.Path) -> List[Counts]:
-    """Each process's counts over WARM_UP + `requests`: the server's process first, then its frontends by size."""
-    out = scratch / str(requests)
+def _wrk_load(model: str, seconds: float, connections: int) -> Callable[[int], int]:
+    """After the warm-up, wrk's HTTP binary requests to `model` for `seconds`; answers how many it sent."""
+    payload = Payload(model, "binary", SMALL_SHAPE)
+
+    def load(http: int) -> int:
+        body, extra = http_body(payload)
+        url = f"http://127.0.0.1:{http}/v2/models/{model}/infer"
+        return int(loadgen.run_wrk(url, body, extra, connections, seconds, None, 1)["requests"])
+
+    return load
+
+
+def _counted_run(
+    requests: int,
+    protocol: str,
+    model: str,
+    frontends: int,
+    scratch: pathlib.Path,
+    load: Optional[Callable[[int], int]] = None,
+) -> Tuple[List[Counts], int]:
+    """Each process's counts over WARM_UP + `requests` (and `load`'s), the server's process first, then its frontends
+    by size; and how many requests `load` sent."""
+    out = scratch / f"{requests}-{load is not None}"
     out.mkdir()
     http, grpc, metrics = free_ports(3)
     env = dict(
@@ -82,7 +111,9 @@ def _counted_run(requests: int, protocol: str, model: str, frontends: int, scrat
     )
     command = [sys.executable, str(ROOT / "bench" / "model_server.py")]
     command += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
-    serve_and_send(command, env, (http, grpc), protocol, model, WARM_UP + requests)
+    loaded = [0]
+    after = None if load is None else lambda: loaded.__setitem__(0, load(http))
+    serve_and_send(command, env, (http, grpc), protocol, model, WARM_UP + requests, after=after)
     processes: List[Counts] = []
     for path in out.glob("*.json"):
         data = json.loads(path.read_text())
@@ -93,7 +124,7 @@ def _counted_run(requests: int, protocol: str, model: str, frontends: int, scrat
     expected = frontends  # the server's process and frontends - 1 frontend processes
     if len(processes) != expected:
         raise SystemExit(f"{len(processes)} processes wrote counts; {expected} expected")
-    return sorted(processes, key=lambda p: (p[0] != "server", -sum(p[1].values())))
+    return sorted(processes, key=lambda p: (p[0] != "server", -sum(p[1].values()))), loaded[0]
 
 
 def _where(function: Function) -> str:
@@ -111,30 +142,48 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--model", choices=("simple", "identity"), default="simple")
     parser.add_argument("--frontends", type=int, default=1, help="PYTRITON_FRONTENDS; every process is counted")
     parser.add_argument("--top", type=int, default=25, help="functions listed per process")
+    parser.add_argument("--load", type=float, default=0, help="seconds of wrk's load to count (HTTP binary)")
+    parser.add_argument("--connections", type=int, default=32, help="wrk's connections with --load")
     args = parser.parse_args(argv)
+    if args.load and (args.protocol, args.model) != ("http", "identity"):
+        parser.error("--load sends the identity model's HTTP requests: --model identity")
     with tempfile.TemporaryDirectory(prefix="bench-opcodes-") as scratch:
         folder = pathlib.Path(scratch)
         (folder / "sitecustomize.py").write_text(_TRACER)
-        runs = [
-            _counted_run(requests, args.protocol, args.model, args.frontends, folder)
-            for requests in (BASE_REQUESTS, BASE_REQUESTS + args.requests)
-        ]
+        if args.load:
+            base, _ = _counted_run(BASE_REQUESTS, args.protocol, args.model, args.frontends, folder)
+            loaded, counted = _counted_run(
+                BASE_REQUESTS,
+                args.protocol,
+                args.model,
+                args.frontends,
+                folder,
+                _wrk_load(args.model, args.load, args.connections),
+            )
+            runs = [base, loaded]
+            how = f"{counted:,} requests of wrk's {args.connections} connections counted"
+        else:
+            runs = [
+                _counted_run(requests, args.protocol, args.model, args.frontends, folder)[0]
+                for requests in (BASE_REQUESTS, BASE_REQUESTS + args.requests)
+            ]
+            counted = args.requests
+            how = f"{counted} requests counted, one at a time"
     what = f"{args.protocol}, {args.model}, {args.frontends} frontend{'s' if args.frontends > 1 else ''}"
-    print(f"Python bytecodes and calls per request ({what}; {args.requests} requests counted)")
+    print(f"Python bytecodes and calls per request ({what}; {how})")
     total = 0.0
     for (role, ops_before, calls_before), (_, ops, calls) in zip(*runs):
         ops.subtract(ops_before)
         calls.subtract(calls_before)
-        per_request = sum(ops.values()) / args.requests
+        per_request = sum(ops.values()) / counted
         if role == "frontend" and per_request < 1:
             continue  # a frontend that served no connection
         total += per_request
-        print(f"\n{role}: {per_request:,.0f} bytecodes, {sum(calls.values()) / args.requests:,.1f} calls")
+        print(f"\n{role}: {per_request:,.0f} bytecodes, {sum(calls.values()) / counted:,.1f} calls")
         for function, count in ops.most_common(args.top):
-            if count >= args.requests:
+            if count >= counted:
                 print(
-                    f"  {count / args.requests:7,.0f} {calls[function] / args.requests:6.1f}  "
-                    f"{function[2]:30s} {_where(function)}"
+                    f"  {count / counted:7,.0f} {calls[function] / counted:6.1f}  {function[2]:30s} {_where(function)}"
                 )
     if args.frontends > 1:
         print(f"\nall processes: {total:,.0f} bytecodes a request")
