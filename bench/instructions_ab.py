@@ -194,9 +194,12 @@ def serve_and_send(
     requests: int,
     regions: Optional[SimpleRegions] = None,
     cwd: Optional[pathlib.Path] = None,
-    after: Optional[Callable[[], None]] = None,
-) -> None:
+    after: Optional[Callable[[], int]] = None,
+) -> int:
     """Start the server `command`, send it `requests` of the model's bench request one at a time, and stop it.
+
+    `after`, if given, runs a load of its own once those requests were answered (bench/opcodes.py's --load): what it
+    answers (the requests it sent) is returned, else 0.
 
     `ports` are its HTTP and gRPC ports; a loop model (LOOP_MODEL) is asked over HTTP (`--composition`). `cwd`:
     the server's working directory, the tree whose `pytriton` it runs: its frontend processes start as
@@ -213,8 +216,7 @@ def serve_and_send(
             send = _http_sender(http, model, regions)
         for _ in range(requests):
             send()
-        if after is not None:
-            after()  # a load of its own, once the requests above were answered (bench/opcodes.py's --load)
+        return after() if after is not None else 0
     finally:
         server.terminate()
         server.wait(300)

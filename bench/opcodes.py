@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
 import pathlib
@@ -111,9 +112,8 @@ def _counted_run(
     )
     command = [sys.executable, str(ROOT / "bench" / "model_server.py")]
     command += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
-    loaded = [0]
-    after = None if load is None else lambda: loaded.__setitem__(0, load(http))
-    serve_and_send(command, env, (http, grpc), protocol, model, WARM_UP + requests, after=after)
+    after = None if load is None else functools.partial(load, http)
+    loaded = serve_and_send(command, env, (http, grpc), protocol, model, WARM_UP + requests, after=after)
     processes: List[Counts] = []
     for path in out.glob("*.json"):
         data = json.loads(path.read_text())
@@ -124,7 +124,7 @@ def _counted_run(
     expected = frontends  # the server's process and frontends - 1 frontend processes
     if len(processes) != expected:
         raise SystemExit(f"{len(processes)} processes wrote counts; {expected} expected")
-    return sorted(processes, key=lambda p: (p[0] != "server", -sum(p[1].values()))), loaded[0]
+    return sorted(processes, key=lambda p: (p[0] != "server", -sum(p[1].values()))), loaded
 
 
 def _where(function: Function) -> str:
