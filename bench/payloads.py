@@ -12,7 +12,7 @@ import json
 import struct
 import urllib.error
 import urllib.request
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class Payload:
 def http_body(payload: Payload) -> Tuple[bytes, List[Tuple[str, str]]]:
     """The HTTP request body and its extra headers."""
     array = payload.array
-    tensor = {"name": "INPUT_1", "shape": list(array.shape), "datatype": "FP32"}
+    tensor: Dict[str, Any] = {"name": "INPUT_1", "shape": list(array.shape), "datatype": "FP32"}
     if payload.protocol == "json":
         tensor["data"] = array.ravel().tolist()
         doc = {"inputs": [tensor], "outputs": [{"name": name} for name in payload.outputs]}
@@ -67,7 +67,8 @@ def grpc_message(payload: Payload) -> bytes:
     for name in payload.outputs:
         request.outputs.add().name = name
     request.raw_input_contents.append(array.tobytes())
-    return request.SerializeToString()
+    message: bytes = request.SerializeToString()
+    return message
 
 
 def grpc_frame(message: bytes) -> bytes:

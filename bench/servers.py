@@ -316,7 +316,7 @@ def tree_memory(root: int) -> Dict[str, float]:
     pids = [root, *descendants(root)]
     rss = pss = 0.0
     try:
-        import psutil  # type: ignore[import-not-found]
+        import psutil
     except ImportError:
         psutil = None
     for pid in pids:
