@@ -20,6 +20,24 @@ import pytest
 
 from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
+# The variables an operator configures servers with (frontend processes, limits, the OpenAI port, the CLI's token
+# and config, the SageMaker and Vertex AI frontends) would change every server the tests start: with
+# PYTRITON_FRONTENDS=2 exported, 8 tests of one process's internals failed. A test that wants one sets it itself;
+# PYTRITON_TEST_FRONTENDS serves every server of a session through frontend processes (test_frontends_parity.py).
+SERVER_VARIABLES = (  # names and prefixes
+    "PYTRITON_FRONTENDS",
+    "PYTRITON_ACCESS_TOKEN",
+    "PYTRITON_LIMIT_",
+    "PYTRITON_OPENAI_",
+    "PYTRITON_TRITON_CONFIG_",
+    "SAGEMAKER_TRITON_",
+    "AIP_",
+)
+for _name in [name for name in os.environ if name.startswith(SERVER_VARIABLES)]:
+    del os.environ[_name]
+if os.environ.get("PYTRITON_TEST_FRONTENDS"):
+    os.environ["PYTRITON_FRONTENDS"] = os.environ["PYTRITON_TEST_FRONTENDS"]
+
 # The access token of the test servers: the restricted APIs (model repository, statistics, trace, logging,
 # shared memory) stay restricted as on a default server, and tests that call them pass these headers.
 ACCESS_TOKEN = "pytriton-tests-access-token"

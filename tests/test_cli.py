@@ -112,6 +112,25 @@ def test_demo_logs_one_startup_line_with_its_model() -> None:
     assert len([line for line in server.lines if " serving " in line]) == 1, server.output()
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "pids"),
+    [(["--frontends", "2"], {"PYTRITON_FRONTENDS": "3"}, 1), ([], {"PYTRITON_FRONTENDS": "3"}, 2)],
+)
+def test_serve_runs_the_frontend_processes_its_option_asks_for_else_its_environment_s(
+    models: Path, args: List[str], env: Dict[str, str], pids: int
+) -> None:
+    with ServerProcess.cli(
+        "serve", f"{models}:bind", "--allow-metrics", "false", *args, env=free_port_env(**env)
+    ) as server:
+        line = server.wait_for(r"INFO pytriton: frontend processes serve HTTP and gRPC \(pids ([\d, ]+)\)")
+        assert len(line.group(1).split(", ")) == pids
+        port = server.wait_started()["http"]
+        status, document = post_json(port, "/v2/models/double/infer", _body(1))
+        assert status == 200 and document["outputs"][0]["data"] == [2, 4]
+        server.signal(signal.SIGINT)
+        assert server.wait() == 0
+
+
 def test_serve_exits_1_after_an_unrecoverable_model_error(models: Path) -> None:
     with ServerProcess.cli("serve", f"{models}:bind") as server:
         port = server.wait_started()["http"]
@@ -144,6 +163,7 @@ def test_a_port_in_use_is_one_line_naming_it_and_exit_2(models: Path, option: st
         (["--cache-config", "redis,size=10"], "cache_config 'redis,size=10': only the 'local' cache is available"),
         (["--allow-http", "false", "--allow-grpc", "false"], "The `http` or `grpc` endpoint has to be allowed."),
         (["--no-such-option"], "unrecognized arguments: --no-such-option (see pytriton demo --help)"),
+        (["--frontends", "0"], "frontends: 0 is not a number of frontend processes (1 to 256)"),
     ],
 )
 def test_a_bad_option_is_one_line_naming_it_and_exit_2(args: List[str], message: str) -> None:
@@ -183,6 +203,8 @@ def test_a_misspelt_option_gets_the_nearest_one_of_its_command(args: List[str], 
             "maybe",
             "PYTRITON_TRITON_CONFIG_ALLOW_GRPC must be true or false, got 'maybe'",
         ),
+        ("PYTRITON_FRONTENDS", "two", "PYTRITON_FRONTENDS='two' is not a number of frontend processes"),
+        ("PYTRITON_FRONTENDS", "300", "PYTRITON_FRONTENDS: 300 is not a number of frontend processes (1 to 256)"),
     ],
 )
 def test_a_bad_environment_variable_is_one_line_naming_it_and_exit_2(name: str, value: str, message: str) -> None:

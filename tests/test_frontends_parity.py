@@ -1,7 +1,7 @@
 """The transports' own tests, run again through two frontend processes: one server to its clients either way.
 
-Each module runs in a pytest of its own with PYTRITON_FRONTENDS=3, so every server its tests start serves
-HTTP and gRPC from two frontend processes in front of its models (docs/architecture.md, "Frontend
+Each module runs in a pytest of its own with PYTRITON_TEST_FRONTENDS=3 (tests/conftest.py), so every server its
+tests start serves HTTP and gRPC from two frontend processes in front of its models (docs/architecture.md, "Frontend
 processes"); a few again with 2, one frontend process and the hub serving a share of the connections. Left
 out: the tests of one process's internals (its loop's tasks, its receive buffers, budgets and connection
 objects), which a frontend process has and the test process does not.
@@ -43,7 +43,7 @@ HUB_SHARE_MODULES = ["tests/test_system_shared_memory.py", "tests/test_logging_t
     ("module", "frontends"), [(module, "3") for module in MODULES] + [(module, "2") for module in HUB_SHARE_MODULES]
 )
 def test_the_module_passes_through_frontend_processes(module: str, frontends: str) -> None:
-    env = dict(os.environ, PYTRITON_FRONTENDS=frontends)
+    env = dict(os.environ, PYTRITON_TEST_FRONTENDS=frontends)
     command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", module]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, check=False)
     output = f"{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
