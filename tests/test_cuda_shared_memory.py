@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import grpc
@@ -165,14 +166,36 @@ def test_without_cuda_registration_says_gpus_are_not_supported(monkeypatch: pyte
     regions.unregister()
 
 
-def test_cuda_runtime_is_none_on_this_machine() -> None:
-    # CI has no GPU: either cuda-python is missing or it finds no device. Both mean "GPUs not supported".
+def test_cuda_runtime_is_none_without_cuda_python_or_a_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each means "GPUs not supported" (the tests below); a GPU machine's runtime has both, so each is made here.
+    from cuda.bindings import runtime
+
+    no_device = (runtime.cudaError_t.cudaErrorNoDevice, 0)
+    too_old = (runtime.cudaError_t.cudaErrorInsufficientDriver, None)  # CI's machine: a library but no driver
+    for answer in (no_device, too_old):
+        monkeypatch.setattr(runtime, "cudaGetDeviceCount", lambda answer=answer: answer)
+        assert CudaRuntime.load() is None
+
+    def unloadable() -> Tuple[Any, int]:
+        raise RuntimeError("Failed to dlopen libcuda.so.1")
+
+    monkeypatch.setattr(runtime, "cudaGetDeviceCount", unloadable)
+    assert CudaRuntime.load() is None
+    monkeypatch.setattr(runtime, "cudaGetDeviceCount", lambda: (runtime.cudaError_t.cudaSuccess, 1))
+    assert CudaRuntime.load() is not None  # the test can fail
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # cuda-python not installed: its import fails
     assert CudaRuntime.load() is None
 
 
 @pytest.fixture
 def server(start_triton: Callable[..., Triton]) -> Triton:
     return start_triton(_bind_echo)
+
+
+@pytest.fixture
+def no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CUDA device, on a GPU machine too (the runtime is loaded at the first registration)."""
+    monkeypatch.setattr(CudaRuntime, "load", classmethod(lambda cls: None))
 
 
 @pytest.fixture
@@ -260,7 +283,7 @@ NO_GPU_HTTP = [
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "answer"), NO_GPU_HTTP)
 def test_http_without_cuda_answers_as_triton(
-    server: Triton, method: str, path: str, body: Any, status: int, answer: Any
+    server: Triton, no_cuda: None, method: str, path: str, body: Any, status: int, answer: Any
 ) -> None:
     got_status, got = _http(server, method, path, body)
     assert got_status == status
@@ -270,7 +293,7 @@ def test_http_without_cuda_answers_as_triton(
         assert "error" in got
 
 
-def test_grpc_without_cuda_answers_as_triton(server: Triton) -> None:
+def test_grpc_without_cuda_answers_as_triton(server: Triton, no_cuda: None) -> None:
     with grpcclient.InferenceServerClient(grpc_url(server)) as client:
         assert client.get_cuda_shared_memory_status(as_json=True, headers=GRPC_AUTH) == {}
         with pytest.raises(InferenceServerException, match="Unable to find cuda shared memory region: 'r'") as found:

@@ -79,8 +79,9 @@ def fake_nvml(count: int = 2, init_error: bool = False) -> types.ModuleType:
 
 
 def test_no_gpu_no_metrics_and_no_warnings(
-    start_triton: Callable[..., Triton], caplog: pytest.LogCaptureFixture
+    start_triton: Callable[..., Triton], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(init_error=True))  # no driver, on a GPU machine too
     caplog.set_level(logging.DEBUG)
     for allow in (None, True):
         families = scrape(start_triton(_bind_echo, allow_gpu_metrics=allow, metrics_interval_ms=10))
