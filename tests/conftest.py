@@ -37,6 +37,11 @@ for _name in [name for name in os.environ if name.startswith(SERVER_VARIABLES)]:
     del os.environ[_name]
 if os.environ.get("PYTRITON_TEST_FRONTENDS"):
     os.environ["PYTRITON_FRONTENDS"] = os.environ["PYTRITON_TEST_FRONTENDS"]
+# Every server of the tests is on the loopback: a proxy the shell names (behind a company's, say) must not carry
+# the clients' requests there (grpc, urllib, requests and httpx read these), nor those of the servers' subprocesses.
+LOOPBACK = "127.0.0.1,localhost,::1"
+for _name in ("no_proxy", "NO_PROXY"):
+    os.environ[_name] = f"{os.environ[_name]},{LOOPBACK}" if os.environ.get(_name) else LOOPBACK
 
 # The access token of the test servers: the restricted APIs (model repository, statistics, trace, logging,
 # shared memory) stay restricted as on a default server, and tests that call them pass these headers.
