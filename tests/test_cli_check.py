@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Dict, Iterator, NamedTuple
+from typing import Dict, Iterator, NamedTuple, Optional
 
 import pytest
 
@@ -30,11 +30,11 @@ def demo() -> Iterator[Demo]:
         assert "Traceback" not in server.output()  # being asked what it is did the server no harm
 
 
-def check(*args: str) -> subprocess.CompletedProcess[str]:
-    """`pytriton check ARGS` to its end."""
+def check(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
+    """`pytriton check ARGS` to its end (in `env`, by default the tests' own)."""
     return subprocess.run(
         [sys.executable, "-m", "pytriton", "check", *LOOPBACK, *args],
-        env=free_port_env(),
+        env=env or free_port_env(),
         cwd=str(ROOT),
         capture_output=True,
         text=True,
@@ -67,6 +67,16 @@ def test_check_says_a_pytriton_server_serves_its_ports(demo: Demo) -> None:
         f"(server triton, version {version}; pytriton pid {pid})",
         "metrics": f"127.0.0.1:{ports['metrics']}  not free: Triton metrics answer there (GET /metrics)",
     }
+
+
+def test_check_asks_the_ports_itself_whatever_proxy_the_shell_names(demo: Demo) -> None:
+    nowhere = "http://127.0.0.1:9"  # a proxy that is not there: asked through it, every port would look silent
+    env = {name: value for name, value in free_port_env().items() if name.lower() != "no_proxy"}
+    env.update({name: nowhere for name in ("http_proxy", "https_proxy", "grpc_proxy", "HTTP_PROXY", "HTTPS_PROXY")})
+    result = check("--http-port", str(demo.ports["http"]), "--grpc-port", str(demo.ports["grpc"]), env=env)
+    rows = port_lines(result.stdout)
+    assert "Triton HTTP/REST answers there" in rows["HTTP/REST"], result
+    assert "Triton gRPC answers there" in rows["gRPC"], result
 
 
 def test_check_names_the_protocol_a_port_given_for_another_one_serves(demo: Demo) -> None:

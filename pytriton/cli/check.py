@@ -163,7 +163,7 @@ def _probe_grpc(host: str, port: int) -> _Answer:
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    channel = grpc.insecure_channel(target)
+    channel = grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", 0)])  # the port itself, not a proxy
     try:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         reply = stub.ServerMetadata(service_pb2.ServerMetadataRequest(), timeout=PROBE_TIMEOUT_S)
