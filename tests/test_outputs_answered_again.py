@@ -127,7 +127,9 @@ def test_an_output_asked_for_and_not_returned_is_warned_of_after_the_others_pass
     finally:
         pytriton_logger.removeHandler(handler)
     warnings = [record.getMessage() for record in records if "asked for output 'b'" in record.getMessage()]
-    assert len(warnings) == 1 and "model 'forgets_b' version 1" in warnings[0], [record.getMessage() for record in records]
+    assert len(warnings) == 1 and "model 'forgets_b' version 1" in warnings[0], [
+        record.getMessage() for record in records
+    ]
 
 
 def test_an_undeclared_output_is_left_out_each_time(client: httpclient.InferenceServerClient) -> None:
