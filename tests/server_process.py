@@ -161,6 +161,15 @@ def wait_handles_signals(process: subprocess.Popen[str], timeout: float = WAIT_S
         time.sleep(0.01)
 
 
+def as_root(*unshare: str) -> List[str]:
+    """`unshare ARGS`, root in the namespaces it makes: as root, or as any other user in a user namespace of its own.
+
+    A user namespace that maps the user to root owns the network, mount and PID namespaces it makes, where the kernel
+    lets users make one (Debian, Fedora, Ubuntu up to 23.10 by default): the tests that need one pass without root.
+    """
+    return list(unshare) if os.geteuid() == 0 else [*unshare, "--map-root-user"]
+
+
 def start_script(directory: Path, text: str, prefix: Sequence[str] = ()) -> subprocess.Popen[str]:
     """Run `text` as a Python script (pytriton importable, stdout piped), behind `prefix` (e.g. unshare)."""
     script = directory / "server.py"

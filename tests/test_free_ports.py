@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from pytriton.triton import Triton, TritonConfig
-from tests.server_process import ROOT, WAIT_S
+from tests.server_process import ROOT, WAIT_S, as_root
 
 # Run in a network namespace of its own, whose ephemeral range is 12 ports: every port the kernel would pick
 # for a bind to port 0 or an outgoing connection is taken, and none of them may be a reserved one.
@@ -58,9 +58,8 @@ CHECK = textwrap.dedent(
 def test_no_bind_to_port_0_and_no_connection_gets_a_reserved_port() -> None:
     unshare, ip = shutil.which("unshare"), shutil.which("ip")
     assert unshare and ip, "this test needs unshare (util-linux) and ip (iproute2): apt-get install util-linux iproute2"
-    assert os.geteuid() == 0, "this test makes a network namespace (unshare --net): run it as root"
     result = subprocess.run(
-        [unshare, "--net", "sh", "-c", f'{ip} link set lo up && exec "$0" -c "$1"', sys.executable, CHECK],
+        [*as_root(unshare, "--net"), "sh", "-c", f'{ip} link set lo up && exec "$0" -c "$1"', sys.executable, CHECK],
         cwd=ROOT,
         capture_output=True,
         text=True,

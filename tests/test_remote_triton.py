@@ -28,7 +28,7 @@ from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.attach import attach_address
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
-from tests.server_process import wait_handles_signals
+from tests.server_process import as_root, wait_handles_signals
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IO = {
@@ -302,9 +302,15 @@ def _bind_from_another_pid_namespace(url: str, *token: str) -> str:
     """
     unshare = shutil.which("unshare")
     assert unshare, "this test needs util-linux's unshare: apt-get install util-linux"
-    assert os.geteuid() == 0, "this test makes a PID namespace (unshare --pid): run it as root"
     result = subprocess.run(
-        [unshare, "--pid", "--fork", "--mount-proc", sys.executable, "-c", OTHER_NAMESPACE_REMOTE, url, *token],
+        [
+            *as_root(unshare, "--pid", "--fork", "--mount-proc"),
+            sys.executable,
+            "-c",
+            OTHER_NAMESPACE_REMOTE,
+            url,
+            *token,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
