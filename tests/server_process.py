@@ -161,13 +161,16 @@ def wait_handles_signals(process: subprocess.Popen[str], timeout: float = WAIT_S
         time.sleep(0.01)
 
 
-def as_root(*unshare: str) -> List[str]:
-    """`unshare ARGS`, root in the namespaces it makes: as root, or as any other user in a user namespace of its own.
+def namespaces(*unshare: str, root: bool = True) -> List[str]:
+    """`unshare OPTIONS` for any user: root makes the namespaces itself; another user first makes a user namespace.
 
-    A user namespace that maps the user to root owns the network, mount and PID namespaces it makes, where the kernel
-    lets users make one (Debian, Fedora, Ubuntu up to 23.10 by default): the tests that need one pass without root.
+    That namespace owns the network, mount and PID namespaces unshare makes, where the kernel lets users make one
+    (Debian, Fedora, Ubuntu up to 23.10 by default), and the user is root in it (`root`: to set up a loopback or a
+    mount) or stays itself (its uid, which a server's per-user socket names).
     """
-    return list(unshare) if os.geteuid() == 0 else [*unshare, "--map-root-user"]
+    if os.geteuid() == 0:
+        return list(unshare)
+    return [*unshare, "--map-root-user" if root else "--map-current-user"]
 
 
 def start_script(directory: Path, text: str, prefix: Sequence[str] = ()) -> subprocess.Popen[str]:

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from pytriton.triton import Triton, TritonConfig
-from tests.server_process import ROOT, WAIT_S, as_root
+from tests.server_process import ROOT, WAIT_S, namespaces
 
 # Run in a network namespace of its own, whose ephemeral range is 12 ports: every port the kernel would pick
 # for a bind to port 0 or an outgoing connection is taken, and none of them may be a reserved one.
@@ -59,7 +59,7 @@ def test_no_bind_to_port_0_and_no_connection_gets_a_reserved_port() -> None:
     unshare, ip = shutil.which("unshare"), shutil.which("ip")
     assert unshare and ip, "this test needs unshare (util-linux) and ip (iproute2): apt-get install util-linux iproute2"
     result = subprocess.run(
-        [*as_root(unshare, "--net"), "sh", "-c", f'{ip} link set lo up && exec "$0" -c "$1"', sys.executable, CHECK],
+        [*namespaces(unshare, "--net"), "sh", "-c", f'{ip} link set lo up && exec "$0" -c "$1"', sys.executable, CHECK],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -31,7 +31,7 @@ from pytriton.triton import Triton, TritonConfig
 from tests.conftest import http_url, memfds_held, running_triton
 from tests.fleet import wait_until
 from tests.pids import alive, started_at
-from tests.server_process import WAIT_S, as_root, start_script, stop_script
+from tests.server_process import WAIT_S, namespaces, start_script, stop_script
 
 IO = {
     "inputs": [Tensor(name="x", dtype=np.float32, shape=(-1,))],
@@ -814,7 +814,7 @@ def test_a_64_kib_dev_shm_does_not_stop_large_tensors(tmp_path: pathlib.Path) ->
     unshare = shutil.which("unshare")
     assert unshare, "this test needs util-linux's unshare (apt-get install util-linux)"
     mount_then_run = 'mount -t tmpfs -o size=64k tmpfs /dev/shm && exec "$0" "$@"'
-    namespace = as_root(unshare, "--mount", "--propagation", "private")
+    namespace = namespaces(unshare, "--mount", "--propagation", "private")
     server = start_script(tmp_path, SERVER_SCRIPT, [*namespace, "sh", "-c", mount_then_run])
     try:
         assert server.stdout is not None

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.fleet import ROOT
-from tests.server_process import as_root
+from tests.server_process import namespaces
 
 DRIVER = Path(__file__).parent / "ray_cluster_driver.py"
 # Seconds of load for each throughput figure (through Ray's proxy, and direct); printed, never asserted.
@@ -28,7 +28,7 @@ MEASURE_S = 2
 def _namespace_command() -> list:
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.fail("unshare and ip are needed to run Ray on loopback only: apt-get install -y util-linux iproute2")
-    return as_root("unshare", "--net")
+    return namespaces("unshare", "--net")
 
 
 @pytest.mark.timeout(300)

@@ -28,7 +28,7 @@ from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.attach import attach_address
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
-from tests.server_process import as_root, wait_handles_signals
+from tests.server_process import namespaces, wait_handles_signals
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 IO = {
@@ -304,7 +304,7 @@ def _bind_from_another_pid_namespace(url: str, *token: str) -> str:
     assert unshare, "this test needs util-linux's unshare: apt-get install util-linux"
     result = subprocess.run(
         [
-            *as_root(unshare, "--pid", "--fork", "--mount-proc"),
+            *namespaces(unshare, "--pid", "--fork", "--mount-proc", root=False),
             sys.executable,
             "-c",
             OTHER_NAMESPACE_REMOTE,
