@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -280,7 +281,20 @@ class ServerProcess:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
+            _remove_leftover_segments([self.proc.pid, *pids])
         self._log.close()
+
+
+def _remove_leftover_segments(pids: List[int]) -> None:
+    """Remove the shared memory NVIDIA's PyTriton left in /dev/shm ("pytrtion<pid>-...", its spelling).
+
+    Its processes, killed with their group, leave their tensor stores' segments (20-70 MB each): a day of bench
+    runs left 1.9 GB of this machine's memory there. This project's server uses memfd segments, which go with it.
+    """
+    for pid in pids:
+        for path in pathlib.Path("/dev/shm").glob(f"pytrtion{pid}-*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _signal_group(pgid: int, sig: int) -> None:
