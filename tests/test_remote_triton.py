@@ -527,13 +527,12 @@ def test_nvidia_pytritons_remote_example_runs_unchanged_against_pytriton_serve(t
     """The documented example attaches to localhost:8000: it runs in a network namespace where 8000 is free."""
     unshare, ip = shutil.which("unshare"), shutil.which("ip")
     assert unshare and ip, "this test needs unshare (util-linux) and ip (iproute2): apt-get install util-linux iproute2"
-    assert os.geteuid() == 0, "this test makes a network namespace (unshare --net): run it as root"
     (tmp_path / "models.py").write_text(BIND_FILE)
     (tmp_path / "example.py").write_text(NVIDIA_STYLE_EXAMPLE)
     (tmp_path / "driver.py").write_text(DRIVER)
     command = f"{ip} link set lo up && exec {sys.executable} driver.py models.py example.py"
     result = subprocess.run(
-        [unshare, "--net", "sh", "-c", command],
+        [*namespaces(unshare, "--net"), "sh", "-c", command],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -605,14 +604,13 @@ def test_nvidia_pytritons_simple_python_remote_mode_example_runs_unchanged(token
     """
     unshare, ip = shutil.which("unshare"), shutil.which("ip")
     assert unshare and ip, "this test needs unshare (util-linux) and ip (iproute2): apt-get install util-linux iproute2"
-    assert os.geteuid() == 0, "this test makes a network namespace (unshare --net): run it as root"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("TRITON_ACCESS_TOKEN", None)
     if token.endswith(" set"):
         env["TRITON_ACCESS_TOKEN"] = "test-access-token-12345"
     command = f"{ip} link set lo up && exec {sys.executable} -c {shlex.quote(UPSTREAM_DRIVER)} {UPSTREAM_EXAMPLE}"
     result = subprocess.run(
-        [unshare, "--net", "sh", "-c", command], capture_output=True, text=True, timeout=110, env=env
+        [*namespaces(unshare, "--net"), "sh", "-c", command], capture_output=True, text=True, timeout=110, env=env
     )
     output = result.stdout + result.stderr
     lines = result.stdout.strip().splitlines()
