@@ -267,6 +267,7 @@ class ServerProcess:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM the process group, then SIGKILL it and any descendant that left the group."""
+        pids: List[int] = []
         if self.proc.poll() is None:
             pids = descendants(self.proc.pid)
             _signal_group(self.proc.pid, signal.SIGTERM)
@@ -281,7 +282,7 @@ class ServerProcess:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-            _remove_leftover_segments([self.proc.pid, *pids])
+        _remove_leftover_segments([self.proc.pid, *pids])  # a server that ended by itself leaves them too
         self._log.close()
 
 
