@@ -71,6 +71,15 @@ def test_the_lowest_free_region_is_taken() -> None:
     assert regions.take(7, 3) == 0 and regions.take(8, 1) == 5 and regions.take(9, 1) == 9
 
 
+def test_a_key_that_holds_a_region_is_refused_another() -> None:
+    """Two regions under one key would go back as one: the other would be written over while still read."""
+    regions = Regions(10)
+    assert regions.take(1, 3) == 0
+    with pytest.raises(ValueError, match="region key 1 holds a region already"):
+        regions.take(1, 3)
+    assert regions.give_back(1) and regions.take(1, 3) == 0  # given back, the key may be lent again
+
+
 def test_a_region_the_server_still_reads_is_never_written() -> None:
     arena = ResultArena(256 * MIB)
     reader = ArenaReader()

@@ -47,7 +47,13 @@ class Regions:
         return len(self._by_key)
 
     def take(self, key: int, needed: int) -> Optional[int]:
-        """Lend `needed` bytes to `key` (which has none yet): the lowest offset with room, or None."""
+        """Lend `needed` bytes to `key` (which has none yet): the lowest offset with room, or None.
+
+        A key that holds a region already is refused: its two regions would go back as one, and the other be
+        written over while it is still read.
+        """
+        if key in self._by_key:
+            raise ValueError(f"region key {key} holds a region already")
         candidate = 0
         for start, end in zip(self._starts, self._ends):
             if start - candidate >= needed:

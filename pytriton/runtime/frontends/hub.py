@@ -308,7 +308,6 @@ class FrontendLink:
     def _release(self) -> None:
         """Tell the frontend which requests' inputs nothing here views any more."""
         self._releasing = False
-        self._loans = itertools.count(1)
         released = []
         while self._let_go:
             key, region = self._let_go.popleft()
