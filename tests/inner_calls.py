@@ -22,6 +22,18 @@ def running(triton: Triton, model: str) -> bool:
     return bool(triton._runtime.engine.model(model).scheduler.open_requests[1])
 
 
+def cancelled_with_its_request(triton: Triton, outer: str) -> str:
+    """Why an inner call of `outer`'s lone request fails when the request's client gives up on it.
+
+    In the server's own loop that request runs in the task that serves it, and the task's end cancels the call.
+    Forwarded by a frontend process, it runs in a batch of the scheduler's: the call is cancelled once no request
+    of that batch has a client left.
+    """
+    if triton._runtime._pool is None:
+        return f"the request to model '{outer}' that made the call has ended"
+    return f"every request of the batch of model '{outer}' that made the call was cancelled"
+
+
 def pending(triton: Triton, model: str) -> int:
     """How many requests wait in `model`'s queue."""
     return int(triton._runtime.engine.model(model).scheduler.pending)

@@ -22,7 +22,13 @@ from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.proxy.types import Request
 from pytriton.triton import Triton
 from tests.conftest import HTTP_AUTH, http_url, memfds_held, running_triton
-from tests.inner_calls import given_up_over_grpc, pending, queued_behind_a_held_batch, running
+from tests.inner_calls import (
+    cancelled_with_its_request,
+    given_up_over_grpc,
+    pending,
+    queued_behind_a_held_batch,
+    running,
+)
 from tests.waiting import wait_until
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
@@ -249,10 +255,12 @@ def _failures(url: str, model: str) -> int:
     return int(statistics["inference_stats"]["fail"]["count"])
 
 
-def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
+@pytest.mark.parametrize("frontends", [None, 3], ids=["in-process", "two-frontend-processes"])
+def test_a_cancelled_or_expired_outer_request_ends_its_inner_call(frontends: Optional[int]) -> None:
+    """Through frontend processes too: the hub's cancel of a forwarded request reached a queued one only."""
     gate = threading.Event()
     seen: List[ModelCallError] = []
-    with running_triton(lambda triton: _bind_cancellation(triton, gate, seen)) as triton:
+    with running_triton(lambda triton: _bind_cancellation(triton, gate, seen), frontends=frontends) as triton:
         url = http_url(triton)
         blocker = threading.Thread(target=_infer, args=(url, "gated", [0.0]))  # holds gated's only instance
         blocker.start()
@@ -262,7 +270,7 @@ def test_a_cancelled_or_expired_outer_request_ends_its_inner_call() -> None:
         given_up_over_grpc(triton, "caller", lambda: pending(triton, "gated") == 1)
         wait_until(lambda: len(seen) == 1)
         assert seen[0].status.name == "CANCELLED"
-        assert seen[0].message == "the request to model 'caller' that made the call has ended"
+        assert seen[0].message == cancelled_with_its_request(triton, "caller")
         assert _failures(url, "gated") == 1
 
         # The same for a batch that runs in the scheduler's task: once no request of it has a client left.

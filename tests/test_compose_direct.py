@@ -28,7 +28,7 @@ from pytriton.proxy.types import Request
 from pytriton.security import TritonSecurityConfig
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, http_url, running_triton
-from tests.inner_calls import given_up_over_grpc, queued_behind_a_held_batch
+from tests.inner_calls import cancelled_with_its_request, given_up_over_grpc, queued_behind_a_held_batch
 from tests.waiting import wait_until
 
 INPUTS = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
@@ -157,7 +157,7 @@ def _cancel_through(
     given_up_over_grpc(triton, outer, reached)
     wait_until(lambda: len(errors) == 1, f"{outer}'s call error")
     assert errors[0].status.name == "CANCELLED"
-    assert errors[0].message == f"the request to model '{outer}' that made the call has ended"
+    assert errors[0].message == cancelled_with_its_request(triton, outer)
     _wait_for_one_failure(http_url(triton), inner)
     assert _scheduler(triton, inner).open_requests == (0, 0)
 

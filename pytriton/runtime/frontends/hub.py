@@ -140,9 +140,11 @@ class RemoteSink(ResponseSink):
         """The client left: out of the queue if it waits there (CANCELLED), its answers dropped if it runs."""
         if self._done:
             return
+        self.fail(InferenceError.cancelled(_CLIENT_GONE))  # first: the scheduler then sees this request done
         if self.model is not None and self.queued is not None:
-            self.model.scheduler.withdraw(self.queued)  # counts it as cancelled when it was still queued
-        self.fail(InferenceError.cancelled(_CLIENT_GONE))
+            # Counts it as cancelled when it was still queued; when it runs, its callable sees `is_cancelled()`,
+            # and the inner calls of a batch whose every request is done are cancelled.
+            self.model.scheduler.withdraw(self.queued)
 
     def _end(self) -> None:
         self._done = True
