@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Set, Tuple
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 import pytriton.ipc.spawn
 from pytriton.exceptions import PyTritonUnrecoverableError
@@ -607,6 +608,43 @@ def test_a_thread_instance_first_called_out_of_descriptors_serves(tmp_path: path
             assert _total(client, "fresh", np.ones(7, np.float32)) == 7.0
     finally:
         stop_script(server)
+
+
+def test_a_hub_out_of_descriptors_refuses_a_frontends_new_buffer_and_serves_on(tmp_path: pathlib.Path) -> None:
+    """Through two frontend processes, a new receive buffer's descriptor cannot reach the hub while it has none left.
+
+    That message closed the frontend's channel (an IndexError): the frontend went, and with it its connections. Now
+    the hub refuses the buffer, and the frontend copies the requests read into it into their messages.
+    """
+    log = tmp_path / "hub.log"
+    script = FD_STARVED_SERVER.replace(
+        "with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:",
+        f"logging.getLogger('pytriton').addHandler(logging.FileHandler({str(log)!r}))\n"
+        "    with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False), frontends=3) "
+        "as triton:",
+    ).replace("import os, resource", "import logging, os, resource")
+    assert "frontends=3" in script
+    server, port = _start_fd_starved_server(tmp_path, script)
+    try:
+        with httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=30) as client:  # one frontend's
+            assert _total(client, "fresh", np.ones(4, np.float32)) == 4.0
+            assert _total(client, "starve", np.zeros(1, np.float32)) > 0  # the hub has no descriptor left
+            big = np.ones(1 << 20, np.float32)  # 4 MiB: read into a new buffer of the frontend's
+            try:  # sent before the frontend heard of the refusal, it is answered 503; after, it is copied
+                first = _total(client, "fresh", big)
+            except InferenceServerException as error:
+                assert error.status() == "503" and "could not map the buffer" in str(error.message()), error
+            else:
+                assert first == float(1 << 20)
+            assert _total(client, "fresh", big) == float(1 << 20)
+            assert _total(client, "fresh", big * 2) == float(2 << 20)
+            _total(client, "feed", np.zeros(1, np.float32))
+            assert _total(client, "fresh", big * 3) == float(3 << 20)
+    finally:
+        stop_script(server)
+    written = log.read_text()
+    assert "a receive buffer of a frontend process could not be mapped" in written, written
+    assert "unreadable message" not in written and "its connections were closed" not in written, written
 
 
 FD_STARVED_BIND = textwrap.dedent(

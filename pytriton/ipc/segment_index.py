@@ -100,6 +100,13 @@ class OwnSegments:
         """(segment id, offset) of a contiguous array that lies in one of the buffers, else None."""
         return self._spans.locate(array)
 
+    def refused(self, segment_id: int) -> None:
+        """The peer could not map that buffer: arrays in it are located nowhere from now on (they are copied)."""
+        ref = self._buffers.get(segment_id)
+        buffer = ref() if ref is not None else None
+        if buffer is not None:
+            self._spans.remove(buffer.__array_interface__["data"][0], segment_id)
+
     def _gone(self, start: int, segment_id: int) -> None:
         """A buffer is gone (a finalizer: on whichever thread let go of it last)."""
         self._buffers.pop(segment_id, None)

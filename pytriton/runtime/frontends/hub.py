@@ -14,17 +14,21 @@ arena (ipc/regions.py), which the frontend views until its response is out (RETU
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import itertools
+import logging
+import os
 import weakref
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
 from pytriton.core.backlog import Backlog
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
+from pytriton.core.log_budget import LogBudget
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import FrontendTrace, TracedResponse
@@ -45,6 +49,7 @@ from pytriton.runtime.frontends.protocol import (
     END,
     FORGET,
     INFER,
+    REFUSED,
     RELEASED,
     RETURNED,
     SEGMENT,
@@ -65,6 +70,12 @@ from pytriton.runtime.frontends.protocol import (
 ARENA_BUDGET_BYTES = 256 * 2**20
 
 _CLIENT_GONE = "the client disconnected before its response was ready"
+_UNMAPPED = "the server could not map the buffer this request was read into (out of file descriptors?): send it again"
+LOGGER = logging.getLogger("pytriton")
+
+
+def _held_back_refusals(count: int, last: str) -> None:
+    LOGGER.warning("%d more receive buffers of frontend processes could not be mapped; the last: %s", count, last)
 
 
 class RemoteSink(ResponseSink):
@@ -185,14 +196,13 @@ class FrontendLink:
         self._ready: Dict[Tuple[str, str], ServedModel] = {}
         self._view_unpacking_input = self._view_unpacking
         self._held: List[Scheduler] = []  # the schedulers held while a message's requests are queued
+        self._refused: Set[int] = set()  # the frontend's buffers that could not be mapped here (REFUSED)
+        self._refusals = LogBudget(_held_back_refusals)
 
     def on_message(self, message: Message) -> None:
         """Requests, cancels and calls from the frontend."""
         if message.head[0] == SEGMENT:
-            _, segment_id, size = message.head
-            ours = SHARED_SEGMENTS.adopt(message.fds[0], size)
-            self._segments[segment_id] = ours
-            self._theirs[ours] = segment_id
+            self._adopt(message)
             return
         # A batch's requests start together (Scheduler.hold): the first would start alone on an idle instance.
         held = self._held if message.head[0] == BATCH and len(message.head[1]) > 1 else None
@@ -271,6 +281,32 @@ class FrontendLink:
                 sink.finish()  # the response cache answered: that response is the stream's only one
         except InferenceError as error:
             sink.fail(error, answered=False)
+            if key not in self._viewed:  # nothing here views its inputs: the frontend may use its buffers again
+                self.outbox.post((RELEASED, [key]))
+
+    def _adopt(self, message: Message) -> None:
+        """Map a receive buffer the frontend made; one that cannot be mapped here is refused, not fatal.
+
+        Out of descriptors, the kernel drops the one a message carries (or `dup` and `mmap` fail): the frontend
+        is told (REFUSED), and its requests in that buffer travel in their messages from then on. Those it sent
+        before it heard are answered 503.
+        """
+        _, segment_id, size = message.head
+        try:
+            if len(message.fds) != 1:
+                raise OSError(errno.EMFILE, f"its descriptor did not arrive ({len(message.fds)} of 1)")
+            ours = SHARED_SEGMENTS.adopt(message.fds[0], size)
+        except OSError as error:
+            for fd in message.fds:
+                os.close(fd)
+            self._refused.add(segment_id)
+            self.outbox.post((REFUSED, segment_id))
+            line = f"a receive buffer of a frontend process could not be mapped ({error}): its requests are copied"
+            if self._refusals.admit(line):
+                LOGGER.warning("%s", line)
+            return
+        self._segments[segment_id] = ours
+        self._theirs[ours] = segment_id
 
     def _tokens(self, head: Any) -> None:
         """A generation the frontend served through the OpenAI API: counted here, once."""
@@ -289,6 +325,8 @@ class FrontendLink:
         """An input in the frontend's buffer, viewed where it lies until every view of it is gone."""
         ours = self._segments.get(where)
         if ours is None:
+            if where in self._refused:
+                raise InferenceError.unavailable(_UNMAPPED)
             raise ValueError(f"a tensor in shared memory segment {where}, which was never sent")
         region = SHARED_SEGMENTS.region(ours, offset, nbytes)
         regions = self._viewed.setdefault(key, {})
@@ -324,6 +362,7 @@ class FrontendLink:
 
     def _forget(self, segment_id: int) -> None:
         """The frontend let go of a buffer."""
+        self._refused.discard(segment_id)
         ours = self._segments.pop(segment_id, None)
         if ours is not None:
             del self._theirs[ours]

@@ -27,6 +27,7 @@ Hub to frontend:
     (END, key); `loan` names the response's region of the hub's arena (0: none), for RETURNED
     (ARENA, size), alone, with the descriptor of the hub's new arena for this frontend
     (RELEASED, keys): the hub no longer views these requests' inputs in the frontend's buffers
+    (REFUSED, id): the hub could not map that receive buffer (out of descriptors): its requests are copied
     (CONNECTION, "http" or "grpc", over the cap), alone, with the descriptor of a connection the hub accepted
 
 A tensor of a fixed-size dtype is (name, dtype, shape, offset, nbytes, where): its bytes are in the message
@@ -50,7 +51,7 @@ from pytriton.options.server import ServerOptions
 
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
-TOKENS, TAKEN, TRACED_RESPONSE, SENT = 15, 16, 17, 18
+TOKENS, TAKEN, TRACED_RESPONSE, SENT, REFUSED = 15, 16, 17, 18, 19
 STREAM_AHEAD, STREAM_AHEAD_BYTES, STREAM_ACK = 256, 16 << 20, 32
 INIT, READY, START_FAILED = 101, 102, 103
 BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)

@@ -58,6 +58,7 @@ from pytriton.runtime.frontends.protocol import (
     END,
     FAILED,
     FORGET,
+    REFUSED,
     RELEASED,
     RESPONSE,
     RETURNED,
@@ -248,6 +249,8 @@ class HubLink:
             elif tag == RELEASED:
                 for key in head[1]:
                     self._lent.pop(key, None)
+            elif tag == REFUSED:
+                self.buffers.refused(head[1])
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:
