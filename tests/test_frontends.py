@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http.client
+import itertools
 import json
 import logging
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -886,6 +888,66 @@ def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, ca
     finally:
         for connection in opened:
             connection.close()
+
+
+def _binary_infer(connection: http.client.HTTPConnection, model: str, data: np.ndarray) -> Tuple[int, bytes]:
+    """POST `data` (FP32 [1, n]) in the binary tensor extension; the status and the raw answer."""
+    header = json.dumps(
+        {
+            "inputs": [{"name": "INPUT_1", "shape": list(data.shape), "datatype": "FP32", "parameters": {}}],
+            "outputs": [{"name": "OUTPUT_1", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    for_input = header.replace(b'"parameters": {}', f'"parameters": {{"binary_data_size": {data.nbytes}}}'.encode(), 1)
+    headers = {"Inference-Header-Content-Length": str(len(for_input))}
+    connection.request("POST", f"/v2/models/{model}/infer", for_input + data.tobytes(), headers)
+    response = connection.getresponse()
+    return response.status, response.read()
+
+
+def _out_of_descriptors(pid: int) -> Tuple[int, int]:
+    """Set process `pid`'s open-file limit to its lowest free descriptor: it can open none. The limits before."""
+    held = {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+    lowest_free = next(number for number in itertools.count() if number not in held)
+    before = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (lowest_free, before[1]))
+    return before
+
+
+def test_a_frontend_out_of_descriptors_loses_what_comes_with_one_and_serves_on() -> None:
+    """The hub's new arena and a connection it hands over each carry a descriptor, which the kernel drops for a
+    frontend that has none left. Either message closed the frontend's channel (an IndexError, a ValueError): the
+    frontend went, with every connection it served. Now a connection without its descriptor is lost alone, and an
+    arena is refused: the response lent in it fails, and the hub copies the next ones."""
+    others = set(frontend_pids())  # the module's server's
+    with running_triton(lambda triton: triton.bind("double", _double, inputs=FP32, outputs=OUT), frontends=3) as triton:
+        pids = sorted(set(frontend_pids()) - others)
+        data = np.arange(1 << 18, dtype=np.float32).reshape(1, -1)  # 1 MiB: its doubled output is lent an arena
+        with _connections_on_each_frontend(triton.http_port, pids) as connections:
+            limits = {pid: _out_of_descriptors(pid) for pid in pids}
+            try:
+                for connection in connections.values():
+                    status, body = _binary_infer(connection, "double", data)
+                    assert status == 500 and b"the server lost a response" in body, (status, body[:200])
+                    status, body = _binary_infer(connection, "double", data)
+                    assert status == 200 and np.array_equal(
+                        np.frombuffer(body[-data.nbytes :], np.float32), 2 * data.ravel()
+                    )
+                lost = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
+                with pytest.raises((ConnectionError, http.client.HTTPException)):  # its descriptor never arrived
+                    _infer_json(lost, "double", [1.0])
+                lost.close()
+                for connection in connections.values():  # the frontends' own connections serve on
+                    assert _infer_json(connection, "double", [1.0])[0] == 200
+            finally:
+                for pid, before in limits.items():
+                    resource.prlimit(pid, resource.RLIMIT_NOFILE, before)
+            assert sorted(set(frontend_pids()) - others) == pids  # neither was started again
+            for connection in connections.values():
+                status, body = _binary_infer(connection, "double", data)
+                assert status == 200 and np.array_equal(
+                    np.frombuffer(body[-data.nbytes :], np.float32), 2 * data.ravel()
+                )
 
 
 _MAIN = """

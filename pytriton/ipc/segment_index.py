@@ -74,10 +74,15 @@ class OwnSegments:
             segment = SharedSegment.create(size, lazy=True)
         except SharedMemoryUnavailable:
             return np.empty(size, np.uint8)
+        try:
+            fd = os.dup(segment.fileno())  # the peer's
+        except OSError:  # out of descriptors
+            segment.close()
+            return np.empty(size, np.uint8)
         segment_id = next(self._ids)
         buffer = np.ndarray((size,), np.uint8, segment.view())
         start = buffer.__array_interface__["data"][0]
-        self._announce(segment_id, os.dup(segment.fileno()), size)
+        self._announce(segment_id, fd, size)
         segment.close()  # the buffer keeps the mapping; the peer has its own descriptor
         self._spans.add(start, size, segment_id)
         self._buffers[segment_id] = weakref.ref(buffer)

@@ -19,6 +19,7 @@ import functools
 import itertools
 import logging
 import os
+import time
 import weakref
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Set, Tuple
@@ -68,6 +69,8 @@ from pytriton.runtime.frontends.protocol import (
 
 # The most of its arena a frontend's responses hold at once; past it, outputs are copied into the messages.
 ARENA_BUDGET_BYTES = 256 * 2**20
+# After a frontend could not map an arena (out of descriptors), its large outputs are copied for so long.
+NO_LENDING_S = 1.0
 
 _CLIENT_GONE = "the client disconnected before its response was ready"
 _UNMAPPED = "the server could not map the buffer this request was read into (out of file descriptors?): send it again"
@@ -183,6 +186,7 @@ class FrontendLink:
         self._segments: Dict[int, int] = {}
         self._theirs: Dict[int, int] = {}  # ours: its
         self._arena = LendingArena(ARENA_BUDGET_BYTES)
+        self._no_lending_until = 0.0  # the frontend could not map an arena: outputs are copied until then
         # Requests whose inputs are viewed in the frontend's buffers: key -> the regions viewed, their weak refs.
         self._viewed: Dict[int, Dict[int, weakref.ref[np.ndarray]]] = {}
         # Regions no longer viewed (weak references' callbacks append, on whichever thread let go last).
@@ -233,6 +237,9 @@ class FrontendLink:
                 self.open[head[1]] -= 1
             elif tag == TOKENS:
                 self._tokens(head)
+            elif tag == REFUSED:  # the frontend could not map the arena (head[1] is ARENA_PLACE)
+                self._arena.close()
+                self._no_lending_until = time.monotonic() + NO_LENDING_S
             elif tag == TAKEN:
                 sink = self.sinks.get(head[1])
                 if sink is not None:
@@ -385,7 +392,7 @@ class FrontendLink:
                     placed[id(array)] = (theirs, found[1])
                 else:
                     lend[output.name] = array
-        if lend:
+        if lend and time.monotonic() >= self._no_lending_until:
             loan = next(self._loans)
             packed, _, new_arena, lent = self._arena.lend([lend], loan)
             if new_arena and self._arena.segment is not None:

@@ -19,6 +19,7 @@ import socket
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
+from pytriton.core.log_budget import LogBudget
 from pytriton.core.request_spans import FixedStamps
 from pytriton.core.spec import ModelSpec
 from pytriton.ipc.calls import Handler
@@ -35,6 +36,10 @@ from pytriton.transport.receive_budget import ReceiveBudget
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS
 
 LOGGER = logging.getLogger("pytriton")
+
+
+def _held_back_lost(count: int, kind: str) -> None:
+    LOGGER.warning("%d more connections were lost on their way to this frontend process (the last: %s)", count, kind)
 
 
 class FrontendProcess:
@@ -65,6 +70,7 @@ class FrontendProcess:
         self._stamps = FixedStamps(init.trace_stamps)  # the transports', as the hub says
         self._servers: List[Any] = []
         self._by_kind: Dict[str, Any] = {}
+        self._lost_connections = LogBudget(_held_back_lost)
 
     async def start(self) -> None:
         """Serve on the sockets the hub passed down."""
@@ -130,7 +136,15 @@ class FrontendProcess:
             self._by_kind["grpc"] = grpc_server
 
     def _adopt(self, kind: str, fd: int, over_cap: bool) -> None:
-        """Serve a connection the hub accepted (closed at once when this process no longer serves its kind)."""
+        """Serve a connection the hub accepted (closed at once when this process no longer serves its kind).
+
+        `fd` -1: its descriptor never arrived (none left here); the hub counted it, so it is said closed.
+        """
+        if fd < 0:
+            self._closed(kind)
+            if self._lost_connections.admit(kind):
+                LOGGER.warning("a %s connection was lost on its way to this frontend process: no descriptor left", kind)
+            return
         sock = socket.socket(fileno=fd)
         server = self._by_kind.get(kind)
         if server is None:

@@ -11,6 +11,7 @@ Frontend to hub:
     (CANCEL, key): the client left, or cancelled
     (SEGMENT, id, size), alone, with the descriptor of a receive buffer the frontend made; (FORGET, id)
     (RETURNED, loans): the frontend no longer views these regions of the hub's arena
+    (REFUSED, ARENA_PLACE): the frontend could not map the hub's new arena (out of descriptors)
     (CLOSED, kind): a connection the hub handed over closed (the hub counts them against the caps)
     (TOKENS, model, version, first token ns, gaps ns, output tokens, prompt tokens): one generation of the
      OpenAI API, counted in the model's statistics on the hub (core/stats.TokenStats)

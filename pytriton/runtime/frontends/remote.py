@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import time
 from collections import deque
@@ -37,6 +38,7 @@ import numpy as np
 
 from pytriton.core.engine import SpecChange, find_available
 from pytriton.core.errors import InferenceError
+from pytriton.core.log_budget import LogBudget
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import mark_leased
 from pytriton.core.request import InferenceRequest, InferenceResponse
@@ -74,6 +76,13 @@ from pytriton.runtime.frontends.protocol import (
 )
 
 _WATCH_AFTER_NS = int(WATCH_AFTER_S * 1e9)
+LOGGER = logging.getLogger("pytriton")
+
+
+def _held_back_refusals(count: int, last: str) -> None:
+    LOGGER.warning("%d more of the server's arenas could not be mapped; the last: %s", count, last)
+
+
 _END = object()
 _GONE = "the client disconnected before its response was ready"
 
@@ -156,6 +165,7 @@ class HubLink:
         self._lent: Dict[int, Any] = {}  # key: the inputs of a request the hub views in our buffers
         self._returned: Deque[int] = deque()  # loans of the hub's arena no longer viewed here
         self._returning = False
+        self._refusals = LogBudget(_held_back_refusals)
         channel.handle(self._on_message, self._on_closed)
 
     def send(self, spec: ModelSpec, request: InferenceRequest, waiting: Waiting, gone: Optional[Disconnect]) -> int:
@@ -191,10 +201,15 @@ class HubLink:
         """Answers and calls from the hub."""
         tag = message.head[0]
         if tag == CONNECTION:
-            self._on_connection(message.head[1], message.fds[0], message.head[2])
+            # -1: the kernel dropped its descriptor (this process has none left): the connection is lost
+            fd = message.fds[0] if len(message.fds) == 1 else -1
+            if fd < 0:
+                for extra in message.fds:
+                    os.close(extra)
+            self._on_connection(message.head[1], fd, message.head[2])
             return
         if tag == ARENA:
-            self._arena.adopt(message.head[1], message.fds)
+            self._adopt_arena(message)
             return
         waiting = self._waiting
         for head, body in items(message):
@@ -257,6 +272,22 @@ class HubLink:
                 self.calls.on_reply(head)
             elif tag == ABANDON:
                 self.calls.on_abandon(head)
+
+    def _adopt_arena(self, message: Message) -> None:
+        """Map the hub's new arena; one that cannot be mapped (out of descriptors) is refused, not fatal.
+
+        Its responses must then find no arena, not the one before: they fail (500), and the hub copies the next
+        ones into their messages for a while (REFUSED).
+        """
+        try:
+            self._arena.adopt(message.head[1], message.fds)
+        except (OSError, ValueError) as error:
+            self._arena.close()
+            if not self.closed:
+                self.outbox.post((REFUSED, ARENA_PLACE))
+            line = f"the server's arena for responses could not be mapped ({error}): large responses are copied"
+            if self._refusals.admit(line):
+                LOGGER.warning("%s", line)
 
     def _own(self, where: int, offset: int, nbytes: int, dtype: np.dtype, shape: Tuple[int, ...]) -> np.ndarray:
         """An output that lies in a buffer of ours (an identity's output: a view of its input)."""
