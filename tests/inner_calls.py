@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any, Callable, Dict, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, TypeVar
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -22,16 +22,19 @@ def running(triton: Triton, model: str) -> bool:
     return bool(triton._runtime.engine.model(model).scheduler.open_requests[1])
 
 
-def cancelled_with_its_request(triton: Triton, outer: str) -> str:
-    """Why an inner call of `outer`'s lone request fails when the request's client gives up on it.
+def cancelled_with_its_request(triton: Triton, outer: str) -> Tuple[str, ...]:
+    """Why an inner call of `outer`'s lone request may fail when the request's client gives up on it.
 
     In the server's own loop that request runs in the task that serves it, and the task's end cancels the call.
     Forwarded by a frontend process, it runs in a batch of the scheduler's: the call is cancelled once no request
-    of that batch has a client left.
+    of that batch has a client left. With one frontend process the hub serves some connections itself: either.
     """
-    if triton._runtime._pool is None:
-        return f"the request to model '{outer}' that made the call has ended"
-    return f"every request of the batch of model '{outer}' that made the call was cancelled"
+    ended = f"the request to model '{outer}' that made the call has ended"
+    cancelled = f"every request of the batch of model '{outer}' that made the call was cancelled"
+    pool = triton._runtime._pool
+    if pool is None:
+        return (ended,)
+    return (cancelled, ended) if pool._here else (cancelled,)
 
 
 def pending(triton: Triton, model: str) -> int:

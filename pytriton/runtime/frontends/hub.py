@@ -78,7 +78,9 @@ LOGGER = logging.getLogger("pytriton")
 
 
 def _held_back_refusals(count: int, last: str) -> None:
-    LOGGER.warning("%d more receive buffers of frontend processes could not be mapped; the last: %s", count, last)
+    LOGGER.warning(
+        "... and more receive buffers of frontend processes could not be mapped (%d); the last: %s", count, last
+    )
 
 
 class RemoteSink(ResponseSink):

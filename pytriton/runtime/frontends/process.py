@@ -39,7 +39,9 @@ LOGGER = logging.getLogger("pytriton")
 
 
 def _held_back_lost(count: int, kind: str) -> None:
-    LOGGER.warning("%d more connections were lost on their way to this frontend process (the last: %s)", count, kind)
+    LOGGER.warning(
+        "... and more connections were lost on their way to this frontend process (%d; the last: %s)", count, kind
+    )
 
 
 class FrontendProcess:

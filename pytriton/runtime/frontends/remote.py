@@ -80,7 +80,7 @@ LOGGER = logging.getLogger("pytriton")
 
 
 def _held_back_refusals(count: int, last: str) -> None:
-    LOGGER.warning("%d more of the server's arenas could not be mapped; the last: %s", count, last)
+    LOGGER.warning("... and more of the server's arenas could not be mapped (%d); the last: %s", count, last)
 
 
 _END = object()
