@@ -226,7 +226,10 @@ class HubLink:
                     continue
                 try:
                     response = unpack_response(head, body, self._resolver(head[5]) if head[5] else self._own)
-                except ValueError as error:  # names a buffer of ours that is gone: not expected
+                except ValueError as error:  # names a buffer of ours that is gone, or an arena not mapped here
+                    if head[5]:
+                        self._returned.append(head[5])  # viewed by no one: its region goes back at once
+                        self._return_soon()
                     if tag == TRACED_RESPONSE:
                         self.sent(key, "", ())
                     waiting.pop(key, None)
