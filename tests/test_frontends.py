@@ -891,16 +891,16 @@ def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, ca
 
 
 def _binary_infer(connection: http.client.HTTPConnection, model: str, data: np.ndarray) -> Tuple[int, bytes]:
-    """POST `data` (FP32 [1, n]) in the binary tensor extension; the status and the raw answer."""
-    header = json.dumps(
-        {
-            "inputs": [{"name": "INPUT_1", "shape": list(data.shape), "datatype": "FP32", "parameters": {}}],
-            "outputs": [{"name": "OUTPUT_1", "parameters": {"binary_data": True}}],
-        }
-    ).encode()
-    for_input = header.replace(b'"parameters": {}', f'"parameters": {{"binary_data_size": {data.nbytes}}}'.encode(), 1)
-    headers = {"Inference-Header-Content-Length": str(len(for_input))}
-    connection.request("POST", f"/v2/models/{model}/infer", for_input + data.tobytes(), headers)
+    """POST `data` (FP32 [1, n]) in the binary tensor extension, as tritonclient encodes it; the status and raw answer.
+
+    On a connection of the test's choosing (http.client), which tritonclient's own client cannot be given.
+    """
+    tensor = httpclient.InferInput("INPUT_1", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data, binary_data=True)
+    wanted = httpclient.InferRequestedOutput("OUTPUT_1", binary_data=True)
+    body, json_size = httpclient.InferenceServerClient.generate_request_body([tensor], [wanted])
+    headers = {"Inference-Header-Content-Length": str(json_size)}
+    connection.request("POST", f"/v2/models/{model}/infer", body, headers)
     response = connection.getresponse()
     return response.status, response.read()
 
