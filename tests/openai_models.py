@@ -86,6 +86,17 @@ def failing(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
     raise ValueError("the toy model broke")
 
 
+# Byte-level tokens of "café €", a character split over two responses (and over two elements of one), then the
+# first byte of "€" that no response finishes.
+SPLIT_CHARACTERS = [[b"caf\xc3"], [b"\xa9 \xe2", b"\x82"], [b"\xac"], [b"!\xe2"]]
+
+
+def split_characters(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """Streams SPLIT_CHARACTERS, one response a list of elements."""
+    for elements in SPLIT_CHARACTERS:
+        yield [{"text_output": np.array([elements], dtype=object)} for _ in requests]
+
+
 def embed(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     """An 8-float unit vector of each text's hash."""
     answers = []
@@ -138,6 +149,14 @@ def bind_models(triton: Triton) -> None:
         openai=OpenAIChat(),
     )
     triton.bind("endless", endless, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=OpenAIChat())
+    triton.bind(
+        "split-characters",
+        split_characters,
+        [TEXT_IN],
+        [Tensor(name="text_output", dtype=bytes, shape=(-1,))],
+        config=ModelConfig(decoupled=True),
+        openai=OpenAIChat(),
+    )
     triton.bind("failing", failing, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=OpenAIChat())
     embedding = Tensor(name="embedding", dtype=np.float32, shape=(-1,))
     triton.bind("embed", embed, [TEXT_IN], [embedding], openai=OpenAIEmbeddings(truncate_dimensions=True))

@@ -59,7 +59,7 @@ def test_models_lists_the_models_bound_with_an_openai_option(client: openai.Open
     assert ids == sorted(
         [
             *("toy", "toy-batched", "toy-jinja", "toy-fn", "whole", "whole-completions", "with-inputs"),
-            *("endless", "failing", "embed", "embed-fixed", "embed-dims"),
+            *("endless", "failing", "split-characters", "embed", "embed-fixed", "embed-dims"),
         ]
     )
     model = client.models.retrieve("toy")
@@ -132,6 +132,16 @@ def test_stop_sequence_ends_the_text_before_it(client: openai.OpenAI) -> None:
         model="toy", messages=[{"role": "user", "content": "stop here"}], stop=stop, stream=True
     )
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == "".join(tokens[:2])
+
+
+def test_a_character_split_over_responses_arrives_whole(client: openai.OpenAI) -> None:
+    answer = client.chat.completions.create(model="split-characters", messages=USER)
+    assert answer.choices[0].message.content == "café €!\ufffd"  # the last character never finished
+    streamed = client.chat.completions.create(model="split-characters", messages=USER, stream=True)
+    pieces = [chunk.choices[0].delta.content for chunk in streamed if chunk.choices and chunk.choices[0].delta.content]
+    assert pieces == ["caf", "é ", "€", "!", "\ufffd"]
+    stopped = client.chat.completions.create(model="split-characters", messages=USER, stop="é")
+    assert stopped.choices[0].message.content == "caf"
 
 
 def test_n_choices(client: openai.OpenAI) -> None:

@@ -8,6 +8,7 @@ stopped at a stop sequence, or after `max_tokens` responses.
 
 from __future__ import annotations
 
+import codecs
 import time
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
 
@@ -68,13 +69,13 @@ def build_request(
     )
 
 
-def text_of(response: InferenceResponse, name: str = TEXT_OUTPUT) -> str:
-    """The text of a response's output (its elements joined), "" when it has none."""
+def bytes_of(response: InferenceResponse, name: str = TEXT_OUTPUT) -> bytes:
+    """The bytes of a response's output (its elements joined), b"" when it has none."""
     for output in response.outputs:
         if output.name == name:
             items = output.array.reshape(-1).tolist()
-            return "".join(item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item) for item in items)
-    return ""
+            return b"".join(item if isinstance(item, bytes) else str(item).encode() for item in items)
+    return b""
 
 
 # How many first characters of a stop sequence are looked for (at C speed) before a place is compared in full.
@@ -162,11 +163,15 @@ class Generation:
     async def pieces(self) -> AsyncIterator[str]:
         """The text as it comes; leaving early (the client went away) stops the model's generator."""
         responses = self._model.stream(self._request)
+        # A character may be split over two responses (a byte-level token of a multi-byte character): its first
+        # bytes wait for the rest rather than each going out as U+FFFD.
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
         try:
             async for response in responses:
-                text = text_of(response)
-                if not text:
+                data = bytes_of(response)
+                if not data:
                     continue
+                text = decoder.decode(data)
                 self._timed()
                 self.tokens += counted(self._counter, text) if (self._counter or not self._decoupled) else 1
                 out, stopped = self._scanner.feed(text)
@@ -177,11 +182,11 @@ class Generation:
                     return
                 if self._max_tokens is not None and self.tokens >= self._max_tokens:
                     self.finish_reason = "length"
-                    rest = self._scanner.flush()
-                    if rest:
-                        yield rest
-                    return
-            rest = self._scanner.flush()
+                    break
+            out, stopped = self._scanner.feed(decoder.decode(b"", final=True))  # a character left unfinished: U+FFFD
+            if stopped:
+                self.finish_reason = "stop"
+            rest = out if stopped else out + self._scanner.flush()
             if rest:
                 yield rest
         finally:
