@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, Dict, Iterator, List, Tuple
 
+import httpx
 import numpy as np
 import openai
 import pytest
@@ -330,6 +331,10 @@ def test_api_key_is_required_when_configured() -> None:
         with sdk_client(server.http_port, "sk-test") as allowed:
             answer = allowed.chat.completions.create(model="toy", messages=USER, max_tokens=1)
         assert answer.choices[0].message.content == _expected("Say something.", 1)
+        models = f"http://127.0.0.1:{server.http_port}/v1/models"
+        for keys, status in ((("sk-test", "wrong"), 200), (("wrong", "sk-test"), 401)):  # the first header counts
+            headers = [("Authorization", f"Bearer {key}") for key in keys]
+            assert httpx.get(models, headers=headers).status_code == status
 
 
 def test_a_client_leaving_mid_stream_stops_the_generator(triton: Triton) -> None:

@@ -124,8 +124,9 @@ class OpenAIApp:
             return
         given = b""
         for name, value in scope["headers"]:
-            if name == b"authorization":
+            if name == b"authorization":  # the first, as the restricted APIs read their header (and vLLM its key)
                 given = value
+                break
         scheme, _, key = given.partition(b" ")
         if not given:
             raise OpenAIError(
