@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl
 import orjson
 
 from pytriton.core.composition.path import CURRENT, CallPath, Models
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, exception_text
 from pytriton.options.routes import CustomRoutes, Match
 from pytriton.transport.http.responses import Receive, Scope, Send, send_error, until_disconnect
 
@@ -74,7 +74,7 @@ class RouteResponse:
         headers: Optional[Dict[str, str]] = None,
         media_type: str = "application/octet-stream",
     ) -> None:
-        """Create a response."""
+        """Create a response; a `str` body is sent as UTF-8."""
         self.body = body
         self.status = status
         self.headers = dict(headers or {})
@@ -138,7 +138,15 @@ async def serve_custom(
     handler: Optional[asyncio.Future[Any]] = None
     watcher: Optional[asyncio.Future[None]] = None
     try:
-        body = bytes(await read_body())
+        try:
+            body = bytes(await read_body())
+        except Exception as error:
+            refused = getattr(error, "status", None)
+            if not isinstance(refused, int):
+                raise
+            status[0] = refused  # read_body's refusal (413)
+            await send_error(send, refused, str(error))
+            return
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         request = RouteRequest(method, scope["path"], match.parameters, query, headers, body)
@@ -152,6 +160,8 @@ async def serve_custom(
             await send_error(send, CLIENT_LEFT, "the client disconnected before the route answered")
             return
         watcher.cancel()  # before the answer: once it is sent, receive() says the request is over
+        if handler.cancelled():  # the handler raised CancelledError itself: this request was not cancelled
+            raise _HandlerFailed("CancelledError")
         response = response_of(handler.result())
         await _send_response(counted_send, response)
     except InferenceError as error:
@@ -163,14 +173,10 @@ async def serve_custom(
             status[0] = CLIENT_LEFT
         raise
     except Exception as error:
-        refused = getattr(error, "status", None)
-        if isinstance(refused, int):  # read_body's refusal (413)
-            status[0] = refused
-            await send_error(send, refused, str(error))
-        else:
-            LOGGER.exception("custom route %s %s failed", method, route.path)
-            status[0] = 500
-            await send_error(send, 500, f"{type(error).__name__}: {error}")
+        LOGGER.exception("custom route %s %s failed", method, route.path)
+        status[0] = 500
+        text = str(error) if isinstance(error, _HandlerFailed) else f"{type(error).__name__}: {exception_text(error)}"
+        await send_error(send, 500, text)
     finally:
         if watcher is not None:
             watcher.cancel()
@@ -193,16 +199,30 @@ def _drop_outcome(handler: asyncio.Future[Any]) -> None:
         handler.exception()
 
 
+class _HandlerFailed(Exception):
+    """A handler raised a BaseException that is no Exception (SystemExit, KeyboardInterrupt...); its text."""
+
+
 async def _run_handler(handler: Any, request: RouteRequest) -> Any:
-    """Await an async handler; run a plain one in the loop's default executor, in this context (its call path)."""
-    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
-        return await handler(request)
-    context = contextvars.copy_context()
-    loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(None, functools.partial(context.run, handler, request))
-    if inspect.isawaitable(result):
-        return await result
-    return result
+    """Await an async handler; run a plain one in the loop's default executor, in this context (its call path).
+
+    A SystemExit or KeyboardInterrupt it raises becomes `_HandlerFailed`: raised through the loop's task, it would
+    end the server's event loop (the request fails, the server goes on, as for an inference callable).
+    """
+    try:
+        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
+            return await handler(request)
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(None, functools.partial(context.run, handler, request))
+        if inspect.isawaitable(result):
+            return await result
+        return result
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as error:
+        message = exception_text(error)
+        raise _HandlerFailed(f"{type(error).__name__}: {message}" if message else type(error).__name__) from error
 
 
 async def _in_path(models: Models, awaitable: Any) -> Any:
@@ -217,13 +237,24 @@ async def _in_path(models: Models, awaitable: Any) -> Any:
 
 
 async def _send_response(send: Send, response: RouteResponse) -> None:
-    """Send a response whole."""
+    """Send a response whole; a `str` body as UTF-8.
+
+    Whatever is refused (a body of another type, a header that is not latin-1) is refused before the head goes, so
+    that the request is still answered 500.
+    """
+    body = response.body
+    if isinstance(body, str):
+        body = body.encode()
+    elif isinstance(body, (bytearray, memoryview)):
+        body = bytes(body)
+    elif not isinstance(body, bytes):
+        raise TypeError(f"a RouteResponse's body must be bytes or str, not {type(body).__name__}")
     headers: List[Tuple[bytes, bytes]] = [(b"content-type", response.media_type.encode("latin-1"))]
     for name, value in response.headers.items():
         if name.lower() not in ("content-type", "content-length"):
             headers.append((name.encode("latin-1"), value.encode("latin-1")))
         elif name.lower() == "content-type":
             headers[0] = (b"content-type", value.encode("latin-1"))
-    headers.append((b"content-length", b"%d" % len(response.body)))
+    headers.append((b"content-length", b"%d" % len(body)))
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
-    await send({"type": "http.response.body", "body": response.body})
+    await send({"type": "http.response.body", "body": body})
