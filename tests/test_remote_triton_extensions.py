@@ -163,6 +163,12 @@ def test_a_remote_routes_handler_calls_the_servers_models(server: Triton, remote
     assert 'pytriton_custom_route_requests{route="/remote/doubled",method="POST",status="201"} 1' in lines
 
 
+def test_a_remote_handlers_own_cancel_and_str_body_are_answered(server: Triton, remote: Remote) -> None:
+    port = _port(server)
+    assert _json(_request(port, "/remote/cancelled_itself", {})) == (500, {"error": "CancelledError"})
+    assert _request(port, "/remote/text", {}) == (200, "é".encode())
+
+
 def _post_and_leave(port: int, path: str) -> None:
     body = b"{}"
     with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:

@@ -35,7 +35,7 @@ import orjson
 from pytriton.core.composition.async_callers import use_async_caller_here
 from pytriton.core.composition.path import CURRENT, CallArguments, CallPath, ModelCallError
 from pytriton.core.composition.process_callers import use_caller_here
-from pytriton.core.errors import InferenceError, Status
+from pytriton.core.errors import InferenceError, Status, exception_text
 from pytriton.core.process_instances.model_calls import Answer, CalleeArenas, CallerArenas, answered, serve_call
 from pytriton.core.process_instances.protocol import ANSWERS_READ, CALLS_READ, MODEL_ANSWER, MODEL_CALL
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel, Message, encode
@@ -263,7 +263,10 @@ class RouteHost:
         use_async_caller_here(lambda arguments: self._call_async(item, arguments))
         try:
             value = await self._handler(request)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as error:
+            if not item.cancelled:  # the handler's own: its client waits for an answer
+                self._answer(item, None, error)
+                return
             self._forget(item)
             return  # the server answers nobody: its client left
         except BaseException as error:  # noqa: BLE001 - the client gets it as an error answer
@@ -301,7 +304,8 @@ class RouteHost:
                 status, message = error.status.http_status, error.message
             else:
                 LOGGER.error("custom route handler failed", exc_info=error)
-                status, message = 500, f"{type(error).__name__}: {error}"
+                text = exception_text(error)
+                status, message = 500, f"{type(error).__name__}: {text}" if text else type(error).__name__
             response = RouteResponse(orjson.dumps({"error": message}), status, media_type="application/json")
         head = (ROUTE_ANSWER, item.request_id, response.status, response.headers, response.media_type)
         sent: List[Buffer] = encode(head, [response.body] if response.body else [])

@@ -18,7 +18,7 @@ import contextvars
 import functools
 import inspect
 import logging
-from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple, Union
 from urllib.parse import parse_qsl
 
 import orjson
@@ -69,13 +69,13 @@ class RouteResponse:
 
     def __init__(
         self,
-        body: bytes = b"",
+        body: Union[bytes, str] = b"",
         status: int = 200,
         headers: Optional[Dict[str, str]] = None,
         media_type: str = "application/octet-stream",
     ) -> None:
         """Create a response; a `str` body is sent as UTF-8."""
-        self.body = body
+        self.body = _body_bytes(body)
         self.status = status
         self.headers = dict(headers or {})
         self.media_type = media_type
@@ -84,6 +84,17 @@ class RouteResponse:
     def json(cls, value: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> RouteResponse:
         """A JSON response (numpy arrays become lists)."""
         return cls(orjson.dumps(value, option=_JSON_OPTIONS), status, headers, "application/json")
+
+
+def _body_bytes(body: Any) -> bytes:
+    """A response body as bytes: a `str` as UTF-8."""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    raise TypeError(f"a RouteResponse's body must be bytes or str, not {type(body).__name__}")
 
 
 def response_of(value: Any) -> RouteResponse:
@@ -237,18 +248,12 @@ async def _in_path(models: Models, awaitable: Any) -> Any:
 
 
 async def _send_response(send: Send, response: RouteResponse) -> None:
-    """Send a response whole; a `str` body as UTF-8.
+    """Send a response whole.
 
-    Whatever is refused (a body of another type, a header that is not latin-1) is refused before the head goes, so
-    that the request is still answered 500.
+    Whatever is refused (a body set to another type, a header that is not latin-1) is refused before the head goes,
+    so that the request is still answered 500.
     """
-    body = response.body
-    if isinstance(body, str):
-        body = body.encode()
-    elif isinstance(body, (bytearray, memoryview)):
-        body = bytes(body)
-    elif not isinstance(body, bytes):
-        raise TypeError(f"a RouteResponse's body must be bytes or str, not {type(body).__name__}")
+    body = _body_bytes(response.body)
     headers: List[Tuple[bytes, bytes]] = [(b"content-type", response.media_type.encode("latin-1"))]
     for name, value in response.headers.items():
         if name.lower() not in ("content-type", "content-length"):
