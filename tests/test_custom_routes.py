@@ -324,7 +324,15 @@ def _bind_odd(triton: Triton) -> None:
     triton.add_route("/cancelled", _cancelled_route, methods=["GET"])
     triton.add_route("/upstream", _upstream_route, methods=["GET"])
     triton.add_route("/text", lambda request: RouteResponse("é", media_type="text/plain"), methods=["GET"])
+    triton.add_route("/no-content", lambda request: RouteResponse.json({}, status=204), methods=["GET"])
+    triton.add_route("/not-modified", lambda request: RouteResponse(b"stale", status=304), methods=["GET"])
     triton.add_route("/ok", lambda request: "ok", methods=["GET"])
+    triton.mount("/app", _no_content_app)
+
+
+async def _no_content_app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 204, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b"null"})  # as Starlette's JSONResponse(None, 204) sends
 
 
 @pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends"])
@@ -355,3 +363,20 @@ def test_what_a_handler_raises_fails_its_request_with_500_and_the_server_goes_on
 def test_a_str_body_of_a_route_response_is_sent_as_utf8(odd_server: Triton) -> None:
     assert odd_server.http_port is not None
     assert _request(odd_server.http_port, "/text") == (200, "é".encode())
+
+
+@pytest.mark.parametrize("path", ["/no-content", "/not-modified", "/app/x"])
+def test_a_204_or_304_answer_goes_without_a_body_and_the_connection_serves_on(odd_server: Triton, path: str) -> None:
+    assert odd_server.http_port is not None
+    with socket.create_connection(("127.0.0.1", odd_server.http_port), timeout=WAIT_S) as sock:
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\nGET /ok HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+        received = b""
+        while not received.endswith(b"\r\n\r\nok"):
+            chunk = sock.recv(65536)
+            assert chunk, f"the connection closed after {received!r}"
+            received += chunk
+    first, second = received.split(b"\r\n\r\n", 1)
+    assert first.split(b"\r\n", 1)[0] in (b"HTTP/1.1 204 No Content", b"HTTP/1.1 304 Not Modified")
+    if path != "/not-modified":
+        assert b"content-length" not in first.lower()  # RFC 9110 8.6: never with a 204
+    assert second.startswith(b"HTTP/1.1 200 OK\r\n")  # the next answer, not the 204's or 304's body
