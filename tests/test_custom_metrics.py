@@ -355,6 +355,20 @@ def test_thread_instance_metrics_are_exact_on_the_metrics_port() -> None:
     assert {s.labels["model"] for s in families["nv_inference_count"].samples} == {"counting"}
 
 
+def test_a_custom_family_named_like_the_route_counts_is_never_exported() -> None:
+    fake = MetricFamily("pytriton_custom_route_requests", "a custom family named like the server's", COUNTER)
+    fake.Metric(labels={"route": "/fake", "method": "GET", "status": "200"}).increment(5)
+    with running_triton(lambda triton: triton.add_route("/real", lambda request: "ok", methods=["GET"])) as triton:
+        before = scrape_text(triton)  # no route answered yet: the server has no such family to show
+        with urllib.request.urlopen(f"http://127.0.0.1:{triton.http_port}/real", timeout=30) as response:
+            assert response.read() == b"ok"
+        after = scrape_text(triton)
+    assert "pytriton_custom_route_requests" not in before
+    assert [line for line in after.splitlines() if line.startswith("pytriton_custom_route_requests{")] == [
+        'pytriton_custom_route_requests{route="/real",method="GET",status="200"} 1'
+    ]
+
+
 def test_async_callable_metrics_carry_the_model_that_made_them() -> None:
     prefix = "test_custom_async"
     first, second = AsyncCounting(prefix), AsyncCounting(prefix)
