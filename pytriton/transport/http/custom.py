@@ -18,6 +18,9 @@ import contextvars
 import functools
 import inspect
 import logging
+import os
+import queue
+import threading
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple, Union
 from urllib.parse import parse_qsl
 
@@ -148,6 +151,7 @@ async def serve_custom(
     route = match.route
     handler: Optional[asyncio.Future[Any]] = None
     watcher: Optional[asyncio.Future[None]] = None
+    counted = False
     try:
         try:
             body = bytes(await read_body())
@@ -161,11 +165,18 @@ async def serve_custom(
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         request = RouteRequest(method, scope["path"], match.parameters, query, headers, body)
+        stopped = routes.handler_started()
+        counted = True
         handler = asyncio.ensure_future(_in_path(models, _run_handler(route.handler, request)))
         watcher = asyncio.ensure_future(until_disconnect(receive))
-        await asyncio.wait((handler, watcher), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((handler, watcher, stopped), return_when=asyncio.FIRST_COMPLETED)
         if not handler.done():
             _abandon(handler)
+            if stopped.done():
+                status[0] = 503
+                LOGGER.debug("custom route %s %s: the server stopped, its handler is given up", method, route.path)
+                await send_error(send, 503, f"the server stopped before route '{route.path}' answered")
+                return
             status[0] = CLIENT_LEFT
             LOGGER.debug("custom route %s %s: the client left, its handler is cancelled", method, route.path)
             await send_error(send, CLIENT_LEFT, "the client disconnected before the route answered")
@@ -191,6 +202,8 @@ async def serve_custom(
     finally:
         if watcher is not None:
             watcher.cancel()
+        if counted:
+            routes.handler_ended()
         routes.count(route.path, method, status[0])
 
 
@@ -210,6 +223,74 @@ def _drop_outcome(handler: asyncio.Future[Any]) -> None:
         handler.exception()
 
 
+class _HandlerThreads:
+    """Daemon threads for plain handlers, made as needed up to `most`, each taking the next handler's call.
+
+    Not the loop's default executor: its threads are joined as the interpreter exits, so a handler still running
+    when the server stopped would hold the process until it returned; a daemon thread holds nothing, as an
+    instance's does not (core/worker.py).
+    """
+
+    def __init__(self, most: int) -> None:
+        """No thread yet."""
+        self._most = most
+        self._lock = threading.Lock()
+        self._calls: queue.SimpleQueue[Tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]]
+        self._calls = queue.SimpleQueue()
+        self._threads = 0
+        self._waiting = 0  # threads waiting for a call
+        self._untaken = 0  # calls no thread took yet
+
+    def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Run `call()` in one of the threads; the future (on the running loop) gets what it returns or raises."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        with self._lock:
+            self._untaken += 1
+            more = self._untaken > self._waiting and self._threads < self._most
+            if more:
+                self._threads += 1
+                name = f"pytriton-route-{self._threads}"
+        if more:
+            threading.Thread(target=self._work, name=name, daemon=True).start()
+        self._calls.put((loop, future, call))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._waiting += 1
+            loop, future, call = self._calls.get()
+            with self._lock:
+                self._waiting -= 1
+                self._untaken -= 1
+            result: Any = None
+            error: Optional[BaseException] = None
+            try:
+                result = call()
+            except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
+                error = raised
+            try:
+                loop.call_soon_threadsafe(_settle, future, result, error)
+            except RuntimeError:  # the loop closed while the handler ran: nobody waits for it
+                pass
+            del loop, future, call, result, error
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
+    """On the loop: a handler's outcome, unless it was given up."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+# As many as the loop's default executor would have had.
+_HANDLER_THREADS = _HandlerThreads(min(32, (os.cpu_count() or 1) + 4))
+
+
 class _HandlerFailed(Exception):
     """A handler raised a BaseException that is no Exception (SystemExit, KeyboardInterrupt...); its text."""
 
@@ -224,8 +305,7 @@ async def _run_handler(handler: Any, request: RouteRequest) -> Any:
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
             return await handler(request)
         context = contextvars.copy_context()
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(None, functools.partial(context.run, handler, request))
+        result = await _HANDLER_THREADS.run(functools.partial(context.run, handler, request))
         if inspect.isawaitable(result):
             return await result
         return result
