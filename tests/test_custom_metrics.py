@@ -282,6 +282,18 @@ def test_updates_take_numbers_only_as_triton_does() -> None:
     assert 'test_custom_numbers_histogram_bucket{le="1"} 1\n' in text
 
 
+def test_a_histogram_bucket_at_minus_infinity_is_written_as_such() -> None:
+    # It was written le="+Inf", so the histogram had two +Inf buckets (a duplicate series Prometheus refuses).
+    histogram = MetricFamily("test_custom_minus_inf", "h", MetricFamily.HISTOGRAM)
+    histogram.Metric(buckets=[float("-inf"), 1.0]).observe(-5.0)
+    lines = [line for line in render(custom_families(set())).decode().splitlines() if "test_custom_minus_inf_b" in line]
+    assert lines == [
+        'test_custom_minus_inf_bucket{le="-Inf"} 0',
+        'test_custom_minus_inf_bucket{le="1"} 1',
+        'test_custom_minus_inf_bucket{le="+Inf"} 1',
+    ]
+
+
 def test_values_help_and_family_order_as_tritonserver_writes_them() -> None:
     # Read off tritonserver 2.51's /metrics for the same pb_utils calls (prometheus-cpp: `%.16g`, `Nan`, no HELP
     # line for an empty description, counters then gauges then histograms then summaries).
