@@ -360,6 +360,14 @@ def test_what_a_handler_raises_fails_its_request_with_500_and_the_server_goes_on
     assert _request(port, "/ok") == (200, b"ok")
 
 
+def test_a_method_a_route_does_not_serve_gets_405_with_the_methods_it_does(odd_server: Triton) -> None:
+    request = urllib.request.Request(f"http://127.0.0.1:{odd_server.http_port}/ok", data=b"{}", method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    with refused.value:
+        assert (refused.value.code, refused.value.headers["allow"]) == (405, "GET")  # RFC 9110 15.5.6
+
+
 def test_a_str_body_of_a_route_response_is_sent_as_utf8(odd_server: Triton) -> None:
     assert odd_server.http_port is not None
     assert _request(odd_server.http_port, "/text") == (200, "é".encode())

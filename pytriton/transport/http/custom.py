@@ -29,7 +29,7 @@ import orjson
 from pytriton.core.composition.path import CURRENT, CallPath, Models
 from pytriton.core.errors import InferenceError, exception_text
 from pytriton.options.routes import CustomRoutes, Match
-from pytriton.transport.http.responses import Receive, Scope, Send, send_error, until_disconnect
+from pytriton.transport.http.responses import JSON_TYPE, Receive, Scope, Send, send_error, until_disconnect
 
 LOGGER = logging.getLogger(__name__)
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
@@ -146,7 +146,8 @@ async def serve_custom(
         return
     if match.route is None:
         routes.count(scope["path"], method, 405)
-        await send_error(send, 405, "Method Not Allowed")
+        allow = ", ".join(sorted(match.allowed)).encode()
+        await send_error(send, 405, "Method Not Allowed", (JSON_TYPE, (b"allow", allow)))  # RFC 9110 15.5.6
         return
     route = match.route
     handler: Optional[asyncio.Future[Any]] = None
