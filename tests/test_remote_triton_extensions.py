@@ -319,6 +319,24 @@ def test_a_remote_route_goes_when_its_remote_closes_or_dies(server: Triton, tmp_
         dying.close()
 
 
+def test_a_remote_whose_plain_handler_hangs_still_exits_once_it_closed(server: Triton, tmp_path: pathlib.Path) -> None:
+    port = _port(server)
+    hanging = Remote(f"127.0.0.1:{server.http_port}", "hanging", tmp_path)
+    try:
+        answers: queue.Queue[Tuple[int, bytes]] = queue.Queue()
+        client = threading.Thread(target=lambda: answers.put(_request(port, "/hanging/hang", {})))
+        client.start()
+        wait_until(lambda: hanging.marked("hang-entered"), WAIT_S, "the handler runs")
+        assert hanging.process.stdin is not None
+        hanging.process.stdin.close()  # its main() stops the RemoteTriton and returns
+        assert hanging.process.wait(WAIT_S) == 0  # its handler's thread, still sleeping, holds no exit
+        client.join(WAIT_S)
+        status, answer = _json(answers.get_nowait())
+        assert (status, answer) == (503, {"error": "the RemoteTriton that served route '/hanging/hang' is gone"})
+    finally:
+        hanging.close()
+
+
 def _restricted(triton: Triton) -> None:
     _models(triton)
 
