@@ -71,6 +71,16 @@ def failing(request: RouteRequest) -> Any:
     raise ValueError("no luck")
 
 
+async def cancelled_itself(request: RouteRequest) -> Any:
+    """A handler whose own await was cancelled (not its client's leaving): 500."""
+    raise asyncio.CancelledError()
+
+
+def text(request: RouteRequest) -> RouteResponse:
+    """A str body: sent as UTF-8."""
+    return RouteResponse("é", media_type="text/plain")
+
+
 async def held(request: RouteRequest) -> Any:
     """Waits on the server's `held` model until its client leaves (then it is cancelled)."""
     _mark("held-entered")
@@ -162,6 +172,8 @@ def main() -> None:
     remote.add_route(f"/{name}/doubled_async", doubled_async)
     remote.add_route(f"/{name}/wrong_dtype", wrong_dtype)
     remote.add_route(f"/{name}/failing", failing)
+    remote.add_route(f"/{name}/cancelled_itself", cancelled_itself)
+    remote.add_route(f"/{name}/text", text)
     remote.add_route(f"/{name}/held", held)
     remote.add_route(f"/{name}/held_sync", held_sync)
     remote.add_route(f"/{name}/hang", hang)

@@ -282,6 +282,18 @@ def test_updates_take_numbers_only_as_triton_does() -> None:
     assert 'test_custom_numbers_histogram_bucket{le="1"} 1\n' in text
 
 
+def test_a_histogram_bucket_at_minus_infinity_is_written_as_such() -> None:
+    # It was written le="+Inf", so the histogram had two +Inf buckets (a duplicate series Prometheus refuses).
+    histogram = MetricFamily("test_custom_minus_inf", "h", MetricFamily.HISTOGRAM)
+    histogram.Metric(buckets=[float("-inf"), 1.0]).observe(-5.0)
+    lines = [line for line in render(custom_families(set())).decode().splitlines() if "test_custom_minus_inf_b" in line]
+    assert lines == [
+        'test_custom_minus_inf_bucket{le="-Inf"} 0',
+        'test_custom_minus_inf_bucket{le="1"} 1',
+        'test_custom_minus_inf_bucket{le="+Inf"} 1',
+    ]
+
+
 def test_values_help_and_family_order_as_tritonserver_writes_them() -> None:
     # Read off tritonserver 2.51's /metrics for the same pb_utils calls (prometheus-cpp: `%.16g`, `Nan`, no HELP
     # line for an empty description, counters then gauges then histograms then summaries).
@@ -353,6 +365,20 @@ def test_thread_instance_metrics_are_exact_on_the_metrics_port() -> None:
     assert "# HELP test_custom_thread_requests Requests counted by the callable" in text
     assert "a custom family named like Triton's" not in text  # the server's own family wins
     assert {s.labels["model"] for s in families["nv_inference_count"].samples} == {"counting"}
+
+
+def test_a_custom_family_named_like_the_route_counts_is_never_exported() -> None:
+    fake = MetricFamily("pytriton_custom_route_requests", "a custom family named like the server's", COUNTER)
+    fake.Metric(labels={"route": "/fake", "method": "GET", "status": "200"}).increment(5)
+    with running_triton(lambda triton: triton.add_route("/real", lambda request: "ok", methods=["GET"])) as triton:
+        before = scrape_text(triton)  # no route answered yet: the server has no such family to show
+        with urllib.request.urlopen(f"http://127.0.0.1:{triton.http_port}/real", timeout=30) as response:
+            assert response.read() == b"ok"
+        after = scrape_text(triton)
+    assert "pytriton_custom_route_requests" not in before
+    assert [line for line in after.splitlines() if line.startswith("pytriton_custom_route_requests{")] == [
+        'pytriton_custom_route_requests{route="/real",method="GET",status="200"} 1'
+    ]
 
 
 def test_async_callable_metrics_carry_the_model_that_made_them() -> None:

@@ -286,3 +286,105 @@ def test_a_sync_route_handlers_model_calls_fail_once_its_client_leaves(held_serv
     assert HELD.handler_finished.wait(WAIT_S)
     assert [HELD.errors.get_nowait(), HELD.errors.get_nowait()] == ["CANCELLED", "CANCELLED"]
     assert HELD.calls == 1  # the call made after the client left never reached the model
+
+
+# -- what a handler raises or returns that the server must still answer -------------------------------------------
+
+
+def _exit_route(request: RouteRequest) -> Any:
+    raise SystemExit(3)  # argparse's way out, say
+
+
+def _interrupt_route(request: RouteRequest) -> Any:
+    raise KeyboardInterrupt()
+
+
+async def _async_exit_route(request: RouteRequest) -> Any:
+    raise SystemExit(4)
+
+
+async def _cancelled_route(request: RouteRequest) -> Any:
+    raise asyncio.CancelledError()  # the handler's own, say a future it awaited was cancelled elsewhere
+
+
+class _UpstreamError(Exception):
+    """An error of a library the handler uses that carries an HTTP status of its own (aiohttp's, requests')."""
+
+    status = 404
+
+
+def _upstream_route(request: RouteRequest) -> Any:
+    raise _UpstreamError("the upstream service answered 404")
+
+
+def _bind_odd(triton: Triton) -> None:
+    triton.add_route("/exit", _exit_route, methods=["GET"])
+    triton.add_route("/interrupt", _interrupt_route, methods=["GET"])
+    triton.add_route("/async-exit", _async_exit_route, methods=["GET"])
+    triton.add_route("/cancelled", _cancelled_route, methods=["GET"])
+    triton.add_route("/upstream", _upstream_route, methods=["GET"])
+    triton.add_route("/text", lambda request: RouteResponse("é", media_type="text/plain"), methods=["GET"])
+    triton.add_route("/no-content", lambda request: RouteResponse.json({}, status=204), methods=["GET"])
+    triton.add_route("/not-modified", lambda request: RouteResponse(b"stale", status=304), methods=["GET"])
+    triton.add_route("/ok", lambda request: "ok", methods=["GET"])
+    triton.mount("/app", _no_content_app)
+
+
+async def _no_content_app(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 204, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b"null"})  # as Starlette's JSONResponse(None, 204) sends
+
+
+@pytest.fixture(scope="module", params=[None, 2], ids=["one-process", "frontends"])
+def odd_server(request: Any) -> Iterator[Triton]:
+    with running_triton(_bind_odd, frontends=request.param) as triton:
+        yield triton
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [
+        ("/exit", "SystemExit: 3"),
+        ("/interrupt", "KeyboardInterrupt"),
+        ("/async-exit", "SystemExit: 4"),
+        ("/cancelled", "CancelledError"),
+        ("/upstream", "_UpstreamError: the upstream service answered 404"),
+    ],
+)
+def test_what_a_handler_raises_fails_its_request_with_500_and_the_server_goes_on(
+    odd_server: Triton, path: str, error: str
+) -> None:
+    port = odd_server.http_port
+    assert port is not None
+    assert _request(port, path) == (500, json.dumps({"error": error}, separators=(",", ":")).encode())
+    assert _request(port, "/ok") == (200, b"ok")
+
+
+def test_a_method_a_route_does_not_serve_gets_405_with_the_methods_it_does(odd_server: Triton) -> None:
+    request = urllib.request.Request(f"http://127.0.0.1:{odd_server.http_port}/ok", data=b"{}", method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    with refused.value:
+        assert (refused.value.code, refused.value.headers["allow"]) == (405, "GET")  # RFC 9110 15.5.6
+
+
+def test_a_str_body_of_a_route_response_is_sent_as_utf8(odd_server: Triton) -> None:
+    assert odd_server.http_port is not None
+    assert _request(odd_server.http_port, "/text") == (200, "é".encode())
+
+
+@pytest.mark.parametrize("path", ["/no-content", "/not-modified", "/app/x"])
+def test_a_204_or_304_answer_goes_without_a_body_and_the_connection_serves_on(odd_server: Triton, path: str) -> None:
+    assert odd_server.http_port is not None
+    with socket.create_connection(("127.0.0.1", odd_server.http_port), timeout=WAIT_S) as sock:
+        sock.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\nGET /ok HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+        received = b""
+        while not received.endswith(b"\r\n\r\nok"):
+            chunk = sock.recv(65536)
+            assert chunk, f"the connection closed after {received!r}"
+            received += chunk
+    first, second = received.split(b"\r\n\r\n", 1)
+    assert first.split(b"\r\n", 1)[0] in (b"HTTP/1.1 204 No Content", b"HTTP/1.1 304 Not Modified")
+    if path != "/not-modified":
+        assert b"content-length" not in first.lower()  # RFC 9110 8.6: never with a 204
+    assert second.startswith(b"HTTP/1.1 200 OK\r\n")  # the next answer, not the 204's or 304's body

@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, Iterator, List
 
 import numpy as np
@@ -485,6 +486,66 @@ def test_an_ensemble_goes_and_comes_back_with_its_step_models_as_in_triton() -> 
         http.load_model("ens", headers=HTTP_AUTH)
         assert http.is_model_ready("pre") and http.is_model_ready("ens")
         assert _http_infer(http_url(triton), "ens", ROWS).as_numpy("OUT").shape == (2, 3)
+
+
+class _HeldDouble:
+    """`pre`'s double, held until released once `hold` is set; `entered` is set when a held call starts."""
+
+    def __init__(self) -> None:
+        self.hold = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        if self.hold.is_set():
+            self.entered.set()
+            assert self.release.wait(60), "never released"
+        return [{"PRE_OUT": request["INPUT"] * 2} for request in requests]
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_unloading_a_later_step_answers_at_once_and_the_runs_under_way_finish_on_it(frontends: Any) -> None:
+    """tritonserver 2.51 (measured: an ensemble slow -> dbl, dbl unloaded while slow ran): the unload answers at
+    once; the step and the ensemble show UNLOADING, refuse their clients (404) and take no new run, while the run
+    under way still calls the step and is answered; then both are UNAVAILABLE."""
+    held = _HeldDouble()
+
+    def bind(triton: Triton) -> None:
+        _bind_steps(triton, pre=held)
+
+    with running_triton(bind, frontends=frontends) as triton, ThreadPoolExecutor(1) as pool:
+        http = httpclient.InferenceServerClient(http_url(triton), network_timeout=30.0)
+        held.hold.set()
+        running = pool.submit(_http_infer, http_url(triton), "ens", ROWS)
+        assert held.entered.wait(30), "the first step never ran"
+        try:
+            http.unload_model("cls", headers=HTTP_AUTH)  # was answered only once the run had ended
+            index = {entry["name"]: entry["state"] for entry in http.get_model_repository_index(headers=HTTP_AUTH)}
+            assert (index["ens"], index["cls"], index["pre"]) == ("UNLOADING", "UNLOADING", "READY")
+            for model, array in (("cls", ROWS), ("ens", ROWS)):
+                with pytest.raises(InferenceServerException) as refused:
+                    _http_infer_named(http_url(triton), model, "X" if model == "cls" else "IN", array)
+                assert refused.value.message() == f"Request for unknown model: '{model}' has no available versions"
+        finally:
+            held.release.set()
+        assert running.result(30).as_numpy("OUT").tolist() == (ROWS * 2)[:, :3].tolist()
+        wait_until(
+            lambda: (
+                {entry["name"]: entry["state"] for entry in http.get_model_repository_index(headers=HTTP_AUTH)}.get(
+                    "cls"
+                )
+                == "UNAVAILABLE"
+            ),
+            "the step's unload to end",
+        )
+        assert not http.is_model_ready("ens")
+
+
+def _http_infer_named(url: str, model: str, name: str, array: np.ndarray) -> httpclient.InferResult:
+    client = httpclient.InferenceServerClient(url)
+    given = httpclient.InferInput(name, list(array.shape), "FP32")
+    given.set_data_from_numpy(array)
+    return client.infer(model, [given])
 
 
 STEPS = [

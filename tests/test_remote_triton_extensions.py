@@ -163,6 +163,12 @@ def test_a_remote_routes_handler_calls_the_servers_models(server: Triton, remote
     assert 'pytriton_custom_route_requests{route="/remote/doubled",method="POST",status="201"} 1' in lines
 
 
+def test_a_remote_handlers_own_cancel_and_str_body_are_answered(server: Triton, remote: Remote) -> None:
+    port = _port(server)
+    assert _json(_request(port, "/remote/cancelled_itself", {})) == (500, {"error": "CancelledError"})
+    assert _request(port, "/remote/text", {}) == (200, "é".encode())
+
+
 def _post_and_leave(port: int, path: str) -> None:
     body = b"{}"
     with socket.create_connection(("127.0.0.1", port), timeout=WAIT_S) as sock:
@@ -311,6 +317,24 @@ def test_a_remote_route_goes_when_its_remote_closes_or_dies(server: Triton, tmp_
         wait_until(lambda: _request(port, "/dying/hang", {})[0] == 404, WAIT_S, "the route is removed")
     finally:
         dying.close()
+
+
+def test_a_remote_whose_plain_handler_hangs_still_exits_once_it_closed(server: Triton, tmp_path: pathlib.Path) -> None:
+    port = _port(server)
+    hanging = Remote(f"127.0.0.1:{server.http_port}", "hanging", tmp_path)
+    try:
+        answers: queue.Queue[Tuple[int, bytes]] = queue.Queue()
+        client = threading.Thread(target=lambda: answers.put(_request(port, "/hanging/hang", {})))
+        client.start()
+        wait_until(lambda: hanging.marked("hang-entered"), WAIT_S, "the handler runs")
+        assert hanging.process.stdin is not None
+        hanging.process.stdin.close()  # its main() stops the RemoteTriton and returns
+        assert hanging.process.wait(WAIT_S) == 0  # its handler's thread, still sleeping, holds no exit
+        client.join(WAIT_S)
+        status, answer = _json(answers.get_nowait())
+        assert (status, answer) == (503, {"error": "the RemoteTriton that served route '/hanging/hang' is gone"})
+    finally:
+        hanging.close()
 
 
 def _restricted(triton: Triton) -> None:

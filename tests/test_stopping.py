@@ -377,3 +377,75 @@ def test_a_stream_or_request_left_open_by_its_client_does_not_hold_the_stop() ->
         client.stop_stream()
         client.close()
     assert took < 10, f"the stop took {took:.1f} s"  # exit_timeout_secs is 30
+
+
+# Custom routes: a plain and an async handler print what they got and hold until a file named "release" exists in
+# the server's folder, or for 600 s ("hang").
+ROUTE_SERVER = """
+    import asyncio, os, sys, time
+    import pytriton.runtime.stopping
+    from pytriton.triton import Triton, TritonConfig
+
+    pytriton.runtime.stopping.PROGRESS_PERIOD_S = 0.2
+
+    def held(request):
+        print("in route", request.path, flush=True)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not (os.path.exists("release") and request.query.get("hang") is None):
+            time.sleep(0.01)
+        return "released"
+
+    async def held_async(request):
+        print("in route", request.path, flush=True)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not (os.path.exists("release") and request.query.get("hang") is None):
+            await asyncio.sleep(0.01)
+        return "released"
+
+    with Triton(config=TritonConfig(exit_timeout_secs=int(sys.argv[1]))) as triton:
+        triton.add_route("/held", held, methods=["GET"])
+        triton.add_route("/held-async", held_async, methods=["GET"])
+        triton.serve()
+    print("serve returned", flush=True)
+"""
+
+
+def _get(port: int, path: str) -> Tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=WAIT_S) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_the_drain_waits_for_running_route_handlers(tmp_path: Path) -> None:
+    with ServerProcess.script(tmp_path, ROUTE_SERVER, "600") as server, ThreadPoolExecutor(2) as pool:
+        port = server.wait_started()["http"]
+        calls = [pool.submit(_get, port, "/held"), pool.submit(_get, port, "/held-async")]
+        server.wait_for("in route")
+        server.wait_for("in route")
+        server.signal(signal.SIGTERM)
+        server.wait_for(r"stopping: 0 requests \(0 running, 0 queued\) and 2 custom route requests still open")
+        (tmp_path / "release").touch()
+        server.wait_for(r"INFO pytriton: stopping: every request finished$")
+        assert [call.result(WAIT_S) for call in calls] == [(200, b"released"), (200, b"released")]
+        assert server.wait() == 0
+
+
+def test_the_cut_off_answers_hung_route_handlers_and_a_hung_thread_does_not_hold_the_exit(tmp_path: Path) -> None:
+    with ServerProcess.script(tmp_path, ROUTE_SERVER, "1") as server, ThreadPoolExecutor(2) as pool:
+        port = server.wait_started()["http"]
+        calls = [pool.submit(_get, port, "/held?hang=1"), pool.submit(_get, port, "/held-async?hang=1")]
+        server.wait_for("in route")
+        server.wait_for("in route")
+        server.signal(signal.SIGTERM)
+        server.wait_for(
+            r"WARNING pytriton: exit_timeout_secs \(1 s\) is over: 0 requests \(0 running, 0 queued\) and 2 custom "
+            r"route requests answered with an error \(UNAVAILABLE\)$"
+        )
+        assert [call.result(WAIT_S) for call in calls] == [
+            (503, b'{"error":"the server stopped before route \'/held\' answered"}'),
+            (503, b'{"error":"the server stopped before route \'/held-async\' answered"}'),
+        ]
+        server.wait_for("^serve returned$")
+        assert server.wait() == 0  # the plain handler still sleeps: its thread does not hold the exit

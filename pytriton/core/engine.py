@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import logging
 import re
 import time
-from typing import Awaitable, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+from typing import Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from pytriton.core.cache import ResponseCache
 from pytriton.core.composition.ensemble import check_ensemble, steps_on
@@ -152,7 +153,8 @@ class Engine:
                 spec.version,
             )
         model = ServedModel(spec, instances, self._cache, on_unrecoverable or self._on_unrecoverable)
-        model.scheduler.models = self  # the callable's inner calls (core/composition/)
+        # The callable's inner calls (core/composition/); an ensemble's steps.
+        model.scheduler.models = self if spec.ensemble is None else _EnsembleSteps(self)
         for made in self.model_made:
             made(model)
         if spec.warmup:
@@ -202,6 +204,19 @@ class Engine:
             if model.state not in _OUT_OF_SERVICE:
                 return model
         return find_available(self._models, name, version, _in_service, lambda: name in self._gone)
+
+    def step_model(self, name: str, version: str = "") -> ServedModel:
+        """As `model`, but also a version still unloading: where an ensemble's steps find their model.
+
+        As Triton's ensemble holds its step models, a step model unloaded while a run is under way serves that
+        run to its end; the ensemble, unloaded with it, takes no new run meanwhile.
+        """
+        versions = self._models.get(name)
+        if versions and (version.isdigit() or not version):
+            model = versions.get(int(version)) if version else versions[max(versions)]
+            if model is not None and model.ensemble_runs_only:
+                return model
+        return self.model(name, version)
 
     def out_of_service(self) -> List[Tuple[str, int]]:
         """The model versions that take no request: unloaded or unloading, and those removed for good."""
@@ -299,39 +314,50 @@ class Engine:
 
         The model shows UNLOADING while its queued and running requests finish (in the background, up to 30 s),
         then UNAVAILABLE; its instances then stop (threads, processes), unless a RemoteTriton bound them. A load
-        of the model waits for that. The ensembles with a step on the model are unloaded with it, as in Triton,
-        and first: they call it, so they drain before the answer. An unknown model is no error: Triton answers
-        such an unload with success.
+        of the model waits for that. The ensembles with a step on the model are unloaded with it, as in Triton:
+        they take no new request at once, and their runs under way finish first, on the model, which takes
+        their steps' requests (`step_model`) while it refuses everyone else's. An unknown model is no error:
+        Triton answers such an unload with success.
         """
         async with self._lock():
             self._unloaded_with_step.discard(name)
-            for model in [m for m in self.models() if _in_service(m) and steps_on(m.spec, name)]:
-                self._unloaded_with_step.add(model.spec.name)  # loaded again with the model, as in Triton
-                model.state = ModelState.UNLOADING
-                self.models_generation += 1
-                await self._changed()
-                await _drain(model, timeout_s=30.0)
-                model.state = ModelState.UNAVAILABLE
+            ensembles = [m for m in self.models() if _in_service(m) and steps_on(m.spec, name)]
             leaving = [model for model in self._models.get(name, {}).values() if _in_service(model)]
-            if not leaving:
+            if not leaving and not ensembles:
                 return
-            for model in leaving:
+            for model in ensembles:
+                self._unloaded_with_step.add(model.spec.name)  # loaded again with the model, as in Triton
                 model.scheduler.refuse()
-                idle = model.scheduler.open_requests == (0, 0)  # nothing to wait for: unloaded now
+                idle = model.scheduler.open_requests == (0, 0)
+                model.state = ModelState.UNAVAILABLE if idle else ModelState.UNLOADING
+            running = [model for model in ensembles if model.state is ModelState.UNLOADING]
+            for model in leaving:
+                if running:  # refused once their runs ended: until then they call it
+                    model.ensemble_runs_only = True
+                else:
+                    model.scheduler.refuse()
+                idle = not running and model.scheduler.open_requests == (0, 0)  # nothing to wait for
                 model.state = ModelState.UNAVAILABLE if idle else ModelState.UNLOADING
             self.models_generation += 1
             await self._changed()
-            task = asyncio.get_running_loop().create_task(self._finish_unload(leaving))
-            self._unloading[name] = task
-            task.add_done_callback(lambda done: self._unloaded(name, done))
+            task = asyncio.get_running_loop().create_task(self._finish_unload(leaving, running))
+            for unloaded in {name, *(model.spec.name for model in running)}:  # a load of either waits for it
+                self._unloading[unloaded] = task
+                task.add_done_callback(functools.partial(self._unloaded, unloaded))
 
-    async def _finish_unload(self, models: List[ServedModel]) -> None:
-        """Let unloaded versions finish their requests, then mark them unavailable and stop their instances.
+    async def _finish_unload(self, models: List[ServedModel], ensembles: Sequence[ServedModel] = ()) -> None:
+        """Let the ensembles on the models, then the models, finish their requests; then stop the models' instances.
 
-        Only instances a binder can start again stop (a load then binds new ones, with fresh statistics, as
-        Triton loads a new model); a RemoteTriton's stay.
+        Each is marked unavailable once drained. Only instances a binder can start again stop (a load then binds
+        new ones, with fresh statistics, as Triton loads a new model); a RemoteTriton's stay.
         """
+        for model in ensembles:
+            await _drain(model, timeout_s=30.0)
+            model.state = ModelState.UNAVAILABLE
+        if ensembles and self.models_changed is not None:
+            self.models_changed()
         for model in models:
+            model.ensemble_runs_only = False
             await _drain(model, timeout_s=30.0)
             model.state = ModelState.UNAVAILABLE
         if self.models_changed is not None:
@@ -544,6 +570,18 @@ class Engine:
             await asyncio.get_running_loop().run_in_executor(None, self.cuda_memory.unregister)
         self.phase = Phase.STOPPED
         self.live = False
+
+
+class _EnsembleSteps:
+    """Where an ensemble's runs find their step models (`Engine.step_model`)."""
+
+    def __init__(self, engine: Engine) -> None:
+        """The step models of `engine`."""
+        self._engine = engine
+
+    def model(self, name: str, version: str = "") -> ServedModel:
+        """The step model version named, also one still unloading."""
+        return self._engine.step_model(name, version)
 
 
 def _in_service(model: ServedModel) -> bool:

@@ -60,6 +60,9 @@ class ServedModel:
         # The binding that replaced this one (a load with a config override): a request that found this one
         # before the swap goes there; those queued or running here finish here.
         self.successor: Optional[ServedModel] = None
+        # UNLOADING, but the runs under way of the ensembles on it still call it (core/engine.Engine.unload):
+        # only they find it (Engine.step_model), everyone else is refused before they reach it.
+        self.ensemble_runs_only = False
 
     @property
     def ready(self) -> bool:
@@ -172,7 +175,7 @@ class ServedModel:
         Returns the sink queued (`sink`, or one that fills the cache on the way), which `scheduler.withdraw`
         takes; None when the cache answered (a stream's caller then ends it: its only response is there).
         """
-        if self.state is not ModelState.READY:
+        if self.state is not ModelState.READY and not self.ensemble_runs_only:
             if self.successor is not None:
                 return self.successor.submit(self.successor.admit(request), sink, streaming)
             self._check_ready()

@@ -6,6 +6,7 @@ endpoint reads its counts. Paths under /v1 and /v2 are Triton's and the OpenAI A
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Pattern, Tuple
@@ -52,6 +53,9 @@ class CustomRoutes:
         self._mounts: List[Mount] = []
         self._lock = threading.Lock()
         self.counts: RouteCounts = {}
+        self.running = 0  # requests whose route handler runs (on the event loop, as the rest below)
+        self._idle: Optional[asyncio.Future[None]] = None  # done once none runs
+        self._cut: Optional[asyncio.Future[None]] = None  # done once a stop gives up the running ones
 
     def __bool__(self) -> bool:
         """Whether any route or mount was added."""
@@ -117,6 +121,34 @@ class CustomRoutes:
             if path == mount.prefix or path.startswith(mount.prefix + "/"):
                 return Match(None, mount, {}, frozenset())
         return None
+
+    def handler_started(self) -> asyncio.Future[None]:
+        """Count a request whose handler starts; the future is done once a stop gives it up (`cut_off`)."""
+        self.running += 1
+        if self._cut is None:
+            self._cut = asyncio.get_running_loop().create_future()
+        return self._cut
+
+    def handler_ended(self) -> None:
+        """A request counted by `handler_started` was answered (or given up)."""
+        self.running -= 1
+        if not self.running and self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
+
+    async def until_idle(self) -> None:
+        """Return once no route handler runs."""
+        if not self.running:
+            return
+        if self._idle is None or self._idle.done():
+            self._idle = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._idle)  # a waiter that gives up leaves the future to the others
+
+    def cut_off(self) -> int:
+        """Give up every handler still running (the server's stop): each request is answered 503; how many."""
+        cut, self._cut = self._cut, None
+        if cut is not None and not cut.done():
+            cut.set_result(None)
+        return self.running
 
     def count(self, label: str, method: str, status: int) -> None:
         """Count one answered request (on the event loop)."""

@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import inspect
 import itertools
 import logging
@@ -35,7 +36,7 @@ import orjson
 from pytriton.core.composition.async_callers import use_async_caller_here
 from pytriton.core.composition.path import CURRENT, CallArguments, CallPath, ModelCallError
 from pytriton.core.composition.process_callers import use_caller_here
-from pytriton.core.errors import InferenceError, Status
+from pytriton.core.errors import InferenceError, Status, exception_text
 from pytriton.core.process_instances.model_calls import Answer, CalleeArenas, CallerArenas, answered, serve_call
 from pytriton.core.process_instances.protocol import ANSWERS_READ, CALLS_READ, MODEL_ANSWER, MODEL_CALL
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel, Message, encode
@@ -149,6 +150,59 @@ class ServedRoute:
 # -- the RemoteTriton's end ---------------------------------------------------------------------------------
 
 
+class _DaemonThreads:
+    """Up to `most` daemon threads, made as needed, that run the jobs given in turn.
+
+    Not a ThreadPoolExecutor: Python joins its threads as the interpreter exits, even after shutdown(wait=False),
+    so a handler that never returns would keep the RemoteTriton's process alive after it closed.
+    """
+
+    def __init__(self, most: int, name: str) -> None:
+        """No thread yet."""
+        self._most = most
+        self._name = name
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[Optional[Callable[[], None]]] = queue.SimpleQueue()
+        self._threads = 0
+        self._waiting = 0  # threads waiting for a job
+        self._untaken = 0  # jobs no thread took yet
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run `job()` in one of the threads."""
+        with self._lock:
+            self._untaken += 1
+            more = self._untaken > self._waiting and self._threads < self._most
+            if more:
+                self._threads += 1
+        if more:
+            threading.Thread(target=self._work, name=self._name, daemon=True).start()
+        self._jobs.put(job)
+
+    def shutdown(self) -> None:
+        """Let each thread end once it is done with the jobs given before (a hung one never does; it holds nothing)."""
+        with self._lock:
+            threads = self._threads
+        for _ in range(threads):
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._waiting += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._waiting -= 1
+                if job is not None:
+                    self._untaken -= 1
+            if job is None:
+                return
+            try:
+                job()
+            except Exception:  # the thread serves the next job
+                LOGGER.exception("a RemoteTriton route's handler thread failed")
+            del job
+
+
 class _Running:
     """A request whose handler runs here: its cancel, and the answers to its model calls in flight."""
 
@@ -185,13 +239,13 @@ class RouteHost:
         self._call_ids = itertools.count(1)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[threading.Thread] = None
-        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pool: Optional[_DaemonThreads] = None
         if self._async:
             loop = self._loop = asyncio.new_event_loop()
             self._loop_thread = threading.Thread(target=loop.run_forever, name="pytriton-remote-route", daemon=True)
             self._loop_thread.start()
         else:
-            self._pool = concurrent.futures.ThreadPoolExecutor(_SYNC_WORKERS, thread_name_prefix="pytriton-route")
+            self._pool = _DaemonThreads(_SYNC_WORKERS, "pytriton-route")
         self.gone = threading.Event()  # the server closed the route (it stopped)
 
     def serve(self) -> None:
@@ -212,7 +266,7 @@ class RouteHost:
                 self._closed = True
                 self._calls.close()
             if self._pool is not None:
-                self._pool.shutdown(wait=False)
+                self._pool.shutdown()
             if self._loop is not None:
                 asyncio.run_coroutine_threadsafe(_stop_loop(), self._loop)
 
@@ -229,7 +283,7 @@ class RouteHost:
                 item.future = asyncio.run_coroutine_threadsafe(self._run_async(item, request), self._loop)
             else:
                 assert self._pool is not None
-                item.future = self._pool.submit(self._run_sync, item, request)
+                self._pool.submit(functools.partial(self._run_sync, item, request))
         elif tag == ROUTE_CANCEL:
             with self._lock:
                 found = self._running.get(head[1])
@@ -263,7 +317,10 @@ class RouteHost:
         use_async_caller_here(lambda arguments: self._call_async(item, arguments))
         try:
             value = await self._handler(request)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as error:
+            if not item.cancelled:  # the handler's own: its client waits for an answer
+                self._answer(item, None, error)
+                return
             self._forget(item)
             return  # the server answers nobody: its client left
         except BaseException as error:  # noqa: BLE001 - the client gets it as an error answer
@@ -301,7 +358,8 @@ class RouteHost:
                 status, message = error.status.http_status, error.message
             else:
                 LOGGER.error("custom route handler failed", exc_info=error)
-                status, message = 500, f"{type(error).__name__}: {error}"
+                text = exception_text(error)
+                status, message = 500, f"{type(error).__name__}: {text}" if text else type(error).__name__
             response = RouteResponse(orjson.dumps({"error": message}), status, media_type="application/json")
         head = (ROUTE_ANSWER, item.request_id, response.status, response.headers, response.media_type)
         sent: List[Buffer] = encode(head, [response.body] if response.body else [])

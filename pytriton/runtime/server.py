@@ -517,6 +517,7 @@ class ServerRuntime:
             lame_duck_s=options.limits.lame_duck_s,
             exit_timeout_s=options.exit_timeout_s,
             hurried=self._hurried,
+            routes=self.routes,
         ).run()
 
     async def _close_ports(self, sending_s: float) -> None:

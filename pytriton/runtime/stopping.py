@@ -27,6 +27,7 @@ import traceback
 from typing import Any, Awaitable, Callable, List, Optional, Sequence
 
 from pytriton.core.engine import Engine
+from pytriton.options.routes import CustomRoutes
 from pytriton.runtime.lame_duck import Leaving, lame_duck
 
 LOGGER = logging.getLogger("pytriton")
@@ -49,9 +50,14 @@ class StopSequence:
         lame_duck_s: float,
         exit_timeout_s: float,
         hurried: asyncio.Event,
+        routes: Optional[CustomRoutes] = None,
     ) -> None:
-        """Stop `engine` and then the ports (`close_ports`), after a lame duck, draining up to `exit_timeout_s`."""
+        """Stop `engine` and then the ports (`close_ports`), after a lame duck, draining up to `exit_timeout_s`.
+
+        The drain waits for the custom routes' running handlers too, and the cut-off gives them up (503).
+        """
         self._engine = engine
+        self._routes = routes
         self._frontends = frontends
         self._close_ports = close_ports
         self._lame_duck_s = lame_duck_s
@@ -84,7 +90,7 @@ class StopSequence:
 
     async def drain(self) -> None:
         """Let queued and running requests finish until the deadline or a hurry, logging what is left."""
-        if not sum(self._engine.open_requests()):
+        if not self._open():
             return
         deadline = self._deadline if self._deadline is not None else time.monotonic() + self._exit_timeout_s
         LOGGER.info(
@@ -92,7 +98,7 @@ class StopSequence:
             self._exit_timeout_s,
             self._describe_open_requests(),
         )
-        idle = asyncio.ensure_future(self._engine.until_idle())
+        idle = asyncio.ensure_future(self._until_idle())
         hurried = asyncio.ensure_future(self._hurried.wait())
         try:
             while True:
@@ -119,7 +125,7 @@ class StopSequence:
     async def cut_off(self) -> None:
         """Answer every request still open with an error."""
         open_requests = self._describe_open_requests()
-        count = self._engine.cut_off()
+        count = self._engine.cut_off() + (self._routes.cut_off() if self._routes is not None else 0)
         if count:
             LOGGER.warning("%s: %s answered with an error (UNAVAILABLE)", self._reason, open_requests)
 
@@ -132,11 +138,28 @@ class StopSequence:
         await self._close_ports(max(deadline - time.monotonic(), 0.0))
         await self._engine.close(deadline=deadline)
 
+    def _open(self) -> int:
+        """The requests queued or running, those of custom routes included."""
+        return sum(self._engine.open_requests()) + (self._routes.running if self._routes is not None else 0)
+
+    async def _until_idle(self) -> None:
+        """Return once no request is queued or running (a route's handler may still call a model after its wait)."""
+        while True:
+            await self._engine.until_idle()
+            if self._routes is not None:
+                await self._routes.until_idle()
+            if not self._open():
+                return
+
     def _describe_open_requests(self) -> str:
-        """'3 requests (2 running, 1 queued)'."""
+        """'3 requests (2 running, 1 queued)', then ' and 1 custom route request' when one runs."""
         queued, running = self._engine.open_requests()
         total = queued + running
-        return f"{total} request{'' if total == 1 else 's'} ({running} running, {queued} queued)"
+        text = f"{total} request{'' if total == 1 else 's'} ({running} running, {queued} queued)"
+        routes = self._routes.running if self._routes is not None else 0
+        if routes:
+            text += f" and {routes} custom route request{'' if routes == 1 else 's'}"
+        return text
 
 
 def where_stuck(loop: asyncio.AbstractEventLoop) -> str:

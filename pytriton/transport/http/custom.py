@@ -18,15 +18,18 @@ import contextvars
 import functools
 import inspect
 import logging
-from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple
+import os
+import queue
+import threading
+from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple, Union
 from urllib.parse import parse_qsl
 
 import orjson
 
 from pytriton.core.composition.path import CURRENT, CallPath, Models
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, exception_text
 from pytriton.options.routes import CustomRoutes, Match
-from pytriton.transport.http.responses import Receive, Scope, Send, send_error, until_disconnect
+from pytriton.transport.http.responses import JSON_TYPE, Receive, Scope, Send, send_error, until_disconnect
 
 LOGGER = logging.getLogger(__name__)
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
@@ -69,13 +72,13 @@ class RouteResponse:
 
     def __init__(
         self,
-        body: bytes = b"",
+        body: Union[bytes, str] = b"",
         status: int = 200,
         headers: Optional[Dict[str, str]] = None,
         media_type: str = "application/octet-stream",
     ) -> None:
-        """Create a response."""
-        self.body = body
+        """Create a response; a `str` body is sent as UTF-8."""
+        self.body = _body_bytes(body)
         self.status = status
         self.headers = dict(headers or {})
         self.media_type = media_type
@@ -84,6 +87,17 @@ class RouteResponse:
     def json(cls, value: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> RouteResponse:
         """A JSON response (numpy arrays become lists)."""
         return cls(orjson.dumps(value, option=_JSON_OPTIONS), status, headers, "application/json")
+
+
+def _body_bytes(body: Any) -> bytes:
+    """A response body as bytes: a `str` as UTF-8."""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    if isinstance(body, (bytearray, memoryview)):
+        return bytes(body)
+    raise TypeError(f"a RouteResponse's body must be bytes or str, not {type(body).__name__}")
 
 
 def response_of(value: Any) -> RouteResponse:
@@ -132,26 +146,45 @@ async def serve_custom(
         return
     if match.route is None:
         routes.count(scope["path"], method, 405)
-        await send_error(send, 405, "Method Not Allowed")
+        allow = ", ".join(sorted(match.allowed)).encode()
+        await send_error(send, 405, "Method Not Allowed", (JSON_TYPE, (b"allow", allow)))  # RFC 9110 15.5.6
         return
     route = match.route
     handler: Optional[asyncio.Future[Any]] = None
     watcher: Optional[asyncio.Future[None]] = None
+    counted = False
     try:
-        body = bytes(await read_body())
+        try:
+            body = bytes(await read_body())
+        except Exception as error:
+            refused = getattr(error, "status", None)
+            if not isinstance(refused, int):
+                raise
+            status[0] = refused  # read_body's refusal (413)
+            await send_error(send, refused, str(error))
+            return
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
         request = RouteRequest(method, scope["path"], match.parameters, query, headers, body)
+        stopped = routes.handler_started()
+        counted = True
         handler = asyncio.ensure_future(_in_path(models, _run_handler(route.handler, request)))
         watcher = asyncio.ensure_future(until_disconnect(receive))
-        await asyncio.wait((handler, watcher), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((handler, watcher, stopped), return_when=asyncio.FIRST_COMPLETED)
         if not handler.done():
             _abandon(handler)
+            if stopped.done():
+                status[0] = 503
+                LOGGER.debug("custom route %s %s: the server stopped, its handler is given up", method, route.path)
+                await send_error(send, 503, f"the server stopped before route '{route.path}' answered")
+                return
             status[0] = CLIENT_LEFT
             LOGGER.debug("custom route %s %s: the client left, its handler is cancelled", method, route.path)
             await send_error(send, CLIENT_LEFT, "the client disconnected before the route answered")
             return
         watcher.cancel()  # before the answer: once it is sent, receive() says the request is over
+        if handler.cancelled():  # the handler raised CancelledError itself: this request was not cancelled
+            raise _HandlerFailed("CancelledError")
         response = response_of(handler.result())
         await _send_response(counted_send, response)
     except InferenceError as error:
@@ -163,17 +196,15 @@ async def serve_custom(
             status[0] = CLIENT_LEFT
         raise
     except Exception as error:
-        refused = getattr(error, "status", None)
-        if isinstance(refused, int):  # read_body's refusal (413)
-            status[0] = refused
-            await send_error(send, refused, str(error))
-        else:
-            LOGGER.exception("custom route %s %s failed", method, route.path)
-            status[0] = 500
-            await send_error(send, 500, f"{type(error).__name__}: {error}")
+        LOGGER.exception("custom route %s %s failed", method, route.path)
+        status[0] = 500
+        text = str(error) if isinstance(error, _HandlerFailed) else f"{type(error).__name__}: {exception_text(error)}"
+        await send_error(send, 500, text)
     finally:
         if watcher is not None:
             watcher.cancel()
+        if counted:
+            routes.handler_ended()
         routes.count(route.path, method, status[0])
 
 
@@ -193,16 +224,97 @@ def _drop_outcome(handler: asyncio.Future[Any]) -> None:
         handler.exception()
 
 
+class _HandlerThreads:
+    """Daemon threads for plain handlers, made as needed up to `most`, each taking the next handler's call.
+
+    Not the loop's default executor: its threads are joined as the interpreter exits, so a handler still running
+    when the server stopped would hold the process until it returned; a daemon thread holds nothing, as an
+    instance's does not (core/worker.py).
+    """
+
+    def __init__(self, most: int) -> None:
+        """No thread yet."""
+        self._most = most
+        self._lock = threading.Lock()
+        self._calls: queue.SimpleQueue[Tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]]
+        self._calls = queue.SimpleQueue()
+        self._threads = 0
+        self._waiting = 0  # threads waiting for a call
+        self._untaken = 0  # calls no thread took yet
+
+    def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Run `call()` in one of the threads; the future (on the running loop) gets what it returns or raises."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        with self._lock:
+            self._untaken += 1
+            more = self._untaken > self._waiting and self._threads < self._most
+            if more:
+                self._threads += 1
+                name = f"pytriton-route-{self._threads}"
+        if more:
+            threading.Thread(target=self._work, name=name, daemon=True).start()
+        self._calls.put((loop, future, call))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._waiting += 1
+            loop, future, call = self._calls.get()
+            with self._lock:
+                self._waiting -= 1
+                self._untaken -= 1
+            result: Any = None
+            error: Optional[BaseException] = None
+            try:
+                result = call()
+            except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
+                error = raised
+            try:
+                loop.call_soon_threadsafe(_settle, future, result, error)
+            except RuntimeError:  # the loop closed while the handler ran: nobody waits for it
+                pass
+            del loop, future, call, result, error
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
+    """On the loop: a handler's outcome, unless it was given up."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+# As many as the loop's default executor would have had.
+_HANDLER_THREADS = _HandlerThreads(min(32, (os.cpu_count() or 1) + 4))
+
+
+class _HandlerFailed(Exception):
+    """A handler raised a BaseException that is no Exception (SystemExit, KeyboardInterrupt...); its text."""
+
+
 async def _run_handler(handler: Any, request: RouteRequest) -> Any:
-    """Await an async handler; run a plain one in the loop's default executor, in this context (its call path)."""
-    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
-        return await handler(request)
-    context = contextvars.copy_context()
-    loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(None, functools.partial(context.run, handler, request))
-    if inspect.isawaitable(result):
-        return await result
-    return result
+    """Await an async handler; run a plain one in the loop's default executor, in this context (its call path).
+
+    A SystemExit or KeyboardInterrupt it raises becomes `_HandlerFailed`: raised through the loop's task, it would
+    end the server's event loop (the request fails, the server goes on, as for an inference callable).
+    """
+    try:
+        if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
+            return await handler(request)
+        context = contextvars.copy_context()
+        result = await _HANDLER_THREADS.run(functools.partial(context.run, handler, request))
+        if inspect.isawaitable(result):
+            return await result
+        return result
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as error:
+        message = exception_text(error)
+        raise _HandlerFailed(f"{type(error).__name__}: {message}" if message else type(error).__name__) from error
 
 
 async def _in_path(models: Models, awaitable: Any) -> Any:
@@ -217,13 +329,18 @@ async def _in_path(models: Models, awaitable: Any) -> Any:
 
 
 async def _send_response(send: Send, response: RouteResponse) -> None:
-    """Send a response whole."""
+    """Send a response whole.
+
+    Whatever is refused (a body set to another type, a header that is not latin-1) is refused before the head goes,
+    so that the request is still answered 500.
+    """
+    body = _body_bytes(response.body)
     headers: List[Tuple[bytes, bytes]] = [(b"content-type", response.media_type.encode("latin-1"))]
     for name, value in response.headers.items():
         if name.lower() not in ("content-type", "content-length"):
             headers.append((name.encode("latin-1"), value.encode("latin-1")))
         elif name.lower() == "content-type":
             headers[0] = (b"content-type", value.encode("latin-1"))
-    headers.append((b"content-length", b"%d" % len(response.body)))
+    headers.append((b"content-length", b"%d" % len(body)))
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
-    await send({"type": "http.response.body", "body": response.body})
+    await send({"type": "http.response.body", "body": body})

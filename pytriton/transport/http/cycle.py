@@ -79,12 +79,12 @@ class RequestCycle:
     """
 
     __slots__ = (
+        "_bodiless",
         "_body",
         "_buffered",
         "_chunked",
         "_connection",
         "_head",
-        "_head_only",
         "_length_left",
         "_lost",
         "_presized",
@@ -130,7 +130,7 @@ class RequestCycle:
         self.head_sent = False  # something of the response is on its way: an error can no longer become a 500
         self._length_left: Optional[int] = None  # body bytes the response's content-length still announces
         self._chunked = False
-        self._head_only = scope["method"] == "HEAD"
+        self._bodiless = scope["method"] == "HEAD"  # no body goes out: a HEAD request, or a 204 or 304 answer
 
     # -- the connection's side --------------------------------------------------------------
 
@@ -237,8 +237,8 @@ class RequestCycle:
             if not self.response_started or self.response_complete:
                 raise RuntimeError("http.response.body sent before http.response.start or after the last part")
             more_body = message.get("more_body", False)
-            body = b"" if self._head_only else message.get("body", b"")
-            parts = None if self._head_only else message.get(BODY_PARTS)
+            body = b"" if self._bodiless else message.get("body", b"")
+            parts = None if self._bodiless else message.get(BODY_PARTS)
             if parts is not None and self._chunked:
                 body, parts = b"".join((body, *parts)), None  # chunk framing needs the part whole
             if self._length_left is not None:
@@ -293,7 +293,9 @@ class RequestCycle:
         Header names should come lower-case, as ASGI asks of apps (this server's apps all do); those of Triton's
         API go out as tritonserver writes them (_WIRE_NAMES). Refused: a
         status that is not three digits, a name that is not a token, a value with a control character,
-        a content-length that is not a number, and a transfer-encoding (the server frames bodies itself).
+        a content-length that is not a number, and a transfer-encoding (the server frames bodies itself). A 204 or
+        304 answer goes without the body an app gives it, as a HEAD request's answer does (a body there would be
+        read as the start of the connection's next response), and a 1xx or 204 without a content-length.
         """
         if type(status) is not int or not 100 <= status <= 999:
             raise RuntimeError(f"invalid response status {status!r}")
@@ -311,6 +313,8 @@ class RequestCycle:
                 if not value.isdigit() or (length is not None and int(value) != length):
                     raise RuntimeError(f"invalid response content-length {value!r}")
                 length = int(value)
+                if status < 200 or status == 204:  # RFC 9110 8.6: a server must not send one with these
+                    continue
             else:
                 if _FORBIDDEN_IN_VALUE.search(value):
                     raise RuntimeError(f"invalid response header value {value!r} for {name!r}")
@@ -318,7 +322,7 @@ class RequestCycle:
                     self.keep_alive = False
                     continue
             lines.append(b"%s: %s\r\n" % (_WIRE_NAMES.get(name, name), value))
-        bodiless = status < 200 or status in (204, 304) or self._head_only
+        bodiless = self._bodiless = status < 200 or status in (204, 304) or self._bodiless
         if length is not None:
             if not bodiless:
                 self._length_left = length

@@ -261,7 +261,7 @@ _OWN_NAMES = frozenset(
     + ["nv_inference_request_failure", "nv_inference_pending_request_count", "nv_inference_first_response_histogram_ms"]
     + ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes", *GPU_FAMILY_NAMES]
     + [name for name, _, _ in _SERVER_CACHE]
-    + ["pytriton_openai_output_tokens", "pytriton_openai_prompt_tokens"]
+    + ["pytriton_openai_output_tokens", "pytriton_openai_prompt_tokens", "pytriton_custom_route_requests"]
     + [name for name, _, _ in _TOKEN_HISTOGRAMS]
 )
 

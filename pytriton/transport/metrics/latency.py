@@ -244,7 +244,5 @@ def _quantile_label(quantile: float) -> str:
 
 
 def _bound_label(bound: float) -> str:
-    """A bucket bound as its `le` label (`100`, `2.5`, `+Inf`)."""
-    if math.isinf(bound):
-        return "+Inf"
+    """A bucket bound as its `le` label (`100`, `2.5`, `+Inf`, `-Inf`)."""
     return format_value(float(bound))  # prometheus-cpp's `%.16g`: `100`, `2.5`, `1e+21`
