@@ -388,15 +388,19 @@ ROUTE_SERVER = """
 
     pytriton.runtime.stopping.PROGRESS_PERIOD_S = 0.2
 
+    def say(line):  # one write: print's separate writes from two threads may share a line
+        sys.stdout.write(line + "\\n")
+        sys.stdout.flush()
+
     def held(request):
-        print("in route", request.path, flush=True)
+        say(f"in route {request.path}")
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not (os.path.exists("release") and request.query.get("hang") is None):
             time.sleep(0.01)
         return "released"
 
     async def held_async(request):
-        print("in route", request.path, flush=True)
+        say(f"in route {request.path}")
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not (os.path.exists("release") and request.query.get("hang") is None):
             await asyncio.sleep(0.01)
