@@ -890,6 +890,55 @@ def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, ca
             connection.close()
 
 
+def test_a_frontend_started_again_maps_the_hub_s_regions_not_what_their_keys_name_now(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client may unlink a region's key once it is registered (the server's mappings keep the segment), and
+    another file may take the key. A frontend started again opened each region by its key: it read the other
+    file's bytes (or, the key gone, answered 404), where the hub and the other frontend read the registered
+    one. It maps the hub's own descriptors now."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    others = set(frontend_pids())  # the module's server's
+    key = f"/pytriton-frontends-unlinked-{os.getpid()}"
+    body = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT_1",
+                    "shape": [1, 4],
+                    "datatype": "FP32",
+                    "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 16},
+                }
+            ]
+        }
+    )
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    with running_triton(bind, frontends=3) as triton, contextlib.ExitStack() as stack:
+        pids = sorted(set(frontend_pids()) - others)
+        fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.pwrite(fd, np.arange(16, dtype=np.float32).tobytes(), 0)
+            with _connections_on_each_frontend(triton.http_port, pids) as connections:
+                _register_region(next(iter(connections.values())), "r", key)
+        finally:
+            os.close(fd)
+            os.unlink(f"/dev/shm{key}")  # as shm_unlink
+        taker = shm.create_shared_memory_region("taker", key, 64)
+        stack.callback(shm.destroy_shared_memory_region, taker)
+        shm.set_shared_memory_region(taker, [np.full(16, 9, np.float32)])
+        os.kill(pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not any("is serving again" in record.getMessage() for record in caplog.records):
+            assert time.monotonic() < deadline, "the frontend was not started again"
+            time.sleep(0.05)
+        with _connections_on_each_frontend(triton.http_port, sorted(set(frontend_pids()) - others)) as connections:
+            for connection in connections.values():
+                connection.request("POST", "/v2/models/identity/infer", body)
+                response = connection.getresponse()
+                assert response.status == 200, response.read()
+                assert json.loads(response.read())["outputs"][0]["data"] == [0.0, 1.0, 2.0, 3.0]
+
+
 def _binary_infer(connection: http.client.HTTPConnection, model: str, data: np.ndarray) -> Tuple[int, bytes]:
     """POST `data` (FP32 [1, n]) in the binary tensor extension, as tritonclient encodes it; the status and raw answer.
 

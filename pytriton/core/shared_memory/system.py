@@ -105,6 +105,26 @@ class SystemSharedMemory:
         self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment)
         self.generation = next(_GENERATIONS)
 
+    def adopt(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
+        """Register `name` as another registry's region mapped from that registry's descriptor `fd` (taken).
+
+        A frontend process follows its hub this way: the key may name another file by now (the client unlinked it
+        once registered, and another took it), while the hub's descriptor is the file it registered.
+
+        Raises:
+            SharedMemoryUnavailable: the file no longer holds the range, or cannot be mapped (`fd` is closed).
+        """
+        segment = SharedSegment(fd, byte_size, offset=offset, name=key)
+        old = self._regions.pop(name, None)
+        if old is not None:
+            old.segment.close()
+        self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment)
+        self.generation = next(_GENERATIONS)
+
+    def descriptor(self, name: str) -> int:
+        """The descriptor of region `name`'s segment (KeyError when it is not registered)."""
+        return self._regions[name].fd
+
     def unregister(self, name: str = "", *, force: bool = False) -> None:
         """Unregister and unmap one region, or all of them; an unknown name is not an error (as in Triton).
 

@@ -24,7 +24,7 @@ import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from pytriton.core.engine import Engine
-from pytriton.ipc.channel import ChannelClosed
+from pytriton.ipc.channel import MAX_FDS, ChannelClosed
 from pytriton.ipc.spawn import HelperDidNotStart, exit_status, start_helper, stop_process
 from pytriton.options.frontends import HUB_KEEPS, HUB_SHARE
 from pytriton.options.http_routes import ROUTES, find_route
@@ -170,7 +170,6 @@ class FrontendPool:
         loop = asyncio.get_running_loop()
         mirror = self._mirror()
         specs = self._spec_table()
-        regions = self._region_table()
         init = Init(
             frontend.number,
             self._options,
@@ -178,7 +177,6 @@ class FrontendPool:
             self._sockets["http"] is not None,
             self._sockets["grpc"] is not None,
             list(specs.values()),
-            list(regions.values()),
             self._log_settings(),
             self._engine.out_of_service(),
             mirror[3],
@@ -199,12 +197,15 @@ class FrontendPool:
         frontend.process, frontend.link, frontend.started = process, link, time.monotonic()
         frontend.mirror = mirror
         frontend.specs = specs  # what Init carried: a model bound while the process started is told by _tell
-        frontend.regions = regions
+        frontend.regions = {}
+        # The regions go with descriptors, which Init cannot carry; sent now, before any connection is handed over.
+        regions_told, _ = self._send_regions(frontend)
         frontend.state = _State.UP
         LOGGER.debug("frontend %d is up (pid %d)", frontend.number, process.pid)
         if channel.closed:
             self._on_closed(frontend, link)
             return
+        await asyncio.gather(*regions_told, return_exceptions=True)  # one that failed is sent again on its restart
         await self._tell(frontend)  # anything that changed while it started
         self._hand_held()
 
@@ -458,14 +459,39 @@ class FrontendPool:
         The whole list on every change cost each registration as much as all regions (pickled here, compared and
         looked up in each frontend): registering N regions one after another cost O(N^2).
         """
-        assert frontend.link is not None
+        calls, sent = self._send_regions(frontend)
+        self.regions_sent += sent
+        await asyncio.gather(*calls)
+
+    def _send_regions(self, frontend: _Frontend) -> Tuple[List[Awaitable[Any]], int]:
+        """Send one frontend what changed in the regions since it was last told (now, in order).
+
+        The calls' answers, and how many regions (registered or unregistered) were sent.
+
+        Each region goes with the hub's descriptor of its segment, which the frontend maps: its key may name
+        another file by now (unlinked once registered, and taken), and a frontend started again mapped that one.
+        """
+        link = frontend.link
+        assert link is not None
         table = self._region_table()
         told = frontend.regions
         changed = [region for name, region in table.items() if told.get(name) != region]
         removed = [name for name in told if name not in table]
-        await frontend.link.calls.call("change_regions", changed, removed)
-        self.regions_sent += len(changed) + len(removed)
         frontend.regions = table
+        memory = self._engine.system_memory
+        calls = []
+        for start in range(0, max(len(changed), 1), MAX_FDS):  # a message carries at most MAX_FDS descriptors
+            chunk = changed[start : start + MAX_FDS]
+            fds: List[int] = []
+            try:
+                for region in chunk:
+                    fds.append(os.dup(memory.descriptor(region[0])))
+            except OSError:  # out of descriptors: the frontend opens these by their keys
+                for fd in fds:
+                    os.close(fd)
+                fds = []
+            calls.append(link.calls.call("change_regions", chunk, removed if start == 0 else [], fds=fds))
+        return calls, len(changed) + len(removed)
 
     async def _broadcast(self, what: str, *args: Any) -> None:
         """Call `what(*args)` on every frontend that is up; return once all have answered (or died)."""
