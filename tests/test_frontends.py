@@ -357,6 +357,74 @@ def test_a_region_registered_again_through_one_frontend_serves_its_new_bytes_on_
         assert shm.get_contents_as_numpy(handles[0], np.float32, [12])[8:].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+def _segment(key: str, values: np.ndarray) -> None:
+    """Create the POSIX segment `key` holding `values` (as shm_open and a write would)."""
+    fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.pwrite(fd, values.tobytes(), 0)
+    finally:
+        os.close(fd)
+
+
+def _infer_in(connection: http.client.HTTPConnection, region: str) -> Any:
+    """The output of `identity` for an FP32 [1, 4] input read from `region`'s first 16 bytes, answered in JSON."""
+    parameters = {"shared_memory_region": region, "shared_memory_byte_size": 16}
+    inputs = [{"name": "INPUT_1", "shape": [1, 4], "datatype": "FP32", "parameters": parameters}]
+    connection.request("POST", "/v2/models/identity/infer", json.dumps({"inputs": inputs}))
+    response = connection.getresponse()
+    assert response.status == 200, response.read()
+    return json.loads(response.read())["outputs"][0]["data"]
+
+
+def test_a_name_unregistered_and_registered_again_before_the_frontends_hear_maps_the_new_file_everywhere(
+    server: Triton,
+) -> None:
+    """Two clients: one unregisters a region, the other registers the name again, with the same key, offset and size,
+    for another file (the first unlinked its key). When both ran on the hub before the frontends were told of either,
+    the frontends compared the regions' values, saw no change, and read the first file on."""
+    runtime = server._runtime
+    pool, memory = runtime._pool, runtime.engine.system_memory
+    assert pool is not None
+    key = f"/pytriton-frontends-twice-{os.getpid()}"
+    path = f"/dev/shm{key}"
+    register = json.dumps({"key": key, "offset": 0, "byte_size": 64})
+
+    def registered() -> List[str]:
+        return runtime._loop.call(lambda: [region.name for region in memory.status()])
+
+    with _connections_on_each_frontend(server.http_port, frontend_pids()) as connections:
+        first, second = connections.values()
+        _segment(key, np.arange(16, dtype=np.float32))
+        try:
+            _register_region(first, "twice", key)
+            assert _infer_in(second, "twice") == [0.0, 1.0, 2.0, 3.0]
+        finally:
+            os.unlink(path)
+        _segment(key, np.full(16, 9, np.float32))
+        try:
+            runtime._loop.run(pool._sync_lock.acquire())  # the frontends hear of neither call until both ran
+            try:
+                first.request("POST", "/v2/systemsharedmemory/region/twice/unregister", b"", HTTP_AUTH)
+                deadline = time.monotonic() + 30
+                while "twice" in registered():
+                    assert time.monotonic() < deadline, "the region was not unregistered"
+                    time.sleep(0.01)
+                second.request("POST", "/v2/systemsharedmemory/region/twice/register", register, HTTP_AUTH)
+                while "twice" not in registered():
+                    assert time.monotonic() < deadline, "the region was not registered again"
+                    time.sleep(0.01)
+            finally:
+                runtime._loop.call(pool._sync_lock.release)
+            for connection in (first, second):
+                response = connection.getresponse()
+                assert (response.status, response.read()) == (200, b"")
+            assert [_infer_in(connection, "twice") for connection in (first, second)] == [[9.0] * 4] * 2
+            first.request("POST", "/v2/systemsharedmemory/region/twice/unregister", b"", HTTP_AUTH)
+            assert first.getresponse().read() == b""
+        finally:
+            os.unlink(path)
+
+
 def test_a_grpc_request_all_in_shared_memory_sent_again_serves_each_registration_on_every_frontend(
     server: Triton,
 ) -> None:

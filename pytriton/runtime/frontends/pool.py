@@ -48,6 +48,9 @@ _MAX_HELD = 1024
 # The route of a system shared-memory unregister: the frontends' holds are asked for first.
 _SYSTEM_UNREGISTER = dict(ROUTES)["/v2/systemsharedmemory[/region/{region}]/unregister"]
 
+# A region the hub registered, and the number of that registration (SystemSharedMemory.registration).
+Registered = Tuple[Region, int]
+
 # What the frontends were told of the hub's state, as generations that move with every change of it: the model
 # table and its versions out of service (Engine.models_generation), the regions (SystemSharedMemory.generation),
 # the log settings (LogSettings.generation); and whether trace files are written (the frontends then time their
@@ -78,7 +81,7 @@ class _Frontend:
         self.mirror: Optional[Mirror] = None  # what it was last told
         # The specs it was last told, by (name, version): held, so that no new spec takes an old one's id.
         self.specs: Dict[Tuple[str, int], Any] = {}
-        self.regions: Dict[str, Region] = {}  # the regions it was last told, by name
+        self.regions: Dict[str, Registered] = {}  # the regions it was last told, by name
 
     @property
     def pid(self) -> int:
@@ -128,7 +131,7 @@ class FrontendPool:
         self.specs_sent = 0
         # Regions (registered or unregistered) sent to frontends since their start, on changes.
         self.regions_sent = 0
-        self._regions: Tuple[int, Dict[str, Region]] = (0, {})  # _region_table's, at that generation of the regions
+        self._regions: Tuple[int, Dict[str, Registered]] = (0, {})  # _region_table's, at that generation of the regions
         self._stopping = False
 
     def serve_here(self, servers: Dict[str, Any]) -> None:
@@ -390,12 +393,18 @@ class FrontendPool:
     def _spec_table(self) -> Dict[Tuple[str, int], Any]:
         return {(model.spec.name, model.spec.version): model.spec for model in self._engine.models()}
 
-    def _region_table(self) -> Dict[str, Region]:
+    def _region_table(self) -> Dict[str, Registered]:
         """The hub's regions by name, built once per change of them (not once per frontend)."""
         memory = self._engine.system_memory
         if self._regions[0] != memory.generation:
             regions = memory.status()
-            table = {region.name: (region.name, region.key, region.offset, region.byte_size) for region in regions}
+            table = {
+                region.name: (
+                    (region.name, region.key, region.offset, region.byte_size),
+                    memory.registration(region.name),
+                )
+                for region in regions
+            }
             self._regions = (memory.generation, table)
         return self._regions[1]
 
@@ -475,7 +484,9 @@ class FrontendPool:
         assert link is not None
         table = self._region_table()
         told = frontend.regions
-        changed = [region for name, region in table.items() if told.get(name) != region]
+        # By registration, not values: a name unregistered and registered again for another file under the same key,
+        # both before the frontend was told, looked unchanged.
+        changed = [registered[0] for name, registered in table.items() if told.get(name) != registered]
         removed = [name for name in told if name not in table]
         frontend.regions = table
         memory = self._engine.system_memory
