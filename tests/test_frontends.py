@@ -29,6 +29,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.core.model import ModelState
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, Tensor
+from pytriton.options.limits import ServerLimits
 from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.frontends import pool as pool_module
 from pytriton.triton import Triton
@@ -552,6 +553,41 @@ def _ask_the_hub(connection: http.client.HTTPConnection) -> None:
     connection.request("POST", "/v2/models/identity/infer", b"{not json")
     response = connection.getresponse()
     assert response.status == 400 and "error" in json.loads(response.read())
+
+
+def test_a_body_past_the_json_limit_crosses_to_the_hub_cut_at_the_limit(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frontend read a forwarded request's whole body (up to max_body_bytes, 2 GiB) and sent it to the hub, whose
+    app refuses one over max_json_bytes (413) or reads none (health, metadata): a 300 MiB body to /v2/logging
+    held 3.2 times its size in the frontend and as much in the hub, where one process holds it once. Past the limit
+    only the limit and one byte cross, which the hub's app answers as a server of one process answers the whole."""
+    limit = 2**20
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    triton = start_triton(bind, frontends=3, limits=ServerLimits(max_json_bytes=limit))
+    forwarded: List[int] = []
+    run_http = pool_module.run_http
+    monkeypatch.setattr(
+        pool_module, "run_http", lambda app, scope, body: forwarded.append(len(body)) or run_http(app, scope, body)
+    )
+    larger = b" " * (8 * limit)
+    for method, path, body, answer in (
+        ("POST", "/v2/logging", larger, (413, {"error": f"request body larger than {limit} bytes"})),
+        ("GET", "/v2/health/live", larger, (200, None)),
+        ("POST", "/v2/logging", b" " * limit, (200, {"log_file": ""})),
+    ):
+        connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
+        try:
+            connection.request(method, path, body, HTTP_AUTH)
+            response = connection.getresponse()
+            read = response.read()
+            document = json.loads(read) if read else None
+            if document is not None and "log_file" in document:
+                document = {"log_file": document["log_file"]}
+            assert (response.status, document) == answer
+        finally:
+            connection.close()
+    assert forwarded == [limit + 1, limit + 1, limit]
 
 
 def test_each_frontend_answers_the_second_probes_cases_as_triton(server: Triton) -> None:

@@ -103,7 +103,8 @@ class FrontendProcess:
                     access=options.http_access,
                 ),
             )
-            forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)
+            limits = options.limits
+            forwarding = ForwardingApp(app, self.link.calls, limits.max_body_bytes, limits.max_json_bytes)
             server = AsgiServer(
                 forwarding,
                 None,
