@@ -1043,6 +1043,43 @@ def test_a_frontend_started_again_maps_the_hub_s_regions_not_what_their_keys_nam
                 assert json.loads(response.read())["outputs"][0]["data"] == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_a_frontend_that_takes_no_change_is_started_again_and_holds_no_other_call(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call that changes what the frontends mirror is answered once every frontend has it. One frontend that never
+    took it (stopped, its loop wedged) held that call for ever, and with it every later forwarded call on every
+    frontend (readiness probes too), each waiting for the one before. A frontend silent that long is taken for
+    hung now: killed, and started again with the whole state."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    monkeypatch.setattr(pool_module, "TELL_TIMEOUT_S", 1.0, raising=False)
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    others = set(frontend_pids())  # the module's server's
+    triton = start_triton(bind, frontends=3)
+    pids = sorted(set(frontend_pids()) - others)
+    with _connections_on_each_frontend(triton.http_port, pids) as connections:
+        wedged, serving = pids
+        os.kill(wedged, signal.SIGSTOP)
+        try:
+            connection = connections[serving]
+            connection.timeout = 20
+            connection.request("POST", "/v2/logging", json.dumps({"log_verbose_level": 1}), HTTP_AUTH)
+            response = connection.getresponse()
+            assert response.status == 200 and json.loads(response.read())["log_verbose_level"] == 1
+            connection.request("GET", "/v2/health/ready")
+            response = connection.getresponse()
+            assert (response.status, response.read()) == (200, b"")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(wedged, signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while not any("is serving again" in record.getMessage() for record in caplog.records):
+        assert time.monotonic() < deadline, "the frontend was not started again"
+        time.sleep(0.05)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(f"(pid {wedged}) took no change of the server's state for 1 s" in message for message in messages)
+    assert wedged not in frontend_pids()
+
+
 def _binary_infer(connection: http.client.HTTPConnection, model: str, data: np.ndarray) -> Tuple[int, bytes]:
     """POST `data` (FP32 [1, n]) in the binary tensor extension, as tritonclient encodes it; the status and raw answer.
 

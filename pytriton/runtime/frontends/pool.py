@@ -43,6 +43,9 @@ START_TIMEOUT_S = 60.0
 _STABLE_S = 10.0
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 10.0
+# A frontend that has not answered a call of the hub's mirroring (or its holds of regions) this long is taken for
+# hung (stopped, its loop wedged): killed, and started again. The calls that wait for it hold every later one.
+TELL_TIMEOUT_S = 30.0
 # Accepted connections held while no frontend is up (all restarting), then refused.
 _MAX_HELD = 1024
 # The route of a system shared-memory unregister: the frontends' holds are asked for first.
@@ -376,7 +379,11 @@ class FrontendPool:
         """
         held: List[str] = []
         for names in await asyncio.gather(
-            *(frontend.link.calls.call("held_regions") for frontend in self._up() if frontend.link is not None),
+            *(
+                self._answer(frontend, frontend.link.calls.call("held_regions"))
+                for frontend in self._up()
+                if frontend.link is not None
+            ),
             return_exceptions=True,
         ):
             if isinstance(names, list):  # a frontend that died meanwhile holds nothing any more
@@ -435,17 +442,42 @@ class FrontendPool:
         if told == mirror or link is None:
             return
         try:
-            if told is None or told[0] != mirror[0]:
-                await self._tell_models(frontend)
-            if told is None or told[1] != mirror[1]:
-                await self._tell_regions(frontend)
-            if told is None or told[2] != mirror[2]:
-                await link.calls.call("logging", self._log_settings())
-            if told is None or told[3] != mirror[3]:
-                await link.calls.call("trace_stamps", mirror[3])
+            await self._answer(frontend, self._tell_now(frontend, told, mirror))
         except Exception:  # noqa: BLE001 - it died meanwhile: it is told everything when it starts again
             return
         frontend.mirror = mirror
+
+    async def _tell_now(self, frontend: _Frontend, told: Optional[Mirror], mirror: Mirror) -> None:
+        link = frontend.link
+        assert link is not None
+        if told is None or told[0] != mirror[0]:
+            await self._tell_models(frontend)
+        if told is None or told[1] != mirror[1]:
+            await self._tell_regions(frontend)
+        if told is None or told[2] != mirror[2]:
+            await link.calls.call("logging", self._log_settings())
+        if told is None or told[3] != mirror[3]:
+            await link.calls.call("trace_stamps", mirror[3])
+
+    async def _answer(self, frontend: _Frontend, calls: Awaitable[Any]) -> Any:
+        """What `calls` to a frontend come to; one silent for TELL_TIMEOUT_S is killed (it is started again).
+
+        Raises:
+            TimeoutError: it was silent that long.
+        """
+        try:
+            return await asyncio.wait_for(calls, TELL_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            process = frontend.process
+            if process is not None and frontend.link is not None and not frontend.link.closed:
+                LOGGER.error(
+                    "frontend %d (pid %d) took no change of the server's state for %g s: killed, to be started again",
+                    frontend.number,
+                    process.pid,
+                    TELL_TIMEOUT_S,
+                )
+                process.kill()
+            raise
 
     async def _tell_models(self, frontend: _Frontend) -> None:
         """Send one frontend the model versions that changed since it was last told, not the whole table.
