@@ -29,6 +29,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.core.model import ModelState
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, Tensor
+from pytriton.options.limits import ServerLimits
 from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.frontends import pool as pool_module
 from pytriton.triton import Triton
@@ -357,6 +358,74 @@ def test_a_region_registered_again_through_one_frontend_serves_its_new_bytes_on_
         assert shm.get_contents_as_numpy(handles[0], np.float32, [12])[8:].tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+def _segment(key: str, values: np.ndarray) -> None:
+    """Create the POSIX segment `key` holding `values` (as shm_open and a write would)."""
+    fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.pwrite(fd, values.tobytes(), 0)
+    finally:
+        os.close(fd)
+
+
+def _infer_in(connection: http.client.HTTPConnection, region: str) -> Any:
+    """The output of `identity` for an FP32 [1, 4] input read from `region`'s first 16 bytes, answered in JSON."""
+    parameters = {"shared_memory_region": region, "shared_memory_byte_size": 16}
+    inputs = [{"name": "INPUT_1", "shape": [1, 4], "datatype": "FP32", "parameters": parameters}]
+    connection.request("POST", "/v2/models/identity/infer", json.dumps({"inputs": inputs}))
+    response = connection.getresponse()
+    assert response.status == 200, response.read()
+    return json.loads(response.read())["outputs"][0]["data"]
+
+
+def test_a_name_unregistered_and_registered_again_before_the_frontends_hear_maps_the_new_file_everywhere(
+    server: Triton,
+) -> None:
+    """Two clients: one unregisters a region, the other registers the name again, with the same key, offset and size,
+    for another file (the first unlinked its key). When both ran on the hub before the frontends were told of either,
+    the frontends compared the regions' values, saw no change, and read the first file on."""
+    runtime = server._runtime
+    pool, memory = runtime._pool, runtime.engine.system_memory
+    assert pool is not None
+    key = f"/pytriton-frontends-twice-{os.getpid()}"
+    path = f"/dev/shm{key}"
+    register = json.dumps({"key": key, "offset": 0, "byte_size": 64})
+
+    def registered() -> List[str]:
+        return runtime._loop.call(lambda: [region.name for region in memory.status()])
+
+    with _connections_on_each_frontend(server.http_port, frontend_pids()) as connections:
+        first, second = connections.values()
+        _segment(key, np.arange(16, dtype=np.float32))
+        try:
+            _register_region(first, "twice", key)
+            assert _infer_in(second, "twice") == [0.0, 1.0, 2.0, 3.0]
+        finally:
+            os.unlink(path)
+        _segment(key, np.full(16, 9, np.float32))
+        try:
+            runtime._loop.run(pool._sync_lock.acquire())  # the frontends hear of neither call until both ran
+            try:
+                first.request("POST", "/v2/systemsharedmemory/region/twice/unregister", b"", HTTP_AUTH)
+                deadline = time.monotonic() + 30
+                while "twice" in registered():
+                    assert time.monotonic() < deadline, "the region was not unregistered"
+                    time.sleep(0.01)
+                second.request("POST", "/v2/systemsharedmemory/region/twice/register", register, HTTP_AUTH)
+                while "twice" not in registered():
+                    assert time.monotonic() < deadline, "the region was not registered again"
+                    time.sleep(0.01)
+            finally:
+                runtime._loop.call(pool._sync_lock.release)
+            for connection in (first, second):
+                response = connection.getresponse()
+                assert (response.status, response.read()) == (200, b"")
+            assert [_infer_in(connection, "twice") for connection in (first, second)] == [[9.0] * 4] * 2
+            first.request("POST", "/v2/systemsharedmemory/region/twice/unregister", b"", HTTP_AUTH)
+            assert first.getresponse().read() == b""
+        finally:
+            os.unlink(path)
+
+
 def test_a_grpc_request_all_in_shared_memory_sent_again_serves_each_registration_on_every_frontend(
     server: Triton,
 ) -> None:
@@ -484,6 +553,41 @@ def _ask_the_hub(connection: http.client.HTTPConnection) -> None:
     connection.request("POST", "/v2/models/identity/infer", b"{not json")
     response = connection.getresponse()
     assert response.status == 400 and "error" in json.loads(response.read())
+
+
+def test_a_body_past_the_json_limit_crosses_to_the_hub_cut_at_the_limit(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frontend read a forwarded request's whole body (up to max_body_bytes, 2 GiB) and sent it to the hub, whose
+    app refuses one over max_json_bytes (413) or reads none (health, metadata): a 300 MiB body to /v2/logging
+    held 3.2 times its size in the frontend and as much in the hub, where one process holds it once. Past the limit
+    only the limit and one byte cross, which the hub's app answers as a server of one process answers the whole."""
+    limit = 2**20
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    triton = start_triton(bind, frontends=3, limits=ServerLimits(max_json_bytes=limit))
+    forwarded: List[int] = []
+    run_http = pool_module.run_http
+    monkeypatch.setattr(
+        pool_module, "run_http", lambda app, scope, body: forwarded.append(len(body)) or run_http(app, scope, body)
+    )
+    larger = b" " * (8 * limit)
+    for method, path, body, answer in (
+        ("POST", "/v2/logging", larger, (413, {"error": f"request body larger than {limit} bytes"})),
+        ("GET", "/v2/health/live", larger, (200, None)),
+        ("POST", "/v2/logging", b" " * limit, (200, {"log_file": ""})),
+    ):
+        connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
+        try:
+            connection.request(method, path, body, HTTP_AUTH)
+            response = connection.getresponse()
+            read = response.read()
+            document = json.loads(read) if read else None
+            if document is not None and "log_file" in document:
+                document = {"log_file": document["log_file"]}
+            assert (response.status, document) == answer
+        finally:
+            connection.close()
+    assert forwarded == [limit + 1, limit + 1, limit]
 
 
 def test_each_frontend_answers_the_second_probes_cases_as_triton(server: Triton) -> None:
@@ -888,6 +992,92 @@ def test_sigkill_of_a_frontend_fails_only_its_own_connections(server: Triton, ca
     finally:
         for connection in opened:
             connection.close()
+
+
+def test_a_frontend_started_again_maps_the_hub_s_regions_not_what_their_keys_name_now(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client may unlink a region's key once it is registered (the server's mappings keep the segment), and
+    another file may take the key. A frontend started again opened each region by its key: it read the other
+    file's bytes (or, the key gone, answered 404), where the hub and the other frontend read the registered
+    one. It maps the hub's own descriptors now."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    others = set(frontend_pids())  # the module's server's
+    key = f"/pytriton-frontends-unlinked-{os.getpid()}"
+    body = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT_1",
+                    "shape": [1, 4],
+                    "datatype": "FP32",
+                    "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 16},
+                }
+            ]
+        }
+    )
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    with running_triton(bind, frontends=3) as triton, contextlib.ExitStack() as stack:
+        pids = sorted(set(frontend_pids()) - others)
+        fd = os.open(f"/dev/shm{key}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.pwrite(fd, np.arange(16, dtype=np.float32).tobytes(), 0)
+            with _connections_on_each_frontend(triton.http_port, pids) as connections:
+                _register_region(next(iter(connections.values())), "r", key)
+        finally:
+            os.close(fd)
+            os.unlink(f"/dev/shm{key}")  # as shm_unlink
+        taker = shm.create_shared_memory_region("taker", key, 64)
+        stack.callback(shm.destroy_shared_memory_region, taker)
+        shm.set_shared_memory_region(taker, [np.full(16, 9, np.float32)])
+        os.kill(pids[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not any("is serving again" in record.getMessage() for record in caplog.records):
+            assert time.monotonic() < deadline, "the frontend was not started again"
+            time.sleep(0.05)
+        with _connections_on_each_frontend(triton.http_port, sorted(set(frontend_pids()) - others)) as connections:
+            for connection in connections.values():
+                connection.request("POST", "/v2/models/identity/infer", body)
+                response = connection.getresponse()
+                assert response.status == 200, response.read()
+                assert json.loads(response.read())["outputs"][0]["data"] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_frontend_that_takes_no_change_is_started_again_and_holds_no_other_call(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call that changes what the frontends mirror is answered once every frontend has it. One frontend that never
+    took it (stopped, its loop wedged) held that call for ever, and with it every later forwarded call on every
+    frontend (readiness probes too), each waiting for the one before. A frontend silent that long is taken for
+    hung now: killed, and started again with the whole state."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    monkeypatch.setattr(pool_module, "TELL_TIMEOUT_S", 1.0, raising=False)
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    others = set(frontend_pids())  # the module's server's
+    triton = start_triton(bind, frontends=3)
+    pids = sorted(set(frontend_pids()) - others)
+    with _connections_on_each_frontend(triton.http_port, pids) as connections:
+        wedged, serving = pids
+        os.kill(wedged, signal.SIGSTOP)
+        try:
+            connection = connections[serving]
+            connection.timeout = 20
+            connection.request("POST", "/v2/logging", json.dumps({"log_verbose_level": 1}), HTTP_AUTH)
+            response = connection.getresponse()
+            assert response.status == 200 and json.loads(response.read())["log_verbose_level"] == 1
+            connection.request("GET", "/v2/health/ready")
+            response = connection.getresponse()
+            assert (response.status, response.read()) == (200, b"")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(wedged, signal.SIGCONT)
+    deadline = time.monotonic() + 60
+    while not any("is serving again" in record.getMessage() for record in caplog.records):
+        assert time.monotonic() < deadline, "the frontend was not started again"
+        time.sleep(0.05)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(f"(pid {wedged}) took no change of the server's state for 1 s" in message for message in messages)
+    assert wedged not in frontend_pids()
 
 
 def _binary_infer(connection: http.client.HTTPConnection, model: str, data: np.ndarray) -> Tuple[int, bytes]:

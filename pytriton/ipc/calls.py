@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from typing import Any, Awaitable, Callable, Dict, Optional, Set
+import os
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set
 
+from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.outbox import Outbox
 
 LOGGER = logging.getLogger(__name__)
@@ -45,15 +47,27 @@ class Calls:
         self._next_id = 0
         self.closed = False
 
-    def call(self, what: str, *args: Any) -> Awaitable[Any]:
-        """Ask the other side to run `what(*args)`; the future ends with its value, or CallFailed."""
+    def call(self, what: str, *args: Any, fds: Sequence[int] = ()) -> Awaitable[Any]:
+        """Ask the other side to run `what(*args)`; the future ends with its value, or CallFailed.
+
+        `fds` (taken, closed here once sent) go with the call, sent at once: its handler gets them as `fds=`.
+        """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.closed:
+            for fd in fds:
+                os.close(fd)
             future.set_exception(CallFailed(f"cannot call '{what}': the other process is gone"))
             return future
         self._next_id += 1
         self._waiting[self._next_id] = future
-        self._outbox.post((CALL, self._next_id, what, args))
+        if not fds:
+            self._outbox.post((CALL, self._next_id, what, args))
+            return future
+        try:
+            self._outbox.send_now((CALL, self._next_id, what, args), fds=fds, give=True)
+        except ChannelClosed:
+            del self._waiting[self._next_id]
+            future.set_exception(CallFailed(f"cannot call '{what}': the other process is gone"))
         return future
 
     def abandon(self, future: Awaitable[Any]) -> None:
@@ -66,12 +80,12 @@ class Calls:
                     self._outbox.post((ABANDON, call_id))
                 return
 
-    def on_call(self, head: Any) -> None:
-        """A CALL message came: answer it in a task of its own."""
+    def on_call(self, head: Any, fds: Sequence[int] = ()) -> None:
+        """A CALL message came (with the descriptors its message carried): answer it in a task of its own."""
         _, call_id, what, args = head
         loop = asyncio.get_running_loop()
         abandoned = self._abandoned[call_id] = loop.create_future()
-        task = loop.create_task(self._answer(call_id, what, args, abandoned))
+        task = loop.create_task(self._answer(call_id, what, args, abandoned, list(fds)))
         self._answering.add(task)
         task.add_done_callback(self._answering.discard)
 
@@ -81,12 +95,14 @@ class Calls:
         if future is not None and not future.done():
             future.set_result(None)
 
-    async def _answer(self, call_id: int, what: str, args: Any, abandoned: asyncio.Future[None]) -> None:
+    async def _answer(
+        self, call_id: int, what: str, args: Any, abandoned: asyncio.Future[None], fds: List[int]
+    ) -> None:
         """Run a handler and send its value, or what it raised, back."""
         _ABANDONED.set(abandoned)  # this task's own context
         try:
             handler = self._handlers[what]
-            value = await handler(*args)
+            value = await (handler(*args, fds=fds) if fds else handler(*args))
         except Exception as error:
             if not isinstance(error, KeyError):
                 LOGGER.debug("call '%s' failed", what, exc_info=True)

@@ -48,10 +48,11 @@ class SystemRegion:
 class _Mapped:
     """A registered region with what each access needs at hand: its segment's descriptor and where it starts."""
 
-    __slots__ = ("fd", "region", "segment", "size", "start")
+    __slots__ = ("fd", "region", "registered", "segment", "size", "start")
 
-    def __init__(self, region: SystemRegion, segment: SharedSegment) -> None:
+    def __init__(self, region: SystemRegion, segment: SharedSegment, registered: int) -> None:
         self.region = region
+        self.registered = registered  # the registry's generation it made: the same values registered again differ
         self.segment = segment
         self.fd = segment.fileno()
         self.start = region.offset
@@ -102,8 +103,32 @@ class SystemSharedMemory:
             raise InferenceError.invalid(
                 f"failed to register shared memory region '{name}': unable to process address spaceInvalid argument"
             ) from None
-        self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment)
         self.generation = next(_GENERATIONS)
+        self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment, self.generation)
+
+    def adopt(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
+        """Register `name` as another registry's region mapped from that registry's descriptor `fd` (taken).
+
+        A frontend process follows its hub this way: the key may name another file by now (the client unlinked it
+        once registered, and another took it), while the hub's descriptor is the file it registered.
+
+        Raises:
+            SharedMemoryUnavailable: the file no longer holds the range, or cannot be mapped (`fd` is closed).
+        """
+        segment = SharedSegment(fd, byte_size, offset=offset, name=key)
+        old = self._regions.pop(name, None)
+        if old is not None:
+            old.segment.close()
+        self.generation = next(_GENERATIONS)
+        self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment, self.generation)
+
+    def descriptor(self, name: str) -> int:
+        """The descriptor of region `name`'s segment (KeyError when it is not registered)."""
+        return self._regions[name].fd
+
+    def registration(self, name: str) -> int:
+        """A number of region `name`'s registration, another each time the name is registered (KeyError: it is not)."""
+        return self._regions[name].registered
 
     def unregister(self, name: str = "", *, force: bool = False) -> None:
         """Unregister and unmap one region, or all of them; an unknown name is not an error (as in Triton).

@@ -21,7 +21,7 @@ from pytriton.ipc.calls import Calls, abandoned
 from pytriton.transport.grpc.call import Metadata, RpcAbort
 from pytriton.transport.grpc.errors import status_of
 from pytriton.transport.grpc.handlers import RPCS
-from pytriton.transport.http.app import HttpError, path_segments, read_body
+from pytriton.transport.http.app import path_segments
 from pytriton.transport.http.responses import Receive, Scope, Send, send_error, until_disconnect
 
 # Served by the frontend itself: the model's work goes to the hub as a request (remote.py).
@@ -35,11 +35,16 @@ HttpAnswer = Tuple[int, List[Tuple[bytes, bytes]], bytes]
 class ForwardingApp:
     """An ASGI app that serves inference with `app` and has the hub answer every other request."""
 
-    def __init__(self, app: Any, calls: Calls, max_body_bytes: int) -> None:
-        """Serve inference with `app`; forward the rest through `calls` (bodies of at most `max_body_bytes`)."""
+    def __init__(self, app: Any, calls: Calls, max_body_bytes: int, max_json_bytes: int) -> None:
+        """Serve inference with `app`; forward the rest through `calls`.
+
+        Bodies cross whole up to the limit the hub's app reads them within: `max_json_bytes` for Triton's and the
+        OpenAI API's routes, `max_body_bytes` for the user's own.
+        """
         self._app = app
         self._calls = calls
         self._max_body_bytes = max_body_bytes
+        self._max_json_bytes = max_json_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request, here or on the hub."""
@@ -48,13 +53,12 @@ class ForwardingApp:
         if served_by_frontends(scope):
             await self._app(scope, receive, send)
             return
+        parts = path_segments(scope)
+        limit = self._max_json_bytes if len(parts) > 1 and parts[1] in ("v1", "v2") else self._max_body_bytes
         try:
-            body = bytes(await read_body(receive, self._max_body_bytes))
+            body = await _read_within(receive, limit)
         except InferenceError as error:
             await send_error(send, error.status.http_status, error.message)
-            return
-        except HttpError as error:  # 413, as the hub's app would answer it
-            await send_error(send, error.status, error.message)
             return
         forwarded = {key: scope[key] for key in _SCOPE_KEYS if key in scope}
         forwarded["raw_path"] = scope.get("raw_path")
@@ -76,6 +80,24 @@ class ForwardingApp:
             return
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
+
+
+async def _read_within(receive: Receive, limit: int) -> bytes:
+    """The body, or its first `limit` + 1 bytes when it is longer (the rest is read and dropped).
+
+    The hub's app refuses a body past `limit` as it would the whole one (413), and a route that reads none (health,
+    metadata) answers as it would: a longer body would only cost the memory of both processes, and the copies.
+    """
+    kept = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise InferenceError.invalid("client disconnected while sending the request")
+        chunk = message.get("body", b"")
+        if len(kept) <= limit:
+            kept += chunk[: limit + 1 - len(kept)]
+        if not message.get("more_body", False):
+            return bytes(kept)
 
 
 def served_by_frontends(scope: Scope) -> bool:

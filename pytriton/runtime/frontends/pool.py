@@ -24,7 +24,7 @@ import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from pytriton.core.engine import Engine
-from pytriton.ipc.channel import ChannelClosed
+from pytriton.ipc.channel import MAX_FDS, ChannelClosed
 from pytriton.ipc.spawn import HelperDidNotStart, exit_status, start_helper, stop_process
 from pytriton.options.frontends import HUB_KEEPS, HUB_SHARE
 from pytriton.options.http_routes import ROUTES, find_route
@@ -43,10 +43,16 @@ START_TIMEOUT_S = 60.0
 _STABLE_S = 10.0
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 10.0
+# A frontend that has not answered a call of the hub's mirroring (or its holds of regions) this long is taken for
+# hung (stopped, its loop wedged): killed, and started again. The calls that wait for it hold every later one.
+TELL_TIMEOUT_S = 30.0
 # Accepted connections held while no frontend is up (all restarting), then refused.
 _MAX_HELD = 1024
 # The route of a system shared-memory unregister: the frontends' holds are asked for first.
 _SYSTEM_UNREGISTER = dict(ROUTES)["/v2/systemsharedmemory[/region/{region}]/unregister"]
+
+# A region the hub registered, and the number of that registration (SystemSharedMemory.registration).
+Registered = Tuple[Region, int]
 
 # What the frontends were told of the hub's state, as generations that move with every change of it: the model
 # table and its versions out of service (Engine.models_generation), the regions (SystemSharedMemory.generation),
@@ -78,7 +84,7 @@ class _Frontend:
         self.mirror: Optional[Mirror] = None  # what it was last told
         # The specs it was last told, by (name, version): held, so that no new spec takes an old one's id.
         self.specs: Dict[Tuple[str, int], Any] = {}
-        self.regions: Dict[str, Region] = {}  # the regions it was last told, by name
+        self.regions: Dict[str, Registered] = {}  # the regions it was last told, by name
 
     @property
     def pid(self) -> int:
@@ -128,7 +134,7 @@ class FrontendPool:
         self.specs_sent = 0
         # Regions (registered or unregistered) sent to frontends since their start, on changes.
         self.regions_sent = 0
-        self._regions: Tuple[int, Dict[str, Region]] = (0, {})  # _region_table's, at that generation of the regions
+        self._regions: Tuple[int, Dict[str, Registered]] = (0, {})  # _region_table's, at that generation of the regions
         self._stopping = False
 
     def serve_here(self, servers: Dict[str, Any]) -> None:
@@ -170,7 +176,6 @@ class FrontendPool:
         loop = asyncio.get_running_loop()
         mirror = self._mirror()
         specs = self._spec_table()
-        regions = self._region_table()
         init = Init(
             frontend.number,
             self._options,
@@ -178,7 +183,6 @@ class FrontendPool:
             self._sockets["http"] is not None,
             self._sockets["grpc"] is not None,
             list(specs.values()),
-            list(regions.values()),
             self._log_settings(),
             self._engine.out_of_service(),
             mirror[3],
@@ -199,12 +203,15 @@ class FrontendPool:
         frontend.process, frontend.link, frontend.started = process, link, time.monotonic()
         frontend.mirror = mirror
         frontend.specs = specs  # what Init carried: a model bound while the process started is told by _tell
-        frontend.regions = regions
+        frontend.regions = {}
+        # The regions go with descriptors, which Init cannot carry; sent now, before any connection is handed over.
+        regions_told, _ = self._send_regions(frontend)
         frontend.state = _State.UP
         LOGGER.debug("frontend %d is up (pid %d)", frontend.number, process.pid)
         if channel.closed:
             self._on_closed(frontend, link)
             return
+        await asyncio.gather(*regions_told, return_exceptions=True)  # one that failed is sent again on its restart
         await self._tell(frontend)  # anything that changed while it started
         self._hand_held()
 
@@ -372,7 +379,11 @@ class FrontendPool:
         """
         held: List[str] = []
         for names in await asyncio.gather(
-            *(frontend.link.calls.call("held_regions") for frontend in self._up() if frontend.link is not None),
+            *(
+                self._answer(frontend, frontend.link.calls.call("held_regions"))
+                for frontend in self._up()
+                if frontend.link is not None
+            ),
             return_exceptions=True,
         ):
             if isinstance(names, list):  # a frontend that died meanwhile holds nothing any more
@@ -389,12 +400,18 @@ class FrontendPool:
     def _spec_table(self) -> Dict[Tuple[str, int], Any]:
         return {(model.spec.name, model.spec.version): model.spec for model in self._engine.models()}
 
-    def _region_table(self) -> Dict[str, Region]:
+    def _region_table(self) -> Dict[str, Registered]:
         """The hub's regions by name, built once per change of them (not once per frontend)."""
         memory = self._engine.system_memory
         if self._regions[0] != memory.generation:
             regions = memory.status()
-            table = {region.name: (region.name, region.key, region.offset, region.byte_size) for region in regions}
+            table = {
+                region.name: (
+                    (region.name, region.key, region.offset, region.byte_size),
+                    memory.registration(region.name),
+                )
+                for region in regions
+            }
             self._regions = (memory.generation, table)
         return self._regions[1]
 
@@ -425,17 +442,42 @@ class FrontendPool:
         if told == mirror or link is None:
             return
         try:
-            if told is None or told[0] != mirror[0]:
-                await self._tell_models(frontend)
-            if told is None or told[1] != mirror[1]:
-                await self._tell_regions(frontend)
-            if told is None or told[2] != mirror[2]:
-                await link.calls.call("logging", self._log_settings())
-            if told is None or told[3] != mirror[3]:
-                await link.calls.call("trace_stamps", mirror[3])
+            await self._answer(frontend, self._tell_now(frontend, told, mirror))
         except Exception:  # noqa: BLE001 - it died meanwhile: it is told everything when it starts again
             return
         frontend.mirror = mirror
+
+    async def _tell_now(self, frontend: _Frontend, told: Optional[Mirror], mirror: Mirror) -> None:
+        link = frontend.link
+        assert link is not None
+        if told is None or told[0] != mirror[0]:
+            await self._tell_models(frontend)
+        if told is None or told[1] != mirror[1]:
+            await self._tell_regions(frontend)
+        if told is None or told[2] != mirror[2]:
+            await link.calls.call("logging", self._log_settings())
+        if told is None or told[3] != mirror[3]:
+            await link.calls.call("trace_stamps", mirror[3])
+
+    async def _answer(self, frontend: _Frontend, calls: Awaitable[Any]) -> Any:
+        """What `calls` to a frontend come to; one silent for TELL_TIMEOUT_S is killed (it is started again).
+
+        Raises:
+            TimeoutError: it was silent that long.
+        """
+        try:
+            return await asyncio.wait_for(calls, TELL_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            process = frontend.process
+            if process is not None and frontend.link is not None and not frontend.link.closed:
+                LOGGER.error(
+                    "frontend %d (pid %d) took no change of the server's state for %g s: killed, to be started again",
+                    frontend.number,
+                    process.pid,
+                    TELL_TIMEOUT_S,
+                )
+                process.kill()
+            raise
 
     async def _tell_models(self, frontend: _Frontend) -> None:
         """Send one frontend the model versions that changed since it was last told, not the whole table.
@@ -458,14 +500,41 @@ class FrontendPool:
         The whole list on every change cost each registration as much as all regions (pickled here, compared and
         looked up in each frontend): registering N regions one after another cost O(N^2).
         """
-        assert frontend.link is not None
+        calls, sent = self._send_regions(frontend)
+        self.regions_sent += sent
+        await asyncio.gather(*calls)
+
+    def _send_regions(self, frontend: _Frontend) -> Tuple[List[Awaitable[Any]], int]:
+        """Send one frontend what changed in the regions since it was last told (now, in order).
+
+        The calls' answers, and how many regions (registered or unregistered) were sent.
+
+        Each region goes with the hub's descriptor of its segment, which the frontend maps: its key may name
+        another file by now (unlinked once registered, and taken), and a frontend started again mapped that one.
+        """
+        link = frontend.link
+        assert link is not None
         table = self._region_table()
         told = frontend.regions
-        changed = [region for name, region in table.items() if told.get(name) != region]
+        # By registration, not values: a name unregistered and registered again for another file under the same key,
+        # both before the frontend was told, looked unchanged.
+        changed = [registered[0] for name, registered in table.items() if told.get(name) != registered]
         removed = [name for name in told if name not in table]
-        await frontend.link.calls.call("change_regions", changed, removed)
-        self.regions_sent += len(changed) + len(removed)
         frontend.regions = table
+        memory = self._engine.system_memory
+        calls = []
+        for start in range(0, max(len(changed), 1), MAX_FDS):  # a message carries at most MAX_FDS descriptors
+            chunk = changed[start : start + MAX_FDS]
+            fds: List[int] = []
+            try:
+                for region in chunk:
+                    fds.append(os.dup(memory.descriptor(region[0])))
+            except OSError:  # out of descriptors: the frontend opens these by their keys
+                for fd in fds:
+                    os.close(fd)
+                fds = []
+            calls.append(link.calls.call("change_regions", chunk, removed if start == 0 else [], fds=fds))
+        return calls, len(changed) + len(removed)
 
     async def _broadcast(self, what: str, *args: Any) -> None:
         """Call `what(*args)` on every frontend that is up; return once all have answered (or died)."""

@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pytriton.core.log_budget import LogBudget
 from pytriton.core.request_spans import FixedStamps
@@ -66,7 +66,6 @@ class FrontendProcess:
         self.link = HubLink(channel, loop, handlers, on_connection=self._adopt, on_closed=self._end)
         self.engine = RemoteEngine(self.link, init.options.server_id)
         self.engine.set_models(init.models, init.unloaded)
-        self._set_regions(init.regions)
         self._log = LogSettings(init.options.log_verbose, init.options.log_file)
         self._log.update(init.log)
         self._stamps = FixedStamps(init.trace_stamps)  # the transports', as the hub says
@@ -104,7 +103,8 @@ class FrontendProcess:
                     access=options.http_access,
                 ),
             )
-            forwarding = ForwardingApp(app, self.link.calls, options.limits.max_body_bytes)
+            limits = options.limits
+            forwarding = ForwardingApp(app, self.link.calls, limits.max_body_bytes, limits.max_json_bytes)
             server = AsgiServer(
                 forwarding,
                 None,
@@ -174,28 +174,38 @@ class FrontendProcess:
     ) -> None:
         self.engine.change_models(changed, removed, unloaded)
 
-    async def _change_regions(self, changed: List[Region], removed: List[str]) -> None:
-        """Follow the hub's registrations since it last told this frontend: `changed` mapped (again), `removed` not."""
+    async def _change_regions(self, changed: List[Region], removed: List[str], fds: Sequence[int] = ()) -> None:
+        """Follow the hub's registrations since it last told this frontend: `changed` mapped (again), `removed` not.
+
+        `fds`: the hub's descriptors of the `changed` regions' segments, in order, mapped here rather than what
+        their keys name now. Without them (the hub had none to spare, or the kernel dropped them: none left here)
+        the keys are opened.
+        """
         memory = self.engine.system_memory
         for name in removed:
             memory.unregister(name, force=True)  # the hub unregistered it: nothing here holds it back
-        for region in changed:
+        if len(fds) != len(changed):
+            for fd in fds:
+                os.close(fd)
+            fds = ()
+        for index, region in enumerate(changed):
             memory.unregister(region[0], force=True)  # registered again with other values: mapped anew
-            self._map(region)
+            self._map(region, fds[index] if fds else None)
 
     async def _held_regions(self) -> List[str]:
         """The regions this frontend's in-flight requests will write outputs into: the hub keeps them registered."""
         return self.engine.system_memory.held_names()
 
-    def _set_regions(self, regions: List[Region]) -> None:
-        """Map the client regions the hub had registered at this frontend's start: each frontend maps its own."""
-        for region in regions:
-            self._map(region)
+    def _map(self, region: Region, fd: Optional[int]) -> None:
+        """Map one region the hub registered, from its descriptor `fd` (taken) or else its key.
 
-    def _map(self, region: Region) -> None:
-        """Map one region the hub registered; one that cannot be mapped here is logged (its requests fail here)."""
+        One that cannot be mapped here is logged (its requests fail here).
+        """
         try:
-            self.engine.system_memory.register(*region)
+            if fd is None:
+                self.engine.system_memory.register(*region)
+            else:
+                self.engine.system_memory.adopt(*region, fd)
         except Exception as error:  # noqa: BLE001 - the hub mapped it; a request naming it will fail here
             LOGGER.warning("frontend %d cannot map shared memory region '%s': %s", self._init.index, region[0], error)
 

@@ -71,7 +71,6 @@ class Init(NamedTuple):
     http: bool  # whether it serves HTTP
     grpc: bool  # whether it serves gRPC
     models: List[ModelSpec]
-    regions: List[Region]
     log: Dict[str, Any]  # the hub's log settings (its /v2/logging document, less the file)
     unloaded: List[Tuple[str, int]]  # the model versions out of service (unloaded, or removed for good)
     trace_stamps: bool  # whether the hub writes trace files (its transports' requests are timed for them)

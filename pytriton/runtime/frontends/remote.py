@@ -270,7 +270,7 @@ class HubLink:
             elif tag == REFUSED:
                 self.buffers.refused(head[1])
             elif tag == CALL:
-                self.calls.on_call(head)
+                self.calls.on_call(head, message.fds)  # a call that carries descriptors is a message of its own
             elif tag == REPLY:
                 self.calls.on_reply(head)
             elif tag == ABANDON:
