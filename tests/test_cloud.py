@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -69,10 +70,14 @@ def no_cloud_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
-def test_sagemaker_ping_and_invocations(start_triton: Callable[..., Triton], no_cloud_env: Any) -> None:
-    triton = start_triton(_binder("identity"), allow_sagemaker=True, sagemaker_port=0, allow_grpc=False)
+def test_sagemaker_ping_and_invocations(
+    start_triton: Callable[..., Triton], no_cloud_env: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, "pytriton"):
+        triton = start_triton(_binder("identity"), allow_sagemaker=True, sagemaker_port=0, allow_grpc=False)
     port = triton._runtime.sagemaker_port
     assert port and port != triton.http_port
+    assert f"the SageMaker API: http://0.0.0.0:{port} (/ping, /invocations)" in caplog.messages
     assert request(port, "GET", "/ping")[:1] == (200,)
     status, document = _post(port, "/invocations", INFER)
     assert status == 200 and document["model_name"] == "identity" and document["outputs"][0]["data"] == [1, 2]
@@ -113,18 +118,25 @@ def test_sagemaker_needs_a_default_model_for_several(start_triton: Callable[...,
     assert status == 400 and "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME is not set" in document["error"]
 
 
-def test_vertex_ai_routes(start_triton: Callable[..., Triton], no_cloud_env: Any) -> None:
+def test_vertex_ai_routes(
+    start_triton: Callable[..., Triton], no_cloud_env: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     no_cloud_env.setenv("AIP_PREDICT_ROUTE", "/v1/models/m:predict")
     no_cloud_env.setenv("AIP_HEALTH_ROUTE", "/v1/models/m")
-    triton = start_triton(
-        _binder("identity", "doubled"),
-        allow_vertex_ai=True,
-        vertex_ai_port=0,
-        vertex_ai_default_model="doubled",
-        allow_grpc=False,
-    )
+    with caplog.at_level(logging.INFO, "pytriton"):
+        triton = start_triton(
+            _binder("identity", "doubled"),
+            allow_vertex_ai=True,
+            vertex_ai_port=0,
+            vertex_ai_default_model="doubled",
+            allow_grpc=False,
+        )
     port = triton._runtime.vertex_ai_port
     assert port and port != triton.http_port
+    # NVIDIA's add_sub_vertex_ai example serves it on 8080 beside 8000: the log says where, as tritonserver's does
+    assert f"the Vertex AI API: http://0.0.0.0:{port} (health /v1/models/m, predict /v1/models/m:predict)" in (
+        caplog.messages
+    )
     assert request(port, "GET", "/v1/models/m")[0] == 200
     status, document = _post(port, "/v1/models/m:predict", INFER)
     assert status == 200 and document["model_name"] == "doubled" and document["outputs"][0]["data"] == [2, 4]

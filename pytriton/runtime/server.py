@@ -272,8 +272,18 @@ class ServerRuntime:
                 LOGGER.info("the OpenAI API: http://%s:%d/v1", options.http_address, self._openai_port)
             if options.sagemaker is not None:
                 self.sagemaker_port = await self._start_sagemaker()
+                LOGGER.info(
+                    "the SageMaker API: http://%s:%d (/ping, /invocations)", options.http_address, self.sagemaker_port
+                )
             if options.vertex_ai is not None:
                 self.vertex_ai_port = await self._start_vertex_ai()
+                LOGGER.info(
+                    "the Vertex AI API: http://%s:%d (health %s, predict %s)",
+                    options.http_address,
+                    self.vertex_ai_port,
+                    options.vertex_ai.health_route,
+                    options.vertex_ai.predict_route,
+                )
             self._start_attach()
             self.tracing.refresh()
         except BaseException:
