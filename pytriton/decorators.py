@@ -68,6 +68,46 @@ _SPECIAL_KEYS = ["__triton_context__"]
 _Wrapper = Callable[[Callable[..., Any], Any, Tuple[Any, ...], Dict[str, Any]], Any]
 
 
+def _each_result(outputs: Any, finish: Callable[[Any], Any]) -> Any:
+    """`finish` applied to what a wrapped callable returned: each step, what it awaits to, or the outputs.
+
+    A generator's steps (sync or async) are finished one by one, a coroutine's result once awaited. NVIDIA's
+    decorators take sync callables only; here an `async def` callable or async generator under them is awaited on
+    the server's loop, as it would be undecorated.
+    """
+    if inspect.isgenerator(outputs):
+        return (finish(step) for step in outputs)
+    if inspect.isasyncgen(outputs):
+        return _finished_steps(outputs, finish)
+    if inspect.isawaitable(outputs):
+        return _finished(outputs, finish)
+    return finish(outputs)
+
+
+async def _finished(outputs: Any, finish: Callable[[Any], Any]) -> Any:
+    return finish(await outputs)
+
+
+async def _finished_steps(steps: Any, finish: Callable[[Any], Any]) -> Any:
+    try:
+        async for step in steps:
+            yield finish(step)
+    finally:
+        await steps.aclose()  # closed with this one (a cancelled stream), not left to the garbage collector
+
+
+async def _awaited_in_turn(calls: List[Any]) -> List[Any]:
+    """What each of the coroutines comes to, awaited one after the other; those left are closed if one raises."""
+    results: List[Any] = []
+    try:
+        for call in calls:
+            results.append(await call)
+    finally:
+        for call in calls[len(results) + 1 :]:
+            call.close()
+    return results
+
+
 def _decorator(wrapper: _Wrapper) -> Callable[..., Any]:
     """Typed front of `wrapt.decorator`: turn a (wrapped, instance, args, kwargs) wrapper into a decorator."""
     return typing.cast(Callable[..., Any], wrapt.decorator(wrapper))
@@ -138,10 +178,7 @@ def sample(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...], kw
     """Pass the first request's inputs as keyword arguments (non-batching models) and wrap the result in a list."""
     kwargs.update(args[0][0])
     outputs: Any = wrapped(*args[1:], **kwargs)
-    if inspect.isgenerator(outputs):
-        steps: Iterator[Any] = outputs
-        return ([convert_output(step, wrapped, instance)] for step in steps)
-    return [convert_output(outputs, wrapped, instance)]
+    return _each_result(outputs, lambda result: [convert_output(result, wrapped, instance)])
 
 
 @_decorator
@@ -184,9 +221,7 @@ def batch(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, ...], kwa
             start += size
         return split
 
-    if inspect.isgenerator(outputs):
-        return (_split(step) for step in outputs)
-    return _split(outputs)
+    return _each_result(outputs, _split)
 
 
 def _check_batch_outputs(outputs: Dict[str, Any], wrapped: Any, instance: Any) -> None:
@@ -233,13 +268,21 @@ def group_by_keys(wrapped: Callable[..., Any], instance: Any, args: Tuple[Any, .
         ((index, tuple(sorted(request.keys())), request) for index, request in enumerate(requests)),
         key=operator.itemgetter(1),
     )
-    indexed_results: List[Tuple[int, Any]] = []
+    groups: List[Tuple[int, ...]] = []
+    calls: List[Any] = []
     for _, group in itertools.groupby(keyed, key=operator.itemgetter(1)):
         indices, _names, group_requests = zip(*group)
-        results = wrapped(list(group_requests), *args[1:], **kwargs)
-        indexed_results.extend(zip(indices, results))
-    indexed_results.sort(key=operator.itemgetter(0))
-    return [result for _, result in indexed_results]
+        groups.append(indices)
+        calls.append(wrapped(list(group_requests), *args[1:], **kwargs))
+
+    def _in_request_order(results: List[Any]) -> List[Any]:
+        indexed_results = [pair for indices, result in zip(groups, results) for pair in zip(indices, result)]
+        indexed_results.sort(key=operator.itemgetter(0))
+        return [result for _, result in indexed_results]
+
+    if calls and inspect.isawaitable(calls[0]):  # an `async def` callable: each group's call awaited in turn
+        return _each_result(_awaited_in_turn(calls), _in_request_order)
+    return _in_request_order(calls)
 
 
 def group_by_values(
@@ -284,20 +327,27 @@ def group_by_values(
         batch_size = get_inference_request_batch_size(request)
 
         indices_list: List[Tuple[int, ...]] = []
-        results: List[Any] = []
+        calls: List[Any] = []
         for indices, sub_request in _groups(request, batch_size):
             indices_list.append(indices)
-            results.append(host_arrays(wrapped(*args, **sub_request, **special)))
+            calls.append(wrapped(*args, **sub_request, **special))
 
-        if pad_fn is not None:
-            results = list(pad_fn(tuple(results)))
+        def _merged(outputs: List[Any]) -> Dict[str, np.ndarray]:
+            results = [host_arrays(output) for output in outputs]
+            if pad_fn is not None:
+                results = list(pad_fn(tuple(results)))
+            merged = {
+                name: np.zeros((batch_size, *data.shape[1:]), dtype=data.dtype) for name, data in results[0].items()
+            }
+            for indices, result in zip(indices_list, results):
+                selector = np.asarray(indices, dtype=np.intp)
+                for name, data in result.items():
+                    merged[name][selector, ...] = data
+            return merged
 
-        merged = {name: np.zeros((batch_size, *data.shape[1:]), dtype=data.dtype) for name, data in results[0].items()}
-        for indices, result in zip(indices_list, results):
-            selector = np.asarray(indices, dtype=np.intp)
-            for name, data in result.items():
-                merged[name][selector, ...] = data
-        return merged
+        if calls and inspect.isawaitable(calls[0]):  # an `async def` callable: each group's call awaited in turn
+            return _each_result(_awaited_in_turn(calls), _merged)
+        return _merged(calls)
 
     return _wrapper
 

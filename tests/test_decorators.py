@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import inspect
 import itertools
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
+import warnings
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 import pytest
@@ -1012,6 +1015,29 @@ class _Negate:
         return [-inputs["x"]]
 
 
+# `async def` callables under the decorators: awaited on the server's loop (NVIDIA's decorators take sync ones only).
+@batch
+async def _async_doubled(**inputs: np.ndarray) -> List[np.ndarray]:
+    await asyncio.sleep(0)
+    return [inputs["x"] * 2]
+
+
+@sample
+async def _async_sampled(**inputs: np.ndarray) -> Dict[str, np.ndarray]:
+    await asyncio.sleep(0)
+    return {"y": inputs["x"][::-1].copy()}
+
+
+@fill_optionals(scale=np.array([2], dtype=np.int64))
+@group_by_keys
+@batch
+@group_by_values("scale")
+@first_value("scale")
+async def _async_scaled(**inputs: Any) -> Dict[str, np.ndarray]:
+    await asyncio.sleep(0)
+    return {"y": inputs["x"] * inputs["scale"]}
+
+
 _X: List[TensorDecl] = [("x", np.int64, (-1,))]
 _Y: List[TensorDecl] = [("y", np.int64, (-1,))]
 
@@ -1039,6 +1065,18 @@ def _bind_models(triton: Triton) -> None:
     triton.bind("wrong", _wrong_batch_size, _tensors(_X), _tensors(_Y), config=ModelConfig(max_batch_size=8))
     triton.bind("offset", _Offset(100).infer, _tensors(_X), _tensors(_Y), config=ModelConfig(max_batch_size=8))
     triton.bind("negate", _Negate(), _tensors(_X), _tensors(_Y), config=ModelConfig(max_batch_size=8))
+    triton.bind("async_doubled", _async_doubled, _tensors(_X), _tensors(_Y), config=ModelConfig(max_batch_size=8))
+    triton.bind("async_sampled", _async_sampled, _tensors(_X), _tensors(_Y), config=ModelConfig(batching=False))
+    triton.bind(
+        "async_scaled",
+        _async_scaled,
+        [
+            Tensor(name="x", dtype=np.int64, shape=(-1,)),
+            Tensor(name="scale", dtype=np.int64, shape=(1,), optional=True),
+        ],
+        _tensors(_Y),
+        config=ModelConfig(max_batch_size=8),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -1104,3 +1142,65 @@ def test_e2e_decorated_callable_object(client: httpclient.InferenceServerClient)
 def test_e2e_decorator_error_reaches_client(client: httpclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException, match="Received output tensors with different batch sizes"):
         _infer(client, "wrong", x=np.zeros((3, 1), np.int64))
+
+
+def test_e2e_async_callables_under_the_decorators(client: httpclient.InferenceServerClient) -> None:
+    x = np.array([[1, 1], [2, 2], [3, 3]], dtype=np.int64)
+    np.testing.assert_array_equal(_infer(client, "async_doubled", x=x), x * 2)
+    np.testing.assert_array_equal(_infer(client, "async_sampled", x=np.array([1, 2, 3], np.int64)), [3, 2, 1])
+    np.testing.assert_array_equal(_infer(client, "async_scaled", x=x), x * 2)
+    scale = np.array([[3], [10], [3]], dtype=np.int64)
+    np.testing.assert_array_equal(_infer(client, "async_scaled", x=x, scale=scale), x * scale)
+
+
+def test_group_by_keys_awaits_each_group_of_an_async_callable_in_request_order() -> None:
+    @group_by_keys
+    async def infer(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+        await asyncio.sleep(0)
+        return [{"y": request["x"] + (100 if "z" in request else 0)} for request in requests]
+
+    requests = [{"x": np.array([1])}, {"x": np.array([2]), "z": np.array([0])}, {"x": np.array([3])}]
+    results = asyncio.run(infer(requests))
+    assert [result["y"].tolist() for result in results] == [[1], [102], [3]]
+
+
+def test_group_by_keys_closes_the_groups_left_when_one_raises() -> None:
+    started: List[int] = []
+
+    @group_by_keys
+    async def infer(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+        started.append(len(requests))
+        raise ValueError("no")
+
+    requests = [{"x": np.array([1])}, {"x": np.array([2]), "z": np.array([0])}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... was never awaited" from the group left unawaited
+        with pytest.raises(ValueError, match=r"^no$"):
+            asyncio.run(infer(requests))
+        gc.collect()
+    assert started == [1]
+
+
+def test_batch_async_generator_splits_each_step_and_closes_the_callables_generator() -> None:
+    closed: List[bool] = []
+
+    @batch
+    async def infer(**inputs: np.ndarray) -> AsyncIterator[Dict[str, np.ndarray]]:
+        try:
+            for step in range(3):
+                yield {"y": inputs["x"] + step}
+        finally:
+            closed.append(True)
+
+    async def first_two() -> List[List[List[int]]]:
+        steps = infer([{"x": np.array([[1]])}, {"x": np.array([[2], [3]])}])
+        taken = []
+        async for step in steps:
+            taken.append([request["y"].ravel().tolist() for request in step])
+            if len(taken) == 2:
+                break
+        await steps.aclose()  # as the server closes a stream whose requests were all cancelled
+        return taken
+
+    assert asyncio.run(first_two()) == [[[1], [2, 3]], [[2], [3, 4]]]
+    assert closed == [True]
