@@ -429,7 +429,7 @@ def test_the_drain_waits_for_running_route_handlers(tmp_path: Path) -> None:
         server.wait_for("in route")
         server.wait_for("in route")
         server.signal(signal.SIGTERM)
-        server.wait_for(r"stopping: 0 requests \(0 running, 0 queued\) and 2 custom route requests still open")
+        server.wait_for(r"stopping: 2 custom route requests still open")
         (tmp_path / "release").touch()
         server.wait_for(r"INFO pytriton: stopping: every request finished$")
         assert [call.result(WAIT_S) for call in calls] == [(200, b"released"), (200, b"released")]
@@ -444,8 +444,8 @@ def test_the_cut_off_answers_hung_route_handlers_and_a_hung_thread_does_not_hold
         server.wait_for("in route")
         server.signal(signal.SIGTERM)
         server.wait_for(
-            r"WARNING pytriton: exit_timeout_secs \(1 s\) is over: 0 requests \(0 running, 0 queued\) and 2 custom "
-            r"route requests answered with an error \(UNAVAILABLE\)$"
+            r"WARNING pytriton: exit_timeout_secs \(1 s\) is over: 2 custom route requests answered with an error "
+            r"\(UNAVAILABLE\)$"
         )
         assert [call.result(WAIT_S) for call in calls] == [
             (503, b'{"error":"the server stopped before route \'/held\' answered"}'),

@@ -152,13 +152,14 @@ class StopSequence:
                 return
 
     def _describe_open_requests(self) -> str:
-        """'3 requests (2 running, 1 queued)', then ' and 1 custom route request' when one runs."""
+        """'3 requests (2 running, 1 queued)'; '... and 1 custom route request', or '2 custom route requests' alone."""
         queued, running = self._engine.open_requests()
         total = queued + running
         text = f"{total} request{'' if total == 1 else 's'} ({running} running, {queued} queued)"
         routes = self._routes.running if self._routes is not None else 0
         if routes:
-            text += f" and {routes} custom route request{'' if routes == 1 else 's'}"
+            described = f"{routes} custom route request{'' if routes == 1 else 's'}"
+            text = f"{text} and {described}" if total else described
         return text
 
 
