@@ -406,9 +406,17 @@ ROUTE_SERVER = """
             await asyncio.sleep(0.01)
         return "released"
 
+    async def app(scope, receive, send):  # a mounted ASGI app: held until "release" exists
+        say(f"in app {scope['path']}")
+        while not os.path.exists("release"):
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"app released"})
+
     with Triton(config=TritonConfig(exit_timeout_secs=int(sys.argv[1]))) as triton:
         triton.add_route("/held", held, methods=["GET"])
         triton.add_route("/held-async", held_async, methods=["GET"])
+        triton.mount("/app", app)
         triton.serve()
     print("serve returned", flush=True)
 """
@@ -423,16 +431,20 @@ def _get(port: int, path: str) -> Tuple[int, bytes]:
 
 
 def test_the_drain_waits_for_running_route_handlers(tmp_path: Path) -> None:
-    with ServerProcess.script(tmp_path, ROUTE_SERVER, "600") as server, ThreadPoolExecutor(2) as pool:
+    with ServerProcess.script(tmp_path, ROUTE_SERVER, "600") as server, ThreadPoolExecutor(3) as pool:
         port = server.wait_started()["http"]
-        calls = [pool.submit(_get, port, "/held"), pool.submit(_get, port, "/held-async")]
-        server.wait_for("in route")
-        server.wait_for("in route")
+        calls = [pool.submit(_get, port, path) for path in ("/held", "/held-async", "/app/x")]
+        for _ in calls:
+            server.wait_for("^in (route|app) ")
         server.signal(signal.SIGTERM)
-        server.wait_for(r"stopping: 2 custom route requests still open")
+        server.wait_for(r"stopping: 3 custom route requests still open")
         (tmp_path / "release").touch()
         server.wait_for(r"INFO pytriton: stopping: every request finished$")
-        assert [call.result(WAIT_S) for call in calls] == [(200, b"released"), (200, b"released")]
+        assert [call.result(WAIT_S) for call in calls] == [
+            (200, b"released"),
+            (200, b"released"),
+            (200, b"app released"),
+        ]
         assert server.wait() == 0
 
 

@@ -53,7 +53,8 @@ class CustomRoutes:
         self._mounts: List[Mount] = []
         self._lock = threading.Lock()
         self.counts: RouteCounts = {}
-        self.running = 0  # requests whose route handler runs (on the event loop, as the rest below)
+        self.running = 0  # requests whose route handler or mounted app runs (on the event loop, as the rest below)
+        self._mounted_running = 0  # of which a mounted app's: the stop waits for them, but cuts none off
         self._idle: Optional[asyncio.Future[None]] = None  # done once none runs
         self._cut: Optional[asyncio.Future[None]] = None  # done once a stop gives up the running ones
 
@@ -135,6 +136,16 @@ class CustomRoutes:
         if not self.running and self._idle is not None and not self._idle.done():
             self._idle.set_result(None)
 
+    def mounted_started(self) -> None:
+        """Count a request a mounted app serves: the stop's drain waits for it, as for a route's handler."""
+        self.running += 1
+        self._mounted_running += 1
+
+    def mounted_ended(self) -> None:
+        """A request counted by `mounted_started` ended."""
+        self._mounted_running -= 1
+        self.handler_ended()
+
     async def until_idle(self) -> None:
         """Return once no route handler runs."""
         if not self.running:
@@ -144,11 +155,14 @@ class CustomRoutes:
         await asyncio.shield(self._idle)  # a waiter that gives up leaves the future to the others
 
     def cut_off(self) -> int:
-        """Give up every handler still running (the server's stop): each request is answered 503; how many."""
+        """Give up every handler still running (the server's stop): each request is answered 503; how many.
+
+        A mounted app's requests are not given up here: they end as the ports close, as the app's own.
+        """
         cut, self._cut = self._cut, None
         if cut is not None and not cut.done():
             cut.set_result(None)
-        return self.running
+        return self.running - self._mounted_running
 
     def count(self, label: str, method: str, status: int) -> None:
         """Count one answered request (on the event loop)."""

@@ -139,9 +139,11 @@ async def serve_custom(
         raw_path = scope.get("raw_path")
         if isinstance(raw_path, bytes) and raw_path.startswith(prefix.encode()):
             inner["raw_path"] = raw_path[len(prefix) :] or b"/"
+        routes.mounted_started()
         try:
             await _in_path(models, match.mount.app(inner, receive, counted_send))
         finally:
+            routes.mounted_ended()
             routes.count(label, method, status[0])
         return
     if match.route is None:
