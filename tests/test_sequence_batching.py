@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import queue
 import sys
 import threading
@@ -44,7 +45,7 @@ from pytriton.model_config import (
 from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
-from tests.conftest import ACCESS_TOKEN, grpc_url, http_url, running_triton
+from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.http_helpers import post_json
 
 START = SequenceControlKind.CONTROL_SEQUENCE_START
@@ -74,6 +75,17 @@ def accumulate(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
         request.sequence_state["total"] = total
         responses.append({"OUTPUT": np.full(request["INPUT"].shape, total, np.int32)})
     return responses
+
+
+def accumulate_or_exit(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """`accumulate` that ends its process on a negative input, naming its process in PID."""
+    if any(int(request["INPUT"].sum()) < 0 for request in requests):
+        os._exit(3)
+    pid = np.array([[os.getpid()]], np.int64)
+    return [{**response, "PID": pid} for response in accumulate(requests)]
+
+
+DYING_OUTPUTS = [*IO["outputs"], Tensor(name="PID", dtype=np.int64, shape=(1,))]
 
 
 SIMPLE_SEQUENCE = ModelConfig(
@@ -163,6 +175,7 @@ def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None
     triton.bind("refusals", accumulate, **IO, config=ACCUMULATE)
     triton.bind("stream_fast", accumulate, **IO, config=ACCUMULATE)
     triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
+    _bind_dying(triton)
     triton.bind("recorder", recorder, **IO, config=ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher()))
     single_slot = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(direct=SequenceStrategyDirect()))
     triton.bind("single_slot", accumulate, **IO, config=single_slot)
@@ -204,6 +217,13 @@ def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None
     triton.bind("streaming", stream_totals, **IO, config=streaming)
 
 
+def _bind_dying(triton: Triton) -> None:
+    dying = ProcessInstances(accumulate_or_exit, count=2)
+    # Sequences that outlive the restart's wait (the first request after the death waits for the new process).
+    config = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=60_000_000))
+    triton.bind("dying", dying, inputs=IO["inputs"], outputs=DYING_OUTPUTS, config=config)
+
+
 def stream_totals(requests: List[Request]) -> Iterator[List[Dict[str, np.ndarray]]]:
     """A decoupled model: the running total, then the total again times ten, per request."""
     totals = accumulate(requests)
@@ -241,6 +261,7 @@ def frontends_server(frontends_recorder: Recorder) -> Iterator[Triton]:
     def bind(triton: Triton) -> None:
         triton.bind("simple_sequence", simple_sequence, **IO, config=SIMPLE_SEQUENCE)
         triton.bind("accumulate_process", ProcessInstances(accumulate), **IO, config=ACCUMULATE)
+        _bind_dying(triton)
         triton.bind("accumulate", accumulate, **IO, config=ACCUMULATE)
         triton.bind("backlog", accumulate, **IO, config=SINGLE_SLOT)
         triton.bind("stream_fast", accumulate, **IO, config=ACCUMULATE)
@@ -842,6 +863,29 @@ def test_a_cancelled_request_ends_its_sequence_as_triton(server: Triton) -> None
     statistics = http.get_inference_statistics("backlog_cancel", headers={"triton-access-token": ACCESS_TOKEN})
     counts = statistics["model_stats"][0]["inference_stats"]
     assert (counts["success"]["count"], counts["fail"]["count"]) == (3, 2)
+
+
+def test_a_process_that_dies_mid_sequence_fails_its_batch_and_its_sequences_go_on(any_server: Triton) -> None:
+    # Its sequences go on in the process started again, with no state; the other process's keep theirs.
+    client = httpclient.InferenceServerClient(http_url(any_server))
+
+    def infer(sequence_id: int, value: int, **flags: bool) -> Tuple[int, int]:
+        result = client.infer("dying", [_input(httpclient, value)], sequence_id=sequence_id, **flags)
+        return int(result.as_numpy("OUTPUT")[0][0]), int(result.as_numpy("PID")[0][0])
+
+    ids = [71, 72, 73]
+    pids = {sequence_id: infer(sequence_id, 1, sequence_start=True)[1] for sequence_id in ids}
+    assert len(set(pids.values())) == 2  # the sequences are spread over both instances
+    with pytest.raises(InferenceServerException, match="exited with status 3"):
+        infer(ids[0], -1)
+    dead = pids[ids[0]]
+    expected = {sequence_id: 10 if pids[sequence_id] == dead else 11 for sequence_id in ids}
+    assert {sequence_id: infer(sequence_id, 10)[0] for sequence_id in ids} == expected
+    assert client.is_model_ready("dying")
+    ended = {sequence_id: infer(sequence_id, 100, sequence_end=True)[0] for sequence_id in ids}
+    assert ended == {sequence_id: total + 100 for sequence_id, total in expected.items()}
+    stats = client.get_inference_statistics("dying", headers=HTTP_AUTH)["model_stats"][0]["inference_stats"]
+    assert (stats["success"]["count"], stats["fail"]["count"]) == (9, 1)
 
 
 def test_an_idle_sequence_ends_and_its_state_is_dropped(server: Triton) -> None:
