@@ -17,6 +17,7 @@ import os
 import pathlib
 import resource
 import select
+import selectors
 import socket
 import struct
 import subprocess
@@ -89,7 +90,9 @@ class ServedProcess:
             argv.append(str(open_files))
         self.proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], 120)
+        with selectors.DefaultSelector() as selector:  # not select(): this process may hold 1,024 descriptors
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            ready = selector.select(120)
         line = self.proc.stdout.readline() if ready else ""
         if not line.startswith("READY"):
             self.stop()
