@@ -28,6 +28,7 @@ from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.attach import attach_address
 from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.inner_calls import pending
 from tests.server_process import namespaces, wait_handles_signals
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -90,6 +91,9 @@ def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
         tensor = httpclient.InferInput("x", list(x.shape), "FP32")
         tensor.set_data_from_numpy(x)
         return client.infer(model, [tensor]).as_numpy("y")  # type: ignore[no-any-return]
+
+
+_REPO_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def _start_remote(tmp_path: pathlib.Path, url: str) -> subprocess.Popen[str]:
@@ -216,6 +220,63 @@ def test_a_killed_remote_process_takes_its_model_and_leaves_the_server(server: T
         again.send_signal(signal.SIGINT)
         assert again.wait(timeout=30) == 0
         _finish(again)
+
+
+HELD_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import RemoteTriton
+
+    def held(requests):
+        print("RUNNING", flush=True)
+        time.sleep(600)
+
+    x, y = Tensor(name="x", dtype=np.float32, shape=(-1,)), Tensor(name="y", dtype=np.float32, shape=(-1,))
+    with RemoteTriton(url=sys.argv[1]) as triton:
+        triton.bind("held", held, inputs=[x], outputs=[y], config=ModelConfig(batching=False))
+        print("BOUND", flush=True)
+        triton.serve()
+    """
+)
+
+
+def test_requests_queued_for_a_killed_remote_fail_at_once_and_its_name_binds_again() -> None:
+    """Nothing is left to run them: they waited out the server's exit timeout, and the name stayed taken as long."""
+    with running_triton(_own_model, exit_timeout_secs=600) as server:
+        url = http_url(server)
+        script = ["-c", HELD_SCRIPT, url]
+        remote = subprocess.Popen([sys.executable, *script], stdout=subprocess.PIPE, text=True, env=_REPO_ENV)
+        answers: List[str] = []
+        clients = [threading.Thread(target=lambda: answers.append(_error_of(url, "held"))) for _ in range(4)]
+        try:
+            assert remote.stdout is not None and remote.stdout.readline().strip() == "BOUND"
+            for client in clients:
+                client.start()
+            assert remote.stdout.readline().strip() == "RUNNING"
+            assert _wait_until(lambda: pending(server, "held") == 3)
+            remote.kill()
+            for client in clients:
+                client.join(timeout=20)
+            assert not any(client.is_alive() for client in clients)
+        finally:
+            _finish(remote)
+        assert sorted(answers) == [
+            f"[500] InstanceDied: model 'held' instance 0 (pid {remote.pid}) closed its connection",
+            *["[503] model 'held' stopped before the request was served"] * 3,
+        ]
+        with RemoteTriton(url=url) as again:
+            again.bind("held", echo, **IO, config=UNBATCHED)
+            assert _infer(url, "held", np.array([5.0], np.float32)).tolist() == [5.0]
+
+
+def _error_of(url: str, model: str) -> str:
+    try:
+        _infer(url, model, np.array([1.0], np.float32))
+    except Exception as error:  # noqa: BLE001 - what the client says is the answer
+        return str(error)
+    return "answered"
 
 
 def test_a_name_the_server_serves_is_refused(server: Triton) -> None:

@@ -190,6 +190,7 @@ class _Binding:
         self.control = control
         self.instances: Dict[int, ProcessInstance] = {}
         self.complete: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # no instance serves any more
         self.bound = False
 
 
@@ -351,7 +352,8 @@ class AttachServer:
         _send(control, (BOUND,))
         await closed
         LOGGER.info("RemoteTriton closed: unloading model '%s' version %d", spec.name, spec.version)
-        await self._engine.remove(spec.name, spec.version, self._unload_timeout_s)
+        # A RemoteTriton that died leaves its queued requests nobody to run them: they fail at once, not at the timeout.
+        await self._engine.remove(spec.name, spec.version, self._unload_timeout_s, binding.gone)
         await self._drop(binding)
 
     def _add_route(self, channel: LoopChannel, request: AttachRoute) -> None:
@@ -437,6 +439,7 @@ class AttachServer:
     def _instance_gone(self, binding: _Binding) -> None:
         """An instance connection closed under a live binding: with none left, the RemoteTriton is gone."""
         if all(not instance.alive for instance in binding.instances.values()):
+            wake(binding.gone)
             binding.control.close()
 
     async def _drop(self, binding: _Binding) -> None:
