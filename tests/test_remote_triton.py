@@ -22,13 +22,14 @@ import tritonclient.http as httpclient
 
 from pytriton import remote_triton
 from pytriton.client.exceptions import PyTritonClientTimeoutError
+from pytriton.core.engine import Phase
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonUnrecoverableError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.attach import attach_address
-from pytriton.triton import Triton, TritonSecurityConfig
+from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
-from tests.inner_calls import pending
+from tests.inner_calls import pending, running
 from tests.server_process import namespaces, wait_handles_signals
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -269,6 +270,38 @@ def test_requests_queued_for_a_killed_remote_fail_at_once_and_its_name_binds_aga
         with RemoteTriton(url=url) as again:
             again.bind("held", echo, **IO, config=UNBATCHED)
             assert _infer(url, "held", np.array([5.0], np.float32)).tolist() == [5.0]
+
+
+def test_a_binding_while_the_server_stops_is_refused_in_words_that_say_so() -> None:
+    """It was bound into the draining server (and, past the attach socket's close, refused for want of a token)."""
+    release = threading.Event()
+
+    def held(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        release.wait(30)
+        return echo(requests)
+
+    server = Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0, exit_timeout_secs=60))
+    server.bind("held", held, **IO, config=UNBATCHED)
+    server.run()
+    url = http_url(server)
+    client = threading.Thread(target=_error_of, args=(url, "held"))
+    stopper = threading.Thread(target=server.stop)
+    try:
+        client.start()
+        assert _wait_until(lambda: running(server, "held"))
+        with RemoteTriton(url=url) as remote:
+            remote.connect()
+            stopper.start()
+            assert _wait_until(lambda: server._runtime.engine.phase is Phase.DRAINING)
+            with pytest.raises(PyTritonInvalidOperationError, match="the server refused model 'late': the server is "):
+                remote.bind("late", echo, **IO, config=UNBATCHED)
+    finally:
+        release.set()
+        client.join(30)
+        if stopper.ident is None:
+            server.stop()
+        else:
+            stopper.join(30)
 
 
 def _error_of(url: str, model: str) -> str:

@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - not on POSIX
 
 from pytriton import __version__
 from pytriton.core.custom_metrics import REGISTRY
-from pytriton.core.engine import Engine
+from pytriton.core.engine import Engine, Phase
 from pytriton.core.instances import ModelInstance
 from pytriton.core.process_instances.instance import ProcessInstance
 from pytriton.core.process_instances.protocol import METRICS, READY
@@ -70,6 +70,7 @@ _ABSTRACT = sys.platform.startswith("linux")
 _PEERCRED = struct.Struct("3i")
 # How long a binding may take to open its instance connections.
 _ATTACH_TIMEOUT_S = 30.0
+_STOPPING = "the server is stopping"
 # The longest token kept in a memfd (tokens are short; a longer one is given to RemoteTriton explicitly).
 _MAX_TOKEN_BYTES = 4096
 
@@ -222,6 +223,7 @@ class AttachServer:
         self._next_id = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._token_fd: Optional[int] = None
+        self._stopped = False
 
     def start(self, ports: List[int]) -> None:
         """Listen on the attach address of each port (on the loop); a taken address is logged, not fatal."""
@@ -248,6 +250,7 @@ class AttachServer:
 
     async def stop(self) -> None:
         """Stop listening and drop every connection (the engine has stopped the models already)."""
+        self._stopped = True  # a connection accepted before still sends its first message
         loop = asyncio.get_running_loop()
         for listener in self._listeners:
             loop.remove_reader(listener.fileno())
@@ -330,6 +333,8 @@ class AttachServer:
         _send(control, (ACCEPTED, binding.bind_id))
         try:
             await asyncio.wait_for(asyncio.shield(binding.complete), _ATTACH_TIMEOUT_S)
+            if self._stopping():
+                raise ValueError(_STOPPING)
             instances: List[ModelInstance] = [binding.instances[i] for i in range(request.instance_count)]
             self._engine.add_model(request.spec, instances, on_unrecoverable=lambda why: _unrecoverable(why, closed))
             if self._synced is not None:
@@ -403,7 +408,9 @@ class AttachServer:
         return None
 
     def _credentials_refusal(self, version: str, token: Optional[str]) -> Optional[str]:
-        """Why a RemoteTriton of that version with that token may not bind models or add routes, or None."""
+        """Why a RemoteTriton of that version with that token may not bind models or add routes now, or None."""
+        if self._stopping():
+            return _STOPPING
         if version != __version__:
             return f"the server runs pytriton {__version__}, the RemoteTriton pytriton {version}"
         if self._model_token is not None:
@@ -417,6 +424,10 @@ class AttachServer:
             if not hmac.compare_digest(token.encode(), self._model_token.encode()):
                 return "the access token does not match the server's"
         return None
+
+    def _stopping(self) -> bool:
+        """Whether the server's stop has begun: it takes no new model or route any more."""
+        return self._stopped or self._engine.phase is not Phase.SERVING
 
     def _attach_instance(self, channel: LoopChannel, head: Tuple[Any, ...]) -> None:
         """An instance connection of a binding: it serves jobs from now on."""
