@@ -304,6 +304,35 @@ def test_a_binding_while_the_server_stops_is_refused_in_words_that_say_so() -> N
             stopper.join(30)
 
 
+def test_a_remote_call_that_never_returns_holds_its_stop_only_as_long_as_the_servers_drain() -> None:
+    """The server cut the call off at its exit timeout; the stop then waited for the call up to 120 s more."""
+    release = threading.Event()
+
+    def hangs(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        release.wait(300)
+        return echo(requests)
+
+    with running_triton(_own_model, exit_timeout_secs=1) as server:
+        url = http_url(server)
+        remote = RemoteTriton(url=url)
+        client = threading.Thread(target=_error_of, args=(url, "hangs"))
+        stopper = threading.Thread(target=remote.stop)
+        try:
+            remote.bind("hangs", hangs, **IO, config=UNBATCHED)
+            remote.connect()
+            client.start()
+            assert _wait_until(lambda: running(server, "hangs"))
+            stopper.start()
+            stopper.join(30)
+            assert not stopper.is_alive()
+        finally:
+            release.set()
+            client.join(30)
+            if stopper.ident is not None:
+                stopper.join(30)
+            remote.stop()
+
+
 def _error_of(url: str, model: str) -> str:
     try:
         _infer(url, model, np.array([1.0], np.float32))
