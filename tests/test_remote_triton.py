@@ -8,6 +8,7 @@ import pathlib
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,13 +21,15 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from pytriton import remote_triton
+from pytriton import __version__, remote_triton
 from pytriton.client.exceptions import PyTritonClientTimeoutError
 from pytriton.core.engine import Phase
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonUnrecoverableError
+from pytriton.ipc.channel import BlockingChannel
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.models import build_model
 from pytriton.remote_triton import RemoteTriton
-from pytriton.runtime.attach import attach_address
+from pytriton.runtime.attach import ACCEPTED, ATTACH_BIND, AttachBind, attach_address
 from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.inner_calls import pending, running
@@ -331,6 +334,35 @@ def test_a_remote_call_that_never_returns_holds_its_stop_only_as_long_as_the_ser
             if stopper.ident is not None:
                 stopper.join(30)
             remote.stop()
+
+
+def test_a_name_whose_binding_was_left_before_its_instances_attached_is_free_at_once(server: Triton) -> None:
+    """A RemoteTriton that died mid-bind held the name until the instances' 30 s attach timeout."""
+    spec, _ = build_model(
+        model_name="left", model_version=1, **IO, config=UNBATCHED, instance_count=1, strict=False, openai=None
+    )
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(attach_address(server.http_port))
+    channel = BlockingChannel(sock)
+    try:
+        channel.send((ATTACH_BIND, AttachBind(__version__, spec, 1, ACCESS_TOKEN, 0, ())))
+        assert channel.receive().head[0] == ACCEPTED
+    finally:
+        channel.close()
+    with RemoteTriton(url=f"localhost:{server.http_port}") as remote:
+        assert _wait_until(lambda: _binds(remote, "left"))
+        assert _infer(http_url(server), "left", np.array([4.0], np.float32)).tolist() == [4.0]
+
+
+def _binds(remote: RemoteTriton, name: str) -> bool:
+    """Whether `remote` binds `name` now (it tries once, refused while the server holds the name)."""
+    try:
+        remote.bind(name, echo, **IO, config=UNBATCHED)
+    except PyTritonInvalidOperationError as refused:
+        assert "is being bound already" in str(refused)
+        remote._models.clear()  # the refused model: connect() would try it again
+        return False
+    return True
 
 
 def _error_of(url: str, model: str) -> str:

@@ -332,7 +332,13 @@ class AttachServer:
         REGISTRY.apply_updates(request.metrics)
         _send(control, (ACCEPTED, binding.bind_id))
         try:
-            await asyncio.wait_for(asyncio.shield(binding.complete), _ATTACH_TIMEOUT_S)
+            attached = asyncio.shield(binding.complete)
+            await asyncio.wait({attached, closed}, timeout=_ATTACH_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+            if not binding.complete.done():
+                if closed.done():  # the RemoteTriton left mid-bind (its process died): the name is free at once
+                    await self._drop(binding)
+                    return
+                raise asyncio.TimeoutError
             if self._stopping():
                 raise ValueError(_STOPPING)
             instances: List[ModelInstance] = [binding.instances[i] for i in range(request.instance_count)]
