@@ -17,6 +17,7 @@ import copy
 import logging
 import os
 import pathlib
+import select
 import socket
 import threading
 import time
@@ -56,8 +57,9 @@ LOGGER = logging.getLogger("pytriton")
 _STARTUP_TIMEOUT_S = 120.0
 # How long one step of a binding (the server's answer) may take.
 _ANSWER_TIMEOUT_S = 60.0
-# How long stop() waits for the server to drain a model and release its instances.
+# How long stop() waits for the server to drain a model and release its instances, and how often it looks.
 _RELEASE_TIMEOUT_S = 120.0
+_RELEASE_POLL_S = 0.05
 
 
 _workspace_warned = threading.Event()
@@ -72,6 +74,21 @@ def _warn_workspace_once() -> None:
             "namespace, not through files (containers attach when they share the server's network namespace, "
             "e.g. one Kubernetes pod, and are given access_token unless they may read the server's /proc entry)"
         )
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """Whether the other end of `sock` closed it, even with data still unread here."""
+    if not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    try:
+        poller.register(sock.fileno(), _HANG_UP)
+        return any(events & _HANG_UP for _, events in poller.poll(0))
+    except (OSError, ValueError):  # closed here already
+        return True
+
+
+_HANG_UP = getattr(select, "POLLRDHUP", 0) | getattr(select, "POLLHUP", 0)
 
 
 class ServerNotFoundError(PyTritonInvalidOperationError, PyTritonClientTimeoutError, TimeoutError):
@@ -89,7 +106,7 @@ class _RemoteModel:
         self.spec = spec
         self.callables = callables
         self.control: Optional[BlockingChannel] = None
-        self.hosts: List[threading.Thread] = []
+        self.hosts: List[Tuple[InstanceHost, threading.Thread]] = []
         self.watcher: Optional[threading.Thread] = None
         self.gone = threading.Event()  # the server closed the binding (it stopped, or unloaded the model)
 
@@ -239,8 +256,13 @@ class RemoteTriton(TritonBase):
             if route.thread is not None:
                 route.thread.join(max(deadline - time.monotonic(), 0))
         for model in self._models:
-            for thread in model.hosts:
-                thread.join(max(deadline - time.monotonic(), 0))
+            for host, thread in model.hosts:
+                # A call still running once the server closed its instance was cut off there (its drain is over):
+                # as a thread instance's, one that never returns does not hold the stop.
+                while thread.is_alive() and time.monotonic() < deadline:
+                    if host.running_requests and _hung_up(host.channel.sock):
+                        break
+                    thread.join(min(_RELEASE_POLL_S, max(deadline - time.monotonic(), 0)))
             if model.control is not None:
                 model.control.close()
 
@@ -278,7 +300,7 @@ class RemoteTriton(TritonBase):
                     target=host.serve, name=f"pytriton-remote-{model.spec.name}-{index}", daemon=True
                 )
                 thread.start()
-                model.hosts.append(thread)
+                model.hosts.append((host, thread))
             self._answer(control, BOUND, model)
         except BaseException:
             control.close()

@@ -161,6 +161,41 @@ def test_a_process_killed_mid_batch_fails_only_its_batch_and_comes_back(caplog: 
     assert len(_instance_pids()) == 0  # stopped with the server
 
 
+def forks(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Forks a child that sleeps (its pid in `pid`) for input 1, exits with status 3 for input 2, else echoes."""
+    x = float(requests[0]["x"].flat[0])
+    pid = os.getpid()
+    if x == 1:
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(600)
+            os._exit(0)
+    if x == 2:
+        os._exit(3)
+    return [{"pid": np.array([pid], dtype=np.int64), "y": request["x"]} for request in requests]
+
+
+def test_a_process_whose_forked_child_lives_on_is_seen_to_die() -> None:
+    """The child held copies of the process's channel: its batch failed only once the child ended."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind("forks", ProcessInstances(forks), **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton), network_timeout=20)
+        child = int(_infer(client, "forks", np.array([1.0], np.float32))["pid"][0])
+        started = started_at(child)
+        try:
+            with pytest.raises(InferenceServerException, match="exited with status 3"):
+                _infer(client, "forks", np.array([2.0], np.float32))
+            assert alive(child, started)
+            assert _infer(client, "forks", np.array([3.0], np.float32))["y"].tolist() == [3.0]
+        finally:
+            client.close()
+            if alive(child, started):
+                os.kill(child, signal.SIGKILL)
+
+
 def trapped(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     """Echoes after 5 ms; the first batch of several requests once the test arms the trap waits to be killed.
 

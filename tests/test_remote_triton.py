@@ -8,6 +8,7 @@ import pathlib
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,14 +21,18 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from pytriton import remote_triton
+from pytriton import __version__, remote_triton
 from pytriton.client.exceptions import PyTritonClientTimeoutError
+from pytriton.core.engine import Phase
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonUnrecoverableError
+from pytriton.ipc.channel import BlockingChannel
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.models import build_model
 from pytriton.remote_triton import RemoteTriton
-from pytriton.runtime.attach import attach_address
-from pytriton.triton import Triton, TritonSecurityConfig
+from pytriton.runtime.attach import ACCEPTED, ATTACH_BIND, AttachBind, attach_address
+from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.inner_calls import pending, running
 from tests.server_process import namespaces, wait_handles_signals
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -90,6 +95,9 @@ def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
         tensor = httpclient.InferInput("x", list(x.shape), "FP32")
         tensor.set_data_from_numpy(x)
         return client.infer(model, [tensor]).as_numpy("y")  # type: ignore[no-any-return]
+
+
+_REPO_ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def _start_remote(tmp_path: pathlib.Path, url: str) -> subprocess.Popen[str]:
@@ -216,6 +224,153 @@ def test_a_killed_remote_process_takes_its_model_and_leaves_the_server(server: T
         again.send_signal(signal.SIGINT)
         assert again.wait(timeout=30) == 0
         _finish(again)
+
+
+HELD_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import RemoteTriton
+
+    def held(requests):
+        print("RUNNING", flush=True)
+        time.sleep(600)
+
+    x, y = Tensor(name="x", dtype=np.float32, shape=(-1,)), Tensor(name="y", dtype=np.float32, shape=(-1,))
+    with RemoteTriton(url=sys.argv[1]) as triton:
+        triton.bind("held", held, inputs=[x], outputs=[y], config=ModelConfig(batching=False))
+        print("BOUND", flush=True)
+        triton.serve()
+    """
+)
+
+
+def test_requests_queued_for_a_killed_remote_fail_at_once_and_its_name_binds_again() -> None:
+    """Nothing is left to run them: they waited out the server's exit timeout, and the name stayed taken as long."""
+    with running_triton(_own_model, exit_timeout_secs=600) as server:
+        url = http_url(server)
+        script = ["-c", HELD_SCRIPT, url]
+        remote = subprocess.Popen([sys.executable, *script], stdout=subprocess.PIPE, text=True, env=_REPO_ENV)
+        answers: List[str] = []
+        clients = [threading.Thread(target=lambda: answers.append(_error_of(url, "held"))) for _ in range(4)]
+        try:
+            assert remote.stdout is not None and remote.stdout.readline().strip() == "BOUND"
+            for client in clients:
+                client.start()
+            assert remote.stdout.readline().strip() == "RUNNING"
+            assert _wait_until(lambda: pending(server, "held") == 3)
+            remote.kill()
+            for client in clients:
+                client.join(timeout=20)
+            assert not any(client.is_alive() for client in clients)
+        finally:
+            _finish(remote)
+        assert sorted(answers) == [
+            f"[500] InstanceDied: model 'held' instance 0 (pid {remote.pid}) closed its connection",
+            *["[503] model 'held' stopped before the request was served"] * 3,
+        ]
+        with RemoteTriton(url=url) as again:
+            again.bind("held", echo, **IO, config=UNBATCHED)
+            assert _infer(url, "held", np.array([5.0], np.float32)).tolist() == [5.0]
+
+
+def test_a_binding_while_the_server_stops_is_refused_in_words_that_say_so() -> None:
+    """It was bound into the draining server (and, past the attach socket's close, refused for want of a token)."""
+    release = threading.Event()
+
+    def held(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        release.wait(30)
+        return echo(requests)
+
+    server = Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0, exit_timeout_secs=60))
+    server.bind("held", held, **IO, config=UNBATCHED)
+    server.run()
+    url = http_url(server)
+    client = threading.Thread(target=_error_of, args=(url, "held"))
+    stopper = threading.Thread(target=server.stop)
+    try:
+        client.start()
+        assert _wait_until(lambda: running(server, "held"))
+        with RemoteTriton(url=url) as remote:
+            remote.connect()
+            stopper.start()
+            assert _wait_until(lambda: server._runtime.engine.phase is Phase.DRAINING)
+            with pytest.raises(PyTritonInvalidOperationError, match="the server refused model 'late': the server is "):
+                remote.bind("late", echo, **IO, config=UNBATCHED)
+    finally:
+        release.set()
+        client.join(30)
+        if stopper.ident is None:
+            server.stop()
+        else:
+            stopper.join(30)
+
+
+def test_a_remote_call_that_never_returns_holds_its_stop_only_as_long_as_the_servers_drain() -> None:
+    """The server cut the call off at its exit timeout; the stop then waited for the call up to 120 s more."""
+    release = threading.Event()
+
+    def hangs(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        release.wait(300)
+        return echo(requests)
+
+    with running_triton(_own_model, exit_timeout_secs=1) as server:
+        url = http_url(server)
+        remote = RemoteTriton(url=url)
+        client = threading.Thread(target=_error_of, args=(url, "hangs"))
+        stopper = threading.Thread(target=remote.stop)
+        try:
+            remote.bind("hangs", hangs, **IO, config=UNBATCHED)
+            remote.connect()
+            client.start()
+            assert _wait_until(lambda: running(server, "hangs"))
+            stopper.start()
+            stopper.join(30)
+            assert not stopper.is_alive()
+        finally:
+            release.set()
+            client.join(30)
+            if stopper.ident is not None:
+                stopper.join(30)
+            remote.stop()
+
+
+def test_a_name_whose_binding_was_left_before_its_instances_attached_is_free_at_once(server: Triton) -> None:
+    """A RemoteTriton that died mid-bind held the name until the instances' 30 s attach timeout."""
+    spec, _ = build_model(
+        model_name="left", model_version=1, **IO, config=UNBATCHED, instance_count=1, strict=False, openai=None
+    )
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(attach_address(server.http_port))
+    channel = BlockingChannel(sock)
+    try:
+        channel.send((ATTACH_BIND, AttachBind(__version__, spec, 1, ACCESS_TOKEN, 0, ())))
+        assert channel.receive().head[0] == ACCEPTED
+    finally:
+        channel.close()
+    with RemoteTriton(url=f"localhost:{server.http_port}") as remote:
+        assert _wait_until(lambda: _binds(remote, "left"))
+        assert _infer(http_url(server), "left", np.array([4.0], np.float32)).tolist() == [4.0]
+
+
+def _binds(remote: RemoteTriton, name: str) -> bool:
+    """Whether `remote` binds `name` now (it tries once, refused while the server holds the name)."""
+    try:
+        remote.bind(name, echo, **IO, config=UNBATCHED)
+    except PyTritonInvalidOperationError as refused:
+        assert "is being bound already" in str(refused)
+        remote._models.clear()  # the refused model: connect() would try it again
+        return False
+    return True
+
+
+def _error_of(url: str, model: str) -> str:
+    try:
+        _infer(url, model, np.array([1.0], np.float32))
+    except Exception as error:  # noqa: BLE001 - what the client says is the answer
+        return str(error)
+    return "answered"
 
 
 def test_a_name_the_server_serves_is_refused(server: Triton) -> None:

@@ -380,10 +380,13 @@ class Engine:
             if asyncio.isfuture(changed):
                 await changed
 
-    async def remove(self, name: str, version: int, timeout_s: float) -> None:
+    async def remove(
+        self, name: str, version: int, timeout_s: float, abandoned: Optional[asyncio.Future[None]] = None
+    ) -> None:
         """Stop serving a model version for good: drain it (up to `timeout_s`), stop its instances, forget it.
 
         The repository index shows it unloaded from then on, and requests for it get Triton's words for that.
+        `abandoned` settles when no instance can serve the model any more: the drain ends then.
         """
         versions = self._models.get(name, {})
         model = versions.get(version)
@@ -391,7 +394,7 @@ class Engine:
             return
         model.state = ModelState.UNLOADING
         self.models_generation += 1
-        await _drain(model, timeout_s)
+        await _drain(model, timeout_s, abandoned)
         model.state = ModelState.UNAVAILABLE
         await model.scheduler.close_instances()
         if versions.get(version) is model:
@@ -633,13 +636,17 @@ def _unloaded(name: str, version: str) -> InferenceError:
     return InferenceError.not_found(f"Request for unknown model: '{name}' has no available versions")
 
 
-async def _drain(model: ServedModel, timeout_s: float) -> None:
-    """Refuse a model's new requests, let queued and running ones finish up to `timeout_s`, fail the rest."""
+async def _drain(model: ServedModel, timeout_s: float, abandoned: Optional[asyncio.Future[None]] = None) -> None:
+    """Refuse a model's new requests, let queued and running ones finish up to `timeout_s`, fail the rest.
+
+    The rest fail at once when `abandoned` settles (no instance is left to run them).
+    """
     model.scheduler.refuse()
-    try:
-        await asyncio.wait_for(model.scheduler.until_idle(), timeout=timeout_s)
-    except asyncio.TimeoutError:
-        pass
+    idle = asyncio.ensure_future(model.scheduler.until_idle())
+    waited: Set[asyncio.Future[None]] = {idle} if abandoned is None else {idle, asyncio.shield(abandoned)}
+    _, pending = await asyncio.wait(waited, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    for future in pending:
+        future.cancel()
     model.scheduler.cut_off()
 
 

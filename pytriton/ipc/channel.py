@@ -20,6 +20,7 @@ import os
 import pickle
 import socket
 import struct
+import weakref
 from collections import deque
 from typing import Any, Callable, Deque, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -191,6 +192,7 @@ class BlockingChannel:
         self.sock = sock
         self._reader = _Reader()
         self._ready: Deque[Message] = deque()
+        _BLOCKING.add(self)
 
     def send(self, head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = ()) -> None:
         """Send one message whole."""
@@ -398,6 +400,27 @@ class LoopChannel:
     def close(self) -> None:
         """Close from this side (on_closed is called too)."""
         self._close()
+
+
+# This process's blocking channels, whose copies a forked child closes (`_close_in_child`).
+_BLOCKING: weakref.WeakSet[BlockingChannel] = weakref.WeakSet()
+
+
+def _close_in_child() -> None:
+    """In a child a callable forked (os.fork, multiprocessing's fork): close its copies of the channels.
+
+    The other end learns that this process ended when its channels close: a child that lived on held them open,
+    and a server waited for the child's end to fail the batch of an instance process that had died.
+    """
+    for channel in list(_BLOCKING):
+        try:
+            channel.sock.close()
+        except OSError:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 def _close_all(fds: Sequence[int]) -> None:

@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - not on POSIX
 
 from pytriton import __version__
 from pytriton.core.custom_metrics import REGISTRY
-from pytriton.core.engine import Engine
+from pytriton.core.engine import Engine, Phase
 from pytriton.core.instances import ModelInstance
 from pytriton.core.process_instances.instance import ProcessInstance
 from pytriton.core.process_instances.protocol import METRICS, READY
@@ -70,6 +70,7 @@ _ABSTRACT = sys.platform.startswith("linux")
 _PEERCRED = struct.Struct("3i")
 # How long a binding may take to open its instance connections.
 _ATTACH_TIMEOUT_S = 30.0
+_STOPPING = "the server is stopping"
 # The longest token kept in a memfd (tokens are short; a longer one is given to RemoteTriton explicitly).
 _MAX_TOKEN_BYTES = 4096
 
@@ -190,6 +191,7 @@ class _Binding:
         self.control = control
         self.instances: Dict[int, ProcessInstance] = {}
         self.complete: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # no instance serves any more
         self.bound = False
 
 
@@ -221,6 +223,7 @@ class AttachServer:
         self._next_id = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._token_fd: Optional[int] = None
+        self._stopped = False
 
     def start(self, ports: List[int]) -> None:
         """Listen on the attach address of each port (on the loop); a taken address is logged, not fatal."""
@@ -247,6 +250,7 @@ class AttachServer:
 
     async def stop(self) -> None:
         """Stop listening and drop every connection (the engine has stopped the models already)."""
+        self._stopped = True  # a connection accepted before still sends its first message
         loop = asyncio.get_running_loop()
         for listener in self._listeners:
             loop.remove_reader(listener.fileno())
@@ -328,7 +332,15 @@ class AttachServer:
         REGISTRY.apply_updates(request.metrics)
         _send(control, (ACCEPTED, binding.bind_id))
         try:
-            await asyncio.wait_for(asyncio.shield(binding.complete), _ATTACH_TIMEOUT_S)
+            attached = asyncio.shield(binding.complete)
+            await asyncio.wait({attached, closed}, timeout=_ATTACH_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+            if not binding.complete.done():
+                if closed.done():  # the RemoteTriton left mid-bind (its process died): the name is free at once
+                    await self._drop(binding)
+                    return
+                raise asyncio.TimeoutError
+            if self._stopping():
+                raise ValueError(_STOPPING)
             instances: List[ModelInstance] = [binding.instances[i] for i in range(request.instance_count)]
             self._engine.add_model(request.spec, instances, on_unrecoverable=lambda why: _unrecoverable(why, closed))
             if self._synced is not None:
@@ -351,7 +363,8 @@ class AttachServer:
         _send(control, (BOUND,))
         await closed
         LOGGER.info("RemoteTriton closed: unloading model '%s' version %d", spec.name, spec.version)
-        await self._engine.remove(spec.name, spec.version, self._unload_timeout_s)
+        # A RemoteTriton that died leaves its queued requests nobody to run them: they fail at once, not at the timeout.
+        await self._engine.remove(spec.name, spec.version, self._unload_timeout_s, binding.gone)
         await self._drop(binding)
 
     def _add_route(self, channel: LoopChannel, request: AttachRoute) -> None:
@@ -401,7 +414,9 @@ class AttachServer:
         return None
 
     def _credentials_refusal(self, version: str, token: Optional[str]) -> Optional[str]:
-        """Why a RemoteTriton of that version with that token may not bind models or add routes, or None."""
+        """Why a RemoteTriton of that version with that token may not bind models or add routes now, or None."""
+        if self._stopping():
+            return _STOPPING
         if version != __version__:
             return f"the server runs pytriton {__version__}, the RemoteTriton pytriton {version}"
         if self._model_token is not None:
@@ -415,6 +430,10 @@ class AttachServer:
             if not hmac.compare_digest(token.encode(), self._model_token.encode()):
                 return "the access token does not match the server's"
         return None
+
+    def _stopping(self) -> bool:
+        """Whether the server's stop has begun: it takes no new model or route any more."""
+        return self._stopped or self._engine.phase is not Phase.SERVING
 
     def _attach_instance(self, channel: LoopChannel, head: Tuple[Any, ...]) -> None:
         """An instance connection of a binding: it serves jobs from now on."""
@@ -437,6 +456,7 @@ class AttachServer:
     def _instance_gone(self, binding: _Binding) -> None:
         """An instance connection closed under a live binding: with none left, the RemoteTriton is gone."""
         if all(not instance.alive for instance in binding.instances.values()):
+            wake(binding.gone)
             binding.control.close()
 
     async def _drop(self, binding: _Binding) -> None:

@@ -136,7 +136,7 @@ class InstanceHost:
                     return
                 else:
                     self._control(message)  # a STOP for a job that has ended already needs nothing
-        except ChannelClosed:
+        except (ChannelClosed, ConnectionError):  # the server closed the channel (an answer it cut off finds it gone)
             return
         finally:
             self.channel.close()
