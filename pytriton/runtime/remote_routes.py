@@ -36,6 +36,7 @@ import orjson
 from pytriton.core.composition.async_callers import use_async_caller_here
 from pytriton.core.composition.path import CURRENT, CallArguments, CallPath, ModelCallError
 from pytriton.core.composition.process_callers import use_caller_here
+from pytriton.core.daemon_threads import DaemonThreads
 from pytriton.core.errors import InferenceError, Status, exception_text
 from pytriton.core.process_instances.model_calls import Answer, CalleeArenas, CallerArenas, answered, serve_call
 from pytriton.core.process_instances.protocol import ANSWERS_READ, CALLS_READ, MODEL_ANSWER, MODEL_CALL
@@ -150,59 +151,6 @@ class ServedRoute:
 # -- the RemoteTriton's end ---------------------------------------------------------------------------------
 
 
-class _DaemonThreads:
-    """Up to `most` daemon threads, made as needed, that run the jobs given in turn.
-
-    Not a ThreadPoolExecutor: Python joins its threads as the interpreter exits, even after shutdown(wait=False),
-    so a handler that never returns would keep the RemoteTriton's process alive after it closed.
-    """
-
-    def __init__(self, most: int, name: str) -> None:
-        """No thread yet."""
-        self._most = most
-        self._name = name
-        self._lock = threading.Lock()
-        self._jobs: queue.SimpleQueue[Optional[Callable[[], None]]] = queue.SimpleQueue()
-        self._threads = 0
-        self._waiting = 0  # threads waiting for a job
-        self._untaken = 0  # jobs no thread took yet
-
-    def submit(self, job: Callable[[], None]) -> None:
-        """Run `job()` in one of the threads."""
-        with self._lock:
-            self._untaken += 1
-            more = self._untaken > self._waiting and self._threads < self._most
-            if more:
-                self._threads += 1
-        if more:
-            threading.Thread(target=self._work, name=self._name, daemon=True).start()
-        self._jobs.put(job)
-
-    def shutdown(self) -> None:
-        """Let each thread end once it is done with the jobs given before (a hung one never does; it holds nothing)."""
-        with self._lock:
-            threads = self._threads
-        for _ in range(threads):
-            self._jobs.put(None)
-
-    def _work(self) -> None:
-        while True:
-            with self._lock:
-                self._waiting += 1
-            job = self._jobs.get()
-            with self._lock:
-                self._waiting -= 1
-                if job is not None:
-                    self._untaken -= 1
-            if job is None:
-                return
-            try:
-                job()
-            except Exception:  # the thread serves the next job
-                LOGGER.exception("a RemoteTriton route's handler thread failed")
-            del job
-
-
 class _Running:
     """A request whose handler runs here: its cancel, and the answers to its model calls in flight."""
 
@@ -239,13 +187,13 @@ class RouteHost:
         self._call_ids = itertools.count(1)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_thread: Optional[threading.Thread] = None
-        self._pool: Optional[_DaemonThreads] = None
+        self._pool: Optional[DaemonThreads] = None
         if self._async:
             loop = self._loop = asyncio.new_event_loop()
             self._loop_thread = threading.Thread(target=loop.run_forever, name="pytriton-remote-route", daemon=True)
             self._loop_thread.start()
         else:
-            self._pool = _DaemonThreads(_SYNC_WORKERS, "pytriton-route")
+            self._pool = DaemonThreads(_SYNC_WORKERS, "pytriton-route")
         self.gone = threading.Event()  # the server closed the route (it stopped)
 
     def serve(self) -> None:

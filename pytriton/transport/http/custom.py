@@ -19,14 +19,13 @@ import functools
 import inspect
 import logging
 import os
-import queue
-import threading
 from typing import Any, Awaitable, Callable, Dict, List, MutableMapping, Optional, Tuple, Union
 from urllib.parse import parse_qsl
 
 import orjson
 
 from pytriton.core.composition.path import CURRENT, CallPath, Models
+from pytriton.core.daemon_threads import DaemonThreads
 from pytriton.core.errors import InferenceError, exception_text
 from pytriton.options.routes import CustomRoutes, Match
 from pytriton.transport.http.responses import JSON_TYPE, Receive, Scope, Send, send_error, until_disconnect
@@ -226,58 +225,29 @@ def _drop_outcome(handler: asyncio.Future[Any]) -> None:
         handler.exception()
 
 
-class _HandlerThreads:
-    """Daemon threads for plain handlers, made as needed up to `most`, each taking the next handler's call.
+def _in_thread(call: Callable[[], Any]) -> asyncio.Future[Any]:
+    """Run `call()` in one of the handlers' daemon threads; the future (on the running loop) gets its outcome.
 
     Not the loop's default executor: its threads are joined as the interpreter exits, so a handler still running
-    when the server stopped would hold the process until it returned; a daemon thread holds nothing, as an
-    instance's does not (core/worker.py).
+    when the server stopped would hold the process until it returned (core/daemon_threads.py).
     """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
 
-    def __init__(self, most: int) -> None:
-        """No thread yet."""
-        self._most = most
-        self._lock = threading.Lock()
-        self._calls: queue.SimpleQueue[Tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]]
-        self._calls = queue.SimpleQueue()
-        self._threads = 0
-        self._waiting = 0  # threads waiting for a call
-        self._untaken = 0  # calls no thread took yet
+    def job() -> None:
+        result: Any = None
+        error: Optional[BaseException] = None
+        try:
+            result = call()
+        except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
+            error = raised
+        try:
+            loop.call_soon_threadsafe(_settle, future, result, error)
+        except RuntimeError:  # the loop closed while the handler ran: nobody waits for it
+            pass
 
-    def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
-        """Run `call()` in one of the threads; the future (on the running loop) gets what it returns or raises."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        with self._lock:
-            self._untaken += 1
-            more = self._untaken > self._waiting and self._threads < self._most
-            if more:
-                self._threads += 1
-                name = f"pytriton-route-{self._threads}"
-        if more:
-            threading.Thread(target=self._work, name=name, daemon=True).start()
-        self._calls.put((loop, future, call))
-        return future
-
-    def _work(self) -> None:
-        while True:
-            with self._lock:
-                self._waiting += 1
-            loop, future, call = self._calls.get()
-            with self._lock:
-                self._waiting -= 1
-                self._untaken -= 1
-            result: Any = None
-            error: Optional[BaseException] = None
-            try:
-                result = call()
-            except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
-                error = raised
-            try:
-                loop.call_soon_threadsafe(_settle, future, result, error)
-            except RuntimeError:  # the loop closed while the handler ran: nobody waits for it
-                pass
-            del loop, future, call, result, error
+    _HANDLER_THREADS.submit(job)
+    return future
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
@@ -291,7 +261,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseExcept
 
 
 # As many as the loop's default executor would have had.
-_HANDLER_THREADS = _HandlerThreads(min(32, (os.cpu_count() or 1) + 4))
+_HANDLER_THREADS = DaemonThreads(min(32, (os.cpu_count() or 1) + 4), "pytriton-route")
 
 
 class _HandlerFailed(Exception):
@@ -308,7 +278,7 @@ async def _run_handler(handler: Any, request: RouteRequest) -> Any:
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
             return await handler(request)
         context = contextvars.copy_context()
-        result = await _HANDLER_THREADS.run(functools.partial(context.run, handler, request))
+        result = await _in_thread(functools.partial(context.run, handler, request))
         if inspect.isawaitable(result):
             return await result
         return result

@@ -1,0 +1,65 @@
+"""A pool of daemon threads: jobs that may never return hold no process's exit."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Callable, Optional
+
+LOGGER = logging.getLogger("pytriton")
+
+
+class DaemonThreads:
+    """Up to `most` daemon threads, made as needed, that run the jobs given in turn.
+
+    Not a ThreadPoolExecutor: Python joins its threads as the interpreter exits, even after shutdown(wait=False),
+    so a job that never returns (a route's hung handler) would keep the process alive after the server closed.
+    Used by custom routes' plain handlers, in the server (transport/http/custom.py) and in a RemoteTriton
+    (runtime/remote_routes.py).
+    """
+
+    def __init__(self, most: int, name: str) -> None:
+        """No thread yet."""
+        self._most = most
+        self._name = name
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[Optional[Callable[[], None]]] = queue.SimpleQueue()
+        self._threads = 0
+        self._waiting = 0  # threads waiting for a job
+        self._untaken = 0  # jobs no thread took yet
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run `job()` in one of the threads."""
+        with self._lock:
+            self._untaken += 1
+            more = self._untaken > self._waiting and self._threads < self._most
+            if more:
+                self._threads += 1
+        if more:
+            threading.Thread(target=self._work, name=self._name, daemon=True).start()
+        self._jobs.put(job)
+
+    def shutdown(self) -> None:
+        """Let each thread end once it is done with the jobs given before (a hung one never does; it holds nothing)."""
+        with self._lock:
+            threads = self._threads
+        for _ in range(threads):
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._waiting += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._waiting -= 1
+                if job is not None:
+                    self._untaken -= 1
+            if job is None:
+                return
+            try:
+                job()
+            except Exception:  # the thread serves the next job
+                LOGGER.exception("%s: a job failed", self._name)
+            del job
