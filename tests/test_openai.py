@@ -16,9 +16,9 @@ import numpy as np
 import openai
 import pytest
 
-from pytriton.model_config import ModelConfig
+from pytriton.model_config import DynamicBatcher, ModelConfig
 from pytriton.openai import OpenAIChat
-from pytriton.triton import Triton, TritonSecurityConfig
+from pytriton.triton import ServerLimits, Triton, TritonSecurityConfig
 from tests import openai_models
 from tests.conftest import ACCESS_TOKEN, running_triton
 from tests.http_helpers import get_json, post_json, request
@@ -557,6 +557,50 @@ def test_a_streamed_chat_whose_client_reads_nothing_holds_the_model_not_a_queue_
             )
             assert steps_once_held(flood) <= HELD_STEPS  # type: ignore[arg-type]
         assert flood.stopped.wait(10), "the generator went on after its client left"
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_a_client_that_reads_nothing_does_not_hold_the_other_streams_of_its_batch(frontends: Any) -> None:
+    """A raw client that never reads and an SDK client share a batch: the SDK client gets its whole answer.
+
+    Holding the batch's generator for the client that read nothing had stalled the other stream until
+    send_timeout_s cut that client off; now that client alone is cut off once it is far behind.
+    """
+    flood = TextFlood()
+    batch_sizes: List[int] = []
+
+    def flood_in_batches(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        batch_sizes.append(len(requests))
+        yield from flood(requests)
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(
+            decoupled=True,
+            max_batch_size=2,
+            batcher=DynamicBatcher(max_queue_delay_microseconds=60_000_000),  # runs once both are there
+        )
+        triton.bind("flood-batched", flood_in_batches, [TEXT_IN], [TEXT_OUT], config=config, openai=OpenAIChat())
+
+    with running_triton(bind, frontends=frontends, limits=ServerLimits(send_timeout_s=600)) as triton:
+        body = json.dumps({"model": "flood-batched", "messages": USER, "stream": True}).encode()
+        with unread_socket(triton.http_port) as sock, sdk_client(triton.http_port, timeout=20) as sdk:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            stream = sdk.chat.completions.create(model="flood-batched", messages=USER, stream=True, max_tokens=1200)
+            pieces = [chunk.choices[0].delta.content for chunk in stream if chunk.choices]
+            assert batch_sizes == [2]
+            assert len("".join(piece or "" for piece in pieces)) == 1200 * 65536
+            received = b""
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            while not received.endswith(b"0\r\n\r\n"):  # the cut-off client ends with an error event
+                chunk = sock.recv(1 << 20)
+                assert chunk, received[-300:]
+                received += chunk
+            assert b"fell too far behind" in received[-2000:], received[-2000:]
+            assert b"[DONE]" not in received
+        assert flood.stopped.wait(10), "the generator went on after both its clients were gone"
 
 
 def test_a_client_that_half_closes_gets_its_whole_answer(triton: Triton) -> None:
