@@ -18,6 +18,7 @@ import pytest
 
 from pytriton.model_config import DynamicBatcher, ModelConfig
 from pytriton.openai import OpenAIChat
+from pytriton.options.openai import MAX_ANSWER_BYTES
 from pytriton.triton import ServerLimits, Triton, TritonSecurityConfig
 from tests import openai_models
 from tests.conftest import ACCESS_TOKEN, running_triton
@@ -601,6 +602,30 @@ def test_a_client_that_reads_nothing_does_not_hold_the_other_streams_of_its_batc
             assert b"fell too far behind" in received[-2000:], received[-2000:]
             assert b"[DONE]" not in received
         assert flood.stopped.wait(10), "the generator went on after both its clients were gone"
+
+
+def test_a_whole_answer_of_an_endless_generator_ends_at_max_answer_bytes() -> None:
+    """Not streamed and without max_tokens, an endless generator's answer had grown without end in the server."""
+    floods = {"bounded": TextFlood(), "default": TextFlood()}
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(decoupled=True)
+        bounded = OpenAIChat(max_answer_bytes=(1 << 20) + 100)
+        triton.bind("bounded", floods["bounded"], [TEXT_IN], [TEXT_OUT], config=config, openai=bounded)
+        triton.bind("default", floods["default"], [TEXT_IN], [TEXT_OUT], config=config, openai=OpenAIChat())
+
+    with running_triton(bind) as triton, sdk_client(triton.http_port, timeout=60) as sdk:
+        answer = sdk.chat.completions.create(model="bounded", messages=USER)
+        assert answer.choices[0].finish_reason == "length"
+        assert answer.choices[0].message.content == "x" * (1 << 20)  # 16 pieces: the 17th would pass the bound
+        assert floods["bounded"].stopped.wait(10), "the generator went on after the answer ended"
+        texts = sdk.completions.create(model="bounded", prompt="go", n=2)
+        assert [(choice.text, choice.finish_reason) for choice in texts.choices] == [("x" * (1 << 20), "length")] * 2
+        whole = sdk.chat.completions.create(model="default", messages=USER)
+        assert whole.choices[0].finish_reason == "length"
+        assert len(whole.choices[0].message.content or "") == MAX_ANSWER_BYTES
+        streamed = sdk.chat.completions.create(model="bounded", messages=USER, stream=True, max_tokens=40)
+        assert sum(len(chunk.choices[0].delta.content or "") for chunk in streamed if chunk.choices) == 40 * 65536
 
 
 def test_a_client_that_half_closes_gets_its_whole_answer(triton: Triton) -> None:

@@ -210,6 +210,7 @@ class OpenAIApp:
                 max_tokens=sampling.max_tokens,
                 counter=option.token_counter,
                 started_ns=job.started_ns,
+                max_bytes=None if sampling.stream else option.max_answer_bytes,
             )
             for prompt in job.prompts
         ]

@@ -3,7 +3,7 @@
 The prompt goes to the model's `text_input`; the sampling fields go as request parameters, and as inputs
 where the model declares inputs of their names (Triton's generate convention: `max_tokens`, `temperature`,
 `stream`, ...). The server honours `stop` and `max_tokens` itself as well: a streamed model's generator is
-stopped at a stop sequence, or after `max_tokens` responses.
+stopped at a stop sequence, or after `max_tokens` responses (or, for a whole answer, at `max_answer_bytes`).
 """
 
 from __future__ import annotations
@@ -145,12 +145,18 @@ class Generation:
         max_tokens: Optional[int],
         counter: TokenCounter,
         started_ns: int,
+        max_bytes: Optional[int] = None,
     ) -> None:
-        """A generation of `request` on `model`, timed from `started_ns` (monotonic, when the request came)."""
+        """A generation of `request` on `model`, timed from `started_ns` (monotonic, when the request came).
+
+        `max_bytes`: the text a streamed model's generation gathers at most (a whole answer's bound); a response
+        that would pass it ends the generation (`length`) without its text.
+        """
         self._model = model
         self._request = request
         self._scanner = StopScanner(stop)
         self._max_tokens = max_tokens
+        self._bytes_left = max_bytes if model.spec.decoupled else None
         self._counter = counter
         self._decoupled = model.spec.decoupled
         self.finish_reason = "stop"
@@ -171,6 +177,11 @@ class Generation:
                 data = bytes_of(response)
                 if not data:
                     continue
+                if self._bytes_left is not None:
+                    self._bytes_left -= len(data)
+                    if self._bytes_left < 0:
+                        self.finish_reason = "length"
+                        break
                 text = decoder.decode(data)
                 self._timed()
                 self.tokens += counted(self._counter, text) if (self._counter or not self._decoupled) else 1
