@@ -234,6 +234,48 @@ def test_plain_callable_gets_the_prompt_and_the_sampling_parameters(client: open
     assert answer.choices[0].finish_reason == "stop"
 
 
+TOOLS_TEMPLATE = (
+    "{% if tools %}<tools>{% for tool in tools %}{{ tool.function.name }}: {{ tool.function.description }};"
+    "{% endfor %}</tools>{% endif %}"
+    "{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+    "{% for call in m.tool_calls or [] %}<call {{ call.function.name }}({{ call.function.arguments }})>{% endfor %}"
+    "{% endfor %}>"
+)
+
+
+def test_a_jinja_chat_template_gets_the_requests_tools_as_apply_chat_template_does() -> None:
+    """A tokenizer's template writes the tools into the prompt (Hugging Face's `apply_chat_template(tools=...)`)."""
+
+    def bind(triton: Triton) -> None:
+        option = OpenAIChat(chat_template=TOOLS_TEMPLATE, template_variables={"tools": "not the request's"})
+        triton.bind("tooled", openai_models.whole, [TEXT_IN], [TEXT_OUT], openai=option)
+
+    weather = {"name": "weather", "description": "The weather of a city", "parameters": {"type": "object"}}
+    messages: List[Any] = [
+        {"role": "user", "content": "Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    with running_triton(bind) as triton, sdk_client(triton.http_port) as sdk:
+        answer = sdk.chat.completions.create(
+            model="tooled", messages=messages, tools=[{"type": "function", "function": weather}], tool_choice="auto"
+        )
+        seen = json.loads(answer.choices[0].message.content or "")
+        assert seen["prompt"] == (
+            '<tools>weather: The weather of a city;</tools>[user]Paris?[assistant]<call weather({"city": "Paris"})>'
+            "[tool]sunny>"
+        )
+        assert json.loads(seen["parameters"]["tools"]) == [{"type": "function", "function": weather}]
+        plain = sdk.chat.completions.create(model="tooled", messages=USER)
+        assert json.loads(plain.choices[0].message.content or "")["prompt"] == "[user]Say something.>"
+
+
 def test_sampling_fields_become_inputs_the_model_declares(client: openai.OpenAI) -> None:
     answer = client.chat.completions.create(model="with-inputs", messages=USER, max_tokens=9, temperature=0.25)
     seen = json.loads(answer.choices[0].message.content or "")

@@ -146,6 +146,7 @@ class ChatRequest:
     model: str
     messages: List[Dict[str, Any]]
     sampling: Sampling
+    tools: Optional[List[Any]] = None  # for the chat template, as Hugging Face's apply_chat_template takes them
 
 
 @dataclasses.dataclass
@@ -399,7 +400,8 @@ def parse_chat(body: bytes) -> ChatRequest:
             )
         _check_message_fields(message, role, index)
         checked.append({**message, "content": _content_text(message.get("content"), index, role)})
-    return ChatRequest(model, checked, _sampling(document, ("max_tokens", "max_completion_tokens")))
+    sampling = _sampling(document, ("max_tokens", "max_completion_tokens"))  # checks `tools` too: a list
+    return ChatRequest(model, checked, sampling, document.get("tools"))
 
 
 def parse_completion(body: bytes) -> CompletionRequest:

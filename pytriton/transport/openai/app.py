@@ -171,7 +171,7 @@ class OpenAIApp:
         request = codec.parse_chat(await self._body(receive))
         model, option = self._model(request.model, (OpenAIChat,), "/v1/chat/completions")
         try:
-            prompt = render(option.chat_template, request.messages, option.template_variables)
+            prompt = render(option.chat_template, request.messages, option.template_variables, request.tools)
         except TemplateError as error:
             raise invalid(str(error), param="messages") from None
         prompts = [prompt] * request.sampling.n
