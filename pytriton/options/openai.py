@@ -18,7 +18,7 @@ from pytriton.exceptions import PyTritonValidationError
 Message = Dict[str, Any]
 ChatTemplate = Union[str, Callable[[List[Message]], str], None]
 TokenCounter = Optional[Callable[[str], int]]
-# The text one choice of a whole answer gathers at most (an endless generator's answer had grown without end).
+# The text a whole answer gathers at most, its choices together (an endless generator's had grown without end).
 MAX_ANSWER_BYTES = 16 << 20
 
 
@@ -61,9 +61,9 @@ class OpenAIChat(_ByValue):
             None: the prompt's whitespace-separated words, and a streamed model's responses (a plain model's
             words).
         owned_by: the `owned_by` of the model in /v1/models.
-        max_answer_bytes: the most text a whole (not streamed) answer gathers for one choice, in UTF-8 bytes;
-            a choice whose generator goes past it ends there with `finish_reason` `length` (its generator is
-            stopped). A stream is paced by its client instead and has no such bound.
+        max_answer_bytes: the most text a whole (not streamed) answer of a generator gathers, all its choices
+            together, in UTF-8 bytes; a choice whose next response would pass it ends there with `finish_reason`
+            `length` (its generator is stopped). A stream is paced by its client instead and has no such bound.
     """
 
     chat_template: ChatTemplate = None

@@ -27,7 +27,7 @@ from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddi
 from pytriton.protocol import openai_codec as codec
 from pytriton.protocol.openai_codec import PATH_PREFIX, OpenAIError, Sampling, invalid
 from pytriton.transport.http.responses import Receive, Scope, Send, until_disconnect
-from pytriton.transport.openai.generation import EMBEDDING_OUTPUT, Generation, build_request
+from pytriton.transport.openai.generation import EMBEDDING_OUTPUT, Generation, TextBudget, build_request
 from pytriton.transport.openai.templates import TemplateError, render
 
 LOGGER = logging.getLogger("pytriton.openai")
@@ -202,6 +202,7 @@ class OpenAIApp:
         """Run one generation a choice (concurrently: the model's batcher batches them) and answer."""
         spec = model.spec
         chat, echo, prompt_tokens = job.chat, job.echo, job.prompt_tokens
+        budget = None if sampling.stream else TextBudget(option.max_answer_bytes)
         generations = [
             Generation(
                 model,
@@ -210,7 +211,7 @@ class OpenAIApp:
                 max_tokens=sampling.max_tokens,
                 counter=option.token_counter,
                 started_ns=job.started_ns,
-                max_bytes=None if sampling.stream else option.max_answer_bytes,
+                budget=budget,
             )
             for prompt in job.prompts
         ]
