@@ -311,6 +311,11 @@ def _check_tools(document: Dict[str, Any]) -> None:
     tools = document.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise invalid("'tools' must be a list", param="tools")
+    for index, tool in enumerate(tools or ()):  # a chat template reads them (`tool.function.name`)
+        if not isinstance(tool, dict):
+            raise invalid(
+                f"Invalid type for 'tools[{index}]': expected an object, got {shown(tool)}", param=f"tools.[{index}]"
+            )
     for key in ("tool_choice", "function_call"):
         if not _lets_the_model_answer_text(document.get(key)):
             raise invalid(
