@@ -671,6 +671,40 @@ def test_a_whole_answer_of_an_endless_generator_ends_at_max_answer_bytes() -> No
         assert sum(len(chunk.choices[0].delta.content or "") for chunk in streamed if chunk.choices) == 40 * 65536
 
 
+def test_a_slow_token_counter_on_a_large_prompt_holds_no_other_client() -> None:
+    """A tokenizer counting a prompt of megabytes ran on the event loop: every other client waited for it."""
+    counting = threading.Event()
+    release = threading.Event()
+
+    def token_counter(text: str) -> int:
+        if len(text) > 100_000:  # the large prompt: its count waits for the test, as a slow tokenizer would
+            counting.set()
+            release.wait(30)
+        return len(text.split())
+
+    def bind(triton: Triton) -> None:
+        option = OpenAIChat(token_counter=token_counter)
+        triton.bind(
+            "counted", openai_models.toy, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=option
+        )
+
+    with running_triton(bind) as triton, sdk_client(triton.http_port, timeout=20) as sdk:
+        large = [{"role": "user", "content": "word " * 50_000}]
+        results: List[Any] = []
+        worker = threading.Thread(
+            target=lambda: results.append(sdk.chat.completions.create(model="counted", messages=large))
+        )
+        worker.start()
+        try:
+            assert counting.wait(20)
+            small = sdk.chat.completions.create(model="counted", messages=USER)  # answered while the count waits
+            assert small.choices[0].finish_reason == "stop"
+        finally:
+            release.set()
+            worker.join(30)
+        assert results and results[0].usage.prompt_tokens == len(default_prompt(large[0]["content"]).split())
+
+
 def test_a_client_that_half_closes_gets_its_whole_answer(triton: Triton) -> None:
     """A client that stopped sending (shutdown(SHUT_WR), `nc -N`) still reads, as the Triton routes answer it.
 

@@ -13,7 +13,7 @@ import hmac
 import logging
 import time
 import weakref
-from typing import Any, Awaitable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 import orjson
@@ -23,7 +23,7 @@ from pytriton.core.serving import ServingEngine, ServingModel
 from pytriton.core.waiters import Room
 from pytriton.options.access import AccessRules
 from pytriton.options.http_routes import http_category
-from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, counted
+from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, TokenCounter, counted
 from pytriton.protocol import openai_codec as codec
 from pytriton.protocol.openai_codec import PATH_PREFIX, OpenAIError, Sampling, invalid
 from pytriton.transport.http.responses import Receive, Scope, Send, until_disconnect
@@ -38,6 +38,9 @@ T = TypeVar("T")
 # Pieces of a streamed answer that wait for the client before its generations take no more from their models (whose
 # generators then wait): a client that reads nothing holds them, not a growing queue of text.
 STREAM_AHEAD = 64
+# A request body this large is parsed, templated and counted in a thread: a tokenizer counting a prompt of megabytes
+# on the event loop had held every other client of the server meanwhile.
+OFF_LOOP_BYTES = 64 << 10
 # Handlers cancelled because their client disconnected.
 _LEFT: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
@@ -168,24 +171,22 @@ class OpenAIApp:
     async def _chat(self, receive: Receive, send: Send) -> None:
         """POST /v1/chat/completions."""
         started_ns = time.monotonic_ns()
-        request = codec.parse_chat(await self._body(receive))
+        body = await self._body(receive)
+        request = await _off_loop_if_large(len(body), codec.parse_chat, body)
         model, option = self._model(request.model, (OpenAIChat,), "/v1/chat/completions")
-        try:
-            prompt = render(option.chat_template, request.messages, option.template_variables, request.tools)
-        except TemplateError as error:
-            raise invalid(str(error), param="messages") from None
+        prompt, prompt_tokens = await _off_loop_if_large(len(body), _chat_prompt, option, request)
         prompts = [prompt] * request.sampling.n
-        prompt_tokens = counted(option.token_counter, prompt)
         job = _Job(prompts, prompt_tokens, request.messages, None, True, started_ns)
         await self._generate(receive, send, model, option, request.sampling, job)
 
     async def _completions(self, receive: Receive, send: Send) -> None:
         """POST /v1/completions."""
         started_ns = time.monotonic_ns()
-        request = codec.parse_completion(await self._body(receive))
+        body = await self._body(receive)
+        request = await _off_loop_if_large(len(body), codec.parse_completion, body)
         model, option = self._model(request.model, (OpenAIChat, OpenAICompletions), "/v1/completions")
         prompts = [prompt for prompt in request.prompts for _ in range(request.sampling.n)]
-        prompt_tokens = sum(counted(option.token_counter, prompt) for prompt in request.prompts)
+        prompt_tokens = await _off_loop_if_large(len(body), _tokens_of, option.token_counter, request.prompts)
         echoed = prompts if request.echo else None
         job = _Job(prompts, prompt_tokens, None, echoed, False, started_ns)
         await self._generate(receive, send, model, option, request.sampling, job)
@@ -338,7 +339,8 @@ class OpenAIApp:
 
     async def _embeddings(self, receive: Receive, send: Send) -> None:
         """POST /v1/embeddings: one request a text (the model's batcher batches them), a vector each."""
-        request = codec.parse_embeddings(await self._body(receive))
+        body = await self._body(receive)
+        request = await _off_loop_if_large(len(body), codec.parse_embeddings, body)
         model, option = self._model(request.model, (OpenAIEmbeddings,), "/v1/embeddings")
         spec = model.spec
         dimensions = request.dimensions
@@ -371,7 +373,7 @@ class OpenAIApp:
                 vectors.append(base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii"))
             else:
                 vectors.append(vector.tolist())
-        prompt_tokens = sum(counted(option.token_counter, text) for text in request.inputs)
+        prompt_tokens = await _off_loop_if_large(len(body), _tokens_of, option.token_counter, request.inputs)
         await _send_json(send, 200, codec.embeddings(spec.name, vectors, prompt_tokens))
 
     async def _body(self, receive: Receive) -> bytes:
@@ -420,6 +422,27 @@ class _Answer:
         """The last chunk, with include_usage."""
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return codec.usage_chunk(self.id, self.created, self.model, obj, token_usage)
+
+
+async def _off_loop_if_large(size: int, work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)`, in a thread of the loop's executor for a request body of OFF_LOOP_BYTES or more."""
+    if size < OFF_LOOP_BYTES:
+        return work(*args)
+    return await asyncio.get_running_loop().run_in_executor(None, work, *args)
+
+
+def _chat_prompt(option: OpenAIChat, request: codec.ChatRequest) -> Tuple[str, int]:
+    """A chat request's prompt, from the model's template, and its tokens."""
+    try:
+        prompt = render(option.chat_template, request.messages, option.template_variables, request.tools)
+    except TemplateError as error:
+        raise invalid(str(error), param="messages") from None
+    return prompt, counted(option.token_counter, prompt)
+
+
+def _tokens_of(counter: TokenCounter, texts: List[str]) -> int:
+    """The tokens of `texts` together."""
+    return sum(counted(counter, text) for text in texts)
 
 
 def _embedding_of(response: Any, name: str) -> np.ndarray:
