@@ -664,6 +664,11 @@ def test_a_whole_answer_of_an_endless_generator_ends_at_max_answer_bytes() -> No
         texts = sdk.completions.create(model="bounded", prompt="go", n=2)  # the bound holds for both together
         assert {choice.finish_reason for choice in texts.choices} == {"length"}
         assert sum(len(choice.text) for choice in texts.choices) == 1 << 20
+        echoed = sdk.completions.create(model="bounded", prompt="p" * 100_000, n=2, echo=True)  # echo counts too
+        assert sum(len(choice.text) for choice in echoed.choices) == 200_000 + 12 * 65536
+        with pytest.raises(openai.BadRequestError, match="'echo' of these prompts") as refused:
+            sdk.completions.create(model="bounded", prompt="p" * 600_000, n=2, echo=True)
+        assert refused.value.body["param"] == "echo"  # type: ignore[index]
         whole = sdk.chat.completions.create(model="default", messages=USER)
         assert whole.choices[0].finish_reason == "length"
         assert len(whole.choices[0].message.content or "") == MAX_ANSWER_BYTES

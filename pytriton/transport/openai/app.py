@@ -54,6 +54,7 @@ class _Job(NamedTuple):
     echo: Optional[List[str]]  # the prompts to put before the texts (completions' `echo`), else None
     chat: bool
     started_ns: int
+    echo_bytes: int = 0  # the UTF-8 bytes of the echoed prompts, all choices together
 
 
 class OpenAIApp:
@@ -188,7 +189,8 @@ class OpenAIApp:
         prompts = [prompt for prompt in request.prompts for _ in range(request.sampling.n)]
         prompt_tokens = await _off_loop_if_large(len(body), _tokens_of, option.token_counter, request.prompts)
         echoed = prompts if request.echo else None
-        job = _Job(prompts, prompt_tokens, None, echoed, False, started_ns)
+        echo_bytes = sum(map(_utf8_size, request.prompts)) * request.sampling.n if request.echo else 0
+        job = _Job(prompts, prompt_tokens, None, echoed, False, started_ns, echo_bytes)
         await self._generate(receive, send, model, option, request.sampling, job)
 
     async def _generate(
@@ -203,7 +205,16 @@ class OpenAIApp:
         """Run one generation a choice (concurrently: the model's batcher batches them) and answer."""
         spec = model.spec
         chat, echo, prompt_tokens = job.chat, job.echo, job.prompt_tokens
-        budget = None if sampling.stream else TextBudget(option.max_answer_bytes)
+        budget = None
+        if not sampling.stream:
+            if job.echo_bytes > option.max_answer_bytes:
+                raise invalid(
+                    f"'echo' of these prompts ({job.echo_bytes} bytes with their choices) passes the "
+                    f"{option.max_answer_bytes} bytes an answer of model '{spec.name}' may hold: stream it, or ask "
+                    "fewer choices",
+                    param="echo",
+                )
+            budget = TextBudget(option.max_answer_bytes - job.echo_bytes)
         generations = [
             Generation(
                 model,
@@ -438,6 +449,11 @@ def _chat_prompt(option: OpenAIChat, request: codec.ChatRequest) -> Tuple[str, i
     except TemplateError as error:
         raise invalid(str(error), param="messages") from None
     return prompt, counted(option.token_counter, prompt)
+
+
+def _utf8_size(text: str) -> int:
+    """The UTF-8 bytes of `text` (without encoding an ASCII text)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _tokens_of(counter: TokenCounter, texts: List[str]) -> int:
