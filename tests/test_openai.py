@@ -16,9 +16,10 @@ import numpy as np
 import openai
 import pytest
 
-from pytriton.model_config import ModelConfig
+from pytriton.model_config import DynamicBatcher, ModelConfig
 from pytriton.openai import OpenAIChat
-from pytriton.triton import Triton, TritonSecurityConfig
+from pytriton.options.openai import MAX_ANSWER_BYTES
+from pytriton.triton import ServerLimits, Triton, TritonSecurityConfig
 from tests import openai_models
 from tests.conftest import ACCESS_TOKEN, running_triton
 from tests.http_helpers import get_json, post_json, request
@@ -231,6 +232,48 @@ def test_plain_callable_gets_the_prompt_and_the_sampling_parameters(client: open
         "k1",
     )
     assert answer.choices[0].finish_reason == "stop"
+
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}<tools>{% for tool in tools %}{{ tool.function.name }}: {{ tool.function.description }};"
+    "{% endfor %}</tools>{% endif %}"
+    "{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+    "{% for call in m.tool_calls or [] %}<call {{ call.function.name }}({{ call.function.arguments }})>{% endfor %}"
+    "{% endfor %}>"
+)
+
+
+def test_a_jinja_chat_template_gets_the_requests_tools_as_apply_chat_template_does() -> None:
+    """A tokenizer's template writes the tools into the prompt (Hugging Face's `apply_chat_template(tools=...)`)."""
+
+    def bind(triton: Triton) -> None:
+        option = OpenAIChat(chat_template=TOOLS_TEMPLATE, template_variables={"tools": "not the request's"})
+        triton.bind("tooled", openai_models.whole, [TEXT_IN], [TEXT_OUT], openai=option)
+
+    weather = {"name": "weather", "description": "The weather of a city", "parameters": {"type": "object"}}
+    messages: List[Any] = [
+        {"role": "user", "content": "Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    with running_triton(bind) as triton, sdk_client(triton.http_port) as sdk:
+        answer = sdk.chat.completions.create(
+            model="tooled", messages=messages, tools=[{"type": "function", "function": weather}], tool_choice="auto"
+        )
+        seen = json.loads(answer.choices[0].message.content or "")
+        assert seen["prompt"] == (
+            '<tools>weather: The weather of a city;</tools>[user]Paris?[assistant]<call weather({"city": "Paris"})>'
+            "[tool]sunny>"
+        )
+        assert json.loads(seen["parameters"]["tools"]) == [{"type": "function", "function": weather}]
+        plain = sdk.chat.completions.create(model="tooled", messages=USER)
+        assert json.loads(plain.choices[0].message.content or "")["prompt"] == "[user]Say something.>"
 
 
 def test_sampling_fields_become_inputs_the_model_declares(client: openai.OpenAI) -> None:
@@ -557,6 +600,114 @@ def test_a_streamed_chat_whose_client_reads_nothing_holds_the_model_not_a_queue_
             )
             assert steps_once_held(flood) <= HELD_STEPS  # type: ignore[arg-type]
         assert flood.stopped.wait(10), "the generator went on after its client left"
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_a_client_that_reads_nothing_does_not_hold_the_other_streams_of_its_batch(frontends: Any) -> None:
+    """A raw client that never reads and an SDK client share a batch: the SDK client gets its whole answer.
+
+    Holding the batch's generator for the client that read nothing had stalled the other stream until
+    send_timeout_s cut that client off; now that client alone is cut off once it is far behind.
+    """
+    flood = TextFlood()
+    batch_sizes: List[int] = []
+
+    def flood_in_batches(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        batch_sizes.append(len(requests))
+        yield from flood(requests)
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(
+            decoupled=True,
+            max_batch_size=2,
+            batcher=DynamicBatcher(max_queue_delay_microseconds=60_000_000),  # runs once both are there
+        )
+        triton.bind("flood-batched", flood_in_batches, [TEXT_IN], [TEXT_OUT], config=config, openai=OpenAIChat())
+
+    with running_triton(bind, frontends=frontends, limits=ServerLimits(send_timeout_s=600)) as triton:
+        body = json.dumps({"model": "flood-batched", "messages": USER, "stream": True}).encode()
+        with unread_socket(triton.http_port) as sock, sdk_client(triton.http_port, timeout=20) as sdk:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            stream = sdk.chat.completions.create(model="flood-batched", messages=USER, stream=True, max_tokens=1200)
+            pieces = [chunk.choices[0].delta.content for chunk in stream if chunk.choices]
+            assert batch_sizes == [2]
+            assert len("".join(piece or "" for piece in pieces)) == 1200 * 65536
+            received = b""
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            while not received.endswith(b"0\r\n\r\n"):  # the cut-off client ends with an error event
+                chunk = sock.recv(1 << 20)
+                assert chunk, received[-300:]
+                received += chunk
+            assert b"fell too far behind" in received[-2000:], received[-2000:]
+            assert b"[DONE]" not in received
+        assert flood.stopped.wait(10), "the generator went on after both its clients were gone"
+
+
+def test_a_whole_answer_of_an_endless_generator_ends_at_max_answer_bytes() -> None:
+    """Not streamed and without max_tokens, an endless generator's answer had grown without end in the server."""
+    floods = {"bounded": TextFlood(), "default": TextFlood()}
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(decoupled=True)
+        bounded = OpenAIChat(max_answer_bytes=(1 << 20) + 100)
+        triton.bind("bounded", floods["bounded"], [TEXT_IN], [TEXT_OUT], config=config, openai=bounded)
+        triton.bind("default", floods["default"], [TEXT_IN], [TEXT_OUT], config=config, openai=OpenAIChat())
+
+    with running_triton(bind) as triton, sdk_client(triton.http_port, timeout=60) as sdk:
+        answer = sdk.chat.completions.create(model="bounded", messages=USER)
+        assert answer.choices[0].finish_reason == "length"
+        assert answer.choices[0].message.content == "x" * (1 << 20)  # 16 pieces: the 17th would pass the bound
+        assert floods["bounded"].stopped.wait(10), "the generator went on after the answer ended"
+        texts = sdk.completions.create(model="bounded", prompt="go", n=2)  # the bound holds for both together
+        assert {choice.finish_reason for choice in texts.choices} == {"length"}
+        assert sum(len(choice.text) for choice in texts.choices) == 1 << 20
+        echoed = sdk.completions.create(model="bounded", prompt="p" * 100_000, n=2, echo=True)  # echo counts too
+        assert sum(len(choice.text) for choice in echoed.choices) == 200_000 + 12 * 65536
+        with pytest.raises(openai.BadRequestError, match="'echo' of these prompts") as refused:
+            sdk.completions.create(model="bounded", prompt="p" * 600_000, n=2, echo=True)
+        assert refused.value.body["param"] == "echo"  # type: ignore[index]
+        whole = sdk.chat.completions.create(model="default", messages=USER)
+        assert whole.choices[0].finish_reason == "length"
+        assert len(whole.choices[0].message.content or "") == MAX_ANSWER_BYTES
+        streamed = sdk.chat.completions.create(model="bounded", messages=USER, stream=True, max_tokens=40)
+        assert sum(len(chunk.choices[0].delta.content or "") for chunk in streamed if chunk.choices) == 40 * 65536
+
+
+def test_a_slow_token_counter_on_a_large_prompt_holds_no_other_client() -> None:
+    """A tokenizer counting a prompt of megabytes ran on the event loop: every other client waited for it."""
+    counting = threading.Event()
+    release = threading.Event()
+
+    def token_counter(text: str) -> int:
+        if len(text) > 100_000:  # the large prompt: its count waits for the test, as a slow tokenizer would
+            counting.set()
+            release.wait(30)
+        return len(text.split())
+
+    def bind(triton: Triton) -> None:
+        option = OpenAIChat(token_counter=token_counter)
+        triton.bind(
+            "counted", openai_models.toy, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=option
+        )
+
+    with running_triton(bind) as triton, sdk_client(triton.http_port, timeout=20) as sdk:
+        large = [{"role": "user", "content": "word " * 50_000}]
+        results: List[Any] = []
+        worker = threading.Thread(
+            target=lambda: results.append(sdk.chat.completions.create(model="counted", messages=large))
+        )
+        worker.start()
+        try:
+            assert counting.wait(20)
+            small = sdk.chat.completions.create(model="counted", messages=USER)  # answered while the count waits
+            assert small.choices[0].finish_reason == "stop"
+        finally:
+            release.set()
+            worker.join(30)
+        assert results and results[0].usage.prompt_tokens == len(default_prompt(large[0]["content"]).split())
 
 
 def test_a_client_that_half_closes_gets_its_whole_answer(triton: Triton) -> None:

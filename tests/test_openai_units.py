@@ -11,7 +11,7 @@ import pytest
 
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.model_config import Tensor
-from pytriton.openai import OpenAIChat, default_template
+from pytriton.openai import OpenAIChat, OpenAICompletions, default_template
 from pytriton.protocol.openai_codec import OpenAIError, parse_chat, parse_embeddings
 from pytriton.transport.openai.generation import StopScanner
 from pytriton.transport.openai.templates import TemplateError, render
@@ -75,6 +75,15 @@ def test_a_binding_without_the_conventional_tensors_is_refused() -> None:
                 [Tensor(name="text_output", dtype=bytes, shape=(1,))],
                 openai=OpenAIChat("{% for %}"),
             )
+        for limit in (0, 1.5, True):
+            with pytest.raises(PyTritonModelConfigError, match="max_answer_bytes must be a positive int"):
+                triton.bind(
+                    "m",
+                    lambda r: r,
+                    [Tensor(name="text_input", dtype=bytes, shape=(1,))],
+                    [Tensor(name="text_output", dtype=bytes, shape=(1,))],
+                    openai=OpenAICompletions(max_answer_bytes=limit),  # type: ignore[arg-type]
+                )
     finally:
         triton.stop()
 
@@ -87,6 +96,7 @@ def test_a_binding_without_the_conventional_tensors_is_refused() -> None:
         (b'{"model": "m", "messages": [{"role": "tool", "tool_call_id": "c"}]}', "messages.[0].content"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x", "name": 5}]}', "messages.[0].name"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 0}', "n"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}, 5]}', "tools.[1]"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a","b","c","d","e"]}', "stop"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream_options": {}}', "stream_options"),
         (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),

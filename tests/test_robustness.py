@@ -965,6 +965,50 @@ def test_a_generate_stream_client_that_reads_nothing_holds_the_model_not_a_queue
         wait_until(flood.stopped, "the model stopped for the client that left")
 
 
+def test_a_generate_stream_client_that_reads_nothing_holds_no_other_stream_of_its_batch():
+    """A client that reads nothing and one that reads share a batch: the reader's stream goes on, the other is cut off.
+
+    The batch's generator had been held for the client that read nothing until send_timeout_s, and the reader with it.
+    """
+    flood = Flood()
+    triton = Triton(
+        config=TritonConfig(http_port=0, grpc_port=0, allow_metrics=False), limits=ServerLimits(send_timeout_s=600)
+    )
+    config = ModelConfig(
+        decoupled=True, max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=60_000_000)
+    )
+    try:
+        triton.bind("flood", flood, inputs=FP32, outputs=FP32, config=config)
+        triton.run()
+        body = json.dumps({"INPUT_1": [1.0]}).encode()
+        head = b"POST /v2/models/flood/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+        with unread_socket(triton.http_port) as sock:
+            sock.sendall(head % (len(body), body))
+            reader = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=WAIT_S)
+            try:
+                reader.request("POST", "/v2/models/flood/generate_stream", body)
+                answer = reader.getresponse()
+                assert answer.status == 200
+                events = 0
+                while events < 400:  # far past what the other client's buffers and its backlog hold
+                    line = answer.readline()
+                    assert line, "the stream ended"
+                    events += line.startswith(b"data: ")
+            finally:
+                reader.close()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            received = b""
+            while not received.endswith(b"0\r\n\r\n"):  # the client that read nothing: its stream ends in an error
+                chunk = sock.recv(1 << 20)
+                assert chunk, received[-300:]
+                received += chunk
+            assert b"fell too far behind" in received[-1000:], received[-1000:]
+        wait_until(flood.stopped, "the model stopped once both clients were gone")
+    finally:
+        triton.stop()
+        flood.close()
+
+
 def test_a_stream_held_for_a_client_that_reads_nothing_ends_at_the_send_timeout():
     flood = Flood()
     triton = Triton(

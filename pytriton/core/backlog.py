@@ -7,12 +7,18 @@ the tokens/s of no window (quick runs, the 2-core VM), with 256 and 16 MiB 0.96-
 generator's 256 KiB responses would hold 64 MiB for a client that reads nothing. So a backlog is full at
 `max_items` responses or `max_bytes` bytes, whichever comes first, and it lets its producer go on only once half
 of it was taken (one wake-up per half, not per response).
+
+A consumer behind in a batch whose other consumers keep up does not hold the batch: its backlog grows on, and once
+it is OVERRUN times its bounds (in responses, or twice in bytes) that consumer alone is cut off (core/scheduler.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from typing import Deque
+
+# How many times its bounds a backlog may grow while the rest of its batch goes on (bytes: twice): past that, cut off.
+OVERRUN, OVERRUN_BYTES = 8, 2
 
 
 class Backlog:
@@ -44,6 +50,10 @@ class Backlog:
     def full(self) -> bool:
         """Whether the producer must wait."""
         return len(self._sizes) >= self.max_items or self._bytes >= self.max_bytes
+
+    def overrun(self) -> bool:
+        """Whether its consumer fell so far behind (OVERRUN) that it is cut off rather than hold others."""
+        return len(self._sizes) >= self.max_items * OVERRUN or self._bytes >= self.max_bytes * OVERRUN_BYTES
 
     def drained(self) -> bool:
         """Whether half of a full backlog was taken: a waiting producer may go on."""

@@ -287,3 +287,7 @@ class _CachingSink(ResponseSink):
     async def room(self) -> None:
         """Wait for the sink it feeds to have room."""
         await self._sink.room()
+
+    def overrun(self) -> bool:
+        """Whether the sink it feeds is overrun."""
+        return self._sink.overrun()

@@ -28,6 +28,7 @@ class Entry:
         "call",
         "cancelled",
         "compute_ns",
+        "cut_off",
         "deadline_ns",
         "delayed",
         "enqueue_ns",
@@ -57,6 +58,7 @@ class Entry:
         self.watcher: Optional[asyncio.Future[Any]] = None  # awaits `gone()` while the request waits or runs
         self.call: Optional[Request] = None  # what the callable got, once the request left the queue
         self.cancelled = False  # its client cancelled it while it ran
+        self.cut_off = False  # its stream's client fell too far behind its batch: failed, counted then
 
 
 class _Level:

@@ -113,5 +113,16 @@ class InferenceResponse:
         """Approximate size in bytes (for the response cache, and a stream's backlog: once per streamed response)."""
         size = 0
         for output in self.outputs:  # a loop, not sum() over a generator: a frame less per call
-            size += output.array.nbytes + len(output.name)
+            array = output.array
+            size += array.nbytes + len(output.name)
+            if array.dtype.kind == "O":  # a bytes output's nbytes counts its pointers, not the bytes they hold
+                size += _held_bytes(array)
         return size
+
+
+def _held_bytes(array: np.ndarray) -> int:
+    """The bytes an object array's elements hold (bytes and str; other objects count as their pointer alone).
+
+    Without them a stream of 64 KiB texts counted 8 bytes a response against its backlog's bytes bound.
+    """
+    return sum(len(item) for item in array.flat if isinstance(item, (bytes, str)))

@@ -142,6 +142,10 @@ class TracedSink(ResponseSink):
         """Wait for the sink it wraps to have room."""
         await self.sink.room()
 
+    def overrun(self) -> bool:
+        """Whether the sink it wraps is overrun."""
+        return self.sink.overrun()
+
 
 def traced_request(request: Request, call: TracedCall) -> TracedRequest:
     """The Request a traced callable gets: the same data, with the call's span and tracer."""

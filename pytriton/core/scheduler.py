@@ -15,7 +15,7 @@ from pytriton.core.batcher import BatchRules
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
 from pytriton.core.direct_runs import DirectCall, Outputs
-from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError, callable_error
+from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError, Status, callable_error
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import CallableKind, Instance, ModelInstance
@@ -36,6 +36,9 @@ from pytriton.proxy.types import Request
 
 LOGGER = logging.getLogger(__name__)
 UnrecoverableHandler = Callable[[str], None]
+FELL_BEHIND_MESSAGE = (
+    "the stream's client fell too far behind the other requests of its batch, which go on: its request was ended"
+)
 _CLIENT_GONE = "the client disconnected before its response was ready"
 # uvloop's timers count whole milliseconds (a delay is rounded to the nearest one): a timer may fire up to
 # half a millisecond early. Rounding up instead would make every batch wait up to a millisecond too long.
@@ -624,14 +627,41 @@ class Scheduler:
                 responding_ns += time.monotonic_ns() - step_ns
                 if all(entry.sink.done() for entry in batch):
                     stop.set()
-                for entry in batch:  # a consumer far behind holds the generator (its thread waits too)
+                for entry in batch:
                     if not entry.sink.has_room():
-                        await entry.sink.room()
+                        await self._keep_pace(batch)
+                        break
         finally:
             stop.set()  # a generator still running in the instance thread stops at its next step
             await steps.aclose()  # type: ignore[attr-defined]
             CURRENT.reset(token)
         return responding_ns
+
+    async def _keep_pace(self, batch: List[Entry]) -> None:
+        """Hold a decoupled batch's generator while each of its live consumers is far behind (its thread waits too).
+
+        A consumer behind while another keeps up holds no one: its responses pile up to its backlog's hard bound
+        (core/backlog.py), and past it that request alone is cut off. Holding the batch for it had stalled every
+        other stream of the batch until send_timeout_s cut the client that read nothing off.
+        """
+        live = [entry for entry in batch if not entry.sink.done()]
+        behind = [entry for entry in live if not entry.sink.has_room()]
+        if len(behind) < len(live):
+            for entry in behind:
+                if entry.sink.overrun():
+                    LOGGER.info("model '%s': %s", self.spec.name, FELL_BEHIND_MESSAGE)
+                    entry.cut_off = True
+                    self._fail(entry, InferenceError(Status.UNAVAILABLE, FELL_BEHIND_MESSAGE))
+            return
+        if len(behind) == 1:
+            await behind[0].sink.room()
+            return
+        waits = [asyncio.ensure_future(entry.sink.room()) for entry in behind]  # the first to take some lets go
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     def _refuse_without_inputs(self, request: InferenceRequest) -> InferenceError:
         """A request without inputs to a batching model: counted as its failure, as tritonserver 2.51 counts it.
@@ -720,6 +750,8 @@ class Scheduler:
 
     def _end_stream(self, entry: Entry) -> None:
         """End a request's stream after its last response."""
+        if entry.cut_off:
+            return
         if entry.cancelled:
             self._fail(entry, self._cancelled())
             return

@@ -41,6 +41,10 @@ class ResponseSink:
     async def room(self) -> None:
         """Wait until the producer may deliver more (has_room), or nobody waits for more (done)."""
 
+    def overrun(self) -> bool:
+        """Whether the consumer fell so far behind (Backlog.overrun) that it is cut off rather than hold its batch."""
+        return False
+
 
 class FutureSink(ResponseSink):
     """A sink for exactly one response, awaited by the transport."""
@@ -106,6 +110,10 @@ class StreamSink(ResponseSink):
     async def room(self) -> None:
         """Wait until the consumer took responses enough (has_room)."""
         await self._room.until(self.has_room)
+
+    def overrun(self) -> bool:
+        """Whether the responses waiting for the consumer passed the backlog's hard bound (Backlog.overrun)."""
+        return self._backlog.overrun() and not self.done()
 
     def deliver(self, response: InferenceResponse) -> None:
         """Queue one response."""

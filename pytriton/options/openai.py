@@ -18,6 +18,8 @@ from pytriton.exceptions import PyTritonValidationError
 Message = Dict[str, Any]
 ChatTemplate = Union[str, Callable[[List[Message]], str], None]
 TokenCounter = Optional[Callable[[str], int]]
+# The text a whole answer gathers at most, its choices together (an endless generator's had grown without end).
+MAX_ANSWER_BYTES = 16 << 20
 
 
 class _ByValue:
@@ -59,12 +61,16 @@ class OpenAIChat(_ByValue):
             None: the prompt's whitespace-separated words, and a streamed model's responses (a plain model's
             words).
         owned_by: the `owned_by` of the model in /v1/models.
+        max_answer_bytes: the most text a whole (not streamed) answer of a generator gathers, all its choices
+            together, in UTF-8 bytes; a choice whose next response would pass it ends there with `finish_reason`
+            `length` (its generator is stopped). A stream is paced by its client instead and has no such bound.
     """
 
     chat_template: ChatTemplate = None
     template_variables: Optional[Dict[str, Any]] = None
     token_counter: TokenCounter = None
     owned_by: str = "pytriton"
+    max_answer_bytes: int = MAX_ANSWER_BYTES
     # When it was bound: /v1/models' `created`.
     created: int = dataclasses.field(default_factory=_now, init=False, compare=False)
 
@@ -81,10 +87,12 @@ class OpenAICompletions(_ByValue):
     Args:
         token_counter: as OpenAIChat's.
         owned_by: the `owned_by` of the model in /v1/models.
+        max_answer_bytes: as OpenAIChat's.
     """
 
     token_counter: TokenCounter = None
     owned_by: str = "pytriton"
+    max_answer_bytes: int = MAX_ANSWER_BYTES
     # When it was bound: /v1/models' `created`.
     created: int = dataclasses.field(default_factory=_now, init=False, compare=False)
 
@@ -150,6 +158,7 @@ def counted(counter: TokenCounter, text: str) -> int:
 
 
 __all__ = [
+    "MAX_ANSWER_BYTES",
     "OPENAI_OPTIONS",
     "ChatTemplate",
     "Message",

@@ -146,6 +146,7 @@ class ChatRequest:
     model: str
     messages: List[Dict[str, Any]]
     sampling: Sampling
+    tools: Optional[List[Any]] = None  # for the chat template, as Hugging Face's apply_chat_template takes them
 
 
 @dataclasses.dataclass
@@ -310,6 +311,11 @@ def _check_tools(document: Dict[str, Any]) -> None:
     tools = document.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise invalid("'tools' must be a list", param="tools")
+    for index, tool in enumerate(tools or ()):  # a chat template reads them (`tool.function.name`)
+        if not isinstance(tool, dict):
+            raise invalid(
+                f"Invalid type for 'tools[{index}]': expected an object, got {shown(tool)}", param=f"tools.[{index}]"
+            )
     for key in ("tool_choice", "function_call"):
         if not _lets_the_model_answer_text(document.get(key)):
             raise invalid(
@@ -399,7 +405,8 @@ def parse_chat(body: bytes) -> ChatRequest:
             )
         _check_message_fields(message, role, index)
         checked.append({**message, "content": _content_text(message.get("content"), index, role)})
-    return ChatRequest(model, checked, _sampling(document, ("max_tokens", "max_completion_tokens")))
+    sampling = _sampling(document, ("max_tokens", "max_completion_tokens"))  # checks `tools` too: a list
+    return ChatRequest(model, checked, sampling, document.get("tools"))
 
 
 def parse_completion(body: bytes) -> CompletionRequest:

@@ -107,6 +107,10 @@ class RemoteSink(ResponseSink):
         """Wait until the frontend took responses enough (has_room), or the request ended."""
         await self._room.until(self.has_room)
 
+    def overrun(self) -> bool:
+        """Whether the responses the frontend has not taken passed the backlog's hard bound (Backlog.overrun)."""
+        return not self._done and self._ahead is not None and self._ahead.overrun()
+
     def took(self, responses: int) -> None:
         """The frontend took so many of the stream's responses."""
         if responses > self.taken and self._ahead is not None:

@@ -13,7 +13,7 @@ import hmac
 import logging
 import time
 import weakref
-from typing import Any, Awaitable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 import orjson
@@ -23,11 +23,11 @@ from pytriton.core.serving import ServingEngine, ServingModel
 from pytriton.core.waiters import Room
 from pytriton.options.access import AccessRules
 from pytriton.options.http_routes import http_category
-from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, counted
+from pytriton.options.openai import OpenAIChat, OpenAICompletions, OpenAIEmbeddings, TokenCounter, counted
 from pytriton.protocol import openai_codec as codec
 from pytriton.protocol.openai_codec import PATH_PREFIX, OpenAIError, Sampling, invalid
 from pytriton.transport.http.responses import Receive, Scope, Send, until_disconnect
-from pytriton.transport.openai.generation import EMBEDDING_OUTPUT, Generation, build_request
+from pytriton.transport.openai.generation import EMBEDDING_OUTPUT, Generation, TextBudget, build_request
 from pytriton.transport.openai.templates import TemplateError, render
 
 LOGGER = logging.getLogger("pytriton.openai")
@@ -38,6 +38,9 @@ T = TypeVar("T")
 # Pieces of a streamed answer that wait for the client before its generations take no more from their models (whose
 # generators then wait): a client that reads nothing holds them, not a growing queue of text.
 STREAM_AHEAD = 64
+# A request body this large is parsed, templated and counted in a thread: a tokenizer counting a prompt of megabytes
+# on the event loop had held every other client of the server meanwhile.
+OFF_LOOP_BYTES = 64 << 10
 # Handlers cancelled because their client disconnected.
 _LEFT: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
@@ -51,6 +54,7 @@ class _Job(NamedTuple):
     echo: Optional[List[str]]  # the prompts to put before the texts (completions' `echo`), else None
     chat: bool
     started_ns: int
+    echo_bytes: int = 0  # the UTF-8 bytes of the echoed prompts, all choices together
 
 
 class OpenAIApp:
@@ -168,26 +172,25 @@ class OpenAIApp:
     async def _chat(self, receive: Receive, send: Send) -> None:
         """POST /v1/chat/completions."""
         started_ns = time.monotonic_ns()
-        request = codec.parse_chat(await self._body(receive))
+        body = await self._body(receive)
+        request = await _off_loop_if_large(len(body), codec.parse_chat, body)
         model, option = self._model(request.model, (OpenAIChat,), "/v1/chat/completions")
-        try:
-            prompt = render(option.chat_template, request.messages, option.template_variables)
-        except TemplateError as error:
-            raise invalid(str(error), param="messages") from None
+        prompt, prompt_tokens = await _off_loop_if_large(len(body), _chat_prompt, option, request)
         prompts = [prompt] * request.sampling.n
-        prompt_tokens = counted(option.token_counter, prompt)
         job = _Job(prompts, prompt_tokens, request.messages, None, True, started_ns)
         await self._generate(receive, send, model, option, request.sampling, job)
 
     async def _completions(self, receive: Receive, send: Send) -> None:
         """POST /v1/completions."""
         started_ns = time.monotonic_ns()
-        request = codec.parse_completion(await self._body(receive))
+        body = await self._body(receive)
+        request = await _off_loop_if_large(len(body), codec.parse_completion, body)
         model, option = self._model(request.model, (OpenAIChat, OpenAICompletions), "/v1/completions")
         prompts = [prompt for prompt in request.prompts for _ in range(request.sampling.n)]
-        prompt_tokens = sum(counted(option.token_counter, prompt) for prompt in request.prompts)
+        prompt_tokens = await _off_loop_if_large(len(body), _tokens_of, option.token_counter, request.prompts)
         echoed = prompts if request.echo else None
-        job = _Job(prompts, prompt_tokens, None, echoed, False, started_ns)
+        echo_bytes = sum(map(_utf8_size, request.prompts)) * request.sampling.n if request.echo else 0
+        job = _Job(prompts, prompt_tokens, None, echoed, False, started_ns, echo_bytes)
         await self._generate(receive, send, model, option, request.sampling, job)
 
     async def _generate(
@@ -202,6 +205,16 @@ class OpenAIApp:
         """Run one generation a choice (concurrently: the model's batcher batches them) and answer."""
         spec = model.spec
         chat, echo, prompt_tokens = job.chat, job.echo, job.prompt_tokens
+        budget = None
+        if not sampling.stream:
+            if job.echo_bytes > option.max_answer_bytes:
+                raise invalid(
+                    f"'echo' of these prompts ({job.echo_bytes} bytes with their choices) passes the "
+                    f"{option.max_answer_bytes} bytes an answer of model '{spec.name}' may hold: stream it, or ask "
+                    "fewer choices",
+                    param="echo",
+                )
+            budget = TextBudget(option.max_answer_bytes - job.echo_bytes)
         generations = [
             Generation(
                 model,
@@ -210,6 +223,7 @@ class OpenAIApp:
                 max_tokens=sampling.max_tokens,
                 counter=option.token_counter,
                 started_ns=job.started_ns,
+                budget=budget,
             )
             for prompt in job.prompts
         ]
@@ -336,7 +350,8 @@ class OpenAIApp:
 
     async def _embeddings(self, receive: Receive, send: Send) -> None:
         """POST /v1/embeddings: one request a text (the model's batcher batches them), a vector each."""
-        request = codec.parse_embeddings(await self._body(receive))
+        body = await self._body(receive)
+        request = await _off_loop_if_large(len(body), codec.parse_embeddings, body)
         model, option = self._model(request.model, (OpenAIEmbeddings,), "/v1/embeddings")
         spec = model.spec
         dimensions = request.dimensions
@@ -369,7 +384,7 @@ class OpenAIApp:
                 vectors.append(base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii"))
             else:
                 vectors.append(vector.tolist())
-        prompt_tokens = sum(counted(option.token_counter, text) for text in request.inputs)
+        prompt_tokens = await _off_loop_if_large(len(body), _tokens_of, option.token_counter, request.inputs)
         await _send_json(send, 200, codec.embeddings(spec.name, vectors, prompt_tokens))
 
     async def _body(self, receive: Receive) -> bytes:
@@ -418,6 +433,32 @@ class _Answer:
         """The last chunk, with include_usage."""
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return codec.usage_chunk(self.id, self.created, self.model, obj, token_usage)
+
+
+async def _off_loop_if_large(size: int, work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)`, in a thread of the loop's executor for a request body of OFF_LOOP_BYTES or more."""
+    if size < OFF_LOOP_BYTES:
+        return work(*args)
+    return await asyncio.get_running_loop().run_in_executor(None, work, *args)
+
+
+def _chat_prompt(option: OpenAIChat, request: codec.ChatRequest) -> Tuple[str, int]:
+    """A chat request's prompt, from the model's template, and its tokens."""
+    try:
+        prompt = render(option.chat_template, request.messages, option.template_variables, request.tools)
+    except TemplateError as error:
+        raise invalid(str(error), param="messages") from None
+    return prompt, counted(option.token_counter, prompt)
+
+
+def _utf8_size(text: str) -> int:
+    """The UTF-8 bytes of `text` (without encoding an ASCII text)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _tokens_of(counter: TokenCounter, texts: List[str]) -> int:
+    """The tokens of `texts` together."""
+    return sum(counted(counter, text) for text in texts)
 
 
 def _embedding_of(response: Any, name: str) -> np.ndarray:

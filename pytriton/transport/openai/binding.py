@@ -34,6 +34,9 @@ def check_binding(spec: ModelSpec, option: Any) -> None:
         if spec.decoupled:
             raise PyTritonModelConfigError(f"model '{spec.name}': an OpenAIEmbeddings model cannot be decoupled")
         return
+    limit = option.max_answer_bytes
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise PyTritonModelConfigError(f"model '{spec.name}': max_answer_bytes must be a positive int, not {limit!r}")
     output = spec.output_by_name.get(TEXT_OUTPUT)
     if output is None or output.datatype != BYTES:
         raise PyTritonModelConfigError(

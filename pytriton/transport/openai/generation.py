@@ -3,7 +3,7 @@
 The prompt goes to the model's `text_input`; the sampling fields go as request parameters, and as inputs
 where the model declares inputs of their names (Triton's generate convention: `max_tokens`, `temperature`,
 `stream`, ...). The server honours `stop` and `max_tokens` itself as well: a streamed model's generator is
-stopped at a stop sequence, or after `max_tokens` responses.
+stopped at a stop sequence, or after `max_tokens` responses (or, for a whole answer, at `max_answer_bytes`).
 """
 
 from __future__ import annotations
@@ -133,6 +133,22 @@ class StopScanner:
         return held
 
 
+class TextBudget:
+    """The bytes of text the generations of one whole answer may still gather, together."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, max_bytes: int) -> None:
+        self.left = max_bytes
+
+    def take(self, size: int) -> bool:
+        """Take `size` bytes if they are left (False: they would pass the bound, and none are taken)."""
+        if size > self.left:
+            return False
+        self.left -= size
+        return True
+
+
 class Generation:
     """One choice: its text pieces as they come, its finish reason, its tokens and their times."""
 
@@ -145,12 +161,18 @@ class Generation:
         max_tokens: Optional[int],
         counter: TokenCounter,
         started_ns: int,
+        budget: Optional[TextBudget] = None,
     ) -> None:
-        """A generation of `request` on `model`, timed from `started_ns` (monotonic, when the request came)."""
+        """A generation of `request` on `model`, timed from `started_ns` (monotonic, when the request came).
+
+        `budget`: the text a streamed model's generations of one whole answer gather at most, together; a
+        response that would pass it ends its generation (`length`) without its text.
+        """
         self._model = model
         self._request = request
         self._scanner = StopScanner(stop)
         self._max_tokens = max_tokens
+        self._budget = budget if model.spec.decoupled else None
         self._counter = counter
         self._decoupled = model.spec.decoupled
         self.finish_reason = "stop"
@@ -171,6 +193,9 @@ class Generation:
                 data = bytes_of(response)
                 if not data:
                     continue
+                if self._budget is not None and not self._budget.take(len(data)):
+                    self.finish_reason = "length"
+                    break
                 text = decoder.decode(data)
                 self._timed()
                 self.tokens += counted(self._counter, text) if (self._counter or not self._decoupled) else 1

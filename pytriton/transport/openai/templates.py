@@ -34,14 +34,24 @@ def check_template(template: ChatTemplate) -> None:
     _compiled(template)
 
 
-def render(template: ChatTemplate, messages: List[Message], variables: Optional[Dict[str, Any]] = None) -> str:
-    """The prompt of `messages` (TemplateError when the template fails on them)."""
+def render(
+    template: ChatTemplate,
+    messages: List[Message],
+    variables: Optional[Dict[str, Any]] = None,
+    tools: Optional[List[Any]] = None,
+) -> str:
+    """The prompt of `messages` (TemplateError when the template fails on them).
+
+    A Jinja2 template also gets the request's `tools` (None without), as Hugging Face's `apply_chat_template(...,
+    tools=...)` and vLLM hand them to a tokenizer's template, which writes them into the prompt.
+    """
     try:
         if template is None:
             return default_template(messages)
         if callable(template):
             return str(template(messages))
-        return str(_compiled(template).render(messages=messages, add_generation_prompt=True, **(variables or {})))
+        context = {**(variables or {}), "messages": messages, "add_generation_prompt": True, "tools": tools}
+        return str(_compiled(template).render(context))
     except TemplateError:
         raise
     except Exception as error:  # noqa: BLE001 - a user's template or function: its failure is the request's
