@@ -133,8 +133,21 @@ class Replica:
 
     def terminate(self, timeout_s: float = 30) -> int:
         """SIGTERM, as Kubernetes stops a pod; the exit status."""
+        self.sigterm()
+        return self.wait(timeout_s)
+
+    def sigterm(self) -> None:
+        """SIGTERM, without waiting for the exit (a second one stops the replica at once)."""
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
+
+    def exited(self) -> bool:
+        assert self.process is not None
+        return self.process.poll() is not None
+
+    def wait(self, timeout_s: float = 30) -> int:
+        """The exit status, once the process exits."""
+        assert self.process is not None
         return self.process.wait(timeout_s)
 
     def kill(self) -> None:

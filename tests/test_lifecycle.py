@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import http.client
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -24,6 +26,7 @@ from pytriton.exceptions import (
 )
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy
+from tests.fleet import free_ports
 from tests.http_helpers import post_json, request
 from tests.server_process import ServerProcess
 
@@ -151,6 +154,43 @@ def test_stop_closes_the_port_and_is_idempotent():
         request(port, "GET", "/v2/health/ready")
     with pytest.raises(PyTritonInvalidOperationError):
         triton.run()
+
+
+def test_readiness_says_ready_only_once_the_grpc_port_listens():
+    """A balancer that checks readiness on the HTTP port and sends gRPC to the gRPC port (HAProxy's `check port`)
+    must find the gRPC port listening once readiness is 200: else it answers its client 503 (connect failure)."""
+    http_port, grpc_port = free_ports(2)
+    first_ready: list = []  # what a connection to the gRPC port did right after the first 200
+
+    def poll() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            connection = http.client.HTTPConnection("127.0.0.1", http_port, timeout=5)
+            try:
+                connection.request("GET", "/v2/health/ready")
+                ready = connection.getresponse().status == 200
+            except OSError:
+                continue  # not listening yet: ask again at once, so that the first 200 is seen as it comes
+            finally:
+                connection.close()
+            if ready:
+                try:
+                    socket.create_connection(("127.0.0.1", grpc_port), timeout=5).close()
+                    first_ready.append("gRPC port listening")
+                except OSError as error:
+                    first_ready.append(f"gRPC port: {error}")
+                return
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    triton = Triton(config=TritonConfig(http_port=http_port, grpc_port=grpc_port, allow_metrics=False))
+    try:
+        _bind_identity(triton)
+        triton.run()
+        poller.join(60)
+    finally:
+        triton.stop()
+    assert first_ready == ["gRPC port listening"]
 
 
 def test_model_name_validation_and_duplicates():

@@ -12,7 +12,11 @@ succeed.
 
 A replica runs with a lame duck (`--lame-duck-s`) longer than HAProxy takes to see it unready
 (`inter` times `fall`), which is what makes this hold; without it, requests sent during that window fail
-(in one run: 317 HTTP requests, 8 gRPC calls through TCP mode and 301 through HTTP mode).
+(in one run: 317 HTTP requests, 8 gRPC calls through TCP mode and 301 through HTTP mode). The test waits until
+HAProxy shows the replica DOWN in every backend while it still runs: a request HAProxy sends to a port the replica
+has closed gets HAProxy's own 503 (its log says `SC--`, a connect failure; a gRPC client reads "Received http2
+header with status: 503"), which only a balancer that took longer than the lame duck to see the replica
+unready sends.
 """
 
 from __future__ import annotations
@@ -33,11 +37,14 @@ import tritonclient.grpc as grpcclient
 from tests.fleet import HAProxy, Replica, free_ports, wait_until
 
 REPLICAS = 3
-# HAProxy sees a replica unready within CHECK_INTERVAL_MS * FALL (plus a check's own time); the lame duck
-# must be longer, with room for a loaded machine.
+# HAProxy sees a replica unready within CHECK_INTERVAL_MS * FALL (plus a check's own time): 0.2-0.42 s from the
+# SIGTERM, measured with two to ten busy loops beside the test (load average 17 on two cores). The lame duck must
+# be longer, with room for HAProxy or the whole machine stalling: in a run of the suite with `-n 3` one gRPC call
+# got HAProxy's 503 with a lame duck of 2 s (a stall of HAProxy as long as the lame duck does that, see
+# the module's docstring); ten times the detection time leaves room for a stall of 3.5 s.
 CHECK_INTERVAL_MS = 200
 FALL = 2
-LAME_DUCK_S = 2.0
+LAME_DUCK_S = 10 * CHECK_INTERVAL_MS * FALL / 1000
 CLIENTS_PER_PROTOCOL = 2
 
 MODEL = """
@@ -258,12 +265,20 @@ def test_rolling_restart_under_load_fails_no_request(tmp_path: Path) -> None:
 
         served_after_restart = {}
         for replica in replicas:
-            assert replica.terminate() == 0, replica.log.read_text()[-2000:]
-            wait_until(
-                lambda name=replica.name: proxy.status("http_replicas", name).startswith("DOWN"),
-                10,
-                f"HAProxy to see {replica.name} DOWN",
-            )
+            replica.sigterm()
+
+            def unready_everywhere(replica: Replica = replica) -> bool:
+                if replica.exited():
+                    pytest.fail(
+                        f"{replica.name} exited (after its lame duck of {LAME_DUCK_S} s) before HAProxy showed it DOWN"
+                        " in every backend: HAProxy (or the machine) stalled longer than that, and requests it sent"
+                        " there meanwhile got its 503"
+                    )
+                rows = [row for key, row in proxy.servers().items() if key.endswith(f"/{replica.name}")]
+                return all(row["status"].startswith("DOWN") for row in rows)
+
+            wait_until(unready_everywhere, 10, f"HAProxy to see {replica.name} DOWN in every backend")
+            assert replica.wait() == 0, replica.log.read_text()[-2000:]
             replica.start()
             wait_until(
                 lambda name=replica.name: all(
