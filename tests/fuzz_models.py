@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any, Dict, Iterator, List
 
@@ -12,6 +13,16 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
 
 FUZZ_SETTINGS = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)
+# The share of each fuzz test's examples a run draws. .ci/run draws a quarter on the extra Pythons: the codec and
+# the transports they fuzz are the same code there, and all of them cost about a minute of CI a Python.
+FUZZ_SHARE = float(os.environ.get("PYTRITON_TEST_FUZZ_SHARE", "1"))
+
+
+def examples(count: int) -> int:
+    """How many of a fuzz test's `count` examples this run draws (FUZZ_SHARE of them, at least one)."""
+    return max(1, round(count * FUZZ_SHARE))
+
+
 DATATYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64"]
 DATATYPES += ["BF16", "BYTES"]
 

@@ -21,12 +21,12 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from pytriton.triton import Triton
 from tests.conftest import running_triton
-from tests.fuzz_models import DATATYPES, FUZZ_SETTINGS, bind_fuzz_models, mutate_bytes
+from tests.fuzz_models import DATATYPES, FUZZ_SETTINGS, bind_fuzz_models, examples, mutate_bytes
 
 # Generated messages per test; each is sent with its mutants (3, 4 and 6 messages): 10,100 in all.
-MESSAGE_EXAMPLES = 1700
-LARGE_EXAMPLES = 200
-STREAM_EXAMPLES = 700
+MESSAGE_EXAMPLES = examples(1700)
+LARGE_EXAMPLES = examples(200)
+STREAM_EXAMPLES = examples(700)
 CLIENT_ERRORS = {
     grpc.StatusCode.OK,
     grpc.StatusCode.INVALID_ARGUMENT,

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from pytriton.options.limits import ServerLimits
 from pytriton.triton import Triton
 from tests.conftest import running_triton
-from tests.fuzz_models import DATATYPES, FUZZ_SETTINGS, bind_fuzz_models, mutate_bytes
+from tests.fuzz_models import DATATYPES, FUZZ_SETTINGS, bind_fuzz_models, examples, mutate_bytes
 
 # Generated examples per test; each is sent with its mutants (5, 4 and 3 requests): 11,250 requests in all.
-JSON_EXAMPLES = 900
-BINARY_EXAMPLES = 900
-HEADER_EXAMPLES = 1050
+JSON_EXAMPLES = examples(900)
+BINARY_EXAMPLES = examples(900)
+HEADER_EXAMPLES = examples(1050)
 PATHS = [
     "/v2/models/identity/infer",
     "/v2/models/mixed/infer",
