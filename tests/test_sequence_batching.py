@@ -47,6 +47,7 @@ from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.http_helpers import post_json
+from tests.waiting import wait_until
 
 START = SequenceControlKind.CONTROL_SEQUENCE_START
 END = SequenceControlKind.CONTROL_SEQUENCE_END
@@ -933,6 +934,41 @@ def test_an_idle_sequences_state_is_freed_where_the_callable_runs(server: Triton
     # The next batch of the instance (a process instance hears of the idle sequence with it): one token, its own.
     fresh = client.infer(model, [_input(httpclient, 0)], sequence_id="next", sequence_start=True, sequence_end=True)
     assert int(fresh.as_numpy("OUTPUT")[0][0]) == 1
+
+
+class _StateProbe:
+    """A START keeps a token in its sequence's state whose end touches `directory`/<sequence id>, where it runs."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        for request in requests:
+            if request.sequence_start and request.sequence_state is not None:
+                token = _Token()
+                weakref.finalize(token, _touch, os.path.join(self.directory, str(request.sequence_id)))
+                request.sequence_state["token"] = token
+        return [{"OUTPUT": np.zeros((1, 1), np.int32)} for _ in requests]
+
+
+def _touch(path: str) -> None:
+    with open(path, "w"):
+        pass
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["thread instance", "process instance"])
+def test_an_idle_sequences_state_is_dropped_with_no_request_after(tmp_path: Any, process: bool) -> None:
+    probe = _StateProbe(str(tmp_path))
+    idle = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
+
+    def bind(triton: Triton) -> None:
+        triton.bind("probe", ProcessInstances(probe) if process else probe, **IO, config=idle)
+
+    with running_triton(bind) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        client.infer("probe", [_input(httpclient, 0)], sequence_id="held", sequence_start=True)
+        # No request comes after: the sequence ends idle after 100 ms, and its state goes then, not with a next batch.
+        wait_until((tmp_path / "held").exists, "the idle sequence's state to be dropped")
 
 
 def test_a_model_bound_with_remote_triton_keeps_its_state_in_its_process(server: Triton) -> None:
