@@ -1212,3 +1212,31 @@ def test_sigkill_of_the_main_process_leaves_nothing_behind() -> None:
     # Its segments are memfds, gone with the last process that held one; a named one would be left in /dev/shm.
     ours = {f"pytriton-{pid}-" for pid in (main.pid, *helpers)}
     assert [name for name in set(os.listdir("/dev/shm")) - shm_before if name[: name.rfind("-") + 1] in ours] == []
+
+
+def test_a_request_naming_no_version_of_a_model_unloaded_meanwhile_gets_one_processs_answer(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frontend has not heard of the unload yet: the hub answers as one process answers a request naming none.
+
+    One process answers 404 "has no available versions"; the hub, given the version the frontend chose, answered
+    503 "version 1 is not at ready state", which is the answer to a request that names version 1.
+    """
+    triton = start_triton(lambda triton: triton.bind("m", _identity, inputs=FP32, outputs=OUT), frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+
+    async def told_nothing() -> None:
+        pass
+
+    monkeypatch.setattr(pool, "sync", told_nothing)  # the frontends keep serving the model as they last heard
+    pids = sorted(frontend.pid for frontend in pool._frontends)
+    with _connections_on_each_frontend(triton.http_port, [*pids, os.getpid()]) as connections:
+        _expect_200(http_request(triton.http_port, "POST", "/v2/repository/models/m/unload", b"{}", HTTP_AUTH))
+        for connection in (connections[pid] for pid in pids):
+            for version, expected in [
+                ("", (404, "Request for unknown model: 'm' has no available versions")),
+                ("/versions/1", (503, "Request for unknown model: 'm' version 1 is not at ready state")),
+            ]:
+                status, answer = _infer_json(connection, f"m{version}", [1.0])
+                assert (status, answer["error"]) == expected
