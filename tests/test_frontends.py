@@ -1240,3 +1240,57 @@ def test_a_request_naming_no_version_of_a_model_unloaded_meanwhile_gets_one_proc
             ]:
                 status, answer = _infer_json(connection, f"m{version}", [1.0])
                 assert (status, answer["error"]) == expected
+
+
+def test_a_frontend_started_again_after_a_region_s_file_shrank_answers_as_the_hub(
+    start_triton: Callable[..., Triton], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client shrank a registered region's file, then a frontend was started again. The hub reads through its
+    descriptor: a tensor past the file's end is 400 "smaller than when it was registered", one still in it is read.
+    The new frontend could not map the region any more and left it out: 404 "Unable to find" for both."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    key = f"/pytriton-frontends-shrunk-{os.getpid()}"
+    handle = shm.create_shared_memory_region("shrunk", key, 64)
+    try:
+        shm.set_shared_memory_region(handle, [np.arange(16, dtype=np.float32)])
+        bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+        triton = start_triton(bind, frontends=2)
+        pool = triton._runtime._pool
+        assert pool is not None
+        _expect_200(
+            http_request(
+                triton.http_port,
+                "POST",
+                "/v2/systemsharedmemory/region/r/register",
+                json.dumps({"key": key, "offset": 0, "byte_size": 64}).encode(),
+                HTTP_AUTH,
+            )
+        )
+        fd = os.open(f"/dev/shm{key}", os.O_RDWR)
+        try:
+            os.ftruncate(fd, 32)
+        finally:
+            os.close(fd)
+        os.kill(pool._frontends[0].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not any("is serving again" in record.getMessage() for record in caplog.records):
+            assert time.monotonic() < deadline, "the frontend was not started again"
+            time.sleep(0.05)
+        pids = sorted(frontend.pid for frontend in pool._frontends)
+        with _connections_on_each_frontend(triton.http_port, [*pids, os.getpid()]) as connections:
+            for pid, connection in connections.items():
+                answers = []
+                for offset in (0, 32):
+                    parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
+                    parameters["shared_memory_offset"] = offset
+                    given = {"name": "INPUT_1", "shape": [1, 4], "datatype": "FP32", "parameters": parameters}
+                    connection.request("POST", "/v2/models/identity/infer", json.dumps({"inputs": [given]}))
+                    response = connection.getresponse()
+                    answers.append((response.status, json.loads(response.read())))
+                where = "the hub" if pid == os.getpid() else "the frontend started again"
+                assert answers[0] == (200, answers[0][1]), where
+                assert answers[0][1]["outputs"][0]["data"] == [0.0, 1.0, 2.0, 3.0], where
+                expected = "shared memory region 'r' is smaller than when it was registered: unregister it"
+                assert answers[1] == (400, {"error": expected}), where
+    finally:
+        shm.destroy_shared_memory_region(handle)
