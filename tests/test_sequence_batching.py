@@ -1165,3 +1165,33 @@ def test_requests_run_past_a_waiting_sequence_leave_the_queue() -> None:
         assert waiting.result(10) == 7
     assert result.as_numpy("OUTPUT").tolist() == [[2501]]
     assert held <= 1 + 1025  # the waiting request, and at most 1,025 that left before they are dropped at once
+
+
+def test_a_sequence_is_idle_from_its_last_request_even_while_that_one_runs() -> None:
+    # tritonserver 2.51 (sequence idle 200 ms, a model that takes 600 ms): a request sent 400 ms after the START,
+    # while the START still runs, is refused (must specify START), and so is one sent right after the START's answer;
+    # the START itself is answered. Ours kept the sequence until its requests were done, and took both.
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def held(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        entered.set()
+        assert gate.wait(30)
+        return accumulate(requests)
+
+    idle = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
+    with running_triton(lambda triton: triton.bind("held", held, **IO, config=idle)) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton), concurrency=2)
+        started = client.async_infer("held", [_input(httpclient, 3)], sequence_id=1, sequence_start=True)
+        try:
+            assert entered.wait(30)
+            slots = _scheduler(triton, "held")._sequences
+            wait_until(lambda: not slots._live, "the running sequence to end idle")
+            with pytest.raises(InferenceServerException, match="sequence 1 to model 'held' must specify the START"):
+                client.infer("held", [_input(httpclient, 1)], sequence_id=1)
+        finally:
+            gate.set()
+        assert started.get_result().as_numpy("OUTPUT").tolist() == [[3]]
+        # Its slot, the only one, was freed once the START ran: a new sequence runs, with a state of its own.
+        result = client.infer("held", [_input(httpclient, 4)], sequence_id=1, sequence_start=True, sequence_end=True)
+        assert result.as_numpy("OUTPUT").tolist() == [[4]]
