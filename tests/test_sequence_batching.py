@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import http.client
+import json
 import os
 import queue
 import sys
@@ -46,6 +48,7 @@ from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.frontend_processes import serving_pid
 from tests.http_helpers import post_json
 from tests.waiting import wait_until
 
@@ -1195,3 +1198,37 @@ def test_a_sequence_is_idle_from_its_last_request_even_while_that_one_runs() -> 
         # Its slot, the only one, was freed once the START ran: a new sequence runs, with a state of its own.
         result = client.infer("held", [_input(httpclient, 4)], sequence_id=1, sequence_start=True, sequence_end=True)
         assert result.as_numpy("OUTPUT").tolist() == [[4]]
+
+
+def test_a_sequence_spans_the_frontend_processes(frontends_server: Triton) -> None:
+    """Each request of one sequence through another frontend process: the sequence and its state are the hub's."""
+    pool = frontends_server._runtime._pool
+    assert pool is not None
+    pids = [frontend.pid for frontend in pool._frontends]  # with 3, the hub serves no connection itself
+    connections: Dict[int, http.client.HTTPConnection] = {}
+    opened = []
+    try:
+        for _ in range(8 * len(pids)):
+            connection = http.client.HTTPConnection("127.0.0.1", frontends_server.http_port, timeout=30)
+            opened.append(connection)
+            connection.connect()
+            connections.setdefault(serving_pid(connection.sock, pids), connection)
+            if len(connections) == len(pids):
+                break
+        assert sorted(connections) == sorted(pids)
+        totals = []
+        for index in range(4):  # in turn through each frontend
+            pid = pids[index % len(pids)]
+            parameters = {"sequence_id": "spanning", **_flags(index, 4)}
+            body = {"inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [index + 1]}]}
+            connections[pid].request(
+                "POST", "/v2/models/accumulate_process/infer", json.dumps({**body, "parameters": parameters})
+            )
+            response = connections[pid].getresponse()
+            answer = json.loads(response.read())
+            assert response.status == 200, (pid, answer)
+            totals.append(answer["outputs"][0]["data"][0])
+        assert totals == [1, 3, 6, 10]
+    finally:
+        for connection in opened:
+            connection.close()
