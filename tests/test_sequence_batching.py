@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import http.client
 import json
 import os
@@ -959,15 +960,19 @@ def _touch(path: str) -> None:
         pass
 
 
-@pytest.mark.parametrize("process", [False, True], ids=["thread instance", "process instance"])
-def test_an_idle_sequences_state_is_dropped_with_no_request_after(tmp_path: Any, process: bool) -> None:
+@pytest.mark.parametrize("where", ["thread instance", "process instance", "RemoteTriton"])
+def test_an_idle_sequences_state_is_dropped_with_no_request_after(tmp_path: Any, where: str) -> None:
     probe = _StateProbe(str(tmp_path))
     idle = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
 
     def bind(triton: Triton) -> None:
-        triton.bind("probe", ProcessInstances(probe) if process else probe, **IO, config=idle)
+        if where != "RemoteTriton":
+            triton.bind("probe", ProcessInstances(probe) if where == "process instance" else probe, **IO, config=idle)
 
-    with running_triton(bind) as triton:
+    with running_triton(bind) as triton, contextlib.ExitStack() as stack:
+        if where == "RemoteTriton":
+            remote = stack.enter_context(RemoteTriton(url=f"127.0.0.1:{triton.http_port}"))
+            remote.bind("probe", probe, **IO, config=idle)
         client = httpclient.InferenceServerClient(http_url(triton))
         client.infer("probe", [_input(httpclient, 0)], sequence_id="held", sequence_start=True)
         # No request comes after: the sequence ends idle after 100 ms, and its state goes then, not with a next batch.
