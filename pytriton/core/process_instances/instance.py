@@ -170,6 +170,7 @@ class ProcessInstance:
         self.call_started_ns = 0  # set by the scheduler
         self.reported_call_ns = 0
         self.sequence_states: Optional[SequenceStates] = None  # the process keeps its sequences' state
+        self._ended_sequences: List[int] = []  # sequences whose state the process drops, sent at the turn's end
         self._arena_budget = arena_budget
         self._restart = restart
         self._on_gone = on_gone
@@ -422,12 +423,22 @@ class ProcessInstance:
     def forget_sequences(self, serials: List[int]) -> None:
         """Sequences whose state the process drops now (they ended without an END run here).
 
-        Said at once, not with the next job: a sequence that ended idle may be the last the instance saw, and its
-        state (a model's cache, say) must not stay until a request comes. A process restarting has no state to drop.
+        Said at the end of this loop turn, not with the next job: a sequence that ended idle may be the last the
+        instance saw, and its state (a model's cache, say) must not stay until a request comes. Those of one turn
+        go in one message (a thousand sequences idle at once: not a thousand writes). A process restarting has no
+        state to drop.
         """
-        if self.state is InstanceState.UP:
+        if self.state is not InstanceState.UP:
+            return
+        if not self._ended_sequences:
+            asyncio.get_running_loop().call_soon(self._send_ended_sequences)
+        self._ended_sequences.extend(serials)
+
+    def _send_ended_sequences(self) -> None:
+        ended, self._ended_sequences = self._ended_sequences, []
+        if ended and self.state is InstanceState.UP:
             try:
-                self._link.channel.send((SEQUENCES_ENDED, serials))
+                self._link.channel.send((SEQUENCES_ENDED, ended))
             except ChannelClosed:
                 pass
 
