@@ -1294,3 +1294,30 @@ def test_a_frontend_started_again_after_a_region_s_file_shrank_answers_as_the_hu
                 assert answers[1] == (400, {"error": expected}), where
     finally:
         shm.destroy_shared_memory_region(handle)
+
+
+def test_a_request_a_frontend_checked_against_a_spec_loaded_over_since_is_checked_again_by_the_hub(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load's override lowered max_batch_size while a frontend's request was on its way (decoded against the old
+    spec): the hub ran it on the new binding, a batch of 6 for a model of 4, where one process answers 400."""
+    bind = lambda triton: triton.bind("m", _identity, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))  # noqa: E731
+    triton = start_triton(bind, frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+
+    async def told_nothing() -> None:
+        pass
+
+    monkeypatch.setattr(pool, "sync", told_nothing)  # the frontend still checks requests against the first spec
+    override = json.dumps({"parameters": {"config": json.dumps({"max_batch_size": 4})}}).encode()
+    pids = sorted(frontend.pid for frontend in pool._frontends)
+    body = json.dumps({"inputs": [{"name": "INPUT_1", "shape": [6, 1], "datatype": "FP32", "data": [1.0] * 6}]})
+    with _connections_on_each_frontend(triton.http_port, [*pids, os.getpid()]) as connections:
+        _expect_200(http_request(triton.http_port, "POST", "/v2/repository/models/m/load", override, HTTP_AUTH))
+        for pid, connection in connections.items():
+            connection.request("POST", "/v2/models/m/infer", body)
+            response = connection.getresponse()
+            answer = (response.status, json.loads(response.read()))
+            expected = "[request id: <id_unknown>] inference request batch-size must be <= 4 for 'm'"
+            assert answer == (400, {"error": expected}), "the hub" if pid == os.getpid() else "the frontend"

@@ -285,6 +285,10 @@ class FrontendLink:
                 request = unpack_request(head, body, self._view_unpacking_input)
             except ValueError as error:
                 raise InferenceError.invalid(str(error)) from None
+            try:  # the frontend checked it against the spec it knew, maybe one a load's override replaced since
+                model.admit(request)
+            except InferenceError as error:
+                raise error.for_request(request.id) from None  # as the frontend's decode names its errors
             sink.queued = model.submit(request, sink, streaming)
             if sink.queued is None and streaming:
                 sink.finish()  # the response cache answered: that response is the stream's only one
