@@ -1200,6 +1200,8 @@ def test_a_sequence_is_idle_from_its_last_request_even_while_that_one_runs() -> 
         finally:
             gate.set()
         assert started.get_result().as_numpy("OUTPUT").tolist() == [[3]]
+        states = _scheduler(triton, "held").instances[0].sequence_states
+        wait_until(lambda: len(states) == 0, "the ended sequence's state to be dropped after its last request")
         # Its slot, the only one, was freed once the START ran: a new sequence runs, with a state of its own.
         result = client.infer("held", [_input(httpclient, 4)], sequence_id=1, sequence_start=True, sequence_end=True)
         assert result.as_numpy("OUTPUT").tolist() == [[4]]
