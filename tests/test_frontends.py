@@ -1212,3 +1212,112 @@ def test_sigkill_of_the_main_process_leaves_nothing_behind() -> None:
     # Its segments are memfds, gone with the last process that held one; a named one would be left in /dev/shm.
     ours = {f"pytriton-{pid}-" for pid in (main.pid, *helpers)}
     assert [name for name in set(os.listdir("/dev/shm")) - shm_before if name[: name.rfind("-") + 1] in ours] == []
+
+
+def test_a_request_naming_no_version_of_a_model_unloaded_meanwhile_gets_one_processs_answer(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frontend has not heard of the unload yet: the hub answers as one process answers a request naming none.
+
+    One process answers 404 "has no available versions"; the hub, given the version the frontend chose, answered
+    503 "version 1 is not at ready state", which is the answer to a request that names version 1.
+    """
+    triton = start_triton(lambda triton: triton.bind("m", _identity, inputs=FP32, outputs=OUT), frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+
+    async def told_nothing() -> None:
+        pass
+
+    monkeypatch.setattr(pool, "sync", told_nothing)  # the frontends keep serving the model as they last heard
+    pids = sorted(frontend.pid for frontend in pool._frontends)
+    with _connections_on_each_frontend(triton.http_port, [*pids, os.getpid()]) as connections:
+        _expect_200(http_request(triton.http_port, "POST", "/v2/repository/models/m/unload", b"{}", HTTP_AUTH))
+        for connection in (connections[pid] for pid in pids):
+            for version, expected in [
+                ("", (404, "Request for unknown model: 'm' has no available versions")),
+                ("/versions/1", (503, "Request for unknown model: 'm' version 1 is not at ready state")),
+            ]:
+                status, answer = _infer_json(connection, f"m{version}", [1.0])
+                assert (status, answer["error"]) == expected
+
+
+def test_a_frontend_started_again_after_a_region_s_file_shrank_answers_as_the_hub(
+    start_triton: Callable[..., Triton], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client shrank a registered region's file, then a frontend was started again. The hub reads through its
+    descriptor: a tensor past the file's end is 400 "smaller than when it was registered", one still in it is read.
+    The new frontend could not map the region any more and left it out: 404 "Unable to find" for both."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    key = f"/pytriton-frontends-shrunk-{os.getpid()}"
+    handle = shm.create_shared_memory_region("shrunk", key, 64)
+    try:
+        shm.set_shared_memory_region(handle, [np.arange(16, dtype=np.float32)])
+        bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+        triton = start_triton(bind, frontends=2)
+        pool = triton._runtime._pool
+        assert pool is not None
+        _expect_200(
+            http_request(
+                triton.http_port,
+                "POST",
+                "/v2/systemsharedmemory/region/r/register",
+                json.dumps({"key": key, "offset": 0, "byte_size": 64}).encode(),
+                HTTP_AUTH,
+            )
+        )
+        fd = os.open(f"/dev/shm{key}", os.O_RDWR)
+        try:
+            os.ftruncate(fd, 32)
+        finally:
+            os.close(fd)
+        os.kill(pool._frontends[0].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not any("is serving again" in record.getMessage() for record in caplog.records):
+            assert time.monotonic() < deadline, "the frontend was not started again"
+            time.sleep(0.05)
+        pids = sorted(frontend.pid for frontend in pool._frontends)
+        with _connections_on_each_frontend(triton.http_port, [*pids, os.getpid()]) as connections:
+            for pid, connection in connections.items():
+                answers = []
+                for offset in (0, 32):
+                    parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
+                    parameters["shared_memory_offset"] = offset
+                    given = {"name": "INPUT_1", "shape": [1, 4], "datatype": "FP32", "parameters": parameters}
+                    connection.request("POST", "/v2/models/identity/infer", json.dumps({"inputs": [given]}))
+                    response = connection.getresponse()
+                    answers.append((response.status, json.loads(response.read())))
+                where = "the hub" if pid == os.getpid() else "the frontend started again"
+                assert answers[0] == (200, answers[0][1]), where
+                assert answers[0][1]["outputs"][0]["data"] == [0.0, 1.0, 2.0, 3.0], where
+                expected = "shared memory region 'r' is smaller than when it was registered: unregister it"
+                assert answers[1] == (400, {"error": expected}), where
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
+def test_a_request_a_frontend_checked_against_a_spec_loaded_over_since_is_checked_again_by_the_hub(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A load's override lowered max_batch_size while a frontend's request was on its way (decoded against the old
+    spec): the hub ran it on the new binding, a batch of 6 for a model of 4, where one process answers 400."""
+    bind = lambda triton: triton.bind("m", _identity, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=8))  # noqa: E731
+    triton = start_triton(bind, frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+
+    async def told_nothing() -> None:
+        pass
+
+    monkeypatch.setattr(pool, "sync", told_nothing)  # the frontend still checks requests against the first spec
+    override = json.dumps({"parameters": {"config": json.dumps({"max_batch_size": 4})}}).encode()
+    pids = sorted(frontend.pid for frontend in pool._frontends)
+    body = json.dumps({"inputs": [{"name": "INPUT_1", "shape": [6, 1], "datatype": "FP32", "data": [1.0] * 6}]})
+    with _connections_on_each_frontend(triton.http_port, [*pids, os.getpid()]) as connections:
+        _expect_200(http_request(triton.http_port, "POST", "/v2/repository/models/m/load", override, HTTP_AUTH))
+        for pid, connection in connections.items():
+            connection.request("POST", "/v2/models/m/infer", body)
+            response = connection.getresponse()
+            answer = (response.status, json.loads(response.read()))
+            expected = "[request id: <id_unknown>] inference request batch-size must be <= 4 for 'm'"
+            assert answer == (400, {"error": expected}), "the hub" if pid == os.getpid() else "the frontend"

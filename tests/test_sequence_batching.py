@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import http.client
+import json
 import os
 import queue
 import sys
@@ -46,7 +49,9 @@ from pytriton.proxy.types import Request
 from pytriton.remote_triton import RemoteTriton
 from pytriton.triton import Triton
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.frontend_processes import serving_pid
 from tests.http_helpers import post_json
+from tests.waiting import wait_until
 
 START = SequenceControlKind.CONTROL_SEQUENCE_START
 END = SequenceControlKind.CONTROL_SEQUENCE_END
@@ -935,6 +940,45 @@ def test_an_idle_sequences_state_is_freed_where_the_callable_runs(server: Triton
     assert int(fresh.as_numpy("OUTPUT")[0][0]) == 1
 
 
+class _StateProbe:
+    """A START keeps a token in its sequence's state whose end touches `directory`/<sequence id>, where it runs."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def __call__(self, requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        for request in requests:
+            if request.sequence_start and request.sequence_state is not None:
+                token = _Token()
+                weakref.finalize(token, _touch, os.path.join(self.directory, str(request.sequence_id)))
+                request.sequence_state["token"] = token
+        return [{"OUTPUT": np.zeros((1, 1), np.int32)} for _ in requests]
+
+
+def _touch(path: str) -> None:
+    with open(path, "w"):
+        pass
+
+
+@pytest.mark.parametrize("where", ["thread instance", "process instance", "RemoteTriton"])
+def test_an_idle_sequences_state_is_dropped_with_no_request_after(tmp_path: Any, where: str) -> None:
+    probe = _StateProbe(str(tmp_path))
+    idle = ModelConfig(max_batch_size=2, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
+
+    def bind(triton: Triton) -> None:
+        if where != "RemoteTriton":
+            triton.bind("probe", ProcessInstances(probe) if where == "process instance" else probe, **IO, config=idle)
+
+    with running_triton(bind) as triton, contextlib.ExitStack() as stack:
+        if where == "RemoteTriton":
+            remote = stack.enter_context(RemoteTriton(url=f"127.0.0.1:{triton.http_port}"))
+            remote.bind("probe", probe, **IO, config=idle)
+        client = httpclient.InferenceServerClient(http_url(triton))
+        client.infer("probe", [_input(httpclient, 0)], sequence_id="held", sequence_start=True)
+        # No request comes after: the sequence ends idle after 100 ms, and its state goes then, not with a next batch.
+        wait_until((tmp_path / "held").exists, "the idle sequence's state to be dropped")
+
+
 def test_a_model_bound_with_remote_triton_keeps_its_state_in_its_process(server: Triton) -> None:
     with RemoteTriton(url=f"127.0.0.1:{server.http_port}") as remote:
         remote.bind("remote_accumulate", accumulate, **IO, config=ACCUMULATE)
@@ -1129,3 +1173,69 @@ def test_requests_run_past_a_waiting_sequence_leave_the_queue() -> None:
         assert waiting.result(10) == 7
     assert result.as_numpy("OUTPUT").tolist() == [[2501]]
     assert held <= 1 + 1025  # the waiting request, and at most 1,025 that left before they are dropped at once
+
+
+def test_a_sequence_is_idle_from_its_last_request_even_while_that_one_runs() -> None:
+    # tritonserver 2.51 (sequence idle 200 ms, a model that takes 600 ms): a request sent 400 ms after the START,
+    # while the START still runs, is refused (must specify START), and so is one sent right after the START's answer;
+    # the START itself is answered. Ours kept the sequence until its requests were done, and took both.
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def held(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        entered.set()
+        assert gate.wait(30)
+        return accumulate(requests)
+
+    idle = ModelConfig(max_batch_size=1, sequence_batcher=SequenceBatcher(max_sequence_idle_microseconds=100_000))
+    with running_triton(lambda triton: triton.bind("held", held, **IO, config=idle)) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton), concurrency=2)
+        started = client.async_infer("held", [_input(httpclient, 3)], sequence_id=1, sequence_start=True)
+        try:
+            assert entered.wait(30)
+            slots = _scheduler(triton, "held")._sequences
+            wait_until(lambda: not slots._live, "the running sequence to end idle")
+            with pytest.raises(InferenceServerException, match="sequence 1 to model 'held' must specify the START"):
+                client.infer("held", [_input(httpclient, 1)], sequence_id=1)
+        finally:
+            gate.set()
+        assert started.get_result().as_numpy("OUTPUT").tolist() == [[3]]
+        states = _scheduler(triton, "held").instances[0].sequence_states
+        wait_until(lambda: len(states) == 0, "the ended sequence's state to be dropped after its last request")
+        # Its slot, the only one, was freed once the START ran: a new sequence runs, with a state of its own.
+        result = client.infer("held", [_input(httpclient, 4)], sequence_id=1, sequence_start=True, sequence_end=True)
+        assert result.as_numpy("OUTPUT").tolist() == [[4]]
+
+
+def test_a_sequence_spans_the_frontend_processes(frontends_server: Triton) -> None:
+    """Each request of one sequence through another frontend process: the sequence and its state are the hub's."""
+    pool = frontends_server._runtime._pool
+    assert pool is not None
+    pids = [frontend.pid for frontend in pool._frontends]  # with 3, the hub serves no connection itself
+    connections: Dict[int, http.client.HTTPConnection] = {}
+    opened = []
+    try:
+        for _ in range(8 * len(pids)):
+            connection = http.client.HTTPConnection("127.0.0.1", frontends_server.http_port, timeout=30)
+            opened.append(connection)
+            connection.connect()
+            connections.setdefault(serving_pid(connection.sock, pids), connection)
+            if len(connections) == len(pids):
+                break
+        assert sorted(connections) == sorted(pids)
+        totals = []
+        for index in range(4):  # in turn through each frontend
+            pid = pids[index % len(pids)]
+            parameters = {"sequence_id": "spanning", **_flags(index, 4)}
+            body = {"inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [index + 1]}]}
+            connections[pid].request(
+                "POST", "/v2/models/accumulate_process/infer", json.dumps({**body, "parameters": parameters})
+            )
+            response = connections[pid].getresponse()
+            answer = json.loads(response.read())
+            assert response.status == 200, (pid, answer)
+            totals.append(answer["outputs"][0]["data"][0])
+        assert totals == [1, 3, 6, 10]
+    finally:
+        for connection in opened:
+            connection.close()

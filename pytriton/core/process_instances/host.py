@@ -42,6 +42,7 @@ from pytriton.core.process_instances.protocol import (
     READY,
     RESULT,
     SEGMENT,
+    SEQUENCES_ENDED,
     START_FAILED,
     STEPS_AHEAD,
     STEPS_TAKEN,
@@ -157,10 +158,8 @@ class InstanceHost:
         The answer goes once the job's requests are gone here, so that it can say the job's inputs are free
         (unless the model kept them): the server may then write the next batch where they were.
         """
-        _, job_id, streaming, batch, arena, given_back, forgotten = message.head
+        _, job_id, streaming, batch, arena, given_back = message.head
         self._job_id = job_id
-        if forgotten:
-            self._states.forget(forgotten)
         for done in given_back:
             self._outputs.give_back(done)
         if arena:
@@ -382,7 +381,7 @@ class InstanceHost:
                 del self._answers[call_id]
 
     def _control(self, message: Message) -> None:
-        """The frontend buffers the server passes on (SEGMENT) and lets go of (FORGET); what model calls are owed."""
+        """Frontend buffers passed on (SEGMENT) and let go of (FORGET); what model calls are owed; ended sequences."""
         head = message.head
         if head[0] == SEGMENT:
             self._inputs.adopt_segment(head[1], message.fds[0], head[2])
@@ -392,6 +391,9 @@ class InstanceHost:
             self._on_answer(message)
         elif head[0] == CALLS_READ:
             self._calls.calls_read(head[1])
+        elif head[0] == SEQUENCES_ENDED:
+            # No request of these sequences runs (they ended): the callable, maybe running now, never sees them.
+            self._states.forget(head[1])
 
     def _send_result(
         self, job_id: int, packed: Any, body: List[Buffer], new_arena: int, writer: ArenaWriter, final: bool, value: Any

@@ -41,6 +41,7 @@ from pytriton.core.process_instances.protocol import (
     MODEL_CALL,
     RESULT,
     SEGMENT,
+    SEQUENCES_ENDED,
     STEPS_ACK,
     STEPS_TAKEN,
     STOP,
@@ -169,7 +170,7 @@ class ProcessInstance:
         self.call_started_ns = 0  # set by the scheduler
         self.reported_call_ns = 0
         self.sequence_states: Optional[SequenceStates] = None  # the process keeps its sequences' state
-        self._forgotten_sequences: List[int] = []  # said to the process with the next job
+        self._ended_sequences: List[int] = []  # sequences whose state the process drops, sent at the turn's end
         self._arena_budget = arena_budget
         self._restart = restart
         self._on_gone = on_gone
@@ -272,11 +273,10 @@ class ProcessInstance:
             ]
             fds = [link.inputs.segment.fileno()] if arena and link.inputs.segment is not None else []
             done_with = link.take_done_with()
-            forgotten, self._forgotten_sequences = self._forgotten_sequences, []
             calls_read = link.calls.take_read()
             if calls_read:  # the last model calls' inputs, let go of after their answers went
                 link.channel.send((CALLS_READ, calls_read))
-            link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with, forgotten), body, fds)
+            link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with), body, fds)
         except ChannelClosed:
             pass  # _on_closed fails the job
         except Exception as error:  # noqa: BLE001 - the batch fails alone; the instance must not stay busy with it
@@ -421,8 +421,26 @@ class ProcessInstance:
                 callback(*args)
 
     def forget_sequences(self, serials: List[int]) -> None:
-        """Sequences whose state the process drops before its next job (they ended without an END run here)."""
-        self._forgotten_sequences.extend(serials)
+        """Sequences whose state the process drops now (they ended without an END run here).
+
+        Said at the end of this loop turn, not with the next job: a sequence that ended idle may be the last the
+        instance saw, and its state (a model's cache, say) must not stay until a request comes. Those of one turn
+        go in one message (a thousand sequences idle at once: not a thousand writes). A process restarting has no
+        state to drop.
+        """
+        if self.state is not InstanceState.UP:
+            return
+        if not self._ended_sequences:
+            asyncio.get_running_loop().call_soon(self._send_ended_sequences)
+        self._ended_sequences.extend(serials)
+
+    def _send_ended_sequences(self) -> None:
+        ended, self._ended_sequences = self._ended_sequences, []
+        if ended and self.state is InstanceState.UP:
+            try:
+                self._link.channel.send((SEQUENCES_ENDED, ended))
+            except ChannelClosed:
+                pass
 
     def when_idle(self, callback: Callable[..., None], *args: Any) -> None:
         """Call `callback(*args)` once no job is in progress and a process serves the instance."""

@@ -23,10 +23,13 @@ from pytriton.exceptions import PyTritonError
 from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
 
 # Server to instance: (INIT, Init) (the body holds the pickled callable), (JOB, job id, streaming, requests,
-# new arena size, jobs whose results the server no longer reads, sequences whose state to drop), (STOP, job id),
+# new arena size, jobs whose results the server no longer reads), (STOP, job id),
 # (EXIT,), (SEGMENT, id, size) with the descriptor of a frontend process's buffer that jobs name inputs in,
-# (FORGET, id) once it is gone, (CANCEL, job id, index) when the client of the job's request at `index` cancelled it.
+# (FORGET, id) once it is gone, (CANCEL, job id, index) when the client of the job's request at `index` cancelled it,
+# (SEQUENCES_ENDED, serials) as soon as sequences end without an END request run there (idle, cancelled): their
+# state is dropped then, not at the next job, which may never come.
 INIT, JOB, STOP, EXIT, SEGMENT, FORGET, CANCEL = 1, 2, 3, 4, 5, 6, 7
+SEQUENCES_ENDED = 19
 # Instance to server: (READY, kind, pid), (START_FAILED, traceback), (RESULT, job id, outputs, new arena size,
 # final, released), (FAILURE, job id, ErrorInfo, released), (END, job id, released); `released` names the jobs
 # whose inputs the process no longer views (usually the job answered: none when a model keeps its inputs).

@@ -1,13 +1,14 @@
 """Triton's sequence batcher for one model: sequence slots, idle sequences, and which requests batch together.
 
 Every live sequence holds one slot of one instance from its START until its END request ran or it was idle
-max_sequence_idle_microseconds; a sequence that finds no free slot waits (Triton's backlog) for one, at most
-its START request's `timeout` when it has one (then it ends, as in tritonserver 2.51). A queued request whose
-client left (cancelled) ends its whole sequence, as in tritonserver 2.51: its other queued requests are cancelled
-and its next request needs START. A batch
-for an instance holds at most one request of each of its sequences, each sequence's oldest, and a sequence's
-next request runs only once its previous one has. Requests are checked when they arrive, with Triton's errors.
-Everything here runs on the engine's event loop.
+max_sequence_idle_microseconds (no new request for that long, as tritonserver 2.51 counts it: even while one of
+its requests still runs, which then ends it with the slot freed after); a sequence that finds no free slot waits
+(Triton's backlog) for one, at most its START request's `timeout` when it has one (then it ends, as in
+tritonserver 2.51). A queued request whose client left (cancelled) ends its whole sequence, as in tritonserver
+2.51: its other queued requests are cancelled and its next request needs START. A batch for an instance holds
+at most one request of each of its sequences, each sequence's oldest, and a sequence's next request runs only
+once its previous one has. Requests are checked when they arrive, with Triton's errors. Everything here runs on
+the engine's event loop.
 
 Forming a batch looks at the slot holders' next requests only, never at the backlog's: each sequence keeps its
 own queued requests (`LiveSequence.queued`), and each instance a heap of its slot holders that may run, by
@@ -169,14 +170,16 @@ class SequenceSlots:
                 sequence_id,
                 name,
             )
-        if live.idle_timer is not None:
-            live.idle_timer.cancel()
-            live.idle_timer = None
         live.pending += 1
         live.last_ns = time.monotonic_ns()
+        if live.idle_timer is None and not end:  # one timer per sequence, moved on when it fires (`_idle`)
+            live.idle_timer = asyncio.get_running_loop().call_later(self._idle_s, self._idle, live)
         if end:
             live.ended = True
             del self._live[key]
+            if live.idle_timer is not None:
+                live.idle_timer.cancel()
+                live.idle_timer = None
         request.live_sequence = live
         return live
 
@@ -303,17 +306,33 @@ class SequenceSlots:
             self._forget(live.instance, live.serial)
             self._release(live)
             return
-        delay = max(0.0, live.last_ns / 1e9 + self._idle_s - time.monotonic_ns() / 1e9)
-        live.idle_timer = asyncio.get_running_loop().call_later(delay, self._idle, live)
+        if live.idle_timer is None:  # its timer fired while it waited for a slot: it holds one now
+            delay = max(0.0, live.last_ns / 1e9 + self._idle_s - time.monotonic_ns() / 1e9)
+            live.idle_timer = asyncio.get_running_loop().call_later(delay, self._idle, live)
 
     def _idle(self, live: LiveSequence) -> None:
-        """A sequence waited max_sequence_idle_microseconds for its next request: it ends, and its slot is freed."""
+        """A sequence had no new request for max_sequence_idle_microseconds: it ends, as tritonserver 2.51's.
+
+        Counted from its last request's arrival, whether or not a request of it still runs or waits (a request
+        that runs longer than that, and the next one after it, is tritonserver's case too: that next one needs
+        START). Its requests already queued run; its slot is freed, and its state dropped, after the last of them.
+        One waiting for a slot is not idle (tritonserver looks again once it holds one): `finished` starts its
+        timer again.
+        """
         live.idle_timer = None
-        if live.pending or live.ended:
+        if live.ended:
+            return
+        remaining_s = live.last_ns / 1e9 + self._idle_s - time.monotonic_ns() / 1e9
+        if remaining_s > 0:  # a request came since the timer was set
+            live.idle_timer = asyncio.get_running_loop().call_later(remaining_s, self._idle, live)
+            return
+        if live.instance < 0:
             return
         live.ended = True
         if self._live.get(live.key) is live:
             del self._live[live.key]
+        if live.pending:
+            return  # `finished` frees its slot after its last request
         instance = live.instance
         self._release(live)
         self._forget(instance, live.serial)

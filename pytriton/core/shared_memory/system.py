@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -45,12 +45,35 @@ class SystemRegion:
     byte_size: int
 
 
+class _Descriptor:
+    """A region's file held by its descriptor alone, unmapped: every access goes through the descriptor anyway."""
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        """Hold `fd` (taken)."""
+        self._fd = fd
+
+    def fileno(self) -> int:
+        """The descriptor."""
+        return self._fd
+
+    def close(self) -> None:
+        """Close the descriptor (once)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class _Mapped:
     """A registered region with what each access needs at hand: its segment's descriptor and where it starts."""
 
     __slots__ = ("fd", "region", "registered", "segment", "size", "start")
 
-    def __init__(self, region: SystemRegion, segment: SharedSegment, registered: int) -> None:
+    def __init__(self, region: SystemRegion, segment: Union[SharedSegment, _Descriptor], registered: int) -> None:
         self.region = region
         self.registered = registered  # the registry's generation it made: the same values registered again differ
         self.segment = segment
@@ -107,15 +130,21 @@ class SystemSharedMemory:
         self._regions[name] = _Mapped(SystemRegion(name, key, offset, byte_size), segment, self.generation)
 
     def adopt(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
-        """Register `name` as another registry's region mapped from that registry's descriptor `fd` (taken).
+        """Register `name` as another registry's region, accessed through that registry's descriptor `fd` (taken).
 
         A frontend process follows its hub this way: the key may name another file by now (the client unlinked it
-        once registered, and another took it), while the hub's descriptor is the file it registered.
+        once registered, and another took it), while the hub's descriptor is the file it registered. The range is
+        not checked against the file, nor mapped: a file the client shrank since the hub registered it is accessed
+        as the hub accesses it (a read past its end is refused as `_shrunk`, a write grows it back), not left out.
 
         Raises:
-            SharedMemoryUnavailable: the file no longer holds the range, or cannot be mapped (`fd` is closed).
+            SharedMemoryUnavailable: `fd` is no open descriptor.
         """
-        segment = SharedSegment(fd, byte_size, offset=offset, name=key)
+        try:
+            os.fstat(fd)
+        except OSError as error:
+            raise SharedMemoryUnavailable(error.errno, f"cannot use shared memory '{key}': {error.strerror}") from None
+        segment = _Descriptor(fd)
         old = self._regions.pop(name, None)
         if old is not None:
             old.segment.close()

@@ -275,7 +275,7 @@ class FrontendLink:
         try:
             model = self._ready.get((name, version))
             if model is None or model.state is not ModelState.READY:
-                model = self._engine.model(name, version)
+                model = self._model(name, version, head[14])
                 if model.state is ModelState.READY:
                     self._ready[(name, version)] = model
             sink.model = model
@@ -289,6 +289,10 @@ class FrontendLink:
                 request = unpack_request(head, body, self._view_unpacking_input)
             except ValueError as error:
                 raise InferenceError.invalid(str(error)) from None
+            try:  # the frontend checked it against the spec it knew, maybe one a load's override replaced since
+                model.admit(request)
+            except InferenceError as error:
+                raise error.for_request(request.id) from None  # as the frontend's decode names its errors
             sink.queued = model.submit(request, sink, streaming)
             if sink.queued is None and streaming:
                 sink.finish()  # the response cache answered: that response is the stream's only one
@@ -296,6 +300,19 @@ class FrontendLink:
             sink.fail(error, answered=False)
             if key not in self._viewed:  # nothing here views its inputs: the frontend may use its buffers again
                 self.outbox.post((RELEASED, [key]))
+
+    def _model(self, name: str, version: str, named: bool) -> ServedModel:
+        """The version the frontend found for a request; out of service, the error one process gives its request.
+
+        The frontend may not have heard yet that the version went out of service (unloaded). A request that named
+        no version gets the answer to one naming none when no version is in service (404, not the named one's 503).
+        """
+        try:
+            return self._engine.model(name, version)
+        except InferenceError:
+            if not named:
+                self._engine.model(name)  # raises Triton's words for a request naming none, unless one is in service
+            raise
 
     def _adopt(self, message: Message) -> None:
         """Map a receive buffer the frontend made; one that cannot be mapped here is refused, not fatal.

@@ -509,8 +509,9 @@ class FrontendPool:
 
         The calls' answers, and how many regions (registered or unregistered) were sent.
 
-        Each region goes with the hub's descriptor of its segment, which the frontend maps: its key may name
-        another file by now (unlinked once registered, and taken), and a frontend started again mapped that one.
+        Each region goes with the hub's descriptor of its segment, which the frontend accesses it through: its key
+        may name another file by now (unlinked once registered, and taken), and a frontend started again opened
+        that one; and the file may be smaller by now (the client shrank it), which the frontend could not map.
         """
         link = frontend.link
         assert link is not None

@@ -177,9 +177,9 @@ class FrontendProcess:
     async def _change_regions(self, changed: List[Region], removed: List[str], fds: Sequence[int] = ()) -> None:
         """Follow the hub's registrations since it last told this frontend: `changed` mapped (again), `removed` not.
 
-        `fds`: the hub's descriptors of the `changed` regions' segments, in order, mapped here rather than what
-        their keys name now. Without them (the hub had none to spare, or the kernel dropped them: none left here)
-        the keys are opened.
+        `fds`: the hub's descriptors of the `changed` regions' segments, in order, used here (unmapped, as the hub
+        uses its own) rather than what their keys name now. Without them (the hub had none to spare, or the kernel
+        dropped them: none left here) the keys are opened.
         """
         memory = self.engine.system_memory
         for name in removed:

@@ -7,7 +7,9 @@ requests, the state the hub mirrors into its frontends, and the lifecycle.
 First, hub to frontend: (INIT, Init); the frontend answers (READY, pid) or (START_FAILED, what failed).
 Frontend to hub:
     (INFER, key, model, version, request id, inputs, parameters, requested outputs, batch size, priority,
-     timeout us, arrival ns, streaming, sequence parameters (id, start, end) or None)
+     timeout us, arrival ns, streaming, sequence parameters (id, start, end) or None, version named): `version`
+     is the one the frontend found; `version named` whether the client named it (else the hub answers a version
+     out of service as one process answers a request naming none)
     (CANCEL, key): the client left, or cancelled
     (SEGMENT, id, size), alone, with the descriptor of a receive buffer the frontend made; (FORGET, id)
     (RETURNED, loans): the frontend no longer views these regions of the hub's arena
@@ -83,7 +85,7 @@ Resolve = Callable[[int, int, int, np.dtype, Tuple[int, ...]], np.ndarray]
 
 
 def pack_request(
-    key: int, model: str, version: str, request: InferenceRequest, streaming: bool, place: Place
+    key: int, model: str, version: str, request: InferenceRequest, streaming: bool, place: Place, named: bool = True
 ) -> Tuple[Any, List[Buffer], bool]:
     """An INFER message, its body, and whether any input stays in a frontend buffer (viewed until RELEASED).
 
@@ -106,15 +108,30 @@ def pack_request(
         request.arrival_ns,
         streaming,
         request.sequence,
+        named,
     )
     return head, parts, shared
 
 
 def unpack_request(head: Any, body: memoryview, resolve: Resolve) -> InferenceRequest:
     """The request an INFER message carries; its arrays view the message body or shared memory."""
-    _, _, _, _, request_id, inputs, parameters, requested, batch_size, priority, timeout_us, arrival_ns, _, sequence = (
-        head
-    )
+    (
+        _,
+        _,
+        _,
+        _,
+        request_id,
+        inputs,
+        parameters,
+        requested,
+        batch_size,
+        priority,
+        timeout_us,
+        arrival_ns,
+        _,
+        sequence,
+        _,
+    ) = head
     arrays = {}
     for item in inputs:  # _array's work, inline: this runs for every request the hub takes
         code = item[1]

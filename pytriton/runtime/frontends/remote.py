@@ -168,14 +168,23 @@ class HubLink:
         self._refusals = LogBudget(_held_back_refusals)
         channel.handle(self._on_message, self._on_closed)
 
-    def send(self, spec: ModelSpec, request: InferenceRequest, waiting: Waiting, gone: Optional[Disconnect]) -> int:
-        """Send a request to the hub; its answers go to `waiting`. Its key."""
+    def send(
+        self,
+        spec: ModelSpec,
+        request: InferenceRequest,
+        waiting: Waiting,
+        gone: Optional[Disconnect],
+        named: bool = True,
+    ) -> int:
+        """Send a request to the hub; its answers go to `waiting`. Its key. `named`: its client named the version."""
         if self.closed:
             raise InferenceError.unavailable("the server is stopping")
         self._next_key += 1
         key = self._next_key
         streaming = isinstance(waiting, _Stream)
-        head, body, shared = pack_request(key, spec.name, spec.version_str, request, streaming, self.buffers.locate)
+        head, body, shared = pack_request(
+            key, spec.name, spec.version_str, request, streaming, self.buffers.locate, named
+        )
         self.outbox.post(head, body)
         if shared:
             self._lent[key] = request.inputs
@@ -401,16 +410,30 @@ def _no_response() -> InferenceError:
 class RemoteModel:
     """A model version served by the hub: this process checks its requests, the hub runs them."""
 
-    def __init__(self, spec: ModelSpec, link: HubLink) -> None:
-        """A model of `spec`, run through `link`."""
+    def __init__(self, spec: ModelSpec, link: HubLink, named: bool = True) -> None:
+        """A model of `spec`, run through `link`; `named`: as found by a request that named its version."""
         self.spec = spec
         self._link = link
+        self._named = named
+        self._latest: Optional[RemoteModel] = None
+
+    @property
+    def latest(self) -> RemoteModel:
+        """This version as found by a request that named none (the latest).
+
+        The hub answers such a request whose version went out of service (unloaded before this process heard) as
+        one process answers a request naming none: 404, not the 503 of a request naming the version.
+        """
+        latest = self._latest
+        if latest is None:
+            latest = self._latest = RemoteModel(self.spec, self._link, named=False)
+        return latest
 
     async def infer(self, request: InferenceRequest, gone: Optional[Disconnect] = None) -> InferenceResponse:
         """Run one request on the hub; its single response (a queued request whose client leaves is CANCELLED)."""
         # The link's loop, not asyncio.get_running_loop(): on Python 3.11 and older that costs a getpid() call.
         future: asyncio.Future[InferenceResponse] = self._link.loop.create_future()
-        key = self._link.send(self.spec, request, future, gone)
+        key = self._link.send(self.spec, request, future, gone, self._named)
         try:
             return await future
         except asyncio.CancelledError:
@@ -437,7 +460,7 @@ class RemoteModel:
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run one request on the hub and iterate over its responses; leaving early stops it there."""
         stream = _Stream()
-        key = self._link.send(self.spec, request, stream, None)
+        key = self._link.send(self.spec, request, stream, None, self._named)
         return self._responses(key, stream)
 
     async def _responses(self, key: int, stream: _Stream) -> AsyncIterator[InferenceResponse]:
@@ -516,13 +539,14 @@ class RemoteEngine:
 
     def model(self, name: str, version: str = "") -> RemoteModel:
         """The model version a request names (latest when the version is empty), or NOT_FOUND as the hub says it."""
-        return find_available(
+        model = find_available(
             self._models,
             name,
             version,
             self._in_service,
             lambda: name in self._unloaded_names,
         )
+        return model if version else model.latest
 
     def _in_service(self, model: RemoteModel) -> bool:
         """Whether the hub serves a model version (not unloaded)."""
