@@ -60,6 +60,7 @@ _WIRE_NAMES: Dict[bytes, bytes] = {
         b"Content-Type",
         b"Content-Length",
         b"Content-Encoding",
+        b"Accept-Encoding",
         b"Inference-Header-Content-Length",
         b"Cache-Control",
         b"Allow",
