@@ -201,6 +201,33 @@ def test_chunked_request_body(echo_server: Served) -> None:
     assert answer(body)["length"] == 11 and body.endswith(b"\nhello world")
 
 
+def test_trailer_fields_are_dropped_and_bounded_by_the_head_limit(echo_server: Served) -> None:
+    # They went into the scope's headers, which the app already had, and without end: 200 MB of them, 220 MB held.
+    head = b"POST /trailers HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+    with connect(echo_server.port) as sock:
+        sock.sendall(head + b"X-Trailer: 1\r\n\r\n" + raw("GET", "/next"))
+        reader = Reader(sock)
+        seen = answer(reader.response()[2])
+        assert seen["length"] == 5 and "x-trailer" not in dict(seen["headers"])
+        assert answer(reader.response()[2])["path"] == "/next"  # the connection goes on
+
+
+@pytest.mark.parametrize("endless", [b"X-Trailer: " + b"a" * 1000 + b"\r\n", b"a", b"0"])
+def test_a_chunked_body_sending_no_data_without_end_is_a_431(echo_server: Served, endless: bytes) -> None:
+    # Trailer fields, one trailer line, a chunk extension or a chunk size's leading zeros, without end: the request
+    # was never answered, and trailer fields grew the server's memory as fast as they came.
+    start = {b"a": b"5;", b"0": b"0"}.get(endless, b"5\r\nhello\r\n0\r\nX-Trailer: 1\r\n")
+    with connect(echo_server.port) as sock:
+        sock.sendall(b"POST /endless HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n" + start)
+        block = endless * (100_000 // len(endless))
+        for _ in range(10):  # 1 MB, well past the head limit (64 KiB) after the last body bytes
+            sock.sendall(block)
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert status == 431 and headers["connection"] == "close"
+        assert json.loads(body) == {"error": "chunk extensions or trailer fields larger than 65536 bytes"}
+
+
 def test_a_body_of_tiny_chunks_is_held_in_about_its_own_size(echo_server: Served) -> None:
     # Each 2-byte chunk was held as a bytes object of its own until the app read the body: 300,000 of them, a 600 kB
     # body, peaked at 35 MB (1.3 MB now); a client held up to 4 MiB of such a body, 60 times that, per connection.
