@@ -713,9 +713,10 @@ class HttpConnection(asyncio.BufferedProtocol):
         cycle.response_complete = True
         cycle.end_share()
         if cycle.head_sent or cycle.disconnected:
-            # A refused connection's error is out and the connection lingers (_linger_close): closing now, with the
-            # client's bytes unread, would reset it before the client read the error.
-            if self._transport is not None and not self._refused:
+            # A refused connection whose error is out lingers (_linger_close): closing now, with the client's bytes
+            # unread, would reset it before the client read the error. One whose error waits for this response closes.
+            lingering = self._refused and self._refusal_due is None
+            if self._transport is not None and not lingering:
                 self._transport.close()
             return
         self.write(error_response(500, message))
