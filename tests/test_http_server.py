@@ -277,6 +277,19 @@ def test_a_final_answer_before_an_expected_body_follows_a_100_continue(size: int
         assert reader.response()[::2] == (200, b"next")
 
 
+def test_an_http_1_0_expectation_of_100_continue_is_ignored() -> None:
+    # RFC 9110 10.1.1 and 15.2: a server must ignore it and send no 1xx to an HTTP/1.0 client, which takes the first
+    # status line for the answer. tritonserver 2.51 sends "HTTP/1.0 100 Continue"; this server sent one as well.
+    async def refuse(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await respond(send, 404, b"no such model")
+
+    with serving(refuse) as served, connect(served.port) as sock:
+        sock.sendall(b"POST /nope HTTP/1.0\r\nHost: test\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert (status, body) == (404, b"no such model") and headers["connection"] == "close"
+
+
 def test_a_burst_of_pipelined_requests_longer_than_the_head_limit_is_answered_whole(echo_server: Served) -> None:
     # Reads end inside a head: only that head's bytes count against max_header_bytes (64 KiB), not the whole
     # requests read with it (the 1,500th request or so got a 431 and the connection closed).

@@ -427,7 +427,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             scope["method"], self._method = self._method, None
         if self._names is not None:
             scope[HEADER_NAMES] = self._names
-        cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=self._expect_continue)
+        # RFC 9110 10.1.1: an HTTP/1.0 request's expectation is ignored (such a client takes a 100 for the answer).
+        expect_continue = self._expect_continue and scope["http_version"] == "1.1"
+        cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=expect_continue)
         self._receiving = cycle
         self._wire = BODY
         self._headed = True
