@@ -290,6 +290,20 @@ def test_an_http_1_0_expectation_of_100_continue_is_ignored() -> None:
         assert (status, body) == (404, b"no such model") and headers["connection"] == "close"
 
 
+def test_an_http_1_0_request_with_a_transfer_encoding_closes_the_connection_after_its_answer(
+    echo_server: Served,
+) -> None:
+    # RFC 9112 6.1: its framing is faulty even with keep-alive (an HTTP/1.0 intermediary may read it otherwise: request
+    # smuggling). It served the request behind it on (as tritonserver 2.51 does).
+    head = b"POST /chunked HTTP/1.0\r\nHost: test\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with connect(echo_server.port) as sock:
+        sock.sendall(head + b"5\r\nhello\r\n0\r\n\r\n" + raw("GET", "/smuggled"))
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert status == 200 and body.endswith(b"\nhello") and headers["connection"] == "close"
+        assert reader.closed()
+
+
 def test_a_burst_of_pipelined_requests_longer_than_the_head_limit_is_answered_whole(echo_server: Served) -> None:
     # Reads end inside a head: only that head's bytes count against max_header_bytes (64 KiB), not the whole
     # requests read with it (the 1,500th request or so got a 431 and the connection closed).

@@ -429,6 +429,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             scope[HEADER_NAMES] = self._names
         # RFC 9110 10.1.1: an HTTP/1.0 request's expectation is ignored (such a client takes a 100 for the answer).
         expect_continue = self._expect_continue and scope["http_version"] == "1.1"
+        if self._chunked_body and scope["http_version"] == "1.0":
+            # RFC 9112 6.1: its framing may be read otherwise by an HTTP/1.0 intermediary (request smuggling).
+            keep_alive = False
         cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=expect_continue)
         self._receiving = cycle
         self._wire = BODY
