@@ -487,6 +487,12 @@ def test_an_encoded_slash_does_not_reach_another_route_with_a_body(server):
     assert post_json(server.http_port, "/v2/models/ident%69ty/infer", document)[0] == 200
 
 
+def test_a_name_encoding_bytes_that_are_no_utf8_is_named_as_sent(server):
+    # tritonserver 2.51 quotes the name as sent ('ident%C3%28ty'); this server named 'ident\ufffd(ty'.
+    status, _, answer = request(server.http_port, "GET", "/v2/models/ident%C3%28ty")
+    assert (status, json.loads(answer)) == (404, {"error": "Request for unknown model: 'ident%C3%28ty' is not found"})
+
+
 def test_an_output_requested_twice_comes_once_and_the_id_comes_first(server):
     body = dict(GOOD, id="req-7", outputs=[{"name": "OUTPUT_1"}, {"name": "OUTPUT_1"}])
     status, _, raw = request(server.http_port, "POST", "/v2/models/identity/infer", json.dumps(body))

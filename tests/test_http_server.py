@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 import time
+import tracemalloc
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
@@ -200,6 +201,50 @@ def test_chunked_request_body(echo_server: Served) -> None:
     assert answer(body)["length"] == 11 and body.endswith(b"\nhello world")
 
 
+def test_trailer_fields_are_dropped_and_bounded_by_the_head_limit(echo_server: Served) -> None:
+    # They went into the scope's headers, which the app already had, and without end: 200 MB of them, 220 MB held.
+    head = b"POST /trailers HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+    with connect(echo_server.port) as sock:
+        sock.sendall(head + b"X-Trailer: 1\r\n\r\n" + raw("GET", "/next"))
+        reader = Reader(sock)
+        seen = answer(reader.response()[2])
+        assert seen["length"] == 5 and "x-trailer" not in dict(seen["headers"])
+        assert answer(reader.response()[2])["path"] == "/next"  # the connection goes on
+
+
+@pytest.mark.parametrize("endless", [b"X-Trailer: " + b"a" * 1000 + b"\r\n", b"a", b"0"])
+def test_a_chunked_body_sending_no_data_without_end_is_a_431(echo_server: Served, endless: bytes) -> None:
+    # Trailer fields, one trailer line, a chunk extension or a chunk size's leading zeros, without end: the request
+    # was never answered, and trailer fields grew the server's memory as fast as they came.
+    start = {b"a": b"5;", b"0": b"0"}.get(endless, b"5\r\nhello\r\n0\r\nX-Trailer: 1\r\n")
+    with connect(echo_server.port) as sock:
+        sock.sendall(b"POST /endless HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n" + start)
+        block = endless * (100_000 // len(endless))
+        for _ in range(10):  # 1 MB, well past the head limit (64 KiB) after the last body bytes
+            sock.sendall(block)
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert status == 431 and headers["connection"] == "close"
+        assert json.loads(body) == {"error": "chunk extensions or trailer fields larger than 65536 bytes"}
+
+
+def test_a_body_of_tiny_chunks_is_held_in_about_its_own_size(echo_server: Served) -> None:
+    # Each 2-byte chunk was held as a bytes object of its own until the app read the body: 300,000 of them, a 600 kB
+    # body, peaked at 35 MB (1.3 MB now); a client held up to 4 MiB of such a body, 60 times that, per connection.
+    head = b"POST /tiny HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+    request = head + b"2\r\nab\r\n" * 300_000 + b"0\r\n\r\n"
+    with connect(echo_server.port) as sock:
+        tracemalloc.start()
+        try:
+            sock.sendall(request)
+            _, _, body = Reader(sock).response()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert answer(body)["length"] == 600_000 and body.endswith(b"\n" + b"ab" * 300_000)
+    assert peak < 6 * 600_000, f"{peak} bytes at the peak"  # the body joined, echoed and read back: ~5 copies
+
+
 @pytest.mark.parametrize("value", [b"100-continue", b"100-Continue"])  # RFC 9110: any letter case
 def test_expect_100_continue(echo_server: Served, value: bytes) -> None:
     with connect(echo_server.port) as sock:
@@ -230,6 +275,33 @@ def test_a_final_answer_before_an_expected_body_follows_a_100_continue(size: int
         assert (status, body) == (404, b"no such model") and "connection" not in headers
         sock.sendall(b"x" * size + raw("POST", "/echo", b"next"))
         assert reader.response()[::2] == (200, b"next")
+
+
+def test_an_http_1_0_expectation_of_100_continue_is_ignored() -> None:
+    # RFC 9110 10.1.1 and 15.2: a server must ignore it and send no 1xx to an HTTP/1.0 client, which takes the first
+    # status line for the answer. tritonserver 2.51 sends "HTTP/1.0 100 Continue"; this server sent one as well.
+    async def refuse(scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        await respond(send, 404, b"no such model")
+
+    with serving(refuse) as served, connect(served.port) as sock:
+        sock.sendall(b"POST /nope HTTP/1.0\r\nHost: test\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert (status, body) == (404, b"no such model") and headers["connection"] == "close"
+
+
+def test_an_http_1_0_request_with_a_transfer_encoding_closes_the_connection_after_its_answer(
+    echo_server: Served,
+) -> None:
+    # RFC 9112 6.1: its framing is faulty even with keep-alive (an HTTP/1.0 intermediary may read it otherwise: request
+    # smuggling). It served the request behind it on (as tritonserver 2.51 does).
+    head = b"POST /chunked HTTP/1.0\r\nHost: test\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+    with connect(echo_server.port) as sock:
+        sock.sendall(head + b"5\r\nhello\r\n0\r\n\r\n" + raw("GET", "/smuggled"))
+        reader = Reader(sock)
+        status, headers, body = reader.response()
+        assert status == 200 and body.endswith(b"\nhello") and headers["connection"] == "close"
+        assert reader.closed()
 
 
 def test_a_burst_of_pipelined_requests_longer_than_the_head_limit_is_answered_whole(echo_server: Served) -> None:

@@ -995,6 +995,8 @@ def test_response_headers_are_named_as_tritonserver_writes_them(triton: Triton) 
     assert b"Connection: close" in ready and b"Content-Type: text/plain" in ready
     refused = _head_lines(triton.http_port, b"GET /v2/health/ready HTTP/1.1\r\nContent-Length: x\r\n\r\n")
     assert b"Content-Type: application/json" in refused and b"Connection: close" in refused
+    coded = b"POST /v2/models/add/infer HTTP/1.1\r\nHost: x\r\nContent-Encoding: br\r\nContent-Length: 2\r\n\r\n{}"
+    assert b"Accept-Encoding: gzip, deflate" in _head_lines(triton.http_port, coded)  # with Triton's 501
 
 
 def _answer(connection: socket.socket, raw: bytes) -> bytes:

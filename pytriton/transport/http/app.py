@@ -566,12 +566,21 @@ def path_segments(scope: Scope) -> List[str]:
 
     The scope's path is decoded whole (ASGI), so an encoded slash in it ("identity%2Finfer") would split a
     segment in two and route the request elsewhere. Triton does not decode paths at all; tritonclient
-    percent-encodes model names, so segments are decoded, one at a time.
+    percent-encodes model names, so segments are decoded, one at a time. A segment whose bytes are no UTF-8 once
+    decoded stays as sent: a name of U+FFFD in the 404 would not be the one the client sent, which Triton quotes.
     """
     raw_path: Optional[bytes] = scope.get("raw_path")
     if raw_path is None or b"%" not in raw_path:
         return str(scope["path"]).split("/")
-    return [unquote(segment) for segment in raw_path.decode("latin-1").split("/")]
+    return [_decoded(segment) for segment in raw_path.decode("latin-1").split("/")]
+
+
+def _decoded(segment: str) -> str:
+    """A path segment percent-decoded, or as sent if its bytes are no UTF-8."""
+    try:
+        return unquote(segment, errors="strict")
+    except UnicodeDecodeError:
+        return segment
 
 
 def _allow(method: str, allowed: str, headers: Sequence[Any] = _JSON) -> None:

@@ -95,6 +95,9 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._head_began = False  # a request head began in the chunk being parsed
         self._head_lines = 0  # bytes of the target and the whole header lines of the head being parsed
         self._head_fields = False  # the head being parsed has had a header line (its request line is whole)
+        self._body_seen = False  # the chunk being parsed had body bytes in it
+        self._headed = False  # ... and the end of a request head
+        self._bodiless_bytes = 0  # bytes of the body being received since its last body bytes (chunked framing)
         self._expect_continue = False  # the head being parsed has Expect: 100-continue (any letter case)
         self._declared_length = 0  # the content-length of the request whose head is arriving
         self._chunked_body = False  # the request whose head is arriving has a transfer-encoding
@@ -222,6 +225,8 @@ class HttpConnection(asyncio.BufferedProtocol):
                 split = head_size
         self._head_began = False
         self._begun = 0
+        self._body_seen = False
+        self._headed = False
         try:
             if split < nbytes:
                 self._parser.feed_data(data[:split])
@@ -247,6 +252,14 @@ class HttpConnection(asyncio.BufferedProtocol):
             except httptools.HttpParserError as again:
                 self._bad_request(again)
                 return
+        if self._wire == BODY and self._chunked_body and not self._begun and not self._headed:  # inside a chunked body
+            if self._body_seen:
+                self._bodiless_bytes = 0
+            else:
+                self._bodiless_bytes += nbytes
+                if self._bodiless_bytes > self._limits.max_header_bytes:
+                    self._refuse(431, _framing_too_large(self._limits.max_header_bytes))
+                    return
         presized, self._presized = self._presized, None
         if presized is not None and self._wire == BODY:  # the rest of its body goes past the parser
             self._direct = presized
@@ -377,7 +390,13 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._head_lines += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """One header (names are lower-cased for the ASGI scope)."""
+        """One header (names are lower-cased for the ASGI scope), or a trailer field after a chunked body.
+
+        Trailer fields are dropped, as RFC 9110 6.5.1 lets a server do: they went into the scope's headers, the
+        app's already. What bounds them (and chunk extensions) is _parse's count of a body's bytes without data.
+        """
+        if self._wire == BODY:
+            return
         self._head_lines += len(name) + len(value) + 4  # ": " and CRLF
         self._head_fields = True
         if self._names is not None:
@@ -408,9 +427,16 @@ class HttpConnection(asyncio.BufferedProtocol):
             scope["method"], self._method = self._method, None
         if self._names is not None:
             scope[HEADER_NAMES] = self._names
-        cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=self._expect_continue)
+        # RFC 9110 10.1.1: an HTTP/1.0 request's expectation is ignored (such a client takes a 100 for the answer).
+        expect_continue = self._expect_continue and scope["http_version"] == "1.1"
+        if self._chunked_body and scope["http_version"] == "1.0":
+            # RFC 9112 6.1: its framing may be read otherwise by an HTTP/1.0 intermediary (request smuggling).
+            keep_alive = False
+        cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=expect_continue)
         self._receiving = cycle
         self._wire = BODY
+        self._headed = True
+        self._bodiless_bytes = 0
         if self._over_cap:
             cycle.keep_alive = False
             cycle.refusal = refusal(
@@ -448,6 +474,7 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def on_body(self, body: bytes) -> None:
         """A part of the request body."""
+        self._body_seen = True
         cycle = self._receiving
         if cycle is not None and cycle.feed_body(body):
             self._body_full = True
@@ -691,7 +718,10 @@ class HttpConnection(asyncio.BufferedProtocol):
         cycle.response_complete = True
         cycle.end_share()
         if cycle.head_sent or cycle.disconnected:
-            if self._transport is not None:
+            # A refused connection whose error is out lingers (_linger_close): closing now, with the client's bytes
+            # unread, would reset it before the client read the error. One whose error waits for this response closes.
+            lingering = self._refused and self._refusal_due is None
+            if self._transport is not None and not lingering:
                 self._transport.close()
             return
         self.write(error_response(500, message))
@@ -779,6 +809,15 @@ def _first_request_timeout_s(limits: ServerLimits) -> float:
     """
     limits_s = [timeout for timeout in (limits.keep_alive_timeout_s, limits.header_timeout_s) if timeout]
     return min(limits_s) if limits_s else 0.0
+
+
+def _framing_too_large(limit: int) -> str:
+    """The 431's message for a chunked body's bytes without data: trailer fields, chunk extensions, zeros.
+
+    A body sending them without end went unanswered, and its trailer fields (a line of them buffered by httptools
+    until it ends) grew the server's memory as fast as they came.
+    """
+    return f"chunk extensions or trailer fields larger than {limit} bytes"
 
 
 def _head_too_large(limit: int) -> str:

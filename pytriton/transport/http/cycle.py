@@ -44,6 +44,7 @@ _KEEP_ALIVE = b"Connection: keep-alive\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 # Body bytes the server holds for an app that has not read them yet; reading from the client pauses above it.
 BODY_HIGH_WATER = 4 * 1024 * 1024
+_SMALL_PART_BYTES = 1024  # a part of a body smaller than this is added to the part before it
 # Response header names must be tokens and values must not break the head (RFC 9110 5.1, 5.5): a CR or LF
 # from an app would let a value inject headers or a whole response. Names the apps send skip the pattern.
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -60,6 +61,7 @@ _WIRE_NAMES: Dict[bytes, bytes] = {
         b"Content-Type",
         b"Content-Length",
         b"Content-Encoding",
+        b"Accept-Encoding",
         b"Inference-Header-Content-Length",
         b"Cache-Control",
         b"Allow",
@@ -118,7 +120,7 @@ class RequestCycle:
         self.response_started = False
         self.response_complete = False
         self.refusal: Optional[Any] = None  # an ASGI app answering this request instead of the server's
-        self._body: List[bytes] = []
+        self._body: List[Union[bytes, bytearray]] = []
         self._presized: Optional[PresizedBody] = None  # a body read into its final buffer (transport/http/body.py)
         self._buffered = 0
         self._received = 0  # bytes of a body that came through the parser (chunked, or small)
@@ -147,8 +149,17 @@ class RequestCycle:
         if presized is not None:
             presized.add(data)
             return False
-        self._body.append(data)
+        parts = self._body
         size = len(data)
+        if size < _SMALL_PART_BYTES and parts:
+            # Tiny chunks (a chunked body of 2-byte chunks) held as a bytes object each took 60 times their size until
+            # the app read them. They are joined as they come; a body of one part (the usual) is never copied for it.
+            last = parts[-1]
+            if type(last) is not bytearray:
+                last = parts[-1] = bytearray(last)
+            last += data
+        else:
+            parts.append(data)
         self._buffered += size
         self._received += size
         if self._received >= SHARE_BYTES:  # a large chunked body: a share of the budget as its bytes come
