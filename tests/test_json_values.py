@@ -303,36 +303,3 @@ def _one_value_model(server: Triton, datatype: str, data: List[Any]) -> Tuple[in
     """Infer `data` on the batching identity model of `datatype`."""
     document = {"inputs": [{"name": "IN", "datatype": datatype, "shape": [1, len(data)], "data": data}]}
     return _infer(server, f"v_{datatype.lower()}", json.dumps(document).encode(), {})
-
-
-_TENSOR = b'{"name":"IN","datatype":"INT32","shape":[2,3],"data":[1,2,3,4,5,6]}'
-# Bodies with a key given twice: tritonserver 2.51 ran each on its first value (rapidjson's FindMember finds the
-# first member of a name, at any depth); this server ran the last one.
-REPEATED_KEYS = [
-    b'{"inputs":[%s],"inputs":[%s]}' % (_TENSOR, _TENSOR.replace(b"[1,2,3,4,5,6]", b"[0,0,0,0,0,0]")),
-    b'{"inputs":[%s]}' % _TENSOR.replace(b"6]", b'6],"data":[6,5,4,3,2,1]'),
-    b'{"inputs":[%s]}' % _TENSOR.replace(b"3],", b'3],"shape":[3,2],'),
-    b'{"id":"a \\"quoted\\" id","inputs":[%s]}' % _TENSOR,  # no repeat, as many quotes as one would add
-]
-
-
-@pytest.mark.parametrize("body", REPEATED_KEYS)
-def test_a_repeated_key_has_its_first_value_as_triton_finds_it(server, body):
-    status, answer = _infer(server, "m_int32", body, {})
-    assert status == 200, answer
-    assert answer["outputs"][0]["shape"] == [2, 3]
-    assert answer["outputs"][0]["data"] == [1, 2, 3, 4, 5, 6]
-
-
-def test_a_repeated_name_is_refused_for_its_first_value_as_triton_refuses_it(server):
-    body = b'{"inputs":[{"name":"X","name":"IN","datatype":"INT32","shape":[2,3],"data":[1,2,3,4,5,6]}]}'
-    assert _infer(server, "m_int32", body, {}) == (400, {"error": "unexpected inference input 'X' for model 'm_int32'"})
-
-
-def test_a_repeated_binary_data_size_in_a_binary_header_has_its_first_value(server):
-    sizes = b'"binary_data_size":24,"binary_data_size":4'
-    header = b'{"inputs":[{"name":"IN","datatype":"INT32","shape":[2,3],"parameters":{%s}}]}' % sizes
-    raw = np.arange(6, dtype=np.int32).tobytes()
-    status, answer = _infer(server, "m_int32", header + raw, {"Inference-Header-Content-Length": str(len(header))})
-    assert status == 200, answer
-    assert answer["outputs"][0]["data"] == [0, 1, 2, 3, 4, 5]

@@ -13,9 +13,8 @@ startup's 3 %).
 
 from __future__ import annotations
 
-import json
 import secrets
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, List, Union
 
 import numpy as np
 import orjson
@@ -23,8 +22,6 @@ import orjson
 Text = Union[bytes, bytearray, memoryview]
 _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 _BOM = b"\xef\xbb\xbf"
-_QUOTE = ord('"')
-_NUMPY_COUNT_BYTES = 65536  # texts this long have their quotes counted by numpy
 # What every non-finite token Triton reads begins with (after its sign).
 _NON_FINITE_STARTS = (b"NaN", b"Inf")
 
@@ -38,14 +35,13 @@ def loads(data: Text, after_mark: bool = False) -> Any:
 
     `after_mark`: `data` is what followed one (a second is no more taken than by Triton). What follows a NUL byte
     is not read, as Triton does not read it: a C client's NUL-terminated text, or a binary request whose
-    Inference-Header-Content-Length runs into its tensors' bytes (then found short of them). A key repeated in an
-    object has its first value, as Triton's rapidjson lookups find (_first_values).
+    Inference-Header-Content-Length runs into its tensors' bytes (then found short of them).
 
     Raises:
         JsonError: it is not JSON (with or without those tokens).
     """
     try:
-        return _first_values(data, orjson.loads(data))
+        return orjson.loads(data)
     except orjson.JSONDecodeError as error:
         refusal = str(error)
     text = bytes(data) if isinstance(data, memoryview) else data  # python-rapidjson takes no memoryview
@@ -61,65 +57,10 @@ def loads(data: Text, after_mark: bool = False) -> Any:
         import rapidjson
 
         try:
-            return _first_values(text, rapidjson.loads(text, number_mode=rapidjson.NM_NAN))
+            return rapidjson.loads(text, number_mode=rapidjson.NM_NAN)
         except (ValueError, RecursionError):  # its parse errors; RecursionError: nested past its depth limit
             pass
     raise JsonError(refusal)
-
-
-def _first_values(text: Text, document: Any) -> Any:
-    """`document`, read from `text` keeping each key's last value, again with each key's first if a key repeats.
-
-    tritonserver finds a member with rapidjson's FindMember, the first of its name: of two "inputs" or two "name"s
-    it reads the first, where orjson keeps the last (a request then ran on other data than Triton would run it
-    on). A repeat shows as more quotes in the text than the document's keys and strings have (_quoted); an escaped
-    quote shows the same, and such a text is read again for nothing. Counting the quotes and the document's strings
-    costs 1 us on a small request, and 2 % of orjson's reading of a large float tensor (numpy counts those: bytes.count
-    is 3x slower there, and a memoryview has none).
-    """
-    if len(text) < _NUMPY_COUNT_BYTES:
-        quotes = (text if type(text) is bytes else bytes(text)).count(b'"')
-    else:
-        quotes = int(np.count_nonzero(np.frombuffer(text, np.uint8) == _QUOTE))
-    if quotes <= 2 * _quoted(document):
-        return document
-    try:  # json, as it reads NaN and the infinities too (python-rapidjson crashed with an object keeping firsts)
-        return json.loads(bytes(text), object_pairs_hook=_first_value_object)
-    except (ValueError, RecursionError):  # what only rapidjson reads (`Inf`, `-NaN`): its reading stands
-        return document
-
-
-def _quoted(document: Any) -> int:
-    """How many quoted strings (keys and values) the JSON text of `document` has, a list's items taken as its first's.
-
-    The items of a list are all of one type in a document worth reading: a list whose first item is a number is
-    taken to have no strings, one whose first is a string to have only strings. A loop, not a recursion: orjson
-    reads documents nested 1024 deep.
-    """
-    count = 0
-    pending = [document]
-    while pending:
-        value = pending.pop()
-        if type(value) is dict:
-            count += len(value)
-            pending.extend(value.values())
-        elif type(value) is list and value:
-            first = value[0]
-            if type(first) is str:
-                count += len(value)
-            elif type(first) is dict or type(first) is list:
-                pending.extend(value)
-        elif type(value) is str:
-            count += 1
-    return count
-
-
-def _first_value_object(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
-    """A JSON object of these pairs, a repeated key with its first value."""
-    members: Dict[str, Any] = {}
-    for key, value in pairs:
-        members.setdefault(key, value)
-    return members
 
 
 def dumps(document: Any) -> bytes:
