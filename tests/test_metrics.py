@@ -286,6 +286,28 @@ def test_cpu_metrics_can_be_disabled(start_triton: Callable[..., Triton]) -> Non
     assert "nv_inference_request_success" in families
 
 
+def test_pinned_memory_pool_gauges_as_tritons(start_triton: Callable[..., Triton]) -> None:
+    # nvidia-pytriton 0.7.0 (tritonserver 2.51) on this CPU-only machine, with and without models and with CPU and
+    # GPU metrics off, sent these lines between nv_inference_pending_request_count and nv_cpu_utilization:
+    expected = (
+        b"# HELP nv_pinned_memory_pool_total_bytes Pinned memory pool total memory size, in bytes\n"
+        b"# TYPE nv_pinned_memory_pool_total_bytes gauge\n"
+        b"nv_pinned_memory_pool_total_bytes 268435456\n"
+        b"# HELP nv_pinned_memory_pool_used_bytes Pinned memory pool used memory size, in bytes\n"
+        b"# TYPE nv_pinned_memory_pool_used_bytes gauge\n"
+        b"nv_pinned_memory_pool_used_bytes 0\n"
+    )
+    for options in ({}, {"allow_cpu_metrics": False, "allow_gpu_metrics": False}):
+        triton = start_triton(_bind_echo, **options)
+        assert triton.metrics_port is not None
+        status, _, body = request(triton.metrics_port, "GET", "/metrics")
+        assert status == 200 and expected in body, options
+        pending = body.index(b"# HELP nv_inference_pending_request_count ")
+        assert pending < body.index(expected)
+        if not options:
+            assert body.index(expected) < body.index(b"# HELP nv_cpu_utilization ")
+
+
 def test_counter_latencies_can_be_disabled(start_triton: Callable[..., Triton]) -> None:
     triton = start_triton(_bind_echo, metrics_config=["counter_latencies=false"])
     infer(triton, "echo", rows(1))

@@ -133,6 +133,8 @@ _SUMMARIES = (
         "Summary of cache miss counts/durations per model, in microseconds.",
     ),
 )
+# tritonserver's --pinned-memory-pool-byte-size default (256 MiB), which its total gauge reports.
+PINNED_MEMORY_POOL_BYTES = 1 << 28
 _KIND_ORDER = {"counter": 0, "gauge": 1, "histogram": 2, "summary": 3}
 FAILURE_REASONS = tuple(reason.value for reason in FailureReason)
 _FAILURE_HELP = "Number of failed inference requests, all batch sizes"
@@ -194,6 +196,7 @@ def collect(
         for (route, method, status), count in sorted(routes.counts.items()):
             requests.add((("route", route), ("method", method), ("status", str(status))), count)
     ordered = list(families.values())
+    ordered.extend(_pinned_memory_families())
     if gpu is not None:
         ordered.extend(gpu.families())
     if host is not None:
@@ -259,6 +262,7 @@ _OWN_NAMES = frozenset(
     + [name for name, _, _, _ in _CACHE]
     + [name for name, _, _ in _SUMMARIES]
     + ["nv_inference_request_failure", "nv_inference_pending_request_count", "nv_inference_first_response_histogram_ms"]
+    + ["nv_pinned_memory_pool_total_bytes", "nv_pinned_memory_pool_used_bytes"]
     + ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes", *GPU_FAMILY_NAMES]
     + [name for name, _, _ in _SERVER_CACHE]
     + ["pytriton_openai_output_tokens", "pytriton_openai_prompt_tokens", "pytriton_custom_route_requests"]
@@ -288,6 +292,19 @@ def _cache_families(cache: ResponseCache) -> List[Family]:
         gauge.add((), read(cache))
         families.append(gauge)
     return families
+
+
+def _pinned_memory_families() -> List[Family]:
+    """Triton's pinned memory pool gauges: its default pool size and nothing used, as on a machine without CUDA.
+
+    tritonserver 2.51 exports both whenever metrics are on, even where it could not allocate the pool (no CUDA
+    driver) and with CPU and GPU metrics off; this server stages no tensor in pinned memory, so nothing is used.
+    """
+    total = Family("nv_pinned_memory_pool_total_bytes", "gauge", "Pinned memory pool total memory size, in bytes")
+    total.add((), PINNED_MEMORY_POOL_BYTES)
+    used = Family("nv_pinned_memory_pool_used_bytes", "gauge", "Pinned memory pool used memory size, in bytes")
+    used.add((), 0)
+    return [total, used]
 
 
 def _host_families(host: HostMonitor) -> List[Family]:
