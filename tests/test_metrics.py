@@ -334,6 +334,14 @@ def test_response_cache_counters(start_triton: Callable[..., Triton]) -> None:
     assert sample(families, "nv_inference_count", **labels("cached")) == 1
     for family in ("nv_cache_num_hits_per_model", "nv_cache_num_misses_per_model"):
         assert all(s.labels["model"] == "cached" for s in families[family].samples)
+    # tritonserver 2.51 (nvidia-pytriton 0.7.0, same models) writes the per-model cache families in this order:
+    triton_order = [
+        "nv_cache_num_hits_per_model",
+        "nv_cache_hit_duration_per_model",
+        "nv_cache_num_misses_per_model",
+        "nv_cache_miss_duration_per_model",
+    ]
+    assert [name for name in families if name.endswith("_per_model")] == triton_order
 
 
 SERVER_CACHE_GAUGES = (

@@ -64,11 +64,11 @@ _DURATIONS = (
         "Cumulative inference compute output duration in microseconds (does not include cached requests)",
     ),
 )
-# (family, statistics duration, count or microseconds, help): models with the response cache only.
+# (family, statistics duration, count or microseconds, help): models with the response cache only, in Triton's order.
 _CACHE = (
     ("nv_cache_num_hits_per_model", "cache_hit", False, "Number of cache hits per model"),
-    ("nv_cache_num_misses_per_model", "cache_miss", False, "Number of cache misses per model"),
     ("nv_cache_hit_duration_per_model", "cache_hit", True, "Total cache hit duration per model, in microseconds"),
+    ("nv_cache_num_misses_per_model", "cache_miss", False, "Number of cache misses per model"),
     (
         "nv_cache_miss_duration_per_model",
         "cache_miss",
