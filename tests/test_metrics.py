@@ -465,6 +465,46 @@ def test_response_cache_summaries(start_triton: Callable[..., Triton]) -> None:
     assert sample(families, "nv_inference_compute_infer_summary_us", "_count", **labels("cached")) == 2
 
 
+def test_summary_families_as_tritons(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7.0, summary_latencies=true, a cached model bound before a plain one, a
+    # request to each) wrote these HELP and TYPE lines, in this order: the request summary first though the first
+    # model has none, and the compute summaries described in the compute counters' words.
+    expected = [
+        "# HELP nv_inference_request_summary_us Summary of inference request duration in microseconds (includes cached"
+        " requests)",
+        "# TYPE nv_inference_request_summary_us summary",
+        "# HELP nv_inference_queue_summary_us Summary of inference queuing duration in microseconds (includes cached"
+        " requests)",
+        "# TYPE nv_inference_queue_summary_us summary",
+        "# HELP nv_inference_compute_input_summary_us Cumulative compute input duration in microseconds (does not"
+        " include cached requests)",
+        "# TYPE nv_inference_compute_input_summary_us summary",
+        "# HELP nv_inference_compute_infer_summary_us Cumulative compute inference duration in microseconds (does not"
+        " include cached requests)",
+        "# TYPE nv_inference_compute_infer_summary_us summary",
+        "# HELP nv_inference_compute_output_summary_us Cumulative inference compute output duration in microseconds"
+        " (does not include cached requests)",
+        "# TYPE nv_inference_compute_output_summary_us summary",
+        "# HELP nv_cache_hit_summary_per_model Summary of cache hit counts/durations per model, in microseconds.",
+        "# TYPE nv_cache_hit_summary_per_model summary",
+        "# HELP nv_cache_miss_summary_per_model Summary of cache miss counts/durations per model, in microseconds.",
+        "# TYPE nv_cache_miss_summary_per_model summary",
+    ]
+
+    def bind(triton: Triton) -> None:
+        _bind_echo(triton, "cached", response_cache=True)
+        _bind_echo(triton, "plain")
+
+    triton = start_triton(bind, cache_config=["local,size=1048576"], metrics_config=["summary_latencies=true"])
+    for model in ("cached", "cached", "plain"):
+        infer(triton, model, rows(1))
+    assert triton.metrics_port is not None
+    status, _, body = request(triton.metrics_port, "GET", "/metrics")
+    assert status == 200
+    lines = [line for line in body.decode().splitlines() if line.startswith("# ") and "summary" in line]
+    assert lines == expected
+
+
 def test_summaries_are_off_by_default(start_triton: Callable[..., Triton]) -> None:
     families = scrape(start_triton(_bind_echo))
     assert not set(SUMMARIES) & set(families)

@@ -95,7 +95,8 @@ _SERVER_CACHE: Sequence[Tuple[str, str, Callable[[ResponseCache], float]]] = (
         lambda cache: cache.insertion_ns // 1000,
     ),
 )
-# (family, ModelLatencies stage, help)
+# (family, ModelLatencies stage, help), in Triton's order. tritonserver 2.51 describes its compute summaries with its
+# compute counters' words ("Cumulative ..."): kept, as a dashboard or a diff against Triton reads them.
 _SUMMARIES = (
     (
         "nv_inference_request_summary_us",
@@ -110,17 +111,17 @@ _SUMMARIES = (
     (
         "nv_inference_compute_input_summary_us",
         "compute_input",
-        "Summary of compute input duration in microseconds (does not include cached requests)",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
     ),
     (
         "nv_inference_compute_infer_summary_us",
         "compute_infer",
-        "Summary of compute inference duration in microseconds (does not include cached requests)",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
     ),
     (
         "nv_inference_compute_output_summary_us",
         "compute_output",
-        "Summary of compute output duration in microseconds (does not include cached requests)",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
     ),
     (
         "nv_cache_hit_summary_per_model",
@@ -135,6 +136,7 @@ _SUMMARIES = (
 )
 # tritonserver's --pinned-memory-pool-byte-size default (256 MiB), which its total gauge reports.
 PINNED_MEMORY_POOL_BYTES = 1 << 28
+_SUMMARY_RANK = {name: rank for rank, (name, _, _) in enumerate(_SUMMARIES)}
 _KIND_ORDER = {"counter": 0, "gauge": 1, "histogram": 2, "summary": 3}
 FAILURE_REASONS = tuple(reason.value for reason in FailureReason)
 _FAILURE_HELP = "Number of failed inference requests, all batch sizes"
@@ -208,13 +210,15 @@ def collect(
     return ordered
 
 
-def _kind_rank(family: Family) -> int:
-    """Where a family's kind comes on /metrics.
+def _kind_rank(family: Family) -> Tuple[int, int]:
+    """Where a family comes on /metrics: by its kind, and the server's summaries in Triton's order.
 
     Triton's prometheus-cpp registry writes its counters first, then its gauges, histograms and summaries (so a
-    custom counter comes before the server's gauges).
+    custom counter comes before the server's gauges). Its summary families are registered at start, in one order;
+    here they are made as models are read, and a model with the response cache has no request summary, so they
+    are put in that order (a custom summary after them).
     """
-    return _KIND_ORDER.get(family.kind, len(_KIND_ORDER))
+    return _KIND_ORDER.get(family.kind, len(_KIND_ORDER)), _SUMMARY_RANK.get(family.name, len(_SUMMARY_RANK))
 
 
 def _add_latencies(
