@@ -286,6 +286,28 @@ def test_cpu_metrics_can_be_disabled(start_triton: Callable[..., Triton]) -> Non
     assert "nv_inference_request_success" in families
 
 
+def test_pinned_memory_pool_gauges_as_tritons(start_triton: Callable[..., Triton]) -> None:
+    # nvidia-pytriton 0.7.0 (tritonserver 2.51) on this CPU-only machine, with and without models and with CPU and
+    # GPU metrics off, sent these lines between nv_inference_pending_request_count and nv_cpu_utilization:
+    expected = (
+        b"# HELP nv_pinned_memory_pool_total_bytes Pinned memory pool total memory size, in bytes\n"
+        b"# TYPE nv_pinned_memory_pool_total_bytes gauge\n"
+        b"nv_pinned_memory_pool_total_bytes 268435456\n"
+        b"# HELP nv_pinned_memory_pool_used_bytes Pinned memory pool used memory size, in bytes\n"
+        b"# TYPE nv_pinned_memory_pool_used_bytes gauge\n"
+        b"nv_pinned_memory_pool_used_bytes 0\n"
+    )
+    for options in ({}, {"allow_cpu_metrics": False, "allow_gpu_metrics": False}):
+        triton = start_triton(_bind_echo, **options)
+        assert triton.metrics_port is not None
+        status, _, body = request(triton.metrics_port, "GET", "/metrics")
+        assert status == 200 and expected in body, options
+        pending = body.index(b"# HELP nv_inference_pending_request_count ")
+        assert pending < body.index(expected)
+        if not options:
+            assert body.index(expected) < body.index(b"# HELP nv_cpu_utilization ")
+
+
 def test_counter_latencies_can_be_disabled(start_triton: Callable[..., Triton]) -> None:
     triton = start_triton(_bind_echo, metrics_config=["counter_latencies=false"])
     infer(triton, "echo", rows(1))
@@ -312,6 +334,14 @@ def test_response_cache_counters(start_triton: Callable[..., Triton]) -> None:
     assert sample(families, "nv_inference_count", **labels("cached")) == 1
     for family in ("nv_cache_num_hits_per_model", "nv_cache_num_misses_per_model"):
         assert all(s.labels["model"] == "cached" for s in families[family].samples)
+    # tritonserver 2.51 (nvidia-pytriton 0.7.0, same models) writes the per-model cache families in this order:
+    triton_order = [
+        "nv_cache_num_hits_per_model",
+        "nv_cache_hit_duration_per_model",
+        "nv_cache_num_misses_per_model",
+        "nv_cache_miss_duration_per_model",
+    ]
+    assert [name for name in families if name.endswith("_per_model")] == triton_order
 
 
 SERVER_CACHE_GAUGES = (
@@ -433,6 +463,46 @@ def test_response_cache_summaries(start_triton: Callable[..., Triton]) -> None:
     assert "nv_inference_request_summary_us" not in families
     assert sample(families, "nv_inference_queue_summary_us", "_count", **labels("cached")) == 4
     assert sample(families, "nv_inference_compute_infer_summary_us", "_count", **labels("cached")) == 2
+
+
+def test_summary_families_as_tritons(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7.0, summary_latencies=true, a cached model bound before a plain one, a
+    # request to each) wrote these HELP and TYPE lines, in this order: the request summary first though the first
+    # model has none, and the compute summaries described in the compute counters' words.
+    expected = [
+        "# HELP nv_inference_request_summary_us Summary of inference request duration in microseconds (includes cached"
+        " requests)",
+        "# TYPE nv_inference_request_summary_us summary",
+        "# HELP nv_inference_queue_summary_us Summary of inference queuing duration in microseconds (includes cached"
+        " requests)",
+        "# TYPE nv_inference_queue_summary_us summary",
+        "# HELP nv_inference_compute_input_summary_us Cumulative compute input duration in microseconds (does not"
+        " include cached requests)",
+        "# TYPE nv_inference_compute_input_summary_us summary",
+        "# HELP nv_inference_compute_infer_summary_us Cumulative compute inference duration in microseconds (does not"
+        " include cached requests)",
+        "# TYPE nv_inference_compute_infer_summary_us summary",
+        "# HELP nv_inference_compute_output_summary_us Cumulative inference compute output duration in microseconds"
+        " (does not include cached requests)",
+        "# TYPE nv_inference_compute_output_summary_us summary",
+        "# HELP nv_cache_hit_summary_per_model Summary of cache hit counts/durations per model, in microseconds.",
+        "# TYPE nv_cache_hit_summary_per_model summary",
+        "# HELP nv_cache_miss_summary_per_model Summary of cache miss counts/durations per model, in microseconds.",
+        "# TYPE nv_cache_miss_summary_per_model summary",
+    ]
+
+    def bind(triton: Triton) -> None:
+        _bind_echo(triton, "cached", response_cache=True)
+        _bind_echo(triton, "plain")
+
+    triton = start_triton(bind, cache_config=["local,size=1048576"], metrics_config=["summary_latencies=true"])
+    for model in ("cached", "cached", "plain"):
+        infer(triton, model, rows(1))
+    assert triton.metrics_port is not None
+    status, _, body = request(triton.metrics_port, "GET", "/metrics")
+    assert status == 200
+    lines = [line for line in body.decode().splitlines() if line.startswith("# ") and "summary" in line]
+    assert lines == expected
 
 
 def test_summaries_are_off_by_default(start_triton: Callable[..., Triton]) -> None:

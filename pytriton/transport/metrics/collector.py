@@ -64,11 +64,11 @@ _DURATIONS = (
         "Cumulative inference compute output duration in microseconds (does not include cached requests)",
     ),
 )
-# (family, statistics duration, count or microseconds, help): models with the response cache only.
+# (family, statistics duration, count or microseconds, help): models with the response cache only, in Triton's order.
 _CACHE = (
     ("nv_cache_num_hits_per_model", "cache_hit", False, "Number of cache hits per model"),
-    ("nv_cache_num_misses_per_model", "cache_miss", False, "Number of cache misses per model"),
     ("nv_cache_hit_duration_per_model", "cache_hit", True, "Total cache hit duration per model, in microseconds"),
+    ("nv_cache_num_misses_per_model", "cache_miss", False, "Number of cache misses per model"),
     (
         "nv_cache_miss_duration_per_model",
         "cache_miss",
@@ -95,7 +95,8 @@ _SERVER_CACHE: Sequence[Tuple[str, str, Callable[[ResponseCache], float]]] = (
         lambda cache: cache.insertion_ns // 1000,
     ),
 )
-# (family, ModelLatencies stage, help)
+# (family, ModelLatencies stage, help), in Triton's order. tritonserver 2.51 describes its compute summaries with its
+# compute counters' words ("Cumulative ..."): kept, as a dashboard or a diff against Triton reads them.
 _SUMMARIES = (
     (
         "nv_inference_request_summary_us",
@@ -110,17 +111,17 @@ _SUMMARIES = (
     (
         "nv_inference_compute_input_summary_us",
         "compute_input",
-        "Summary of compute input duration in microseconds (does not include cached requests)",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
     ),
     (
         "nv_inference_compute_infer_summary_us",
         "compute_infer",
-        "Summary of compute inference duration in microseconds (does not include cached requests)",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
     ),
     (
         "nv_inference_compute_output_summary_us",
         "compute_output",
-        "Summary of compute output duration in microseconds (does not include cached requests)",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
     ),
     (
         "nv_cache_hit_summary_per_model",
@@ -133,6 +134,9 @@ _SUMMARIES = (
         "Summary of cache miss counts/durations per model, in microseconds.",
     ),
 )
+# tritonserver's --pinned-memory-pool-byte-size default (256 MiB), which its total gauge reports.
+PINNED_MEMORY_POOL_BYTES = 1 << 28
+_SUMMARY_RANK = {name: rank for rank, (name, _, _) in enumerate(_SUMMARIES)}
 _KIND_ORDER = {"counter": 0, "gauge": 1, "histogram": 2, "summary": 3}
 FAILURE_REASONS = tuple(reason.value for reason in FailureReason)
 _FAILURE_HELP = "Number of failed inference requests, all batch sizes"
@@ -194,6 +198,7 @@ def collect(
         for (route, method, status), count in sorted(routes.counts.items()):
             requests.add((("route", route), ("method", method), ("status", str(status))), count)
     ordered = list(families.values())
+    ordered.extend(_pinned_memory_families())
     if gpu is not None:
         ordered.extend(gpu.families())
     if host is not None:
@@ -205,13 +210,15 @@ def collect(
     return ordered
 
 
-def _kind_rank(family: Family) -> int:
-    """Where a family's kind comes on /metrics.
+def _kind_rank(family: Family) -> Tuple[int, int]:
+    """Where a family comes on /metrics: by its kind, and the server's summaries in Triton's order.
 
     Triton's prometheus-cpp registry writes its counters first, then its gauges, histograms and summaries (so a
-    custom counter comes before the server's gauges).
+    custom counter comes before the server's gauges). Its summary families are registered at start, in one order;
+    here they are made as models are read, and a model with the response cache has no request summary, so they
+    are put in that order (a custom summary after them).
     """
-    return _KIND_ORDER.get(family.kind, len(_KIND_ORDER))
+    return _KIND_ORDER.get(family.kind, len(_KIND_ORDER)), _SUMMARY_RANK.get(family.name, len(_SUMMARY_RANK))
 
 
 def _add_latencies(
@@ -259,6 +266,7 @@ _OWN_NAMES = frozenset(
     + [name for name, _, _, _ in _CACHE]
     + [name for name, _, _ in _SUMMARIES]
     + ["nv_inference_request_failure", "nv_inference_pending_request_count", "nv_inference_first_response_histogram_ms"]
+    + ["nv_pinned_memory_pool_total_bytes", "nv_pinned_memory_pool_used_bytes"]
     + ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes", *GPU_FAMILY_NAMES]
     + [name for name, _, _ in _SERVER_CACHE]
     + ["pytriton_openai_output_tokens", "pytriton_openai_prompt_tokens", "pytriton_custom_route_requests"]
@@ -288,6 +296,19 @@ def _cache_families(cache: ResponseCache) -> List[Family]:
         gauge.add((), read(cache))
         families.append(gauge)
     return families
+
+
+def _pinned_memory_families() -> List[Family]:
+    """Triton's pinned memory pool gauges: its default pool size and nothing used, as on a machine without CUDA.
+
+    tritonserver 2.51 exports both whenever metrics are on, even where it could not allocate the pool (no CUDA
+    driver) and with CPU and GPU metrics off; this server stages no tensor in pinned memory, so nothing is used.
+    """
+    total = Family("nv_pinned_memory_pool_total_bytes", "gauge", "Pinned memory pool total memory size, in bytes")
+    total.add((), PINNED_MEMORY_POOL_BYTES)
+    used = Family("nv_pinned_memory_pool_used_bytes", "gauge", "Pinned memory pool used memory size, in bytes")
+    used.add((), 0)
+    return [total, used]
 
 
 def _host_families(host: HostMonitor) -> List[Family]:
