@@ -309,6 +309,31 @@ def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
     assert request(port, "PUT", "/v2/trace/setting")[0] == 405
 
 
+def test_a_change_that_leaves_tracing_on_with_no_count_left_is_refused(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7): a setting that traces with trace_count 0, set so or run out, is
+    # invalid, and its refusal names no reason; turning tracing off, or giving a count, is taken. This server took
+    # them, and showed a count of 0 that would trace nothing.
+    triton = start_triton(
+        _bind, allow_grpc=False, allow_metrics=False, trace_config=["triton,file=/nonexistent/trace.json"]
+    )
+    port = triton.http_port
+    refused = (400, {"error": "Attempting to set invalid trace setting :"})
+    on = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}
+    assert post_json(port, "/v2/trace/setting", {**on, "trace_count": "0"}) == refused
+    assert post_json(port, "/v2/trace/setting", {**on, "trace_count": "1"})[0] == 200
+    assert post_json(port, "/v2/models/identity/trace/setting", {"trace_count": "0"}) == refused
+    assert post_json(port, "/v2/models/other/infer", INFER)[0] == 200  # the count runs out
+    assert get_json(port, "/v2/trace/setting")[1]["trace_count"] == "0"
+    assert post_json(port, "/v2/trace/setting", {"trace_rate": "2"}) == refused
+    assert post_json(port, "/v2/models/identity/trace/setting", {"trace_rate": "2"}) == refused
+    status, document = post_json(
+        port, "/v2/models/identity/trace/setting", {"trace_count": "0", "trace_level": ["OFF"]}
+    )
+    assert (status, document["trace_count"], document["trace_level"]) == (200, "0", ["OFF"])
+    assert post_json(port, "/v2/models/identity/trace/setting", {"trace_count": None, "trace_level": None})[0] == 200
+    assert post_json(port, "/v2/trace/setting", {"trace_rate": "2", "trace_count": "-1"})[0] == 200
+
+
 @pytest.mark.parametrize(
     ("change", "status", "message"),
     [

@@ -250,7 +250,8 @@ class TraceSettings:
                 new[field] = _trace_level(value)
             else:
                 new[field] = _setting_int(key, value, grpc_words)
-        self._check_valid(self._resulting(model, new, cleared), model)
+        if not model or self._keeps_own(model, new, cleared):  # (one left with none falls back, unchecked)
+            self._check_valid(self._resulting(model, new, cleared), model)
         for hook in list(self.before_change):
             hook(model)
         target = self.models.setdefault(model, TraceSetting()) if model else self.server
@@ -277,11 +278,22 @@ class TraceSettings:
                 result[field] = getattr(fallback if field in cleared else current, field)
         return TraceSetting(**result)
 
+    def _keeps_own(self, model: str, new: Mapping[str, Any], cleared: Sequence[str]) -> bool:
+        """Whether a model keeps a setting of its own after a change: Triton checks only such a model's result."""
+        own = self.models.get(model, TraceSetting())
+        if own.file is not None:
+            return True
+        return any(
+            field in new or (field not in cleared and getattr(own, field) is not None)
+            for field in _TRACE_FIELDS.values()
+        )
+
     def _check_valid(self, result: TraceSetting, model: str = "") -> None:
         """Refuse a change that leaves tracing on with nothing to sample or nowhere to write, in Triton's words.
 
         Triton refuses any setting that traces (a level other than OFF) but is invalid, naming the first reason
-        it finds in this order: a sample rate of 0, then (mode `triton`) no trace file.
+        it finds in this order: a sample rate of 0, then (mode `triton`) no trace file; a `trace_count` of 0 (set
+        so, or run out) is invalid too, and named by no reason (2.51's `TraceSetting::Valid`).
         """
         if not result.level:
             return
@@ -289,6 +301,8 @@ class TraceSettings:
             reason = "sample rate must be non-zero"
         elif self.config.mode == "triton" and not self.file_of(model):
             reason = "trace file name is not given"
+        elif result.count == 0:
+            reason = ""
         else:
             return
         raise InferenceError.invalid(f"Attempting to set invalid trace setting :{reason}")
