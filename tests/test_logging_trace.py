@@ -24,6 +24,7 @@ from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import HTTP_AUTH, grpc_url, http_url
 from tests.http_helpers import get_json, post_json, request
 
+MODEL_SETTING = "/v2/models/identity/trace/setting"
 INFER = {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
 # GET /v2/logging of a server started without log options (tritonserver 2.51's defaults).
 DEFAULT_LOG_SETTINGS = {
@@ -307,6 +308,36 @@ def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
     assert post_json(port, "/v2/trace/setting", {"trace_level": ["OFF", "TIMESTAMPS"]})[0] == 400
     assert post_json(port, "/v2/trace/setting", {"trace_count": "-2"})[0] == 400
     assert request(port, "PUT", "/v2/trace/setting")[0] == 405
+
+
+def test_a_model_with_settings_of_its_own_counts_down_a_copy_of_the_servers_count(
+    start_triton: Callable[..., Triton],
+) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7): a model given a setting of its own (here a rate) copies the server's
+    # trace_count then, and its requests count the copy down: after two of its requests the server still had 5
+    # and the model 3; a request of another model took the server's to 4, not the model's; a change of the
+    # server's settings copies its count to the model again. This server counted one count for both.
+    triton = start_triton(
+        _bind, allow_grpc=False, allow_metrics=False, trace_config=["triton,file=/nonexistent/trace.json"]
+    )
+    port = triton.http_port
+
+    def counts() -> List[str]:
+        return [get_json(port, path)[1]["trace_count"] for path in ("/v2/trace/setting", MODEL_SETTING)]
+
+    on = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "5"}
+    assert post_json(port, "/v2/trace/setting", on)[0] == 200
+    assert post_json(port, MODEL_SETTING, {"trace_rate": "1"})[0] == 200
+    for _ in range(2):
+        assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert counts() == ["5", "3"]
+    assert post_json(port, "/v2/models/other/infer", INFER)[0] == 200
+    assert counts() == ["4", "3"]
+    assert post_json(port, "/v2/trace/setting", {"trace_rate": "1"})[0] == 200
+    assert counts() == ["4", "4"]
+    assert post_json(port, MODEL_SETTING, {"trace_rate": None})[0] == 200  # none of its own: the server's again
+    assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert counts() == ["3", "3"]
 
 
 def test_a_change_that_leaves_tracing_on_with_no_count_left_is_refused(start_triton: Callable[..., Triton]) -> None:

@@ -152,6 +152,14 @@ class TraceSettings:
         # Whether the transports time their requests for trace files (runtime/tracing.py keeps it up to date).
         self.stamps = self.writes_files
         self._sampled: Dict[str, int] = {}
+        # The trace_count of each model with settings of its own but no count: as Triton's, a copy of the server's
+        # made when the model's or the server's settings last changed, which the model's requests count down.
+        self._counts: Dict[str, TraceSetting] = {}
+
+    def add_model(self, model: str, setting: TraceSetting) -> None:
+        """Give a model bound with trace settings of its own (`bind(trace_config=...)`) those settings."""
+        self.models[model] = setting
+        self._copy_count(model)
 
     @property
     def writes_files(self) -> bool:
@@ -168,9 +176,20 @@ class TraceSettings:
     def _owner(self, model: str, field: str) -> Tuple[str, TraceSetting]:
         """The setting a field comes from for a model: its override, else the server's."""
         override = self.models.get(model)
-        if model and override is not None and getattr(override, field) is not None:
-            return model, override
+        if model and override is not None:
+            if getattr(override, field) is not None:
+                return model, override
+            if field == "count" and model in self._counts:
+                return model, self._counts[model]
         return "", self.server
+
+    def _copy_count(self, model: str) -> None:
+        """Give a model with settings of its own but no count a copy of the server's count (see `_counts`)."""
+        override = self.models.get(model)
+        if self._counter(model) == model and override is not None and override.count is None:
+            self._counts[model] = TraceSetting(count=self.server.count)
+        else:
+            self._counts.pop(model, None)
 
     def effective(self, model: str = "") -> TraceSetting:
         """A model's settings with the server's filling what it does not override."""
@@ -261,8 +280,11 @@ class TraceSettings:
             setattr(target, field, value)
         if model:
             self._sampled.pop(model, None)
+            self._copy_count(model)
         else:  # Triton makes the server's setting, and each model's that falls back on it, anew: counting from 0
             self._sampled.clear()
+            for name in self.models:
+                self._copy_count(name)
         for listener in list(self.listeners):
             listener(model)
 
@@ -270,12 +292,15 @@ class TraceSettings:
         """The settings a model (or the server) would trace with after a change: what Triton checks before it."""
         current = self.effective(model)
         fallback = self.effective("") if model else TraceSetting(*self._defaults())
+        own = self.models.get(model, TraceSetting()) if model else self.server
         result = {}
         for field in _TRACE_FIELDS.values():
             if field in new:
                 result[field] = new[field]
+            elif field in cleared or (field == "count" and own.count is None):  # a count is copied anew
+                result[field] = getattr(fallback, field)
             else:
-                result[field] = getattr(fallback if field in cleared else current, field)
+                result[field] = getattr(current, field)
         return TraceSetting(**result)
 
     def _keeps_own(self, model: str, new: Mapping[str, Any], cleared: Sequence[str]) -> bool:
