@@ -221,6 +221,35 @@ def test_runtime_log_changes_end_with_their_server(
         pytriton_logger.removeHandler(handler)
 
 
+def test_log_switches_apply_to_the_records_of_pytritons_module_loggers(
+    start_triton: Callable[..., Triton], pytriton_logger: logging.Logger
+) -> None:
+    # Most of the server logs on its modules' loggers (`pytriton.transport.http.connection`, ...), whose records a
+    # filter on `pytriton` does not see: with log_warning off and log_info on, their warnings were still logged,
+    # and with log_info off and verbose on, their info records. As Triton, a severity switched off is off.
+    child = logging.getLogger("pytriton.transport.http.connection")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    pytriton_logger.addHandler(handler)
+    try:
+        triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+        assert post_json(triton.http_port, "/v2/logging", {"log_warning": False})[0] == 200
+        child.warning("a warning switched off")
+        child.info("an info record")
+        change = {"log_warning": True, "log_info": False, "log_verbose_level": 1}
+        assert post_json(triton.http_port, "/v2/logging", change)[0] == 200
+        child.info("an info record switched off")
+        child.debug("a debug record")
+        triton.stop()
+        assert child.filters == []  # its server's filter ends with it
+    finally:
+        pytriton_logger.removeHandler(handler)
+    ours = ("a warning switched off", "an info record", "an info record switched off", "a debug record")
+    logged = [line for line in stream.getvalue().splitlines() if line.partition(" ")[2] in ours]
+    assert logged == ["INFO an info record", "DEBUG a debug record"]
+
+
 def test_a_servers_log_changes_end_with_it_while_another_changed_them_since(
     start_triton: Callable[..., Triton], pytriton_logger: logging.Logger
 ) -> None:

@@ -521,8 +521,8 @@ class LogSettings:
             if held is None or self not in held.holders:
                 return
             held.holders.remove(self)
-            if self._filter in logger.filters:
-                logger.removeFilter(self._filter)
+            for member in _family(logger):
+                member.removeFilter(self._filter)
             if held.holders:
                 held.holders[-1]._set(held)
                 return
@@ -550,11 +550,12 @@ class LogSettings:
         logger = self._logger
         held.level_set = self._lowest_level()
         logger.setLevel(held.level_set)
-        for other in held.holders:
-            if other is not self and other._filter in logger.filters:
-                logger.removeFilter(other._filter)
-        if self._filter not in logger.filters:
-            logger.addFilter(self._filter)
+        # A logger's filters see only the records made on it, not those its children pass up: each gets the filter.
+        for member in _family(logger):
+            for other in held.holders:
+                if other is not self:
+                    member.removeFilter(other._filter)
+            member.addFilter(self._filter)  # (no-op when it has it)
         for handler in logger.handlers:
             before = held.formatters[handler][0] if handler in held.formatters else handler.formatter
             formatter = before if self.format == "default" else _iso8601_formatter()
@@ -579,6 +580,17 @@ class LogSettings:
         if levelno < logging.ERROR:
             return self.enabled["log_warning"]
         return self.enabled["log_error"]
+
+
+def _family(logger: logging.Logger) -> List[logging.Logger]:
+    """A logger and the loggers below it made so far (`pytriton.transport.http.connection`, ...)."""
+    prefix = logger.name + "."
+    children = [
+        child
+        for name, child in list(logging.Logger.manager.loggerDict.items())
+        if name.startswith(prefix) and isinstance(child, logging.Logger)
+    ]
+    return [logger, *children]
 
 
 class _SeverityFilter(logging.Filter):
