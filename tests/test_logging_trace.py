@@ -339,6 +339,34 @@ def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
     assert request(port, "PUT", "/v2/trace/setting")[0] == 405
 
 
+def test_a_change_of_the_servers_settings_takes_the_startup_count_unless_a_count_was_set(
+    start_triton: Callable[..., Triton],
+) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7 started with count=2): once the count ran out, a change of the
+    # server's rate alone was taken and the count was 2 again, as every server setting never set over the network
+    # takes its startup value; a count set over the network is kept (1 left stays 1). This server kept 0 (and,
+    # refusing a setting with a count of 0, refused the change).
+    config = ["triton,file=/nonexistent/trace.json", "level=TIMESTAMPS", "rate=1", "count=2"]
+    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False, trace_config=config)
+    port = triton.http_port
+    for _ in range(3):
+        assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert get_json(port, "/v2/trace/setting")[1]["trace_count"] == "0"
+    status, document = post_json(port, "/v2/trace/setting", {"trace_rate": "2"})
+    assert (status, document["trace_rate"], document["trace_count"]) == (200, "2", "2")
+    assert post_json(port, "/v2/trace/setting", {"trace_count": "1"})[0] == 200
+    assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200  # the 1st of 2: not sampled
+    status, document = post_json(port, "/v2/trace/setting", {"trace_rate": "1"})
+    assert (status, document["trace_count"]) == (200, "1")
+    assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert post_json(port, "/v2/trace/setting", {"trace_rate": "2"}) == (
+        400,
+        {"error": "Attempting to set invalid trace setting :"},
+    )
+    status, document = post_json(port, "/v2/trace/setting", {"trace_count": None, "trace_rate": "2"})
+    assert (status, document["trace_count"]) == (200, "2")  # cleared: the startup count again
+
+
 def test_a_model_with_settings_of_its_own_counts_down_a_copy_of_the_servers_count(
     start_triton: Callable[..., Triton],
 ) -> None:

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pytriton.core.errors import InferenceError, Status, json_type_error, json_uint
 from pytriton.exceptions import PyTritonValidationError
@@ -155,6 +155,9 @@ class TraceSettings:
         # The trace_count of each model with settings of its own but no count: as Triton's, a copy of the server's
         # made when the model's or the server's settings last changed, which the model's requests count down.
         self._counts: Dict[str, TraceSetting] = {}
+        # The server's fields set over the network and not cleared since: Triton's change of the server's settings
+        # keeps them, and takes the startup value of every other (a count that ran out starts again).
+        self._server_set: Set[str] = set()
 
     def add_model(self, model: str, setting: TraceSetting) -> None:
         """Give a model bound with trace settings of its own (`bind(trace_config=...)`) those settings."""
@@ -273,9 +276,17 @@ class TraceSettings:
             self._check_valid(self._resulting(model, new, cleared), model)
         for hook in list(self.before_change):
             hook(model)
-        target = self.models.setdefault(model, TraceSetting()) if model else self.server
-        for field in cleared:
-            setattr(target, field, None if model else getattr(TraceSetting(*self._defaults()), field))
+        if model:
+            target = self.models.setdefault(model, TraceSetting())
+            for field in cleared:
+                setattr(target, field, None)
+        else:  # every field not set over the network takes its startup value again
+            target = self.server
+            self._server_set = (self._server_set - set(cleared)) | set(new)
+            defaults = TraceSetting(*self._defaults())
+            for field in _TRACE_FIELDS.values():
+                if field not in self._server_set:
+                    setattr(target, field, getattr(defaults, field))
         for field, value in new.items():
             setattr(target, field, value)
         if model:
@@ -297,7 +308,11 @@ class TraceSettings:
         for field in _TRACE_FIELDS.values():
             if field in new:
                 result[field] = new[field]
-            elif field in cleared or (field == "count" and own.count is None):  # a count is copied anew
+            elif (
+                field in cleared
+                or (model and field == "count" and own.count is None)  # a model's is copied from the server's
+                or (not model and field not in self._server_set)  # the server's startup value (`_server_set`)
+            ):
                 result[field] = getattr(fallback, field)
             else:
                 result[field] = getattr(current, field)
