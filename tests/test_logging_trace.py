@@ -241,8 +241,10 @@ def test_log_switches_apply_to_the_records_of_pytritons_module_loggers(
         assert post_json(triton.http_port, "/v2/logging", change)[0] == 200
         child.info("an info record switched off")
         child.debug("a debug record")
+        later = logging.getLogger(f"pytriton.imported_later_{id(stream)}")  # a module's, made after the change
+        later.info("an info record switched off")
         triton.stop()
-        assert child.filters == []  # its server's filter ends with it
+        assert child.filters == [] and handler.filters == []  # its server's filter ends with it
     finally:
         pytriton_logger.removeHandler(handler)
     ours = ("a warning switched off", "an info record", "an info record switched off", "a debug record")

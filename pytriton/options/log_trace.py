@@ -536,7 +536,7 @@ class LogSettings:
             if held is None or self not in held.holders:
                 return
             held.holders.remove(self)
-            for member in _family(logger):
+            for member in [*_family(logger), *held.formatters, *logger.handlers]:
                 member.removeFilter(self._filter)
             if held.holders:
                 held.holders[-1]._set(held)
@@ -565,8 +565,10 @@ class LogSettings:
         logger = self._logger
         held.level_set = self._lowest_level()
         logger.setLevel(held.level_set)
-        # A logger's filters see only the records made on it, not those its children pass up: each gets the filter.
-        for member in _family(logger):
+        # A logger's filters see only the records made on it, not those its children pass up: each gets the filter,
+        # and so do the logger's handlers, for the records of loggers made later.
+        members: List[logging.Filterer] = [*_family(logger), *logger.handlers]
+        for member in members:
             for other in held.holders:
                 if other is not self:
                     member.removeFilter(other._filter)
