@@ -24,6 +24,7 @@ from pytriton.triton import Triton, TritonSecurityConfig
 from tests.conftest import HTTP_AUTH, grpc_url, http_url
 from tests.http_helpers import get_json, post_json, request
 
+MODEL_SETTING = "/v2/models/identity/trace/setting"
 INFER = {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]}
 # GET /v2/logging of a server started without log options (tritonserver 2.51's defaults).
 DEFAULT_LOG_SETTINGS = {
@@ -220,6 +221,37 @@ def test_runtime_log_changes_end_with_their_server(
         pytriton_logger.removeHandler(handler)
 
 
+def test_log_switches_apply_to_the_records_of_pytritons_module_loggers(
+    start_triton: Callable[..., Triton], pytriton_logger: logging.Logger
+) -> None:
+    # Most of the server logs on its modules' loggers (`pytriton.transport.http.connection`, ...), whose records a
+    # filter on `pytriton` does not see: with log_warning off and log_info on, their warnings were still logged,
+    # and with log_info off and verbose on, their info records. As Triton, a severity switched off is off.
+    child = logging.getLogger("pytriton.transport.http.connection")
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    pytriton_logger.addHandler(handler)
+    try:
+        triton = start_triton(_bind, allow_grpc=False, allow_metrics=False)
+        assert post_json(triton.http_port, "/v2/logging", {"log_warning": False})[0] == 200
+        child.warning("a warning switched off")
+        child.info("an info record")
+        change = {"log_warning": True, "log_info": False, "log_verbose_level": 1}
+        assert post_json(triton.http_port, "/v2/logging", change)[0] == 200
+        child.info("an info record switched off")
+        child.debug("a debug record")
+        later = logging.getLogger(f"pytriton.imported_later_{id(stream)}")  # a module's, made after the change
+        later.info("an info record switched off")
+        triton.stop()
+        assert child.filters == [] and handler.filters == []  # its server's filter ends with it
+    finally:
+        pytriton_logger.removeHandler(handler)
+    ours = ("a warning switched off", "an info record", "an info record switched off", "a debug record")
+    logged = [line for line in stream.getvalue().splitlines() if line.partition(" ")[2] in ours]
+    assert logged == ["INFO an info record", "DEBUG a debug record"]
+
+
 def test_a_servers_log_changes_end_with_it_while_another_changed_them_since(
     start_triton: Callable[..., Triton], pytriton_logger: logging.Logger
 ) -> None:
@@ -307,6 +339,89 @@ def test_trace_setting_endpoints(start_triton: Callable[..., Triton]) -> None:
     assert post_json(port, "/v2/trace/setting", {"trace_level": ["OFF", "TIMESTAMPS"]})[0] == 400
     assert post_json(port, "/v2/trace/setting", {"trace_count": "-2"})[0] == 400
     assert request(port, "PUT", "/v2/trace/setting")[0] == 405
+
+
+def test_a_change_of_the_servers_settings_takes_the_startup_count_unless_a_count_was_set(
+    start_triton: Callable[..., Triton],
+) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7 started with count=2): once the count ran out, a change of the
+    # server's rate alone was taken and the count was 2 again, as every server setting never set over the network
+    # takes its startup value; a count set over the network is kept (1 left stays 1). This server kept 0 (and,
+    # refusing a setting with a count of 0, refused the change).
+    config = ["triton,file=/nonexistent/trace.json", "level=TIMESTAMPS", "rate=1", "count=2"]
+    triton = start_triton(_bind, allow_grpc=False, allow_metrics=False, trace_config=config)
+    port = triton.http_port
+    for _ in range(3):
+        assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert get_json(port, "/v2/trace/setting")[1]["trace_count"] == "0"
+    status, document = post_json(port, "/v2/trace/setting", {"trace_rate": "2"})
+    assert (status, document["trace_rate"], document["trace_count"]) == (200, "2", "2")
+    assert post_json(port, "/v2/trace/setting", {"trace_count": "1"})[0] == 200
+    assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200  # the 1st of 2: not sampled
+    status, document = post_json(port, "/v2/trace/setting", {"trace_rate": "1"})
+    assert (status, document["trace_count"]) == (200, "1")
+    assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert post_json(port, "/v2/trace/setting", {"trace_rate": "2"}) == (
+        400,
+        {"error": "Attempting to set invalid trace setting :"},
+    )
+    status, document = post_json(port, "/v2/trace/setting", {"trace_count": None, "trace_rate": "2"})
+    assert (status, document["trace_count"]) == (200, "2")  # cleared: the startup count again
+
+
+def test_a_model_with_settings_of_its_own_counts_down_a_copy_of_the_servers_count(
+    start_triton: Callable[..., Triton],
+) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7): a model given a setting of its own (here a rate) copies the server's
+    # trace_count then, and its requests count the copy down: after two of its requests the server still had 5
+    # and the model 3; a request of another model took the server's to 4, not the model's; a change of the
+    # server's settings copies its count to the model again. This server counted one count for both.
+    triton = start_triton(
+        _bind, allow_grpc=False, allow_metrics=False, trace_config=["triton,file=/nonexistent/trace.json"]
+    )
+    port = triton.http_port
+
+    def counts() -> List[str]:
+        return [get_json(port, path)[1]["trace_count"] for path in ("/v2/trace/setting", MODEL_SETTING)]
+
+    on = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "5"}
+    assert post_json(port, "/v2/trace/setting", on)[0] == 200
+    assert post_json(port, MODEL_SETTING, {"trace_rate": "1"})[0] == 200
+    for _ in range(2):
+        assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert counts() == ["5", "3"]
+    assert post_json(port, "/v2/models/other/infer", INFER)[0] == 200
+    assert counts() == ["4", "3"]
+    assert post_json(port, "/v2/trace/setting", {"trace_rate": "1"})[0] == 200
+    assert counts() == ["4", "4"]
+    assert post_json(port, MODEL_SETTING, {"trace_rate": None})[0] == 200  # none of its own: the server's again
+    assert post_json(port, "/v2/models/identity/infer", INFER)[0] == 200
+    assert counts() == ["3", "3"]
+
+
+def test_a_change_that_leaves_tracing_on_with_no_count_left_is_refused(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7): a setting that traces with trace_count 0, set so or run out, is
+    # invalid, and its refusal names no reason; turning tracing off, or giving a count, is taken. This server took
+    # them, and showed a count of 0 that would trace nothing.
+    triton = start_triton(
+        _bind, allow_grpc=False, allow_metrics=False, trace_config=["triton,file=/nonexistent/trace.json"]
+    )
+    port = triton.http_port
+    refused = (400, {"error": "Attempting to set invalid trace setting :"})
+    on = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}
+    assert post_json(port, "/v2/trace/setting", {**on, "trace_count": "0"}) == refused
+    assert post_json(port, "/v2/trace/setting", {**on, "trace_count": "1"})[0] == 200
+    assert post_json(port, "/v2/models/identity/trace/setting", {"trace_count": "0"}) == refused
+    assert post_json(port, "/v2/models/other/infer", INFER)[0] == 200  # the count runs out
+    assert get_json(port, "/v2/trace/setting")[1]["trace_count"] == "0"
+    assert post_json(port, "/v2/trace/setting", {"trace_rate": "2"}) == refused
+    assert post_json(port, "/v2/models/identity/trace/setting", {"trace_rate": "2"}) == refused
+    status, document = post_json(
+        port, "/v2/models/identity/trace/setting", {"trace_count": "0", "trace_level": ["OFF"]}
+    )
+    assert (status, document["trace_count"], document["trace_level"]) == (200, "0", ["OFF"])
+    assert post_json(port, "/v2/models/identity/trace/setting", {"trace_count": None, "trace_level": None})[0] == 200
+    assert post_json(port, "/v2/trace/setting", {"trace_rate": "2", "trace_count": "-1"})[0] == 200
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.decorators import batch, get_model_config
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.model_config import DynamicBatcher, ModelConfig, SequenceBatcher, Tensor
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.http_helpers import request
@@ -202,6 +202,41 @@ def test_the_config_as_the_server_shows_it_goes_back_unchanged(echo_server: Trit
         assert _config(echo_server, "echo")["max_batch_size"] == 16
     finally:
         assert _load(echo_server, "echo", "{}")[0] == 200
+
+
+def _sequence_sum(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Each request's input added to its sequence's total so far: the total."""
+    answers = []
+    for one in requests:
+        one.sequence_state["total"] = one.sequence_state.get("total", 0) + int(one["x"].sum())
+        answers.append({"y": np.full(one["x"].shape, one.sequence_state["total"], np.float32)})
+    return answers
+
+
+def test_an_override_enabling_the_cache_of_a_sequence_model_is_refused_and_the_model_goes_on() -> None:
+    # Triton refuses a model with a sequence batcher and the response cache (bind does too). A load's override
+    # enabled it: the sequence's requests alike were then answered from the cache, its totals 5, 5, 5 for 5, 10, 15.
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher())
+        triton.bind("summed", _sequence_sum, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
+
+    with running_triton(bind, cache_config=["local,size=1048576"]) as triton:
+        status, document = _load(triton, "summed", {"response_cache": {"enable": True}})
+        assert (status, document["error"]) == (
+            500,
+            "failed to load 'summed', failed to poll from model repository: Response Cache does not currently "
+            "support model summed with sequence batching scheduler. Please disable the response cache.",
+        )
+        assert "response_cache" not in _config(triton, "summed")
+        client = httpclient.InferenceServerClient(http_url(triton))
+        totals = []
+        for index in range(3):
+            tensor = httpclient.InferInput("x", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.full((1, 1), 5, np.float32))
+            answer = client.infer("summed", [tensor], sequence_id=7, sequence_start=index == 0, sequence_end=index == 2)
+            totals.append(answer.as_numpy("y").item())
+        client.close()
+    assert totals == [5, 10, 15]
 
 
 @pytest.mark.parametrize(

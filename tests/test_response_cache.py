@@ -46,7 +46,7 @@ class Counted:
         return [{"out": r["in"] * 2} for r in requests]
 
 
-def _bind(model: Counted) -> Callable[[Triton], None]:
+def _bind(model: Callable[[List[Any]], List[Dict[str, np.ndarray]]]) -> Callable[[Triton], None]:
     def bind(triton: Triton) -> None:
         config = ModelConfig(max_batch_size=8, response_cache=True)
         triton.bind("cached", model, inputs=VECTOR, outputs=VECTOR_OUT, config=config)
@@ -268,3 +268,23 @@ def test_a_response_larger_than_the_cache_is_served_and_never_cached(start_trito
     stats = model_stats(triton, "cached")["inference_stats"]
     assert (stats["cache_hit"]["count"], stats["cache_miss"]["count"], len(model.batches)) == (0, 2, 2)
     assert sample(scrape(triton), "nv_cache_num_entries") == 0
+
+
+def test_a_hit_answers_what_the_callable_returned_then(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver copies a response into its cache. This one kept the callable's arrays: a callable that writes
+    # its answers into one buffer made every hit answer the last request's output (after [1, 1] -> [2, 2] and
+    # [2, 2] -> [4, 4], [1, 1] again got [4, 4]).
+    reused = np.zeros((1, 2), dtype=np.float32)
+
+    def doubled_in_one_buffer(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        answers = []
+        for request in requests:
+            reused[...] = request["in"] * 2
+            answers.append({"out": reused})
+        return answers
+
+    triton = start_triton(_bind(doubled_in_one_buffer), cache_config=CACHE)
+    for value in (1.0, 2.0, 1.0, 2.0):
+        assert infer(triton, "cached", rows(1, value)).tolist() == [[value * 2] * 2]
+    inference = model_stats(triton, "cached")["inference_stats"]
+    assert (inference["cache_hit"]["count"], inference["cache_miss"]["count"]) == (2, 2)

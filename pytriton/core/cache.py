@@ -11,7 +11,7 @@ import numpy as np
 
 from pytriton.core.datatypes import datatype_of_dtype
 from pytriton.core.raw_tensors import raw_from_array, serialize_bytes_tensor
-from pytriton.core.request import InferenceResponse
+from pytriton.core.request import InferenceResponse, OutputTensor
 
 # tritonserver's local cache (triton-inference-server/local_cache) packs a response into one block of a managed
 # buffer of the configured size (core's cache_entry.cc: the output count, then per output its packed size, name,
@@ -58,8 +58,8 @@ class ResponseCache:
     """A least-recently-used cache of responses holding at most `capacity_bytes`.
 
     Each entry remembers its model, so that a model removed (a RemoteTriton closed) takes its responses
-    with it: one bound later under the same name must not be answered with them. The responses may view
-    an instance process's shared memory; the server's stop drops them all (`clear`).
+    with it: one bound later under the same name must not be answered with them. Each response is kept as a
+    copy of its own (`_snapshot`).
     """
 
     def __init__(self, capacity_bytes: int) -> None:
@@ -109,7 +109,7 @@ class ResponseCache:
                 self.used_bytes -= evicted_size
                 self.evictions += 1
             if self.used_bytes + size <= self.capacity_bytes:  # (or the cache is empty, and it fails)
-                self._entries[key] = (model, response, size)
+                self._entries[key] = (model, _snapshot(response), size)
                 self.used_bytes += size
         self.insertion_ns += time.monotonic_ns() - start
         return True
@@ -124,3 +124,18 @@ class ResponseCache:
         """Drop every response."""
         self._entries.clear()
         self.used_bytes = BUFFER_OWN_BYTES
+
+
+def _snapshot(response: InferenceResponse) -> InferenceResponse:
+    """A copy of a response whose arrays are its own and read-only, as tritonserver copies one into its cache.
+
+    A callable's outputs may be arrays it writes again (a buffer it returns each time): kept as they were, a
+    later hit answered what they held by then. The copy also gives an instance process's arena its regions back.
+    """
+    outputs = []
+    for output in response.outputs:
+        array = output.array.copy()
+        array.flags.writeable = False
+        outputs.append(OutputTensor(output.name, output.datatype, array))
+    parameters = None if response.parameters is None else dict(response.parameters)
+    return InferenceResponse(outputs, response.final, parameters)

@@ -567,7 +567,7 @@ class Engine:
         if self._watchdog is not None:
             self._watchdog.cancel()
         if self._cache is not None:
-            self._cache.clear()  # its responses may view instance processes' shared memory: let it go
+            self._cache.clear()
         self.system_memory.unregister(force=True)  # unmap what clients registered
         if self.cuda_memory.status():  # unmap what clients registered (CUDA calls: off the loop)
             await asyncio.get_running_loop().run_in_executor(None, self.cuda_memory.unregister)

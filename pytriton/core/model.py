@@ -12,6 +12,7 @@ from pytriton.core.composition.ensemble import EnsembleScheduler
 from pytriton.core.errors import InferenceError
 from pytriton.core.instances import ModelInstance
 from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.request_spans import TracedCall
 from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import FutureSink, ResponseSink, StreamSink
 from pytriton.core.spec import ModelSpec
@@ -106,7 +107,10 @@ class ServedModel:
         if self.cache is not None:
             key, cached, lookup_ns = self._look_up(request)
             if cached is not None:
-                return cached
+                response, traced = self._traced_hit(request, cached, lookup_ns)
+                if traced is not None:
+                    traced.finish(None)  # the transport that awaits the response claims its record first
+                return response
         future: asyncio.Future[InferenceResponse] = self.scheduler.loop.create_future()
         sink = FutureSink(future)
         run_now = self.scheduler.submit_inline(request, sink, gone)
@@ -143,6 +147,24 @@ class ServedModel:
         if cached is not None:
             self.stats.record_cache_hit(lookup_ns)  # Triton counts no inference for a cache hit
         return key, cached, lookup_ns
+
+    def _traced_hit(
+        self, request: InferenceRequest, cached: InferenceResponse, lookup_ns: int
+    ) -> Tuple[InferenceResponse, Optional[TracedCall]]:
+        """A cached response for `request`, through its trace when the request is sampled (and that trace).
+
+        tritonserver samples a request the cache answers, and counts it against `trace_count`: its record has
+        REQUEST_START, QUEUE_START, its tensors, INFER_RESPONSE_COMPLETE and REQUEST_END, and no compute.
+        """
+        spans = self.scheduler.spans
+        if spans is None:
+            return cached, None
+        origin = request.origin
+        arrived_ns = time.monotonic_ns() - lookup_ns  # about when the lookup began
+        traced = spans.start(arrived_ns, origin[2] if origin is not None else None, _CacheHit(request, arrived_ns))
+        if traced is None:
+            return cached, None
+        return traced.responded(cached), traced
 
     def _outputs_asked(self, request: InferenceRequest) -> Optional[List[str]]:
         """The outputs a request's response carries, for its cache key: None for every declared one.
@@ -182,7 +204,10 @@ class ServedModel:
         if self.cache is not None:
             key, cached, lookup_ns = self._look_up(request)
             if cached is not None:
-                sink.deliver(cached)
+                response, traced = self._traced_hit(request, cached, lookup_ns)
+                sink.deliver(response)
+                if traced is not None:
+                    traced.finish(None)
                 return None
             sink = _CachingSink(sink, self, key, lookup_ns)
         self.scheduler.submit(request, sink)
@@ -250,6 +275,19 @@ class ServedModel:
         else:
             queued.append(taken)
         return stream.responses()
+
+
+class _CacheHit:
+    """What a trace reads of a request the cache answered (as of a queue entry): it never waited, nor computed."""
+
+    __slots__ = ("enqueue_ns", "request")
+
+    queue_ns = 0
+    compute_ns = None  # a trace file's record then has no compute timestamps
+
+    def __init__(self, request: InferenceRequest, enqueue_ns: int) -> None:
+        self.request = request
+        self.enqueue_ns = enqueue_ns
 
 
 class _CachingSink(ResponseSink):

@@ -26,15 +26,20 @@ _BOOLEAN_KINDS = (
 )
 
 
+def cache_refusal(model_name: str) -> str:
+    """Triton's refusal of a model with a sequence batcher and the response cache (model_config_utils.cc)."""
+    return (
+        f"Response Cache does not currently support model {model_name} with sequence batching scheduler. "
+        "Please disable the response cache."
+    )
+
+
 def resolve_sequence_batcher(model_name: str, config: ModelConfig, inputs: Sequence[Tensor]) -> SequenceBatcher:
     """A copy of `config.sequence_batcher` with Triton's defaults; PyTritonModelConfigError for what Triton refuses."""
     given = config.sequence_batcher
     assert given is not None
     if config.response_cache:
-        raise PyTritonModelConfigError(
-            f"Response Cache does not currently support model {model_name} with sequence batching scheduler. "
-            "Please disable the response cache."
-        )
+        raise PyTritonModelConfigError(cache_refusal(model_name))
     if config.batcher != type(config.batcher)():
         raise PyTritonModelConfigError(
             f"model '{model_name}' sets both a dynamic batcher (batcher) and a sequence batcher (sequence_batcher): "

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pytriton.core.errors import InferenceError, Status, json_type_error, json_uint
 from pytriton.exceptions import PyTritonValidationError
@@ -152,6 +152,17 @@ class TraceSettings:
         # Whether the transports time their requests for trace files (runtime/tracing.py keeps it up to date).
         self.stamps = self.writes_files
         self._sampled: Dict[str, int] = {}
+        # The trace_count of each model with settings of its own but no count: as Triton's, a copy of the server's
+        # made when the model's or the server's settings last changed, which the model's requests count down.
+        self._counts: Dict[str, TraceSetting] = {}
+        # The server's fields set over the network and not cleared since: Triton's change of the server's settings
+        # keeps them, and takes the startup value of every other (a count that ran out starts again).
+        self._server_set: Set[str] = set()
+
+    def add_model(self, model: str, setting: TraceSetting) -> None:
+        """Give a model bound with trace settings of its own (`bind(trace_config=...)`) those settings."""
+        self.models[model] = setting
+        self._copy_count(model)
 
     @property
     def writes_files(self) -> bool:
@@ -168,9 +179,20 @@ class TraceSettings:
     def _owner(self, model: str, field: str) -> Tuple[str, TraceSetting]:
         """The setting a field comes from for a model: its override, else the server's."""
         override = self.models.get(model)
-        if model and override is not None and getattr(override, field) is not None:
-            return model, override
+        if model and override is not None:
+            if getattr(override, field) is not None:
+                return model, override
+            if field == "count" and model in self._counts:
+                return model, self._counts[model]
         return "", self.server
+
+    def _copy_count(self, model: str) -> None:
+        """Give a model with settings of its own but no count a copy of the server's count (see `_counts`)."""
+        override = self.models.get(model)
+        if self._counter(model) == model and override is not None and override.count is None:
+            self._counts[model] = TraceSetting(count=self.server.count)
+        else:
+            self._counts.pop(model, None)
 
     def effective(self, model: str = "") -> TraceSetting:
         """A model's settings with the server's filling what it does not override."""
@@ -250,18 +272,30 @@ class TraceSettings:
                 new[field] = _trace_level(value)
             else:
                 new[field] = _setting_int(key, value, grpc_words)
-        self._check_valid(self._resulting(model, new, cleared), model)
+        if not model or self._keeps_own(model, new, cleared):  # (one left with none falls back, unchecked)
+            self._check_valid(self._resulting(model, new, cleared), model)
         for hook in list(self.before_change):
             hook(model)
-        target = self.models.setdefault(model, TraceSetting()) if model else self.server
-        for field in cleared:
-            setattr(target, field, None if model else getattr(TraceSetting(*self._defaults()), field))
+        if model:
+            target = self.models.setdefault(model, TraceSetting())
+            for field in cleared:
+                setattr(target, field, None)
+        else:  # every field not set over the network takes its startup value again
+            target = self.server
+            self._server_set = (self._server_set - set(cleared)) | set(new)
+            defaults = TraceSetting(*self._defaults())
+            for field in _TRACE_FIELDS.values():
+                if field not in self._server_set:
+                    setattr(target, field, getattr(defaults, field))
         for field, value in new.items():
             setattr(target, field, value)
         if model:
             self._sampled.pop(model, None)
+            self._copy_count(model)
         else:  # Triton makes the server's setting, and each model's that falls back on it, anew: counting from 0
             self._sampled.clear()
+            for name in self.models:
+                self._copy_count(name)
         for listener in list(self.listeners):
             listener(model)
 
@@ -269,19 +303,37 @@ class TraceSettings:
         """The settings a model (or the server) would trace with after a change: what Triton checks before it."""
         current = self.effective(model)
         fallback = self.effective("") if model else TraceSetting(*self._defaults())
+        own = self.models.get(model, TraceSetting()) if model else self.server
         result = {}
         for field in _TRACE_FIELDS.values():
             if field in new:
                 result[field] = new[field]
+            elif (
+                field in cleared
+                or (model and field == "count" and own.count is None)  # a model's is copied from the server's
+                or (not model and field not in self._server_set)  # the server's startup value (`_server_set`)
+            ):
+                result[field] = getattr(fallback, field)
             else:
-                result[field] = getattr(fallback if field in cleared else current, field)
+                result[field] = getattr(current, field)
         return TraceSetting(**result)
+
+    def _keeps_own(self, model: str, new: Mapping[str, Any], cleared: Sequence[str]) -> bool:
+        """Whether a model keeps a setting of its own after a change: Triton checks only such a model's result."""
+        own = self.models.get(model, TraceSetting())
+        if own.file is not None:
+            return True
+        return any(
+            field in new or (field not in cleared and getattr(own, field) is not None)
+            for field in _TRACE_FIELDS.values()
+        )
 
     def _check_valid(self, result: TraceSetting, model: str = "") -> None:
         """Refuse a change that leaves tracing on with nothing to sample or nowhere to write, in Triton's words.
 
         Triton refuses any setting that traces (a level other than OFF) but is invalid, naming the first reason
-        it finds in this order: a sample rate of 0, then (mode `triton`) no trace file.
+        it finds in this order: a sample rate of 0, then (mode `triton`) no trace file; a `trace_count` of 0 (set
+        so, or run out) is invalid too, and named by no reason (2.51's `TraceSetting::Valid`).
         """
         if not result.level:
             return
@@ -289,6 +341,8 @@ class TraceSettings:
             reason = "sample rate must be non-zero"
         elif self.config.mode == "triton" and not self.file_of(model):
             reason = "trace file name is not given"
+        elif result.count == 0:
+            reason = ""
         else:
             return
         raise InferenceError.invalid(f"Attempting to set invalid trace setting :{reason}")
@@ -482,8 +536,8 @@ class LogSettings:
             if held is None or self not in held.holders:
                 return
             held.holders.remove(self)
-            if self._filter in logger.filters:
-                logger.removeFilter(self._filter)
+            for member in [*_family(logger), *held.formatters, *logger.handlers]:
+                member.removeFilter(self._filter)
             if held.holders:
                 held.holders[-1]._set(held)
                 return
@@ -511,11 +565,14 @@ class LogSettings:
         logger = self._logger
         held.level_set = self._lowest_level()
         logger.setLevel(held.level_set)
-        for other in held.holders:
-            if other is not self and other._filter in logger.filters:
-                logger.removeFilter(other._filter)
-        if self._filter not in logger.filters:
-            logger.addFilter(self._filter)
+        # A logger's filters see only the records made on it, not those its children pass up: each gets the filter,
+        # and so do the logger's handlers, for the records of loggers made later.
+        members: List[logging.Filterer] = [*_family(logger), *logger.handlers]
+        for member in members:
+            for other in held.holders:
+                if other is not self:
+                    member.removeFilter(other._filter)
+            member.addFilter(self._filter)  # (no-op when it has it)
         for handler in logger.handlers:
             before = held.formatters[handler][0] if handler in held.formatters else handler.formatter
             formatter = before if self.format == "default" else _iso8601_formatter()
@@ -540,6 +597,17 @@ class LogSettings:
         if levelno < logging.ERROR:
             return self.enabled["log_warning"]
         return self.enabled["log_error"]
+
+
+def _family(logger: logging.Logger) -> List[logging.Logger]:
+    """A logger and the loggers below it made so far (`pytriton.transport.http.connection`, ...)."""
+    prefix = logger.name + "."
+    children = [
+        child
+        for name, child in list(logging.Logger.manager.loggerDict.items())
+        if name.startswith(prefix) and isinstance(child, logging.Logger)
+    ]
+    return [logger, *children]
 
 
 class _SeverityFilter(logging.Filter):

@@ -23,6 +23,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.spec import ModelSpec
 from pytriton.model_config.batcher_checks import batcher_refusal
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy, TimeoutAction
+from pytriton.model_config.sequence_checks import cache_refusal
 from pytriton.protocol import documents
 
 # The fields a load's override may change on a model bound with the API.
@@ -137,6 +138,8 @@ class ConfigOverride:
             enable = bool(self.config.response_cache.enable)
             if enable and bound.decoupled:
                 raise failed("'response_cache' cannot be enabled for a decoupled model")
+            if enable and bound.sequence_batcher is not None:  # its answers hang on each sequence's state
+                raise failed.poll(cache_refusal(bound.name))
             if enable and not bound.response_cache and not self.cache_available:
                 raise failed(
                     "'response_cache' cannot be enabled: the server has no response cache (start it with "

@@ -218,7 +218,7 @@ class ServerRuntime:
         """Add a model to the engine and trace it when its trace settings say so (on the loop)."""
         model = self.engine.add_model(spec, instances, binder)
         if trace is not None:
-            self.settings.trace.models[spec.name] = trace
+            self.settings.trace.add_model(spec.name, trace)
         self.tracing.refresh()
         if self._announced:
             LOGGER.info("serving %s", model_line(model))

@@ -168,7 +168,7 @@ class FileTrace:
         request = entry.request if entry is not None else None
         enqueue_ns = entry.enqueue_ns if entry is not None else self._start_ns
         stamps: List[Stamp] = [("REQUEST_START", enqueue_ns), ("QUEUE_START", enqueue_ns)]
-        if not self._composes:
+        if not self._composes and (entry is None or entry.compute_ns is not None):  # (None: a cache hit)
             start_ns = enqueue_ns + entry.queue_ns if entry is not None and entry.queue_ns else self._start_ns
             stamps.append(("COMPUTE_START", start_ns))
             compute = entry.compute_ns if entry is not None else (0, 0, 0)

@@ -5,7 +5,7 @@ started, and answered, its next job. So each result's region of the process's ar
 the server's arrays are views of it, and when the last of them is gone (a weak reference's callback on the
 one array they all view) the server names the job in its next JOB message and the process may write there
 again. Regions come back in any order and are taken first fit (ipc/regions.py); a result that finds
-no room (the server still holds earlier ones, e.g. in its response cache) grows the arena within the budget,
+no room (the server still holds earlier ones) grows the arena within the budget,
 or travels in the message body. A result of at most COPY_BYTES is copied out by the server at once and lent
 to no one; outputs that lie in the job's inputs are not in the result region at all (input_arena.py).
 
