@@ -62,6 +62,7 @@ from tests.h2_wire import (
     FRAME_SIZE_ERROR,
     GOAWAY,
     HEADERS,
+    INTERNAL_ERROR,
     NO_ERROR,
     PING,
     PREFACE,
@@ -1047,6 +1048,25 @@ def test_a_grpc_timeout_is_read_as_grpcs_c_core_reads_it(server, connect, gate, 
     response = client.response(client.start_call(infer_request([1.0], model="gate"), grpc_timeout=timeout))
     assert (response.grpc_status, response.trailers["grpc-message"]) == ("4", "Deadline Exceeded")
     assert client.infer([2.0]).output() == [2.0]
+
+
+@pytest.mark.parametrize("timeout", ["", "abc", "10x", "-1S", "1.5S", "S", "1s"])
+def test_a_malformed_grpc_timeout_resets_its_stream(server, connect, timeout):
+    # tritonserver 2.51 (grpc's C-core) resets the stream INTERNAL_ERROR (grpc clients: INTERNAL, RST_STREAM 2),
+    # probed with each of these; this server served the call without a deadline.
+    client = connect(server)
+    response = client.response(client.start_call(infer_request([1.0]), grpc_timeout=timeout))
+    assert [frame.kind for frame in response.frames] == [RST_STREAM]
+    assert struct.unpack(">I", response.frames[0].payload)[0] == INTERNAL_ERROR
+    assert client.infer([2.0]).output() == [2.0]  # the connection serves on
+
+
+@pytest.mark.parametrize("timeout", [" 1S", "1 S", "1234567890S", "99999999n"])
+def test_a_grpc_timeout_grpc_reads_is_served(server, connect, timeout):
+    # " 1S" and more than 10**9 units (no deadline) were served by tritonserver 2.51 too.
+    client = connect(server)
+    response = client.response(client.start_call(infer_request([1.0]), grpc_timeout=timeout))
+    assert response.grpc_status == "0" and response.output() == [1.0]
 
 
 @pytest.mark.parametrize("content_type", ["application/grpcx", "application/grpc-web"])

@@ -398,7 +398,6 @@ class Http2Session:
             self._streams.skip(stream_id, st.RESET_BY_SERVER)
             self._reset(stream_id, h2.REFUSED_STREAM)
             return
-        self.goaway.last_accepted = stream_id
         path = http_method = content_type = timeout = encoding = accepted = te = scheme = authority = None
         for name, value in headers:
             if name == b":path":
@@ -419,6 +418,13 @@ class Http2Session:
                 encoding = value
             elif name == b"grpc-accept-encoding":
                 accepted = value
+        try:
+            seconds = parse_timeout(timeout) if timeout is not None else None
+        except ValueError:  # grpc's C-core (Triton) resets the stream: grpc clients say INTERNAL
+            self._streams.skip(stream_id, st.RESET_BY_SERVER)
+            self._reset(stream_id, h2.INTERNAL_ERROR)
+            return
+        self.goaway.last_accepted = stream_id
         sender = self.sender
         method = state.methods.get(path) if path is not None else None
         try:
@@ -439,7 +445,7 @@ class Http2Session:
                     request_encoding(encoding), state.max_message_bytes, state.inflation_budget, state.receive_budget
                 )
                 call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
-                self._start(call, timeout, accepted)
+                self._start(call, seconds, accepted)
                 if ended:
                     self._end_of_request(call)
                 return
@@ -454,18 +460,19 @@ class Http2Session:
         if self.over_cap:
             self._leave_over_cap()
 
-    def _start(self, call: GrpcCall, timeout: Optional[bytes], accepted: Optional[bytes]) -> None:
-        """Open a call's stream; a streaming handler starts now, a unary one when its message is whole."""
+    def _start(self, call: GrpcCall, seconds: Optional[float], accepted: Optional[bytes]) -> None:
+        """Open a call's stream (its deadline `seconds` away); a streaming handler starts now, a unary one later.
+
+        A unary call's handler starts when its message is whole.
+        """
         if not self.calls:
             self._clock.phase = APP  # a call is in progress: the connection is not idle
         self._streams.open(call)
         compression = self._state.compression_level
         if compression and call.method.name in _COMPRESSED_RPCS:
             call.encoding = response_encoding(compression, accepted)
-        if timeout is not None:
-            seconds = parse_timeout(timeout)
-            if seconds is not None:
-                call.deadline = self.loop.call_later(seconds, call.expire)
+        if seconds is not None:
+            call.deadline = self.loop.call_later(seconds, call.expire)
         if call.method.streaming:
             call.start_streaming()
 
