@@ -27,9 +27,10 @@ Header = Tuple[bytes, bytes]
 _REMEMBERED_BLOCKS = 64
 _REMEMBERED_BLOCK_BYTES = 1024
 # How far past the limit a header list (and a header block, in its frames) is still taken whole, decoded to its end
-# (to keep the table) and refused on its stream alone: the bound of the work a refused block costs (a field counts
-# 32 bytes or more, so at most 8 Ki fields a 64 KiB limit); a list over it is an HPACK error.
-OVERSIZE_FACTOR = 4
+# (to keep the table) and refused on its stream alone; a list over it is an HPACK error. It bounds what a refused
+# block costs, decoded twice: a field counts 32 bytes or more (at most 4 Ki fields, ~7 ms, a 64 KiB limit), and
+# hpack's Huffman decoding costs ~0.12 us a byte (a 128 KiB block of one field: ~30 ms; a plain one: ~0.1 ms).
+OVERSIZE_FACTOR = 2
 
 
 class HeaderListTooLarge(Exception):
