@@ -722,6 +722,10 @@ PROTOCOL_ERRORS = {
         pack_frame(HEADERS, END_HEADERS, 1)[:9].replace(b"\0\0\0", _length(300_000), 1),
         ENHANCE_YOUR_CALM,
     ),
+    "header list over twice the header limit": (  # a 125 KB block of good HPACK: not COMPRESSION_ERROR
+        lambda: pack_frame(HEADERS, END_HEADERS, 1, hpack.Encoder().encode(request_headers(x_big="a" * 200_000))),
+        ENHANCE_YOUR_CALM,
+    ),
     "data on an idle stream": (pack_frame(DATA, END_STREAM, 1, grpc_message(b"")), PROTOCOL_ERROR),
     "headers on an even stream": (lambda: pack_frame(HEADERS, END_HEADERS, 2, _request_block()), PROTOCOL_ERROR),
     "headers on stream 0": (lambda: pack_frame(HEADERS, END_HEADERS, 0, _request_block()), PROTOCOL_ERROR),

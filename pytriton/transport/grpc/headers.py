@@ -20,6 +20,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import hpack
 
+from pytriton.transport.grpc import frames as h2
+
 Header = Tuple[bytes, bytes]
 
 # The most blocks remembered per connection (blocks with a changing field, like grpc-timeout, never repeat),
@@ -87,6 +89,7 @@ class HeaderBlockDecoder:
 
         Raises:
             HeaderListTooLarge: the block's table changes made, its list within OVERSIZE_FACTOR times the limit.
+            Http2Error: ENHANCE_YOUR_CALM, a list over that (the block is not a compression error).
         """
         table, decoder = self._table, self._decoder
         entries, table._current_size, table._maxsize, table.resized = saved
@@ -96,6 +99,9 @@ class HeaderBlockDecoder:
         decoder.max_header_list_size = limit * OVERSIZE_FACTOR
         try:
             headers = decoder.decode(block, raw=True)
+        except hpack.OversizedHeaderListError:
+            bound = limit * OVERSIZE_FACTOR
+            raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, f"header list larger than {bound} bytes") from None
         finally:
             decoder.max_header_list_size = limit
         size = sum(32 + len(name) + len(value) for name, value in headers)
