@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytriton.transport.grpc.headers import HeaderBlockDecoder, encode_block
+from pytriton.transport.grpc.frames import ENHANCE_YOUR_CALM, Http2Error
+from pytriton.transport.grpc.headers import HeaderBlockDecoder, HeaderListTooLarge, encode_block
 
 Header = Tuple[bytes, bytes]
 
@@ -69,10 +70,31 @@ def test_a_repeated_block_is_remembered_and_still_right_after_the_table_changes(
     assert decoder.decode(again) == GRPC_CALL
 
 
-def test_oversized_header_list_is_refused() -> None:
-    block = hpack.Encoder().encode([*GRPC_CALL, (b"x-big", b"v" * 2000)])
-    with pytest.raises(hpack.HPACKError):
+def test_oversized_header_list_is_refused_and_the_table_kept() -> None:
+    # A list up to twice the limit is decoded whole, as hpack's own decoder (without a limit) does, then refused:
+    # the next blocks refer to the entries it added (and hpack stopped half-way through it).
+    encoder, reference = hpack.Encoder(), hpack.Decoder(max_header_list_size=1 << 20)
+    decoder = HeaderBlockDecoder(1024)
+    blocks = [
+        encoder.encode([*GRPC_CALL, (b"x-a", b"1")]),
+        encoder.encode([*GRPC_CALL, (b"x-b", b"v" * 500), (b"x-big", b"v" * 900), (b"x-c", b"2")]),
+        encoder.encode([*GRPC_CALL, (b"x-a", b"1"), (b"x-c", b"2")]),
+    ]
+    assert decoder.decode(blocks[0]) == list(reference.decode(blocks[0], raw=True))
+    expected = list(reference.decode(blocks[1], raw=True))
+    with pytest.raises(HeaderListTooLarge) as refused:
+        decoder.decode(blocks[1])
+    assert (refused.value.size, refused.value.limit) == (sum(32 + len(n) + len(v) for n, v in expected), 1024)
+    last = [*GRPC_CALL, (b"x-a", b"1"), (b"x-c", b"2")]
+    assert decoder.decode(blocks[2]) == list(reference.decode(blocks[2], raw=True)) == last
+
+
+def test_header_list_over_twice_the_limit_ends_the_connection_enhance_your_calm() -> None:
+    # Not COMPRESSION_ERROR: the block is good HPACK, only too large to decode.
+    block = hpack.Encoder().encode([*GRPC_CALL, (b"x-big", b"v" * 5000)])
+    with pytest.raises(Http2Error) as refused:
         HeaderBlockDecoder(1024).decode(block)
+    assert (refused.value.code, str(refused.value)) == (ENHANCE_YOUR_CALM, "header list larger than 2048 bytes")
 
 
 @pytest.mark.parametrize("size", [0, 1, 126, 127, 128, 300, 70000])

@@ -62,6 +62,7 @@ from tests.h2_wire import (
     FRAME_SIZE_ERROR,
     GOAWAY,
     HEADERS,
+    INTERNAL_ERROR,
     NO_ERROR,
     PING,
     PREFACE,
@@ -293,6 +294,24 @@ def test_header_block_in_headers_and_continuation_frames(server, connect):
     client.send_data(1, grpc_message(infer_request([5.0, 6.0])))
     response = client.response(1)
     assert response.grpc_status == "0" and response.output() == [5.0, 6.0]
+
+
+def test_a_header_list_over_the_limit_fails_its_call_alone(server, connect, gate):
+    # tritonserver 2.51 (grpc's C-core) answers RESOURCE_EXHAUSTED on that stream and serves on; this server sent
+    # GOAWAY (COMPRESSION_ERROR or ENHANCE_YOUR_CALM): UNAVAILABLE, a retryable code, to every call of the channel.
+    client = connect(server)
+    held = client.start_call(infer_request([1.0], model="gate"))
+    assert gate.entered.wait(READ_S)
+    big = client.start_call(infer_request([2.0]), x_big="a" * 100_000, x_after="1")  # x-after: indexed by hpack
+    response = client.response(big)
+    assert response.trailers_only and response.grpc_status == "8"  # RESOURCE_EXHAUSTED
+    size = sum(32 + len(name) + len(value) for name, value in request_headers(x_big="a" * 100_000, x_after="1"))
+    assert response.trailers["grpc-message"] == f"received metadata size exceeds hard limit ({size} vs. 65536)"
+    gate.release.set()
+    assert client.response(held).output() == [1.0]
+    # The refused block's table entries are the server's too: this block refers to x-after's.
+    after = client.start_call(infer_request([3.0]), x_after="1")
+    assert client.response(after).output() == [3.0]
 
 
 def test_padded_headers_and_data_frames(server, connect):
@@ -699,8 +718,12 @@ PROTOCOL_ERRORS = {
         pack_frame(DATA, 0, 1)[:9].replace(b"\0\0\0", _length(MAX_FRAME + 1), 1),
         FRAME_SIZE_ERROR,
     ),
-    "headers frame over the header limit": (
-        pack_frame(HEADERS, END_HEADERS, 1)[:9].replace(b"\0\0\0", _length(70_000), 1),
+    "headers frame over the header block bound": (  # twice the 64 KiB limit (a stream error up to that)
+        pack_frame(HEADERS, END_HEADERS, 1)[:9].replace(b"\0\0\0", _length(300_000), 1),
+        ENHANCE_YOUR_CALM,
+    ),
+    "header list over twice the header limit": (  # a 125 KB block of good HPACK: not COMPRESSION_ERROR
+        lambda: pack_frame(HEADERS, END_HEADERS, 1, hpack.Encoder().encode(request_headers(x_big="a" * 200_000))),
         ENHANCE_YOUR_CALM,
     ),
     "data on an idle stream": (pack_frame(DATA, END_STREAM, 1, grpc_message(b"")), PROTOCOL_ERROR),
@@ -1029,6 +1052,25 @@ def test_a_grpc_timeout_is_read_as_grpcs_c_core_reads_it(server, connect, gate, 
     response = client.response(client.start_call(infer_request([1.0], model="gate"), grpc_timeout=timeout))
     assert (response.grpc_status, response.trailers["grpc-message"]) == ("4", "Deadline Exceeded")
     assert client.infer([2.0]).output() == [2.0]
+
+
+@pytest.mark.parametrize("timeout", ["", "abc", "10x", "-1S", "1.5S", "S", "1s"])
+def test_a_malformed_grpc_timeout_resets_its_stream(server, connect, timeout):
+    # tritonserver 2.51 (grpc's C-core) resets the stream INTERNAL_ERROR (grpc clients: INTERNAL, RST_STREAM 2),
+    # probed with each of these; this server served the call without a deadline.
+    client = connect(server)
+    response = client.response(client.start_call(infer_request([1.0]), grpc_timeout=timeout))
+    assert [frame.kind for frame in response.frames] == [RST_STREAM]
+    assert struct.unpack(">I", response.frames[0].payload)[0] == INTERNAL_ERROR
+    assert client.infer([2.0]).output() == [2.0]  # the connection serves on
+
+
+@pytest.mark.parametrize("timeout", [" 1S", "1 S", "1234567890S", "99999999n"])
+def test_a_grpc_timeout_grpc_reads_is_served(server, connect, timeout):
+    # " 1S" and more than 10**9 units (no deadline) were served by tritonserver 2.51 too.
+    client = connect(server)
+    response = client.response(client.start_call(infer_request([1.0]), grpc_timeout=timeout))
+    assert response.grpc_status == "0" and response.output() == [1.0]
 
 
 @pytest.mark.parametrize("content_type", ["application/grpcx", "application/grpc-web"])

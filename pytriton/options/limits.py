@@ -38,9 +38,10 @@ request of it until one ends, and HTTP/2 flow control holds the client meanwhile
 gRPC keepalive enforcement (ping strikes, minimum ping interval) is set by TritonConfig's
 `grpc_http2_*` options, as in Triton. Beyond these limits the gRPC server always enforces its HTTP/2
 rules: inbound flow-control windows of 4 MiB a stream and 16 MiB a connection, reopened as calls read
-(FLOW_CONTROL_ERROR for a client that sends past them), header blocks within max_header_bytes and a
-few CONTINUATION frames, and flood counters (RST_STREAM, PING, SETTINGS, frames carrying nothing)
-that end a connection with GOAWAY ENHANCE_YOUR_CALM (`pytriton/transport/grpc/floods.py`).
+(FLOW_CONTROL_ERROR for a client that sends past them), header blocks within twice max_header_bytes
+(a header list over max_header_bytes fails its call alone, RESOURCE_EXHAUSTED) and a few CONTINUATION
+frames, and flood counters (RST_STREAM, PING, SETTINGS, frames carrying nothing) that end a connection
+with GOAWAY ENHANCE_YOUR_CALM (`pytriton/transport/grpc/floods.py`).
 
 The HTTP limits are enforced by the HTTP server's connections (`pytriton/transport/http/connection.py`),
 which answer every refusal with a JSON error body.

@@ -44,16 +44,22 @@ class RpcAbort(Exception):
 
 
 def parse_timeout(value: bytes) -> Optional[float]:
-    """Seconds of a grpc-timeout header ("100m", "5S"...) as grpc's C-core reads it; None when malformed or endless.
+    """Seconds of a grpc-timeout header ("100m", "5S"...) as grpc's C-core reads it; None when endless.
 
     Spaces before, between and after the number and its unit are skipped, and more than 10**9 units is no deadline
     (tritonserver 2.51 answers DEADLINE_EXCEEDED to " 0n" and "000000000n", probed).
+
+    Raises:
+        ValueError: a value grpc's C-core cannot read ("", "abc", "10x", "-1S", "1.5S"): tritonserver 2.51
+            resets its stream (INTERNAL_ERROR).
     """
     unit = _TIMEOUT_UNITS.get(value[-1:])
     digits = value[:-1]
     if unit is None or not digits.isdigit() or len(digits) > 8:
         found = _TIMEOUT.fullmatch(value)
-        if found is None or int(found.group(1)) > _TIMEOUT_MOST:
+        if found is None:
+            raise ValueError(f"malformed grpc-timeout {value!r}")
+        if int(found.group(1)) > _TIMEOUT_MOST:
             return None
         digits, unit = found.group(1), _TIMEOUT_UNITS[found.group(2)]
     return int(digits) * unit

@@ -8,6 +8,10 @@ the memory (and is not remembered: decoding it again would change the table agai
 
 Responses never index anything (literal fields without indexing), so the encoder keeps no table and
 the peer's SETTINGS_HEADER_TABLE_SIZE never matters to it.
+
+A header list over the limit is refused on its stream alone (HeaderListTooLarge), as grpc's C-core (Triton)
+does: the block is decoded to its end all the same, so that the table stays the client's, within a second,
+wider bound (past it the block is an HPACK error, which ends the connection).
 """
 
 from __future__ import annotations
@@ -16,12 +20,29 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import hpack
 
+from pytriton.transport.grpc import frames as h2
+
 Header = Tuple[bytes, bytes]
 
 # The most blocks remembered per connection (blocks with a changing field, like grpc-timeout, never repeat),
 # and the largest one remembered: a repeated gRPC block is a few dozen bytes of table references.
 _REMEMBERED_BLOCKS = 64
 _REMEMBERED_BLOCK_BYTES = 1024
+# How far past the limit a header list (and a header block, in its frames) is still taken whole, decoded to its end
+# (to keep the table) and refused on its stream alone; a list over it is an HPACK error. It bounds what a refused
+# block costs, decoded twice: a field counts 32 bytes or more (at most 4 Ki fields, ~7 ms, a 64 KiB limit), and
+# hpack's Huffman decoding costs ~0.12 us a byte (a 128 KiB block of one field: ~30 ms; a plain one: ~0.1 ms).
+OVERSIZE_FACTOR = 2
+
+
+class HeaderListTooLarge(Exception):
+    """A header block decoded whole (the table is up to date) whose header list is over the limit."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        """A list of `size` bytes as HPACK counts them (32 + name + value a field), over `limit`."""
+        super().__init__(f"received metadata size exceeds hard limit ({size} vs. {limit})")  # grpc's words
+        self.size = size
+        self.limit = limit
 
 
 class HeaderBlockDecoder:
@@ -41,8 +62,13 @@ class HeaderBlockDecoder:
         table = self._table
         entries = table.dynamic_entries
         before = (len(entries), entries[0] if entries else None, table.maxsize)
+        saved = (list(entries), table._current_size, table._maxsize, table.resized)
         try:
             headers: List[Header] = list(self._decoder.decode(block, raw=True))
+        except hpack.OversizedHeaderListError:
+            self._known.clear()
+            self._decode_oversized(block, saved)
+            raise
         except hpack.HPACKError:
             self._known.clear()
             raise
@@ -57,6 +83,29 @@ class HeaderBlockDecoder:
         else:
             self._known.clear()
         return headers
+
+    def _decode_oversized(self, block: bytes, saved: Tuple[List[Header], int, int, bool]) -> None:
+        """Decode again, to its end, a block whose list went over the limit: hpack stopped it half-way.
+
+        Raises:
+            HeaderListTooLarge: the block's table changes made, its list within OVERSIZE_FACTOR times the limit.
+            Http2Error: ENHANCE_YOUR_CALM, a list over that (the block is not a compression error).
+        """
+        table, decoder = self._table, self._decoder
+        entries, table._current_size, table._maxsize, table.resized = saved
+        table.dynamic_entries.clear()
+        table.dynamic_entries.extend(entries)  # the table as before the block (hpack applied part of it)
+        limit = decoder.max_header_list_size
+        decoder.max_header_list_size = limit * OVERSIZE_FACTOR
+        try:
+            headers = decoder.decode(block, raw=True)
+        except hpack.OversizedHeaderListError:
+            bound = limit * OVERSIZE_FACTOR
+            raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, f"header list larger than {bound} bytes") from None
+        finally:
+            decoder.max_header_list_size = limit
+        size = sum(32 + len(name) + len(value) for name, value in headers)
+        raise HeaderListTooLarge(size, limit)
 
 
 def _integer(value: int, prefix_bits: int, first: int) -> bytes:

@@ -28,6 +28,7 @@ from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.connection import GrpcConnection
 from pytriton.transport.grpc.cutoffs import CutoffLog
 from pytriton.transport.grpc.handlers import CallLimit, Method, method_table
+from pytriton.transport.grpc.headers import OVERSIZE_FACTOR
 from pytriton.transport.grpc.servicer import InferenceServicer
 from pytriton.transport.grpc.settings import COMPRESSION_LEVELS, bind_address, tls_context
 from pytriton.transport.inflate import InflationBudget
@@ -66,8 +67,10 @@ class GrpcServerState:
         self.methods = methods
         self.max_message_bytes = limits.grpc_max_message_bytes
         self.max_header_list_bytes = limits.max_header_bytes
+        # A block over the list's limit is still read (a stream error, as with grpc), within a wider bound.
+        self.max_header_block_bytes = limits.max_header_bytes * OVERSIZE_FACTOR
         # A header block fits in this many CONTINUATION frames of the 16 KiB this server allows, and then some.
-        self.max_continuations = 8 + limits.max_header_bytes // h2.DEFAULT_MAX_FRAME
+        self.max_continuations = 8 + self.max_header_block_bytes // h2.DEFAULT_MAX_FRAME
         self.max_concurrent_streams = limits.grpc_max_concurrent_streams
         self.max_connections = limits.grpc_max_connections
         self.max_buffered_bytes = limits.grpc_max_buffered_bytes

@@ -31,7 +31,7 @@ from pytriton.transport.grpc.floods import FloodGauges
 from pytriton.transport.grpc.flow import STREAM_WINDOW, ReceiveWindows
 from pytriton.transport.grpc.framing import MAX_FRAME, FrameReader
 from pytriton.transport.grpc.goaway import GOAWAY_PING, Goaway
-from pytriton.transport.grpc.headers import Header, HeaderBlockDecoder
+from pytriton.transport.grpc.headers import Header, HeaderBlockDecoder, HeaderListTooLarge
 from pytriton.transport.grpc.keepalive import Keepalive
 from pytriton.transport.grpc.messages import MessageError, MessageReader, request_encoding, response_encoding
 from pytriton.transport.grpc.responses import ResponseSender
@@ -102,7 +102,7 @@ class Http2Session:
         self.loop = loop
         self._write = write
         self._close = close
-        self.reader = FrameReader(self, state.max_header_list_bytes, state.max_continuations)
+        self.reader = FrameReader(self, state.max_header_block_bytes, state.max_continuations)
         self._decoder = HeaderBlockDecoder(state.max_header_list_bytes)
         self._streams: st.StreamTable[GrpcCall] = st.StreamTable()
         self.calls = self._streams.live
@@ -252,7 +252,11 @@ class Http2Session:
 
     def on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         """A whole header block: a new call, a client's trailers ending its stream, or one to drop."""
-        headers = self._decoder.decode(block)  # even when dropped: the block may change the HPACK table
+        too_large: Optional[str] = None
+        try:
+            headers = self._decoder.decode(block)  # even when dropped: the block may change the HPACK table
+        except HeaderListTooLarge as error:  # refused on its stream alone (grpc's C-core); trailers end it all the same
+            headers, too_large = [], str(error)
         call = self.calls.get(stream_id)
         state = call.state if call is not None else self._streams.state_of(stream_id)
         action = st.RECEIVED[state][h2.HEADERS]
@@ -267,7 +271,7 @@ class Http2Session:
         elif stream_id % 2 == 0:
             raise h2.Http2Error(h2.PROTOCOL_ERROR, f"client stream {stream_id} has an even number")
         else:
-            self._open(stream_id, headers, bool(flags & h2.END_STREAM))
+            self._open(stream_id, headers, bool(flags & h2.END_STREAM), too_large)
 
     def on_rst_stream(self, stream_id: int) -> None:
         """The client cancelled a call; resets count against the rapid-reset limit (CVE-2023-44487)."""
@@ -384,14 +388,16 @@ class Http2Session:
 
     # -- streams ------------------------------------------------------------------------------------
 
-    def _open(self, stream_id: int, headers: List[Header], ended: bool) -> None:
-        """A request's headers: start its call, answer it at once, or refuse the stream."""
+    def _open(self, stream_id: int, headers: List[Header], ended: bool, too_large: Optional[str] = None) -> None:
+        """A request's headers: start its call, answer it at once, or refuse the stream.
+
+        `too_large` (grpc's words for a header list over the limit) answers it RESOURCE_EXHAUSTED.
+        """
         state = self._state
         if self.goaway.said or len(self.calls) >= state.max_concurrent_streams:
             self._streams.skip(stream_id, st.RESET_BY_SERVER)
             self._reset(stream_id, h2.REFUSED_STREAM)
             return
-        self.goaway.last_accepted = stream_id
         path = http_method = content_type = timeout = encoding = accepted = te = scheme = authority = None
         for name, value in headers:
             if name == b":path":
@@ -412,11 +418,20 @@ class Http2Session:
                 encoding = value
             elif name == b"grpc-accept-encoding":
                 accepted = value
+        try:
+            seconds = parse_timeout(timeout) if timeout is not None else None
+        except ValueError:  # grpc's C-core (Triton) resets the stream: grpc clients say INTERNAL
+            self._streams.skip(stream_id, st.RESET_BY_SERVER)
+            self._reset(stream_id, h2.INTERNAL_ERROR)
+            return
+        self.goaway.last_accepted = stream_id
         sender = self.sender
         method = state.methods.get(path) if path is not None else None
         try:
             malformed = http_method != b"POST" or te != b"trailers" or scheme not in _SCHEMES or path is None
-            if malformed or authority is None:
+            if too_large is not None:
+                sender.answer_status(stream_id, grpc.StatusCode.RESOURCE_EXHAUSTED, too_large)
+            elif malformed or authority is None:
                 sender.answer_status(stream_id, grpc.StatusCode.UNKNOWN, _malformed(http_method, te, scheme, path))
             elif content_type is None or not _grpc_content(content_type):
                 sender.answer_http(stream_id, b"415")
@@ -430,7 +445,7 @@ class Http2Session:
                     request_encoding(encoding), state.max_message_bytes, state.inflation_budget, state.receive_budget
                 )
                 call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
-                self._start(call, timeout, accepted)
+                self._start(call, seconds, accepted)
                 if ended:
                     self._end_of_request(call)
                 return
@@ -445,18 +460,19 @@ class Http2Session:
         if self.over_cap:
             self._leave_over_cap()
 
-    def _start(self, call: GrpcCall, timeout: Optional[bytes], accepted: Optional[bytes]) -> None:
-        """Open a call's stream; a streaming handler starts now, a unary one when its message is whole."""
+    def _start(self, call: GrpcCall, seconds: Optional[float], accepted: Optional[bytes]) -> None:
+        """Open a call's stream (its deadline `seconds` away); a streaming handler starts now, a unary one later.
+
+        A unary call's handler starts when its message is whole.
+        """
         if not self.calls:
             self._clock.phase = APP  # a call is in progress: the connection is not idle
         self._streams.open(call)
         compression = self._state.compression_level
         if compression and call.method.name in _COMPRESSED_RPCS:
             call.encoding = response_encoding(compression, accepted)
-        if timeout is not None:
-            seconds = parse_timeout(timeout)
-            if seconds is not None:
-                call.deadline = self.loop.call_later(seconds, call.expire)
+        if seconds is not None:
+            call.deadline = self.loop.call_later(seconds, call.expire)
         if call.method.streaming:
             call.start_streaming()
 
