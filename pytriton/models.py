@@ -153,6 +153,14 @@ def build_model(
     sequence_batcher = None
     if config.sequence_batcher is not None:
         sequence_batcher = resolve_sequence_batcher(model_name, config, inputs)
+    if not config.batching and config.batcher != DynamicBatcher():
+        # PyTriton 0.7 writes no dynamic_batching for such a model either; say so instead of dropping it silently
+        LOGGER.warning(
+            "model '%s': ModelConfig.batcher has no effect because batching=False: a model that does not batch "
+            "has no dynamic batcher, so its delay, preferred sizes, ordering, priority levels and queue policies "
+            "are not applied (set batching=True, or leave batcher at its default)",
+            model_name,
+        )
     batcher = copy.deepcopy(config.batcher) if config.batching and sequence_batcher is None else None
     if batcher is not None:
         _check_batcher(batcher, config.max_batch_size)

@@ -24,7 +24,7 @@ from pytriton.exceptions import (
     PyTritonModelConfigError,
     PyTritonValidationError,
 )
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
 from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy
 from tests.fleet import free_ports
 from tests.http_helpers import post_json, request
@@ -440,6 +440,21 @@ def test_response_cache_without_cache_config_warns(caplog):
         tensor = [Tensor(dtype=np.float32, shape=(-1,))]
         triton.bind("cached", _identity, tensor, tensor, config=ModelConfig(response_cache=True))
     assert "no cache is configured" in caplog.text
+
+
+def test_a_batcher_on_a_model_that_does_not_batch_is_warned_of(caplog):
+    # 0.7 writes no dynamic_batching for batching=False: the batcher's settings are dropped, here with a warning
+    batcher = DynamicBatcher(
+        priority_levels=2, default_priority_level=1, default_queue_policy=QueuePolicy(max_queue_size=1)
+    )
+    with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+        tensor = [Tensor(dtype=np.float32, shape=(-1,))]
+        triton.bind("plain", _identity, tensor, tensor, config=ModelConfig(batching=False))
+        assert "ModelConfig.batcher" not in caplog.text
+        triton.bind("queued", _identity, tensor, tensor, config=ModelConfig(batching=False, batcher=batcher))
+        status, _, body = request(triton.http_port, "GET", "/v2/models/queued/config")
+    assert "model 'queued': ModelConfig.batcher has no effect because batching=False" in caplog.text
+    assert status == 200 and b"dynamic_batching" not in body
 
 
 def test_triton_config_takes_keywords_only_as_0_7s_does():
