@@ -272,6 +272,24 @@ def test_options_without_effect_warn_and_invalid_ones_fail(caplog):
         Triton(config=TritonConfig(http_restricted_api="nope:key=value"))
 
 
+def test_options_of_an_endpoint_not_served_are_warned_of(caplog, monkeypatch):
+    # tritonserver ignores --grpc-port with --allow-grpc=false without a word; the user who set one hears why
+    monkeypatch.delenv("AIP_MODE", raising=False)
+    unserved = {"allow_grpc": False, "allow_metrics": False, "allow_sagemaker": None, "allow_vertex_ai": None}
+    options = {"grpc_port": 0, "grpc_use_ssl": False, "metrics_port": 0, "metrics_interval_ms": 100}
+    options.update({"allow_cpu_metrics": False, "sagemaker_port": 0, "vertex_ai_port": 0})
+    Triton(config=TritonConfig(http_port=0, **unserved, **options)).stop()
+    assert "TritonConfig.grpc_port has no effect: gRPC is not served (allow_grpc=False)" in caplog.text
+    assert "TritonConfig.metrics_interval_ms, metrics_port have no effect: metrics are not served" in caplog.text
+    assert "TritonConfig.sagemaker_port has no effect: the SageMaker frontend is not served" in caplog.text
+    assert "TritonConfig.vertex_ai_port has no effect: the Vertex AI frontend is not served" in caplog.text
+    assert "grpc_use_ssl" not in caplog.text and "allow_cpu_metrics" not in caplog.text  # False asks for nothing
+    caplog.clear()
+    served = {"allow_grpc": True, "allow_metrics": True, "allow_sagemaker": True, "allow_vertex_ai": True}
+    Triton(config=TritonConfig(http_port=0, **served, **options)).stop()
+    assert "no effect" not in caplog.text
+
+
 def test_entering_the_context_starts_the_server_as_0_7_does():
     """nvidia-pytriton 0.7 launches tritonserver in __enter__ (it printed its startup log before any bind)."""
     with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
