@@ -330,7 +330,20 @@ def cast_config_value(name: str, hint: Any, value: Any, *, source: Optional[str]
 
 
 def resolve_config(explicit: Optional[TritonConfig]) -> TritonConfig:
-    """Merge options: explicit config over environment variables over defaults."""
+    """Merge options: explicit config over environment variables over defaults.
+
+    The explicit config's values are cast to their fields' types, as the environment's are: 0.7 handed them to
+    tritonserver's command line as text, so `http_port="8000"`, `allow_grpc="false"` or `strict_readiness=0`
+    worked there, and a value of the wrong type here was a TypeError or, for a switch, taken as true.
+
+    Raises:
+        PyTritonValidationError: an explicit value does not cast (the message names the field).
+    """
     from_env = {name: value for name, value in TritonConfig.from_env().to_dict().items() if value is not None}
-    given = {name: value for name, value in (explicit.to_dict() if explicit else {}).items() if value is not None}
+    hints = typing.get_type_hints(TritonConfig)
+    given = {
+        name: cast_config_value(name, hints[name], value)
+        for name, value in (explicit.to_dict() if explicit else {}).items()
+        if value is not None
+    }
     return TritonConfig(**{**from_env, **given})

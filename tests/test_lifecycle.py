@@ -290,6 +290,19 @@ def test_options_of_an_endpoint_not_served_are_warned_of(caplog, monkeypatch):
     assert "no effect" not in caplog.text
 
 
+def test_config_values_given_as_text_in_code_are_cast_as_0_7s_command_line_took_them():
+    # 0.7 passed TritonConfig's values to tritonserver's command line as text: http_port="8000" (read from the
+    # environment, say) served on 8000 and allow_grpc="false" turned gRPC off. Here the first was a TypeError and
+    # the second served gRPC, as a non-empty string is true.
+    config = TritonConfig(http_port="0", allow_grpc="false", allow_metrics="0", allow_vertex_ai="false")
+    with Triton(config=config) as triton:  # allow_vertex_ai "false" keeps the default policy: serving on enter
+        assert triton.is_connected() and isinstance(triton.http_port, int)
+        assert triton.grpc_port is None and triton.metrics_port is None
+        assert request(triton.http_port, "GET", "/v2/health/ready")[0] == 200
+    with pytest.raises(PyTritonValidationError, match=r"TritonConfig\.http_port must be an integer, got 'eighty'"):
+        Triton(config=TritonConfig(http_port="eighty"))
+
+
 def test_entering_the_context_starts_the_server_as_0_7_does():
     """nvidia-pytriton 0.7 launches tritonserver in __enter__ (it printed its startup log before any bind)."""
     with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
