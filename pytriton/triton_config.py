@@ -322,6 +322,8 @@ def cast_config_value(name: str, hint: Any, value: Any, *, source: Optional[str]
         if text in _FALSE:
             return False
         raise PyTritonValidationError(f"{source} must be true or false, got {value!r}")
+    if target is int and isinstance(value, float) and not value.is_integer():
+        raise PyTritonValidationError(f"{source} must be an integer, got {value!r}")  # int() would cut 1.5 to 1
     try:
         return target(value)
     except (TypeError, ValueError):

@@ -301,6 +301,8 @@ def test_config_values_given_as_text_in_code_are_cast_as_0_7s_command_line_took_
         assert request(triton.http_port, "GET", "/v2/health/ready")[0] == 200
     with pytest.raises(PyTritonValidationError, match=r"TritonConfig\.http_port must be an integer, got 'eighty'"):
         Triton(config=TritonConfig(http_port="eighty"))
+    with pytest.raises(PyTritonValidationError, match=r"TritonConfig\.exit_timeout_secs must be an integer, got 2\.5"):
+        Triton(config=TritonConfig(exit_timeout_secs=2.5))
 
 
 def test_entering_the_context_starts_the_server_as_0_7_does():
