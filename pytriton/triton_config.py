@@ -242,7 +242,10 @@ class TritonConfig:
 
     def __post_init__(self) -> None:
         """Validate configuration for early error handling."""
-        if self.allow_http not in (True, None) and self.allow_grpc not in (True, None):
+        hint = Optional[bool]  # cast as resolve_config will: allow_http="true" allows HTTP
+        http = cast_config_value("allow_http", hint, self.allow_http)
+        grpc = cast_config_value("allow_grpc", hint, self.allow_grpc)
+        if http is False and grpc is False:
             raise PyTritonValidationError("The `http` or `grpc` endpoint has to be allowed.")
 
     def to_dict(self) -> Dict[str, Any]:

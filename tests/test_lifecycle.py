@@ -295,6 +295,7 @@ def test_config_values_given_as_text_in_code_are_cast_as_0_7s_command_line_took_
     # environment, say) served on 8000 and allow_grpc="false" turned gRPC off. Here the first was a TypeError and
     # the second served gRPC, as a non-empty string is true.
     config = TritonConfig(http_port="0", allow_grpc="false", allow_metrics="0", allow_vertex_ai="false")
+    assert TritonConfig(allow_http="true", allow_grpc="false").allow_http == "true"  # one endpoint: accepted
     with Triton(config=config) as triton:  # allow_vertex_ai "false" keeps the default policy: serving on enter
         assert triton.is_connected() and isinstance(triton.http_port, int)
         assert triton.grpc_port is None and triton.metrics_port is None
