@@ -158,7 +158,7 @@ def build_model(
     sequence_batcher = None
     if config.sequence_batcher is not None:
         sequence_batcher = resolve_sequence_batcher(model_name, config, inputs)
-    if not config.batching and config.batcher != DynamicBatcher():
+    if not config.batching and config.batcher not in (None, DynamicBatcher()):
         # PyTriton 0.7 writes no dynamic_batching for such a model either; say so instead of dropping it silently
         LOGGER.warning(
             "model '%s': ModelConfig.batcher has no effect because batching=False: a model that does not batch "
@@ -296,7 +296,7 @@ def build_ensemble(
             ("decoupled", config.decoupled),
             ("response_cache", config.response_cache),
             ("sequence_batcher", config.sequence_batcher is not None),
-            ("batcher", config.batcher != DynamicBatcher()),
+            ("batcher", config.batcher not in (None, DynamicBatcher())),
         )
         if set_
     ]

@@ -484,6 +484,7 @@ def test_a_batcher_on_a_model_that_does_not_batch_is_warned_of(caplog):
     with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
         tensor = [Tensor(dtype=np.float32, shape=(-1,))]
         triton.bind("plain", _identity, tensor, tensor, config=ModelConfig(batching=False))
+        triton.bind("no_batcher", _identity, tensor, tensor, config=ModelConfig(batching=False, batcher=None))
         assert "ModelConfig.batcher" not in caplog.text
         triton.bind("queued", _identity, tensor, tensor, config=ModelConfig(batching=False, batcher=batcher))
         status, _, body = request(triton.http_port, "GET", "/v2/models/queued/config")

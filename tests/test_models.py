@@ -251,3 +251,13 @@ def test_version_0_is_served_as_0_7_serves_it() -> None:
                 [],
                 model_version=-1,
             )
+
+
+def test_batcher_none_is_no_dynamic_batcher_not_a_batcher_set(triton: Triton, caplog: pytest.LogCaptureFixture) -> None:
+    # batcher=None is 0.7's way to write no dynamic_batching: neither "set" on a model that does not batch (warned
+    # of as having no effect) nor on an ensemble (refused as a batcher of its own)
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    triton.bind("plain", lambda requests: requests, tensors, tensors, config=ModelConfig(batching=False, batcher=None))
+    assert "ModelConfig.batcher" not in caplog.text
+    step = EnsembleStep("plain", input_map={"x": "x"}, output_map={"x": "x"})
+    triton.bind_ensemble("e", [step], tensors, tensors, config=ModelConfig(batching=False, batcher=None))
