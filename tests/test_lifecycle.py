@@ -285,6 +285,11 @@ def test_options_of_an_endpoint_not_served_are_warned_of(caplog, monkeypatch):
     assert "TritonConfig.vertex_ai_port has no effect: the Vertex AI frontend is not served" in caplog.text
     assert "grpc_use_ssl" not in caplog.text and "allow_cpu_metrics" not in caplog.text  # False asks for nothing
     caplog.clear()
+    # the metrics port listens on http_address, HTTP served or not: only HTTP's own options are reported
+    Triton(config=TritonConfig(allow_http=False, grpc_port=0, http_port=0, http_address="127.0.0.1")).stop()
+    assert "TritonConfig.http_port has no effect: HTTP is not served (allow_http=False)" in caplog.text
+    assert "http_address" not in caplog.text
+    caplog.clear()
     served = {"allow_grpc": True, "allow_metrics": True, "allow_sagemaker": True, "allow_vertex_ai": True}
     Triton(config=TritonConfig(http_port=0, **served, **options)).stop()
     assert "no effect" not in caplog.text

@@ -51,8 +51,10 @@ _NOT_IMPLEMENTED: Dict[str, str] = {}
 # Options that are accepted but not applied yet: a warning each.
 _NOT_APPLIED: Dict[str, str] = {}
 _METRICS_FLAGS = ("counter_latencies", "histogram_latencies", "summary_latencies")
-# The options of each endpoint, which do nothing while it is not served.
-_HTTP_OPTIONS = ("http_address", "http_port", "http_header_forward_pattern", "http_restricted_api")
+# The options of each endpoint, which do nothing while it is not served. http_address and http_restricted_api are
+# not HTTP's alone: the metrics (by default), SageMaker, Vertex AI and OpenAI ports listen on that address, and the
+# restrictions apply to their APIs too.
+_HTTP_OPTIONS = ("http_port", "http_header_forward_pattern")
 _GRPC_OPTIONS = (
     "grpc_address",
     "grpc_port",
