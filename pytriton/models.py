@@ -128,6 +128,12 @@ def _dtype_hint(dtype: Any) -> str:
     return f" ('{dtype}' is Triton's name of {numpy_name}: use that)"
 
 
+def check_model_version(model_version: Any) -> None:
+    """Refuse a model version that is no integer >= 0 (0.7 serves version 0, as Triton does: `versions: ["0"]`)."""
+    if not isinstance(model_version, int) or model_version < 0:
+        raise PyTritonBadParameterError(f"model_version must be an integer >= 0, got {model_version!r}")
+
+
 def build_model(
     *,
     model_name: str,
@@ -141,8 +147,7 @@ def build_model(
 ) -> Tuple[ModelSpec, TritonModelConfig]:
     """Check a binding and resolve it into the engine's spec and PyTriton's TritonModelConfig."""
     validate_model_name(model_name)
-    if not isinstance(model_version, int) or model_version < 1:
-        raise PyTritonBadParameterError(f"model_version must be a positive integer, got {model_version!r}")
+    check_model_version(model_version)
     if config.batching and config.max_batch_size < 1:
         raise PyTritonBadParameterError("max_batch_size must be >= 1 when batching is enabled")
     if config.decoupled and config.response_cache:
@@ -153,6 +158,14 @@ def build_model(
     sequence_batcher = None
     if config.sequence_batcher is not None:
         sequence_batcher = resolve_sequence_batcher(model_name, config, inputs)
+    if not config.batching and config.batcher not in (None, DynamicBatcher()):
+        # PyTriton 0.7 writes no dynamic_batching for such a model either; say so instead of dropping it silently
+        LOGGER.warning(
+            "model '%s': ModelConfig.batcher has no effect because batching=False: a model that does not batch "
+            "has no dynamic batcher, so its delay, preferred sizes, ordering, priority levels and queue policies "
+            "are not applied (set batching=True, or leave batcher at its default)",
+            model_name,
+        )
     batcher = copy.deepcopy(config.batcher) if config.batching and sequence_batcher is None else None
     if batcher is not None:
         _check_batcher(batcher, config.max_batch_size)
@@ -272,8 +285,7 @@ def build_ensemble(
         PyTritonModelConfigError: an option an ensemble cannot have (Triton's words where it has them).
     """
     validate_model_name(model_name)
-    if not isinstance(model_version, int) or model_version < 1:
-        raise PyTritonBadParameterError(f"model_version must be a positive integer, got {model_version!r}")
+    check_model_version(model_version)
     if config.batching and config.max_batch_size < 1:
         raise PyTritonBadParameterError("max_batch_size must be >= 1 when batching is enabled")
     if config.model_warmup:
@@ -284,7 +296,7 @@ def build_ensemble(
             ("decoupled", config.decoupled),
             ("response_cache", config.response_cache),
             ("sequence_batcher", config.sequence_batcher is not None),
-            ("batcher", config.batcher != DynamicBatcher()),
+            ("batcher", config.batcher not in (None, DynamicBatcher())),
         )
         if set_
     ]
@@ -296,7 +308,7 @@ def build_ensemble(
     for index, step in enumerate(steps):
         if not isinstance(step, EnsembleStep):
             raise PyTritonBadParameterError(f"step {index} of ensemble '{model_name}' is not an EnsembleStep")
-        if not isinstance(step.model_version, int) or (step.model_version < 1 and step.model_version != -1):
+        if not isinstance(step.model_version, int) or step.model_version < -1:
             raise PyTritonBadParameterError(
                 f"step {index} of ensemble '{model_name}': model_version must be -1 (latest) or a version number"
             )

@@ -122,7 +122,8 @@ class Triton(TritonBase):
         )
         configure_logging(self._config.log_verbose, self._config.log_file)
         if triton_lifecycle_policy is None:
-            vertex_ai = config is not None and bool(config.allow_vertex_ai)
+            # only an explicit allow_vertex_ai counts, as in 0.7; self._config holds it cast ("false" is false)
+            vertex_ai = config is not None and config.allow_vertex_ai is not None and bool(self._config.allow_vertex_ai)
             triton_lifecycle_policy = VertextAILifecyclePolicy if vertex_ai else DefaultTritonLifecyclePolicy
         options = self._options
         scheme, address, port = ("http", options.http_address, options.http_port)

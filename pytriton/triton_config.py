@@ -242,7 +242,10 @@ class TritonConfig:
 
     def __post_init__(self) -> None:
         """Validate configuration for early error handling."""
-        if self.allow_http not in (True, None) and self.allow_grpc not in (True, None):
+        hint = Optional[bool]  # cast as resolve_config will: allow_http="true" allows HTTP
+        http = cast_config_value("allow_http", hint, self.allow_http)
+        grpc = cast_config_value("allow_grpc", hint, self.allow_grpc)
+        if http is False and grpc is False:
             raise PyTritonValidationError("The `http` or `grpc` endpoint has to be allowed.")
 
     def to_dict(self) -> Dict[str, Any]:
@@ -322,6 +325,8 @@ def cast_config_value(name: str, hint: Any, value: Any, *, source: Optional[str]
         if text in _FALSE:
             return False
         raise PyTritonValidationError(f"{source} must be true or false, got {value!r}")
+    if target is int and isinstance(value, float) and not value.is_integer():
+        raise PyTritonValidationError(f"{source} must be an integer, got {value!r}")  # int() would cut 1.5 to 1
     try:
         return target(value)
     except (TypeError, ValueError):
@@ -330,7 +335,20 @@ def cast_config_value(name: str, hint: Any, value: Any, *, source: Optional[str]
 
 
 def resolve_config(explicit: Optional[TritonConfig]) -> TritonConfig:
-    """Merge options: explicit config over environment variables over defaults."""
+    """Merge options: explicit config over environment variables over defaults.
+
+    The explicit config's values are cast to their fields' types, as the environment's are: 0.7 handed them to
+    tritonserver's command line as text, so `http_port="8000"`, `allow_grpc="false"` or `strict_readiness=0`
+    worked there, and a value of the wrong type here was a TypeError or, for a switch, taken as true.
+
+    Raises:
+        PyTritonValidationError: an explicit value does not cast (the message names the field).
+    """
     from_env = {name: value for name, value in TritonConfig.from_env().to_dict().items() if value is not None}
-    given = {name: value for name, value in (explicit.to_dict() if explicit else {}).items() if value is not None}
+    hints = typing.get_type_hints(TritonConfig)
+    given = {
+        name: cast_config_value(name, hints[name], value)
+        for name, value in (explicit.to_dict() if explicit else {}).items()
+        if value is not None
+    }
     return TritonConfig(**{**from_env, **given})

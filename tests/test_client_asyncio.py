@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any, Coroutine, Iterator, List, TypeVar
 
 import numpy as np
@@ -143,6 +144,11 @@ def test_queue_full(client_url: str, queue_gate: Gate) -> None:
     errors = run(scenario())
     assert len(errors) == 3
     assert all(isinstance(error, PyTritonClientQueueFullError) for error in errors)
+    # 0.7's AsyncioModelClient raises it as every error the server answers, in its words
+    assert all(isinstance(error, PyTritonClientInferenceServerError) for error in errors)
+    side = r"Error occurred on Triton Inference Server side:\n "
+    worded = re.compile(side + r"(\[request id: \d+\] )?Exceeds maximum queue size")
+    assert all(worded.fullmatch(str(error)) for error in errors)
 
 
 def test_use_after_close_and_argument_errors(client_url: str) -> None:

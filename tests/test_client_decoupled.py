@@ -67,15 +67,18 @@ def test_error_mid_stream(grpc_url: str) -> None:
     with DecoupledModelClient(grpc_url, "stream_fail") as client:
         responses = client.infer_sample(x=floats(5))
         assert next(responses)["y"].tolist() == [5]
-        with pytest.raises(PyTritonClientInferenceServerError, match="the stream broke"):
+        with pytest.raises(PyTritonClientInferenceServerError, match="the stream broke") as sync_error:
             next(responses)
+    assert str(sync_error.value).startswith("Error occurred during inference request. Message: ")
 
     async def scenario() -> None:
         async with AsyncioDecoupledModelClient(grpc_url, "stream_fail") as client:
             responses = client.infer_sample(x=floats(6))
             assert (await responses.__anext__())["y"].tolist() == [6]
-            with pytest.raises(PyTritonClientInferenceServerError, match="the stream broke"):
+            with pytest.raises(PyTritonClientInferenceServerError, match="the stream broke") as error:
                 await responses.__anext__()
+        # 0.7's AsyncioDecoupledModelClient words the server's errors as its AsyncioModelClient does
+        assert str(error.value).startswith("Error occurred on Triton Inference Server side:\n ")
 
     run(scenario())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
@@ -133,6 +134,12 @@ def test_queue_full(client_url: str, queue_gate: Gate) -> None:
         errors = [future.exception(WAIT_S) for future in others]
     assert all(isinstance(error, PyTritonClientQueueFullError) for error in outcomes)
     assert sum(isinstance(error, PyTritonClientQueueFullError) for error in errors) == 3
+    # 0.7 raises every error the server answers as PyTritonClientInferenceServerError, this one too, in its words
+    assert all(isinstance(error, PyTritonClientInferenceServerError) for error in outcomes)
+    worded = re.compile(
+        r"Error occurred during inference request\. Message: (\[request id: \d+\] )?Exceeds maximum queue size"
+    )
+    assert all(worded.fullmatch(str(error)) for error in outcomes)
     assert sum(error is None for error in errors) == 1
 
 

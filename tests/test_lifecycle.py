@@ -24,7 +24,7 @@ from pytriton.exceptions import (
     PyTritonModelConfigError,
     PyTritonValidationError,
 )
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
 from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy
 from tests.fleet import free_ports
 from tests.http_helpers import post_json, request
@@ -272,6 +272,45 @@ def test_options_without_effect_warn_and_invalid_ones_fail(caplog):
         Triton(config=TritonConfig(http_restricted_api="nope:key=value"))
 
 
+def test_options_of_an_endpoint_not_served_are_warned_of(caplog, monkeypatch):
+    # tritonserver ignores --grpc-port with --allow-grpc=false without a word; the user who set one hears why
+    monkeypatch.delenv("AIP_MODE", raising=False)
+    unserved = {"allow_grpc": False, "allow_metrics": False, "allow_sagemaker": None, "allow_vertex_ai": None}
+    options = {"grpc_port": 0, "grpc_use_ssl": False, "metrics_port": 0, "metrics_interval_ms": 100}
+    options.update({"allow_cpu_metrics": False, "sagemaker_port": 0, "vertex_ai_port": 0})
+    Triton(config=TritonConfig(http_port=0, **unserved, **options)).stop()
+    assert "TritonConfig.grpc_port has no effect: gRPC is not served (allow_grpc=False)" in caplog.text
+    assert "TritonConfig.metrics_interval_ms, metrics_port have no effect: metrics are not served" in caplog.text
+    assert "TritonConfig.sagemaker_port has no effect: the SageMaker frontend is not served" in caplog.text
+    assert "TritonConfig.vertex_ai_port has no effect: the Vertex AI frontend is not served" in caplog.text
+    assert "grpc_use_ssl" not in caplog.text and "allow_cpu_metrics" not in caplog.text  # False asks for nothing
+    caplog.clear()
+    # the metrics port listens on http_address, HTTP served or not: only HTTP's own options are reported
+    Triton(config=TritonConfig(allow_http=False, grpc_port=0, http_port=0, http_address="127.0.0.1")).stop()
+    assert "TritonConfig.http_port has no effect: HTTP is not served (allow_http=False)" in caplog.text
+    assert "http_address" not in caplog.text
+    caplog.clear()
+    served = {"allow_grpc": True, "allow_metrics": True, "allow_sagemaker": True, "allow_vertex_ai": True}
+    Triton(config=TritonConfig(http_port=0, **served, **options)).stop()
+    assert "no effect" not in caplog.text
+
+
+def test_config_values_given_as_text_in_code_are_cast_as_0_7s_command_line_took_them():
+    # 0.7 passed TritonConfig's values to tritonserver's command line as text: http_port="8000" (read from the
+    # environment, say) served on 8000 and allow_grpc="false" turned gRPC off. Here the first was a TypeError and
+    # the second served gRPC, as a non-empty string is true.
+    config = TritonConfig(http_port="0", allow_grpc="false", allow_metrics="0", allow_vertex_ai="false")
+    assert TritonConfig(allow_http="true", allow_grpc="false").allow_http == "true"  # one endpoint: accepted
+    with Triton(config=config) as triton:  # allow_vertex_ai "false" keeps the default policy: serving on enter
+        assert triton.is_connected() and isinstance(triton.http_port, int)
+        assert triton.grpc_port is None and triton.metrics_port is None
+        assert request(triton.http_port, "GET", "/v2/health/ready")[0] == 200
+    with pytest.raises(PyTritonValidationError, match=r"TritonConfig\.http_port must be an integer, got 'eighty'"):
+        Triton(config=TritonConfig(http_port="eighty"))
+    with pytest.raises(PyTritonValidationError, match=r"TritonConfig\.exit_timeout_secs must be an integer, got 2\.5"):
+        Triton(config=TritonConfig(exit_timeout_secs=2.5))
+
+
 def test_entering_the_context_starts_the_server_as_0_7_does():
     """nvidia-pytriton 0.7 launches tritonserver in __enter__ (it printed its startup log before any bind)."""
     with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
@@ -440,6 +479,22 @@ def test_response_cache_without_cache_config_warns(caplog):
         tensor = [Tensor(dtype=np.float32, shape=(-1,))]
         triton.bind("cached", _identity, tensor, tensor, config=ModelConfig(response_cache=True))
     assert "no cache is configured" in caplog.text
+
+
+def test_a_batcher_on_a_model_that_does_not_batch_is_warned_of(caplog):
+    # 0.7 writes no dynamic_batching for batching=False: the batcher's settings are dropped, here with a warning
+    batcher = DynamicBatcher(
+        priority_levels=2, default_priority_level=1, default_queue_policy=QueuePolicy(max_queue_size=1)
+    )
+    with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+        tensor = [Tensor(dtype=np.float32, shape=(-1,))]
+        triton.bind("plain", _identity, tensor, tensor, config=ModelConfig(batching=False))
+        triton.bind("no_batcher", _identity, tensor, tensor, config=ModelConfig(batching=False, batcher=None))
+        assert "ModelConfig.batcher" not in caplog.text
+        triton.bind("queued", _identity, tensor, tensor, config=ModelConfig(batching=False, batcher=batcher))
+        status, _, body = request(triton.http_port, "GET", "/v2/models/queued/config")
+    assert "model 'queued': ModelConfig.batcher has no effect because batching=False" in caplog.text
+    assert status == 200 and b"dynamic_batching" not in body
 
 
 def test_triton_config_takes_keywords_only_as_0_7s_does():

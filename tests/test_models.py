@@ -8,6 +8,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
 from pytriton.exceptions import (
     PyTritonBadParameterError,
@@ -15,8 +16,10 @@ from pytriton.exceptions import (
     PyTritonModelConfigError,
     PyTritonValidationError,
 )
-from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor, TimeoutAction
+from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, QueuePolicy, Tensor, TimeoutAction
 from pytriton.triton import Triton, TritonConfig
+from tests.conftest import grpc_url, running_triton
+from tests.http_helpers import post_json, request
 
 SHAPES = "expected a tuple of dims, each an int >= 1 or -1 for any size (without the batch axis), e.g. (-1,)"
 DTYPES = "expected a numpy type or dtype (np.float32, np.dtype('int64'), 'float32'), bytes or object for BYTES"
@@ -216,3 +219,45 @@ def test_a_model_bound_twice_is_refused_in_nvidia_pytriton_0_7s_words(triton: Tr
         triton.bind("m", lambda requests: requests, inputs=tensors, outputs=tensors)
     assert str(error.value).startswith("Cannot add model with the same name twice.")  # 0.7's message
     assert "'m' version 1 is already bound" in str(error.value)
+
+
+def test_version_0_is_served_as_0_7_serves_it() -> None:
+    # nvidia-pytriton 0.7 (tritonserver 2.51) serves model_version=0: metadata `"versions":["0"]`, and inference
+    # at the latest version or at /versions/0 answers `"model_version":"0"`; here bind refused it
+    def bind(triton: Triton) -> None:
+        tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+        triton.bind("v0", lambda requests: [{"x": r["x"]} for r in requests], tensors, tensors, model_version=0)
+
+    body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}
+    with running_triton(bind) as triton:
+        assert b'"versions":["0"]' in request(triton.http_port, "GET", "/v2/models/v0")[2]
+        for path in ("/v2/models/v0/infer", "/v2/models/v0/versions/0/infer"):
+            status, answer = post_json(triton.http_port, path, body)
+            assert (status, answer["model_version"]) == (200, "0")
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        tensor = grpcclient.InferInput("x", [1, 1], "FP32")
+        tensor.set_data_from_numpy(np.ones((1, 1), np.float32))
+        assert client.infer("v0", [tensor], model_version="0").get_response().model_version == "0"
+        client.close()
+        step = EnsembleStep("v0", input_map={"x": "x"}, output_map={"x": "x"}, model_version=0)
+        tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+        triton.bind_ensemble("e", [step], tensors, tensors)
+        assert post_json(triton.http_port, "/v2/models/e/infer", body)[0] == 200
+        with pytest.raises(PyTritonBadParameterError, match="model_version must be an integer >= 0, got -1"):
+            triton.bind(
+                "minus",
+                lambda requests: requests,
+                [Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                [],
+                model_version=-1,
+            )
+
+
+def test_batcher_none_is_no_dynamic_batcher_not_a_batcher_set(triton: Triton, caplog: pytest.LogCaptureFixture) -> None:
+    # batcher=None is 0.7's way to write no dynamic_batching: neither "set" on a model that does not batch (warned
+    # of as having no effect) nor on an ensemble (refused as a batcher of its own)
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    triton.bind("plain", lambda requests: requests, tensors, tensors, config=ModelConfig(batching=False, batcher=None))
+    assert "ModelConfig.batcher" not in caplog.text
+    step = EnsembleStep("plain", input_map={"x": "x"}, output_map={"x": "x"})
+    triton.bind_ensemble("e", [step], tensors, tensors, config=ModelConfig(batching=False, batcher=None))

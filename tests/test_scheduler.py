@@ -108,6 +108,20 @@ def test_requests_join_in_arrival_order():
     assert model.calls[1:] == [[1, 2, 3, 4], [5, 6, 7, 8]]
 
 
+def test_a_model_without_a_dynamic_batcher_runs_each_request_alone():
+    # ModelConfig(batcher=None): 0.7 writes no dynamic_batching, and Triton's default scheduler runs each request
+    # by itself (max_batch_size still bounds its rows); here the queued requests were batched together
+    model = Recorder(hold_first=True)
+    with _serve(model, ModelConfig(max_batch_size=4, batcher=None)) as triton:
+        first = _send_all(triton.http_port, [_body(0)])
+        assert model.started.wait(10)
+        rest = _send_all(triton.http_port, [_body(i, rows=2) for i in range(1, 4)])
+        _wait_pending(triton, 3)
+        model.release.set()
+        assert all(f.result()[0] == 200 for f in first + rest)
+    assert sorted(model.calls) == [[0], [1], [2], [3]] and sorted(model.rows) == [1, 2, 2, 2]
+
+
 def test_preferred_batch_size_fires_without_waiting_for_the_delay():
     model = Recorder()
     # A batch that waited for the delay would leave a minute late: no load on the machine comes near.

@@ -10,10 +10,10 @@ import numpy as np
 from tritonclient.grpc import service_pb2_grpc
 
 from pytriton.client._asyncio import AsyncioModelClient
-from pytriton.client._errors import client_error
+from pytriton.client._errors import asyncio_client_error, client_error
 from pytriton.client._request import Arrays, InferCall, Parameters, unbatch_outputs
 from pytriton.client._stream import CHANNEL_OPTIONS, stream_metadata, stream_outputs, stream_request
-from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientTimeoutError
+from pytriton.client.exceptions import PyTritonClientClosedError, PyTritonClientError, PyTritonClientTimeoutError
 
 
 class AsyncioDecoupledModelClient(AsyncioModelClient):
@@ -76,6 +76,10 @@ class AsyncioDecoupledModelClient(AsyncioModelClient):
             self._channel = grpc.aio.insecure_channel(self._triton_url.without_scheme, options=CHANNEL_OPTIONS)
         return service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
+    def _stream_error(self, error: BaseException, timeout_s: float) -> PyTritonClientError:
+        """An error a streamed response carries, in 0.7's AsyncioDecoupledModelClient's words for it."""
+        return asyncio_client_error(error, self._model_name, timeout_s, grpc=True)
+
     async def _stream(self, call: InferCall) -> AsyncGenerator[Arrays, None]:
         """Send the request, then yield each response's outputs until the final one."""
         self._check_call(call)
@@ -104,7 +108,7 @@ class AsyncioDecoupledModelClient(AsyncioModelClient):
                     raise client_error(error, self._inference_timeout_s) from error
                 if reply is grpc.aio.EOF:
                     return
-                outputs = stream_outputs(reply, self._inference_timeout_s)
+                outputs = stream_outputs(reply, self._inference_timeout_s, self._stream_error)
                 if outputs is None:
                     return
                 yield unbatch_outputs(config, outputs, call.sample)

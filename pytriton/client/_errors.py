@@ -28,6 +28,14 @@ TRANSLATED_ERRORS: Tuple[Type[BaseException], ...] = (
 _QUEUE_FULL_MESSAGE = "maximum queue size"
 
 
+class ServerQueueFullError(PyTritonClientQueueFullError, PyTritonClientInferenceServerError):
+    """The server refused a request because the model's queue is full (QueuePolicy.max_queue_size).
+
+    A PyTritonClientInferenceServerError in 0.7's words, as 0.7 raises it for every error the server answers (so
+    its users' `except PyTritonClientInferenceServerError` catches it), and a PyTritonClientQueueFullError too.
+    """
+
+
 def client_error(error: BaseException, timeout_s: float) -> PyTritonClientError:
     """The pytriton client error for an error raised while running an inference request."""
     if isinstance(error, PyTritonClientError):
@@ -49,7 +57,7 @@ def client_error(error: BaseException, timeout_s: float) -> PyTritonClientError:
             f"Timeout occurred during inference request. Timeout: {timeout_s} s. Message: {message}"
         )
     if _QUEUE_FULL_MESSAGE in message.lower():
-        return PyTritonClientQueueFullError(f"The server refused the request: {message}")
+        return ServerQueueFullError(f"Error occurred during inference request. Message: {message}")
     return PyTritonClientInferenceServerError(f"Error occurred during inference request. Message: {message}")
 
 
@@ -67,11 +75,12 @@ def asyncio_client_error(error: BaseException, model_name: str, timeout_s: float
         return PyTritonClientTimeoutError(f"Timeout exceeded while running inference for {model_name}")
     if isinstance(error, InferenceServerException):
         message = str(error.message() or "")
-        if _QUEUE_FULL_MESSAGE not in message.lower():
-            worded = f"Error occurred on Triton Inference Server side:\n {message}"
-            if "DEADLINE_EXCEEDED" in str(error.status() or "") or "Deadline Exceeded" in message:
-                return PyTritonClientTimeoutError(worded)
-            return PyTritonClientInferenceServerError(worded)
+        worded = f"Error occurred on Triton Inference Server side:\n {message}"
+        if _QUEUE_FULL_MESSAGE in message.lower():
+            return ServerQueueFullError(worded)
+        if "DEADLINE_EXCEEDED" in str(error.status() or "") or "Deadline Exceeded" in message:
+            return PyTritonClientTimeoutError(worded)
+        return PyTritonClientInferenceServerError(worded)
     return client_error(error, timeout_s)
 
 

@@ -7,7 +7,7 @@ tritonclient's generated stub.
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2
@@ -15,6 +15,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype, ser
 
 from pytriton.client._errors import client_error
 from pytriton.client._request import Arrays, Parameters
+from pytriton.client.exceptions import PyTritonClientError
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 # tritonclient's own channel settings: no limit below 2 GiB on message sizes.
@@ -66,14 +67,16 @@ def _set_parameter(parameter: Any, value: object) -> None:
         parameter.string_param = str(value)
 
 
-def stream_outputs(reply: Any, timeout_s: float) -> Optional[Arrays]:
+def stream_outputs(
+    reply: Any, timeout_s: float, translate: Callable[[BaseException, float], PyTritonClientError] = client_error
+) -> Optional[Arrays]:
     """The outputs of one ModelStreamInferResponse; None for the final one (its outputs are dropped).
 
     Raises:
-        PyTritonClientError: the translated error the response carries.
+        PyTritonClientError: the error the response carries, as `translate` words it (ModelClient's words by default).
     """
     if reply.error_message:
-        raise client_error(InferenceServerException(msg=reply.error_message), timeout_s)
+        raise translate(InferenceServerException(msg=reply.error_message), timeout_s)
     response = reply.infer_response
     final = response.parameters.get(_FINAL_RESPONSE)
     if final is not None and final.bool_param:

@@ -14,7 +14,8 @@ class BatchRules:
 
     A batch starts when it reaches max_batch_size, when the next request would not fit or has other
     non-batch dims, when the largest possible preferred size is reached, or when its oldest request
-    has waited max_queue_delay_microseconds.
+    has waited max_queue_delay_microseconds. A model without a dynamic batcher (`ModelConfig(batcher=None)`:
+    no `dynamic_batching`, Triton's default scheduler) runs each request alone, as a model that does not batch.
     """
 
     def __init__(self, spec: ModelSpec) -> None:
@@ -24,6 +25,7 @@ class BatchRules:
         self.delay_ns = (batcher.max_queue_delay_microseconds * 1000) if batcher else 0
         preferred = (batcher.preferred_batch_size if batcher else None) or []
         self._preferred = frozenset(size for size in preferred if 0 < size <= spec.max_batch_size)
+        self._one_at_a_time = not spec.batching or batcher is None
 
     def take_batch(self, queues: PriorityQueues, now_ns: int) -> Tuple[List[Entry], Optional[int]]:
         """Take the batch to run now out of `queues`, or take none and say when to look again.
@@ -41,7 +43,7 @@ class BatchRules:
             if entry.sink.done():
                 dead.append(entry)
                 continue
-            if not spec.batching:
+            if self._one_at_a_time:
                 taken.append(entry)
                 full = True
                 break

@@ -51,6 +51,36 @@ _NOT_IMPLEMENTED: Dict[str, str] = {}
 # Options that are accepted but not applied yet: a warning each.
 _NOT_APPLIED: Dict[str, str] = {}
 _METRICS_FLAGS = ("counter_latencies", "histogram_latencies", "summary_latencies")
+# The options of each endpoint, which do nothing while it is not served. http_address and http_restricted_api are
+# not HTTP's alone: the metrics (by default), SageMaker, Vertex AI and OpenAI ports listen on that address, and the
+# restrictions apply to their APIs too.
+_HTTP_OPTIONS = ("http_port", "http_header_forward_pattern")
+_GRPC_OPTIONS = (
+    "grpc_address",
+    "grpc_port",
+    "grpc_header_forward_pattern",
+    "grpc_use_ssl",
+    "grpc_use_ssl_mutual",
+    "grpc_server_cert",
+    "grpc_server_key",
+    "grpc_root_cert",
+    "grpc_infer_response_compression_level",
+    "grpc_keepalive_time",
+    "grpc_keepalive_timeout",
+    "grpc_keepalive_permit_without_calls",
+    "grpc_http2_max_pings_without_data",
+    "grpc_http2_min_recv_ping_interval_without_data",
+    "grpc_http2_max_ping_strikes",
+    "grpc_restricted_protocol",
+)
+_METRICS_OPTIONS = (
+    "allow_gpu_metrics",
+    "allow_cpu_metrics",
+    "metrics_interval_ms",
+    "metrics_port",
+    "metrics_address",
+    "metrics_config",
+)
 
 
 def resolve_options(
@@ -71,7 +101,7 @@ def resolve_options(
         if pattern:
             forward_pattern(pattern, option)  # refused before the server starts
     http_address = config.http_address or constants.DEFAULT_ADDRESS
-    return ServerOptions(
+    options = ServerOptions(
         http_enabled=config.allow_http is not False,
         http_address=http_address,
         http_port=_port("http_port", config.http_port, constants.DEFAULT_HTTP_PORT),
@@ -102,6 +132,36 @@ def resolve_options(
         vertex_ai=_vertex_ai(config),
         limits=resolve_limits(limits),
     )
+    _report_unserved(config, options)
+    return options
+
+
+def _report_unserved(config: TritonConfig, options: ServerOptions) -> None:
+    """Warn about options given for an endpoint that is not served (tritonserver ignores them without a word).
+
+    An option left None, or set to False, asks for nothing and is not reported.
+    """
+    unserved = (
+        (options.http_enabled, "HTTP is not served (allow_http=False)", _HTTP_OPTIONS),
+        (options.grpc_enabled, "gRPC is not served (allow_grpc=False)", _GRPC_OPTIONS),
+        (options.metrics_enabled, "metrics are not served (allow_metrics=False)", _METRICS_OPTIONS),
+        (
+            options.sagemaker is not None,
+            "the SageMaker frontend is not served (allow_sagemaker is not true)",
+            ("sagemaker_port",),
+        ),
+        (
+            options.vertex_ai is not None,
+            "the Vertex AI frontend is not served (allow_vertex_ai is not true, nor AIP_MODE=PREDICTION)",
+            ("vertex_ai_port", "vertex_ai_default_model"),
+        ),
+    )
+    for served, reason, names in unserved:
+        given = [name for name in names if getattr(config, name) is not None and getattr(config, name) is not False]
+        if not served and given:
+            LOGGER.warning(
+                "TritonConfig.%s %s no effect: %s", ", ".join(given), "has" if len(given) == 1 else "have", reason
+            )
 
 
 def _http_access(config: TritonConfig, token: AccessRules) -> AccessRules:
