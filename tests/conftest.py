@@ -103,7 +103,9 @@ def running_triton(
     The server's restricted APIs take ACCESS_TOKEN unless `security_config` says otherwise; `frontends` and
     `limits` (not TritonConfig fields) are passed to Triton.
     """
-    options = {"http_port": 0, "grpc_port": 0, "metrics_port": 0}
+    # A port only for an endpoint served: the port of one not served is warned of (it has no effect).
+    options = {"http_port": 0}
+    options.update({f"{name}_port": 0 for name in ("grpc", "metrics") if config.get(f"allow_{name}") is not False})
     options.update(config)
     frontends = options.pop("frontends", None)
     limits = options.pop("limits", None)
