@@ -439,6 +439,25 @@ def test_bad_process_instances_arguments_are_refused() -> None:
         ProcessInstances(double, env={"A": 1})  # type: ignore[dict-item]
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"count": True},
+        {"shm_budget_bytes": "1"},
+        {"shm_budget_bytes": 1.5},
+        {"start_timeout_s": float("nan")},
+        {"start_timeout_s": "5"},
+        {"env": {"A": "x\0y"}},
+        {"env": {"A=B": "x"}},
+        {"env": {"": "x"}},
+    ],
+)
+def test_options_the_processes_could_not_start_with_are_refused_when_given(options: Dict[str, Any]) -> None:
+    """They were taken, then failed the server's start ("embedded null byte") or raised a bare TypeError."""
+    with pytest.raises(PyTritonBadParameterError, match="ProcessInstances"):
+        ProcessInstances(double, **options)
+
+
 def forever(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
     while True:
         yield [{"y": request["x"]} for request in requests]

@@ -137,4 +137,7 @@ def environments(env: Any, count: int) -> Tuple[Mapping[str, str], ...]:
         for key, value in environment.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise ValueError(f"environment variables are strings, got {key!r}={value!r}")
+            # What the OS cannot take would otherwise fail the server's start with only "embedded null byte".
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(f"{key!r}={value!r} is not an environment variable (a name without '=', no NUL)")
     return tuple(found)
