@@ -22,7 +22,7 @@ import cloudpickle
 
 from pytriton.core.process_instances.protocol import INIT, START_FAILED, Init
 from pytriton.ipc.channel import LoopChannel
-from pytriton.ipc.spawn import HelperDidNotStart, start_helper, stop_process
+from pytriton.ipc.spawn import HelperDidNotStart, kill_group, start_helper, stop_process
 
 INSTANCE_INDEX_VARIABLE = "PYTRITON_INSTANCE_INDEX"
 
@@ -110,6 +110,7 @@ async def spawn(plan: ProcessPlan, index: int) -> Started:
             ((INIT, init), [plan.payloads[index]]),
             plan.start_timeout_s,
             environment,
+            own_group=True,  # what the user's code forks goes with it at the stop (kill_group)
         )
     except HelperDidNotStart as error:
         raise StartError(str(error)) from None
@@ -117,6 +118,7 @@ async def spawn(plan: ProcessPlan, index: int) -> Started:
     if head[0] == START_FAILED:
         channel.close()
         await stop_process(process, kill=False)
+        kill_group(process)
         raise StartError(f"loading its callable failed:\n{head[1].rstrip()}")
     return process, channel, head
 
