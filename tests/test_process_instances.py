@@ -495,6 +495,31 @@ def test_statistics_count_process_instance_calls(basic: Triton) -> None:
     assert int(after["inference_stats"]["compute_infer"]["ns"]) > int(before["inference_stats"]["compute_infer"]["ns"])
 
 
+def odd_arrays(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Outputs of kinds a model may return: an ndarray subclass, Fortran order, a strided view of a larger array."""
+    kind = int(requests[0]["x"].flat[0])
+    x = requests[0]["x"]
+    if kind == 0:
+        y = np.ma.masked_array(x * 2, mask=np.zeros(x.shape, dtype=bool))
+    elif kind == 1:
+        y = np.asfortranarray(np.stack([x * 2, x * 3], axis=1))[:, 0]
+    else:
+        y = np.repeat(x * 2, 3)[::3]
+    return [{"y": y}]
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2])
+def test_outputs_of_odd_array_kinds_reach_the_client(kind: int) -> None:
+    """A masked array (an ndarray subclass) failed the request: "'numpy.ndarray' object has no attribute 'cast'"."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind("odd", ProcessInstances(odd_arrays), **FP32_IO, config=ModelConfig(batching=False))
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        x = np.array([kind, 5, 7], dtype=np.float32)
+        assert _infer(triton, "odd", {"x": x})["y"].tolist() == (x * 2).tolist()
+
+
 def doubled_unless_negative(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     if any((request["x"] < 0).any() for request in requests):
         raise ValueError("negative input")
