@@ -69,7 +69,7 @@ class ProcessInstances:
         targets = list(infer_func) if isinstance(infer_func, (list, tuple)) else [infer_func or factory]
         if count is None:
             count = len(targets)
-        if not isinstance(count, int) or count < 1:
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise PyTritonBadParameterError(f"ProcessInstances count must be a positive integer, got {count!r}")
         if len(targets) == 1:
             targets = targets * count
@@ -79,8 +79,16 @@ class ProcessInstances:
         for target in targets:
             if not callable(target):
                 raise PyTritonBadParameterError(f"ProcessInstances: {target!r} is not callable")
-        if shm_budget_bytes < 0 or start_timeout_s <= 0:
-            raise PyTritonBadParameterError("ProcessInstances: shm_budget_bytes >= 0 and start_timeout_s > 0")
+        if not isinstance(shm_budget_bytes, int) or isinstance(shm_budget_bytes, bool) or shm_budget_bytes < 0:
+            raise PyTritonBadParameterError(
+                f"ProcessInstances shm_budget_bytes must be an integer >= 0, got {shm_budget_bytes!r}"
+            )
+        # `not > 0` also refuses NaN, which would pass `<= 0` and fail the server's start instead.
+        seconds = isinstance(start_timeout_s, (int, float)) and not isinstance(start_timeout_s, bool)
+        if not seconds or not start_timeout_s > 0:
+            raise PyTritonBadParameterError(
+                f"ProcessInstances start_timeout_s must be a number of seconds > 0, got {start_timeout_s!r}"
+            )
         try:
             self._environments = environments(env, count)
         except (TypeError, ValueError) as error:

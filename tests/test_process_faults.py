@@ -196,6 +196,27 @@ def test_a_process_whose_forked_child_lives_on_is_seen_to_die() -> None:
                 os.kill(child, signal.SIGKILL)
 
 
+def test_processes_a_model_forked_do_not_outlive_the_stop() -> None:
+    """They lived on, orphans, after the server stopped (holding whatever the model had open)."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind("forks", ProcessInstances(forks), **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton), network_timeout=20)
+        try:
+            child = int(_infer(client, "forks", np.array([1.0], np.float32))["pid"][0])
+        finally:
+            client.close()
+        started = started_at(child)
+    try:
+        # SIGKILLed in the stop, reaped by init: a moment may pass before it leaves /proc
+        wait_until(lambda: not alive(child, started), WAIT_S, "the forked process to be gone")
+    finally:
+        if alive(child, started):
+            os.kill(child, signal.SIGKILL)
+
+
 def trapped(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     """Echoes after 5 ms; the first batch of several requests once the test arms the trap waits to be killed.
 

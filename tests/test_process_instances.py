@@ -439,6 +439,25 @@ def test_bad_process_instances_arguments_are_refused() -> None:
         ProcessInstances(double, env={"A": 1})  # type: ignore[dict-item]
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"count": True},
+        {"shm_budget_bytes": "1"},
+        {"shm_budget_bytes": 1.5},
+        {"start_timeout_s": float("nan")},
+        {"start_timeout_s": "5"},
+        {"env": {"A": "x\0y"}},
+        {"env": {"A=B": "x"}},
+        {"env": {"": "x"}},
+    ],
+)
+def test_options_the_processes_could_not_start_with_are_refused_when_given(options: Dict[str, Any]) -> None:
+    """They were taken, then failed the server's start ("embedded null byte") or raised a bare TypeError."""
+    with pytest.raises(PyTritonBadParameterError, match="ProcessInstances"):
+        ProcessInstances(double, **options)
+
+
 def forever(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
     while True:
         yield [{"y": request["x"]} for request in requests]
@@ -474,6 +493,31 @@ def test_statistics_count_process_instance_calls(basic: Triton) -> None:
     assert after["inference_count"] - before["inference_count"] == 3
     assert after["execution_count"] - before["execution_count"] == 3
     assert int(after["inference_stats"]["compute_infer"]["ns"]) > int(before["inference_stats"]["compute_infer"]["ns"])
+
+
+def odd_arrays(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Outputs of kinds a model may return: an ndarray subclass, Fortran order, a strided view of a larger array."""
+    kind = int(requests[0]["x"].flat[0])
+    x = requests[0]["x"]
+    if kind == 0:
+        y = np.ma.masked_array(x * 2, mask=np.zeros(x.shape, dtype=bool))
+    elif kind == 1:
+        y = np.asfortranarray(np.stack([x * 2, x * 3], axis=1))[:, 0]
+    else:
+        y = np.repeat(x * 2, 3)[::3]
+    return [{"y": y}]
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2])
+def test_outputs_of_odd_array_kinds_reach_the_client(kind: int) -> None:
+    """A masked array (an ndarray subclass) failed the request: "'numpy.ndarray' object has no attribute 'cast'"."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind("odd", ProcessInstances(odd_arrays), **FP32_IO, config=ModelConfig(batching=False))
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        x = np.array([kind, 5, 7], dtype=np.float32)
+        assert _infer(triton, "odd", {"x": x})["y"].tolist() == (x * 2).tolist()
 
 
 def doubled_unless_negative(requests: List[Any]) -> List[Dict[str, np.ndarray]]:

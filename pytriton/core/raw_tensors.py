@@ -125,7 +125,8 @@ def raw_from_array(array: np.ndarray, datatype: str) -> Buffer:
         array = np.ascontiguousarray(array)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
-    return array.data.cast("B")
+    # The base ndarray: an ndarray subclass's `.data` may be an array (a masked array's is), not a buffer.
+    return np.asarray(array).data.cast("B")
 
 
 # Arrays over memory nobody writes into while they live (a process instance's result region, leased to the

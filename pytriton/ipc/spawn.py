@@ -29,9 +29,15 @@ class HelperDidNotStart(RuntimeError):
 
 
 async def start_helper(
-    module: str, first: Tuple[Any, Sequence[Buffer]], timeout_s: float, env: Optional[Mapping[str, str]] = None
+    module: str,
+    first: Tuple[Any, Sequence[Buffer]],
+    timeout_s: float,
+    env: Optional[Mapping[str, str]] = None,
+    own_group: bool = False,
 ) -> Started:
     """Start `python -m module FD PARENT_PID` over a socket pair, send it `first` (head, body), await its answer.
+
+    With `own_group` it leads a process group of its own, which `kill_group` ends once it has.
 
     Raises:
         HelperDidNotStart: it ended, or did not answer within `timeout_s` (it is killed then).
@@ -40,7 +46,7 @@ async def start_helper(
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     command = [sys.executable, "-m", module, str(theirs.fileno()), str(os.getpid())]
     try:
-        process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=env)
+        process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=env, start_new_session=own_group)
     finally:
         theirs.close()
     answer: asyncio.Future[Message] = loop.create_future()
@@ -60,6 +66,8 @@ async def start_helper(
     except BaseException as error:
         channel.close()
         await stop_process(process, kill=True)
+        if own_group:
+            kill_group(process)
         if isinstance(error, asyncio.TimeoutError):
             raise HelperDidNotStart(f"it was not ready within {timeout_s:g} s") from None
         raise
@@ -121,6 +129,17 @@ async def stop_process(
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.05)
     return process.returncode
+
+
+def kill_group(process: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    """SIGKILL what is left of the process group a helper started with `own_group` led (what its code forked).
+
+    Once the helper is reaped its pid cannot be reused while the group has members, so this reaches only them.
+    """
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # no member left
 
 
 def die_with_parent(parent_pid: int) -> None:

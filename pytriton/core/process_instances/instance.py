@@ -54,7 +54,7 @@ from pytriton.core.sequences.states import SequenceStates
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
-from pytriton.ipc.spawn import exit_status, stop_process
+from pytriton.ipc.spawn import exit_status, kill_group, stop_process
 from pytriton.ipc.tensors import ArenaReader, SharedPlaces
 from pytriton.proxy.types import Request, mark_cancelled
 
@@ -533,6 +533,7 @@ class ProcessInstance:
                     pass
             if link.process is not None:
                 await stop_process(link.process, kill=busy, deadline=deadline)
+                kill_group(link.process)  # processes the model forked (they would outlive the server)
         link.close()
         job, self._job = self._job, None
         if job is not None:
@@ -545,6 +546,7 @@ async def _discard(link: Link) -> None:
     channel.close()
     if process is not None:
         await stop_process(process, kill=True)
+        kill_group(process)
 
 
 async def start_instances(plan: ProcessPlan) -> List[ProcessInstance]:

@@ -22,7 +22,7 @@ import cloudpickle
 
 from pytriton.core.process_instances.protocol import INIT, START_FAILED, Init
 from pytriton.ipc.channel import LoopChannel
-from pytriton.ipc.spawn import HelperDidNotStart, start_helper, stop_process
+from pytriton.ipc.spawn import HelperDidNotStart, kill_group, start_helper, stop_process
 
 INSTANCE_INDEX_VARIABLE = "PYTRITON_INSTANCE_INDEX"
 
@@ -110,6 +110,7 @@ async def spawn(plan: ProcessPlan, index: int) -> Started:
             ((INIT, init), [plan.payloads[index]]),
             plan.start_timeout_s,
             environment,
+            own_group=True,  # what the user's code forks goes with it at the stop (kill_group)
         )
     except HelperDidNotStart as error:
         raise StartError(str(error)) from None
@@ -117,6 +118,7 @@ async def spawn(plan: ProcessPlan, index: int) -> Started:
     if head[0] == START_FAILED:
         channel.close()
         await stop_process(process, kill=False)
+        kill_group(process)
         raise StartError(f"loading its callable failed:\n{head[1].rstrip()}")
     return process, channel, head
 
@@ -137,4 +139,7 @@ def environments(env: Any, count: int) -> Tuple[Mapping[str, str], ...]:
         for key, value in environment.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise ValueError(f"environment variables are strings, got {key!r}={value!r}")
+            # What the OS cannot take would otherwise fail the server's start with only "embedded null byte".
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(f"{key!r}={value!r} is not an environment variable (a name without '=', no NUL)")
     return tuple(found)
