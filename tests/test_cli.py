@@ -166,6 +166,8 @@ def test_a_port_in_use_is_one_line_naming_it_and_exit_2(models: Path, option: st
         (["--allow-http", "false", "--allow-grpc", "false"], "The `http` or `grpc` endpoint has to be allowed."),
         (["--no-such-option"], "unrecognized arguments: --no-such-option (see pytriton demo --help)"),
         (["--frontends", "0"], "frontends: 0 is not a number of frontend processes (1 to 256)"),
+        (["--lame-duck-s", "-1"], "--lame-duck-s: ServerLimits.lame_duck_s must be a finite number >= 0, got -1.0"),
+        (["--lame-duck-s", "nan"], "--lame-duck-s: ServerLimits.lame_duck_s must be a finite number >= 0, got nan"),
     ],
 )
 def test_a_bad_option_is_one_line_naming_it_and_exit_2(args: List[str], message: str) -> None:
@@ -207,6 +209,7 @@ def test_a_misspelt_option_gets_the_nearest_one_of_its_command(args: List[str], 
         ),
         ("PYTRITON_FRONTENDS", "two", "PYTRITON_FRONTENDS='two' is not a number of frontend processes"),
         ("PYTRITON_FRONTENDS", "300", "PYTRITON_FRONTENDS: 300 is not a number of frontend processes (1 to 256)"),
+        ("PYTRITON_LIMIT_LAME_DUCK_S", "inf", "ServerLimits.lame_duck_s must be a finite number >= 0, got inf"),
     ],
 )
 def test_a_bad_environment_variable_is_one_line_naming_it_and_exit_2(name: str, value: str, message: str) -> None:

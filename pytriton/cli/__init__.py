@@ -122,7 +122,10 @@ def _limits_from_args(args: argparse.Namespace) -> ServerLimits:
         raise StartupError(str(error)) from None
     if getattr(args, "lame_duck_s", None) is None:
         return limits
-    return dataclasses.replace(limits, lame_duck_s=args.lame_duck_s)
+    try:
+        return dataclasses.replace(limits, lame_duck_s=args.lame_duck_s)
+    except PyTritonError as error:
+        raise StartupError(f"--lame-duck-s: {error}") from None
 
 
 def _load(target: str) -> Callable[[Triton], Any]:
