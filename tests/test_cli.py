@@ -166,6 +166,7 @@ def test_a_port_in_use_is_one_line_naming_it_and_exit_2(models: Path, option: st
         (["--allow-http", "false", "--allow-grpc", "false"], "The `http` or `grpc` endpoint has to be allowed."),
         (["--no-such-option"], "unrecognized arguments: --no-such-option (see pytriton demo --help)"),
         (["--frontends", "0"], "frontends: 0 is not a number of frontend processes (1 to 256)"),
+        (["--access-token", ""], "--access-token: an empty token would open the restricted APIs to anyone"),
         (["--lame-duck-s", "-1"], "--lame-duck-s: ServerLimits.lame_duck_s must be a finite number >= 0, got -1.0"),
         (["--lame-duck-s", "nan"], "--lame-duck-s: ServerLimits.lame_duck_s must be a finite number >= 0, got nan"),
     ],
@@ -362,3 +363,14 @@ def test_serve_takes_the_access_token_and_the_restricted_endpoints(tmp_path: Pat
         assert request(port, "POST", "/v2/repository/index")[0] == 200  # not restricted here
         server.signal(signal.SIGINT)
         assert server.wait() == 0
+
+
+def test_an_empty_access_token_variable_is_no_token_not_an_open_server(tmp_path: Path) -> None:
+    model_file = tmp_path / "models.py"
+    model_file.write_text("def bind(triton):\n    pass\n")
+    env = free_port_env(PYTRITON_ACCESS_TOKEN="")
+    args = ["serve", f"{model_file}:bind", "--allow-grpc", "false", "--allow-metrics", "false"]
+    with ServerProcess.cli(*args, "--restricted-endpoints", "statistics", env=env) as server:
+        port = server.wait_started()["http"]
+        assert request(port, "GET", "/v2/models/stats")[0] == 403
+        assert request(port, "GET", "/v2/models/stats", headers={"triton-access-token": ""})[0] == 403

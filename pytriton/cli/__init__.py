@@ -46,7 +46,8 @@ def _add_security_options(parser: argparse.ArgumentParser) -> None:
     """--access-token and --restricted-endpoints: the server's TritonSecurityConfig."""
     parser.add_argument(
         "--access-token",
-        default=os.environ.get("PYTRITON_ACCESS_TOKEN"),
+        # an empty variable (a secret without the key) is no token: unset, not an open server
+        default=os.environ.get("PYTRITON_ACCESS_TOKEN") or None,
         help="the token the restricted APIs expect (default: $PYTRITON_ACCESS_TOKEN, else a generated one; "
         "a command line is visible to other users: prefer the variable)",
     )
@@ -60,6 +61,11 @@ def _add_security_options(parser: argparse.ArgumentParser) -> None:
 
 def _security_from_args(args: argparse.Namespace) -> TritonSecurityConfig:
     """The TritonSecurityConfig the command line asks for."""
+    if args.access_token == "":
+        raise StartupError(
+            "--access-token: an empty token would open the restricted APIs to anyone "
+            "(--restricted-endpoints '' restricts none)"
+        )
     endpoints = args.restricted_endpoints
     names = None if endpoints is None else [name.strip() for name in endpoints.split(",") if name.strip()]
     try:
