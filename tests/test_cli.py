@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import os
 import signal
 import socket
 import subprocess
@@ -374,3 +375,28 @@ def test_an_empty_access_token_variable_is_no_token_not_an_open_server(tmp_path:
         port = server.wait_started()["http"]
         assert request(port, "GET", "/v2/models/stats")[0] == 403
         assert request(port, "GET", "/v2/models/stats", headers={"triton-access-token": ""})[0] == 403
+
+
+def test_serve_with_stdout_closed_serves_and_stops_with_status_0() -> None:
+    # `pytriton serve >&-`: stdout's number would go to a socket, whose close aborted the process (status 134)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytriton", "demo"],
+        env=free_port_env(),
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert " serving add_sub " in line, line
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, rest
+    assert "stopped" in rest

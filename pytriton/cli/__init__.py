@@ -257,6 +257,7 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the `pytriton` command; returns the exit status."""
+    _reopen_closed_standard_fds()
     parser = build_parser()
     try:
         args = _parse(parser, argv)
@@ -270,6 +271,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to write at exit
         return EXIT_FAILED
     return status
+
+
+def _reopen_closed_standard_fds() -> None:
+    """Open /dev/null on a closed stdin, stdout or stderr (`pytriton serve >&-`).
+
+    Else the server's first sockets take those numbers, and the event loop aborts the process
+    (libuv's assertion `fd > STDERR_FILENO`) when it closes one.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: `fd` itself, as those below are open
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    # Python made sys.stdout/sys.stderr None for a number closed at its start; print() and flush() expect files
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)
 
 
 def _command(args: argparse.Namespace) -> int:
