@@ -167,6 +167,7 @@ def test_a_port_in_use_is_one_line_naming_it_and_exit_2(models: Path, option: st
         (["--allow-http", "false", "--allow-grpc", "false"], "The `http` or `grpc` endpoint has to be allowed."),
         (["--no-such-option"], "unrecognized arguments: --no-such-option (see pytriton demo --help)"),
         (["--frontends", "0"], "frontends: 0 is not a number of frontend processes (1 to 256)"),
+        (["--log-file", "/nonexistent/x.log"], "TritonConfig.log_file: cannot open /nonexistent/x.log: No such file"),
         (["--access-token", ""], "--access-token: an empty token would open the restricted APIs to anyone"),
         (["--lame-duck-s", "-1"], "--lame-duck-s: ServerLimits.lame_duck_s must be a finite number >= 0, got -1.0"),
         (["--lame-duck-s", "nan"], "--lame-duck-s: ServerLimits.lame_duck_s must be a finite number >= 0, got nan"),
