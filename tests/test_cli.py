@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import os
 import signal
 import socket
 import subprocess
@@ -166,6 +167,10 @@ def test_a_port_in_use_is_one_line_naming_it_and_exit_2(models: Path, option: st
         (["--allow-http", "false", "--allow-grpc", "false"], "The `http` or `grpc` endpoint has to be allowed."),
         (["--no-such-option"], "unrecognized arguments: --no-such-option (see pytriton demo --help)"),
         (["--frontends", "0"], "frontends: 0 is not a number of frontend processes (1 to 256)"),
+        (["--log-file", "/nonexistent/x.log"], "TritonConfig.log_file: cannot open /nonexistent/x.log: No such file"),
+        (["--access-token", ""], "--access-token: an empty token would open the restricted APIs to anyone"),
+        (["--lame-duck-s", "-1"], "--lame-duck-s: ServerLimits.lame_duck_s must be a finite number >= 0, got -1.0"),
+        (["--lame-duck-s", "nan"], "--lame-duck-s: ServerLimits.lame_duck_s must be a finite number >= 0, got nan"),
     ],
 )
 def test_a_bad_option_is_one_line_naming_it_and_exit_2(args: List[str], message: str) -> None:
@@ -207,6 +212,7 @@ def test_a_misspelt_option_gets_the_nearest_one_of_its_command(args: List[str], 
         ),
         ("PYTRITON_FRONTENDS", "two", "PYTRITON_FRONTENDS='two' is not a number of frontend processes"),
         ("PYTRITON_FRONTENDS", "300", "PYTRITON_FRONTENDS: 300 is not a number of frontend processes (1 to 256)"),
+        ("PYTRITON_LIMIT_LAME_DUCK_S", "inf", "ServerLimits.lame_duck_s must be a finite number >= 0, got inf"),
     ],
 )
 def test_a_bad_environment_variable_is_one_line_naming_it_and_exit_2(name: str, value: str, message: str) -> None:
@@ -359,3 +365,39 @@ def test_serve_takes_the_access_token_and_the_restricted_endpoints(tmp_path: Pat
         assert request(port, "POST", "/v2/repository/index")[0] == 200  # not restricted here
         server.signal(signal.SIGINT)
         assert server.wait() == 0
+
+
+def test_an_empty_access_token_variable_is_no_token_not_an_open_server(tmp_path: Path) -> None:
+    model_file = tmp_path / "models.py"
+    model_file.write_text("def bind(triton):\n    pass\n")
+    env = free_port_env(PYTRITON_ACCESS_TOKEN="")
+    args = ["serve", f"{model_file}:bind", "--allow-grpc", "false", "--allow-metrics", "false"]
+    with ServerProcess.cli(*args, "--restricted-endpoints", "statistics", env=env) as server:
+        port = server.wait_started()["http"]
+        assert request(port, "GET", "/v2/models/stats")[0] == 403
+        assert request(port, "GET", "/v2/models/stats", headers={"triton-access-token": ""})[0] == 403
+
+
+def test_serve_with_stdout_closed_serves_and_stops_with_status_0() -> None:
+    # `pytriton serve >&-`: stdout's number would go to a socket, whose close aborted the process (status 134)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytriton", "demo"],
+        env=free_port_env(),
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: os.close(1),
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert " serving add_sub " in line, line
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, rest
+    assert "stopped" in rest

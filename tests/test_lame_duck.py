@@ -182,5 +182,5 @@ def test_without_a_lame_duck_stop_is_immediate():
 
 def test_lame_duck_from_the_environment():
     assert ServerLimits.from_env({"PYTRITON_LIMIT_LAME_DUCK_S": "7.5"}).lame_duck_s == 7.5
-    with pytest.raises(Exception, match="lame_duck_s must be >= 0"):
+    with pytest.raises(Exception, match="lame_duck_s must be a finite number >= 0"):
         ServerLimits(lame_duck_s=-1)

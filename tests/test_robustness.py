@@ -194,7 +194,7 @@ def test_limits_defaults_env_and_validation(monkeypatch):
         ServerLimits.from_env({"PYTRITON_LIMIT_MAX_CONNECTIONS": "many"})
     with pytest.raises(PyTritonValidationError, match="max_body_bytes must be a positive integer"):
         ServerLimits(max_body_bytes=0)
-    with pytest.raises(PyTritonValidationError, match="body_timeout_s must be >= 0"):
+    with pytest.raises(PyTritonValidationError, match="body_timeout_s must be a finite number >= 0"):
         ServerLimits(body_timeout_s=-1)
     with pytest.raises(PyTritonValidationError, match="grpc_max_message_bytes must be <="):
         ServerLimits(grpc_max_message_bytes=2**31)

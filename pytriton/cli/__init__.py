@@ -46,7 +46,8 @@ def _add_security_options(parser: argparse.ArgumentParser) -> None:
     """--access-token and --restricted-endpoints: the server's TritonSecurityConfig."""
     parser.add_argument(
         "--access-token",
-        default=os.environ.get("PYTRITON_ACCESS_TOKEN"),
+        # an empty variable (a secret without the key) is no token: unset, not an open server
+        default=os.environ.get("PYTRITON_ACCESS_TOKEN") or None,
         help="the token the restricted APIs expect (default: $PYTRITON_ACCESS_TOKEN, else a generated one; "
         "a command line is visible to other users: prefer the variable)",
     )
@@ -60,6 +61,11 @@ def _add_security_options(parser: argparse.ArgumentParser) -> None:
 
 def _security_from_args(args: argparse.Namespace) -> TritonSecurityConfig:
     """The TritonSecurityConfig the command line asks for."""
+    if args.access_token == "":
+        raise StartupError(
+            "--access-token: an empty token would open the restricted APIs to anyone "
+            "(--restricted-endpoints '' restricts none)"
+        )
     endpoints = args.restricted_endpoints
     names = None if endpoints is None else [name.strip() for name in endpoints.split(",") if name.strip()]
     try:
@@ -122,7 +128,10 @@ def _limits_from_args(args: argparse.Namespace) -> ServerLimits:
         raise StartupError(str(error)) from None
     if getattr(args, "lame_duck_s", None) is None:
         return limits
-    return dataclasses.replace(limits, lame_duck_s=args.lame_duck_s)
+    try:
+        return dataclasses.replace(limits, lame_duck_s=args.lame_duck_s)
+    except PyTritonError as error:
+        raise StartupError(f"--lame-duck-s: {error}") from None
 
 
 def _load(target: str) -> Callable[[Triton], Any]:
@@ -248,6 +257,7 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the `pytriton` command; returns the exit status."""
+    _reopen_closed_standard_fds()
     parser = build_parser()
     try:
         args = _parse(parser, argv)
@@ -261,6 +271,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to write at exit
         return EXIT_FAILED
     return status
+
+
+def _reopen_closed_standard_fds() -> None:
+    """Open /dev/null on a closed stdin, stdout or stderr (`pytriton serve >&-`).
+
+    Else the server's first sockets take those numbers, and the event loop aborts the process
+    (libuv's assertion `fd > STDERR_FILENO`) when it closes one.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: `fd` itself, as those below are open
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    # Python made sys.stdout/sys.stderr None for a number closed at its start; print() and flush() expect files
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)
 
 
 def _command(args: argparse.Namespace) -> int:

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from typing import Any, Dict, Mapping, Optional
 
@@ -207,8 +208,10 @@ class ServerLimits:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise PyTritonValidationError(f"ServerLimits.{field.name} must be a number, got {value!r}")
             if field.name.endswith("_s"):
-                if value < 0:
-                    raise PyTritonValidationError(f"ServerLimits.{field.name} must be >= 0, got {value}")
+                if not 0 <= value < math.inf:  # NaN too: it compares false, and no timer can be set from it
+                    raise PyTritonValidationError(
+                        f"ServerLimits.{field.name} must be a finite number >= 0, got {value}"
+                    )
             elif not isinstance(value, int) or value <= 0:
                 raise PyTritonValidationError(f"ServerLimits.{field.name} must be a positive integer, got {value!r}")
         if self.grpc_max_concurrent_streams > GRPC_MAX_MESSAGE_BYTES:

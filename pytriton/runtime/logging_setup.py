@@ -13,6 +13,8 @@ import pathlib
 import sys
 from typing import Optional
 
+from pytriton.exceptions import PyTritonValidationError
+
 LOGGER = logging.getLogger("pytriton")
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STDERR_HANDLER_NAME = "pytriton-stderr"
@@ -26,7 +28,12 @@ def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Pat
     if log_file:
         path = os.path.abspath(log_file)
         if not any(isinstance(h, logging.FileHandler) and h.baseFilename == path for h in LOGGER.handlers):
-            handler = logging.FileHandler(path)
+            try:
+                handler = logging.FileHandler(path)
+            except OSError as error:  # a missing directory, a read-only one: a bad option, not a crash
+                raise PyTritonValidationError(
+                    f"TritonConfig.log_file: cannot open {path}: {error.strerror or error}"
+                ) from None
             handler.setFormatter(logging.Formatter(_FORMAT))
             LOGGER.addHandler(handler)
         _log_info()
