@@ -107,6 +107,8 @@ class Triton(TritonBase):
                 one) instead of the HTTP port; without it PYTRITON_OPENAI_PORT, else the HTTP port (docs/openai.md).
         """
         self._config = resolve_config(config)
+        # before the options are read: their warnings (an option with no effect) go where the rest of the log goes
+        configure_logging(self._config.log_verbose, self._config.log_file)
         self._security_config = security_config or TritonSecurityConfig()
         token = self._security_config.access_token
         self._options = dataclasses.replace(
@@ -120,7 +122,6 @@ class Triton(TritonBase):
             openai_api_key=self._security_config.openai_api_key,
             openai_port=resolve_openai_port(openai_port),
         )
-        configure_logging(self._config.log_verbose, self._config.log_file)
         if triton_lifecycle_policy is None:
             # only an explicit allow_vertex_ai counts, as in 0.7; self._config holds it cast ("false" is false)
             vertex_ai = config is not None and config.allow_vertex_ai is not None and bool(self._config.allow_vertex_ai)

@@ -129,3 +129,24 @@ def test_check_tells_an_http_server_that_is_not_triton() -> None:
     assert port_lines(result.stdout)["HTTP/REST"] == (
         f"127.0.0.1:{port}  not free: an HTTP server that is not Triton answers there (GET /v2: 404)"
     )
+
+
+def test_check_says_whether_the_openai_sagemaker_and_vertex_ai_ports_are_free() -> None:
+    # It checked HTTP, gRPC and metrics only: with the SageMaker port taken it said every port was free (exit 0),
+    # and `pytriton serve` with the same options exited 2, `SageMaker cannot listen on ...`.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        others = ["--allow-http", "false", "--allow-metrics", "false"]  # gRPC's port is 0: any free port
+        cases = {
+            "OpenAI": check(*others, env=free_port_env(PYTRITON_OPENAI_PORT=port)),
+            "Vertex AI": check(*others, env=free_port_env(AIP_MODE="PREDICTION", AIP_HTTP_PORT=port)),
+            "SageMaker": check(*others, "--allow-sagemaker", "true", "--sagemaker-port", port),
+        }
+    for name, result in cases.items():
+        assert result.returncode == 1, result
+        assert f"  {name:<10} 127.0.0.1:{port}  not free: Address already in use\n" in result.stdout, result
+    free = check("--allow-sagemaker", "true", "--sagemaker-port", "0", env=free_port_env(PYTRITON_OPENAI_PORT="0"))
+    assert free.returncode == 0, free
+    assert "  OpenAI     127.0.0.1:0  any free port\n  SageMaker  127.0.0.1:0  any free port\n" in free.stdout, free

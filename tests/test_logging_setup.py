@@ -92,6 +92,20 @@ def test_log_file_gets_the_log_instead_of_stderr(tmp_path: Path) -> None:
     assert CACHE_WARNING in written and "received SIGTERM" in written and "stopped (" in written
 
 
+def test_the_warnings_of_triton_creation_go_where_the_log_goes(tmp_path: Path) -> None:
+    # The warning for an option with no effect came before the log was set up: a bare line on stderr (Python's
+    # last-resort handler), with no time nor level, and never in log_file.
+    warning = "pytriton: TritonConfig.http_thread_count has no effect"
+    lines = _serve(tmp_path, "none", http_thread_count="4")
+    assert [line for line in lines if "http_thread_count" in line] == [
+        next(line for line in lines if re.match(r"^\S+ \S+ WARNING " + warning, line))
+    ]
+    log_file = tmp_path / "server.log"
+    lines = _serve(tmp_path, "none", log_file=str(log_file), http_thread_count="4")
+    assert not [line for line in lines if "http_thread_count" in line], lines
+    assert _count(log_file.read_text().splitlines(), f" WARNING {warning}") == 1
+
+
 def test_log_verbose_logs_debug_records(tmp_path: Path) -> None:
     lines = _serve(tmp_path, "none", log_verbose="1")
     assert _count(lines, "WARNING pytriton: log_verbose=1: verbose logging slows inference down") == 1

@@ -200,6 +200,15 @@ def test_limits_defaults_env_and_validation(monkeypatch):
         ServerLimits(grpc_max_message_bytes=2**31)
 
 
+def test_a_misspelt_limit_variable_is_warned_of(caplog):
+    # It was ignored without a word: the server ran with the default of the limit meant.
+    limits = ServerLimits.from_env({"PYTRITON_LIMIT_MAX_BOD_BYTES": "1000", "PYTRITON_LIMIT_LAME_DUCK_S": "1"})
+    assert limits.max_body_bytes == DEFAULT_MAX_BODY_BYTES and limits.lame_duck_s == 1.0
+    assert [record.getMessage() for record in caplog.records if record.levelname == "WARNING"] == [
+        "PYTRITON_LIMIT_MAX_BOD_BYTES is not a server limit, ignored (did you mean PYTRITON_LIMIT_MAX_BODY_BYTES?)"
+    ]
+
+
 def test_grpc_connection_limits_defaults_env_and_validation():
     defaults = ServerLimits()
     assert (defaults.grpc_max_concurrent_streams, defaults.grpc_max_stream_requests) == (100, 128)

@@ -20,6 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 from pytriton import __version__
 from pytriton.cli.errors import StartupError
 from pytriton.exceptions import PyTritonError
+from pytriton.options.openai import resolve_openai_port
 from pytriton.runtime.options import resolve_options
 from pytriton.transport.sockets import bind_socket
 from pytriton.triton_config import TritonConfig
@@ -33,6 +34,8 @@ _MAX_ANSWER_BYTES = 64 * 1024
 _PACKAGES = ("numpy", "orjson", "httptools", "uvloop", "grpcio", "protobuf", "tritonclient", "wrapt")
 # What each port is for.
 HTTP, GRPC, METRICS = "HTTP/REST", "gRPC", "metrics"
+# Ports of their own that answer HTTP, served when the options or the environment ask for them.
+SAGEMAKER, VERTEX_AI, OPENAI = "SageMaker", "Vertex AI", "OpenAI"
 
 
 def check(config: TritonConfig) -> int:
@@ -46,33 +49,46 @@ def check(config: TritonConfig) -> int:
         print(f"  {package:<13} {version}")
     try:
         options = resolve_options(config)
+        openai_port = resolve_openai_port(None)
     except PyTritonError as error:
         raise StartupError(str(error)) from None
-    rows: List[Tuple[str, bool, str, int]] = [
-        (HTTP, options.http_enabled, options.http_address, options.http_port),
-        (GRPC, options.grpc_enabled, options.grpc_address, options.grpc_port),
-        (METRICS, options.metrics_enabled, options.metrics_address, options.metrics_port),
+    # What it is for, whether it is served, its address and port, and the protocol it is asked in when taken.
+    rows: List[Tuple[str, bool, str, int, Optional[str]]] = [
+        (HTTP, options.http_enabled, options.http_address, options.http_port, HTTP),
+        (GRPC, options.grpc_enabled, options.grpc_address, options.grpc_port, GRPC),
+        (METRICS, options.metrics_enabled, options.metrics_address, options.metrics_port, METRICS),
     ]
+    # The server listens on these too (on the HTTP address) and cannot start when one is taken; they serve no Triton
+    # API to ask what answers there.
+    extra: List[Tuple[str, Optional[int]]] = [
+        (OPENAI, openai_port),
+        (SAGEMAKER, options.sagemaker.port if options.sagemaker else None),
+        (VERTEX_AI, options.vertex_ai.port if options.vertex_ai else None),
+    ]
+    rows += [(name, True, options.http_address, port, None) for name, port in extra if port is not None]
     taken = 0
-    for name, enabled, address, port in rows:
+    for name, enabled, address, port, protocol in rows:
         if not enabled:
             print(f"  {name:<10} disabled")
             continue
-        state = port_state(address, port, name)
+        state = port_state(address, port, protocol)
         taken += state.startswith("not free")
         print(f"  {name:<10} {address}:{port}  {state}", flush=True)
     return EXIT_TAKEN if taken else EXIT_FREE
 
 
-def port_state(address: str, port: int, protocol: str) -> str:
-    """'free', 'any free port', or 'not free: <what serves there, or why>' (`protocol`: what the port is for)."""
+def port_state(address: str, port: int, protocol: Optional[str]) -> str:
+    """'free', 'any free port', or 'not free: <what serves there, or why>'.
+
+    `protocol` is what the port is for (HTTP, GRPC or METRICS), which a taken port is asked in; None: not asked.
+    """
     if port == 0:
         return "any free port"
     try:
         bind_socket(address, port).close()
     except OSError as error:
         reason = error.strerror or str(error)
-        if error.errno != errno.EADDRINUSE:
+        if error.errno != errno.EADDRINUSE or protocol is None:
             return f"not free: {reason}"
         answer = _identify(_loopback(address), port, protocol)
         if answer.text is None:

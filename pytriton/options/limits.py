@@ -50,13 +50,16 @@ which answer every refusal with a JSON error body.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
+import logging
 import math
 import os
 from typing import Any, Dict, Mapping, Optional
 
 from pytriton.exceptions import PyTritonValidationError
 
+LOGGER = logging.getLogger("pytriton")
 ENV_PREFIX = "PYTRITON_LIMIT_"
 # grpcio's largest message (Triton sets this on its server too).
 GRPC_MAX_MESSAGE_BYTES = 2**31 - 1
@@ -234,6 +237,12 @@ class ServerLimits:
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> ServerLimits:
         """Limits from PYTRITON_LIMIT_<NAME> variables (e.g. PYTRITON_LIMIT_MAX_BODY_BYTES=1048576), else defaults."""
         environ = os.environ if environ is None else environ
+        names = [ENV_PREFIX + field.name.upper() for field in dataclasses.fields(cls)]
+        for name in sorted(set(environ) - set(names)):
+            if name.startswith(ENV_PREFIX):  # a misspelt limit would silently keep its default
+                nearest = difflib.get_close_matches(name, names, n=1)
+                hint = f" (did you mean {nearest[0]}?)" if nearest else ""
+                LOGGER.warning("%s is not a server limit, ignored%s", name, hint)
         values: Dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             raw = environ.get(ENV_PREFIX + field.name.upper())
