@@ -33,6 +33,6 @@ USER 1000:1000
 WORKDIR /models
 EXPOSE 8000 8001 8002
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/v2/health/ready' % os.environ['PYTRITON_TRITON_CONFIG_HTTP_PORT'], timeout=2)"]
+    CMD ["python", "-m", "pytriton.cli.healthcheck"]
 ENTRYPOINT ["tini", "--", "pytriton", "serve"]
 CMD ["/models"]

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -401,3 +402,33 @@ def test_serve_with_stdout_closed_serves_and_stops_with_status_0() -> None:
             process.wait()
     assert process.returncode == 0, rest
     assert "stopped" in rest
+
+
+SLOW_TO_START = """
+import sys, time
+print("importing", file=sys.stderr, flush=True)
+if "{stage}" == "import":
+    time.sleep(60)
+
+def bind(triton):
+    print("binding", file=sys.stderr, flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(
+    ("stage", "said"),
+    [
+        ("import", r"pytriton serve: received SIGTERM while loading .*, stopping$"),
+        ("bind", r"INFO pytriton: received SIGTERM while binding the models, stopping$"),
+    ],
+)
+def test_sigterm_while_the_models_load_or_bind_stops_with_status_0(tmp_path: Path, stage: str, said: str) -> None:
+    # the handlers serve() sets came only after binding: SIGTERM before them killed the process (143), silently
+    model_file = tmp_path / "slow.py"
+    model_file.write_text(SLOW_TO_START.format(stage=stage))
+    with ServerProcess.cli("serve", f"{model_file}:bind", "--allow-metrics", "false") as server:
+        server.wait_for("binding" if stage == "bind" else "importing")
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0, server.output()
+        assert any(re.search(said, line) for line in server.lines), server.output()

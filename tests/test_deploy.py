@@ -376,25 +376,25 @@ def test_dockerfile_runs_pytriton_serve_as_a_user_under_tini_with_a_healthcheck(
     assert stage["ENTRYPOINT"][:3] == ["tini", "--", "pytriton"]  # exec form: signals reach pytriton via tini
     assert stage["USER"].split(":")[0] not in ("0", "root")
     assert float(stage["ENV"]["PYTRITON_LIMIT_LAME_DUCK_S"]) > 0
-    assert stage["HEALTHCHECK"][0] == "python"
-    assert "/v2/health/ready" in " ".join(stage["HEALTHCHECK"])
+    assert stage["HEALTHCHECK"] == ["python", "-m", "pytriton.cli.healthcheck"]  # /v2/health/ready on the served port
 
 
 def test_dockerfile_command_serves_and_its_healthcheck_passes() -> None:
     """What the image runs (ENTRYPOINT after tini, the image's ENV with free ports), run with this Python."""
     stage = dockerfile()
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics, unused = free_ports(4)
     env = {
         **stage["ENV"],
-        "PYTRITON_TRITON_CONFIG_HTTP_PORT": str(http),
+        "PYTRITON_TRITON_CONFIG_HTTP_PORT": str(unused),  # the option given to `docker run` comes first
         "PYTRITON_TRITON_CONFIG_GRPC_PORT": str(grpc),
         "PYTRITON_TRITON_CONFIG_METRICS_PORT": str(metrics),
         "PYTRITON_LIMIT_LAME_DUCK_S": "0.2",
     }
-    command = [*stage["ENTRYPOINT"][2:], str(MODEL_DIR)]  # after `tini --`; CMD's /models is the model directory
-    assert command[:2] == ["pytriton", "serve"] and stage["CMD"] == ["/models"]
+    command = [*stage["ENTRYPOINT"][2:], str(MODEL_DIR), "--http-port", str(http)]  # after `tini --`
+    assert command[:2] == ["pytriton", "serve"] and stage["CMD"] == ["/models"]  # /models: the model directory
     process = _serve(command[2:], env)
-    healthcheck = [sys.executable, *stage["HEALTHCHECK"][1:]]
+    # the image's check asks PID 1, tini, whose arguments end with the server's; here the server is not PID 1
+    healthcheck = [sys.executable, *stage["HEALTHCHECK"][1:], "--pid", str(process.pid)]
     try:
         _wait_serving(process, http)
         check = subprocess.run(healthcheck, env={**os.environ, **env}, capture_output=True, text=True, timeout=30)

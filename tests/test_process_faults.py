@@ -175,8 +175,11 @@ def forks(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"pid": np.array([pid], dtype=np.int64), "y": request["x"]} for request in requests]
 
 
-def test_a_process_whose_forked_child_lives_on_is_seen_to_die() -> None:
-    """The child held copies of the process's channel: its batch failed only once the child ended."""
+def test_a_process_whose_forked_child_lives_on_is_seen_to_die_and_the_child_is_killed() -> None:
+    """The child held copies of the process's channel: its batch failed only once the child ended.
+
+    Once the death is seen, what the process forked is killed: it lived on beside the process started again.
+    """
 
     def bind(triton: Triton) -> None:
         triton.bind("forks", ProcessInstances(forks), **IO, config=UNBATCHED)
@@ -188,7 +191,7 @@ def test_a_process_whose_forked_child_lives_on_is_seen_to_die() -> None:
         try:
             with pytest.raises(InferenceServerException, match="exited with status 3"):
                 _infer(client, "forks", np.array([2.0], np.float32))
-            assert alive(child, started)
+            wait_until(lambda: not alive(child, started), WAIT_S, "the dead instance's child to be killed")
             assert _infer(client, "forks", np.array([3.0], np.float32))["y"].tolist() == [3.0]
         finally:
             client.close()

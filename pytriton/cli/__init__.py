@@ -9,11 +9,13 @@ port, or file and line, and the cause, as argparse does; the user's own frames f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
+import signal
 import sys
-from typing import Any, Callable, List, NoReturn, Optional, Sequence
+from typing import Any, Callable, Iterator, List, NoReturn, Optional, Sequence
 
 from pytriton import __version__
 from pytriton.cli.check import check
@@ -32,6 +34,37 @@ EXIT_STOPPED = 0
 EXIT_FAILED = 1  # a model stopped the server, `check` found a port taken, `token` found none
 EXIT_CANNOT_START = 2
 _DEMO_TARGET = "pytriton.demo:bind"
+
+
+class _Terminated(BaseException):
+    """SIGTERM before serve() handles it: unwinds loading and binding the models as SIGINT's KeyboardInterrupt does.
+
+    A BaseException, so that a user's `except Exception` in a bind function does not swallow it.
+    """
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Within the block, the first SIGTERM raises _Terminated and the next one kills (the default, as before).
+
+    Without it a SIGTERM while the models load and bind, before serve() sets its handlers, killed the process
+    (status 143) without a word, where an orchestrator's stop is documented to exit 0.
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def unwind(_signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one while stopping stops at once
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped_by(stop: BaseException) -> str:
+    return "SIGTERM" if isinstance(stop, _Terminated) else "SIGINT"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -175,8 +208,8 @@ def _serve(
             triton.serve()  # SIGINT/SIGTERM stop the server from before its ports open
         except (PyTritonError, OSError) as error:
             raise StartupError(_reason(error)) from None
-    except KeyboardInterrupt:  # SIGINT while the models were being bound: nothing is served yet
-        LOGGER.info("received SIGINT while binding the models, stopping")
+    except (KeyboardInterrupt, _Terminated) as stop:  # while the models were being bound: nothing is served yet
+        LOGGER.info("received %s while binding the models, stopping", _stopped_by(stop))
     finally:
         triton.stop()
     return EXIT_FAILED if triton.failure else EXIT_STOPPED
@@ -301,17 +334,24 @@ def _command(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
     if args.command == "check":
         return check(config)
-    if args.command == "serve":
-        target, binder = args.target, _load(args.target)
-    else:
-        from pytriton.demo import bind
-
-        target, binder = _DEMO_TARGET, bind
-    generated = args.access_token is None  # then TritonSecurityConfig generates one
     limits, security = _limits_from_args(args), _security_from_args(args)
-    return _serve(
-        target, binder, config, limits, security, generated, args.frontends, getattr(args, "openai_port", None)
-    )
+    target = args.target if args.command == "serve" else _DEMO_TARGET
+    try:
+        with _sigterm_unwinds():
+            if args.command == "serve":
+                binder = _load(target)
+            else:
+                from pytriton.demo import bind as binder
+            generated = args.access_token is None  # then TritonSecurityConfig generates one
+            return _serve(
+                target, binder, config, limits, security, generated, args.frontends, getattr(args, "openai_port", None)
+            )
+    except (KeyboardInterrupt, _Terminated) as stop:  # while the target was imported: nothing to stop
+        # logging is configured with the server, which does not exist yet
+        print(
+            f"pytriton {args.command}: received {_stopped_by(stop)} while loading {target}, stopping", file=sys.stderr
+        )
+        return EXIT_STOPPED
 
 
 __all__: List[str] = ["StartupError", "build_parser", "load_target", "main"]

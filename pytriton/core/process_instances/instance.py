@@ -460,7 +460,10 @@ class ProcessInstance:
 
     async def _after_death(self, link: _Link) -> None:
         """Fail the batch it held with its exit status, then start a new process (or report it gone)."""
-        code = await stop_process(link.process, kill=False, grace_s=1.0) if link.process is not None else None
+        code = None
+        if link.process is not None:
+            code = await stop_process(link.process, kill=False, grace_s=1.0)
+            kill_group(link.process)  # what it forked lived on beside its replacement, holding what it held
         link.close()
         how = exit_status(code) if code is not None else "closed its connection"
         job, self._job = self._job, None

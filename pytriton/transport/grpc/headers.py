@@ -50,62 +50,47 @@ class HeaderBlockDecoder:
 
     def __init__(self, max_header_list_size: int) -> None:
         """A decoder refusing header lists larger than `max_header_list_size` bytes (as HPACK counts them)."""
-        self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
+        self._limit = max_header_list_size
+        # hpack stops a block half-way at its limit, its table changes half made: it is given the wider bound
+        # (past which the connection ends anyway), and the list is measured against the limit here, decoded whole
+        self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size * OVERSIZE_FACTOR)
         self._table: Any = self._decoder.header_table
         self._known: Dict[bytes, List[Header]] = {}
 
     def decode(self, block: bytes) -> List[Header]:
-        """The header fields of a block, as raw bytes; the list is shared: do not change it."""
+        """The header fields of a block, as raw bytes; the list is shared: do not change it.
+
+        Raises:
+            HeaderListTooLarge: the block's table changes made, its list within OVERSIZE_FACTOR times the limit.
+            Http2Error: ENHANCE_YOUR_CALM, a list over that (the block is not a compression error).
+        """
         known = self._known.get(block)
         if known is not None:
             return known
         table = self._table
         entries = table.dynamic_entries
         before = (len(entries), entries[0] if entries else None, table.maxsize)
-        saved = (list(entries), table._current_size, table._maxsize, table.resized)
         try:
             headers: List[Header] = list(self._decoder.decode(block, raw=True))
         except hpack.OversizedHeaderListError:
-            self._known.clear()
-            self._decode_oversized(block, saved)
-            raise
+            bound = self._limit * OVERSIZE_FACTOR
+            raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, f"header list larger than {bound} bytes") from None
         except hpack.HPACKError:
             self._known.clear()
             raise
         unchanged = (
             len(entries) == before[0] and (entries[0] if entries else None) is before[1] and table.maxsize == before[2]
         )
-        if unchanged:
-            if len(block) <= _REMEMBERED_BLOCK_BYTES:
-                if len(self._known) >= _REMEMBERED_BLOCKS:
-                    self._known.clear()
-                self._known[block] = headers
-        else:
+        if not unchanged:
             self._known.clear()
-        return headers
-
-    def _decode_oversized(self, block: bytes, saved: Tuple[List[Header], int, int, bool]) -> None:
-        """Decode again, to its end, a block whose list went over the limit: hpack stopped it half-way.
-
-        Raises:
-            HeaderListTooLarge: the block's table changes made, its list within OVERSIZE_FACTOR times the limit.
-            Http2Error: ENHANCE_YOUR_CALM, a list over that (the block is not a compression error).
-        """
-        table, decoder = self._table, self._decoder
-        entries, table._current_size, table._maxsize, table.resized = saved
-        table.dynamic_entries.clear()
-        table.dynamic_entries.extend(entries)  # the table as before the block (hpack applied part of it)
-        limit = decoder.max_header_list_size
-        decoder.max_header_list_size = limit * OVERSIZE_FACTOR
-        try:
-            headers = decoder.decode(block, raw=True)
-        except hpack.OversizedHeaderListError:
-            bound = limit * OVERSIZE_FACTOR
-            raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, f"header list larger than {bound} bytes") from None
-        finally:
-            decoder.max_header_list_size = limit
         size = sum(32 + len(name) + len(value) for name, value in headers)
-        raise HeaderListTooLarge(size, limit)
+        if size > self._limit:
+            raise HeaderListTooLarge(size, self._limit)
+        if unchanged and len(block) <= _REMEMBERED_BLOCK_BYTES:
+            if len(self._known) >= _REMEMBERED_BLOCKS:
+                self._known.clear()
+            self._known[block] = headers
+        return headers
 
 
 def _integer(value: int, prefix_bits: int, first: int) -> bytes:
