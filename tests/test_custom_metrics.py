@@ -381,6 +381,39 @@ def test_a_custom_family_named_like_the_route_counts_is_never_exported() -> None
     ]
 
 
+def test_text_utf8_cannot_encode_is_refused_and_scrapes_go_on() -> None:
+    # A lone surrogate (what os.fsdecode makes of a file name that is not UTF-8) in a description or a label
+    # value was taken: every scrape then failed with 500 (Prometheus: the target down) until the process ended.
+    refused: List[str] = []
+
+    def infer(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        labelled = MetricFamily("test_custom_surrogate_label", "x", MetricFamily.COUNTER)
+        for make in (
+            lambda: MetricFamily("test_custom_surrogate_help", "read from \udcff", MetricFamily.COUNTER),
+            lambda: labelled.Metric(labels={"file": "data-\udcff.bin"}),
+        ):
+            try:
+                make()
+            except PyTritonValidationError as error:
+                refused.append(str(error))
+        return [{"out": request["in"]} for request in requests]
+
+    with running_triton(lambda triton: _bind(triton, "surrogates", infer)) as triton:
+        send_all(triton, "surrogates", [1.0])
+        families = scrape(triton)
+    assert refused == [
+        "the description of metric family 'test_custom_surrogate_help' must be text UTF-8 can encode (no lone "
+        "surrogates): 'read from \\udcff'",
+        "label 'file' of metric 'test_custom_surrogate_label' must have a value UTF-8 can encode (no lone "
+        "surrogates): 'data-\\udcff.bin'",
+    ]
+    assert (
+        value(families, "nv_inference_request_success", "nv_inference_request_success", model="surrogates", version="1")
+        == 1
+    )
+    assert "test_custom_surrogate_help" not in families and "test_custom_surrogate_label" not in families
+
+
 def test_async_callable_metrics_carry_the_model_that_made_them() -> None:
     prefix = "test_custom_async"
     first, second = AsyncCounting(prefix), AsyncCounting(prefix)

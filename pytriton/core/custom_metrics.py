@@ -221,6 +221,11 @@ class Registry:
             )
         if not isinstance(description, str):
             raise PyTritonValidationError(f"the description of metric family '{name}' must be a str")
+        if not _encodes(description):
+            raise PyTritonValidationError(
+                f"the description of metric family '{name}' must be text UTF-8 can encode (no lone surrogates): "
+                f"{description!r}"
+            )
         with self.lock:
             found = self.families.get(name)
             if found is None:
@@ -345,6 +350,11 @@ def _label_pairs(family: FamilyState, labels: Optional[Mapping[str, str]], model
                 raise PyTritonValidationError(
                     f"label '{key}' of metric '{family.name}' must have a str value, not {type(value).__name__}"
                 )
+            if not _encodes(value):
+                raise PyTritonValidationError(
+                    f"label '{key}' of metric '{family.name}' must have a value UTF-8 can encode (no lone "
+                    f"surrogates): {value!r}"
+                )
             given[key] = value
     if family.kind == HISTOGRAM and "le" in given:
         raise PyTritonValidationError(f"label 'le' of histogram '{family.name}' is reserved for its buckets")
@@ -353,6 +363,15 @@ def _label_pairs(family: FamilyState, labels: Optional[Mapping[str, str]], model
         given.setdefault("model", model[0])
         given.setdefault("version", model[1])
     return tuple(sorted(given.items()))
+
+
+def _encodes(text: str) -> bool:
+    """Whether UTF-8 encodes `text` (/metrics is UTF-8: one lone surrogate, as `os.fsdecode` makes, fails scrapes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _bounds(family: FamilyState, buckets: Optional[Sequence[float]]) -> Optional[Tuple[float, ...]]:
