@@ -18,7 +18,7 @@ import logging
 import math
 import re
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
 
@@ -229,12 +229,29 @@ class Registry:
         with self.lock:
             found = self.families.get(name)
             if found is None:
-                found = self.families[name] = FamilyState(name, description, kind)
+                clash = self._clash(name, kind)
+                if clash is None:
+                    found = self.families[name] = FamilyState(name, description, kind)
+        if found is None:
+            assert clash is not None
+            raise PyTritonValidationError(
+                f"metric family '{name}' ({kind}) would write samples named like those of {clash.kind} "
+                f"'{clash.name}' ({', '.join(sorted(sample_names(name, kind) & sample_names(clash.name, clash.kind)))})"
+                ": Prometheus would keep one of them; name it otherwise"
+            )
         if found.kind != kind:
             raise PyTritonValidationError(
                 f"metric family '{name}' already exists as a {found.kind}; it cannot be defined again as a {kind}"
             )
         return found
+
+    def _clash(self, name: str, kind: str) -> Optional[FamilyState]:
+        """A family of another name that a new one's samples would share a name with (histogram `x`, `x_count`)."""
+        names = sample_names(name, kind)
+        for family in self.families.values():
+            if not names.isdisjoint(sample_names(family.name, family.kind)):
+                return family
+        return None
 
     def series(
         self,
@@ -332,6 +349,13 @@ class Registry:
                         samples.append((series.labels, series.value))
                 families.append((family.name, family.kind, family.description, samples))
             return families
+
+
+def sample_names(name: str, kind: str) -> FrozenSet[str]:
+    """The names a family goes by on /metrics: its own, and a histogram's samples' (`_count`, `_sum`, `_bucket`)."""
+    if kind == HISTOGRAM:
+        return frozenset((name, f"{name}_count", f"{name}_sum", f"{name}_bucket"))
+    return frozenset((name,))
 
 
 def _label_pairs(family: FamilyState, labels: Optional[Mapping[str, str]], model_labels: bool) -> LabelPairs:
