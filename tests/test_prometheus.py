@@ -21,10 +21,12 @@ import tritonclient.http as httpclient
 
 from pytriton.metrics import MetricFamily
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.openai import OpenAIChat
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.fleet import free_ports, wait_until
 from tests.http_helpers import get_json, request
+from tests.openai_models import TEXT_IN, TEXT_OUT, toy
 
 INSTALL_HINT = "{tool} is not installed: run `apt-get install -y prometheus` (as .ci/run and the README do)"
 # What Prometheus 2.42 asks a target for: OpenMetrics first, then the text format.
@@ -71,7 +73,7 @@ LABEL = 'a "quoted" \\ value\nwith a newline'  # escaped on /metrics
 
 
 def _binder(prefix: str) -> Callable[[Triton], None]:
-    """Binds plain, versioned (v1, v2 with the response cache) and streaming models, and a route; the callables
+    """Binds plain, versioned (v1, v2 with the response cache), streaming and chat models, and a route; callables
     count in custom families named after `prefix` (a process's custom metrics outlive its servers)."""
     hits = MetricFamily(f"{prefix}_hits_total", "Requests a callable saw,\nby \\ kind", MetricFamily.COUNTER)
     rows = MetricFamily(f"{prefix}_rows", "Rows per call", MetricFamily.HISTOGRAM)
@@ -93,6 +95,7 @@ def _binder(prefix: str) -> Callable[[Triton], None]:
             triton.bind(name, echo, inputs=VECTOR, outputs=VECTOR_OUT, model_version=version, config=config)
         streaming = ModelConfig(max_batch_size=8, decoupled=True)
         triton.bind("streaming", stream, inputs=VECTOR, outputs=VECTOR_OUT, config=streaming)
+        triton.bind("chat", toy, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=OpenAIChat())
         triton.add_route("/hello", lambda route_request: "hello", methods=["GET"])
 
     return bind
@@ -132,8 +135,10 @@ def test_promtool_lint_finds_only_what_it_finds_in_tritons_metrics() -> None:
     assert lint.returncode == 3, output  # 3: lint problems only; 1: text Prometheus cannot read
     problems = {tuple(line.split(" ", 1)) for line in output.splitlines() if line}
     assert problems == TRITONS_LINT | {
-        # Ours: the route counts' name predates this check; tritonserver 2.52 names its histogram so.
+        # Ours: the route and token counts' names predate this check; tritonserver 2.52 names its histogram so.
         ("pytriton_custom_route_requests", _SUFFIX),
+        ("pytriton_openai_output_tokens", _SUFFIX),
+        ("pytriton_openai_prompt_tokens", _SUFFIX),
         ("nv_inference_first_response_histogram_ms", _UNITS),
         ("nv_inference_first_response_histogram_ms", "metric name should not include type 'histogram'"),
     }
@@ -226,9 +231,21 @@ def test_a_real_prometheus_stores_exact_counts(tmp_path: Path) -> None:
             assert (target["health"], target["lastError"]) == ("up", ""), target
             assert prometheus.query("up") == {(("__name__", "up"),): 1}
             success = _by_model(prometheus.query("nv_inference_request_success"))
-            assert success == {("plain", "1"): 5, ("versioned", "1"): 4, ("versioned", "2"): 5, ("streaming", "1"): 0}
+            assert success == {
+                ("plain", "1"): 5,
+                ("versioned", "1"): 4,
+                ("versioned", "2"): 5,
+                ("streaming", "1"): 0,
+                ("chat", "1"): 0,
+            }
             executed = _by_model(prometheus.query("nv_inference_count"))
-            assert executed == {("plain", "1"): 5, ("versioned", "1"): 4, ("versioned", "2"): 1, ("streaming", "1"): 0}
+            assert executed == {
+                ("plain", "1"): 5,
+                ("versioned", "1"): 4,
+                ("versioned", "2"): 1,
+                ("streaming", "1"): 0,
+                ("chat", "1"): 0,
+            }
             assert _by_model(prometheus.query("nv_cache_num_hits_per_model")) == {("versioned", "2"): 4}
             assert _by_model(prometheus.query("test_prometheus_scrape_hits_total"), "kind") == {
                 ("plain", "1", LABEL): 5,
@@ -273,6 +290,7 @@ def test_a_real_prometheus_stores_exact_counts(tmp_path: Path) -> None:
                 ("versioned", "1"): 0,
                 ("versioned", "2"): 0,
                 ("streaming", "1"): 0,
+                ("chat", "1"): 0,
             }
         finally:
             prometheus.stop()
