@@ -535,7 +535,7 @@ def test_shipped_updates_add_exactly_and_a_clashing_family_is_left_out(caplog: p
 
 def test_a_family_whose_samples_share_names_with_another_is_refused() -> None:
     # Prometheus keeps one of two samples with one name and labels: a counter `x_count` beside a histogram `x` lost
-    # its values, or the histogram its count (and promtool's parser refuses the text).
+    # its values, or the histogram its count (tritonserver 2.51 writes both, measured with pb_utils).
     MetricFamily("test_custom_lat", "a histogram", MetricFamily.HISTOGRAM)
     with pytest.raises(PyTritonValidationError) as raised:
         MetricFamily("test_custom_lat_count", "a counter", MetricFamily.COUNTER)
