@@ -6,6 +6,7 @@ them these tests fail. prometheus_client's parser (tests/test_metrics.py) is mor
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 import subprocess
@@ -152,7 +153,9 @@ class Prometheus:
         (self.port,) = free_ports(1)
         config = directory / "prometheus.yml"
         config.write_text(
-            "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+            # a scrape takes milliseconds; the 2 s bound leaves room for a stalled test machine (Prometheus marks every
+            # series stale when one times out, and instant queries then find none)
+            "global: {scrape_interval: 2s, scrape_timeout: 2s}\n"
             "scrape_configs:\n"
             f"  - {{job_name: pytriton, static_configs: [{{targets: ['127.0.0.1:{target_port}']}}]}}\n"
         )
@@ -189,15 +192,28 @@ class Prometheus:
         }
 
     def scraped_after(self, moment: float) -> Dict[str, Any]:
-        """Wait for a scrape that started after `moment` (time.time()); the target as Prometheus sees it then."""
+        """Wait for a whole scrape that started after `moment` (time.time()); the target as Prometheus sees it then.
+
+        A scrape that ran out of time is waited past (the machine stalled: the next one says what the server
+        serves); any other error of the target's, Prometheus's reading of /metrics included, fails the test.
+        """
+        seen: List[Dict[str, Any]] = []
 
         def scraped() -> bool:
-            stamps = self.query("timestamp(up)")
-            return bool(stamps) and max(stamps.values()) > moment
+            targets = self.api("targets")["activeTargets"]
+            if not targets:  # not discovered yet
+                return False
+            (target,) = targets
+            started = target["lastScrape"]
+            if started.startswith("0001-") or _epoch(started) <= moment:
+                return False
+            if "deadline exceeded" in target["lastError"]:
+                return False
+            seen.append(target)
+            return True
 
         wait_until(scraped, 30, "a scrape by prometheus", interval_s=0.1)
-        (target,) = self.api("targets")["activeTargets"]
-        return target  # type: ignore[no-any-return]
+        return seen[-1]
 
     def stop(self) -> None:
         self.process.terminate()
@@ -206,6 +222,17 @@ class Prometheus:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def _epoch(stamp: str) -> float:
+    """Seconds since the epoch of an RFC 3339 time as Prometheus's API writes it (nanoseconds, 'Z' or an offset)."""
+    day, _, rest = stamp.partition("T")
+    clock, zone = rest[:-1], "+00:00"
+    if not rest.endswith("Z"):
+        clock, zone = rest[:-6], rest[-6:]
+    whole, _, fraction = clock.partition(".")
+    parsed = datetime.datetime.fromisoformat(f"{day}T{whole}{zone}")
+    return parsed.timestamp() + (float(f"0.{fraction}") if fraction else 0.0)
 
 
 def _by_model(series: Dict[Tuple[Tuple[str, str], ...], float], *extra: str) -> Dict[Tuple[str, ...], float]:
