@@ -381,6 +381,39 @@ def test_a_custom_family_named_like_the_route_counts_is_never_exported() -> None
     ]
 
 
+def test_text_utf8_cannot_encode_is_refused_and_scrapes_go_on() -> None:
+    # A lone surrogate (what os.fsdecode makes of a file name that is not UTF-8) in a description or a label
+    # value was taken: every scrape then failed with 500 (Prometheus: the target down) until the process ended.
+    refused: List[str] = []
+
+    def infer(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        labelled = MetricFamily("test_custom_surrogate_label", "x", MetricFamily.COUNTER)
+        for make in (
+            lambda: MetricFamily("test_custom_surrogate_help", "read from \udcff", MetricFamily.COUNTER),
+            lambda: labelled.Metric(labels={"file": "data-\udcff.bin"}),
+        ):
+            try:
+                make()
+            except PyTritonValidationError as error:
+                refused.append(str(error))
+        return [{"out": request["in"]} for request in requests]
+
+    with running_triton(lambda triton: _bind(triton, "surrogates", infer)) as triton:
+        send_all(triton, "surrogates", [1.0])
+        families = scrape(triton)
+    assert refused == [
+        "the description of metric family 'test_custom_surrogate_help' must be text UTF-8 can encode (no lone "
+        "surrogates): 'read from \\udcff'",
+        "label 'file' of metric 'test_custom_surrogate_label' must have a value UTF-8 can encode (no lone "
+        "surrogates): 'data-\\udcff.bin'",
+    ]
+    assert (
+        value(families, "nv_inference_request_success", "nv_inference_request_success", model="surrogates", version="1")
+        == 1
+    )
+    assert "test_custom_surrogate_help" not in families and "test_custom_surrogate_label" not in families
+
+
 def test_async_callable_metrics_carry_the_model_that_made_them() -> None:
     prefix = "test_custom_async"
     first, second = AsyncCounting(prefix), AsyncCounting(prefix)
@@ -498,3 +531,39 @@ def test_shipped_updates_add_exactly_and_a_clashing_family_is_left_out(caplog: p
     assert shown["ship_clash"] == []  # the server's gauge, untouched
     errors = [record.getMessage() for record in caplog.records if "ship_clash" in record.getMessage()]
     assert len(errors) == 1 and "already exists as a gauge" in errors[0]
+
+
+def test_a_family_whose_samples_share_names_with_another_is_refused() -> None:
+    # Prometheus keeps one of two samples with one name and labels: a counter `x_count` beside a histogram `x` lost
+    # its values, or the histogram its count (tritonserver 2.51 writes both, measured with pb_utils).
+    MetricFamily("test_custom_lat", "a histogram", MetricFamily.HISTOGRAM)
+    with pytest.raises(PyTritonValidationError) as raised:
+        MetricFamily("test_custom_lat_count", "a counter", MetricFamily.COUNTER)
+    assert str(raised.value) == (
+        "metric family 'test_custom_lat_count' (counter) would write samples named like those of histogram "
+        "'test_custom_lat' (test_custom_lat_count): Prometheus would keep one of them; name it otherwise"
+    )
+    MetricFamily("test_custom_size_bucket", "a gauge", MetricFamily.GAUGE)
+    with pytest.raises(PyTritonValidationError, match=r"'test_custom_size' \(histogram\) would write samples named"):
+        MetricFamily("test_custom_size", "a histogram", MetricFamily.HISTOGRAM)
+    assert MetricFamily("test_custom_lat_total", "no clash", MetricFamily.COUNTER).name == "test_custom_lat_total"
+    assert MetricFamily("test_custom_lat", "the same one again", MetricFamily.HISTOGRAM).kind == MetricFamily.HISTOGRAM
+
+
+def test_a_family_whose_samples_share_names_with_the_servers_is_left_out() -> None:
+    # A custom histogram `nv_inference_exec` writes `nv_inference_exec_count{model,version}`, the server's counter's
+    # series; a counter `nv_inference_request_summary_us_count`, the server's summary's count: both were there twice.
+    def infer(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        MetricFamily("nv_inference_exec", "x", MetricFamily.HISTOGRAM).Metric(buckets=[1.0]).observe(5.0)
+        MetricFamily("nv_inference_request_summary_us_count", "x", MetricFamily.COUNTER).Metric().increment(100)
+        return [{"out": request["in"]} for request in requests]
+
+    bind = lambda triton: _bind(triton, "clashing", infer)  # noqa: E731
+    with running_triton(bind, metrics_config=["summary_latencies=true"]) as triton:
+        send_all(triton, "clashing", [1.0, 2.0])
+        text = scrape_text(triton)
+    series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(series) == len(set(series)), sorted(name for name in series if series.count(name) > 1)
+    assert 'nv_inference_exec_count{model="clashing",version="1"} 2' in text.splitlines()
+    assert 'nv_inference_request_summary_us_count{model="clashing",version="1"} 2' in text.splitlines()
+    assert "nv_inference_exec_bucket" not in text

@@ -18,7 +18,7 @@ import logging
 import math
 import re
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 from pytriton.exceptions import PyTritonInvalidOperationError, PyTritonValidationError
 
@@ -221,15 +221,37 @@ class Registry:
             )
         if not isinstance(description, str):
             raise PyTritonValidationError(f"the description of metric family '{name}' must be a str")
+        if not _encodes(description):
+            raise PyTritonValidationError(
+                f"the description of metric family '{name}' must be text UTF-8 can encode (no lone surrogates): "
+                f"{description!r}"
+            )
         with self.lock:
             found = self.families.get(name)
             if found is None:
-                found = self.families[name] = FamilyState(name, description, kind)
+                clash = self._clash(name, kind)
+                if clash is None:
+                    found = self.families[name] = FamilyState(name, description, kind)
+        if found is None:
+            assert clash is not None
+            raise PyTritonValidationError(
+                f"metric family '{name}' ({kind}) would write samples named like those of {clash.kind} "
+                f"'{clash.name}' ({', '.join(sorted(sample_names(name, kind) & sample_names(clash.name, clash.kind)))})"
+                ": Prometheus would keep one of them; name it otherwise"
+            )
         if found.kind != kind:
             raise PyTritonValidationError(
                 f"metric family '{name}' already exists as a {found.kind}; it cannot be defined again as a {kind}"
             )
         return found
+
+    def _clash(self, name: str, kind: str) -> Optional[FamilyState]:
+        """A family of another name that a new one's samples would share a name with (histogram `x`, `x_count`)."""
+        names = sample_names(name, kind)
+        for family in self.families.values():
+            if not names.isdisjoint(sample_names(family.name, family.kind)):
+                return family
+        return None
 
     def series(
         self,
@@ -329,6 +351,13 @@ class Registry:
             return families
 
 
+def sample_names(name: str, kind: str) -> FrozenSet[str]:
+    """The names a family goes by on /metrics: its own, and a histogram's samples' (`_count`, `_sum`, `_bucket`)."""
+    if kind == HISTOGRAM:
+        return frozenset((name, f"{name}_count", f"{name}_sum", f"{name}_bucket"))
+    return frozenset((name,))
+
+
 def _label_pairs(family: FamilyState, labels: Optional[Mapping[str, str]], model_labels: bool) -> LabelPairs:
     """Checked labels, with the current model's `model` and `version` unless given, in a stable order."""
     given: Dict[str, str] = {}
@@ -345,6 +374,11 @@ def _label_pairs(family: FamilyState, labels: Optional[Mapping[str, str]], model
                 raise PyTritonValidationError(
                     f"label '{key}' of metric '{family.name}' must have a str value, not {type(value).__name__}"
                 )
+            if not _encodes(value):
+                raise PyTritonValidationError(
+                    f"label '{key}' of metric '{family.name}' must have a value UTF-8 can encode (no lone "
+                    f"surrogates): {value!r}"
+                )
             given[key] = value
     if family.kind == HISTOGRAM and "le" in given:
         raise PyTritonValidationError(f"label 'le' of histogram '{family.name}' is reserved for its buckets")
@@ -353,6 +387,15 @@ def _label_pairs(family: FamilyState, labels: Optional[Mapping[str, str]], model
         given.setdefault("model", model[0])
         given.setdefault("version", model[1])
     return tuple(sorted(given.items()))
+
+
+def _encodes(text: str) -> bool:
+    """Whether UTF-8 encodes `text` (/metrics is UTF-8: one lone surrogate, as `os.fsdecode` makes, fails scrapes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _bounds(family: FamilyState, buckets: Optional[Sequence[float]]) -> Optional[Tuple[float, ...]]:

@@ -259,18 +259,22 @@ _TOKEN_HISTOGRAMS = (
 )
 
 
-# Families the server exports now or may later (a model's first request, a GPU polled): never a custom one's name.
+# Families the server exports now or may later (a model's first request, a GPU polled), and the names of their
+# histograms' and summaries' samples: never a custom family's, nor one of its samples'.
+_HISTOGRAM_NAMES = ["nv_inference_first_response_histogram_ms", *(name for name, _, _ in _TOKEN_HISTOGRAMS)]
+_SUMMARY_NAMES = [name for name, _, _ in _SUMMARIES]
 _OWN_NAMES = frozenset(
-    [name for name, _, _ in _COUNTS]
+    [f"{name}{suffix}" for name in _HISTOGRAM_NAMES for suffix in ("_count", "_sum", "_bucket")]
+    + [f"{name}{suffix}" for name in _SUMMARY_NAMES for suffix in ("_count", "_sum")]
+    + [name for name, _, _ in _COUNTS]
     + [name for name, _, _ in _DURATIONS]
     + [name for name, _, _, _ in _CACHE]
-    + [name for name, _, _ in _SUMMARIES]
-    + ["nv_inference_request_failure", "nv_inference_pending_request_count", "nv_inference_first_response_histogram_ms"]
+    + _SUMMARY_NAMES
+    + ["nv_inference_request_failure", "nv_inference_pending_request_count", *_HISTOGRAM_NAMES]
     + ["nv_pinned_memory_pool_total_bytes", "nv_pinned_memory_pool_used_bytes"]
     + ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes", *GPU_FAMILY_NAMES]
     + [name for name, _, _ in _SERVER_CACHE]
     + ["pytriton_openai_output_tokens", "pytriton_openai_prompt_tokens", "pytriton_custom_route_requests"]
-    + [name for name, _, _ in _TOKEN_HISTOGRAMS]
 )
 
 

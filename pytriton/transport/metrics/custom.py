@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Collection, List, Set
 
-from pytriton.core.custom_metrics import HISTOGRAM, REGISTRY
+from pytriton.core.custom_metrics import HISTOGRAM, REGISTRY, sample_names
 from pytriton.transport.metrics.exposition import Family
 from pytriton.transport.metrics.latency import HistogramSnapshot, add_histogram
 
@@ -14,10 +14,13 @@ _CLASHES_LOGGED: Set[str] = set()
 
 
 def custom_families(taken: Collection[str]) -> List[Family]:
-    """Every custom family, read now; one named like a family of the server's own (`taken`) is left out, logged once."""
+    """Every custom family, read now; one sharing a name with the server's families or their samples is left out.
+
+    `taken`: the server's family and sample names. A family left out is logged once.
+    """
     families = []
     for name, kind, description, samples in REGISTRY.snapshot():
-        if name in taken:
+        if not sample_names(name, kind).isdisjoint(taken):
             if name not in _CLASHES_LOGGED:
                 _CLASHES_LOGGED.add(name)
                 LOGGER.error("custom metric family '%s' is left out of /metrics: the server exports its own", name)
