@@ -1456,3 +1456,46 @@ def test_a_step_that_fails_answers_at_once_while_the_other_running_steps_finish(
         assert 'nv_inference_request_failure{model="fork",reason="BACKEND",version="1"} 0' in metrics
         status, document = _post_infer(triton, "fork", ["OB"])
         assert status == 200 and document["outputs"][0]["data"] == [101.0, 102.0, 103.0, 104.0]
+
+
+def _no_batch_double(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [{"PRE_OUT": request["INPUT"] * 2} for request in requests]
+
+
+def _bind_batching_interplay(triton: Triton) -> None:
+    """Ensembles with and without batching over steps with and without batching (`nb`: INPUT [4] -> PRE_OUT [4])."""
+    config = ModelConfig(max_batch_size=8)
+    no_batching = ModelConfig(batching=False)
+    triton.bind("pre", _double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=config)
+    triton.bind("cls", _classify, [_tensor("X", 4)], [_tensor("SCORES", 3)], config=config)
+    triton.bind("nb", _no_batch_double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=no_batching)
+    triton.bind_ensemble("unbatched_over_batching", STEPS, [_tensor("IN", 4)], [_tensor("OUT", 3)], config=no_batching)
+    over_nb = [_step("nb", {"INPUT": "IN"}, {"PRE_OUT": "OUT"})]
+    triton.bind_ensemble("batched_over_nb", over_nb, [_tensor("IN", 4)], [_tensor("OUT", 4)], config=config)
+
+
+def test_tensors_cross_between_batching_and_non_batching_models_as_in_triton() -> None:
+    # tritonserver 2.51 (python-backend steps): an ensemble without batching hands its [4] input to a batching
+    # step as [1,4] and answers the [1,3] its last step wrote as [3]; a batching ensemble hands a batch of 1 to a
+    # step without batching without its batch dimension and answers the step's [4] as [1,4]. A batch of 2 goes as
+    # it is, and that step refuses it. Each is one execution of batch size 1 in the ensemble's statistics.
+    with running_triton(_bind_batching_interplay) as triton:
+        for infer in (_http_infer, _grpc_infer):
+            url = http_url(triton) if infer is _http_infer else grpc_url(triton)
+            answered = infer(url, "unbatched_over_batching", np.arange(4, dtype=np.float32)).as_numpy("OUT")
+            assert answered.shape == (3,) and answered.tolist() == [0, 2, 4]
+            answered = infer(url, "batched_over_nb", ROWS[:1]).as_numpy("OUT")
+            assert answered.shape == (1, 4) and answered.tolist() == [[0, 2, 4, 6]]
+            with pytest.raises(InferenceServerException) as refused:
+                infer(url, "batched_over_nb", ROWS)
+            assert refused.value.message() == (
+                "in ensemble 'batched_over_nb', [request id: <id_unknown>] unexpected shape for input 'INPUT' for "
+                "model 'nb'. Expected [4], got [2,4]. "
+            )
+        http = httpclient.InferenceServerClient(http_url(triton))
+        for name in ("unbatched_over_batching", "batched_over_nb"):
+            stats = http.get_inference_statistics(name, headers=HTTP_AUTH)["model_stats"][0]
+            assert stats["inference_count"] == 2 and stats["execution_count"] == 2
+            assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [(1, 2)]
+        nb = http.get_inference_statistics("nb", headers=HTTP_AUTH)["model_stats"][0]
+        assert nb["inference_count"] == 2 and nb["inference_stats"]["fail"]["count"] == 0
