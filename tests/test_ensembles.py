@@ -1499,3 +1499,44 @@ def test_tensors_cross_between_batching_and_non_batching_models_as_in_triton() -
             assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [(1, 2)]
         nb = http.get_inference_statistics("nb", headers=HTTP_AUTH)["model_stats"][0]
         assert nb["inference_count"] == 2 and nb["inference_stats"]["fail"]["count"] == 0
+
+
+def _bind_nested(triton: Triton) -> None:
+    """`ens` (pre, cls: max_batch_size 8) and `outer`, an ensemble with `ens` as its step."""
+    _bind_steps(triton)
+    triton.bind_ensemble(
+        "outer",
+        [_step("ens", {"IN": "IN"}, {"OUT": "OUT"})],
+        [_tensor("IN", 4)],
+        [_tensor("OUT", 3)],
+        config=ModelConfig(max_batch_size=4),
+    )
+
+
+def test_a_step_model_loaded_with_a_smaller_batch_unloads_the_ensembles_it_breaks_as_in_triton() -> None:
+    # tritonserver 2.51, `pre` loaded with a config override of max_batch_size 4 under `ens` (8): the load answered
+    # 200; `ens` and the ensembles over it were unloaded (UNAVAILABLE, "unloaded"; its log: "ensemble ens allows
+    # maximum batch size 8, but it contains model pre which only allows maximum batch size to be 4"), and a load of
+    # `ens` then answered 400 {"error": "load failed for model 'ens': <that message>\n"}.
+    with running_triton(_bind_nested) as triton:
+        port = triton.http_port
+        assert port is not None
+        override = {"parameters": {"config": json.dumps({"max_batch_size": 4})}}
+        assert post_json(port, "/v2/repository/models/pre/load", override, HTTP_AUTH) == (200, None)
+        _, index = post_json(port, "/v2/repository/index", {}, HTTP_AUTH)
+        states = {entry["name"]: (entry["state"], entry.get("reason", "")) for entry in index}
+        assert states["ens"] == states["outer"] == ("UNAVAILABLE", "unloaded")
+        assert states["pre"] == states["cls"] == ("READY", "")
+        with pytest.raises(InferenceServerException, match="has no available versions"):
+            _http_infer(http_url(triton), "ens", ROWS)
+        message = (
+            "ensemble ens allows maximum batch size 8, but it contains model pre which only allows maximum batch "
+            "size to be 4"
+        )
+        assert post_json(port, "/v2/repository/models/ens/load", {}, HTTP_AUTH) == (
+            400,
+            {"error": f"load failed for model 'ens': {message}\n"},
+        )
+        assert post_json(port, "/v2/repository/models/pre/load", {}, HTTP_AUTH) == (200, None)  # 8 again
+        assert post_json(port, "/v2/repository/models/ens/load", {}, HTTP_AUTH) == (200, None)
+        assert _http_infer(http_url(triton), "outer", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
