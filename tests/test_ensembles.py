@@ -558,13 +558,29 @@ def _step(model: str, inputs: Dict[str, str], outputs: Dict[str, str]) -> Ensemb
     return EnsembleStep(model, input_map=inputs, output_map=outputs)
 
 
-# Triton's words (model_config_utils.cc, ensemble_utils.cc) where it has them.
+# Triton's words (model_config_utils.cc, ensemble_utils.cc, model_repository_manager.cc; the dependency errors as
+# tritonserver 2.51 answered a repository load of such an ensemble).
 BIND_ERRORS = [
     pytest.param([], "must specify 'step' for ensemble 'bad'", id="no-steps"),
     pytest.param(
         [_step("missing", {"INPUT": "IN"}, {"PRE_OUT": "OUT"})],
-        "in ensemble bad, step model 'missing' is not available: Request for unknown model: 'missing' is not found",
+        "ensemble bad contains models that are not available or ambiguous: missing",
         id="unbound-step-model",
+    ),
+    pytest.param(  # a step model Triton cannot find is reported before the mapping errors of the steps before it
+        [_step("pre", {"WRONG": "IN"}, {"PRE_OUT": "mid"}), _step("missing", {"X": "mid"}, {"SCORES": "OUT"})],
+        "ensemble bad contains models that are not available or ambiguous: missing",
+        id="unbound-step-model-after-a-bad-step",
+    ),
+    pytest.param(
+        [EnsembleStep("pre", model_version=3, input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "mid"}), STEPS[1]],
+        "ensemble 'bad' depends on 'pre' whose required version 3 is not loaded.",
+        id="unbound-step-model-version",
+    ),
+    pytest.param(
+        [_step("bad", {"IN": "IN"}, {"OUT": "OUT"})],
+        "circular dependency between ensembles: bad -> ... -> bad -> bad",
+        id="ensemble-runs-itself",
     ),
     pytest.param(
         [_step("pre", {"WRONG": "IN"}, {"PRE_OUT": "mid"}), STEPS[1]],

@@ -600,23 +600,16 @@ def check_ensemble(spec: ModelSpec, models: Models) -> ModelSpec:
     The spec returned is decoupled when a step's model is (Triton sets the ensemble's transaction policy so).
 
     Raises:
-        ValueError: Triton's message (a step model that is not bound: this server's).
+        ValueError: Triton's message.
     """
     graph = spec.ensemble
     assert graph is not None
     check_structure(spec.name, graph, [t.name for t in spec.inputs], [t.name for t in spec.outputs])
+    _check_dependencies(spec.name, graph, models)
 
     def model_of(step: EnsembleStepDef) -> StepModel:
         version = "" if step.model_version < 0 else str(step.model_version)
-        if step.model_name == spec.name:
-            raise ValueError(f"in ensemble {spec.name}, a step runs the ensemble itself: a cycle is refused")
-        try:
-            step_spec: ModelSpec = models.model(step.model_name, version).spec
-        except InferenceError as error:
-            raise ValueError(
-                f"in ensemble {spec.name}, step model '{step.model_name}'"
-                f"{'' if not version else ' version ' + version} is not available: {error.message}"
-            ) from None
+        step_spec: ModelSpec = models.model(step.model_name, version).spec
         return StepModel(
             step_spec.max_batch_size,
             [(t.name, t.datatype, t.dims, t.optional) for t in step_spec.inputs],
@@ -633,6 +626,34 @@ def check_ensemble(spec: ModelSpec, models: Models) -> ModelSpec:
         model_of,
     )
     return spec if spec.decoupled == decoupled else dataclasses.replace(spec, decoupled=decoupled)
+
+
+def _check_dependencies(name: str, graph: EnsembleGraph, models: Models) -> None:
+    """Triton's checks of an ensemble's dependencies, in its order: every step model known, no cycle, each version.
+
+    Raises:
+        ValueError: Triton's message (its model repository's words for a model it cannot find).
+    """
+    for step in graph.steps:
+        if step.model_name == name:
+            continue
+        try:
+            models.model(step.model_name)
+        except InferenceError:
+            raise ValueError(
+                f"ensemble {name} contains models that are not available or ambiguous: {step.model_name}"
+            ) from None
+    if any(step.model_name == name for step in graph.steps):
+        raise ValueError(f"circular dependency between ensembles: {name} -> ... -> {name} -> {name}")
+    for step in graph.steps:
+        if step.model_version >= 0:
+            try:
+                models.model(step.model_name, str(step.model_version))
+            except InferenceError:
+                raise ValueError(
+                    f"ensemble '{name}' depends on '{step.model_name}' whose required version {step.model_version} "
+                    "is not loaded."
+                ) from None
 
 
 def steps_on(spec: ModelSpec, name: str) -> bool:
