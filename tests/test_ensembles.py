@@ -1518,10 +1518,10 @@ def test_tensors_cross_between_batching_and_non_batching_models_as_in_triton() -
 
 
 def _bind_nested(triton: Triton) -> None:
-    """`ens` (pre, cls: max_batch_size 8) and `outer`, an ensemble with `ens` as its step."""
+    """`ens` (pre, cls: max_batch_size 8) and `deep`, an ensemble with `ens` as its step (named to sort first)."""
     _bind_steps(triton)
     triton.bind_ensemble(
-        "outer",
+        "deep",
         [_step("ens", {"IN": "IN"}, {"OUT": "OUT"})],
         [_tensor("IN", 4)],
         [_tensor("OUT", 3)],
@@ -1541,7 +1541,7 @@ def test_a_step_model_loaded_with_a_smaller_batch_unloads_the_ensembles_it_break
         assert post_json(port, "/v2/repository/models/pre/load", override, HTTP_AUTH) == (200, None)
         _, index = post_json(port, "/v2/repository/index", {}, HTTP_AUTH)
         states = {entry["name"]: (entry["state"], entry.get("reason", "")) for entry in index}
-        assert states["ens"] == states["outer"] == ("UNAVAILABLE", "unloaded")
+        assert states["ens"] == states["deep"] == ("UNAVAILABLE", "unloaded")
         assert states["pre"] == states["cls"] == ("READY", "")
         with pytest.raises(InferenceServerException, match="has no available versions"):
             _http_infer(http_url(triton), "ens", ROWS)
@@ -1555,4 +1555,26 @@ def test_a_step_model_loaded_with_a_smaller_batch_unloads_the_ensembles_it_break
         )
         assert post_json(port, "/v2/repository/models/pre/load", {}, HTTP_AUTH) == (200, None)  # 8 again
         assert post_json(port, "/v2/repository/models/ens/load", {}, HTTP_AUTH) == (200, None)
-        assert _http_infer(http_url(triton), "outer", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
+        assert _http_infer(http_url(triton), "deep", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
+
+
+def test_unloading_a_step_model_unloads_the_ensembles_over_its_ensembles_too_and_a_load_brings_them_back() -> None:
+    # tritonserver 2.51: an ensemble whose only step is another ensemble went UNAVAILABLE ("unloaded") with the
+    # inner one when a step model of the inner one was unloaded, and came back with it when that model was loaded.
+    with running_triton(_bind_nested) as triton:
+        port = triton.http_port
+        assert port is not None
+
+        def states() -> Dict[str, Any]:
+            _, index = post_json(port, "/v2/repository/index", {}, HTTP_AUTH)
+            return {entry["name"]: (entry["state"], entry.get("reason", "")) for entry in index}
+
+        assert post_json(port, "/v2/repository/models/pre/unload", {}, HTTP_AUTH) == (200, None)
+        wait_until(lambda: states()["pre"] == ("UNAVAILABLE", "unloaded"))
+        assert states()["ens"] == states()["deep"] == ("UNAVAILABLE", "unloaded")
+        with pytest.raises(InferenceServerException) as refused:
+            _http_infer(http_url(triton), "deep", ROWS)
+        assert refused.value.message() == "Request for unknown model: 'deep' has no available versions"
+        assert post_json(port, "/v2/repository/models/pre/load", {}, HTTP_AUTH) == (200, None)
+        assert states()["ens"] == states()["deep"] == ("READY", "")
+        assert _http_infer(http_url(triton), "deep", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]

@@ -325,7 +325,7 @@ class Engine:
     async def _unload(self, name: str) -> None:
         """`unload`, under the lock."""
         self._unloaded_with_step.discard(name)
-        ensembles = [m for m in self.models() if _in_service(m) and steps_on(m.spec, name)]
+        ensembles = self._ensembles_on(name)
         leaving = [model for model in self._models.get(name, {}).values() if _in_service(model)]
         if not leaving and not ensembles:
             return
@@ -348,6 +348,20 @@ class Engine:
         for unloaded in {name, *(model.spec.name for model in running)}:  # a load of either waits for it
             self._unloading[unloaded] = task
             task.add_done_callback(functools.partial(self._unloaded, unloaded))
+
+    def _ensembles_on(self, name: str) -> List[ServedModel]:
+        """The ensembles in service with a step on a model, or on such an ensemble (Triton's dependents)."""
+        found: List[ServedModel] = []
+        names = {name}
+        grew = True
+        while grew:
+            grew = False
+            for model in self.models():
+                if model not in found and _in_service(model) and any(steps_on(model.spec, n) for n in names):
+                    found.append(model)
+                    names.add(model.spec.name)
+                    grew = True
+        return found
 
     async def _finish_unload(self, models: List[ServedModel], ensembles: Sequence[ServedModel] = ()) -> None:
         """Let the ensembles on the models, then the models, finish their requests; then stop the models' instances.
@@ -429,13 +443,18 @@ class Engine:
             self._unloaded_with_step.discard(name)
             await self._load_one(name, change, ())
             await self._unload_broken_ensembles(name)
-            for ensemble in sorted(self._unloaded_with_step):  # as Triton, they come back with their steps
-                if all(self._in_service(step) for step in self._steps_of(ensemble)):
-                    self._unloaded_with_step.discard(ensemble)
-                    try:
-                        await self._load_one(ensemble, None, ())
-                    except InferenceError as error:  # its steps changed: it stays unloaded, as in Triton
-                        LOGGER.error("%s", error.message.rstrip())
+            back = True
+            while back:  # as Triton, they come back with their steps (an ensemble over one once that one is back)
+                back = False
+                for ensemble in sorted(self._unloaded_with_step):
+                    if all(self._in_service(step) for step in self._steps_of(ensemble)):
+                        self._unloaded_with_step.discard(ensemble)
+                        try:
+                            await self._load_one(ensemble, None, ())
+                        except InferenceError as error:  # its steps changed: it stays unloaded, as in Triton
+                            LOGGER.error("%s", error.message.rstrip())
+                            continue
+                        back = True
             await self._changed()  # the frontend processes learn the new specs before the answer
 
     async def _unload_broken_ensembles(self, name: str) -> None:
