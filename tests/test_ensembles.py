@@ -1578,3 +1578,32 @@ def test_unloading_a_step_model_unloads_the_ensembles_over_its_ensembles_too_and
         assert post_json(port, "/v2/repository/models/pre/load", {}, HTTP_AUTH) == (200, None)
         assert states()["ens"] == states()["deep"] == ("READY", "")
         assert _http_infer(http_url(triton), "deep", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
+
+
+def _bind_tap(triton: Triton) -> None:
+    """`tap`: `pre` writes MID, an output of the ensemble that `cls` reads to write OUT."""
+    _bind_steps(triton)
+    steps = [_step("pre", {"INPUT": "IN"}, {"PRE_OUT": "MID"}), _step("cls", {"X": "MID"}, {"SCORES": "OUT"})]
+    outputs = [_tensor("MID", 4), _tensor("OUT", 3)]
+    triton.bind_ensemble("tap", steps, [_tensor("IN", 4)], outputs, config=ModelConfig(max_batch_size=8))
+
+
+def test_a_request_for_an_output_a_step_also_reads_runs_the_steps_it_needs() -> None:
+    # A deliberate difference (docs/migration.md): tritonserver 2.51 answers such a request naming MID or OUT alone
+    # 400 "unexpected deadlock, ..." without running a step; here the steps those outputs need run.
+    with running_triton(_bind_tap) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        given = httpclient.InferInput("IN", [1, 4], "FP32")
+        given.set_data_from_numpy(ROWS[:1])
+        both = client.infer("tap", [given])
+        assert [output["name"] for output in both.get_response()["outputs"]] == ["MID", "OUT"]
+        mid = client.infer("tap", [given], outputs=[httpclient.InferRequestedOutput("MID")])
+        assert [output["name"] for output in mid.get_response()["outputs"]] == ["MID"]
+        assert mid.as_numpy("MID").tolist() == [[0, 2, 4, 6]]
+        out = client.infer("tap", [given], outputs=[httpclient.InferRequestedOutput("OUT")])
+        assert out.as_numpy("OUT").tolist() == [[0, 2, 4]]
+        counts = {
+            name: client.get_inference_statistics(name, headers=HTTP_AUTH)["model_stats"][0]["inference_count"]
+            for name in ("pre", "cls", "tap")
+        }
+        assert counts == {"pre": 3, "cls": 2, "tap": 3}  # MID alone needs `pre` only
