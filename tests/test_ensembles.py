@@ -558,13 +558,29 @@ def _step(model: str, inputs: Dict[str, str], outputs: Dict[str, str]) -> Ensemb
     return EnsembleStep(model, input_map=inputs, output_map=outputs)
 
 
-# Triton's words (model_config_utils.cc, ensemble_utils.cc) where it has them.
+# Triton's words (model_config_utils.cc, ensemble_utils.cc, model_repository_manager.cc; the dependency errors as
+# tritonserver 2.51 answered a repository load of such an ensemble).
 BIND_ERRORS = [
     pytest.param([], "must specify 'step' for ensemble 'bad'", id="no-steps"),
     pytest.param(
         [_step("missing", {"INPUT": "IN"}, {"PRE_OUT": "OUT"})],
-        "in ensemble bad, step model 'missing' is not available: Request for unknown model: 'missing' is not found",
+        "ensemble bad contains models that are not available or ambiguous: missing",
         id="unbound-step-model",
+    ),
+    pytest.param(  # a step model Triton cannot find is reported before the mapping errors of the steps before it
+        [_step("pre", {"WRONG": "IN"}, {"PRE_OUT": "mid"}), _step("missing", {"X": "mid"}, {"SCORES": "OUT"})],
+        "ensemble bad contains models that are not available or ambiguous: missing",
+        id="unbound-step-model-after-a-bad-step",
+    ),
+    pytest.param(
+        [EnsembleStep("pre", model_version=3, input_map={"INPUT": "IN"}, output_map={"PRE_OUT": "mid"}), STEPS[1]],
+        "ensemble 'bad' depends on 'pre' whose required version 3 is not loaded.",
+        id="unbound-step-model-version",
+    ),
+    pytest.param(
+        [_step("bad", {"IN": "IN"}, {"OUT": "OUT"})],
+        "circular dependency between ensembles: bad -> ... -> bad -> bad",
+        id="ensemble-runs-itself",
     ),
     pytest.param(
         [_step("pre", {"WRONG": "IN"}, {"PRE_OUT": "mid"}), STEPS[1]],
@@ -1456,3 +1472,138 @@ def test_a_step_that_fails_answers_at_once_while_the_other_running_steps_finish(
         assert 'nv_inference_request_failure{model="fork",reason="BACKEND",version="1"} 0' in metrics
         status, document = _post_infer(triton, "fork", ["OB"])
         assert status == 200 and document["outputs"][0]["data"] == [101.0, 102.0, 103.0, 104.0]
+
+
+def _no_batch_double(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    return [{"PRE_OUT": request["INPUT"] * 2} for request in requests]
+
+
+def _bind_batching_interplay(triton: Triton) -> None:
+    """Ensembles with and without batching over steps with and without batching (`nb`: INPUT [4] -> PRE_OUT [4])."""
+    config = ModelConfig(max_batch_size=8)
+    no_batching = ModelConfig(batching=False)
+    triton.bind("pre", _double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=config)
+    triton.bind("cls", _classify, [_tensor("X", 4)], [_tensor("SCORES", 3)], config=config)
+    triton.bind("nb", _no_batch_double, [_tensor("INPUT", 4)], [_tensor("PRE_OUT", 4)], config=no_batching)
+    triton.bind_ensemble("unbatched_over_batching", STEPS, [_tensor("IN", 4)], [_tensor("OUT", 3)], config=no_batching)
+    over_nb = [_step("nb", {"INPUT": "IN"}, {"PRE_OUT": "OUT"})]
+    triton.bind_ensemble("batched_over_nb", over_nb, [_tensor("IN", 4)], [_tensor("OUT", 4)], config=config)
+
+
+def test_tensors_cross_between_batching_and_non_batching_models_as_in_triton() -> None:
+    # tritonserver 2.51 (python-backend steps): an ensemble without batching hands its [4] input to a batching
+    # step as [1,4] and answers the [1,3] its last step wrote as [3]; a batching ensemble hands a batch of 1 to a
+    # step without batching without its batch dimension and answers the step's [4] as [1,4]. A batch of 2 goes as
+    # it is, and that step refuses it. Each is one execution of batch size 1 in the ensemble's statistics.
+    with running_triton(_bind_batching_interplay) as triton:
+        for infer in (_http_infer, _grpc_infer):
+            url = http_url(triton) if infer is _http_infer else grpc_url(triton)
+            answered = infer(url, "unbatched_over_batching", np.arange(4, dtype=np.float32)).as_numpy("OUT")
+            assert answered.shape == (3,) and answered.tolist() == [0, 2, 4]
+            answered = infer(url, "batched_over_nb", ROWS[:1]).as_numpy("OUT")
+            assert answered.shape == (1, 4) and answered.tolist() == [[0, 2, 4, 6]]
+            with pytest.raises(InferenceServerException) as refused:
+                infer(url, "batched_over_nb", ROWS)
+            assert refused.value.message() == (
+                "in ensemble 'batched_over_nb', [request id: <id_unknown>] unexpected shape for input 'INPUT' for "
+                "model 'nb'. Expected [4], got [2,4]. "
+            )
+        http = httpclient.InferenceServerClient(http_url(triton))
+        for name in ("unbatched_over_batching", "batched_over_nb"):
+            stats = http.get_inference_statistics(name, headers=HTTP_AUTH)["model_stats"][0]
+            assert stats["inference_count"] == 2 and stats["execution_count"] == 2
+            assert [(b["batch_size"], b["compute_infer"]["count"]) for b in stats["batch_stats"]] == [(1, 2)]
+        nb = http.get_inference_statistics("nb", headers=HTTP_AUTH)["model_stats"][0]
+        assert nb["inference_count"] == 2 and nb["inference_stats"]["fail"]["count"] == 0
+
+
+def _bind_nested(triton: Triton) -> None:
+    """`ens` (pre, cls: max_batch_size 8) and `deep`, an ensemble with `ens` as its step (named to sort first)."""
+    _bind_steps(triton)
+    triton.bind_ensemble(
+        "deep",
+        [_step("ens", {"IN": "IN"}, {"OUT": "OUT"})],
+        [_tensor("IN", 4)],
+        [_tensor("OUT", 3)],
+        config=ModelConfig(max_batch_size=4),
+    )
+
+
+def test_a_step_model_loaded_with_a_smaller_batch_unloads_the_ensembles_it_breaks_as_in_triton() -> None:
+    # tritonserver 2.51, `pre` loaded with a config override of max_batch_size 4 under `ens` (8): the load answered
+    # 200; `ens` and the ensembles over it were unloaded (UNAVAILABLE, "unloaded"; its log: "ensemble ens allows
+    # maximum batch size 8, but it contains model pre which only allows maximum batch size to be 4"), and a load of
+    # `ens` then answered 400 {"error": "load failed for model 'ens': <that message>\n"}.
+    with running_triton(_bind_nested) as triton:
+        port = triton.http_port
+        assert port is not None
+        override = {"parameters": {"config": json.dumps({"max_batch_size": 4})}}
+        assert post_json(port, "/v2/repository/models/pre/load", override, HTTP_AUTH) == (200, None)
+        _, index = post_json(port, "/v2/repository/index", {}, HTTP_AUTH)
+        states = {entry["name"]: (entry["state"], entry.get("reason", "")) for entry in index}
+        assert states["ens"] == states["deep"] == ("UNAVAILABLE", "unloaded")
+        assert states["pre"] == states["cls"] == ("READY", "")
+        with pytest.raises(InferenceServerException, match="has no available versions"):
+            _http_infer(http_url(triton), "ens", ROWS)
+        message = (
+            "ensemble ens allows maximum batch size 8, but it contains model pre which only allows maximum batch "
+            "size to be 4"
+        )
+        assert post_json(port, "/v2/repository/models/ens/load", {}, HTTP_AUTH) == (
+            400,
+            {"error": f"load failed for model 'ens': {message}\n"},
+        )
+        assert post_json(port, "/v2/repository/models/pre/load", {}, HTTP_AUTH) == (200, None)  # 8 again
+        assert post_json(port, "/v2/repository/models/ens/load", {}, HTTP_AUTH) == (200, None)
+        assert _http_infer(http_url(triton), "deep", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
+
+
+def test_unloading_a_step_model_unloads_the_ensembles_over_its_ensembles_too_and_a_load_brings_them_back() -> None:
+    # tritonserver 2.51: an ensemble whose only step is another ensemble went UNAVAILABLE ("unloaded") with the
+    # inner one when a step model of the inner one was unloaded, and came back with it when that model was loaded.
+    with running_triton(_bind_nested) as triton:
+        port = triton.http_port
+        assert port is not None
+
+        def states() -> Dict[str, Any]:
+            _, index = post_json(port, "/v2/repository/index", {}, HTTP_AUTH)
+            return {entry["name"]: (entry["state"], entry.get("reason", "")) for entry in index}
+
+        assert post_json(port, "/v2/repository/models/pre/unload", {}, HTTP_AUTH) == (200, None)
+        wait_until(lambda: states()["pre"] == ("UNAVAILABLE", "unloaded"))
+        assert states()["ens"] == states()["deep"] == ("UNAVAILABLE", "unloaded")
+        with pytest.raises(InferenceServerException) as refused:
+            _http_infer(http_url(triton), "deep", ROWS)
+        assert refused.value.message() == "Request for unknown model: 'deep' has no available versions"
+        assert post_json(port, "/v2/repository/models/pre/load", {}, HTTP_AUTH) == (200, None)
+        assert states()["ens"] == states()["deep"] == ("READY", "")
+        assert _http_infer(http_url(triton), "deep", ROWS).as_numpy("OUT").tolist() == [[0, 2, 4], [8, 10, 12]]
+
+
+def _bind_tap(triton: Triton) -> None:
+    """`tap`: `pre` writes MID, an output of the ensemble that `cls` reads to write OUT."""
+    _bind_steps(triton)
+    steps = [_step("pre", {"INPUT": "IN"}, {"PRE_OUT": "MID"}), _step("cls", {"X": "MID"}, {"SCORES": "OUT"})]
+    outputs = [_tensor("MID", 4), _tensor("OUT", 3)]
+    triton.bind_ensemble("tap", steps, [_tensor("IN", 4)], outputs, config=ModelConfig(max_batch_size=8))
+
+
+def test_a_request_for_an_output_a_step_also_reads_runs_the_steps_it_needs() -> None:
+    # A deliberate difference (docs/migration.md): tritonserver 2.51 answers such a request naming MID or OUT alone
+    # 400 "unexpected deadlock, ..." without running a step; here the steps those outputs need run.
+    with running_triton(_bind_tap) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        given = httpclient.InferInput("IN", [1, 4], "FP32")
+        given.set_data_from_numpy(ROWS[:1])
+        both = client.infer("tap", [given])
+        assert [output["name"] for output in both.get_response()["outputs"]] == ["MID", "OUT"]
+        mid = client.infer("tap", [given], outputs=[httpclient.InferRequestedOutput("MID")])
+        assert [output["name"] for output in mid.get_response()["outputs"]] == ["MID"]
+        assert mid.as_numpy("MID").tolist() == [[0, 2, 4, 6]]
+        out = client.infer("tap", [given], outputs=[httpclient.InferRequestedOutput("OUT")])
+        assert out.as_numpy("OUT").tolist() == [[0, 2, 4]]
+        counts = {
+            name: client.get_inference_statistics(name, headers=HTTP_AUTH)["model_stats"][0]["inference_count"]
+            for name in ("pre", "cls", "tap")
+        }
+        assert counts == {"pre": 3, "cls": 2, "tap": 3}  # MID alone needs `pre` only

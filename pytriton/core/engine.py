@@ -320,30 +320,48 @@ class Engine:
         Triton answers such an unload with success.
         """
         async with self._lock():
-            self._unloaded_with_step.discard(name)
-            ensembles = [m for m in self.models() if _in_service(m) and steps_on(m.spec, name)]
-            leaving = [model for model in self._models.get(name, {}).values() if _in_service(model)]
-            if not leaving and not ensembles:
-                return
-            for model in ensembles:
-                self._unloaded_with_step.add(model.spec.name)  # loaded again with the model, as in Triton
+            await self._unload(name)
+
+    async def _unload(self, name: str) -> None:
+        """`unload`, under the lock."""
+        self._unloaded_with_step.discard(name)
+        ensembles = self._ensembles_on(name)
+        leaving = [model for model in self._models.get(name, {}).values() if _in_service(model)]
+        if not leaving and not ensembles:
+            return
+        for model in ensembles:
+            self._unloaded_with_step.add(model.spec.name)  # loaded again with the model, as in Triton
+            model.scheduler.refuse()
+            idle = model.scheduler.open_requests == (0, 0)
+            model.state = ModelState.UNAVAILABLE if idle else ModelState.UNLOADING
+        running = [model for model in ensembles if model.state is ModelState.UNLOADING]
+        for model in leaving:
+            if running:  # refused once their runs ended: until then they call it
+                model.ensemble_runs_only = True
+            else:
                 model.scheduler.refuse()
-                idle = model.scheduler.open_requests == (0, 0)
-                model.state = ModelState.UNAVAILABLE if idle else ModelState.UNLOADING
-            running = [model for model in ensembles if model.state is ModelState.UNLOADING]
-            for model in leaving:
-                if running:  # refused once their runs ended: until then they call it
-                    model.ensemble_runs_only = True
-                else:
-                    model.scheduler.refuse()
-                idle = not running and model.scheduler.open_requests == (0, 0)  # nothing to wait for
-                model.state = ModelState.UNAVAILABLE if idle else ModelState.UNLOADING
-            self.models_generation += 1
-            await self._changed()
-            task = asyncio.get_running_loop().create_task(self._finish_unload(leaving, running))
-            for unloaded in {name, *(model.spec.name for model in running)}:  # a load of either waits for it
-                self._unloading[unloaded] = task
-                task.add_done_callback(functools.partial(self._unloaded, unloaded))
+            idle = not running and model.scheduler.open_requests == (0, 0)  # nothing to wait for
+            model.state = ModelState.UNAVAILABLE if idle else ModelState.UNLOADING
+        self.models_generation += 1
+        await self._changed()
+        task = asyncio.get_running_loop().create_task(self._finish_unload(leaving, running))
+        for unloaded in {name, *(model.spec.name for model in running)}:  # a load of either waits for it
+            self._unloading[unloaded] = task
+            task.add_done_callback(functools.partial(self._unloaded, unloaded))
+
+    def _ensembles_on(self, name: str) -> List[ServedModel]:
+        """The ensembles in service with a step on a model, or on such an ensemble (Triton's dependents)."""
+        found: List[ServedModel] = []
+        names = {name}
+        grew = True
+        while grew:
+            grew = False
+            for model in self.models():
+                if model not in found and _in_service(model) and any(steps_on(model.spec, n) for n in names):
+                    found.append(model)
+                    names.add(model.spec.name)
+                    grew = True
+        return found
 
     async def _finish_unload(self, models: List[ServedModel], ensembles: Sequence[ServedModel] = ()) -> None:
         """Let the ensembles on the models, then the models, finish their requests; then stop the models' instances.
@@ -424,11 +442,35 @@ class Engine:
         async with self._lock():
             self._unloaded_with_step.discard(name)
             await self._load_one(name, change, ())
-            for ensemble in sorted(self._unloaded_with_step):  # as Triton, they come back with their steps
-                if all(self._in_service(step) for step in self._steps_of(ensemble)):
-                    self._unloaded_with_step.discard(ensemble)
-                    await self._load_one(ensemble, None, ())
+            await self._unload_broken_ensembles(name)
+            back = True
+            while back:  # as Triton, they come back with their steps (an ensemble over one once that one is back)
+                back = False
+                for ensemble in sorted(self._unloaded_with_step):
+                    if all(self._in_service(step) for step in self._steps_of(ensemble)):
+                        self._unloaded_with_step.discard(ensemble)
+                        try:
+                            await self._load_one(ensemble, None, ())
+                        except InferenceError as error:  # its steps changed: it stays unloaded, as in Triton
+                            LOGGER.error("%s", error.message.rstrip())
+                            continue
+                        back = True
             await self._changed()  # the frontend processes learn the new specs before the answer
+
+    async def _unload_broken_ensembles(self, name: str) -> None:
+        """Unload the ensembles that a model's new binding breaks (its new max_batch_size is below theirs).
+
+        As Triton, which checks the ensembles on a model again when it loads the model: the load succeeds, each
+        ensemble the check fails is unloaded (its error logged), and the ensembles on it with it.
+        """
+        for model in self.models():
+            if not (_in_service(model) and steps_on(model.spec, name)):
+                continue
+            try:
+                check_ensemble(model.spec, self)
+            except ValueError as error:
+                LOGGER.error("ensemble '%s' is unloaded: %s", model.spec.name, error)
+                await self._unload(model.spec.name)
 
     def _in_service(self, name: str) -> bool:
         """Whether some version of a model takes requests."""
@@ -476,7 +518,7 @@ class Engine:
                 try:
                     target = check_ensemble(target, self)
                 except ValueError as error:
-                    raise InferenceError.invalid(f"failed to load '{name}' version {version}: {error}") from None
+                    raise InferenceError.invalid(f"load failed for model '{name}': {error}\n") from None
             targets.append((version, target, binder))
         for version, target, binder in targets:
             await self._load_version(versions, versions[version], target, binder)

@@ -124,17 +124,16 @@ class EnsembleScheduler(Scheduler):
                 self._readers_for[key] = readers
         return readers
 
-    def streams(self, step: EnsembleStepDef) -> bool:
-        """Whether a step's model is decoupled (its responses are taken as they come)."""
+    def step_spec(self, step: EnsembleStepDef) -> Optional[ModelSpec]:
+        """The spec of a step's model; None when it is unloaded meanwhile (the step's call fails in Triton's words)."""
         assert self.models is not None
         try:
-            return bool(
-                self.models.model(
-                    step.model_name, "" if step.model_version < 0 else str(step.model_version)
-                ).spec.decoupled
-            )
-        except InferenceError:  # unloaded meanwhile: the step's call fails with Triton's words
-            return False
+            spec: ModelSpec = self.models.model(
+                step.model_name, "" if step.model_version < 0 else str(step.model_version)
+            ).spec
+        except InferenceError:
+            return None
+        return spec
 
     def _run_client_left(self, run: EnsembleRun) -> None:
         """A run's client disconnected: its steps are cancelled."""
@@ -215,10 +214,15 @@ class _Value:
     readers (steps, and the answer for a requested output) still have to take it.
     """
 
-    __slots__ = ("array", "mark", "readers")
+    __slots__ = ("array", "batch_size", "mark", "readers")
 
-    def __init__(self, array: Optional[np.ndarray], mark: Optional[SequenceMark], readers: int) -> None:
+    def __init__(
+        self, array: Optional[np.ndarray], batch_size: int, mark: Optional[SequenceMark], readers: int
+    ) -> None:
         self.array = array  # None: an optional ensemble input the request left out
+        # The batch size of the request that made it (0: a model without batching made it), as Triton keeps it to
+        # convert the tensor for a model that batches otherwise (`_reshaped`).
+        self.batch_size = batch_size
         self.mark = mark
         self.readers = readers
 
@@ -234,6 +238,7 @@ class EnsembleRun:
 
     __slots__ = (
         "answered",
+        "batch_sizes",
         "busy",
         "compute",
         "done",
@@ -267,6 +272,7 @@ class EnsembleRun:
         self.values: Dict[str, Dict[int, _Value]] = {}
         self.versions: Dict[str, int] = {}
         self.running: Dict[InnerCall, int] = {}
+        self.batch_sizes: Dict[InnerCall, int] = {}  # per step's call: its request's batch size (0: no batching)
         self.woken: Deque[InnerCall] = deque()
         self.busy = False  # steps' responses are being taken (a step that ends meanwhile waits in `woken`)
         self.responded = False
@@ -285,10 +291,11 @@ class EnsembleRun:
         """Start the steps that read only the request's inputs."""
         self.started_ns = time.monotonic_ns()
         given = self.request.inputs
+        batch_size = self.request.batch_size if self.scheduler.spec.batching else 0
         added: List[Tuple[str, int]] = []
         for tensor in self.scheduler.input_names:
             if tensor in self.readers:
-                added.append((tensor, self._add(tensor, given.get(tensor), None)))
+                added.append((tensor, self._add(tensor, given.get(tensor), batch_size, None)))
         self.busy = True
         try:
             self._start_ready(added)
@@ -297,13 +304,13 @@ class EnsembleRun:
             self.busy = False
         self._settle()
 
-    def _add(self, tensor: str, array: Optional[np.ndarray], mark: Optional[SequenceMark]) -> int:
-        """Keep the next version of `tensor`; return its number."""
+    def _add(self, tensor: str, array: Optional[np.ndarray], batch_size: int, mark: Optional[SequenceMark]) -> int:
+        """Keep the next version of `tensor` (made by a request of `batch_size`); return its number."""
         version = self.versions.get(tensor, 0)
         self.versions[tensor] = version + 1
         readers = len(self.readers.get(tensor, ())) + (tensor in self.scheduler.wanted_of(self.request))
         if readers:
-            self.values.setdefault(tensor, {})[version] = _Value(array, mark, readers)
+            self.values.setdefault(tensor, {})[version] = _Value(array, batch_size, mark, readers)
         return version
 
     def _start_ready(self, added: List[Tuple[str, int]]) -> None:
@@ -324,13 +331,19 @@ class EnsembleRun:
 
     def _start_step(self, index: int, version: int) -> None:
         step = self.scheduler.graph.steps[index]
+        step_spec = self.scheduler.step_spec(step)
         inputs: Dict[str, np.ndarray] = {}
         mark: Optional[SequenceMark] = None
         for model_input, tensor in step.input_map:
             versions = self.values[tensor]
             value = versions[version]
             if value.array is not None:
-                inputs[model_input] = value.array
+                declared = step_spec.input_by_name.get(model_input) if step_spec is not None else None
+                inputs[model_input] = (
+                    value.array
+                    if declared is None or step_spec is None
+                    else _reshaped(value.array, declared.dims, step_spec.batching, value.batch_size)
+                )
             if mark is None:  # Triton keeps the first mark a step's tensors carry (it logs any other)
                 mark = value.mark
             value.readers -= 1
@@ -343,7 +356,10 @@ class EnsembleRun:
         call.outer = self.request if mark is None else _with_mark(self.request, mark)
         self.running[call] = index
         requested = [model_output for model_output, _ in step.output_map]
-        streaming = self.scheduler.streams(step)
+        streaming = step_spec is not None and step_spec.decoupled
+        # As Triton records a step request's batch size with the tensors it writes: its inputs' first dimension.
+        batching = step_spec is not None and step_spec.batching
+        self.batch_sizes[call] = next((len(array) for array in inputs.values() if array.ndim), 0) if batching else 0
         call.start(
             self.path,
             CallArguments(step.model_name, inputs, model_version, self.request.parameters, requested, None, streaming),
@@ -390,8 +406,9 @@ class EnsembleRun:
             outputs = outputs_of(response)
             written = _overridden(mark, response.parameters)
             added: List[Tuple[str, int]] = []
+            batch_size = self.batch_sizes.get(call, 0)
             for model_output, tensor in step.output_map:  # one the step left out holds nothing (None)
-                added.append((tensor, self._add(tensor, outputs.get(model_output), written)))
+                added.append((tensor, self._add(tensor, outputs.get(model_output), batch_size, written)))
             self._start_ready(added)
             if not self.done:
                 self._answer_ready(added)
@@ -410,7 +427,9 @@ class EnsembleRun:
                 held = self.values[name]
                 value = held[version]
                 if value.array is not None:  # else a step left it out: so is it from the answer, as in Triton
-                    outputs.append(OutputTensor(name, spec.output_by_name[name].datatype, value.array))
+                    declared = spec.output_by_name[name]
+                    array = _reshaped(value.array, declared.dims, spec.batching, value.batch_size)
+                    outputs.append(OutputTensor(name, declared.datatype, array))
                     mark = value.mark if value.mark is not None else mark
                 value.readers -= 1
                 if not value.readers:
@@ -505,6 +524,27 @@ class EnsembleRun:
             self.release_steps()
 
 
+def _reshaped(array: np.ndarray, dims: Tuple[int, ...], batching: bool, batch_size: int) -> np.ndarray:
+    """A tensor as Triton's ensemble scheduler hands it to a model (or answers it) that batches otherwise.
+
+    Triton's ReshapeTensorDims: a tensor made without batching (`batch_size` 0) for a batching model gets a batch
+    dimension of 1 when its shape is the model's `dims`; a tensor made by a batch of 1 for a model without
+    batching loses its batch dimension when its shape is not the model's `dims`. Any other tensor goes as it is.
+    """
+    if batching == (batch_size != 0):
+        return array
+    if batching:
+        return array.reshape((1, *array.shape)) if _dims_agree(dims, array.shape) else array
+    if batch_size == 1 and array.ndim and not _dims_agree(dims, array.shape):
+        return array.reshape(array.shape[1:])
+    return array
+
+
+def _dims_agree(dims: Tuple[int, ...], shape: Tuple[int, ...]) -> bool:
+    """Triton's CompareDimsWithWildcard: the same rank, each dimension equal or -1 on either side."""
+    return len(dims) == len(shape) and all(a == b or a == -1 or b == -1 for a, b in zip(dims, shape))
+
+
 def _with_mark(request: InferenceRequest, mark: SequenceMark) -> InferenceRequest:
     """What a step's request takes of the ensemble's request (id, priority, timeout), with another sequence mark."""
     if mark == request.sequence:
@@ -560,23 +600,16 @@ def check_ensemble(spec: ModelSpec, models: Models) -> ModelSpec:
     The spec returned is decoupled when a step's model is (Triton sets the ensemble's transaction policy so).
 
     Raises:
-        ValueError: Triton's message (a step model that is not bound: this server's).
+        ValueError: Triton's message.
     """
     graph = spec.ensemble
     assert graph is not None
     check_structure(spec.name, graph, [t.name for t in spec.inputs], [t.name for t in spec.outputs])
+    _check_dependencies(spec.name, graph, models)
 
     def model_of(step: EnsembleStepDef) -> StepModel:
         version = "" if step.model_version < 0 else str(step.model_version)
-        if step.model_name == spec.name:
-            raise ValueError(f"in ensemble {spec.name}, a step runs the ensemble itself: a cycle is refused")
-        try:
-            step_spec: ModelSpec = models.model(step.model_name, version).spec
-        except InferenceError as error:
-            raise ValueError(
-                f"in ensemble {spec.name}, step model '{step.model_name}'"
-                f"{'' if not version else ' version ' + version} is not available: {error.message}"
-            ) from None
+        step_spec: ModelSpec = models.model(step.model_name, version).spec
         return StepModel(
             step_spec.max_batch_size,
             [(t.name, t.datatype, t.dims, t.optional) for t in step_spec.inputs],
@@ -593,6 +626,34 @@ def check_ensemble(spec: ModelSpec, models: Models) -> ModelSpec:
         model_of,
     )
     return spec if spec.decoupled == decoupled else dataclasses.replace(spec, decoupled=decoupled)
+
+
+def _check_dependencies(name: str, graph: EnsembleGraph, models: Models) -> None:
+    """Triton's checks of an ensemble's dependencies, in its order: every step model known, no cycle, each version.
+
+    Raises:
+        ValueError: Triton's message (its model repository's words for a model it cannot find).
+    """
+    for step in graph.steps:
+        if step.model_name == name:
+            continue
+        try:
+            models.model(step.model_name)
+        except InferenceError:
+            raise ValueError(
+                f"ensemble {name} contains models that are not available or ambiguous: {step.model_name}"
+            ) from None
+    if any(step.model_name == name for step in graph.steps):
+        raise ValueError(f"circular dependency between ensembles: {name} -> ... -> {name} -> {name}")
+    for step in graph.steps:
+        if step.model_version >= 0:
+            try:
+                models.model(step.model_name, str(step.model_version))
+            except InferenceError:
+                raise ValueError(
+                    f"ensemble '{name}' depends on '{step.model_name}' whose required version {step.model_version} "
+                    "is not loaded."
+                ) from None
 
 
 def steps_on(spec: ModelSpec, name: str) -> bool:
