@@ -101,7 +101,8 @@ def test_timeouts(client_url: str, slow_gate: Gate) -> None:
                 await client.infer_sample(x=floats(1))
             with pytest.raises(PyTritonClientTimeoutError, match=not_ready.format(r"0\.2")):
                 await client.wait_for_model(0.2)
-        with pytest.raises(PyTritonClientTimeoutError, match=not_ready.format(r"0\.2")):
+        eager_not_ready = r"^Timeout exceeded while waiting for model missing to be ready$"  # 0.7's __aenter__
+        with pytest.raises(PyTritonClientTimeoutError, match=eager_not_ready):
             async with AsyncioModelClient(client_url, "missing", lazy_init=False, init_timeout_s=0.2):
                 pass
 
@@ -231,5 +232,26 @@ def test_asyncio_server_wait_outlasts_a_server_that_is_not_there(protocol: str) 
                 await asyncio_wait_for_model_ready(client, "echo", timeout_s=0.3)
         finally:
             await client.close()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_eager_init_without_a_server_times_out_in_nvidia_pytriton_0_7_words(protocol: str) -> None:
+    (port,) = free_ports(1)
+
+    async def scenario() -> None:
+        client = AsyncioModelClient(f"{protocol}://127.0.0.1:{port}", "echo", lazy_init=False, init_timeout_s=0.3)
+        with pytest.raises(PyTritonClientTimeoutError) as eager:
+            async with client:
+                pass
+        assert str(eager.value) == "Timeout exceeded while waiting for model echo to be ready"  # 0.7's __aenter__
+        with pytest.raises(PyTritonClientClosedError):  # closed by the failed __aenter__
+            await client.infer_sample(floats(1.0))
+        lazy = AsyncioModelClient(f"{protocol}://127.0.0.1:{port}", "echo", init_timeout_s=0.3)
+        async with lazy:
+            with pytest.raises(PyTritonClientTimeoutError) as first_call:
+                await lazy.infer_sample(floats(1.0))
+        assert str(first_call.value) == "Timeout while waiting for model echo to be ready for 0.3s"
 
     run(scenario())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import socket
+import threading
 from typing import Iterator
 
 import numpy as np
@@ -202,3 +204,55 @@ def test_futures_client_queue_bound(client_url: str, slow_gate: Gate) -> None:
         slow_gate.release()
         done, _ = concurrent.futures.wait([running, queued], timeout=WAIT_S)
         assert len(done) == 2
+
+
+def test_a_connection_the_server_closes_mid_call_is_a_client_error() -> None:
+    # A server that dies after reading a request: tritonclient.http raised geventhttpclient's HTTPConnectionClosed,
+    # no PyTritonClientError. 0.7 words every failed connection as a timeout; so does this one now.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def read_then_close() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+
+    closer = threading.Thread(target=read_then_close, daemon=True)
+    closer.start()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with ModelClient(url, "add_sub", model_config=ADD_SUB, ensure_model_is_ready=False) as client:
+            with pytest.raises(PyTritonClientTimeoutError) as closed:
+                client.infer_sample(floats(1), floats(2))
+        assert str(closed.value).startswith("Timeout occurred during inference request. Timeout: 60.0 s Message: ")
+    finally:
+        closer.join(WAIT_S)
+        listener.close()
+
+
+def test_a_server_that_closes_every_connection_is_not_ready() -> None:
+    # Readiness probes took a connection closed unanswered (geventhttpclient's HTTPConnectionClosed) for an error
+    # to raise at once, where a refused one is "not ready yet": the wait now goes on to its timeout.
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def read_then_close() -> None:
+        while not stop.is_set():
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+
+    closer = threading.Thread(target=read_then_close, daemon=True)
+    closer.start()
+    try:
+        with ModelClient(f"http://127.0.0.1:{port}", "add_sub", init_timeout_s=0.5) as client:
+            with pytest.raises(PyTritonClientTimeoutError, match=r"^Waiting for server to be ready timed out\.$"):
+                client.wait_for_server(0.5)
+            with pytest.raises(PyTritonClientTimeoutError):
+                client.infer_sample(floats(1), floats(2))
+    finally:
+        stop.set()
+        socket.create_connection(("127.0.0.1", port)).close()  # wakes the accept
+        closer.join(WAIT_S)
+        listener.close()

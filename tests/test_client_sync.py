@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import re
+import threading
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
@@ -202,3 +203,27 @@ def test_errors_are_client_errors(client_url: str) -> None:
     with ModelClient(client_url, "fail") as client:
         with pytest.raises(PyTritonClientError):
             client.infer_sample(x=floats(1))
+
+
+def test_threads_may_share_a_client(client_url: str) -> None:
+    # Over HTTP, tritonclient's sockets belong to the thread that opened them: a client used by one thread,
+    # then by others, failed with greenlet.error ("Cannot switch to a different thread") or hung.
+    results: Dict[int, Any] = {}
+
+    def infer(first: int) -> None:
+        for n in range(first, first + 10):
+            try:
+                results[n] = client.infer_sample(floats(n), floats(1))["sum"].tolist()
+            except Exception as error:  # noqa: BLE001 - reported by the assertion below
+                results[n] = repr(error)
+
+    with ModelClient(client_url, "add_sub") as client:
+        assert client.infer_sample(floats(1), floats(2))["sum"].tolist() == [3.0]
+        threads = [threading.Thread(target=infer, args=(first,), daemon=True) for first in range(0, 40, 10)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(WAIT_S)
+        assert not any(thread.is_alive() for thread in threads), "calls from other threads hung"
+        assert results == {n: [n + 1.0] for n in range(40)}
+        assert client.infer_sample(floats(1), floats(2))["sum"].tolist() == [3.0]  # the first thread's again

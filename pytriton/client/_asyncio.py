@@ -55,6 +55,12 @@ class AsyncioModelClient(BaseModelClient):
         if not self._lazy_init:
             try:
                 await self._ready_config()
+            except PyTritonClientTimeoutError as error:
+                await self.close()
+                # 0.7 words this wait (lazy_init=False) apart from the one at the first request
+                raise PyTritonClientTimeoutError(
+                    f"Timeout exceeded while waiting for model {self._model_name} to be ready"
+                ) from error
             except BaseException:
                 await self.close()
                 raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 from typing import Tuple, Type
 
@@ -22,6 +23,9 @@ TRANSLATED_ERRORS: Tuple[Type[BaseException], ...] = (
     InferenceServerException,
     grpc.RpcError,
     OSError,
+    # tritonclient.http's geventhttpclient raises its HTTPConnectionClosed / HTTPParseError (no OSErrors) for a
+    # connection the server closes mid-call, or answers with no HTTP: failed connections, as OSErrors are
+    http.client.HTTPException,
     asyncio.TimeoutError,
 )
 

@@ -5,6 +5,7 @@ The loop's logic (`_polling.readiness_plan`) is shared with the asyncio helpers;
 
 from __future__ import annotations
 
+import http.client
 import time
 from typing import Any, Dict, Optional
 
@@ -25,7 +26,8 @@ from pytriton.client._polling import (
 from pytriton.client._state import ModelRef, ModelState, model_state
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
-_PROBE_ERRORS = (InferenceServerException, grpc.RpcError, OSError)
+# A probe failing so means "not ready yet"; HTTPException: geventhttpclient's for a connection closed unanswered.
+_PROBE_ERRORS = (InferenceServerException, grpc.RpcError, OSError, http.client.HTTPException)
 
 
 def _timeout_kwargs(client: Any, deadline: Deadline) -> Dict[str, float]:

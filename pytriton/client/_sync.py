@@ -14,6 +14,7 @@ from pytriton.client._base import BaseModelClient
 from pytriton.client._errors import TRANSLATED_ERRORS, client_error
 from pytriton.client._readiness import fetch_model_config, wait_for_model, wait_for_server_ready
 from pytriton.client._request import InferCall, Parameters, result_arrays, unbatch_outputs
+from pytriton.client._thread_clients import ThreadClients
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 _LOGGER = logging.getLogger(__name__)
@@ -36,9 +37,22 @@ class ModelClient(BaseModelClient):
         return "ModelClient"
 
     def _open(self) -> None:
-        """The client for health, config and repository requests; the inference one comes at first use."""
-        self._general_client = self.create_client_from_url(self._url, network_timeout_s=self._network_timeout_s)
-        self._infer_client: Any = None
+        """The clients for health, config and repository requests and for inference, made at first use.
+
+        Over HTTP each thread gets its own (see `ThreadClients`), so that threads may share this client.
+        """
+        per_thread = not self._is_grpc
+        self._general_clients = ThreadClients(
+            lambda: self.create_client_from_url(self._url, network_timeout_s=self._network_timeout_s), per_thread
+        )
+        self._infer_clients = ThreadClients(
+            lambda: self.create_client_from_url(self._url, network_timeout_s=self._inference_timeout_s), per_thread
+        )
+
+    @property
+    def _general_client(self) -> Any:
+        """The calling thread's client for health, config and repository requests."""
+        return self._general_clients.get()
 
     def _initialize(self) -> None:
         """Without lazy_init, wait for the model and read its config now; close the client if that fails."""
@@ -79,10 +93,9 @@ class ModelClient(BaseModelClient):
     def _close_connections(self) -> None:
         """Close this client's tritonclient clients and channels."""
         try:
-            self._general_client.close()
+            self._general_clients.close()
         finally:
-            if self._infer_client is not None:
-                self._infer_client.close()
+            self._infer_clients.close()
 
     def wait_for_model(self, timeout_s: float) -> None:
         """Wait for the server and the model to be ready.
@@ -195,10 +208,8 @@ class ModelClient(BaseModelClient):
         self._check_call(call)
         config = self._ready_config()
         arrays = self._request_arrays(config, call)
-        if self._infer_client is None:
-            self._infer_client = self.create_client_from_url(self._url, network_timeout_s=self._inference_timeout_s)
         try:
-            result = self._infer_client.infer(**self._infer_arguments(config, arrays, call))
+            result = self._infer_clients.get().infer(**self._infer_arguments(config, arrays, call))
         except TRANSLATED_ERRORS as error:
             raise client_error(error, self._inference_timeout_s) from error
         return unbatch_outputs(config, result_arrays(result), call.sample)
