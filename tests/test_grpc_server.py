@@ -381,6 +381,19 @@ def test_ipv6_loopback(start_triton: Callable[..., Triton]) -> None:
         assert client.is_server_live() is True
 
 
+def test_the_wildcard_address_serves_ipv6_clients_too_as_tritons_grpc_port(start_triton: Callable[..., Triton]) -> None:
+    # grpc's C-core binds 0.0.0.0 as a dual-stack [::]: tritonserver 2.51's gRPC port (not its HTTP port) answered
+    # grpc://[::1]:PORT, where this one refused the connection
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("this host cannot bind ::1")
+    triton = start_triton(bind_zeros, grpc_address="0.0.0.0")
+    for host in (f"[::1]:{triton.grpc_port}", f"127.0.0.1:{triton.grpc_port}"):
+        with grpcclient.InferenceServerClient(host) as client:
+            assert client.is_server_live() is True, host
+
+
 # --- two servers in one process ----------------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import ssl as ssl_module
@@ -15,12 +16,28 @@ LOGGER = logging.getLogger(__name__)
 BACKLOG = 2048
 
 
-def bind_socket(address: str, port: int) -> socket.socket:
-    """Bind and listen on address:port (IPv4 or IPv6); port 0 picks a free port."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+def bind_socket(address: str, port: int, dual_stack: bool = False) -> socket.socket:
+    """Bind and listen on address:port (IPv4 or IPv6); port 0 picks a free port.
+
+    With `dual_stack`, the IPv4 wildcard 0.0.0.0 is bound as IPv6's [::] taking IPv4 too, as grpc's C-core (and so
+    Triton's gRPC port) binds it, where the machine has IPv6: clients of either family reach it.
+    """
+    if dual_stack and address == "0.0.0.0" and socket.has_ipv6:
+        try:
+            return _bound(socket.AF_INET6, "::", port, dual_stack=True)
+        except OSError as error:
+            if error.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT):
+                raise
+            # no IPv6 on this machine (disabled, or a container without it): IPv4's wildcard alone
+    return _bound(socket.AF_INET6 if ":" in address else socket.AF_INET, address, port)
+
+
+def _bound(family: int, address: str, port: int, dual_stack: bool = False) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if dual_stack:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind((address, port))
         sock.listen(BACKLOG)
         sock.setblocking(False)

@@ -114,6 +114,8 @@ class GrpcConnection(asyncio.BufferedProtocol):
         peername = transport.get_extra_info("peername")
         if isinstance(peername, tuple):
             host, port = peername[0], peername[1]
+            if host.startswith("::ffff:") and "." in host:  # an IPv4 client of the dual-stack port, named as grpc does
+                host = host[7:]
             self.peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
         self.session.start()
 

@@ -234,6 +234,6 @@ def listening_socket(options: ServerOptions) -> socket.socket:
     """The gRPC port's socket, bound and listening (OSError names the address when it cannot be)."""
     address = bind_address(options.grpc_address, options.grpc_port)
     try:
-        return bind_socket(options.grpc_address, options.grpc_port)
+        return bind_socket(options.grpc_address, options.grpc_port, dual_stack=True)  # as Triton's C-core binds it
     except OSError as error:
         raise OSError(f"gRPC cannot listen on {address}: {error.strerror or error}") from None
