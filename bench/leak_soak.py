@@ -3,6 +3,7 @@
     python -m bench.leak_soak --mode plain --duration 600        # one process, thread instances
     python -m bench.leak_soak --mode frontends3 --duration 600   # frontends=3 (the hub and two frontends)
     python -m bench.leak_soak --mode procs --duration 600        # ProcessInstances models, one serving process
+    python -m bench.leak_soak --mode frontends3-procs            # both; abused models' processes SIGKILLed too
 
 Not part of the test suite. The server runs in a process of its own (this module with `--serve`); the driver
 runs paced clients in threads of this process, so that the whole stays near one core:
@@ -41,10 +42,11 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
-MODES = ("plain", "frontends3", "procs")
+MODES = ("plain", "frontends3", "procs", "frontends3-procs")
 BIG = 262144  # float32 elements: 1 MiB
 SEQ_LEN = 3
 STREAM_STEPS = 3
+SOAK_MODEL = "SOAK_MODEL"  # the model an instance process serves, in its environment
 
 
 # ---------------------------------------------------------------------------------------------------- the server
@@ -82,20 +84,23 @@ def serve(mode: str, ports: List[int]) -> None:
     from pytriton.security import TritonSecurityConfig
     from pytriton.triton import Triton, TritonConfig
 
-    def model(fn: Any, count: int = 1) -> Any:
-        return ProcessInstances(fn, count=count) if mode == "procs" else fn
+    def model(fn: Any, name: str, count: int = 1) -> Any:
+        if "procs" not in mode:
+            return fn
+        return ProcessInstances(fn, count=count, env={SOAK_MODEL: name})  # the killer finds the abused ones
 
     tensor_in = [Tensor(name="INPUT", dtype=np.float32, shape=(-1,))]
     tensor_out = [Tensor(name="OUTPUT", dtype=np.float32, shape=(-1,))]
     config = TritonConfig(http_port=ports[0], grpc_port=ports[1], metrics_port=ports[2])
-    frontends = 3 if mode == "frontends3" else 1
+    frontends = 3 if mode.startswith("frontends3") else 1
     with Triton(config=config, frontends=frontends, security_config=TritonSecurityConfig(restricted_endpoints=[])) as t:
         for name, count in (("echo", 2), ("echo_abuse", 1), ("cycled", 1)):
-            t.bind(name, model(echo, count), inputs=tensor_in, outputs=tensor_out, config=ModelConfig(max_batch_size=8))
+            batched = ModelConfig(max_batch_size=8)
+            t.bind(name, model(echo, name, count), inputs=tensor_in, outputs=tensor_out, config=batched)
         for name in ("stream", "stream_abuse"):
             t.bind(
                 name,
-                model(stream),
+                model(stream, name),
                 inputs=tensor_in,
                 outputs=tensor_out,
                 config=ModelConfig(max_batch_size=8, decoupled=True),
@@ -109,7 +114,7 @@ def serve(mode: str, ports: List[int]) -> None:
                 ],
             ),
         )
-        t.bind("seq", model(accumulate), inputs=tensor_in, outputs=tensor_out, config=seq_config)
+        t.bind("seq", model(accumulate, "seq"), inputs=tensor_in, outputs=tensor_out, config=seq_config)
         print("SOAK SERVER READY", flush=True)
         t.serve()
 
@@ -521,6 +526,19 @@ class Load:
         self.tally.ok("abuse_killed_client")
 
 
+def abused_instances(root: int) -> List[int]:
+    """The instance processes of the abused models (procs modes)."""
+    found = []
+    for pid in _children(root):
+        try:
+            environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"{SOAK_MODEL}=echo_abuse".encode() in environ or f"{SOAK_MODEL}=stream_abuse".encode() in environ:
+            found.append(pid)
+    return found
+
+
 # ---------------------------------------------------------------------------------------------------- the driver
 def _free_ports(count: int) -> List[int]:
     sockets = [socket.socket() for _ in range(count)]
@@ -610,6 +628,15 @@ def main() -> int:
         ("grpc_cancel", load.grpc_cancel, 0.5),
         ("killed_client", load.killed_client, 10.0),
     ]
+    if "procs" in args.mode:
+
+        def kill_instance() -> None:
+            victims = abused_instances(server.pid)
+            if victims:
+                os.kill(random.choice(victims), signal.SIGKILL)
+                tally.ok("abuse_killed_instance")
+
+        loops.append(("kill_instance", kill_instance, 20.0))
     threads = [
         threading.Thread(target=load.loop, args=(name, step, pause * args.pace), name=name, daemon=True)
         for name, step, pause in loops
