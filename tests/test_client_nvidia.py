@@ -13,7 +13,7 @@ import pathlib
 import signal
 import subprocess
 import time
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Set
 
 import numpy as np
 import pytest
@@ -130,6 +130,37 @@ def _wait_until_ready(process: subprocess.Popen[bytes], url: str, log: pathlib.P
                         pytest.fail(f"NVIDIA's server was not ready in {STARTUP_S} s:\n{log.read_text()[-4000:]}")
 
 
+def _mapped_segments(session: int) -> Set[pathlib.Path]:
+    """The /dev/shm files that the processes of `session` (NVIDIA's server, started in a session of its own) map."""
+    found: Set[pathlib.Path] = set()
+    if not os.path.isdir("/proc"):  # NVIDIA's server runs on Linux only
+        return found
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) != session:
+                continue
+            maps = (entry / "maps").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        for line in maps.splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/"):
+                found.add(pathlib.Path(fields[5].removesuffix(" (deleted)")))
+    return found
+
+
+def _remove_leftovers(pid: int, segments: Set[pathlib.Path]) -> None:
+    """Remove what NVIDIA's stopped server left in /dev/shm: its Python backend's regions (`pytrtion<pid>-*`, 4 MiB)
+    and its tensor stores' segments (`psm_*`, 4 KiB), one of each a model it served. A stop with SIGINT alone
+    removes them here; ended abruptly (as its processes were in each CI suite, which left 3 `psm_*` segments each
+    time; SIGKILL to its group leaves the same 3 and 3) they stay. The stores' names are random, so the ones
+    removed are those its processes mapped before the stop: other tests and users' NVIDIA servers have theirs."""
+    for leftover in {*segments, *pathlib.Path("/dev/shm").glob(f"pytrtion{pid}-*")}:
+        leftover.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="module")
 def nvidia(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NvidiaServer]:
     workdir = tmp_path_factory.mktemp("nvidia_server")
@@ -151,15 +182,14 @@ def nvidia(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NvidiaServer]:
         _wait_until_ready(process, server.urls["http"], log)
         yield server
     finally:
+        segments = _mapped_segments(process.pid)
         process.send_signal(signal.SIGINT)
         try:
             process.wait(SHUTDOWN_S)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        # NVIDIA's server, even stopped with SIGINT, may leave its tensor store's segments (3 of 4 MiB a CI suite).
-        for leftover in pathlib.Path("/dev/shm").glob(f"pytrtion{process.pid}-*"):
-            leftover.unlink(missing_ok=True)
+        _remove_leftovers(process.pid, segments)
 
 
 @pytest.fixture(params=["http", "grpc"])

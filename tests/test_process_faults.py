@@ -341,6 +341,34 @@ def test_the_model_is_not_ready_while_its_only_process_restarts(tmp_path: pathli
         assert client.is_model_ready("single")
 
 
+def test_requests_go_to_the_live_instance_while_one_killed_idle_restarts(
+    tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "pytriton")
+    gate = tmp_path / "gate"
+
+    def bind(triton: Triton) -> None:
+        instances = ProcessInstances(factory=gated_start_factory, count=2, env={"START_GATE": str(gate)})
+        triton.bind("pair", instances, **IO, config=UNBATCHED)
+
+    def died() -> bool:
+        return any("was killed by signal SIGKILL; starting it again" in r.getMessage() for r in caplog.records)
+
+    with running_triton(bind) as triton, _client(triton) as client:
+        # Requests one at a time all go to the instance freed last: the one the next request would get.
+        last = int(_infer(client, "pair", np.array([0.0], np.float32))["pid"][0])
+        gate.touch()  # its next process waits in its factory until the gate is gone
+        os.kill(last, signal.SIGKILL)  # idle: it held no batch
+        wait_until(died, WAIT_S, "the server to see the process die")
+        assert client.is_model_ready("pair")  # the other instance serves
+        # Each failed with "is not running" while the dead one was the first free instance.
+        served = [int(_infer(client, "pair", np.array([0.0], np.float32))["pid"][0]) for _ in range(3)]
+        assert last not in served and len(set(served)) == 1
+        gate.unlink()
+        wait_until(lambda: len(_serving_again(caplog)) == 1, WAIT_S, "the killed instance to serve again")
+        assert _infer(client, "pair", np.array([1.0], np.float32))["y"].tolist() == [1.0]
+
+
 def _named_segments() -> Set[str]:
     """POSIX segments this process could have left (where memfd is missing they are named after its pid)."""
     return {name for name in os.listdir("/dev/shm") if str(os.getpid()) in name}

@@ -166,7 +166,7 @@ class Scheduler:
                 self._warn_sequence_ignored()
         if self._free and not self._queues.size and not self._rules.delay_ns and not self._held:
             try:
-                instance = self._free.pop() if self._sequences is None else self._free_instance_of(request)
+                instance = self._pop_free() if self._sequences is None else self._free_instance_of(request)
             except IndexError:  # a caller's thread took the last one since (run_here)
                 instance = None
             if instance is not None:
@@ -199,6 +199,19 @@ class Scheduler:
         self._held = False
         if self._queues.size:
             self._schedule()
+
+    def _pop_free(self) -> ModelInstance:
+        """The free instance freed last that can take work; IndexError when none is free.
+
+        One whose process died while it was free leaves the free list until its new process serves: a batch
+        started on it failed at once ("is not running") while another instance could serve it, or it could wait.
+        (A sequence's requests still go to their slot's instance: its state died with the process.)
+        """
+        while True:
+            instance = self._free.pop()
+            if instance.alive:
+                return instance
+            instance.when_idle(self._release, instance)
 
     def _free_instance_of(self, request: InferenceRequest) -> Optional[ModelInstance]:
         """The instance holding the slot of the request's sequence, taken off the free list, if it can run it now."""
@@ -304,7 +317,7 @@ class Scheduler:
             wake_at = self._schedule_sequences(now + slack_ns)
         while self._free and self._queues.size and self._sequences is None:
             try:
-                instance = self._free.pop()  # first: a caller's thread may take the last one (run_here)
+                instance = self._pop_free()  # first: a caller's thread may take the last one (run_here)
             except IndexError:
                 break
             batch, wake_at = self._rules.take_batch(self._queues, now + slack_ns)
