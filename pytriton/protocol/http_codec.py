@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 import numpy as np
 
 from pytriton.core.classification import top_classes
-from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype
+from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
@@ -102,14 +102,18 @@ def decode_infer_request(
             _SEEN[key] = None
     try:
         if not spec.input_count_fits(len(raw_inputs)):
+            _read_as_frontend(raw_inputs, set(), spec.name)
             spec.check_input_count([_name_of(raw) for raw in raw_inputs])
         for index, raw in enumerate(raw_inputs):
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
+            as_json = "data" in raw and _json_source(tensor_parameters)
+            array, core_error = _json_input(raw["data"], datatype, shape, name, spec.name) if as_json else _NO_INPUT
             try:
                 batch_sizes.append(spec.check_input(name, datatype, shape))
             except InferenceError:
+                _read_as_frontend(raw_inputs[index + 1 :], {*inputs, name}, spec.name)
                 spec.check_inputs_last_first([_tensor_header(later)[:3] for later in raw_inputs[index + 1 :]])
                 raise
             binary_size = tensor_parameters.get("binary_data_size")
@@ -128,9 +132,11 @@ def decode_infer_request(
                     _binary(view, offset, binary_size, size, name, spec.name), datatype, shape, name, spec.name
                 )
                 offset += binary_size
-            elif "data" in raw:
+            elif as_json:
                 planned = None  # values: never part of a key
-                inputs[name] = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
+                if core_error is not None:
+                    raise core_error
+                inputs[name] = array if array is not None else np.empty(shape, numpy_dtype(datatype))
             else:
                 _one_source_only([])
         _no_binary_left(offset, size, spec.name)
@@ -428,6 +434,52 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
 _MISSING = "Unable to parse '{key}': attempt to access non-existing object member '{key}'"
 _NOT_A_DIM = "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
 _UINT64_MAX = (1 << 64) - 1
+
+
+_NO_INPUT: Tuple[Optional[np.ndarray], Optional[InferenceError]] = (None, None)
+
+
+def _json_source(tensor_parameters: Dict[str, Any]) -> bool:
+    """Whether an input with `data` takes its values from it (with a binary size or a region it is refused later)."""
+    return not tensor_parameters or ("binary_data_size" not in tensor_parameters and REGION not in tensor_parameters)
+
+
+def _json_input(
+    data: Any, datatype: str, shape: List[int], name: str, model: str
+) -> Tuple[Optional[np.ndarray], Optional[InferenceError]]:
+    """An input's JSON `data` read as tritonserver 2.51's HTTP frontend reads it, before the model's checks.
+
+    Returns the array (None for a shape of no elements: Triton reads no data for one, whatever `data` holds) and
+    the error of Triton's core for it (a BYTES input's string count), which comes only after the model's checks
+    of the input; the frontend's own refusals (values, their count, FP16 or BF16 as JSON) are raised.
+
+    Triton counts the elements of a shape of no dimensions as 0 too (and its core then refuses the shape), so any
+    refusal of a scalar's data comes after the model's checks, which only a model of scalars passes here.
+    """
+    if 0 in shape:
+        return None, None
+    try:
+        return array_from_json(_json_array(data), datatype, shape, name, model), None
+    except InferenceError as error:
+        if not error.of_request and shape:
+            raise
+        return None, error
+
+
+def _read_as_frontend(raw_inputs: List[Any], names: Set[str], model: str) -> None:
+    """Raise what tritonserver's HTTP frontend refuses in these inputs (after those named `names`), if anything.
+
+    Triton's frontend reads every input, its JSON data included, before its core checks any against the model
+    (their count, names, datatypes and shapes): a codec that found an input the model refuses calls this for the
+    inputs after it, so that the answer is Triton's.
+    """
+    for raw in raw_inputs:
+        name, datatype, shape, tensor_parameters = _tensor_header(raw)
+        if name in names:
+            raise InferenceError.invalid_input(f"input '{name}' already exists in request")
+        names.add(name)
+        if "data" in raw and _json_source(tensor_parameters):
+            _json_input(raw["data"], datatype, shape, name, model)
 
 
 def _json_array(data: Any) -> List[Any]:

@@ -16,9 +16,9 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, m
     """Build an array from JSON `data` (flat or nested, row-major).
 
     With the `model` named (HTTP infer), values JSON cannot give the datatype (`1.5` or `true` for an integer type,
-    `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and strings too many or
-    too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make infinite
-    (300 for INT8, 1e39 for FP32) are refused in this server's.
+    `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and values or strings
+    too many or too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make
+    infinite (300 for INT8, 1e39 for FP32) are refused in this server's.
     """
     if type(data) is not list:
         data = [data]
@@ -90,12 +90,18 @@ def _array_from_json(data: List[Any], datatype: str, shape: Sequence[int], name:
     count = element_count(shape)
     if array.size != count and datatype == BYTES and model:
         raise InferenceError.invalid_input(_string_count_error(array.size, count, name, model))
+    if array.size != count and model:
+        raise InferenceError.invalid(_TRITON_COUNT)
     if array.size != count:
         raise InferenceError.invalid(
             f"unexpected number of elements {array.size} in 'data' of input '{name}', shape {list(shape)} "
             f"expects {count}"
         )
     return array.reshape(shape)
+
+
+# tritonserver 2.51's words (a 500 there) for JSON data of more or fewer values than the shape holds.
+_TRITON_COUNT = "Unable to parse 'data': Shape does not match true shape of 'data' field"
 
 
 def _string_count_error(size: int, count: int, name: str, model: str) -> str:
