@@ -18,7 +18,7 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, m
     With the `model` named (HTTP infer), values JSON cannot give the datatype (`1.5` or `true` for an integer type,
     `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and values or strings
     too many or too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make
-    infinite (300 for INT8, 1e39 for FP32) are refused in this server's.
+    infinite (300 for INT8, 2**63 for UINT16, 1e39 for FP32) are refused in this server's.
     """
     if type(data) is not list:
         data = [data]
@@ -173,6 +173,10 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
             raise OverflowError("values outside the range of uint64")
         return np.array(values, dtype=np.uint64)
     if array.dtype.kind not in "iub":
+        if array.dtype.kind == "f" and all(
+            type(value) is int for value in np.array(values, np.object_).reshape(-1).tolist()
+        ):
+            raise OverflowError(f"values outside the range of {dtype.name}")  # past int64: numpy made them floats
         raise ValueError(f"expected integers, got {array.dtype.name} values")
     info = np.iinfo(dtype)
     if array.min() < info.min or array.max() > info.max:
