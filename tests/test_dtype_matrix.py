@@ -12,6 +12,9 @@ BF16 is this server's alone (0.7 binds no BF16 tensor).
 The refusals below are Triton's words for data its HTTP frontend refuses: it reads every input's JSON `data` (the
 values and their count) before its core checks any input against the model, and reads none for a shape of no
 elements. Triton answers them 500; this server 400, as for every other JSON that does not fit its datatype.
+Of several faults in one request, the answer names the one Triton names: its HTTP frontend reads the id, the
+parameters, every input (its source, binary bytes, JSON data) and the outputs; then its core checks the outputs,
+the input count, and each input's datatype, shape and byte size, the last input first.
 """
 
 from __future__ import annotations
@@ -105,7 +108,21 @@ def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"OUT": request["IN"]} for request in requests]
 
 
+def _two(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"A_OUT": request["A"], "B_OUT": request["B"]} for request in requests]
+
+
 def _bind(triton: Triton) -> None:
+    triton.bind(
+        "two",
+        _two,
+        inputs=[Tensor(name="A", dtype=np.int32, shape=(-1, -1)), Tensor(name="B", dtype=np.float32, shape=(-1, -1))],
+        outputs=[
+            Tensor(name="A_OUT", dtype=np.int32, shape=(-1, -1)),
+            Tensor(name="B_OUT", dtype=np.float32, shape=(-1, -1)),
+        ],
+        config=ModelConfig(batching=False),
+    )
     for datatype, dtype in NUMPY.items():
         triton.bind(
             f"id_{datatype}",
@@ -459,3 +476,131 @@ def test_json_data_of_a_shape_of_no_elements_is_not_read(server: Triton, datatyp
     assert status == 200, answer
     output = json.loads(answer)["outputs"][0]
     assert (output["datatype"], output["shape"], output["parameters"]) == (datatype, [0, 2], {"binary_data_size": 0})
+
+
+_I32, _F32 = bytes.fromhex("0100000002000000"), bytes.fromhex("0000803f00000040")
+
+
+def _a(**fields: Any) -> Dict[str, Any]:
+    return {"name": "A", "datatype": "INT32", "shape": [1, 2], **fields}
+
+
+def _b(**fields: Any) -> Dict[str, Any]:
+    return {"name": "B", "datatype": "FP32", "shape": [1, 2], **fields}
+
+
+_TWO_SOURCES = (
+    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+    "'shared_memory_region' in 'parameters'. But "
+)
+# (request document, binary data after it, tritonserver 2.51's answer: its status here, its words).
+_FAULTS_IN_TRITONS_ORDER: Dict[str, Tuple[Dict[str, Any], bytes, str]] = {
+    "body short of a binary input before its datatype": (
+        {"inputs": [_a(datatype="FP32", parameters={"binary_data_size": 16}), _b(data=[1, 2])]},
+        _I32,
+        "unexpected size for input 'A', expecting 8 additional bytes for model 'two'",
+    ),
+    "bytes after the last input before a datatype": (
+        {"inputs": [_a(datatype="FP32", parameters={"binary_data_size": 4}), _b(data=[1, 2])]},
+        _I32,
+        "unexpected additional input data for model 'two'",
+    ),
+    "two sources before the datatype": (
+        {"inputs": [_a(datatype="FP32", data=[1, 2], parameters={"binary_data_size": 8}), _b(data=[1, 2])]},
+        _I32,
+        _TWO_SOURCES + "set 'data' 'binary_data_size'",
+    ),
+    "no source before the datatype": (
+        {"inputs": [_a(datatype="FP32"), _b(data=[1, 2])]},
+        b"",
+        _TWO_SOURCES + "no field is set",
+    ),
+    "an output's binary_data before an input's datatype": (
+        {
+            "inputs": [_a(datatype="FP32", data=[1, 2]), _b(data=[1, 2])],
+            "outputs": [{"name": "A_OUT", "parameters": {"binary_data": "yes"}}],
+        },
+        b"",
+        "Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean",
+    ),
+    "an unknown output before an input's datatype": (
+        {"inputs": [_a(datatype="FP32", data=[1, 2]), _b(data=[1, 2])], "outputs": [{"name": "NOPE"}]},
+        b"",
+        "unexpected inference output 'NOPE' for model 'two'",
+    ),
+    "an unknown output before a missing input": (
+        {"inputs": [_a(data=[1, 2])], "outputs": [{"name": "NOPE"}]},
+        b"",
+        "unexpected inference output 'NOPE' for model 'two'",
+    ),
+    "data before an unknown output": (
+        {"inputs": [_a(data=["x", 2]), _b(data=[1, 2])], "outputs": [{"name": "NOPE"}]},
+        b"",
+        "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
+    ),
+    "the id before the data": (
+        {"id": 5, "inputs": [_a(data=["x", 2]), _b(data=[1, 2])]},
+        b"",
+        "Unable to parse 'id': attempt to access JSON non-string as string",
+    ),
+    "the id before the parameters": (
+        {"id": 5, "parameters": 5, "inputs": []},
+        b"",
+        "Unable to parse 'id': attempt to access JSON non-string as string",
+    ),
+    "the id before the inputs": ({"id": 5}, b"", "Unable to parse 'id': attempt to access JSON non-string as string"),
+    "a later input's datatype before an earlier one's byte size": (
+        {"inputs": [_a(parameters={"binary_data_size": 4}), _b(datatype="INT32", data=[1, 2])]},
+        _I32[:4],
+        "[request id: <id_unknown>] inference input 'B' data-type is 'INT32', but model 'two' expects 'FP32'",
+    ),
+    "a later input's byte size before an earlier one's datatype": (
+        {"inputs": [_a(datatype="FP32", data=[1.0, 2.0]), _b(parameters={"binary_data_size": 4})]},
+        _F32[:4],
+        "[request id: <id_unknown>] input byte size mismatch for input 'B' for model 'two'. Expected 8, got 4",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_FAULTS_IN_TRITONS_ORDER))
+@pytest.mark.parametrize("again", [False, True], ids=["first", "header_seen_before"])
+def test_of_several_faults_the_one_triton_finds_first(server: Triton, case: str, again: bool) -> None:
+    document, binary, error = _FAULTS_IN_TRITONS_ORDER[case]
+    header = json.dumps(document).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header))} if binary else {}
+    answers = []
+    for _ in range(3 if again else 1):  # a header seen twice is kept (its plan): the third is decoded by it
+        status, _, answer = request(server.http_port, "POST", "/v2/models/two/infer", header + binary, headers)
+        answers.append((status, json.loads(answer)))
+    assert answers[-1] == (400, {"error": error})
+
+
+@pytest.mark.parametrize(
+    ("shapes", "raw", "error"),
+    [
+        (
+            [("A", "INT32"), ("B", "INT32")],
+            [bytes(4), bytes(8)],
+            "inference input 'B' data-type is 'INT32', but model 'two' expects 'FP32'",
+        ),
+        (
+            [("A", "FP32"), ("B", "FP32")],
+            [bytes(8), bytes(4)],
+            "input byte size mismatch for input 'B' for model 'two'. Expected 8, got 4",
+        ),
+    ],
+    ids=["later_datatype_before_byte_size", "later_byte_size_before_datatype"],
+)
+def test_grpc_inputs_are_checked_the_last_first_with_their_byte_sizes(
+    stub: Any, shapes: List[Tuple[str, str]], raw: List[bytes], error: str
+) -> None:
+    message = service_pb2.ModelInferRequest(model_name="two")
+    for name, datatype in shapes:
+        message.inputs.add(name=name, datatype=datatype, shape=[1, 2])
+    message.raw_input_contents.extend(raw)
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.ModelInfer(message)
+    assert (raised.value.code(), raised.value.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"[request id: <id_unknown>] {error}",
+    )
