@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -91,8 +91,7 @@ def decode_infer_request(
             if raw_inputs is _ABSENT
             else "Unable to parse 'inputs': attempt to access JSON non-array as array"
         )
-    tensors: List[_ReadInput] = []
-    inputs: Dict[str, np.ndarray] = {}
+    inputs: Dict[str, Any] = {}
     batch_sizes: List[int] = []
     reads: List[Read] = []
     offset = header_length
@@ -105,55 +104,67 @@ def decode_infer_request(
             if len(_SEEN) >= _KEPT_PLANS:
                 _SEEN.clear()
             _SEEN[key] = None
+    # Triton's core checks nothing before its frontend has read every input and the outputs: the model's first
+    # refusal (of the input at `refused`, -1 for the input count) waits for them, and no array is built after it.
+    refused: Optional[int] = None if spec.input_count_fits(len(raw_inputs)) else -1
+    refusal: Optional[InferenceError] = None
     try:
-        names: Set[str] = set()
-        for raw in raw_inputs:
+        for index, raw in enumerate(raw_inputs):
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
-            if name in names:
+            if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
-            names.add(name)
+            if refused is None:
+                try:
+                    batch_sizes.append(spec.check_input(name, datatype, shape))
+                except InferenceError as error:
+                    refused, refusal = index, error
             binary_size = tensor_parameters.get("binary_data_size")
             region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
             if planned is not None:
                 planned.append((name, datatype, shape, binary_size, region))
-            source: _Source
             if region is not None:
                 _only_shared_memory(raw, binary_size)
                 (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
-                source = region
+                if refused is None:
+                    try:
+                        inputs[name] = input_array(
+                            memory or _memory(memory), region, datatype, shape, name, spec.name, reads
+                        )
+                    except InferenceError as error:
+                        refused, refusal = index, error
             elif binary_size is not None or "binary_data_size" in tensor_parameters:  # null: set, as Triton reads it
                 if "data" in raw:
                     _one_source_only(["data", "binary_data_size"])
                 if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
                     raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
-                source = _binary(view, offset, binary_size, size, name, spec.name)
+                data = _binary(view, offset, binary_size, size, name, spec.name)
                 offset += binary_size
+                if refused is None:
+                    try:
+                        inputs[name] = array_from_raw(data, datatype, shape, name, spec.name)
+                    except InferenceError as error:
+                        refused, refusal = index, error
             elif "data" in raw:
                 planned = None  # values: never part of a key
-                source = _json_input(raw["data"], datatype, shape, name, spec.name)
+                array: Optional[np.ndarray]
+                try:
+                    array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
+                except InferenceError as error:  # the frontend's refusal, or one with a shape of no elements
+                    array, core_error = _json_read(raw["data"], datatype, shape, name, spec.name, error)
+                    if refused is None and core_error is not None:
+                        refused, refusal = index, core_error
+                if refused is None:
+                    inputs[name] = array if array is not None else np.empty(shape, numpy_dtype(datatype))
             else:
                 _one_source_only([])
-            tensors.append((name, datatype, shape, source))
+            if refused is not None:
+                inputs[name] = None  # no array: named, for the check of names given twice
         _no_binary_left(offset, size, spec.name)
         requested, output_format = _requested_outputs(
             spec, document.get("outputs", _ABSENT), options.binary_data_output, memory
         )
-        if not spec.input_count_fits(len(tensors)):
-            spec.check_input_count([tensor[0] for tensor in tensors])
-        for index, (name, datatype, shape, source) in enumerate(tensors):
-            try:
-                batch_sizes.append(spec.check_input(name, datatype, shape))
-                if type(source) is memoryview:
-                    inputs[name] = array_from_raw(source, datatype, shape, name, spec.name)
-                elif isinstance(source, tuple):
-                    inputs[name] = _json_array_read(source, datatype, shape)
-                else:
-                    inputs[name] = input_array(
-                        memory or _memory(memory), source, datatype, shape, name, spec.name, reads
-                    )
-            except InferenceError:
-                _check_later_inputs(spec, [(*tensor[:3], _given(tensor[3])) for tensor in tensors[index + 1 :]])
-                raise
+        if refused is not None:
+            _raise_refusal(spec, raw_inputs, refused, refusal)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
@@ -181,25 +192,29 @@ def decode_infer_request(
 
 # An input's JSON data as the frontend read it: its array (None: a shape of no elements) and the core's refusal.
 _JsonRead = Tuple[Optional[np.ndarray], Optional[InferenceError]]
-# Where an input's data is: a region, the body's bytes, or JSON data already read.
-_Source = Union[TensorRegion, memoryview, _JsonRead]
-# An input as the frontend read it: name, datatype, shape and where its data is.
-_ReadInput = Tuple[str, str, List[int], _Source]
 
 
-def _json_array_read(read: _JsonRead, datatype: str, shape: List[int]) -> np.ndarray:
-    """The array of JSON data read (`_json_input`), once the input passed the model's checks; or the core's refusal."""
-    array, core_error = read
-    if core_error is not None:
-        raise core_error
-    return array if array is not None else np.empty(shape, numpy_dtype(datatype))
+def _raise_refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Optional[InferenceError]) -> None:
+    """Raise the refusal of the model's that Triton's core names, once every input and output was read.
 
-
-def _given(source: _Source) -> Union[int, _JsonRead]:
-    """The byte size an input's source gives its data, or its JSON data as read."""
-    if isinstance(source, tuple):
-        return source
-    return source.nbytes if isinstance(source, memoryview) else source.byte_size
+    `refused` is -1 for the input count; else `refusal` is the first refusal, of the input at `refused`, and the
+    core names the last input from there that the model refuses (its hash map's order, `_check_later_inputs`).
+    """
+    if refused < 0 or refusal is None:
+        spec.check_input_count([_tensor_header(raw)[0] for raw in raw_inputs])  # (it raises: names are distinct)
+        refusal = InferenceError.invalid(f"the inputs do not fit model '{spec.name}'")
+    later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
+    for raw in raw_inputs[refused + 1 :]:
+        name, datatype, shape, tensor_parameters = _tensor_header(raw)
+        region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
+        if region is not None:
+            later.append((name, datatype, shape, region.byte_size))
+        elif "binary_data_size" in tensor_parameters:
+            later.append((name, datatype, shape, tensor_parameters["binary_data_size"]))
+        else:
+            later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
+    _check_later_inputs(spec, later)
+    raise refusal
 
 
 def _check_later_inputs(spec: ModelSpec, later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]]) -> None:
@@ -500,24 +515,29 @@ _NOT_A_DIM = "Unable to parse 'shape': attempt to access JSON non-unsigned-integ
 _UINT64_MAX = (1 << 64) - 1
 
 
-def _json_input(data: Any, datatype: str, shape: List[int], name: str, model: str) -> _JsonRead:
+def _json_read(
+    data: Any, datatype: str, shape: List[int], name: str, model: str, error: Optional[InferenceError] = None
+) -> _JsonRead:
     """An input's JSON `data` read as tritonserver 2.51's HTTP frontend reads it, before the model's checks.
 
     Returns the array (None for a shape of no elements: Triton reads no data for one, whatever `data` holds) and
     the error of Triton's core for it (a BYTES input's string count), which comes only after the model's checks
-    of the input; the frontend's own refusals (values, their count, FP16 or BF16 as JSON) are raised.
+    of the input; the frontend's own refusals (values, their count, FP16 or BF16 as JSON) are raised. `error`:
+    the refusal of reading `data` already, if it was read.
 
     Triton counts the elements of a shape of no dimensions as 0 too (and its core then refuses the shape), so any
     refusal of a scalar's data comes after the model's checks, which only a model of scalars passes here.
     """
     if 0 in shape:
         return None, None
-    try:
-        return array_from_json(_json_array(data), datatype, shape, name, model), None
-    except InferenceError as error:
-        if not error.of_request and shape:
-            raise
-        return None, error
+    if error is None:
+        try:
+            return array_from_json(_json_array(data), datatype, shape, name, model), None
+        except InferenceError as refused:
+            error = refused
+    if not error.of_request and shape:
+        raise error
+    return None, error
 
 
 def _json_array(data: Any) -> List[Any]:

@@ -88,11 +88,11 @@ def _array_from_json(data: List[Any], datatype: str, shape: Sequence[int], name:
     except (ValueError, TypeError, OverflowError) as error:
         raise InferenceError.invalid(f"unable to parse 'data' of input '{name}' as {datatype}: {error}") from None
     count = element_count(shape)
-    if array.size != count and datatype == BYTES and model:
-        raise InferenceError.invalid_input(_string_count_error(array.size, count, name, model))
-    if array.size != count and model:
-        raise InferenceError.invalid(_TRITON_COUNT)
     if array.size != count:
+        if datatype == BYTES and model:
+            raise InferenceError.invalid_input(_string_count_error(array.size, count, name, model))
+        if model:
+            raise InferenceError.invalid(_TRITON_COUNT)
         raise InferenceError.invalid(
             f"unexpected number of elements {array.size} in 'data' of input '{name}', shape {list(shape)} "
             f"expects {count}"
