@@ -478,6 +478,15 @@ def test_json_data_of_a_shape_of_no_elements_is_not_read(server: Triton, datatyp
     assert (output["datatype"], output["shape"], output["parameters"]) == (datatype, [0, 2], {"binary_data_size": 0})
 
 
+@pytest.mark.parametrize("shape", [[0, 10**14], [0, 2**63], [2**64 - 1, 0]])
+def test_a_shape_of_no_elements_past_the_limits_is_refused_for_its_dimensions(server: Triton, shape: List[int]) -> None:
+    """Its data unread, as Triton reads none, the shape is still refused for a dimension past this server's limit."""
+    document = {"inputs": [{"name": "IN", "datatype": "INT32", "shape": shape, "data": []}]}
+    status, answer = _post(server, "INT32", json.dumps(document).encode())
+    assert status == 400
+    assert "elements (or dimension) a tensor may have on this server" in json.loads(answer)["error"]
+
+
 _I32, _F32 = bytes.fromhex("0100000002000000"), bytes.fromhex("0000803f00000040")
 
 

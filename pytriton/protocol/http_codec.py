@@ -146,13 +146,14 @@ def decode_infer_request(
                         refused, refusal = index, error
             elif "data" in raw:
                 planned = None  # values: never part of a key
-                array: Optional[np.ndarray]
-                try:
-                    array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
-                except InferenceError as error:  # the frontend's refusal, or one with a shape of no elements
-                    array, core_error = _json_read(raw["data"], datatype, shape, name, spec.name, error)
-                    if refused is None and core_error is not None:
-                        refused, refusal = index, core_error
+                array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
+                if 0 not in shape:
+                    try:
+                        array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
+                    except InferenceError as error:  # the frontend's refusal, or the core's (`_json_read`)
+                        array, core_error = _json_read(raw["data"], datatype, shape, name, spec.name, error)
+                        if refused is None and core_error is not None:
+                            refused, refusal = index, core_error
                 if refused is None:
                     inputs[name] = array if array is not None else np.empty(shape, numpy_dtype(datatype))
             else:
