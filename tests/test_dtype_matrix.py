@@ -558,6 +558,16 @@ _FAULTS_IN_TRITONS_ORDER: Dict[str, Tuple[Dict[str, Any], bytes, str]] = {
         "Unable to parse 'id': attempt to access JSON non-string as string",
     ),
     "the id before the inputs": ({"id": 5}, b"", "Unable to parse 'id': attempt to access JSON non-string as string"),
+    "a name given twice after a refused input": (
+        {"inputs": [_a(datatype="FP32", data=[1, 2]), _a(data=[1, 2])]},
+        b"",
+        "[request id: <id_unknown>] input 'A' already exists in request",
+    ),
+    "a name given twice after another refused input": (
+        {"inputs": [_b(datatype="INT32", data=[1, 2]), _a(data=[1, 2]), _a(data=[1, 2])]},
+        b"",
+        "[request id: <id_unknown>] input 'A' already exists in request",
+    ),
     "a later input's datatype before an earlier one's byte size": (
         {"inputs": [_a(parameters={"binary_data_size": 4}), _b(datatype="INT32", data=[1, 2])]},
         _I32[:4],
@@ -597,8 +607,18 @@ def test_of_several_faults_the_one_triton_finds_first(server: Triton, case: str,
             [bytes(8), bytes(4)],
             "input byte size mismatch for input 'B' for model 'two'. Expected 8, got 4",
         ),
+        (
+            [("A", "FP32"), ("A", "INT32")],
+            [bytes(8), bytes(8)],
+            "input 'A' already exists in request",
+        ),
+        (
+            [("B", "INT32"), ("A", "INT32"), ("A", "INT32")],
+            [bytes(8)] * 3,
+            "input 'A' already exists in request",
+        ),
     ],
-    ids=["later_datatype_before_byte_size", "later_byte_size_before_datatype"],
+    ids=["later_datatype_before_byte_size", "later_byte_size_before_datatype", "twice_after_a_refusal", "twice_later"],
 )
 def test_grpc_inputs_are_checked_the_last_first_with_their_byte_sizes(
     stub: Any, shapes: List[Tuple[str, str]], raw: List[bytes], error: str

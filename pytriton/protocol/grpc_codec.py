@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from google.protobuf import json_format
@@ -160,7 +160,8 @@ def decode_infer_request(
                     raise InferenceError.invalid(_no_data(name, spec.name))
             except InferenceError:
                 first_raw = raw_index + 1 if region is None and raw and raw_index < len(raw) else raw_index
-                _check_later_inputs(spec, headers[index + 1 :], message.inputs[index + 1 :], raw[first_raw:])
+                later = headers[index + 1 :]
+                _check_later_inputs(spec, {*inputs, name}, later, message.inputs[index + 1 :], raw[first_raw:])
                 raise
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
@@ -186,14 +187,23 @@ def decode_infer_request(
 
 
 def _check_later_inputs(
-    spec: ModelSpec, headers: Sequence[_InputHeader], tensors: Sequence[Message], raw: Sequence[Buffer]
+    spec: ModelSpec,
+    names: Set[str],
+    headers: Sequence[_InputHeader],
+    tensors: Sequence[Message],
+    raw: Sequence[Buffer],
 ) -> None:
     """Check the inputs after one that failed (their headers, messages, and raw contents) the last first.
 
-    Triton's core checks each input's datatype, shape and byte size in its hash map's order, which visits the last
-    added first: of several inputs that fail, it names the last. Byte sizes here are those of fixed-size datatypes
-    (a BYTES input's strings are read after).
+    Triton's frontend adds every input first, refusing a name given twice (after those in `names`); its core then
+    checks each input's datatype, shape and byte size in its hash map's order, which visits the last added first:
+    of several inputs that fail, it names the last. Byte sizes here are those of fixed-size datatypes (a BYTES
+    input's strings are read after).
     """
+    for header in headers:
+        if header.name in names:
+            raise InferenceError.invalid_input(f"input '{header.name}' already exists in request")
+        names.add(header.name)
     later: List[Tuple[str, str, Sequence[int], Optional[int]]] = []
     raw_left = iter(raw)
     for header, tensor in zip(headers, tensors):
