@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from google.protobuf import json_format
@@ -133,38 +133,36 @@ def decode_infer_request(
             name, datatype, shape, region = header.name, header.datatype, header.shape, header.region
             if not header.known_datatype:  # Triton's name for it, which no input has: check_input refuses it
                 datatype = "<invalid>"
-            try:
-                batch_sizes.append(spec.check_input(name, datatype, shape, True))
-            except InferenceError:
-                later = [
-                    (other.name, other.datatype if other.known_datatype else "<invalid>", other.shape)
-                    for other in headers[index + 1 :]
-                ]
-                spec.check_inputs_last_first(later, True)
-                raise
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             has_contents = header.has_contents
-            if region is not None:
-                if has_contents:
-                    raise InferenceError.invalid(_contents_in_shared_memory(name, spec.name))
-                inputs[name] = region_input(
-                    located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
-                )
-            elif raw:
-                if has_contents:
-                    raise InferenceError.invalid(
-                        f"contents field must not be specified when using raw_input_contents for '{name}' for model "
-                        f"'{spec.name}'"
+            try:
+                batch_sizes.append(spec.check_input(name, datatype, shape, True))
+                if region is not None:
+                    if has_contents:
+                        raise InferenceError.invalid(_contents_in_shared_memory(name, spec.name))
+                    inputs[name] = region_input(
+                        located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
                     )
-                if raw_index == len(raw):
+                elif raw:
+                    if has_contents:
+                        raise InferenceError.invalid(
+                            f"contents field must not be specified when using raw_input_contents for '{name}' for "
+                            f"model '{spec.name}'"
+                        )
+                    if raw_index == len(raw):
+                        raise InferenceError.invalid(_no_data(name, spec.name))
+                    inputs[name] = array_from_raw(raw[raw_index], datatype, shape, name, spec.name)
+                    raw_index += 1
+                elif has_contents:
+                    inputs[name] = array_from_contents(message.inputs[index].contents, datatype, shape, name, spec.name)
+                else:
                     raise InferenceError.invalid(_no_data(name, spec.name))
-                inputs[name] = array_from_raw(raw[raw_index], datatype, shape, name, spec.name)
-                raw_index += 1
-            elif has_contents:
-                inputs[name] = array_from_contents(message.inputs[index].contents, datatype, shape, name, spec.name)
-            else:
-                raise InferenceError.invalid(_no_data(name, spec.name))
+            except InferenceError:
+                first_raw = raw_index + 1 if region is None and raw and raw_index < len(raw) else raw_index
+                later = headers[index + 1 :]
+                _check_later_inputs(spec, {*inputs, name}, later, message.inputs[index + 1 :], raw[first_raw:])
+                raise
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
         if reads:
@@ -186,6 +184,49 @@ def decode_infer_request(
         sequence=options.sequence,
     )
     return DecodedRequest(request, options, output_regions, classes)
+
+
+def _check_later_inputs(
+    spec: ModelSpec,
+    names: Set[str],
+    headers: Sequence[_InputHeader],
+    tensors: Sequence[Message],
+    raw: Sequence[Buffer],
+) -> None:
+    """Check the inputs after one that failed (their headers, messages, and raw contents) the last first.
+
+    Triton's frontend adds every input first, refusing a name given twice (after those in `names`); its core then
+    checks each input's datatype, shape and byte size in its hash map's order, which visits the last added first:
+    of several inputs that fail, it names the last. Byte sizes here are those of fixed-size datatypes (a BYTES
+    input's strings are read after).
+    """
+    for header in headers:
+        if header.name in names:
+            raise InferenceError.invalid_input(f"input '{header.name}' already exists in request")
+        names.add(header.name)
+    later: List[Tuple[str, str, Sequence[int], Optional[int]]] = []
+    raw_left = iter(raw)
+    for header, tensor in zip(headers, tensors):
+        datatype = header.datatype if header.known_datatype else "<invalid>"
+        element_size = ELEMENT_SIZE.get(datatype)
+        given: Optional[int] = None
+        if header.region is not None:
+            given = header.region.byte_size
+        elif raw:
+            content = next(raw_left, None)
+            given = len(content) if content is not None else None
+        elif header.has_contents and element_size is not None:
+            field = _CONTENTS_FIELD.get(datatype)
+            given = len(getattr(tensor.contents, field)) * element_size if field is not None else 0
+        later.append((header.name, datatype, header.shape, given))
+    for name, datatype, shape, given in reversed(later):
+        spec.check_input(name, datatype, shape, True)
+        element_size = ELEMENT_SIZE.get(datatype)
+        if element_size is not None and given is not None and given != element_count(shape) * element_size:
+            raise InferenceError.invalid_input(
+                f"input byte size mismatch for input '{name}' for model '{spec.name}'. Expected "
+                f"{element_count(shape) * element_size}, got {given}"
+            )
 
 
 def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from pytriton.core.classification import top_classes
-from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype
+from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
@@ -76,6 +76,11 @@ def decode_infer_request(
     if plan is not None:
         return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory)
     document = parse_json_object(header)
+    # What tritonserver's HTTP frontend reads, in its order: the id, the parameters, every input (header, source,
+    # binary bytes, JSON data), the outputs; only then does its core check them against the model.
+    request_id = document.get("id", "")
+    if not isinstance(request_id, str):
+        raise InferenceError.invalid("Unable to parse 'id': attempt to access JSON non-string as string")  # Triton's
     user_parameters, options = split_parameters(
         request_parameters(document.get("parameters", _ABSENT)), forwarded_headers
     )
@@ -86,12 +91,11 @@ def decode_infer_request(
             if raw_inputs is _ABSENT
             else "Unable to parse 'inputs': attempt to access JSON non-array as array"
         )
-    inputs: Dict[str, np.ndarray] = {}
+    inputs: Dict[str, Any] = {}
     batch_sizes: List[int] = []
     reads: List[Read] = []
     offset = header_length
     view = memoryview(body) if header_length < size else None
-    request_id = document.get("id", "")
     planned: Optional[List[_PlannedInput]] = None  # what the header says of each input, when it is to be kept
     if key is not None:
         if key in _SEEN:  # a header seen twice is kept: one with an id of its own per request is not
@@ -100,52 +104,75 @@ def decode_infer_request(
             if len(_SEEN) >= _KEPT_PLANS:
                 _SEEN.clear()
             _SEEN[key] = None
+    # Triton's core checks nothing before its frontend has read every input and the outputs: the model's first
+    # refusal (of the input at `refused`, -1 for the input count) waits for them, and no array is built after it.
+    refused: Optional[int] = None if spec.input_count_fits(len(raw_inputs)) else -1
+    refusal: Optional[InferenceError] = None
     try:
-        if not spec.input_count_fits(len(raw_inputs)):
-            spec.check_input_count([_name_of(raw) for raw in raw_inputs])
         for index, raw in enumerate(raw_inputs):
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
-            try:
-                batch_sizes.append(spec.check_input(name, datatype, shape))
-            except InferenceError:
-                spec.check_inputs_last_first([_tensor_header(later)[:3] for later in raw_inputs[index + 1 :]])
-                raise
+            if refused is None:
+                try:
+                    batch_sizes.append(spec.check_input(name, datatype, shape))
+                except InferenceError as error:
+                    refused, refusal = index, error
             binary_size = tensor_parameters.get("binary_data_size")
             region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
             if planned is not None:
                 planned.append((name, datatype, shape, binary_size, region))
             if region is not None:
                 _only_shared_memory(raw, binary_size)
-                inputs[name] = input_array(memory or _memory(memory), region, datatype, shape, name, spec.name, reads)
+                (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
+                if refused is None:
+                    try:
+                        inputs[name] = input_array(
+                            memory or _memory(memory), region, datatype, shape, name, spec.name, reads
+                        )
+                    except InferenceError as error:
+                        refused, refusal = index, error
             elif binary_size is not None or "binary_data_size" in tensor_parameters:  # null: set, as Triton reads it
                 if "data" in raw:
                     _one_source_only(["data", "binary_data_size"])
                 if isinstance(binary_size, bool) or not isinstance(binary_size, int) or binary_size < 0:
                     raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
-                inputs[name] = array_from_raw(
-                    _binary(view, offset, binary_size, size, name, spec.name), datatype, shape, name, spec.name
-                )
+                data = _binary(view, offset, binary_size, size, name, spec.name)
                 offset += binary_size
+                if refused is None:
+                    try:
+                        inputs[name] = array_from_raw(data, datatype, shape, name, spec.name)
+                    except InferenceError as error:
+                        refused, refusal = index, error
             elif "data" in raw:
                 planned = None  # values: never part of a key
-                inputs[name] = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
+                array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
+                if 0 not in shape:
+                    try:
+                        array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
+                    except InferenceError as error:  # the frontend's refusal, or the core's (`_json_read`)
+                        array, core_error = _json_read(raw["data"], datatype, shape, name, spec.name, error)
+                        if refused is None and core_error is not None:
+                            refused, refusal = index, core_error
+                if refused is None:
+                    inputs[name] = array if array is not None else np.empty(shape, numpy_dtype(datatype))
             else:
                 _one_source_only([])
+            if refused is not None:
+                inputs[name] = None  # no array: named, for the check of names given twice
         _no_binary_left(offset, size, spec.name)
+        requested, output_format = _requested_outputs(
+            spec, document.get("outputs", _ABSENT), options.binary_data_output, memory
+        )
+        if refused is not None:
+            _raise_refusal(spec, raw_inputs, refused, refusal)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
     except InferenceError as error:
         if error.of_request:  # Triton's core names the request
-            raise error.for_request(request_id if isinstance(request_id, str) else "") from None
+            raise error.for_request(request_id) from None
         raise
-    requested, output_format = _requested_outputs(
-        spec, document.get("outputs", _ABSENT), options.binary_data_output, memory
-    )
-    if not isinstance(request_id, str):
-        raise InferenceError.invalid("Unable to parse 'id': attempt to access JSON non-string as string")  # Triton's
     if planned is not None and key is not None:
         if len(_PLANS) >= _KEPT_PLANS:
             _PLANS.clear()
@@ -164,6 +191,54 @@ def decode_infer_request(
     return request, output_format
 
 
+# An input's JSON data as the frontend read it: its array (None: a shape of no elements) and the core's refusal.
+_JsonRead = Tuple[Optional[np.ndarray], Optional[InferenceError]]
+
+
+def _raise_refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Optional[InferenceError]) -> None:
+    """Raise the refusal of the model's that Triton's core names, once every input and output was read.
+
+    `refused` is -1 for the input count; else `refusal` is the first refusal, of the input at `refused`, and the
+    core names the last input from there that the model refuses (its hash map's order, `_check_later_inputs`).
+    """
+    if refused < 0 or refusal is None:
+        spec.check_input_count([_tensor_header(raw)[0] for raw in raw_inputs])  # (it raises: names are distinct)
+        refusal = InferenceError.invalid(f"the inputs do not fit model '{spec.name}'")
+    later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
+    for raw in raw_inputs[refused + 1 :]:
+        name, datatype, shape, tensor_parameters = _tensor_header(raw)
+        region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
+        if region is not None:
+            later.append((name, datatype, shape, region.byte_size))
+        elif "binary_data_size" in tensor_parameters:
+            later.append((name, datatype, shape, tensor_parameters["binary_data_size"]))
+        else:
+            later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
+    _check_later_inputs(spec, later)
+    raise refusal
+
+
+def _check_later_inputs(spec: ModelSpec, later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]]) -> None:
+    """Check `later` inputs (with the byte size of their data, or their JSON data as read) the last first.
+
+    Triton's core checks each input's datatype, shape and byte size in its hash map's order, which visits the last
+    added first: of several inputs that fail, it names the last. A codec that checks them in order calls this with
+    the inputs after the first that failed, so that the answer is Triton's.
+    """
+    for name, datatype, shape, given in reversed(later):
+        spec.check_input(name, datatype, shape)
+        if isinstance(given, tuple):
+            if given[1] is not None:
+                raise given[1]
+            continue
+        element_size = ELEMENT_SIZE.get(datatype)  # BYTES: its strings tell their size
+        if element_size is not None and given != element_count(shape) * element_size:
+            raise InferenceError.invalid_input(
+                f"input byte size mismatch for input '{name}' for model '{spec.name}'. Expected "
+                f"{element_count(shape) * element_size}, got {given}"
+            )
+
+
 def _binary(view: Optional[memoryview], offset: int, binary_size: int, size: int, name: str, model: str) -> memoryview:
     """An input's `binary_size` bytes of the body from `offset` (an empty view for a body of the header alone)."""
     if offset + binary_size > size:
@@ -172,6 +247,22 @@ def _binary(view: Optional[memoryview], offset: int, binary_size: int, size: int
             f"unexpected size for input '{name}', expecting {missing} additional bytes for model '{model}'"
         )
     return view[offset : offset + binary_size] if view is not None else memoryview(b"")
+
+
+def _check_body(inputs: Sequence[_PlannedInput], header_length: int, size: int, model: str) -> None:
+    """Refuse a body whose bytes after the header are not the planned inputs' (in Triton's words)."""
+    offset = header_length
+    for name, _, _, binary_size, region in inputs:
+        if region is None:
+            _binary(None, offset, binary_size or 0, size, name, model)
+            offset += binary_size or 0
+    _no_binary_left(offset, size, model)
+
+
+def _planned_size(planned: _PlannedInput) -> int:
+    """The byte size a planned input gives its data (in its region or in the body)."""
+    region = planned[4]
+    return region.byte_size if region is not None else planned[3] or 0
 
 
 def _no_binary_left(offset: int, size: int, model: str) -> None:
@@ -193,6 +284,7 @@ class _Plan:
 
     __slots__ = (
         "binary_by_name",
+        "binary_bytes",
         "binary_default",
         "classes",
         "inputs",
@@ -214,6 +306,7 @@ class _Plan:
     ) -> None:
         """Keep what the decode of the header found."""
         self.inputs = inputs
+        self.binary_bytes = sum(planned[3] or 0 for planned in inputs if planned[4] is None)  # the body's, after it
         self.request_id = request_id
         self.parameters = parameters
         self.split = split_parameters(parameters)  # without forwarded headers
@@ -262,28 +355,34 @@ def _decode_planned(
     offset = header_length
     view = memoryview(body) if header_length < size else None
     located = still_located(plan.located, memory)
+    if header_length + plan.binary_bytes != size:  # an input short of its bytes, or bytes after the last one's
+        _check_body(plan.inputs, header_length, size, spec.name)
+    requested = plan.requested
+    if requested is not None:  # the outputs first, as Triton's core checks them
+        if plan.regions and located is None:
+            for output_region in plan.regions.values():
+                (memory or _memory(memory)).check(output_region.region, output_region.offset, output_region.byte_size)
+        spec.check_requested_outputs(requested)
+        requested = list(requested)
     try:
         if not spec.input_count_fits(len(plan.inputs)):
             spec.check_input_count([planned[0] for planned in plan.inputs])
         for index, (name, datatype, shape, binary_size, region) in enumerate(plan.inputs):
-            if name in inputs:
-                raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             try:
                 batch_sizes.append(spec.check_input(name, datatype, shape))
+                if region is not None:
+                    inputs[name] = region_input(
+                        located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
+                    )
+                    continue
+                end = offset + (binary_size or 0)  # (never None: an input of a plan is in a region or in the body)
+                raw = view[offset:end] if view is not None else memoryview(b"")
+                inputs[name] = array_from_raw(raw, datatype, shape, name, spec.name)
+                offset = end
             except InferenceError:
-                spec.check_inputs_last_first([later[:3] for later in plan.inputs[index + 1 :]])
+                later = plan.inputs[index + 1 :]
+                _check_later_inputs(spec, [(*planned[:3], _planned_size(planned)) for planned in later])
                 raise
-            if region is not None:
-                inputs[name] = region_input(
-                    located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
-                )
-                continue
-            binary_size = binary_size or 0  # (never None: an input of a plan is in a region or in the body)
-            inputs[name] = array_from_raw(
-                _binary(view, offset, binary_size, size, name, spec.name), datatype, shape, name, spec.name
-            )
-            offset += binary_size
-        _no_binary_left(offset, size, spec.name)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
@@ -291,13 +390,6 @@ def _decode_planned(
         if error.of_request:  # Triton's core names the request
             raise error.for_request(plan.request_id) from None
         raise
-    requested = plan.requested
-    if requested is not None:
-        if plan.regions and located is None:
-            for region in plan.regions.values():
-                (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
-        spec.check_requested_outputs(requested)
-        requested = list(requested)
     if located is None and memory is not None and (reads or plan.regions):
         plan.located = locate_plan(memory, [(planned[1], planned[4]) for planned in plan.inputs], reads)
     output_format = OutputFormat(plan.binary_by_name, plan.binary_default, plan.regions, plan.classes)
@@ -395,12 +487,6 @@ def _tensor_parameters(value: Any) -> Dict[str, Any]:
     return value if type(value) is dict else {}
 
 
-def _name_of(raw: Any) -> Optional[str]:
-    """An input's name, when it has one."""
-    name = raw.get("name") if type(raw) is dict else None
-    return name if type(name) is str else None
-
-
 def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
     """Name, datatype, shape and parameters of one input, type-checked."""
     if type(raw) is not dict:
@@ -428,6 +514,31 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
 _MISSING = "Unable to parse '{key}': attempt to access non-existing object member '{key}'"
 _NOT_A_DIM = "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"
 _UINT64_MAX = (1 << 64) - 1
+
+
+def _json_read(
+    data: Any, datatype: str, shape: List[int], name: str, model: str, error: Optional[InferenceError] = None
+) -> _JsonRead:
+    """An input's JSON `data` read as tritonserver 2.51's HTTP frontend reads it, before the model's checks.
+
+    Returns the array (None for a shape of no elements: Triton reads no data for one, whatever `data` holds) and
+    the error of Triton's core for it (a BYTES input's string count), which comes only after the model's checks
+    of the input; the frontend's own refusals (values, their count, FP16 or BF16 as JSON) are raised. `error`:
+    the refusal of reading `data` already, if it was read.
+
+    Triton counts the elements of a shape of no dimensions as 0 too (and its core then refuses the shape), so any
+    refusal of a scalar's data comes after the model's checks, which only a model of scalars passes here.
+    """
+    if 0 in shape:
+        return None, None
+    if error is None:
+        try:
+            return array_from_json(_json_array(data), datatype, shape, name, model), None
+        except InferenceError as refused:
+            error = refused
+    if not error.of_request and shape:
+        raise error
+    return None, error
 
 
 def _json_array(data: Any) -> List[Any]:

@@ -16,9 +16,9 @@ def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, m
     """Build an array from JSON `data` (flat or nested, row-major).
 
     With the `model` named (HTTP infer), values JSON cannot give the datatype (`1.5` or `true` for an integer type,
-    `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and strings too many or
-    too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make infinite
-    (300 for INT8, 1e39 for FP32) are refused in this server's.
+    `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and values or strings
+    too many or too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make
+    infinite (300 for INT8, 2**63 for UINT16, 1e39 for FP32) are refused in this server's.
     """
     if type(data) is not list:
         data = [data]
@@ -88,14 +88,20 @@ def _array_from_json(data: List[Any], datatype: str, shape: Sequence[int], name:
     except (ValueError, TypeError, OverflowError) as error:
         raise InferenceError.invalid(f"unable to parse 'data' of input '{name}' as {datatype}: {error}") from None
     count = element_count(shape)
-    if array.size != count and datatype == BYTES and model:
-        raise InferenceError.invalid_input(_string_count_error(array.size, count, name, model))
     if array.size != count:
+        if datatype == BYTES and model:
+            raise InferenceError.invalid_input(_string_count_error(array.size, count, name, model))
+        if model:
+            raise InferenceError.invalid(_TRITON_COUNT)
         raise InferenceError.invalid(
             f"unexpected number of elements {array.size} in 'data' of input '{name}', shape {list(shape)} "
             f"expects {count}"
         )
     return array.reshape(shape)
+
+
+# tritonserver 2.51's words (a 500 there) for JSON data of more or fewer values than the shape holds.
+_TRITON_COUNT = "Unable to parse 'data': Shape does not match true shape of 'data' field"
 
 
 def _string_count_error(size: int, count: int, name: str, model: str) -> str:
@@ -167,6 +173,10 @@ def numeric_array(values: Any, dtype: np.dtype) -> np.ndarray:
             raise OverflowError("values outside the range of uint64")
         return np.array(values, dtype=np.uint64)
     if array.dtype.kind not in "iub":
+        if array.dtype.kind == "f" and all(
+            type(value) is int for value in np.array(values, np.object_).reshape(-1).tolist()
+        ):
+            raise OverflowError(f"values outside the range of {dtype.name}")  # past int64: numpy made them floats
         raise ValueError(f"expected integers, got {array.dtype.name} values")
     info = np.iinfo(dtype)
     if array.min() < info.min or array.max() > info.max:
