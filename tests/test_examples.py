@@ -80,15 +80,32 @@ def _stop(server: ServerProcess) -> int:
     return server.wait(STOP_TIMEOUT_S)
 
 
-def _run(folder: Path, script: str, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, script, *args],
-        cwd=folder,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=CLIENT_TIMEOUT_S,
+def _run(
+    folder: Path, script: str, args: Sequence[str], server: Optional[ServerProcess] = None
+) -> subprocess.CompletedProcess[str]:
+    """Run an example's client; one still running after CLIENT_TIMEOUT_S fails the test with its threads' stacks.
+
+    (faulthandler writes them at SIGABRT: a client hung once in a CI suite, on Python 3.9, after its fifth
+    response of six, and a kill alone told nothing of where.)
+    """
+    command = [sys.executable, "-X", "faulthandler", script, *args]
+    process = subprocess.Popen(
+        command, cwd=folder, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    try:
+        stdout, stderr = process.communicate(timeout=CLIENT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        try:
+            stdout, stderr = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        pytest.fail(
+            f"client {args} still ran after {CLIENT_TIMEOUT_S} s\n--- client stdout\n{stdout}--- client stderr "
+            f"(its threads at SIGABRT)\n{stderr}--- server\n{server.output() if server else ''}"
+        )
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 @pytest.mark.parametrize(("name", "client_runs"), CASES)
@@ -100,7 +117,7 @@ def test_example(name: str, client_runs: List[List[str]]) -> None:
         assert ports["grpc"] is not None, f"{name}: the server reports no gRPC port"
         for template in client_runs:
             args = [arg.format(**ports) for arg in template]
-            result = _run(folder, "client.py", args)
+            result = _run(folder, "client.py", args, server)
             assert result.returncode == 0, (
                 f"{name} client {args} exited with {result.returncode}\n--- client stdout\n{result.stdout}"
                 f"--- client stderr\n{result.stderr}--- server\n{server.output()}"
@@ -133,7 +150,7 @@ def test_remote_triton_binds_a_model_into_a_running_server_and_leaves_with_it() 
         assert remote.stdout is not None
         assert remote.stdout.readline().strip() == "BOUND"
         for client_url in (url, GRPC.format(**ports)):
-            result = _run(folder, "client.py", ["--url", client_url])
+            result = _run(folder, "client.py", ["--url", client_url], server)
             assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n--- server\n{server.output()}"
         wait_handles_signals(remote)  # BOUND is printed before serve()
         remote.send_signal(signal.SIGINT)
