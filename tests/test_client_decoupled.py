@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from typing import Any, AsyncIterator, Coroutine, Dict, List, TypeVar
 
 import numpy as np
@@ -189,3 +191,27 @@ def test_stopping_early_cancels_the_stream(grpc_url: str, stream_gate: Gate) -> 
         responses.close()
         stream_gate.release()
         assert [response["y"].tolist() for response in client.infer_sample(x=floats(0))] == [[0], [0]]
+
+
+def test_a_stream_stopped_early_leaves_no_call_to_the_garbage_collector(grpc_url: str) -> None:
+    # The call's CANCELLED error is the call itself; its traceback held it in a cycle, freed only by the collector,
+    # at the latest at exit, where grpcio 1.67's __del__ waited forever on a lock (Python 3.9: a client hung there)
+    calls: List[Any] = []
+    with DecoupledModelClient(grpc_url, "stream") as client:
+        start_call = client._stub.ModelStreamInfer
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            call = start_call(*args, **kwargs)
+            calls.append(weakref.ref(call))
+            return call
+
+        client._stub.ModelStreamInfer = watched
+        gc.disable()
+        try:
+            responses = client.infer_sample(x=floats(1))
+            assert next(responses)["y"].tolist() == [1]
+            responses.close()  # cancels the call; its reader thread ends on the CANCELLED error
+            del responses
+            assert len(calls) == 1 and calls[0]() is None
+        finally:
+            gc.enable()

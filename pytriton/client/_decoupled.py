@@ -127,6 +127,10 @@ def _read_replies(call: Any, replies: queue.SimpleQueue[_Reply]) -> None:
         for reply in call:
             replies.put(reply)
     except grpc.RpcError as error:
+        # The error is the call itself, and its traceback's frames (this one's) hold the call: a cycle that only the
+        # collector frees, at the latest at exit, where the call's __del__ then waited forever for a lock a daemon
+        # thread of grpc's died holding (grpcio 1.67, Python 3.9: the process hung after its last response).
+        error.__traceback__ = None
         replies.put(error)
     else:
         replies.put(None)
