@@ -38,8 +38,12 @@ def serve_arguments(pid: int) -> List[str]:
     return []
 
 
-def ready_url(arguments: Sequence[str]) -> Optional[str]:
-    """The readiness URL of a server started with `arguments` (`serve ...`; [] for the environment's); None: no HTTP."""
+def ready_request(arguments: Sequence[str]) -> Optional[urllib.request.Request]:
+    """The readiness request for a server started with `arguments` (`serve ...`; [] for the environment's).
+
+    None when it serves no HTTP. It carries the token the server was given (its option, else
+    PYTRITON_ACCESS_TOKEN), for a server that restricts health.
+    """
     from pytriton.cli import _config_from_args, build_parser
     from pytriton.runtime.options import resolve_options
 
@@ -48,15 +52,9 @@ def ready_url(arguments: Sequence[str]) -> Optional[str]:
     if not options.http_enabled:
         return None
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(options.http_address, options.http_address)
-    return f"http://{f'[{host}]' if ':' in host else host}:{options.http_port}/v2/health/ready"
-
-
-def access_token(arguments: Sequence[str]) -> Optional[str]:
-    """The token the server was given (its option, else PYTRITON_ACCESS_TOKEN), for a server that restricts health."""
-    from pytriton.cli import build_parser
-
-    args, _ = build_parser().parse_known_args(list(arguments) or ["demo"])
-    return getattr(args, "access_token", None) or None
+    url = f"http://{f'[{host}]' if ':' in host else host}:{options.http_port}/v2/health/ready"
+    token = getattr(args, "access_token", None)
+    return urllib.request.Request(url, headers={ACCESS_TOKEN_HEADER: token} if token else {})
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -66,15 +64,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pid = parser.parse_args(argv).pid
     arguments = serve_arguments(pid)
     try:
-        url = ready_url(arguments)
+        request = ready_request(arguments)
     except (StartupError, PyTritonError, SystemExit) as error:  # its command line is refused: it serves nothing
         print(f"healthcheck: cannot tell the server's port: {error}", file=sys.stderr)
         return EXIT_UNHEALTHY
-    if url is None:
+    if request is None:
         print("healthcheck: the server serves no HTTP (--allow-http false): nothing to check", file=sys.stderr)
         return EXIT_UNHEALTHY
-    token = access_token(arguments)
-    request = urllib.request.Request(url, headers={ACCESS_TOKEN_HEADER: token} if token else {})
+    url = request.full_url
     try:
         with urllib.request.urlopen(request, timeout=2) as response:
             if response.status == 200:
