@@ -211,18 +211,18 @@ class TritonBase:
         """Stop serving: refuse new requests, finish in-flight ones (up to exit_timeout_secs), close ports.
 
         Returns:
-            Whether a running server was stopped (False when it was not running or already stopped).
+            Whether a running server was stopped (False when it was not running or already stopped). A server
+            never started stays as it was: models may still be bound and it may still run, as in PyTriton 0.7.
         """
         with self._state_lock:
-            if self._state is ServerState.STOPPED:
+            if self._state in (ServerState.STOPPED, ServerState.IDLE):
                 return False
-            was_serving = self._state is not ServerState.IDLE
             self._state = ServerState.STOPPED
         try:
             self._stop_server()
         finally:
             self._finished.set()
-        return was_serving
+        return True
 
     def is_alive(self) -> bool:
         """Whether the server runs and no model failed unrecoverably."""

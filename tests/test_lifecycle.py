@@ -344,13 +344,30 @@ def test_vertex_ai_servers_wait_for_run_by_default(monkeypatch):
 
 
 def test_stop_says_whether_it_stopped_a_running_server():
-    never_started = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
-    assert never_started.stop() is False
-    with pytest.raises(PyTritonInvalidOperationError):
-        never_started.connect()
     triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
     triton.run()
     assert triton.stop() is True and triton.stop() is False
+    with pytest.raises(PyTritonInvalidOperationError):
+        triton.connect()
+
+
+def test_stop_before_run_changes_nothing():
+    """0.7's stop() of a server never started returns False and does nothing: it can still bind and run."""
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    assert triton.stop() is False
+    with pytest.raises(TimeoutError):
+        triton.connect()
+    _bind_identity(triton)
+    triton.run()
+    try:
+        status, document = post_json(
+            triton.http_port,
+            "/v2/models/identity/infer",
+            {"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [3]}]},
+        )
+        assert status == 200 and document["outputs"][0]["data"] == [3]
+    finally:
+        assert triton.stop() is True
 
 
 @pytest.mark.parametrize("period", [{"monitoring_period_s": 0.05}, {"monitoring_period_sec": 0.05}, {}])
