@@ -2,16 +2,28 @@
 
 tritonclient.http sends over geventhttpclient, whose pooled sockets wait on the gevent hub of the thread that
 opened them: a call from another thread fails with `greenlet.error` ("Cannot switch to a different thread") or
-hangs. tritonclient.grpc's client is thread-safe and is shared.
+hangs. tritonclient.grpc's client is thread-safe and is shared. A thread's own client is closed when the thread
+ends (its thread-local storage is freed then, in that thread), so that a program starting a thread per call
+does not keep a connection for every thread it ever ran.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from typing import Any, Callable, List
 
 _LOGGER = logging.getLogger(__name__)
+
+
+class _ThreadsOwn:
+    """Held in a thread's local storage only: freed as the thread ends, which closes that thread's client."""
+
+    __slots__ = ("__weakref__", "client")
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
 
 
 class ThreadClients:
@@ -23,7 +35,7 @@ class ThreadClients:
         self._per_thread = per_thread
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._made: List[Any] = []
+        self._closers: List[weakref.finalize[[Any], _ThreadsOwn]] = []  # one a thread's client, until it is closed
         self._shared: Any = None
 
     def get(self) -> Any:
@@ -31,26 +43,33 @@ class ThreadClients:
         if not self._per_thread:
             with self._lock:
                 if self._shared is None:
-                    self._shared = self._remember(self._create())
+                    self._shared = self._create()
                 return self._shared
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._create()
+        own = getattr(self._local, "own", None)
+        if own is None:
+            own = _ThreadsOwn(self._create())
+            closer = weakref.finalize(own, _close, own.client)
+            closer.atexit = False  # at exit the process's sockets close with it: no gevent work on the way out
             with self._lock:
-                self._remember(client)
-            self._local.client = client
-        return client
-
-    def _remember(self, client: Any) -> Any:
-        self._made.append(client)
-        return client
+                self._closers = [other for other in self._closers if other.alive]
+                self._closers.append(closer)
+            self._local.own = own
+        return own.client
 
     def close(self) -> None:
         """Close every client made so far; one made by another thread may fail to close, and is left to the GC."""
         with self._lock:
-            made, self._made = self._made, []
-        for client in made:
-            try:
-                client.close()
-            except Exception as error:  # noqa: BLE001 - a gevent socket of another (maybe ended) thread
-                _LOGGER.debug("could not close a tritonclient client of another thread: %r", error)
+            closers, self._closers = self._closers, []
+            shared, self._shared = self._shared, None
+        for closer in closers:
+            closer()
+        if shared is not None:
+            _close(shared)
+
+
+def _close(client: Any) -> None:
+    """Close a tritonclient client, from its own thread or another."""
+    try:
+        client.close()
+    except Exception as error:  # noqa: BLE001 - a gevent socket of another (maybe ended) thread
+        _LOGGER.debug("could not close a tritonclient client of another thread: %r", error)
