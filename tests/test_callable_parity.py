@@ -6,7 +6,9 @@ quote its answers. Where 0.7 answered with a traceback, the expectation is its l
 
 from __future__ import annotations
 
+import asyncio
 import re
+import sys
 from typing import Any, Dict, Iterator, List
 
 import numpy as np
@@ -25,6 +27,13 @@ class _NoStr(Exception):
         raise RuntimeError("this exception cannot be told")
 
 
+_CONTROL_FLOW = {"stop": StopIteration(5), "generator_exit": GeneratorExit(), "cancelled": asyncio.CancelledError()}
+
+
+async def _raises_async(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return _raises(requests)
+
+
 def _raises(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     case = requests[0].parameters["case"]
     if case == "surrogate":
@@ -35,6 +44,8 @@ def _raises(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
         raise KeyboardInterrupt()
     if case == "exit":
         raise SystemExit(3)
+    if case in _CONTROL_FLOW:
+        raise _CONTROL_FLOW[case]
     return [{"y": request["x"]} for request in requests]
 
 
@@ -58,6 +69,7 @@ def _bind(triton: Triton) -> None:
     x = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
     y = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
     triton.bind("raises", _raises, inputs=x, outputs=y, config=ModelConfig(batching=False))
+    triton.bind("raises_async", _raises_async, inputs=x, outputs=y, config=ModelConfig(batching=False))
     triton.bind("strings", _strings, inputs=x, outputs=y, config=ModelConfig(batching=False))
     triton.bind("array", _returns_an_array, inputs=x, outputs=y, config=ModelConfig(batching=False))
 
@@ -100,6 +112,28 @@ def test_an_exception_whose_str_raises_is_named_in_pythons_words(triton: Triton)
     # "internal server error: this exception cannot be told".
     status, answer = _http(triton, "raises", "no_str")
     assert (status, answer) == (500, {"error": "_NoStr: <exception str() failed>"})
+
+
+@pytest.mark.parametrize("model", ["raises", "raises_async"])
+def test_control_flow_exceptions_a_callable_raises_fail_its_request_and_the_model_goes_on(
+    triton: Triton, model: str
+) -> None:
+    # 0.7.0 answered StopIteration with its traceback ("RuntimeError: async generator raised StopIteration"), and
+    # GeneratorExit or CancelledError never: the request hung, and every later one to the model with it. Here a
+    # sync callable's StopIteration and GeneratorExit were never answered either (asyncio refuses StopIteration
+    # on a future; GeneratorExit ended the coroutine that awaited it), its instance never freed; a CancelledError
+    # was answered "the server stopped before the response was complete".
+    expected = {"stop": "StopIteration: 5", "generator_exit": "GeneratorExit", "cancelled": "CancelledError"}
+    if model == "raises_async":  # PEP 479: a StopIteration raised in a coroutine comes out as a RuntimeError
+        expected["stop"] = "RuntimeError: coroutine raised StopIteration"
+        if sys.version_info < (3, 11):  # no Task.cancelling() to tell the callable's from a cancel of the task
+            del expected["cancelled"]
+    for case, words in expected.items():
+        assert _http(triton, model, case) == (500, {"error": words})
+        with pytest.raises(InferenceServerException) as failed:
+            _grpc(triton, model, case)
+        assert (failed.value.status(), failed.value.message()) == ("StatusCode.INTERNAL", words)
+    assert _http(triton, model, "fine")[0] == 200
 
 
 @pytest.mark.parametrize("case", ["str", "bytes", "fixed"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 
 
@@ -127,12 +128,34 @@ def exception_text(error: BaseException) -> str:
         return "<exception str() failed>"
 
 
+class CallableRaised(Exception):
+    """One of `CONTROL_FLOW` that a callable raised, carried to the loop in its place (`error`).
+
+        Each means something else on the way there: asyncio refuses to set StopIteration on a future (the request
+        was never answered, and its instance never freed); GeneratorExit ends the coroutine or generator it is raised
+        into instead of failing it (never answered either); and CancelledError reads as the cancel of the task that
+        awaits it (answered "the server stopped"); StopIteration and StopAsyncIteration raised on in an async generator
+    are PEP 479's RuntimeError. Raised by the callable, each is its fault, answered as any other.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        """Carry `error`."""
+        super().__init__(error)
+        self.error = error
+
+
+# What a callable may raise that must be carried (CallableRaised) rather than raised on to the loop.
+CONTROL_FLOW = (StopIteration, StopAsyncIteration, GeneratorExit, asyncio.CancelledError)
+
+
 def callable_error(error: BaseException) -> InferenceError:
     """What a request gets for what the callable raised: the type's name and message, as Triton's shows them.
 
     ("ValueError: ..."); an exception from another process arrives as a class of the same name. An exception
     whose `str()` raises is named with Python's words for it (`exception_text`), as nvidia-pytriton 0.7 names it.
     """
+    if isinstance(error, CallableRaised):
+        error = error.error
     message = exception_text(error)
     return InferenceError.internal(f"{type(error).__name__}: {message}" if message else type(error).__name__)
 

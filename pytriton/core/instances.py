@@ -13,6 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Prot
 from pytriton.core.composition.path import CURRENT, PathSource, run_in_path
 from pytriton.core.custom_metrics import MODEL_SCOPE, end_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
+from pytriton.core.errors import CONTROL_FLOW, CallableRaised
 from pytriton.core.host_arrays import host_step
 from pytriton.core.sequences.states import SequenceStates
 from pytriton.core.worker import WorkerThread
@@ -180,6 +181,10 @@ class Instance:
                     yield step
                     if stop.is_set():
                         break
+            except asyncio.CancelledError as error:
+                if _not_cancelled():
+                    raise CallableRaised(error) from None
+                raise
             finally:
                 await generator.aclose()
                 end_model_scope(scope)
@@ -214,7 +219,9 @@ class Instance:
                     generator.close()
                 inbox.post(queue.put_nowait, ("end", None))
             except BaseException as error:  # noqa: BLE001 - handed to the loop and raised there
-                inbox.post(queue.put_nowait, ("error", error))
+                inbox.post(
+                    queue.put_nowait, ("error", CallableRaised(error) if isinstance(error, CONTROL_FLOW) else error)
+                )
 
         self._worker.submit(run_in_path, path, produce)
         try:
@@ -248,18 +255,24 @@ def _in_scope(
     """Call `fn(requests)` as model `model` with `source` as its call path (in a context of its own, Context.run)."""
     MODEL_SCOPE.set(model)
     CURRENT.set(source)
-    return fn(requests)
+    try:
+        return fn(requests)
+    except CONTROL_FLOW as error:
+        raise CallableRaised(error) from None
 
 
 def _thread_call(fn: Callable[..., Any], requests: List[Request], source: Optional[PathSource]) -> Any:
     """Call a sync callable in its instance thread (in its model's scope already) with `source` as its call path."""
-    if source is None:
-        return host_step(fn(requests))
-    CURRENT.set(source)
     try:
-        return host_step(fn(requests))
-    finally:
-        CURRENT.set(None)  # not the batch's requests held until the next call
+        if source is None:
+            return host_step(fn(requests))
+        CURRENT.set(source)
+        try:
+            return host_step(fn(requests))
+        finally:
+            CURRENT.set(None)  # not the batch's requests held until the next call
+    except CONTROL_FLOW as error:
+        raise CallableRaised(error) from None
 
 
 async def _scoped_async_call(
@@ -276,12 +289,26 @@ async def _scoped_async_call(
     path = CURRENT.set(source)
     try:
         return await fn(requests)
+    except asyncio.CancelledError as error:
+        if _not_cancelled():
+            raise CallableRaised(error) from None
+        raise
     finally:
         end_model_scope(scope)
         try:
             CURRENT.reset(path)
         except ValueError:
             pass
+
+
+def _not_cancelled() -> bool:
+    """Whether no cancel of the running task is under way: a CancelledError passing now is one a callable raised.
+
+    Tasks count the cancels asked of them from Python 3.11 (`Task.cancelling`); before, every CancelledError
+    is taken as the task's own cancel.
+    """
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
+    return cancelling is not None and not cancelling()
 
 
 class _StepGate:

@@ -15,7 +15,7 @@ from pytriton.core.batcher import BatchRules
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
 from pytriton.core.direct_runs import DirectCall, Outputs
-from pytriton.core.errors import BatchNotRun, FailureReason, InferenceError, Status, callable_error
+from pytriton.core.errors import BatchNotRun, CallableRaised, FailureReason, InferenceError, Status, callable_error
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import CallableKind, Instance, ModelInstance
@@ -728,7 +728,7 @@ class Scheduler:
         if isinstance(error, BatchNotRun):
             self.failures.batch_not_run(error, requests)
         else:
-            self.failures.callable_raised(error, requests)
+            self.failures.callable_raised(error.error if isinstance(error, CallableRaised) else error, requests)
         if isinstance(error, PyTritonUnrecoverableError):
             self._on_unrecoverable(f"model '{self.spec.name}' raised PyTritonUnrecoverableError: {error}")
         return callable_error(error)
