@@ -303,6 +303,14 @@ async def _async_exit_route(request: RouteRequest) -> Any:
     raise SystemExit(4)
 
 
+def _stop_iteration_route(request: RouteRequest) -> Any:
+    return next(iter(()))  # an exhausted iterator's StopIteration, which asyncio refuses to set on a future
+
+
+def _stop_async_iteration_route(request: RouteRequest) -> Any:
+    raise StopAsyncIteration()
+
+
 async def _cancelled_route(request: RouteRequest) -> Any:
     raise asyncio.CancelledError()  # the handler's own, say a future it awaited was cancelled elsewhere
 
@@ -322,6 +330,8 @@ def _bind_odd(triton: Triton) -> None:
     triton.add_route("/interrupt", _interrupt_route, methods=["GET"])
     triton.add_route("/async-exit", _async_exit_route, methods=["GET"])
     triton.add_route("/cancelled", _cancelled_route, methods=["GET"])
+    triton.add_route("/stop-iteration", _stop_iteration_route, methods=["GET"])
+    triton.add_route("/stop-async-iteration", _stop_async_iteration_route, methods=["GET"])
     triton.add_route("/upstream", _upstream_route, methods=["GET"])
     triton.add_route("/text", lambda request: RouteResponse("é", media_type="text/plain"), methods=["GET"])
     triton.add_route("/no-content", lambda request: RouteResponse.json({}, status=204), methods=["GET"])
@@ -348,6 +358,8 @@ def odd_server(request: Any) -> Iterator[Triton]:
         ("/interrupt", "KeyboardInterrupt"),
         ("/async-exit", "SystemExit: 4"),
         ("/cancelled", "CancelledError"),
+        ("/stop-iteration", "StopIteration"),  # never answered, and "StopAsyncIteration: " with a space, before
+        ("/stop-async-iteration", "StopAsyncIteration"),
         ("/upstream", "_UpstreamError: the upstream service answered 404"),
     ],
 )

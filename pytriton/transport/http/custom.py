@@ -26,7 +26,7 @@ import orjson
 
 from pytriton.core.composition.path import CURRENT, CallPath, Models
 from pytriton.core.daemon_threads import DaemonThreads
-from pytriton.core.errors import InferenceError, exception_text
+from pytriton.core.errors import CONTROL_FLOW, CallableRaised, InferenceError, callable_error, exception_text
 from pytriton.options.routes import CustomRoutes, Match
 from pytriton.transport.http.responses import JSON_TYPE, Receive, Scope, Send, send_error, until_disconnect
 
@@ -197,9 +197,10 @@ async def serve_custom(
             status[0] = CLIENT_LEFT
         raise
     except Exception as error:
-        LOGGER.exception("custom route %s %s failed", method, route.path)
+        shown = error.error if isinstance(error, CallableRaised) else error
+        LOGGER.error("custom route %s %s failed", method, route.path, exc_info=shown)
         status[0] = 500
-        text = str(error) if isinstance(error, _HandlerFailed) else f"{type(error).__name__}: {exception_text(error)}"
+        text = str(error) if isinstance(error, _HandlerFailed) else callable_error(error).message
         await send_error(send, 500, text)
     finally:
         if watcher is not None:
@@ -240,7 +241,7 @@ def _in_thread(call: Callable[[], Any]) -> asyncio.Future[Any]:
         try:
             result = call()
         except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
-            error = raised
+            error = CallableRaised(raised) if isinstance(raised, CONTROL_FLOW) else raised  # as an inference callable's
         try:
             loop.call_soon_threadsafe(_settle, future, result, error)
         except RuntimeError:  # the loop closed while the handler ran: nobody waits for it
