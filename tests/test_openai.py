@@ -710,6 +710,26 @@ def test_a_slow_token_counter_on_a_large_prompt_holds_no_other_client() -> None:
         assert results and results[0].usage.prompt_tokens == len(default_prompt(large[0]["content"]).split())
 
 
+def test_a_token_counter_that_raises_stop_iteration_on_a_large_prompt_fails_its_request() -> None:
+    """Counted in a thread, its StopIteration never reached the request (asyncio refuses it on a future): it hung."""
+
+    def token_counter(text: str) -> int:
+        if len(text) > 100_000:
+            return next(iter(()))
+        return len(text.split())
+
+    def bind(triton: Triton) -> None:
+        option = OpenAIChat(token_counter=token_counter)
+        triton.bind(
+            "counted", openai_models.toy, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=option
+        )
+
+    with running_triton(bind) as triton, sdk_client(triton.http_port, timeout=20) as sdk:
+        with pytest.raises(openai.InternalServerError):
+            sdk.chat.completions.create(model="counted", messages=[{"role": "user", "content": "word " * 50_000}])
+        assert sdk.chat.completions.create(model="counted", messages=USER).choices[0].finish_reason == "stop"
+
+
 def test_a_client_that_half_closes_gets_its_whole_answer(triton: Triton) -> None:
     """A client that stopped sending (shutdown(SHUT_WR), `nc -N`) still reads, as the Triton routes answer it.
 

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, Dict, List, NamedTuple, Optional, S
 import numpy as np
 import orjson
 
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import CONTROL_FLOW, CallableRaised, InferenceError
 from pytriton.core.serving import ServingEngine, ServingModel
 from pytriton.core.waiters import Room
 from pytriton.options.access import AccessRules
@@ -439,7 +439,15 @@ async def _off_loop_if_large(size: int, work: Callable[..., T], *args: Any) -> T
     """`work(*args)`, in a thread of the loop's executor for a request body of OFF_LOOP_BYTES or more."""
     if size < OFF_LOOP_BYTES:
         return work(*args)
-    return await asyncio.get_running_loop().run_in_executor(None, work, *args)
+    return await asyncio.get_running_loop().run_in_executor(None, _carried, work, *args)
+
+
+def _carried(work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)`, what it raises of CONTROL_FLOW carried: asyncio refuses a StopIteration on the awaited future."""
+    try:
+        return work(*args)
+    except CONTROL_FLOW as error:
+        raise CallableRaised(error) from None
 
 
 def _chat_prompt(option: OpenAIChat, request: codec.ChatRequest) -> Tuple[str, int]:
