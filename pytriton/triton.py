@@ -278,6 +278,10 @@ class Triton(TritonBase):
         """Whether the engine runs and no model failed unrecoverably."""
         return self._runtime.running and self._runtime.failure is None
 
+    def _in_a_request(self) -> bool:
+        """Inside a callable or a handler, or on the server's event loop (an `async def` one)."""
+        return self._runtime.on_loop_thread() or super()._in_a_request()
+
     def _stop_server(self) -> None:
         """Drain the engine and close the ports (also ends the loop thread of a server never started)."""
         self._runtime.stop()

@@ -13,6 +13,8 @@ import threading
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, TypeVar, Union
 
 from pytriton.context import TritonContext
+from pytriton.core.composition.path import CURRENT
+from pytriton.core.custom_metrics import current_model
 from pytriton.core.spec import ModelSpec
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
@@ -213,16 +215,31 @@ class TritonBase:
         Returns:
             Whether a running server was stopped (False when it was not running or already stopped). A server
             never started stays as it was: models may still be bound and it may still run, as in PyTriton 0.7.
+            Called from a callable or a route handler, it returns at once and the stop goes on: the request it
+            was called from is answered before the server stops.
         """
         with self._state_lock:
             if self._state in (ServerState.STOPPED, ServerState.IDLE):
                 return False
             self._state = ServerState.STOPPED
+        if self._in_a_request():
+            # The stop waits for the requests in flight, this one among them (and, on the event loop, for the
+            # loop): it goes on in a thread of its own, and this request is answered as the drain expects.
+            threading.Thread(target=self._end_serving, name="pytriton-stop", daemon=True).start()
+        else:
+            self._end_serving()
+        return True
+
+    def _end_serving(self) -> None:
+        """Stop the server, then wake serve()."""
         try:
             self._stop_server()
         finally:
             self._finished.set()
-        return True
+
+    def _in_a_request(self) -> bool:
+        """Whether this runs inside a request the server serves: in a callable or a route handler."""
+        return current_model() is not None or CURRENT.get() is not None
 
     def is_alive(self) -> bool:
         """Whether the server runs and no model failed unrecoverably."""

@@ -14,6 +14,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
+from typing import Any, Dict, List
 
 import numpy as np
 import pytest
@@ -368,6 +369,44 @@ def test_stop_before_run_changes_nothing():
         assert status == 200 and document["outputs"][0]["data"] == [3]
     finally:
         assert triton.stop() is True
+
+
+@pytest.mark.parametrize("caller", ["callable", "async callable", "route", "async route"])
+def test_stop_called_while_serving_a_request_answers_it_then_stops(caller: str) -> None:
+    # stop() waits for the requests in flight: called from a callable or a route handler it waited for its own
+    # request until exit_timeout_secs cut it off (503), and from an async one it held the event loop itself
+    # until the stop's own deadline. It now returns at once; the request is answered, then the server stops.
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False, exit_timeout_secs=300))
+    returned: List[bool] = []
+
+    def stop_then(answer: Any) -> Any:
+        returned.append(triton.stop())
+        return answer
+
+    def stops(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        return stop_then([{"OUTPUT_1": request["INPUT_1"]} for request in requests])
+
+    async def stops_async(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        return stops(requests)
+
+    async def route_async(request: Any) -> Any:
+        return stop_then("bye")
+
+    io = {"inputs": [Tensor(dtype=np.float32, shape=(-1,))], "outputs": [Tensor(dtype=np.float32, shape=(-1,))]}
+    triton.bind("stops", stops if caller == "callable" else stops_async, **io)
+    triton.add_route("/stop", (lambda request: stop_then("bye")) if caller == "route" else route_async, ["GET"])
+    triton.run()
+    port = triton.http_port
+    assert port is not None
+    if caller.endswith("route"):
+        assert request(port, "GET", "/stop")[::2] == (200, b"bye")
+    else:
+        body = {"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [3]}]}
+        status, document = post_json(port, "/v2/models/stops/infer", body)
+        assert status == 200 and document["outputs"][0]["data"] == [3]
+    assert returned == [True]
+    assert triton._finished.wait(30), "the server did not stop"
+    assert not triton.is_alive() and triton.stop() is False
 
 
 @pytest.mark.parametrize("period", [{"monitoring_period_s": 0.05}, {"monitoring_period_sec": 0.05}, {}])

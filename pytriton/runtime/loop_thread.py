@@ -72,6 +72,10 @@ class LoopThread:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
 
+    def is_own_thread(self) -> bool:
+        """Whether the calling thread is the loop's."""
+        return threading.current_thread() is self._thread
+
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Call a plain function on the loop thread and return its result."""
 

@@ -494,6 +494,10 @@ class ServerRuntime:
                 LOGGER.exception("error while stopping a frontend")
         self._frontends.clear()
 
+    def on_loop_thread(self) -> bool:
+        """Whether the calling thread is the server's event loop's."""
+        return self._loop.is_own_thread()
+
     def stop(self) -> None:
         """Graceful stop: refuse new requests, finish in-flight ones (exit_timeout_secs), close ports."""
         started = time.monotonic()
