@@ -36,6 +36,8 @@ def decode_generate_request(
     reading.members(document)
     try:
         batch_size = _check_inputs(spec, reading.inputs)
+        if reading.refusal is not None:
+            raise reading.refusal
     except InferenceError as error:
         if error.of_request:  # Triton's core names the request
             raise error.for_request(request_id) from None
@@ -101,6 +103,7 @@ class _Reading:
         self.request_id = request_id
         self.inputs: Dict[str, np.ndarray] = {}
         self.parameters: Dict[str, Any] = {}
+        self.refusal: Optional[InferenceError] = None  # the core's refusal of an input's data, due after its checks
 
     def members(self, document: Dict[str, Any]) -> None:
         """Read the request's keys in order; `parameters` is an object whose keys are read the same way."""
@@ -132,7 +135,15 @@ class _Reading:
         if tensor is None:
             self.parameters[key] = _parameter(key, value)
             return
-        array = array_from_json(value, tensor.datatype, _shape(self.spec, tensor, value), key)
+        shape = _shape(self.spec, tensor, value)
+        try:
+            array = array_from_json(value, tensor.datatype, shape, key, self.spec.name)  # in Triton's words
+        except InferenceError as error:
+            if not error.of_request:
+                raise
+            # Triton's core counts a BYTES input's strings only after its checks of every input, as for /infer
+            self.refusal = self.refusal or error
+            array = np.empty(shape, np.object_)
         if key in self.inputs:
             raise InferenceError.invalid_input(f"input '{key}' already exists in request").for_request(self.request_id)
         self.inputs[key] = array
