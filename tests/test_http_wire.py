@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
@@ -188,3 +189,19 @@ def test_through_frontend_processes_an_answered_error_keeps_its_framing() -> Non
 def test_a_connect_request_is_routed_as_triton_routes_it_to_no_route(server: Triton) -> None:
     status, headers, answer = request(_port(server), "CONNECT", "example.com:443")
     assert (status, headers["content-type"], json.loads(answer)) == (404, "text/plain", {"error": "Not Found"})
+
+
+@pytest.mark.parametrize("before", [b"", b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"])
+def test_an_http2_client_is_told_this_port_speaks_http1(server: Triton, before: bytes) -> None:
+    # curl --http2-prior-knowledge, httpx with http1=False: tritonserver closes without a word; this server
+    # answered 400 "invalid HTTP request: Pause on PRI/Upgrade" (its HTTP parser's words).
+    with socket.create_connection(("127.0.0.1", _port(server)), timeout=10) as sock:
+        sock.sendall(before + b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    heads, body = received.rsplit(b"\r\n\r\n", 1)  # the last answer's body: its error
+    assert heads.split(b"HTTP/1.1 ")[-1].startswith(b"505 HTTP Version Not Supported\r\n")
+    assert json.loads(body) == {
+        "error": "HTTP/2 is not served on this port, which speaks HTTP/1.1 (gRPC has a port of its own)"
+    }

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 LOGGER = logging.getLogger(__name__)
 
 _LINGER_S = 2.0
+# llhttp's error for an HTTP/2 connection preface ("PRI * HTTP/2.0"): a client speaking HTTP/2 with prior knowledge.
+_H2_PREFACE_ERROR = "Pause on PRI/Upgrade"
 # Reads up to this size are searched whole for an Upgrade header; longer ones only up to their head's end.
 _SHORT_READ_BYTES = 4096
 IDLE, HEAD, BODY = 1, 2, 3  # what the connection waits for: the next request, a request head, its body
@@ -276,6 +278,9 @@ class HttpConnection(asyncio.BufferedProtocol):
         cycle, self._to_start = self._to_start, None
         if cycle is not None and cycle is not self._receiving:  # read whole before the bad bytes: answered
             self._start(cycle)
+        if str(error) == _H2_PREFACE_ERROR:  # HTTP/2 spoken to this port
+            self._refuse(505, "HTTP/2 is not served on this port, which speaks HTTP/1.1 (gRPC has a port of its own)")
+            return
         self._refuse(400, f"invalid HTTP request: {error}")
 
     def _other_method(self, data: Any) -> Optional[bytes]:
