@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import logging
 import pathlib
+import weakref
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from pytriton.context import attach_context
@@ -138,6 +139,9 @@ class Triton(TritonBase):
         )
         self._runtime = ServerRuntime(self._options)
         self._finished = self._runtime.stopped  # the runtime sets it when a model fails unrecoverably
+        # A server never started holds its loop's thread until it is stopped; stop() before run() does not stop it
+        # (0.7 can still run then): it ends with this object, or at exit.
+        weakref.finalize(self, _release_unstarted, self._runtime)
 
     def run(self) -> None:
         """Start serving in the background and return once every port accepts connections."""
@@ -285,3 +289,9 @@ class Triton(TritonBase):
     def _stop_server(self) -> None:
         """Drain the engine and close the ports (also ends the loop thread of a server never started)."""
         self._runtime.stop()
+
+
+def _release_unstarted(runtime: ServerRuntime) -> None:
+    """End the loop of a runtime never started (one started is stopped by its Triton's stop(), or at exit)."""
+    if not runtime.running and not runtime.stopped.is_set():
+        runtime.stop()

@@ -371,6 +371,20 @@ def test_stop_before_run_changes_nothing():
         assert triton.stop() is True
 
 
+def test_a_server_never_started_lets_its_loop_go_with_it() -> None:
+    # stop() before run() leaves it runnable (0.7), so it no longer ends the loop's thread: the object's end does.
+    def loops() -> int:
+        return sum(thread.name == "pytriton-loop" for thread in threading.enumerate())
+
+    before = loops()
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    assert loops() == before + 1
+    assert triton.stop() is False
+    del triton
+    gc.collect()
+    assert loops() == before
+
+
 @pytest.mark.parametrize("caller", ["callable", "async callable", "route", "async route"])
 def test_stop_called_while_serving_a_request_answers_it_then_stops(caller: str) -> None:
     # stop() waits for the requests in flight: called from a callable or a route handler it waited for its own
