@@ -6,12 +6,13 @@ assert what they assert), against a stand-in "simple" model bound with the API.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -756,3 +757,64 @@ def test_a_stream_open_across_an_unload_ends_its_request_and_is_refused_the_next
         refused = "Request for unknown model: 'steps' has no available versions"
         assert [event for event in events if event != refused] == [[[0.0]], [[1.0]], [[2.0]], [[3.0]]]
         assert events.count(refused) == 1 and events.index(refused) < events.index([[3.0]])
+
+
+def _send_in_two_parts(triton: Triton, path: str, document: Dict[str, Any], between: Any) -> Tuple[int, Any]:
+    """POST `document` to `path`: the headers and a first part of the body, then `between()`, then the rest."""
+    body = json.dumps(document).encode()
+    assert triton.http_port is not None
+    connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=60)
+    try:
+        connection.putrequest("POST", path)
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body[:8])
+        between()
+        connection.send(body[8:])
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "document"),
+    [
+        ("/v2/models/m/infer", {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}),
+        ("/v2/models/m/generate", {"x": [1.0]}),
+    ],
+)
+def test_a_request_whose_body_comes_after_an_unload_gets_tritons_words(path: str, document: Dict[str, Any]) -> None:
+    """As tritonserver 2.51 (measured: it finds the model once the body is in): 404 `has no available versions`.
+    The model was found as the headers came, and the stale binding answered 503 `'m' is not ready`."""
+    config = ModelConfig(batching=False)
+    with running_triton(
+        lambda triton: triton.bind("m", slow_echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
+    ) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        answer = _send_in_two_parts(triton, path, document, lambda: client.unload_model("m", headers=HTTP_AUTH))
+        assert answer == (404, {"error": "Request for unknown model: 'm' has no available versions"})
+        client.load_model("m", headers=HTTP_AUTH)
+        named = path.replace("/m/", "/m/versions/1/")
+        answer = _send_in_two_parts(triton, named, document, lambda: client.unload_model("m", headers=HTTP_AUTH))
+        assert answer == (503, {"error": "Request for unknown model: 'm' version 1 is not at ready state"})
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_a_request_whose_body_comes_after_an_unload_and_a_load_is_served(frontends: Optional[int]) -> None:
+    """As tritonserver 2.51 (measured): the model loaded again serves it; it got 503 `'m' is not ready`."""
+    config = ModelConfig(batching=False)
+    with running_triton(
+        lambda triton: triton.bind("m", slow_echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config),
+        frontends=frontends,
+    ) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+
+        def unload_and_load() -> None:
+            client.unload_model("m", headers=HTTP_AUTH)
+            _until_state(triton, "m", "UNAVAILABLE")
+            client.load_model("m", headers=HTTP_AUTH)
+
+        document = {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}]}
+        status, answer = _send_in_two_parts(triton, "/v2/models/m/infer", document, unload_and_load)
+        assert (status, answer["outputs"][0]["data"]) == (200, [1.0, 2.0])
