@@ -838,3 +838,14 @@ def test_a_repository_body_that_cannot_be_read_is_500_as_in_triton(
     assert echo_server.http_port is not None
     status, _, answer = request(echo_server.http_port, "POST", path, body, HTTP_AUTH)
     assert status == 500 and json.loads(answer)["error"].startswith(error), answer
+
+
+@pytest.mark.parametrize("count", [0, -1, -5])
+def test_an_instance_count_below_one_is_taken_as_one_as_in_triton(echo_server: Triton, count: int) -> None:
+    """tritonserver 2.51 (measured): a load asking for 0 or -1 instances loads 1 (a negative count was refused)."""
+    try:
+        assert _load(echo_server, "echo", {"instance_group": [{"count": count, "kind": "KIND_CPU"}]}) == (200, None)
+        assert _config(echo_server, "echo")["instance_group"][0]["count"] == 1
+    finally:
+        httpclient.InferenceServerClient(http_url(echo_server)).load_model("echo", headers=HTTP_AUTH)
+    assert _config(echo_server, "echo")["instance_group"][0]["count"] == 2
