@@ -849,3 +849,47 @@ def test_an_instance_count_below_one_is_taken_as_one_as_in_triton(echo_server: T
     finally:
         httpclient.InferenceServerClient(http_url(echo_server)).load_model("echo", headers=HTTP_AUTH)
     assert _config(echo_server, "echo")["instance_group"][0]["count"] == 2
+
+
+def test_a_load_waiting_for_its_models_unload_leaves_the_other_models_loads_and_unloads_alone() -> None:
+    """It waited holding the repository's lock: every load and unload of another model waited for the held request
+    too (up to the 30 s an unload waits). tritonserver 2.51 (measured) answers them at once."""
+    gate = Gate()
+
+    def bind(triton: Triton) -> None:
+        triton.bind("m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
+        triton.bind("other", slow_echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
+
+    with running_triton(bind) as triton:
+        pool = ThreadPoolExecutor(3)
+
+        def infer(value: float) -> Any:
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                tensor = httpclient.InferInput("x", [1, 1], "FP32")
+                tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+                return own.infer("m", [tensor]).as_numpy("y").tolist()
+
+        def control(*steps: str) -> None:  # a client of its own: gevent's clients are not shared between threads
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                for step in steps:
+                    action, name = step.split()
+                    getattr(own, f"{action}_model")(name, headers=HTTP_AUTH)
+
+        held = pool.submit(infer, -1.0)
+        try:
+            assert gate.entered.wait(30)
+            control("unload m")
+            load = pool.submit(control, "load m")
+            deadline = time.monotonic() + 30
+            while _index_state(triton, "m") != ("LOADING", None):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            pool.submit(control, "unload other", "load other").result(timeout=20)  # waited for the gate before
+            assert not load.done() and not held.done()
+            assert _index_state(triton, "other") == ("READY", None)
+        finally:
+            gate.open.set()
+        assert held.result(30) == [[-1.0]]
+        load.result(30)
+        assert _index_state(triton, "m") == ("READY", None) and infer(2.0) == [[2.0]]
+        pool.shutdown()

@@ -73,7 +73,7 @@ class Engine:
         self._retiring: Dict[asyncio.Task[None], ServedModel] = {}  # replaced bindings finishing their requests
         self._repository_lock: Optional[asyncio.Lock] = None  # one load or unload at a time
         self._unloading: Dict[str, asyncio.Task[None]] = {}  # unloads whose requests still finish, by model name
-        self._loading: Set[str] = set()  # models whose load waits for their unload to end
+        self._loading: Dict[str, int] = {}  # models whose loads (how many) wait for their unload to end
         self._unloaded_with_step: Set[str] = set()  # ensembles unloaded with a step's model, until it loads
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
@@ -439,6 +439,7 @@ class Engine:
             InferenceError: Triton's "failed to load" for an unknown model or an override that cannot apply; the
                 model then goes on as it was.
         """
+        await self._after_unload(name)  # not under the lock: the other models' loads and unloads go on meanwhile
         async with self._lock():
             self._unloaded_with_step.discard(name)
             await self._load_one(name, change, ())
@@ -456,6 +457,23 @@ class Engine:
                             continue
                         back = True
             await self._changed()  # the frontend processes learn the new specs before the answer
+
+    async def _after_unload(self, name: str) -> None:
+        """Wait for a model's unload under way to end: its requests to finish (the index shows it LOADING meanwhile).
+
+        As a load of nvidia-pytriton 0.7's models waits (tritonserver 2.51 loads a plain Python-backend model's new
+        instance at once, measured, and unloads the old one once its requests end).
+        """
+        unloading = self._unloading.get(name)
+        if unloading is None:
+            return
+        self._loading[name] = self._loading.get(name, 0) + 1
+        try:
+            await asyncio.shield(unloading)
+        finally:
+            self._loading[name] -= 1
+            if not self._loading[name]:
+                del self._loading[name]
 
     async def _unload_broken_ensembles(self, name: str) -> None:
         """Unload the ensembles that a model's new binding breaks (its new max_batch_size is below theirs).
@@ -487,13 +505,7 @@ class Engine:
 
     async def _load_one(self, name: str, change: Optional[SpecChange], outer: Tuple[str, ...]) -> None:
         """`load` of one model, under the lock; an ensemble's unloaded step models first, as Triton loads them."""
-        unloading = self._unloading.get(name)
-        if unloading is not None:  # as Triton, a load waits for the unload's requests to finish
-            self._loading.add(name)  # meanwhile the index shows it LOADING, as Triton's
-            try:
-                await asyncio.shield(unloading)
-            finally:
-                self._loading.discard(name)
+        await self._after_unload(name)
         versions = self._models.get(name)
         if not versions:
             raise InferenceError.internal(f"failed to load '{name}', failed to poll from model repository")
