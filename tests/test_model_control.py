@@ -893,3 +893,38 @@ def test_a_load_waiting_for_its_models_unload_leaves_the_other_models_loads_and_
         load.result(30)
         assert _index_state(triton, "m") == ("READY", None) and infer(2.0) == [[2.0]]
         pool.shutdown()
+
+
+def refusing_factory() -> Any:
+    """Module level, for process instances: pid_echo, unless the file $FACTORY_REFUSES names exists."""
+    if os.path.exists(os.environ["FACTORY_REFUSES"]):
+        raise RuntimeError("this factory refuses to start now")
+    return pid_echo
+
+
+def test_a_load_that_fails_after_an_unload_gives_its_reason_in_the_index(tmp_path: Any, monkeypatch: Any) -> None:
+    """As tritonserver 2.51 (measured: the reason a load failed); the index said `unloaded`, as if none was tried."""
+    flag = tmp_path / "refuse"
+    monkeypatch.setenv("FACTORY_REFUSES", str(flag))
+    outputs = [*ECHO_OUTPUTS, Tensor(name="pid", dtype=np.int64, shape=(1,))]
+
+    def bind(triton: Triton) -> None:
+        instances = ProcessInstances(factory=refusing_factory, count=1)
+        triton.bind("m", instances, inputs=ECHO_INPUTS, outputs=outputs, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        client.unload_model("m", headers=HTTP_AUTH)
+        _until_state(triton, "m", "UNAVAILABLE")
+        flag.touch()
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model("m", headers=HTTP_AUTH)
+        state, reason = _index_state(triton, "m")
+        assert state == "UNAVAILABLE" and reason == raised.value.message()
+        assert "this factory refuses to start now" in reason
+        flag.unlink()
+        client.load_model("m", headers=HTTP_AUTH)
+        assert _index_state(triton, "m") == ("READY", None)
+        client.unload_model("m", headers=HTTP_AUTH)
+        _until_state(triton, "m", "UNAVAILABLE")
+        assert _index_state(triton, "m") == ("UNAVAILABLE", "unloaded")

@@ -75,6 +75,7 @@ class Engine:
         self._unloading: Dict[str, asyncio.Task[None]] = {}  # unloads whose requests still finish, by model name
         self._loading: Dict[str, int] = {}  # models whose loads (how many) wait for their unload to end
         self._unloaded_with_step: Set[str] = set()  # ensembles unloaded with a step's model, until it loads
+        self._load_failures: Dict[Tuple[str, int], str] = {}  # unloaded versions whose load failed: why
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
         self.system_memory = SystemSharedMemory()
@@ -277,7 +278,9 @@ class Engine:
                 model.spec.version_str,
                 model.state.value,
                 model.ready,
-                "unloaded" if model.state is ModelState.UNAVAILABLE else "",
+                self._load_failures.get((model.spec.name, model.spec.version), "unloaded")
+                if model.state is ModelState.UNAVAILABLE
+                else "",
             )
             for model in self.models()
         ]
@@ -325,6 +328,8 @@ class Engine:
     async def _unload(self, name: str) -> None:
         """`unload`, under the lock."""
         self._unloaded_with_step.discard(name)
+        for key in [key for key in self._load_failures if key[0] == name]:
+            del self._load_failures[key]
         ensembles = self._ensembles_on(name)
         leaving = [model for model in self._models.get(name, {}).values() if _in_service(model)]
         if not leaving and not ensembles:
@@ -553,10 +558,16 @@ class Engine:
             return
         try:
             instances = await binder(spec)
-        except InferenceError:
-            raise
         except Exception as error:  # noqa: BLE001 - the instances did not start: the model goes on as it was
-            raise InferenceError.invalid(f"failed to load '{spec.name}' version {spec.version}: {error}") from None
+            failure = (
+                error
+                if isinstance(error, InferenceError)
+                else InferenceError.invalid(f"failed to load '{spec.name}' version {spec.version}: {error}")
+            )
+            if unloaded:  # it stays unavailable: the index gives the reason, as Triton's does
+                self._load_failures[(spec.name, spec.version)] = failure.message
+            raise failure from None
+        self._load_failures.pop((spec.name, spec.version), None)
         replacement = self._serve(spec, instances)
         if spec.warmup:
             await self.warmed_up()  # as Triton, the new binding serves once it is loaded
