@@ -902,8 +902,11 @@ def refusing_factory() -> Any:
     return pid_echo
 
 
-def test_a_load_that_fails_after_an_unload_gives_its_reason_in_the_index(tmp_path: Any, monkeypatch: Any) -> None:
-    """As tritonserver 2.51 (measured: the reason a load failed); the index said `unloaded`, as if none was tried."""
+def test_a_load_that_fails_after_an_unload_gives_its_reason_and_the_server_is_not_ready(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """As tritonserver 2.51 (measured): the reason the load failed, and a strict server not ready until a load
+    succeeds; the index said `unloaded`, as if no load was tried, and the server was ready."""
     flag = tmp_path / "refuse"
     monkeypatch.setenv("FACTORY_REFUSES", str(flag))
     outputs = [*ECHO_OUTPUTS, Tensor(name="pid", dtype=np.int64, shape=(1,))]
@@ -922,9 +925,12 @@ def test_a_load_that_fails_after_an_unload_gives_its_reason_in_the_index(tmp_pat
         state, reason = _index_state(triton, "m")
         assert state == "UNAVAILABLE" and reason == raised.value.message()
         assert "this factory refuses to start now" in reason
+        assert not client.is_server_ready()  # 2.51: a strict server is not ready while a model failed to load
+        client.unload_model("m", headers=HTTP_AUTH)  # changes neither, in 2.51
+        assert _index_state(triton, "m") == (state, reason) and not client.is_server_ready()
         flag.unlink()
         client.load_model("m", headers=HTTP_AUTH)
-        assert _index_state(triton, "m") == ("READY", None)
+        assert _index_state(triton, "m") == ("READY", None) and client.is_server_ready()
         client.unload_model("m", headers=HTTP_AUTH)
         _until_state(triton, "m", "UNAVAILABLE")
         assert _index_state(triton, "m") == ("UNAVAILABLE", "unloaded")

@@ -75,7 +75,9 @@ class Engine:
         self._unloading: Dict[str, asyncio.Task[None]] = {}  # unloads whose requests still finish, by model name
         self._loading: Dict[str, int] = {}  # models whose loads (how many) wait for their unload to end
         self._unloaded_with_step: Set[str] = set()  # ensembles unloaded with a step's model, until it loads
-        self._load_failures: Dict[Tuple[str, int], str] = {}  # unloaded versions whose load failed: why
+        # Unloaded versions whose load failed, and why, until one loads: the index gives it, a strict server is not
+        # ready meanwhile, and an unload changes neither (tritonserver 2.51, measured).
+        self._load_failures: Dict[Tuple[str, int], str] = {}
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
         self.system_memory = SystemSharedMemory()
@@ -298,12 +300,15 @@ class Engine:
     def ready(self) -> bool:
         """Server readiness: accepting requests and, with strict readiness, every model ready.
 
-        An unloaded model (UNAVAILABLE) does not count, as in Triton; one still unloading does (it is not ready).
+        An unloaded model (UNAVAILABLE) does not count, as in Triton, unless its load failed since; one still
+        unloading does (it is not ready).
         """
         if not self.live or self.phase is not Phase.SERVING:
             return False
         if not self._strict_readiness:
             return True
+        if self._load_failures:
+            return False
         return all(model.ready for model in self.models() if model.state is not ModelState.UNAVAILABLE)
 
     def _lock(self) -> asyncio.Lock:
@@ -328,8 +333,6 @@ class Engine:
     async def _unload(self, name: str) -> None:
         """`unload`, under the lock."""
         self._unloaded_with_step.discard(name)
-        for key in [key for key in self._load_failures if key[0] == name]:
-            del self._load_failures[key]
         ensembles = self._ensembles_on(name)
         leaving = [model for model in self._models.get(name, {}).values() if _in_service(model)]
         if not leaving and not ensembles:
