@@ -820,24 +820,12 @@ def test_a_request_whose_body_comes_after_an_unload_and_a_load_is_served(fronten
         assert (status, answer["outputs"][0]["data"]) == (200, [1.0, 2.0])
 
 
-@pytest.mark.parametrize(
-    ("path", "body", "error"),
-    [
-        ("/v2/repository/index", b"{bad", "failed to parse the request JSON buffer: "),
-        ("/v2/repository/index", b" \n", "failed to parse the request JSON buffer: "),
-        ("/v2/repository/index", b'{"ready": true} x', "failed to parse the request JSON buffer: "),
-        ("/v2/repository/index", b'{"ready": "yes"}', "attempt to access JSON non-boolean as boolean"),
-        ("/v2/repository/index", b'{"ready": null}', "attempt to access JSON non-boolean as boolean"),
-        ("/v2/repository/models/echo/load", b" ", "failed to parse the request JSON buffer: "),
-    ],
-)
-def test_a_repository_body_that_cannot_be_read_is_500_as_in_triton(
-    echo_server: Triton, path: str, body: bytes, error: str
-) -> None:
-    """tritonserver 2.51 (measured): 500 for each, whitespace alone too; the index answered 400 (whitespace: 200)."""
+def test_a_load_body_of_whitespace_alone_fails_as_in_triton(echo_server: Triton) -> None:
+    """tritonserver 2.51 (measured): 500, `failed to parse the request JSON buffer: The document is empty.`; it was
+    read as no body (a plain load)."""
     assert echo_server.http_port is not None
-    status, _, answer = request(echo_server.http_port, "POST", path, body, HTTP_AUTH)
-    assert status == 500 and json.loads(answer)["error"].startswith(error), answer
+    status, _, answer = request(echo_server.http_port, "POST", "/v2/repository/models/echo/load", b" \n", HTTP_AUTH)
+    assert status == 500 and json.loads(answer)["error"].startswith("failed to parse the request JSON buffer: ")
 
 
 @pytest.mark.parametrize("count", [0, -1, -5])

@@ -290,20 +290,17 @@ class HttpFrontend:
         return self._cuda_memory(receive, send, action, region)
 
     async def _index(self, receive: Receive, send: Send) -> None:
-        """The repository's index, of the ready models only when the body says `"ready": true`.
-
-        As tritonserver 2.51 (measured), a body that cannot be read is an INTERNAL error (500), whitespace alone too.
-        """
+        """The repository's index, of the ready models only when the body says `"ready": true`."""
         body = await read_body(receive, self._max_json_bytes)
         ready_only = False
-        if len(body):
+        if bytes(body).strip():
             try:
                 document = json_text.loads(body)
-            except json_text.JsonError as error:
-                raise InferenceError.internal(f"failed to parse the request JSON buffer: {error}") from None
+            except json_text.JsonError as error:  # 400, as every unreadable body here (Triton's index: 500)
+                raise InferenceError.invalid(f"failed to parse the request JSON buffer: {error}") from None
             ready = document.get("ready", False) if isinstance(document, dict) else False  # Triton: `[]` is no error
             if not isinstance(ready, bool):
-                raise InferenceError.internal("attempt to access JSON non-boolean as boolean")  # Triton's words
+                raise InferenceError.invalid("attempt to access JSON non-boolean as boolean")  # Triton's words, 400
             ready_only = ready
         entries = [entry for entry in self._engine.repository() if entry.ready or not ready_only]
         await send_json(send, 200, documents.repository_index(entries))
