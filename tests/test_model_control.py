@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.decorators import batch, get_model_config
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import DynamicBatcher, ModelConfig, SequenceBatcher, Tensor
+from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, SequenceBatcher, Tensor
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.http_helpers import request
@@ -839,23 +839,28 @@ def test_an_instance_count_below_one_is_taken_as_one_as_in_triton(echo_server: T
     assert _config(echo_server, "echo")["instance_group"][0]["count"] == 2
 
 
-def test_a_load_waiting_for_its_models_unload_leaves_the_other_models_loads_and_unloads_alone() -> None:
+@pytest.mark.parametrize("loaded", ["m", "e"])
+def test_a_load_waiting_for_its_models_unload_leaves_the_other_models_loads_and_unloads_alone(loaded: str) -> None:
     """It waited holding the repository's lock: every load and unload of another model waited for the held request
-    too (up to the 30 s an unload waits). tritonserver 2.51 (measured) answers them at once."""
+    too (up to the 30 s an unload waits). tritonserver 2.51 (measured) answers them at once. A load of an ensemble
+    over the model (unloaded with it) waits for the model's unload alike."""
     gate = Gate()
 
     def bind(triton: Triton) -> None:
-        triton.bind("m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
+        config = ModelConfig(max_batch_size=4)
+        triton.bind("m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
         triton.bind("other", slow_echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
+        step = EnsembleStep("m", input_map={"x": "x"}, output_map={"y": "y"})
+        triton.bind_ensemble("e", [step], inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
 
     with running_triton(bind) as triton:
         pool = ThreadPoolExecutor(3)
 
-        def infer(value: float) -> Any:
+        def infer(model: str, value: float) -> Any:
             with httpclient.InferenceServerClient(http_url(triton)) as own:
                 tensor = httpclient.InferInput("x", [1, 1], "FP32")
                 tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
-                return own.infer("m", [tensor]).as_numpy("y").tolist()
+                return own.infer(model, [tensor]).as_numpy("y").tolist()
 
         def control(*steps: str) -> None:  # a client of its own: gevent's clients are not shared between threads
             with httpclient.InferenceServerClient(http_url(triton)) as own:
@@ -863,11 +868,11 @@ def test_a_load_waiting_for_its_models_unload_leaves_the_other_models_loads_and_
                     action, name = step.split()
                     getattr(own, f"{action}_model")(name, headers=HTTP_AUTH)
 
-        held = pool.submit(infer, -1.0)
+        held = pool.submit(infer, "m", -1.0)
         try:
             assert gate.entered.wait(30)
             control("unload m")
-            load = pool.submit(control, "load m")
+            load = pool.submit(control, f"load {loaded}")
             deadline = time.monotonic() + 30
             while _index_state(triton, "m") != ("LOADING", None):
                 assert time.monotonic() < deadline
@@ -879,7 +884,8 @@ def test_a_load_waiting_for_its_models_unload_leaves_the_other_models_loads_and_
             gate.open.set()
         assert held.result(30) == [[-1.0]]
         load.result(30)
-        assert _index_state(triton, "m") == ("READY", None) and infer(2.0) == [[2.0]]
+        assert _index_state(triton, "m") == _index_state(triton, "e") == ("READY", None)
+        assert infer("m", 2.0) == [[2.0]] and infer("e", 3.0) == [[3.0]]
         pool.shutdown()
 
 

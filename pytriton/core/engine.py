@@ -447,7 +447,8 @@ class Engine:
             InferenceError: Triton's "failed to load" for an unknown model or an override that cannot apply; the
                 model then goes on as it was.
         """
-        await self._after_unload(name)  # not under the lock: the other models' loads and unloads go on meanwhile
+        for waited in (name, *sorted(self._steps_of(name))):  # an ensemble loads its unloaded steps: theirs too
+            await self._after_unload(waited)  # not under the lock: the other models' loads and unloads go on meanwhile
         async with self._lock():
             self._unloaded_with_step.discard(name)
             await self._load_one(name, change, ())
