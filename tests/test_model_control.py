@@ -928,3 +928,46 @@ def test_a_load_that_fails_after_an_unload_gives_its_reason_and_the_server_is_no
         client.unload_model("m", headers=HTTP_AUTH)
         _until_state(triton, "m", "UNAVAILABLE")
         assert _index_state(triton, "m") == ("UNAVAILABLE", "unloaded")
+
+
+def test_an_unload_asked_while_a_load_waits_for_the_models_requests_is_the_last_word() -> None:
+    """unload, load (waiting for the held request), unload: the model ends unloaded, as the last call asked (the
+    load waiting outside the repository lock must not win over the unload answered after it was sent)."""
+    gate = Gate()
+    with running_triton(
+        lambda triton: triton.bind("m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
+    ) as triton:
+        pool = ThreadPoolExecutor(2)
+
+        def infer(value: float) -> Any:
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                tensor = httpclient.InferInput("x", [1, 1], "FP32")
+                tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+                return own.infer("m", [tensor]).as_numpy("y").tolist()
+
+        def load_in_thread() -> None:  # a client of its own: gevent's clients are not shared between threads
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                own.load_model("m", headers=HTTP_AUTH)
+
+        client = httpclient.InferenceServerClient(http_url(triton))
+        held = pool.submit(infer, -1.0)
+        try:
+            assert gate.entered.wait(30)
+            client.unload_model("m", headers=HTTP_AUTH)
+            load = pool.submit(load_in_thread)
+            deadline = time.monotonic() + 30
+            while _index_state(triton, "m") != ("LOADING", None):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            client.unload_model("m", headers=HTTP_AUTH)
+        finally:
+            gate.open.set()
+        assert held.result(30) == [[-1.0]]
+        load.result(30)
+        _until_state(triton, "m", "UNAVAILABLE")
+        assert _index_state(triton, "m") == ("UNAVAILABLE", "unloaded")
+        with pytest.raises(InferenceServerException, match="'m' has no available versions"):
+            infer(1.0)
+        client.load_model("m", headers=HTTP_AUTH)
+        assert infer(2.0) == [[2.0]]
+        pool.shutdown()

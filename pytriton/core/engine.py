@@ -75,6 +75,7 @@ class Engine:
         self._unloading: Dict[str, asyncio.Task[None]] = {}  # unloads whose requests still finish, by model name
         self._loading: Dict[str, int] = {}  # models whose loads (how many) wait for their unload to end
         self._unloaded_with_step: Set[str] = set()  # ensembles unloaded with a step's model, until it loads
+        self._unloads_asked: Dict[str, int] = {}  # by model name: a load that waited sees an unload asked after it
         # Unloaded versions whose load failed, and why, until one loads: the index gives it, a strict server is not
         # ready meanwhile, and an unload changes neither (tritonserver 2.51, measured).
         self._load_failures: Dict[Tuple[str, int], str] = {}
@@ -327,6 +328,7 @@ class Engine:
         their steps' requests (`step_model`) while it refuses everyone else's. An unknown model is no error:
         Triton answers such an unload with success.
         """
+        self._unloads_asked[name] = self._unloads_asked.get(name, 0) + 1
         async with self._lock():
             await self._unload(name)
 
@@ -447,9 +449,13 @@ class Engine:
             InferenceError: Triton's "failed to load" for an unknown model or an override that cannot apply; the
                 model then goes on as it was.
         """
-        for waited in (name, *sorted(self._steps_of(name))):  # an ensemble loads its unloaded steps: theirs too
+        named = (name, *sorted(self._steps_of(name)))  # an ensemble loads its unloaded steps: they count too
+        asked = [self._unloads_asked.get(each, 0) for each in named]
+        for waited in named:
             await self._after_unload(waited)  # not under the lock: the other models' loads and unloads go on meanwhile
         async with self._lock():
+            if [self._unloads_asked.get(each, 0) for each in named] != asked:
+                return  # unloaded again after this load was asked: it stays so, as the last one asked wants
             self._unloaded_with_step.discard(name)
             await self._load_one(name, change, ())
             await self._unload_broken_ensembles(name)
