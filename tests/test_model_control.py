@@ -932,12 +932,13 @@ def test_a_load_that_fails_after_an_unload_gives_its_reason_and_the_server_is_no
 
 def test_an_unload_asked_while_a_load_waits_for_the_models_requests_is_the_last_word() -> None:
     """unload, load (waiting for the held request), unload: the model ends unloaded, as the last call asked (the
-    load waiting outside the repository lock must not win over the unload answered after it was sent)."""
+    load waiting outside the repository lock must not win over the unload answered after it was sent); the load
+    answers as if it ran first: an override that cannot apply is refused all the same."""
     gate = Gate()
     with running_triton(
         lambda triton: triton.bind("m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
     ) as triton:
-        pool = ThreadPoolExecutor(2)
+        pool = ThreadPoolExecutor(3)
 
         def infer(value: float) -> Any:
             with httpclient.InferenceServerClient(http_url(triton)) as own:
@@ -955,6 +956,7 @@ def test_an_unload_asked_while_a_load_waits_for_the_models_requests_is_the_last_
             assert gate.entered.wait(30)
             client.unload_model("m", headers=HTTP_AUTH)
             load = pool.submit(load_in_thread)
+            refused = pool.submit(_load, triton, "m", {"max_batch_size": 0})
             deadline = time.monotonic() + 30
             while _index_state(triton, "m") != ("LOADING", None):
                 assert time.monotonic() < deadline
@@ -964,6 +966,8 @@ def test_an_unload_asked_while_a_load_waits_for_the_models_requests_is_the_last_
             gate.open.set()
         assert held.result(30) == [[-1.0]]
         load.result(30)
+        status, document = refused.result(30)
+        assert status == 400 and "'max_batch_size' cannot change" in document["error"]
         _until_state(triton, "m", "UNAVAILABLE")
         assert _index_state(triton, "m") == ("UNAVAILABLE", "unloaded")
         with pytest.raises(InferenceServerException, match="'m' has no available versions"):

@@ -454,24 +454,33 @@ class Engine:
         for waited in named:
             await self._after_unload(waited)  # not under the lock: the other models' loads and unloads go on meanwhile
         async with self._lock():
-            if [self._unloads_asked.get(each, 0) for each in named] != asked:
-                return  # unloaded again after this load was asked: it stays so, as the last one asked wants
-            self._unloaded_with_step.discard(name)
-            await self._load_one(name, change, ())
-            await self._unload_broken_ensembles(name)
-            back = True
-            while back:  # as Triton, they come back with their steps (an ensemble over one once that one is back)
-                back = False
-                for ensemble in sorted(self._unloaded_with_step):
-                    if all(self._in_service(step) for step in self._steps_of(ensemble)):
-                        self._unloaded_with_step.discard(ensemble)
-                        try:
-                            await self._load_one(ensemble, None, ())
-                        except InferenceError as error:  # its steps changed: it stays unloaded, as in Triton
-                            LOGGER.error("%s", error.message.rstrip())
-                            continue
-                        back = True
+            try:
+                await self._load_with_ensembles(name, change)
+            finally:
+                # An unload asked after this load, while it waited, found nothing to do: it comes after the load
+                # now, as when the lock ordered them (the last call asked decides).
+                for each, before in zip(named, asked):
+                    if self._unloads_asked.get(each, 0) != before:
+                        await self._unload(each)
             await self._changed()  # the frontend processes learn the new specs before the answer
+
+    async def _load_with_ensembles(self, name: str, change: Optional[SpecChange]) -> None:
+        """`load` under the lock: the model, then the ensembles it breaks out, and those that come back with it."""
+        self._unloaded_with_step.discard(name)
+        await self._load_one(name, change, ())
+        await self._unload_broken_ensembles(name)
+        back = True
+        while back:  # as Triton, they come back with their steps (an ensemble over one once that one is back)
+            back = False
+            for ensemble in sorted(self._unloaded_with_step):
+                if all(self._in_service(step) for step in self._steps_of(ensemble)):
+                    self._unloaded_with_step.discard(ensemble)
+                    try:
+                        await self._load_one(ensemble, None, ())
+                    except InferenceError as error:  # its steps changed: it stays unloaded, as in Triton
+                        LOGGER.error("%s", error.message.rstrip())
+                        continue
+                    back = True
 
     async def _after_unload(self, name: str) -> None:
         """Wait for a model's unload under way to end: its requests to finish (the index shows it LOADING meanwhile).
