@@ -6,12 +6,13 @@ assert what they assert), against a stand-in "simple" model bound with the API.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.decorators import batch, get_model_config
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import DynamicBatcher, ModelConfig, SequenceBatcher, Tensor
+from pytriton.model_config import DynamicBatcher, EnsembleStep, ModelConfig, SequenceBatcher, Tensor
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.http_helpers import request
@@ -756,3 +757,221 @@ def test_a_stream_open_across_an_unload_ends_its_request_and_is_refused_the_next
         refused = "Request for unknown model: 'steps' has no available versions"
         assert [event for event in events if event != refused] == [[[0.0]], [[1.0]], [[2.0]], [[3.0]]]
         assert events.count(refused) == 1 and events.index(refused) < events.index([[3.0]])
+
+
+def _send_in_two_parts(triton: Triton, path: str, document: Dict[str, Any], between: Any) -> Tuple[int, Any]:
+    """POST `document` to `path`: the headers and a first part of the body, then `between()`, then the rest."""
+    body = json.dumps(document).encode()
+    assert triton.http_port is not None
+    connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=60)
+    try:
+        connection.putrequest("POST", path)
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body[:8])
+        between()
+        connection.send(body[8:])
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "document"),
+    [
+        ("/v2/models/m/infer", {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}),
+        ("/v2/models/m/generate", {"x": [1.0]}),
+    ],
+)
+def test_a_request_whose_body_comes_after_an_unload_gets_tritons_words(path: str, document: Dict[str, Any]) -> None:
+    """As tritonserver 2.51 (measured: it finds the model once the body is in): 404 `has no available versions`.
+    The model was found as the headers came, and the stale binding answered 503 `'m' is not ready`."""
+    config = ModelConfig(batching=False)
+    with running_triton(
+        lambda triton: triton.bind("m", slow_echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
+    ) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        answer = _send_in_two_parts(triton, path, document, lambda: client.unload_model("m", headers=HTTP_AUTH))
+        assert answer == (404, {"error": "Request for unknown model: 'm' has no available versions"})
+        client.load_model("m", headers=HTTP_AUTH)
+        named = path.replace("/m/", "/m/versions/1/")
+        answer = _send_in_two_parts(triton, named, document, lambda: client.unload_model("m", headers=HTTP_AUTH))
+        assert answer == (503, {"error": "Request for unknown model: 'm' version 1 is not at ready state"})
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_a_request_whose_body_comes_after_an_unload_and_a_load_is_served(frontends: Optional[int]) -> None:
+    """As tritonserver 2.51 (measured): the model loaded again serves it; it got 503 `'m' is not ready`."""
+    config = ModelConfig(batching=False)
+    with running_triton(
+        lambda triton: triton.bind("m", slow_echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config),
+        frontends=frontends,
+    ) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+
+        def unload_and_load() -> None:
+            client.unload_model("m", headers=HTTP_AUTH)
+            _until_state(triton, "m", "UNAVAILABLE")
+            client.load_model("m", headers=HTTP_AUTH)
+
+        document = {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1.0, 2.0]}]}
+        status, answer = _send_in_two_parts(triton, "/v2/models/m/infer", document, unload_and_load)
+        assert (status, answer["outputs"][0]["data"]) == (200, [1.0, 2.0])
+
+
+def test_a_load_body_of_whitespace_alone_fails_as_in_triton(echo_server: Triton) -> None:
+    """tritonserver 2.51 (measured): 500, `failed to parse the request JSON buffer: The document is empty.`; it was
+    read as no body (a plain load)."""
+    assert echo_server.http_port is not None
+    status, _, answer = request(echo_server.http_port, "POST", "/v2/repository/models/echo/load", b" \n", HTTP_AUTH)
+    assert status == 500 and json.loads(answer)["error"].startswith("failed to parse the request JSON buffer: ")
+
+
+@pytest.mark.parametrize("count", [0, -1, -5])
+def test_an_instance_count_below_one_is_taken_as_one_as_in_triton(echo_server: Triton, count: int) -> None:
+    """tritonserver 2.51 (measured): a load asking for 0 or -1 instances loads 1 (a negative count was refused)."""
+    try:
+        assert _load(echo_server, "echo", {"instance_group": [{"count": count, "kind": "KIND_CPU"}]}) == (200, None)
+        assert _config(echo_server, "echo")["instance_group"][0]["count"] == 1
+    finally:
+        httpclient.InferenceServerClient(http_url(echo_server)).load_model("echo", headers=HTTP_AUTH)
+    assert _config(echo_server, "echo")["instance_group"][0]["count"] == 2
+
+
+@pytest.mark.parametrize("loaded", ["m", "e"])
+def test_a_load_waiting_for_its_models_unload_leaves_the_other_models_loads_and_unloads_alone(loaded: str) -> None:
+    """It waited holding the repository's lock: every load and unload of another model waited for the held request
+    too (up to the 30 s an unload waits). tritonserver 2.51 (measured) answers them at once. A load of an ensemble
+    over the model (unloaded with it) waits for the model's unload alike."""
+    gate = Gate()
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=4)
+        triton.bind("m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
+        triton.bind("other", slow_echo, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
+        step = EnsembleStep("m", input_map={"x": "x"}, output_map={"y": "y"})
+        triton.bind_ensemble("e", [step], inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=config)
+
+    with running_triton(bind) as triton:
+        pool = ThreadPoolExecutor(3)
+
+        def infer(model: str, value: float) -> Any:
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                tensor = httpclient.InferInput("x", [1, 1], "FP32")
+                tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+                return own.infer(model, [tensor]).as_numpy("y").tolist()
+
+        def control(*steps: str) -> None:  # a client of its own: gevent's clients are not shared between threads
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                for step in steps:
+                    action, name = step.split()
+                    getattr(own, f"{action}_model")(name, headers=HTTP_AUTH)
+
+        held = pool.submit(infer, "m", -1.0)
+        try:
+            assert gate.entered.wait(30)
+            control("unload m")
+            load = pool.submit(control, f"load {loaded}")
+            deadline = time.monotonic() + 30
+            while _index_state(triton, "m") != ("LOADING", None):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            pool.submit(control, "unload other", "load other").result(timeout=20)  # waited for the gate before
+            assert not load.done() and not held.done()
+            assert _index_state(triton, "other") == ("READY", None)
+        finally:
+            gate.open.set()
+        assert held.result(30) == [[-1.0]]
+        load.result(30)
+        assert _index_state(triton, "m") == _index_state(triton, "e") == ("READY", None)
+        assert infer("m", 2.0) == [[2.0]] and infer("e", 3.0) == [[3.0]]
+        pool.shutdown()
+
+
+def refusing_factory() -> Any:
+    """Module level, for process instances: pid_echo, unless the file $FACTORY_REFUSES names exists."""
+    if os.path.exists(os.environ["FACTORY_REFUSES"]):
+        raise RuntimeError("this factory refuses to start now")
+    return pid_echo
+
+
+def test_a_load_that_fails_after_an_unload_gives_its_reason_and_the_server_is_not_ready(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """As tritonserver 2.51 (measured): the reason the load failed, and a strict server not ready until a load
+    succeeds; the index said `unloaded`, as if no load was tried, and the server was ready."""
+    flag = tmp_path / "refuse"
+    monkeypatch.setenv("FACTORY_REFUSES", str(flag))
+    outputs = [*ECHO_OUTPUTS, Tensor(name="pid", dtype=np.int64, shape=(1,))]
+
+    def bind(triton: Triton) -> None:
+        instances = ProcessInstances(factory=refusing_factory, count=1)
+        triton.bind("m", instances, inputs=ECHO_INPUTS, outputs=outputs, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+        client.unload_model("m", headers=HTTP_AUTH)
+        _until_state(triton, "m", "UNAVAILABLE")
+        flag.touch()
+        with pytest.raises(InferenceServerException) as raised:
+            client.load_model("m", headers=HTTP_AUTH)
+        state, reason = _index_state(triton, "m")
+        assert state == "UNAVAILABLE" and reason == raised.value.message()
+        assert "this factory refuses to start now" in reason
+        assert not client.is_server_ready()  # 2.51: a strict server is not ready while a model failed to load
+        client.unload_model("m", headers=HTTP_AUTH)  # changes neither, in 2.51
+        assert _index_state(triton, "m") == (state, reason) and not client.is_server_ready()
+        flag.unlink()
+        client.load_model("m", headers=HTTP_AUTH)
+        assert _index_state(triton, "m") == ("READY", None) and client.is_server_ready()
+        client.unload_model("m", headers=HTTP_AUTH)
+        _until_state(triton, "m", "UNAVAILABLE")
+        assert _index_state(triton, "m") == ("UNAVAILABLE", "unloaded")
+
+
+def test_an_unload_asked_while_a_load_waits_for_the_models_requests_is_the_last_word() -> None:
+    """unload, load (waiting for the held request), unload: the model ends unloaded, as the last call asked (the
+    load waiting outside the repository lock must not win over the unload answered after it was sent); the load
+    answers as if it ran first: an override that cannot apply is refused all the same."""
+    gate = Gate()
+    with running_triton(
+        lambda triton: triton.bind("m", gate, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig())
+    ) as triton:
+        pool = ThreadPoolExecutor(3)
+
+        def infer(value: float) -> Any:
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                tensor = httpclient.InferInput("x", [1, 1], "FP32")
+                tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+                return own.infer("m", [tensor]).as_numpy("y").tolist()
+
+        def load_in_thread() -> None:  # a client of its own: gevent's clients are not shared between threads
+            with httpclient.InferenceServerClient(http_url(triton)) as own:
+                own.load_model("m", headers=HTTP_AUTH)
+
+        client = httpclient.InferenceServerClient(http_url(triton))
+        held = pool.submit(infer, -1.0)
+        try:
+            assert gate.entered.wait(30)
+            client.unload_model("m", headers=HTTP_AUTH)
+            load = pool.submit(load_in_thread)
+            refused = pool.submit(_load, triton, "m", {"max_batch_size": 0})
+            deadline = time.monotonic() + 30
+            while _index_state(triton, "m") != ("LOADING", None):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            client.unload_model("m", headers=HTTP_AUTH)
+        finally:
+            gate.open.set()
+        assert held.result(30) == [[-1.0]]
+        load.result(30)
+        status, document = refused.result(30)
+        assert status == 400 and "'max_batch_size' cannot change" in document["error"]
+        _until_state(triton, "m", "UNAVAILABLE")
+        assert _index_state(triton, "m") == ("UNAVAILABLE", "unloaded")
+        with pytest.raises(InferenceServerException, match="'m' has no available versions"):
+            infer(1.0)
+        client.load_model("m", headers=HTTP_AUTH)
+        assert infer(2.0) == [[2.0]]
+        pool.shutdown()

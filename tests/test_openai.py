@@ -21,7 +21,7 @@ from pytriton.openai import OpenAIChat
 from pytriton.options.openai import MAX_ANSWER_BYTES
 from pytriton.triton import ServerLimits, Triton, TritonSecurityConfig
 from tests import openai_models
-from tests.conftest import ACCESS_TOKEN, running_triton
+from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, running_triton
 from tests.http_helpers import get_json, post_json, request
 from tests.openai_models import (
     DEFAULT_TOKENS,
@@ -68,6 +68,29 @@ def test_models_lists_the_models_bound_with_an_openai_option(client: openai.Open
     assert (model.id, model.object, model.owned_by) == ("toy", "model", "pytriton")
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("plain")
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_a_model_unloaded_through_the_repository_api_is_not_listed_and_is_again_once_loaded(frontends: Any) -> None:
+    """Its chat requests were 404 `model_not_found` while /v1/models still listed it."""
+
+    def bind(triton: Triton) -> None:
+        for name in ("toy", "other"):
+            triton.bind(
+                name, openai_models.toy, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=OpenAIChat()
+            )
+
+    with running_triton(bind, frontends=frontends) as triton, sdk_client(triton.http_port) as sdk:
+        port = triton.http_port or 0
+        assert request(port, "POST", "/v2/repository/models/toy/unload", b"", HTTP_AUTH)[0] == 200
+        assert [model.id for model in sdk.models.list()] == ["other"]
+        with pytest.raises(openai.NotFoundError):
+            sdk.models.retrieve("toy")
+        with pytest.raises(openai.NotFoundError):
+            sdk.chat.completions.create(model="toy", messages=USER)
+        assert request(port, "POST", "/v2/repository/models/toy/load", b"", HTTP_AUTH)[0] == 200
+        assert sorted(model.id for model in sdk.models.list()) == ["other", "toy"]
+        assert sdk.models.retrieve("toy").id == "toy"
 
 
 def test_chat_completion_whole(client: openai.OpenAI) -> None:

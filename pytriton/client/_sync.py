@@ -141,8 +141,10 @@ class ModelClient(BaseModelClient):
         """Ask the server to load the model (restricted: the client needs the server's access token).
 
         Args:
-            config: a JSON model config to load the model with (refused by this project's server).
-            files: "file:<path>" -> content of files of the model directory (with `config`).
+            config: a JSON model config to load the model with: this project's server lays its fields over the
+                config the model was bound with (docs/binding_models.md#live-model-control-load-with-a-config-override).
+            files: "file:<path>" -> content of files of the model directory (with `config`; refused by this
+                project's server, which loads no model files).
         """
         self._check_open()
         self._general_client.load_model(self._model_name, config=config, files=files, headers=self._headers)

@@ -73,8 +73,12 @@ class Engine:
         self._retiring: Dict[asyncio.Task[None], ServedModel] = {}  # replaced bindings finishing their requests
         self._repository_lock: Optional[asyncio.Lock] = None  # one load or unload at a time
         self._unloading: Dict[str, asyncio.Task[None]] = {}  # unloads whose requests still finish, by model name
-        self._loading: Set[str] = set()  # models whose load waits for their unload to end
+        self._loading: Dict[str, int] = {}  # models whose loads (how many) wait for their unload to end
         self._unloaded_with_step: Set[str] = set()  # ensembles unloaded with a step's model, until it loads
+        self._unloads_asked: Dict[str, int] = {}  # by model name: a load that waited sees an unload asked after it
+        # Unloaded versions whose load failed, and why, until one loads: the index gives it, a strict server is not
+        # ready meanwhile, and an unload changes neither (tritonserver 2.51, measured).
+        self._load_failures: Dict[Tuple[str, int], str] = {}
         self.server_name = server_name
         self.cuda_memory = CudaSharedMemory()
         self.system_memory = SystemSharedMemory()
@@ -277,7 +281,9 @@ class Engine:
                 model.spec.version_str,
                 model.state.value,
                 model.ready,
-                "unloaded" if model.state is ModelState.UNAVAILABLE else "",
+                self._load_failures.get((model.spec.name, model.spec.version), "unloaded")
+                if model.state is ModelState.UNAVAILABLE
+                else "",
             )
             for model in self.models()
         ]
@@ -295,12 +301,15 @@ class Engine:
     def ready(self) -> bool:
         """Server readiness: accepting requests and, with strict readiness, every model ready.
 
-        An unloaded model (UNAVAILABLE) does not count, as in Triton; one still unloading does (it is not ready).
+        An unloaded model (UNAVAILABLE) does not count, as in Triton, unless its load failed since; one still
+        unloading does (it is not ready).
         """
         if not self.live or self.phase is not Phase.SERVING:
             return False
         if not self._strict_readiness:
             return True
+        if self._load_failures:
+            return False
         return all(model.ready for model in self.models() if model.state is not ModelState.UNAVAILABLE)
 
     def _lock(self) -> asyncio.Lock:
@@ -319,6 +328,7 @@ class Engine:
         their steps' requests (`step_model`) while it refuses everyone else's. An unknown model is no error:
         Triton answers such an unload with success.
         """
+        self._unloads_asked[name] = self._unloads_asked.get(name, 0) + 1
         async with self._lock():
             await self._unload(name)
 
@@ -439,23 +449,55 @@ class Engine:
             InferenceError: Triton's "failed to load" for an unknown model or an override that cannot apply; the
                 model then goes on as it was.
         """
+        named = (name, *sorted(self._steps_of(name)))  # an ensemble loads its unloaded steps: they count too
+        asked = [self._unloads_asked.get(each, 0) for each in named]
+        for waited in named:
+            await self._after_unload(waited)  # not under the lock: the other models' loads and unloads go on meanwhile
         async with self._lock():
-            self._unloaded_with_step.discard(name)
-            await self._load_one(name, change, ())
-            await self._unload_broken_ensembles(name)
-            back = True
-            while back:  # as Triton, they come back with their steps (an ensemble over one once that one is back)
-                back = False
-                for ensemble in sorted(self._unloaded_with_step):
-                    if all(self._in_service(step) for step in self._steps_of(ensemble)):
-                        self._unloaded_with_step.discard(ensemble)
-                        try:
-                            await self._load_one(ensemble, None, ())
-                        except InferenceError as error:  # its steps changed: it stays unloaded, as in Triton
-                            LOGGER.error("%s", error.message.rstrip())
-                            continue
-                        back = True
+            try:
+                await self._load_with_ensembles(name, change)
+            finally:
+                # An unload asked after this load, while it waited, found nothing to do: it comes after the load
+                # now, as when the lock ordered them (the last call asked decides).
+                for each, before in zip(named, asked):
+                    if self._unloads_asked.get(each, 0) != before:
+                        await self._unload(each)
             await self._changed()  # the frontend processes learn the new specs before the answer
+
+    async def _load_with_ensembles(self, name: str, change: Optional[SpecChange]) -> None:
+        """`load` under the lock: the model, then the ensembles it breaks out, and those that come back with it."""
+        self._unloaded_with_step.discard(name)
+        await self._load_one(name, change, ())
+        await self._unload_broken_ensembles(name)
+        back = True
+        while back:  # as Triton, they come back with their steps (an ensemble over one once that one is back)
+            back = False
+            for ensemble in sorted(self._unloaded_with_step):
+                if all(self._in_service(step) for step in self._steps_of(ensemble)):
+                    self._unloaded_with_step.discard(ensemble)
+                    try:
+                        await self._load_one(ensemble, None, ())
+                    except InferenceError as error:  # its steps changed: it stays unloaded, as in Triton
+                        LOGGER.error("%s", error.message.rstrip())
+                        continue
+                    back = True
+
+    async def _after_unload(self, name: str) -> None:
+        """Wait for a model's unload under way to end: its requests to finish (the index shows it LOADING meanwhile).
+
+        As a load of nvidia-pytriton 0.7's models waits (tritonserver 2.51 loads a plain Python-backend model's new
+        instance at once, measured, and unloads the old one once its requests end).
+        """
+        unloading = self._unloading.get(name)
+        if unloading is None:
+            return
+        self._loading[name] = self._loading.get(name, 0) + 1
+        try:
+            await asyncio.shield(unloading)
+        finally:
+            self._loading[name] -= 1
+            if not self._loading[name]:
+                del self._loading[name]
 
     async def _unload_broken_ensembles(self, name: str) -> None:
         """Unload the ensembles that a model's new binding breaks (its new max_batch_size is below theirs).
@@ -487,13 +529,7 @@ class Engine:
 
     async def _load_one(self, name: str, change: Optional[SpecChange], outer: Tuple[str, ...]) -> None:
         """`load` of one model, under the lock; an ensemble's unloaded step models first, as Triton loads them."""
-        unloading = self._unloading.get(name)
-        if unloading is not None:  # as Triton, a load waits for the unload's requests to finish
-            self._loading.add(name)  # meanwhile the index shows it LOADING, as Triton's
-            try:
-                await asyncio.shield(unloading)
-            finally:
-                self._loading.discard(name)
+        await self._after_unload(name)
         versions = self._models.get(name)
         if not versions:
             raise InferenceError.internal(f"failed to load '{name}', failed to poll from model repository")
@@ -541,10 +577,16 @@ class Engine:
             return
         try:
             instances = await binder(spec)
-        except InferenceError:
-            raise
         except Exception as error:  # noqa: BLE001 - the instances did not start: the model goes on as it was
-            raise InferenceError.invalid(f"failed to load '{spec.name}' version {spec.version}: {error}") from None
+            failure = (
+                error
+                if isinstance(error, InferenceError)
+                else InferenceError.invalid(f"failed to load '{spec.name}' version {spec.version}: {error}")
+            )
+            if unloaded:  # it stays unavailable: the index gives the reason, as Triton's does
+                self._load_failures[(spec.name, spec.version)] = failure.message
+            raise failure from None
+        self._load_failures.pop((spec.name, spec.version), None)
         replacement = self._serve(spec, instances)
         if spec.warmup:
             await self.warmed_up()  # as Triton, the new binding serves once it is loaded

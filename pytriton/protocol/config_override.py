@@ -268,7 +268,7 @@ def _check_batcher(batcher: DynamicBatcher, max_batch_size: int, failed: _Failur
 
 
 def _instance_count(groups: List[Any], failed: _Failure) -> int:
-    """The number of instances instance groups ask for: CPU (or AUTO) groups only, each count 1 or more."""
+    """The number of instances instance groups ask for: CPU (or AUTO) groups only, each of 1 instance at least."""
     count = 0
     for group in groups:
         if group.kind not in (_KIND_AUTO, _KIND_CPU) or len(group.gpus):
@@ -277,9 +277,7 @@ def _instance_count(groups: List[Any], failed: _Failure) -> int:
                 f"'instance_group' of kind {kind} (or with gpus) cannot be honoured: pytriton runs each instance "
                 "of the callable as a thread or a process; put its work on a device in the callable"
             )
-        if group.count < 0:
-            raise failed(f"'instance_group' count must be >= 1, got {group.count}")
-        count += int(group.count) or 1  # Triton's default count is 1
+        count += max(int(group.count), 1)  # tritonserver 2.51 takes a count below 1, 0 or negative, as 1
     if count < 1:
         raise failed("'instance_group' must ask for at least one instance")
     return count

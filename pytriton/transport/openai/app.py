@@ -19,6 +19,7 @@ import numpy as np
 import orjson
 
 from pytriton.core.errors import CONTROL_FLOW, CallableRaised, InferenceError
+from pytriton.core.model import ModelState
 from pytriton.core.serving import ServingEngine, ServingModel
 from pytriton.core.waiters import Room
 from pytriton.options.access import AccessRules
@@ -43,6 +44,8 @@ STREAM_AHEAD = 64
 OFF_LOOP_BYTES = 64 << 10
 # Handlers cancelled because their client disconnected.
 _LEFT: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+# The states of a model unloaded through the repository API: /v1/models lists it no more (its requests are 404).
+_OUT_OF_SERVICE = (ModelState.UNLOADING, ModelState.UNAVAILABLE)
 
 
 class _Job(NamedTuple):
@@ -145,9 +148,9 @@ class OpenAIApp:
     async def _models(self, send: Send, name: Optional[str]) -> None:
         """GET /v1/models, or /v1/models/{name}."""
         entries: Dict[str, Dict[str, Any]] = {}
-        for model in self._engine.models():  # by name, then version: the latest version stands for its name
+        for model in self._engine.models():  # by name, then version: the latest version in service stands for its name
             option = model.spec.openai
-            if option is not None:
+            if option is not None and model.state not in _OUT_OF_SERVICE:  # an unloaded model is not found here
                 entries[model.spec.name] = codec.model_entry(model.spec.name, option.created, option.owned_by)
         if name is None:
             await _send_json(send, 200, {"object": "list", "data": list(entries.values())})
