@@ -66,6 +66,11 @@ class ServedModel:
         self.ensemble_runs_only = False
 
     @property
+    def out_of_date(self) -> bool:
+        """Whether it was unloaded or replaced (by a load) since a request found it."""
+        return self.state is not ModelState.READY
+
+    @property
     def ready(self) -> bool:
         """Whether the model takes requests: loaded, and some instance up (processes may be restarting)."""
         return self.state is ModelState.READY and self.scheduler.has_live_instance

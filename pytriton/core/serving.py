@@ -22,6 +22,10 @@ class ServingModel(Protocol):
 
     spec: ModelSpec
 
+    @property
+    def out_of_date(self) -> bool:
+        """Whether it was unloaded or replaced since it was found: a request found with it looks it up again."""
+
     async def infer(self, request: InferenceRequest, gone: Optional[Disconnect] = None) -> InferenceResponse:
         """Run one request; its single response. `gone()` returns once its client has disconnected."""
 

@@ -418,6 +418,11 @@ class RemoteModel:
         self._latest: Optional[RemoteModel] = None
 
     @property
+    def out_of_date(self) -> bool:
+        """Never: the hub finds the model again for each request it runs."""
+        return False
+
+    @property
     def latest(self) -> RemoteModel:
         """This version as found by a request that named none (the latest).
 

@@ -352,9 +352,10 @@ class HttpFrontend:
             header_length = None if raw_length is None else _header_length(raw_length, len(body))
             if header_length != 0:  # 0: the body is one raw tensor, no JSON
                 _json_within(len(body) if header_length is None else header_length, self._max_json_bytes)
-            # Found again once the body is in, where Triton first looks the model up: one unloaded while the body
-            # came answers in Triton's words (not a stale binding's "not ready"), one loaded again serves it.
-            served = self._engine.model(model, version)
+            if served.out_of_date:
+                # Found again once the body is in, where Triton first looks the model up: one unloaded while the
+                # body came answers in Triton's words (not a stale binding's "not ready"), one loaded again serves it.
+                served = self._engine.model(model, version)
         except (InferenceError, HttpError) as error:
             raise _untyped(error) from None
         spec = served.spec
@@ -413,11 +414,12 @@ class HttpFrontend:
     async def _generate(self, scope: Scope, receive: Receive, send: Send, model: str, version: str = "") -> None:
         """POST .../generate: one flat JSON response."""
         _allow(scope["method"], "POST")
-        self._engine.model(model, version)  # an unknown model is refused before its body is read
+        served = self._engine.model(model, version)  # an unknown model is refused before its body is read
         _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
         _json_within(len(body), self._max_json_bytes)
-        served = self._engine.model(model, version)  # once the body is in, as _infer finds it again
+        if served.out_of_date:  # once the body is in, as _infer finds it again
+            served = self._engine.model(model, version)
         request, _ = decode_generate_request(served.spec, body, self._forwarded_headers(scope))
         if served.spec.decoupled:
             responses = [response async for response in served.stream(request)]  # {} yielded is one too, as in Triton
@@ -439,11 +441,12 @@ class HttpFrontend:
         status line the first response's: that error's status when it failed).
         """
         _allow(scope["method"], "POST")
-        self._engine.model(model, version)  # an unknown model is refused before its body is read
+        served = self._engine.model(model, version)  # an unknown model is refused before its body is read
         _identity_encoded(scope)
         body = await read_body(receive, self._max_body_bytes)
         _json_within(len(body), self._max_json_bytes)
-        served = self._engine.model(model, version)  # once the body is in, as _infer finds it again
+        if served.out_of_date:  # once the body is in, as _infer finds it again
+            served = self._engine.model(model, version)
         request, _ = decode_generate_request(served.spec, body, self._forwarded_headers(scope))
         responses = served.stream(request)
         handler = asyncio.current_task()
