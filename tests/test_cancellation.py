@@ -300,6 +300,21 @@ def test_closed_generate_stream_closes_the_generator_at_its_next_step(
 
 
 @PLACES
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
+def test_http_client_that_leaves_a_decoupled_generate_closes_the_generator_at_its_next_step(
+    tmp_path: Path, processes: bool, frontends: Any
+) -> None:
+    """`generate` (one JSON answer) of a decoupled model: a client that leaves cancels it, as `infer` and
+    `generate_stream` (its generator ran on to its end, its request counted a failure of another kind)."""
+    bind = _bind(WatchfulGenerator(str(tmp_path)), processes, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        with _raw_post(triton.http_port, "/v2/models/watchful/generate", {"x": [1.0]}):
+            wait_until(_marked(tmp_path, "resumed"), WAIT_S, "the generator is past its first step")
+        _assert_generator_closed_at_next_step(tmp_path)
+        _assert_counted_as_cancelled(triton)
+
+
+@PLACES
 def test_grpc_cancel_of_a_request_that_waited_in_the_queue_reaches_it_once_it_runs(
     tmp_path: Path, processes: bool
 ) -> None:
