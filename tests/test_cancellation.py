@@ -305,7 +305,7 @@ def test_http_client_that_leaves_a_decoupled_generate_closes_the_generator_at_it
     tmp_path: Path, processes: bool, frontends: Any
 ) -> None:
     """`generate` (one JSON answer) of a decoupled model: a client that leaves cancels it, as `infer` and
-    `generate_stream` (its generator ran on to its end, its request counted a failure of another kind)."""
+    `generate_stream` (its generator ran on to its end, and the request was not counted as cancelled)."""
     bind = _bind(WatchfulGenerator(str(tmp_path)), processes, decoupled=True)
     with running_triton(bind, frontends=frontends) as triton:
         with _raw_post(triton.http_port, "/v2/models/watchful/generate", {"x": [1.0]}):
