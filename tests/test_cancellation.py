@@ -300,6 +300,21 @@ def test_closed_generate_stream_closes_the_generator_at_its_next_step(
 
 
 @PLACES
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
+def test_http_client_that_leaves_a_decoupled_generate_closes_the_generator_at_its_next_step(
+    tmp_path: Path, processes: bool, frontends: Any
+) -> None:
+    """`generate` (one JSON answer) of a decoupled model: a client that leaves cancels it, as `infer` and
+    `generate_stream` (its generator ran on to its end, and the request was not counted as cancelled)."""
+    bind = _bind(WatchfulGenerator(str(tmp_path)), processes, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        with _raw_post(triton.http_port, "/v2/models/watchful/generate", {"x": [1.0]}):
+            wait_until(_marked(tmp_path, "resumed"), WAIT_S, "the generator is past its first step")
+        _assert_generator_closed_at_next_step(tmp_path)
+        _assert_counted_as_cancelled(triton)
+
+
+@PLACES
 def test_grpc_cancel_of_a_request_that_waited_in_the_queue_reaches_it_once_it_runs(
     tmp_path: Path, processes: bool
 ) -> None:
@@ -543,3 +558,52 @@ def test_generate_stream_of_a_client_that_closed_before_its_first_event_closes_t
         wait_until(_marked(tmp_path, "closed"), WAIT_S, "the generator is closed")
         assert not (tmp_path / "continued").exists(), "the generator went on past its next step"
         _assert_counted_as_cancelled(triton)
+
+
+def test_a_cancel_storm_on_a_shared_connection_leaves_the_other_calls_on_it_answered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past the rapid-reset limit the connection says GOAWAY, but its calls in progress are still answered.
+
+    A process's tritonclient clients of one server share one connection (grpc's subchannel pool): one of them
+    cancelling thousands of calls must not fail the others' calls (tritonserver 2.51 took 6,000 such cancels in
+    under two seconds without a GOAWAY; nghttp2, whose limit this is, lets the calls in progress finish).
+    """
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    with running_triton(_bind(HeldUntilReleased(str(tmp_path)), False, decoupled=False)) as triton:
+        channel = grpc.insecure_channel(grpc_url(triton))
+        try:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+            def call(value: float) -> Any:
+                message = service_pb2.ModelInferRequest(model_name="watchful")
+                message.inputs.add(name="x", datatype="FP32", shape=[1])
+                message.raw_input_contents.append(np.array([value], dtype=np.float32).tobytes())
+                return stub.ModelInfer.future(message, timeout=WAIT_S * 4)
+
+            held = call(1.0)  # the other client's call, running until the storm is over
+            wait_until(_marked(tmp_path, "entered"), WAIT_S, "the held call runs")
+            for _ in range(3000):  # the storm: calls cancelled as soon as they are sent, far above 33 a second
+                call(2.0).cancel()
+            wait_until(lambda: "too many stream resets" in caplog.text, WAIT_S, "the storm reaches the limit")
+            (tmp_path / "release").touch()
+            assert np.frombuffer(held.result().raw_output_contents[0], np.float32).tolist() == [1.0]
+            assert call(3.0).result().raw_output_contents  # the next call, on a connection of its own
+        finally:
+            channel.close()
+
+
+class HeldUntilReleased:
+    """Marks `entered`, then answers once the test marks `release`."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks = marks
+
+    def __call__(self, requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        _mark(self.marks, "entered")
+        deadline = time.monotonic() + WAIT_S * 2
+        while not Path(self.marks, "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return [{"y": request["x"]} for request in requests]

@@ -340,6 +340,30 @@ def test_rapid_reset_gets_goaway_and_the_reset_requests_never_run(served, client
     assert served.slow_rows() - rows_before <= 2
 
 
+def test_rapid_reset_past_the_limit_still_answers_the_call_in_progress(served, clients):
+    """As nghttp2: the GOAWAY takes no new call, but a call in progress (another client's, when a process shares
+    the connection) is answered; the connection closes then."""
+    rows_before = served.slow_rows()
+    with attacker(served, clients) as client:
+        client.send_headers(1, request_headers())  # a call whose message has not come yet
+        again = client.encoder.encode(request_headers())
+        message = grpc_message(infer_request([1.0], model="slow"))
+        cancel = struct.pack(">I", CANCEL)
+        client.sock.sendall(
+            b"".join(
+                pack_frame(HEADERS, END_HEADERS, stream, again)
+                + pack_frame(DATA, END_STREAM, stream, message)
+                + pack_frame(RST_STREAM, 0, stream, cancel)
+                for stream in range(3, 3003, 2)  # 1500 calls opened and reset: past the burst of 1000
+            )
+        )
+        assert goaway_fields(client.wait_goaway(FLOOD_S))[1:] == (ENHANCE_YOUR_CALM, b"too many stream resets")
+        client.send_data(1, grpc_message(infer_request([5.0])))
+        assert client.response(1, FLOOD_S).output() == [5.0]
+        client.wait_closed(FLOOD_S)
+    assert served.slow_rows() - rows_before <= 1  # the first may have found the model idle and run at once
+
+
 def _opened_and_reset(client: H2Client) -> Callable[[Iterable[int]], bytes]:
     """HEADERS, DATA and RST_STREAM (CANCEL) of a call to the slow model, on each of the streams given."""
     first, again = header_blocks(client, request_headers())

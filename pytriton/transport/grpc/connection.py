@@ -281,7 +281,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         """Close once what is queued is sent (a connection over the cap lingers: its client may still be sending)."""
         self._flush()
         self.session.stop()
-        if self.session.over_cap:
+        if self.session.over_cap or self.session.lingers:
             self._linger_close()
         elif self._transport is not None:
             self._transport.close()

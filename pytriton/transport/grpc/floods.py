@@ -2,7 +2,8 @@
 
 Each kind of frame a client can repeat at no cost to itself (but not to the server, which must answer
 or look it up) spends a token of a bucket: `burst` tokens at first, refilled at `rate` a second. An
-empty bucket ends the connection with GOAWAY ENHANCE_YOUR_CALM. The figures are nghttp2's where it has
+empty bucket ends the connection with GOAWAY ENHANCE_YOUR_CALM (resets: once its calls in progress are
+answered, session.py). The figures are nghttp2's where it has
 them (stream resets: 1000 then 33/s, against CVE-2023-44487 "rapid reset"; "glitches": 10,000 then
 330/s); a well-behaved gRPC client never comes near any of them. Checking costs a clock read and a few
 float operations, and only frames that are not on a call's way (HEADERS and DATA carrying data) pay it.

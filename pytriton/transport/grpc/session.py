@@ -125,6 +125,7 @@ class Http2Session:
         self._clock = PhaseDeadline(loop, self._on_deadline)
         self._abort = abort
         self.over_cap = False  # one connection more than grpc_max_connections: calls get UNAVAILABLE
+        self.lingers = False  # its close lingers (connection.py): it went away with the client still sending
         self.goaway = Goaway(loop, write)
         self.closed = False
 
@@ -274,16 +275,32 @@ class Http2Session:
             self._open(stream_id, headers, bool(flags & h2.END_STREAM), too_large)
 
     def on_rst_stream(self, stream_id: int) -> None:
-        """The client cancelled a call; resets count against the rapid-reset limit (CVE-2023-44487)."""
+        """The client cancelled a call; resets of live calls count against the rapid-reset limit (CVE-2023-44487).
+
+        Past the limit, as nghttp2: GOAWAY ENHANCE_YOUR_CALM, and the calls in progress are still answered (a
+        process's grpc clients share one connection: one client's storm of cancels must not fail the others'
+        calls); none left, the connection ends at once. A reset of a stream closed already counts as a glitch.
+        """
         call = self.calls.get(stream_id)
         action = st.RECEIVED[call.state if call is not None else self._streams.state_of(stream_id)][h2.RST_STREAM]
         if action == st.PROTOCOL_ERROR:
             self._refuse(action, stream_id, "RST_STREAM")
-        self._floods.resets.check(self.loop.time())
-        if call is not None:
-            self._streams.move(call, st.RECV_RESET)
-            call.cancel()
-            self._forget(call)
+        if call is None:
+            self.glitch()  # on a stream closed already: it moves nothing
+            return
+        if not self._floods.resets.spend(self.loop.time()) and not self.goaway.said:
+            if len(self.calls) == 1:
+                raise h2.Http2Error(h2.ENHANCE_YOUR_CALM, "too many stream resets")
+            self._calm_down("too many stream resets")
+        self._streams.move(call, st.RECV_RESET)
+        call.cancel()
+        self._forget(call)
+
+    def _calm_down(self, why: str) -> None:
+        """GOAWAY ENHANCE_YOUR_CALM naming the last call taken: no new call; close once those in progress end."""
+        self.lingers = True  # the client may still be sending: a close with its bytes unread would reset the GOAWAY
+        self.goaway.error(h2.ENHANCE_YOUR_CALM, why)
+        self._cut_off(f"{why} (GOAWAY ENHANCE_YOUR_CALM; the calls in progress are answered)")
 
     def on_window_update(self, stream_id: int, increment: int) -> None:
         """More room to send, on the connection or on one stream."""

@@ -6,13 +6,14 @@ import asyncio
 import logging
 import time
 import zlib
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence
 from urllib.parse import unquote
 
 import orjson
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import unchanging
+from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.options.access import AccessRules
@@ -422,7 +423,9 @@ class HttpFrontend:
             served = self._engine.model(model, version)
         request, _ = decode_generate_request(served.spec, body, self._forwarded_headers(scope))
         if served.spec.decoupled:
-            responses = [response async for response in served.stream(request)]  # {} yielded is one too, as in Triton
+            responses = await _all_responses(served.stream(request), receive, send)
+            if responses is None:
+                return  # the client went away; closing the stream stopped the model's work for it
             if len(responses) != 1:
                 raise InferenceError.invalid(  # Triton's words
                     "generate expects model to produce exactly 1 response, use generate stream for model that "
@@ -541,6 +544,26 @@ def _json_within(length: int, limit: int) -> None:
             f"request JSON size of {length} bytes exceeds the maximum allowed input size of {limit} bytes. Use "
             "ServerLimits(max_json_bytes=...) or PYTRITON_LIMIT_MAX_JSON_BYTES to increase the limit."
         )
+
+
+async def _all_responses(
+    responses: AsyncIterator[InferenceResponse], receive: Receive, send: Send
+) -> Optional[List[InferenceResponse]]:
+    """Every response of a decoupled model's request (`{}` yielded is one too, as in Triton); None if the client left.
+
+    A client that leaves cancels the request, as a stream's does: the stream is closed, which closes the
+    model's generator at its next step.
+    """
+    handler = asyncio.current_task()
+    assert handler is not None
+    watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, send, handler, [False]))
+    try:
+        return [response async for response in responses]
+    except asyncio.CancelledError:
+        return None
+    finally:
+        watcher.cancel()
+        await responses.aclose()  # type: ignore[attr-defined]
 
 
 async def _cancel_on_disconnect(receive: Receive, send: Send, handler: asyncio.Task[Any], started: List[bool]) -> None:
