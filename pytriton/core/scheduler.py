@@ -510,6 +510,9 @@ class Scheduler:
                     try:
                         outcomes.append(build_response(spec, result, entry.request.requested_outputs, True, notices))
                     except InferenceError as error:  # wrong or oversized outputs fail only this request
+                        # Its traceback would hold this frame, which holds it (`outcomes`): a cycle that kept the
+                        # batch's outputs and requests until the collector's next full pass.
+                        error.with_traceback(None)
                         outcomes.append(error)
                         refused.append(error)
                 if refused:
