@@ -260,6 +260,11 @@ def _failing_stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]
     raise ValueError("no more")
 
 
+def _oversized_stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    _stream_inputs.extend(weakref.ref(request["INPUT_1"]) for request in requests)
+    yield _oversized(requests)
+
+
 def _failing_text(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
     yield [{"text_output": np.array([[b"a"]], dtype=object)} for _ in requests]
     raise ValueError("no more")
@@ -282,6 +287,7 @@ def busy() -> Iterator[Triton]:
         triton.bind("oversized", _oversized, rows_in, rows_out, config=ModelConfig(max_batch_size=8))
         decoupled_rows = ModelConfig(max_batch_size=8, decoupled=True)
         triton.bind("failing_stream", _failing_stream, rows_in, rows_out, config=decoupled_rows)
+        triton.bind("oversized_stream", _oversized_stream, rows_in, rows_out, config=decoupled_rows)
         triton.bind("failing_text", _failing_text, text_in, text_out, config=ModelConfig(decoupled=True))
         chat = ModelConfig(decoupled=True)
         triton.bind("failing_chat", _failing_chat, text_in, text_out, config=chat, openai=OpenAIChat())
@@ -396,9 +402,13 @@ def _quiet_model_log() -> Iterator[None]:
         model_log.setLevel(level)
 
 
-def test_a_decoupled_model_that_raised_lets_go_of_its_requests_without_the_cycle_collector(busy: Triton) -> None:
+@pytest.mark.parametrize("model", ["failing_stream", "oversized_stream"])
+def test_a_decoupled_model_that_raised_lets_go_of_its_requests_without_the_cycle_collector(
+    busy: Triton, model: str
+) -> None:
     """The generator's error, raised from a local of the frame that takes its steps, held that frame in its own
-    traceback: a reference cycle that kept the batch's requests (their inputs) until a full collection."""
+    traceback: a reference cycle that kept the batch's requests (their inputs) until a full collection. The
+    refusal of outputs over max_response_bytes, kept in a local of the scheduler's frame its traceback held, too."""
     _stream_inputs.clear()
     with _quiet_model_log():
         gc.collect()
@@ -408,7 +418,7 @@ def test_a_decoupled_model_that_raised_lets_go_of_its_requests_without_the_cycle
             client.handshake()
             stream = client.new_stream()
             client.send_headers(stream, request_headers(path=STREAM_INFER))
-            request = infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model="failing_stream")
+            request = infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model=model)
             client.send_data(stream, grpc_message(request), end_stream=True)
             _until(lambda: bool(_stream_inputs), "the model never ran: the test tests nothing")
             _until(lambda: all(alive() is None for alive in _stream_inputs), "its inputs stayed alive")

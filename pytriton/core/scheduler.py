@@ -539,6 +539,9 @@ class Scheduler:
             failure = self._as_inference_error(error, len(batch))
             for index, entry in enumerate(batch):
                 self._hand_over(slots, index, self._fail, entry, failure)
+            # Often the error itself (a decoupled model's oversized outputs), whose traceback holds this frame: kept
+            # here, that cycle held the batch's requests and outputs until the collector's next full pass.
+            del failure
             output_end_ns = time.monotonic_ns()  # answering the failure is its compute output, as in Triton's stats
             # A cancel of this task goes on up. What else is no Exception came from the callable (KeyboardInterrupt,
             # SystemExit raised in it): its batch failed with it, and raised on here it stopped the server's loop.
