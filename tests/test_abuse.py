@@ -249,10 +249,20 @@ def _failing(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
 _stream_inputs: List[weakref.ref[np.ndarray]] = []  # the inputs the failing generator was given
 
 
+def _oversized(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Outputs of 4 GiB each, over the response limit (2 GiB), as views of one value: no memory taken."""
+    return [{"OUTPUT_1": np.broadcast_to(np.float32(0), (1, 2**30))} for _ in requests]
+
+
 def _failing_stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
     _stream_inputs.extend(weakref.ref(request["INPUT_1"]) for request in requests)
     yield [{"OUTPUT_1": request["INPUT_1"][:, :1]} for request in requests]
     raise ValueError("no more")
+
+
+def _oversized_stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    _stream_inputs.extend(weakref.ref(request["INPUT_1"]) for request in requests)
+    yield _oversized(requests)
 
 
 def _failing_text(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
@@ -274,8 +284,10 @@ def busy() -> Iterator[Triton]:
         text_out = [Tensor(name="text_output", dtype=bytes, shape=(1,))]
         triton.bind("held", _held, rows_in, rows_out, config=ModelConfig(max_batch_size=8))
         triton.bind("failing", _failing, rows_in, rows_out, config=ModelConfig(max_batch_size=8))
+        triton.bind("oversized", _oversized, rows_in, rows_out, config=ModelConfig(max_batch_size=8))
         decoupled_rows = ModelConfig(max_batch_size=8, decoupled=True)
         triton.bind("failing_stream", _failing_stream, rows_in, rows_out, config=decoupled_rows)
+        triton.bind("oversized_stream", _oversized_stream, rows_in, rows_out, config=decoupled_rows)
         triton.bind("failing_text", _failing_text, text_in, text_out, config=ModelConfig(decoupled=True))
         chat = ModelConfig(decoupled=True)
         triton.bind("failing_chat", _failing_chat, text_in, text_out, config=chat, openai=OpenAIChat())
@@ -324,14 +336,14 @@ def _leave_while_queued(triton: Triton, send: Any, size: int) -> None:
         blocker.close()
 
 
-def _held_http_request(model: str) -> Tuple[bytes, bytes]:
-    """The head and body of an HTTP request of HELD_INPUT_FLOATS inputs (binary) for `model`."""
+def _held_http_request(model: str, datatype: str = "FP32") -> Tuple[bytes, bytes]:
+    """The head and body of an HTTP request of HELD_INPUT_FLOATS inputs (binary, 4 bytes each) for `model`."""
     header = json.dumps(
         {
             "inputs": [
                 {
                     "name": "INPUT_1",
-                    "datatype": "FP32",
+                    "datatype": datatype,
                     "shape": [1, HELD_INPUT_FLOATS],
                     "parameters": {"binary_data_size": HELD_INPUT_FLOATS * 4},
                 }
@@ -390,9 +402,13 @@ def _quiet_model_log() -> Iterator[None]:
         model_log.setLevel(level)
 
 
-def test_a_decoupled_model_that_raised_lets_go_of_its_requests_without_the_cycle_collector(busy: Triton) -> None:
+@pytest.mark.parametrize("model", ["failing_stream", "oversized_stream"])
+def test_a_decoupled_model_that_raised_lets_go_of_its_requests_without_the_cycle_collector(
+    busy: Triton, model: str
+) -> None:
     """The generator's error, raised from a local of the frame that takes its steps, held that frame in its own
-    traceback: a reference cycle that kept the batch's requests (their inputs) until a full collection."""
+    traceback: a reference cycle that kept the batch's requests (their inputs) until a full collection. The
+    refusal of outputs over max_response_bytes, kept in a local of the scheduler's frame its traceback held, too."""
     _stream_inputs.clear()
     with _quiet_model_log():
         gc.collect()
@@ -402,7 +418,7 @@ def test_a_decoupled_model_that_raised_lets_go_of_its_requests_without_the_cycle
             client.handshake()
             stream = client.new_stream()
             client.send_headers(stream, request_headers(path=STREAM_INFER))
-            request = infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model="failing_stream")
+            request = infer_request(np.zeros(HELD_INPUT_FLOATS, np.float32), model=model)
             client.send_data(stream, grpc_message(request), end_stream=True)
             _until(lambda: bool(_stream_inputs), "the model never ran: the test tests nothing")
             _until(lambda: all(alive() is None for alive in _stream_inputs), "its inputs stayed alive")
@@ -431,6 +447,40 @@ def test_an_http_request_that_failed_lets_go_of_its_body_without_the_cycle_colle
         gc.enable()
         model_log.setLevel(level)
         client.close()
+
+
+def _answered_then_let_go(triton: Triton, head: bytes, body: bytes, status: bytes) -> None:
+    """Send an HTTP request, read its answer's status line (`status`), then its body must go with the collector off."""
+    with _quiet_model_log():
+        gc.collect()
+        gc.disable()
+        client = socket.create_connection(("127.0.0.1", triton.http_port))
+        try:
+            client.sendall(head + body)
+            client.settimeout(ANSWER_S)
+            answer = client.recv(1024)
+            assert answer.startswith(b"HTTP/1.1 " + status), answer
+            _until(lambda: _views_alive(len(body)) == 0, "its body stayed alive")
+        finally:
+            gc.enable()
+            client.close()
+
+
+def test_an_http_request_the_model_refused_lets_go_of_its_body_without_the_cycle_collector(busy: Triton) -> None:
+    """The decoder kept the model's refusal of an input in a local of the frame its traceback held (a reference
+    cycle): 1 GiB bodies of a wrong datatype or too many elements held 1 GiB each until a full collection."""
+    head, body = _held_http_request("held", datatype="INT32")
+    _answered_then_let_go(busy, head, body, b"400 ")
+
+
+def test_an_http_request_whose_outputs_were_too_large_lets_go_of_its_body_without_the_cycle_collector(
+    busy: Triton,
+) -> None:
+    """The scheduler kept the refusal of oversized outputs in a list of the frame its traceback held (a reference
+    cycle), with the batch's requests and outputs: max_response_bytes let each such request hold its body and its
+    outputs until a full collection."""
+    head, body = _held_http_request("oversized")
+    _answered_then_let_go(busy, head, body, b"500 ")
 
 
 def test_a_generate_stream_that_failed_lets_go_of_its_body_without_the_cycle_collector(busy: Triton) -> None:

@@ -330,6 +330,25 @@ def test_non_batching_model_shapes(server):
         client.infer("fixed", inputs)
 
 
+@pytest.mark.parametrize("data", [[1], [[1]]], ids=["flat", "nested"])
+def test_json_data_of_more_dimensions_than_numpy_has_is_the_models_refusal(server, data):
+    """JSON data is read before the model's checks (as Triton reads it): a shape of 65 dimensions, more than a numpy
+    array may have, was a 500 with the server's traceback in the log; tritonserver 2.51 answers the shape's 400."""
+    shape = [1] * 65
+    status, document = post_json(
+        server.http_port,
+        "/v2/models/fixed/infer",
+        {"inputs": [{"name": "in", "shape": shape, "datatype": "INT32", "data": data}]},
+    )
+    assert (status, document) == (
+        400,
+        {
+            "error": "[request id: <id_unknown>] unexpected shape for input 'in' for model 'fixed'. "
+            f"Expected [2,2], got [{','.join(map(str, shape))}]. "
+        },
+    )
+
+
 def test_whole_body_is_the_input_when_header_length_is_zero(server):
     data = np.arange(4, dtype=np.int32)
     status, headers, raw = request(

@@ -681,3 +681,41 @@ def test_outputs_that_are_the_inputs_come_back_intact_under_load() -> None:
         for thread in threads:
             thread.join(120)
         assert problems.empty(), problems.get()
+
+
+def pid_and_size(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [
+        {"pid": np.array([os.getpid()], np.int64), "size": np.array([request["x"].size], np.int64)}
+        for request in requests
+    ]
+
+
+def _anonymous_memory(pid: int) -> int:
+    """The process's private memory in bytes (RssAnon)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no RssAnon in /proc/{pid}/status")
+
+
+def test_inputs_past_the_shared_memory_budget_are_let_go_when_the_call_ends() -> None:
+    """Inputs over the instance's shared memory budget travel in its message's body, which the process's serving
+    loop held until the next message came: an idle instance kept the last such request (1 GiB of it) for good."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind(
+            "sizes",
+            ProcessInstances(pid_and_size, shm_budget_bytes=1 << 20),
+            inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+            outputs=[Tensor(name="pid", dtype=np.int64, shape=(1,)), Tensor(name="size", dtype=np.int64, shape=(1,))],
+            config=ModelConfig(batching=False),
+        )
+
+    large = 48 << 20  # over glibc's largest mmap threshold (32 MiB): freed, its pages go back at once
+    with running_triton(bind) as triton:
+        pid = int(_infer(triton, "sizes", {"x": np.ones(4, dtype=np.float32)})["pid"][0])
+        before = _anonymous_memory(pid)
+        answer = _infer(triton, "sizes", {"x": np.ones(large // 4, dtype=np.float32)})
+        assert answer["size"].tolist() == [large // 4]
+        assert _anonymous_memory(pid) - before < large // 2

@@ -10,7 +10,9 @@ an index past the last label, or whose label is empty, gets "value:index", as in
 
 Triton orders a row's positions with libstdc++'s std::sort and `a > b`, which is not stable: equal values (and
 NaN, which is neither above nor below) come in the order that algorithm leaves them, which `_libstdcxx_sort`
-follows step by step for the rows that need it.
+follows step by step for the rows that need it, of up to TRITON_ORDER_MAX_VALUES values; a longer row's equal
+values come by position (a difference from Triton, which only such rows with ties among their top classes, or
+a NaN, show).
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ _NUMERIC_KINDS = "iuf"
 _RANKED = frozenset(("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64"))
 # libstdc++'s _S_threshold: the ranges its introsort leaves to the final insertion sort.
 _THRESHOLD = 16
+# Longest row ordered as std::sort leaves it (`_libstdcxx_sort`, Python: about 4 us a value, on the event loop);
+# a longer one is ordered highest first, equal values by position. Each row took it, so that an output of a
+# million equal values held the loop for 4 s (a 64 MiB one, minutes) while every other client waited.
+TRITON_ORDER_MAX_VALUES = 1 << 14
 
 _Before = Callable[[int, int], bool]
 
@@ -146,15 +152,40 @@ def _libstdcxx_sort(values: Sequence[float]) -> List[int]:
     return order
 
 
-def _needs_triton_order(rows: np.ndarray) -> np.ndarray:
-    """Per row: whether it holds equal values or NaN, where the order of std::sort is not that of a stable sort."""
+def _needs_triton_order(rows: np.ndarray, taken: int) -> np.ndarray:
+    """Per row: whether its `taken` top positions depend on the order std::sort leaves, not on the values alone.
+
+    They do where one of the `taken` highest values occurs more than once in the row (equal values come in
+    that algorithm's order, not by position) or where the row holds a NaN (neither above nor below any value).
+    Equal values below them change nothing: the top positions are those of the only values that high.
+    """
     if rows.shape[1] < 2:
         return np.zeros(rows.shape[0], dtype=bool)
     ordered = np.sort(rows, axis=1)
-    flagged: np.ndarray = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+    top = ordered[:, ::-1][:, : taken + 1]  # (NaN sorts last: first here, and flagged below anyway)
+    flagged: np.ndarray = (top[:, 1:] == top[:, :-1]).any(axis=1)
     if rows.dtype.kind == "f":
         flagged |= np.isnan(ordered[:, -1])  # numpy sorts NaN last
     return flagged
+
+
+def _highest(row: np.ndarray, taken: int) -> np.ndarray:
+    """The positions of the row's `taken` highest values, highest first, equal values by position (NaN highest).
+
+    Only the candidates are sorted: a partition finds the `taken`-th highest value in linear time, where sorting a
+    64 MiB row took seconds of the event loop (a row with a NaN still is: NaN has no place in a partition).
+    """
+    count = row.shape[0]
+    if 0 < taken < count and not (row.dtype.kind == "f" and np.isnan(row).any()):
+        bound = np.partition(row, count - taken)[count - taken]
+        above = np.flatnonzero(row > bound)
+        candidates = np.sort(np.concatenate([above, np.flatnonzero(row == bound)[: taken - above.shape[0]]]))
+    else:
+        candidates = np.arange(count)
+    # Highest first, equal values by position: sorting the reversed candidates ascending needs no negation.
+    last = candidates.shape[0] - 1
+    best: np.ndarray = candidates[(last - np.argsort(row[candidates][::-1], kind="stable"))[::-1][:taken]]
+    return best
 
 
 def _float_text(value: float) -> str:
@@ -181,14 +212,12 @@ def top_classes(
     taken = min(count, rows.shape[1])
     as_float = array.dtype.kind == "f"
     classes = np.empty((rows.shape[0], taken), dtype=np.object_)
-    last = rows.shape[1] - 1
-    in_triton_order = _needs_triton_order(rows)
+    in_triton_order = _needs_triton_order(rows, taken) if rows.shape[1] <= TRITON_ORDER_MAX_VALUES else None
     for index, row in enumerate(rows):
-        if in_triton_order[index]:
+        if in_triton_order is not None and in_triton_order[index]:
             best = np.array(_libstdcxx_sort(row.tolist())[:taken], dtype=np.int64)
         else:
-            # Distinct values: every sort agrees. Highest first; sorting the reversed row ascending needs no negation.
-            best = (last - np.argsort(row[::-1], kind="stable"))[::-1][:taken]
+            best = _highest(row, taken)
         values = row[best].tolist()
         positions = best.tolist()
         texts = [

@@ -510,6 +510,9 @@ class Scheduler:
                     try:
                         outcomes.append(build_response(spec, result, entry.request.requested_outputs, True, notices))
                     except InferenceError as error:  # wrong or oversized outputs fail only this request
+                        # Its traceback would hold this frame, which holds it (`outcomes`): a cycle that kept the
+                        # batch's outputs and requests until the collector's next full pass.
+                        error.with_traceback(None)
                         outcomes.append(error)
                         refused.append(error)
                 if refused:
@@ -536,6 +539,9 @@ class Scheduler:
             failure = self._as_inference_error(error, len(batch))
             for index, entry in enumerate(batch):
                 self._hand_over(slots, index, self._fail, entry, failure)
+            # Often the error itself (a decoupled model's oversized outputs), whose traceback holds this frame: kept
+            # here, that cycle held the batch's requests and outputs until the collector's next full pass.
+            del failure
             output_end_ns = time.monotonic_ns()  # answering the failure is its compute output, as in Triton's stats
             # A cancel of this task goes on up. What else is no Exception came from the callable (KeyboardInterrupt,
             # SystemExit raised in it): its batch failed with it, and raised on here it stopped the server's loop.

@@ -165,11 +165,15 @@ def decode_infer_request(
             spec, document.get("outputs", _ABSENT), options.binary_data_output, memory
         )
         if refused is not None:
-            _raise_refusal(spec, raw_inputs, refused, refusal)
+            raise _refusal(spec, raw_inputs, refused, refusal)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads)
     except InferenceError as error:
+        # The refusal kept here has a traceback that holds this frame: without it, that is no reference cycle, so
+        # the body goes with the answer, not at the cycle collector's next full pass (1 GiB bodies refused held
+        # 1 GiB each until then).
+        refusal = core_error = None
         if error.of_request:  # Triton's core names the request
             raise error.for_request(request_id) from None
         raise
@@ -195,11 +199,12 @@ def decode_infer_request(
 _JsonRead = Tuple[Optional[np.ndarray], Optional[InferenceError]]
 
 
-def _raise_refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Optional[InferenceError]) -> None:
-    """Raise the refusal of the model's that Triton's core names, once every input and output was read.
+def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Optional[InferenceError]) -> InferenceError:
+    """The refusal of the model's that Triton's core names, once every input and output was read (raised if later).
 
     `refused` is -1 for the input count; else `refusal` is the first refusal, of the input at `refused`, and the
     core names the last input from there that the model refuses (its hash map's order, `_check_later_inputs`).
+    Returned, not raised: raised here, its traceback would hold this frame, which holds it (a reference cycle).
     """
     if refused < 0 or refusal is None:
         spec.check_input_count([_tensor_header(raw)[0] for raw in raw_inputs])  # (it raises: names are distinct)
@@ -215,7 +220,7 @@ def _raise_refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal
         else:
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
     _check_later_inputs(spec, later)
-    raise refusal
+    return refusal
 
 
 def _check_later_inputs(spec: ModelSpec, later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]]) -> None:
@@ -535,7 +540,7 @@ def _json_read(
         try:
             return array_from_json(_json_array(data), datatype, shape, name, model), None
         except InferenceError as refused:
-            error = refused
+            error = refused.with_traceback(None)  # kept in this frame, which its traceback holds: a reference cycle
     if not error.of_request and shape:
         raise error
     return None, error

@@ -97,7 +97,12 @@ def _array_from_json(data: List[Any], datatype: str, shape: Sequence[int], name:
             f"unexpected number of elements {array.size} in 'data' of input '{name}', shape {list(shape)} "
             f"expects {count}"
         )
-    return array.reshape(shape)
+    try:
+        return array.reshape(shape)
+    except ValueError as error:  # more dimensions than numpy has (64): the model's refusal of the shape comes first
+        raise InferenceError.invalid_input(
+            f"input '{name}' has shape of {len(shape)} dimensions, more than an array may have: {error}"
+        ) from None
 
 
 # tritonserver 2.51's words (a 500 there) for JSON data of more or fewer values than the shape holds.

@@ -137,6 +137,9 @@ class InstanceHost:
                     return
                 else:
                     self._control(message)  # a STOP for a job that has ended already needs nothing
+                # A job's inputs past the arena's budget are its body: kept here, they stayed alive (1 GiB of them)
+                # while the instance waited for its next message, however long.
+                del message
         except (ChannelClosed, ConnectionError):  # the server closed the channel (an answer it cut off finds it gone)
             return
         finally:
