@@ -74,6 +74,33 @@ def _tensor_specs(model: str, tensors: Sequence[Tensor], prefix: str) -> Tuple[T
     return tuple(specs)
 
 
+def _max_array_dims() -> int:
+    """The most dimensions a numpy array may have: 64 from numpy 2, 32 before."""
+    for dims in (64, 32):
+        try:
+            np.empty((1,) * dims, dtype=np.uint8)
+        except ValueError:
+            continue
+        return dims
+    return 32
+
+
+# A tensor of more dimensions (its batch axis included) could be bound but never served: every request failed.
+MAX_ARRAY_DIMS = _max_array_dims()
+
+
+def _check_array_dims(model: str, specs: Sequence[TensorSpec], batching: bool) -> None:
+    """Refuse a tensor whose arrays would have more dimensions, with the batch axis, than numpy's arrays may."""
+    for spec in specs:
+        dims = len(spec.shape) + (1 if batching else 0)
+        if dims > MAX_ARRAY_DIMS:
+            axis = " with the batch axis" if batching else ""
+            raise PyTritonModelConfigError(
+                f"model '{model}': tensor '{spec.name}' has {dims} dims{axis}, more than a numpy array may have "
+                f"({MAX_ARRAY_DIMS}): no request could be served"
+            )
+
+
 def _dims(tensor: str, shape: Any) -> Tuple[int, ...]:
     """A Tensor's shape as ints >= 1 or -1; an error says what is accepted (`tensor` names it: "input 'x'")."""
     if not isinstance(shape, (tuple, list)):
@@ -176,6 +203,7 @@ def build_model(
         raise PyTritonValidationError("Output tensors cannot be optional.")
     input_specs = _tensor_specs(model_name, inputs, "INPUT")
     output_specs = _tensor_specs(model_name, outputs, "OUTPUT")
+    _check_array_dims(model_name, (*input_specs, *output_specs), config.batching)
     warmup = _warmup_requests(model_name, config.model_warmup, input_specs, output_specs)
     max_batch_size = config.max_batch_size if config.batching else 0
     spec = ModelSpec(

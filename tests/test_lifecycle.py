@@ -26,6 +26,7 @@ from pytriton.exceptions import (
     PyTritonValidationError,
 )
 from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
+from pytriton.models import MAX_ARRAY_DIMS
 from pytriton.triton import Triton, TritonConfig, TritonLifecyclePolicy
 from tests.fleet import free_ports
 from tests.http_helpers import post_json, request
@@ -218,6 +219,12 @@ def test_bind_rejects_bad_configs():
             triton.bind("c", [], tensor, tensor)
         with pytest.raises(PyTritonModelConfigError):
             triton.bind("d", _identity, [Tensor(name="x", dtype=np.float32, shape=(1,))] * 2, tensor)
+        # Bound, it answered every request 500 (numpy refuses arrays of that many dimensions)
+        most = MAX_ARRAY_DIMS
+        too_deep = [Tensor(dtype=np.float32, shape=(1,) * most)]  # one more with the batch axis
+        with pytest.raises(PyTritonModelConfigError, match=f"has {most + 1} dims with the batch axis, more than"):
+            triton.bind("e", _identity, too_deep, tensor, config=ModelConfig(max_batch_size=4))
+        triton.bind("f", _identity, too_deep, tensor, config=ModelConfig(batching=False))  # as deep as may be
 
 
 def test_default_tensor_names_and_dtype_forms():
