@@ -33,6 +33,10 @@ MONITORING_PERIOD_S = 10.0
 MONITORING_PERIOD_SEC = 5.0
 
 
+# How often a stop() waiting for another's to end looks again (so that a signal's handler runs meanwhile).
+_STOP_POLL_S = 0.5
+
+
 class ServerState(enum.Enum):
     """Where a Triton is in its lifecycle; it only moves forward."""
 
@@ -216,16 +220,24 @@ class TritonBase:
             Whether a running server was stopped (False when it was not running or already stopped). A server
             never started stays as it was: models may still be bound and it may still run, as in PyTriton 0.7.
             Called from a callable or a route handler, it returns at once and the stop goes on: the request it
-            was called from is answered before the server stops.
+            was called from is answered before the server stops. Called again while a stop is under way (from
+            another thread), it returns False once that stop has ended.
         """
         with self._state_lock:
-            if self._state in (ServerState.STOPPED, ServerState.IDLE):
+            if self._state is ServerState.IDLE:
                 return False
+            under_way = self._state is ServerState.STOPPED
             self._state = ServerState.STOPPED
-        if self._in_a_request():
+        in_a_request = self._in_a_request()
+        if under_way:  # by another call: this one too returns once the server has stopped (serve() returns then)
+            while not in_a_request and not self._finished.wait(_STOP_POLL_S):
+                pass
+            return False
+        if in_a_request:
             # The stop waits for the requests in flight, this one among them (and, on the event loop, for the
-            # loop): it goes on in a thread of its own, and this request is answered as the drain expects.
-            threading.Thread(target=self._end_serving, name="pytriton-stop", daemon=True).start()
+            # loop): it goes on in a thread of its own (which the interpreter's exit waits for), and this request
+            # is answered as the drain expects.
+            threading.Thread(target=self._end_serving, name="pytriton-stop").start()
         else:
             self._end_serving()
         return True

@@ -378,6 +378,37 @@ def test_stop_before_run_changes_nothing():
         assert triton.stop() is True
 
 
+def test_a_stop_asked_while_another_drains_returns_once_the_server_stopped() -> None:
+    # It returned False at once, while the first stop still waited for the request: serve() returned with it (a
+    # stop() from a watchdog thread), and a program that then exited cut the drain off.
+    entered, gate = threading.Event(), threading.Event()
+
+    def held(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        entered.set()
+        gate.wait(30)
+        return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
+
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False, exit_timeout_secs=60))
+    triton.bind("held", held, [Tensor(dtype=np.float32, shape=(-1,))], [Tensor(dtype=np.float32, shape=(-1,))])
+    triton.run()
+    port = triton.http_port
+    assert port is not None
+    answers: List[Any] = []
+    body = {"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [3]}]}
+    client = threading.Thread(target=lambda: answers.append(post_json(port, "/v2/models/held/infer", body)))
+    client.start()
+    assert entered.wait(30)
+    first = threading.Thread(target=triton.stop)
+    first.start()
+    while triton.is_alive():  # the first stop has begun
+        time.sleep(0.01)
+    threading.Timer(1.0, gate.set).start()
+    assert triton.stop() is False
+    assert answers and answers[0][0] == 200  # answered before this stop() returned: the server had stopped
+    first.join(30)
+    client.join(30)
+
+
 def test_a_server_never_started_lets_its_loop_go_with_it() -> None:
     # stop() before run() leaves it runnable (0.7), so it no longer ends the loop's thread: the object's end does.
     def loops() -> int:
