@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
 import threading
 from typing import Any, Dict, List, Sequence
@@ -22,6 +21,7 @@ from pytriton.client.exceptions import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
+from tests.tcp_table import established
 from tests.test_client_support import HELD_TIMEOUT_S, WAIT_S, ClientServer, Gate, floats
 
 pytest_plugins = ["tests.test_client_support"]
@@ -230,26 +230,6 @@ def test_threads_may_share_a_client(client_url: str) -> None:
         assert client.infer_sample(floats(1), floats(2))["sum"].tolist() == [3.0]  # the first thread's again
 
 
-def _connections_to(port: int) -> int:
-    """This process's open TCP connections to `port` on 127.0.0.1 (from /proc: sockets of its descriptors)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    with open("/proc/net/tcp") as table:
-        next(table)
-        for line in table:
-            fields = line.split()
-            if int(fields[2].split(":")[1], 16) == port and fields[3] == "01" and fields[9] in inodes:  # ESTABLISHED
-                count += 1
-    return count
-
-
 def test_a_thread_that_ends_closes_its_connections(client_server: ClientServer) -> None:
     # Each thread sharing a ModelClient over HTTP gets tritonclient clients of its own; they were kept until the
     # ModelClient closed, so a program that started a thread per call (a threaded web server) held a connection
@@ -259,12 +239,12 @@ def test_a_thread_that_ends_closes_its_connections(client_server: ClientServer) 
     answers: List[Any] = []
     with ModelClient(client_server.url("http"), "add_sub") as client:
         client.infer_sample(floats(1), floats(2))
-        before = _connections_to(port)
+        before = established("self", port, served=False)
         for n in range(20):
             thread = threading.Thread(target=lambda n=n: answers.append(client.infer_sample(floats(n), floats(1))))
             thread.start()
             thread.join(WAIT_S)
             assert not thread.is_alive()
         assert [answer["sum"].tolist() for answer in answers] == [[n + 1.0] for n in range(20)]
-        assert _connections_to(port) <= before + 2
+        assert established("self", port, served=False) <= before + 2
         assert client.infer_sample(floats(1), floats(2))["sum"].tolist() == [3.0]

@@ -37,6 +37,7 @@ from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_tri
 from tests.frontend_processes import frontend_pids, listening_inodes, serving_pid
 from tests.http_helpers import request as http_request
 from tests.pids import alive, started_at
+from tests.tcp_table import established
 
 FP32 = [Tensor(name="INPUT_1", dtype=np.float32, shape=(-1,))]
 OUT = [Tensor(name="OUTPUT_1", dtype=np.float32, shape=(-1,))]
@@ -505,23 +506,7 @@ def test_a_decoupled_stream_runs_through_each_frontend(server: Triton) -> None:
 def _tcp_connections(pid: int, port: Optional[int]) -> int:
     """How many established connections to `port` process `pid` serves."""
     assert port is not None, "the server is not running"
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as lines:
-            next(lines)
-            for line in lines:
-                fields = line.split()
-                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01" and fields[9] in inodes:
-                    count += 1
-    return count
+    return established(pid, port, served=True)
 
 
 def test_what_frontends_forward_is_answered_by_the_hub(server: Triton) -> None:
