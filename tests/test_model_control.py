@@ -700,6 +700,57 @@ def test_an_unloaded_model_leaves_the_server_ready_and_keeps_only_its_failure_co
         assert 'nv_inference_count{model="m",version="1"} 0' in lines
 
 
+@batch
+def echo_or_raise(x: np.ndarray) -> Dict[str, np.ndarray]:
+    if (x < 0).any():
+        raise ValueError("negative input")
+    return {"y": x}
+
+
+def _failures_and_successes(triton: Triton) -> Tuple[List[str], List[str]]:
+    assert triton.metrics_port is not None
+    lines = request(triton.metrics_port, "GET", "/metrics")[2].decode().splitlines()
+    failures = [line for line in lines if line.startswith('nv_inference_request_failure{model="m",reason="BACKEND"')]
+    successes = [line for line in lines if line.startswith('nv_inference_request_success{model="m"')]
+    return failures, successes
+
+
+@pytest.mark.parametrize("frontends", [None, 2])
+def test_a_load_after_an_unload_goes_on_from_the_failure_counters_as_triton(frontends: Optional[int]) -> None:
+    """tritonserver 2.51 (a Python-backend model that raised 6 times, unloaded and loaded): /metrics shows
+    nv_inference_request_success 0 and nv_inference_request_failure{reason="BACKEND"} 6, 7 after one more failure
+    (its statistics start again: fail 0). Before, the failure counters started again at 0 too."""
+    bind = lambda triton: triton.bind(  # noqa: E731
+        "m", echo_or_raise, inputs=ECHO_INPUTS, outputs=ECHO_OUTPUTS, config=ModelConfig(max_batch_size=8)
+    )
+    with running_triton(bind, frontends=frontends) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton))
+
+        def infer(value: float) -> None:
+            tensor = httpclient.InferInput("x", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.full((1, 1), value, np.float32))
+            client.infer("m", [tensor])
+
+        infer(1.0)
+        for _ in range(2):
+            with pytest.raises(InferenceServerException, match="negative input"):
+                infer(-1.0)
+        client.unload_model("m", headers=HTTP_AUTH)
+        _until_state(triton, "m", "UNAVAILABLE")
+        client.load_model("m", headers=HTTP_AUTH)
+        failures, successes = _failures_and_successes(triton)
+        assert failures == ['nv_inference_request_failure{model="m",reason="BACKEND",version="1"} 2']
+        assert successes == ['nv_inference_request_success{model="m",version="1"} 0']
+        stats = client.get_inference_statistics("m", headers=HTTP_AUTH)["model_stats"][0]["inference_stats"]
+        assert (stats["success"]["count"], stats["fail"]["count"]) == (0, 0)
+        with pytest.raises(InferenceServerException, match="negative input"):
+            infer(-1.0)
+        infer(1.0)
+        failures, successes = _failures_and_successes(triton)
+        assert failures == ['nv_inference_request_failure{model="m",reason="BACKEND",version="1"} 3']
+        assert successes == ['nv_inference_request_success{model="m",version="1"} 1']
+
+
 @pytest.mark.parametrize("frontends", [None, 3])
 def test_process_instances_stop_at_unload_and_start_again_at_load(frontends: Optional[int]) -> None:
     outputs = [*ECHO_OUTPUTS, Tensor(name="pid", dtype=np.int64, shape=(1,))]

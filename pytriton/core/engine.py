@@ -588,6 +588,8 @@ class Engine:
             raise failure from None
         self._load_failures.pop((spec.name, spec.version), None)
         replacement = self._serve(spec, instances)
+        if unloaded:  # tritonserver 2.51's failure counters go on from the unloaded model's (`ModelStats.reset`)
+            replacement.stats.failures_by_reason = model.stats.failures_by_reason
         if spec.warmup:
             await self.warmed_up()  # as Triton, the new binding serves once it is loaded
         versions[spec.version] = replacement

@@ -113,16 +113,18 @@ class ModelStats:
     def __init__(self) -> None:
         """Start at zero."""
         self.observers: List[StatsObserver] = []
+        # Failed requests by reason, for /metrics: `reset` keeps them, as tritonserver 2.51's
+        # nv_inference_request_failure series outlive an unload and go on from there after a load.
+        self.failures_by_reason: Dict[str, int] = {}
         self.reset()
 
     def reset(self) -> None:
-        """Start again at zero (a model loaded again after an unload, as Triton's new model); observers stay."""
+        """Start again at zero (a model loaded again after an unload, as Triton's new model), but for the failures."""
         self.inference_count = 0
         self.execution_count = 0
         self.last_inference_ms = 0
         self.inference: Dict[str, Duration] = {name: Duration() for name in INFERENCE_STAT_NAMES}
         self.batches: Dict[int, Dict[str, Duration]] = {}
-        self.failures_by_reason: Dict[str, int] = {}
         self.tokens = TokenStats()
         self._lone: Dict[int, Tuple[Duration, ...]] = {}  # record_lone_success's durations by rows
 
