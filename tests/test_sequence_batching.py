@@ -803,6 +803,30 @@ def test_the_oldest_strategy_picks_the_sequences_ready_first(server: Triton) -> 
     assert _ready_order_batches(server, "oldest_pick", _READY_PICK, [2, 3]) == [[1], [2, 3], [1]]
 
 
+def test_the_oldest_strategy_orders_a_batchs_next_requests_by_its_order(server: Triton) -> None:
+    # tritonserver 2.51, oldest, 3 candidates over max_batch_size 2: X1 running (300 ms), A1, B1 queued, then B2,
+    # A2: after [A1, B1] (B1 100 ms) the batch was [A2, B2]: they became ready as A1 then B1 finished. Ours ran
+    # [B2, A2] (arrival order).
+    _READY_PICK.batches.clear()
+    _READY_PICK.entered.clear()
+    _READY_PICK.gate.clear()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        try:
+            first = _send(pool, server, "oldest_pick", 1, 1, sequence_start=True)
+            assert _READY_PICK.entered.wait(10)
+            queued = []
+            for sequence_id, start in ((2, True), (3, True), (3, False), (2, False)):
+                queued.append(_send(pool, server, "oldest_pick", sequence_id, 10, sequence_start=start))
+                _wait_pending(server, "oldest_pick", len(queued))
+        finally:
+            _READY_PICK.gate.set()
+        assert first.result(10) == 1
+        assert [future.result(10) for future in queued] == [10, 10, 20, 20]
+        for sequence_id in (1, 2, 3):
+            _send(pool, server, "oldest_pick", sequence_id, 0, sequence_end=True).result(10)
+    assert _READY_PICK.batches[:3] == [[1], [2, 3], [2, 3]]
+
+
 def test_a_sequence_without_a_free_slot_waits_for_one(server: Triton) -> None:
     # single_slot: one instance, max_batch_size 1: one slot.
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
