@@ -122,6 +122,10 @@ class Recorder:
         return accumulate(requests)
 
 
+_READY_ORDER = Recorder()  # the `oldest_order` model's batches
+_READY_PICK = Recorder()  # the `oldest_pick` model's batches
+
+
 class _Token:
     """Something a sequence keeps in its state, whose life shows whether the state was dropped."""
 
@@ -218,6 +222,12 @@ def _bind(triton: Triton, recorder: Recorder, oldest_recorder: Recorder) -> None
     oldest = SequenceStrategyOldest(preferred_batch_size=[3], max_queue_delay_microseconds=60_000_000)
     oldest_config = ModelConfig(max_batch_size=4, sequence_batcher=SequenceBatcher(oldest=oldest))
     triton.bind("oldest", oldest_recorder, **IO, config=oldest_config)
+    ready_order = SequenceBatcher(oldest=SequenceStrategyOldest(), max_sequence_idle_microseconds=60_000_000)
+    triton.bind("oldest_order", _READY_ORDER, **IO, config=ModelConfig(max_batch_size=2, sequence_batcher=ready_order))
+    candidates = SequenceBatcher(
+        oldest=SequenceStrategyOldest(max_candidate_sequences=3), max_sequence_idle_microseconds=60_000_000
+    )
+    triton.bind("oldest_pick", _READY_PICK, **IO, config=ModelConfig(max_batch_size=2, sequence_batcher=candidates))
     streaming = ModelConfig(max_batch_size=2, decoupled=True, sequence_batcher=SequenceBatcher())
     triton.bind("streaming", stream_totals, **IO, config=streaming)
 
@@ -755,6 +765,66 @@ def test_the_oldest_strategy_waits_for_a_preferred_batch(server: Triton, oldest_
                 _wait_pending(server, "oldest", len(futures))
         assert [future.result(10) for future in futures] == [11, 12, 13]
     assert oldest_recorder.batches == [[11, 12, 13]]
+
+
+def _ready_order_batches(server: Triton, model: str, recorder: Recorder, later: List[int]) -> List[List[SequenceId]]:
+    """Sequence 1's START runs held; its next request, then each of `later`'s START queue; the batches run."""
+    recorder.batches.clear()
+    recorder.entered.clear()
+    recorder.gate.clear()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        try:
+            first = _send(pool, server, model, 1, 1, sequence_start=True)
+            assert recorder.entered.wait(10)
+            queued = [_send(pool, server, model, 1, 2)]
+            _wait_pending(server, model, 1)
+            for sequence_id in later:
+                queued.append(_send(pool, server, model, sequence_id, 10, sequence_start=True))
+                _wait_pending(server, model, len(queued))
+        finally:
+            recorder.gate.set()
+        assert first.result(10) == 1
+        assert [future.result(10) for future in queued] == [3] + [10] * len(later)
+        for sequence_id in [1, *later]:
+            _send(pool, server, model, sequence_id, 0, sequence_end=True).result(10)
+    return recorder.batches[: -1 - len(later)]
+
+
+def test_the_oldest_strategy_orders_sequences_by_when_they_became_ready(server: Triton) -> None:
+    # tritonserver 2.51, oldest, max_batch_size 2: A1 running (300 ms), A2 then B1 queued: the next batch was
+    # [B1, A2]. Its oldest strategy hands a sequence's next request to its dynamic batcher only once the previous
+    # one finished: A2 became ready after B1. Ours ran [A2, B1] (arrival order).
+    assert _ready_order_batches(server, "oldest_order", _READY_ORDER, [2]) == [[1], [2, 1]]
+
+
+def test_the_oldest_strategy_picks_the_sequences_ready_first(server: Triton) -> None:
+    # tritonserver 2.51, max_candidate_sequences 3 over max_batch_size 2: A1 running (300 ms), A2, B1, C1 queued:
+    # the batches were [A1], [B1, C1], [A2], the sequences ready first taken. Ours ran [A2, B1], then [C1].
+    assert _ready_order_batches(server, "oldest_pick", _READY_PICK, [2, 3]) == [[1], [2, 3], [1]]
+
+
+def test_the_oldest_strategy_orders_a_batchs_next_requests_by_its_order(server: Triton) -> None:
+    # tritonserver 2.51, oldest, 3 candidates over max_batch_size 2: X1 running (300 ms), A1, B1 queued, then B2,
+    # A2: after [A1, B1] (B1 100 ms) the batch was [A2, B2]: they became ready as A1 then B1 finished. Ours ran
+    # [B2, A2] (arrival order).
+    _READY_PICK.batches.clear()
+    _READY_PICK.entered.clear()
+    _READY_PICK.gate.clear()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        try:
+            first = _send(pool, server, "oldest_pick", 1, 1, sequence_start=True)
+            assert _READY_PICK.entered.wait(10)
+            queued = []
+            for sequence_id, start in ((2, True), (3, True), (3, False), (2, False)):
+                queued.append(_send(pool, server, "oldest_pick", sequence_id, 10, sequence_start=start))
+                _wait_pending(server, "oldest_pick", len(queued))
+        finally:
+            _READY_PICK.gate.set()
+        assert first.result(10) == 1
+        assert [future.result(10) for future in queued] == [10, 10, 20, 20]
+        for sequence_id in (1, 2, 3):
+            _send(pool, server, "oldest_pick", sequence_id, 0, sequence_end=True).result(10)
+    assert _READY_PICK.batches[:3] == [[1], [2, 3], [2, 3]]
 
 
 def test_a_sequence_without_a_free_slot_waits_for_one(server: Triton) -> None:

@@ -12,9 +12,12 @@ the engine's event loop.
 
 Forming a batch looks at the slot holders' next requests only, never at the backlog's: each sequence keeps its
 own queued requests (`LiveSequence.queued`), and each instance a heap of its slot holders that may run, by
-their next request's place in the model's queue. A sequence model's queue is one FIFO level (the sequence
-batcher has no priority levels or queue policies: `ModelSpec.batcher` is None), so that place is the order
-in which requests were queued (`SequenceSlots.queued`).
+when each became ready. A sequence model's queue is one FIFO level (the sequence batcher has no priority levels
+or queue policies: `ModelSpec.batcher` is None), and moments are places in one count (`SequenceSlots._places`).
+Direct: the place of its next request in that queue (the order in which requests were queued). Oldest, as
+tritonserver 2.51's, which hands a sequence's next request to its dynamic batcher only once the previous one
+finished: the later of that place and when its previous request finished or it got its slot (`free_since`).
+With A1 running, A2 then B1 queued, the next batch is [B1, A2].
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class LiveSequence:
     __slots__ = (
         "backlog_timer",
         "ended",
+        "free_since",
         "heaped",
         "idle_timer",
         "instance",
@@ -79,7 +83,8 @@ class LiveSequence:
         # Its requests in the model's queue, oldest first, each with its place there; those that left the queue
         # since (`Entry.queued` false) are dropped from the front when looked at.
         self.queued: Deque[Tuple[int, Entry]] = deque()
-        self.heaped = 0  # the place its item in its instance's heap of runnable sequences has (0: none)
+        self.heaped = 0  # the key its item in its instance's heap of runnable sequences has (0: none)
+        self.free_since = 0  # the place in the count when its previous request finished, or it got its slot
 
 
 class SequenceSlots:
@@ -122,9 +127,13 @@ class SequenceSlots:
         # Sequences waiting for a slot by serial, oldest first.
         self._backlog: OrderedDict[int, LiveSequence] = OrderedDict()
         self._serials = itertools.count(1)
-        self._places = itertools.count(1)  # each queued request's place in the model's queue
-        # Per instance, a heap of (place of its next queued request, serial, sequence) of the sequences holding
-        # one of its slots that may run that request; an item whose place is not its sequence's `heaped` is stale.
+        self._ready_order = oldest is not None  # Oldest: sequences by when they became ready, not by arrival
+        # Each queued request's place in the model's queue; also what `free_since` takes, so that both are moments
+        # of one order.
+        self._places = itertools.count(1)
+        # Per instance, a heap of (when it became ready (`_ready_key`), serial, sequence) of the sequences holding
+        # one of its slots that may run their next queued request; an item whose key is not its sequence's
+        # `heaped` is stale.
         self._runnable: List[List[Tuple[int, int, LiveSequence]]] = [[] for _ in range(instance_count)]
         self.looked_at = 0  # sequences take_batch looked at (what a batch costs; tests count it)
         self._idle_s = config.max_sequence_idle_microseconds / 1e6
@@ -220,14 +229,19 @@ class SequenceSlots:
             return
         head = _next_queued(live)
         if head is not None:
-            live.heaped = head[0]
-            heapq.heappush(self._runnable[live.instance], (head[0], live.serial, live))
+            live.heaped = key = self._ready_key(live, head[0])
+            heapq.heappush(self._runnable[live.instance], (key, live.serial, live))
+
+    def _ready_key(self, live: LiveSequence, place: int) -> int:
+        """When a sequence whose next queued request has `place` became ready to run it, in places of one count."""
+        return max(place, live.free_since) if self._ready_order else place
 
     def take_batch(self, queues: PriorityQueues, instance: int, now_ns: int) -> Tuple[List[Entry], Optional[int]]:
         """The batch `instance` runs now (its sequences' oldest requests, one each), or none and when to look again.
 
-        As a scan of the model's queue would pick them, the sequences in the order of their next requests' places
-        there, but with a look at the slot holders of `instance` only: O(batch log slots), whatever the backlog.
+        The sequences in the order in which they became ready (Direct: their next requests' places in the queue,
+        as a scan of it would pick them), with a look at the slot holders of `instance` only: O(batch log slots),
+        whatever the backlog.
         A request whose caller has gone is dropped from the queue on the way, and its sequence ends (`withdrawn`).
         """
         heap = self._runnable[instance]
@@ -245,7 +259,7 @@ class SequenceSlots:
             head = _next_queued(live)
             if head is None:
                 continue  # its requests left the queue; its next one offers it again (`queued`)
-            if head[0] != place:  # the request it was offered for left the queue: its next one's place counts
+            if self._ready_key(live, head[0]) != place:  # the request it was offered for left the queue
                 self._offer(live)
                 continue
             entry = head[1]
@@ -296,6 +310,8 @@ class SequenceSlots:
         entry.request.live_sequence = None
         if live is None or live.owner is not self:  # a request of before a cut-off, whose slots are no more
             return
+        if live.running:
+            live.free_since = next(self._places)
         live.running = False
         live.pending -= 1
         if live.pending:
@@ -348,6 +364,7 @@ class SequenceSlots:
         if self._backlog:
             _, waiting = self._backlog.popitem(last=False)
             waiting.instance, waiting.slot = place
+            waiting.free_since = next(self._places)
             if waiting.backlog_timer is not None:
                 waiting.backlog_timer.cancel()
                 waiting.backlog_timer = None
