@@ -438,6 +438,9 @@ def test_a_change_that_leaves_tracing_on_with_no_count_left_is_refused(start_tri
         ({"trace_count": 5, "trace_rate": "abc"}, 400, "Unable to parse 'trace_rate', got: abc"),
         ({"trace_level": ["OFF", "OFF"], "trace_rate": 5}, 400, "Expect only one trace level 'OFF' is specified"),
         ({"trace_rate": 5, "trace_file": None}, 501, "trace file location can not be updated through network protocol"),
+        # where 2.51 is lax: it takes "-1" as 4294967295 (measured), a rate that traces next to nothing
+        ({"trace_rate": "-1"}, 400, "Unable to parse 'trace_rate'. Expecting value >= 0, got:-1"),
+        ({"log_frequency": "-2"}, 400, "Unable to parse 'log_frequency'. Expecting value >= 0, got:-2"),
     ],
 )
 def test_trace_setting_endpoint_refuses_json_types(
