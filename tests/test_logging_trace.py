@@ -438,6 +438,9 @@ def test_a_change_that_leaves_tracing_on_with_no_count_left_is_refused(start_tri
         ({"trace_count": 5, "trace_rate": "abc"}, 400, "Unable to parse 'trace_rate', got: abc"),
         ({"trace_level": ["OFF", "OFF"], "trace_rate": 5}, 400, "Expect only one trace level 'OFF' is specified"),
         ({"trace_rate": 5, "trace_file": None}, 501, "trace file location can not be updated through network protocol"),
+        # where 2.51 is lax: it takes "-1" as 4294967295 (measured), a rate that traces next to nothing
+        ({"trace_rate": "-1"}, 400, "Unable to parse 'trace_rate'. Expecting value >= 0, got:-1"),
+        ({"log_frequency": "-2"}, 400, "Unable to parse 'log_frequency'. Expecting value >= 0, got:-2"),
     ],
 )
 def test_trace_setting_endpoint_refuses_json_types(
@@ -492,6 +495,25 @@ def test_trace_settings_over_clients(start_triton: Callable[..., Triton]) -> Non
 
 
 @needs_otel
+def test_opentelemetry_settings_are_listed_as_tritons(start_triton: Callable[..., Triton]) -> None:
+    # tritonserver 2.51 (measured): gRPC lists every value of a setting given more than once (its HTTP body repeats
+    # the key, of which JSON readers keep the last), and the batch span processor's defaults follow the settings
+    # given, bsp_max_export_batch_size first. gRPC listed only the last resource, and the defaults in reverse.
+    given = ["resource=a=b", "bsp_schedule_delay=10", "url=localhost:1/v1/traces", "resource=c=d"]
+    entries = ["mode=opentelemetry", *(f"opentelemetry,{entry}" for entry in given)]
+    triton = start_triton(_bind, allow_metrics=False, trace_config=entries)
+    document = get_json(triton.http_port, "/v2/trace/setting")[1]
+    mode_settings = ["resource", "bsp_schedule_delay", "url", "bsp_max_export_batch_size", "bsp_max_queue_size"]
+    assert list(document) == ["trace_level", "trace_rate", "trace_count", "trace_mode", *mode_settings]
+    assert document["resource"] == "c=d"
+    grpc = grpcclient.InferenceServerClient(grpc_url(triton))
+    settings = grpc.get_trace_settings(as_json=True)["settings"]
+    assert settings["resource"] == {"value": ["a=b", "c=d"]} and settings["bsp_schedule_delay"] == {"value": ["10"]}
+    updated = grpc.update_trace_settings(settings={"trace_rate": "3"}, as_json=True)["settings"]
+    assert updated["resource"] == {"value": ["a=b", "c=d"]} and updated["trace_rate"] == {"value": ["3"]}
+    grpc.close()
+
+
 def test_opentelemetry_exports_request_queue_and_compute_spans(start_triton: Callable[..., Triton]) -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

@@ -17,7 +17,8 @@ TRACE_MODES = ("triton", "opentelemetry")
 TRACE_LEVELS = ("TIMESTAMPS", "TENSORS")
 LOG_FORMATS = ("default", "ISO8601")
 # OpenTelemetry batch span processor settings and Triton's defaults for them.
-BSP_DEFAULTS = {"bsp_max_queue_size": 2048, "bsp_schedule_delay": 5000, "bsp_max_export_batch_size": 512}
+# In the order tritonserver 2.51 lists them, after the settings given (measured)
+BSP_DEFAULTS = {"bsp_max_export_batch_size": 512, "bsp_schedule_delay": 5000, "bsp_max_queue_size": 2048}
 _LEVEL_WORDS = {"false": (), "off": (), "true": ("TIMESTAMPS",), "on": ("TIMESTAMPS",), "min": ("TIMESTAMPS",)}
 _LEVEL_WORDS.update({"max": ("TIMESTAMPS",), "timestamps": ("TIMESTAMPS",), "tensors": ("TENSORS",)})
 _LOG_BOOLS = ("log_info", "log_warning", "log_error")
@@ -248,6 +249,17 @@ class TraceSettings:
         document["trace_mode"] = config.mode
         for key, value in config.mode_settings:
             document[key] = value
+        return document
+
+    def grpc_document(self, model: str = "") -> Dict[str, List[str]]:
+        """The settings as Triton's gRPC TraceSetting lists them: each a list of strings.
+
+        A mode setting given more than once (opentelemetry `resource`) comes with all its values in order, where
+        `document` (HTTP) keeps the last.
+        """
+        document = {key: value if isinstance(value, list) else [value] for key, value in self.document(model).items()}
+        for key, _ in self.config.mode_settings:
+            document[key] = [value for name, value in self.config.mode_settings if name == key]
         return document
 
     def update(

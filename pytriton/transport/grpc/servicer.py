@@ -198,7 +198,7 @@ class InferenceServicer:
             raise InferenceError.invalid(f"Request for unknown model : {model}")
         if request.settings:
             settings.trace.update(settings_codec.trace_changes(request), model, grpc_words=True)
-        return settings_codec.trace_response(settings.trace.document(model))
+        return settings_codec.trace_response(settings.trace.grpc_document(model))
 
     def _runtime_settings(self, what: str) -> ServerSettings:
         """The server's settings, or UNIMPLEMENTED when this servicer has none."""
