@@ -14,7 +14,7 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
-from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write
+from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol import documents
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, GRPC_RULES, RequestOptions, split_parameters
@@ -89,10 +89,12 @@ def decode_infer_request(
     forwarded_headers: Optional[Mapping[str, str]] = None,
     memory: Optional[SystemSharedMemory] = None,
     data: Optional[bytes] = None,
+    deferred: Optional[List[Read]] = None,
 ) -> DecodedRequest:
     """Decode a ModelInferRequest; `raw_contents` overrides its raw_input_contents (already split off).
 
-    Inputs in shared memory (which have no raw contents) are read from the regions of `memory`. `data`, the
+    Inputs in shared memory (which have no raw contents) are read from the regions of `memory`; with `deferred`,
+    large reads are added there instead, for the caller to carry out (`off_loop.read_off_loop`) first. `data`, the
     message's bytes when the transport has them, finds what an earlier request of the same bytes said.
     """
     contents = message.raw_input_contents if raw_contents is None else raw_contents
@@ -166,7 +168,7 @@ def decode_infer_request(
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
         if reads:
-            SystemSharedMemory.read_all(reads)
+            SystemSharedMemory.read_all(reads, deferred)
     except InferenceError as error:
         if error.of_request:  # Triton's core names the request
             raise error.for_request(message.id) from None
@@ -681,10 +683,12 @@ def encode_infer_response(
     final: Optional[bool] = None,
     decoded: Optional[DecodedRequest] = None,
     memory: Optional[SystemSharedMemory] = None,
+    deferred: Optional[List[WriteRun]] = None,
 ) -> EncodedResponse:
     """A response with raw outputs; `final` sets the triton_final_response parameter (streams).
 
-    Outputs `decoded` placed in shared memory are written into their regions of `memory` and have empty contents.
+    Outputs `decoded` placed in shared memory are written into their regions of `memory` and have empty contents;
+    with `deferred`, large writes are added there, for the caller to carry out (`off_loop.write_off_loop`).
     """
     message = service_pb2.ModelInferResponse(model_name=spec.name, model_version=spec.version_str, id=request_id)
     add_output = message.outputs.add
@@ -705,7 +709,7 @@ def encode_infer_response(
         else:
             raw_outputs.append(raw_from_array(output.array, output.datatype))
     if writes:
-        (memory or _memory(memory)).write_all(writes)
+        (memory or _memory(memory)).write_all(writes, deferred)
     if spec.ensemble is not None and response.outputs:  # Triton's ensemble answers with its steps' sequence
         # parameters (an answer without outputs, a step having left them out, with none)
         given = {**ENSEMBLE_RESPONSE_PARAMETERS, **(response.parameters or {})}

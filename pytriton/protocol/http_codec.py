@@ -11,7 +11,7 @@ from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
-from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write
+from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol import json_text
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, split_parameters
@@ -56,10 +56,12 @@ def decode_infer_request(
     header_length: Optional[int],
     forwarded_headers: Optional[Mapping[str, str]] = None,
     memory: Optional[SystemSharedMemory] = None,
+    deferred: Optional[List[Read]] = None,
 ) -> Tuple[InferenceRequest, OutputFormat]:
     """Decode an infer request body (JSON, optionally followed by binary tensors); also say which outputs go binary.
 
-    Tensors in shared memory are read from, or checked against, the regions of `memory`.
+    Tensors in shared memory are read from, or checked against, the regions of `memory`; with `deferred`, large
+    reads are added there instead, for the caller to carry out (`off_loop.read_off_loop`) before using the request.
     """
     size = len(body)
     if header_length is None:
@@ -74,7 +76,7 @@ def decode_infer_request(
     key = _plan_key(header)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
-        return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory)
+        return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory, deferred)
     document = parse_json_object(header)
     # What tritonserver's HTTP frontend reads, in its order: the id, the parameters, every input (header, source,
     # binary bytes, JSON data), the outputs; only then does its core check them against the model.
@@ -168,7 +170,7 @@ def decode_infer_request(
             raise _refusal(spec, raw_inputs, refused, refusal)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
-            SystemSharedMemory.read_all(reads)
+            SystemSharedMemory.read_all(reads, deferred)
     except InferenceError as error:
         # The refusal kept here has a traceback that holds this frame: without it, that is no reference cycle, so
         # the body goes with the answer, not at the cycle collector's next full pass (1 GiB bodies refused held
@@ -346,6 +348,7 @@ def _decode_planned(
     header_length: int,
     forwarded_headers: Optional[Mapping[str, str]],
     memory: Optional[SystemSharedMemory],
+    deferred: Optional[List[Read]],
 ) -> Tuple[InferenceRequest, OutputFormat]:
     """Decode a request whose JSON header an earlier request had: the checks that depend on more than the header."""
     if forwarded_headers:
@@ -390,7 +393,7 @@ def _decode_planned(
                 raise
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
-            SystemSharedMemory.read_all(reads)
+            SystemSharedMemory.read_all(reads, deferred)
     except InferenceError as error:
         if error.of_request:  # Triton's core names the request
             raise error.for_request(plan.request_id) from None
@@ -651,10 +654,12 @@ def encode_infer_response(
     output_format: OutputFormat,
     memory: Optional[SystemSharedMemory] = None,
     parameters: Optional[Dict[str, Any]] = None,
+    deferred: Optional[List[WriteRun]] = None,
 ) -> Tuple[bytes, Sequence[Any], int]:
     """Encode a response: the JSON part, the binary parts after it (none of 0 bytes), and the JSON part's length.
 
-    Outputs the request placed in shared memory are written into their regions of `memory` and carry no data.
+    Outputs the request placed in shared memory are written into their regions of `memory` and carry no data;
+    with `deferred`, large writes are added there, for the caller to carry out (`off_loop.write_off_loop`).
     """
     outputs: List[Dict[str, Any]] = []
     binary_parts: List[Any] = []
@@ -681,7 +686,7 @@ def encode_infer_response(
             entry["data"] = _in_response(json_from_array, output.array, output.datatype)
         outputs.append(entry)
     if writes:
-        (memory or _memory(memory)).write_all(writes)
+        (memory or _memory(memory)).write_all(writes, deferred)
     document: Dict[str, Any] = {"id": request_id} if request_id else {}  # first, as Triton writes it
     document["model_name"] = spec.name
     document["model_version"] = spec.version_str

@@ -28,6 +28,9 @@ from pytriton.ipc.segments import SegmentTooSmall, SharedMemoryUnavailable, Shar
 MAX_CALL_BYTES = 0x7FFFF000
 # At most this many buffers in one preadv or pwritev (IOV_MAX).
 MAX_BUFFERS = 1024
+# A run of at least this many bytes is read or written by a worker thread when the caller can wait for it
+# (`read_all`'s and `write_all`'s `deferred`): a 1 GiB copy on the event loop stalled every other client for seconds.
+OFF_LOOP_BYTES = 8 << 20
 # Each region holds a file descriptor and a mapping: a bound keeps clients from exhausting the process's descriptors.
 MAX_REGIONS = 512
 # Every registry takes the next of these numbers at its start and at each change of its regions: a number names one
@@ -228,8 +231,11 @@ class SystemSharedMemory:
         self.locate(name, offset, byte_size)
 
     @staticmethod
-    def read_all(reads: Sequence[Read]) -> None:
-        """Fill each array of `reads` from where `locate` put it; consecutive ones in a file: one preadv."""
+    def read_all(reads: Sequence[Read], deferred: Optional[List[Read]] = None) -> None:
+        """Fill each array of `reads` from where `locate` put it; consecutive ones in a file: one preadv.
+
+        With `deferred`, a run of OFF_LOOP_BYTES or more is left to its caller, added there (for `off_loop`).
+        """
         count = len(reads)
         index = 0
         while index < count:
@@ -237,6 +243,9 @@ class SystemSharedMemory:
             end = position + array.nbytes
             index += 1
             if index == count or reads[index][0] != fd or reads[index][1] != end:  # the common case: one array
+                if deferred is not None and end - position >= OFF_LOOP_BYTES:
+                    deferred.append(reads[index - 1])
+                    continue
                 try:
                     # The array itself, a buffer: no memoryview to make (numpy's stubs do not say it is one).
                     if os.preadv(fd, (array,), position) == end - position:  # type: ignore[arg-type]
@@ -245,21 +254,26 @@ class SystemSharedMemory:
                     pass
                 _read_run(fd, position, [array], end - position, name)  # a short read, or an error: read again
                 continue
+            first = index - 1
             buffers = [array]
             while index < count and len(buffers) < MAX_BUFFERS and reads[index][0] == fd and reads[index][1] == end:
                 following = reads[index][2]
                 buffers.append(following)
                 end += following.nbytes
                 index += 1
+            if deferred is not None and end - position >= OFF_LOOP_BYTES:
+                deferred.extend(reads[first:index])
+                continue
             _read_run(fd, position, buffers, end - position, name)
 
-    def write_all(self, writes: Sequence[Write]) -> None:
+    def write_all(self, writes: Sequence[Write], deferred: Optional[List[WriteRun]] = None) -> None:
         """Copy each buffer of `writes` into its region from its offset; consecutive ones in a region: one pwritev.
 
         Regions are looked up here, not at the request's decode: one unregistered since is refused, never written
         through a descriptor that may by now be another file's. A segment the client shrank since its registration
         grows back to hold the bytes written: no fault, and no file check per write (an fstat costs more than the
-        pwrite).
+        pwrite). With `deferred`, a run of OFF_LOOP_BYTES or more is added there (for `off_loop`), not written:
+        checked, with its region's descriptor as it is now.
         """
         count = len(writes)
         index = 0
@@ -271,6 +285,9 @@ class SystemSharedMemory:
                 raise _refusal(name, mapped, offset)
             index += 1
             if index == count or writes[index][0] != name or writes[index][1] != offset + size:  # one buffer
+                if deferred is not None and size >= OFF_LOOP_BYTES:
+                    deferred.append((mapped.fd, mapped.start + offset, [data], size, name))
+                    continue
                 try:
                     if os.pwrite(mapped.fd, data, mapped.start + offset) == size:
                         continue
@@ -287,6 +304,9 @@ class SystemSharedMemory:
                     raise _refusal(name, mapped, offset)
                 buffers.append(following)
                 index += 1
+            if deferred is not None and end - offset >= OFF_LOOP_BYTES:
+                deferred.append((mapped.fd, mapped.start + offset, buffers, end - offset, name))
+                continue
             _write_run(mapped.fd, mapped.start + offset, buffers, end - offset, name)
 
 
@@ -294,6 +314,19 @@ class SystemSharedMemory:
 Read = Tuple[int, int, np.ndarray, str]
 # An output's write: the region's name, the offset in it, and the bytes (C-contiguous).
 Write = Tuple[str, int, Buffer]
+# A run of writes into one file: its descriptor, the position, the buffers, their size together, the region's name.
+WriteRun = Tuple[int, int, List[Buffer], int, str]
+
+
+def read_runs(reads: Sequence[Read]) -> None:
+    """`SystemSharedMemory.read_all(reads)`, for a worker thread."""
+    SystemSharedMemory.read_all(reads)
+
+
+def write_runs(runs: Sequence[WriteRun]) -> None:
+    """Carry out each of `runs` (`write_all`'s deferred ones), for a worker thread."""
+    for fd, position, buffers, size, name in runs:
+        _write_run(fd, position, buffers, size, name)
 
 
 def _read_run(fd: int, position: int, buffers: List[np.ndarray], size: int, name: str) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator, Dict, Optional
+from typing import Any, AsyncIterator, Dict, List, Optional
 
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
+from pytriton.core.shared_memory.off_loop import read_off_loop, write_off_loop
+from pytriton.core.shared_memory.system import Read, WriteRun
 from pytriton.options.header_forwarding import forward_pattern
 from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import (
@@ -156,21 +158,37 @@ class InferenceServicer:
             )
         memory = self._engine.system_memory
         forwarded = self._forwarded_headers(context)
-        decoded = grpc_codec.decode_infer_request(spec, request, frame.raw_inputs, forwarded, memory, frame.data)
+        deferred: List[Read] = []
+        decoded = grpc_codec.decode_infer_request(
+            spec, request, frame.raw_inputs, forwarded, memory, frame.data, deferred
+        )
         if received_ns:
             mark_arrival(decoded.request, received_ns, grpc=True)
         held = decoded.regions and [where.region for where in decoded.regions.values()]
         if held:  # its output regions stay registered until they are written, as Triton keeps them
             memory.hold(held)
         try:
+            if deferred:  # inputs too large to copy on the loop
+                await read_off_loop(deferred)
             response = await model.infer(decoded.request)
+            writes: List[WriteRun] = []
             if received_ns and type(response) is TracedResponse and response.trace.claim():
                 send_ns = time.monotonic_ns()
                 try:
-                    return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
+                    encoded = grpc_codec.encode_infer_response(
+                        spec, decoded.request.id, response, None, decoded, memory, writes
+                    )
+                    if writes:  # outputs too large to copy on the loop
+                        await write_off_loop(writes)
+                    return encoded
                 finally:
                     response.trace.sent("GRPC", (received_ns, received_ns, send_ns, time.monotonic_ns()))
-            return grpc_codec.encode_infer_response(spec, decoded.request.id, response, None, decoded, memory)
+            encoded = grpc_codec.encode_infer_response(
+                spec, decoded.request.id, response, None, decoded, memory, writes
+            )
+            if writes:
+                await write_off_loop(writes)
+            return encoded
         finally:
             if held:
                 memory.release(held)

@@ -19,6 +19,8 @@ from typing import Any, AsyncIterator, Deque, List, Mapping, Optional, Set
 
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.serving import ServingEngine
+from pytriton.core.shared_memory.off_loop import read_off_loop, write_off_loop
+from pytriton.core.shared_memory.system import Read, WriteRun
 from pytriton.core.spec import ModelSpec
 from pytriton.core.waiters import Room, wake
 from pytriton.protocol import grpc_codec
@@ -179,20 +181,34 @@ class StreamSession:
                 turn.done = True
                 self._send_ready()
             memory = self._engine.system_memory
+            deferred: List[Read] = []
             decoded = grpc_codec.decode_infer_request(
-                spec, message, frame.raw_inputs, self._forwarded, memory, frame.data
+                spec, message, frame.raw_inputs, self._forwarded, memory, frame.data, deferred
             )
             del frame, message  # the inputs live in the engine request now; do not hold the wire message too
-            responses = model.stream(decoded.request)
-            reached = spec
-            final_sent = False
             held = decoded.regions and [where.region for where in decoded.regions.values()]
             if held:  # its output regions stay registered until they are written, as Triton keeps them
                 memory.hold(held)
             try:
+                if deferred:  # inputs too large to copy on the loop
+                    await read_off_loop(deferred)
+                responses = model.stream(decoded.request)
+            except BaseException:
+                if held:
+                    memory.release(held)
+                raise
+            reached = spec
+            final_sent = False
+            try:
                 async for response in responses:
                     final_sent = response.final
-                    put(grpc_codec.encode_infer_response(spec, request_id, response, response.final, decoded, memory))
+                    writes: List[WriteRun] = []
+                    encoded = grpc_codec.encode_infer_response(
+                        spec, request_id, response, response.final, decoded, memory, writes
+                    )
+                    if writes:  # outputs too large to copy on the loop
+                        await write_off_loop(writes)
+                    put(encoded)
                     del response
                     await self._outbox_room()
             finally:

@@ -16,6 +16,8 @@ from pytriton.core.raw_tensors import unchanging
 from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
+from pytriton.core.shared_memory.off_loop import read_off_loop, write_off_loop
+from pytriton.core.shared_memory.system import Read, WriteRun
 from pytriton.options.access import AccessRules
 from pytriton.options.header_forwarding import forward_pattern
 from pytriton.options.http_routes import ROUTES, find_route, http_category
@@ -365,7 +367,8 @@ class HttpFrontend:
         forwarded = self._forwarded_headers(scope) if self._forward is not None else None
         memory = self._engine.system_memory
         try:
-            request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory)
+            deferred: List[Read] = []
+            request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory, deferred)
             decoded_ns = 0
             if received_ns:
                 decoded_ns = time.monotonic_ns()
@@ -374,10 +377,15 @@ class HttpFrontend:
             if held:  # its output regions stay registered until they are written, as Triton keeps them
                 memory.hold(held)
             try:
+                if deferred:  # inputs too large to copy on the loop (the output regions held meanwhile)
+                    await read_off_loop(deferred)
                 response = await served.infer(request, gone=lambda: until_disconnect(receive))
+                writes: List[WriteRun] = []
                 json_part, binary_parts, json_length = encode_infer_response(
-                    spec, request.id, response, output_format, memory
+                    spec, request.id, response, output_format, memory, None, writes
                 )
+                if writes:  # outputs too large to copy on the loop, written while their regions are held
+                    await write_off_loop(writes)
             finally:
                 if held:
                     memory.release(held)
