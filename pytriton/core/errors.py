@@ -131,11 +131,11 @@ def exception_text(error: BaseException) -> str:
 class CallableRaised(Exception):
     """One of `CONTROL_FLOW` that a callable raised, carried to the loop in its place (`error`).
 
-        Each means something else on the way there: asyncio refuses to set StopIteration on a future (the request
-        was never answered, and its instance never freed); GeneratorExit ends the coroutine or generator it is raised
-        into instead of failing it (never answered either); and CancelledError reads as the cancel of the task that
-        awaits it (answered "the server stopped"); StopIteration and StopAsyncIteration raised on in an async generator
-    are PEP 479's RuntimeError. Raised by the callable, each is its fault, answered as any other.
+    Each means something else on the way there: asyncio refuses to set StopIteration on a future (the request was
+    never answered, and its instance never freed); GeneratorExit ends the coroutine or generator it is raised into
+    instead of failing it (never answered either); CancelledError reads as the cancel of the task that awaits it
+    (answered "the server stopped"); StopIteration and StopAsyncIteration raised on in an async generator are PEP
+    479's RuntimeError. Raised by the callable, each is its fault, answered as any other.
     """
 
     def __init__(self, error: BaseException) -> None:
