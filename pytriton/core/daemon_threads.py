@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Protocol, TypeVar
+
+from pytriton.core.errors import CONTROL_FLOW, CallableRaised
 
 LOGGER = logging.getLogger("pytriton")
+T = TypeVar("T")
 
 
 class DaemonThreads:
@@ -16,7 +20,8 @@ class DaemonThreads:
     Not a ThreadPoolExecutor: Python joins its threads as the interpreter exits, even after shutdown(wait=False),
     so a job that never returns (a route's hung handler) would keep the process alive after the server closed.
     Used by custom routes' plain handlers, in the server (transport/http/custom.py) and in a RemoteTriton
-    (runtime/remote_routes.py).
+    (runtime/remote_routes.py), and by large shared-memory copies (core/shared_memory/off_loop.py); `awaited`
+    runs a call in one for a coroutine.
     """
 
     def __init__(self, most: int, name: str) -> None:
@@ -63,3 +68,45 @@ class DaemonThreads:
             except Exception:  # the thread serves the next job
                 LOGGER.exception("%s: a job failed", self._name)
             del job
+
+
+class Submits(Protocol):
+    """What runs jobs in threads: a DaemonThreads (or a stand-in of a test's)."""
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run `job()` in a thread."""
+
+
+def awaited(pool: Submits, call: Callable[[], T]) -> asyncio.Future[T]:
+    """Run `call()` in one of `pool`'s threads; the returned future, on the running loop, gets its outcome.
+
+    A waiter that gives up (cancels the future) leaves the call to finish on its own. What the call raises of
+    CONTROL_FLOW comes as a CallableRaised: asyncio refuses a StopIteration on a future, which then never settled.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def job() -> None:
+        result: Any = None
+        error: Optional[BaseException] = None
+        try:
+            result = call()
+        except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
+            error = CallableRaised(raised) if isinstance(raised, CONTROL_FLOW) else raised
+        try:
+            loop.call_soon_threadsafe(_settle, future, result, error)
+        except RuntimeError:  # the loop closed while the call ran: nobody waits for it
+            pass
+
+    pool.submit(job)
+    return future
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
+    """On the loop: a call's outcome, unless its waiter gave up."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -9,11 +9,10 @@ the region's unregistration are its own.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Callable, Dict, List, Optional, Sequence
 
-from pytriton.core.daemon_threads import DaemonThreads
+from pytriton.core.daemon_threads import DaemonThreads, awaited
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, WriteRun, read_runs, write_runs
 
 # The threads that copy; a few, as each copy is bound by the memory's bandwidth more than by a core.
@@ -65,31 +64,12 @@ def _duplicates(fds: List[int]) -> Optional[Dict[int, int]]:
 
 async def _in_thread(job: Callable[[], None], dups: Dict[int, int]) -> None:
     """Run `job` in one of COPIERS, then close `dups`; a cancelled waiter leaves it to finish on its own."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
 
     def work() -> None:
-        error: Optional[BaseException] = None
         try:
             job()
-        except BaseException as raised:  # noqa: BLE001 - the request's error, raised where it waits
-            error = raised
         finally:
             for dup in dups.values():
                 os.close(dup)
-        try:
-            loop.call_soon_threadsafe(_settle, done, error)
-        except RuntimeError:  # the loop closed meanwhile: nobody waits
-            pass
 
-    COPIERS.submit(work)
-    await done
-
-
-def _settle(done: asyncio.Future[None], error: Optional[BaseException]) -> None:
-    if done.cancelled():
-        return
-    if error is not None:
-        done.set_exception(error)
-    else:
-        done.set_result(None)
+    await awaited(COPIERS, work)

@@ -25,8 +25,8 @@ from urllib.parse import parse_qsl
 import orjson
 
 from pytriton.core.composition.path import CURRENT, CallPath, Models
-from pytriton.core.daemon_threads import DaemonThreads
-from pytriton.core.errors import CONTROL_FLOW, CallableRaised, InferenceError, callable_error, exception_text
+from pytriton.core.daemon_threads import DaemonThreads, awaited
+from pytriton.core.errors import CallableRaised, InferenceError, callable_error, exception_text
 from pytriton.options.routes import CustomRoutes, Match
 from pytriton.transport.http.responses import JSON_TYPE, Receive, Scope, Send, send_error, until_disconnect
 
@@ -226,41 +226,6 @@ def _drop_outcome(handler: asyncio.Future[Any]) -> None:
         handler.exception()
 
 
-def _in_thread(call: Callable[[], Any]) -> asyncio.Future[Any]:
-    """Run `call()` in one of the handlers' daemon threads; the future (on the running loop) gets its outcome.
-
-    Not the loop's default executor: its threads are joined as the interpreter exits, so a handler still running
-    when the server stopped would hold the process until it returned (core/daemon_threads.py).
-    """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def job() -> None:
-        result: Any = None
-        error: Optional[BaseException] = None
-        try:
-            result = call()
-        except BaseException as raised:  # noqa: BLE001 - handed to the waiter on the loop
-            error = CallableRaised(raised) if isinstance(raised, CONTROL_FLOW) else raised  # as an inference callable's
-        try:
-            loop.call_soon_threadsafe(_settle, future, result, error)
-        except RuntimeError:  # the loop closed while the handler ran: nobody waits for it
-            pass
-
-    _HANDLER_THREADS.submit(job)
-    return future
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
-    """On the loop: a handler's outcome, unless it was given up."""
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
 # As many as the loop's default executor would have had.
 _HANDLER_THREADS = DaemonThreads(min(32, (os.cpu_count() or 1) + 4), "pytriton-route")
 
@@ -279,7 +244,9 @@ async def _run_handler(handler: Any, request: RouteRequest) -> Any:
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
             return await handler(request)
         context = contextvars.copy_context()
-        result = await _in_thread(functools.partial(context.run, handler, request))
+        # Not the loop's default executor: its threads are joined as the interpreter exits, so a handler still
+        # running when the server stopped would hold the process until it returned (core/daemon_threads.py).
+        result = await awaited(_HANDLER_THREADS, functools.partial(context.run, handler, request))
         if inspect.isawaitable(result):
             return await result
         return result
