@@ -9,7 +9,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import httpx
 import numpy as np
@@ -699,6 +699,18 @@ def test_a_whole_answer_of_an_endless_generator_ends_at_max_answer_bytes() -> No
         assert sum(len(chunk.choices[0].delta.content or "") for chunk in streamed if chunk.choices) == 40 * 65536
 
 
+def _counted_by(token_counter: Callable[[str], int]) -> Callable[[Triton], None]:
+    """Binds the toy chat model as "counted", its prompts counted by `token_counter`."""
+
+    def bind(triton: Triton) -> None:
+        option = OpenAIChat(token_counter=token_counter)
+        triton.bind(
+            "counted", openai_models.toy, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=option
+        )
+
+    return bind
+
+
 def test_a_slow_token_counter_on_a_large_prompt_holds_no_other_client() -> None:
     """A tokenizer counting a prompt of megabytes ran on the event loop: every other client waited for it."""
     counting = threading.Event()
@@ -710,13 +722,7 @@ def test_a_slow_token_counter_on_a_large_prompt_holds_no_other_client() -> None:
             release.wait(30)
         return len(text.split())
 
-    def bind(triton: Triton) -> None:
-        option = OpenAIChat(token_counter=token_counter)
-        triton.bind(
-            "counted", openai_models.toy, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=option
-        )
-
-    with running_triton(bind) as triton, sdk_client(triton.http_port, timeout=20) as sdk:
+    with running_triton(_counted_by(token_counter)) as triton, sdk_client(triton.http_port, timeout=20) as sdk:
         large = [{"role": "user", "content": "word " * 50_000}]
         results: List[Any] = []
         worker = threading.Thread(
@@ -741,13 +747,7 @@ def test_a_token_counter_that_raises_stop_iteration_on_a_large_prompt_fails_its_
             return next(iter(()))
         return len(text.split())
 
-    def bind(triton: Triton) -> None:
-        option = OpenAIChat(token_counter=token_counter)
-        triton.bind(
-            "counted", openai_models.toy, [TEXT_IN], [TEXT_OUT], config=ModelConfig(decoupled=True), openai=option
-        )
-
-    with running_triton(bind) as triton, sdk_client(triton.http_port, timeout=20) as sdk:
+    with running_triton(_counted_by(token_counter)) as triton, sdk_client(triton.http_port, timeout=20) as sdk:
         with pytest.raises(openai.InternalServerError):
             sdk.chat.completions.create(model="counted", messages=[{"role": "user", "content": "word " * 50_000}])
         assert sdk.chat.completions.create(model="counted", messages=USER).choices[0].finish_reason == "stop"

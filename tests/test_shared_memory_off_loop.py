@@ -10,7 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import queue
-import secrets
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -26,6 +25,7 @@ from pytriton.core.shared_memory.system import OFF_LOOP_BYTES
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.test_system_shared_memory import Segment
 
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
 AUTH = {"http": HTTP_AUTH, "grpc": GRPC_AUTH}
@@ -63,17 +63,6 @@ def _bind(triton: Triton) -> None:
 def triton() -> Iterator[Triton]:
     with running_triton(_bind, allow_metrics=False) as server:
         yield server
-
-
-class Segment:
-    """A POSIX shared-memory segment of `size` bytes, made with tritonclient's helpers, destroyed at the end."""
-
-    def __init__(self, size: int) -> None:
-        self.key = f"/pytriton-test-{secrets.token_hex(6)}"
-        self.handle = shm.create_shared_memory_region(self.key[1:], self.key, size)
-
-    def destroy(self) -> None:
-        shm.destroy_shared_memory_region(self.handle)
 
 
 @pytest.fixture
