@@ -16,10 +16,10 @@ from pytriton.instances import ProcessInstances
 from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePolicy, VertextAILifecyclePolicy
 from pytriton.model_config.triton_model_config import TritonModelConfig
 from pytriton.models import as_callables, build_model, rebound_config
-from pytriton.options.frontends import resolve_frontends
+from pytriton.options.frontends import frontend_processes, resolve_frontends
 from pytriton.options.limits import ServerLimits
 from pytriton.options.model_trace import model_trace_setting
-from pytriton.options.openai import resolve_openai_port
+from pytriton.options.openai import ensure_sendable, resolve_openai_port
 from pytriton.runtime.logging_setup import configure_logging
 from pytriton.runtime.options import resolve_options
 from pytriton.runtime.server import ServerRuntime
@@ -225,6 +225,8 @@ class Triton(TritonBase):
     def _bind_model(self, binding: Binding) -> None:
         """Add a model to the engine and let decorators find its config."""
         model_name = binding.model_name
+        if binding.openai is not None and frontend_processes(self._options.frontends):
+            ensure_sendable(binding.openai)  # here, not later on the loop, where the frontends would lose it
         processes: Optional[ProcessInstances] = None
         callables: List[Callable[..., Any]] = []
         if isinstance(binding.infer_func, ProcessInstances):

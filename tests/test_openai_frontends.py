@@ -6,11 +6,14 @@ metrics counted once per request on the hub. Also: its own port, process instanc
 
 from __future__ import annotations
 
-from typing import Iterator
+import re
+import threading
+from typing import Any, Iterator
 
 import openai
 import pytest
 
+from pytriton.exceptions import PyTritonValidationError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig
 from pytriton.openai import OpenAIChat
@@ -131,3 +134,42 @@ def test_a_model_bound_through_remote_triton_answers_the_openai_api() -> None:
             with sdk_client(server.http_port) as client:
                 answer = client.chat.completions.create(model="remote-toy", messages=USER, max_tokens=2)
         assert answer.choices[0].message.content == "".join(tokens_for("Say something.", 2))
+
+
+def test_an_option_that_cannot_reach_another_process_is_refused_at_bind_in_words() -> None:
+    """A token counter holding a lock bound while frontends served: bind returned, the hub's message carrying the
+    model to the frontend failed to pickle on its loop (with the other messages of that batch), the frontend was
+    killed 30 s later for taking no change, and could never start again. Bound before run(), run() raised pickle's
+    TypeError; through a RemoteTriton, bind did."""
+    lock = threading.Lock()
+
+    def counter(text: str) -> int:
+        with lock:
+            return len(text.split())
+
+    def bind_counted(server: Any) -> None:
+        server.bind(
+            "counted",
+            openai_models.toy,
+            [openai_models.TEXT_IN],
+            [openai_models.TEXT_OUT],
+            config=ModelConfig(decoupled=True),
+            openai=OpenAIChat(token_counter=counter),
+        )
+
+    words = "OpenAIChat's token_counter cannot be sent to another process (TypeError: cannot pickle '_thread.lock'"
+    before = Triton(config=TritonConfig(http_port=0, grpc_port=0, metrics_port=0), frontends=2)
+    with pytest.raises(PyTritonValidationError, match=re.escape(words)):
+        bind_counted(before)
+    before.stop()
+    with running_triton(openai_models.bind_models, frontends=2) as server:
+        with pytest.raises(PyTritonValidationError, match=re.escape(words)):
+            bind_counted(server)
+        with RemoteTriton(url=f"http://127.0.0.1:{server.http_port}") as remote:
+            with pytest.raises(PyTritonValidationError, match=re.escape(words)):
+                bind_counted(remote)
+        for _ in range(3):  # new connections: each process serves some, the frontend among them
+            with sdk_client(server.http_port) as client:
+                answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=2)
+                assert answer.choices[0].message.content == "".join(tokens_for(default_prompt("Say something."), 2))
+                assert "counted" not in {model.id for model in client.models.list()}

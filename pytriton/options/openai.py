@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -27,7 +28,40 @@ class _ByValue:
 
     def __reduce__(self) -> Tuple[Any, ...]:
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}  # type: ignore[arg-type]
-        return (_rebuild, (type(self), cloudpickle.dumps(fields)))
+        try:
+            pickled = cloudpickle.dumps(fields)
+        except Exception as error:  # noqa: BLE001 - whatever pickling raises, the user reads which field and why
+            raise PyTritonValidationError(_cannot_travel(self, fields, error)) from None
+        return (_rebuild, (type(self), pickled))
+
+
+def _cannot_travel(option: Any, fields: Dict[str, Any], error: Exception) -> str:
+    """Why `option` cannot reach another process: its first field that does not pickle, and what to do."""
+    name = next((key for key, value in fields.items() if not _pickles(value)), None)
+    what = type(option).__name__ if name is None else f"{type(option).__name__}'s {name}"
+    return (
+        f"{what} cannot be sent to another process ({type(error).__name__}: {error}): frontend processes "
+        "(frontends >= 2) and the server a RemoteTriton binds into get it by value (cloudpickle). Give one that "
+        "pickles (one that makes what it holds, a lock or a native handle, on its first call); a Triton with "
+        "frontends=1 keeps it in its own process"
+    )
+
+
+def _pickles(value: Any) -> bool:
+    try:
+        cloudpickle.dumps(value)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def ensure_sendable(option: Any) -> None:
+    """Raise now what sending `option` to a frontend process would raise later, on the server's loop.
+
+    Raises:
+        PyTritonValidationError: a field of it does not pickle.
+    """
+    pickle.dumps(option, pickle.HIGHEST_PROTOCOL)
 
 
 def _rebuild(kind: Any, pickled: bytes) -> Any:
