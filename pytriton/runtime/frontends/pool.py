@@ -216,12 +216,15 @@ class FrontendPool:
         self._hand_held()
 
     async def steer(self) -> None:
-        """Every frontend's answers ask their clients to reconnect from now on; return once all do."""
-        await self._broadcast("steer")
+        """Every frontend's answers ask their clients to reconnect from now on; return once all do.
+
+        A frontend silent for TELL_TIMEOUT_S is killed (as by `_answer`): the lame duck waited for it, unready never.
+        """
+        await self._broadcast("steer", answered=True)
 
     async def leave(self) -> None:
-        """Keep serving, but ask every client to reconnect elsewhere (the lame duck before a stop)."""
-        await self._broadcast("leave")
+        """Keep serving, but ask every client to reconnect elsewhere (the lame duck before a stop); as `steer`."""
+        await self._broadcast("leave", answered=True)
 
     def hurry(self) -> None:
         """Stop waiting for answers still leaving (a second signal)."""
@@ -241,7 +244,11 @@ class FrontendPool:
         for task in self._restarts.values():
             task.cancel()
         deadline = time.monotonic() + sending_s + 2.0
-        await self._broadcast("stop", sending_s)
+        # Its answer comes once its answers under way are sent; one that never comes (a frontend stopped, its loop
+        # wedged) held the stop until the caller gave up on it, past exit_timeout_secs: it is killed at the deadline.
+        told = asyncio.ensure_future(self._broadcast("stop", sending_s))
+        await asyncio.wait([told], timeout=max(deadline - time.monotonic(), 0.0))
+        told.cancel()
         await asyncio.gather(*(self._ended(frontend, deadline) for frontend in self._frontends))
 
     async def _ended(self, frontend: _Frontend, deadline: float) -> None:
@@ -459,8 +466,12 @@ class FrontendPool:
         if told is None or told[3] != mirror[3]:
             await link.calls.call("trace_stamps", mirror[3])
 
-    async def _answer(self, frontend: _Frontend, calls: Awaitable[Any]) -> Any:
+    async def _answer(
+        self, frontend: _Frontend, calls: Awaitable[Any], what: str = "took no change of the server's state"
+    ) -> Any:
         """What `calls` to a frontend come to; one silent for TELL_TIMEOUT_S is killed (it is started again).
+
+        `what` says what it did not do, in the log.
 
         Raises:
             TimeoutError: it was silent that long.
@@ -471,9 +482,10 @@ class FrontendPool:
             process = frontend.process
             if process is not None and frontend.link is not None and not frontend.link.closed:
                 LOGGER.error(
-                    "frontend %d (pid %d) took no change of the server's state for %g s: killed, to be started again",
+                    "frontend %d (pid %d) %s for %g s: killed, to be started again",
                     frontend.number,
                     process.pid,
+                    what,
                     TELL_TIMEOUT_S,
                 )
                 process.kill()
@@ -537,12 +549,16 @@ class FrontendPool:
             calls.append(link.calls.call("change_regions", chunk, removed if start == 0 else [], fds=fds))
         return calls, len(changed) + len(removed)
 
-    async def _broadcast(self, what: str, *args: Any) -> None:
-        """Call `what(*args)` on every frontend that is up; return once all have answered (or died)."""
+    async def _broadcast(self, what: str, *args: Any, answered: bool = False) -> None:
+        """Call `what(*args)` on every frontend that is up; return once all have answered (or died).
+
+        With `answered`, one silent for TELL_TIMEOUT_S is killed (`_answer`), and counts as died.
+        """
         calls = []
         for frontend in self._up():
             assert frontend.link is not None
-            calls.append(frontend.link.calls.call(what, *args))
+            call = frontend.link.calls.call(what, *args)
+            calls.append(self._answer(frontend, call, f"did not answer '{what}'") if answered else call)
         await asyncio.gather(*calls, return_exceptions=True)
 
     def _up(self) -> List[_Frontend]:
