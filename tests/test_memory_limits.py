@@ -40,6 +40,9 @@ SQUEEZABLE_SERVER = textwrap.dedent(
         resource.setrlimit(resource.RLIMIT_AS, LIMIT)
         return "released"
 
+    def ones(requests):
+        return [{"ones": np.ones(int(request["x"][0]), np.float32)} for request in requests]
+
     def total(requests):
         return [{"total": np.array([request["x"].sum()], np.float64)} for request in requests]
 
@@ -51,6 +54,13 @@ SQUEEZABLE_SERVER = textwrap.dedent(
                 total,
                 inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
                 outputs=[Tensor(name="total", dtype=np.float64, shape=(1,))],
+                config=ModelConfig(batching=False),
+            )
+            triton.bind(
+                "ones",
+                ones,
+                inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+                outputs=[Tensor(name="ones", dtype=np.float32, shape=(-1,))],
                 config=ModelConfig(batching=False),
             )
             triton.add_route("/squeeze", squeeze)
@@ -176,3 +186,24 @@ def test_a_message_the_server_has_no_memory_for_fails_its_call_alone(squeezable:
     finally:
         client.close()
     assert _post(http_port, "/release") == (200, b"released")
+
+
+def test_a_response_the_server_has_no_memory_to_encode_is_a_500_that_says_so(squeezable: Tuple[int, int]) -> None:
+    """Binary outputs are joined into the body once. A MemoryError there, which says nothing, was answered
+    "internal server error: " and nothing more; its type is named now. The server serves on."""
+    port, _ = squeezable
+    count = 40 << 20  # 160 MiB of FP32 ones: the callable has room for them, the body not for a copy as well
+    header = json.dumps(
+        {
+            "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [count]}],
+            "outputs": [{"name": "ones", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    assert _post(port, "/squeeze?mib=256") == (200, b"squeezed")
+    status, body = _post(port, "/v2/models/ones/infer", header)
+    assert (status, json.loads(body)) == (500, {"error": "internal server error: MemoryError"})
+    status, body = _total(port, np.ones(4, np.float32))
+    assert status == 200 and json.loads(body)["outputs"][0]["data"] == [4.0], body
+    assert _post(port, "/release") == (200, b"released")
+    status, body = _post(port, "/v2/models/ones/infer", header)
+    assert status == 200 and len(body) > count * 4, body[:200]
