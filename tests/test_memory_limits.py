@@ -8,7 +8,7 @@ import pathlib
 import struct
 import subprocess
 import textwrap
-from typing import Iterator, Tuple
+from typing import Any, Iterator, Tuple
 
 import numpy as np
 import pytest
@@ -207,3 +207,75 @@ def test_a_response_the_server_has_no_memory_to_encode_is_a_500_that_says_so(squ
     assert _post(port, "/release") == (200, b"released")
     status, body = _post(port, "/v2/models/ones/infer", header)
     assert status == 200 and len(body) > count * 4, body[:200]
+
+
+# A process instance that limits its own memory when asked (`x` = [-N]: N MiB more from then on; [0]: no limit).
+SELF_SQUEEZING_SERVER = textwrap.dedent(
+    """
+    import os, resource
+    import numpy as np
+    from pytriton.instances import ProcessInstances
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    LIMIT = resource.getrlimit(resource.RLIMIT_AS)
+
+    def mapped():
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+
+    def total(requests):
+        for request in requests:
+            x = request["x"]
+            if x.size == 1 and x[0] < 0:
+                resource.setrlimit(resource.RLIMIT_AS, (mapped() + (int(-x[0]) << 20), LIMIT[1]))
+            elif x.size == 1 and x[0] == 0:
+                resource.setrlimit(resource.RLIMIT_AS, LIMIT)
+        return [{"total": np.array([r["x"].sum()], np.float64), "pid": np.array([os.getpid()])} for r in requests]
+
+    if __name__ == "__main__":
+        with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
+            triton.bind(
+                "total",
+                ProcessInstances(total),
+                inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                outputs=[
+                    Tensor(name="total", dtype=np.float64, shape=(1,)),
+                    Tensor(name="pid", dtype=np.int64, shape=(1,)),
+                ],
+                config=ModelConfig(batching=False),
+            )
+            triton.run()
+            print(triton.http_port, flush=True)
+            triton.serve()
+    """
+)
+
+
+def test_an_instance_process_with_no_memory_to_map_a_batch_fails_that_batch_and_lives(tmp_path: pathlib.Path) -> None:
+    """A batch larger than the instance process's input arena comes with a new one, which the process maps. At its
+    memory limit that failed, and the process exited (status 1): the model was started again, its state lost. Now
+    that batch fails alone, saying why, and the next one brings a new arena."""
+    server: subprocess.Popen[str] = start_script(tmp_path, SELF_SQUEEZING_SERVER)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+
+        def total(values: np.ndarray) -> Tuple[int, Any]:
+            status, body = _total(port, values)
+            return status, json.loads(body)
+
+        status, first = total(np.array([-32], np.float32))  # 32 MiB more for the process from now on
+        assert status == 200, first
+        pid = first["outputs"][1]["data"]
+        status, refused = total(np.ones(1 << 24, np.float32))  # 64 MiB: a new arena, more than the process may map
+        assert status == 500, refused
+        assert refused["error"].startswith("BatchNotSent: model 'total' instance 0 could not map the batch's inputs: ")
+        assert "Cannot allocate memory" in refused["error"], refused
+        status, answer = total(np.array([0], np.float32))  # no limit any more
+        assert status == 200 and answer["outputs"][1]["data"] == pid, answer
+        status, answer = total(np.ones(1 << 24, np.float32))
+        assert status == 200 and answer["outputs"][0]["data"] == [float(1 << 24)], answer
+        assert answer["outputs"][1]["data"] == pid, answer  # the same process throughout
+    finally:
+        stop_script(server)

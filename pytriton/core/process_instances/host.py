@@ -23,7 +23,7 @@ import numpy as np
 from pytriton.core.composition.path import CallArguments, ModelCallError
 from pytriton.core.composition.process_callers import set_process_caller
 from pytriton.core.custom_metrics import REGISTRY, stay_in_model_scope
-from pytriton.core.errors import Status
+from pytriton.core.errors import Status, exception_text
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
@@ -36,6 +36,8 @@ from pytriton.core.process_instances.protocol import (
     EXIT,
     FAILURE,
     FORGET,
+    INPUTS_NOT_MAPPED,
+    INPUTS_NOT_MAPPED_BY,
     JOB,
     METRICS,
     MODEL_ANSWER,
@@ -47,6 +49,7 @@ from pytriton.core.process_instances.protocol import (
     STEPS_AHEAD,
     STEPS_TAKEN,
     STOP,
+    ErrorInfo,
     Init,
     error_info,
     pack_result,
@@ -54,6 +57,7 @@ from pytriton.core.process_instances.protocol import (
 from pytriton.core.process_instances.result_arena import ResultArena
 from pytriton.core.sequences.states import SequenceStates
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
+from pytriton.ipc.segments import SharedMemoryUnavailable
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.ipc.tensors import ArenaWriter, Buffer
 from pytriton.proxy.types import Request, mark_cancelled
@@ -166,7 +170,14 @@ class InstanceHost:
         for done in given_back:
             self._outputs.give_back(done)
         if arena:
-            self._inputs.reader.adopt(arena, message.fds)
+            try:
+                self._inputs.reader.adopt(arena, message.fds)
+            except SharedMemoryUnavailable as error:  # the process's memory limit: this job fails, the process lives
+                unmapped = ErrorInfo(
+                    INPUTS_NOT_MAPPED, INPUTS_NOT_MAPPED_BY, exception_text(error), traceback.format_exc(), None
+                )
+                self._send(encode((FAILURE, job_id, unmapped, self._inputs.take_released())))
+                return
         failure = None
         try:
             if streaming:

@@ -36,6 +36,8 @@ from pytriton.core.process_instances.protocol import (
     EXIT,
     FAILURE,
     FORGET,
+    INPUTS_NOT_MAPPED,
+    INPUTS_NOT_MAPPED_BY,
     JOB,
     METRICS,
     MODEL_CALL,
@@ -396,7 +398,13 @@ class ProcessInstance:
         elif tag == FAILURE:
             link.inputs.released(head[3])
             self._finish_job()
-            job.fail(rebuild_error(head[2]))
+            info = head[2]
+            if info.type_name == INPUTS_NOT_MAPPED and info.module == INPUTS_NOT_MAPPED_BY:
+                link.inputs.close()  # the process has no arena now: the next job sends one
+                reason = f"could not map the batch's inputs: {info.message}"
+                job.fail(BatchNotSent(f"model '{self.model_name}' instance {self.index} {reason}"))
+            else:
+                job.fail(rebuild_error(head[2]))
         elif tag == END:
             link.inputs.released(head[2])
             self._finish_job()

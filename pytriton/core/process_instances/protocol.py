@@ -76,6 +76,12 @@ class Init(NamedTuple):
     model_version: str = ""  # what custom metrics made in the process are labelled with, and `model_name`
 
 
+# The type name of the failure of a job whose new input arena the process could not map (its memory limit): the
+# server then sends the next job a new arena, as it does after a batch it could not send.
+INPUTS_NOT_MAPPED = "InputsNotMapped"
+INPUTS_NOT_MAPPED_BY = "pytriton.core.process_instances.host"  # its module, which no callable's exception names
+
+
 class ErrorInfo(NamedTuple):
     """An exception of the instance process, sendable whatever its class."""
 
