@@ -94,8 +94,8 @@ def _post(port: int, path: str, body: bytes = b"{}") -> Tuple[int, bytes]:
         connection.close()
 
 
-def _total(port: int, values: np.ndarray) -> Tuple[int, bytes]:
-    """POST `values` (FP32) to model `total` in the binary tensor extension."""
+def _total(port: int, values: np.ndarray, model: str = "total") -> Tuple[int, bytes]:
+    """POST `values` (FP32) to `model` in the binary tensor extension."""
     header = json.dumps(
         {
             "inputs": [
@@ -112,7 +112,7 @@ def _total(port: int, values: np.ndarray) -> Tuple[int, bytes]:
     try:
         connection.request(
             "POST",
-            "/v2/models/total/infer",
+            f"/v2/models/{model}/infer",
             header + values.tobytes(),
             {"Inference-Header-Content-Length": str(len(header))},
         )
@@ -235,16 +235,17 @@ SELF_SQUEEZING_SERVER = textwrap.dedent(
 
     if __name__ == "__main__":
         with Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False)) as triton:
-            triton.bind(
-                "total",
-                ProcessInstances(total),
-                inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
-                outputs=[
-                    Tensor(name="total", dtype=np.float64, shape=(1,)),
-                    Tensor(name="pid", dtype=np.int64, shape=(1,)),
-                ],
-                config=ModelConfig(batching=False),
-            )
+            for name, budget in (("total", None), ("in_body", 0)):  # in_body: every input travels in the message
+                triton.bind(
+                    name,
+                    ProcessInstances(total) if budget is None else ProcessInstances(total, shm_budget_bytes=budget),
+                    inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                    outputs=[
+                        Tensor(name="total", dtype=np.float64, shape=(1,)),
+                        Tensor(name="pid", dtype=np.int64, shape=(1,)),
+                    ],
+                    config=ModelConfig(batching=False),
+                )
             triton.run()
             print(triton.http_port, flush=True)
             triton.serve()
@@ -252,17 +253,25 @@ SELF_SQUEEZING_SERVER = textwrap.dedent(
 )
 
 
-def test_an_instance_process_with_no_memory_to_map_a_batch_fails_that_batch_and_lives(tmp_path: pathlib.Path) -> None:
-    """A batch larger than the instance process's input arena comes with a new one, which the process maps. At its
-    memory limit that failed, and the process exited (status 1): the model was started again, its state lost. Now
-    that batch fails alone, saying why, and the next one brings a new arena."""
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [("total", "Cannot allocate memory"), ("in_body", f"no memory for its {1 << 26} bytes")],
+    ids=["new arena", "in the message"],
+)
+def test_an_instance_process_with_no_memory_for_a_batch_fails_that_batch_and_lives(
+    tmp_path: pathlib.Path, model: str, why: str
+) -> None:
+    """A batch larger than the instance process's input arena comes with a new one, which the process maps, or, past
+    the arena's budget, in its message, which the process reads into a buffer of its size. At its memory limit
+    either failed, and the process exited (status 1): the model was started again, its state lost. Now that batch
+    fails alone, saying why, and the next one brings a new arena."""
     server: subprocess.Popen[str] = start_script(tmp_path, SELF_SQUEEZING_SERVER)
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
 
         def total(values: np.ndarray) -> Tuple[int, Any]:
-            status, body = _total(port, values)
+            status, body = _total(port, values, model)
             return status, json.loads(body)
 
         status, first = total(np.array([-32], np.float32))  # 32 MiB more for the process from now on
@@ -270,8 +279,10 @@ def test_an_instance_process_with_no_memory_to_map_a_batch_fails_that_batch_and_
         pid = first["outputs"][1]["data"]
         status, refused = total(np.ones(1 << 24, np.float32))  # 64 MiB: a new arena, more than the process may map
         assert status == 500, refused
-        assert refused["error"].startswith("BatchNotSent: model 'total' instance 0 could not map the batch's inputs: ")
-        assert "Cannot allocate memory" in refused["error"], refused
+        assert refused["error"].startswith(
+            f"BatchNotSent: model '{model}' instance 0 could not take the batch's inputs: "
+        )
+        assert why in refused["error"], refused
         status, answer = total(np.array([0], np.float32))  # no limit any more
         assert status == 200 and answer["outputs"][1]["data"] == pid, answer
         status, answer = total(np.ones(1 << 24, np.float32))

@@ -169,15 +169,21 @@ class InstanceHost:
         self._job_id = job_id
         for done in given_back:
             self._outputs.give_back(done)
-        if arena:
+        # At the process's memory limit, this job fails and the process lives: a body there was no room for (read
+        # and dropped by the channel), a new arena it cannot map.
+        not_taken = f"no memory for its {message.lost} bytes" if message.lost else ""
+        if message.lost:
+            for fd in message.fds:
+                os.close(fd)
+        elif arena:
             try:
                 self._inputs.reader.adopt(arena, message.fds)
-            except SharedMemoryUnavailable as error:  # the process's memory limit: this job fails, the process lives
-                unmapped = ErrorInfo(
-                    INPUTS_NOT_MAPPED, INPUTS_NOT_MAPPED_BY, exception_text(error), traceback.format_exc(), None
-                )
-                self._send(encode((FAILURE, job_id, unmapped, self._inputs.take_released())))
-                return
+            except SharedMemoryUnavailable as error:
+                not_taken = exception_text(error)
+        if not_taken:
+            unmapped = ErrorInfo(INPUTS_NOT_MAPPED, INPUTS_NOT_MAPPED_BY, not_taken, "", None)
+            self._send(encode((FAILURE, job_id, unmapped, self._inputs.take_released())))
+            return
         failure = None
         try:
             if streaming:
@@ -492,7 +498,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     # process group, and must not kill a call that the server would let finish.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    channel = BlockingChannel(socket.socket(fileno=fd))
+    # A job there is no memory for is failed alone (InstanceHost._run); the process lives.
+    channel = BlockingChannel(socket.socket(fileno=fd), drops=lambda head: bool(head[0] == JOB))
     try:
         message = channel.receive()
     except ChannelClosed:

@@ -401,7 +401,7 @@ class ProcessInstance:
             info = head[2]
             if info.type_name == INPUTS_NOT_MAPPED and info.module == INPUTS_NOT_MAPPED_BY:
                 link.inputs.close()  # the process has no arena now: the next job sends one
-                reason = f"could not map the batch's inputs: {info.message}"
+                reason = f"could not take the batch's inputs: {info.message}"
                 job.fail(BatchNotSent(f"model '{self.model_name}' instance {self.index} {reason}"))
             else:
                 job.fail(rebuild_error(head[2]))

@@ -76,8 +76,9 @@ class Init(NamedTuple):
     model_version: str = ""  # what custom metrics made in the process are labelled with, and `model_name`
 
 
-# The type name of the failure of a job whose new input arena the process could not map (its memory limit): the
-# server then sends the next job a new arena, as it does after a batch it could not send.
+# The type name of the failure of a job whose inputs the process had no memory for (its new input arena could not be
+# mapped, or its body not received): the server then sends the next job a new arena, as after a batch it could not
+# send.
 INPUTS_NOT_MAPPED = "InputsNotMapped"
 INPUTS_NOT_MAPPED_BY = "pytriton.core.process_instances.host"  # its module, which no callable's exception names
 
