@@ -1127,7 +1127,7 @@ def test_a_stopped_frontend_is_handed_no_new_connection_until_it_answers_again(
     unanswered is handed none (not killed: nothing waits on it), and is again once it answers."""
     caplog.set_level(logging.INFO, logger="pytriton")
     monkeypatch.setattr(pool_module, "PING_PERIOD_S", 0.1, raising=False)
-    monkeypatch.setattr(pool_module, "UNRESPONSIVE_S", 0.5, raising=False)
+    monkeypatch.setattr(pool_module, "UNRESPONSIVE_S", 2.0, raising=False)
     bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
     others = set(frontend_pids())  # the module's server's
     triton = start_triton(bind, frontends=3)
@@ -1135,7 +1135,7 @@ def test_a_stopped_frontend_is_handed_no_new_connection_until_it_answers_again(
     stopped = pids[0]
     os.kill(stopped, signal.SIGSTOP)
     try:
-        _wait_for_log(caplog, f"(pid {stopped}) has answered nothing for 0.5 s")
+        _wait_for_log(caplog, f"(pid {stopped}) has answered nothing for 2 s")
         for _ in range(3 * len(pids)):  # each new connection served, whoever takes it
             connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
             try:

@@ -51,7 +51,7 @@ TELL_TIMEOUT_S = 30.0
 # new connections, whose clients waited for as long as it did. It is not killed for it (TELL_TIMEOUT_S is for calls
 # that hold others).
 PING_PERIOD_S = 1.0
-UNRESPONSIVE_S = 3.0
+UNRESPONSIVE_S = 10.0
 # Accepted connections held while no frontend is up (all restarting), then refused.
 _MAX_HELD = 1024
 # The route of a system shared-memory unregister: the frontends' holds are asked for first.
