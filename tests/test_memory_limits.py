@@ -23,6 +23,7 @@ SQUEEZABLE_SERVER = textwrap.dedent(
     """
     import resource
     import numpy as np
+    from pytriton.instances import ProcessInstances
     from pytriton.model_config import ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
@@ -59,6 +60,13 @@ SQUEEZABLE_SERVER = textwrap.dedent(
             triton.bind(
                 "ones",
                 ones,
+                inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+                outputs=[Tensor(name="ones", dtype=np.float32, shape=(-1,))],
+                config=ModelConfig(batching=False),
+            )
+            triton.bind(
+                "process_ones",
+                ProcessInstances(ones),
                 inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
                 outputs=[Tensor(name="ones", dtype=np.float32, shape=(-1,))],
                 config=ModelConfig(batching=False),
@@ -290,3 +298,35 @@ def test_an_instance_process_with_no_memory_for_a_batch_fails_that_batch_and_liv
         assert answer["outputs"][1]["data"] == pid, answer  # the same process throughout
     finally:
         stop_script(server)
+
+
+def _ones(port: int, model: str, count: int) -> Tuple[int, bytes]:
+    """`count` FP32 ones from `model`, in the binary tensor extension."""
+    header = json.dumps(
+        {
+            "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [count]}],
+            "outputs": [{"name": "ones", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    return _post(port, f"/v2/models/{model}/infer", header)
+
+
+def test_outputs_of_a_process_instance_the_server_cannot_map_fail_their_batch_alone(
+    squeezable: Tuple[int, int],
+) -> None:
+    """A result larger than the instance process's result arena comes in a new one, which the server maps. At the
+    server's memory limit that failed, and the error, an OSError, was taken for the channel's: the channel closed
+    without a word, and the process exited and was started again, its model's state lost. Now that batch fails
+    alone, saying why, and the process makes a new arena for its next result."""
+    port, _ = squeezable
+    status, body = _ones(port, "process_ones", 4)
+    assert status == 200, body
+    assert _post(port, "/squeeze?mib=32") == (200, b"squeezed")
+    status, body = _ones(port, "process_ones", 1 << 24)  # 64 MiB: a new result arena, more than the server may map
+    assert status == 500, body
+    error = json.loads(body)["error"]
+    assert error.startswith("OutputsNotTaken: model 'process_ones' instance 0: the server could not map its outputs: ")
+    assert "Cannot allocate memory" in error, error
+    assert _post(port, "/release") == (200, b"released")
+    status, body = _ones(port, "process_ones", 1 << 24)
+    assert status == 200 and body.endswith(np.ones(1 << 24, np.float32).tobytes()), body[:200]

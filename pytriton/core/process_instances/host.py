@@ -43,6 +43,7 @@ from pytriton.core.process_instances.protocol import (
     MODEL_ANSWER,
     READY,
     RESULT,
+    RESULT_ARENA_REFUSED,
     SEGMENT,
     SEQUENCES_ENDED,
     START_FAILED,
@@ -168,7 +169,10 @@ class InstanceHost:
         _, job_id, streaming, batch, arena, given_back = message.head
         self._job_id = job_id
         for done in given_back:
-            self._outputs.give_back(done)
+            if done == RESULT_ARENA_REFUSED:
+                self._outputs.close()  # the next result brings a new arena
+            else:
+                self._outputs.give_back(done)
         # At the process's memory limit, this job fails and the process lives: a body there was no room for (read
         # and dropped by the channel), a new arena it cannot map.
         not_taken = f"no memory for its {message.lost} bytes" if message.lost else ""

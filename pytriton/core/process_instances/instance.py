@@ -24,7 +24,7 @@ import numpy as np
 
 from pytriton.core.composition.path import CURRENT, CallPath, PathSource
 from pytriton.core.custom_metrics import REGISTRY
-from pytriton.core.errors import BatchNotRun
+from pytriton.core.errors import BatchNotRun, exception_text
 from pytriton.core.instances import CallableKind, Step
 from pytriton.core.process_instances.input_arena import InputArena
 from pytriton.core.process_instances.model_calls import CalleeArenas, serve_call
@@ -42,6 +42,7 @@ from pytriton.core.process_instances.protocol import (
     METRICS,
     MODEL_CALL,
     RESULT,
+    RESULT_ARENA_REFUSED,
     SEGMENT,
     SEQUENCES_ENDED,
     STEPS_ACK,
@@ -56,6 +57,7 @@ from pytriton.core.sequences.states import SequenceStates
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
+from pytriton.ipc.segments import SharedMemoryUnavailable
 from pytriton.ipc.spawn import exit_status, kill_group, stop_process
 from pytriton.ipc.tensors import ArenaReader, SharedPlaces
 from pytriton.proxy.types import Request, mark_cancelled
@@ -79,6 +81,10 @@ class InstanceDied(RuntimeError):
 
 class BatchNotSent(BatchNotRun):
     """A batch could not be handed to the process of an instance (it fails alone; the instance serves on)."""
+
+
+class OutputsNotTaken(BatchNotRun):
+    """The server could not take the outputs a process instance's callable returned (it fails alone; it serves on)."""
 
 
 class InstanceState(enum.Enum):
@@ -379,7 +385,18 @@ class ProcessInstance:
             return
         if tag == RESULT:
             _, _, packed, arena, final, released = head
-            if arena:
+            if arena and final and job.future is not None:  # a plain call's result (a stream's steps go on after it)
+                try:
+                    link.outputs.adopt(arena, message.fds)
+                except SharedMemoryUnavailable as error:  # the server's memory limit: this batch fails, not the process
+                    if released:
+                        link.inputs.released(released)
+                    link.done_with.append(RESULT_ARENA_REFUSED)
+                    self._finish_job()
+                    reason = f"the server could not map its outputs: {exception_text(error)}"
+                    job.fail(OutputsNotTaken(f"model '{self.model_name}' instance {self.index}: {reason}"))
+                    return
+            elif arena:
                 link.outputs.adopt(arena, message.fds)
             if final:  # outputs in the job's inputs hold its region before the process's release is counted
                 inputs = functools.partial(link.inputs.lease, job.job_id)

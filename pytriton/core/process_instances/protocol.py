@@ -83,6 +83,11 @@ INPUTS_NOT_MAPPED = "InputsNotMapped"
 INPUTS_NOT_MAPPED_BY = "pytriton.core.process_instances.host"  # its module, which no callable's exception names
 
 
+# In a JOB's list of jobs whose results the server let go of: the server could not map the process's latest result
+# arena (its memory limit), whose result failed; the process makes a new one for its next result.
+RESULT_ARENA_REFUSED = -1
+
+
 class ErrorInfo(NamedTuple):
     """An exception of the instance process, sendable whatever its class."""
 
