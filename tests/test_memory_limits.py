@@ -64,13 +64,14 @@ SQUEEZABLE_SERVER = textwrap.dedent(
                 outputs=[Tensor(name="ones", dtype=np.float32, shape=(-1,))],
                 config=ModelConfig(batching=False),
             )
-            triton.bind(
-                "process_ones",
-                ProcessInstances(ones),
-                inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
-                outputs=[Tensor(name="ones", dtype=np.float32, shape=(-1,))],
-                config=ModelConfig(batching=False),
-            )
+            for name, budget in (("process_ones", None), ("process_ones_in_body", 0)):  # in_body: no arena
+                triton.bind(
+                    name,
+                    ProcessInstances(ones) if budget is None else ProcessInstances(ones, shm_budget_bytes=budget),
+                    inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+                    outputs=[Tensor(name="ones", dtype=np.float32, shape=(-1,))],
+                    config=ModelConfig(batching=False),
+                )
             triton.add_route("/squeeze", squeeze)
             triton.add_route("/release", release)
             triton.run()
@@ -311,22 +312,30 @@ def _ones(port: int, model: str, count: int) -> Tuple[int, bytes]:
     return _post(port, f"/v2/models/{model}/infer", header)
 
 
-def test_outputs_of_a_process_instance_the_server_cannot_map_fail_their_batch_alone(
-    squeezable: Tuple[int, int],
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        ("process_ones", "the server could not map its outputs: [Errno 12] cannot map shared memory"),
+        ("process_ones_in_body", f"the server had no memory for its {1 << 26} bytes of outputs"),
+    ],
+    ids=["new arena", "in the message"],
+)
+def test_outputs_of_a_process_instance_the_server_has_no_memory_for_fail_their_batch_alone(
+    squeezable: Tuple[int, int], model: str, why: str
 ) -> None:
-    """A result larger than the instance process's result arena comes in a new one, which the server maps. At the
-    server's memory limit that failed, and the error, an OSError, was taken for the channel's: the channel closed
-    without a word, and the process exited and was started again, its model's state lost. Now that batch fails
-    alone, saying why, and the process makes a new arena for its next result."""
+    """A result larger than the instance process's result arena comes in a new one, which the server maps, or, past
+    the arena's budget, in its message, read into a buffer of its size. At the server's memory limit either failed:
+    the mapping's error, an OSError, was taken for the channel's, which closed without a word; the MemoryError closed
+    it too. The process exited and was started again, its model's state lost. Now that batch fails alone, saying
+    why, and the process makes a new arena for its next result."""
     port, _ = squeezable
-    status, body = _ones(port, "process_ones", 4)
+    status, body = _ones(port, model, 4)
     assert status == 200, body
     assert _post(port, "/squeeze?mib=32") == (200, b"squeezed")
-    status, body = _ones(port, "process_ones", 1 << 24)  # 64 MiB: a new result arena, more than the server may map
+    status, body = _ones(port, model, 1 << 24)  # 64 MiB of outputs: more than the server has room for
     assert status == 500, body
     error = json.loads(body)["error"]
-    assert error.startswith("OutputsNotTaken: model 'process_ones' instance 0: the server could not map its outputs: ")
-    assert "Cannot allocate memory" in error, error
+    assert error.startswith(f"OutputsNotTaken: model '{model}' instance 0: {why}"), error
     assert _post(port, "/release") == (200, b"released")
-    status, body = _ones(port, "process_ones", 1 << 24)
+    status, body = _ones(port, model, 1 << 24)
     assert status == 200 and body.endswith(np.ones(1 << 24, np.float32).tobytes()), body[:200]

@@ -98,7 +98,7 @@ class _Reader:
     """
 
     def __init__(self, drops: Optional[Callable[[Any], bool]] = None) -> None:
-        self._drops = drops
+        self.drops = drops
         self._buffer = bytearray()
         self._fds: Deque[int] = deque()
         # recvmsg(n) allocates n bytes for every call (a 256 KiB malloc is an mmap: ~25 us); this is reused.
@@ -184,7 +184,7 @@ class _Reader:
                 try:
                     part = bytearray(body_size)
                 except MemoryError:
-                    if self._drops is None or not self._drops(head):
+                    if self.drops is None or not self.drops(head):
                         raise
                 else:
                     part[:have] = buffer[head_end:]
@@ -296,6 +296,10 @@ class LoopChannel:
         """Hand the messages that come from now on, and the end, to other callbacks."""
         self._on_message = on_message
         self._on_closed = on_closed
+
+    def drop_bodies(self, drops: Callable[[Any], bool]) -> None:
+        """From now on, a large body there is no memory for of a message `drops(head)` accepts is lost (_Reader)."""
+        self._reader.drops = drops
 
     def send(
         self,

@@ -96,6 +96,10 @@ class InstanceState(enum.Enum):
     CLOSED = "closed"  # the server stopped it
 
 
+def _final_result(head: Any) -> bool:
+    return bool(head[0] == RESULT and head[4])
+
+
 class _Link:
     """One process serving the instance: its channel and the two arenas between it and the server."""
 
@@ -111,6 +115,8 @@ class _Link:
         # Jobs whose results the server no longer reads, to say in the next JOB (finalizers append, in any thread).
         self.done_with: Deque[int] = deque()
         self.segments: Set[int] = set()  # the frontend buffers (SHARED_SEGMENTS' ids) the process maps
+        # A plain call's result the server has no memory for fails its batch alone (ProcessInstance._on_message).
+        channel.drop_bodies(_final_result)
 
     def release(self, job_id: int) -> None:
         """The server no longer reads a job's result (a finalizer calls it, whenever the last array goes)."""
@@ -385,15 +391,21 @@ class ProcessInstance:
             return
         if tag == RESULT:
             _, _, packed, arena, final, released = head
-            if arena and final and job.future is not None:  # a plain call's result (a stream's steps go on after it)
-                try:
-                    link.outputs.adopt(arena, message.fds)
-                except SharedMemoryUnavailable as error:  # the server's memory limit: this batch fails, not the process
+            if (arena or message.lost) and final and job.future is not None:  # a plain call's (a stream's go on)
+                # At the server's memory limit: a new arena it cannot map, a body it had no room for (dropped by the
+                # channel). This batch fails, not the process.
+                reason = f"the server had no memory for its {message.lost} bytes of outputs" if message.lost else ""
+                if arena:
+                    try:
+                        link.outputs.adopt(arena, message.fds)
+                    except SharedMemoryUnavailable as error:
+                        link.done_with.append(RESULT_ARENA_REFUSED)
+                        reason = f"the server could not map its outputs: {exception_text(error)}"
+                if reason:
                     if released:
                         link.inputs.released(released)
-                    link.done_with.append(RESULT_ARENA_REFUSED)
+                    link.release(job.job_id)  # its region in the process's arena, unread here
                     self._finish_job()
-                    reason = f"the server could not map its outputs: {exception_text(error)}"
                     job.fail(OutputsNotTaken(f"model '{self.model_name}' instance {self.index}: {reason}"))
                     return
             elif arena:
