@@ -1065,6 +1065,91 @@ def test_a_frontend_that_takes_no_change_is_started_again_and_holds_no_other_cal
     assert wedged not in frontend_pids()
 
 
+def test_a_stop_kills_a_stopped_frontend_at_its_deadline(caplog: pytest.LogCaptureFixture) -> None:
+    """The hub's stop waited for every frontend to answer that it had stopped. A frontend stopped (SIGSTOP, its loop
+    wedged) never answers: the stop hung until its caller gave up on it, OVERRUN_S past exit_timeout_secs, logging
+    where it was stuck. Now it is killed at the stop's deadline, as an instance process that will not exit."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    others = set(frontend_pids())  # the module's server's
+    with running_triton(bind, frontends=3, exit_timeout_secs=1) as triton:
+        pids = sorted(set(frontend_pids()) - others)
+        started = {pid: started_at(pid) for pid in pids}
+        with _connections_on_each_frontend(triton.http_port, pids) as connections:
+            assert all(_infer_json(connection, "identity", [1.0])[0] == 200 for connection in connections.values())
+            os.kill(pids[0], signal.SIGSTOP)
+            try:
+                triton.stop()
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pids[0], signal.SIGCONT)
+    messages = [record.getMessage() for record in caplog.records]
+    assert not [message for message in messages if "not done" in message], messages
+    assert not any(alive(pid, started[pid]) for pid in pids)
+
+
+def test_a_lame_duck_kills_a_frontend_that_does_not_answer_and_goes_on(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lame duck asks every frontend to steer its clients away before the server turns unready, and waited for
+    all to answer: with one stopped, the server never turned unready, and the stop hung until its caller gave up
+    on it. A frontend silent for TELL_TIMEOUT_S is taken for hung there too: killed, and started again."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    monkeypatch.setattr(pool_module, "TELL_TIMEOUT_S", 1.0, raising=False)
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    others = set(frontend_pids())  # the module's server's
+    triton = start_triton(bind, frontends=3, exit_timeout_secs=1, limits=ServerLimits(lame_duck_s=0.5))
+    pids = sorted(set(frontend_pids()) - others)
+    os.kill(pids[0], signal.SIGSTOP)
+    try:
+        triton.stop()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[0], signal.SIGCONT)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(f"(pid {pids[0]}) did not answer 'steer' for 1 s" in message for message in messages), messages
+    assert any("unready, still serving" in message for message in messages), messages
+    assert not [message for message in messages if "not done" in message], messages
+
+
+def _wait_for_log(caplog: pytest.LogCaptureFixture, text: str) -> None:
+    deadline = time.monotonic() + 60
+    while not any(text in record.getMessage() for record in caplog.records):
+        assert time.monotonic() < deadline, f"never logged: {text}"
+        time.sleep(0.05)
+
+
+def test_a_stopped_frontend_is_handed_no_new_connection_until_it_answers_again(
+    start_triton: Callable[..., Triton], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A frontend stopped (SIGSTOP, a debugger) or wedged was handed its share of the new connections, and their
+    clients waited for as long as it did. The hub asks each frontend whether its loop turns: one that leaves that
+    unanswered is handed none (not killed: nothing waits on it), and is again once it answers."""
+    caplog.set_level(logging.INFO, logger="pytriton")
+    monkeypatch.setattr(pool_module, "PING_PERIOD_S", 0.1, raising=False)
+    monkeypatch.setattr(pool_module, "UNRESPONSIVE_S", 2.0, raising=False)
+    bind = lambda triton: triton.bind("identity", _identity, inputs=FP32, outputs=OUT)  # noqa: E731
+    others = set(frontend_pids())  # the module's server's
+    triton = start_triton(bind, frontends=3)
+    pids = sorted(set(frontend_pids()) - others)
+    stopped = pids[0]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        _wait_for_log(caplog, f"(pid {stopped}) has answered nothing for 2 s")
+        for _ in range(3 * len(pids)):  # each new connection served, whoever takes it
+            connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
+            try:
+                assert _infer_json(connection, "identity", [2.0])[0] == 200
+            finally:
+                connection.close()
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    _wait_for_log(caplog, f"(pid {stopped}) answers again")
+    with _connections_on_each_frontend(triton.http_port, pids) as connections:  # it is handed connections again
+        assert all(_infer_json(connection, "identity", [1.0])[0] == 200 for connection in connections.values())
+    assert sorted(set(frontend_pids()) - others) == pids  # nobody was killed
+
+
 def _binary_infer(connection: http.client.HTTPConnection, model: str, data: np.ndarray) -> Tuple[int, bytes]:
     """POST `data` (FP32 [1, n]) in the binary tensor extension, as tritonclient encodes it; the status and raw answer.
 

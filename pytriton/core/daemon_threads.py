@@ -35,14 +35,30 @@ class DaemonThreads:
         self._untaken = 0  # jobs no thread took yet
 
     def submit(self, job: Callable[[], None]) -> None:
-        """Run `job()` in one of the threads."""
+        """Run `job()` in one of the threads.
+
+        Raises:
+            RuntimeError: no thread runs, and none can be started now (a thread limit, no memory for its stack).
+        """
         with self._lock:
             self._untaken += 1
             more = self._untaken > self._waiting and self._threads < self._most
             if more:
                 self._threads += 1
         if more:
-            threading.Thread(target=self._work, name=self._name, daemon=True).start()
+            try:
+                threading.Thread(target=self._work, name=self._name, daemon=True).start()
+            except RuntimeError:
+                # Counted, the thread that never started took a place for ever: `most` such failures, and every later
+                # job waited for a thread that would never come, once threads could be started again too.
+                with self._lock:
+                    self._threads -= 1
+                    alone = self._threads == 0
+                    if alone:
+                        self._untaken -= 1
+                if alone:
+                    raise
+                # the threads there are take it in turn
         self._jobs.put(job)
 
     def shutdown(self) -> None:

@@ -41,6 +41,7 @@ class Message(NamedTuple):
     head: Any
     body: memoryview
     fds: List[int]
+    lost: int = 0  # the size of a body there was no memory for, read and dropped (`body` is then empty)
 
 
 class ChannelClosed(ConnectionError):
@@ -89,15 +90,22 @@ def _rights(fds: Sequence[int]) -> List[Tuple[int, int, bytes]]:
 
 
 class _Reader:
-    """Cuts the bytes that arrive into messages; a large body is read into its own buffer directly."""
+    """Cuts the bytes that arrive into messages; a large body is read into its own buffer directly.
 
-    def __init__(self) -> None:
+    A large body there is no memory for (MemoryError: the process's memory limit) of a message `drops(head)` accepts
+    is read and dropped, its message handed over with `lost` set, so that the receiver can fail what it carried and
+    the channel goes on; any other's MemoryError is raised.
+    """
+
+    def __init__(self, drops: Optional[Callable[[Any], bool]] = None) -> None:
+        self.drops = drops
         self._buffer = bytearray()
         self._fds: Deque[int] = deque()
         # recvmsg(n) allocates n bytes for every call (a 256 KiB malloc is an mmap: ~25 us); this is reused.
         self.receive_buffer = memoryview(bytearray(_READ_BYTES))
         self._whole_messages: List[Message] = []
-        self._big: Optional[Tuple[Any, int, bytearray, int]] = None  # head, fd count, body, bytes of it read
+        # head, fd count, body (None: dropped), bytes of it read, its size
+        self._big: Optional[Tuple[Any, int, Optional[bytearray], int, int]] = None
 
     @property
     def idle(self) -> bool:
@@ -108,14 +116,16 @@ class _Reader:
         """Where the next bytes go when a large body is being read, else None (read into the buffer)."""
         if self._big is None:
             return None
-        _, _, body, got = self._big
+        _, _, body, got, size = self._big
+        if body is None:  # dropped: read into the receive buffer, and forgotten
+            return self.receive_buffer[: min(size - got, len(self.receive_buffer))]
         return memoryview(body)[got:]
 
     def got_body_bytes(self, count: int) -> None:
         """`count` bytes were read into big_body()."""
         assert self._big is not None
-        head, nfds, body, got = self._big
-        self._big = (head, nfds, body, got + count)
+        head, nfds, body, got, size = self._big
+        self._big = (head, nfds, body, got + count, size)
 
     def receive(self, sock: socket.socket, flags: int = 0) -> bool:
         """Read what the socket has into the buffer (with its descriptors); False at the end of the stream."""
@@ -151,11 +161,14 @@ class _Reader:
             return whole
         found: List[Message] = []  # never the list above: a message read in pieces would be handed over twice
         if self._big is not None:
-            head, nfds, body, got = self._big
-            if got < len(body):
+            head, nfds, body, got, size = self._big
+            if got < size:
                 return found
             self._big = None
-            found.append(Message(head, memoryview(body), self._take_fds(nfds)))
+            if body is None:
+                found.append(Message(head, memoryview(b""), self._take_fds(nfds), size))
+            else:
+                found.append(Message(head, memoryview(body), self._take_fds(nfds)))
         buffer = self._buffer
         start = 0
         while len(buffer) - start >= _HEADER.size:
@@ -166,10 +179,16 @@ class _Reader:
             head = pickle.loads(buffer[start + _HEADER.size : head_end])
             end = head_end + body_size
             if len(buffer) < end:
-                body = bytearray(body_size)
                 have = len(buffer) - head_end
-                body[:have] = buffer[head_end:]
-                self._big = (head, nfds, body, have)
+                part: Optional[bytearray] = None  # None: dropped
+                try:
+                    part = bytearray(body_size)
+                except MemoryError:
+                    if self.drops is None or not self.drops(head):
+                        raise
+                else:
+                    part[:have] = buffer[head_end:]
+                self._big = (head, nfds, part, have, body_size)
                 start = len(buffer)
                 break
             found.append(Message(head, memoryview(buffer[head_end:end]), self._take_fds(nfds)))  # a copy: owned
@@ -186,11 +205,11 @@ class _Reader:
 class BlockingChannel:
     """A channel for a thread that may block: the instance process's side."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        """Use a connected Unix stream socket (blocking)."""
+    def __init__(self, sock: socket.socket, drops: Optional[Callable[[Any], bool]] = None) -> None:
+        """Use a connected Unix stream socket (blocking); `drops`: the messages whose body may be lost (_Reader)."""
         sock.setblocking(True)
         self.sock = sock
-        self._reader = _Reader()
+        self._reader = _Reader(drops)
         self._ready: Deque[Message] = deque()
         _BLOCKING.add(self)
 
@@ -277,6 +296,10 @@ class LoopChannel:
         """Hand the messages that come from now on, and the end, to other callbacks."""
         self._on_message = on_message
         self._on_closed = on_closed
+
+    def drop_bodies(self, drops: Callable[[Any], bool]) -> None:
+        """From now on, a large body there is no memory for of a message `drops(head)` accepts is lost (_Reader)."""
+        self._reader.drops = drops
 
     def send(
         self,

@@ -54,6 +54,7 @@ from pytriton.core.waiters import wake
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel, Message
 from pytriton.options.routes import CustomRoutes
+from pytriton.runtime.frontends.acceptor import Acceptor
 from pytriton.runtime.remote_routes import AttachRoute, ServedRoute
 
 LOGGER = logging.getLogger("pytriton")
@@ -217,7 +218,7 @@ class AttachServer:
         self._synced = synced
         self._model_token = model_token
         self._unload_timeout_s = unload_timeout_s
-        self._listeners: List[socket.socket] = []
+        self._acceptors: List[Acceptor] = []
         self._paths: List[str] = []
         self._bindings: Dict[int, _Binding] = {}
         self._next_id = 0
@@ -227,7 +228,6 @@ class AttachServer:
 
     def start(self, ports: List[int]) -> None:
         """Listen on the attach address of each port (on the loop); a taken address is logged, not fatal."""
-        loop = asyncio.get_running_loop()
         if self._model_token is not None:
             self._token_fd = _token_memfd(self._model_token)
         for port in dict.fromkeys(ports):
@@ -245,17 +245,16 @@ class AttachServer:
                 continue
             if not _ABSTRACT:
                 self._paths.append(address)
-            self._listeners.append(sock)
-            loop.add_reader(sock.fileno(), self._accept, sock)
+            acceptor = Acceptor(sock, self._accepted_fd, "RemoteTriton connections")
+            acceptor.start()
+            self._acceptors.append(acceptor)
 
     async def stop(self) -> None:
         """Stop listening and drop every connection (the engine has stopped the models already)."""
         self._stopped = True  # a connection accepted before still sends its first message
-        loop = asyncio.get_running_loop()
-        for listener in self._listeners:
-            loop.remove_reader(listener.fileno())
-            listener.close()
-        self._listeners.clear()
+        for acceptor in self._acceptors:
+            acceptor.stop()
+        self._acceptors.clear()
         for path in self._paths:
             _remove_stale(path)
         for binding in list(self._bindings.values()):
@@ -270,17 +269,8 @@ class AttachServer:
 
     # -- connections ----------------------------------------------------------------------------
 
-    def _accept(self, listener: socket.socket) -> None:
-        """Reader callback of a listening socket: take every pending connection."""
-        while True:
-            try:
-                sock, _ = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:
-                LOGGER.warning("RemoteTriton: accept failed: %s", error)
-                return
-            self._accepted(sock)
+    def _accepted_fd(self, fd: int) -> None:
+        self._accepted(socket.socket(fileno=fd))
 
     def _accepted(self, sock: socket.socket) -> None:
         """A new connection: refuse strangers, then read its first message."""

@@ -23,7 +23,7 @@ import numpy as np
 from pytriton.core.composition.path import CallArguments, ModelCallError
 from pytriton.core.composition.process_callers import set_process_caller
 from pytriton.core.custom_metrics import REGISTRY, stay_in_model_scope
-from pytriton.core.errors import Status
+from pytriton.core.errors import Status, exception_text
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
@@ -36,17 +36,21 @@ from pytriton.core.process_instances.protocol import (
     EXIT,
     FAILURE,
     FORGET,
+    INPUTS_NOT_MAPPED,
+    INPUTS_NOT_MAPPED_BY,
     JOB,
     METRICS,
     MODEL_ANSWER,
     READY,
     RESULT,
+    RESULT_ARENA_REFUSED,
     SEGMENT,
     SEQUENCES_ENDED,
     START_FAILED,
     STEPS_AHEAD,
     STEPS_TAKEN,
     STOP,
+    ErrorInfo,
     Init,
     error_info,
     pack_result,
@@ -54,6 +58,7 @@ from pytriton.core.process_instances.protocol import (
 from pytriton.core.process_instances.result_arena import ResultArena
 from pytriton.core.sequences.states import SequenceStates
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
+from pytriton.ipc.segments import SharedMemoryUnavailable
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.ipc.tensors import ArenaWriter, Buffer
 from pytriton.proxy.types import Request, mark_cancelled
@@ -164,9 +169,25 @@ class InstanceHost:
         _, job_id, streaming, batch, arena, given_back = message.head
         self._job_id = job_id
         for done in given_back:
-            self._outputs.give_back(done)
-        if arena:
-            self._inputs.reader.adopt(arena, message.fds)
+            if done == RESULT_ARENA_REFUSED:
+                self._outputs.close()  # the next result brings a new arena
+            else:
+                self._outputs.give_back(done)
+        # At the process's memory limit, this job fails and the process lives: a body there was no room for (read
+        # and dropped by the channel), a new arena it cannot map.
+        not_taken = f"no memory for its {message.lost} bytes" if message.lost else ""
+        if message.lost:
+            for fd in message.fds:
+                os.close(fd)
+        elif arena:
+            try:
+                self._inputs.reader.adopt(arena, message.fds)
+            except SharedMemoryUnavailable as error:
+                not_taken = exception_text(error)
+        if not_taken:
+            unmapped = ErrorInfo(INPUTS_NOT_MAPPED, INPUTS_NOT_MAPPED_BY, not_taken, "", None)
+            self._send(encode((FAILURE, job_id, unmapped, self._inputs.take_released())))
+            return
         failure = None
         try:
             if streaming:
@@ -481,7 +502,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     # process group, and must not kill a call that the server would let finish.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    channel = BlockingChannel(socket.socket(fileno=fd))
+    # A job there is no memory for is failed alone (InstanceHost._run); the process lives.
+    channel = BlockingChannel(socket.socket(fileno=fd), drops=lambda head: bool(head[0] == JOB))
     try:
         message = channel.receive()
     except ChannelClosed:

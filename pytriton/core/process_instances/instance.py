@@ -24,7 +24,7 @@ import numpy as np
 
 from pytriton.core.composition.path import CURRENT, CallPath, PathSource
 from pytriton.core.custom_metrics import REGISTRY
-from pytriton.core.errors import BatchNotRun
+from pytriton.core.errors import BatchNotRun, exception_text
 from pytriton.core.instances import CallableKind, Step
 from pytriton.core.process_instances.input_arena import InputArena
 from pytriton.core.process_instances.model_calls import CalleeArenas, serve_call
@@ -36,10 +36,13 @@ from pytriton.core.process_instances.protocol import (
     EXIT,
     FAILURE,
     FORGET,
+    INPUTS_NOT_MAPPED,
+    INPUTS_NOT_MAPPED_BY,
     JOB,
     METRICS,
     MODEL_CALL,
     RESULT,
+    RESULT_ARENA_REFUSED,
     SEGMENT,
     SEQUENCES_ENDED,
     STEPS_ACK,
@@ -54,6 +57,7 @@ from pytriton.core.sequences.states import SequenceStates
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
+from pytriton.ipc.segments import SharedMemoryUnavailable
 from pytriton.ipc.spawn import exit_status, kill_group, stop_process
 from pytriton.ipc.tensors import ArenaReader, SharedPlaces
 from pytriton.proxy.types import Request, mark_cancelled
@@ -79,6 +83,10 @@ class BatchNotSent(BatchNotRun):
     """A batch could not be handed to the process of an instance (it fails alone; the instance serves on)."""
 
 
+class OutputsNotTaken(BatchNotRun):
+    """The server could not take the outputs a process instance's callable returned (it fails alone; it serves on)."""
+
+
 class InstanceState(enum.Enum):
     """Where a process instance is in its life."""
 
@@ -86,6 +94,10 @@ class InstanceState(enum.Enum):
     RESTARTING = "restarting"  # its process died; a new one is being started
     GONE = "gone"  # its process died and none will replace it (RemoteTriton)
     CLOSED = "closed"  # the server stopped it
+
+
+def _final_result(head: Any) -> bool:
+    return bool(head[0] == RESULT and head[4])
 
 
 class _Link:
@@ -103,6 +115,8 @@ class _Link:
         # Jobs whose results the server no longer reads, to say in the next JOB (finalizers append, in any thread).
         self.done_with: Deque[int] = deque()
         self.segments: Set[int] = set()  # the frontend buffers (SHARED_SEGMENTS' ids) the process maps
+        # A plain call's result the server has no memory for fails its batch alone (ProcessInstance._on_message).
+        channel.drop_bodies(_final_result)
 
     def release(self, job_id: int) -> None:
         """The server no longer reads a job's result (a finalizer calls it, whenever the last array goes)."""
@@ -377,7 +391,24 @@ class ProcessInstance:
             return
         if tag == RESULT:
             _, _, packed, arena, final, released = head
-            if arena:
+            if (arena or message.lost) and final and job.future is not None:  # a plain call's (a stream's go on)
+                # At the server's memory limit: a new arena it cannot map, a body it had no room for (dropped by the
+                # channel). This batch fails, not the process.
+                reason = f"the server had no memory for its {message.lost} bytes of outputs" if message.lost else ""
+                if arena:
+                    try:
+                        link.outputs.adopt(arena, message.fds)
+                    except SharedMemoryUnavailable as error:
+                        link.done_with.append(RESULT_ARENA_REFUSED)
+                        reason = f"the server could not map its outputs: {exception_text(error)}"
+                if reason:
+                    if released:
+                        link.inputs.released(released)
+                    link.release(job.job_id)  # its region in the process's arena, unread here
+                    self._finish_job()
+                    job.fail(OutputsNotTaken(f"model '{self.model_name}' instance {self.index}: {reason}"))
+                    return
+            elif arena:
                 link.outputs.adopt(arena, message.fds)
             if final:  # outputs in the job's inputs hold its region before the process's release is counted
                 inputs = functools.partial(link.inputs.lease, job.job_id)
@@ -396,7 +427,13 @@ class ProcessInstance:
         elif tag == FAILURE:
             link.inputs.released(head[3])
             self._finish_job()
-            job.fail(rebuild_error(head[2]))
+            info = head[2]
+            if info.type_name == INPUTS_NOT_MAPPED and info.module == INPUTS_NOT_MAPPED_BY:
+                link.inputs.close()  # the process has no arena now: the next job sends one
+                reason = f"could not take the batch's inputs: {info.message}"
+                job.fail(BatchNotSent(f"model '{self.model_name}' instance {self.index} {reason}"))
+            else:
+                job.fail(rebuild_error(head[2]))
         elif tag == END:
             link.inputs.released(head[2])
             self._finish_job()

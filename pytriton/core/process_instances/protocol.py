@@ -76,6 +76,18 @@ class Init(NamedTuple):
     model_version: str = ""  # what custom metrics made in the process are labelled with, and `model_name`
 
 
+# The type name of the failure of a job whose inputs the process had no memory for (its new input arena could not be
+# mapped, or its body not received): the server then sends the next job a new arena, as after a batch it could not
+# send.
+INPUTS_NOT_MAPPED = "InputsNotMapped"
+INPUTS_NOT_MAPPED_BY = "pytriton.core.process_instances.host"  # its module, which no callable's exception names
+
+
+# In a JOB's list of jobs whose results the server let go of: the server could not map the process's latest result
+# arena (its memory limit), whose result failed; the process makes a new one for its next result.
+RESULT_ARENA_REFUSED = -1
+
+
 class ErrorInfo(NamedTuple):
     """An exception of the instance process, sendable whatever its class."""
 

@@ -63,7 +63,11 @@ def _duplicates(fds: List[int]) -> Optional[Dict[int, int]]:
 
 
 async def _in_thread(job: Callable[[], None], dups: Dict[int, int]) -> None:
-    """Run `job` in one of COPIERS, then close `dups`; a cancelled waiter leaves it to finish on its own."""
+    """Run `job` in one of COPIERS, then close `dups`; a cancelled waiter leaves it to finish on its own.
+
+    When no copier runs and none can be started (a thread limit, no memory for its stack), on the loop, as without
+    a descriptor to spare: the request failed, and its duplicates stayed open.
+    """
 
     def work() -> None:
         try:
@@ -72,4 +76,9 @@ async def _in_thread(job: Callable[[], None], dups: Dict[int, int]) -> None:
             for dup in dups.values():
                 os.close(dup)
 
-    await awaited(COPIERS, work)
+    try:
+        copied = awaited(COPIERS, work)
+    except RuntimeError:
+        work()
+        return
+    await copied

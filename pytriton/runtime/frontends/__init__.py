@@ -8,7 +8,7 @@ same way.
 | module | process | job |
 |---|---|---|
 | `pool.py` | hub | starts, restarts and stops the frontend processes; mirrors models and regions into them |
-| `acceptor.py` | hub | accepts each connection and hands it to the next frontend |
+| `acceptor.py` | hub | accepts each connection and hands it to the next frontend (also the attach socket's) |
 | `hub.py` | hub | one frontend's requests into the models' schedulers, their answers back (`RemoteSink`) |
 | `process.py` | frontend | the process: its servers, and what it does when the hub calls |
 | `remote.py` | frontend | the engine the servers see: mirrored specs, requests sent to the hub (`RemoteModel`) |

@@ -7,6 +7,8 @@ socket of its own in each process (SO_REUSEPORT) the kernel spreads them by a ha
 (16 +- 3 of 32 for two), loses the connections queued on a frontend that dies, and lets any other process of
 the same user that sets SO_REUSEPORT on the port take a share of its clients. Accepting here costs the hub
 one `accept` and one `sendmsg` per connection, and connections live long.
+
+The attach socket (runtime/attach.py) accepts through it too.
 """
 
 from __future__ import annotations
@@ -26,16 +28,24 @@ _PAUSE_S = 0.1
 
 
 class Acceptor:
-    """Accepts connections on a listening socket on the running loop; `hand_over(fd)` takes each."""
+    """Accepts connections on a listening socket on the running loop; `hand_over(fd)` takes each.
 
-    def __init__(self, sock: socket.socket, hand_over: Callable[[int], None]) -> None:
-        """Accept on `sock` (bound and listening) once started."""
+    Out of descriptors (or kernel memory), accepting pauses for _PAUSE_S at a time, the connections waiting in the
+    backlog: the listening socket stays readable, and a reader that only logged the error was called again at once,
+    for ever (a core at 100% and tens of thousands of log lines a second). The first failure of a run of them is
+    logged at WARNING, the others at DEBUG, and the first connection accepted after them at INFO.
+    """
+
+    def __init__(self, sock: socket.socket, hand_over: Callable[[int], None], what: str = "connections") -> None:
+        """Accept on `sock` (bound and listening) once started; `what` names what it accepts, in the log."""
         self._sock = sock
         self._fd = sock.fileno()
         self._hand_over = hand_over
+        self._what = what
         self._loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self._accepting = False
         self._paused: asyncio.TimerHandle | None = None
+        self._failing = False  # the last accept failed for want of descriptors or memory
 
     def start(self) -> None:
         """Start accepting."""
@@ -54,12 +64,21 @@ class Acceptor:
                 continue
             except OSError as error:
                 if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    LOGGER.warning("cannot accept connections for now: %s; retrying in %.1f s", error, _PAUSE_S)
-                    self._loop.remove_reader(self._fd)
-                    self._paused = self._loop.call_later(_PAUSE_S, self._resume)
+                    self._pause(error)
                     return
                 raise
+            if self._failing:
+                self._failing = False
+                LOGGER.info("accepting %s again", self._what)
             self._hand_over(fd)
+
+    def _pause(self, error: OSError) -> None:
+        """Stop watching the socket for _PAUSE_S: what failed will not succeed before something is freed."""
+        log = LOGGER.debug if self._failing else LOGGER.warning
+        log("cannot accept %s for now: %s; retrying every %.1f s", self._what, error, _PAUSE_S)
+        self._failing = True
+        self._loop.remove_reader(self._fd)
+        self._paused = self._loop.call_later(_PAUSE_S, self._resume)
 
     def _resume(self) -> None:
         self._paused = None

@@ -46,6 +46,12 @@ _MAX_BACKOFF_S = 10.0
 # A frontend that has not answered a call of the hub's mirroring (or its holds of regions) this long is taken for
 # hung (stopped, its loop wedged): killed, and started again. The calls that wait for it hold every later one.
 TELL_TIMEOUT_S = 30.0
+# How often the hub asks each frontend whether its loop turns, and how long one may leave that unanswered before no
+# new connection goes to it (until it answers): one stopped (SIGSTOP, a debugger) or wedged took its share of the
+# new connections, whose clients waited for as long as it did. It is not killed for it (TELL_TIMEOUT_S is for calls
+# that hold others).
+PING_PERIOD_S = 1.0
+UNRESPONSIVE_S = 10.0
 # Accepted connections held while no frontend is up (all restarting), then refused.
 _MAX_HELD = 1024
 # The route of a system shared-memory unregister: the frontends' holds are asked for first.
@@ -85,6 +91,8 @@ class _Frontend:
         # The specs it was last told, by (name, version): held, so that no new spec takes an old one's id.
         self.specs: Dict[Tuple[str, int], Any] = {}
         self.regions: Dict[str, Registered] = {}  # the regions it was last told, by name
+        self.asked: Optional[float] = None  # when the ping it has not answered yet was sent (time.monotonic())
+        self.unresponsive = False  # that ping is UNRESPONSIVE_S old: no new connection goes to it
 
     @property
     def pid(self) -> int:
@@ -136,6 +144,7 @@ class FrontendPool:
         self.regions_sent = 0
         self._regions: Tuple[int, Dict[str, Registered]] = (0, {})  # _region_table's, at that generation of the regions
         self._stopping = False
+        self._watch: Optional[asyncio.Task[None]] = None
 
     def serve_here(self, servers: Dict[str, Any]) -> None:
         """Before the start: the hub's own servers by kind (started, not listening) adopt a share of the connections.
@@ -163,6 +172,7 @@ class FrontendPool:
                 acceptor = Acceptor(sock, lambda fd, kind=kind: self._hand_over(kind, fd))  # type: ignore[misc]
                 acceptor.start()
                 self._acceptors.append(acceptor)
+        self._watch = asyncio.get_running_loop().create_task(self._ping_all())
         pids = ", ".join(str(frontend.pid) for frontend in self._frontends)
         LOGGER.info(
             "frontend processes serve HTTP and gRPC (pids %s)%s, up in %.2f s",
@@ -201,6 +211,7 @@ class FrontendPool:
         link = FrontendLink(self._engine, channel, loop, handlers)
         channel.handle(link.on_message, lambda: self._on_closed(frontend, link))
         frontend.process, frontend.link, frontend.started = process, link, time.monotonic()
+        frontend.asked, frontend.unresponsive = None, False
         frontend.mirror = mirror
         frontend.specs = specs  # what Init carried: a model bound while the process started is told by _tell
         frontend.regions = {}
@@ -216,12 +227,15 @@ class FrontendPool:
         self._hand_held()
 
     async def steer(self) -> None:
-        """Every frontend's answers ask their clients to reconnect from now on; return once all do."""
-        await self._broadcast("steer")
+        """Every frontend's answers ask their clients to reconnect from now on; return once all do.
+
+        A frontend silent for TELL_TIMEOUT_S is killed (as by `_answer`): the lame duck waited for it, unready never.
+        """
+        await self._broadcast("steer", answered=True)
 
     async def leave(self) -> None:
-        """Keep serving, but ask every client to reconnect elsewhere (the lame duck before a stop)."""
-        await self._broadcast("leave")
+        """Keep serving, but ask every client to reconnect elsewhere (the lame duck before a stop); as `steer`."""
+        await self._broadcast("leave", answered=True)
 
     def hurry(self) -> None:
         """Stop waiting for answers still leaving (a second signal)."""
@@ -232,6 +246,8 @@ class FrontendPool:
     async def stop(self, sending_s: float = 0.0) -> None:
         """Accept nothing more; each frontend finishes what it sends (up to `sending_s`) and exits."""
         self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
         for acceptor in self._acceptors:
             acceptor.stop()
         self._acceptors.clear()
@@ -241,7 +257,11 @@ class FrontendPool:
         for task in self._restarts.values():
             task.cancel()
         deadline = time.monotonic() + sending_s + 2.0
-        await self._broadcast("stop", sending_s)
+        # Its answer comes once its answers under way are sent; one that never comes (a frontend stopped, its loop
+        # wedged) held the stop until the caller gave up on it, past exit_timeout_secs: it is killed at the deadline.
+        told = asyncio.ensure_future(self._broadcast("stop", sending_s))
+        await asyncio.wait([told], timeout=max(deadline - time.monotonic(), 0.0))
+        told.cancel()
         await asyncio.gather(*(self._ended(frontend, deadline) for frontend in self._frontends))
 
     async def _ended(self, frontend: _Frontend, deadline: float) -> None:
@@ -263,7 +283,8 @@ class FrontendPool:
         """
         self.accepted[kind] += 1
         here = self._here.get(kind)
-        if here is not None and (self._here_takes(kind) or not self._up()):
+        responsive = [frontend for frontend in self._up() if not frontend.unresponsive]
+        if here is not None and (self._here_takes(kind) or not responsive):
             sock = socket.socket(fileno=fd)
             sock.setblocking(False)
             over_cap = self._open(kind) >= self._caps[kind]
@@ -274,6 +295,8 @@ class FrontendPool:
         for _ in range(len(self._frontends)):
             frontend = self._frontends[next(self._turn)]
             link = frontend.link
+            if frontend.unresponsive and responsive:
+                continue
             if frontend.state is _State.UP and link is not None and not link.closed:
                 over_cap = self._open(kind) >= self._caps[kind]
                 try:
@@ -304,6 +327,43 @@ class FrontendPool:
         held, self._held = self._held, []
         for kind, fd in held:
             self._hand_over(kind, fd)
+
+    # -- liveness -------------------------------------------------------------------------------
+
+    async def _ping_all(self) -> None:
+        """Every PING_PERIOD_S, ask each frontend up that answered the last ping; note one that leaves it unanswered."""
+        while True:
+            await asyncio.sleep(PING_PERIOD_S)
+            now = time.monotonic()
+            for frontend in self._up():
+                link = frontend.link
+                assert link is not None
+                if frontend.asked is None:
+                    frontend.asked = now
+                    answer = asyncio.ensure_future(link.calls.call("ping"))
+                    answer.add_done_callback(functools.partial(self._pinged, frontend, link))
+                elif not frontend.unresponsive and now - frontend.asked >= UNRESPONSIVE_S:
+                    frontend.unresponsive = True
+                    LOGGER.warning(
+                        "frontend %d (pid %d) has answered nothing for %g s (stopped? its loop wedged?): "
+                        "it is handed no new connection until it does",
+                        frontend.number,
+                        frontend.pid,
+                        UNRESPONSIVE_S,
+                    )
+
+    def _pinged(self, frontend: _Frontend, link: FrontendLink, answer: asyncio.Future[Any]) -> None:
+        """A ping's answer (or its channel's end)."""
+        if not answer.cancelled():
+            answer.exception()  # retrieved: a frontend that died meanwhile is dealt with by _on_closed
+        if frontend.link is not link:  # started again meanwhile
+            return
+        frontend.asked = None
+        if frontend.unresponsive:
+            frontend.unresponsive = False
+            LOGGER.info(
+                "frontend %d (pid %d) answers again: it is handed new connections again", frontend.number, frontend.pid
+            )
 
     # -- death ----------------------------------------------------------------------------------
 
@@ -459,8 +519,12 @@ class FrontendPool:
         if told is None or told[3] != mirror[3]:
             await link.calls.call("trace_stamps", mirror[3])
 
-    async def _answer(self, frontend: _Frontend, calls: Awaitable[Any]) -> Any:
+    async def _answer(
+        self, frontend: _Frontend, calls: Awaitable[Any], what: str = "took no change of the server's state"
+    ) -> Any:
         """What `calls` to a frontend come to; one silent for TELL_TIMEOUT_S is killed (it is started again).
+
+        `what` says what it did not do, in the log.
 
         Raises:
             TimeoutError: it was silent that long.
@@ -471,9 +535,10 @@ class FrontendPool:
             process = frontend.process
             if process is not None and frontend.link is not None and not frontend.link.closed:
                 LOGGER.error(
-                    "frontend %d (pid %d) took no change of the server's state for %g s: killed, to be started again",
+                    "frontend %d (pid %d) %s for %g s: killed, to be started again",
                     frontend.number,
                     process.pid,
+                    what,
                     TELL_TIMEOUT_S,
                 )
                 process.kill()
@@ -537,12 +602,16 @@ class FrontendPool:
             calls.append(link.calls.call("change_regions", chunk, removed if start == 0 else [], fds=fds))
         return calls, len(changed) + len(removed)
 
-    async def _broadcast(self, what: str, *args: Any) -> None:
-        """Call `what(*args)` on every frontend that is up; return once all have answered (or died)."""
+    async def _broadcast(self, what: str, *args: Any, answered: bool = False) -> None:
+        """Call `what(*args)` on every frontend that is up; return once all have answered (or died).
+
+        With `answered`, one silent for TELL_TIMEOUT_S is killed (`_answer`), and counts as died.
+        """
         calls = []
         for frontend in self._up():
             assert frontend.link is not None
-            calls.append(frontend.link.calls.call(what, *args))
+            call = frontend.link.calls.call(what, *args)
+            calls.append(self._answer(frontend, call, f"did not answer '{what}'") if answered else call)
         await asyncio.gather(*calls, return_exceptions=True)
 
     def _up(self) -> List[_Frontend]:

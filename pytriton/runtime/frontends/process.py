@@ -62,6 +62,7 @@ class FrontendProcess:
             "leave": self._leave,
             "stop": self._stop,
             "hurry": self._hurry,
+            "ping": self._ping,
         }
         self.link = HubLink(channel, loop, handlers, on_connection=self._adopt, on_closed=self._end)
         self.engine = RemoteEngine(self.link, init.options.server_id)
@@ -233,6 +234,9 @@ class FrontendProcess:
     async def _hurry(self) -> None:
         for server in self._servers:
             server.hurry()
+
+    async def _ping(self) -> None:
+        """Nothing: the answer tells the hub that this loop turns (pool.PING_PERIOD_S)."""
 
 
 def main(argv: Optional[List[str]] = None) -> int:

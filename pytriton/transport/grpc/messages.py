@@ -148,7 +148,15 @@ class MessageReader:
                 self._flag, self._filled = flag, 0
                 if length >= SHARE_BYTES and self._receive_budget is not None:
                     self._claim(length)
-                message = self._message = RECEIVE_BUFFERS.take(length)
+                try:
+                    message = self._message = RECEIVE_BUFFERS.take(length)
+                except MemoryError:  # the process's memory limit (RLIMIT_AS, a cgroup's): raised through the
+                    # framing, it ended the connection, and every call on it (a client's calls share one)
+                    self.end_share()
+                    raise MessageError(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"the server is out of memory: no room for a message of {length} bytes now",
+                    ) from None
             filled = self._filled
             count = min(size - position, len(message) - filled)
             message[filled : filled + count] = data[position : position + count]

@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, exception_text
 from pytriton.core.raw_tensors import unchanging
 from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, TracedResponse, mark_arrival
@@ -156,7 +156,8 @@ class HttpFrontend:
             await send_error(send, error.status, error.message, error.headers)
         except Exception as error:
             LOGGER.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            await send_error(send, 500, f"internal server error: {error}")
+            # Its type when it says nothing: a MemoryError (no room to encode a response) said "internal server error: "
+            await send_error(send, 500, f"internal server error: {exception_text(error) or type(error).__name__}")
 
     async def _custom(self, scope: Scope, receive: Receive, send: Send, match: Any) -> None:
         """A custom route or mounted app (transport/http/custom.py), under the access rules of its category."""

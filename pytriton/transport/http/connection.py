@@ -468,9 +468,15 @@ class HttpConnection(asyncio.BufferedProtocol):
             if any(name in (b"content-length", b"transfer-encoding") and value != b"0" for name, value in headers):
                 cycle.refusal = UPGRADE_WITH_BODY
         elif self._declared_length >= PRESIZED_BODY_BYTES and not self._chunked_body:
-            self._presized = cycle.presize(self._declared_length)
-            if self._declared_length >= SHARE_BYTES:
-                self.claim_share(cycle, self._declared_length)
+            try:
+                self._presized = cycle.presize(self._declared_length)
+            except MemoryError:  # the process's memory limit (RLIMIT_AS, a cgroup's): raised through the parser, it
+                # ended the connection with no answer, and its requests read before with it
+                cycle.keep_alive = False
+                cycle.refusal = refusal(503, _no_memory_for_body(self._declared_length))
+            else:
+                if self._declared_length >= SHARE_BYTES:
+                    self.claim_share(cycle, self._declared_length)
         if self._active is None:
             self._active = self._to_start = cycle
         else:
@@ -823,6 +829,10 @@ def _framing_too_large(limit: int) -> str:
     until it ends) grew the server's memory as fast as they came.
     """
     return f"chunk extensions or trailer fields larger than {limit} bytes"
+
+
+def _no_memory_for_body(length: int) -> str:
+    return f"the server is out of memory: no room for a request body of {length} bytes now"
 
 
 def _head_too_large(limit: int) -> str:
