@@ -1,4 +1,7 @@
-"""A large infer response asked for compressed (Accept-Encoding) is compressed in a worker thread, not on the loop.
+"""A large infer response asked for compressed is compressed in a worker thread, not on the loop.
+
+HTTP: the client's Accept-Encoding; gRPC: the server's `grpc_infer_response_compression_level` among the
+encodings the client accepts (grpc's clients accept gzip and deflate).
 
 The compressors' pool is replaced by a gated one: a large response's compression waits at the gate while other
 clients' requests are answered, which a compression done on the loop (before the gate could even be reached)
@@ -11,18 +14,20 @@ import concurrent.futures
 import gzip
 import http.client
 import json
+import queue
 import threading
 import zlib
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.transport import deflate
 from pytriton.triton import Triton
-from tests.conftest import http_url, running_triton
+from tests.conftest import grpc_url, http_url, running_triton
 
 # Elements of the large output: its JSON answer is ten times the size compressed off the loop, or more.
 LARGE = deflate.OFF_LOOP_BYTES
@@ -55,7 +60,7 @@ def _bind(triton: Triton) -> None:
 
 @pytest.fixture(scope="module")
 def triton() -> Iterator[Triton]:
-    with running_triton(_bind, allow_grpc=False, allow_metrics=False) as server:
+    with running_triton(_bind, allow_metrics=False, grpc_infer_response_compression_level="high") as server:
         yield server
 
 
@@ -129,3 +134,43 @@ def test_a_small_response_is_compressed_on_the_loop(triton: Triton, compressors:
     assert content_encoding == "gzip"
     assert json.loads(gzip.decompress(compressed))["outputs"][0]["data"] == [2.0, 3.0, 4.0, 5.0]
     assert not compressors.submitted.is_set()
+
+
+def _fill_over_grpc(triton: Triton, model: str) -> np.ndarray:
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    try:
+        tensor = grpcclient.InferInput("v", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([2], dtype=np.float32))
+        return client.infer(model, [tensor]).as_numpy("y")
+    finally:
+        client.close()
+
+
+def _stream_fill_over_grpc(triton: Triton, model: str) -> np.ndarray:
+    """The same request in a ModelStreamInfer stream: its response is a stream message."""
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    answers: queue.Queue[Any] = queue.Queue()
+    try:
+        client.start_stream(lambda result, error: answers.put(error or result))
+        tensor = grpcclient.InferInput("v", [1], "FP32")
+        tensor.set_data_from_numpy(np.array([2], dtype=np.float32))
+        client.async_stream_infer(model, [tensor])
+        answer = answers.get(timeout=60)
+        assert not isinstance(answer, Exception), answer
+        return answer.as_numpy("y")
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+@pytest.mark.parametrize("infer", [_fill_over_grpc, _stream_fill_over_grpc], ids=["unary", "stream"])
+def test_a_large_grpc_response_is_compressed_while_other_clients_are_answered(
+    triton: Triton, compressors: GatedCompressors, infer: Callable[[Triton, str], np.ndarray]
+) -> None:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        large = pool.submit(infer, triton, "fill")
+        assert compressors.submitted.wait(30), "the large response was not left to a worker thread"
+        assert [_fill_over_grpc(triton, "small").tolist() for _ in range(2)] == [[2.0, 3.0, 4.0, 5.0]] * 2
+        assert not large.done()
+        compressors.gate.set()
+        assert (large.result(60) == np.arange(LARGE, dtype=np.float32) + 2).all()
