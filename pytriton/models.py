@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import logging
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -50,6 +51,32 @@ def as_callables(infer_func: Union[Callable[..., Any], Sequence[Callable[..., An
         if not callable(fn):
             raise PyTritonBadParameterError(f"infer_func element {fn!r} is not callable")
     return callables
+
+
+def warn_of_callables_without_requests(model_name: str, callables: Sequence[Callable[..., Any]]) -> None:
+    """Warn of a plain function bound undecorated that cannot take the one argument it is called with.
+
+    Without @batch (or @sample) a callable is called with the list of requests. `def infer(**inputs)` left
+    undecorated failed every request with "infer() takes 0 positional arguments but 1 was given", which says
+    nothing of the decorator (nvidia-pytriton issue #20, its own notebook). Only functions and methods whose
+    signature is their own are looked at: a decorated one (`__wrapped__`) may take anything.
+    """
+    for fn in callables:
+        function = getattr(fn, "__func__", fn)  # a bound method's function
+        if not inspect.isfunction(function) or hasattr(fn, "__wrapped__") or hasattr(function, "__wrapped__"):
+            continue
+        try:
+            inspect.signature(fn).bind(None)
+        except TypeError:
+            LOGGER.warning(
+                "model '%s': infer_func %s takes no positional argument, but an undecorated inference callable is "
+                "called with one, the list of requests: every request will fail. Decorate it with "
+                "@pytriton.decorators.batch to have the inputs as keyword arguments (arrays with a batch axis).",
+                model_name,
+                getattr(fn, "__qualname__", repr(fn)),
+            )
+        except ValueError:  # no signature to read
+            continue
 
 
 _SHAPES = "a tuple of dims, each an int >= 1 or -1 for any size (without the batch axis), e.g. (-1,) or (3, 224, 224)"

@@ -35,7 +35,7 @@ from pytriton.exceptions import PyTritonBadParameterError, PyTritonInvalidOperat
 from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES, ProcessInstances
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed
 from pytriton.lifecycle import TritonLifecyclePolicy
-from pytriton.models import as_callables, build_model
+from pytriton.models import as_callables, build_model, warn_of_callables_without_requests
 from pytriton.runtime.attach import (
     ACCEPTED,
     ATTACH_BIND,
@@ -172,6 +172,7 @@ class RemoteTriton(TritonBase):
         if binding.trace_config:
             LOGGER.warning("RemoteTriton: trace_config applies to the server's own models only; it is ignored")
         callables = as_callables(binding.infer_func)
+        warn_of_callables_without_requests(binding.model_name, callables)
         spec, triton_model_config = build_model(
             model_name=binding.model_name,
             model_version=binding.model_version,

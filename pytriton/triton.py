@@ -15,7 +15,7 @@ from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
 from pytriton.lifecycle import DefaultTritonLifecyclePolicy, TritonLifecyclePolicy, VertextAILifecyclePolicy
 from pytriton.model_config.triton_model_config import TritonModelConfig
-from pytriton.models import as_callables, build_model, rebound_config
+from pytriton.models import as_callables, build_model, rebound_config, warn_of_callables_without_requests
 from pytriton.options.frontends import frontend_processes, resolve_frontends
 from pytriton.options.limits import ServerLimits
 from pytriton.options.model_trace import model_trace_setting
@@ -233,6 +233,7 @@ class Triton(TritonBase):
             processes = binding.infer_func
         else:
             callables = as_callables(binding.infer_func)
+            warn_of_callables_without_requests(model_name, callables)
         spec, triton_model_config = build_model(
             model_name=model_name,
             model_version=binding.model_version,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from pytriton.decorators import batch
 from pytriton.exceptions import (
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
@@ -261,3 +262,28 @@ def test_batcher_none_is_no_dynamic_batcher_not_a_batcher_set(triton: Triton, ca
     assert "ModelConfig.batcher" not in caplog.text
     step = EnsembleStep("plain", input_map={"x": "x"}, output_map={"x": "x"})
     triton.bind_ensemble("e", [step], tensors, tensors, config=ModelConfig(batching=False, batcher=None))
+
+
+def test_an_undecorated_callable_that_takes_no_requests_is_warned_of_at_bind(
+    triton: Triton, caplog: pytest.LogCaptureFixture
+) -> None:
+    # nvidia-pytriton issue #20: `def infer(**inputs)` bound without @batch failed every request with "takes 0
+    # positional arguments but 1 was given", a message that never names the decorator it lacks
+    def infer(**inputs: np.ndarray) -> Any:
+        return {"y": inputs["x"]}
+
+    tensors = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    outputs = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
+    triton.bind("undecorated", infer, tensors, outputs, config=ModelConfig(max_batch_size=4))
+    assert "model 'undecorated': infer_func " in caplog.text
+    assert ".infer takes no positional argument" in caplog.text
+    assert "@pytriton.decorators.batch" in caplog.text
+    caplog.clear()
+    triton.bind("decorated", batch(infer), tensors, outputs, config=ModelConfig(max_batch_size=4))
+    triton.bind("plain", lambda requests: [{"y": r["x"]} for r in requests], tensors, outputs)
+    assert "takes no positional argument" not in caplog.text
+    triton.run()
+    body = {"inputs": [{"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [2.0]}]}
+    status, answer = post_json(triton.http_port, "/v2/models/undecorated/infer", body)
+    assert status == 500 and "takes 0 positional arguments but 1 was given" in answer["error"]
+    assert post_json(triton.http_port, "/v2/models/decorated/infer", body)[1]["outputs"][0]["data"] == [2.0]

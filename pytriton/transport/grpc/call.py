@@ -14,9 +14,18 @@ import grpc
 
 from pytriton.core.raw_tensors import Buffer
 from pytriton.core.waiters import wake
+from pytriton.transport.deflate import OFF_LOOP_BYTES
+from pytriton.transport.deflate import compressed as deflated
 from pytriton.transport.grpc.flow import STREAM_WINDOW
 from pytriton.transport.grpc.headers import Header
-from pytriton.transport.grpc.messages import UNPARSED, Compressed, Message, MessageError, MessageReader
+from pytriton.transport.grpc.messages import (
+    UNPARSED,
+    Compressed,
+    Message,
+    MessageError,
+    MessageReader,
+    encoding_wbits,
+)
 from pytriton.transport.grpc.streams import HALF_CLOSED_LOCAL, OPEN
 
 if TYPE_CHECKING:
@@ -316,9 +325,18 @@ class GrpcCall:
             self.request_memory = request.obj if isinstance(request, memoryview) else request
             response = await method.behaviour(method.deserialize(request), self)
             parts, size = method.serialize(response)
-            self.session.send_unary_response(self, parts, size)
+            compressed = self.encoding is not None and size >= OFF_LOOP_BYTES
+            if compressed:  # in a worker thread: zlib on the loop held every other client (transport/deflate.py)
+                parts, size = await self._compressed(parts)
+            self.session.send_unary_response(self, parts, size, compressed)
         except Exception as error:  # noqa: BLE001 - every failure must reach the client as a status
             self._failed(error)
+
+    async def _compressed(self, parts: Sequence[Buffer]) -> Tuple[List[Buffer], int]:
+        """A response message's parts compressed with the call's encoding, in a worker thread: one part, its size."""
+        assert self.encoding is not None
+        body = await deflated(b"".join(parts), encoding_wbits(self.encoding))
+        return [body], len(body)
 
     async def _streaming(self) -> None:
         """Run a streaming handler over the request iterator; its writes are the responses."""
@@ -389,8 +407,13 @@ class GrpcCall:
         if self.ended:
             raise asyncio.CancelledError()
         parts, size = self.method.serialize(message)
+        compressed = self.encoding is not None and size >= OFF_LOOP_BYTES
+        if compressed:
+            parts, size = await self._compressed(parts)
+            if self.ended:
+                raise asyncio.CancelledError()
         session = self.session
-        session.send_message(self, parts, size)
+        session.send_message(self, parts, size, compressed)
         del message, parts  # a cancelled wait's traceback holds this frame: not the answer too
         if self.outbox or session.write_paused:
             self.writable = session.loop.create_future()

@@ -329,13 +329,23 @@ def response_encoding(level: int, accepted: Optional[bytes]) -> Optional[str]:
     return usable[0] if level == 1 else usable[len(usable) // 2] if level == 2 else usable[-1]
 
 
-def frame_message(parts: Sequence[Buffer], size: int, encoding: Optional[str], limit: int) -> bytes:
+def encoding_wbits(encoding: str) -> int:
+    """Zlib's `wbits` for a message compression (`gzip` or `deflate`)."""
+    return _WBITS[encoding]
+
+
+def frame_message(
+    parts: Sequence[Buffer], size: int, encoding: Optional[str], limit: int, compressed: bool = False
+) -> bytes:
     """A message with its 5-byte prefix, compressed with `encoding` (None: as it is), in one buffer.
 
-    Joining is the one copy of the outputs on the way out, made now: the transport may send later
+    `compressed`: the parts are the message already compressed with `encoding` (transport/deflate.py did it in a
+    worker thread). Joining is the one copy of the outputs on the way out, made now: the transport may send later
     (flow control, a slow client), when the callable may have reused its output arrays.
     """
-    if encoding is not None:
+    if compressed:
+        flag = 1
+    elif encoding is not None:
         deflater = zlib.compressobj(wbits=_WBITS[encoding])
         body = b"".join([deflater.compress(part) for part in parts] + [deflater.flush()])
         parts, size, flag = (body,), len(body), 1

@@ -127,8 +127,11 @@ class ResponseSender:
         self.paused = False  # the transport's buffer is full: streaming handlers wait before writing more
         self.holding = False  # the connection reads on while the buffer is full: DATA waits
 
-    def unary(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
-        """A unary call's response and its OK status, in one write when flow control allows."""
+    def unary(self, call: GrpcCall, parts: Sequence[Buffer], size: int, compressed: bool = False) -> None:
+        """A unary call's response and its OK status, in one write when flow control allows.
+
+        `compressed`: the parts are the message already compressed with the call's encoding.
+        """
         if call.ended:
             return
         # Outputs in the request's own message (or a leased result region) wait for the windows as views; others
@@ -137,7 +140,7 @@ class ResponseSender:
             self._send_pieces(call, message_pieces(parts, size, self._max_message_bytes))
             self.end(call, grpc.StatusCode.OK, "")
             return
-        message = frame_message(parts, size, call.encoding, self._max_message_bytes)
+        message = frame_message(parts, size, call.encoding, self._max_message_bytes, compressed)
         total = len(message)
         windows = self.windows
         if total <= windows.max_frame and total <= windows.window and total <= call.send_window and not self.holding:
@@ -162,10 +165,10 @@ class ResponseSender:
         self._send(call, message)
         self.end(call, grpc.StatusCode.OK, "")
 
-    def message(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
-        """One response message of a streaming call."""
+    def message(self, call: GrpcCall, parts: Sequence[Buffer], size: int, compressed: bool = False) -> None:
+        """One response message of a streaming call (`compressed`: as `unary`'s)."""
         if not call.ended:
-            self._send(call, frame_message(parts, size, call.encoding, self._max_message_bytes))
+            self._send(call, frame_message(parts, size, call.encoding, self._max_message_bytes, compressed))
 
     def end(self, call: GrpcCall, code: grpc.StatusCode, details: str) -> bool:
         """Send a call's status, after its queued DATA; False when the call had already ended."""

@@ -592,13 +592,16 @@ class Http2Session:
 
     # -- what calls ask of their session ----------------------------------------------------------
 
-    def send_unary_response(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
-        """A unary call's response and its OK status, in one write when flow control allows."""
-        self.sender.unary(call, parts, size)
+    def send_unary_response(self, call: GrpcCall, parts: Sequence[Buffer], size: int, compressed: bool = False) -> None:
+        """A unary call's response and its OK status, in one write when flow control allows.
 
-    def send_message(self, call: GrpcCall, parts: Sequence[Buffer], size: int) -> None:
-        """One response message of a streaming call."""
-        self.sender.message(call, parts, size)
+        `compressed`: the parts are the message already compressed with the call's encoding.
+        """
+        self.sender.unary(call, parts, size, compressed)
+
+    def send_message(self, call: GrpcCall, parts: Sequence[Buffer], size: int, compressed: bool = False) -> None:
+        """One response message of a streaming call (`compressed`: as `send_unary_response`'s)."""
+        self.sender.message(call, parts, size, compressed)
 
     def end_call(self, call: GrpcCall, code: grpc.StatusCode, details: str) -> None:
         """Send a call's status (after its queued DATA); stop its handler if it is still running."""

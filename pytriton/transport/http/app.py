@@ -32,6 +32,7 @@ from pytriton.protocol.http_codec import (
     encode_infer_response,
     parse_json_members,
 )
+from pytriton.transport.deflate import compressed
 from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.custom import serve_custom
 from pytriton.transport.http.cycle import BODY_PARTS, HEADER_NAMES
@@ -416,7 +417,7 @@ class HttpFrontend:
             out = json_part
             out_headers = [JSON_TYPE]
         if accept:
-            out = _compress(out, accept.decode("latin-1"), out_headers)
+            out = await _compress(out, accept.decode("latin-1"), out_headers)
         out_headers.append((b"content-length", b"%d" % len(out)))
         await send({"type": "http.response.start", "status": 200, "headers": out_headers})
         await send({"type": "http.response.body", "body": out})
@@ -749,18 +750,21 @@ def _response_encoding(accept_encoding: str) -> str:
     return "" if chosen == "identity" else chosen
 
 
-def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
-    """Compress an infer response per Accept-Encoding (gzip or deflate), adding Content-Encoding."""
+async def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
+    """Compress an infer response per Accept-Encoding (gzip or deflate), adding Content-Encoding.
+
+    A large body is compressed in a worker thread (transport/deflate.py): the other clients are served meanwhile.
+    """
     chosen = _response_encoding(accept_encoding)
     if chosen == "gzip":
-        compressor = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+        wbits = 16 + zlib.MAX_WBITS
         headers.append((b"content-encoding", b"gzip"))
     elif chosen == "deflate":
-        compressor = zlib.compressobj(wbits=zlib.MAX_WBITS)
+        wbits = zlib.MAX_WBITS
         headers.append((b"content-encoding", b"deflate"))
     else:
         return body
-    return compressor.compress(body) + compressor.flush()
+    return await compressed(body, wbits)
 
 
 def _timed_send(send: Send, trace: FrontendTrace, received_ns: int, decoded_ns: int) -> Send:
