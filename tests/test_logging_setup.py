@@ -77,9 +77,13 @@ def test_the_application_setup_is_used_and_nothing_is_logged_twice(tmp_path: Pat
     assert _count(lines, CACHE_WARNING) == 1
 
 
-def test_the_application_level_is_respected(tmp_path: Path) -> None:
-    lines = _serve(tmp_path, "before", "WARNING")
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_the_application_level_is_respected(tmp_path: Path, when: str) -> None:
+    # Configured after the server was created, the root's WARNING did not apply: the INFO level the server gave
+    # its logger while nothing was set up stayed, and the startup line and the stop's reached the root's handlers.
+    lines = _serve(tmp_path, when, "WARNING")
     assert _count(lines, " serving m v1 ") == 0  # INFO: the application chose WARNING
+    assert _count(lines, "stopped (") == 0 and _count(lines, "received SIGTERM") == 0
     assert f"APP WARNING pytriton: {CACHE_WARNING}" in "\n".join(lines)
 
 

@@ -18,6 +18,8 @@ from pytriton.exceptions import PyTritonValidationError
 LOGGER = logging.getLogger("pytriton")
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STDERR_HANDLER_NAME = "pytriton-stderr"
+# Whether the `pytriton` logger's INFO level is this module's default (no one chose a level for it).
+_default_level = False
 
 
 def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Path]) -> None:
@@ -47,9 +49,11 @@ def use_default_logging() -> None:
     """Unless logging is set up (a handler on the root or `pytriton` logger), log INFO and above to stderr.
 
     Should the application configure the root logger later, this handler stands aside (its records
-    reach the root's handlers), so nothing is logged twice.
+    reach the root's handlers), so nothing is logged twice; once this is called again (as the server
+    starts and stops) the default INFO level goes too, and the application's levels apply.
     """
     if LOGGER.hasHandlers():
+        _stand_aside_for_the_root()
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name(STDERR_HANDLER_NAME)
@@ -59,7 +63,23 @@ def use_default_logging() -> None:
     _log_info()
 
 
+def _stand_aside_for_the_root() -> None:
+    """The application configured the root logger after the stderr handler came: drop it, and its INFO level."""
+    global _default_level
+    ours = [handler for handler in LOGGER.handlers if handler.get_name() == STDERR_HANDLER_NAME]
+    if not ours or not logging.getLogger().handlers:
+        return
+    for handler in ours:
+        LOGGER.removeHandler(handler)
+    # A level someone set since (the server's runtime log settings among them), or one a log file wants, stays.
+    if _default_level and LOGGER.level == logging.INFO and not LOGGER.handlers:
+        LOGGER.setLevel(logging.NOTSET)
+    _default_level = False
+
+
 def _log_info() -> None:
     """Let INFO records through unless a level was chosen for the `pytriton` logger."""
+    global _default_level
     if LOGGER.level == logging.NOTSET:
         LOGGER.setLevel(logging.INFO)
+        _default_level = True

@@ -113,6 +113,7 @@ class ServerRuntime:
         """
         if self.running and not self._announced:
             self._announced = True
+            use_default_logging()  # the application may have configured logging since the ports opened
             LOGGER.info("%s", startup_line(self.urls(), self.engine.models()))
 
     def add_model(
@@ -501,6 +502,7 @@ class ServerRuntime:
     def stop(self) -> None:
         """Graceful stop: refuse new requests, finish in-flight ones (exit_timeout_secs), close ports."""
         started = time.monotonic()
+        use_default_logging()  # the application may have configured logging while it served
         if self._loop.alive:
             budget_s = self.options.limits.lame_duck_s + self.options.exit_timeout_s + OVERRUN_S
             try:
