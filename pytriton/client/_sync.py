@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 from types import ModuleType
 from typing import Any, Dict, Optional, cast
 
@@ -15,6 +17,8 @@ from pytriton.client._errors import TRANSLATED_ERRORS, client_error
 from pytriton.client._readiness import fetch_model_config, wait_for_model, wait_for_server_ready
 from pytriton.client._request import InferCall, Parameters, result_arrays, unbatch_outputs
 from pytriton.client._thread_clients import ThreadClients
+from pytriton.client.exceptions import PyTritonClientError
+from pytriton.core.served_loops import ports_served_here
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 _LOGGER = logging.getLogger(__name__)
@@ -48,6 +52,24 @@ class ModelClient(BaseModelClient):
         self._infer_clients = ThreadClients(
             lambda: self.create_client_from_url(self._url, network_timeout_s=self._inference_timeout_s), per_thread
         )
+
+    def _check_open(self) -> None:
+        """Refuse use after close, and a call that would wait for the event loop it blocks.
+
+        Raises:
+            PyTritonClientClosedError: if the client is closed.
+            PyTritonClientError: if called on the event loop of a server of this process (an `async def` callable
+                or route handler) to that server: it could not answer until the call gave up.
+        """
+        super()._check_open()
+        url = self._triton_url
+        if url.port in ports_served_here() and _is_this_host(url.hostname):
+            raise PyTritonClientError(
+                f"{type(self).__name__} called on the event loop of the server at {url.hostname}:{url.port}, which "
+                "runs in this process (an async def callable or route handler): that server cannot answer while "
+                "this call blocks its loop. Await an AsyncioModelClient or pytriton.compose.call_model_async "
+                "instead, or bind a plain def callable (it runs in a thread of its own)."
+            )
 
     @property
     def _general_client(self) -> Any:
@@ -215,3 +237,14 @@ class ModelClient(BaseModelClient):
         except TRANSLATED_ERRORS as error:
             raise client_error(error, self._inference_timeout_s) from error
         return unbatch_outputs(config, result_arrays(result), call.sample)
+
+
+def _is_this_host(hostname: str) -> bool:
+    """Whether `hostname` names this host without a lookup: localhost, its name, a loopback or wildcard address."""
+    if hostname in ("localhost", socket.gethostname()):
+        return True
+    try:
+        address = ipaddress.ip_address(hostname.strip("[]"))
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified

@@ -72,6 +72,11 @@ class LoopThread:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
 
+    @property
+    def ident(self) -> int:
+        """The loop thread's identifier (`threading.get_ident()` in it)."""
+        return self._thread.ident or 0
+
     def is_own_thread(self) -> bool:
         """Whether the calling thread is the loop's."""
         return threading.current_thread() is self._thread

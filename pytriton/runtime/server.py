@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
 
 from pytriton import __version__
+from pytriton.core import served_loops
 from pytriton.core.binders import OnBind, process_binder, thread_binder
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Binder, Engine
@@ -243,6 +244,7 @@ class ServerRuntime:
         use_default_logging()
         self._loop.run(self._start())
         self.running = True
+        served_loops.serving(self._loop.ident, (port for port in (self.http_port, self.grpc_port) if port))
         # Every object alive now (modules, models, the engine) lives as long as the server: keep the
         # collector from scanning them again and again. Full collections of this heap (tritonclient,
         # grpc, numpy: ~40k objects) take 15-25 ms here and came several times a second under load.
@@ -515,6 +517,7 @@ class ServerRuntime:
                 )
             finally:
                 self._loop.stop()
+        served_loops.stopped(self._loop.ident)
         self.tracing.shutdown()
         if self.running:
             thaw()  # what the server held can be collected now (frozen again at exit: heap.py)

@@ -1,0 +1,48 @@
+"""Calls that wait for the server's event loop, made on that loop (an `async def` callable or route handler)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+
+from pytriton.client import ModelClient
+from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton
+from tests.conftest import running_triton
+
+X = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+Y = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
+BATCHING = ModelConfig(max_batch_size=4)
+
+
+def _double(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+    return [{"y": request["x"] * 2} for request in requests]
+
+
+def test_a_blocking_client_call_to_the_server_from_its_loop_fails_at_once() -> None:
+    # An async callable's blocking ModelClient call to its own server waited for an answer only the loop it blocked
+    # could give: every client of the server stood still until the call gave up (init_timeout_s, 60 s by
+    # default), and then the request failed with a timeout. nvidia-pytriton 0.7 runs async callables apart from its
+    # server, where the call is answered.
+    ports: Dict[str, Any] = {}
+
+    async def calls_its_server(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+        with ModelClient(f"http://127.0.0.1:{ports['http']}", "double", init_timeout_s=5) as client:
+            return [{"y": client.infer_batch(x=request["x"])["y"]} for request in requests]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("double", _double, inputs=X, outputs=Y, config=BATCHING)
+        triton.bind("calls_its_server", calls_its_server, inputs=X, outputs=Y, config=BATCHING)
+
+    with running_triton(bind) as triton:
+        ports["http"] = triton.http_port
+        with ModelClient(f"http://127.0.0.1:{triton.http_port}", "calls_its_server", inference_timeout_s=30) as client:
+            with pytest.raises(PyTritonClientInferenceServerError) as raised:
+                client.infer_sample(x=np.ones(2, np.float32))
+        assert "ModelClient called on the event loop of the server at 127.0.0.1:" in str(raised.value)
+        assert "Await an AsyncioModelClient or pytriton.compose.call_model_async" in str(raised.value)
+        with ModelClient(f"grpc://127.0.0.1:{triton.grpc_port}", "double") as client:
+            assert client.infer_sample(x=np.ones(2, np.float32))["y"].tolist() == [2.0, 2.0]
