@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 from typing import Any, Dict, List
 
 import numpy as np
@@ -9,9 +11,14 @@ import pytest
 
 from pytriton.client import ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
+from pytriton.exceptions import PyTritonInvalidOperationError
+from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.routes import RouteRequest
 from pytriton.triton import Triton
 from tests.conftest import running_triton
+
+WAIT_S = 30.0  # a bound on what should happen at once
 
 X = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
 Y = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
@@ -46,3 +53,50 @@ def test_a_blocking_client_call_to_the_server_from_its_loop_fails_at_once() -> N
         assert "Await an AsyncioModelClient or pytriton.compose.call_model_async" in str(raised.value)
         with ModelClient(f"grpc://127.0.0.1:{triton.grpc_port}", "double") as client:
             assert client.infer_sample(x=np.ones(2, np.float32))["y"].tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("frontends", [1, 2])
+def test_bind_from_an_async_callable_or_route_handler(frontends: int) -> None:
+    # bind() waited for the server's event loop from that loop's own thread: the server stopped answering anyone,
+    # for good, and stop() could not end it. nvidia-pytriton 0.7 binds from an async callable.
+    holder: Dict[str, Triton] = {}
+
+    async def binds(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+        holder["triton"].bind("bound_by_a_callable", _double, inputs=X, outputs=Y, config=BATCHING)
+        return [{"y": request["x"]} for request in requests]
+
+    async def bind_route(request: RouteRequest) -> Dict[str, str]:
+        name = request.path_params["name"]
+        try:
+            infer_func = ProcessInstances(_double) if name == "in_processes" else _double
+            holder["triton"].bind(name, infer_func, inputs=X, outputs=Y, config=BATCHING)
+        except PyTritonInvalidOperationError as error:
+            return {"refused": str(error)}
+        return {"bound": name}
+
+    def bind(triton: Triton) -> None:
+        holder["triton"] = triton
+        triton.bind("binds", binds, inputs=X, outputs=Y, config=BATCHING)
+        triton.add_route("/bind/{name}", bind_route)
+
+    with running_triton(bind, frontends=frontends) as triton:
+        url = f"http://127.0.0.1:{triton.http_port}"
+        with ModelClient(url, "binds", inference_timeout_s=WAIT_S) as client:
+            assert client.infer_sample(x=np.ones(2, np.float32))["y"].tolist() == [1.0, 1.0]
+        assert _post(triton, "/bind/by_a_route") == {"bound": "by_a_route"}
+        refused = _post(triton, "/bind/in_processes")["refused"]
+        assert refused.startswith("model 'in_processes': ProcessInstances are bound from a thread other than")
+        for name in ("bound_by_a_callable", "by_a_route"):
+            with ModelClient(url, name, init_timeout_s=WAIT_S) as client:
+                assert client.infer_sample(x=np.ones(2, np.float32))["y"].tolist() == [2.0, 2.0]
+
+
+def _post(triton: Triton, path: str) -> Any:
+    connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=WAIT_S)
+    try:
+        connection.request("POST", path, body=b"{}", headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200, response.read()
+        return json.loads(response.read())
+    finally:
+        connection.close()

@@ -59,7 +59,14 @@ class LoopThread:
         The main thread waits in steps of SIGNAL_POLL_S: a signal the kernel hands to another thread
         (the loop's, an instance's) runs its Python handler only once the main thread runs again, and a
         second Ctrl+C during a long stop must not wait for the stop to end.
+
+        Raises:
+            RuntimeError: called on the loop's own thread, where the wait would never end (the loop waits too).
         """
+        if self.is_own_thread():
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started: no "never awaited" warning
+            raise RuntimeError("a wait for the server's event loop, on that loop's own thread: it would never end")
         future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self.loop)
         if threading.current_thread() is not threading.main_thread():
             return future.result(timeout)
@@ -82,7 +89,9 @@ class LoopThread:
         return threading.current_thread() is self._thread
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Call a plain function on the loop thread and return its result."""
+        """Call a plain function on the loop thread and return its result (at once when called there)."""
+        if self.is_own_thread():
+            return fn(*args)
 
         async def _call() -> T:
             return fn(*args)

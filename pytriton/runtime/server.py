@@ -11,7 +11,7 @@ import logging
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Set
 
 from pytriton import __version__
 from pytriton.core import served_loops
@@ -103,6 +103,7 @@ class ServerRuntime:
         self._attach: Optional[AttachServer] = None
         self.routes = CustomRoutes()  # the user's routes and mounted apps on the HTTP port (Triton.add_route)
         self._pool: Optional[FrontendPool] = None  # the frontend processes, when options.frontends > 1
+        self._background: Set[asyncio.Task[None]] = set()  # frontend syncs started on the loop, until they end
         self.running = False
         self._announced = False  # whether the startup line was logged; models bound later get a line each
 
@@ -145,7 +146,14 @@ class ServerRuntime:
 
         Raises:
             PyTritonRuntimeError: an instance did not start (the message has its traceback).
+            ValueError: called on the server's event loop (an async def callable or route handler), where the
+                processes' start cannot be waited for.
         """
+        if self._loop.is_own_thread():
+            raise ValueError(
+                f"model '{spec.name}': ProcessInstances are bound from a thread other than the server's event loop "
+                "(this async def callable or route handler runs on it): bind them from a plain def one"
+            )
         self._loop.run(self._add_process_model(spec, plan, trace, config_for))
         self._sync_frontends()
         self._refreeze()
@@ -226,13 +234,28 @@ class ServerRuntime:
             LOGGER.info("serving %s", model_line(model))
 
     def _sync_frontends(self) -> None:
-        """Return once every frontend process knows the models bound so far (a client may use one at once)."""
-        if self._pool is not None:
+        """Return once every frontend process knows the models bound so far (a client may use one at once).
+
+        On the loop's own thread (a model bound from an async def callable) the frontends learn of them once it
+        goes on.
+        """
+        if self._pool is None:
+            return
+        if self._loop.is_own_thread():
+            task = self._loop.loop.create_task(self._pool.sync())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        else:
             self._loop.run(self._pool.sync())
 
     def wait_warmed_up(self) -> None:
-        """Return once every model bound so far has run its warm-up requests (ModelConfig.model_warmup)."""
-        self._loop.run(self.engine.warmed_up())
+        """Return once every model bound so far has run its warm-up requests (ModelConfig.model_warmup).
+
+        On the loop's own thread (a model bound from an async def callable) it returns at once: the warm-ups run
+        once the loop goes on.
+        """
+        if not self._loop.is_own_thread():
+            self._loop.run(self.engine.warmed_up())
 
     def _refreeze(self) -> None:
         """A model bound while serving lives as long as the server: out of the collector's reach, as at start."""
