@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
 import dataclasses
 import logging
+import os
 import pathlib
 import weakref
 from typing import Any, Callable, List, Optional, Sequence, Union
@@ -139,6 +141,7 @@ class Triton(TritonBase):
         )
         self._runtime = ServerRuntime(self._options)
         self._finished = self._runtime.stopped  # the runtime sets it when a model fails unrecoverably
+        self._pid = os.getpid()  # of the process that started the server (see _stop_at_exit)
         # A server never started holds its loop's thread until it is stopped; stop() before run() does not stop it
         # (0.7 can still run then): it ends with this object, or at exit.
         weakref.finalize(self, _release_unstarted, self._runtime)
@@ -207,6 +210,16 @@ class Triton(TritonBase):
         if not self._runtime.running:
             self._runtime.start()
             self._started()
+            self._pid = os.getpid()
+            atexit.register(self._stop_at_exit)
+
+    def _stop_at_exit(self) -> None:
+        """At exit, a server still running stops as stop() stops it, as in 0.7: the requests in flight are answered.
+
+        Not in a process forked from this one, which exits without the server's threads: the server is its parent's.
+        """
+        if os.getpid() == self._pid:
+            self.stop()
 
     def _serving(self) -> None:
         """serve() or run() was called: log the startup line (once), with the models bound by now."""
@@ -288,6 +301,7 @@ class Triton(TritonBase):
 
     def _stop_server(self) -> None:
         """Drain the engine and close the ports (also ends the loop thread of a server never started)."""
+        atexit.unregister(self._stop_at_exit)
         self._runtime.stop()
 
 

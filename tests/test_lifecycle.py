@@ -640,3 +640,49 @@ def test_a_stopped_server_lets_its_models_go_though_one_of_them_is_a_module_func
     del holder, triton
     gc.collect()
     assert gone() is None
+
+
+EXIT_WITH_A_REQUEST_IN_FLIGHT = """
+    import os, sys, threading, time
+    import numpy as np
+    from pytriton.model_config import Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    called = threading.Event()
+
+    def slow(requests):
+        called.set()
+        time.sleep(2)  # main returns meanwhile
+        return [{"y": request["x"] * 3} for request in requests]
+
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    tensor = [Tensor(name="x", dtype=np.float32, shape=(1,))]
+    triton.bind("m", slow, inputs=tensor, outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))])
+    triton.run()
+    if os.fork() == 0:  # a worker forked from the server's process (gunicorn --preload) exits: not the server's end
+        sys.exit(0)
+    os.wait()
+    print("PORT", triton.http_port, flush=True)
+    called.wait()
+    print("MAIN RETURNS", flush=True)
+"""
+
+
+def test_a_server_running_at_exit_answers_its_requests_in_flight(tmp_path: Path) -> None:
+    # A script that returned with the server running (run(), no stop()) ended it with the process: the requests in
+    # flight were cut off (the client's connection closed unanswered). As nvidia-pytriton 0.7, the server stops at
+    # exit as stop() stops it; a forked child's exit does not stop it.
+    answers: List[Any] = []
+    with ServerProcess.script(tmp_path, EXIT_WITH_A_REQUEST_IN_FLIGHT) as server:
+        port = int(server.wait_for(r"^PORT (\d+)$").group(1))
+        one = {"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [2]}
+        client = threading.Thread(
+            target=lambda: answers.append(post_json(port, "/v2/models/m/infer", {"inputs": [one]}))
+        )
+        client.start()
+        server.wait_for("^MAIN RETURNS$")
+        client.join(30)
+        assert server.wait() == 0, server.output()
+    assert answers and answers[0][0] == 200, (answers, server.output())
+    assert answers[0][1]["outputs"][0]["data"] == [6.0]
+    assert sum(" INFO pytriton: stopped (" in line for line in server.lines) == 1, server.output()
