@@ -141,7 +141,7 @@ class Triton(TritonBase):
         )
         self._runtime = ServerRuntime(self._options)
         self._finished = self._runtime.stopped  # the runtime sets it when a model fails unrecoverably
-        self._pid = os.getpid()  # of the process that started the server (see _stop_at_exit)
+        self._pid = os.getpid()  # the process the server lives in: its loop's thread is not in a fork of it
         # A server never started holds its loop's thread until it is stopped; stop() before run() does not stop it
         # (0.7 can still run then): it ends with this object, or at exit.
         weakref.finalize(self, _release_unstarted, self._runtime)
@@ -207,10 +207,10 @@ class Triton(TritonBase):
         """Open the ports and serve, unless already serving."""
         if self._state is ServerState.STOPPED:
             raise PyTritonInvalidOperationError("Cannot run a stopped Triton server")
+        self._check_in_the_serving_process()
         if not self._runtime.running:
             self._runtime.start()
             self._started()
-            self._pid = os.getpid()
             atexit.register(self._stop_at_exit)
 
     def _stop_at_exit(self) -> None:
@@ -237,6 +237,7 @@ class Triton(TritonBase):
 
     def _bind_model(self, binding: Binding) -> None:
         """Add a model to the engine and let decorators find its config."""
+        self._check_in_the_serving_process()
         model_name = binding.model_name
         processes: Optional[ProcessInstances] = None
         callables: List[Callable[..., Any]] = []
@@ -286,14 +287,23 @@ class Triton(TritonBase):
 
     def _bind_ensemble(self, spec: ModelSpec) -> None:
         """Serve an ensemble over the models bound already."""
+        self._check_in_the_serving_process()
         try:
             self._runtime.add_ensemble(spec)
         except ValueError as error:
             raise PyTritonInvalidOperationError(str(error)) from None
 
     def _is_alive_impl(self) -> bool:
-        """Whether the engine runs and no model failed unrecoverably."""
-        return self._runtime.running and self._runtime.failure is None
+        """Whether the engine runs (in this process) and no model failed unrecoverably."""
+        return self._runtime.running and self._runtime.in_this_process and self._runtime.failure is None
+
+    def _check_in_the_serving_process(self) -> None:
+        """Refuse to bind to or start a server from a process forked from the one it lives in (its loop is not here)."""
+        if os.getpid() != self._pid:
+            raise PyTritonInvalidOperationError(
+                f"The Triton server runs in process {self._pid}, and this process ({os.getpid()}) was forked from it: "
+                "bind models to it and run it in that process"
+            )
 
     def _in_a_request(self) -> bool:
         """Inside a callable or a handler, or on the server's event loop (an `async def` one)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import http.client
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -686,3 +687,41 @@ def test_a_server_running_at_exit_answers_its_requests_in_flight(tmp_path: Path)
     assert answers and answers[0][0] == 200, (answers, server.output())
     assert answers[0][1]["outputs"][0]["data"] == [6.0]
     assert sum(" INFO pytriton: stopped (" in line for line in server.lines) == 1, server.output()
+
+
+FORKED_CHILD_BINDS = """
+    import faulthandler, os
+    import numpy as np
+    from pytriton.exceptions import PyTritonInvalidOperationError
+    from pytriton.model_config import Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    tensor = [Tensor(name="x", dtype=np.float32, shape=(1,))]
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    triton.bind("m", lambda requests: requests, inputs=tensor, outputs=tensor)
+    triton.run()
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(20, exit=True)  # a bind that waits for good: status 1
+        print("CHILD ALIVE", triton.is_alive(), flush=True)
+        try:
+            triton.bind("n", lambda requests: requests, inputs=tensor, outputs=tensor)
+        except PyTritonInvalidOperationError as error:
+            print("CHILD REFUSED", error, flush=True)
+        os._exit(0)
+    print("CHILD STATUS", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+    print("PARENT ALIVE", triton.is_alive(), flush=True)
+    triton.stop()
+"""
+
+
+def test_a_forked_child_is_told_the_server_is_its_parents(tmp_path: Path) -> None:
+    # In a process forked from the server's (gunicorn --preload, multiprocessing's fork), the server's event loop
+    # is not there: is_alive() said True, and bind() waited for that loop for good.
+    with ServerProcess.script(tmp_path, FORKED_CHILD_BINDS) as server:
+        assert server.wait() == 0, server.output()
+    output = server.output()
+    assert "CHILD ALIVE False" in output and "CHILD STATUS 0" in output and "PARENT ALIVE True" in output, output
+    assert re.search(
+        r"CHILD REFUSED The Triton server runs in process \d+, and this process \(\d+\) was forked", output
+    )

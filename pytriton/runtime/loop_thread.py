@@ -61,12 +61,14 @@ class LoopThread:
         second Ctrl+C during a long stop must not wait for the stop to end.
 
         Raises:
-            RuntimeError: called on the loop's own thread, where the wait would never end (the loop waits too).
+            RuntimeError: called on the loop's own thread, or with the loop's thread gone (in a process forked
+                from the one it runs in), where the wait would never end.
         """
-        if self.is_own_thread():
+        if self.is_own_thread() or not self.alive:
             if asyncio.iscoroutine(awaitable):
                 awaitable.close()  # never started: no "never awaited" warning
-            raise RuntimeError("a wait for the server's event loop, on that loop's own thread: it would never end")
+            where = "on that loop's own thread" if self.alive else "whose thread is not in this process"
+            raise RuntimeError(f"a wait for the server's event loop {where}: it would never end")
         future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self.loop)
         if threading.current_thread() is not threading.main_thread():
             return future.result(timeout)

@@ -520,6 +520,11 @@ class ServerRuntime:
                 LOGGER.exception("error while stopping a frontend")
         self._frontends.clear()
 
+    @property
+    def in_this_process(self) -> bool:
+        """Whether the server's event loop runs in this process (not in a process this one was forked from)."""
+        return self._loop.alive
+
     def on_loop_thread(self) -> bool:
         """Whether the calling thread is the server's event loop's."""
         return self._loop.is_own_thread()
