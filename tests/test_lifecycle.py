@@ -725,3 +725,47 @@ def test_a_forked_child_is_told_the_server_is_its_parents(tmp_path: Path) -> Non
     assert re.search(
         r"CHILD REFUSED The Triton server runs in process \d+, and this process \(\d+\) was forked", output
     )
+
+
+STOP_FROM_A_SIGNAL_HANDLER_DURING_STOP = """
+    import http.client, json, os, signal, sys, threading, time
+    import numpy as np
+    from pytriton.model_config import Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    called = threading.Event()
+
+    def stops_the_server(requests):
+        called.set()
+        while triton.is_alive():  # until main's stop() is under way
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)  # handled in the main thread, in that stop()
+        return requests
+
+    def client():
+        connection = http.client.HTTPConnection("127.0.0.1", triton.http_port)
+        one = {"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [2]}
+        connection.request("POST", "/v2/models/m/infer", json.dumps({"inputs": [one]}))
+        sys.stdout.write(f"CLIENT {connection.getresponse().status}\\n")  # one write: the log shares the pipe
+
+    tensor = [Tensor(name="x", dtype=np.float32, shape=(1,))]
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    triton.bind("m", stops_the_server, inputs=tensor, outputs=tensor)
+    triton.run()
+    signal.signal(signal.SIGTERM, lambda *_: sys.stdout.write(f"HANDLER STOP {triton.stop()}\\n"))
+    thread = threading.Thread(target=client)
+    thread.start()
+    called.wait()
+    sys.stdout.write(f"MAIN STOP {triton.stop()}\\n")
+    thread.join()
+"""
+
+
+def test_stop_from_a_signal_handler_that_interrupted_a_stop(tmp_path: Path) -> None:
+    # A SIGTERM handler of the application's that calls stop() (run() serves, the main thread goes on), run while
+    # the main thread was in stop() draining: the handler's stop() waited for that stop, which could not go on
+    # until the handler returned, and the process hung for good. nvidia-pytriton 0.7 returns False there.
+    with ServerProcess.script(tmp_path, STOP_FROM_A_SIGNAL_HANDLER_DURING_STOP) as server:
+        assert server.wait() == 0, server.output()
+    said = sorted(line for line in server.lines if line.startswith(("HANDLER", "CLIENT", "MAIN")))
+    assert said == ["CLIENT 200", "HANDLER STOP False", "MAIN STOP True"], server.output()
