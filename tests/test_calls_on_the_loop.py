@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 from typing import Any, Dict, List
@@ -9,7 +10,7 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 
-from pytriton.client import ModelClient
+from pytriton.client import FuturesModelClient, ModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
@@ -53,6 +54,31 @@ def test_a_blocking_client_call_to_the_server_from_its_loop_fails_at_once() -> N
         assert "Await an AsyncioModelClient or pytriton.compose.call_model_async" in str(raised.value)
         with ModelClient(f"grpc://127.0.0.1:{triton.grpc_port}", "double") as client:
             assert client.infer_sample(x=np.ones(2, np.float32))["y"].tolist() == [2.0, 2.0]
+
+
+def test_a_futures_client_result_awaited_on_the_server_loop_fails_at_once_and_wrapped_is_answered() -> None:
+    # future.result() of a FuturesModelClient call to the server, on that server's loop, waited as a ModelClient's
+    # call did (the client's inference_timeout_s); the future wrapped for the loop (asyncio.wrap_future) is answered.
+    ports: Dict[str, Any] = {}
+
+    async def waits(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+        with FuturesModelClient(f"http://127.0.0.1:{ports['http']}", "double", inference_timeout_s=5) as client:
+            future = client.infer_sample(x=requests[0]["x"])
+            if requests[0]["x"][0] == 1:
+                return [{"y": (await asyncio.wrap_future(future))["y"]}]
+            return [{"y": future.result()["y"]}]
+
+    def bind(triton: Triton) -> None:
+        triton.bind("double", _double, inputs=X, outputs=Y, config=BATCHING)
+        triton.bind("waits", waits, inputs=X, outputs=Y, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        ports["http"] = triton.http_port
+        with ModelClient(f"http://127.0.0.1:{triton.http_port}", "waits", inference_timeout_s=30) as client:
+            assert client.infer_sample(x=np.ones(2, np.float32))["y"].tolist() == [2.0, 2.0]
+            with pytest.raises(PyTritonClientInferenceServerError) as raised:
+                client.infer_sample(x=np.full(2, 3, np.float32))
+        assert "FuturesModelClient's future.result() called on the event loop of the server at" in str(raised.value)
 
 
 @pytest.mark.parametrize("frontends", [1, 2])

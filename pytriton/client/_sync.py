@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import socket
 from types import ModuleType
 from typing import Any, Dict, Optional, cast
 
@@ -14,11 +12,10 @@ import tritonclient.http
 
 from pytriton.client._base import BaseModelClient
 from pytriton.client._errors import TRANSLATED_ERRORS, client_error
+from pytriton.client._loop_guard import refuse_a_wait_for_this_loop
 from pytriton.client._readiness import fetch_model_config, wait_for_model, wait_for_server_ready
 from pytriton.client._request import InferCall, Parameters, result_arrays, unbatch_outputs
 from pytriton.client._thread_clients import ThreadClients
-from pytriton.client.exceptions import PyTritonClientError
-from pytriton.core.served_loops import ports_served_here
 from pytriton.model_config.triton_model_config import TritonModelConfig
 
 _LOGGER = logging.getLogger(__name__)
@@ -62,14 +59,7 @@ class ModelClient(BaseModelClient):
                 or route handler) to that server: it could not answer until the call gave up.
         """
         super()._check_open()
-        url = self._triton_url
-        if url.port in ports_served_here() and _is_this_host(url.hostname):
-            raise PyTritonClientError(
-                f"{type(self).__name__} called on the event loop of the server at {url.hostname}:{url.port}, which "
-                "runs in this process (an async def callable or route handler): that server cannot answer while "
-                "this call blocks its loop. Await an AsyncioModelClient or pytriton.compose.call_model_async "
-                "instead, or bind a plain def callable (it runs in a thread of its own)."
-            )
+        refuse_a_wait_for_this_loop(type(self).__name__, self._triton_url)
 
     @property
     def _general_client(self) -> Any:
@@ -237,14 +227,3 @@ class ModelClient(BaseModelClient):
         except TRANSLATED_ERRORS as error:
             raise client_error(error, self._inference_timeout_s) from error
         return unbatch_outputs(config, result_arrays(result), call.sample)
-
-
-def _is_this_host(hostname: str) -> bool:
-    """Whether `hostname` names this host without a lookup: localhost, its name, a loopback or wildcard address."""
-    if hostname in ("localhost", socket.gethostname()):
-        return True
-    try:
-        address = ipaddress.ip_address(hostname.strip("[]"))
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_unspecified
