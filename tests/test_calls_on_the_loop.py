@@ -16,7 +16,7 @@ from pytriton.exceptions import PyTritonInvalidOperationError
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.routes import RouteRequest
-from pytriton.triton import Triton
+from pytriton.triton import RemoteTriton, Triton
 from tests.conftest import running_triton
 
 WAIT_S = 30.0  # a bound on what should happen at once
@@ -79,6 +79,30 @@ def test_a_futures_client_result_awaited_on_the_server_loop_fails_at_once_and_wr
             with pytest.raises(PyTritonClientInferenceServerError) as raised:
                 client.infer_sample(x=np.full(2, 3, np.float32))
         assert "FuturesModelClient's future.result() called on the event loop of the server at" in str(raised.value)
+
+
+def test_a_remote_triton_made_on_the_loop_of_its_server_is_refused() -> None:
+    # A RemoteTriton attaching from an async callable to the server that runs it waited for that server's loop,
+    # which it blocked: the server answered no one any more, and stop() could not end it.
+    ports: Dict[str, Any] = {}
+
+    async def attaches(requests: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+        with RemoteTriton(url=f"http://127.0.0.1:{ports['http']}") as remote:
+            remote.bind("remote", _double, inputs=X, outputs=Y, config=BATCHING)
+        return requests
+
+    def bind(triton: Triton) -> None:
+        triton.bind("double", _double, inputs=X, outputs=Y, config=BATCHING)
+        triton.bind("attaches", attaches, inputs=X, outputs=Y, config=BATCHING)
+
+    with running_triton(bind) as triton:
+        ports["http"] = triton.http_port
+        with ModelClient(f"http://127.0.0.1:{triton.http_port}", "attaches", inference_timeout_s=WAIT_S) as client:
+            with pytest.raises(PyTritonClientInferenceServerError) as raised:
+                client.infer_sample(x=np.ones(2, np.float32))
+        assert "RemoteTriton created on the event loop of the server at 127.0.0.1:" in str(raised.value)
+        with ModelClient(f"http://127.0.0.1:{triton.http_port}", "double") as client:
+            assert client.infer_sample(x=np.ones(2, np.float32))["y"].tolist() == [2.0, 2.0]
 
 
 @pytest.mark.parametrize("frontends", [1, 2])
