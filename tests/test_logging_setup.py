@@ -128,3 +128,32 @@ def test_log_format_applies_to_the_stderr_log(tmp_path: Path) -> None:
         server.signal(signal.SIGTERM)
         server.wait_for(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I pytriton: received SIGTERM: stopping gracefully")
         assert server.wait() == 0
+
+
+SERVERS_ONE_AFTER_ANOTHER = """
+    import sys
+    import numpy as np
+    from pytriton.model_config import Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    tensor = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    for name, log_file in (("first", sys.argv[1]), ("second", sys.argv[2]), ("third", None)):
+        config = TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False, log_file=log_file)
+        triton = Triton(config=config)
+        triton.bind(name, lambda requests: requests, inputs=tensor, outputs=tensor)
+        triton.run()
+        triton.stop()
+"""
+
+
+def test_a_server_s_log_file_holds_its_own_log(tmp_path: Path) -> None:
+    # Servers made one after another in a program (a notebook): a stopped server's log_file kept its handler, so
+    # each later server's log went there too, and to stderr no more.
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    with ServerProcess.script(tmp_path, SERVERS_ONE_AFTER_ANOTHER, str(first), str(second), env=free_port_env()) as run:
+        assert run.wait() == 0, run.output()
+    for path, name in ((first, "first"), (second, "second")):
+        lines = path.read_text().splitlines()
+        served = [line.split(" serving ")[1].split(" on ")[0] for line in lines if " serving " in line]
+        assert served == [f"{name} v1 (1 instance)"], lines
+    assert _count(run.lines, " serving third v1 ") == 1 and _count(run.lines, " serving second v1 ") == 0, run.output()

@@ -11,7 +11,7 @@ import logging
 import os
 import pathlib
 import sys
-from typing import Optional
+from typing import Dict, Optional
 
 from pytriton.exceptions import PyTritonValidationError
 
@@ -20,13 +20,19 @@ _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STDERR_HANDLER_NAME = "pytriton-stderr"
 # Whether the `pytriton` logger's INFO level is this module's default (no one chose a level for it).
 _default_level = False
+# The servers that log to each log file (its absolute path) now: its handler goes when the last of them stops.
+_log_file_users: Dict[str, int] = {}
 
 
-def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Path]) -> None:
+def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Path]) -> Optional[str]:
     """log_file adds a file handler, which gets INFO and above at least; verbose levels >= 1 log at DEBUG.
 
     Without a log file, and unless logging is set up, records go to stderr (see `use_default_logging`).
+
+    Returns:
+        The log file's absolute path, for `release_log_file` once the server stops; None without one.
     """
+    path: Optional[str] = None
     if log_file:
         path = os.path.abspath(log_file)
         if not any(isinstance(h, logging.FileHandler) and h.baseFilename == path for h in LOGGER.handlers):
@@ -38,11 +44,26 @@ def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Pat
                 ) from None
             handler.setFormatter(logging.Formatter(_FORMAT))
             LOGGER.addHandler(handler)
+        _log_file_users[path] = _log_file_users.get(path, 0) + 1
         _log_info()
     use_default_logging()
     if log_verbose:
         LOGGER.setLevel(logging.DEBUG)
         LOGGER.warning("log_verbose=%d: verbose logging slows inference down", log_verbose)
+    return path
+
+
+def release_log_file(path: Optional[str]) -> None:
+    """A server that logged to `path` stopped: its file handler goes (closed) unless another server logs there."""
+    if path is None or path not in _log_file_users:
+        return
+    _log_file_users[path] -= 1
+    if _log_file_users[path] > 0:
+        return
+    del _log_file_users[path]
+    for handler in [h for h in LOGGER.handlers if isinstance(h, logging.FileHandler) and h.baseFilename == path]:
+        LOGGER.removeHandler(handler)
+        handler.close()
 
 
 def use_default_logging() -> None:
