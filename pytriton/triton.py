@@ -22,7 +22,7 @@ from pytriton.options.frontends import resolve_frontends
 from pytriton.options.limits import ServerLimits
 from pytriton.options.model_trace import model_trace_setting
 from pytriton.options.openai import resolve_openai_port
-from pytriton.runtime.logging_setup import configure_logging, release_log_file
+from pytriton.runtime.logging_setup import LogUse, configure_logging, release_logging
 from pytriton.runtime.options import resolve_options
 from pytriton.runtime.server import ServerRuntime
 from pytriton.security import (
@@ -111,7 +111,7 @@ class Triton(TritonBase):
         """
         self._config = resolve_config(config)
         # before the options are read: their warnings (an option with no effect) go where the rest of the log goes
-        self._log_file = configure_logging(self._config.log_verbose, self._config.log_file)
+        self._log_use: Optional[LogUse] = configure_logging(self._config.log_verbose, self._config.log_file)
         self._security_config = security_config or TritonSecurityConfig()
         token = self._security_config.access_token
         self._options = dataclasses.replace(
@@ -144,7 +144,7 @@ class Triton(TritonBase):
         self._pid = os.getpid()  # the process the server lives in: its loop's thread is not in a fork of it
         # A server never started holds its loop's thread until it is stopped; stop() before run() does not stop it
         # (0.7 can still run then): it ends with this object, or at exit.
-        weakref.finalize(self, _release_unstarted, self._runtime, self._log_file)
+        weakref.finalize(self, _release_unstarted, self._runtime, self._log_use)
 
     def run(self) -> None:
         """Start serving in the background and return once every port accepts connections."""
@@ -315,12 +315,14 @@ class Triton(TritonBase):
         try:
             self._runtime.stop()
         finally:
-            release_log_file(self._log_file)  # a later server's records do not go to this one's file
-            self._log_file = None
+            if self._log_use is not None:  # a later server's records go where its own options say
+                release_logging(self._log_use)
+                self._log_use = None
 
 
-def _release_unstarted(runtime: ServerRuntime, log_file: Optional[str]) -> None:
-    """End the loop of a runtime never started, and its use of its log file (one started: its Triton's stop())."""
+def _release_unstarted(runtime: ServerRuntime, log_use: Optional[LogUse]) -> None:
+    """End the loop of a runtime never started, and what its options added to the log (one started: stop())."""
     if not runtime.running and not runtime.stopped.is_set():
         runtime.stop()
-        release_log_file(log_file)
+        if log_use is not None:
+            release_logging(log_use)

@@ -131,15 +131,17 @@ def test_log_format_applies_to_the_stderr_log(tmp_path: Path) -> None:
 
 
 SERVERS_ONE_AFTER_ANOTHER = """
-    import sys
+    import logging, sys
     import numpy as np
     from pytriton.model_config import Tensor
     from pytriton.triton import Triton, TritonConfig
 
     tensor = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
-    for name, log_file in (("first", sys.argv[1]), ("second", sys.argv[2]), ("third", None)):
-        config = TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False, log_file=log_file)
+    for name, log_file, verbose in (("first", sys.argv[1], 1), ("second", sys.argv[2], None), ("third", None, None)):
+        ports = {"http_port": 0, "allow_grpc": False, "allow_metrics": False}
+        config = TritonConfig(**ports, log_file=log_file, log_verbose=verbose)
         triton = Triton(config=config)
+        logging.getLogger("pytriton.app").debug("a debug record of %s", name)
         triton.bind(name, lambda requests: requests, inputs=tensor, outputs=tensor)
         triton.run()
         triton.stop()
@@ -148,7 +150,7 @@ SERVERS_ONE_AFTER_ANOTHER = """
 
 def test_a_server_s_log_file_holds_its_own_log(tmp_path: Path) -> None:
     # Servers made one after another in a program (a notebook): a stopped server's log_file kept its handler, so
-    # each later server's log went there too, and to stderr no more.
+    # each later server's log went there too, and to stderr no more; its log_verbose's DEBUG level stayed too.
     first, second = tmp_path / "first.log", tmp_path / "second.log"
     with ServerProcess.script(tmp_path, SERVERS_ONE_AFTER_ANOTHER, str(first), str(second), env=free_port_env()) as run:
         assert run.wait() == 0, run.output()
@@ -157,3 +159,6 @@ def test_a_server_s_log_file_holds_its_own_log(tmp_path: Path) -> None:
         served = [line.split(" serving ")[1].split(" on ")[0] for line in lines if " serving " in line]
         assert served == [f"{name} v1 (1 instance)"], lines
     assert _count(run.lines, " serving third v1 ") == 1 and _count(run.lines, " serving second v1 ") == 0, run.output()
+    assert "a debug record of first" in first.read_text()
+    assert "a debug record of second" not in second.read_text() + run.output()
+    assert "a debug record of third" not in run.output()

@@ -11,7 +11,7 @@ import logging
 import os
 import pathlib
 import sys
-from typing import Dict, Optional
+from typing import Dict, NamedTuple, Optional
 
 from pytriton.exceptions import PyTritonValidationError
 
@@ -22,16 +22,27 @@ STDERR_HANDLER_NAME = "pytriton-stderr"
 _default_level = False
 # The servers that log to each log file (its absolute path) now: its handler goes when the last of them stops.
 _log_file_users: Dict[str, int] = {}
+# The servers with log_verbose now, and the `pytriton` logger's level before the first: it comes back after the last.
+_verbose_users = 0
+_level_before_verbose = logging.NOTSET
 
 
-def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Path]) -> Optional[str]:
+class LogUse(NamedTuple):
+    """What a server's options added to the `pytriton` logger, given back by `release_logging` when it stops."""
+
+    log_file: Optional[str]  # the log file's absolute path
+    verbose: bool
+
+
+def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Path]) -> LogUse:
     """log_file adds a file handler, which gets INFO and above at least; verbose levels >= 1 log at DEBUG.
 
     Without a log file, and unless logging is set up, records go to stderr (see `use_default_logging`).
 
     Returns:
-        The log file's absolute path, for `release_log_file` once the server stops; None without one.
+        What was added, for `release_logging` once the server stops.
     """
+    global _verbose_users, _level_before_verbose
     path: Optional[str] = None
     if log_file:
         path = os.path.abspath(log_file)
@@ -48,12 +59,25 @@ def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Pat
         _log_info()
     use_default_logging()
     if log_verbose:
+        if _verbose_users == 0:
+            _level_before_verbose = LOGGER.level
+        _verbose_users += 1
         LOGGER.setLevel(logging.DEBUG)
         LOGGER.warning("log_verbose=%d: verbose logging slows inference down", log_verbose)
-    return path
+    return LogUse(path, bool(log_verbose))
 
 
-def release_log_file(path: Optional[str]) -> None:
+def release_logging(use: LogUse) -> None:
+    """A server stopped: its log file's handler goes (closed) and its verbose level ends, unless another uses them."""
+    global _verbose_users
+    if use.verbose and _verbose_users > 0:
+        _verbose_users -= 1
+        if _verbose_users == 0 and LOGGER.level == logging.DEBUG:  # a level set since stays
+            LOGGER.setLevel(_level_before_verbose)
+    _release_log_file(use.log_file)
+
+
+def _release_log_file(path: Optional[str]) -> None:
     """A server that logged to `path` stopped: its file handler goes (closed) unless another server logs there."""
     if path is None or path not in _log_file_users:
         return
