@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from pytriton import __version__
+from pytriton.client._loop_guard import would_wait_for_this_loop
 from pytriton.client._url import TritonUrl
 from pytriton.client.exceptions import PyTritonClientTimeoutError
 from pytriton.context import attach_context
@@ -146,10 +147,19 @@ class RemoteTriton(TritonBase):
                 an abstract socket of its network namespace, which needs no shared folder.
             access_token: the server's access token (for its model-repository API); without one, the token
                 is read from the server when this process may (its user, same host and PID namespace, Linux).
+
+        Raises:
+            PyTritonInvalidOperationError: created on the event loop of the server at `url` (in its process).
         """
         if workspace is not None:
             _warn_workspace_once()
         self._triton_url = TritonUrl.from_url(url)
+        if would_wait_for_this_loop(self._triton_url):
+            raise PyTritonInvalidOperationError(
+                f"RemoteTriton created on the event loop of the server at {self._triton_url.without_scheme}, which "
+                "runs in this process (an async def callable or route handler): it would wait for the loop it "
+                "blocks. Bind the model on that server's Triton (triton.bind works there)."
+            )
         super().__init__(
             url=self._triton_url.with_scheme,
             workspace=workspace,

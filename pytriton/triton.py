@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
 import dataclasses
 import logging
+import os
 import pathlib
 import weakref
 from typing import Any, Callable, List, Optional, Sequence, Union
@@ -20,7 +22,7 @@ from pytriton.options.frontends import frontend_processes, resolve_frontends
 from pytriton.options.limits import ServerLimits
 from pytriton.options.model_trace import model_trace_setting
 from pytriton.options.openai import ensure_sendable, resolve_openai_port
-from pytriton.runtime.logging_setup import configure_logging
+from pytriton.runtime.logging_setup import LogUse, configure_logging, release_logging
 from pytriton.runtime.options import resolve_options
 from pytriton.runtime.server import ServerRuntime
 from pytriton.security import (
@@ -109,7 +111,7 @@ class Triton(TritonBase):
         """
         self._config = resolve_config(config)
         # before the options are read: their warnings (an option with no effect) go where the rest of the log goes
-        configure_logging(self._config.log_verbose, self._config.log_file)
+        self._log_use: Optional[LogUse] = configure_logging(self._config.log_verbose, self._config.log_file)
         self._security_config = security_config or TritonSecurityConfig()
         token = self._security_config.access_token
         self._options = dataclasses.replace(
@@ -139,9 +141,10 @@ class Triton(TritonBase):
         )
         self._runtime = ServerRuntime(self._options)
         self._finished = self._runtime.stopped  # the runtime sets it when a model fails unrecoverably
+        self._pid = os.getpid()  # the process the server lives in: its loop's thread is not in a fork of it
         # A server never started holds its loop's thread until it is stopped; stop() before run() does not stop it
         # (0.7 can still run then): it ends with this object, or at exit.
-        weakref.finalize(self, _release_unstarted, self._runtime)
+        weakref.finalize(self, _release_unstarted, self._runtime, self._log_use)
 
     def run(self) -> None:
         """Start serving in the background and return once every port accepts connections."""
@@ -204,9 +207,19 @@ class Triton(TritonBase):
         """Open the ports and serve, unless already serving."""
         if self._state is ServerState.STOPPED:
             raise PyTritonInvalidOperationError("Cannot run a stopped Triton server")
+        self._check_in_the_serving_process()
         if not self._runtime.running:
             self._runtime.start()
             self._started()
+            atexit.register(self._stop_at_exit)
+
+    def _stop_at_exit(self) -> None:
+        """At exit, a server still running stops as stop() stops it, as in 0.7: the requests in flight are answered.
+
+        Not in a process forked from this one, which exits without the server's threads: the server is its parent's.
+        """
+        if os.getpid() == self._pid:
+            self.stop()
 
     def _serving(self) -> None:
         """serve() or run() was called: log the startup line (once), with the models bound by now."""
@@ -224,6 +237,7 @@ class Triton(TritonBase):
 
     def _bind_model(self, binding: Binding) -> None:
         """Add a model to the engine and let decorators find its config."""
+        self._check_in_the_serving_process()
         model_name = binding.model_name
         if binding.openai is not None and frontend_processes(self._options.frontends):
             ensure_sendable(binding.openai)  # here, not later on the loop, where the frontends would lose it
@@ -276,14 +290,23 @@ class Triton(TritonBase):
 
     def _bind_ensemble(self, spec: ModelSpec) -> None:
         """Serve an ensemble over the models bound already."""
+        self._check_in_the_serving_process()
         try:
             self._runtime.add_ensemble(spec)
         except ValueError as error:
             raise PyTritonInvalidOperationError(str(error)) from None
 
     def _is_alive_impl(self) -> bool:
-        """Whether the engine runs and no model failed unrecoverably."""
-        return self._runtime.running and self._runtime.failure is None
+        """Whether the engine runs (in this process) and no model failed unrecoverably."""
+        return self._runtime.running and self._runtime.in_this_process and self._runtime.failure is None
+
+    def _check_in_the_serving_process(self) -> None:
+        """Refuse to bind to or start a server from a process forked from the one it lives in (its loop is not here)."""
+        if os.getpid() != self._pid:
+            raise PyTritonInvalidOperationError(
+                f"The Triton server runs in process {self._pid}, and this process ({os.getpid()}) was forked from it: "
+                "bind models to it and run it in that process"
+            )
 
     def _in_a_request(self) -> bool:
         """Inside a callable or a handler, or on the server's event loop (an `async def` one)."""
@@ -291,10 +314,18 @@ class Triton(TritonBase):
 
     def _stop_server(self) -> None:
         """Drain the engine and close the ports (also ends the loop thread of a server never started)."""
-        self._runtime.stop()
+        atexit.unregister(self._stop_at_exit)
+        try:
+            self._runtime.stop()
+        finally:
+            if self._log_use is not None:  # a later server's records go where its own options say
+                release_logging(self._log_use)
+                self._log_use = None
 
 
-def _release_unstarted(runtime: ServerRuntime) -> None:
-    """End the loop of a runtime never started (one started is stopped by its Triton's stop(), or at exit)."""
+def _release_unstarted(runtime: ServerRuntime, log_use: Optional[LogUse]) -> None:
+    """End the loop of a runtime never started, and what its options added to the log (one started: stop())."""
     if not runtime.running and not runtime.stopped.is_set():
         runtime.stop()
+        if log_use is not None:
+            release_logging(log_use)

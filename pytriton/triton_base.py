@@ -86,6 +86,7 @@ class TritonBase:
         self._state_lock = threading.RLock()
         # Set when serving ends (stop(), a signal, an unrecoverable model error): wakes serve().
         self._finished = threading.Event()
+        self._stopping_thread: Optional[int] = None  # the thread whose stop() call stops the server
         self.triton_context = TritonContext()
 
     def bind(
@@ -221,16 +222,21 @@ class TritonBase:
             never started stays as it was: models may still be bound and it may still run, as in PyTriton 0.7.
             Called from a callable or a route handler, it returns at once and the stop goes on: the request it
             was called from is answered before the server stops. Called again while a stop is under way (from
-            another thread), it returns False once that stop has ended.
+            another thread), it returns False once that stop has ended; from a signal's handler that interrupted
+            that stop, it returns False at once (the stop goes on once the handler returns).
         """
         with self._state_lock:
             if self._state is ServerState.IDLE:
                 return False
             under_way = self._state is ServerState.STOPPED
             self._state = ServerState.STOPPED
+            if not under_way:
+                self._stopping_thread = threading.get_ident()
         in_a_request = self._in_a_request()
         if under_way:  # by another call: this one too returns once the server has stopped (serve() returns then)
-            while not in_a_request and not self._finished.wait(_STOP_POLL_S):
+            # ...unless that call is this thread's, which a signal's handler interrupted: it goes on once this returns
+            waits = not in_a_request and self._stopping_thread != threading.get_ident()
+            while waits and not self._finished.wait(_STOP_POLL_S):
                 pass
             return False
         if in_a_request:

@@ -6,6 +6,7 @@ import concurrent.futures
 import json
 import re
 import threading
+from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 import numpy as np
@@ -21,6 +22,7 @@ from pytriton.client.exceptions import (
     PyTritonClientTimeoutError,
     PyTritonClientValueError,
 )
+from tests.server_process import ServerProcess, free_port_env
 from tests.tcp_table import established
 from tests.test_client_support import HELD_TIMEOUT_S, WAIT_S, ClientServer, Gate, floats
 
@@ -228,6 +230,52 @@ def test_threads_may_share_a_client(client_url: str) -> None:
         assert not any(thread.is_alive() for thread in threads), "calls from other threads hung"
         assert results == {n: [n + 1.0] for n in range(40)}
         assert client.infer_sample(floats(1), floats(2))["sum"].tolist() == [3.0]  # the first thread's again
+
+
+# argv[1]: the server's HTTP URL. The parent calls the server, then forks two children which call it with a
+# client they inherited (a module-level client under gunicorn --preload) and one which makes a client of its
+# own; each child's exit status is its number of wrong answers (99: a call failed, 1: it hung).
+FORKING_CLIENT = """
+    import faulthandler, os, sys
+    import numpy as np
+    from pytriton.client import ModelClient
+
+    url = sys.argv[1]
+    inherited = ModelClient(url, "add_sub")
+
+    def child(index, make_client):
+        faulthandler.dump_traceback_later(20, exit=True)
+        try:
+            client = make_client()
+            values = np.arange(200, dtype=np.float32) + 1000 * index
+            wrong = sum(client.infer_sample(np.array([v]), np.array([1.0], np.float32))["sum"][0] != v + 1
+                        for v in values)
+        except BaseException as error:
+            print("child failed:", repr(error), flush=True)
+            os._exit(99)
+        os._exit(min(int(wrong), 97))
+
+    assert inherited.infer_sample(np.array([1.0], np.float32), np.array([2.0], np.float32))["sum"].tolist() == [3.0]
+    children = []
+    for index, make_client in enumerate((lambda: inherited, lambda: inherited, lambda: ModelClient(url, "add_sub"))):
+        pid = os.fork()
+        if pid == 0:
+            child(index, make_client)
+        children.append(pid)
+    print("STATUSES", [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children], flush=True)
+    assert inherited.infer_sample(np.array([1.0], np.float32), np.array([2.0], np.float32))["sum"].tolist() == [3.0]
+    inherited.close()
+"""
+
+
+def test_forked_children_call_over_connections_of_their_own(client_server: ClientServer, tmp_path: Path) -> None:
+    # A child forked after its parent used a ModelClient over HTTP (gunicorn --preload, multiprocessing's fork
+    # start method) sent over the parent's connections: two such children read each other's answers (a result for
+    # another input, nothing raised), and a client made in the child waited forever on gevent's resolver, whose
+    # threads were the parent's. nvidia-pytriton 0.7 does both.
+    with ServerProcess.script(tmp_path, FORKING_CLIENT, client_server.url("http"), env=free_port_env()) as process:
+        assert process.wait(timeout=WAIT_S * 2) == 0, process.output()
+    assert process.wait_for("^STATUSES ").string == "STATUSES [0, 0, 0]", process.output()
 
 
 def test_a_thread_that_ends_closes_its_connections(client_server: ClientServer) -> None:

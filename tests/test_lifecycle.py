@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import http.client
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -640,3 +641,131 @@ def test_a_stopped_server_lets_its_models_go_though_one_of_them_is_a_module_func
     del holder, triton
     gc.collect()
     assert gone() is None
+
+
+EXIT_WITH_A_REQUEST_IN_FLIGHT = """
+    import os, sys, threading, time
+    import numpy as np
+    from pytriton.model_config import Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    called = threading.Event()
+
+    def slow(requests):
+        called.set()
+        time.sleep(2)  # main returns meanwhile
+        return [{"y": request["x"] * 3} for request in requests]
+
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    tensor = [Tensor(name="x", dtype=np.float32, shape=(1,))]
+    triton.bind("m", slow, inputs=tensor, outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))])
+    triton.run()
+    if os.fork() == 0:  # a worker forked from the server's process (gunicorn --preload) exits: not the server's end
+        sys.exit(0)
+    os.wait()
+    print("PORT", triton.http_port, flush=True)
+    called.wait()
+    print("MAIN RETURNS", flush=True)
+"""
+
+
+def test_a_server_running_at_exit_answers_its_requests_in_flight(tmp_path: Path) -> None:
+    # A script that returned with the server running (run(), no stop()) ended it with the process: the requests in
+    # flight were cut off (the client's connection closed unanswered). As nvidia-pytriton 0.7, the server stops at
+    # exit as stop() stops it; a forked child's exit does not stop it.
+    answers: List[Any] = []
+    with ServerProcess.script(tmp_path, EXIT_WITH_A_REQUEST_IN_FLIGHT) as server:
+        port = int(server.wait_for(r"^PORT (\d+)$").group(1))
+        one = {"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [2]}
+        client = threading.Thread(
+            target=lambda: answers.append(post_json(port, "/v2/models/m/infer", {"inputs": [one]}))
+        )
+        client.start()
+        server.wait_for("^MAIN RETURNS$")
+        client.join(30)
+        assert server.wait() == 0, server.output()
+    assert answers and answers[0][0] == 200, (answers, server.output())
+    assert answers[0][1]["outputs"][0]["data"] == [6.0]
+    assert sum(" INFO pytriton: stopped (" in line for line in server.lines) == 1, server.output()
+
+
+FORKED_CHILD_BINDS = """
+    import faulthandler, os
+    import numpy as np
+    from pytriton.exceptions import PyTritonInvalidOperationError
+    from pytriton.model_config import Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    tensor = [Tensor(name="x", dtype=np.float32, shape=(1,))]
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    triton.bind("m", lambda requests: requests, inputs=tensor, outputs=tensor)
+    triton.run()
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(20, exit=True)  # a bind that waits for good: status 1
+        print("CHILD ALIVE", triton.is_alive(), flush=True)
+        try:
+            triton.bind("n", lambda requests: requests, inputs=tensor, outputs=tensor)
+        except PyTritonInvalidOperationError as error:
+            print("CHILD REFUSED", error, flush=True)
+        os._exit(0)
+    print("CHILD STATUS", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+    print("PARENT ALIVE", triton.is_alive(), flush=True)
+    triton.stop()
+"""
+
+
+def test_a_forked_child_is_told_the_server_is_its_parents(tmp_path: Path) -> None:
+    # In a process forked from the server's (gunicorn --preload, multiprocessing's fork), the server's event loop
+    # is not there: is_alive() said True, and bind() waited for that loop for good.
+    with ServerProcess.script(tmp_path, FORKED_CHILD_BINDS) as server:
+        assert server.wait() == 0, server.output()
+    output = server.output()
+    assert "CHILD ALIVE False" in output and "CHILD STATUS 0" in output and "PARENT ALIVE True" in output, output
+    assert re.search(
+        r"CHILD REFUSED The Triton server runs in process \d+, and this process \(\d+\) was forked", output
+    )
+
+
+STOP_FROM_A_SIGNAL_HANDLER_DURING_STOP = """
+    import http.client, json, os, signal, sys, threading, time
+    import numpy as np
+    from pytriton.model_config import Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    called = threading.Event()
+
+    def stops_the_server(requests):
+        called.set()
+        while triton.is_alive():  # until main's stop() is under way
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGTERM)  # handled in the main thread, in that stop()
+        return requests
+
+    def client():
+        connection = http.client.HTTPConnection("127.0.0.1", triton.http_port)
+        one = {"name": "x", "shape": [1, 1], "datatype": "FP32", "data": [2]}
+        connection.request("POST", "/v2/models/m/infer", json.dumps({"inputs": [one]}))
+        sys.stdout.write(f"CLIENT {connection.getresponse().status}\\n")  # one write: the log shares the pipe
+
+    tensor = [Tensor(name="x", dtype=np.float32, shape=(1,))]
+    triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
+    triton.bind("m", stops_the_server, inputs=tensor, outputs=tensor)
+    triton.run()
+    signal.signal(signal.SIGTERM, lambda *_: sys.stdout.write(f"HANDLER STOP {triton.stop()}\\n"))
+    thread = threading.Thread(target=client)
+    thread.start()
+    called.wait()
+    sys.stdout.write(f"MAIN STOP {triton.stop()}\\n")
+    thread.join()
+"""
+
+
+def test_stop_from_a_signal_handler_that_interrupted_a_stop(tmp_path: Path) -> None:
+    # A SIGTERM handler of the application's that calls stop() (run() serves, the main thread goes on), run while
+    # the main thread was in stop() draining: the handler's stop() waited for that stop, which could not go on
+    # until the handler returned, and the process hung for good. nvidia-pytriton 0.7 returns False there.
+    with ServerProcess.script(tmp_path, STOP_FROM_A_SIGNAL_HANDLER_DURING_STOP) as server:
+        assert server.wait() == 0, server.output()
+    said = sorted(line for line in server.lines if line.startswith(("HANDLER", "CLIENT", "MAIN")))
+    assert said == ["CLIENT 200", "HANDLER STOP False", "MAIN STOP True"], server.output()

@@ -77,9 +77,13 @@ def test_the_application_setup_is_used_and_nothing_is_logged_twice(tmp_path: Pat
     assert _count(lines, CACHE_WARNING) == 1
 
 
-def test_the_application_level_is_respected(tmp_path: Path) -> None:
-    lines = _serve(tmp_path, "before", "WARNING")
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_the_application_level_is_respected(tmp_path: Path, when: str) -> None:
+    # Configured after the server was created, the root's WARNING did not apply: the INFO level the server gave
+    # its logger while nothing was set up stayed, and the startup line and the stop's reached the root's handlers.
+    lines = _serve(tmp_path, when, "WARNING")
     assert _count(lines, " serving m v1 ") == 0  # INFO: the application chose WARNING
+    assert _count(lines, "stopped (") == 0 and _count(lines, "received SIGTERM") == 0
     assert f"APP WARNING pytriton: {CACHE_WARNING}" in "\n".join(lines)
 
 
@@ -124,3 +128,37 @@ def test_log_format_applies_to_the_stderr_log(tmp_path: Path) -> None:
         server.signal(signal.SIGTERM)
         server.wait_for(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I pytriton: received SIGTERM: stopping gracefully")
         assert server.wait() == 0
+
+
+SERVERS_ONE_AFTER_ANOTHER = """
+    import logging, sys
+    import numpy as np
+    from pytriton.model_config import Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    tensor = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+    for name, log_file, verbose in (("first", sys.argv[1], 1), ("second", sys.argv[2], None), ("third", None, None)):
+        ports = {"http_port": 0, "allow_grpc": False, "allow_metrics": False}
+        config = TritonConfig(**ports, log_file=log_file, log_verbose=verbose)
+        triton = Triton(config=config)
+        logging.getLogger("pytriton.app").debug("a debug record of %s", name)
+        triton.bind(name, lambda requests: requests, inputs=tensor, outputs=tensor)
+        triton.run()
+        triton.stop()
+"""
+
+
+def test_a_server_s_log_file_holds_its_own_log(tmp_path: Path) -> None:
+    # Servers made one after another in a program (a notebook): a stopped server's log_file kept its handler, so
+    # each later server's log went there too, and to stderr no more; its log_verbose's DEBUG level stayed too.
+    first, second = tmp_path / "first.log", tmp_path / "second.log"
+    with ServerProcess.script(tmp_path, SERVERS_ONE_AFTER_ANOTHER, str(first), str(second), env=free_port_env()) as run:
+        assert run.wait() == 0, run.output()
+    for path, name in ((first, "first"), (second, "second")):
+        lines = path.read_text().splitlines()
+        served = [line.split(" serving ")[1].split(" on ")[0] for line in lines if " serving " in line]
+        assert served == [f"{name} v1 (1 instance)"], lines
+    assert _count(run.lines, " serving third v1 ") == 1 and _count(run.lines, " serving second v1 ") == 0, run.output()
+    assert "a debug record of first" in first.read_text()
+    assert "a debug record of second" not in second.read_text() + run.output()
+    assert "a debug record of third" not in run.output()

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 import numpy as np
 
 from pytriton.client._base import ClientSettings
+from pytriton.client._loop_guard import refuse_a_wait_for_this_loop, would_wait_for_this_loop
 from pytriton.client._request import Parameters
 from pytriton.client._sync import ModelClient
 from pytriton.client._url import TritonUrl
@@ -91,7 +92,8 @@ class FuturesModelClient:
         """Stop accepting calls; the threads finish the calls already made, then close their connections.
 
         Args:
-            wait: return only once every call made has finished.
+            wait: return only once every call made has finished (not on the event loop of the server called, an
+                async def callable's: the calls wait for that loop).
         """
         with self._lock:
             if self._closed:
@@ -100,7 +102,7 @@ class FuturesModelClient:
             threads = list(self._threads)
         for _ in threads:
             self._tasks.put(None)
-        if wait:
+        if wait and not would_wait_for_this_loop(self._triton_url):
             for thread in threads:
                 thread.join()
 
@@ -152,7 +154,7 @@ class FuturesModelClient:
 
     def _submit(self, call: Callable[[ModelClient], _T]) -> Future[_T]:
         """Queue a call; start a thread unless one is idle or max_workers run already."""
-        future: Future[_T] = Future()
+        future: Future[_T] = _CallFuture(self._triton_url)
         with self._lock:
             if self._closed:
                 raise PyTritonClientClosedError("FutureModelClient is already closed")  # 0.7's words, its typo too
@@ -205,3 +207,27 @@ def _destroy_gevent_hub() -> None:
     import gevent
 
     gevent.get_hub().destroy()
+
+
+class _CallFuture(Future):  # type: ignore[type-arg]
+    """A call's future, whose wait on the event loop of the server it calls is refused (it would never end)."""
+
+    def __init__(self, url: TritonUrl) -> None:
+        super().__init__()
+        self._url = url
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """The call's result; see concurrent.futures.Future.
+
+        Raises:
+            PyTritonClientError: if it is not done and this is the event loop of the server it calls.
+        """
+        if not self.done():
+            refuse_a_wait_for_this_loop("FuturesModelClient's future.result()", self._url)
+        return super().result(timeout)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """The call's exception; see concurrent.futures.Future (refused as `result` is)."""
+        if not self.done():
+            refuse_a_wait_for_this_loop("FuturesModelClient's future.exception()", self._url)
+        return super().exception(timeout)

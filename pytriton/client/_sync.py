@@ -12,6 +12,7 @@ import tritonclient.http
 
 from pytriton.client._base import BaseModelClient
 from pytriton.client._errors import TRANSLATED_ERRORS, client_error
+from pytriton.client._loop_guard import refuse_a_wait_for_this_loop
 from pytriton.client._readiness import fetch_model_config, wait_for_model, wait_for_server_ready
 from pytriton.client._request import InferCall, Parameters, result_arrays, unbatch_outputs
 from pytriton.client._thread_clients import ThreadClients
@@ -48,6 +49,17 @@ class ModelClient(BaseModelClient):
         self._infer_clients = ThreadClients(
             lambda: self.create_client_from_url(self._url, network_timeout_s=self._inference_timeout_s), per_thread
         )
+
+    def _check_open(self) -> None:
+        """Refuse use after close, and a call that would wait for the event loop it blocks.
+
+        Raises:
+            PyTritonClientClosedError: if the client is closed.
+            PyTritonClientError: if called on the event loop of a server of this process (an `async def` callable
+                or route handler) to that server: it could not answer until the call gave up.
+        """
+        super()._check_open()
+        refuse_a_wait_for_this_loop(type(self).__name__, self._triton_url)
 
     @property
     def _general_client(self) -> Any:

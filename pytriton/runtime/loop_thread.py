@@ -59,7 +59,16 @@ class LoopThread:
         The main thread waits in steps of SIGNAL_POLL_S: a signal the kernel hands to another thread
         (the loop's, an instance's) runs its Python handler only once the main thread runs again, and a
         second Ctrl+C during a long stop must not wait for the stop to end.
+
+        Raises:
+            RuntimeError: called on the loop's own thread, or with the loop's thread gone (in a process forked
+                from the one it runs in), where the wait would never end.
         """
+        if self.is_own_thread() or not self.alive:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()  # never started: no "never awaited" warning
+            where = "on that loop's own thread" if self.alive else "whose thread is not in this process"
+            raise RuntimeError(f"a wait for the server's event loop {where}: it would never end")
         future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self.loop)
         if threading.current_thread() is not threading.main_thread():
             return future.result(timeout)
@@ -72,12 +81,19 @@ class LoopThread:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
 
+    @property
+    def ident(self) -> int:
+        """The loop thread's identifier (`threading.get_ident()` in it)."""
+        return self._thread.ident or 0
+
     def is_own_thread(self) -> bool:
         """Whether the calling thread is the loop's."""
         return threading.current_thread() is self._thread
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Call a plain function on the loop thread and return its result."""
+        """Call a plain function on the loop thread and return its result (at once when called there)."""
+        if self.is_own_thread():
+            return fn(*args)
 
         async def _call() -> T:
             return fn(*args)

@@ -11,9 +11,10 @@ import logging
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Set
 
 from pytriton import __version__
+from pytriton.core import served_loops
 from pytriton.core.binders import OnBind, process_binder, thread_binder
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Binder, Engine
@@ -102,6 +103,7 @@ class ServerRuntime:
         self._attach: Optional[AttachServer] = None
         self.routes = CustomRoutes()  # the user's routes and mounted apps on the HTTP port (Triton.add_route)
         self._pool: Optional[FrontendPool] = None  # the frontend processes, when options.frontends > 1
+        self._background: Set[asyncio.Task[None]] = set()  # frontend syncs started on the loop, until they end
         self.running = False
         self._announced = False  # whether the startup line was logged; models bound later get a line each
 
@@ -113,6 +115,7 @@ class ServerRuntime:
         """
         if self.running and not self._announced:
             self._announced = True
+            use_default_logging()  # the application may have configured logging since the ports opened
             LOGGER.info("%s", startup_line(self.urls(), self.engine.models()))
 
     def add_model(
@@ -143,7 +146,14 @@ class ServerRuntime:
 
         Raises:
             PyTritonRuntimeError: an instance did not start (the message has its traceback).
+            ValueError: called on the server's event loop (an async def callable or route handler), where the
+                processes' start cannot be waited for.
         """
+        if self._loop.is_own_thread():
+            raise ValueError(
+                f"model '{spec.name}': ProcessInstances are bound from a thread other than the server's event loop "
+                "(this async def callable or route handler runs on it): bind them from a plain def one"
+            )
         self._loop.run(self._add_process_model(spec, plan, trace, config_for))
         self._sync_frontends()
         self._refreeze()
@@ -224,13 +234,28 @@ class ServerRuntime:
             LOGGER.info("serving %s", model_line(model))
 
     def _sync_frontends(self) -> None:
-        """Return once every frontend process knows the models bound so far (a client may use one at once)."""
-        if self._pool is not None:
+        """Return once every frontend process knows the models bound so far (a client may use one at once).
+
+        On the loop's own thread (a model bound from an async def callable) the frontends learn of them once it
+        goes on.
+        """
+        if self._pool is None:
+            return
+        if self._loop.is_own_thread():
+            task = self._loop.loop.create_task(self._pool.sync())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        else:
             self._loop.run(self._pool.sync())
 
     def wait_warmed_up(self) -> None:
-        """Return once every model bound so far has run its warm-up requests (ModelConfig.model_warmup)."""
-        self._loop.run(self.engine.warmed_up())
+        """Return once every model bound so far has run its warm-up requests (ModelConfig.model_warmup).
+
+        On the loop's own thread (a model bound from an async def callable) it returns at once: the warm-ups run
+        once the loop goes on.
+        """
+        if not self._loop.is_own_thread():
+            self._loop.run(self.engine.warmed_up())
 
     def _refreeze(self) -> None:
         """A model bound while serving lives as long as the server: out of the collector's reach, as at start."""
@@ -242,6 +267,7 @@ class ServerRuntime:
         use_default_logging()
         self._loop.run(self._start())
         self.running = True
+        served_loops.serving(self._loop.ident, (port for port in (self.http_port, self.grpc_port) if port))
         # Every object alive now (modules, models, the engine) lives as long as the server: keep the
         # collector from scanning them again and again. Full collections of this heap (tritonclient,
         # grpc, numpy: ~40k objects) take 15-25 ms here and came several times a second under load.
@@ -494,6 +520,11 @@ class ServerRuntime:
                 LOGGER.exception("error while stopping a frontend")
         self._frontends.clear()
 
+    @property
+    def in_this_process(self) -> bool:
+        """Whether the server's event loop runs in this process (not in a process this one was forked from)."""
+        return self._loop.alive
+
     def on_loop_thread(self) -> bool:
         """Whether the calling thread is the server's event loop's."""
         return self._loop.is_own_thread()
@@ -501,6 +532,7 @@ class ServerRuntime:
     def stop(self) -> None:
         """Graceful stop: refuse new requests, finish in-flight ones (exit_timeout_secs), close ports."""
         started = time.monotonic()
+        use_default_logging()  # the application may have configured logging while it served
         if self._loop.alive:
             budget_s = self.options.limits.lame_duck_s + self.options.exit_timeout_s + OVERRUN_S
             try:
@@ -513,6 +545,7 @@ class ServerRuntime:
                 )
             finally:
                 self._loop.stop()
+        served_loops.stopped(self._loop.ident)
         self.tracing.shutdown()
         if self.running:
             thaw()  # what the server held can be collected now (frozen again at exit: heap.py)
