@@ -121,8 +121,13 @@ def decode_infer_request(
     raw_index = 0
     located = still_located(plan.located, memory)
     try:
-        # Triton's gRPC frontend reads every input's data, then the requested outputs' parameters; its core then
-        # checks the outputs, then the inputs against the model.
+        # Triton's gRPC frontend adds every input to the request (refusing a name given twice), then reads each
+        # input's data, then the requested outputs' parameters; its core then checks the outputs, then the inputs
+        # against the model.
+        if plan.repeated:
+            _check_names_once(message.inputs)
+        if plan.input_error is not None:
+            raise plan.input_error
         if plan.typed or len(raw) < expected:
             _check_input_data(spec.name, headers, message, len(contents) if contents else 0)
         if located is None and plan.in_regions:
@@ -135,8 +140,6 @@ def decode_infer_request(
             name, datatype, shape, region = header.name, header.datatype, header.shape, header.region
             if not header.known_datatype:  # Triton's name for it, which no input has: check_input refuses it
                 datatype = "<invalid>"
-            if name in inputs:
-                raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             has_contents = header.has_contents
             try:
                 batch_sizes.append(spec.check_input(name, datatype, shape, True))
@@ -163,7 +166,7 @@ def decode_infer_request(
             except InferenceError:
                 first_raw = raw_index + 1 if region is None and raw and raw_index < len(raw) else raw_index
                 later = headers[index + 1 :]
-                _check_later_inputs(spec, {*inputs, name}, later, message.inputs[index + 1 :], raw[first_raw:])
+                _check_later_inputs(spec, later, message.inputs[index + 1 :], raw[first_raw:])
                 raise
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
@@ -190,22 +193,16 @@ def decode_infer_request(
 
 def _check_later_inputs(
     spec: ModelSpec,
-    names: Set[str],
     headers: Sequence[_InputHeader],
     tensors: Sequence[Message],
     raw: Sequence[Buffer],
 ) -> None:
     """Check the inputs after one that failed (their headers, messages, and raw contents) the last first.
 
-    Triton's frontend adds every input first, refusing a name given twice (after those in `names`); its core then
-    checks each input's datatype, shape and byte size in its hash map's order, which visits the last added first:
-    of several inputs that fail, it names the last. Byte sizes here are those of fixed-size datatypes (a BYTES
-    input's strings are read after).
+    Triton's core checks each input's datatype, shape and byte size in its hash map's order, which visits the last
+    added first: of several inputs that fail, it names the last. Byte sizes here are those of fixed-size datatypes
+    (a BYTES input's strings are read after). Names are distinct (_check_names_once).
     """
-    for header in headers:
-        if header.name in names:
-            raise InferenceError.invalid_input(f"input '{header.name}' already exists in request")
-        names.add(header.name)
     later: List[Tuple[str, str, Sequence[int], Optional[int]]] = []
     raw_left = iter(raw)
     for header, tensor in zip(headers, tensors):
@@ -299,6 +296,15 @@ def parameters_from_message(parameters: Mapping[str, Message], valueless: bool =
             raise InferenceError.invalid(f"parameter '{key}' has no value")
         values[key] = getattr(parameter, choice)
     return values
+
+
+def _check_names_once(tensors: Sequence[Message]) -> None:
+    """Refuse the first input whose name an earlier one has, as Triton's gRPC frontend does before it reads any data."""
+    seen: Set[str] = set()
+    for tensor in tensors:
+        if tensor.name in seen:
+            raise InferenceError.invalid_input(f"input '{tensor.name}' already exists in request")
+        seen.add(tensor.name)
 
 
 def _check_input_data(model: str, headers: Sequence[_InputHeader], message: Message, raw_count: int) -> None:
@@ -452,6 +458,7 @@ class _MessagePlan:
 
     __slots__ = (
         "in_regions",
+        "input_error",
         "inputs",
         "located",
         "message",
@@ -459,6 +466,7 @@ class _MessagePlan:
         "outputs",
         "parameters",
         "raw_count",
+        "repeated",
         "typed",
         "user_parameters",
     )
@@ -466,7 +474,15 @@ class _MessagePlan:
     def __init__(self, message: Message) -> None:
         """Read the inputs' headers, the request's parameters and (when they are right) the requested outputs."""
         self.message = message  # parsed once for every request of the same bytes (`kept_message`)
-        self.inputs = [_input_header(tensor) for tensor in message.inputs]
+        names = [tensor.name for tensor in message.inputs]
+        self.repeated = len(set(names)) != len(names)  # an input named twice
+        # An input's wrong shared-memory parameters, raised by the request after its own parameters and names are
+        # checked (Triton reads them as it reads the inputs' data).
+        self.input_error: Optional[InferenceError] = None
+        try:
+            self.inputs = [_input_header(tensor) for tensor in message.inputs]
+        except InferenceError as error:
+            self.inputs, self.input_error = [], error
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
         self.in_regions = self.raw_count < len(self.inputs)  # some input is in shared memory
         self.typed = any(header.has_contents for header in self.inputs)
@@ -479,7 +495,8 @@ class _MessagePlan:
         self.located: Optional[Located] = None
         try:
             self.user_parameters, self.options = split_parameters(self.parameters, None, GRPC_RULES)
-            self.outputs = _output_headers(message.outputs)
+            if self.input_error is None and not self.repeated:
+                self.outputs = _output_headers(message.outputs)
         except InferenceError:  # raised again by the request, in its turn
             pass
 
