@@ -121,7 +121,7 @@ def decode_infer_request(
                 except InferenceError as error:
                     refused, refusal = index, error
             binary_size = tensor_parameters.get("binary_data_size")
-            region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
+            region = tensor_region(tensor_parameters, "input", name)
             if planned is not None:
                 planned.append((name, datatype, shape, binary_size, region))
             if region is not None:
@@ -214,7 +214,7 @@ def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Opti
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
     for raw in raw_inputs[refused + 1 :]:
         name, datatype, shape, tensor_parameters = _tensor_header(raw)
-        region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
+        region = tensor_region(tensor_parameters, "input", name)
         if region is not None:
             later.append((name, datatype, shape, region.byte_size))
         elif "binary_data_size" in tensor_parameters:
@@ -633,7 +633,7 @@ def _requested_outputs(
         as_binary = parameters.get("binary_data", False)
         if type(as_binary) is not bool:  # tritonserver 2.51's words (a 500 there: 400 here, the client sent it)
             raise InferenceError.invalid("Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean")
-        region = tensor_region(parameters, "output", name) if REGION in parameters else None
+        region = tensor_region(parameters, "output", name)
         if region is not None:
             (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
         if not first:
