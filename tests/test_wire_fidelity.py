@@ -618,6 +618,30 @@ def test_a_bad_inference_header_length_is_refused_in_tritons_words(triton: Trito
     assert (status, json.loads(raw)) == (400, {"error": message})
 
 
+def test_a_raw_body_is_one_string_of_a_bytes_input(triton: Triton) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7.0, a BYTES [1] model of max_batch_size 2) takes the whole body as the
+    # one string of shape [1, 1] and answers it binary; this server refused it ("cannot carry BYTES data").
+    body = b'{"not": "a header"}\x00\xff'
+    headers = {"Inference-Header-Content-Length": "0"}
+    status, answer_headers, raw = request(triton.http_port, "POST", "/v2/models/policy/infer", body, headers)
+    assert status == 200, raw
+    length = int(answer_headers["inference-header-content-length"])
+    document = json.loads(raw[:length])
+    assert document["outputs"] == [
+        {"name": "y", "datatype": "BYTES", "shape": [1, 1], "parameters": {"binary_data_size": 4 + len(body)}}
+    ]
+    assert raw[length:] == len(body).to_bytes(4, "little") + body
+
+
+def test_a_raw_body_of_the_wrong_size_is_refused_in_tritons_words(triton: Triton) -> None:
+    # tritonserver 2.51 deduces the -1 dimension from the body's size, rounded down, then checks the byte size
+    # (182 bytes to an FP32 [-1] model: "Expected 180, got 182"); this server said the body "does not fit".
+    headers = {"Inference-Header-Content-Length": "0"}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/nobatch/infer", bytes(14), headers)
+    message = "[request id: <id_unknown>] input byte size mismatch for input 'raw_input' for model 'nobatch'. "
+    assert (status, json.loads(raw)) == (400, {"error": message + "Expected 12, got 14"})
+
+
 def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: Triton) -> None:
     status, _, raw = request(triton.http_port, "POST", "/v2/models/add/generate", json.dumps({"a": [1.0]}))
     # nvidia-pytriton 0.7.0's answer, word for word

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from pytriton.core.classification import top_classes
-from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype, numpy_dtype
+from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
@@ -417,7 +417,11 @@ def _decode_planned(
 def _decode_raw_body(
     spec: ModelSpec, body: Body, forwarded_headers: Optional[Mapping[str, str]]
 ) -> Tuple[InferenceRequest, OutputFormat]:
-    """`Inference-Header-Content-Length: 0`: the whole body is the model's single input."""
+    """`Inference-Header-Content-Length: 0`: the whole body is the model's single input, as Triton's core reads it.
+
+    Its shape is the model's, with the batch dimension 1 and its one -1 dimension what the body's size leaves; a
+    BYTES input (of shape [1]) is the body as one string.
+    """
     if len(spec.inputs) != 1:
         message = (  # Triton's words; a raw request has no id
             f"Raw request must only have 1 input (found 1) to be deduced but got {len(spec.inputs)} inputs in "
@@ -425,24 +429,41 @@ def _decode_raw_body(
         )
         raise InferenceError.invalid_input(message).for_request("")
     tensor = spec.inputs[0]
-    if tensor.datatype not in ELEMENT_SIZE:
-        raise InferenceError.invalid(f"a request without an inference header cannot carry {tensor.datatype} data")
-    count, remainder = divmod(len(body), ELEMENT_SIZE[tensor.datatype])
     dims = list(tensor.dims)
+    if dims.count(-1) > 1:
+        raise InferenceError.invalid_input(
+            f"The shape of the raw input '{tensor.name}' can not be deduced because there are more than one "
+            "variable-sized dimension"
+        ).for_request("")
     known = element_count([dim for dim in dims if dim != -1])
-    unknown = dims.count(-1)
-    if remainder or unknown > 1 or (known and count % known) or (not unknown and count != known):
-        raise InferenceError.invalid(
-            f"a body of {len(body)} bytes does not fit input '{tensor.name}' of model '{spec.name}'"
-        )
-    if unknown:
-        dims[dims.index(-1)] = count // known if known else 0
     shape = [1, *dims] if spec.batching else dims
     user_parameters, _ = split_parameters(None, forwarded_headers)
-    spec.check_input(tensor.name, tensor.datatype, shape)
-    array = array_from_raw(memoryview(body), tensor.datatype, shape, tensor.name, spec.name)
+    if tensor.datatype == BYTES:
+        if -1 in dims or known != 1:
+            raise InferenceError.invalid_input(
+                f"For BYTE datatype raw input '{tensor.name}', the model must have input shape [1]"
+            ).for_request("")
+        spec.check_input(tensor.name, tensor.datatype, shape)
+        array = np.empty(1, dtype=np.object_)
+        array[0] = bytes(body)
+        inputs = {tensor.name: array.reshape(shape)}
+    else:
+        size = ELEMENT_SIZE.get(tensor.datatype)
+        if size is None:
+            raise InferenceError.invalid(f"a request without an inference header cannot carry {tensor.datatype} data")
+        if -1 in dims:
+            wildcard = shape.index(-1)
+            shape[wildcard] = len(body) // known // size if known else 0
+        expected = element_count(shape) * size
+        if expected != len(body):  # Triton's core names the input by the frontend's name for it
+            raise InferenceError.invalid_input(
+                f"input byte size mismatch for input 'raw_input' for model '{spec.name}'. Expected {expected}, got "
+                f"{len(body)}"
+            ).for_request("")
+        spec.check_input(tensor.name, tensor.datatype, shape)
+        inputs = {tensor.name: array_from_raw(memoryview(body), tensor.datatype, shape, tensor.name, spec.name)}
     request = InferenceRequest(
-        request_id="", inputs={tensor.name: array}, parameters=user_parameters, requested_outputs=None, batch_size=1
+        request_id="", inputs=inputs, parameters=user_parameters, requested_outputs=None, batch_size=1
     )
     return request, OutputFormat({}, True)
 
