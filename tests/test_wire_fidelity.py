@@ -642,6 +642,51 @@ def test_a_raw_body_of_the_wrong_size_is_refused_in_tritons_words(triton: Triton
     assert (status, json.loads(raw)) == (400, {"error": message + "Expected 12, got 14"})
 
 
+_BATCH_SIZES_DIFFER = "[request id: <id_unknown>] input 'a' batch size does not match other inputs for 'add'"
+
+
+@pytest.mark.parametrize(
+    ("inputs", "binary", "message"),
+    [
+        (
+            [
+                {"name": "a", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 8}},
+                _input("b", "INT32", [2, 2], [1, 2, 3, 4]),
+            ],
+            bytes(8),
+            _BATCH_SIZES_DIFFER,
+        ),
+        (
+            [_input("a", "INT32", [], [1]), _input("b", "FP32", [1, 2], [1, 2])],
+            b"",
+            "[request id: <id_unknown>] input 'a' has no shape but model requires batch dimension for 'add'",
+        ),
+    ],
+    ids=["batch sizes before a datatype", "no shape before a datatype"],
+)
+def test_batch_dimensions_are_checked_before_other_refusals_as_in_triton(
+    triton: Triton, inputs: List[Dict[str, Any]], binary: bytes, message: str
+) -> None:
+    # tritonserver 2.51's core reads every input's batch dimension (the last input first) before any input's
+    # datatype, shape or byte size (measured with nvidia-pytriton 0.7.0); this server named b's datatype, a's.
+    header = json.dumps({"inputs": inputs}).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header))} if binary else {}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", header + binary, headers)
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+def test_grpc_batch_sizes_are_checked_before_byte_sizes_as_in_triton(triton: Triton) -> None:
+    # tritonserver 2.51: the batch sizes differ; this server named a's byte size (7 bytes for [1, 2] FP32).
+    message = service_pb2.ModelInferRequest(model_name="add")
+    message.inputs.add(name="a", datatype="FP32", shape=[1, 2])
+    message.inputs.add(name="b", datatype="FP32", shape=[2, 2])
+    message.raw_input_contents.extend([bytes(7), bytes(16)])
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, _BATCH_SIZES_DIFFER)
+
+
 def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: Triton) -> None:
     status, _, raw = request(triton.http_port, "POST", "/v2/models/add/generate", json.dumps({"a": [1.0]}))
     # nvidia-pytriton 0.7.0's answer, word for word

@@ -119,6 +119,36 @@ class ModelSpec:
                 return batch_size
         return self._check_input(tensor, name, datatype, shape, wildcards)
 
+    def batch_refusal(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[InferenceError]:
+        """Triton's first check of a batching model's inputs against it, on (name, shape) of all of them, or None.
+
+        Its core reads each input's batch dimension before any input's datatype or other dimensions (in its hash
+        map's order, the last added first): an unknown input, one without shape, a batch size other than the first
+        visited's, then that batch size past max_batch_size. None when these pass, and for a model without batching.
+        The batch size is its uint32: a batch dimension of 0 is no batch size yet, a negative one no other's.
+        """
+        if not self.batching:
+            return None
+        batch_size = 0
+        for name, shape in reversed(inputs):
+            if name not in self.input_by_name:
+                return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
+            if not shape:
+                return InferenceError.invalid_input(
+                    f"input '{name}' has no shape but model requires batch dimension for '{self.name}'"
+                )
+            if not batch_size:
+                batch_size = shape[0] & 0xFFFFFFFF
+            elif shape[0] != batch_size:
+                return InferenceError.invalid_input(
+                    f"input '{name}' batch size does not match other inputs for '{self.name}'"
+                )
+        if batch_size < 2**31 and batch_size > self.max_batch_size:  # compared as an int
+            return InferenceError.invalid_input(
+                f"inference request batch-size must be <= {self.max_batch_size} for '{self.name}'"
+            )
+        return None
+
     def check_inputs_last_first(
         self, inputs: Sequence[Tuple[str, str, Sequence[int]]], wildcards: bool = False
     ) -> None:

@@ -163,7 +163,9 @@ def decode_infer_request(
                     inputs[name] = array_from_contents(message.inputs[index].contents, datatype, shape, name, spec.name)
                 else:
                     raise InferenceError.invalid(_no_data(name, spec.name))
-            except InferenceError:
+            except InferenceError as error:
+                if error.of_request or name not in spec.input_by_name:  # the core's: batch dimensions first
+                    _check_batch_dimensions(spec, headers)
                 first_raw = raw_index + 1 if region is None and raw and raw_index < len(raw) else raw_index
                 later = headers[index + 1 :]
                 _check_later_inputs(spec, later, message.inputs[index + 1 :], raw[first_raw:])
@@ -189,6 +191,13 @@ def decode_infer_request(
         sequence=options.sequence,
     )
     return DecodedRequest(request, options, output_regions, classes)
+
+
+def _check_batch_dimensions(spec: ModelSpec, headers: Sequence[_InputHeader]) -> None:
+    """Raise the refusal of the inputs' batch dimensions that Triton's core meets first (ModelSpec.batch_refusal)."""
+    refusal = spec.batch_refusal([(header.name, header.shape) for header in headers])
+    if refusal is not None:
+        raise refusal
 
 
 def _check_later_inputs(
