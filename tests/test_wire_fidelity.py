@@ -687,6 +687,32 @@ def test_grpc_batch_sizes_are_checked_before_byte_sizes_as_in_triton(triton: Tri
     assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, _BATCH_SIZES_DIFFER)
 
 
+@pytest.mark.parametrize(
+    ("datatype", "message"),
+    [
+        (
+            "FP8",
+            "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'add' expects 'FP32'",
+        ),
+        ("", "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'add' expects 'FP32'"),
+        (5, "Unable to parse 'datatype': attempt to access JSON non-string as string"),  # Triton's 500
+    ],
+    ids=["unknown", "empty", "no string"],
+)
+def test_an_unknown_datatype_of_binary_data_is_the_cores_refusal(triton: Triton, datatype: Any, message: str) -> None:
+    # tritonserver 2.51's frontend reads binary data without its datatype, and its core refuses the datatype (as
+    # "<invalid>", measured with nvidia-pytriton 0.7.0); JSON data of it is the frontend's "invalid datatype for
+    # input a". This server answered "invalid datatype" to both.
+    inputs = [
+        {"name": "a", "datatype": datatype, "shape": [1, 2], "parameters": {"binary_data_size": 8}},
+        _input("b", "FP32", [1, 2], [1, 2]),
+    ]
+    header = json.dumps({"inputs": inputs}).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", header + bytes(8), headers)
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
 def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: Triton) -> None:
     status, _, raw = request(triton.http_port, "POST", "/v2/models/add/generate", json.dumps({"a": [1.0]}))
     # nvidia-pytriton 0.7.0's answer, word for word

@@ -148,6 +148,8 @@ def decode_infer_request(
                         refused, refusal = index, error
             elif "data" in raw:
                 planned = None  # values: never part of a key
+                if datatype == UNKNOWN_DATATYPE:  # the frontend cannot read the values: Triton's words
+                    raise InferenceError.invalid(f"invalid datatype for input {name}")
                 array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
                 if 0 not in shape:
                     try:
@@ -521,8 +523,12 @@ def _tensor_parameters(value: Any) -> Dict[str, Any]:
     return value if type(value) is dict else {}
 
 
+# The datatype Triton's core names for one it does not know (it refuses it against the model's).
+UNKNOWN_DATATYPE = "<invalid>"
+
+
 def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
-    """Name, datatype, shape and parameters of one input, type-checked."""
+    """Name, datatype (UNKNOWN_DATATYPE for a string no datatype), shape and parameters of one input, type-checked."""
     if type(raw) is not dict:
         raise InferenceError.invalid("each element of 'inputs' must be a JSON object")
     name = raw.get("name")
@@ -532,8 +538,10 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
         raise InferenceError.invalid("each input must have a string 'name'")
     if datatype is None and "datatype" not in raw:
         raise InferenceError.invalid(_MISSING.format(key="datatype"))
-    if type(datatype) is not str or not is_known_datatype(datatype):
-        raise InferenceError.invalid(f"invalid datatype for input {name}")  # Triton's words
+    if type(datatype) is not str:  # Triton's words (its 500)
+        raise InferenceError.invalid("Unable to parse 'datatype': attempt to access JSON non-string as string")
+    if not is_known_datatype(datatype):  # JSON data refuses it (_unknown_datatype); the core checks binary data's
+        datatype = UNKNOWN_DATATYPE
     if type(shape) is not list:
         if shape is None and "shape" not in raw:
             raise InferenceError.invalid(_MISSING.format(key="shape"))
