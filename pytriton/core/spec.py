@@ -119,20 +119,21 @@ class ModelSpec:
                 return batch_size
         return self._check_input(tensor, name, datatype, shape, wildcards)
 
-    def batch_refusal(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[InferenceError]:
-        """Triton's first check of a batching model's inputs against it, on (name, shape) of all of them, or None.
+    def first_refusal(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[InferenceError]:
+        """What Triton's core refuses first of the inputs (name, shape, all of them), before any input's own checks.
 
-        Its core reads each input's batch dimension before any input's datatype or other dimensions (in its hash
-        map's order, the last added first): an unknown input, one without shape, a batch size other than the first
-        visited's, then that batch size past max_batch_size. None when these pass, and for a model without batching.
-        The batch size is its uint32: a batch dimension of 0 is no batch size yet, a negative one no other's.
+        An input the model does not have (the last such first: its hash map's order); then, for a batching model,
+        each input's batch dimension in that order: one without shape, a batch size other than the first visited's,
+        then that batch size past max_batch_size. None when these pass. The batch size is its uint32: a batch
+        dimension of 0 is no batch size yet, a negative one no other's.
         """
+        for name, _ in reversed(inputs):
+            if name not in self.input_by_name:
+                return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
         if not self.batching:
             return None
         batch_size = 0
         for name, shape in reversed(inputs):
-            if name not in self.input_by_name:
-                return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
             if not shape:
                 return InferenceError.invalid_input(
                     f"input '{name}' has no shape but model requires batch dimension for '{self.name}'"

@@ -164,8 +164,8 @@ def decode_infer_request(
                 else:
                     raise InferenceError.invalid(_no_data(name, spec.name))
             except InferenceError as error:
-                if error.of_request or name not in spec.input_by_name:  # the core's: batch dimensions first
-                    _check_batch_dimensions(spec, headers)
+                if error.of_request or name not in spec.input_by_name:  # the core's: names, batch dimensions first
+                    _check_names_and_batch(spec, headers)
                 first_raw = raw_index + 1 if region is None and raw and raw_index < len(raw) else raw_index
                 later = headers[index + 1 :]
                 _check_later_inputs(spec, later, message.inputs[index + 1 :], raw[first_raw:])
@@ -193,9 +193,9 @@ def decode_infer_request(
     return DecodedRequest(request, options, output_regions, classes)
 
 
-def _check_batch_dimensions(spec: ModelSpec, headers: Sequence[_InputHeader]) -> None:
-    """Raise the refusal of the inputs' batch dimensions that Triton's core meets first (ModelSpec.batch_refusal)."""
-    refusal = spec.batch_refusal([(header.name, header.shape) for header in headers])
+def _check_names_and_batch(spec: ModelSpec, headers: Sequence[_InputHeader]) -> None:
+    """Raise what Triton's core refuses first of the inputs' names and batch dimensions (ModelSpec.first_refusal)."""
+    refusal = spec.first_refusal([(header.name, header.shape) for header in headers])
     if refusal is not None:
         raise refusal
 

@@ -213,9 +213,9 @@ def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Opti
     if refused < 0 or refusal is None:
         spec.check_input_count([_tensor_header(raw)[0] for raw in raw_inputs])  # (it raises: names are distinct)
         refusal = InferenceError.invalid(f"the inputs do not fit model '{spec.name}'")
-    else:  # the core reads every input's batch dimension first
+    else:  # the core looks every input up, and reads every input's batch dimension, first
         headers = [_tensor_header(raw) for raw in raw_inputs]
-        first = spec.batch_refusal([(name, shape) for name, _, shape, _ in headers])
+        first = spec.first_refusal([(name, shape) for name, _, shape, _ in headers])
         if first is not None:
             return first
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
