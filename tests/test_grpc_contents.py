@@ -425,3 +425,15 @@ _RESERVED = (
 )
 def test_of_several_errors_the_one_triton_checks_first(stub: Any, request_message: Any, refusal: str) -> None:
     assert _refusal(stub, request_message) == _invalid(refusal)
+
+
+def test_an_inputs_region_is_looked_up_before_the_next_inputs_data(stub: Any) -> None:
+    # tritonserver 2.51's frontend reads the inputs one by one, each with its region: the first input's region, not
+    # registered, is NOT_FOUND before the second's contents in shared memory (nvidia-pytriton 0.7.0); this server
+    # checked every input's data before any region.
+    request = _request("INT32", [2])
+    request.inputs[0].parameters["shared_memory_region"].string_param = "none"
+    request.inputs[0].parameters["shared_memory_byte_size"].int64_param = 8
+    request.inputs.add().CopyFrom(_in_shared_memory(_request("INT32", [2])).inputs[0])
+    request.inputs[1].name = "IN2"
+    assert _refusal(stub, request) == (grpc.StatusCode.NOT_FOUND, "Unable to find shared memory region: 'none'")

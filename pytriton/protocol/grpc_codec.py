@@ -128,10 +128,9 @@ def decode_infer_request(
             _check_names_once(message.inputs)
         if plan.input_error is not None:
             raise plan.input_error
-        if plan.typed or len(raw) < expected:
-            _check_input_data(spec.name, headers, message, len(contents) if contents else 0)
-        if located is None and plan.in_regions:
-            _check_input_regions(headers, memory)
+        find_regions = located is None and plan.in_regions
+        if plan.typed or len(raw) < expected or find_regions:
+            _check_input_data(spec.name, headers, message, len(contents) if contents else 0, find_regions, memory)
         outputs = plan.outputs if plan.outputs is not None else _output_headers(message.outputs)
         requested, output_regions, classes = _requested_outputs(spec, outputs, memory, located is not None)
         if not spec.input_count_fits(len(headers)):
@@ -316,17 +315,29 @@ def _check_names_once(tensors: Sequence[Message]) -> None:
         seen.add(tensor.name)
 
 
-def _check_input_data(model: str, headers: Sequence[_InputHeader], message: Message, raw_count: int) -> None:
+def _check_input_data(
+    model: str,
+    headers: Sequence[_InputHeader],
+    message: Message,
+    raw_count: int,
+    find_regions: bool = False,
+    memory: Optional[SystemSharedMemory] = None,
+) -> None:
     """Check that each input has data, in one place only, as Triton's gRPC frontend does before its core runs.
 
-    `raw_count` is the number of the request's raw contents.
+    `raw_count` is the number of the request's raw contents. With `find_regions`, an input's region is looked up in
+    `memory` (a region not registered, or a range outside it, refused) as the frontend reads that input, before the
+    next one.
     """
     has_raw, raw_left = raw_count > 0, raw_count
     for index, header in enumerate(headers):
         name = header.name
-        if header.region is not None:
+        region = header.region
+        if region is not None:
             if header.has_contents:
                 raise InferenceError.invalid(_contents_in_shared_memory(name, model))
+            if find_regions:
+                (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
         elif header.has_contents:
             if has_raw:
                 raise InferenceError.invalid(
@@ -663,18 +674,6 @@ def _plain_region(parameters: Mapping[str, Message]) -> Optional[TensorRegion]:
     name: str = region.string_param
     byte_size: int = getattr(size, size_choice)
     return TensorRegion(name, offset, byte_size) if name and byte_size >= 0 and offset >= 0 else None
-
-
-def _check_input_regions(headers: Sequence[_InputHeader], memory: Optional[SystemSharedMemory]) -> None:
-    """Refuse an input region not registered, or a range outside it, before the outputs and the model are looked at.
-
-    Triton's gRPC frontend finds each input's region as it reads the input's data, before the requested outputs'
-    parameters; its core checks the inputs against the model after that.
-    """
-    for header in headers:
-        region = header.region
-        if region is not None:
-            (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
 
 
 def _memory(memory: Optional[SystemSharedMemory]) -> SystemSharedMemory:
