@@ -732,6 +732,42 @@ def test_an_unknown_input_is_named_before_another_inputs_refusal_as_in_triton(tr
     assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
 
 
+_SOURCES = (
+    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+    "'shared_memory_region' in 'parameters'. But "
+)
+
+
+@pytest.mark.parametrize(
+    ("tensor", "given"),
+    [
+        (
+            {"name": 5, "datatype": "FP32", "shape": [1, 2], "data": [1, 2], "parameters": {"binary_data_size": 8}},
+            "set 'data' 'binary_data_size'",
+        ),
+        ({"datatype": "FP32", "shape": [1, 2]}, "no field is set"),
+        (
+            {
+                "name": "a",
+                "datatype": "FP32",
+                "shape": [1, -2],
+                "parameters": {"binary_data_size": None, "shared_memory_region": "x"},
+            },
+            "set 'binary_data_size' 'shared_memory_region'",
+        ),
+    ],
+    ids=["before the name's type", "before a missing name", "before the shape"],
+)
+def test_an_inputs_sources_of_data_are_checked_first_as_in_triton(
+    triton: Triton, tensor: Dict[str, Any], given: str
+) -> None:
+    # tritonserver 2.51's frontend checks that an input has one source of data before it reads the input's name,
+    # datatype and shape (nvidia-pytriton 0.7.0); this server refused the name or the shape first.
+    inputs = [tensor, _input("b", "FP32", [1, 2], [1, 2])]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": inputs}))
+    assert (status, json.loads(raw)) == (400, {"error": _SOURCES + given})
+
+
 def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: Triton) -> None:
     status, _, raw = request(triton.http_port, "POST", "/v2/models/add/generate", json.dumps({"a": [1.0]}))
     # nvidia-pytriton 0.7.0's answer, word for word

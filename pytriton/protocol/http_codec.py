@@ -112,6 +112,8 @@ def decode_infer_request(
     refusal: Optional[InferenceError] = None
     try:
         for index, raw in enumerate(raw_inputs):
+            if type(raw) is dict:  # Triton's frontend checks where the data is before it reads the name
+                _check_one_source(raw)
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
@@ -598,6 +600,22 @@ def _only_shared_memory(raw: Dict[str, Any], binary_size: Any) -> None:
         name for name, present in (("data", "data" in raw), ("binary_data_size", binary_size is not None)) if present
     ]
     _one_source_only([*given, "shared_memory_region"])
+
+
+def _check_one_source(raw: Dict[str, Any]) -> None:
+    """Refuse an input without exactly one source of data (Triton's ValidateInputContentType), a null one too."""
+    parameters = _tensor_parameters(raw.get("parameters"))
+    given = [
+        name
+        for name, present in (
+            ("data", "data" in raw),
+            ("binary_data_size", "binary_data_size" in parameters),
+            ("shared_memory_region", REGION in parameters),
+        )
+        if present
+    ]
+    if len(given) != 1:
+        _one_source_only(given)
 
 
 def _one_source_only(given: List[str]) -> None:
