@@ -486,6 +486,14 @@ _HTTP_ERRORS = {
         },
         "parameter 'x' has invalid type. It should be either 'int', 'bool', or 'string'.",
     ),
+    # a `triton_` key is refused before its value's type is read (this server named the type)
+    "reserved key of no JSON type": (
+        {
+            "inputs": [_input("a", "FP32", [1, 2], [1, 2]), _input("b", "FP32", [1, 2], [3, 4])],
+            "parameters": {"triton_enable_empty_final_response": [1]},
+        },
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+    ),
 }
 
 
