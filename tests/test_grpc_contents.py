@@ -437,3 +437,15 @@ def test_an_inputs_region_is_looked_up_before_the_next_inputs_data(stub: Any) ->
     request.inputs.add().CopyFrom(_in_shared_memory(_request("INT32", [2])).inputs[0])
     request.inputs[1].name = "IN2"
     assert _refusal(stub, request) == (grpc.StatusCode.NOT_FOUND, "Unable to find shared memory region: 'none'")
+
+
+def test_an_inputs_shared_memory_parameters_are_read_after_the_inputs_before_it(stub: Any) -> None:
+    # tritonserver 2.51's frontend reads the inputs one by one, each with its shared-memory parameters: the first
+    # input's missing data is named before the second's region without a byte size (nvidia-pytriton 0.7.0); this
+    # server read every input's parameters first.
+    request = _request("INT32", [2])
+    second = request.inputs.add(name="IN2", datatype="INT32", shape=[2])
+    second.parameters["shared_memory_region"].string_param = "none"
+    assert _refusal(stub, request) == _invalid(
+        "unable to find data for input tensor 'IN' for model 'id_INT32' in request."
+    )

@@ -126,7 +126,9 @@ def decode_infer_request(
         # against the model.
         if plan.repeated:
             _check_names_once(message.inputs)
-        if plan.input_error is not None:
+        if plan.input_error is not None:  # the inputs before it are read first (their data, their regions)
+            find_regions = plan.in_regions
+            _check_input_data(spec.name, headers, message, len(contents) if contents else 0, find_regions, memory)
             raise plan.input_error
         find_regions = located is None and plan.in_regions
         if plan.typed or len(raw) < expected or find_regions:
@@ -499,10 +501,12 @@ class _MessagePlan:
         # An input's wrong shared-memory parameters, raised by the request after its own parameters and names are
         # checked (Triton reads them as it reads the inputs' data).
         self.input_error: Optional[InferenceError] = None
+        self.inputs: List[_InputHeader] = []  # those before an input with wrong parameters, then
         try:
-            self.inputs = [_input_header(tensor) for tensor in message.inputs]
+            for tensor in message.inputs:
+                self.inputs.append(_input_header(tensor))
         except InferenceError as error:
-            self.inputs, self.input_error = [], error
+            self.input_error = error
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
         self.in_regions = self.raw_count < len(self.inputs)  # some input is in shared memory
         self.typed = any(header.has_contents for header in self.inputs)
