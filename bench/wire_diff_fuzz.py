@@ -367,9 +367,9 @@ def http_infer_case(rng: random.Random) -> List[Dict[str, Any]]:
         elif m == 26 and tgt is not None:  # BF16 / FP16 in JSON
             tgt["datatype"] = rng.choice(["BF16", "FP16"])
             if "data" not in tgt:
-                tgt["data"] = [1.0] * int(
-                    np.prod([s for s in tgt.get("shape", [1]) if isinstance(s, int) and s > 0] or [1])
-                )
+                dims = [s for s in tgt.get("shape", [1]) if isinstance(s, int) and s > 0]
+                count = int(np.prod(dims, dtype=object)) if dims else 1
+                tgt["data"] = [1.0] * min(count, 4096)  # a huge shape (mutated) gets a short list, not gigabytes
                 if isinstance(tgt.get("parameters"), dict):
                     tgt["parameters"].pop("binary_data_size", None)
         elif m == 27 and tgt is not None:  # BOOL variants
