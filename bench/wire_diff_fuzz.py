@@ -206,7 +206,19 @@ def http_infer_case(rng: random.Random) -> List[Dict[str, Any]]:
             tgt[rng.choice(["name", "shape", "datatype", "data", "parameters"])] = rng.choice(WEIRD)
         elif m == 2 and tgt is not None and isinstance(tgt.get("shape"), list) and tgt["shape"]:
             i = rng.randrange(len(tgt["shape"]))
-            tgt["shape"][i] = rng.choice([0, -1, -2, tgt["shape"][i] + 1, 2**31, 2**63 - 1, 1.0, "2", None])
+            tgt["shape"][i] = rng.choice(
+                [
+                    0,
+                    -1,
+                    -2,
+                    (tgt["shape"][i] + 1 if type(tgt["shape"][i]) is int else 1),
+                    2**31,
+                    2**63 - 1,
+                    1.0,
+                    "2",
+                    None,
+                ]
+            )
         elif m == 3 and tgt is not None and isinstance(tgt.get("shape"), list):
             rng.choice(
                 [lambda s: s.append(1), lambda s: s.pop() if s else None, lambda s: s.insert(0, 1), lambda s: s.clear()]
