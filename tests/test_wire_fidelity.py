@@ -776,6 +776,19 @@ def test_an_inputs_sources_of_data_are_checked_first_as_in_triton(
     assert (status, json.loads(raw)) == (400, {"error": _SOURCES + given})
 
 
+def test_inputs_are_listed_in_the_order_of_tritons_hash_map(triton: Triton) -> None:
+    # tritonserver 2.51 lists (and checks) a request's inputs in its std::unordered_map's order, which follows
+    # the names' hashes: k, a, b come as a, b, k (14 sets of 3 to 7 names matched nvidia-pytriton 0.7.0's
+    # answers); this server listed them last first (b, a, k).
+    inputs = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("k", "a", "b")]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": inputs}))
+    message = (
+        "[request id: <id_unknown>] expected 2 inputs but got 3 inputs for model 'add'. Got input(s) ['a','b','k'], "
+        "but missing required input(s) ]. Please provide all required input(s)."
+    )
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
 def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: Triton) -> None:
     status, _, raw = request(triton.http_port, "POST", "/v2/models/add/generate", json.dumps({"a": [1.0]}))
     # nvidia-pytriton 0.7.0's answer, word for word

@@ -11,6 +11,7 @@ import numpy as np
 from pytriton.core.composition.ensemble_graph import EnsembleGraph
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE
 from pytriton.core.errors import InferenceError
+from pytriton.core.hash_map_order import hash_map_order
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher
 from pytriton.model_config.triton_model_config import TensorSpec
@@ -122,18 +123,20 @@ class ModelSpec:
     def first_refusal(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[InferenceError]:
         """What Triton's core refuses first of the inputs (name, shape, all of them), before any input's own checks.
 
-        An input the model does not have (the last such first: its hash map's order); then, for a batching model,
-        each input's batch dimension in that order: one without shape, a batch size other than the first visited's,
-        then that batch size past max_batch_size. None when these pass. The batch size is its uint32: a batch
-        dimension of 0 is no batch size yet, a negative one no other's.
+        An input the model does not have (in its hash map's order, core/hash_map_order.py); then, for a batching
+        model, each input's batch dimension in that order: one without shape, a batch size other than the first
+        visited's, then that batch size past max_batch_size. None when these pass. The batch size is its uint32: a
+        batch dimension of 0 is no batch size yet, a negative one no other's.
         """
-        for name, _ in reversed(inputs):
+        shapes = dict(inputs)
+        visited = [(name, shapes[name]) for name in hash_map_order([name for name, _ in inputs])]
+        for name, _ in visited:
             if name not in self.input_by_name:
                 return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
         if not self.batching:
             return None
         batch_size = 0
-        for name, shape in reversed(inputs):
+        for name, shape in visited:
             if not shape:
                 return InferenceError.invalid_input(
                     f"input '{name}' has no shape but model requires batch dimension for '{self.name}'"
@@ -297,9 +300,11 @@ class ModelSpec:
         if not batch_sizes:
             return 1
         if self.batching and len(batch_sizes) > 1 and batch_sizes.count(batch_sizes[0]) != len(batch_sizes):
-            # Triton's words; it names the first input its hash map visits (libstdc++: the last first, as in
-            # _count_error) whose batch size differs from the first visited's.
-            other = next(name for name, size in zip(names[::-1], batch_sizes[::-1]) if size != batch_sizes[-1])
+            # Triton's words; it names the first input its hash map visits whose batch size differs from the first
+            # visited's.
+            size_of = dict(zip(names, batch_sizes))
+            visited = hash_map_order(names)
+            other = next(name for name in visited if size_of[name] != size_of[visited[0]])
             raise InferenceError.invalid_input(
                 f"input '{other}' batch size does not match other inputs for '{self.name}'"
             )
@@ -328,10 +333,10 @@ class ModelSpec:
             if len(required) == len(self.inputs)
             else f"expected number of inputs between {len(required)} and {len(self.inputs)}"
         )
-        # The request's inputs in the order Triton's unordered_map gives them (libstdc++: the last first).
+        # The request's inputs in the order Triton's unordered_map gives them.
         return InferenceError.invalid_input(
             f"{expected} but got {len(names)} inputs for model '{self.name}'. "
-            f"Got input(s) {_names(names[::-1]) if names else '[]'}, but missing required input(s) "
+            f"Got input(s) {_names(hash_map_order(names)) if names else '[]'}, but missing required input(s) "
             f"{_names(missing)}. Please provide all required input(s)."
         )
 
