@@ -54,6 +54,8 @@ def _bind(triton: Triton) -> None:
     triton.bind("stream", _stream, inputs=[x], outputs=[y], config=ModelConfig(max_batch_size=4, decoupled=True))
     triton.bind("nobatch", _identity, inputs=[x], outputs=[y], config=ModelConfig(batching=False))
     triton.bind("pair", _add, inputs=vector[:2], outputs=vector[2:], config=ModelConfig(batching=False))
+    kab = [Tensor(name=name, dtype=np.float32, shape=(-1,)) for name in ("k", "a", "b")]
+    triton.bind("triple", _identity, inputs=kab, outputs=[y], config=ModelConfig(batching=False))
     policy = DynamicBatcher(
         max_queue_delay_microseconds=100,
         priority_levels=3,
@@ -787,6 +789,28 @@ def test_inputs_are_listed_in_the_order_of_tritons_hash_map(triton: Triton) -> N
         "but missing required input(s) ]. Please provide all required input(s)."
     )
     assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+@pytest.mark.parametrize(("order", "named"), [("kab", "a"), ("bak", "a"), ("akb", "b")])
+def test_of_several_bad_inputs_the_one_tritons_hash_map_visits_first_is_named(
+    triton: Triton, order: str, named: str
+) -> None:
+    # Every input's datatype is wrong; tritonserver 2.51 names the first its hash map visits (all 6 orders of k, a, b
+    # matched nvidia-pytriton 0.7.0 over HTTP and gRPC); this server named the last (b, k and b here).
+    inputs = [_input(name, "INT32", [2], [1, 2]) for name in order]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/triple/infer", json.dumps({"inputs": inputs}))
+    message = service_pb2.ModelInferRequest(model_name="triple")
+    for name in order:
+        message.inputs.add(name=name, datatype="INT32", shape=[2])
+        message.raw_input_contents.append(bytes(8))
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    refusal = (
+        f"[request id: <id_unknown>] inference input '{named}' data-type is 'INT32', but model 'triple' expects 'FP32'"
+    )
+    assert (status, json.loads(raw)) == (400, {"error": refusal})
+    assert raised.value.details() == refusal
 
 
 def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: Triton) -> None:

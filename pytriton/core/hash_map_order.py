@@ -78,3 +78,15 @@ def hash_map_order(keys: Sequence[str]) -> List[str]:
         buckets[key] = hashes[key] % bucket_count
         _insert(order, buckets, key)
     return order
+
+
+def visited_before(names: Sequence[str], failed: str, later: Sequence[str]) -> List[int]:
+    """The indices of `later` (inputs after `failed` in the request) whose names the core visits before `failed`.
+
+    In the order it visits them: a codec that checks the inputs in the request's order, and finds `failed` the first
+    to fail, checks these next, and names the first of them that fails (else `failed`), as Triton's core does.
+    """
+    position = {name: index for index, name in enumerate(hash_map_order(names))}
+    limit = position.get(failed, len(position))
+    before = [index for index, name in enumerate(later) if position.get(name, limit) < limit]
+    return sorted(before, key=lambda index: position[later[index]])

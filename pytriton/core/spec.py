@@ -11,7 +11,7 @@ import numpy as np
 from pytriton.core.composition.ensemble_graph import EnsembleGraph
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE
 from pytriton.core.errors import InferenceError
-from pytriton.core.hash_map_order import hash_map_order
+from pytriton.core.hash_map_order import hash_map_order, visited_before
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher
 from pytriton.model_config.triton_model_config import TensorSpec
@@ -153,16 +153,18 @@ class ModelSpec:
             )
         return None
 
-    def check_inputs_last_first(
-        self, inputs: Sequence[Tuple[str, str, Sequence[int]]], wildcards: bool = False
+    def check_inputs_visited_before(
+        self, inputs: Sequence[Tuple[str, str, Sequence[int]]], failed: int, wildcards: bool = False
     ) -> None:
-        """check_input for each (name, datatype, shape), the last first, raising at the first that fails.
+        """check_input for the inputs after `inputs[failed]` (the first to fail, in order) that Triton checks first.
 
-        Triton checks a request's inputs in its hash map's order, which (libstdc++) visits the last added first: of
-        several inputs that fail, it names the last. A codec that checks them in order calls this with the inputs
-        after the first that failed, so that the answer names the one Triton names.
+        Triton checks a request's inputs in its hash map's order (core/hash_map_order.py): of several inputs that
+        fail, it names the first it visits. Raises at the first of them that fails.
         """
-        for name, datatype, shape in reversed(inputs):
+        names = [name for name, _, _ in inputs]
+        later = inputs[failed + 1 :]
+        for index in visited_before(names, names[failed], [name for name, _, _ in later]):
+            name, datatype, shape = later[index]
             self.check_input(name, datatype, shape, wildcards)
 
     def _fits(self, tensor: TensorDef, shape: Sequence[int]) -> int:

@@ -11,6 +11,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
+from pytriton.core.hash_map_order import visited_before
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
@@ -168,8 +169,7 @@ def decode_infer_request(
                 if error.of_request or name not in spec.input_by_name:  # the core's: names, batch dimensions first
                     _check_names_and_batch(spec, headers)
                 first_raw = raw_index + 1 if region is None and raw and raw_index < len(raw) else raw_index
-                later = headers[index + 1 :]
-                _check_later_inputs(spec, later, message.inputs[index + 1 :], raw[first_raw:])
+                _check_later_inputs(spec, headers, index, message.inputs[index + 1 :], raw[first_raw:])
                 raise
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
@@ -203,16 +203,19 @@ def _check_names_and_batch(spec: ModelSpec, headers: Sequence[_InputHeader]) -> 
 
 def _check_later_inputs(
     spec: ModelSpec,
-    headers: Sequence[_InputHeader],
+    all_headers: Sequence[_InputHeader],
+    failed: int,
     tensors: Sequence[Message],
     raw: Sequence[Buffer],
 ) -> None:
-    """Check the inputs after one that failed (their headers, messages, and raw contents) the last first.
+    """Check the inputs after `all_headers[failed]` (the first to fail) that Triton's core visits before it.
 
-    Triton's core checks each input's datatype, shape and byte size in its hash map's order, which visits the last
-    added first: of several inputs that fail, it names the last. Byte sizes here are those of fixed-size datatypes
-    (a BYTES input's strings are read after). Names are distinct (_check_names_once).
+    `tensors` and `raw` are those inputs' messages and raw contents. Triton's core checks each input's datatype,
+    shape and byte size in its hash map's order (core/hash_map_order.py): of several inputs that fail, it names the
+    first it visits. Byte sizes here are those of fixed-size datatypes (a BYTES input's strings are read after).
+    Names are distinct (_check_names_once).
     """
+    headers = all_headers[failed + 1 :]
     later: List[Tuple[str, str, Sequence[int], Optional[int]]] = []
     raw_left = iter(raw)
     for header, tensor in zip(headers, tensors):
@@ -228,7 +231,9 @@ def _check_later_inputs(
             field = _CONTENTS_FIELD.get(datatype)
             given = len(getattr(tensor.contents, field)) * element_size if field is not None else 0
         later.append((header.name, datatype, header.shape, given))
-    for name, datatype, shape, given in reversed(later):
+    names = [header.name for header in all_headers]
+    for index in visited_before(names, names[failed], [header.name for header in headers]):
+        name, datatype, shape, given = later[index]
         spec.check_input(name, datatype, shape, True)
         element_size = ELEMENT_SIZE.get(datatype)
         if element_size is not None and given is not None and given != element_count(shape) * element_size:

@@ -9,6 +9,7 @@ import numpy as np
 from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
+from pytriton.core.hash_map_order import visited_before
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
@@ -220,6 +221,7 @@ def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Opti
         first = spec.first_refusal([(name, shape) for name, _, shape, _ in headers])
         if first is not None:
             return first
+    names = [_tensor_header(raw)[0] for raw in raw_inputs]
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
     for raw in raw_inputs[refused + 1 :]:
         name, datatype, shape, tensor_parameters = _tensor_header(raw)
@@ -230,18 +232,24 @@ def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Opti
             later.append((name, datatype, shape, tensor_parameters["binary_data_size"]))
         else:
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
-    _check_later_inputs(spec, later)
+    _check_later_inputs(spec, names, refused, later)
     return refusal
 
 
-def _check_later_inputs(spec: ModelSpec, later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]]) -> None:
-    """Check `later` inputs (with the byte size of their data, or their JSON data as read) the last first.
+def _check_later_inputs(
+    spec: ModelSpec,
+    names: Sequence[str],
+    failed: int,
+    later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]],
+) -> None:
+    """Check the `later` inputs (after `names[failed]`, the first to fail) that Triton's core visits before it.
 
-    Triton's core checks each input's datatype, shape and byte size in its hash map's order, which visits the last
-    added first: of several inputs that fail, it names the last. A codec that checks them in order calls this with
-    the inputs after the first that failed, so that the answer is Triton's.
+    Each comes with the byte size of its data, or its JSON data as read. Triton's core checks each input's
+    datatype, shape and byte size in its hash map's order (core/hash_map_order.py): of several inputs that fail, it
+    names the first it visits.
     """
-    for name, datatype, shape, given in reversed(later):
+    for index in visited_before(names, names[failed], [name for name, _, _, _ in later]):
+        name, datatype, shape, given = later[index]
         spec.check_input(name, datatype, shape)
         if isinstance(given, tuple):
             if given[1] is not None:
@@ -398,7 +406,8 @@ def _decode_planned(
                 offset = end
             except InferenceError:
                 later = plan.inputs[index + 1 :]
-                _check_later_inputs(spec, [(*planned[:3], _planned_size(planned)) for planned in later])
+                names = [planned[0] for planned in plan.inputs]
+                _check_later_inputs(spec, names, index, [(*planned[:3], _planned_size(planned)) for planned in later])
                 raise
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
