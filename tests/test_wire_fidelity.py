@@ -826,7 +826,7 @@ def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: 
 def test_of_several_bad_inputs_the_last_is_named_as_triton_names_it(triton: Triton) -> None:
     # nvidia-pytriton 0.7.0, both inputs of `add` sent without a batch dimension, over HTTP and gRPC alike:
     # "[request id: <id_unknown>] unexpected shape for input 'b' for model 'add'. Expected [-1,-1], got [2]. ..."
-    # (Triton checks them in its hash map's order, the last first; this server named `a`.)
+    # (Triton checks them in its hash map's order, which visits b first; this server named `a`.)
     ab = [_input(name, "FP32", [2], [1, 2]) for name in ("a", "b")]
     status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": ab}))
     answers = [(status, json.loads(raw)["error"].split(".")[0])]

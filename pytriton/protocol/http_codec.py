@@ -210,7 +210,7 @@ def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Opti
     """The refusal of the model's that Triton's core names, once every input and output was read (raised if later).
 
     `refused` is -1 for the input count; else `refusal` is the first refusal, of the input at `refused`, and the
-    core names the last input from there that the model refuses (its hash map's order, `_check_later_inputs`).
+    core names the first input from there that the model refuses in its hash map's order (`_check_later_inputs`).
     Returned, not raised: raised here, its traceback would hold this frame, which holds it (a reference cycle).
     """
     if refused < 0 or refusal is None:
