@@ -107,18 +107,26 @@ class ModelSpec:
             return batcher.priority_queue_policy[level]
         return batcher.default_queue_policy or QueuePolicy()
 
-    def check_input(self, name: str, datatype: str, shape: Sequence[int], wildcards: bool = False) -> int:
+    def check_input(
+        self,
+        name: str,
+        datatype: str,
+        shape: Sequence[int],
+        wildcards: bool = False,
+        data_bytes: Optional[int] = None,
+    ) -> int:
         """Check one input against the config; return its batch size (1 for non-batching models).
 
         With `wildcards` a -1 dimension gets the words of Triton's core (`_check_wildcards`): the gRPC frontend hands
-        it negative dimensions, where the HTTP frontend refuses them as it reads the JSON.
+        it negative dimensions, where the HTTP frontend refuses them as it reads the JSON. `data_bytes`, the size of
+        the input's binary data when the caller knows it, is named in the refusal of a batch of 0.
         """
         tensor = self.input_by_name.get(name)
         if tensor is not None and datatype == tensor.datatype:
             batch_size = self._fits(tensor, shape)
             if batch_size >= 0:
                 return batch_size
-        return self._check_input(tensor, name, datatype, shape, wildcards)
+        return self._check_input(tensor, name, datatype, shape, wildcards, data_bytes)
 
     def first_refusal(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[InferenceError]:
         """What Triton's core refuses first of the inputs (name, shape, all of them), before any input's own checks.
@@ -191,7 +199,13 @@ class ModelSpec:
         return batch_size
 
     def _check_input(
-        self, tensor: Optional[TensorDef], name: str, datatype: str, shape: Sequence[int], wildcards: bool = False
+        self,
+        tensor: Optional[TensorDef],
+        name: str,
+        datatype: str,
+        shape: Sequence[int],
+        wildcards: bool = False,
+        data_bytes: Optional[int] = None,
     ) -> int:
         """check_input's full checks, in Triton's order, each with its message."""
         if tensor is None:
@@ -238,7 +252,7 @@ class ModelSpec:
                 f"got {_show(shape)}. {note}"
             )
         if self.batching and batch_size == 0:
-            raise self._empty_batch_error(name, datatype, dims)
+            raise self._empty_batch_error(name, datatype, dims, data_bytes)
         return batch_size
 
     def _check_wildcards(self, tensor: TensorDef, name: str, shape: Sequence[int]) -> None:
@@ -267,16 +281,18 @@ class ModelSpec:
             if want not in (-1, got):
                 return
 
-    def _empty_batch_error(self, name: str, datatype: str, dims: Sequence[int]) -> InferenceError:
-        """Triton 2.51's answer to an input of batch size 0, which its data (none) matches.
+    def _empty_batch_error(
+        self, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int] = None
+    ) -> InferenceError:
+        """Triton 2.51's answer to an input of batch size 0 with `data_bytes` of binary data (none when not given).
 
         Triton takes the batch size from the first input and reads 0 as "no batch dimension", so it expects the
         data of one row (core's InferenceRequest::Normalize): the request fails its byte-size check, in those
-        words. The model never runs on an empty batch: of rows of no data (Triton's check passes), NVIDIA's PyTriton
-        0.7 answers nothing, and this server says why.
+        words. The model never runs on an empty batch: of rows of no data, or data of one row (Triton's check
+        passes), NVIDIA's PyTriton 0.7 answers nothing, and this server says why.
         """
         count = math.prod(dims)
-        if count == 0:
+        if count == 0 or (datatype != BYTES and data_bytes == count * ELEMENT_SIZE.get(datatype, 0)):
             return InferenceError.invalid_input(
                 f"input '{name}' for model '{self.name}' has a batch size of 0: the model runs on one row or more"
             )
@@ -286,7 +302,7 @@ class ModelSpec:
             )
         return InferenceError.invalid_input(
             f"input byte size mismatch for input '{name}' for model '{self.name}'. "
-            f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got 0"
+            f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got {data_bytes or 0}"
         )
 
     def check_input_set(self, names: Sequence[str], batch_sizes: Sequence[int]) -> int:

@@ -144,7 +144,11 @@ def decode_infer_request(
                 datatype = "<invalid>"
             has_contents = header.has_contents
             try:
-                batch_sizes.append(spec.check_input(name, datatype, shape, True))
+                if region is not None:
+                    given: Optional[int] = region.byte_size
+                else:
+                    given = len(raw[raw_index]) if raw and raw_index < len(raw) else None
+                batch_sizes.append(spec.check_input(name, datatype, shape, True, given))
                 if region is not None:
                     if has_contents:
                         raise InferenceError.invalid(_contents_in_shared_memory(name, spec.name))

@@ -118,13 +118,14 @@ def decode_infer_request(
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
-            if refused is None:
-                try:
-                    batch_sizes.append(spec.check_input(name, datatype, shape))
-                except InferenceError as error:
-                    refused, refusal = index, error
             binary_size = tensor_parameters.get("binary_data_size")
             region = tensor_region(tensor_parameters, "input", name)
+            if refused is None:
+                given = region.byte_size if region is not None else binary_size if type(binary_size) is int else None
+                try:
+                    batch_sizes.append(spec.check_input(name, datatype, shape, data_bytes=given))
+                except InferenceError as error:
+                    refused, refusal = index, error
             if planned is not None:
                 planned.append((name, datatype, shape, binary_size, region))
             if region is not None:
@@ -394,7 +395,8 @@ def _decode_planned(
             spec.check_input_count([planned[0] for planned in plan.inputs])
         for index, (name, datatype, shape, binary_size, region) in enumerate(plan.inputs):
             try:
-                batch_sizes.append(spec.check_input(name, datatype, shape))
+                given = region.byte_size if region is not None else binary_size
+                batch_sizes.append(spec.check_input(name, datatype, shape, data_bytes=given))
                 if region is not None:
                     inputs[name] = region_input(
                         located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
