@@ -60,6 +60,12 @@ MODELS: Dict[str, Dict[str, Any]] = {
         "optional": set(),
     },
     "text": {"mbs": 2, "inputs": [("T", "BYTES", [1])], "outputs": ["TO"], "optional": set()},
+    "triple": {
+        "mbs": 0,
+        "inputs": [("k", "FP32", [-1]), ("a", "FP32", [-1]), ("b", "FP32", [-1])],
+        "outputs": ["o"],
+        "optional": set(),
+    },
     "stream": {"mbs": 0, "inputs": [("INPUT_1", "FP32", [-1])], "outputs": ["OUTPUT_1"], "optional": set()},
 }
 NP = {

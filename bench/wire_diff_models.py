@@ -4,7 +4,8 @@
 
 Serves until stdin closes (or the process is killed): `identity` (FP32 [-1], batching up to 8), `mixed` (INT32 [2]
 with optional BYTES and BOOL, no batching), `half` (FP16 [2, -1] and UINT8 [3], batching up to 4, three outputs
-one BYTES), `text` (BYTES [1], batching up to 2) and `stream` (decoupled, two responses a request).
+one BYTES), `text` (BYTES [1], batching up to 2), `triple` (FP32 inputs k, a, b, which tritonserver's hash map
+visits out of their order, no batching) and `stream` (decoupled, two responses a request).
 """
 
 import os
@@ -42,6 +43,10 @@ def _half(X: np.ndarray, Y: np.ndarray) -> Dict[str, np.ndarray]:
 @batch
 def _text(T: np.ndarray) -> Dict[str, np.ndarray]:
     return {"TO": T}
+
+
+def _triple(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"o": request["k"]} for request in requests]
 
 
 def _stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
@@ -84,6 +89,9 @@ def main() -> None:
         )
         text_in, text_out = Tensor(name="T", dtype=bytes, shape=(1,)), Tensor(name="TO", dtype=bytes, shape=(1,))
         triton.bind("text", _text, inputs=[text_in], outputs=[text_out], config=ModelConfig(max_batch_size=2))
+        kab = [Tensor(name=name, dtype=np.float32, shape=(-1,)) for name in ("k", "a", "b")]
+        output = [Tensor(name="o", dtype=np.float32, shape=(-1,))]
+        triton.bind("triple", _triple, inputs=kab, outputs=output, config=ModelConfig(batching=False))
         triton.bind("stream", _stream, inputs=fp32, outputs=fp32, config=ModelConfig(decoupled=True))
         print("READY", flush=True)
         sys.stdin.read()
