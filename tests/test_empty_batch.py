@@ -14,6 +14,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from pytriton.model_config import ModelConfig, Tensor
@@ -118,3 +119,25 @@ def test_an_empty_batch_over_grpc_is_invalid_argument_in_tritons_words(triton) -
     tensor.set_data_from_numpy(np.ones((1, 2), np.float32))
     assert client.infer("identity", [tensor]).as_numpy("OUTPUT_1").tolist() == [[1.0, 1.0]]
     client.close()
+
+
+def test_an_empty_batch_with_binary_data_names_the_datas_size_as_triton_does(triton) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7.0): 84 bytes for FP32 [0, 3] are "Expected 12, got 84", over HTTP and
+    # gRPC; this server said "got 0". (Data of one row, 12 bytes, 2.51 serves as an input of shape [3]: refused here.)
+    header = json.dumps(
+        {"inputs": [{"name": "INPUT_1", "datatype": "FP32", "shape": [0, 3], "parameters": {"binary_data_size": 84}}]}
+    ).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    status, _, answer = request(triton.http_port, "POST", "/v2/models/identity/infer", header + bytes(84), headers)
+    message = service_pb2.ModelInferRequest(model_name="identity")
+    message.inputs.add(name="INPUT_1", datatype="FP32", shape=[0, 3])
+    message.raw_input_contents.append(bytes(84))
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    refusal = (
+        "[request id: <id_unknown>] input byte size mismatch for input 'INPUT_1' for model 'identity'. "
+        "Expected 12, got 84"
+    )
+    assert (status, json.loads(answer)["error"]) == (400, refusal)
+    assert raised.value.details() == refusal

@@ -347,9 +347,42 @@ def _string_class_count(request: Any) -> Any:
     return request
 
 
+def _named_twice(request: Any) -> Any:
+    request.inputs.add().CopyFrom(request.inputs[0])
+    return request
+
+
+def _region_without_size(request: Any) -> Any:
+    request.inputs[0].parameters["shared_memory_region"].string_param = "none"
+    return request
+
+
+def _reserved_parameter(request: Any) -> Any:
+    request.parameters["triton_x"].int64_param = 1
+    return request
+
+
+_RESERVED = (
+    "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with "
+    "'triton_' are allowed: triton_enable_empty_final_response"
+)
+
+
 @pytest.mark.parametrize(
     ("request_message", "refusal"),
     [
+        (  # the frontend adds every input (a name given twice refused) before it reads any data
+            _named_twice(_typed_fp32(_raw_request("INT32", [1, 2]))),
+            "[request id: c] input 'IN' already exists in request",
+        ),
+        (_named_twice(_request("INT32", [2])), "[request id: c] input 'IN' already exists in request"),
+        (
+            _named_twice(_region_without_size(_request("INT32", [2]))),
+            "[request id: c] input 'IN' already exists in request",
+        ),
+        # the request's parameters before its inputs
+        (_reserved_parameter(_named_twice(_request("INT32", [2]))), _RESERVED),
+        (_reserved_parameter(_region_without_size(_request("INT32", [2]))), _RESERVED),
         (  # the frontend reads the data before its core checks the shape
             _typed_fp32(_request("INT32", [2, 2])),
             "unexpected explicit tensor data for input tensor 'IN' for model 'id_INT32' of type 'FP32', expected "
@@ -377,6 +410,11 @@ def _string_class_count(request: Any) -> Any:
         ),
     ],
     ids=[
+        "name twice before contents",
+        "name twice before missing data",
+        "name twice before shared-memory parameters",
+        "request parameters before names",
+        "request parameters before shared-memory parameters",
         "contents before shape",
         "output parameters before inputs",
         "data before output parameters",
@@ -387,3 +425,27 @@ def _string_class_count(request: Any) -> Any:
 )
 def test_of_several_errors_the_one_triton_checks_first(stub: Any, request_message: Any, refusal: str) -> None:
     assert _refusal(stub, request_message) == _invalid(refusal)
+
+
+def test_an_inputs_region_is_looked_up_before_the_next_inputs_data(stub: Any) -> None:
+    # tritonserver 2.51's frontend reads the inputs one by one, each with its region: the first input's region, not
+    # registered, is NOT_FOUND before the second's contents in shared memory (nvidia-pytriton 0.7.0); this server
+    # checked every input's data before any region.
+    request = _request("INT32", [2])
+    request.inputs[0].parameters["shared_memory_region"].string_param = "none"
+    request.inputs[0].parameters["shared_memory_byte_size"].int64_param = 8
+    request.inputs.add().CopyFrom(_in_shared_memory(_request("INT32", [2])).inputs[0])
+    request.inputs[1].name = "IN2"
+    assert _refusal(stub, request) == (grpc.StatusCode.NOT_FOUND, "Unable to find shared memory region: 'none'")
+
+
+def test_an_inputs_shared_memory_parameters_are_read_after_the_inputs_before_it(stub: Any) -> None:
+    # tritonserver 2.51's frontend reads the inputs one by one, each with its shared-memory parameters: the first
+    # input's missing data is named before the second's region without a byte size (nvidia-pytriton 0.7.0); this
+    # server read every input's parameters first.
+    request = _request("INT32", [2])
+    second = request.inputs.add(name="IN2", datatype="INT32", shape=[2])
+    second.parameters["shared_memory_region"].string_param = "none"
+    assert _refusal(stub, request) == _invalid(
+        "unable to find data for input tensor 'IN' for model 'id_INT32' in request."
+    )

@@ -279,6 +279,22 @@ def test_a_version_is_parsed_before_the_model_is_looked_up_as_in_triton(
     assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
 
 
+@pytest.mark.parametrize(
+    ("version", "refusal"),
+    [("x", _NO_NUMBER), ("-1", "invalid model version specified '-1' , version should be an integral value > 0")],
+    ids=["no number", "negative"],
+)
+def test_statistics_of_every_model_parse_the_version_as_in_triton(stub: Any, version: str, refusal: str) -> None:
+    # Without a name, the statistics of every model were answered whatever the version (tritonserver 2.51, probed
+    # through nvidia-pytriton 0.7: INVALID_ARGUMENT; a version that is a number is ignored there, as here).
+    auth = tuple(GRPC_AUTH.items())
+    with pytest.raises(grpc.RpcError) as raised:
+        stub.ModelStatistics(service_pb2.ModelStatisticsRequest(version=version), metadata=auth)
+    assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
+    every = stub.ModelStatistics(service_pb2.ModelStatisticsRequest(version="7"), metadata=auth)
+    assert len(every.model_stats) == len(TYPED) + len(UNTYPED)
+
+
 def test_an_unknown_model_or_version_is_not_ready(stub: Any) -> None:
     assert not stub.ModelReady(service_pb2.ModelReadyRequest(name="nope")).ready
     assert not stub.ModelReady(service_pb2.ModelReadyRequest(name="identity_INT32", version="7")).ready

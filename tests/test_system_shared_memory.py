@@ -358,6 +358,25 @@ def _request_inputs(**overrides: Any) -> List[Dict[str, Any]]:
             400,
             "Unable to set 'binary_data': attempt to access JSON non-boolean as boolean",
         ),
+        # an offset or byte size without a region is read too (tritonserver 2.51: 500, same words); these were served
+        (
+            _request_inputs(data=[1, 2, 3, 4], parameters={"shared_memory_offset": ""}),
+            None,
+            400,
+            f"Unable to parse 'shared_memory_offset': {_NOT_UINT}",
+        ),
+        (
+            _request_inputs(data=[1, 2, 3, 4], parameters={"shared_memory_byte_size": -1}),
+            None,
+            400,
+            f"Unable to parse 'shared_memory_byte_size': {_NOT_UINT}",
+        ),
+        (
+            _request_inputs(),
+            [{"name": "sum", "parameters": {"shared_memory_offset": -4}}],
+            400,
+            f"Unable to parse 'shared_memory_offset': {_NOT_UINT}",
+        ),
     ],
 )
 def test_bad_tensor_regions_are_refused(

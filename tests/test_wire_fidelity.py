@@ -53,6 +53,9 @@ def _bind(triton: Triton) -> None:
     x, y = (Tensor(name=name, dtype=np.float32, shape=(-1, 3)) for name in ("x", "y"))
     triton.bind("stream", _stream, inputs=[x], outputs=[y], config=ModelConfig(max_batch_size=4, decoupled=True))
     triton.bind("nobatch", _identity, inputs=[x], outputs=[y], config=ModelConfig(batching=False))
+    triton.bind("pair", _add, inputs=vector[:2], outputs=vector[2:], config=ModelConfig(batching=False))
+    kab = [Tensor(name=name, dtype=np.float32, shape=(-1,)) for name in ("k", "a", "b")]
+    triton.bind("triple", _identity, inputs=kab, outputs=[y], config=ModelConfig(batching=False))
     policy = DynamicBatcher(
         max_queue_delay_microseconds=100,
         priority_levels=3,
@@ -485,6 +488,14 @@ _HTTP_ERRORS = {
         },
         "parameter 'x' has invalid type. It should be either 'int', 'bool', or 'string'.",
     ),
+    # a `triton_` key is refused before its value's type is read (this server named the type)
+    "reserved key of no JSON type": (
+        {
+            "inputs": [_input("a", "FP32", [1, 2], [1, 2]), _input("b", "FP32", [1, 2], [3, 4])],
+            "parameters": {"triton_enable_empty_final_response": [1]},
+        },
+        "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+    ),
 }
 
 
@@ -618,6 +629,190 @@ def test_a_bad_inference_header_length_is_refused_in_tritons_words(triton: Trito
     assert (status, json.loads(raw)) == (400, {"error": message})
 
 
+def test_a_raw_body_is_one_string_of_a_bytes_input(triton: Triton) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7.0, a BYTES [1] model of max_batch_size 2) takes the whole body as the
+    # one string of shape [1, 1] and answers it binary; this server refused it ("cannot carry BYTES data").
+    body = b'{"not": "a header"}\x00\xff'
+    headers = {"Inference-Header-Content-Length": "0"}
+    status, answer_headers, raw = request(triton.http_port, "POST", "/v2/models/policy/infer", body, headers)
+    assert status == 200, raw
+    length = int(answer_headers["inference-header-content-length"])
+    document = json.loads(raw[:length])
+    assert document["outputs"] == [
+        {"name": "y", "datatype": "BYTES", "shape": [1, 1], "parameters": {"binary_data_size": 4 + len(body)}}
+    ]
+    assert raw[length:] == len(body).to_bytes(4, "little") + body
+
+
+def test_a_raw_body_of_the_wrong_size_is_refused_in_tritons_words(triton: Triton) -> None:
+    # tritonserver 2.51 deduces the -1 dimension from the body's size, rounded down, then checks the byte size
+    # (182 bytes to an FP32 [-1] model: "Expected 180, got 182"); this server said the body "does not fit".
+    headers = {"Inference-Header-Content-Length": "0"}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/nobatch/infer", bytes(14), headers)
+    message = "[request id: <id_unknown>] input byte size mismatch for input 'raw_input' for model 'nobatch'. "
+    assert (status, json.loads(raw)) == (400, {"error": message + "Expected 12, got 14"})
+
+
+_BATCH_SIZES_DIFFER = "[request id: <id_unknown>] input 'a' batch size does not match other inputs for 'add'"
+
+
+@pytest.mark.parametrize(
+    ("inputs", "binary", "message"),
+    [
+        (
+            [
+                {"name": "a", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 8}},
+                _input("b", "INT32", [2, 2], [1, 2, 3, 4]),
+            ],
+            bytes(8),
+            _BATCH_SIZES_DIFFER,
+        ),
+        (
+            [_input("a", "INT32", [], [1]), _input("b", "FP32", [1, 2], [1, 2])],
+            b"",
+            "[request id: <id_unknown>] input 'a' has no shape but model requires batch dimension for 'add'",
+        ),
+    ],
+    ids=["batch sizes before a datatype", "no shape before a datatype"],
+)
+def test_batch_dimensions_are_checked_before_other_refusals_as_in_triton(
+    triton: Triton, inputs: List[Dict[str, Any]], binary: bytes, message: str
+) -> None:
+    # tritonserver 2.51's core reads every input's batch dimension (the last input first) before any input's
+    # datatype, shape or byte size (measured with nvidia-pytriton 0.7.0); this server named b's datatype, a's.
+    header = json.dumps({"inputs": inputs}).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header))} if binary else {}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", header + binary, headers)
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+def test_grpc_batch_sizes_are_checked_before_byte_sizes_as_in_triton(triton: Triton) -> None:
+    # tritonserver 2.51: the batch sizes differ; this server named a's byte size (7 bytes for [1, 2] FP32).
+    message = service_pb2.ModelInferRequest(model_name="add")
+    message.inputs.add(name="a", datatype="FP32", shape=[1, 2])
+    message.inputs.add(name="b", datatype="FP32", shape=[2, 2])
+    message.raw_input_contents.extend([bytes(7), bytes(16)])
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, _BATCH_SIZES_DIFFER)
+
+
+@pytest.mark.parametrize(
+    ("datatype", "message"),
+    [
+        (
+            "FP8",
+            "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'add' expects 'FP32'",
+        ),
+        ("", "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'add' expects 'FP32'"),
+        (5, "Unable to parse 'datatype': attempt to access JSON non-string as string"),  # Triton's 500
+    ],
+    ids=["unknown", "empty", "no string"],
+)
+def test_an_unknown_datatype_of_binary_data_is_the_cores_refusal(triton: Triton, datatype: Any, message: str) -> None:
+    # tritonserver 2.51's frontend reads binary data without its datatype, and its core refuses the datatype (as
+    # "<invalid>", measured with nvidia-pytriton 0.7.0); JSON data of it is the frontend's "invalid datatype for
+    # input a". This server answered "invalid datatype" to both.
+    inputs = [
+        {"name": "a", "datatype": datatype, "shape": [1, 2], "parameters": {"binary_data_size": 8}},
+        _input("b", "FP32", [1, 2], [1, 2]),
+    ]
+    header = json.dumps({"inputs": inputs}).encode()
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", header + bytes(8), headers)
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+def test_an_unknown_input_is_named_before_another_inputs_refusal_as_in_triton(triton: Triton) -> None:
+    # tritonserver 2.51 looks every input up before it checks any input's datatype or shape (nvidia-pytriton 0.7.0,
+    # a model without batching, either order of the two); this server named b's datatype (gRPC) when the unknown
+    # input came first.
+    inputs = [_input("nope", "FP32", [2], [1, 2]), _input("b", "INT32", [2], [1, 2])]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/pair/infer", json.dumps({"inputs": inputs}))
+    message = service_pb2.ModelInferRequest(model_name="pair")
+    message.inputs.add(name="nope", datatype="FP32", shape=[2])
+    message.inputs.add(name="b", datatype="INT32", shape=[2])
+    message.raw_input_contents.extend([bytes(8), bytes(8)])
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    refusal = "unexpected inference input 'nope' for model 'pair'"
+    assert (status, json.loads(raw)) == (400, {"error": refusal})
+    assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
+
+
+_SOURCES = (
+    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+    "'shared_memory_region' in 'parameters'. But "
+)
+
+
+@pytest.mark.parametrize(
+    ("tensor", "given"),
+    [
+        (
+            {"name": 5, "datatype": "FP32", "shape": [1, 2], "data": [1, 2], "parameters": {"binary_data_size": 8}},
+            "set 'data' 'binary_data_size'",
+        ),
+        ({"datatype": "FP32", "shape": [1, 2]}, "no field is set"),
+        (
+            {
+                "name": "a",
+                "datatype": "FP32",
+                "shape": [1, -2],
+                "parameters": {"binary_data_size": None, "shared_memory_region": "x"},
+            },
+            "set 'binary_data_size' 'shared_memory_region'",
+        ),
+    ],
+    ids=["before the name's type", "before a missing name", "before the shape"],
+)
+def test_an_inputs_sources_of_data_are_checked_first_as_in_triton(
+    triton: Triton, tensor: Dict[str, Any], given: str
+) -> None:
+    # tritonserver 2.51's frontend checks that an input has one source of data before it reads the input's name,
+    # datatype and shape (nvidia-pytriton 0.7.0); this server refused the name or the shape first.
+    inputs = [tensor, _input("b", "FP32", [1, 2], [1, 2])]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": inputs}))
+    assert (status, json.loads(raw)) == (400, {"error": _SOURCES + given})
+
+
+def test_inputs_are_listed_in_the_order_of_tritons_hash_map(triton: Triton) -> None:
+    # tritonserver 2.51 lists (and checks) a request's inputs in its std::unordered_map's order, which follows
+    # the names' hashes: k, a, b come as a, b, k (14 sets of 3 to 7 names matched nvidia-pytriton 0.7.0's
+    # answers); this server listed them last first (b, a, k).
+    inputs = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("k", "a", "b")]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": inputs}))
+    message = (
+        "[request id: <id_unknown>] expected 2 inputs but got 3 inputs for model 'add'. Got input(s) ['a','b','k'], "
+        "but missing required input(s) ]. Please provide all required input(s)."
+    )
+    assert (status, json.loads(raw)) == (400, {"error": message})
+
+
+@pytest.mark.parametrize(("order", "named"), [("kab", "a"), ("bak", "a"), ("akb", "b")])
+def test_of_several_bad_inputs_the_one_tritons_hash_map_visits_first_is_named(
+    triton: Triton, order: str, named: str
+) -> None:
+    # Every input's datatype is wrong; tritonserver 2.51 names the first its hash map visits (all 6 orders of k, a, b
+    # matched nvidia-pytriton 0.7.0 over HTTP and gRPC); this server named the last (b, k and b here).
+    inputs = [_input(name, "INT32", [2], [1, 2]) for name in order]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/triple/infer", json.dumps({"inputs": inputs}))
+    message = service_pb2.ModelInferRequest(model_name="triple")
+    for name in order:
+        message.inputs.add(name=name, datatype="INT32", shape=[2])
+        message.raw_input_contents.append(bytes(8))
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    refusal = (
+        f"[request id: <id_unknown>] inference input '{named}' data-type is 'INT32', but model 'triple' expects 'FP32'"
+    )
+    assert (status, json.loads(raw)) == (400, {"error": refusal})
+    assert raised.value.details() == refusal
+
+
 def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: Triton) -> None:
     status, _, raw = request(triton.http_port, "POST", "/v2/models/add/generate", json.dumps({"a": [1.0]}))
     # nvidia-pytriton 0.7.0's answer, word for word
@@ -631,7 +826,7 @@ def test_a_generate_request_short_of_inputs_is_refused_in_tritons_words(triton: 
 def test_of_several_bad_inputs_the_last_is_named_as_triton_names_it(triton: Triton) -> None:
     # nvidia-pytriton 0.7.0, both inputs of `add` sent without a batch dimension, over HTTP and gRPC alike:
     # "[request id: <id_unknown>] unexpected shape for input 'b' for model 'add'. Expected [-1,-1], got [2]. ..."
-    # (Triton checks them in its hash map's order, the last first; this server named `a`.)
+    # (Triton checks them in its hash map's order, which visits b first; this server named `a`.)
     ab = [_input(name, "FP32", [2], [1, 2]) for name in ("a", "b")]
     status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", json.dumps({"inputs": ab}))
     answers = [(status, json.loads(raw)["error"].split(".")[0])]

@@ -236,9 +236,11 @@ class Engine:
         Raises:
             InferenceError: INVALID_ARGUMENT, with Triton's message, for an unknown or unloaded model or version.
         """
+        # gRPC's version string, refused as Triton does: before the name is read, so without a name too (where
+        # a version that is a number is then ignored).
+        wanted = _version_number(version) if version else None
         if not name:
             return [model for model in self.models() if _in_service(model)]
-        wanted = _version_number(version) if version else None  # gRPC's version string, refused as Triton does
         versions = {number: model for number, model in self._models.get(name, {}).items() if _in_service(model)}
         if not versions:
             raise InferenceError.invalid(f"requested model '{name}' is not available")

@@ -11,6 +11,7 @@ import numpy as np
 from pytriton.core.composition.ensemble_graph import EnsembleGraph
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE
 from pytriton.core.errors import InferenceError
+from pytriton.core.hash_map_order import hash_map_order, visited_before
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher
 from pytriton.model_config.triton_model_config import TensorSpec
@@ -106,29 +107,72 @@ class ModelSpec:
             return batcher.priority_queue_policy[level]
         return batcher.default_queue_policy or QueuePolicy()
 
-    def check_input(self, name: str, datatype: str, shape: Sequence[int], wildcards: bool = False) -> int:
+    def check_input(
+        self,
+        name: str,
+        datatype: str,
+        shape: Sequence[int],
+        wildcards: bool = False,
+        data_bytes: Optional[int] = None,
+    ) -> int:
         """Check one input against the config; return its batch size (1 for non-batching models).
 
         With `wildcards` a -1 dimension gets the words of Triton's core (`_check_wildcards`): the gRPC frontend hands
-        it negative dimensions, where the HTTP frontend refuses them as it reads the JSON.
+        it negative dimensions, where the HTTP frontend refuses them as it reads the JSON. `data_bytes`, the size of
+        the input's binary data when the caller knows it, is named in the refusal of a batch of 0.
         """
         tensor = self.input_by_name.get(name)
         if tensor is not None and datatype == tensor.datatype:
             batch_size = self._fits(tensor, shape)
             if batch_size >= 0:
                 return batch_size
-        return self._check_input(tensor, name, datatype, shape, wildcards)
+        return self._check_input(tensor, name, datatype, shape, wildcards, data_bytes)
 
-    def check_inputs_last_first(
-        self, inputs: Sequence[Tuple[str, str, Sequence[int]]], wildcards: bool = False
-    ) -> None:
-        """check_input for each (name, datatype, shape), the last first, raising at the first that fails.
+    def first_refusal(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[InferenceError]:
+        """What Triton's core refuses first of the inputs (name, shape, all of them), before any input's own checks.
 
-        Triton checks a request's inputs in its hash map's order, which (libstdc++) visits the last added first: of
-        several inputs that fail, it names the last. A codec that checks them in order calls this with the inputs
-        after the first that failed, so that the answer names the one Triton names.
+        An input the model does not have (in its hash map's order, core/hash_map_order.py); then, for a batching
+        model, each input's batch dimension in that order: one without shape, a batch size other than the first
+        visited's, then that batch size past max_batch_size. None when these pass. The batch size is its uint32: a
+        batch dimension of 0 is no batch size yet, a negative one no other's.
         """
-        for name, datatype, shape in reversed(inputs):
+        shapes = dict(inputs)
+        visited = [(name, shapes[name]) for name in hash_map_order([name for name, _ in inputs])]
+        for name, _ in visited:
+            if name not in self.input_by_name:
+                return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
+        if not self.batching:
+            return None
+        batch_size = 0
+        for name, shape in visited:
+            if not shape:
+                return InferenceError.invalid_input(
+                    f"input '{name}' has no shape but model requires batch dimension for '{self.name}'"
+                )
+            if not batch_size:
+                batch_size = shape[0] & 0xFFFFFFFF
+            elif shape[0] != batch_size:
+                return InferenceError.invalid_input(
+                    f"input '{name}' batch size does not match other inputs for '{self.name}'"
+                )
+        if batch_size < 2**31 and batch_size > self.max_batch_size:  # compared as an int
+            return InferenceError.invalid_input(
+                f"inference request batch-size must be <= {self.max_batch_size} for '{self.name}'"
+            )
+        return None
+
+    def check_inputs_visited_before(
+        self, inputs: Sequence[Tuple[str, str, Sequence[int]]], failed: int, wildcards: bool = False
+    ) -> None:
+        """check_input for the inputs after `inputs[failed]` (the first to fail, in order) that Triton checks first.
+
+        Triton checks a request's inputs in its hash map's order (core/hash_map_order.py): of several inputs that
+        fail, it names the first it visits. Raises at the first of them that fails.
+        """
+        names = [name for name, _, _ in inputs]
+        later = inputs[failed + 1 :]
+        for index in visited_before(names, names[failed], [name for name, _, _ in later]):
+            name, datatype, shape = later[index]
             self.check_input(name, datatype, shape, wildcards)
 
     def _fits(self, tensor: TensorDef, shape: Sequence[int]) -> int:
@@ -155,7 +199,13 @@ class ModelSpec:
         return batch_size
 
     def _check_input(
-        self, tensor: Optional[TensorDef], name: str, datatype: str, shape: Sequence[int], wildcards: bool = False
+        self,
+        tensor: Optional[TensorDef],
+        name: str,
+        datatype: str,
+        shape: Sequence[int],
+        wildcards: bool = False,
+        data_bytes: Optional[int] = None,
     ) -> int:
         """check_input's full checks, in Triton's order, each with its message."""
         if tensor is None:
@@ -202,7 +252,7 @@ class ModelSpec:
                 f"got {_show(shape)}. {note}"
             )
         if self.batching and batch_size == 0:
-            raise self._empty_batch_error(name, datatype, dims)
+            raise self._empty_batch_error(name, datatype, dims, data_bytes)
         return batch_size
 
     def _check_wildcards(self, tensor: TensorDef, name: str, shape: Sequence[int]) -> None:
@@ -231,16 +281,18 @@ class ModelSpec:
             if want not in (-1, got):
                 return
 
-    def _empty_batch_error(self, name: str, datatype: str, dims: Sequence[int]) -> InferenceError:
-        """Triton 2.51's answer to an input of batch size 0, which its data (none) matches.
+    def _empty_batch_error(
+        self, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int] = None
+    ) -> InferenceError:
+        """Triton 2.51's answer to an input of batch size 0 with `data_bytes` of binary data (none when not given).
 
         Triton takes the batch size from the first input and reads 0 as "no batch dimension", so it expects the
         data of one row (core's InferenceRequest::Normalize): the request fails its byte-size check, in those
-        words. The model never runs on an empty batch: of rows of no data (Triton's check passes), NVIDIA's PyTriton
-        0.7 answers nothing, and this server says why.
+        words. The model never runs on an empty batch: of rows of no data, or data of one row (Triton's check
+        passes), NVIDIA's PyTriton 0.7 answers nothing, and this server says why.
         """
         count = math.prod(dims)
-        if count == 0:
+        if count == 0 or (datatype != BYTES and data_bytes == count * ELEMENT_SIZE.get(datatype, 0)):
             return InferenceError.invalid_input(
                 f"input '{name}' for model '{self.name}' has a batch size of 0: the model runs on one row or more"
             )
@@ -250,7 +302,7 @@ class ModelSpec:
             )
         return InferenceError.invalid_input(
             f"input byte size mismatch for input '{name}' for model '{self.name}'. "
-            f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got 0"
+            f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got {data_bytes or 0}"
         )
 
     def check_input_set(self, names: Sequence[str], batch_sizes: Sequence[int]) -> int:
@@ -266,9 +318,11 @@ class ModelSpec:
         if not batch_sizes:
             return 1
         if self.batching and len(batch_sizes) > 1 and batch_sizes.count(batch_sizes[0]) != len(batch_sizes):
-            # Triton's words; it names the first input its hash map visits (libstdc++: the last first, as in
-            # _count_error) whose batch size differs from the first visited's.
-            other = next(name for name, size in zip(names[::-1], batch_sizes[::-1]) if size != batch_sizes[-1])
+            # Triton's words; it names the first input its hash map visits whose batch size differs from the first
+            # visited's.
+            size_of = dict(zip(names, batch_sizes))
+            visited = hash_map_order(names)
+            other = next(name for name in visited if size_of[name] != size_of[visited[0]])
             raise InferenceError.invalid_input(
                 f"input '{other}' batch size does not match other inputs for '{self.name}'"
             )
@@ -297,10 +351,10 @@ class ModelSpec:
             if len(required) == len(self.inputs)
             else f"expected number of inputs between {len(required)} and {len(self.inputs)}"
         )
-        # The request's inputs in the order Triton's unordered_map gives them (libstdc++: the last first).
+        # The request's inputs in the order Triton's unordered_map gives them.
         return InferenceError.invalid_input(
             f"{expected} but got {len(names)} inputs for model '{self.name}'. "
-            f"Got input(s) {_names(names[::-1]) if names else '[]'}, but missing required input(s) "
+            f"Got input(s) {_names(hash_map_order(names)) if names else '[]'}, but missing required input(s) "
             f"{_names(missing)}. Please provide all required input(s)."
         )
 

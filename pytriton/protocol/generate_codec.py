@@ -199,7 +199,7 @@ def _check_inputs(spec: ModelSpec, inputs: Dict[str, np.ndarray]) -> int:
         try:
             batch_sizes.append(spec.check_input(name, datatype, shape))
         except InferenceError:
-            spec.check_inputs_last_first(headers[index + 1 :])
+            spec.check_inputs_visited_before(headers, index)
             raise
     return spec.check_input_set(names, batch_sizes)
 

@@ -11,6 +11,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
+from pytriton.core.hash_map_order import visited_before
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
@@ -121,12 +122,18 @@ def decode_infer_request(
     raw_index = 0
     located = still_located(plan.located, memory)
     try:
-        # Triton's gRPC frontend reads every input's data, then the requested outputs' parameters; its core then
-        # checks the outputs, then the inputs against the model.
-        if plan.typed or len(raw) < expected:
-            _check_input_data(spec.name, headers, message, len(contents) if contents else 0)
-        if located is None and plan.in_regions:
-            _check_input_regions(headers, memory)
+        # Triton's gRPC frontend adds every input to the request (refusing a name given twice), then reads each
+        # input's data, then the requested outputs' parameters; its core then checks the outputs, then the inputs
+        # against the model.
+        if plan.repeated:
+            _check_names_once(message.inputs)
+        if plan.input_error is not None:  # the inputs before it are read first (their data, their regions)
+            find_regions = plan.in_regions
+            _check_input_data(spec.name, headers, message, len(contents) if contents else 0, find_regions, memory)
+            raise plan.input_error
+        find_regions = located is None and plan.in_regions
+        if plan.typed or len(raw) < expected or find_regions:
+            _check_input_data(spec.name, headers, message, len(contents) if contents else 0, find_regions, memory)
         outputs = plan.outputs if plan.outputs is not None else _output_headers(message.outputs)
         requested, output_regions, classes = _requested_outputs(spec, outputs, memory, located is not None)
         if not spec.input_count_fits(len(headers)):
@@ -135,11 +142,13 @@ def decode_infer_request(
             name, datatype, shape, region = header.name, header.datatype, header.shape, header.region
             if not header.known_datatype:  # Triton's name for it, which no input has: check_input refuses it
                 datatype = "<invalid>"
-            if name in inputs:
-                raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             has_contents = header.has_contents
             try:
-                batch_sizes.append(spec.check_input(name, datatype, shape, True))
+                if region is not None:
+                    given: Optional[int] = region.byte_size
+                else:
+                    given = len(raw[raw_index]) if raw and raw_index < len(raw) else None
+                batch_sizes.append(spec.check_input(name, datatype, shape, True, given))
                 if region is not None:
                     if has_contents:
                         raise InferenceError.invalid(_contents_in_shared_memory(name, spec.name))
@@ -160,10 +169,11 @@ def decode_infer_request(
                     inputs[name] = array_from_contents(message.inputs[index].contents, datatype, shape, name, spec.name)
                 else:
                     raise InferenceError.invalid(_no_data(name, spec.name))
-            except InferenceError:
+            except InferenceError as error:
+                if error.of_request or name not in spec.input_by_name:  # the core's: names, batch dimensions first
+                    _check_names_and_batch(spec, headers)
                 first_raw = raw_index + 1 if region is None and raw and raw_index < len(raw) else raw_index
-                later = headers[index + 1 :]
-                _check_later_inputs(spec, {*inputs, name}, later, message.inputs[index + 1 :], raw[first_raw:])
+                _check_later_inputs(spec, headers, index, message.inputs[index + 1 :], raw[first_raw:])
                 raise
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
@@ -188,24 +198,28 @@ def decode_infer_request(
     return DecodedRequest(request, options, output_regions, classes)
 
 
+def _check_names_and_batch(spec: ModelSpec, headers: Sequence[_InputHeader]) -> None:
+    """Raise what Triton's core refuses first of the inputs' names and batch dimensions (ModelSpec.first_refusal)."""
+    refusal = spec.first_refusal([(header.name, header.shape) for header in headers])
+    if refusal is not None:
+        raise refusal
+
+
 def _check_later_inputs(
     spec: ModelSpec,
-    names: Set[str],
-    headers: Sequence[_InputHeader],
+    all_headers: Sequence[_InputHeader],
+    failed: int,
     tensors: Sequence[Message],
     raw: Sequence[Buffer],
 ) -> None:
-    """Check the inputs after one that failed (their headers, messages, and raw contents) the last first.
+    """Check the inputs after `all_headers[failed]` (the first to fail) that Triton's core visits before it.
 
-    Triton's frontend adds every input first, refusing a name given twice (after those in `names`); its core then
-    checks each input's datatype, shape and byte size in its hash map's order, which visits the last added first:
-    of several inputs that fail, it names the last. Byte sizes here are those of fixed-size datatypes (a BYTES
-    input's strings are read after).
+    `tensors` and `raw` are those inputs' messages and raw contents. Triton's core checks each input's datatype,
+    shape and byte size in its hash map's order (core/hash_map_order.py): of several inputs that fail, it names the
+    first it visits. Byte sizes here are those of fixed-size datatypes (a BYTES input's strings are read after).
+    Names are distinct (_check_names_once).
     """
-    for header in headers:
-        if header.name in names:
-            raise InferenceError.invalid_input(f"input '{header.name}' already exists in request")
-        names.add(header.name)
+    headers = all_headers[failed + 1 :]
     later: List[Tuple[str, str, Sequence[int], Optional[int]]] = []
     raw_left = iter(raw)
     for header, tensor in zip(headers, tensors):
@@ -221,7 +235,9 @@ def _check_later_inputs(
             field = _CONTENTS_FIELD.get(datatype)
             given = len(getattr(tensor.contents, field)) * element_size if field is not None else 0
         later.append((header.name, datatype, header.shape, given))
-    for name, datatype, shape, given in reversed(later):
+    names = [header.name for header in all_headers]
+    for index in visited_before(names, names[failed], [header.name for header in headers]):
+        name, datatype, shape, given = later[index]
         spec.check_input(name, datatype, shape, True)
         element_size = ELEMENT_SIZE.get(datatype)
         if element_size is not None and given is not None and given != element_count(shape) * element_size:
@@ -301,17 +317,38 @@ def parameters_from_message(parameters: Mapping[str, Message], valueless: bool =
     return values
 
 
-def _check_input_data(model: str, headers: Sequence[_InputHeader], message: Message, raw_count: int) -> None:
+def _check_names_once(tensors: Sequence[Message]) -> None:
+    """Refuse the first input whose name an earlier one has, as Triton's gRPC frontend does before it reads any data."""
+    seen: Set[str] = set()
+    for tensor in tensors:
+        if tensor.name in seen:
+            raise InferenceError.invalid_input(f"input '{tensor.name}' already exists in request")
+        seen.add(tensor.name)
+
+
+def _check_input_data(
+    model: str,
+    headers: Sequence[_InputHeader],
+    message: Message,
+    raw_count: int,
+    find_regions: bool = False,
+    memory: Optional[SystemSharedMemory] = None,
+) -> None:
     """Check that each input has data, in one place only, as Triton's gRPC frontend does before its core runs.
 
-    `raw_count` is the number of the request's raw contents.
+    `raw_count` is the number of the request's raw contents. With `find_regions`, an input's region is looked up in
+    `memory` (a region not registered, or a range outside it, refused) as the frontend reads that input, before the
+    next one.
     """
     has_raw, raw_left = raw_count > 0, raw_count
     for index, header in enumerate(headers):
         name = header.name
-        if header.region is not None:
+        region = header.region
+        if region is not None:
             if header.has_contents:
                 raise InferenceError.invalid(_contents_in_shared_memory(name, model))
+            if find_regions:
+                (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
         elif header.has_contents:
             if has_raw:
                 raise InferenceError.invalid(
@@ -452,6 +489,7 @@ class _MessagePlan:
 
     __slots__ = (
         "in_regions",
+        "input_error",
         "inputs",
         "located",
         "message",
@@ -459,6 +497,7 @@ class _MessagePlan:
         "outputs",
         "parameters",
         "raw_count",
+        "repeated",
         "typed",
         "user_parameters",
     )
@@ -466,7 +505,17 @@ class _MessagePlan:
     def __init__(self, message: Message) -> None:
         """Read the inputs' headers, the request's parameters and (when they are right) the requested outputs."""
         self.message = message  # parsed once for every request of the same bytes (`kept_message`)
-        self.inputs = [_input_header(tensor) for tensor in message.inputs]
+        names = [tensor.name for tensor in message.inputs]
+        self.repeated = len(set(names)) != len(names)  # an input named twice
+        # An input's wrong shared-memory parameters, raised by the request after its own parameters and names are
+        # checked (Triton reads them as it reads the inputs' data).
+        self.input_error: Optional[InferenceError] = None
+        self.inputs: List[_InputHeader] = []  # those before an input with wrong parameters, then
+        try:
+            for tensor in message.inputs:
+                self.inputs.append(_input_header(tensor))
+        except InferenceError as error:
+            self.input_error = error
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
         self.in_regions = self.raw_count < len(self.inputs)  # some input is in shared memory
         self.typed = any(header.has_contents for header in self.inputs)
@@ -479,7 +528,8 @@ class _MessagePlan:
         self.located: Optional[Located] = None
         try:
             self.user_parameters, self.options = split_parameters(self.parameters, None, GRPC_RULES)
-            self.outputs = _output_headers(message.outputs)
+            if self.input_error is None and not self.repeated:
+                self.outputs = _output_headers(message.outputs)
         except InferenceError:  # raised again by the request, in its turn
             pass
 
@@ -637,18 +687,6 @@ def _plain_region(parameters: Mapping[str, Message]) -> Optional[TensorRegion]:
     name: str = region.string_param
     byte_size: int = getattr(size, size_choice)
     return TensorRegion(name, offset, byte_size) if name and byte_size >= 0 and offset >= 0 else None
-
-
-def _check_input_regions(headers: Sequence[_InputHeader], memory: Optional[SystemSharedMemory]) -> None:
-    """Refuse an input region not registered, or a range outside it, before the outputs and the model are looked at.
-
-    Triton's gRPC frontend finds each input's region as it reads the input's data, before the requested outputs'
-    parameters; its core checks the inputs against the model after that.
-    """
-    for header in headers:
-        region = header.region
-        if region is not None:
-            (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
 
 
 def _memory(memory: Optional[SystemSharedMemory]) -> SystemSharedMemory:

@@ -7,8 +7,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from pytriton.core.classification import top_classes
-from pytriton.core.datatypes import ELEMENT_SIZE, is_known_datatype, numpy_dtype
+from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
+from pytriton.core.hash_map_order import visited_before
 from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
@@ -112,16 +113,19 @@ def decode_infer_request(
     refusal: Optional[InferenceError] = None
     try:
         for index, raw in enumerate(raw_inputs):
+            if type(raw) is dict:  # Triton's frontend checks where the data is before it reads the name
+                _check_one_source(raw)
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
+            binary_size = tensor_parameters.get("binary_data_size")
+            region = tensor_region(tensor_parameters, "input", name)
             if refused is None:
+                given = region.byte_size if region is not None else binary_size if type(binary_size) is int else None
                 try:
-                    batch_sizes.append(spec.check_input(name, datatype, shape))
+                    batch_sizes.append(spec.check_input(name, datatype, shape, data_bytes=given))
                 except InferenceError as error:
                     refused, refusal = index, error
-            binary_size = tensor_parameters.get("binary_data_size")
-            region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
             if planned is not None:
                 planned.append((name, datatype, shape, binary_size, region))
             if region is not None:
@@ -148,6 +152,8 @@ def decode_infer_request(
                         refused, refusal = index, error
             elif "data" in raw:
                 planned = None  # values: never part of a key
+                if datatype == UNKNOWN_DATATYPE:  # the frontend cannot read the values: Triton's words
+                    raise InferenceError.invalid(f"invalid datatype for input {name}")
                 array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
                 if 0 not in shape:
                     try:
@@ -205,34 +211,46 @@ def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Opti
     """The refusal of the model's that Triton's core names, once every input and output was read (raised if later).
 
     `refused` is -1 for the input count; else `refusal` is the first refusal, of the input at `refused`, and the
-    core names the last input from there that the model refuses (its hash map's order, `_check_later_inputs`).
+    core names the first input from there that the model refuses in its hash map's order (`_check_later_inputs`).
     Returned, not raised: raised here, its traceback would hold this frame, which holds it (a reference cycle).
     """
     if refused < 0 or refusal is None:
         spec.check_input_count([_tensor_header(raw)[0] for raw in raw_inputs])  # (it raises: names are distinct)
         refusal = InferenceError.invalid(f"the inputs do not fit model '{spec.name}'")
+    else:  # the core looks every input up, and reads every input's batch dimension, first
+        headers = [_tensor_header(raw) for raw in raw_inputs]
+        first = spec.first_refusal([(name, shape) for name, _, shape, _ in headers])
+        if first is not None:
+            return first
+    names = [_tensor_header(raw)[0] for raw in raw_inputs]
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
     for raw in raw_inputs[refused + 1 :]:
         name, datatype, shape, tensor_parameters = _tensor_header(raw)
-        region = tensor_region(tensor_parameters, "input", name) if REGION in tensor_parameters else None
+        region = tensor_region(tensor_parameters, "input", name)
         if region is not None:
             later.append((name, datatype, shape, region.byte_size))
         elif "binary_data_size" in tensor_parameters:
             later.append((name, datatype, shape, tensor_parameters["binary_data_size"]))
         else:
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
-    _check_later_inputs(spec, later)
+    _check_later_inputs(spec, names, refused, later)
     return refusal
 
 
-def _check_later_inputs(spec: ModelSpec, later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]]) -> None:
-    """Check `later` inputs (with the byte size of their data, or their JSON data as read) the last first.
+def _check_later_inputs(
+    spec: ModelSpec,
+    names: Sequence[str],
+    failed: int,
+    later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]],
+) -> None:
+    """Check the `later` inputs (after `names[failed]`, the first to fail) that Triton's core visits before it.
 
-    Triton's core checks each input's datatype, shape and byte size in its hash map's order, which visits the last
-    added first: of several inputs that fail, it names the last. A codec that checks them in order calls this with
-    the inputs after the first that failed, so that the answer is Triton's.
+    Each comes with the byte size of its data, or its JSON data as read. Triton's core checks each input's
+    datatype, shape and byte size in its hash map's order (core/hash_map_order.py): of several inputs that fail, it
+    names the first it visits.
     """
-    for name, datatype, shape, given in reversed(later):
+    for index in visited_before(names, names[failed], [name for name, _, _, _ in later]):
+        name, datatype, shape, given = later[index]
         spec.check_input(name, datatype, shape)
         if isinstance(given, tuple):
             if given[1] is not None:
@@ -377,7 +395,8 @@ def _decode_planned(
             spec.check_input_count([planned[0] for planned in plan.inputs])
         for index, (name, datatype, shape, binary_size, region) in enumerate(plan.inputs):
             try:
-                batch_sizes.append(spec.check_input(name, datatype, shape))
+                given = region.byte_size if region is not None else binary_size
+                batch_sizes.append(spec.check_input(name, datatype, shape, data_bytes=given))
                 if region is not None:
                     inputs[name] = region_input(
                         located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
@@ -389,7 +408,8 @@ def _decode_planned(
                 offset = end
             except InferenceError:
                 later = plan.inputs[index + 1 :]
-                _check_later_inputs(spec, [(*planned[:3], _planned_size(planned)) for planned in later])
+                names = [planned[0] for planned in plan.inputs]
+                _check_later_inputs(spec, names, index, [(*planned[:3], _planned_size(planned)) for planned in later])
                 raise
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
@@ -417,7 +437,11 @@ def _decode_planned(
 def _decode_raw_body(
     spec: ModelSpec, body: Body, forwarded_headers: Optional[Mapping[str, str]]
 ) -> Tuple[InferenceRequest, OutputFormat]:
-    """`Inference-Header-Content-Length: 0`: the whole body is the model's single input."""
+    """`Inference-Header-Content-Length: 0`: the whole body is the model's single input, as Triton's core reads it.
+
+    Its shape is the model's, with the batch dimension 1 and its one -1 dimension what the body's size leaves; a
+    BYTES input (of shape [1]) is the body as one string.
+    """
     if len(spec.inputs) != 1:
         message = (  # Triton's words; a raw request has no id
             f"Raw request must only have 1 input (found 1) to be deduced but got {len(spec.inputs)} inputs in "
@@ -425,24 +449,41 @@ def _decode_raw_body(
         )
         raise InferenceError.invalid_input(message).for_request("")
     tensor = spec.inputs[0]
-    if tensor.datatype not in ELEMENT_SIZE:
-        raise InferenceError.invalid(f"a request without an inference header cannot carry {tensor.datatype} data")
-    count, remainder = divmod(len(body), ELEMENT_SIZE[tensor.datatype])
     dims = list(tensor.dims)
+    if dims.count(-1) > 1:
+        raise InferenceError.invalid_input(
+            f"The shape of the raw input '{tensor.name}' can not be deduced because there are more than one "
+            "variable-sized dimension"
+        ).for_request("")
     known = element_count([dim for dim in dims if dim != -1])
-    unknown = dims.count(-1)
-    if remainder or unknown > 1 or (known and count % known) or (not unknown and count != known):
-        raise InferenceError.invalid(
-            f"a body of {len(body)} bytes does not fit input '{tensor.name}' of model '{spec.name}'"
-        )
-    if unknown:
-        dims[dims.index(-1)] = count // known if known else 0
     shape = [1, *dims] if spec.batching else dims
     user_parameters, _ = split_parameters(None, forwarded_headers)
-    spec.check_input(tensor.name, tensor.datatype, shape)
-    array = array_from_raw(memoryview(body), tensor.datatype, shape, tensor.name, spec.name)
+    if tensor.datatype == BYTES:
+        if -1 in dims or known != 1:
+            raise InferenceError.invalid_input(
+                f"For BYTE datatype raw input '{tensor.name}', the model must have input shape [1]"
+            ).for_request("")
+        spec.check_input(tensor.name, tensor.datatype, shape)
+        array = np.empty(1, dtype=np.object_)
+        array[0] = bytes(body)
+        inputs = {tensor.name: array.reshape(shape)}
+    else:
+        size = ELEMENT_SIZE.get(tensor.datatype)
+        if size is None:
+            raise InferenceError.invalid(f"a request without an inference header cannot carry {tensor.datatype} data")
+        if -1 in dims:
+            wildcard = shape.index(-1)
+            shape[wildcard] = len(body) // known // size if known else 0
+        expected = element_count(shape) * size
+        if expected != len(body):  # Triton's core names the input by the frontend's name for it
+            raise InferenceError.invalid_input(
+                f"input byte size mismatch for input 'raw_input' for model '{spec.name}'. Expected {expected}, got "
+                f"{len(body)}"
+            ).for_request("")
+        spec.check_input(tensor.name, tensor.datatype, shape)
+        inputs = {tensor.name: array_from_raw(memoryview(body), tensor.datatype, shape, tensor.name, spec.name)}
     request = InferenceRequest(
-        request_id="", inputs={tensor.name: array}, parameters=user_parameters, requested_outputs=None, batch_size=1
+        request_id="", inputs=inputs, parameters=user_parameters, requested_outputs=None, batch_size=1
     )
     return request, OutputFormat({}, True)
 
@@ -495,8 +536,12 @@ def _tensor_parameters(value: Any) -> Dict[str, Any]:
     return value if type(value) is dict else {}
 
 
+# The datatype Triton's core names for one it does not know (it refuses it against the model's).
+UNKNOWN_DATATYPE = "<invalid>"
+
+
 def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
-    """Name, datatype, shape and parameters of one input, type-checked."""
+    """Name, datatype (UNKNOWN_DATATYPE for a string no datatype), shape and parameters of one input, type-checked."""
     if type(raw) is not dict:
         raise InferenceError.invalid("each element of 'inputs' must be a JSON object")
     name = raw.get("name")
@@ -506,8 +551,10 @@ def _tensor_header(raw: Any) -> Tuple[str, str, List[int], Dict[str, Any]]:
         raise InferenceError.invalid("each input must have a string 'name'")
     if datatype is None and "datatype" not in raw:
         raise InferenceError.invalid(_MISSING.format(key="datatype"))
-    if type(datatype) is not str or not is_known_datatype(datatype):
-        raise InferenceError.invalid(f"invalid datatype for input {name}")  # Triton's words
+    if type(datatype) is not str:  # Triton's words (its 500)
+        raise InferenceError.invalid("Unable to parse 'datatype': attempt to access JSON non-string as string")
+    if not is_known_datatype(datatype):  # JSON data refuses it (_unknown_datatype); the core checks binary data's
+        datatype = UNKNOWN_DATATYPE
     if type(shape) is not list:
         if shape is None and "shape" not in raw:
             raise InferenceError.invalid(_MISSING.format(key="shape"))
@@ -564,6 +611,22 @@ def _only_shared_memory(raw: Dict[str, Any], binary_size: Any) -> None:
         name for name, present in (("data", "data" in raw), ("binary_data_size", binary_size is not None)) if present
     ]
     _one_source_only([*given, "shared_memory_region"])
+
+
+def _check_one_source(raw: Dict[str, Any]) -> None:
+    """Refuse an input without exactly one source of data (Triton's ValidateInputContentType), a null one too."""
+    parameters = _tensor_parameters(raw.get("parameters"))
+    given = [
+        name
+        for name, present in (
+            ("data", "data" in raw),
+            ("binary_data_size", "binary_data_size" in parameters),
+            ("shared_memory_region", REGION in parameters),
+        )
+        if present
+    ]
+    if len(given) != 1:
+        _one_source_only(given)
 
 
 def _one_source_only(given: List[str]) -> None:
@@ -633,7 +696,7 @@ def _requested_outputs(
         as_binary = parameters.get("binary_data", False)
         if type(as_binary) is not bool:  # tritonserver 2.51's words (a 500 there: 400 here, the client sent it)
             raise InferenceError.invalid("Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean")
-        region = tensor_region(parameters, "output", name) if REGION in parameters else None
+        region = tensor_region(parameters, "output", name)
         if region is not None:
             (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
         if not first:

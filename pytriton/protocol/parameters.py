@@ -69,14 +69,15 @@ def split_parameters(
             if key in rules.reserved:  # read before the type check, as Triton does
                 _apply_reserved(options, key, value)
                 continue
+            takes_empty_final = key == EMPTY_FINAL_RESPONSE_PARAMETER and rules.empty_final_response
+            if key.startswith("triton_") and not takes_empty_final:  # the key before its value, as Triton
+                raise InferenceError.invalid(rules.triton_prefix_refusal)
             if not isinstance(value, (str, int, float, bool)):
                 raise InferenceError.invalid(  # Triton's words
                     f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
                 )
-            if key == EMPTY_FINAL_RESPONSE_PARAMETER and rules.empty_final_response:
+            if takes_empty_final:
                 options.empty_final_response = value is True
-            elif key.startswith("triton_"):
-                raise InferenceError.invalid(rules.triton_prefix_refusal)
             elif type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
                 user[key] = float(value)  # as Triton keeps a JSON integer past int64: a double
             else:

@@ -57,12 +57,14 @@ def tensor_region(parameters: Optional[Mapping[str, Any]], kind: str, name: str)
 
     Read as Triton's HTTP frontend reads them (CheckSharedMemoryData): the region a string (an empty one is looked
     up, and not found), then the offset and the byte size unsigned integers, in TritonJson's words (its 500 a 400
-    here). A missing byte size is 0, which the region's check refuses at offset 0 as Triton 2.51 does.
+    here). A missing byte size is 0, which the region's check refuses at offset 0 as Triton 2.51 does. An offset
+    or byte size without a region is read too (and refused when it is no unsigned integer), as Triton reads it.
     """
-    if not parameters or REGION not in parameters:
+    if not parameters or (REGION not in parameters and OFFSET not in parameters and BYTE_SIZE not in parameters):
         return None
-    region = parameters[REGION]
-    if not isinstance(region, str):
+    named = REGION in parameters
+    region = parameters.get(REGION)
+    if named and not isinstance(region, str):
         raise InferenceError.invalid(f"Unable to parse '{REGION}': attempt to access JSON non-string as string")
     offset = parameters.get(OFFSET, 0)
     if type(offset) is not int or offset < 0:
@@ -70,6 +72,8 @@ def tensor_region(parameters: Optional[Mapping[str, Any]], kind: str, name: str)
     byte_size = parameters.get(BYTE_SIZE, 0)
     if type(byte_size) is not int or byte_size < 0:
         unsigned(BYTE_SIZE, byte_size)
+    if not isinstance(region, str):  # no region: one that is no string was refused above
+        return None
     return TensorRegion(region, offset, byte_size)
 
 
