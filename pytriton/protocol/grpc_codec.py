@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -125,11 +126,12 @@ def decode_infer_request(
         # Triton's gRPC frontend adds every input to the request (refusing a name given twice), then reads each
         # input's data, then the requested outputs' parameters; its core then checks the outputs, then the inputs
         # against the model.
-        if plan.repeated:
-            _check_names_once(message.inputs)
-        if plan.input_error is not None:  # the inputs before it are read first (their data, their regions)
-            find_regions = plan.in_regions
-            _check_input_data(spec.name, headers, message, len(contents) if contents else 0, find_regions, memory)
+        if plan.faulty:
+            if plan.repeated:
+                _check_names_once(message.inputs)
+            # an input's wrong parameters: the inputs before it are read first (their data, their regions)
+            _check_input_data(spec.name, headers, message, len(contents) if contents else 0, plan.in_regions, memory)
+            assert plan.input_error is not None
             raise plan.input_error
         find_regions = located is None and plan.in_regions
         if plan.typed or len(raw) < expected or find_regions:
@@ -144,10 +146,8 @@ def decode_infer_request(
                 datatype = "<invalid>"
             has_contents = header.has_contents
             try:
-                if region is not None:
-                    given: Optional[int] = region.byte_size
-                else:
-                    given = len(raw[raw_index]) if raw and raw_index < len(raw) else None
+                # a batch of 0 is refused naming its data's size
+                given = _data_bytes(region, raw, raw_index) if shape and not shape[0] else None
                 batch_sizes.append(spec.check_input(name, datatype, shape, True, given))
                 if region is not None:
                     if has_contents:
@@ -196,6 +196,13 @@ def decode_infer_request(
         sequence=options.sequence,
     )
     return DecodedRequest(request, options, output_regions, classes)
+
+
+def _data_bytes(region: Optional[TensorRegion], raw: Sequence[Buffer], raw_index: int) -> Optional[int]:
+    """The size of an input's data in a region or raw contents (None: neither)."""
+    if region is not None:
+        return region.byte_size
+    return len(raw[raw_index]) if raw and raw_index < len(raw) else None
 
 
 def _check_names_and_batch(spec: ModelSpec, headers: Sequence[_InputHeader]) -> None:
@@ -488,6 +495,7 @@ class _MessagePlan:
     """
 
     __slots__ = (
+        "faulty",
         "in_regions",
         "input_error",
         "inputs",
@@ -505,17 +513,19 @@ class _MessagePlan:
     def __init__(self, message: Message) -> None:
         """Read the inputs' headers, the request's parameters and (when they are right) the requested outputs."""
         self.message = message  # parsed once for every request of the same bytes (`kept_message`)
-        names = [tensor.name for tensor in message.inputs]
-        self.repeated = len(set(names)) != len(names)  # an input named twice
         # An input's wrong shared-memory parameters, raised by the request after its own parameters and names are
         # checked (Triton reads them as it reads the inputs' data).
         self.input_error: Optional[InferenceError] = None
-        self.inputs: List[_InputHeader] = []  # those before an input with wrong parameters, then
         try:
-            for tensor in message.inputs:
-                self.inputs.append(_input_header(tensor))
+            self.inputs = [_input_header(tensor) for tensor in message.inputs]
+            count = len(self.inputs)
+            self.repeated = count > 1 and len(set(map(_NAME, self.inputs))) != count  # an input named twice
         except InferenceError as error:
             self.input_error = error
+            self.inputs = _headers_before_error(message.inputs)
+            names = [tensor.name for tensor in message.inputs]
+            self.repeated = len(set(names)) != len(names)
+        self.faulty = self.repeated or self.input_error is not None  # one check for the request's common path
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
         self.in_regions = self.raw_count < len(self.inputs)  # some input is in shared memory
         self.typed = any(header.has_contents for header in self.inputs)
@@ -532,6 +542,20 @@ class _MessagePlan:
                 self.outputs = _output_headers(message.outputs)
         except InferenceError:  # raised again by the request, in its turn
             pass
+
+
+_NAME = operator.attrgetter("name")
+
+
+def _headers_before_error(tensors: Sequence[Message]) -> List[_InputHeader]:
+    """The headers of the inputs before the first whose parameters are wrong."""
+    headers: List[_InputHeader] = []
+    for tensor in tensors:
+        try:
+            headers.append(_input_header(tensor))
+        except InferenceError:
+            break
+    return headers
 
 
 # Plans of the request messages seen last, by their bytes (small messages only: wire.KEYED_MESSAGE_BYTES). A

@@ -325,10 +325,11 @@ class GrpcCall:
             self.request_memory = request.obj if isinstance(request, memoryview) else request
             response = await method.behaviour(method.deserialize(request), self)
             parts, size = method.serialize(response)
-            compressed = self.encoding is not None and size >= OFF_LOOP_BYTES
-            if compressed:  # in a worker thread: zlib on the loop held every other client (transport/deflate.py)
+            if self.encoding is None or size < OFF_LOOP_BYTES:
+                self.session.send_unary_response(self, parts, size)
+            else:  # compressed in a worker thread: zlib on the loop held every other client (transport/deflate.py)
                 parts, size = await self._compressed(parts)
-            self.session.send_unary_response(self, parts, size, compressed)
+                self.session.send_unary_response(self, parts, size, True)
         except Exception as error:  # noqa: BLE001 - every failure must reach the client as a status
             self._failed(error)
 
