@@ -62,8 +62,24 @@ import asyncio, collections, json, os, sys, threading, time
 
 def _probe():
     path = os.environ.get("SOAK_PROBE_DIR")
+    traced = bool(os.environ.get("SOAK_TRACEMALLOC")) and "--serve" in sys.argv
+    if traced:
+        import tracemalloc
+        tracemalloc.start(8)
+        started, base = time.time(), None
     while path:
         time.sleep(5)
+        if traced and base is None and time.time() - started > 120:
+            base = tracemalloc.take_snapshot()
+        elif traced and base is not None and int(time.time() - started) % 60 < 5:
+            snap = tracemalloc.take_snapshot()
+            top = snap.compare_to(base, "traceback")[:12]
+            with open(f"{path}/trace.{os.getpid()}.txt", "a") as f:
+                f.write(f"==== {int(time.time() - started)} s\n")
+                for stat in top:
+                    f.write(f"{stat.size_diff // 1024} KiB {stat.count_diff:+d} blocks\n")
+                    for line in stat.traceback.format()[-16:]:
+                        f.write("    " + line + "\n")
         for _ in range(5):
             try:
                 tasks = list(asyncio.tasks._all_tasks)
@@ -473,27 +489,25 @@ class Client:
                         "enable_empty_final_response": True,
                     }
 
-            # the aio client cannot ask for the empty final response: a request is done with its STEPS responses
+            # The aio client cannot ask for the empty final response: the requests end with the request iterator and
+            # the server ends the stream once each has answered. (Cancelling the call after the last data response
+            # would cancel a request the server has not ended yet: it counts CANCELED, by design.)
             got: Counter[str] = Counter()
             errors = 0
-            responses = grpc.stream_infer(requests())
 
             async def read() -> None:
                 nonlocal errors
-                async for result, error in responses:
+                async for result, error in grpc.stream_infer(requests()):
                     if error is not None:
                         self.tally.error(model, error)
                         errors += 1
                     else:
                         got[result.get_response().id] += 1
-                    if sum(min(v, STEPS) for v in got.values()) + errors >= count * STEPS:
-                        return
 
             try:
                 await asyncio.wait_for(read(), 60)
             except asyncio.TimeoutError:
-                pass
-            responses.cancel()
+                self.tally.add(f"{model}|stuck")
             for index in range(count):
                 rid = f"a{index}"
                 if got[rid] == STEPS:
@@ -1064,6 +1078,7 @@ def main() -> int:
     parser.add_argument("--sample", type=float, default=30.0)
     parser.add_argument("--json", type=pathlib.Path)
     parser.add_argument("--roles", default=",".join(ROLES))
+    parser.add_argument("--tracemalloc", action="store_true", help="the hub notes its allocations' growth")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--until", type=float, help=argparse.SUPPRESS)
@@ -1090,6 +1105,8 @@ def drive(args: argparse.Namespace) -> int:
     log_path = workdir / "server.log"
     shm_before = set(os.listdir("/dev/shm"))
     env = dict(os.environ, SOAK_PROBE_DIR=str(probe_dir))
+    if args.tracemalloc:
+        env["SOAK_TRACEMALLOC"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(workdir / "site"), str(root), env.get("PYTHONPATH", "")]))
     with log_path.open("wb") as log:
         server = subprocess.Popen(
