@@ -69,6 +69,15 @@ def _probe():
         started, base = time.time(), None
     while path:
         time.sleep(5)
+        trigger = f"{path}/collect.{os.getpid()}"
+        if os.path.exists(trigger):
+            import gc
+            label = open(trigger).read().strip()
+            os.unlink(trigger)
+            unreachable = gc.collect()
+            kinds = collections.Counter(type(o).__module__ + "." + type(o).__qualname__ for o in gc.get_objects())
+            with open(f"{path}/heap.{os.getpid()}.{label}.json", "w") as f:
+                json.dump({"unreachable": unreachable, "kinds": kinds.most_common(60)}, f)
         if traced and base is None and time.time() - started > 120:
             base = tracemalloc.take_snapshot()
         elif traced and base is not None and int(time.time() - started) % 60 < 5:
@@ -1146,6 +1155,12 @@ def drive(args: argparse.Namespace) -> int:
         )
         print(f"[{entry['t']:5d}s {label}] shm={entry['shm']} {procs}", flush=True)
 
+    def heap(label: str) -> None:
+        for pid in _children(server.pid):
+            if _role(pid, server.pid) in ("hub", "frontend"):
+                (probe_dir / f"collect.{pid}").write_text(label)
+
+    heap("idle")
     sample("idle")
     until = time.time() + args.duration
     client_env = dict(
@@ -1193,6 +1208,7 @@ def drive(args: argparse.Namespace) -> int:
             hung[role] = f"{document['hung']} threads"
     time.sleep(10)  # sequences idle out, cancelled work drains
     sample("after")
+    heap("after")
     time.sleep(20)
     sample("after+30s")
     http_stats = _stats_http(f"127.0.0.1:{ports[0]}")
