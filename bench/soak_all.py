@@ -76,23 +76,8 @@ def _probe():
             os.unlink(trigger)
             unreachable = gc.collect()
             kinds = collections.Counter(type(o).__module__ + "." + type(o).__qualname__ for o in gc.get_objects())
-            chains = {}
-            for kind in ("_asyncio.Task", "pytriton.protocol.system_memory_codec.TensorRegion", "pytriton.protocol.http_codec._Plan"):
-                found = [o for o in gc.get_objects() if type(o).__module__ + "." + type(o).__qualname__ == kind][:3]
-                out = []
-                for o in found:
-                    desc = repr(o)[:300]
-                    refs = []
-                    for r in gc.get_referrers(o):
-                        if r is found:
-                            continue
-                        up = [type(u).__qualname__ + ":" + repr(u)[:120] for u in gc.get_referrers(r) if u is not found][:4]
-                        refs.append((type(r).__qualname__, repr(r)[:200], up))
-                    out.append((desc, refs[:6]))
-                chains[kind] = out
-                del found
             with open(f"{path}/heap.{os.getpid()}.{label}.json", "w") as f:
-                json.dump({"unreachable": unreachable, "kinds": kinds.most_common(60), "chains": chains}, f, default=str)
+                json.dump({"unreachable": unreachable, "kinds": kinds.most_common(60)}, f)
         if traced and base is None and time.time() - started > 120:
             base = tracemalloc.take_snapshot()
         elif traced and base is not None and int(time.time() - started) % 60 < 5:
@@ -113,7 +98,7 @@ def _probe():
         else:
             tasks = []
         live = [t for t in tasks if not t.done()]
-        coro = None
+        coro = t = None
         names = collections.Counter()
         for t in live:
             coro = t.get_coro()
@@ -125,7 +110,7 @@ def _probe():
         with open(tmp, "w") as f:
             json.dump(doc, f)
         os.replace(tmp, f"{path}/probe.{os.getpid()}.json")
-        del tasks, live, coro  # holding them would keep tasks alive that the collector should free
+        del tasks, live, coro, t  # holding them would keep tasks alive that the collector should free
 
 threading.Thread(target=_probe, name="soak-probe", daemon=True).start()
 """
