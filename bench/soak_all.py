@@ -1176,8 +1176,10 @@ def drive(args: argparse.Namespace) -> int:
                 role,
                 out,
                 subprocess.Popen(
-                    [sys.executable, "-m", "bench.soak_all", "--client", role, "--until", str(until), "--out", str(out)]
-                    + ["--ports", ",".join(map(str, ports))],
+                    [
+                        *(sys.executable, "-m", "bench.soak_all", "--client", role),
+                        *("--until", str(until), "--out", str(out), "--ports", ",".join(map(str, ports))),
+                    ],
                     env=client_env,
                     cwd=str(root),
                     stderr=(workdir / f"client.{role}.log").open("wb"),
