@@ -113,17 +113,19 @@ def decode_infer_request(
     refusal: Optional[InferenceError] = None
     try:
         for index, raw in enumerate(raw_inputs):
-            if type(raw) is dict:  # Triton's frontend checks where the data is before it reads the name
+            # Triton's frontend checks where the data is before it reads the name (JSON data alone passes)
+            if type(raw) is dict and ("parameters" in raw or "data" not in raw):
                 _check_one_source(raw)
             name, datatype, shape, tensor_parameters = _tensor_header(raw)
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             binary_size = tensor_parameters.get("binary_data_size")
-            region = tensor_region(tensor_parameters, "input", name)
+            region = tensor_region(tensor_parameters, "input", name) if tensor_parameters else None
             if refused is None:
-                given = region.byte_size if region is not None else binary_size if type(binary_size) is int else None
+                # a batch of 0 is refused naming its data's size
+                given = _data_bytes(region, binary_size) if shape and not shape[0] else None
                 try:
-                    batch_sizes.append(spec.check_input(name, datatype, shape, data_bytes=given))
+                    batch_sizes.append(spec.check_input(name, datatype, shape, False, given))
                 except InferenceError as error:
                     refused, refusal = index, error
             if planned is not None:
@@ -395,8 +397,8 @@ def _decode_planned(
             spec.check_input_count([planned[0] for planned in plan.inputs])
         for index, (name, datatype, shape, binary_size, region) in enumerate(plan.inputs):
             try:
-                given = region.byte_size if region is not None else binary_size
-                batch_sizes.append(spec.check_input(name, datatype, shape, data_bytes=given))
+                given = _data_bytes(region, binary_size) if shape and not shape[0] else None
+                batch_sizes.append(spec.check_input(name, datatype, shape, False, given))
                 if region is not None:
                     inputs[name] = region_input(
                         located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
@@ -613,6 +615,13 @@ def _only_shared_memory(raw: Dict[str, Any], binary_size: Any) -> None:
     _one_source_only([*given, "shared_memory_region"])
 
 
+def _data_bytes(region: Optional[TensorRegion], binary_size: Any) -> Optional[int]:
+    """The size of an input's data in a region or the binary body (None: neither, or a size of the wrong type)."""
+    if region is not None:
+        return region.byte_size
+    return binary_size if type(binary_size) is int else None
+
+
 def _check_one_source(raw: Dict[str, Any]) -> None:
     """Refuse an input without exactly one source of data (Triton's ValidateInputContentType), a null one too."""
     parameters = _tensor_parameters(raw.get("parameters"))
@@ -696,7 +705,7 @@ def _requested_outputs(
         as_binary = parameters.get("binary_data", False)
         if type(as_binary) is not bool:  # tritonserver 2.51's words (a 500 there: 400 here, the client sent it)
             raise InferenceError.invalid("Unable to parse 'binary_data': attempt to access JSON non-boolean as boolean")
-        region = tensor_region(parameters, "output", name)
+        region = tensor_region(parameters, "output", name) if parameters else None
         if region is not None:
             (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
         if not first:
