@@ -42,6 +42,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from bench.leak_soak import _children, _free_ports, accumulate, echo
+
 STEPS = 3  # responses of `stream` / `abuse_stream` per request
 CLEAN = (
     "batch_echo",
@@ -117,10 +119,6 @@ threading.Thread(target=_probe, name="soak-probe", daemon=True).start()
 
 
 # ---------------------------------------------------------------------------------------------------- the server
-def _echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    return [{"OUTPUT": request["INPUT"]} for request in requests]
-
-
 def _stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
     for step in range(STEPS):
         yield [{"OUTPUT": request["INPUT"] + step} for request in requests]
@@ -129,15 +127,6 @@ def _stream(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
 def _slow(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     time.sleep(0.2)
     return [{"OUTPUT": request["INPUT"]} for request in requests]
-
-
-def _accumulate(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    responses = []
-    for request in requests:
-        total = request.sequence_state.get("total", 0.0) + float(request["INPUT"].sum())
-        request.sequence_state["total"] = total
-        responses.append({"OUTPUT": np.full(request["INPUT"].shape, total, np.float32)})
-    return responses
 
 
 def _composed(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
@@ -207,7 +196,7 @@ def serve(frontends: int, ports: List[int]) -> None:
     security = TritonSecurityConfig(restricted_endpoints=[])
     with Triton(config=config, frontends=frontends, security_config=security) as t:
         t.bind("batch_echo", batch_echo, inputs=t_in, outputs=t_out, config=batched)
-        t.bind("proc_echo", ProcessInstances(_echo, count=2), inputs=t_in, outputs=t_out, config=batched)
+        t.bind("proc_echo", ProcessInstances(echo, count=2), inputs=t_in, outputs=t_out, config=batched)
         t.bind("async_echo", _async_echo, inputs=t_in, outputs=t_out, config=ModelConfig(max_batch_size=8))
         decoupled = ModelConfig(max_batch_size=8, decoupled=True)
         t.bind("stream", _stream, inputs=t_in, outputs=t_out, config=decoupled)
@@ -221,8 +210,8 @@ def serve(frontends: int, ports: List[int]) -> None:
                 ],
             ),
         )
-        t.bind("seq", _accumulate, inputs=t_in, outputs=t_out, config=seq_config)
-        t.bind("proc_seq", ProcessInstances(_accumulate), inputs=t_in, outputs=t_out, config=seq_config)
+        t.bind("seq", accumulate, inputs=t_in, outputs=t_out, config=seq_config)
+        t.bind("proc_seq", ProcessInstances(accumulate), inputs=t_in, outputs=t_out, config=seq_config)
         t.bind("proc_stream", ProcessInstances(_stream), inputs=t_in, outputs=t_out, config=decoupled)
         t.bind("proc_stream_abuse", ProcessInstances(_slow_stream), inputs=t_in, outputs=t_out, config=decoupled)
         t.bind(
@@ -233,13 +222,13 @@ def serve(frontends: int, ports: List[int]) -> None:
             config=ModelConfig(decoupled=True),
             openai=OpenAIChat(chat_template=None),
         )
-        t.bind("inner", _echo, inputs=t_in, outputs=t_out, config=batched)
-        t.bind("inner2", _echo, inputs=t_in, outputs=t_out, config=batched)
+        t.bind("inner", echo, inputs=t_in, outputs=t_out, config=batched)
+        t.bind("inner2", echo, inputs=t_in, outputs=t_out, config=batched)
         t.bind("composed", _composed, inputs=t_in, outputs=t_out, config=batched)
         t.bind("proc_composed", ProcessInstances(_proc_composed), inputs=t_in, outputs=t_out, config=batched)
-        t.bind("abuse", _echo, inputs=t_in, outputs=t_out, config=batched)
+        t.bind("abuse", echo, inputs=t_in, outputs=t_out, config=batched)
         t.bind("slow", _slow, inputs=t_in, outputs=t_out, config=ModelConfig(max_batch_size=8))
-        t.bind("cycled", ProcessInstances(_echo), inputs=t_in, outputs=t_out, config=batched)
+        t.bind("cycled", ProcessInstances(echo), inputs=t_in, outputs=t_out, config=batched)
         t.bind("cycled_stream", ProcessInstances(_paced_stream), inputs=t_in, outputs=t_out, config=decoupled)
         t.bind(
             "toy",
@@ -931,22 +920,6 @@ class Client:
 
 
 # ---------------------------------------------------------------------------------------------------- sampling
-def _children(root: int) -> List[int]:
-    parents: Dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
-                parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    found, frontier = [root], [root]
-    while frontier:
-        frontier = [pid for pid, parent in parents.items() if parent in frontier]
-        found.extend(frontier)
-    return found
-
-
 def _role(pid: int, root: int) -> str:
     if pid == root:
         return "hub"
@@ -1036,16 +1009,6 @@ def _stats_grpc(grpc_url: str) -> Dict[str, Dict[str, int]]:
         }
         for entry in document["model_stats"]
     }
-
-
-def _free_ports(count: int) -> List[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def compare(
