@@ -15,7 +15,6 @@ import gzip
 import http.client
 import json
 import queue
-import threading
 import zlib
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
@@ -28,6 +27,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.transport import deflate
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url, running_triton
+from tests.gated_threads import GatedThreads, gated_pool
 
 # Elements of the large output: its JSON answer is ten times the size compressed off the loop, or more.
 LARGE = deflate.OFF_LOOP_BYTES
@@ -64,29 +64,9 @@ def triton() -> Iterator[Triton]:
         yield server
 
 
-class GatedCompressors:
-    """Stands for `deflate.COMPRESSORS`: each job given waits in its own thread for `gate`."""
-
-    def __init__(self) -> None:
-        self.submitted = threading.Event()
-        self.gate = threading.Event()
-
-    def submit(self, job: Callable[[], None]) -> None:
-        self.submitted.set()
-
-        def gated() -> None:
-            self.gate.wait()
-            job()
-
-        threading.Thread(target=gated, daemon=True).start()
-
-
 @pytest.fixture
-def compressors(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedCompressors]:
-    gated = GatedCompressors()
-    monkeypatch.setattr(deflate, "COMPRESSORS", gated)
-    yield gated
-    gated.gate.set()  # a failed test's compression ends
+def compressors(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedThreads]:
+    yield from gated_pool(monkeypatch, deflate, "COMPRESSORS")
 
 
 def _infer_compressed(triton: Triton, model: str, encoding: str) -> Tuple[str, bytes]:
@@ -113,7 +93,7 @@ def _ready(triton: Triton) -> bool:
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 def test_a_large_response_is_compressed_while_other_clients_are_answered(
-    triton: Triton, compressors: GatedCompressors, encoding: str
+    triton: Triton, compressors: GatedThreads, encoding: str
 ) -> None:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         large = pool.submit(_infer_compressed, triton, "fill", encoding)
@@ -128,7 +108,7 @@ def test_a_large_response_is_compressed_while_other_clients_are_answered(
     assert answer["outputs"][0]["data"] == (np.arange(LARGE, dtype=np.float32) + 2).tolist()
 
 
-def test_a_small_response_is_compressed_on_the_loop(triton: Triton, compressors: GatedCompressors) -> None:
+def test_a_small_response_is_compressed_on_the_loop(triton: Triton, compressors: GatedThreads) -> None:
     # Under OFF_LOOP_BYTES: no thread's round trip (the gate, never opened, would hold it).
     content_encoding, compressed = _infer_compressed(triton, "small", "gzip")
     assert content_encoding == "gzip"
@@ -165,7 +145,7 @@ def _stream_fill_over_grpc(triton: Triton, model: str) -> np.ndarray:
 
 @pytest.mark.parametrize("infer", [_fill_over_grpc, _stream_fill_over_grpc], ids=["unary", "stream"])
 def test_a_large_grpc_response_is_compressed_while_other_clients_are_answered(
-    triton: Triton, compressors: GatedCompressors, infer: Callable[[Triton, str], np.ndarray]
+    triton: Triton, compressors: GatedThreads, infer: Callable[[Triton, str], np.ndarray]
 ) -> None:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         large = pool.submit(infer, triton, "fill")

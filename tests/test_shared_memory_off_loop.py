@@ -10,8 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import queue
-import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 import pytest
@@ -25,6 +24,7 @@ from pytriton.core.shared_memory.system import OFF_LOOP_BYTES
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.gated_threads import GatedThreads, gated_pool
 from tests.test_system_shared_memory import Segment
 
 CLIENTS = {"http": httpclient, "grpc": grpcclient}
@@ -72,29 +72,9 @@ def segment() -> Iterator[Segment]:
     made.destroy()
 
 
-class GatedCopiers:
-    """Stands for `off_loop.COPIERS`: each job given waits in its own thread for `gate`."""
-
-    def __init__(self) -> None:
-        self.submitted = threading.Event()
-        self.gate = threading.Event()
-
-    def submit(self, job: Callable[[], None]) -> None:
-        self.submitted.set()
-
-        def gated() -> None:
-            self.gate.wait()
-            job()
-
-        threading.Thread(target=gated, daemon=True).start()
-
-
 @pytest.fixture
-def copiers(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedCopiers]:
-    gated = GatedCopiers()
-    monkeypatch.setattr(off_loop, "COPIERS", gated)
-    yield gated
-    gated.gate.set()  # a failed test's copy ends
+def copiers(monkeypatch: pytest.MonkeyPatch) -> Iterator[GatedThreads]:
+    yield from gated_pool(monkeypatch, off_loop, "COPIERS")
 
 
 @pytest.fixture(params=["http", "grpc"])
@@ -129,7 +109,7 @@ def _small_total(triton: Triton, protocol: str) -> float:
 
 
 def test_a_large_input_is_read_while_other_clients_are_answered_and_its_region_unregistered(
-    triton: Triton, protocol: str, segment: Segment, copiers: GatedCopiers
+    triton: Triton, protocol: str, segment: Segment, copiers: GatedThreads
 ) -> None:
     lib, auth = CLIENTS[protocol], AUTH[protocol]
     shm.set_shared_memory_region(segment.handle, [np.full(LARGE, 0.5, dtype=np.float32)])
@@ -159,7 +139,7 @@ def _regions(status: Any) -> List[str]:
 
 
 def test_a_large_output_is_written_while_other_clients_are_answered_and_its_region_stays_registered(
-    triton: Triton, protocol: str, segment: Segment, copiers: GatedCopiers
+    triton: Triton, protocol: str, segment: Segment, copiers: GatedThreads
 ) -> None:
     lib, auth = CLIENTS[protocol], AUTH[protocol]
     client = _client(triton, protocol)
@@ -213,7 +193,7 @@ def test_a_large_input_of_a_shrunk_segment_is_refused_in_the_same_words(
 
 
 def test_a_large_input_and_output_in_a_stream_are_copied_off_the_loop(
-    triton: Triton, segment: Segment, copiers: GatedCopiers
+    triton: Triton, segment: Segment, copiers: GatedThreads
 ) -> None:
     """ModelStreamInfer: the read waits at the gate while other clients are answered, then the write does."""
     answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
