@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from bench.leak_soak import _children, _free_ports, accumulate, echo
+from bench.leak_soak import _children, _free_ports, _role, accumulate, echo
 
 STEPS = 3  # responses of `stream` / `abuse_stream` per request
 CLEAN = (
@@ -920,20 +920,6 @@ class Client:
 
 
 # ---------------------------------------------------------------------------------------------------- sampling
-def _role(pid: int, root: int) -> str:
-    if pid == root:
-        return "hub"
-    try:
-        cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return "gone"
-    if "frontend" in cmdline:
-        return "frontend"
-    if "instance" in cmdline:
-        return "instance"
-    return "other"
-
-
 def process_sample(root: int, probe_dir: pathlib.Path) -> Dict[str, Dict[str, Any]]:
     rows: Dict[str, Dict[str, Any]] = {}
     for pid in _children(root):
