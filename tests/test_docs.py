@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Set, Union
+from typing import Dict, List, Set, Tuple, Union
 
 from tests.server_process import ROOT, WAIT_S, ServerProcess, free_port_env
 
@@ -363,3 +363,86 @@ def test_the_examples_page_names_each_example_that_is_no_server_and_client() -> 
     )
     assert "background_mode" in unlike
     assert [name for name in unlike if f"`{name}`" not in intro] == []
+
+
+# The names an operator types from the docs: options of the `pytriton` command, variables, metric names.
+
+COMMANDS = ("serve", "demo", "check", "token")
+DOC_FILES = [*PAGES, ROOT / "examples" / "README.md", *sorted((ROOT / "examples").glob("*/README.md"))]
+
+
+def _command_options() -> Dict[str, Set[str]]:
+    """The options each `pytriton` command takes, from its parser."""
+    from pytriton.cli import _subparser, build_parser
+
+    parser = build_parser()
+    return {
+        command: {option for action in _subparser(parser, command)._actions for option in action.option_strings}
+        for command in COMMANDS
+    }
+
+
+def _units(text: str) -> List[str]:
+    """A page's paragraphs, and each table row with its header row (a column may name the command)."""
+    units = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        lines = paragraph.splitlines()
+        if lines and all(line.startswith("|") for line in lines):
+            units += [f"{lines[0]}\n{line}" for line in lines[2:]]
+        else:
+            units.append(paragraph)
+    return units
+
+
+def test_every_pytriton_option_the_docs_name_exists() -> None:
+    options = _command_options()
+    assert "--lame-duck-s" in options["serve"] and "--port" in options["token"]
+    commands = "|".join(COMMANDS)
+    named: Set[Tuple[str, str, str]] = set()  # (page, command, option)
+    for page in DOC_FILES:
+        # `pytriton serve models.py:bind --http-port 8000`, in the prose and in the shell blocks alike (not the
+        # command's own error line, "pytriton serve: error: unrecognized arguments: --htpp-port")
+        for command, rest in re.findall(rf"\bpytriton ({commands})\b(?!:)([^`\n|;&)]*)", page.read_text()):
+            named.update((page.name, command, flag) for flag in re.findall(r"(?<!\S)(--[a-z][a-z0-9-]*)", rest))
+        # "`pytriton serve` and `pytriton demo` take `--access-token`": each command named takes each option named
+        for unit in _units(_prose(page)):
+            for command in re.findall(rf"`pytriton ({commands})`", unit):
+                named.update((page.name, command, flag) for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", unit))
+    assert ("configuration.md", "demo", "--frontends") in named and ("deployment.md", "token", "--port") in named
+    assert (
+        sorted(f"{page}: pytriton {command} {flag}" for page, command, flag in named if flag not in options[command])
+        == []
+    )
+
+
+def test_every_pytriton_variable_the_docs_name_is_read() -> None:
+    from pytriton.options.limits import ServerLimits
+
+    code = "".join(path.read_text() for path in (ROOT / "pytriton").rglob("*.py"))
+    fields = {name.upper() for name in _config_fields()}
+    limits = {field.name.upper() for field in dataclasses.fields(ServerLimits)}
+    named = {name for page in DOC_FILES for name in re.findall(r"\bPYTRITON_[A-Z0-9_]*[A-Z0-9]\b", page.read_text())}
+    assert {"PYTRITON_LIMIT_LAME_DUCK_S", "PYTRITON_TRITON_CONFIG_CACHE_CONFIG_0"} <= named
+
+    def read(name: str) -> bool:
+        if name.startswith("PYTRITON_TRITON_CONFIG_"):  # a field, a list field's entry with its _<n> suffix
+            return re.sub(r"_\d+$", "", name.removeprefix("PYTRITON_TRITON_CONFIG_")) in fields
+        if name.startswith("PYTRITON_LIMIT_"):
+            return name.removeprefix("PYTRITON_LIMIT_") in limits
+        if name.startswith("PYTRITON_TEST_"):  # the test suite's own
+            return name in (ROOT / "tests" / "conftest.py").read_text()
+        return f'"{name}"' in code
+
+    assert sorted(name for name in named if not read(name)) == []
+
+
+def test_every_metric_the_docs_name_is_served() -> None:
+    code = "".join(path.read_text() for path in (ROOT / "pytriton").rglob("*.py"))
+    named = set()
+    for page in PAGES:
+        text = page.read_text()
+        for stem, alternatives, tail in re.findall(r"\b(nv_[a-z0-9_]*?)\{([a-z0-9_,]+)\}([a-z0-9_]*)", text):
+            named.update(f"{stem}{alternative}{tail}" for alternative in alternatives.split(","))
+        named.update(re.findall(r"\b(?:nv|pytriton)_[a-z0-9_]*[a-z0-9]\b(?!\{)", text))
+    assert {"nv_inference_compute_infer_duration_us", "pytriton_openai_output_tokens", "nv_energy_consumption"} <= named
+    assert sorted(name for name in named if f'"{name}' not in code) == []
