@@ -421,7 +421,12 @@ def test_every_pytriton_variable_the_docs_name_is_read() -> None:
     code = "".join(path.read_text() for path in (ROOT / "pytriton").rglob("*.py"))
     fields = {name.upper() for name in _config_fields()}
     limits = {field.name.upper() for field in dataclasses.fields(ServerLimits)}
-    named = {name for page in DOC_FILES for name in re.findall(r"\bPYTRITON_[A-Z0-9_]*[A-Z0-9]\b", page.read_text())}
+    deployment = [ROOT / "Dockerfile", *sorted((ROOT / "deploy").rglob("*.yaml"))]
+    named = {
+        name
+        for page in [*DOC_FILES, *deployment]
+        for name in re.findall(r"\bPYTRITON_[A-Z0-9_]*[A-Z0-9]\b", page.read_text())
+    }
     assert {"PYTRITON_LIMIT_LAME_DUCK_S", "PYTRITON_TRITON_CONFIG_CACHE_CONFIG_0"} <= named
 
     def read(name: str) -> bool:
