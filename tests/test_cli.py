@@ -265,6 +265,26 @@ def test_a_target_that_cannot_be_served_is_one_line_and_exit_2(models: Path, tar
     assert_one_line_error(run_cli("serve", target.format(models=models)), "pytriton serve: error: ", message)
 
 
+def test_the_installed_command_imports_a_module_target_from_the_working_directory(tmp_path: Path) -> None:
+    # The `pytriton` script pip installs has its bin directory, not the working directory, first on sys.path:
+    # `pytriton serve models:bind` beside models.py said "no module named 'models'" where `python -m pytriton`
+    # (which the other tests run) found it.
+    script = tmp_path / "bin" / "pytriton"
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom pytriton.cli import main\nsys.exit(main())\n")  # pip's wrapper, in short
+    (tmp_path / "models.py").write_text("def bind(triton):\n    raise RuntimeError('bind was called')\n")
+    result = subprocess.run(
+        [sys.executable, str(script), "serve", "models:bind"],
+        env=free_port_env(),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    prefix, message = "pytriton serve: error: ", "models:bind failed: models.py:2: RuntimeError: bind was called"
+    assert_one_line_error(result, prefix, message)
+
+
 def test_check_prints_versions_and_whether_each_port_is_free(capsys: pytest.CaptureFixture[str]) -> None:
     # Reserved: free again once the listener below closes, whatever else binds ports meanwhile.
     (port,) = free_ports(1)
