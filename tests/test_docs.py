@@ -62,6 +62,30 @@ def test_the_ensemble_of_the_composition_guide_serves(tmp_path: Path) -> None:
         assert server.wait() == 0
 
 
+def test_the_custom_route_of_the_composition_guide_calls_its_model(tmp_path: Path) -> None:
+    # Its route called a batching model (the default config) with an input of no batch axis: a 400.
+    from tests.http_helpers import post_json
+
+    routes = next(block for block in _python_blocks(ROOT / "docs" / "composition.md") if "add_route" in block)
+    routes = routes.replace('triton.mount("/ui", asgi_app)', "")  # the page's stand-in for an app of yours
+    server_code = (
+        "import numpy as np\n"
+        "from pytriton.decorators import batch\n"
+        "from pytriton.model_config import Tensor\n"
+        "from pytriton.triton import Triton\n\n"
+        "triton = Triton()\n"
+        "triton.bind('double', batch(lambda x: {'y': 2 * x}), [Tensor(name='x', dtype=np.float32, shape=(1,))],\n"
+        "           [Tensor(name='y', dtype=np.float32, shape=(1,))])  # ModelConfig(): batching\n"
+        f"{routes}\n"
+        "triton.serve()\n"
+    )
+    with ServerProcess.script(tmp_path, server_code) as server:
+        port = server.wait_started()["http"]
+        assert post_json(port, "/double", {"x": 3}) == (200, {"y": 6.0})
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+
+
 # What the docs say about the project itself, checked against it.
 
 
