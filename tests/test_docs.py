@@ -503,3 +503,30 @@ def _importable(module: str, name: str) -> bool:
         return hasattr(importlib.import_module(module), name)
     except ImportError:
         return False
+
+
+# Paths the docs name that are not this repository's: another repository's.
+ELSEWHERE = {"docs/examples/model_repository/simple"}  # triton-inference-server's, in bench/README.md
+
+
+def test_every_repository_file_the_docs_name_exists() -> None:
+    # `deploy/kubernetes/hpa.yaml`, `tests/test_rolling_restart.py`, `.ci/run`: what a reader opens next.
+    ignored = [line.rstrip("/") for line in (ROOT / ".gitignore").read_text().splitlines() if line.endswith("/")]
+    tops = r"\.ci|deploy|examples|tests|bench|docs|Dockerfile|noxfile\.py|pyproject\.toml|CHANGELOG\.md"
+    named = {
+        (page.name, path)
+        for page in [*DOC_FILES, ROOT / "bench" / "README.md"]
+        for path in re.findall(rf"`((?:{tops})(?:/[\w.\-/]*)?)`", page.read_text())
+    } | {  # and in the shell blocks: `kubectl apply -f deploy/kubernetes/hpa.yaml`
+        (page.name, path)
+        for page in [*DOC_FILES, ROOT / "bench" / "README.md"]
+        for block in re.findall(r"^```(?:bash|sh)\n(.*?)^```", page.read_text(), re.S | re.M)
+        for path in re.findall(rf"(?<![\w/.$-])((?:{tops})/[\w.\-/]*[\w/])", block)
+    }
+    assert {("scaling-out.md", "deploy/kubernetes/"), ("scaling-out.md", "deploy/kubernetes/hpa.yaml")} <= named
+    missing = [
+        f"{page}: {path}"
+        for page, path in sorted(named)
+        if not (ROOT / path).exists() and path not in ELSEWHERE and path.rstrip("/") not in ignored
+    ]
+    assert missing == []
