@@ -530,3 +530,53 @@ def test_every_repository_file_the_docs_name_exists() -> None:
         if not (ROOT / path).exists() and path not in ELSEWHERE and path.rstrip("/") not in ignored
     ]
     assert missing == []
+
+
+def _public_classes() -> Dict[str, type]:
+    """The classes a reader constructs with keyword arguments, by name."""
+    import inspect
+
+    from pytriton import client, model_config, openai, triton
+    from pytriton.instances import ProcessInstances
+    from pytriton.metrics import MetricFamily
+    from pytriton.options.limits import ServerLimits
+    from pytriton.routes import RouteResponse
+
+    classes: Dict[str, type] = {"ProcessInstances": ProcessInstances, "MetricFamily": MetricFamily}
+    classes.update(ServerLimits=ServerLimits, RouteResponse=RouteResponse)
+    for module in (client, model_config, openai, triton):
+        classes.update((name, value) for name, value in vars(module).items() if inspect.isclass(value))
+    return {name: value for name, value in classes.items() if name[0].isupper()}
+
+
+def _top_level_keywords(text: str, start: int) -> List[str]:
+    """The keyword arguments of the call whose `(` is at `start` (not those of calls nested in it)."""
+    depth, top = 0, []
+    for character in text[start:]:
+        depth += character in "([{"
+        depth -= character in ")]}"
+        if depth == 0:
+            break
+        top.append(character if depth == 1 else " ")
+    return re.findall(r"(?:^|[,(\s])(\w+)=(?!=)", "".join(top))
+
+
+def test_every_keyword_argument_the_docs_pass_is_taken() -> None:
+    # `TritonConfig(http_port=8080)`, `ProcessInstances(tokenize, count=2)`, `OpenAIChat(chat_template=None)`: a
+    # renamed parameter left the docs passing one that raises TypeError.
+    import inspect
+
+    classes = _public_classes()
+    passed = set()
+    for page in DOC_FILES:
+        # LangChain has an OpenAIEmbeddings of its own
+        text = re.sub(r"```python\n[^`]*from langchain_openai import.*?```", "", page.read_text(), flags=re.S)
+        for call in re.finditer(rf"\b({'|'.join(classes)})\(", text):
+            passed.update((page.name, call.group(1), word) for word in _top_level_keywords(text, call.end() - 1))
+    assert {("configuration.md", "TritonConfig", "http_port"), ("openai.md", "OpenAIChat", "chat_template")} <= passed
+    refused = []
+    for page, name, word in sorted(passed):
+        parameters = inspect.signature(classes[name]).parameters
+        if word not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            refused.append(f"{page}: {name}({word}=...)")
+    assert refused == []
