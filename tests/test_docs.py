@@ -573,10 +573,17 @@ def test_every_keyword_argument_the_docs_pass_is_taken() -> None:
         text = re.sub(r"```python\n[^`]*from langchain_openai import.*?```", "", page.read_text(), flags=re.S)
         for call in re.finditer(rf"\b({'|'.join(classes)})\(", text):
             passed.update((page.name, call.group(1), word) for word in _top_level_keywords(text, call.end() - 1))
-    assert {("configuration.md", "TritonConfig", "http_port"), ("openai.md", "OpenAIChat", "chat_template")} <= passed
+        for call in re.finditer(r"\b(?:triton|remote)\.(\w+)\(", text):  # triton.bind(..., trace_config=...)
+            method = f"Triton.{call.group(1)}"
+            passed.update((page.name, method, word) for word in _top_level_keywords(text, call.end() - 1))
+    assert {
+        ("configuration.md", "TritonConfig", "http_port"),
+        ("binding_models.md", "Triton.bind", "model_name"),
+    } <= passed
     refused = []
     for page, name, word in sorted(passed):
-        parameters = inspect.signature(classes[name]).parameters
+        called = getattr(classes["Triton"], name.split(".")[1]) if name.startswith("Triton.") else classes[name]
+        parameters = inspect.signature(called).parameters
         if word not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
             refused.append(f"{page}: {name}({word}=...)")
     assert refused == []
