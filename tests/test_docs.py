@@ -587,3 +587,20 @@ def test_every_keyword_argument_the_docs_pass_is_taken() -> None:
         if word not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
             refused.append(f"{page}: {name}({word}=...)")
     assert refused == []
+
+
+def test_every_v2_path_the_docs_name_is_a_route() -> None:
+    # `/v2/models/<m>/stats`, `POST /v2/repository/models/<m>/load`: a path a curl of the docs asks for.
+    from pytriton.options.http_routes import ROUTES, find_route
+
+    paths = {
+        (page.name, path) for page in PAGES for path in re.findall(r"/v2(?:/[\w<>{}.-]+)*(?![\w\[])", page.read_text())
+    }
+    assert ("clients.md", "/v2/models/AddSub/generate") in paths and len(paths) > 30
+    unknown = []
+    for page, path in sorted(paths):
+        segments = re.sub(r"<[^>]*>|\{[^}]*\}", "m", path).split("/")  # `<m>`, `{model}`: a name
+        prefix = any(template.startswith(f"{path}/") or template.startswith(f"{path}[") for template, _ in ROUTES)
+        if find_route(segments) is None and not prefix:
+            unknown.append(f"{page}: {path}")
+    assert unknown == []
