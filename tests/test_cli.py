@@ -126,8 +126,14 @@ def test_serve_runs_the_frontend_processes_its_option_asks_for_else_its_environm
     with ServerProcess.cli(
         "serve", f"{models}:bind", "--allow-metrics", "false", *args, env=free_port_env(**env)
     ) as server:
-        line = server.wait_for(r"INFO pytriton: frontend processes serve HTTP and gRPC \(pids ([\d, ]+)\)")
-        assert len(line.group(1).split(", ")) == pids
+        line = server.wait_for(
+            r"INFO pytriton: (a frontend process serves|frontend processes serve) HTTP and gRPC \((pids?) ([\d, ]+)\)"
+        )
+        assert len(line.group(3).split(", ")) == pids
+        # "frontend processes ... (pids 4242)" read wrong for the one frontend process of --frontends 2
+        assert line.group(1, 2) == (
+            ("a frontend process serves", "pid") if pids == 1 else ("frontend processes serve", "pids")
+        )
         port = server.wait_started()["http"]
         status, document = post_json(port, "/v2/models/double/infer", _body(1))
         assert status == 200 and document["outputs"][0]["data"] == [2, 4]
@@ -263,6 +269,26 @@ def test_help_gives_each_option_its_meaning_and_default() -> None:
 )
 def test_a_target_that_cannot_be_served_is_one_line_and_exit_2(models: Path, target: str, message: str) -> None:
     assert_one_line_error(run_cli("serve", target.format(models=models)), "pytriton serve: error: ", message)
+
+
+def test_the_installed_command_imports_a_module_target_from_the_working_directory(tmp_path: Path) -> None:
+    # The `pytriton` script pip installs has its bin directory, not the working directory, first on sys.path:
+    # `pytriton serve models:bind` beside models.py said "no module named 'models'" where `python -m pytriton`
+    # (which the other tests run) found it.
+    script = tmp_path / "bin" / "pytriton"
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom pytriton.cli import main\nsys.exit(main())\n")  # pip's wrapper, in short
+    (tmp_path / "models.py").write_text("def bind(triton):\n    raise RuntimeError('bind was called')\n")
+    result = subprocess.run(
+        [sys.executable, str(script), "serve", "models:bind"],
+        env=free_port_env(),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    prefix, message = "pytriton serve: error: ", "models:bind failed: models.py:2: RuntimeError: bind was called"
+    assert_one_line_error(result, prefix, message)
 
 
 def test_check_prints_versions_and_whether_each_port_is_free(capsys: pytest.CaptureFixture[str]) -> None:

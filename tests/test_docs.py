@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Set, Union
+from typing import Dict, List, Set, Tuple, Union
 
 from tests.server_process import ROOT, WAIT_S, ServerProcess, free_port_env
 
@@ -58,6 +58,30 @@ def test_the_ensemble_of_the_composition_guide_serves(tmp_path: Path) -> None:
         image.set_data_from_numpy(np.arange(16, dtype=np.float32)[None])
         top = client.infer("pipeline", [image], outputs=[httpclient.InferRequestedOutput("SCORES", class_count=1)])
         assert top.as_numpy("SCORES").tolist() == [[b"9.500000:2:bird"]]
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+
+
+def test_the_custom_route_of_the_composition_guide_calls_its_model(tmp_path: Path) -> None:
+    # Its route called a batching model (the default config) with an input of no batch axis: a 400.
+    from tests.http_helpers import post_json
+
+    routes = next(block for block in _python_blocks(ROOT / "docs" / "composition.md") if "add_route" in block)
+    routes = routes.replace('triton.mount("/ui", asgi_app)', "")  # the page's stand-in for an app of yours
+    server_code = (
+        "import numpy as np\n"
+        "from pytriton.decorators import batch\n"
+        "from pytriton.model_config import Tensor\n"
+        "from pytriton.triton import Triton\n\n"
+        "triton = Triton()\n"
+        "triton.bind('double', batch(lambda x: {'y': 2 * x}), [Tensor(name='x', dtype=np.float32, shape=(1,))],\n"
+        "           [Tensor(name='y', dtype=np.float32, shape=(1,))])  # ModelConfig(): batching\n"
+        f"{routes}\n"
+        "triton.serve()\n"
+    )
+    with ServerProcess.script(tmp_path, server_code) as server:
+        port = server.wait_started()["http"]
+        assert post_json(port, "/double", {"x": 3}) == (200, {"y": 6.0})
         server.signal(signal.SIGTERM)
         assert server.wait() == 0
 
@@ -363,3 +387,220 @@ def test_the_examples_page_names_each_example_that_is_no_server_and_client() -> 
     )
     assert "background_mode" in unlike
     assert [name for name in unlike if f"`{name}`" not in intro] == []
+
+
+# The names an operator types from the docs: options of the `pytriton` command, variables, metric names.
+
+COMMANDS = ("serve", "demo", "check", "token")
+DOC_FILES = [*PAGES, ROOT / "examples" / "README.md", *sorted((ROOT / "examples").glob("*/README.md"))]
+
+
+def _command_options() -> Dict[str, Set[str]]:
+    """The options each `pytriton` command takes, from its parser."""
+    from pytriton.cli import _subparser, build_parser
+
+    parser = build_parser()
+    return {
+        command: {option for action in _subparser(parser, command)._actions for option in action.option_strings}
+        for command in COMMANDS
+    }
+
+
+def _units(text: str) -> List[str]:
+    """A page's paragraphs, and each table row with its header row (a column may name the command)."""
+    units = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        lines = paragraph.splitlines()
+        if lines and all(line.startswith("|") for line in lines):
+            units += [f"{lines[0]}\n{line}" for line in lines[2:]]
+        else:
+            units.append(paragraph)
+    return units
+
+
+def test_every_pytriton_option_the_docs_name_exists() -> None:
+    options = _command_options()
+    assert "--lame-duck-s" in options["serve"] and "--port" in options["token"]
+    commands = "|".join(COMMANDS)
+    named: Set[Tuple[str, str, str]] = set()  # (page, command, option)
+    for page in DOC_FILES:
+        # `pytriton serve models.py:bind --http-port 8000`, in the prose and in the shell blocks alike (not the
+        # command's own error line, "pytriton serve: error: unrecognized arguments: --htpp-port")
+        for command, rest in re.findall(rf"\bpytriton ({commands})\b(?!:)([^`\n|;&)]*)", page.read_text()):
+            named.update((page.name, command, flag) for flag in re.findall(r"(?<!\S)(--[a-z][a-z0-9-]*)", rest))
+        # "`pytriton serve` and `pytriton demo` take `--access-token`": each command named takes each option named
+        for unit in _units(_prose(page)):
+            for command in re.findall(rf"`pytriton ({commands})`", unit):
+                named.update((page.name, command, flag) for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", unit))
+    assert ("configuration.md", "demo", "--frontends") in named and ("deployment.md", "token", "--port") in named
+    assert (
+        sorted(f"{page}: pytriton {command} {flag}" for page, command, flag in named if flag not in options[command])
+        == []
+    )
+
+
+def test_every_pytriton_variable_the_docs_name_is_read() -> None:
+    from pytriton.options.limits import ServerLimits
+
+    code = "".join(path.read_text() for path in (ROOT / "pytriton").rglob("*.py"))
+    fields = {name.upper() for name in _config_fields()}
+    limits = {field.name.upper() for field in dataclasses.fields(ServerLimits)}
+    deployment = [ROOT / "Dockerfile", *sorted((ROOT / "deploy").rglob("*.yaml"))]
+    named = {
+        name
+        for page in [*DOC_FILES, *deployment]
+        for name in re.findall(r"\bPYTRITON_[A-Z0-9_]*[A-Z0-9]\b", page.read_text())
+    }
+    assert {"PYTRITON_LIMIT_LAME_DUCK_S", "PYTRITON_TRITON_CONFIG_CACHE_CONFIG_0"} <= named
+
+    def read(name: str) -> bool:
+        if name.startswith("PYTRITON_TRITON_CONFIG_"):  # a field, a list field's entry with its _<n> suffix
+            return re.sub(r"_\d+$", "", name.removeprefix("PYTRITON_TRITON_CONFIG_")) in fields
+        if name.startswith("PYTRITON_LIMIT_"):
+            return name.removeprefix("PYTRITON_LIMIT_") in limits
+        if name.startswith("PYTRITON_TEST_"):  # the test suite's own
+            return name in (ROOT / "tests" / "conftest.py").read_text()
+        return f'"{name}"' in code
+
+    assert sorted(name for name in named if not read(name)) == []
+
+
+def test_every_metric_the_docs_name_is_served() -> None:
+    code = "".join(path.read_text() for path in (ROOT / "pytriton").rglob("*.py"))
+    named = set()
+    for page in PAGES:
+        text = page.read_text()
+        for stem, alternatives, tail in re.findall(r"\b(nv_[a-z0-9_]*?)\{([a-z0-9_,]+)\}([a-z0-9_]*)", text):
+            named.update(f"{stem}{alternative}{tail}" for alternative in alternatives.split(","))
+        named.update(re.findall(r"\b(?:nv|pytriton)_[a-z0-9_]*[a-z0-9]\b(?!\{)", text))
+    assert {"nv_inference_compute_infer_duration_us", "pytriton_openai_output_tokens", "nv_energy_consumption"} <= named
+    assert sorted(name for name in named if f'"{name}' not in code) == []
+
+
+def test_every_import_the_docs_show_imports() -> None:
+    # `from pytriton.runtime.limits import ServerLimits` in the prose as in the snippets: a name moved to another
+    # module left the snippets failing at their first line.
+    imports = {
+        (page.name, module, name)
+        for page in DOC_FILES
+        for module, names in re.findall(r"^\s*from (pytriton[\w.]*) import \(?([\w, \n]+?)\)?$", page.read_text(), re.M)
+        for name in re.findall(r"\w+", names)
+    } | {
+        (page.name, module, name)
+        for page in DOC_FILES
+        for module, name in re.findall(r"`from (pytriton[\w.]*) import (\w+)`", page.read_text())
+    }
+    assert ("configuration.md", "pytriton.runtime.limits", "ServerLimits") in imports and len(imports) > 40
+    failing = [(page, module, name) for page, module, name in sorted(imports) if not _importable(module, name)]
+    assert [f"{page}: from {module} import {name}" for page, module, name in failing] == []
+
+
+def _importable(module: str, name: str) -> bool:
+    """Whether `from module import name` works."""
+    import importlib
+
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ImportError:
+        return False
+
+
+# Paths the docs name that are not this repository's: another repository's.
+ELSEWHERE = {"docs/examples/model_repository/simple"}  # triton-inference-server's, in bench/README.md
+
+
+def test_every_repository_file_the_docs_name_exists() -> None:
+    # `deploy/kubernetes/hpa.yaml`, `tests/test_rolling_restart.py`, `.ci/run`: what a reader opens next.
+    ignored = [line.rstrip("/") for line in (ROOT / ".gitignore").read_text().splitlines() if line.endswith("/")]
+    tops = r"\.ci|deploy|examples|tests|bench|docs|Dockerfile|noxfile\.py|pyproject\.toml|CHANGELOG\.md"
+    named = {
+        (page.name, path)
+        for page in [*DOC_FILES, ROOT / "bench" / "README.md"]
+        for path in re.findall(rf"`((?:{tops})(?:/[\w.\-/]*)?)`", page.read_text())
+    } | {  # and in the shell blocks: `kubectl apply -f deploy/kubernetes/hpa.yaml`
+        (page.name, path)
+        for page in [*DOC_FILES, ROOT / "bench" / "README.md"]
+        for block in re.findall(r"^```(?:bash|sh)\n(.*?)^```", page.read_text(), re.S | re.M)
+        for path in re.findall(rf"(?<![\w/.$-])((?:{tops})/[\w.\-/]*[\w/])", block)
+    }
+    assert {("scaling-out.md", "deploy/kubernetes/"), ("scaling-out.md", "deploy/kubernetes/hpa.yaml")} <= named
+    missing = [
+        f"{page}: {path}"
+        for page, path in sorted(named)
+        if not (ROOT / path).exists() and path not in ELSEWHERE and path.rstrip("/") not in ignored
+    ]
+    assert missing == []
+
+
+def _public_classes() -> Dict[str, type]:
+    """The classes a reader constructs with keyword arguments, by name."""
+    import inspect
+
+    from pytriton import client, model_config, openai, triton
+    from pytriton.instances import ProcessInstances
+    from pytriton.metrics import MetricFamily
+    from pytriton.options.limits import ServerLimits
+    from pytriton.routes import RouteResponse
+
+    classes: Dict[str, type] = {"ProcessInstances": ProcessInstances, "MetricFamily": MetricFamily}
+    classes.update(ServerLimits=ServerLimits, RouteResponse=RouteResponse)
+    for module in (client, model_config, openai, triton):
+        classes.update((name, value) for name, value in vars(module).items() if inspect.isclass(value))
+    return {name: value for name, value in classes.items() if name[0].isupper()}
+
+
+def _top_level_keywords(text: str, start: int) -> List[str]:
+    """The keyword arguments of the call whose `(` is at `start` (not those of calls nested in it)."""
+    depth, top = 0, []
+    for character in text[start:]:
+        depth += character in "([{"
+        depth -= character in ")]}"
+        if depth == 0:
+            break
+        top.append(character if depth == 1 else " ")
+    return re.findall(r"(?:^|[,(\s])(\w+)=(?!=)", "".join(top))
+
+
+def test_every_keyword_argument_the_docs_pass_is_taken() -> None:
+    # `TritonConfig(http_port=8080)`, `ProcessInstances(tokenize, count=2)`, `OpenAIChat(chat_template=None)`: a
+    # renamed parameter left the docs passing one that raises TypeError.
+    import inspect
+
+    classes = _public_classes()
+    passed = set()
+    for page in DOC_FILES:
+        # LangChain has an OpenAIEmbeddings of its own
+        text = re.sub(r"```python\n[^`]*from langchain_openai import.*?```", "", page.read_text(), flags=re.S)
+        for call in re.finditer(rf"\b({'|'.join(classes)})\(", text):
+            passed.update((page.name, call.group(1), word) for word in _top_level_keywords(text, call.end() - 1))
+        for call in re.finditer(r"\b(?:triton|remote)\.(\w+)\(", text):  # triton.bind(..., trace_config=...)
+            method = f"Triton.{call.group(1)}"
+            passed.update((page.name, method, word) for word in _top_level_keywords(text, call.end() - 1))
+    assert {
+        ("configuration.md", "TritonConfig", "http_port"),
+        ("binding_models.md", "Triton.bind", "model_name"),
+    } <= passed
+    refused = []
+    for page, name, word in sorted(passed):
+        called = getattr(classes["Triton"], name.split(".")[1]) if name.startswith("Triton.") else classes[name]
+        parameters = inspect.signature(called).parameters
+        if word not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            refused.append(f"{page}: {name}({word}=...)")
+    assert refused == []
+
+
+def test_every_v2_path_the_docs_name_is_a_route() -> None:
+    # `/v2/models/<m>/stats`, `POST /v2/repository/models/<m>/load`: a path a curl of the docs asks for.
+    from pytriton.options.http_routes import ROUTES, find_route
+
+    paths = {
+        (page.name, path) for page in PAGES for path in re.findall(r"/v2(?:/[\w<>{}.-]+)*(?![\w\[])", page.read_text())
+    }
+    assert ("clients.md", "/v2/models/AddSub/generate") in paths and len(paths) > 30
+    unknown = []
+    for page, path in sorted(paths):
+        segments = re.sub(r"<[^>]*>|\{[^}]*\}", "m", path).split("/")  # `<m>`, `{model}`: a name
+        prefix = any(template.startswith(f"{path}/") or template.startswith(f"{path}[") for template, _ in ROUTES)
+        if find_route(segments) is None and not prefix:
+            unknown.append(f"{page}: {path}")
+    assert unknown == []

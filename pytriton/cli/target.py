@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -40,6 +41,7 @@ def load_target(target: str) -> Callable[[Triton], Any]:
         sys.modules[path.stem] = module
         spec.loader.exec_module(module)
     else:
+        _import_from_working_directory()
         try:
             module = importlib.import_module(location)
         except ModuleNotFoundError as error:
@@ -50,6 +52,18 @@ def load_target(target: str) -> Callable[[Triton], Any]:
     if not callable(binder):
         raise StartupError(f"{target}: '{attr}' is not a callable taking the Triton server")
     return binder  # type: ignore[no-any-return]
+
+
+def _import_from_working_directory() -> None:
+    """Put the working directory first on sys.path, as `python -m pytriton` (and uvicorn, gunicorn) have it.
+
+    The installed `pytriton` script's sys.path starts with its own bin directory, so `pytriton serve
+    models:bind` beside models.py found no module `models` where `python -m pytriton serve models:bind`
+    did. The path is absolute: instance processes get this sys.path and may start elsewhere.
+    """
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _model_file(directory: Path) -> Path:

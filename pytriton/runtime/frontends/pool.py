@@ -175,7 +175,9 @@ class FrontendPool:
         self._watch = asyncio.get_running_loop().create_task(self._ping_all())
         pids = ", ".join(str(frontend.pid) for frontend in self._frontends)
         LOGGER.info(
-            "frontend processes serve HTTP and gRPC (pids %s)%s, up in %.2f s",
+            "%s HTTP and gRPC (%s %s)%s, up in %.2f s",
+            "frontend processes serve" if len(self._frontends) > 1 else "a frontend process serves",
+            "pids" if len(self._frontends) > 1 else "pid",
             pids,
             f", and this process 1 in {HUB_SHARE} of the connections" if self._here else "",
             time.monotonic() - began,
