@@ -162,3 +162,42 @@ def test_a_server_s_log_file_holds_its_own_log(tmp_path: Path) -> None:
     assert "a debug record of first" in first.read_text()
     assert "a debug record of second" not in second.read_text() + run.output()
     assert "a debug record of third" not in run.output()
+
+
+# A server of three processes (two frontend processes, which log as the server does) turns verbose logging on
+# through /v2/logging, then stops: argv[1] is the level it asks for.
+VERBOSE_THROUGH_FRONTENDS = """
+    import http.client, json, signal, sys, threading, time
+    from pytriton.triton import Triton, TritonSecurityConfig
+
+    triton = Triton(security_config=TritonSecurityConfig(access_token="t"), frontends=3)
+    triton.run()
+    connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
+    body = json.dumps({"log_verbose_level": int(sys.argv[1])})
+    connection.request("POST", "/v2/logging", body, {"triton-access-token": "t"})
+    assert connection.getresponse().status == 200
+    connection.close()
+
+    def announce():  # once serve() handles SIGTERM: a signal before that would kill the process
+        while signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            time.sleep(0.01)
+        print("READY", flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
+    triton.serve()
+"""
+
+
+@pytest.mark.parametrize(("option", "through_api"), [("1", "0"), ("0", "1")])
+def test_a_server_with_frontend_processes_warns_of_verbose_logging_once(
+    tmp_path: Path, option: str, through_api: str
+) -> None:
+    # Each frontend process said it again, as it started (log_verbose) and as the change reached it (/v2/logging):
+    # three warnings from a server of three processes.
+    env = free_port_env(PYTRITON_TRITON_CONFIG_LOG_VERBOSE=option)
+    with ServerProcess.script(tmp_path, VERBOSE_THROUGH_FRONTENDS, through_api, env=env) as server:
+        server.wait_for("^READY$")
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+    assert _count(server.lines, "=1: verbose logging slows inference down") == 1, server.lines
+    assert _count(server.lines, "frontend processes serve HTTP and gRPC") == 1

@@ -67,7 +67,7 @@ class FrontendProcess:
         self.link = HubLink(channel, loop, handlers, on_connection=self._adopt, on_closed=self._end)
         self.engine = RemoteEngine(self.link, init.options.server_id)
         self.engine.set_models(init.models, init.unloaded)
-        self._log = LogSettings(init.options.log_verbose, init.options.log_file)
+        self._log = LogSettings(init.options.log_verbose, init.options.log_file, warn=False)  # the hub warns
         self._log.update(init.log)
         self._stamps = FixedStamps(init.trace_stamps)  # the transports', as the hub says
         self._servers: List[Any] = []
@@ -254,7 +254,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ChannelClosed:
         return 1
     init: Init = message.head[1]
-    configure_logging(init.options.log_verbose, init.options.log_file)  # type: ignore[arg-type]
+    configure_logging(init.options.log_verbose, init.options.log_file, warn=False)  # type: ignore[arg-type]
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:
