@@ -42,6 +42,7 @@ from pytriton.ipc.outbox import BATCH, Outbox, items
 from pytriton.ipc.regions import LendingArena
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
 from pytriton.ipc.tensors import IN_ARENA
+from pytriton.runtime.frontends.log_records import handle_frontend_record
 from pytriton.runtime.frontends.protocol import (
     ARENA,
     ARENA_PLACE,
@@ -50,6 +51,7 @@ from pytriton.runtime.frontends.protocol import (
     END,
     FORGET,
     INFER,
+    LOG,
     REFUSED,
     RELEASED,
     RETURNED,
@@ -257,6 +259,8 @@ class FrontendLink:
                         trace.sent(head[2], head[3])
                     else:
                         trace.abandon()
+            elif tag == LOG:
+                handle_frontend_record(head[1])
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:
