@@ -6,9 +6,12 @@ hub serves none), checks that the connections reached both, and that each answer
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import http.client
 import json
-from typing import Any, Dict, Iterator, List, Set
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Set
 
 import grpc
 import numpy as np
@@ -32,7 +35,21 @@ def _parameters(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     ]
 
 
+# The mounted app's stream waits here after its first part: the test reads that part before it sets it.
+STREAM_GATE = threading.Event()
+
+
+async def _events(scope: Dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+    """A mounted ASGI app streaming server-sent events: one, then another once STREAM_GATE is set."""
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    await send({"type": "http.response.body", "body": b"data: first\n\n", "more_body": True})
+    await asyncio.get_running_loop().run_in_executor(None, STREAM_GATE.wait, 120)
+    await send({"type": "http.response.body", "body": b"data: second\n\n", "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
 def _bind(triton: Triton) -> None:
+    triton.mount("/events", _events)
     triton.bind(
         "parameters",
         _parameters,
@@ -104,3 +121,21 @@ def test_a_grpc_request_with_several_bad_parameters_is_refused_for_the_same_one_
     first = sorted(NAMES)[0]
     expected = f"invalid value type for '{first}' parameter, expected int64_param, bool_param, or string_param."
     assert refusals == [expected] * CONNECTIONS
+
+
+def test_a_mounted_app_s_response_in_parts_reaches_its_client_part_by_part(server: Triton) -> None:
+    # Forwarded to the hub's app, the response crossed back whole: the client heard nothing of the stream until it
+    # ended (here: never, its first part waiting for the second to be let go).
+    STREAM_GATE.clear()
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)  # the first part: at once
+    try:
+        connection.request("GET", "/events/")
+        response = connection.getresponse()
+        assert (response.status, response.getheader("content-type")) == (200, "text/event-stream")
+        assert _frontends_serving(server.http_port) != set()
+        assert response.read1(4096) == b"data: first\n\n"
+        STREAM_GATE.set()
+        assert response.read() == b"data: second\n\n"
+    finally:
+        STREAM_GATE.set()
+        connection.close()

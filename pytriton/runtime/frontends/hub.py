@@ -36,7 +36,7 @@ from pytriton.core.request_spans import FrontendTrace, TracedResponse
 from pytriton.core.scheduler import Scheduler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.waiters import Room
-from pytriton.ipc.calls import ABANDON, CALL, REPLY, Calls, Handler
+from pytriton.ipc.calls import ABANDON, CALL, PROGRESS, REPLY, Calls, Handler
 from pytriton.ipc.channel import LoopChannel, Message
 from pytriton.ipc.outbox import BATCH, Outbox, items
 from pytriton.ipc.regions import LendingArena
@@ -267,6 +267,8 @@ class FrontendLink:
                 self.calls.on_reply(head)
             elif tag == ABANDON:
                 self.calls.on_abandon(head)
+            elif tag == PROGRESS:
+                self.calls.on_progress(head)
 
     def _infer(self, head: Any, body: memoryview, held: Optional[List[Scheduler]]) -> None:
         """Queue one request on its model (or answer at once: an error, a cached response).
