@@ -8,6 +8,9 @@ Both run the same models (bench/wire_diff_models.py) with the access token `dfzt
     python bench/wire_diff_fuzz.py --clusters diffs.jsonl           # differences grouped, known ones counted apart
     python bench/wire_diff_fuzz.py --show 1:1234                     # one case's requests
 
+Two servers of this project (frontends=1 against PYTRITON_FRONTENDS=3, say) compare with --both-ours: every case,
+those that crash tritonserver too, goes to both.
+
 Case i of seed s comes from random.Random(f"{s}:{i}") alone: valid requests to the models (HTTP infer JSON and
 binary, gRPC ModelInfer / ModelStreamInfer with raw or typed contents), mutated 0-3 times (fields dropped or of
 another type, shapes against data, datatypes, nested and ragged data, parameters of every type at every level,
@@ -1121,8 +1124,19 @@ def clusters(paths: List[str]) -> None:
         print(len(records), " | ".join(key)[:400], "  e.g.", f"{records[0]['seed']}:{records[0]['case']}")
 
 
-def run(theirs: Tuple[int, int], ours: Tuple[int, int], seed: int, start: int, count: int, out_path: str) -> int:
-    """Send cases start..start+count to both; write the differences; return the exit status (3, 4: a crash)."""
+def run(
+    theirs: Tuple[int, int],
+    ours: Tuple[int, int],
+    seed: int,
+    start: int,
+    count: int,
+    out_path: str,
+    both_ours: bool = False,
+) -> int:
+    """Send cases start..start+count to both; write the differences; return the exit status (3, 4: a crash).
+
+    With both_ours, --theirs is this server too (e.g. with frontends=1 against frontends=3): every case goes to both.
+    """
     with open("/dev/shm/dfz_seg", "wb") as segment:
         segment.write(np.arange(16, dtype=np.float32).tobytes())
     nv = {"http": Http(theirs[0]), "grpc": Grpc(theirs[1])}
@@ -1133,7 +1147,7 @@ def run(theirs: Tuple[int, int], ours: Tuple[int, int], seed: int, start: int, c
         for i in range(start, start + count):
             case = make_case(seed, i)
             for j, req in enumerate(case):
-                a = nv[req["proto"]].send(req) if not nv_unsafe(req) else {"status": "NV_SKIPPED"}
+                a = nv[req["proto"]].send(req) if both_ours or not nv_unsafe(req) else {"status": "NV_SKIPPED"}
                 b = us[req["proto"]].send(req)
                 for who, port, res in (("nv", theirs[0], a), ("us", ours[0], b)):
                     if res.get("status") in ("CONNERR", "TIMEOUT", "UNAVAILABLE") and not alive(port):
@@ -1176,6 +1190,9 @@ def main() -> None:
     parser.add_argument("--out", default="wire_diff.jsonl")
     parser.add_argument("--clusters", nargs="+", metavar="JSONL")
     parser.add_argument("--show", metavar="SEED:CASE")
+    parser.add_argument(
+        "--both-ours", action="store_true", help="--theirs is this server too: send it what crashes tritonserver"
+    )
     args = parser.parse_args()
     if args.clusters:
         clusters(args.clusters)
@@ -1184,7 +1201,7 @@ def main() -> None:
         show(int(seed), int(case))
     else:
         ports = [tuple(int(p) for p in value.split(":")) for value in (args.theirs, args.ours)]
-        sys.exit(run(ports[0], ports[1], args.seed, args.start, args.count, args.out))
+        sys.exit(run(ports[0], ports[1], args.seed, args.start, args.count, args.out, args.both_ours))
 
 
 if __name__ == "__main__":

@@ -668,9 +668,10 @@ def test_a_forwarded_call_among_many_models_walks_none_of_them(
 
 
 def test_a_load_with_a_config_override_and_a_log_change_reach_every_frontend(
-    start_triton: Callable[..., Triton], capfd: pytest.CaptureFixture[str], pytriton_logger: logging.Logger
+    start_triton: Callable[..., Triton], caplog: pytest.LogCaptureFixture, pytriton_logger: logging.Logger
 ) -> None:
     # pytriton_logger: the hub's log change sets the `pytriton` logger's level for this process; restored after.
+    # A frontend's records are the hub's (log_records.py): they reach this process's loggers, and caplog.
     triton = start_triton(_many, frontends=3)
     pool = triton._runtime._pool
     assert pool is not None
@@ -698,13 +699,16 @@ def test_a_load_with_a_config_override_and_a_log_change_reach_every_frontend(
             hub.request("POST", "/v2/logging", json.dumps({"log_verbose_level": verbose}), HTTP_AUTH)
             response = hub.getresponse()
             assert response.status == 200 and json.loads(response.read())["log_verbose_level"] == verbose
-            capfd.readouterr()
+            caplog.clear()
             with _connections_on_each_frontend(triton.http_port, pids) as refused:
                 ports = [connection.sock.getsockname()[1] for connection in refused.values()]
                 for connection in refused.values():  # logged by the frontend it reached, at a verbose level only
                     connection.sock.sendall(b"NOT A REQUEST\r\n\r\n")
                     assert connection.sock.recv(4096).startswith(b"HTTP/1.1 400")
-            logged = capfd.readouterr().err
+            for connection in connections.values():  # answered after the hub took each frontend's records before it
+                connection.request("POST", "/v2/models/m7/infer", json.dumps(body))
+                assert connection.getresponse().read()
+            logged = caplog.text
             for port in ports:
                 assert (f"closing HTTP connection from ('127.0.0.1', {port}): 400" in logged) == bool(verbose), logged
 

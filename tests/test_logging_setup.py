@@ -162,3 +162,81 @@ def test_a_server_s_log_file_holds_its_own_log(tmp_path: Path) -> None:
     assert "a debug record of first" in first.read_text()
     assert "a debug record of second" not in second.read_text() + run.output()
     assert "a debug record of third" not in run.output()
+
+
+# A server of three processes (two frontend processes, which log as the server does) turns verbose logging on
+# through /v2/logging, then stops: argv[1] is the level it asks for.
+VERBOSE_THROUGH_FRONTENDS = """
+    import http.client, json, signal, sys, threading, time
+    from pytriton.triton import Triton, TritonSecurityConfig
+
+    triton = Triton(security_config=TritonSecurityConfig(access_token="t"), frontends=3)
+    triton.run()
+    connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
+    body = json.dumps({"log_verbose_level": int(sys.argv[1])})
+    connection.request("POST", "/v2/logging", body, {"triton-access-token": "t"})
+    assert connection.getresponse().status == 200
+    connection.close()
+
+    def announce():  # once serve() handles SIGTERM: a signal before that would kill the process
+        while signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            time.sleep(0.01)
+        print("READY", flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
+    triton.serve()
+"""
+
+
+@pytest.mark.parametrize(("option", "through_api"), [("1", "0"), ("0", "1")])
+def test_a_server_with_frontend_processes_warns_of_verbose_logging_once(
+    tmp_path: Path, option: str, through_api: str
+) -> None:
+    # Each frontend process said it again, as it started (log_verbose) and as the change reached it (/v2/logging):
+    # three warnings from a server of three processes.
+    env = free_port_env(PYTRITON_TRITON_CONFIG_LOG_VERBOSE=option)
+    with ServerProcess.script(tmp_path, VERBOSE_THROUGH_FRONTENDS, through_api, env=env) as server:
+        server.wait_for("^READY$")
+        server.signal(signal.SIGTERM)
+        assert server.wait() == 0
+    assert _count(server.lines, "=1: verbose logging slows inference down") == 1, server.lines
+    assert _count(server.lines, "frontend processes serve HTTP and gRPC") == 1
+
+
+# The application sets up logging, then a client that speaks no HTTP/2 on the gRPC port makes the server warn (a
+# record of the process that serves the connection: a frontend process with frontends 3). argv[1]: frontends;
+# argv[2]: the level the application gives the logger of that warning. The server stops once the client saw its
+# connection closed: a frontend's record reaches the hub before the frontend answers the stop.
+APPLICATION_LOGGING = """
+    import logging, socket, sys
+    from pytriton.triton import Triton
+
+    logging.basicConfig(level=logging.INFO, format="APP %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pytriton.transport.grpc.cutoffs").setLevel(getattr(logging, sys.argv[2]))
+    with Triton(frontends=int(sys.argv[1])) as triton:
+        triton.run()
+        client = socket.create_connection(("127.0.0.1", triton.grpc_port))
+        client.sendall(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+        client.settimeout(30)
+        while client.recv(4096):  # until the server closes it (GOAWAY PROTOCOL_ERROR)
+            pass
+        client.close()
+"""
+
+
+@pytest.mark.parametrize("frontends", ["1", "3"])
+@pytest.mark.parametrize("level", ["WARNING", "ERROR"])
+def test_a_frontend_process_s_records_go_through_the_application_s_logging(
+    tmp_path: Path, frontends: str, level: str
+) -> None:
+    # A frontend process logged in pytriton's default format to stderr, past the application's format, handlers
+    # and levels: the warning came as "2026-... WARNING pytriton.transport.grpc.cutoffs: ...", even with its
+    # logger set to ERROR.
+    with ServerProcess.script(tmp_path, APPLICATION_LOGGING, frontends, level, env=free_port_env()) as server:
+        assert server.wait() == 0
+    cut_off = [line for line in server.lines if "cut off: not an HTTP/2 connection preface" in line]
+    if level == "ERROR":
+        assert cut_off == [], server.lines
+    else:
+        assert len(cut_off) == 1, server.lines
+        assert cut_off[0].startswith("APP WARNING pytriton.transport.grpc.cutoffs: gRPC connection from"), cut_off

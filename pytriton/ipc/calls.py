@@ -19,12 +19,18 @@ from pytriton.ipc.outbox import Outbox
 LOGGER = logging.getLogger(__name__)
 
 # Tags of the messages (negative: the protocols that share the channel use positive ones, BATCH is 0):
-# (CALL, id, what, args), (REPLY, id, ok, value or error text), (ABANDON, id) when the caller no longer waits.
-CALL, REPLY, ABANDON = -1, -2, -3
+# (CALL, id, what, args), (REPLY, id, ok, value or error text), (ABANDON, id) when the caller no longer waits,
+# (PROGRESS, id, value): a part of the answer its handler sent before the reply (see `progress`).
+CALL, REPLY, ABANDON, PROGRESS = -1, -2, -3, -4
 
 # In the task that answers a call: a future done once the caller has abandoned the call (see Calls.abandon).
 _ABANDONED: contextvars.ContextVar[Optional[asyncio.Future[None]]] = contextvars.ContextVar(
     "pytriton_call_abandoned", default=None
+)
+
+# In the task that answers a call: sends a part of the answer ahead of the reply (see Calls.call's on_progress).
+_PROGRESS: contextvars.ContextVar[Optional[Callable[[Any], None]]] = contextvars.ContextVar(
+    "pytriton_call_progress", default=None
 )
 
 Handler = Callable[..., Awaitable[Any]]
@@ -42,15 +48,23 @@ class Calls:
         self._outbox = outbox
         self._handlers = handlers
         self._waiting: Dict[int, asyncio.Future[Any]] = {}
+        self._on_progress: Dict[int, Callable[[Any], None]] = {}  # by the id of a call made here that takes parts
         self._answering: Set[asyncio.Task[None]] = set()
         self._abandoned: Dict[int, asyncio.Future[None]] = {}  # by the id of a call being answered here
         self._next_id = 0
         self.closed = False
 
-    def call(self, what: str, *args: Any, fds: Sequence[int] = ()) -> Awaitable[Any]:
+    def call(
+        self,
+        what: str,
+        *args: Any,
+        fds: Sequence[int] = (),
+        on_progress: Optional[Callable[[Any], None]] = None,
+    ) -> Awaitable[Any]:
         """Ask the other side to run `what(*args)`; the future ends with its value, or CallFailed.
 
         `fds` (taken, closed here once sent) go with the call, sent at once: its handler gets them as `fds=`.
+        `on_progress(value)` takes each part its handler sends ahead of the reply (`progress()` there), in order.
         """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.closed:
@@ -60,6 +74,8 @@ class Calls:
             return future
         self._next_id += 1
         self._waiting[self._next_id] = future
+        if on_progress is not None:
+            self._on_progress[self._next_id] = on_progress
         if not fds:
             self._outbox.post((CALL, self._next_id, what, args))
             return future
@@ -67,6 +83,7 @@ class Calls:
             self._outbox.send_now((CALL, self._next_id, what, args), fds=fds, give=True)
         except ChannelClosed:
             del self._waiting[self._next_id]
+            self._on_progress.pop(self._next_id, None)
             future.set_exception(CallFailed(f"cannot call '{what}': the other process is gone"))
         return future
 
@@ -75,6 +92,7 @@ class Calls:
         for call_id, waiting in self._waiting.items():
             if waiting is future:
                 del self._waiting[call_id]
+                self._on_progress.pop(call_id, None)
                 waiting.cancel()
                 if not self.closed:
                     self._outbox.post((ABANDON, call_id))
@@ -100,6 +118,7 @@ class Calls:
     ) -> None:
         """Run a handler and send its value, or what it raised, back."""
         _ABANDONED.set(abandoned)  # this task's own context
+        _PROGRESS.set(lambda value: self._progress(call_id, abandoned, value))
         try:
             handler = self._handlers[what]
             value = await (handler(*args, fds=fds) if fds else handler(*args))
@@ -114,9 +133,21 @@ class Calls:
         if not self.closed and not abandoned.done():
             self._outbox.post(reply)
 
+    def _progress(self, call_id: int, abandoned: asyncio.Future[None], value: Any) -> None:
+        """Send a part of a call's answer ahead of its reply (dropped once the caller abandoned the call)."""
+        if not self.closed and not abandoned.done():
+            self._outbox.post((PROGRESS, call_id, value))
+
+    def on_progress(self, head: Any) -> None:
+        """A PROGRESS message came: a part of the answer to a call made here, for its `on_progress`."""
+        on_progress = self._on_progress.get(head[1])
+        if on_progress is not None:
+            on_progress(head[2])
+
     def on_reply(self, head: Any) -> None:
         """A REPLY message came: end the call it answers."""
         _, call_id, ok, value = head
+        self._on_progress.pop(call_id, None)
         future = self._waiting.pop(call_id, None)
         if future is None or future.done():
             return
@@ -129,6 +160,7 @@ class Calls:
         """The other side is gone: calls waiting for it fail, and calls it made are not answered."""
         self.closed = True
         waiting, self._waiting = self._waiting, {}
+        self._on_progress.clear()
         for future in waiting.values():
             if not future.done():
                 future.set_exception(CallFailed("the other process is gone"))
@@ -139,3 +171,8 @@ class Calls:
 def abandoned() -> Optional[asyncio.Future[None]]:
     """In a handler answering a call: a future done once its caller abandons the call (None outside one)."""
     return _ABANDONED.get()
+
+
+def progress() -> Optional[Callable[[Any], None]]:
+    """In a handler answering a call: sends a part of its answer ahead of the reply (None outside one)."""
+    return _PROGRESS.get()

@@ -487,14 +487,25 @@ _HELD_LOCK = threading.Lock()
 class LogSettings:
     """Log settings of one server, applied to the `pytriton` logger when changed, until `restore`."""
 
-    def __init__(self, verbose_level: int, log_file: Optional[str], logger: Optional[logging.Logger] = None) -> None:
-        """Start from log_verbose and log_file; info, warning and error logging are on."""
+    def __init__(
+        self,
+        verbose_level: int,
+        log_file: Optional[str],
+        logger: Optional[logging.Logger] = None,
+        warn: bool = True,
+    ) -> None:
+        """Start from log_verbose and log_file; info, warning and error logging are on.
+
+        `warn`: say so when a change turns verbose logging on (a frontend process's copy of the server's
+        settings does not: the server's own process said it).
+        """
         self.verbose_level = verbose_level
         self.log_file = log_file or ""
         self.enabled = {name: True for name in _LOG_BOOLS}
         self.format = "default"
         self.generation = 0  # moves with every update: the frontend processes' copies compare it, not the settings
         self._logger = logger or LOGGER
+        self._warn = warn
         self._filter = _SeverityFilter(self)
 
     def document(self) -> Dict[str, Any]:
@@ -526,7 +537,7 @@ class LogSettings:
                     self.enabled[key] = _log_bool(key, given[key], http)
             if "log_verbose_level" in given:
                 verbose = _log_level(given["log_verbose_level"], http)
-                if verbose and not self.verbose_level:
+                if verbose and not self.verbose_level and self._warn:
                     self._logger.warning("log_verbose_level=%d: verbose logging slows inference down", verbose)
                 self.verbose_level = verbose
             if "log_format" in given:

@@ -269,7 +269,7 @@ def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[s
             raise InferenceError.invalid(f"invalid value type for '{key}' parameter, expected {' or '.join(kinds)}.")
         if key == "priority" and parameter.int64_param < 0:
             raise InferenceError.invalid("invalid value for 'priority', expected value >= 0.")
-    for key in parameters:
+    for key in _in_order(parameters):
         if key in _RESERVED_KINDS:
             continue
         choice = parameters[key].WhichOneof("parameter_choice")
@@ -306,6 +306,16 @@ _RESERVED_KINDS = {
 _PLAIN_KINDS = ("int64_param", "bool_param", "string_param", "double_param")
 
 
+def _in_order(parameters: Mapping[str, Message]) -> Any:
+    """A protobuf map's keys in one order in every process: sorted.
+
+    upb iterates a map in an order its hash seed, the address of a static, picks anew in each process: the
+    frontend processes of one server refused a request with two bad parameters each for another one, and a
+    callable saw its request's parameters in another order in each.
+    """
+    return sorted(parameters) if len(parameters) > 1 else parameters
+
+
 def parameters_from_message(parameters: Mapping[str, Message], valueless: bool = False) -> Dict[str, Any]:
     """A protobuf map<string, InferParameter> as plain Python values; one without a value is refused.
 
@@ -313,7 +323,7 @@ def parameters_from_message(parameters: Mapping[str, Message], valueless: bool =
     those it does not read, with or without a value).
     """
     values: Dict[str, Any] = {}
-    for key in parameters:  # not .items(): a protobuf map's items view is Python code, a third of the cost
+    for key in _in_order(parameters):  # not .items(): a protobuf map's items view is Python code, a third of the cost
         parameter = parameters[key]
         choice = parameter.WhichOneof("parameter_choice")
         if choice is None:

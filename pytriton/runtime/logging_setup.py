@@ -34,10 +34,12 @@ class LogUse(NamedTuple):
     verbose: bool
 
 
-def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Path]) -> LogUse:
+def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Path], warn: bool = True) -> LogUse:
     """log_file adds a file handler, which gets INFO and above at least; verbose levels >= 1 log at DEBUG.
 
     Without a log file, and unless logging is set up, records go to stderr (see `use_default_logging`).
+    `warn`: say that a verbose level slows inference down (the server's own process does; its frontend
+    processes, logging as it does, do not say it again).
 
     Returns:
         What was added, for `release_logging` once the server stops.
@@ -63,7 +65,8 @@ def configure_logging(log_verbose: Optional[int], log_file: Optional[pathlib.Pat
             _level_before_verbose = LOGGER.level
         _verbose_users += 1
         LOGGER.setLevel(logging.DEBUG)
-        LOGGER.warning("log_verbose=%d: verbose logging slows inference down", log_verbose)
+        if warn:
+            LOGGER.warning("log_verbose=%d: verbose logging slows inference down", log_verbose)
     return LogUse(path, bool(log_verbose))
 
 

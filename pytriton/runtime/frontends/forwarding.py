@@ -7,6 +7,11 @@ servicer, exactly as a server of one process runs it, so each answer is the hub'
 frontend a client lands on. Such requests are few and small: one call to the hub each. A client that leaves
 before its answer makes the frontend abandon the call, which the hub's app sees as its own client's disconnect
 (a custom route's handler is then cancelled, as on a server of one process).
+
+A response the hub's app sends in parts (a mounted app's server-sent events, a download it streams) crosses in
+parts, each sent on as it comes (the call's progress, ipc/calls.py), as a server of one process sends it: held
+until whole, a stream's client heard nothing until it ended, and one that never ends never. A response sent
+whole comes with the call's reply, after what it changed reached every frontend.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any, Callable, Dict, List, Tuple
 import grpc
 
 from pytriton.core.errors import InferenceError
-from pytriton.ipc.calls import Calls, abandoned
+from pytriton.ipc.calls import Calls, abandoned, progress
 from pytriton.transport.grpc.call import Metadata, RpcAbort
 from pytriton.transport.grpc.errors import status_of
 from pytriton.transport.grpc.handlers import RPCS
@@ -29,7 +34,10 @@ _HTTP_ACTIONS = frozenset(("infer", "generate", "generate_stream"))
 GRPC_METHODS = frozenset(("ModelInfer", "ModelStreamInfer"))
 _SCOPE_KEYS = ("type", "asgi", "http_version", "server", "client", "scheme", "method", "root_path", "path")
 
-HttpAnswer = Tuple[int, List[Tuple[bytes, bytes]], bytes]
+# A forwarded request's answer: status, headers, body, and whether the status and headers went ahead (a
+# response in parts: the body is its last part).
+HttpAnswer = Tuple[int, List[Tuple[bytes, bytes]], bytes, bool]
+_START, _PART, _ENDED = 0, 1, 2  # what the frontend's queue of a forwarded answer holds: (kind, ...)
 
 
 class ForwardingApp:
@@ -64,21 +72,39 @@ class ForwardingApp:
         forwarded["raw_path"] = scope.get("raw_path")
         forwarded["query_string"] = scope.get("query_string", b"")
         forwarded["headers"] = list(scope["headers"])
-        call = asyncio.ensure_future(self._calls.call("http", forwarded, body))
+        pieces: asyncio.Queue[Tuple[Any, ...]] = asyncio.Queue()
+        call = asyncio.ensure_future(self._calls.call("http", forwarded, body, on_progress=pieces.put_nowait))
+        call.add_done_callback(lambda _: pieces.put_nowait((_ENDED,)))  # after the parts that came before the reply
         gone = asyncio.ensure_future(until_disconnect(receive))
+        started = False
         try:
-            await asyncio.wait((call, gone), return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                part = asyncio.ensure_future(pieces.get())
+                await asyncio.wait((part, gone), return_when=asyncio.FIRST_COMPLETED)
+                if not part.done():  # the client left: the hub's handler is told, as its own client's leaving tells it
+                    part.cancel()
+                    self._calls.abandon(call)
+                    return
+                item = part.result()
+                if item[0] == _START:
+                    started = True
+                    await send({"type": "http.response.start", "status": item[1], "headers": item[2]})
+                elif item[0] == _PART:
+                    await send({"type": "http.response.body", "body": item[1], "more_body": True})
+                else:
+                    break
         finally:
             gone.cancel()
-        if not call.done():  # the client left: the hub's handler is told, as its own client's leaving tells it
-            self._calls.abandon(call)
-            return
         try:
-            status, headers, answer = call.result()
+            status, headers, answer, streamed = call.result()
         except Exception:  # noqa: BLE001 - the hub went away: the server is stopping
-            await send_error(send, 503, "the server is stopping")
+            if started:  # a response in parts ends where it got to
+                await send({"type": "http.response.body", "body": b""})
+            else:
+                await send_error(send, 503, "the server is stopping")
             return
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+        if not streamed:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
 
 
@@ -131,14 +157,23 @@ async def run_http(app: Any, scope: Dict[str, Any], body: bytes) -> HttpAnswer:
     status = 500
     headers: List[Tuple[bytes, bytes]] = []
     parts: List[bytes] = []
+    ahead = progress()  # a response in parts goes on in parts (the module's docstring)
+    streamed = False
 
     async def send(message: Dict[str, Any]) -> None:
-        nonlocal status, headers
+        nonlocal status, headers, streamed
         if message["type"] == "http.response.start":
             status, headers = message["status"], list(message.get("headers", ()))
         elif message["type"] == "http.response.body":
+            more = message.get("more_body", False)
             parts.append(bytes(message.get("body", b"")))
-            if not message.get("more_body", False) and not over.done():
+            if more and ahead is not None and not over.done():
+                if not streamed:
+                    streamed = True
+                    ahead((_START, status, headers))
+                ahead((_PART, b"".join(parts)))
+                parts.clear()
+            if not more and not over.done():
                 over.set_result(None)
 
     try:
@@ -146,7 +181,7 @@ async def run_http(app: Any, scope: Dict[str, Any], body: bytes) -> HttpAnswer:
     finally:
         if not over.done():
             over.set_result(None)
-    return status, headers, b"".join(parts)
+    return status, headers, b"".join(parts), streamed
 
 
 class ForwardingServicer:

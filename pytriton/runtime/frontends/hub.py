@@ -36,12 +36,13 @@ from pytriton.core.request_spans import FrontendTrace, TracedResponse
 from pytriton.core.scheduler import Scheduler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.waiters import Room
-from pytriton.ipc.calls import ABANDON, CALL, REPLY, Calls, Handler
+from pytriton.ipc.calls import ABANDON, CALL, PROGRESS, REPLY, Calls, Handler
 from pytriton.ipc.channel import LoopChannel, Message
 from pytriton.ipc.outbox import BATCH, Outbox, items
 from pytriton.ipc.regions import LendingArena
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
 from pytriton.ipc.tensors import IN_ARENA
+from pytriton.runtime.frontends.log_records import handle_frontend_record
 from pytriton.runtime.frontends.protocol import (
     ARENA,
     ARENA_PLACE,
@@ -50,6 +51,7 @@ from pytriton.runtime.frontends.protocol import (
     END,
     FORGET,
     INFER,
+    LOG,
     REFUSED,
     RELEASED,
     RETURNED,
@@ -257,12 +259,16 @@ class FrontendLink:
                         trace.sent(head[2], head[3])
                     else:
                         trace.abandon()
+            elif tag == LOG:
+                handle_frontend_record(head[1])
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:
                 self.calls.on_reply(head)
             elif tag == ABANDON:
                 self.calls.on_abandon(head)
+            elif tag == PROGRESS:
+                self.calls.on_progress(head)
 
     def _infer(self, head: Any, body: memoryview, held: Optional[List[Scheduler]]) -> None:
         """Queue one request on its model (or answer at once: an error, a cached response).

@@ -27,6 +27,7 @@ from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.options.log_trace import LogSettings
 from pytriton.runtime.frontends.forwarding import ForwardingApp, ForwardingServicer
+from pytriton.runtime.frontends.log_records import send_to_hub
 from pytriton.runtime.frontends.protocol import CLOSED, READY, START_FAILED, Init, Region
 from pytriton.runtime.frontends.remote import HubLink, RemoteEngine
 from pytriton.runtime.logging_setup import configure_logging
@@ -67,8 +68,9 @@ class FrontendProcess:
         self.link = HubLink(channel, loop, handlers, on_connection=self._adopt, on_closed=self._end)
         self.engine = RemoteEngine(self.link, init.options.server_id)
         self.engine.set_models(init.models, init.unloaded)
-        self._log = LogSettings(init.options.log_verbose, init.options.log_file)
+        self._log = LogSettings(init.options.log_verbose, init.options.log_file, warn=False)  # the hub warns
         self._log.update(init.log)
+        send_to_hub(LOGGER, self.link.outbox.post, lambda: self.link.closed, loop)  # logged as the hub's records
         self._stamps = FixedStamps(init.trace_stamps)  # the transports', as the hub says
         self._servers: List[Any] = []
         self._by_kind: Dict[str, Any] = {}
@@ -254,7 +256,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ChannelClosed:
         return 1
     init: Init = message.head[1]
-    configure_logging(init.options.log_verbose, init.options.log_file)  # type: ignore[arg-type]
+    configure_logging(init.options.log_verbose, init.options.log_file, warn=False)  # type: ignore[arg-type]
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     try:

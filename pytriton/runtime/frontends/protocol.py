@@ -22,6 +22,7 @@ Frontend to hub:
      the model's generator, not a growing queue of responses in its frontend
     (SENT, key, protocol, stamps): the transport's timestamps of a TRACED_RESPONSE (received from, to, sent from,
      to; protocol HTTP or GRPC), or none (protocol ""): the hub's trace file record of the request is complete
+    (LOG, fields): a record of the frontend's `pytriton` loggers (log_records.py), handled by the hub's loggers
 Hub to frontend:
     (RESPONSE, key, outputs, datatypes, final, loan, parameters),
     (TRACED_RESPONSE, ...as RESPONSE): the response of a request the hub writes a trace file record of, which
@@ -54,7 +55,7 @@ from pytriton.options.server import ServerOptions
 
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
-TOKENS, TAKEN, TRACED_RESPONSE, SENT, REFUSED = 15, 16, 17, 18, 19
+TOKENS, TAKEN, TRACED_RESPONSE, SENT, REFUSED, LOG = 15, 16, 17, 18, 19, 20
 STREAM_AHEAD, STREAM_AHEAD_BYTES, STREAM_ACK = 256, 16 << 20, 32
 INIT, READY, START_FAILED = 101, 102, 103
 BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
