@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import http.client
 import json
+import socket
 import threading
+import time
 from typing import Any, Callable, Dict, Iterator, List, Set
 
 import grpc
@@ -48,8 +50,61 @@ async def _events(scope: Dict[str, Any], receive: Callable[..., Any], send: Call
     await send({"type": "http.response.body", "body": b""})
 
 
+# The flood: a mounted app streaming numbered parts as fast as its send() lets it, far more than any buffer between
+# it and a client holds. What a client that reads nothing lets it send is bounded: the socket buffers, the server's
+# write buffer and, with frontend processes, what crosses from the hub unacknowledged (ipc/calls.py).
+PART_BYTES = 16 * 1024
+FLOOD_PARTS = 3 * 1024  # 48 MiB
+BOUND_BYTES = 12 * 1024 * 1024  # a few MiB of kernel buffers (tcp_wmem's 4 MiB), a window, and room to spare
+CLIENT_BUFFER = 64 * 1024  # the client's SO_RCVBUF, set before it connects (else autotuned to tcp_rmem's max)
+
+
+class Flood:
+    """What the flood app did in its latest request: the parts it sent, whether it finished or saw its client go."""
+
+    sent = 0
+    finished = threading.Event()
+    cancelled = threading.Event()
+
+
+def _flood_part(index: int) -> bytes:
+    """Part `index` of the flood: its number, then filler, PART_BYTES in all (a client checks the order by them)."""
+    return (b"%08d" % index).ljust(PART_BYTES, b".")
+
+
+async def _flood(scope: Dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+    """Streams FLOOD_PARTS parts, cancelled when its client leaves (as Starlette's StreamingResponse is).
+
+    Once its client has left, send() returns at once (one process's connection drops what comes after).
+    """
+    Flood.sent = 0
+    Flood.finished.clear()
+    Flood.cancelled.clear()
+
+    async def stream() -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        for index in range(FLOOD_PARTS):
+            await send({"type": "http.response.body", "body": _flood_part(index), "more_body": True})
+            Flood.sent = index + 1
+            await asyncio.sleep(0)  # as a stream that awaits what it sends does: its client's leaving is heard
+        await send({"type": "http.response.body", "body": b""})
+        Flood.finished.set()
+
+    async def until_disconnect() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    streaming, watching = asyncio.ensure_future(stream()), asyncio.ensure_future(until_disconnect())
+    await asyncio.wait((streaming, watching), return_when=asyncio.FIRST_COMPLETED)
+    if not streaming.done():
+        streaming.cancel()
+        Flood.cancelled.set()
+    watching.cancel()
+
+
 def _bind(triton: Triton) -> None:
     triton.mount("/events", _events)
+    triton.mount("/flood", _flood)
     triton.bind(
         "parameters",
         _parameters,
@@ -62,6 +117,12 @@ def _bind(triton: Triton) -> None:
 @pytest.fixture(scope="module")
 def server() -> Iterator[Triton]:
     with running_triton(_bind, frontends=3) as triton:
+        yield triton
+
+
+@pytest.fixture(scope="module")
+def one_process() -> Iterator[Triton]:
+    with running_triton(_bind) as triton:
         yield triton
 
 
@@ -139,3 +200,89 @@ def test_a_mounted_app_s_response_in_parts_reaches_its_client_part_by_part(serve
     finally:
         STREAM_GATE.set()
         connection.close()
+
+
+@contextlib.contextmanager
+def _flooded(triton: Triton) -> Iterator[http.client.HTTPResponse]:
+    """The flood's response, its head read, on a connection whose client buffers little."""
+    connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=60)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CLIENT_BUFFER)
+    sock.settimeout(60)
+    sock.connect(("127.0.0.1", triton.http_port))
+    connection.sock = sock
+    try:
+        connection.request("GET", "/flood/")
+        response = connection.getresponse()
+        assert response.status == 200
+        yield response
+    finally:
+        connection.close()
+
+
+def _settled() -> int:
+    """The flood's count of sent parts once it has stopped moving (or the flood finished)."""
+    last, still, deadline = -1, 0, time.monotonic() + 60
+    while still < 10 and not Flood.finished.is_set() and time.monotonic() < deadline:
+        time.sleep(0.1)
+        still = still + 1 if Flood.sent == last else 0
+        last = Flood.sent
+    return Flood.sent
+
+
+def _read_in_order(response: http.client.HTTPResponse, first: int, piece: int, watch: bool = False) -> None:
+    """Read the flood from part `first` to its end, `piece` bytes at a time, checking each byte's place.
+
+    With `watch`, check at every read that the app is no more than BOUND_BYTES ahead of what the client has read.
+    """
+    expected = b"".join(_flood_part(index) for index in range(first, FLOOD_PARTS))
+    received = 0
+    while received < len(expected):
+        if watch:
+            assert Flood.sent * PART_BYTES - (first * PART_BYTES + received) <= BOUND_BYTES
+        chunk = response.read(min(piece, len(expected) - received))
+        assert chunk == expected[received : received + len(chunk)], f"byte {received} of part {first} on"
+        received += len(chunk)
+    assert response.read() == b""
+
+
+@pytest.mark.parametrize("served_by", ["one_process", "server"])
+def test_a_client_that_reads_nothing_holds_a_mounted_app_s_stream_and_lets_it_go_when_it_reads(
+    served_by: str, request: pytest.FixtureRequest
+) -> None:
+    # Forwarded to the hub's app, each part the app sent was queued for the frontend at once: the app's send never
+    # waited, and the whole stream sat in the hub's outbox and the frontend's memory for a client that read none.
+    triton = request.getfixturevalue(served_by)
+    with _flooded(triton) as response:
+        held = _settled()
+        assert not Flood.finished.is_set()
+        assert 0 < held * PART_BYTES <= BOUND_BYTES
+        first = response.read(PART_BYTES)  # the client reads: the app goes on
+        assert first == _flood_part(0)
+        _read_in_order(response, 1, 256 * 1024)
+        assert Flood.finished.wait(30)
+    assert not Flood.cancelled.is_set()
+
+
+@pytest.mark.parametrize("served_by", ["one_process", "server"])
+def test_a_client_that_reads_slowly_gets_a_mounted_app_s_whole_stream_in_order_the_app_never_far_ahead(
+    served_by: str, request: pytest.FixtureRequest
+) -> None:
+    triton = request.getfixturevalue(served_by)
+    with _flooded(triton) as response:
+        _read_in_order(response, 0, 4096, watch=True)
+        assert Flood.finished.wait(30)
+
+
+@pytest.mark.parametrize("served_by", ["one_process", "server"])
+def test_a_client_leaving_a_mounted_app_s_held_stream_stops_the_app(
+    served_by: str, request: pytest.FixtureRequest
+) -> None:
+    # The app waits in send() for a client that reads nothing; the client leaving ends that wait, and the app's
+    # receive() says so, as one process's connection says it.
+    triton = request.getfixturevalue(served_by)
+    with _flooded(triton):
+        _settled()
+        assert not Flood.finished.is_set()
+    assert Flood.cancelled.wait(30)
+    assert not Flood.finished.is_set()

@@ -3,6 +3,10 @@
 For what is not the request path: forwarded API requests, state one process mirrors into another, the
 lifecycle. Each call is a task on the side that answers it, so a call may itself wait (for the models to drain,
 for other processes to answer calls of their own).
+
+An answer may come in parts ahead of the reply (`progress`); the caller says when it has taken each (`took`), and
+the handler's next part waits while too much is in flight (ipc/credit.py), as a server's send waits for its
+client's socket.
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ import os
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set
 
 from pytriton.ipc.channel import ChannelClosed
+from pytriton.ipc.credit import Credit
 from pytriton.ipc.outbox import Outbox
 
 LOGGER = logging.getLogger(__name__)
 
 # Tags of the messages (negative: the protocols that share the channel use positive ones, BATCH is 0):
 # (CALL, id, what, args), (REPLY, id, ok, value or error text), (ABANDON, id) when the caller no longer waits,
-# (PROGRESS, id, value): a part of the answer its handler sent before the reply (see `progress`).
-CALL, REPLY, ABANDON, PROGRESS = -1, -2, -3, -4
+# (PROGRESS, id, value): a part of the answer its handler sent before the reply (see `progress`), (CREDIT, id) when
+# the caller has taken the oldest part it had not (see Calls.took).
+CALL, REPLY, ABANDON, PROGRESS, CREDIT = -1, -2, -3, -4, -5
 
 # In the task that answers a call: a future done once the caller has abandoned the call (see Calls.abandon).
 _ABANDONED: contextvars.ContextVar[Optional[asyncio.Future[None]]] = contextvars.ContextVar(
@@ -29,9 +35,8 @@ _ABANDONED: contextvars.ContextVar[Optional[asyncio.Future[None]]] = contextvars
 )
 
 # In the task that answers a call: sends a part of the answer ahead of the reply (see Calls.call's on_progress).
-_PROGRESS: contextvars.ContextVar[Optional[Callable[[Any], None]]] = contextvars.ContextVar(
-    "pytriton_call_progress", default=None
-)
+Progress = Callable[[Any, int], Awaitable[None]]
+_PROGRESS: contextvars.ContextVar[Optional[Progress]] = contextvars.ContextVar("pytriton_call_progress", default=None)
 
 Handler = Callable[..., Awaitable[Any]]
 
@@ -49,8 +54,10 @@ class Calls:
         self._handlers = handlers
         self._waiting: Dict[int, asyncio.Future[Any]] = {}
         self._on_progress: Dict[int, Callable[[Any], None]] = {}  # by the id of a call made here that takes parts
+        self._parts_of: Dict[Awaitable[Any], int] = {}  # the id of a call made here that takes parts
         self._answering: Set[asyncio.Task[None]] = set()
         self._abandoned: Dict[int, asyncio.Future[None]] = {}  # by the id of a call being answered here
+        self._credits: Dict[int, Credit] = {}  # by the id of a call being answered here in parts
         self._next_id = 0
         self.closed = False
 
@@ -64,7 +71,8 @@ class Calls:
         """Ask the other side to run `what(*args)`; the future ends with its value, or CallFailed.
 
         `fds` (taken, closed here once sent) go with the call, sent at once: its handler gets them as `fds=`.
-        `on_progress(value)` takes each part its handler sends ahead of the reply (`progress()` there), in order.
+        `on_progress(value)` takes each part its handler sends ahead of the reply (`progress()` there), in order;
+        `took(future)` says once each has been taken (the handler waits while too many have not).
         """
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.closed:
@@ -76,6 +84,7 @@ class Calls:
         self._waiting[self._next_id] = future
         if on_progress is not None:
             self._on_progress[self._next_id] = on_progress
+            self._parts_of[future] = self._next_id
         if not fds:
             self._outbox.post((CALL, self._next_id, what, args))
             return future
@@ -84,6 +93,7 @@ class Calls:
         except ChannelClosed:
             del self._waiting[self._next_id]
             self._on_progress.pop(self._next_id, None)
+            self._parts_of.pop(future, None)
             future.set_exception(CallFailed(f"cannot call '{what}': the other process is gone"))
         return future
 
@@ -93,10 +103,17 @@ class Calls:
             if waiting is future:
                 del self._waiting[call_id]
                 self._on_progress.pop(call_id, None)
+                self._parts_of.pop(future, None)
                 waiting.cancel()
                 if not self.closed:
                     self._outbox.post((ABANDON, call_id))
                 return
+
+    def took(self, future: Awaitable[Any]) -> None:
+        """The oldest part of a call's answer that `call` gave its `on_progress` has been taken (written on)."""
+        call_id = self._parts_of.get(future)
+        if call_id is not None and not self.closed:
+            self._outbox.post((CREDIT, call_id))
 
     def on_call(self, head: Any, fds: Sequence[int] = ()) -> None:
         """A CALL message came (with the descriptors its message carried): answer it in a task of its own."""
@@ -118,7 +135,7 @@ class Calls:
     ) -> None:
         """Run a handler and send its value, or what it raised, back."""
         _ABANDONED.set(abandoned)  # this task's own context
-        _PROGRESS.set(lambda value: self._progress(call_id, abandoned, value))
+        _PROGRESS.set(lambda value, size: self._progress(call_id, abandoned, value, size))
         try:
             handler = self._handlers[what]
             value = await (handler(*args, fds=fds) if fds else handler(*args))
@@ -130,13 +147,28 @@ class Calls:
             reply = (REPLY, call_id, True, value)
         finally:
             del self._abandoned[call_id]
+            self._credits.pop(call_id, None)
         if not self.closed and not abandoned.done():
             self._outbox.post(reply)
 
-    def _progress(self, call_id: int, abandoned: asyncio.Future[None], value: Any) -> None:
-        """Send a part of a call's answer ahead of its reply (dropped once the caller abandoned the call)."""
-        if not self.closed and not abandoned.done():
-            self._outbox.post((PROGRESS, call_id, value))
+    async def _progress(self, call_id: int, abandoned: asyncio.Future[None], value: Any, size: int) -> None:
+        """Send a part of a call's answer ahead of its reply, then wait while too much is in flight.
+
+        Dropped once the caller abandoned the call, and then nothing waits (as a send to a client that left).
+        """
+        if self.closed or abandoned.done():
+            return
+        self._outbox.post((PROGRESS, call_id, value))
+        credit = self._credits.get(call_id)
+        if credit is None:
+            credit = self._credits[call_id] = Credit()
+        await credit.sent(size, abandoned)
+
+    def on_credit(self, head: Any) -> None:
+        """A CREDIT message came: the caller took the oldest part in flight of a call answered here."""
+        credit = self._credits.get(head[1])
+        if credit is not None:
+            credit.taken()
 
     def on_progress(self, head: Any) -> None:
         """A PROGRESS message came: a part of the answer to a call made here, for its `on_progress`."""
@@ -149,7 +181,10 @@ class Calls:
         _, call_id, ok, value = head
         self._on_progress.pop(call_id, None)
         future = self._waiting.pop(call_id, None)
-        if future is None or future.done():
+        if future is None:
+            return
+        self._parts_of.pop(future, None)
+        if future.done():
             return
         if ok:
             future.set_result(value)
@@ -161,6 +196,7 @@ class Calls:
         self.closed = True
         waiting, self._waiting = self._waiting, {}
         self._on_progress.clear()
+        self._parts_of.clear()
         for future in waiting.values():
             if not future.done():
                 future.set_exception(CallFailed("the other process is gone"))
@@ -173,6 +209,10 @@ def abandoned() -> Optional[asyncio.Future[None]]:
     return _ABANDONED.get()
 
 
-def progress() -> Optional[Callable[[Any], None]]:
-    """In a handler answering a call: sends a part of its answer ahead of the reply (None outside one)."""
+def progress() -> Optional[Progress]:
+    """In a handler answering a call: sends a part of its answer ahead of the reply (None outside one).
+
+    `await send(part, size)` returns once no more than a window of the answer's parts (`size` bytes each) is in
+    flight: the caller has taken the rest (`Calls.took`).
+    """
     return _PROGRESS.get()

@@ -10,8 +10,11 @@ before its answer makes the frontend abandon the call, which the hub's app sees 
 
 A response the hub's app sends in parts (a mounted app's server-sent events, a download it streams) crosses in
 parts, each sent on as it comes (the call's progress, ipc/calls.py), as a server of one process sends it: held
-until whole, a stream's client heard nothing until it ended, and one that never ends never. A response sent
-whole comes with the call's reply, after what it changed reached every frontend.
+until whole, a stream's client heard nothing until it ended, and one that never ends never. The frontend says
+when it has written each part to its client, and the app's send waits while too much is not yet written
+(ipc/credit.py), as one process's send waits while its client's socket is full: a client that reads slowly, or
+not at all, holds the app, not the memory of both processes. A response sent whole comes with the call's reply,
+after what it changed reached every frontend.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class ForwardingApp:
                     await send({"type": "http.response.body", "body": item[1], "more_body": True})
                 else:
                     break
+                self._calls.took(call)  # written on (send waits while the client's socket is full): the hub sends more
         finally:
             gone.cancel()
         try:
@@ -170,9 +174,10 @@ async def run_http(app: Any, scope: Dict[str, Any], body: bytes) -> HttpAnswer:
             if more and ahead is not None and not over.done():
                 if not streamed:
                     streamed = True
-                    ahead((_START, status, headers))
-                ahead((_PART, b"".join(parts)))
+                    await ahead((_START, status, headers), 0)
+                part = b"".join(parts)
                 parts.clear()
+                await ahead((_PART, part), len(part))  # waits while the frontend has too much of it not written
             if not more and not over.done():
                 over.set_result(None)
 

@@ -36,7 +36,7 @@ from pytriton.core.request_spans import FrontendTrace, TracedResponse
 from pytriton.core.scheduler import Scheduler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.waiters import Room
-from pytriton.ipc.calls import ABANDON, CALL, PROGRESS, REPLY, Calls, Handler
+from pytriton.ipc.calls import ABANDON, CALL, CREDIT, PROGRESS, REPLY, Calls, Handler
 from pytriton.ipc.channel import LoopChannel, Message
 from pytriton.ipc.outbox import BATCH, Outbox, items
 from pytriton.ipc.regions import LendingArena
@@ -269,6 +269,8 @@ class FrontendLink:
                 self.calls.on_abandon(head)
             elif tag == PROGRESS:
                 self.calls.on_progress(head)
+            elif tag == CREDIT:
+                self.calls.on_credit(head)
 
     def _infer(self, head: Any, body: memoryview, held: Optional[List[Scheduler]]) -> None:
         """Queue one request on its model (or answer at once: an error, a cached response).

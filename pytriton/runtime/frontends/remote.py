@@ -47,7 +47,7 @@ from pytriton.core.shared_memory.cuda import CudaSharedMemory
 from pytriton.core.shared_memory.system import SystemSharedMemory
 from pytriton.core.spec import ModelSpec
 from pytriton.core.watch import WATCH_AFTER_S, Disconnect
-from pytriton.ipc.calls import ABANDON, CALL, PROGRESS, REPLY, Calls, Handler
+from pytriton.ipc.calls import ABANDON, CALL, CREDIT, PROGRESS, REPLY, Calls, Handler
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
 from pytriton.ipc.outbox import Outbox, items
 from pytriton.ipc.segment_index import OwnSegments
@@ -286,6 +286,8 @@ class HubLink:
                 self.calls.on_abandon(head)
             elif tag == PROGRESS:
                 self.calls.on_progress(head)
+            elif tag == CREDIT:
+                self.calls.on_credit(head)
 
     def _adopt_arena(self, message: Message) -> None:
         """Map the hub's new arena; one that cannot be mapped (out of descriptors) is refused, not fatal.
