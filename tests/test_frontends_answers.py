@@ -75,8 +75,11 @@ def _flood_part(index: int) -> bytes:
 async def _flood(scope: Dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
     """Streams FLOOD_PARTS parts, cancelled when its client leaves (as Starlette's StreamingResponse is).
 
-    Once its client has left, send() returns at once (one process's connection drops what comes after).
+    Once its client has left, send() drops what comes (one process's connection, and the hub's for a frontend's
+    client that left). Under /eager, the stream awaits nothing but send(), as an async generator of parts made at
+    once does under Starlette's StreamingResponse.
     """
+    eager = scope["root_path"].endswith("/eager")
     Flood.sent = 0
     Flood.finished.clear()
     Flood.cancelled.clear()
@@ -86,7 +89,8 @@ async def _flood(scope: Dict[str, Any], receive: Callable[..., Any], send: Calla
         for index in range(FLOOD_PARTS):
             await send({"type": "http.response.body", "body": _flood_part(index), "more_body": True})
             Flood.sent = index + 1
-            await asyncio.sleep(0)  # as a stream that awaits what it sends does: its client's leaving is heard
+            if not eager:
+                await asyncio.sleep(0)  # as a stream that awaits what it sends does: its client's leaving is heard
         await send({"type": "http.response.body", "body": b""})
         Flood.finished.set()
 
@@ -105,6 +109,7 @@ async def _flood(scope: Dict[str, Any], receive: Callable[..., Any], send: Calla
 def _bind(triton: Triton) -> None:
     triton.mount("/events", _events)
     triton.mount("/flood", _flood)
+    triton.mount("/eager", _flood)
     triton.bind(
         "parameters",
         _parameters,
@@ -203,7 +208,7 @@ def test_a_mounted_app_s_response_in_parts_reaches_its_client_part_by_part(serve
 
 
 @contextlib.contextmanager
-def _flooded(triton: Triton) -> Iterator[http.client.HTTPResponse]:
+def _flooded(triton: Triton, path: str = "/flood/") -> Iterator[http.client.HTTPResponse]:
     """The flood's response, its head read, on a connection whose client buffers little."""
     connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=60)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -212,7 +217,7 @@ def _flooded(triton: Triton) -> Iterator[http.client.HTTPResponse]:
     sock.connect(("127.0.0.1", triton.http_port))
     connection.sock = sock
     try:
-        connection.request("GET", "/flood/")
+        connection.request("GET", path)
         response = connection.getresponse()
         assert response.status == 200
         yield response
@@ -282,6 +287,21 @@ def test_a_client_leaving_a_mounted_app_s_held_stream_stops_the_app(
     # receive() says so, as one process's connection says it.
     triton = request.getfixturevalue(served_by)
     with _flooded(triton):
+        _settled()
+        assert not Flood.finished.is_set()
+    assert Flood.cancelled.wait(30)
+    assert not Flood.finished.is_set()
+
+
+@pytest.mark.parametrize("served_by", ["one_process", "server"])
+def test_a_client_leaving_stops_a_mounted_app_whose_stream_awaits_nothing_but_send(
+    served_by: str, request: pytest.FixtureRequest
+) -> None:
+    # Once its client had left, send() returned without a loop turn: a stream awaiting nothing else ran on to its
+    # end (an endless one held the event loop, and with it every client and the server's stop, for ever), and the
+    # task watching for the client's leaving never ran.
+    triton = request.getfixturevalue(served_by)
+    with _flooded(triton, "/eager/"):
         _settled()
         assert not Flood.finished.is_set()
     assert Flood.cancelled.wait(30)

@@ -170,6 +170,9 @@ async def run_http(app: Any, scope: Dict[str, Any], body: bytes) -> HttpAnswer:
             status, headers = message["status"], list(message.get("headers", ()))
         elif message["type"] == "http.response.body":
             more = message.get("more_body", False)
+            if more and left is not None and left.done():
+                await asyncio.sleep(0)  # the client left: dropped, and a loop turn all the same, as in one process
+                return
             parts.append(bytes(message.get("body", b"")))
             if more and ahead is not None and not over.done():
                 if not streamed:

@@ -260,6 +260,11 @@ class RequestCycle:
                 if self.share is not None:
                     self.end_share()
             if self.disconnected:
+                if more_body:
+                    # A loop turn, as a send to a connected client's full socket gives one: a stream that awaits
+                    # nothing else would otherwise run on, or for ever, holding the loop, its watcher of the
+                    # client's leaving never run (ASGI 2.3 asks that a send after a disconnect return quietly).
+                    await asyncio.sleep(0)
                 return
             if self._chunked:
                 body = _chunk(body, last=not more_body)
