@@ -1391,3 +1391,85 @@ def test_a_request_a_frontend_checked_against_a_spec_loaded_over_since_is_checke
             answer = (response.status, json.loads(response.read()))
             expected = "[request id: <id_unknown>] inference request batch-size must be <= 4 for 'm'"
             assert answer == (400, {"error": expected}), "the hub" if pid == os.getpid() else "the frontend"
+
+
+class _Unprintable:
+    """Neither pickles nor has a str."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError("not this one")
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this one")
+
+
+def _odd_objects(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """BYTES outputs; a request whose input is -1 gets a lock after its first element, -2 what has no str."""
+    answers = []
+    for request in requests:
+        value = float(request["INPUT_1"].flat[0])
+        odd: Any = threading.Lock() if value == -1 else _Unprintable() if value == -2 else b"plain"
+        answers.append({"OUTPUT_1": np.array([[b"first", odd]], dtype=object)})
+    return answers
+
+
+def _bind_odd_objects(triton: Triton) -> None:
+    # Two requests make a batch, whose answers go to their frontend in the same loop turn: one message.
+    config = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
+    outputs = [Tensor(name="OUTPUT_1", dtype=bytes, shape=(-1,))]
+    triton.bind("odd_objects", _odd_objects, inputs=FP32, outputs=outputs, config=config)
+
+
+def _two_connections_on_one_frontend(port: Optional[int]) -> List[http.client.HTTPConnection]:
+    assert port is not None
+    pids = frontend_pids()
+    by_pid: Dict[int, List[http.client.HTTPConnection]] = {}
+    for _ in range(8):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.connect()
+        same = by_pid.setdefault(serving_pid(connection.sock, pids), [])
+        same.append(connection)
+        if len(same) == 2:
+            break
+    for connections in by_pid.values():
+        if len(connections) < 2:
+            connections[0].close()
+    assert len(same) == 2, "no two connections reached the same frontend"
+    return same
+
+
+@pytest.mark.parametrize("odd", [-1.0, -2.0])
+def test_an_output_that_does_not_pickle_harms_no_other_response_of_its_batch(odd: float) -> None:
+    """An object output whose element past the first pickle refuses (PyTriton checks the first one only) failed the
+    hub's message of every response of the loop turn: each of its requests waited until its client gave up. Now it
+    goes as one process sends it (each element's str, as bytes); an element without a str fails its request alone."""
+    with running_triton(_bind_odd_objects, frontends=3) as triton:
+        connections = _two_connections_on_one_frontend(triton.http_port)
+        answers: Dict[float, Tuple[int, Any]] = {}
+
+        def infer(connection: http.client.HTTPConnection, value: float) -> None:
+            answers[value] = _infer_json(connection, "odd_objects", [value])
+
+        threads = [
+            threading.Thread(target=infer, args=(connection, value))
+            for connection, value in zip(connections, [odd, 1.0])
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for connection in connections:
+            connection.close()
+    assert answers[1.0] == (200, {**answers[1.0][1], "outputs": [_bytes_output(["first", "plain"])]})
+    status, document = answers[odd]
+    if odd == -1.0:
+        assert status == 200, document
+        data = document["outputs"][0]["data"]
+        assert data[0] == "first" and data[1].startswith("<unlocked _thread.lock object"), data
+    else:
+        assert status == 500, document
+        assert "could not be passed" in document["error"] and "no text for this one" in document["error"], document
+
+
+def _bytes_output(data: List[str]) -> Dict[str, Any]:
+    return {"name": "OUTPUT_1", "datatype": "BYTES", "shape": [1, 2], "data": data}

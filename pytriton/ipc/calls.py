@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import os
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.outbox import Outbox
@@ -61,7 +62,7 @@ class Calls:
         self._next_id += 1
         self._waiting[self._next_id] = future
         if not fds:
-            self._outbox.post((CALL, self._next_id, what, args))
+            self._outbox.post((CALL, self._next_id, what, args), unsent=functools.partial(self._unsent, self._next_id))
             return future
         try:
             self._outbox.send_now((CALL, self._next_id, what, args), fds=fds, give=True)
@@ -69,6 +70,12 @@ class Calls:
             del self._waiting[self._next_id]
             future.set_exception(CallFailed(f"cannot call '{what}': the other process is gone"))
         return future
+
+    def _unsent(self, call_id: int, error: Exception) -> None:
+        """A call whose arguments did not pickle (Outbox.post's `unsent`): it fails here, the other side never heard."""
+        future = self._waiting.pop(call_id, None)
+        if future is not None and not future.done():
+            future.set_exception(CallFailed(f"the call could not be sent: {type(error).__name__}: {error}"))
 
     def abandon(self, future: Awaitable[Any]) -> None:
         """Stop waiting for a call `call` made (its client left): the other side is told, its late reply dropped."""
@@ -112,7 +119,7 @@ class Calls:
         finally:
             del self._abandoned[call_id]
         if not self.closed and not abandoned.done():
-            self._outbox.post(reply)
+            self._outbox.post(reply, unsent=functools.partial(_unsent_reply, call_id))
 
     def on_reply(self, head: Any) -> None:
         """A REPLY message came: end the call it answers."""
@@ -134,6 +141,11 @@ class Calls:
                 future.set_exception(CallFailed("the other process is gone"))
         for task in list(self._answering):
             task.cancel()
+
+
+def _unsent_reply(call_id: int, error: Exception) -> Tuple[Any, Sequence[Any]]:
+    """What goes in place of a reply whose value did not pickle (Outbox.post's `unsent`): the call fails."""
+    return (REPLY, call_id, False, f"the reply could not be sent: {type(error).__name__}: {error}"), ()
 
 
 def abandoned() -> Optional[asyncio.Future[None]]:

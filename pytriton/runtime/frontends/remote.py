@@ -85,6 +85,7 @@ def _held_back_refusals(count: int, last: str) -> None:
 
 _END = object()
 _GONE = "the client disconnected before its response was ready"
+_UNSENT = "the request could not be passed from the frontend process to the server's process"
 
 
 class _Stream:
@@ -185,7 +186,7 @@ class HubLink:
         head, body, shared = pack_request(
             key, spec.name, spec.version_str, request, streaming, self.buffers.locate, named
         )
-        self.outbox.post(head, body)
+        self.outbox.post(head, body, functools.partial(self._unsent, key))
         if shared:
             self._lent[key] = request.inputs
         self._waiting[key] = waiting
@@ -194,6 +195,20 @@ class HubLink:
             if self._sweep is None:
                 self._sweep = self.loop.call_later(WATCH_AFTER_S, self._watch)
         return key
+
+    def _unsent(self, key: int, error: Exception) -> None:
+        """A request's message did not pickle (Outbox.post's `unsent`): it fails alone, the hub never heard of it."""
+        self._lent.pop(key, None)
+        self._unwatch(key)
+        target = self._waiting.pop(key, None)
+        if target is None:
+            return None
+        item = InferenceError.internal(f"{_UNSENT}: {type(error).__name__}: {error}")
+        if isinstance(target, _Stream):
+            target.queue.put_nowait(item)
+        elif not target.done():
+            target.set_exception(item)
+        return None
 
     def cancel(self, key: int) -> None:
         """The request's caller went away: the hub takes it out of its queue, or drops its answers."""
