@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from pytriton.decorators import batch, fill_optionals, first_value, get_model_config, group_by_values
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonUnrecoverableError
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
 from tests.test_metrics import labels, sample, scrape
@@ -719,3 +719,42 @@ def test_inputs_past_the_shared_memory_budget_are_let_go_when_the_call_ends() ->
         answer = _infer(triton, "sizes", {"x": np.ones(large // 4, dtype=np.float32)})
         assert answer["size"].tolist() == [large // 4]
         assert _anonymous_memory(pid) - before < large // 2
+
+
+def lock_for_negatives(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """A BYTES output each; a request whose x is negative gets a lock past its first element (it does not pickle)."""
+    answers = []
+    for request in requests:
+        odd: Any = threading.Lock() if float(request["x"].flat[0]) < 0 else b"plain"
+        answers.append({"y": np.array([[b"first", odd]], dtype=object)})
+    return answers
+
+
+def test_an_output_that_does_not_pickle_fails_its_request_alone_naming_it() -> None:
+    """The batch's whole result stood in for by its repr, and every request of the batch failed with 'must be list
+    of response dicts with numpy arrays', which it was; now only the request with that output fails, saying which
+    output could not leave the process and pickle's reason."""
+    config = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        triton.bind("locks", ProcessInstances(lock_for_negatives), **io, config=config)
+
+    with running_triton(bind) as triton:
+        answers: Dict[float, Any] = {}
+
+        def infer(value: float) -> None:
+            try:
+                answers[value] = _infer(triton, "locks", {"x": np.array([[value]], dtype=np.float32)})["y"]
+            except httpclient.InferenceServerException as error:
+                answers[value] = error
+
+        threads = [threading.Thread(target=infer, args=(value,)) for value in (-1.0, 1.0)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert answers[1.0].tolist() == [[b"first", b"plain"]]
+        assert isinstance(answers[-1.0], httpclient.InferenceServerException)
+        assert "output 'y' could not be sent from the instance process" in str(answers[-1.0])
+        assert "cannot pickle '_thread.lock' object" in str(answers[-1.0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import pickle
 import select
 import signal
 import socket
@@ -26,6 +27,7 @@ from pytriton.core.custom_metrics import REGISTRY, stay_in_model_scope
 from pytriton.core.errors import Status, exception_text
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
+from pytriton.core.outputs import UnsentResponse
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
 from pytriton.core.process_instances.model_calls import CallerArenas, answered
 from pytriton.core.process_instances.protocol import (
@@ -73,6 +75,34 @@ class Unsendable:
 
     def __repr__(self) -> str:
         return self._repr
+
+
+def _sendable(packed: Any, model: Optional[Tuple[str, str]]) -> Any:
+    """A packed result whose responses that do not pickle are UnsentResponse's naming why: only those requests fail.
+
+    Raises what pickling raised when the result is no list (the caller sends an Unsendable then).
+    """
+    as_tuple, items = packed
+    if as_tuple is None:
+        raise TypeError("no list of responses")
+    who = f"model '{model[0]}' " if model else ""
+    sendable = []
+    for index, item in enumerate(items):
+        try:
+            pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
+        except Exception as failure:  # noqa: BLE001 - whatever pickling raises names the cause
+            what, cause = f"response {index} of the batch", failure
+            if len(item) == 3 and type(item[1]) is dict:
+                for name, value in item[1].items():
+                    try:
+                        pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+                    except Exception as output_failure:  # noqa: BLE001 - as above
+                        what, cause = f"output '{name}'", output_failure
+                        break
+            reason = f"{what} could not be sent from the {who}instance process: {type(cause).__name__}: {cause}"
+            item = (UnsentResponse(reason),)
+        sendable.append(item)
+    return as_tuple, sendable
 
 
 class _HostedRequest(Request):
@@ -427,9 +457,14 @@ class InstanceHost:
         released = self._inputs.take_released()
         try:
             message = encode((RESULT, job_id, packed, new_arena, final, released), body, fds)
-        except Exception:  # noqa: BLE001 - it cannot be pickled (a generator...): the server's checks say so
-            unsendable = (None, Unsendable(value))
-            message = encode((RESULT, job_id, unsendable, new_arena, final, released), (), fds)
+        except Exception:  # noqa: BLE001 - it cannot be pickled (a generator, a lock in an object output...)
+            try:
+                message = encode(
+                    (RESULT, job_id, _sendable(packed, self._model), new_arena, final, released), body, fds
+                )
+            except Exception:  # noqa: BLE001 - no list of dicts: the server's checks say what it is
+                unsendable = (None, Unsendable(value))
+                message = encode((RESULT, job_id, unsendable, new_arena, final, released), (), fds)
         self._send(message, fds)
 
     def _send(self, message: List[Buffer], fds: Sequence[int] = ()) -> None:
