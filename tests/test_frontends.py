@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -1473,3 +1474,36 @@ def test_an_output_that_does_not_pickle_harms_no_other_response_of_its_batch(odd
 
 def _bytes_output(data: List[str]) -> Dict[str, Any]:
     return {"name": "OUTPUT_1", "datatype": "BYTES", "shape": [1, 2], "data": data}
+
+
+# A module only this process has (a frontend process cannot import it), as a model's own module would be.
+_PRIVATE_MODULE = "a_module_only_the_hub_has"
+
+
+def _private_subclass_output(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    subclass = sys.modules[_PRIVATE_MODULE].Private
+    return [{"OUTPUT_1": (request["INPUT_1"] * 2).view(subclass)} for request in requests]
+
+
+def test_an_output_of_an_ndarray_subclass_no_frontend_can_import_is_answered() -> None:
+    """An output of an ndarray subclass was pickled to the frontend as itself: a class of a module the frontend could
+    not import made its channel unreadable, and the frontend ended, with every connection it served. It is sent as
+    the plain ndarray it views (what a server of one process sends of it)."""
+    module = types.ModuleType(_PRIVATE_MODULE)
+    module.Private = type("Private", (np.ndarray,), {"__module__": _PRIVATE_MODULE})
+    sys.modules[_PRIVATE_MODULE] = module
+
+    def bind(triton: Triton) -> None:
+        triton.bind("private", _private_subclass_output, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+
+    try:
+        with running_triton(bind, frontends=3) as triton:
+            pids = frontend_pids()
+            with _connections_on_each_frontend(triton.http_port, pids) as connections:
+                for connection in connections.values():
+                    status, document = _infer_json(connection, "private", [1.0, 2.0])
+                    assert status == 200, document
+                    assert document["outputs"][0]["data"] == [2.0, 4.0]
+            assert frontend_pids() == pids
+    finally:
+        del sys.modules[_PRIVATE_MODULE]
