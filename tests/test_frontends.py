@@ -1394,6 +1394,28 @@ def test_a_request_a_frontend_checked_against_a_spec_loaded_over_since_is_checke
             assert answer == (400, {"error": expected}), "the hub" if pid == os.getpid() else "the frontend"
 
 
+# A module only this process has (a frontend process cannot import it), as a model's own module would be.
+_PRIVATE_MODULE = "a_module_only_the_hub_has"
+
+
+class _Element:
+    def __str__(self) -> str:
+        return "an element"
+
+
+@contextlib.contextmanager
+def _private_module() -> Iterator[None]:
+    """Classes of _PRIVATE_MODULE for the models here: Private (an ndarray subclass) and Element (str 'an element')."""
+    module = types.ModuleType(_PRIVATE_MODULE)
+    module.Private = type("Private", (np.ndarray,), {"__module__": _PRIVATE_MODULE})  # type: ignore[attr-defined]
+    module.Element = type("Element", (_Element,), {"__module__": _PRIVATE_MODULE})  # type: ignore[attr-defined]
+    sys.modules[_PRIVATE_MODULE] = module
+    try:
+        yield
+    finally:
+        del sys.modules[_PRIVATE_MODULE]
+
+
 class _Unprintable:
     """Neither pickles nor has a str."""
 
@@ -1405,11 +1427,14 @@ class _Unprintable:
 
 
 def _odd_objects(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    """BYTES outputs; a request whose input is -1 gets a lock after its first element, -2 what has no str."""
+    """BYTES outputs; a request whose input is -1 gets a lock after its first element, -2 what has no str, -3 what
+    only this process can unpickle."""
     answers = []
     for request in requests:
         value = float(request["INPUT_1"].flat[0])
         odd: Any = threading.Lock() if value == -1 else _Unprintable() if value == -2 else b"plain"
+        if value == -3:
+            odd = sys.modules[_PRIVATE_MODULE].Element()
         answers.append({"OUTPUT_1": np.array([[b"first", odd]], dtype=object)})
     return answers
 
@@ -1439,12 +1464,13 @@ def _two_connections_on_one_frontend(port: Optional[int]) -> List[http.client.HT
     return same
 
 
-@pytest.mark.parametrize("odd", [-1.0, -2.0])
+@pytest.mark.parametrize("odd", [-1.0, -2.0, -3.0])
 def test_an_output_that_does_not_pickle_harms_no_other_response_of_its_batch(odd: float) -> None:
     """An object output whose element past the first pickle refuses (PyTriton checks the first one only) failed the
-    hub's message of every response of the loop turn: each of its requests waited until its client gave up. Now it
-    goes as one process sends it (each element's str, as bytes); an element without a str fails its request alone."""
-    with running_triton(_bind_odd_objects, frontends=3) as triton:
+    hub's message of every response of the loop turn: each of its requests waited until its client gave up; one of a
+    class the frontend could not import ended the frontend. Now it goes as one process sends it (each element's str,
+    as bytes); an element without a str fails its request alone, naming pickle's reason."""
+    with _private_module(), running_triton(_bind_odd_objects, frontends=3) as triton:
         connections = _two_connections_on_one_frontend(triton.http_port)
         answers: Dict[float, Tuple[int, Any]] = {}
 
@@ -1467,17 +1493,15 @@ def test_an_output_that_does_not_pickle_harms_no_other_response_of_its_batch(odd
         assert status == 200, document
         data = document["outputs"][0]["data"]
         assert data[0] == "first" and data[1].startswith("<unlocked _thread.lock object"), data
+    elif odd == -3.0:
+        assert (status, document["outputs"]) == (200, [_bytes_output(["first", "an element"])]), document
     else:
         assert status == 500, document
-        assert "could not be passed" in document["error"] and "no text for this one" in document["error"], document
+        assert "could not be passed" in document["error"] and "TypeError: not this one" in document["error"], document
 
 
 def _bytes_output(data: List[str]) -> Dict[str, Any]:
     return {"name": "OUTPUT_1", "datatype": "BYTES", "shape": [1, 2], "data": data}
-
-
-# A module only this process has (a frontend process cannot import it), as a model's own module would be.
-_PRIVATE_MODULE = "a_module_only_the_hub_has"
 
 
 def _private_subclass_output(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
@@ -1489,21 +1513,15 @@ def test_an_output_of_an_ndarray_subclass_no_frontend_can_import_is_answered() -
     """An output of an ndarray subclass was pickled to the frontend as itself: a class of a module the frontend could
     not import made its channel unreadable, and the frontend ended, with every connection it served. It is sent as
     the plain ndarray it views (what a server of one process sends of it)."""
-    module = types.ModuleType(_PRIVATE_MODULE)
-    module.Private = type("Private", (np.ndarray,), {"__module__": _PRIVATE_MODULE})
-    sys.modules[_PRIVATE_MODULE] = module
 
     def bind(triton: Triton) -> None:
         triton.bind("private", _private_subclass_output, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
 
-    try:
-        with running_triton(bind, frontends=3) as triton:
-            pids = frontend_pids()
-            with _connections_on_each_frontend(triton.http_port, pids) as connections:
-                for connection in connections.values():
-                    status, document = _infer_json(connection, "private", [1.0, 2.0])
-                    assert status == 200, document
-                    assert document["outputs"][0]["data"] == [2.0, 4.0]
-            assert frontend_pids() == pids
-    finally:
-        del sys.modules[_PRIVATE_MODULE]
+    with _private_module(), running_triton(bind, frontends=3) as triton:
+        pids = frontend_pids()
+        with _connections_on_each_frontend(triton.http_port, pids) as connections:
+            for connection in connections.values():
+                status, document = _infer_json(connection, "private", [1.0, 2.0])
+                assert status == 200, document
+                assert document["outputs"][0]["data"] == [2.0, 4.0]
+        assert frontend_pids() == pids

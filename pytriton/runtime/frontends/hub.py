@@ -19,7 +19,6 @@ import functools
 import itertools
 import logging
 import os
-import pickle
 import time
 import weakref
 from collections import deque
@@ -32,7 +31,7 @@ from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.core.log_budget import LogBudget
 from pytriton.core.model import ModelState, ServedModel
-from pytriton.core.request import InferenceResponse, OutputTensor
+from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import FrontendTrace, TracedResponse
 from pytriton.core.scheduler import Scheduler
 from pytriton.core.sinks import ResponseSink
@@ -85,31 +84,6 @@ def _held_back_refusals(count: int, last: str) -> None:
     )
 
 
-def _objects_as_bytes(response: InferenceResponse) -> Optional[InferenceResponse]:
-    """The response with the elements of its object outputs as the codecs serialize them (bytes); None: it has none."""
-    outputs = []
-    changed = False
-    for output in response.outputs:
-        array = output.array
-        if isinstance(array, np.ndarray) and array.dtype.hasobject:
-            flat = [_element_bytes(item) for item in array.flat]
-            array = np.empty(len(flat), dtype=object)
-            array[:] = flat
-            array = array.reshape(output.array.shape)
-            changed = True
-        outputs.append(OutputTensor(output.name, output.datatype, array))
-    return InferenceResponse(outputs, response.final, response.parameters) if changed else None
-
-
-def _element_bytes(item: Any) -> bytes:
-    """An element of a BYTES output as raw_tensors.serialize_bytes_tensor writes it."""
-    if isinstance(item, (bytes, bytearray)):
-        return bytes(item)
-    if isinstance(item, str):
-        return item.encode("utf-8")
-    return str(item).encode("utf-8")
-
-
 class RemoteSink(ResponseSink):
     """Where a frontend's request answers: its outbox, under the request's key."""
 
@@ -160,37 +134,23 @@ class RemoteSink(ResponseSink):
         if type(response) is TracedResponse and not self.streaming and response.trace.claim():
             link.traces[self.key] = response.trace  # its record waits for the frontend's timestamps (SENT)
             head = (TRACED_RESPONSE, *head[1:])
-        link.outbox.post(head, body, functools.partial(self._unsent, response, head[5]))
+        link.outbox.post(head, body, functools.partial(self._unsent, head[5]))
         if self._ahead is not None:
             self._ahead.add(response.nbytes())
         if not self.streaming:
             self._done = True
             link.sinks.pop(self.key, None)
 
-    def _unsent(self, response: InferenceResponse, loan: int, error: Exception) -> Tuple[Any, Sequence[Buffer]]:
-        """What goes in place of a response whose message did not pickle (Outbox.post's `unsent`).
+    def _unsent(self, loan: int, error: Exception) -> Tuple[Any, Sequence[Buffer]]:
+        """What goes in place of a response whose message did not pickle (Outbox.post's `unsent`): its error.
 
-        An object output holding what pickle refuses (PyTriton's checks look at its first element only) goes as a
-        server of one process sends it, each element as bytes (the str of one that is not); when that does not
-        pickle either, the request's error, which ends it (only it: the batch's other messages go on). `loan`: the
-        region of the arena the message named (0: none), which the frontend never saw.
+        An object output's elements are bytes or str by then (protocol.plain_objects), unless one's str raised. Only
+        this request fails: the batch's other messages go on. `loan`: the region of the arena the message named (0:
+        none), which the frontend never saw.
         """
         link = self._link
         if loan:
             link.give_back(loan)
-        head: Any = None
-        try:
-            texts = _objects_as_bytes(response)
-            if texts is not None:
-                head, body = link.pack_response(self.key, texts)
-                if self.key in link.traces:
-                    head = (TRACED_RESPONSE, *head[1:])
-                pickle.dumps(head, pickle.HIGHEST_PROTOCOL)  # the outbox would not try it again
-                return head, body
-        except Exception as again:  # noqa: BLE001 - whatever pickling or an element's str raises
-            error = again
-            if head is not None and head[5]:
-                link.give_back(head[5])
         trace = link.traces.pop(self.key, None)
         if trace is not None:
             trace.abandon()  # the frontend says nothing of a failed request's send

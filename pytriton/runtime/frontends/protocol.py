@@ -186,7 +186,7 @@ def pack_small_response(key: int, response: InferenceResponse) -> Optional[Tuple
         array = output.array
         datatypes.append(output.datatype)
         if type(array) is not np.ndarray or array.dtype.hasobject:
-            packed.append((output.name, None, array))
+            packed.append((output.name, None, plain_objects(array)))
             continue
         nbytes = array.nbytes
         if nbytes >= SHARED_BYTES:
@@ -233,7 +233,7 @@ def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> 
     shared = False
     for name, array in arrays:
         if type(array) is not np.ndarray or array.dtype.hasobject:
-            packed.append((name, None, array))
+            packed.append((name, None, plain_objects(array)))
             continue
         nbytes = array.nbytes
         if nbytes >= SHARED_BYTES:
@@ -250,6 +250,38 @@ def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> 
         packed.append((name, dtype_code(array.dtype), array.shape, offset, nbytes, BODY))
         offset += nbytes
     return tuple(packed), shared
+
+
+def plain_objects(array: Any) -> Any:
+    """An object array whose elements the other process unpickles importing nothing; anything else as it is.
+
+    Bytes and str elements stay as they are, others become what the codecs write (`element_bytes`), in a copy. A
+    frontend imports none of the model's modules: an element of a class of one ended its channel, unreadable.
+    An element whose str raises stays, for the outbox to fail its response alone (Outbox.post's `unsent`).
+    """
+    if type(array) is not np.ndarray:
+        return array
+    for item in array.flat:
+        if type(item) is not bytes and type(item) is not str:
+            break
+    else:
+        return array
+    try:
+        flat = [item if type(item) is bytes or type(item) is str else element_bytes(item) for item in array.flat]
+    except Exception:  # noqa: BLE001 - an element's str raised: see above
+        return array
+    plain = np.empty(len(flat), dtype=object)
+    plain[:] = flat
+    return plain.reshape(array.shape)
+
+
+def element_bytes(item: Any) -> bytes:
+    """An element of a BYTES output as raw_tensors.serialize_bytes_tensor writes it: bytes, UTF-8, else its str's."""
+    if isinstance(item, (bytes, bytearray)):
+        return bytes(item)
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    return str(item).encode("utf-8")
 
 
 def _array(item: Sequence[Any], body: memoryview, resolve: Resolve) -> Any:
