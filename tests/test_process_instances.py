@@ -7,6 +7,7 @@ import os
 import pathlib
 import queue
 import signal
+import sys
 import threading
 import time
 from typing import Any, AsyncIterator, Dict, Iterator, List
@@ -721,24 +722,31 @@ def test_inputs_past_the_shared_memory_budget_are_let_go_when_the_call_ends() ->
         assert _anonymous_memory(pid) - before < large // 2
 
 
-def lock_for_negatives(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
-    """A BYTES output each; a request whose x is negative gets a lock past its first element (it does not pickle)."""
+def locks_for_negatives(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """A BYTES output each; a request whose x is -1 gets a lock past its first element, -2 a lock first."""
     answers = []
     for request in requests:
-        odd: Any = threading.Lock() if float(request["x"].flat[0]) < 0 else b"plain"
-        answers.append({"y": np.array([[b"first", odd]], dtype=object)})
+        value = float(request["x"].flat[0])
+        elements: List[Any] = [b"first", b"plain"]
+        if value == -1:
+            elements[1] = threading.Lock()
+        elif value == -2:
+            elements[0] = threading.Lock()
+        answers.append({"y": np.array([elements], dtype=object)})
     return answers
 
 
-def test_an_output_that_does_not_pickle_fails_its_request_alone_naming_it() -> None:
+@pytest.mark.parametrize("odd", [-1.0, -2.0])
+def test_an_output_that_does_not_pickle_fails_its_request_alone_naming_it(odd: float) -> None:
     """The batch's whole result stood in for by its repr, and every request of the batch failed with 'must be list
-    of response dicts with numpy arrays', which it was; now only the request with that output fails, saying which
-    output could not leave the process and pickle's reason."""
+    of response dicts with numpy arrays', which it was. Now elements past an object output's first go as a thread
+    instance's would (the str of one not bytes); a first element that does not pickle fails only its request, saying
+    which output could not leave the process and pickle's reason."""
     config = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
     io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,))]}
 
     def bind(triton: Triton) -> None:
-        triton.bind("locks", ProcessInstances(lock_for_negatives), **io, config=config)
+        triton.bind("locks", ProcessInstances(locks_for_negatives), **io, config=config)
 
     with running_triton(bind) as triton:
         answers: Dict[float, Any] = {}
@@ -749,12 +757,51 @@ def test_an_output_that_does_not_pickle_fails_its_request_alone_naming_it() -> N
             except httpclient.InferenceServerException as error:
                 answers[value] = error
 
-        threads = [threading.Thread(target=infer, args=(value,)) for value in (-1.0, 1.0)]
+        threads = [threading.Thread(target=infer, args=(value,)) for value in (odd, 1.0)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         assert answers[1.0].tolist() == [[b"first", b"plain"]]
-        assert isinstance(answers[-1.0], httpclient.InferenceServerException)
-        assert "output 'y' could not be sent from the instance process" in str(answers[-1.0])
-        assert "cannot pickle '_thread.lock' object" in str(answers[-1.0])
+        if odd == -1.0:
+            first, second = answers[odd].tolist()[0]
+            assert first == b"first" and second.startswith(b"<unlocked _thread.lock object"), answers[odd]
+        else:
+            assert isinstance(answers[odd], httpclient.InferenceServerException)
+            assert "output 'y' could not be sent from the instance process" in str(answers[odd])
+            assert "cannot pickle '_thread.lock' object" in str(answers[odd])
+
+
+def child_only_objects_factory() -> Any:
+    """In the instance process: a model whose BYTES output holds an object of a module the server cannot import."""
+    import types
+
+    module = types.ModuleType("a_module_only_the_instance_has")
+    thing = type("Thing", (), {"__module__": module.__name__, "__str__": lambda self: "a thing"})
+    module.Thing = thing  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+
+    def infer(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+        pid = np.array([[os.getpid()]])
+        return [{"y": np.array([[b"first", thing()]], dtype=object), "pid": pid} for _ in requests]
+
+    return infer
+
+
+def test_an_output_element_the_server_cannot_import_is_answered_without_a_restart() -> None:
+    """An element of a class only the instance process could import made its result unreadable in the server, which
+    closed the channel: the request failed with 'InstanceDied ... exited with status 0' and the process was started
+    again. It goes as a thread instance's would: its str."""
+    io = {
+        "inputs": FP32_IO["inputs"],
+        "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,)), Tensor(name="pid", dtype=np.int64, shape=(1,))],
+    }
+
+    def bind(triton: Triton) -> None:
+        model = ProcessInstances(factory=child_only_objects_factory)
+        triton.bind("child_only", model, **io, config=ModelConfig(max_batch_size=2))
+
+    with running_triton(bind) as triton:
+        answers = [_infer(triton, "child_only", {"x": np.ones((1, 1), dtype=np.float32)}) for _ in range(2)]
+    assert [answer["y"].tolist() for answer in answers] == [[[b"first", b"a thing"]]] * 2
+    assert answers[0]["pid"].tolist() == answers[1]["pid"].tolist()

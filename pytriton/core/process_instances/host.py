@@ -58,6 +58,7 @@ from pytriton.core.process_instances.protocol import (
     pack_result,
 )
 from pytriton.core.process_instances.result_arena import ResultArena
+from pytriton.core.raw_tensors import plain_elements
 from pytriton.core.sequences.states import SequenceStates
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.segments import SharedMemoryUnavailable
@@ -75,6 +76,39 @@ class Unsendable:
 
     def __repr__(self) -> str:
         return self._repr
+
+
+def _portable(step: Any) -> Any:
+    """A result whose object outputs hold only bytes and str past their first element (raw_tensors.plain_elements).
+
+    The server may not import the classes of the others (a module the factory imported from a path of its own): their
+    message was unreadable there, and the instance was taken for dead. The first element stays for the server's
+    checks, which look at it. The result itself when nothing changes; the callable's own dicts are never changed.
+    """
+    if not isinstance(step, (list, tuple)):
+        return step
+    converted: Optional[List[Any]] = None
+    for index, response in enumerate(step):
+        if type(response) is not dict:
+            continue
+        changed: Optional[Dict[Any, Any]] = None
+        for name, value in response.items():
+            if type(value) is np.ndarray and value.dtype.hasobject and value.size > 1:
+                try:
+                    plain = plain_elements(value, 1)
+                except Exception:  # noqa: BLE001 - an element's str raised: the server's codec says so, as a thread's
+                    continue
+                if plain is not value:
+                    if changed is None:
+                        changed = dict(response)
+                    changed[name] = plain
+        if changed is not None:
+            if converted is None:
+                converted = list(step)
+            converted[index] = changed
+    if converted is None:
+        return step
+    return tuple(converted) if type(step) is tuple else converted
 
 
 def _sendable(packed: Any, model: Optional[Tuple[str, str]]) -> Any:
@@ -265,7 +299,7 @@ class InstanceHost:
         """
         requests, lease = self._requests(job_id, batch, body)
         try:
-            value = host_step(self._call(requests))  # framework arrays travel as numpy
+            value = _portable(host_step(self._call(requests)))  # framework arrays travel as numpy
         finally:
             self._end_job()
         del requests
@@ -280,7 +314,7 @@ class InstanceHost:
         sent = 0
         try:
             for step in self._steps_of(self._requests(job_id, batch, body)[0], job_id):
-                step = host_step(step)
+                step = _portable(host_step(step))
                 packed, parts, new_arena = pack_result(self._steps, step)
                 self._send_result(job_id, packed, parts, new_arena, self._steps, False, step)
                 del step, packed, parts

@@ -46,6 +46,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import numpy as np
 
 from pytriton.core.errors import FailureReason, InferenceError, Status
+from pytriton.core.raw_tensors import plain_elements
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
 from pytriton.ipc.regions import COPY_BYTES
@@ -253,35 +254,17 @@ def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> 
 
 
 def plain_objects(array: Any) -> Any:
-    """An object array whose elements the other process unpickles importing nothing; anything else as it is.
+    """An object array whose elements the other process unpickles importing nothing (raw_tensors.plain_elements).
 
-    Bytes and str elements stay as they are, others become what the codecs write (`element_bytes`), in a copy. A
-    frontend imports none of the model's modules: an element of a class of one ended its channel, unreadable.
+    A frontend imports none of the model's modules: an element of a class of one ended its channel, unreadable.
     An element whose str raises stays, for the outbox to fail its response alone (Outbox.post's `unsent`).
     """
     if type(array) is not np.ndarray:
         return array
-    for item in array.flat:
-        if type(item) is not bytes and type(item) is not str:
-            break
-    else:
-        return array
     try:
-        flat = [item if type(item) is bytes or type(item) is str else element_bytes(item) for item in array.flat]
+        return plain_elements(array)
     except Exception:  # noqa: BLE001 - an element's str raised: see above
         return array
-    plain = np.empty(len(flat), dtype=object)
-    plain[:] = flat
-    return plain.reshape(array.shape)
-
-
-def element_bytes(item: Any) -> bytes:
-    """An element of a BYTES output as raw_tensors.serialize_bytes_tensor writes it: bytes, UTF-8, else its str's."""
-    if isinstance(item, (bytes, bytearray)):
-        return bytes(item)
-    if isinstance(item, str):
-        return item.encode("utf-8")
-    return str(item).encode("utf-8")
 
 
 def _array(item: Sequence[Any], body: memoryview, resolve: Resolve) -> Any:
