@@ -219,6 +219,14 @@ class BlockingChannel:
 
     def send_encoded(self, message: List[Buffer], fds: Sequence[int] = ()) -> None:
         """Send a message `encode` made (with the descriptors it was made for)."""
+        try:
+            self._send_encoded(message, fds)
+        except OSError:
+            if self.sock.fileno() == -1:  # closed in this process: a child the callable forked returns here
+                raise ChannelClosed("the channel is closed in this process") from None
+            raise
+
+    def _send_encoded(self, message: List[Buffer], fds: Sequence[int]) -> None:
         if len(message) == 1 and not fds:
             self.sock.sendall(message[0])
             return
