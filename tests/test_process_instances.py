@@ -773,7 +773,10 @@ def test_an_output_that_does_not_pickle_fails_its_request_alone_naming_it(odd: f
 
 
 def child_only_objects_factory() -> Any:
-    """In the instance process: a model whose BYTES output holds an object of a module the server cannot import."""
+    """In the instance process: a model that returns objects of a module the server cannot import.
+
+    x 1: a BYTES output with one past its first element; 2: one as an output's value; 3: one as the whole result.
+    """
     import types
 
     module = types.ModuleType("a_module_only_the_instance_has")
@@ -781,17 +784,22 @@ def child_only_objects_factory() -> Any:
     module.Thing = thing  # type: ignore[attr-defined]
     sys.modules[module.__name__] = module
 
-    def infer(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    def infer(requests: List[Any]) -> Any:
+        kind = float(requests[0]["x"].flat[0])
+        if kind == 3:
+            return thing()
         pid = np.array([[os.getpid()]])
-        return [{"y": np.array([[b"first", thing()]], dtype=object), "pid": pid} for _ in requests]
+        y = np.array([[b"first", thing()]], dtype=object) if kind == 1 else thing()
+        return [{"y": y, "pid": pid} for _ in requests]
 
     return infer
 
 
-def test_an_output_element_the_server_cannot_import_is_answered_without_a_restart() -> None:
-    """An element of a class only the instance process could import made its result unreadable in the server, which
+def test_objects_the_server_cannot_import_are_answered_as_a_thread_instance_s_without_a_restart() -> None:
+    """An object of a class only the instance process could import made its result unreadable in the server, which
     closed the channel: the request failed with 'InstanceDied ... exited with status 0' and the process was started
-    again. It goes as a thread instance's would: its str."""
+    again. An element past an object output's first now goes as its str; elsewhere it reaches the server's checks
+    as a stand-in named like its class, which refuse it in a thread instance's words."""
     io = {
         "inputs": FP32_IO["inputs"],
         "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,)), Tensor(name="pid", dtype=np.int64, shape=(1,))],
@@ -801,7 +809,14 @@ def test_an_output_element_the_server_cannot_import_is_answered_without_a_restar
         model = ProcessInstances(factory=child_only_objects_factory)
         triton.bind("child_only", model, **io, config=ModelConfig(max_batch_size=2))
 
+    def infer(triton: Triton, kind: float) -> Dict[str, np.ndarray]:
+        return _infer(triton, "child_only", {"x": np.full((1, 1), kind, dtype=np.float32)})
+
     with running_triton(bind) as triton:
-        answers = [_infer(triton, "child_only", {"x": np.ones((1, 1), dtype=np.float32)}) for _ in range(2)]
-    assert [answer["y"].tolist() for answer in answers] == [[[b"first", b"a thing"]]] * 2
-    assert answers[0]["pid"].tolist() == answers[1]["pid"].tolist()
+        first = infer(triton, 1)
+        assert first["y"].tolist() == [[b"first", b"a thing"]]
+        with pytest.raises(httpclient.InferenceServerException, match="output `y` is a a_module_only_the_instance_has"):
+            infer(triton, 2)
+        with pytest.raises(httpclient.InferenceServerException, match="must be list of response dicts"):
+            infer(triton, 3)
+        assert infer(triton, 1)["pid"].tolist() == first["pid"].tolist()
