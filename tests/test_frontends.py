@@ -1448,7 +1448,7 @@ def _bind_odd_objects(triton: Triton) -> None:
 
 def _two_connections_on_one_frontend(port: Optional[int]) -> List[http.client.HTTPConnection]:
     assert port is not None
-    pids = frontend_pids()
+    pids = frontend_pids()  # this server's and the module's: a connection is held by one of this server's
     by_pid: Dict[int, List[http.client.HTTPConnection]] = {}
     for _ in range(8):
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -1518,10 +1518,15 @@ def test_an_output_of_an_ndarray_subclass_no_frontend_can_import_is_answered() -
         triton.bind("private", _private_subclass_output, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
 
     with _private_module(), running_triton(bind, frontends=3) as triton:
-        pids = frontend_pids()
+        pids = _own_frontend_pids(triton)
         with _connections_on_each_frontend(triton.http_port, pids) as connections:
             for connection in connections.values():
                 status, document = _infer_json(connection, "private", [1.0, 2.0])
                 assert status == 200, document
                 assert document["outputs"][0]["data"] == [2.0, 4.0]
-        assert frontend_pids() == pids
+        assert _own_frontend_pids(triton) == pids
+
+
+def _own_frontend_pids(triton: Triton) -> List[int]:
+    """The frontend processes of `triton` (not those of the module's server, which this process runs too)."""
+    return sorted(frontend.pid for frontend in triton._runtime._pool._frontends)  # type: ignore[union-attr]
