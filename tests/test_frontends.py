@@ -34,7 +34,7 @@ from pytriton.options.limits import ServerLimits
 from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.frontends import pool as pool_module
 from pytriton.triton import Triton
-from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
 from tests.frontend_processes import frontend_pids, listening_inodes, serving_pid
 from tests.http_helpers import request as http_request
 from tests.pids import alive, started_at
@@ -1530,3 +1530,33 @@ def test_an_output_of_an_ndarray_subclass_no_frontend_can_import_is_answered() -
 def _own_frontend_pids(triton: Triton) -> List[int]:
     """The frontend processes of `triton` (not those of the module's server, which this process runs too)."""
     return sorted(frontend.pid for frontend in triton._runtime._pool._frontends)  # type: ignore[union-attr]
+
+
+def _refuses(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    raise ValueError("the model refused this batch")
+
+
+def test_a_failed_request_lets_go_of_its_receive_buffer_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frontend kept the receive buffer of a request that failed until its garbage collector ran: the error's
+    traceback held the frame awaiting the answer, which held the future, which held the error. Under a client's
+    failing large requests a new buffer was made (and mapped in the hub) for each."""
+    # pytest's log capture keeps the records of the failures, whose tracebacks hold the requests' inputs in the hub
+    monkeypatch.setattr(logging.getLogger("pytriton"), "propagate", False)
+    with running_triton(
+        lambda triton: triton.bind("refuses", _refuses, inputs=FP32, outputs=OUT), frontends=3
+    ) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton), network_timeout=30)
+        data = np.ones((1, 1 << 18), np.float32)  # 1 MiB: read into a shared receive buffer
+        tensor = httpclient.InferInput("INPUT_1", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        try:
+            for _ in range(2):
+                with pytest.raises(InferenceServerException, match="refused this batch"):
+                    client.infer("refuses", [tensor])
+            held = len(memfds_held())
+            for _ in range(10):
+                with pytest.raises(InferenceServerException, match="refused this batch"):
+                    client.infer("refuses", [tensor])
+            assert len(memfds_held()) <= held + 1
+        finally:
+            client.close()

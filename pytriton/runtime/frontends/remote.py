@@ -459,6 +459,12 @@ class RemoteModel:
         except asyncio.CancelledError:
             self._link.cancel(key)
             raise
+        except BaseException:
+            # The error's traceback holds this frame, which held the future, which holds the error: a cycle that
+            # kept the request, and the receive buffer its inputs view, until the collector ran (buffers of failed
+            # requests piled up).
+            del future
+            raise
 
     def record_tokens(
         self, first_token_ns: int, gaps_ns: Sequence[int], output_tokens: int, prompt_tokens: int
