@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import os
+import queue
 import re
 import resource
 import signal
@@ -1559,4 +1560,39 @@ def test_a_failed_request_lets_go_of_its_receive_buffer_at_once(monkeypatch: pyt
                     client.infer("refuses", [tensor])
             assert len(memfds_held()) <= held + 1
         finally:
+            client.close()
+
+
+def _unsendable_second_step(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """A stream of three BYTES responses; the second holds, past its first element, what neither pickles nor has a
+    str."""
+    for step in range(3):
+        odd: Any = _Unprintable() if step == 1 else b"plain"
+        yield [{"OUTPUT_1": np.array([b"step %d" % step, odd], dtype=object)}]
+
+
+def test_a_stream_response_that_cannot_reach_the_frontend_ends_its_stream_with_the_reason() -> None:
+    """The stream gets its first response, then the error that ends it, where it waited for ever (the hub's message of
+    that loop turn was lost whole)."""
+    outputs = [Tensor(name="OUTPUT_1", dtype=bytes, shape=(-1,))]
+    config = ModelConfig(batching=False, decoupled=True)
+
+    def bind(triton: Triton) -> None:
+        triton.bind("unsendable", _unsendable_second_step, inputs=FP32, outputs=outputs, config=config)
+
+    with running_triton(bind, frontends=3) as triton:
+        items: queue.Queue[Any] = queue.Queue()
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        try:
+            client.start_stream(callback=lambda result, error: items.put(error if error is not None else result))
+            data = grpcclient.InferInput("INPUT_1", [1], "FP32")
+            data.set_data_from_numpy(np.array([1.0], np.float32))
+            client.async_stream_infer("unsendable", [data])
+            first = items.get(timeout=30)
+            assert first.as_numpy("OUTPUT_1").tolist() == [b"step 0", b"plain"]
+            error = items.get(timeout=30)
+            assert isinstance(error, InferenceServerException), error
+            assert "could not be passed" in str(error) and "TypeError: not this one" in str(error)
+        finally:
+            client.stop_stream()
             client.close()

@@ -68,10 +68,10 @@ def test_a_message_that_does_not_pickle_is_lost_alone_and_its_poster_told_why() 
 
     async def test() -> None:
         link = _Link(asyncio.get_running_loop())
-        told: List[Exception] = []
+        told: List[Tuple[Any, Exception]] = []
 
-        def unsent(error: Exception) -> None:
-            told.append(error)
+        def unsent(head: Any, error: Exception) -> None:
+            told.append((head, error))
 
         link.outbox.post(("before",), [b"12", b"3"])
         link.outbox.post(("lock", threading.Lock()), [b"45"], unsent)
@@ -79,7 +79,7 @@ def test_a_message_that_does_not_pickle_is_lost_alone_and_its_poster_told_why() 
         link.outbox.post(("after",), [memoryview(b"6789")[1:]])
         got = await link.receive(3)
         assert got == [(("before",), b"123"), (("empty",), b""), (("after",), b"789")]
-        assert len(told) == 1 and "lock" in str(told[0])
+        assert len(told) == 1 and told[0][0][0] == "lock" and "lock" in str(told[0][1])
         link.close()
 
     _run(test)
@@ -92,8 +92,8 @@ def test_what_unsent_answers_goes_in_the_place_of_the_message_that_did_not_pickl
         link = _Link(asyncio.get_running_loop())
         tries: List[str] = []
 
-        def unsent(error: Exception) -> Optional[Tuple[Any, Sequence[bytes]]]:
-            tries.append(type(error).__name__)
+        def unsent(head: Any, error: Exception) -> Optional[Tuple[Any, Sequence[bytes]]]:
+            tries.append(f"{head[0]}: {type(error).__name__}")
             if len(tries) == 1:
                 return ("still", threading.Lock()), [b"x"]  # does not pickle either: told again
             return ("error", str(error)), [b"why"]
@@ -104,7 +104,7 @@ def test_what_unsent_answers_goes_in_the_place_of_the_message_that_did_not_pickl
         got = await link.receive(3)
         assert [head[0] for head, _ in got] == ["one", "error", "three"]
         assert got[1][1] == b"why" and [body for _, body in got[::2]] == [b"1", b"3"]
-        assert tries == ["TypeError", "TypeError"]
+        assert tries == ["two: TypeError", "two: TypeError"]
         link.close()
 
     _run(test)

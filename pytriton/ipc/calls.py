@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import logging
 import os
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -47,6 +46,7 @@ class Calls:
         self._abandoned: Dict[int, asyncio.Future[None]] = {}  # by the id of a call being answered here
         self._next_id = 0
         self.closed = False
+        self._call_unsent = self._unsent  # one bound method for every call posted
 
     def call(self, what: str, *args: Any, fds: Sequence[int] = ()) -> Awaitable[Any]:
         """Ask the other side to run `what(*args)`; the future ends with its value, or CallFailed.
@@ -62,7 +62,7 @@ class Calls:
         self._next_id += 1
         self._waiting[self._next_id] = future
         if not fds:
-            self._outbox.post((CALL, self._next_id, what, args), unsent=functools.partial(self._unsent, self._next_id))
+            self._outbox.post((CALL, self._next_id, what, args), unsent=self._call_unsent)
             return future
         try:
             self._outbox.send_now((CALL, self._next_id, what, args), fds=fds, give=True)
@@ -71,9 +71,9 @@ class Calls:
             future.set_exception(CallFailed(f"cannot call '{what}': the other process is gone"))
         return future
 
-    def _unsent(self, call_id: int, error: Exception) -> None:
+    def _unsent(self, head: Any, error: Exception) -> None:
         """A call whose arguments did not pickle (Outbox.post's `unsent`): it fails here, the other side never heard."""
-        future = self._waiting.pop(call_id, None)
+        future = self._waiting.pop(head[1], None)
         if future is not None and not future.done():
             future.set_exception(CallFailed(f"the call could not be sent: {type(error).__name__}: {error}"))
 
@@ -119,7 +119,7 @@ class Calls:
         finally:
             del self._abandoned[call_id]
         if not self.closed and not abandoned.done():
-            self._outbox.post(reply, unsent=functools.partial(_unsent_reply, call_id))
+            self._outbox.post(reply, unsent=_unsent_reply)
 
     def on_reply(self, head: Any) -> None:
         """A REPLY message came: end the call it answers."""
@@ -143,9 +143,9 @@ class Calls:
             task.cancel()
 
 
-def _unsent_reply(call_id: int, error: Exception) -> Tuple[Any, Sequence[Any]]:
+def _unsent_reply(head: Any, error: Exception) -> Tuple[Any, Sequence[Any]]:
     """What goes in place of a reply whose value did not pickle (Outbox.post's `unsent`): the call fails."""
-    return (REPLY, call_id, False, f"the reply could not be sent: {type(error).__name__}: {error}"), ()
+    return (REPLY, head[1], False, f"the reply could not be sent: {type(error).__name__}: {error}"), ()
 
 
 def abandoned() -> Optional[asyncio.Future[None]]:

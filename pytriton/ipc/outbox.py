@@ -27,9 +27,10 @@ from pytriton.ipc.tensors import Buffer
 BATCH = 0  # the tag of a batch's head; other tags belong to the protocol that uses the outbox
 LOGGER = logging.getLogger(__name__)
 
-# Told why a posted message could not be sent (its head did not pickle): the message (head, body) to send in its
-# place, or None. A replacement that does not pickle either is said unsent again (a few times at most).
-Unsent = Callable[[Exception], Optional[Tuple[Any, Sequence[Buffer]]]]
+# Told which posted message (its head) could not be sent and why (it did not pickle): the message (head, body) to send
+# in its place, or None. A replacement that does not pickle either is said unsent again (a few times at most). One
+# function serves every message of a kind (it reads what it needs from the head): no closure per message posted.
+Unsent = Callable[[Any, Exception], Optional[Tuple[Any, Sequence[Buffer]]]]
 _REPLACEMENTS = 3
 
 
@@ -106,7 +107,7 @@ class Outbox:
                         break
                     tries += 1
                     try:
-                        message = tell(error)
+                        message = tell(head, error)
                     except Exception:
                         LOGGER.exception("replacing a message that could not be sent failed")
                         break

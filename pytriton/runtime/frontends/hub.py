@@ -134,35 +134,18 @@ class RemoteSink(ResponseSink):
         if type(response) is TracedResponse and not self.streaming and response.trace.claim():
             link.traces[self.key] = response.trace  # its record waits for the frontend's timestamps (SENT)
             head = (TRACED_RESPONSE, *head[1:])
-        link.outbox.post(head, body, functools.partial(self._unsent, head[5]))
+        link.outbox.post(head, body, link.response_unsent)
         if self._ahead is not None:
             self._ahead.add(response.nbytes())
         if not self.streaming:
             self._done = True
             link.sinks.pop(self.key, None)
 
-    def _unsent(self, loan: int, error: Exception) -> Tuple[Any, Sequence[Buffer]]:
-        """What goes in place of a response whose message did not pickle (Outbox.post's `unsent`): its error.
-
-        An object output's elements are bytes or str by then (protocol.plain_objects), unless one's str raised. Only
-        this request fails: the batch's other messages go on. `loan`: the region of the arena the message named (0:
-        none), which the frontend never saw.
-        """
-        link = self._link
-        if loan:
-            link.give_back(loan)
-        trace = link.traces.pop(self.key, None)
-        if trace is not None:
-            trace.abandon()  # the frontend says nothing of a failed request's send
-        self._end()
-        reason = f"{type(error).__name__}: {error}"
-        return failed(self.key, InferenceError.internal(f"{_UNSENT}: {reason}"), True), ()
-
     def fail(self, error: InferenceError, answered: bool = True) -> None:
         """Post the error that ends the request (`answered`: as its answer, not refused at its submission)."""
         if not self._done:
             self._link.outbox.post(failed(self.key, error, answered))
-            self._end()
+            self.end()
 
     def finish(self) -> None:
         """End the request: a stream's end, or (a plain request that got no response) an error."""
@@ -170,7 +153,7 @@ class RemoteSink(ResponseSink):
             return
         if self.streaming:
             self._link.outbox.post((END, self.key))
-            self._end()
+            self.end()
         else:
             self.fail(InferenceError.internal("model returned no response"))
 
@@ -184,7 +167,8 @@ class RemoteSink(ResponseSink):
             # and the inner calls of a batch whose every request is done are cancelled.
             self.model.scheduler.withdraw(self.queued)
 
-    def _end(self) -> None:
+    def end(self) -> None:
+        """The request ended here (its error is on its way): later responses are dropped."""
         self._done = True
         self._link.sinks.pop(self.key, None)
         self._room.wake()
@@ -201,6 +185,7 @@ class FrontendLink:
         self.channel = channel
         self.outbox = Outbox(channel, loop)
         self.calls = Calls(self.outbox, handlers)
+        self.response_unsent = self._response_unsent  # one bound method for every response posted
         self.sinks: Dict[int, RemoteSink] = {}
         self.traces: Dict[int, FrontendTrace] = {}  # key: the trace file record of a TRACED_RESPONSE, until SENT
         self.closed = False
@@ -416,9 +401,24 @@ class FrontendLink:
             del self._theirs[ours]
             SHARED_SEGMENTS.forget(ours)
 
-    def give_back(self, loan: int) -> None:
-        """A region of the arena lent to a response that never left: free again."""
-        self._arena.give_back(loan)
+    def _response_unsent(self, head: Any, error: Exception) -> Tuple[Any, Sequence[Buffer]]:
+        """What goes in place of a response whose message did not pickle (Outbox.post's `unsent`): its error.
+
+        An object output's elements are bytes or str by then (protocol.plain_objects), unless one's str raised. Only
+        that request fails (a stream ends): the batch's other messages go on. The region of the arena the message
+        named, which the frontend never saw, is free again.
+        """
+        key, loan = head[1], head[5]
+        if loan:
+            self._arena.give_back(loan)
+        trace = self.traces.pop(key, None)
+        if trace is not None:
+            trace.abandon()  # the frontend says nothing of a failed request's send
+        sink = self.sinks.get(key)  # a stream's, still going
+        if sink is not None:
+            sink.end()
+        reason = f"{type(error).__name__}: {error}"
+        return failed(key, InferenceError.internal(f"{_UNSENT}: {reason}"), True), ()
 
     def pack_response(self, key: int, response: InferenceResponse) -> Tuple[Any, Any]:
         """A response's message: large outputs named where they lie, or lent a region of the arena."""

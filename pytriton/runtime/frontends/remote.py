@@ -154,6 +154,7 @@ class HubLink:
         self._on_hub_gone = on_closed
         self.outbox = Outbox(channel, loop)
         self.calls = Calls(self.outbox, handlers)
+        self._request_unsent = self._unsent  # one bound method for every request posted
         self._waiting: Dict[int, Waiting] = {}
         # Requests whose clients are watched once they wait WATCH_AFTER_S: key -> (gone, since ns, watcher).
         self._watched: Dict[int, Tuple[Disconnect, int, Optional[asyncio.Future[Any]]]] = {}
@@ -186,7 +187,7 @@ class HubLink:
         head, body, shared = pack_request(
             key, spec.name, spec.version_str, request, streaming, self.buffers.locate, named
         )
-        self.outbox.post(head, body, functools.partial(self._unsent, key))
+        self.outbox.post(head, body, self._request_unsent)
         if shared:
             self._lent[key] = request.inputs
         self._waiting[key] = waiting
@@ -196,8 +197,9 @@ class HubLink:
                 self._sweep = self.loop.call_later(WATCH_AFTER_S, self._watch)
         return key
 
-    def _unsent(self, key: int, error: Exception) -> None:
+    def _unsent(self, head: Any, error: Exception) -> None:
         """A request's message did not pickle (Outbox.post's `unsent`): it fails alone, the hub never heard of it."""
+        key = head[1]
         self._lent.pop(key, None)
         self._unwatch(key)
         target = self._waiting.pop(key, None)
