@@ -820,3 +820,37 @@ def test_objects_the_server_cannot_import_are_answered_as_a_thread_instance_s_wi
         with pytest.raises(httpclient.InferenceServerException, match="must be list of response dicts"):
             infer(triton, 3)
         assert infer(triton, 1)["pid"].tolist() == first["pid"].tolist()
+
+
+def answers_a_lock_unless_positive(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """A BYTES output; past its first element a lock, unless x is positive."""
+    answers = []
+    for request in requests:
+        second: Any = b"plain" if float(request["x"].flat[0]) > 0 else threading.Lock()
+        answers.append({"y": np.array([[b"first", second]], dtype=object)})
+    return answers
+
+
+def calls_the_lock_model(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    from pytriton.compose import call_model
+
+    answer = call_model("lock_answers", {"x": requests[0]["x"]})
+    return [{"y": answer["y"]} for _ in requests]
+
+
+def test_a_model_call_whose_answer_cannot_reach_the_process_fails_and_the_instance_serves_on() -> None:
+    """The answer's message failed to pickle on the server's loop and was never sent: the callable waited for it for
+    ever, and its instance with it (every later request queued behind). The call fails now (ModelCallError, which
+    fails the request), naming the output and pickle's reason."""
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        triton.bind("lock_answers", answers_a_lock_unless_positive, **io, config=ModelConfig(max_batch_size=2))
+        triton.bind("caller", ProcessInstances(calls_the_lock_model), **io, config=ModelConfig(max_batch_size=2))
+
+    with running_triton(bind) as triton:
+        with pytest.raises(httpclient.InferenceServerException, match="cannot reach the instance process") as failed:
+            _infer(triton, "caller", {"x": np.full((1, 1), -1.0, dtype=np.float32)})
+        assert "output 'y' (TypeError: cannot pickle '_thread.lock' object)" in str(failed.value)
+        answer = _infer(triton, "caller", {"x": np.full((1, 1), 1.0, dtype=np.float32)})
+        assert answer["y"].tolist() == [[b"first", b"plain"]]
