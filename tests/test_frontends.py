@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import os
+import queue
 import re
 import resource
 import signal
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -33,7 +35,7 @@ from pytriton.options.limits import ServerLimits
 from pytriton.remote_triton import RemoteTriton
 from pytriton.runtime.frontends import pool as pool_module
 from pytriton.triton import Triton
-from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
+from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
 from tests.frontend_processes import frontend_pids, listening_inodes, serving_pid
 from tests.http_helpers import request as http_request
 from tests.pids import alive, started_at
@@ -1395,3 +1397,206 @@ def test_a_request_a_frontend_checked_against_a_spec_loaded_over_since_is_checke
             answer = (response.status, json.loads(response.read()))
             expected = "[request id: <id_unknown>] inference request batch-size must be <= 4 for 'm'"
             assert answer == (400, {"error": expected}), "the hub" if pid == os.getpid() else "the frontend"
+
+
+# A module only this process has (a frontend process cannot import it), as a model's own module would be.
+_PRIVATE_MODULE = "a_module_only_the_hub_has"
+
+
+class _Element:
+    def __str__(self) -> str:
+        return "an element"
+
+
+@contextlib.contextmanager
+def _private_module() -> Iterator[None]:
+    """Classes of _PRIVATE_MODULE for the models here: Private (an ndarray subclass) and Element (str 'an element')."""
+    module = types.ModuleType(_PRIVATE_MODULE)
+    module.Private = type("Private", (np.ndarray,), {"__module__": _PRIVATE_MODULE})  # type: ignore[attr-defined]
+    module.Element = type("Element", (_Element,), {"__module__": _PRIVATE_MODULE})  # type: ignore[attr-defined]
+    sys.modules[_PRIVATE_MODULE] = module
+    try:
+        yield
+    finally:
+        del sys.modules[_PRIVATE_MODULE]
+
+
+class _Unprintable:
+    """Neither pickles nor has a str."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError("not this one")
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this one")
+
+
+def _odd_objects(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """BYTES outputs; a request whose input is -1 gets a lock after its first element, -2 what has no str, -3 what
+    only this process can unpickle."""
+    answers = []
+    for request in requests:
+        value = float(request["INPUT_1"].flat[0])
+        odd: Any = threading.Lock() if value == -1 else _Unprintable() if value == -2 else b"plain"
+        if value == -3:
+            odd = sys.modules[_PRIVATE_MODULE].Element()
+        answers.append({"OUTPUT_1": np.array([[b"first", odd]], dtype=object)})
+    return answers
+
+
+def _bind_odd_objects(triton: Triton) -> None:
+    # Two requests make a batch, whose answers go to their frontend in the same loop turn: one message.
+    config = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
+    outputs = [Tensor(name="OUTPUT_1", dtype=bytes, shape=(-1,))]
+    triton.bind("odd_objects", _odd_objects, inputs=FP32, outputs=outputs, config=config)
+
+
+def _two_connections_on_one_frontend(port: Optional[int]) -> List[http.client.HTTPConnection]:
+    assert port is not None
+    pids = frontend_pids()  # this server's and the module's: a connection is held by one of this server's
+    by_pid: Dict[int, List[http.client.HTTPConnection]] = {}
+    for _ in range(8):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.connect()
+        same = by_pid.setdefault(serving_pid(connection.sock, pids), [])
+        same.append(connection)
+        if len(same) == 2:
+            break
+    for connections in by_pid.values():
+        if len(connections) < 2:
+            connections[0].close()
+    assert len(same) == 2, "no two connections reached the same frontend"
+    return same
+
+
+@pytest.mark.parametrize("odd", [-1.0, -2.0, -3.0])
+def test_an_output_that_does_not_pickle_harms_no_other_response_of_its_batch(odd: float) -> None:
+    """An object output whose element past the first pickle refuses (PyTriton checks the first one only) failed the
+    hub's message of every response of the loop turn: each of its requests waited until its client gave up; one of a
+    class the frontend could not import ended the frontend. Now it goes as one process sends it (each element's str,
+    as bytes); an element without a str fails its request alone, naming pickle's reason."""
+    with _private_module(), running_triton(_bind_odd_objects, frontends=3) as triton:
+        connections = _two_connections_on_one_frontend(triton.http_port)
+        answers: Dict[float, Tuple[int, Any]] = {}
+
+        def infer(connection: http.client.HTTPConnection, value: float) -> None:
+            answers[value] = _infer_json(connection, "odd_objects", [value])
+
+        threads = [
+            threading.Thread(target=infer, args=(connection, value))
+            for connection, value in zip(connections, [odd, 1.0])
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for connection in connections:
+            connection.close()
+    assert answers[1.0] == (200, {**answers[1.0][1], "outputs": [_bytes_output(["first", "plain"])]})
+    status, document = answers[odd]
+    if odd == -1.0:
+        assert status == 200, document
+        data = document["outputs"][0]["data"]
+        assert data[0] == "first" and data[1].startswith("<unlocked _thread.lock object"), data
+    elif odd == -3.0:
+        assert (status, document["outputs"]) == (200, [_bytes_output(["first", "an element"])]), document
+    else:
+        assert status == 500, document
+        assert "could not be passed" in document["error"] and "TypeError: not this one" in document["error"], document
+
+
+def _bytes_output(data: List[str]) -> Dict[str, Any]:
+    return {"name": "OUTPUT_1", "datatype": "BYTES", "shape": [1, 2], "data": data}
+
+
+def _private_subclass_output(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    subclass = sys.modules[_PRIVATE_MODULE].Private
+    return [{"OUTPUT_1": (request["INPUT_1"] * 2).view(subclass)} for request in requests]
+
+
+def test_an_output_of_an_ndarray_subclass_no_frontend_can_import_is_answered() -> None:
+    """An output of an ndarray subclass was pickled to the frontend as itself: a class of a module the frontend could
+    not import made its channel unreadable, and the frontend ended, with every connection it served. It is sent as
+    the plain ndarray it views (what a server of one process sends of it)."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind("private", _private_subclass_output, inputs=FP32, outputs=OUT, config=ModelConfig(max_batch_size=4))
+
+    with _private_module(), running_triton(bind, frontends=3) as triton:
+        pids = _own_frontend_pids(triton)
+        with _connections_on_each_frontend(triton.http_port, pids) as connections:
+            for connection in connections.values():
+                status, document = _infer_json(connection, "private", [1.0, 2.0])
+                assert status == 200, document
+                assert document["outputs"][0]["data"] == [2.0, 4.0]
+        assert _own_frontend_pids(triton) == pids
+
+
+def _own_frontend_pids(triton: Triton) -> List[int]:
+    """The frontend processes of `triton` (not those of the module's server, which this process runs too)."""
+    return sorted(frontend.pid for frontend in triton._runtime._pool._frontends)  # type: ignore[union-attr]
+
+
+def _refuses(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    raise ValueError("the model refused this batch")
+
+
+def test_a_failed_request_lets_go_of_its_receive_buffer_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frontend kept the receive buffer of a request that failed until its garbage collector ran: the error's
+    traceback held the frame awaiting the answer, which held the future, which held the error. Under a client's
+    failing large requests a new buffer was made (and mapped in the hub) for each."""
+    # pytest's log capture keeps the records of the failures, whose tracebacks hold the requests' inputs in the hub
+    monkeypatch.setattr(logging.getLogger("pytriton"), "propagate", False)
+    with running_triton(
+        lambda triton: triton.bind("refuses", _refuses, inputs=FP32, outputs=OUT), frontends=3
+    ) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton), network_timeout=30)
+        data = np.ones((1, 1 << 18), np.float32)  # 1 MiB: read into a shared receive buffer
+        tensor = httpclient.InferInput("INPUT_1", list(data.shape), "FP32")
+        tensor.set_data_from_numpy(data)
+        try:
+            for _ in range(2):
+                with pytest.raises(InferenceServerException, match="refused this batch"):
+                    client.infer("refuses", [tensor])
+            held = len(memfds_held())
+            for _ in range(10):
+                with pytest.raises(InferenceServerException, match="refused this batch"):
+                    client.infer("refuses", [tensor])
+            assert len(memfds_held()) <= held + 1
+        finally:
+            client.close()
+
+
+def _unsendable_second_step(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """A stream of three BYTES responses; the second holds, past its first element, what neither pickles nor has a
+    str."""
+    for step in range(3):
+        odd: Any = _Unprintable() if step == 1 else b"plain"
+        yield [{"OUTPUT_1": np.array([b"step %d" % step, odd], dtype=object)}]
+
+
+def test_a_stream_response_that_cannot_reach_the_frontend_ends_its_stream_with_the_reason() -> None:
+    """The stream gets its first response, then the error that ends it, where it waited for ever (the hub's message of
+    that loop turn was lost whole)."""
+    outputs = [Tensor(name="OUTPUT_1", dtype=bytes, shape=(-1,))]
+    config = ModelConfig(batching=False, decoupled=True)
+
+    def bind(triton: Triton) -> None:
+        triton.bind("unsendable", _unsendable_second_step, inputs=FP32, outputs=outputs, config=config)
+
+    with running_triton(bind, frontends=3) as triton:
+        items: queue.Queue[Any] = queue.Queue()
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        try:
+            client.start_stream(callback=lambda result, error: items.put(error if error is not None else result))
+            data = grpcclient.InferInput("INPUT_1", [1], "FP32")
+            data.set_data_from_numpy(np.array([1.0], np.float32))
+            client.async_stream_infer("unsendable", [data])
+            first = items.get(timeout=30)
+            assert first.as_numpy("OUTPUT_1").tolist() == [b"step 0", b"plain"]
+            error = items.get(timeout=30)
+            assert isinstance(error, InferenceServerException), error
+            assert "could not be passed" in str(error) and "TypeError: not this one" in str(error)
+        finally:
+            client.stop_stream()
+            client.close()

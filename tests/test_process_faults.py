@@ -952,3 +952,29 @@ def test_a_64_kib_dev_shm_does_not_stop_large_tensors(tmp_path: pathlib.Path) ->
             assert np.array_equal(client.infer("identity", [tensor]).as_numpy("y"), x)
     finally:
         stop_script(server)
+
+
+def forks_and_both_return(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Forks a child that returns the batch's answer too, as a model that forgets to end its child does."""
+    os.fork()
+    return [{"pid": np.array([os.getpid()], dtype=np.int64), "y": request["x"]} for request in requests]
+
+
+def test_a_forked_child_that_returns_from_the_callable_ends_quietly(capfd: pytest.CaptureFixture[str]) -> None:
+    """The child went back to the process's loop and sent its answer on its copy of the channel, closed in a forked
+    child: a traceback ending 'OSError: [Errno 9] Bad file descriptor' in the server's stderr. It now ends as a process
+    whose server is gone ends, silently; the process's own answer is the request's."""
+
+    def bind(triton: Triton) -> None:
+        triton.bind("forks_twice", ProcessInstances(forks_and_both_return), **IO, config=UNBATCHED)
+
+    with running_triton(bind) as triton:
+        client = httpclient.InferenceServerClient(http_url(triton), network_timeout=20)
+        try:
+            first = _infer(client, "forks_twice", np.array([1.0], np.float32))
+            second = _infer(client, "forks_twice", np.array([2.0], np.float32))
+        finally:
+            client.close()
+        assert first["y"].tolist() == [1.0] and second["y"].tolist() == [2.0]
+        assert first["pid"].tolist() == second["pid"].tolist()  # the instance process itself, never restarted
+    assert "Bad file descriptor" not in capfd.readouterr().err

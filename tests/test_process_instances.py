@@ -7,6 +7,7 @@ import os
 import pathlib
 import queue
 import signal
+import sys
 import threading
 import time
 from typing import Any, AsyncIterator, Dict, Iterator, List
@@ -20,7 +21,7 @@ import tritonclient.http as httpclient
 from pytriton.decorators import batch, fill_optionals, first_value, get_model_config, group_by_values
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonUnrecoverableError
 from pytriton.instances import ProcessInstances
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
 from tests.test_metrics import labels, sample, scrape
@@ -719,3 +720,137 @@ def test_inputs_past_the_shared_memory_budget_are_let_go_when_the_call_ends() ->
         answer = _infer(triton, "sizes", {"x": np.ones(large // 4, dtype=np.float32)})
         assert answer["size"].tolist() == [large // 4]
         assert _anonymous_memory(pid) - before < large // 2
+
+
+def locks_for_negatives(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """A BYTES output each; a request whose x is -1 gets a lock past its first element, -2 a lock first."""
+    answers = []
+    for request in requests:
+        value = float(request["x"].flat[0])
+        elements: List[Any] = [b"first", b"plain"]
+        if value == -1:
+            elements[1] = threading.Lock()
+        elif value == -2:
+            elements[0] = threading.Lock()
+        answers.append({"y": np.array([elements], dtype=object)})
+    return answers
+
+
+@pytest.mark.parametrize("odd", [-1.0, -2.0])
+def test_an_output_that_does_not_pickle_fails_its_request_alone_naming_it(odd: float) -> None:
+    """The batch's whole result stood in for by its repr, and every request of the batch failed with 'must be list
+    of response dicts with numpy arrays', which it was. Now elements past an object output's first go as a thread
+    instance's would (the str of one not bytes); a first element that does not pickle fails only its request, saying
+    which output could not leave the process and pickle's reason."""
+    config = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        triton.bind("locks", ProcessInstances(locks_for_negatives), **io, config=config)
+
+    with running_triton(bind) as triton:
+        answers: Dict[float, Any] = {}
+
+        def infer(value: float) -> None:
+            try:
+                answers[value] = _infer(triton, "locks", {"x": np.array([[value]], dtype=np.float32)})["y"]
+            except httpclient.InferenceServerException as error:
+                answers[value] = error
+
+        threads = [threading.Thread(target=infer, args=(value,)) for value in (odd, 1.0)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert answers[1.0].tolist() == [[b"first", b"plain"]]
+        if odd == -1.0:
+            first, second = answers[odd].tolist()[0]
+            assert first == b"first" and second.startswith(b"<unlocked _thread.lock object"), answers[odd]
+        else:
+            assert isinstance(answers[odd], httpclient.InferenceServerException)
+            assert "output 'y' could not be sent from the instance process" in str(answers[odd])
+            assert "cannot pickle '_thread.lock' object" in str(answers[odd])
+
+
+def child_only_objects_factory() -> Any:
+    """In the instance process: a model that returns objects of a module the server cannot import.
+
+    x 1: a BYTES output with one past its first element; 2: one as an output's value; 3: one as the whole result.
+    """
+    import types
+
+    module = types.ModuleType("a_module_only_the_instance_has")
+    thing = type("Thing", (), {"__module__": module.__name__, "__str__": lambda self: "a thing"})
+    module.Thing = thing  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+
+    def infer(requests: List[Any]) -> Any:
+        kind = float(requests[0]["x"].flat[0])
+        if kind == 3:
+            return thing()
+        pid = np.array([[os.getpid()]])
+        y = np.array([[b"first", thing()]], dtype=object) if kind == 1 else thing()
+        return [{"y": y, "pid": pid} for _ in requests]
+
+    return infer
+
+
+def test_objects_the_server_cannot_import_are_answered_as_a_thread_instance_s_without_a_restart() -> None:
+    """An object of a class only the instance process could import made its result unreadable in the server, which
+    closed the channel: the request failed with 'InstanceDied ... exited with status 0' and the process was started
+    again. An element past an object output's first now goes as its str; elsewhere it reaches the server's checks
+    as a stand-in named like its class, which refuse it in a thread instance's words."""
+    io = {
+        "inputs": FP32_IO["inputs"],
+        "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,)), Tensor(name="pid", dtype=np.int64, shape=(1,))],
+    }
+
+    def bind(triton: Triton) -> None:
+        model = ProcessInstances(factory=child_only_objects_factory)
+        triton.bind("child_only", model, **io, config=ModelConfig(max_batch_size=2))
+
+    def infer(triton: Triton, kind: float) -> Dict[str, np.ndarray]:
+        return _infer(triton, "child_only", {"x": np.full((1, 1), kind, dtype=np.float32)})
+
+    with running_triton(bind) as triton:
+        first = infer(triton, 1)
+        assert first["y"].tolist() == [[b"first", b"a thing"]]
+        with pytest.raises(httpclient.InferenceServerException, match="output `y` is a a_module_only_the_instance_has"):
+            infer(triton, 2)
+        with pytest.raises(httpclient.InferenceServerException, match="must be list of response dicts"):
+            infer(triton, 3)
+        assert infer(triton, 1)["pid"].tolist() == first["pid"].tolist()
+
+
+def answers_a_lock_unless_positive(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """A BYTES output; past its first element a lock, unless x is positive."""
+    answers = []
+    for request in requests:
+        second: Any = b"plain" if float(request["x"].flat[0]) > 0 else threading.Lock()
+        answers.append({"y": np.array([[b"first", second]], dtype=object)})
+    return answers
+
+
+def calls_the_lock_model(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    from pytriton.compose import call_model
+
+    answer = call_model("lock_answers", {"x": requests[0]["x"]})
+    return [{"y": answer["y"]} for _ in requests]
+
+
+def test_a_model_call_whose_answer_cannot_reach_the_process_fails_and_the_instance_serves_on() -> None:
+    """The answer's message failed to pickle on the server's loop and was never sent: the callable waited for it for
+    ever, and its instance with it (every later request queued behind). The call fails now (ModelCallError, which
+    fails the request), naming the output and pickle's reason."""
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        triton.bind("lock_answers", answers_a_lock_unless_positive, **io, config=ModelConfig(max_batch_size=2))
+        triton.bind("caller", ProcessInstances(calls_the_lock_model), **io, config=ModelConfig(max_batch_size=2))
+
+    with running_triton(bind) as triton:
+        with pytest.raises(httpclient.InferenceServerException, match="cannot reach the instance process") as failed:
+            _infer(triton, "caller", {"x": np.full((1, 1), -1.0, dtype=np.float32)})
+        assert "output 'y' (TypeError: cannot pickle '_thread.lock' object)" in str(failed.value)
+        answer = _infer(triton, "caller", {"x": np.full((1, 1), 1.0, dtype=np.float32)})
+        assert answer["y"].tolist() == [[b"first", b"plain"]]

@@ -21,8 +21,16 @@ _from_dlpack: Optional[Callable[[Any], np.ndarray]] = getattr(np, "from_dlpack",
 
 
 def host_array(value: Any) -> Any:
-    """`value` as a numpy array when it is a framework array, else `value` itself."""
-    if isinstance(value, (np.ndarray, np.generic)) or not hasattr(value, "__dlpack__"):
+    """`value` as a numpy array when it is a framework array or a numpy subclass's, else `value` itself.
+
+    A subclass's array (np.matrix, a masked array, a memmap, the model's own) is viewed as a plain ndarray: what the
+    codecs sent of it all along, its data (a masked array's masked values too). As itself it was pickled to another
+    process (a frontend's, the server's from an instance's), whole, and a class of the model's own modules that
+    process could not import ended its channel.
+    """
+    if isinstance(value, np.ndarray):
+        return value if type(value) is np.ndarray else value.view(np.ndarray)
+    if isinstance(value, np.generic) or not hasattr(value, "__dlpack__"):
         return value
     library = type(value).__module__.partition(".")[0]
     if library == "torch":

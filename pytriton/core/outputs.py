@@ -26,6 +26,19 @@ class OutputNotices(Protocol):
         """A request asked for output `name`, which the callable did not return (it is left out)."""
 
 
+class UnsentResponse:
+    """Stands in for a response dict that could not leave its instance process (an output that does not pickle).
+
+    Its request fails with `reason`; the batch's other requests are answered.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return self.reason
+
+
 def check_results(spec: ModelSpec, results: Any, request_count: int) -> List[Any]:
     """Check the shape of a callable's result: a list with one dict per request."""
     if not isinstance(results, (list, tuple)):
@@ -216,6 +229,8 @@ def _checked(spec: ModelSpec, result: Any, notices: Optional[OutputNotices]) -> 
     if isinstance(result, (Request, Response)):
         result = result.data
     if not isinstance(result, dict):
+        if type(result) is UnsentResponse:
+            raise InferenceError.internal(result.reason)
         raise InferenceError.internal(
             f"Outputs returned by `{spec.name}` model callable must be list of response dicts with numpy arrays. "
             f"Got response={_short(result, text=str)} instead."

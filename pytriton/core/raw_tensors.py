@@ -6,6 +6,7 @@ followed by its bytes.
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 import weakref
@@ -38,6 +39,36 @@ def serialize_bytes_tensor(array: np.ndarray) -> bytes:
         parts.append(pack(len(item)))
         parts.append(item)
     return b"".join(parts)
+
+
+def element_bytes(item: Any) -> bytes:
+    """An element of a BYTES output as `serialize_bytes_tensor` writes it: bytes, UTF-8, else its str's UTF-8."""
+    if isinstance(item, (bytes, bytearray)):
+        return bytes(item)
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    return str(item).encode("utf-8")
+
+
+def plain_elements(array: np.ndarray, start: int = 0) -> np.ndarray:
+    """An object array whose elements from flat index `start` on are bytes or str; the array itself when they are.
+
+    The others become what `element_bytes` writes, in a copy (raising what an element's str raises): for an array
+    that goes to another process, which may not import the classes of the model's objects.
+    """
+    for item in itertools.islice(array.flat, start, None):
+        if type(item) is not bytes and type(item) is not str:
+            break
+    else:
+        return array
+    items = list(array.flat)
+    for index in range(start, len(items)):
+        item = items[index]
+        if type(item) is not bytes and type(item) is not str:
+            items[index] = element_bytes(item)
+    plain = np.empty(len(items), dtype=object)
+    plain[:] = items
+    return plain.reshape(array.shape)
 
 
 def deserialize_bytes_tensor(buffer: Buffer, name: str, model: str = "", count: int = -1) -> np.ndarray:

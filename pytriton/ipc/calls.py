@@ -15,7 +15,7 @@ import asyncio
 import contextvars
 import logging
 import os
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from pytriton.ipc.channel import ChannelClosed
 from pytriton.ipc.credit import Credit
@@ -60,6 +60,7 @@ class Calls:
         self._credits: Dict[int, Credit] = {}  # by the id of a call being answered here in parts
         self._next_id = 0
         self.closed = False
+        self._call_unsent = self._unsent  # one bound method for every call posted
 
     def call(
         self,
@@ -86,7 +87,7 @@ class Calls:
             self._on_progress[self._next_id] = on_progress
             self._parts_of[future] = self._next_id
         if not fds:
-            self._outbox.post((CALL, self._next_id, what, args))
+            self._outbox.post((CALL, self._next_id, what, args), unsent=self._call_unsent)
             return future
         try:
             self._outbox.send_now((CALL, self._next_id, what, args), fds=fds, give=True)
@@ -96,6 +97,12 @@ class Calls:
             self._parts_of.pop(future, None)
             future.set_exception(CallFailed(f"cannot call '{what}': the other process is gone"))
         return future
+
+    def _unsent(self, head: Any, error: Exception) -> None:
+        """A call whose arguments did not pickle (Outbox.post's `unsent`): it fails here, the other side never heard."""
+        future = self._waiting.pop(head[1], None)
+        if future is not None and not future.done():
+            future.set_exception(CallFailed(f"the call could not be sent: {type(error).__name__}: {error}"))
 
     def abandon(self, future: Awaitable[Any]) -> None:
         """Stop waiting for a call `call` made (its client left): the other side is told, its late reply dropped."""
@@ -149,7 +156,7 @@ class Calls:
             del self._abandoned[call_id]
             self._credits.pop(call_id, None)
         if not self.closed and not abandoned.done():
-            self._outbox.post(reply)
+            self._outbox.post(reply, unsent=_unsent_reply)
 
     async def _progress(self, call_id: int, abandoned: asyncio.Future[None], value: Any, size: int) -> None:
         """Send a part of a call's answer ahead of its reply, then wait while too much is in flight.
@@ -202,6 +209,11 @@ class Calls:
                 future.set_exception(CallFailed("the other process is gone"))
         for task in list(self._answering):
             task.cancel()
+
+
+def _unsent_reply(head: Any, error: Exception) -> Tuple[Any, Sequence[Any]]:
+    """What goes in place of a reply whose value did not pickle (Outbox.post's `unsent`): the call fails."""
+    return (REPLY, head[1], False, f"the reply could not be sent: {type(error).__name__}: {error}"), ()
 
 
 def abandoned() -> Optional[asyncio.Future[None]]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import io
 import logging
 import os
 import pickle
@@ -22,7 +23,7 @@ import socket
 import struct
 import weakref
 from collections import deque
-from typing import Any, Callable, Deque, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from pytriton.ipc.tensors import Buffer
 
@@ -71,6 +72,53 @@ def encode(
 
 # Bodies up to this size are copied behind their head (see encode); larger ones go out from where they lie.
 JOINED_BODY_BYTES = 16 * 1024
+
+
+def _loads(data: Buffer) -> Any:
+    """A message's head unpickled; a class or function this process cannot import comes as a stand-in (Unimportable).
+
+    A model's process may send an object of a class only it can import (a module its factory imported from a path of
+    its own): the message stays readable, and says what it carried, where the channel was closed (and the process,
+    alive, taken for dead). The stand-ins cost nothing until a head fails to unpickle.
+    """
+    try:
+        return pickle.loads(data)
+    except (ImportError, AttributeError):
+        return _Tolerant(io.BytesIO(data)).load()
+
+
+class Unimportable:
+    """Stands in for an object whose class (module and qualified name: the stand-in's) this process cannot import."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Unimportable:
+        """Whatever the original took."""
+        return object.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__module__}.{type(self).__qualname__} object, of a class this process cannot import>"
+
+
+_STAND_INS: Dict[Tuple[str, str], type] = {}
+
+
+class _Tolerant(pickle.Unpickler):
+    """An unpickler that gives a stand-in for what it cannot import."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except (ImportError, AttributeError):
+            found = _STAND_INS.get((module, name))
+            if found is None:
+                attributes = {"__module__": module, "__qualname__": name}
+                found = _STAND_INS[(module, name)] = type(name.rpartition(".")[2], (Unimportable,), attributes)
+            return found
 
 
 def _descriptors(ancillary: List[Tuple[int, int, bytes]]) -> List[int]:
@@ -148,7 +196,7 @@ class _Reader:
         head_end = _HEADER.size + head_size
         if head_end + body_size != count:
             return False
-        head = pickle.loads(view[_HEADER.size : head_end])
+        head = _loads(view[_HEADER.size : head_end])
         body = memoryview(bytearray(view[head_end:count]) if body_size else b"")
         self._whole_messages.append(Message(head, body, self._take_fds(nfds)))
         return True
@@ -176,7 +224,7 @@ class _Reader:
             head_end = start + _HEADER.size + head_size
             if len(buffer) < head_end:
                 break
-            head = pickle.loads(buffer[start + _HEADER.size : head_end])
+            head = _loads(buffer[start + _HEADER.size : head_end])
             end = head_end + body_size
             if len(buffer) < end:
                 have = len(buffer) - head_end
@@ -219,6 +267,14 @@ class BlockingChannel:
 
     def send_encoded(self, message: List[Buffer], fds: Sequence[int] = ()) -> None:
         """Send a message `encode` made (with the descriptors it was made for)."""
+        try:
+            self._send_encoded(message, fds)
+        except OSError:
+            if self.sock.fileno() == -1:  # closed in this process: a child the callable forked returns here
+                raise ChannelClosed("the channel is closed in this process") from None
+            raise
+
+    def _send_encoded(self, message: List[Buffer], fds: Sequence[int]) -> None:
         if len(message) == 1 and not fds:
             self.sock.sendall(message[0])
             return

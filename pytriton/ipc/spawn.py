@@ -64,7 +64,9 @@ async def start_helper(
         channel.send(first[0], first[1])
         message = await asyncio.wait_for(answer, timeout_s)
     except BaseException as error:
-        channel.close()
+        channel.close()  # says on_closed, which ends the answer if nothing did
+        if not answer.cancelled():
+            answer.exception()  # retrieved: nobody awaits it now (asyncio would log it "never retrieved")
         await stop_process(process, kill=True)
         if own_group:
             kill_group(process)

@@ -109,6 +109,10 @@ class InnerCall(ResponseSink):
         """Give up the call at its deadline (UNAVAILABLE, as Triton's queue timeout)."""
         self._give_up(InferenceError.unavailable(reason))
 
+    def refuse(self, error: InferenceError) -> None:
+        """Give up the call with `error`: what it answered cannot reach its caller."""
+        self._give_up(error)
+
     def _give_up(self, error: InferenceError) -> None:
         if self.ended:
             return

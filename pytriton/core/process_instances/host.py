@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import pickle
 import select
 import signal
 import socket
@@ -26,6 +27,7 @@ from pytriton.core.custom_metrics import REGISTRY, stay_in_model_scope
 from pytriton.core.errors import Status, exception_text
 from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
+from pytriton.core.outputs import UnsentResponse
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
 from pytriton.core.process_instances.model_calls import CallerArenas, answered
 from pytriton.core.process_instances.protocol import (
@@ -56,6 +58,7 @@ from pytriton.core.process_instances.protocol import (
     pack_result,
 )
 from pytriton.core.process_instances.result_arena import ResultArena
+from pytriton.core.raw_tensors import plain_elements
 from pytriton.core.sequences.states import SequenceStates
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.segments import SharedMemoryUnavailable
@@ -73,6 +76,67 @@ class Unsendable:
 
     def __repr__(self) -> str:
         return self._repr
+
+
+def _portable(step: Any) -> Any:
+    """A result whose object outputs hold only bytes and str past their first element (raw_tensors.plain_elements).
+
+    The server may not import the classes of the others (a module the factory imported from a path of its own): their
+    message was unreadable there, and the instance was taken for dead. The first element stays for the server's
+    checks, which look at it. The result itself when nothing changes; the callable's own dicts are never changed.
+    """
+    if not isinstance(step, (list, tuple)):
+        return step
+    converted: Optional[List[Any]] = None
+    for index, response in enumerate(step):
+        if type(response) is not dict:
+            continue
+        changed: Optional[Dict[Any, Any]] = None
+        for name, value in response.items():
+            if type(value) is np.ndarray and value.dtype.hasobject and value.size > 1:
+                try:
+                    plain = plain_elements(value, 1)
+                except Exception:  # noqa: BLE001 - an element's str raised: the server's codec says so, as a thread's
+                    continue
+                if plain is not value:
+                    if changed is None:
+                        changed = dict(response)
+                    changed[name] = plain
+        if changed is not None:
+            if converted is None:
+                converted = list(step)
+            converted[index] = changed
+    if converted is None:
+        return step
+    return tuple(converted) if type(step) is tuple else converted
+
+
+def _sendable(packed: Any, model: Optional[Tuple[str, str]]) -> Any:
+    """A packed result whose responses that do not pickle are UnsentResponse's naming why: only those requests fail.
+
+    Raises what pickling raised when the result is no list (the caller sends an Unsendable then).
+    """
+    as_tuple, items = packed
+    if as_tuple is None:
+        raise TypeError("no list of responses")
+    who = f"model '{model[0]}' " if model else ""
+    sendable = []
+    for index, item in enumerate(items):
+        try:
+            pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
+        except Exception as failure:  # noqa: BLE001 - whatever pickling raises names the cause
+            what, cause = f"response {index} of the batch", failure
+            if len(item) == 3 and type(item[1]) is dict:
+                for name, value in item[1].items():
+                    try:
+                        pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+                    except Exception as output_failure:  # noqa: BLE001 - as above
+                        what, cause = f"output '{name}'", output_failure
+                        break
+            reason = f"{what} could not be sent from the {who}instance process: {type(cause).__name__}: {cause}"
+            item = (UnsentResponse(reason),)
+        sendable.append(item)
+    return as_tuple, sendable
 
 
 class _HostedRequest(Request):
@@ -235,7 +299,7 @@ class InstanceHost:
         """
         requests, lease = self._requests(job_id, batch, body)
         try:
-            value = host_step(self._call(requests))  # framework arrays travel as numpy
+            value = _portable(host_step(self._call(requests)))  # framework arrays travel as numpy
         finally:
             self._end_job()
         del requests
@@ -250,7 +314,7 @@ class InstanceHost:
         sent = 0
         try:
             for step in self._steps_of(self._requests(job_id, batch, body)[0], job_id):
-                step = host_step(step)
+                step = _portable(host_step(step))
                 packed, parts, new_arena = pack_result(self._steps, step)
                 self._send_result(job_id, packed, parts, new_arena, self._steps, False, step)
                 del step, packed, parts
@@ -427,9 +491,14 @@ class InstanceHost:
         released = self._inputs.take_released()
         try:
             message = encode((RESULT, job_id, packed, new_arena, final, released), body, fds)
-        except Exception:  # noqa: BLE001 - it cannot be pickled (a generator...): the server's checks say so
-            unsendable = (None, Unsendable(value))
-            message = encode((RESULT, job_id, unsendable, new_arena, final, released), (), fds)
+        except Exception:  # noqa: BLE001 - it cannot be pickled (a generator, a lock in an object output...)
+            try:
+                message = encode(
+                    (RESULT, job_id, _sendable(packed, self._model), new_arena, final, released), body, fds
+                )
+            except Exception:  # noqa: BLE001 - no list of dicts: the server's checks say what it is
+                unsendable = (None, Unsendable(value))
+                message = encode((RESULT, job_id, unsendable, new_arena, final, released), (), fds)
         self._send(message, fds)
 
     def _send(self, message: List[Buffer], fds: Sequence[int] = ()) -> None:

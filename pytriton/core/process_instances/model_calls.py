@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import threading
 import weakref
 from collections import deque
@@ -32,7 +33,7 @@ import numpy as np
 
 from pytriton.core.composition.inner_call import InnerCall, outputs_of
 from pytriton.core.composition.path import CallArguments, CallPath, ModelCallError
-from pytriton.core.errors import Status
+from pytriton.core.errors import InferenceError, Status
 from pytriton.core.process_instances.input_arena import outputs_in_inputs
 from pytriton.core.process_instances.protocol import MODEL_ANSWER, MODEL_CALL
 from pytriton.core.raw_tensors import mark_leased
@@ -136,6 +137,8 @@ def serve_call(
     call_id = head[2]
     if head[5]:
         calls.answers_read(head[5])
+    called = ""  # the model called
+    refused = False  # the caller was told the call failed (an answer that could not reach it)
 
     def answer(head: Any, body: Any = (), fds: Any = ()) -> None:
         to = channel()
@@ -149,12 +152,23 @@ def serve_call(
             pass
 
     def wake() -> None:
-        if channel() is None:  # the caller is gone: nothing to answer
+        nonlocal refused
+        if channel() is None or refused:  # the caller is gone, or was told the call failed: nothing to answer
             call.items.clear()
             return
         while call.items:
+            outputs = outputs_of(call.items.popleft())
+            unsendable = _unpicklable(outputs)
+            if unsendable is not None:  # its message would fail: the caller would wait for ever, its instance stuck
+                refused = True
+                call.items.clear()
+                why = f"model '{called}' answered what cannot reach the instance process: output {unsendable}"
+                answer((MODEL_ANSWER, call_id, "error", Status.INTERNAL.name, why, calls.take_read()))
+                call.refuse(InferenceError.internal(why))  # a stream's producer stops (an ended call: nothing)
+                return
             inputs = None if inputs_of is None else inputs_of()
-            packed, parts, new_arena, key, fds = calls.pack_answer(outputs_of(call.items.popleft()), inputs)
+            packed, parts, new_arena, key, fds = calls.pack_answer(outputs, inputs)
+            del outputs
             answer((MODEL_ANSWER, call_id, "response", packed, new_arena, key, calls.take_read()), parts, fds)
         if call.ended:
             error = call.error
@@ -172,12 +186,28 @@ def serve_call(
         return
     inputs_of = weakref.ref(lease) if lease is not None else None  # the inner request holds it, not the call
     del lease
+    called = arguments.name
     if path is None:
         why = f"the request that calls model '{arguments.name}' has ended"
         del arguments  # its inputs' region is the caller's again
         answer((MODEL_ANSWER, call_id, "error", "CANCELLED", why, calls.take_read()))
         return
     call.start(path, arguments)
+
+
+def _unpicklable(outputs: Outputs) -> Optional[str]:
+    """The first output that would not pickle into an answer's message, with pickle's reason; None: all would.
+
+    An object output's elements are pickled (PyTriton's checks look at the first one only: a lock may follow it).
+    """
+    for name, value in outputs.items():
+        if type(value) is np.ndarray and not value.dtype.hasobject:
+            continue  # raw bytes, in the arena or the body
+        try:
+            pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        except Exception as error:  # noqa: BLE001 - whatever pickling raises names the cause
+            return f"'{name}' ({type(error).__name__}: {error})"
+    return None
 
 
 class CallerArenas:

@@ -22,7 +22,7 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from pytriton.ipc.channel import LoopChannel, Message
 from pytriton.ipc.outbox import BATCH, Outbox, items
 from pytriton.ipc.regions import LendingArena
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
-from pytriton.ipc.tensors import IN_ARENA
+from pytriton.ipc.tensors import IN_ARENA, Buffer
 from pytriton.runtime.frontends.log_records import handle_frontend_record
 from pytriton.runtime.frontends.protocol import (
     ARENA,
@@ -75,6 +75,7 @@ ARENA_BUDGET_BYTES = 256 * 2**20
 NO_LENDING_S = 1.0
 
 _CLIENT_GONE = "the client disconnected before its response was ready"
+_UNSENT = "the model's response could not be passed from the server's process to its frontend process"
 _UNMAPPED = "the server could not map the buffer this request was read into (out of file descriptors?): send it again"
 LOGGER = logging.getLogger("pytriton")
 
@@ -135,7 +136,7 @@ class RemoteSink(ResponseSink):
         if type(response) is TracedResponse and not self.streaming and response.trace.claim():
             link.traces[self.key] = response.trace  # its record waits for the frontend's timestamps (SENT)
             head = (TRACED_RESPONSE, *head[1:])
-        link.outbox.post(head, body)
+        link.outbox.post(head, body, link.response_unsent)
         if self._ahead is not None:
             self._ahead.add(response.nbytes())
         if not self.streaming:
@@ -146,7 +147,7 @@ class RemoteSink(ResponseSink):
         """Post the error that ends the request (`answered`: as its answer, not refused at its submission)."""
         if not self._done:
             self._link.outbox.post(failed(self.key, error, answered))
-            self._end()
+            self.end()
 
     def finish(self) -> None:
         """End the request: a stream's end, or (a plain request that got no response) an error."""
@@ -154,7 +155,7 @@ class RemoteSink(ResponseSink):
             return
         if self.streaming:
             self._link.outbox.post((END, self.key))
-            self._end()
+            self.end()
         else:
             self.fail(InferenceError.internal("model returned no response"))
 
@@ -168,7 +169,8 @@ class RemoteSink(ResponseSink):
             # and the inner calls of a batch whose every request is done are cancelled.
             self.model.scheduler.withdraw(self.queued)
 
-    def _end(self) -> None:
+    def end(self) -> None:
+        """The request ended here (its error is on its way): later responses are dropped."""
         self._done = True
         self._link.sinks.pop(self.key, None)
         self._room.wake()
@@ -185,6 +187,7 @@ class FrontendLink:
         self.channel = channel
         self.outbox = Outbox(channel, loop)
         self.calls = Calls(self.outbox, handlers)
+        self.response_unsent = self._response_unsent  # one bound method for every response posted
         self.sinks: Dict[int, RemoteSink] = {}
         self.traces: Dict[int, FrontendTrace] = {}  # key: the trace file record of a TRACED_RESPONSE, until SENT
         self.closed = False
@@ -405,6 +408,25 @@ class FrontendLink:
         if ours is not None:
             del self._theirs[ours]
             SHARED_SEGMENTS.forget(ours)
+
+    def _response_unsent(self, head: Any, error: Exception) -> Tuple[Any, Sequence[Buffer]]:
+        """What goes in place of a response whose message did not pickle (Outbox.post's `unsent`): its error.
+
+        An object output's elements are bytes or str by then (protocol.plain_objects), unless one's str raised. Only
+        that request fails (a stream ends): the batch's other messages go on. The region of the arena the message
+        named, which the frontend never saw, is free again.
+        """
+        key, loan = head[1], head[5]
+        if loan:
+            self._arena.give_back(loan)
+        trace = self.traces.pop(key, None)
+        if trace is not None:
+            trace.abandon()  # the frontend says nothing of a failed request's send
+        sink = self.sinks.get(key)  # a stream's, still going
+        if sink is not None:
+            sink.end()
+        reason = f"{type(error).__name__}: {error}"
+        return failed(key, InferenceError.internal(f"{_UNSENT}: {reason}"), True), ()
 
     def pack_response(self, key: int, response: InferenceResponse) -> Tuple[Any, Any]:
         """A response's message: large outputs named where they lie, or lent a region of the arena."""

@@ -47,6 +47,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import numpy as np
 
 from pytriton.core.errors import FailureReason, InferenceError, Status
+from pytriton.core.raw_tensors import plain_elements
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
 from pytriton.ipc.regions import COPY_BYTES
@@ -187,7 +188,7 @@ def pack_small_response(key: int, response: InferenceResponse) -> Optional[Tuple
         array = output.array
         datatypes.append(output.datatype)
         if type(array) is not np.ndarray or array.dtype.hasobject:
-            packed.append((output.name, None, array))
+            packed.append((output.name, None, plain_objects(array)))
             continue
         nbytes = array.nbytes
         if nbytes >= SHARED_BYTES:
@@ -234,7 +235,7 @@ def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> 
     shared = False
     for name, array in arrays:
         if type(array) is not np.ndarray or array.dtype.hasobject:
-            packed.append((name, None, array))
+            packed.append((name, None, plain_objects(array)))
             continue
         nbytes = array.nbytes
         if nbytes >= SHARED_BYTES:
@@ -251,6 +252,20 @@ def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> 
         packed.append((name, dtype_code(array.dtype), array.shape, offset, nbytes, BODY))
         offset += nbytes
     return tuple(packed), shared
+
+
+def plain_objects(array: Any) -> Any:
+    """An object array whose elements the other process unpickles importing nothing (raw_tensors.plain_elements).
+
+    A frontend imports none of the model's modules: an element of a class of one ended its channel, unreadable.
+    An element whose str raises stays, for the outbox to fail its response alone (Outbox.post's `unsent`).
+    """
+    if type(array) is not np.ndarray:
+        return array
+    try:
+        return plain_elements(array)
+    except Exception:  # noqa: BLE001 - an element's str raised: see above
+        return array
 
 
 def _array(item: Sequence[Any], body: memoryview, resolve: Resolve) -> Any:

@@ -85,6 +85,7 @@ def _held_back_refusals(count: int, last: str) -> None:
 
 _END = object()
 _GONE = "the client disconnected before its response was ready"
+_UNSENT = "the request could not be passed from the frontend process to the server's process"
 
 
 class _Stream:
@@ -153,6 +154,7 @@ class HubLink:
         self._on_hub_gone = on_closed
         self.outbox = Outbox(channel, loop)
         self.calls = Calls(self.outbox, handlers)
+        self._request_unsent = self._unsent  # one bound method for every request posted
         self._waiting: Dict[int, Waiting] = {}
         # Requests whose clients are watched once they wait WATCH_AFTER_S: key -> (gone, since ns, watcher).
         self._watched: Dict[int, Tuple[Disconnect, int, Optional[asyncio.Future[Any]]]] = {}
@@ -185,7 +187,7 @@ class HubLink:
         head, body, shared = pack_request(
             key, spec.name, spec.version_str, request, streaming, self.buffers.locate, named
         )
-        self.outbox.post(head, body)
+        self.outbox.post(head, body, self._request_unsent)
         if shared:
             self._lent[key] = request.inputs
         self._waiting[key] = waiting
@@ -194,6 +196,21 @@ class HubLink:
             if self._sweep is None:
                 self._sweep = self.loop.call_later(WATCH_AFTER_S, self._watch)
         return key
+
+    def _unsent(self, head: Any, error: Exception) -> None:
+        """A request's message did not pickle (Outbox.post's `unsent`): it fails alone, the hub never heard of it."""
+        key = head[1]
+        self._lent.pop(key, None)
+        self._unwatch(key)
+        target = self._waiting.pop(key, None)
+        if target is None:
+            return None
+        item = InferenceError.internal(f"{_UNSENT}: {type(error).__name__}: {error}")
+        if isinstance(target, _Stream):
+            target.queue.put_nowait(item)
+        elif not target.done():
+            target.set_exception(item)
+        return None
 
     def cancel(self, key: int) -> None:
         """The request's caller went away: the hub takes it out of its queue, or drops its answers."""
@@ -447,6 +464,12 @@ class RemoteModel:
             return await future
         except asyncio.CancelledError:
             self._link.cancel(key)
+            raise
+        except BaseException:
+            # The error's traceback holds this frame, which held the future, which holds the error: a cycle that
+            # kept the request, and the receive buffer its inputs view, until the collector ran (buffers of failed
+            # requests piled up).
+            del future
             raise
 
     def record_tokens(
