@@ -260,3 +260,38 @@ def test_a_message_with_lone_surrogates_is_logged_as_escapes(caplog: pytest.LogC
         "model 'm' version 1: the inference callable raised ValueError: bad \\udcff byte (1 request failed)"
     )
     assert "in parse" in text and text.rstrip().endswith("ValueError: bad \\udcff byte")
+
+
+def test_a_message_of_megabytes_is_logged_cut_saying_how_much_more_there_was(caplog: pytest.LogCaptureFixture) -> None:
+    # An error of a 10 MB message logged 20 MB a failure: the line, then the traceback's last line again; from an
+    # instance process, its traceback (as text) the same.
+    caplog.set_level(logging.ERROR, "pytriton.model")
+    message = "x" * 1_000_000
+
+    def parse() -> None:
+        raise ValueError(message)
+
+    remote = ValueError(message)
+    trace = f'Traceback (most recent call last):\n  File "m.py", line 1, in f\nValueError: {message}\n'
+    remote.remote_traceback = trace  # type: ignore[attr-defined]
+
+    async def fail() -> None:
+        log = FailureLog("'m' version 1", burst=2)
+        try:
+            parse()
+        except ValueError as error:
+            log.callable_raised(error, 1)
+        log.callable_raised(remote, 1)
+
+    asyncio.run(fail())
+    records = [record for record in caplog.records if record.name == "pytriton.model"]
+    assert len(records) == 2
+    summary = f"ValueError: {message}"
+    cut = f"{summary[: 16 * 1024]}... ({len(summary) - 16 * 1024} more characters)"
+    for record in records:
+        text = caplog.handler.format(record)
+        assert len(text) < 64 * 1024
+        lines = text.splitlines()
+        assert lines[0].endswith(f"model 'm' version 1: the inference callable raised {cut} (1 request failed)")
+        assert lines[1] == "Traceback (most recent call last):"
+        assert lines[-1] == cut

@@ -20,6 +20,11 @@ from pytriton.exceptions import PyTritonUnrecoverableError
 
 LOGGER = logging.getLogger("pytriton.model")
 
+# Of a failure's message, and of each line of its traceback, this many characters are logged, then how many more
+# there were: a callable raising an error of a 10 MB message logged 20 MB a failure (the line and the traceback).
+# Its client still gets the whole message, as Triton sends it.
+LOGGED_CHARS = 16 * 1024
+
 
 class FailureLog:
     """The failure log of one model version; every method runs on the engine's event loop."""
@@ -52,10 +57,14 @@ class FailureLog:
         remote = getattr(error, "remote_traceback", None)
         trace = remote if isinstance(remote, str) and remote else None
         safe_summary = utf8_safe(summary)
-        if trace is None and safe_summary != summary:
+        if trace is None and (safe_summary != summary or len(summary) > LOGGED_CHARS):
             # Lone surrogates in the message: a handler writing UTF-8 (a file, a log shipper) fails on the record
-            # ("--- Logging error ---"), so the traceback goes as escaped text, as the client's message does.
+            # ("--- Logging error ---"), so the traceback goes as escaped text, as the client's message does; a
+            # long message, to be cut.
             trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        if trace is not None and len(trace) > LOGGED_CHARS:
+            trace = "\n".join(_cut(line) for line in trace.split("\n"))
+        safe_summary = _cut(safe_summary)
         LOGGER.error(
             "model %s: the inference callable raised %s (%s failed)%s",
             self._model,
@@ -138,6 +147,13 @@ class FailureLog:
             self._budget.interval_s,
             last,
         )
+
+
+def _cut(text: str) -> str:
+    """`text`, or its first LOGGED_CHARS characters and how many more there were."""
+    if len(text) <= LOGGED_CHARS:
+        return text
+    return f"{text[:LOGGED_CHARS]}... ({len(text) - LOGGED_CHARS} more characters)"
 
 
 def _requests(count: int) -> str:
