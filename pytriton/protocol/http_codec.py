@@ -14,7 +14,7 @@ from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_ar
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
-from pytriton.protocol import json_text
+from pytriton.protocol import json_pieces, json_text
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, split_parameters
 from pytriton.protocol.system_memory_codec import (
     REGION,
@@ -30,6 +30,23 @@ from pytriton.protocol.system_memory_codec import (
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
+
+# Where the codec runs (`place`): anywhere (as it always did), on an event loop (a message that would hold it for
+# more than a few ms raises OffLoop instead), or in a worker thread (long steps go a piece at a time: json_pieces,
+# tensors._numeric_in_pieces, so that the loop gets the GIL between them).
+ANYWHERE, ON_LOOP, OFF_LOOP = 0, 1, 2
+# On the loop: a JSON header this long or more (about 3 ms of parsing and arrays), binary BYTES data this long
+# (about 2 ms of strings), or an output of this many values to be written as JSON or BYTES, raises OffLoop.
+OFF_LOOP_JSON_BYTES = 256 * 1024
+OFF_LOOP_STRING_BYTES = 64 * 1024
+OFF_LOOP_VALUES = 16384
+
+
+class OffLoop(Exception):
+    """The message is long to decode or encode: the caller does it again in a worker thread (`place=OFF_LOOP`).
+
+    Raised before the codec changed anything but its cache of headers.
+    """
 
 
 class OutputFormat:
@@ -58,11 +75,13 @@ def decode_infer_request(
     forwarded_headers: Optional[Mapping[str, str]] = None,
     memory: Optional[SystemSharedMemory] = None,
     deferred: Optional[List[Read]] = None,
+    place: int = ANYWHERE,
 ) -> Tuple[InferenceRequest, OutputFormat]:
     """Decode an infer request body (JSON, optionally followed by binary tensors); also say which outputs go binary.
 
     Tensors in shared memory are read from, or checked against, the regions of `memory`; with `deferred`, large
     reads are added there instead, for the caller to carry out (`off_loop.read_off_loop`) before using the request.
+    `place`: where this runs (ON_LOOP: a long decode raises OffLoop).
     """
     size = len(body)
     if header_length is None:
@@ -77,8 +96,13 @@ def decode_infer_request(
     key = _plan_key(header)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
-        return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory, deferred)
-    document = parse_json_object(header)
+        return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory, deferred, place)
+    if place and header_length >= OFF_LOOP_JSON_BYTES:
+        if place == ON_LOOP:
+            raise OffLoop
+        document = parse_json_object(header, json_pieces.loads)
+    else:
+        document = parse_json_object(header)
     # What tritonserver's HTTP frontend reads, in its order: the id, the parameters, every input (header, source,
     # binary bytes, JSON data), the outputs; only then does its core check them against the model.
     request_id = document.get("id", "")
@@ -147,6 +171,8 @@ def decode_infer_request(
                     raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
                 data = _binary(view, offset, binary_size, size, name, spec.name)
                 offset += binary_size
+                if place == ON_LOOP and binary_size >= OFF_LOOP_STRING_BYTES and datatype == BYTES:
+                    raise OffLoop
                 if refused is None:
                     try:
                         inputs[name] = array_from_raw(data, datatype, shape, name, spec.name)
@@ -160,6 +186,8 @@ def decode_infer_request(
                 if 0 not in shape:
                     try:
                         array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
+                        if place == OFF_LOOP:  # its values, freed here a piece at a time (json_pieces.release)
+                            json_pieces.release(raw["data"])
                     except InferenceError as error:  # the frontend's refusal, or the core's (`_json_read`)
                         array, core_error = _json_read(raw["data"], datatype, shape, name, spec.name, error)
                         if refused is None and core_error is not None:
@@ -369,6 +397,7 @@ def _decode_planned(
     forwarded_headers: Optional[Mapping[str, str]],
     memory: Optional[SystemSharedMemory],
     deferred: Optional[List[Read]],
+    place: int,
 ) -> Tuple[InferenceRequest, OutputFormat]:
     """Decode a request whose JSON header an earlier request had: the checks that depend on more than the header."""
     if forwarded_headers:
@@ -405,6 +434,8 @@ def _decode_planned(
                     )
                     continue
                 end = offset + (binary_size or 0)  # (never None: an input of a plan is in a region or in the body)
+                if place == ON_LOOP and end - offset >= OFF_LOOP_STRING_BYTES and datatype == BYTES:
+                    raise OffLoop
                 raw = view[offset:end] if view is not None else memoryview(b"")
                 inputs[name] = array_from_raw(raw, datatype, shape, name, spec.name)
                 offset = end
@@ -490,10 +521,10 @@ def _decode_raw_body(
     return request, OutputFormat({}, True)
 
 
-def parse_json_object(data: Body) -> Dict[str, Any]:
-    """Parse a JSON object, or raise a 400 with the parser's message."""
+def parse_json_object(data: Body, loads: Callable[[Body], Any] = json_text.loads) -> Dict[str, Any]:
+    """Parse a JSON object with `loads`, or raise a 400 with the parser's message."""
     try:
-        document = json_text.loads(data)
+        document = loads(data)
     except json_text.JsonError as error:
         raise InferenceError.invalid(f"failed to parse the request JSON buffer: {error}") from None
     if not isinstance(document, dict):
@@ -727,11 +758,13 @@ def encode_infer_response(
     memory: Optional[SystemSharedMemory] = None,
     parameters: Optional[Dict[str, Any]] = None,
     deferred: Optional[List[WriteRun]] = None,
-) -> Tuple[bytes, Sequence[Any], int]:
+    place: int = ANYWHERE,
+) -> Tuple[Union[bytes, bytearray], Sequence[Any], int]:
     """Encode a response: the JSON part, the binary parts after it (none of 0 bytes), and the JSON part's length.
 
     Outputs the request placed in shared memory are written into their regions of `memory` and carry no data;
     with `deferred`, large writes are added there, for the caller to carry out (`off_loop.write_off_loop`).
+    `place`: where this runs (ON_LOOP: a long encode raises OffLoop).
     """
     outputs: List[Dict[str, Any]] = []
     binary_parts: List[Any] = []
@@ -749,12 +782,16 @@ def encode_infer_response(
         if region is not None:
             writes.append(output_write(region, output))
         elif binary_by_name.get(output.name, binary_default):
+            if output.datatype == BYTES and place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
+                raise OffLoop
             raw = raw_from_array(output.array, output.datatype)
             size = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
             entry["parameters"] = {"binary_data_size": size}
             if size:  # as Triton: an answer whose binary outputs are all empty goes as JSON, without the header
                 binary_parts.append(raw)
         else:
+            if place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
+                raise OffLoop
             entry["data"] = _in_response(json_from_array, output.array, output.datatype)
         outputs.append(entry)
     if writes:
@@ -768,8 +805,14 @@ def encode_infer_response(
     if parameters:
         document["parameters"] = parameters  # before the outputs, as Triton writes them
     document["outputs"] = outputs
-    header = json_text.dumps(document)
-    return header, binary_parts, len(header)
+    if place != OFF_LOOP:
+        header = json_text.dumps(document)
+        return header, binary_parts, len(header)
+    pieced = json_pieces.dumps(document)
+    for entry in outputs:  # BYTES outputs' strings, freed a piece at a time
+        if type(entry.get("data")) is list:
+            json_pieces.release(entry["data"])
+    return pieced, binary_parts, len(pieced)
 
 
 _R = TypeVar("_R")

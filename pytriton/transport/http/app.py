@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import zlib
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Union
 from urllib.parse import unquote
 
 import orjson
@@ -27,13 +27,15 @@ from pytriton.options.routes import CustomRoutes
 from pytriton.protocol import config_override, documents, json_text, openai_codec
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import (
+    ON_LOOP,
     Body,
+    OffLoop,
     decode_infer_request,
     encode_infer_response,
     parse_json_members,
 )
 from pytriton.transport.deflate import compressed
-from pytriton.transport.http import cuda_memory, system_memory
+from pytriton.transport.http import codec_threads, cuda_memory, system_memory
 from pytriton.transport.http.custom import serve_custom
 from pytriton.transport.http.cycle import BODY_PARTS, HEADER_NAMES
 from pytriton.transport.http.responses import (
@@ -370,7 +372,14 @@ class HttpFrontend:
         memory = self._engine.system_memory
         try:
             deferred: List[Read] = []
-            request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory, deferred)
+            try:
+                request, output_format = decode_infer_request(
+                    spec, body, header_length, forwarded, memory, deferred, ON_LOOP
+                )
+            except OffLoop:  # long to decode: in a worker thread, the other clients served meanwhile
+                request, output_format = await codec_threads.decoded(
+                    spec, body, header_length, forwarded, memory, deferred
+                )
             decoded_ns = 0
             if received_ns:
                 decoded_ns = time.monotonic_ns()
@@ -383,9 +392,14 @@ class HttpFrontend:
                     await read_off_loop(deferred)
                 response = await served.infer(request, gone=lambda: until_disconnect(receive))
                 writes: List[WriteRun] = []
-                json_part, binary_parts, json_length = encode_infer_response(
-                    spec, request.id, response, output_format, memory, None, writes
-                )
+                try:
+                    json_part, binary_parts, json_length = encode_infer_response(
+                        spec, request.id, response, output_format, memory, None, writes, ON_LOOP
+                    )
+                except OffLoop:
+                    json_part, binary_parts, json_length = await codec_threads.encoded(
+                        spec, request.id, response, output_format, memory, writes
+                    )
                 if writes:  # outputs too large to copy on the loop, written while their regions are held
                     await write_off_loop(writes)
             finally:
@@ -412,7 +426,7 @@ class HttpFrontend:
                 await send({"type": "http.response.start", "status": 200, "headers": out_headers})
                 await send({"type": "http.response.body", "body": json_part, BODY_PARTS: binary_parts})
                 return
-            out = b"".join([json_part, *binary_parts])
+            out: Union[bytes, bytearray] = b"".join([json_part, *binary_parts])
         else:
             out = json_part
             out_headers = [JSON_TYPE]
@@ -750,7 +764,7 @@ def _response_encoding(accept_encoding: str) -> str:
     return "" if chosen == "identity" else chosen
 
 
-async def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
+async def _compress(body: Union[bytes, bytearray], accept_encoding: str, headers: List[Any]) -> Union[bytes, bytearray]:
     """Compress an infer response per Accept-Encoding (gzip or deflate), adding Content-Encoding.
 
     A large body is compressed in a worker thread (transport/deflate.py): the other clients are served meanwhile.

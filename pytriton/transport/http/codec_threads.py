@@ -1,0 +1,94 @@
+"""Long infer decodes and encodes (large JSON, many strings) in worker threads, awaited by the request on the loop.
+
+One client's 100 MB JSON request (16 Mi FP32 values) was decoded on the event loop: every other client of the
+server, health checks among them, waited 1.4 s for it (a 64 Mi one: 11 s), where tritonserver 2.51 decodes in
+its HTTP worker threads. The codec, run on the loop (`http_codec.ON_LOOP`), raises OffLoop for such a message
+before it changed anything; it is then decoded here again, in a worker thread, a piece at a time
+(`http_codec.OFF_LOOP`: orjson and numpy hold the GIL through each call, so each call is kept short), and the
+loop serves the other clients between the pieces. A small message never comes here.
+
+The worker does not touch the server's shared-memory registry, which only the loop changes: a message that
+needs it (a tensor in a region) is decoded on the loop after all, as before.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List, Mapping, NoReturn, Optional, Sequence, Tuple, Union, cast
+
+from pytriton.core.daemon_threads import DaemonThreads, awaited
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.shared_memory.system import Read, SystemSharedMemory, WriteRun
+from pytriton.core.spec import ModelSpec
+from pytriton.protocol.http_codec import OFF_LOOP, Body, OutputFormat, decode_infer_request, encode_infer_response
+
+# The threads that decode and encode; each takes a core while it works, so a few.
+CODERS = DaemonThreads(2, "pytriton-codec")
+
+
+def _fresh_coders() -> None:
+    """In a forked child, a pool of its own: the parent's threads are not there, though counted."""
+    global CODERS
+    CODERS = DaemonThreads(2, "pytriton-codec")
+
+
+os.register_at_fork(after_in_child=_fresh_coders)
+
+
+class _NeedsLoop(Exception):
+    """The message uses the shared-memory registry: it is decoded or encoded on the loop."""
+
+
+class _LoopOnly:
+    """Stands for the registry in a worker thread: any use of it raises _NeedsLoop."""
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise _NeedsLoop
+
+
+_LOOP_ONLY = cast(SystemSharedMemory, _LoopOnly())
+
+
+async def decoded(
+    spec: ModelSpec,
+    body: Body,
+    header_length: Optional[int],
+    forwarded: Optional[Mapping[str, str]],
+    memory: Optional[SystemSharedMemory],
+    deferred: List[Read],
+) -> Tuple[InferenceRequest, OutputFormat]:
+    """`decode_infer_request` of a message it refused to decode on the loop (OffLoop), in a worker thread."""
+    guard = _LOOP_ONLY if memory is not None else None
+    try:
+        future = awaited(
+            CODERS, lambda: decode_infer_request(spec, body, header_length, forwarded, guard, None, OFF_LOOP)
+        )
+    except RuntimeError:  # no thread could start: on the loop, as before
+        return decode_infer_request(spec, body, header_length, forwarded, memory, deferred)
+    try:
+        return await future
+    except _NeedsLoop:
+        return decode_infer_request(spec, body, header_length, forwarded, memory, deferred)
+
+
+async def encoded(
+    spec: ModelSpec,
+    request_id: str,
+    response: InferenceResponse,
+    output_format: OutputFormat,
+    memory: Optional[SystemSharedMemory],
+    writes: List[WriteRun],
+) -> Tuple[Union[bytes, bytearray], Sequence[Any], int]:
+    """`encode_infer_response` of an answer it refused to encode on the loop (OffLoop), in a worker thread."""
+    guard = _LOOP_ONLY if memory is not None else None
+    try:
+        future = awaited(
+            CODERS,
+            lambda: encode_infer_response(spec, request_id, response, output_format, guard, None, None, OFF_LOOP),
+        )
+    except RuntimeError:  # no thread could start: on the loop, as before
+        return encode_infer_response(spec, request_id, response, output_format, memory, None, writes)
+    try:
+        return await future
+    except _NeedsLoop:
+        return encode_infer_response(spec, request_id, response, output_format, memory, None, writes)
