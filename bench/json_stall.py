@@ -1,7 +1,7 @@
 """How long one client's large infer request holds the server from its other clients: health latency meanwhile.
 
 `python -m bench.json_stall [--nvidia] [--sizes ...]`: a server (this one, or with `--nvidia` NVIDIA PyTriton 0.7
-run by /tmp/nvidia-pytriton/bin/python) with identity models; one client sends each large request in turn while a
+run by /tmp/nvidia-pytriton/run) with identity models; one client sends each large request in turn while a
 second process polls /v2/health/ready every 5 ms over its own keep-alive connection. For each request: its own
 time, and the worst and p99 health latency while it was under way. The server runs in a process of its own.
 """
@@ -16,12 +16,13 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-NVIDIA_PYTHON = "/tmp/nvidia-pytriton/bin/python"
+NVIDIA_RUN = "/tmp/nvidia-pytriton/run"  # runs a command in nvidia-pytriton's environment
 
 
 def serve(port: int, grpc_port: int, ours: bool) -> None:
@@ -215,14 +216,14 @@ def main() -> None:
     if args.serve:
         serve(args.port, args.port + 1, not args.nvidia)
         return
-    python = NVIDIA_PYTHON if args.nvidia else sys.executable
     env = dict(os.environ)
-    if args.nvidia:
+    command = [sys.executable, "-m", "bench.json_stall", "--serve", "--port", str(args.port)]
+    cwd = None
+    if args.nvidia:  # never from the repo root: NVIDIA's interpreter must not import our package
         env.pop("PYTHONPATH", None)
-    command = [python, "-m", "bench.json_stall", "--serve", "--port", str(args.port)]
-    if args.nvidia:
-        command = [python, os.path.abspath(__file__), "--serve", "--nvidia", "--port", str(args.port)]
-    server = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, start_new_session=True)
+        command = [NVIDIA_RUN, "python", os.path.abspath(__file__), "--serve", "--nvidia", "--port", str(args.port)]
+        cwd = tempfile.gettempdir()
+    server = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while not _ready(args.port):
