@@ -96,7 +96,9 @@ def decode_infer_request(
     key = _plan_key(header)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
-        return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory, deferred, place)
+        if plan.long_strings and place == ON_LOOP:
+            raise OffLoop
+        return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory, deferred)
     if place and header_length >= OFF_LOOP_JSON_BYTES:
         if place == ON_LOOP:
             raise OffLoop
@@ -344,6 +346,7 @@ class _Plan:
         "classes",
         "inputs",
         "located",
+        "long_strings",
         "parameters",
         "regions",
         "request_id",
@@ -362,6 +365,11 @@ class _Plan:
         """Keep what the decode of the header found."""
         self.inputs = inputs
         self.binary_bytes = sum(planned[3] or 0 for planned in inputs if planned[4] is None)  # the body's, after it
+        # A BYTES input in the body long enough to be decoded off the loop (OffLoop)
+        self.long_strings = any(
+            planned[1] == BYTES and planned[4] is None and (planned[3] or 0) >= OFF_LOOP_STRING_BYTES
+            for planned in inputs
+        )
         self.request_id = request_id
         self.parameters = parameters
         self.split = split_parameters(parameters)  # without forwarded headers
@@ -397,7 +405,6 @@ def _decode_planned(
     forwarded_headers: Optional[Mapping[str, str]],
     memory: Optional[SystemSharedMemory],
     deferred: Optional[List[Read]],
-    place: int,
 ) -> Tuple[InferenceRequest, OutputFormat]:
     """Decode a request whose JSON header an earlier request had: the checks that depend on more than the header."""
     if forwarded_headers:
@@ -434,8 +441,6 @@ def _decode_planned(
                     )
                     continue
                 end = offset + (binary_size or 0)  # (never None: an input of a plan is in a region or in the body)
-                if place == ON_LOOP and end - offset >= OFF_LOOP_STRING_BYTES and datatype == BYTES:
-                    raise OffLoop
                 raw = view[offset:end] if view is not None else memoryview(b"")
                 inputs[name] = array_from_raw(raw, datatype, shape, name, spec.name)
                 offset = end

@@ -36,6 +36,7 @@ from pytriton.protocol.http_codec import (
 )
 from pytriton.transport.deflate import compressed
 from pytriton.transport.http import codec_threads, cuda_memory, system_memory
+from pytriton.transport.http.codec_threads import OFF_LOOP_JOIN_BYTES
 from pytriton.transport.http.custom import serve_custom
 from pytriton.transport.http.cycle import BODY_PARTS, HEADER_NAMES
 from pytriton.transport.http.responses import (
@@ -426,7 +427,10 @@ class HttpFrontend:
                 await send({"type": "http.response.start", "status": 200, "headers": out_headers})
                 await send({"type": "http.response.body", "body": json_part, BODY_PARTS: binary_parts})
                 return
-            out: Union[bytes, bytearray] = b"".join([json_part, *binary_parts])
+            parts = [json_part, *binary_parts]
+            out: Union[bytes, bytearray, memoryview] = (
+                await codec_threads.joined(parts, size) if size >= OFF_LOOP_JOIN_BYTES else b"".join(parts)
+            )
         else:
             out = json_part
             out_headers = [JSON_TYPE]
@@ -764,7 +768,9 @@ def _response_encoding(accept_encoding: str) -> str:
     return "" if chosen == "identity" else chosen
 
 
-async def _compress(body: Union[bytes, bytearray], accept_encoding: str, headers: List[Any]) -> Union[bytes, bytearray]:
+async def _compress(
+    body: Union[bytes, bytearray, memoryview], accept_encoding: str, headers: List[Any]
+) -> Union[bytes, bytearray, memoryview]:
     """Compress an infer response per Accept-Encoding (gzip or deflate), adding Content-Encoding.
 
     A large body is compressed in a worker thread (transport/deflate.py): the other clients are served meanwhile.
