@@ -1,4 +1,4 @@
-"""Long HTTP infer decodes and encodes run in a worker thread (transport/http/codec_threads.py), not on the loop.
+"""Long HTTP infer decodes and encodes run in a worker thread (transport/codec_threads.py), not on the loop.
 
 A large JSON request, a large binary BYTES input, a large output asked for as JSON or BYTES: the codec's pool is
 replaced by a gated one, so the request's decode (or its answer's encode) waits at the gate while another client's
@@ -21,8 +21,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.protocol import http_codec
-from pytriton.transport.http import codec_threads
+from pytriton.protocol import codec_place, http_codec
+from pytriton.transport import codec_threads
 from pytriton.triton import Triton
 from tests.conftest import HTTP_AUTH, http_url, running_triton
 from tests.gated_threads import GatedThreads, gated_pool
@@ -30,7 +30,7 @@ from tests.test_system_shared_memory import Segment
 
 # Values of a large JSON request (about 400 KB of JSON: over OFF_LOOP_JSON_BYTES) and of a large output.
 LARGE = 65536
-assert LARGE * 6 > http_codec.OFF_LOOP_JSON_BYTES and LARGE > http_codec.OFF_LOOP_VALUES
+assert LARGE * 6 > codec_place.OFF_LOOP_JSON_BYTES and LARGE > codec_place.OFF_LOOP_VALUES
 
 
 def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
@@ -179,7 +179,7 @@ def test_a_large_binary_bytes_input_is_decoded_while_other_clients_are_answered(
 ) -> None:
     strings = [b"s%07d" % index for index in range(LARGE)]
     body, header_length = _binary_bytes(strings)
-    assert len(body) - header_length > http_codec.OFF_LOOP_STRING_BYTES
+    assert len(body) - header_length > codec_place.OFF_LOOP_STRING_BYTES
     status, headers, answer = _answered_after_others(triton, coders, "bytes", body, header_length)
     assert status == 200
     assert answer[int(headers["Inference-Header-Content-Length"]) :] == body[header_length:]
@@ -271,7 +271,7 @@ LARGE_REQUESTS: Dict[str, Tuple[str, bytes]] = {
 @pytest.mark.parametrize("case", list(LARGE_REQUESTS))
 def test_a_large_request_is_answered_as_on_the_loop(triton: Triton, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
     model, body = LARGE_REQUESTS[case]
-    assert len(body) >= http_codec.OFF_LOOP_JSON_BYTES
+    assert len(body) >= codec_place.OFF_LOOP_JSON_BYTES
     submitted: List[int] = []
     submit = codec_threads.CODERS.submit
     monkeypatch.setattr(codec_threads.CODERS, "submit", lambda job: submitted.append(1) or submit(job))

@@ -15,6 +15,15 @@ from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol import json_pieces, json_text
+from pytriton.protocol.codec_place import (
+    ANYWHERE,
+    OFF_LOOP,
+    OFF_LOOP_JSON_BYTES,
+    OFF_LOOP_STRING_BYTES,
+    OFF_LOOP_VALUES,
+    ON_LOOP,
+    OffLoop,
+)
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, split_parameters
 from pytriton.protocol.system_memory_codec import (
     REGION,
@@ -30,23 +39,6 @@ from pytriton.protocol.system_memory_codec import (
 from pytriton.protocol.tensors import array_from_json, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
-
-# Where the codec runs (`place`): anywhere (as it always did), on an event loop (a message that would hold it for
-# more than a few ms raises OffLoop instead), or in a worker thread (long steps go a piece at a time: json_pieces,
-# tensors._numeric_in_pieces, so that the loop gets the GIL between them).
-ANYWHERE, ON_LOOP, OFF_LOOP = 0, 1, 2
-# On the loop: a JSON header this long or more (about 3 ms of parsing and arrays), binary BYTES data this long
-# (about 2 ms of strings), or an output of this many values to be written as JSON or BYTES, raises OffLoop.
-OFF_LOOP_JSON_BYTES = 256 * 1024
-OFF_LOOP_STRING_BYTES = 64 * 1024
-OFF_LOOP_VALUES = 16384
-
-
-class OffLoop(Exception):
-    """The message is long to decode or encode: the caller does it again in a worker thread (`place=OFF_LOOP`).
-
-    Raised before the codec changed anything but its cache of headers.
-    """
 
 
 class OutputFormat:

@@ -150,7 +150,7 @@ def _numeric_in_pieces(data: List[Any], dtype: np.dtype) -> Optional[np.ndarray]
     (which refuses it in its words, or reads it).
 
     One numpy call over 16 Mi values held the GIL for a quarter of a second, in whichever thread made it: a
-    large request decoded off the event loop (transport/http/codec_threads.py) still held the loop that long. The
+    large request decoded off the event loop (transport/codec_threads.py) still held the loop that long. The
     result is the whole list's: numpy makes the whole list float64 when any value is a float, int64 when none
     is, and so is each piece made, then cast as the whole would be.
     """

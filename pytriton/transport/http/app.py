@@ -25,18 +25,18 @@ from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings, trace_changes_from_json
 from pytriton.options.routes import CustomRoutes
 from pytriton.protocol import config_override, documents, json_text, openai_codec
+from pytriton.protocol.codec_place import ON_LOOP, OffLoop
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import (
-    ON_LOOP,
     Body,
-    OffLoop,
     decode_infer_request,
     encode_infer_response,
     parse_json_members,
 )
+from pytriton.transport import codec_threads
+from pytriton.transport.codec_threads import OFF_LOOP_JOIN_BYTES
 from pytriton.transport.deflate import compressed
-from pytriton.transport.http import codec_threads, cuda_memory, system_memory
-from pytriton.transport.http.codec_threads import OFF_LOOP_JOIN_BYTES
+from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.custom import serve_custom
 from pytriton.transport.http.cycle import BODY_PARTS, HEADER_NAMES
 from pytriton.transport.http.responses import (
@@ -378,8 +378,11 @@ class HttpFrontend:
                     spec, body, header_length, forwarded, memory, deferred, ON_LOOP
                 )
             except OffLoop:  # long to decode: in a worker thread, the other clients served meanwhile
-                request, output_format = await codec_threads.decoded(
-                    spec, body, header_length, forwarded, memory, deferred
+                request, output_format = await codec_threads.off_loop(
+                    lambda registry, place: decode_infer_request(
+                        spec, body, header_length, forwarded, registry, deferred, place
+                    ),
+                    memory,
                 )
             decoded_ns = 0
             if received_ns:
@@ -398,8 +401,11 @@ class HttpFrontend:
                         spec, request.id, response, output_format, memory, None, writes, ON_LOOP
                     )
                 except OffLoop:
-                    json_part, binary_parts, json_length = await codec_threads.encoded(
-                        spec, request.id, response, output_format, memory, writes
+                    json_part, binary_parts, json_length = await codec_threads.off_loop(
+                        lambda registry, place: encode_infer_response(
+                            spec, request.id, response, output_format, registry, None, writes, place
+                        ),
+                        memory,
                     )
                 if writes:  # outputs too large to copy on the loop, written while their regions are held
                     await write_off_loop(writes)
