@@ -1,6 +1,7 @@
-"""Long HTTP infer decodes and encodes run in a worker thread (transport/codec_threads.py), not on the loop.
+"""Long infer decodes and encodes run in a worker thread (transport/codec_threads.py), not on the loop.
 
-A large JSON request, a large binary BYTES input, a large output asked for as JSON or BYTES: the codec's pool is
+A large JSON request, a large binary BYTES input, a large output asked for as JSON or BYTES (HTTP), many strings
+in a request or an answer (gRPC, unary and streamed): the codec's pool is
 replaced by a gated one, so the request's decode (or its answer's encode) waits at the gate while another client's
 health check is answered, which a decode on the loop (done before the gate could even be reached) would not allow.
 No timing: the order of answers is what is asserted. The answers, refusals included, are those of the codec run on
@@ -13,18 +14,20 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import queue
 import struct
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.protocol import codec_place, http_codec
 from pytriton.transport import codec_threads
 from pytriton.triton import Triton
-from tests.conftest import HTTP_AUTH, http_url, running_triton
+from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.gated_threads import GatedThreads, gated_pool
 from tests.test_system_shared_memory import Segment
 
@@ -49,7 +52,18 @@ def _count(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"out": np.array([request["in"].size], np.int64)} for request in requests]
 
 
+def _strings(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"out": np.array([b"s%07d" % index for index in range(LARGE)], np.object_)} for _ in requests]
+
+
 def _bind(triton: Triton) -> None:
+    triton.bind(
+        "strings",
+        _strings,
+        inputs=[Tensor(name="in", dtype=np.float32, shape=(1,))],
+        outputs=[Tensor(name="out", dtype=bytes, shape=(LARGE,))],
+        config=ModelConfig(batching=False),
+    )
     triton.bind(
         "count",
         _count,
@@ -76,7 +90,7 @@ def _bind(triton: Triton) -> None:
 
 @pytest.fixture(scope="module")
 def triton() -> Iterator[Triton]:
-    with running_triton(_bind, allow_metrics=False, allow_grpc=False) as server:
+    with running_triton(_bind, allow_metrics=False) as server:
         yield server
 
 
@@ -309,3 +323,57 @@ def test_a_large_request_with_an_output_in_shared_memory_is_decoded_on_the_loop(
     assert status == 200, answer
     assert coders.submitted.is_set()
     assert (segment.read(np.float32, [LARGE]) == np.array(values, np.float32)).all()
+
+
+def _grpc_infer(triton: Triton, model: str, array: np.ndarray, datatype: str, stream: bool) -> np.ndarray:
+    client = grpcclient.InferenceServerClient(grpc_url(triton))
+    tensor = grpcclient.InferInput("in", list(array.shape), datatype)
+    tensor.set_data_from_numpy(array)
+    try:
+        if not stream:
+            return client.infer(model, [tensor]).as_numpy("out")
+        answers: queue.Queue[Any] = queue.Queue()
+        client.start_stream(lambda result, error: answers.put(error or result))
+        try:
+            client.async_stream_infer(model, [tensor])
+            answer = answers.get(timeout=60)
+        finally:
+            client.stop_stream()
+        assert not isinstance(answer, Exception), answer
+        return answer.as_numpy("out")
+    finally:
+        client.close()
+
+
+def _grpc_answered_after_others(
+    triton: Triton, coders: GatedThreads, model: str, array: np.ndarray, datatype: str, stream: bool
+) -> np.ndarray:
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        large = pool.submit(_grpc_infer, triton, model, array, datatype, stream)
+        assert coders.submitted.wait(30), "the message was not left to a worker thread"
+        assert [_ready(triton) for _ in range(3)] == [True, True, True]
+        assert not large.done()
+        coders.gate.set()
+        return large.result(60)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_many_strings_over_grpc_are_decoded_while_other_clients_are_answered(
+    triton: Triton, coders: GatedThreads, stream: bool
+) -> None:
+    strings = np.array([b"g%07d" % index for index in range(LARGE)], np.object_)
+    assert _grpc_answered_after_others(triton, coders, "count", strings, "BYTES", stream).tolist() == [LARGE]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_many_strings_answered_over_grpc_are_encoded_while_other_clients_are_answered(
+    triton: Triton, coders: GatedThreads, stream: bool
+) -> None:
+    answer = _grpc_answered_after_others(triton, coders, "strings", np.array([1.0], np.float32), "FP32", stream)
+    assert answer.tolist() == [b"s%07d" % index for index in range(LARGE)]
+
+
+def test_few_strings_over_grpc_are_decoded_and_encoded_on_the_loop(triton: Triton, coders: GatedThreads) -> None:
+    strings = np.array([b"a", b"bc"], np.object_)
+    assert _grpc_infer(triton, "bytes", strings, "BYTES", stream=False).tolist() == [b"a", b"bc"]
+    assert not coders.submitted.is_set()

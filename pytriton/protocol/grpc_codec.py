@@ -19,6 +19,7 @@ from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceReque
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol import documents
+from pytriton.protocol.codec_place import ANYWHERE, OFF_LOOP_STRING_BYTES, OFF_LOOP_VALUES, ON_LOOP, OffLoop
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, GRPC_RULES, RequestOptions, split_parameters
 from pytriton.protocol.system_memory_codec import (
     BYTE_SIZE,
@@ -92,12 +93,14 @@ def decode_infer_request(
     memory: Optional[SystemSharedMemory] = None,
     data: Optional[bytes] = None,
     deferred: Optional[List[Read]] = None,
+    place: int = ANYWHERE,
 ) -> DecodedRequest:
     """Decode a ModelInferRequest; `raw_contents` overrides its raw_input_contents (already split off).
 
     Inputs in shared memory (which have no raw contents) are read from the regions of `memory`; with `deferred`,
     large reads are added there instead, for the caller to carry out (`off_loop.read_off_loop`) first. `data`, the
-    message's bytes when the transport has them, finds what an earlier request of the same bytes said.
+    message's bytes when the transport has them, finds what an earlier request of the same bytes said. `place`:
+    where this runs (ON_LOOP: many strings to read raise OffLoop).
     """
     contents = message.raw_input_contents if raw_contents is None else raw_contents
     keyed = data is not None and not contents  # a message of headers alone
@@ -116,6 +119,8 @@ def decode_infer_request(
     expected = plan.raw_count
     # As Triton: raw contents past the inputs' are ignored (and not even listed), missing ones refused below.
     raw = [contents[index] for index in range(min(len(contents), expected))] if contents else []
+    if plan.strings and place == ON_LOOP and _long_strings(plan, message, raw):
+        raise OffLoop
     inputs: Dict[str, np.ndarray] = {}
     names: List[str] = []
     batch_sizes: List[int] = []
@@ -506,6 +511,7 @@ class _MessagePlan:
         "parameters",
         "raw_count",
         "repeated",
+        "strings",
         "typed",
         "user_parameters",
     )
@@ -529,6 +535,7 @@ class _MessagePlan:
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
         self.in_regions = self.raw_count < len(self.inputs)  # some input is in shared memory
         self.typed = any(header.has_contents for header in self.inputs)
+        self.strings = any(header.datatype == BYTES for header in self.inputs)
         parameters = message.parameters
         self.parameters = request_parameters_from_message(parameters) if parameters else None
         self.user_parameters: Dict[str, Any] = {}
@@ -545,6 +552,19 @@ class _MessagePlan:
 
 
 _NAME = operator.attrgetter("name")
+
+
+def _long_strings(plan: _MessagePlan, message: Message, raw: Sequence[Buffer]) -> bool:
+    """Whether a request with a BYTES input has many strings to read, to be decoded off the loop.
+
+    Raw contents of OFF_LOOP_STRING_BYTES or more (any input's: a long one of another datatype too), or typed
+    BYTES contents of OFF_LOOP_VALUES strings.
+    """
+    if any(len(part) >= OFF_LOOP_STRING_BYTES for part in raw):
+        return True
+    return plan.typed and any(
+        len(tensor.contents.bytes_contents) >= OFF_LOOP_VALUES for tensor in message.inputs if tensor.datatype == BYTES
+    )
 
 
 def _headers_before_error(tensors: Sequence[Message]) -> List[_InputHeader]:
@@ -746,11 +766,13 @@ def encode_infer_response(
     decoded: Optional[DecodedRequest] = None,
     memory: Optional[SystemSharedMemory] = None,
     deferred: Optional[List[WriteRun]] = None,
+    place: int = ANYWHERE,
 ) -> EncodedResponse:
     """A response with raw outputs; `final` sets the triton_final_response parameter (streams).
 
     Outputs `decoded` placed in shared memory are written into their regions of `memory` and have empty contents;
     with `deferred`, large writes are added there, for the caller to carry out (`off_loop.write_off_loop`).
+    `place`: where this runs (ON_LOOP: a BYTES output of many strings raises OffLoop).
     """
     message = service_pb2.ModelInferResponse(model_name=spec.name, model_version=spec.version_str, id=request_id)
     add_output = message.outputs.add
@@ -769,6 +791,8 @@ def encode_infer_response(
             writes.append(output_write(region, output))
             raw_outputs.append(b"")
         else:
+            if output.datatype == BYTES and place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
+                raise OffLoop
             raw_outputs.append(raw_from_array(output.array, output.datatype))
     if writes:
         (memory or _memory(memory)).write_all(writes, deferred)

@@ -9,10 +9,12 @@ from typing import Any, AsyncIterator, Dict, List, Optional
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError
+from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.core.shared_memory.off_loop import read_off_loop, write_off_loop
-from pytriton.core.shared_memory.system import Read, WriteRun
+from pytriton.core.shared_memory.system import Read, SystemSharedMemory, WriteRun
+from pytriton.core.spec import ModelSpec
 from pytriton.options.header_forwarding import forward_pattern
 from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import (
@@ -23,7 +25,9 @@ from pytriton.protocol import (
     settings_codec,
     system_memory_codec,
 )
-from pytriton.protocol.grpc_codec import EncodedResponse, Message
+from pytriton.protocol.codec_place import ON_LOOP, OffLoop
+from pytriton.protocol.grpc_codec import DecodedRequest, EncodedResponse, Message
+from pytriton.transport.grpc import coding
 from pytriton.transport.grpc.errors import unary
 from pytriton.transport.grpc.streaming import DEFAULT_STREAM_REQUESTS, StreamSession
 from pytriton.transport.grpc.wire import InferRequestFrame
@@ -159,9 +163,12 @@ class InferenceServicer:
         memory = self._engine.system_memory
         forwarded = self._forwarded_headers(context)
         deferred: List[Read] = []
-        decoded = grpc_codec.decode_infer_request(
-            spec, request, frame.raw_inputs, forwarded, memory, frame.data, deferred
-        )
+        try:
+            decoded = grpc_codec.decode_infer_request(
+                spec, request, frame.raw_inputs, forwarded, memory, frame.data, deferred, ON_LOOP
+            )
+        except OffLoop:  # many strings: read in a worker thread, the other clients served meanwhile
+            decoded = await coding.decoded(spec, request, frame.raw_inputs, forwarded, memory, frame.data, deferred)
         if received_ns:
             mark_arrival(decoded.request, received_ns, grpc=True)
         held = decoded.regions and [where.region for where in decoded.regions.values()]
@@ -175,17 +182,19 @@ class InferenceServicer:
             if received_ns and type(response) is TracedResponse and response.trace.claim():
                 send_ns = time.monotonic_ns()
                 try:
-                    encoded = grpc_codec.encode_infer_response(
-                        spec, decoded.request.id, response, None, decoded, memory, writes
-                    )
+                    encoded = _encoded(spec, decoded, response, memory, writes)
+                    if encoded is None:
+                        encoded = await coding.encoded(
+                            spec, decoded.request.id, response, None, decoded, memory, writes
+                        )
                     if writes:  # outputs too large to copy on the loop
                         await write_off_loop(writes)
                     return encoded
                 finally:
                     response.trace.sent("GRPC", (received_ns, received_ns, send_ns, time.monotonic_ns()))
-            encoded = grpc_codec.encode_infer_response(
-                spec, decoded.request.id, response, None, decoded, memory, writes
-            )
+            encoded = _encoded(spec, decoded, response, memory, writes)
+            if encoded is None:
+                encoded = await coding.encoded(spec, decoded.request.id, response, None, decoded, memory, writes)
             if writes:
                 await write_off_loop(writes)
             return encoded
@@ -259,3 +268,19 @@ class InferenceServicer:
         """Unregister a CUDA shared-memory region, or all of them."""
         await asyncio.get_running_loop().run_in_executor(None, self._engine.cuda_memory.unregister, request.name)
         return service_pb2.CudaSharedMemoryUnregisterResponse()
+
+
+def _encoded(
+    spec: ModelSpec,
+    decoded: DecodedRequest,
+    response: InferenceResponse,
+    memory: Optional[SystemSharedMemory],
+    writes: List[WriteRun],
+) -> Optional[EncodedResponse]:
+    """A unary call's answer encoded on the loop; None when it has many strings (`coding.encoded` then)."""
+    try:
+        return grpc_codec.encode_infer_response(
+            spec, decoded.request.id, response, None, decoded, memory, writes, ON_LOOP
+        )
+    except OffLoop:
+        return None
