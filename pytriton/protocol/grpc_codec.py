@@ -119,8 +119,6 @@ def decode_infer_request(
     expected = plan.raw_count
     # As Triton: raw contents past the inputs' are ignored (and not even listed), missing ones refused below.
     raw = [contents[index] for index in range(min(len(contents), expected))] if contents else []
-    if plan.strings and place == ON_LOOP and _long_strings(plan, message, raw):
-        raise OffLoop
     inputs: Dict[str, np.ndarray] = {}
     names: List[str] = []
     batch_sizes: List[int] = []
@@ -168,10 +166,15 @@ def decode_infer_request(
                         )
                     if raw_index == len(raw):
                         raise InferenceError.invalid(_no_data(name, spec.name))
+                    if datatype == BYTES and place == ON_LOOP and len(raw[raw_index]) >= OFF_LOOP_STRING_BYTES:
+                        raise OffLoop  # many strings to read (nothing the decode did so far is seen outside it)
                     inputs[name] = array_from_raw(raw[raw_index], datatype, shape, name, spec.name)
                     raw_index += 1
                 elif has_contents:
-                    inputs[name] = array_from_contents(message.inputs[index].contents, datatype, shape, name, spec.name)
+                    typed = message.inputs[index].contents
+                    if datatype == BYTES and place == ON_LOOP and len(typed.bytes_contents) >= OFF_LOOP_VALUES:
+                        raise OffLoop
+                    inputs[name] = array_from_contents(typed, datatype, shape, name, spec.name)
                 else:
                     raise InferenceError.invalid(_no_data(name, spec.name))
             except InferenceError as error:
@@ -511,7 +514,6 @@ class _MessagePlan:
         "parameters",
         "raw_count",
         "repeated",
-        "strings",
         "typed",
         "user_parameters",
     )
@@ -535,7 +537,6 @@ class _MessagePlan:
         self.raw_count = sum(1 for header in self.inputs if header.region is None)
         self.in_regions = self.raw_count < len(self.inputs)  # some input is in shared memory
         self.typed = any(header.has_contents for header in self.inputs)
-        self.strings = any(header.datatype == BYTES for header in self.inputs)
         parameters = message.parameters
         self.parameters = request_parameters_from_message(parameters) if parameters else None
         self.user_parameters: Dict[str, Any] = {}
@@ -552,19 +553,6 @@ class _MessagePlan:
 
 
 _NAME = operator.attrgetter("name")
-
-
-def _long_strings(plan: _MessagePlan, message: Message, raw: Sequence[Buffer]) -> bool:
-    """Whether a request with a BYTES input has many strings to read, to be decoded off the loop.
-
-    Raw contents of OFF_LOOP_STRING_BYTES or more (any input's: a long one of another datatype too), or typed
-    BYTES contents of OFF_LOOP_VALUES strings.
-    """
-    if any(len(part) >= OFF_LOOP_STRING_BYTES for part in raw):
-        return True
-    return plan.typed and any(
-        len(tensor.contents.bytes_contents) >= OFF_LOOP_VALUES for tensor in message.inputs if tensor.datatype == BYTES
-    )
 
 
 def _headers_before_error(tensors: Sequence[Message]) -> List[_InputHeader]:

@@ -9,12 +9,10 @@ from typing import Any, AsyncIterator, Dict, List, Optional
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError
-from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.core.shared_memory.off_loop import read_off_loop, write_off_loop
-from pytriton.core.shared_memory.system import Read, SystemSharedMemory, WriteRun
-from pytriton.core.spec import ModelSpec
+from pytriton.core.shared_memory.system import Read, WriteRun
 from pytriton.options.header_forwarding import forward_pattern
 from pytriton.options.log_trace import ServerSettings
 from pytriton.protocol import (
@@ -26,7 +24,7 @@ from pytriton.protocol import (
     system_memory_codec,
 )
 from pytriton.protocol.codec_place import ON_LOOP, OffLoop
-from pytriton.protocol.grpc_codec import DecodedRequest, EncodedResponse, Message
+from pytriton.protocol.grpc_codec import EncodedResponse, Message
 from pytriton.transport.grpc import coding
 from pytriton.transport.grpc.errors import unary
 from pytriton.transport.grpc.streaming import DEFAULT_STREAM_REQUESTS, StreamSession
@@ -182,8 +180,11 @@ class InferenceServicer:
             if received_ns and type(response) is TracedResponse and response.trace.claim():
                 send_ns = time.monotonic_ns()
                 try:
-                    encoded = _encoded(spec, decoded, response, memory, writes)
-                    if encoded is None:
+                    try:
+                        encoded = grpc_codec.encode_infer_response(
+                            spec, decoded.request.id, response, None, decoded, memory, writes, ON_LOOP
+                        )
+                    except OffLoop:  # many strings: written in a worker thread
                         encoded = await coding.encoded(
                             spec, decoded.request.id, response, None, decoded, memory, writes
                         )
@@ -192,8 +193,11 @@ class InferenceServicer:
                     return encoded
                 finally:
                     response.trace.sent("GRPC", (received_ns, received_ns, send_ns, time.monotonic_ns()))
-            encoded = _encoded(spec, decoded, response, memory, writes)
-            if encoded is None:
+            try:
+                encoded = grpc_codec.encode_infer_response(
+                    spec, decoded.request.id, response, None, decoded, memory, writes, ON_LOOP
+                )
+            except OffLoop:  # many strings: written in a worker thread
                 encoded = await coding.encoded(spec, decoded.request.id, response, None, decoded, memory, writes)
             if writes:
                 await write_off_loop(writes)
@@ -268,19 +272,3 @@ class InferenceServicer:
         """Unregister a CUDA shared-memory region, or all of them."""
         await asyncio.get_running_loop().run_in_executor(None, self._engine.cuda_memory.unregister, request.name)
         return service_pb2.CudaSharedMemoryUnregisterResponse()
-
-
-def _encoded(
-    spec: ModelSpec,
-    decoded: DecodedRequest,
-    response: InferenceResponse,
-    memory: Optional[SystemSharedMemory],
-    writes: List[WriteRun],
-) -> Optional[EncodedResponse]:
-    """A unary call's answer encoded on the loop; None when it has many strings (`coding.encoded` then)."""
-    try:
-        return grpc_codec.encode_infer_response(
-            spec, decoded.request.id, response, None, decoded, memory, writes, ON_LOOP
-        )
-    except OffLoop:
-        return None
