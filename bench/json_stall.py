@@ -204,12 +204,52 @@ def measure(port: int, sizes: List[int], strings: List[int], repeat: int) -> Lis
     return rows
 
 
+def measure_grpc(port: int, sizes: List[int], strings: List[int]) -> None:
+    """Binary FP32 and BYTES requests over gRPC (tritonclient, raw contents), health asked over HTTP meanwhile."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port + 1}")
+    arrays: List[Tuple[str, str, np.ndarray, str]] = [
+        (f"gRPC FP32 {count >> 20}M", "fp32", np.random.default_rng(0).random(count, dtype=np.float32), "FP32")
+        for count in sizes
+    ]
+    arrays += [
+        (f"gRPC BYTES {count // 1000}k", "bytes", np.array([b"s%07d" % i for i in range(count)], np.object_), "BYTES")
+        for count in strings
+    ]
+    for label, model, array, datatype in arrays:
+        tensor = grpcclient.InferInput("in", list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        stop = multiprocessing.Event()
+        out: Any = multiprocessing.Queue()
+        poller = multiprocessing.Process(target=poll_health, args=(port, stop, out))
+        poller.start()
+        time.sleep(0.3)
+        begin = time.monotonic()
+        client.infer(model, [tensor])
+        end = time.monotonic()
+        time.sleep(0.1)
+        stop.set()
+        samples = out.get()
+        poller.join()
+        during = sorted(latency for sent, latency in samples if begin <= sent + latency and sent <= end)
+        row = {
+            "case": label,
+            "request_s": round(end - begin, 3),
+            "health_worst_ms": round(during[-1] * 1000, 1),
+            "health_p99_ms": round(during[int(len(during) * 0.99)] * 1000, 1),
+            "health_n": len(during),
+        }
+        print(json.dumps(row), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nvidia", action="store_true", help="against NVIDIA PyTriton 0.7 (tritonserver 2.51)")
     parser.add_argument("--sizes", default="1,4,16,64", help="FP32 element counts, in Mi")
     parser.add_argument("--strings", default="100000,1000000", help="BYTES element counts")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--grpc", action="store_true", help="binary FP32 and BYTES requests over gRPC instead")
     parser.add_argument("--port", type=int, default=18950)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -232,7 +272,10 @@ def main() -> None:
             time.sleep(0.5)
         sizes = [int(size) << 20 for size in args.sizes.split(",") if size]
         strings = [int(count) for count in args.strings.split(",") if count]
-        measure(args.port, sizes, strings, args.repeat)
+        if args.grpc:
+            measure_grpc(args.port, sizes, strings)
+        else:
+            measure(args.port, sizes, strings, args.repeat)
     finally:
         try:
             os.killpg(server.pid, 15)
