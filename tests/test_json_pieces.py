@@ -150,24 +150,23 @@ def _numbers(rng: random.Random) -> Tuple[Any, List[int]]:
     return [[value() for _ in range(count)]], [1, count]
 
 
-def _made(data: Any, datatype: str, shape: List[int]) -> Tuple[str, ...]:
+def _made(data: Any, datatype: str, shape: List[int], in_pieces: bool) -> Tuple[str, ...]:
     try:
-        array = tensors.array_from_json(data, datatype, shape, "in", "m")
+        array = tensors.array_from_json(data, datatype, shape, "in", "m", in_pieces)
     except InferenceError as error:
         return ("refused", error.message)
     return ("ok", array.dtype.str, str(array.shape), array.tobytes().hex())
 
 
 def test_long_lists_are_made_arrays_as_the_whole_list_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tensors, "_PIECE_VALUES", 8)
     rng = random.Random(3)
     pieced = 0
     for _ in range(6000):
         data, shape = _numbers(rng)
         for datatype in ("FP32", "FP64", "INT8", "INT32", "INT64", "UINT8", "UINT64"):
-            monkeypatch.setattr(tensors, "_PIECE_VALUES", 1 << 40)
-            whole = _made(data, datatype, shape)
-            monkeypatch.setattr(tensors, "_PIECE_VALUES", 8)
-            assert _made(data, datatype, shape) == whole, (data, datatype)
+            whole = _made(data, datatype, shape, in_pieces=False)
+            assert _made(data, datatype, shape, in_pieces=True) == whole, (data, datatype)
             pieced += whole[0] == "ok"
     assert pieced > 3000  # (lists of fewer than 8 values are made whole)
 
@@ -212,7 +211,7 @@ def test_no_call_of_numpy_makes_more_than_a_piece(monkeypatch: pytest.MonkeyPatc
         return array(data, *args, **kwargs)
 
     monkeypatch.setattr(tensors.np, "array", counted)
-    made = tensors.array_from_json(values, "FP32", [1 << 20], "in", "m")
+    made = tensors.array_from_json(values, "FP32", [1 << 20], "in", "m", in_pieces=True)
     assert len(lengths) > 16 and max(lengths) <= tensors._PIECE_VALUES
     assert (made == np.arange(1 << 20, dtype=np.float32) * 0.5).all()
 

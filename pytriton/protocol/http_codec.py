@@ -179,9 +179,11 @@ def decode_infer_request(
                 array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
                 if 0 not in shape:
                     try:
-                        array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
-                        if place == OFF_LOOP:  # its values, freed here a piece at a time (json_pieces.release)
+                        if place == OFF_LOOP:  # a piece at a time, its values freed so (json_pieces.release)
+                            array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name, True)
                             json_pieces.release(raw["data"])
+                        else:
+                            array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
                     except InferenceError as error:  # the frontend's refusal, or the core's (`_json_read`)
                         array, core_error = _json_read(raw["data"], datatype, shape, name, spec.name, error)
                         if refused is None and core_error is not None:

@@ -12,18 +12,21 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import element_count
 
 
-def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "") -> np.ndarray:
+def array_from_json(
+    data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "", in_pieces: bool = False
+) -> np.ndarray:
     """Build an array from JSON `data` (flat or nested, row-major).
 
     With the `model` named (HTTP infer), values JSON cannot give the datatype (`1.5` or `true` for an integer type,
     `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and values or strings
     too many or too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make
-    infinite (300 for INT8, 2**63 for UINT16, 1e39 for FP32) are refused in this server's.
+    infinite (300 for INT8, 2**63 for UINT16, 1e39 for FP32) are refused in this server's. `in_pieces`: a long
+    list of numbers is made an array a piece at a time (off the event loop: `_numeric_in_pieces`).
     """
     if type(data) is not list:
         data = [data]
     try:
-        return _array_from_json(data, datatype, shape, name, model)
+        return _array_from_json(data, datatype, shape, name, model, in_pieces)
     except InferenceError as error:
         if not model or not error.message.startswith(_UNFIT) or not _fits_no_64_bit_reading(data, datatype):
             raise
@@ -65,12 +68,14 @@ def _fits_no_64_bit_reading(data: List[Any], datatype: str) -> bool:
     return not all(type(value) is int and low <= value <= high for value in _flatten(data))
 
 
-def _array_from_json(data: List[Any], datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
+def _array_from_json(
+    data: List[Any], datatype: str, shape: Sequence[int], name: str, model: str, in_pieces: bool
+) -> np.ndarray:
     """`array_from_json` in this server's words."""
     try:
         dtype = _JSON_NUMERIC.get(datatype)
         if dtype is not None:  # nesting that fits a shape: numpy flattens it row-major with the reshape below
-            array = _numeric_array_of_any_nesting(data, dtype)
+            array = _numeric_array_of_any_nesting(data, dtype, in_pieces)
         elif datatype == BYTES:
             flat = _flatten(data)
             array = np.empty(len(flat), dtype=np.object_)
@@ -118,14 +123,14 @@ def _string_count_error(size: int, count: int, name: str, model: str) -> str:
     return f"expected {count} string elements for inference input '{name}' for model '{model}', got {size}"
 
 
-def _numeric_array_of_any_nesting(data: List[Any], dtype: np.dtype) -> np.ndarray:
+def _numeric_array_of_any_nesting(data: List[Any], dtype: np.dtype, in_pieces: bool) -> np.ndarray:
     """`numeric_array` of JSON data nested in any way: lists of unequal lengths too, read row-major.
 
     Triton reads a tensor's JSON elements in order whatever the lists around them (`[[1], [2, 3]]` is 3 values), and
     only their count must fit the shape; numpy refuses such lists, so they are flattened first (only then: the lists
     that fit a shape, the usual ones, are read whole by numpy).
     """
-    if len(data) >= _PIECE_VALUES or (len(data) == 1 and type(data[0]) is list):
+    if in_pieces:  # off the loop (codec_place.OFF_LOOP): a long list a piece at a time
         pieced = _numeric_in_pieces(data, dtype)
         if pieced is not None:
             return pieced
