@@ -13,6 +13,7 @@ run takes about 30 s a commit a round.
     python -m bench instr_ab 6eab9c7 .                      # `simple` as perf_analyzer sends it, over HTTP
     python -m bench instr_ab HEAD~1 . --protocol grpc --model identity --rounds 3
     python -m bench instr_ab HEAD~1 . --frontends 3         # the server and its frontend processes, all counted
+    python -m bench instr_ab HEAD~1 . --json                # `simple` with JSON tensors both ways
     python -m bench instr_ab HEAD~1 . --shared-memory system  # `simple` in shared memory, against its bytes
     python -m bench instr_ab main . --composition            # per sync -> sync inner call (2,000 a request)
     python -m bench instr_ab main . --composition async-async  # an async callable calling an async model
@@ -72,6 +73,23 @@ def simple_message() -> bytes:
     ) + body
 
 
+def simple_json_message() -> bytes:
+    """`simple` with its tensors as JSON both ways (`--json`: the JSON codec's small-request path)."""
+    tensors = [
+        {"name": f"INPUT{index}", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))} for index in (0, 1)
+    ]
+    outputs = [{"name": f"OUTPUT{index}", "parameters": {"binary_data": False}} for index in (0, 1)]
+    body = json.dumps({"id": "", "inputs": tensors, "outputs": outputs}, separators=(",", ":")).encode()
+    return (
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
+
+
+# `--json`: `simple` is sent with JSON tensors.
+JSON_TENSORS = False
+
+
 def simple_shm_message(regions: Dict[str, str]) -> bytes:
     """`simple` as perf_analyzer sends it with `--shared-memory system`: every tensor named by its region."""
 
@@ -128,7 +146,8 @@ def _http_sender(port: int, model: str, regions: Optional[SimpleRegions]) -> Cal
             )
         message = simple_shm_message(regions.names)
     else:
-        message = simple_message() if model == "simple" else infer_message(model)
+        simple = simple_json_message() if JSON_TENSORS else simple_message()
+        message = simple if model == "simple" else infer_message(model)
 
     def send() -> None:
         client.send(message)
@@ -283,6 +302,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     parser.add_argument("--model", choices=("simple", "identity"), default="simple")
     parser.add_argument("--frontends", type=int, default=1, help="PYTRITON_FRONTENDS; every process is counted")
+    parser.add_argument("--json", action="store_true", help="HTTP `simple` with JSON tensors both ways")
     parser.add_argument(
         "--shared-memory",
         choices=("none", "system"),
@@ -297,6 +317,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="per inner call of KIND (default sync-sync): `--requests` (default 4) more requests of 2,000 calls",
     )
     args = parser.parse_args(argv)
+    global JSON_TENSORS
+    JSON_TENSORS = args.json
     if args.composition:
         if args.shared_memory != "none":
             raise SystemExit("--composition counts inner calls: no --shared-memory")

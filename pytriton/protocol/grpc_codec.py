@@ -19,6 +19,7 @@ from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceReque
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
 from pytriton.protocol import documents
+from pytriton.protocol.codec_place import ANYWHERE, OFF_LOOP_STRING_BYTES, OFF_LOOP_VALUES, ON_LOOP, OffLoop
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, GRPC_RULES, RequestOptions, split_parameters
 from pytriton.protocol.system_memory_codec import (
     BYTE_SIZE,
@@ -92,12 +93,14 @@ def decode_infer_request(
     memory: Optional[SystemSharedMemory] = None,
     data: Optional[bytes] = None,
     deferred: Optional[List[Read]] = None,
+    place: int = ANYWHERE,
 ) -> DecodedRequest:
     """Decode a ModelInferRequest; `raw_contents` overrides its raw_input_contents (already split off).
 
     Inputs in shared memory (which have no raw contents) are read from the regions of `memory`; with `deferred`,
     large reads are added there instead, for the caller to carry out (`off_loop.read_off_loop`) first. `data`, the
-    message's bytes when the transport has them, finds what an earlier request of the same bytes said.
+    message's bytes when the transport has them, finds what an earlier request of the same bytes said. `place`:
+    where this runs (ON_LOOP: many strings to read raise OffLoop).
     """
     contents = message.raw_input_contents if raw_contents is None else raw_contents
     keyed = data is not None and not contents  # a message of headers alone
@@ -163,10 +166,15 @@ def decode_infer_request(
                         )
                     if raw_index == len(raw):
                         raise InferenceError.invalid(_no_data(name, spec.name))
+                    if datatype == BYTES and place == ON_LOOP and len(raw[raw_index]) >= OFF_LOOP_STRING_BYTES:
+                        raise OffLoop  # many strings to read (nothing the decode did so far is seen outside it)
                     inputs[name] = array_from_raw(raw[raw_index], datatype, shape, name, spec.name)
                     raw_index += 1
                 elif has_contents:
-                    inputs[name] = array_from_contents(message.inputs[index].contents, datatype, shape, name, spec.name)
+                    typed = message.inputs[index].contents
+                    if datatype == BYTES and place == ON_LOOP and len(typed.bytes_contents) >= OFF_LOOP_VALUES:
+                        raise OffLoop
+                    inputs[name] = array_from_contents(typed, datatype, shape, name, spec.name)
                 else:
                     raise InferenceError.invalid(_no_data(name, spec.name))
             except InferenceError as error:
@@ -756,11 +764,13 @@ def encode_infer_response(
     decoded: Optional[DecodedRequest] = None,
     memory: Optional[SystemSharedMemory] = None,
     deferred: Optional[List[WriteRun]] = None,
+    place: int = ANYWHERE,
 ) -> EncodedResponse:
     """A response with raw outputs; `final` sets the triton_final_response parameter (streams).
 
     Outputs `decoded` placed in shared memory are written into their regions of `memory` and have empty contents;
     with `deferred`, large writes are added there, for the caller to carry out (`off_loop.write_off_loop`).
+    `place`: where this runs (ON_LOOP: a BYTES output of many strings raises OffLoop).
     """
     message = service_pb2.ModelInferResponse(model_name=spec.name, model_version=spec.version_str, id=request_id)
     add_output = message.outputs.add
@@ -779,6 +789,8 @@ def encode_infer_response(
             writes.append(output_write(region, output))
             raw_outputs.append(b"")
         else:
+            if output.datatype == BYTES and place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
+                raise OffLoop
             raw_outputs.append(raw_from_array(output.array, output.datatype))
     if writes:
         (memory or _memory(memory)).write_all(writes, deferred)

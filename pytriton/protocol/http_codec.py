@@ -14,7 +14,16 @@ from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_ar
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
-from pytriton.protocol import json_text
+from pytriton.protocol import json_pieces, json_text
+from pytriton.protocol.codec_place import (
+    ANYWHERE,
+    OFF_LOOP,
+    OFF_LOOP_JSON_BYTES,
+    OFF_LOOP_STRING_BYTES,
+    OFF_LOOP_VALUES,
+    ON_LOOP,
+    OffLoop,
+)
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, split_parameters
 from pytriton.protocol.system_memory_codec import (
     REGION,
@@ -58,11 +67,13 @@ def decode_infer_request(
     forwarded_headers: Optional[Mapping[str, str]] = None,
     memory: Optional[SystemSharedMemory] = None,
     deferred: Optional[List[Read]] = None,
+    place: int = ANYWHERE,
 ) -> Tuple[InferenceRequest, OutputFormat]:
     """Decode an infer request body (JSON, optionally followed by binary tensors); also say which outputs go binary.
 
     Tensors in shared memory are read from, or checked against, the regions of `memory`; with `deferred`, large
     reads are added there instead, for the caller to carry out (`off_loop.read_off_loop`) before using the request.
+    `place`: where this runs (ON_LOOP: a long decode raises OffLoop).
     """
     size = len(body)
     if header_length is None:
@@ -77,8 +88,15 @@ def decode_infer_request(
     key = _plan_key(header)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
+        if plan.long_strings and place == ON_LOOP:
+            raise OffLoop
         return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory, deferred)
-    document = parse_json_object(header)
+    if place and header_length >= OFF_LOOP_JSON_BYTES:
+        if place == ON_LOOP:
+            raise OffLoop
+        document = parse_json_object(header, json_pieces.loads)
+    else:
+        document = parse_json_object(header)
     # What tritonserver's HTTP frontend reads, in its order: the id, the parameters, every input (header, source,
     # binary bytes, JSON data), the outputs; only then does its core check them against the model.
     request_id = document.get("id", "")
@@ -147,6 +165,8 @@ def decode_infer_request(
                     raise InferenceError.invalid(f"'binary_data_size' of input '{name}' must be a non-negative integer")
                 data = _binary(view, offset, binary_size, size, name, spec.name)
                 offset += binary_size
+                if place == ON_LOOP and binary_size >= OFF_LOOP_STRING_BYTES and datatype == BYTES:
+                    raise OffLoop
                 if refused is None:
                     try:
                         inputs[name] = array_from_raw(data, datatype, shape, name, spec.name)
@@ -159,7 +179,11 @@ def decode_infer_request(
                 array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
                 if 0 not in shape:
                     try:
-                        array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
+                        if place == OFF_LOOP:  # a piece at a time, its values freed so (json_pieces.release)
+                            array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name, True)
+                            json_pieces.release(raw["data"])
+                        else:
+                            array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
                     except InferenceError as error:  # the frontend's refusal, or the core's (`_json_read`)
                         array, core_error = _json_read(raw["data"], datatype, shape, name, spec.name, error)
                         if refused is None and core_error is not None:
@@ -316,6 +340,7 @@ class _Plan:
         "classes",
         "inputs",
         "located",
+        "long_strings",
         "parameters",
         "regions",
         "request_id",
@@ -334,6 +359,11 @@ class _Plan:
         """Keep what the decode of the header found."""
         self.inputs = inputs
         self.binary_bytes = sum(planned[3] or 0 for planned in inputs if planned[4] is None)  # the body's, after it
+        # A BYTES input in the body long enough to be decoded off the loop (OffLoop)
+        self.long_strings = any(
+            planned[1] == BYTES and planned[4] is None and (planned[3] or 0) >= OFF_LOOP_STRING_BYTES
+            for planned in inputs
+        )
         self.request_id = request_id
         self.parameters = parameters
         self.split = split_parameters(parameters)  # without forwarded headers
@@ -490,10 +520,10 @@ def _decode_raw_body(
     return request, OutputFormat({}, True)
 
 
-def parse_json_object(data: Body) -> Dict[str, Any]:
-    """Parse a JSON object, or raise a 400 with the parser's message."""
+def parse_json_object(data: Body, loads: Callable[[Body], Any] = json_text.loads) -> Dict[str, Any]:
+    """Parse a JSON object with `loads`, or raise a 400 with the parser's message."""
     try:
-        document = json_text.loads(data)
+        document = loads(data)
     except json_text.JsonError as error:
         raise InferenceError.invalid(f"failed to parse the request JSON buffer: {error}") from None
     if not isinstance(document, dict):
@@ -727,11 +757,13 @@ def encode_infer_response(
     memory: Optional[SystemSharedMemory] = None,
     parameters: Optional[Dict[str, Any]] = None,
     deferred: Optional[List[WriteRun]] = None,
-) -> Tuple[bytes, Sequence[Any], int]:
+    place: int = ANYWHERE,
+) -> Tuple[Union[bytes, bytearray], Sequence[Any], int]:
     """Encode a response: the JSON part, the binary parts after it (none of 0 bytes), and the JSON part's length.
 
     Outputs the request placed in shared memory are written into their regions of `memory` and carry no data;
     with `deferred`, large writes are added there, for the caller to carry out (`off_loop.write_off_loop`).
+    `place`: where this runs (ON_LOOP: a long encode raises OffLoop).
     """
     outputs: List[Dict[str, Any]] = []
     binary_parts: List[Any] = []
@@ -749,12 +781,16 @@ def encode_infer_response(
         if region is not None:
             writes.append(output_write(region, output))
         elif binary_by_name.get(output.name, binary_default):
+            if output.datatype == BYTES and place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
+                raise OffLoop
             raw = raw_from_array(output.array, output.datatype)
             size = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
             entry["parameters"] = {"binary_data_size": size}
             if size:  # as Triton: an answer whose binary outputs are all empty goes as JSON, without the header
                 binary_parts.append(raw)
         else:
+            if place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
+                raise OffLoop
             entry["data"] = _in_response(json_from_array, output.array, output.datatype)
         outputs.append(entry)
     if writes:
@@ -768,8 +804,14 @@ def encode_infer_response(
     if parameters:
         document["parameters"] = parameters  # before the outputs, as Triton writes them
     document["outputs"] = outputs
-    header = json_text.dumps(document)
-    return header, binary_parts, len(header)
+    if place != OFF_LOOP:
+        header = json_text.dumps(document)
+        return header, binary_parts, len(header)
+    pieced = json_pieces.dumps(document)
+    for entry in outputs:  # BYTES outputs' strings, freed a piece at a time
+        if type(entry.get("data")) is list:
+            json_pieces.release(entry["data"])
+    return pieced, binary_parts, len(pieced)
 
 
 _R = TypeVar("_R")

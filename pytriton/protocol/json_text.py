@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 Text = Union[bytes, bytearray, memoryview]
-_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 _BOM = b"\xef\xbb\xbf"
 # What every non-finite token Triton reads begins with (after its sign).
 _NON_FINITE_STARTS = (b"NaN", b"Inf")
@@ -65,7 +65,7 @@ def loads(data: Text, after_mark: bool = False) -> Any:
 
 def dumps(document: Any) -> bytes:
     """`document` as JSON text (numpy arrays and scalars as their values); NaN and infinities spelled out."""
-    text = orjson.dumps(document, option=_OPTIONS)
+    text = orjson.dumps(document, option=OPTIONS)
     return text if text.find(b"null") < 0 else _spelled_out(document, text)
 
 
@@ -75,18 +75,18 @@ def _spelled_out(document: Any, text: bytes) -> bytes:
     Non-finite floats inside numpy arrays (a JSON tensor's data: perf_analyzer's random FP32 data has some in
     most large tensors) stay with orjson, their `null`s replaced; python-rapidjson writes the rest, 20x slower.
     """
-    if not _has_non_finite(document):
+    if not has_non_finite(document):
         return text
     arrays: List[np.ndarray] = []
     mark = secrets.token_hex(8)
     stripped = _without_non_finite_arrays(document, arrays, mark)
-    if _has_non_finite(stripped):  # a non-finite scalar or list item: rare
+    if has_non_finite(stripped):  # a non-finite scalar or list item: rare
         import rapidjson
 
         return rapidjson.dumps(document, number_mode=rapidjson.NM_NAN, ensure_ascii=False, default=_plain).encode()
-    written = orjson.dumps(stripped, option=_OPTIONS)
+    written = orjson.dumps(stripped, option=OPTIONS)
     for index, array in enumerate(arrays):
-        written = written.replace(b'"%s-%d"' % (mark.encode(), index), _array_spelled_out(array), 1)
+        written = written.replace(b'"%s-%d"' % (mark.encode(), index), array_spelled_out(array), 1)
     return written
 
 
@@ -102,9 +102,9 @@ def _without_non_finite_arrays(value: Any, arrays: List[np.ndarray], mark: str) 
     return value
 
 
-def _array_spelled_out(array: np.ndarray) -> bytes:
+def array_spelled_out(array: np.ndarray) -> bytes:
     """The text orjson writes for a float array, its `null`s (non-finite values) spelled out as Triton writes them."""
-    pieces = orjson.dumps(array, option=_OPTIONS).split(b"null")
+    pieces = orjson.dumps(array, option=OPTIONS).split(b"null")
     odd = array[~np.isfinite(array)]  # row-major, as orjson writes them
     tokens = [b"NaN" if np.isnan(value) else b"Infinity" if value > 0 else b"-Infinity" for value in odd.tolist()]
     out = [pieces[0]]
@@ -113,12 +113,12 @@ def _array_spelled_out(array: np.ndarray) -> bytes:
     return b"".join(out)
 
 
-def _has_non_finite(value: Any) -> bool:
+def has_non_finite(value: Any) -> bool:
     """Whether a float in `value` (a document of dicts, lists, numpy arrays and scalars) is NaN or infinite."""
     if isinstance(value, dict):
-        return any(_has_non_finite(item) for item in value.values())
+        return any(has_non_finite(item) for item in value.values())
     if isinstance(value, list):
-        return any(_has_non_finite(item) for item in value)
+        return any(has_non_finite(item) for item in value)
     if isinstance(value, (float, np.floating)):
         return not np.isfinite(value)
     if isinstance(value, np.ndarray) and value.dtype.kind == "f":

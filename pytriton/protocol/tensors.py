@@ -12,18 +12,21 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import element_count
 
 
-def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "") -> np.ndarray:
+def array_from_json(
+    data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "", in_pieces: bool = False
+) -> np.ndarray:
     """Build an array from JSON `data` (flat or nested, row-major).
 
     With the `model` named (HTTP infer), values JSON cannot give the datatype (`1.5` or `true` for an integer type,
     `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and values or strings
     too many or too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make
-    infinite (300 for INT8, 2**63 for UINT16, 1e39 for FP32) are refused in this server's.
+    infinite (300 for INT8, 2**63 for UINT16, 1e39 for FP32) are refused in this server's. `in_pieces`: a long
+    list of numbers is made an array a piece at a time (off the event loop: `_numeric_in_pieces`).
     """
     if type(data) is not list:
         data = [data]
     try:
-        return _array_from_json(data, datatype, shape, name, model)
+        return _array_from_json(data, datatype, shape, name, model, in_pieces)
     except InferenceError as error:
         if not model or not error.message.startswith(_UNFIT) or not _fits_no_64_bit_reading(data, datatype):
             raise
@@ -65,12 +68,14 @@ def _fits_no_64_bit_reading(data: List[Any], datatype: str) -> bool:
     return not all(type(value) is int and low <= value <= high for value in _flatten(data))
 
 
-def _array_from_json(data: List[Any], datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
+def _array_from_json(
+    data: List[Any], datatype: str, shape: Sequence[int], name: str, model: str, in_pieces: bool
+) -> np.ndarray:
     """`array_from_json` in this server's words."""
     try:
         dtype = _JSON_NUMERIC.get(datatype)
         if dtype is not None:  # nesting that fits a shape: numpy flattens it row-major with the reshape below
-            array = _numeric_array_of_any_nesting(data, dtype)
+            array = _numeric_array_of_any_nesting(data, dtype, in_pieces)
         elif datatype == BYTES:
             flat = _flatten(data)
             array = np.empty(len(flat), dtype=np.object_)
@@ -118,19 +123,86 @@ def _string_count_error(size: int, count: int, name: str, model: str) -> str:
     return f"expected {count} string elements for inference input '{name}' for model '{model}', got {size}"
 
 
-def _numeric_array_of_any_nesting(data: List[Any], dtype: np.dtype) -> np.ndarray:
+def _numeric_array_of_any_nesting(data: List[Any], dtype: np.dtype, in_pieces: bool) -> np.ndarray:
     """`numeric_array` of JSON data nested in any way: lists of unequal lengths too, read row-major.
 
     Triton reads a tensor's JSON elements in order whatever the lists around them (`[[1], [2, 3]]` is 3 values), and
     only their count must fit the shape; numpy refuses such lists, so they are flattened first (only then: the lists
     that fit a shape, the usual ones, are read whole by numpy).
     """
+    if in_pieces:  # off the loop (codec_place.OFF_LOOP): a long list a piece at a time
+        pieced = _numeric_in_pieces(data, dtype)
+        if pieced is not None:
+            return pieced
     try:
         return numeric_array(data, dtype)
     except ValueError:
         if not any(type(item) is list for item in data):
             raise
     return numeric_array(_flatten(data), dtype)
+
+
+# A list of this many numbers or more is made an array a piece at a time (a few hundred µs of numpy each).
+_PIECE_VALUES = 32768
+_INT64 = np.dtype(np.int64)
+_FLOAT64 = np.dtype(np.float64)
+
+
+def _numeric_in_pieces(data: List[Any], dtype: np.dtype) -> Optional[np.ndarray]:
+    """`numeric_array(data, dtype)` for a long list (flat, or of equal rows), made a piece at a time.
+
+    None when the values are any but numbers JSON holds in 64 bits: the whole list then goes to numeric_array
+    (which refuses it in its words, or reads it).
+
+    One numpy call over 16 Mi values held the GIL for a quarter of a second, in whichever thread made it: a
+    large request decoded off the event loop (transport/codec_threads.py) still held the loop that long. The
+    result is the whole list's: numpy makes the whole list float64 when any value is a float, int64 when none
+    is, and so is each piece made, then cast as the whole would be.
+    """
+    while len(data) == 1 and type(data[0]) is list:  # [[...]]: the batch dimension of one
+        data = data[0]
+    rows = len(data)
+    if not rows:
+        return None
+    width = len(data[0]) if type(data[0]) is list else 0
+    step = max(1, _PIECE_VALUES // width) if width else _PIECE_VALUES
+    if rows * max(width, 1) < _PIECE_VALUES:
+        return None
+    pieces: List[np.ndarray] = []
+    for start in range(0, rows, step):
+        chunk = data[start : start + step]
+        if _holds_bool(chunk):
+            return None
+        try:
+            piece = np.array(chunk)
+        except ValueError:  # rows of unequal lengths
+            return None
+        if (piece.dtype != _INT64 and piece.dtype != _FLOAT64) or piece.ndim != (2 if width else 1):
+            return None
+        if width and piece.shape[1] != width:
+            return None
+        pieces.append(piece)
+    floats = any(piece.dtype == _FLOAT64 for piece in pieces)
+    out = np.empty((rows, width) if width else rows, dtype)
+    start = 0
+    if dtype.kind == "f":
+        with np.errstate(over="raise"):  # as numeric_array: a float beyond the dtype's range is refused
+            for piece in pieces:
+                try:
+                    out[start : start + len(piece)] = piece.astype(_FLOAT64 if floats else piece.dtype).astype(dtype)
+                except FloatingPointError:
+                    return None
+                start += len(piece)
+        return out
+    if floats:
+        return None
+    info = np.iinfo(dtype)
+    for piece in pieces:
+        if piece.min() < info.min or piece.max() > info.max:
+            return None
+        out[start : start + len(piece)] = piece
+        start += len(piece)
+    return out
 
 
 # Datatypes JSON carries as numbers (FP16 and BF16 travel as binary data only).

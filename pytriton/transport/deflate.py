@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from typing import Union
 
 from pytriton.core.daemon_threads import DaemonThreads, awaited
 
@@ -30,13 +31,13 @@ def _fresh_compressors() -> None:
 os.register_at_fork(after_in_child=_fresh_compressors)
 
 
-def deflate(body: bytes, wbits: int) -> bytes:
+def deflate(body: Union[bytes, bytearray, memoryview], wbits: int) -> bytes:
     """`body` compressed with zlib's default level, in the container `wbits` names (gzip: 16 + MAX_WBITS)."""
     compressor = zlib.compressobj(wbits=wbits)
     return compressor.compress(body) + compressor.flush()
 
 
-async def compressed(body: bytes, wbits: int) -> bytes:
+async def compressed(body: Union[bytes, bytearray, memoryview], wbits: int) -> bytes:
     """`deflate(body, wbits)`, off the event loop when `body` has OFF_LOOP_BYTES or more."""
     if len(body) < OFF_LOOP_BYTES:
         return deflate(body, wbits)

@@ -23,7 +23,9 @@ from pytriton.protocol import (
     settings_codec,
     system_memory_codec,
 )
+from pytriton.protocol.codec_place import ON_LOOP, OffLoop
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
+from pytriton.transport.grpc import coding
 from pytriton.transport.grpc.errors import unary
 from pytriton.transport.grpc.streaming import DEFAULT_STREAM_REQUESTS, StreamSession
 from pytriton.transport.grpc.wire import InferRequestFrame
@@ -159,9 +161,12 @@ class InferenceServicer:
         memory = self._engine.system_memory
         forwarded = self._forwarded_headers(context)
         deferred: List[Read] = []
-        decoded = grpc_codec.decode_infer_request(
-            spec, request, frame.raw_inputs, forwarded, memory, frame.data, deferred
-        )
+        try:
+            decoded = grpc_codec.decode_infer_request(
+                spec, request, frame.raw_inputs, forwarded, memory, frame.data, deferred, ON_LOOP
+            )
+        except OffLoop:  # many strings: read in a worker thread, the other clients served meanwhile
+            decoded = await coding.decoded(spec, request, frame.raw_inputs, forwarded, memory, frame.data, deferred)
         if received_ns:
             mark_arrival(decoded.request, received_ns, grpc=True)
         held = decoded.regions and [where.region for where in decoded.regions.values()]
@@ -175,17 +180,25 @@ class InferenceServicer:
             if received_ns and type(response) is TracedResponse and response.trace.claim():
                 send_ns = time.monotonic_ns()
                 try:
-                    encoded = grpc_codec.encode_infer_response(
-                        spec, decoded.request.id, response, None, decoded, memory, writes
-                    )
+                    try:
+                        encoded = grpc_codec.encode_infer_response(
+                            spec, decoded.request.id, response, None, decoded, memory, writes, ON_LOOP
+                        )
+                    except OffLoop:  # many strings: written in a worker thread
+                        encoded = await coding.encoded(
+                            spec, decoded.request.id, response, None, decoded, memory, writes
+                        )
                     if writes:  # outputs too large to copy on the loop
                         await write_off_loop(writes)
                     return encoded
                 finally:
                     response.trace.sent("GRPC", (received_ns, received_ns, send_ns, time.monotonic_ns()))
-            encoded = grpc_codec.encode_infer_response(
-                spec, decoded.request.id, response, None, decoded, memory, writes
-            )
+            try:
+                encoded = grpc_codec.encode_infer_response(
+                    spec, decoded.request.id, response, None, decoded, memory, writes, ON_LOOP
+                )
+            except OffLoop:  # many strings: written in a worker thread
+                encoded = await coding.encoded(spec, decoded.request.id, response, None, decoded, memory, writes)
             if writes:
                 await write_off_loop(writes)
             return encoded

@@ -24,6 +24,8 @@ from pytriton.core.shared_memory.system import Read, WriteRun
 from pytriton.core.spec import ModelSpec
 from pytriton.core.waiters import Room, wake
 from pytriton.protocol import grpc_codec
+from pytriton.protocol.codec_place import ON_LOOP, OffLoop
+from pytriton.transport.grpc import coding
 from pytriton.transport.grpc.errors import status_of
 from pytriton.transport.grpc.wire import InferRequestFrame
 
@@ -182,9 +184,14 @@ class StreamSession:
                 self._send_ready()
             memory = self._engine.system_memory
             deferred: List[Read] = []
-            decoded = grpc_codec.decode_infer_request(
-                spec, message, frame.raw_inputs, self._forwarded, memory, frame.data, deferred
-            )
+            try:
+                decoded = grpc_codec.decode_infer_request(
+                    spec, message, frame.raw_inputs, self._forwarded, memory, frame.data, deferred, ON_LOOP
+                )
+            except OffLoop:  # many strings: read in a worker thread, the other clients served meanwhile
+                decoded = await coding.decoded(
+                    spec, message, frame.raw_inputs, self._forwarded, memory, frame.data, deferred
+                )
             del frame, message  # the inputs live in the engine request now; do not hold the wire message too
             held = decoded.regions and [where.region for where in decoded.regions.values()]
             if held:  # its output regions stay registered until they are written, as Triton keeps them
@@ -203,9 +210,14 @@ class StreamSession:
                 async for response in responses:
                     final_sent = response.final
                     writes: List[WriteRun] = []
-                    encoded = grpc_codec.encode_infer_response(
-                        spec, request_id, response, response.final, decoded, memory, writes
-                    )
+                    try:
+                        encoded = grpc_codec.encode_infer_response(
+                            spec, request_id, response, response.final, decoded, memory, writes, ON_LOOP
+                        )
+                    except OffLoop:
+                        encoded = await coding.encoded(
+                            spec, request_id, response, response.final, decoded, memory, writes
+                        )
                     if writes:  # outputs too large to copy on the loop
                         await write_off_loop(writes)
                     put(encoded)

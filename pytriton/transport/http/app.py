@@ -6,18 +6,19 @@ import asyncio
 import logging
 import time
 import zlib
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 from urllib.parse import unquote
 
 import orjson
 
 from pytriton.core.errors import InferenceError, exception_text
 from pytriton.core.raw_tensors import unchanging
-from pytriton.core.request import InferenceResponse
+from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.core.shared_memory.off_loop import read_off_loop, write_off_loop
-from pytriton.core.shared_memory.system import Read, WriteRun
+from pytriton.core.shared_memory.system import Read, SystemSharedMemory, WriteRun
+from pytriton.core.spec import ModelSpec
 from pytriton.options.access import AccessRules
 from pytriton.options.header_forwarding import forward_pattern
 from pytriton.options.http_routes import ROUTES, find_route, http_category
@@ -25,13 +26,17 @@ from pytriton.options.limits import DEFAULT_MAX_INFLATED_BYTES
 from pytriton.options.log_trace import ServerSettings, trace_changes_from_json
 from pytriton.options.routes import CustomRoutes
 from pytriton.protocol import config_override, documents, json_text, openai_codec
+from pytriton.protocol.codec_place import ON_LOOP, OffLoop
 from pytriton.protocol.generate_codec import decode_generate_request, encode_generate_response
 from pytriton.protocol.http_codec import (
     Body,
+    OutputFormat,
     decode_infer_request,
     encode_infer_response,
     parse_json_members,
 )
+from pytriton.transport import codec_threads
+from pytriton.transport.codec_threads import OFF_LOOP_JOIN_BYTES
 from pytriton.transport.deflate import compressed
 from pytriton.transport.http import cuda_memory, system_memory
 from pytriton.transport.http.custom import serve_custom
@@ -370,7 +375,12 @@ class HttpFrontend:
         memory = self._engine.system_memory
         try:
             deferred: List[Read] = []
-            request, output_format = decode_infer_request(spec, body, header_length, forwarded, memory, deferred)
+            try:
+                request, output_format = decode_infer_request(
+                    spec, body, header_length, forwarded, memory, deferred, ON_LOOP
+                )
+            except OffLoop:  # long to decode: in a worker thread, the other clients served meanwhile
+                request, output_format = await _decoded_off_loop(spec, body, header_length, forwarded, memory, deferred)
             decoded_ns = 0
             if received_ns:
                 decoded_ns = time.monotonic_ns()
@@ -383,9 +393,14 @@ class HttpFrontend:
                     await read_off_loop(deferred)
                 response = await served.infer(request, gone=lambda: until_disconnect(receive))
                 writes: List[WriteRun] = []
-                json_part, binary_parts, json_length = encode_infer_response(
-                    spec, request.id, response, output_format, memory, None, writes
-                )
+                try:
+                    json_part, binary_parts, json_length = encode_infer_response(
+                        spec, request.id, response, output_format, memory, None, writes, ON_LOOP
+                    )
+                except OffLoop:
+                    json_part, binary_parts, json_length = await _encoded_off_loop(
+                        spec, request.id, response, output_format, memory, writes
+                    )
                 if writes:  # outputs too large to copy on the loop, written while their regions are held
                     await write_off_loop(writes)
             finally:
@@ -412,7 +427,10 @@ class HttpFrontend:
                 await send({"type": "http.response.start", "status": 200, "headers": out_headers})
                 await send({"type": "http.response.body", "body": json_part, BODY_PARTS: binary_parts})
                 return
-            out = b"".join([json_part, *binary_parts])
+            parts = [json_part, *binary_parts]
+            out: Union[bytes, bytearray, memoryview] = (
+                await codec_threads.joined(parts, size) if size >= OFF_LOOP_JOIN_BYTES else b"".join(parts)
+            )
         else:
             out = json_part
             out_headers = [JSON_TYPE]
@@ -526,6 +544,42 @@ class HttpFrontend:
         names = scope.get(HEADER_NAMES) or [name for name, _ in headers]
         forwarded = ((name.decode("latin-1"), value) for name, (_, value) in zip(names, headers))
         return {name: value.decode("latin-1") for name, value in forwarded if pattern.search(name)}
+
+
+# The codec's calls off the loop, out of `_infer`: a lambda there would make its variables closure cells, a
+# cost of every request (1 % of a small JSON request's instructions).
+
+
+def _decoded_off_loop(
+    spec: ModelSpec,
+    body: Body,
+    header_length: Optional[int],
+    forwarded: Optional[Dict[str, str]],
+    memory: Optional[SystemSharedMemory],
+    deferred: List[Read],
+) -> Awaitable[Tuple[InferenceRequest, OutputFormat]]:
+    """`decode_infer_request` of a request it refused to decode on the loop (OffLoop), in a worker thread."""
+    return codec_threads.off_loop(
+        lambda registry, place: decode_infer_request(spec, body, header_length, forwarded, registry, deferred, place),
+        memory,
+    )
+
+
+def _encoded_off_loop(
+    spec: ModelSpec,
+    request_id: str,
+    response: InferenceResponse,
+    output_format: OutputFormat,
+    memory: Optional[SystemSharedMemory],
+    writes: List[WriteRun],
+) -> Awaitable[Tuple[Union[bytes, bytearray], Sequence[Any], int]]:
+    """`encode_infer_response` of an answer it refused to encode on the loop (OffLoop), in a worker thread."""
+    return codec_threads.off_loop(
+        lambda registry, place: encode_infer_response(
+            spec, request_id, response, output_format, registry, None, writes, place
+        ),
+        memory,
+    )
 
 
 def _label(match: Any, path: str) -> str:
@@ -750,7 +804,9 @@ def _response_encoding(accept_encoding: str) -> str:
     return "" if chosen == "identity" else chosen
 
 
-async def _compress(body: bytes, accept_encoding: str, headers: List[Any]) -> bytes:
+async def _compress(
+    body: Union[bytes, bytearray, memoryview], accept_encoding: str, headers: List[Any]
+) -> Union[bytes, bytearray, memoryview]:
     """Compress an infer response per Accept-Encoding (gzip or deflate), adding Content-Encoding.
 
     A large body is compressed in a worker thread (transport/deflate.py): the other clients are served meanwhile.
