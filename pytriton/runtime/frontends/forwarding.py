@@ -84,7 +84,9 @@ class ForwardingApp:
             while True:
                 part = asyncio.ensure_future(pieces.get())
                 await asyncio.wait((part, gone), return_when=asyncio.FIRST_COMPLETED)
-                if not part.done():  # the client left: the hub's handler is told, as its own client's leaving tells it
+                if gone.done():  # the client left: the hub's handler is told, as its own client's leaving tells it
+                    # (even with a part come meanwhile: sent on, each would earn the handler room for another,
+                    # and a stream that awaits nothing else would run on to its end)
                     part.cancel()
                     self._calls.abandon(call)
                     return
