@@ -80,7 +80,10 @@ async def joined(parts: Sequence[Any], size: int) -> Union[bytes, memoryview]:
     """
 
     def join() -> memoryview:
-        out = np.empty(size, np.uint8)
+        try:
+            out = np.empty(size, np.uint8)
+        except MemoryError:  # numpy's says "Unable to allocate ...": answered as bytes.join's, a plain MemoryError
+            raise MemoryError from None
         at = 0
         for part in parts:
             view = np.frombuffer(part, np.uint8)
