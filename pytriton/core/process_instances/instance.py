@@ -24,7 +24,7 @@ import numpy as np
 
 from pytriton.core.composition.path import CURRENT, CallPath, PathSource
 from pytriton.core.custom_metrics import REGISTRY
-from pytriton.core.errors import BatchNotRun, exception_text
+from pytriton.core.errors import BatchNotRun, OutputsNotTaken, exception_text
 from pytriton.core.instances import CallableKind, Step
 from pytriton.core.process_instances.input_arena import InputArena
 from pytriton.core.process_instances.model_calls import CalleeArenas, serve_call
@@ -81,10 +81,6 @@ class InstanceDied(RuntimeError):
 
 class BatchNotSent(BatchNotRun):
     """A batch could not be handed to the process of an instance (it fails alone; the instance serves on)."""
-
-
-class OutputsNotTaken(BatchNotRun):
-    """The server could not take the outputs a process instance's callable returned (it fails alone; it serves on)."""
 
 
 class InstanceState(enum.Enum):
