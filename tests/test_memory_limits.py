@@ -375,8 +375,10 @@ def test_outputs_of_a_process_instance_the_server_has_no_memory_for_fail_their_b
     assert status == 200 and body.endswith(np.ones(1 << 24, np.float32).tobytes()), body[:200]
 
 
-def _memfds(pid: int) -> Tuple[int, int]:
-    """How many descriptors of pytriton's segments (memfds) process `pid` holds, and how many mappings of them."""
+def _memfds(pid: int) -> Tuple[int, int, List[str]]:
+    """How many descriptors of pytriton's segments (memfds) process `pid` holds, how many mappings of them, and the
+    named segments it made (where memfd is missing: in /dev/shm, named after its pid)."""
+    named = sorted(name for name in os.listdir("/dev/shm") if str(pid) in name)
     held = 0
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -384,7 +386,7 @@ def _memfds(pid: int) -> Tuple[int, int]:
         except OSError:
             continue
     with open(f"/proc/{pid}/maps") as maps:
-        return held, sum("/memfd:pytriton" in line for line in maps)
+        return held, sum("/memfd:pytriton" in line for line in maps), named
 
 
 def _streams(grpc_port: int, sizes: List[int]) -> List[Tuple[str, Any]]:
