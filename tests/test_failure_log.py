@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 
 import pytest
 
-from pytriton.core.errors import BatchNotRun, InferenceError
+from pytriton.core.errors import BatchNotRun, InferenceError, OutputsNotTaken
 from pytriton.core.failure_log import FailureLog
 from pytriton.exceptions import PyTritonUnrecoverableError
 from tests.http_helpers import post_json
@@ -233,6 +233,25 @@ def test_a_batch_not_run_is_logged_as_such_without_a_traceback(caplog: pytest.Lo
         "model 'm' instance 0 could not take the batch: MemoryError",
         "model 'm' version 1: ... and 1 more failure not logged (at most 1 every 60 s are); the last: "
         "model 'm' instance 0 could not take the batch: MemoryError",
+    ]
+    assert all(record.exc_info is None for record in caplog.records)
+
+
+def test_outputs_not_taken_are_logged_as_such_without_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """The callable ran: the log does not say the batch was not run."""
+    caplog.set_level(logging.ERROR, "pytriton.model")
+    why = "model 'm' instance 0: the server had no memory for its 1048576 bytes of outputs"
+
+    async def fail() -> None:
+        log = FailureLog("'m' version 1", burst=1)
+        for _ in range(2):
+            log.outputs_not_taken(OutputsNotTaken(why), 1)
+        log.flush()
+
+    asyncio.run(fail())
+    assert _records(caplog) == [
+        f"model 'm' version 1: the server could not take a batch's outputs (1 request failed): {why}",
+        f"model 'm' version 1: ... and 1 more failure not logged (at most 1 every 60 s are); the last: {why}",
     ]
     assert all(record.exc_info is None for record in caplog.records)
 

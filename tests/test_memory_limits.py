@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import pathlib
+import queue
 import struct
 import subprocess
 import textwrap
-from typing import Any, Iterator, Tuple
+from typing import Any, Iterator, List, Tuple
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
 from tests.h2_wire import H2Client, grpc_message, request_headers
@@ -21,7 +24,7 @@ from tests.server_process import start_script, stop_script
 # routes, run on the loop.
 SQUEEZABLE_SERVER = textwrap.dedent(
     """
-    import resource
+    import os, resource
     import numpy as np
     from pytriton.instances import ProcessInstances
     from pytriton.model_config import ModelConfig, Tensor
@@ -46,6 +49,25 @@ SQUEEZABLE_SERVER = textwrap.dedent(
 
     def total(requests):
         return [{"total": np.array([request["x"].sum()], np.float64)} for request in requests]
+
+    async def pid(request):
+        return str(os.getpid())
+
+    YIELDED = [0]  # the steps the last stream yielded before its generator ended (the model's state)
+
+    def steps(requests):
+        (request,) = requests
+        previous, YIELDED[0] = YIELDED[0], 0
+        try:
+            for size in (4, int(request["x"][0]), *[4] * 100):
+                yield [{
+                    "ones": np.ones(size, np.float32),
+                    "pid": np.array([os.getpid()]),
+                    "previous": np.array([previous]),
+                }]
+                YIELDED[0] += 1
+        finally:
+            YIELDED[0] = -YIELDED[0]  # negative: it ended
 
     if __name__ == "__main__":
         config = TritonConfig(http_port=0, grpc_port=0, allow_metrics=False)
@@ -72,6 +94,18 @@ SQUEEZABLE_SERVER = textwrap.dedent(
                     outputs=[Tensor(name="ones", dtype=np.float32, shape=(-1,))],
                     config=ModelConfig(batching=False),
                 )
+            triton.bind(
+                "process_steps",
+                ProcessInstances(steps),
+                inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+                outputs=[
+                    Tensor(name="ones", dtype=np.float32, shape=(-1,)),
+                    Tensor(name="pid", dtype=np.int64, shape=(1,)),
+                    Tensor(name="previous", dtype=np.int64, shape=(1,)),
+                ],
+                config=ModelConfig(batching=False, decoupled=True),
+            )
+            triton.add_route("/pid", pid)
             triton.add_route("/squeeze", squeeze)
             triton.add_route("/release", release)
             triton.run()
@@ -339,3 +373,89 @@ def test_outputs_of_a_process_instance_the_server_has_no_memory_for_fail_their_b
     assert _post(port, "/release") == (200, b"released")
     status, body = _ones(port, model, 1 << 24)
     assert status == 200 and body.endswith(np.ones(1 << 24, np.float32).tobytes()), body[:200]
+
+
+def _memfds(pid: int) -> Tuple[int, int, List[str]]:
+    """How many descriptors of pytriton's segments (memfds) process `pid` holds, how many mappings of them, and the
+    named segments it made (where memfd is missing: in /dev/shm, named after its pid)."""
+    named = sorted(name for name in os.listdir("/dev/shm") if str(pid) in name)
+    held = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            held += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:pytriton")
+        except OSError:
+            continue
+    with open(f"/proc/{pid}/maps") as maps:
+        return held, sum("/memfd:pytriton" in line for line in maps), named
+
+
+def _streams(grpc_port: int, sizes: List[int]) -> List[Tuple[str, Any]]:
+    """Stream requests for steps of `sizes` ones, one after the other's end, on one stream: what came, in order.
+
+    Each is ("<id>", outputs) for a step, ("<id>", "final") for an empty final response, ("error", its text).
+    """
+    came: queue.Queue[Tuple[Any, Any]] = queue.Queue()
+    seen: List[Tuple[str, Any]] = []
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+        client.start_stream(callback=lambda result, error: came.put((result, error)))
+        try:
+            for index, size in enumerate(sizes):
+                tensor = grpcclient.InferInput("x", [1], "FP32")
+                tensor.set_data_from_numpy(np.array([size], np.float32))
+                client.async_stream_infer(
+                    "process_steps", [tensor], request_id=str(index), enable_empty_final_response=True
+                )
+                while True:
+                    result, error = came.get(timeout=60)
+                    if error is not None:
+                        seen.append(("error", str(error)))
+                        break
+                    response = result.get_response()
+                    if response.parameters["triton_final_response"].bool_param:
+                        seen.append((response.id, "final"))
+                        break
+                    outputs = {name: result.as_numpy(name) for name in ("ones", "pid", "previous")}
+                    seen.append((response.id, outputs))
+        finally:
+            client.stop_stream()
+    return seen
+
+
+def test_a_step_of_a_process_instance_the_server_has_no_memory_for_fails_its_stream_alone(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A decoupled model's step travels in its message, read into a buffer of its size. At the server's memory limit
+    that raised MemoryError through the channel, which closed: the process was taken for dead and started again (its
+    model's state lost, its stream failed saying it died). Now that stream fails alone, saying why as a plain batch
+    does; the generator is stopped, its later steps dropped; the same process serves the next stream, and nothing
+    of the failed one stays mapped."""
+    server: subprocess.Popen[str] = start_script(tmp_path, SQUEEZABLE_SERVER)
+    try:
+        assert server.stdout is not None
+        http_port, grpc_port = map(int, server.stdout.readline().split())
+        status, server_pid = _post(http_port, "/pid")
+        assert status == 200, server_pid
+        first = _streams(grpc_port, [4])
+        assert [id_ for id_, _ in first] == ["0"] * 103, first[:3]
+        pid = int(first[0][1]["pid"][0])
+        held = _memfds(int(server_pid)), _memfds(pid)
+        assert _post(http_port, "/squeeze?mib=32") == (200, b"squeezed")
+        seen = _streams(grpc_port, [1 << 24, 4])  # 64 MiB in the second step: more than the server has room for
+        assert seen[0][0] == "0" and seen[0][1]["ones"].tolist() == [1.0] * 4, seen[:3]
+        assert seen[1][0] == "error", seen[:3]  # no later step of the failed stream came
+        assert seen[1][1] == (  # 64 MiB of ones, 16 bytes of pid and previous
+            "OutputsNotTaken: model 'process_steps' instance 0: "
+            f"the server had no memory for its {(1 << 26) + 16} bytes of outputs"
+        ), seen[1]
+        assert [id_ for id_, _ in seen[2:]] == ["1"] * 103, seen[2:5]
+        assert int(seen[2][1]["pid"][0]) == pid  # the same process: not taken for dead
+        stopped = -int(seen[2][1]["previous"][0])
+        assert 0 < stopped < 102, stopped  # the failed stream's generator was stopped (102: it ran to its end)
+        assert _post(http_port, "/release") == (200, b"released")
+        seen = _streams(grpc_port, [1 << 24])
+        assert [id_ for id_, _ in seen] == ["0"] * 103 and int(seen[0][1]["pid"][0]) == pid, seen[:3]
+        assert seen[1][1]["ones"].tolist() == [1.0] * (1 << 24)
+        assert seen[1][1]["previous"].tolist() == [-102]  # the stream before ran to its end
+        assert (_memfds(int(server_pid)), _memfds(pid)) == held
+    finally:
+        stop_script(server)

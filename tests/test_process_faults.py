@@ -818,6 +818,55 @@ def test_a_batch_that_cannot_be_sent_fails_alone_and_the_instance_serves_on(
     assert all("inference callable raised" not in line for line in logged)  # it never ran
 
 
+def doubles(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Twice its input, a new array (not one in the job's inputs: it goes in the process's result arena)."""
+    return [{"pid": np.array([os.getpid()], dtype=np.int64), "y": request["x"] * 2} for request in requests]
+
+
+def test_outputs_the_server_cannot_take_are_logged_as_such_and_the_instance_serves_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's map of a new result arena fails (here by a patch; tests/test_memory_limits.py has the real memory
+    limit). The callable ran: the log said "a batch was not run"; it says the server could not take its outputs."""
+    from pytriton.ipc import tensors
+
+    adopt = tensors.ArenaReader.adopt
+    refusing = [True]
+
+    def adopt_or_refuse(self: tensors.ArenaReader, size: int, fds: Any) -> None:
+        if refusing[0] and size >= 8 << 20:
+            self.close()  # as a failed map: the old arena was let go of first
+            for fd in fds:
+                os.close(fd)
+            raise tensors.SharedMemoryUnavailable(12, "cannot map shared memory: Cannot allocate memory")
+        adopt(self, size, fds)
+
+    monkeypatch.setattr(tensors.ArenaReader, "adopt", adopt_or_refuse)
+
+    def bind(triton: Triton) -> None:
+        triton.bind("doubles", ProcessInstances(doubles), **IO, config=UNBATCHED)
+
+    large = np.ones(4 << 20, np.float32)  # 16 MiB of outputs: a new result arena
+    with running_triton(bind) as triton, _client(triton) as client:
+        pid = _infer(client, "doubles", np.array([1.0], np.float32))["pid"].tolist()
+        with pytest.raises(httpclient.InferenceServerException) as failed:
+            _infer(client, "doubles", large)
+        assert (
+            "OutputsNotTaken: model 'doubles' instance 0: the server could not map its outputs: "
+            "[Errno 12] cannot map shared memory: Cannot allocate memory"
+        ) in str(failed.value)
+        assert _infer(client, "doubles", np.array([3.0], np.float32))["y"].tolist() == [6.0]
+        refusing[0] = False
+        served = _infer(client, "doubles", large)  # the process made a new arena: the refused one was let go of
+        assert served["pid"].tolist() == pid and (served["y"] == 2).all()
+    logged = [record.getMessage() for record in caplog.records if record.name == "pytriton.model"]
+    assert logged == [
+        "model 'doubles' version 1: the server could not take a batch's outputs (1 request failed): "
+        "model 'doubles' instance 0: the server could not map its outputs: "
+        "[Errno 12] cannot map shared memory: Cannot allocate memory"
+    ]
+
+
 def counts_calls(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     """Echoes, with "pid" holding how many batches this process has run (a global of the process)."""
     global _calls

@@ -44,6 +44,13 @@ class BatchNotRun(RuntimeError):
     """
 
 
+class OutputsNotTaken(RuntimeError):
+    """The server could not take the outputs an instance's callable returned (it ran): the batch fails alone.
+
+    Logged as the server's fault, not as something the callable raised (its memory limit, say).
+    """
+
+
 class InferenceError(Exception):
     """A request failed; carries the status and Triton's message."""
 

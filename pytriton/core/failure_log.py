@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Callable, Set
 
-from pytriton.core.errors import BatchNotRun, InferenceError, Status, exception_text, utf8_safe
+from pytriton.core.errors import BatchNotRun, InferenceError, OutputsNotTaken, Status, exception_text, utf8_safe
 from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
 from pytriton.exceptions import PyTritonUnrecoverableError
 
@@ -83,6 +83,20 @@ class FailureLog:
         if not self._budget.admit(str(error)):
             return
         LOGGER.error("model %s: a batch was not run (%s failed): %s", self._model, _requests(requests), error)
+
+    def outputs_not_taken(self, error: OutputsNotTaken, requests: int) -> None:
+        """The server could not take what the callable returned for `requests` requests (it ran): log why.
+
+        As for a batch not run, the message names the instance and the cause; no traceback.
+        """
+        if not self._budget.admit(str(error)):
+            return
+        LOGGER.error(
+            "model %s: the server could not take a batch's outputs (%s failed): %s",
+            self._model,
+            _requests(requests),
+            error,
+        )
 
     def outputs_refused(self, error: InferenceError, requests: int) -> None:
         """What the callable returned failed PyTriton's output checks for `requests` requests: log why.

@@ -15,7 +15,15 @@ from pytriton.core.batcher import BatchRules
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
 from pytriton.core.direct_runs import DirectCall, Outputs
-from pytriton.core.errors import BatchNotRun, CallableRaised, FailureReason, InferenceError, Status, callable_error
+from pytriton.core.errors import (
+    BatchNotRun,
+    CallableRaised,
+    FailureReason,
+    InferenceError,
+    OutputsNotTaken,
+    Status,
+    callable_error,
+)
 from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import CallableKind, Instance, ModelInstance
@@ -733,6 +741,8 @@ class Scheduler:
             return self._stopped()
         if isinstance(error, BatchNotRun):
             self.failures.batch_not_run(error, requests)
+        elif isinstance(error, OutputsNotTaken):
+            self.failures.outputs_not_taken(error, requests)
         else:
             self.failures.callable_raised(error.error if isinstance(error, CallableRaised) else error, requests)
         if isinstance(error, PyTritonUnrecoverableError):

@@ -24,7 +24,7 @@ import numpy as np
 
 from pytriton.core.composition.path import CURRENT, CallPath, PathSource
 from pytriton.core.custom_metrics import REGISTRY
-from pytriton.core.errors import BatchNotRun, exception_text
+from pytriton.core.errors import BatchNotRun, OutputsNotTaken, exception_text
 from pytriton.core.instances import CallableKind, Step
 from pytriton.core.process_instances.input_arena import InputArena
 from pytriton.core.process_instances.model_calls import CalleeArenas, serve_call
@@ -83,10 +83,6 @@ class BatchNotSent(BatchNotRun):
     """A batch could not be handed to the process of an instance (it fails alone; the instance serves on)."""
 
 
-class OutputsNotTaken(BatchNotRun):
-    """The server could not take the outputs a process instance's callable returned (it fails alone; it serves on)."""
-
-
 class InstanceState(enum.Enum):
     """Where a process instance is in its life."""
 
@@ -96,8 +92,8 @@ class InstanceState(enum.Enum):
     CLOSED = "closed"  # the server stopped it
 
 
-def _final_result(head: Any) -> bool:
-    return bool(head[0] == RESULT and head[4])
+def _result(head: Any) -> bool:
+    return bool(head[0] == RESULT)
 
 
 class _Link:
@@ -115,8 +111,8 @@ class _Link:
         # Jobs whose results the server no longer reads, to say in the next JOB (finalizers append, in any thread).
         self.done_with: Deque[int] = deque()
         self.segments: Set[int] = set()  # the frontend buffers (SHARED_SEGMENTS' ids) the process maps
-        # A plain call's result the server has no memory for fails its batch alone (ProcessInstance._on_message).
-        channel.drop_bodies(_final_result)
+        # A result or step the server has no memory for fails its batch (stream) alone (ProcessInstance._on_message).
+        channel.drop_bodies(_result)
 
     def release(self, job_id: int) -> None:
         """The server no longer reads a job's result (a finalizer calls it, whenever the last array goes)."""
@@ -153,6 +149,7 @@ class _Job:
         self.future = future
         self.steps = steps
         self.requests = requests  # what the scheduler knows them by: a cancel names one by its index here
+        self.refused = False  # a step of it could not be taken: it failed, and the process is told to stop it
         # The batch's call path: its callable's calls to other models.
         self.path: Optional[CallPath] = None if source is None else source.call_path()
 
@@ -377,23 +374,18 @@ class ProcessInstance:
             self._model_call(link, job, message)
             return
         if job is None or head[1] != job.job_id:
-            if tag == RESULT:  # of no job held: its arena is still the process's from now on, its region free
-                _, job_id, _, arena, final, _ = head
-                if arena:
-                    link.outputs.adopt(arena, message.fds)
-                if final:
-                    link.release(job_id)
-            else:
-                for fd in message.fds:
-                    os.close(fd)
-            if tag in (RESULT, FAILURE, END):
-                link.inputs.released(head[-1])
+            self._let_go(link, message)
+            return
+        if job.refused:  # its stream failed; the process ends it at its next step (STOP): what comes is let go of
+            self._let_go(link, message)
+            if tag in (FAILURE, END):
+                self._finish_job()
             return
         if tag == RESULT:
             _, _, packed, arena, final, released = head
-            if (arena or message.lost) and final and job.future is not None:  # a plain call's (a stream's go on)
+            if arena or message.lost:
                 # At the server's memory limit: a new arena it cannot map, a body it had no room for (dropped by the
-                # channel). This batch fails, not the process.
+                # channel). This batch (a stream: this request's stream) fails, not the process.
                 reason = f"the server had no memory for its {message.lost} bytes of outputs" if message.lost else ""
                 if arena:
                     try:
@@ -404,12 +396,14 @@ class ProcessInstance:
                 if reason:
                     if released:
                         link.inputs.released(released)
-                    link.release(job.job_id)  # its region in the process's arena, unread here
-                    self._finish_job()
+                    if final:
+                        link.release(job.job_id)  # its region in the process's arena, unread here
+                        self._finish_job()
+                    else:  # a step: the instance is busy until the process has stopped the stream
+                        job.refused = True
+                        self._send_stop(job)
                     job.fail(OutputsNotTaken(f"model '{self.model_name}' instance {self.index}: {reason}"))
                     return
-            elif arena:
-                link.outputs.adopt(arena, message.fds)
             if final:  # outputs in the job's inputs hold its region before the process's release is counted
                 inputs = functools.partial(link.inputs.lease, job.job_id)
                 release = functools.partial(link.release, job.job_id)
@@ -439,6 +433,23 @@ class ProcessInstance:
             self._finish_job()
             if job.steps is not None:
                 job.steps.put_nowait(("end", None))
+
+    @staticmethod
+    def _let_go(link: _Link, message: Message) -> None:
+        """A job's message the server does not read (of no job held, or of a stream that failed): what it frees."""
+        head = message.head
+        tag = head[0]
+        if tag == RESULT:  # its arena is still the process's from now on, its region free
+            _, job_id, _, arena, final, _ = head
+            if arena:
+                link.outputs.adopt(arena, message.fds)
+            if final:
+                link.release(job_id)
+        else:
+            for fd in message.fds:
+                os.close(fd)
+        if tag in (RESULT, FAILURE, END):
+            link.inputs.released(head[-1])
 
     def _model_call(self, link: _Link, job: Optional[_Job], message: Message) -> None:
         """Run the callable's call to another model on the job's call path (model_calls.serve_call)."""
