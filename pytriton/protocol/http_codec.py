@@ -87,11 +87,9 @@ def decode_infer_request(
     header = body if header_length == size else memoryview(body)[:header_length]
     key = _plan_key(header)
     plan = _PLANS.get(key) if key is not None else None
-    if plan is not None:
-        if plan.long_strings and place == ON_LOOP:
-            raise OffLoop
+    if plan is not None:  # never one of a long BYTES input (_long_strings): the path below refuses it on the loop
         return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory, deferred)
-    if place and header_length >= OFF_LOOP_JSON_BYTES:
+    if header_length >= OFF_LOOP_JSON_BYTES and place != ANYWHERE:
         if place == ON_LOOP:
             raise OffLoop
         document = parse_json_object(header, json_pieces.loads)
@@ -211,7 +209,7 @@ def decode_infer_request(
         if error.of_request:  # Triton's core names the request
             raise error.for_request(request_id) from None
         raise
-    if planned is not None and key is not None:
+    if planned is not None and key is not None and not _long_strings(planned):
         if len(_PLANS) >= _KEPT_PLANS:
             _PLANS.clear()
         parameters = request_parameters(document.get("parameters", _ABSENT))
@@ -326,6 +324,17 @@ def _no_binary_left(offset: int, size: int, model: str) -> None:
 _PlannedInput = Tuple[str, str, List[int], Optional[int], Optional[TensorRegion]]
 
 
+def _long_strings(inputs: List[_PlannedInput]) -> bool:
+    """Whether a BYTES input in the body is long enough to be decoded off the loop (OffLoop).
+
+    A header of such inputs is not planned: the full decode refuses it on the loop, and a small request's planned
+    decode has no check to make (its instructions a request).
+    """
+    return any(
+        planned[1] == BYTES and planned[4] is None and (planned[3] or 0) >= OFF_LOOP_STRING_BYTES for planned in inputs
+    )
+
+
 class _Plan:
     """What a request's JSON header says, once it was read without error (`_PLANS`).
 
@@ -340,7 +349,6 @@ class _Plan:
         "classes",
         "inputs",
         "located",
-        "long_strings",
         "parameters",
         "regions",
         "request_id",
@@ -359,11 +367,6 @@ class _Plan:
         """Keep what the decode of the header found."""
         self.inputs = inputs
         self.binary_bytes = sum(planned[3] or 0 for planned in inputs if planned[4] is None)  # the body's, after it
-        # A BYTES input in the body long enough to be decoded off the loop (OffLoop)
-        self.long_strings = any(
-            planned[1] == BYTES and planned[4] is None and (planned[3] or 0) >= OFF_LOOP_STRING_BYTES
-            for planned in inputs
-        )
         self.request_id = request_id
         self.parameters = parameters
         self.split = split_parameters(parameters)  # without forwarded headers
