@@ -17,7 +17,6 @@ from pytriton.core.spec import ModelSpec
 from pytriton.protocol import json_pieces, json_text
 from pytriton.protocol.codec_place import (
     ANYWHERE,
-    OFF_LOOP,
     OFF_LOOP_JSON_BYTES,
     OFF_LOOP_STRING_BYTES,
     OFF_LOOP_VALUES,
@@ -36,7 +35,7 @@ from pytriton.protocol.system_memory_codec import (
     still_located,
     tensor_region,
 )
-from pytriton.protocol.tensors import array_from_json, json_from_array
+from pytriton.protocol.tensors import array_from_json, array_from_json_in_pieces, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
 
@@ -177,10 +176,12 @@ def decode_infer_request(
                 array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
                 if 0 not in shape:
                     try:
-                        if place == OFF_LOOP:  # a piece at a time, its values freed so (json_pieces.release)
-                            array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name, True)
+                        if not place:  # OFF_LOOP: a piece at a time, its values freed so (json_pieces.release)
+                            array = array_from_json_in_pieces(
+                                _json_array(raw["data"]), datatype, shape, name, spec.name
+                            )
                             json_pieces.release(raw["data"])
-                        else:
+                        else:  # the other's jump, not this one's, is over the branch after it
                             array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
                     except InferenceError as error:  # the frontend's refusal, or the core's (`_json_read`)
                         array, core_error = _json_read(raw["data"], datatype, shape, name, spec.name, error)
@@ -807,7 +808,7 @@ def encode_infer_response(
     if parameters:
         document["parameters"] = parameters  # before the outputs, as Triton writes them
     document["outputs"] = outputs
-    if place != OFF_LOOP:
+    if place:  # not OFF_LOOP
         header = json_text.dumps(document)
         return header, binary_parts, len(header)
     pieced = json_pieces.dumps(document)
