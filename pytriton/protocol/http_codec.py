@@ -788,14 +788,18 @@ def encode_infer_response(
             if output.datatype == BYTES and place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
                 raise OffLoop
             raw = raw_from_array(output.array, output.datatype)
-            size = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
+            size = len(raw)  # bytes, or a view of format "B"
             entry["parameters"] = {"binary_data_size": size}
             if size:  # as Triton: an answer whose binary outputs are all empty goes as JSON, without the header
                 binary_parts.append(raw)
         else:
-            if place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
+            if output.array.size >= OFF_LOOP_VALUES and place == ON_LOOP:
                 raise OffLoop
-            entry["data"] = _in_response(json_from_array, output.array, output.datatype)
+            try:  # _in_response's, without its call: a step of every small JSON answer
+                entry["data"] = json_from_array(output.array, output.datatype)
+            except InferenceError as error:
+                error.in_response = True
+                raise
         outputs.append(entry)
     if writes:
         (memory or _memory(memory)).write_all(writes, deferred)
