@@ -152,7 +152,8 @@ def _numbers(rng: random.Random) -> Tuple[Any, List[int]]:
 
 def _made(data: Any, datatype: str, shape: List[int], in_pieces: bool) -> Tuple[str, ...]:
     try:
-        array = tensors.array_from_json(data, datatype, shape, "in", "m", in_pieces)
+        read = tensors.array_from_json_in_pieces if in_pieces else tensors.array_from_json
+        array = read(data, datatype, shape, "in", "m")
     except InferenceError as error:
         return ("refused", error.message)
     return ("ok", array.dtype.str, str(array.shape), array.tobytes().hex())
@@ -211,7 +212,7 @@ def test_no_call_of_numpy_makes_more_than_a_piece(monkeypatch: pytest.MonkeyPatc
         return array(data, *args, **kwargs)
 
     monkeypatch.setattr(tensors.np, "array", counted)
-    made = tensors.array_from_json(values, "FP32", [1 << 20], "in", "m", in_pieces=True)
+    made = tensors.array_from_json_in_pieces(values, "FP32", [1 << 20], "in", "m")
     assert len(lengths) > 16 and max(lengths) <= tensors._PIECE_VALUES
     assert (made == np.arange(1 << 20, dtype=np.float32) * 0.5).all()
 

@@ -9,7 +9,8 @@ gets the GIL between them.
 
 from __future__ import annotations
 
-ANYWHERE, ON_LOOP, OFF_LOOP = 0, 1, 2
+# OFF_LOOP is 0: a codec asks `if place:` (a step less than `!= OFF_LOOP`, in each small request).
+OFF_LOOP, ON_LOOP, ANYWHERE = 0, 1, 2
 # On the loop: a JSON header this long or more (about 3 ms of parsing and arrays), BYTES data this long in the
 # body or raw contents (about 2 ms of strings), or BYTES contents or an output of this many values to be written
 # as JSON or BYTES, raises OffLoop.

@@ -17,7 +17,6 @@ from pytriton.core.spec import ModelSpec
 from pytriton.protocol import json_pieces, json_text
 from pytriton.protocol.codec_place import (
     ANYWHERE,
-    OFF_LOOP,
     OFF_LOOP_JSON_BYTES,
     OFF_LOOP_STRING_BYTES,
     OFF_LOOP_VALUES,
@@ -36,7 +35,7 @@ from pytriton.protocol.system_memory_codec import (
     still_located,
     tensor_region,
 )
-from pytriton.protocol.tensors import array_from_json, json_from_array
+from pytriton.protocol.tensors import array_from_json, array_from_json_in_pieces, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
 
@@ -87,11 +86,9 @@ def decode_infer_request(
     header = body if header_length == size else memoryview(body)[:header_length]
     key = _plan_key(header)
     plan = _PLANS.get(key) if key is not None else None
-    if plan is not None:
-        if plan.long_strings and place == ON_LOOP:
-            raise OffLoop
+    if plan is not None:  # never one of a long BYTES input (_long_strings): the path below refuses it on the loop
         return _decode_planned(spec, plan, body, header_length, forwarded_headers, memory, deferred)
-    if place and header_length >= OFF_LOOP_JSON_BYTES:
+    if header_length >= OFF_LOOP_JSON_BYTES and place != ANYWHERE:
         if place == ON_LOOP:
             raise OffLoop
         document = parse_json_object(header, json_pieces.loads)
@@ -179,10 +176,12 @@ def decode_infer_request(
                 array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
                 if 0 not in shape:
                     try:
-                        if place == OFF_LOOP:  # a piece at a time, its values freed so (json_pieces.release)
-                            array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name, True)
+                        if not place:  # OFF_LOOP: a piece at a time, its values freed so (json_pieces.release)
+                            array = array_from_json_in_pieces(
+                                _json_array(raw["data"]), datatype, shape, name, spec.name
+                            )
                             json_pieces.release(raw["data"])
-                        else:
+                        else:  # the other's jump, not this one's, is over the branch after it
                             array = array_from_json(_json_array(raw["data"]), datatype, shape, name, spec.name)
                     except InferenceError as error:  # the frontend's refusal, or the core's (`_json_read`)
                         array, core_error = _json_read(raw["data"], datatype, shape, name, spec.name, error)
@@ -211,7 +210,7 @@ def decode_infer_request(
         if error.of_request:  # Triton's core names the request
             raise error.for_request(request_id) from None
         raise
-    if planned is not None and key is not None:
+    if planned is not None and key is not None and not _long_strings(planned):
         if len(_PLANS) >= _KEPT_PLANS:
             _PLANS.clear()
         parameters = request_parameters(document.get("parameters", _ABSENT))
@@ -326,6 +325,17 @@ def _no_binary_left(offset: int, size: int, model: str) -> None:
 _PlannedInput = Tuple[str, str, List[int], Optional[int], Optional[TensorRegion]]
 
 
+def _long_strings(inputs: List[_PlannedInput]) -> bool:
+    """Whether a BYTES input in the body is long enough to be decoded off the loop (OffLoop).
+
+    A header of such inputs is not planned: the full decode refuses it on the loop, and a small request's planned
+    decode has no check to make (its instructions a request).
+    """
+    return any(
+        planned[1] == BYTES and planned[4] is None and (planned[3] or 0) >= OFF_LOOP_STRING_BYTES for planned in inputs
+    )
+
+
 class _Plan:
     """What a request's JSON header says, once it was read without error (`_PLANS`).
 
@@ -340,7 +350,6 @@ class _Plan:
         "classes",
         "inputs",
         "located",
-        "long_strings",
         "parameters",
         "regions",
         "request_id",
@@ -359,11 +368,6 @@ class _Plan:
         """Keep what the decode of the header found."""
         self.inputs = inputs
         self.binary_bytes = sum(planned[3] or 0 for planned in inputs if planned[4] is None)  # the body's, after it
-        # A BYTES input in the body long enough to be decoded off the loop (OffLoop)
-        self.long_strings = any(
-            planned[1] == BYTES and planned[4] is None and (planned[3] or 0) >= OFF_LOOP_STRING_BYTES
-            for planned in inputs
-        )
         self.request_id = request_id
         self.parameters = parameters
         self.split = split_parameters(parameters)  # without forwarded headers
@@ -784,14 +788,18 @@ def encode_infer_response(
             if output.datatype == BYTES and place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
                 raise OffLoop
             raw = raw_from_array(output.array, output.datatype)
-            size = len(raw) if not isinstance(raw, memoryview) else raw.nbytes
+            size = len(raw)  # bytes, or a view of format "B"
             entry["parameters"] = {"binary_data_size": size}
             if size:  # as Triton: an answer whose binary outputs are all empty goes as JSON, without the header
                 binary_parts.append(raw)
         else:
-            if place == ON_LOOP and output.array.size >= OFF_LOOP_VALUES:
+            if output.array.size >= OFF_LOOP_VALUES and place == ON_LOOP:
                 raise OffLoop
-            entry["data"] = _in_response(json_from_array, output.array, output.datatype)
+            try:  # _in_response's, without its call: a step of every small JSON answer
+                entry["data"] = json_from_array(output.array, output.datatype)
+            except InferenceError as error:
+                error.in_response = True
+                raise
         outputs.append(entry)
     if writes:
         (memory or _memory(memory)).write_all(writes, deferred)
@@ -804,7 +812,7 @@ def encode_infer_response(
     if parameters:
         document["parameters"] = parameters  # before the outputs, as Triton writes them
     document["outputs"] = outputs
-    if place != OFF_LOOP:
+    if place:  # not OFF_LOOP
         header = json_text.dumps(document)
         return header, binary_parts, len(header)
     pieced = json_pieces.dumps(document)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -12,25 +12,47 @@ from pytriton.core.errors import InferenceError
 from pytriton.core.raw_tensors import element_count
 
 
-def array_from_json(
-    data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "", in_pieces: bool = False
-) -> np.ndarray:
+def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "") -> np.ndarray:
     """Build an array from JSON `data` (flat or nested, row-major).
 
     With the `model` named (HTTP infer), values JSON cannot give the datatype (`1.5` or `true` for an integer type,
     `-1` for an unsigned one, a number past 64 bits, a string for FP32, a number for BYTES...) and values or strings
     too many or too few for the shape are refused in tritonserver 2.51's words; values it would wrap around or make
-    infinite (300 for INT8, 2**63 for UINT16, 1e39 for FP32) are refused in this server's. `in_pieces`: a long
-    list of numbers is made an array a piece at a time (off the event loop: `_numeric_in_pieces`).
+    infinite (300 for INT8, 2**63 for UINT16, 1e39 for FP32) are refused in this server's.
     """
     if type(data) is not list:
         data = [data]
     try:
-        return _array_from_json(data, datatype, shape, name, model, in_pieces)
+        return _array_from_json(data, datatype, shape, name, model)
     except InferenceError as error:
-        if not model or not error.message.startswith(_UNFIT) or not _fits_no_64_bit_reading(data, datatype):
+        in_triton_words = _in_triton_words(error, data, datatype, model)
+        if in_triton_words is None:
             raise
-        raise InferenceError.invalid(_TRITON_UNFIT[datatype]) from None
+        raise in_triton_words from None
+
+
+def array_from_json_in_pieces(data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "") -> np.ndarray:
+    """`array_from_json`, a long list of numbers made an array a piece at a time (off the event loop).
+
+    A function of its own, not an argument of array_from_json: that argument, passed down, was a cost of every
+    small JSON request on the loop.
+    """
+    if type(data) is not list:
+        data = [data]
+    try:
+        return _array_from_json(data, datatype, shape, name, model, _numeric_in_pieces_or_any_nesting)
+    except InferenceError as error:
+        in_triton_words = _in_triton_words(error, data, datatype, model)
+        if in_triton_words is None:
+            raise
+        raise in_triton_words from None
+
+
+def _in_triton_words(error: InferenceError, data: List[Any], datatype: str, model: str) -> Optional[InferenceError]:
+    """array_from_json's refusal of `data` as tritonserver 2.51 words it, where it refuses such values; else None."""
+    if not model or not error.message.startswith(_UNFIT) or not _fits_no_64_bit_reading(data, datatype):
+        return None
+    return InferenceError.invalid(_TRITON_UNFIT[datatype])
 
 
 # The start of this server's refusal of values that do not fit their datatype.
@@ -68,14 +90,34 @@ def _fits_no_64_bit_reading(data: List[Any], datatype: str) -> bool:
     return not all(type(value) is int and low <= value <= high for value in _flatten(data))
 
 
+def _numeric_array_of_any_nesting(data: List[Any], dtype: np.dtype) -> np.ndarray:
+    """`numeric_array` of JSON data nested in any way: lists of unequal lengths too, read row-major.
+
+    Triton reads a tensor's JSON elements in order whatever the lists around them (`[[1], [2, 3]]` is 3 values), and
+    only their count must fit the shape; numpy refuses such lists, so they are flattened first (only then: the lists
+    that fit a shape, the usual ones, are read whole by numpy).
+    """
+    try:
+        return numeric_array(data, dtype)
+    except ValueError:
+        if not any(type(item) is list for item in data):
+            raise
+    return numeric_array(_flatten(data), dtype)
+
+
 def _array_from_json(
-    data: List[Any], datatype: str, shape: Sequence[int], name: str, model: str, in_pieces: bool
+    data: List[Any],
+    datatype: str,
+    shape: Sequence[int],
+    name: str,
+    model: str,
+    numeric: Callable[[List[Any], np.dtype], np.ndarray] = _numeric_array_of_any_nesting,
 ) -> np.ndarray:
-    """`array_from_json` in this server's words."""
+    """`array_from_json` in this server's words (numbers made an array by `numeric`)."""
     try:
         dtype = _JSON_NUMERIC.get(datatype)
         if dtype is not None:  # nesting that fits a shape: numpy flattens it row-major with the reshape below
-            array = _numeric_array_of_any_nesting(data, dtype, in_pieces)
+            array = numeric(data, dtype)
         elif datatype == BYTES:
             flat = _flatten(data)
             array = np.empty(len(flat), dtype=np.object_)
@@ -123,23 +165,10 @@ def _string_count_error(size: int, count: int, name: str, model: str) -> str:
     return f"expected {count} string elements for inference input '{name}' for model '{model}', got {size}"
 
 
-def _numeric_array_of_any_nesting(data: List[Any], dtype: np.dtype, in_pieces: bool) -> np.ndarray:
-    """`numeric_array` of JSON data nested in any way: lists of unequal lengths too, read row-major.
-
-    Triton reads a tensor's JSON elements in order whatever the lists around them (`[[1], [2, 3]]` is 3 values), and
-    only their count must fit the shape; numpy refuses such lists, so they are flattened first (only then: the lists
-    that fit a shape, the usual ones, are read whole by numpy).
-    """
-    if in_pieces:  # off the loop (codec_place.OFF_LOOP): a long list a piece at a time
-        pieced = _numeric_in_pieces(data, dtype)
-        if pieced is not None:
-            return pieced
-    try:
-        return numeric_array(data, dtype)
-    except ValueError:
-        if not any(type(item) is list for item in data):
-            raise
-    return numeric_array(_flatten(data), dtype)
+def _numeric_in_pieces_or_any_nesting(data: List[Any], dtype: np.dtype) -> np.ndarray:
+    """`_numeric_array_of_any_nesting`, a long list a piece at a time (`_numeric_in_pieces`) where it can be."""
+    pieced = _numeric_in_pieces(data, dtype)
+    return pieced if pieced is not None else _numeric_array_of_any_nesting(data, dtype)
 
 
 # A list of this many numbers or more is made an array a piece at a time (a few hundred µs of numpy each).

@@ -417,20 +417,18 @@ class HttpFrontend:
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
             size = json_length + sum(map(len, binary_parts))  # byte-format views: len is the size
-            if (
-                size >= _SCATTER_BYTES
-                and not accept
-                and BODY_PARTS in scope.get("extensions", ())
-                and _request_owned(binary_parts, body)
-            ):
+            out: Union[bytes, bytearray, memoryview]
+            if size < _SCATTER_BYTES:  # a small answer's path: as few steps as may be (OFF_LOOP_JOIN_BYTES is more)
+                out = b"".join([json_part, *binary_parts])
+            elif not accept and BODY_PARTS in scope.get("extensions", ()) and _request_owned(binary_parts, body):
                 out_headers.append((b"content-length", b"%d" % size))
                 await send({"type": "http.response.start", "status": 200, "headers": out_headers})
                 await send({"type": "http.response.body", "body": json_part, BODY_PARTS: binary_parts})
                 return
-            parts = [json_part, *binary_parts]
-            out: Union[bytes, bytearray, memoryview] = (
-                await codec_threads.joined(parts, size) if size >= OFF_LOOP_JOIN_BYTES else b"".join(parts)
-            )
+            elif size >= OFF_LOOP_JOIN_BYTES:
+                out = await codec_threads.joined([json_part, *binary_parts], size)
+            else:
+                out = b"".join([json_part, *binary_parts])
         else:
             out = json_part
             out_headers = [JSON_TYPE]
