@@ -3,7 +3,9 @@
 `python -m bench.json_stall [--nvidia] [--sizes ...]`: a server (this one, or with `--nvidia` NVIDIA PyTriton 0.7
 run by /tmp/nvidia-pytriton/run) with identity models; one client sends each large request in turn while a
 second process polls /v2/health/ready every 5 ms over its own keep-alive connection. For each request: its own
-time, and the worst and p99 health latency while it was under way. The server runs in a process of its own.
+time, and the worst and p99 health latency while it was under way. The server runs in a process of its own; ours
+also logs its event loop's own stalls (loop_worst_ms): the health latency counts the poller's and the client's
+scheduling too, on a busy machine.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 NVIDIA_RUN = "/tmp/nvidia-pytriton/run"  # runs a command in nvidia-pytriton's environment
+LAG_FILE_ENV = "JSON_STALL_LAG_FILE"  # where our server logs its event loop's stalls (not with --nvidia)
 
 
 def serve(port: int, grpc_port: int, ours: bool) -> None:
@@ -49,9 +52,46 @@ def serve(port: int, grpc_port: int, ours: bool) -> None:
             config=ModelConfig(batching=False),
         )
     triton.run()
+    lag_file = os.environ.get(LAG_FILE_ENV)
+    if lag_file:
+        _probe_loop(lag_file)
     print("READY", flush=True)
     sys.stdin.read()
     triton.stop()
+
+
+def _probe_loop(path: str) -> None:
+    """Log each gap of over 2 ms between two turns of the server's event loop to `path` (monotonic end, gap).
+
+    The health latency also counts the machine's scheduling of the poller and the client (2 cores): this is the
+    loop's own stall, with no other process in it.
+    """
+    import threading
+
+    thread = next(thread for thread in threading.enumerate() if thread.name == "pytriton-loop")
+    loop = thread._target.__self__.loop  # type: ignore[attr-defined]  # LoopThread._main's
+    out = open(path, "a", buffering=1)  # open for the server's life
+    last = [time.monotonic()]
+
+    def tick() -> None:
+        now = time.monotonic()
+        if now - last[0] > 0.002:
+            out.write(f"{now} {now - last[0]}\n")
+        last[0] = now
+        loop.call_later(0.001, tick)
+
+    loop.call_soon_threadsafe(tick)
+
+
+def loop_worst_ms(path: str, begin: float, end: float) -> float:
+    """The longest gap between the loop's turns logged by `_probe_loop` that ended in [begin, end + 0.1 s]."""
+    worst = 0.0
+    with open(path) as lines:
+        for line in lines:
+            at, gap = map(float, line.split())
+            if begin <= at <= end + 0.1:
+                worst = max(worst, gap)
+    return round(worst * 1000, 1)
 
 
 def _ready(port: int) -> bool:
@@ -196,6 +236,9 @@ def measure(port: int, sizes: List[int], strings: List[int], repeat: int) -> Lis
                     "health_worst_ms": round(worst * 1000, 1),
                     "health_p99_ms": round(p99 * 1000, 1),
                     "health_n": len(during),
+                    "loop_worst_ms": loop_worst_ms(os.environ[LAG_FILE_ENV], begin, end)
+                    if LAG_FILE_ENV in os.environ
+                    else None,
                     "body_mb": round(len(body) / 2**20, 1),
                     "answer_mb": round(len(answer) / 2**20, 1),
                 }
@@ -239,6 +282,9 @@ def measure_grpc(port: int, sizes: List[int], strings: List[int]) -> None:
             "health_worst_ms": round(during[-1] * 1000, 1),
             "health_p99_ms": round(during[int(len(during) * 0.99)] * 1000, 1),
             "health_n": len(during),
+            "loop_worst_ms": loop_worst_ms(os.environ[LAG_FILE_ENV], begin, end)
+            if LAG_FILE_ENV in os.environ
+            else None,
         }
         print(json.dumps(row), flush=True)
 
@@ -256,6 +302,8 @@ def main() -> None:
     if args.serve:
         serve(args.port, args.port + 1, not args.nvidia)
         return
+    if not args.nvidia:
+        os.environ[LAG_FILE_ENV] = tempfile.mktemp(prefix="json_stall_lag_")
     env = dict(os.environ)
     command = [sys.executable, "-m", "bench.json_stall", "--serve", "--port", str(args.port)]
     cwd = None

@@ -762,7 +762,7 @@ def encode_infer_response(
     parameters: Optional[Dict[str, Any]] = None,
     deferred: Optional[List[WriteRun]] = None,
     place: int = ANYWHERE,
-) -> Tuple[Union[bytes, bytearray], Sequence[Any], int]:
+) -> Tuple[Union[bytes, bytearray, memoryview], Sequence[Any], int]:
     """Encode a response: the JSON part, the binary parts after it (none of 0 bytes), and the JSON part's length.
 
     Outputs the request placed in shared memory are written into their regions of `memory` and carry no data;

@@ -235,11 +235,13 @@ def _filled(value: Any, arrays: Dict[str, List[Any]], mark: str) -> Any:
     return value
 
 
-def dumps(document: Any) -> Union[bytes, bytearray]:
+def dumps(document: Any) -> Union[bytes, memoryview]:
     """`json_text.dumps(document)`, its long arrays (numpy arrays, lists of strings) written a slice at a time.
 
-    The text is put together a piece at a time too (one copy of 300 MB is 50 ms of the GIL): a bytearray, when
-    the document had such arrays.
+    The text is put together a piece at a time too (one copy of 300 MB is 50 ms of the GIL): a memoryview of a
+    numpy buffer, when the document had such arrays. numpy asks the kernel for huge pages for it (a bytearray's
+    are 4 KiB), and the buffer is freed on the loop once written: the munmap of a 1.2 GB answer took 85-150 ms
+    of 4 KiB pages, about 1 ms of huge ones.
     """
     token = secrets.token_hex(8)
     arrays: List[Any] = []
@@ -264,7 +266,7 @@ def dumps(document: Any) -> Union[bytes, bytearray]:
             pieces.append(written[1:-1])
         pieces.append(b"]")
     pieces.append(text)
-    out = bytearray(sum(map(len, pieces)))
+    out = np.empty(sum(map(len, pieces)), np.uint8).data
     at = 0
     for piece in pieces:
         out[at : at + len(piece)] = piece

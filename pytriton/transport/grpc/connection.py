@@ -94,6 +94,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         self._linger: Optional[asyncio.TimerHandle] = None
         self._last_read = 0.0  # when the handling of this connection's last read ended (perf_counter)
         self._busy = 0.0  # the loop time its reads took since they began following each other
+        self._room_given = 0.0  # when get_buffer gave the last room in a message's buffer (perf_counter)
         self._gate = ReadGate(loop, closed=lambda: self.session.closed, read_on=self._hold_answers)
         self._read_limit: Optional[int] = None  # the most a read of the shared buffer takes (None: all of it)
         self._byte_cost = 0.0  # seconds a byte of this connection's reads costs to handle (see _size_reads)
@@ -157,6 +158,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._in_place = False
             return self._read_view[:target]
         self._in_place = True
+        self._room_given = perf_counter()  # the read itself (a copy into fresh pages) is the turn's time too
         return target
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -164,7 +166,8 @@ class GrpcConnection(asyncio.BufferedProtocol):
         if self.session.closed:
             return  # after a connection error: read and dropped until the linger ends
         started = perf_counter()
-        if started - self._last_read > _SAME_TURN_S:
+        turn_from = self._room_given if self._in_place else started
+        if turn_from - self._last_read > _SAME_TURN_S:
             self._busy = 0.0
         self._reading = True
         try:
@@ -187,7 +190,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         if self._out:
             self._flush()
         self._last_read = ended = perf_counter()
-        self._busy += ended - started
+        self._busy += ended - turn_from
         if self._busy > TURN_BUDGET_S and not self._gate.yielding:
             self._gate.turn_over()
             self.loop.call_soon(self._next_turn)

@@ -37,6 +37,9 @@ _HEADER_FRAME_EXTRA = 1 + 255 + 5
 # The rest of a DATA frame is read straight into its message's buffer when at least this much of it is left
 # (below it, one more system call costs more than copying the bytes out of the shared read buffer).
 DIRECT_READ_BYTES = 64 * 1024
+# A read in place takes at most this much (grpc's clients send frames of up to MAX_FRAME), so that one read is
+# a bounded part of a turn of the loop: connection.py counts the reads' own time against its turn budget.
+MAX_DIRECT_READ_BYTES = 2**20
 _END_OR_PADDED = h2.END_STREAM | h2.PADDED
 # DATA shorter than a gRPC message's prefix that does not end its stream carries next to nothing: counted as a
 # glitch (floods.py), as an empty one is. A flood of 1-byte frames took a core and was never cut off.
@@ -191,7 +194,7 @@ class FrameReader:
             content = self._data_left - self._pad_left
             if self._pad_due or content < DIRECT_READ_BYTES:
                 return None
-            room = self._handler.data_room(self._data_stream, content)
+            room = self._handler.data_room(self._data_stream, min(content, MAX_DIRECT_READ_BYTES))
             return room if room is not None and len(room) >= DIRECT_READ_BYTES else None
         if self._pending or self._skip_left:
             return None

@@ -570,7 +570,7 @@ def _encoded_off_loop(
     output_format: OutputFormat,
     memory: Optional[SystemSharedMemory],
     writes: List[WriteRun],
-) -> Awaitable[Tuple[Union[bytes, bytearray], Sequence[Any], int]]:
+) -> Awaitable[Tuple[Union[bytes, bytearray, memoryview], Sequence[Any], int]]:
     """`encode_infer_response` of an answer it refused to encode on the loop (OffLoop), in a worker thread."""
     return codec_threads.off_loop(
         lambda registry, place: encode_infer_response(
