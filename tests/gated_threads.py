@@ -10,6 +10,9 @@ import threading
 from typing import Any, Callable, Iterator
 
 import pytest
+import tritonclient.http as httpclient
+
+from pytriton.triton import Triton
 
 
 class GatedThreads:
@@ -36,3 +39,12 @@ def gated_pool(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> Itera
     monkeypatch.setattr(module, name, gated)
     yield gated
     gated.gate.set()
+
+
+def another_client_answered(triton: Triton) -> bool:
+    """Another client's request (a health check) to `triton`, answered meanwhile by its loop."""
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{triton.http_port}")
+    try:
+        return bool(client.is_server_ready())
+    finally:
+        client.close()

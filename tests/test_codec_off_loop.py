@@ -28,7 +28,7 @@ from pytriton.protocol import codec_place, http_codec
 from pytriton.transport import codec_threads
 from pytriton.triton import Triton
 from tests.conftest import HTTP_AUTH, grpc_url, http_url, running_triton
-from tests.gated_threads import GatedThreads, gated_pool
+from tests.gated_threads import GatedThreads, another_client_answered, gated_pool
 from tests.test_system_shared_memory import Segment
 
 # Values of a large JSON request (about 400 KB of JSON: over OFF_LOOP_JSON_BYTES) and of a large output.
@@ -114,15 +114,6 @@ def _post(
         connection.close()
 
 
-def _ready(triton: Triton) -> bool:
-    """Another client's health check, answered by the loop."""
-    client = httpclient.InferenceServerClient(http_url(triton))
-    try:
-        return bool(client.is_server_ready())
-    finally:
-        client.close()
-
-
 def _json_fp32(values: List[float], binary_out: bool = True) -> bytes:
     return json.dumps(
         {
@@ -174,7 +165,7 @@ def _answered_after_others(
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         large = pool.submit(_post, triton, model, body, header_length)
         assert coders.submitted.wait(30), "the large message was not left to a worker thread"
-        assert [_ready(triton) for _ in range(3)] == [True, True, True]
+        assert [another_client_answered(triton) for _ in range(3)] == [True, True, True]
         assert not large.done()  # its decode or encode waits at the gate: answered after the others
         coders.gate.set()
         return large.result(60)
@@ -351,7 +342,7 @@ def _grpc_answered_after_others(
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         large = pool.submit(_grpc_infer, triton, model, array, datatype, stream)
         assert coders.submitted.wait(30), "the message was not left to a worker thread"
-        assert [_ready(triton) for _ in range(3)] == [True, True, True]
+        assert [another_client_answered(triton) for _ in range(3)] == [True, True, True]
         assert not large.done()
         coders.gate.set()
         return large.result(60)

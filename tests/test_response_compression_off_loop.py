@@ -21,13 +21,12 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.transport import deflate
 from pytriton.triton import Triton
-from tests.conftest import grpc_url, http_url, running_triton
-from tests.gated_threads import GatedThreads, gated_pool
+from tests.conftest import grpc_url, running_triton
+from tests.gated_threads import GatedThreads, another_client_answered, gated_pool
 
 # Elements of the large output: its JSON answer is ten times the size compressed off the loop, or more.
 LARGE = deflate.OFF_LOOP_BYTES
@@ -82,15 +81,6 @@ def _infer_compressed(triton: Triton, model: str, encoding: str) -> Tuple[str, b
         connection.close()
 
 
-def _ready(triton: Triton) -> bool:
-    """Another client's request, answered by the loop."""
-    client = httpclient.InferenceServerClient(http_url(triton))
-    try:
-        return bool(client.is_server_ready())
-    finally:
-        client.close()
-
-
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 def test_a_large_response_is_compressed_while_other_clients_are_answered(
     triton: Triton, compressors: GatedThreads, encoding: str
@@ -98,7 +88,7 @@ def test_a_large_response_is_compressed_while_other_clients_are_answered(
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         large = pool.submit(_infer_compressed, triton, "fill", encoding)
         assert compressors.submitted.wait(30), "the large response was not left to a worker thread"
-        assert [_ready(triton) for _ in range(3)] == [True, True, True]
+        assert [another_client_answered(triton) for _ in range(3)] == [True, True, True]
         assert not large.done()  # its compression waits at the gate: answered after the others
         compressors.gate.set()
         content_encoding, compressed = large.result(60)
