@@ -119,6 +119,8 @@ def let_go(arrays: List[np.ndarray]) -> None:
     reference went). An array that nothing else holds (nor its bases) is emptied a piece of OFF_LOOP_VALUES elements
     at a time, the other threads served between the pieces; one held elsewhere is only let go of.
     """
+    if not arrays:
+        return
 
     def free() -> None:
         while arrays:
