@@ -381,6 +381,66 @@ def test_process_instances_call_models_of_the_server() -> None:
         assert _infer_with(url, "process_caller", {"target": "identity"}).tolist() == [[2.0]]
 
 
+def _unpicklable_caller(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+    """Calls `target` with x (a large array: the call's tensors go in the call arena) and s, as `s` says.
+
+    s "lambda": an object array holding a lambda, "generator": one holding a generator; else bytes.
+    """
+    responses = []
+    for request in requests:
+        parameters = request.parameters or {}
+        kind = parameters.get("s")
+        s: Any = np.array([[b"fine"]], dtype=object)
+        if kind == "lambda":
+            s = np.array([[b"fine", lambda: 1]], dtype=object)[:, 1:]
+        elif kind == "generator":
+            s = np.empty((1, 1), dtype=object)
+            s[0, 0] = (value for value in range(3))
+        x = np.ones((1, 100_000), np.float32)  # 400 kB: in the call arena, grown by the first call
+        outputs = call_model(str(parameters["target"]), {"x": x, "s": s})
+        responses.append({"y": outputs["y"][:, :1] + request["x"]})
+    return responses
+
+
+def test_a_call_whose_inputs_do_not_pickle_fails_from_a_process_instance_as_from_a_thread() -> None:
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(max_batch_size=8)
+        with_s = [*INPUTS, Tensor(name="s", dtype=bytes, shape=(1,))]
+        with_fp32_s = [*INPUTS, Tensor(name="s", dtype=np.float32, shape=(1,))]
+        triton.bind("with_bytes", _identity_of_x, with_s, OUTPUTS, config=config)
+        triton.bind("with_floats", _identity_of_x, with_fp32_s, OUTPUTS, config=config)
+        triton.bind("thread_caller", _unpicklable_caller, INPUTS, OUTPUTS, config=config)
+        triton.bind("process_caller", ProcessInstances(_unpicklable_caller), INPUTS, OUTPUTS, config=config)
+
+    with running_triton(bind) as triton:
+        url = http_url(triton)
+        for kind in ("lambda", "generator"):
+            # A model whose input is not BYTES: the inner model's own message, from either kind of instance.
+            for caller in ("thread_caller", "process_caller"):
+                with pytest.raises(InferenceServerException) as refused:
+                    _infer_with(url, caller, {"target": "with_floats", "s": kind})
+                assert refused.value.status() == "400"
+                assert refused.value.message() == (
+                    "inference input 's' data-type is 'BYTES', but model 'with_floats' expects 'FP32'"
+                )
+            # A BYTES input that passes the model's checks but cannot leave the process: 400, naming why.
+            with pytest.raises(InferenceServerException) as unsent:
+                _infer_with(url, "process_caller", {"target": "with_bytes", "s": kind})
+            assert unsent.value.status() == "400"
+            why = "AttributeError: Can't pickle local object" if kind == "lambda" else "TypeError: cannot pickle"
+            assert unsent.value.message().startswith(
+                f"the call to model 'with_bytes' cannot leave the instance process: input 's' does not pickle ({why}"
+            )
+        # The instance is whole: its calls (their large tensors in the arena the first, failed, call grew) go on.
+        for caller in ("thread_caller", "process_caller"):
+            assert _infer_with(url, caller, {"target": "with_bytes"}).tolist() == [[2.0]]
+
+
+@batch
+def _identity_of_x(x: np.ndarray, s: np.ndarray) -> Dict[str, np.ndarray]:
+    return {"y": x}
+
+
 def test_an_inner_requests_spans_nest_under_its_callers() -> None:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

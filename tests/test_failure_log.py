@@ -45,11 +45,22 @@ SERVER = """
     def lookup(requests):  # runs in an instance process of its own
         return [{"y": {}["weights"]} for r in requests]
 
+    def ping(depth):  # two functions that call each other: Python's traceback cannot fold their frames
+        return pong(depth + 1)
+
+    def pong(depth):
+        return ping(depth + 1)
+
+    def recurses(requests):  # RecursionError, about 1000 frames deep
+        return ping(0)
+
     x = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
     y = [Tensor(name="y", dtype=np.float32, shape=(-1,))]
     with Triton() as triton:
         triton.bind("remote", ProcessInstances(lookup), inputs=x, outputs=y, config=ModelConfig(max_batch_size=4))
-        for name, fn in [("raises", raises), ("no_batch", no_batch), ("generator", generator)]:
+        triton.bind("remote_recurses", ProcessInstances(recurses), inputs=x, outputs=y,
+                    config=ModelConfig(max_batch_size=4))
+        for name, fn in [("raises", raises), ("no_batch", no_batch), ("generator", generator), ("recurses", recurses)]:
             triton.bind(name, fn, inputs=x, outputs=y, config=ModelConfig(max_batch_size=4))
         triton.bind("wrong_dtype", wrong_dtype, inputs=x, outputs=y, config=ModelConfig(max_batch_size=4), strict=True)
         triton.bind("forgets_z", forgets_z, inputs=x, outputs=y + [Tensor(name="z", dtype=np.float32, shape=(-1,))],
@@ -101,6 +112,81 @@ def test_an_exception_from_an_instance_process_is_logged_with_that_process_trace
     server.wait_for(r"^KeyError: 'weights'$")
     record = "\n".join(server.lines[start:])
     assert "KeyError" in record and "scheduler.py" not in record  # not where the server raised it again
+
+
+@pytest.mark.parametrize("model", ["recurses", "remote_recurses"])
+def test_a_deep_recursion_is_logged_with_the_first_and_last_frames_of_its_traceback(faulty: Any, model: str) -> None:
+    # A callable that recursed until RecursionError logged 3000 lines a failure (100,000 frames deep: 300,000).
+    server, port = faulty
+    start = len(server.lines)
+    assert _infer(port, model) == "RecursionError: maximum recursion depth exceeded"
+    server.wait_for(rf"ERROR pytriton.model: model '{model}' version 1: the inference callable raised RecursionError")
+    server.wait_for(r"^RecursionError: maximum recursion depth exceeded$")
+    lines = server.lines[start:]
+    first = next(index for index, line in enumerate(lines) if f"model '{model}' version 1" in line)
+    record = lines[first : lines.index("RecursionError: maximum recursion depth exceeded", first) + 1]
+    assert record[1] == "Traceback (most recent call last):"
+    assert any(re.search(r", in recurses$", line) for line in record[:20])  # the head: where it started
+    left_out = [line for line in record if re.fullmatch(r"  \.\.\. \(\d+ more frames not logged\) \.\.\.", line)]
+    assert len(left_out) == 1
+    assert int(left_out[0].split("(")[1].split()[0]) > 800
+    assert re.search(r", in p[io]ng$", record[-3])  # the tail: where it raised
+    assert len(record) < 300
+
+
+def test_a_traceback_of_100000_frames_is_logged_cut_to_its_edges(caplog: pytest.LogCaptureFixture) -> None:
+    # Each line was cut at 16 KiB, but every line was logged: 300,000 of them (14 MB), seconds to format on the loop.
+    import sys
+    import threading
+
+    caplog.set_level(logging.ERROR, "pytriton.model")
+
+    def ping(depth: int) -> None:
+        if depth >= 100_000:
+            raise ValueError("too deep")
+        pong(depth + 1)
+
+    def pong(depth: int) -> None:
+        ping(depth + 1)
+
+    log = FailureLog("'m' version 1", burst=2)
+    errors: List[BaseException] = []
+
+    def fail() -> None:
+        try:
+            ping(0)
+        except ValueError as error:
+            errors.append(error)
+            log.callable_raised(error, 1)
+            # From an instance process: its traceback as text, 300,000 lines (cut there too; here whatever comes).
+            remote = ValueError("too deep")
+            remote.remote_traceback = "Traceback (most recent call last):\n" + '  File "m.py", line 1, in f\n' * 300_000
+            remote.remote_traceback += "ValueError: too deep\n"  # type: ignore[attr-defined]
+            log.callable_raised(remote, 1)
+
+    limit, stack = sys.getrecursionlimit(), threading.stack_size()
+    sys.setrecursionlimit(250_000)
+    threading.stack_size(1 << 30)
+    try:
+        deep = threading.Thread(target=fail)
+        deep.start()
+    finally:
+        threading.stack_size(stack)
+    deep.join()
+    sys.setrecursionlimit(limit)
+    assert len(errors) == 1
+    records = [record for record in caplog.records if record.name == "pytriton.model"]
+    assert len(records) == 2
+    local, remote_text = (caplog.handler.format(record).splitlines() for record in records)
+    assert local[1] == "Traceback (most recent call last):"
+    assert local[-1] == "ValueError: too deep"
+    assert "  ... (99902 more frames not logged) ..." in local  # fail()'s and ping/pong's 100,002 frames, less 100
+    assert any(line.endswith(", in fail") for line in local[:6])
+    assert len(local) < 300
+    assert remote_text[1] == "Traceback (most recent call last):"
+    assert remote_text[-1] == "ValueError: too deep"
+    assert "... (299502 more lines not logged) ..." in remote_text  # 300,002 lines, less 500
+    assert len(remote_text) == 1 + 2 * 250 + 1
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, List
 
 import openai
 import pytest
@@ -173,3 +173,79 @@ def test_an_option_that_cannot_reach_another_process_is_refused_at_bind_in_words
                 answer = client.chat.completions.create(model="toy", messages=USER, max_tokens=2)
                 assert answer.choices[0].message.content == "".join(tokens_for(default_prompt("Say something."), 2))
                 assert "counted" not in {model.id for model in client.models.list()}
+
+
+def _logging_template(messages: Any) -> str:
+    """A chat template (it runs in the frontend process) that logs through a logger of its own, and asyncio's.
+
+    Its content "flood" logs 1000 warnings at once, "long" one of a megabyte.
+    """
+    import asyncio
+    import logging
+
+    log = logging.getLogger("tests.templates")
+    content = messages[-1]["content"]
+    log.info("rendering %d messages", len(messages))
+    if content == "flood":
+        for number in range(1000):
+            log.warning("flood %d", number)
+    elif content == "long":
+        log.warning("long %s", "x" * 1_000_000)
+    elif content == "callback":
+        asyncio.get_running_loop().call_soon(lambda: 1 / 0)  # asyncio logs "Exception in callback ..."
+    return content
+
+
+def test_records_of_other_loggers_in_a_frontend_process_reach_the_hubs_handlers_a_flood_cut(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # They went to the frontend's stderr (logging.lastResort: WARNING and above, bare), past the application's
+    # handlers and levels; INFO records nowhere.
+    import logging
+
+    from pytriton.runtime.frontends.log_records import OTHERS_BURST, OTHERS_CHARS
+
+    caplog.set_level(logging.INFO, logger="tests.templates")  # a level the hub's logger has: the frontends' take it
+
+    def bind(server: Triton) -> None:
+        config = ModelConfig(decoupled=True)
+        server.bind("logs", openai_models.toy, [openai_models.TEXT_IN], [openai_models.TEXT_OUT], config=config,
+                    openai=OpenAIChat(_logging_template))  # fmt: skip
+
+    with running_triton(bind, frontends=3) as server:
+        pool = server._runtime._pool
+        assert pool is not None
+        frontends = {frontend.pid for frontend in pool._frontends}
+
+        def chat(content: str) -> None:
+            with sdk_client(server.http_port) as client:
+                client.chat.completions.create(model="logs", messages=[{"role": "user", "content": content}])
+
+        def records(name: str) -> List[logging.LogRecord]:
+            return [record for record in caplog.records if record.name == name and record.process in frontends]
+
+        chat("callback")
+        wait_until(lambda: len(records("asyncio")) == 1, "asyncio's record, from the frontend")
+        (callback,) = records("asyncio")
+        assert callback.levelno == logging.ERROR and callback.getMessage().startswith("Exception in callback")
+        assert callback.exc_text is not None and "ZeroDivisionError: division by zero" in callback.exc_text
+        (rendering,) = records("tests.templates")
+        assert (rendering.levelno, rendering.getMessage()) == (logging.INFO, "rendering 1 messages")
+
+        chat("long")
+        wait_until(lambda: any(r.getMessage().startswith("long") for r in records("tests.templates")), "the long one")
+        (long,) = [record for record in records("tests.templates") if record.getMessage().startswith("long")]
+        assert long.getMessage() == f"long {'x' * (OTHERS_CHARS - 5)}... ({1_000_005 - OTHERS_CHARS} more characters)"
+
+        caplog.clear()
+        chat("flood")
+
+        def held_back() -> List[str]:
+            return [r.getMessage() for r in caplog.records if "of other loggers not sent to the hub" in r.getMessage()]
+
+        wait_until(lambda: len(held_back()) == 1, "the line that counts the records held back")
+        count = int(re.findall(r"frontend \d+: (\d+) more log records", held_back()[0])[0])
+        flood = [record for record in records("tests.templates") if record.getMessage().startswith("flood")]
+        assert 0 < len(flood) <= OTHERS_BURST
+        assert len(flood) + count == 1000
+        assert held_back()[0].endswith(f"(at most {OTHERS_BURST} a second are); the last: tests.templates: flood %d")

@@ -167,6 +167,37 @@ def _calls_own_small(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [call_model("own", {"x": r["x"] + 1}) for r in requests]
 
 
+def _calls_own_with_a_lambda(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Calls `own` with 6 MiB (in the call arena) times x; for x 0, beside an object array holding a lambda."""
+    from pytriton.compose import call_model
+
+    responses = []
+    for request in requests:
+        value = request["x"][0]
+        inputs = {"x": np.arange(3 << 19, dtype=np.float32) * value}
+        if value == 0:
+            inputs["z"] = np.array([lambda: 1], dtype=object)
+        responses.append(call_model("own", inputs))
+    return responses
+
+
+def test_a_remote_callables_call_whose_inputs_do_not_pickle_fails_in_the_models_words(server: Triton) -> None:
+    # Its pickle error (500 `Can't pickle local object`) failed the request, and the arena the call grew never
+    # reached the server: each later large call failed too ("the call's inputs did not arrive").
+    with RemoteTriton(url=f"http://127.0.0.1:{server.http_port}") as remote:
+        remote.bind("lambda_caller", _calls_own_with_a_lambda, **IO, config=UNBATCHED)
+        url = http_url(server)
+        with pytest.raises(httpclient.InferenceServerException) as refused:
+            _infer(url, "lambda_caller", np.array([0.0], np.float32))
+        assert refused.value.status() == "400"
+        assert refused.value.message() == (  # what the model's checks say of a thread instance's same call
+            "expected 1 inputs but got 2 inputs for model 'own'. Got input(s) ['z','x'], but missing required "
+            "input(s) ]. Please provide all required input(s)."
+        )
+        expected = np.arange(3 << 19, dtype=np.float32) * 2.0
+        assert np.array_equal(_infer(url, "lambda_caller", np.array([2.0], np.float32)), expected)
+
+
 def test_remotely_bound_callables_call_models_of_the_server(server: Triton) -> None:
     with RemoteTriton(url=f"http://127.0.0.1:{server.http_port}") as remote:
         remote.bind("big_caller", _calls_own_big, **IO, config=UNBATCHED)

@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 from typing import Any, Callable, List, Optional
 
+from pytriton.core.counted_strings import answers_strings
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Binder
 from pytriton.core.errors import InferenceError
@@ -30,7 +31,12 @@ def thread_binder(callables: List[Callable[..., Any]], on_bind: Optional[OnBind]
             bound = len(callables)
             raise _too_many(spec, f"it was bound with {bound} callable{'' if bound == 1 else 's'} (one per instance)")
         instances = [
-            Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}", (spec.name, spec.version_str))
+            Instance(
+                fn,
+                f"pytriton-{spec.name}-{spec.version}-{index}",
+                (spec.name, spec.version_str),
+                count_strings=answers_strings(spec),
+            )
             for index, fn in enumerate(callables[:count])
         ]
         if any(instance.kind.uses_thread for instance in instances):

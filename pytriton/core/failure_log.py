@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from typing import Callable, Set
 
 from pytriton.core.errors import BatchNotRun, InferenceError, OutputsNotTaken, Status, exception_text, utf8_safe
 from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
+from pytriton.core.traceback_text import bounded_traceback, cut_lines, is_deep
 from pytriton.exceptions import PyTritonUnrecoverableError
 
 LOGGER = logging.getLogger("pytriton.model")
 
 # Of a failure's message, and of each line of its traceback, this many characters are logged, then how many more
 # there were: a callable raising an error of a 10 MB message logged 20 MB a failure (the line and the traceback).
-# Its client still gets the whole message, as Triton sends it.
+# Its client still gets the whole message, as Triton sends it. Of the traceback's lines, the first and last are
+# logged (core/traceback_text.py): one of a 100,000-frame deep recursion had 300,000.
 LOGGED_CHARS = 16 * 1024
 
 
@@ -57,13 +58,13 @@ class FailureLog:
         remote = getattr(error, "remote_traceback", None)
         trace = remote if isinstance(remote, str) and remote else None
         safe_summary = utf8_safe(summary)
-        if trace is None and (safe_summary != summary or len(summary) > LOGGED_CHARS):
+        if trace is None and (safe_summary != summary or len(summary) > LOGGED_CHARS or is_deep(error)):
             # Lone surrogates in the message: a handler writing UTF-8 (a file, a log shipper) fails on the record
             # ("--- Logging error ---"), so the traceback goes as escaped text, as the client's message does; a
-            # long message, to be cut.
-            trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            # long message, to be cut; a deep stack's, to keep its first and last frames (it may have 100,000).
+            trace = bounded_traceback(error)
         if trace is not None and len(trace) > LOGGED_CHARS:
-            trace = "\n".join(_cut(line) for line in trace.split("\n"))
+            trace = "\n".join(_cut(line) for line in cut_lines(trace).split("\n"))
         safe_summary = _cut(safe_summary)
         LOGGER.error(
             "model %s: the inference callable raised %s (%s failed)%s",

@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
+from pytriton.core.counted_strings import count_ahead
 from pytriton.core.datatypes import BF16_DTYPE
 
 # DLPack device types whose memory numpy can read in place (DLDeviceType: kDLCPU, kDLCUDAHost).
@@ -45,11 +46,16 @@ def host_array(value: Any) -> Any:
     return np.asarray(value)
 
 
-def host_arrays(outputs: Dict[Any, Any]) -> Dict[Any, Any]:
-    """A response dict with its framework arrays as numpy arrays; the dict itself when it holds none."""
+def host_arrays(outputs: Dict[Any, Any], count_strings: bool = False) -> Dict[Any, Any]:
+    """A response dict with its framework arrays as numpy arrays; the dict itself when it holds none.
+
+    `count_strings` (an instance thread's call): count its long object arrays' bytes here (counted_strings.py).
+    """
     converted: Optional[Dict[Any, Any]] = None
     for name, value in outputs.items():
         if type(value) is np.ndarray:
+            if count_strings and value.dtype.hasobject:
+                count_ahead(value)
             continue
         array = host_array(value)
         if array is not value:
@@ -59,18 +65,19 @@ def host_arrays(outputs: Dict[Any, Any]) -> Dict[Any, Any]:
     return outputs if converted is None else converted
 
 
-def host_step(step: Any) -> Any:
+def host_step(step: Any, count_strings: bool = False) -> Any:
     """A callable's result (response dicts) with framework arrays as numpy; the same object when it holds none.
 
     Instance threads call it, so that a device-to-host copy (and the wait for the device it implies) happens there
-    and never on the event loop.
+    and never on the event loop; with `count_strings` (a thread instance of a model with BYTES outputs) its long
+    object arrays' bytes are counted there too (counted_strings.py).
     """
     if not isinstance(step, (list, tuple)):
         return step
     converted: Optional[List[Any]] = None
     for index, response in enumerate(step):
         if isinstance(response, dict):
-            response_on_host = host_arrays(response)
+            response_on_host = host_arrays(response, count_strings)
             if response_on_host is not response:
                 if converted is None:
                     converted = list(step)

@@ -108,9 +108,15 @@ class ModelInstance(Protocol):
 class Instance:
     """One instance of a model: its callable and, for sync kinds, the one thread that runs it."""
 
-    def __init__(self, fn: Callable[..., Any], name: str, model: Tuple[str, str] = ("", "")) -> None:
-        """Wrap a user callable; `name` names its thread; `model` (name, version) is what its custom metrics say."""
+    def __init__(
+        self, fn: Callable[..., Any], name: str, model: Tuple[str, str] = ("", ""), count_strings: bool = False
+    ) -> None:
+        """Wrap a user callable; `name` names its thread; `model` (name, version) is what its custom metrics say.
+
+        `count_strings`: the model answers BYTES outputs, whose long ones' bytes its thread counts (counted_strings.py).
+        """
         self.fn = fn
+        self.count_strings = count_strings
         self.name = name
         self.model = model
         self.kind = callable_kind(fn)
@@ -151,7 +157,7 @@ class Instance:
         """
         if self.kind is CallableKind.ASYNC:
             return _scoped_async_call(self.fn, requests, self.model, source)
-        return self._worker.submit(_thread_call, self.fn, requests, source, hand_over=hand_over)
+        return self._worker.submit(_thread_call, self.fn, requests, source, self.count_strings, hand_over=hand_over)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """Run `fn(*args)` in the instance's thread (its scheduler's own jobs); the future settles on the loop."""
@@ -209,7 +215,7 @@ class Instance:
                 generator = self.fn(requests)
                 try:
                     for step in generator:
-                        inbox.post(queue.put_nowait, ("step", host_step(step)))
+                        inbox.post(queue.put_nowait, ("step", host_step(step, self.count_strings)))
                         gate.posted += 1
                         if gate.posted - gate.taken >= STEPS_AHEAD:
                             gate.wait(stop)
@@ -261,14 +267,19 @@ def _in_scope(
         raise CallableRaised(error) from None
 
 
-def _thread_call(fn: Callable[..., Any], requests: List[Request], source: Optional[PathSource]) -> Any:
-    """Call a sync callable in its instance thread (in its model's scope already) with `source` as its call path."""
+def _thread_call(
+    fn: Callable[..., Any], requests: List[Request], source: Optional[PathSource], count_strings: bool
+) -> Any:
+    """Call a sync callable in its instance thread (in its model's scope already) with `source` as its call path.
+
+    `count_strings`: count its long BYTES outputs' bytes here, not on the loop (host_step).
+    """
     try:
         if source is None:
-            return host_step(fn(requests))
+            return host_step(fn(requests), count_strings)
         CURRENT.set(source)
         try:
-            return host_step(fn(requests))
+            return host_step(fn(requests), count_strings)
         finally:
             CURRENT.set(None)  # not the batch's requests held until the next call
     except CONTROL_FLOW as error:

@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 
 import numpy as np
 
+from pytriton.core.counted_strings import counted
 from pytriton.core.datatypes import BF16, BF16_DTYPE, BYTES, datatype_of_config_dtype, datatype_of_dtype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.host_arrays import host_arrays
@@ -89,7 +90,7 @@ def build_response(
         if wire_type == "FP32" and spec.output_by_name[name].datatype == "BF16":
             wire_type = "BF16"
         outputs.append(OutputTensor(name, wire_type, value))
-        size += _bytes_of_object_array(value) if value.dtype.kind == "O" else value.nbytes
+        size += counted(value) if value.dtype.kind == "O" else value.nbytes
     if spec.max_response_bytes and size > spec.max_response_bytes:
         raise _too_large(spec, [output.name for output in outputs], size)
     _remember_passed(spec, returned)
@@ -159,7 +160,7 @@ def checked_outputs(
     if limit:
         size = 0
         for value in selected.values():  # a loop, not sum() over a generator: a frame less per call
-            size += _bytes_of_object_array(value) if value.dtype.kind == "O" else value.nbytes
+            size += counted(value) if value.dtype.kind == "O" else value.nbytes
         if size > limit:
             raise _too_large(spec, list(selected), size)
     return selected
@@ -299,14 +300,6 @@ def _as_text(value: np.ndarray) -> np.ndarray:
     """
     texts = [str(item).encode() for item in value.astype(object).flat]
     return np.array(texts, dtype=object).reshape(value.shape)
-
-
-def _bytes_of_object_array(array: np.ndarray) -> int:
-    """Wire size of a BYTES output: a 4-byte length and the bytes of each element."""
-    try:
-        return 4 * array.size + sum(map(len, array.flat))
-    except TypeError:  # elements without a length are serialized as text: count them roughly
-        return int(array.nbytes)
 
 
 def _check_output_value(spec: ModelSpec, name: Any, value: Any) -> str:

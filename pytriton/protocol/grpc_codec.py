@@ -14,7 +14,7 @@ from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, nump
 from pytriton.core.errors import InferenceError
 from pytriton.core.hash_map_order import visited_before
 from pytriton.core.model import RepositoryEntry, ServedModel
-from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
+from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, object_array, raw_from_array
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
@@ -410,9 +410,7 @@ def array_from_contents(contents: Message, datatype: str, shape: Sequence[int], 
     count = element_count(shape)
     if datatype == BYTES:
         _check_string_count(count, len(values), name, model)
-        array = np.empty(count, dtype=np.object_)
-        array[:] = list(values)
-        return array.reshape(shape)
+        return object_array(list(values)).reshape(shape)
     size = ELEMENT_SIZE[datatype]
     if len(values) != count:
         raise InferenceError.invalid_input(

@@ -9,7 +9,7 @@ import numpy as np
 
 from pytriton.core.datatypes import BYTES, numpy_dtype
 from pytriton.core.errors import InferenceError
-from pytriton.core.raw_tensors import element_count
+from pytriton.core.raw_tensors import element_count, object_array
 
 
 def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "") -> np.ndarray:
@@ -119,9 +119,7 @@ def _array_from_json(
         if dtype is not None:  # nesting that fits a shape: numpy flattens it row-major with the reshape below
             array = numeric(data, dtype)
         elif datatype == BYTES:
-            flat = _flatten(data)
-            array = np.empty(len(flat), dtype=np.object_)
-            array[:] = [_to_bytes(item, name) for item in flat]
+            array = object_array([_to_bytes(item, name) for item in _flatten(data)])
         elif datatype == "BOOL":
             flat = _flatten(data)
             if not all(isinstance(item, bool) for item in flat):

@@ -18,6 +18,9 @@ from pytriton.exceptions import PyTritonValidationError
 LOGGER = logging.getLogger("pytriton")
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 STDERR_HANDLER_NAME = "pytriton-stderr"
+# A frontend process's handler on its root logger, which sends other loggers' records to the hub
+# (runtime/frontends/log_records.py): not a handler the application set up.
+HUB_HANDLER_NAME = "pytriton-hub"
 # Whether the `pytriton` logger's INFO level is this module's default (no one chose a level for it).
 _default_level = False
 # The servers that log to each log file (its absolute path) now: its handler goes when the last of them stops.
@@ -106,7 +109,7 @@ def use_default_logging() -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.set_name(STDERR_HANDLER_NAME)
     handler.setFormatter(logging.Formatter(_FORMAT))
-    handler.addFilter(lambda _record: not logging.getLogger().handlers)
+    handler.addFilter(lambda _record: not _root_handlers())
     LOGGER.addHandler(handler)
     _log_info()
 
@@ -115,7 +118,7 @@ def _stand_aside_for_the_root() -> None:
     """The application configured the root logger after the stderr handler came: drop it, and its INFO level."""
     global _default_level
     ours = [handler for handler in LOGGER.handlers if handler.get_name() == STDERR_HANDLER_NAME]
-    if not ours or not logging.getLogger().handlers:
+    if not ours or not _root_handlers():
         return
     for handler in ours:
         LOGGER.removeHandler(handler)
@@ -123,6 +126,12 @@ def _stand_aside_for_the_root() -> None:
     if _default_level and LOGGER.level == logging.INFO and not LOGGER.handlers:
         LOGGER.setLevel(logging.NOTSET)
     _default_level = False
+
+
+def _root_handlers() -> bool:
+    """Whether the application set up a handler on the root logger."""
+    handlers = logging.getLogger().handlers
+    return bool(handlers) and any(handler.get_name() != HUB_HANDLER_NAME for handler in handlers)
 
 
 def _log_info() -> None:

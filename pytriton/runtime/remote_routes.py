@@ -328,9 +328,9 @@ class RouteHost:
             with self._sending:
                 if self._closed:
                     raise ModelCallError(Status.UNAVAILABLE, "the server closed the route")
-                head, body, fds = self._calls.call_message(item.request_id, call_id, arguments)
+                message, fds = self._calls.call_message(item.request_id, call_id, arguments)
                 try:
-                    self.channel.send(head, body, fds)
+                    self.channel.send_encoded(message, fds)
                 except (ChannelClosed, OSError):
                     raise ModelCallError(Status.UNAVAILABLE, "the server closed the route") from None
         except BaseException:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol,
 from pytriton import __version__
 from pytriton.core import served_loops
 from pytriton.core.binders import OnBind, process_binder, thread_binder
+from pytriton.core.counted_strings import answers_strings
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Binder, Engine
 from pytriton.core.instances import Instance, ModelInstance
@@ -210,7 +211,12 @@ class ServerRuntime:
         self.engine.check_new(spec)
         try:
             instances = [
-                Instance(fn, f"pytriton-{spec.name}-{spec.version}-{index}", (spec.name, spec.version_str))
+                Instance(
+                    fn,
+                    f"pytriton-{spec.name}-{spec.version}-{index}",
+                    (spec.name, spec.version_str),
+                    count_strings=answers_strings(spec),
+                )
                 for index, fn in enumerate(callables)
             ]
             if any(instance.kind.uses_thread for instance in instances):

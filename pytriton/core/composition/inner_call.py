@@ -131,11 +131,15 @@ class InnerCall(ResponseSink):
         if self._path is not None:
             self._path.inner.discard(self)
 
-    def start(self, path: CallPath, arguments: CallArguments) -> None:
-        """On the loop: queue the call; a refusal ends it at once with its error."""
+    def start(self, path: CallPath, arguments: CallArguments, unsent: Optional[str] = None) -> None:
+        """On the loop: queue the call; a refusal ends it at once with its error.
+
+        `unsent`: why some of the caller's arguments could not reach this process (they did not pickle; stand-ins
+        came in their place): the call is checked against the model all the same, then refused (INVALID_ARGUMENT).
+        """
         self.streaming = arguments.streaming
         try:
-            self._start(path, arguments)
+            self._start(path, arguments, unsent)
         except InferenceError as error:
             outer = self.outer
             # An ensemble step's request that does not fit its model names the ensemble's request, as Triton's.
@@ -143,7 +147,7 @@ class InnerCall(ResponseSink):
         except Exception as error:  # noqa: BLE001 - a bad argument fails this call, never the loop
             self.fail(InferenceError.invalid(f"{type(error).__name__}: {error}"))
 
-    def _start(self, path: CallPath, arguments: CallArguments) -> None:
+    def _start(self, path: CallPath, arguments: CallArguments, unsent: Optional[str]) -> None:
         name, inputs, version, parameters, requested_outputs, timeout_s, streaming = arguments
         if path.cancelled:
             raise InferenceError.cancelled(f"the request that calls model '{name}' was cancelled or has ended")
@@ -162,6 +166,8 @@ class InnerCall(ResponseSink):
         if deadline and deadline <= now:
             raise InferenceError.unavailable(f"the deadline passed before model '{name}' was called")
         request = build_request(spec, inputs, parameters, requested_outputs)
+        if unsent is not None:
+            raise InferenceError.invalid(unsent)
         request.origin = (path.chain, deadline, path.span)
         request.compute_sink = self.compute
         outer = self.outer

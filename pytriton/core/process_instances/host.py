@@ -456,9 +456,9 @@ class InstanceHost:
             self._answers[call_id] = deque()
         try:
             with self._sending:
-                head, body, fds = self._calls.call_message(self._job_id, call_id, arguments)
-                self.channel.send(head, body, fds)
-            del body
+                message, fds = self._calls.call_message(self._job_id, call_id, arguments)
+                self.channel.send_encoded(message, fds)
+            del message
             while True:
                 outputs = answered(self._next_answer(call_id))
                 if outputs is None:

@@ -37,7 +37,7 @@ from pytriton.core.errors import InferenceError, Status
 from pytriton.core.process_instances.input_arena import outputs_in_inputs
 from pytriton.core.process_instances.protocol import MODEL_ANSWER, MODEL_CALL
 from pytriton.core.raw_tensors import mark_leased
-from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
+from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message, encode
 from pytriton.ipc.regions import LendingArena, copied_out
 from pytriton.ipc.tensors import IN_INPUTS, ArenaReader, Buffer
 
@@ -65,7 +65,7 @@ class CalleeArenas:
         Raises:
             ValueError: the inputs did not arrive (the call's region, if any, is released already).
         """
-        _, _, call_id, packed_arguments, new_arena, _ = head
+        call_id, packed_arguments, new_arena = head[2], head[3], head[4]
         if new_arena:
             self.inputs.adopt(new_arena, message.fds)
         arguments = CallArguments._make(packed_arguments)
@@ -192,7 +192,44 @@ def serve_call(
         del arguments  # its inputs' region is the caller's again
         answer((MODEL_ANSWER, call_id, "error", "CANCELLED", why, calls.take_read()))
         return
-    call.start(path, arguments)
+    call.start(path, arguments, head[6])
+
+
+def _sendable_call(packed_arguments: Any) -> Tuple[Any, str]:
+    """A packed call whose object inputs, else parameters, that do not pickle are replaced; what did not pickle, why.
+
+    An object input becomes an object array of its shape (of Nones), which the server checks as the input's dtype
+    and shape; parameters that do not pickle go as none, then the requested outputs (a callable may pass anything).
+    """
+    name, packed, *rest = packed_arguments
+    refs, others, order = packed[0]
+    whys = []
+    sendable = dict(others)
+    for input_name, value in others.items():
+        why = _pickling_error(value)
+        if why is not None:
+            sendable[input_name] = np.empty(np.shape(value), value.dtype if isinstance(value, np.ndarray) else object)
+            whys.append(f"input '{input_name}' does not pickle ({why})")
+    arguments = [name, [(refs, sendable, order)], *rest]
+    # CallArguments: name, inputs, version, parameters, requested_outputs, timeout_s, streaming
+    for index, what in ((3, "parameters"), (4, "requested outputs"), (2, "version")):
+        if _pickling_error(tuple(arguments)) is None:
+            break
+        why = _pickling_error(arguments[index])
+        if why is not None:
+            arguments[index] = None
+            whys.append(f"the {what} do not pickle ({why})")
+    reason = "; ".join(whys) or "it does not pickle"
+    return tuple(arguments), f"the call to model '{name}' cannot leave the instance process: {reason}"
+
+
+def _pickling_error(value: Any) -> Optional[str]:
+    """Why `value` does not pickle ("TypeError: ..."); None: it does."""
+    try:
+        pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+    except Exception as error:  # noqa: BLE001 - whatever pickling raises names the cause
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def _unpicklable(outputs: Outputs) -> Optional[str]:
@@ -231,13 +268,22 @@ class CallerArenas:
         self._answers_read: Deque[int] = deque()  # answer keys nothing here views (weak reference callbacks)
         self._watched: Dict[Any, Any] = {}
 
-    def call_message(self, owner: int, call_id: int, arguments: CallArguments) -> Tuple[Any, List[Buffer], List[int]]:
-        """A MODEL_CALL message: (head, body parts, descriptors to send, not to give); `owner`: the job or request.
+    def call_message(self, owner: int, call_id: int, arguments: CallArguments) -> Tuple[List[Buffer], List[int]]:
+        """A MODEL_CALL message, encoded: (buffers, descriptors to send, not to give); `owner`: the job or request.
 
         Packed and sent under one lock, as `pack_call`; it also says which answers nothing here views any more.
+        A call whose object inputs (or parameters) do not pickle still goes, what does not pickle replaced and said
+        why: the server checks the call against its model as a thread instance's (its dtype, its shape), and fails it
+        with the model's message, or INVALID_ARGUMENT naming what did not pickle. Not sent, the arena it may have
+        grown (and its region) would be lost to the server, and every later call of this process with it.
         """
         packed, body, new_arena, fds = self.pack_call(call_id, arguments)
-        return (MODEL_CALL, owner, call_id, packed, new_arena, self.take_answers_read()), body, fds
+        read = self.take_answers_read()
+        try:
+            return encode((MODEL_CALL, owner, call_id, packed, new_arena, read, None), body, fds), fds
+        except Exception:  # noqa: BLE001 - whatever pickling raises names the cause
+            packed, unsent = _sendable_call(packed)
+            return encode((MODEL_CALL, owner, call_id, packed, new_arena, read, unsent), body, fds), fds
 
     def pack_call(self, call_id: int, arguments: CallArguments) -> Tuple[Any, List[Buffer], int, List[int]]:
         """A call's MODEL_CALL items: (arguments to send, body parts, new arena size or 0, descriptors to send).

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import importlib
 import pickle
-import traceback
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Type
 
 from pytriton.core.errors import FailureReason, InferenceError, Status, exception_text
+from pytriton.core.traceback_text import bounded_traceback
 from pytriton.exceptions import PyTritonError
 from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
 
@@ -145,7 +145,7 @@ _REMOTE_CLASSES: Dict[Tuple[str, str], Type[RemoteError]] = {}
 
 def error_info(error: BaseException) -> ErrorInfo:
     """Describe an exception so that the server can raise its like."""
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    text = bounded_traceback(error)  # a deep recursion's whole traceback takes seconds to format, and 14 MB
     pickled: Optional[bytes] = None
     if isinstance(error, InferenceError):
         pickled = pickle.dumps(("inference", error.status.name, error.message, error.reason.name))

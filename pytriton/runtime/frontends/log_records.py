@@ -2,9 +2,14 @@
 
 A frontend process is a fresh interpreter: the logging the application set up (its handlers, formats, levels, a
 file of its own) is the hub's alone. Logged there, a frontend's records went to stderr in pytriton's default format
-(to `log_file` through a handler of its own), past the application's handlers. Once its link to the hub is up, a
-frontend sends each record of the `pytriton` loggers to the hub (LOG), which hands it to the logger of its name
-there, as if logged there; before, and once the hub is gone, it logs as it did.
+(to `log_file` through a handler of its own), past the application's handlers; those of other loggers (asyncio's
+"Exception in callback", a chat template's own logger) went to stderr bare, through `logging.lastResort`, and
+those below WARNING nowhere. Once its link to the hub is up, a frontend sends each record of the `pytriton` loggers
+to the hub (LOG), which hands it to the logger of its name there, as if logged there; before, and once the hub is
+gone, it logs as it did. Other loggers' records reach the hub the same way, from a handler on the frontend's root
+logger, which takes the levels the hub's loggers were given (`logger_levels`): at most `OTHERS_BURST` a second,
+each text cut at `OTHERS_CHARS`, and a line (pytriton's) counts those held back, so that a library logging in a
+loop floods neither the channel nor the hub's log.
 """
 
 from __future__ import annotations
@@ -12,11 +17,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
+from pytriton.core.log_budget import LogBudget
+from pytriton.core.traceback_text import cut_lines
 from pytriton.runtime.frontends.protocol import LOG
+from pytriton.runtime.logging_setup import HUB_HANDLER_NAME
+
+LOGGER = logging.getLogger("pytriton")
 
 _PLAIN = (str, int, float, bool, type(None))
+# Records of other loggers sent to the hub: at most this many a second for each frontend, each text field cut here.
+OTHERS_BURST = 100
+OTHERS_CHARS = 16 * 1024
 
 
 def record_fields(record: logging.LogRecord, formatter: logging.Formatter) -> Dict[str, Any]:
@@ -33,7 +46,11 @@ def record_fields(record: logging.LogRecord, formatter: logging.Formatter) -> Di
 
 
 class HubLogHandler(logging.Handler):
-    """Sends a frontend's records to the hub (`post`), from any thread; logs with `fallback` while it cannot."""
+    """Sends a frontend's records to the hub (`post`), from any thread; logs with `fallback` while it cannot.
+
+    With a `budget`, records are admitted by it on the loop (those held back are counted there) and their long
+    texts cut: another library's records, which nothing else bounds.
+    """
 
     def __init__(
         self,
@@ -41,6 +58,7 @@ class HubLogHandler(logging.Handler):
         closed: Callable[[], bool],
         loop: asyncio.AbstractEventLoop,
         fallback: List[logging.Handler],
+        budget: Optional[LogBudget] = None,
     ) -> None:
         """Post (LOG, fields) with `post` on `loop`; `closed()`: the hub is gone, `fallback` handles the records."""
         super().__init__()
@@ -50,6 +68,7 @@ class HubLogHandler(logging.Handler):
         self._loop_thread = threading.get_ident()  # made on the frontend's loop
         self._fallback = fallback
         self._formatter = logging.Formatter()
+        self._budget = budget
 
     def emit(self, record: logging.LogRecord) -> None:
         """Send the record to the hub, or log it here when the hub is gone."""
@@ -57,11 +76,18 @@ class HubLogHandler(logging.Handler):
             self._here(record)
             return
         try:
-            head = (LOG, record_fields(record, self._formatter))
-            if threading.get_ident() == self._loop_thread:
-                self._post(head)
+            on_loop = threading.get_ident() == self._loop_thread
+            if on_loop and self._budget is not None and not self._budget.admit(_line(record.name, record.msg)):
+                return
+            fields = record_fields(record, self._formatter)
+            if self._budget is not None:
+                _cut_fields(fields)
+            if on_loop:
+                self._post((LOG, fields))
+            elif self._budget is not None:
+                self._loop.call_soon_threadsafe(self._admit_and_post, fields)
             else:
-                self._loop.call_soon_threadsafe(self._post_if_open, head)
+                self._loop.call_soon_threadsafe(self._post_if_open, (LOG, fields))
         except RuntimeError:  # the loop has closed: this process ends
             self._here(record)
         except Exception:  # noqa: BLE001 - a handler reports its own failures, as logging's do
@@ -70,6 +96,12 @@ class HubLogHandler(logging.Handler):
     def _post_if_open(self, head: Any) -> None:
         if not self._closed():
             self._post(head)
+
+    def _admit_and_post(self, fields: Dict[str, Any]) -> None:
+        """On the loop: a record of another thread, sent if the budget admits it."""
+        assert self._budget is not None
+        if self._budget.admit(_line(str(fields.get("name")), fields.get("msg"))):
+            self._post_if_open((LOG, fields))
 
     def _here(self, record: logging.LogRecord) -> None:
         for handler in self._fallback:
@@ -90,9 +122,72 @@ def send_to_hub(
     return handler
 
 
+def send_others_to_hub(
+    post: Callable[[Any], None],
+    closed: Callable[[], bool],
+    loop: asyncio.AbstractEventLoop,
+    levels: Dict[str, int],
+    frontend: int,
+) -> HubLogHandler:
+    """Send the records of the frontend's other loggers (those that reach its root logger) to the hub.
+
+    `levels`: the hub's loggers' levels (`logger_levels`), set on the loggers here. Once the hub is gone, records
+    go where they went before (`logging.lastResort`: stderr, WARNING and above).
+    """
+    for name, level in levels.items():
+        logging.getLogger(name or None).setLevel(level)
+    root = logging.getLogger()
+    fallback = list(root.handlers) or ([logging.lastResort] if logging.lastResort is not None else [])
+
+    def held_back(count: int, last: str) -> None:
+        LOGGER.warning(
+            "frontend %d: %d more log %s of other loggers not sent to the hub (at most %d a second are); the last: %s",
+            frontend,
+            count,
+            "record" if count == 1 else "records",
+            OTHERS_BURST,
+            last,
+        )
+
+    budget = LogBudget(held_back, burst=OTHERS_BURST, interval_s=1.0)
+    handler = HubLogHandler(post, closed, loop, fallback, budget)
+    handler.set_name(HUB_HANDLER_NAME)
+    root.addHandler(handler)
+    return handler
+
+
+def logger_levels() -> Dict[str, int]:
+    """The levels set on this process's loggers, but pytriton's (the root's under ""): a frontend's loggers take them.
+
+    pytriton's levels reach the frontends as the server's log settings.
+    """
+    levels = {"": logging.getLogger().level}
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and logger.level != logging.NOTSET:
+            if name != "pytriton" and not name.startswith("pytriton."):
+                levels[name] = logger.level
+    return levels
+
+
 def handle_frontend_record(fields: Dict[str, Any]) -> None:
     """A frontend's record, handled by the hub's logger of its name, as if logged here (its levels apply)."""
     record = logging.makeLogRecord(fields)
     logger = logging.getLogger(record.name)
     if logger.isEnabledFor(record.levelno):
         logger.handle(record)
+
+
+def _cut_fields(fields: Dict[str, Any]) -> None:
+    """Cut a record's long texts: its traceback to its first and last lines, each text to OTHERS_CHARS."""
+    exc_text = fields.get("exc_text")
+    if isinstance(exc_text, str):
+        fields["exc_text"] = cut_lines(exc_text)
+    for key, value in fields.items():
+        if isinstance(value, str) and len(value) > OTHERS_CHARS:
+            fields[key] = f"{value[:OTHERS_CHARS]}... ({len(value) - OTHERS_CHARS} more characters)"
+
+
+def _line(name: str, msg: Any) -> str:
+    """A record, in the line that counts those held back: its logger and its message's first 200 characters."""
+    text = msg if isinstance(msg, str) else repr(msg)
+    return f"{name}: {text[:200]}"

@@ -33,6 +33,7 @@ from pytriton.options.server import ServerOptions
 from pytriton.runtime.frontends.acceptor import Acceptor
 from pytriton.runtime.frontends.forwarding import run_grpc, run_http
 from pytriton.runtime.frontends.hub import FrontendLink
+from pytriton.runtime.frontends.log_records import logger_levels
 from pytriton.runtime.frontends.protocol import CONNECTION, INIT, START_FAILED, Init, Region
 from pytriton.transport.http.app import path_segments
 
@@ -198,6 +199,7 @@ class FrontendPool:
             self._log_settings(),
             self._engine.out_of_service(),
             mirror[3],
+            logger_levels(),
         )
         try:
             process, channel, message = await start_helper(

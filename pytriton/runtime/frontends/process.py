@@ -27,7 +27,7 @@ from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.options.log_trace import LogSettings
 from pytriton.runtime.frontends.forwarding import ForwardingApp, ForwardingServicer
-from pytriton.runtime.frontends.log_records import send_to_hub
+from pytriton.runtime.frontends.log_records import send_others_to_hub, send_to_hub
 from pytriton.runtime.frontends.protocol import CLOSED, READY, START_FAILED, Init, Region
 from pytriton.runtime.frontends.remote import HubLink, RemoteEngine
 from pytriton.runtime.logging_setup import configure_logging
@@ -71,6 +71,7 @@ class FrontendProcess:
         self._log = LogSettings(init.options.log_verbose, init.options.log_file, warn=False)  # the hub warns
         self._log.update(init.log)
         send_to_hub(LOGGER, self.link.outbox.post, lambda: self.link.closed, loop)  # logged as the hub's records
+        send_others_to_hub(self.link.outbox.post, lambda: self.link.closed, loop, init.log_levels, init.number)
         self._stamps = FixedStamps(init.trace_stamps)  # the transports', as the hub says
         self._servers: List[Any] = []
         self._by_kind: Dict[str, Any] = {}

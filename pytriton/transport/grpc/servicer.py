@@ -25,6 +25,7 @@ from pytriton.protocol import (
 )
 from pytriton.protocol.codec_place import ON_LOOP, OffLoop
 from pytriton.protocol.grpc_codec import EncodedResponse, Message
+from pytriton.transport import codec_threads
 from pytriton.transport.grpc import coding
 from pytriton.transport.grpc.errors import unary
 from pytriton.transport.grpc.streaming import DEFAULT_STREAM_REQUESTS, StreamSession
@@ -161,11 +162,13 @@ class InferenceServicer:
         memory = self._engine.system_memory
         forwarded = self._forwarded_headers(context)
         deferred: List[Read] = []
+        long = False  # decoded or encoded off the loop: it may hold long object arrays, freed off the loop too
         try:
             decoded = grpc_codec.decode_infer_request(
                 spec, request, frame.raw_inputs, forwarded, memory, frame.data, deferred, ON_LOOP
             )
         except OffLoop:  # many strings: read in a worker thread, the other clients served meanwhile
+            long = True
             decoded = await coding.decoded(spec, request, frame.raw_inputs, forwarded, memory, frame.data, deferred)
         if received_ns:
             mark_arrival(decoded.request, received_ns, grpc=True)
@@ -198,9 +201,14 @@ class InferenceServicer:
                     spec, decoded.request.id, response, None, decoded, memory, writes, ON_LOOP
                 )
             except OffLoop:  # many strings: written in a worker thread
+                long = True
                 encoded = await coding.encoded(spec, decoded.request.id, response, None, decoded, memory, writes)
             if writes:
                 await write_off_loop(writes)
+            if long:  # the last references to its long object arrays are these: freed in a codec thread
+                freed = codec_threads.long_object_arrays(decoded.request, response)
+                del decoded, response
+                codec_threads.let_go(freed)
             return encoded
         finally:
             if held:

@@ -373,6 +373,7 @@ class HttpFrontend:
             body = bytearray(body)  # binary inputs become writable zero-copy views of this buffer
         forwarded = self._forwarded_headers(scope) if self._forward is not None else None
         memory = self._engine.system_memory
+        long = False  # decoded or encoded off the loop: it may hold long object arrays, freed off the loop too
         try:
             deferred: List[Read] = []
             try:
@@ -380,6 +381,7 @@ class HttpFrontend:
                     spec, body, header_length, forwarded, memory, deferred, ON_LOOP
                 )
             except OffLoop:  # long to decode: in a worker thread, the other clients served meanwhile
+                long = True
                 request, output_format = await _decoded_off_loop(spec, body, header_length, forwarded, memory, deferred)
             decoded_ns = 0
             if received_ns:
@@ -398,6 +400,7 @@ class HttpFrontend:
                         spec, request.id, response, output_format, memory, None, writes, ON_LOOP
                     )
                 except OffLoop:
+                    long = True
                     json_part, binary_parts, json_length = await _encoded_off_loop(
                         spec, request.id, response, output_format, memory, writes
                     )
@@ -414,6 +417,10 @@ class HttpFrontend:
             raise
         if received_ns and type(response) is TracedResponse and response.trace.claim():
             send = _timed_send(send, response.trace, received_ns, decoded_ns)
+        if long:  # the last references to its long object arrays are these: freed in a codec thread
+            freed = codec_threads.long_object_arrays(request, response)
+            del request, response
+            codec_threads.let_go(freed)
         if binary_parts:
             out_headers = [OCTET_TYPE, (b"inference-header-content-length", b"%d" % json_length)]
             size = json_length + sum(map(len, binary_parts))  # byte-format views: len is the size
