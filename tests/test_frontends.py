@@ -1600,3 +1600,17 @@ def test_a_stream_response_that_cannot_reach_the_frontend_ends_its_stream_with_t
         finally:
             client.stop_stream()
             client.close()
+
+
+def test_a_region_a_frontend_cannot_map_is_logged_with_the_frontends_number(caplog: pytest.LogCaptureFixture) -> None:
+    """The warning names the frontend by its number: it formatted `Init.index` (tuple's method) and failed to log."""
+    from pytriton.core.shared_memory.system import SystemSharedMemory
+    from pytriton.runtime.frontends.process import FrontendProcess
+
+    frontend = FrontendProcess.__new__(FrontendProcess)
+    frontend._init = types.SimpleNamespace(number=3)  # type: ignore[assignment]
+    frontend.engine = types.SimpleNamespace(system_memory=SystemSharedMemory())  # type: ignore[assignment]
+    with caplog.at_level(logging.WARNING, logger="pytriton"):
+        frontend._map(("region", "/pytriton-test-no-such-key", 0, 16), None)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any(message.startswith("frontend 3 cannot map shared memory region 'region'") for message in messages)

@@ -211,7 +211,7 @@ class FrontendProcess:
             else:
                 self.engine.system_memory.adopt(*region, fd)
         except Exception as error:  # noqa: BLE001 - the hub mapped it; a request naming it will fail here
-            LOGGER.warning("frontend %d cannot map shared memory region '%s': %s", self._init.index, region[0], error)
+            LOGGER.warning("frontend %d cannot map shared memory region '%s': %s", self._init.number, region[0], error)
 
     async def _steer(self) -> None:
         await asyncio.gather(*(server.steer() for server in self._servers))
