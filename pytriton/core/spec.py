@@ -131,20 +131,24 @@ class ModelSpec:
     def first_refusal(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[InferenceError]:
         """What Triton's core refuses first of the inputs (name, shape, all of them), before any input's own checks.
 
-        An input the model does not have (in its hash map's order, core/hash_map_order.py); then, for a batching
-        model, each input's batch dimension in that order: one without shape, a batch size other than the first
-        visited's, then that batch size past max_batch_size. None when these pass. The batch size is its uint32: a
-        batch dimension of 0 is no batch size yet, a negative one no other's.
+        In its hash map's order (core/hash_map_order.py), each input: a name the model does not have; for a batching
+        model, in the same visit, no shape, or a batch size other than the first visited's (an unknown name visited
+        after an input whose batch size differs is not reached, as 2.51 answers). Then that batch size past
+        max_batch_size. None when these pass. The batch size is its uint32: a batch dimension of 0 is no batch size
+        yet, a negative one no other's.
         """
         shapes = dict(inputs)
         visited = [(name, shapes[name]) for name in hash_map_order([name for name, _ in inputs])]
-        for name, _ in visited:
-            if name not in self.input_by_name:
-                return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
+        known = self.input_by_name
         if not self.batching:
+            for name, _ in visited:
+                if name not in known:
+                    return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
             return None
         batch_size = 0
         for name, shape in visited:
+            if name not in known:
+                return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
             if not shape:
                 return InferenceError.invalid_input(
                     f"input '{name}' has no shape but model requires batch dimension for '{self.name}'"

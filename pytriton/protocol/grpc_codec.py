@@ -14,7 +14,7 @@ from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, nump
 from pytriton.core.errors import InferenceError
 from pytriton.core.hash_map_order import visited_before
 from pytriton.core.model import RepositoryEntry, ServedModel
-from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, raw_from_array
+from pytriton.core.raw_tensors import Buffer, array_from_raw, deserialize_bytes_tensor, element_count, raw_from_array
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
@@ -231,16 +231,18 @@ def _check_later_inputs(
 
     `tensors` and `raw` are those inputs' messages and raw contents. Triton's core checks each input's datatype,
     shape and byte size in its hash map's order (core/hash_map_order.py): of several inputs that fail, it names the
-    first it visits. Byte sizes here are those of fixed-size datatypes (a BYTES input's strings are read after).
-    Names are distinct (_check_names_once).
+    first it visits. A BYTES input's size is its count of strings (raw contents or `bytes_contents`; in a region
+    they are not read here), checked in the same visit: 2.51 names a batching model's BYTES input of too many
+    strings before a later-visited input of another datatype. Names are distinct (_check_names_once).
     """
     headers = all_headers[failed + 1 :]
-    later: List[Tuple[str, str, Sequence[int], Optional[int]]] = []
+    later: List[Tuple[str, str, Sequence[int], Optional[int], Optional[Buffer]]] = []
     raw_left = iter(raw)
     for header, tensor in zip(headers, tensors):
         datatype = header.datatype if header.known_datatype else "<invalid>"
         element_size = ELEMENT_SIZE.get(datatype)
         given: Optional[int] = None
+        content: Optional[Buffer] = None
         if header.region is not None:
             given = header.region.byte_size
         elif raw:
@@ -249,10 +251,12 @@ def _check_later_inputs(
         elif header.has_contents and element_size is not None:
             field = _CONTENTS_FIELD.get(datatype)
             given = len(getattr(tensor.contents, field)) * element_size if field is not None else 0
-        later.append((header.name, datatype, header.shape, given))
+        elif header.has_contents and datatype == BYTES:
+            given = len(tensor.contents.bytes_contents)  # its count of strings
+        later.append((header.name, datatype, header.shape, given, content))
     names = [header.name for header in all_headers]
     for index in visited_before(names, names[failed], [header.name for header in headers]):
-        name, datatype, shape, given = later[index]
+        name, datatype, shape, given, content = later[index]
         spec.check_input(name, datatype, shape, True)
         element_size = ELEMENT_SIZE.get(datatype)
         if element_size is not None and given is not None and given != element_count(shape) * element_size:
@@ -260,6 +264,26 @@ def _check_later_inputs(
                 f"input byte size mismatch for input '{name}' for model '{spec.name}'. Expected "
                 f"{element_count(shape) * element_size}, got {given}"
             )
+        if datatype == BYTES:
+            _check_later_strings(content, given, shape, name, spec.name)
+
+
+def _check_later_strings(
+    content: Optional[Buffer], given: Optional[int], shape: Sequence[int], name: str, model: str
+) -> None:
+    """Raise the core's refusal of a BYTES input's strings: a wrong count (of raw `content`, or `given` typed).
+
+    A last string cut short is not the core's refusal (the model's, later): passed here.
+    """
+    count = element_count(shape)
+    if content is not None:
+        try:
+            deserialize_bytes_tensor(content, name, model, count)
+        except InferenceError as error:
+            if not error.in_response:
+                raise
+    elif given is not None and given != count:
+        _check_string_count(count, given, name, model)
 
 
 def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:

@@ -10,7 +10,7 @@ from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.hash_map_order import visited_before
-from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
+from pytriton.core.raw_tensors import array_from_raw, deserialize_bytes_tensor, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import ModelSpec
@@ -198,7 +198,7 @@ def decode_infer_request(
             spec, document.get("outputs", _ABSENT), options.binary_data_output, memory
         )
         if refused is not None:
-            raise _refusal(spec, raw_inputs, refused, refusal)
+            raise _refusal(spec, raw_inputs, refused, refusal, view, header_length)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads, deferred)
@@ -232,11 +232,19 @@ def decode_infer_request(
 _JsonRead = Tuple[Optional[np.ndarray], Optional[InferenceError]]
 
 
-def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Optional[InferenceError]) -> InferenceError:
+def _refusal(
+    spec: ModelSpec,
+    raw_inputs: List[Any],
+    refused: int,
+    refusal: Optional[InferenceError],
+    view: Optional[memoryview],
+    offset: int,
+) -> InferenceError:
     """The refusal of the model's that Triton's core names, once every input and output was read (raised if later).
 
     `refused` is -1 for the input count; else `refusal` is the first refusal, of the input at `refused`, and the
     core names the first input from there that the model refuses in its hash map's order (`_check_later_inputs`).
+    `view` is the body, whose binary data starts at `offset` (every input's data there was read already).
     Returned, not raised: raised here, its traceback would hold this frame, which holds it (a reference cycle).
     """
     if refused < 0 or refusal is None:
@@ -249,17 +257,40 @@ def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Opti
             return first
     names = [_tensor_header(raw)[0] for raw in raw_inputs]
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
-    for raw in raw_inputs[refused + 1 :]:
+    for index, raw in enumerate(raw_inputs):
         name, datatype, shape, tensor_parameters = _tensor_header(raw)
         region = tensor_region(tensor_parameters, "input", name)
+        binary_size = tensor_parameters.get("binary_data_size") if region is None else None
+        start, offset = offset, offset + (binary_size or 0)
+        if index <= refused:
+            continue
         if region is not None:
             later.append((name, datatype, shape, region.byte_size))
+        elif datatype == BYTES and binary_size is not None:
+            later.append((name, datatype, shape, _strings_read(view, start, offset, shape, name, spec.name)))
         elif "binary_data_size" in tensor_parameters:
             later.append((name, datatype, shape, tensor_parameters["binary_data_size"]))
         else:
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
     _check_later_inputs(spec, names, refused, later)
     return refusal
+
+
+def _strings_read(
+    view: Optional[memoryview], start: int, end: int, shape: Sequence[int], name: str, model: str
+) -> _JsonRead:
+    """A BYTES input's binary data `view[start:end]` as the core reads it: no array, and its refusal of the strings.
+
+    The core counts the strings (a last one cut short is the model's refusal, later: not named here), and checks
+    them in the visit in which it checks the input's datatype and shape: 2.51 names an input of too many strings
+    before a later-visited input of a wrong shape or datatype.
+    """
+    try:
+        deserialize_bytes_tensor(view[start:end] if view is not None else b"", name, model, element_count(shape))
+    except InferenceError as error:
+        if not error.in_response:
+            return None, error.with_traceback(None)
+    return None, None
 
 
 def _check_later_inputs(
@@ -307,6 +338,23 @@ def _check_body(inputs: Sequence[_PlannedInput], header_length: int, size: int, 
             _binary(None, offset, binary_size or 0, size, name, model)
             offset += binary_size or 0
     _no_binary_left(offset, size, model)
+
+
+def _planned_later(
+    inputs: Sequence[_PlannedInput], failed: int, view: Optional[memoryview], offset: int, model: str
+) -> List[Tuple[str, str, List[int], Union[int, _JsonRead]]]:
+    """The planned inputs after `inputs[failed]`, each with its data's size (a BYTES input's strings as read)."""
+    later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
+    for index, planned in enumerate(inputs):
+        name, datatype, shape, binary_size, region = planned
+        start, offset = offset, offset + ((binary_size or 0) if region is None else 0)
+        if index <= failed:
+            continue
+        if region is None and datatype == BYTES:
+            later.append((name, datatype, shape, _strings_read(view, start, offset, shape, name, model)))
+        else:
+            later.append((name, datatype, shape, _planned_size(planned)))
+    return later
 
 
 def _planned_size(planned: _PlannedInput) -> int:
@@ -443,9 +491,10 @@ def _decode_planned(
                 inputs[name] = array_from_raw(raw, datatype, shape, name, spec.name)
                 offset = end
             except InferenceError:
-                later = plan.inputs[index + 1 :]
                 names = [planned[0] for planned in plan.inputs]
-                _check_later_inputs(spec, names, index, [(*planned[:3], _planned_size(planned)) for planned in later])
+                _check_later_inputs(
+                    spec, names, index, _planned_later(plan.inputs, index, view, header_length, spec.name)
+                )
                 raise
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
