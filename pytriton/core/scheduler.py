@@ -402,7 +402,10 @@ class Scheduler:
             # A request that names no outputs gets them all, and the callable is told so (as in PyTriton 0.7).
             names = list(spec.output_names) if requested is None else requested
             if sequences is None or request.live_sequence is None:
-                call_request = Request(data=request.inputs, parameters=request.parameters, requested_output_names=names)
+                data = request.inputs
+                if len(data) > 1 and tuple(data) != spec.input_names:
+                    data = spec.in_declared_order(data)
+                call_request = Request(data=data, parameters=request.parameters, requested_output_names=names)
             else:
                 call_request = self._sequence_request(request, names, request.live_sequence.serial)
             if spans is not None:

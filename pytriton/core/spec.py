@@ -77,6 +77,7 @@ class ModelSpec:
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)
     output_names: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    input_names: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # Whether the first dimension of each tensor is the batch.
     batching: bool = dataclasses.field(init=False, repr=False, compare=False)
     # The version as the wire shows it.
@@ -93,6 +94,7 @@ class ModelSpec:
         object.__setattr__(self, "output_by_name", {tensor.name: tensor for tensor in self.outputs})
         object.__setattr__(self, "required_inputs", frozenset(t.name for t in self.inputs if not t.optional))
         object.__setattr__(self, "output_names", tuple(tensor.name for tensor in self.outputs))
+        object.__setattr__(self, "input_names", tuple(tensor.name for tensor in self.inputs))
         object.__setattr__(self, "batching", self.max_batch_size > 0)
         object.__setattr__(self, "version_str", str(self.version))
         object.__setattr__(self, "passed_inputs", {})
@@ -127,6 +129,14 @@ class ModelSpec:
             if batch_size >= 0:
                 return batch_size
         return self._check_input(tensor, name, datatype, shape, wildcards, data_bytes)
+
+    def in_declared_order(self, inputs: Dict[str, Any]) -> Dict[str, Any]:
+        """A request's `inputs` in the order the model declares them (callers skip those in that order already).
+
+        NVIDIA's PyTriton 0.7 hands a callable its request's inputs so (its proxy reads them by the config's names):
+        `@batch`'s keyword arguments, a request's keys, and the batch size `@batch` reads off the first input.
+        """
+        return {name: inputs[name] for name in self.input_names if name in inputs}
 
     def first_refusal(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[InferenceError]:
         """What Triton's core refuses first of the inputs (name, shape, all of them), before any input's own checks.
