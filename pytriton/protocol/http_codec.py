@@ -135,7 +135,7 @@ def decode_infer_request(
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             binary_size = tensor_parameters.get("binary_data_size")
-            region = tensor_region(tensor_parameters, "input", name) if tensor_parameters else None
+            region = _input_region(tensor_parameters, name) if tensor_parameters else None
             if refused is None:
                 # a batch of 0 is refused naming its data's size
                 given = _data_bytes(region, binary_size) if shape and not shape[0] else None
@@ -259,7 +259,7 @@ def _refusal(
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
     for index, raw in enumerate(raw_inputs):
         name, datatype, shape, tensor_parameters = _tensor_header(raw)
-        region = tensor_region(tensor_parameters, "input", name)
+        region = _input_region(tensor_parameters, name) if tensor_parameters else None
         binary_size = tensor_parameters.get("binary_data_size") if region is None else None
         start, offset = offset, offset + (binary_size or 0)
         if index <= refused:
@@ -274,6 +274,18 @@ def _refusal(
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
     _check_later_inputs(spec, names, refused, later)
     return refusal
+
+
+def _input_region(parameters: Mapping[str, Any], name: str) -> Optional[TensorRegion]:
+    """The region an input's parameters name (tensor_region); one of binary data names none.
+
+    tritonserver 2.51's frontend reads no shared-memory parameter of an input with `binary_data_size` (null too):
+    a `shared_memory_offset` or `shared_memory_byte_size` of any value beside it is passed over (200). With a
+    `shared_memory_region` it is the one-source refusal, checked before.
+    """
+    if "binary_data_size" in parameters and REGION not in parameters:
+        return None
+    return tensor_region(parameters, "input", name)
 
 
 def _strings_read(
