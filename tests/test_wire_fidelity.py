@@ -1218,3 +1218,28 @@ def test_a_method_the_parser_does_not_know_is_answered_as_tritonserver_answers_i
         assert lower.startswith(b"HTTP/1.1 405 ")
         ready = _answer(connection, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")  # the same connection
         assert ready.startswith(b"HTTP/1.1 200 OK")
+
+
+@pytest.mark.parametrize(
+    ("outputs", "named"), [(["zeta", "alpha"], "alpha"), (["nope", ""], ""), (["sum", "b", "B", "a"], "B")]
+)
+def test_of_several_unknown_outputs_the_first_in_byte_order_is_named_as_in_triton(
+    triton: Triton, outputs: List[str], named: str
+) -> None:
+    # tritonserver 2.51 keeps the requested outputs' names in an std::set and names the first it does not find
+    # (nvidia-pytriton 0.7.0, HTTP and gRPC); this server named the first in the request's order.
+    inputs = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("a", "b")]
+    body = json.dumps({"inputs": inputs, "outputs": [{"name": name} for name in outputs]})
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", body)
+    refusal = f"unexpected inference output '{named}' for model 'add'"
+    assert (status, json.loads(raw)) == (400, {"error": refusal})
+    message = service_pb2.ModelInferRequest(model_name="add")
+    for name in ("a", "b"):
+        message.inputs.add(name=name, datatype="FP32", shape=[1, 2])
+        message.raw_input_contents.append(np.array([1, 2], np.float32).tobytes())
+    for name in outputs:
+        message.outputs.add(name=name)
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)

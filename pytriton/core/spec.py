@@ -373,10 +373,17 @@ class ModelSpec:
         )
 
     def check_requested_outputs(self, names: Sequence[str]) -> None:
-        """Check that every requested output exists."""
+        """Check that every requested output exists; of several unknown ones, name the first in byte order.
+
+        tritonserver 2.51 keeps a request's output names in an `std::set` (sorted by their bytes) and names the
+        first it does not find: `B` before `a`, `a` before `zeta`, whatever order they came in.
+        """
+        known = self.output_by_name
         for name in names:
-            if name not in self.output_by_name:
-                raise InferenceError.invalid(f"unexpected inference output '{name}' for model '{self.name}'")
+            if name not in known:
+                unknown = [other for other in names if other not in known]
+                first = min(unknown, key=lambda other: other.encode("utf-8", "surrogatepass"))
+                raise InferenceError.invalid(f"unexpected inference output '{first}' for model '{self.name}'")
 
 
 def _show(shape: Sequence[int]) -> str:
