@@ -1243,3 +1243,32 @@ def test_of_several_unknown_outputs_the_first_in_byte_order_is_named_as_in_trito
         with pytest.raises(grpc.RpcError) as raised:
             service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
     assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "refusal"),
+    [
+        ("nobatch", [-1], "unexpected shape for input 'x' for model 'nobatch'. Expected [-1,3], got [-1]. "),
+        ("nobatch", [2, -3], "unexpected shape for input 'x' for model 'nobatch'. Expected [-1,3], got [2,-3]. "),
+        ("policy", [-1], "unexpected shape for input 'x' for model 'policy'. Expected [-1,1], got [-1]. NOTE: "),
+        ("triple", [-5, 2], "unexpected shape for input 'a' for model 'triple'. Expected [-1], got [-5,2]. "),
+    ],
+)
+def test_a_negative_dimension_in_a_shape_that_does_not_fit_gets_the_shape_refusal_as_in_triton(
+    triton: Triton, model: str, shape: List[int], refusal: str
+) -> None:
+    # tritonserver 2.51's core checks a shape's rank and fixed dims before it reads a negative dimension (gRPC, which
+    # takes any int64; nvidia-pytriton 0.7.0, seven shapes); this server refused `dims must be >= 0` first.
+    message = service_pb2.ModelInferRequest(model_name=model)
+    if model == "triple":
+        for name in ("k", "a", "b"):
+            message.inputs.add(name=name, datatype="FP32", shape=shape if name == "a" else [2])
+            message.raw_input_contents.append(bytes(8))
+    else:
+        message.inputs.add(name="x", datatype="BYTES" if model == "policy" else "FP32", shape=shape)
+        message.raw_input_contents.append(bytes(8))
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details().startswith("[request id: <id_unknown>] " + refusal)

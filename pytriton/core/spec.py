@@ -233,6 +233,8 @@ class ModelSpec:
         if shape and min(shape) < 0:
             if wildcards:
                 self._check_wildcards(tensor, name, shape)
+                if not self._rank_and_dims_fit(tensor, shape):  # the core's shape check comes first
+                    raise self._shape_error(tensor, name, shape)
             raise InferenceError.invalid_input(f"invalid shape {list(shape)} for input '{name}': dims must be >= 0")
         limit = self.max_tensor_elements
         if limit:
@@ -259,15 +261,25 @@ class ModelSpec:
         if len(dims) != len(wanted) or (
             tuple(dims) != wanted and any(want != -1 and want != got for want, got in zip(wanted, dims))
         ):
-            expected = [-1, *tensor.dims] if self.batching else list(tensor.dims)
-            note = _BATCH_DIMENSION_NOTE if self.batching else ""
-            raise InferenceError.invalid_input(
-                f"unexpected shape for input '{name}' for model '{self.name}'. Expected {_show(expected)}, "
-                f"got {_show(shape)}. {note}"
-            )
+            raise self._shape_error(tensor, name, shape)
         if self.batching and batch_size == 0:
             raise self._empty_batch_error(name, datatype, dims, data_bytes)
         return batch_size
+
+    def _rank_and_dims_fit(self, tensor: TensorDef, shape: Sequence[int]) -> bool:
+        """Whether `shape` (past a batching model's batch dimension) has the tensor's rank and its fixed dims."""
+        dims = shape[1:] if self.batching else shape
+        wanted = tensor.dims
+        return len(dims) == len(wanted) and all(want in (-1, got) for want, got in zip(wanted, dims))
+
+    def _shape_error(self, tensor: TensorDef, name: str, shape: Sequence[int]) -> InferenceError:
+        """Triton's refusal of a shape that does not fit the input's dims (`unexpected shape`)."""
+        expected = [-1, *tensor.dims] if self.batching else list(tensor.dims)
+        note = _BATCH_DIMENSION_NOTE if self.batching else ""
+        return InferenceError.invalid_input(
+            f"unexpected shape for input '{name}' for model '{self.name}'. Expected {_show(expected)}, "
+            f"got {_show(shape)}. {note}"
+        )
 
     def _check_wildcards(self, tensor: TensorDef, name: str, shape: Sequence[int]) -> None:
         """Triton's answer to a -1 in a shape of the model's rank, before a dimension that does not fit.
