@@ -171,10 +171,14 @@ def decode_infer_request(
                         refused, refusal = index, error
             elif "data" in raw:
                 planned = None  # values: never part of a key
-                if datatype == UNKNOWN_DATATYPE:  # the frontend cannot read the values: Triton's words
-                    raise InferenceError.invalid(f"invalid datatype for input {name}")
                 array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
-                if 0 not in shape:
+                if datatype == UNKNOWN_DATATYPE:
+                    # The frontend cannot read the values (Triton's words), an array; one of no elements (a shape
+                    # [] has none to Triton) it does not read, and the core refuses the datatype (check_input).
+                    if shape and 0 not in shape:
+                        _json_array(raw["data"])
+                        raise InferenceError.invalid(f"invalid datatype for input {name}")
+                elif 0 not in shape:
                     try:
                         if not place:  # OFF_LOOP: a piece at a time, its values freed so (json_pieces.release)
                             array = array_from_json_in_pieces(
@@ -270,6 +274,8 @@ def _refusal(
             later.append((name, datatype, shape, _strings_read(view, start, offset, shape, name, spec.name)))
         elif "binary_data_size" in tensor_parameters:
             later.append((name, datatype, shape, tensor_parameters["binary_data_size"]))
+        elif datatype == UNKNOWN_DATATYPE:  # of no elements (others were refused): its datatype is the refusal
+            later.append((name, datatype, shape, (None, None)))
         else:
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
     _check_later_inputs(spec, names, refused, later)
