@@ -258,6 +258,14 @@ def _request_inputs(**overrides: Any) -> List[Dict[str, Any]]:
             400,
             "Invalid offset + byte size for shared memory region: 'in'",
         ),
+        # no byte size (0 bytes) at the region's end: tritonserver 2.51 checks the offset against the region first
+        # (nvidia-pytriton 0.7.0); this server let it pass, and refused the input's byte size (`Expected 16, got 0`)
+        (
+            _request_inputs(parameters={"shared_memory_region": "in", "shared_memory_offset": 64}),
+            None,
+            400,
+            "Invalid offset for shared memory region: 'in'",
+        ),
         (
             _request_inputs(parameters=_shm("in", byte_size=12)),
             None,
