@@ -45,6 +45,8 @@ def _bind(triton: Triton) -> None:
     triton.bind("b4", _first, inputs=pqrs, outputs=output, config=ModelConfig(max_batch_size=4))
     pqrs[3] = Tensor(name="s", dtype=np.float32, shape=(-1,))  # FP16 has no typed contents
     triton.bind("t4", _first, inputs=pqrs, outputs=output, config=ModelConfig(max_batch_size=4))
+    xy = [Tensor(name="X", dtype=np.float16, shape=(2, -1)), Tensor(name="Y", dtype=np.uint8, shape=(3,))]
+    triton.bind("h2", _first, inputs=xy, outputs=output, config=ModelConfig(max_batch_size=4))
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,9 @@ def triton() -> Iterator[Triton]:
 def _raw(datatype: str, values: List[Any]) -> bytes:
     if datatype == "BYTES":
         return b"".join(struct.pack("<I", len(value)) + value.encode() for value in values)
-    numpy_type = {"FP32": np.float32, "INT32": np.int32, "INT16": np.int16, "FP16": np.float16}[datatype]
+    numpy_type = {"FP32": np.float32, "INT32": np.int32, "INT16": np.int16, "FP16": np.float16, "UINT8": np.uint8}[
+        datatype
+    ]
     return np.array(values, numpy_type).tobytes()
 
 
@@ -143,3 +147,40 @@ def test_too_many_strings_are_named_before_another_fault_of_an_input_visited_aft
         assert _http_binary(triton, model, given) == (400, refusal)
     else:
         assert _grpc(triton, model, given, typed=wire == "grpc-typed") == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
+
+
+def _mismatch(rows_bytes: int, got: int) -> str:
+    return (
+        f"[request id: <id_unknown>] input byte size mismatch for input 'Y' for model 'h2'. Expected {rows_bytes}, "
+        f"got {got}"
+    )
+
+
+@pytest.mark.parametrize("x_datatype", ["FP16", "INT16"], ids=["X fine", "X refused too"])
+@pytest.mark.parametrize("wire", ["http-binary", "grpc-raw"])
+def test_an_input_of_batch_size_0_is_expected_to_hold_the_rows_of_the_requests_batch_size(
+    triton: Triton, x_datatype: str, wire: str
+) -> None:
+    # The core visits X, Y as Y, X: Y's batch dimension of 0 sets no batch size, X's 3 does, and Y is then expected
+    # to hold 3 rows (9 bytes). This server expected one row (`Expected 3`).
+    given: List[Given] = [("X", x_datatype, [3, 2, 1], [1] * 6), ("Y", "UINT8", [0, 3], [1, 2, 3])]
+    if wire == "http-binary":
+        assert _http_binary(triton, "h2", given) == (400, _mismatch(9, 3))
+    else:
+        assert _grpc(triton, "h2", given, typed=False) == (grpc.StatusCode.INVALID_ARGUMENT, _mismatch(9, 3))
+
+
+def test_json_data_of_an_input_of_batch_size_0_is_none_of_the_requests_rows(triton: Triton) -> None:
+    # The frontend reads no JSON data of a shape of no elements: Y holds 0 bytes of the 4 rows X makes.
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "X", "shape": [4, 2, 3], "datatype": "FP16", "parameters": {"binary_data_size": 48}},
+                {"name": "Y", "shape": [0, 3], "datatype": "UINT8", "data": list(range(12))},
+            ]
+        }
+    ).encode()
+    body = header + bytes(48)
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/h2/infer", body, headers)
+    assert (status, json.loads(raw)["error"]) == (400, _mismatch(12, 0))

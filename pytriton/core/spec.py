@@ -10,7 +10,7 @@ import numpy as np
 
 from pytriton.core.composition.ensemble_graph import EnsembleGraph
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, Status
 from pytriton.core.hash_map_order import hash_map_order, visited_before
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher
@@ -42,6 +42,16 @@ class TensorDef:
     format: str = "FORMAT_NONE"
     labels: Optional[Tuple[str, ...]] = None
     label_filename: str = ""
+
+
+class EmptyBatchError(InferenceError):
+    """The refusal of an input of batch size 0, with what it was made of: rows again once the request's are known."""
+
+    def __init__(self, message: str, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int]) -> None:
+        """The error of `message` (Triton's core's words, of the request) for input `name` of `dims` past its batch."""
+        super().__init__(Status.INVALID_ARGUMENT, message)
+        self.of_request = True
+        self.input = (name, datatype, tuple(dims), data_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,28 +318,44 @@ class ModelSpec:
                 return
 
     def _empty_batch_error(
-        self, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int] = None
-    ) -> InferenceError:
+        self, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int] = None, rows: int = 1
+    ) -> EmptyBatchError:
         """Triton 2.51's answer to an input of batch size 0 with `data_bytes` of binary data (none when not given).
 
-        Triton takes the batch size from the first input and reads 0 as "no batch dimension", so it expects the
-        data of one row (core's InferenceRequest::Normalize): the request fails its byte-size check, in those
-        words. The model never runs on an empty batch: of rows of no data, or data of one row (Triton's check
-        passes), NVIDIA's PyTriton 0.7 answers nothing, and this server says why.
+        Triton takes the request's batch size from the first input it visits with one (core/hash_map_order.py) and
+        reads 0 as "no batch dimension yet": it expects the data of that many `rows` (one when no input has a batch
+        size), and the request fails its byte-size check, in those words (`with_request_rows` sets the rows). The
+        model never runs on an empty batch: of rows of no data, or data of those rows (Triton's check passes),
+        NVIDIA's PyTriton 0.7 answers nothing, and this server says why.
         """
-        count = math.prod(dims)
+        count = rows * math.prod(dims)
         if count == 0 or (datatype != BYTES and data_bytes == count * ELEMENT_SIZE.get(datatype, 0)):
-            return InferenceError.invalid_input(
-                f"input '{name}' for model '{self.name}' has a batch size of 0: the model runs on one row or more"
+            message = f"input '{name}' for model '{self.name}' has a batch size of 0: the model runs on one row or more"
+        elif datatype == BYTES:
+            message = f"expected {count} string elements for inference input '{name}' for model '{self.name}', got 0"
+        else:
+            message = (
+                f"input byte size mismatch for input '{name}' for model '{self.name}'. "
+                f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got {data_bytes or 0}"
             )
-        if datatype == BYTES:
-            return InferenceError.invalid_input(
-                f"expected {count} string elements for inference input '{name}' for model '{self.name}', got 0"
-            )
-        return InferenceError.invalid_input(
-            f"input byte size mismatch for input '{name}' for model '{self.name}'. "
-            f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got {data_bytes or 0}"
-        )
+        return EmptyBatchError(message, name, datatype, dims, data_bytes)
+
+    def with_request_rows(self, error: InferenceError, inputs: Sequence[Tuple[str, Sequence[int]]]) -> InferenceError:
+        """`error`, an input's of batch size 0 (EmptyBatchError), for the rows the request's batch size makes.
+
+        `inputs` (name, shape, all of them) passed first_refusal: their batch sizes agree but for 0s, and the first
+        visited that is not 0 is the request's (tritonserver 2.51 expects the input's data of that many rows: `X` of
+        `[3, 2]` beside `Y` of `[0, 3]` UINT8, visited first, is `Expected 9`). Any other error is returned as it is.
+        """
+        if not isinstance(error, EmptyBatchError):
+            return error
+        shapes = dict(inputs)
+        for name in hash_map_order([name for name, _ in inputs]):
+            shape = shapes[name]
+            if shape and shape[0]:
+                rows = shape[0] & 0xFFFFFFFF
+                return self._empty_batch_error(*error.input, rows) if rows > 1 else error
+        return error
 
     def check_input_set(self, names: Sequence[str], batch_sizes: Sequence[int]) -> int:
         """Check that required inputs are present and batch sizes agree; return the request batch size.

@@ -17,7 +17,7 @@ from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.raw_tensors import Buffer, array_from_raw, deserialize_bytes_tensor, element_count, raw_from_array
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
-from pytriton.core.spec import ModelSpec
+from pytriton.core.spec import EmptyBatchError, ModelSpec
 from pytriton.protocol import documents
 from pytriton.protocol.codec_place import ANYWHERE, OFF_LOOP_STRING_BYTES, OFF_LOOP_VALUES, ON_LOOP, OffLoop
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, GRPC_RULES, RequestOptions, split_parameters
@@ -181,7 +181,14 @@ def decode_infer_request(
                 if error.of_request or name not in spec.input_by_name:  # the core's: names, batch dimensions first
                     _check_names_and_batch(spec, headers)
                 first_raw = raw_index + 1 if region is None and raw and raw_index < len(raw) else raw_index
-                _check_later_inputs(spec, headers, index, message.inputs[index + 1 :], raw[first_raw:])
+                shapes = [(header.name, header.shape) for header in headers]
+                try:
+                    _check_later_inputs(spec, headers, index, message.inputs[index + 1 :], raw[first_raw:])
+                except EmptyBatchError as later:  # a batch of 0 has the rows of the request's batch size
+                    raise spec.with_request_rows(later, shapes) from None
+                rows = spec.with_request_rows(error, shapes)
+                if rows is not error:
+                    raise rows from None
                 raise
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
@@ -257,7 +264,7 @@ def _check_later_inputs(
     names = [header.name for header in all_headers]
     for index in visited_before(names, names[failed], [header.name for header in headers]):
         name, datatype, shape, given, content = later[index]
-        spec.check_input(name, datatype, shape, True)
+        spec.check_input(name, datatype, shape, True, given if shape and not shape[0] else None)
         element_size = ELEMENT_SIZE.get(datatype)
         if element_size is not None and given is not None and given != element_count(shape) * element_size:
             raise InferenceError.invalid_input(

@@ -13,7 +13,7 @@ from pytriton.core.hash_map_order import visited_before
 from pytriton.core.raw_tensors import array_from_raw, deserialize_bytes_tensor, element_count, raw_from_array
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
-from pytriton.core.spec import ModelSpec
+from pytriton.core.spec import EmptyBatchError, ModelSpec
 from pytriton.protocol import json_pieces, json_text
 from pytriton.protocol.codec_place import (
     ANYWHERE,
@@ -251,14 +251,15 @@ def _refusal(
     `view` is the body, whose binary data starts at `offset` (every input's data there was read already).
     Returned, not raised: raised here, its traceback would hold this frame, which holds it (a reference cycle).
     """
+    shapes = [(name, shape) for name, _, shape, _ in (_tensor_header(raw) for raw in raw_inputs)]
     if refused < 0 or refusal is None:
         spec.check_input_count([_tensor_header(raw)[0] for raw in raw_inputs])  # (it raises: names are distinct)
         refusal = InferenceError.invalid(f"the inputs do not fit model '{spec.name}'")
     else:  # the core looks every input up, and reads every input's batch dimension, first
-        headers = [_tensor_header(raw) for raw in raw_inputs]
-        first = spec.first_refusal([(name, shape) for name, _, shape, _ in headers])
+        first = spec.first_refusal(shapes)
         if first is not None:
             return first
+        refusal = spec.with_request_rows(refusal, shapes)  # a batch of 0 has the rows of the request's batch size
     names = [_tensor_header(raw)[0] for raw in raw_inputs]
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
     for index, raw in enumerate(raw_inputs):
@@ -278,7 +279,10 @@ def _refusal(
             later.append((name, datatype, shape, (None, None)))
         else:
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
-    _check_later_inputs(spec, names, refused, later)
+    try:
+        _check_later_inputs(spec, names, refused, later)
+    except EmptyBatchError as error:  # a batch of 0 has the rows of the request's batch size
+        return spec.with_request_rows(error.with_traceback(None), shapes)
     return refusal
 
 
@@ -325,7 +329,9 @@ def _check_later_inputs(
     """
     for index in visited_before(names, names[failed], [name for name, _, _, _ in later]):
         name, datatype, shape, given = later[index]
-        spec.check_input(name, datatype, shape)
+        spec.check_input(
+            name, datatype, shape, False, given if isinstance(given, int) and shape and not shape[0] else None
+        )
         if isinstance(given, tuple):
             if given[1] is not None:
                 raise given[1]
