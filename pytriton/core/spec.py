@@ -246,14 +246,6 @@ class ModelSpec:
                 if not self._rank_and_dims_fit(tensor, shape):  # the core's shape check comes first
                     raise self._shape_error(tensor, name, shape)
             raise InferenceError.invalid_input(f"invalid shape {list(shape)} for input '{name}': dims must be >= 0")
-        limit = self.max_tensor_elements
-        if limit:
-            count = math.prod(shape)
-            if count > limit or (not count and shape and max(shape) > limit):
-                raise InferenceError.invalid_input(
-                    f"input '{name}' for model '{self.name}' has shape {_show(shape)}: more than the "
-                    f"{limit} elements (or dimension) a tensor may have on this server"
-                )
         dims = shape
         batch_size = 1
         if self.batching:
@@ -272,6 +264,15 @@ class ModelSpec:
             tuple(dims) != wanted and any(want != -1 and want != got for want, got in zip(wanted, dims))
         ):
             raise self._shape_error(tensor, name, shape)
+        # This server's bound, after Triton's checks: a shape Triton refuses gets Triton's words.
+        limit = self.max_tensor_elements
+        if limit:
+            count = math.prod(shape)
+            if count > limit or (not count and shape and max(shape) > limit):
+                raise InferenceError.invalid_input(
+                    f"input '{name}' for model '{self.name}' has shape {_show(shape)}: more than the "
+                    f"{limit} elements (or dimension) a tensor may have on this server"
+                )
         if self.batching and batch_size == 0:
             raise self._empty_batch_error(name, datatype, dims, data_bytes)
         return batch_size
