@@ -131,7 +131,8 @@ class ModelSpec:
 
         With `wildcards` a -1 dimension gets the words of Triton's core (`_check_wildcards`): the gRPC frontend hands
         it negative dimensions, where the HTTP frontend refuses them as it reads the JSON. `data_bytes`, the size of
-        the input's binary data when the caller knows it, is named in the refusal of a batch of 0.
+        the input's binary data when the caller knows it (of a BYTES input: its count of strings), is named in the
+        refusal of a batch of 0.
         """
         tensor = self.input_by_name.get(name)
         if tensor is not None and datatype == tensor.datatype:
@@ -323,6 +324,8 @@ class ModelSpec:
     ) -> EmptyBatchError:
         """Triton 2.51's answer to an input of batch size 0 with `data_bytes` of binary data (none when not given).
 
+        Of a BYTES input `data_bytes` is its count of strings: too many are named as Triton's core names them.
+
         Triton takes the request's batch size from the first input it visits with one (core/hash_map_order.py) and
         reads 0 as "no batch dimension yet": it expects the data of that many `rows` (one when no input has a batch
         size), and the request fails its byte-size check, in those words (`with_request_rows` sets the rows). The
@@ -330,10 +333,19 @@ class ModelSpec:
         NVIDIA's PyTriton 0.7 answers nothing, and this server says why.
         """
         count = rows * math.prod(dims)
-        if count == 0 or (datatype != BYTES and data_bytes == count * ELEMENT_SIZE.get(datatype, 0)):
+        fits = data_bytes == (count if datatype == BYTES else count * ELEMENT_SIZE.get(datatype, 0))
+        if count == 0 or fits:
             message = f"input '{name}' for model '{self.name}' has a batch size of 0: the model runs on one row or more"
+        elif datatype == BYTES and data_bytes is not None and data_bytes > count:  # `data_bytes`: strings
+            message = (
+                f"unexpected number of string elements {count + 1} for inference input '{name}' for model "
+                f"'{self.name}', expecting {count}"
+            )
         elif datatype == BYTES:
-            message = f"expected {count} string elements for inference input '{name}' for model '{self.name}', got 0"
+            message = (
+                f"expected {count} string elements for inference input '{name}' for model '{self.name}', got "
+                f"{data_bytes or 0}"
+            )
         else:
             message = (
                 f"input byte size mismatch for input '{name}' for model '{self.name}'. "

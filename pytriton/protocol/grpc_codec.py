@@ -14,7 +14,14 @@ from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, nump
 from pytriton.core.errors import InferenceError
 from pytriton.core.hash_map_order import visited_before
 from pytriton.core.model import RepositoryEntry, ServedModel
-from pytriton.core.raw_tensors import Buffer, array_from_raw, deserialize_bytes_tensor, element_count, raw_from_array
+from pytriton.core.raw_tensors import (
+    Buffer,
+    array_from_raw,
+    deserialize_bytes_tensor,
+    element_count,
+    raw_from_array,
+    string_count,
+)
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import EmptyBatchError, ModelSpec
@@ -150,7 +157,11 @@ def decode_infer_request(
             has_contents = header.has_contents
             try:
                 # a batch of 0 is refused naming its data's size
-                given = _data_bytes(region, raw, raw_index) if shape and not shape[0] else None
+                given = (
+                    _data_size(region, raw, raw_index, datatype, message.inputs[index])
+                    if shape and not shape[0]
+                    else None
+                )
                 batch_sizes.append(spec.check_input(name, datatype, shape, True, given))
                 if region is not None:
                     if has_contents:
@@ -213,11 +224,17 @@ def decode_infer_request(
     return DecodedRequest(request, options, output_regions, classes)
 
 
-def _data_bytes(region: Optional[TensorRegion], raw: Sequence[Buffer], raw_index: int) -> Optional[int]:
-    """The size of an input's data in a region or raw contents (None: neither)."""
+def _data_size(
+    region: Optional[TensorRegion], raw: Sequence[Buffer], raw_index: int, datatype: str, tensor: Message
+) -> Optional[int]:
+    """The size of an input's data in a region or raw contents, a BYTES input's in strings (None: not known)."""
     if region is not None:
-        return region.byte_size
-    return len(raw[raw_index]) if raw and raw_index < len(raw) else None
+        return region.byte_size if datatype != BYTES else None
+    if raw:
+        if raw_index >= len(raw):
+            return None
+        return len(raw[raw_index]) if datatype != BYTES else string_count(raw[raw_index])
+    return len(tensor.contents.bytes_contents) if datatype == BYTES else None
 
 
 def _check_names_and_batch(spec: ModelSpec, headers: Sequence[_InputHeader]) -> None:
@@ -251,7 +268,7 @@ def _check_later_inputs(
         given: Optional[int] = None
         content: Optional[Buffer] = None
         if header.region is not None:
-            given = header.region.byte_size
+            given = header.region.byte_size if datatype != BYTES else None  # its strings are not read here
         elif raw:
             content = next(raw_left, None)
             given = len(content) if content is not None else None
@@ -264,7 +281,10 @@ def _check_later_inputs(
     names = [header.name for header in all_headers]
     for index in visited_before(names, names[failed], [header.name for header in headers]):
         name, datatype, shape, given, content = later[index]
-        spec.check_input(name, datatype, shape, True, given if shape and not shape[0] else None)
+        size: Optional[int] = None
+        if shape and not shape[0]:  # a batch of 0 names its data's size (a BYTES input's in strings)
+            size = string_count(content) if datatype == BYTES and content is not None else given
+        spec.check_input(name, datatype, shape, True, size)
         element_size = ELEMENT_SIZE.get(datatype)
         if element_size is not None and given is not None and given != element_count(shape) * element_size:
             raise InferenceError.invalid_input(

@@ -10,7 +10,13 @@ from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.hash_map_order import visited_before
-from pytriton.core.raw_tensors import array_from_raw, deserialize_bytes_tensor, element_count, raw_from_array
+from pytriton.core.raw_tensors import (
+    array_from_raw,
+    deserialize_bytes_tensor,
+    element_count,
+    raw_from_array,
+    string_count,
+)
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
 from pytriton.core.spec import EmptyBatchError, ModelSpec
@@ -138,7 +144,7 @@ def decode_infer_request(
             region = _input_region(tensor_parameters, name) if tensor_parameters else None
             if refused is None:
                 # a batch of 0 is refused naming its data's size
-                given = _data_bytes(region, binary_size) if shape and not shape[0] else None
+                given = _data_size(region, binary_size, datatype, view, offset) if shape and not shape[0] else None
                 try:
                     batch_sizes.append(spec.check_input(name, datatype, shape, False, given))
                 except InferenceError as error:
@@ -503,7 +509,7 @@ def _decode_planned(
             spec.check_input_count([planned[0] for planned in plan.inputs])
         for index, (name, datatype, shape, binary_size, region) in enumerate(plan.inputs):
             try:
-                given = _data_bytes(region, binary_size) if shape and not shape[0] else None
+                given = _data_size(region, binary_size, datatype, view, offset) if shape and not shape[0] else None
                 batch_sizes.append(spec.check_input(name, datatype, shape, False, given))
                 if region is not None:
                     inputs[name] = region_input(
@@ -727,6 +733,17 @@ def _data_bytes(region: Optional[TensorRegion], binary_size: Any) -> Optional[in
     if region is not None:
         return region.byte_size
     return binary_size if type(binary_size) is int else None
+
+
+def _data_size(
+    region: Optional[TensorRegion], binary_size: Any, datatype: str, view: Optional[memoryview], offset: int
+) -> Optional[int]:
+    """_data_bytes, but a BYTES input's in the body (from `offset`) in strings (None: in a region, not read here)."""
+    if datatype != BYTES:
+        return _data_bytes(region, binary_size)
+    if region is not None or type(binary_size) is not int or binary_size < 0:
+        return None
+    return string_count(view[offset : offset + binary_size]) if view is not None else 0
 
 
 def _check_one_source(raw: Dict[str, Any]) -> None:
