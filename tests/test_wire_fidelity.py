@@ -1314,3 +1314,42 @@ def test_an_unknown_datatype_of_no_elements_after_a_refused_input_is_named_in_ha
         "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'triple' expects 'FP32'"
     )
     assert (status, json.loads(raw)) == (400, {"error": refusal})
+
+
+_TRIPLE_RANGE = [_input("k", "FP32", [1], [1]), _input("a", "FP32", [2], [1e39, 1])]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "model", "refusal"),
+    [
+        (
+            [*_TRIPLE_RANGE, _input("b", "INT32", [2], [1, 2])],
+            "triple",
+            "[request id: <id_unknown>] inference input 'b' data-type is 'INT32', but model 'triple' expects 'FP32'",
+        ),
+        (
+            [*_TRIPLE_RANGE, _input("b", "FP32", [2, 1], [1, 2])],
+            "triple",
+            "[request id: <id_unknown>] unexpected shape for input 'b' for model 'triple'. Expected [-1], got [2,1]. ",
+        ),
+        (
+            [_input("k", "FP32", [4], [1e39, [1, 2]]), _input("a", "FP32", [1], [1]), _input("b", "FP32", [1], [1])],
+            "triple",
+            "Unable to parse 'data': Shape does not match true shape of 'data' field",
+        ),
+        (
+            [_input("a", "FP32", [1, 2], [1e39, 1]), _input("b", "FP32", [2, 2], [1, 2, 3, 4])],
+            "add",
+            "[request id: <id_unknown>] input 'a' batch size does not match other inputs for 'add'",
+        ),
+    ],
+    ids=["a later input's datatype", "a later input's shape", "values too few", "batch sizes"],
+)
+def test_values_out_of_their_range_are_refused_after_any_refusal_triton_makes(
+    triton: Triton, inputs: List[Dict[str, Any]], model: str, refusal: str
+) -> None:
+    # tritonserver 2.51 wraps integers around and makes floats infinite (1e39 as FP32): it refuses none of them, and
+    # answers the request's other fault (nvidia-pytriton 0.7.0; its count refusal a 500). This server refused the
+    # values first, where it reads them (`values outside the range of float32`).
+    status, _, raw = request(triton.http_port, "POST", f"/v2/models/{model}/infer", json.dumps({"inputs": inputs}))
+    assert (status, json.loads(raw)) == (400, {"error": refusal})

@@ -9,7 +9,7 @@ import numpy as np
 from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
-from pytriton.core.hash_map_order import visited_before
+from pytriton.core.hash_map_order import hash_map_order, visited_before
 from pytriton.core.raw_tensors import (
     array_from_raw,
     deserialize_bytes_tensor,
@@ -41,7 +41,7 @@ from pytriton.protocol.system_memory_codec import (
     still_located,
     tensor_region,
 )
-from pytriton.protocol.tensors import array_from_json, array_from_json_in_pieces, json_from_array
+from pytriton.protocol.tensors import OutOfRange, array_from_json, array_from_json_in_pieces, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
 
@@ -286,7 +286,7 @@ def _refusal(
         else:
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
     try:
-        _check_later_inputs(spec, names, refused, later)
+        _check_later_inputs(spec, names, refused, later, isinstance(refusal, OutOfRange))
     except EmptyBatchError as error:  # a batch of 0 has the rows of the request's batch size
         return spec.with_request_rows(error.with_traceback(None), shapes)
     return refusal
@@ -326,20 +326,28 @@ def _check_later_inputs(
     names: Sequence[str],
     failed: int,
     later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]],
+    every: bool = False,
 ) -> None:
     """Check the `later` inputs (after `names[failed]`, the first to fail) that Triton's core visits before it.
 
     Each comes with the byte size of its data, or its JSON data as read. Triton's core checks each input's
     datatype, shape and byte size in its hash map's order (core/hash_map_order.py): of several inputs that fail, it
-    names the first it visits.
+    names the first it visits. With `every` (the first refusal is one Triton does not make: OutOfRange) every later
+    input is checked, in that order.
     """
-    for index in visited_before(names, names[failed], [name for name, _, _, _ in later]):
+    later_names = [name for name, _, _, _ in later]
+    if every:
+        position = {name: place for place, name in enumerate(hash_map_order(names))}
+        order = sorted(range(len(later)), key=lambda index: position[later_names[index]])
+    else:
+        order = visited_before(names, names[failed], later_names)
+    for index in order:
         name, datatype, shape, given = later[index]
         spec.check_input(
             name, datatype, shape, False, given if isinstance(given, int) and shape and not shape[0] else None
         )
         if isinstance(given, tuple):
-            if given[1] is not None:
+            if given[1] is not None and not isinstance(given[1], OutOfRange):
                 raise given[1]
             continue
         element_size = ELEMENT_SIZE.get(datatype)  # BYTES: its strings tell their size
@@ -706,7 +714,7 @@ def _json_read(
             return array_from_json(_json_array(data), datatype, shape, name, model), None
         except InferenceError as refused:
             error = refused.with_traceback(None)  # kept in this frame, which its traceback holds: a reference cycle
-    if not error.of_request and shape:
+    if not error.of_request and shape and not isinstance(error, OutOfRange):
         raise error
     return None, error
 
