@@ -381,7 +381,7 @@ def _begin(
     requested = request.requested_outputs
     data = request.inputs
     call = entry.call = Request(
-        data=spec.in_declared_order(data) if len(data) > 1 and tuple(data) != spec.input_names else data,
+        data=spec.in_declared_order(data) if tuple(data) != spec.input_names else data,
         parameters=request.parameters,
         requested_output_names=list(spec.output_names) if requested is None else requested,
     )

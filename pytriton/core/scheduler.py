@@ -403,7 +403,7 @@ class Scheduler:
             names = list(spec.output_names) if requested is None else requested
             if sequences is None or request.live_sequence is None:
                 data = request.inputs
-                if len(data) > 1 and tuple(data) != spec.input_names:
+                if tuple(data) != spec.input_names:  # in the model's order, as NVIDIA's PyTriton hands them
                     data = spec.in_declared_order(data)
                 call_request = Request(data=data, parameters=request.parameters, requested_output_names=names)
             else:
