@@ -19,9 +19,9 @@ Content-Encoding, Accept-Encoding, URL variants, methods), and requests to the o
 ready, statistics, repository, shared memory, logging, trace, generate) with bad arguments. Each answer is
 normalised (timing fields dropped, compressed bodies inflated, binary outputs split off) and the pairs that differ
 are written to --out. Requests known to crash tritonserver 2.51 (shapes of 2**31 elements or more, classes of a
-BYTES output, a gRPC output named twice, a stream with an error after a decoupled model's responses) go to this
-server alone. When tritonserver dies anyway the fuzzer exits 3 naming the case (start it again, then go on with
---start CASE+1); when this server dies, 4.
+BYTES output or, over HTTP, of an output of 0 elements, a gRPC output named twice, a stream with an error after a
+decoupled model's responses) go to this server alone. When tritonserver dies anyway the fuzzer exits 3 naming the
+case (start it again, then go on with --start CASE+1); when this server dies, 4.
 """
 
 from __future__ import annotations
@@ -1060,6 +1060,10 @@ def nv_unsafe(req: Dict[str, Any]) -> bool:
         return True
     if re.search(rb"\d{10,}", text) and b"shape" in text:
         return True
+    if b"classification" in text and isinstance(doc, dict) and isinstance(doc.get("inputs"), list):
+        # an output of 0 elements (an input's) asked for classes over HTTP: SIGSEGV (seed 119, case 1567)
+        if any(isinstance(t, dict) and isinstance(t.get("shape"), list) and 0 in t["shape"] for t in doc["inputs"]):
+            return True
     if isinstance(doc, dict) and isinstance(doc.get("outputs"), list):
         names = [o.get("name") for o in doc["outputs"] if isinstance(o, dict)]
         return len(names) != len(set(map(str, names)))

@@ -466,6 +466,22 @@ def test_too_many_tensor_elements_is_400_before_the_model_runs(limited):
     assert status == 200
 
 
+def test_a_shape_triton_refuses_gets_tritons_words_before_the_element_bound(limited):
+    # tritonserver 2.51 sets no bound on a tensor's elements: a shape it refuses (a batch past max_batch_size, a rank
+    # other than the input's), beyond the bound too, gets its words; this server answered its bound first.
+    for shape, refusal in (
+        ([9, 2000], "inference request batch-size must be <= 8 for 'identity'"),
+        ([1, 2, 2000], "unexpected shape for input 'INPUT_1' for model 'identity'. Expected [-1,-1], got [1,2,2000]."),
+    ):
+        message = grpc_request("identity", [0.0])
+        message.inputs[0].shape[:] = shape
+        with grpc_stub(limited) as stub:
+            with pytest.raises(grpc.RpcError) as raised:
+                stub.ModelInfer(message, timeout=WAIT_S)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert raised.value.details().startswith("[request id: <id_unknown>] " + refusal)
+
+
 def test_oversized_output_fails_only_its_request(limited):
     status, document = post_json(limited.http_port, "/v2/models/sized/infer", infer_body([1.0], n=2000))
     assert status == 500

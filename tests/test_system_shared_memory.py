@@ -258,6 +258,14 @@ def _request_inputs(**overrides: Any) -> List[Dict[str, Any]]:
             400,
             "Invalid offset + byte size for shared memory region: 'in'",
         ),
+        # no byte size (0 bytes) at the region's end: tritonserver 2.51 checks the offset against the region first
+        # (nvidia-pytriton 0.7.0); this server let it pass, and refused the input's byte size (`Expected 16, got 0`)
+        (
+            _request_inputs(parameters={"shared_memory_region": "in", "shared_memory_offset": 64}),
+            None,
+            400,
+            "Invalid offset for shared memory region: 'in'",
+        ),
         (
             _request_inputs(parameters=_shm("in", byte_size=12)),
             None,
@@ -904,6 +912,27 @@ def test_tensor_parameters_that_are_no_object_are_none_as_in_triton(triton: Trit
         400,
         {"error": "failed to get request params.: attempt to get members for non-object"},
     )
+
+
+@pytest.mark.parametrize(
+    "extra", [{"shared_memory_offset": "s"}, {"shared_memory_byte_size": -1}], ids=["offset", "byte size"]
+)
+def test_region_parameters_beside_binary_data_are_passed_over_as_in_triton(triton: Triton, extra: Any) -> None:
+    """tritonserver 2.51 reads no shared-memory parameter of an input whose data is binary (nvidia-pytriton 0.7.0:
+    200); this server refused the offset's or byte size's value (400), or named it before a later input's fault."""
+    a = {"name": "a", "shape": [1, 4], "datatype": "FP32", "parameters": {"binary_data_size": 16, **extra}}
+    b = {"name": "b", "shape": [1, 4], "datatype": "FP32", "data": [1, 1, 1, 1]}
+    t = {"name": "t", "shape": [1, 1], "datatype": "BYTES", "data": ["x"]}
+    header = json.dumps({"inputs": [a, b, t]}).encode()
+    body = header + np.array([1, 2, 3, 4], np.float32).tobytes()
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    status, _, text = request(triton.http_port or 0, "POST", "/v2/models/add/infer", body, headers)
+    assert status == 200 and json.loads(text)["outputs"][0]["data"] == [2.0, 3.0, 4.0, 5.0]
+    header = json.dumps({"inputs": [a, b, dict(b, name="a")]}).encode()  # a fault after it: named (2.51's words)
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    status, _, text = request(triton.http_port or 0, "POST", "/v2/models/add/infer", header + body[-16:], headers)
+    refusal = "[request id: <id_unknown>] input 'a' already exists in request"
+    assert (status, json.loads(text)) == (400, {"error": refusal})
 
 
 def test_the_513th_region_is_refused_until_one_is_unregistered(client: Any, segments: Tuple[Segment, Segment]) -> None:

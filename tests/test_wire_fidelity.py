@@ -1218,3 +1218,138 @@ def test_a_method_the_parser_does_not_know_is_answered_as_tritonserver_answers_i
         assert lower.startswith(b"HTTP/1.1 405 ")
         ready = _answer(connection, b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")  # the same connection
         assert ready.startswith(b"HTTP/1.1 200 OK")
+
+
+@pytest.mark.parametrize(
+    ("outputs", "named"), [(["zeta", "alpha"], "alpha"), (["nope", ""], ""), (["sum", "b", "B", "a"], "B")]
+)
+def test_of_several_unknown_outputs_the_first_in_byte_order_is_named_as_in_triton(
+    triton: Triton, outputs: List[str], named: str
+) -> None:
+    # tritonserver 2.51 keeps the requested outputs' names in an std::set and names the first it does not find
+    # (nvidia-pytriton 0.7.0, HTTP and gRPC); this server named the first in the request's order.
+    inputs = [_input(name, "FP32", [1, 2], [1, 2]) for name in ("a", "b")]
+    body = json.dumps({"inputs": inputs, "outputs": [{"name": name} for name in outputs]})
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/add/infer", body)
+    refusal = f"unexpected inference output '{named}' for model 'add'"
+    assert (status, json.loads(raw)) == (400, {"error": refusal})
+    message = service_pb2.ModelInferRequest(model_name="add")
+    for name in ("a", "b"):
+        message.inputs.add(name=name, datatype="FP32", shape=[1, 2])
+        message.raw_input_contents.append(np.array([1, 2], np.float32).tobytes())
+    for name in outputs:
+        message.outputs.add(name=name)
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    assert (raised.value.code(), raised.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, refusal)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape", "refusal"),
+    [
+        ("nobatch", [-1], "unexpected shape for input 'x' for model 'nobatch'. Expected [-1,3], got [-1]. "),
+        ("nobatch", [2, -3], "unexpected shape for input 'x' for model 'nobatch'. Expected [-1,3], got [2,-3]. "),
+        ("policy", [-1], "unexpected shape for input 'x' for model 'policy'. Expected [-1,1], got [-1]. NOTE: "),
+        ("triple", [-5, 2], "unexpected shape for input 'a' for model 'triple'. Expected [-1], got [-5,2]. "),
+    ],
+)
+def test_a_negative_dimension_in_a_shape_that_does_not_fit_gets_the_shape_refusal_as_in_triton(
+    triton: Triton, model: str, shape: List[int], refusal: str
+) -> None:
+    # tritonserver 2.51's core checks a shape's rank and fixed dims before it reads a negative dimension (gRPC, which
+    # takes any int64; nvidia-pytriton 0.7.0, seven shapes); this server refused `dims must be >= 0` first.
+    message = service_pb2.ModelInferRequest(model_name=model)
+    if model == "triple":
+        for name in ("k", "a", "b"):
+            message.inputs.add(name=name, datatype="FP32", shape=shape if name == "a" else [2])
+            message.raw_input_contents.append(bytes(8))
+    else:
+        message.inputs.add(name="x", datatype="BYTES" if model == "policy" else "FP32", shape=shape)
+        message.raw_input_contents.append(bytes(8))
+    with grpc.insecure_channel(grpc_url(triton)) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(message)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details().startswith("[request id: <id_unknown>] " + refusal)
+
+
+@pytest.mark.parametrize(
+    ("shape", "data", "refusal"),
+    [
+        (
+            [],
+            [-96, 28],
+            "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'pair' expects 'FP32'",
+        ),
+        (
+            [0, 2],
+            5,
+            "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'pair' expects 'FP32'",
+        ),
+        ([2], [1, 2], "invalid datatype for input a"),
+        ([2], 5, "Unable to parse 'data': attempt to access JSON non-array as array"),
+    ],
+)
+def test_json_data_of_an_unknown_datatype_is_refused_as_in_triton(
+    triton: Triton, shape: List[int], data: Any, refusal: str
+) -> None:
+    # nvidia-pytriton 0.7.0: tritonserver 2.51's frontend reads no data of a shape of no elements (a shape [] has
+    # none to it), whatever its datatype, and its core then refuses the datatype; the data of other shapes must be
+    # an array before the frontend finds it cannot read the datatype. This server refused `invalid datatype` first.
+    inputs = [{"name": "a", "shape": shape, "datatype": "FP8", "data": data}, _input("b", "FP32", [2], [1, 2])]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/pair/infer", json.dumps({"inputs": inputs}))
+    assert (status, json.loads(raw)) == (400, {"error": refusal})
+
+
+def test_an_unknown_datatype_of_no_elements_after_a_refused_input_is_named_in_hash_map_order(triton: Triton) -> None:
+    # b is refused first in the request's order; the core visits a, b, k and names a's datatype (see above).
+    inputs = [
+        _input("k", "FP32", [2], [1, 2]),
+        _input("b", "INT32", [2], [1, 2]),
+        {"name": "a", "shape": [], "datatype": "FP8", "data": 5},
+    ]
+    status, _, raw = request(triton.http_port, "POST", "/v2/models/triple/infer", json.dumps({"inputs": inputs}))
+    refusal = (
+        "[request id: <id_unknown>] inference input 'a' data-type is '<invalid>', but model 'triple' expects 'FP32'"
+    )
+    assert (status, json.loads(raw)) == (400, {"error": refusal})
+
+
+_TRIPLE_RANGE = [_input("k", "FP32", [1], [1]), _input("a", "FP32", [2], [1e39, 1])]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "model", "refusal"),
+    [
+        (
+            [*_TRIPLE_RANGE, _input("b", "INT32", [2], [1, 2])],
+            "triple",
+            "[request id: <id_unknown>] inference input 'b' data-type is 'INT32', but model 'triple' expects 'FP32'",
+        ),
+        (
+            [*_TRIPLE_RANGE, _input("b", "FP32", [2, 1], [1, 2])],
+            "triple",
+            "[request id: <id_unknown>] unexpected shape for input 'b' for model 'triple'. Expected [-1], got [2,1]. ",
+        ),
+        (
+            [_input("k", "FP32", [4], [1e39, [1, 2]]), _input("a", "FP32", [1], [1]), _input("b", "FP32", [1], [1])],
+            "triple",
+            "Unable to parse 'data': Shape does not match true shape of 'data' field",
+        ),
+        (
+            [_input("a", "FP32", [1, 2], [1e39, 1]), _input("b", "FP32", [2, 2], [1, 2, 3, 4])],
+            "add",
+            "[request id: <id_unknown>] input 'a' batch size does not match other inputs for 'add'",
+        ),
+    ],
+    ids=["a later input's datatype", "a later input's shape", "values too few", "batch sizes"],
+)
+def test_values_out_of_their_range_are_refused_after_any_refusal_triton_makes(
+    triton: Triton, inputs: List[Dict[str, Any]], model: str, refusal: str
+) -> None:
+    # tritonserver 2.51 wraps integers around and makes floats infinite (1e39 as FP32): it refuses none of them, and
+    # answers the request's other fault (nvidia-pytriton 0.7.0; its count refusal a 500). This server refused the
+    # values first, where it reads them (`values outside the range of float32`).
+    status, _, raw = request(triton.http_port, "POST", f"/v2/models/{model}/infer", json.dumps({"inputs": inputs}))
+    assert (status, json.loads(raw)) == (400, {"error": refusal})

@@ -379,8 +379,9 @@ def _begin(
     entry.queued = False
     instance.call_started_ns = entry.enqueue_ns
     requested = request.requested_outputs
+    data = request.inputs
     call = entry.call = Request(
-        data=request.inputs,
+        data=spec.in_declared_order(data) if tuple(data) != spec.input_names else data,
         parameters=request.parameters,
         requested_output_names=list(spec.output_names) if requested is None else requested,
     )

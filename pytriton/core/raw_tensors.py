@@ -157,6 +157,21 @@ def deserialize_bytes_tensor(buffer: Buffer, name: str, model: str = "", count: 
     return object_array(items)
 
 
+def string_count(buffer: Buffer) -> int:
+    """How many strings tritonserver's core counts in a BYTES tensor's raw data, to tell it from the count it expects.
+
+    A last string cut short counts, as the core counts it; a length indicator cut short ends the count.
+    """
+    view = memoryview(buffer)
+    end = len(view)
+    offset = count = 0
+    while offset + 4 <= end:
+        (length,) = _LENGTH.unpack_from(view, offset)
+        offset += 4 + length
+        count += 1
+    return count
+
+
 def array_from_raw(buffer: Buffer, datatype: str, shape: Sequence[int], name: str, model: str) -> np.ndarray:
     """Build an array from raw tensor bytes of input `name` of `model`; fixed-size types are zero-copy views.
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from pytriton.core.composition.ensemble_graph import EnsembleGraph
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, Status
 from pytriton.core.hash_map_order import hash_map_order, visited_before
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher
@@ -42,6 +42,16 @@ class TensorDef:
     format: str = "FORMAT_NONE"
     labels: Optional[Tuple[str, ...]] = None
     label_filename: str = ""
+
+
+class EmptyBatchError(InferenceError):
+    """The refusal of an input of batch size 0, with what it was made of: rows again once the request's are known."""
+
+    def __init__(self, message: str, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int]) -> None:
+        """The error of `message` (Triton's core's words, of the request) for input `name` of `dims` past its batch."""
+        super().__init__(Status.INVALID_ARGUMENT, message)
+        self.of_request = True
+        self.input = (name, datatype, tuple(dims), data_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +87,7 @@ class ModelSpec:
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     required_inputs: FrozenSet[str] = dataclasses.field(init=False, repr=False, compare=False)
     output_names: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    input_names: Tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
     # Whether the first dimension of each tensor is the batch.
     batching: bool = dataclasses.field(init=False, repr=False, compare=False)
     # The version as the wire shows it.
@@ -93,6 +104,7 @@ class ModelSpec:
         object.__setattr__(self, "output_by_name", {tensor.name: tensor for tensor in self.outputs})
         object.__setattr__(self, "required_inputs", frozenset(t.name for t in self.inputs if not t.optional))
         object.__setattr__(self, "output_names", tuple(tensor.name for tensor in self.outputs))
+        object.__setattr__(self, "input_names", tuple(tensor.name for tensor in self.inputs))
         object.__setattr__(self, "batching", self.max_batch_size > 0)
         object.__setattr__(self, "version_str", str(self.version))
         object.__setattr__(self, "passed_inputs", {})
@@ -119,7 +131,8 @@ class ModelSpec:
 
         With `wildcards` a -1 dimension gets the words of Triton's core (`_check_wildcards`): the gRPC frontend hands
         it negative dimensions, where the HTTP frontend refuses them as it reads the JSON. `data_bytes`, the size of
-        the input's binary data when the caller knows it, is named in the refusal of a batch of 0.
+        the input's binary data when the caller knows it (of a BYTES input: its count of strings), is named in the
+        refusal of a batch of 0.
         """
         tensor = self.input_by_name.get(name)
         if tensor is not None and datatype == tensor.datatype:
@@ -128,23 +141,35 @@ class ModelSpec:
                 return batch_size
         return self._check_input(tensor, name, datatype, shape, wildcards, data_bytes)
 
+    def in_declared_order(self, inputs: Dict[str, Any]) -> Dict[str, Any]:
+        """A request's `inputs` in the order the model declares them (callers skip those in that order already).
+
+        NVIDIA's PyTriton 0.7 hands a callable its request's inputs so (its proxy reads them by the config's names):
+        `@batch`'s keyword arguments, a request's keys, and the batch size `@batch` reads off the first input.
+        """
+        return {name: inputs[name] for name in self.input_names if name in inputs}
+
     def first_refusal(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[InferenceError]:
         """What Triton's core refuses first of the inputs (name, shape, all of them), before any input's own checks.
 
-        An input the model does not have (in its hash map's order, core/hash_map_order.py); then, for a batching
-        model, each input's batch dimension in that order: one without shape, a batch size other than the first
-        visited's, then that batch size past max_batch_size. None when these pass. The batch size is its uint32: a
-        batch dimension of 0 is no batch size yet, a negative one no other's.
+        In its hash map's order (core/hash_map_order.py), each input: a name the model does not have; for a batching
+        model, in the same visit, no shape, or a batch size other than the first visited's (an unknown name visited
+        after an input whose batch size differs is not reached, as 2.51 answers). Then that batch size past
+        max_batch_size. None when these pass. The batch size is its uint32: a batch dimension of 0 is no batch size
+        yet, a negative one no other's.
         """
         shapes = dict(inputs)
         visited = [(name, shapes[name]) for name in hash_map_order([name for name, _ in inputs])]
-        for name, _ in visited:
-            if name not in self.input_by_name:
-                return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
+        known = self.input_by_name
         if not self.batching:
+            for name, _ in visited:
+                if name not in known:
+                    return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
             return None
         batch_size = 0
         for name, shape in visited:
+            if name not in known:
+                return InferenceError.invalid(f"unexpected inference input '{name}' for model '{self.name}'")
             if not shape:
                 return InferenceError.invalid_input(
                     f"input '{name}' has no shape but model requires batch dimension for '{self.name}'"
@@ -219,15 +244,9 @@ class ModelSpec:
         if shape and min(shape) < 0:
             if wildcards:
                 self._check_wildcards(tensor, name, shape)
+                if not self._rank_and_dims_fit(tensor, shape):  # the core's shape check comes first
+                    raise self._shape_error(tensor, name, shape)
             raise InferenceError.invalid_input(f"invalid shape {list(shape)} for input '{name}': dims must be >= 0")
-        limit = self.max_tensor_elements
-        if limit:
-            count = math.prod(shape)
-            if count > limit or (not count and shape and max(shape) > limit):
-                raise InferenceError.invalid_input(
-                    f"input '{name}' for model '{self.name}' has shape {_show(shape)}: more than the "
-                    f"{limit} elements (or dimension) a tensor may have on this server"
-                )
         dims = shape
         batch_size = 1
         if self.batching:
@@ -245,15 +264,34 @@ class ModelSpec:
         if len(dims) != len(wanted) or (
             tuple(dims) != wanted and any(want != -1 and want != got for want, got in zip(wanted, dims))
         ):
-            expected = [-1, *tensor.dims] if self.batching else list(tensor.dims)
-            note = _BATCH_DIMENSION_NOTE if self.batching else ""
-            raise InferenceError.invalid_input(
-                f"unexpected shape for input '{name}' for model '{self.name}'. Expected {_show(expected)}, "
-                f"got {_show(shape)}. {note}"
-            )
+            raise self._shape_error(tensor, name, shape)
+        # This server's bound, after Triton's checks: a shape Triton refuses gets Triton's words.
+        limit = self.max_tensor_elements
+        if limit:
+            count = math.prod(shape)
+            if count > limit or (not count and shape and max(shape) > limit):
+                raise InferenceError.invalid_input(
+                    f"input '{name}' for model '{self.name}' has shape {_show(shape)}: more than the "
+                    f"{limit} elements (or dimension) a tensor may have on this server"
+                )
         if self.batching and batch_size == 0:
             raise self._empty_batch_error(name, datatype, dims, data_bytes)
         return batch_size
+
+    def _rank_and_dims_fit(self, tensor: TensorDef, shape: Sequence[int]) -> bool:
+        """Whether `shape` (past a batching model's batch dimension) has the tensor's rank and its fixed dims."""
+        dims = shape[1:] if self.batching else shape
+        wanted = tensor.dims
+        return len(dims) == len(wanted) and all(want in (-1, got) for want, got in zip(wanted, dims))
+
+    def _shape_error(self, tensor: TensorDef, name: str, shape: Sequence[int]) -> InferenceError:
+        """Triton's refusal of a shape that does not fit the input's dims (`unexpected shape`)."""
+        expected = [-1, *tensor.dims] if self.batching else list(tensor.dims)
+        note = _BATCH_DIMENSION_NOTE if self.batching else ""
+        return InferenceError.invalid_input(
+            f"unexpected shape for input '{name}' for model '{self.name}'. Expected {_show(expected)}, "
+            f"got {_show(shape)}. {note}"
+        )
 
     def _check_wildcards(self, tensor: TensorDef, name: str, shape: Sequence[int]) -> None:
         """Triton's answer to a -1 in a shape of the model's rank, before a dimension that does not fit.
@@ -282,28 +320,55 @@ class ModelSpec:
                 return
 
     def _empty_batch_error(
-        self, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int] = None
-    ) -> InferenceError:
+        self, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int] = None, rows: int = 1
+    ) -> EmptyBatchError:
         """Triton 2.51's answer to an input of batch size 0 with `data_bytes` of binary data (none when not given).
 
-        Triton takes the batch size from the first input and reads 0 as "no batch dimension", so it expects the
-        data of one row (core's InferenceRequest::Normalize): the request fails its byte-size check, in those
-        words. The model never runs on an empty batch: of rows of no data, or data of one row (Triton's check
-        passes), NVIDIA's PyTriton 0.7 answers nothing, and this server says why.
+        Of a BYTES input `data_bytes` is its count of strings: too many are named as Triton's core names them.
+
+        Triton takes the request's batch size from the first input it visits with one (core/hash_map_order.py) and
+        reads 0 as "no batch dimension yet": it expects the data of that many `rows` (one when no input has a batch
+        size), and the request fails its byte-size check, in those words (`with_request_rows` sets the rows). The
+        model never runs on an empty batch: of rows of no data, or data of those rows (Triton's check passes),
+        NVIDIA's PyTriton 0.7 answers nothing, and this server says why.
         """
-        count = math.prod(dims)
-        if count == 0 or (datatype != BYTES and data_bytes == count * ELEMENT_SIZE.get(datatype, 0)):
-            return InferenceError.invalid_input(
-                f"input '{name}' for model '{self.name}' has a batch size of 0: the model runs on one row or more"
+        count = rows * math.prod(dims)
+        fits = data_bytes == (count if datatype == BYTES else count * ELEMENT_SIZE.get(datatype, 0))
+        if count == 0 or fits:
+            message = f"input '{name}' for model '{self.name}' has a batch size of 0: the model runs on one row or more"
+        elif datatype == BYTES and data_bytes is not None and data_bytes > count:  # `data_bytes`: strings
+            message = (
+                f"unexpected number of string elements {count + 1} for inference input '{name}' for model "
+                f"'{self.name}', expecting {count}"
             )
-        if datatype == BYTES:
-            return InferenceError.invalid_input(
-                f"expected {count} string elements for inference input '{name}' for model '{self.name}', got 0"
+        elif datatype == BYTES:
+            message = (
+                f"expected {count} string elements for inference input '{name}' for model '{self.name}', got "
+                f"{data_bytes or 0}"
             )
-        return InferenceError.invalid_input(
-            f"input byte size mismatch for input '{name}' for model '{self.name}'. "
-            f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got {data_bytes or 0}"
-        )
+        else:
+            message = (
+                f"input byte size mismatch for input '{name}' for model '{self.name}'. "
+                f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got {data_bytes or 0}"
+            )
+        return EmptyBatchError(message, name, datatype, dims, data_bytes)
+
+    def with_request_rows(self, error: InferenceError, inputs: Sequence[Tuple[str, Sequence[int]]]) -> InferenceError:
+        """`error`, an input's of batch size 0 (EmptyBatchError), for the rows the request's batch size makes.
+
+        `inputs` (name, shape, all of them) passed first_refusal: their batch sizes agree but for 0s, and the first
+        visited that is not 0 is the request's (tritonserver 2.51 expects the input's data of that many rows: `X` of
+        `[3, 2]` beside `Y` of `[0, 3]` UINT8, visited first, is `Expected 9`). Any other error is returned as it is.
+        """
+        if not isinstance(error, EmptyBatchError):
+            return error
+        shapes = dict(inputs)
+        for name in hash_map_order([name for name, _ in inputs]):
+            shape = shapes[name]
+            if shape and shape[0]:
+                rows = shape[0] & 0xFFFFFFFF
+                return self._empty_batch_error(*error.input, rows) if rows > 1 else error
+        return error
 
     def check_input_set(self, names: Sequence[str], batch_sizes: Sequence[int]) -> int:
         """Check that required inputs are present and batch sizes agree; return the request batch size.
@@ -359,10 +424,17 @@ class ModelSpec:
         )
 
     def check_requested_outputs(self, names: Sequence[str]) -> None:
-        """Check that every requested output exists."""
+        """Check that every requested output exists; of several unknown ones, name the first in byte order.
+
+        tritonserver 2.51 keeps a request's output names in an `std::set` (sorted by their bytes) and names the
+        first it does not find: `B` before `a`, `a` before `zeta`, whatever order they came in.
+        """
+        known = self.output_by_name
         for name in names:
-            if name not in self.output_by_name:
-                raise InferenceError.invalid(f"unexpected inference output '{name}' for model '{self.name}'")
+            if name not in known:
+                unknown = [other for other in names if other not in known]
+                first = min(unknown, key=lambda other: other.encode("utf-8", "surrogatepass"))
+                raise InferenceError.invalid(f"unexpected inference output '{first}' for model '{self.name}'")
 
 
 def _show(shape: Sequence[int]) -> str:

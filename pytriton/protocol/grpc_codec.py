@@ -14,10 +14,18 @@ from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, nump
 from pytriton.core.errors import InferenceError
 from pytriton.core.hash_map_order import visited_before
 from pytriton.core.model import RepositoryEntry, ServedModel
-from pytriton.core.raw_tensors import Buffer, array_from_raw, element_count, object_array, raw_from_array
+from pytriton.core.raw_tensors import (
+    Buffer,
+    array_from_raw,
+    deserialize_bytes_tensor,
+    element_count,
+    object_array,
+    raw_from_array,
+    string_count,
+)
 from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
-from pytriton.core.spec import ModelSpec
+from pytriton.core.spec import EmptyBatchError, ModelSpec
 from pytriton.protocol import documents
 from pytriton.protocol.codec_place import ANYWHERE, OFF_LOOP_STRING_BYTES, OFF_LOOP_VALUES, ON_LOOP, OffLoop
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, GRPC_RULES, RequestOptions, split_parameters
@@ -150,7 +158,11 @@ def decode_infer_request(
             has_contents = header.has_contents
             try:
                 # a batch of 0 is refused naming its data's size
-                given = _data_bytes(region, raw, raw_index) if shape and not shape[0] else None
+                given = (
+                    _data_size(region, raw, raw_index, datatype, message.inputs[index])
+                    if shape and not shape[0]
+                    else None
+                )
                 batch_sizes.append(spec.check_input(name, datatype, shape, True, given))
                 if region is not None:
                     if has_contents:
@@ -181,7 +193,14 @@ def decode_infer_request(
                 if error.of_request or name not in spec.input_by_name:  # the core's: names, batch dimensions first
                     _check_names_and_batch(spec, headers)
                 first_raw = raw_index + 1 if region is None and raw and raw_index < len(raw) else raw_index
-                _check_later_inputs(spec, headers, index, message.inputs[index + 1 :], raw[first_raw:])
+                shapes = [(header.name, header.shape) for header in headers]
+                try:
+                    _check_later_inputs(spec, headers, index, message.inputs[index + 1 :], raw[first_raw:])
+                except EmptyBatchError as later:  # a batch of 0 has the rows of the request's batch size
+                    raise spec.with_request_rows(later, shapes) from None
+                rows = spec.with_request_rows(error, shapes)
+                if rows is not error:
+                    raise rows from None
                 raise
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
@@ -206,11 +225,17 @@ def decode_infer_request(
     return DecodedRequest(request, options, output_regions, classes)
 
 
-def _data_bytes(region: Optional[TensorRegion], raw: Sequence[Buffer], raw_index: int) -> Optional[int]:
-    """The size of an input's data in a region or raw contents (None: neither)."""
+def _data_size(
+    region: Optional[TensorRegion], raw: Sequence[Buffer], raw_index: int, datatype: str, tensor: Message
+) -> Optional[int]:
+    """The size of an input's data in a region or raw contents, a BYTES input's in strings (None: not known)."""
     if region is not None:
-        return region.byte_size
-    return len(raw[raw_index]) if raw and raw_index < len(raw) else None
+        return region.byte_size if datatype != BYTES else None
+    if raw:
+        if raw_index >= len(raw):
+            return None
+        return len(raw[raw_index]) if datatype != BYTES else string_count(raw[raw_index])
+    return len(tensor.contents.bytes_contents) if datatype == BYTES else None
 
 
 def _check_names_and_batch(spec: ModelSpec, headers: Sequence[_InputHeader]) -> None:
@@ -231,35 +256,62 @@ def _check_later_inputs(
 
     `tensors` and `raw` are those inputs' messages and raw contents. Triton's core checks each input's datatype,
     shape and byte size in its hash map's order (core/hash_map_order.py): of several inputs that fail, it names the
-    first it visits. Byte sizes here are those of fixed-size datatypes (a BYTES input's strings are read after).
-    Names are distinct (_check_names_once).
+    first it visits. A BYTES input's size is its count of strings (raw contents or `bytes_contents`; in a region
+    they are not read here), checked in the same visit: 2.51 names a batching model's BYTES input of too many
+    strings before a later-visited input of another datatype. Names are distinct (_check_names_once).
     """
     headers = all_headers[failed + 1 :]
-    later: List[Tuple[str, str, Sequence[int], Optional[int]]] = []
+    later: List[Tuple[str, str, Sequence[int], Optional[int], Optional[Buffer]]] = []
     raw_left = iter(raw)
     for header, tensor in zip(headers, tensors):
         datatype = header.datatype if header.known_datatype else "<invalid>"
         element_size = ELEMENT_SIZE.get(datatype)
         given: Optional[int] = None
+        content: Optional[Buffer] = None
         if header.region is not None:
-            given = header.region.byte_size
+            given = header.region.byte_size if datatype != BYTES else None  # its strings are not read here
         elif raw:
             content = next(raw_left, None)
             given = len(content) if content is not None else None
         elif header.has_contents and element_size is not None:
             field = _CONTENTS_FIELD.get(datatype)
             given = len(getattr(tensor.contents, field)) * element_size if field is not None else 0
-        later.append((header.name, datatype, header.shape, given))
+        elif header.has_contents and datatype == BYTES:
+            given = len(tensor.contents.bytes_contents)  # its count of strings
+        later.append((header.name, datatype, header.shape, given, content))
     names = [header.name for header in all_headers]
     for index in visited_before(names, names[failed], [header.name for header in headers]):
-        name, datatype, shape, given = later[index]
-        spec.check_input(name, datatype, shape, True)
+        name, datatype, shape, given, content = later[index]
+        size: Optional[int] = None
+        if shape and not shape[0]:  # a batch of 0 names its data's size (a BYTES input's in strings)
+            size = string_count(content) if datatype == BYTES and content is not None else given
+        spec.check_input(name, datatype, shape, True, size)
         element_size = ELEMENT_SIZE.get(datatype)
         if element_size is not None and given is not None and given != element_count(shape) * element_size:
             raise InferenceError.invalid_input(
                 f"input byte size mismatch for input '{name}' for model '{spec.name}'. Expected "
                 f"{element_count(shape) * element_size}, got {given}"
             )
+        if datatype == BYTES:
+            _check_later_strings(content, given, shape, name, spec.name)
+
+
+def _check_later_strings(
+    content: Optional[Buffer], given: Optional[int], shape: Sequence[int], name: str, model: str
+) -> None:
+    """Raise the core's refusal of a BYTES input's strings: a wrong count (of raw `content`, or `given` typed).
+
+    A last string cut short is not the core's refusal (the model's, later): passed here.
+    """
+    count = element_count(shape)
+    if content is not None:
+        try:
+            deserialize_bytes_tensor(content, name, model, count)
+        except InferenceError as error:
+            if not error.in_response:
+                raise
+    elif given is not None and given != count:
+        _check_string_count(count, given, name, model)
 
 
 def request_parameters_from_message(parameters: Mapping[str, Message]) -> Dict[str, Any]:

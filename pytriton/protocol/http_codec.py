@@ -9,11 +9,17 @@ import numpy as np
 from pytriton.core.classification import top_classes
 from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
-from pytriton.core.hash_map_order import visited_before
-from pytriton.core.raw_tensors import array_from_raw, element_count, raw_from_array
+from pytriton.core.hash_map_order import hash_map_order, visited_before
+from pytriton.core.raw_tensors import (
+    array_from_raw,
+    deserialize_bytes_tensor,
+    element_count,
+    raw_from_array,
+    string_count,
+)
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
-from pytriton.core.spec import ModelSpec
+from pytriton.core.spec import EmptyBatchError, ModelSpec
 from pytriton.protocol import json_pieces, json_text
 from pytriton.protocol.codec_place import (
     ANYWHERE,
@@ -35,7 +41,7 @@ from pytriton.protocol.system_memory_codec import (
     still_located,
     tensor_region,
 )
-from pytriton.protocol.tensors import array_from_json, array_from_json_in_pieces, json_from_array
+from pytriton.protocol.tensors import OutOfRange, array_from_json, array_from_json_in_pieces, json_from_array
 
 Body = Union[bytes, bytearray, memoryview]  # memoryview: a body the HTTP server read into its final buffer
 
@@ -135,10 +141,10 @@ def decode_infer_request(
             if name in inputs:
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             binary_size = tensor_parameters.get("binary_data_size")
-            region = tensor_region(tensor_parameters, "input", name) if tensor_parameters else None
+            region = _input_region(tensor_parameters, name) if tensor_parameters else None
             if refused is None:
                 # a batch of 0 is refused naming its data's size
-                given = _data_bytes(region, binary_size) if shape and not shape[0] else None
+                given = _data_size(region, binary_size, datatype, view, offset) if shape and not shape[0] else None
                 try:
                     batch_sizes.append(spec.check_input(name, datatype, shape, False, given))
                 except InferenceError as error:
@@ -171,10 +177,14 @@ def decode_infer_request(
                         refused, refusal = index, error
             elif "data" in raw:
                 planned = None  # values: never part of a key
-                if datatype == UNKNOWN_DATATYPE:  # the frontend cannot read the values: Triton's words
-                    raise InferenceError.invalid(f"invalid datatype for input {name}")
                 array: Optional[np.ndarray] = None  # none for a shape of no elements, as Triton reads none
-                if 0 not in shape:
+                if datatype == UNKNOWN_DATATYPE:
+                    # The frontend cannot read the values (Triton's words), an array; one of no elements (a shape
+                    # [] has none to Triton) it does not read, and the core refuses the datatype (check_input).
+                    if shape and 0 not in shape:
+                        _json_array(raw["data"])
+                        raise InferenceError.invalid(f"invalid datatype for input {name}")
+                elif 0 not in shape:
                     try:
                         if not place:  # OFF_LOOP: a piece at a time, its values freed so (json_pieces.release)
                             array = array_from_json_in_pieces(
@@ -198,7 +208,7 @@ def decode_infer_request(
             spec, document.get("outputs", _ABSENT), options.binary_data_output, memory
         )
         if refused is not None:
-            raise _refusal(spec, raw_inputs, refused, refusal)
+            raise _refusal(spec, raw_inputs, refused, refusal, view, header_length)
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
             SystemSharedMemory.read_all(reads, deferred)
@@ -232,34 +242,83 @@ def decode_infer_request(
 _JsonRead = Tuple[Optional[np.ndarray], Optional[InferenceError]]
 
 
-def _refusal(spec: ModelSpec, raw_inputs: List[Any], refused: int, refusal: Optional[InferenceError]) -> InferenceError:
+def _refusal(
+    spec: ModelSpec,
+    raw_inputs: List[Any],
+    refused: int,
+    refusal: Optional[InferenceError],
+    view: Optional[memoryview],
+    offset: int,
+) -> InferenceError:
     """The refusal of the model's that Triton's core names, once every input and output was read (raised if later).
 
     `refused` is -1 for the input count; else `refusal` is the first refusal, of the input at `refused`, and the
     core names the first input from there that the model refuses in its hash map's order (`_check_later_inputs`).
+    `view` is the body, whose binary data starts at `offset` (every input's data there was read already).
     Returned, not raised: raised here, its traceback would hold this frame, which holds it (a reference cycle).
     """
+    shapes = [(name, shape) for name, _, shape, _ in (_tensor_header(raw) for raw in raw_inputs)]
     if refused < 0 or refusal is None:
         spec.check_input_count([_tensor_header(raw)[0] for raw in raw_inputs])  # (it raises: names are distinct)
         refusal = InferenceError.invalid(f"the inputs do not fit model '{spec.name}'")
     else:  # the core looks every input up, and reads every input's batch dimension, first
-        headers = [_tensor_header(raw) for raw in raw_inputs]
-        first = spec.first_refusal([(name, shape) for name, _, shape, _ in headers])
+        first = spec.first_refusal(shapes)
         if first is not None:
             return first
+        refusal = spec.with_request_rows(refusal, shapes)  # a batch of 0 has the rows of the request's batch size
     names = [_tensor_header(raw)[0] for raw in raw_inputs]
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
-    for raw in raw_inputs[refused + 1 :]:
+    for index, raw in enumerate(raw_inputs):
         name, datatype, shape, tensor_parameters = _tensor_header(raw)
-        region = tensor_region(tensor_parameters, "input", name)
+        region = _input_region(tensor_parameters, name) if tensor_parameters else None
+        binary_size = tensor_parameters.get("binary_data_size") if region is None else None
+        start, offset = offset, offset + (binary_size or 0)
+        if index <= refused:
+            continue
         if region is not None:
             later.append((name, datatype, shape, region.byte_size))
+        elif datatype == BYTES and binary_size is not None:
+            later.append((name, datatype, shape, _strings_read(view, start, offset, shape, name, spec.name)))
         elif "binary_data_size" in tensor_parameters:
             later.append((name, datatype, shape, tensor_parameters["binary_data_size"]))
+        elif datatype == UNKNOWN_DATATYPE:  # of no elements (others were refused): its datatype is the refusal
+            later.append((name, datatype, shape, (None, None)))
         else:
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
-    _check_later_inputs(spec, names, refused, later)
+    try:
+        _check_later_inputs(spec, names, refused, later, isinstance(refusal, OutOfRange))
+    except EmptyBatchError as error:  # a batch of 0 has the rows of the request's batch size
+        return spec.with_request_rows(error.with_traceback(None), shapes)
     return refusal
+
+
+def _input_region(parameters: Mapping[str, Any], name: str) -> Optional[TensorRegion]:
+    """The region an input's parameters name (tensor_region); one of binary data names none.
+
+    tritonserver 2.51's frontend reads no shared-memory parameter of an input with `binary_data_size` (null too):
+    a `shared_memory_offset` or `shared_memory_byte_size` of any value beside it is passed over (200). With a
+    `shared_memory_region` it is the one-source refusal, checked before.
+    """
+    if "binary_data_size" in parameters and REGION not in parameters:
+        return None
+    return tensor_region(parameters, "input", name)
+
+
+def _strings_read(
+    view: Optional[memoryview], start: int, end: int, shape: Sequence[int], name: str, model: str
+) -> _JsonRead:
+    """A BYTES input's binary data `view[start:end]` as the core reads it: no array, and its refusal of the strings.
+
+    The core counts the strings (a last one cut short is the model's refusal, later: not named here), and checks
+    them in the visit in which it checks the input's datatype and shape: 2.51 names an input of too many strings
+    before a later-visited input of a wrong shape or datatype.
+    """
+    try:
+        deserialize_bytes_tensor(view[start:end] if view is not None else b"", name, model, element_count(shape))
+    except InferenceError as error:
+        if not error.in_response:
+            return None, error.with_traceback(None)
+    return None, None
 
 
 def _check_later_inputs(
@@ -267,18 +326,28 @@ def _check_later_inputs(
     names: Sequence[str],
     failed: int,
     later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]],
+    every: bool = False,
 ) -> None:
     """Check the `later` inputs (after `names[failed]`, the first to fail) that Triton's core visits before it.
 
     Each comes with the byte size of its data, or its JSON data as read. Triton's core checks each input's
     datatype, shape and byte size in its hash map's order (core/hash_map_order.py): of several inputs that fail, it
-    names the first it visits.
+    names the first it visits. With `every` (the first refusal is one Triton does not make: OutOfRange) every later
+    input is checked, in that order.
     """
-    for index in visited_before(names, names[failed], [name for name, _, _, _ in later]):
+    later_names = [name for name, _, _, _ in later]
+    if every:
+        position = {name: place for place, name in enumerate(hash_map_order(names))}
+        order = sorted(range(len(later)), key=lambda index: position[later_names[index]])
+    else:
+        order = visited_before(names, names[failed], later_names)
+    for index in order:
         name, datatype, shape, given = later[index]
-        spec.check_input(name, datatype, shape)
+        spec.check_input(
+            name, datatype, shape, False, given if isinstance(given, int) and shape and not shape[0] else None
+        )
         if isinstance(given, tuple):
-            if given[1] is not None:
+            if given[1] is not None and not isinstance(given[1], OutOfRange):
                 raise given[1]
             continue
         element_size = ELEMENT_SIZE.get(datatype)  # BYTES: its strings tell their size
@@ -307,6 +376,23 @@ def _check_body(inputs: Sequence[_PlannedInput], header_length: int, size: int, 
             _binary(None, offset, binary_size or 0, size, name, model)
             offset += binary_size or 0
     _no_binary_left(offset, size, model)
+
+
+def _planned_later(
+    inputs: Sequence[_PlannedInput], failed: int, view: Optional[memoryview], offset: int, model: str
+) -> List[Tuple[str, str, List[int], Union[int, _JsonRead]]]:
+    """The planned inputs after `inputs[failed]`, each with its data's size (a BYTES input's strings as read)."""
+    later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
+    for index, planned in enumerate(inputs):
+        name, datatype, shape, binary_size, region = planned
+        start, offset = offset, offset + ((binary_size or 0) if region is None else 0)
+        if index <= failed:
+            continue
+        if region is None and datatype == BYTES:
+            later.append((name, datatype, shape, _strings_read(view, start, offset, shape, name, model)))
+        else:
+            later.append((name, datatype, shape, _planned_size(planned)))
+    return later
 
 
 def _planned_size(planned: _PlannedInput) -> int:
@@ -431,7 +517,7 @@ def _decode_planned(
             spec.check_input_count([planned[0] for planned in plan.inputs])
         for index, (name, datatype, shape, binary_size, region) in enumerate(plan.inputs):
             try:
-                given = _data_bytes(region, binary_size) if shape and not shape[0] else None
+                given = _data_size(region, binary_size, datatype, view, offset) if shape and not shape[0] else None
                 batch_sizes.append(spec.check_input(name, datatype, shape, False, given))
                 if region is not None:
                     inputs[name] = region_input(
@@ -443,9 +529,10 @@ def _decode_planned(
                 inputs[name] = array_from_raw(raw, datatype, shape, name, spec.name)
                 offset = end
             except InferenceError:
-                later = plan.inputs[index + 1 :]
                 names = [planned[0] for planned in plan.inputs]
-                _check_later_inputs(spec, names, index, [(*planned[:3], _planned_size(planned)) for planned in later])
+                _check_later_inputs(
+                    spec, names, index, _planned_later(plan.inputs, index, view, header_length, spec.name)
+                )
                 raise
         batch_size = spec.check_input_set(list(inputs), batch_sizes)
         if reads:
@@ -627,7 +714,7 @@ def _json_read(
             return array_from_json(_json_array(data), datatype, shape, name, model), None
         except InferenceError as refused:
             error = refused.with_traceback(None)  # kept in this frame, which its traceback holds: a reference cycle
-    if not error.of_request and shape:
+    if not error.of_request and shape and not isinstance(error, OutOfRange):
         raise error
     return None, error
 
@@ -654,6 +741,17 @@ def _data_bytes(region: Optional[TensorRegion], binary_size: Any) -> Optional[in
     if region is not None:
         return region.byte_size
     return binary_size if type(binary_size) is int else None
+
+
+def _data_size(
+    region: Optional[TensorRegion], binary_size: Any, datatype: str, view: Optional[memoryview], offset: int
+) -> Optional[int]:
+    """_data_bytes, but a BYTES input's in the body (from `offset`) in strings (None: in a region, not read here)."""
+    if datatype != BYTES:
+        return _data_bytes(region, binary_size)
+    if region is not None or type(binary_size) is not int or binary_size < 0:
+        return None
+    return string_count(view[offset : offset + binary_size]) if view is not None else 0
 
 
 def _check_one_source(raw: Dict[str, Any]) -> None:

@@ -8,8 +8,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from pytriton.core.datatypes import BYTES, numpy_dtype
-from pytriton.core.errors import InferenceError
+from pytriton.core.errors import InferenceError, Status
 from pytriton.core.raw_tensors import element_count, object_array
+
+
+class OutOfRange(InferenceError):
+    """JSON values outside their datatype's range: this server's refusal, which tritonserver 2.51 does not make.
+
+    It wraps integers around and makes floats infinite: any other refusal of the request comes first.
+    """
 
 
 def array_from_json(data: Any, datatype: str, shape: Sequence[int], name: str, model: str = "") -> np.ndarray:
@@ -130,7 +137,13 @@ def _array_from_json(
                 f"receiving {datatype} data via JSON is not supported. "
                 f"Please use the binary data format for input {name}"
             )
-    except (ValueError, TypeError, OverflowError) as error:
+    except OverflowError as error:
+        if model and len(_flatten(data)) != element_count(shape):  # the frontend counts the values first
+            raise InferenceError.invalid(_TRITON_COUNT) from None
+        raise OutOfRange(
+            Status.INVALID_ARGUMENT, f"unable to parse 'data' of input '{name}' as {datatype}: {error}"
+        ) from None
+    except (ValueError, TypeError) as error:
         raise InferenceError.invalid(f"unable to parse 'data' of input '{name}' as {datatype}: {error}") from None
     count = element_count(shape)
     if array.size != count:

@@ -222,8 +222,15 @@ class SystemSharedMemory:
         Valid until a region is unregistered: for `read_all` in the same call on the loop, not across an await.
         """
         mapped = self._regions.get(name)
-        if mapped is None or offset < 0 or byte_size < 0 or offset + byte_size > mapped.size or not byte_size + offset:
-            raise _refusal(name, mapped, offset)  # 0 bytes at offset 0 too, as tritonserver 2.51 (see `_refusal`)
+        if (
+            mapped is None
+            or offset < 0
+            or byte_size < 0
+            or offset + byte_size > mapped.size
+            or (not byte_size and not 0 < offset < mapped.size)
+        ):
+            # 0 bytes at offset 0, or at the region's end, too, as tritonserver 2.51 (see `_refusal`)
+            raise _refusal(name, mapped, offset)
         return mapped.fd, mapped.start + offset
 
     def check(self, name: str, offset: int, byte_size: int) -> None:
