@@ -424,6 +424,15 @@ FLOODS = {
     "empty DATA": (pack_frame(DATA, 0, 1), b"too many frames that carry nothing"),
     "unknown frame type": (pack_frame(0x21, 0, 1, b"x"), b"too many frames that carry nothing"),
     "PRIORITY": (pack_frame(0x2, 0, 3, struct.pack(">IB", 0, 15)), b"too many frames that carry nothing"),
+    # Windows opened again byte by byte with nothing sent: each took the server ~1 us, and was never cut off.
+    "WINDOW_UPDATE of 1 on the connection": (
+        pack_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1)),
+        b"too many frames that carry nothing",
+    ),
+    "WINDOW_UPDATE of 1 on the open stream": (
+        pack_frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1)),
+        b"too many frames that carry nothing",
+    ),
 }
 
 
@@ -436,6 +445,26 @@ def test_floods_of_frames_that_cost_the_server_get_enhance_your_calm(served, cli
         served.assert_served()
         frames = flood_until_closed(client, repeated(frame, 30_000))
     assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, debug)
+
+
+def test_a_flood_of_window_updates_on_a_closed_stream_gets_enhance_your_calm(served, clients):
+    with attacker(served, clients) as client:
+        stream = client.start_call(infer_request([1.0]))
+        assert client.response(stream).output() == [1.0]
+        frame = pack_frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", 1))  # dropped, as RFC 9113 lets it be
+        client.sock.sendall(frame * 100)
+        served.assert_served()
+        frames = flood_until_closed(client, repeated(frame, 30_000))
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
+
+
+def test_a_client_that_opens_its_window_a_byte_at_a_time_gets_enhance_your_calm(served, clients):
+    # "Data dribble" (CVE-2019-9511): each WINDOW_UPDATE of 1 had the server send a DATA frame of 1 byte.
+    with attacker(served, clients, settings={SETTINGS_INITIAL_WINDOW_SIZE: 1}) as client:
+        stream = client.start_call(infer_request([1.0] * 100_000))
+        frame = pack_frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", 1))
+        frames = flood_until_closed(client, repeated(frame, 30_000))
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
 
 
 def test_a_flood_of_one_byte_data_frames_on_an_open_call_gets_enhance_your_calm(served, clients):
