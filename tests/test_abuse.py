@@ -6,6 +6,7 @@ of a few hundred KiB while other clients wait.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import json
@@ -590,3 +591,45 @@ def test_an_openai_chat_that_failed_lets_go_of_its_request_without_the_cycle_col
         finally:
             gc.enable()
             client.close()
+
+
+ONE_BYTE_CHUNKS = b"1\r\n \r\n" * 1_500_000  # 9 MB of chunked framing for 1.5 MB of body
+
+
+def test_a_chunked_body_of_one_byte_chunks_is_read_a_short_run_at_a_time() -> None:
+    """Each chunk costs the server a Python callback (~1 us) for 6 bytes: libuv read up to 32 x 256 KiB for the
+    connection in one turn of the loop (~1.5 s of callbacks), and other clients waited seconds a request while
+    such a body came. The connection must let the loop turn after a short run of reads."""
+    from pytriton.transport.http.connection import HttpConnection
+
+    reads: List[Tuple[int, int]] = []  # (the loop's turn, bytes read) of each read
+    turns = [0]
+    parse = HttpConnection.buffer_updated
+
+    def counted(connection: HttpConnection, nbytes: int) -> None:
+        reads.append((turns[0], nbytes))
+        parse(connection, nbytes)
+
+    async def count_turns() -> None:
+        while True:
+            turns[0] += 1
+            await asyncio.sleep(0)
+
+    with running_triton(_bind, allow_grpc=False, allow_metrics=False) as triton:
+        counter = triton._runtime._loop.call(lambda: asyncio.ensure_future(count_turns()))
+        HttpConnection.buffer_updated = counted  # type: ignore[method-assign]
+        try:
+            with socket.create_connection(("127.0.0.1", triton.http_port), timeout=ANSWER_S) as sock:
+                sock.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+                sock.sendall(ONE_BYTE_CHUNKS)
+                sock.sendall(b"0\r\n\r\n")
+                status = sock.recv(65536).split(b"\r\n", 1)[0]
+        finally:
+            HttpConnection.buffer_updated = parse  # type: ignore[method-assign]
+            triton._runtime._loop.call(counter.cancel)
+    assert status == b"HTTP/1.1 400 Bad Request"  # 1.5 MB of spaces: no JSON
+    per_turn: Dict[int, int] = {}
+    for turn, nbytes in reads:
+        per_turn[turn] = per_turn.get(turn, 0) + nbytes
+    assert sum(per_turn.values()) >= len(ONE_BYTE_CHUNKS)
+    assert max(per_turn.values()) < 1024 * 1024, sorted(per_turn.values())[-5:]
