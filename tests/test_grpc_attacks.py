@@ -34,7 +34,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.options.limits import ServerLimits
+from pytriton.options.limits import OVER_CAP_HELD, ServerLimits
 from pytriton.triton import Triton
 from tests.conftest import running_triton
 from tests.frontend_processes import frontend_pids, serving_pid
@@ -559,7 +559,7 @@ def test_a_hard_open_file_limit_below_the_caps_is_warned_of():
         timeout=60,
     )
     assert (done.returncode, done.stdout.strip()) == (0, "(1024, 1024)"), done.stderr
-    assert "the open-file limit is 1024, below the 2248 the server may need" in done.stderr
+    assert "the open-file limit is 1024, below the 3080 the server may need" in done.stderr
 
 
 def _http_get(port: int, path: str) -> Tuple[int, bytes]:
@@ -597,6 +597,38 @@ def test_connections_over_the_cap_get_unavailable_until_idle_ones_are_closed(cap
         assert goaway_of(frames) == (0, NO_ERROR, b"")
     capped.assert_served()
     assert capped.rss_mib() - before < RSS_GROWTH_MIB
+
+
+@pytest.fixture(scope="module")
+def four_connections() -> Iterator[ServedProcess]:
+    server = ServedProcess({"max_connections": 4, "grpc_max_connections": 4})
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_connections_past_those_held_over_the_cap_are_closed_as_they_come(four_connections, protocol):
+    # Each connection over the cap waited for its first request (30 s) or call (10 s) to be answered 503 or
+    # UNAVAILABLE: a client opening them faster than that held every descriptor of the process, past any cap.
+    served = four_connections
+    port = served.http_port if protocol == "http" else served.grpc_port
+    sockets: List[socket.socket] = []
+    try:
+        for _ in range(4 + OVER_CAP_HELD + 3):  # accepted in this order: the last 3 are past those held
+            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=READ_S))
+        for sock in sockets[-3:]:
+            assert sock.recv(65536) == b""  # closed at once: no answer (nor gRPC's SETTINGS) is owed
+        held = sockets[-4]
+        if protocol == "http":
+            held.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert held.recv(65536).startswith(b"HTTP/1.1 503 ")
+        else:
+            assert held.recv(65536)  # the server's SETTINGS: it waits for the first call, to answer UNAVAILABLE
+    finally:
+        for sock in sockets:
+            sock.close()
+    served.assert_served()
+    assert _http_get(served.http_port, "/v2/health/ready")[0] == 200
 
 
 @pytest.fixture(scope="module")

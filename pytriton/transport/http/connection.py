@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 import httptools
 
 from pytriton.core.waiters import wake
+from pytriton.options.limits import OVER_CAP_HELD
 from pytriton.transport.deadline import APP, PhaseDeadline
 from pytriton.transport.http.body import PRESIZED_BODY_BYTES, PresizedBody
 from pytriton.transport.http.cycle import HEADER_NAMES, RequestCycle, http_scope, socket_address
@@ -146,6 +147,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             socket_address(transport.get_extra_info("peername")),
         )
         self._over_cap = self.over_cap or len(state.connections) > self._limits.max_connections
+        if len(state.connections) > self._limits.max_connections + OVER_CAP_HELD:
+            transport.close()  # past those held to be answered 503: it would hold a descriptor until a timeout
+            return
         self._clock.enter(IDLE, _first_request_timeout_s(self._limits))
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
