@@ -34,7 +34,7 @@ from tritonclient.utils import InferenceServerException
 
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
-from pytriton.options.limits import ServerLimits
+from pytriton.options.limits import OVER_CAP_HELD, ServerLimits
 from pytriton.triton import Triton
 from tests.conftest import running_triton
 from tests.frontend_processes import frontend_pids, serving_pid
@@ -424,6 +424,15 @@ FLOODS = {
     "empty DATA": (pack_frame(DATA, 0, 1), b"too many frames that carry nothing"),
     "unknown frame type": (pack_frame(0x21, 0, 1, b"x"), b"too many frames that carry nothing"),
     "PRIORITY": (pack_frame(0x2, 0, 3, struct.pack(">IB", 0, 15)), b"too many frames that carry nothing"),
+    # Windows opened again byte by byte with nothing sent: each took the server ~1 us, and was never cut off.
+    "WINDOW_UPDATE of 1 on the connection": (
+        pack_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1)),
+        b"too many frames that carry nothing",
+    ),
+    "WINDOW_UPDATE of 1 on the open stream": (
+        pack_frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 1)),
+        b"too many frames that carry nothing",
+    ),
 }
 
 
@@ -436,6 +445,26 @@ def test_floods_of_frames_that_cost_the_server_get_enhance_your_calm(served, cli
         served.assert_served()
         frames = flood_until_closed(client, repeated(frame, 30_000))
     assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, debug)
+
+
+def test_a_flood_of_window_updates_on_a_closed_stream_gets_enhance_your_calm(served, clients):
+    with attacker(served, clients) as client:
+        stream = client.start_call(infer_request([1.0]))
+        assert client.response(stream).output() == [1.0]
+        frame = pack_frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", 1))  # dropped, as RFC 9113 lets it be
+        client.sock.sendall(frame * 100)
+        served.assert_served()
+        frames = flood_until_closed(client, repeated(frame, 30_000))
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
+
+
+def test_a_client_that_opens_its_window_a_byte_at_a_time_gets_enhance_your_calm(served, clients):
+    # "Data dribble" (CVE-2019-9511): each WINDOW_UPDATE of 1 had the server send a DATA frame of 1 byte.
+    with attacker(served, clients, settings={SETTINGS_INITIAL_WINDOW_SIZE: 1}) as client:
+        stream = client.start_call(infer_request([1.0] * 100_000))
+        frame = pack_frame(WINDOW_UPDATE, 0, stream, struct.pack(">I", 1))
+        frames = flood_until_closed(client, repeated(frame, 30_000))
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
 
 
 def test_a_flood_of_one_byte_data_frames_on_an_open_call_gets_enhance_your_calm(served, clients):
@@ -530,7 +559,7 @@ def test_a_hard_open_file_limit_below_the_caps_is_warned_of():
         timeout=60,
     )
     assert (done.returncode, done.stdout.strip()) == (0, "(1024, 1024)"), done.stderr
-    assert "the open-file limit is 1024, below the 2248 the server may need" in done.stderr
+    assert "the open-file limit is 1024, below the 3080 the server may need" in done.stderr
 
 
 def _http_get(port: int, path: str) -> Tuple[int, bytes]:
@@ -568,6 +597,38 @@ def test_connections_over_the_cap_get_unavailable_until_idle_ones_are_closed(cap
         assert goaway_of(frames) == (0, NO_ERROR, b"")
     capped.assert_served()
     assert capped.rss_mib() - before < RSS_GROWTH_MIB
+
+
+@pytest.fixture(scope="module")
+def four_connections() -> Iterator[ServedProcess]:
+    server = ServedProcess({"max_connections": 4, "grpc_max_connections": 4})
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_connections_past_those_held_over_the_cap_are_closed_as_they_come(four_connections, protocol):
+    # Each connection over the cap waited for its first request (30 s) or call (10 s) to be answered 503 or
+    # UNAVAILABLE: a client opening them faster than that held every descriptor of the process, past any cap.
+    served = four_connections
+    port = served.http_port if protocol == "http" else served.grpc_port
+    sockets: List[socket.socket] = []
+    try:
+        for _ in range(4 + OVER_CAP_HELD + 3):  # accepted in this order: the last 3 are past those held
+            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=READ_S))
+        for sock in sockets[-3:]:
+            assert sock.recv(65536) == b""  # closed at once: no answer (nor gRPC's SETTINGS) is owed
+        held = sockets[-4]
+        if protocol == "http":
+            held.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert held.recv(65536).startswith(b"HTTP/1.1 503 ")
+        else:
+            assert held.recv(65536)  # the server's SETTINGS: it waits for the first call, to answer UNAVAILABLE
+    finally:
+        for sock in sockets:
+            sock.close()
+    served.assert_served()
+    assert _http_get(served.http_port, "/v2/health/ready")[0] == 200
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import socket
 import sys
 import threading
 import time
@@ -691,3 +692,21 @@ def test_host_monitor_reads_proc(tmp_path: Any) -> None:
 
 def test_host_monitor_without_proc(tmp_path: Any) -> None:
     assert not HostMonitor(tmp_path / "missing").start()
+
+
+def test_the_metrics_port_holds_few_connections(start_triton: Callable[..., Triton]) -> None:
+    # Its own default cap was the HTTP port's (4096), held past the open-file limit's count: an idle client of the
+    # metrics port alone could take the descriptors the other ports' clients needed.
+    from pytriton.options.limits import METRICS_MAX_CONNECTIONS, OVER_CAP_HELD
+
+    triton = start_triton(_bind_echo)
+    assert triton.metrics_port is not None
+    sockets: List[socket.socket] = []
+    try:
+        for _ in range(METRICS_MAX_CONNECTIONS + OVER_CAP_HELD + 2):  # accepted in this order
+            sockets.append(socket.create_connection(("127.0.0.1", triton.metrics_port), timeout=10))
+        assert [sock.recv(1024) for sock in sockets[-2:]] == [b"", b""]  # closed as they came
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert request(triton.metrics_port, "GET", "/metrics")[0] == 200

@@ -76,6 +76,12 @@ DEFAULT_MAX_INFLATED_BYTES = GRPC_MAX_MESSAGE_BYTES
 # a pooled connection just as the server closes it fails in the client (aiohttp raises ServerDisconnectedError or a
 # reset for a POST, which it does not retry). tritonserver never closes an idle connection.
 DEFAULT_KEEP_ALIVE_TIMEOUT_S = 75.0
+# Connections over max_connections (or grpc_max_connections) a server holds to answer them 503 (UNAVAILABLE);
+# one more is closed as it comes. Each waits for its first request (or call) until a timeout (30 s, 10 s), so a
+# client opening connections faster than that took every descriptor of the process, past any cap.
+OVER_CAP_HELD = 256
+# The metrics port's cap: a scraper or two use it (its connections are counted in the open-file limit).
+METRICS_MAX_CONNECTIONS = 64
 
 
 @functools.cache
@@ -154,7 +160,8 @@ class ServerLimits:
             full, the next pipelined HTTP request waits and a gRPC connection reads no more requests. A gRPC client
             that opens no HTTP/2 window (WINDOW_UPDATE, SETTINGS) this long while answers wait for one is let go
             too: its shut windows held its calls' answers without ever filling the buffer.
-        max_connections: HTTP connections served at once; a request on one more gets 503.
+        max_connections: HTTP connections served at once; a request on one more gets 503 (past OVER_CAP_HELD more,
+            a new connection is closed as it comes).
         grpc_max_message_bytes: largest gRPC message received or sent (RESOURCE_EXHAUSTED above it).
         grpc_max_concurrent_rpcs: gRPC calls in progress at once (RESOURCE_EXHAUSTED above it).
         grpc_max_concurrent_streams: calls open at once on one gRPC connection, advertised to clients
@@ -162,7 +169,8 @@ class ServerLimits:
         grpc_max_stream_requests: requests of one ModelStreamInfer stream in progress at once; the server
             reads the next one when one ends.
         grpc_max_connections: gRPC connections served at once; one more answers its first call UNAVAILABLE, then
-            says GOAWAY (at the first call's deadline if it opens none).
+            says GOAWAY (at the first call's deadline if it opens none); past OVER_CAP_HELD more, a new connection
+            is closed as it comes.
         grpc_max_buffered_bytes: bytes of request messages still arriving (sent in part) that one gRPC connection
             buffers; past it, only the oldest such message's flow-control window reopens, and the others' clients wait
             until it is whole. Nothing is refused: a single message may be larger (up to grpc_max_message_bytes).

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Optional, Tuple
 
-from pytriton.options.limits import ServerLimits
+from pytriton.options.limits import METRICS_MAX_CONNECTIONS, OVER_CAP_HELD, ServerLimits
 
 LOGGER = logging.getLogger(__name__)
 
@@ -22,8 +22,12 @@ OTHER_DESCRIPTORS = 2048
 
 
 def descriptors_needed(limits: ServerLimits) -> int:
-    """Descriptors the server may hold at once under `limits`: every connection both caps allow, and the rest."""
-    return limits.max_connections + limits.grpc_max_connections + OTHER_DESCRIPTORS
+    """Descriptors the server may hold at once under `limits`: every connection the caps allow, and the rest.
+
+    The HTTP, gRPC and metrics ports each hold up to OVER_CAP_HELD connections over their caps, to answer them.
+    """
+    caps = limits.max_connections + limits.grpc_max_connections + METRICS_MAX_CONNECTIONS
+    return caps + 3 * OVER_CAP_HELD + OTHER_DESCRIPTORS
 
 
 def raise_open_files_limit(limits: ServerLimits) -> Optional[Tuple[int, int]]:
@@ -60,11 +64,13 @@ def _warn(limit: int, needed: int, limits: ServerLimits) -> None:
     """The limit stays below what the caps need: connections past it are refused at accept, not by the caps."""
     LOGGER.warning(
         "the open-file limit is %d, below the %d the server may need (max_connections %d + grpc_max_connections "
-        "%d + %d for the rest): connections past it are refused at accept, before the caps answer them; raise "
-        "the hard limit (ulimit -Hn) or lower the caps (ServerLimits)",
+        "%d + %d for the metrics port, %d over the caps, %d for the rest): connections past it are refused at "
+        "accept, before the caps answer them; raise the hard limit (ulimit -Hn) or lower the caps (ServerLimits)",
         limit,
         needed,
         limits.max_connections,
         limits.grpc_max_connections,
+        METRICS_MAX_CONNECTIONS,
+        3 * OVER_CAP_HELD,
         OTHER_DESCRIPTORS,
     )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 import hpack
 
 from pytriton.core.raw_tensors import Buffer
+from pytriton.options.limits import OVER_CAP_HELD
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.read_gate import ReadGate
 from pytriton.transport.grpc.session import Http2Session
@@ -112,6 +113,9 @@ class GrpcConnection(asyncio.BufferedProtocol):
         state = self._state
         state.connections.add(self)
         self.session.over_cap = self.over_cap or len(state.connections) > state.max_connections
+        if len(state.connections) > state.max_connections + OVER_CAP_HELD:
+            transport.close()  # past those held to be answered UNAVAILABLE: it would hold a descriptor until a timeout
+            return
         peername = transport.get_extra_info("peername")
         if isinstance(peername, tuple):
             host, port = peername[0], peername[1]

@@ -19,11 +19,13 @@ import functools
 import logging
 import re
 from collections import deque
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Deque, List, Optional, Tuple
 
 import httptools
 
 from pytriton.core.waiters import wake
+from pytriton.options.limits import OVER_CAP_HELD
 from pytriton.transport.deadline import APP, PhaseDeadline
 from pytriton.transport.http.body import PRESIZED_BODY_BYTES, PresizedBody
 from pytriton.transport.http.cycle import HEADER_NAMES, RequestCycle, http_scope, socket_address
@@ -54,6 +56,21 @@ IDLE, HEAD, BODY = 1, 2, 3  # what the connection waits for: the next request, a
 _STANDIN_METHOD = b"PROPFIND"
 _METHOD_BYTES = 1024  # how far a request line is searched for the end of its method
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.6.2
+# Inside a chunked body, each chunk is a callback of Python (~1 us): a body of 1-byte chunks held the loop for as
+# long as libuv read for the connection in one turn (up to 32 reads of 256 KiB, ~1.5 s), and every other client
+# waited seconds a request. Such reads are timed: past TURN_BUDGET_S of them in a turn the connection stops
+# reading until the loop's next turn, and they are sized to cost about READ_COST_S each (LEAST_READ_BYTES at
+# least), from what a byte of the last one cost. The figures are the gRPC connection's (grpc/connection.py).
+TURN_BUDGET_S = 0.002
+READ_COST_S = 0.0005
+LEAST_READ_BYTES = 16 * 1024
+_SAME_TURN_S = 0.0002  # reads closer than this to the previous one's end are the same turn's
+# A read is parsed whole, and each request in it costs ~30 us of Python: a client pipelining tiny requests (18
+# bytes a GET) put 14,000 of them in a 256 KiB read, and held the loop ~0.5 s a read (other clients waited
+# 0.7 s a request for as long as it went on). Once a read begins more than PIPELINED_REQUESTS requests, the
+# connection's reads are PIPELINED_READ_BYTES at most for as long as it lives (reads pause while requests wait).
+PIPELINED_REQUESTS = 64
+PIPELINED_READ_BYTES = 4096
 
 
 class HttpConnection(asyncio.BufferedProtocol):
@@ -108,6 +125,11 @@ class HttpConnection(asyncio.BufferedProtocol):
         self._hosts_differ = False  # it has Host headers of different values
         self._read_buffer = state.read_buffer
         self._read_view = state.read_view
+        self._read_room = state.read_view  # the most a read takes: the read view, or its start (PIPELINED_REQUESTS)
+        self._read_to = state.read_view  # what get_buffer gives: the read room, or its start inside a costly body
+        self._busy = 0.0  # loop time the timed reads of this turn took (TURN_BUDGET_S)
+        self._last_read = 0.0  # when the last timed read was handled (perf_counter)
+        self._yielding = False  # its turn is over: no reads until the loop's next one
         self._presized: Optional[PresizedBody] = None  # a body on_headers_complete chose to read past the parser
         self._begun = 0  # requests begun in the chunk being parsed
         self._method: Optional[str] = None  # the method of the request being parsed, when llhttp does not know it
@@ -125,6 +147,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             socket_address(transport.get_extra_info("peername")),
         )
         self._over_cap = self.over_cap or len(state.connections) > self._limits.max_connections
+        if len(state.connections) > self._limits.max_connections + OVER_CAP_HELD:
+            transport.close()  # past those held to be answered 503: it would hold a descriptor until a timeout
+            return
         self._clock.enter(IDLE, _first_request_timeout_s(self._limits))
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
@@ -173,9 +198,9 @@ class HttpConnection(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         """Where the transport reads to: the free room of a presized body, else the server's read buffer."""
         direct = self._direct
-        view = self._read_view
         if direct is None or self._refused:
-            return view
+            return self._read_to
+        view = self._read_view
         receiving = self._receiving
         if receiving is not None and receiving.response_complete:
             direct.drop()  # answered before its body came: the rest is read and dropped
@@ -193,8 +218,37 @@ class HttpConnection(asyncio.BufferedProtocol):
                 self._direct = None
                 self.on_message_complete()
             self._follow_wire(nbytes)
+        elif self._chunked_body and self._wire == BODY:
+            self._parse_timed(nbytes)
         else:
             self._parse(nbytes)
+
+    def _parse_timed(self, nbytes: int) -> None:
+        """Parse a read inside a chunked body, within the connection's turn budget (TURN_BUDGET_S)."""
+        started = perf_counter()
+        if started - self._last_read > _SAME_TURN_S:
+            self._busy = 0.0
+        self._parse(nbytes)
+        self._last_read = ended = perf_counter()
+        spent = ended - started
+        self._busy += spent
+        view = self._read_room
+        if self._wire != BODY:
+            self._read_to = view
+        elif nbytes >= LEAST_READ_BYTES and spent > 0:
+            limit = int(READ_COST_S * nbytes / spent)
+            self._read_to = view if limit >= len(view) else view[: max(limit, LEAST_READ_BYTES)]
+        if self._busy > TURN_BUDGET_S and not self._yielding:
+            self._yielding = True
+            self._sync_reading()
+            self._loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """The other connections had their turn: read again (unless something else holds the reads)."""
+        self._busy = 0.0
+        self._yielding = False
+        if self._transport is not None and not self._transport.is_closing():
+            self._sync_reading()
 
     def _parse(self, nbytes: int) -> None:
         """Parse what arrived in the read buffer; start the app for a request whose head is complete."""
@@ -254,6 +308,8 @@ class HttpConnection(asyncio.BufferedProtocol):
             except httptools.HttpParserError as again:
                 self._bad_request(again)
                 return
+        if self._begun > PIPELINED_REQUESTS:
+            self._read_room = self._read_to = self._read_view[:PIPELINED_READ_BYTES]
         if self._wire == BODY and self._chunked_body and not self._begun and not self._headed:  # inside a chunked body
             if self._body_seen:
                 self._bodiless_bytes = 0
@@ -743,7 +799,7 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     def _sync_reading(self) -> None:
         """Read from the client unless a request waits for its turn or the app has not taken its body yet."""
-        pause = bool(self._pipeline) or self._body_full or self._budget_wait
+        pause = bool(self._pipeline) or self._body_full or self._budget_wait or self._yielding
         transport = self._transport
         if pause != self._reading_paused and transport is not None and not self._refused:
             self._reading_paused = pause

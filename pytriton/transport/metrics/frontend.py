@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Tuple
 from pytriton.core.engine import Engine
 from pytriton.core.model import ServedModel
 from pytriton.core.stats import StatsObserver
+from pytriton.options.limits import METRICS_MAX_CONNECTIONS, ServerLimits
 from pytriton.options.routes import CustomRoutes
 from pytriton.options.server import MetricsSettings, ServerOptions
 from pytriton.transport.http.responses import Receive, Scope, Send, send_body
@@ -65,7 +66,7 @@ class MetricsFrontend:
                 self._gpu = gpu
         if self._host is not None or self._gpu is not None:
             self._poller = loop.create_task(self._poll())
-        self._server = AsgiServer(self._serve, sock)
+        self._server = AsgiServer(self._serve, sock, limits=ServerLimits(max_connections=METRICS_MAX_CONNECTIONS))
         try:
             await self._server.start()
         except BaseException:
