@@ -999,3 +999,28 @@ def test_grpc_clients_with_many_large_answers_in_flight_get_them_all(served):
         client.close()
     sizes = sorted(result.as_numpy("OUTPUT_1").size for result in results)
     assert sizes == [int(ANSWER_VALUES) + index for index in range(calls)]
+
+
+def test_calls_held_back_past_the_unsent_bound_run_once_the_waiting_answers_are_cancelled(served, clients):
+    """The answers of calls the client resets no longer wait: their bytes leave the bound, the held calls run."""
+    client = served.h2(settings={SETTINGS_INITIAL_WINDOW_SIZE: 0})
+    clients.append(client)
+    waiting: List[int] = []
+    held = None
+    for _ in range(UNSENT_BOUND_BYTES // ANSWER_BYTES + 3):
+        stream = client.start_call(infer_request([ANSWER_VALUES], model="large"))
+        try:
+            client.wait_for(lambda frame, stream=stream: frame.kind == HEADERS and frame.stream == stream)
+        except socket.timeout:
+            held = stream
+            break
+        waiting.append(stream)
+    assert held is not None, "no call was held back"
+    for stream in waiting:
+        client.rst_stream(stream, CANCEL)
+    client.wait_for(lambda frame: frame.kind == HEADERS and frame.stream == held, 30)  # its answer waits now
+    client.window_update(0, 2**31 - 1 - 65535)
+    client.window_update(held, 2**31 - 1)
+    response = client.response(held, timeout=60)
+    assert response.grpc_status == "0"
+    assert response.infer_response().raw_output_contents[0] == bytes(ANSWER_BYTES)
