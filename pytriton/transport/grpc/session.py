@@ -205,6 +205,7 @@ class Http2Session:
         return self.loop.create_task(self._when_sendable(handler))
 
     async def _when_sendable(self, handler: Coroutine[Any, Any, None]) -> None:
+        """Wait while the connection is backlogged, then run `handler` (closed unrun if the call ends first)."""
         try:
             while self.sender.backlogged:
                 if self._sendable is None:
