@@ -3,7 +3,8 @@
     python -m tests.served_process '{"grpc_max_connections": 8}' [1024]   # ServerLimits as JSON [soft open files]
 
 It serves `identity` (FP32 [-1] echoed), `slow` (the same after SLOW_S seconds a call, counting the rows
-it computed) and `rows` (the rows `slow` computed so far, and the largest batch it saw), prints
+it computed), `rows` (the rows `slow` computed so far, and the largest batch it saw) and `large` (as many
+FP32 zeros as its one input value says: a small request's large answer), prints
 "READY <grpc port> <http port>" and serves until its standard input closes.
 """
 
@@ -51,6 +52,10 @@ def _identity(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return [{"OUTPUT_1": request["INPUT_1"]} for request in requests]
 
 
+def _large(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"OUTPUT_1": np.zeros((1, int(request["INPUT_1"][0][0])), np.float32)} for request in requests]
+
+
 def main() -> None:
     if len(sys.argv) > 2:  # the soft open-file limit to start with, before the server raises it
         resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[2]), resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
@@ -62,6 +67,7 @@ def main() -> None:
         triton.bind("identity", _identity, inputs=FP32, outputs=FP32, config=batched)
         triton.bind("slow", slow, inputs=FP32, outputs=FP32, config=batched)
         triton.bind("rows", slow.counts, inputs=FP32, outputs=FP32, config=batched)
+        triton.bind("large", _large, inputs=FP32, outputs=FP32, config=batched)
         triton.run()
         print(f"READY {triton.grpc_port} {triton.http_port}", flush=True)
         sys.stdin.read()

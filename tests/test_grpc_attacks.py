@@ -35,6 +35,7 @@ from tritonclient.utils import InferenceServerException
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import OVER_CAP_HELD, ServerLimits
+from pytriton.transport.grpc.responses import UNSENT_BOUND_BYTES
 from pytriton.triton import Triton
 from tests.conftest import running_triton
 from tests.frontend_processes import frontend_pids, serving_pid
@@ -940,3 +941,86 @@ def test_unparsable_stream_messages_whose_errors_go_unread_are_held_by_flow_cont
         except (socket.timeout, TimeoutError):
             pass
     served.assert_served()
+
+
+# ---------------------------------------------------------------- answers held for a client that opens no window
+
+ANSWER_BYTES = 8 * 2**20
+ANSWER_VALUES = float(ANSWER_BYTES // 4)  # `large` answers that many FP32 zeros
+
+
+def test_a_client_that_opens_no_window_gets_no_new_calls_past_the_unsent_bound(served, clients):
+    """Its calls' answers all waited for a window it never opened, until the send timeout: 100 calls of 8 MiB held
+    760 MB on one connection. Past UNSENT_BOUND_BYTES waiting, its new calls wait unanswered, and run once it reads."""
+    calls = 24  # 192 MiB of answers, six times the bound
+    client = served.h2(settings={SETTINGS_INITIAL_WINDOW_SIZE: 0})
+    clients.append(client)
+    before = served.rss_mib()
+    streams: List[int] = []
+    answered = 0
+    for _ in range(calls):  # one at a time: each call once the last one's answer waits (its headers came)
+        stream = client.start_call(infer_request([ANSWER_VALUES], model="large"))
+        streams.append(stream)
+        try:
+            client.wait_for(lambda frame, stream=stream: frame.kind == HEADERS and frame.stream == stream)
+        except socket.timeout:  # held back: its handler waits for the answers to go
+            break
+        answered += 1
+    assert answered <= UNSENT_BOUND_BYTES // ANSWER_BYTES + 2, "every answer waited for the window"
+    served.assert_served()  # another connection's calls go on meanwhile
+    assert served.rss_mib() - before < UNSENT_BOUND_BYTES / 2**20 + 3 * ANSWER_BYTES / 2**20
+    for stream in [0, *streams]:  # once the client reads, the calls held back run
+        client.window_update(stream, 2**31 - 1 - 65535 * (stream == 0))
+    for stream in streams:
+        response = client.response(stream, timeout=60)
+        assert response.grpc_status == "0"
+        assert response.infer_response().raw_output_contents[0] == bytes(ANSWER_BYTES)
+
+
+def test_grpc_clients_with_many_large_answers_in_flight_get_them_all(served):
+    """grpc's own client opens its windows as it reads: past the unsent bound its calls wait a moment, none fails."""
+    calls = 24
+    results: List[Any] = []
+    done = threading.Event()
+
+    def on_result(result: Any, error: Any) -> None:
+        results.append(error or result)
+        if len(results) == calls:
+            done.set()
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{served.grpc_port}")
+    try:
+        for index in range(calls):
+            tensor = grpcclient.InferInput("INPUT_1", [1, 1], "FP32")
+            tensor.set_data_from_numpy(np.array([[ANSWER_VALUES + index]], np.float32))
+            client.async_infer("large", [tensor], on_result, request_id=str(index))
+        assert done.wait(120)
+    finally:
+        client.close()
+    sizes = sorted(result.as_numpy("OUTPUT_1").size for result in results)
+    assert sizes == [int(ANSWER_VALUES) + index for index in range(calls)]
+
+
+def test_calls_held_back_past_the_unsent_bound_run_once_the_waiting_answers_are_cancelled(served, clients):
+    """The answers of calls the client resets no longer wait: their bytes leave the bound, the held calls run."""
+    client = served.h2(settings={SETTINGS_INITIAL_WINDOW_SIZE: 0})
+    clients.append(client)
+    waiting: List[int] = []
+    held = None
+    for _ in range(UNSENT_BOUND_BYTES // ANSWER_BYTES + 3):
+        stream = client.start_call(infer_request([ANSWER_VALUES], model="large"))
+        try:
+            client.wait_for(lambda frame, stream=stream: frame.kind == HEADERS and frame.stream == stream)
+        except socket.timeout:
+            held = stream
+            break
+        waiting.append(stream)
+    assert held is not None, "no call was held back"
+    for stream in waiting:
+        client.rst_stream(stream, CANCEL)
+    client.wait_for(lambda frame: frame.kind == HEADERS and frame.stream == held, 30)  # its answer waits now
+    client.window_update(0, 2**31 - 1 - 65535)
+    client.window_update(held, 2**31 - 1)
+    response = client.response(held, timeout=60)
+    assert response.grpc_status == "0"
+    assert response.infer_response().raw_output_contents[0] == bytes(ANSWER_BYTES)

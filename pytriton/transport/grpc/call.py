@@ -287,7 +287,7 @@ class GrpcCall:
 
     def _start(self, handler: Coroutine[Any, Any, None]) -> None:
         """Run a handler coroutine as the call's task."""
-        self.task = self.session.loop.create_task(handler)
+        self.task = self.session.start_handler(handler)
 
     def stop_task(self) -> None:
         """Cancel the handler's task if it still runs; once it ends, it lets go of the cancellation.

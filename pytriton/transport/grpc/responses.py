@@ -4,6 +4,9 @@ A unary response leaves as HEADERS, DATA and trailers in one write when the wind
 windows hold back waits in the call's outbox (DATA, then the trailers) until the client opens them; so does
 every call's DATA while the connection reads on for a client behind on its answers (`holding`, read_gate.py),
 so that what it keeps for a client that does not read stays bounded by the calls it may open at once.
+
+Past UNSENT_BOUND_BYTES waiting in the outboxes the connection is `backlogged`: it takes no new call until they
+fall to half of it (session.py holds new calls' handlers back; the calls already running answer as before).
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ from pytriton.transport.grpc.headers import STATUS_200, Header, encode_block
 from pytriton.transport.grpc.messages import ACCEPT_ENCODING, SCATTER_BYTES, frame_message, message_pieces
 
 _OK_TRAILERS = encode_block([(b"grpc-status", b"0")])
+
+# What a connection's answers may hold waiting for its client's windows before it takes no new call. A client
+# that keeps its windows shut (SETTINGS_INITIAL_WINDOW_SIZE 0, no WINDOW_UPDATE) otherwise had every answer of
+# the calls it kept sending held until the send timeout (100 calls of 8 MiB: 760 MB on one connection). A few
+# large answers: one that reads gets its next calls as soon as it has read half of them.
+UNSENT_BOUND_BYTES = 32 * 2**20
 
 
 def _response_head(encoding: Optional[str]) -> bytes:
@@ -90,15 +99,18 @@ class ResponseSender:
     """Frames the responses of one connection's calls and sends them as the client's windows allow."""
 
     __slots__ = (
+        "_backlog",
         "_data_sent",
         "_ended",
         "_max_message_bytes",
         "_stalled",
         "_write",
         "_write_all",
+        "backlogged",
         "blocked",
         "holding",
         "paused",
+        "unsent",
         "windows",
     )
 
@@ -111,10 +123,12 @@ class ResponseSender:
         ended: Callable[[GrpcCall], None],
         max_message_bytes: int,
         stalled: Callable[[], None] = lambda: None,
+        backlog: Callable[[bool], None] = lambda backlogged: None,
     ) -> None:
         """Send with `write` or `write_all(pieces, size)`; `data_sent()` after sending, `ended(call)` at END_STREAM.
 
-        `stalled()` when a call's DATA begins to wait while no other call's does (`blocked` was empty).
+        `stalled()` when a call's DATA begins to wait while no other call's does (`blocked` was empty);
+        `backlog(backlogged)` when the connection passes UNSENT_BOUND_BYTES waiting, and when it falls back to half.
         """
         self._write = write
         self._write_all = write_all
@@ -122,10 +136,13 @@ class ResponseSender:
         self._ended = ended
         self._max_message_bytes = max_message_bytes
         self._stalled = stalled
+        self._backlog = backlog
         self.windows = SendWindows()
         self.blocked: Dict[int, GrpcCall] = {}  # calls with DATA waiting for window, or for `holding` to end
         self.paused = False  # the transport's buffer is full: streaming handlers wait before writing more
         self.holding = False  # the connection reads on while the buffer is full: DATA waits
+        self.unsent = 0  # bytes of DATA waiting in the calls' outboxes
+        self.backlogged = False  # past UNSENT_BOUND_BYTES, not yet back to half of it: no new call starts
 
     def unary(self, call: GrpcCall, parts: Sequence[Buffer], size: int, compressed: bool = False) -> None:
         """A unary call's response and its OK status, in one write when flow control allows.
@@ -217,6 +234,7 @@ class ResponseSender:
             self._write(message)
             return
         call.outbox.append(memoryview(message))
+        self.unsent += total
         self.pump(call)
 
     def _send_pieces(self, call: GrpcCall, pieces: List[Buffer]) -> None:
@@ -225,7 +243,9 @@ class ResponseSender:
             call.started = True
             self._write(h2.frame(h2.HEADERS, h2.END_HEADERS, call.stream_id, _RESPONSE_HEADS[call.encoding]))
         self._data_sent()
-        call.outbox.extend(memoryview(piece).cast("B") for piece in pieces)
+        views = [memoryview(piece).cast("B") for piece in pieces]
+        call.outbox.extend(views)
+        self.unsent += sum(map(len, views))
         self.pump(call)
 
     def pump(self, call: GrpcCall) -> None:
@@ -286,6 +306,10 @@ class ResponseSender:
         if out:
             windows.spend(call, sent)
             self._write_all(out, sent + frames * h2.FRAME_HEADER_SIZE)
+            self.unsent -= sent
+            if self.backlogged and self.unsent <= UNSENT_BOUND_BYTES // 2:
+                self.backlogged = False
+                self._backlog(False)
         if outbox and isinstance(outbox[0], _Trailers):
             trailers = outbox.popleft()
             assert isinstance(trailers, _Trailers)
@@ -296,10 +320,22 @@ class ResponseSender:
             if not self.blocked:
                 self._stalled()
             self.blocked[call.stream_id] = call
+            if self.unsent > UNSENT_BOUND_BYTES and not self.backlogged:
+                self.backlogged = True
+                self._backlog(True)
             return
         self.blocked.pop(call.stream_id, None)
         if not self.paused:
             wake(call.writable)
+
+    def drop(self, call: GrpcCall) -> None:
+        """A call's stream closed with DATA still waiting: it never goes out."""
+        self.unsent -= sum(len(item) for item in call.outbox if not isinstance(item, _Trailers))
+        call.outbox.clear()
+        self.blocked.pop(call.stream_id, None)
+        if self.backlogged and self.unsent <= UNSENT_BOUND_BYTES // 2:
+            self.backlogged = False
+            self._backlog(False)
 
     def pump_blocked(self) -> None:
         """The connection window or the client's settings changed: send what waited."""

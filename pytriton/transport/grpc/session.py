@@ -17,7 +17,7 @@ one that opens no call says it at the first call's deadline.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 
@@ -117,7 +117,11 @@ class Http2Session:
             ended=self._sent_end_stream,
             max_message_bytes=state.max_message_bytes,
             stalled=self._watch_windows,
+            backlog=self._backlog,
         )
+        # How a call's handler starts: at once, or (while the calls' answers wait past their bound) once they fall.
+        self.start_handler: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] = loop.create_task
+        self._sendable: Optional[asyncio.Future[None]] = None  # handlers held back wait on it
         self._window_timer: Optional[asyncio.TimerHandle] = None
         self._window_opened = 0  # WINDOW_UPDATE and SETTINGS frames from the client: it reads (windows_watch)
         self._window_looked = 0  # _window_opened at the last look
@@ -182,6 +186,36 @@ class Http2Session:
             return
         self._watch_windows()
 
+    def _backlog(self, backlogged: bool) -> None:
+        """The answers waiting for the client's windows passed their bound (responses.py), or fell back to half.
+
+        Past it, new calls' handlers wait: a client that keeps its windows shut and sends call after call would
+        otherwise make the server hold every answer until the send timeout. The connection still reads, so that
+        the WINDOW_UPDATEs of a client that reads its answers bring the bytes down (and the handlers back).
+        """
+        if backlogged:
+            self.start_handler = self._start_when_sendable
+        else:
+            self.start_handler = self.loop.create_task
+            waiter, self._sendable = self._sendable, None
+            wake(waiter)
+
+    def _start_when_sendable(self, handler: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task that runs `handler` once the connection's answers no longer wait past their bound."""
+        return self.loop.create_task(self._when_sendable(handler))
+
+    async def _when_sendable(self, handler: Coroutine[Any, Any, None]) -> None:
+        """Wait while the connection is backlogged, then run `handler` (closed unrun if the call ends first)."""
+        try:
+            while self.sender.backlogged:
+                if self._sendable is None:
+                    self._sendable = self.loop.create_future()
+                await self._sendable
+        except BaseException:  # cancelled while waiting (reset, deadline, connection lost): the handler never runs
+            handler.close()
+            raise
+        await handler
+
     def cancel_calls(self) -> None:
         """The connection is lost: every call still in progress ends, and what waited to go out is let go now.
 
@@ -194,6 +228,7 @@ class Http2Session:
             call.outbox.clear()
         self.calls.clear()
         self.sender.blocked.clear()
+        self.sender.unsent = 0
         self._partials.clear()
         self._partial_bytes = 0
 
@@ -530,8 +565,7 @@ class Http2Session:
     def _forget(self, call: GrpcCall) -> None:
         """A call's stream closed: nothing more goes out or comes in for it."""
         if call.outbox:  # reset with DATA still waiting for window
-            call.outbox.clear()
-            self.sender.blocked.pop(call.stream_id, None)
+            self.sender.drop(call)
         if call.held:
             self.inflow.dropped(call.held)
             call.held = 0
