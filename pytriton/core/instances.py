@@ -165,7 +165,7 @@ class Instance:
         sets would cost about half as much again). Framework arrays are left as they are: the caller's thread makes
         them numpy arrays as it checks the outputs.
         """
-        return contextvars.copy_context().run(_in_scope, self.fn, requests, self.model, source)
+        return contextvars.copy_context().run(call_in_scope, self.fn, requests, self.model, source)
 
     def cancel(self, request: Request) -> None:
         """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
@@ -249,7 +249,7 @@ class Instance:
         self._worker.close()
 
 
-def _in_scope(
+def call_in_scope(
     fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str], source: Optional[PathSource]
 ) -> Any:
     """Call `fn(requests)` as model `model` with `source` as its call path (in a context of its own, Context.run)."""

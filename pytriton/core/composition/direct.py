@@ -43,7 +43,7 @@ are remembered by the inputs' and outputs' signatures (names, dtypes, shapes: `M
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Dict, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,8 +52,11 @@ from pytriton.core.composition.path import CallPath, Cancellable
 from pytriton.core.doorbell import Doorbell
 from pytriton.core.request import InferenceRequest
 
+# A call that may run without the loop: its model, then its request's checked parts (Scheduler.run_here's).
+Direct = Tuple[Any, Dict[str, Any], Dict[str, Any], Optional[List[str]], int]
 
-def _direct_request(
+
+def _direct_call(
     path: CallPath,
     name: str,
     inputs: Dict[str, Any],
@@ -61,20 +64,46 @@ def _direct_request(
     parameters: Optional[Dict[str, Any]],
     requested_outputs: Optional[Sequence[str]],
     timeout_s: Optional[float],
-) -> Optional[Tuple[Any, InferenceRequest]]:
-    """The model and request of a call that may run without the loop; None for one the loop must take.
+) -> Optional[Direct]:
+    """The model of a call that may run without the loop, and its request's checked parts; None for one the loop takes.
 
-    The loop takes any call with a deadline, a traced one, a cycle, or an error in its arguments (it answers it).
+    The parts are the inputs (a dict of the call's own), the parameters the callable sees, the outputs asked for
+    (None: all) and the batch size. The loop takes any call with a deadline, a traced one, a cycle, or an error in
+    its arguments (it answers it).
     """
     if timeout_s is not None or path.deadline_ns or path.cancelled or path.span is not None or name in path.chain:
         return None
     try:
         model = path.models.model(name, "" if version is None else str(version))
+        if requested_outputs is None and len(inputs) == 1:  # the commonest call: build_request's first test, inline
+            for input_name, value in inputs.items():
+                if type(value) is np.ndarray:
+                    try:
+                        batch_size = model.spec.passed_inputs.get((input_name, value.dtype, value.shape))
+                    except TypeError:  # a dtype numpy cannot hash: build_request checks it in full
+                        batch_size = None
+                    if batch_size is not None:
+                        return (
+                            model,
+                            {input_name: value},
+                            {} if parameters is None else dict(parameters),
+                            None,
+                            batch_size,
+                        )
         request = build_request(model.spec, inputs, parameters, requested_outputs)
     except Exception:  # noqa: BLE001 - the loop's way reports it
         return None
+    return model, request.inputs, request.parameters, request.requested_outputs, request.batch_size
+
+
+def _request_of(path: CallPath, direct: Direct) -> InferenceRequest:
+    """The InferenceRequest of a direct call's parts, for the ways that take one (an async model's)."""
+    _, inputs, parameters, requested, batch_size = direct
+    request = InferenceRequest(
+        request_id="", inputs=inputs, parameters=parameters, requested_outputs=requested, batch_size=batch_size
+    )
     request.origin = (path.chain, 0, None)
-    return model, request
+    return request
 
 
 def call_here(
@@ -93,13 +122,13 @@ def call_here(
     on the loop in a task of its own (Scheduler.await_here), this thread woken by its answer. Raises ModelCallError
     as the call fails.
     """
-    direct = _direct_request(path, name, inputs, version, parameters, requested_outputs, timeout_s)
+    direct = _direct_call(path, name, inputs, version, parameters, requested_outputs, timeout_s)
     if direct is None:
         return None
-    model, request = direct
-    outputs: Optional[Dict[str, np.ndarray]] = model.run_here(request, path)
+    model = direct[0]
+    outputs: Optional[Dict[str, np.ndarray]] = model.run_here(path, *direct[1:])
     if outputs is None and model.may_await_here():
-        outputs = _awaited_on_loop(path, model, request)
+        outputs = _awaited_on_loop(path, model, _request_of(path, direct))
     return outputs
 
 
@@ -170,14 +199,14 @@ def call_here_async(
     comes from that thread to the caller without the batch's task and the sink in between. An async model's
     callable is awaited in the caller's own task (Scheduler.await_inline). Await what it returns for the outputs.
     """
-    direct = _direct_request(path, name, inputs, version, parameters, requested_outputs, timeout_s)
+    direct = _direct_call(path, name, inputs, version, parameters, requested_outputs, timeout_s)
     if direct is None:
         return None
-    model, request = direct
-    started = model.start_here(request, path)
+    model = direct[0]
+    started = model.start_here(path, *direct[1:])
     if started is not None:
         return _answer_of(*started)
-    inline: Optional[Awaitable[Dict[str, np.ndarray]]] = model.await_inline(request, path)
+    inline: Optional[Awaitable[Dict[str, np.ndarray]]] = model.await_inline(_request_of(path, direct), path)
     return inline
 
 
