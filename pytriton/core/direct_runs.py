@@ -20,7 +20,6 @@ import numpy as np
 from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CallPath, ModelCallError, PathMaker
-from pytriton.core.doorbell import QUIET_CALLS
 from pytriton.core.errors import FailureReason, InferenceError, callable_error
 from pytriton.core.instances import Instance, call_in_scope
 from pytriton.core.outputs import check_results, checked_outputs
@@ -28,6 +27,7 @@ from pytriton.core.queues import Entry
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.running import LoneCall, RunningBatch
 from pytriton.core.sinks import ResponseSink
+from pytriton.core.stats import FOLD_EVERY
 from pytriton.core.worker import IN_WORKER
 from pytriton.proxy.types import Request
 
@@ -397,24 +397,37 @@ def run_here(
         instance.call_started_ns = 0
         scheduler._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
         cancelled = call.cancelled  # read once: the call's answer and its count agree
-        times = (start_ns, infer_start_ns, infer_end_ns, output_end_ns)
-        if outputs is not None and not cancelled and call.path is None:  # the commonest end
-            # Told with numbers only: the call's objects go now, not once the loop has counted it.
-            told: Tuple[Any, ...] = (scheduler, batch_size, *times)
-            count: Callable[..., None] = _succeeded_here
-        else:
-            call.request = None  # the caller's arrays are not held until the loop counts the call
-            told, count = (scheduler, call, batch_size, times, cancelled, error), _lone_ran
         drained = scheduler._drained
-        after = caller.after_answer
-        if scheduler._queues.size or (drained is not None and not drained.done()) or not getattr(IN_WORKER, "yes", 0):
-            caller.inbox.post(count, *told)  # (not a worker's thread: no post of its own wakes the loop after)
-        elif after is None:
-            caller.later(count, *told)
-        else:  # CallPath.later: counted once the caller's batch is answered, not on the way of its answers
-            after.append((count, told))
-            if caller.cancelled or len(after) == QUIET_CALLS:
-                caller.inbox.post(caller.answered)
+        stats = scheduler.stats
+        if outputs is not None and not cancelled and call.path is None and not stats.observers:  # the commonest end
+            # Counted from this thread (ModelStats.lone_successes): the loop is woken only to start what queued.
+            lone = stats.lone_successes
+            lone.append(
+                (
+                    batch_size,
+                    batch_size if spec.batching else 1,
+                    infer_start_ns - start_ns,
+                    infer_end_ns - infer_start_ns,
+                    output_end_ns - infer_end_ns,
+                    output_end_ns - start_ns,
+                    output_end_ns,
+                )
+            )
+            if len(lone) % FOLD_EVERY == 0:
+                caller.inbox.post(stats.fold)
+            if scheduler._queues.size or (drained is not None and not drained.done()):
+                caller.inbox.post(_freed, scheduler)
+        else:
+            _tell_loop(
+                scheduler,
+                caller,
+                call,
+                batch_size,
+                (start_ns, infer_start_ns, infer_end_ns, output_end_ns),
+                outputs is not None,
+                cancelled,
+                error,
+            )
     if cancelled:
         raise ModelCallError.cancelled(call.reason or f"request to model '{spec.name}' was cancelled")
     if error is not None:
@@ -445,6 +458,44 @@ def _begin(
     return entry, call, running
 
 
+def _tell_loop(
+    scheduler: Scheduler,
+    caller: CallPath,
+    call: LoneCall,
+    batch_size: int,
+    times: Tuple[int, int, int, int],
+    succeeded: bool,
+    cancelled: bool,
+    error: Optional[BaseException],
+) -> None:
+    """From the caller's thread: have the loop count a direct call that ended otherwise than the commonest way.
+
+    Its model has observers (metrics' latencies, which the loop feeds), or it failed, was cancelled or made a call
+    path. The loop counts it once the caller's batch is answered, off the way of its answers (CallPath.later), or
+    now where it must start what queued meanwhile, or is woken by nothing else (a thread not a worker's).
+    """
+    if succeeded and not cancelled and call.path is None:
+        # Told with numbers only: the call's objects go now, not once the loop has counted it.
+        told: Tuple[Any, ...] = (scheduler, batch_size, *times)
+        count: Callable[..., None] = _succeeded_here
+    else:
+        call.request = None  # the caller's arrays are not held until the loop counts the call
+        told, count = (scheduler, call, batch_size, times, cancelled, error), _lone_ran
+    drained = scheduler._drained
+    if scheduler._queues.size or (drained is not None and not drained.done()) or not getattr(IN_WORKER, "yes", 0):
+        caller.inbox.post(count, *told)
+    else:
+        caller.later(count, *told)
+
+
+def _freed(scheduler: Scheduler) -> None:
+    """On the loop: a direct call's instance is free again; start what queued meanwhile, or tell until_idle()."""
+    if scheduler._free and scheduler._queues.size:
+        scheduler._schedule()
+    elif scheduler._drained is not None:  # only while until_idle() waits
+        scheduler._update_idle()
+
+
 def _succeeded_here(
     scheduler: Scheduler, batch_size: int, start_ns: int, infer_start_ns: int, infer_end_ns: int, output_end_ns: int
 ) -> None:
@@ -457,10 +508,7 @@ def _succeeded_here(
         output_end_ns - infer_end_ns,
         output_end_ns - start_ns,
     )
-    if scheduler._free and scheduler._queues.size:
-        scheduler._schedule()
-    elif scheduler._drained is not None:  # only while until_idle() waits
-        scheduler._update_idle()
+    _freed(scheduler)
 
 
 def _ran_here(
