@@ -77,7 +77,8 @@ def call_model(
     """
     source = CURRENT.get()
     if source is not None:
-        path = source.call_path()
+        # A batch's path once made (RunningBatch.path, core/running.py) without a call to ask for it.
+        path = getattr(source, "path", None) or source.call_path()
         if asyncio._get_running_loop() is not path.loop:  # as _on_loop, a call less on this path
             outputs = call_here(path, name, inputs, version, parameters, requested_outputs, timeout_s)
             if outputs is not None:  # the model was idle: it ran on this thread

@@ -403,15 +403,7 @@ def run_here(
             # Counted from this thread (ModelStats.lone_successes): the loop is woken only to start what queued.
             lone = stats.lone_successes
             lone.append(
-                (
-                    batch_size,
-                    batch_size if spec.batching else 1,
-                    infer_start_ns - start_ns,
-                    infer_end_ns - infer_start_ns,
-                    output_end_ns - infer_end_ns,
-                    output_end_ns - start_ns,
-                    output_end_ns,
-                )
+                (batch_size, batch_size if spec.batching else 1, start_ns, infer_start_ns, infer_end_ns, output_end_ns)
             )
             if len(lone) % FOLD_EVERY == 0:
                 caller.inbox.post(stats.fold)

@@ -44,9 +44,9 @@ BATCH_STAT_NAMES = ("compute_input", "compute_infer", "compute_output")
 
 
 ComputeTimes = Tuple[int, int, int]  # compute input, infer and output, in nanoseconds
-# A direct inner call's success, counted later (ModelStats.lone_successes): batch size, rows, input, infer, output
-# and total ns, and the monotonic ns it ended at.
-LoneSuccess = Tuple[int, int, int, int, int, int, int]
+# A direct inner call's success, counted later (ModelStats.lone_successes): batch size, rows, and the monotonic ns
+# it started, its callable started and returned, and it ended at.
+LoneSuccess = Tuple[int, int, int, int, int, int]
 # How many lone successes may wait before their counting is posted to the loop (any read counts them first).
 FOLD_EVERY = 256
 
@@ -131,8 +131,8 @@ class ModelStats:
         # Failed requests by reason, for /metrics: `reset` keeps them, as tritonserver 2.51's
         # nv_inference_request_failure series outlive an unload and go on from there after a load.
         self.failures_by_reason: Dict[str, int] = {}
-        # Direct inner calls that succeeded, not counted yet: (batch size, rows, input ns, infer ns, output ns,
-        # total ns, monotonic ns at the end), appended from any thread; `fold` counts them.
+        # Direct inner calls that succeeded, not counted yet (LoneSuccess), appended from any thread; `fold` counts
+        # them.
         self.lone_successes: Deque[LoneSuccess] = deque()
         self._folding = threading.Lock()
         self.reset()
@@ -194,24 +194,25 @@ class ModelStats:
             if not waiting:
                 return
             taken = list(itertools.starmap(pending.popleft, itertools.repeat((), waiting)))
-            batch_sizes, rows, inputs_ns, infers_ns, outputs_ns, totals_ns, ends_ns = zip(*taken)
-            kinds = set(rows)
+            columns = list(zip(*taken))
+            kinds, last_ns = set(columns[1]), max(columns[5])
             for kind in kinds:
                 if len(kinds) > 1:  # calls of several batch sizes (rare): each size's own
-                    batch_sizes, _, inputs_ns, infers_ns, outputs_ns, totals_ns, _ = zip(
-                        *[one for one in taken if one[1] == kind]
-                    )
+                    columns = list(zip(*[one for one in taken if one[1] == kind]))
+                batch_sizes, _, starts, infer_starts, infer_ends, ends = columns
+                # The durations' sums from the times' sums: sum(b - a) is sum(b) - sum(a).
+                start, infer_start, infer_end, end = sum(starts), sum(infer_starts), sum(infer_ends), sum(ends)
                 self._count_lone(
                     len(batch_sizes),
                     sum(batch_sizes),
                     kind,
-                    sum(inputs_ns),
-                    sum(infers_ns),
-                    sum(outputs_ns),
-                    sum(totals_ns),
+                    infer_start - start,
+                    infer_end - infer_start,
+                    end - infer_end,
+                    end - start,
                 )
             # The wall clock's time of the last call's end.
-            ended_ms = (time.time_ns() - (time.monotonic_ns() - max(ends_ns))) // 1_000_000
+            ended_ms = (time.time_ns() - (time.monotonic_ns() - last_ns)) // 1_000_000
             self._last_inference_ms = max(self._last_inference_ms, ended_ms)
 
     def record_execution(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
