@@ -211,7 +211,7 @@ def call_here_async(
     path: CallPath,
     name: str,
     inputs: Dict[str, Any],
-    version: Optional[str],
+    version: Any,
     parameters: Optional[Dict[str, Any]],
     requested_outputs: Optional[Sequence[str]],
     timeout_s: Optional[float],
