@@ -74,7 +74,7 @@ class WorkerThread:
             inbox = self._inbox = inbox_of(loop)
             self._loop_thread = threading.get_ident()
         future: asyncio.Future[Any] = loop.create_future()
-        doorbell = self.open()
+        doorbell = self._doorbell or self.open()
         if not self._started:
             threading.Thread(target=self._work, args=(doorbell,), name=self.name, daemon=True).start()
             self._started = True
