@@ -3,8 +3,8 @@
 They run on the caller's thread, in an instance's thread for an async caller, or on the loop for a sync caller of an
 async model. Each takes a free instance off the scheduler's free list for the call's time, counts the call in the
 model's statistics as one that went through the queue, and lets the caller's request's end or cancel reach it
-(`DirectCall`). The functions here are the bodies of `Scheduler`'s `run_here`, `start_here`, `may_await_here` and
-`await_here`, over its state.
+(a sync model's call: `LoneCall`, core/running.py; an async model's: `DirectCall`). The functions here are the
+bodies of `Scheduler`'s `run_here`, `start_here`, `may_await_here` and `await_here`, over its state.
 """
 
 from __future__ import annotations
@@ -341,7 +341,7 @@ def run_here(
     Given an `instance` taken off the free list already and its `call` (start_here, in the instance's thread), it
     runs the call on them. One LoneCall stands for the request's queue entry, its sink and its running batch of
     one: no InferenceRequest, Entry or RunningBatch is made. The callable runs in the model's scope and with the
-    call as its call path, in a copy of the caller's context (as Instance.run_here; inline, as the idle test, the
+    call as its call path, in a copy of the caller's context (instances.call_in_scope; inline, as the idle test, the
     output checks' first test and CallPath.later are: each a frame less per call).
     """
     if instance is None:

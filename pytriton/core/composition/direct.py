@@ -7,10 +7,11 @@ caller's thread to the loop, the loop to the inner instance's thread, back to th
 98 us per call on the bench VM (`python -m bench.composition`, a sync callable calling a sync identity 2,000
 times), 34-120 us from run to run. On the caller's thread it costs 9-16 us, none of them a wake-up: the call
 takes the instance off the free list for its time (one call at a time on it, as ever; a request that comes
-meanwhile queues and batches as usual), puts it back itself, and leaves its statistics with the caller's batch
-(CallPath.later): the loop counts them once that batch is answered, which wakes the loop anyway, and after
-the answer's write rather than before it. With a wake-up of the loop per call for its statistics, the same
-direct call cost 29-37 us: the GIL went to the loop and back each time. (Not measured: the inner answer sent
+meanwhile queues and batches as usual), puts it back itself, and counts its success itself, without the loop
+(ModelStats.lone_successes). With a wake-up of the loop per call for its statistics, the same direct call cost
+29-37 us: the GIL went to the loop and back each time. (A failed or cancelled call's statistics, or those of a
+model whose latencies metrics observe, wait with the caller's batch, CallPath.later, and are counted on the loop
+once that batch is answered.) (Not measured: the inner answer sent
 from the inner instance's thread straight to the caller's doorbell, which by count still leaves three
 wake-ups.) A call with a deadline, a traced one, or one that cannot run at once goes the loop's way, which
 keeps the deadline's timer and the spans.
@@ -32,12 +33,15 @@ of server CPU per call instead of 28. Should the model be busy by the time the l
 queue's way. The server's cut-off answers such a call at once (UNAVAILABLE), as it answers a running batch's.
 
 Either way the call answers the outputs by name, checked and selected as a response's are
-(core/outputs.checked_outputs) but with no response made for them to be taken out of again, and is counted with
-one call of the statistics (ModelStats.record_lone_success), on the loop, from numbers alone. The checks' verdicts
-are remembered by the inputs' and outputs' signatures (names, dtypes, shapes: `ModelSpec.passed_inputs` and
-`passed_outputs`), and the call leaves no reference cycle to the garbage collector: 4.9 us of server CPU per sync
--> sync call, pinned (`python -m bench.composition_cpu`), 72k instructions (`python -m bench instr_ab REF .
---composition`), 24 Python calls (`python -m bench.composition_calls`); docs/performance.md#composition.
+(core/outputs.checked_outputs, its first test inline) but with no response made for them to be taken out of again.
+The checks' verdicts are remembered by the inputs' and outputs' signatures (names, dtypes, shapes:
+`ModelSpec.passed_inputs` and `passed_outputs`), and the call leaves no reference cycle to the garbage collector.
+A sync model's call makes two objects, the callable's Request and a LoneCall (core/running.py), which stands for its
+queue entry, sink and running batch; its request is passed as its checked parts, no InferenceRequest made. Its
+success is counted from the caller's thread (ModelStats.lone_successes, folded into the counters when they are
+read); the loop is woken only where requests queued meanwhile. 42k instructions per sync -> sync call, 94k per
+async -> sync (`python -m bench instr_ab REF . --composition [async-sync]`), 72k and 126k before (2026-12-07);
+docs/performance.md#composition.
 """
 
 from __future__ import annotations
