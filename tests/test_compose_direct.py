@@ -218,6 +218,35 @@ def test_direct_inner_calls_of_several_batch_sizes_are_each_counted_once_in_stat
     assert counted["nv_inference_exec_count_total"] == calls
 
 
+def test_direct_inner_calls_of_a_model_whose_latencies_metrics_observe_are_observed_each() -> None:
+    # A model with latency summaries has its direct calls counted on the loop, which feeds the summaries each one.
+    inner, caller = _Inner(), _Caller("inner")
+    bind = _binding(inner=inner, caller=caller)
+    with running_triton(bind, metrics_config=["summary_latencies=true"]) as triton:
+        url = http_url(triton)
+        for value in (1.0, 2.0, 3.0):
+            assert _infer(url, "caller", value).tolist() == [[value + 1]]
+        assert inner.threads == caller.threads  # direct calls
+
+        def observed() -> Dict[str, float]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=30) as response:
+                text = response.read().decode()
+            return {
+                sample.name: sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.labels.get("model") == "inner" and sample.name.endswith("_count")
+            }
+
+        wait_until(lambda: observed().get("nv_inference_request_summary_us_count") == 3, "the 3 calls observed")
+        counts = observed()
+        for name in ("queue", "compute_input", "compute_infer", "compute_output"):
+            assert counts[f"nv_inference_{name}_summary_us_count"] == 3, name
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_stats"]["success"]["count"]) == 3
+        assert int(stats["execution_count"]) == 3
+
+
 def test_a_long_calls_direct_inner_calls_are_counted_while_it_still_runs() -> None:
     # A direct call's success is counted from its caller's thread and taken in when the statistics are read: a
     # caller that makes many calls and then runs on has them counted meanwhile.
@@ -299,6 +328,19 @@ def test_an_inner_call_on_the_callers_thread_is_cancelled_with_the_outer_request
         _cancel_through(triton, "caller", caller.errors, "watching", watching.started.is_set)
         assert watching.threads == caller.threads  # it ran on the caller's thread
         assert watching.saw_cancel == [True]
+
+
+def test_a_cancel_reaches_the_inner_call_that_a_direct_inner_calls_callable_makes() -> None:
+    # caller -> middle -> watching, each call direct on the caller's thread: the outer request's cancel reaches
+    # middle's call, and through middle's own call path the call middle's callable makes.
+    watching, middle, caller = _Watching(), _Caller("watching"), _Caller("middle")
+    with running_triton(_binding(watching=watching, middle=middle, caller=caller)) as triton:
+        _cancel_through(triton, "caller", caller.errors, "middle", watching.started.is_set)
+        assert watching.threads == middle.threads == caller.threads  # every call ran on the caller's thread
+        assert watching.saw_cancel == [True]
+        assert [error.status.name for error in middle.errors] == ["CANCELLED"]
+        _wait_for_one_failure(http_url(triton), "watching")
+        assert _scheduler(triton, "watching").open_requests == (0, 0)
 
 
 class _AsyncCaller:

@@ -416,7 +416,10 @@ def run_here(
                 (batch_size, batch_size if spec.batching else 1, start_ns, infer_start_ns, infer_end_ns, output_end_ns)
             )
             if len(lone) % FOLD_EVERY == 0:
-                caller.inbox.post(stats.fold)
+                try:
+                    caller.inbox.post(stats.fold)
+                except RuntimeError:  # the loop has closed: nobody reads these statistics any more
+                    pass
             if scheduler._queues.size or (drained is not None and not drained.done()):
                 caller.inbox.post(_freed, scheduler)
         else:
