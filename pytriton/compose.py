@@ -77,7 +77,8 @@ def call_model(
     """
     source = CURRENT.get()
     if source is not None:
-        path = source.call_path()
+        # A batch's path once made (RunningBatch.path, core/running.py) without a call to ask for it.
+        path = getattr(source, "path", None) or source.call_path()
         if asyncio._get_running_loop() is not path.loop:  # as _on_loop, a call less on this path
             outputs = call_here(path, name, inputs, version, parameters, requested_outputs, timeout_s)
             if outputs is not None:  # the model was idle: it ran on this thread
@@ -102,13 +103,14 @@ async def call_model_async(
 
     Cancelling the awaiting task cancels the call (it leaves the model's queue if it still waits there).
     """
-    arguments = CallArguments(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
     source = CURRENT.get()
-    path = None if source is None else source.call_path()
-    if path is not None and _on_loop(path):
-        here = call_here_async(path, *arguments[:6])
-        if here is not None:  # the model was idle: its instance thread answers straight to this call
-            return await here
+    if source is not None:
+        path = getattr(source, "path", None) or source.call_path()  # as call_model
+        if asyncio._get_running_loop() is path.loop:  # as _on_loop, a call less on this path
+            here = call_here_async(path, name, inputs, version, parameters, requested_outputs, timeout_s)
+            if here is not None:  # the model was idle: its instance thread answers straight to this call
+                return await here
+    arguments = CallArguments(name, inputs, _version(version), parameters, requested_outputs, timeout_s, False)
     last: Optional[Outputs] = None
     async for outputs in ModelStream(arguments):
         last = outputs

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from pytriton.compose import ModelCallError, call_model, call_model_async
-from pytriton.core.doorbell import QUIET_CALLS
+from pytriton.core.stats import FOLD_EVERY
 from pytriton.metrics import MetricFamily
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
@@ -178,9 +178,78 @@ def test_an_inner_call_to_an_idle_model_runs_on_the_callers_thread_and_is_counte
         assert _scheduler(triton, "inner").open_requests == (0, 0)
 
 
+def test_direct_inner_calls_of_several_batch_sizes_are_each_counted_once_in_statistics_and_metrics() -> None:
+    # A direct call's success is counted from its caller's thread and taken into the counters when they are read
+    # (ModelStats.lone_successes), or every FOLD_EVERY calls: more calls than that, of two batch sizes in turns.
+    inner = _Inner()
+    calls = FOLD_EVERY + 51
+
+    def many(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
+        for index in range(calls):
+            rows = 1 + 2 * (index % 2)  # 1, 3, 1, 3, ...
+            outputs = call_model("inner", {"x": np.repeat(requests[0]["x"], rows, axis=0)})
+            assert outputs["y"].shape == (rows, 1)
+        return [{"y": request["x"]} for request in requests]
+
+    with running_triton(_binding(inner=inner, many=many)) as triton:
+        url = http_url(triton)
+        assert _infer(url, "many", 1.0).tolist() == [[1.0]]
+        ones, threes = (calls + 1) // 2, calls // 2
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_count"]) == ones + 3 * threes
+        assert int(stats["execution_count"]) == calls
+        assert int(stats["last_inference"]) > 0
+        for name in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+            assert int(stats["inference_stats"][name]["count"]) == calls, name
+        assert int(stats["inference_stats"]["success"]["ns"]) >= int(stats["inference_stats"]["compute_infer"]["ns"])
+        assert int(stats["inference_stats"]["queue"]["ns"]) == 0
+        assert _batch_counts(stats) == {1: ones, 3: threes}
+        assert int(stats["inference_stats"]["fail"]["count"]) == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    counted = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("model") == "inner"
+    }
+    assert counted["nv_inference_request_success_total"] == calls
+    assert counted["nv_inference_count_total"] == ones + 3 * threes
+    assert counted["nv_inference_exec_count_total"] == calls
+
+
+def test_direct_inner_calls_of_a_model_whose_latencies_metrics_observe_are_observed_each() -> None:
+    # A model with latency summaries has its direct calls counted on the loop, which feeds the summaries each one.
+    inner, caller = _Inner(), _Caller("inner")
+    bind = _binding(inner=inner, caller=caller)
+    with running_triton(bind, metrics_config=["summary_latencies=true"]) as triton:
+        url = http_url(triton)
+        for value in (1.0, 2.0, 3.0):
+            assert _infer(url, "caller", value).tolist() == [[value + 1]]
+        assert inner.threads == caller.threads  # direct calls
+
+        def observed() -> Dict[str, float]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=30) as response:
+                text = response.read().decode()
+            return {
+                sample.name: sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+                if sample.labels.get("model") == "inner" and sample.name.endswith("_count")
+            }
+
+        wait_until(lambda: observed().get("nv_inference_request_summary_us_count") == 3, "the 3 calls observed")
+        counts = observed()
+        for name in ("queue", "compute_input", "compute_infer", "compute_output"):
+            assert counts[f"nv_inference_{name}_summary_us_count"] == 3, name
+        stats = _statistics(url, "inner")
+        assert int(stats["inference_stats"]["success"]["count"]) == 3
+        assert int(stats["execution_count"]) == 3
+
+
 def test_a_long_calls_direct_inner_calls_are_counted_while_it_still_runs() -> None:
-    # A direct call's statistics wait for its caller's batch to be answered, but fewer than QUIET_CALLS of them
-    # at a time: a caller that makes many calls and then runs on has the others counted meanwhile.
+    # A direct call's success is counted from its caller's thread and taken in when the statistics are read: a
+    # caller that makes many calls and then runs on has them counted meanwhile.
     inner, release = _Inner(), threading.Event()
 
     def many(requests: List[Request]) -> List[Dict[str, np.ndarray]]:
@@ -204,7 +273,7 @@ def test_a_long_calls_direct_inner_calls_are_counted_while_it_still_runs() -> No
         try:
             wait_until(lambda: len(inner.batches) == 200, "the 200 inner calls")
             wait_until(
-                lambda: int(_statistics(url, "inner")["inference_stats"]["success"]["count"]) > 200 - QUIET_CALLS,
+                lambda: int(_statistics(url, "inner")["inference_stats"]["success"]["count"]) == 200,
                 "the inner calls counted while their caller still runs",
             )
             assert client.is_alive(), answered
@@ -259,6 +328,19 @@ def test_an_inner_call_on_the_callers_thread_is_cancelled_with_the_outer_request
         _cancel_through(triton, "caller", caller.errors, "watching", watching.started.is_set)
         assert watching.threads == caller.threads  # it ran on the caller's thread
         assert watching.saw_cancel == [True]
+
+
+def test_a_cancel_reaches_the_inner_call_that_a_direct_inner_calls_callable_makes() -> None:
+    # caller -> middle -> watching, each call direct on the caller's thread: the outer request's cancel reaches
+    # middle's call, and through middle's own call path the call middle's callable makes.
+    watching, middle, caller = _Watching(), _Caller("watching"), _Caller("middle")
+    with running_triton(_binding(watching=watching, middle=middle, caller=caller)) as triton:
+        _cancel_through(triton, "caller", caller.errors, "middle", watching.started.is_set)
+        assert watching.threads == middle.threads == caller.threads  # every call ran on the caller's thread
+        assert watching.saw_cancel == [True]
+        assert [error.status.name for error in middle.errors] == ["CANCELLED"]
+        _wait_for_one_failure(http_url(triton), "watching")
+        assert _scheduler(triton, "watching").open_requests == (0, 0)
 
 
 class _AsyncCaller:

@@ -40,7 +40,7 @@ Update = Tuple[str, str, str, LabelPairs, Optional[Tuple[float, ...]], Any]
 
 # (model name, version) of the callable running in this thread or task.
 _MODEL: contextvars.ContextVar[Optional[Tuple[str, str]]] = contextvars.ContextVar("pytriton_model", default=None)
-# The scope's variable itself, for a path that sets it in a context of its own (core/instances.Instance.run_here).
+# The scope's variable itself, for a path that sets it in a context of its own (core/instances.call_in_scope).
 MODEL_SCOPE = _MODEL
 # The model an instance process serves: every series made in it is that model's.
 _PROCESS_MODEL: Optional[Tuple[str, str]] = None

@@ -3,8 +3,8 @@
 They run on the caller's thread, in an instance's thread for an async caller, or on the loop for a sync caller of an
 async model. Each takes a free instance off the scheduler's free list for the call's time, counts the call in the
 model's statistics as one that went through the queue, and lets the caller's request's end or cancel reach it
-(`DirectCall`). The functions here are the bodies of `Scheduler`'s `run_here`, `start_here`, `may_await_here` and
-`await_here`, over its state.
+(a sync model's call: `LoneCall`, core/running.py; an async model's: `DirectCall`). The functions here are the
+bodies of `Scheduler`'s `run_here`, `start_here`, `may_await_here` and `await_here`, over its state.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import contextvars
 import functools
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -21,13 +21,14 @@ from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CallPath, ModelCallError, PathMaker
 from pytriton.core.errors import FailureReason, InferenceError, callable_error
-from pytriton.core.instances import Instance
+from pytriton.core.instances import Instance, call_in_scope
 from pytriton.core.outputs import check_results, checked_outputs
 from pytriton.core.queues import Entry
 from pytriton.core.request import InferenceRequest, InferenceResponse
-from pytriton.core.running import RunningBatch
+from pytriton.core.running import LoneCall, RunningBatch
 from pytriton.core.sinks import ResponseSink
-from pytriton.core.worker import rings_after_job
+from pytriton.core.stats import FOLD_EVERY
+from pytriton.core.worker import IN_WORKER
 from pytriton.proxy.types import Request
 
 if TYPE_CHECKING:
@@ -99,16 +100,19 @@ def _idle_instance(scheduler: Scheduler, allowed: bool) -> Optional[Instance]:
     return instance
 
 
-def run_here(scheduler: Scheduler, request: InferenceRequest, caller: CallPath) -> Optional[Outputs]:
-    """Run an inner call's request on the calling thread (a sync callable's), if the model is idle; else None.
+def start_here(
+    scheduler: Scheduler,
+    caller: CallPath,
+    inputs: Dict[str, Any],
+    parameters: Dict[str, Any],
+    requested: Optional[List[str]],
+    batch_size: int,
+) -> Optional[Tuple[asyncio.Future[Outputs], LoneCall]]:
+    """On the loop: run an inner call in an idle instance's thread now, as `run_here` runs it; else None.
 
-    Idle: nothing queued and a free instance, which the call takes off the free list for its time, so the
-    instance's concurrency stays one call and requests that come meanwhile queue and batch as usual. The call
-    is counted in the statistics (on the loop, after it) as one that went through the queue, and the caller's
-    request's end or cancel reaches it (`DirectCall`). Any thread; the loop's own uses of the free list
-    allow for an instance taken between their test and their pop. Returns the outputs by name (checked as a
-    response's, no response made); raises ModelCallError as the call fails. A request without inputs to a batching
-    model goes the queue's way, which refuses it. (`Scheduler.run_here` is this function.)
+    For an async callable calling a sync model: its result goes from the instance's thread straight to the
+    caller's future, without the batch's task. Cancel the call with the LoneCall returned. (`Scheduler.start_here`
+    is this function.)
     """
     if (  # as _idle_instance, inline: a call less per inner call
         not scheduler._runs_here
@@ -116,34 +120,32 @@ def run_here(scheduler: Scheduler, request: InferenceRequest, caller: CallPath) 
         or not scheduler._accepting
         or scheduler._in_flight.cut
         or scheduler.spans is not None
-        or (not request.inputs and scheduler.spec.batching)
+        or (not inputs and scheduler.spec.batching)
     ):
         return None
     try:
         instance = scheduler._free.pop()
-    except IndexError:  # none free (or another caller's thread took the last one)
+    except IndexError:  # none free
         return None
     assert isinstance(instance, Instance)
-    return _run_here(scheduler, instance, request, caller, DirectCall())
-
-
-def start_here(
-    scheduler: Scheduler, request: InferenceRequest, caller: CallPath
-) -> Optional[Tuple[asyncio.Future[Outputs], DirectCall]]:
-    """On the loop: run an inner call's request in an idle instance's thread now, as `run_here` runs it; else None.
-
-    For an async callable calling a sync model: its result goes from the instance's thread straight to the
-    caller's future, without the batch's task. Cancel the call with the DirectCall returned.
-    """
-    instance = _idle_instance(scheduler, scheduler._runs_here)
-    if instance is None:
-        return None
-    direct = DirectCall()
+    paths = scheduler._paths
+    call = LoneCall(caller.chain, paths) if paths is not None else _lone_call(scheduler, caller)
     try:
-        return instance.submit(_run_here, scheduler, instance, request, caller, direct), direct
+        started = instance.submit(
+            run_here, scheduler, caller, inputs, parameters, requested, batch_size, instance, call
+        )
     except Exception:  # noqa: BLE001 - its thread cannot start: the queue's way reports it
         scheduler._free.append(instance)
         return None
+    return started, call
+
+
+def _lone_call(scheduler: Scheduler, caller: CallPath) -> LoneCall:
+    """A direct call's LoneCall (its PathMaker made with the model's first call)."""
+    paths = scheduler._paths
+    if paths is None and scheduler.models is not None:  # the caller's loop is the engine's
+        paths = scheduler._paths = PathMaker(scheduler.models, scheduler.spec.name, caller.loop, caller.inbox)
+    return LoneCall(caller.chain, paths)
 
 
 def may_await_here(scheduler: Scheduler) -> bool:
@@ -314,55 +316,125 @@ def _call_error(scheduler: Scheduler, error: BaseException) -> ModelCallError:
     return ModelCallError(failure.status, failure.message, failure.reason)
 
 
-def _run_here(
-    scheduler: Scheduler, instance: Instance, request: InferenceRequest, caller: CallPath, direct: DirectCall
-) -> Outputs:
-    """Run one request on `instance` (taken off the free list) on this thread; the loop is told after."""
+def run_here(
+    scheduler: Scheduler,
+    caller: CallPath,
+    inputs: Dict[str, Any],
+    parameters: Dict[str, Any],
+    requested: Optional[List[str]],
+    batch_size: int,
+    instance: Optional[Instance] = None,
+    call: Optional[LoneCall] = None,
+) -> Optional[Outputs]:
+    """Run an inner call on the calling thread (a sync callable's), if the model is idle; else None.
+
+    The call's request is given as its checked parts: `inputs` (a dict of the call's own), the callable's
+    `parameters`, the outputs `requested` (None: all) and the batch size its inputs make. Idle: nothing queued and
+    a free instance, which the call takes off the free list for its time, so the instance's concurrency stays one
+    call and requests that come meanwhile queue and batch as usual. The call is counted in the statistics (on the
+    loop, after it) as one that went through the queue, and the caller's request's end or cancel reaches it. Any
+    thread; the loop's own uses of the free list allow for an instance taken between their test and their pop.
+    Returns the outputs by name (checked as a response's, no response made); raises ModelCallError as the call
+    fails. A request without inputs to a batching model goes the queue's way, which refuses it.
+    (`Scheduler.run_here` is this function.)
+
+    Given an `instance` taken off the free list already and its `call` (start_here, in the instance's thread), it
+    runs the call on them. One LoneCall stands for the request's queue entry, its sink and its running batch of
+    one: no InferenceRequest, Entry or RunningBatch is made. The callable runs in the model's scope and with the
+    call as its call path, in a copy of the caller's context (instances.call_in_scope; inline, as the idle test, the
+    output checks' first test and CallPath.later are: each a frame less per call).
+    """
+    if instance is None:
+        if (  # as _idle_instance
+            not scheduler._runs_here
+            or scheduler._queues.size
+            or not scheduler._accepting
+            or scheduler._in_flight.cut
+            or scheduler.spans is not None
+            or (not inputs and scheduler.spec.batching)
+        ):
+            return None
+        try:
+            free = scheduler._free.pop()
+        except IndexError:  # none free (or another caller's thread took the last one)
+            return None
+        assert isinstance(free, Instance)
+        instance = free
+    if call is None:
+        paths = scheduler._paths
+        call = LoneCall(caller.chain, paths) if paths is not None else _lone_call(scheduler, caller)
     spec = scheduler.spec
-    entry, call, running = _begin(scheduler, instance, request, caller, direct)
-    start_ns = entry.enqueue_ns
-    requested = request.requested_outputs
+    start_ns = time.monotonic_ns()
+    instance.call_started_ns = start_ns
+    request = call.request = Request(
+        inputs, parameters, None, list(spec.output_names) if requested is None else requested
+    )
     outputs: Optional[Outputs] = None
     error: Optional[BaseException] = None
     infer_start_ns = infer_end_ns = time.monotonic_ns()
     inner = caller.inner
-    inner.add(direct)
+    inner.add(call)
     try:
-        if caller.cancelled or direct.reason:
+        if caller.cancelled or call.reason:
             raise InferenceError.cancelled(
-                direct.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
+                call.reason or f"the request that calls model '{spec.name}' was cancelled or has ended"
             )
-        results = instance.run_here([call], running if running.paths is not None else None)
+        results = contextvars.copy_context().run(
+            call_in_scope, instance.fn, [request], instance.model, call if call.paths is not None else None
+        )
         infer_end_ns = time.monotonic_ns()
         if type(results) is not list or len(results) != 1:
             results = check_results(spec, results, 1)
-        outputs = checked_outputs(spec, results[0], requested, scheduler.failures)
+        result = results[0]
+        if requested is None and type(result) is dict:  # checked_outputs' first test, inline: a frame less
+            passed = spec.passed_outputs
+            size = 0
+            for name, value in result.items():
+                if type(value) is not np.ndarray or passed.get((name, value.dtype)) is None:
+                    break
+                size += value.nbytes  # a number or bool array: what the response limit counts
+            else:
+                if size <= spec.max_response_bytes or not spec.max_response_bytes:  # else checked_outputs refuses it
+                    outputs = dict(result)  # a copy: the callable may return a dict it keeps
+        if outputs is None:
+            outputs = checked_outputs(spec, result, requested, scheduler.failures)
     except Exception as raised:  # noqa: BLE001 - the caller gets it as a ModelCallError
         error = raised
     finally:
         output_end_ns = time.monotonic_ns()
-        inner.discard(direct)
-        running.ended = True  # this thread made its path, if any: the loop closes it
-        # No cycle (direct -> running -> entry -> direct) left to the garbage collector: refcounts free the call's
-        # objects (its collections cost 8 % of a call's instructions). `direct` is done either way.
-        direct.running = None
+        inner.discard(call)
+        call.ended = True  # this thread made its path, if any: the loop closes it
         instance.call_started_ns = 0
         scheduler._free.append(instance)  # before the queue and `_drained` are read (see `_ran_here`)
-        cancelled = entry.cancelled  # read once: the call's answer and its count agree
+        cancelled = call.cancelled  # read once: the call's answer and its count agree
         drained = scheduler._drained
-        if scheduler._queues.size or (drained is not None and not drained.done()) or not rings_after_job():
-            tell: Callable[..., None] = caller.inbox.post
-        else:  # counted once the caller's batch is answered: not on the way of its answers
-            tell = caller.later
-        if outputs is not None and not cancelled and running.path is None:  # the commonest end
-            # Told with numbers only: the call's objects go now, not once the loop has counted it.
-            tell(_succeeded_here, scheduler, request.batch_size, start_ns, infer_start_ns, infer_end_ns, output_end_ns)
+        stats = scheduler.stats
+        if outputs is not None and not cancelled and call.path is None and not stats.observers:  # the commonest end
+            # Counted from this thread (ModelStats.lone_successes): the loop is woken only to start what queued.
+            lone = stats.lone_successes
+            lone.append(
+                (batch_size, batch_size if spec.batching else 1, start_ns, infer_start_ns, infer_end_ns, output_end_ns)
+            )
+            if len(lone) % FOLD_EVERY == 0:
+                try:
+                    caller.inbox.post(stats.fold)
+                except RuntimeError:  # the loop has closed: nobody reads these statistics any more
+                    pass
+            if scheduler._queues.size or (drained is not None and not drained.done()):
+                caller.inbox.post(_freed, scheduler)
         else:
-            request.inputs = {}  # the caller's arrays are not held until the loop counts the call
-            entry.call = None
-            tell(_ran_here, scheduler, running, (start_ns, infer_start_ns, infer_end_ns, output_end_ns), error)
+            _tell_loop(
+                scheduler,
+                caller,
+                call,
+                batch_size,
+                (start_ns, infer_start_ns, infer_end_ns, output_end_ns),
+                outputs is not None,
+                cancelled,
+                error,
+            )
     if cancelled:
-        raise ModelCallError.cancelled(direct.reason or f"request to model '{spec.name}' was cancelled")
+        raise ModelCallError.cancelled(call.reason or f"request to model '{spec.name}' was cancelled")
     if error is not None:
         failure = error if isinstance(error, InferenceError) else callable_error(error)
         raise ModelCallError(failure.status, failure.message, failure.reason)
@@ -392,6 +464,44 @@ def _begin(
     return entry, call, running
 
 
+def _tell_loop(
+    scheduler: Scheduler,
+    caller: CallPath,
+    call: LoneCall,
+    batch_size: int,
+    times: Tuple[int, int, int, int],
+    succeeded: bool,
+    cancelled: bool,
+    error: Optional[BaseException],
+) -> None:
+    """From the caller's thread: have the loop count a direct call that ended otherwise than the commonest way.
+
+    Its model has observers (metrics' latencies, which the loop feeds), or it failed, was cancelled or made a call
+    path. The loop counts it once the caller's batch is answered, off the way of its answers (CallPath.later), or
+    now where it must start what queued meanwhile, or is woken by nothing else (a thread not a worker's).
+    """
+    if succeeded and not cancelled and call.path is None:
+        # Told with numbers only: the call's objects go now, not once the loop has counted it.
+        told: Tuple[Any, ...] = (scheduler, batch_size, *times)
+        count: Callable[..., None] = _succeeded_here
+    else:
+        call.request = None  # the caller's arrays are not held until the loop counts the call
+        told, count = (scheduler, call, batch_size, times, cancelled, error), _lone_ran
+    drained = scheduler._drained
+    if scheduler._queues.size or (drained is not None and not drained.done()) or not getattr(IN_WORKER, "yes", 0):
+        caller.inbox.post(count, *told)
+    else:
+        caller.later(count, *told)
+
+
+def _freed(scheduler: Scheduler) -> None:
+    """On the loop: a direct call's instance is free again; start what queued meanwhile, or tell until_idle()."""
+    if scheduler._free and scheduler._queues.size:
+        scheduler._schedule()
+    elif scheduler._drained is not None:  # only while until_idle() waits
+        scheduler._update_idle()
+
+
 def _succeeded_here(
     scheduler: Scheduler, batch_size: int, start_ns: int, infer_start_ns: int, infer_end_ns: int, output_end_ns: int
 ) -> None:
@@ -404,10 +514,7 @@ def _succeeded_here(
         output_end_ns - infer_end_ns,
         output_end_ns - start_ns,
     )
-    if scheduler._free and scheduler._queues.size:
-        scheduler._schedule()
-    elif scheduler._drained is not None:  # only while until_idle() waits
-        scheduler._update_idle()
+    _freed(scheduler)
 
 
 def _ran_here(
@@ -428,6 +535,36 @@ def _ran_here(
     if entry.cancelled or error is not None:
         scheduler.stats.record_execution(rows, *compute)
         if entry.cancelled:
+            reason = FailureReason.CANCELED
+        else:
+            assert error is not None
+            reason = scheduler._as_inference_error(error, 1).reason  # logged here, as the loop logs a batch's
+        scheduler.stats.record_failure(output_end_ns - start_ns, reason.value)
+    else:
+        scheduler.stats.record_lone_success(batch_size, rows, *compute, output_end_ns - start_ns)
+    if scheduler._free and scheduler._queues.size:
+        scheduler._schedule()
+    elif scheduler._drained is not None:  # only while until_idle() waits
+        scheduler._update_idle()
+
+
+def _lone_ran(
+    scheduler: Scheduler,
+    call: LoneCall,
+    batch_size: int,
+    times: Tuple[int, int, int, int],
+    cancelled: bool,
+    error: Optional[BaseException],
+) -> None:
+    """On the loop: count a direct call that failed, was cancelled or made a call path, as `_ran_here` counts one."""
+    start_ns, infer_start_ns, infer_end_ns, output_end_ns = times
+    rows = batch_size if scheduler.spec.batching else 1
+    compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
+    if call.path is not None:
+        call.end(scheduler.spec.name)
+    if cancelled or error is not None:
+        scheduler.stats.record_execution(rows, *compute)
+        if cancelled:
             reason = FailureReason.CANCELED
         else:
             assert error is not None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import enum
 import functools
 import inspect
@@ -163,16 +162,6 @@ class Instance:
         """Run `fn(*args)` in the instance's thread (its scheduler's own jobs); the future settles on the loop."""
         return self._worker.submit(fn, *args)
 
-    def run_here(self, requests: List[Request], source: Optional[PathSource]) -> Step:
-        """Run a sync callable's call on the calling thread (an inner call that found the model idle).
-
-        In the model's scope and with `source` as the call path, in a copy of the caller's context: the callable
-        sees the caller's context variables, and what it sets stays in the copy, dropped after (undoing the two
-        sets would cost about half as much again). Framework arrays are left as they are: the caller's thread makes
-        them numpy arrays as it checks the outputs.
-        """
-        return contextvars.copy_context().run(_in_scope, self.fn, requests, self.model, source)
-
     def cancel(self, request: Request) -> None:
         """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
         mark_cancelled(request)
@@ -255,10 +244,15 @@ class Instance:
         self._worker.close()
 
 
-def _in_scope(
+def call_in_scope(
     fn: Callable[..., Any], requests: List[Request], model: Tuple[str, str], source: Optional[PathSource]
 ) -> Any:
-    """Call `fn(requests)` as model `model` with `source` as its call path (in a context of its own, Context.run)."""
+    """Call `fn(requests)` as model `model` with `source` as its call path (in a context of its own, Context.run).
+
+    A direct inner call runs its model's callable so on its caller's thread (core/direct_runs.run_here), in a copy of
+    the caller's context: the callable sees the caller's context variables, and what it sets stays in the copy,
+    dropped after (undoing the two sets would cost about half as much again).
+    """
     MODEL_SCOPE.set(model)
     CURRENT.set(source)
     try:

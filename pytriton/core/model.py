@@ -218,14 +218,21 @@ class ServedModel:
         self.scheduler.submit(request, sink)
         return sink
 
-    def run_here(self, request: InferenceRequest, caller: Any) -> Optional[Dict[str, Any]]:
+    def run_here(
+        self,
+        caller: Any,
+        inputs: Dict[str, Any],
+        parameters: Dict[str, Any],
+        requested: Optional[List[str]],
+        batch_size: int,
+    ) -> Optional[Dict[str, Any]]:
         """Run an inner call on its caller's thread if the model is idle (Scheduler.run_here); else None. Any thread.
 
-        Returns its outputs by name.
+        The call's request is given as its checked parts (core/composition/direct.py). Returns its outputs by name.
         """
         if self.state is not ModelState.READY or self.cache is not None:
             return None
-        outputs: Optional[Dict[str, Any]] = self.scheduler.run_here(request, caller)
+        outputs: Optional[Dict[str, Any]] = self.scheduler.run_here(caller, inputs, parameters, requested, batch_size)
         return outputs
 
     def may_await_here(self) -> bool:
@@ -248,11 +255,23 @@ class ServedModel:
         inline: Optional[Awaitable[Dict[str, Any]]] = self.scheduler.await_inline(request, caller)
         return inline
 
-    def start_here(self, request: InferenceRequest, caller: Any) -> Optional[Tuple[Any, Any]]:
-        """On the loop: run an inner call in an idle instance's thread (Scheduler.start_here); else None."""
+    def start_here(
+        self,
+        caller: Any,
+        inputs: Dict[str, Any],
+        parameters: Dict[str, Any],
+        requested: Optional[List[str]],
+        batch_size: int,
+    ) -> Optional[Tuple[Any, Any]]:
+        """On the loop: run an inner call in an idle instance's thread (Scheduler.start_here); else None.
+
+        The call's request is given as `run_here` takes it.
+        """
         if self.state is not ModelState.READY or self.cache is not None:
             return None
-        started: Optional[Tuple[Any, Any]] = self.scheduler.start_here(request, caller)
+        started: Optional[Tuple[Any, Any]] = self.scheduler.start_here(
+            caller, inputs, parameters, requested, batch_size
+        )
         return started
 
     def record_tokens(

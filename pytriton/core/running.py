@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Iterator, List, Optional, Set
+from typing import Any, Iterator, List, Optional, Set, Tuple
 
 from pytriton.core.composition.path import CallPath, PathMaker
 from pytriton.core.instances import ModelInstance
 from pytriton.core.queues import Entry
 from pytriton.core.sinks import ResponseSink
+from pytriton.proxy.types import Request, mark_cancelled
 
 # Held while a batch's call path is made: two threads of one callable calling models at once get the same one.
 _MAKING = threading.Lock()
@@ -76,13 +77,8 @@ class RunningBatch:
         The scheduler sets `ended` itself and calls this only when the batch made a path (most make none).
         """
         self.ended = True
-        path = self.path
-        if path is not None:
-            path.cancelled = True  # first: a call that a thread adds after the test below sees it and stops
-            if path.after_answer:  # after what the answers wake (a handler's write): off their way
-                path.loop.call_soon(path.answered)
-            if path.inner:  # else nothing in flight to tell why (the commonest end): no message to make
-                path.close(f"the request to model '{model}' that made the call has ended")
+        if self.path is not None:
+            _close(self.path, model)
 
     def cancel(self, entry: Entry) -> None:
         """The client of one of its requests cancelled it: the callable is told; a generator nobody wants stops."""
@@ -93,6 +89,77 @@ class RunningBatch:
             self.instance.cancel(entry.call)
         if self.stop is not None and all(other.cancelled for other in self.entries):
             self.stop.set()  # closed at its next step
+
+
+class LoneCall:
+    """A direct inner call (core/direct_runs.run_here): one request that runs at once, outside the model's queue.
+
+    What a RunningBatch of one entry and the entry's sink were to it, in one object: the Cancellable its caller's
+    call path holds (`cancel`, on the loop, as the caller's request ends or is cancelled) and the PathSource of the
+    callable it runs (`call_path`, made on the callable's first inner call: the caller's models, then this one).
+    """
+
+    __slots__ = ("cancelled", "chain", "ended", "path", "paths", "reason", "request")
+
+    def __init__(self, chain: Tuple[str, ...], paths: Optional[PathMaker]) -> None:
+        """A call to `paths`' model from a request whose call path has `chain` (which that model is not on).
+
+        `paths` None: a scheduler outside an engine; its callable has no call path (calls no model).
+        """
+        self.chain = chain
+        self.paths = paths
+        self.path: Optional[CallPath] = None  # made by call_path()
+        self.request: Optional[Request] = None  # what the callable gets, once made
+        self.ended = False  # set by the caller's thread once the callable returned
+        self.cancelled = False  # the caller's request ended or was cancelled while it ran
+        self.reason = ""  # why it was cancelled
+
+    def call_path(self) -> CallPath:
+        """The call path of the callable's own inner calls, made now if this is the first (from its thread or task).
+
+        As a RunningBatch's of this one request (whose origin is the caller's chain, without a deadline or a span).
+        """
+        path = self.path
+        if path is not None:
+            return path
+        assert self.paths is not None
+        with _MAKING:
+            if self.path is None:
+                paths = self.paths
+                made = CallPath(paths.models, (*self.chain, paths.name), 0, paths.loop, paths.inbox)
+                made.after_answer = deque()
+                self.path = made
+                if self.ended:
+                    made.cancelled = True
+            return self.path
+
+    def cancel(self, reason: str) -> None:
+        """On the loop: the caller's request ended or was cancelled; the callable's `is_cancelled()` says so."""
+        if self.ended:
+            return
+        self.reason = reason
+        request = self.request
+        if request is None:
+            return  # not started yet: it fails as it starts
+        self.cancelled = True
+        mark_cancelled(request)
+        if self.path is not None:
+            self.path.close(reason)
+
+    def end(self, model: str) -> None:
+        """On the loop: the call has ended (as RunningBatch.end); the inner calls its callable left are cancelled."""
+        self.ended = True
+        if self.path is not None:
+            _close(self.path, model)
+
+
+def _close(path: CallPath, model: str) -> None:
+    """On the loop: the path of a batch (or a direct call) of `model` that has been answered is closed."""
+    path.cancelled = True  # first: a call that a thread adds after the test below sees it and stops
+    if path.after_answer:  # after what the answers wake (a handler's write): off their way
+        path.loop.call_soon(path.answered)
+    if path.inner:  # else nothing in flight to tell why (the commonest end): no message to make
+        path.close(f"the request to model '{model}' that made the call has ended")
 
 
 def _answered_later(path: CallPath) -> CallPath:

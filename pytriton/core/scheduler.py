@@ -14,7 +14,7 @@ from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
-from pytriton.core.direct_runs import DirectCall, Outputs
+from pytriton.core.direct_runs import Outputs
 from pytriton.core.errors import (
     BatchNotRun,
     CallableRaised,
@@ -714,13 +714,8 @@ class Scheduler:
     # itself, not a method that calls it: a call less per inner call.
     run_here = direct_runs.run_here
 
-    def start_here(
-        self, request: InferenceRequest, caller: CallPath
-    ) -> Optional[Tuple[asyncio.Future[Outputs], DirectCall]]:
-        """On the loop: run an inner call in an idle instance's thread now; else None (direct_runs)."""
-        if not request.inputs and self.spec.batching:
-            return None
-        return direct_runs.start_here(self, request, caller)
+    # On the loop: run an inner call in an idle instance's thread now; else None (direct_runs).
+    start_here = direct_runs.start_here
 
     def await_inline(self, request: InferenceRequest, caller: CallPath) -> Optional[Awaitable[Outputs]]:
         """On the loop: an async caller's call to this idle async model, to await at once in its task; else None."""

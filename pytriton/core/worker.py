@@ -14,12 +14,9 @@ from pytriton.core.doorbell import Doorbell, LoopInbox, inbox_of
 _Job = Tuple[LoopInbox, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ...], bool]
 # How long submit(hand_over=True) waits for the thread to take its job.
 HAND_OVER_S = 0.001
-_IN_WORKER = threading.local()
-
-
-def rings_after_job() -> bool:
-    """Whether this thread is a worker's: each job it runs ends with a post that wakes the loop."""
-    return getattr(_IN_WORKER, "yes", False)
+# `IN_WORKER.yes` is True in a worker's thread (absent in others): each job it runs ends with a post that wakes the
+# loop. Read inline by a direct inner call (core/direct_runs.py), where a function to ask cost a frame per call.
+IN_WORKER = threading.local()
 
 
 class WorkerThread:
@@ -77,7 +74,7 @@ class WorkerThread:
             inbox = self._inbox = inbox_of(loop)
             self._loop_thread = threading.get_ident()
         future: asyncio.Future[Any] = loop.create_future()
-        doorbell = self.open()
+        doorbell = self._doorbell or self.open()
         if not self._started:
             threading.Thread(target=self._work, args=(doorbell,), name=self.name, daemon=True).start()
             self._started = True
@@ -99,7 +96,7 @@ class WorkerThread:
         interpreter finalized: freeing a tensor releases the GIL, a daemon thread that asks for it back then
         is ended by `pthread_exit`, whose unwinding through torch's C++ aborted the process.
         """
-        _IN_WORKER.yes = True
+        IN_WORKER.yes = True
         if self._prepare is not None:
             self._prepare()
         jobs = self._jobs

@@ -7,10 +7,11 @@ caller's thread to the loop, the loop to the inner instance's thread, back to th
 98 us per call on the bench VM (`python -m bench.composition`, a sync callable calling a sync identity 2,000
 times), 34-120 us from run to run. On the caller's thread it costs 9-16 us, none of them a wake-up: the call
 takes the instance off the free list for its time (one call at a time on it, as ever; a request that comes
-meanwhile queues and batches as usual), puts it back itself, and leaves its statistics with the caller's batch
-(CallPath.later): the loop counts them once that batch is answered, which wakes the loop anyway, and after
-the answer's write rather than before it. With a wake-up of the loop per call for its statistics, the same
-direct call cost 29-37 us: the GIL went to the loop and back each time. (Not measured: the inner answer sent
+meanwhile queues and batches as usual), puts it back itself, and counts its success itself, without the loop
+(ModelStats.lone_successes). With a wake-up of the loop per call for its statistics, the same direct call cost
+29-37 us: the GIL went to the loop and back each time. (A failed or cancelled call's statistics, or those of a
+model whose latencies metrics observe, wait with the caller's batch, CallPath.later, and are counted on the loop
+once that batch is answered.) (Not measured: the inner answer sent
 from the inner instance's thread straight to the caller's doorbell, which by count still leaves three
 wake-ups.) A call with a deadline, a traced one, or one that cannot run at once goes the loop's way, which
 keeps the deadline's timer and the spans.
@@ -32,18 +33,21 @@ of server CPU per call instead of 28. Should the model be busy by the time the l
 queue's way. The server's cut-off answers such a call at once (UNAVAILABLE), as it answers a running batch's.
 
 Either way the call answers the outputs by name, checked and selected as a response's are
-(core/outputs.checked_outputs) but with no response made for them to be taken out of again, and is counted with
-one call of the statistics (ModelStats.record_lone_success), on the loop, from numbers alone. The checks' verdicts
-are remembered by the inputs' and outputs' signatures (names, dtypes, shapes: `ModelSpec.passed_inputs` and
-`passed_outputs`), and the call leaves no reference cycle to the garbage collector: 4.9 us of server CPU per sync
--> sync call, pinned (`python -m bench.composition_cpu`), 72k instructions (`python -m bench instr_ab REF .
---composition`), 24 Python calls (`python -m bench.composition_calls`); docs/performance.md#composition.
+(core/outputs.checked_outputs, its first test inline) but with no response made for them to be taken out of again.
+The checks' verdicts are remembered by the inputs' and outputs' signatures (names, dtypes, shapes:
+`ModelSpec.passed_inputs` and `passed_outputs`), and the call leaves no reference cycle to the garbage collector.
+A sync model's call makes two objects, the callable's Request and a LoneCall (core/running.py), which stands for its
+queue entry, sink and running batch; its request is passed as its checked parts, no InferenceRequest made. Its
+success is counted from the caller's thread (ModelStats.lone_successes, folded into the counters when they are
+read); the loop is woken only where requests queued meanwhile. 42k instructions per sync -> sync call, 94k per
+async -> sync (`python -m bench instr_ab REF . --composition [async-sync]`), 72k and 126k before (2026-12-07);
+docs/performance.md#composition.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Dict, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,8 +56,11 @@ from pytriton.core.composition.path import CallPath, Cancellable
 from pytriton.core.doorbell import Doorbell
 from pytriton.core.request import InferenceRequest
 
+# A call that may run without the loop: its model, then its request's checked parts (Scheduler.run_here's).
+Direct = Tuple[Any, Dict[str, Any], Dict[str, Any], Optional[List[str]], int]
 
-def _direct_request(
+
+def _direct_call(
     path: CallPath,
     name: str,
     inputs: Dict[str, Any],
@@ -61,20 +68,46 @@ def _direct_request(
     parameters: Optional[Dict[str, Any]],
     requested_outputs: Optional[Sequence[str]],
     timeout_s: Optional[float],
-) -> Optional[Tuple[Any, InferenceRequest]]:
-    """The model and request of a call that may run without the loop; None for one the loop must take.
+) -> Optional[Direct]:
+    """The model of a call that may run without the loop, and its request's checked parts; None for one the loop takes.
 
-    The loop takes any call with a deadline, a traced one, a cycle, or an error in its arguments (it answers it).
+    The parts are the inputs (a dict of the call's own), the parameters the callable sees, the outputs asked for
+    (None: all) and the batch size. The loop takes any call with a deadline, a traced one, a cycle, or an error in
+    its arguments (it answers it).
     """
     if timeout_s is not None or path.deadline_ns or path.cancelled or path.span is not None or name in path.chain:
         return None
     try:
         model = path.models.model(name, "" if version is None else str(version))
+        if requested_outputs is None and len(inputs) == 1:  # the commonest call: build_request's first test, inline
+            for input_name, value in inputs.items():
+                if type(value) is np.ndarray:
+                    try:
+                        batch_size = model.spec.passed_inputs.get((input_name, value.dtype, value.shape))
+                    except TypeError:  # a dtype numpy cannot hash: build_request checks it in full
+                        batch_size = None
+                    if batch_size is not None:
+                        return (
+                            model,
+                            {input_name: value},
+                            {} if parameters is None else dict(parameters),
+                            None,
+                            batch_size,
+                        )
         request = build_request(model.spec, inputs, parameters, requested_outputs)
     except Exception:  # noqa: BLE001 - the loop's way reports it
         return None
+    return model, request.inputs, request.parameters, request.requested_outputs, request.batch_size
+
+
+def _request_of(path: CallPath, direct: Direct) -> InferenceRequest:
+    """The InferenceRequest of a direct call's parts, for the ways that take one (an async model's)."""
+    _, inputs, parameters, requested, batch_size = direct
+    request = InferenceRequest(
+        request_id="", inputs=inputs, parameters=parameters, requested_outputs=requested, batch_size=batch_size
+    )
     request.origin = (path.chain, 0, None)
-    return model, request
+    return request
 
 
 def call_here(
@@ -93,13 +126,36 @@ def call_here(
     on the loop in a task of its own (Scheduler.await_here), this thread woken by its answer. Raises ModelCallError
     as the call fails.
     """
-    direct = _direct_request(path, name, inputs, version, parameters, requested_outputs, timeout_s)
-    if direct is None:
+    # _direct_call, inline: a frame and a tuple less per call (an async caller's is not on a thread's way to wait)
+    if timeout_s is not None or path.deadline_ns or path.cancelled or path.span is not None or name in path.chain:
         return None
-    model, request = direct
-    outputs: Optional[Dict[str, np.ndarray]] = model.run_here(request, path)
+    try:
+        model = path.models.model(name, "" if version is None else str(version))
+        batch_size: Optional[int] = None
+        if requested_outputs is None and len(inputs) == 1:  # the commonest call: build_request's first test, inline
+            for input_name, value in inputs.items():
+                if type(value) is np.ndarray:
+                    try:
+                        batch_size = model.spec.passed_inputs.get((input_name, value.dtype, value.shape))
+                    except TypeError:  # a dtype numpy cannot hash: build_request checks it in full
+                        pass
+        if batch_size is not None:
+            arrays: Dict[str, Any] = {input_name: value}
+            called: Dict[str, Any] = {} if parameters is None else dict(parameters)
+            requested: Optional[List[str]] = None
+        else:
+            request = build_request(model.spec, inputs, parameters, requested_outputs)
+            arrays, called, requested, batch_size = (
+                request.inputs,
+                request.parameters,
+                request.requested_outputs,
+                request.batch_size,
+            )
+    except Exception:  # noqa: BLE001 - the loop's way reports it
+        return None
+    outputs: Optional[Dict[str, np.ndarray]] = model.run_here(path, arrays, called, requested, batch_size)
     if outputs is None and model.may_await_here():
-        outputs = _awaited_on_loop(path, model, request)
+        outputs = _awaited_on_loop(path, model, _request_of(path, (model, arrays, called, requested, batch_size)))
     return outputs
 
 
@@ -159,7 +215,7 @@ def call_here_async(
     path: CallPath,
     name: str,
     inputs: Dict[str, Any],
-    version: Optional[str],
+    version: Any,
     parameters: Optional[Dict[str, Any]],
     requested_outputs: Optional[Sequence[str]],
     timeout_s: Optional[float],
@@ -170,14 +226,14 @@ def call_here_async(
     comes from that thread to the caller without the batch's task and the sink in between. An async model's
     callable is awaited in the caller's own task (Scheduler.await_inline). Await what it returns for the outputs.
     """
-    direct = _direct_request(path, name, inputs, version, parameters, requested_outputs, timeout_s)
+    direct = _direct_call(path, name, inputs, version, parameters, requested_outputs, timeout_s)
     if direct is None:
         return None
-    model, request = direct
-    started = model.start_here(request, path)
+    model = direct[0]
+    started = model.start_here(path, *direct[1:])
     if started is not None:
         return _answer_of(*started)
-    inline: Optional[Awaitable[Dict[str, np.ndarray]]] = model.await_inline(request, path)
+    inline: Optional[Awaitable[Dict[str, np.ndarray]]] = model.await_inline(_request_of(path, direct), path)
     return inline
 
 

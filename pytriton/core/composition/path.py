@@ -121,7 +121,10 @@ class CallPath:
 
 
 class PathSource(Protocol):
-    """What `CURRENT` holds: a call path, or what makes one when the callable first calls a model."""
+    """What `CURRENT` holds: a call path, or what makes one when the callable first calls a model.
+
+    One that makes it keeps it in its `path` attribute (None until made), which call_model reads without a call.
+    """
 
     def call_path(self) -> CallPath:
         """The call path (made on the first call; from any thread)."""
