@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from pytriton.compose import call_model, call_model_async
 from pytriton.decorators import batch
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import ModelConfig, Tensor
@@ -36,6 +37,16 @@ def _batched(**inputs: np.ndarray) -> Dict[str, np.ndarray]:
     return {"o": np.array([[",".join(inputs).encode()]] * rows, dtype=object)}
 
 
+def _calling(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    ones = np.ones(1, np.float32)
+    return [call_model("plain", {"b": ones, "a": ones, "k": ones}) for _ in requests]
+
+
+async def _calling_async(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    ones = np.ones(1, np.float32)
+    return [await call_model_async("plain", {"b": ones, "a": ones, "k": ones}) for _ in requests]
+
+
 def _bind(triton: Triton) -> None:
     inputs = [Tensor(name=name, dtype=np.float32, shape=(-1,)) for name in NAMES]
     triton.bind("plain", _plain, inputs=inputs, outputs=OUTPUT, config=ModelConfig(batching=False))
@@ -44,6 +55,8 @@ def _bind(triton: Triton) -> None:
         "in_process", ProcessInstances(_plain), inputs=inputs, outputs=OUTPUT, config=ModelConfig(batching=False)
     )
     triton.bind("batch_decorated", _batched, inputs=inputs, outputs=OUTPUT, config=ModelConfig(batching=False))
+    for name, fn in (("calling", _calling), ("calling_async", _calling_async)):
+        triton.bind(name, fn, inputs=inputs[:1], outputs=OUTPUT, config=ModelConfig(batching=False))
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +96,11 @@ def test_batch_reads_the_batch_size_off_the_models_first_input(triton: Triton) -
         "shape": [2, 1],
         "data": ["k,a,b", "k,a,b"],
     }
+
+
+@pytest.mark.parametrize("model", ["calling", "calling_async"])
+def test_an_inner_call_hands_the_inputs_in_the_models_order(triton: Triton, model: str) -> None:
+    # The inner call runs `plain` directly in the caller's thread (or its instance thread): the same order.
+    inputs = [{"name": "k", "datatype": "FP32", "shape": [1], "data": [1.0]}]
+    status, _, raw = request(triton.http_port, "POST", f"/v2/models/{model}/infer", json.dumps({"inputs": inputs}))
+    assert status == 200 and json.loads(raw)["outputs"][0]["data"] == ["k,a,b"]

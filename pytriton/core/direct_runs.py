@@ -366,6 +366,8 @@ def run_here(
     spec = scheduler.spec
     start_ns = time.monotonic_ns()
     instance.call_started_ns = start_ns
+    if len(inputs) > 1 and tuple(inputs) != spec.input_names:  # in the model's order, as a client's request's
+        inputs = spec.in_declared_order(inputs)
     request = call.request = Request(
         inputs, parameters, None, list(spec.output_names) if requested is None else requested
     )
