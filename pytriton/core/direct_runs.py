@@ -13,7 +13,7 @@ import asyncio
 import contextvars
 import functools
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -527,27 +527,8 @@ def _ran_here(
     The caller's thread put the instance back on the free list, then read the queue's size and `_drained`:
     a request queued, or an `until_idle()` begun, after that thread's reads found the instance free already.
     """
-    start_ns, infer_start_ns, infer_end_ns, output_end_ns = times
     entry = running.entries[0]
-    batch_size = entry.request.batch_size
-    rows = batch_size if scheduler.spec.batching else 1
-    compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
-    if running.path is not None:
-        running.end(scheduler.spec.name)
-    if entry.cancelled or error is not None:
-        scheduler.stats.record_execution(rows, *compute)
-        if entry.cancelled:
-            reason = FailureReason.CANCELED
-        else:
-            assert error is not None
-            reason = scheduler._as_inference_error(error, 1).reason  # logged here, as the loop logs a batch's
-        scheduler.stats.record_failure(output_end_ns - start_ns, reason.value)
-    else:
-        scheduler.stats.record_lone_success(batch_size, rows, *compute, output_end_ns - start_ns)
-    if scheduler._free and scheduler._queues.size:
-        scheduler._schedule()
-    elif scheduler._drained is not None:  # only while until_idle() waits
-        scheduler._update_idle()
+    _count_ran(scheduler, running, entry.request.batch_size, times, entry.cancelled, error)
 
 
 def _lone_ran(
@@ -559,11 +540,23 @@ def _lone_ran(
     error: Optional[BaseException],
 ) -> None:
     """On the loop: count a direct call that failed, was cancelled or made a call path, as `_ran_here` counts one."""
+    _count_ran(scheduler, call, batch_size, times, cancelled, error)
+
+
+def _count_ran(
+    scheduler: Scheduler,
+    ran: Union[RunningBatch, LoneCall],
+    batch_size: int,
+    times: Tuple[int, int, int, int],
+    cancelled: bool,
+    error: Optional[BaseException],
+) -> None:
+    """On the loop: count a call that ran on its caller's thread, end the call path it made, start what queued."""
     start_ns, infer_start_ns, infer_end_ns, output_end_ns = times
     rows = batch_size if scheduler.spec.batching else 1
     compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
-    if call.path is not None:
-        call.end(scheduler.spec.name)
+    if ran.path is not None:
+        ran.end(scheduler.spec.name)
     if cancelled or error is not None:
         scheduler.stats.record_execution(rows, *compute)
         if cancelled:
@@ -574,7 +567,4 @@ def _lone_ran(
         scheduler.stats.record_failure(output_end_ns - start_ns, reason.value)
     else:
         scheduler.stats.record_lone_success(batch_size, rows, *compute, output_end_ns - start_ns)
-    if scheduler._free and scheduler._queues.size:
-        scheduler._schedule()
-    elif scheduler._drained is not None:  # only while until_idle() waits
-        scheduler._update_idle()
+    _freed(scheduler)
