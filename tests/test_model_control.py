@@ -1008,10 +1008,13 @@ def test_an_unload_asked_while_a_load_waits_for_the_models_requests_is_the_last_
             client.unload_model("m", headers=HTTP_AUTH)
             load = pool.submit(load_in_thread)
             refused = pool.submit(_load, triton, "m", {"max_batch_size": 0})
+            # Both loads wait for the held request (Engine._after_unload counts them): the index reads LOADING
+            # once the first arrives, and an unload asked before the second arrived would not be the last word.
             deadline = time.monotonic() + 30
-            while _index_state(triton, "m") != ("LOADING", None):
-                assert time.monotonic() < deadline
+            while triton._runtime.engine._loading.get("m") != 2:
+                assert time.monotonic() < deadline, "the two loads never both waited"
                 time.sleep(0.01)
+            assert _index_state(triton, "m") == ("LOADING", None)
             client.unload_model("m", headers=HTTP_AUTH)
         finally:
             gate.open.set()
