@@ -282,6 +282,8 @@ def _refusal(
             continue
         if region is not None:
             later.append((name, datatype, shape, region.byte_size))
+        elif datatype == BYTES and binary_size is not None and shape and not shape[0] and spec.batching:
+            later.append((name, datatype, shape, _data_size(None, binary_size, datatype, view, start) or 0))  # strings
         elif datatype == BYTES and binary_size is not None:
             later.append((name, datatype, shape, _strings_read(view, start, offset, shape, name, spec.name)))
         elif "binary_data_size" in tensor_parameters:
@@ -400,16 +402,22 @@ def _check_body(inputs: Sequence[_PlannedInput], header_length: int, size: int, 
 
 
 def _planned_later(
-    inputs: Sequence[_PlannedInput], failed: int, view: Optional[memoryview], offset: int, model: str
+    spec: ModelSpec, inputs: Sequence[_PlannedInput], failed: int, view: Optional[memoryview], offset: int
 ) -> List[Tuple[str, str, List[int], Union[int, _JsonRead]]]:
-    """The planned inputs after `inputs[failed]`, each with its data's size (a BYTES input's strings as read)."""
+    """The planned inputs after `inputs[failed]`, each with its data's size (a BYTES input's strings as read).
+
+    A batching model's BYTES input of batch size 0 comes with its count of strings (ModelSpec.check_input).
+    """
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
+    model = spec.name
     for index, planned in enumerate(inputs):
         name, datatype, shape, binary_size, region = planned
         start, offset = offset, offset + ((binary_size or 0) if region is None else 0)
         if index <= failed:
             continue
-        if region is None and datatype == BYTES:
+        if region is None and datatype == BYTES and shape and not shape[0] and spec.batching:
+            later.append((name, datatype, shape, _data_size(None, binary_size, datatype, view, start) or 0))
+        elif region is None and datatype == BYTES:
             later.append((name, datatype, shape, _strings_read(view, start, offset, shape, name, model)))
         else:
             later.append((name, datatype, shape, _planned_size(planned)))
@@ -565,7 +573,7 @@ def _decode_planned(
                     spec,
                     names,
                     index,
-                    _planned_later(plan.inputs, index, view, header_length, spec.name),
+                    _planned_later(spec, plan.inputs, index, view, header_length),
                     rows=_planned_rows(spec, plan.inputs),
                 )
                 raise
