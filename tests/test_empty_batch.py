@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from pytriton.decorators import batch
-from pytriton.model_config import ModelConfig, Tensor
+from pytriton.model_config import EnsembleStep, ModelConfig, Tensor
 from pytriton.triton import Triton
 from tests.conftest import GRPC_AUTH, HTTP_AUTH, grpc_url, http_url, running_triton
 from tests.http_helpers import get_json, post_json, request
@@ -73,6 +73,13 @@ def _bind(triton: Triton) -> None:
             Tensor(name="OUTPUT_Y", dtype=np.int32, shape=(2,)),
         ],
         config=ModelConfig(max_batch_size=8),
+    )
+    triton.bind_ensemble(
+        "ensemble_int32",
+        steps=[EnsembleStep("batched_int32", input_map={"INPUT_1": "INPUT_1"}, output_map={"OUTPUT_1": "OUTPUT_1"})],
+        inputs=[Tensor(name="INPUT_1", dtype=np.int32, shape=(3,))],
+        outputs=[Tensor(name="OUTPUT_1", dtype=np.int32, shape=(3,))],
+        config=ModelConfig(max_batch_size=4),
     )
     triton.bind(
         "mix",
@@ -460,3 +467,18 @@ def test_a_batch_of_0_that_is_served_is_not_the_refusal_of_a_request_that_fails(
     assert _send(triton, wire, "mix", inputs) == (invalid, "[request id: <id_unknown>] " + refusal)
     served = [("INPUT_X", "FP32", [0, 2], np.arange(2, dtype=np.float32)), ("INPUT_Y", "BYTES", [0, 3], STRINGS)]
     assert _send(triton, wire, "mix", served) == [("OUTPUT_X", [2], [0.0, 1.0]), ("OUTPUT_Y", [3], ["s0", "s1", "s2"])]
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_an_ensemble_runs_a_batch_of_0_as_tritons_ensemble_scheduler_does(triton: Triton, wire: str) -> None:
+    # tritonserver 2.51 (nvidia-pytriton 0.7.0, an ensemble written into its model store over a bound model): INT32
+    # [0, 3] of one row runs the batching step on [1, 3] (its tensors get a batch dimension of 1) and answers
+    # [3] (the step's output loses it again); one inference, one execution. This server failed it: `in ensemble
+    # 'ensemble_int32', ... unexpected shape for input 'INPUT_1' for model 'batched_int32'. Expected [-1,3], got [3]`.
+    values = np.array([4, 5, 6], np.int32)
+    before, calls = _counts(triton, "ensemble_int32"), len(CALLS)
+    answer = _send(triton, wire, "ensemble_int32", [("INPUT_1", "INT32", [0, 3], values)])
+    assert (answer, CALLS[calls:]) == ([("OUTPUT_1", [3], [4, 5, 6])], [[{"INPUT_1": (1, 3)}]])
+    assert [b - a for a, b in zip(before, _counts(triton, "ensemble_int32"))] == [1, 1, 1]
+    answer = _send(triton, wire, "ensemble_int32", [("INPUT_1", "INT32", [1, 3], values)])
+    assert answer == [("OUTPUT_1", [1, 3], [4, 5, 6])]
