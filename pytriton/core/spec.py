@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, FrozenSet, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -47,11 +47,17 @@ class TensorDef:
 class EmptyBatchError(InferenceError):
     """The refusal of an input of batch size 0, with what it was made of: rows again once the request's are known."""
 
-    def __init__(self, message: str, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int]) -> None:
-        """The error of `message` (Triton's core's words, of the request) for input `name` of `dims` past its batch."""
+    def __init__(
+        self, message: str, name: str, datatype: str, dims: Sequence[int], data_bytes: Optional[int], fits: bool
+    ) -> None:
+        """The error of `message` (Triton's core's words, of the request) for input `name` of `dims` past its batch.
+
+        `fits`: the data is that of the rows Triton expects, and they have elements (tritonserver 2.51 serves it).
+        """
         super().__init__(Status.INVALID_ARGUMENT, message)
         self.of_request = True
         self.input = (name, datatype, tuple(dims), data_bytes)
+        self.fits = fits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,20 +132,47 @@ class ModelSpec:
         shape: Sequence[int],
         wildcards: bool = False,
         data_bytes: Optional[int] = None,
+        rows: Optional[int] = None,
     ) -> int:
         """Check one input against the config; return its batch size (1 for non-batching models).
 
         With `wildcards` a -1 dimension gets the words of Triton's core (`_check_wildcards`): the gRPC frontend hands
         it negative dimensions, where the HTTP frontend refuses them as it reads the JSON. `data_bytes`, the size of
         the input's binary data when the caller knows it (of a BYTES input: its count of strings), is named in the
-        refusal of a batch of 0.
+        refusal of a batch of 0. An input of batch size 0 whose data is that of the request's `rows`
+        (empty_batch_rows; None: not known) passes, as tritonserver 2.51 serves it: its data is read in the shape
+        rows_shape gives, and its batch size is `rows`, 1 for 0 (Triton's batcher and statistics count such a
+        request as one).
         """
         tensor = self.input_by_name.get(name)
         if tensor is not None and datatype == tensor.datatype:
             batch_size = self._fits(tensor, shape)
             if batch_size >= 0:
                 return batch_size
-        return self._check_input(tensor, name, datatype, shape, wildcards, data_bytes)
+        return self._check_input(tensor, name, datatype, shape, wildcards, data_bytes, rows)
+
+    def empty_batch_rows(self, inputs: Sequence[Tuple[str, Sequence[int]]]) -> Optional[int]:
+        """The rows tritonserver 2.51 reads the data of a request's inputs of batch size 0 as (a batching model's).
+
+        `inputs` are (name, shape), all of them. Its core takes the request's batch size from the first input its
+        hash map visits whose batch dimension is not 0 (first_refusal), and gives each input visited before it that
+        many rows: UINT8 `[0, 3]` beside `[2, 4]` is read as `[2, 3]`. Where every batch dimension is 0 the request
+        has no batch size (0): each input is read in its shape past it (`[0, 3]` as `[3]`), and its model runs on
+        that. None where first_refusal refuses the inputs, or the batch dimension is no int32.
+        """
+        if self.first_refusal(inputs) is not None:
+            return None
+        shapes = dict(inputs)
+        for name in hash_map_order(list(shapes)):
+            batch_size = shapes[name][0]
+            if batch_size:
+                return batch_size if 0 < batch_size < 2**31 else None
+        return 0
+
+    @staticmethod
+    def rows_shape(shape: Sequence[int], rows: int) -> List[int]:
+        """The shape tritonserver 2.51 reads an input of batch size 0 in, for the request's `rows` (0: none)."""
+        return [rows, *shape[1:]] if rows else list(shape[1:])
 
     def in_declared_order(self, inputs: Dict[str, Any]) -> Dict[str, Any]:
         """A request's `inputs` in the order the model declares them (callers skip those in that order already).
@@ -231,6 +264,7 @@ class ModelSpec:
         shape: Sequence[int],
         wildcards: bool = False,
         data_bytes: Optional[int] = None,
+        rows: Optional[int] = None,
     ) -> int:
         """check_input's full checks, in Triton's order, each with its message."""
         if tensor is None:
@@ -275,7 +309,10 @@ class ModelSpec:
                     f"{limit} elements (or dimension) a tensor may have on this server"
                 )
         if self.batching and batch_size == 0:
-            raise self._empty_batch_error(name, datatype, dims, data_bytes)
+            error = self._empty_batch_error(name, datatype, dims, data_bytes, rows or 1)
+            if rows is not None and error.fits:
+                return rows or 1
+            raise error
         return batch_size
 
     def _rank_and_dims_fit(self, tensor: TensorDef, shape: Sequence[int]) -> bool:
@@ -328,9 +365,10 @@ class ModelSpec:
 
         Triton takes the request's batch size from the first input it visits with one (core/hash_map_order.py) and
         reads 0 as "no batch dimension yet": it expects the data of that many `rows` (one when no input has a batch
-        size), and the request fails its byte-size check, in those words (`with_request_rows` sets the rows). The
-        model never runs on an empty batch: of rows of no data, or data of those rows (Triton's check passes),
-        NVIDIA's PyTriton 0.7 answers nothing, and this server says why.
+        size), and the request fails its byte-size check, in those words (`with_request_rows` sets the rows). Data of
+        those rows passes (`fits`): 2.51 serves it, and check_input passes it where the request's rows are known.
+        The model never runs on rows of no elements (`[0, 0]`): Triton's check passes and NVIDIA's PyTriton 0.7
+        answers nothing (the request counts as a success), and this server says why.
         """
         count = rows * math.prod(dims)
         fits = data_bytes == (count if datatype == BYTES else count * ELEMENT_SIZE.get(datatype, 0))
@@ -351,7 +389,7 @@ class ModelSpec:
                 f"input byte size mismatch for input '{name}' for model '{self.name}'. "
                 f"Expected {count * ELEMENT_SIZE.get(datatype, 0)}, got {data_bytes or 0}"
             )
-        return EmptyBatchError(message, name, datatype, dims, data_bytes)
+        return EmptyBatchError(message, name, datatype, dims, data_bytes, fits and count > 0)
 
     def with_request_rows(self, error: InferenceError, inputs: Sequence[Tuple[str, Sequence[int]]]) -> InferenceError:
         """`error`, an input's of batch size 0 (EmptyBatchError), for the rows the request's batch size makes.

@@ -157,13 +157,13 @@ def decode_infer_request(
                 datatype = "<invalid>"
             has_contents = header.has_contents
             try:
-                # a batch of 0 is refused naming its data's size
-                given = (
-                    _data_size(region, raw, raw_index, datatype, message.inputs[index])
-                    if shape and not shape[0]
-                    else None
-                )
-                batch_sizes.append(spec.check_input(name, datatype, shape, True, given))
+                given = rows = None
+                if shape and not shape[0]:  # a batch of 0 is refused naming its data's size, or read in the
+                    given = _data_size(region, raw, raw_index, datatype, message.inputs[index])  # request's rows
+                    rows = spec.empty_batch_rows([(h.name, h.shape) for h in headers]) if spec.batching else None
+                batch_sizes.append(spec.check_input(name, datatype, shape, True, given, rows))
+                if rows is not None:  # one 2.51 serves, in the shape it reads it in
+                    shape = tuple(spec.rows_shape(shape, rows))
                 if region is not None:
                     if has_contents:
                         raise InferenceError.invalid(_contents_in_shared_memory(name, spec.name))
@@ -198,9 +198,9 @@ def decode_infer_request(
                     _check_later_inputs(spec, headers, index, message.inputs[index + 1 :], raw[first_raw:])
                 except EmptyBatchError as later:  # a batch of 0 has the rows of the request's batch size
                     raise spec.with_request_rows(later, shapes) from None
-                rows = spec.with_request_rows(error, shapes)
-                if rows is not error:
-                    raise rows from None
+                refusal = spec.with_request_rows(error, shapes)
+                if refusal is not error:
+                    raise refusal from None
                 raise
             names.append(name)
         batch_size = spec.check_input_set(names, batch_sizes)
@@ -235,7 +235,10 @@ def _data_size(
         if raw_index >= len(raw):
             return None
         return len(raw[raw_index]) if datatype != BYTES else string_count(raw[raw_index])
-    return len(tensor.contents.bytes_contents) if datatype == BYTES else None
+    if datatype == BYTES:
+        return len(tensor.contents.bytes_contents)
+    field = _CONTENTS_FIELD.get(datatype)
+    return len(getattr(tensor.contents, field)) * ELEMENT_SIZE[datatype] if field is not None else None
 
 
 def _check_names_and_batch(spec: ModelSpec, headers: Sequence[_InputHeader]) -> None:
@@ -280,12 +283,17 @@ def _check_later_inputs(
             given = len(tensor.contents.bytes_contents)  # its count of strings
         later.append((header.name, datatype, header.shape, given, content))
     names = [header.name for header in all_headers]
+    shapes = [(header.name, header.shape) for header in all_headers]
     for index in visited_before(names, names[failed], [header.name for header in headers]):
         name, datatype, shape, given, content = later[index]
-        size: Optional[int] = None
-        if shape and not shape[0]:  # a batch of 0 names its data's size (a BYTES input's in strings)
-            size = string_count(content) if datatype == BYTES and content is not None else given
-        spec.check_input(name, datatype, shape, True, size)
+        if shape and not shape[0]:  # a batch of 0 names its data's size (a BYTES input's in strings), or is read in
+            size = string_count(content) if datatype == BYTES and content is not None else given  # the request's rows
+            rows = spec.empty_batch_rows(shapes) if spec.batching else None
+            spec.check_input(name, datatype, shape, True, size, rows)
+            if rows is not None:
+                shape = spec.rows_shape(shape, rows)
+        else:
+            spec.check_input(name, datatype, shape, True)
         element_size = ELEMENT_SIZE.get(datatype)
         if element_size is not None and given is not None and given != element_count(shape) * element_size:
             raise InferenceError.invalid_input(

@@ -142,15 +142,20 @@ def decode_infer_request(
                 raise InferenceError.invalid_input(f"input '{name}' already exists in request")
             binary_size = tensor_parameters.get("binary_data_size")
             region = _input_region(tensor_parameters, name) if tensor_parameters else None
+            rows: Optional[int] = None
             if refused is None:
-                # a batch of 0 is refused naming its data's size
-                given = _data_size(region, binary_size, datatype, view, offset) if shape and not shape[0] else None
+                given = None
+                if shape and not shape[0]:  # a batch of 0 is refused naming its data's size, or read in the request's
+                    given = _data_size(region, binary_size, datatype, view, offset)  # rows (empty_batch_rows)
+                    rows = _empty_batch_rows(spec, raw_inputs)
                 try:
-                    batch_sizes.append(spec.check_input(name, datatype, shape, False, given))
+                    batch_sizes.append(spec.check_input(name, datatype, shape, False, given, rows))
                 except InferenceError as error:
                     refused, refusal = index, error
             if planned is not None:
                 planned.append((name, datatype, shape, binary_size, region))
+            if rows is not None and refused is None:  # a batch of 0 that 2.51 serves, in the shape it reads it in
+                shape = spec.rows_shape(shape, rows)
             if region is not None:
                 _only_shared_memory(raw, binary_size)
                 (memory or _memory(memory)).check(region.region, region.offset, region.byte_size)
@@ -277,6 +282,8 @@ def _refusal(
             continue
         if region is not None:
             later.append((name, datatype, shape, region.byte_size))
+        elif datatype == BYTES and binary_size is not None and shape and not shape[0] and spec.batching:
+            later.append((name, datatype, shape, _data_size(None, binary_size, datatype, view, start) or 0))  # strings
         elif datatype == BYTES and binary_size is not None:
             later.append((name, datatype, shape, _strings_read(view, start, offset, shape, name, spec.name)))
         elif "binary_data_size" in tensor_parameters:
@@ -285,11 +292,23 @@ def _refusal(
             later.append((name, datatype, shape, (None, None)))
         else:
             later.append((name, datatype, shape, _json_read(raw["data"], datatype, shape, name, spec.name)))
+    rows = spec.empty_batch_rows(shapes) if spec.batching else None
     try:
-        _check_later_inputs(spec, names, refused, later, isinstance(refusal, OutOfRange))
+        _check_later_inputs(spec, names, refused, later, isinstance(refusal, OutOfRange), rows)
     except EmptyBatchError as error:  # a batch of 0 has the rows of the request's batch size
         return spec.with_request_rows(error.with_traceback(None), shapes)
     return refusal
+
+
+def _empty_batch_rows(spec: ModelSpec, raw_inputs: List[Any]) -> Optional[int]:
+    """ModelSpec.empty_batch_rows of the request's inputs (None where one is refused as the frontend reads it)."""
+    if not spec.batching:
+        return None
+    try:
+        shapes = [(name, shape) for name, _, shape, _ in map(_tensor_header, raw_inputs)]
+    except InferenceError:
+        return None
+    return spec.empty_batch_rows(shapes)
 
 
 def _input_region(parameters: Mapping[str, Any], name: str) -> Optional[TensorRegion]:
@@ -327,13 +346,14 @@ def _check_later_inputs(
     failed: int,
     later: Sequence[Tuple[str, str, List[int], Union[int, _JsonRead]]],
     every: bool = False,
+    rows: Optional[int] = None,
 ) -> None:
     """Check the `later` inputs (after `names[failed]`, the first to fail) that Triton's core visits before it.
 
     Each comes with the byte size of its data, or its JSON data as read. Triton's core checks each input's
     datatype, shape and byte size in its hash map's order (core/hash_map_order.py): of several inputs that fail, it
     names the first it visits. With `every` (the first refusal is one Triton does not make: OutOfRange) every later
-    input is checked, in that order.
+    input is checked, in that order. `rows`: the request's, for an input of batch size 0 (ModelSpec.empty_batch_rows).
     """
     later_names = [name for name, _, _, _ in later]
     if every:
@@ -343,9 +363,12 @@ def _check_later_inputs(
         order = visited_before(names, names[failed], later_names)
     for index in order:
         name, datatype, shape, given = later[index]
-        spec.check_input(
-            name, datatype, shape, False, given if isinstance(given, int) and shape and not shape[0] else None
-        )
+        if shape and not shape[0]:  # a batch of 0: the byte size of the request's rows, where it has that
+            spec.check_input(name, datatype, shape, False, given if isinstance(given, int) else None, rows)
+            if rows is not None:
+                shape = spec.rows_shape(shape, rows)
+        else:
+            spec.check_input(name, datatype, shape, False)
         if isinstance(given, tuple):
             if given[1] is not None and not isinstance(given[1], OutOfRange):
                 raise given[1]
@@ -379,20 +402,31 @@ def _check_body(inputs: Sequence[_PlannedInput], header_length: int, size: int, 
 
 
 def _planned_later(
-    inputs: Sequence[_PlannedInput], failed: int, view: Optional[memoryview], offset: int, model: str
+    spec: ModelSpec, inputs: Sequence[_PlannedInput], failed: int, view: Optional[memoryview], offset: int
 ) -> List[Tuple[str, str, List[int], Union[int, _JsonRead]]]:
-    """The planned inputs after `inputs[failed]`, each with its data's size (a BYTES input's strings as read)."""
+    """The planned inputs after `inputs[failed]`, each with its data's size (a BYTES input's strings as read).
+
+    A batching model's BYTES input of batch size 0 comes with its count of strings (ModelSpec.check_input).
+    """
     later: List[Tuple[str, str, List[int], Union[int, _JsonRead]]] = []
+    model = spec.name
     for index, planned in enumerate(inputs):
         name, datatype, shape, binary_size, region = planned
         start, offset = offset, offset + ((binary_size or 0) if region is None else 0)
         if index <= failed:
             continue
-        if region is None and datatype == BYTES:
+        if region is None and datatype == BYTES and shape and not shape[0] and spec.batching:
+            later.append((name, datatype, shape, _data_size(None, binary_size, datatype, view, start) or 0))
+        elif region is None and datatype == BYTES:
             later.append((name, datatype, shape, _strings_read(view, start, offset, shape, name, model)))
         else:
             later.append((name, datatype, shape, _planned_size(planned)))
     return later
+
+
+def _planned_rows(spec: ModelSpec, inputs: Sequence[_PlannedInput]) -> Optional[int]:
+    """ModelSpec.empty_batch_rows of the planned inputs (None for a model without batching)."""
+    return spec.empty_batch_rows([(planned[0], planned[2]) for planned in inputs]) if spec.batching else None
 
 
 def _planned_size(planned: _PlannedInput) -> int:
@@ -517,8 +551,13 @@ def _decode_planned(
             spec.check_input_count([planned[0] for planned in plan.inputs])
         for index, (name, datatype, shape, binary_size, region) in enumerate(plan.inputs):
             try:
-                given = _data_size(region, binary_size, datatype, view, offset) if shape and not shape[0] else None
-                batch_sizes.append(spec.check_input(name, datatype, shape, False, given))
+                given = rows = None
+                if shape and not shape[0]:  # a batch of 0 (decode_infer_request)
+                    given = _data_size(region, binary_size, datatype, view, offset)
+                    rows = _planned_rows(spec, plan.inputs)
+                batch_sizes.append(spec.check_input(name, datatype, shape, False, given, rows))
+                if rows is not None:
+                    shape = spec.rows_shape(shape, rows)
                 if region is not None:
                     inputs[name] = region_input(
                         located, index, memory or _memory(memory), region, datatype, shape, name, spec.name, reads
@@ -531,7 +570,11 @@ def _decode_planned(
             except InferenceError:
                 names = [planned[0] for planned in plan.inputs]
                 _check_later_inputs(
-                    spec, names, index, _planned_later(plan.inputs, index, view, header_length, spec.name)
+                    spec,
+                    names,
+                    index,
+                    _planned_later(spec, plan.inputs, index, view, header_length),
+                    rows=_planned_rows(spec, plan.inputs),
                 )
                 raise
         batch_size = spec.check_input_set(list(inputs), batch_sizes)

@@ -238,6 +238,7 @@ class EnsembleRun:
 
     __slots__ = (
         "answered",
+        "batch_size",
         "batch_sizes",
         "busy",
         "compute",
@@ -273,6 +274,7 @@ class EnsembleRun:
         self.versions: Dict[str, int] = {}
         self.running: Dict[InnerCall, int] = {}
         self.batch_sizes: Dict[InnerCall, int] = {}  # per step's call: its request's batch size (0: no batching)
+        self.batch_size = 0  # the request's, as the ensemble's tensors carry it (0: no batching; start sets it)
         self.woken: Deque[InnerCall] = deque()
         self.busy = False  # steps' responses are being taken (a step that ends meanwhile waits in `woken`)
         self.responded = False
@@ -291,7 +293,9 @@ class EnsembleRun:
         """Start the steps that read only the request's inputs."""
         self.started_ns = time.monotonic_ns()
         given = self.request.inputs
-        batch_size = self.request.batch_size if self.scheduler.spec.batching else 0
+        spec = self.scheduler.spec
+        batch_size = self.request.batch_size if spec.batching and not _without_batch_dimension(spec, given) else 0
+        self.batch_size = batch_size
         added: List[Tuple[str, int]] = []
         for tensor in self.scheduler.input_names:
             if tensor in self.readers:
@@ -428,7 +432,7 @@ class EnsembleRun:
                 value = held[version]
                 if value.array is not None:  # else a step left it out: so is it from the answer, as in Triton
                     declared = spec.output_by_name[name]
-                    array = _reshaped(value.array, declared.dims, spec.batching, value.batch_size)
+                    array = _reshaped(value.array, declared.dims, self.batch_size != 0, value.batch_size)
                     outputs.append(OutputTensor(name, declared.datatype, array))
                     mark = value.mark if value.mark is not None else mark
                 value.readers -= 1
@@ -522,6 +526,18 @@ class EnsembleRun:
             self.watcher.cancel()
         if not self.draining:
             self.release_steps()
+
+
+def _without_batch_dimension(spec: ModelSpec, inputs: Dict[str, np.ndarray]) -> bool:
+    """Whether a batching ensemble's request has no batch dimension: one of batch size 0 that 2.51 serves.
+
+    Its inputs come in their shape past the batch dimension (ModelSpec.empty_batch_rows), and its batch size counts
+    one. Triton's ensemble scheduler runs it as a request of batch size 0: a step that batches gets its tensors
+    with a batch dimension of 1, and the answer loses that of a step's outputs (_reshaped).
+    """
+    for name, array in inputs.items():
+        return array.ndim == len(spec.input_by_name[name].dims)
+    return False
 
 
 def _reshaped(array: np.ndarray, dims: Tuple[int, ...], batching: bool, batch_size: int) -> np.ndarray:
