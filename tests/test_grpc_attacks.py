@@ -460,14 +460,17 @@ def test_floods_of_frames_that_cost_the_server_get_enhance_your_calm(served, cli
     assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, debug)
 
 
-def test_a_flood_of_new_streams_depending_on_themselves_gets_enhance_your_calm(served, clients):
-    # Each one is a stream error (RFC 9113 5.3.1): reset, its id used, and counted as a stream the server reset.
+@pytest.mark.parametrize("kind", ["depending on themselves", "with a field name in uppercase"])
+def test_a_flood_of_new_streams_that_are_stream_errors_gets_enhance_your_calm(served, clients, kind):
+    # Each one is a stream error (RFC 9113 5.3.1, 8.2.1): reset, its id used, and counted as a stream the server reset.
     with attacker(served, clients) as client:
-        first, again = header_blocks(client, request_headers())
+        headers = request_headers() + ([("X-Test", "1")] if kind == "with a field name in uppercase" else [])
+        first, again = header_blocks(client, headers)
 
         def opening(stream: int, block: bytes = again) -> bytes:
-            flags = END_HEADERS | END_STREAM | PRIORITY_FLAG
-            return pack_frame(HEADERS, flags, stream, struct.pack(">IB", stream, 15) + block)
+            if kind == "depending on themselves":
+                return pack_frame(HEADERS, END_HEADERS | PRIORITY_FLAG, stream, struct.pack(">IB", stream, 15) + block)
+            return pack_frame(HEADERS, END_HEADERS, stream, block)
 
         client.sock.sendall(opening(1, first) + b"".join(opening(stream) for stream in range(3, 201, 2)))
         served.assert_served()
