@@ -1672,6 +1672,8 @@ def _inserted(headers: List[Tuple[str, str]], at: int, *fields: Tuple[str, str])
 
 MALFORMED = {
     "a field name in uppercase": [*request_headers(x_fresh="1"), ("X-Test", "ok")],
+    "a field name with a space": [*request_headers(x_fresh="1"), ("x test", "ok")],
+    "a field value with a line feed": [*request_headers(x_fresh="1"), ("x-test", "a\nb")],
     "a connection-specific field": [*request_headers(x_fresh="1"), ("connection", "keep-alive")],
     "a response's pseudo-header": _inserted(request_headers(x_fresh="1"), 1, (":status", "200")),
     "an unknown pseudo-header": _inserted(request_headers(x_fresh="1"), 1, (":test", "ok")),

@@ -13,10 +13,11 @@ A header list over the limit is refused on its stream alone (HeaderListTooLarge)
 does: the block is decoded to its end all the same, so that the table stays the client's, within a second,
 wider bound (past it the block is an HPACK error, which ends the connection).
 
-A list no HTTP/2 request may carry (MalformedHeaders: a field name in uppercase, a connection-specific
-field, a pseudo-header that is not a request's, twice, or after a regular field; RFC 9113 8.2.1, 8.2.2,
-8.3) is a stream error: it is checked as a block is first decoded, and never remembered, so the blocks
-that repeat cost nothing more. Which pseudo-headers a request must have is the gRPC layer's (session.py
+A list no HTTP/2 request may carry (MalformedHeaders: a field name in uppercase or with a byte a name may
+not hold, a value with NUL, CR or LF, a connection-specific field, a pseudo-header that is not a request's,
+twice, or after a regular field; RFC 9113 8.2.1, 8.2.2, 8.3) is a stream error. It is checked as a block is
+first decoded, and such a block is never remembered: the blocks that repeat cost nothing more. Which
+pseudo-headers a request must have is the gRPC layer's (session.py
 answers a missing one in grpc's words, as Triton does).
 """
 
@@ -56,6 +57,8 @@ class MalformedHeaders(Exception):
 
 
 _REQUEST_PSEUDO_HEADERS = frozenset((b":method", b":scheme", b":path", b":authority"))
+# The bytes a field name may hold (RFC 9113 8.2.1: not 0x00-0x20, 0x41-0x5a or 0x7f-0xff; ':' leads a pseudo-header).
+_NAME_BYTES = bytes(byte for byte in range(0x21, 0x7F) if not 0x41 <= byte <= 0x5A and byte != 0x3A)
 # RFC 9113 8.2.2 (te is allowed, with "trailers" alone: the gRPC layer checks its value, in grpc's words).
 _CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))
 
@@ -75,10 +78,13 @@ def malformed(headers: Sequence[Header]) -> Optional[str]:
             pseudo.append(name)
             continue
         regular = True
-        if name.lower() != name:
-            return f"field name {name.decode('latin-1')} in uppercase"
+        if not name or name.translate(None, _NAME_BYTES):
+            return f"field name {name!r} in uppercase or with a character a name may not hold"
         if name in _CONNECTION_SPECIFIC:
             return f"connection-specific field {name.decode('latin-1')}"
+    for name, value in headers:
+        if b"\0" in value or b"\n" in value or b"\r" in value:
+            return f"field {name!r} with a NUL, CR or LF in its value"
     return None
 
 
