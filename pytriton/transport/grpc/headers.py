@@ -17,8 +17,8 @@ A list no HTTP/2 request may carry (MalformedHeaders: a field name in uppercase 
 not hold, a value with NUL, CR or LF, a connection-specific field, a pseudo-header that is not a request's,
 twice, or after a regular field; RFC 9113 8.2.1, 8.2.2, 8.3) is a stream error. It is checked as a block is
 first decoded, and such a block is never remembered: the blocks that repeat cost nothing more. Which
-pseudo-headers a request must have is the gRPC layer's (session.py
-answers a missing one in grpc's words, as Triton does).
+pseudo-headers a request must have is the gRPC layer's (session.py answers a missing one in grpc's words,
+as Triton does).
 """
 
 from __future__ import annotations
