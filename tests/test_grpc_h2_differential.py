@@ -91,6 +91,9 @@ REQUEST = hpack.Encoder().encode(
     ]
 )
 TRAILERS = hpack.Encoder().encode([("x-trailer", "1")])
+# Malformed ones (RFC 9113 8.2.1, 8.1): a request with a field name in uppercase, trailers with a pseudo-header.
+MALFORMED_REQUEST = hpack.Encoder().encode([(":method", "POST"), (":path", PATH), ("X-Upper", "1")])
+MALFORMED_TRAILERS = hpack.Encoder().encode([(":method", "POST")])
 # Frame types the generator sends, as often as they are listed (0x21: a type nobody defined; now and
 # then a CONTINUATION or PUSH_PROMISE a client must not send takes its place).
 KINDS = (DATA,) * 6 + (HEADERS,) * 5 + (WINDOW_UPDATE,) * 3 + (RST_STREAM, SETTINGS, PING, 0x21) * 2
@@ -249,8 +252,12 @@ def _broken(draw: st.DrawFn) -> bool:
 
 
 @st.composite
-def client_frames(draw: st.DrawFn) -> List[bytes]:
-    """Frames a client might send, mostly valid, within the comparison's bounds (module docstring)."""
+def client_frames(draw: st.DrawFn, deliberate: bool = False) -> List[bytes]:
+    """Frames a client might send, mostly valid, within the comparison's bounds (module docstring).
+
+    `deliberate`: now and then also frames where this server and h2 differ on purpose (a stream depending on
+    itself, a PRIORITY frame of 4 bytes, a malformed header list), for tests of this server alone.
+    """
     frames: List[bytes] = []
     opened: List[int] = []  # client streams opened so far (HEADERS sent), in order
 
@@ -272,10 +279,12 @@ def client_frames(draw: st.DrawFn) -> List[bytes]:
                 body = bytes([pad]) + body + b"\0" * min(pad, 5)
             frames.append(pack_frame(DATA, flags, a_stream(), body))
         elif kind == HEADERS:
-            frames += _header_block(draw, opened)
+            frames += _header_block(draw, opened, deliberate)
         elif kind == PRIORITY:  # never on its own stream, always of 5 bytes (DELIBERATE)
             stream = a_stream() or 1
             payload = struct.pack(">IB", draw(st.sampled_from([0, stream + 2])), 9)
+            if deliberate and draw(st.integers(0, 3)) == 0:
+                payload = draw(st.sampled_from([struct.pack(">IB", stream, 9), b"1234"]))
             frames.append(pack_frame(PRIORITY, 0, stream, payload))
         elif kind == RST_STREAM:  # on an opened stream (never an idle one: DELIBERATE)
             stream = 0 if _broken(draw) or not opened else draw(st.sampled_from(opened))
@@ -308,8 +317,11 @@ def client_frames(draw: st.DrawFn) -> List[bytes]:
     return frames
 
 
-def _header_block(draw: st.DrawFn, opened: List[int]) -> List[bytes]:
-    """A header block: a new request (a higher stream id), or trailers on an opened stream; maybe in pieces."""
+def _header_block(draw: st.DrawFn, opened: List[int], deliberate: bool = False) -> List[bytes]:
+    """A header block: a new request (a higher stream id), or trailers on an opened stream; maybe in pieces.
+
+    `deliberate`: now and then depending on its own stream, or malformed (client_frames).
+    """
     new_stream = max(opened, default=-1) + draw(st.sampled_from([2, 2, 4]))
     stream = draw(st.sampled_from([new_stream, new_stream, *opened, 2 if _broken(draw) else new_stream]))
     trailers = stream in opened
@@ -321,13 +333,16 @@ def _header_block(draw: st.DrawFn, opened: List[int]) -> List[bytes]:
     if trailers:
         flags |= END_STREAM  # trailers without it: DELIBERATE
     block = TRAILERS if trailers else REQUEST
+    if deliberate and draw(st.integers(0, 5)) == 0:
+        block = MALFORMED_TRAILERS if trailers else MALFORMED_REQUEST
     pieces = [block]
     if not flags & END_HEADERS:  # a padded HEADERS carries a fragment (one padding only: DELIBERATE)
         cuts = sorted(draw(st.lists(st.integers(1 if flags & PADDED else 0, len(block)), min_size=1, max_size=3)))
         pieces = [block[start:end] for start, end in zip([0, *cuts], [*cuts, len(block)])]
     first = pieces[0]
     if flags & PRIORITY_FLAG:  # never on itself (DELIBERATE)
-        first = struct.pack(">IB", draw(st.sampled_from([0, stream + 2])), 15) + first
+        depends = stream if deliberate and draw(st.booleans()) else draw(st.sampled_from([0, stream + 2]))
+        first = struct.pack(">IB", depends, 15) + first
     if flags & PADDED:
         first = bytes([2]) + first + b"\0\0"
     frames = [pack_frame(HEADERS, flags, stream, first)]
@@ -381,7 +396,7 @@ def test_this_server_and_h2_agree_on_random_frame_sequences(frames):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(client_frames(), st.lists(st.integers(1, 40), min_size=1, max_size=5))
+@given(client_frames(deliberate=True), st.lists(st.integers(1, 40), min_size=1, max_size=5))
 def test_how_reads_cut_the_frames_changes_nothing(frames, reads):
     """A frame header, a padded DATA payload or a header block cut anywhere between reads: the same outcome."""
     data = OPENING + b"".join(frames)
