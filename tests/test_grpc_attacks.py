@@ -53,6 +53,8 @@ from tests.h2_wire import (
     NO_ERROR,
     PING,
     PREFACE,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
     READ_S,
     REFUSED_STREAM,
     RST_STREAM,
@@ -425,6 +427,16 @@ FLOODS = {
     "empty DATA": (pack_frame(DATA, 0, 1), b"too many frames that carry nothing"),
     "unknown frame type": (pack_frame(0x21, 0, 1, b"x"), b"too many frames that carry nothing"),
     "PRIORITY": (pack_frame(0x2, 0, 3, struct.pack(">IB", 0, 15)), b"too many frames that carry nothing"),
+    # Stream errors, each answered RST_STREAM (an idle stream stays idle, and is reset again and again).
+    "PRIORITY making an idle stream depend on itself": (
+        pack_frame(0x2, 0, 3, struct.pack(">IB", 3, 15)),
+        b"too many frames that carry nothing",
+    ),
+    "PRIORITY making the open stream depend on itself": (
+        pack_frame(0x2, 0, 1, struct.pack(">IB", 1, 15)),
+        b"too many frames that carry nothing",
+    ),
+    "PRIORITY of 4 bytes": (pack_frame(0x2, 0, 3, bytes(4)), b"too many frames that carry nothing"),
     # Windows opened again byte by byte with nothing sent: each took the server ~1 us, and was never cut off.
     "WINDOW_UPDATE of 1 on the connection": (
         pack_frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1)),
@@ -446,6 +458,30 @@ def test_floods_of_frames_that_cost_the_server_get_enhance_your_calm(served, cli
         served.assert_served()
         frames = flood_until_closed(client, repeated(frame, 30_000))
     assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, debug)
+
+
+@pytest.mark.parametrize("kind", ["depending on themselves", "with a field name in uppercase"])
+def test_a_flood_of_new_streams_that_are_stream_errors_gets_enhance_your_calm(served, clients, kind):
+    # Each one is a stream error (RFC 9113 5.3.1, 8.2.1): reset, its id used, and counted as a stream the server reset.
+    with attacker(served, clients) as client:
+        headers = request_headers() + ([("X-Test", "1")] if kind == "with a field name in uppercase" else [])
+        first, again = header_blocks(client, headers)
+
+        def opening(stream: int, block: bytes = again) -> bytes:
+            if kind == "depending on themselves":
+                return pack_frame(HEADERS, END_HEADERS | PRIORITY_FLAG, stream, struct.pack(">IB", stream, 15) + block)
+            return pack_frame(HEADERS, END_HEADERS, stream, block)
+
+        client.sock.sendall(opening(1, first) + b"".join(opening(stream) for stream in range(3, 201, 2)))
+        served.assert_served()
+        streams = range(201, 60_001, 2)
+        chunks = (
+            b"".join(opening(stream) for stream in streams[at : at + 1000]) for at in range(0, len(streams), 1000)
+        )
+        frames = flood_until_closed(client, chunks)
+    resets = resets_of(frames)
+    assert resets and set(resets.values()) == {PROTOCOL_ERROR}
+    assert goaway_of(frames)[1:] == (ENHANCE_YOUR_CALM, b"too many frames that carry nothing")
 
 
 def test_a_flood_of_window_updates_on_a_closed_stream_gets_enhance_your_calm(served, clients):

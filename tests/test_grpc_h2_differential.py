@@ -17,14 +17,13 @@ How the comparison is set up, and why:
 - Error codes compare by class (a protocol violation, flow control, a flood): when one frame breaks
   two rules the implementations name the first they check (an interrupted header block whose next
   frame is also too short), and h2 reports a bad HPACK block as PROTOCOL_ERROR where RFC 9113 4.3
-  asks for COMPRESSION_ERROR, which this server sends. h2 does not look at the priority fields of a
-  HEADERS on a stream it reset: a stream depending on itself is generated on new streams only.
+  asks for COMPRESSION_ERROR, which this server sends.
 - The generator stays away from the deliberate differences, each of which is a test of its own
   below (DELIBERATE): ACK SETTINGS with a payload, a stray CONTINUATION on a closed stream,
   RST_STREAM on an idle stream, WINDOW_UPDATE of 0 on a stream, HEADERS on a forgotten stream id (a
   skipped one is compared below: the two agree), trailers without END_STREAM, a padded HEADERS that
   is all padding, a new initial window that a closed stream's window would not hold, more streams
-  than advertised. Where a
+  than advertised, a stream depending on itself and a PRIORITY frame of the wrong size. Where a
   stream was reset, each stream's first reset code is compared (h2 resets again a stream it reset,
   where RFC 9113 5.1 asks to drop the frames). A client's GOAWAY ends a sequence (this server then
   closes once idle, h2 refuses what follows), and frame types h2 parses as extensions (ALTSVC 0xa,
@@ -92,6 +91,9 @@ REQUEST = hpack.Encoder().encode(
     ]
 )
 TRAILERS = hpack.Encoder().encode([("x-trailer", "1")])
+# Malformed ones (RFC 9113 8.2.1, 8.1): a request with a field name in uppercase, trailers with a pseudo-header.
+MALFORMED_REQUEST = hpack.Encoder().encode([(":method", "POST"), (":path", PATH), ("X-Upper", "1")])
+MALFORMED_TRAILERS = hpack.Encoder().encode([(":method", "POST")])
 # Frame types the generator sends, as often as they are listed (0x21: a type nobody defined; now and
 # then a CONTINUATION or PUSH_PROMISE a client must not send takes its place).
 KINDS = (DATA,) * 6 + (HEADERS,) * 5 + (WINDOW_UPDATE,) * 3 + (RST_STREAM, SETTINGS, PING, 0x21) * 2
@@ -250,8 +252,12 @@ def _broken(draw: st.DrawFn) -> bool:
 
 
 @st.composite
-def client_frames(draw: st.DrawFn) -> List[bytes]:
-    """Frames a client might send, mostly valid, within the comparison's bounds (module docstring)."""
+def client_frames(draw: st.DrawFn, deliberate: bool = False) -> List[bytes]:
+    """Frames a client might send, mostly valid, within the comparison's bounds (module docstring).
+
+    `deliberate`: now and then also frames where this server and h2 differ on purpose (a stream depending on
+    itself, a PRIORITY frame of 4 bytes, a malformed header list), for tests of this server alone.
+    """
     frames: List[bytes] = []
     opened: List[int] = []  # client streams opened so far (HEADERS sent), in order
 
@@ -273,11 +279,12 @@ def client_frames(draw: st.DrawFn) -> List[bytes]:
                 body = bytes([pad]) + body + b"\0" * min(pad, 5)
             frames.append(pack_frame(DATA, flags, a_stream(), body))
         elif kind == HEADERS:
-            frames += _header_block(draw, opened)
-        elif kind == PRIORITY:
+            frames += _header_block(draw, opened, deliberate)
+        elif kind == PRIORITY:  # never on its own stream, always of 5 bytes (DELIBERATE)
             stream = a_stream() or 1
-            depends = stream if _broken(draw) else draw(st.sampled_from([0, stream + 2]))
-            payload = b"1234" if _broken(draw) else struct.pack(">IB", depends, 9)
+            payload = struct.pack(">IB", draw(st.sampled_from([0, stream + 2])), 9)
+            if deliberate and draw(st.integers(0, 3)) == 0:
+                payload = draw(st.sampled_from([struct.pack(">IB", stream, 9), b"1234"]))
             frames.append(pack_frame(PRIORITY, 0, stream, payload))
         elif kind == RST_STREAM:  # on an opened stream (never an idle one: DELIBERATE)
             stream = 0 if _broken(draw) or not opened else draw(st.sampled_from(opened))
@@ -310,8 +317,11 @@ def client_frames(draw: st.DrawFn) -> List[bytes]:
     return frames
 
 
-def _header_block(draw: st.DrawFn, opened: List[int]) -> List[bytes]:
-    """A header block: a new request (a higher stream id), or trailers on an opened stream; maybe in pieces."""
+def _header_block(draw: st.DrawFn, opened: List[int], deliberate: bool = False) -> List[bytes]:
+    """A header block: a new request (a higher stream id), or trailers on an opened stream; maybe in pieces.
+
+    `deliberate`: now and then depending on its own stream, or malformed (client_frames).
+    """
     new_stream = max(opened, default=-1) + draw(st.sampled_from([2, 2, 4]))
     stream = draw(st.sampled_from([new_stream, new_stream, *opened, 2 if _broken(draw) else new_stream]))
     trailers = stream in opened
@@ -323,13 +333,16 @@ def _header_block(draw: st.DrawFn, opened: List[int]) -> List[bytes]:
     if trailers:
         flags |= END_STREAM  # trailers without it: DELIBERATE
     block = TRAILERS if trailers else REQUEST
+    if deliberate and draw(st.integers(0, 5)) == 0:
+        block = MALFORMED_TRAILERS if trailers else MALFORMED_REQUEST
     pieces = [block]
     if not flags & END_HEADERS:  # a padded HEADERS carries a fragment (one padding only: DELIBERATE)
         cuts = sorted(draw(st.lists(st.integers(1 if flags & PADDED else 0, len(block)), min_size=1, max_size=3)))
         pieces = [block[start:end] for start, end in zip([0, *cuts], [*cuts, len(block)])]
     first = pieces[0]
-    if flags & PRIORITY_FLAG:  # depending on itself: on a new stream (h2 does not look at a closed one's)
-        first = struct.pack(">IB", stream if _broken(draw) and not trailers else 0, 15) + first
+    if flags & PRIORITY_FLAG:  # never on itself (DELIBERATE)
+        depends = stream if deliberate and draw(st.booleans()) else draw(st.sampled_from([0, stream + 2]))
+        first = struct.pack(">IB", depends, 15) + first
     if flags & PADDED:
         first = bytes([2]) + first + b"\0\0"
     frames = [pack_frame(HEADERS, flags, stream, first)]
@@ -383,7 +396,7 @@ def test_this_server_and_h2_agree_on_random_frame_sequences(frames):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(client_frames(), st.lists(st.integers(1, 40), min_size=1, max_size=5))
+@given(client_frames(deliberate=True), st.lists(st.integers(1, 40), min_size=1, max_size=5))
 def test_how_reads_cut_the_frames_changes_nothing(frames, reads):
     """A frame header, a padded DATA payload or a header block cut anywhere between reads: the same outcome."""
     data = OPENING + b"".join(frames)
@@ -480,6 +493,26 @@ DELIBERATE: Dict[str, Tuple[bytes, Outcome, Outcome, str]] = {
         (FLOW_CONTROL_ERROR, []),
         "RFC 9113 6.9.2 adjusts the windows a receiver maintains: a closed stream has none (h2 still holds the"
         " stream, whose window goes over 2^31-1)",
+    ),
+    "PRIORITY making a stream depend on itself": (
+        _request(1)
+        + pack_frame(PRIORITY, 0, 1, struct.pack(">IB", 1, 9))
+        + pack_frame(PRIORITY, 0, 5, struct.pack(">IB", 5, 9)),
+        (None, [(1, PROTOCOL_ERROR), (5, PROTOCOL_ERROR)]),
+        (PROTOCOL_ERROR, []),
+        "RFC 9113 5.3.1: a stream error PROTOCOL_ERROR, on an idle stream too (h2 makes it a connection error)",
+    ),
+    "HEADERS making a stream depend on itself": (
+        pack_frame(HEADERS, END_HEADERS | PRIORITY_FLAG, 1, struct.pack(">IB", 1, 9) + REQUEST) + _request(3),
+        (None, [(1, PROTOCOL_ERROR)]),
+        (PROTOCOL_ERROR, []),
+        "RFC 9113 5.3.1: a stream error PROTOCOL_ERROR; the stream opens nothing (h2 makes it a connection error)",
+    ),
+    "PRIORITY of 4 bytes": (
+        _request(1) + pack_frame(PRIORITY, 0, 1, bytes(4)),
+        (None, [(1, FRAME_SIZE_ERROR)]),
+        (FRAME_SIZE_ERROR, []),
+        "RFC 9113 6.3: a stream error FRAME_SIZE_ERROR (h2 makes it a connection error)",
     ),
     "more streams than SETTINGS_MAX_CONCURRENT_STREAMS (100)": (
         b"".join(_request(stream) for stream in range(1, 203, 2)),

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytriton.transport.grpc.frames import ENHANCE_YOUR_CALM, Http2Error
-from pytriton.transport.grpc.headers import HeaderBlockDecoder, HeaderListTooLarge, encode_block
+from pytriton.transport.grpc.headers import HeaderBlockDecoder, HeaderListTooLarge, MalformedHeaders, encode_block
 
 Header = Tuple[bytes, bytes]
 
@@ -25,7 +25,8 @@ GRPC_CALL: List[Header] = [
 ]
 
 names = st.sampled_from([b"x-a", b"x-b", b"grpc-timeout", b"authorization", b"x-" + b"long" * 30])
-values = st.binary(min_size=0, max_size=40).map(lambda value: value.replace(b"\r", b"").replace(b"\n", b""))
+# Without NUL, CR or LF: a value holding one is malformed (RFC 9113 8.2.1), refused on its stream.
+values = st.binary(min_size=0, max_size=40).map(lambda value: value.translate(None, b"\0\r\n"))
 extra_fields = st.lists(st.tuples(names, values), max_size=4)
 
 
@@ -87,6 +88,18 @@ def test_oversized_header_list_is_refused_and_the_table_kept() -> None:
     assert (refused.value.size, refused.value.limit) == (sum(32 + len(n) + len(v) for n, v in expected), 1024)
     last = [*GRPC_CALL, (b"x-a", b"1"), (b"x-c", b"2")]
     assert decoder.decode(blocks[2]) == list(reference.decode(blocks[2], raw=True)) == last
+
+
+def test_a_malformed_block_is_refused_each_time_it_comes_and_the_table_kept() -> None:
+    # Checked only as a block is first decoded: a malformed one is never remembered, so its repeats are refused too.
+    encoder = hpack.Encoder()
+    decoder = HeaderBlockDecoder(65536)
+    malformed = [*GRPC_CALL, (b"X-Upper", b"1")]
+    first, repeat = encoder.encode(malformed), encoder.encode(malformed)
+    for block in (first, repeat, repeat):
+        with pytest.raises(MalformedHeaders):
+            decoder.decode(block)
+    assert decoder.decode(encoder.encode(GRPC_CALL)) == GRPC_CALL  # its fields went into the table
 
 
 def test_header_list_over_twice_the_limit_ends_the_connection_enhance_your_calm() -> None:

@@ -66,6 +66,8 @@ from tests.h2_wire import (
     NO_ERROR,
     PING,
     PREFACE,
+    PRIORITY,
+    PRIORITY_FLAG,
     PROTOCOL_ERROR,
     PUSH_PROMISE,
     READ_S,
@@ -1547,7 +1549,50 @@ STREAM_ERRORS = {
         FLOW_CONTROL_ERROR,
     ),
     "DATA past the stream's 4 MiB window": (_open_stream, _past_the_window, FLOW_CONTROL_ERROR),
+    # RFC 9113 5.3.1 and 6.3: they closed the connection (GOAWAY), failing every call on it.
+    "PRIORITY making the stream depend on itself": (
+        _open_call,
+        lambda client, stream: _priority(stream, stream),
+        PROTOCOL_ERROR,
+    ),
+    "PRIORITY of 4 bytes": (
+        _held_call,
+        lambda client, stream: pack_frame(PRIORITY, 0, stream, bytes(4)),
+        FRAME_SIZE_ERROR,
+    ),
+    "trailers with a pseudo-header": (  # RFC 9113 8.1; they were taken as trailers
+        _open_call,
+        lambda client, stream: pack_frame(
+            HEADERS, END_HEADERS | END_STREAM, stream, client.encoder.encode([(":method", "POST")])
+        ),
+        PROTOCOL_ERROR,
+    ),
+    "trailers making the stream depend on itself": (
+        _open_call,
+        lambda client, stream: _self_dependent_headers(client, stream, [("x-trailer", "1")]),
+        PROTOCOL_ERROR,
+    ),
 }
+
+
+def _priority(stream: int, depends_on: int, exclusive: bool = False) -> bytes:
+    """A PRIORITY frame (weight 16)."""
+    return pack_frame(PRIORITY, 0, stream, struct.pack(">IB", depends_on | (exclusive << 31), 15))
+
+
+def _self_dependent_headers(
+    client: H2Client, stream: int, headers: List[Tuple[str, str]], pieces: int = 1, end_stream: bool = True
+) -> bytes:
+    """A header block whose HEADERS frame makes `stream` depend on itself (exclusively), in `pieces` frames."""
+    block = client.encoder.encode(headers)
+    cut = len(block) // pieces
+    flags = PRIORITY_FLAG | (END_STREAM if end_stream else 0) | (END_HEADERS if pieces == 1 else 0)
+    frames = pack_frame(
+        HEADERS, flags, stream, struct.pack(">IB", stream | 1 << 31, 15) + block[: cut if pieces > 1 else None]
+    )
+    if pieces > 1:
+        frames += pack_frame(CONTINUATION, END_HEADERS, stream, block[cut:])
+    return frames
 
 
 @pytest.mark.parametrize("case", list(STREAM_ERRORS))
@@ -1560,3 +1605,97 @@ def test_a_stream_error_resets_its_stream_and_the_connection_serves_on(server, c
     reset = client.wait_for(lambda frame: frame.stream == stream and frame.kind == RST_STREAM)
     assert struct.unpack(">I", reset.payload)[0] == code
     assert client.infer([4.0]).output() == [4.0]
+
+
+# Frames that make a stream depend on itself, or a PRIORITY frame of the wrong size, given a connection whose stream
+# 1 is closed and whose call on stream 3 is in flight: (the frames, the stream reset, its code).
+SELF_DEPENDENT: Dict[str, Tuple[Callable[[H2Client], bytes], int, int]] = {
+    "PRIORITY on an idle stream": (lambda client: _priority(7, 7), 7, PROTOCOL_ERROR),
+    "PRIORITY on a closed stream": (lambda client: _priority(1, 1, exclusive=True), 1, PROTOCOL_ERROR),
+    "PRIORITY of 6 bytes on an idle stream": (lambda client: pack_frame(PRIORITY, 0, 7, bytes(6)), 7, FRAME_SIZE_ERROR),
+    "HEADERS opening a stream": (
+        lambda client: _self_dependent_headers(client, 5, request_headers(x_fresh="1")),
+        5,
+        PROTOCOL_ERROR,
+    ),
+    "HEADERS and CONTINUATION opening a stream": (
+        lambda client: _self_dependent_headers(client, 5, request_headers(x_fresh="1"), pieces=2, end_stream=False),
+        5,
+        PROTOCOL_ERROR,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SELF_DEPENDENT))
+def test_a_stream_depending_on_itself_is_reset_alone_and_the_call_in_flight_completes(server, connect, case):
+    # RFC 9113 5.3.1 (6.3: a PRIORITY frame's size): a stream error. It was a connection error: GOAWAY
+    # PROTOCOL_ERROR, and the calls in flight on the connection failed with it.
+    frames, stream, code = SELF_DEPENDENT[case]
+    client = connect(server)
+    assert client.infer([1.0]).output() == [1.0]  # stream 1, closed
+    message = grpc_message(infer_request([2.0, 3.0]))
+    client.send_headers(3, request_headers())
+    client.send_data(3, message[:9], end_stream=False)  # in flight: its message half sent
+    client.sock.sendall(frames(client))
+    reset = client.wait_for(lambda frame: frame.kind == RST_STREAM and frame.stream == stream)
+    assert struct.unpack(">I", reset.payload)[0] == code
+    client.send_data(3, message[9:])
+    assert client.response(3).output() == [2.0, 3.0]
+    # The connection serves on, its HPACK table in step with the client's: a reset header block was decoded.
+    response = client.response(client.start_call(infer_request([4.0]), stream=9, x_fresh="1"))
+    assert response.output() == [4.0]
+    assert not [frame for frame in client.log if frame.kind == GOAWAY]
+
+
+def test_a_headers_depending_on_itself_uses_its_stream_id_and_a_priority_frame_names_an_idle_one_unopened(
+    server, connect
+):
+    client = connect(server)
+    client.sock.sendall(_priority(7, 7))
+    reset = client.wait_for(lambda frame: frame.kind == RST_STREAM and frame.stream == 7)
+    assert struct.unpack(">I", reset.payload)[0] == PROTOCOL_ERROR
+    # PRIORITY opens no stream (RFC 9113 5.1): stream 7, and those below it, may still be opened.
+    assert client.response(client.start_call(infer_request([1.0]), stream=3)).output() == [1.0]
+    assert client.response(client.start_call(infer_request([2.0]), stream=7)).output() == [2.0]
+    client.sock.sendall(_self_dependent_headers(client, 11, request_headers()))
+    reset = client.wait_for(lambda frame: frame.kind == RST_STREAM and frame.stream == 11)
+    assert struct.unpack(">I", reset.payload)[0] == PROTOCOL_ERROR
+    client.send_headers(9, request_headers())  # below stream 11, which the reset HEADERS used (5.1.1)
+    last, code, debug = goaway_fields(client.wait_goaway())
+    assert (last, code) == (7, PROTOCOL_ERROR), debug
+    client.wait_closed()
+
+
+def _inserted(headers: List[Tuple[str, str]], at: int, *fields: Tuple[str, str]) -> List[Tuple[str, str]]:
+    return [*headers[:at], *fields, *headers[at:]]
+
+
+MALFORMED = {
+    "a field name in uppercase": [*request_headers(x_fresh="1"), ("X-Test", "ok")],
+    "a field name with a space": [*request_headers(x_fresh="1"), ("x test", "ok")],
+    "a field value with a line feed": [*request_headers(x_fresh="1"), ("x-test", "a\nb")],
+    "a connection-specific field": [*request_headers(x_fresh="1"), ("connection", "keep-alive")],
+    "a response's pseudo-header": _inserted(request_headers(x_fresh="1"), 1, (":status", "200")),
+    "an unknown pseudo-header": _inserted(request_headers(x_fresh="1"), 1, (":test", "ok")),
+    "a pseudo-header after a regular field": _inserted(request_headers(x_fresh="1"), 2, ("x-test", "ok")),
+    "a pseudo-header twice": [*request_headers(x_fresh="1"), (":path", "/inference.GRPCInferenceService/ModelInfer")],
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_request_is_reset_alone_and_the_call_in_flight_completes(server, connect, case):
+    # RFC 9113 8.2.1, 8.2.2 and 8.3: a stream error PROTOCOL_ERROR. These were served (as tritonserver 2.51 serves
+    # most of them; it resets one in uppercase or with an unknown pseudo-header INTERNAL_ERROR, then sends trailers
+    # on it again and again).
+    client = connect(server)
+    message = grpc_message(infer_request([2.0, 3.0]))
+    client.send_headers(1, request_headers())
+    client.send_data(1, message[:9], end_stream=False)
+    client.send_headers(3, MALFORMED[case])
+    client.send_data(3, grpc_message(infer_request([5.0])))
+    reset = client.wait_for(lambda frame: frame.stream == 3)
+    assert reset.kind == RST_STREAM and struct.unpack(">I", reset.payload)[0] == PROTOCOL_ERROR
+    client.send_data(1, message[9:])
+    assert client.response(1).output() == [2.0, 3.0]
+    # the block was decoded: the HPACK table is the client's (x-fresh went into it)
+    assert client.response(client.start_call(infer_request([4.0]), stream=5, x_fresh="1")).output() == [4.0]

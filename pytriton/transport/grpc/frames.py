@@ -25,6 +25,8 @@ ACK = 0x1
 END_HEADERS = 0x4
 PADDED = 0x8
 PRIORITY_FLAG = 0x20
+# Not a flag of the wire (whose flags are 8 bits): the reader marks a HEADERS whose stream depends on itself with it.
+SELF_DEPENDENT = 0x100
 
 # Error codes (RST_STREAM, GOAWAY).
 NO_ERROR = 0x0
@@ -153,12 +155,12 @@ def read_settings(payload: bytes) -> list[tuple[int, int]]:
     return [_SETTING.unpack_from(payload, offset) for offset in range(0, len(payload), 6)]
 
 
-def strip_padding(payload: bytes, flags: int, stream_id: int) -> bytes:
+def strip_padding(payload: bytes, flags: int) -> bytes:
     """A DATA or HEADERS payload without its padding (and a HEADERS' priority fields).
 
     Raises:
         Http2Error: FRAME_SIZE_ERROR when the payload is too short for its pad length or priority fields,
-            PROTOCOL_ERROR when the padding is longer than the payload or a stream depends on itself.
+            PROTOCOL_ERROR when the padding is longer than the payload.
     """
     start, end = 0, len(payload)
     if flags & PADDED:
@@ -169,9 +171,12 @@ def strip_padding(payload: bytes, flags: int, stream_id: int) -> bytes:
     if flags & PRIORITY_FLAG:
         if len(payload) < start + 5:
             raise Http2Error(FRAME_SIZE_ERROR, "HEADERS too short for its priority fields")
-        if read_uint32(payload[start : start + 4]) == stream_id:
-            raise Http2Error(PROTOCOL_ERROR, f"stream {stream_id} depends on itself")
         start += 5
     if end < start:
         raise Http2Error(PROTOCOL_ERROR, "padding longer than the frame")
     return payload[start:end]
+
+
+def dependency(payload: bytes, flags: int) -> int:
+    """The stream a HEADERS frame with PRIORITY_FLAG depends on (its payload checked by `strip_padding`)."""
+    return read_uint32(payload[1:5] if flags & PADDED else payload[:4])

@@ -8,7 +8,9 @@ requires; a header block (HEADERS, then CONTINUATION frames on the same stream w
 arrives whole, its padding and priority fields removed, within `max_block_bytes` and at most
 `max_continuations` CONTINUATION frames (ENHANCE_YOUR_CALM beyond either: 300,000 empty CONTINUATIONs
 must not cost the server more than a handful); PRIORITY frames are checked and dropped in every stream
-state; PUSH_PROMISE from a client is a connection error; frames of unknown types are skipped unread.
+state (one that is not 5 bytes, or makes its stream depend on itself, is a stream error, as a HEADERS
+depending on itself is once its block is whole); PUSH_PROMISE from a client is a connection error; frames
+of unknown types are skipped unread.
 The rest goes to the handler, one call per frame, for what the stream or connection state decides; a
 stream error it raises resets that stream only, and the frames after it are read on.
 
@@ -68,6 +70,9 @@ class FrameHandler(Protocol):
 
     def on_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         """A whole header block on a stream; `flags` are its HEADERS frame's."""
+
+    def on_self_dependent(self, stream_id: int, block: bytes) -> None:
+        """A whole header block whose HEADERS made its stream depend on itself (a stream error, RFC 9113 5.3.1)."""
 
     def on_rst_stream(self, stream_id: int) -> None:
         """A RST_STREAM frame on a stream."""
@@ -464,7 +469,14 @@ class FrameReader:
         """A HEADERS frame: a whole header block, or the start of one."""
         if stream_id == 0:
             raise h2.Http2Error(h2.PROTOCOL_ERROR, "HEADERS on stream 0")
-        block = h2.strip_padding(payload, flags, stream_id) if flags & (h2.PADDED | h2.PRIORITY_FLAG) else payload
+        block = payload
+        if flags & (h2.PADDED | h2.PRIORITY_FLAG):
+            block = h2.strip_padding(payload, flags)
+            if flags & h2.PRIORITY_FLAG and h2.dependency(payload, flags) == stream_id:
+                flags |= h2.SELF_DEPENDENT  # its stream is reset once the block is whole (and decoded: HPACK)
+                if flags & h2.END_HEADERS:
+                    self._handler.on_self_dependent(stream_id, block)
+                    return
         if flags & h2.END_HEADERS:
             self._handler.on_header_block(stream_id, flags, block)
             return
@@ -488,7 +500,10 @@ class FrameReader:
         if flags & h2.END_HEADERS:
             block, self._block = b"".join(self._block), []
             self._block_stream = 0
-            self._handler.on_header_block(stream_id, self._block_flags, block)
+            if self._block_flags & h2.SELF_DEPENDENT:
+                self._handler.on_self_dependent(stream_id, block)
+            else:
+                self._handler.on_header_block(stream_id, self._block_flags, block)
 
     def _control(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         """A frame that carries no request data: its own rules checked, then handed over (or dropped)."""
@@ -521,10 +536,12 @@ class FrameReader:
                     raise h2.Http2Error(h2.FRAME_SIZE_ERROR, "RST_STREAM payload is not 4 bytes")
                 handler.on_rst_stream(stream_id)
             elif kind == h2.PRIORITY:
-                if length != 5:  # a stream error in RFC 9113, but the stream may be idle: h2 and nghttp2 do this
-                    raise h2.Http2Error(h2.FRAME_SIZE_ERROR, "PRIORITY payload is not 5 bytes")
+                # Stream errors (RFC 9113 6.3, 5.3.1), whatever the stream's state: the session knows what a reset
+                # does in each (an idle stream stays idle). Not the connection's: its other calls go on.
+                if length != 5:
+                    raise h2.StreamError(stream_id, h2.FRAME_SIZE_ERROR)
                 if h2.read_uint32(payload) == stream_id:
-                    raise h2.Http2Error(h2.PROTOCOL_ERROR, f"stream {stream_id} depends on itself")
+                    raise h2.StreamError(stream_id, h2.PROTOCOL_ERROR)
                 handler.glitch()  # the server does not prioritize: dropped in every stream state
             elif kind == h2.CONTINUATION:
                 raise h2.Http2Error(h2.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")

@@ -12,11 +12,18 @@ the peer's SETTINGS_HEADER_TABLE_SIZE never matters to it.
 A header list over the limit is refused on its stream alone (HeaderListTooLarge), as grpc's C-core (Triton)
 does: the block is decoded to its end all the same, so that the table stays the client's, within a second,
 wider bound (past it the block is an HPACK error, which ends the connection).
+
+A list no HTTP/2 request may carry (MalformedHeaders: a field name in uppercase or with a byte a name may
+not hold, a value with NUL, CR or LF, a connection-specific field, a pseudo-header that is not a request's,
+twice, or after a regular field; RFC 9113 8.2.1, 8.2.2, 8.3) is a stream error. It is checked as a block is
+first decoded, and such a block is never remembered: the blocks that repeat cost nothing more. Which
+pseudo-headers a request must have is the gRPC layer's (session.py answers a missing one in grpc's words,
+as Triton does).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import hpack
 
@@ -45,6 +52,42 @@ class HeaderListTooLarge(Exception):
         self.limit = limit
 
 
+class MalformedHeaders(Exception):
+    """A header block decoded whole (the table is up to date) whose list no request may carry."""
+
+
+_REQUEST_PSEUDO_HEADERS = frozenset((b":method", b":scheme", b":path", b":authority"))
+# The bytes a field name may hold (RFC 9113 8.2.1: not 0x00-0x20, 0x41-0x5a or 0x7f-0xff; ':' leads a pseudo-header).
+_NAME_BYTES = bytes(byte for byte in range(0x21, 0x7F) if not 0x41 <= byte <= 0x5A and byte != 0x3A)
+# RFC 9113 8.2.2 (te is allowed, with "trailers" alone: the gRPC layer checks its value, in grpc's words).
+_CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))
+
+
+def malformed(headers: Sequence[Header]) -> Optional[str]:
+    """Why a header list is malformed as a request's (RFC 9113 8.2.1, 8.2.2, 8.3), or None."""
+    pseudo: List[bytes] = []
+    regular = False
+    for name, _ in headers:
+        if name[:1] == b":":
+            if regular:
+                return f"pseudo-header {name.decode('latin-1')} after a regular field"
+            if name not in _REQUEST_PSEUDO_HEADERS:
+                return f"pseudo-header {name.decode('latin-1')} is not a request's"
+            if name in pseudo:
+                return f"pseudo-header {name.decode('latin-1')} twice"
+            pseudo.append(name)
+            continue
+        regular = True
+        if not name or name.translate(None, _NAME_BYTES):
+            return f"field name {name!r} in uppercase or with a character a name may not hold"
+        if name in _CONNECTION_SPECIFIC:
+            return f"connection-specific field {name.decode('latin-1')}"
+    for name, value in headers:
+        if b"\0" in value or b"\n" in value or b"\r" in value:
+            return f"field {name!r} with a NUL, CR or LF in its value"
+    return None
+
+
 class HeaderBlockDecoder:
     """The HPACK decoder of one connection."""
 
@@ -62,6 +105,7 @@ class HeaderBlockDecoder:
 
         Raises:
             HeaderListTooLarge: the block's table changes made, its list within OVERSIZE_FACTOR times the limit.
+            MalformedHeaders: the block's table changes made, its list one no request may carry.
             Http2Error: ENHANCE_YOUR_CALM, a list over that (the block is not a compression error).
         """
         known = self._known.get(block)
@@ -86,6 +130,9 @@ class HeaderBlockDecoder:
         size = sum(32 + len(name) + len(value) for name, value in headers)
         if size > self._limit:
             raise HeaderListTooLarge(size, self._limit)
+        problem = malformed(headers)
+        if problem is not None:
+            raise MalformedHeaders(problem)
         if unchanged and len(block) <= _REMEMBERED_BLOCK_BYTES:
             if len(self._known) >= _REMEMBERED_BLOCKS:
                 self._known.clear()

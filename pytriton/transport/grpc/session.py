@@ -31,7 +31,7 @@ from pytriton.transport.grpc.floods import WINDOW_UPDATES_FREE, FloodGauges, win
 from pytriton.transport.grpc.flow import STREAM_WINDOW, ReceiveWindows
 from pytriton.transport.grpc.framing import MAX_FRAME, FrameReader
 from pytriton.transport.grpc.goaway import GOAWAY_PING, Goaway
-from pytriton.transport.grpc.headers import Header, HeaderBlockDecoder, HeaderListTooLarge
+from pytriton.transport.grpc.headers import Header, HeaderBlockDecoder, HeaderListTooLarge, MalformedHeaders
 from pytriton.transport.grpc.keepalive import Keepalive
 from pytriton.transport.grpc.messages import MessageError, MessageReader, request_encoding, response_encoding
 from pytriton.transport.grpc.responses import ResponseSender
@@ -297,6 +297,9 @@ class Http2Session:
             headers = self._decoder.decode(block)  # even when dropped: the block may change the HPACK table
         except HeaderListTooLarge as error:  # refused on its stream alone (grpc's C-core); trailers end it all the same
             headers, too_large = [], str(error)
+        except MalformedHeaders:
+            self._malformed_block(stream_id)
+            return
         call = self.calls.get(stream_id)
         state = call.state if call is not None else self._streams.state_of(stream_id)
         action = st.RECEIVED[state][h2.HEADERS]
@@ -304,14 +307,49 @@ class Http2Session:
             self.glitch()
         elif action != st.ACCEPT:
             self._refuse(action, stream_id, "HEADERS")
-        elif call is not None:  # trailers: they must end the stream (RFC 9113 section 8.1)
-            if not flags & h2.END_STREAM:
+        elif call is not None:  # trailers: they must end the stream, without pseudo-headers (RFC 9113 section 8.1)
+            if not flags & h2.END_STREAM or any(name[:1] == b":" for name, _ in headers):
                 raise h2.StreamError(stream_id, h2.PROTOCOL_ERROR)
             self._end_of_request(call)
         elif stream_id % 2 == 0:
             raise h2.Http2Error(h2.PROTOCOL_ERROR, f"client stream {stream_id} has an even number")
         else:
             self._open(stream_id, headers, bool(flags & h2.END_STREAM), too_large)
+
+    def on_self_dependent(self, stream_id: int, block: bytes) -> None:
+        """A header block whose stream depends on itself: a stream error PROTOCOL_ERROR (RFC 9113 5.3.1).
+
+        The block is decoded all the same (it may change the HPACK table); see `_malformed_block`.
+        """
+        try:
+            self._decoder.decode(block)
+        except (HeaderListTooLarge, MalformedHeaders):
+            pass
+        self._malformed_block(stream_id)
+
+    def _malformed_block(self, stream_id: int) -> None:
+        """A header block (decoded) that is a stream error PROTOCOL_ERROR: a malformed one, or one depending on itself.
+
+        What a HEADERS is in its stream's state comes first (dropped, or a stream or connection error). A new stream
+        opens nothing: it is reset, and counts as used (a HEADERS with a lower id is a connection error after it).
+
+        Raises:
+            StreamError: on a live stream (STREAM_CLOSED where its state refuses a HEADERS).
+            Http2Error: where its state makes a HEADERS a connection error (an even or reused stream id).
+        """
+        call = self.calls.get(stream_id)
+        action = st.RECEIVED[call.state if call is not None else self._streams.state_of(stream_id)][h2.HEADERS]
+        if action == st.DROP:
+            self.glitch()  # after the server's reset: frames on the stream are ignored (RFC 9113 5.1)
+            return
+        if action != st.ACCEPT:
+            self._refuse(action, stream_id, "HEADERS")
+        if call is not None:
+            raise h2.StreamError(stream_id, h2.PROTOCOL_ERROR)
+        if stream_id % 2 == 0:
+            raise h2.Http2Error(h2.PROTOCOL_ERROR, f"client stream {stream_id} has an even number")
+        self._streams.skip(stream_id, st.RESET_BY_SERVER)
+        self._reset(stream_id, h2.PROTOCOL_ERROR)
 
     def on_rst_stream(self, stream_id: int) -> None:
         """The client cancelled a call; resets of live calls count against the rapid-reset limit (CVE-2023-44487).
@@ -428,15 +466,27 @@ class Http2Session:
         self._close_if_done()
 
     def on_stream_error(self, error: h2.StreamError) -> None:
-        """Reset a stream whose frame was a stream error; the connection goes on."""
-        self._reset(error.stream_id, error.code)
-        call = self.calls.get(error.stream_id)
+        """Reset a stream whose frame was a stream error; the connection goes on.
+
+        A PRIORITY frame may be one on a stream in any state. One the server reset already is not reset again
+        (its frames are ignored, RFC 9113 5.1); an idle one is reset but stays idle, as PRIORITY opens no stream
+        (5.1): the client may still open it, or one below it.
+        """
+        stream_id = error.stream_id
+        call = self.calls.get(stream_id)
         if call is not None:
+            self._reset(stream_id, error.code)
             self._streams.move(call, st.SEND_RESET)
             call.cancel()
             self._forget(call)
-        else:  # closed already (by the client): what still arrives is dropped now
-            self._streams.remember(error.stream_id, st.RESET_BY_SERVER)
+            return
+        state = self._streams.state_of(stream_id)
+        if state == st.RESET_BY_SERVER:
+            self.glitch()
+            return
+        self._reset(stream_id, error.code)
+        if state != st.IDLE:  # closed already (by the client): what still arrives is dropped now
+            self._streams.remember(stream_id, st.RESET_BY_SERVER)
 
     def glitch(self) -> None:
         """A frame that carries nothing: counted, so that a flood of them ends the connection."""

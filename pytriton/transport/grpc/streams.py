@@ -14,8 +14,13 @@ closed, because the frames that may still arrive differ (5.1, "closed"):
   is a connection error PROTOCOL_ERROR (5.1.1: a new stream's id must be above every one opened before,
   and a client that opens 3 and then 1 would otherwise wait on stream 1 for ever), as h2 does.
 
-PRIORITY is read and dropped in every state (the server does not prioritize). CONTINUATION belongs
-to the header block it continues, which counts as one HEADERS.
+PRIORITY is read and dropped in every state (the server does not prioritize), but one that is not 5
+bytes, or makes its stream depend on itself, is a stream error (RFC 9113 6.3, 5.3.1) in every state:
+RST_STREAM, except on a stream the server reset already (ignored, as any frame there); an idle stream so
+reset stays idle (PRIORITY opens no stream, 5.1: the client may still open it, or a lower one). A HEADERS
+depending on itself is what a HEADERS is in its state, then a stream error: a new stream closes at once,
+reset by the server, its id used. CONTINUATION belongs to the header block it continues, which counts as
+one HEADERS.
 """
 
 from __future__ import annotations
