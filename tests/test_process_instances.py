@@ -1000,3 +1000,84 @@ def test_a_long_output_whose_first_element_does_not_pickle_fails_its_request_alo
     assert answers[2.0].tolist() == [[b"s%d" % index for index in range(LONG)]]
     assert isinstance(answers[1.0], httpclient.InferenceServerException)
     assert "output 'out' could not be sent from the instance process" in str(answers[1.0])
+
+
+def long_answer_once_watched(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """LONG strings, once the file $WATCHED_FILE exists (the server watches the request's client by then)."""
+    watched = pathlib.Path(os.environ["WATCHED_FILE"])
+    deadline = time.monotonic() + 30
+    while not watched.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    strings = np.array([b"s%d" % index for index in range(LONG)], dtype=object)
+    return [{"out": strings} for _ in requests]
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_the_long_answer_of_a_request_whose_client_was_watched_is_freed_off_the_loop(
+    kind: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that waited 0.1 s has its client watched (core/watch.py), and the watch held the request, its
+    response with it, until the answer was written: its million strings were freed then, on the loop (10-20 ms),
+    after the transport had handed them to a codec thread to free. The watch holds it weakly now."""
+    import weakref
+
+    from pytriton.core import watch
+    from pytriton.core.process_instances import long_outputs
+    from pytriton.transport import codec_threads
+
+    watched = tmp_path / "watched"
+    monkeypatch.setenv("WATCHED_FILE", str(watched))
+    sweep = watch.QueueWatch._sweep
+
+    def sweep_noted(self: Any) -> None:
+        sweep(self)
+        entries = [*self._queues, *self._running()]
+        if any(entry.watcher is not None for entry in entries):
+            watched.touch()
+
+    monkeypatch.setattr(watch.QueueWatch, "_sweep", sweep_noted)
+    let_go = codec_threads.let_go
+    held_elsewhere: List[bool] = []
+
+    def let_go_noted(arrays: List[np.ndarray]) -> None:
+        """As the transport hands them over (on the loop): whether anything else still holds them."""
+        checked = []
+        while arrays:
+            array = arrays.pop()
+            held_elsewhere.append(not codec_threads._alone(array))
+            checked.append(array)
+            del array
+        let_go(checked)
+
+    monkeypatch.setattr(codec_threads, "let_go", let_go_noted)
+    freed_on: List[str] = []
+
+    def note_free(array: np.ndarray) -> None:
+        weakref.finalize(array, lambda: freed_on.append(threading.current_thread().name))
+
+    if kind == "process":  # the array the server rebuilt: noted as it is put back
+        put_back = long_outputs.put_back
+
+        def put_back_noted(value: Any, longs: Any, body: memoryview) -> Any:
+            value = put_back(value, longs, body)
+            note_free(value[0]["out"])
+            return value
+
+        monkeypatch.setattr(long_outputs, "put_back", put_back_noted)
+        callable_ = ProcessInstances(long_answer_once_watched)
+    else:
+
+        def callable_(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+            answers = long_answer_once_watched(requests)
+            note_free(answers[0]["out"])
+            return answers
+
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="out", dtype=bytes, shape=(-1,))]}
+    with running_triton(
+        lambda triton: triton.bind("long", callable_, **io, config=ModelConfig(batching=False))
+    ) as triton:
+        out = _infer(triton, "long", {"x": np.ones((1,), dtype=np.float32)})["out"]
+        assert watched.exists()  # the client was watched
+        assert out.tolist() == [b"s%d" % index for index in range(LONG)]
+    assert held_elsewhere == [False]
+    assert freed_on == ["pytriton-codec"]
