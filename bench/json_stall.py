@@ -6,6 +6,9 @@ second process polls /v2/health/ready every 5 ms over its own keep-alive connect
 time, and the worst and p99 health latency while it was under way. The server runs in a process of its own; ours
 also logs its event loop's own stalls (loop_worst_ms): the health latency counts the poller's and the client's
 scheduling too, on a busy machine.
+
+`--process`: the models run in process instances (`ProcessInstances`), and a model `made` answers as many 8-byte
+strings as its one INT32 input says: a long BYTES output that only comes back from the instance's process.
 """
 
 from __future__ import annotations
@@ -28,13 +31,33 @@ NVIDIA_RUN = "/tmp/nvidia-pytriton/run"  # runs a command in nvidia-pytriton's e
 LAG_FILE_ENV = "JSON_STALL_LAG_FILE"  # where our server logs its event loop's stalls (not with --nvidia)
 
 
-def serve(port: int, grpc_port: int, ours: bool) -> None:
-    """Run a server with identity models `fp32` and `bytes` (one input `in`, shape [-1], no batching)."""
+def identity(requests: Any) -> Any:
+    """The identity models' callable."""
+    return [{"out": request["in"]} for request in requests]
+
+
+_MADE: Dict[int, np.ndarray] = {}
+
+
+def made(requests: Any) -> Any:
+    """Model `made`: as many 8-byte strings as its input says (made once for each count)."""
+    answers = []
+    for request in requests:
+        count = int(request["in"][0])
+        if count not in _MADE:
+            _MADE[count] = np.array([b"s%07d" % (index % 10_000_000) for index in range(count)], np.object_)
+        answers.append({"out": _MADE[count]})
+    return answers
+
+
+def serve(port: int, grpc_port: int, ours: bool, process: bool = False) -> None:
+    """Run a server with identity models `fp32` and `bytes` (one input `in`, shape [-1], no batching).
+
+    `process`: in process instances, with model `made` too.
+    """
+    from pytriton.instances import ProcessInstances
     from pytriton.model_config import ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
-
-    def identity(requests: Any) -> Any:
-        return [{"out": request["in"]} for request in requests]
 
     config = TritonConfig(http_port=port, grpc_port=grpc_port, metrics_port=0 if ours else port + 2)
     extra: Dict[str, Any] = {}
@@ -43,12 +66,16 @@ def serve(port: int, grpc_port: int, ours: bool) -> None:
 
         extra["limits"] = ServerLimits(max_json_bytes=2**31 - 1, max_body_bytes=2**31 - 1)
     triton = Triton(config=config, **extra)
-    for name, dtype in (("fp32", np.float32), ("bytes", bytes)):
+    models: List[Tuple[str, Any, Any, Any]] = [("fp32", identity, np.float32, np.float32)]
+    models.append(("bytes", identity, bytes, bytes))
+    if process:
+        models.append(("made", made, np.int32, bytes))
+    for name, function, in_dtype, out_dtype in models:
         triton.bind(
             name,
-            identity,
-            inputs=[Tensor(name="in", dtype=dtype, shape=(-1,))],
-            outputs=[Tensor(name="out", dtype=dtype, shape=(-1,))],
+            ProcessInstances(function) if process else function,
+            inputs=[Tensor(name="in", dtype=in_dtype, shape=(-1,))],
+            outputs=[Tensor(name="out", dtype=out_dtype, shape=(-1,))],
             config=ModelConfig(batching=False),
         )
     triton.run()
@@ -183,9 +210,20 @@ def bytes_binary(count: int, json_out: bool) -> Tuple[bytes, int]:
     return head + raw.tobytes(), len(head)
 
 
-def cases(sizes: List[int], strings: List[int]) -> List[Tuple[str, str, bytes, Any]]:
+def made_request(count: int) -> bytes:
+    """A JSON request to model `made` for `count` strings, binary output."""
+    return (
+        b'{"inputs":[{"name":"in","datatype":"INT32","shape":[1],"data":[%d]}],' % count
+        + b'"outputs":[{"name":"out","parameters":{"binary_data":true}}]}'
+    )
+
+
+def cases(sizes: List[int], strings: List[int], process: bool = False) -> List[Tuple[str, str, bytes, Any]]:
     """(label, model, body, header length or None) of each request measured."""
     out: List[Tuple[str, str, bytes, Any]] = []
+    if process:
+        for count in strings:
+            out.append((f"BYTES {count // 1000}k out of a process", "made", made_request(count), None))
     for count in sizes:
         out.append((f"FP32 {count >> 20}M JSON in", "fp32", fp32_json(count), None))
     for count in sizes:
@@ -200,10 +238,14 @@ def cases(sizes: List[int], strings: List[int]) -> List[Tuple[str, str, bytes, A
     return out
 
 
-def measure(port: int, sizes: List[int], strings: List[int], repeat: int) -> List[Dict[str, Any]]:
-    """Each case `repeat` times: the request's time and the health latencies while it ran."""
+def measure(
+    port: int, sizes: List[int], strings: List[int], repeat: int, process: bool = False, only: str = ""
+) -> List[Dict[str, Any]]:
+    """Each case (whose label holds `only`) `repeat` times: the request's time and the health latencies while it ran."""
     rows = []
-    for label, model, body, head in cases(sizes, strings):
+    for label, model, body, head in cases(sizes, strings, process):
+        if only not in label:
+            continue
         headers = {"Content-Type": "application/octet-stream"}
         if head is not None:
             headers["Inference-Header-Content-Length"] = str(head)
@@ -296,16 +338,22 @@ def main() -> None:
     parser.add_argument("--strings", default="100000,1000000", help="BYTES element counts")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--grpc", action="store_true", help="binary FP32 and BYTES requests over gRPC instead")
+    parser.add_argument("--process", action="store_true", help="the models in process instances (ours only)")
+    parser.add_argument("--only", default="", help="only the cases whose label holds this text")
     parser.add_argument("--port", type=int, default=18950)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.port, args.port + 1, not args.nvidia)
+        serve(args.port, args.port + 1, not args.nvidia, args.process)
         return
+    if args.process and args.nvidia:
+        raise SystemExit("--process: ours only")
     if not args.nvidia:
         os.environ[LAG_FILE_ENV] = tempfile.mktemp(prefix="json_stall_lag_")
     env = dict(os.environ)
     command = [sys.executable, "-m", "bench.json_stall", "--serve", "--port", str(args.port)]
+    if args.process:
+        command.append("--process")
     cwd = None
     if args.nvidia:  # never from the repo root: NVIDIA's interpreter must not import our package
         env.pop("PYTHONPATH", None)
@@ -323,7 +371,7 @@ def main() -> None:
         if args.grpc:
             measure_grpc(args.port, sizes, strings)
         else:
-            measure(args.port, sizes, strings, args.repeat)
+            measure(args.port, sizes, strings, args.repeat, args.process, args.only)
     finally:
         try:
             os.killpg(server.pid, 15)

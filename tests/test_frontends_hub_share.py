@@ -237,3 +237,58 @@ def test_a_region_registered_over_grpc_served_here_serves_the_frontend_s_next_re
             there.request("POST", "/v2/models/identity/infer", _identity_in_region("r"))
             response = there.getresponse()
             assert response.status == 200, response.read()
+
+
+def _verbose_lines(triton: Triton, caplog: pytest.LogCaptureFixture) -> Tuple[bool, bool]:
+    """Whether this process and the frontend process log the verbose line of a connection closed on a bad request."""
+    caplog.clear()
+    with _http_connections(triton, KEEPS + 2) as opened:
+        assert [here for _, here in opened] == [True] * KEEPS + [False, False]
+        (here, _), _, (there, _), (after, _) = opened
+        ports = [connection.sock.getsockname()[1] for connection in (here, there)]
+        for connection in (here, there):
+            connection.sock.sendall(b"NOT A REQUEST\r\n\r\n")
+            assert connection.sock.recv(4096).startswith(b"HTTP/1.1 400")
+        # Answered by the hub after the frontend's records made before it: they came first on its channel.
+        assert _infer_json(after, "identity", [1.0])[0] == 200
+    here_logged, there_logged = (
+        f"closing HTTP connection from ('127.0.0.1', {port}): 400" in caplog.text for port in ports
+    )
+    return here_logged, there_logged
+
+
+def test_a_log_level_changed_at_runtime_applies_to_the_frontend_process_as_here(
+    start_triton: Callable[..., Triton], caplog: pytest.LogCaptureFixture, pytriton_logger: logging.Logger
+) -> None:
+    # pytriton_logger: the log changes set the `pytriton` logger's level in this process; restored after.
+    # The frontend followed the hub's log settings, but not a level the application set in the hub after the
+    # start: its verbose lines stayed off where the hub's were on.
+    triton = start_triton(_bind, frontends=2)
+    pool = triton._runtime._pool
+    assert pool is not None
+    (frontend,) = pool._frontends
+    assert _verbose_lines(triton, caplog) == (False, False)
+
+    def set_level(level: int) -> None:
+        """Set the `pytriton` logger's level here, as an application may; return once the frontend has it."""
+        told = frontend.mirror
+        pytriton_logger.setLevel(level)
+        deadline = time.monotonic() + 30
+        while frontend.mirror == told:  # the hub looks every PING_PERIOD_S
+            assert time.monotonic() < deadline, "the frontend was not told the new level"
+            time.sleep(0.01)
+
+    for level, logged in ((logging.DEBUG, True), (logging.INFO, False)):
+        set_level(level)
+        assert _verbose_lines(triton, caplog) == (logged, logged)
+
+    with _http_connections(triton, 1) as ((here, served_here),):  # the hub's own server tells the frontend too
+        assert served_here
+        here.request("POST", "/v2/logging", json.dumps({"log_verbose_level": 1}), HTTP_AUTH)
+        assert json.loads(here.getresponse().read())["log_verbose_level"] == 1
+    assert _verbose_lines(triton, caplog) == (True, True)
+    with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+        assert client.update_log_settings({"log_verbose_level": 0}, headers=GRPC_AUTH, as_json=True)
+    assert _verbose_lines(triton, caplog) == (False, False)
+    set_level(logging.DEBUG)  # the runtime settings' severities hold over a level set since, here and there
+    assert _verbose_lines(triton, caplog) == (False, False)

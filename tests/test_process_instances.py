@@ -854,3 +854,230 @@ def test_a_model_call_whose_answer_cannot_reach_the_process_fails_and_the_instan
         assert "output 'y' (TypeError: cannot pickle '_thread.lock' object)" in str(failed.value)
         answer = _infer(triton, "caller", {"x": np.full((1, 1), 1.0, dtype=np.float32)})
         assert answer["y"].tolist() == [[b"first", b"plain"]]
+
+
+# Model "long_strings": LONG strings, the first of which records in this process (the server's) which thread rebuilt
+# it, and waits there until the test says a small request was answered meanwhile.
+LONG = 3 * 16384 + 5
+REBUILT_ON: List[str] = []
+REBUILDING = threading.Event()
+SMALL_ANSWERED = threading.Event()
+
+
+class RebuiltWhere(bytes):
+    """A string that, unpickled, says on which thread (rebuilt_here)."""
+
+    def __reduce__(self) -> Any:
+        return rebuilt_here, (bytes(self),)
+
+
+def rebuilt_here(data: bytes) -> bytes:
+    """Note this thread's name; off the server's loop, wait until the test answered a small request meanwhile."""
+    name = threading.current_thread().name
+    REBUILT_ON.append(name)
+    REBUILDING.set()
+    if name != "pytriton-loop":  # on the loop it would wait for ever: nothing else is served meanwhile
+        SMALL_ANSWERED.wait(60)
+    return data
+
+
+def long_strings(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    strings = np.array([RebuiltWhere(b"first"), *(b"s%d" % index for index in range(1, LONG))], dtype=object)
+    return [{"out": strings} for _ in requests]
+
+
+def test_a_long_bytes_output_is_taken_in_off_the_loop_while_other_clients_are_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process instance's long BYTES output was unpickled (the message's head) and counted on the event loop:
+    every other client waited for it (a million strings: 100-500 ms). Now it is rebuilt and counted in a thread,
+    and a small request to another model is answered while it is."""
+    from pytriton.core import counted_strings
+
+    counted_on: List[str] = []
+    count = counted_strings.bytes_of_object_array
+
+    def noted(array: np.ndarray) -> int:
+        if array.size >= counted_strings.COUNTED_ELEMENTS:
+            counted_on.append(threading.current_thread().name)
+        return count(array)
+
+    monkeypatch.setattr(counted_strings, "bytes_of_object_array", noted)
+    REBUILT_ON.clear()
+    REBUILDING.clear()
+    SMALL_ANSWERED.clear()
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="out", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        triton.bind("long_strings", ProcessInstances(long_strings), **io, config=ModelConfig(batching=False))
+        triton.bind("double", ProcessInstances(double), **FP32_IO, config=ModelConfig(max_batch_size=4))
+
+    with running_triton(bind) as triton:
+        answers: queue.Queue[Any] = queue.Queue()
+        x = np.ones((1,), dtype=np.float32)
+        thread = threading.Thread(target=lambda: answers.put(_infer(triton, "long_strings", {"x": x})["out"]))
+        thread.start()
+        try:
+            assert REBUILDING.wait(60), "the long output was never taken in"
+            small = _infer(triton, "double", {"x": np.ones((1, 2), dtype=np.float32)})["y"]
+            assert small.tolist() == [[2.0, 2.0]]
+            assert thread.is_alive()  # its answer waits for the rebuild, which waits for this
+        finally:
+            SMALL_ANSWERED.set()
+            thread.join(60)
+        out = answers.get(timeout=0)
+    assert REBUILT_ON == ["pytriton-long-outputs"]
+    assert counted_on == ["pytriton-long-outputs"]
+    assert out.tolist() == [b"first", *(b"s%d" % index for index in range(1, LONG))]
+
+
+def long_and_short_steps(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """Steps of LONG strings (rebuilt in a thread of the server) and of one, in turn."""
+    for step in range(4):
+        count = LONG if step % 2 == 0 else 1
+        yield [{"out": np.array([b"%d-%d" % (step, index) for index in range(count)], dtype=object)}]
+
+
+def test_a_stream_s_long_steps_keep_their_place_among_short_ones() -> None:
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="out", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        config = ModelConfig(batching=False, decoupled=True)
+        triton.bind("steps", ProcessInstances(long_and_short_steps), **io, config=config)
+
+    with running_triton(bind) as triton:
+        responses: queue.Queue[Any] = queue.Queue()
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            client.start_stream(callback=lambda result, error: responses.put((result, error)))
+            tensor = grpcclient.InferInput("x", [1], "FP32")
+            tensor.set_data_from_numpy(np.array([1.0], dtype=np.float32))
+            client.async_stream_infer("steps", [tensor], enable_empty_final_response=True)
+            steps = []
+            while True:
+                result, error = responses.get(timeout=60)
+                assert error is None
+                if result.get_response().parameters["triton_final_response"].bool_param:
+                    break
+                steps.append(result.as_numpy("out").tolist())
+            client.stop_stream()
+    assert [len(step) for step in steps] == [LONG, 1, LONG, 1]
+    for number, step in enumerate(steps):
+        assert step == [b"%d-%d" % (number, index) for index in range(len(step))]
+
+
+def long_unpicklable_first(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Request x 1: LONG strings after a lock, which cannot leave the process; else LONG plain ones."""
+    answers = []
+    for request in requests:
+        strings = np.array([b"s%d" % index for index in range(LONG)], dtype=object)
+        if float(request["x"].flat[0]) == 1:
+            strings[0] = threading.Lock()
+        answers.append({"out": strings.reshape(1, LONG)})
+    return answers
+
+
+def test_a_long_output_whose_first_element_does_not_pickle_fails_its_request_alone() -> None:
+    config = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="out", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        triton.bind("long_locks", ProcessInstances(long_unpicklable_first), **io, config=config)
+
+    with running_triton(bind) as triton:
+        answers: Dict[float, Any] = {}
+
+        def infer(value: float) -> None:
+            try:
+                answers[value] = _infer(triton, "long_locks", {"x": np.array([[value]], dtype=np.float32)})["out"]
+            except httpclient.InferenceServerException as error:
+                answers[value] = error
+
+        threads = [threading.Thread(target=infer, args=(value,)) for value in (1.0, 2.0)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert answers[2.0].tolist() == [[b"s%d" % index for index in range(LONG)]]
+    assert isinstance(answers[1.0], httpclient.InferenceServerException)
+    assert "output 'out' could not be sent from the instance process" in str(answers[1.0])
+
+
+def long_answer_once_watched(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """LONG strings, once the file $WATCHED_FILE exists (the server watches the request's client by then)."""
+    watched = pathlib.Path(os.environ["WATCHED_FILE"])
+    deadline = time.monotonic() + 30
+    while not watched.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    strings = np.array([b"s%d" % index for index in range(LONG)], dtype=object)
+    return [{"out": strings} for _ in requests]
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_the_long_answer_of_a_request_whose_client_was_watched_is_freed_off_the_loop(
+    kind: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that waited 0.1 s has its client watched (core/watch.py), and the watch held the request, its
+    response with it, until the answer was written: its million strings were freed then, on the loop (10-20 ms),
+    after the transport had handed them to a codec thread to free. The watch holds it weakly now."""
+    import weakref
+
+    from pytriton.core import watch
+    from pytriton.core.process_instances import long_outputs
+    from pytriton.transport import codec_threads
+
+    watched = tmp_path / "watched"
+    monkeypatch.setenv("WATCHED_FILE", str(watched))
+    sweep = watch.QueueWatch._sweep
+
+    def sweep_noted(self: Any) -> None:
+        sweep(self)
+        entries = [*self._queues, *self._running()]
+        if any(entry.watcher is not None for entry in entries):
+            watched.touch()
+
+    monkeypatch.setattr(watch.QueueWatch, "_sweep", sweep_noted)
+    let_go = codec_threads.let_go
+    held_elsewhere: List[bool] = []
+
+    def let_go_noted(arrays: List[np.ndarray]) -> None:
+        """As the transport hands them over (on the loop): whether anything else still holds them."""
+        checked = []
+        while arrays:
+            array = arrays.pop()
+            held_elsewhere.append(not codec_threads._alone(array))
+            checked.append(array)
+            del array
+        let_go(checked)
+
+    monkeypatch.setattr(codec_threads, "let_go", let_go_noted)
+    freed_on: List[str] = []
+
+    def note_free(array: np.ndarray) -> None:
+        weakref.finalize(array, lambda: freed_on.append(threading.current_thread().name))
+
+    if kind == "process":  # the array the server rebuilt: noted as it is put back
+        put_back = long_outputs.put_back
+
+        def put_back_noted(value: Any, longs: Any, body: memoryview) -> Any:
+            value = put_back(value, longs, body)
+            note_free(value[0]["out"])
+            return value
+
+        monkeypatch.setattr(long_outputs, "put_back", put_back_noted)
+        callable_ = ProcessInstances(long_answer_once_watched)
+    else:
+
+        def callable_(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+            answers = long_answer_once_watched(requests)
+            note_free(answers[0]["out"])
+            return answers
+
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="out", dtype=bytes, shape=(-1,))]}
+    with running_triton(
+        lambda triton: triton.bind("long", callable_, **io, config=ModelConfig(batching=False))
+    ) as triton:
+        out = _infer(triton, "long", {"x": np.ones((1,), dtype=np.float32)})["out"]
+        assert watched.exists()  # the client was watched
+        assert out.tolist() == [b"s%d" % index for index in range(LONG)]
+    assert held_elsewhere == [False]
+    assert freed_on == ["pytriton-codec"]

@@ -25,6 +25,7 @@ class Entry:
     """A queued request with its sink and its place in time."""
 
     __slots__ = (
+        "__weakref__",  # the client's watcher holds it weakly (watch.py)
         "call",
         "cancelled",
         "compute_ns",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+import weakref
 from typing import Any, Awaitable, Callable, Generic, Iterable, Optional, Protocol, TypeVar
 
 # Returns once a request's client has disconnected.
@@ -64,13 +65,18 @@ class QueueWatch(Generic[W]):
                 waiting = True
                 if entry.gone is not None and entry.watcher is None and entry.enqueue_ns <= due_ns:
                     watcher = entry.watcher = asyncio.ensure_future(entry.gone())
-                    watcher.add_done_callback(functools.partial(self._gone, entry))
+                    # Held weakly: the watch ends with the client's connection or its answer's end, and a request
+                    # answered (its inputs, its response) goes with its last other holder, not then (on the loop,
+                    # where a million strings took 10-20 ms to free, after the transport let go of them).
+                    watcher.add_done_callback(functools.partial(self._gone, weakref.ref(entry)))
         if waiting:
             self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._sweep)
 
-    def _gone(self, entry: W, watcher: asyncio.Future[Any]) -> None:
-        """A watcher ended: its client disconnected (a watcher that failed counts the same)."""
+    def _gone(self, ref: weakref.ref[W], watcher: asyncio.Future[Any]) -> None:
+        """A watcher ended: its client disconnected (a watcher that failed counts the same), unless it was answered."""
         if watcher.cancelled():
             return
         watcher.exception()  # read, so that a failed watcher is not reported as never retrieved
-        self._client_left(entry)
+        entry = ref()
+        if entry is not None:  # else it was answered, and nothing holds it any more
+            self._client_left(entry)

@@ -74,7 +74,7 @@ def encode(
 JOINED_BODY_BYTES = 16 * 1024
 
 
-def _loads(data: Buffer) -> Any:
+def loads(data: Buffer) -> Any:
     """A message's head unpickled; a class or function this process cannot import comes as a stand-in (Unimportable).
 
     A model's process may send an object of a class only it can import (a module its factory imported from a path of
@@ -196,7 +196,7 @@ class _Reader:
         head_end = _HEADER.size + head_size
         if head_end + body_size != count:
             return False
-        head = _loads(view[_HEADER.size : head_end])
+        head = loads(view[_HEADER.size : head_end])
         body = memoryview(bytearray(view[head_end:count]) if body_size else b"")
         self._whole_messages.append(Message(head, body, self._take_fds(nfds)))
         return True
@@ -224,7 +224,7 @@ class _Reader:
             head_end = start + _HEADER.size + head_size
             if len(buffer) < head_end:
                 break
-            head = _loads(buffer[start + _HEADER.size : head_end])
+            head = loads(buffer[start + _HEADER.size : head_end])
             end = head_end + body_size
             if len(buffer) < end:
                 have = len(buffer) - head_end

@@ -237,6 +237,7 @@ class EnsembleRun:
     """
 
     __slots__ = (
+        "__weakref__",  # the client's watcher holds it weakly (watch.py)
         "answered",
         "batch_size",
         "batch_sizes",

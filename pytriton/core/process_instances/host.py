@@ -29,6 +29,7 @@ from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.outputs import UnsentResponse
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
+from pytriton.core.process_instances.long_outputs import Long, TakenOut, placed, take_out
 from pytriton.core.process_instances.model_calls import CallerArenas, answered
 from pytriton.core.process_instances.protocol import (
     ANSWERS_READ,
@@ -257,7 +258,7 @@ class InstanceHost:
             if streaming:
                 self._stream(job_id, batch, message.body)
             else:
-                packed, body, new_arena, value = self._answer(job_id, batch, message.body)
+                packed, body, new_arena, value, taken = self._answer(job_id, batch, message.body)
         except ChannelClosed:
             raise
         except BaseException as error:  # noqa: BLE001 - sent to the server, as a thread instance reports it
@@ -267,7 +268,7 @@ class InstanceHost:
         elif streaming:
             self._send(encode((END, job_id, self._inputs.take_released())))
         else:
-            self._send_result(job_id, packed, body, new_arena, self._outputs, True, value)
+            self._send_result(job_id, packed, body, new_arena, self._outputs, True, value, taken)
 
     def _requests(self, job_id: int, batch: List[Any], body: memoryview) -> Tuple[List[Request], Optional[np.ndarray]]:
         """The requests of a job (inputs: views of the server's arena or of the message body), and what they view.
@@ -291,11 +292,14 @@ class InstanceHost:
         self._job_requests = requests
         return requests, lease
 
-    def _answer(self, job_id: int, batch: List[Any], body: memoryview) -> Tuple[Any, List[Buffer], int, Any]:
-        """Call a plain callable: its result packed in a region leased to the server, and the result itself.
+    def _answer(
+        self, job_id: int, batch: List[Any], body: memoryview
+    ) -> Tuple[Any, List[Buffer], int, Any, List[TakenOut]]:
+        """Call a plain callable: its result packed in a region leased to the server, the result, its long arrays.
 
-        The result itself is returned only when packing kept something that may not pickle (it then stands in for
-        it); nothing else here outlives the call, so the job's inputs are free on return unless the model kept them.
+        Its long object arrays are taken out of it (long_outputs.py). The result itself is returned only when packing
+        kept something that may not pickle (it then stands in for it); nothing else here outlives the call, so the
+        job's inputs are free on return unless the model kept them.
         """
         requests, lease = self._requests(job_id, batch, body)
         try:
@@ -303,10 +307,11 @@ class InstanceHost:
         finally:
             self._end_job()
         del requests
+        value, taken = take_out(value)
         in_inputs = outputs_in_inputs(value, lease) if lease is not None else None
         packed, parts, new_arena = self._outputs.pack_result(value, job_id, in_inputs)
         plain = packed[0] is not None and all(len(item) == 3 and item[2] is None for item in packed[1])
-        return packed, parts, new_arena, None if plain else value
+        return packed, parts, new_arena, None if plain else value, taken
 
     def _stream(self, job_id: int, batch: List[Any], body: memoryview) -> None:
         """Send each step of any callable (a plain one makes one step) as it comes, through the message body."""
@@ -314,10 +319,10 @@ class InstanceHost:
         sent = 0
         try:
             for step in self._steps_of(self._requests(job_id, batch, body)[0], job_id):
-                step = _portable(host_step(step))
+                step, taken = take_out(_portable(host_step(step)))
                 packed, parts, new_arena = pack_result(self._steps, step)
-                self._send_result(job_id, packed, parts, new_arena, self._steps, False, step)
-                del step, packed, parts
+                self._send_result(job_id, packed, parts, new_arena, self._steps, False, step, taken)
+                del step, packed, parts, taken
                 sent += 1
                 self._wait_for_steps_taken(job_id, sent)
         finally:
@@ -484,21 +489,36 @@ class InstanceHost:
             self._states.forget(head[1])
 
     def _send_result(
-        self, job_id: int, packed: Any, body: List[Buffer], new_arena: int, writer: ArenaWriter, final: bool, value: Any
+        self,
+        job_id: int,
+        packed: Any,
+        body: List[Buffer],
+        new_arena: int,
+        writer: ArenaWriter,
+        final: bool,
+        value: Any,
+        taken: List[TakenOut],
     ) -> None:
-        """Send a packed result (or step) with the jobs whose inputs are free; `value` stands in if it cannot travel."""
+        """Send a packed result (or step) with the jobs whose inputs are free; `value` stands in if it cannot travel.
+
+        The long object arrays `taken` out of it follow its body, in pieces.
+        """
         fds = [writer.segment.fileno()] if new_arena and writer.segment is not None else []
         released = self._inputs.take_released()
+        longs: Optional[List[Long]] = None
+        if taken:
+            longs, pieces = placed(taken, body)
+            body = [*body, *pieces]
         try:
-            message = encode((RESULT, job_id, packed, new_arena, final, released), body, fds)
+            message = encode((RESULT, job_id, packed, new_arena, final, longs, released), body, fds)
         except Exception:  # noqa: BLE001 - it cannot be pickled (a generator, a lock in an object output...)
             try:
                 message = encode(
-                    (RESULT, job_id, _sendable(packed, self._model), new_arena, final, released), body, fds
+                    (RESULT, job_id, _sendable(packed, self._model), new_arena, final, longs, released), body, fds
                 )
             except Exception:  # noqa: BLE001 - no list of dicts: the server's checks say what it is
                 unsendable = (None, Unsendable(value))
-                message = encode((RESULT, job_id, unsendable, new_arena, final, released), (), fds)
+                message = encode((RESULT, job_id, unsendable, new_arena, final, None, released), (), fds)
         self._send(message, fds)
 
     def _send(self, message: List[Buffer], fds: Sequence[int] = ()) -> None:

@@ -27,6 +27,7 @@ from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.errors import BatchNotRun, OutputsNotTaken, exception_text
 from pytriton.core.instances import CallableKind, Step
 from pytriton.core.process_instances.input_arena import InputArena
+from pytriton.core.process_instances.long_outputs import put_back_off_loop
 from pytriton.core.process_instances.model_calls import CalleeArenas, serve_call
 from pytriton.core.process_instances.protocol import (
     ANSWERS_READ,
@@ -237,7 +238,9 @@ class ProcessInstance:
         try:
             while True:
                 kind, value = await queue.get()
-                if kind == "end":
+                if kind == "later":  # a step whose long outputs are being rebuilt (long_outputs.py)
+                    value = await value
+                elif kind == "end":
                     ended = True
                     return
                 if kind == "error":
@@ -382,7 +385,7 @@ class ProcessInstance:
                 self._finish_job()
             return
         if tag == RESULT:
-            _, _, packed, arena, final, released = head
+            _, _, packed, arena, final, longs, released = head
             if arena or message.lost:
                 # At the server's memory limit: a new arena it cannot map, a body it had no room for (dropped by the
                 # channel). This batch (a stream: this request's stream) fails, not the process.
@@ -412,7 +415,15 @@ class ProcessInstance:
                 value = unpack_result(link.outputs, packed, message.body)
             if released:
                 link.inputs.released(released)
-            if final:
+            if longs:  # rebuilt off the loop; a step's place in its stream is kept (steps() awaits it)
+                later = put_back_off_loop(value, longs, message.body)
+                if final:
+                    self._finish_job()
+                    if job.future is not None:
+                        later.add_done_callback(functools.partial(_settle, job.future))
+                elif job.steps is not None:
+                    job.steps.put_nowait(("later", later))
+            elif final:
                 self._finish_job()
                 if job.future is not None and not job.future.done():
                     job.future.set_result(value)
@@ -440,7 +451,7 @@ class ProcessInstance:
         head = message.head
         tag = head[0]
         if tag == RESULT:  # its arena is still the process's from now on, its region free
-            _, job_id, _, arena, final, _ = head
+            _, job_id, _, arena, final, _, _ = head
             if arena:
                 link.outputs.adopt(arena, message.fds)
             if final:
@@ -628,6 +639,22 @@ async def start_instances(plan: ProcessPlan) -> List[ProcessInstance]:
         raise failed[0]
     LOGGER.info("model '%s': %s ready in %.2f s", plan.model_name, processes, time.monotonic() - began)
     return started
+
+
+def _settle(future: asyncio.Future[Any], rebuilt: asyncio.Future[Any]) -> None:
+    """A job's future gets its result once its long outputs are rebuilt (or what rebuilding them raised)."""
+    if future.done():
+        if not rebuilt.cancelled():
+            rebuilt.exception()  # retrieved: nobody waits for it any more
+        return
+    if rebuilt.cancelled():
+        future.cancel()
+        return
+    error = rebuilt.exception()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(rebuilt.result())
 
 
 def _sequence_of(request: Request) -> Optional[Tuple[int, Any, bool, bool]]:

@@ -7,9 +7,14 @@ file of its own) is the hub's alone. Logged there, a frontend's records went to 
 those below WARNING nowhere. Once its link to the hub is up, a frontend sends each record of the `pytriton` loggers
 to the hub (LOG), which hands it to the logger of its name there, as if logged there; before, and once the hub is
 gone, it logs as it did. Other loggers' records reach the hub the same way, from a handler on the frontend's root
-logger, which takes the levels the hub's loggers were given (`logger_levels`): at most `OTHERS_BURST` a second,
-each text cut at `OTHERS_CHARS`, and a line (pytriton's) counts those held back, so that a library logging in a
-loop floods neither the channel nor the hub's log.
+logger: at most `OTHERS_BURST` a second, each text cut at `OTHERS_CHARS`, and a line (pytriton's) counts those held
+back, so that a library logging in a loop floods neither the channel nor the hub's log.
+
+A frontend's loggers take the levels of the hub's (`logger_levels`, `pytriton`'s among them), and again whenever
+one changes there (`LevelWatch`, `follow_levels`): the runtime log settings (`/v2/logging`, gRPC `LogSettings`)
+set the `pytriton` logger's level, and so does an application, at any time. Which records of a level pass (log_info,
+log_warning, log_error) and their format are the hub's to apply, as to its own records: a frontend makes a record
+only where the hub's logger of its name would, and the hub decides the rest.
 """
 
 from __future__ import annotations
@@ -126,16 +131,12 @@ def send_others_to_hub(
     post: Callable[[Any], None],
     closed: Callable[[], bool],
     loop: asyncio.AbstractEventLoop,
-    levels: Dict[str, int],
     frontend: int,
 ) -> HubLogHandler:
     """Send the records of the frontend's other loggers (those that reach its root logger) to the hub.
 
-    `levels`: the hub's loggers' levels (`logger_levels`), set on the loggers here. Once the hub is gone, records
-    go where they went before (`logging.lastResort`: stderr, WARNING and above).
+    Once the hub is gone, records go where they went before (`logging.lastResort`: stderr, WARNING and above).
     """
-    for name, level in levels.items():
-        logging.getLogger(name or None).setLevel(level)
     root = logging.getLogger()
     fallback = list(root.handlers) or ([logging.lastResort] if logging.lastResort is not None else [])
 
@@ -157,15 +158,64 @@ def send_others_to_hub(
 
 
 def logger_levels() -> Dict[str, int]:
-    """The levels set on this process's loggers, but pytriton's (the root's under ""): a frontend's loggers take them.
-
-    pytriton's levels reach the frontends as the server's log settings.
-    """
-    levels = {"": logging.getLogger().level}
+    """The levels set on this process's loggers (the root's under "", `pytriton`'s even unset): frontends take them."""
+    levels = {"": logging.getLogger().level, "pytriton": logging.getLogger("pytriton").level}
     for name, logger in list(logging.Logger.manager.loggerDict.items()):
         if isinstance(logger, logging.Logger) and logger.level != logging.NOTSET:
-            if name != "pytriton" and not name.startswith("pytriton."):
-                levels[name] = logger.level
+            levels[name] = logger.level
+    return levels
+
+
+class LevelWatch:
+    """This process's loggers' levels, and a generation that moves when one changes (the frontends compare it).
+
+    Walking every logger (hundreds, with a large library imported) at each check would cost each forwarded request
+    that much; `logging` clears each logger's cache of `isEnabledFor` answers whenever any level changes
+    (`Logger.setLevel`, `logging.disable`, CPython 3.7 and later), so a cache kept filled on one logger of its own
+    says whether they may have: only then are they walked and compared. Where loggers keep no such cache, they are
+    walked each time. One watch serves every server of the process (`LEVELS`): a second one's check would fill the
+    probe's cache and hide a change from the first.
+    """
+
+    def __init__(self, probe: str) -> None:
+        """Take the levels now (generation 0); `probe`: the name of the logger whose cache is watched."""
+        self._probe = logging.getLogger(probe)
+        self._lock = threading.Lock()  # servers' loops in several threads check at once
+        self.generation = 0
+        self.levels = self._take()
+
+    def check(self) -> int:
+        """The generation, moved if a level changed since the last check."""
+        with self._lock:
+            cache = getattr(self._probe, "_cache", None)
+            if isinstance(cache, dict) and cache:
+                return self.generation  # no level changed since the probe's cache was filled
+            levels = self._take()
+            if levels != self.levels:
+                self.levels = levels
+                self.generation += 1
+            return self.generation
+
+    def _take(self) -> Dict[str, int]:
+        # Filled before the walk: a change made during it empties the cache again, and is seen at the next check.
+        self._probe.isEnabledFor(logging.CRITICAL)
+        return logger_levels()
+
+
+LEVELS = LevelWatch("pytriton.frontends-level-watch")
+
+
+def follow_levels(levels: Dict[str, int], before: Dict[str, int]) -> Dict[str, int]:
+    """Set the hub's levels (`logger_levels`) on this process's loggers; those set from `before` and not now, unset.
+
+    Returns:
+        The levels set, the next call's `before`.
+    """
+    for name in before:
+        if name and name not in levels:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+    for name, level in levels.items():
+        logging.getLogger(name or None).setLevel(level)
     return levels
 
 

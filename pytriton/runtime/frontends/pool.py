@@ -33,7 +33,7 @@ from pytriton.options.server import ServerOptions
 from pytriton.runtime.frontends.acceptor import Acceptor
 from pytriton.runtime.frontends.forwarding import run_grpc, run_http
 from pytriton.runtime.frontends.hub import FrontendLink
-from pytriton.runtime.frontends.log_records import logger_levels
+from pytriton.runtime.frontends.log_records import LEVELS
 from pytriton.runtime.frontends.protocol import CONNECTION, INIT, START_FAILED, Init, Region
 from pytriton.transport.http.app import path_segments
 
@@ -63,8 +63,8 @@ Registered = Tuple[Region, int]
 
 # What the frontends were told of the hub's state, as generations that move with every change of it: the model
 # table and its versions out of service (Engine.models_generation), the regions (SystemSharedMemory.generation),
-# the log settings (LogSettings.generation); and whether trace files are written (the frontends then time their
-# requests). Comparing them costs the same at 1 model as at 1,600.
+# its loggers' levels, which the runtime log settings set too (LevelWatch); and whether trace files are written (the
+# frontends then time their requests). Comparing them costs the same at 1 model as at 1,600.
 Mirror = Tuple[int, int, int, bool]
 
 
@@ -146,6 +146,8 @@ class FrontendPool:
         self._regions: Tuple[int, Dict[str, Registered]] = (0, {})  # _region_table's, at that generation of the regions
         self._stopping = False
         self._watch: Optional[asyncio.Task[None]] = None
+        self._levels = LEVELS
+        self._resync: Optional[asyncio.Future[None]] = None  # a sync for a level set in the hub, under way
 
     def serve_here(self, servers: Dict[str, Any]) -> None:
         """Before the start: the hub's own servers by kind (started, not listening) adopt a share of the connections.
@@ -196,10 +198,9 @@ class FrontendPool:
             self._sockets["http"] is not None,
             self._sockets["grpc"] is not None,
             list(specs.values()),
-            self._log_settings(),
             self._engine.out_of_service(),
             mirror[3],
-            logger_levels(),
+            self._levels.levels,
         )
         try:
             process, channel, message = await start_helper(
@@ -250,8 +251,9 @@ class FrontendPool:
     async def stop(self, sending_s: float = 0.0) -> None:
         """Accept nothing more; each frontend finishes what it sends (up to `sending_s`) and exits."""
         self._stopping = True
-        if self._watch is not None:
-            self._watch.cancel()
+        for task in (self._watch, self._resync):
+            if task is not None:
+                task.cancel()
         for acceptor in self._acceptors:
             acceptor.stop()
         self._acceptors.clear()
@@ -335,9 +337,14 @@ class FrontendPool:
     # -- liveness -------------------------------------------------------------------------------
 
     async def _ping_all(self) -> None:
-        """Every PING_PERIOD_S, ask each frontend up that answered the last ping; note one that leaves it unanswered."""
+        """Every PING_PERIOD_S, ask each frontend up that answered the last ping; note one that leaves it unanswered.
+
+        A logger's level set in the hub since (by the application: the log settings' changes tell them at once)
+        is told them then.
+        """
         while True:
             await asyncio.sleep(PING_PERIOD_S)
+            self._follow_levels()
             now = time.monotonic()
             for frontend in self._up():
                 link = frontend.link
@@ -355,6 +362,14 @@ class FrontendPool:
                         frontend.pid,
                         UNRESPONSIVE_S,
                     )
+
+    def _follow_levels(self) -> None:
+        """Tell the frontends the hub's loggers' levels where one changed since they were told."""
+        generation = self._levels.check()
+        if self._resync is not None and not self._resync.done():
+            return
+        if any(frontend.mirror is not None and frontend.mirror[2] != generation for frontend in self._up()):
+            self._resync = asyncio.ensure_future(self.sync())
 
     def _pinged(self, frontend: _Frontend, link: FrontendLink, answer: asyncio.Future[Any]) -> None:
         """A ping's answer (or its channel's end)."""
@@ -485,12 +500,9 @@ class FrontendPool:
         return (
             engine.models_generation,
             engine.system_memory.generation,
-            self._settings.log.generation,
+            self._levels.check(),
             self._settings.trace.stamps,
         )
-
-    def _log_settings(self) -> Dict[str, Any]:
-        return {key: value for key, value in self._settings.log.document().items() if key != "log_file"}
 
     async def sync(self) -> None:
         """Tell every frontend what changed since it was last told; return once all have it."""
@@ -519,7 +531,7 @@ class FrontendPool:
         if told is None or told[1] != mirror[1]:
             await self._tell_regions(frontend)
         if told is None or told[2] != mirror[2]:
-            await link.calls.call("logging", self._log_settings())
+            await link.calls.call("log_levels", self._levels.levels)
         if told is None or told[3] != mirror[3]:
             await link.calls.call("trace_stamps", mirror[3])
 

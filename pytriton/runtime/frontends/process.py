@@ -25,9 +25,8 @@ from pytriton.core.spec import ModelSpec
 from pytriton.ipc.calls import Handler
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, LoopChannel
 from pytriton.ipc.spawn import die_with_parent
-from pytriton.options.log_trace import LogSettings
 from pytriton.runtime.frontends.forwarding import ForwardingApp, ForwardingServicer
-from pytriton.runtime.frontends.log_records import send_others_to_hub, send_to_hub
+from pytriton.runtime.frontends.log_records import follow_levels, send_others_to_hub, send_to_hub
 from pytriton.runtime.frontends.protocol import CLOSED, READY, START_FAILED, Init, Region
 from pytriton.runtime.frontends.remote import HubLink, RemoteEngine
 from pytriton.runtime.logging_setup import configure_logging
@@ -57,7 +56,7 @@ class FrontendProcess:
             "change_models": self._change_models,
             "change_regions": self._change_regions,
             "held_regions": self._held_regions,
-            "logging": self._logging,
+            "log_levels": self._log_levels,
             "trace_stamps": self._trace_stamps,
             "steer": self._steer,
             "leave": self._leave,
@@ -68,10 +67,10 @@ class FrontendProcess:
         self.link = HubLink(channel, loop, handlers, on_connection=self._adopt, on_closed=self._end)
         self.engine = RemoteEngine(self.link, init.options.server_id)
         self.engine.set_models(init.models, init.unloaded)
-        self._log = LogSettings(init.options.log_verbose, init.options.log_file, warn=False)  # the hub warns
-        self._log.update(init.log)
+        # Records are made where the hub's loggers would make them, and the hub's log settings apply to them there.
+        self._levels = follow_levels(init.log_levels, {})
         send_to_hub(LOGGER, self.link.outbox.post, lambda: self.link.closed, loop)  # logged as the hub's records
-        send_others_to_hub(self.link.outbox.post, lambda: self.link.closed, loop, init.log_levels, init.number)
+        send_others_to_hub(self.link.outbox.post, lambda: self.link.closed, loop, init.number)
         self._stamps = FixedStamps(init.trace_stamps)  # the transports', as the hub says
         self._servers: List[Any] = []
         self._by_kind: Dict[str, Any] = {}
@@ -165,9 +164,9 @@ class FrontendProcess:
         if not self.link.closed:
             self.link.outbox.post((CLOSED, kind))
 
-    async def _logging(self, settings: Dict[str, Any]) -> None:
-        """The hub's log settings changed (through /v2/logging or LogSettings): log as it does."""
-        self._log.update(settings)
+    async def _log_levels(self, levels: Dict[str, int]) -> None:
+        """A level of the hub's loggers changed (by its log settings, or the application): make records as it does."""
+        self._levels = follow_levels(levels, self._levels)
 
     async def _trace_stamps(self, stamps: bool) -> None:
         """The hub starts or stops writing trace files (a model bound with a file of its own): time requests or not."""

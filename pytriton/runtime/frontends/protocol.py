@@ -75,10 +75,9 @@ class Init(NamedTuple):
     http: bool  # whether it serves HTTP
     grpc: bool  # whether it serves gRPC
     models: List[ModelSpec]
-    log: Dict[str, Any]  # the hub's log settings (its /v2/logging document, less the file)
     unloaded: List[Tuple[str, int]]  # the model versions out of service (unloaded, or removed for good)
     trace_stamps: bool  # whether the hub writes trace files (its transports' requests are timed for them)
-    log_levels: Dict[str, int]  # the levels of the hub's other loggers, the root's under "" (log_records.py)
+    log_levels: Dict[str, int]  # the levels of the hub's loggers, the root's under "" (log_records.logger_levels)
 
 
 # Where a large array lies in shared memory: (where, offset), or None to copy it into the body.

@@ -1,0 +1,149 @@
+"""Long object (BYTES) outputs of an instance process: pickled there a piece at a time, rebuilt here in a thread.
+
+An object array travelled in its RESULT message's head: pickled whole in the process (numpy's reduce: a million
+short strings, 0.8 s), unpickled whole on the server's event loop as the message was read (0.1 s of every other
+client's time, in one call that holds the GIL) and its size counted there (0.03 s). Now an object array of
+PIECE_ELEMENTS or more leaves its response in the process (`take_out`: None keeps its place, and the dict's order)
+and travels in the message body as pickled lists of PIECE_ELEMENTS elements (`Long` says where); the server rebuilds
+it in a thread of its own (`rebuilt`), a piece at a time so that the loop gets the GIL between the pieces, counts its
+size there (counted_strings.count_ahead) and puts it back in its response before the job's answer goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import pickle
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from pytriton.core.counted_strings import count_ahead
+from pytriton.core.daemon_threads import DaemonThreads, awaited
+from pytriton.core.raw_tensors import PIECE_ELEMENTS
+from pytriton.ipc.channel import loads
+from pytriton.ipc.tensors import Buffer
+
+# Where a long object array of a response lies in the RESULT message's body: (response index, output name, shape,
+# body offset, each piece's pickled size). A plain tuple: it travels in the head of every result that has one.
+Long = Tuple[int, Any, Tuple[int, ...], int, Tuple[int, ...]]
+# An array taken out in the process: (response index, output name, shape, pickled pieces).
+TakenOut = Tuple[int, Any, Tuple[int, ...], List[bytes]]
+
+# The threads that rebuild; one takes the GIL a piece at a time, so a few.
+REBUILDERS = DaemonThreads(2, "pytriton-long-outputs")
+
+
+def _fresh_rebuilders() -> None:
+    """In a forked child, a pool of its own: the parent's threads are not there, though counted."""
+    global REBUILDERS
+    REBUILDERS = DaemonThreads(2, "pytriton-long-outputs")
+
+
+os.register_at_fork(after_in_child=_fresh_rebuilders)
+
+
+# -- in the instance process ----------------------------------------------------------------------
+
+
+def take_out(value: Any) -> Tuple[Any, List[TakenOut]]:
+    """The result with its long object arrays taken out of its responses (in copies of their dicts), pickled.
+
+    An array whose pieces do not pickle (an element of a class pickle refuses) stays where it is: the head's
+    pickling says what it is, for its request alone (host._sendable). The result itself when nothing is taken out.
+    """
+    if not isinstance(value, (list, tuple)):
+        return value, []
+    taken: List[TakenOut] = []
+    converted: Optional[List[Any]] = None
+    for index, response in enumerate(value):
+        if type(response) is not dict:
+            continue
+        changed: Optional[Dict[Any, Any]] = None
+        for name, array in response.items():
+            if type(array) is np.ndarray and array.dtype.hasobject and array.size >= PIECE_ELEMENTS:
+                pieces = _pickled_pieces(array)
+                if pieces is None:
+                    continue
+                if changed is None:
+                    changed = dict(response)
+                changed[name] = None
+                taken.append((index, name, array.shape, pieces))
+        if changed is not None:
+            if converted is None:
+                converted = list(value)
+            converted[index] = changed
+    if converted is None:
+        return value, []
+    return (tuple(converted) if type(value) is tuple else converted), taken
+
+
+def _pickled_pieces(array: np.ndarray) -> Optional[List[bytes]]:
+    """The array's elements (flat), pickled PIECE_ELEMENTS at a time as lists; None when one does not pickle."""
+    flat = array.reshape(-1)
+    try:
+        return [
+            pickle.dumps(flat[start : start + PIECE_ELEMENTS].tolist(), pickle.HIGHEST_PROTOCOL)
+            for start in range(0, flat.size, PIECE_ELEMENTS)
+        ]
+    except Exception:  # noqa: BLE001 - whatever pickling raises: the array goes in the head, which says so
+        return None
+
+
+def placed(taken: Sequence[TakenOut], body: Sequence[Buffer]) -> Tuple[List[Long], List[bytes]]:
+    """Where each array taken out lies once its pieces follow `body` in the message, and those pieces in order."""
+    offset = sum(memoryview(part).nbytes for part in body)
+    longs: List[Long] = []
+    pieces: List[bytes] = []
+    for index, name, shape, pickled in taken:
+        sizes = tuple(len(piece) for piece in pickled)
+        longs.append((index, name, shape, offset, sizes))
+        pieces.extend(pickled)
+        offset += sum(sizes)
+    return longs, pieces
+
+
+# -- in the server --------------------------------------------------------------------------------
+
+
+def put_back_off_loop(value: Any, longs: Sequence[Long], body: memoryview) -> asyncio.Future[Any]:
+    """`put_back(value, longs, body)` in a rebuilder thread; the future, on the running loop, gets its outcome.
+
+    Where no thread can start, it is done here, on the loop, as before.
+    """
+    try:
+        return awaited(REBUILDERS, lambda: put_back(value, longs, body))
+    except RuntimeError:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(put_back(value, longs, body))
+        except Exception as error:  # noqa: BLE001 - the waiter's, as the thread's would be
+            future.set_exception(error)
+        return future
+
+
+def put_back(value: Any, longs: Sequence[Long], body: memoryview) -> Any:
+    """`value`, each long array rebuilt from `body` and put back in its response (its size counted for the loop)."""
+    for index, name, shape, offset, sizes in longs:
+        response = value[index]
+        if type(response) is not dict:  # it could not leave the process (host._sendable): it fails alone
+            continue
+        flat = np.empty(math.prod(shape), dtype=np.object_)
+        at = 0
+        for size in sizes:
+            items = loads(body[offset : offset + size])
+            offset += size
+            try:
+                flat[at : at + len(items)] = items
+            except (ValueError, TypeError):  # elements numpy reads as sequences (lists of one length): one by one
+                for item in items:
+                    flat[at] = item
+                    at += 1
+            else:
+                at += len(items)
+            del items
+        array = flat.reshape(shape)
+        count_ahead(array)
+        response[name] = array
+    return value
