@@ -1037,17 +1037,13 @@ def test_the_long_answer_of_a_request_whose_client_was_watched_is_freed_off_the_
 
     monkeypatch.setattr(watch.QueueWatch, "_sweep", sweep_noted)
     let_go = codec_threads.let_go
-    held_elsewhere: List[bool] = []
+    handed: List[int] = []
 
     def let_go_noted(arrays: List[np.ndarray]) -> None:
-        """As the transport hands them over (on the loop): whether anything else still holds them."""
-        checked = []
-        while arrays:
-            array = arrays.pop()
-            held_elsewhere.append(not codec_threads._alone(array))
-            checked.append(array)
-            del array
-        let_go(checked)
+        """As the transport hands them over (on the loop). Whether anything else still holds them then is no test:
+        under load the instance thread may not have dropped its reference yet (it is then freed where it drops it)."""
+        handed.append(len(arrays))
+        let_go(arrays)
 
     monkeypatch.setattr(codec_threads, "let_go", let_go_noted)
     freed_on: List[str] = []
@@ -1079,5 +1075,5 @@ def test_the_long_answer_of_a_request_whose_client_was_watched_is_freed_off_the_
         out = _infer(triton, "long", {"x": np.ones((1,), dtype=np.float32)})["out"]
         assert watched.exists()  # the client was watched
         assert out.tolist() == [b"s%d" % index for index in range(LONG)]
-    assert held_elsewhere == [False]
-    assert freed_on == ["pytriton-codec"]
+    assert handed == [1]
+    assert len(freed_on) == 1 and freed_on[0] != "pytriton-loop", freed_on
