@@ -116,6 +116,36 @@ class WatchfulAsyncGenerator(WatchfulGenerator):
             _mark(self.marks, "closed")
 
 
+class FinishingGenerator:
+    """A decoupled generator that yields its two steps, then waits until its request is cancelled and returns."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks = marks
+
+    def __call__(self, requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        yield [{"y": request["x"]} for request in requests]
+        yield [{"y": request["x"] + 1} for request in requests]
+        _mark(self.marks, "last-step-made")  # the test cancels now
+        _mark(self.marks, "cancelled" if _wait_until_cancelled(requests[0]) else "not-cancelled")
+        _mark(self.marks, "returned")
+
+
+class FinishingAsyncGenerator(FinishingGenerator):
+    """The same as an async generator."""
+
+    async def __call__(self, requests: List[Any]) -> Any:  # type: ignore[override]
+        import asyncio
+
+        yield [{"y": request["x"]} for request in requests]
+        yield [{"y": request["x"] + 1} for request in requests]
+        _mark(self.marks, "last-step-made")
+        deadline = time.monotonic() + WAIT_S
+        while not requests[0].is_cancelled() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        _mark(self.marks, "cancelled" if requests[0].is_cancelled() else "not-cancelled")
+        _mark(self.marks, "returned")
+
+
 def _marked(marks: Path, name: str) -> Callable[[], bool]:
     return lambda: (marks / name).exists()
 
@@ -206,6 +236,47 @@ def test_grpc_stop_stream_cancel_closes_the_generator_at_its_next_step(
             client.stop_stream(cancel_requests=True)
         _assert_generator_closed_at_next_step(tmp_path)
         _assert_counted_as_cancelled(triton)
+
+
+@PLACES
+@pytest.mark.parametrize("generator", [FinishingGenerator, FinishingAsyncGenerator], ids=["sync", "async"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
+def test_grpc_stream_cancelled_after_its_last_response_counts_as_a_success(
+    tmp_path: Path, processes: bool, generator: Any, frontends: Any
+) -> None:
+    """Cancelled after every response but before the final flag: a success, as tritonserver 2.51 counts it.
+
+    The client had every response its generator made (only the empty final response is missing) and the
+    generator ended by itself: 2.51 (nvidia-pytriton 0.7) counts it in `success`, `inference_count`,
+    `nv_inference_request_success` and `nv_inference_count`, none in the CANCELED failures.
+    """
+    bind = _bind(generator(str(tmp_path)), processes, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        responses: queue.Queue[Any] = queue.Queue()
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            client.start_stream(callback=lambda result, error: responses.put((result, error)))
+            client.async_stream_infer("watchful", [_grpc_input(1.0)], enable_empty_final_response=True)
+            for expected in (1.0, 2.0):
+                result, error = responses.get(timeout=WAIT_S)
+                assert error is None and result.as_numpy("y").tolist() == [expected]
+            wait_until(_marked(tmp_path, "last-step-made"), WAIT_S, "the generator is past its last step")
+            client.stop_stream(cancel_requests=True)
+        wait_until(_marked(tmp_path, "returned"), WAIT_S, "the generator returned")
+        assert (tmp_path / "cancelled").exists(), "the generator saw is_cancelled()"
+
+        def counted() -> bool:
+            document = get_json(triton.http_port, "/v2/models/watchful/stats", HTTP_AUTH)[1]
+            return bool(document["model_stats"][0]["inference_stats"]["success"]["count"] == 1)
+
+        wait_until(counted, WAIT_S, "the request counted as a success")
+        stats = get_json(triton.http_port, "/v2/models/watchful/stats", HTTP_AUTH)[1]["model_stats"][0]
+        assert stats["inference_stats"]["fail"]["count"] == 0
+        assert stats["inference_count"] == 1
+        assert triton.metrics_port is not None
+        text = request(triton.metrics_port, "GET", "/metrics")[2].decode()
+        assert 'nv_inference_request_success{model="watchful",version="1"} 1' in text
+        assert 'nv_inference_count{model="watchful",version="1"} 1' in text
+        assert 'nv_inference_request_failure{model="watchful",reason="CANCELED",version="1"} 0' in text
 
 
 @PLACES

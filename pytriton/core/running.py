@@ -3,7 +3,7 @@
 A cancelled request's call goes on: its `Request.is_cancelled()` says so (as in Triton's Python backend), and the
 callable may stop early. A decoupled generator is closed at its next step once every request of its batch is
 cancelled: the others of a batch still want its responses. The request counts as cancelled when its batch ends,
-whatever the callable returned.
+whatever the callable returned; a streamed one only if the cancel cost it a response (core/scheduler.py).
 """
 
 from __future__ import annotations

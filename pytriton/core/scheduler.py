@@ -646,7 +646,9 @@ class Scheduler:
                 step_ns = time.monotonic_ns()
                 results = check_results(self.spec, step, len(batch))
                 for entry, result in zip(batch, results):
-                    if result is not None and not entry.sink.done():
+                    if result is None:
+                        continue
+                    if not entry.sink.done():
                         response = build_response(
                             self.spec, result, entry.request.requested_outputs, False, self.failures
                         )
@@ -654,6 +656,9 @@ class Scheduler:
                         if not entry.responded:
                             entry.responded = True
                             self.stats.record_first_response(time.monotonic_ns() - entry.enqueue_ns)
+                    elif entry.cancelled and not entry.cut_off:  # a response its client's cancel lost
+                        entry.cut_off = True
+                        self._fail(entry, self._cancelled())
                 responding_ns += time.monotonic_ns() - step_ns
                 if all(entry.sink.done() for entry in batch):
                     stop.set()
@@ -776,11 +781,13 @@ class Scheduler:
         entry.sink.finish()
 
     def _end_stream(self, entry: Entry) -> None:
-        """End a request's stream after its last response."""
+        """End a request's stream after its last response: a success, also if its client cancelled it since.
+
+        A stream that a cancel cost a response (a step after it, at which a generator is closed) was counted a
+        CANCELED failure at that step (`cut_off`). One whose generator ended with no step after the cancel gave its
+        client every response but the final flag: tritonserver 2.51 counts it a success, and so does this.
+        """
         if entry.cut_off:
-            return
-        if entry.cancelled:
-            self._fail(entry, self._cancelled())
             return
         self.stats.record_success(
             time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns, entry.request.batch_size
