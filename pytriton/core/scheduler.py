@@ -504,9 +504,11 @@ class Scheduler:
                 output_end_ns = time.monotonic_ns()
                 infer_end_ns = max(infer_start_ns, output_end_ns - responding_ns)
                 compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
+                assert running.stop is not None
+                cut = running.stop.cut
                 for index, entry in enumerate(batch):
                     entry.compute_ns = compute
-                    self._hand_over(slots, index, self._end_stream, entry)
+                    self._hand_over(slots, index, self._end_stream, entry, cut)
             else:
                 results = await call
                 infer_end_ns = time.monotonic_ns()
@@ -780,14 +782,18 @@ class Scheduler:
         entry.sink.deliver(response)
         entry.sink.finish()
 
-    def _end_stream(self, entry: Entry) -> None:
-        """End a request's stream after its last response: a success, also if its client cancelled it since.
+    def _end_stream(self, entry: Entry, cut: bool) -> None:
+        """End a request's stream after its last response (`cut`: its generator was closed at a step, StreamStop).
 
-        A stream that a cancel cost a response (a step after it, at which a generator is closed) was counted a
-        CANCELED failure at that step (`cut_off`). One whose generator ended with no step after the cancel gave its
-        client every response but the final flag: tritonserver 2.51 counts it a success, and so does this.
+        A cancelled request counts CANCELED where the cancel cost its client a response: a step after it (dropped
+        there: `cut_off`), or a generator closed at its step, which did not end by itself. One whose generator ended
+        by itself and handed on every response it made, as when its client cancels after the last response but
+        before the final flag, counts a success, as tritonserver 2.51 counts it.
         """
         if entry.cut_off:
+            return
+        if entry.cancelled and cut:
+            self._fail(entry, self._cancelled())
             return
         self.stats.record_success(
             time.monotonic_ns() - entry.enqueue_ns, entry.queue_ns, entry.compute_ns, entry.request.batch_size
