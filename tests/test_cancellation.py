@@ -116,6 +116,94 @@ class WatchfulAsyncGenerator(WatchfulGenerator):
             _mark(self.marks, "closed")
 
 
+class FinishingGenerator:
+    """A decoupled generator that yields its two steps, then waits until its request is cancelled and returns."""
+
+    def __init__(self, marks: str) -> None:
+        self.marks = marks
+
+    def __call__(self, requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+        yield [{"y": request["x"]} for request in requests]
+        yield [{"y": request["x"] + 1} for request in requests]
+        _mark(self.marks, "last-step-made")  # the test cancels now
+        _mark(self.marks, "cancelled" if _wait_until_cancelled(requests[0]) else "not-cancelled")
+        _mark(self.marks, "returned")
+
+
+class FinishingAsyncGenerator(FinishingGenerator):
+    """The same as an async generator."""
+
+    async def __call__(self, requests: List[Any]) -> Any:  # type: ignore[override]
+        import asyncio
+
+        yield [{"y": request["x"]} for request in requests]
+        yield [{"y": request["x"] + 1} for request in requests]
+        _mark(self.marks, "last-step-made")
+        deadline = time.monotonic() + WAIT_S
+        while not requests[0].is_cancelled() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        _mark(self.marks, "cancelled" if requests[0].is_cancelled() else "not-cancelled")
+        _mark(self.marks, "returned")
+
+
+class QuietOnceCancelled:
+    """A decoupled generator that, once its request is cancelled, has nothing more for it: it yields `None`.
+
+    The server closes it at that step, so no response is dropped after the cancel, yet it did not end by itself:
+    the path where a cancel comes after a step was handed on and the instance sees it before the generator
+    resumes (under load, the thread running a sync generator). `before_first`: it waits for the cancel before its
+    first step, so that its client surely left first; else after one step. `returns`: it returns instead.
+    """
+
+    def __init__(self, marks: str, before_first: bool = False, returns: bool = False) -> None:
+        self.marks = marks
+        self.before_first = before_first
+        self.returns = returns
+
+    def __call__(self, requests: List[Any]) -> Iterator[List[Any]]:
+        try:
+            if not self.before_first:
+                yield [{"y": request["x"]} for request in requests]
+                _mark(self.marks, "resumed")  # the test cancels now
+            _mark(self.marks, "cancelled" if _wait_until_cancelled(requests[0]) else "not-cancelled")
+            if self.returns:
+                _mark(self.marks, "returned")
+                return
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:  # paced: a closed generator never comes back here
+                yield [None for _ in requests]
+                time.sleep(0.005)
+            _mark(self.marks, "continued")
+        finally:
+            _mark(self.marks, "closed")
+
+
+class QuietOnceCancelledAsync(QuietOnceCancelled):
+    """The same as an async generator."""
+
+    async def __call__(self, requests: List[Any]) -> Any:  # type: ignore[override]
+        import asyncio
+
+        try:
+            if not self.before_first:
+                yield [{"y": request["x"]} for request in requests]
+                _mark(self.marks, "resumed")
+            deadline = time.monotonic() + WAIT_S
+            while not requests[0].is_cancelled() and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+            _mark(self.marks, "cancelled" if requests[0].is_cancelled() else "not-cancelled")
+            if self.returns:
+                _mark(self.marks, "returned")
+                return
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                yield [None for _ in requests]
+                await asyncio.sleep(0.005)
+            _mark(self.marks, "continued")
+        finally:
+            _mark(self.marks, "closed")
+
+
 def _marked(marks: Path, name: str) -> Callable[[], bool]:
     return lambda: (marks / name).exists()
 
@@ -142,6 +230,24 @@ def _assert_counted_as_cancelled(triton: Triton) -> None:
     assert triton.metrics_port is not None
     text = request(triton.metrics_port, "GET", "/metrics")[2].decode()
     assert 'nv_inference_request_failure{model="watchful",reason="CANCELED",version="1"} 1' in text
+
+
+def _assert_counted_as_a_success(triton: Triton) -> None:
+    """Statistics: a success, no failure; metrics: nv_inference_request_success, no CANCELED failure."""
+
+    def counted() -> bool:
+        document = get_json(triton.http_port, "/v2/models/watchful/stats", HTTP_AUTH)[1]
+        return bool(document["model_stats"][0]["inference_stats"]["success"]["count"] == 1)
+
+    wait_until(counted, WAIT_S, "the request counted as a success")
+    stats = get_json(triton.http_port, "/v2/models/watchful/stats", HTTP_AUTH)[1]["model_stats"][0]
+    assert stats["inference_stats"]["fail"]["count"] == 0
+    assert stats["inference_count"] == 1
+    assert triton.metrics_port is not None
+    text = request(triton.metrics_port, "GET", "/metrics")[2].decode()
+    assert 'nv_inference_request_success{model="watchful",version="1"} 1' in text
+    assert 'nv_inference_count{model="watchful",version="1"} 1' in text
+    assert 'nv_inference_request_failure{model="watchful",reason="CANCELED",version="1"} 0' in text
 
 
 def _assert_generator_closed_at_next_step(marks: Path) -> None:
@@ -194,6 +300,58 @@ def test_grpc_async_infer_cancel_reaches_the_running_callable(
 def test_grpc_stop_stream_cancel_closes_the_generator_at_its_next_step(
     tmp_path: Path, processes: bool, generator: Any, frontends: Any
 ) -> None:
+    bind = _bind(generator(str(tmp_path)), processes, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        responses: queue.Queue[Any] = queue.Queue()
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            client.start_stream(callback=lambda result, error: responses.put((result, error)))
+            client.async_stream_infer("watchful", [_grpc_input(1.0)])
+            result, error = responses.get(timeout=WAIT_S)
+            assert error is None and result.as_numpy("y").tolist() == [1.0]
+            wait_until(_marked(tmp_path, "resumed"), WAIT_S, "the generator is past its first step")
+            client.stop_stream(cancel_requests=True)
+        _assert_generator_closed_at_next_step(tmp_path)
+        _assert_counted_as_cancelled(triton)
+
+
+@PLACES
+@pytest.mark.parametrize("generator", [FinishingGenerator, FinishingAsyncGenerator], ids=["sync", "async"])
+@pytest.mark.parametrize("frontends", [None, 3], ids=["one-process", "frontends"])
+def test_grpc_stream_cancelled_after_its_last_response_counts_as_a_success(
+    tmp_path: Path, processes: bool, generator: Any, frontends: Any
+) -> None:
+    """Cancelled after every response but before the final flag: a success, as tritonserver 2.51 counts it.
+
+    The client had every response its generator made (only the empty final response is missing) and the
+    generator ended by itself: 2.51 (nvidia-pytriton 0.7) counts it in `success`, `inference_count`,
+    `nv_inference_request_success` and `nv_inference_count`, none in the CANCELED failures.
+    """
+    bind = _bind(generator(str(tmp_path)), processes, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        responses: queue.Queue[Any] = queue.Queue()
+        with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+            client.start_stream(callback=lambda result, error: responses.put((result, error)))
+            client.async_stream_infer("watchful", [_grpc_input(1.0)], enable_empty_final_response=True)
+            for expected in (1.0, 2.0):
+                result, error = responses.get(timeout=WAIT_S)
+                assert error is None and result.as_numpy("y").tolist() == [expected]
+            wait_until(_marked(tmp_path, "last-step-made"), WAIT_S, "the generator is past its last step")
+            client.stop_stream(cancel_requests=True)
+        wait_until(_marked(tmp_path, "returned"), WAIT_S, "the generator returned")
+        assert (tmp_path / "cancelled").exists(), "the generator saw is_cancelled()"
+        _assert_counted_as_a_success(triton)
+
+
+@PLACES
+@pytest.mark.parametrize("generator", [QuietOnceCancelled, QuietOnceCancelledAsync], ids=["sync", "async"])
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_grpc_stream_whose_generator_is_closed_with_nothing_after_the_cancel_counts_as_cancelled(
+    tmp_path: Path, processes: bool, generator: Any, frontends: Any
+) -> None:
+    """A generator the cancel closed counts CANCELED though no response of it was dropped: it did not end by itself.
+
+    Its step after the cancel has nothing for the request (`None`); the server closes it there.
+    """
     bind = _bind(generator(str(tmp_path)), processes, decoupled=True)
     with running_triton(bind, frontends=frontends) as triton:
         responses: queue.Queue[Any] = queue.Queue()
@@ -558,6 +716,42 @@ def test_generate_stream_of_a_client_that_closed_before_its_first_event_closes_t
         wait_until(_marked(tmp_path, "closed"), WAIT_S, "the generator is closed")
         assert not (tmp_path / "continued").exists(), "the generator went on past its next step"
         _assert_counted_as_cancelled(triton)
+
+
+@pytest.mark.parametrize("generator", [QuietOnceCancelled, QuietOnceCancelledAsync], ids=["sync", "async"])
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_generate_stream_of_a_client_that_left_before_its_first_event_counts_as_cancelled(
+    tmp_path: Path, generator: Any, frontends: Any
+) -> None:
+    """The generator waits for the cancel before its first step: closed at that step (it has nothing), CANCELED.
+
+    No response is dropped after the cancel, but the generator did not end by itself (under load, CI counted the
+    closed-before-its-first-event case above a success once, under a rule that looked for a dropped step only).
+    """
+    bind = _bind(generator(str(tmp_path), before_first=True), False, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        with _raw_post(triton.http_port, "/v2/models/watchful/generate_stream", {"x": [1.0]}):
+            pass
+        _assert_generator_closed_at_next_step(tmp_path)
+        _assert_counted_as_cancelled(triton)
+
+
+@pytest.mark.parametrize("generator", [QuietOnceCancelled, QuietOnceCancelledAsync], ids=["sync", "async"])
+@pytest.mark.parametrize("frontends", [None, 2], ids=["one-process", "frontends"])
+def test_generate_stream_whose_generator_returns_once_its_client_left_counts_as_a_success(
+    tmp_path: Path, generator: Any, frontends: Any
+) -> None:
+    """A generator that sees `is_cancelled()` and returns ended by itself and lost no response: a success.
+
+    As tritonserver 2.51 (nvidia-pytriton 0.7) counts a generate_stream whose client left before its first event.
+    """
+    bind = _bind(generator(str(tmp_path), before_first=True, returns=True), False, decoupled=True)
+    with running_triton(bind, frontends=frontends) as triton:
+        with _raw_post(triton.http_port, "/v2/models/watchful/generate_stream", {"x": [1.0]}):
+            pass
+        wait_until(_marked(tmp_path, "returned"), WAIT_S, "the generator returned")
+        assert (tmp_path / "cancelled").exists(), "the generator saw is_cancelled()"
+        _assert_counted_as_a_success(triton)
 
 
 def test_a_cancel_storm_on_a_shared_connection_leaves_the_other_calls_on_it_answered(

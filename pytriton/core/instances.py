@@ -26,6 +26,19 @@ STEPS_AHEAD = 64
 Step = Any  # what one call (or one generator step) returns: a list of response dicts
 
 
+class StreamStop(threading.Event):
+    """Set to end a decoupled batch's generator after its current step; `cut` says whether that ended it.
+
+    Once the steps are over, `cut` True means the generator was closed at a step (it did not end by itself); False
+    means it returned (or a plain callable answered), though the event may have been set meanwhile: a cancel that
+    came after the generator's last step cost its client nothing (core/scheduler.py counts it so).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut = False  # written by whoever runs the steps (the loop), read once they are over
+
+
 class CallableKind(enum.Enum):
     """How a callable produces its results."""
 
@@ -91,8 +104,8 @@ class ModelInstance(Protocol):
     ) -> Awaitable[Step]:
         """Start a non-streaming call; await its result. `source`: the batch's call path (core/composition/path.py)."""
 
-    def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
-        """Each step of any callable; setting `stop` ends a generator after its current step."""
+    def steps(self, requests: List[Request], stop: StreamStop) -> AsyncIterator[Step]:
+        """Each step of any callable; setting `stop` ends a generator after its current step (`stop.cut` then)."""
 
     def cancel(self, request: Request) -> None:
         """A request of the call it runs was cancelled: the callable's `request.is_cancelled()` says so."""
@@ -166,8 +179,8 @@ class Instance:
         """A request of the running call was cancelled: the callable sees it at its next `is_cancelled()`."""
         mark_cancelled(request)
 
-    async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
-        """Yield each step of any callable; a plain callable yields once. Setting `stop` ends a generator."""
+    async def steps(self, requests: List[Request], stop: StreamStop) -> AsyncIterator[Step]:
+        """Yield each step of any callable; a plain callable yields once. Setting `stop` ends a generator (`cut`)."""
         if self.kind is CallableKind.ASYNC_GENERATOR:
             scope = model_scope(*self.model)  # this batch's own task: the generator runs in its context
             generator = self.fn(requests)
@@ -175,6 +188,7 @@ class Instance:
                 async for step in generator:
                     yield step
                     if stop.is_set():
+                        stop.cut = True
                         break
             except asyncio.CancelledError as error:
                 if _not_cancelled():
@@ -189,7 +203,7 @@ class Instance:
         else:
             yield await self.start(requests)
 
-    async def _sync_generator_steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
+    async def _sync_generator_steps(self, requests: List[Request], stop: StreamStop) -> AsyncIterator[Step]:
         """Iterate a sync generator in the instance thread, handing each step to the loop."""
         inbox = inbox_of(asyncio.get_running_loop())
         queue: asyncio.Queue[Tuple[str, Any]] = asyncio.Queue()
@@ -202,6 +216,7 @@ class Instance:
             stay_in_model_scope(self.model)
             try:
                 generator = self.fn(requests)
+                cut = False  # closed at a step, not ended by itself
                 try:
                     for step in generator:
                         inbox.post(queue.put_nowait, ("step", host_step(step, self.count_strings)))
@@ -209,10 +224,11 @@ class Instance:
                         if gate.posted - gate.taken >= STEPS_AHEAD:
                             gate.wait(stop)
                         if stop.is_set():
+                            cut = True
                             break
                 finally:
                     generator.close()
-                inbox.post(queue.put_nowait, ("end", None))
+                inbox.post(queue.put_nowait, ("end", cut))
             except BaseException as error:  # noqa: BLE001 - handed to the loop and raised there
                 inbox.post(
                     queue.put_nowait, ("error", CallableRaised(error) if isinstance(error, CONTROL_FLOW) else error)
@@ -223,6 +239,7 @@ class Instance:
             while True:
                 kind, value = await queue.get()
                 if kind == "end":
+                    stop.cut = value
                     return
                 if kind == "error":
                     try:
@@ -332,7 +349,7 @@ class _StepGate:
         self.waiting = False
         self.open = threading.Event()
 
-    def wait(self, stop: threading.Event) -> None:
+    def wait(self, stop: StreamStop) -> None:
         """In the instance thread: wait until the loop took half of what waits, or the steps are to stop."""
         self.open.clear()
         self.waiting = True  # after the clear: a set from now on is for this wait

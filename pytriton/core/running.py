@@ -3,7 +3,8 @@
 A cancelled request's call goes on: its `Request.is_cancelled()` says so (as in Triton's Python backend), and the
 callable may stop early. A decoupled generator is closed at its next step once every request of its batch is
 cancelled: the others of a batch still want its responses. The request counts as cancelled when its batch ends,
-whatever the callable returned.
+whatever the callable returned; a streamed one unless its generator ended by itself and lost no response to the
+cancel (core/scheduler.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections import deque
 from typing import Any, Iterator, List, Optional, Set, Tuple
 
 from pytriton.core.composition.path import CallPath, PathMaker
-from pytriton.core.instances import ModelInstance
+from pytriton.core.instances import ModelInstance, StreamStop
 from pytriton.core.queues import Entry
 from pytriton.core.sinks import ResponseSink
 from pytriton.proxy.types import Request, mark_cancelled
@@ -36,7 +37,7 @@ class RunningBatch:
         """A batch that starts now on `instance`; `paths` makes its call path (None: it calls no model)."""
         self.entries = entries
         self.instance = instance
-        self.stop: Optional[threading.Event] = threading.Event() if decoupled else None
+        self.stop: Optional[StreamStop] = StreamStop() if decoupled else None
         self.paths = paths
         self.path: Optional[CallPath] = None  # made by call_path()
         self.span: Any = None  # a traced request's span: the inner calls' spans nest under it

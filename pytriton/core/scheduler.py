@@ -504,9 +504,11 @@ class Scheduler:
                 output_end_ns = time.monotonic_ns()
                 infer_end_ns = max(infer_start_ns, output_end_ns - responding_ns)
                 compute = (infer_start_ns - start_ns, infer_end_ns - infer_start_ns, output_end_ns - infer_end_ns)
+                assert running.stop is not None
+                cut = running.stop.cut
                 for index, entry in enumerate(batch):
                     entry.compute_ns = compute
-                    self._hand_over(slots, index, self._end_stream, entry)
+                    self._hand_over(slots, index, self._end_stream, entry, cut)
             else:
                 results = await call
                 infer_end_ns = time.monotonic_ns()
@@ -646,7 +648,9 @@ class Scheduler:
                 step_ns = time.monotonic_ns()
                 results = check_results(self.spec, step, len(batch))
                 for entry, result in zip(batch, results):
-                    if result is not None and not entry.sink.done():
+                    if result is None:
+                        continue
+                    if not entry.sink.done():
                         response = build_response(
                             self.spec, result, entry.request.requested_outputs, False, self.failures
                         )
@@ -654,6 +658,9 @@ class Scheduler:
                         if not entry.responded:
                             entry.responded = True
                             self.stats.record_first_response(time.monotonic_ns() - entry.enqueue_ns)
+                    elif entry.cancelled and not entry.cut_off:  # a response its client's cancel lost
+                        entry.cut_off = True
+                        self._fail(entry, self._cancelled())
                 responding_ns += time.monotonic_ns() - step_ns
                 if all(entry.sink.done() for entry in batch):
                     stop.set()
@@ -775,11 +782,17 @@ class Scheduler:
         entry.sink.deliver(response)
         entry.sink.finish()
 
-    def _end_stream(self, entry: Entry) -> None:
-        """End a request's stream after its last response."""
+    def _end_stream(self, entry: Entry, cut: bool) -> None:
+        """End a request's stream after its last response (`cut`: its generator was closed at a step, StreamStop).
+
+        A cancelled request counts CANCELED where the cancel cost its client a response: a step after it (dropped
+        there: `cut_off`), or a generator closed at its step, which did not end by itself. One whose generator ended
+        by itself and handed on every response it made, as when its client cancels after the last response but
+        before the final flag, counts a success, as tritonserver 2.51 counts it.
+        """
         if entry.cut_off:
             return
-        if entry.cancelled:
+        if entry.cancelled and cut:
             self._fail(entry, self._cancelled())
             return
         self.stats.record_success(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Dict
 
 import numpy as np
 
+from pytriton.core.instances import StreamStop
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.proxy.types import Request
 
@@ -25,7 +25,7 @@ async def warm_up(model: ServedModel) -> None:
         for number, inputs in enumerate(spec.warmup, start=1):
             request = Request(data=_copy(inputs))
             try:
-                async for _ in instance.steps([request], threading.Event()):
+                async for _ in instance.steps([request], StreamStop()):
                     pass
             except Exception as error:  # noqa: BLE001 - logged; the warm-up goes on
                 message = str(error)

@@ -182,6 +182,7 @@ class InstanceHost:
         self._job_requests: List[Request] = []
         self._stop_job = 0
         self._steps_taken = 0  # steps of the streaming job the server took (STEPS_TAKEN)
+        self._cut = False  # the streaming job's generator was closed at a step (told in its END)
         # A callable may ask is_cancelled() and call models from threads of its own: one reads the channel at a
         # time, and the answers to each open model call wait in `_answers` for the thread that made the call.
         self._reading = threading.Lock()
@@ -254,9 +255,10 @@ class InstanceHost:
             self._send(encode((FAILURE, job_id, unmapped, self._inputs.take_released())))
             return
         failure = None
+        cut = False
         try:
             if streaming:
-                self._stream(job_id, batch, message.body)
+                cut = self._stream(job_id, batch, message.body)
             else:
                 packed, body, new_arena, value, taken = self._answer(job_id, batch, message.body)
         except ChannelClosed:
@@ -266,7 +268,7 @@ class InstanceHost:
         if failure is not None:
             self._send(encode((FAILURE, job_id, failure, self._inputs.take_released())))
         elif streaming:
-            self._send(encode((END, job_id, self._inputs.take_released())))
+            self._send(encode((END, job_id, cut, self._inputs.take_released())))
         else:
             self._send_result(job_id, packed, body, new_arena, self._outputs, True, value, taken)
 
@@ -313,9 +315,13 @@ class InstanceHost:
         plain = packed[0] is not None and all(len(item) == 3 and item[2] is None for item in packed[1])
         return packed, parts, new_arena, None if plain else value, taken
 
-    def _stream(self, job_id: int, batch: List[Any], body: memoryview) -> None:
-        """Send each step of any callable (a plain one makes one step) as it comes, through the message body."""
+    def _stream(self, job_id: int, batch: List[Any], body: memoryview) -> bool:
+        """Send each step of any callable (a plain one makes one step) as it comes, through the message body.
+
+        Returns whether its generator was closed at a step (a stop, its requests cancelled) rather than ended.
+        """
         self._steps_taken = 0
+        self._cut = False
         sent = 0
         try:
             for step in self._steps_of(self._requests(job_id, batch, body)[0], job_id):
@@ -327,6 +333,7 @@ class InstanceHost:
                 self._wait_for_steps_taken(job_id, sent)
         finally:
             self._end_job()
+        return self._cut
 
     def _wait_for_steps_taken(self, job_id: int, sent: int) -> None:
         """Wait while the server has STEPS_AHEAD steps of the job it has not taken, unless it says to stop."""
@@ -350,6 +357,7 @@ class InstanceHost:
                 for step in generator:
                     yield step
                     if self._stopped(job_id):
+                        self._cut = True
                         return
             finally:
                 generator.close()
@@ -364,6 +372,7 @@ class InstanceHost:
                         return
                     yield step
                     if self._stopped(job_id):
+                        self._cut = True
                         return
             finally:
                 loop.run_until_complete(agen.aclose())

@@ -15,7 +15,6 @@ import functools
 import logging
 import os
 import subprocess
-import threading
 import time
 from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, Deque, List, Optional, Set, Tuple
@@ -25,7 +24,7 @@ import numpy as np
 from pytriton.core.composition.path import CURRENT, CallPath, PathSource
 from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.errors import BatchNotRun, OutputsNotTaken, exception_text
-from pytriton.core.instances import CallableKind, Step
+from pytriton.core.instances import CallableKind, Step, StreamStop
 from pytriton.core.process_instances.input_arena import InputArena
 from pytriton.core.process_instances.long_outputs import put_back_off_loop
 from pytriton.core.process_instances.model_calls import CalleeArenas, serve_call
@@ -228,8 +227,8 @@ class ProcessInstance:
         self._send_job(requests, _Job(self._new_job_id(), future, None, requests, source), streaming=False)
         return future
 
-    async def steps(self, requests: List[Request], stop: threading.Event) -> AsyncIterator[Step]:
-        """Yield each step of the callable's results (a plain callable yields once); `stop` ends it early."""
+    async def steps(self, requests: List[Request], stop: StreamStop) -> AsyncIterator[Step]:
+        """Yield each step of the callable's results (a plain callable yields once); `stop` ends it early (`cut`)."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
         job = _Job(self._new_job_id(), None, queue, requests, CURRENT.get())
         self._send_job(requests, job, streaming=True)
@@ -242,6 +241,7 @@ class ProcessInstance:
                     value = await value
                 elif kind == "end":
                     ended = True
+                    stop.cut = value  # the process closed the generator at a step (END's flag)
                     return
                 if kind == "error":
                     ended = True
@@ -440,10 +440,10 @@ class ProcessInstance:
             else:
                 job.fail(rebuild_error(head[2]))
         elif tag == END:
-            link.inputs.released(head[2])
+            link.inputs.released(head[3])
             self._finish_job()
             if job.steps is not None:
-                job.steps.put_nowait(("end", None))
+                job.steps.put_nowait(("end", head[2]))
 
     @staticmethod
     def _let_go(link: _Link, message: Message) -> None:

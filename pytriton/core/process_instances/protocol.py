@@ -31,9 +31,10 @@ from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
 INIT, JOB, STOP, EXIT, SEGMENT, FORGET, CANCEL = 1, 2, 3, 4, 5, 6, 7
 SEQUENCES_ENDED = 19
 # Instance to server: (READY, kind, pid), (START_FAILED, traceback), (RESULT, job id, outputs, new arena size,
-# final, longs, released), (FAILURE, job id, ErrorInfo, released), (END, job id, released); `released` names the jobs
-# whose inputs the process no longer views (usually the job answered: none when a model keeps its inputs); `longs`
-# (None, or long_outputs.Long for each) where the outputs' long object arrays lie in the body, in pickled pieces.
+# final, longs, released), (FAILURE, job id, ErrorInfo, released), (END, job id, cut, released); `cut`: the generator
+# was closed at a step (STOP, its requests cancelled), not ended by itself; `released` names the jobs whose inputs the
+# process no longer views (usually the job answered: none when a model keeps its inputs); `longs` (None, or
+# long_outputs.Long for each) where the outputs' long object arrays lie in the body, in pickled pieces.
 READY, START_FAILED, RESULT, FAILURE, END = 11, 12, 13, 14, 15
 # Instance to server, sent together with (in the same write as) a RESULT, FAILURE or END when the job changed
 # custom metrics: (METRICS, updates), the updates of core/custom_metrics.py.
