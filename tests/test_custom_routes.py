@@ -19,8 +19,10 @@ from pytriton.compose import ModelCallError, call_model, call_model_async
 from pytriton.decorators import batch
 from pytriton.exceptions import PyTritonValidationError
 from pytriton.model_config import ModelConfig, Tensor
+from pytriton.openai import OpenAIChat
 from pytriton.routes import RouteRequest, RouteResponse
-from pytriton.triton import Triton, TritonSecurityConfig
+from pytriton.transport.http.cycle import BODY_HIGH_WATER
+from pytriton.triton import ServerLimits, Triton, TritonSecurityConfig
 from tests.conftest import ACCESS_TOKEN, HTTP_AUTH, running_triton
 from tests.fleet import wait_until
 
@@ -400,3 +402,62 @@ def test_a_204_or_304_answer_goes_without_a_body_and_the_connection_serves_on(od
     if path != "/not-modified":
         assert b"content-length" not in first.lower()  # RFC 9110 8.6: never with a 204
     assert second.startswith(b"HTTP/1.1 200 OK\r\n")  # the next answer, not the 204's or 304's body
+
+
+async def _echo_route(request: RouteRequest) -> RouteResponse:
+    return RouteResponse(request.body, media_type="application/octet-stream")
+
+
+def _bind_echo(triton: Triton) -> None:
+    triton.add_route("/echo", _echo_route)
+    triton.bind(
+        "whole",
+        lambda requests: [{"text_output": np.array([[b"hi"]], dtype=object)} for _ in requests],
+        [Tensor(name="text_input", dtype=bytes, shape=(1,))],
+        [Tensor(name="text_output", dtype=bytes, shape=(1,))],
+        openai=OpenAIChat(),
+    )
+
+
+BODY_LIMIT = 64 * 1024
+
+
+@pytest.mark.parametrize("path", ["/echo", "/v1/chat/completions"])
+@pytest.mark.parametrize("frontends", [None, 3])
+def test_a_chunked_body_past_the_limit_that_never_ends_is_answered_413_and_its_connection_closed(
+    frontends: Optional[int], path: str
+) -> None:
+    """The client sends a chunked body past the limit, then neither more nor its end (a body that never ends).
+
+    With one process, the 413 went out at once but the rest of the body was read and dropped for as long as the
+    client sent it (for ever; the body timeout ends a stalled one only); a frontend process read it all, unanswered,
+    before forwarding its first bytes to the hub.
+    """
+    limits = ServerLimits(max_body_bytes=BODY_LIMIT, max_json_bytes=BODY_LIMIT, body_timeout_s=0)
+    with running_triton(_bind_echo, frontends=frontends, limits=limits) as triton:
+        assert triton.http_port is not None
+        with socket.create_connection(("127.0.0.1", triton.http_port), timeout=WAIT_S) as sock:
+            sock.sendall(
+                b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                % path.encode()
+            )
+            chunk = b"%x\r\n%s\r\n" % (4096, b" " * 4096)
+            try:
+                # Past the limit and past what the server holds before it hands a chunked body on (a body under that
+                # reaches the app once it ends); no last chunk: the body goes on.
+                sock.sendall(chunk * ((BODY_HIGH_WATER + 2 * BODY_LIMIT) // 4096))
+            except OSError:  # closed already (the answer is read below)
+                pass
+            received = b""
+            try:
+                while True:  # until the server closes: without the fix, recv times out
+                    data = sock.recv(65536)
+                    if not data:
+                        break
+                    received += data
+            except ConnectionResetError:  # what it read of the body last was the bytes it closed on
+                pass
+        head = received.split(b"\r\n\r\n", 1)[0]
+        assert head.startswith(b"HTTP/1.1 413 "), received
+        assert b"\r\nConnection: close" in head
+        assert _request(triton.http_port, "/echo", {"x": 1}) == (200, b'{"x": 1}')  # the server goes on

@@ -212,3 +212,13 @@ def test_client_disconnect_stops_the_generator(server):
     next(_events(response))
     connection.close()
     assert stopped_early.wait(10)
+
+
+@pytest.mark.parametrize("frontends", [None, 3])
+def test_generate_on_a_model_that_goes_on_is_refused_at_its_second_response_and_stops_it(frontends):
+    """The server gathered every response before counting them: 100 s and every response held, for a 400 after."""
+    with running_triton(_bind, allow_grpc=False, allow_metrics=False, frontends=frontends) as triton:
+        stopped_early.clear()
+        status, document = post_json(triton.http_port, "/v2/models/endless/generate", {"n": 1})  # 30 s at most
+        assert status == 400 and document["error"].startswith("generate expects model to produce exactly 1 response")
+        assert stopped_early.wait(10)

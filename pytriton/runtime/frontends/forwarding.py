@@ -115,10 +115,12 @@ class ForwardingApp:
 
 
 async def _read_within(receive: Receive, limit: int) -> bytes:
-    """The body, or its first `limit` + 1 bytes when it is longer (the rest is read and dropped).
+    """The body, or its first `limit` + 1 bytes when it is longer (the rest is not waited for).
 
     The hub's app refuses a body past `limit` as it would the whole one (413), and a route that reads none (health,
     metadata) answers as it would: a longer body would only cost the memory of both processes, and the copies.
+    Its answer goes out at once: the rest of a body of declared length is dropped as it comes, and a chunked one
+    closes the connection after the answer (waiting for it, a body that never ended was read for ever, unanswered).
     """
     kept = bytearray()
     while True:
@@ -126,9 +128,8 @@ async def _read_within(receive: Receive, limit: int) -> bytes:
         if message["type"] == "http.disconnect":
             raise InferenceError.invalid("client disconnected while sending the request")
         chunk = message.get("body", b"")
-        if len(kept) <= limit:
-            kept += chunk[: limit + 1 - len(kept)]
-        if not message.get("more_body", False):
+        kept += chunk[: limit + 1 - len(kept)]
+        if len(kept) > limit or not message.get("more_body", False):
             return bytes(kept)
 
 

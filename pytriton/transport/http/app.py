@@ -456,7 +456,7 @@ class HttpFrontend:
             served = self._engine.model(model, version)
         request, _ = decode_generate_request(served.spec, body, self._forwarded_headers(scope))
         if served.spec.decoupled:
-            responses = await _all_responses(served.stream(request), receive, send)
+            responses = await _first_responses(served.stream(request), receive, send)
             if responses is None:
                 return  # the client went away; closing the stream stopped the model's work for it
             if len(responses) != 1:
@@ -615,19 +615,25 @@ def _json_within(length: int, limit: int) -> None:
         )
 
 
-async def _all_responses(
+async def _first_responses(
     responses: AsyncIterator[InferenceResponse], receive: Receive, send: Send
 ) -> Optional[List[InferenceResponse]]:
-    """Every response of a decoupled model's request (`{}` yielded is one too, as in Triton); None if the client left.
+    """A decoupled model's first responses to a request, two at most (`{}` yielded is one too); None if it left.
 
-    A client that leaves cancels the request, as a stream's does: the stream is closed, which closes the
-    model's generator at its next step.
+    A second one is enough to refuse the request: the stream is closed then, which stops the model's generator at
+    its next step (gathering them all held every response of a long generation, without bound, and ran it to its
+    end for an answer that was an error already). A client that leaves cancels the request, as a stream's does.
     """
     handler = asyncio.current_task()
     assert handler is not None
     watcher = asyncio.get_running_loop().create_task(_cancel_on_disconnect(receive, send, handler, [False]))
+    gathered: List[InferenceResponse] = []
     try:
-        return [response async for response in responses]
+        async for response in responses:
+            gathered.append(response)
+            if len(gathered) > 1:
+                break
+        return gathered
     except asyncio.CancelledError:
         return None
     finally:

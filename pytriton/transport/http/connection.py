@@ -706,6 +706,10 @@ class HttpConnection(asyncio.BufferedProtocol):
 
     # -- server's side ----------------------------------------------------------------------
 
+    def endless_body(self, cycle: RequestCycle) -> bool:
+        """Whether `cycle`'s body is still arriving in chunks: what is left of it has no bound."""
+        return self._receiving is cycle and self._chunked_body
+
     @property
     def sending(self) -> bool:
         """Whether response bytes wait for the client to read them."""

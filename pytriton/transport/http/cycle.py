@@ -355,6 +355,11 @@ class RequestCycle:
             # the connection reads and drops (response_complete) before the next request.
             self.expect_continue = False
             lines.insert(0, _CONTINUE)
+        if self.keep_alive and not self.body_complete and self._connection.endless_body(self):
+            # Answered while its chunked body still arrives (a 413 past max_body_bytes): the rest was read and dropped
+            # for as long as the client sent it, for ever for a body that never ends. The connection closes after
+            # the answer instead, lingering a moment (connection.response_done) so that the client reads it.
+            self.keep_alive = False
         if not self.keep_alive:
             lines.append(_CLOSE)
         elif self.scope["http_version"] == "1.0":  # HTTP/1.0 closes unless told otherwise (Triton says so too)
