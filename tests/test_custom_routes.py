@@ -461,3 +461,36 @@ def test_a_chunked_body_past_the_limit_that_never_ends_is_answered_413_and_its_c
         assert head.startswith(b"HTTP/1.1 413 "), received
         assert b"\r\nConnection: close" in head
         assert _request(triton.http_port, "/echo", {"x": 1}) == (200, b'{"x": 1}')  # the server goes on
+
+
+@pytest.mark.parametrize("path", ["/echo", "/v2/models/whole/generate"])
+def test_a_chunked_body_whose_first_part_is_past_the_limit_is_refused_413_at_once(path: str) -> None:
+    """The app waits for the body from its head on, so the body reaches it in one part of BODY_HIGH_WATER bytes.
+
+    The route's read checked the limit on the parts after the first only: past the limit in its first part, it
+    waited for a second, which a body that never ends never brings (the client got no answer).
+    """
+    limits = ServerLimits(max_body_bytes=BODY_LIMIT, max_json_bytes=BODY_LIMIT, body_timeout_s=0)
+    with running_triton(_bind_echo, limits=limits) as triton:
+        assert triton.http_port is not None
+        with socket.create_connection(("127.0.0.1", triton.http_port), timeout=WAIT_S) as sock:
+            sock.sendall(
+                b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                % path.encode()
+            )
+            time.sleep(0.3)  # the app starts and waits for the body: not a retry, what makes its first part large
+            chunk = b"%x\r\n%s\r\n" % (4096, b" " * 4096)
+            try:
+                sock.sendall(chunk * ((BODY_HIGH_WATER + 2 * 4096) // 4096))  # no last chunk
+            except OSError:  # closed already (the answer is read below)
+                pass
+            received = b""
+            try:
+                while b"\r\n\r\n" not in received:
+                    data = sock.recv(65536)
+                    if not data:
+                        break
+                    received += data
+            except ConnectionResetError:
+                pass
+        assert received.startswith(b"HTTP/1.1 413 "), received

@@ -708,9 +708,9 @@ async def read_body(receive: Receive, limit: int) -> Body:
     """Read the whole request body, refusing more than `limit` bytes."""
     message = await receive()
     body: Body = message.get("body", b"")
+    if len(body) > limit:  # the first part too: a chunked body may come as one part of 4 MiB (BODY_HIGH_WATER)
+        raise HttpError(413, f"request body larger than {limit} bytes")
     if not message.get("more_body", False):
-        if len(body) > limit:
-            raise HttpError(413, f"request body larger than {limit} bytes")
         return body
     buffer = bytearray(body)
     while True:
