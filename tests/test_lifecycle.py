@@ -690,7 +690,7 @@ def test_a_server_running_at_exit_answers_its_requests_in_flight(tmp_path: Path)
 
 
 FORKED_CHILD_BINDS = """
-    import faulthandler, os
+    import faulthandler, os, warnings
     import numpy as np
     from pytriton.exceptions import PyTritonInvalidOperationError
     from pytriton.model_config import Tensor
@@ -700,6 +700,8 @@ FORKED_CHILD_BINDS = """
     triton = Triton(config=TritonConfig(http_port=0, allow_grpc=False, allow_metrics=False))
     triton.bind("m", lambda requests: requests, inputs=tensor, outputs=tensor)
     triton.run()
+    # Python 3.12+ warns of fork() in a threaded process, on stderr: into the middle of the child's lines at times.
+    warnings.simplefilter("ignore", DeprecationWarning)
     pid = os.fork()
     if pid == 0:
         faulthandler.dump_traceback_later(20, exit=True)  # a bind that waits for good: status 1
