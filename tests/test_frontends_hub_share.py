@@ -243,8 +243,13 @@ def _verbose_lines(triton: Triton, caplog: pytest.LogCaptureFixture) -> Tuple[bo
     """Whether this process and the frontend process log the verbose line of a connection closed on a bad request."""
     caplog.clear()
     with _http_connections(triton, KEEPS + 2) as opened:
-        assert [here for _, here in opened] == [True] * KEEPS + [False, False]
-        (here, _), _, (there, _), (after, _) = opened
+        # Usually [True] * KEEPS + [False, False]; once in a quiet fresh-venv run [True, False, True, False] (the
+        # hub's count of its own closed connections still catching up). Either serves: one of each side, and a
+        # second of the frontend's last.
+        ours = [connection for connection, served_here in opened if served_here]
+        theirs = [connection for connection, served_here in opened if not served_here]
+        assert ours and len(theirs) == 2, [served_here for _, served_here in opened]
+        here, (there, after) = ours[0], theirs
         ports = [connection.sock.getsockname()[1] for connection in (here, there)]
         for connection in (here, there):
             connection.sock.sendall(b"NOT A REQUEST\r\n\r\n")
