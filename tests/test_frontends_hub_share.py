@@ -164,12 +164,42 @@ def test_requests_served_here_and_by_the_frontend_form_one_batch_counted_once(se
 
 
 def test_the_connection_cap_counts_the_connections_served_here_and_by_the_frontend() -> None:
+    # Over the cap means that every connection served is busy: an idle one would make room for the new one.
+    body = json.dumps({"inputs": [{"name": "INPUT_1", "shape": [1, 1], "datatype": "FP32", "data": [1.0]}]}).encode()
+
+    def busy() -> socket.socket:
+        """A connection whose request body the server waits for."""
+        sock = socket.create_connection(("127.0.0.1", triton.http_port), timeout=30)
+        sock.sendall(
+            b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 ")
+        return sock
+
     with running_triton(_bind, frontends=2, limits=ServerLimits(max_connections=HUB_SHARE - 1)) as triton:
         assert triton.http_port is not None
-        with _http_connections(triton, HUB_SHARE) as opened:
+        opened: List[Tuple[socket.socket, bool]] = []
+        try:
+            for _ in range(HUB_SHARE - 1):
+                opened.append(_landed_here(triton, "http", busy))
             assert [here for _, here in opened].count(True) == KEEPS
-            statuses = [_infer_json(connection, "identity", [1.0])[0] for connection, _ in opened]
-        assert statuses == [200] * (HUB_SHARE - 1) + [503]
+
+            def connect() -> http.client.HTTPConnection:
+                connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=30)
+                connection.connect()
+                return connection
+
+            over, here = _landed_here(triton, "http", connect)
+            with contextlib.closing(over):
+                assert not here  # the frontend's, which serves one connection itself: over by the hub's count
+                assert _infer_json(over, "identity", [1.0])[0] == 503
+            for sock, _ in opened:
+                sock.sendall(body)
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        finally:
+            for sock, _ in opened:
+                sock.close()
 
 
 def test_sigkill_of_the_frontend_process_leaves_the_connections_served_here(caplog: pytest.LogCaptureFixture) -> None:

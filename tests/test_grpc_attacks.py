@@ -621,19 +621,42 @@ def capped() -> Iterator[ServedProcess]:
     server.stop()
 
 
-def test_connections_over_the_cap_get_unavailable_until_idle_ones_are_closed(capped, clients):
+def test_an_idle_connection_makes_room_for_a_new_one_at_the_cap(capped, clients):
+    # The 8 that fill the cap held it until their idle timeout, and every new client got UNAVAILABLE meanwhile: the
+    # one without a call for the longest now gives its place (GOAWAY saying why), as nginx reclaims idle ones.
     before = capped.rss_mib()
     for _ in range(8):
         clients.append(capped.h2())  # the cap: 8 connections without a call
-    with pytest.raises(InferenceServerException) as refused:
-        capped.infer([1.0])
-    assert "StatusCode.UNAVAILABLE" in str(refused.value.status())
-    assert "the server serves at most 8 gRPC connections at once" in refused.value.message()
-    for client in clients:  # idle for grpc_idle_timeout_s: GOAWAY, then closed
+    capped.assert_served()
+    assert goaway_of(clients[0].wait_closed(READ_S)) == (
+        0,
+        NO_ERROR,
+        b"the server serves at most 8 gRPC connections at once: one without a call for the longest makes room for "
+        b"a new one",
+    )
+    for client in clients[1:]:  # idle for grpc_idle_timeout_s: GOAWAY, then closed
         frames = client.wait_closed(READ_S)
         assert goaway_of(frames) == (0, NO_ERROR, b"")
-    capped.assert_served()
     assert capped.rss_mib() - before < RSS_GROWTH_MIB
+
+
+def busy_h2(served: ServedProcess) -> H2Client:
+    """A raw HTTP/2 connection with a call in progress (its request not ended), read by the server: not reclaimed."""
+    client = served.h2()
+    client.send_headers(client.new_stream(), request_headers())
+    client.ping(b"callopen")  # answered once the server has read the HEADERS before it
+    client.wait_for(lambda frame: frame.kind == PING and frame.has(ACK))
+    return client
+
+
+def busy_http(port: int) -> socket.socket:
+    """An HTTP connection whose request body the server waits for: not reclaimed."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=READ_S)
+    sock.sendall(
+        b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n"
+    )
+    assert sock.recv(65536).startswith(b"HTTP/1.1 100 ")  # the app reads its body: the head was read whole
+    return sock
 
 
 @pytest.fixture(scope="module")
@@ -644,18 +667,26 @@ def four_connections() -> Iterator[ServedProcess]:
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_connections_past_those_held_over_the_cap_are_closed_as_they_come(four_connections, protocol):
+def test_connections_past_those_held_over_the_cap_are_closed_as_they_come(four_connections, protocol, clients):
     # Each connection over the cap waited for its first request (30 s) or call (10 s) to be answered 503 or
     # UNAVAILABLE: a client opening them faster than that held every descriptor of the process, past any cap.
+    # Over the cap means every connection served is busy: an idle one would make room (connection_cap.py).
     served = four_connections
     port = served.http_port if protocol == "http" else served.grpc_port
     sockets: List[socket.socket] = []
     try:
-        for _ in range(4 + OVER_CAP_HELD + 3):  # accepted in this order: the last 3 are past those held
-            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=READ_S))
-        for sock in sockets[-3:]:
+        for _ in range(4):
+            if protocol == "http":
+                sockets.append(busy_http(port))
+            else:
+                clients.append(busy_h2(served))
+        over: List[socket.socket] = []
+        for _ in range(OVER_CAP_HELD + 3):  # accepted in this order: the last 3 are past those held
+            over.append(socket.create_connection(("127.0.0.1", port), timeout=READ_S))
+        sockets += over
+        for sock in over[-3:]:
             assert sock.recv(65536) == b""  # closed at once: no answer (nor gRPC's SETTINGS) is owed
-        held = sockets[-4]
+        held = over[-4]
         if protocol == "http":
             held.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
             assert held.recv(65536).startswith(b"HTTP/1.1 503 ")
@@ -664,8 +695,21 @@ def test_connections_past_those_held_over_the_cap_are_closed_as_they_come(four_c
     finally:
         for sock in sockets:
             sock.close()
-    served.assert_served()
-    assert _http_get(served.http_port, "/v2/health/ready")[0] == 200
+        for client in clients:
+            client.close()
+    # The busy connections count until the server has read their ends; then a new one of each port is served.
+    wait_until(lambda: _http_get(served.http_port, "/v2/health/ready")[0] == 200, "the busy connections are gone")
+    wait_until(lambda: _grpc_served(served), "the busy connections are gone")
+
+
+def _grpc_served(served: ServedProcess) -> bool:
+    """Whether a tritonclient call on a connection of its own is answered (not UNAVAILABLE over the cap)."""
+    try:
+        served.assert_served()
+    except InferenceServerException as error:
+        assert "UNAVAILABLE" in str(error.status()), error
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -677,10 +721,12 @@ def two_connections() -> Iterator[ServedProcess]:
 
 def test_idle_connections_over_the_cap_get_goaway_saying_why_at_their_first_calls_deadline(clients):
     # A server of its own: a connection a test before closed may still count while the server has yet to read
-    # its end. 2 s for the first call: the two that fill the cap must still be open when the next four come.
+    # its end. The two that fill the cap have a call in progress (idle ones would make room for the next four).
     server = ServedProcess({"grpc_max_connections": 2, "grpc_handshake_timeout_s": 2.0})
     try:
-        for _ in range(6):
+        for _ in range(2):
+            clients.append(busy_h2(server))
+        for _ in range(4):
             clients.append(server.h2())
         for client in clients[2:]:
             assert goaway_of(client.wait_closed(READ_S)) == (
@@ -688,8 +734,6 @@ def test_idle_connections_over_the_cap_get_goaway_saying_why_at_their_first_call
                 NO_ERROR,
                 b"the server serves at most 2 gRPC connections at once",
             )
-        for client in clients[:2]:  # within the cap: the same deadline, without a why
-            assert goaway_of(client.wait_closed(READ_S)) == (0, NO_ERROR, b"")
     finally:
         server.stop()
 
@@ -701,7 +745,7 @@ def test_a_call_sent_once_the_settings_are_acknowledged_over_the_cap_gets_unavai
     # said as soon as the client's SETTINGS were read refused it, and tritonclient opened connection after
     # connection until its deadline (DEADLINE_EXCEEDED) whenever the server read the SETTINGS apart from it.
     for _ in range(2):
-        clients.append(two_connections.h2())
+        clients.append(busy_h2(two_connections))
     over = two_connections.h2()
     clients.append(over)
     response = over.infer([1.0])
@@ -712,7 +756,7 @@ def test_a_call_sent_once_the_settings_are_acknowledged_over_the_cap_gets_unavai
 
 def test_a_call_sent_with_the_preface_over_the_cap_gets_unavailable_then_goaway(two_connections, clients):
     for _ in range(2):
-        clients.append(two_connections.h2())
+        clients.append(busy_h2(two_connections))
     call = pack_frame(HEADERS, END_HEADERS, 1, hpack.Encoder().encode(request_headers()))
     call += pack_frame(DATA, END_STREAM, 1, grpc_message(infer_request([1.0])))
     client = H2Client(two_connections.grpc_port, preface=PREFACE + pack_frame(SETTINGS, 0, 0) + call)

@@ -822,7 +822,11 @@ def test_each_cut_off_is_logged_once_at_warning_with_the_peer_and_why(own_server
     broken.wait_closed()
     # 2 s: the first connection's preface must be read before the timeout, and a late loop reads late.
     capped = own_server(ServerLimits(grpc_max_connections=1, grpc_handshake_timeout_s=2.0))
-    connect(capped).handshake()  # the cap
+    busy = connect(capped)  # the cap, with a call in progress: an idle one would make room for the next
+    busy.handshake()
+    busy.send_headers(busy.new_stream(), request_headers())
+    busy.ping(b"callopen")  # answered once the server has read the HEADERS before it
+    busy.wait_for(lambda frame: frame.kind == PING and frame.has(ACK))
     over = connect(capped)
     over.wait_closed()
     with socket.create_connection(("127.0.0.1", capped.grpc_port), timeout=READ_S) as silent:

@@ -493,24 +493,32 @@ def test_oversized_output_fails_only_its_request(limited):
         assert stub.ModelInfer(grpc_request("sized", [1.0], n=1000), timeout=WAIT_S).outputs[0].shape == [1, 1000]
 
 
-def test_connection_cap_answers_503_on_the_extra_connection():
+def test_connection_cap_answers_503_on_the_extra_connection_while_every_one_served_is_busy():
     def bind(triton: Triton) -> None:
         triton.bind("identity", _identity, inputs=FP32, outputs=FP32)
 
+    body = b'{"inputs":[{"name":"INPUT_1","shape":[1,1],"datatype":"FP32","data":[1.0]}]}'
+    head = (
+        "POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n"
+    ).encode()
     with serving(bind, ServerLimits(max_connections=2), allow_grpc=False) as triton:
         first, second = raw_http(triton.http_port), raw_http(triton.http_port)
         with first, second:
-            for sock in (first, second):  # both served: the server has seen both connections
-                sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-                assert read_response(sock)[0] == 200
+            for sock in (first, second):  # both busy: their bodies are awaited (an idle one would make room)
+                sock.sendall(head)
+                assert sock.recv(65536).startswith(b"HTTP/1.1 100 ")
             with raw_http(triton.http_port) as third:
                 third.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-                status, headers, body = read_response(third)
+                status, headers, error = read_response(third)
                 assert status == 503 and headers["connection"] == "close"
-                assert "at most 2 connections" in json.loads(body)["error"]
-            first.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert read_response(first)[0] == 200
-        wait_until(lambda: request(triton.http_port, "GET", "/v2/health/live")[0] == 200, "a connection is free")
+                assert "at most 2 connections" in json.loads(error)["error"]
+            for sock in (first, second):
+                sock.sendall(body)
+                assert read_response(sock)[0] == 200
+            # Both idle now: a new connection takes the place of the one idle longest, which closes.
+            assert request(triton.http_port, "GET", "/v2/health/live")[0] == 200
+            assert first.recv(65536) == b""
 
 
 # ---------------------------------------------------------------- gRPC limits

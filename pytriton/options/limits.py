@@ -17,12 +17,12 @@ Where each limit is enforced, and how a refusal looks:
 | body_timeout_s | HTTP connection: longest pause between two parts of a body | 408, connection closed |
 | keep_alive_timeout_s | HTTP connection: idle between requests (before the first: header_timeout_s if less) | closed |
 | send_timeout_s | HTTP and gRPC connection: a full send buffer left unread (gRPC: no window opened) so long | closed |
-| max_connections | HTTP connection: a request on a connection over the cap | 503, connection closed |
+| max_connections | HTTP connection: a request on a connection over the cap (all served busy) | 503, connection closed |
 | grpc_max_message_bytes | gRPC channel (received and sent messages) | RESOURCE_EXHAUSTED |
 | grpc_max_concurrent_rpcs | gRPC service, before a call runs: RPCs in progress at once | RESOURCE_EXHAUSTED |
 | grpc_max_concurrent_streams | gRPC connection: calls open at once (SETTINGS_MAX_CONCURRENT_STREAMS) | REFUSED_STREAM |
 | grpc_max_stream_requests | ModelStreamInfer: requests of one stream in progress at once | the stream waits |
-| grpc_max_connections | gRPC connection over the cap, at its first call | UNAVAILABLE, then GOAWAY |
+| grpc_max_connections | gRPC connection over the cap (all served busy), at its first call | UNAVAILABLE, then GOAWAY |
 | grpc_max_buffered_bytes | gRPC connection: bytes of request messages still arriving | all but the oldest wait |
 | grpc_idle_timeout_s | gRPC connection: time without a call in progress | GOAWAY, connection closed |
 | grpc_handshake_timeout_s | gRPC connection: TLS handshake, then the HTTP/2 preface and SETTINGS | connection closed |
@@ -31,6 +31,11 @@ Where each limit is enforced, and how a refusal looks:
 | max_response_bytes | engine, per request, when its outputs come back from the callable | 500 / INTERNAL |
 | hung_call_warning_s | engine: a callable running longer is logged once per call (not a refusal) | warning |
 | lame_duck_s | stop: readiness is false but requests are still served this long before the drain | (none) |
+
+At max_connections (grpc_max_connections, the metrics port's METRICS_MAX_CONNECTIONS), a new connection takes the
+place of the served one that has waited on its client longest (idle, a request head unfinished, no gRPC call), which
+is closed (`transport/connection_cap.py`): connections that send nothing cannot hold a cap. Only while every
+connection served is busy is a new one over the cap.
 
 A ModelStreamInfer stream at grpc_max_stream_requests is not refused: the server reads no further
 request of it until one ends, and HTTP/2 flow control holds the client meanwhile.
@@ -160,15 +165,19 @@ class ServerLimits:
             full, the next pipelined HTTP request waits and a gRPC connection reads no more requests. A gRPC client
             that opens no HTTP/2 window (WINDOW_UPDATE, SETTINGS) this long while answers wait for one is let go
             too: its shut windows held its calls' answers without ever filling the buffer.
-        max_connections: HTTP connections served at once; a request on one more gets 503 (past OVER_CAP_HELD more,
-            a new connection is closed as it comes).
+        max_connections: HTTP connections served at once. At the cap a new connection takes the place of the one
+            that has waited on its client longest (idle, or a request head unfinished: closed, the head answered 503);
+            while every one served is busy, a request on one more gets 503 (past OVER_CAP_HELD more, a new
+            connection is closed as it comes).
         grpc_max_message_bytes: largest gRPC message received or sent (RESOURCE_EXHAUSTED above it).
         grpc_max_concurrent_rpcs: gRPC calls in progress at once (RESOURCE_EXHAUSTED above it).
         grpc_max_concurrent_streams: calls open at once on one gRPC connection, advertised to clients
             (SETTINGS_MAX_CONCURRENT_STREAMS); a stream beyond it is refused (REFUSED_STREAM).
         grpc_max_stream_requests: requests of one ModelStreamInfer stream in progress at once; the server
             reads the next one when one ends.
-        grpc_max_connections: gRPC connections served at once; one more answers its first call UNAVAILABLE, then
+        grpc_max_connections: gRPC connections served at once. At the cap a new connection takes the place of the
+            one without a call for the longest (GOAWAY NO_ERROR saying why); while every one served has a call in
+            progress, one more answers its first call UNAVAILABLE, then
             says GOAWAY (at the first call's deadline if it opens none); past OVER_CAP_HELD more, a new connection
             is closed as it comes.
         grpc_max_buffered_bytes: bytes of request messages still arriving (sent in part) that one gRPC connection

@@ -112,8 +112,9 @@ class GrpcConnection(asyncio.BufferedProtocol):
             self._socket = sock
         state = self._state
         state.connections.add(self)
-        self.session.over_cap = self.over_cap or len(state.connections) > state.max_connections
-        if len(state.connections) > state.max_connections + OVER_CAP_HELD:
+        # At the cap, the connection without a call for the longest makes room (connection_cap.py).
+        over_cap = self.session.over_cap = not state.cap.admit(self.session, self.over_cap)
+        if over_cap and len(state.connections) - state.cap.served > OVER_CAP_HELD:
             transport.close()  # past those held to be answered UNAVAILABLE: it would hold a descriptor until a timeout
             return
         peername = transport.get_extra_info("peername")
@@ -128,6 +129,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
         """Cancel every call still in progress."""
         self.session.stop()
         self._state.connections.forget(self)
+        self._state.cap.leave(self.session)
         self._send_watch.stop()
         self._gate.stop()
         if self._linger is not None:

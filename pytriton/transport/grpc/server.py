@@ -23,6 +23,7 @@ from pytriton.core.serving import ServingEngine
 from pytriton.options.limits import ServerLimits
 from pytriton.options.log_trace import ServerSettings
 from pytriton.options.server import GrpcKeepalive, ServerOptions
+from pytriton.transport.connection_cap import ConnectionCap
 from pytriton.transport.connections import OpenConnections
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.connection import GrpcConnection
@@ -30,6 +31,7 @@ from pytriton.transport.grpc.cutoffs import CutoffLog
 from pytriton.transport.grpc.handlers import CallLimit, Method, method_table
 from pytriton.transport.grpc.headers import OVERSIZE_FACTOR
 from pytriton.transport.grpc.servicer import InferenceServicer
+from pytriton.transport.grpc.session import Http2Session
 from pytriton.transport.grpc.settings import COMPRESSION_LEVELS, bind_address, tls_context
 from pytriton.transport.inflate import InflationBudget
 from pytriton.transport.receive_budget import ReceiveBudget
@@ -82,6 +84,7 @@ class GrpcServerState:
         self.inflation_budget = inflation_budget or InflationBudget(limits.max_inflated_bytes)
         self.receive_budget = receive_budget or ReceiveBudget(limits.received_bytes())
         self.connections: OpenConnections[GrpcConnection] = OpenConnections()
+        self.cap: ConnectionCap[Http2Session] = ConnectionCap(limits.grpc_max_connections)  # the served, by session
         self.cutoffs = CutoffLog()  # connections ended for what their clients did, logged at WARNING
         # Every connection reads into this one buffer (connection.py): a connection costs no buffer of its own.
         self.read_view = memoryview(bytearray(READ_BUFFER_BYTES))

@@ -17,6 +17,7 @@ one that opens no call says it at the first call's deadline.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Dict, List, Optional, Sequence, Tuple
 
 import grpc
@@ -38,6 +39,8 @@ from pytriton.transport.grpc.responses import ResponseSender
 
 if TYPE_CHECKING:
     from pytriton.transport.grpc.server import GrpcServerState
+
+LOGGER = logging.getLogger(__name__)
 
 # What the session waits for from its client (APP: nothing, calls are in progress).
 HANDSHAKE, FIRST_CALL, IDLE = 1, 2, 3
@@ -586,6 +589,7 @@ class Http2Session:
         """
         if not self.calls:
             self._clock.phase = APP  # a call is in progress: the connection is not idle
+            self._state.cap.busy(self)  # nor reclaimed (connection_cap.py)
         self._streams.open(call)
         compression = self._state.compression_level
         if compression and call.method.name in _COMPRESSED_RPCS:
@@ -627,6 +631,8 @@ class Http2Session:
             wake(call.writable)
         if not self.calls and not self.closed:
             self._clock.enter(IDLE, self._state.idle_timeout_s)
+            if not self.goaway.said:
+                self._state.cap.waiting(self)
             self._close_if_done()
 
     def buffering(self, call: GrpcCall, before: int, after: int) -> bool:
@@ -751,6 +757,19 @@ class Http2Session:
             details = self._over_cap_details()
             self.goaway.now(details.encode())
             self._cut_off(f"{details} (grpc_max_connections; GOAWAY NO_ERROR)")
+        self._close_if_done()
+
+    def reclaim(self) -> None:
+        """Make room for a new connection: the server is at its cap and this one has had no call for the longest.
+
+        GOAWAY NO_ERROR saying why, then close: a grpc client opens a new connection for its next call (one it
+        sent meanwhile, past the GOAWAY's last stream, it sends again there).
+        """
+        if self.closed or self.goaway.said:
+            return
+        details = f"{self._over_cap_details()}: one without a call for the longest makes room for a new one"
+        LOGGER.debug("gRPC connection closed for a new one (%s)", details)
+        self.goaway.now(details.encode())
         self._close_if_done()
 
     def shutdown(self) -> None:

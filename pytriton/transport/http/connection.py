@@ -146,8 +146,9 @@ class HttpConnection(asyncio.BufferedProtocol):
             socket_address(transport.get_extra_info("sockname")),
             socket_address(transport.get_extra_info("peername")),
         )
-        self._over_cap = self.over_cap or len(state.connections) > self._limits.max_connections
-        if len(state.connections) > self._limits.max_connections + OVER_CAP_HELD:
+        # At the cap, the connection that has waited on its client longest makes room (connection_cap.py).
+        self._over_cap = not state.cap.admit(self, self.over_cap)
+        if self._over_cap and len(state.connections) - state.cap.served > OVER_CAP_HELD:
             transport.close()  # past those held to be answered 503: it would hold a descriptor until a timeout
             return
         self._clock.enter(IDLE, _first_request_timeout_s(self._limits))
@@ -155,6 +156,7 @@ class HttpConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Optional[Exception]) -> None:
         """Tell every request of the connection that its client left."""
         self._state.connections.forget(self)
+        self._state.cap.leave(self)
         self._forget_hangup()
         self._clock.cancel()
         self._send_watch.stop()
@@ -494,6 +496,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             # RFC 9112 6.1: its framing may be read otherwise by an HTTP/1.0 intermediary (request smuggling).
             keep_alive = False
         cycle = RequestCycle(self, scope, keep_alive=keep_alive, expect_continue=expect_continue)
+        self._state.cap.busy(self)  # a whole head: its request (and a body however slow) is not reclaimed
         self._receiving = cycle
         self._wire = BODY
         self._headed = True
@@ -701,8 +704,10 @@ class HttpConnection(asyncio.BufferedProtocol):
             if self._budget_wait:  # ... and holds nothing: its share came back with the answer
                 self._stop_waiting()
         self._sync_reading()
-        if self._wire == IDLE and self._active is None:
-            self._clock.enter(IDLE, self._limits.keep_alive_timeout_s)
+        if self._active is None and not self._pipeline and self._wire != BODY:
+            self._state.cap.waiting(self)  # everything it sent is answered: idle, or a next head begun
+            if self._wire == IDLE:
+                self._clock.enter(IDLE, self._limits.keep_alive_timeout_s)
 
     # -- server's side ----------------------------------------------------------------------
 
@@ -731,6 +736,24 @@ class HttpConnection(asyncio.BufferedProtocol):
             self._task.cancel()
         if self._transport is not None:
             self._transport.close()
+
+    def reclaim(self) -> None:
+        """The server is at its cap and this connection has waited on its client longest: close it for a new one.
+
+        Idle, it closes as at its keep-alive timeout; with a request head begun, that request is answered 503 first.
+        """
+        transport = self._transport
+        if transport is None or transport.is_closing() or self._refused:
+            return
+        self._refused = True
+        self._clock.cancel()
+        LOGGER.debug(
+            "closing HTTP connection from %s: the server is at its cap, a new connection takes its place",
+            self._address[1],
+        )
+        if self._wire == HEAD:
+            transport.write(error_response(503, _reclaimed(self._limits.max_connections)))
+        transport.close()
 
     # -- running the app --------------------------------------------------------------------
 
@@ -864,6 +887,7 @@ class HttpConnection(asyncio.BufferedProtocol):
 
         Closing with unread data would reset the connection before the client has read the answer.
         """
+        self._state.cap.busy(self)  # it closes: reclaiming it would cut its client's answer short
         if transport.can_write_eof():
             transport.write_eof()
         self._reading_paused = False
@@ -880,6 +904,14 @@ def _first_request_timeout_s(limits: ServerLimits) -> float:
     """
     limits_s = [timeout for timeout in (limits.keep_alive_timeout_s, limits.header_timeout_s) if timeout]
     return min(limits_s) if limits_s else 0.0
+
+
+def _reclaimed(cap: int) -> str:
+    """The 503's message for a request head cut off when its connection was reclaimed (connection_cap.py)."""
+    return (
+        f"the server serves at most {cap} connections at once: this one, which had sent no whole request for "
+        "the longest, was closed for a new one"
+    )
 
 
 def _framing_too_large(limit: int) -> str:

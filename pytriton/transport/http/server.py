@@ -16,6 +16,7 @@ import socket
 from typing import Any, Optional, Set
 
 from pytriton.options.limits import ServerLimits
+from pytriton.transport.connection_cap import ConnectionCap
 from pytriton.transport.connections import OpenConnections
 from pytriton.transport.http.connection import HttpConnection
 from pytriton.transport.http.cycle import App
@@ -49,6 +50,7 @@ class ServerState:
         self.receive_budget = receive_budget or ReceiveBudget(limits.received_bytes())
         self.hangups = Hangups()  # connections that wait for the budget, watched for their clients leaving
         self.connections: OpenConnections[HttpConnection] = OpenConnections()
+        self.cap: ConnectionCap[HttpConnection] = ConnectionCap(limits.max_connections)  # those of them served
         self.leaving = False  # the server stops soon: responses say `Connection: close`
         # Every connection reads into this one buffer: what arrives is parsed (and copied out by the parser)
         # before the next read, so one is enough, and a connection costs no buffer of its own.
