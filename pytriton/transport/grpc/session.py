@@ -35,6 +35,7 @@ from pytriton.transport.grpc.headers import Header, HeaderBlockDecoder, HeaderLi
 from pytriton.transport.grpc.keepalive import Keepalive
 from pytriton.transport.grpc.messages import MessageError, MessageReader, request_encoding, response_encoding
 from pytriton.transport.grpc.responses import ResponseSender
+from pytriton.transport.grpc.sized import SizedCall
 
 if TYPE_CHECKING:
     from pytriton.transport.grpc.server import GrpcServerState
@@ -518,6 +519,7 @@ class Http2Session:
             self._reset(stream_id, h2.REFUSED_STREAM)
             return
         path = http_method = content_type = timeout = encoding = accepted = te = scheme = authority = None
+        content_length = None
         for name, value in headers:
             if name == b":path":
                 path = value
@@ -537,6 +539,8 @@ class Http2Session:
                 encoding = value
             elif name == b"grpc-accept-encoding":
                 accepted = value
+            elif name == b"content-length":  # digits, once: the decoder checked (gRPC clients send none)
+                content_length = int(value)
         try:
             seconds = parse_timeout(timeout) if timeout is not None else None
         except ValueError:  # grpc's C-core (Triton) resets the stream: grpc clients say INTERNAL
@@ -563,7 +567,10 @@ class Http2Session:
                 reader = MessageReader(
                     request_encoding(encoding), state.max_message_bytes, state.inflation_budget, state.receive_budget
                 )
-                call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
+                if content_length is None:
+                    call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
+                else:  # its DATA must add up to the length (RFC 9113 8.1.1): a stream error otherwise
+                    call = SizedCall(self, stream_id, method, headers, reader, sender.windows.initial, content_length)
                 self._start(call, seconds, accepted)
                 if ended:
                     self._end_of_request(call)
