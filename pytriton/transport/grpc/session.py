@@ -59,9 +59,10 @@ def _malformed(method: Optional[bytes], te: Optional[bytes], scheme: Optional[by
     """The words of grpc's C-core (tritonserver 2.51, probed) for a request a gRPC client never sends.
 
     They are checked in its order; a request that passes the first four has no :authority (nor Host).
-    Where 2.51 cannot read a value (a :method other than POST, GET or PUT, a te other than "trailers", a
-    :scheme other than http or https) it resets the stream, then sends trailers saying "Missing :method
-    header" on it again and again: this server answers once, naming the header.
+    Where 2.51 cannot read a value (a :method other than POST, GET or PUT, a :scheme other than http or
+    https) it resets the stream, then sends trailers saying "Missing :method header" on it again and again:
+    this server answers once, naming the header. A te other than "trailers" never comes here: it makes the
+    request malformed (headers.py), its stream reset PROTOCOL_ERROR (2.51 resets it INTERNAL_ERROR).
     """
     if method is None:
         return "Missing :method header"
@@ -69,8 +70,6 @@ def _malformed(method: Optional[bytes], te: Optional[bytes], scheme: Optional[by
         return "Bad method header"
     if te is None:
         return "Missing :te header"
-    if te != b"trailers":
-        return "Bad :te header"
     if scheme is None:
         return "Missing :scheme header"
     if scheme not in _SCHEMES:
