@@ -1679,6 +1679,7 @@ MALFORMED = {
     "a pseudo-header twice": [*request_headers(x_fresh="1"), (":path", "/inference.GRPCInferenceService/ModelInfer")],
     "a te other than trailers": _with(request_headers(x_fresh="1"), "te", "gzip"),  # 2.51: RST_STREAM INTERNAL_ERROR
     "a content-length that is not a number": [*request_headers(x_fresh="1"), ("content-length", "1e3")],
+    "a content-length of 5,000 digits": [*request_headers(x_fresh="1"), ("content-length", "9" * 5000)],
     "a content-length twice": [*request_headers(x_fresh="1"), ("content-length", "20"), ("content-length", "20")],
 }
 

@@ -60,6 +60,8 @@ class MalformedHeaders(Exception):
 _REQUEST_PSEUDO_HEADERS = frozenset((b":method", b":scheme", b":path", b":authority"))
 # The bytes a field name may hold (RFC 9113 8.2.1: not 0x00-0x20, 0x41-0x5a or 0x7f-0xff; ':' leads a pseudo-header).
 _NAME_BYTES = bytes(byte for byte in range(0x21, 0x7F) if not 0x41 <= byte <= 0x5A and byte != 0x3A)
+# More would be past any length (nghttp2 takes 63 bits), and Python reads no number of over 4,300 digits.
+_CONTENT_LENGTH_DIGITS = 18
 # RFC 9113 8.2.2 (te is allowed, with "trailers" alone: another value is malformed; a missing one is the gRPC layer's).
 _CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))
 
@@ -92,8 +94,8 @@ def malformed(headers: Sequence[Header]) -> Optional[str]:
         if name == b"content-length":  # RFC 9110 8.6: digits, once (what DATA must add up to: session.py)
             if content_length:
                 return "content-length twice"
-            if not value.isdigit():
-                return f"content-length {value!r} is not a number"
+            if not value.isdigit() or len(value) > _CONTENT_LENGTH_DIGITS:
+                return f"content-length {value[: _CONTENT_LENGTH_DIGITS + 1]!r} is not a number of at most 18 digits"
             content_length = True
     return None
 
