@@ -591,6 +591,118 @@ def test_bad_requests_get_openai_errors_and_leave_a_running_stream_whole(client:
     assert "".join(pieces) == _expected(USER[0]["content"])
 
 
+def _with(**fields: Any) -> bytes:
+    return json.dumps({"model": "whole", "messages": USER, **fields}).encode()
+
+
+def _calls(*calls: Any) -> bytes:
+    return json.dumps(
+        {"model": "whole", "messages": [*USER, {"role": "assistant", "tool_calls": list(calls)}]}
+    ).encode()
+
+
+def _call(**fields: Any) -> Dict[str, Any]:
+    call: Dict[str, Any] = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    call.update(fields)
+    return {key: value for key, value in call.items() if value is not ...}
+
+
+# (path, body, the error's param, a piece of its message): OpenAI answers each with a 400 invalid_request_error.
+MISTYPED_FIELDS = {
+    "a logit_bias key that is not a token id": (
+        "/v1/chat/completions",
+        _with(logit_bias={"hello": 1}),
+        "logit_bias",
+        "Invalid key in 'logit_bias': \"hello\"",
+    ),
+    "a negative token id": ("/v1/chat/completions", _with(logit_bias={"-5": 1}), "logit_bias", "non-negative"),
+    "a logit_bias value past 100": (
+        "/v1/chat/completions",
+        _with(logit_bias={"50256": 101}),
+        "logit_bias",
+        "between -100 and 100, got 101",
+    ),
+    "a logit_bias value that is not a number": (
+        "/v1/completions",
+        json.dumps({"model": "whole-completions", "prompt": "x", "logit_bias": {"7": "-100"}}).encode(),
+        "logit_bias",
+        'got "-100"',
+    ),
+    "a logit_bias value that is a boolean": (
+        "/v1/chat/completions",
+        _with(logit_bias={"7": True}),
+        "logit_bias",
+        "got true",
+    ),
+    "tool_calls not a list": (
+        "/v1/chat/completions",
+        json.dumps({"model": "whole", "messages": [*USER, {"role": "assistant", "tool_calls": {"id": "c1"}}]}).encode(),
+        "messages.[1].tool_calls",
+        "expected an array",
+    ),
+    "a tool call that is not an object": (
+        "/v1/chat/completions",
+        _calls("c1"),
+        "messages.[1].tool_calls.[0]",
+        "expected an object",
+    ),
+    "a tool call without an id": (
+        "/v1/chat/completions",
+        _calls(_call(id=...)),
+        "messages.[1].tool_calls.[0].id",
+        "Missing required parameter: 'messages[1].tool_calls[0].id'",
+    ),
+    "a tool call id that is a number": (
+        "/v1/chat/completions",
+        _calls(_call(id=7)),
+        "messages.[1].tool_calls.[0].id",
+        "expected a string, got 7",
+    ),
+    "a tool call of an unknown type": (
+        "/v1/chat/completions",
+        _calls(_call(), _call(type="search")),
+        "messages.[1].tool_calls.[1].type",
+        "supported: function, custom",
+    ),
+    "a tool call whose function is a string": (
+        "/v1/chat/completions",
+        _calls(_call(function="f")),
+        "messages.[1].tool_calls.[0].function",
+        "expected an object",
+    ),
+    "a function call whose arguments are an object": (
+        "/v1/chat/completions",
+        _calls(_call(function={"name": "f", "arguments": {"city": "Paris"}})),
+        "messages.[1].tool_calls.[0].function.arguments",
+        "expected a string",
+    ),
+    "a function call without a name": (
+        "/v1/chat/completions",
+        _calls(_call(function={"arguments": "{}"})),
+        "messages.[1].tool_calls.[0].function.name",
+        "Missing required parameter",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MISTYPED_FIELDS))
+def test_a_mistyped_logit_bias_or_tool_call_gets_a_400_naming_it(triton: Triton, case: str) -> None:
+    # They were handed to the model (logit_bias as JSON text, tool_calls to the chat template) as they came.
+    path, body, param, words = MISTYPED_FIELDS[case]
+    status, _, answer = request(triton.http_port, "POST", path, body, {"content-type": "application/json"})
+    error = json.loads(answer)["error"]
+    assert (status, error["type"], error["param"], error["code"]) == (400, "invalid_request_error", param, None), answer
+    assert words in error["message"], error["message"]
+
+
+def test_a_well_formed_logit_bias_and_tool_calls_are_taken(client: openai.OpenAI) -> None:
+    custom = {"id": "c2", "type": "custom", "custom": {"name": "grep", "input": "x"}}
+    messages: List[Any] = [*USER, {"role": "assistant", "content": None, "tool_calls": [_call(), custom]}]
+    answer = client.chat.completions.create(model="whole", messages=messages, logit_bias={"50256": -100, "7": 2.5})
+    parameters = json.loads(answer.choices[0].message.content or "")["parameters"]
+    assert json.loads(parameters["logit_bias"]) == {"50256": -100, "7": 2.5}
+
+
 class TextFlood:
     """An endless chat model of 64 KiB tokens, as fast as it can; counts its steps, notes its end."""
 

@@ -63,6 +63,9 @@ RESPONSE_FORMATS = ("text", "json_object", "json_schema")
 MESSAGE_ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
 MAX_N = 16
 MAX_STOP_SEQUENCES = 4
+LOGIT_BIAS = 100  # the most a token's logit_bias moves it, either way
+# An assistant message's tool call of each type: the object it carries, and that object's string fields.
+TOOL_CALL_FIELDS = {"function": ("function", ("name", "arguments")), "custom": ("custom", ("name", "input"))}
 # How much of a refused value an error message repeats.
 _SHOWN_CHARS = 100
 
@@ -270,6 +273,7 @@ def _sampling(document: Dict[str, Any], max_tokens_keys: Tuple[str, ...]) -> Sam
     _number(document, "frequency_penalty", -2.0, 2.0)
     _integer(document, "seed", -(2**63), 2**63 - 1)
     _check_types(document)
+    _check_logit_bias(document.get("logit_bias"))
     parameters: Dict[str, Any] = {"stream": sampling.stream}
     if sampling.max_tokens is not None:
         parameters["max_tokens"] = sampling.max_tokens
@@ -304,6 +308,22 @@ def _check_types(document: Dict[str, Any]) -> None:
     for key in UNSUPPORTED_CHAT_FIELDS:
         if document.get(key) is not None:
             raise invalid(f"'{key}' is not supported by this server", param=key)
+
+
+def _check_logit_bias(bias: Optional[Dict[str, Any]]) -> None:
+    """`logit_bias` (an object or None, as `_check_types` left it) maps token ids (strings of digits) to [-100, 100]."""
+    for token, value in (bias or {}).items():
+        if not (token.isascii() and token.isdigit()):
+            raise invalid(
+                f"Invalid key in 'logit_bias': {shown(token)}. You should only be submitting non-negative integers.",
+                param="logit_bias",
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -LOGIT_BIAS <= value <= LOGIT_BIAS:
+            raise invalid(
+                f"Invalid value for 'logit_bias' of token {token}: expected a number between -{LOGIT_BIAS} and "
+                f"{LOGIT_BIAS}, got {shown(value)}",
+                param="logit_bias",
+            )
 
 
 def _check_tools(document: Dict[str, Any]) -> None:
@@ -382,6 +402,48 @@ def _check_message_fields(message: Dict[str, Any], role: str, index: int) -> Non
             f"Invalid type for 'messages[{index}].name': expected a string, got {shown(name)}",
             param=f"messages.[{index}].name",
         )
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None:
+        _check_tool_calls(tool_calls, f"messages[{index}].tool_calls")
+
+
+def _check_tool_calls(calls: Any, where: str) -> None:
+    """A message's `tool_calls` (at `where`): a list of calls, each an id, a type and that type's object of strings.
+
+    A chat template reads them (`call.function.name`); OpenAI refuses a call without any of these fields.
+    """
+    _required(calls, list, where)
+    for number, call in enumerate(calls):
+        at = f"{where}[{number}]"
+        _required(call, dict, at)
+        _required(call.get("id"), str, f"{at}.id")
+        kind = call.get("type")
+        _required(kind, str, f"{at}.type")
+        if kind not in TOOL_CALL_FIELDS:
+            raise invalid(
+                f"Invalid value for '{at}.type': {shown(kind)}; supported: " + ", ".join(TOOL_CALL_FIELDS),
+                param=_param(f"{at}.type"),
+            )
+        key, fields = TOOL_CALL_FIELDS[kind]
+        carried = call.get(key)
+        _required(carried, dict, f"{at}.{key}")
+        for field in fields:
+            _required(carried.get(field), str, f"{at}.{key}.{field}")
+
+
+def _required(value: Any, kind: type, where: str) -> None:
+    """A field OpenAI requires is there (not null) with its JSON type, or the 400 naming it."""
+    if value is None:
+        raise invalid(f"Missing required parameter: '{where}'.", param=_param(where))
+    if not isinstance(value, kind):
+        raise invalid(
+            f"Invalid type for '{where}': expected {_TYPE_NAMES[kind]}, got {shown(value)}", param=_param(where)
+        )
+
+
+def _param(where: str) -> str:
+    """An error's `param` as OpenAI writes it: `messages.[1].tool_calls.[0].id` for `messages[1].tool_calls[0].id`."""
+    return where.replace("[", ".[")
 
 
 def parse_chat(body: bytes) -> ChatRequest:

@@ -15,7 +15,8 @@ wider bound (past it the block is an HPACK error, which ends the connection).
 
 A list no HTTP/2 request may carry (MalformedHeaders: a field name in uppercase or with a byte a name may
 not hold, a value with NUL, CR or LF, a connection-specific field, a pseudo-header that is not a request's,
-twice, or after a regular field; RFC 9113 8.2.1, 8.2.2, 8.3) is a stream error. It is checked as a block is
+twice, or after a regular field, a te other than "trailers", a content-length that is not one number; RFC
+9113 8.2.1, 8.2.2, 8.3, RFC 9110 8.6) is a stream error. It is checked as a block is
 first decoded, and such a block is never remembered: the blocks that repeat cost nothing more. Which
 pseudo-headers a request must have is the gRPC layer's (session.py answers a missing one in grpc's words,
 as Triton does).
@@ -59,12 +60,14 @@ class MalformedHeaders(Exception):
 _REQUEST_PSEUDO_HEADERS = frozenset((b":method", b":scheme", b":path", b":authority"))
 # The bytes a field name may hold (RFC 9113 8.2.1: not 0x00-0x20, 0x41-0x5a or 0x7f-0xff; ':' leads a pseudo-header).
 _NAME_BYTES = bytes(byte for byte in range(0x21, 0x7F) if not 0x41 <= byte <= 0x5A and byte != 0x3A)
-# RFC 9113 8.2.2 (te is allowed, with "trailers" alone: the gRPC layer checks its value, in grpc's words).
+# More would be past any length (nghttp2 takes 63 bits), and Python reads no number of over 4,300 digits.
+_CONTENT_LENGTH_DIGITS = 18
+# RFC 9113 8.2.2 (te is allowed, with "trailers" alone: another value is malformed; a missing one is the gRPC layer's).
 _CONNECTION_SPECIFIC = frozenset((b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"))
 
 
 def malformed(headers: Sequence[Header]) -> Optional[str]:
-    """Why a header list is malformed as a request's (RFC 9113 8.2.1, 8.2.2, 8.3), or None."""
+    """Why a header list is malformed as a request's (RFC 9113 8.2.1, 8.2.2, 8.3; RFC 9110 8.6), or None."""
     pseudo: List[bytes] = []
     regular = False
     for name, _ in headers:
@@ -82,9 +85,18 @@ def malformed(headers: Sequence[Header]) -> Optional[str]:
             return f"field name {name!r} in uppercase or with a character a name may not hold"
         if name in _CONNECTION_SPECIFIC:
             return f"connection-specific field {name.decode('latin-1')}"
+    content_length = False
     for name, value in headers:
         if b"\0" in value or b"\n" in value or b"\r" in value:
             return f"field {name!r} with a NUL, CR or LF in its value"
+        if name == b"te" and value != b"trailers":
+            return f"te {value!r}, not trailers"
+        if name == b"content-length":  # RFC 9110 8.6: digits, once (what DATA must add up to: session.py)
+            if content_length:
+                return "content-length twice"
+            if not value.isdigit() or len(value) > _CONTENT_LENGTH_DIGITS:
+                return f"content-length {value[: _CONTENT_LENGTH_DIGITS + 1]!r} is not a number of at most 18 digits"
+            content_length = True
     return None
 
 

@@ -36,6 +36,7 @@ from pytriton.transport.grpc.headers import Header, HeaderBlockDecoder, HeaderLi
 from pytriton.transport.grpc.keepalive import Keepalive
 from pytriton.transport.grpc.messages import MessageError, MessageReader, request_encoding, response_encoding
 from pytriton.transport.grpc.responses import ResponseSender
+from pytriton.transport.grpc.sized import SizedCall
 
 if TYPE_CHECKING:
     from pytriton.transport.grpc.server import GrpcServerState
@@ -61,9 +62,10 @@ def _malformed(method: Optional[bytes], te: Optional[bytes], scheme: Optional[by
     """The words of grpc's C-core (tritonserver 2.51, probed) for a request a gRPC client never sends.
 
     They are checked in its order; a request that passes the first four has no :authority (nor Host).
-    Where 2.51 cannot read a value (a :method other than POST, GET or PUT, a te other than "trailers", a
-    :scheme other than http or https) it resets the stream, then sends trailers saying "Missing :method
-    header" on it again and again: this server answers once, naming the header.
+    Where 2.51 cannot read a value (a :method other than POST, GET or PUT, a :scheme other than http or
+    https) it resets the stream, then sends trailers saying "Missing :method header" on it again and again:
+    this server answers once, naming the header. A te other than "trailers" never comes here: it makes the
+    request malformed (headers.py), its stream reset PROTOCOL_ERROR (2.51 resets it INTERNAL_ERROR).
     """
     if method is None:
         return "Missing :method header"
@@ -71,8 +73,6 @@ def _malformed(method: Optional[bytes], te: Optional[bytes], scheme: Optional[by
         return "Bad method header"
     if te is None:
         return "Missing :te header"
-    if te != b"trailers":
-        return "Bad :te header"
     if scheme is None:
         return "Missing :scheme header"
     if scheme not in _SCHEMES:
@@ -521,6 +521,7 @@ class Http2Session:
             self._reset(stream_id, h2.REFUSED_STREAM)
             return
         path = http_method = content_type = timeout = encoding = accepted = te = scheme = authority = None
+        content_length = None
         for name, value in headers:
             if name == b":path":
                 path = value
@@ -540,6 +541,8 @@ class Http2Session:
                 encoding = value
             elif name == b"grpc-accept-encoding":
                 accepted = value
+            elif name == b"content-length":  # digits, once: the decoder checked (gRPC clients send none)
+                content_length = int(value)
         try:
             seconds = parse_timeout(timeout) if timeout is not None else None
         except ValueError:  # grpc's C-core (Triton) resets the stream: grpc clients say INTERNAL
@@ -566,7 +569,10 @@ class Http2Session:
                 reader = MessageReader(
                     request_encoding(encoding), state.max_message_bytes, state.inflation_budget, state.receive_budget
                 )
-                call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
+                if content_length is None:
+                    call = GrpcCall(self, stream_id, method, headers, reader, sender.windows.initial)
+                else:  # its DATA must add up to the length (RFC 9113 8.1.1): a stream error otherwise
+                    call = SizedCall(self, stream_id, method, headers, reader, sender.windows.initial, content_length)
                 self._start(call, seconds, accepted)
                 if ended:
                     self._end_of_request(call)
