@@ -1084,6 +1084,42 @@ def test_a_long_bytes_input_is_pickled_off_the_loop(monkeypatch: pytest.MonkeyPa
     assert LONG >= PIECE_ELEMENTS
 
 
+def string_count(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"n": np.array([request["s"].size], dtype=np.int64)} for request in requests]
+
+
+def test_a_long_input_whose_pieces_do_not_pickle_fails_its_batch_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pickling a long input's pieces raises in the thread (here by a patch: a wire's strings always pickle): its
+    batch fails with what was raised, its place in the channel goes, and the instance serves the next one."""
+    from pytriton.core.process_instances import long_outputs
+
+    pickled_pieces = long_outputs.pickled_pieces
+
+    def pickled_or_fail(array: np.ndarray) -> List[bytes]:
+        if array.flat[0] == b"fail":
+            raise MemoryError("no memory for these strings")
+        return pickled_pieces(array)
+
+    monkeypatch.setattr(long_outputs, "pickled_pieces", pickled_or_fail)
+    io = {
+        "inputs": [Tensor(name="s", dtype=bytes, shape=(-1,))],
+        "outputs": [Tensor(name="n", dtype=np.int64, shape=(1,))],
+    }
+
+    def bind(triton: Triton) -> None:
+        triton.bind("string_count", ProcessInstances(string_count), **io, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        for first in (b"fail", b"ok"):
+            strings = np.array([first, *(b"s%d" % index for index in range(1, LONG))], dtype=object)
+            if first == b"fail":
+                with pytest.raises(httpclient.InferenceServerException) as failed:
+                    _infer(triton, "string_count", {"s": strings})
+                assert "instance 0 could not take the batch: no memory for these strings" in str(failed.value)
+            else:
+                assert _infer(triton, "string_count", {"s": strings})["n"].tolist() == [LONG]
+
+
 CANCELS_SEEN: List[bool] = []
 
 
