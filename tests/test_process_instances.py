@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 
 from pytriton.decorators import batch, fill_optionals, first_value, get_model_config, group_by_values
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonUnrecoverableError
-from pytriton.instances import ProcessInstances
+from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES, ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
@@ -1022,10 +1022,12 @@ def names_and_strings(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     ]
 
 
-def test_a_long_bytes_input_is_pickled_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("budget", [DEFAULT_SHM_BUDGET_BYTES, 0])
+def test_a_long_bytes_input_is_pickled_off_the_loop(budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """A request's long BYTES input was pickled in its JOB message's head on the event loop (a million strings:
-    230-510 ms of every other client's time). Now its pieces are pickled in a thread and follow the JOB's body; the
-    loop pickles no long object array, and the process gets each input whole, in its request and place."""
+    230-510 ms of every other client's time). Now its pieces are pickled in a thread and follow the JOB's body (with
+    no shared memory budget, after the other inputs there); the loop pickles no long object array, and the process
+    gets each input whole, in its request and place."""
     from pytriton.core.process_instances import long_outputs
     from pytriton.core.process_instances.protocol import JOB
     from pytriton.core.raw_tensors import PIECE_ELEMENTS
@@ -1061,7 +1063,8 @@ def test_a_long_bytes_input_is_pickled_off_the_loop(monkeypatch: pytest.MonkeyPa
     config = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
 
     def bind(triton: Triton) -> None:
-        triton.bind("names_and_strings", ProcessInstances(names_and_strings), **io, config=config)
+        instances = ProcessInstances(names_and_strings, shm_budget_bytes=budget)
+        triton.bind("names_and_strings", instances, **io, config=config)
 
     with running_triton(bind) as triton:
         answers: Dict[int, Any] = {}

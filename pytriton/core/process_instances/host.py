@@ -277,9 +277,8 @@ class InstanceHost:
     ) -> Tuple[List[Request], Optional[np.ndarray]]:
         """The requests of a job (inputs: views of the server's arena or of the message body), and what they view.
 
-        Long object inputs (`longs`: where their pickled pieces lie in the body) are rebuilt.
-
         What they view is the array over the job's input region (None: its inputs were copied, or are in the body).
+        Long object inputs are rebuilt from their pickled pieces in the body (`longs` says where).
         """
         inputs, lease = self._inputs.unpack(job_id, [request[0] for request in batch], body)
         if longs:  # long object inputs, pickled in pieces after the body (long_outputs.py)
