@@ -161,3 +161,27 @@ def test_a_call_or_reply_that_does_not_pickle_fails_that_call_not_the_channel() 
             channel.close()
 
     _run(test)
+
+
+def test_a_reserved_place_keeps_its_message_s_order_whatever_is_sent_meanwhile() -> None:
+    """A process instance's JOB with long object inputs is sent once their pieces are pickled in a thread: the
+    CANCEL or STOP of its requests sent meanwhile must follow it (LoopChannel.reserve)."""
+
+    async def test() -> None:
+        link = _Link(asyncio.get_running_loop())
+        big = bytes(4 << 20)  # more than the socket takes at once: what follows is queued behind it
+        link.sender.send(("big",), [big])
+        first = link.sender.reserve()
+        link.sender.send(("after first",), [b"1"])
+        second = link.sender.reserve()
+        link.sender.send(("after second",))
+        with pytest.raises(Exception):  # noqa: B017 - whatever pickling a lock raises
+            second.fill(("lock", threading.Lock()))
+        second.drop()  # the message that did not pickle: no message, the rest goes on
+        first.fill(("first",), [b"x" * 20_000, b"y"])
+        got = await link.receive(4)
+        assert [head for head, _ in got] == [("big",), ("first",), ("after first",), ("after second",)]
+        assert got[0][1] == big and got[1][1] == b"x" * 20_000 + b"y"
+        link.close()
+
+    _run(test)

@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 
 from pytriton.decorators import batch, fill_optionals, first_value, get_model_config, group_by_values
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonUnrecoverableError
-from pytriton.instances import ProcessInstances
+from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES, ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
@@ -928,8 +928,8 @@ def test_a_long_bytes_output_is_taken_in_off_the_loop_while_other_clients_are_se
             SMALL_ANSWERED.set()
             thread.join(60)
         out = answers.get(timeout=0)
-    assert REBUILT_ON == ["pytriton-long-outputs"]
-    assert counted_on == ["pytriton-long-outputs"]
+    assert REBUILT_ON == ["pytriton-long-objects"]
+    assert counted_on == ["pytriton-long-objects"]
     assert out.tolist() == [b"first", *(b"s%d" % index for index in range(1, LONG))]
 
 
@@ -1012,6 +1012,176 @@ def long_answer_once_watched(requests: List[Any]) -> List[Dict[str, np.ndarray]]
         time.sleep(0.01)
     strings = np.array([b"s%d" % index for index in range(LONG)], dtype=object)
     return [{"out": strings} for _ in requests]
+
+
+def names_and_strings(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Each request's input names, in order, and its strings back."""
+    return [
+        {"names": np.array([[",".join(request.keys()).encode()]], dtype=object), "out": request["s"]}
+        for request in requests
+    ]
+
+
+@pytest.mark.parametrize("budget", [DEFAULT_SHM_BUDGET_BYTES, 0])
+def test_a_long_bytes_input_is_pickled_off_the_loop(budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's long BYTES input was pickled in its JOB message's head on the event loop (a million strings:
+    230-510 ms of every other client's time). Now its pieces are pickled in a thread and follow the JOB's body (with
+    no shared memory budget, after the other inputs there); the loop pickles no long object array, and the process
+    gets each input whole, in its request and place."""
+    from pytriton.core.process_instances import long_outputs
+    from pytriton.core.process_instances.protocol import JOB
+    from pytriton.core.raw_tensors import PIECE_ELEMENTS
+    from pytriton.ipc import channel
+
+    pickled_on: List[Any] = []
+    pickled_pieces = long_outputs.pickled_pieces
+
+    def pickled_noted(array: np.ndarray) -> List[bytes]:
+        pickled_on.append((threading.current_thread().name, array.size))
+        return pickled_pieces(array)
+
+    in_heads: List[int] = []
+    encode = channel.encode
+
+    def encode_noted(head: Any, *args: Any, **kwargs: Any) -> Any:
+        if head[0] == JOB:
+            for packed, *_ in head[3]:
+                if len(packed) == 3:  # refs, others, order: object arrays are others
+                    in_heads.extend(value.size for value in packed[1].values() if isinstance(value, np.ndarray))
+        return encode(head, *args, **kwargs)
+
+    monkeypatch.setattr(long_outputs, "pickled_pieces", pickled_noted)
+    monkeypatch.setattr(channel, "encode", encode_noted)
+    io = {
+        "inputs": [
+            Tensor(name="s", dtype=bytes, shape=(-1,)),
+            Tensor(name="t", dtype=bytes, shape=(-1,)),
+            Tensor(name="x", dtype=np.float32, shape=(-1,)),
+        ],
+        "outputs": [Tensor(name="names", dtype=bytes, shape=(1,)), Tensor(name="out", dtype=bytes, shape=(-1,))],
+    }
+    config = ModelConfig(max_batch_size=2, batcher=DynamicBatcher(max_queue_delay_microseconds=30_000_000))
+
+    def bind(triton: Triton) -> None:
+        instances = ProcessInstances(names_and_strings, shm_budget_bytes=budget)
+        triton.bind("names_and_strings", instances, **io, config=config)
+
+    with running_triton(bind) as triton:
+        answers: Dict[int, Any] = {}
+
+        def infer(number: int) -> None:
+            strings = np.array([[b"%d-%d" % (number, index) for index in range(LONG)]], dtype=object)
+            inputs = {"s": strings, "t": np.array([[b"short"]], dtype=object), "x": np.ones((1, 1), np.float32)}
+            answers[number] = _infer(triton, "names_and_strings", inputs)
+
+        threads = [threading.Thread(target=infer, args=(number,)) for number in range(2)]
+        for thread in threads:  # one batch of both (the batcher waits for the second)
+            thread.start()
+        for thread in threads:
+            thread.join()
+    for number in range(2):
+        assert answers[number]["names"].tolist() == [[b"s,t,x"]]
+        assert answers[number]["out"].tolist() == [[b"%d-%d" % (number, index) for index in range(LONG)]]
+    assert in_heads == [1, 1]  # the short ones; without the long ones
+    assert pickled_on == [("pytriton-long-objects", LONG)] * 2
+    assert LONG >= PIECE_ELEMENTS
+
+
+def string_count(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    return [{"n": np.array([request["s"].size], dtype=np.int64)} for request in requests]
+
+
+def test_a_long_input_whose_pieces_do_not_pickle_fails_its_batch_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pickling a long input's pieces raises in the thread (here by a patch: a wire's strings always pickle): its
+    batch fails with what was raised, its place in the channel goes, and the instance serves the next one."""
+    from pytriton.core.process_instances import long_outputs
+
+    pickled_pieces = long_outputs.pickled_pieces
+
+    def pickled_or_fail(array: np.ndarray) -> List[bytes]:
+        if array.flat[0] == b"fail":
+            raise MemoryError("no memory for these strings")
+        return pickled_pieces(array)
+
+    monkeypatch.setattr(long_outputs, "pickled_pieces", pickled_or_fail)
+    io = {
+        "inputs": [Tensor(name="s", dtype=bytes, shape=(-1,))],
+        "outputs": [Tensor(name="n", dtype=np.int64, shape=(1,))],
+    }
+
+    def bind(triton: Triton) -> None:
+        triton.bind("string_count", ProcessInstances(string_count), **io, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        for first in (b"fail", b"ok"):
+            strings = np.array([first, *(b"s%d" % index for index in range(1, LONG))], dtype=object)
+            if first == b"fail":
+                with pytest.raises(httpclient.InferenceServerException) as failed:
+                    _infer(triton, "string_count", {"s": strings})
+                assert "instance 0 could not take the batch: no memory for these strings" in str(failed.value)
+            else:
+                assert _infer(triton, "string_count", {"s": strings})["n"].tolist() == [LONG]
+
+
+CANCELS_SEEN: List[bool] = []
+
+
+def until_cancelled(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """A long input: waits for its request's cancel (30 s at most) and notes whether it came; a short one: the notes."""
+    answers = []
+    for request in requests:
+        if request["s"].size >= LONG:
+            deadline = time.monotonic() + 30
+            while not request.is_cancelled() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            CANCELS_SEEN.append(request.is_cancelled())
+        answers.append({"seen": np.array([str(CANCELS_SEEN).encode()], dtype=object)})
+    return answers
+
+
+def test_a_cancel_sent_while_a_long_input_is_pickled_reaches_the_callable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JOB of a long input goes once its pieces are pickled (in a thread): a CANCEL of its request sent meanwhile
+    follows it, and the callable sees it; sent before the JOB, the process would drop it as a cancel of no job."""
+    from pytriton.core.process_instances import long_outputs
+    from pytriton.core.process_instances.instance import ProcessInstance
+
+    started, release, cancelled = threading.Event(), threading.Event(), threading.Event()
+    pickled_pieces = long_outputs.pickled_pieces
+
+    def held(array: np.ndarray) -> List[bytes]:
+        started.set()
+        release.wait(60)
+        return pickled_pieces(array)
+
+    cancel = ProcessInstance.cancel
+
+    def cancel_noted(self: ProcessInstance, request: Any) -> None:
+        cancel(self, request)
+        cancelled.set()
+
+    monkeypatch.setattr(long_outputs, "pickled_pieces", held)
+    monkeypatch.setattr(ProcessInstance, "cancel", cancel_noted)
+    io = {
+        "inputs": [Tensor(name="s", dtype=bytes, shape=(-1,))],
+        "outputs": [Tensor(name="seen", dtype=bytes, shape=(1,))],
+    }
+
+    def bind(triton: Triton) -> None:
+        triton.bind("until_cancelled", ProcessInstances(until_cancelled), **io, config=ModelConfig(batching=False))
+
+    with running_triton(bind) as triton:
+        try:
+            with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+                tensor = grpcclient.InferInput("s", [LONG], "BYTES")
+                tensor.set_data_from_numpy(np.array([b"s%d" % index for index in range(LONG)], dtype=object))
+                context = client.async_infer("until_cancelled", [tensor], callback=lambda result, error: None)
+                assert started.wait(60), "the long input was never pickled off the loop"
+                context.cancel()
+                assert cancelled.wait(60), "the server was never told of the cancel"
+        finally:
+            release.set()
+        seen = _infer(triton, "until_cancelled", {"s": np.array([b"short"], dtype=object)})["seen"]
+    assert seen.tolist() == [b"[True]"]
 
 
 @pytest.mark.parametrize("kind", ["thread", "process"])

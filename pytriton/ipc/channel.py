@@ -23,7 +23,7 @@ import socket
 import struct
 import weakref
 from collections import deque
-from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from pytriton.ipc.tensors import Buffer
 
@@ -343,8 +343,9 @@ class LoopChannel:
         self._on_message = on_message
         self._on_closed = on_closed
         self._reader = _Reader()
-        # What the socket has not taken yet: (bytes, descriptors to pass with them, descriptors to close once sent).
-        self._pending: Deque[Tuple[memoryview, List[Tuple[int, int, bytes]], Sequence[int]]] = deque()
+        # What the socket has not taken yet: (bytes, descriptors to pass with them, descriptors to close once sent);
+        # a Reserved, the place of a message still being made, holds back what follows it.
+        self._pending: Deque[Tuple[Union[memoryview, Reserved], List[Tuple[int, int, bytes]], Sequence[int]]] = deque()
         self.closed = False
         loop.add_reader(self._fileno, self._read)
 
@@ -416,11 +417,41 @@ class LoopChannel:
             first = index == 0
             self._pending.append((buffer, ancillary if first else [], fds if first and give else ()))
 
+    def reserve(self) -> Reserved:
+        """The place of a message whose head is still being made (off the loop): what is sent meanwhile goes after it.
+
+        Raises:
+            ChannelClosed: the channel is closed.
+        """
+        if self.closed:
+            raise ChannelClosed("the channel is closed")
+        place = Reserved(self)
+        self._pending.append((place, [], ()))
+        return place
+
+    def _fill(self, place: Reserved, message: List[Buffer], fds: Sequence[int]) -> None:
+        """Put a message (none: `message` empty) where `place` is in the queue; what waited behind it goes on."""
+        if self.closed:
+            if message:
+                raise ChannelClosed("the channel is closed")
+            return
+        pending = self._pending
+        at = next(index for index, entry in enumerate(pending) if entry[0] is place)
+        del pending[at]
+        ancillary = _rights(fds)
+        for offset, part in enumerate(message):
+            pending.insert(at + offset, (memoryview(part).cast("B"), ancillary if offset == 0 else [], ()))
+        if at == 0 and pending:  # the writer stopped at the place (or never started): it goes on
+            self._loop.add_writer(self._fileno, self._write)
+
     def _write(self) -> None:
-        """Writer callback: send what is queued, in order."""
+        """Writer callback: send what is queued, in order, up to the first place still reserved."""
         pending = self._pending
         while pending:
             buffer, ancillary, given = pending[0]
+            if isinstance(buffer, Reserved):
+                self._loop.remove_writer(self._fileno)  # Reserved's fill starts it again
+                return
             try:
                 sent = self.sock.sendmsg([buffer], ancillary)
             except BlockingIOError:
@@ -479,6 +510,34 @@ class LoopChannel:
     def close(self) -> None:
         """Close from this side (on_closed is called too)."""
         self._close()
+
+
+class Reserved:
+    """The place of one message in a LoopChannel's order (`reserve`), kept until it is filled or dropped."""
+
+    def __init__(self, channel: LoopChannel) -> None:
+        """A place at the end of `channel`'s queue (LoopChannel.reserve puts it there)."""
+        self._channel: Optional[LoopChannel] = channel
+
+    def fill(self, head: Any, body: Sequence[Buffer] = (), fds: Sequence[int] = ()) -> None:
+        """Send the message in its place (as LoopChannel.send without `give`: its descriptors stay open until sent).
+
+        Raises:
+            ChannelClosed: the channel closed meanwhile.
+            Exception: what pickling the head raised (the place is kept: drop it).
+        """
+        channel = self._channel
+        if channel is None:
+            raise RuntimeError("a reserved place is filled once")
+        message = encode(head, body, fds)
+        self._channel = None
+        channel._fill(self, message, fds)
+
+    def drop(self) -> None:
+        """No message after all: what waits behind the place goes on (nothing when it was filled)."""
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel._fill(self, [], ())
 
 
 # This process's blocking channels, whose copies a forked child closes (`_close_in_child`).

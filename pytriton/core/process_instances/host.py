@@ -29,7 +29,7 @@ from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.outputs import UnsentResponse
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
-from pytriton.core.process_instances.long_outputs import Long, TakenOut, placed, take_out
+from pytriton.core.process_instances.long_outputs import Long, TakenOut, placed, put_back, take_out
 from pytriton.core.process_instances.model_calls import CallerArenas, answered
 from pytriton.core.process_instances.protocol import (
     ANSWERS_READ,
@@ -232,7 +232,7 @@ class InstanceHost:
         The answer goes once the job's requests are gone here, so that it can say the job's inputs are free
         (unless the model kept them): the server may then write the next batch where they were.
         """
-        _, job_id, streaming, batch, arena, given_back = message.head
+        _, job_id, streaming, batch, arena, given_back, longs = message.head
         self._job_id = job_id
         for done in given_back:
             if done == RESULT_ARENA_REFUSED:
@@ -258,9 +258,9 @@ class InstanceHost:
         cut = False
         try:
             if streaming:
-                cut = self._stream(job_id, batch, message.body)
+                cut = self._stream(job_id, batch, message.body, longs)
             else:
-                packed, body, new_arena, value, taken = self._answer(job_id, batch, message.body)
+                packed, body, new_arena, value, taken = self._answer(job_id, batch, message.body, longs)
         except ChannelClosed:
             raise
         except BaseException as error:  # noqa: BLE001 - sent to the server, as a thread instance reports it
@@ -272,12 +272,17 @@ class InstanceHost:
         else:
             self._send_result(job_id, packed, body, new_arena, self._outputs, True, value, taken)
 
-    def _requests(self, job_id: int, batch: List[Any], body: memoryview) -> Tuple[List[Request], Optional[np.ndarray]]:
+    def _requests(
+        self, job_id: int, batch: List[Any], body: memoryview, longs: Optional[List[Long]]
+    ) -> Tuple[List[Request], Optional[np.ndarray]]:
         """The requests of a job (inputs: views of the server's arena or of the message body), and what they view.
 
         What they view is the array over the job's input region (None: its inputs were copied, or are in the body).
+        Long object inputs are rebuilt from their pickled pieces in the body (`longs` says where).
         """
         inputs, lease = self._inputs.unpack(job_id, [request[0] for request in batch], body)
+        if longs:  # long object inputs, pickled in pieces after the body (long_outputs.py)
+            inputs = put_back(inputs, longs, body, count=False)
         requests: List[Request] = []
         for data, (_, parameters, names, _) in zip(inputs, batch):
             hosted = _HostedRequest(data=data, parameters=parameters, requested_output_names=names)
@@ -295,7 +300,7 @@ class InstanceHost:
         return requests, lease
 
     def _answer(
-        self, job_id: int, batch: List[Any], body: memoryview
+        self, job_id: int, batch: List[Any], body: memoryview, longs: Optional[List[Long]]
     ) -> Tuple[Any, List[Buffer], int, Any, List[TakenOut]]:
         """Call a plain callable: its result packed in a region leased to the server, the result, its long arrays.
 
@@ -303,7 +308,7 @@ class InstanceHost:
         kept something that may not pickle (it then stands in for it); nothing else here outlives the call, so the
         job's inputs are free on return unless the model kept them.
         """
-        requests, lease = self._requests(job_id, batch, body)
+        requests, lease = self._requests(job_id, batch, body, longs)
         try:
             value = _portable(host_step(self._call(requests)))  # framework arrays travel as numpy
         finally:
@@ -315,7 +320,7 @@ class InstanceHost:
         plain = packed[0] is not None and all(len(item) == 3 and item[2] is None for item in packed[1])
         return packed, parts, new_arena, None if plain else value, taken
 
-    def _stream(self, job_id: int, batch: List[Any], body: memoryview) -> bool:
+    def _stream(self, job_id: int, batch: List[Any], body: memoryview, longs: Optional[List[Long]]) -> bool:
         """Send each step of any callable (a plain one makes one step) as it comes, through the message body.
 
         Returns whether its generator was closed at a step (a stop, its requests cancelled) rather than ended.
@@ -324,7 +329,7 @@ class InstanceHost:
         self._cut = False
         sent = 0
         try:
-            for step in self._steps_of(self._requests(job_id, batch, body)[0], job_id):
+            for step in self._steps_of(self._requests(job_id, batch, body, longs)[0], job_id):
                 step, taken = take_out(_portable(host_step(step)))
                 packed, parts, new_arena = pack_result(self._steps, step)
                 self._send_result(job_id, packed, parts, new_arena, self._steps, False, step, taken)

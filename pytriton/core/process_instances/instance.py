@@ -26,7 +26,14 @@ from pytriton.core.custom_metrics import REGISTRY
 from pytriton.core.errors import BatchNotRun, OutputsNotTaken, exception_text
 from pytriton.core.instances import CallableKind, Step, StreamStop
 from pytriton.core.process_instances.input_arena import InputArena
-from pytriton.core.process_instances.long_outputs import put_back_off_loop
+from pytriton.core.process_instances.long_outputs import (
+    TakenOut,
+    long_arrays,
+    pickled_off_loop,
+    placed,
+    put_back_off_loop,
+    without,
+)
 from pytriton.core.process_instances.model_calls import CalleeArenas, serve_call
 from pytriton.core.process_instances.protocol import (
     ANSWERS_READ,
@@ -54,12 +61,12 @@ from pytriton.core.process_instances.protocol import (
 from pytriton.core.process_instances.result_arena import lease_result
 from pytriton.core.process_instances.spawn import ProcessPlan, Started, StartError, spawn
 from pytriton.core.sequences.states import SequenceStates
-from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message
+from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message, Reserved
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.segment_index import SHARED_SEGMENTS
 from pytriton.ipc.segments import SharedMemoryUnavailable
 from pytriton.ipc.spawn import exit_status, kill_group, stop_process
-from pytriton.ipc.tensors import ArenaReader, SharedPlaces
+from pytriton.ipc.tensors import ArenaReader, Buffer, SharedPlaces
 from pytriton.proxy.types import Request, mark_cancelled
 
 LOGGER = logging.getLogger(__name__)
@@ -269,7 +276,8 @@ class ProcessInstance:
         """Pack a batch's inputs into the arena and send it; a dead process fails the job at once.
 
         A batch that cannot be packed or sent (say, an input that does not pickle) fails alone, and
-        the instance is free for the next one.
+        the instance is free for the next one. Long object inputs (long_outputs.py) are pickled in a thread: the JOB
+        goes once they are, in the place kept for it in the channel (a CANCEL or STOP sent meanwhile follows it).
         """
         link = self._link
         if self.state is not InstanceState.UP:
@@ -279,6 +287,9 @@ class ProcessInstance:
         done_with: List[int] = []
         try:
             dicts = [request.data for request in requests]
+            found = long_arrays(dicts)
+            if found:
+                dicts = without(dicts, found)
             in_shared = self._shared_inputs(link, dicts) if SHARED_SEGMENTS else None
             packed, body, arena = link.inputs.pack(dicts, job.job_id, in_shared)
             batch = [
@@ -290,14 +301,46 @@ class ProcessInstance:
             calls_read = link.calls.take_read()
             if calls_read:  # the last model calls' inputs, let go of after their answers went
                 link.channel.send((CALLS_READ, calls_read))
-            link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with), body, fds)
+            if not found:
+                link.channel.send((JOB, job.job_id, streaming, batch, arena, done_with, None), body, fds)
+                return
+            head = (JOB, job.job_id, streaming, batch, arena, done_with)
+            place = link.channel.reserve()
+            pickled_off_loop(found).add_done_callback(
+                functools.partial(self._send_long_job, link, job, place, head, body, fds)
+            )
         except ChannelClosed:
             pass  # _on_closed fails the job
         except Exception as error:  # noqa: BLE001 - the batch fails alone; the instance must not stay busy with it
-            link.done_with.extendleft(reversed(done_with))  # said with the next job instead
-            link.inputs.close()  # the process may not have the arena this batch was packed in: the next job sends one
-            self._finish_job()
-            job.fail(BatchNotSent(f"model '{self.model_name}' instance {self.index} could not take the batch: {error}"))
+            self._not_sent(link, job, done_with, error)
+
+    def _send_long_job(
+        self,
+        link: _Link,
+        job: _Job,
+        place: Reserved,
+        head: Tuple[Any, ...],
+        body: List[Buffer],
+        fds: List[int],
+        pickled: asyncio.Future[List[TakenOut]],
+    ) -> None:
+        """A job's long inputs are pickled: its JOB goes in its place, their pieces after its body."""
+        try:
+            longs, pieces = placed(pickled.result(), body)
+            place.fill((*head, longs), [*body, *pieces], fds)
+        except ChannelClosed:
+            pass  # _on_closed fails the job
+        except Exception as error:  # noqa: BLE001 - as _send_job's
+            place.drop()
+            if self._job is job and link is self._link:
+                self._not_sent(link, job, head[5], error)
+
+    def _not_sent(self, link: _Link, job: _Job, done_with: List[int], error: Exception) -> None:
+        """A batch could not be sent: it fails alone, and the instance is free."""
+        link.done_with.extendleft(reversed(done_with))  # said with the next job instead
+        link.inputs.close()  # the process may not have the arena this batch was packed in: the next job sends one
+        self._finish_job()
+        job.fail(BatchNotSent(f"model '{self.model_name}' instance {self.index} could not take the batch: {error}"))
 
     def _shared_inputs(self, link: _Link, dicts: List[Any]) -> Optional[SharedPlaces]:
         """Inputs that lie in a frontend's buffer, which the process reads in place (mapped first where it is not)."""

@@ -23,8 +23,9 @@ from pytriton.exceptions import PyTritonError
 from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
 
 # Server to instance: (INIT, Init) (the body holds the pickled callable), (JOB, job id, streaming, requests,
-# new arena size, jobs whose results the server no longer reads), (STOP, job id),
-# (EXIT,), (SEGMENT, id, size) with the descriptor of a frontend process's buffer that jobs name inputs in,
+# new arena size, jobs whose results the server no longer reads, longs), `longs` (None, or long_outputs.Long for
+# each) where the requests' long object inputs lie in the body, in pickled pieces; (STOP, job id), (EXIT,),
+# (SEGMENT, id, size) with the descriptor of a frontend process's buffer that jobs name inputs in,
 # (FORGET, id) once it is gone, (CANCEL, job id, index) when the client of the job's request at `index` cancelled it,
 # (SEQUENCES_ENDED, serials) as soon as sequences end without an END request run there (idle, cancelled): their
 # state is dropped then, not at the next job, which may never come.
