@@ -15,15 +15,17 @@ import asyncio
 import math
 import os
 import pickle
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
 from pytriton.core.counted_strings import count_ahead
 from pytriton.core.daemon_threads import DaemonThreads, awaited
-from pytriton.core.raw_tensors import PIECE_ELEMENTS
+from pytriton.core.raw_tensors import PIECE_ELEMENTS, plain_elements
 from pytriton.ipc.channel import loads
 from pytriton.ipc.tensors import Buffer
+
+T = TypeVar("T")
 
 # Where a long object array of a response lies in the RESULT message's body: (response index, output name, shape,
 # body offset, each piece's pickled size). A plain tuple: it travels in the head of every result that has one.
@@ -63,7 +65,7 @@ def take_out(value: Any) -> Tuple[Any, List[TakenOut]]:
         changed: Optional[Dict[Any, Any]] = None
         for name, array in response.items():
             if type(array) is np.ndarray and array.dtype.hasobject and array.size >= PIECE_ELEMENTS:
-                pieces = _pickled_pieces(array)
+                pieces = pickled_pieces(array)
                 if pieces is None:
                     continue
                 if changed is None:
@@ -79,13 +81,20 @@ def take_out(value: Any) -> Tuple[Any, List[TakenOut]]:
     return (tuple(converted) if type(value) is tuple else converted), taken
 
 
-def _pickled_pieces(array: np.ndarray) -> Optional[List[bytes]]:
-    """The array's elements (flat), pickled PIECE_ELEMENTS at a time as lists; None when one does not pickle."""
+def pickled_pieces(array: np.ndarray, plain: bool = False) -> Optional[List[bytes]]:
+    """The array's elements (flat), pickled PIECE_ELEMENTS at a time as lists; None when one does not pickle.
+
+    `plain`: elements other than bytes and str are pickled as raw_tensors.plain_elements makes them (None when an
+    element's str raises), for a process that imports none of the model's modules (a frontend's).
+    """
     flat = array.reshape(-1)
     try:
         return [
-            pickle.dumps(flat[start : start + PIECE_ELEMENTS].tolist(), pickle.HIGHEST_PROTOCOL)
-            for start in range(0, flat.size, PIECE_ELEMENTS)
+            pickle.dumps(
+                (plain_elements(piece) if plain else piece).tolist(),
+                pickle.HIGHEST_PROTOCOL,
+            )
+            for piece in (flat[start : start + PIECE_ELEMENTS] for start in range(0, flat.size, PIECE_ELEMENTS))
         ]
     except Exception:  # noqa: BLE001 - whatever pickling raises: the array goes in the head, which says so
         return None
@@ -108,16 +117,21 @@ def placed(taken: Sequence[TakenOut], body: Sequence[Buffer]) -> Tuple[List[Long
 
 
 def put_back_off_loop(value: Any, longs: Sequence[Long], body: memoryview) -> asyncio.Future[Any]:
-    """`put_back(value, longs, body)` in a rebuilder thread; the future, on the running loop, gets its outcome.
+    """`put_back(value, longs, body)` in a rebuilder thread; the future, on the running loop, gets its outcome."""
+    return off_loop(lambda: put_back(value, longs, body))
 
-    Where no thread can start, it is done here, on the loop, as before.
+
+def off_loop(call: Callable[[], T]) -> asyncio.Future[T]:
+    """`call()` in a rebuilder thread; the future, on the running loop, gets its outcome.
+
+    Where no thread can start, it is done here, on the loop.
     """
     try:
-        return awaited(REBUILDERS, lambda: put_back(value, longs, body))
+        return awaited(REBUILDERS, call)
     except RuntimeError:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         try:
-            future.set_result(put_back(value, longs, body))
+            future.set_result(call())
         except Exception as error:  # noqa: BLE001 - the waiter's, as the thread's would be
             future.set_exception(error)
         return future
@@ -129,21 +143,34 @@ def put_back(value: Any, longs: Sequence[Long], body: memoryview) -> Any:
         response = value[index]
         if type(response) is not dict:  # it could not leave the process (host._sendable): it fails alone
             continue
-        flat = np.empty(math.prod(shape), dtype=np.object_)
-        at = 0
-        for size in sizes:
-            items = loads(body[offset : offset + size])
-            offset += size
-            try:
-                flat[at : at + len(items)] = items
-            except (ValueError, TypeError):  # elements numpy reads as sequences (lists of one length): one by one
-                for item in items:
-                    flat[at] = item
-                    at += 1
-            else:
-                at += len(items)
-            del items
-        array = flat.reshape(shape)
+        array = rebuilt(shape, body, offset, sizes)
         count_ahead(array)
         response[name] = array
     return value
+
+
+def rebuilt(shape: Tuple[int, ...], body: memoryview, offset: int, sizes: Sequence[int]) -> np.ndarray:
+    """The object array of `shape` whose elements `pickled_pieces` wrote at `offset` of `body`, a piece at a time.
+
+    Raises ValueError when the pieces do not hold as many elements as the shape has.
+    """
+    count = math.prod(shape)
+    flat = np.empty(count, dtype=np.object_)
+    at = 0
+    for size in sizes:
+        items = loads(body[offset : offset + size])
+        offset += size
+        if at + len(items) > count:
+            raise ValueError(f"pieces of more than the {count} elements of an object array of shape {shape}")
+        try:
+            flat[at : at + len(items)] = items
+        except (ValueError, TypeError):  # elements numpy reads as sequences (lists of one length): one by one
+            for item in items:
+                flat[at] = item
+                at += 1
+        else:
+            at += len(items)
+        del items
+    if at != count:
+        raise ValueError(f"pieces of {at} elements for an object array of shape {shape}")
+    return flat.reshape(shape)

@@ -9,6 +9,10 @@ Large tensors cross without a copy here. Inputs the frontend read into its share
 (RELEASED), so that it reuses the buffer only then: a model may keep an input. Outputs that lie in those
 buffers (an identity's) are named there; other large outputs are copied once into a region of this link's
 arena (ipc/regions.py), which the frontend views until its response is out (RETURNED).
+
+A request with a long object (BYTES) input, which crosses in pickled pieces (protocol.py), has it rebuilt in a
+thread (core/process_instances/long_outputs.off_loop), not on the loop; until then it and every request the frontend
+sent after it wait here, in order (a sequence's requests must reach its model in the order they were sent).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.core.log_budget import LogBudget
 from pytriton.core.model import ModelState, ServedModel
+from pytriton.core.process_instances.long_outputs import off_loop
 from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import FrontendTrace, TracedResponse
 from pytriton.core.scheduler import Scheduler
@@ -64,8 +69,10 @@ from pytriton.runtime.frontends.protocol import (
     TOKENS,
     TRACED_RESPONSE,
     failed,
+    long_items,
     pack_response,
     pack_small_response,
+    rebuild_long,
     unpack_request,
 )
 
@@ -213,6 +220,10 @@ class FrontendLink:
         self._held: List[Scheduler] = []  # the schedulers held while a message's requests are queued
         self._refused: Set[int] = set()  # the frontend's buffers that could not be mapped here (REFUSED)
         self._refusals = LogBudget(_held_back_refusals)
+        # INFER messages waiting for their long object inputs to be rebuilt (the future; None: none to rebuild), and
+        # every one after them, in order; the keys of those among them whose clients left.
+        self._rebuilding: Deque[Tuple[Any, memoryview, Optional[asyncio.Future[Dict[str, np.ndarray]]]]] = deque()
+        self._left_while_rebuilding: Set[int] = set()
 
     def on_message(self, message: Message) -> None:
         """Requests, cancels and calls from the frontend."""
@@ -234,11 +245,16 @@ class FrontendLink:
         for head, body in items(message):
             tag = head[0]
             if tag == INFER:
-                self._infer(head, body, held)
+                if head[15] or self._rebuilding:
+                    self._rebuild(head, body)
+                else:
+                    self._infer(head, body, held)
             elif tag == CANCEL:
                 sink = self.sinks.get(head[1])
                 if sink is not None:
                     sink.cancel()
+                elif self._rebuilding:
+                    self._left_while_rebuilding.add(head[1])
             elif tag == RETURNED:
                 for loan in head[1]:
                     self._arena.give_back(loan)
@@ -275,10 +291,51 @@ class FrontendLink:
             elif tag == CREDIT:
                 self.calls.on_credit(head)
 
-    def _infer(self, head: Any, body: memoryview, held: Optional[List[Scheduler]]) -> None:
+    def _rebuild(self, head: Any, body: memoryview) -> None:
+        """Queue a request behind those whose long object inputs are being rebuilt; start rebuilding its own."""
+        future = None
+        if head[15]:
+            pieces = long_items(head[5])
+            future = off_loop(lambda: rebuild_long(pieces, body))
+            future.add_done_callback(self._rebuilt)
+        self._rebuilding.append((head, body, future))
+
+    def _rebuilt(self, _: object) -> None:
+        """Queue the requests whose inputs are ready, in the order they came, up to the first still rebuilt."""
+        waiting = self._rebuilding
+        while waiting and (waiting[0][2] is None or waiting[0][2].done()):
+            head, body, future = waiting.popleft()
+            if self.closed:
+                continue
+            key = head[1]
+            if key in self._left_while_rebuilding:
+                self._left_while_rebuilding.discard(key)
+                self.outbox.post(failed(key, InferenceError.cancelled(_CLIENT_GONE), True))
+                self.outbox.post((RELEASED, [key]))
+                continue
+            long_arrays = None
+            if future is not None:
+                try:
+                    long_arrays = future.result()
+                except Exception as error:  # noqa: BLE001 - a message of pieces that do not make the array
+                    self.outbox.post(failed(key, InferenceError.invalid(f"{error}"), False))
+                    self.outbox.post((RELEASED, [key]))
+                    continue
+            self._infer(head, body, None, long_arrays)
+        if not waiting:
+            self._left_while_rebuilding.clear()
+
+    def _infer(
+        self,
+        head: Any,
+        body: memoryview,
+        held: Optional[List[Scheduler]],
+        long_arrays: Optional[Dict[str, np.ndarray]] = None,
+    ) -> None:
         """Queue one request on its model (or answer at once: an error, a cached response).
 
         With `held`, the model's scheduler is held (added there), so that the message's requests start together.
+        `long_arrays`: its long object inputs, rebuilt (`_rebuild`).
         """
         key, name, version, streaming = head[1], head[2], head[3], head[12]
         sink = RemoteSink(self, key, streaming)
@@ -297,7 +354,7 @@ class FrontendLink:
                     held.append(scheduler)
             self._unpacking = key
             try:
-                request = unpack_request(head, body, self._view_unpacking_input)
+                request = unpack_request(head, body, self._view_unpacking_input, long_arrays)
             except ValueError as error:
                 raise InferenceError.invalid(str(error)) from None
             try:  # the frontend checked it against the spec it knew, maybe one a load's override replaced since
@@ -462,6 +519,7 @@ class FrontendLink:
         """The frontend is gone: its requests leave the queues, and what runs for it is answered to no one."""
         self.closed = True
         self.calls.close()
+        self._rebuilding.clear()
         for sink in list(self.sinks.values()):
             sink.cancel()
         self.sinks.clear()
