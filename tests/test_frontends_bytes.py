@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import pickle
+import queue
 import threading
 from typing import Any, Dict, Iterator, List
 
@@ -44,7 +45,47 @@ def _echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
     return answers
 
 
+def _steps(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """Steps of LONG strings (pickled off the hub's loop) and of one, in turn; then an error when asked for one."""
+    for step in range(4):
+        count = LONG if step % 2 == 0 else 1
+        yield [{"out": np.array([b"%d-%d" % (step, index) for index in range(count)], dtype=object)}]
+    if requests[0]["in"].flat[0] == b"fail":
+        raise ValueError("failed after its steps")
+
+
+converted_on: List[str] = []  # the threads _Noted elements were made plain bytes in, to cross to a frontend
+
+
+class _Noted(bytes):
+    """A string of the model's own class: made plain bytes (bytes()) before it crosses, and noted where."""
+
+    def __bytes__(self) -> bytes:
+        converted_on.append(threading.current_thread().name)
+        return self[:]  # a slice of a subclass is plain bytes
+
+
+def _noted(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    out = np.empty(LONG, dtype=object)
+    out[:] = [_Noted(b"n%d" % index) for index in range(LONG)]
+    return [{"out": out} for _ in requests]
+
+
 def _bind(triton: Triton) -> None:
+    triton.bind(
+        "noted",
+        _noted,
+        inputs=[Tensor(name="in", dtype=bytes, shape=(1,))],
+        outputs=[Tensor(name="out", dtype=bytes, shape=(-1,))],
+        config=ModelConfig(batching=False),
+    )
+    triton.bind(
+        "steps",
+        _steps,
+        inputs=[Tensor(name="in", dtype=bytes, shape=(1,))],
+        outputs=[Tensor(name="out", dtype=bytes, shape=(-1,))],
+        config=ModelConfig(batching=False, decoupled=True),
+    )
     config = ModelConfig(batching=False)
     for name, shape in (("echo1", (-1,)), ("echo2", (-1, -1))):
         triton.bind(
@@ -111,6 +152,34 @@ def test_bytes_cross_exactly_both_ways(
     assert got == array.reshape(-1).tolist()
 
 
+# A guard: passes before and after a stream's long responses were pickled off the hub's loop, each in its turn.
+@pytest.mark.parametrize("ending", [b"end", b"fail"])
+def test_a_stream_s_long_steps_keep_their_place_among_short_ones_and_its_end(triton: Triton, ending: bytes) -> None:
+    responses: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+        client.start_stream(callback=lambda result, error: responses.put((result, error)))
+        tensor = grpcclient.InferInput("in", [1], "BYTES")
+        tensor.set_data_from_numpy(np.array([ending], dtype=object))
+        client.async_stream_infer("steps", [tensor], enable_empty_final_response=True)
+        steps = []
+        while True:
+            result, error = responses.get(timeout=60)
+            if error is not None:
+                steps.append(str(error))
+                break
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+            steps.append(result.as_numpy("out").tolist())
+        client.stop_stream()
+    assert [len(step) for step in steps[:4]] == [LONG, 1, LONG, 1]
+    for number, step in enumerate(steps[:4]):
+        assert step == [b"%d-%d" % (number, index) for index in range(len(step))]
+    if ending == b"fail":
+        assert len(steps) == 5 and "failed after its steps" in steps[4]
+    else:
+        assert len(steps) == 4
+
+
 def test_a_long_bytes_tensor_crosses_outside_the_message_head() -> None:
     """A long object array was pickled in the head (numpy's reduce: a million short strings, 0.2 s on the sending
     loop, 0.05 s unpickling on the receiving one, in one call each): now its elements lie in the body, in pieces."""
@@ -172,6 +241,20 @@ def test_a_long_bytes_input_is_taken_in_off_the_hubs_loop(triton: Triton, monkey
         sender.join(60)
     assert taken_on[0] != LOOP
     assert answers and answers[0].tolist() == array.tolist()
+
+
+def test_a_long_bytes_answer_is_made_ready_to_cross_off_the_hubs_loop(triton: Triton) -> None:
+    """The hub made a long BYTES answer's elements plain and pickled them on its event loop (a million strings:
+    0.2 s of every other client's time). Now a thread does, and the answer crosses exactly."""
+    converted_on.clear()
+    http = httpclient.InferenceServerClient(http_url(triton))
+    tensor = httpclient.InferInput("in", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([b"x"], dtype=object))
+    answer = http.infer("noted", [tensor]).as_numpy("out")
+    http.close()
+    assert answer.tolist() == [b"n%d" % index for index in range(LONG)]
+    assert len(converted_on) == LONG
+    assert LOOP not in set(converted_on)
 
 
 def _holds_long_input(head: Any) -> bool:

@@ -26,7 +26,7 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -56,6 +56,7 @@ from pytriton.runtime.frontends.protocol import (
     END,
     FORGET,
     INFER,
+    INFER_PIECES,
     LOG,
     REFUSED,
     RELEASED,
@@ -70,8 +71,10 @@ from pytriton.runtime.frontends.protocol import (
     TRACED_RESPONSE,
     failed,
     long_items,
+    long_outputs,
     pack_response,
     pack_small_response,
+    pickle_ahead,
     rebuild_long,
     unpack_request,
 )
@@ -96,7 +99,7 @@ def _held_back_refusals(count: int, last: str) -> None:
 class RemoteSink(ResponseSink):
     """Where a frontend's request answers: its outbox, under the request's key."""
 
-    __slots__ = ("_ahead", "_done", "_link", "_room", "key", "model", "queued", "streaming", "taken")
+    __slots__ = ("_ahead", "_done", "_later", "_link", "_room", "key", "model", "queued", "streaming", "taken")
 
     def __init__(self, link: FrontendLink, key: int, streaming: bool) -> None:
         self._link = link
@@ -108,6 +111,9 @@ class RemoteSink(ResponseSink):
         self._ahead: Optional[Backlog] = Backlog(STREAM_AHEAD, STREAM_AHEAD_BYTES) if streaming else None
         self.taken = 0  # responses of a stream the frontend said it took (TAKEN)
         self._room = Room()  # the model's stream waits there while it is far ahead
+        # While a response's long object outputs are pickled off the loop: it and what the request posts after it,
+        # in order (the future of each response pickled; None: ready).
+        self._later: Optional[Deque[Tuple[Optional[asyncio.Future[None]], Any, Sequence[Buffer], bool]]] = None
 
     def has_room(self) -> bool:
         """Whether the stream's responses the frontend has not taken leave room (core/backlog.py)."""
@@ -139,11 +145,17 @@ class RemoteSink(ResponseSink):
             return
         link = self._link
         packed = pack_small_response(self.key, response)  # the usual response; else FrontendLink's placing
-        head, body = packed if packed is not None else link.pack_response(self.key, response)
-        if type(response) is TracedResponse and not self.streaming and response.trace.claim():
-            link.traces[self.key] = response.trace  # its record waits for the frontend's timestamps (SENT)
-            head = (TRACED_RESPONSE, *head[1:])
-        link.outbox.post(head, body, link.response_unsent)
+        if packed is None and (self._later is not None or long_outputs(response)):
+            self._pickle_off_loop(response)
+        else:
+            head, body = packed or link.pack_response(self.key, response)
+            if type(response) is TracedResponse and not self.streaming and response.trace.claim():
+                link.traces[self.key] = response.trace  # its record waits for the frontend's timestamps (SENT)
+                head = (TRACED_RESPONSE, *head[1:])
+            if self._later is None:
+                link.outbox.post(head, body, link.response_unsent)
+            else:  # after a response of this stream pickled off the loop
+                self._later.append((None, head, body, True))
         if self._ahead is not None:
             self._ahead.add(response.nbytes())
         if not self.streaming:
@@ -153,7 +165,7 @@ class RemoteSink(ResponseSink):
     def fail(self, error: InferenceError, answered: bool = True) -> None:
         """Post the error that ends the request (`answered`: as its answer, not refused at its submission)."""
         if not self._done:
-            self._link.outbox.post(failed(self.key, error, answered))
+            self._post(failed(self.key, error, answered))
             self.end()
 
     def finish(self) -> None:
@@ -161,7 +173,7 @@ class RemoteSink(ResponseSink):
         if self._done:
             return
         if self.streaming:
-            self._link.outbox.post((END, self.key))
+            self._post((END, self.key))
             self.end()
         else:
             self.fail(InferenceError.internal("model returned no response"))
@@ -175,6 +187,39 @@ class RemoteSink(ResponseSink):
             # Counts it as cancelled when it was still queued; when it runs, its callable sees `is_cancelled()`,
             # and the inner calls of a batch whose every request is done are cancelled.
             self.model.scheduler.withdraw(self.queued)
+
+    def _post(self, head: Any, body: Sequence[Buffer] = (), response: bool = False) -> None:
+        """Post a message of the request (a `response`'s) now, or after the responses being pickled off the loop."""
+        if self._later is None:
+            self._link.outbox.post(head, body, self._link.response_unsent if response else None)
+        else:
+            self._later.append((None, head, body, response))
+
+    def _pickle_off_loop(self, response: InferenceResponse) -> None:
+        """Pickle a response's long object outputs in a thread; it is packed and posted then, in its turn."""
+        if self._later is None:
+            self._later = deque()
+        future = off_loop(lambda: pickle_ahead(response))
+        self._later.append((future, response, (), True))
+        future.add_done_callback(self._pickled)
+
+    def _pickled(self, _: object) -> None:
+        """Post what is ready, in order, up to the first response still pickled."""
+        later = self._later
+        link = self._link
+        while later:
+            future, head, body, response_message = later[0]
+            if future is not None:
+                if not future.done():
+                    return
+                response = head
+                head, body = link.pack_response(self.key, response)
+                if type(response) is TracedResponse and not self.streaming and response.trace.claim():
+                    link.traces[self.key] = response.trace
+                    head = (TRACED_RESPONSE, *head[1:])
+            later.popleft()
+            link.outbox.post(head, body, link.response_unsent if response_message else None)
+        self._later = None
 
     def end(self) -> None:
         """The request ended here (its error is on its way): later responses are dropped."""
@@ -224,6 +269,8 @@ class FrontendLink:
         # every one after them, in order; the keys of those among them whose clients left.
         self._rebuilding: Deque[Tuple[Any, memoryview, Optional[asyncio.Future[Dict[str, np.ndarray]]]]] = deque()
         self._left_while_rebuilding: Set[int] = set()
+        # An INFER's way: `_behind` while requests wait for their rebuilt inputs.
+        self._take: Callable[[Any, memoryview, Optional[List[Scheduler]]], None] = self._infer
 
     def on_message(self, message: Message) -> None:
         """Requests, cancels and calls from the frontend."""
@@ -245,10 +292,7 @@ class FrontendLink:
         for head, body in items(message):
             tag = head[0]
             if tag == INFER:
-                if head[15] or self._rebuilding:
-                    self._rebuild(head, body)
-                else:
-                    self._infer(head, body, held)
+                self._take(head, body, held)
             elif tag == CANCEL:
                 sink = self.sinks.get(head[1])
                 if sink is not None:
@@ -280,6 +324,8 @@ class FrontendLink:
                         trace.abandon()
             elif tag == LOG:
                 handle_frontend_record(head[1])
+            elif tag == INFER_PIECES:
+                self._rebuild(head, body)
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:
@@ -292,13 +338,16 @@ class FrontendLink:
                 self.calls.on_credit(head)
 
     def _rebuild(self, head: Any, body: memoryview) -> None:
-        """Queue a request behind those whose long object inputs are being rebuilt; start rebuilding its own."""
-        future = None
-        if head[15]:
-            pieces = long_items(head[5])
-            future = off_loop(lambda: rebuild_long(pieces, body))
-            future.add_done_callback(self._rebuilt)
+        """Rebuild an INFER_PIECES's long object inputs off the loop; the request waits, in order, until then."""
+        pieces = long_items(head[5])
+        future = off_loop(lambda: rebuild_long(pieces, body))
+        future.add_done_callback(self._rebuilt)
         self._rebuilding.append((head, body, future))
+        self._take = self._behind
+
+    def _behind(self, head: Any, body: memoryview, _: Optional[List[Scheduler]]) -> None:
+        """An INFER that came while requests wait for their rebuilt inputs: it waits after them."""
+        self._rebuilding.append((head, body, None))
 
     def _rebuilt(self, _: object) -> None:
         """Queue the requests whose inputs are ready, in the order they came, up to the first still rebuilt."""
@@ -324,6 +373,7 @@ class FrontendLink:
             self._infer(head, body, None, long_arrays)
         if not waiting:
             self._left_while_rebuilding.clear()
+            self._take = self._infer
 
     def _infer(
         self,

@@ -7,10 +7,10 @@ requests, the state the hub mirrors into its frontends, and the lifecycle.
 First, hub to frontend: (INIT, Init); the frontend answers (READY, pid) or (START_FAILED, what failed).
 Frontend to hub:
     (INFER, key, model, version, request id, inputs, parameters, requested outputs, batch size, priority,
-     timeout us, arrival ns, streaming, sequence parameters (id, start, end) or None, version named, pieces):
-     `version` is the one the frontend found; `version named` whether the client named it (else the hub answers a
-     version out of service as one process answers a request naming none); `pieces` whether an input crosses in
-     pickled pieces (PIECES, below: the hub rebuilds it off its loop first)
+     timeout us, arrival ns, streaming, sequence parameters (id, start, end) or None, version named): `version`
+     is the one the frontend found; `version named` whether the client named it (else the hub answers a version
+     out of service as one process answers a request naming none)
+    (INFER_PIECES, ...as INFER): a request with an input in pickled pieces (below): the hub rebuilds it off its loop
     (CANCEL, key): the client left, or cancelled
     (SEGMENT, id, size), alone, with the descriptor of a receive buffer the frontend made; (FORGET, id)
     (RETURNED, loans): the frontend no longer views these regions of the hub's arena
@@ -39,7 +39,7 @@ A tensor of a fixed-size dtype is (name, dtype, shape, offset, nbytes, where): i
 body (where BODY), or stay where they are: in a frontend's buffer (where is the segment's id, from 1), or in
 the hub's arena (ARENA). Those of at least SHARED_BYTES that lie in shared memory are named, never copied;
 smaller ones cost less copied into the body. An object (BYTES) array is (name, None, array), pickled in the head;
-one of LONG_ELEMENTS or more is (name, PIECES, shape, offset, piece sizes, BODY): its elements, pickled as lists of
+one of LONG_ELEMENTS or more is (name, "|O", shape, offset, piece sizes, PIECES): its elements, pickled as lists of
 PIECE_ELEMENTS, lie in the body (core/process_instances/long_outputs.py). numpy pickles an object array whole, in
 one call that holds the GIL (a million short strings: 0.2 s, on the loop that sends it; 0.05 s unpickled, on the loop
 that reads it, and the head grows by their size); lists pickle four times faster, and the receiver rebuilds the array
@@ -48,6 +48,8 @@ a piece at a time (`rebuild_long`), the hub off its loop (hub.py).
 
 from __future__ import annotations
 
+import functools
+import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -64,11 +66,13 @@ from pytriton.options.server import ServerOptions
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
 TOKENS, TAKEN, TRACED_RESPONSE, SENT, REFUSED, LOG = 15, 16, 17, 18, 19, 20
+INFER_PIECES = 21
 STREAM_AHEAD, STREAM_AHEAD_BYTES, STREAM_ACK = 256, 16 << 20, 32
 INIT, READY, START_FAILED = 101, 102, 103
-BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
+# Where a tensor's bytes are, besides a frontend buffer (its segment id): PIECES, an object array's, pickled.
+BODY, ARENA_PLACE, PIECES = 0, -1, -2
 SHARED_BYTES = COPY_BYTES + 1
-PIECES = 1  # the code of an object array whose elements lie in the body in pickled pieces
+_OBJECT_CODE = dtype_code(np.dtype(object))
 LONG_ELEMENTS = PIECE_ELEMENTS  # an object array of so many elements or more crosses so
 
 # A region the hub mirrors: (name, key, offset, byte size).
@@ -105,7 +109,7 @@ def pack_request(
     parts: List[Buffer] = []
     inputs, shared, pieces = _pack_arrays(request.inputs.items(), parts, copy=False, place=place)
     head = (
-        INFER,
+        INFER_PIECES if pieces else INFER,
         key,
         model,
         version,
@@ -120,7 +124,6 @@ def pack_request(
         streaming,
         request.sequence,
         named,
-        pieces,
     )
     return head, parts, shared
 
@@ -148,7 +151,6 @@ def unpack_request(
         _,
         sequence,
         _,
-        _,
     ) = head
     arrays = {}
     for item in inputs:  # _array's work, inline: this runs for every request the hub takes
@@ -158,14 +160,13 @@ def unpack_request(
             continue
         dtype = _STR_DTYPES.get(code) if type(code) is str else None
         if dtype is None:
-            if type(code) is int:  # PIECES
-                arrays[item[0]] = _rebuilt(item, body, long_arrays)
-                continue
             dtype = dtype_of(code)
             if type(code) is str:
                 _STR_DTYPES[code] = dtype
         if item[5] == BODY:
             arrays[item[0]] = np.ndarray(item[2], dtype, body, item[3])  # numpy checks the bounds
+        elif item[5] == PIECES:
+            arrays[item[0]] = _rebuilt(item, body, long_arrays)
         else:
             arrays[item[0]] = resolve(item[5], item[3], item[4], dtype, item[2])
     return InferenceRequest(
@@ -246,7 +247,9 @@ def error_of(head: Any) -> InferenceError:
 
 def shared_places(items: Sequence[Any]) -> List[Tuple[int, int, int]]:
     """(where, offset, nbytes) of each packed item that stays in shared memory."""
-    return [(item[5], item[3], item[4]) for item in items if item[1] is not None and item[5] != BODY]
+    return [
+        (item[5], item[3], item[4]) for item in items if item[1] is not None and item[5] != BODY and item[5] != PIECES
+    ]
 
 
 def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> Tuple[Tuple[Any, ...], bool, bool]:
@@ -259,15 +262,13 @@ def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> 
     shared = long = False
     for name, array in arrays:
         if type(array) is not np.ndarray or array.dtype.hasobject:
-            pieces = (
-                pickled_pieces(array, plain=True) if type(array) is np.ndarray and array.size >= LONG_ELEMENTS else None
-            )
+            pieces = _pieces(array) if type(array) is np.ndarray and array.size >= LONG_ELEMENTS else None
             if pieces is None:
                 packed.append((name, None, plain_objects(array)))
                 continue
             sizes = tuple(len(piece) for piece in pieces)
             parts.extend(pieces)
-            packed.append((name, PIECES, array.shape, offset, sizes, BODY))
+            packed.append((name, _OBJECT_CODE, array.shape, offset, sizes, PIECES))
             offset += sum(sizes)
             long = True
             continue
@@ -302,9 +303,49 @@ def plain_objects(array: Any) -> Any:
         return array
 
 
+def long_outputs(response: InferenceResponse) -> bool:
+    """Whether a response has an object output of LONG_ELEMENTS or more, which crosses in pickled pieces."""
+    for output in response.outputs:
+        array = output.array
+        if type(array) is np.ndarray and array.dtype.hasobject and array.size >= LONG_ELEMENTS:
+            return True
+    return False
+
+
+# Pieces pickled ahead (`pickle_ahead`), by the array's id, with a weak reference to it: the entry is the array's
+# only while it lives. Set in a thread, taken on the loop.
+_PICKLED: Dict[int, Tuple[Any, List[bytes]]] = {}
+
+
+def pickle_ahead(response: InferenceResponse) -> None:
+    """Pickle a response's long object outputs now (a thread, off the loop), for `_pack_arrays` to take."""
+    for output in response.outputs:
+        array = output.array
+        if type(array) is np.ndarray and array.dtype.hasobject and array.size >= LONG_ELEMENTS:
+            pieces = pickled_pieces(array, plain=True)
+            if pieces is not None:
+                key = id(array)
+                _PICKLED[key] = (weakref.ref(array, functools.partial(_forget_pieces, key)), pieces)
+
+
+def _forget_pieces(key: int, gone: Any) -> None:
+    """An array pickled ahead died before its pieces were taken (unless another array took its id since)."""
+    entry = _PICKLED.get(key)
+    if entry is not None and entry[0] is gone:
+        _PICKLED.pop(key, None)
+
+
+def _pieces(array: np.ndarray) -> Optional[List[bytes]]:
+    """A long object array's pickled pieces: those pickled ahead, or now (None: they do not pickle)."""
+    entry = _PICKLED.pop(id(array), None)
+    if entry is not None and entry[0]() is array:
+        return entry[1]
+    return pickled_pieces(array, plain=True)
+
+
 def long_items(items: Sequence[Any]) -> List[Any]:
-    """The packed items of long object arrays (PIECES) among a message's."""
-    return [item for item in items if type(item[1]) is int]
+    """The packed items of long object arrays (in PIECES) among a message's."""
+    return [item for item in items if item[1] is not None and item[5] == PIECES]
 
 
 def rebuild_long(items: Sequence[Any], body: memoryview) -> Dict[str, np.ndarray]:
@@ -328,10 +369,8 @@ def _array(item: Sequence[Any], body: memoryview, resolve: Resolve) -> Any:
     """One packed array: a view of the message body or of shared memory, or the object array itself."""
     if item[1] is None:
         return item[2]
-    if type(item[1]) is int:
-        return _rebuilt(item, body, None)
     _, code, shape, offset, nbytes, where = item
     dtype = dtype_of(code)
     if where != BODY:
-        return resolve(where, offset, nbytes, dtype, shape)
+        return resolve(where, offset, nbytes, dtype, shape) if where != PIECES else _rebuilt(item, body, None)
     return np.ndarray(shape, dtype, body, offset)  # numpy checks the bounds
