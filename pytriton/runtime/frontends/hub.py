@@ -213,10 +213,15 @@ class RemoteSink(ResponseSink):
                 if not future.done():
                     return
                 response = head
-                head, body = link.pack_response(self.key, response)
-                if type(response) is TracedResponse and not self.streaming and response.trace.claim():
-                    link.traces[self.key] = response.trace
-                    head = (TRACED_RESPONSE, *head[1:])
+                try:
+                    head, body = link.pack_response(self.key, response)
+                except Exception as error:  # noqa: BLE001 - the request fails alone; what waits behind it goes on
+                    head, body = failed(self.key, InferenceError.internal(f"{_UNSENT}: {error!r}"), True), ()
+                    self.end()
+                else:
+                    if type(response) is TracedResponse and not self.streaming and response.trace.claim():
+                        link.traces[self.key] = response.trace
+                        head = (TRACED_RESPONSE, *head[1:])
             later.popleft()
             link.outbox.post(head, body, link.response_unsent if response_message else None)
         self._later = None
@@ -370,7 +375,11 @@ class FrontendLink:
                     self.outbox.post(failed(key, InferenceError.invalid(f"{error}"), False))
                     self.outbox.post((RELEASED, [key]))
                     continue
-            self._infer(head, body, None, long_arrays)
+            try:
+                self._infer(head, body, None, long_arrays)
+            except Exception:
+                LOGGER.exception("a request of a frontend process could not be queued")
+                self.outbox.post(failed(key, InferenceError.internal("the request could not be queued"), False))
         if not waiting:
             self._left_while_rebuilding.clear()
             self._take = self._infer
