@@ -12,6 +12,9 @@ A job's long inputs go the other way alike: the server finds them on the loop (`
 of the JOB's head (`without`), pickles their pieces in one of the same threads (`pickled_off_loop`: a million strings
 pickled whole on the loop held every other client 0.2-0.5 s) and sends the JOB in the place it kept in the channel's
 order (LoopChannel.reserve); the process puts them back (`put_back`) before the call.
+
+Frontend processes and the hub send long BYTES tensors the same way (runtime/frontends/protocol.py: `pickled_pieces`
+with `plain`, `rebuilt`, `off_loop`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 
 from pytriton.core.counted_strings import count_ahead
 from pytriton.core.daemon_threads import DaemonThreads, awaited
-from pytriton.core.raw_tensors import PIECE_ELEMENTS
+from pytriton.core.raw_tensors import PIECE_ELEMENTS, plain_elements
 from pytriton.ipc.channel import loads
 from pytriton.ipc.tensors import Buffer
 
@@ -95,26 +98,30 @@ def take_out(value: Any) -> Tuple[Any, List[TakenOut]]:
     """
     taken: List[TakenOut] = []
     for index, name, array in long_arrays(value):
-        pieces = _pickled_pieces(array)
+        pieces = pickled_or_none(array)
         if pieces is not None:
             taken.append((index, name, array.shape, pieces))
     return without(value, taken), taken
 
 
-def _pickled_pieces(array: np.ndarray) -> Optional[List[bytes]]:
-    """`pickled_pieces(array)`; None when one does not pickle."""
+def pickled_or_none(array: np.ndarray, plain: bool = False) -> Optional[List[bytes]]:
+    """`pickled_pieces(array, plain)`; None when an element does not pickle."""
     try:
-        return pickled_pieces(array)
+        return pickled_pieces(array, plain)
     except Exception:  # noqa: BLE001 - whatever pickling raises: the array goes in the head, which says so
         return None
 
 
-def pickled_pieces(array: np.ndarray) -> List[bytes]:
-    """The array's elements (flat), pickled PIECE_ELEMENTS at a time as lists (what pickling raises, raised)."""
+def pickled_pieces(array: np.ndarray, plain: bool = False) -> List[bytes]:
+    """The array's elements (flat), pickled PIECE_ELEMENTS at a time as lists (what pickling raises, raised).
+
+    `plain`: elements other than bytes and str are pickled as raw_tensors.plain_elements makes them, for a process
+    that imports none of the model's modules (a frontend's); an element whose str raises makes it raise.
+    """
     flat = array.reshape(-1)
     return [
-        pickle.dumps(flat[start : start + PIECE_ELEMENTS].tolist(), pickle.HIGHEST_PROTOCOL)
-        for start in range(0, flat.size, PIECE_ELEMENTS)
+        pickle.dumps((plain_elements(piece) if plain else piece).tolist(), pickle.HIGHEST_PROTOCOL)
+        for piece in (flat[start : start + PIECE_ELEMENTS] for start in range(0, flat.size, PIECE_ELEMENTS))
     ]
 
 
@@ -136,7 +143,7 @@ def placed(taken: Sequence[TakenOut], body: Sequence[Buffer]) -> Tuple[List[Long
 
 def put_back_off_loop(value: Any, longs: Sequence[Long], body: memoryview) -> asyncio.Future[Any]:
     """`put_back(value, longs, body)` in a rebuilder thread; the future, on the running loop, gets its outcome."""
-    return _off_loop(lambda: put_back(value, longs, body))
+    return off_loop(lambda: put_back(value, longs, body))
 
 
 def pickled_off_loop(found: Sequence[Found]) -> asyncio.Future[List[TakenOut]]:
@@ -144,13 +151,13 @@ def pickled_off_loop(found: Sequence[Found]) -> asyncio.Future[List[TakenOut]]:
 
     What pickling raises (an element that does not pickle) is the future's.
     """
-    return _off_loop(lambda: [(index, name, array.shape, pickled_pieces(array)) for index, name, array in found])
+    return off_loop(lambda: [(index, name, array.shape, pickled_pieces(array)) for index, name, array in found])
 
 
-def _off_loop(call: Callable[[], T]) -> asyncio.Future[T]:
+def off_loop(call: Callable[[], T]) -> asyncio.Future[T]:
     """`call()` in a rebuilder thread; the future, on the running loop, gets its outcome.
 
-    Where no thread can start, it is done here, on the loop, as before.
+    Where no thread can start, it is done here, on the loop.
     """
     try:
         return awaited(REBUILDERS, call)
@@ -172,22 +179,35 @@ def put_back(value: Any, longs: Sequence[Long], body: memoryview, count: bool = 
         response = value[index]
         if type(response) is not dict:  # it could not leave the process (host._sendable): it fails alone
             continue
-        flat = np.empty(math.prod(shape), dtype=np.object_)
-        at = 0
-        for size in sizes:
-            items = loads(body[offset : offset + size])
-            offset += size
-            try:
-                flat[at : at + len(items)] = items
-            except (ValueError, TypeError):  # elements numpy reads as sequences (lists of one length): one by one
-                for item in items:
-                    flat[at] = item
-                    at += 1
-            else:
-                at += len(items)
-            del items
-        array = flat.reshape(shape)
+        array = rebuilt(shape, body, offset, sizes)
         if count:
             count_ahead(array)
         response[name] = array
     return value
+
+
+def rebuilt(shape: Tuple[int, ...], body: memoryview, offset: int, sizes: Sequence[int]) -> np.ndarray:
+    """The object array of `shape` whose elements `pickled_pieces` wrote at `offset` of `body`, a piece at a time.
+
+    Raises ValueError when the pieces do not hold as many elements as the shape has.
+    """
+    count = math.prod(shape)
+    flat = np.empty(count, dtype=np.object_)
+    at = 0
+    for size in sizes:
+        items = loads(body[offset : offset + size])
+        offset += size
+        if at + len(items) > count:
+            raise ValueError(f"pieces of more than the {count} elements of an object array of shape {shape}")
+        try:
+            flat[at : at + len(items)] = items
+        except (ValueError, TypeError):  # elements numpy reads as sequences (lists of one length): one by one
+            for item in items:
+                flat[at] = item
+                at += 1
+        else:
+            at += len(items)
+        del items
+    if at != count:
+        raise ValueError(f"pieces of {at} elements for an object array of shape {shape}")
+    return flat.reshape(shape)

@@ -9,6 +9,10 @@ Large tensors cross without a copy here. Inputs the frontend read into its share
 (RELEASED), so that it reuses the buffer only then: a model may keep an input. Outputs that lie in those
 buffers (an identity's) are named there; other large outputs are copied once into a region of this link's
 arena (ipc/regions.py), which the frontend views until its response is out (RETURNED).
+
+A request with a long object (BYTES) input, which crosses in pickled pieces (protocol.py), has it rebuilt in a
+thread (core/process_instances/long_outputs.off_loop), not on the loop; until then it and every request the frontend
+sent after it wait here, in order (a sequence's requests must reach its model in the order they were sent).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import os
 import time
 import weakref
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -31,6 +35,7 @@ from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
 from pytriton.core.log_budget import LogBudget
 from pytriton.core.model import ModelState, ServedModel
+from pytriton.core.process_instances.long_outputs import off_loop
 from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import FrontendTrace, TracedResponse
 from pytriton.core.scheduler import Scheduler
@@ -51,6 +56,7 @@ from pytriton.runtime.frontends.protocol import (
     END,
     FORGET,
     INFER,
+    INFER_PIECES,
     LOG,
     REFUSED,
     RELEASED,
@@ -64,8 +70,12 @@ from pytriton.runtime.frontends.protocol import (
     TOKENS,
     TRACED_RESPONSE,
     failed,
+    long_items,
+    long_outputs,
     pack_response,
     pack_small_response,
+    pickle_ahead,
+    rebuild_long,
     unpack_request,
 )
 
@@ -89,7 +99,7 @@ def _held_back_refusals(count: int, last: str) -> None:
 class RemoteSink(ResponseSink):
     """Where a frontend's request answers: its outbox, under the request's key."""
 
-    __slots__ = ("_ahead", "_done", "_link", "_room", "key", "model", "queued", "streaming", "taken")
+    __slots__ = ("_ahead", "_done", "_later", "_link", "_room", "key", "model", "queued", "streaming", "taken")
 
     def __init__(self, link: FrontendLink, key: int, streaming: bool) -> None:
         self._link = link
@@ -101,6 +111,9 @@ class RemoteSink(ResponseSink):
         self._ahead: Optional[Backlog] = Backlog(STREAM_AHEAD, STREAM_AHEAD_BYTES) if streaming else None
         self.taken = 0  # responses of a stream the frontend said it took (TAKEN)
         self._room = Room()  # the model's stream waits there while it is far ahead
+        # While a response's long object outputs are pickled off the loop: it and what the request posts after it,
+        # in order (the future of each response pickled; None: ready).
+        self._later: Optional[Deque[Tuple[Optional[asyncio.Future[None]], Any, Sequence[Buffer], bool]]] = None
 
     def has_room(self) -> bool:
         """Whether the stream's responses the frontend has not taken leave room (core/backlog.py)."""
@@ -132,11 +145,17 @@ class RemoteSink(ResponseSink):
             return
         link = self._link
         packed = pack_small_response(self.key, response)  # the usual response; else FrontendLink's placing
-        head, body = packed if packed is not None else link.pack_response(self.key, response)
-        if type(response) is TracedResponse and not self.streaming and response.trace.claim():
-            link.traces[self.key] = response.trace  # its record waits for the frontend's timestamps (SENT)
-            head = (TRACED_RESPONSE, *head[1:])
-        link.outbox.post(head, body, link.response_unsent)
+        if packed is None and (self._later is not None or long_outputs(response)):
+            self._pickle_off_loop(response)
+        else:
+            head, body = packed or link.pack_response(self.key, response)
+            if type(response) is TracedResponse and not self.streaming and response.trace.claim():
+                link.traces[self.key] = response.trace  # its record waits for the frontend's timestamps (SENT)
+                head = (TRACED_RESPONSE, *head[1:])
+            if self._later is None:
+                link.outbox.post(head, body, link.response_unsent)
+            else:  # after a response of this stream pickled off the loop
+                self._later.append((None, head, body, True))
         if self._ahead is not None:
             self._ahead.add(response.nbytes())
         if not self.streaming:
@@ -146,7 +165,7 @@ class RemoteSink(ResponseSink):
     def fail(self, error: InferenceError, answered: bool = True) -> None:
         """Post the error that ends the request (`answered`: as its answer, not refused at its submission)."""
         if not self._done:
-            self._link.outbox.post(failed(self.key, error, answered))
+            self._post(failed(self.key, error, answered))
             self.end()
 
     def finish(self) -> None:
@@ -154,7 +173,7 @@ class RemoteSink(ResponseSink):
         if self._done:
             return
         if self.streaming:
-            self._link.outbox.post((END, self.key))
+            self._post((END, self.key))
             self.end()
         else:
             self.fail(InferenceError.internal("model returned no response"))
@@ -168,6 +187,44 @@ class RemoteSink(ResponseSink):
             # Counts it as cancelled when it was still queued; when it runs, its callable sees `is_cancelled()`,
             # and the inner calls of a batch whose every request is done are cancelled.
             self.model.scheduler.withdraw(self.queued)
+
+    def _post(self, head: Any, body: Sequence[Buffer] = (), response: bool = False) -> None:
+        """Post a message of the request (a `response`'s) now, or after the responses being pickled off the loop."""
+        if self._later is None:
+            self._link.outbox.post(head, body, self._link.response_unsent if response else None)
+        else:
+            self._later.append((None, head, body, response))
+
+    def _pickle_off_loop(self, response: InferenceResponse) -> None:
+        """Pickle a response's long object outputs in a thread; it is packed and posted then, in its turn."""
+        if self._later is None:
+            self._later = deque()
+        future = off_loop(lambda: pickle_ahead(response))
+        self._later.append((future, response, (), True))
+        future.add_done_callback(self._pickled)
+
+    def _pickled(self, _: object) -> None:
+        """Post what is ready, in order, up to the first response still pickled."""
+        later = self._later
+        link = self._link
+        while later:
+            future, head, body, response_message = later[0]
+            if future is not None:
+                if not future.done():
+                    return
+                response = head
+                try:
+                    head, body = link.pack_response(self.key, response)
+                except Exception as error:  # noqa: BLE001 - the request fails alone; what waits behind it goes on
+                    head, body = failed(self.key, InferenceError.internal(f"{_UNSENT}: {error!r}"), True), ()
+                    self.end()
+                else:
+                    if type(response) is TracedResponse and not self.streaming and response.trace.claim():
+                        link.traces[self.key] = response.trace
+                        head = (TRACED_RESPONSE, *head[1:])
+            later.popleft()
+            link.outbox.post(head, body, link.response_unsent if response_message else None)
+        self._later = None
 
     def end(self) -> None:
         """The request ended here (its error is on its way): later responses are dropped."""
@@ -213,6 +270,12 @@ class FrontendLink:
         self._held: List[Scheduler] = []  # the schedulers held while a message's requests are queued
         self._refused: Set[int] = set()  # the frontend's buffers that could not be mapped here (REFUSED)
         self._refusals = LogBudget(_held_back_refusals)
+        # INFER messages waiting for their long object inputs to be rebuilt (the future; None: none to rebuild), and
+        # every one after them, in order; the keys of those among them whose clients left.
+        self._rebuilding: Deque[Tuple[Any, memoryview, Optional[asyncio.Future[Dict[str, np.ndarray]]]]] = deque()
+        self._left_while_rebuilding: Set[int] = set()
+        # An INFER's way: `_behind` while requests wait for their rebuilt inputs.
+        self._take: Callable[[Any, memoryview, Optional[List[Scheduler]]], None] = self._infer
 
     def on_message(self, message: Message) -> None:
         """Requests, cancels and calls from the frontend."""
@@ -234,11 +297,13 @@ class FrontendLink:
         for head, body in items(message):
             tag = head[0]
             if tag == INFER:
-                self._infer(head, body, held)
+                self._take(head, body, held)
             elif tag == CANCEL:
                 sink = self.sinks.get(head[1])
                 if sink is not None:
                     sink.cancel()
+                elif self._rebuilding:
+                    self._left_while_rebuilding.add(head[1])
             elif tag == RETURNED:
                 for loan in head[1]:
                     self._arena.give_back(loan)
@@ -264,6 +329,8 @@ class FrontendLink:
                         trace.abandon()
             elif tag == LOG:
                 handle_frontend_record(head[1])
+            elif tag == INFER_PIECES:
+                self._rebuild(head, body)
             elif tag == CALL:
                 self.calls.on_call(head)
             elif tag == REPLY:
@@ -275,10 +342,59 @@ class FrontendLink:
             elif tag == CREDIT:
                 self.calls.on_credit(head)
 
-    def _infer(self, head: Any, body: memoryview, held: Optional[List[Scheduler]]) -> None:
+    def _rebuild(self, head: Any, body: memoryview) -> None:
+        """Rebuild an INFER_PIECES's long object inputs off the loop; the request waits, in order, until then."""
+        pieces = long_items(head[5])
+        future = off_loop(lambda: rebuild_long(pieces, body))
+        future.add_done_callback(self._rebuilt)
+        self._rebuilding.append((head, body, future))
+        self._take = self._behind
+
+    def _behind(self, head: Any, body: memoryview, _: Optional[List[Scheduler]]) -> None:
+        """An INFER that came while requests wait for their rebuilt inputs: it waits after them."""
+        self._rebuilding.append((head, body, None))
+
+    def _rebuilt(self, _: object) -> None:
+        """Queue the requests whose inputs are ready, in the order they came, up to the first still rebuilt."""
+        waiting = self._rebuilding
+        while waiting and (waiting[0][2] is None or waiting[0][2].done()):
+            head, body, future = waiting.popleft()
+            if self.closed:
+                continue
+            key = head[1]
+            if key in self._left_while_rebuilding:
+                self._left_while_rebuilding.discard(key)
+                self.outbox.post(failed(key, InferenceError.cancelled(_CLIENT_GONE), True))
+                self.outbox.post((RELEASED, [key]))
+                continue
+            long_arrays = None
+            if future is not None:
+                try:
+                    long_arrays = future.result()
+                except Exception as error:  # noqa: BLE001 - a message of pieces that do not make the array
+                    self.outbox.post(failed(key, InferenceError.invalid(f"{error}"), False))
+                    self.outbox.post((RELEASED, [key]))
+                    continue
+            try:
+                self._infer(head, body, None, long_arrays)
+            except Exception:
+                LOGGER.exception("a request of a frontend process could not be queued")
+                self.outbox.post(failed(key, InferenceError.internal("the request could not be queued"), False))
+        if not waiting:
+            self._left_while_rebuilding.clear()
+            self._take = self._infer
+
+    def _infer(
+        self,
+        head: Any,
+        body: memoryview,
+        held: Optional[List[Scheduler]],
+        long_arrays: Optional[Dict[str, np.ndarray]] = None,
+    ) -> None:
         """Queue one request on its model (or answer at once: an error, a cached response).
 
         With `held`, the model's scheduler is held (added there), so that the message's requests start together.
+        `long_arrays`: its long object inputs, rebuilt (`_rebuild`).
         """
         key, name, version, streaming = head[1], head[2], head[3], head[12]
         sink = RemoteSink(self, key, streaming)
@@ -297,7 +413,7 @@ class FrontendLink:
                     held.append(scheduler)
             self._unpacking = key
             try:
-                request = unpack_request(head, body, self._view_unpacking_input)
+                request = unpack_request(head, body, self._view_unpacking_input, long_arrays)
             except ValueError as error:
                 raise InferenceError.invalid(str(error)) from None
             try:  # the frontend checked it against the spec it knew, maybe one a load's override replaced since
@@ -462,6 +578,7 @@ class FrontendLink:
         """The frontend is gone: its requests leave the queues, and what runs for it is answered to no one."""
         self.closed = True
         self.calls.close()
+        self._rebuilding.clear()
         for sink in list(self.sinks.values()):
             sink.cancel()
         self.sinks.clear()

@@ -10,6 +10,7 @@ Frontend to hub:
      timeout us, arrival ns, streaming, sequence parameters (id, start, end) or None, version named): `version`
      is the one the frontend found; `version named` whether the client named it (else the hub answers a version
      out of service as one process answers a request naming none)
+    (INFER_PIECES, ...as INFER): a request with an input in pickled pieces (below): the hub rebuilds it off its loop
     (CANCEL, key): the client left, or cancelled
     (SEGMENT, id, size), alone, with the descriptor of a receive buffer the frontend made; (FORGET, id)
     (RETURNED, loans): the frontend no longer views these regions of the hub's arena
@@ -37,17 +38,25 @@ Hub to frontend:
 A tensor of a fixed-size dtype is (name, dtype, shape, offset, nbytes, where): its bytes are in the message
 body (where BODY), or stay where they are: in a frontend's buffer (where is the segment's id, from 1), or in
 the hub's arena (ARENA). Those of at least SHARED_BYTES that lie in shared memory are named, never copied;
-smaller ones cost less copied into the body. An object (BYTES) array is (name, None, array), pickled.
+smaller ones cost less copied into the body. An object (BYTES) array is (name, None, array), pickled in the head;
+one of LONG_ELEMENTS or more is (name, "|O", shape, offset, piece sizes, PIECES): its elements, pickled as lists of
+PIECE_ELEMENTS, lie in the body (core/process_instances/long_outputs.py). numpy pickles an object array whole, in
+one call that holds the GIL (a million short strings: 0.2 s, on the loop that sends it; 0.05 s unpickled, on the loop
+that reads it, and the head grows by their size); lists pickle four times faster, and the receiver rebuilds the array
+a piece at a time (`rebuild_long`), the hub off its loop (hub.py).
 """
 
 from __future__ import annotations
 
+import functools
+import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pytriton.core.errors import FailureReason, InferenceError, Status
-from pytriton.core.raw_tensors import plain_elements
+from pytriton.core.process_instances.long_outputs import pickled_or_none, rebuilt
+from pytriton.core.raw_tensors import PIECE_ELEMENTS, plain_elements
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
 from pytriton.ipc.regions import COPY_BYTES
@@ -57,10 +66,14 @@ from pytriton.options.server import ServerOptions
 INFER, CANCEL, RESPONSE, FAILED, END, CONNECTION = 1, 2, 5, 6, 7, 8
 SEGMENT, FORGET, RETURNED, ARENA, RELEASED, CLOSED = 9, 10, 11, 12, 13, 14
 TOKENS, TAKEN, TRACED_RESPONSE, SENT, REFUSED, LOG = 15, 16, 17, 18, 19, 20
+INFER_PIECES = 21
 STREAM_AHEAD, STREAM_AHEAD_BYTES, STREAM_ACK = 256, 16 << 20, 32
 INIT, READY, START_FAILED = 101, 102, 103
-BODY, ARENA_PLACE = 0, -1  # where a tensor's bytes are, besides a frontend buffer (its segment id)
+# Where a tensor's bytes are, besides a frontend buffer (its segment id): PIECES, an object array's, pickled.
+BODY, ARENA_PLACE, PIECES = 0, -1, -2
 SHARED_BYTES = COPY_BYTES + 1
+_OBJECT_CODE = dtype_code(np.dtype(object))
+LONG_ELEMENTS = PIECE_ELEMENTS  # an object array of so many elements or more crosses so
 
 # A region the hub mirrors: (name, key, offset, byte size).
 Region = Tuple[str, str, int, int]
@@ -94,9 +107,9 @@ def pack_request(
     The body holds the other inputs' bytes as views: the request lives until its answer.
     """
     parts: List[Buffer] = []
-    inputs, shared = _pack_arrays(request.inputs.items(), parts, copy=False, place=place)
+    inputs, shared, pieces = _pack_arrays(request.inputs.items(), parts, copy=False, place=place)
     head = (
-        INFER,
+        INFER_PIECES if pieces else INFER,
         key,
         model,
         version,
@@ -115,8 +128,13 @@ def pack_request(
     return head, parts, shared
 
 
-def unpack_request(head: Any, body: memoryview, resolve: Resolve) -> InferenceRequest:
-    """The request an INFER message carries; its arrays view the message body or shared memory."""
+def unpack_request(
+    head: Any, body: memoryview, resolve: Resolve, long_arrays: Optional[Dict[str, np.ndarray]] = None
+) -> InferenceRequest:
+    """The request an INFER message carries; its arrays view the message body or shared memory.
+
+    Its long object arrays are taken from `long_arrays` (`rebuild_long`'s) where given, else rebuilt now.
+    """
     (
         _,
         _,
@@ -147,6 +165,8 @@ def unpack_request(head: Any, body: memoryview, resolve: Resolve) -> InferenceRe
                 _STR_DTYPES[code] = dtype
         if item[5] == BODY:
             arrays[item[0]] = np.ndarray(item[2], dtype, body, item[3])  # numpy checks the bounds
+        elif item[5] == PIECES:
+            arrays[item[0]] = _rebuilt(item, body, long_arrays)
         else:
             arrays[item[0]] = resolve(item[5], item[3], item[4], dtype, item[2])
     return InferenceRequest(
@@ -170,7 +190,7 @@ def pack_response(key: int, response: InferenceResponse, place: Place, loan: int
     """A RESPONSE message and its body: outputs of the body copied now (a callable may write its arrays again)."""
     parts: List[Buffer] = []
     named = [(output.name, output.array) for output in response.outputs]
-    outputs, _ = _pack_arrays(named, parts, copy=True, place=place)
+    outputs, _, _ = _pack_arrays(named, parts, copy=True, place=place)
     datatypes = tuple(output.datatype for output in response.outputs)
     return (RESPONSE, key, outputs, datatypes, response.final, loan, response.parameters), parts
 
@@ -188,6 +208,8 @@ def pack_small_response(key: int, response: InferenceResponse) -> Optional[Tuple
         array = output.array
         datatypes.append(output.datatype)
         if type(array) is not np.ndarray or array.dtype.hasobject:
+            if type(array) is np.ndarray and array.size >= LONG_ELEMENTS:
+                return None
             packed.append((output.name, None, plain_objects(array)))
             continue
         nbytes = array.nbytes
@@ -225,17 +247,30 @@ def error_of(head: Any) -> InferenceError:
 
 def shared_places(items: Sequence[Any]) -> List[Tuple[int, int, int]]:
     """(where, offset, nbytes) of each packed item that stays in shared memory."""
-    return [(item[5], item[3], item[4]) for item in items if item[1] is not None and item[5] != BODY]
+    return [
+        (item[5], item[3], item[4]) for item in items if item[1] is not None and item[5] != BODY and item[5] != PIECES
+    ]
 
 
-def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> Tuple[Tuple[Any, ...], bool]:
-    """Arrays as packed items over `parts`, and whether any stays in shared memory (see the module docstring)."""
+def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> Tuple[Tuple[Any, ...], bool, bool]:
+    """Arrays as packed items over `parts`, whether any stays in shared memory, and whether any is PIECES.
+
+    See the module docstring.
+    """
     packed: List[Tuple[Any, ...]] = []
     offset = 0
-    shared = False
+    shared = long = False
     for name, array in arrays:
         if type(array) is not np.ndarray or array.dtype.hasobject:
-            packed.append((name, None, plain_objects(array)))
+            pieces = _pieces(array) if type(array) is np.ndarray and array.size >= LONG_ELEMENTS else None
+            if pieces is None:
+                packed.append((name, None, plain_objects(array)))
+                continue
+            sizes = tuple(len(piece) for piece in pieces)
+            parts.extend(pieces)
+            packed.append((name, _OBJECT_CODE, array.shape, offset, sizes, PIECES))
+            offset += sum(sizes)
+            long = True
             continue
         nbytes = array.nbytes
         if nbytes >= SHARED_BYTES:
@@ -251,7 +286,7 @@ def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> 
             parts.append(contiguous.reshape(-1).view(np.uint8).data)
         packed.append((name, dtype_code(array.dtype), array.shape, offset, nbytes, BODY))
         offset += nbytes
-    return tuple(packed), shared
+    return tuple(packed), shared, long
 
 
 def plain_objects(array: Any) -> Any:
@@ -268,6 +303,68 @@ def plain_objects(array: Any) -> Any:
         return array
 
 
+def long_outputs(response: InferenceResponse) -> bool:
+    """Whether a response has an object output of LONG_ELEMENTS or more, which crosses in pickled pieces."""
+    for output in response.outputs:
+        array = output.array
+        if type(array) is np.ndarray and array.dtype.hasobject and array.size >= LONG_ELEMENTS:
+            return True
+    return False
+
+
+# Pieces pickled ahead (`pickle_ahead`), by the array's id, with a weak reference to it: the entry is the array's
+# only while it lives. Set in a thread, taken on the loop.
+_PICKLED: Dict[int, Tuple[Any, List[bytes]]] = {}
+
+
+def pickle_ahead(response: InferenceResponse) -> None:
+    """Pickle a response's long object outputs now (a thread, off the loop), for `_pack_arrays` to take."""
+    for output in response.outputs:
+        array = output.array
+        if type(array) is np.ndarray and array.dtype.hasobject and array.size >= LONG_ELEMENTS:
+            pieces = pickled_or_none(array, plain=True)
+            if pieces is not None:
+                key = id(array)
+                _PICKLED[key] = (weakref.ref(array, functools.partial(_forget_pieces, key)), pieces)
+
+
+def _forget_pieces(key: int, gone: Any) -> None:
+    """An array pickled ahead died before its pieces were taken (unless another array took its id since)."""
+    entry = _PICKLED.get(key)
+    if entry is not None and entry[0] is gone:
+        _PICKLED.pop(key, None)
+
+
+def _pieces(array: np.ndarray) -> Optional[List[bytes]]:
+    """A long object array's pickled pieces: those pickled ahead, or now (None: they do not pickle)."""
+    entry = _PICKLED.pop(id(array), None)
+    if entry is not None and entry[0]() is array:
+        return entry[1]
+    return pickled_or_none(array, plain=True)
+
+
+def long_items(items: Sequence[Any]) -> List[Any]:
+    """The packed items of long object arrays (in PIECES) among a message's."""
+    return [item for item in items if item[1] is not None and item[5] == PIECES]
+
+
+def rebuild_long(items: Sequence[Any], body: memoryview) -> Dict[str, np.ndarray]:
+    """The long object arrays of `long_items`, by name: a piece at a time (the GIL is free between the pieces)."""
+    return {item[0]: _rebuilt(item, body, None) for item in items}
+
+
+def _rebuilt(item: Sequence[Any], body: memoryview, long_arrays: Optional[Dict[str, np.ndarray]]) -> np.ndarray:
+    """A long object array: rebuilt already (in `long_arrays`), or now."""
+    if long_arrays is not None:
+        found = long_arrays.get(item[0])
+        if found is not None:
+            return found
+    _, _, shape, offset, sizes, _ = item
+    if offset < 0 or offset + sum(sizes) > body.nbytes:
+        raise ValueError(f"an object array's pieces past the message's body ({body.nbytes} bytes)")
+    return rebuilt(tuple(shape), body, offset, sizes)
+
+
 def _array(item: Sequence[Any], body: memoryview, resolve: Resolve) -> Any:
     """One packed array: a view of the message body or of shared memory, or the object array itself."""
     if item[1] is None:
@@ -275,5 +372,5 @@ def _array(item: Sequence[Any], body: memoryview, resolve: Resolve) -> Any:
     _, code, shape, offset, nbytes, where = item
     dtype = dtype_of(code)
     if where != BODY:
-        return resolve(where, offset, nbytes, dtype, shape)
+        return resolve(where, offset, nbytes, dtype, shape) if where != PIECES else _rebuilt(item, body, None)
     return np.ndarray(shape, dtype, body, offset)  # numpy checks the bounds

@@ -1,0 +1,269 @@
+"""BYTES tensors through frontend processes: exact both ways, and a long one taken in off the hub's loop.
+
+The server has two frontend processes (frontends=3: the hub serves no connection itself), so every request here
+crosses from a frontend to the hub and its answer back (docs/architecture.md, "Frontend processes"). An object
+array of LONG_ELEMENTS strings or more crosses in pickled pieces, in the message's body (runtime/frontends/
+protocol.py), and the hub rebuilds it in a thread; a shorter one in the message's head, as before.
+"""
+
+from __future__ import annotations
+
+import http.client
+import pickle
+import queue
+import threading
+from typing import Any, Dict, Iterator, List
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from pytriton.core import request as core_request
+from pytriton.core.process_instances import long_outputs
+from pytriton.core.raw_tensors import PIECE_ELEMENTS
+from pytriton.ipc import channel
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.runtime.frontends import protocol
+from pytriton.triton import Triton
+from tests.conftest import grpc_url, http_url, running_triton
+
+LONG = PIECE_ELEMENTS + 3  # pieces of PIECE_ELEMENTS and a short last one (LONG_ELEMENTS: PIECE_ELEMENTS)
+# Strings a wire mangles when it takes them for text: empty, NUL bytes (a trailing one too), not UTF-8.
+ODD = [b"", b"\x00", b"a\x00b\x00", b"\xff\xfe\x80", "é".encode(), b"plain"]
+TEXT = [b"", b"\x00", b"a\x00b\x00", "é".encode(), b"plain"]  # JSON carries UTF-8 only
+LOOP = "pytriton-loop"
+
+
+def _echo(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """Answers its input, after checking that the callable got bytes elements in an object array."""
+    answers = []
+    for request in requests:
+        array = request["in"]
+        assert array.dtype == object and all(type(item) is bytes for item in array.flat), "not bytes elements"
+        answers.append({"out": array})
+    return answers
+
+
+def _steps(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """Steps of LONG strings (pickled off the hub's loop) and of one, in turn; then an error when asked for one."""
+    for step in range(4):
+        count = LONG if step % 2 == 0 else 1
+        yield [{"out": np.array([b"%d-%d" % (step, index) for index in range(count)], dtype=object)}]
+    if requests[0]["in"].flat[0] == b"fail":
+        raise ValueError("failed after its steps")
+
+
+converted_on: List[str] = []  # the threads _Noted elements were made plain bytes in, to cross to a frontend
+
+
+class _Noted(bytes):
+    """A string of the model's own class: made plain bytes (bytes()) before it crosses, and noted where."""
+
+    def __bytes__(self) -> bytes:
+        converted_on.append(threading.current_thread().name)
+        return self[:]  # a slice of a subclass is plain bytes
+
+
+def _noted(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    out = np.empty(LONG, dtype=object)
+    out[:] = [_Noted(b"n%d" % index) for index in range(LONG)]
+    return [{"out": out} for _ in requests]
+
+
+def _bind(triton: Triton) -> None:
+    triton.bind(
+        "noted",
+        _noted,
+        inputs=[Tensor(name="in", dtype=bytes, shape=(1,))],
+        outputs=[Tensor(name="out", dtype=bytes, shape=(-1,))],
+        config=ModelConfig(batching=False),
+    )
+    triton.bind(
+        "steps",
+        _steps,
+        inputs=[Tensor(name="in", dtype=bytes, shape=(1,))],
+        outputs=[Tensor(name="out", dtype=bytes, shape=(-1,))],
+        config=ModelConfig(batching=False, decoupled=True),
+    )
+    config = ModelConfig(batching=False)
+    for name, shape in (("echo1", (-1,)), ("echo2", (-1, -1))):
+        triton.bind(
+            name,
+            _echo,
+            inputs=[Tensor(name="in", dtype=bytes, shape=shape)],
+            outputs=[Tensor(name="out", dtype=bytes, shape=shape)],
+            config=config,
+        )
+
+
+@pytest.fixture(scope="module")
+def triton() -> Iterator[Triton]:
+    with running_triton(_bind, frontends=3) as server:
+        yield server
+
+
+def _strings(values: List[bytes], shape: List[int]) -> np.ndarray:
+    count = int(np.prod(shape))
+    array = np.empty(count, dtype=object)
+    array[:] = [values[index % len(values)] for index in range(count)]
+    return array.reshape(shape)
+
+
+def _infer(triton: Triton, protocol_name: str, array: np.ndarray) -> np.ndarray:
+    """The answer of model echo1 or echo2 (by the array's rank) to `array`, over HTTP binary or JSON, or gRPC."""
+    model = "echo1" if array.ndim == 1 else "echo2"
+    shape = list(array.shape)
+    if protocol_name == "grpc":
+        client = grpcclient.InferenceServerClient(grpc_url(triton))
+        tensor = grpcclient.InferInput("in", shape, "BYTES")
+        tensor.set_data_from_numpy(array)
+        answer = client.infer(model, [tensor]).as_numpy("out")
+        client.close()
+        return answer
+    binary = protocol_name == "http binary"
+    http = httpclient.InferenceServerClient(http_url(triton), network_timeout=120)
+    tensor = httpclient.InferInput("in", shape, "BYTES")
+    tensor.set_data_from_numpy(array, binary_data=binary)
+    outputs = [httpclient.InferRequestedOutput("out", binary_data=binary)]
+    answer = http.infer(model, [tensor], outputs=outputs).as_numpy("out")
+    http.close()
+    return answer
+
+
+CASES = [
+    ("http binary", ODD),
+    ("http json", TEXT),
+    ("grpc", ODD),
+]
+
+
+# Guards: these pass before and after BYTES crossed in pieces; the long ones take the pieces' way both ways.
+@pytest.mark.parametrize(("protocol_name", "values"), CASES, ids=[case[0] for case in CASES])
+@pytest.mark.parametrize("shape", [[0], [2, 0], [3, 2], [len(ODD)], [LONG], [LONG // 2 + 1, 2]])
+def test_bytes_cross_exactly_both_ways(
+    triton: Triton, protocol_name: str, values: List[bytes], shape: List[int]
+) -> None:
+    array = _strings(values, shape)
+    answer = _infer(triton, protocol_name, array)
+    assert answer.shape == array.shape
+    assert answer.dtype == object
+    got = [item.encode() if isinstance(item, str) else item for item in answer.flat]  # JSON's come as str
+    assert got == array.reshape(-1).tolist()
+
+
+# A guard: passes before and after a stream's long responses were pickled off the hub's loop, each in its turn.
+@pytest.mark.parametrize("ending", [b"end", b"fail"])
+def test_a_stream_s_long_steps_keep_their_place_among_short_ones_and_its_end(triton: Triton, ending: bytes) -> None:
+    responses: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+        client.start_stream(callback=lambda result, error: responses.put((result, error)))
+        tensor = grpcclient.InferInput("in", [1], "BYTES")
+        tensor.set_data_from_numpy(np.array([ending], dtype=object))
+        client.async_stream_infer("steps", [tensor], enable_empty_final_response=True)
+        steps = []
+        while True:
+            result, error = responses.get(timeout=60)
+            if error is not None:
+                steps.append(str(error))
+                break
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+            steps.append(result.as_numpy("out").tolist())
+        client.stop_stream()
+    assert [len(step) for step in steps[:4]] == [LONG, 1, LONG, 1]
+    for number, step in enumerate(steps[:4]):
+        assert step == [b"%d-%d" % (number, index) for index in range(len(step))]
+    if ending == b"fail":
+        assert len(steps) == 5 and "failed after its steps" in steps[4]
+    else:
+        assert len(steps) == 4
+
+
+def test_a_long_bytes_tensor_crosses_outside_the_message_head() -> None:
+    """A long object array was pickled in the head (numpy's reduce: a million short strings, 0.2 s on the sending
+    loop, 0.05 s unpickling on the receiving one, in one call each): now its elements lie in the body, in pieces."""
+    array = _strings(ODD, [LONG])
+    request = core_request.InferenceRequest(
+        request_id="", inputs={"in": array}, parameters={}, requested_outputs=None, batch_size=0
+    )
+    head, body, _ = protocol.pack_request(1, "echo1", "1", request, False, lambda _: None)
+    assert len(pickle.dumps(head)) < 1024
+    joined = memoryview(b"".join(bytes(part) for part in body))
+    rebuilt = protocol.unpack_request(head, joined, lambda *_: np.empty(0)).inputs["in"]
+    assert rebuilt.tolist() == array.tolist()
+    response = core_request.InferenceResponse([core_request.OutputTensor("out", "BYTES", array)])
+    head, body = protocol.pack_response(1, response, lambda _: None, 0)
+    assert len(pickle.dumps(head)) < 1024
+    joined = memoryview(b"".join(bytes(part) for part in body))
+    assert protocol.unpack_response(head, joined, lambda *_: np.empty(0)).outputs[0].array.tolist() == array.tolist()
+
+
+def test_a_long_bytes_input_is_taken_in_off_the_hubs_loop(triton: Triton, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hub unpickled a long BYTES input on its event loop as it read the request: every other client of the
+    server waited (a million strings: 50 ms, and 0.2 s more to pickle the answer). Now a thread rebuilds it, and
+    the hub answers a health request, forwarded from a frontend, while it does."""
+    taken_on: List[str] = []
+    answered = threading.Event()
+    unpickle_head, unpickle_piece = channel.loads, long_outputs.loads
+
+    def head_noted(data: Any) -> Any:
+        value = unpickle_head(data)
+        if _holds_long_input(value):
+            taken_on.append(threading.current_thread().name)  # on the loop: waiting here would wait for ever
+        return value
+
+    def piece_noted(data: Any) -> Any:
+        name = threading.current_thread().name
+        if not taken_on and name != LOOP:
+            taken_on.append(name)
+            answered.wait(60)
+        return unpickle_piece(data)
+
+    monkeypatch.setattr(channel, "loads", head_noted)
+    monkeypatch.setattr(long_outputs, "loads", piece_noted)
+    array = _strings(ODD, [LONG])
+    answers: List[np.ndarray] = []
+    sender = threading.Thread(target=lambda: answers.append(_infer(triton, "grpc", array)))
+    sender.start()
+    try:
+        for _ in range(600):
+            if taken_on:
+                break
+            sender.join(0.1)
+        assert taken_on, "the long input never reached the hub"
+        connection = http.client.HTTPConnection(http_url(triton), timeout=30)
+        connection.request("GET", "/v2/health/ready")
+        assert connection.getresponse().status == 200
+        connection.close()
+    finally:
+        answered.set()
+        sender.join(60)
+    assert taken_on[0] != LOOP
+    assert answers and answers[0].tolist() == array.tolist()
+
+
+def test_a_long_bytes_answer_is_made_ready_to_cross_off_the_hubs_loop(triton: Triton) -> None:
+    """The hub made a long BYTES answer's elements plain and pickled them on its event loop (a million strings:
+    0.2 s of every other client's time). Now a thread does, and the answer crosses exactly."""
+    converted_on.clear()
+    http = httpclient.InferenceServerClient(http_url(triton))
+    tensor = httpclient.InferInput("in", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([b"x"], dtype=object))
+    answer = http.infer("noted", [tensor]).as_numpy("out")
+    http.close()
+    assert answer.tolist() == [b"n%d" % index for index in range(LONG)]
+    assert len(converted_on) == LONG
+    assert LOOP not in set(converted_on)
+
+
+def _holds_long_input(head: Any) -> bool:
+    """Whether a message's head holds an object array of LONG elements (an INFER's input, pickled in it)."""
+    stack = [head]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, np.ndarray) and value.dtype == object and value.size >= LONG:
+            return True
+        if isinstance(value, (tuple, list)):
+            stack.extend(value)
+    return False
