@@ -47,9 +47,9 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import numpy as np
 
 from pytriton.core.errors import FailureReason, InferenceError, Status
-from pytriton.core.raw_tensors import plain_elements
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.raw_tensors import plain_elements
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.tensors import Buffer, dtype_code, dtype_of
 from pytriton.options.server import ServerOptions

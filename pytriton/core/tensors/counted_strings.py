@@ -15,8 +15,8 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from pytriton.core.datatypes import BYTES
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.datatypes import BYTES
 
 COUNTED_ELEMENTS = 16384
 
