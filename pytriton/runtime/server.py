@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol,
 
 from pytriton import __version__
 from pytriton.core import served_loops
-from pytriton.core.binders import OnBind, process_binder, thread_binder
+from pytriton.core.binders import OnBind, answers_strings, process_binder, thread_binder
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Binder, Engine
 from pytriton.core.instances import Instance, ModelInstance
 from pytriton.core.process_instances.spawn import ProcessPlan, StartError
 from pytriton.core.spec import ModelSpec
-from pytriton.core.tensors.counted_strings import answers_strings
 from pytriton.exceptions import PyTritonRuntimeError
 from pytriton.options.limits import ServerLimits
 from pytriton.options.log_trace import ServerSettings, TraceSetting
