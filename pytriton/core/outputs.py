@@ -25,7 +25,7 @@ _ALLOWED_KINDS = "biufOSU"
 
 
 class OutputNotices(Protocol):
-    """Who hears of the outputs a callable's answer leaves to the server's judgement (core/failure_log.py)."""
+    """Who hears of the outputs a callable's answer leaves to the server's judgement (core/logs/failure_log.py)."""
 
     def undeclared_output(self, name: str) -> None:
         """The callable returned output `name`, which the config does not declare (it is left out)."""

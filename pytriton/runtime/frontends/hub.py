@@ -29,7 +29,7 @@ import numpy as np
 from pytriton.core.backlog import Backlog
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
-from pytriton.core.log_budget import LogBudget
+from pytriton.core.logs.log_budget import LogBudget
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import FrontendTrace, TracedResponse

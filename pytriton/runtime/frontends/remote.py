@@ -38,7 +38,7 @@ import numpy as np
 
 from pytriton.core.engine import SpecChange, find_available
 from pytriton.core.errors import InferenceError
-from pytriton.core.log_budget import LogBudget
+from pytriton.core.logs.log_budget import LogBudget
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import TracedResponse
