@@ -26,9 +26,9 @@ import wrapt
 
 from pytriton.constants import TRITON_CONTEXT_FIELD_NAME
 from pytriton.context import ModelConfigDict, TritonContext
-from pytriton.core.host_arrays import host_arrays
 from pytriton.core.outputs import not_an_array
-from pytriton.core.raw_tensors import serialize_bytes_tensor
+from pytriton.core.tensors.host_arrays import host_arrays
+from pytriton.core.tensors.raw_tensors import serialize_bytes_tensor
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonValidationError
 from pytriton.model_config.triton_model_config import TritonModelConfig
 

@@ -12,8 +12,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from pytriton.core.composition.ensemble_graph import EnsembleGraph, EnsembleStepDef
-from pytriton.core.datatypes import datatype_of_config_dtype, is_known_datatype, numpy_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
+from pytriton.core.tensors.datatypes import datatype_of_config_dtype, is_known_datatype, numpy_dtype
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError
 from pytriton.model_config.batcher_checks import batcher_refusal
 from pytriton.model_config.common import DeviceKind, DynamicBatcher, ModelWarmup, generate_warmup_requests

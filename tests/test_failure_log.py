@@ -1,5 +1,5 @@
 """Every request-failing fault of a model is logged once at the server, with its cause, and a failing model
-cannot flood the log (core/failure_log.py): a server in a subprocess, a real client, its log."""
+cannot flood the log (core/logs/failure_log.py): a server in a subprocess, a real client, its log."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, List, Optional
 import pytest
 
 from pytriton.core.errors import BatchNotRun, InferenceError, OutputsNotTaken
-from pytriton.core.failure_log import FailureLog
+from pytriton.core.logs.failure_log import FailureLog
 from pytriton.exceptions import PyTritonUnrecoverableError
 from tests.http_helpers import post_json
 from tests.server_process import ServerProcess

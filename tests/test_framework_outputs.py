@@ -11,8 +11,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pytriton.core.datatypes import BF16_DTYPE
-from pytriton.core.host_arrays import host_array, host_arrays
+from pytriton.core.tensors.datatypes import BF16_DTYPE
+from pytriton.core.tensors.host_arrays import host_array, host_arrays
 from pytriton.decorators import batch, group_by_values
 from pytriton.instances import ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor

@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 
 from pytriton.core import request as core_request
 from pytriton.core.process_instances import long_outputs
-from pytriton.core.raw_tensors import PIECE_ELEMENTS
+from pytriton.core.tensors.raw_tensors import PIECE_ELEMENTS
 from pytriton.ipc import channel
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.runtime.frontends import protocol

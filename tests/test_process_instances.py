@@ -894,7 +894,7 @@ def test_a_long_bytes_output_is_taken_in_off_the_loop_while_other_clients_are_se
     """A process instance's long BYTES output was unpickled (the message's head) and counted on the event loop:
     every other client waited for it (a million strings: 100-500 ms). Now it is rebuilt and counted in a thread,
     and a small request to another model is answered while it is."""
-    from pytriton.core import counted_strings
+    from pytriton.core.tensors import counted_strings
 
     counted_on: List[str] = []
     count = counted_strings.bytes_of_object_array
@@ -1030,7 +1030,7 @@ def test_a_long_bytes_input_is_pickled_off_the_loop(budget: int, monkeypatch: py
     gets each input whole, in its request and place."""
     from pytriton.core.process_instances import long_outputs
     from pytriton.core.process_instances.protocol import JOB
-    from pytriton.core.raw_tensors import PIECE_ELEMENTS
+    from pytriton.core.tensors.raw_tensors import PIECE_ELEMENTS
     from pytriton.ipc import channel
 
     pickled_on: List[Any] = []

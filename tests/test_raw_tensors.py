@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pytriton.core.raw_tensors import array_from_raw, backed_by, mark_leased, raw_from_array, unchanging
+from pytriton.core.tensors.raw_tensors import array_from_raw, backed_by, mark_leased, raw_from_array, unchanging
 
 
 def test_an_input_view_and_what_is_made_of_it_are_backed_by_the_body() -> None:

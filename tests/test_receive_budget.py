@@ -23,7 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.raw_tensors import unchanging
+from pytriton.core.tensors.raw_tensors import unchanging
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits, default_max_received_bytes
 from pytriton.transport import receive_budget

@@ -1,10 +1,10 @@
 """A long BYTES answer's remaining steps off the event loop: its size counted in the instance thread that returned
-it (core/counted_strings.py), its arrays freed in a codec thread a piece at a time (transport/codec_threads.py).
+it (core/tensors/counted_strings.py), its arrays freed in a codec thread a piece at a time (transport/codec_threads.py).
 
 A million strings answered held the loop 60-80 ms: the `max_response_bytes` count (one C call over the object
 array) and the array's free ran there (and a codec thread's one join of two million parts held the GIL meanwhile,
-core/raw_tensors.serialize_in_pieces). The strings here are a bytes subclass that notes the thread each element's
-length is taken in (the count, the codec's writing) and the thread it is freed in: no timing is asserted.
+core/tensors/raw_tensors.serialize_in_pieces). The strings here are a bytes subclass that notes the thread each
+element's length is taken in (the count, the codec's writing) and the thread it is freed in: no timing is asserted.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from pytriton.core.raw_tensors import object_array, serialize_bytes_tensor, serialize_in_pieces, unchanging
+from pytriton.core.tensors.raw_tensors import object_array, serialize_bytes_tensor, serialize_in_pieces, unchanging
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.options.limits import ServerLimits
 from pytriton.protocol import codec_place

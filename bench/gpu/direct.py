@@ -17,7 +17,7 @@ import numpy as np
 
 from bench.gpu.models import batch_callable, build
 from bench.gpu.sampler import GpuSampler
-from pytriton.core.host_arrays import host_array
+from pytriton.core.tensors.host_arrays import host_array
 
 
 def measure(run: Any, batch: np.ndarray, duration_s: float, sampler: GpuSampler) -> Dict[str, Any]:

@@ -10,13 +10,13 @@ import asyncio
 import dataclasses
 from typing import Any, Callable, List, Optional
 
-from pytriton.core.counted_strings import answers_strings
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Binder
 from pytriton.core.errors import InferenceError
 from pytriton.core.instances import Instance, ModelInstance
 from pytriton.core.process_instances.spawn import ProcessPlan, StartError
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.datatypes import BYTES
 
 # Called with the new spec once a model's instances are bound again (the decorators' model config follows it).
 OnBind = Callable[[ModelSpec], None]
@@ -81,6 +81,11 @@ def process_binder(plan: ProcessPlan, config_for: Optional[Callable[[ModelSpec],
             ) from None
 
     return bind
+
+
+def answers_strings(spec: ModelSpec) -> bool:
+    """Whether a model declares a BYTES output: its thread instances count long object arrays ahead."""
+    return any(output.datatype == BYTES for output in spec.outputs)
 
 
 def _too_many(spec: ModelSpec, why: str) -> InferenceError:

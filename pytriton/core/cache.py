@@ -9,9 +9,9 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pytriton.core.datatypes import datatype_of_dtype
-from pytriton.core.raw_tensors import raw_from_array, serialize_bytes_tensor
 from pytriton.core.request import InferenceResponse, OutputTensor
+from pytriton.core.tensors.datatypes import datatype_of_dtype
+from pytriton.core.tensors.raw_tensors import raw_from_array, serialize_bytes_tensor
 
 # tritonserver's local cache (triton-inference-server/local_cache) packs a response into one block of a managed
 # buffer of the configured size (core's cache_entry.cc: the output count, then per output its packed size, name,

@@ -13,8 +13,8 @@ from pytriton.core.composition.path import CURRENT, PathSource, run_in_path
 from pytriton.core.custom_metrics import MODEL_SCOPE, end_model_scope, model_scope, stay_in_model_scope
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.errors import CONTROL_FLOW, CallableRaised
-from pytriton.core.host_arrays import host_step
 from pytriton.core.sequences.states import SequenceStates
+from pytriton.core.tensors.host_arrays import host_step
 from pytriton.core.worker import WorkerThread
 from pytriton.proxy.types import Request, mark_cancelled
 

@@ -6,19 +6,26 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 
 import numpy as np
 
-from pytriton.core.counted_strings import counted
-from pytriton.core.datatypes import BF16, BF16_DTYPE, BYTES, datatype_of_config_dtype, datatype_of_dtype, numpy_dtype
 from pytriton.core.errors import InferenceError
-from pytriton.core.host_arrays import host_arrays
 from pytriton.core.request import InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.counted_strings import counted
+from pytriton.core.tensors.datatypes import (
+    BF16,
+    BF16_DTYPE,
+    BYTES,
+    datatype_of_config_dtype,
+    datatype_of_dtype,
+    numpy_dtype,
+)
+from pytriton.core.tensors.host_arrays import host_arrays
 from pytriton.proxy.types import Request, Response
 
 _ALLOWED_KINDS = "biufOSU"
 
 
 class OutputNotices(Protocol):
-    """Who hears of the outputs a callable's answer leaves to the server's judgement (core/failure_log.py)."""
+    """Who hears of the outputs a callable's answer leaves to the server's judgement (core/logs/failure_log.py)."""
 
     def undeclared_output(self, name: str) -> None:
         """The callable returned output `name`, which the config does not declare (it is left out)."""

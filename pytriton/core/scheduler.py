@@ -24,9 +24,9 @@ from pytriton.core.errors import (
     Status,
     callable_error,
 )
-from pytriton.core.failure_log import FailureLog
 from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import CallableKind, Instance, ModelInstance
+from pytriton.core.logs.failure_log import FailureLog
 from pytriton.core.ordering import ReleaseOrder, Slot
 from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues

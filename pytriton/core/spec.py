@@ -9,9 +9,9 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tupl
 import numpy as np
 
 from pytriton.core.composition.ensemble_graph import EnsembleGraph
-from pytriton.core.datatypes import BYTES, ELEMENT_SIZE
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.hash_map_order import hash_map_order, visited_before
+from pytriton.core.tensors.datatypes import BYTES, ELEMENT_SIZE
 from pytriton.model_config.common import DynamicBatcher, QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher
 from pytriton.model_config.triton_model_config import TensorSpec

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from pytriton.core.datatypes import config_enum
 from pytriton.core.model import RepositoryEntry, ServedModel
 from pytriton.core.sequences.controls import corrid_dtype
 from pytriton.core.spec import ModelSpec, TensorDef
+from pytriton.core.tensors.datatypes import config_enum
 from pytriton.model_config.common import QueuePolicy
 from pytriton.model_config.sequence import SequenceBatcher, SequenceControlInput, SequenceControlKind
 

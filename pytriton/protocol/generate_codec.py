@@ -7,10 +7,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.datatypes import BYTES
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.spec import ModelSpec, TensorDef
+from pytriton.core.tensors.datatypes import BYTES
 from pytriton.protocol.http_codec import Body, parse_json_object
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, RequestOptions, split_parameters
 from pytriton.protocol.tensors import array_from_json, check_json_output

@@ -10,11 +10,14 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from pytriton.core.classification import top_classes
-from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.hash_map_order import visited_before
 from pytriton.core.model import RepositoryEntry, ServedModel
-from pytriton.core.raw_tensors import (
+from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
+from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
+from pytriton.core.spec import EmptyBatchError, ModelSpec
+from pytriton.core.tensors.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
+from pytriton.core.tensors.raw_tensors import (
     Buffer,
     array_from_raw,
     deserialize_bytes_tensor,
@@ -23,9 +26,6 @@ from pytriton.core.raw_tensors import (
     raw_from_array,
     string_count,
 )
-from pytriton.core.request import EMPTY_FINAL_RESPONSE_PARAMETER, InferenceRequest, InferenceResponse
-from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
-from pytriton.core.spec import EmptyBatchError, ModelSpec
 from pytriton.protocol import documents
 from pytriton.protocol.codec_place import ANYWHERE, OFF_LOOP_STRING_BYTES, OFF_LOOP_VALUES, ON_LOOP, OffLoop
 from pytriton.protocol.parameters import ENSEMBLE_RESPONSE_PARAMETERS, GRPC_RULES, RequestOptions, split_parameters

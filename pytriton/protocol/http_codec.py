@@ -7,19 +7,19 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from pytriton.core.classification import top_classes
-from pytriton.core.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
 from pytriton.core.errors import InferenceError
 from pytriton.core.hash_map_order import hash_map_order, visited_before
-from pytriton.core.raw_tensors import (
+from pytriton.core.request import InferenceRequest, InferenceResponse
+from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
+from pytriton.core.spec import EmptyBatchError, ModelSpec
+from pytriton.core.tensors.datatypes import BYTES, ELEMENT_SIZE, is_known_datatype, numpy_dtype
+from pytriton.core.tensors.raw_tensors import (
     array_from_raw,
     deserialize_bytes_tensor,
     element_count,
     raw_from_array,
     string_count,
 )
-from pytriton.core.request import InferenceRequest, InferenceResponse
-from pytriton.core.shared_memory.system import Read, SystemSharedMemory, Write, WriteRun
-from pytriton.core.spec import EmptyBatchError, ModelSpec
 from pytriton.protocol import json_pieces, json_text
 from pytriton.protocol.codec_place import (
     ANYWHERE,

@@ -12,11 +12,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.datatypes import ELEMENT_SIZE, numpy_dtype
 from pytriton.core.errors import InferenceError
-from pytriton.core.raw_tensors import array_from_raw, raw_from_array
 from pytriton.core.request import OutputTensor
 from pytriton.core.shared_memory.system import Read, SystemRegion, SystemSharedMemory, Write
+from pytriton.core.tensors.datatypes import ELEMENT_SIZE, numpy_dtype
+from pytriton.core.tensors.raw_tensors import array_from_raw, raw_from_array
 
 REGION, OFFSET, BYTE_SIZE = "shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"
 

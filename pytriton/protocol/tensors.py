@@ -1,4 +1,4 @@
-"""JSON tensor data on the wire (KServe v2 `data`), both ways; raw bytes are in `pytriton.core.raw_tensors`."""
+"""JSON tensor data on the wire (KServe v2 `data`), both ways; raw bytes are in `pytriton.core.tensors.raw_tensors`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from pytriton.core.datatypes import BYTES, numpy_dtype
 from pytriton.core.errors import InferenceError, Status
-from pytriton.core.raw_tensors import element_count, object_array
+from pytriton.core.tensors.datatypes import BYTES, numpy_dtype
+from pytriton.core.tensors.raw_tensors import element_count, object_array
 
 
 class OutOfRange(InferenceError):

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol,
 
 from pytriton import __version__
 from pytriton.core import served_loops
-from pytriton.core.binders import OnBind, process_binder, thread_binder
-from pytriton.core.counted_strings import answers_strings
+from pytriton.core.binders import OnBind, answers_strings, process_binder, thread_binder
 from pytriton.core.doorbell import inbox_of
 from pytriton.core.engine import Binder, Engine
 from pytriton.core.instances import Instance, ModelInstance

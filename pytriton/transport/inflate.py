@@ -26,8 +26,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from pytriton.core.log_budget import LogBudget
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.logs.log_budget import LogBudget
+from pytriton.core.tensors.raw_tensors import Buffer
 
 LOGGER = logging.getLogger(__name__)
 

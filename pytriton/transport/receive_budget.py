@@ -25,7 +25,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 
 import numpy as np
 
-from pytriton.core.log_budget import LogBudget
+from pytriton.core.logs.log_budget import LogBudget
 
 LOGGER = logging.getLogger(__name__)
 

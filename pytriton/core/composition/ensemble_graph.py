@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from pytriton.core.datatypes import config_enum
+from pytriton.core.tensors.datatypes import config_enum
 
 Mapping = Tuple[Tuple[str, str], ...]
 

@@ -16,12 +16,12 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Protocol, Sequenc
 import numpy as np
 
 from pytriton.core.composition.path import CallArguments, CallPath, ModelCallError
-from pytriton.core.datatypes import datatype_of_dtype
 from pytriton.core.doorbell import Doorbell
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.datatypes import datatype_of_dtype
 
 
 class CalledModel(Protocol):

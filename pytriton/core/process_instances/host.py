@@ -25,7 +25,6 @@ from pytriton.core.composition.path import CallArguments, ModelCallError
 from pytriton.core.composition.process_callers import set_process_caller
 from pytriton.core.custom_metrics import REGISTRY, stay_in_model_scope
 from pytriton.core.errors import Status, exception_text
-from pytriton.core.host_arrays import host_step
 from pytriton.core.instances import CallableKind, callable_kind
 from pytriton.core.outputs import UnsentResponse
 from pytriton.core.process_instances.input_arena import InputViews, outputs_in_inputs
@@ -59,8 +58,9 @@ from pytriton.core.process_instances.protocol import (
     pack_result,
 )
 from pytriton.core.process_instances.result_arena import ResultArena
-from pytriton.core.raw_tensors import plain_elements
 from pytriton.core.sequences.states import SequenceStates
+from pytriton.core.tensors.host_arrays import host_step
+from pytriton.core.tensors.raw_tensors import plain_elements
 from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.segments import SharedMemoryUnavailable
 from pytriton.ipc.spawn import die_with_parent

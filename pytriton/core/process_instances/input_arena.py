@@ -23,7 +23,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pytriton.core.raw_tensors import Buffer, mark_leased
+from pytriton.core.tensors.raw_tensors import Buffer, mark_leased
 from pytriton.ipc.regions import COPY_BYTES, LendingArena, copied_out
 from pytriton.ipc.segments import SharedSegment
 from pytriton.ipc.tensors import ArenaReader, SharedPlaces

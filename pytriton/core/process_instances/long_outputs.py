@@ -27,9 +27,9 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Typ
 
 import numpy as np
 
-from pytriton.core.counted_strings import count_ahead
 from pytriton.core.daemon_threads import DaemonThreads, awaited
-from pytriton.core.raw_tensors import PIECE_ELEMENTS, plain_elements
+from pytriton.core.tensors.counted_strings import count_ahead
+from pytriton.core.tensors.raw_tensors import PIECE_ELEMENTS, plain_elements
 from pytriton.ipc.channel import loads
 from pytriton.ipc.tensors import Buffer
 

@@ -36,7 +36,7 @@ from pytriton.core.composition.path import CallArguments, CallPath, ModelCallErr
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.process_instances.input_arena import outputs_in_inputs
 from pytriton.core.process_instances.protocol import MODEL_ANSWER, MODEL_CALL
-from pytriton.core.raw_tensors import mark_leased
+from pytriton.core.tensors.raw_tensors import mark_leased
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message, encode
 from pytriton.ipc.regions import LendingArena, copied_out
 from pytriton.ipc.tensors import IN_INPUTS, ArenaReader, Buffer

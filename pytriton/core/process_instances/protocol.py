@@ -18,7 +18,7 @@ import pickle
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Type
 
 from pytriton.core.errors import FailureReason, InferenceError, Status, exception_text
-from pytriton.core.traceback_text import bounded_traceback
+from pytriton.core.logs.traceback_text import bounded_traceback
 from pytriton.exceptions import PyTritonError
 from pytriton.ipc.tensors import ArenaReader, ArenaWriter, Buffer
 

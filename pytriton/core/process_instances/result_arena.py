@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from pytriton.core.process_instances.protocol import result_items, result_value
-from pytriton.core.raw_tensors import Buffer, mark_leased
+from pytriton.core.tensors.raw_tensors import Buffer, mark_leased
 from pytriton.ipc.regions import COPY_BYTES, LendingArena
 from pytriton.ipc.tensors import IN_ARENA, IN_INPUTS, ArenaReader
 

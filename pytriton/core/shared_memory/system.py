@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from pytriton.core.errors import InferenceError, Status
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.ipc.segments import SegmentTooSmall, SharedMemoryUnavailable, SharedSegment
 
 # Linux moves at most this many bytes in one read or write call (MAX_RW_COUNT).

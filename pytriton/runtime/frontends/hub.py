@@ -33,7 +33,7 @@ import numpy as np
 from pytriton.core.backlog import Backlog
 from pytriton.core.engine import Engine
 from pytriton.core.errors import InferenceError
-from pytriton.core.log_budget import LogBudget
+from pytriton.core.logs.log_budget import LogBudget
 from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.process_instances.long_outputs import off_loop
 from pytriton.core.request import InferenceResponse

@@ -24,8 +24,8 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from pytriton.core.log_budget import LogBudget
-from pytriton.core.traceback_text import cut_lines
+from pytriton.core.logs.log_budget import LogBudget
+from pytriton.core.logs.traceback_text import cut_lines
 from pytriton.runtime.frontends.protocol import LOG
 from pytriton.runtime.logging_setup import HUB_HANDLER_NAME
 

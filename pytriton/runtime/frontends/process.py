@@ -19,7 +19,7 @@ import socket
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from pytriton.core.log_budget import LogBudget
+from pytriton.core.logs.log_budget import LogBudget
 from pytriton.core.request_spans import FixedStamps
 from pytriton.core.spec import ModelSpec
 from pytriton.ipc.calls import Handler

@@ -56,9 +56,9 @@ import numpy as np
 
 from pytriton.core.errors import FailureReason, InferenceError, Status
 from pytriton.core.process_instances.long_outputs import pickled_or_none, rebuilt
-from pytriton.core.raw_tensors import PIECE_ELEMENTS, plain_elements
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.raw_tensors import PIECE_ELEMENTS, plain_elements
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.tensors import Buffer, dtype_code, dtype_of
 from pytriton.options.server import ServerOptions

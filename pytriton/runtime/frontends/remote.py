@@ -38,14 +38,14 @@ import numpy as np
 
 from pytriton.core.engine import SpecChange, find_available
 from pytriton.core.errors import InferenceError
-from pytriton.core.log_budget import LogBudget
+from pytriton.core.logs.log_budget import LogBudget
 from pytriton.core.model import RepositoryEntry, ServedModel
-from pytriton.core.raw_tensors import mark_leased
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import TracedResponse
 from pytriton.core.shared_memory.cuda import CudaSharedMemory
 from pytriton.core.shared_memory.system import SystemSharedMemory
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.raw_tensors import mark_leased
 from pytriton.core.watch import WATCH_AFTER_S, Disconnect
 from pytriton.ipc.calls import ABANDON, CALL, CREDIT, PROGRESS, REPLY, Calls, Handler
 from pytriton.ipc.channel import ChannelClosed, LoopChannel, Message

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Coroutine, Deque, List, No
 
 import grpc
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.core.waiters import wake
 from pytriton.transport.deflate import OFF_LOOP_BYTES
 from pytriton.transport.deflate import compressed as deflated

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import List, Mapping, Optional, Sequence
 
-from pytriton.core.raw_tensors import Buffer
 from pytriton.core.request import InferenceResponse
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, WriteRun
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.protocol import grpc_codec
 from pytriton.protocol.grpc_codec import DecodedRequest, EncodedResponse, Message
 from pytriton.transport import codec_threads

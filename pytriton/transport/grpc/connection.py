@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import hpack
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.options.limits import OVER_CAP_HELD
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.read_gate import ReadGate

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Callable
 
-from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
+from pytriton.core.logs.log_budget import BURST, INTERVAL_S, LogBudget
 
 LOGGER = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.transport.grpc import frames as h2
 
 # The largest frame this server accepts (SETTINGS_MAX_FRAME_SIZE), as grpc's C-core advertises: its clients

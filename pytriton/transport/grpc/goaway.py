@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Callable, Optional
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.core.waiters import wake
 from pytriton.transport.grpc import frames as h2
 

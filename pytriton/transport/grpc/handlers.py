@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from pytriton.core.errors import InferenceError, Status
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.options.access import AccessRules
 from pytriton.protocol import grpc_health
 from pytriton.transport.grpc.messages import UNPARSED

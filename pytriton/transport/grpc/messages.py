@@ -8,7 +8,7 @@ from typing import Callable, List, Optional, Sequence, Union
 
 import grpc
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.transport.inflate import Failure, InflateError, InflationBudget, inflate
 from pytriton.transport.receive_budget import SHARE_BYTES, ReceiveBudget, Share, watch
 from pytriton.transport.receive_buffers import RECEIVE_BUFFERS

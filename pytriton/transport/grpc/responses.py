@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import grpc
 
-from pytriton.core.raw_tensors import Buffer, unchanging
+from pytriton.core.tensors.raw_tensors import Buffer, unchanging
 from pytriton.core.waiters import wake
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.call import GrpcCall

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Dict, List, Optional
 
 import grpc
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.core.waiters import wake
 from pytriton.transport.deadline import APP, PhaseDeadline
 from pytriton.transport.grpc import frames as h2

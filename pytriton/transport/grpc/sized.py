@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, List, Sequence
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.transport.grpc import frames as h2
 from pytriton.transport.grpc.call import GrpcCall
 from pytriton.transport.grpc.headers import Header

@@ -11,7 +11,7 @@ from typing import Any, List, Optional, Tuple
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
-from pytriton.core.raw_tensors import Buffer
+from pytriton.core.tensors.raw_tensors import Buffer
 from pytriton.protocol.grpc_codec import EncodedResponse, Message, kept_message
 
 _LENGTH_DELIMITED = 2

@@ -12,13 +12,13 @@ from urllib.parse import unquote
 import orjson
 
 from pytriton.core.errors import InferenceError, exception_text
-from pytriton.core.raw_tensors import unchanging
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import NO_STAMPS, FixedStamps, FrontendTrace, TracedResponse, mark_arrival
 from pytriton.core.serving import ServingEngine
 from pytriton.core.shared_memory.off_loop import read_off_loop, write_off_loop
 from pytriton.core.shared_memory.system import Read, SystemSharedMemory, WriteRun
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.raw_tensors import unchanging
 from pytriton.options.access import AccessRules
 from pytriton.options.header_forwarding import forward_pattern
 from pytriton.options.http_routes import ROUTES, find_route, http_category

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytriton.core.datatypes import BYTES
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.datatypes import BYTES
 from pytriton.exceptions import PyTritonModelConfigError
 from pytriton.options.openai import OPENAI_OPTIONS, OpenAIChat, OpenAIEmbeddings
 from pytriton.transport.openai.generation import EMBEDDING_OUTPUT, TEXT_INPUT, TEXT_OUTPUT

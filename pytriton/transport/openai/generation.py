@@ -14,11 +14,11 @@ from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pytriton.core.datatypes import BYTES
 from pytriton.core.errors import InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.serving import ServingModel
 from pytriton.core.spec import ModelSpec
+from pytriton.core.tensors.datatypes import BYTES
 from pytriton.options.openai import TokenCounter, counted
 from pytriton.protocol.generate_codec import input_array
 from pytriton.protocol.openai_codec import invalid, json_text

@@ -14,8 +14,8 @@ import time
 from typing import Callable, Set
 
 from pytriton.core.errors import BatchNotRun, InferenceError, OutputsNotTaken, Status, exception_text, utf8_safe
-from pytriton.core.log_budget import BURST, INTERVAL_S, LogBudget
-from pytriton.core.traceback_text import bounded_traceback, cut_lines, is_deep
+from pytriton.core.logs.log_budget import BURST, INTERVAL_S, LogBudget
+from pytriton.core.logs.traceback_text import bounded_traceback, cut_lines, is_deep
 from pytriton.exceptions import PyTritonUnrecoverableError
 
 LOGGER = logging.getLogger("pytriton.model")
@@ -23,7 +23,7 @@ LOGGER = logging.getLogger("pytriton.model")
 # Of a failure's message, and of each line of its traceback, this many characters are logged, then how many more
 # there were: a callable raising an error of a 10 MB message logged 20 MB a failure (the line and the traceback).
 # Its client still gets the whole message, as Triton sends it. Of the traceback's lines, the first and last are
-# logged (core/traceback_text.py): one of a 100,000-frame deep recursion had 300,000.
+# logged (core/logs/traceback_text.py): one of a 100,000-frame deep recursion had 300,000.
 LOGGED_CHARS = 16 * 1024
 
 

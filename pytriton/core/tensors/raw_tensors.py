@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from pytriton.core.datatypes import BF16, BF16_DTYPE, BYTES, ELEMENT_SIZE, numpy_dtype
 from pytriton.core.errors import InferenceError
+from pytriton.core.tensors.datatypes import BF16, BF16_DTYPE, BYTES, ELEMENT_SIZE, numpy_dtype
 
 Buffer = Union[bytes, bytearray, memoryview]
 

@@ -13,8 +13,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from pytriton.core.counted_strings import count_ahead
-from pytriton.core.datatypes import BF16_DTYPE
+from pytriton.core.tensors.counted_strings import count_ahead
+from pytriton.core.tensors.datatypes import BF16_DTYPE
 
 # DLPack device types whose memory numpy can read in place (DLDeviceType: kDLCPU, kDLCUDAHost).
 _HOST_DEVICE_TYPES = (1, 3)

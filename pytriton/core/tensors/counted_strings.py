@@ -15,19 +15,11 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
-from pytriton.core.datatypes import BYTES
-from pytriton.core.spec import ModelSpec
-
 COUNTED_ELEMENTS = 16384
 
 # Counts by the array's id, with a weak reference to it: the entry is the array's only while it lives, and leaves
 # when the loop takes it or the array dies. Set in instance threads, taken on the loop (dict operations are atomic).
 _COUNTED: Dict[int, Tuple[Any, int]] = {}
-
-
-def answers_strings(spec: ModelSpec) -> bool:
-    """Whether a model declares a BYTES output: its thread instances count long object arrays ahead."""
-    return any(output.datatype == BYTES for output in spec.outputs)
 
 
 def bytes_of_object_array(array: np.ndarray) -> int:
