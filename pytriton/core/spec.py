@@ -8,7 +8,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tupl
 
 import numpy as np
 
-from pytriton.core.composition.ensemble_graph import EnsembleGraph
+from pytriton.core.ensemble_graph import EnsembleGraph
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.hash_map_order import hash_map_order, visited_before
 from pytriton.core.tensors.datatypes import BYTES, ELEMENT_SIZE
