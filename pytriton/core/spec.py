@@ -87,7 +87,7 @@ class ModelSpec:
     sequence_batcher: Optional[SequenceBatcher] = None
     # How the model answers the OpenAI API (options/openai.py: OpenAIChat, ...); None: it does not.
     openai: Any = None
-    # An ensemble's steps (core/composition/ensemble.py runs them); None: the model runs a callable on its instances.
+    # An ensemble's steps (core/scheduling/ensemble.py runs them); None: the model runs a callable on its instances.
     ensemble: Optional[EnsembleGraph] = None
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)

@@ -43,7 +43,7 @@ from pytriton.core.ensemble_graph import (
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor, SequenceMark
 from pytriton.core.request_spans import TracedSink
-from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
+from pytriton.core.scheduling.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ModelStats
