@@ -77,7 +77,7 @@ def call_model(
     """
     source = CURRENT.get()
     if source is not None:
-        # A batch's path once made (RunningBatch.path, core/running.py) without a call to ask for it.
+        # A batch's path once made (RunningBatch.path, core/scheduling/running.py) without a call to ask for it.
         path = getattr(source, "path", None) or source.call_path()
         if asyncio._get_running_loop() is not path.loop:  # as _on_loop, a call less on this path
             outputs = call_here(path, name, inputs, version, parameters, requested_outputs, timeout_s)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from pytriton.core.composition.ensemble_graph import EnsembleGraph, EnsembleStepDef
+from pytriton.core.ensemble_graph import EnsembleGraph, EnsembleStepDef
 from pytriton.core.spec import ModelSpec, TensorDef
 from pytriton.core.tensors.datatypes import datatype_of_config_dtype, is_known_datatype, numpy_dtype
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonModelConfigError, PyTritonValidationError

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from pytriton.core.async_call import CancelShieldedCall
+from pytriton.core.scheduling.async_call import CancelShieldedCall
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.proxy.types import Request
 from pytriton.triton import Triton

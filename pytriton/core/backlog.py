@@ -9,7 +9,8 @@ generator's 256 KiB responses would hold 64 MiB for a client that reads nothing.
 of it was taken (one wake-up per half, not per response).
 
 A consumer behind in a batch whose other consumers keep up does not hold the batch: its backlog grows on, and once
-it is OVERRUN times its bounds (in responses, or twice in bytes) that consumer alone is cut off (core/scheduler.py).
+it is OVERRUN times its bounds (in responses, or twice in bytes) that consumer alone is cut off
+(core/scheduling/scheduler.py).
 """
 
 from __future__ import annotations

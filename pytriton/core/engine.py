@@ -12,10 +12,10 @@ import time
 from typing import Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 from pytriton.core.cache import ResponseCache
-from pytriton.core.composition.ensemble import check_ensemble, steps_on
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.instances import ModelInstance
 from pytriton.core.model import ModelState, RepositoryEntry, ServedModel
+from pytriton.core.scheduling.ensemble import check_ensemble, steps_on
 from pytriton.core.shared_memory.cuda import CudaSharedMemory
 from pytriton.core.shared_memory.system import SystemSharedMemory
 from pytriton.core.spec import ModelSpec

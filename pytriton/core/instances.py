@@ -31,7 +31,7 @@ class StreamStop(threading.Event):
 
     Once the steps are over, `cut` True means the generator was closed at a step (it did not end by itself); False
     means it returned (or a plain callable answered), though the event may have been set meanwhile: a cancel that
-    came after the generator's last step cost its client nothing (core/scheduler.py counts it so).
+    came after the generator's last step cost its client nothing (core/scheduling/scheduler.py counts it so).
     """
 
     def __init__(self) -> None:
@@ -266,8 +266,8 @@ def call_in_scope(
 ) -> Any:
     """Call `fn(requests)` as model `model` with `source` as its call path (in a context of its own, Context.run).
 
-    A direct inner call runs its model's callable so on its caller's thread (core/direct_runs.run_here), in a copy of
-    the caller's context: the callable sees the caller's context variables, and what it sets stays in the copy,
+    A direct inner call runs its model's callable so on its caller's thread (core/scheduling/direct_runs.run_here), in a
+    copy of the caller's context: the callable sees the caller's context variables, and what it sets stays in the copy,
     dropped after (undoing the two sets would cost about half as much again).
     """
     MODEL_SCOPE.set(model)
@@ -303,7 +303,7 @@ async def _scoped_async_call(
     """Await an async callable as model `model` with `source` as its call path, in the batch's task.
 
     The scope and the path end with the call. The coroutine may end in another context than it began in: a
-    call whose client cancelled goes on in a task of its own (core/async_call.py), and one closed at the
+    call whose client cancelled goes on in a task of its own (core/scheduling/async_call.py), and one closed at the
     server's stop ends wherever it is closed. That context's values are left as they are; the one it began in
     belongs to a task that has been cancelled.
     """

@@ -8,12 +8,12 @@ import time
 from typing import Any, AsyncIterator, Awaitable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from pytriton.core.cache import ResponseCache, cache_key
-from pytriton.core.composition.ensemble import EnsembleScheduler
 from pytriton.core.errors import InferenceError
 from pytriton.core.instances import ModelInstance
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import TracedCall
-from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
+from pytriton.core.scheduling.ensemble import EnsembleScheduler
+from pytriton.core.scheduling.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import FutureSink, ResponseSink, StreamSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ModelStats

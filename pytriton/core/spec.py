@@ -8,7 +8,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tupl
 
 import numpy as np
 
-from pytriton.core.composition.ensemble_graph import EnsembleGraph
+from pytriton.core.ensemble_graph import EnsembleGraph
 from pytriton.core.errors import InferenceError, Status
 from pytriton.core.hash_map_order import hash_map_order, visited_before
 from pytriton.core.tensors.datatypes import BYTES, ELEMENT_SIZE
@@ -87,7 +87,7 @@ class ModelSpec:
     sequence_batcher: Optional[SequenceBatcher] = None
     # How the model answers the OpenAI API (options/openai.py: OpenAIChat, ...); None: it does not.
     openai: Any = None
-    # An ensemble's steps (core/composition/ensemble.py runs them); None: the model runs a callable on its instances.
+    # An ensemble's steps (core/scheduling/ensemble.py runs them); None: the model runs a callable on its instances.
     ensemble: Optional[EnsembleGraph] = None
     input_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)
     output_by_name: Mapping[str, TensorDef] = dataclasses.field(init=False, repr=False, compare=False)

@@ -118,8 +118,8 @@ class TokenStats:
 class ModelStats:
     """Counters of one model version; updated on the event loop only, but for `lone_successes`.
 
-    A direct inner call that succeeded (core/direct_runs.py) is counted from its caller's thread without the loop:
-    it appends its numbers to `lone_successes` (a deque: an append needs no lock), and the counters take them in
+    A direct inner call that succeeded (core/scheduling/direct_runs.py) is counted from its caller's thread without the
+    loop: it appends its numbers to `lone_successes` (a deque: an append needs no lock), and the counters take them in
     when next read (`fold`: each counter read here is a property that folds first), or when the loop is told to
     after FOLD_EVERY of them. Counted on the loop, a call cost about 200 bytecodes there (11k instructions: the
     message, its call and the 15 counters), as much again as the call's own work on the caller's thread.

@@ -15,7 +15,8 @@ _Job = Tuple[LoopInbox, "asyncio.Future[Any]", Callable[..., Any], Tuple[Any, ..
 # How long submit(hand_over=True) waits for the thread to take its job.
 HAND_OVER_S = 0.001
 # `IN_WORKER.yes` is True in a worker's thread (absent in others): each job it runs ends with a post that wakes the
-# loop. Read inline by a direct inner call (core/direct_runs.py), where a function to ask cost a frame per call.
+# loop. Read inline by a direct inner call (core/scheduling/direct_runs.py), where a function to ask cost a frame per
+# call.
 IN_WORKER = threading.local()
 
 

@@ -89,7 +89,7 @@ def split_parameters(
 
 _NO_OPTIONS = RequestOptions()
 # The parameters Triton's ensembles answer with when their request has no sequence parameters (its correlation id and
-# flags: the steps' responses give them, core/composition/ensemble.py).
+# flags: the steps' responses give them, core/scheduling/ensemble.py).
 ENSEMBLE_RESPONSE_PARAMETERS: Mapping[str, Any] = {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
 
 

@@ -23,8 +23,8 @@ pipeline's p50 over one hop's, pinned to one core, from 46 us to 30 us.
 
 An async callable calling an idle async model awaits its callable in its own task (`call_here_async`,
 Scheduler.await_inline), in a copy of its context and shielded from its cancel as a batch's callable is
-(core/async_call.CancelShieldedCall): no queue entry, no task, no loop turn, no sink, no response. 98k instructions
-per call instead of 232k (`python -m bench instr_ab REF . --composition async-async`).
+(core/scheduling/async_call.CancelShieldedCall): no queue entry, no task, no loop turn, no sink, no response. 98k
+instructions per call instead of 232k (`python -m bench instr_ab REF . --composition async-async`).
 
 A sync callable calling an idle async model posts the call to the loop, which awaits it at once in a task of
 its own (`call_here`, Scheduler.await_here) and wakes the caller's thread with its answer (`DirectAnswer`): the
@@ -36,8 +36,8 @@ Either way the call answers the outputs by name, checked and selected as a respo
 (core/outputs.checked_outputs, its first test inline) but with no response made for them to be taken out of again.
 The checks' verdicts are remembered by the inputs' and outputs' signatures (names, dtypes, shapes:
 `ModelSpec.passed_inputs` and `passed_outputs`), and the call leaves no reference cycle to the garbage collector.
-A sync model's call makes two objects, the callable's Request and a LoneCall (core/running.py), which stands for its
-queue entry, sink and running batch; its request is passed as its checked parts, no InferenceRequest made. Its
+A sync model's call makes two objects, the callable's Request and a LoneCall (core/scheduling/running.py), which stands
+for its queue entry, sink and running batch; its request is passed as its checked parts, no InferenceRequest made. Its
 success is counted from the caller's thread (ModelStats.lone_successes, folded into the counters when they are
 read); the loop is woken only where requests queued meanwhile. 42k instructions per sync -> sync call, 94k per
 async -> sync (`python -m bench instr_ab REF . --composition [async-sync]`), 72k and 126k before (2026-12-07);

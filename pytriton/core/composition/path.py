@@ -3,8 +3,8 @@
 The call path travels with each request: a batch's `CallPath` names the models on its way (a call to one of
 them again is a cycle and is refused), the earliest deadline of its requests (which bounds its inner calls),
 and the inner calls in flight (cancelled when the batch ends or is cancelled). The scheduler hands the
-instance a `PathSource` with each batch (core/running.RunningBatch), which the instance makes `CURRENT` in the
-thread or coroutine that runs the callable; the `CallPath` itself is made from it only when the callable calls a
+instance a `PathSource` with each batch (core/scheduling/running.RunningBatch), which the instance makes `CURRENT` in
+the thread or coroutine that runs the callable; the `CallPath` itself is made from it only when the callable calls a
 model. Most batches never do: making one for each cost about 2 us of the server's CPU per request (the
 loop, its inbox, the requests' origins and deadlines looked up, a registry entry), 2 % of a small request's.
 """
@@ -91,7 +91,7 @@ class CallPath:
     def later(self, fn: Callable[..., Any], *args: Any) -> None:
         """From the callable's thread: call `fn(*args)` on the loop after the batch's answers, off their way.
 
-        A direct inner call's statistics wait there (core/direct_runs.py). A batch that ended already (its
+        A direct inner call's statistics wait there (core/scheduling/direct_runs.py). A batch that ended already (its
         callable's thread outlived it), or one whose calls left QUIET_CALLS waiting, has them run at once.
         """
         after = self.after_answer

@@ -38,7 +38,7 @@ from pytriton.core.model import ModelState, ServedModel
 from pytriton.core.process_instances.long_outputs import off_loop
 from pytriton.core.request import InferenceResponse
 from pytriton.core.request_spans import FrontendTrace, TracedResponse
-from pytriton.core.scheduler import Scheduler
+from pytriton.core.scheduling.scheduler import Scheduler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.waiters import Room
 from pytriton.ipc.calls import ABANDON, CALL, CREDIT, PROGRESS, REPLY, Calls, Handler

@@ -31,19 +31,19 @@ from typing import Any, Coroutine, Deque, Dict, List, Optional, Sequence, Set, T
 
 import numpy as np
 
-from pytriton.core.composition.ensemble_graph import (
+from pytriton.core.composition.inner_call import InnerCall, outputs_of
+from pytriton.core.composition.path import CallArguments, CallPath, Models, PathMaker
+from pytriton.core.ensemble_graph import (
     EnsembleGraph,
     EnsembleStepDef,
     StepModel,
     check_steps,
     check_structure,
 )
-from pytriton.core.composition.inner_call import InnerCall, outputs_of
-from pytriton.core.composition.path import CallArguments, CallPath, Models, PathMaker
 from pytriton.core.errors import FailureReason, InferenceError
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor, SequenceMark
 from pytriton.core.request_spans import TracedSink
-from pytriton.core.scheduler import Scheduler, UnrecoverableHandler
+from pytriton.core.scheduling.scheduler import Scheduler, UnrecoverableHandler
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
 from pytriton.core.stats import ModelStats

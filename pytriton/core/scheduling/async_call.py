@@ -1,7 +1,7 @@
 """An async callable's call awaited in a task that its client may cancel, without the cancel reaching the callable.
 
-A request that finds its model idle runs at once in its handler's task (core/scheduler.py), and a gRPC cancel or
-deadline cancels that task. Awaiting the callable's coroutine there would throw the CancelledError into the
+A request that finds its model idle runs at once in its handler's task (core/scheduling/scheduler.py), and a gRPC cancel
+or deadline cancels that task. Awaiting the callable's coroutine there would throw the CancelledError into the
 callable at its current `await`. Instead the coroutine is driven here step by step, as a Task drives one, each
 future it waits for shielded: a cancel ends the wait of the handler's task only, and the coroutine goes on in a
 task of its own (`rest`) to its end, its result dropped, as a thread instance's call goes on in its thread. The

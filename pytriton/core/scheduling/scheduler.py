@@ -9,12 +9,9 @@ import types
 from collections import deque
 from typing import Any, Awaitable, Callable, Coroutine, Deque, List, Optional, Set, Tuple
 
-from pytriton.core import direct_runs
-from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.batcher import BatchRules
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CURRENT, CallPath, ModelCallError, Models, PathMaker, PathSource
-from pytriton.core.direct_runs import Outputs
 from pytriton.core.errors import (
     BatchNotRun,
     CallableRaised,
@@ -24,15 +21,18 @@ from pytriton.core.errors import (
     Status,
     callable_error,
 )
-from pytriton.core.in_flight import InFlight
 from pytriton.core.instances import CallableKind, Instance, ModelInstance
 from pytriton.core.logs.failure_log import FailureLog
-from pytriton.core.ordering import ReleaseOrder, Slot
 from pytriton.core.outputs import build_response, check_results
 from pytriton.core.queues import TIMEOUT_MESSAGE, Entry, PriorityQueues
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import SpanSource, TracedSink, traced_request
-from pytriton.core.running import RunningBatch, RunningBatches
+from pytriton.core.scheduling import direct_runs
+from pytriton.core.scheduling.async_call import CancelShieldedCall
+from pytriton.core.scheduling.direct_runs import Outputs
+from pytriton.core.scheduling.in_flight import InFlight
+from pytriton.core.scheduling.ordering import ReleaseOrder, Slot
+from pytriton.core.scheduling.running import RunningBatch, RunningBatches
 from pytriton.core.sequences.batcher import BACKLOG_TIMEOUT_MESSAGE, LiveSequence, SequenceSlots
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.spec import ModelSpec
@@ -280,7 +280,8 @@ class Scheduler:
     def withdraw(self, sink: ResponseSink) -> None:
         """A request's client went away: a queued one frees its slot and inputs now, a running one is cancelled.
 
-        A running request's callable sees `is_cancelled()` (a generator stops at its next step: core/running.py).
+        A running request's callable sees `is_cancelled()` (a generator stops at its next step:
+        core/scheduling/running.py).
 
         Looked up rather than remembered, so that a request costs nothing extra unless its client leaves. A
         request whose batch runs already stays in it; once no request of the batch has a client left, the

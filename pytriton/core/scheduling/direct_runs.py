@@ -3,8 +3,8 @@
 They run on the caller's thread, in an instance's thread for an async caller, or on the loop for a sync caller of an
 async model. Each takes a free instance off the scheduler's free list for the call's time, counts the call in the
 model's statistics as one that went through the queue, and lets the caller's request's end or cancel reach it
-(a sync model's call: `LoneCall`, core/running.py; an async model's: `DirectCall`). The functions here are the
-bodies of `Scheduler`'s `run_here`, `start_here`, `may_await_here` and `await_here`, over its state.
+(a sync model's call: `LoneCall`, core/scheduling/running.py; an async model's: `DirectCall`). The functions here are
+the bodies of `Scheduler`'s `run_here`, `start_here`, `may_await_here` and `await_here`, over its state.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional
 
 import numpy as np
 
-from pytriton.core.async_call import CancelShieldedCall
 from pytriton.core.composition.direct import DirectAnswer
 from pytriton.core.composition.path import CallPath, ModelCallError, PathMaker
 from pytriton.core.errors import FailureReason, InferenceError, callable_error
@@ -25,14 +24,15 @@ from pytriton.core.instances import Instance, call_in_scope
 from pytriton.core.outputs import check_results, checked_outputs
 from pytriton.core.queues import Entry
 from pytriton.core.request import InferenceRequest, InferenceResponse
-from pytriton.core.running import LoneCall, RunningBatch
+from pytriton.core.scheduling.async_call import CancelShieldedCall
+from pytriton.core.scheduling.running import LoneCall, RunningBatch
 from pytriton.core.sinks import ResponseSink
 from pytriton.core.stats import FOLD_EVERY
 from pytriton.core.worker import IN_WORKER
 from pytriton.proxy.types import Request
 
 if TYPE_CHECKING:
-    from pytriton.core.scheduler import Scheduler  # these functions are its methods' bodies, with its state
+    from pytriton.core.scheduling.scheduler import Scheduler  # these functions are its methods' bodies, with its state
 
 Outputs = Dict[str, np.ndarray]  # a direct inner call's answer: the outputs by name
 
@@ -189,8 +189,8 @@ def await_inline(scheduler: Scheduler, request: InferenceRequest, caller: CallPa
     """On the loop: an async caller's inner call to an idle async model, to await in the caller's own task; else None.
 
     Idle as for `run_here`. The callable's coroutine is driven in the awaiting task, in a copy of its context
-    (core/async_call.CancelShieldedCall): no queue entry, no task, no loop turn, no sink, no response made. The call
-    is counted as `run_here` counts one, and the caller's request's end or cancel reaches it (`DirectCall`). A
+    (core/scheduling/async_call.CancelShieldedCall): no queue entry, no task, no loop turn, no sink, no response made.
+    The call is counted as `run_here` counts one, and the caller's request's end or cancel reaches it (`DirectCall`). A
     cancel of the awaiting task reaches the callable as `is_cancelled()`, as a queued call's would: its coroutine
     goes on in a task of its own, and the instance is free once it ends. Await what this returns at once (the
     instance is taken): the outputs, or ModelCallError as the call fails.

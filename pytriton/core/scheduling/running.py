@@ -4,7 +4,7 @@ A cancelled request's call goes on: its `Request.is_cancelled()` says so (as in 
 callable may stop early. A decoupled generator is closed at its next step once every request of its batch is
 cancelled: the others of a batch still want its responses. The request counts as cancelled when its batch ends,
 whatever the callable returned; a streamed one unless its generator ended by itself and lost no response to the
-cancel (core/scheduler.py).
+cancel (core/scheduling/scheduler.py).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class RunningBatch:
 
 
 class LoneCall:
-    """A direct inner call (core/direct_runs.run_here): one request that runs at once, outside the model's queue.
+    """A direct inner call (direct_runs.run_here): one request that runs at once, outside the model's queue.
 
     What a RunningBatch of one entry and the entry's sink were to it, in one object: the Cancellable its caller's
     call path holds (`cancel`, on the loop, as the caller's request ends or is cancelled) and the PathSource of the
