@@ -2,13 +2,15 @@
 
     BENCH_ACCESS_TOKEN=dfztoken python bench/wire_diff_models.py HTTP_PORT GRPC_PORT METRICS_PORT
 
-Serves until stdin closes (or the process is killed): `identity` (FP32 [-1], batching up to 8), `mixed` (INT32 [2]
-with optional BYTES and BOOL, no batching), `half` (FP16 [2, -1] and UINT8 [3], batching up to 4, three outputs
-one BYTES), `text` (BYTES [1], batching up to 2), `triple` (FP32 inputs k, a, b, which tritonserver's hash map
-visits out of their order, no batching) and `stream` (decoupled, two responses a request).
+Serves until stdin closes where it is a pipe (its parent's), else until SIGINT or SIGTERM: `identity` (FP32 [-1],
+batching up to 8), `mixed` (INT32 [2] with optional BYTES and BOOL, no batching), `half` (FP16 [2, -1] and UINT8
+[3], batching up to 4, three outputs one BYTES), `text` (BYTES [1], batching up to 2), `triple` (FP32 inputs k, a,
+b, which tritonserver's hash map visits out of their order, no batching) and `stream` (decoupled, two responses a
+request).
 """
 
 import os
+import stat
 import sys
 from typing import Any, Dict, Iterator, List
 
@@ -94,8 +96,11 @@ def main() -> None:
         triton.bind("triple", _triple, inputs=kab, outputs=output, config=ModelConfig(batching=False))
         triton.bind("stream", _stream, inputs=fp32, outputs=fp32, config=ModelConfig(decoupled=True))
         print("READY", flush=True)
-        while sys.stdin.buffer.read1(65536):  # what comes is dropped: stdin from /dev/zero held 22 GB, read whole
-            pass
+        if stat.S_ISFIFO(os.fstat(sys.stdin.fileno()).st_mode):
+            while sys.stdin.buffer.read1(65536):  # dropped: stdin from /dev/zero held 22 GB when read whole
+                pass
+        else:  # a terminal, /dev/null, /dev/zero (read, it held a core at 100 % for nothing)
+            triton.serve()
 
 
 if __name__ == "__main__":
