@@ -69,6 +69,7 @@ from pytriton.runtime.frontends.protocol import (
     TAKEN,
     TOKENS,
     TRACED_RESPONSE,
+    Pickled,
     failed,
     long_items,
     long_outputs,
@@ -112,8 +113,8 @@ class RemoteSink(ResponseSink):
         self.taken = 0  # responses of a stream the frontend said it took (TAKEN)
         self._room = Room()  # the model's stream waits there while it is far ahead
         # While a response's long object outputs are pickled off the loop: it and what the request posts after it,
-        # in order (the future of each response pickled; None: ready).
-        self._later: Optional[Deque[Tuple[Optional[asyncio.Future[None]], Any, Sequence[Buffer], bool]]] = None
+        # in order (the future of each response's pickled pieces; None: ready).
+        self._later: Optional[Deque[Tuple[Optional[asyncio.Future[Pickled]], Any, Sequence[Buffer], bool]]] = None
 
     def has_room(self) -> bool:
         """Whether the stream's responses the frontend has not taken leave room (core/backlog.py)."""
@@ -214,7 +215,7 @@ class RemoteSink(ResponseSink):
                     return
                 response = head
                 try:
-                    head, body = link.pack_response(self.key, response)
+                    head, body = link.pack_response(self.key, response, future.result())
                 except Exception as error:  # noqa: BLE001 - the request fails alone; what waits behind it goes on
                     head, body = failed(self.key, InferenceError.internal(f"{_UNSENT}: {error!r}"), True), ()
                     self.end()
@@ -544,8 +545,13 @@ class FrontendLink:
         reason = f"{type(error).__name__}: {error}"
         return failed(key, InferenceError.internal(f"{_UNSENT}: {reason}"), True), ()
 
-    def pack_response(self, key: int, response: InferenceResponse) -> Tuple[Any, Any]:
-        """A response's message: large outputs named where they lie, or lent a region of the arena."""
+    def pack_response(
+        self, key: int, response: InferenceResponse, pickled: Optional[Pickled] = None
+    ) -> Tuple[Any, Any]:
+        """A response's message: large outputs named where they lie, or lent a region of the arena.
+
+        `pickled`: its long object outputs' pieces, pickled ahead off the loop (protocol.pickle_ahead).
+        """
         small = pack_small_response(key, response)
         if small is not None:  # the usual small response: every output in the message
             return small
@@ -572,7 +578,7 @@ class FrontendLink:
                         placed[id(lend[name])] = (ARENA_PLACE, ref[1])
             else:
                 loan = 0  # no room: copied into the message
-        return pack_response(key, response, lambda array: placed.get(id(array)), loan)
+        return pack_response(key, response, lambda array: placed.get(id(array)), loan, pickled)
 
     def close(self) -> None:
         """The frontend is gone: its requests leave the queues, and what runs for it is answered to no one."""

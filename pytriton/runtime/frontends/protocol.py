@@ -48,8 +48,6 @@ a piece at a time (`rebuild_long`), the hub off its loop (hub.py).
 
 from __future__ import annotations
 
-import functools
-import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -186,11 +184,16 @@ def unpack_request(
 _STR_DTYPES: Dict[str, np.dtype] = {}
 
 
-def pack_response(key: int, response: InferenceResponse, place: Place, loan: int) -> Tuple[Any, List[Buffer]]:
-    """A RESPONSE message and its body: outputs of the body copied now (a callable may write its arrays again)."""
+def pack_response(
+    key: int, response: InferenceResponse, place: Place, loan: int, pickled: Optional[Pickled] = None
+) -> Tuple[Any, List[Buffer]]:
+    """A RESPONSE message and its body: outputs of the body copied now (a callable may write its arrays again).
+
+    `pickled`: its long object outputs' pieces, pickled ahead (`pickle_ahead`); the others are pickled now.
+    """
     parts: List[Buffer] = []
     named = [(output.name, output.array) for output in response.outputs]
-    outputs, _, _ = _pack_arrays(named, parts, copy=True, place=place)
+    outputs, _, _ = _pack_arrays(named, parts, copy=True, place=place, pickled=pickled)
     datatypes = tuple(output.datatype for output in response.outputs)
     return (RESPONSE, key, outputs, datatypes, response.final, loan, response.parameters), parts
 
@@ -252,17 +255,23 @@ def shared_places(items: Sequence[Any]) -> List[Tuple[int, int, int]]:
     ]
 
 
-def _pack_arrays(arrays: Any, parts: List[Buffer], copy: bool, place: Place) -> Tuple[Tuple[Any, ...], bool, bool]:
+def _pack_arrays(
+    arrays: Any, parts: List[Buffer], copy: bool, place: Place, pickled: Optional[Pickled] = None
+) -> Tuple[Tuple[Any, ...], bool, bool]:
     """Arrays as packed items over `parts`, whether any stays in shared memory, and whether any is PIECES.
 
-    See the module docstring.
+    See the module docstring; `pickled`: long object arrays' pieces pickled ahead, by name.
     """
     packed: List[Tuple[Any, ...]] = []
     offset = 0
     shared = long = False
     for name, array in arrays:
         if type(array) is not np.ndarray or array.dtype.hasobject:
-            pieces = _pieces(array) if type(array) is np.ndarray and array.size >= LONG_ELEMENTS else None
+            pieces = None
+            if type(array) is np.ndarray and array.size >= LONG_ELEMENTS:
+                pieces = pickled.get(name) if pickled else None
+                if pieces is None:
+                    pieces = pickled_or_none(array, plain=True)
             if pieces is None:
                 packed.append((name, None, plain_objects(array)))
                 continue
@@ -312,35 +321,20 @@ def long_outputs(response: InferenceResponse) -> bool:
     return False
 
 
-# Pieces pickled ahead (`pickle_ahead`), by the array's id, with a weak reference to it: the entry is the array's
-# only while it lives. Set in a thread, taken on the loop.
-_PICKLED: Dict[int, Tuple[Any, List[bytes]]] = {}
+# A response's long object outputs pickled ahead (`pickle_ahead`): their pieces, by output name.
+Pickled = Dict[str, List[bytes]]
 
 
-def pickle_ahead(response: InferenceResponse) -> None:
-    """Pickle a response's long object outputs now (a thread, off the loop), for `_pack_arrays` to take."""
+def pickle_ahead(response: InferenceResponse) -> Pickled:
+    """Pickle a response's long object outputs now (a thread, off the loop), for `pack_response` to take."""
+    pickled: Pickled = {}
     for output in response.outputs:
         array = output.array
         if type(array) is np.ndarray and array.dtype.hasobject and array.size >= LONG_ELEMENTS:
             pieces = pickled_or_none(array, plain=True)
             if pieces is not None:
-                key = id(array)
-                _PICKLED[key] = (weakref.ref(array, functools.partial(_forget_pieces, key)), pieces)
-
-
-def _forget_pieces(key: int, gone: Any) -> None:
-    """An array pickled ahead died before its pieces were taken (unless another array took its id since)."""
-    entry = _PICKLED.get(key)
-    if entry is not None and entry[0] is gone:
-        _PICKLED.pop(key, None)
-
-
-def _pieces(array: np.ndarray) -> Optional[List[bytes]]:
-    """A long object array's pickled pieces: those pickled ahead, or now (None: they do not pickle)."""
-    entry = _PICKLED.pop(id(array), None)
-    if entry is not None and entry[0]() is array:
-        return entry[1]
-    return pickled_or_none(array, plain=True)
+                pickled[output.name] = pieces
+    return pickled
 
 
 def long_items(items: Sequence[Any]) -> List[Any]:
