@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +21,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from bench.json_stall import LAG_FILE_ENV, _ready, loop_worst_ms
+from bench.json_stall import LAG_FILE_ENV, loop_worst_ms, serving
 from tests.frontend_processes import frontend_pids
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -100,20 +99,8 @@ def main() -> None:
     os.environ[LAG_FILE_ENV] = tempfile.mktemp(prefix="bytes_hop_lag_")
     env = dict(os.environ, PYTRITON_FRONTENDS=str(args.frontends))
     command = [sys.executable, "-m", "bench.json_stall", "--serve", "--port", str(args.port)]
-    server = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not _ready(args.port):
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not start")
-            time.sleep(0.5)
-        measure(args.port, server.pid, [int(count) for count in args.strings.split(",") if count])
-    finally:
-        try:
-            os.killpg(server.pid, 15)
-        except ProcessLookupError:
-            pass
-        server.wait(timeout=30)
+    with serving(command, args.port, env) as pid:
+        measure(args.port, pid, [int(count) for count in args.strings.split(",") if count])
 
 
 if __name__ == "__main__":

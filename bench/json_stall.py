@@ -14,6 +14,7 @@ strings as its one INT32 input says: a long BYTES output that only comes back fr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -130,6 +131,25 @@ def _ready(port: int) -> bool:
         return ok
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def serving(command: List[str], port: int, env: Dict[str, str], cwd: Optional[str] = None) -> Iterator[int]:
+    """Run a server (`command`, in a session of its own) until the block ends; yields its pid once `port` answers."""
+    server = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _ready(port):
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("the server did not start")
+            time.sleep(0.5)
+        yield server.pid
+    finally:
+        try:
+            os.killpg(server.pid, 15)
+        except ProcessLookupError:
+            pass
+        server.wait(timeout=30)
 
 
 def poll_health(port: int, stop: Any, out: Any) -> None:
@@ -359,25 +379,13 @@ def main() -> None:
         env.pop("PYTHONPATH", None)
         command = [NVIDIA_RUN, "python", os.path.abspath(__file__), "--serve", "--nvidia", "--port", str(args.port)]
         cwd = tempfile.gettempdir()
-    server = subprocess.Popen(command, stdin=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not _ready(args.port):
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not start")
-            time.sleep(0.5)
+    with serving(command, args.port, env, cwd):
         sizes = [int(size) << 20 for size in args.sizes.split(",") if size]
         strings = [int(count) for count in args.strings.split(",") if count]
         if args.grpc:
             measure_grpc(args.port, sizes, strings)
         else:
             measure(args.port, sizes, strings, args.repeat, args.process, args.only)
-    finally:
-        try:
-            os.killpg(server.pid, 15)
-        except ProcessLookupError:
-            pass
-        server.wait(timeout=30)
 
 
 if __name__ == "__main__":
