@@ -2,7 +2,7 @@
 
 The server has two frontend processes (frontends=3: the hub serves no connection itself), so every request here
 crosses from a frontend to the hub and its answer back (docs/architecture.md, "Frontend processes"). An object
-array of LONG_ELEMENTS strings or more crosses in pickled pieces, in the message's body (runtime/frontends/
+array of PIECE_ELEMENTS strings or more crosses in pickled pieces, in the message's body (runtime/frontends/
 protocol.py), and the hub rebuilds it in a thread; a shorter one in the message's head, as before.
 """
 
@@ -28,7 +28,7 @@ from pytriton.runtime.frontends import protocol
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url, running_triton
 
-LONG = PIECE_ELEMENTS + 3  # pieces of PIECE_ELEMENTS and a short last one (LONG_ELEMENTS: PIECE_ELEMENTS)
+LONG = PIECE_ELEMENTS + 3  # pieces of PIECE_ELEMENTS and a short last one
 # Strings a wire mangles when it takes them for text: empty, NUL bytes (a trailing one too), not UTF-8.
 ODD = [b"", b"\x00", b"a\x00b\x00", b"\xff\xfe\x80", "é".encode(), b"plain"]
 TEXT = [b"", b"\x00", b"a\x00b\x00", "é".encode(), b"plain"]  # JSON carries UTF-8 only

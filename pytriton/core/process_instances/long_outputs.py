@@ -58,6 +58,11 @@ os.register_at_fork(after_in_child=_fresh_rebuilders)
 # -- taken out: outputs in the instance process, inputs in the server ------------------------------
 
 
+def is_long(array: Any) -> bool:
+    """Whether `array` is an object (BYTES) array of PIECE_ELEMENTS or more: one that crosses in pickled pieces."""
+    return type(array) is np.ndarray and array.dtype.kind == "O" and array.size >= PIECE_ELEMENTS
+
+
 def long_arrays(value: Any) -> List[Found]:
     """The object arrays of PIECE_ELEMENTS or more in a list or tuple of dicts (responses, inputs), in order."""
     found: List[Found] = []
@@ -67,7 +72,7 @@ def long_arrays(value: Any) -> List[Found]:
         if type(item) is not dict:
             continue
         for name, array in item.items():
-            if type(array) is np.ndarray and array.dtype.kind == "O" and array.size >= PIECE_ELEMENTS:
+            if is_long(array):
                 found.append((index, name, array))
     return found
 

@@ -35,15 +35,15 @@ Hub to frontend:
     (REFUSED, id): the hub could not map that receive buffer (out of descriptors): its requests are copied
     (CONNECTION, "http" or "grpc", over the cap), alone, with the descriptor of a connection the hub accepted
 
-A tensor of a fixed-size dtype is (name, dtype, shape, offset, nbytes, where): its bytes are in the message
-body (where BODY), or stay where they are: in a frontend's buffer (where is the segment's id, from 1), or in
-the hub's arena (ARENA). Those of at least SHARED_BYTES that lie in shared memory are named, never copied;
-smaller ones cost less copied into the body. An object (BYTES) array is (name, None, array), pickled in the head;
-one of LONG_ELEMENTS or more is (name, "|O", shape, offset, piece sizes, PIECES): its elements, pickled as lists of
-PIECE_ELEMENTS, lie in the body (core/process_instances/long_outputs.py). numpy pickles an object array whole, in
-one call that holds the GIL (a million short strings: 0.2 s, on the loop that sends it; 0.05 s unpickled, on the loop
-that reads it, and the head grows by their size); lists pickle four times faster, and the receiver rebuilds the array
-a piece at a time (`rebuild_long`), the hub off its loop (hub.py).
+A tensor of a fixed-size dtype is (name, dtype, shape, offset, nbytes, where): its bytes are in the message body
+(where BODY), or stay where they are: in a frontend's buffer (where is the segment's id, from 1), or in the hub's
+arena (ARENA). Those of at least SHARED_BYTES that lie in shared memory are named, never copied; smaller ones cost
+less copied into the body. An object (BYTES) array is (name, None, array), pickled in the head; one of
+PIECE_ELEMENTS or more (long_outputs.is_long) is (name, "|O", shape, offset, piece sizes, PIECES): its elements,
+pickled as lists of PIECE_ELEMENTS, lie in the body (core/process_instances/long_outputs.py). numpy pickles an
+object array whole, in one call that holds the GIL (a million short strings: 0.2 s, on the loop that sends it; 0.05
+s unpickled, on the loop that reads it, and the head grows by their size); lists pickle four times faster, and the
+receiver rebuilds the array a piece at a time (`rebuild_long`), the hub off its loop (hub.py).
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import numpy as np
 
 from pytriton.core.errors import FailureReason, InferenceError, Status
-from pytriton.core.process_instances.long_outputs import pickled_or_none, rebuilt
+from pytriton.core.process_instances.long_outputs import is_long, pickled_or_none, rebuilt
 from pytriton.core.request import InferenceRequest, InferenceResponse, OutputTensor
 from pytriton.core.spec import ModelSpec
-from pytriton.core.tensors.raw_tensors import PIECE_ELEMENTS, plain_elements
+from pytriton.core.tensors.raw_tensors import plain_elements
 from pytriton.ipc.regions import COPY_BYTES
 from pytriton.ipc.tensors import Buffer, dtype_code, dtype_of
 from pytriton.options.server import ServerOptions
@@ -71,7 +71,6 @@ INIT, READY, START_FAILED = 101, 102, 103
 BODY, ARENA_PLACE, PIECES = 0, -1, -2
 SHARED_BYTES = COPY_BYTES + 1
 _OBJECT_CODE = dtype_code(np.dtype(object))
-LONG_ELEMENTS = PIECE_ELEMENTS  # an object array of so many elements or more crosses so
 
 # A region the hub mirrors: (name, key, offset, byte size).
 Region = Tuple[str, str, int, int]
@@ -211,7 +210,7 @@ def pack_small_response(key: int, response: InferenceResponse) -> Optional[Tuple
         array = output.array
         datatypes.append(output.datatype)
         if type(array) is not np.ndarray or array.dtype.hasobject:
-            if type(array) is np.ndarray and array.size >= LONG_ELEMENTS:
+            if is_long(array):
                 return None
             packed.append((output.name, None, plain_objects(array)))
             continue
@@ -268,7 +267,7 @@ def _pack_arrays(
     for name, array in arrays:
         if type(array) is not np.ndarray or array.dtype.hasobject:
             pieces = None
-            if type(array) is np.ndarray and array.size >= LONG_ELEMENTS:
+            if is_long(array):
                 pieces = pickled.get(name) if pickled else None
                 if pieces is None:
                     pieces = pickled_or_none(array, plain=True)
@@ -313,10 +312,10 @@ def plain_objects(array: Any) -> Any:
 
 
 def long_outputs(response: InferenceResponse) -> bool:
-    """Whether a response has an object output of LONG_ELEMENTS or more, which crosses in pickled pieces."""
+    """Whether a response has a long object output (long_outputs.is_long), which crosses in pickled pieces."""
     for output in response.outputs:
         array = output.array
-        if type(array) is np.ndarray and array.dtype.hasobject and array.size >= LONG_ELEMENTS:
+        if is_long(array):
             return True
     return False
 
@@ -330,7 +329,7 @@ def pickle_ahead(response: InferenceResponse) -> Pickled:
     pickled: Pickled = {}
     for output in response.outputs:
         array = output.array
-        if type(array) is np.ndarray and array.dtype.hasobject and array.size >= LONG_ELEMENTS:
+        if is_long(array):
             pieces = pickled_or_none(array, plain=True)
             if pieces is not None:
                 pickled[output.name] = pieces
