@@ -330,6 +330,7 @@ class InstanceHost:
         sent = 0
         try:
             for step in self._steps_of(self._requests(job_id, batch, body, longs)[0], job_id):
+                _end_if_forked()
                 step, taken = take_out(_portable(host_step(step)))
                 packed, parts, new_arena = pack_result(self._steps, step)
                 self._send_result(job_id, packed, parts, new_arena, self._steps, False, step, taken)
@@ -337,6 +338,7 @@ class InstanceHost:
                 sent += 1
                 self._wait_for_steps_taken(job_id, sent)
         finally:
+            _end_if_forked()
             self._end_job()
         return self._cut
 
@@ -350,9 +352,12 @@ class InstanceHost:
 
     def _call(self, requests: List[Request]) -> Any:
         """Call a plain (sync or async) callable."""
-        if self.kind is CallableKind.ASYNC:
-            return self._event_loop().run_until_complete(self.fn(requests))
-        return self.fn(requests)
+        try:
+            if self.kind is CallableKind.ASYNC:
+                return self._event_loop().run_until_complete(self.fn(requests))
+            return self.fn(requests)
+        finally:
+            _end_if_forked()
 
     def _steps_of(self, requests: List[Request], job_id: int) -> Iterator[Any]:
         """Each step of any callable (a plain one yields once); stops after a step when the server says Stop."""
@@ -554,6 +559,33 @@ class InstanceHost:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         return self._loop
+
+
+# Whether this process is a child the callable forked (os.fork) rather than the instance process itself.
+_forked = False
+
+
+def _mark_forked() -> None:
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_mark_forked)
+
+
+def _end_if_forked() -> None:
+    """End a child the callable forked that returned (or raised) from it, as a model that forgets to end it does.
+
+    It must not answer: the result arena is shared memory, mapped in the child as in the instance process and with
+    the same allocator state, so packing its answer wrote over the instance's own answer (or a later job's) in place.
+    """
+    if _forked:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(0)
 
 
 # The hosts of this process (a RemoteTriton process serves several), and the one whose serving loop runs in a thread.
