@@ -257,6 +257,46 @@ def test_a_killed_remote_process_takes_its_model_and_leaves_the_server(server: T
         _finish(again)
 
 
+FORKED_REMOTE_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np
+    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.triton import RemoteTriton  # imports the instance hosts, and their handler of os.fork
+
+    if os.fork():
+        os._exit(0)  # the child serves, as a process that multiprocessing's fork (or a preloading server) started
+
+    def triple(requests):
+        return [{"y": request["x"] * 3} for request in requests]
+
+    x, y = Tensor(name="x", dtype=np.float32, shape=(-1,)), Tensor(name="y", dtype=np.float32, shape=(-1,))
+    with RemoteTriton(url=sys.argv[1]) as triton:
+        triton.bind("triple", triple, inputs=[x], outputs=[y], config=ModelConfig(batching=False))
+        print(os.getpid(), flush=True)
+        triton.serve()
+    """
+)
+
+
+def test_a_remote_forked_from_the_process_that_imported_pytriton_serves(server: Triton, tmp_path: pathlib.Path) -> None:
+    """A forked child that returns from a process instance's callable ends there (host.py): the process that serves
+    RemoteTriton's models, forked after the import, is no such child, and must not end at its first call."""
+    script = tmp_path / "forked_remote.py"
+    script.write_text(FORKED_REMOTE_SCRIPT)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), f"127.0.0.1:{server.http_port}"], stdout=subprocess.PIPE, text=True, env=_REPO_ENV
+    )
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())  # the child's, once its model is bound
+    try:
+        for x in (1.0, 2.0):
+            assert _infer(http_url(server), "triple", np.array([x], np.float32)).tolist() == [3 * x]
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        _finish(parent)
+
+
 HELD_SCRIPT = textwrap.dedent(
     """
     import sys, time

@@ -169,6 +169,7 @@ class InstanceHost:
         """
         self.channel = channel
         self._model = model
+        self._pid = os.getpid()  # a child its callable forked is another (_end_if_forked)
         self.fn = fn
         self.kind = callable_kind(fn)
         self._inputs = InputViews()
@@ -330,7 +331,7 @@ class InstanceHost:
         sent = 0
         try:
             for step in self._steps_of(self._requests(job_id, batch, body, longs)[0], job_id):
-                _end_if_forked()
+                _end_if_forked(self._pid)
                 step, taken = take_out(_portable(host_step(step)))
                 packed, parts, new_arena = pack_result(self._steps, step)
                 self._send_result(job_id, packed, parts, new_arena, self._steps, False, step, taken)
@@ -338,7 +339,7 @@ class InstanceHost:
                 sent += 1
                 self._wait_for_steps_taken(job_id, sent)
         finally:
-            _end_if_forked()
+            _end_if_forked(self._pid)
             self._end_job()
         return self._cut
 
@@ -357,7 +358,7 @@ class InstanceHost:
                 return self._event_loop().run_until_complete(self.fn(requests))
             return self.fn(requests)
         finally:
-            _end_if_forked()
+            _end_if_forked(self._pid)
 
     def _steps_of(self, requests: List[Request], job_id: int) -> Iterator[Any]:
         """Each step of any callable (a plain one yields once); stops after a step when the server says Stop."""
@@ -561,7 +562,8 @@ class InstanceHost:
         return self._loop
 
 
-# Whether this process is a child the callable forked (os.fork) rather than the instance process itself.
+# Whether this process was forked since this module was imported: a child a callable forked, or a process that serves
+# RemoteTriton's models started by fork (multiprocessing's default start on Linux) from one that imported it.
 _forked = False
 
 
@@ -573,13 +575,14 @@ def _mark_forked() -> None:
 os.register_at_fork(after_in_child=_mark_forked)
 
 
-def _end_if_forked() -> None:
+def _end_if_forked(host_pid: int) -> None:
     """End a child the callable forked that returned (or raised) from it, as a model that forgets to end it does.
 
-    It must not answer: the result arena is shared memory, mapped in the child as in the instance process and with
+    `host_pid` is the process of the host that called it (getpid, a system call, only in forked processes). The
+    child must not answer: the result arena is shared memory, mapped in the child as in the instance process and with
     the same allocator state, so packing its answer wrote over the instance's own answer (or a later job's) in place.
     """
-    if _forked:
+    if _forked and os.getpid() != host_pid:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
