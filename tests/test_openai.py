@@ -726,6 +726,12 @@ MISTYPED_MESSAGES_AND_TOOLS: Dict[str, Tuple[List[Any], Dict[str, Any], str, str
         "messages.[2].tool_call_id",
         "Invalid type for 'messages[2].tool_call_id': expected a string, got 1",
     ),
+    "a text part whose text is a number": (
+        [{"role": "user", "content": [{"type": "text", "text": "Say"}, {"type": "text", "text": 5}]}],
+        {},
+        "messages.[0].content.[1].text",
+        "Invalid type for 'messages[0].content[1].text': expected a string, got 5",
+    ),
     "a function_call that is a string": (
         [*USER, {"role": "assistant", "function_call": "weather"}],
         {},

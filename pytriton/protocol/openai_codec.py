@@ -397,13 +397,18 @@ def _lets_the_model_answer_text(choice: Any) -> bool:
     return False
 
 
-def _part_text(part: Any, role: str) -> Optional[str]:
-    """The text of a content part: a `text` part's, or an assistant's `refusal` part's; None for any other."""
+def _part_text(part: Any, role: str, where: str) -> Optional[str]:
+    """The text of a content part (at `where`): a `text` part's, or an assistant's `refusal` part's; None for others.
+
+    A text part without a string text is refused naming it.
+    """
     if not isinstance(part, dict):
         return None
     kind = "refusal" if role == "assistant" and part.get("type") == "refusal" else "text"
-    text = part.get(kind)
-    return text if part.get("type") == kind and isinstance(text, str) else None
+    if part.get("type") != kind:
+        return None
+    _required(part.get(kind), str, f"{where}.{kind}")
+    return str(part[kind])
 
 
 def _content_text(content: Any, index: int, role: str) -> str:
@@ -414,8 +419,8 @@ def _content_text(content: Any, index: int, role: str) -> str:
         return content
     if isinstance(content, list):
         texts = []
-        for part in content:
-            text = _part_text(part, role)
+        for number, part in enumerate(content):
+            text = _part_text(part, role, f"messages[{index}].content[{number}]")
             if text is None:
                 kind = shown(part.get("type")) if isinstance(part, dict) else f"a {type(part).__name__}"
                 raise invalid(
