@@ -9,7 +9,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple, cast
 
 import httpx
 import numpy as np
@@ -701,6 +701,192 @@ def test_a_well_formed_logit_bias_and_tool_calls_are_taken(client: openai.OpenAI
     answer = client.chat.completions.create(model="whole", messages=messages, logit_bias={"50256": -100, "7": 2.5})
     parameters = json.loads(answer.choices[0].message.content or "")["parameters"]
     assert json.loads(parameters["logit_bias"]) == {"50256": -100, "7": 2.5}
+
+
+ASKED = [*USER, {"role": "assistant", "content": None, "tool_calls": [_call()]}]  # what a tool message answers
+WEATHER = {"type": "function", "function": {"name": "weather"}}
+
+
+def _allowed(*tools: Any) -> Dict[str, Any]:
+    return {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": list(tools)}}
+
+
+# (messages, create()'s other fields, the error's param, a piece of its message): the SDK sends each as it is given
+# (its types are not checked at run time) and OpenAI answers each with a 400 invalid_request_error.
+MISTYPED_MESSAGES_AND_TOOLS: Dict[str, Tuple[List[Any], Dict[str, Any], str, str]] = {
+    "a tool message without tool_call_id": (
+        [*ASKED, {"role": "tool", "content": "sunny"}],
+        {},
+        "messages.[2].tool_call_id",
+        "Missing required parameter: 'messages[2].tool_call_id'.",
+    ),
+    "a tool_call_id that is a number": (
+        [*ASKED, {"role": "tool", "content": "sunny", "tool_call_id": 1}],
+        {},
+        "messages.[2].tool_call_id",
+        "Invalid type for 'messages[2].tool_call_id': expected a string, got 1",
+    ),
+    "a text part whose text is a number": (
+        [{"role": "user", "content": [{"type": "text", "text": "Say"}, {"type": "text", "text": 5}]}],
+        {},
+        "messages.[0].content.[1].text",
+        "Invalid type for 'messages[0].content[1].text': expected a string, got 5",
+    ),
+    "a function_call that is a string": (
+        [*USER, {"role": "assistant", "function_call": "weather"}],
+        {},
+        "messages.[1].function_call",
+        "expected an object",
+    ),
+    "a function_call without arguments": (
+        [*USER, {"role": "assistant", "content": None, "function_call": {"name": "weather"}}],
+        {},
+        "messages.[1].function_call.arguments",
+        "Missing required parameter: 'messages[1].function_call.arguments'.",
+    ),
+    "a function_call whose name is a number": (
+        [*USER, {"role": "assistant", "content": None, "function_call": {"name": 1, "arguments": "{}"}}],
+        {},
+        "messages.[1].function_call.name",
+        "expected a string, got 1",
+    ),
+    "a function message without a name": (
+        [*USER, {"role": "function", "content": "sunny"}],
+        {},
+        "messages.[1].name",
+        "Missing required parameter: 'messages[1].name'.",
+    ),
+    "an assistant's refusal that is a number": (
+        [*USER, {"role": "assistant", "content": "No.", "refusal": 1}],
+        {},
+        "messages.[1].refusal",
+        "expected a string, got 1",
+    ),
+    "an assistant's audio without an id": (
+        [*USER, {"role": "assistant", "content": "Yes.", "audio": {}}],
+        {},
+        "messages.[1].audio.id",
+        "Missing required parameter",
+    ),
+    "a tool without a type": (
+        USER,
+        {"tools": [{"function": {"name": "weather"}}]},
+        "tools.[0].type",
+        "Missing required parameter: 'tools[0].type'.",
+    ),
+    "a tool of an unknown type": (
+        USER,
+        {"tools": [WEATHER, {"type": "search"}]},
+        "tools.[1].type",
+        "supported: function, custom",
+    ),
+    "a function tool without its function": (
+        USER,
+        {"tools": [{"type": "function"}]},
+        "tools.[0].function",
+        "Missing required parameter",
+    ),
+    "a function tool without a name": (
+        USER,
+        {"tools": [{"type": "function", "function": {"description": "The weather"}}]},
+        "tools.[0].function.name",
+        "Missing required parameter",
+    ),
+    "a function tool whose parameters are text": (
+        USER,
+        {"tools": [{"type": "function", "function": {"name": "weather", "parameters": "{}"}}]},
+        "tools.[0].function.parameters",
+        "expected an object",
+    ),
+    "a function tool whose strict is text": (
+        USER,
+        {"tools": [{"type": "function", "function": {"name": "weather", "strict": "yes"}}]},
+        "tools.[0].function.strict",
+        "expected a boolean",
+    ),
+    "a custom tool without a name": (
+        USER,
+        {"tools": [{"type": "custom", "custom": {"description": "grep"}}]},
+        "tools.[0].custom.name",
+        "Missing required parameter",
+    ),
+    "a function that is a string": (USER, {"functions": ["weather"]}, "functions.[0]", "expected an object"),
+    "a function without a name": (
+        USER,
+        {"functions": [{"parameters": {"type": "object"}}]},
+        "functions.[0].name",
+        "Missing required parameter",
+    ),
+    "an unknown tool_choice": (
+        USER,
+        {"tools": [WEATHER], "tool_choice": "any"},
+        "tool_choice",
+        "Invalid value for 'tool_choice': \"any\"; supported: none, auto, required",
+    ),
+    "an unknown function_call": (
+        USER,
+        {"functions": [{"name": "weather"}], "function_call": "required"},
+        "function_call",
+        "supported: none, auto",
+    ),
+    "allowed tools that are not a list": (
+        USER,
+        {"tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto"}}},
+        "tool_choice.allowed_tools.tools",
+        "Missing required parameter",
+    ),
+    "an allowed tool without a name": (
+        USER,
+        {"tools": [WEATHER], "tool_choice": _allowed({"type": "function", "function": {}})},
+        "tool_choice.allowed_tools.tools.[0].function.name",
+        "Missing required parameter",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MISTYPED_MESSAGES_AND_TOOLS))
+def test_a_mistyped_message_or_tool_field_gets_a_400_naming_it(client: openai.OpenAI, case: str) -> None:
+    # Each reached the model and its chat template as it came (a 200), or was refused in other words.
+    messages, fields, param, words = MISTYPED_MESSAGES_AND_TOOLS[case]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="whole", messages=messages, **fields)
+    error = refused.value
+    assert (error.status_code, error.type, error.param, error.code) == (400, "invalid_request_error", param, None)
+    assert words in cast(Dict[str, Any], error.body)["message"], error.body
+
+
+def test_a_tool_calling_round_trip_and_the_older_function_calls_are_taken(client: openai.OpenAI) -> None:
+    """The SDK's round trip: the answer's message with its tool call goes back, then the tool's answer to it."""
+    answered = openai.types.chat.ChatCompletionMessage.model_validate(
+        {"role": "assistant", "content": None, "refusal": None, "annotations": [], "tool_calls": [_call()]}
+    )  # as the SDK reads OpenAI's answer of a tool call
+    weather = {"name": "weather", "description": "The weather of a city", "parameters": {"type": "object"}}
+    messages: List[Any] = [*USER, answered, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    tools: List[Any] = [
+        {"type": "function", "function": {**weather, "strict": True}},
+        {"type": "custom", "custom": {"name": "grep", "description": "Lines that match", "format": {"type": "text"}}},
+    ]
+    answer = client.chat.completions.create(
+        model="with-inputs", messages=messages, tools=tools, tool_choice=_allowed(WEATHER)
+    )
+    seen = json.loads(answer.choices[0].message.content or "")
+    assert seen["inputs"]["messages"][1:] == [
+        {"role": "assistant", "content": "", "refusal": None, "annotations": [], "tool_calls": [_call()]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    assert json.loads(seen["parameters"]["tools"]) == tools
+    older: List[Any] = [
+        *USER,
+        {"role": "assistant", "content": None, "function_call": {"name": "weather", "arguments": "{}"}},
+        {"role": "function", "name": "weather", "content": None},  # OpenAI's spec lets it be null
+        {"role": "assistant", "content": "Sunny.", "refusal": None, "audio": {"id": "audio_1"}, "name": "bot"},
+    ]
+    answer = client.chat.completions.create(
+        model="with-inputs", messages=older, functions=[weather], function_call="auto"
+    )
+    seen = json.loads(answer.choices[0].message.content or "")
+    assert [message["role"] for message in seen["inputs"]["messages"]] == ["user", "assistant", "function", "assistant"]
+    assert json.loads(seen["parameters"]["functions"]) == [weather]
 
 
 class TextFlood:

@@ -96,7 +96,11 @@ def test_a_binding_without_the_conventional_tensors_is_refused() -> None:
         (b'{"model": "m", "messages": [{"role": "tool", "tool_call_id": "c"}]}', "messages.[0].content"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x", "name": 5}]}', "messages.[0].name"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 0}', "n"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}, 5]}', "tools.[1]"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], '
+            b'"tools": [{"type": "function", "function": {"name": "f"}}, 5]}',
+            "tools.[1]",
+        ),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a","b","c","d","e"]}', "stop"),
         (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream_options": {}}', "stream_options"),
         (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),

@@ -64,8 +64,38 @@ MESSAGE_ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "
 MAX_N = 16
 MAX_STOP_SEQUENCES = 4
 LOGIT_BIAS = 100  # the most a token's logit_bias moves it, either way
-# An assistant message's tool call of each type: the object it carries, and that object's string fields.
-TOOL_CALL_FIELDS = {"function": ("function", ("name", "arguments")), "custom": ("custom", ("name", "input"))}
+# An object's fields OpenAI defines: (name, JSON type, whether it is required).
+Fields = Tuple[Tuple[str, type, bool], ...]
+_REQUIRED_NAME: Fields = (("name", str, True),)
+FUNCTION_FIELDS: Fields = (*_REQUIRED_NAME, ("description", str, False), ("parameters", dict, False))
+# A list of typed objects (an assistant message's tool calls, the request's tools): for each `type`, the object
+# the item carries under the same key, and that object's fields.
+TypedObjects = Dict[str, Tuple[str, Fields]]
+TOOL_CALL_FIELDS: TypedObjects = {
+    "function": ("function", (*_REQUIRED_NAME, ("arguments", str, True))),
+    "custom": ("custom", (*_REQUIRED_NAME, ("input", str, True))),
+}
+TOOL_FIELDS: TypedObjects = {
+    "function": ("function", (*FUNCTION_FIELDS, ("strict", bool, False))),
+    "custom": ("custom", (*_REQUIRED_NAME, ("description", str, False), ("format", dict, False))),
+}
+# The tools allowed tools of mode `auto` name (`tool_choice.allowed_tools.tools`).
+CHOSEN_TOOL_FIELDS: TypedObjects = {"function": ("function", _REQUIRED_NAME), "custom": ("custom", _REQUIRED_NAME)}
+# The choices `tool_choice` and the older `function_call` may be as a string.
+TOOL_CHOICES = {"tool_choice": ("none", "auto", "required"), "function_call": ("none", "auto")}
+# A message's fields beside `role`, `content` and `tool_calls`, by role.
+_OPTIONAL_NAME: Fields = (("name", str, False),)
+MESSAGE_FIELDS: Dict[str, Fields] = {
+    **{role: _OPTIONAL_NAME for role in ("system", "developer", "user")},
+    "assistant": (*_OPTIONAL_NAME, ("refusal", str, False), ("function_call", dict, False), ("audio", dict, False)),
+    "tool": (*_OPTIONAL_NAME, ("tool_call_id", str, True)),
+    "function": _REQUIRED_NAME,
+}
+# The objects an assistant message carries beside its tool calls, and their fields.
+ASSISTANT_OBJECTS: Dict[str, Fields] = {
+    "function_call": (*_REQUIRED_NAME, ("arguments", str, True)),
+    "audio": (("id", str, True),),
+}
 # How much of a refused value an error message repeats.
 _SHOWN_CHARS = 100
 
@@ -327,21 +357,28 @@ def _check_logit_bias(bias: Optional[Dict[str, Any]]) -> None:
 
 
 def _check_tools(document: Dict[str, Any]) -> None:
-    """Tools pass to the model as JSON; what only a tool call could answer is refused."""
-    tools = document.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise invalid("'tools' must be a list", param="tools")
-    for index, tool in enumerate(tools or ()):  # a chat template reads them (`tool.function.name`)
-        if not isinstance(tool, dict):
-            raise invalid(
-                f"Invalid type for 'tools[{index}]': expected an object, got {shown(tool)}", param=f"tools.[{index}]"
-            )
-    for key in ("tool_choice", "function_call"):
-        if not _lets_the_model_answer_text(document.get(key)):
+    """Tools pass to the model as JSON, and to a chat template (`tool.function.name`): OpenAI's fields, checked.
+
+    What only a tool call could answer is refused.
+    """
+    if document.get("tools") is not None:
+        _check_typed_objects(document["tools"], "tools", TOOL_FIELDS)
+    for number, function in enumerate(document.get("functions") or ()):
+        _required(function, dict, f"functions[{number}]")
+        _check_fields(function, FUNCTION_FIELDS, f"functions[{number}]")
+    for key, choices in TOOL_CHOICES.items():
+        choice = document.get(key)
+        if isinstance(choice, str) and choice not in choices:
+            raise invalid(f"Invalid value for '{key}': {shown(choice)}; supported: " + ", ".join(choices), param=key)
+        if not _lets_the_model_answer_text(choice):
             raise invalid(
                 f"{key} 'required' or a named tool is not supported: this server answers with text, never tool calls",
                 param=key,
             )
+    choice = document.get("tool_choice")
+    if isinstance(choice, dict):  # allowed tools of mode auto, as `_lets_the_model_answer_text` took it
+        where = "tool_choice.allowed_tools.tools"
+        _check_typed_objects(choice["allowed_tools"].get("tools"), where, CHOSEN_TOOL_FIELDS)
     modalities = document.get("modalities")
     if modalities is not None and modalities != ["text"]:
         raise invalid("only the 'text' modality is supported", param="modalities")
@@ -360,13 +397,18 @@ def _lets_the_model_answer_text(choice: Any) -> bool:
     return False
 
 
-def _part_text(part: Any, role: str) -> Optional[str]:
-    """The text of a content part: a `text` part's, or an assistant's `refusal` part's; None for any other."""
+def _part_text(part: Any, role: str, where: str) -> Optional[str]:
+    """The text of a content part (at `where`): a `text` part's, or an assistant's `refusal` part's; None for others.
+
+    A text part without a string text is refused naming it.
+    """
     if not isinstance(part, dict):
         return None
     kind = "refusal" if role == "assistant" and part.get("type") == "refusal" else "text"
-    text = part.get(kind)
-    return text if part.get("type") == kind and isinstance(text, str) else None
+    if part.get("type") != kind:
+        return None
+    _required(part.get(kind), str, f"{where}.{kind}")
+    return str(part[kind])
 
 
 def _content_text(content: Any, index: int, role: str) -> str:
@@ -377,8 +419,8 @@ def _content_text(content: Any, index: int, role: str) -> str:
         return content
     if isinstance(content, list):
         texts = []
-        for part in content:
-            text = _part_text(part, role)
+        for number, part in enumerate(content):
+            text = _part_text(part, role, f"messages[{index}].content[{number}]")
             if text is None:
                 kind = shown(part.get("type")) if isinstance(part, dict) else f"a {type(part).__name__}"
                 raise invalid(
@@ -391,44 +433,51 @@ def _content_text(content: Any, index: int, role: str) -> str:
 
 
 def _check_message_fields(message: Dict[str, Any], role: str, index: int) -> None:
-    """A message has content (an assistant's may be null, or absent beside its tool or function call); a string name."""
-    if message.get("content") is None:
-        calls = message.get("tool_calls") or message.get("function_call")
-        if role != "assistant" or ("content" not in message and not calls):
-            raise invalid(f"messages[{index}] has no 'content'", param=f"messages.[{index}].content")
-    name = message.get("name")
-    if name is not None and not isinstance(name, str):
-        raise invalid(
-            f"Invalid type for 'messages[{index}].name': expected a string, got {shown(name)}",
-            param=f"messages.[{index}].name",
-        )
-    tool_calls = message.get("tool_calls")
-    if tool_calls is not None:
-        _check_tool_calls(tool_calls, f"messages[{index}].tool_calls")
+    """A message has content and OpenAI's fields of its role, of their JSON types.
 
-
-def _check_tool_calls(calls: Any, where: str) -> None:
-    """A message's `tool_calls` (at `where`): a list of calls, each an id, a type and that type's object of strings.
-
-    A chat template reads them (`call.function.name`); OpenAI refuses a call without any of these fields.
+    Content may be null in a function's message, and in an assistant's (absent too beside its tool or function call).
     """
-    _required(calls, list, where)
-    for number, call in enumerate(calls):
+    if message.get("content") is None:
+        calls = role == "assistant" and (message.get("tool_calls") or message.get("function_call"))
+        if role not in ("assistant", "function") or ("content" not in message and not calls):
+            raise invalid(f"messages[{index}] has no 'content'", param=f"messages.[{index}].content")
+    where = f"messages[{index}]"
+    _check_fields(message, MESSAGE_FIELDS[role], where)
+    if role != "assistant":
+        return
+    for key, fields in ASSISTANT_OBJECTS.items():
+        if message.get(key) is not None:  # an object, as `_check_fields` left it
+            _check_fields(message[key], fields, f"{where}.{key}")
+    if message.get("tool_calls") is not None:
+        # A chat template reads them (`call.function.name`); OpenAI refuses a call without any of these fields.
+        _check_typed_objects(message["tool_calls"], f"{where}.tool_calls", TOOL_CALL_FIELDS, (("id", str, True),))
+
+
+def _check_typed_objects(items: Any, where: str, kinds: TypedObjects, own: Fields = ()) -> None:
+    """A list (at `where`) of objects, each with its `own` fields and a `type` of `kinds` with that type's object."""
+    _required(items, list, where)
+    for number, item in enumerate(items):
         at = f"{where}[{number}]"
-        _required(call, dict, at)
-        _required(call.get("id"), str, f"{at}.id")
-        kind = call.get("type")
+        _required(item, dict, at)
+        _check_fields(item, own, at)
+        kind = item.get("type")
         _required(kind, str, f"{at}.type")
-        if kind not in TOOL_CALL_FIELDS:
+        if kind not in kinds:
             raise invalid(
-                f"Invalid value for '{at}.type': {shown(kind)}; supported: " + ", ".join(TOOL_CALL_FIELDS),
+                f"Invalid value for '{at}.type': {shown(kind)}; supported: " + ", ".join(kinds),
                 param=_param(f"{at}.type"),
             )
-        key, fields = TOOL_CALL_FIELDS[kind]
-        carried = call.get(key)
-        _required(carried, dict, f"{at}.{key}")
-        for field in fields:
-            _required(carried.get(field), str, f"{at}.{key}.{field}")
+        key, fields = kinds[kind]
+        _required(item.get(key), dict, f"{at}.{key}")
+        _check_fields(item[key], fields, f"{at}.{key}")
+
+
+def _check_fields(value: Dict[str, Any], fields: Fields, where: str) -> None:
+    """The `fields` of the object at `where`: each of its JSON type where not null; the required ones not null."""
+    for field, kind, required in fields:
+        item = value.get(field)
+        if required or item is not None:
+            _required(item, kind, f"{where}.{field}")
 
 
 def _required(value: Any, kind: type, where: str) -> None:
