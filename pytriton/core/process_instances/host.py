@@ -583,12 +583,17 @@ def _end_if_forked(host_pid: int) -> None:
     the same allocator state, so packing its answer wrote over the instance's own answer (or a later job's) in place.
     """
     if _forked and os.getpid() != host_pid:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(0)
+        _flush_and_exit()
+
+
+def _flush_and_exit() -> None:
+    """End the process at once, with what it printed written out (no atexit handler runs here)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 # The hosts of this process (a RemoteTriton process serves several), and the one whose serving loop runs in a thread.
@@ -676,12 +681,7 @@ def _exit_past_threads(name: str) -> None:
         return
     sys.stderr.write(f"pytriton: {name} exits without waiting for threads of its model: {', '.join(others)}\n")
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(0)
+    _flush_and_exit()
 
 
 if __name__ == "__main__":
