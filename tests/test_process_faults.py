@@ -1011,8 +1011,8 @@ def forks_and_both_return(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
 
 def test_a_forked_child_that_returns_from_the_callable_ends_quietly(capfd: pytest.CaptureFixture[str]) -> None:
     """The child went back to the process's loop and sent its answer on its copy of the channel, closed in a forked
-    child: a traceback ending 'OSError: [Errno 9] Bad file descriptor' in the server's stderr. It now ends as it returns,
-    silently; the process's own answer is the request's."""
+    child: a traceback ending 'OSError: [Errno 9] Bad file descriptor' in the server's stderr. It now ends as it
+    returns, silently; the process's own answer is the request's."""
 
     def bind(triton: Triton) -> None:
         triton.bind("forks_twice", ProcessInstances(forks_and_both_return), **IO, config=UNBATCHED)

@@ -18,6 +18,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from pytriton.core.tensors.raw_tensors import PIECE_ELEMENTS
 from pytriton.decorators import batch, fill_optionals, first_value, get_model_config, group_by_values
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonUnrecoverableError
 from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES, ProcessInstances
@@ -520,6 +521,33 @@ def test_outputs_of_odd_array_kinds_reach_the_client(kind: int) -> None:
     with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
         x = np.array([kind, 5, 7], dtype=np.float32)
         assert _infer(triton, "odd", {"x": x})["y"].tolist() == (x * 2).tolist()
+
+
+def numpy_bytes(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """BYTES outputs whose elements are numpy's bytes_ with trailing NULs: alone, first of two, first of a long one."""
+    ends = np.bytes_(b"a\x00\x00")
+    long = np.full(PIECE_ELEMENTS, b"z", dtype=object)
+    long[0] = ends
+    shapes = {0: np.array([ends], dtype=object), 1: np.array([ends, b"b"], dtype=object), 2: long}
+    return [{"y": shapes[int(request["x"].flat[0])]} for request in requests]
+
+
+def test_numpy_bytes_with_trailing_nuls_reach_the_client_as_from_a_thread_instance() -> None:
+    """The first element of a BYTES output stays as it is for the server's checks, and numpy's bytes_ pickles
+    without its trailing NULs: np.bytes_(b"a\\x00\\x00") arrived as b"a" from a process instance, whole from a
+    thread instance."""
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        triton.bind("threads", numpy_bytes, **io, config=ModelConfig(batching=False))
+        triton.bind("processes", ProcessInstances(numpy_bytes), **io, config=ModelConfig(batching=False))
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        for shape in (0, 1, 2):
+            x = {"x": np.array([shape], dtype=np.float32)}
+            expected = _infer(triton, "threads", x)["y"].tolist()
+            assert expected[0] == b"a\x00\x00"
+            assert _infer(triton, "processes", x)["y"].tolist() == expected
 
 
 def doubled_unless_negative(requests: List[Any]) -> List[Dict[str, np.ndarray]]:

@@ -94,11 +94,8 @@ def _portable(step: Any) -> Any:
             continue
         changed: Optional[Dict[Any, Any]] = None
         for name, value in response.items():
-            if type(value) is np.ndarray and value.dtype.hasobject and value.size > 1:
-                try:
-                    plain = plain_elements(value, 1)
-                except Exception:  # noqa: BLE001 - an element's str raised: the server's codec says so, as a thread's
-                    continue
+            if type(value) is np.ndarray and value.dtype.hasobject and value.size:
+                plain = _plain_past_first(value)
                 if plain is not value:
                     if changed is None:
                         changed = dict(response)
@@ -110,6 +107,24 @@ def _portable(step: Any) -> Any:
     if converted is None:
         return step
     return tuple(converted) if type(step) is tuple else converted
+
+
+def _plain_past_first(array: np.ndarray) -> np.ndarray:
+    """An object array as `_portable` sends it (a copy where that changes it): elements past its first plain.
+
+    Its first stays for the server's checks, but for numpy's `bytes_`, which pickles without its trailing NULs (an
+    `a` and a NUL arrived as `a`): it goes as the bytes a thread instance's codec sends of it.
+    """
+    try:
+        plain = plain_elements(array, 1)
+    except Exception:  # noqa: BLE001 - an element's str raised: the server's codec says so, as a thread's
+        plain = array
+    first = array.flat[0]
+    if isinstance(first, np.bytes_):
+        if plain is array:
+            plain = array.copy()
+        plain.flat[0] = bytes(first)
+    return plain
 
 
 def _sendable(packed: Any, model: Optional[Tuple[str, str]]) -> Any:
