@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import pathlib
 import queue
@@ -10,6 +11,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from typing import Any, AsyncIterator, Dict, Iterator, List
 
 import ml_dtypes
@@ -18,10 +20,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from pytriton.core.tensors.raw_tensors import PIECE_ELEMENTS
 from pytriton.decorators import batch, fill_optionals, first_value, get_model_config, group_by_values
 from pytriton.exceptions import PyTritonBadParameterError, PyTritonRuntimeError, PyTritonUnrecoverableError
 from pytriton.instances import DEFAULT_SHM_BUDGET_BYTES, ProcessInstances
 from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+from pytriton.proxy.types import Response
 from pytriton.triton import Triton, TritonConfig
 from tests.conftest import HTTP_AUTH, grpc_url, http_url, memfds_held, running_triton
 from tests.fleet import wait_until
@@ -520,6 +524,74 @@ def test_outputs_of_odd_array_kinds_reach_the_client(kind: int) -> None:
     with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
         x = np.array([kind, 5, 7], dtype=np.float32)
         assert _infer(triton, "odd", {"x": x})["y"].tolist() == (x * 2).tolist()
+
+
+def numpy_bytes(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """BYTES outputs whose elements are numpy's bytes_ with trailing NULs: alone, first of two, first of a long one."""
+    ends = np.bytes_(b"a\x00\x00")
+    long = np.full(PIECE_ELEMENTS, b"z", dtype=object)
+    long[0] = ends
+    shapes = {0: np.array([ends], dtype=object), 1: np.array([ends, b"b"], dtype=object), 2: long}
+    return [{"y": shapes[int(request["x"].flat[0])]} for request in requests]
+
+
+def test_numpy_bytes_with_trailing_nuls_reach_the_client_as_from_a_thread_instance() -> None:
+    """The first element of a BYTES output stays as it is for the server's checks, and numpy's bytes_ pickles
+    without its trailing NULs: np.bytes_(b"a\\x00\\x00") arrived as b"a" from a process instance, whole from a
+    thread instance."""
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        triton.bind("threads", numpy_bytes, **io, config=ModelConfig(batching=False))
+        triton.bind("processes", ProcessInstances(numpy_bytes), **io, config=ModelConfig(batching=False))
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        for shape in (0, 1, 2):
+            x = {"x": np.array([shape], dtype=np.float32)}
+            expected = _infer(triton, "threads", x)["y"].tolist()
+            assert expected[0] == b"a\x00\x00"
+            assert _infer(triton, "processes", x)["y"].tolist() == expected
+
+
+def responses_of_other_kinds(requests: List[Any]) -> List[Any]:
+    """Responses that are no plain dict: the requests themselves, Response objects, an OrderedDict, a mappingproxy."""
+    kind = int(requests[0]["x"].flat[0])
+    y = np.array([np.bytes_(b"a\x00"), b"b"], dtype=object)
+    if kind == 0:
+        for request in requests:
+            request.data["y"] = y
+        return requests
+    if kind == 1:
+        return [Response(data={"y": y}) for _ in requests]
+    if kind == 2:
+        return [collections.OrderedDict(y=y) for _ in requests]
+    return [types.MappingProxyType({"y": y}) for _ in requests]
+
+
+def test_responses_that_are_no_plain_dict_are_answered_as_a_thread_instance_answers_them() -> None:
+    """The server reads a Request or Response returned as a response by its data: from a process instance, a
+    Request failed ('cannot pickle 'socket' object': it holds the process's channel), the BYTES of a Response or an
+    OrderedDict lost what travelling in a plain dict keeps (numpy's bytes_ pickles without its trailing NULs), and a
+    mappingproxy failed with pickle's words, not as no dict."""
+    io = {"inputs": FP32_IO["inputs"], "outputs": [Tensor(name="y", dtype=bytes, shape=(-1,))]}
+
+    def bind(triton: Triton) -> None:
+        triton.bind("threads", responses_of_other_kinds, **io, config=ModelConfig(batching=False))
+        triton.bind("processes", ProcessInstances(responses_of_other_kinds), **io, config=ModelConfig(batching=False))
+
+    def answer(triton: Triton, model: str, kind: int) -> Any:
+        try:
+            return _infer(triton, model, {"x": np.array([kind], dtype=np.float32)})["y"].tolist()
+        except httpclient.InferenceServerException as error:
+            return error.status(), error.message().replace(f"`{model}`", "`m`")
+
+    with running_triton(bind, allow_grpc=False, allow_metrics=False) as triton:
+        for kind in (0, 1, 2):
+            assert answer(triton, "threads", kind) == [b"a\x00", b"b"]
+            assert answer(triton, "processes", kind) == [b"a\x00", b"b"], kind
+        refused = answer(triton, "threads", 3)
+        assert refused[0] == "500" and "must be list of response dicts" in refused[1]
+        assert answer(triton, "processes", 3) == refused
 
 
 def doubled_unless_negative(requests: List[Any]) -> List[Dict[str, np.ndarray]]:

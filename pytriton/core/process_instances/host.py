@@ -65,18 +65,25 @@ from pytriton.ipc.channel import BlockingChannel, ChannelClosed, Message, encode
 from pytriton.ipc.segments import SharedMemoryUnavailable
 from pytriton.ipc.spawn import die_with_parent
 from pytriton.ipc.tensors import ArenaWriter, Buffer
-from pytriton.proxy.types import Request, mark_cancelled
+from pytriton.proxy.types import Request, Response, mark_cancelled
 
 
 class Unsendable:
     """Stands in for a result that cannot leave the process (a generator, a lock...): the server's checks see it."""
 
     def __init__(self, value: Any) -> None:
-        """Remember how the value looked."""
+        """Remember how the value looked: its repr, and its str, which the server's messages write."""
         self._repr = repr(value)
+        try:
+            self._str = str(value)
+        except Exception:  # noqa: BLE001 - a str that raises: its repr will do
+            self._str = self._repr
 
     def __repr__(self) -> str:
         return self._repr
+
+    def __str__(self) -> str:
+        return self._str
 
 
 def _portable(step: Any) -> Any:
@@ -84,36 +91,56 @@ def _portable(step: Any) -> Any:
 
     The server may not import the classes of the others (a module the factory imported from a path of its own): their
     message was unreadable there, and the instance was taken for dead. The first element stays for the server's
-    checks, which look at it. The result itself when nothing changes; the callable's own dicts are never changed.
+    checks, which look at it. A Request or Response returned as a response goes as its `data`, which is what the
+    server reads of it (a Request here holds the process's channel, which does not pickle: the request failed). The
+    result itself when nothing changes; the callable's own dicts are never changed.
     """
     if not isinstance(step, (list, tuple)):
         return step
     converted: Optional[List[Any]] = None
     for index, response in enumerate(step):
-        if type(response) is not dict:
+        data = response.data if isinstance(response, (Request, Response)) else response
+        if not isinstance(data, dict):
             continue
         changed: Optional[Dict[Any, Any]] = None
-        for name, value in response.items():
-            if type(value) is np.ndarray and value.dtype.hasobject and value.size > 1:
-                try:
-                    plain = plain_elements(value, 1)
-                except Exception:  # noqa: BLE001 - an element's str raised: the server's codec says so, as a thread's
-                    continue
+        for name, value in data.items():
+            if type(value) is np.ndarray and value.dtype.hasobject and value.size:
+                plain = _plain_past_first(value)
                 if plain is not value:
                     if changed is None:
-                        changed = dict(response)
+                        changed = dict(data)
                     changed[name] = plain
-        if changed is not None:
+        if changed is not None or data is not response:
             if converted is None:
                 converted = list(step)
-            converted[index] = changed
+            converted[index] = data if changed is None else changed
     if converted is None:
         return step
     return tuple(converted) if type(step) is tuple else converted
 
 
+def _plain_past_first(array: np.ndarray) -> np.ndarray:
+    """An object array as `_portable` sends it (a copy where that changes it): elements past its first plain.
+
+    Its first stays for the server's checks, but for numpy's `bytes_`, which pickles without its trailing NULs (an
+    `a` and a NUL arrived as `a`): it goes as the bytes a thread instance's codec sends of it.
+    """
+    try:
+        plain = plain_elements(array, 1)
+    except Exception:  # noqa: BLE001 - an element's str raised: the server's codec says so, as a thread's
+        plain = array
+    first = array.flat[0]
+    if isinstance(first, np.bytes_):
+        if plain is array:
+            plain = array.copy()
+        plain.flat[0] = bytes(first)
+    return plain
+
+
 def _sendable(packed: Any, model: Optional[Tuple[str, str]]) -> Any:
     """A packed result whose responses that do not pickle are UnsentResponse's naming why: only those requests fail.
+
+    One that is no dict at all (a mappingproxy) goes as an Unsendable: the server refuses it in a thread's words.
 
     Raises what pickling raised when the result is no list (the caller sends an Unsendable then).
     """
@@ -126,6 +153,9 @@ def _sendable(packed: Any, model: Optional[Tuple[str, str]]) -> Any:
         try:
             pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
         except Exception as failure:  # noqa: BLE001 - whatever pickling raises names the cause
+            if len(item) == 1 and not isinstance(item[0], dict):  # the server's checks refuse it as a thread's
+                sendable.append((Unsendable(item[0]),))
+                continue
             what, cause = f"response {index} of the batch", failure
             if len(item) == 3 and type(item[1]) is dict:
                 for name, value in item[1].items():
