@@ -110,7 +110,8 @@ def pack_request(
     """An INFER message, its body, and whether any input stays in a frontend buffer (viewed until RELEASED).
 
     The body holds the other inputs' bytes as views: the request lives until its answer. `pickled`: its long
-    object inputs' pieces, pickled ahead (`pickle_inputs_ahead`); the others are pickled now.
+    object inputs' pieces, pickled ahead (`pickle_inputs_ahead`); the others are pickled now, or with
+    PICKLE_FIRST none is: a long one raises LongInputs.
     """
     parts: List[Buffer] = []
     inputs, shared, pieces = _pack_arrays(request.inputs.items(), parts, copy=False, place=place, pickled=pickled)
@@ -299,6 +300,8 @@ def _pack_arrays(
             if is_long(array):
                 pieces = pickled.get(name) if pickled else None
                 if pieces is None:
+                    if pickled is PICKLE_FIRST:
+                        raise LongInputs(name)
                     pieces = pickled_or_none(array, plain=True)
             if pieces is None:
                 packed.append((name, None, plain_objects(array)))
@@ -340,14 +343,6 @@ def plain_objects(array: Any) -> Any:
         return array
 
 
-def long_inputs(request: InferenceRequest) -> bool:
-    """Whether a request has a long object input (long_outputs.is_long), which crosses in pickled pieces."""
-    for array in request.inputs.values():
-        if is_long(array):
-            return True
-    return False
-
-
 def long_outputs(response: InferenceResponse) -> bool:
     """Whether a response has a long object output (long_outputs.is_long), which crosses in pickled pieces."""
     for output in response.outputs:
@@ -359,6 +354,15 @@ def long_outputs(response: InferenceResponse) -> bool:
 
 # A message's long object arrays pickled ahead (`pickle_ahead`, `pickle_inputs_ahead`): their pieces, by name.
 Pickled = Dict[str, List[bytes]]
+# `pack_request`'s `pickled` for a sender that pickles long inputs off its loop first: it raises LongInputs at one.
+PICKLE_FIRST: Pickled = {}
+
+
+class LongInputs(Exception):
+    """A request to pack with PICKLE_FIRST has a long object input: pickle them first (`pickle_inputs_ahead`).
+
+    Found where packing meets one, so that a request without any pays no check of its own.
+    """
 
 
 def pickle_ahead(response: InferenceResponse) -> Pickled:

@@ -62,6 +62,7 @@ from pytriton.runtime.frontends.protocol import (
     END,
     FAILED,
     FORGET,
+    PICKLE_FIRST,
     REFUSED,
     RELEASED,
     RESPONSE,
@@ -72,9 +73,9 @@ from pytriton.runtime.frontends.protocol import (
     TAKEN,
     TOKENS,
     TRACED_RESPONSE,
+    LongInputs,
     Pickled,
     error_of,
-    long_inputs,
     pack_request,
     pickle_inputs_ahead,
     put_back_long,
@@ -193,7 +194,8 @@ class HubLink:
     ) -> int:
         """Send a request to the hub; its answers go to `waiting`. Its key. `named`: its client named the version.
 
-        `pickled`: its long object inputs' pieces, pickled off the loop (`pickled_inputs`).
+        `pickled`: its long object inputs' pieces, pickled off the loop (`pickled_inputs`); PICKLE_FIRST: raises
+        LongInputs (sending nothing) at a long one, None: they are pickled now.
         """
         if self.closed:
             raise InferenceError.unavailable("the server is stopping")
@@ -289,11 +291,10 @@ class HubLink:
                     self._hand(key, tag, target, response)
             elif tag == FAILED or tag == END:
                 key = head[1]
-                item = error_of(head) if tag == FAILED else _END
                 if behind and key in behind:
-                    behind[key].append((None, tag, item))
-                else:
-                    self._hand_end(key, tag, item)
+                    behind[key].append((None, tag, error_of(head) if tag == FAILED else _END))
+                elif key in waiting:
+                    self._hand_end(key, tag, error_of(head) if tag == FAILED else _END)
             elif tag == RELEASED:
                 for key in head[1]:
                     self._lent.pop(key, None)
@@ -543,8 +544,13 @@ class RemoteModel:
         """Run one request on the hub; its single response (a queued request whose client leaves is CANCELLED)."""
         # The link's loop, not asyncio.get_running_loop(): on Python 3.11 and older that costs a getpid() call.
         future: asyncio.Future[InferenceResponse] = self._link.loop.create_future()
-        pickled = await pickled_inputs(request) if long_inputs(request) else None
-        key = self._link.send(self.spec, request, future, gone, self._named, pickled)
+        try:
+            key = self._link.send(self.spec, request, future, gone, self._named, PICKLE_FIRST)
+        except LongInputs:
+            key = 0  # sent once its long object inputs are pickled off the loop (not awaited with the error held)
+        if not key:
+            pickled = await pickled_inputs(request)
+            key = self._link.send(self.spec, request, future, gone, self._named, pickled)
         try:
             return await future
         except asyncio.CancelledError:
@@ -579,10 +585,11 @@ class RemoteModel:
 
         A request with long object inputs is sent once they are pickled off the loop, as the iteration begins.
         """
-        if long_inputs(request):
-            return self._pickled_then_sent(request)
         stream = _Stream()
-        key = self._link.send(self.spec, request, stream, None, self._named)
+        try:
+            key = self._link.send(self.spec, request, stream, None, self._named, PICKLE_FIRST)
+        except LongInputs:
+            return self._pickled_then_sent(request)
         return self._responses(key, stream)
 
     async def _pickled_then_sent(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
