@@ -1,4 +1,5 @@
-"""BYTES tensors through frontend processes: exact both ways, and a long one taken in off the hub's loop.
+"""BYTES tensors through frontend processes: exact both ways, and a long one taken in off the hub's loop and off
+the frontend's (tests/frontend_probe notes which thread of a frontend process pickles and rebuilds one).
 
 The server has two frontend processes (frontends=3: the hub serves no connection itself), so every request here
 crosses from a frontend to the hub and its answer back (docs/architecture.md, "Frontend processes"). An object
