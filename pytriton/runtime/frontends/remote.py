@@ -287,8 +287,19 @@ class HubLink:
                     self._rebuild(key, tag, response, body)
                 elif behind and key in behind:
                     behind[key].append((None, tag, response))
+                elif isinstance(target, _Stream):  # `_hand`'s work, inline: this runs for every response
+                    target.queue.put_nowait(response)
                 else:
-                    self._hand(key, tag, target, response)
+                    del waiting[key]
+                    self._unwatch(key)
+                    if tag == RESPONSE:
+                        if not target.done():
+                            target.set_result(response)
+                        continue
+                    trace = _HubTrace(self, key)
+                    if not target.done():
+                        target.set_result(TracedResponse(response, trace))
+                    self.loop.call_soon(trace.unclaimed)  # see `_hand`
             elif tag == FAILED or tag == END:
                 key = head[1]
                 if behind and key in behind:
