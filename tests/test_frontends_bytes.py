@@ -1,4 +1,5 @@
-"""BYTES tensors through frontend processes: exact both ways, and a long one taken in off the hub's loop.
+"""BYTES tensors through frontend processes: exact both ways, and a long one taken in off the hub's loop and off
+the frontend's (tests/frontend_probe notes which thread of a frontend process pickles and rebuilds one).
 
 The server has two frontend processes (frontends=3: the hub serves no connection itself), so every request here
 crosses from a frontend to the hub and its answer back (docs/architecture.md, "Frontend processes"). An object
@@ -8,11 +9,15 @@ protocol.py), and the hub rebuilds it in a thread; a shorter one in the message'
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import os
 import pickle
 import queue
 import threading
-from typing import Any, Dict, Iterator, List
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, NamedTuple, Tuple
 
 import numpy as np
 import pytest
@@ -27,6 +32,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.runtime.frontends import protocol
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url, running_triton
+from tests.frontend_processes import frontend_pids, serving_pid
 
 LONG = PIECE_ELEMENTS + 3  # pieces of PIECE_ELEMENTS and a short last one
 # Strings a wire mangles when it takes them for text: empty, NUL bytes (a trailing one too), not UTF-8.
@@ -267,3 +273,265 @@ def _holds_long_input(head: Any) -> bool:
         if isinstance(value, (tuple, list)):
             stack.extend(value)
     return False
+
+
+# -- a frontend's side, off its loop: frontend processes of a server started with tests/frontend_probe first on their
+# PYTHONPATH note which thread pickles and rebuilds a long array whose first element is b"hold:NAME", and hold it
+# (off their loop only) until file NAME exists in the probe's folder.
+
+PROBE = str(Path(__file__).parent / "frontend_probe")
+PROBE_ENV = "PYTRITON_TEST_LONG_OBJECTS_PROBE"
+OFF_LOOP = "pytriton-long-objects"
+HELD_STEPS_DONE = threading.Event()
+
+
+def _long_answer(requests: List[Any]) -> List[Dict[str, np.ndarray]]:
+    """LONG strings, the first one the hold marker the request names."""
+    answers = []
+    for request in requests:
+        marker = request["in"].flat[0]
+        answers.append({"out": np.array([marker, *(b"a%d" % index for index in range(1, LONG))], dtype=object)})
+    return answers
+
+
+def _held_steps(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """`_steps`, the first step's first string the hold marker the request names; HELD_STEPS_DONE after the last."""
+    marker = requests[0]["in"].flat[0]
+    for step in range(4):
+        count = LONG if step % 2 == 0 else 1
+        strings = [b"%d-%d" % (step, index) for index in range(count)]
+        if step == 0:
+            strings[0] = marker
+        yield [{"out": np.array(strings, dtype=object)}]
+    HELD_STEPS_DONE.set()
+
+
+def _stream_echo(requests: List[Any]) -> Iterator[List[Dict[str, np.ndarray]]]:
+    """Its input, then one short string."""
+    yield [{"out": requests[0]["in"]}]
+    yield [{"out": np.array([b"after"], dtype=object)}]
+
+
+def _bind_probed(triton: Triton) -> None:
+    _bind(triton)
+    config = ModelConfig(batching=False)
+    decoupled = ModelConfig(batching=False, decoupled=True)
+    for name, function, model_config in (
+        ("long_answer", _long_answer, config),
+        ("held_steps", _held_steps, decoupled),
+        ("stream_echo", _stream_echo, decoupled),
+    ):
+        triton.bind(
+            name,
+            function,
+            inputs=[Tensor(name="in", dtype=bytes, shape=(-1,))],
+            outputs=[Tensor(name="out", dtype=bytes, shape=(-1,))],
+            config=model_config,
+        )
+
+
+class Probed(NamedTuple):
+    """A server whose frontend processes are probed, their pids, and the probe's folder."""
+
+    triton: Triton
+    pids: List[int]
+    folder: Path
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Probed]:
+    """A server whose frontend processes are probed (another server of this module may run beside it)."""
+    folder = tmp_path_factory.mktemp("probe")
+    others = set(frontend_pids())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PROBE_ENV, str(folder))
+        patch.setenv("PYTHONPATH", os.pathsep.join([PROBE, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        with running_triton(_bind_probed, frontends=3) as server:
+            patch.undo()  # the frontends started: nothing else of this process's needs it
+            yield Probed(server, [pid for pid in frontend_pids() if pid not in others], folder)
+
+
+def _notes(folder: Path, name: str) -> List[Tuple[str, str]]:
+    """What the probe noted of the arrays held as `name`: (pickle or rebuild, the thread)."""
+    path = folder / f"{name}.notes"
+    if not path.exists():
+        return []
+    return [tuple(line.split(" ", 1)) for line in path.read_text().splitlines()]  # type: ignore[misc]
+
+
+def _until_noted(folder: Path, name: str, kind: str) -> None:
+    for _ in range(600):
+        if any(noted == kind for noted, _ in _notes(folder, name)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no frontend came to {kind} {name}")
+
+
+@contextlib.contextmanager
+def _two_on_one_frontend(probed: Probed) -> Iterator[List[http.client.HTTPConnection]]:
+    """Two HTTP connections that the same frontend process serves."""
+    triton, pids = probed.triton, probed.pids
+    by_pid: Dict[int, List[http.client.HTTPConnection]] = {}
+    opened = []
+    try:
+        for _ in range(16):
+            connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=60)
+            opened.append(connection)
+            connection.connect()
+            same = by_pid.setdefault(serving_pid(connection.sock, pids), [])
+            same.append(connection)
+            if len(same) == 2:
+                yield same
+                return
+        raise AssertionError(f"no two connections reached the same frontend of {pids}")
+    finally:
+        for connection in opened:
+            connection.close()
+
+
+def _post_binary(connection: http.client.HTTPConnection, model: str, array: np.ndarray) -> np.ndarray:
+    """`array` to `model` over `connection` (HTTP, binary tensors); its answer "out"."""
+    tensor = httpclient.InferInput("in", list(array.shape), "BYTES")
+    tensor.set_data_from_numpy(array, binary_data=True)
+    outputs = [httpclient.InferRequestedOutput("out", binary_data=True)]
+    body, json_size = httpclient.InferenceServerClient.generate_request_body([tensor], outputs)
+    headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(json_size)}
+    connection.request("POST", f"/v2/models/{model}/infer", body, headers)
+    answer = connection.getresponse()
+    data = answer.read()
+    assert answer.status == 200, data[:500]
+    length = answer.getheader("Inference-Header-Content-Length")
+    result = httpclient.InferenceServerClient.parse_response_body(data, header_length=int(length) if length else None)
+    return result.as_numpy("out")
+
+
+def _served_meanwhile(connection: http.client.HTTPConnection) -> None:
+    """A small request answered by the frontend whose long one is held off its loop."""
+    small = np.array([b"small"], dtype=object)
+    assert _post_binary(connection, "echo1", small).tolist() == [b"small"]
+
+
+def _marked(name: str, count: int = LONG) -> np.ndarray:
+    return np.array([b"hold:" + name.encode(), *(b"s%d" % index for index in range(1, count))], dtype=object)
+
+
+def test_a_long_bytes_request_is_pickled_off_the_frontends_loop(probed: Probed) -> None:
+    """A frontend pickled a long BYTES input on its event loop as it sent the request to the hub (a million strings:
+    35-65 ms of every other client of the frontend). Now a thread does: a small request to the same frontend is
+    answered while the pickling is held."""
+    folder = probed.folder
+    array = _marked("request")
+    answers: List[np.ndarray] = []
+    with _two_on_one_frontend(probed) as (long_connection, small_connection):
+        sender = threading.Thread(target=lambda: answers.append(_post_binary(long_connection, "echo1", array)))
+        sender.start()
+        try:
+            _until_noted(folder, "request", "pickle")
+            _served_meanwhile(small_connection)
+            assert sender.is_alive()  # its request waits for the pickling, which waits for this
+        finally:
+            (folder / "request").touch()
+            sender.join(60)
+    assert [thread for kind, thread in _notes(folder, "request") if kind == "pickle"] == [OFF_LOOP]
+    assert answers and answers[0].tolist() == array.tolist()
+
+
+def test_a_long_bytes_answer_is_rebuilt_off_the_frontends_loop(probed: Probed) -> None:
+    """A frontend rebuilt a long BYTES answer on its event loop as the hub's message came (a million strings: 35-65
+    ms of every other client of the frontend). Now a thread does: a small request to the same frontend is answered
+    while the rebuilding is held."""
+    folder = probed.folder
+    answers: List[np.ndarray] = []
+    with _two_on_one_frontend(probed) as (long_connection, small_connection):
+        marker = np.array([b"hold:answer"], dtype=object)
+        sender = threading.Thread(target=lambda: answers.append(_post_binary(long_connection, "long_answer", marker)))
+        sender.start()
+        try:
+            _until_noted(folder, "answer", "rebuild")
+            _served_meanwhile(small_connection)
+            assert sender.is_alive()  # its answer waits for the rebuilding, which waits for this
+        finally:
+            (folder / "answer").touch()
+            sender.join(60)
+    assert _notes(folder, "answer") == [("rebuild", OFF_LOOP)]
+    assert answers and answers[0].tolist() == [b"hold:answer", *(b"a%d" % index for index in range(1, LONG))]
+
+
+def test_a_streams_long_responses_rebuilt_off_the_loop_keep_their_order(probed: Probed) -> None:
+    """A stream's long response rebuilt off a frontend's loop is not overtaken by the short ones and the end the hub
+    sent after it: they wait behind it. The long one is held until the model has sent everything and each frontend
+    has answered a request since (its channel from the hub is in order)."""
+    triton, folder = probed.triton, probed.folder
+    HELD_STEPS_DONE.clear()
+    responses: queue.Queue[Any] = queue.Queue()
+    with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+        client.start_stream(callback=lambda result, error: responses.put((result, error)))
+        try:
+            tensor = grpcclient.InferInput("in", [1], "BYTES")
+            tensor.set_data_from_numpy(np.array([b"hold:steps"], dtype=object))
+            client.async_stream_infer("held_steps", [tensor], enable_empty_final_response=True)
+            _until_noted(folder, "steps", "rebuild")
+            assert HELD_STEPS_DONE.wait(60)
+            for connection in _one_on_each_frontend(probed).values():
+                with contextlib.closing(connection):
+                    _served_meanwhile(connection)
+        finally:
+            (folder / "steps").touch()
+        steps = []
+        while True:
+            result, error = responses.get(timeout=60)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+            steps.append(result.as_numpy("out").tolist())
+        client.stop_stream()
+    expected = [[b"%d-%d" % (step, index) for index in range(LONG if step % 2 == 0 else 1)] for step in range(4)]
+    expected[0][0] = b"hold:steps"
+    assert steps == expected
+    assert {thread for kind, thread in _notes(folder, "steps")} == {OFF_LOOP}
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["ModelInfer", "ModelStreamInfer"])
+def test_a_long_grpc_request_is_pickled_off_the_frontends_loop(probed: Probed, streaming: bool) -> None:
+    """The long BYTES input of a gRPC request, plain or streamed, is pickled in a frontend's thread too; the
+    round trip is exact."""
+    triton, folder = probed.triton, probed.folder
+    name = f"grpc-{streaming}"
+    (folder / name).touch()  # noted, not held
+    array = _marked(name)
+    tensor = grpcclient.InferInput("in", [LONG], "BYTES")
+    tensor.set_data_from_numpy(array)
+    with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+        if not streaming:
+            answers = [client.infer("echo1", [tensor]).as_numpy("out").tolist()]
+        else:
+            responses: queue.Queue[Any] = queue.Queue()
+            client.start_stream(callback=lambda result, error: responses.put((result, error)))
+            client.async_stream_infer("stream_echo", [tensor])
+            answers = []
+            for _ in range(2):
+                result, error = responses.get(timeout=60)
+                assert error is None, error
+                answers.append(result.as_numpy("out").tolist())
+            client.stop_stream()
+    assert answers == [array.tolist()] + ([[b"after"]] if streaming else [])
+    assert [thread for kind, thread in _notes(folder, name) if kind == "pickle"] == [OFF_LOOP]
+
+
+def _one_on_each_frontend(probed: Probed) -> Dict[int, http.client.HTTPConnection]:
+    """An HTTP connection to each frontend process, by pid."""
+    triton, pids = probed.triton, probed.pids
+    found: Dict[int, http.client.HTTPConnection] = {}
+    for _ in range(32):
+        connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=60)
+        connection.connect()
+        pid = serving_pid(connection.sock, pids)
+        if pid in found:
+            connection.close()
+        else:
+            found[pid] = connection
+        if len(found) == len(pids):
+            return found
+    for connection in found.values():
+        connection.close()
+    raise AssertionError(f"connections reached {sorted(found)} of {pids}")

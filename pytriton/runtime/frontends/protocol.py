@@ -43,12 +43,13 @@ PIECE_ELEMENTS or more (long_outputs.is_long) is (name, "|O", shape, offset, pie
 pickled as lists of PIECE_ELEMENTS, lie in the body (core/process_instances/long_outputs.py). numpy pickles an
 object array whole, in one call that holds the GIL (a million short strings: 0.2 s, on the loop that sends it; 0.05
 s unpickled, on the loop that reads it, and the head grows by their size); lists pickle four times faster, and the
-receiver rebuilds the array a piece at a time (`rebuild_long`), the hub off its loop (hub.py).
+receiver rebuilds the array a piece at a time (`rebuild_long`). Either side does both off its loop, in threads
+(long_outputs.off_loop): the hub (hub.py) and the frontend (remote.py), each keeping a request's messages in order.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -97,14 +98,23 @@ Resolve = Callable[[int, int, int, np.dtype, Tuple[int, ...]], np.ndarray]
 
 
 def pack_request(
-    key: int, model: str, version: str, request: InferenceRequest, streaming: bool, place: Place, named: bool = True
+    key: int,
+    model: str,
+    version: str,
+    request: InferenceRequest,
+    streaming: bool,
+    place: Place,
+    named: bool = True,
+    pickled: Optional[Pickled] = None,
 ) -> Tuple[Any, List[Buffer], bool]:
     """An INFER message, its body, and whether any input stays in a frontend buffer (viewed until RELEASED).
 
-    The body holds the other inputs' bytes as views: the request lives until its answer.
+    The body holds the other inputs' bytes as views: the request lives until its answer. `pickled`: its long
+    object inputs' pieces, pickled ahead (`pickle_inputs_ahead`); the others are pickled now, or with
+    PICKLE_FIRST none is: a long one raises LongInputs.
     """
     parts: List[Buffer] = []
-    inputs, shared, pieces = _pack_arrays(request.inputs.items(), parts, copy=False, place=place)
+    inputs, shared, pieces = _pack_arrays(request.inputs.items(), parts, copy=False, place=place, pickled=pickled)
     head = (
         INFER_PIECES if pieces else INFER,
         key,
@@ -223,14 +233,34 @@ def pack_small_response(key: int, response: InferenceResponse) -> Optional[Tuple
     return (RESPONSE, key, tuple(packed), tuple(datatypes), response.final, 0, response.parameters), parts
 
 
-def unpack_response(head: Any, body: memoryview, resolve: Resolve) -> InferenceResponse:
-    """The response a RESPONSE message carries; its arrays view the message body or shared memory."""
+def unpack_response(
+    head: Any, body: memoryview, resolve: Resolve, later: Optional[List[Any]] = None
+) -> InferenceResponse:
+    """The response a RESPONSE message carries; its arrays view the message body or shared memory.
+
+    `later`: its long object outputs are not rebuilt now: their items are appended there, and their arrays are
+    UNREBUILT until `put_back_long` puts back what `rebuild_long` made of them.
+    """
     _, _, outputs, datatypes, final, _, parameters = head
     return InferenceResponse(
-        [OutputTensor(item[0], datatype, _array(item, body, resolve)) for item, datatype in zip(outputs, datatypes)],
+        [
+            OutputTensor(item[0], datatype, _array(item, body, resolve, later))
+            for item, datatype in zip(outputs, datatypes)
+        ],
         final,
         parameters,
     )
+
+
+# The array of a long object output not rebuilt yet (`unpack_response`'s `later`).
+UNREBUILT = np.empty(0, dtype=object)
+
+
+def put_back_long(response: InferenceResponse, arrays: Dict[str, np.ndarray]) -> None:
+    """Put a response's long object outputs, rebuilt (`rebuild_long`), in the places `unpack_response` left."""
+    for output in response.outputs:
+        if output.array is UNREBUILT:
+            output.array = arrays[output.name]
 
 
 def failed(key: int, error: InferenceError, answered: bool) -> Tuple[Any, ...]:
@@ -270,6 +300,8 @@ def _pack_arrays(
             if is_long(array):
                 pieces = pickled.get(name) if pickled else None
                 if pieces is None:
+                    if pickled is PICKLE_FIRST:
+                        raise LongInputs(name)
                     pieces = pickled_or_none(array, plain=True)
             if pieces is None:
                 packed.append((name, None, plain_objects(array)))
@@ -320,19 +352,37 @@ def long_outputs(response: InferenceResponse) -> bool:
     return False
 
 
-# A response's long object outputs pickled ahead (`pickle_ahead`): their pieces, by output name.
+# A message's long object arrays pickled ahead (`pickle_ahead`, `pickle_inputs_ahead`): their pieces, by name.
 Pickled = Dict[str, List[bytes]]
+# `pack_request`'s `pickled` for a sender that pickles long inputs off its loop first: it raises LongInputs at one.
+PICKLE_FIRST: Pickled = {}
+
+
+class LongInputs(Exception):
+    """A request to pack with PICKLE_FIRST has a long object input: pickle them first (`pickle_inputs_ahead`).
+
+    Found where packing meets one, so that a request without any pays no check of its own.
+    """
 
 
 def pickle_ahead(response: InferenceResponse) -> Pickled:
     """Pickle a response's long object outputs now (a thread, off the loop), for `pack_response` to take."""
+    return _pickled_long((output.name, output.array) for output in response.outputs)
+
+
+def pickle_inputs_ahead(request: InferenceRequest) -> Pickled:
+    """Pickle a request's long object inputs now (a thread, off the loop), for `pack_request` to take."""
+    return _pickled_long(request.inputs.items())
+
+
+def _pickled_long(arrays: Iterable[Tuple[str, Any]]) -> Pickled:
+    """The pieces of the long object arrays among `arrays` whose elements pickle, by name."""
     pickled: Pickled = {}
-    for output in response.outputs:
-        array = output.array
+    for name, array in arrays:
         if is_long(array):
             pieces = pickled_or_none(array, plain=True)
             if pieces is not None:
-                pickled[output.name] = pieces
+                pickled[name] = pieces
     return pickled
 
 
@@ -358,12 +408,20 @@ def _rebuilt(item: Sequence[Any], body: memoryview, long_arrays: Optional[Dict[s
     return rebuilt(tuple(shape), body, offset, sizes)
 
 
-def _array(item: Sequence[Any], body: memoryview, resolve: Resolve) -> Any:
-    """One packed array: a view of the message body or of shared memory, or the object array itself."""
+def _array(item: Sequence[Any], body: memoryview, resolve: Resolve, later: Optional[List[Any]] = None) -> Any:
+    """One packed array: a view of the message body or of shared memory, or the object array itself.
+
+    A long object array is rebuilt now, or with `later` appended there (UNREBUILT).
+    """
     if item[1] is None:
         return item[2]
     _, code, shape, offset, nbytes, where = item
     dtype = dtype_of(code)
     if where != BODY:
-        return resolve(where, offset, nbytes, dtype, shape) if where != PIECES else _rebuilt(item, body, None)
+        if where != PIECES:
+            return resolve(where, offset, nbytes, dtype, shape)
+        if later is not None:
+            later.append(item)
+            return UNREBUILT
+        return _rebuilt(item, body, None)
     return np.ndarray(shape, dtype, body, offset)  # numpy checks the bounds

@@ -21,6 +21,7 @@ import time
 from collections import deque
 from typing import (
     Any,
+    AsyncGenerator,
     AsyncIterator,
     Callable,
     Deque,
@@ -40,6 +41,7 @@ from pytriton.core.engine import SpecChange, find_available
 from pytriton.core.errors import InferenceError
 from pytriton.core.logs.log_budget import LogBudget
 from pytriton.core.model import RepositoryEntry, ServedModel
+from pytriton.core.process_instances.long_outputs import off_loop
 from pytriton.core.request import InferenceRequest, InferenceResponse
 from pytriton.core.request_spans import TracedResponse
 from pytriton.core.shared_memory.cuda import CudaSharedMemory
@@ -60,6 +62,7 @@ from pytriton.runtime.frontends.protocol import (
     END,
     FAILED,
     FORGET,
+    PICKLE_FIRST,
     REFUSED,
     RELEASED,
     RESPONSE,
@@ -70,8 +73,13 @@ from pytriton.runtime.frontends.protocol import (
     TAKEN,
     TOKENS,
     TRACED_RESPONSE,
+    LongInputs,
+    Pickled,
     error_of,
     pack_request,
+    pickle_inputs_ahead,
+    put_back_long,
+    rebuild_long,
     unpack_response,
 )
 
@@ -168,6 +176,11 @@ class HubLink:
         self._returned: Deque[int] = deque()  # loans of the hub's arena no longer viewed here
         self._returning = False
         self._refusals = LogBudget(_held_back_refusals)
+        # While a response's long object outputs are rebuilt off the loop: it and the messages of its request that
+        # came after it, in order, by key: (the rebuild's future, or None: ready; the message's tag; the response,
+        # error or _END it brings). `_pieces`: the long outputs of the response being unpacked (`unpack_response`).
+        self._behind: Dict[int, Deque[Tuple[Optional[asyncio.Future[Dict[str, np.ndarray]]], int, Any]]] = {}
+        self._pieces: List[Any] = []
         channel.handle(self._on_message, self._on_closed)
 
     def send(
@@ -177,15 +190,20 @@ class HubLink:
         waiting: Waiting,
         gone: Optional[Disconnect],
         named: bool = True,
+        pickled: Optional[Pickled] = None,
     ) -> int:
-        """Send a request to the hub; its answers go to `waiting`. Its key. `named`: its client named the version."""
+        """Send a request to the hub; its answers go to `waiting`. Its key. `named`: its client named the version.
+
+        `pickled`: its long object inputs' pieces, pickled off the loop (`pickled_inputs`); PICKLE_FIRST: raises
+        LongInputs (sending nothing) at a long one, None: they are pickled now.
+        """
         if self.closed:
             raise InferenceError.unavailable("the server is stopping")
         self._next_key += 1
         key = self._next_key
         streaming = isinstance(waiting, _Stream)
         head, body, shared = pack_request(
-            key, spec.name, spec.version_str, request, streaming, self.buffers.locate, named
+            key, spec.name, spec.version_str, request, streaming, self.buffers.locate, named, pickled
         )
         self.outbox.post(head, body, self._request_unsent)
         if shared:
@@ -238,6 +256,8 @@ class HubLink:
             self._adopt_arena(message)
             return
         waiting = self._waiting
+        behind = self._behind
+        pieces = self._pieces
         for head, body in items(message):
             tag = head[0]
             if tag == RESPONSE or tag == TRACED_RESPONSE:
@@ -251,21 +271,23 @@ class HubLink:
                         self.sent(key, "", ())
                     continue
                 try:
-                    response = unpack_response(head, body, self._resolver(head[5]) if head[5] else self._own)
+                    response = unpack_response(head, body, self._resolver(head[5]) if head[5] else self._own, pieces)
                 except ValueError as error:  # names a buffer of ours that is gone, or an arena not mapped here
+                    pieces.clear()
                     if head[5]:
                         self._returned.append(head[5])  # viewed by no one: its region goes back at once
                         self._return_soon()
-                    if tag == TRACED_RESPONSE:
-                        self.sent(key, "", ())
-                    waiting.pop(key, None)
                     item: Any = InferenceError.internal(f"the server lost a response: {error}")
-                    if isinstance(target, _Stream):
-                        target.queue.put_nowait(item)
-                    elif not target.done():
-                        target.set_exception(item)
+                    if behind and key in behind:
+                        behind[key].append((None, tag, item))
+                    else:
+                        self._hand_end(key, tag, item)
                     continue
-                if isinstance(target, _Stream):
+                if pieces:
+                    self._rebuild(key, tag, response, body)
+                elif behind and key in behind:
+                    behind[key].append((None, tag, response))
+                elif isinstance(target, _Stream):  # `_hand`'s work, inline: this runs for every response
                     target.queue.put_nowait(response)
                 else:
                     del waiting[key]
@@ -277,19 +299,13 @@ class HubLink:
                     trace = _HubTrace(self, key)
                     if not target.done():
                         target.set_result(TracedResponse(response, trace))
-                    # After the awaiting task's next step (set_result scheduled it first), in which a transport that
-                    # times the send claims the record.
-                    self.loop.call_soon(trace.unclaimed)
+                    self.loop.call_soon(trace.unclaimed)  # see `_hand`
             elif tag == FAILED or tag == END:
-                target = waiting.pop(head[1], None)
-                if target is None:
-                    continue
-                self._unwatch(head[1])
-                item = error_of(head) if tag == FAILED else _END
-                if isinstance(target, _Stream):
-                    target.queue.put_nowait(item)
-                elif not target.done():
-                    target.set_exception(item if isinstance(item, InferenceError) else _no_response())
+                key = head[1]
+                if behind and key in behind:
+                    behind[key].append((None, tag, error_of(head) if tag == FAILED else _END))
+                elif key in waiting:
+                    self._hand_end(key, tag, error_of(head) if tag == FAILED else _END)
             elif tag == RELEASED:
                 for key in head[1]:
                     self._lent.pop(key, None)
@@ -305,6 +321,81 @@ class HubLink:
                 self.calls.on_progress(head)
             elif tag == CREDIT:
                 self.calls.on_credit(head)
+
+    def _hand(self, key: int, tag: int, target: Waiting, response: InferenceResponse) -> None:
+        """A response to the request that waits for it (a RESPONSE's or TRACED_RESPONSE's `tag`)."""
+        if isinstance(target, _Stream):
+            target.queue.put_nowait(response)
+            return
+        del self._waiting[key]
+        self._unwatch(key)
+        if tag == RESPONSE:
+            if not target.done():
+                target.set_result(response)
+            return
+        trace = _HubTrace(self, key)
+        if not target.done():
+            target.set_result(TracedResponse(response, trace))
+        # After the awaiting task's next step (set_result scheduled it first), in which a transport that times the
+        # send claims the record.
+        self.loop.call_soon(trace.unclaimed)
+
+    def _hand_end(self, key: int, tag: int, item: Any) -> None:
+        """What ends a request (an error, or a stream's _END), to it if it still waits; `tag`: the message's.
+
+        A response that could not be made (an error of a RESPONSE's `tag`) tells the hub its trace record is done.
+        """
+        if tag == TRACED_RESPONSE:
+            self.sent(key, "", ())
+        target = self._waiting.pop(key, None)
+        if target is None:
+            return
+        self._unwatch(key)
+        if isinstance(target, _Stream):
+            target.queue.put_nowait(item)
+        elif not target.done():
+            target.set_exception(item if isinstance(item, InferenceError) else _no_response())
+
+    def _rebuild(self, key: int, tag: int, response: InferenceResponse, body: memoryview) -> None:
+        """Rebuild a response's long object outputs (in `_pieces`) off the loop.
+
+        The messages of its request that come after it wait behind it, in order.
+        """
+        pieces = list(self._pieces)
+        self._pieces.clear()
+        future = off_loop(lambda: rebuild_long(pieces, body))
+        queue = self._behind.get(key)
+        if queue is None:
+            queue = self._behind[key] = deque()
+        queue.append((future, tag, response))
+        future.add_done_callback(functools.partial(self._rebuilt, key))
+
+    def _rebuilt(self, key: int, _: object) -> None:
+        """Hand a request what is ready of its messages, in order, up to the first response still rebuilt.
+
+        A response nobody waits for any more is dropped: its views of the hub's arena go back as it is collected.
+        """
+        queue = self._behind.get(key)
+        while queue:
+            future, tag, item = queue[0]
+            if future is not None:
+                if not future.done():
+                    return
+                try:
+                    put_back_long(item, future.result())
+                except Exception as error:  # noqa: BLE001 - pieces that do not make the array: it fails alone
+                    item = InferenceError.internal(f"the server lost a response: {error}")
+            queue.popleft()
+            if isinstance(item, InferenceResponse):
+                target = self._waiting.get(key)
+                if target is not None:
+                    self._hand(key, tag, target, item)
+                elif tag == TRACED_RESPONSE:
+                    self.sent(key, "", ())
+            else:
+                self._hand_end(key, tag, item)
+            del item
+        self._behind.pop(key, None)
 
     def _adopt_arena(self, message: Message) -> None:
         """Map the hub's new arena; one that cannot be mapped (out of descriptors) is refused, not fatal.
@@ -424,6 +515,11 @@ class HubLink:
             watched[2].cancel()
 
 
+def pickled_inputs(request: InferenceRequest) -> asyncio.Future[Pickled]:
+    """A request's long object inputs pickled in a thread (the loop serves other clients meanwhile)."""
+    return off_loop(lambda: pickle_inputs_ahead(request))
+
+
 def _no_response() -> InferenceError:
     return InferenceError.internal("model returned no response")
 
@@ -459,7 +555,13 @@ class RemoteModel:
         """Run one request on the hub; its single response (a queued request whose client leaves is CANCELLED)."""
         # The link's loop, not asyncio.get_running_loop(): on Python 3.11 and older that costs a getpid() call.
         future: asyncio.Future[InferenceResponse] = self._link.loop.create_future()
-        key = self._link.send(self.spec, request, future, gone, self._named)
+        try:
+            key = self._link.send(self.spec, request, future, gone, self._named, PICKLE_FIRST)
+        except LongInputs:
+            key = 0  # sent once its long object inputs are pickled off the loop (not awaited with the error held)
+        if not key:
+            pickled = await pickled_inputs(request)
+            key = self._link.send(self.spec, request, future, gone, self._named, pickled)
         try:
             return await future
         except asyncio.CancelledError:
@@ -490,12 +592,30 @@ class RemoteModel:
             self._link.outbox.post(message)
 
     def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        """Run one request on the hub and iterate over its responses; leaving early stops it there."""
+        """Run one request on the hub and iterate over its responses; leaving early stops it there.
+
+        A request with long object inputs is sent once they are pickled off the loop, as the iteration begins.
+        """
         stream = _Stream()
-        key = self._link.send(self.spec, request, stream, None, self._named)
+        try:
+            key = self._link.send(self.spec, request, stream, None, self._named, PICKLE_FIRST)
+        except LongInputs:
+            return self._pickled_then_sent(request)
         return self._responses(key, stream)
 
-    async def _responses(self, key: int, stream: _Stream) -> AsyncIterator[InferenceResponse]:
+    async def _pickled_then_sent(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """`stream`'s responses of a request with long object inputs: sent once they are pickled off the loop."""
+        pickled = await pickled_inputs(request)
+        stream = _Stream()
+        key = self._link.send(self.spec, request, stream, None, self._named, pickled)
+        responses = self._responses(key, stream)
+        try:
+            async for response in responses:
+                yield response
+        finally:
+            await responses.aclose()  # now, not when collected: leaving early cancels the request at once
+
+    async def _responses(self, key: int, stream: _Stream) -> AsyncGenerator[InferenceResponse, None]:
         ended = False
         taken = 0
         try:
