@@ -10,6 +10,8 @@ import queue
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -465,3 +467,31 @@ def test_the_cut_off_answers_hung_route_handlers_and_a_hung_thread_does_not_hold
         ]
         server.wait_for("^serve returned$")
         assert server.wait() == 0  # the plain handler still sleeps: its thread does not hold the exit
+
+
+SIGNAL_INSIDE_THE_WAIT = """
+import signal, threading
+from pytriton.runtime.signals import stop_on_signals
+
+stopping = threading.Event()
+with stop_on_signals(stopping, lambda: None):
+    with stopping._cond:  # where the main thread is inside stopping.wait() when the signal comes
+        signal.raise_signal(signal.SIGTERM)
+        sum(range(1000))  # bytecodes, between which the handler runs
+    print("stopping" if stopping.wait(10) else "not stopping", flush=True)
+"""
+
+
+def test_a_signal_that_comes_while_the_main_thread_holds_the_stop_events_lock_stops_the_server() -> None:
+    """The handler set the event itself: inside `Event.wait`, between two bytecodes, the main thread may hold the
+    event's lock, which is not reentrant. The stop hung there, the server serving on (1 start-then-SIGTERM in 75,
+    under load; `pytriton demo` in test_cli.py timed out once in the suite)."""
+    result = subprocess.run(
+        [sys.executable, "-c", SIGNAL_INSIDE_THE_WAIT],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env=free_port_env(),
+        cwd=str(Path(__file__).resolve().parents[1]),
+    )
+    assert result.stdout.strip() == "stopping", result.stderr

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, List
 
 LOGGER = logging.getLogger("pytriton")
 
@@ -29,15 +30,20 @@ def stop_on_signals(stopping: threading.Event, hurry: Callable[[], None]) -> Ite
         return
     signals = (signal.SIGINT, signal.SIGTERM)
     previous = {sig: signal.getsignal(sig) for sig in signals}
+    received: List[int] = []  # the signals that started the stop (the handler takes no lock: see below)
 
     def handler(signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
-        if stopping.is_set():
+        if received or stopping.is_set():
             LOGGER.warning("received %s while stopping: stopping at once", name)
             hurry()
             return
+        received.append(signum)
         LOGGER.info("received %s: stopping gracefully (send SIGINT or SIGTERM again to stop at once)", name)
-        stopping.set()
+        # Set by another thread: the handler runs in the main thread between two of its bytecodes, maybe inside
+        # `stopping.wait()` with the event's lock held, which is not reentrant (stopping.set() here hung the stop,
+        # 1 run in 75 under load).
+        _thread.start_new_thread(stopping.set, ())
 
     for sig in signals:
         signal.signal(sig, handler)
