@@ -43,7 +43,10 @@ def stop_on_signals(stopping: threading.Event, hurry: Callable[[], None]) -> Ite
         # Set by another thread: the handler runs in the main thread between two of its bytecodes, maybe inside
         # `stopping.wait()` with the event's lock held, which is not reentrant (stopping.set() here hung the stop,
         # 1 run in 75 under load).
-        _thread.start_new_thread(stopping.set, ())
+        try:
+            _thread.start_new_thread(stopping.set, ())
+        except RuntimeError:  # no thread can start (the process is at its limit): here, as before
+            stopping.set()
 
     for sig in signals:
         signal.signal(sig, handler)
