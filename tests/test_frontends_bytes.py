@@ -411,6 +411,24 @@ def _served_meanwhile(connection: http.client.HTTPConnection) -> None:
     assert _post_binary(connection, "echo1", small).tolist() == [b"small"]
 
 
+def _sent_while_held(probed: Probed, model: str, array: np.ndarray, name: str, stage: str) -> List[np.ndarray]:
+    """Send `array` to `model` on one connection of a frontend; while the probe holds its `stage` (pickle, rebuild)
+    of the long array marked `name`, a small request on another connection of that frontend is answered. Then the
+    hold ends: the answers of `array` (one, unless it failed)."""
+    answers: List[np.ndarray] = []
+    with _two_on_one_frontend(probed) as (long_connection, small_connection):
+        sender = threading.Thread(target=lambda: answers.append(_post_binary(long_connection, model, array)))
+        sender.start()
+        try:
+            _until_noted(probed.folder, name, stage)
+            _served_meanwhile(small_connection)
+            assert sender.is_alive()  # its request waits for the held stage, which waits for this
+        finally:
+            (probed.folder / name).touch()
+            sender.join(60)
+    return answers
+
+
 def _marked(name: str, count: int = LONG) -> np.ndarray:
     return np.array([b"hold:" + name.encode(), *(b"s%d" % index for index in range(1, count))], dtype=object)
 
@@ -419,20 +437,9 @@ def test_a_long_bytes_request_is_pickled_off_the_frontends_loop(probed: Probed) 
     """A frontend pickled a long BYTES input on its event loop as it sent the request to the hub (a million strings:
     35-65 ms of every other client of the frontend). Now a thread does: a small request to the same frontend is
     answered while the pickling is held."""
-    folder = probed.folder
     array = _marked("request")
-    answers: List[np.ndarray] = []
-    with _two_on_one_frontend(probed) as (long_connection, small_connection):
-        sender = threading.Thread(target=lambda: answers.append(_post_binary(long_connection, "echo1", array)))
-        sender.start()
-        try:
-            _until_noted(folder, "request", "pickle")
-            _served_meanwhile(small_connection)
-            assert sender.is_alive()  # its request waits for the pickling, which waits for this
-        finally:
-            (folder / "request").touch()
-            sender.join(60)
-    assert [thread for kind, thread in _notes(folder, "request") if kind == "pickle"] == [OFF_LOOP]
+    answers = _sent_while_held(probed, "echo1", array, "request", "pickle")
+    assert [thread for kind, thread in _notes(probed.folder, "request") if kind == "pickle"] == [OFF_LOOP]
     assert answers and answers[0].tolist() == array.tolist()
 
 
@@ -440,20 +447,9 @@ def test_a_long_bytes_answer_is_rebuilt_off_the_frontends_loop(probed: Probed) -
     """A frontend rebuilt a long BYTES answer on its event loop as the hub's message came (a million strings: 35-65
     ms of every other client of the frontend). Now a thread does: a small request to the same frontend is answered
     while the rebuilding is held."""
-    folder = probed.folder
-    answers: List[np.ndarray] = []
-    with _two_on_one_frontend(probed) as (long_connection, small_connection):
-        marker = np.array([b"hold:answer"], dtype=object)
-        sender = threading.Thread(target=lambda: answers.append(_post_binary(long_connection, "long_answer", marker)))
-        sender.start()
-        try:
-            _until_noted(folder, "answer", "rebuild")
-            _served_meanwhile(small_connection)
-            assert sender.is_alive()  # its answer waits for the rebuilding, which waits for this
-        finally:
-            (folder / "answer").touch()
-            sender.join(60)
-    assert _notes(folder, "answer") == [("rebuild", OFF_LOOP)]
+    marker = np.array([b"hold:answer"], dtype=object)
+    answers = _sent_while_held(probed, "long_answer", marker, "answer", "rebuild")
+    assert _notes(probed.folder, "answer") == [("rebuild", OFF_LOOP)]
     assert answers and answers[0].tolist() == [b"hold:answer", *(b"a%d" % index for index in range(1, LONG))]
 
 
