@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from bench.json_stall import LAG_FILE_ENV, loop_worst_ms, serving
-from tests.frontend_processes import frontend_pids, serving_pid
+from tests.frontend_processes import frontend_pids, one_connection_each
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -53,15 +53,7 @@ Samples = Dict[int, List[Tuple[float, float]]]
 @contextlib.contextmanager
 def small_requests(port: int, frontends: List[int]) -> Iterator[Samples]:
     """Small requests to each frontend, one after another on a connection of its own, until the block ends."""
-    connections: Dict[int, http.client.HTTPConnection] = {}
-    while len(connections) < len(frontends):
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-        connection.connect()
-        pid = serving_pid(connection.sock, frontends)
-        if pid in connections:
-            connection.close()
-        else:
-            connections[pid] = connection
+    connections = one_connection_each(port, frontends, timeout_s=600)
     samples: Samples = {pid: [] for pid in connections}
     stop = threading.Event()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import time
@@ -92,3 +93,21 @@ def serving_pid(client: socket.socket, pids: List[int], timeout_s: float = 10.0)
         if time.monotonic() > deadline:
             raise AssertionError(f"no frontend among {pids} serves the connection from port {client_port}")
         time.sleep(0.01)
+
+
+def one_connection_each(port: int, pids: List[int], timeout_s: float = 60.0) -> Dict[int, http.client.HTTPConnection]:
+    """An HTTP connection to `port` that each frontend process of `pids` serves, by pid (extra ones are closed)."""
+    found: Dict[int, http.client.HTTPConnection] = {}
+    for _ in range(16 * len(pids)):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+        connection.connect()
+        pid = serving_pid(connection.sock, pids)
+        if pid in found:
+            connection.close()
+        else:
+            found[pid] = connection
+        if len(found) == len(pids):
+            return found
+    for connection in found.values():
+        connection.close()
+    raise AssertionError(f"connections reached {sorted(found)} of {pids}")

@@ -32,7 +32,7 @@ from pytriton.model_config import ModelConfig, Tensor
 from pytriton.runtime.frontends import protocol
 from pytriton.triton import Triton
 from tests.conftest import grpc_url, http_url, running_triton
-from tests.frontend_processes import frontend_pids, serving_pid
+from tests.frontend_processes import frontend_pids, one_connection_each, serving_pid
 
 LONG = PIECE_ELEMENTS + 3  # pieces of PIECE_ELEMENTS and a short last one
 # Strings a wire mangles when it takes them for text: empty, NUL bytes (a trailing one too), not UTF-8.
@@ -468,7 +468,7 @@ def test_a_streams_long_responses_rebuilt_off_the_loop_keep_their_order(probed: 
             client.async_stream_infer("held_steps", [tensor], enable_empty_final_response=True)
             _until_noted(folder, "steps", "rebuild")
             assert HELD_STEPS_DONE.wait(60)
-            for connection in _one_on_each_frontend(probed).values():
+            for connection in one_connection_each(probed.triton.http_port, probed.pids).values():
                 with contextlib.closing(connection):
                     _served_meanwhile(connection)
         finally:
@@ -512,22 +512,3 @@ def test_a_long_grpc_request_is_pickled_off_the_frontends_loop(probed: Probed, s
             client.stop_stream()
     assert answers == [array.tolist()] + ([[b"after"]] if streaming else [])
     assert [thread for kind, thread in _notes(folder, name) if kind == "pickle"] == [OFF_LOOP]
-
-
-def _one_on_each_frontend(probed: Probed) -> Dict[int, http.client.HTTPConnection]:
-    """An HTTP connection to each frontend process, by pid."""
-    triton, pids = probed.triton, probed.pids
-    found: Dict[int, http.client.HTTPConnection] = {}
-    for _ in range(32):
-        connection = http.client.HTTPConnection("127.0.0.1", triton.http_port, timeout=60)
-        connection.connect()
-        pid = serving_pid(connection.sock, pids)
-        if pid in found:
-            connection.close()
-        else:
-            found[pid] = connection
-        if len(found) == len(pids):
-            return found
-    for connection in found.values():
-        connection.close()
-    raise AssertionError(f"connections reached {sorted(found)} of {pids}")
