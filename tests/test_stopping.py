@@ -28,6 +28,8 @@ from pytriton.client import DecoupledModelClient
 from pytriton.client.exceptions import PyTritonClientInferenceServerError
 from pytriton.model_config import ModelConfig, Tensor
 from pytriton.runtime import server as server_module
+from pytriton.transport.grpc.server import GrpcFrontend
+from pytriton.transport.http.server import AsgiServer
 from pytriton.triton import Triton
 from tests.conftest import running_triton
 from tests.http_helpers import post_json
@@ -495,3 +497,34 @@ def test_a_signal_that_comes_while_the_main_thread_holds_the_stop_events_lock_st
         cwd=str(Path(__file__).resolve().parents[1]),
     )
     assert result.stdout.strip() == "stopping", result.stderr
+
+
+# Far under the time a connection has for its first request (options/limits.py), which would close it too.
+CLOSED_AT_ONCE_S = 5.0
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_connection_accepted_in_the_step_before_its_frontend_stops_is_closed(protocol: str) -> None:
+    # The loop tells a connection's protocol of it a step after accepting it. One accepted in the step before the
+    # frontend's stop looked at the open connections was never closed: its client waited on it, and the loop closed
+    # with it open (uvloop's ResourceWarning "unclosed resource <TCPTransport>", a failed CI run).
+    def bind(triton: Triton) -> None:
+        x = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
+        triton.bind("identity", lambda requests: requests, inputs=x, outputs=x)
+
+    with running_triton(bind, allow_metrics=False) as triton:
+        runtime = triton._runtime
+        port = triton.http_port if protocol == "http" else triton.grpc_port
+        kind = GrpcFrontend if protocol == "grpc" else AsgiServer
+        frontend = next(f for f in runtime._frontends if isinstance(f, kind))
+
+        async def connect_then_stop() -> socket.socket:
+            client = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
+            await asyncio.sleep(0)  # the loop accepts the connection; its protocol hears of it in the next step
+            await frontend.stop(0.0)
+            return client
+
+        with runtime._loop.run(connect_then_stop(), timeout=WAIT_S) as client:
+            client.settimeout(CLOSED_AT_ONCE_S)
+            while client.recv(65536):  # the gRPC server's preface, if it sent one
+                pass

@@ -37,6 +37,7 @@ class OpenConnections(Generic[C]):
         self._open: Set[C] = set()
         self._all_closed: Optional[asyncio.Future[None]] = None  # made on the loop by close_all()
         self._hurried = False
+        self._closing = False  # close_all has begun: the server takes no connection now
         # Called when a connection closes: a frontend process tells the hub, which counts every frontend's.
         self.on_closed: Optional[Callable[[], None]] = None
 
@@ -46,9 +47,14 @@ class OpenConnections(Generic[C]):
     def __iter__(self) -> Iterator[C]:
         return iter(list(self._open))
 
-    def add(self, connection: C) -> None:
-        """A connection opened."""
+    def add(self, connection: C) -> bool:
+        """A connection opened; False: the server is stopping, and the connection must close at once.
+
+        A connection the loop accepted just before its listener closed reaches its protocol (connection_made) a
+        step later, maybe after `close_all` looked at what was open: nothing else would close it.
+        """
         self._open.add(connection)
+        return not self._closing
 
     def forget(self, connection: C) -> None:
         """A connection closed."""
@@ -79,6 +85,7 @@ class OpenConnections(Generic[C]):
         `sending_s` from now, unless `hurry` comes first; one that only waits for its client (an idle stream, a
         request never finished) is not.
         """
+        self._closing = True
         for connection in self:
             connection.shutdown()
         loop = asyncio.get_running_loop()

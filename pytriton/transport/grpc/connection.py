@@ -111,7 +111,9 @@ class GrpcConnection(asyncio.BufferedProtocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             self._socket = sock
         state = self._state
-        state.connections.add(self)
+        if not state.connections.add(self):
+            transport.close()
+            return
         # At the cap, the connection without a call for the longest makes room (connection_cap.py).
         over_cap = self.session.over_cap = not state.cap.admit(self.session, self.over_cap)
         if over_cap and len(state.connections) - state.cap.served > OVER_CAP_HELD:

@@ -141,7 +141,9 @@ class HttpConnection(asyncio.BufferedProtocol):
         """Register the connection and wait for its first request."""
         self._transport = transport  # type: ignore[assignment]
         state = self._state
-        state.connections.add(self)
+        if not state.connections.add(self):
+            transport.close()
+            return
         self._address = (
             socket_address(transport.get_extra_info("sockname")),
             socket_address(transport.get_extra_info("peername")),
