@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import warnings
+import zlib
 from typing import Any, Callable, Iterator, Optional, Set
 
 # Python 3.9's subprocess forks without vfork, and so does any version's with a preexec_fn: grpcio's fork
@@ -50,6 +51,37 @@ for _name in ("no_proxy", "NO_PROXY"):
 ACCESS_TOKEN = "pytriton-tests-access-token"
 HTTP_AUTH = {"triton-access-token": ACCESS_TOKEN}
 GRPC_AUTH = {"triton-grpc-protocol-triton-access-token": ACCESS_TOKEN}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--share",
+        metavar="K/N",
+        help="run only the K-th of N shares of the collected tests, drawn by a hash of each test's id (CI's extra "
+        "Pythons each run one share)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --share K/N, keep the tests whose id hashes to K of N.
+
+    Each test is drawn on its own, by a hash of its id: a module, or the `[http]` and `[grpc]` sides of its tests,
+    fall into every share about alike, where cutting the order would give one share whole modules, and alternating
+    it every `[http]`. Every xdist worker draws the same.
+    """
+    share = config.getoption("--share")
+    if not share:
+        return
+    index, _, count = share.partition("/")
+    k, n = int(index), int(count)
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--share {share}: K must be from 1 to N")
+    kept, left = [], []
+    for item in items:
+        (kept if zlib.crc32(item.nodeid.encode()) % n == k - 1 else left).append(item)
+    config.hook.pytest_deselected(items=left)
+    items[:] = kept
+
 
 # Triton's default ports. A test that binds one passes or fails by what else runs on the machine (a pytriton
 # demo, a real Triton): in the test processes such a bind fails on every machine, saying why. Servers in

@@ -33,10 +33,6 @@ from tests.fleet import free_ports
 
 NVIDIA_RUN = os.environ.get("PYTRITON_NVIDIA_RUN", "/tmp/nvidia-pytriton/run")
 STARTUP_S = 120.0
-# NVIDIA's server stops on SIGINT in ~5 s when run alone, but in the whole suite (2026-12-07) it used all of a 60 s
-# wait: a minute of a worker for nothing the tests check. Past this its process group is killed, and
-# _remove_leftovers removes what it left in /dev/shm.
-SHUTDOWN_S = 10.0
 MODELS = ["add_sub", "shout", "stream"]  # few models: NVIDIA's server takes seconds to load each
 
 pytestmark = pytest.mark.skipif(
@@ -185,13 +181,12 @@ def nvidia(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NvidiaServer]:
         _wait_until_ready(process, server.urls["http"], log)
         yield server
     finally:
+        # Its process group is killed: NVIDIA's server stops on SIGINT in ~5 s when run alone, but in the suite it
+        # used all of a 60 s wait, then all of 10 s in every run (2026-12-08), for nothing these tests check.
+        # _remove_leftovers removes what it left in /dev/shm.
         segments = _mapped_segments(process.pid)
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(SHUTDOWN_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
         _remove_leftovers(process.pid, segments)
 
 
