@@ -22,6 +22,7 @@ from tests.conftest import grpc_url, running_triton
 from tests.http_helpers import request
 
 CAP = 4
+ROUNDS = 15
 WAIT_S = 30.0  # how long a test waits for an answer before it fails (never reached when the server works)
 HALF_HEAD = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"  # no blank line: the head never ends
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # and an empty SETTINGS
@@ -108,6 +109,48 @@ def test_silent_connections_leave_the_grpc_port_to_other_clients(capped: Triton,
         if _frontends(capped) == 1:
             goaway = _until_closed(silent[0])  # the server's SETTINGS, then GOAWAY NO_ERROR saying why
             assert f"the server serves at most {CAP} gRPC connections at once".encode() in goaway
+
+
+@pytest.mark.parametrize("sent", [b"", PREFACE], ids=["nothing", "preface and settings"])
+def test_silent_connections_opened_as_others_close_leave_the_grpc_port_to_a_client_through_frontends(
+    sent: bytes,
+) -> None:
+    # Round after round, a client closes its silent connections and opens others at once. The hub counted the
+    # closed ones until the frontend's word of their closes arrived, and the connections refused over the cap until
+    # their clients closed them: the new ones went over the cap to a process that had none it could close for them,
+    # and were refused, and so was the client's (11 rounds of 30 failed, with nothing else running).
+    with running_triton(_bind, frontends=2, limits=ServerLimits(grpc_max_connections=CAP), allow_http=False) as triton:
+        assert triton.grpc_port is not None
+        for _ in range(ROUNDS):
+            with _connections(triton.grpc_port, 2 * CAP, sent):
+                with grpcclient.InferenceServerClient(grpc_url(triton)) as client:
+                    inputs = [grpcclient.InferInput("INPUT_1", [1, 2], "FP32")]
+                    inputs[0].set_data_from_numpy(np.array([[1.0, 2.0]], dtype=np.float32))
+                    result = client.infer("identity", inputs, client_timeout=WAIT_S)
+                    assert result.as_numpy("OUTPUT_1").tolist() == [[1.0, 2.0]]
+
+
+def test_connections_refused_over_the_cap_hold_no_place_of_it_through_frontends() -> None:
+    # Connections refused over the cap stay open a while to say why (HTTP: a 503 for their first request). The hub
+    # counted them until they closed, which a server of one process does not: once the connections served were
+    # done, a new client was over the cap by that count, and refused by a process that served none.
+    body = b'{"inputs":[{"name":"INPUT_1","shape":[1,1],"datatype":"FP32","data":[[5.0]]}]}'
+    head = (
+        f"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+        "Content-Type: application/json\r\nExpect: 100-continue\r\n\r\n"
+    ).encode()
+    with running_triton(_bind, frontends=2, limits=ServerLimits(max_connections=CAP), allow_grpc=False) as triton:
+        assert triton.http_port is not None
+        with _connections(triton.http_port, CAP, head) as uploading:
+            for sock in uploading:
+                assert sock.recv(65536).startswith(b"HTTP/1.1 100 ")  # its body is read: it is busy
+            with _connections(triton.http_port, CAP, b""):  # over the cap, each refused; they stay open
+                for sock in uploading:
+                    sock.sendall(body)
+                    assert _until_closed_or_answered(sock).startswith(b"HTTP/1.1 200 ")
+                    sock.close()
+                status, _, answer = request(triton.http_port, "GET", "/v2/health/live")
+                assert status == 200, answer
 
 
 def test_a_slow_upload_keeps_its_place_where_an_idle_connection_gives_its_own() -> None:

@@ -512,7 +512,7 @@ def test_a_connection_accepted_in_the_step_before_its_frontend_stops_is_closed(p
         x = [Tensor(name="x", dtype=np.float32, shape=(-1,))]
         triton.bind("identity", lambda requests: requests, inputs=x, outputs=x)
 
-    with running_triton(bind, allow_metrics=False) as triton:
+    with running_triton(bind, allow_metrics=False, frontends=1) as triton:  # the frontends of this process
         runtime = triton._runtime
         port = triton.http_port if protocol == "http" else triton.grpc_port
         kind = GrpcFrontend if protocol == "grpc" else AsgiServer

@@ -35,6 +35,7 @@ class OpenConnections(Generic[C]):
     def __init__(self) -> None:
         """No connection yet."""
         self._open: Set[C] = set()
+        self._placeless: Set[C] = set()  # open, but told closed to on_closed: they hold no place under the cap
         self._all_closed: Optional[asyncio.Future[None]] = None  # made on the loop by close_all()
         self._hurried = False
         self._closing = False  # close_all has begun: the server takes no connection now
@@ -60,10 +61,26 @@ class OpenConnections(Generic[C]):
         """A connection closed."""
         if connection in self._open:
             self._open.discard(connection)
-            if self.on_closed is not None:
+            if connection in self._placeless:
+                self._placeless.discard(connection)
+            elif self.on_closed is not None:
                 self.on_closed()
         if not self._open:
             wake(self._all_closed)
+
+    def placeless(self, connection: C) -> None:
+        """A connection holds no place under the cap any more, but stays open a while to say why: tell `on_closed` now.
+
+        It was refused over the cap, or closed for a new one. Where it was accepted (the hub, for a frontend
+        process), the connections that count toward the cap are those told open and not closed, as the cap of a
+        server of one process counts those it serves. Counted until they closed, refused connections lingering to
+        say why (an HTTP one until its first request, for its 503) made every new one over the cap there, and
+        refused too, by a process that served none (test_connection_reclaim.py).
+        """
+        if connection in self._open and connection not in self._placeless:
+            self._placeless.add(connection)
+            if self.on_closed is not None:
+                self.on_closed()
 
     def never_opened(self) -> None:
         """A connection handed to this server was closed before it was served (its TLS handshake failed).

@@ -55,6 +55,9 @@ PING_PERIOD_S = 1.0
 UNRESPONSIVE_S = 10.0
 # Accepted connections held while no frontend is up (all restarting), then refused.
 _MAX_HELD = 1024
+# How long a connection over the cap by the count waits for the frontends' answers before it is placed as counted:
+# a frontend answers within a loop turn or two; one that does not (wedged, dying) must not hold connections long.
+RECOUNT_WAIT_S = 0.5
 # The route of a system shared-memory unregister: the frontends' holds are asked for first.
 _SYSTEM_UNREGISTER = dict(ROUTES)["/v2/systemsharedmemory[/region/{region}]/unregister"]
 
@@ -131,6 +134,8 @@ class FrontendPool:
         self._acceptors: List[Acceptor] = []
         self._turn = itertools.cycle(range(count))
         self._held: List[Tuple[str, int]] = []  # connections accepted while no frontend was up
+        self._recounting: Dict[int, asyncio.Task[None]] = {}  # connections over the cap by the count, by fd
+        self._settling: Optional[asyncio.Future[None]] = None  # the frontends asked for the closes they told
         self._caps = {"http": options.limits.max_connections, "grpc": options.limits.grpc_max_connections}
         self._here: Dict[str, Any] = {}  # the hub's own servers, by kind (serve_here)
         self._here_open = {"http": 0, "grpc": 0}  # connections the hub's own servers adopted and still serve
@@ -260,6 +265,10 @@ class FrontendPool:
         for _, fd in self._held:
             os.close(fd)
         self._held.clear()
+        for fd, task in self._recounting.items():
+            task.cancel()  # at its wait: it never places the connection
+            os.close(fd)
+        self._recounting.clear()
         for task in self._restarts.values():
             task.cancel()
         deadline = time.monotonic() + sending_s + 2.0
@@ -285,9 +294,39 @@ class FrontendPool:
 
         While no frontend is up, the hub's own server takes it, or (without one) it is held.
         The caps on connections (max_connections, grpc_max_connections) count every frontend's: the frontend
-        is told when a connection is one over, and answers it as a server of one process does.
+        is told when a connection is one over, and answers it as a server of one process does. One over by the
+        count waits until the count is fresh (`_recount`).
         """
         self.accepted[kind] += 1
+        if self._open(kind) >= self._caps[kind] and self._up():
+            self._recounting[fd] = asyncio.ensure_future(self._recount(kind, fd))
+            return
+        self._place(kind, fd)
+
+    async def _recount(self, kind: str, fd: int) -> None:
+        """Place a connection over the cap by the count once the frontends' closes on their way are counted.
+
+        A frontend tells the hub of each connection that closed; counted before those arrived (a client that
+        closed its connections and opened others at once), a connection was over the cap where the frontend it went
+        to had none that it could close for it: refused, with the server under its cap. Each frontend answers a
+        ping after the closes it told before, so once all have (or RECOUNT_WAIT_S passed), the count holds them.
+        """
+        if self._settling is None or self._settling.done():
+            self._settling = asyncio.ensure_future(self._settle())
+        await asyncio.shield(self._settling)
+        del self._recounting[fd]
+        self._place(kind, fd)
+
+    async def _settle(self) -> None:
+        """Return once every frontend up has answered a ping (or RECOUNT_WAIT_S passed)."""
+        pings = [asyncio.ensure_future(up.link.calls.call("ping")) for up in self._up() if up.link is not None]
+        if pings:
+            _, late = await asyncio.wait(pings, timeout=RECOUNT_WAIT_S)
+            for ping in late:
+                ping.cancel()
+
+    def _place(self, kind: str, fd: int) -> None:
+        """`_hand_over`'s choice of the server that serves the connection."""
         here = self._here.get(kind)
         responsive = [frontend for frontend in self._up() if not frontend.unresponsive]
         if here is not None and (self._here_takes(kind) or not responsive):

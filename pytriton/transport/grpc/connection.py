@@ -82,6 +82,7 @@ class GrpcConnection(asyncio.BufferedProtocol):
             close=self._close,
             abort=self.abort,
             cut_off=self._cut_off,
+            placeless=lambda: state.connections.placeless(self),
         )
         self._out: List[Buffer] = []
         self._out_bytes = 0
@@ -116,6 +117,8 @@ class GrpcConnection(asyncio.BufferedProtocol):
             return
         # At the cap, the connection without a call for the longest makes room (connection_cap.py).
         over_cap = self.session.over_cap = not state.cap.admit(self.session, self.over_cap)
+        if over_cap:
+            state.connections.placeless(self)
         if over_cap and len(state.connections) - state.cap.served > OVER_CAP_HELD:
             transport.close()  # past those held to be answered UNAVAILABLE: it would hold a descriptor until a timeout
             return

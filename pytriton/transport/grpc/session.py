@@ -95,12 +95,15 @@ class Http2Session:
         close: Callable[[], None],
         abort: Callable[[], None],
         cut_off: Callable[[str], None],
+        placeless: Callable[[], None],
     ) -> None:
         """A session sending through `write` or `write_all(pieces, size)`; `close()` ends gracefully, `abort()` at once.
 
-        `cut_off(reason)` reports a connection ended for what its client did (logged once, cutoffs.py).
+        `cut_off(reason)` reports a connection ended for what its client did (logged once, cutoffs.py);
+        `placeless()` that it holds no place under the cap any more (OpenConnections.placeless).
         """
         self._state = state
+        self._placeless = placeless
         self._cut_off = cut_off
         self.loop = loop
         self._write = write
@@ -774,6 +777,7 @@ class Http2Session:
         if self.closed or self.goaway.said:
             return
         details = f"{self._over_cap_details()}: one without a call for the longest makes room for a new one"
+        self._placeless()
         LOGGER.debug("gRPC connection closed for a new one (%s)", details)
         self.goaway.now(details.encode())
         self._close_if_done()

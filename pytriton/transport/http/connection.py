@@ -150,6 +150,8 @@ class HttpConnection(asyncio.BufferedProtocol):
         )
         # At the cap, the connection that has waited on its client longest makes room (connection_cap.py).
         self._over_cap = not state.cap.admit(self, self.over_cap)
+        if self._over_cap:
+            state.connections.placeless(self)
         if self._over_cap and len(state.connections) - state.cap.served > OVER_CAP_HELD:
             transport.close()  # past those held to be answered 503: it would hold a descriptor until a timeout
             return
@@ -749,6 +751,7 @@ class HttpConnection(asyncio.BufferedProtocol):
             return
         self._refused = True
         self._clock.cancel()
+        self._state.connections.placeless(self)
         LOGGER.debug(
             "closing HTTP connection from %s: the server is at its cap, a new connection takes its place",
             self._address[1],
