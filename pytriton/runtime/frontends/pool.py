@@ -13,6 +13,7 @@ connection while that process starts again.
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import functools
 import itertools
@@ -21,7 +22,7 @@ import os
 import socket
 import subprocess
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Tuple
 
 from pytriton.core.engine import Engine
 from pytriton.ipc.channel import MAX_FDS, ChannelClosed
@@ -134,8 +135,9 @@ class FrontendPool:
         self._acceptors: List[Acceptor] = []
         self._turn = itertools.cycle(range(count))
         self._held: List[Tuple[str, int]] = []  # connections accepted while no frontend was up
-        self._recounting: Dict[int, asyncio.Task[None]] = {}  # connections over the cap by the count, by fd
-        self._settling: Optional[asyncio.Future[None]] = None  # the frontends asked for the closes they told
+        # Connections placed once the count is fresh (`_recount`), by kind in the order they came.
+        self._recounted: Dict[str, Deque[int]] = {"http": collections.deque(), "grpc": collections.deque()}
+        self._recounting: Optional[asyncio.Task[None]] = None
         self._caps = {"http": options.limits.max_connections, "grpc": options.limits.grpc_max_connections}
         self._here: Dict[str, Any] = {}  # the hub's own servers, by kind (serve_here)
         self._here_open = {"http": 0, "grpc": 0}  # connections the hub's own servers adopted and still serve
@@ -265,10 +267,12 @@ class FrontendPool:
         for _, fd in self._held:
             os.close(fd)
         self._held.clear()
-        for fd, task in self._recounting.items():
-            task.cancel()  # at its wait: it never places the connection
-            os.close(fd)
-        self._recounting.clear()
+        if self._recounting is not None:
+            self._recounting.cancel()  # at its wait: it places nothing more
+        for queue in self._recounted.values():
+            for fd in queue:
+                os.close(fd)
+            queue.clear()
         for task in self._restarts.values():
             task.cancel()
         deadline = time.monotonic() + sending_s + 2.0
@@ -295,27 +299,32 @@ class FrontendPool:
         While no frontend is up, the hub's own server takes it, or (without one) it is held.
         The caps on connections (max_connections, grpc_max_connections) count every frontend's: the frontend
         is told when a connection is one over, and answers it as a server of one process does. One over by the
-        count waits until the count is fresh (`_recount`).
+        count waits until the count is fresh, and those of its kind that come after it wait behind it (`_recount`).
         """
         self.accepted[kind] += 1
-        if self._open(kind) >= self._caps[kind] and self._up():
-            self._recounting[fd] = asyncio.ensure_future(self._recount(kind, fd))
+        queue = self._recounted[kind]
+        if queue or (self._open(kind) >= self._caps[kind] and self._up()):
+            queue.append(fd)
+            if self._recounting is None or self._recounting.done():
+                self._recounting = asyncio.ensure_future(self._recount())
             return
         self._place(kind, fd)
 
-    async def _recount(self, kind: str, fd: int) -> None:
-        """Place a connection over the cap by the count once the frontends' closes on their way are counted.
+    async def _recount(self) -> None:
+        """Place the connections over the cap by the count, in the order they came, once the count is fresh.
 
         A frontend tells the hub of each connection that closed; counted before those arrived (a client that
         closed its connections and opened others at once), a connection was over the cap where the frontend it went
         to had none that it could close for it: refused, with the server under its cap. Each frontend answers a
         ping after the closes it told before, so once all have (or RECOUNT_WAIT_S passed), the count holds them.
+        The connections that came after one waiting wait too: placed before it, a client's new connection was the
+        one it then closed for its place, before the client's call.
         """
-        if self._settling is None or self._settling.done():
-            self._settling = asyncio.ensure_future(self._settle())
-        await asyncio.shield(self._settling)
-        del self._recounting[fd]
-        self._place(kind, fd)
+        while any(self._recounted.values()):
+            await self._settle()
+            for kind, queue in self._recounted.items():
+                while queue:
+                    self._place(kind, queue.popleft())
 
     async def _settle(self) -> None:
         """Return once every frontend up has answered a ping (or RECOUNT_WAIT_S passed)."""
