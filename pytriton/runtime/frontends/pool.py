@@ -330,7 +330,9 @@ class FrontendPool:
         """Return once every frontend up has answered a ping (or RECOUNT_WAIT_S passed)."""
         pings = [asyncio.ensure_future(up.link.calls.call("ping")) for up in self._up() if up.link is not None]
         if pings:
-            _, late = await asyncio.wait(pings, timeout=RECOUNT_WAIT_S)
+            answered, late = await asyncio.wait(pings, timeout=RECOUNT_WAIT_S)
+            for ping in answered:
+                ping.exception()  # retrieved: a frontend gone meanwhile is dealt with by _on_closed
             for ping in late:
                 ping.cancel()
 
