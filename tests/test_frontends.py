@@ -653,7 +653,15 @@ def test_a_forwarded_call_among_many_models_walks_none_of_them(
     walked: List[int] = []
     checks: List[Any] = []
     models, mirror = engine.models, pool._mirror
-    monkeypatch.setattr(engine, "models", lambda: walked.append(len(models())) or models())
+
+    def walking() -> Any:
+        # The hung-call watchdog walks the models every second: a run slower than that (Python 3.9 beside three
+        # other workers in CI) saw its walk here.
+        if sys._getframe(1).f_code.co_name != "_watch_calls":
+            walked.append(len(models()))
+        return models()
+
+    monkeypatch.setattr(engine, "models", walking)
     monkeypatch.setattr(pool, "_mirror", lambda: checks.append(mirror()) or checks[-1])
     pids = sorted(frontend.pid for frontend in pool._frontends)
     with _connections_on_each_frontend(triton.http_port, pids) as connections:
